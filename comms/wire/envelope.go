@@ -1,0 +1,337 @@
+package wire
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// Limits of the decoder (docs/protocol.md, "Limits").
+const (
+	// MaxEnvelopeSize is the largest envelope accepted or produced, in
+	// bytes: the protocol's maximum frame payload.
+	MaxEnvelopeSize = 1 << 20
+	// MaxDepth is the deepest nesting of arrays and maps accepted, counting
+	// the envelope map itself as level 1 and its kind map as level 2.
+	MaxDepth = 128
+	// MaxItems is the most values (map keys included) one envelope may
+	// hold. It bounds the memory a decoded envelope takes, about 56 bytes
+	// per value, whatever the input's shape.
+	MaxItems = 1 << 17
+)
+
+// wireOverhead is how much longer an envelope's frame encoding is than its
+// signable bytes: the map head, the five keys and the signature, minus the
+// array head. The kind encodes to the same length either way.
+const wireOverhead = 86
+
+// Envelope is one signed protocol message. ID is a fresh UUID per envelope;
+// From and To are the sender's and recipient's public keys; Sig signs the
+// canonical CBOR of [ID, From, To, Kind] (see [Envelope.AppendSignable]).
+//
+// An Envelope is a plain value: safe to copy and to read concurrently.
+type Envelope struct {
+	ID   identity.UUID
+	From identity.PeerID
+	To   identity.PeerID
+	Kind Kind
+	Sig  [ed25519.SignatureSize]byte
+}
+
+// scratch holds buffers for signable bytes, so sealing and opening do not
+// allocate them each time. Buffers that grew large are not kept.
+var scratch = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+const maxPooledBuffer = 64 << 10
+
+func getScratch() *[]byte { return scratch.Get().(*[]byte) }
+
+func putScratch(bp *[]byte, b []byte) {
+	if cap(b) <= maxPooledBuffer {
+		*bp = b[:0]
+		scratch.Put(bp)
+	}
+}
+
+// Seal builds an envelope from kp to to with the given id and kind, and
+// signs it. It checks the kind (required fields, JSON params and results,
+// valid UTF-8, finite floats, nesting) and the encoded size, so whatever
+// Seal returns encodes and decodes.
+func Seal(kp *identity.Keypair, id identity.UUID, to identity.PeerID, kind Kind) (Envelope, error) {
+	if field, err := checkKind(kind.v); err != nil {
+		if field != "" {
+			return Envelope{}, fmt.Errorf("wire: seal: kind.%s: %w", field, err)
+		}
+		return Envelope{}, fmt.Errorf("wire: seal: kind: %w", err)
+	}
+	e := Envelope{ID: id, From: kp.ID(), To: to, Kind: kind}
+	bp := getScratch()
+	buf, err := e.AppendSignable((*bp)[:0])
+	if err == nil && len(buf)+wireOverhead > MaxEnvelopeSize {
+		err = ErrTooLarge
+	}
+	if err != nil {
+		putScratch(bp, buf)
+		return Envelope{}, fmt.Errorf("wire: seal: %w", err)
+	}
+	kp.SignInto(&e.Sig, buf)
+	putScratch(bp, buf)
+	return e, nil
+}
+
+// Open decodes an envelope (see [Decode]) and verifies its signature
+// against its From key. It returns a [*DecodeError] for bad bytes and
+// [ErrBadSignature] for a signature that does not verify. Open does not
+// check To or whether From is trusted: that is the receiver's business.
+func Open(payload []byte) (Envelope, error) {
+	e, err := Decode(payload)
+	if err != nil {
+		return Envelope{}, err
+	}
+	if err := e.Verify(); err != nil {
+		return Envelope{}, err
+	}
+	return e, nil
+}
+
+// Verify checks the signature over the envelope's signable bytes. It
+// returns nil or [ErrBadSignature].
+func (e *Envelope) Verify() error {
+	bp := getScratch()
+	buf, err := e.AppendSignable((*bp)[:0])
+	ok := err == nil && ed25519.Verify(e.From[:], buf, e.Sig[:])
+	putScratch(bp, buf)
+	if !ok {
+		return ErrBadSignature
+	}
+	return nil
+}
+
+// AppendSignable appends the bytes the signature covers: the canonical CBOR
+// of the array [id, from, to, kind], with definite lengths, shortest
+// integer and float forms and every map sorted shorter key first, then
+// bytewise. There is no prefix or label.
+func (e *Envelope) AppendSignable(dst []byte) ([]byte, error) {
+	if e.Kind.v.t != TypeMap {
+		return dst, ErrType
+	}
+	dst = append(dst, 0x84)
+	dst = appendByteString(dst, e.ID[:])
+	dst = appendByteString(dst, e.From[:])
+	dst = appendByteString(dst, e.To[:])
+	return appendValue(dst, e.Kind.v, orderCanonical, 2)
+}
+
+// firstFields lists, per known kind type, "type" and then its declared
+// fields: the leading members of a kind in the Rust sender's order.
+var firstFields = func() map[string][]string {
+	m := make(map[string][]string, len(declared))
+	for typ, fields := range declared {
+		m[typ] = append([]string{"type"}, fields...)
+	}
+	return m
+}()
+
+var typeOnly = []string{"type"}
+
+// AppendBinary appends the envelope's CBOR encoding as the Rust reference
+// sends it: a map with keys id, from, to, kind, sig in that order; inside
+// kind, "type" first, then the type's declared fields, then any others;
+// maps inside fields sorted bytewise. It implements encoding.BinaryAppender.
+func (e *Envelope) AppendBinary(dst []byte) ([]byte, error) {
+	if e.Kind.v.t != TypeMap {
+		return dst, ErrType
+	}
+	dst = append(dst, 0xa5)
+	dst = appendText(dst, "id")
+	dst = appendByteString(dst, e.ID[:])
+	dst = appendText(dst, "from")
+	dst = appendByteString(dst, e.From[:])
+	dst = appendText(dst, "to")
+	dst = appendByteString(dst, e.To[:])
+	dst = appendText(dst, "kind")
+	first, ok := firstFields[e.Kind.Type()]
+	if !ok {
+		first = typeOnly
+	}
+	dst, err := appendMapBytewise(dst, e.Kind.v, first, 2)
+	if err != nil {
+		return dst, err
+	}
+	dst = appendText(dst, "sig")
+	return appendByteString(dst, e.Sig[:]), nil
+}
+
+// MarshalBinary returns [Envelope.AppendBinary] into a new slice.
+func (e *Envelope) MarshalBinary() ([]byte, error) {
+	return e.AppendBinary(make([]byte, 0, 256))
+}
+
+// Decode parses an envelope without verifying its signature. It accepts
+// members in any order, definite or indefinite lengths, any float width and
+// non-shortest integer heads, and ignores top-level keys it does not know
+// (they are not signed). It rejects, with a [*DecodeError]: more than
+// [MaxEnvelopeSize] bytes, nesting deeper than [MaxDepth], more than
+// [MaxItems] values, malformed or truncated CBOR, duplicate keys at any
+// level, wrong types or byte lengths, missing fields, invalid kinds, items
+// outside the data model, and trailing bytes.
+//
+// The returned envelope does not alias payload.
+func Decode(payload []byte) (Envelope, error) {
+	if len(payload) > MaxEnvelopeSize {
+		return Envelope{}, &DecodeError{Err: ErrTooLarge}
+	}
+	d := decoder{src: string(payload)}
+	var e Envelope
+	if err := d.envelope(&e); err != nil {
+		return Envelope{}, err
+	}
+	return e, nil
+}
+
+// Top-level fields, as bits of a seen-set.
+const (
+	hasID = 1 << iota
+	hasFrom
+	hasTo
+	hasKind
+	hasSig
+	hasAll = hasID | hasFrom | hasTo | hasKind | hasSig
+)
+
+var fieldBits = []struct {
+	name string
+	bit  uint8
+}{{"id", hasID}, {"from", hasFrom}, {"to", hasTo}, {"kind", hasKind}, {"sig", hasSig}}
+
+func (d *decoder) envelope(e *Envelope) error {
+	if err := d.count(); err != nil {
+		return err
+	}
+	major, info, arg, err := d.head()
+	if err != nil {
+		return err
+	}
+	if major != majorMap {
+		d.off = 0
+		return d.fail(ErrType)
+	}
+	indefinite := info == infoIndefinite
+	if !indefinite && arg > uint64(len(d.src)-d.off)/2 {
+		return d.fail(ErrTruncated)
+	}
+	var seen uint8
+	var unknown []string // keys outside the protocol, to catch their duplicates
+	for i := uint64(0); indefinite || i < arg; i++ {
+		d.field = ""
+		if indefinite {
+			done, err := d.atBreak()
+			if err != nil {
+				return err
+			}
+			if done {
+				break
+			}
+		}
+		keyAt := d.off
+		key, err := d.text()
+		if err != nil {
+			return err
+		}
+		var bit uint8
+		for _, f := range fieldBits {
+			if f.name == key {
+				bit = f.bit
+			}
+		}
+		if bit == 0 {
+			if slices.Contains(unknown, key) {
+				return &DecodeError{Offset: keyAt, Err: ErrDuplicateKey}
+			}
+			unknown = append(unknown, key)
+			if err := d.skip(2); err != nil {
+				return err
+			}
+			continue
+		}
+		d.field = key
+		if seen&bit != 0 {
+			return &DecodeError{Field: key, Offset: keyAt, Err: ErrDuplicateKey}
+		}
+		seen |= bit
+		switch bit {
+		case hasID:
+			err = d.fixedBytes(e.ID[:])
+		case hasFrom:
+			err = d.fixedBytes(e.From[:])
+		case hasTo:
+			err = d.fixedBytes(e.To[:])
+		case hasSig:
+			err = d.fixedBytes(e.Sig[:])
+		case hasKind:
+			err = d.kind(&e.Kind)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	d.field = ""
+	if seen != hasAll {
+		for _, f := range fieldBits {
+			if seen&f.bit == 0 {
+				return &DecodeError{Field: f.name, Offset: d.off, Err: ErrMissingField}
+			}
+		}
+	}
+	if d.off != len(d.src) {
+		return d.fail(ErrTrailingBytes)
+	}
+	return nil
+}
+
+// fixedBytes reads a byte string that must be exactly len(dst) long.
+func (d *decoder) fixedBytes(dst []byte) error {
+	if err := d.count(); err != nil {
+		return err
+	}
+	start := d.off
+	major, info, arg, err := d.head()
+	if err != nil {
+		return err
+	}
+	if major != majorBytes {
+		d.off = start
+		return d.fail(ErrType)
+	}
+	s, err := d.str(major, info, arg)
+	if err != nil {
+		return err
+	}
+	if len(s) != len(dst) {
+		d.off = start
+		return d.fail(ErrLength)
+	}
+	copy(dst, s)
+	return nil
+}
+
+// kind reads and checks the kind map.
+func (d *decoder) kind(k *Kind) error {
+	start := d.off
+	v, err := d.value(2)
+	if err != nil {
+		return err
+	}
+	if v.t != TypeMap {
+		d.off = start
+		return d.fail(ErrType)
+	}
+	if field, err := checkKind(v); err != nil {
+		return &DecodeError{Field: "kind." + field, Offset: start, Err: err}
+	}
+	*k = Kind{v}
+	return nil
+}

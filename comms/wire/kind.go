@@ -1,0 +1,238 @@
+package wire
+
+import (
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// Kind types the protocol defines (docs/protocol.md, "Kinds").
+const (
+	TypeMessage  = "message"
+	TypeRequest  = "request"
+	TypeResponse = "response"
+	TypeAck      = "ack"
+)
+
+// Status is the status of a response.
+type Status string
+
+// The response statuses.
+const (
+	StatusAccepted  Status = "accepted"
+	StatusCompleted Status = "completed"
+	StatusFailed    Status = "failed"
+)
+
+// Valid reports whether s is one of the three statuses.
+func (s Status) Valid() bool {
+	return s == StatusAccepted || s == StatusCompleted || s == StatusFailed
+}
+
+// Kind is the signed content of an envelope: a map with a "type" member
+// and that type's fields. It is kept as a generic [Value] tree, so fields
+// this implementation does not model (handling_mode, content_taint,
+// objective_id, blocks, …) are signed, verified, preserved when the envelope
+// is re-encoded, and readable with [Kind.Field]. Kinds of unknown types are
+// carried the same way.
+//
+// A Kind is immutable. The zero Kind is invalid; build one with [Message],
+// [Request], [Response], [Ack] or [NewKind].
+type Kind struct {
+	v Value
+}
+
+// declared lists, per known type, the fields in the order the Rust reference
+// declares them (after "type"). The wire encoder emits present fields in
+// this order and any others after them, bytewise sorted. The order only
+// shapes frames; signatures use canonical order.
+var declared = map[string][]string{
+	TypeMessage:                  {"body", "blocks", "content_taint", "handling_mode", "objective_id"},
+	"incarnation_fenced_message": {"body", "blocks", "content_taint", "handling_mode", "objective_id", "expected_recipient"},
+	TypeRequest:                  {"intent", "params", "blocks", "reply_endpoint", "content_taint", "handling_mode", "objective_id"},
+	"lifecycle":                  {"kind", "params"},
+	TypeResponse:                 {"in_reply_to", "status", "result", "blocks", "content_taint", "handling_mode", "objective_id"},
+	TypeAck:                      {"in_reply_to"},
+}
+
+// Message returns a message kind with the given body.
+func Message(body string) Kind {
+	return Kind{Value{t: TypeMap, a: []Value{Text("body"), Text(body), Text("type"), Text(TypeMessage)}}}
+}
+
+// Request returns a request kind. params should be in the JSON data model
+// (no byte strings); Seal checks.
+func Request(intent string, params Value) Kind {
+	return Kind{Value{t: TypeMap, a: []Value{Text("type"), Text(TypeRequest), Text("intent"), Text(intent), Text("params"), params}}}
+}
+
+// Response returns a response kind answering the request with id inReplyTo.
+func Response(inReplyTo identity.UUID, status Status, result Value) Kind {
+	return Kind{Value{t: TypeMap, a: []Value{
+		Text("type"), Text(TypeResponse), Text("result"), result,
+		Text("status"), Text(string(status)), Text("in_reply_to"), Bytes(inReplyTo[:]),
+	}}}
+}
+
+// Ack returns an ack kind for the envelope with id inReplyTo.
+func Ack(inReplyTo identity.UUID) Kind {
+	return Kind{Value{t: TypeMap, a: []Value{Text("type"), Text(TypeAck), Text("in_reply_to"), Bytes(inReplyTo[:])}}}
+}
+
+// NewKind checks that m is a valid kind (a map with a text "type" and, for
+// the four known types, their required fields with the right types) and
+// returns it. Use it with [Value.With] to add fields such as handling_mode.
+func NewKind(m Value) (Kind, error) {
+	if _, err := checkKind(m); err != nil {
+		return Kind{}, err
+	}
+	return Kind{m}, nil
+}
+
+// With returns a copy of k with field name set to v, checked like NewKind.
+func (k Kind) With(name string, v Value) (Kind, error) {
+	m, err := k.v.With(name, v)
+	if err != nil {
+		return Kind{}, err
+	}
+	return NewKind(m)
+}
+
+// Value returns the whole kind as a map value.
+func (k Kind) Value() Value { return k.v }
+
+// Type returns the kind's type, for example "message".
+func (k Kind) Type() string { return k.text("type") }
+
+// Field returns the member name and whether it is present.
+func (k Kind) Field(name string) (Value, bool) { return k.v.Get(name) }
+
+// Body returns the body of a message ("" if absent).
+func (k Kind) Body() string { return k.text("body") }
+
+// Intent returns the intent of a request ("" if absent).
+func (k Kind) Intent() string { return k.text("intent") }
+
+// Params returns the params of a request (null if absent).
+func (k Kind) Params() Value { v, _ := k.v.Get("params"); return v }
+
+// Result returns the result of a response (null if absent).
+func (k Kind) Result() Value { v, _ := k.v.Get("result"); return v }
+
+// Status returns the status of a response ("" if absent).
+func (k Kind) Status() Status { return Status(k.text("status")) }
+
+// InReplyTo returns the id a response or ack refers to, if it has one.
+func (k Kind) InReplyTo() (identity.UUID, bool) {
+	v, ok := k.v.Get("in_reply_to")
+	if !ok || v.t != TypeBytes || len(v.s) != len(identity.UUID{}) {
+		return identity.UUID{}, false
+	}
+	var u identity.UUID
+	copy(u[:], v.s)
+	return u, true
+}
+
+func (k Kind) text(name string) string {
+	v, _ := k.v.Get(name)
+	s, _ := v.Text()
+	return s
+}
+
+// checkKind validates a kind tree. On failure it returns the offending
+// field's name with the reason.
+func checkKind(m Value) (string, error) {
+	if m.t != TypeMap {
+		return "", ErrType
+	}
+	typ, ok := m.Get("type")
+	if !ok {
+		return "type", ErrMissingField
+	}
+	if typ.t != TypeText {
+		return "type", ErrType
+	}
+	need := func(name string, t Type) (Value, string, error) {
+		v, ok := m.Get(name)
+		switch {
+		case !ok:
+			return v, name, ErrMissingField
+		case t != TypeNull && v.t != t:
+			return v, name, ErrType
+		}
+		return v, "", nil
+	}
+	switch typ.s {
+	case TypeMessage:
+		if _, f, err := need("body", TypeText); err != nil {
+			return f, err
+		}
+	case TypeRequest:
+		if _, f, err := need("intent", TypeText); err != nil {
+			return f, err
+		}
+		p, f, err := need("params", TypeNull)
+		if err != nil {
+			return f, err
+		}
+		if !isJSON(p, 0) {
+			return "params", ErrType
+		}
+	case TypeResponse:
+		if f, err := checkUUIDField(m); err != nil {
+			return f, err
+		}
+		s, f, err := need("status", TypeText)
+		if err != nil {
+			return f, err
+		}
+		if !Status(s.s).Valid() {
+			return "status", ErrBadValue
+		}
+		r, f, err := need("result", TypeNull)
+		if err != nil {
+			return f, err
+		}
+		if !isJSON(r, 0) {
+			return "result", ErrType
+		}
+	case TypeAck:
+		if f, err := checkUUIDField(m); err != nil {
+			return f, err
+		}
+	}
+	return "", nil
+}
+
+func checkUUIDField(m Value) (string, error) {
+	v, ok := m.Get("in_reply_to")
+	switch {
+	case !ok:
+		return "in_reply_to", ErrMissingField
+	case v.t != TypeBytes:
+		return "in_reply_to", ErrType
+	case len(v.s) != len(identity.UUID{}):
+		return "in_reply_to", ErrLength
+	}
+	return "", nil
+}
+
+// isJSON reports whether v is in the JSON data model: no byte strings, and
+// nesting within MaxDepth.
+func isJSON(v Value, depth int) bool {
+	switch v.t {
+	case TypeBytes:
+		return false
+	case TypeArray, TypeMap:
+		if depth > MaxDepth {
+			return false
+		}
+		for i, item := range v.a {
+			if v.t == TypeMap && i%2 == 0 {
+				continue
+			}
+			if !isJSON(item, depth+1) {
+				return false
+			}
+		}
+	}
+	return true
+}

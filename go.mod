@@ -1,0 +1,3 @@
+module github.com/meerkatd/meerkatd
+
+go 1.26

@@ -1,0 +1,185 @@
+package identity
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// File names inside a node's home directory.
+const (
+	KeyFile = "identity.key" // raw 32-byte Ed25519 seed, mode 0600
+	PubFile = "identity.pub" // raw 32-byte Ed25519 public key
+)
+
+// Keypair is a node's signing key. It is immutable and safe for concurrent
+// use; the zero value is not usable (use [GenerateKeypair],
+// [KeypairFromSeed] or [LoadKeypair]).
+type Keypair struct {
+	priv ed25519.PrivateKey
+	id   PeerID
+}
+
+// GenerateKeypair returns a new random keypair.
+func GenerateKeypair() (*Keypair, error) {
+	seed := make([]byte, ed25519.SeedSize)
+	if _, err := rand.Read(seed); err != nil {
+		return nil, fmt.Errorf("identity: generate key: %w", err)
+	}
+	return KeypairFromSeed(seed)
+}
+
+// KeypairFromSeed returns the keypair for a 32-byte RFC 8032 seed.
+func KeypairFromSeed(seed []byte) (*Keypair, error) {
+	if len(seed) != ed25519.SeedSize {
+		return nil, ErrBadLength
+	}
+	priv := ed25519.NewKeyFromSeed(seed)
+	kp := &Keypair{priv: priv}
+	copy(kp.id[:], priv[ed25519.SeedSize:])
+	return kp, nil
+}
+
+// ID returns the public key.
+func (kp *Keypair) ID() PeerID { return kp.id }
+
+// Sign returns the Ed25519 signature of msg.
+func (kp *Keypair) Sign(msg []byte) []byte { return ed25519.Sign(kp.priv, msg) }
+
+// SignInto writes the Ed25519 signature of msg into sig without allocating
+// a result slice.
+func (kp *Keypair) SignInto(sig *[ed25519.SignatureSize]byte, msg []byte) {
+	copy(sig[:], ed25519.Sign(kp.priv, msg))
+}
+
+// Seed returns a copy of the 32-byte private seed. Handle it as a secret.
+func (kp *Keypair) Seed() []byte { return bytes.Clone(kp.priv.Seed()) }
+
+// String prints the public half only, so a Keypair in a log line or %v never
+// leaks the seed.
+func (kp *Keypair) String() string { return "Keypair(" + kp.id.String() + ")" }
+
+// GoString is like String, for %#v.
+func (kp *Keypair) GoString() string { return kp.String() }
+
+// Save writes identity.key (mode 0600) and identity.pub into dir, creating
+// dir with mode 0700 if needed. Each file is written to a temporary file,
+// synced and renamed, so a crash leaves either the old file or the new one.
+func (kp *Keypair) Save(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("identity: create %s: %w", dir, err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, KeyFile), kp.priv.Seed(), 0o600); err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, PubFile), kp.id[:], 0o644)
+}
+
+// LoadKeypair reads the keypair saved in dir. It refuses a seed file that is
+// not exactly 32 bytes, that other users can read or write, or whose public
+// file (if present) holds a different key. The errors wrap [ErrKeyFile] (or
+// fs.ErrNotExist when there is no key file) and say how to fix the file.
+func LoadKeypair(dir string) (*Keypair, error) {
+	keyPath := filepath.Join(dir, KeyFile)
+	seed, mode, err := readSmallFile(keyPath, ed25519.SeedSize)
+	if err != nil {
+		return nil, err
+	}
+	if mode.Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%w: %s is readable or writable by other users (mode %#o); fix with: chmod 600 %s",
+			ErrKeyFile, keyPath, mode.Perm(), keyPath)
+	}
+	if len(seed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("%w: %s must hold exactly %d bytes, found %s; restore it from a backup or move it away and generate a new identity",
+			ErrKeyFile, keyPath, ed25519.SeedSize, sizeWords(len(seed), ed25519.SeedSize))
+	}
+	kp, err := KeypairFromSeed(seed)
+	clear(seed)
+	if err != nil {
+		return nil, err
+	}
+	pubPath := filepath.Join(dir, PubFile)
+	pub, _, err := readSmallFile(pubPath, len(PeerID{}))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return kp, nil // the seed is the source of truth; the public file is a convenience
+	case err != nil:
+		return nil, err
+	case !bytes.Equal(pub, kp.id[:]):
+		return nil, fmt.Errorf("%w: %s does not match the public key of %s; delete %s and it will be rewritten from the seed",
+			ErrKeyFile, pubPath, keyPath, pubPath)
+	}
+	return kp, nil
+}
+
+// readSmallFile reads at most limit+1 bytes of path, so an oversized file
+// is detected without reading it all.
+func readSmallFile(path string, limit int) ([]byte, fs.FileMode, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("identity: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, fmt.Errorf("identity: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, 0, fmt.Errorf("%w: %s is not a regular file", ErrKeyFile, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, 0, fmt.Errorf("identity: read %s: %w", path, err)
+	}
+	return b, st.Mode(), nil
+}
+
+func sizeWords(n, limit int) string {
+	if n > limit {
+		return "more"
+	}
+	return fmt.Sprintf("%d", n)
+}
+
+// writeFileAtomic writes data to path through a synced temporary file in
+// the same directory and a rename, then syncs the directory.
+func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("identity: write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err = f.Chmod(perm); err != nil {
+		return fmt.Errorf("identity: write %s: %w", path, err)
+	}
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("identity: write %s: %w", path, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("identity: write %s: %w", path, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("identity: write %s: %w", path, err)
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("identity: write %s: %w", path, err)
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync() // best effort: some filesystems cannot sync directories
+		d.Close()
+	}
+	return nil
+}
