@@ -190,7 +190,6 @@ func appendJSON(dst []byte, v Value, depth int) ([]byte, error) {
 	return dst, ErrType
 }
 
-
 const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s as a JSON string, escaping only what JSON

@@ -173,8 +173,8 @@ func checkKind(m Value) (string, error) {
 		if err != nil {
 			return f, err
 		}
-		if !isJSON(p, 0) {
-			return "params", ErrType
+		if err := checkJSON(p, 3); err != nil {
+			return "params", err
 		}
 	case TypeResponse:
 		if f, err := checkUUIDField(m); err != nil {
@@ -191,8 +191,8 @@ func checkKind(m Value) (string, error) {
 		if err != nil {
 			return f, err
 		}
-		if !isJSON(r, 0) {
-			return "result", ErrType
+		if err := checkJSON(r, 3); err != nil {
+			return "result", err
 		}
 	case TypeAck:
 		if f, err := checkUUIDField(m); err != nil {
@@ -215,24 +215,24 @@ func checkUUIDField(m Value) (string, error) {
 	return "", nil
 }
 
-// isJSON reports whether v is in the JSON data model: no byte strings, and
-// nesting within MaxDepth.
-func isJSON(v Value, depth int) bool {
+// checkJSON checks that v, found at nesting level depth, is in the JSON
+// data model (no byte strings) and nests no deeper than MaxDepth.
+func checkJSON(v Value, depth int) error {
 	switch v.t {
 	case TypeBytes:
-		return false
+		return ErrType
 	case TypeArray, TypeMap:
 		if depth > MaxDepth {
-			return false
+			return ErrTooDeep
 		}
 		for i, item := range v.a {
 			if v.t == TypeMap && i%2 == 0 {
 				continue
 			}
-			if !isJSON(item, depth+1) {
-				return false
+			if err := checkJSON(item, depth+1); err != nil {
+				return err
 			}
 		}
 	}
-	return true
+	return nil
 }

@@ -1,0 +1,235 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+)
+
+var msgKind = mapOf(tx("type"), tx("message"), tx("body"), tx("hi"))
+
+func TestDecodeRejects(t *testing.T) {
+	e := mustSeal(t, Message("hi"))
+	env := func(kind []byte) []byte { return envBytes(e, kind) }
+	deep := func(n int) []byte { // n nested arrays in params
+		return env(mapOf(tx("type"), tx("request"), tx("intent"), tx("x"), tx("params"),
+			cat(bytes.Repeat([]byte{0x81}, n), []byte{0x00})))
+	}
+	manyItems := cat(h("9a"), []byte{0, 2, 0, 0}, bytes.Repeat([]byte{0}, 1<<17)) // array of 131072 zeros
+	tests := []struct {
+		name  string
+		in    []byte
+		want  error
+		field string
+	}{
+		{"empty", nil, ErrTruncated, ""},
+		{"not a map", arrOf(un(1)), ErrType, ""},
+		{"text at top", tx("hello"), ErrType, ""},
+		{"trailing byte", cat(env(msgKind), h("00")), ErrTrailingBytes, ""},
+		{"trailing envelope", cat(env(msgKind), env(msgKind)), ErrTrailingBytes, ""},
+		{"too large", make([]byte, MaxEnvelopeSize+1), ErrTooLarge, ""},
+		{"id 15 bytes", mapOf(tx("id"), bs(fill(15)), tx("from"), bs(e.From[:]), tx("to"), bs(e.To[:]), tx("kind"), msgKind, tx("sig"), bs(e.Sig[:])), ErrLength, "id"},
+		{"id as text", mapOf(tx("id"), tx("0123456789abcdef")), ErrType, "id"},
+		{"from 31 bytes", mapOf(tx("from"), bs(fill(31))), ErrLength, "from"},
+		{"to 33 bytes", mapOf(tx("to"), bs(fill(33))), ErrLength, "to"},
+		{"sig 63 bytes", mapOf(tx("sig"), bs(fill(63))), ErrLength, "sig"},
+		{"sig as array", mapOf(tx("sig"), arrOf()), ErrType, "sig"},
+		{"missing sig", envBytes(e, msgKind, "id", "from", "to", "kind"), ErrMissingField, "sig"},
+		{"missing kind", envBytes(e, msgKind, "id", "from", "to", "sig"), ErrMissingField, "kind"},
+		{"missing id", envBytes(e, msgKind, "from", "to", "kind", "sig"), ErrMissingField, "id"},
+		{"duplicate id", envBytes(e, msgKind, "id", "id", "from", "to", "kind", "sig"), ErrDuplicateKey, "id"},
+		{"duplicate unknown key", cat(h("a7"), envBytes(e, msgKind)[1:], tx("x"), un(1), tx("x"), un(2)), ErrDuplicateKey, ""},
+		{"non-text top-level key", mapOf(un(1), un(1)), ErrUnsupported, ""},
+		{"kind not a map", env(tx("message")), ErrType, "kind"},
+		{"kind without type", env(mapOf(tx("body"), tx("hi"))), ErrMissingField, "kind.type"},
+		{"kind type not text", env(mapOf(tx("type"), un(1))), ErrType, "kind.type"},
+		{"duplicate key in kind", env(mapOf(tx("type"), tx("message"), tx("body"), tx("a"), tx("body"), tx("b"))), ErrDuplicateKey, "kind"},
+		{"message without body", env(mapOf(tx("type"), tx("message"))), ErrMissingField, "kind.body"},
+		{"message body bytes", env(mapOf(tx("type"), tx("message"), tx("body"), bs([]byte("hi")))), ErrType, "kind.body"},
+		{"request without intent", env(mapOf(tx("type"), tx("request"), tx("params"), h("f6"))), ErrMissingField, "kind.intent"},
+		{"request without params", env(mapOf(tx("type"), tx("request"), tx("intent"), tx("x"))), ErrMissingField, "kind.params"},
+		{"params holding bytes", env(mapOf(tx("type"), tx("request"), tx("intent"), tx("x"), tx("params"), arrOf(bs(fill(2))))), ErrType, "kind.params"},
+		{"duplicate key in params", env(mapOf(tx("type"), tx("request"), tx("intent"), tx("x"), tx("params"), mapOf(tx("a"), un(1), tx("a"), un(1)))), ErrDuplicateKey, "kind"},
+		{"response bad status", env(mapOf(tx("type"), tx("response"), tx("in_reply_to"), bs(fill(16)), tx("status"), tx("done"), tx("result"), h("f6"))), ErrBadValue, "kind.status"},
+		{"response without result", env(mapOf(tx("type"), tx("response"), tx("in_reply_to"), bs(fill(16)), tx("status"), tx("failed"))), ErrMissingField, "kind.result"},
+		{"response in_reply_to 15 bytes", env(mapOf(tx("type"), tx("response"), tx("in_reply_to"), bs(fill(15)), tx("status"), tx("failed"), tx("result"), h("f6"))), ErrLength, "kind.in_reply_to"},
+		{"ack in_reply_to text", env(mapOf(tx("type"), tx("ack"), tx("in_reply_to"), tx("550e8400-e29b-41d4-a716-446655440000"))), ErrType, "kind.in_reply_to"},
+		{"ack without in_reply_to", env(mapOf(tx("type"), tx("ack"))), ErrMissingField, "kind.in_reply_to"},
+		{"tag in kind", env(mapOf(tx("type"), tx("message"), tx("body"), tx("hi"), tx("x"), h("c100"))), ErrUnsupported, "kind"},
+		{"undefined in kind", env(mapOf(tx("type"), tx("message"), tx("body"), tx("hi"), tx("x"), h("f7"))), ErrUnsupported, "kind"},
+		{"simple value in kind", env(mapOf(tx("type"), tx("message"), tx("body"), tx("hi"), tx("x"), h("f0"))), ErrUnsupported, "kind"},
+		{"two-byte simple value", env(mapOf(tx("type"), tx("message"), tx("body"), tx("hi"), tx("x"), h("f814"))), ErrMalformed, "kind"},
+		{"NaN", env(mapOf(tx("type"), tx("message"), tx("body"), tx("hi"), tx("x"), h("f97e00"))), ErrUnsupported, "kind"},
+		{"infinity", env(mapOf(tx("type"), tx("message"), tx("body"), tx("hi"), tx("x"), h("fb7ff0000000000000"))), ErrUnsupported, "kind"},
+		{"integer below -2^63", env(mapOf(tx("type"), tx("message"), tx("body"), tx("hi"), tx("x"), h("3b8000000000000000"))), ErrUnsupported, "kind"},
+		{"integer key in kind", env(mapOf(tx("type"), tx("message"), tx("body"), tx("hi"), un(1), un(1))), ErrUnsupported, "kind"},
+		{"invalid UTF-8 text", env(mapOf(tx("type"), tx("message"), tx("body"), h("62c328"))), ErrInvalidUTF8, "kind"},
+		{"invalid UTF-8 key", env(mapOf(tx("type"), tx("message"), tx("body"), tx("hi"), h("61ff"), un(1))), ErrInvalidUTF8, "kind"},
+		{"reserved additional info", env(h("1c")), ErrMalformed, "kind"},
+		{"stray break", env(h("ff")), ErrMalformed, "kind"},
+		{"indefinite integer", env(h("1f")), ErrMalformed, "kind"},
+		{"indefinite tag", mapOf(tx("x"), h("df00")), ErrMalformed, ""},
+		{"chunk of the wrong type", env(mapOf(tx("type"), tx("message"), tx("body"), h("7f4161ff"))), ErrMalformed, "kind"},
+		{"nested indefinite chunk", env(mapOf(tx("type"), tx("message"), tx("body"), h("7f7f6161ffff"))), ErrMalformed, "kind"},
+		{"huge declared array", env(h("9bffffffffffffffff")), ErrTruncated, "kind"},
+		{"huge declared map", env(h("bbffffffffffffffff")), ErrTruncated, "kind"},
+		{"huge declared text", env(h("7bffffffffffffffff")), ErrTruncated, "kind"},
+		{"huge declared top-level map", h("bb7fffffffffffffff"), ErrTruncated, ""},
+		{"unterminated indefinite map", cat(h("bf"), tx("id"), bs(e.ID[:])), ErrTruncated, ""},
+		{"129 levels", deep(127), ErrTooDeep, "kind"},
+		{"10,000 levels", deep(10000), ErrTooDeep, "kind"},
+		{"10,000 levels in an unknown key", mapOf(tx("x"), bytes.Repeat([]byte{0x81}, 10000)), ErrTooDeep, ""},
+		{"10,000 tags in an unknown key", mapOf(tx("x"), cat(bytes.Repeat([]byte{0xc1}, 10000), un(0))), ErrTooDeep, ""},
+		{"too many items", env(mapOf(tx("type"), tx("request"), tx("intent"), tx("x"), tx("params"), manyItems)), ErrTooManyItems, "kind"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode(tc.in)
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("got %v, want a *DecodeError", err)
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want reason %v", err, tc.want)
+			}
+			if !errors.Is(err, ErrMalformed) {
+				t.Errorf("%v does not match ErrMalformed", err)
+			}
+			if de.Field != tc.field {
+				t.Errorf("field %q, want %q (%v)", de.Field, tc.field, err)
+			}
+			if de.Offset < 0 || de.Offset > len(tc.in) {
+				t.Errorf("offset %d outside the input of %d bytes", de.Offset, len(tc.in))
+			}
+			if _, err := Open(tc.in); !errors.Is(err, tc.want) {
+				t.Errorf("Open gives %v, want %v like Decode", err, tc.want)
+			}
+		})
+	}
+}
+
+// 128 levels (envelope, kind, params and 125 more) are allowed; the 129th is not.
+func TestDecodeDepthBoundary(t *testing.T) {
+	params := cat(bytes.Repeat([]byte{0x81}, 126), un(7))
+	kind := mapOf(tx("type"), tx("request"), tx("intent"), tx("x"), tx("params"), params)
+	v, err := Decode(envBytes(Envelope{}, kind))
+	if err != nil {
+		t.Fatalf("128 levels: %v", err)
+	}
+	p := v.Kind.Params()
+	for range 126 {
+		p = p.Index(0)
+	}
+	if n, ok := p.Int(); !ok || n != 7 {
+		t.Fatalf("innermost value %v", p)
+	}
+	// The encoder holds the same limit, so what it emits always decodes.
+	deeper := Array(v.Kind.Params())
+	if _, err := Seal(keyA, id1, keyB.ID(), Request("x", deeper)); !errors.Is(err, ErrTooDeep) {
+		t.Fatalf("sealing 129 levels: %v, want ErrTooDeep", err)
+	}
+}
+
+// Every strict prefix of a valid envelope is truncated, never accepted.
+func TestDecodeEveryPrefixTruncated(t *testing.T) {
+	full := mustMarshal(t, mustSeal(t, Request("probe", mustJSON(t, `{"a":[1,2.5,"x",null,true],"b":{"c":-3}}`))))
+	for n := range len(full) {
+		if _, err := Decode(full[:n]); !errors.Is(err, ErrTruncated) {
+			t.Fatalf("prefix of %d/%d bytes: %v, want ErrTruncated", n, len(full), err)
+		}
+	}
+}
+
+// Inputs in every encoding the format allows decode to the envelope the
+// sender signed, so the signature verifies.
+func TestDecodeAcceptsEquivalentEncodings(t *testing.T) {
+	kind, err := Request("probe", mustJSON(t, `{"n":-3,"f":2.5,"list":[1,"two"]}`)).With("handling_mode", Text("queue"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := mustSeal(t, kind)
+	params := func(f, list []byte) []byte {
+		return mapOf(tx("list"), list, tx("f"), f, tx("n"), h("22"))
+	}
+	plainList := arrOf(un(1), tx("two"))
+	kindWith := func(p []byte) []byte {
+		return mapOf(tx("params"), p, tx("handling_mode"), tx("queue"), tx("intent"), tx("probe"), tx("type"), tx("request"))
+	}
+	tests := []struct {
+		name string
+		in   []byte
+	}{
+		{"our own encoding", mustMarshal(t, e)},
+		{"keys reversed", envBytes(e, kindWith(params(h("f94100"), plainList)), "sig", "kind", "to", "from", "id")},
+		{"float as double", envBytes(e, kindWith(params(h("fb4004000000000000"), plainList)))},
+		{"float as single", envBytes(e, kindWith(params(h("fa40200000"), plainList)))},
+		{"long integer head", envBytes(e, kindWith(params(h("f94100"), arrOf(h("1b0000000000000001"), tx("two")))))},
+		{"indefinite array", envBytes(e, kindWith(params(h("f94100"), cat(h("9f"), un(1), tx("two"), h("ff")))))},
+		{"chunked text", envBytes(e, kindWith(params(h("f94100"), arrOf(un(1), cat(h("7f"), tx("tw"), tx("o"), h("ff"))))))},
+		{"indefinite maps", cat(h("bf"), envBytes(e, cat(h("bf"), kindWith(params(h("f94100"), plainList))[1:], h("ff")))[1:], h("ff"))},
+		{"unknown top-level keys", cat(h("a7"), envBytes(e, kindWith(params(h("f94100"), plainList)))[1:],
+			tx("x-note"), mapOf(tx("any"), h("c1f7")), tx("x-n"), h("f0"))},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Open(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !envelopesEqual(got, e) {
+				t.Fatalf("decoded %+v, want %+v", got, e)
+			}
+		})
+	}
+}
+
+func TestDecodeIntegersAndFloatsStayDistinct(t *testing.T) {
+	params := mapOf(tx("i"), un(1), tx("f"), h("f93c00"), tx("big"), h("1bffffffffffffffff"), tx("min"), h("3b7fffffffffffffff"))
+	e, err := Decode(envBytes(Envelope{}, mapOf(tx("type"), tx("request"), tx("intent"), tx("x"), tx("params"), params)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.Kind.Params()
+	get := func(k string) Value { v, _ := p.Get(k); return v }
+	if i, ok := get("i").Int(); !ok || i != 1 || get("i").Type() != TypeInt {
+		t.Errorf("i = %v", get("i"))
+	}
+	if f, ok := get("f").Float(); !ok || f != 1 {
+		t.Errorf("f = %v", get("f"))
+	}
+	if _, ok := get("f").Int(); ok {
+		t.Error("float 1.0 reads as an integer")
+	}
+	if u, ok := get("big").Uint(); !ok || u != math.MaxUint64 {
+		t.Errorf("big = %v", get("big"))
+	}
+	if _, ok := get("big").Int(); ok {
+		t.Error("2^64-1 reads as an int64")
+	}
+	if i, ok := get("min").Int(); !ok || i != math.MinInt64 {
+		t.Errorf("min = %v", get("min"))
+	}
+	// And they re-encode apart.
+	out, err := p.AppendCanonical(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(out, h("616901")) || !bytes.Contains(out, h("6166f93c00")) {
+		t.Fatalf("canonical params %x lost the int/float distinction", out)
+	}
+}
+
+func TestDecodeErrorMessage(t *testing.T) {
+	_, err := Decode(envBytes(mustSeal(t, Message("hi")), mapOf(tx("type"), tx("message"))))
+	msg := err.Error()
+	for _, want := range []string{"kind.body", "missing field"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not mention %q", msg, want)
+		}
+	}
+	if strings.Count(msg, "wire:") != 1 {
+		t.Errorf("error %q repeats its package prefix", msg)
+	}
+}

@@ -1,0 +1,181 @@
+package transport
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+)
+
+// Frame sizes (docs/protocol.md, "Framing").
+const (
+	// HeaderSize is the length of the big-endian payload-length prefix.
+	HeaderSize = 4
+	// MaxFrameSize is the protocol's largest payload, in bytes.
+	MaxFrameSize = 1 << 20
+)
+
+// Tunables of the frame reader.
+const (
+	// readBufferSize is the Reader's read-ahead buffer: big enough that a
+	// pipelined stream of small frames costs one read call for many frames.
+	readBufferSize = 16 << 10
+	// eagerAlloc is how much payload buffer is allocated on the strength of
+	// a declared length alone. Larger payloads grow their buffer only as
+	// their bytes arrive, so a peer that declares a big frame and stalls
+	// does not pin a big buffer.
+	eagerAlloc = 64 << 10
+)
+
+// Errors returned by frame reading and writing.
+var (
+	// ErrFrameTooLarge means a frame's declared or actual length exceeds
+	// the limit. Nothing was allocated for it; the stream cannot be
+	// resynchronised and should be closed.
+	ErrFrameTooLarge = errors.New("transport: frame too large")
+	// ErrEmptyFrame means a frame declared a zero length, which the
+	// protocol never sends.
+	ErrEmptyFrame = errors.New("transport: zero-length frame")
+	// ErrTruncatedFrame means the stream ended inside a frame (header or
+	// payload). It matches io.ErrUnexpectedEOF too.
+	ErrTruncatedFrame = &truncatedError{}
+)
+
+type truncatedError struct{}
+
+func (*truncatedError) Error() string        { return "transport: stream ended inside a frame" }
+func (*truncatedError) Is(target error) bool { return target == io.ErrUnexpectedEOF }
+
+// Reader reads frames from a stream through a read-ahead buffer. The zero
+// value is not usable; call [NewReader]. A Reader is not safe for concurrent
+// use.
+type Reader struct {
+	r   io.Reader     // br, or the raw stream for a one-shot read
+	br  *bufio.Reader // nil for a one-shot read
+	max int
+	buf []byte
+}
+
+// NewReader returns a Reader that refuses frames longer than max bytes
+// (max <= 0 or above [MaxFrameSize] means MaxFrameSize).
+func NewReader(r io.Reader, max int) *Reader {
+	if max <= 0 || max > MaxFrameSize {
+		max = MaxFrameSize
+	}
+	br := bufio.NewReaderSize(r, readBufferSize)
+	return &Reader{r: br, br: br, max: max}
+}
+
+// Buffered reports how many bytes are read ahead and not yet returned.
+func (fr *Reader) Buffered() int { return fr.br.Buffered() }
+
+// Peek waits until at least one byte of the next frame is available,
+// without consuming it. Receivers use it to start a frame's deadline at the
+// frame's first byte. At a clean end of stream it returns io.EOF.
+func (fr *Reader) Peek() error {
+	_, err := fr.br.Peek(1)
+	return err
+}
+
+// ReadFrame returns the next frame's payload. The slice is valid until the
+// next call. At a clean end of stream (no byte of a new frame) it returns
+// io.EOF; inside a frame, [ErrTruncatedFrame]. A declared length of zero
+// gives [ErrEmptyFrame] and one above the limit [ErrFrameTooLarge], before
+// any payload is read or allocated; after either the stream is out of step
+// and must be closed. Other errors are the underlying reader's.
+func (fr *Reader) ReadFrame() ([]byte, error) {
+	var hdr [HeaderSize]byte
+	if n, err := io.ReadFull(fr.r, hdr[:]); err != nil {
+		if err == io.ErrUnexpectedEOF || (err == io.EOF && n > 0) {
+			return nil, ErrTruncatedFrame
+		}
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	switch {
+	case n == 0:
+		return nil, ErrEmptyFrame
+	case uint64(n) > uint64(fr.max):
+		return nil, fmt.Errorf("%w: %d bytes declared, limit %d", ErrFrameTooLarge, n, fr.max)
+	}
+	size := int(n)
+	if cap(fr.buf) > eagerAlloc && size <= eagerAlloc {
+		fr.buf = nil // let a one-off large buffer go
+	}
+	if cap(fr.buf) < min(size, eagerAlloc) {
+		fr.buf = make([]byte, 0, min(size, eagerAlloc))
+	}
+	buf := fr.buf[:0]
+	for len(buf) < size {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grow geometrically as data arrives
+		}
+		chunk := buf[len(buf):min(cap(buf), size)]
+		m, err := io.ReadFull(fr.r, chunk)
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return nil, ErrTruncatedFrame
+			}
+			return nil, err
+		}
+	}
+	fr.buf = buf
+	return buf, nil
+}
+
+// ReadFrame reads one frame from r into a new slice, reading nothing past
+// the frame: for one-shot readers. Errors are as for [Reader.ReadFrame].
+func ReadFrame(r io.Reader, max int) ([]byte, error) {
+	fr := Reader{r: r, max: max}
+	if max <= 0 || max > MaxFrameSize {
+		fr.max = MaxFrameSize
+	}
+	return fr.ReadFrame()
+}
+
+// StartFrame appends a placeholder header to dst and returns the extended
+// slice and the header's offset. Append the payload, then call
+// [FinishFrame]: a frame is built in place, with no copy of the payload.
+func StartFrame(dst []byte) ([]byte, int) {
+	return append(dst, 0, 0, 0, 0), len(dst)
+}
+
+// FinishFrame fills in the header at offset start with the length of the
+// payload that follows it. It refuses empty payloads and payloads over
+// [MaxFrameSize].
+func FinishFrame(frame []byte, start int) error {
+	n := len(frame) - start - HeaderSize
+	switch {
+	case start < 0 || n < 0:
+		return errors.New("transport: bug: FinishFrame without StartFrame")
+	case n == 0:
+		return ErrEmptyFrame
+	case n > MaxFrameSize || n > math.MaxUint32:
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, MaxFrameSize)
+	}
+	binary.BigEndian.PutUint32(frame[start:], uint32(n))
+	return nil
+}
+
+// AppendFrame appends header and payload to dst.
+func AppendFrame(dst, payload []byte) ([]byte, error) {
+	dst, start := StartFrame(dst)
+	dst = append(dst, payload...)
+	if err := FinishFrame(dst, start); err != nil {
+		return dst[:start], err
+	}
+	return dst, nil
+}
+
+// WriteFrame writes one frame to w in a single Write call.
+func WriteFrame(w io.Writer, payload []byte) error {
+	buf, err := AppendFrame(make([]byte, 0, HeaderSize+len(payload)), payload)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(buf)
+	return err
+}

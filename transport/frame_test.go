@@ -1,0 +1,276 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+func hdr(n uint32) string {
+	return string([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)})
+}
+
+func TestReadFrame(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		max     int
+		want    []string // payloads read before the final error
+		wantErr error
+	}{
+		{name: "one frame then EOF", in: hdr(3) + "abc", want: []string{"abc"}, wantErr: io.EOF},
+		{name: "two frames", in: hdr(1) + "a" + hdr(2) + "bc", want: []string{"a", "bc"}, wantErr: io.EOF},
+		{name: "empty stream", in: "", wantErr: io.EOF},
+		{name: "zero-length frame", in: hdr(0), wantErr: ErrEmptyFrame},
+		{name: "zero-length after a good frame", in: hdr(1) + "a" + hdr(0), want: []string{"a"}, wantErr: ErrEmptyFrame},
+		{name: "header cut short", in: "\x00\x00", wantErr: ErrTruncatedFrame},
+		{name: "payload cut short", in: hdr(5) + "ab", wantErr: ErrTruncatedFrame},
+		{name: "EOF right after header", in: hdr(5), wantErr: ErrTruncatedFrame},
+		{name: "over protocol max", in: hdr(MaxFrameSize + 1), wantErr: ErrFrameTooLarge},
+		{name: "huge declared length", in: hdr(0xffffffff), wantErr: ErrFrameTooLarge},
+		{name: "over configured max", in: hdr(11) + strings.Repeat("x", 11), max: 10, wantErr: ErrFrameTooLarge},
+		{name: "exactly configured max", in: hdr(10) + strings.Repeat("x", 10), max: 10, want: []string{strings.Repeat("x", 10)}, wantErr: io.EOF},
+		{name: "exactly protocol max", in: hdr(MaxFrameSize) + strings.Repeat("y", MaxFrameSize), want: []string{strings.Repeat("y", MaxFrameSize)}, wantErr: io.EOF},
+		{name: "large payload cut short", in: hdr(200000) + strings.Repeat("z", 150000), wantErr: ErrTruncatedFrame},
+	}
+	readers := map[string]func(io.Reader) io.Reader{
+		"plain":    func(r io.Reader) io.Reader { return r },
+		"one byte": iotest.OneByteReader,
+		"half":     iotest.HalfReader,
+	}
+	for _, tc := range tests {
+		for rname, wrap := range readers {
+			t.Run(tc.name+"/"+rname, func(t *testing.T) {
+				fr := NewReader(wrap(strings.NewReader(tc.in)), tc.max)
+				var got []string
+				var err error
+				for {
+					var p []byte
+					if p, err = fr.ReadFrame(); err != nil {
+						break
+					}
+					got = append(got, string(p))
+				}
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("error %v, want %v", err, tc.wantErr)
+				}
+				if len(got) != len(tc.want) {
+					t.Fatalf("read %d frames, want %d", len(got), len(tc.want))
+				}
+				for i := range got {
+					if got[i] != tc.want[i] {
+						t.Errorf("frame %d differs (len %d, want %d)", i, len(got[i]), len(tc.want[i]))
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestTruncatedMatchesUnexpectedEOF(t *testing.T) {
+	_, err := ReadFrame(strings.NewReader(hdr(4)+"ab"), 0)
+	if !errors.Is(err, ErrTruncatedFrame) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("got %v, want ErrTruncatedFrame matching io.ErrUnexpectedEOF", err)
+	}
+}
+
+func TestReadFrameUnderlyingError(t *testing.T) {
+	boom := errors.New("boom")
+	_, err := NewReader(iotest.ErrReader(boom), 0).ReadFrame()
+	if !errors.Is(err, boom) {
+		t.Fatalf("got %v, want the reader's error", err)
+	}
+	// An error in the middle of a payload is passed through too, not
+	// disguised as truncation.
+	r := io.MultiReader(strings.NewReader(hdr(10)+"abc"), iotest.ErrReader(boom))
+	if _, err := NewReader(r, 0).ReadFrame(); !errors.Is(err, boom) {
+		t.Fatalf("mid-payload: got %v, want the reader's error", err)
+	}
+}
+
+// A one-shot ReadFrame must not consume bytes of the next frame.
+func TestReadFrameOneShotReadsExactly(t *testing.T) {
+	r := strings.NewReader(hdr(2) + "ab" + hdr(1) + "c")
+	p, err := ReadFrame(r, 0)
+	if err != nil || string(p) != "ab" {
+		t.Fatalf("first frame %q, %v", p, err)
+	}
+	if r.Len() != 5 {
+		t.Fatalf("one-shot read consumed %d bytes past its frame", 5-r.Len())
+	}
+	p, err = ReadFrame(r, 0)
+	if err != nil || string(p) != "c" {
+		t.Fatalf("second frame %q, %v", p, err)
+	}
+}
+
+// countingReader serves a fixed header and then fails the test if anything
+// more is read.
+type headerOnly struct {
+	t   *testing.T
+	h   string
+	off int
+}
+
+func (r *headerOnly) Read(p []byte) (int, error) {
+	if r.off >= len(r.h) {
+		r.t.Error("reader read past a rejected header")
+		return 0, io.EOF
+	}
+	n := copy(p, r.h[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// A declared length above the limit is refused before any payload byte is
+// read or any payload buffer allocated.
+func TestOversizeRejectedBeforeAllocation(t *testing.T) {
+	const rounds = 200
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range rounds {
+		_, err := ReadFrame(&headerOnly{t: t, h: hdr(0xfffffff0)}, 0)
+		if !errors.Is(err, ErrFrameTooLarge) {
+			t.Fatalf("got %v, want ErrFrameTooLarge", err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	// Each round allocates a Reader and an error message: a few hundred
+	// bytes. A payload buffer would be megabytes.
+	if perRound := (after.TotalAlloc - before.TotalAlloc) / rounds; perRound > 4096 {
+		t.Fatalf("rejecting an oversize frame allocated %d bytes per frame", perRound)
+	}
+}
+
+// A peer that declares a large frame and then stalls pins only eagerAlloc
+// bytes of buffer, not the declared size.
+func TestLargeFrameBufferGrowsWithData(t *testing.T) {
+	fr := NewReader(strings.NewReader(hdr(MaxFrameSize)+strings.Repeat("q", 1000)), 0)
+	if _, err := fr.ReadFrame(); !errors.Is(err, ErrTruncatedFrame) {
+		t.Fatalf("got %v, want ErrTruncatedFrame", err)
+	}
+	if cap(fr.buf) > eagerAlloc {
+		t.Fatalf("buffer grew to %d bytes for 1000 bytes received", cap(fr.buf))
+	}
+}
+
+func TestFrameWriting(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteFrame(&b, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.String(), hdr(5)+"hello"; got != want {
+		t.Fatalf("WriteFrame wrote %q, want %q", got, want)
+	}
+	if err := WriteFrame(&b, nil); !errors.Is(err, ErrEmptyFrame) {
+		t.Fatalf("empty payload: %v, want ErrEmptyFrame", err)
+	}
+	if err := WriteFrame(&b, make([]byte, MaxFrameSize+1)); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("oversize payload: %v, want ErrFrameTooLarge", err)
+	}
+	// In-place building: header placeholder, payload appended, length set.
+	buf, start := StartFrame([]byte("prefix"))
+	buf = append(buf, "xyz"...)
+	if err := FinishFrame(buf, start); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(buf), "prefix"+hdr(3)+"xyz"; got != want {
+		t.Fatalf("StartFrame/FinishFrame built %q, want %q", got, want)
+	}
+	out, err := AppendFrame([]byte("keep"), nil)
+	if !errors.Is(err, ErrEmptyFrame) || string(out) != "keep" {
+		t.Fatalf("AppendFrame(empty) = %q, %v; want dst unchanged and ErrEmptyFrame", out, err)
+	}
+}
+
+// The vector frames read back to their payloads, and framing the payloads
+// gives the vector frames.
+func TestVectorFrames(t *testing.T) {
+	raw, err := os.ReadFile("../testdata/vectors/meerkat-wire.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs struct {
+		Derived []struct {
+			Name  string `json:"name"`
+			Frame string `json:"frame"`
+		} `json:"derived"`
+	}
+	if err := json.Unmarshal(raw, &vs); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, v := range vs.Derived {
+		if v.Frame == "" {
+			continue
+		}
+		n++
+		frame, err := hex.DecodeString(v.Frame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload, err := ReadFrame(bytes.NewReader(frame), 0)
+		if err != nil {
+			t.Fatalf("%s: %v", v.Name, err)
+		}
+		if len(payload) != len(frame)-HeaderSize {
+			t.Fatalf("%s: payload %d bytes, frame %d", v.Name, len(payload), len(frame))
+		}
+		again, err := AppendFrame(nil, payload)
+		if err != nil || !bytes.Equal(again, frame) {
+			t.Fatalf("%s: re-framing gives %x, %v", v.Name, again, err)
+		}
+	}
+	if n != 4 {
+		t.Fatalf("found %d vector frames, want 4", n)
+	}
+}
+
+func FuzzReadFrame(f *testing.F) {
+	f.Add([]byte(hdr(3)+"abc"), uint16(0))
+	f.Add([]byte(hdr(1)+"a"+hdr(2)+"bc"+hdr(0)), uint16(2))
+	f.Add([]byte(hdr(0xffffffff)), uint16(0))
+	f.Add([]byte("\x00\x00\x01"), uint16(0))
+	f.Fuzz(func(t *testing.T, in []byte, max uint16) {
+		limit := int(max)
+		fr := NewReader(bytes.NewReader(in), limit)
+		if limit <= 0 {
+			limit = MaxFrameSize
+		}
+		var rebuilt []byte
+		for {
+			p, err := fr.ReadFrame()
+			if err != nil {
+				known := []error{io.EOF, ErrTruncatedFrame, ErrEmptyFrame, ErrFrameTooLarge}
+				ok := false
+				for _, k := range known {
+					ok = ok || errors.Is(err, k)
+				}
+				if !ok {
+					t.Fatalf("unexpected error %v", err)
+				}
+				if err == io.EOF && !bytes.Equal(rebuilt, in) {
+					t.Fatalf("clean EOF but frames rebuild to %x, input %x", rebuilt, in)
+				}
+				return
+			}
+			if len(p) == 0 || len(p) > limit {
+				t.Fatalf("frame of %d bytes with limit %d", len(p), limit)
+			}
+			if rebuilt, err = AppendFrame(rebuilt, p); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.HasPrefix(in, rebuilt) {
+				t.Fatalf("frames rebuild to %x, not a prefix of the input", rebuilt)
+			}
+		}
+	})
+}
