@@ -68,12 +68,27 @@ func (kp *Keypair) String() string { return "Keypair(" + kp.id.String() + ")" }
 // GoString is like String, for %#v.
 func (kp *Keypair) GoString() string { return kp.String() }
 
+// Format makes every fmt verb print [Keypair.String], for a *Keypair and a
+// copied Keypair value alike; without it %v of a value, or %x or %d of
+// either, would print the seed bytes.
+func (kp Keypair) Format(f fmt.State, verb rune) {
+	if verb == 'v' {
+		verb = 's' // %v, %+v and %#v all print String; flags and width still apply
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb), kp.String())
+}
+
 // Save writes identity.key (mode 0600) and identity.pub into dir, creating
 // dir with mode 0700 if needed. Each file is written to a temporary file,
 // synced and renamed, so a crash leaves either the old file or the new one.
+// The old public file is removed first: a crash part-way leaves a seed
+// without a public file (which loads) rather than a mismatched pair.
 func (kp *Keypair) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("identity: create %s: %w", dir, err)
+	}
+	if err := os.Remove(filepath.Join(dir, PubFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("identity: replace %s: %w", filepath.Join(dir, PubFile), err)
 	}
 	if err := writeFileAtomic(filepath.Join(dir, KeyFile), kp.priv.Seed(), 0o600); err != nil {
 		return err
@@ -112,7 +127,7 @@ func LoadKeypair(dir string) (*Keypair, error) {
 	case err != nil:
 		return nil, err
 	case !bytes.Equal(pub, kp.id[:]):
-		return nil, fmt.Errorf("%w: %s does not match the public key of %s; delete %s and it will be rewritten from the seed",
+		return nil, fmt.Errorf("%w: %s does not match the public key of %s; delete %s (it is only a copy; the seed is the identity)",
 			ErrKeyFile, pubPath, keyPath, pubPath)
 	}
 	return kp, nil
@@ -131,7 +146,7 @@ func readSmallFile(path string, limit int) ([]byte, fs.FileMode, error) {
 		return nil, 0, fmt.Errorf("identity: %w", err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, 0, fmt.Errorf("%w: %s is not a regular file", ErrKeyFile, path)
+		return nil, 0, fmt.Errorf("%w: %s is not a regular file; move it out of the way", ErrKeyFile, path)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {

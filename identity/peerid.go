@@ -51,6 +51,11 @@ func ParsePeerID(s string) (PeerID, error) {
 	if len(rest) != peerIDTextLen {
 		return PeerID{}, ErrBadLength
 	}
+	// The decoder skips '\r' and '\n', so without this check a key with
+	// line breaks in it would be reported as the wrong length.
+	if strings.ContainsAny(rest, "\r\n") {
+		return PeerID{}, ErrBadBase64
+	}
 	var id PeerID
 	// 44 padded characters decode to at most 33 bytes; a 33-byte buffer
 	// lets us see over-long decodings without allocating.

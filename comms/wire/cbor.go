@@ -269,8 +269,9 @@ func (v Value) memberIndex(key string) int {
 type decoder struct {
 	src   string
 	off   int
-	items int    // values and keys seen, bounded by MaxItems
-	field string // where we are, for errors
+	items int     // values and keys seen, bounded by MaxItems
+	field string  // where we are, for errors
+	arena []Value // free space for container items; see alloc
 }
 
 func (d *decoder) fail(err error) error {
@@ -481,6 +482,27 @@ func (d *decoder) value(depth int) (Value, error) {
 	return Value{}, d.fail(ErrUnsupported) // undefined and other simple values
 }
 
+// alloc returns n consecutive free Values from the decoder's arena, so a
+// decoded tree costs a few allocations rather than one per container. The
+// arena grows in chunks sized to the input: every value takes at least one
+// input byte, and protocol CBOR averages several bytes per value.
+func (d *decoder) alloc(n int) []Value {
+	if n > cap(d.arena)-len(d.arena) {
+		size := max(n, min((len(d.src)-d.off)/4, 1024), 16)
+		d.arena = make([]Value, 0, size)
+	}
+	i := len(d.arena)
+	d.arena = d.arena[:i+n]
+	return d.arena[i : i+n : i+n]
+}
+
+// growIndefinite moves the items decoded so far into a larger arena slice.
+func (d *decoder) growIndefinite(a []Value) []Value {
+	b := d.alloc(max(2*len(a), 8))
+	copy(b, a)
+	return b[:len(a)]
+}
+
 func (d *decoder) array(info byte, arg uint64, depth int) (Value, error) {
 	var a []Value
 	if info == infoIndefinite {
@@ -496,6 +518,9 @@ func (d *decoder) array(info byte, arg uint64, depth int) (Value, error) {
 			if err != nil {
 				return Value{}, err
 			}
+			if len(a) == cap(a) {
+				a = d.growIndefinite(a)
+			}
 			a = append(a, item)
 		}
 	} else {
@@ -504,7 +529,7 @@ func (d *decoder) array(info byte, arg uint64, depth int) (Value, error) {
 		if arg > uint64(len(d.src)-d.off) {
 			return Value{}, d.fail(ErrTruncated)
 		}
-		a = make([]Value, arg)
+		a = d.alloc(int(arg))
 		for i := range a {
 			item, err := d.value(depth + 1)
 			if err != nil {
@@ -523,7 +548,7 @@ func (d *decoder) mapValue(info byte, arg uint64, depth int) (Value, error) {
 		if arg > uint64(len(d.src)-d.off)/2 {
 			return Value{}, d.fail(ErrTruncated)
 		}
-		a = make([]Value, 0, 2*arg)
+		a = d.alloc(2 * int(arg))[:0]
 	}
 	start := d.off
 	for i := uint64(0); indefinite || i < arg; i++ {
@@ -543,6 +568,9 @@ func (d *decoder) mapValue(info byte, arg uint64, depth int) (Value, error) {
 		val, err := d.value(depth + 1)
 		if err != nil {
 			return Value{}, err
+		}
+		if len(a)+2 > cap(a) {
+			a = d.growIndefinite(a)
 		}
 		a = append(a, Value{t: TypeText, s: key}, val)
 	}

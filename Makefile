@@ -1,0 +1,66 @@
+# meerkatd — `make help` lists the targets.
+
+GO       ?= go
+BIN      ?= bin/meerkatd
+FUZZTIME ?= 3s
+COUNT    ?= 6
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS  := -X main.version=$(VERSION)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: help build run test race alloc benchsmoke fuzz bench lint clean
+
+## help: list the targets
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST) | column -t -s ':'
+
+## build: build bin/meerkatd
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meerkatd
+
+## run: build and start the daemon on its embedded defaults
+run: build
+	./$(BIN) run
+
+## test: everything CI runs: vet, race tests, allocation budgets, benchmarks once, fuzz smoke
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+	$(MAKE) alloc benchsmoke
+	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
+
+## race: the test suite under the race detector only
+race:
+	$(GO) test -race -count=1 ./...
+
+## alloc: allocation-budget tests (they run without -race, which adds allocations)
+alloc:
+	$(GO) test -count=1 -run 'Allocs' ./...
+
+## benchsmoke: every benchmark once, so none can rot
+benchsmoke:
+	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
+
+## fuzz: run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=5m)
+fuzz:
+	@set -e; grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do \
+		pkg=./$$(dirname "$${f#./}"); \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$f"); do \
+			echo "fuzz $$pkg $$t ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "$$pkg" > /tmp/meerkatd-fuzz.log 2>&1 || { cat /tmp/meerkatd-fuzz.log; exit 1; }; \
+		done; \
+	done
+
+## bench: benchmarks COUNT times; ratios to ed25519 are in BenchmarkRatios (see docs/protocol.md)
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count $(COUNT) ./...
+
+## lint: go vet and staticcheck
+lint:
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+## clean: remove build output and test caches
+clean:
+	rm -rf bin
+	$(GO) clean -testcache
