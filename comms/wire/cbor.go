@@ -106,24 +106,41 @@ func float16Exact(b uint32) (uint16, bool) {
 	return 0, false
 }
 
-// float16To64 widens half-precision bits to a float64.
+// float16To64 widens half-precision bits to a float64 exactly.
 func float16To64(h uint16) float64 {
-	sign := 1.0
-	if h&0x8000 != 0 {
-		sign = -1
-	}
-	exp := int(h >> 10 & 0x1f)
-	mant := float64(h & 0x3ff)
+	sign := uint64(h&0x8000) << 48
+	exp := uint64(h>>10) & 0x1f
+	mant := uint64(h & 0x3ff)
 	switch exp {
-	case 0:
-		return sign * math.Ldexp(mant, -24)
+	case 0: // zero or subnormal: mant × 2^-24
+		return math.Copysign(float64(mant)/(1<<24), math.Float64frombits(sign|1))
 	case 0x1f:
 		if mant == 0 {
-			return math.Inf(int(sign))
+			return math.Float64frombits(sign | 0x7ff<<52)
 		}
 		return math.NaN()
 	}
-	return sign * math.Ldexp(1024+mant, exp-25)
+	return math.Float64frombits(sign | (exp+1023-15)<<52 | mant<<42)
+}
+
+// validText reports whether s is valid UTF-8. ASCII, by far the common
+// case, is confirmed eight bytes at a time without a call; only strings
+// with non-ASCII bytes go to the full check.
+func validText(s string) bool {
+	for len(s) >= 8 {
+		w := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		if w&0x8080808080808080 != 0 {
+			return utf8.ValidString(s)
+		}
+		s = s[8:]
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return utf8.ValidString(s)
+		}
+	}
+	return true
 }
 
 // mapOrder chooses how an encoder orders map members.
@@ -139,16 +156,15 @@ const (
 )
 
 // appendValue encodes v. depth is the nesting level v's container would
-// have; the encoder refuses what the decoder would refuse.
-func appendValue(dst []byte, v Value, ord mapOrder, depth int) ([]byte, error) {
+// have; the encoder refuses what the decoder would refuse. With check false
+// it trusts that texts are UTF-8 and floats finite: for trees that came from
+// the decoder or passed a checked encoding before.
+func appendValue(dst []byte, v *Value, ord mapOrder, depth int, check bool) ([]byte, error) {
 	switch v.t {
 	case TypeNull:
 		return append(dst, 0xf6), nil
 	case TypeBool:
-		if v.n == 1 {
-			return append(dst, 0xf5), nil
-		}
-		return append(dst, 0xf4), nil
+		return append(dst, 0xf4+byte(v.n&1)), nil
 	case TypeInt:
 		if v.neg {
 			return appendHead(dst, majorNegInt, v.n), nil
@@ -156,25 +172,28 @@ func appendValue(dst []byte, v Value, ord mapOrder, depth int) ([]byte, error) {
 		return appendHead(dst, majorUint, v.n), nil
 	case TypeFloat:
 		f := math.Float64frombits(v.n)
-		if math.IsNaN(f) || math.IsInf(f, 0) {
+		if check && (math.IsNaN(f) || math.IsInf(f, 0)) {
 			return dst, ErrUnsupported
 		}
 		return appendFloat(dst, f), nil
 	case TypeText:
-		if !utf8.ValidString(v.s) {
+		s := v.str()
+		if check && !validText(s) {
 			return dst, ErrInvalidUTF8
 		}
-		return appendText(dst, v.s), nil
+		return appendText(dst, s), nil
 	case TypeBytes:
-		return append(appendHead(dst, majorBytes, uint64(len(v.s))), v.s...), nil
+		s := v.str()
+		return append(appendHead(dst, majorBytes, uint64(len(s))), s...), nil
 	case TypeArray:
 		if depth > MaxDepth {
 			return dst, ErrTooDeep
 		}
-		dst = appendHead(dst, majorArray, uint64(len(v.a)))
+		a := v.items()
+		dst = appendHead(dst, majorArray, uint64(len(a)))
 		var err error
-		for _, item := range v.a {
-			if dst, err = appendValue(dst, item, ord, depth+1); err != nil {
+		for i := range a {
+			if dst, err = appendValue(dst, &a[i], ord, depth+1, check); err != nil {
 				return dst, err
 			}
 		}
@@ -184,16 +203,18 @@ func appendValue(dst []byte, v Value, ord mapOrder, depth int) ([]byte, error) {
 			return dst, ErrTooDeep
 		}
 		if ord == orderBytewise {
-			return appendMapBytewise(dst, v, nil, depth)
+			return appendMapBytewise(dst, v, nil, depth, check)
 		}
-		dst = appendHead(dst, majorMap, uint64(len(v.a)/2))
+		a := v.items()
+		dst = appendHead(dst, majorMap, uint64(len(a)/2))
 		var err error
-		for i := 0; i < len(v.a); i += 2 {
-			if !utf8.ValidString(v.a[i].s) {
+		for i := 0; i < len(a); i += 2 {
+			key := a[i].str()
+			if check && !validText(key) {
 				return dst, ErrInvalidUTF8
 			}
-			dst = appendText(dst, v.a[i].s)
-			if dst, err = appendValue(dst, v.a[i+1], ord, depth+1); err != nil {
+			dst = appendText(dst, key)
+			if dst, err = appendValue(dst, &a[i+1], ord, depth+1, check); err != nil {
 				return dst, err
 			}
 		}
@@ -205,10 +226,11 @@ func appendValue(dst []byte, v Value, ord mapOrder, depth int) ([]byte, error) {
 // appendMapBytewise encodes map v with the keys in first (in that order,
 // those present) ahead of the rest, which follow bytewise sorted. Nested
 // maps are bytewise sorted throughout.
-func appendMapBytewise(dst []byte, v Value, first []string, depth int) ([]byte, error) {
-	n := len(v.a) / 2
-	// The member order as indexes into v's pairs. Small maps sort on the
-	// stack; the protocol's maps are small.
+func appendMapBytewise(dst []byte, v *Value, first []string, depth int, check bool) ([]byte, error) {
+	a := v.items()
+	n := len(a) / 2
+	// The member order as pair indexes. Small maps sort on the stack; the
+	// protocol's maps are small.
 	var small [32]int32
 	var idx []int32
 	if n <= len(small) {
@@ -217,49 +239,42 @@ func appendMapBytewise(dst []byte, v Value, first []string, depth int) ([]byte, 
 		idx = make([]int32, 0, n)
 	}
 	for _, name := range first {
-		if i := v.memberIndex(name); i >= 0 {
-			idx = append(idx, int32(i))
+		for i := 0; i < n; i++ {
+			if a[2*i].str() == name {
+				idx = append(idx, int32(i))
+				break
+			}
 		}
 	}
 	lead := len(idx)
 	for i := 0; i < n; i++ {
-		if !slices.Contains(first, v.a[2*i].s) {
+		if lead == 0 || !slices.Contains(first, a[2*i].str()) {
 			idx = append(idx, int32(i))
 		}
 	}
 	rest := idx[lead:]
 	if len(rest) <= len(small) {
 		for i := 1; i < len(rest); i++ {
-			for j := i; j > 0 && v.a[2*rest[j-1]].s > v.a[2*rest[j]].s; j-- {
+			for j := i; j > 0 && a[2*rest[j-1]].str() > a[2*rest[j]].str(); j-- {
 				rest[j-1], rest[j] = rest[j], rest[j-1]
 			}
 		}
 	} else {
-		slices.SortFunc(rest, func(a, b int32) int { return strings.Compare(v.a[2*a].s, v.a[2*b].s) })
+		slices.SortFunc(rest, func(x, y int32) int { return strings.Compare(a[2*x].str(), a[2*y].str()) })
 	}
 	dst = appendHead(dst, majorMap, uint64(n))
 	var err error
 	for _, i := range idx {
-		key := v.a[2*i].s
-		if !utf8.ValidString(key) {
+		key := a[2*i].str()
+		if check && !validText(key) {
 			return dst, ErrInvalidUTF8
 		}
 		dst = appendText(dst, key)
-		if dst, err = appendValue(dst, v.a[2*i+1], orderBytewise, depth+1); err != nil {
+		if dst, err = appendValue(dst, &a[2*i+1], orderBytewise, depth+1, check); err != nil {
 			return dst, err
 		}
 	}
 	return dst, nil
-}
-
-// memberIndex returns the pair index of key in map v, or -1.
-func (v Value) memberIndex(key string) int {
-	for i := 0; i < len(v.a); i += 2 {
-		if v.a[i].s == key {
-			return i / 2
-		}
-	}
-	return -1
 }
 
 // ---- decoding ----
@@ -272,6 +287,8 @@ type decoder struct {
 	items int     // values and keys seen, bounded by MaxItems
 	field string  // where we are, for errors
 	arena []Value // free space for container items; see alloc
+
+	nestedBytes bool // a byte string was seen below a kind member
 }
 
 func (d *decoder) fail(err error) error {
@@ -288,10 +305,11 @@ func (d *decoder) head() (major, info byte, arg uint64, err error) {
 	b := d.src[d.off]
 	d.off++
 	major, info = b>>5, b&0x1f
+	if info < 24 {
+		return major, info, uint64(info), nil
+	}
 	var n int
 	switch {
-	case info < 24:
-		return major, info, uint64(info), nil
 	case info == 24:
 		n = 1
 	case info == 25:
@@ -341,7 +359,7 @@ func (d *decoder) str(major, info byte, arg uint64) (string, error) {
 		}
 		s := d.src[d.off : d.off+int(arg)]
 		d.off += int(arg)
-		if major == majorText && !utf8.ValidString(s) {
+		if major == majorText && !validText(s) {
 			return "", d.fail(ErrInvalidUTF8)
 		}
 		return s, nil
@@ -433,8 +451,11 @@ func (d *decoder) value(depth int) (Value, error) {
 		t := TypeText
 		if major == majorBytes {
 			t = TypeBytes
+			// Bytes nested inside a kind member: params and results
+			// must then be checked for them (see checkKind).
+			d.nestedBytes = d.nestedBytes || depth > 3
 		}
-		return Value{t: t, s: s}, nil
+		return strValue(t, s), nil
 	case majorArray:
 		if depth > MaxDepth {
 			d.off = start
@@ -488,7 +509,7 @@ func (d *decoder) value(depth int) (Value, error) {
 // input byte, and protocol CBOR averages several bytes per value.
 func (d *decoder) alloc(n int) []Value {
 	if n > cap(d.arena)-len(d.arena) {
-		size := max(n, min((len(d.src)-d.off)/4, 1024), 16)
+		size := max(n, min((len(d.src)-d.off)/6, 1024), 16)
 		d.arena = make([]Value, 0, size)
 	}
 	i := len(d.arena)
@@ -538,7 +559,7 @@ func (d *decoder) array(info byte, arg uint64, depth int) (Value, error) {
 			a[i] = item
 		}
 	}
-	return Value{t: TypeArray, a: a}, nil
+	return itemsValue(TypeArray, a), nil
 }
 
 func (d *decoder) mapValue(info byte, arg uint64, depth int) (Value, error) {
@@ -551,6 +572,9 @@ func (d *decoder) mapValue(info byte, arg uint64, depth int) (Value, error) {
 		a = d.alloc(2 * int(arg))[:0]
 	}
 	start := d.off
+	if !indefinite && arg <= smallMap {
+		return d.smallMap(int(arg), depth, a[:2*arg], start)
+	}
 	for i := uint64(0); indefinite || i < arg; i++ {
 		if indefinite {
 			done, err := d.atBreak()
@@ -572,12 +596,37 @@ func (d *decoder) mapValue(info byte, arg uint64, depth int) (Value, error) {
 		if len(a)+2 > cap(a) {
 			a = d.growIndefinite(a)
 		}
-		a = append(a, Value{t: TypeText, s: key}, val)
+		a = append(a, strValue(TypeText, key), val)
 	}
 	if err := sortMembers(a); err != nil {
 		return Value{}, &DecodeError{Field: d.field, Offset: start, Err: err}
 	}
-	return Value{t: TypeMap, a: a}, nil
+	return itemsValue(TypeMap, a), nil
+}
+
+// smallMap is the largest map decoded through a stack buffer.
+const smallMap = 8
+
+// smallMap decodes a definite map of n ≤ smallMap members into a buffer on
+// the stack, sorts it there and copies it into dst (its arena slots) once:
+// sorting in place in the arena would pay a GC write barrier per swap.
+func (d *decoder) smallMap(n, depth int, dst []Value, start int) (Value, error) {
+	var tmp [2 * smallMap]Value
+	for i := 0; i < n; i++ {
+		key, err := d.text()
+		if err != nil {
+			return Value{}, err
+		}
+		tmp[2*i] = strValue(TypeText, key)
+		if tmp[2*i+1], err = d.value(depth + 1); err != nil {
+			return Value{}, err
+		}
+	}
+	if err := sortMembers(tmp[:2*n]); err != nil {
+		return Value{}, &DecodeError{Field: d.field, Offset: start, Err: err}
+	}
+	copy(dst, tmp[:2*n])
+	return itemsValue(TypeMap, dst), nil
 }
 
 // skip checks and steps over one well-formed item of any type (tags and

@@ -61,7 +61,7 @@ func putScratch(bp *[]byte, b []byte) {
 // valid UTF-8, finite floats, nesting) and the encoded size, so whatever
 // Seal returns encodes and decodes.
 func Seal(kp *identity.Keypair, id identity.UUID, to identity.PeerID, kind Kind) (Envelope, error) {
-	if field, err := checkKind(kind.v); err != nil {
+	if field, err := checkKind(kind.v, !kind.checked); err != nil {
 		if field != "" {
 			return Envelope{}, fmt.Errorf("wire: seal: kind.%s: %w", field, err)
 		}
@@ -79,6 +79,7 @@ func Seal(kp *identity.Keypair, id identity.UUID, to identity.PeerID, kind Kind)
 	}
 	kp.SignInto(&e.Sig, buf)
 	putScratch(bp, buf)
+	e.Kind.checked = true // the canonical encoding above checked every value
 	return e, nil
 }
 
@@ -122,7 +123,7 @@ func (e *Envelope) AppendSignable(dst []byte) ([]byte, error) {
 	dst = appendByteString(dst, e.ID[:])
 	dst = appendByteString(dst, e.From[:])
 	dst = appendByteString(dst, e.To[:])
-	return appendValue(dst, e.Kind.v, orderCanonical, 2)
+	return appendValue(dst, &e.Kind.v, orderCanonical, 2, !e.Kind.checked)
 }
 
 // firstFields lists, per known kind type, "type" and then its declared
@@ -157,7 +158,7 @@ func (e *Envelope) AppendBinary(dst []byte) ([]byte, error) {
 	if !ok {
 		first = typeOnly
 	}
-	dst, err := appendMapBytewise(dst, e.Kind.v, first, 2)
+	dst, err := appendMapBytewise(dst, &e.Kind.v, first, 2, !e.Kind.checked)
 	if err != nil {
 		return dst, err
 	}
@@ -329,9 +330,9 @@ func (d *decoder) kind(k *Kind) error {
 		d.off = start
 		return d.fail(ErrType)
 	}
-	if field, err := checkKind(v); err != nil {
+	if field, err := checkKind(v, d.nestedBytes); err != nil {
 		return &DecodeError{Field: "kind." + field, Offset: start, Err: err}
 	}
-	*k = Kind{v}
+	*k = Kind{v: v, checked: true}
 	return nil
 }

@@ -72,12 +72,12 @@ func parseJSONValue(dec *json.Decoder, depth int) (Value, error) {
 			return Value{}, err
 		}
 		if t == '[' {
-			return Value{t: TypeArray, a: a}, nil
+			return itemsValue(TypeArray, a), nil
 		}
 		if err := sortMembers(a); err != nil {
 			return Value{}, err
 		}
-		return Value{t: TypeMap, a: a}, nil
+		return itemsValue(TypeMap, a), nil
 	}
 	return Value{}, fmt.Errorf("unexpected token %v", tok)
 }
@@ -144,10 +144,10 @@ func appendJSON(dst []byte, v Value, depth int) ([]byte, error) {
 		}
 		return dst, nil
 	case TypeText:
-		return appendJSONString(dst, v.s)
+		return appendJSONString(dst, v.str())
 	case TypeBytes:
 		dst = append(dst, '"')
-		dst = base64.StdEncoding.AppendEncode(dst, []byte(v.s))
+		dst = base64.StdEncoding.AppendEncode(dst, []byte(v.str()))
 		return append(dst, '"'), nil
 	case TypeArray, TypeMap:
 		if depth > MaxDepth {
@@ -155,7 +155,7 @@ func appendJSON(dst []byte, v Value, depth int) ([]byte, error) {
 		}
 		if v.t == TypeArray {
 			dst = append(dst, '[')
-			for i, item := range v.a {
+			for i, item := range v.items() {
 				if i > 0 {
 					dst = append(dst, ',')
 				}
@@ -166,9 +166,9 @@ func appendJSON(dst []byte, v Value, depth int) ([]byte, error) {
 			}
 			return append(dst, ']'), nil
 		}
-		members := make([]Member, 0, len(v.a)/2)
-		for i := 0; i < len(v.a); i += 2 {
-			members = append(members, Member{v.a[i].s, v.a[i+1]})
+		members := make([]Member, 0, len(v.items())/2)
+		for i := 0; i < len(v.items()); i += 2 {
+			members = append(members, Member{v.items()[i].str(), v.items()[i+1]})
 		}
 		slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Key, b.Key) })
 		dst = append(dst, '{')

@@ -38,6 +38,9 @@ func (s Status) Valid() bool {
 // [Request], [Response], [Ack] or [NewKind].
 type Kind struct {
 	v Value
+	// checked records that every text in v is UTF-8 and every float
+	// finite (set by Decode and Seal), so encoders need not look again.
+	checked bool
 }
 
 // declared lists, per known type, the fields in the order the Rust reference
@@ -55,36 +58,36 @@ var declared = map[string][]string{
 
 // Message returns a message kind with the given body.
 func Message(body string) Kind {
-	return Kind{Value{t: TypeMap, a: []Value{Text("body"), Text(body), Text("type"), Text(TypeMessage)}}}
+	return Kind{v: itemsValue(TypeMap, []Value{Text("body"), Text(body), Text("type"), Text(TypeMessage)})}
 }
 
 // Request returns a request kind. params should be in the JSON data model
 // (no byte strings); Seal checks.
 func Request(intent string, params Value) Kind {
-	return Kind{Value{t: TypeMap, a: []Value{Text("type"), Text(TypeRequest), Text("intent"), Text(intent), Text("params"), params}}}
+	return Kind{v: itemsValue(TypeMap, []Value{Text("type"), Text(TypeRequest), Text("intent"), Text(intent), Text("params"), params})}
 }
 
 // Response returns a response kind answering the request with id inReplyTo.
 func Response(inReplyTo identity.UUID, status Status, result Value) Kind {
-	return Kind{Value{t: TypeMap, a: []Value{
+	return Kind{v: itemsValue(TypeMap, []Value{
 		Text("type"), Text(TypeResponse), Text("result"), result,
 		Text("status"), Text(string(status)), Text("in_reply_to"), Bytes(inReplyTo[:]),
-	}}}
+	})}
 }
 
 // Ack returns an ack kind for the envelope with id inReplyTo.
 func Ack(inReplyTo identity.UUID) Kind {
-	return Kind{Value{t: TypeMap, a: []Value{Text("type"), Text(TypeAck), Text("in_reply_to"), Bytes(inReplyTo[:])}}}
+	return Kind{v: itemsValue(TypeMap, []Value{Text("type"), Text(TypeAck), Text("in_reply_to"), Bytes(inReplyTo[:])})}
 }
 
 // NewKind checks that m is a valid kind (a map with a text "type" and, for
 // the four known types, their required fields with the right types) and
 // returns it. Use it with [Value.With] to add fields such as handling_mode.
 func NewKind(m Value) (Kind, error) {
-	if _, err := checkKind(m); err != nil {
+	if _, err := checkKind(m, true); err != nil {
 		return Kind{}, err
 	}
-	return Kind{m}, nil
+	return Kind{v: m}, nil
 }
 
 // With returns a copy of k with field name set to v, checked like NewKind.
@@ -123,11 +126,11 @@ func (k Kind) Status() Status { return Status(k.text("status")) }
 // InReplyTo returns the id a response or ack refers to, if it has one.
 func (k Kind) InReplyTo() (identity.UUID, bool) {
 	v, ok := k.v.Get("in_reply_to")
-	if !ok || v.t != TypeBytes || len(v.s) != len(identity.UUID{}) {
+	if !ok || v.t != TypeBytes || len(v.str()) != len(identity.UUID{}) {
 		return identity.UUID{}, false
 	}
 	var u identity.UUID
-	copy(u[:], v.s)
+	copy(u[:], v.str())
 	return u, true
 }
 
@@ -138,8 +141,10 @@ func (k Kind) text(name string) string {
 }
 
 // checkKind validates a kind tree. On failure it returns the offending
-// field's name with the reason.
-func checkKind(m Value) (string, error) {
+// field's name with the reason. With deep false the caller vouches that no
+// byte string sits below the kind's members, so params and results are only
+// checked at their top.
+func checkKind(m Value, deep bool) (string, error) {
 	if m.t != TypeMap {
 		return "", ErrType
 	}
@@ -160,7 +165,7 @@ func checkKind(m Value) (string, error) {
 		}
 		return v, "", nil
 	}
-	switch typ.s {
+	switch typ.str() {
 	case TypeMessage:
 		if _, f, err := need("body", TypeText); err != nil {
 			return f, err
@@ -173,7 +178,7 @@ func checkKind(m Value) (string, error) {
 		if err != nil {
 			return f, err
 		}
-		if err := checkJSON(p, 3); err != nil {
+		if err := checkJSON(p, 3, deep); err != nil {
 			return "params", err
 		}
 	case TypeResponse:
@@ -184,14 +189,14 @@ func checkKind(m Value) (string, error) {
 		if err != nil {
 			return f, err
 		}
-		if !Status(s.s).Valid() {
+		if !Status(s.str()).Valid() {
 			return "status", ErrBadValue
 		}
 		r, f, err := need("result", TypeNull)
 		if err != nil {
 			return f, err
 		}
-		if err := checkJSON(r, 3); err != nil {
+		if err := checkJSON(r, 3, deep); err != nil {
 			return "result", err
 		}
 	case TypeAck:
@@ -209,27 +214,31 @@ func checkUUIDField(m Value) (string, error) {
 		return "in_reply_to", ErrMissingField
 	case v.t != TypeBytes:
 		return "in_reply_to", ErrType
-	case len(v.s) != len(identity.UUID{}):
+	case len(v.str()) != len(identity.UUID{}):
 		return "in_reply_to", ErrLength
 	}
 	return "", nil
 }
 
 // checkJSON checks that v, found at nesting level depth, is in the JSON
-// data model (no byte strings) and nests no deeper than MaxDepth.
-func checkJSON(v Value, depth int) error {
+// data model (no byte strings) and nests no deeper than MaxDepth. With deep
+// false it checks only v itself.
+func checkJSON(v Value, depth int, deep bool) error {
 	switch v.t {
 	case TypeBytes:
 		return ErrType
 	case TypeArray, TypeMap:
+		if !deep {
+			return nil
+		}
 		if depth > MaxDepth {
 			return ErrTooDeep
 		}
-		for i, item := range v.a {
+		for i, item := range v.items() {
 			if v.t == TypeMap && i%2 == 0 {
 				continue
 			}
-			if err := checkJSON(item, depth+1); err != nil {
+			if err := checkJSON(item, depth+1, true); err != nil {
 				return err
 			}
 		}

@@ -180,7 +180,7 @@ func TestCanonicalMatchesOracle(t *testing.T) {
 			t.Fatalf("value %d: oracle decodes %#v, want %#v", i, back, toGo(v))
 		}
 		// Bytewise order holds the same members: only the order differs.
-		wireOrder, err := appendValue(nil, v, orderBytewise, 1)
+		wireOrder, err := appendValue(nil, &v, orderBytewise, 1, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -286,3 +286,22 @@ func TestUUIDSlicesAreCopies(t *testing.T) {
 		t.Fatal("Ack kept a reference to the caller's array")
 	}
 }
+
+// Encoders skip value checks only for kinds that Seal or Decode checked; a
+// hand-built envelope with a bad kind is still refused.
+func TestEncodersCheckUncheckedKinds(t *testing.T) {
+	e := Envelope{ID: id1, From: keyA.ID(), To: keyB.ID(), Kind: Message("\xff\xfe")}
+	if _, err := e.AppendBinary(nil); !errors.Is(err, ErrInvalidUTF8) {
+		t.Fatalf("AppendBinary: %v, want ErrInvalidUTF8", err)
+	}
+	if _, err := e.AppendSignable(nil); !errors.Is(err, ErrInvalidUTF8) {
+		t.Fatalf("AppendSignable: %v, want ErrInvalidUTF8", err)
+	}
+	e.Kind = Request("x", Float(math.Inf(1)))
+	if _, err := e.AppendBinary(nil); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("AppendBinary of infinity: %v, want ErrUnsupported", err)
+	}
+	if s := mustSeal(t, Message("ok")); !s.Kind.checked {
+		t.Fatal("Seal did not mark its kind checked")
+	}
+}

@@ -2,8 +2,10 @@ package wire
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strings"
+	"unsafe"
 )
 
 // Type is the type of a [Value].
@@ -42,10 +44,39 @@ func (t Type) String() string {
 // [Bytes], [Array], [Map]) or by decoding.
 type Value struct {
 	t   Type
-	neg bool    // TypeInt: the value is -1 - n
-	n   uint64  // TypeBool: 0/1; TypeInt: magnitude as CBOR encodes it; TypeFloat: bits
-	s   string  // TypeText, TypeBytes
-	a   []Value // TypeArray: items; TypeMap: key, value, key, value… (keys TypeText)
+	neg bool           // TypeInt: the value is -1 - n
+	n   uint64         // TypeBool: 0/1; TypeInt: magnitude as CBOR encodes it; TypeFloat: bits; otherwise the length of p
+	p   unsafe.Pointer // TypeText, TypeBytes: string data; TypeArray: items; TypeMap: key, value, key, value… (keys TypeText)
+}
+
+// A Value is three words: strings and item slices share one pointer and
+// keep their length in n. Decoded trees hold hundreds of values, and a
+// small, single-pointer Value halves the memory, copying and GC scanning
+// they cost (docs/protocol.md, "Performance").
+
+func strValue(t Type, s string) Value {
+	return Value{t: t, n: uint64(len(s)), p: unsafe.Pointer(unsafe.StringData(s))}
+}
+
+func itemsValue(t Type, a []Value) Value {
+	return Value{t: t, n: uint64(len(a)), p: unsafe.Pointer(unsafe.SliceData(a))}
+}
+
+// str returns the string of a text or byte-string value.
+func (v *Value) str() string {
+	if v.t != TypeText && v.t != TypeBytes {
+		return ""
+	}
+	return unsafe.String((*byte)(v.p), int(v.n))
+}
+
+// items returns the items of an array, or the key/value pairs of a map. The
+// slice aliases the value: callers never write to it.
+func (v *Value) items() []Value {
+	if v.t != TypeArray && v.t != TypeMap {
+		return nil
+	}
+	return unsafe.Slice((*Value)(v.p), int(v.n))
 }
 
 // Member is one key/value pair of a map.
@@ -83,14 +114,14 @@ func Uint(u uint64) Value { return Value{t: TypeInt, n: u} }
 func Float(f float64) Value { return Value{t: TypeFloat, n: math.Float64bits(f)} }
 
 // Text returns a text value. It must be valid UTF-8 to be encoded.
-func Text(s string) Value { return Value{t: TypeText, s: s} }
+func Text(s string) Value { return strValue(TypeText, s) }
 
 // Bytes returns a byte-string value holding a copy of b.
-func Bytes(b []byte) Value { return Value{t: TypeBytes, s: string(b)} }
+func Bytes(b []byte) Value { return strValue(TypeBytes, string(b)) }
 
 // Array returns an array of the given items.
 func Array(items ...Value) Value {
-	return Value{t: TypeArray, a: append([]Value(nil), items...)}
+	return itemsValue(TypeArray, append([]Value(nil), items...))
 }
 
 // Map returns a map of the given members. A repeated key is an error
@@ -103,7 +134,7 @@ func Map(members ...Member) (Value, error) {
 	if err := sortMembers(a); err != nil {
 		return Value{}, err
 	}
-	return Value{t: TypeMap, a: a}, nil
+	return itemsValue(TypeMap, a), nil
 }
 
 // Type returns the value's type.
@@ -142,7 +173,7 @@ func (v Value) Text() (string, bool) {
 	if v.t != TypeText {
 		return "", false
 	}
-	return v.s, true
+	return v.str(), true
 }
 
 // Bytes returns a copy of the byte string and whether v is one.
@@ -150,16 +181,16 @@ func (v Value) Bytes() ([]byte, bool) {
 	if v.t != TypeBytes {
 		return nil, false
 	}
-	return []byte(v.s), true
+	return []byte(v.str()), true
 }
 
 // Len returns the number of items of an array or members of a map, else 0.
 func (v Value) Len() int {
 	switch v.t {
 	case TypeArray:
-		return len(v.a)
+		return len(v.items())
 	case TypeMap:
-		return len(v.a) / 2
+		return len(v.items()) / 2
 	}
 	return 0
 }
@@ -170,7 +201,7 @@ func (v Value) Index(i int) Value {
 	if v.t != TypeArray {
 		panic("wire: Index of non-array " + v.t.String())
 	}
-	return v.a[i]
+	return v.items()[i]
 }
 
 // Member returns member i of a map in canonical key order. It panics if v is
@@ -179,7 +210,7 @@ func (v Value) Member(i int) Member {
 	if v.t != TypeMap {
 		panic("wire: Member of non-map " + v.t.String())
 	}
-	return Member{Key: v.a[2*i].s, Value: v.a[2*i+1]}
+	return Member{Key: v.items()[2*i].str(), Value: v.items()[2*i+1]}
 }
 
 // Get returns the value stored under key and whether there is one. It
@@ -188,10 +219,10 @@ func (v Value) Get(key string) (Value, bool) {
 	if v.t != TypeMap {
 		return Value{}, false
 	}
-	n := len(v.a) / 2
-	i := sort.Search(n, func(i int) bool { return compareKeys(v.a[2*i].s, key) >= 0 })
-	if i < n && v.a[2*i].s == key {
-		return v.a[2*i+1], true
+	n := len(v.items()) / 2
+	i := sort.Search(n, func(i int) bool { return compareKeys(v.items()[2*i].str(), key) >= 0 })
+	if i < n && v.items()[2*i].str() == key {
+		return v.items()[2*i+1], true
 	}
 	return Value{}, false
 }
@@ -202,12 +233,12 @@ func (v Value) With(key string, val Value) (Value, error) {
 	if v.t != TypeMap {
 		return Value{}, ErrType
 	}
-	a := make([]Value, 0, len(v.a)+2)
+	a := make([]Value, 0, len(v.items())+2)
 	inserted := false
-	for i := 0; i < len(v.a); i += 2 {
-		c := compareKeys(v.a[i].s, key)
+	for i := 0; i < len(v.items()); i += 2 {
+		c := compareKeys(v.items()[i].str(), key)
 		if c == 0 {
-			a = append(a, v.a[i], val)
+			a = append(a, v.items()[i], val)
 			inserted = true
 			continue
 		}
@@ -215,24 +246,30 @@ func (v Value) With(key string, val Value) (Value, error) {
 			a = append(a, Text(key), val)
 			inserted = true
 		}
-		a = append(a, v.a[i], v.a[i+1])
+		a = append(a, v.items()[i], v.items()[i+1])
 	}
 	if !inserted {
 		a = append(a, Text(key), val)
 	}
-	return Value{t: TypeMap, a: a}, nil
+	return itemsValue(TypeMap, a), nil
 }
 
 // Equal reports whether v and w are the same value: same types, same
 // contents. Floats compare by bit pattern, so 0.0 and -0.0 differ (they
 // encode differently).
 func (v Value) Equal(w Value) bool {
-	if v.t != w.t || v.neg != w.neg || v.n != w.n || v.s != w.s || len(v.a) != len(w.a) {
+	if v.t != w.t || v.neg != w.neg || v.n != w.n {
 		return false
 	}
-	for i := range v.a {
-		if !v.a[i].Equal(w.a[i]) {
-			return false
+	switch v.t {
+	case TypeText, TypeBytes:
+		return v.str() == w.str()
+	case TypeArray, TypeMap:
+		a, b := v.items(), w.items()
+		for i := range a {
+			if !a[i].Equal(b[i]) {
+				return false
+			}
 		}
 	}
 	return true
@@ -251,37 +288,47 @@ func compareKeys(a, b string) int {
 }
 
 // sortMembers sorts a key/value pair slice canonically by key and reports
-// [ErrDuplicateKey] if two keys are equal.
+// [ErrDuplicateKey] if two keys are equal. It does not retain a, so callers
+// may pass stack buffers.
 func sortMembers(a []Value) error {
 	n := len(a) / 2
 	if n <= 16 {
-		// Insertion sort on pairs: no allocation, fast for the small maps
-		// the protocol carries.
+		// Insertion sort on pairs: fast for the small maps the protocol
+		// carries.
 		for i := 1; i < n; i++ {
-			for j := i; j > 0 && compareKeys(a[2*j-2].s, a[2*j].s) > 0; j-- {
+			for j := i; j > 0 && compareKeys(a[2*j-2].str(), a[2*j].str()) > 0; j-- {
 				a[2*j-2], a[2*j] = a[2*j], a[2*j-2]
 				a[2*j-1], a[2*j+1] = a[2*j+1], a[2*j-1]
 			}
 		}
 	} else {
-		sort.Sort(pairs(a))
+		sortLarge(a)
 	}
 	for i := 2; i < len(a); i += 2 {
-		if a[i-2].s == a[i].s {
+		if a[i-2].str() == a[i].str() {
 			return ErrDuplicateKey
 		}
 	}
 	return nil
 }
 
-// pairs sorts a key/value slice by key.
-type pairs []Value
-
-func (p pairs) Len() int           { return len(p) / 2 }
-func (p pairs) Less(i, j int) bool { return compareKeys(p[2*i].s, p[2*j].s) < 0 }
-func (p pairs) Swap(i, j int) {
-	p[2*i], p[2*j] = p[2*j], p[2*i]
-	p[2*i+1], p[2*j+1] = p[2*j+1], p[2*i+1]
+// sortLarge sorts the pairs of a big map through an index permutation.
+func sortLarge(a []Value) {
+	n := len(a) / 2
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = a[2*i].str()
+	}
+	slices.SortFunc(idx, func(x, y int) int { return compareKeys(keys[x], keys[y]) })
+	sorted := make([]Value, len(a))
+	for to, from := range idx {
+		sorted[2*to], sorted[2*to+1] = a[2*from], a[2*from+1]
+	}
+	copy(a, sorted)
 }
 
 // AppendCanonical appends the canonical CBOR encoding of v: definite
@@ -290,5 +337,5 @@ func (p pairs) Swap(i, j int) {
 // text keys). It fails for NaN or infinite floats, invalid UTF-8 and
 // nesting deeper than MaxDepth.
 func (v Value) AppendCanonical(dst []byte) ([]byte, error) {
-	return appendValue(dst, v, orderCanonical, 1)
+	return appendValue(dst, &v, orderCanonical, 1, true)
 }

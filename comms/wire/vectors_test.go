@@ -233,7 +233,7 @@ func TestVectorsDerived(t *testing.T) {
 				if want := unhex(t, v.ParamsCanonical); !bytes.Equal(got, want) {
 					t.Errorf("params canonical\n got %x\nwant %x", got, want)
 				}
-				got, err = appendValue(nil, params, orderBytewise, 1)
+				got, err = appendValue(nil, &params, orderBytewise, 1, true)
 				if err != nil {
 					t.Fatal(err)
 				}
