@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// run executes meerkatd with args in a fresh env whose variables are vars.
+func run(t *testing.T, vars map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := newEnv(&out, &errb, func(k string) string { return vars[k] })
+	code = e.main(args)
+	return code, out.String(), errb.String()
+}
+
+func TestIDCreatesThenReuses(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "node")
+	code, out1, errOut := run(t, nil, "id", "--home", home)
+	if code != exitOK || !strings.Contains(errOut, "created a new identity") {
+		t.Fatalf("first id: code %d, stderr %q", code, errOut)
+	}
+	kp, err := identity.LoadKeypair(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{kp.ID().String(), kp.ID().UUID().String(), home} {
+		if !strings.Contains(out1, want) {
+			t.Errorf("id output %q lacks %q", out1, want)
+		}
+	}
+	code, out2, errOut := run(t, nil, "id", "--home", home)
+	if code != exitOK || out2 != out1 || errOut != "" {
+		t.Fatalf("second id: code %d, out %q (first %q), stderr %q", code, out2, out1, errOut)
+	}
+}
+
+func TestKeygen(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "keygen", "--home", home); code != exitOK {
+		t.Fatalf("keygen: %d %s", code, errOut)
+	}
+	first, err := identity.LoadKeypair(home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, nil, "keygen", "--home", home)
+	if code != exitError || !strings.Contains(errOut, "--force") {
+		t.Fatalf("keygen over an identity: code %d, stderr %q", code, errOut)
+	}
+	if again, _ := identity.LoadKeypair(home); again.ID() != first.ID() {
+		t.Fatal("refused keygen still replaced the key")
+	}
+	if code, _, errOut := run(t, nil, "keygen", "--home", home, "--force"); code != exitOK {
+		t.Fatalf("keygen --force: %d %s", code, errOut)
+	}
+	if again, _ := identity.LoadKeypair(home); again.ID() == first.ID() {
+		t.Fatal("keygen --force kept the old key")
+	}
+}
+
+func TestHomeResolution(t *testing.T) {
+	tests := []struct {
+		name string
+		vars map[string]string
+		flag string
+		want string
+	}{
+		{"flag wins", map[string]string{"MEERKAT_HOME": "/m", "XDG_CONFIG_HOME": "/x", "HOME": "/h"}, "/f", "/f"},
+		{"MEERKAT_HOME", map[string]string{"MEERKAT_HOME": "/m", "XDG_CONFIG_HOME": "/x", "HOME": "/h"}, "", "/m"},
+		{"XDG_CONFIG_HOME", map[string]string{"XDG_CONFIG_HOME": "/x", "HOME": "/h"}, "", "/x/meerkat"},
+		{"HOME", map[string]string{"HOME": "/h"}, "", "/h/.config/meerkat"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(nil, nil, func(k string) string { return tc.vars[k] })
+			got, err := e.homeDir(tc.flag)
+			if err != nil || got != tc.want {
+				t.Fatalf("homeDir = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	e := newEnv(nil, nil, func(string) string { return "" })
+	if _, err := e.homeDir(""); err == nil || !strings.Contains(err.Error(), "--home") {
+		t.Fatalf("no home at all: %v", err)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{nil, exitUsage, "commands:"},
+		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{[]string{"id", "extra"}, exitUsage, `unexpected argument "extra"`},
+		{[]string{"id", "--bogus"}, exitUsage, "flag provided but not defined"},
+		{[]string{"help", "nope"}, exitUsage, `unknown command "nope"`},
+	}
+	for _, tc := range tests {
+		code, _, errOut := run(t, nil, tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.stderr) {
+			t.Errorf("%q: code %d, stderr %q; want %d and %q", tc.args, code, errOut, tc.code, tc.stderr)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	code, out, _ := run(t, nil, "--help")
+	if code != exitOK {
+		t.Fatalf("--help exit %d", code)
+	}
+	for name := range commandTable() {
+		if !strings.Contains(out, "  "+name+" ") {
+			t.Errorf("help does not list %q", name)
+		}
+	}
+	code, out, _ = run(t, nil, "help", "keygen")
+	if code != exitOK || !strings.Contains(out, "--force") {
+		t.Fatalf("help keygen: %d %q", code, out)
+	}
+	code, _, errOut := run(t, nil, "keygen", "-h")
+	if code != exitOK || !strings.Contains(errOut, "-force") {
+		t.Fatalf("keygen -h: %d %q", code, errOut)
+	}
+	code, out, _ = run(t, nil, "version")
+	if code != exitOK || !strings.HasPrefix(out, "meerkatd ") {
+		t.Fatalf("version: %d %q", code, out)
+	}
+}
+
+func TestUnsafeKeyFileIsReported(t *testing.T) {
+	home := t.TempDir()
+	if code, _, _ := run(t, nil, "id", "--home", home); code != exitOK {
+		t.Fatal("id failed")
+	}
+	if err := os.Chmod(filepath.Join(home, identity.KeyFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, nil, "id", "--home", home)
+	if code != exitError || !strings.Contains(errOut, "chmod 600") {
+		t.Fatalf("world-readable key: code %d, stderr %q", code, errOut)
+	}
+}
