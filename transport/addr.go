@@ -1,0 +1,142 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// DefaultTCPPort is the port of a tcp:// address that names none.
+const DefaultTCPPort = 4200
+
+// Address schemes.
+const (
+	SchemeUDS = "uds"
+	SchemeTCP = "tcp"
+)
+
+// Errors from address parsing. The returned errors wrap them and quote the
+// input.
+var (
+	// ErrUnsupportedScheme means the address has no scheme or one other
+	// than uds:// and tcp://.
+	ErrUnsupportedScheme = errors.New("transport: unsupported address scheme (want uds:// or tcp://)")
+	// ErrBadAddr means the address has a known scheme but is malformed.
+	ErrBadAddr = errors.New("transport: malformed address")
+)
+
+// Addr is a parsed peer or listener address: a Unix socket path or a TCP
+// host and port. The zero Addr is invalid. Addr is comparable.
+type Addr struct {
+	Scheme string // SchemeUDS or SchemeTCP
+	Path   string // uds: absolute, cleaned socket path
+	Host   string // tcp: host name or IP literal, without brackets
+	Port   uint16 // tcp
+}
+
+// ParseAddr parses "uds:///abs/path.sock" or "tcp://host[:port]" (IPv6
+// literals in brackets; port 4200 when absent). Relative UDS paths, empty
+// hosts, bad ports, and extra parts (user, query, fragment) are refused.
+func ParseAddr(s string) (Addr, error) {
+	bad := func(why string) (Addr, error) {
+		return Addr{}, fmt.Errorf("%w %q: %s", ErrBadAddr, s, why)
+	}
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return Addr{}, fmt.Errorf("%w: %q", ErrUnsupportedScheme, s)
+	}
+	switch strings.ToLower(scheme) {
+	case SchemeUDS:
+		if rest == "" || !strings.HasPrefix(rest, "/") {
+			return bad("a uds path must be absolute (uds:///path/to.sock)")
+		}
+		if strings.ContainsAny(rest, "?#\x00") {
+			return bad("a uds path may not contain '?', '#' or NUL")
+		}
+		clean := filepath.Clean(rest)
+		if clean == "/" {
+			return bad("a uds path must name a socket file")
+		}
+		return Addr{Scheme: SchemeUDS, Path: clean}, nil
+	case SchemeTCP:
+		u, err := url.Parse(SchemeTCP + "://" + rest)
+		if err != nil {
+			return bad(err.Error())
+		}
+		if u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") || u.Opaque != "" {
+			return bad("a tcp address is only host and port")
+		}
+		host := u.Hostname()
+		if host == "" {
+			return bad("missing host")
+		}
+		if strings.Contains(host, ":") {
+			if _, err := netip.ParseAddr(host); err != nil {
+				return bad("bad IPv6 literal")
+			}
+		}
+		port := DefaultTCPPort
+		if p := u.Port(); p != "" {
+			n, err := strconv.Atoi(p)
+			if err != nil || n < 1 || n > 65535 {
+				return bad("port must be 1-65535")
+			}
+			port = n
+		} else if strings.HasSuffix(u.Host, ":") {
+			return bad("empty port")
+		}
+		return Addr{Scheme: SchemeTCP, Host: host, Port: uint16(port)}, nil
+	}
+	return Addr{}, fmt.Errorf("%w: %q", ErrUnsupportedScheme, s)
+}
+
+// String returns the canonical text form.
+func (a Addr) String() string {
+	switch a.Scheme {
+	case SchemeUDS:
+		return "uds://" + a.Path
+	case SchemeTCP:
+		return "tcp://" + net.JoinHostPort(a.Host, strconv.Itoa(int(a.Port)))
+	}
+	return ""
+}
+
+// Network returns the net package's network name: "unix" or "tcp".
+func (a Addr) Network() string {
+	if a.Scheme == SchemeUDS {
+		return "unix"
+	}
+	return "tcp"
+}
+
+// Address returns the address in the net package's form: the socket path
+// or host:port.
+func (a Addr) Address() string {
+	if a.Scheme == SchemeUDS {
+		return a.Path
+	}
+	return net.JoinHostPort(a.Host, strconv.Itoa(int(a.Port)))
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (a Addr) MarshalText() ([]byte, error) {
+	if a.Scheme == "" {
+		return nil, fmt.Errorf("%w: empty address", ErrBadAddr)
+	}
+	return []byte(a.String()), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler with [ParseAddr].
+func (a *Addr) UnmarshalText(b []byte) error {
+	p, err := ParseAddr(string(b))
+	if err != nil {
+		return err
+	}
+	*a = p
+	return nil
+}
