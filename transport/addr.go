@@ -75,9 +75,16 @@ func ParseAddr(s string) (Addr, error) {
 		if host == "" {
 			return bad("missing host")
 		}
+		if strings.Count(u.Host, ":") > 1 && !strings.HasPrefix(u.Host, "[") {
+			return bad("an IPv6 address goes in brackets: tcp://[::1]:4200")
+		}
 		if strings.Contains(host, ":") {
-			if _, err := netip.ParseAddr(host); err != nil {
+			ip, err := netip.ParseAddr(host)
+			if err != nil {
 				return bad("bad IPv6 literal")
+			}
+			if ip.Zone() != "" {
+				return bad("IPv6 zones are not supported")
 			}
 		}
 		port := DefaultTCPPort

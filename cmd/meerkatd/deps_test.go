@@ -51,6 +51,9 @@ func TestDependencyRules(t *testing.T) {
 	allowed := map[string][]string{
 		"identity":     {"golang.org/x/crypto/"},
 		"transport":    {"golang.org/x/crypto/"},
+		"inbox":        {},
+		"trust":        {module + "/identity", module + "/transport"},
+		"config":       {module + "/transport", "github.com/BurntSushi/toml"},
 		"comms/wire":   {module + "/identity"},
 		"cmd/meerkatd": {module + "/"},
 	}

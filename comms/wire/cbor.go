@@ -604,28 +604,44 @@ func (d *decoder) mapValue(info byte, arg uint64, depth int) (Value, error) {
 	return itemsValue(TypeMap, a), nil
 }
 
-// smallMap is the largest map decoded through a stack buffer.
+// smallMap is the largest map decoded through stack buffers.
 const smallMap = 8
 
-// smallMap decodes a definite map of n ≤ smallMap members into a buffer on
-// the stack, sorts it there and copies it into dst (its arena slots) once:
-// sorting in place in the arena would pay a GC write barrier per swap.
+// smallMap decodes a definite map of n ≤ smallMap members into buffers on
+// the stack, orders the members by a permutation of their keys and writes
+// each into dst (its arena slots) once, in canonical order: sorting in the
+// arena itself would move every value several times, each move paying a
+// GC write barrier while a collection runs.
 func (d *decoder) smallMap(n, depth int, dst []Value, start int) (Value, error) {
-	var tmp [2 * smallMap]Value
+	var (
+		keys  [smallMap]string
+		vals  [smallMap]Value
+		order [smallMap]uint8
+	)
 	for i := 0; i < n; i++ {
 		key, err := d.text()
 		if err != nil {
 			return Value{}, err
 		}
-		tmp[2*i] = strValue(TypeText, key)
-		if tmp[2*i+1], err = d.value(depth + 1); err != nil {
+		keys[i] = key
+		if vals[i], err = d.value(depth + 1); err != nil {
 			return Value{}, err
 		}
+		order[i] = uint8(i)
+		for j := i; j > 0 && compareKeys(keys[order[j-1]], key) > 0; j-- {
+			order[j-1], order[j] = order[j], order[j-1]
+		}
 	}
-	if err := sortMembers(tmp[:2*n]); err != nil {
-		return Value{}, &DecodeError{Field: d.field, Offset: start, Err: err}
+	for k := 1; k < n; k++ {
+		if keys[order[k-1]] == keys[order[k]] {
+			return Value{}, &DecodeError{Field: d.field, Offset: start, Err: ErrDuplicateKey}
+		}
 	}
-	copy(dst, tmp[:2*n])
+	for k := 0; k < n; k++ {
+		o := order[k]
+		dst[2*k] = strValue(TypeText, keys[o])
+		dst[2*k+1] = vals[o]
+	}
 	return itemsValue(TypeMap, dst), nil
 }
 

@@ -1,0 +1,105 @@
+package config
+
+import (
+	"time"
+
+	"github.com/meerkatd/meerkatd/transport"
+)
+
+// FileName is the configuration file's name inside a node's home.
+const FileName = "meerkat.toml"
+
+// Defaults and limits. The defaults are those of [Default]; docs/config.md
+// lists them through [Keys].
+const (
+	DefaultName             = "meerkat"
+	DefaultAckTimeoutSecs   = 30
+	DefaultMaxMessageBytes  = transport.MaxFrameSize
+	DefaultFrameTimeoutSecs = 10
+	DefaultIdleTimeoutSecs  = 60
+	DefaultMaxConnections   = 1024
+	DefaultInboxMax         = 10000
+
+	// DefaultSocketName is the UDS listener inside the home when
+	// comms.listen_uds is empty.
+	DefaultSocketName = "meerkat.sock"
+
+	// UDSOff as comms.listen_uds disables the Unix socket listener.
+	UDSOff = "off"
+
+	// NamePlaceholder in comms.listen_uds is replaced by the node name.
+	NamePlaceholder = "{name}"
+
+	// MaxNameLen is the longest node name.
+	MaxNameLen = 64
+	// MaxTimeoutSecs bounds every *_timeout_secs key (one week), which
+	// also keeps the durations far from overflowing.
+	MaxTimeoutSecs = 7 * 24 * 60 * 60
+	// MaxFileSize bounds the configuration file, in bytes.
+	MaxFileSize = 1 << 20
+)
+
+// Config is a node's configuration, as read from meerkat.toml. The zero
+// Config is not valid; start from [Default], [Parse] or [Load]. Config is
+// comparable.
+type Config struct {
+	// Name is the node name; it replaces {name} in comms.listen_uds.
+	Name string `toml:"name"`
+	// Comms is the [comms] table.
+	Comms Comms `toml:"comms"`
+}
+
+// Comms is the [comms] table: listeners and the limits of the links.
+type Comms struct {
+	// ListenUDS is the Unix socket path: "" means <home>/meerkat.sock,
+	// "off" disables the Unix socket listener; {name} is substituted.
+	ListenUDS string `toml:"listen_uds"`
+	// ListenTCP is "host:port", or "" for no TCP listener.
+	ListenTCP string `toml:"listen_tcp"`
+	// AckTimeoutSecs is how long a send waits for the peer's ack.
+	AckTimeoutSecs int `toml:"ack_timeout_secs"`
+	// MaxMessageBytes is the largest frame payload accepted or sent.
+	MaxMessageBytes int `toml:"max_message_bytes"`
+	// FrameTimeoutSecs is how long a frame may take from its first byte.
+	FrameTimeoutSecs int `toml:"frame_timeout_secs"`
+	// IdleTimeoutSecs is how long an inbound connection may stay idle.
+	IdleTimeoutSecs int `toml:"idle_timeout_secs"`
+	// MaxConnections bounds concurrent inbound connections.
+	MaxConnections int `toml:"max_connections"`
+	// InboxMax bounds the inbox; a full inbox refuses admission (no ack).
+	InboxMax int `toml:"inbox_max"`
+}
+
+// Default returns the built-in configuration: node "meerkat", a Unix socket
+// in the home, no TCP listener, and the default limits.
+func Default() Config {
+	return Config{
+		Name: DefaultName,
+		Comms: Comms{
+			AckTimeoutSecs:   DefaultAckTimeoutSecs,
+			MaxMessageBytes:  DefaultMaxMessageBytes,
+			FrameTimeoutSecs: DefaultFrameTimeoutSecs,
+			IdleTimeoutSecs:  DefaultIdleTimeoutSecs,
+			MaxConnections:   DefaultMaxConnections,
+			InboxMax:         DefaultInboxMax,
+		},
+	}
+}
+
+// AckTimeout returns ack_timeout_secs as a duration. Like the other
+// duration helpers it clamps values that [Config.Validate] rejects into
+// 0..MaxTimeoutSecs seconds instead of overflowing.
+func (c Comms) AckTimeout() time.Duration { return seconds(c.AckTimeoutSecs) }
+
+// FrameTimeout returns frame_timeout_secs as a duration.
+func (c Comms) FrameTimeout() time.Duration { return seconds(c.FrameTimeoutSecs) }
+
+// IdleTimeout returns idle_timeout_secs as a duration.
+func (c Comms) IdleTimeout() time.Duration { return seconds(c.IdleTimeoutSecs) }
+
+// seconds converts a validated timeout; out-of-range values (which
+// Validate rejects) are clamped rather than overflowing.
+func seconds(n int) time.Duration {
+	n = max(0, min(n, MaxTimeoutSecs))
+	return time.Duration(n) * time.Second
+}

@@ -1,0 +1,146 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Key describes one configuration key. [Keys] returns the full table, which
+// also drives [Config.ApplyEnv], [Config.Set], [Marshal] and the key table
+// in docs/config.md.
+type Key struct {
+	Path    string // TOML key path: "name", "comms.listen_uds"
+	Env     string // environment variable that overrides it
+	Default string // default value in TOML syntax: "meerkat" (quoted), 30
+	Doc     string // one-line description
+}
+
+// keyDef is a row of the table: the public description plus accessors for
+// exactly one of a string or an integer field.
+type keyDef struct {
+	path, env, doc string
+	str            func(*Config) *string
+	num            func(*Config) *int
+}
+
+// keys is the single table of configuration keys, in file order.
+var keys = [...]keyDef{
+	{path: "name", env: "MEERKAT_NAME",
+		doc: `Node name, [A-Za-z0-9._-], at most 64 bytes; replaces {name} in comms.listen_uds.`,
+		str: func(c *Config) *string { return &c.Name }},
+	{path: "comms.listen_uds", env: "MEERKAT_COMMS_LISTEN_UDS",
+		doc: `Unix socket to listen on: an absolute path ({name} is replaced by the node name); "" means meerkat.sock in the home directory; "off" disables it.`,
+		str: func(c *Config) *string { return &c.Comms.ListenUDS }},
+	{path: "comms.listen_tcp", env: "MEERKAT_COMMS_LISTEN_TCP",
+		doc: `TCP address to listen on as host:port (IPv6 in brackets, 0.0.0.0:4200 for all IPv4 interfaces); "" disables it.`,
+		str: func(c *Config) *string { return &c.Comms.ListenTCP }},
+	{path: "comms.ack_timeout_secs", env: "MEERKAT_COMMS_ACK_TIMEOUT",
+		doc: `Seconds a send waits for the peer's ack before reporting the peer offline.`,
+		num: func(c *Config) *int { return &c.Comms.AckTimeoutSecs }},
+	{path: "comms.max_message_bytes", env: "MEERKAT_COMMS_MAX_MESSAGE_BYTES",
+		doc: `Largest frame payload accepted or sent, in bytes; at most 1048576, the protocol maximum.`,
+		num: func(c *Config) *int { return &c.Comms.MaxMessageBytes }},
+	{path: "comms.frame_timeout_secs", env: "MEERKAT_COMMS_FRAME_TIMEOUT_SECS",
+		doc: `Seconds a frame may take to arrive, counted from its first byte.`,
+		num: func(c *Config) *int { return &c.Comms.FrameTimeoutSecs }},
+	{path: "comms.idle_timeout_secs", env: "MEERKAT_COMMS_IDLE_TIMEOUT_SECS",
+		doc: `Seconds an inbound connection may stay idle before it is closed.`,
+		num: func(c *Config) *int { return &c.Comms.IdleTimeoutSecs }},
+	{path: "comms.max_connections", env: "MEERKAT_COMMS_MAX_CONNECTIONS",
+		doc: `Concurrent inbound connections; further ones are refused.`,
+		num: func(c *Config) *int { return &c.Comms.MaxConnections }},
+	{path: "comms.inbox_max", env: "MEERKAT_COMMS_INBOX_MAX",
+		doc: `Messages the inbox holds; when full, new messages are refused (not acked), never dropped.`,
+		num: func(c *Config) *int { return &c.Comms.InboxMax }},
+}
+
+// tables are the TOML tables that hold keys.
+var tables = [...]string{"comms"}
+
+// Keys returns the table of configuration keys, in file order. The slice
+// is a fresh copy: changing it changes nothing else.
+func Keys() []Key {
+	def := Default()
+	out := make([]Key, len(keys))
+	for i, k := range keys {
+		out[i] = Key{Path: k.path, Env: k.env, Default: k.format(&def), Doc: k.doc}
+	}
+	return out
+}
+
+func lookupKey(path string) (keyDef, bool) {
+	for _, k := range keys {
+		if k.path == path {
+			return k, true
+		}
+	}
+	return keyDef{}, false
+}
+
+// format returns the key's value in c in TOML syntax.
+func (k keyDef) format(c *Config) string {
+	if k.str != nil {
+		return quoteTOML(*k.str(c))
+	}
+	return strconv.Itoa(*k.num(c))
+}
+
+// set parses value (plain text, not TOML: no quotes) into the key's field.
+func (k keyDef) set(c *Config, value string) error {
+	if k.str != nil {
+		*k.str(c) = value
+		return nil
+	}
+	n, err := strconv.Atoi(value)
+	if err != nil {
+		return fmt.Errorf("not an integer: %q", value)
+	}
+	*k.num(c) = n
+	return nil
+}
+
+// Set sets the key at path from its text form (a string as is, an integer
+// in decimal), as a command-line flag would. It does not validate the
+// value beyond its type; call [Config.Validate] afterwards. Unknown paths
+// wrap [ErrUnknownKey].
+func (c *Config) Set(path, value string) error {
+	k, ok := lookupKey(path)
+	if !ok {
+		return &Error{Key: path, Err: unknownKey(path)}
+	}
+	if err := k.set(c, value); err != nil {
+		return &Error{Key: path, Err: err}
+	}
+	return nil
+}
+
+// ApplyEnv overrides keys from environment variables, one per key (see
+// [Keys]): lookup is os.LookupEnv or a fake. A variable that is set, even
+// to "", wins over the file; "" is a valid value only for string keys
+// (MEERKAT_COMMS_LISTEN_TCP= turns the TCP listener off). Integers are
+// decimal. Every bad variable is reported, as an [*Error] whose Source is
+// the variable's name, joined with errors.Join; on error c is unchanged.
+// A nil lookup applies nothing. ApplyEnv does not validate ranges; call
+// [Config.Validate] afterwards.
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
+	if lookup == nil {
+		return nil
+	}
+	next := *c
+	var errs []error
+	for _, k := range keys {
+		v, ok := lookup(k.env)
+		if !ok {
+			continue
+		}
+		if err := k.set(&next, v); err != nil {
+			errs = append(errs, &Error{Source: k.env, Key: k.path, Err: err})
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	*c = next
+	return nil
+}

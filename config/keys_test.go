@@ -1,0 +1,227 @@
+package config
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// wantEnv pins the environment variable of every key: these names are part
+// of the product's interface (MEERKAT_COMMS_ACK_TIMEOUT is fixed by the spec).
+var wantEnv = map[string]string{
+	"name":                     "MEERKAT_NAME",
+	"comms.listen_uds":         "MEERKAT_COMMS_LISTEN_UDS",
+	"comms.listen_tcp":         "MEERKAT_COMMS_LISTEN_TCP",
+	"comms.ack_timeout_secs":   "MEERKAT_COMMS_ACK_TIMEOUT",
+	"comms.max_message_bytes":  "MEERKAT_COMMS_MAX_MESSAGE_BYTES",
+	"comms.frame_timeout_secs": "MEERKAT_COMMS_FRAME_TIMEOUT_SECS",
+	"comms.idle_timeout_secs":  "MEERKAT_COMMS_IDLE_TIMEOUT_SECS",
+	"comms.max_connections":    "MEERKAT_COMMS_MAX_CONNECTIONS",
+	"comms.inbox_max":          "MEERKAT_COMMS_INBOX_MAX",
+}
+
+// tomlPaths lists the key paths of Config's toml tags, by reflection.
+func tomlPaths(t reflect.Type, prefix string) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		p := prefix + f.Tag.Get("toml")
+		if f.Type.Kind() == reflect.Struct {
+			out = append(out, tomlPaths(f.Type, p+".")...)
+		} else {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func TestKeysTable(t *testing.T) {
+	ks := Keys()
+	var paths []string
+	envs := map[string]bool{}
+	for _, k := range ks {
+		paths = append(paths, k.Path)
+		if envs[k.Env] {
+			t.Errorf("duplicate env %s", k.Env)
+		}
+		envs[k.Env] = true
+		if want := wantEnv[k.Path]; k.Env != want {
+			t.Errorf("%s: env %q, want %q", k.Path, k.Env, want)
+		}
+		if k.Doc == "" || strings.ContainsAny(k.Doc, "|\n") {
+			t.Errorf("%s: doc %q must be one non-empty line without '|'", k.Path, k.Doc)
+		}
+		// The documented default is what Default() holds.
+		c, err := Parse([]byte(k.Path + " = " + k.Default))
+		requireNoError(t, err)
+		if c != Default() {
+			t.Errorf("%s: Default %s does not match Default()", k.Path, k.Default)
+		}
+	}
+	if want := tomlPaths(reflect.TypeFor[Config](), ""); !reflect.DeepEqual(paths, want) {
+		t.Errorf("Keys paths = %q, want every Config field in order: %q", paths, want)
+	}
+	if len(wantEnv) != len(ks) {
+		t.Errorf("wantEnv has %d keys, Keys %d", len(wantEnv), len(ks))
+	}
+	ks[0].Env = "CHANGED"
+	if Keys()[0].Env == "CHANGED" {
+		t.Error("Keys returns shared state")
+	}
+}
+
+// testValue is a valid, non-default text value for the key.
+func testValue(k Key) string {
+	if strings.HasPrefix(k.Default, `"`) {
+		switch k.Path {
+		case "name":
+			return "n0de"
+		case "comms.listen_tcp":
+			return "127.0.0.1:4242"
+		}
+		return "/run/x-{name}.sock"
+	}
+	return "7"
+}
+
+func TestApplyEnvEachKey(t *testing.T) {
+	for _, k := range Keys() {
+		t.Run(k.Env, func(t *testing.T) {
+			v := testValue(k)
+			env := map[string]string{k.Env: v}
+			var asked []string
+			c := Default()
+			err := c.ApplyEnv(func(name string) (string, bool) {
+				asked = append(asked, name)
+				s, ok := env[name]
+				return s, ok
+			})
+			requireNoError(t, err)
+			// The same value written in the file must give the same Config:
+			// the variable lands in the field the TOML key names.
+			tomlValue := v
+			if strings.HasPrefix(k.Default, `"`) {
+				tomlValue = quoteTOML(v)
+			}
+			want, err := Parse([]byte(k.Path + " = " + tomlValue))
+			requireNoError(t, err)
+			if want == Default() {
+				t.Fatalf("test value %q is the default", v)
+			}
+			if c != want {
+				t.Errorf("after %s=%s: %+v, want %+v", k.Env, v, c, want)
+			}
+			if len(asked) != len(Keys()) {
+				t.Errorf("looked up %d variables, want %d: %q", len(asked), len(Keys()), asked)
+			}
+		})
+	}
+}
+
+func TestApplyEnvBadValue(t *testing.T) {
+	for _, k := range Keys() {
+		if strings.HasPrefix(k.Default, `"`) {
+			continue // any string is accepted here; Validate judges it
+		}
+		for _, bad := range []string{"", "abc", "1.5", "30s", " 30", "0x10", "99999999999999999999"} {
+			t.Run(k.Env+"="+bad, func(t *testing.T) {
+				c := Default()
+				err := c.ApplyEnv(func(name string) (string, bool) {
+					if name == k.Env {
+						return bad, true
+					}
+					return "", false
+				})
+				if err == nil {
+					t.Fatal("ApplyEnv accepted a bad integer")
+				}
+				if !strings.Contains(err.Error(), k.Env) || !strings.Contains(err.Error(), k.Path) {
+					t.Errorf("error %q does not name %s and %s", err, k.Env, k.Path)
+				}
+				var ce *Error
+				if !errors.As(err, &ce) || ce.Source != k.Env || ce.Key != k.Path {
+					t.Errorf("error %#v, want *Error{Source: %s, Key: %s}", ce, k.Env, k.Path)
+				}
+				if c != Default() {
+					t.Errorf("config changed on error: %+v", c)
+				}
+			})
+		}
+	}
+}
+
+func TestApplyEnvSeveralBad(t *testing.T) {
+	env := map[string]string{
+		"MEERKAT_COMMS_ACK_TIMEOUT":       "soon",
+		"MEERKAT_COMMS_INBOX_MAX":         "lots",
+		"MEERKAT_COMMS_LISTEN_TCP":        "127.0.0.1:9",
+		"MEERKAT_COMMS_ACK_TIMEOUT_SECS":  "1", // not a variable: ignored
+		"MEERKAT_COMMS_MAX_MESSAGE_BYTES": "512",
+	}
+	c := Default()
+	err := c.ApplyEnv(func(name string) (string, bool) { s, ok := env[name]; return s, ok })
+	if got, want := errorKeys(err), []string{"comms.ack_timeout_secs", "comms.inbox_max"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("error keys = %q, want %q (err: %v)", got, want, err)
+	}
+	if c != Default() {
+		t.Errorf("config changed on error: %+v", c)
+	}
+	delete(env, "MEERKAT_COMMS_ACK_TIMEOUT")
+	delete(env, "MEERKAT_COMMS_INBOX_MAX")
+	requireNoError(t, c.ApplyEnv(func(name string) (string, bool) { s, ok := env[name]; return s, ok }))
+	if c.Comms.AckTimeoutSecs != DefaultAckTimeoutSecs || c.Comms.ListenTCP != "127.0.0.1:9" || c.Comms.MaxMessageBytes != 512 {
+		t.Errorf("after env: %+v", c)
+	}
+}
+
+func TestApplyEnvNil(t *testing.T) {
+	c := fullConfig
+	requireNoError(t, c.ApplyEnv(nil))
+	if c != fullConfig {
+		t.Errorf("nil lookup changed the config: %+v", c)
+	}
+}
+
+// TestPrecedence: defaults < file < environment (flags are cmd's, via Set).
+func TestPrecedence(t *testing.T) {
+	c, err := Parse([]byte("name = \"filenode\"\n[comms]\nack_timeout_secs = 5\nlisten_tcp = \"127.0.0.1:4200\"\ninbox_max = 9\n"))
+	requireNoError(t, err)
+	env := map[string]string{
+		"MEERKAT_COMMS_ACK_TIMEOUT":       "7",  // env beats file
+		"MEERKAT_COMMS_LISTEN_TCP":        "",   // set to empty: turns the file's listener off
+		"MEERKAT_COMMS_IDLE_TIMEOUT_SECS": "90", // env beats default
+	}
+	requireNoError(t, c.ApplyEnv(func(name string) (string, bool) { s, ok := env[name]; return s, ok }))
+	requireNoError(t, c.Set("comms.inbox_max", "11")) // a flag beats everything
+	want := Default()
+	want.Name = "filenode"          // file beats default
+	want.Comms.AckTimeoutSecs = 7   // env beats file
+	want.Comms.ListenTCP = ""       // env "" beats file
+	want.Comms.IdleTimeoutSecs = 90 // env beats default
+	want.Comms.InboxMax = 11        // flag beats file
+	if c != want {
+		t.Errorf("got %+v, want %+v", c, want)
+	}
+}
+
+func TestSet(t *testing.T) {
+	c := Default()
+	requireNoError(t, c.Set("comms.listen_uds", "off"))
+	requireNoError(t, c.Set("name", "x"))
+	requireNoError(t, c.Set("comms.max_connections", "3"))
+	want := Default()
+	want.Comms.ListenUDS, want.Name, want.Comms.MaxConnections = "off", "x", 3
+	if c != want {
+		t.Errorf("got %+v, want %+v", c, want)
+	}
+	if err := c.Set("comms.max_conections", "3"); !errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), `"comms.max_connections"`) {
+		t.Errorf("Set(typo) err = %v, want ErrUnknownKey with a suggestion", err)
+	}
+	if err := c.Set("comms.max_connections", "many"); err == nil || !strings.Contains(err.Error(), "comms.max_connections") {
+		t.Errorf("Set(bad int) err = %v", err)
+	}
+	if c != want {
+		t.Errorf("failed Set changed the config: %+v", c)
+	}
+}

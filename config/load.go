@@ -1,0 +1,194 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Parse decodes a meerkat.toml document on top of [Default]: keys absent
+// from data keep their defaults. Decoding is strict: unknown keys, wrong
+// types and syntax errors are [*Error]s (see [Load]). Parse does not
+// validate values; call [Config.Validate].
+func Parse(data []byte) (Config, error) {
+	return parse("", data)
+}
+
+// Load reads and parses the file at path like [Parse]; errors name the
+// file. A missing file is an error matching fs.ErrNotExist (see
+// [LoadOrDefault]); a file over [MaxFileSize] wraps [ErrFileTooLarge].
+func Load(path string) (Config, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	return parse(path, data)
+}
+
+// LoadOrDefault is [Load], except that a missing file yields [Default] and
+// no error: a node needs no configuration file.
+func LoadOrDefault(path string) (Config, error) {
+	c, err := Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Default(), nil
+	}
+	return c, err
+}
+
+// readFile reads at most MaxFileSize bytes of a regular file.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if !fi.Mode().IsRegular() { // a FIFO or device could block or never end
+		return nil, &Error{Source: path, Err: fmt.Errorf("not a regular file (%s)", fi.Mode().Type())}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, tooLarge(path)
+	}
+	return data, nil
+}
+
+func tooLarge(source string) error {
+	return &Error{Source: source, Err: fmt.Errorf("%w (more than %d bytes)", ErrFileTooLarge, MaxFileSize)}
+}
+
+// parse decodes data; source names it in errors ("" for Parse).
+func parse(source string, data []byte) (Config, error) {
+	if len(data) > MaxFileSize {
+		return Config{}, tooLarge(source)
+	}
+	if !utf8.Valid(data) { // TOML documents are UTF-8; do not rely on the decoder to check
+		return Config{}, &Error{Source: source, Err: errors.New("not valid UTF-8")}
+	}
+	c := Default()
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&c)
+	if err != nil {
+		// toml's messages carry "line N (last key ...)"; keep them whole.
+		return Config{}, &Error{Source: source, Err: err}
+	}
+	if err := checkKeys(source, md); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// checkKeys reports every key of the document that is not exactly a known
+// key path or table. That is MetaData.Undecoded plus more: the decoder
+// matches struct fields case-insensitively, so "LISTEN_UDS" does not show
+// up as undecoded but lands in ListenUDS (and, next to "listen_uds", wins
+// or loses at random). Of an unknown table only the table itself is
+// reported, not each key inside it.
+func checkKeys(source string, md toml.MetaData) error {
+	var errs []error
+	var unknown []string
+	for _, k := range md.Keys() {
+		path := k.String()
+		if isKnownPath(path) {
+			continue
+		}
+		if under(path, unknown) {
+			continue
+		}
+		unknown = append(unknown, path) // keys inside it are not reported again
+		errs = append(errs, &Error{Source: source, Key: path, Err: unknownKey(path)})
+	}
+	return errors.Join(errs...)
+}
+
+// under reports whether path is one of prefixes or inside one of them.
+func under(path string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if path == p || strings.HasPrefix(path, p+".") {
+			return true
+		}
+	}
+	return false
+}
+
+func isKnownPath(path string) bool {
+	if _, ok := lookupKey(path); ok {
+		return true
+	}
+	for _, t := range tables {
+		if path == t {
+			return true
+		}
+	}
+	return false
+}
+
+// unknownKey returns ErrUnknownKey, with a suggestion when path is a near
+// miss of a known key: a typo, different case, or a key in the wrong table.
+func unknownKey(path string) error {
+	if s := suggest(path); s != "" {
+		return fmt.Errorf("%w (did you mean %q?)", ErrUnknownKey, s)
+	}
+	return ErrUnknownKey
+}
+
+func suggest(path string) string {
+	var candidates []string
+	for _, k := range keys {
+		candidates = append(candidates, k.path)
+	}
+	candidates = append(candidates, tables[:]...)
+
+	// The right key in the wrong table: "listen_tcp" at the top level.
+	leaf := path[strings.LastIndexByte(path, '.')+1:]
+	for _, c := range candidates {
+		if c != path && c[strings.LastIndexByte(c, '.')+1:] == leaf {
+			return c
+		}
+	}
+	best, bestDist := "", -1
+	lower := strings.ToLower(path)
+	for _, c := range candidates {
+		d := distance(lower, c)
+		if d <= max(2, len(c)/3) && (bestDist < 0 || d < bestDist) {
+			best, bestDist = c, d
+		}
+	}
+	return best
+}
+
+// distance is the Levenshtein distance between a and b, in bytes.
+func distance(a, b string) int {
+	if len(a) > 256 { // keys are short; do not spend time on junk
+		return len(a)
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

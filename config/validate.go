@@ -1,0 +1,161 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/meerkatd/meerkatd/transport"
+)
+
+// Validate checks every key and returns all problems joined with
+// errors.Join, each an [*Error] naming its key, or nil. Once a Config
+// validates, [Config.Resolve] can fail only because of the home it is given.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(key string, err error) {
+		if err != nil {
+			errs = append(errs, &Error{Key: key, Err: err})
+		}
+	}
+	add("name", checkName(c.Name))
+	_, err := c.udsPath("/")
+	add("comms.listen_uds", err)
+	_, err = c.tcpAddr()
+	add("comms.listen_tcp", err)
+	add("comms.ack_timeout_secs", checkRange(c.Comms.AckTimeoutSecs, 1, MaxTimeoutSecs))
+	add("comms.max_message_bytes", checkRange(c.Comms.MaxMessageBytes, 1, transport.MaxFrameSize))
+	add("comms.frame_timeout_secs", checkRange(c.Comms.FrameTimeoutSecs, 1, MaxTimeoutSecs))
+	add("comms.idle_timeout_secs", checkRange(c.Comms.IdleTimeoutSecs, 1, MaxTimeoutSecs))
+	add("comms.max_connections", checkMin(c.Comms.MaxConnections, 1))
+	add("comms.inbox_max", checkMin(c.Comms.InboxMax, 1))
+	return errors.Join(errs...)
+}
+
+func checkRange(n, lo, hi int) error {
+	if n < lo || n > hi {
+		return fmt.Errorf("must be between %d and %d, got %d", lo, hi, n)
+	}
+	return nil
+}
+
+func checkMin(n, lo int) error {
+	if n < lo {
+		return fmt.Errorf("must be at least %d, got %d", lo, n)
+	}
+	return nil
+}
+
+// checkName accepts a safe token: it is used in file names.
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("must not be empty")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("longer than %d bytes", MaxNameLen)
+	case name == "." || name == "..":
+		return fmt.Errorf("%q is not a usable name", name)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("%q may contain only letters, digits, '.', '_' and '-'", name)
+		}
+	}
+	return nil
+}
+
+// Listeners are the effective listen addresses of a [Config] for one home.
+// A zero [transport.Addr] (Scheme "") means that listener is off.
+type Listeners struct {
+	UDS transport.Addr // uds:///abs/path, or zero when listen_uds is "off"
+	TCP transport.Addr // tcp://host:port, or zero when listen_tcp is ""
+}
+
+// All returns the enabled addresses, UDS first.
+func (l Listeners) All() []transport.Addr {
+	var out []transport.Addr
+	for _, a := range [...]transport.Addr{l.UDS, l.TCP} {
+		if a.Scheme != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Resolve returns the listen addresses for the node whose home directory
+// is home: {name} in comms.listen_uds is replaced by the node name, and an
+// empty comms.listen_uds means home/meerkat.sock. home must be absolute
+// when the default socket is used. Errors are [*Error]s naming the key;
+// Resolve checks only the listener keys (use [Config.Validate] for all).
+func (c Config) Resolve(home string) (Listeners, error) {
+	var l Listeners
+	var errs []error
+	uds, err := c.udsPath(home)
+	if err != nil {
+		errs = append(errs, &Error{Key: "comms.listen_uds", Err: err})
+	} else if uds != "" {
+		if l.UDS, err = transport.ParseAddr("uds://" + uds); err != nil {
+			errs = append(errs, &Error{Key: "comms.listen_uds", Err: err})
+		}
+	}
+	if l.TCP, err = c.tcpAddr(); err != nil {
+		errs = append(errs, &Error{Key: "comms.listen_tcp", Err: err})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Listeners{}, err
+	}
+	return l, nil
+}
+
+// udsPath returns the socket path after substitution, or "" when the UDS
+// listener is off.
+func (c Config) udsPath(home string) (string, error) {
+	p := c.Comms.ListenUDS
+	switch p {
+	case UDSOff:
+		return "", nil
+	case "":
+		if !filepath.IsAbs(home) {
+			return "", fmt.Errorf("the home directory %q is not absolute", home)
+		}
+		p = filepath.Join(home, DefaultSocketName)
+	default:
+		p = strings.ReplaceAll(p, NamePlaceholder, c.Name)
+		if strings.HasPrefix(p, "~") {
+			return "", fmt.Errorf("%q: '~' is not expanded; use an absolute path", p)
+		}
+		if !filepath.IsAbs(p) {
+			return "", fmt.Errorf("%q is not an absolute path (or \"\" for the default, %q to disable)", p, UDSOff)
+		}
+	}
+	if _, err := transport.ParseAddr("uds://" + p); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// tcpAddr parses comms.listen_tcp; "" gives the zero Addr.
+func (c Config) tcpAddr() (transport.Addr, error) {
+	s := c.Comms.ListenTCP
+	if s == "" {
+		return transport.Addr{}, nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return transport.Addr{}, fmt.Errorf("%q is not host:port (like 127.0.0.1:4200 or [::1]:4200): %v", s, err)
+	}
+	if host == "" {
+		return transport.Addr{}, fmt.Errorf("%q has no host; use 0.0.0.0:%s or [::]:%s to listen on all interfaces", s, port, port)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] < '0' || port[0] > '9' {
+		return transport.Addr{}, fmt.Errorf("%q: port must be a number in 1-65535", s)
+	}
+	a, err := transport.ParseAddr("tcp://" + net.JoinHostPort(host, port))
+	if err != nil {
+		return transport.Addr{}, err
+	}
+	return a, nil
+}

@@ -1,0 +1,164 @@
+package config
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/meerkatd/meerkatd/transport"
+)
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		key    string // the key the single error names; "" = valid
+	}{
+		{"default", func(*Config) {}, ""},
+		{"full file", func(c *Config) { *c = fullConfig }, ""},
+
+		{"name empty", func(c *Config) { c.Name = "" }, "name"},
+		{"name space", func(c *Config) { c.Name = "a b" }, "name"},
+		{"name slash", func(c *Config) { c.Name = "a/b" }, "name"},
+		{"name dotdot", func(c *Config) { c.Name = ".." }, "name"},
+		{"name unicode", func(c *Config) { c.Name = "café" }, "name"},
+		{"name too long", func(c *Config) { c.Name = strings.Repeat("a", MaxNameLen+1) }, "name"},
+		{"name max length", func(c *Config) { c.Name = strings.Repeat("a", MaxNameLen) }, ""},
+		{"name all classes", func(c *Config) { c.Name = "Az09._-" }, ""},
+
+		{"uds relative", func(c *Config) { c.Comms.ListenUDS = "meerkat.sock" }, "comms.listen_uds"},
+		{"uds tilde", func(c *Config) { c.Comms.ListenUDS = "~/meerkat.sock" }, "comms.listen_uds"},
+		{"uds name relative", func(c *Config) { c.Comms.ListenUDS = "{name}.sock" }, "comms.listen_uds"},
+		{"uds root", func(c *Config) { c.Comms.ListenUDS = "/" }, "comms.listen_uds"},
+		{"uds query char", func(c *Config) { c.Comms.ListenUDS = "/tmp/a?b" }, "comms.listen_uds"},
+		{"uds OFF is a path", func(c *Config) { c.Comms.ListenUDS = "OFF" }, "comms.listen_uds"},
+		{"uds off", func(c *Config) { c.Comms.ListenUDS = "off" }, ""},
+		{"uds absolute", func(c *Config) { c.Comms.ListenUDS = "/run/meerkat/{name}.sock" }, ""},
+
+		{"tcp no port", func(c *Config) { c.Comms.ListenTCP = "127.0.0.1" }, "comms.listen_tcp"},
+		{"tcp no host", func(c *Config) { c.Comms.ListenTCP = ":4200" }, "comms.listen_tcp"},
+		{"tcp port 0", func(c *Config) { c.Comms.ListenTCP = "127.0.0.1:0" }, "comms.listen_tcp"},
+		{"tcp port 65536", func(c *Config) { c.Comms.ListenTCP = "127.0.0.1:65536" }, "comms.listen_tcp"},
+		{"tcp port name", func(c *Config) { c.Comms.ListenTCP = "127.0.0.1:http" }, "comms.listen_tcp"},
+		{"tcp port sign", func(c *Config) { c.Comms.ListenTCP = "127.0.0.1:+80" }, "comms.listen_tcp"},
+		{"tcp bare ipv6", func(c *Config) { c.Comms.ListenTCP = "::1:4200" }, "comms.listen_tcp"},
+		{"tcp url", func(c *Config) { c.Comms.ListenTCP = "tcp://127.0.0.1:4200" }, "comms.listen_tcp"},
+		{"tcp port 65535", func(c *Config) { c.Comms.ListenTCP = "0.0.0.0:65535" }, ""},
+		{"tcp ipv6", func(c *Config) { c.Comms.ListenTCP = "[::]:1" }, ""},
+		{"tcp hostname", func(c *Config) { c.Comms.ListenTCP = "localhost:4200" }, ""},
+
+		{"ack 0", func(c *Config) { c.Comms.AckTimeoutSecs = 0 }, "comms.ack_timeout_secs"},
+		{"ack negative", func(c *Config) { c.Comms.AckTimeoutSecs = -1 }, "comms.ack_timeout_secs"},
+		{"ack huge", func(c *Config) { c.Comms.AckTimeoutSecs = MaxTimeoutSecs + 1 }, "comms.ack_timeout_secs"},
+		{"ack 1", func(c *Config) { c.Comms.AckTimeoutSecs = 1 }, ""},
+		{"frame 0", func(c *Config) { c.Comms.FrameTimeoutSecs = 0 }, "comms.frame_timeout_secs"},
+		{"frame max", func(c *Config) { c.Comms.FrameTimeoutSecs = MaxTimeoutSecs }, ""},
+		{"idle 0", func(c *Config) { c.Comms.IdleTimeoutSecs = 0 }, "comms.idle_timeout_secs"},
+		{"idle huge", func(c *Config) { c.Comms.IdleTimeoutSecs = 1 << 40 }, "comms.idle_timeout_secs"},
+
+		{"max message 0", func(c *Config) { c.Comms.MaxMessageBytes = 0 }, "comms.max_message_bytes"},
+		{"max message over protocol", func(c *Config) { c.Comms.MaxMessageBytes = 1048577 }, "comms.max_message_bytes"},
+		{"max message 1", func(c *Config) { c.Comms.MaxMessageBytes = 1 }, ""},
+		{"max connections 0", func(c *Config) { c.Comms.MaxConnections = 0 }, "comms.max_connections"},
+		{"max connections 1", func(c *Config) { c.Comms.MaxConnections = 1 }, ""},
+		{"inbox 0", func(c *Config) { c.Comms.InboxMax = 0 }, "comms.inbox_max"},
+		{"inbox negative", func(c *Config) { c.Comms.InboxMax = -3 }, "comms.inbox_max"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.change(&c)
+			err := c.Validate()
+			if tc.key == "" {
+				requireNoError(t, err)
+				return
+			}
+			if got := errorKeys(err); !reflect.DeepEqual(got, []string{tc.key}) {
+				t.Fatalf("error keys = %q, want [%q] (err: %v)", got, tc.key, err)
+			}
+			if !strings.HasPrefix(err.Error(), "config: "+tc.key+": ") {
+				t.Errorf("message %q does not start with the key", err)
+			}
+		})
+	}
+}
+
+func TestValidateAllAtOnce(t *testing.T) {
+	c := Config{Name: "bad name", Comms: Comms{ListenUDS: "rel", ListenTCP: "nope"}} // every int 0
+	err := c.Validate()
+	want := []string{
+		"name", "comms.listen_uds", "comms.listen_tcp", "comms.ack_timeout_secs",
+		"comms.max_message_bytes", "comms.frame_timeout_secs", "comms.idle_timeout_secs",
+		"comms.max_connections", "comms.inbox_max",
+	}
+	if got := errorKeys(err); !reflect.DeepEqual(got, want) {
+		t.Fatalf("error keys = %q, want %q", got, want)
+	}
+	if n := strings.Count(err.Error(), "\n") + 1; n != len(want) {
+		t.Errorf("message has %d lines, want %d:\n%v", n, len(want), err)
+	}
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Unwrap() == nil {
+		t.Errorf("errors.As(*Error) = %v", ce)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	const home = "/home/u/.config/meerkat"
+	uds := func(p string) transport.Addr { return transport.Addr{Scheme: "uds", Path: p} }
+	for _, tc := range []struct {
+		name     string
+		uds, tcp string
+		home     string
+		want     Listeners
+		wantStr  []string
+		errKey   string
+	}{
+		{name: "default socket in home", home: home,
+			want: Listeners{UDS: uds(home + "/meerkat.sock")}, wantStr: []string{"uds://" + home + "/meerkat.sock"}},
+		{name: "name substituted", uds: "/tmp/meerkat-{name}.sock", home: home,
+			want: Listeners{UDS: uds("/tmp/meerkat-n1.sock")}, wantStr: []string{"uds:///tmp/meerkat-n1.sock"}},
+		{name: "name substituted twice", uds: "/run/{name}/{name}.sock", home: "",
+			want: Listeners{UDS: uds("/run/n1/n1.sock")}, wantStr: []string{"uds:///run/n1/n1.sock"}},
+		{name: "path cleaned", uds: "/tmp//a/../b.sock", home: home,
+			want: Listeners{UDS: uds("/tmp/b.sock")}, wantStr: []string{"uds:///tmp/b.sock"}},
+		{name: "off", uds: "off", home: "relative/home", want: Listeners{}, wantStr: nil},
+		{name: "off with tcp", uds: "off", tcp: "[::1]:4300", home: home,
+			want:    Listeners{TCP: transport.Addr{Scheme: "tcp", Host: "::1", Port: 4300}},
+			wantStr: []string{"tcp://[::1]:4300"}},
+		{name: "both", tcp: "0.0.0.0:4200", home: home,
+			want:    Listeners{UDS: uds(home + "/meerkat.sock"), TCP: transport.Addr{Scheme: "tcp", Host: "0.0.0.0", Port: 4200}},
+			wantStr: []string{"uds://" + home + "/meerkat.sock", "tcp://0.0.0.0:4200"}},
+		{name: "relative home", home: "relative", errKey: "comms.listen_uds"},
+		{name: "empty home", home: "", errKey: "comms.listen_uds"},
+		{name: "bad tcp", tcp: "x", home: home, errKey: "comms.listen_tcp"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.Name = "n1"
+			c.Comms.ListenUDS, c.Comms.ListenTCP = tc.uds, tc.tcp
+			got, err := c.Resolve(tc.home)
+			if tc.errKey != "" {
+				if keys := errorKeys(err); !reflect.DeepEqual(keys, []string{tc.errKey}) {
+					t.Fatalf("error keys = %q, want [%q] (err: %v)", keys, tc.errKey, err)
+				}
+				return
+			}
+			requireNoError(t, err)
+			if got != tc.want {
+				t.Errorf("Resolve = %+v, want %+v", got, tc.want)
+			}
+			var strs []string
+			for _, a := range got.All() {
+				strs = append(strs, a.String())
+				if back, err := transport.ParseAddr(a.String()); err != nil || back != a {
+					t.Errorf("%s does not round-trip through ParseAddr: %v", a, err)
+				}
+			}
+			if !slices.Equal(strs, tc.wantStr) {
+				t.Errorf("All = %q, want %q", strs, tc.wantStr)
+			}
+		})
+	}
+}

@@ -1,0 +1,219 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseAddr(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string // canonical form, "" for an error
+		err  error
+	}{
+		{"uds:///tmp/a.sock", "uds:///tmp/a.sock", nil},
+		{"uds:///tmp//x/../a.sock", "uds:///tmp/a.sock", nil},
+		{"UDS:///run/m.sock", "uds:///run/m.sock", nil},
+		{"tcp://127.0.0.1:4300", "tcp://127.0.0.1:4300", nil},
+		{"tcp://example.org", "tcp://example.org:4200", nil},
+		{"tcp://[::1]:99", "tcp://[::1]:99", nil},
+		{"tcp://[::1]", "tcp://[::1]:4200", nil},
+		{"tcp://[fe80::1%25eth0]:5", "", ErrBadAddr},
+		{"", "", ErrUnsupportedScheme},
+		{"/tmp/a.sock", "", ErrUnsupportedScheme},
+		{"127.0.0.1:4200", "", ErrUnsupportedScheme},
+		{"http://x:1", "", ErrUnsupportedScheme},
+		{"unix:///tmp/a", "", ErrUnsupportedScheme},
+		{"uds://relative.sock", "", ErrBadAddr},
+		{"uds://", "", ErrBadAddr},
+		{"uds:///", "", ErrBadAddr},
+		{"uds:///tmp/a.sock?x=1", "", ErrBadAddr},
+		{"tcp://", "", ErrBadAddr},
+		{"tcp://:4200", "", ErrBadAddr},
+		{"tcp://h:0", "", ErrBadAddr},
+		{"tcp://h:65536", "", ErrBadAddr},
+		{"tcp://h:-1", "", ErrBadAddr},
+		{"tcp://h:x", "", ErrBadAddr},
+		{"tcp://h:", "", ErrBadAddr},
+		{"tcp://u@h:1", "", ErrBadAddr},
+		{"tcp://h:1/path", "", ErrBadAddr},
+		{"tcp://h:1?q", "", ErrBadAddr},
+		{"tcp://::1:80", "", ErrBadAddr},
+		{"tcp://[zz]:1", "", ErrBadAddr},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			a, err := ParseAddr(tc.in)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("got %v, %v; want %v", a, err, tc.err)
+				}
+				if !strings.Contains(err.Error(), "\""+tc.in+"\"") {
+					t.Errorf("error %q does not quote the input", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.String() != tc.want {
+				t.Fatalf("String() = %q, want %q", a.String(), tc.want)
+			}
+			again, err := ParseAddr(a.String())
+			if err != nil || again != a {
+				t.Fatalf("canonical form does not round-trip: %v, %v", again, err)
+			}
+		})
+	}
+}
+
+func FuzzParseAddr(f *testing.F) {
+	for _, s := range []string{"uds:///tmp/a.sock", "tcp://[::1]:99", "tcp://h", "tcp://h:1/x", "uds://x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseAddr(s)
+		if err != nil {
+			if !errors.Is(err, ErrBadAddr) && !errors.Is(err, ErrUnsupportedScheme) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		again, err := ParseAddr(a.String())
+		if err != nil || again != a {
+			t.Fatalf("%q parses to %+v whose text %q parses to %+v, %v", s, a, a.String(), again, err)
+		}
+	})
+}
+
+func shortTempDir(t *testing.T) string {
+	// Unix socket paths are limited to about 100 bytes; t.TempDir() can
+	// be long, so use a short directory of our own.
+	dir, err := os.MkdirTemp("", "mk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestListenUnix(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(shortTempDir(t), "n.sock")
+	a, err := ParseAddr("uds://" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := Listen(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v, %v; want 0600", st.Mode(), err)
+	}
+	// A live listener is not replaced.
+	if _, err := Listen(ctx, a); !errors.Is(err, ErrAddrInUse) {
+		t.Fatalf("second listener on a live socket: %v", err)
+	}
+	// The first still works. (The probe above was a connection too, so
+	// serve every connection until the listener closes.)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			WriteFrame(c, []byte("hi"))
+			c.Close()
+		}
+	}()
+	c, err := Dial(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if p, err := ReadFrame(c, 0); err != nil || string(p) != "hi" {
+		t.Fatalf("read %q, %v", p, err)
+	}
+	c.Close()
+	ln.Close()
+	<-served
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket file left after Close: %v", err)
+	}
+}
+
+func TestListenUnixReplacesStaleSocket(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(shortTempDir(t), "s.sock")
+	// Leave a socket file with nobody listening, as a killed process would.
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("setup: stale socket missing: %v", err)
+	}
+	a, _ := ParseAddr("uds://" + path)
+	ln2, err := Listen(ctx, a)
+	if err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	ln2.Close()
+}
+
+func TestListenUnixNeverRemovesNonSocket(t *testing.T) {
+	path := filepath.Join(shortTempDir(t), "file.sock")
+	if err := os.WriteFile(path, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := ParseAddr("uds://" + path)
+	if _, err := Listen(context.Background(), a); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("listening over a regular file: %v", err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "precious" {
+		t.Fatalf("regular file damaged: %q, %v", b, err)
+	}
+}
+
+func TestListenDialTCP(t *testing.T) {
+	ctx := context.Background()
+	ln, err := Listen(ctx, Addr{Scheme: SchemeTCP, Host: "127.0.0.1"}) // port 0: any free port
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	a, err := ParseAddr("tcp://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			WriteFrame(c, []byte("tcp"))
+			c.Close()
+		}
+	}()
+	c, err := Dial(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if p, err := ReadFrame(c, 0); err != nil || string(p) != "tcp" {
+		t.Fatalf("read %q, %v", p, err)
+	}
+	if _, err := Dial(ctx, Addr{}); !errors.Is(err, ErrUnsupportedScheme) {
+		t.Fatalf("dial zero Addr: %v", err)
+	}
+}

@@ -1,0 +1,78 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"time"
+)
+
+// ErrAddrInUse means another live process listens on a Unix socket path.
+var ErrAddrInUse = errors.New("transport: another process is listening on this socket")
+
+// staleProbeTimeout bounds the dial that tells a live socket from a stale one.
+const staleProbeTimeout = time.Second
+
+// Listen opens a listener on a. For a Unix socket it refuses a path that is
+// not a socket (it never removes one) and one where another process is
+// listening ([ErrAddrInUse]); a socket file left behind by a dead process is
+// replaced. The socket file is made mode 0600 and is removed when the
+// listener closes.
+func Listen(ctx context.Context, a Addr) (net.Listener, error) {
+	var lc net.ListenConfig
+	switch a.Scheme {
+	case SchemeTCP:
+		ln, err := lc.Listen(ctx, "tcp", a.Address())
+		if err != nil {
+			return nil, fmt.Errorf("transport: listen %s: %w", a, err)
+		}
+		return ln, nil
+	case SchemeUDS:
+		return listenUnix(ctx, lc, a)
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnsupportedScheme, a.String())
+}
+
+func listenUnix(ctx context.Context, lc net.ListenConfig, a Addr) (net.Listener, error) {
+	path := a.Path
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("transport: listen %s: %s exists and is not a socket; move it away or choose another path", a, path)
+		}
+		dctx, cancel := context.WithTimeout(ctx, staleProbeTimeout)
+		c, derr := (&net.Dialer{}).DialContext(dctx, "unix", path)
+		cancel()
+		if derr == nil {
+			c.Close()
+			return nil, fmt.Errorf("%w: %s", ErrAddrInUse, path)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("transport: remove stale socket %s: %w", path, err)
+		}
+	}
+	ln, err := lc.Listen(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen %s: %w", a, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("transport: listen %s: %w", a, err)
+	}
+	return ln, nil
+}
+
+// Dial connects to a. The context bounds the connection attempt only.
+func Dial(ctx context.Context, a Addr) (net.Conn, error) {
+	if a.Scheme != SchemeUDS && a.Scheme != SchemeTCP {
+		return nil, fmt.Errorf("%w: %q", ErrUnsupportedScheme, a.String())
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, a.Network(), a.Address())
+	if err != nil {
+		return nil, fmt.Errorf("transport: dial %s: %w", a, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,142 @@
+package trust
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+)
+
+// FileName is the usual name of the trust file inside a node's home.
+const FileName = "trusted_peers.json"
+
+// Load reads and validates the trust file at path, with the rules of
+// [Parse]; row errors name path. A missing file is an error that matches
+// fs.ErrNotExist (see [LoadOrEmpty]). Load refuses a file larger than
+// [MaxFileSize] ([ErrTooLarge]), and one that is not a regular file or that
+// group or others may write ([ErrUnsafeFile]): whoever can write the trust
+// file decides whom this node trusts (the rule of sshd's StrictModes for
+// authorized_keys).
+func Load(path string) (*List, error) {
+	data, _, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parse(path, data)
+}
+
+// LoadOrEmpty is [Load], except that a missing file gives an empty list
+// and no error: a node with no trust file trusts nobody.
+func LoadOrEmpty(path string) (*List, error) {
+	l, err := Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return New()
+	}
+	return l, err
+}
+
+// readFile reads path, refusing unsafe and oversized files. It returns the
+// file's status as of opening it.
+func readFile(path string) ([]byte, fs.FileInfo, error) {
+	// Stat before opening: opening a FIFO would block.
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("trust: %w", err)
+	}
+	if err := checkMode(path, st); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("trust: %w", err)
+	}
+	defer f.Close()
+	if st, err = f.Stat(); err != nil {
+		return nil, nil, fmt.Errorf("trust: %w", err)
+	}
+	if err := checkMode(path, st); err != nil {
+		return nil, nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("trust: read %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, nil, fmt.Errorf("%w: %s is over %d bytes (4 MiB)", ErrTooLarge, path, MaxFileSize)
+	}
+	return data, st, nil
+}
+
+func checkMode(path string, st fs.FileInfo) error {
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%w: %s is not a regular file", ErrUnsafeFile, path)
+	}
+	// Windows reports synthetic permission bits; there is nothing to check.
+	if runtime.GOOS != "windows" && st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%w: %s is writable by group or others (mode %#o), who could make this node trust them; fix with: chmod 600 %s",
+			ErrUnsafeFile, path, st.Mode().Perm(), path)
+	}
+	return nil
+}
+
+// Save writes the list to path in the trust-file form (indented, peers in
+// list order), atomically: through a synced temporary file in the same
+// directory, renamed over path, then a sync of the directory. The file has
+// mode 0600; a missing parent directory is created with mode 0700. A nil
+// list saves as {"peers": []}. Save refuses to write more than
+// [MaxFileSize] bytes, so that what it writes always loads.
+func (l *List) Save(path string) error {
+	data, err := l.encode("  ")
+	if err != nil {
+		return err
+	}
+	if len(data) > MaxFileSize {
+		return fmt.Errorf("%w: the list encodes to %d bytes, the limit is %d (4 MiB)", ErrTooLarge, len(data), MaxFileSize)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("trust: %w", err)
+	}
+	return writeFileAtomic(path, data, 0o600)
+}
+
+// writeFileAtomic writes data to path through a synced temporary file in
+// the same directory and a rename, then syncs the directory, so a reader
+// (or a crash) sees the old file or the new one, never a mix.
+func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("trust: write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+			err = fmt.Errorf("trust: write %s: %w", path, err)
+		}
+	}()
+	if err = f.Chmod(perm); err != nil {
+		return err
+	}
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync() // best effort: some filesystems cannot sync directories
+		d.Close()
+	}
+	return nil
+}
