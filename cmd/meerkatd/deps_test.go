@@ -55,6 +55,7 @@ func TestDependencyRules(t *testing.T) {
 		"trust":        {module + "/identity", module + "/transport"},
 		"config":       {module + "/transport", "github.com/BurntSushi/toml"},
 		"comms/wire":   {module + "/identity"},
+		"comms":        {module + "/comms/wire", module + "/identity", module + "/inbox", module + "/transport", module + "/trust"},
 		"cmd/meerkatd": {module + "/"},
 	}
 	for _, p := range listPackages(t) {

@@ -1,0 +1,47 @@
+package comms
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the Router.
+var (
+	// ErrUnknownPeer means no trusted peer has the given name or key.
+	ErrUnknownPeer = errors.New("comms: unknown peer")
+	// ErrPeerOffline matches every [*PeerOfflineError].
+	ErrPeerOffline = errors.New("comms: peer offline")
+	// ErrClosed means the Router was closed.
+	ErrClosed = errors.New("comms: closed")
+	// ErrUnknownRequest means no request with that id is awaiting a
+	// response (never sent here, already answered, or forgotten).
+	ErrUnknownRequest = errors.New("comms: unknown request id")
+)
+
+// Reasons a send fails with [*PeerOfflineError].
+const (
+	OfflineTimeout = "no ack within the ack timeout"
+	OfflineRefused = "connection refused or failed"
+	OfflineBadAck  = "invalid ack"
+	OfflineClosed  = "connection closed before the ack"
+)
+
+// PeerOfflineError reports that a peer did not acknowledge an envelope.
+type PeerOfflineError struct {
+	Peer   string // the peer's trust-list name
+	Reason string // one of the Offline… constants
+	Err    error  // the underlying error, if any
+}
+
+func (e *PeerOfflineError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("comms: peer %s offline: %s: %v", e.Peer, e.Reason, e.Err)
+	}
+	return fmt.Sprintf("comms: peer %s offline: %s", e.Peer, e.Reason)
+}
+
+// Unwrap returns the underlying error.
+func (e *PeerOfflineError) Unwrap() error { return e.Err }
+
+// Is makes every PeerOfflineError match [ErrPeerOffline].
+func (e *PeerOfflineError) Is(target error) bool { return target == ErrPeerOffline }

@@ -1,0 +1,104 @@
+package comms
+
+import (
+	"context"
+	"sync"
+
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// maxOutstanding bounds the requests whose responses are held for
+// AwaitResponse; the oldest is forgotten first. Responses also go to the
+// inbox, so forgetting loses nothing.
+const maxOutstanding = 4096
+
+// requests correlates responses with the requests this node sent.
+type requests struct {
+	mu    sync.Mutex
+	byID  map[identity.UUID]*outstanding
+	order []identity.UUID // oldest first, for eviction
+	done  chan struct{}   // closed by closeAll
+}
+
+type outstanding struct {
+	peer      identity.PeerID
+	responses chan wire.Envelope // buffered; a full buffer drops (the inbox has it)
+}
+
+func (q *requests) init() {
+	q.byID = map[identity.UUID]*outstanding{}
+	q.done = make(chan struct{})
+}
+
+func (q *requests) open(id identity.UUID, peer identity.PeerID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.order) >= maxOutstanding {
+		delete(q.byID, q.order[0])
+		q.order = q.order[1:]
+	}
+	q.byID[id] = &outstanding{peer: peer, responses: make(chan wire.Envelope, 4)}
+	q.order = append(q.order, id)
+}
+
+func (q *requests) forget(id identity.UUID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.byID, id)
+	for i, o := range q.order {
+		if o == id {
+			q.order = append(q.order[:i], q.order[i+1:]...)
+			break
+		}
+	}
+}
+
+// deliver hands a response to its request's waiter, if the request is ours
+// and the response comes from the peer we asked.
+func (q *requests) deliver(e wire.Envelope) {
+	id, ok := e.Kind.InReplyTo()
+	if !ok {
+		return
+	}
+	q.mu.Lock()
+	o := q.byID[id]
+	q.mu.Unlock()
+	if o == nil || o.peer != e.From {
+		return
+	}
+	select {
+	case o.responses <- e:
+	default:
+	}
+}
+
+func (q *requests) await(ctx context.Context, id identity.UUID) (wire.Envelope, error) {
+	q.mu.Lock()
+	o := q.byID[id]
+	q.mu.Unlock()
+	if o == nil {
+		return wire.Envelope{}, ErrUnknownRequest
+	}
+	select {
+	case e := <-o.responses:
+		if s := e.Kind.Status(); s == wire.StatusCompleted || s == wire.StatusFailed {
+			q.forget(id)
+		}
+		return e, nil
+	case <-ctx.Done():
+		return wire.Envelope{}, ctx.Err()
+	case <-q.done:
+		return wire.Envelope{}, ErrClosed
+	}
+}
+
+func (q *requests) closeAll() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	select {
+	case <-q.done:
+	default:
+		close(q.done)
+	}
+}

@@ -1,0 +1,398 @@
+package comms
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// Defaults for [Options] fields left zero (docs/config.md).
+const (
+	DefaultAckTimeout     = 30 * time.Second
+	DefaultFrameTimeout   = 10 * time.Second
+	DefaultIdleTimeout    = 60 * time.Second
+	DefaultMaxConnections = 1024
+	DefaultInboxMax       = inbox.DefaultMax
+	// dedupWindow is how many recent (sender, id) pairs are remembered to
+	// drop repeats; older repeats may be delivered again.
+	dedupWindow = 1 << 16
+	// writeQueueLen bounds the envelopes queued on one outbound link;
+	// senders block (with their context) when it is full.
+	writeQueueLen = 256
+)
+
+// ItemType tells what an inbox [Item] holds.
+type ItemType uint8
+
+// Inbox item types.
+const (
+	ItemExternal       ItemType = iota + 1 // an envelope from a peer
+	ItemSubagentResult                     // the result of a local subagent
+)
+
+// Item is one inbox entry: an envelope from a trusted peer (External) or a
+// subagent's result.
+type Item struct {
+	Type     ItemType
+	Received time.Time
+
+	// ItemExternal
+	Envelope wire.Envelope
+	PeerName string // the sender's trust-list name when it arrived
+
+	// ItemSubagentResult
+	SubagentID identity.UUID
+	Result     wire.Value
+	Summary    string
+}
+
+// Admitter is where received envelopes go. Push must either store the item
+// (then it will be acknowledged) or return an error (then it is not, and the
+// sender retries). *inbox.Queue[Item] is one; a durable store is another.
+type Admitter interface {
+	Push(Item) error
+}
+
+// Options are a Router's knobs; the zero value of each field means its
+// default.
+type Options struct {
+	Logger          *slog.Logger // nil: discard
+	AckTimeout      time.Duration
+	FrameTimeout    time.Duration // a frame must complete this long after its first byte
+	IdleTimeout     time.Duration // inbound connections idle this long are closed
+	MaxConnections  int           // concurrent inbound connections; more are closed at once
+	MaxMessageBytes int           // largest frame payload, at most transport.MaxFrameSize
+	InboxMax        int           // length of the default memory inbox
+	Inbox           Admitter      // nil: a memory inbox of InboxMax items
+	// Dial connects to peers; nil means transport.Dial. Tests replace it.
+	Dial func(ctx context.Context, a transport.Addr) (net.Conn, error)
+}
+
+// Reject reasons, the keys of [Stats.Rejected].
+const (
+	RejectFrame        = "frame"         // bad length prefix, truncated or timed-out frame
+	RejectMalformed    = "malformed"     // envelope does not decode
+	RejectNotForUs     = "not_for_us"    // "to" is another node
+	RejectUntrusted    = "untrusted"     // sender not in the trust list
+	RejectBadSignature = "bad_signature" // signature does not verify
+	RejectInboxFull    = "inbox_full"    // admission refused
+	RejectOverload     = "overload"      // over MaxConnections
+)
+
+// Stats are counters since the Router started.
+type Stats struct {
+	Accepted    uint64            // envelopes admitted to the inbox
+	Duplicates  uint64            // repeats acked again but not delivered
+	AcksSent    uint64            // acks written to peers
+	Connections int               // inbound connections open now
+	Rejected    map[string]uint64 // by reason
+}
+
+// Router is a node: listeners, inbound connections, outbound links, the
+// request table and the inbox. Create it with [New]; it is safe for
+// concurrent use.
+type Router struct {
+	kp    *identity.Keypair
+	self  identity.PeerID
+	opts  Options
+	log   *slog.Logger
+	trust atomic.Pointer[trust.List]
+	inbox Admitter
+	queue *inbox.Queue[Item] // the default inbox, nil if Options.Inbox was given
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the Router starts
+
+	mu        sync.Mutex // guards the fields below
+	closed    bool
+	listeners map[net.Listener]struct{}
+	conns     map[net.Conn]struct{} // inbound
+	links     map[identity.PeerID]*link
+
+	dedup dedup
+	reqs  requests
+
+	accepted, duplicates, acksSent atomic.Uint64
+	rejectMu                       sync.Mutex
+	rejected                       map[string]uint64
+}
+
+// New returns a Router for keypair kp that trusts the peers in list.
+func New(kp *identity.Keypair, list *trust.List, opts Options) (*Router, error) {
+	if kp == nil {
+		return nil, errors.New("comms: nil keypair")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	setDefault(&opts.AckTimeout, DefaultAckTimeout)
+	setDefault(&opts.FrameTimeout, DefaultFrameTimeout)
+	setDefault(&opts.IdleTimeout, DefaultIdleTimeout)
+	setDefault(&opts.MaxConnections, DefaultMaxConnections)
+	setDefault(&opts.InboxMax, DefaultInboxMax)
+	if opts.MaxMessageBytes <= 0 || opts.MaxMessageBytes > transport.MaxFrameSize {
+		opts.MaxMessageBytes = transport.MaxFrameSize
+	}
+	if opts.Dial == nil {
+		opts.Dial = transport.Dial
+	}
+	r := &Router{
+		kp:        kp,
+		self:      kp.ID(),
+		opts:      opts,
+		log:       opts.Logger,
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[net.Conn]struct{}{},
+		links:     map[identity.PeerID]*link{},
+		rejected:  map[string]uint64{},
+	}
+	r.inbox = opts.Inbox
+	if r.inbox == nil {
+		r.queue = inbox.New[Item](opts.InboxMax)
+		r.inbox = r.queue
+	}
+	r.trust.Store(list)
+	r.dedup.init(dedupWindow)
+	r.reqs.init()
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	return r, nil
+}
+
+func setDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}
+
+// ID returns this node's public key.
+func (r *Router) ID() identity.PeerID { return r.self }
+
+// Inbox returns the default memory inbox, or nil if Options.Inbox was set.
+func (r *Router) Inbox() *inbox.Queue[Item] { return r.queue }
+
+// Trust returns the current trust list.
+func (r *Router) Trust() *trust.List { return r.trust.Load() }
+
+// SetTrust replaces the trust list. Connections of peers that stay trusted
+// are kept; envelopes from a removed peer are refused from now on, and its
+// outbound link is closed.
+func (r *Router) SetTrust(l *trust.List) {
+	r.trust.Store(l)
+	r.mu.Lock()
+	var drop []*link
+	for id, lk := range r.links {
+		if p, ok := l.Lookup(id); !ok || p.Addr != lk.peer.Addr {
+			drop = append(drop, lk)
+			delete(r.links, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, lk := range drop {
+		lk.close()
+	}
+}
+
+// Serve accepts connections on ln until ln fails or the Router closes. It
+// owns ln and closes it. It returns nil once the Router is closed (also when
+// called after Close).
+func (r *Router) Serve(ln net.Listener) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	r.listeners[ln] = struct{}{}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	defer r.wg.Done()
+	defer func() {
+		r.mu.Lock()
+		delete(r.listeners, ln)
+		r.mu.Unlock()
+		ln.Close()
+	}()
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if r.ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+				// Out of file descriptors and the like: back off, stay up.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				r.log.Warn("accept failed; backing off", "err", err, "delay", delay)
+				select {
+				case <-time.After(delay):
+					continue
+				case <-r.ctx.Done():
+					return nil
+				}
+			}
+			return err
+		}
+		delay = 0
+		if !r.track(c) {
+			c.Close()
+			continue
+		}
+		go r.serveConn(c)
+	}
+}
+
+// track registers an inbound connection, refusing it when the Router is
+// closed or at MaxConnections. On success the caller must run serveConn,
+// which untracks it.
+func (r *Router) track(c net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	if len(r.conns) >= r.opts.MaxConnections {
+		r.reject(RejectOverload)
+		return false
+	}
+	r.conns[c] = struct{}{}
+	r.wg.Add(1)
+	return true
+}
+
+func (r *Router) untrack(c net.Conn) {
+	r.mu.Lock()
+	delete(r.conns, c)
+	r.mu.Unlock()
+	r.wg.Done()
+}
+
+func (r *Router) reject(reason string) {
+	r.rejectMu.Lock()
+	r.rejected[reason]++
+	r.rejectMu.Unlock()
+}
+
+// Stats returns a snapshot of the counters.
+func (r *Router) Stats() Stats {
+	s := Stats{
+		Accepted:   r.accepted.Load(),
+		Duplicates: r.duplicates.Load(),
+		AcksSent:   r.acksSent.Load(),
+		Rejected:   map[string]uint64{},
+	}
+	r.rejectMu.Lock()
+	for k, v := range r.rejected {
+		s.Rejected[k] = v
+	}
+	r.rejectMu.Unlock()
+	r.mu.Lock()
+	s.Connections = len(r.conns)
+	r.mu.Unlock()
+	return s
+}
+
+// Close stops accepting, closes every connection and link, fails pending
+// sends with ErrClosed and waits for every goroutine to end. Acks already
+// being written are finished first. Close is idempotent.
+func (r *Router) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		r.wg.Wait()
+		return nil
+	}
+	r.closed = true
+	r.cancel() // before closing listeners, so Serve sees a clean shutdown
+	for ln := range r.listeners {
+		ln.Close()
+	}
+	for c := range r.conns {
+		// Wake blocked reads; the connection goroutine flushes its acks
+		// and closes.
+		c.SetReadDeadline(time.Now())
+	}
+	links := r.links
+	r.links = map[identity.PeerID]*link{}
+	r.mu.Unlock()
+	for _, lk := range links {
+		lk.close()
+	}
+	r.wg.Wait()
+	r.reqs.closeAll()
+	if r.queue != nil {
+		r.queue.Close()
+	}
+	return nil
+}
+
+// go starts f as a goroutine owned by the Router, unless it is closed.
+func (r *Router) goOwned(f func()) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// dedup remembers the most recent (sender, id) pairs in a ring.
+type dedup struct {
+	mu   sync.Mutex
+	seen map[dedupKey]struct{}
+	ring []dedupKey
+	next int
+}
+
+type dedupKey struct {
+	from identity.PeerID
+	id   identity.UUID
+}
+
+func (d *dedup) init(n int) {
+	d.seen = make(map[dedupKey]struct{}, n)
+	d.ring = make([]dedupKey, 0, n)
+}
+
+// reserve records k and reports whether it was new.
+func (d *dedup) reserve(k dedupKey) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.seen[k]; ok {
+		return false
+	}
+	if len(d.ring) < cap(d.ring) {
+		d.ring = append(d.ring, k)
+	} else {
+		delete(d.seen, d.ring[d.next])
+		d.ring[d.next] = k
+		d.next = (d.next + 1) % len(d.ring)
+	}
+	d.seen[k] = struct{}{}
+	return true
+}
+
+// release forgets k after an admission that failed, so a retry is admitted.
+func (d *dedup) release(k dedupKey) {
+	d.mu.Lock()
+	delete(d.seen, k)
+	d.mu.Unlock()
+}

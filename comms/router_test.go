@@ -1,0 +1,334 @@
+package comms
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// checkGoroutines fails the test if goroutines started during it are still
+// running at its end (after a bounded wait for them to finish).
+func checkGoroutines(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for runtime.NumGoroutine() > before {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<16)
+				n := runtime.Stack(buf, true)
+				t.Errorf("goroutine leak: %d running, %d before\n%s", runtime.NumGoroutine(), before, buf[:n])
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// node is a Router under test with its listener address.
+type node struct {
+	name string
+	kp   *identity.Keypair
+	r    *Router
+	addr transport.Addr
+}
+
+func sockDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "mkc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// listenOn opens a listener of the given network ("uds" or "tcp").
+func listenOn(t *testing.T, network string) (net.Listener, transport.Addr) {
+	t.Helper()
+	var a transport.Addr
+	if network == "uds" {
+		a = transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(sockDir(t), "n.sock")}
+	} else {
+		a = transport.Addr{Scheme: transport.SchemeTCP, Host: "127.0.0.1"}
+	}
+	ln, err := transport.Listen(context.Background(), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if network == "tcp" {
+		a.Port = uint16(ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ln, a
+}
+
+// pair starts two nodes that trust each other.
+func pair(t *testing.T, network string, opts Options) (a, b *node) {
+	t.Helper()
+	a = &node{name: "alice"}
+	b = &node{name: "bob"}
+	lnA, addrA := listenOn(t, network)
+	lnB, addrB := listenOn(t, network)
+	a.addr, b.addr = addrA, addrB
+	for _, n := range []*node{a, b} {
+		kp, err := identity.GenerateKeypair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.kp = kp
+	}
+	trustOf := func(other *node) *trust.List {
+		l, err := trust.New(trust.Peer{Name: other.name, ID: other.kp.ID(), Addr: other.addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	var err error
+	if a.r, err = New(a.kp, trustOf(b), opts); err != nil {
+		t.Fatal(err)
+	}
+	if b.r, err = New(b.kp, trustOf(a), opts); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []struct {
+		n  *node
+		ln net.Listener
+	}{{a, lnA}, {b, lnB}} {
+		errc := make(chan error, 1)
+		go func() { errc <- x.n.r.Serve(x.ln) }()
+		t.Cleanup(func() {
+			x.n.r.Close()
+			if err := <-errc; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
+	}
+	return a, b
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestMessageAndRequestResponse(t *testing.T) {
+	for _, network := range []string{"uds", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			checkGoroutines(t)
+			a, b := pair(t, network, Options{})
+			ctx := ctxT(t)
+			id, err := a.r.SendMessage(ctx, "bob", "hello bob")
+			if err != nil {
+				t.Fatal(err)
+			}
+			items, err := b.r.Inbox().Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(items) != 1 || items[0].Envelope.ID != id || items[0].Envelope.Kind.Body() != "hello bob" || items[0].PeerName != "alice" {
+				t.Fatalf("bob's inbox: %+v", items)
+			}
+
+			reqID, err := a.r.SendRequest(ctx, b.kp.ID().String(), "add", mustJSON(t, `{"a":1,"b":2}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			items, err = b.r.Inbox().Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := items[0].Envelope
+			if req.ID != reqID || req.Kind.Intent() != "add" {
+				t.Fatalf("bob got %+v", req)
+			}
+			if _, err := b.r.SendResponse(ctx, "alice", req.ID, wire.StatusCompleted, wire.Int(3)); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := a.r.AwaitResponse(ctx, reqID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := resp.Kind.InReplyTo(); got != reqID || resp.Kind.Status() != wire.StatusCompleted {
+				t.Fatalf("response %+v", resp)
+			}
+			if n, _ := resp.Kind.Result().Int(); n != 3 {
+				t.Fatalf("result %v", resp.Kind.Result())
+			}
+			// The response is in alice's inbox too, and was not acked.
+			items, err = a.r.Inbox().Wait(ctx)
+			if err != nil || len(items) != 1 || items[0].Envelope.Kind.Type() != wire.TypeResponse {
+				t.Fatalf("alice's inbox: %+v, %v", items, err)
+			}
+			if s := a.r.Stats(); s.AcksSent != 0 {
+				t.Fatalf("alice acked %d envelopes; responses are never acked", s.AcksSent)
+			}
+			if _, err := a.r.AwaitResponse(ctx, reqID); !errors.Is(err, ErrUnknownRequest) {
+				t.Fatalf("awaiting an answered request: %v", err)
+			}
+		})
+	}
+}
+
+func TestPipelinedSendsShareOneConnection(t *testing.T) {
+	checkGoroutines(t)
+	a, b := pair(t, "uds", Options{})
+	ctx := ctxT(t)
+	const n = 200
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := a.r.SendMessage(ctx, "bob", strings.Repeat("x", i))
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.r.Inbox().Len(); got != n {
+		t.Fatalf("bob has %d items, want %d", got, n)
+	}
+	if s := b.r.Stats(); s.AcksSent != n {
+		t.Fatalf("bob sent %d acks", s.AcksSent)
+	}
+	if got := b.r.Stats().Connections; got != 1 {
+		t.Fatalf("bob has %d inbound connections, want 1 shared", got)
+	}
+}
+
+func TestUnknownPeerAndOffline(t *testing.T) {
+	checkGoroutines(t)
+	a, b := pair(t, "uds", Options{AckTimeout: 2 * time.Second})
+	ctx := ctxT(t)
+	if _, err := a.r.SendMessage(ctx, "carol", "hi"); !errors.Is(err, ErrUnknownPeer) {
+		t.Fatalf("unknown peer: %v", err)
+	}
+	b.r.Close()
+	_, err := a.r.SendMessage(ctx, "bob", "are you there")
+	var poe *PeerOfflineError
+	if !errors.As(err, &poe) || !errors.Is(err, ErrPeerOffline) || poe.Peer != "bob" {
+		t.Fatalf("closed peer: %v", err)
+	}
+}
+
+// A peer that answers like the Rust reference — one envelope per
+// connection, ack, close — is served through one-shot connections.
+func TestOneShotPeer(t *testing.T) {
+	checkGoroutines(t)
+	ln, addr := listenOn(t, "uds")
+	peerKP, _ := identity.GenerateKeypair()
+	me, _ := identity.GenerateKeypair()
+	l, err := trust.New(trust.Peer{Name: "rusty", ID: peerKP.ID(), Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(me, l, Options{AckTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer ln.Close()
+	served := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { served <- n }()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			payload, err := transport.ReadFrame(c, 0)
+			if err == nil {
+				e, err := wire.Open(payload)
+				if err == nil {
+					ack, _ := wire.Seal(peerKP, identity.NewUUID(), e.From, wire.Ack(e.ID))
+					b, _ := ack.MarshalBinary()
+					transport.WriteFrame(c, b)
+					n++
+				}
+			}
+			c.Close() // one envelope per connection
+		}
+	}()
+	ctx := ctxT(t)
+	for i := range 5 {
+		if _, err := r.SendMessage(ctx, "rusty", "msg"); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	ln.Close()
+	if n := <-served; n != 5 {
+		t.Fatalf("peer acked %d envelopes, want 5", n)
+	}
+}
+
+func TestDuplicateDeliveredOnceAckedTwice(t *testing.T) {
+	checkGoroutines(t)
+	a, b := pair(t, "uds", Options{})
+	e, err := wire.Seal(a.kp, identity.NewUUID(), b.kp.ID(), wire.Message("once"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := e.MarshalBinary()
+	for range 2 {
+		c, err := transport.Dial(context.Background(), b.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := transport.WriteFrame(c, payload); err != nil {
+			t.Fatal(err)
+		}
+		ackPayload, err := transport.ReadFrame(c, 0)
+		if err != nil {
+			t.Fatalf("no ack: %v", err)
+		}
+		ack, err := wire.Open(ackPayload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := ack.Kind.InReplyTo(); got != e.ID || ack.From != b.kp.ID() || ack.To != a.kp.ID() {
+			t.Fatalf("bad ack %+v", ack)
+		}
+		c.Close()
+	}
+	waitFor(t, 5*time.Second, "duplicate counted", func() bool { return b.r.Stats().Duplicates == 1 })
+	if n := b.r.Inbox().Len(); n != 1 {
+		t.Fatalf("inbox has %d items, want 1", n)
+	}
+}
+
+func mustJSON(t *testing.T, s string) wire.Value {
+	t.Helper()
+	v, err := wire.ParseJSON([]byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

@@ -1,0 +1,485 @@
+package comms
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// ResolvePeer finds a trusted peer by name, key string ("ed25519:…") or the
+// Rust reference's peer UUID.
+func (r *Router) ResolvePeer(ref string) (trust.Peer, error) {
+	l := r.trust.Load()
+	if p, ok := l.ByName(ref); ok {
+		return p, nil
+	}
+	if id, err := identity.ParsePeerID(ref); err == nil {
+		if p, ok := l.Lookup(id); ok {
+			return p, nil
+		}
+	}
+	if u, err := identity.ParseUUID(ref); err == nil {
+		for _, p := range l.Peers() {
+			if p.ID.UUID() == u {
+				return p, nil
+			}
+		}
+	}
+	return trust.Peer{}, fmt.Errorf("%w: %q", ErrUnknownPeer, ref)
+}
+
+// SendMessage sends a message to peer (a name, key or peer UUID) and waits
+// for its ack. It returns the envelope id.
+func (r *Router) SendMessage(ctx context.Context, peer, body string) (identity.UUID, error) {
+	return r.send(ctx, peer, wire.Message(body), true)
+}
+
+// SendRequest sends a request and waits for its ack. It returns the request
+// id; [Router.AwaitResponse] waits for the answer.
+func (r *Router) SendRequest(ctx context.Context, peer, intent string, params wire.Value) (identity.UUID, error) {
+	p, err := r.ResolvePeer(peer)
+	if err != nil {
+		return identity.UUID{}, err
+	}
+	id := identity.NewUUID()
+	r.reqs.open(id, p.ID)
+	if err := r.sendTo(ctx, p, id, wire.Request(intent, params), true); err != nil {
+		r.reqs.forget(id)
+		return identity.UUID{}, err
+	}
+	return id, nil
+}
+
+// SendResponse answers request inReplyTo from peer. Responses are not
+// acknowledged: it returns once the envelope is written.
+func (r *Router) SendResponse(ctx context.Context, peer string, inReplyTo identity.UUID, status wire.Status, result wire.Value) (identity.UUID, error) {
+	if !status.Valid() {
+		return identity.UUID{}, fmt.Errorf("comms: response status %q: %w", status, wire.ErrBadValue)
+	}
+	return r.send(ctx, peer, wire.Response(inReplyTo, status, result), false)
+}
+
+// AwaitResponse waits for the next response to request id, sent by
+// SendRequest from this Router. Responses that arrived before the call are
+// returned first. An "accepted" response may be followed by a final one.
+func (r *Router) AwaitResponse(ctx context.Context, id identity.UUID) (wire.Envelope, error) {
+	return r.reqs.await(ctx, id)
+}
+
+func (r *Router) send(ctx context.Context, peer string, kind wire.Kind, wantAck bool) (identity.UUID, error) {
+	p, err := r.ResolvePeer(peer)
+	if err != nil {
+		return identity.UUID{}, err
+	}
+	id := identity.NewUUID()
+	return id, r.sendTo(ctx, p, id, kind, wantAck)
+}
+
+func (r *Router) sendTo(ctx context.Context, p trust.Peer, id identity.UUID, kind wire.Kind, wantAck bool) error {
+	e, err := wire.Seal(r.kp, id, p.ID, kind)
+	if err != nil {
+		return err
+	}
+	frame, err := appendFrame(nil, &e)
+	if err != nil {
+		return err
+	}
+	lk, err := r.link(p)
+	if err != nil {
+		return err
+	}
+	return lk.send(ctx, id, frame, wantAck)
+}
+
+// link returns the outbound link to p, creating it.
+func (r *Router) link(p trust.Peer) (*link, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	lk := r.links[p.ID]
+	if lk == nil {
+		lk = &link{r: r, peer: p}
+		r.links[p.ID] = lk
+	}
+	return lk, nil
+}
+
+// handleAck routes an ack that arrived on an inbound connection to the
+// link that waits for it.
+func (r *Router) handleAck(e wire.Envelope) {
+	r.mu.Lock()
+	lk := r.links[e.From]
+	r.mu.Unlock()
+	if lk != nil {
+		lk.ackArrived(e)
+	}
+}
+
+// link is the outbound side towards one peer: one persistent connection
+// (conn) carrying pipelined envelopes, or, for a peer that closes after
+// every exchange, a new connection per envelope.
+type link struct {
+	r    *Router
+	peer trust.Peer
+
+	mu      sync.Mutex // guards conn, oneShot, closed
+	conn    *outConn
+	oneShot bool
+	closed  bool
+}
+
+// errConnLost means the connection ended with the envelope unacknowledged;
+// send retries once on a fresh connection.
+var errConnLost = errors.New("comms: connection lost")
+
+func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool) error {
+	ctx, cancel := context.WithTimeout(ctx, l.r.opts.AckTimeout)
+	defer cancel()
+	var lastErr error
+	for attempt := 0; attempt < 2; attempt++ {
+		l.mu.Lock()
+		closed, oneShot := l.closed, l.oneShot
+		l.mu.Unlock()
+		if closed {
+			return ErrClosed
+		}
+		if oneShot {
+			return l.sendOneShot(ctx, id, frame, wantAck)
+		}
+		oc, err := l.connect(ctx)
+		if err != nil {
+			return l.offline(ctx, err)
+		}
+		err = oc.send(ctx, id, frame, wantAck)
+		if !errors.Is(err, errConnLost) {
+			if err != nil {
+				return l.offline(ctx, err)
+			}
+			return nil
+		}
+		lastErr = err
+	}
+	return l.offline(ctx, lastErr)
+}
+
+// offline turns a send failure into a PeerOfflineError.
+func (l *link) offline(ctx context.Context, err error) error {
+	var poe *PeerOfflineError
+	switch {
+	case errors.As(err, &poe), errors.Is(err, ErrClosed):
+		return err
+	case ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
+		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineTimeout}
+	case errors.Is(err, context.Canceled):
+		return err
+	case errors.Is(err, errConnLost):
+		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineClosed}
+	case errors.Is(err, errBadAck):
+		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineBadAck, Err: err}
+	}
+	return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineRefused, Err: err}
+}
+
+// connect returns the live persistent connection, dialing one if needed.
+func (l *link) connect(ctx context.Context) (*outConn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil && !l.conn.isDone() {
+		return l.conn, nil
+	}
+	c, err := l.r.opts.Dial(ctx, l.peer.Addr)
+	if err != nil {
+		return nil, err
+	}
+	oc := newOutConn(l, c)
+	if !l.r.goOwned(oc.writeLoop) {
+		c.Close()
+		return nil, ErrClosed
+	}
+	if !l.r.goOwned(oc.readLoop) {
+		oc.fail(ErrClosed)
+		return nil, ErrClosed
+	}
+	l.conn = oc
+	return oc, nil
+}
+
+// connEnded is called by an outConn when it ends. A peer that closed the
+// connection cleanly after acknowledging is treated as a one-envelope-per-
+// connection peer from then on.
+func (l *link) connEnded(oc *outConn, cleanEOF bool, acks int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == oc {
+		l.conn = nil
+	}
+	if cleanEOF && acks > 0 && !l.oneShot {
+		l.oneShot = true
+		l.r.log.Debug("peer closes after each exchange; using one connection per envelope", "peer", l.peer.Name)
+	}
+}
+
+func (l *link) ackArrived(e wire.Envelope) {
+	l.mu.Lock()
+	oc := l.conn
+	l.mu.Unlock()
+	if oc != nil {
+		oc.ackArrived(e)
+	}
+}
+
+func (l *link) close() {
+	l.mu.Lock()
+	l.closed = true
+	oc := l.conn
+	l.conn = nil
+	l.mu.Unlock()
+	if oc != nil {
+		oc.fail(ErrClosed)
+	}
+}
+
+// sendOneShot delivers one envelope on its own connection, as the Rust
+// reference does: dial, write, read the ack, close.
+func (l *link) sendOneShot(ctx context.Context, id identity.UUID, frame []byte, wantAck bool) error {
+	c, err := l.r.opts.Dial(ctx, l.peer.Addr)
+	if err != nil {
+		return l.offline(ctx, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	if _, err := c.Write(frame); err != nil {
+		return l.offline(ctx, err)
+	}
+	if !wantAck {
+		return nil
+	}
+	payload, err := transport.ReadFrame(c, l.r.opts.MaxMessageBytes)
+	if err != nil {
+		if ctx.Err() != nil {
+			return l.offline(ctx, ctx.Err())
+		}
+		return l.offline(ctx, errConnLost)
+	}
+	if err := l.checkAck(payload, id); err != nil {
+		return l.offline(ctx, err)
+	}
+	return nil
+}
+
+var errBadAck = errors.New("comms: invalid ack")
+
+// checkAck verifies that payload is an ack of envelope id from this peer
+// to us.
+func (l *link) checkAck(payload []byte, id identity.UUID) error {
+	e, err := wire.Open(payload)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errBadAck, err)
+	}
+	if err := l.validAck(e); err != nil {
+		return err
+	}
+	if got, _ := e.Kind.InReplyTo(); got != id {
+		return fmt.Errorf("%w: acknowledges another envelope", errBadAck)
+	}
+	return nil
+}
+
+func (l *link) validAck(e wire.Envelope) error {
+	switch {
+	case e.Kind.Type() != wire.TypeAck:
+		return fmt.Errorf("%w: kind %q", errBadAck, e.Kind.Type())
+	case e.From != l.peer.ID:
+		return fmt.Errorf("%w: from another key", errBadAck)
+	case e.To != l.r.self:
+		return fmt.Errorf("%w: addressed to another node", errBadAck)
+	}
+	return nil
+}
+
+// outConn is one persistent outbound connection: a writeLoop that
+// coalesces queued frames into few writes, and a readLoop that matches acks
+// to waiting senders by id.
+type outConn struct {
+	l  *link
+	c  net.Conn
+	wq chan []byte // frames to write; bounded, senders block with their ctx
+
+	mu      sync.Mutex // guards pending, err, acks
+	pending map[identity.UUID]chan error
+	err     error
+	acks    int
+	done    chan struct{} // closed by fail
+}
+
+func newOutConn(l *link, c net.Conn) *outConn {
+	return &outConn{l: l, c: c, wq: make(chan []byte, writeQueueLen), pending: map[identity.UUID]chan error{}, done: make(chan struct{})}
+}
+
+func (oc *outConn) isDone() bool {
+	select {
+	case <-oc.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// send queues frame and, if wantAck, waits for the matching ack.
+func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool) error {
+	var ch chan error
+	if wantAck {
+		ch = make(chan error, 1)
+		oc.mu.Lock()
+		if oc.err != nil {
+			oc.mu.Unlock()
+			return errConnLost
+		}
+		oc.pending[id] = ch
+		oc.mu.Unlock()
+		defer func() {
+			oc.mu.Lock()
+			delete(oc.pending, id)
+			oc.mu.Unlock()
+		}()
+	}
+	select {
+	case oc.wq <- frame:
+	case <-oc.done:
+		return errConnLost
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !wantAck {
+		return nil
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (oc *outConn) writeLoop() {
+	bw := bufio.NewWriterSize(oc.c, 16<<10)
+	for {
+		select {
+		case frame := <-oc.wq:
+			oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
+			bw.Write(frame)
+			// Coalesce whatever else is queued into the same write.
+		more:
+			for {
+				select {
+				case f := <-oc.wq:
+					bw.Write(f)
+				default:
+					break more
+				}
+			}
+			if err := bw.Flush(); err != nil {
+				// The peer may simply have closed after its last ack
+				// (one envelope per connection): unacknowledged sends
+				// retry on a new connection.
+				oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
+				return
+			}
+		case <-oc.done:
+			return
+		}
+	}
+}
+
+func (oc *outConn) readLoop() {
+	fr := transport.NewReader(oc.c, oc.l.r.opts.MaxMessageBytes)
+	for {
+		payload, err := fr.ReadFrame()
+		if err != nil {
+			oc.mu.Lock()
+			acks := oc.acks
+			oc.mu.Unlock()
+			oc.l.connEnded(oc, errors.Is(err, io.EOF), acks)
+			oc.fail(errConnLost)
+			return
+		}
+		e, err := wire.Open(payload)
+		if err != nil || e.To != oc.l.r.self || e.From != oc.l.peer.ID {
+			// A peer that sends garbage on our connection loses it.
+			oc.l.connEnded(oc, false, 0)
+			oc.fail(errBadAck)
+			return
+		}
+		if e.Kind.Type() == wire.TypeAck {
+			oc.ackArrived(e)
+			continue
+		}
+		// The peer sent us something else on our connection: treat it as
+		// inbound and answer on the same connection.
+		ack, reason := oc.l.r.receive(payload)
+		if reason != "" {
+			oc.l.r.reject(reason)
+			oc.l.connEnded(oc, false, 0)
+			oc.fail(errConnLost)
+			return
+		}
+		if ack != nil {
+			select {
+			case oc.wq <- ack:
+			case <-oc.done:
+				return
+			}
+		}
+	}
+}
+
+func (oc *outConn) ackArrived(e wire.Envelope) {
+	if oc.l.validAck(e) != nil {
+		return
+	}
+	id, _ := e.Kind.InReplyTo()
+	oc.mu.Lock()
+	ch := oc.pending[id]
+	delete(oc.pending, id)
+	if ch != nil {
+		oc.acks++
+	}
+	oc.mu.Unlock()
+	if ch != nil {
+		ch <- nil
+	}
+}
+
+// fail ends the connection, failing every unacknowledged send with err.
+func (oc *outConn) fail(err error) {
+	oc.mu.Lock()
+	if oc.err != nil {
+		oc.mu.Unlock()
+		return
+	}
+	oc.err = err
+	pending := oc.pending
+	oc.pending = map[identity.UUID]chan error{}
+	close(oc.done)
+	oc.mu.Unlock()
+	oc.c.Close()
+	for _, ch := range pending {
+		ch <- err
+	}
+}
