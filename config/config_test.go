@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -77,7 +78,7 @@ func TestDefault(t *testing.T) {
 }
 
 func TestDurationsClamp(t *testing.T) {
-	c := Comms{AckTimeoutSecs: -5, FrameTimeoutSecs: 1 << 62, IdleTimeoutSecs: 7}
+	c := Comms{AckTimeoutSecs: -5, FrameTimeoutSecs: math.MaxInt, IdleTimeoutSecs: 7}
 	if c.AckTimeout() != 0 || c.FrameTimeout() != MaxTimeoutSecs*time.Second || c.IdleTimeout() != 7*time.Second {
 		t.Errorf("durations = %v %v %v", c.AckTimeout(), c.FrameTimeout(), c.IdleTimeout())
 	}

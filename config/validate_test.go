@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -56,7 +57,7 @@ func TestValidate(t *testing.T) {
 		{"frame 0", func(c *Config) { c.Comms.FrameTimeoutSecs = 0 }, "comms.frame_timeout_secs"},
 		{"frame max", func(c *Config) { c.Comms.FrameTimeoutSecs = MaxTimeoutSecs }, ""},
 		{"idle 0", func(c *Config) { c.Comms.IdleTimeoutSecs = 0 }, "comms.idle_timeout_secs"},
-		{"idle huge", func(c *Config) { c.Comms.IdleTimeoutSecs = 1 << 40 }, "comms.idle_timeout_secs"},
+		{"idle huge", func(c *Config) { c.Comms.IdleTimeoutSecs = math.MaxInt }, "comms.idle_timeout_secs"},
 
 		{"max message 0", func(c *Config) { c.Comms.MaxMessageBytes = 0 }, "comms.max_message_bytes"},
 		{"max message over protocol", func(c *Config) { c.Comms.MaxMessageBytes = 1048577 }, "comms.max_message_bytes"},

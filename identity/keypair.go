@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"unsafe"
 )
 
 // File names inside a node's home directory.
@@ -22,9 +23,16 @@ const (
 // use; the zero value is not usable (use [GenerateKeypair],
 // [KeypairFromSeed] or [LoadKeypair]).
 type Keypair struct {
-	priv ed25519.PrivateKey
-	id   PeerID
+	id PeerID
+	// priv points to the ed25519.PrivateKey. It is an unsafe.Pointer
+	// because fmt prints those as bare addresses: no formatting of a
+	// Keypair — inside an unexported field fmt cannot call Format on,
+	// with any verb — can print the seed. (An ordinary pointer to a
+	// struct is printed as &{…} with its contents.)
+	priv unsafe.Pointer
 }
+
+func (kp *Keypair) key() ed25519.PrivateKey { return *(*ed25519.PrivateKey)(kp.priv) }
 
 // GenerateKeypair returns a new random keypair.
 func GenerateKeypair() (*Keypair, error) {
@@ -41,7 +49,7 @@ func KeypairFromSeed(seed []byte) (*Keypair, error) {
 		return nil, ErrBadLength
 	}
 	priv := ed25519.NewKeyFromSeed(seed)
-	kp := &Keypair{priv: priv}
+	kp := &Keypair{priv: unsafe.Pointer(&priv)}
 	copy(kp.id[:], priv[ed25519.SeedSize:])
 	return kp, nil
 }
@@ -50,16 +58,16 @@ func KeypairFromSeed(seed []byte) (*Keypair, error) {
 func (kp *Keypair) ID() PeerID { return kp.id }
 
 // Sign returns the Ed25519 signature of msg.
-func (kp *Keypair) Sign(msg []byte) []byte { return ed25519.Sign(kp.priv, msg) }
+func (kp *Keypair) Sign(msg []byte) []byte { return ed25519.Sign(kp.key(), msg) }
 
 // SignInto writes the Ed25519 signature of msg into sig without allocating
 // a result slice.
 func (kp *Keypair) SignInto(sig *[ed25519.SignatureSize]byte, msg []byte) {
-	copy(sig[:], ed25519.Sign(kp.priv, msg))
+	copy(sig[:], ed25519.Sign(kp.key(), msg))
 }
 
 // Seed returns a copy of the 32-byte private seed. Handle it as a secret.
-func (kp *Keypair) Seed() []byte { return bytes.Clone(kp.priv.Seed()) }
+func (kp *Keypair) Seed() []byte { return bytes.Clone(kp.key().Seed()) }
 
 // String prints the public half only, so a Keypair in a log line or %v never
 // leaks the seed.
@@ -79,7 +87,7 @@ func (kp Keypair) Format(f fmt.State, verb rune) {
 }
 
 // Save writes identity.key (mode 0600) and identity.pub into dir, creating
-// dir with mode 0700 if needed. Each file is written to a temporary file,
+// dir with mode 0700 if needed (and restricting an existing dir to 0700). Each file is written to a temporary file,
 // synced and renamed, so a crash leaves either the old file or the new one.
 // The old public file is removed first: a crash part-way leaves a seed
 // without a public file (which loads) rather than a mismatched pair.
@@ -87,10 +95,17 @@ func (kp *Keypair) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("identity: create %s: %w", dir, err)
 	}
+	// A home that already existed with looser permissions is tightened:
+	// it holds the node's secret.
+	if st, err := os.Stat(dir); err == nil && st.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("identity: make %s private: %w", dir, err)
+		}
+	}
 	if err := os.Remove(filepath.Join(dir, PubFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("identity: replace %s: %w", filepath.Join(dir, PubFile), err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, KeyFile), kp.priv.Seed(), 0o600); err != nil {
+	if err := writeFileAtomic(filepath.Join(dir, KeyFile), kp.key().Seed(), 0o600); err != nil {
 		return err
 	}
 	return writeFileAtomic(filepath.Join(dir, PubFile), kp.id[:], 0o644)

@@ -218,7 +218,8 @@ func TestKeypairFormattingHidesSeed(t *testing.T) {
 		t.Errorf("GoString() = %q, want %q", got, want)
 	}
 	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%X", "%d", "%o", "%b", "%10v"} {
-		for _, arg := range []any{kp, *kp, []*identity.Keypair{kp}, struct{ K *identity.Keypair }{kp}, struct{ K identity.Keypair }{*kp}} {
+		type hidden struct{ k identity.Keypair } // fmt cannot call Format on an unexported field
+		for _, arg := range []any{kp, *kp, []*identity.Keypair{kp}, struct{ K *identity.Keypair }{kp}, struct{ K identity.Keypair }{*kp}, hidden{*kp}, []identity.Keypair{*kp}} {
 			got := fmt.Sprintf(verb, arg)
 			assertNoSecret(t, fmt.Sprintf("Sprintf(%s, %T)", verb, arg), got, seed)
 		}
@@ -565,3 +566,21 @@ func chmod(t *testing.T, path string, mode fs.FileMode) {
 }
 
 func idBytes(id identity.PeerID) []byte { return id[:] }
+
+func TestSaveTightensExistingDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // umask-independent
+		t.Fatal(err)
+	}
+	mustSave(t, rfcKeypair(t), dir)
+	st, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o700 {
+		t.Fatalf("home mode %v after Save, want 0700", st.Mode().Perm())
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 )
 
 // Frame sizes (docs/protocol.md, "Framing").
@@ -153,7 +152,7 @@ func FinishFrame(frame []byte, start int) error {
 		return errors.New("transport: bug: FinishFrame without StartFrame")
 	case n == 0:
 		return ErrEmptyFrame
-	case n > MaxFrameSize || n > math.MaxUint32:
+	case n > MaxFrameSize:
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, MaxFrameSize)
 	}
 	binary.BigEndian.PutUint32(frame[start:], uint32(n))

@@ -286,7 +286,8 @@ type decoder struct {
 	off   int
 	items int     // values and keys seen, bounded by MaxItems
 	field string  // where we are, for errors
-	arena []Value // free space for container items; see alloc
+	arena    []Value // free space for container items; see alloc
+	reserved int     // arena slots handed out, bounded by 2*MaxItems
 
 	nestedBytes bool // a byte string was seen below a kind member
 }
@@ -507,21 +508,34 @@ func (d *decoder) value(depth int) (Value, error) {
 // decoded tree costs a few allocations rather than one per container. The
 // arena grows in chunks sized to the input: every value takes at least one
 // input byte, and protocol CBOR averages several bytes per value.
-func (d *decoder) alloc(n int) []Value {
+//
+// Containers reserve their slots when their head is read, before their
+// items arrive, so the declared sizes of nested containers could together
+// claim far more than the input holds. The total reserved is therefore
+// bounded: honest input fills every reserved slot with one of at most
+// MaxItems values, and indefinite containers at most double that.
+func (d *decoder) alloc(n int) ([]Value, error) {
+	d.reserved += n
+	if d.reserved > 2*MaxItems {
+		return nil, d.fail(ErrTooManyItems)
+	}
 	if n > cap(d.arena)-len(d.arena) {
 		size := max(n, min((len(d.src)-d.off)/6, 1024), 16)
 		d.arena = make([]Value, 0, size)
 	}
 	i := len(d.arena)
 	d.arena = d.arena[:i+n]
-	return d.arena[i : i+n : i+n]
+	return d.arena[i : i+n : i+n], nil
 }
 
 // growIndefinite moves the items decoded so far into a larger arena slice.
-func (d *decoder) growIndefinite(a []Value) []Value {
-	b := d.alloc(max(2*len(a), 8))
+func (d *decoder) growIndefinite(a []Value) ([]Value, error) {
+	b, err := d.alloc(max(2*len(a), 8))
+	if err != nil {
+		return nil, err
+	}
 	copy(b, a)
-	return b[:len(a)]
+	return b[:len(a)], nil
 }
 
 func (d *decoder) array(info byte, arg uint64, depth int) (Value, error) {
@@ -540,7 +554,9 @@ func (d *decoder) array(info byte, arg uint64, depth int) (Value, error) {
 				return Value{}, err
 			}
 			if len(a) == cap(a) {
-				a = d.growIndefinite(a)
+				if a, err = d.growIndefinite(a); err != nil {
+					return Value{}, err
+				}
 			}
 			a = append(a, item)
 		}
@@ -550,7 +566,10 @@ func (d *decoder) array(info byte, arg uint64, depth int) (Value, error) {
 		if arg > uint64(len(d.src)-d.off) {
 			return Value{}, d.fail(ErrTruncated)
 		}
-		a = d.alloc(int(arg))
+		var err error
+		if a, err = d.alloc(int(arg)); err != nil {
+			return Value{}, err
+		}
 		for i := range a {
 			item, err := d.value(depth + 1)
 			if err != nil {
@@ -569,7 +588,11 @@ func (d *decoder) mapValue(info byte, arg uint64, depth int) (Value, error) {
 		if arg > uint64(len(d.src)-d.off)/2 {
 			return Value{}, d.fail(ErrTruncated)
 		}
-		a = d.alloc(2 * int(arg))[:0]
+		var err error
+		if a, err = d.alloc(2 * int(arg)); err != nil {
+			return Value{}, err
+		}
+		a = a[:0]
 	}
 	start := d.off
 	if !indefinite && arg <= smallMap {
@@ -594,7 +617,9 @@ func (d *decoder) mapValue(info byte, arg uint64, depth int) (Value, error) {
 			return Value{}, err
 		}
 		if len(a)+2 > cap(a) {
-			a = d.growIndefinite(a)
+			if a, err = d.growIndefinite(a); err != nil {
+				return Value{}, err
+			}
 		}
 		a = append(a, strValue(TypeText, key), val)
 	}

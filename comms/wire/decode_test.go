@@ -3,7 +3,9 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -231,5 +233,56 @@ func TestDecodeErrorMessage(t *testing.T) {
 	}
 	if strings.Count(msg, "wire:") != 1 {
 		t.Errorf("error %q repeats its package prefix", msg)
+	}
+}
+
+// Containers reserve their slots before their items arrive; nested
+// containers that each declare the whole remaining input must not make the
+// decoder reserve more than its bound.
+func TestDeclaredSizesCannotAmplifyMemory(t *testing.T) {
+	const size = 1 << 20
+	in := cat(h("a1"), tx("kind"), h("a1"), tx("x"))
+	for range 126 {
+		remaining := uint32(size - len(in) - 5)
+		in = append(in, 0x9a, byte(remaining>>24), byte(remaining>>16), byte(remaining>>8), byte(remaining))
+	}
+	in = append(in, make([]byte, size-len(in))...)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Decode(in)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrTooManyItems) && !errors.Is(err, ErrTruncated) {
+		t.Fatalf("got %v, want ErrTooManyItems or ErrTruncated", err)
+	}
+	// The input copy plus at most 2*MaxItems reserved 24-byte slots.
+	const bound = size + 2*MaxItems*24 + 1<<20
+	if got := after.TotalAlloc - before.TotalAlloc; got > bound {
+		t.Fatalf("decoding a %d-byte input allocated %d bytes, bound %d", size, got, bound)
+	}
+}
+
+// Many distinct unknown top-level keys decode (and a repeat among them is
+// still caught) — the duplicate check is a set, not a scan per key.
+func TestManyUnknownTopLevelKeys(t *testing.T) {
+	e := mustSeal(t, Message("hi"))
+	base := mustMarshal(t, e)
+	const n = 60000
+	var extra []byte
+	for i := range n {
+		extra = append(extra, tx(fmt.Sprintf("k%05d", i))...)
+		extra = append(extra, 0x00)
+	}
+	in := cat(appendHead(nil, majorMap, 5+n), base[1:], extra)
+	got, err := Open(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !envelopesEqual(got, e) {
+		t.Fatal("unknown keys changed the envelope")
+	}
+	dup := cat(appendHead(nil, majorMap, 5+n+1), base[1:], extra, tx("k00042"), h("00"))
+	if _, err := Decode(dup); !errors.Is(err, ErrDuplicateKey) {
+		t.Fatalf("repeated unknown key among many: %v", err)
 	}
 }

@@ -18,8 +18,9 @@ const (
 	// the envelope map itself as level 1 and its kind map as level 2.
 	MaxDepth = 128
 	// MaxItems is the most values (map keys included) one envelope may
-	// hold. It bounds the memory a decoded envelope takes, about 56 bytes
-	// per value, whatever the input's shape.
+	// hold. With the bound on reserved container slots it limits the
+	// memory a decoded envelope takes (24 bytes per value, at most twice
+	// MaxItems slots) whatever the input's shape.
 	MaxItems = 1 << 17
 )
 
@@ -176,9 +177,11 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 // non-shortest integer heads, and ignores top-level keys it does not know
 // (they are not signed). It rejects, with a [*DecodeError]: more than
 // [MaxEnvelopeSize] bytes, nesting deeper than [MaxDepth], more than
-// [MaxItems] values, malformed or truncated CBOR, duplicate keys at any
-// level, wrong types or byte lengths, missing fields, invalid kinds, items
-// outside the data model, and trailing bytes.
+// [MaxItems] values, malformed or truncated CBOR, duplicate keys in the
+// envelope map and anywhere in the kind, wrong types or byte lengths,
+// missing fields, invalid kinds, items outside the data model, and trailing
+// bytes. Values of ignored top-level keys are checked for well-formedness
+// only.
 //
 // The returned envelope does not alias payload.
 func Decode(payload []byte) (Envelope, error) {
@@ -225,7 +228,10 @@ func (d *decoder) envelope(e *Envelope) error {
 		return d.fail(ErrTruncated)
 	}
 	var seen uint8
-	var unknown []string // keys outside the protocol, to catch their duplicates
+	// Keys outside the protocol, to catch their duplicates: a short list,
+	// then a set, so many keys cost linear time.
+	var unknown []string
+	var unknownSet map[string]struct{}
 	for i := uint64(0); indefinite || i < arg; i++ {
 		d.field = ""
 		if indefinite {
@@ -249,10 +255,23 @@ func (d *decoder) envelope(e *Envelope) error {
 			}
 		}
 		if bit == 0 {
-			if slices.Contains(unknown, key) {
+			dup := false
+			if unknownSet != nil {
+				_, dup = unknownSet[key]
+				unknownSet[key] = struct{}{}
+			} else {
+				dup = slices.Contains(unknown, key)
+				unknown = append(unknown, key)
+				if len(unknown) > 8 {
+					unknownSet = make(map[string]struct{}, 2*len(unknown))
+					for _, k := range unknown {
+						unknownSet[k] = struct{}{}
+					}
+				}
+			}
+			if dup {
 				return &DecodeError{Offset: keyAt, Err: ErrDuplicateKey}
 			}
-			unknown = append(unknown, key)
 			if err := d.skip(2); err != nil {
 				return err
 			}

@@ -50,8 +50,10 @@ var (
 )
 
 // DecodeError describes why bytes are not a valid envelope. Err is one of the
-// reason sentinels; Field names where decoding stopped ("" for the envelope
-// itself, "kind.params" and so on); Offset is the byte offset reached.
+// reason sentinels; Field names where decoding stopped: "" for the envelope
+// map itself, a top-level field ("id", "kind", …), or for a failed kind
+// check the kind member ("kind.body", "kind.params", …). Offset is the byte
+// offset reached.
 type DecodeError struct {
 	Field  string
 	Offset int

@@ -137,6 +137,9 @@ func TestTamper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if kind, err = kind.With("n", Int(1)); err != nil {
+		t.Fatal(err)
+	}
 	e := mustSeal(t, kind)
 	mutate := map[string]func(*Envelope){
 		"id":             func(e *Envelope) { e.ID[15] ^= 1 },
@@ -147,8 +150,9 @@ func TestTamper(t *testing.T) {
 		"type":           func(e *Envelope) { e.Kind, _ = e.Kind.With("type", Text("notice")) },
 		"unknown field":  func(e *Envelope) { e.Kind, _ = e.Kind.With("handling_mode", Text("steer")) },
 		"added field":    func(e *Envelope) { e.Kind, _ = e.Kind.With("content_taint", Text("tainted")) },
-		"float for int":  func(e *Envelope) { e.Kind, _ = e.Kind.With("n", Float(1)) },
-		"removed field":  func(e *Envelope) { e.Kind, _ = NewKind(Message("pay 10").Value()) },
+		"float for int":  func(e *Envelope) { e.Kind, _ = e.Kind.With("n", Float(1)) }, // 1.0 encodes apart from 1
+		"removed field":  func(e *Envelope) { e.Kind, _ = Message("pay 10").With("handling_mode", Text("queue")) },
+		"null for int":   func(e *Envelope) { e.Kind, _ = e.Kind.With("n", Null()) },
 		"int for string": func(e *Envelope) { e.Kind, _ = e.Kind.With("handling_mode", Int(1)) },
 	}
 	for name, f := range mutate {
