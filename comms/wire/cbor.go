@@ -282,10 +282,10 @@ func appendMapBytewise(dst []byte, v *Value, first []string, depth int, check bo
 // decoder reads one CBOR item tree from src. Strings in the result are
 // substrings of src, so decoding a whole envelope copies the input once.
 type decoder struct {
-	src   string
-	off   int
-	items int     // values and keys seen, bounded by MaxItems
-	field string  // where we are, for errors
+	src      string
+	off      int
+	items    int     // values and keys seen, bounded by MaxItems
+	field    string  // where we are, for errors
 	arena    []Value // free space for container items; see alloc
 	reserved int     // arena slots handed out, bounded by 2*MaxItems
 
