@@ -10,14 +10,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"strings"
-
-	"github.com/meerkatd/meerkatd/identity"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise
@@ -35,27 +32,67 @@ type command struct {
 // Tests build their own.
 type env struct {
 	stdout, stderr io.Writer
-	getenv         func(string) string
+	lookupEnv      func(string) (string, bool)
 	commands       map[string]command
 }
 
-func newEnv(stdout, stderr io.Writer, getenv func(string) string) *env {
-	return &env{stdout: stdout, stderr: stderr, getenv: getenv, commands: commandTable()}
+func newEnv(stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) *env {
+	return &env{stdout: stdout, stderr: stderr, lookupEnv: lookupEnv, commands: commandTable()}
+}
+
+func (e *env) getenv(k string) string {
+	v, _ := e.lookupEnv(k)
+	return v
 }
 
 // commandTable returns the subcommands. It is a function rather than a
 // package variable because "help" refers to the table.
 func commandTable() map[string]command {
 	return map[string]command{
+		"init": {
+			summary: "create the home: identity, meerkat.toml, empty trusted_peers.json",
+			usage:   "meerkatd init [--home DIR] [--name NAME]",
+			run:     runInit,
+		},
 		"id": {
-			summary: "print this node's public key and peer UUID, creating the identity on first use",
-			usage:   "meerkatd id [--home DIR]",
+			summary: "print this node's name, public key, peer UUID and listen addresses",
+			usage:   "meerkatd id [--home DIR] [--json]",
 			run:     runID,
 		},
 		"keygen": {
 			summary: "create a new identity (refuses to replace an existing one without --force)",
 			usage:   "meerkatd keygen [--home DIR] [--force]",
 			run:     runKeygen,
+		},
+		"peers": {
+			summary: "list, add or remove trusted peers",
+			usage:   "meerkatd peers list [--json] | peers add NAME KEY ADDR [--meta JSON] | peers remove NAME   [--home DIR]",
+			run:     runPeers,
+		},
+		"run": {
+			summary: "run the node in the foreground until SIGINT or SIGTERM (SIGHUP reloads trusted peers)",
+			usage:   "meerkatd run [--home DIR] [--listen-uds PATH|off] [--listen-tcp HOST:PORT] [--log-level LEVEL]",
+			run:     runDaemon,
+		},
+		"send": {
+			summary: "send a message, request or response (through the daemon if it runs)",
+			usage:   "meerkatd send message PEER BODY | send request PEER INTENT PARAMS_JSON [--wait DUR] | send response PEER REQUEST_ID STATUS RESULT_JSON   [--home DIR] [--json]",
+			run:     runSend,
+		},
+		"inbox": {
+			summary: "list received items, oldest first (from the running daemon)",
+			usage:   "meerkatd inbox [--home DIR] [--json] [--wait DUR] [--after SEQ] [--ack]",
+			run:     runInbox,
+		},
+		"status": {
+			summary: "show whether the daemon runs, its addresses and counters",
+			usage:   "meerkatd status [--home DIR] [--json]",
+			run:     runStatus,
+		},
+		"config": {
+			summary: "check meerkat.toml, the MEERKAT_* variables and trusted_peers.json",
+			usage:   "meerkatd config check [--home DIR]",
+			run:     runConfig,
 		},
 		"version": {
 			summary: "print the version",
@@ -66,7 +103,7 @@ func commandTable() map[string]command {
 			},
 		},
 		"help": {
-			summary: "show the commands, or one command's flags",
+			summary: "show the commands, or one command's usage",
 			usage:   "meerkatd help [COMMAND]",
 			run:     runHelp,
 		},
@@ -74,18 +111,20 @@ func commandTable() map[string]command {
 }
 
 func main() {
-	e := newEnv(os.Stdout, os.Stderr, os.Getenv)
+	e := newEnv(os.Stdout, os.Stderr, os.LookupEnv)
 	os.Exit(e.main(os.Args[1:]))
 }
 
-// exit codes
+// Exit codes (docs/cli.md).
 const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
+	exitOK          = 0
+	exitError       = 1 // anything not listed below
+	exitUsage       = 2 // bad command line or arguments
+	exitPeerOffline = 3 // the peer did not acknowledge
+	exitUnknownPeer = 4 // no trusted peer by that name, key or UUID
+	exitNoDaemon    = 5 // the command needs the daemon, which is not running
 )
 
-// errUsage marks an error in how the command was called.
 var errUsage = errors.New("usage")
 
 func (e *env) main(args []string) int {
@@ -105,18 +144,25 @@ func (e *env) main(args []string) int {
 		return exitUsage
 	}
 	err := cmd.run(e, args[1:])
-	switch {
-	case err == nil:
+	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return exitOK
-	case errors.Is(err, flag.ErrHelp):
-		return exitOK
-	case errors.Is(err, errUsage):
+	}
+	if errors.Is(err, errUsage) {
 		fmt.Fprintf(e.stderr, "meerkatd %s: %s\nusage: %s\n", name, strings.TrimPrefix(err.Error(), "usage: "), cmd.usage)
 		return exitUsage
-	default:
-		fmt.Fprintf(e.stderr, "meerkatd %s: %v\n", name, err)
-		return exitError
 	}
+	fmt.Fprintf(e.stderr, "meerkatd %s: %v\n", name, err)
+	switch errorCode(err) {
+	case codeBadArgs:
+		return exitUsage
+	case codePeerOffline:
+		return exitPeerOffline
+	case codeUnknownPeer:
+		return exitUnknownPeer
+	case codeNoDaemon:
+		return exitNoDaemon
+	}
+	return exitError
 }
 
 func (e *env) usage(w io.Writer) {
@@ -130,8 +176,11 @@ func (e *env) usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-8s %s\n", n, e.commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nThe node's home holds its identity; it is --home, else $MEERKAT_HOME,")
-	fmt.Fprintln(w, "else $XDG_CONFIG_HOME/meerkat, else ~/.config/meerkat.")
+	fmt.Fprintln(w, "\nThe node's home holds its identity, meerkat.toml and trusted_peers.json;")
+	fmt.Fprintln(w, "it is --home, else $MEERKAT_HOME, else $XDG_CONFIG_HOME/meerkat, else")
+	fmt.Fprintln(w, "~/.config/meerkat, and is created on first use.")
+	fmt.Fprintln(w, "\nExit status: 0 ok, 1 error, 2 bad arguments, 3 peer offline,")
+	fmt.Fprintln(w, "4 unknown peer, 5 no daemon running.")
 }
 
 func runHelp(e *env, args []string) error {
@@ -159,19 +208,6 @@ func (e *env) newFlags(name string) *flag.FlagSet {
 	return flags
 }
 
-// parse parses flags and refuses positional arguments.
-func parse(flags *flag.FlagSet, args []string) error {
-	if err := flags.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if flags.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, flags.Arg(0))
-	}
-	return nil
-}
 
 // homeDir resolves the node's home: the flag, then MEERKAT_HOME, then
 // XDG_CONFIG_HOME/meerkat, then ~/.config/meerkat.
@@ -190,62 +226,6 @@ func (e *env) homeDir(flagValue string) (string, error) {
 		return "", errors.New("cannot find a home directory: set --home or MEERKAT_HOME")
 	}
 	return filepath.Join(home, ".config", "meerkat"), nil
-}
-
-func runID(e *env, args []string) error {
-	flags := e.newFlags("id")
-	home := flags.String("home", "", "node home `directory`")
-	if err := parse(flags, args); err != nil {
-		return err
-	}
-	dir, err := e.homeDir(*home)
-	if err != nil {
-		return err
-	}
-	kp, err := identity.LoadKeypair(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		if kp, err = identity.GenerateKeypair(); err == nil {
-			err = kp.Save(dir)
-		}
-		if err == nil {
-			fmt.Fprintf(e.stderr, "created a new identity in %s\n", dir)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	printID(e.stdout, kp.ID(), dir)
-	return nil
-}
-
-func runKeygen(e *env, args []string) error {
-	flags := e.newFlags("keygen")
-	home := flags.String("home", "", "node home `directory`")
-	force := flags.Bool("force", false, "replace an existing identity (peers that trust the old key will refuse this node)")
-	if err := parse(flags, args); err != nil {
-		return err
-	}
-	dir, err := e.homeDir(*home)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(filepath.Join(dir, identity.KeyFile)); err == nil && !*force {
-		return fmt.Errorf("%s already holds an identity; use --force to replace it (peers that trust the old key will refuse this node)",
-			filepath.Join(dir, identity.KeyFile))
-	}
-	kp, err := identity.GenerateKeypair()
-	if err != nil {
-		return err
-	}
-	if err := kp.Save(dir); err != nil {
-		return err
-	}
-	printID(e.stdout, kp.ID(), dir)
-	return nil
-}
-
-func printID(w io.Writer, id identity.PeerID, dir string) {
-	fmt.Fprintf(w, "pubkey     %s\npeer_uuid  %s\nhome       %s\n", id, id.UUID(), dir)
 }
 
 func buildVersion() string {

@@ -14,7 +14,7 @@ import (
 func run(t *testing.T, vars map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	e := newEnv(&out, &errb, func(k string) string { return vars[k] })
+	e := newEnv(&out, &errb, mapEnv(vars))
 	code = e.main(args)
 	return code, out.String(), errb.String()
 }
@@ -22,7 +22,7 @@ func run(t *testing.T, vars map[string]string, args ...string) (code int, stdout
 func TestIDCreatesThenReuses(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "node")
 	code, out1, errOut := run(t, nil, "id", "--home", home)
-	if code != exitOK || !strings.Contains(errOut, "created a new identity") {
+	if code != exitOK || !strings.Contains(errOut, "initialised") {
 		t.Fatalf("first id: code %d, stderr %q", code, errOut)
 	}
 	kp, err := identity.LoadKeypair(home)
@@ -78,14 +78,14 @@ func TestHomeResolution(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(nil, nil, func(k string) string { return tc.vars[k] })
+			e := newEnv(nil, nil, mapEnv(tc.vars))
 			got, err := e.homeDir(tc.flag)
 			if err != nil || got != tc.want {
 				t.Fatalf("homeDir = %q, %v; want %q", got, err, tc.want)
 			}
 		})
 	}
-	e := newEnv(nil, nil, func(string) string { return "" })
+	e := newEnv(nil, nil, mapEnv(nil))
 	if _, err := e.homeDir(""); err == nil || !strings.Contains(err.Error(), "--home") {
 		t.Fatalf("no home at all: %v", err)
 	}
@@ -99,7 +99,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, exitUsage, "commands:"},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
-		{[]string{"id", "extra"}, exitUsage, `unexpected argument "extra"`},
+		{[]string{"id", "extra"}, exitUsage, "want no arguments"},
 		{[]string{"id", "--bogus"}, exitUsage, "flag provided but not defined"},
 		{[]string{"help", "nope"}, exitUsage, `unknown command "nope"`},
 	}
@@ -146,5 +146,12 @@ func TestUnsafeKeyFileIsReported(t *testing.T) {
 	code, _, errOut := run(t, nil, "id", "--home", home)
 	if code != exitError || !strings.Contains(errOut, "chmod 600") {
 		t.Fatalf("world-readable key: code %d, stderr %q", code, errOut)
+	}
+}
+
+func mapEnv(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := vars[k]
+		return v, ok
 	}
 }

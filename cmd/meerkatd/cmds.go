@@ -1,0 +1,552 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// parseArgs parses flags that may appear anywhere among the positional
+// arguments (meerkatd send message bob hi --home X) and returns the
+// positional ones.
+func parseArgs(flags *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := flags.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		args = flags.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// wantArgs checks the number of positional arguments.
+func wantArgs(pos []string, n int, names string) error {
+	if len(pos) != n {
+		return fmt.Errorf("%w: want %s, got %d argument(s)", errUsage, names, len(pos))
+	}
+	return nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// backendFor returns the daemon of h if one runs, else a node in this
+// process (listening only if listen is set, to receive answers).
+func (e *env) backendFor(h *home, listen bool) (backend, error) {
+	if rb := dialControl(h); rb != nil {
+		return rb, nil
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	n, err := startNode(h, log, listen)
+	if err != nil {
+		return nil, err
+	}
+	return &localBackend{n: n}, nil
+}
+
+func runInit(e *env, args []string) error {
+	flags := e.newFlags("init")
+	homeFlag := flags.String("home", "", "node home `directory`")
+	name := flags.String("name", "", "node `name` (default \"meerkat\")")
+	pos, err := parseArgs(flags, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	dir, err := e.homeDir(*homeFlag)
+	if err != nil {
+		return err
+	}
+	created, err := initHome(dir, *name)
+	if err != nil {
+		return err
+	}
+	if len(created) == 0 {
+		fmt.Fprintf(e.stderr, "%s already initialised\n", dir)
+	} else {
+		fmt.Fprintf(e.stderr, "created %s in %s\n", strings.Join(created, ", "), dir)
+	}
+	h, err := e.openHome(dir, nil)
+	if err != nil {
+		return err
+	}
+	return e.printIdentity(h, false)
+}
+
+func runID(e *env, args []string) error {
+	flags := e.newFlags("id")
+	homeFlag := flags.String("home", "", "node home `directory`")
+	asJSON := flags.Bool("json", false, "print JSON")
+	pos, err := parseArgs(flags, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	h, err := e.openHome(*homeFlag, nil)
+	if err != nil {
+		return err
+	}
+	return e.printIdentity(h, *asJSON)
+}
+
+func (e *env) printIdentity(h *home, asJSON bool) error {
+	var listen []string
+	if ls, err := h.cfg.Resolve(h.dir); err == nil {
+		for _, a := range ls.All() {
+			listen = append(listen, a.String())
+		}
+	}
+	id := h.kp.ID()
+	if asJSON {
+		return printJSON(e.stdout, map[string]any{
+			"name": h.cfg.Name, "pubkey": id.String(), "peer_uuid": id.UUID().String(), "home": h.dir, "listen": listen,
+		})
+	}
+	fmt.Fprintf(e.stdout, "name       %s\npubkey     %s\npeer_uuid  %s\nhome       %s\n", h.cfg.Name, id, id.UUID(), h.dir)
+	for _, l := range listen {
+		fmt.Fprintf(e.stdout, "listen     %s\n", l)
+	}
+	return nil
+}
+
+func runKeygen(e *env, args []string) error {
+	flags := e.newFlags("keygen")
+	homeFlag := flags.String("home", "", "node home `directory`")
+	force := flags.Bool("force", false, "replace an existing identity (peers that trust the old key will refuse this node)")
+	pos, err := parseArgs(flags, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	dir, err := e.homeDir(*homeFlag)
+	if err != nil {
+		return err
+	}
+	keyPath := dir + string(os.PathSeparator) + identity.KeyFile
+	if _, err := os.Stat(keyPath); err == nil && !*force {
+		return fmt.Errorf("%s already holds an identity; use --force to replace it (peers that trust the old key will refuse this node)", keyPath)
+	}
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		return err
+	}
+	if err := kp.Save(dir); err != nil {
+		return err
+	}
+	h, err := e.openHome(dir, nil)
+	if err != nil {
+		return err
+	}
+	return e.printIdentity(h, false)
+}
+
+func runPeers(e *env, args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: want a subcommand: list, add or remove", errUsage)
+	}
+	sub, args := args[0], args[1:]
+	flags := e.newFlags("peers")
+	homeFlag := flags.String("home", "", "node home `directory`")
+	asJSON := flags.Bool("json", false, "print JSON (list)")
+	meta := flags.String("meta", "", "a JSON `object` stored with the peer (add)")
+	pos, err := parseArgs(flags, args)
+	if err != nil {
+		return err
+	}
+	h, err := e.openHome(*homeFlag, nil)
+	if err != nil {
+		return err
+	}
+	list, err := trust.LoadOrEmpty(h.trustPath())
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "list":
+		if err := wantArgs(pos, 0, "no arguments"); err != nil {
+			return err
+		}
+		peers := list.Peers()
+		if *asJSON {
+			type row struct {
+				Name     string          `json:"name"`
+				PubKey   string          `json:"pubkey"`
+				PeerUUID string          `json:"peer_uuid"`
+				Addr     string          `json:"addr"`
+				Meta     json.RawMessage `json:"meta,omitempty"`
+			}
+			rows := []row{}
+			for _, p := range peers {
+				rows = append(rows, row{p.Name, p.ID.String(), p.ID.UUID().String(), p.Addr.String(), p.Meta})
+			}
+			return printJSON(e.stdout, rows)
+		}
+		if len(peers) == 0 {
+			fmt.Fprintln(e.stderr, "no trusted peers; add one with: meerkatd peers add NAME KEY ADDR")
+			return nil
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tPUBKEY\tADDR")
+		for _, p := range peers {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.ID, p.Addr)
+		}
+		return tw.Flush()
+	case "add":
+		if err := wantArgs(pos, 3, "NAME KEY ADDR"); err != nil {
+			return err
+		}
+		id, err := identity.ParsePeerID(pos[1])
+		if err != nil {
+			return fmt.Errorf("%w: key %q: %v", errUsage, pos[1], err)
+		}
+		addr, err := transport.ParseAddr(pos[2])
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if id == h.kp.ID() {
+			return fmt.Errorf("%w: %s is this node's own key", errUsage, id)
+		}
+		p := trust.Peer{Name: pos[0], ID: id, Addr: addr}
+		if *meta != "" {
+			p.Meta = json.RawMessage(*meta)
+		}
+		next, err := list.With(p)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if err := next.Save(h.trustPath()); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "added %s %s %s\n", p.Name, p.ID, p.Addr)
+		return nil
+	case "remove":
+		if err := wantArgs(pos, 1, "NAME"); err != nil {
+			return err
+		}
+		next, err := list.Without(pos[0])
+		if err != nil {
+			return &codedError{codeUnknownPeer, err.Error()}
+		}
+		if err := next.Save(h.trustPath()); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "removed %s\n", pos[0])
+		return nil
+	}
+	return fmt.Errorf("%w: unknown peers subcommand %q (want list, add or remove)", errUsage, sub)
+}
+
+func runSend(e *env, args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: want message, request or response", errUsage)
+	}
+	sub, args := args[0], args[1:]
+	flags := e.newFlags("send")
+	homeFlag := flags.String("home", "", "node home `directory`")
+	asJSON := flags.Bool("json", false, "print JSON")
+	wait := flags.Duration("wait", 0, "with request: wait this `long` for the final response and print it")
+	pos, err := parseArgs(flags, args)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "message":
+		err = wantArgs(pos, 2, "PEER BODY")
+	case "request":
+		err = wantArgs(pos, 3, "PEER INTENT PARAMS_JSON")
+	case "response":
+		err = wantArgs(pos, 4, "PEER REQUEST_ID STATUS RESULT_JSON")
+	default:
+		err = fmt.Errorf("%w: unknown send kind %q (want message, request or response)", errUsage, sub)
+	}
+	if err != nil {
+		return err
+	}
+	if *wait < 0 || *wait > 0 && sub != "request" {
+		return fmt.Errorf("%w: --wait applies to requests only and must be positive", errUsage)
+	}
+	h, err := e.openHome(*homeFlag, nil)
+	if err != nil {
+		return err
+	}
+	b, err := e.backendFor(h, sub == "request" && *wait > 0)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Comms.AckTimeout()+10*time.Second+*wait)
+	defer cancel()
+	var res sendResult
+	switch sub {
+	case "message":
+		res, err = b.sendMessage(ctx, pos[0], pos[1])
+	case "request":
+		res, err = b.sendRequest(ctx, pos[0], pos[1], json.RawMessage(pos[2]), *wait)
+	case "response":
+		res, err = b.sendResponse(ctx, pos[0], pos[1], pos[2], json.RawMessage(pos[3]))
+	}
+	if err != nil && res.ID == "" {
+		return err
+	}
+	if *asJSON {
+		if perr := printJSON(e.stdout, res); perr != nil {
+			return perr
+		}
+		return err
+	}
+	fmt.Fprintln(e.stdout, res.ID)
+	for _, r := range res.Responses {
+		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, r.Result)
+	}
+	return err
+}
+
+func runInbox(e *env, args []string) error {
+	flags := e.newFlags("inbox")
+	homeFlag := flags.String("home", "", "node home `directory`")
+	asJSON := flags.Bool("json", false, "print JSON")
+	wait := flags.Duration("wait", 0, "if the inbox is empty, wait this `long` for the first item")
+	after := flags.Uint64("after", 0, "only items with a sequence number above `SEQ`")
+	ack := flags.Bool("ack", false, "remove the listed items from the inbox")
+	pos, err := parseArgs(flags, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	if *wait < 0 {
+		return fmt.Errorf("%w: --wait must not be negative", errUsage)
+	}
+	h, err := e.openHome(*homeFlag, nil)
+	if err != nil {
+		return err
+	}
+	b, err := e.backendFor(h, false)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(context.Background(), *wait+30*time.Second)
+	defer cancel()
+	items, err := b.inbox(ctx, *after, *wait, *ack)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if items == nil {
+			items = []inboxItem{}
+		}
+		return printJSON(e.stdout, items)
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(e.stderr, "inbox empty")
+		return nil
+	}
+	for _, it := range items {
+		who := it.From
+		if it.PeerName != "" {
+			who = it.PeerName + " (" + it.From + ")"
+		}
+		fmt.Fprintf(e.stdout, "#%d %s %s from %s id %s\n", it.Seq, it.Received.Format(time.RFC3339), it.Kind, who, it.ID)
+		switch it.Kind {
+		case "message":
+			fmt.Fprintf(e.stdout, "  %s\n", it.Body)
+		case "request":
+			fmt.Fprintf(e.stdout, "  %s %s\n", it.Intent, it.Params)
+		case "response":
+			fmt.Fprintf(e.stdout, "  %s to %s: %s\n", it.Status, it.InReplyTo, it.Result)
+		default:
+			fmt.Fprintf(e.stdout, "  %s\n", it.Fields)
+		}
+	}
+	return nil
+}
+
+func runStatus(e *env, args []string) error {
+	flags := e.newFlags("status")
+	homeFlag := flags.String("home", "", "node home `directory`")
+	asJSON := flags.Bool("json", false, "print JSON")
+	pos, err := parseArgs(flags, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	h, err := e.openHome(*homeFlag, nil)
+	if err != nil {
+		return err
+	}
+	b, err := e.backendFor(h, false)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := b.status(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(e.stdout, s)
+	}
+	state := "not running (no daemon for this home)"
+	if s.Daemon {
+		state = "running since " + s.StartedAt.Format(time.RFC3339)
+	}
+	fmt.Fprintf(e.stdout, "daemon     %s\nname       %s\npubkey     %s\nhome       %s\n", state, s.Name, s.PubKey, s.Home)
+	for _, l := range s.Listen {
+		fmt.Fprintf(e.stdout, "listen     %s\n", l)
+	}
+	fmt.Fprintf(e.stdout, "peers      %d\ninbox      %d\naccepted   %d\nacks sent  %d\nconns      %d\n", s.Peers, s.Inbox, s.Accepted, s.AcksSent, s.Conns)
+	for reason, n := range s.Rejected {
+		fmt.Fprintf(e.stdout, "rejected   %s %d\n", reason, n)
+	}
+	return nil
+}
+
+func runConfig(e *env, args []string) error {
+	if len(args) == 0 || args[0] != "check" {
+		return fmt.Errorf("%w: want: config check", errUsage)
+	}
+	flags := e.newFlags("config")
+	homeFlag := flags.String("home", "", "node home `directory`")
+	pos, err := parseArgs(flags, args[1:])
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	dir, err := e.homeDir(*homeFlag)
+	if err != nil {
+		return err
+	}
+	path := dir + string(os.PathSeparator) + config.FileName
+	cfg, err := config.LoadOrDefault(path)
+	if err == nil {
+		err = cfg.ApplyEnv(e.lookupEnv)
+	}
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err == nil {
+		_, err = cfg.Resolve(dir)
+	}
+	if err == nil {
+		_, err = trust.LoadOrEmpty(dir + string(os.PathSeparator) + trust.FileName)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "ok: %s\n", path)
+	return nil
+}
+
+func runDaemon(e *env, args []string) error {
+	flags := e.newFlags("run")
+	homeFlag := flags.String("home", "", "node home `directory`")
+	listenUDS := flags.String("listen-uds", "", "Unix socket `path` to listen on (overrides comms.listen_uds; \"off\" disables)")
+	listenTCP := flags.String("listen-tcp", "", "`host:port` to listen on (overrides comms.listen_tcp)")
+	logLevel := flags.String("log-level", "info", "log `level`: debug, info, warn or error")
+	pos, err := parseArgs(flags, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *logLevel)
+	}
+	overrides := map[string]string{}
+	flags.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "listen-uds":
+			overrides["comms.listen_uds"] = *listenUDS
+		case "listen-tcp":
+			overrides["comms.listen_tcp"] = *listenTCP
+		}
+	})
+	h, err := e.openHome(*homeFlag, overrides)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctl, err := listenControl(ctx, h)
+	if err != nil {
+		return err
+	}
+	n, err := startNode(h, log, true)
+	if err != nil {
+		ctl.Close()
+		return err
+	}
+	srv := &controlServer{b: &localBackend{n: n, daemon: true, start: time.Now()}, log: log, ctx: ctx}
+	go srv.serve(ctl)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var listen []string
+	for _, a := range n.addrs {
+		listen = append(listen, a.String())
+	}
+	log.Info("meerkatd running", "name", h.cfg.Name, "pubkey", h.kp.ID().String(), "listen", strings.Join(listen, " "), "control", h.controlPath())
+	for {
+		select {
+		case <-hup:
+			log.Info("SIGHUP: reloading trusted peers")
+			n.reload()
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	log.Info("shutting down")
+	ctl.Close()
+	n.stop()
+	srv.wg.Wait()
+	log.Info("stopped")
+	return nil
+}

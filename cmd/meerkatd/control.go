@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/transport"
+)
+
+// The control socket (<home>/control.sock, mode 0600) carries one JSON
+// request per line and one JSON response per line. Only the node's own
+// user can connect: the socket's mode is the access control.
+
+// Control socket limits.
+const (
+	maxControlLine   = 2 << 20 // a request carries at most one message body
+	controlIdle      = 5 * time.Minute
+	maxControlWait   = 10 * time.Minute
+	controlDialLimit = time.Second
+)
+
+type ctlRequest struct {
+	Op        string          `json:"op"`
+	Peer      string          `json:"peer,omitempty"`
+	Body      string          `json:"body,omitempty"`
+	Intent    string          `json:"intent,omitempty"`
+	Params    json.RawMessage `json:"params,omitempty"`
+	RequestID string          `json:"request_id,omitempty"`
+	Status    string          `json:"status,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	WaitMS    int64           `json:"wait_ms,omitempty"`
+	After     uint64          `json:"after,omitempty"`
+	Ack       bool            `json:"ack,omitempty"`
+}
+
+type ctlResponse struct {
+	OK     bool            `json:"ok"`
+	Code   string          `json:"code,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// controlServer serves the control socket for a daemon.
+type controlServer struct {
+	b   *localBackend
+	log *slog.Logger
+	ctx context.Context
+	wg  sync.WaitGroup
+}
+
+func (s *controlServer) serve(ln net.Listener) {
+	defer ln.Close()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(c)
+		}()
+	}
+}
+
+func (s *controlServer) serveConn(c net.Conn) {
+	defer c.Close()
+	stop := context.AfterFunc(s.ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 0, 64<<10), maxControlLine)
+	for {
+		c.SetReadDeadline(time.Now().Add(controlIdle))
+		if !sc.Scan() {
+			return
+		}
+		var req ctlRequest
+		var resp ctlResponse
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			resp = ctlResponse{Code: codeBadArgs, Error: "malformed control request: " + err.Error()}
+		} else {
+			c.SetReadDeadline(time.Time{})
+			resp = s.handle(req)
+		}
+		b, _ := json.Marshal(resp)
+		c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(append(b, '\n')); err != nil {
+			return
+		}
+	}
+}
+
+func (s *controlServer) handle(req ctlRequest) ctlResponse {
+	wait := time.Duration(min(max(req.WaitMS, 0), int64(maxControlWait/time.Millisecond))) * time.Millisecond
+	ctx, cancel := context.WithTimeout(s.ctx, s.b.n.sendTimeout()+wait)
+	defer cancel()
+	var result any
+	var err error
+	switch req.Op {
+	case "send_message":
+		result, err = s.b.sendMessage(ctx, req.Peer, req.Body)
+	case "send_request":
+		result, err = s.b.sendRequest(ctx, req.Peer, req.Intent, req.Params, wait)
+	case "send_response":
+		result, err = s.b.sendResponse(ctx, req.Peer, req.RequestID, req.Status, req.Result)
+	case "inbox":
+		result, err = s.b.inbox(ctx, req.After, wait, req.Ack)
+	case "status":
+		result, err = s.b.status(ctx)
+	default:
+		err = &codedError{codeBadArgs, fmt.Sprintf("unknown control operation %q", req.Op)}
+	}
+	if err != nil {
+		code := errorCode(err)
+		if code == codeInternal {
+			s.log.Error("control request failed", "op", req.Op, "err", err)
+		}
+		b, _ := json.Marshal(result)
+		return ctlResponse{Code: code, Error: err.Error(), Result: b}
+	}
+	b, merr := json.Marshal(result)
+	if merr != nil {
+		return ctlResponse{Code: codeInternal, Error: merr.Error()}
+	}
+	return ctlResponse{OK: true, Result: b}
+}
+
+// listenControl opens the control socket of home h.
+func listenControl(ctx context.Context, h *home) (net.Listener, error) {
+	a, err := transport.ParseAddr("uds://" + h.controlPath())
+	if err != nil {
+		return nil, err
+	}
+	ln, err := transport.Listen(ctx, a)
+	if errors.Is(err, transport.ErrAddrInUse) {
+		return nil, fmt.Errorf("a daemon is already running for %s", h.dir)
+	}
+	return ln, err
+}
+
+// remoteBackend talks to a running daemon through its control socket.
+type remoteBackend struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+// dialControl connects to the daemon of home h, or returns nil if none runs.
+func dialControl(h *home) *remoteBackend {
+	ctx, cancel := context.WithTimeout(context.Background(), controlDialLimit)
+	defer cancel()
+	c, err := (&net.Dialer{}).DialContext(ctx, "unix", h.controlPath())
+	if err != nil {
+		return nil
+	}
+	return &remoteBackend{c: c, br: bufio.NewReaderSize(c, 64<<10)}
+}
+
+func (rb *remoteBackend) close() { rb.c.Close() }
+
+func (rb *remoteBackend) call(ctx context.Context, req ctlRequest, out any) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		rb.c.SetDeadline(dl)
+	}
+	if _, err := rb.c.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("daemon control socket: %w", err)
+	}
+	line, err := rb.br.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("daemon control socket: %w", err)
+	}
+	var resp ctlResponse
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return fmt.Errorf("daemon control socket: bad response: %w", err)
+	}
+	if len(resp.Result) > 0 && out != nil {
+		_ = json.Unmarshal(resp.Result, out) // partial results (a request acked, response missing) are kept
+	}
+	if !resp.OK {
+		return &codedError{resp.Code, resp.Error}
+	}
+	return nil
+}
+
+func (rb *remoteBackend) sendMessage(ctx context.Context, peer, body string) (r sendResult, err error) {
+	err = rb.call(ctx, ctlRequest{Op: "send_message", Peer: peer, Body: body}, &r)
+	return r, err
+}
+
+func (rb *remoteBackend) sendRequest(ctx context.Context, peer, intent string, params json.RawMessage, wait time.Duration) (r sendResult, err error) {
+	err = rb.call(ctx, ctlRequest{Op: "send_request", Peer: peer, Intent: intent, Params: params, WaitMS: wait.Milliseconds()}, &r)
+	return r, err
+}
+
+func (rb *remoteBackend) sendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage) (r sendResult, err error) {
+	err = rb.call(ctx, ctlRequest{Op: "send_response", Peer: peer, RequestID: requestID, Status: status, Result: result}, &r)
+	return r, err
+}
+
+func (rb *remoteBackend) inbox(ctx context.Context, after uint64, wait time.Duration, ack bool) (items []inboxItem, err error) {
+	err = rb.call(ctx, ctlRequest{Op: "inbox", After: after, WaitMS: wait.Milliseconds(), Ack: ack}, &items)
+	return items, err
+}
+
+func (rb *remoteBackend) status(ctx context.Context) (s statusInfo, err error) {
+	err = rb.call(ctx, ctlRequest{Op: "status"}, &s)
+	return s, err
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// Files in a node's home besides the identity.
+const (
+	controlSocketName = "control.sock"
+)
+
+// home is a node's home directory and what it holds.
+type home struct {
+	dir string
+	cfg config.Config
+	kp  *identity.Keypair
+}
+
+func (h *home) configPath() string  { return filepath.Join(h.dir, config.FileName) }
+func (h *home) trustPath() string   { return filepath.Join(h.dir, trust.FileName) }
+func (h *home) controlPath() string { return filepath.Join(h.dir, controlSocketName) }
+
+// initHome creates whatever the home lacks: the directory (0700), an
+// identity, meerkat.toml with the defaults (and name), an empty
+// trusted_peers.json. It reports what it created.
+func initHome(dir, name string) (created []string, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if _, err := identity.LoadKeypair(dir); errors.Is(err, fs.ErrNotExist) {
+		kp, err := identity.GenerateKeypair()
+		if err != nil {
+			return nil, err
+		}
+		if err := kp.Save(dir); err != nil {
+			return nil, err
+		}
+		created = append(created, identity.KeyFile)
+	} else if err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, config.FileName)
+	if _, err := os.Stat(cfgPath); errors.Is(err, fs.ErrNotExist) {
+		cfg := config.Default()
+		if name != "" {
+			cfg.Name = name
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		b, err := config.Marshal(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+			return nil, err
+		}
+		created = append(created, config.FileName)
+	}
+	trustPath := filepath.Join(dir, trust.FileName)
+	if _, err := os.Stat(trustPath); errors.Is(err, fs.ErrNotExist) {
+		var empty *trust.List
+		if err := empty.Save(trustPath); err != nil {
+			return nil, err
+		}
+		created = append(created, trust.FileName)
+	}
+	return created, nil
+}
+
+// openHome loads the home named by the flag (creating it if empty) with
+// the configuration in effect: defaults < meerkat.toml < MEERKAT_*
+// variables < the given flag settings (key path → value).
+func (e *env) openHome(flagHome string, overrides map[string]string) (*home, error) {
+	dir, err := e.homeDir(flagHome)
+	if err != nil {
+		return nil, err
+	}
+	created, err := initHome(dir, "")
+	if err != nil {
+		return nil, err
+	}
+	if len(created) > 0 {
+		fmt.Fprintf(e.stderr, "initialised %s (%v)\n", dir, created)
+	}
+	cfg, err := config.LoadOrDefault(filepath.Join(dir, config.FileName))
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.ApplyEnv(e.lookupEnv); err != nil {
+		return nil, err
+	}
+	for k, v := range overrides {
+		if err := cfg.Set(k, v); err != nil {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	kp, err := identity.LoadKeypair(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &home{dir: dir, cfg: cfg, kp: kp}, nil
+}
+
+// node is a running meerkatd node: the Router, the mailbox that holds what
+// it received, its listeners and the trust-file watcher.
+type node struct {
+	h      *home
+	r      *comms.Router
+	mail   *inbox.Mailbox[comms.Item]
+	log    *slog.Logger
+	addrs  []transport.Addr // what it listens on
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	reload func() // re-read the trust file now (SIGHUP)
+}
+
+// startNode builds the Router for h and, if listen is set, starts its
+// listeners and the trust watcher.
+func startNode(h *home, log *slog.Logger, listen bool) (*node, error) {
+	list, err := trust.LoadOrEmpty(h.trustPath())
+	if err != nil {
+		return nil, err
+	}
+	mail := inbox.NewMailbox[comms.Item](h.cfg.Comms.InboxMax)
+	r, err := comms.New(h.kp, list, comms.Options{
+		Logger:          log,
+		AckTimeout:      h.cfg.Comms.AckTimeout(),
+		FrameTimeout:    h.cfg.Comms.FrameTimeout(),
+		IdleTimeout:     h.cfg.Comms.IdleTimeout(),
+		MaxConnections:  h.cfg.Comms.MaxConnections,
+		MaxMessageBytes: h.cfg.Comms.MaxMessageBytes,
+		Inbox:           mail,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &node{h: h, r: r, mail: mail, log: log, cancel: cancel, reload: func() {}}
+	if !listen {
+		return n, nil
+	}
+	ls, err := h.cfg.Resolve(h.dir)
+	if err != nil {
+		n.stop()
+		return nil, err
+	}
+	for _, a := range ls.All() {
+		ln, err := transport.Listen(ctx, a)
+		if err != nil {
+			n.stop()
+			return nil, err
+		}
+		if a.Scheme == transport.SchemeTCP {
+			a.Port = uint16(ln.Addr().(*net.TCPAddr).Port)
+		}
+		n.addrs = append(n.addrs, a)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := r.Serve(ln); err != nil {
+				log.Error("listener stopped", "addr", a.String(), "err", err)
+			}
+		}()
+	}
+	w := trust.NewWatcher(h.trustPath(), list, trust.DefaultWatchInterval, func(l *trust.List, err error) {
+		if err != nil {
+			log.Error("trusted peers file not reloaded; keeping the previous list", "err", err)
+			return
+		}
+		r.SetTrust(l)
+		log.Info("trusted peers reloaded", "peers", l.Len())
+	})
+	n.reload = w.Reload
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		w.Run(ctx)
+	}()
+	return n, nil
+}
+
+// stop closes the Router (finishing acks in flight) and waits for the
+// listeners and the watcher.
+func (n *node) stop() {
+	n.cancel()
+	n.r.Close()
+	n.mail.Close()
+	n.wg.Wait()
+}
+
+// sendTimeout bounds a CLI send beyond the ack timeout: dialing and queueing.
+func (n *node) sendTimeout() time.Duration { return n.h.cfg.Comms.AckTimeout() + 5*time.Second }
