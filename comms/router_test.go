@@ -332,3 +332,44 @@ func mustJSON(t *testing.T, s string) wire.Value {
 	}
 	return v
 }
+
+func TestSpawnSubagentResult(t *testing.T) {
+	checkGoroutines(t)
+	a, _ := pair(t, "uds", Options{})
+	ctx := ctxT(t)
+	id, err := a.r.Spawn(ctx, func(ctx context.Context) (wire.Value, string, error) {
+		return wire.Int(7), "counted to seven", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failID, err := a.r.Spawn(ctx, func(ctx context.Context) (wire.Value, string, error) {
+		return wire.Value{}, "", errors.New("no luck")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[identity.UUID]Item{}
+	for len(got) < 2 {
+		items, err := a.r.Inbox().Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range items {
+			if it.Type != ItemSubagentResult {
+				t.Fatalf("unexpected item %+v", it)
+			}
+			got[it.SubagentID] = it
+		}
+	}
+	if n, _ := got[id].Result.Int(); n != 7 || got[id].Summary != "counted to seven" {
+		t.Fatalf("result %+v", got[id])
+	}
+	if msg, _ := got[failID].Result.Get("error"); !msg.Equal(wire.Text("no luck")) || !strings.HasPrefix(got[failID].Summary, "failed") {
+		t.Fatalf("failure result %+v", got[failID])
+	}
+	a.r.Close()
+	if _, err := a.r.Spawn(ctx, func(context.Context) (wire.Value, string, error) { return wire.Null(), "", nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Spawn after Close: %v", err)
+	}
+}
