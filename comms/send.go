@@ -180,7 +180,7 @@ func (l *link) offline(ctx context.Context, err error) error {
 	switch {
 	case errors.As(err, &poe), errors.Is(err, ErrClosed):
 		return err
-	case ctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded):
 		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineTimeout}
 	case errors.Is(err, context.Canceled):
 		return err
@@ -319,7 +319,7 @@ func (l *link) validAck(e wire.Envelope) error {
 type outConn struct {
 	l  *link
 	c  net.Conn
-	wq chan []byte // frames to write; bounded, senders block with their ctx
+	wq chan outFrame // frames to write; bounded, senders block with their ctx
 
 	mu      sync.Mutex // guards pending, err, acks
 	pending map[identity.UUID]chan error
@@ -329,7 +329,15 @@ type outConn struct {
 }
 
 func newOutConn(l *link, c net.Conn) *outConn {
-	return &outConn{l: l, c: c, wq: make(chan []byte, writeQueueLen), pending: map[identity.UUID]chan error{}, done: make(chan struct{})}
+	return &outConn{l: l, c: c, wq: make(chan outFrame, writeQueueLen), pending: map[identity.UUID]chan error{}, done: make(chan struct{})}
+}
+
+// outFrame is a frame queued for writing. written, if set, receives the
+// outcome of the write that carried it, for sends that wait for no ack
+// (responses, acks) yet must not be lost silently.
+type outFrame struct {
+	b       []byte
+	written chan error
 }
 
 func (oc *outConn) isDone() bool {
@@ -359,15 +367,34 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 			oc.mu.Unlock()
 		}()
 	}
+	of := outFrame{b: frame}
+	if !wantAck {
+		of.written = make(chan error, 1)
+	}
 	select {
-	case oc.wq <- frame:
+	case oc.wq <- of:
 	case <-oc.done:
 		return errConnLost
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	if !wantAck {
-		return nil
+		// Return once the frame is on the wire. If the connection ends
+		// first it may or may not have been written: send again (the
+		// receiver drops repeats by id).
+		select {
+		case err := <-of.written:
+			return err
+		case <-oc.done:
+			select {
+			case err := <-of.written:
+				return err
+			default:
+				return errConnLost
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	select {
 	case err := <-ch:
@@ -379,32 +406,49 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 
 func (oc *outConn) writeLoop() {
 	bw := bufio.NewWriterSize(oc.c, 16<<10)
+	var notify []chan error // written channels of the frames in this batch
 	for {
 		select {
-		case frame := <-oc.wq:
+		case f := <-oc.wq:
 			oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
-			bw.Write(frame)
+			bw.Write(f.b)
+			notify = appendNotify(notify[:0], f)
 			// Coalesce whatever else is queued into the same write.
 		more:
 			for {
 				select {
 				case f := <-oc.wq:
-					bw.Write(f)
+					bw.Write(f.b)
+					notify = appendNotify(notify, f)
 				default:
 					break more
 				}
 			}
-			if err := bw.Flush(); err != nil {
+			err := bw.Flush()
+			if err != nil {
 				// The peer may simply have closed after its last ack
 				// (one envelope per connection): unacknowledged sends
 				// retry on a new connection.
-				oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
+				err = fmt.Errorf("%w: %v", errConnLost, err)
+			}
+			for _, ch := range notify {
+				ch <- err
+			}
+			if err != nil {
+				oc.fail(err)
 				return
 			}
 		case <-oc.done:
 			return
 		}
 	}
+}
+
+func appendNotify(notify []chan error, f outFrame) []chan error {
+	if f.written != nil {
+		notify = append(notify, f.written)
+	}
+	return notify
 }
 
 func (oc *outConn) readLoop() {
@@ -441,7 +485,7 @@ func (oc *outConn) readLoop() {
 		}
 		if ack != nil {
 			select {
-			case oc.wq <- ack:
+			case oc.wq <- outFrame{b: ack}:
 			case <-oc.done:
 				return
 			}
