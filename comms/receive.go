@@ -20,7 +20,7 @@ var errTooManyFiles = syscall.EMFILE
 // serveConn reads frames from an inbound connection until EOF, an error or
 // Close, acknowledging what it admits. Acks for pipelined frames are
 // batched: they are flushed when no further input is already buffered.
-func (r *Router) serveConn(c net.Conn) {
+func (r *Router) serveConn(c net.Conn, st *inConn) {
 	defer r.untrack(c)
 	defer c.Close()
 	fr := transport.NewReader(c, r.opts.MaxMessageBytes)
@@ -37,7 +37,13 @@ func (r *Router) serveConn(c net.Conn) {
 		if r.ctx.Err() != nil {
 			return
 		}
-		c.SetReadDeadline(time.Now().Add(r.opts.IdleTimeout))
+		// Until a connection has delivered a valid envelope it gets only
+		// the frame timeout to start one, not the idle timeout.
+		idle := r.opts.FrameTimeout
+		if st.authed.Load() {
+			idle = r.opts.IdleTimeout
+		}
+		c.SetReadDeadline(time.Now().Add(idle))
 		if err := fr.Peek(); err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && r.ctx.Err() == nil {
 				r.log.Debug("inbound connection read failed", "err", err)
@@ -57,6 +63,7 @@ func (r *Router) serveConn(c net.Conn) {
 			r.log.Debug("refused envelope", "reason", reason)
 			return
 		}
+		st.authed.Store(true)
 		if ack != nil {
 			if _, err := bw.Write(ack); err != nil {
 				return

@@ -118,7 +118,7 @@ type Router struct {
 	mu        sync.Mutex // guards the fields below
 	closed    bool
 	listeners map[net.Listener]struct{}
-	conns     map[net.Conn]struct{} // inbound
+	conns     map[net.Conn]*inConn // inbound
 	links     map[identity.PeerID]*link
 
 	dedup dedup
@@ -154,7 +154,7 @@ func New(kp *identity.Keypair, list *trust.List, opts Options) (*Router, error) 
 		opts:      opts,
 		log:       opts.Logger,
 		listeners: map[net.Listener]struct{}{},
-		conns:     map[net.Conn]struct{}{},
+		conns:     map[net.Conn]*inConn{},
 		links:     map[identity.PeerID]*link{},
 		rejected:  map[string]uint64{},
 	}
@@ -247,30 +247,55 @@ func (r *Router) Serve(ln net.Listener) error {
 			return err
 		}
 		delay = 0
-		if !r.track(c) {
+		st, ok := r.track(c)
+		if !ok {
 			c.Close()
 			continue
 		}
-		go r.serveConn(c)
+		go r.serveConn(c, st)
 	}
 }
 
+// inConn is the Router's record of an inbound connection.
+type inConn struct {
+	since  time.Time
+	authed atomic.Bool // has delivered a valid envelope from a trusted peer
+}
+
 // track registers an inbound connection, refusing it when the Router is
-// closed or at MaxConnections. On success the caller must run serveConn,
-// which untracks it.
-func (r *Router) track(c net.Conn) bool {
+// closed. At MaxConnections it makes room by evicting the oldest connection
+// that has not yet delivered a valid envelope, so strangers holding
+// connections open cannot lock trusted peers out; if every connection is
+// authenticated, the new one is refused. On success the caller must run
+// serveConn, which untracks it.
+func (r *Router) track(c net.Conn) (*inConn, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return false
+		return nil, false
 	}
 	if len(r.conns) >= r.opts.MaxConnections {
 		r.reject(RejectOverload)
-		return false
+		var victim net.Conn
+		var oldest time.Time
+		for vc, st := range r.conns {
+			if !st.authed.Load() && (victim == nil || st.since.Before(oldest)) {
+				victim, oldest = vc, st.since
+			}
+		}
+		if victim == nil {
+			return nil, false
+		}
+		// Closing (not just a deadline, which serveConn could reset before
+		// it first reads) ends the victim's goroutine at once; it then
+		// finds itself already untracked.
+		delete(r.conns, victim)
+		victim.Close()
 	}
-	r.conns[c] = struct{}{}
+	st := &inConn{since: time.Now()}
+	r.conns[c] = st
 	r.wg.Add(1)
-	return true
+	return st, true
 }
 
 func (r *Router) untrack(c net.Conn) {

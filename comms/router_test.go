@@ -373,3 +373,59 @@ func TestSpawnSubagentResult(t *testing.T) {
 		t.Fatalf("Spawn after Close: %v", err)
 	}
 }
+
+// Strangers holding every connection slot open cannot lock a trusted peer
+// out: its new connection evicts the oldest connection that has not yet
+// delivered a valid envelope.
+func TestStrangersCannotHoldAllSlots(t *testing.T) {
+	checkGoroutines(t)
+	const maxConns = 8
+	a, b := pair(t, "uds", Options{MaxConnections: maxConns})
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range maxConns {
+		c, err := transport.Dial(context.Background(), b.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	waitFor(t, 10*time.Second, "bob to hold the strangers", func() bool { return b.r.Stats().Connections == maxConns })
+	if _, err := a.r.SendMessage(ctxT(t), "bob", "let me in"); err != nil {
+		t.Fatalf("trusted peer locked out by strangers: %v", err)
+	}
+	if got := b.r.Stats().Rejected[RejectOverload]; got == 0 {
+		t.Fatal("no overload counted")
+	}
+	if n := b.r.Stats().Connections; n > maxConns {
+		t.Fatalf("bob holds %d connections, limit %d", n, maxConns)
+	}
+}
+
+// A receiver closing an idle connection is not a one-envelope-per-
+// connection peer: the sender keeps using persistent, pipelined links.
+func TestIdleCloseKeepsPersistentLinks(t *testing.T) {
+	checkGoroutines(t)
+	a, b := pair(t, "uds", Options{IdleTimeout: 200 * time.Millisecond})
+	ctx := ctxT(t)
+	if _, err := a.r.SendMessage(ctx, "bob", "one"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "bob to close the idle connection", func() bool { return b.r.Stats().Connections == 0 })
+	if _, err := a.r.SendMessage(ctx, "bob", "two"); err != nil {
+		t.Fatal(err)
+	}
+	a.r.mu.Lock()
+	lk := a.r.links[b.kp.ID()]
+	a.r.mu.Unlock()
+	lk.mu.Lock()
+	oneShot := lk.oneShot
+	lk.mu.Unlock()
+	if oneShot {
+		t.Fatal("an idle close switched the link to one connection per envelope")
+	}
+}

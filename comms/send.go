@@ -134,11 +134,16 @@ type link struct {
 	r    *Router
 	peer trust.Peer
 
-	mu      sync.Mutex // guards conn, oneShot, closed
-	conn    *outConn
-	oneShot bool
-	closed  bool
+	mu        sync.Mutex // guards the fields below
+	conn      *outConn
+	oneShot   bool      // send one envelope per connection
+	oneShotAt time.Time // when oneShot was set; it is retried after oneShotRetry
+	closed    bool
 }
+
+// oneShotRetry is how long a link stays in one-envelope-per-connection mode
+// before it tries a persistent connection again (the peer may have changed).
+const oneShotRetry = 5 * time.Minute
 
 // errConnLost means the connection ended with the envelope unacknowledged;
 // send retries once on a fresh connection.
@@ -150,6 +155,9 @@ func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
 		l.mu.Lock()
+		if l.oneShot && time.Since(l.oneShotAt) > oneShotRetry {
+			l.oneShot = false
+		}
 		closed, oneShot := l.closed, l.oneShot
 		l.mu.Unlock()
 		if closed {
@@ -217,16 +225,19 @@ func (l *link) connect(ctx context.Context) (*outConn, error) {
 }
 
 // connEnded is called by an outConn when it ends. A peer that closed the
-// connection cleanly after acknowledging is treated as a one-envelope-per-
-// connection peer from then on.
-func (l *link) connEnded(oc *outConn, cleanEOF bool, acks int) {
+// connection cleanly after acknowledging while more envelopes were in
+// flight reads one envelope per connection (the Rust reference does): the
+// link uses a connection per envelope for it for a while. A clean close
+// with nothing in flight is just an idle timeout or a restart.
+func (l *link) connEnded(oc *outConn, cleanEOF bool, acks, inFlight int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn == oc {
 		l.conn = nil
 	}
-	if cleanEOF && acks > 0 && !l.oneShot {
+	if cleanEOF && acks > 0 && inFlight > 0 && !l.oneShot {
 		l.oneShot = true
+		l.oneShotAt = time.Now()
 		l.r.log.Debug("peer closes after each exchange; using one connection per envelope", "peer", l.peer.Name)
 	}
 }
@@ -457,16 +468,16 @@ func (oc *outConn) readLoop() {
 		payload, err := fr.ReadFrame()
 		if err != nil {
 			oc.mu.Lock()
-			acks := oc.acks
+			acks, inFlight := oc.acks, len(oc.pending)
 			oc.mu.Unlock()
-			oc.l.connEnded(oc, errors.Is(err, io.EOF), acks)
+			oc.l.connEnded(oc, errors.Is(err, io.EOF), acks, inFlight)
 			oc.fail(errConnLost)
 			return
 		}
 		e, err := wire.Open(payload)
 		if err != nil || e.To != oc.l.r.self || e.From != oc.l.peer.ID {
 			// A peer that sends garbage on our connection loses it.
-			oc.l.connEnded(oc, false, 0)
+			oc.l.connEnded(oc, false, 0, 0)
 			oc.fail(errBadAck)
 			return
 		}
@@ -479,7 +490,7 @@ func (oc *outConn) readLoop() {
 		ack, reason := oc.l.r.receive(payload)
 		if reason != "" {
 			oc.l.r.reject(reason)
-			oc.l.connEnded(oc, false, 0)
+			oc.l.connEnded(oc, false, 0, 0)
 			oc.fail(errConnLost)
 			return
 		}

@@ -301,6 +301,14 @@ func runSend(e *env, args []string) error {
 	if *wait < 0 || *wait > 0 && sub != "request" {
 		return fmt.Errorf("%w: --wait applies to requests only and must be positive", errUsage)
 	}
+	// JSON arguments are checked here, so a bad one is the same usage
+	// error whether or not a daemon runs.
+	switch {
+	case sub == "request" && !json.Valid([]byte(pos[2])):
+		return fmt.Errorf("%w: PARAMS_JSON %q is not valid JSON", errUsage, pos[2])
+	case sub == "response" && !json.Valid([]byte(pos[3])):
+		return fmt.Errorf("%w: RESULT_JSON %q is not valid JSON", errUsage, pos[3])
+	}
 	h, err := e.openHome(*homeFlag, nil)
 	if err != nil {
 		return err

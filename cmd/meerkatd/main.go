@@ -208,7 +208,6 @@ func (e *env) newFlags(name string) *flag.FlagSet {
 	return flags
 }
 
-
 // homeDir resolves the node's home: the flag, then MEERKAT_HOME, then
 // XDG_CONFIG_HOME/meerkat, then ~/.config/meerkat.
 func (e *env) homeDir(flagValue string) (string, error) {

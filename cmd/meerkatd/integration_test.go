@@ -1,0 +1,832 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Integration tests: they build the meerkatd binary once per test binary
+// and drive real processes with temporary homes, over Unix sockets and TCP
+// on 127.0.0.1.
+
+const (
+	cmdTimeout   = 60 * time.Second // bound on any one meerkatd invocation
+	readyTimeout = 30 * time.Second // bound on a daemon becoming ready
+	stopTimeout  = 15 * time.Second // bound on a daemon exiting after SIGTERM
+	pollTimeout  = 20 * time.Second // bound on waiting for a condition
+	testAckSecs  = 5                // comms.ack_timeout_secs of test nodes
+)
+
+// binDirPrefix names the per-process directories holding the built binary.
+const binDirPrefix = "meerkatd-itest-"
+
+// meerkatdBinary builds meerkatd once per test binary (with -race when the
+// tests run with it, so races in the daemon fail the tests too).
+var meerkatdBinary = sync.OnceValues(func() (string, error) {
+	removeStaleBinDirs()
+	dir, err := os.MkdirTemp("", binDirPrefix+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "meerkatd")
+	args := []string{"build", "-o", path}
+	if raceEnabledBuild() {
+		args = append(args, "-race")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", append(args, ".")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return path, nil
+})
+
+// raceEnabledBuild reports whether this test binary was built with -race.
+func raceEnabledBuild() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
+
+// removeStaleBinDirs deletes binary directories of test processes that no
+// longer run. Without a TestMain there is no hook after the last test, so
+// each run cleans up after the previous ones.
+func removeStaleBinDirs() {
+	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
+	for _, m := range matches {
+		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(m), binDirPrefix), "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(m)
+		}
+	}
+}
+
+func binary(t *testing.T) string {
+	t.Helper()
+	path, err := meerkatdBinary()
+	if err != nil {
+		t.Fatalf("building meerkatd: %v", err)
+	}
+	return path
+}
+
+// baseEnv is the environment of every meerkatd process: this process's,
+// without MEERKAT_* settings that would change the configuration. A race
+// binary would sleep a second at every exit (GORACE atexit_sleep_ms); it
+// does not.
+func baseEnv() []string {
+	var env []string
+	gorace := "atexit_sleep_ms=0"
+	for _, kv := range os.Environ() {
+		switch {
+		case strings.HasPrefix(kv, "MEERKAT_"):
+		case strings.HasPrefix(kv, "GORACE="):
+			gorace = strings.TrimPrefix(kv, "GORACE=") + " " + gorace
+		default:
+			env = append(env, kv)
+		}
+	}
+	return append(env, "GORACE="+gorace)
+}
+
+// result is what one meerkatd invocation produced.
+type result struct {
+	args           []string
+	stdout, stderr string
+	code           int
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("meerkatd %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(r.args, " "), r.code, r.stdout, r.stderr)
+}
+
+// The CLI's JSON output as documented, decoded with this file's own
+// field names so that a renamed key fails the tests.
+type (
+	cliItem struct {
+		Seq       uint64          `json:"seq"`
+		ID        string          `json:"id"`
+		Kind      string          `json:"kind"`
+		From      string          `json:"from"`
+		Peer      string          `json:"peer"`
+		Body      string          `json:"body"`
+		Intent    string          `json:"intent"`
+		Params    json.RawMessage `json:"params"`
+		InReplyTo string          `json:"in_reply_to"`
+		Status    string          `json:"status"`
+		Result    json.RawMessage `json:"result"`
+	}
+	cliSend struct {
+		ID        string    `json:"id"`
+		Peer      string    `json:"peer"`
+		Delivery  string    `json:"delivery"`
+		Responses []cliItem `json:"responses"`
+	}
+	cliStatus struct {
+		Daemon   bool              `json:"daemon"`
+		Listen   []string          `json:"listen"`
+		Peers    int               `json:"peers"`
+		Accepted uint64            `json:"accepted"`
+		AcksSent uint64            `json:"acks_sent"`
+		Rejected map[string]uint64 `json:"rejected"`
+	}
+)
+
+// testNode is one meerkatd home.
+type testNode struct {
+	t    *testing.T
+	name string
+	home string
+	env  []string // extra environment, e.g. MEERKAT_COMMS_ACK_TIMEOUT
+	key  string   // public key, from id --json
+	addr string   // the address peers use to reach it
+	d    *daemon  // the running daemon, if any
+}
+
+// newNode creates a home in a short temporary directory (Unix socket paths
+// must stay under about 100 bytes) and initialises it with the given name.
+// Its daemon will listen on <home>/meerkat.sock.
+func newNode(t *testing.T, name string) *testNode {
+	t.Helper()
+	home, err := os.MkdirTemp("", "mk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	n := &testNode{t: t, name: name, home: home, addr: "uds://" + filepath.Join(home, "meerkat.sock"),
+		env: []string{"MEERKAT_COMMS_ACK_TIMEOUT=" + strconv.Itoa(testAckSecs)}}
+	n.ok("init", "--name", name)
+	var id struct {
+		Name   string   `json:"name"`
+		PubKey string   `json:"pubkey"`
+		Listen []string `json:"listen"`
+	}
+	n.okJSON(&id, "id", "--json")
+	if id.Name != name || !strings.HasPrefix(id.PubKey, "ed25519:") || len(id.Listen) != 1 || id.Listen[0] != n.addr {
+		t.Fatalf("id --json of %s: %+v", name, id)
+	}
+	n.key = id.PubKey
+	return n
+}
+
+// run runs meerkatd args --home <home> and returns what it did; a process
+// that cannot be run at all gives code -1. It is safe to call from any
+// goroutine.
+func (n *testNode) run(args ...string) result {
+	bin, err := meerkatdBinary()
+	if err != nil {
+		return result{args: args, code: -1, stderr: err.Error()}
+	}
+	args = append(args[:len(args):len(args)], "--home", n.home)
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(baseEnv(), n.env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	r := result{args: args, stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee) && ee.Exited():
+		r.code = ee.ExitCode()
+	default:
+		r.code = -1
+		r.stderr += "\n(test harness: " + err.Error() + ")"
+	}
+	return r
+}
+
+// ok runs meerkatd and requires exit status 0; it returns stdout.
+func (n *testNode) ok(args ...string) string {
+	n.t.Helper()
+	r := n.run(args...)
+	if r.code != exitOK {
+		n.t.Fatalf("%s", r)
+	}
+	return r.stdout
+}
+
+// okJSON runs meerkatd, requires exit status 0 and decodes stdout into v.
+func (n *testNode) okJSON(v any, args ...string) {
+	n.t.Helper()
+	out := n.ok(args...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		n.t.Fatalf("meerkatd %s: stdout is not the JSON expected: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// wantCode runs meerkatd and requires the given exit status and, in
+// stderr, each of the given strings.
+func (n *testNode) wantCode(code int, stderrHas []string, args ...string) result {
+	n.t.Helper()
+	r := n.run(args...)
+	if r.code != code {
+		n.t.Fatalf("want exit %d\n%s", code, r)
+	}
+	for _, s := range stderrHas {
+		if !strings.Contains(r.stderr, s) {
+			n.t.Fatalf("stderr lacks %q\n%s", s, r)
+		}
+	}
+	return r
+}
+
+// trusts makes n trust other at other's address.
+func (n *testNode) trusts(other *testNode) {
+	n.t.Helper()
+	out := n.ok("peers", "add", other.name, other.key, other.addr)
+	if !strings.Contains(out, "added "+other.name) {
+		n.t.Fatalf("peers add: %q", out)
+	}
+}
+
+// status returns `status --json`.
+func (n *testNode) status() cliStatus {
+	n.t.Helper()
+	var s cliStatus
+	n.okJSON(&s, "status", "--json")
+	return s
+}
+
+// inbox returns `inbox --json` (the daemon must run).
+func (n *testNode) inbox() []cliItem {
+	n.t.Helper()
+	var items []cliItem
+	n.okJSON(&items, "inbox", "--json")
+	return items
+}
+
+// daemon is a running `meerkatd run`.
+type daemon struct {
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{} // closed when the process has exited
+	stopped bool
+}
+
+func (d *daemon) log() string {
+	b, _ := os.ReadFile(d.logPath)
+	return string(b)
+}
+
+func (d *daemon) exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// start runs `meerkatd run --home <home> extra...` in the background and
+// waits until its control socket answers. The daemon is stopped (and its
+// clean exit checked) at the end of the test.
+func (n *testNode) start(extra ...string) {
+	t := n.t
+	t.Helper()
+	if n.d != nil && !n.d.stopped {
+		t.Fatalf("%s's daemon already runs", n.name)
+	}
+	logf, err := os.Create(filepath.Join(t.TempDir(), n.name+"-daemon.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close() // the child has its own descriptor
+	args := append([]string{"run", "--home", n.home}, extra...)
+	cmd := exec.Command(binary(t), args...)
+	cmd.Env = append(baseEnv(), n.env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{cmd: cmd, logPath: logf.Name(), done: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		close(d.done)
+	}()
+	n.d = d
+	t.Cleanup(func() {
+		if !d.stopped {
+			n.stop()
+		}
+		if t.Failed() {
+			t.Logf("%s daemon log:\n%s", n.name, d.log())
+		}
+	})
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		if d.exited() {
+			t.Fatalf("%s's daemon exited early (%v):\n%s", n.name, cmd.ProcessState, d.log())
+		}
+		r := n.run("status", "--json")
+		var s cliStatus
+		if r.code == exitOK && json.Unmarshal([]byte(r.stdout), &s) == nil && s.Daemon {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's daemon not ready after %v; last status:\n%s\nlog:\n%s", n.name, readyTimeout, r, d.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM to the daemon, waits for it (SIGKILL after a bound)
+// and checks that it exited 0 and removed its sockets.
+func (n *testNode) stop() {
+	t := n.t
+	t.Helper()
+	d := n.d
+	if d == nil || d.stopped {
+		t.Fatalf("%s has no running daemon", n.name)
+	}
+	d.stopped = true
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil && !d.exited() {
+		t.Errorf("SIGTERM %s's daemon: %v", n.name, err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(stopTimeout):
+		d.cmd.Process.Kill()
+		<-d.done
+		t.Errorf("%s's daemon did not exit within %v of SIGTERM; killed", n.name, stopTimeout)
+		return
+	}
+	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("%s's daemon exited with %v, want 0; log:\n%s", n.name, d.cmd.ProcessState, d.log())
+	}
+	for _, f := range []string{"meerkat.sock", controlSocketName} {
+		if _, err := os.Lstat(filepath.Join(n.home, f)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after %s's daemon stopped, %s remains (%v)", n.name, f, err)
+		}
+	}
+}
+
+// waitUntil polls cond (which may run meerkatd) until it holds or
+// pollTimeout passes.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", pollTimeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// freeTCPPort returns a port on 127.0.0.1 that was free a moment ago.
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// twoNodes creates alice and bob, trusting each other. With tcp set their
+// addresses are TCP ports on 127.0.0.1; start them with runArgs().
+func twoNodes(t *testing.T, tcp bool) (alice, bob *testNode) {
+	t.Helper()
+	alice, bob = newNode(t, "alice"), newNode(t, "bob")
+	if tcp {
+		for _, n := range []*testNode{alice, bob} {
+			n.addr = "tcp://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+		}
+	}
+	alice.trusts(bob)
+	bob.trusts(alice)
+	return alice, bob
+}
+
+// runArgs returns the `run` flags that make the daemon listen on n.addr.
+func (n *testNode) runArgs() []string {
+	if strings.HasPrefix(n.addr, "tcp://") {
+		return []string{"--listen-tcp", strings.TrimPrefix(n.addr, "tcp://"), "--listen-uds", "off"}
+	}
+	return nil
+}
+
+// jsonText formats v for a failure message.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%+v", v)
+	}
+	return string(b)
+}
+
+// findItem returns the first inbox item of the given kind whose predicate
+// holds.
+func findItem(items []cliItem, kind string, match func(cliItem) bool) (cliItem, bool) {
+	for _, it := range items {
+		if it.Kind == kind && match(it) {
+			return it, true
+		}
+	}
+	return cliItem{}, false
+}
+
+// exchange sends a message and a request from alice to bob, and bob's
+// response back, all through the daemons.
+func exchange(t *testing.T, alice, bob *testNode) {
+	var sent cliSend
+	alice.okJSON(&sent, "send", "message", "bob", "hello", "--json")
+	if sent.ID == "" || sent.Peer != "bob" || sent.Delivery != "acked" {
+		t.Fatalf("send message result: %+v", sent)
+	}
+	msg, ok := findItem(bob.inbox(), "message", func(it cliItem) bool { return it.ID == sent.ID })
+	if !ok {
+		t.Fatalf("message %s not in bob's inbox", sent.ID)
+	}
+	if msg.Body != "hello" || msg.Peer != "alice" || msg.From != alice.key {
+		t.Fatalf("bob's inbox item: %s", jsonText(msg))
+	}
+
+	// The request waits for its response in the background.
+	reqDone := make(chan result, 1)
+	go func() {
+		reqDone <- alice.run("send", "request", "bob", "add", `{"a":1,"b":2}`, "--wait", "20s", "--json")
+	}()
+	var req cliItem
+	waitUntil(t, "the request in bob's inbox", func() bool {
+		select {
+		case r := <-reqDone:
+			t.Fatalf("send request ended before bob answered:\n%s", r)
+		default:
+		}
+		var found bool
+		req, found = findItem(bob.inbox(), "request", func(it cliItem) bool { return it.Intent == "add" })
+		return found
+	})
+	var params map[string]int
+	if err := json.Unmarshal(req.Params, &params); err != nil || params["a"] != 1 || params["b"] != 2 || len(params) != 2 || req.Peer != "alice" {
+		t.Fatalf("request in bob's inbox: %s (params %v, %v)", jsonText(req), params, err)
+	}
+	var answered cliSend
+	bob.okJSON(&answered, "send", "response", "alice", req.ID, "completed", `{"sum":3}`, "--json")
+	if answered.Delivery != "written" || answered.Peer != "alice" {
+		t.Fatalf("send response result: %+v", answered)
+	}
+	var r result
+	select {
+	case r = <-reqDone:
+	case <-time.After(cmdTimeout + 5*time.Second): // run's own timeout ends it first
+		t.Fatal("send request --wait did not return")
+	}
+	if r.code != exitOK {
+		t.Fatalf("send request --wait:\n%s", r)
+	}
+	var got cliSend
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("send request output: %v\n%s", err, r.stdout)
+	}
+	if got.ID != req.ID || len(got.Responses) != 1 {
+		t.Fatalf("send request output: id %s (bob saw %s), %d responses\n%s", got.ID, req.ID, len(got.Responses), r.stdout)
+	}
+	resp := got.Responses[0]
+	var sum map[string]int
+	if err := json.Unmarshal(resp.Result, &sum); err != nil || resp.Status != "completed" || resp.InReplyTo != req.ID || len(sum) != 1 || sum["sum"] != 3 {
+		t.Fatalf("response: %s", jsonText(resp))
+	}
+	// The response is in alice's inbox too.
+	if _, ok := findItem(alice.inbox(), "response", func(it cliItem) bool { return it.InReplyTo == req.ID }); !ok {
+		t.Fatal("the response is not in alice's inbox")
+	}
+}
+
+func TestTwoDaemons(t *testing.T) {
+	for _, network := range []string{"uds", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			alice, bob := twoNodes(t, network == "tcp")
+			alice.start(alice.runArgs()...)
+			bob.start(bob.runArgs()...)
+			if s := bob.status(); len(s.Listen) != 1 || s.Listen[0] != bob.addr || s.Peers != 1 {
+				t.Fatalf("bob's status: listen %v, %d peers", s.Listen, s.Peers)
+			}
+			exchange(t, alice, bob)
+			if s := bob.status(); s.Accepted != 2 || s.AcksSent != 2 || len(s.Rejected) != 0 {
+				t.Fatalf("bob's counters after a message and a request: %s", jsonText(s))
+			}
+		})
+	}
+}
+
+// A send with no daemon on the sender's side runs a node in the CLI
+// process for the duration of the send.
+func TestStandaloneSend(t *testing.T) {
+	alice, bob := twoNodes(t, false)
+	bob.start()
+	out := alice.ok("send", "message", "bob", "from a plain CLI")
+	id := strings.TrimSpace(out)
+	if _, ok := findItem(bob.inbox(), "message", func(it cliItem) bool {
+		return it.ID == id && it.Body == "from a plain CLI" && it.Peer == "alice"
+	}); !ok {
+		t.Fatalf("message %q not in bob's inbox", id)
+	}
+	if _, err := os.Lstat(filepath.Join(alice.home, "meerkat.sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the standalone send left a socket behind: %v", err)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	alice, bob := twoNodes(t, false)
+	const uuid = "550e8400-e29b-41d4-a716-446655440000"
+
+	// No daemon anywhere.
+	alice.wantCode(exitUnknownPeer, []string{"carol"}, "send", "message", "carol", "hi")
+	alice.wantCode(exitNoDaemon, []string{"no daemon"}, "inbox")
+	alice.wantCode(exitNoDaemon, []string{"no daemon"}, "inbox", "--json")
+	alice.wantCode(exitPeerOffline, []string{"offline"}, "send", "message", "bob", "anyone?")
+	usage := [][]string{
+		{"send", "message", "bob"},
+		{"send", "message", "bob", "hi", "--wait", "1s"},
+		{"send", "response", "bob", "notauuid", "completed", "null"},
+		{"send", "response", "bob", uuid, "done", "null"},
+		{"send", "request", "bob", "add", `{"a":`},
+		{"send", "telegram", "bob", "hi"},
+		{"inbox", "extra"},
+		{"run", "--log-level", "loud"},
+	}
+	for _, args := range usage {
+		alice.wantCode(exitUsage, nil, args...)
+	}
+
+	// Through the daemons.
+	bob.start()
+	alice.start()
+	alice.ok("send", "message", "bob", "hi")
+	alice.wantCode(exitUnknownPeer, []string{"carol"}, "send", "message", "carol", "hi")
+	alice.wantCode(exitUsage, nil, "send", "response", "bob", "notauuid", "completed", "null")
+	alice.wantCode(exitUsage, nil, "send", "response", "bob", uuid, "done", "null")
+	t.Run("bad JSON through the daemon", func(t *testing.T) {
+		// Standalone, bad JSON is exit 2 (above); through the daemon it
+		// must be too.
+		for _, args := range [][]string{
+			{"send", "request", "bob", "add", `{"a":`},
+			{"send", "response", "bob", uuid, "completed", `{"a":`},
+		} {
+			r := alice.run(args...)
+			if r.code != exitUsage || !strings.Contains(r.stderr, "not valid JSON") {
+				t.Fatalf("want exit %d\n%s", exitUsage, r)
+			}
+		}
+	})
+
+	// The receiver goes away: the send fails as soon as the connection
+	// does, well within the ack timeout.
+	bob.stop()
+	for _, via := range []string{"daemon", "standalone"} {
+		if via == "standalone" {
+			alice.stop()
+		}
+		start := time.Now()
+		alice.wantCode(exitPeerOffline, []string{"offline"}, "send", "message", "bob", "still there?")
+		if el := time.Since(start); el > testAckSecs*time.Second+5*time.Second {
+			t.Errorf("%s: peer offline reported after %v; ack timeout is %ds", via, el, testAckSecs)
+		}
+	}
+	alice.wantCode(exitNoDaemon, nil, "inbox")
+}
+
+// Removing a peer from the trust file takes effect in a running daemon
+// without a restart, and so does adding it back.
+func TestTrustHotReload(t *testing.T) {
+	alice, bob := twoNodes(t, false)
+	alice.start()
+	bob.start()
+	alice.ok("send", "message", "bob", "before")
+	if s := bob.status(); s.Rejected["untrusted"] != 0 {
+		t.Fatalf("bob rejected %d untrusted envelopes already", s.Rejected["untrusted"])
+	}
+
+	bob.ok("peers", "remove", "alice")
+	var last result
+	i := 0
+	waitUntil(t, "bob to refuse alice", func() bool {
+		i++
+		last = alice.run("send", "message", "bob", fmt.Sprintf("probe %d", i))
+		switch last.code {
+		case exitOK:
+			return false // the trust file is not reloaded yet
+		case exitPeerOffline:
+			return true
+		}
+		t.Fatalf("send during the reload:\n%s", last)
+		return false
+	})
+	if !strings.Contains(last.stderr, "offline") {
+		t.Fatalf("refused send:\n%s", last)
+	}
+	s := bob.status()
+	if s.Rejected["untrusted"] == 0 || s.Peers != 0 {
+		t.Fatalf("bob after removing alice: %d peers, rejected %v", s.Peers, s.Rejected)
+	}
+	refused := fmt.Sprintf("probe %d", i)
+	if _, ok := findItem(bob.inbox(), "message", func(it cliItem) bool { return it.Body == refused }); ok {
+		t.Fatalf("bob refused %q but it is in his inbox", refused)
+	}
+
+	bob.trusts(alice)
+	waitUntil(t, "bob to accept alice again", func() bool {
+		last = alice.run("send", "message", "bob", "after")
+		switch last.code {
+		case exitOK:
+			return true
+		case exitPeerOffline:
+			return false
+		}
+		t.Fatalf("send during the reload:\n%s", last)
+		return false
+	})
+	if _, ok := findItem(bob.inbox(), "message", func(it cliItem) bool { return it.Body == "after" && it.Peer == "alice" }); !ok {
+		t.Fatal(`"after" is not in bob's inbox`)
+	}
+	if alice.d.exited() || bob.d.exited() {
+		t.Fatal("a daemon exited during the reloads")
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	n := newNode(t, "checked")
+	if out := n.ok("config", "check"); !strings.HasPrefix(out, "ok: ") {
+		t.Fatalf("config check on a fresh home: %q", out)
+	}
+	path := filepath.Join(n.home, "meerkat.toml")
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append([]byte("colour_scheme = \"dark\"\n"), orig...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := n.run("config", "check")
+	if r.code == exitOK || !strings.Contains(r.stderr, "colour_scheme") || strings.Contains(r.stdout, "ok:") {
+		t.Fatalf("config check with an unknown key:\n%s", r)
+	}
+}
+
+// quickstart is the README's quickstart, verbatim: TestQuickstart runs it.
+// $ALICE and $BOB are two empty directories; $ALICE_KEY and $BOB_KEY are
+// the pubkeys that the init commands print. A trailing " &" runs the
+// daemon in the background. Lines starting with "#" are comments.
+var quickstart = []string{
+	"# ALICE and BOB are two empty directories, the nodes' homes.",
+	"# init creates an Ed25519 identity and prints its pubkey: ALICE_KEY, BOB_KEY.",
+	"meerkatd init --name alice --home $ALICE",
+	"meerkatd init --name bob --home $BOB",
+	"# Each trusts the other's key at its Unix socket:",
+	"meerkatd peers add bob $BOB_KEY uds://$BOB/meerkat.sock --home $ALICE",
+	"meerkatd peers add alice $ALICE_KEY uds://$ALICE/meerkat.sock --home $BOB",
+	"# Run both daemons:",
+	"meerkatd run --home $ALICE &",
+	"meerkatd run --home $BOB &",
+	"# Alice sends a message and a request; bob reads his inbox:",
+	"meerkatd send message bob 'hello from alice' --home $ALICE",
+	`meerkatd send request bob add '{"a":1,"b":2}' --home $ALICE`,
+	"meerkatd inbox --home $BOB",
+}
+
+// splitShell splits a quickstart line into words: spaces separate, single
+// quotes group, $NAME is replaced from vars.
+func splitShell(t *testing.T, line string, vars map[string]string) []string {
+	t.Helper()
+	var words []string
+	var cur strings.Builder
+	inWord, quoted := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case quoted && c == '\'':
+			quoted = false
+		case quoted:
+			cur.WriteByte(c)
+		case c == '\'':
+			quoted, inWord = true, true
+		case c == ' ':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case c == '$':
+			j := i + 1
+			for j < len(line) && (line[j] == '_' || line[j] >= 'A' && line[j] <= 'Z') {
+				j++
+			}
+			v, ok := vars[line[i+1:j]]
+			if !ok {
+				t.Fatalf("quickstart line %q: unknown variable $%s", line, line[i+1:j])
+			}
+			cur.WriteString(v)
+			inWord = true
+			i = j - 1
+		default:
+			cur.WriteByte(c)
+			inWord = true
+		}
+	}
+	if quoted {
+		t.Fatalf("quickstart line %q: unterminated quote", line)
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words
+}
+
+func TestQuickstart(t *testing.T) {
+	vars := map[string]string{}
+	nodes := map[string]*testNode{} // by home
+	for _, who := range []string{"ALICE", "BOB"} {
+		home, err := os.MkdirTemp("", "mk")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(home) })
+		vars[who] = home
+		nodes[home] = &testNode{t: t, name: strings.ToLower(who), home: home}
+	}
+	invocations := 0
+	var outputs []result
+	for _, line := range quickstart {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		invocations++
+		background := strings.HasSuffix(line, " &")
+		words := splitShell(t, strings.TrimSuffix(line, " &"), vars)
+		// Every command names its home: "--home $ALICE" or "--home $BOB".
+		var n *testNode
+		var args []string
+		for j := 1; j < len(words); j++ {
+			if words[j] == "--home" && j+1 < len(words) {
+				n = nodes[words[j+1]]
+				j++
+				continue
+			}
+			args = append(args, words[j])
+		}
+		if words[0] != "meerkatd" || n == nil || len(args) == 0 {
+			t.Fatalf("quickstart line %q is not meerkatd ... --home $ALICE or $BOB", line)
+		}
+		if background {
+			if args[0] != "run" || len(args) != 1 {
+				t.Fatalf("only `meerkatd run` runs in the background: %q", line)
+			}
+			n.start()
+			continue
+		}
+		r := n.run(args...)
+		if r.code != exitOK {
+			t.Fatalf("quickstart line %q:\n%s", line, r)
+		}
+		outputs = append(outputs, r)
+		if args[0] == "init" {
+			for _, l := range strings.Split(r.stdout, "\n") {
+				if k, ok := strings.CutPrefix(l, "pubkey"); ok {
+					vars[strings.ToUpper(n.name)+"_KEY"] = strings.TrimSpace(k)
+				}
+			}
+		}
+	}
+	if invocations > 10 {
+		t.Errorf("the quickstart runs meerkatd %d times; keep it to 10", invocations)
+	}
+	// The last command shows bob's inbox: the message and the request.
+	last := outputs[len(outputs)-1]
+	for _, want := range []string{"message from alice", "hello from alice", "request from alice", `add {"a":1,"b":2}`} {
+		if !strings.Contains(last.stdout, want) {
+			t.Errorf("bob's inbox lacks %q:\n%s", want, last.stdout)
+		}
+	}
+}
