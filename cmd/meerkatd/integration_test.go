@@ -830,3 +830,15 @@ func TestQuickstart(t *testing.T) {
 		}
 	}
 }
+
+// The README shows the quickstart verbatim, so what users copy is what the
+// test runs.
+func TestREADMEQuickstart(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "```sh\n"+strings.Join(quickstart, "\n")+"\n```") {
+		t.Fatal("README.md does not show the quickstart lines verbatim; copy them from the quickstart variable")
+	}
+}
