@@ -2,10 +2,21 @@ module github.com/meerkatd/meerkatd
 
 go 1.26
 
-require github.com/BurntSushi/toml v1.6.0
+require (
+	github.com/BurntSushi/toml v1.6.0
+	github.com/mark3labs/mcp-go v1.2.1
+)
 
 // Test-only: an independent CBOR implementation the wire codec is checked
 // against (comms/wire/oracle_test.go).
 require github.com/fxamacker/cbor/v2 v2.10.0
 
-require github.com/x448/float16 v0.8.4 // indirect
+require (
+	github.com/google/jsonschema-go v0.4.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.2 // indirect
+	github.com/spf13/cast v1.7.1 // indirect
+	github.com/x448/float16 v0.8.4 // indirect
+	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
+	golang.org/x/text v0.14.0 // indirect
+)

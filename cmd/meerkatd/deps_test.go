@@ -56,6 +56,7 @@ func TestDependencyRules(t *testing.T) {
 		"config":       {module + "/transport", "github.com/BurntSushi/toml"},
 		"comms/wire":   {module + "/identity"},
 		"comms":        {module + "/comms/wire", module + "/identity", module + "/inbox", module + "/transport", module + "/trust"},
+		"mcpserver":    {"github.com/mark3labs/mcp-go/"},
 		"cmd/meerkatd": {module + "/"},
 	}
 	for _, p := range listPackages(t) {

@@ -1,0 +1,332 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// fakeNode is an in-memory Node: sends to "bob" succeed, "ghost" is
+// offline, anything else is unknown.
+type fakeNode struct {
+	mu      sync.Mutex
+	msgs    []Message
+	next    uint64
+	changed chan struct{}
+	sent    []string
+}
+
+func newFakeNode() *fakeNode { return &fakeNode{next: 1, changed: make(chan struct{})} }
+
+func (f *fakeNode) Self() Self {
+	return Self{Name: "alice", PubKey: "ed25519:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=", PeerUUID: "c2a81ee0-aba0-5e8e-a408-d61864a82361"}
+}
+
+func (f *fakeNode) Peers(context.Context) ([]Peer, error) {
+	return []Peer{{Name: "bob", PubKey: "ed25519:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=", Addr: "uds:///tmp/bob.sock"}}, nil
+}
+
+func (f *fakeNode) peer(p string) error {
+	switch p {
+	case "bob":
+		return nil
+	case "ghost":
+		return &Error{CodePeerOffline, "peer ghost offline: no ack within the ack timeout"}
+	}
+	return &Error{CodeUnknownPeer, fmt.Sprintf("no trusted peer %q", p)}
+}
+
+func (f *fakeNode) SendMessage(_ context.Context, peer, body string) (Sent, error) {
+	if err := f.peer(peer); err != nil {
+		return Sent{}, err
+	}
+	f.mu.Lock()
+	f.sent = append(f.sent, body)
+	f.mu.Unlock()
+	return Sent{ID: "m-1", Peer: peer, Delivery: "acked"}, nil
+}
+
+func (f *fakeNode) SendRequest(_ context.Context, peer, intent string, params json.RawMessage) (Sent, error) {
+	if err := f.peer(peer); err != nil {
+		return Sent{}, err
+	}
+	return Sent{ID: "r-1", Peer: peer, Delivery: "acked"}, nil
+}
+
+func (f *fakeNode) SendResponse(_ context.Context, peer, rid, status string, result json.RawMessage) (Sent, error) {
+	if err := f.peer(peer); err != nil {
+		return Sent{}, err
+	}
+	if rid != "req-known" {
+		return Sent{}, &Error{CodeUnknownRequest, "no request " + rid}
+	}
+	return Sent{ID: "s-1", Peer: peer, Delivery: "written"}, nil
+}
+
+func (f *fakeNode) deliver(m Message) {
+	f.mu.Lock()
+	m.Seq = f.next
+	f.next++
+	f.msgs = append(f.msgs, m)
+	close(f.changed)
+	f.changed = make(chan struct{})
+	f.mu.Unlock()
+}
+
+func (f *fakeNode) Receive(ctx context.Context, q Query) (Batch, error) {
+	var deadline <-chan time.Time
+	if q.Wait > 0 {
+		t := time.NewTimer(q.Wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		f.mu.Lock()
+		b := Batch{Cursor: q.After, Pending: len(f.msgs)}
+		for _, m := range f.msgs {
+			if m.Seq > q.After && (q.Limit == 0 || len(b.Messages) < q.Limit) {
+				b.Messages = append(b.Messages, m)
+				b.Cursor = m.Seq
+			}
+		}
+		changed := f.changed
+		f.mu.Unlock()
+		if len(b.Messages) > 0 || q.Wait == 0 {
+			return b, nil
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			b.TimedOut = true
+			return b, nil
+		case <-ctx.Done():
+			return Batch{}, ctx.Err()
+		}
+	}
+}
+
+func (f *fakeNode) Ack(_ context.Context, ids []string, upTo uint64) (int, int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	drop := map[string]bool{}
+	for _, id := range ids {
+		drop[id] = true
+	}
+	kept := f.msgs[:0]
+	for _, m := range f.msgs {
+		if !drop[m.ID] && m.Seq > upTo {
+			kept = append(kept, m)
+		}
+	}
+	n := len(f.msgs) - len(kept)
+	f.msgs = kept
+	return n, len(kept), nil
+}
+
+func startClient(t *testing.T, node Node) (*client.Client, *notes) {
+	t.Helper()
+	s := New(node, Options{})
+	c, err := client.NewInProcessClient(s.MCP())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &notes{}
+	c.OnNotification(func(m mcp.JSONRPCNotification) { n.add(m.Method) })
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var init mcp.InitializeRequest
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "0"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.WatchArrivals(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		c.Close()
+	})
+	return c, n
+}
+
+type notes struct {
+	mu      sync.Mutex
+	methods []string
+}
+
+func (n *notes) add(m string) {
+	n.mu.Lock()
+	n.methods = append(n.methods, m)
+	n.mu.Unlock()
+}
+
+func (n *notes) count(m string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, x := range n.methods {
+		if x == m {
+			c++
+		}
+	}
+	return c
+}
+
+func call(t *testing.T, c *client.Client, name string, args map[string]any) (*mcp.CallToolResult, map[string]any, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var req mcp.CallToolRequest
+	req.Params.Name = name
+	req.Params.Arguments = args
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	var structured map[string]any
+	if !res.IsError {
+		b, _ := json.Marshal(res.StructuredContent)
+		json.Unmarshal(b, &structured)
+	}
+	return res, structured, nil
+}
+
+func text(r *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range r.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+func TestToolList(t *testing.T) {
+	c, _ := startClient(t, newFakeNode())
+	res, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"send_message": false, "send_request": false, "send_response": false, "list_peers": true, "receive_messages": true, "ack_messages": false}
+	if len(res.Tools) != len(want) {
+		t.Fatalf("%d tools, want %d", len(res.Tools), len(want))
+	}
+	for _, tool := range res.Tools {
+		ro, ok := want[tool.Name]
+		if !ok {
+			t.Errorf("unexpected tool %q", tool.Name)
+			continue
+		}
+		if tool.OutputSchema.Type != "object" || len(tool.OutputSchema.Properties) == 0 {
+			t.Errorf("%s has no output schema", tool.Name)
+		}
+		if _, ok := tool.OutputSchema.Properties["pending"]; !ok && tool.Name != "receive_messages" {
+			t.Errorf("%s output lacks pending", tool.Name)
+		}
+		a := tool.Annotations
+		if a.ReadOnlyHint == nil || *a.ReadOnlyHint != ro {
+			t.Errorf("%s readOnlyHint %v, want %v", tool.Name, a.ReadOnlyHint, ro)
+		}
+	}
+}
+
+func TestSendAndErrors(t *testing.T) {
+	f := newFakeNode()
+	c, _ := startClient(t, f)
+	res, out, err := call(t, c, "send_message", map[string]any{"peer": "bob", "body": "hi"})
+	if err != nil || res.IsError {
+		t.Fatalf("send_message: %v %s", err, text(res))
+	}
+	if out["message_id"] != "m-1" || out["delivery"] != "acked" || out["pending"] != float64(0) {
+		t.Fatalf("structured result %v", out)
+	}
+	if !strings.Contains(text(res), `"message_id":"m-1"`) {
+		t.Fatalf("text fallback %q", text(res))
+	}
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		code string
+	}{
+		{"send_message", map[string]any{"peer": "carol", "body": "hi"}, CodeUnknownPeer},
+		{"send_message", map[string]any{"peer": "ghost", "body": "hi"}, CodePeerOffline},
+		{"send_request", map[string]any{"peer": "carol", "intent": "x"}, CodeUnknownPeer},
+		{"send_response", map[string]any{"peer": "bob", "request_id": "nope", "status": "completed"}, CodeUnknownRequest},
+		{"send_response", map[string]any{"peer": "bob", "request_id": "req-known", "status": "done"}, CodeBadStatus},
+	} {
+		res, _, err := call(t, c, tc.tool, tc.args)
+		if err != nil {
+			t.Fatalf("%s %v: protocol error %v, want a tool error", tc.tool, tc.args, err)
+		}
+		if !res.IsError || !strings.HasPrefix(text(res), tc.code+": ") {
+			t.Errorf("%s %v: isError %v text %q, want code %s", tc.tool, tc.args, res.IsError, text(res), tc.code)
+		}
+	}
+	// Malformed calls are protocol errors (invalid params), not tool results.
+	for _, bad := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"send_message", map[string]any{"body": "no peer"}},
+		{"send_message", map[string]any{"peer": 7, "body": "x"}},
+		{"receive_messages", map[string]any{"wait_ms": 99999}},
+		{"ack_messages", map[string]any{}},
+	} {
+		if _, _, err := call(t, c, bad.tool, bad.args); err == nil {
+			t.Errorf("%s %v: want a protocol error", bad.tool, bad.args)
+		}
+	}
+}
+
+func TestReceiveWaitAckAndNotifications(t *testing.T) {
+	f := newFakeNode()
+	c, n := startClient(t, f)
+	// An empty wait times out.
+	_, out, err := call(t, c, "receive_messages", map[string]any{"wait_ms": 50})
+	if err != nil || out["timed_out"] != true {
+		t.Fatalf("empty wait: %v %v", out, err)
+	}
+	// A wait wakes on arrival, and other tools keep working meanwhile.
+	got := make(chan map[string]any, 1)
+	go func() {
+		_, out, _ := call(t, c, "receive_messages", map[string]any{"wait_ms": 20000})
+		got <- out
+	}()
+	if _, _, err := call(t, c, "list_peers", nil); err != nil {
+		t.Fatalf("list_peers during a wait: %v", err)
+	}
+	f.deliver(Message{ID: "x1", Kind: "message", Peer: "bob", Body: "hello"})
+	select {
+	case out := <-got:
+		msgs, _ := out["messages"].([]any)
+		if len(msgs) != 1 || out["timed_out"] != false {
+			t.Fatalf("woken receive: %v", out)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("receive_messages did not wake on arrival")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for n.count("notifications/resources/updated") == 0 || n.count("notifications/message") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no arrival notifications: %v", n.methods)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, out, err = call(t, c, "ack_messages", map[string]any{"ids": []any{"x1"}})
+	if err != nil || out["acked"] != float64(1) || out["pending"] != float64(0) {
+		t.Fatalf("ack: %v %v", out, err)
+	}
+}

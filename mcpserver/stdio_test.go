@@ -1,0 +1,87 @@
+package mcpserver
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Over stdio: malformed tool calls get the protocol's invalid-params error,
+// good ones a result, stdout carries only JSON-RPC messages, and the server
+// returns when stdin closes.
+func TestStdio(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	s := New(newFakeNode(), Options{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.ServeStdio(context.Background(), inR, outW)
+		outW.Close()
+	}()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(outR)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	send := func(v string) {
+		if _, err := io.WriteString(inW, v+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func() map[string]any {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("stdout closed")
+			}
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil || m["jsonrpc"] != "2.0" {
+				t.Fatalf("stdout line is not JSON-RPC: %q", l)
+			}
+			return m
+		case <-time.After(20 * time.Second):
+			t.Fatal("no reply")
+		}
+		return nil
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	if m := next(); m["id"] != float64(1) || m["result"] == nil {
+		t.Fatalf("initialize: %v", m)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send_message","arguments":{"body":"no peer"}}}`)
+	m := next()
+	errObj, _ := m["error"].(map[string]any)
+	if m["id"] != float64(2) || errObj["code"] != float64(codeInvalidParams) || !strings.Contains(errObj["message"].(string), "peer") {
+		t.Fatalf("malformed call: %v", m)
+	}
+	send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"send_message","arguments":{"peer":"bob","body":"hi"}}}`)
+	// The arrival watcher may interleave notifications; find reply 3.
+	for {
+		m = next()
+		if m["id"] == float64(3) {
+			break
+		}
+	}
+	res, _ := m["result"].(map[string]any)
+	if sc, _ := res["structuredContent"].(map[string]any); sc["message_id"] != "m-1" {
+		t.Fatalf("good call: %v", m)
+	}
+	inW.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ServeStdio after stdin EOF: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("ServeStdio did not return after stdin closed")
+	}
+}

@@ -1,0 +1,388 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// Tool results. Every one carries Pending so a model notices new mail
+// during normal tool use.
+type (
+	sendMessageResult struct {
+		MessageID string `json:"message_id"`
+		Peer      string `json:"peer"`
+		Delivery  string `json:"delivery"`
+		Pending   int    `json:"pending"`
+	}
+	sendRequestResult struct {
+		RequestID string `json:"request_id"`
+		Peer      string `json:"peer"`
+		Delivery  string `json:"delivery"`
+		Pending   int    `json:"pending"`
+	}
+	sendResponseResult struct {
+		MessageID string `json:"message_id"`
+		RequestID string `json:"request_id"`
+		Pending   int    `json:"pending"`
+	}
+	listPeersResult struct {
+		Self    Self   `json:"self"`
+		Peers   []Peer `json:"peers"`
+		Pending int    `json:"pending"`
+	}
+	ackResult struct {
+		Acked   int `json:"acked"`
+		Pending int `json:"pending"`
+	}
+)
+
+// invalidParams is returned (as a Go error) for calls whose arguments do
+// not fit the schema: mcp-go answers them with the protocol's
+// invalid-params error rather than a tool result.
+type invalidParams struct{ msg string }
+
+func (e invalidParams) Error() string { return e.msg }
+
+// args reads tool arguments.
+type args struct {
+	m map[string]any
+}
+
+func (a args) str(name string, required bool) (string, error) {
+	v, ok := a.m[name]
+	if !ok || v == nil {
+		if required {
+			return "", invalidParams{fmt.Sprintf("missing required argument %q", name)}
+		}
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", invalidParams{fmt.Sprintf("argument %q must be a string", name)}
+	}
+	if required && s == "" {
+		return "", invalidParams{fmt.Sprintf("argument %q must not be empty", name)}
+	}
+	return s, nil
+}
+
+func (a args) num(name string, lo, hi float64) (float64, bool, error) {
+	v, ok := a.m[name]
+	if !ok || v == nil {
+		return 0, false, nil
+	}
+	f, ok := v.(float64)
+	if !ok || f != float64(int64(f)) || f < lo || f > hi {
+		return 0, false, invalidParams{fmt.Sprintf("argument %q must be an integer from %g to %g", name, lo, hi)}
+	}
+	return f, true, nil
+}
+
+func (a args) strings(name string) ([]string, error) {
+	v, ok := a.m[name]
+	if !ok || v == nil {
+		return nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, invalidParams{fmt.Sprintf("argument %q must be an array of strings", name)}
+	}
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		s, ok := x.(string)
+		if !ok {
+			return nil, invalidParams{fmt.Sprintf("argument %q must be an array of strings", name)}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func (a args) json(name string) json.RawMessage {
+	v, ok := a.m[name]
+	if !ok {
+		return nil
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+func readOnly(v bool) *bool { return &v }
+
+// pending asks the node for the current pending count.
+func (s *Server) pending(ctx context.Context) int {
+	b, err := s.node.Receive(ctx, Query{Limit: 1})
+	if err != nil {
+		return 0
+	}
+	return b.Pending
+}
+
+func (s *Server) addTools() {
+	peerArg := mcp.WithString("peer", mcp.Required(), mcp.Description("the peer: its trust-list name (see list_peers), its key (ed25519:…) or its peer UUID"))
+	s.mcp.AddTool(mcp.NewTool("send_message",
+		mcp.WithDescription("Send a text message to a peer and wait until the peer's node acknowledges it."),
+		peerArg,
+		mcp.WithString("body", mcp.Required(), mcp.Description("the message text")),
+		mcp.WithOutputSchema[sendMessageResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send message", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
+	), s.sendMessage)
+	s.mcp.AddTool(mcp.NewTool("send_request",
+		mcp.WithDescription("Ask a peer to do something. Returns the request id once the peer's node acknowledged the request; the answer arrives later as a response (see receive_messages with request_id)."),
+		peerArg,
+		mcp.WithString("intent", mcp.Required(), mcp.Description("what is asked, e.g. \"review-pr\"")),
+		mcp.WithAny("params", mcp.Description("any JSON value with the details (default null)")),
+		mcp.WithOutputSchema[sendRequestResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send request", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
+	), s.sendRequest)
+	s.mcp.AddTool(mcp.NewTool("send_response",
+		mcp.WithDescription("Answer a request you received. status is \"accepted\" (will answer later), \"completed\" or \"failed\"; a request can be answered finally only once."),
+		peerArg,
+		mcp.WithString("request_id", mcp.Required(), mcp.Description("the id of the request being answered")),
+		mcp.WithString("status", mcp.Required(), mcp.Enum("accepted", "completed", "failed")),
+		mcp.WithAny("result", mcp.Description("any JSON value (default null)")),
+		mcp.WithOutputSchema[sendResponseResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
+	), s.sendResponse)
+	s.mcp.AddTool(mcp.NewTool("list_peers",
+		mcp.WithDescription("Show this node and the peers it trusts."),
+		mcp.WithOutputSchema[listPeersResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List peers", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
+	), s.listPeers)
+	s.mcp.AddTool(mcp.NewTool("receive_messages",
+		mcp.WithDescription("List unacknowledged messages, requests and responses, oldest first, without removing them. With wait_ms, waits up to that long for the first new one. Pass the returned cursor as after to see only newer items."),
+		mcp.WithNumber("wait_ms", mcp.Description("wait up to this many milliseconds for the first item (0-25000, default 0)")),
+		mcp.WithNumber("limit", mcp.Description("at most this many items (1-1000, default 100)")),
+		mcp.WithNumber("after", mcp.Description("only items after this cursor")),
+		mcp.WithArray("kinds", mcp.WithStringItems(), mcp.Description("only these kinds: message, request, response")),
+		mcp.WithString("from", mcp.Description("only from this peer")),
+		mcp.WithString("request_id", mcp.Description("only responses to this request")),
+		mcp.WithOutputSchema[Batch](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Receive messages", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
+	), s.receive)
+	s.mcp.AddTool(mcp.NewTool("ack_messages",
+		mcp.WithDescription("Mark received items as handled so they stop counting as pending: by id, or every item up to a cursor."),
+		mcp.WithArray("ids", mcp.WithStringItems(), mcp.Description("ids of the items handled")),
+		mcp.WithNumber("up_to", mcp.Description("acknowledge every item up to this cursor")),
+		mcp.WithOutputSchema[ackResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Acknowledge messages", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
+	), s.ack)
+}
+
+// checkArgs validates the arguments of a call to tool name the way its
+// handler will, without running it. The stdio front end uses it to answer
+// malformed calls with the protocol's invalid-params error.
+func checkArgs(name string, m map[string]any) error {
+	a := args{m}
+	var err error
+	switch name {
+	case "send_message":
+		_, _, err = parseSendMessage(a)
+	case "send_request":
+		_, _, err = parseSendRequest(a)
+	case "send_response":
+		_, _, _, err = parseSendResponse(a)
+	case "receive_messages":
+		_, err = parseReceive(a)
+	case "ack_messages":
+		_, _, err = parseAck(a)
+	}
+	return err
+}
+
+func parseSendMessage(a args) (peer, body string, err error) {
+	if peer, err = a.str("peer", true); err != nil {
+		return
+	}
+	body, err = a.str("body", true)
+	return
+}
+
+func parseSendRequest(a args) (peer, intent string, err error) {
+	if peer, err = a.str("peer", true); err != nil {
+		return
+	}
+	intent, err = a.str("intent", true)
+	return
+}
+
+func parseSendResponse(a args) (peer, rid, status string, err error) {
+	if peer, err = a.str("peer", true); err != nil {
+		return
+	}
+	if rid, err = a.str("request_id", true); err != nil {
+		return
+	}
+	status, err = a.str("status", true)
+	return
+}
+
+func (s *Server) sendMessage(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	peer, body, err := parseSendMessage(args{req.GetArguments()})
+	if err != nil {
+		return nil, err
+	}
+	sent, err := s.node.SendMessage(ctx, peer, body)
+	if err != nil {
+		return toolError(err), nil
+	}
+	return result(sendMessageResult{MessageID: sent.ID, Peer: sent.Peer, Delivery: sent.Delivery, Pending: s.pending(ctx)})
+}
+
+func (s *Server) sendRequest(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	a := args{req.GetArguments()}
+	peer, intent, err := parseSendRequest(a)
+	if err != nil {
+		return nil, err
+	}
+	sent, err := s.node.SendRequest(ctx, peer, intent, a.json("params"))
+	if err != nil {
+		return toolError(err), nil
+	}
+	return result(sendRequestResult{RequestID: sent.ID, Peer: sent.Peer, Delivery: sent.Delivery, Pending: s.pending(ctx)})
+}
+
+func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	a := args{req.GetArguments()}
+	peer, rid, status, err := parseSendResponse(a)
+	if err != nil {
+		return nil, err
+	}
+	if status != "accepted" && status != "completed" && status != "failed" {
+		return toolError(&Error{CodeBadStatus, fmt.Sprintf("status %q: want accepted, completed or failed", status)}), nil
+	}
+	sent, err := s.node.SendResponse(ctx, peer, rid, status, a.json("result"))
+	if err != nil {
+		return toolError(err), nil
+	}
+	return result(sendResponseResult{MessageID: sent.ID, RequestID: rid, Pending: s.pending(ctx)})
+}
+
+func (s *Server) listPeers(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	peers, err := s.node.Peers(ctx)
+	if err != nil {
+		return toolError(err), nil
+	}
+	if peers == nil {
+		peers = []Peer{}
+	}
+	return result(listPeersResult{Self: s.node.Self(), Peers: peers, Pending: s.pending(ctx)})
+}
+
+func parseReceive(a args) (Query, error) {
+	var q Query
+	wait, _, err := a.num("wait_ms", 0, float64(MaxWait/time.Millisecond))
+	if err != nil {
+		return q, err
+	}
+	q.Wait = time.Duration(wait) * time.Millisecond
+	limit, ok, err := a.num("limit", 1, 1000)
+	if err != nil {
+		return q, err
+	}
+	q.Limit = 100
+	if ok {
+		q.Limit = int(limit)
+	}
+	after, _, err := a.num("after", 0, 1<<53)
+	if err != nil {
+		return q, err
+	}
+	q.After = uint64(after)
+	if q.Kinds, err = a.strings("kinds"); err != nil {
+		return q, err
+	}
+	if q.From, err = a.str("from", false); err != nil {
+		return q, err
+	}
+	q.RequestID, err = a.str("request_id", false)
+	return q, err
+}
+
+func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	q, err := parseReceive(args{req.GetArguments()})
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.node.Receive(ctx, q)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // the client cancelled the call
+		}
+		return toolError(err), nil
+	}
+	if b.Messages == nil {
+		b.Messages = []Message{}
+	}
+	return result(b)
+}
+
+func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	ids, upTo, err := parseAck(args{req.GetArguments()})
+	if err != nil {
+		return nil, err
+	}
+	acked, pending, err := s.node.Ack(ctx, ids, upTo)
+	if err != nil {
+		return toolError(err), nil
+	}
+	if acked > 0 {
+		s.inboxChanged()
+	}
+	return result(ackResult{Acked: acked, Pending: pending})
+}
+
+func parseAck(a args) (ids []string, upTo uint64, err error) {
+	if ids, err = a.strings("ids"); err != nil {
+		return
+	}
+	n, has, err := a.num("up_to", 1, 1<<53)
+	if err != nil {
+		return
+	}
+	if len(ids) == 0 && !has {
+		err = invalidParams{"give ids or up_to"}
+	}
+	return ids, uint64(n), err
+}
+
+func (s *Server) addResources() {
+	s.mcp.AddResource(mcp.NewResource(InboxURI, "inbox",
+		mcp.WithResourceDescription("Unacknowledged received items, oldest first (JSON). Subscribe to be told when it changes."),
+		mcp.WithMIMEType("application/json"),
+	), func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		b, err := s.node.Receive(ctx, Query{Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		if b.Messages == nil {
+			b.Messages = []Message{}
+		}
+		text, err := json.Marshal(b)
+		if err != nil {
+			return nil, err
+		}
+		return []mcp.ResourceContents{mcp.TextResourceContents{URI: InboxURI, MIMEType: "application/json", Text: string(text)}}, nil
+	})
+	s.mcp.AddResource(mcp.NewResource(PeersURI, "peers",
+		mcp.WithResourceDescription("This node and its trusted peers (JSON)."),
+		mcp.WithMIMEType("application/json"),
+	), func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		peers, err := s.node.Peers(ctx)
+		if err != nil {
+			return nil, err
+		}
+		text, err := json.Marshal(listPeersResult{Self: s.node.Self(), Peers: peers})
+		if err != nil {
+			return nil, err
+		}
+		return []mcp.ResourceContents{mcp.TextResourceContents{URI: PeersURI, MIMEType: "application/json", Text: string(text)}}, nil
+	})
+}
+
+var _ server.ToolHandlerFunc = (*Server)(nil).sendMessage
