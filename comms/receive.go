@@ -94,6 +94,7 @@ func (r *Router) receive(payload []byte) (ack []byte, reason string) {
 	if err := e.Verify(); err != nil {
 		return nil, RejectBadSignature
 	}
+	r.lastSeen.Store(e.From, time.Now())
 	switch e.Kind.Type() {
 	case wire.TypeAck:
 		r.handleAck(e)

@@ -121,8 +121,9 @@ type Router struct {
 	conns     map[net.Conn]*inConn // inbound
 	links     map[identity.PeerID]*link
 
-	dedup dedup
-	reqs  requests
+	dedup    dedup
+	reqs     requests
+	lastSeen sync.Map // identity.PeerID → time.Time of its last valid envelope
 
 	accepted, duplicates, acksSent atomic.Uint64
 	rejectMu                       sync.Mutex
@@ -309,6 +310,15 @@ func (r *Router) reject(reason string) {
 	r.rejectMu.Lock()
 	r.rejected[reason]++
 	r.rejectMu.Unlock()
+}
+
+// LastSeen returns when the last valid envelope from id arrived (zero if
+// none since the Router started).
+func (r *Router) LastSeen(id identity.PeerID) time.Time {
+	if t, ok := r.lastSeen.Load(id); ok {
+		return t.(time.Time)
+	}
+	return time.Time{}
 }
 
 // Stats returns a snapshot of the counters.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meerkatd/meerkatd/mcpserver"
 	"github.com/meerkatd/meerkatd/transport"
 )
 
@@ -39,6 +40,12 @@ type ctlRequest struct {
 	WaitMS    int64           `json:"wait_ms,omitempty"`
 	After     uint64          `json:"after,omitempty"`
 	Ack       bool            `json:"ack,omitempty"`
+	// node.* operations (meerkatd mcp attached to the daemon)
+	Limit     int      `json:"limit,omitempty"`
+	Kinds     []string `json:"kinds,omitempty"`
+	From      string   `json:"from,omitempty"`
+	IDs       []string `json:"ids,omitempty"`
+	UpTo      uint64   `json:"up_to,omitempty"`
 }
 
 type ctlResponse struct {
@@ -115,6 +122,8 @@ func (s *controlServer) handle(req ctlRequest) ctlResponse {
 		result, err = s.b.inbox(ctx, req.After, wait, req.Ack)
 	case "status":
 		result, err = s.b.status(ctx)
+	case "node.self", "node.peers", "node.send_message", "node.send_request", "node.send_response", "node.receive", "node.ack":
+		return s.handleNode(ctx, req, wait)
 	default:
 		err = &codedError{codeBadArgs, fmt.Sprintf("unknown control operation %q", req.Op)}
 	}
@@ -125,6 +134,45 @@ func (s *controlServer) handle(req ctlRequest) ctlResponse {
 		}
 		b, _ := json.Marshal(result)
 		return ctlResponse{Code: code, Error: err.Error(), Result: b}
+	}
+	b, merr := json.Marshal(result)
+	if merr != nil {
+		return ctlResponse{Code: codeInternal, Error: merr.Error()}
+	}
+	return ctlResponse{OK: true, Result: b}
+}
+
+// handleNode serves the node.* operations with the same Node the embedded
+// MCP server uses; errors carry the MCP tool error codes.
+func (s *controlServer) handleNode(ctx context.Context, req ctlRequest, wait time.Duration) ctlResponse {
+	m := &mcpNode{n: s.b.n}
+	var result any
+	var err error
+	switch req.Op {
+	case "node.self":
+		result = m.Self()
+	case "node.peers":
+		result, err = m.Peers(ctx)
+	case "node.send_message":
+		result, err = m.SendMessage(ctx, req.Peer, req.Body)
+	case "node.send_request":
+		result, err = m.SendRequest(ctx, req.Peer, req.Intent, req.Params)
+	case "node.send_response":
+		result, err = m.SendResponse(ctx, req.Peer, req.RequestID, req.Status, req.Result)
+	case "node.receive":
+		result, err = m.Receive(ctx, mcpserver.Query{After: req.After, Limit: req.Limit, Kinds: req.Kinds, From: req.Peer, RequestID: req.RequestID, Wait: wait})
+	case "node.ack":
+		var acked, pending int
+		acked, pending, err = m.Ack(ctx, req.IDs, req.UpTo)
+		result = map[string]int{"acked": acked, "pending": pending}
+	}
+	if err != nil {
+		var me *mcpserver.Error
+		if errors.As(err, &me) {
+			return ctlResponse{Code: "node:" + me.Code, Error: me.Msg}
+		}
+		s.log.Error("control request failed", "op", req.Op, "err", err)
+		return ctlResponse{Code: codeInternal, Error: err.Error()}
 	}
 	b, merr := json.Marshal(result)
 	if merr != nil {

@@ -31,13 +31,14 @@ type command struct {
 // env is what a command may touch: its streams and the process environment.
 // Tests build their own.
 type env struct {
+	stdin          io.Reader
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
 	commands       map[string]command
 }
 
 func newEnv(stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) *env {
-	return &env{stdout: stdout, stderr: stderr, lookupEnv: lookupEnv, commands: commandTable()}
+	return &env{stdin: os.Stdin, stdout: stdout, stderr: stderr, lookupEnv: lookupEnv, commands: commandTable()}
 }
 
 func (e *env) getenv(k string) string {
@@ -78,6 +79,11 @@ func commandTable() map[string]command {
 			summary: "send a message, request or response (through the daemon if it runs)",
 			usage:   "meerkatd send message PEER BODY | send request PEER INTENT PARAMS_JSON [--wait DUR] | send response PEER REQUEST_ID STATUS RESULT_JSON   [--home DIR] [--json]",
 			run:     runSend,
+		},
+		"mcp": {
+			summary: "serve MCP on stdin/stdout for an LLM client (attaches to the daemon, or runs the node itself)",
+			usage:   "meerkatd mcp [--home DIR] [--log-level LEVEL]",
+			run:     runMCP,
 		},
 		"inbox": {
 			summary: "list received items, oldest first (from the running daemon)",

@@ -127,6 +127,7 @@ type node struct {
 	h      *home
 	r      *comms.Router
 	mail   *inbox.Mailbox[comms.Item]
+	inbox  *recordingInbox // the Router's Admitter: mail plus received requests
 	log    *slog.Logger
 	addrs  []transport.Addr // what it listens on
 	cancel context.CancelFunc
@@ -142,6 +143,7 @@ func startNode(h *home, log *slog.Logger, listen bool) (*node, error) {
 		return nil, err
 	}
 	mail := inbox.NewMailbox[comms.Item](h.cfg.Comms.InboxMax)
+	rec := newRecordingInbox(mail)
 	r, err := comms.New(h.kp, list, comms.Options{
 		Logger:          log,
 		AckTimeout:      h.cfg.Comms.AckTimeout(),
@@ -149,13 +151,13 @@ func startNode(h *home, log *slog.Logger, listen bool) (*node, error) {
 		IdleTimeout:     h.cfg.Comms.IdleTimeout(),
 		MaxConnections:  h.cfg.Comms.MaxConnections,
 		MaxMessageBytes: h.cfg.Comms.MaxMessageBytes,
-		Inbox:           mail,
+		Inbox:           rec,
 	})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &node{h: h, r: r, mail: mail, log: log, cancel: cancel, reload: func() {}}
+	n := &node{h: h, r: r, mail: mail, inbox: rec, log: log, cancel: cancel, reload: func() {}}
 	if !listen {
 		return n, nil
 	}

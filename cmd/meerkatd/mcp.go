@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/meerkatd/meerkatd/mcpserver"
+)
+
+// remoteNode implements mcpserver.Node through a running daemon's control
+// socket. Each call uses its own connection, so a long receive wait does
+// not hold up other tools.
+type remoteNode struct {
+	h    *home
+	self mcpserver.Self
+}
+
+func (rn *remoteNode) call(ctx context.Context, req ctlRequest, out any) error {
+	rb := dialControl(rn.h)
+	if rb == nil {
+		return fmt.Errorf("the daemon for %s is not running any more", rn.h.dir)
+	}
+	defer rb.close()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, rn.h.cfg.Comms.AckTimeout()+mcpserver.MaxWait+30*time.Second)
+		defer cancel()
+	}
+	stop := context.AfterFunc(ctx, func() { rb.c.SetDeadline(time.Now()) })
+	defer stop()
+	err := rb.call(ctx, req, out)
+	var ce *codedError
+	if errors.As(err, &ce) {
+		if code, ok := strings.CutPrefix(ce.code, "node:"); ok {
+			return &mcpserver.Error{Code: code, Msg: ce.msg}
+		}
+	}
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func (rn *remoteNode) Self() mcpserver.Self { return rn.self }
+
+func (rn *remoteNode) Peers(ctx context.Context) (peers []mcpserver.Peer, err error) {
+	err = rn.call(ctx, ctlRequest{Op: "node.peers"}, &peers)
+	return peers, err
+}
+
+func (rn *remoteNode) SendMessage(ctx context.Context, peer, body string) (s mcpserver.Sent, err error) {
+	err = rn.call(ctx, ctlRequest{Op: "node.send_message", Peer: peer, Body: body}, &s)
+	return s, err
+}
+
+func (rn *remoteNode) SendRequest(ctx context.Context, peer, intent string, params json.RawMessage) (s mcpserver.Sent, err error) {
+	err = rn.call(ctx, ctlRequest{Op: "node.send_request", Peer: peer, Intent: intent, Params: params}, &s)
+	return s, err
+}
+
+func (rn *remoteNode) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage) (s mcpserver.Sent, err error) {
+	err = rn.call(ctx, ctlRequest{Op: "node.send_response", Peer: peer, RequestID: requestID, Status: status, Result: result}, &s)
+	return s, err
+}
+
+func (rn *remoteNode) Receive(ctx context.Context, q mcpserver.Query) (b mcpserver.Batch, err error) {
+	err = rn.call(ctx, ctlRequest{Op: "node.receive", After: q.After, Limit: q.Limit, Kinds: q.Kinds, Peer: q.From, RequestID: q.RequestID, WaitMS: q.Wait.Milliseconds()}, &b)
+	return b, err
+}
+
+func (rn *remoteNode) Ack(ctx context.Context, ids []string, upTo uint64) (int, int, error) {
+	var r struct{ Acked, Pending int }
+	err := rn.call(ctx, ctlRequest{Op: "node.ack", IDs: ids, UpTo: upTo}, &r)
+	return r.Acked, r.Pending, err
+}
+
+// runMCP serves MCP on stdin/stdout: attached to the home's daemon if one
+// runs, else with the node in this process for as long as stdin is open.
+func runMCP(e *env, args []string) error {
+	flags := e.newFlags("mcp")
+	homeFlag := flags.String("home", "", "node home `directory`")
+	logLevel := flags.String("log-level", "warn", "stderr log `level`: debug, info, warn or error")
+	pos, err := parseArgs(flags, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *logLevel)
+	}
+	h, err := e.openHome(*homeFlag, nil)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var node mcpserver.Node
+	if rb := dialControl(h); rb != nil {
+		var self mcpserver.Self
+		err := rb.call(ctx, ctlRequest{Op: "node.self"}, &self)
+		rb.close()
+		if err != nil {
+			return fmt.Errorf("attach to the daemon: %w", err)
+		}
+		log.Info("attached to the running daemon", "home", h.dir)
+		node = &remoteNode{h: h, self: self}
+	} else {
+		ctl, err := listenControl(ctx, h)
+		if err != nil {
+			return err
+		}
+		n, err := startNode(h, log, true)
+		if err != nil {
+			ctl.Close()
+			return err
+		}
+		srv := &controlServer{b: &localBackend{n: n, daemon: true, start: time.Now()}, log: log, ctx: ctx}
+		go srv.serve(ctl)
+		defer func() {
+			ctl.Close()
+			n.stop()
+			srv.wg.Wait()
+		}()
+		log.Info("running the node in this process", "home", h.dir)
+		node = &mcpNode{n: n}
+	}
+	s := mcpserver.New(node, mcpserver.Options{Version: buildVersion(), Logger: log})
+	return s.ServeStdio(ctx, e.stdin, e.stdout)
+}

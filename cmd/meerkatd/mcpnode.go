@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/mcpserver"
+)
+
+// maxTrackedRequests bounds the requests remembered for send_response
+// checks; the oldest is forgotten first.
+const maxTrackedRequests = 1 << 16
+
+// recordingInbox is the node's Admitter: the mailbox, plus a record of the
+// requests received, so that answers to unknown or already answered
+// requests are refused with a clear error.
+type recordingInbox struct {
+	mail *inbox.Mailbox[comms.Item]
+
+	mu       sync.Mutex
+	requests map[identity.UUID]*trackedRequest
+	order    []identity.UUID
+}
+
+type trackedRequest struct {
+	from     identity.PeerID
+	answered bool // a final (completed or failed) response was sent
+}
+
+func newRecordingInbox(mail *inbox.Mailbox[comms.Item]) *recordingInbox {
+	return &recordingInbox{mail: mail, requests: map[identity.UUID]*trackedRequest{}}
+}
+
+func (ri *recordingInbox) Push(it comms.Item) error {
+	if err := ri.mail.Push(it); err != nil {
+		return err
+	}
+	if it.Type == comms.ItemExternal && it.Envelope.Kind.Type() == wire.TypeRequest {
+		ri.mu.Lock()
+		if _, ok := ri.requests[it.Envelope.ID]; !ok {
+			if len(ri.order) >= maxTrackedRequests {
+				delete(ri.requests, ri.order[0])
+				ri.order = ri.order[1:]
+			}
+			ri.requests[it.Envelope.ID] = &trackedRequest{from: it.Envelope.From}
+			ri.order = append(ri.order, it.Envelope.ID)
+		}
+		ri.mu.Unlock()
+	}
+	return nil
+}
+
+// checkAnswer reports whether request id from peer may be answered now.
+func (ri *recordingInbox) checkAnswer(id identity.UUID, peer identity.PeerID) error {
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	r, ok := ri.requests[id]
+	switch {
+	case !ok || r.from != peer:
+		return &mcpserver.Error{Code: mcpserver.CodeUnknownRequest, Msg: fmt.Sprintf("no request %s was received from this peer", id)}
+	case r.answered:
+		return &mcpserver.Error{Code: mcpserver.CodeAlreadyAnswered, Msg: fmt.Sprintf("request %s already has a final response", id)}
+	}
+	return nil
+}
+
+func (ri *recordingInbox) markAnswered(id identity.UUID) {
+	ri.mu.Lock()
+	if r, ok := ri.requests[id]; ok {
+		r.answered = true
+	}
+	ri.mu.Unlock()
+}
+
+// mcpNode implements mcpserver.Node on a node in this process.
+type mcpNode struct {
+	n *node
+}
+
+var _ mcpserver.Node = (*mcpNode)(nil)
+
+func (m *mcpNode) Self() mcpserver.Self {
+	h := m.n.h
+	s := mcpserver.Self{Name: h.cfg.Name, PubKey: h.kp.ID().String(), PeerUUID: h.kp.ID().UUID().String(), Listen: []string{}}
+	for _, a := range m.n.addrs {
+		s.Listen = append(s.Listen, a.String())
+	}
+	return s
+}
+
+func (m *mcpNode) Peers(context.Context) ([]mcpserver.Peer, error) {
+	var out []mcpserver.Peer
+	for _, p := range m.n.r.Trust().Peers() {
+		mp := mcpserver.Peer{Name: p.Name, PubKey: p.ID.String(), PeerUUID: p.ID.UUID().String(), Addr: p.Addr.String()}
+		if t := m.n.r.LastSeen(p.ID); !t.IsZero() {
+			t = t.UTC()
+			mp.LastSeen = &t
+		}
+		out = append(out, mp)
+	}
+	return out, nil
+}
+
+// mcpError maps node errors to the tool error codes.
+func mcpError(err error) error {
+	var me *mcpserver.Error
+	switch {
+	case err == nil, errors.As(err, &me):
+		return err
+	case errors.Is(err, comms.ErrUnknownPeer):
+		return &mcpserver.Error{Code: mcpserver.CodeUnknownPeer, Msg: err.Error()}
+	case errors.Is(err, comms.ErrPeerOffline):
+		return &mcpserver.Error{Code: mcpserver.CodePeerOffline, Msg: err.Error()}
+	case errors.Is(err, wire.ErrTooLarge):
+		return &mcpserver.Error{Code: mcpserver.CodeBodyTooLarge, Msg: "the envelope would exceed the 1 MiB limit"}
+	case errors.Is(err, wire.ErrBadValue):
+		return &mcpserver.Error{Code: mcpserver.CodeBadStatus, Msg: err.Error()}
+	case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrType), errors.Is(err, wire.ErrInvalidUTF8),
+		errors.Is(err, wire.ErrTooDeep), errors.Is(err, wire.ErrUnsupported), errors.Is(err, wire.ErrDuplicateKey):
+		return &mcpserver.Error{Code: mcpserver.CodeBadArgument, Msg: err.Error()}
+	}
+	return err
+}
+
+func jsonValue(raw json.RawMessage) (wire.Value, error) {
+	if len(raw) == 0 {
+		return wire.Null(), nil
+	}
+	v, err := wire.ParseJSON(raw)
+	if err != nil {
+		return wire.Value{}, &mcpserver.Error{Code: mcpserver.CodeBadArgument, Msg: err.Error()}
+	}
+	return v, nil
+}
+
+func (m *mcpNode) SendMessage(ctx context.Context, peer, body string) (mcpserver.Sent, error) {
+	p, err := m.n.r.ResolvePeer(peer)
+	if err != nil {
+		return mcpserver.Sent{}, mcpError(err)
+	}
+	id, err := m.n.r.SendMessage(ctx, p.ID.String(), body)
+	if err != nil {
+		return mcpserver.Sent{}, mcpError(err)
+	}
+	return mcpserver.Sent{ID: id.String(), Peer: p.Name, Delivery: "acked"}, nil
+}
+
+func (m *mcpNode) SendRequest(ctx context.Context, peer, intent string, params json.RawMessage) (mcpserver.Sent, error) {
+	v, err := jsonValue(params)
+	if err != nil {
+		return mcpserver.Sent{}, err
+	}
+	p, err := m.n.r.ResolvePeer(peer)
+	if err != nil {
+		return mcpserver.Sent{}, mcpError(err)
+	}
+	id, err := m.n.r.SendRequest(ctx, p.ID.String(), intent, v)
+	if err != nil {
+		return mcpserver.Sent{}, mcpError(err)
+	}
+	return mcpserver.Sent{ID: id.String(), Peer: p.Name, Delivery: "acked"}, nil
+}
+
+func (m *mcpNode) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage) (mcpserver.Sent, error) {
+	if !wire.Status(status).Valid() {
+		return mcpserver.Sent{}, &mcpserver.Error{Code: mcpserver.CodeBadStatus, Msg: fmt.Sprintf("status %q: want accepted, completed or failed", status)}
+	}
+	rid, err := identity.ParseUUID(requestID)
+	if err != nil {
+		return mcpserver.Sent{}, &mcpserver.Error{Code: mcpserver.CodeUnknownRequest, Msg: fmt.Sprintf("%q is not a request id", requestID)}
+	}
+	v, err := jsonValue(result)
+	if err != nil {
+		return mcpserver.Sent{}, err
+	}
+	p, err := m.n.r.ResolvePeer(peer)
+	if err != nil {
+		return mcpserver.Sent{}, mcpError(err)
+	}
+	if err := m.n.inbox.checkAnswer(rid, p.ID); err != nil {
+		return mcpserver.Sent{}, err
+	}
+	id, err := m.n.r.SendResponse(ctx, p.ID.String(), rid, wire.Status(status), v)
+	if err != nil {
+		return mcpserver.Sent{}, mcpError(err)
+	}
+	if status != string(wire.StatusAccepted) {
+		m.n.inbox.markAnswered(rid)
+	}
+	return mcpserver.Sent{ID: id.String(), Peer: p.Name, Delivery: "written"}, nil
+}
+
+func toMessage(en inbox.Entry[comms.Item]) mcpserver.Message {
+	it := toInboxItem(en.Seq, en.Item)
+	return mcpserver.Message{
+		Seq: it.Seq, ID: it.ID, Kind: it.Kind, From: it.From, Peer: it.PeerName, Received: it.Received,
+		Body: it.Body, Intent: it.Intent, Params: it.Params, RequestID: it.InReplyTo, Status: it.Status, Result: it.Result,
+	}
+}
+
+// pendingCount counts unacknowledged messages and requests.
+func pendingCount(entries []inbox.Entry[comms.Item]) int {
+	n := 0
+	for _, en := range entries {
+		if k := en.Item.Envelope.Kind.Type(); k == wire.TypeMessage || k == wire.TypeRequest {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *mcpNode) Receive(ctx context.Context, q mcpserver.Query) (mcpserver.Batch, error) {
+	var from *identity.PeerID
+	if q.From != "" {
+		p, err := m.n.r.ResolvePeer(q.From)
+		if err != nil {
+			return mcpserver.Batch{}, mcpError(err)
+		}
+		from = &p.ID
+	}
+	var deadline <-chan time.Time
+	if q.Wait > 0 {
+		t := time.NewTimer(q.Wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		changed := m.n.mail.Changed()
+		all := m.n.mail.List(0, 0)
+		b := mcpserver.Batch{Cursor: q.After, Pending: pendingCount(all), Messages: []mcpserver.Message{}}
+		for _, en := range all {
+			if en.Seq > b.Cursor {
+				b.Cursor = en.Seq // the cursor passes items the filters skip too
+			}
+			if en.Seq <= q.After || !matches(en.Item, q, from) {
+				continue
+			}
+			if q.Limit > 0 && len(b.Messages) == q.Limit {
+				b.Cursor = b.Messages[len(b.Messages)-1].Seq
+				break
+			}
+			b.Messages = append(b.Messages, toMessage(en))
+		}
+		if len(b.Messages) > 0 || q.Wait <= 0 {
+			return b, nil
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			b.TimedOut = true
+			return b, nil
+		case <-ctx.Done():
+			return mcpserver.Batch{}, ctx.Err()
+		}
+	}
+}
+
+func matches(it comms.Item, q mcpserver.Query, from *identity.PeerID) bool {
+	e := it.Envelope
+	if len(q.Kinds) > 0 && !slices.Contains(q.Kinds, e.Kind.Type()) {
+		return false
+	}
+	if from != nil && e.From != *from {
+		return false
+	}
+	if q.RequestID != "" {
+		u, ok := e.Kind.InReplyTo()
+		if !ok || e.Kind.Type() != wire.TypeResponse || u.String() != q.RequestID {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *mcpNode) Ack(_ context.Context, ids []string, upTo uint64) (int, int, error) {
+	acked := 0
+	if len(ids) > 0 {
+		want := map[string]bool{}
+		for _, id := range ids {
+			want[id] = true
+		}
+		var seqs []uint64
+		for _, en := range m.n.mail.List(0, 0) {
+			if want[en.Item.Envelope.ID.String()] {
+				seqs = append(seqs, en.Seq)
+			}
+		}
+		acked += m.n.mail.Ack(seqs...)
+	}
+	if upTo > 0 {
+		acked += m.n.mail.AckUpTo(upTo)
+	}
+	return acked, pendingCount(m.n.mail.List(0, 0)), nil
+}
