@@ -41,11 +41,11 @@ type ctlRequest struct {
 	After     uint64          `json:"after,omitempty"`
 	Ack       bool            `json:"ack,omitempty"`
 	// node.* operations (meerkatd mcp attached to the daemon)
-	Limit     int      `json:"limit,omitempty"`
-	Kinds     []string `json:"kinds,omitempty"`
-	From      string   `json:"from,omitempty"`
-	IDs       []string `json:"ids,omitempty"`
-	UpTo      uint64   `json:"up_to,omitempty"`
+	Limit int      `json:"limit,omitempty"`
+	Kinds []string `json:"kinds,omitempty"`
+	From  string   `json:"from,omitempty"`
+	IDs   []string `json:"ids,omitempty"`
+	UpTo  uint64   `json:"up_to,omitempty"`
 }
 
 type ctlResponse struct {
