@@ -1,7 +1,6 @@
 package comms
 
 import (
-	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -17,33 +16,48 @@ import (
 // errTooManyFiles is the accept error of a process out of descriptors.
 var errTooManyFiles = syscall.EMFILE
 
+// maxPendingAcks is how many bytes of acks a connection buffers before it
+// writes them even though more pipelined input is waiting.
+const maxPendingAcks = 16 << 10
+
 // serveConn reads frames from an inbound connection until EOF, an error or
 // Close, acknowledging what it admits. Acks for pipelined frames are
-// batched: they are flushed when no further input is already buffered.
+// batched: they are written when no further input is already buffered (or
+// the batch grows large), each write with its own deadline, so a peer that
+// stops reading cannot hold the connection past the ack timeout.
 func (r *Router) serveConn(c net.Conn, st *inConn) {
 	defer r.untrack(c)
 	defer c.Close()
 	fr := transport.NewReader(c, r.opts.MaxMessageBytes)
-	bw := bufio.NewWriterSize(c, 4096)
+	var acks []byte
 	flush := func() bool {
-		if bw.Buffered() == 0 {
+		if len(acks) == 0 {
 			return true
 		}
-		c.SetWriteDeadline(time.Now().Add(r.opts.AckTimeout))
-		return bw.Flush() == nil
+		d := r.opts.AckTimeout
+		if r.ctx.Err() != nil {
+			d = min(d, shutdownFlush) // closing: give the peer a moment, not the full timeout
+		}
+		c.SetWriteDeadline(time.Now().Add(d))
+		_, err := c.Write(acks)
+		acks = acks[:0]
+		return err == nil
 	}
 	defer flush() // acks of admitted envelopes go out even when we stop
 	for {
-		if r.ctx.Err() != nil {
-			return
-		}
-		// Until a connection has delivered a valid envelope it gets only
-		// the frame timeout to start one, not the idle timeout.
+		// Until a connection has delivered a new valid envelope it gets
+		// only the frame timeout to start one, not the idle timeout.
 		idle := r.opts.FrameTimeout
 		if st.authed.Load() {
 			idle = r.opts.IdleTimeout
 		}
 		c.SetReadDeadline(time.Now().Add(idle))
+		// Close cancels the context before it sets every read deadline to
+		// now; checking after our own deadline change means we cannot
+		// overwrite its deadline and sleep through shutdown.
+		if r.ctx.Err() != nil {
+			return
+		}
 		if err := fr.Peek(); err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && r.ctx.Err() == nil {
 				r.log.Debug("inbound connection read failed", "err", err)
@@ -57,80 +71,100 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			r.log.Debug("refused frame", "reason", RejectFrame, "err", err)
 			return
 		}
-		ack, reason := r.receive(payload)
+		ack, fresh, reason := r.receive(payload)
 		if reason != "" {
 			r.reject(reason)
-			r.log.Debug("refused envelope", "reason", reason)
+			if reason == RejectInboxFull {
+				r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
+			} else {
+				r.log.Debug("refused envelope", "reason", reason)
+			}
 			return
 		}
-		st.authed.Store(true)
+		if fresh {
+			// Only a new envelope authenticates a connection: replaying a
+			// captured one earns nothing.
+			st.authed.Store(true)
+		}
 		if ack != nil {
-			if _, err := bw.Write(ack); err != nil {
-				return
-			}
+			acks = append(acks, ack...)
 			r.acksSent.Add(1)
 		}
-		if fr.Buffered() == 0 && !flush() {
+		if (fr.Buffered() == 0 || len(acks) >= maxPendingAcks) && !flush() {
 			return
 		}
 	}
 }
 
+// shutdownFlush bounds the last ack write of a connection while the Router
+// closes.
+const shutdownFlush = time.Second
+
 // receive checks one envelope and admits it. It returns the ack frame to
-// write (nil for kinds that are not acknowledged) or the reason to refuse
-// it, in which case the connection must be closed without an ack.
-func (r *Router) receive(payload []byte) (ack []byte, reason string) {
+// write (nil for kinds that are not acknowledged), whether the envelope was
+// new (not a duplicate), or the reason to refuse it, in which case the
+// connection must be closed without an ack.
+func (r *Router) receive(payload []byte) (ack []byte, fresh bool, reason string) {
 	e, err := wire.Decode(payload)
 	if err != nil {
-		return nil, RejectMalformed
+		return nil, false, RejectMalformed
 	}
 	if e.To != r.self {
-		return nil, RejectNotForUs
+		return nil, false, RejectNotForUs
 	}
 	peer, ok := r.trust.Load().Lookup(e.From)
 	if !ok {
-		return nil, RejectUntrusted
+		return nil, false, RejectUntrusted
 	}
 	if err := e.Verify(); err != nil {
-		return nil, RejectBadSignature
+		return nil, false, RejectBadSignature
 	}
 	r.lastSeen.Store(e.From, time.Now())
+	item := Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name}
+	k := dedupKey{e.From, e.ID}
 	switch e.Kind.Type() {
 	case wire.TypeAck:
 		r.handleAck(e)
-		return nil, ""
+		return nil, true, ""
 	case wire.TypeResponse:
 		// Responses are not acknowledged; a repeat is dropped.
-		k := dedupKey{e.From, e.ID}
-		if !r.dedup.reserve(k) {
+		switch r.dedup.reserve(k) {
+		case dedupCommitted, dedupPending:
 			r.duplicates.Add(1)
-			return nil, ""
+			return nil, false, ""
 		}
-		r.reqs.deliver(e)
-		if err := r.inbox.Push(Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name}); err != nil {
+		if err := r.inbox.Push(item); err != nil {
 			r.dedup.release(k)
-			return nil, RejectInboxFull
+			return nil, false, RejectInboxFull
 		}
+		r.dedup.commit(k)
 		r.accepted.Add(1)
-		return nil, ""
+		r.reqs.deliver(e) // only once it is stored: the inbox is the record
+		return nil, true, ""
 	}
 	// Messages, requests and kinds we do not model are admitted and acked.
-	k := dedupKey{e.From, e.ID}
-	if r.dedup.reserve(k) {
-		if err := r.inbox.Push(Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name}); err != nil {
+	switch r.dedup.reserve(k) {
+	case dedupNew:
+		if err := r.inbox.Push(item); err != nil {
 			r.dedup.release(k)
-			return nil, RejectInboxFull
+			return nil, false, RejectInboxFull
 		}
+		r.dedup.commit(k)
 		r.accepted.Add(1)
-	} else {
+		fresh = true
+	case dedupCommitted:
 		r.duplicates.Add(1) // acked again so the sender stops, not delivered twice
+	case dedupPending:
+		// The first copy's admission is still running and may yet fail:
+		// acking now could ack something never stored.
+		return nil, false, RejectInFlight
 	}
 	frame, err := r.sealFrame(nil, e.From, wire.Ack(e.ID))
 	if err != nil {
 		r.log.Error("cannot seal ack", "err", err)
-		return nil, ""
+		return nil, fresh, ""
 	}
-	return frame, ""
+	return frame, fresh, ""
 }
 
 // sealFrame signs a new envelope to `to` and appends its frame to dst.

@@ -88,6 +88,7 @@ const (
 	RejectBadSignature = "bad_signature" // signature does not verify
 	RejectInboxFull    = "inbox_full"    // admission refused
 	RejectOverload     = "overload"      // over MaxConnections
+	RejectInFlight     = "in_flight"     // a copy of the envelope is being admitted right now
 )
 
 // Stats are counters since the Router started.
@@ -115,6 +116,8 @@ type Router struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the Router starts
 
+	// Lock order: outConn.mu → link.mu → Router.mu → Router.rejectMu;
+	// dedup.mu, requests.mu and the inbox's lock are leaves.
 	mu        sync.Mutex // guards the fields below
 	closed    bool
 	listeners map[net.Listener]struct{}
@@ -356,9 +359,10 @@ func (r *Router) Close() error {
 		ln.Close()
 	}
 	for c := range r.conns {
-		// Wake blocked reads; the connection goroutine flushes its acks
-		// and closes.
+		// Wake blocked reads and bound blocked writes; the connection
+		// goroutine flushes its acks (briefly) and closes.
 		c.SetReadDeadline(time.Now())
+		c.SetWriteDeadline(time.Now().Add(shutdownFlush))
 	}
 	links := r.links
 	r.links = map[identity.PeerID]*link{}
@@ -389,10 +393,11 @@ func (r *Router) goOwned(f func()) bool {
 	return true
 }
 
-// dedup remembers the most recent (sender, id) pairs in a ring.
+// dedup remembers the most recent (sender, id) pairs in a ring. An entry
+// is pending while its admission runs and committed once stored.
 type dedup struct {
 	mu   sync.Mutex
-	seen map[dedupKey]struct{}
+	seen map[dedupKey]dedupEntry
 	ring []dedupKey
 	next int
 }
@@ -402,27 +407,51 @@ type dedupKey struct {
 	id   identity.UUID
 }
 
-func (d *dedup) init(n int) {
-	d.seen = make(map[dedupKey]struct{}, n)
-	d.ring = make([]dedupKey, 0, n)
+type dedupEntry struct {
+	slot      int // ring position, so a reused slot only evicts its own key
+	committed bool
 }
 
-// reserve records k and reports whether it was new.
-func (d *dedup) reserve(k dedupKey) bool {
+// Outcomes of dedup.reserve.
+const (
+	dedupNew       = iota // reserved now: admit it, then commit or release
+	dedupPending          // another copy is being admitted
+	dedupCommitted        // already stored
+)
+
+func (d *dedup) init(n int) {
+	d.seen = make(map[dedupKey]dedupEntry, n)
+	d.ring = make([]dedupKey, n)
+}
+
+// reserve records k as pending if it is new.
+func (d *dedup) reserve(k dedupKey) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.seen[k]; ok {
-		return false
+	if e, ok := d.seen[k]; ok {
+		if e.committed {
+			return dedupCommitted
+		}
+		return dedupPending
 	}
-	if len(d.ring) < cap(d.ring) {
-		d.ring = append(d.ring, k)
-	} else {
-		delete(d.seen, d.ring[d.next])
-		d.ring[d.next] = k
-		d.next = (d.next + 1) % len(d.ring)
+	old := d.ring[d.next]
+	if e, ok := d.seen[old]; ok && e.slot == d.next {
+		delete(d.seen, old)
 	}
-	d.seen[k] = struct{}{}
-	return true
+	d.ring[d.next] = k
+	d.seen[k] = dedupEntry{slot: d.next}
+	d.next = (d.next + 1) % len(d.ring)
+	return dedupNew
+}
+
+// commit marks k stored.
+func (d *dedup) commit(k dedupKey) {
+	d.mu.Lock()
+	if e, ok := d.seen[k]; ok {
+		e.committed = true
+		d.seen[k] = e
+	}
+	d.mu.Unlock()
 }
 
 // release forgets k after an admission that failed, so a retry is admitted.

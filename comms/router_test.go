@@ -410,7 +410,7 @@ func TestStrangersCannotHoldAllSlots(t *testing.T) {
 // connection peer: the sender keeps using persistent, pipelined links.
 func TestIdleCloseKeepsPersistentLinks(t *testing.T) {
 	checkGoroutines(t)
-	a, b := pair(t, "uds", Options{IdleTimeout: 200 * time.Millisecond})
+	a, b := pair(t, "uds", Options{IdleTimeout: 600 * time.Millisecond})
 	ctx := ctxT(t)
 	if _, err := a.r.SendMessage(ctx, "bob", "one"); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -94,12 +93,30 @@ func (r *Router) sendTo(ctx context.Context, p trust.Peer, id identity.UUID, kin
 	if err != nil {
 		return err
 	}
-	lk, err := r.link(p)
-	if err != nil {
+	for attempt := 0; ; attempt++ {
+		lk, err := r.link(p)
+		if err != nil {
+			return err
+		}
+		err = lk.send(ctx, id, frame, wantAck)
+		// A link closed under us by a trust change (not by Close) is
+		// replaced: send again on the new one, same envelope id.
+		if errors.Is(err, errLinkClosed) && attempt == 0 && r.ctx.Err() == nil {
+			continue
+		}
+		if errors.Is(err, errLinkClosed) {
+			if r.ctx.Err() != nil {
+				return ErrClosed
+			}
+			return &PeerOfflineError{Peer: p.Name, Reason: OfflineClosed}
+		}
 		return err
 	}
-	return lk.send(ctx, id, frame, wantAck)
 }
+
+// errLinkClosed means the link was closed (trust change or Close) while a
+// send used it.
+var errLinkClosed = errors.New("comms: link closed")
 
 // link returns the outbound link to p, creating it.
 func (r *Router) link(p trust.Peer) (*link, error) {
@@ -108,9 +125,18 @@ func (r *Router) link(p trust.Peer) (*link, error) {
 	if r.closed {
 		return nil, ErrClosed
 	}
+	// The peer may have changed (or gone) since the caller resolved it;
+	// a link always follows the trust list in force now.
+	cur, ok := r.trust.Load().Lookup(p.ID)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s is no longer trusted", ErrUnknownPeer, p.Name)
+	}
 	lk := r.links[p.ID]
-	if lk == nil {
-		lk = &link{r: r, peer: p}
+	if lk == nil || lk.peer.Addr != cur.Addr {
+		if lk != nil {
+			go lk.close()
+		}
+		lk = &link{r: r, peer: cur}
 		r.links[p.ID] = lk
 	}
 	return lk, nil
@@ -136,10 +162,16 @@ type link struct {
 
 	mu        sync.Mutex // guards the fields below
 	conn      *outConn
+	dialing   chan struct{} // closed when the dial in progress ends
 	oneShot   bool      // send one envelope per connection
 	oneShotAt time.Time // when oneShot was set; it is retried after oneShotRetry
 	closed    bool
 }
+
+// oneShotCloseWindow: a connection the peer closes this soon after an ack
+// (with nothing left in flight) marks a peer that reads one envelope per
+// connection; an idle timeout closes much later.
+const oneShotCloseWindow = 100 * time.Millisecond
 
 // oneShotRetry is how long a link stays in one-envelope-per-connection mode
 // before it tries a persistent connection again (the peer may have changed).
@@ -161,7 +193,7 @@ func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck
 		closed, oneShot := l.closed, l.oneShot
 		l.mu.Unlock()
 		if closed {
-			return ErrClosed
+			return errLinkClosed
 		}
 		if oneShot {
 			return l.sendOneShot(ctx, id, frame, wantAck)
@@ -186,7 +218,7 @@ func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck
 func (l *link) offline(ctx context.Context, err error) error {
 	var poe *PeerOfflineError
 	switch {
-	case errors.As(err, &poe), errors.Is(err, ErrClosed):
+	case errors.As(err, &poe), errors.Is(err, ErrClosed), errors.Is(err, errLinkClosed):
 		return err
 	case errors.Is(err, context.DeadlineExceeded):
 		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineTimeout}
@@ -201,41 +233,82 @@ func (l *link) offline(ctx context.Context, err error) error {
 }
 
 // connect returns the live persistent connection, dialing one if needed.
+// The dial runs without the link's lock (others wait for it on l.dialing),
+// and Close cancels it.
 func (l *link) connect(ctx context.Context) (*outConn, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conn != nil && !l.conn.isDone() {
-		return l.conn, nil
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return nil, errLinkClosed
+		}
+		if l.conn != nil && !l.conn.isDone() {
+			oc := l.conn
+			l.mu.Unlock()
+			return oc, nil
+		}
+		if wait := l.dialing; wait != nil {
+			l.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		l.dialing = done
+		l.mu.Unlock()
+
+		dctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(l.r.ctx, cancel)
+		c, err := l.r.opts.Dial(dctx, l.peer.Addr)
+		stop()
+		cancel()
+
+		l.mu.Lock()
+		l.dialing = nil
+		close(done)
+		if err != nil {
+			l.mu.Unlock()
+			if l.r.ctx.Err() != nil {
+				return nil, errLinkClosed
+			}
+			return nil, err
+		}
+		if l.closed {
+			l.mu.Unlock()
+			c.Close()
+			return nil, errLinkClosed
+		}
+		oc := newOutConn(l, c)
+		if !l.r.goOwned(oc.writeLoop) {
+			l.mu.Unlock()
+			c.Close()
+			return nil, errLinkClosed
+		}
+		if !l.r.goOwned(oc.readLoop) {
+			l.mu.Unlock()
+			oc.fail(errLinkClosed)
+			return nil, errLinkClosed
+		}
+		l.conn = oc
+		l.mu.Unlock()
+		return oc, nil
 	}
-	c, err := l.r.opts.Dial(ctx, l.peer.Addr)
-	if err != nil {
-		return nil, err
-	}
-	oc := newOutConn(l, c)
-	if !l.r.goOwned(oc.writeLoop) {
-		c.Close()
-		return nil, ErrClosed
-	}
-	if !l.r.goOwned(oc.readLoop) {
-		oc.fail(ErrClosed)
-		return nil, ErrClosed
-	}
-	l.conn = oc
-	return oc, nil
 }
 
-// connEnded is called by an outConn when it ends. A peer that closed the
-// connection cleanly after acknowledging while more envelopes were in
-// flight reads one envelope per connection (the Rust reference does): the
-// link uses a connection per envelope for it for a while. A clean close
-// with nothing in flight is just an idle timeout or a restart.
-func (l *link) connEnded(oc *outConn, cleanEOF bool, acks, inFlight int) {
+// connEnded is called by an outConn when it ends; oneShot says the peer
+// looks like one that reads one envelope per connection (the Rust
+// reference does). A connection closed with nothing in flight is just an
+// idle timeout or a restart.
+func (l *link) connEnded(oc *outConn, oneShot bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conn == oc {
 		l.conn = nil
 	}
-	if cleanEOF && acks > 0 && inFlight > 0 && !l.oneShot {
+	if oneShot && !l.oneShot {
 		l.oneShot = true
 		l.oneShotAt = time.Now()
 		l.r.log.Debug("peer closes after each exchange; using one connection per envelope", "peer", l.peer.Name)
@@ -258,7 +331,7 @@ func (l *link) close() {
 	l.conn = nil
 	l.mu.Unlock()
 	if oc != nil {
-		oc.fail(ErrClosed)
+		oc.fail(errLinkClosed)
 	}
 }
 
@@ -332,15 +405,18 @@ type outConn struct {
 	c  net.Conn
 	wq chan outFrame // frames to write; bounded, senders block with their ctx
 
-	mu      sync.Mutex // guards pending, err, acks
-	pending map[identity.UUID]chan error
-	err     error
-	acks    int
-	done    chan struct{} // closed by fail
+	mu       sync.Mutex // guards pending, err, acks
+	pending  map[identity.UUID]chan error
+	err      error
+	acks     int
+	lastAck  time.Time
+	firstAck chan struct{} // closed when the first ack arrives
+	done     chan struct{} // closed by fail
 }
 
 func newOutConn(l *link, c net.Conn) *outConn {
-	return &outConn{l: l, c: c, wq: make(chan outFrame, writeQueueLen), pending: map[identity.UUID]chan error{}, done: make(chan struct{})}
+	return &outConn{l: l, c: c, wq: make(chan outFrame, writeQueueLen), pending: map[identity.UUID]chan error{},
+		firstAck: make(chan struct{}), done: make(chan struct{})}
 }
 
 // outFrame is a frame queued for writing. written, if set, receives the
@@ -365,10 +441,28 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 	var ch chan error
 	if wantAck {
 		ch = make(chan error, 1)
-		oc.mu.Lock()
-		if oc.err != nil {
+		// Until a new connection has carried its first ack, it carries one
+		// envelope at a time: a peer that reads one envelope per
+		// connection then shows itself cleanly (closed after an ack, with
+		// more in flight) instead of by a reset racing the ack.
+		for {
+			oc.mu.Lock()
+			if oc.err != nil {
+				oc.mu.Unlock()
+				return errConnLost
+			}
+			if oc.acks > 0 || len(oc.pending) == 0 {
+				break // still holding oc.mu
+			}
+			first := oc.firstAck
 			oc.mu.Unlock()
-			return errConnLost
+			select {
+			case <-first:
+			case <-oc.done:
+				return errConnLost
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		oc.pending[id] = ch
 		oc.mu.Unlock()
@@ -467,17 +561,12 @@ func (oc *outConn) readLoop() {
 	for {
 		payload, err := fr.ReadFrame()
 		if err != nil {
-			oc.mu.Lock()
-			acks, inFlight := oc.acks, len(oc.pending)
-			oc.mu.Unlock()
-			oc.l.connEnded(oc, errors.Is(err, io.EOF), acks, inFlight)
-			oc.fail(errConnLost)
+			oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
 			return
 		}
 		e, err := wire.Open(payload)
 		if err != nil || e.To != oc.l.r.self || e.From != oc.l.peer.ID {
 			// A peer that sends garbage on our connection loses it.
-			oc.l.connEnded(oc, false, 0, 0)
 			oc.fail(errBadAck)
 			return
 		}
@@ -487,11 +576,10 @@ func (oc *outConn) readLoop() {
 		}
 		// The peer sent us something else on our connection: treat it as
 		// inbound and answer on the same connection.
-		ack, reason := oc.l.r.receive(payload)
+		ack, _, reason := oc.l.r.receive(payload)
 		if reason != "" {
 			oc.l.r.reject(reason)
-			oc.l.connEnded(oc, false, 0, 0)
-			oc.fail(errConnLost)
+			oc.fail(errBadAck) // the peer sent us something we refuse: drop the connection
 			return
 		}
 		if ack != nil {
@@ -514,6 +602,10 @@ func (oc *outConn) ackArrived(e wire.Envelope) {
 	delete(oc.pending, id)
 	if ch != nil {
 		oc.acks++
+		oc.lastAck = time.Now()
+		if oc.acks == 1 {
+			close(oc.firstAck)
+		}
 	}
 	oc.mu.Unlock()
 	if ch != nil {
@@ -522,6 +614,9 @@ func (oc *outConn) ackArrived(e wire.Envelope) {
 }
 
 // fail ends the connection, failing every unacknowledged send with err.
+// A connection lost (by EOF, reset or a failed write) after at least one
+// ack with envelopes still in flight is how a one-envelope-per-connection
+// peer looks from here: the link switches mode before the sends retry.
 func (oc *outConn) fail(err error) {
 	oc.mu.Lock()
 	if oc.err != nil {
@@ -531,6 +626,11 @@ func (oc *outConn) fail(err error) {
 	oc.err = err
 	pending := oc.pending
 	oc.pending = map[identity.UUID]chan error{}
+	// The link learns the outcome before any sender does, so a sender
+	// that retries already sees the link's new mode. (Lock order: an
+	// outConn's mu before its link's; nothing takes them the other way.)
+	closedAfterAck := oc.acks > 0 && (len(pending) > 0 || time.Since(oc.lastAck) < oneShotCloseWindow)
+	oc.l.connEnded(oc, errors.Is(err, errConnLost) && closedAfterAck)
 	close(oc.done)
 	oc.mu.Unlock()
 	oc.c.Close()
