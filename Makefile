@@ -8,7 +8,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X main.version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build run test race alloc benchsmoke fuzz bench lint clean
+.PHONY: help build run test race alloc benchsmoke fuzz e2e bench lint clean
 
 ## help: list the targets
 help:
@@ -22,12 +22,13 @@ build:
 run: build
 	./$(BIN) run
 
-## test: everything CI runs: vet, race tests, allocation budgets, benchmarks once, fuzz smoke
+## test: everything CI runs: vet, race tests, allocation budgets, benchmarks once, fuzz smoke, MCP e2e
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 	$(MAKE) alloc benchsmoke
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
+	$(MAKE) e2e
 
 ## race: the test suite under the race detector only
 race:
@@ -50,6 +51,11 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "$$pkg" > /tmp/meerkatd-fuzz.log 2>&1 || { cat /tmp/meerkatd-fuzz.log; exit 1; }; \
 		done; \
 	done
+
+## e2e: build, then drive meerkatd mcp with the official MCP TypeScript SDK (Node.js 20+, npm; mcpserver/e2e)
+e2e: build
+	npm ci --prefix mcpserver/e2e --no-audit --no-fund
+	MEERKATD_BIN=$(abspath $(BIN)) node --test mcpserver/e2e/*.test.mjs
 
 ## bench: benchmarks COUNT times; ratios to ed25519 are in BenchmarkRatios (see docs/protocol.md)
 bench:

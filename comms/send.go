@@ -163,8 +163,8 @@ type link struct {
 	mu        sync.Mutex // guards the fields below
 	conn      *outConn
 	dialing   chan struct{} // closed when the dial in progress ends
-	oneShot   bool      // send one envelope per connection
-	oneShotAt time.Time // when oneShot was set; it is retried after oneShotRetry
+	oneShot   bool          // send one envelope per connection
+	oneShotAt time.Time     // when oneShot was set; it is retried after oneShotRetry
 	closed    bool
 }
 
