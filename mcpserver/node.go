@@ -64,11 +64,15 @@ type Message struct {
 	Received  time.Time       `json:"received"`
 	Body      string          `json:"body,omitempty"`
 	Intent    string          `json:"intent,omitempty"`
-	Params    json.RawMessage `json:"params,omitempty"`
+	Params    any             `json:"params,omitempty"` // any JSON value (a json.RawMessage)
 	RequestID string          `json:"request_id,omitempty"` // responses: the request answered
 	Status    string          `json:"status,omitempty"`
-	Result    json.RawMessage `json:"result,omitempty"`
+	Result    any             `json:"result,omitempty"` // any JSON value (a json.RawMessage)
 }
+
+// The JSON values of a Message are typed any, not json.RawMessage: the
+// output schema generated from this type must admit any JSON value there,
+// and a byte slice would be described as an array of integers.
 
 // Query selects items for Receive.
 type Query struct {

@@ -128,6 +128,10 @@ func toInboxItem(seq uint64, it comms.Item) inboxItem {
 	return out
 }
 
+// maxWaitedResponses bounds the responses `send request --wait` collects
+// (a peer could send many "accepted" responses before the final one).
+const maxWaitedResponses = 100
+
 // localBackend runs the operations on a node in this process.
 type localBackend struct {
 	n      *node
@@ -191,7 +195,9 @@ func (b *localBackend) sendRequest(ctx context.Context, peer, intent string, par
 			}
 			return res, err
 		}
-		res.Responses = append(res.Responses, toInboxItem(0, comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: resp, PeerName: p.Name}))
+		if len(res.Responses) < maxWaitedResponses {
+			res.Responses = append(res.Responses, toInboxItem(0, comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: resp, PeerName: p.Name}))
+		}
 		if s := resp.Kind.Status(); s == wire.StatusCompleted || s == wire.StatusFailed {
 			return res, nil
 		}

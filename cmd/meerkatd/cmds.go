@@ -67,7 +67,11 @@ func (e *env) backendFor(h *home, listen bool) (backend, error) {
 		return rb, nil
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	n, err := startNode(h, log, listen)
+	mode := nodeSendOnly
+	if listen {
+		mode = nodeReplies
+	}
+	n, err := startNode(h, log, mode)
 	if err != nil {
 		return nil, err
 	}
@@ -526,16 +530,17 @@ func runDaemon(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	n, err := startNode(h, log, true)
+	hup := make(chan os.Signal, 1) // before the node starts: an early SIGHUP must not kill it
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	n, err := startNode(h, log, nodeFull)
 	if err != nil {
 		ctl.Close()
 		return err
 	}
 	srv := &controlServer{b: &localBackend{n: n, daemon: true, start: time.Now()}, log: log, ctx: ctx}
+	srv.wg.Add(1)
 	go srv.serve(ctl)
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	var listen []string
 	for _, a := range n.addrs {
 		listen = append(listen, a.String())
@@ -551,6 +556,7 @@ func runDaemon(e *env, args []string) error {
 		}
 		break
 	}
+	stop() // a second SIGINT or SIGTERM now kills the process at once
 	log.Info("shutting down")
 	ctl.Close()
 	n.stop()

@@ -46,6 +46,7 @@ type ctlRequest struct {
 	From  string   `json:"from,omitempty"`
 	IDs   []string `json:"ids,omitempty"`
 	UpTo  uint64   `json:"up_to,omitempty"`
+	Seqs  []uint64 `json:"seqs,omitempty"` // inbox_ack
 }
 
 type ctlResponse struct {
@@ -63,13 +64,29 @@ type controlServer struct {
 	wg  sync.WaitGroup
 }
 
+// serve accepts control connections until ln is closed (or the context
+// ends). Transient accept failures (out of descriptors) back off rather than
+// take the control socket away. The caller has done s.wg.Add(1) for it.
 func (s *controlServer) serve(ln net.Listener) {
+	defer s.wg.Done()
 	defer ln.Close()
+	delay := 5 * time.Millisecond
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			return
+			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Warn("control socket accept failed; backing off", "err", err)
+			select {
+			case <-time.After(delay):
+				delay = min(2*delay, time.Second)
+				continue
+			case <-s.ctx.Done():
+				return
+			}
 		}
+		delay = 5 * time.Millisecond
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -86,6 +103,9 @@ func (s *controlServer) serveConn(c net.Conn) {
 	sc.Buffer(make([]byte, 0, 64<<10), maxControlLine)
 	for {
 		c.SetReadDeadline(time.Now().Add(controlIdle))
+		if s.ctx.Err() != nil { // shutdown set a deadline we may have just replaced
+			return
+		}
 		if !sc.Scan() {
 			return
 		}
@@ -119,7 +139,9 @@ func (s *controlServer) handle(req ctlRequest) ctlResponse {
 	case "send_response":
 		result, err = s.b.sendResponse(ctx, req.Peer, req.RequestID, req.Status, req.Result)
 	case "inbox":
-		result, err = s.b.inbox(ctx, req.After, wait, req.Ack)
+		result, err = s.b.inbox(ctx, req.After, wait, false) // removal is a separate inbox_ack
+	case "inbox_ack":
+		result = s.b.n.mail.Ack(req.Seqs...)
 	case "status":
 		result, err = s.b.status(ctx)
 	case "node.self", "node.peers", "node.send_message", "node.send_request", "node.send_response", "node.receive", "node.ack":
@@ -170,6 +192,9 @@ func (s *controlServer) handleNode(ctx context.Context, req ctlRequest, wait tim
 		var me *mcpserver.Error
 		if errors.As(err, &me) {
 			return ctlResponse{Code: "node:" + me.Code, Error: me.Msg}
+		}
+		if s.ctx.Err() != nil {
+			return ctlResponse{Code: codeInternal, Error: "the daemon is shutting down"}
 		}
 		s.log.Error("control request failed", "op", req.Op, "err", err)
 		return ctlResponse{Code: codeInternal, Error: err.Error()}
@@ -224,7 +249,7 @@ func (rb *remoteBackend) call(ctx context.Context, req ctlRequest, out any) erro
 	if _, err := rb.c.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("daemon control socket: %w", err)
 	}
-	line, err := rb.br.ReadSlice('\n')
+	line, err := readReply(rb.br)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
@@ -244,6 +269,27 @@ func (rb *remoteBackend) call(ctx context.Context, req ctlRequest, out any) erro
 	return nil
 }
 
+// maxControlReply bounds one reply from the daemon: an inbox listing of
+// large messages is big, but not unbounded.
+const maxControlReply = 256 << 20
+
+// readReply reads one newline-terminated reply of at most maxControlReply
+// bytes.
+func readReply(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > maxControlReply {
+			return nil, errors.New("reply too large")
+		}
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return line, err
+	}
+}
+
 func (rb *remoteBackend) sendMessage(ctx context.Context, peer, body string) (r sendResult, err error) {
 	err = rb.call(ctx, ctlRequest{Op: "send_message", Peer: peer, Body: body}, &r)
 	return r, err
@@ -259,8 +305,18 @@ func (rb *remoteBackend) sendResponse(ctx context.Context, peer, requestID, stat
 	return r, err
 }
 
+// inbox lists, and with ack removes what it received: in two steps, so
+// that items are removed only after their listing arrived here intact.
 func (rb *remoteBackend) inbox(ctx context.Context, after uint64, wait time.Duration, ack bool) (items []inboxItem, err error) {
-	err = rb.call(ctx, ctlRequest{Op: "inbox", After: after, WaitMS: wait.Milliseconds(), Ack: ack}, &items)
+	if err = rb.call(ctx, ctlRequest{Op: "inbox", After: after, WaitMS: wait.Milliseconds()}, &items); err != nil || !ack || len(items) == 0 {
+		return items, err
+	}
+	seqs := make([]uint64, 0, len(items))
+	for _, it := range items {
+		seqs = append(seqs, it.Seq)
+	}
+	var acked int
+	err = rb.call(ctx, ctlRequest{Op: "inbox_ack", Seqs: seqs}, &acked)
 	return items, err
 }
 

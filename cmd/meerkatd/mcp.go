@@ -122,12 +122,13 @@ func runMCP(e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		n, err := startNode(h, log, true)
+		n, err := startNode(h, log, nodeFull)
 		if err != nil {
 			ctl.Close()
 			return err
 		}
 		srv := &controlServer{b: &localBackend{n: n, daemon: true, start: time.Now()}, log: log, ctx: ctx}
+		srv.wg.Add(1)
 		go srv.serve(ctl)
 		defer func() {
 			ctl.Close()

@@ -201,10 +201,17 @@ func (m *mcpNode) SendResponse(ctx context.Context, peer, requestID, status stri
 
 func toMessage(en inbox.Entry[comms.Item]) mcpserver.Message {
 	it := toInboxItem(en.Seq, en.Item)
-	return mcpserver.Message{
+	m := mcpserver.Message{
 		Seq: it.Seq, ID: it.ID, Kind: it.Kind, From: it.From, Peer: it.PeerName, Received: it.Received,
-		Body: it.Body, Intent: it.Intent, Params: it.Params, RequestID: it.InReplyTo, Status: it.Status, Result: it.Result,
+		Body: it.Body, Intent: it.Intent, RequestID: it.InReplyTo, Status: it.Status,
 	}
+	if it.Params != nil {
+		m.Params = it.Params
+	}
+	if it.Result != nil {
+		m.Result = it.Result
+	}
+	return m
 }
 
 // pendingCount counts unacknowledged messages and requests.

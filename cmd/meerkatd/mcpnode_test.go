@@ -37,7 +37,7 @@ func mcpTestNode(t *testing.T) (*mcpNode, *identity.Keypair) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := startNode(h, slog.New(slog.DiscardHandler), false)
+	n, err := startNode(h, slog.New(slog.DiscardHandler), nodeSendOnly)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox"
@@ -135,15 +136,43 @@ type node struct {
 	reload func() // re-read the trust file now (SIGHUP)
 }
 
-// startNode builds the Router for h and, if listen is set, starts its
-// listeners and the trust watcher.
-func startNode(h *home, log *slog.Logger, listen bool) (*node, error) {
+// nodeMode says what a node in this process is for.
+type nodeMode int
+
+const (
+	// nodeSendOnly signs and sends; it does not listen (standalone send).
+	nodeSendOnly nodeMode = iota
+	// nodeReplies listens only to receive the responses a standalone
+	// `send request --wait` waits for: anything else is refused (not
+	// acknowledged) so its sender retries when the real node is up.
+	nodeReplies
+	// nodeFull is a daemon (or the embedded node of meerkatd mcp).
+	nodeFull
+)
+
+// responsesOnly admits responses and refuses everything else.
+type responsesOnly struct{ inner comms.Admitter }
+
+func (a responsesOnly) Push(it comms.Item) error {
+	if it.Type != comms.ItemExternal || it.Envelope.Kind.Type() != wire.TypeResponse {
+		return errors.New("this node is only waiting for a response")
+	}
+	return a.inner.Push(it)
+}
+
+// startNode builds the Router for h and, unless mode is nodeSendOnly,
+// starts its listeners and the trust watcher.
+func startNode(h *home, log *slog.Logger, mode nodeMode) (*node, error) {
 	list, err := trust.LoadOrEmpty(h.trustPath())
 	if err != nil {
 		return nil, err
 	}
 	mail := inbox.NewMailbox[comms.Item](h.cfg.Comms.InboxMax)
 	rec := newRecordingInbox(mail)
+	var admit comms.Admitter = rec
+	if mode == nodeReplies {
+		admit = responsesOnly{rec}
+	}
 	r, err := comms.New(h.kp, list, comms.Options{
 		Logger:          log,
 		AckTimeout:      h.cfg.Comms.AckTimeout(),
@@ -151,14 +180,14 @@ func startNode(h *home, log *slog.Logger, listen bool) (*node, error) {
 		IdleTimeout:     h.cfg.Comms.IdleTimeout(),
 		MaxConnections:  h.cfg.Comms.MaxConnections,
 		MaxMessageBytes: h.cfg.Comms.MaxMessageBytes,
-		Inbox:           rec,
+		Inbox:           admit,
 	})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{h: h, r: r, mail: mail, inbox: rec, log: log, cancel: cancel, reload: func() {}}
-	if !listen {
+	if mode == nodeSendOnly {
 		return n, nil
 	}
 	ls, err := h.cfg.Resolve(h.dir)

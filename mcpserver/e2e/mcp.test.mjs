@@ -1,0 +1,762 @@
+// End-to-end tests of `meerkatd mcp` driven by the official MCP TypeScript
+// SDK client (@modelcontextprotocol/sdk), run with `node --test`.
+//
+//   MEERKATD_BIN=/abs/path/to/meerkatd node --test mcpserver/e2e/*.test.mjs
+//
+// (or `make e2e`). Two nodes, alice and bob, trust each other over Unix
+// sockets in a temporary directory. The whole suite runs twice:
+//
+//   embedded: no daemon; each `meerkatd mcp` runs its own node, so both
+//             alice's and bob's MCP processes must be up for delivery.
+//   attached: `meerkatd run` runs for both homes first; each `meerkatd mcp`
+//             attaches to its daemon through the control socket.
+//
+// Tool calls go through client.request(tools/call) and every structured
+// result is checked against the tool's advertised outputSchema with the
+// SDK's own validator (the one Client.callTool uses); one test also calls
+// Client.callTool itself, as an MCP host would.
+//
+// Bad send_response statuses: the server advertises the status enum in the
+// input schema but does not enforce it at the protocol level; the handler
+// answers with an isError tool result "bad_status: …". The test accepts
+// that or the protocol's invalid-params error (-32602) and reports which.
+
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs/promises';
+import fsSync from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import {
+  CallToolResultSchema,
+  ErrorCode,
+  LoggingMessageNotificationSchema,
+  McpError,
+  ResourceUpdatedNotificationSchema,
+} from '@modelcontextprotocol/sdk/types.js';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
+
+if (!process.env.MEERKATD_BIN) {
+  throw new Error('MEERKATD_BIN is not set: point it at a built meerkatd binary (make e2e does this)');
+}
+const BIN = path.resolve(process.env.MEERKATD_BIN);
+await fs.access(BIN, fs.constants.X_OK).catch((err) => {
+  throw new Error(`MEERKATD_BIN=${BIN} is not an executable file: ${err.message}`);
+});
+
+const TOOLS = ['ack_messages', 'list_peers', 'receive_messages', 'send_message', 'send_request', 'send_response'];
+const ACK_TIMEOUT_SECS = 3;
+const CALL_TIMEOUT = 15_000; // any single tool call, beyond its own wait_ms
+const STEP_TIMEOUT = 45_000; // any single test
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+// The environment for meerkatd processes: the caller's, without MEERKAT_*
+// variables (they would override the homes' meerkat.toml).
+function childEnv() {
+  const env = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (!k.startsWith('MEERKAT_')) env[k] = v;
+  }
+  return env;
+}
+
+// Last-resort cleanup if the runner dies before the after() hooks run (for
+// instance when its output pipe closes): kill what we started, remove the
+// temp dirs. The hooks do the orderly version.
+const liveChildren = new Set();
+const tempRoots = new Set();
+function lastResortCleanup() {
+  for (const c of liveChildren) {
+    if (c.exitCode === null && c.signalCode === null) {
+      try {
+        c.kill('SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  }
+  for (const r of tempRoots) fsSync.rmSync(r, { recursive: true, force: true });
+}
+process.on('exit', lastResortCleanup);
+for (const [sig, n] of [['SIGINT', 2], ['SIGTERM', 15], ['SIGHUP', 1]]) {
+  process.once(sig, () => {
+    lastResortCleanup();
+    process.exit(128 + n);
+  });
+}
+
+/** Records a child for the last-resort cleanup. */
+function track(child) {
+  if (child) {
+    liveChildren.add(child);
+    child.once('exit', () => liveChildren.delete(child));
+  }
+  return child;
+}
+
+// ---------------------------------------------------------------- helpers
+
+/** Rejects with a clear message if p does not settle within ms. */
+function within(ms, what, p) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Polls fn (async, truthy when done) every 50 ms for up to ms. */
+async function until(ms, what, fn) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Runs meerkatd with args; resolves to stdout, rejects with stderr. */
+function meerkatd(args, { timeout = 15_000 } = {}) {
+  return new Promise((resolve, reject) => {
+    execFile(BIN, args, { env: childEnv(), timeout, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      if (err) {
+        err.message = `meerkatd ${args.join(' ')}: ${err.message}\nstderr: ${stderr}`;
+        reject(err);
+      } else {
+        resolve(stdout);
+      }
+    });
+  });
+}
+
+/** A bounded in-memory log of a process's stderr, for failure reports. */
+function captureStderr(stream, label, logs) {
+  const entry = { label, text: '' };
+  logs.push(entry);
+  stream?.on('data', (d) => {
+    entry.text += d.toString();
+    if (entry.text.length > 64 << 10) entry.text = entry.text.slice(-(32 << 10));
+  });
+}
+
+/** Collects notifications and lets a test wait for one matching a predicate. */
+class Inbox {
+  constructor() {
+    this.items = [];
+    this.waiters = [];
+  }
+  push(n) {
+    this.items.push(n);
+    for (const w of [...this.waiters]) {
+      if (w.from <= this.items.length - 1 && w.pred(n)) {
+        this.waiters.splice(this.waiters.indexOf(w), 1);
+        w.resolve(n);
+      }
+    }
+  }
+  /** The index to pass as from, to wait only for later notifications. */
+  mark() {
+    return this.items.length;
+  }
+  wait(from, pred, ms, what) {
+    const found = this.items.slice(from).find(pred);
+    if (found) return Promise.resolve(found);
+    return within(ms, what, new Promise((resolve) => this.waiters.push({ from, pred, resolve })));
+  }
+}
+
+const validator = new AjvJsonSchemaValidator();
+
+/**
+ * An MCP session with `meerkatd mcp --home H` through the SDK's stdio
+ * transport.
+ */
+class Peer {
+  constructor(name, home, suite) {
+    this.name = name;
+    this.home = home;
+    this.suite = suite;
+    this.updated = new Inbox(); // notifications/resources/updated
+    this.logged = new Inbox(); // notifications/message
+  }
+
+  async connect() {
+    this.transport = new StdioClientTransport({
+      command: BIN,
+      args: ['mcp', '--home', this.home],
+      stderr: 'pipe',
+    });
+    captureStderr(this.transport.stderr, `${this.name} mcp stderr`, this.suite.logs);
+    this.client = new Client({ name: `e2e-${this.name}`, version: '0.0.0' });
+    this.client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => this.updated.push(n));
+    this.client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => this.logged.push(n));
+    await within(15_000, `${this.name}: connect (initialize)`, this.client.connect(this.transport));
+    this.child = track(this.transport._process); // the meerkatd mcp process (for the exit-code checks)
+  }
+
+  /**
+   * Calls a tool and returns the raw CallToolResult. Structured results are
+   * validated against the tool's outputSchema (when the suite has listed
+   * the tools); violations are recorded for the conformance test, so one
+   * schema bug does not hide every later assertion.
+   */
+  async call(name, args = {}, { timeout = CALL_TIMEOUT } = {}) {
+    const res = await this.client.request(
+      { method: 'tools/call', params: { name, arguments: args } },
+      CallToolResultSchema,
+      { timeout },
+    );
+    const schema = this.suite.outputSchemas.get(name);
+    if (schema && res.structuredContent) {
+      const v = validator.getValidator(schema)(res.structuredContent);
+      if (!v.valid) {
+        this.suite.schemaViolations.push(`${name}(${JSON.stringify(args).slice(0, 200)}): ${v.errorMessage}`);
+      }
+    }
+    return res;
+  }
+
+  /** Calls a tool that must succeed and returns its structuredContent. */
+  async ok(name, args = {}, opts) {
+    const res = await this.call(name, args, opts);
+    assert.notEqual(res.isError, true, `${this.name}: ${name} failed: ${textOf(res)}`);
+    assert.equal(typeof res.structuredContent, 'object', `${this.name}: ${name}: no structuredContent`);
+    // The text fallback carries the same JSON.
+    assert.deepEqual(JSON.parse(textOf(res)), res.structuredContent, `${name}: text content is not the structured content`);
+    return res.structuredContent;
+  }
+
+  /** Calls a tool that must fail with a tool error; returns its text. */
+  async fails(name, args, code, opts) {
+    const res = await this.call(name, args, opts);
+    const text = textOf(res);
+    assert.equal(res.isError, true, `${this.name}: ${name} should have failed with ${code}: got ${text}`);
+    assert.ok(text.startsWith(`${code}:`), `${this.name}: ${name}: want "${code}: …", got ${JSON.stringify(text)}`);
+    return text;
+  }
+
+  async close() {
+    await this.client?.close().catch(() => {});
+  }
+}
+
+function textOf(res) {
+  return (res.content ?? [])
+    .filter((c) => c.type === 'text')
+    .map((c) => c.text)
+    .join('\n');
+}
+
+/** Waits for a spawned process to exit; resolves to { code, signal }. */
+function exited(child) {
+  if (child.exitCode !== null || child.signalCode !== null) {
+    return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
+  }
+  return once(child, 'exit').then(([code, signal]) => ({ code, signal }));
+}
+
+/** Ends a process we started: SIGTERM, then SIGKILL after ms. */
+async function stopProcess(child, ms = 5000) {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const done = exited(child);
+  child.kill('SIGTERM');
+  try {
+    await within(ms, 'SIGTERM', done);
+  } catch {
+    child.kill('SIGKILL');
+    await done;
+  }
+}
+
+// ------------------------------------------------------------------ setup
+
+/** Creates the temp dir, the homes alice, bob and ghost, and their trust. */
+async function makeHomes(suite) {
+  // Unix socket paths must stay under ~100 bytes: keep the names short and
+  // fall back to /tmp when TMPDIR is long.
+  let base = os.tmpdir();
+  if (base.length > 40) base = '/tmp';
+  suite.root = await fs.mkdtemp(path.join(base, 'mk-'));
+  tempRoots.add(suite.root);
+  const homes = { alice: path.join(suite.root, 'a'), bob: path.join(suite.root, 'b'), ghost: path.join(suite.root, 'g') };
+  for (const h of Object.values(homes)) {
+    const sock = path.join(h, 'meerkat.sock');
+    assert.ok(Buffer.byteLength(sock) < 100, `socket path too long for a Unix socket: ${sock}`);
+  }
+  suite.homes = homes;
+  suite.ids = {};
+  for (const [name, h] of Object.entries(homes)) {
+    await meerkatd(['init', '--name', name, '--home', h]);
+    // A short ack timeout, so that offline peers are reported quickly.
+    const cfgPath = path.join(h, 'meerkat.toml');
+    const cfg = await fs.readFile(cfgPath, 'utf8');
+    const next = cfg.replace(/^ack_timeout_secs = \d+$/m, `ack_timeout_secs = ${ACK_TIMEOUT_SECS}`);
+    assert.notEqual(next, cfg, `${cfgPath}: no ack_timeout_secs line to shorten`);
+    await fs.writeFile(cfgPath, next);
+    suite.ids[name] = JSON.parse(await meerkatd(['id', '--json', '--home', h]));
+    assert.equal(suite.ids[name].name, name);
+    assert.match(suite.ids[name].pubkey, /^ed25519:/);
+  }
+  const addr = (name) => `uds://${homes[name]}/meerkat.sock`;
+  await meerkatd(['peers', 'add', 'bob', suite.ids.bob.pubkey, addr('bob'), '--home', homes.alice]);
+  await meerkatd(['peers', 'add', 'alice', suite.ids.alice.pubkey, addr('alice'), '--home', homes.bob]);
+  // ghost is trusted by alice but never runs: nothing listens on its socket.
+  await meerkatd(['peers', 'add', 'ghost', suite.ids.ghost.pubkey, addr('ghost'), '--home', homes.alice]);
+  suite.addr = addr;
+}
+
+/** Starts `meerkatd run` for a home and waits until status shows it. */
+async function startDaemon(suite, name) {
+  const home = suite.homes[name];
+  const child = track(spawn(BIN, ['run', '--home', home], { env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] }));
+  captureStderr(child.stderr, `${name} daemon stderr`, suite.logs);
+  captureStderr(child.stdout, `${name} daemon stdout`, suite.logs);
+  suite.daemons[name] = child;
+  const early = exited(child).then(({ code, signal }) => {
+    throw new Error(`meerkatd run for ${name} exited early (code ${code}, signal ${signal})`);
+  });
+  early.catch(() => {});
+  await Promise.race([
+    early,
+    until(10_000, `${name}'s daemon to report "daemon": true`, async () => {
+      const st = JSON.parse(await meerkatd(['status', '--home', home, '--json']));
+      return st.daemon === true;
+    }),
+  ]);
+}
+
+// ------------------------------------------------------------------ suite
+
+for (const mode of ['embedded', 'attached']) {
+  describe(`meerkatd mcp (${mode})`, { timeout: 120_000 }, () => {
+    const suite = {
+      logs: [],
+      daemons: {},
+      outputSchemas: new Map(),
+      schemaViolations: [],
+      failed: false,
+    };
+    let alice;
+    let bob;
+
+    // step wraps a test so that a failure also prints the processes' stderr.
+    const step = (name, fn) =>
+      test(name, { timeout: STEP_TIMEOUT }, async (t) => {
+        try {
+          await fn(t);
+        } catch (err) {
+          suite.failed = true;
+          throw err;
+        }
+      });
+
+    before(async () => {
+      try {
+        await makeHomes(suite);
+        if (mode === 'attached') {
+          await startDaemon(suite, 'alice');
+          await startDaemon(suite, 'bob');
+        }
+        alice = new Peer('alice', suite.homes.alice, suite);
+        bob = new Peer('bob', suite.homes.bob, suite);
+        await alice.connect();
+        await bob.connect();
+      } catch (err) {
+        suite.failed = true;
+        throw err;
+      }
+    });
+
+    after(async () => {
+      await alice?.close();
+      await bob?.close();
+      for (const child of Object.values(suite.daemons)) await stopProcess(child);
+      if (suite.failed) {
+        for (const l of suite.logs) {
+          if (l.text.trim()) console.error(`--- ${mode}: ${l.label}\n${l.text.trimEnd()}\n---`);
+        }
+      }
+      if (suite.root) {
+        await fs.rm(suite.root, { recursive: true, force: true });
+        tempRoots.delete(suite.root);
+      }
+    });
+
+    step('tools/list: the six tools, with input and output schemas and annotations', async () => {
+      const { tools } = await alice.client.listTools(undefined, { timeout: CALL_TIMEOUT });
+      assert.deepEqual(tools.map((t) => t.name).sort(), TOOLS);
+      for (const t of tools) {
+        assert.equal(t.inputSchema?.type, 'object', `${t.name}: inputSchema.type`);
+        assert.equal(typeof t.inputSchema.properties, 'object', `${t.name}: inputSchema.properties`);
+        assert.equal(t.outputSchema?.type, 'object', `${t.name}: outputSchema.type`);
+        assert.equal(typeof t.outputSchema.properties, 'object', `${t.name}: outputSchema.properties`);
+        assert.ok('pending' in t.outputSchema.properties, `${t.name}: outputSchema lacks "pending"`);
+        assert.ok(t.description, `${t.name}: no description`);
+        suite.outputSchemas.set(t.name, t.outputSchema);
+      }
+      const by = Object.fromEntries(tools.map((t) => [t.name, t]));
+      for (const p of ['messages', 'cursor', 'timed_out', 'pending']) {
+        assert.ok(p in by.receive_messages.outputSchema.properties, `receive_messages outputSchema lacks ${p}`);
+      }
+      assert.deepEqual(by.send_message.inputSchema.required?.slice().sort(), ['body', 'peer']);
+      assert.deepEqual(by.send_response.inputSchema.properties.status.enum?.slice().sort(), ['accepted', 'completed', 'failed']);
+      assert.equal(by.list_peers.annotations?.readOnlyHint, true, 'list_peers readOnlyHint');
+      assert.equal(by.receive_messages.annotations?.readOnlyHint, true, 'receive_messages readOnlyHint');
+      assert.equal(by.ack_messages.annotations?.destructiveHint, true, 'ack_messages destructiveHint');
+      for (const n of ['send_message', 'send_request', 'send_response', 'ack_messages']) {
+        assert.notEqual(by[n].annotations?.readOnlyHint, true, `${n} must not be read-only`);
+      }
+      // Resources and capabilities.
+      const caps = alice.client.getServerCapabilities();
+      assert.equal(caps?.resources?.subscribe, true, 'resources.subscribe capability');
+      assert.ok(caps?.tools, 'tools capability');
+      assert.ok(caps?.logging, 'logging capability');
+      const { resources } = await alice.client.listResources(undefined, { timeout: CALL_TIMEOUT });
+      assert.deepEqual(resources.map((r) => r.uri).sort(), ['meerkat://inbox', 'meerkat://peers']);
+    });
+
+    step('list_peers: self and the trusted peers', async () => {
+      const r = await alice.ok('list_peers');
+      assert.equal(r.self.name, 'alice');
+      assert.equal(r.self.pubkey, suite.ids.alice.pubkey);
+      assert.equal(r.self.peer_uuid, suite.ids.alice.peer_uuid);
+      assert.equal(r.peers[0].name, 'bob');
+      assert.equal(r.peers[0].pubkey, suite.ids.bob.pubkey);
+      assert.equal(r.peers[0].peer_uuid, suite.ids.bob.peer_uuid);
+      assert.match(r.peers[0].peer_uuid, UUID_RE);
+      assert.equal(r.peers[0].addr, suite.addr('bob'));
+      assert.deepEqual(r.peers.map((p) => p.name).sort(), ['bob', 'ghost']);
+      assert.equal(typeof r.pending, 'number');
+      // meerkat://peers says the same.
+      const rr = await alice.client.readResource({ uri: 'meerkat://peers' }, { timeout: CALL_TIMEOUT });
+      const peers = JSON.parse(rr.contents[0].text);
+      assert.equal(peers.self.name, 'alice');
+      assert.deepEqual(peers.peers.map((p) => p.name).sort(), ['bob', 'ghost']);
+    });
+
+    step('send_message alice → bob is acked and received', async () => {
+      const body = `hello bob ${randomUUID()}`;
+      const sent = await alice.ok('send_message', { peer: 'bob', body });
+      assert.equal(sent.delivery, 'acked');
+      assert.equal(sent.peer, 'bob');
+      assert.match(sent.message_id, UUID_RE);
+      assert.equal(typeof sent.pending, 'number');
+
+      const got = await bob.ok('receive_messages', { wait_ms: 10_000 }, { timeout: 10_000 + CALL_TIMEOUT });
+      const m = got.messages.find((x) => x.id === sent.message_id);
+      assert.ok(m, `bob did not receive ${sent.message_id}: ${JSON.stringify(got)}`);
+      assert.equal(m.kind, 'message');
+      assert.equal(m.body, body);
+      assert.equal(m.peer, 'alice');
+      assert.equal(m.from, suite.ids.alice.pubkey);
+      assert.ok(got.pending >= 1, `pending = ${got.pending}`);
+      assert.ok(got.cursor >= m.seq, `cursor ${got.cursor} < seq ${m.seq}`);
+      suite.firstMessageId = sent.message_id;
+
+      // A peer can also be addressed by its key or its peer UUID.
+      for (const peer of [suite.ids.bob.pubkey, suite.ids.bob.peer_uuid]) {
+        const s2 = await alice.ok('send_message', { peer, body: `by ${peer}` });
+        assert.equal(s2.peer, 'bob', `send_message to ${peer}`);
+        assert.equal(s2.delivery, 'acked');
+      }
+
+      if (mode === 'attached') {
+        // The attached MCP server delivered to bob's daemon's node.
+        const items = JSON.parse(await meerkatd(['inbox', '--home', suite.homes.bob, '--json']));
+        assert.ok(items.some((it) => it.id === sent.message_id), `bob's daemon inbox lacks ${sent.message_id}`);
+      }
+    });
+
+    step('send_request alice → bob, send_response bob → alice, correlated', async () => {
+      const params = { a: 1, b: 2 };
+      const req = await alice.ok('send_request', { peer: 'bob', intent: 'add', params });
+      assert.equal(req.delivery, 'acked');
+      assert.match(req.request_id, UUID_RE);
+      const rid = req.request_id;
+
+      const got = await bob.ok('receive_messages', { kinds: ['request'], wait_ms: 10_000 }, { timeout: 10_000 + CALL_TIMEOUT });
+      const r = got.messages.find((x) => x.id === rid);
+      assert.ok(r, `bob did not receive request ${rid}: ${JSON.stringify(got)}`);
+      assert.equal(r.kind, 'request');
+      assert.equal(r.intent, 'add');
+      assert.deepEqual(r.params, params);
+      assert.equal(r.peer, 'alice');
+      assert.ok(got.messages.every((x) => x.kind === 'request'), 'kinds filter let other kinds through');
+
+      const resp = await bob.ok('send_response', { peer: 'alice', request_id: rid, status: 'completed', result: { sum: 3 } });
+      assert.equal(resp.request_id, rid);
+      assert.match(resp.message_id, UUID_RE);
+
+      const ans = await alice.ok('receive_messages', { request_id: rid, wait_ms: 10_000 }, { timeout: 10_000 + CALL_TIMEOUT });
+      assert.equal(ans.messages.length, 1, `want exactly the response: ${JSON.stringify(ans)}`);
+      const a = ans.messages[0];
+      assert.equal(a.kind, 'response');
+      assert.equal(a.request_id, rid);
+      assert.equal(a.status, 'completed');
+      assert.deepEqual(a.result, { sum: 3 });
+      assert.equal(a.peer, 'bob');
+      assert.equal(ans.timed_out, false);
+
+      // A request is answered finally only once.
+      await bob.fails('send_response', { peer: 'alice', request_id: rid, status: 'completed', result: { sum: 4 } }, 'already_answered');
+      // An id that was never received.
+      await bob.fails('send_response', { peer: 'alice', request_id: randomUUID(), status: 'completed' }, 'unknown_request');
+      suite.requestId = rid;
+    });
+
+    step('Client.callTool (SDK output-schema validation) accepts receive_messages with a request and a response', async () => {
+      // An MCP host lists the tools and calls them with callTool, which
+      // validates structuredContent against the advertised outputSchema.
+      const { tools } = await bob.client.listTools(undefined, { timeout: CALL_TIMEOUT });
+      assert.ok(tools.length > 0);
+      await alice.client.listTools(undefined, { timeout: CALL_TIMEOUT });
+      const r1 = await bob.client.callTool({ name: 'receive_messages', arguments: { kinds: ['request'] } }, undefined, { timeout: CALL_TIMEOUT });
+      assert.ok(r1.structuredContent.messages.some((m) => m.id === suite.requestId));
+      const r2 = await alice.client.callTool({ name: 'receive_messages', arguments: { request_id: suite.requestId } }, undefined, { timeout: CALL_TIMEOUT });
+      assert.ok(r2.structuredContent.messages.some((m) => m.request_id === suite.requestId));
+    });
+
+    step('receive_messages wait: other tools run meanwhile, an arrival wakes it; an empty wait times out', async () => {
+      const start = await alice.ok('receive_messages');
+      let settled = false;
+      const waiting = alice
+        .ok('receive_messages', { wait_ms: 20_000, after: start.cursor }, { timeout: 20_000 + CALL_TIMEOUT })
+        .finally(() => (settled = true));
+      waiting.catch(() => {}); // awaited below
+      // The wait does not block other tools.
+      const peers = await within(5_000, 'list_peers during a receive wait', alice.ok('list_peers'));
+      assert.equal(peers.self.name, 'alice');
+      assert.equal(settled, false, 'receive_messages with wait_ms returned before anything arrived');
+
+      const body = `wake up ${randomUUID()}`;
+      const sent = await bob.ok('send_message', { peer: 'alice', body });
+      const got = await waiting;
+      assert.equal(got.timed_out, false);
+      const m = got.messages.find((x) => x.id === sent.message_id);
+      assert.ok(m, `the wait returned without the message: ${JSON.stringify(got)}`);
+      assert.equal(m.body, body);
+      assert.equal(m.peer, 'bob');
+      assert.ok(got.messages.every((x) => x.seq > start.cursor), 'after did not filter older items');
+
+      const empty = await alice.ok('receive_messages', { wait_ms: 300, after: got.cursor });
+      assert.equal(empty.timed_out, true);
+      assert.deepEqual(empty.messages, []);
+      assert.equal(empty.cursor, got.cursor);
+    });
+
+    step('ack_messages removes items from pending (by ids, then up_to)', async () => {
+      const before = await bob.ok('receive_messages');
+      assert.ok(before.pending >= 2, `bob should have a message and a request pending: ${JSON.stringify(before)}`);
+      assert.ok(before.messages.some((m) => m.id === suite.firstMessageId));
+
+      // Filters: limit moves the cursor only as far as the items returned.
+      const one = await bob.ok('receive_messages', { limit: 1 });
+      assert.equal(one.messages.length, 1);
+      assert.equal(one.cursor, one.messages[0].seq);
+      assert.deepEqual((await bob.ok('receive_messages', { from: 'alice' })).messages.map((m) => m.id), before.messages.map((m) => m.id));
+      await bob.fails('receive_messages', { from: 'nobody' }, 'unknown_peer');
+
+      const byId = await bob.ok('ack_messages', { ids: [suite.firstMessageId] });
+      assert.equal(byId.acked, 1);
+      assert.equal(byId.pending, before.pending - 1);
+      const mid = await bob.ok('receive_messages');
+      assert.ok(!mid.messages.some((m) => m.id === suite.firstMessageId), 'an acked item is still listed');
+      assert.equal(mid.pending, byId.pending);
+
+      const upTo = await bob.ok('ack_messages', { up_to: mid.cursor });
+      assert.equal(upTo.acked, mid.messages.length);
+      assert.equal(upTo.pending, 0);
+      const afterAck = await bob.ok('receive_messages');
+      assert.deepEqual(afterAck.messages, []);
+      assert.equal(afterAck.pending, 0);
+      // Every tool result carries pending.
+      assert.equal((await bob.ok('list_peers')).pending, 0);
+    });
+
+    step('resources: subscribe to meerkat://inbox, updated + log notifications on arrival, read', async () => {
+      await alice.client.subscribeResource({ uri: 'meerkat://inbox' }, { timeout: CALL_TIMEOUT });
+      const u0 = alice.updated.mark();
+      const l0 = alice.logged.mark();
+      const body = `notify ${randomUUID()}`;
+      const sent = await bob.ok('send_message', { peer: 'alice', body });
+
+      const upd = await alice.updated.wait(u0, (n) => n.params?.uri === 'meerkat://inbox', 10_000, 'notifications/resources/updated for meerkat://inbox');
+      assert.equal(upd.method, 'notifications/resources/updated');
+      const log = await alice.logged.wait(l0, (n) => n.params?.data?.id === sent.message_id, 10_000, `notifications/message for ${sent.message_id}`);
+      assert.equal(log.params.level, 'info');
+      assert.equal(log.params.data.kind, 'message');
+      assert.equal(log.params.data.peer, 'bob');
+      assert.ok(!JSON.stringify(log.params).includes(body), 'the log notification must not carry the body');
+
+      const rr = await alice.client.readResource({ uri: 'meerkat://inbox' }, { timeout: CALL_TIMEOUT });
+      assert.equal(rr.contents.length, 1);
+      assert.equal(rr.contents[0].uri, 'meerkat://inbox');
+      assert.equal(rr.contents[0].mimeType, 'application/json');
+      const inbox = JSON.parse(rr.contents[0].text);
+      const m = inbox.messages.find((x) => x.id === sent.message_id);
+      assert.ok(m, `meerkat://inbox lacks ${sent.message_id}`);
+      assert.equal(m.body, body);
+      assert.ok(inbox.pending >= 1);
+
+      // Acknowledging changes the inbox too.
+      const u1 = alice.updated.mark();
+      const acked = await alice.ok('ack_messages', { up_to: inbox.cursor });
+      assert.ok(acked.acked >= 1);
+      await alice.updated.wait(u1, (n) => n.params?.uri === 'meerkat://inbox', 10_000, 'notifications/resources/updated after ack');
+      await alice.client.unsubscribeResource({ uri: 'meerkat://inbox' }, { timeout: CALL_TIMEOUT });
+    });
+
+    step('error paths: unknown peer, peer offline, bad status, body too large, malformed call', async (t) => {
+      await alice.fails('send_message', { peer: 'nobody', body: 'hi' }, 'unknown_peer');
+      await alice.fails('send_request', { peer: 'nobody', intent: 'x' }, 'unknown_peer');
+
+      // ghost is trusted, but nothing listens on its socket.
+      await alice.fails('send_message', { peer: 'ghost', body: 'anyone?' }, 'peer_offline', {
+        timeout: ACK_TIMEOUT_SECS * 1000 + CALL_TIMEOUT,
+      });
+
+      // A status outside the enum: the protocol's invalid-params error or a
+      // bad_status tool error; record which one the server gives.
+      let how;
+      try {
+        const res = await alice.call('send_response', { peer: 'bob', request_id: randomUUID(), status: 'maybe' });
+        assert.equal(res.isError, true, `a bad status was accepted: ${textOf(res)}`);
+        assert.ok(textOf(res).startsWith('bad_status:'), `want "bad_status: …", got ${JSON.stringify(textOf(res))}`);
+        how = 'tool error "bad_status:"';
+      } catch (err) {
+        if (!(err instanceof McpError)) throw err;
+        assert.equal(err.code, ErrorCode.InvalidParams, `bad status: want -32602 or bad_status, got ${err.code} ${err.message}`);
+        how = 'JSON-RPC -32602';
+      }
+      t.diagnostic(`bad status answered with ${how}`);
+      suite.badStatusAnswer = how;
+
+      const big = 'x'.repeat(1_100_000);
+      await alice.fails('send_message', { peer: 'bob', body: big }, 'body_too_large');
+
+      // Arguments that do not fit the schema: the protocol error, not a tool result.
+      const invalid = (err) => err instanceof McpError && err.code === ErrorCode.InvalidParams;
+      await assert.rejects(alice.call('send_message', { body: 'no peer' }), invalid, 'missing "peer"');
+      await assert.rejects(alice.call('send_message', { peer: 42, body: 'x' }), invalid, 'peer not a string');
+      await assert.rejects(alice.call('receive_messages', { wait_ms: 10_000_000 }), invalid, 'wait_ms out of range');
+      await assert.rejects(alice.call('ack_messages', {}), invalid, 'ack with neither ids nor up_to');
+      // The session is still usable afterwards.
+      assert.equal((await alice.ok('list_peers')).self.name, 'alice');
+    });
+
+    step('every structured tool result conformed to its outputSchema', async () => {
+      assert.ok(suite.outputSchemas.size === TOOLS.length, 'tools/list did not run');
+      assert.deepEqual(suite.schemaViolations, []);
+    });
+
+    step("closing stdin ends alice's meerkatd mcp with exit code 0", async () => {
+      const child = alice.child;
+      assert.ok(child?.pid, 'no child process behind the SDK transport');
+      const done = exited(child);
+      child.stdin.end();
+      const { code, signal } = await within(5_000, 'meerkatd mcp to exit after stdin closed', done);
+      assert.equal(signal, null, `killed by ${signal}`);
+      assert.equal(code, 0);
+      await alice.close();
+      alice = undefined;
+    });
+
+    step('stdout carries nothing but JSON-RPC (raw process, with a notification)', async () => {
+      const child = track(spawn(BIN, ['mcp', '--home', suite.homes.alice], { env: childEnv(), stdio: ['pipe', 'pipe', 'pipe'] }));
+      captureStderr(child.stderr, 'raw alice mcp stderr', suite.logs);
+      try {
+        let out = '';
+        const lines = [];
+        const seen = new Inbox();
+        child.stdout.on('data', (d) => {
+          out += d.toString();
+          let i;
+          while ((i = out.indexOf('\n')) >= 0) {
+            const line = out.slice(0, i);
+            out = out.slice(i + 1);
+            lines.push(line);
+            try {
+              seen.push(JSON.parse(line));
+            } catch {
+              // reported below
+            }
+          }
+        });
+        const send = (m) => child.stdin.write(JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n');
+        send({
+          id: 1,
+          method: 'initialize',
+          params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
+        });
+        await seen.wait(0, (m) => m.id === 1, 10_000, 'initialize response');
+        send({ method: 'notifications/initialized' });
+        send({ id: 2, method: 'tools/list' });
+        send({ id: 3, method: 'tools/call', params: { name: 'list_peers', arguments: {} } });
+        send({ id: 4, method: 'tools/call', params: { name: 'send_message', arguments: { body: 'no peer' } } });
+        send({ id: 5, method: 'tools/call', params: { name: 'send_message', arguments: { peer: 'nobody', body: 'x' } } });
+        send({ id: 6, method: 'resources/read', params: { uri: 'meerkat://inbox' } });
+        for (const id of [2, 3, 4, 5, 6]) await seen.wait(0, (m) => m.id === id, 10_000, `response ${id}`);
+        assert.equal(seen.items.find((m) => m.id === 4).error?.code, -32602);
+        assert.equal(seen.items.find((m) => m.id === 5).result?.isError, true);
+
+        // A server-initiated message too: bob writes to alice.
+        const sent = await bob.ok('send_message', { peer: 'alice', body: 'raw' });
+        await seen.wait(0, (m) => m.method === 'notifications/message' && m.params?.data?.id === sent.message_id, 10_000, 'log notification on the raw stdout');
+
+        const done = exited(child);
+        child.stdin.end();
+        const { code, signal } = await within(5_000, 'raw meerkatd mcp to exit after stdin closed', done);
+        assert.equal(signal, null);
+        assert.equal(code, 0);
+        assert.equal(out, '', `stdout ended without a newline: ${JSON.stringify(out.slice(0, 200))}`);
+        assert.ok(lines.length >= 7, `only ${lines.length} lines`);
+        for (const line of lines) {
+          let msg;
+          assert.doesNotThrow(() => (msg = JSON.parse(line)), `not JSON on stdout: ${JSON.stringify(line.slice(0, 200))}`);
+          assert.ok(msg && typeof msg === 'object' && !Array.isArray(msg), `not a JSON object: ${line.slice(0, 200)}`);
+          assert.equal(msg.jsonrpc, '2.0', `not JSON-RPC 2.0: ${line.slice(0, 200)}`);
+        }
+      } finally {
+        await stopProcess(child);
+      }
+    });
+
+    step("closing stdin ends bob's meerkatd mcp with exit code 0", async () => {
+      const child = bob.child;
+      assert.ok(child?.pid, 'no child process behind the SDK transport');
+      const done = exited(child);
+      child.stdin.end(); // what the SDK's close does first (it signals only after 2 s)
+      const { code, signal } = await within(5_000, 'meerkatd mcp to exit after stdin closed', done);
+      assert.equal(signal, null, `killed by ${signal}`);
+      assert.equal(code, 0);
+      await bob.close();
+      bob = undefined;
+    });
+
+    if (mode === 'attached') {
+      step('the daemons stop on SIGTERM with exit code 0', async () => {
+        for (const [name, child] of Object.entries(suite.daemons)) {
+          const done = exited(child);
+          child.kill('SIGTERM');
+          const { code, signal } = await within(10_000, `${name}'s daemon to stop`, done);
+          assert.equal(signal, null, `${name}: killed by ${signal}`);
+          assert.equal(code, 0, `${name}'s daemon exit code`);
+        }
+      });
+    }
+  });
+}
