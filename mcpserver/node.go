@@ -56,18 +56,18 @@ type Sent struct {
 
 // Message is one received item as the tools show it.
 type Message struct {
-	Seq       uint64          `json:"seq"`
-	ID        string          `json:"id"`
-	Kind      string          `json:"kind"` // message, request, response, …
-	From      string          `json:"from"` // sender key
-	Peer      string          `json:"peer"` // sender's trust-list name
-	Received  time.Time       `json:"received"`
-	Body      string          `json:"body,omitempty"`
-	Intent    string          `json:"intent,omitempty"`
-	Params    any             `json:"params,omitempty"` // any JSON value (a json.RawMessage)
-	RequestID string          `json:"request_id,omitempty"` // responses: the request answered
-	Status    string          `json:"status,omitempty"`
-	Result    any             `json:"result,omitempty"` // any JSON value (a json.RawMessage)
+	Seq       uint64    `json:"seq"`
+	ID        string    `json:"id"`
+	Kind      string    `json:"kind"` // message, request, response, …
+	From      string    `json:"from"` // sender key
+	Peer      string    `json:"peer"` // sender's trust-list name
+	Received  time.Time `json:"received"`
+	Body      string    `json:"body,omitempty"`
+	Intent    string    `json:"intent,omitempty"`
+	Params    any       `json:"params,omitempty"`     // any JSON value (a json.RawMessage)
+	RequestID string    `json:"request_id,omitempty"` // responses: the request answered
+	Status    string    `json:"status,omitempty"`
+	Result    any       `json:"result,omitempty"` // any JSON value (a json.RawMessage)
 }
 
 // The JSON values of a Message are typed any, not json.RawMessage: the
