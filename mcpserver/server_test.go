@@ -16,14 +16,17 @@ import (
 // fakeNode is an in-memory Node: sends to "bob" succeed, "ghost" is
 // offline, anything else is unknown.
 type fakeNode struct {
-	mu      sync.Mutex
+	cancelled chan struct{} // a Receive wait ended by its context
+	mu        sync.Mutex
 	msgs    []Message
 	next    uint64
 	changed chan struct{}
 	sent    []string
 }
 
-func newFakeNode() *fakeNode { return &fakeNode{next: 1, changed: make(chan struct{})} }
+func newFakeNode() *fakeNode {
+	return &fakeNode{next: 1, changed: make(chan struct{}), cancelled: make(chan struct{}, 16)}
+}
 
 func (f *fakeNode) Self() Self {
 	return Self{Name: "alice", PubKey: "ed25519:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=", PeerUUID: "c2a81ee0-aba0-5e8e-a408-d61864a82361"}
@@ -107,6 +110,7 @@ func (f *fakeNode) Receive(ctx context.Context, q Query) (Batch, error) {
 			b.TimedOut = true
 			return b, nil
 		case <-ctx.Done():
+			f.cancelled <- struct{}{}
 			return Batch{}, ctx.Err()
 		}
 	}
@@ -328,5 +332,24 @@ func TestReceiveWaitAckAndNotifications(t *testing.T) {
 	_, out, err = call(t, c, "ack_messages", map[string]any{"ids": []any{"x1"}})
 	if err != nil || out["acked"] != float64(1) || out["pending"] != float64(0) {
 		t.Fatalf("ack: %v %v", out, err)
+	}
+}
+
+// Cancelling a receive_messages call ends its wait on the node.
+func TestReceiveHonoursCancellation(t *testing.T) {
+	f := newFakeNode()
+	c, _ := startClient(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	var req mcp.CallToolRequest
+	req.Params.Name = "receive_messages"
+	req.Params.Arguments = map[string]any{"wait_ms": 20000}
+	if _, err := c.CallTool(ctx, req); err == nil {
+		t.Fatal("a cancelled call returned a result")
+	}
+	select {
+	case <-f.cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node's wait was not cancelled")
 	}
 }
