@@ -18,10 +18,10 @@ import (
 type fakeNode struct {
 	cancelled chan struct{} // a Receive wait ended by its context
 	mu        sync.Mutex
-	msgs    []Message
-	next    uint64
-	changed chan struct{}
-	sent    []string
+	msgs      []Message
+	next      uint64
+	changed   chan struct{}
+	sent      []string
 }
 
 func newFakeNode() *fakeNode {
