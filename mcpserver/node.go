@@ -26,8 +26,9 @@ type Node interface {
 	// up to q.Wait for the first one when none match yet.
 	Receive(ctx context.Context, q Query) (Batch, error)
 	// Ack marks items handled: those with the given ids, and every item
-	// with a sequence number up to upTo (0: none by sequence).
-	Ack(ctx context.Context, ids []string, upTo uint64) (acked, pending int, err error)
+	// with a sequence number up to upTo (0: none by sequence) that matches
+	// filter's Kinds, From and RequestID.
+	Ack(ctx context.Context, ids []string, upTo uint64, filter Query) (acked, pending int, err error)
 }
 
 // Self describes the node behind the server.

@@ -22,6 +22,8 @@ const (
 	MaxWait = 25 * time.Second
 	// watchWait is how long the arrival watcher long-polls at a time.
 	watchWait = 20 * time.Second
+	// toolWorkers is how many tool calls run at once over stdio.
+	toolWorkers = 64
 )
 
 // URIs of the resources.
@@ -80,6 +82,10 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 		s.WatchArrivals(ctx)
 	}()
 	stdio := server.NewStdioServer(s.mcp)
+	// mcp-go runs 5 tool calls at a time by default; long receive waits
+	// must not hold up other tools, so allow many.
+	server.WithWorkerPoolSize(toolWorkers)(stdio)
+	server.WithQueueSize(toolWorkers)(stdio)
 	stdio.SetErrorLogger(log.New(slogWriter{s.log}, "", 0))
 	err := s.serveFiltered(ctx, in, out, stdio.Listen)
 	cancel()
@@ -104,11 +110,16 @@ func (w slogWriter) Write(p []byte) (int, error) {
 // body). It returns when ctx ends.
 func (s *Server) WatchArrivals(ctx context.Context) {
 	var cursor uint64
-	if b, err := s.node.Receive(ctx, Query{}); err == nil {
+	for {
+		// Skip what is already there, a page at a time.
+		b, err := s.node.Receive(ctx, Query{After: cursor, Limit: 100})
+		if err != nil || len(b.Messages) == 0 {
+			break
+		}
 		cursor = b.Cursor
 	}
 	for ctx.Err() == nil {
-		b, err := s.node.Receive(ctx, Query{After: cursor, Wait: watchWait})
+		b, err := s.node.Receive(ctx, Query{After: cursor, Wait: watchWait, Limit: 100})
 		if err != nil {
 			if ctx.Err() != nil {
 				return

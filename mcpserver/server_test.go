@@ -22,6 +22,7 @@ type fakeNode struct {
 	next      uint64
 	changed   chan struct{}
 	sent      []string
+	params    []json.RawMessage
 }
 
 func newFakeNode() *fakeNode {
@@ -60,6 +61,9 @@ func (f *fakeNode) SendRequest(_ context.Context, peer, intent string, params js
 	if err := f.peer(peer); err != nil {
 		return Sent{}, err
 	}
+	f.mu.Lock()
+	f.params = append(f.params, params)
+	f.mu.Unlock()
 	return Sent{ID: "r-1", Peer: peer, Delivery: "acked"}, nil
 }
 
@@ -116,7 +120,7 @@ func (f *fakeNode) Receive(ctx context.Context, q Query) (Batch, error) {
 	}
 }
 
-func (f *fakeNode) Ack(_ context.Context, ids []string, upTo uint64) (int, int, error) {
+func (f *fakeNode) Ack(_ context.Context, ids []string, upTo uint64, _ Query) (int, int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	drop := map[string]bool{}

@@ -94,14 +94,20 @@ func checkCall(line []byte) []byte {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
 		Params struct {
-			Name      string         `json:"name"`
-			Arguments map[string]any `json:"arguments"`
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
 		} `json:"params"`
 	}
 	if json.Unmarshal(line, &msg) != nil || msg.Method != "tools/call" || len(msg.ID) == 0 {
 		return nil
 	}
-	if err := checkArgs(msg.Params.Name, msg.Params.Arguments); err != nil {
+	var args map[string]any
+	if len(msg.Params.Arguments) > 0 && string(msg.Params.Arguments) != "null" {
+		if err := json.Unmarshal(msg.Params.Arguments, &args); err != nil {
+			return rpcError(msg.ID, codeInvalidParams, "arguments must be a JSON object")
+		}
+	}
+	if err := checkArgs(msg.Params.Name, args); err != nil {
 		return rpcError(msg.ID, codeInvalidParams, err.Error())
 	}
 	return nil

@@ -16,7 +16,8 @@ import (
 func TestStdio(t *testing.T) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	s := New(newFakeNode(), Options{})
+	f := newFakeNode()
+	s := New(f, Options{})
 	done := make(chan error, 1)
 	go func() {
 		done <- s.ServeStdio(context.Background(), inR, outW)
@@ -74,6 +75,23 @@ func TestStdio(t *testing.T) {
 	res, _ := m["result"].(map[string]any)
 	if sc, _ := res["structuredContent"].(map[string]any); sc["message_id"] != "m-1" {
 		t.Fatalf("good call: %v", m)
+	}
+	send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"send_message","arguments":"peer=bob"}}`)
+	if m = next(); m["id"] != float64(4) || m["error"].(map[string]any)["code"] != float64(codeInvalidParams) {
+		t.Fatalf("non-object arguments: %v", m)
+	}
+	// Params reach the node exactly as sent: no float64 round trip.
+	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"send_request","arguments":{"peer":"bob","intent":"x","params":{"big":9007199254740993,"f":1.0}}}}`)
+	for {
+		if m = next(); m["id"] == float64(5) {
+			break
+		}
+	}
+	f.mu.Lock()
+	got := string(f.params[len(f.params)-1])
+	f.mu.Unlock()
+	if got != `{"big":9007199254740993,"f":1.0}` {
+		t.Fatalf("params reached the node as %s", got)
 	}
 	inW.Close()
 	select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -42,8 +43,9 @@ type (
 )
 
 // invalidParams is returned (as a Go error) for calls whose arguments do
-// not fit the schema: mcp-go answers them with the protocol's
-// invalid-params error rather than a tool result.
+// not fit the schema. Over stdio the front end (stdio.go) answers such
+// calls with -32602 before they reach a handler; an in-process client that
+// reaches the handler gets mcp-go's generic error response.
 type invalidParams struct{ msg string }
 
 func (e invalidParams) Error() string { return e.msg }
@@ -103,8 +105,19 @@ func (a args) strings(name string) ([]string, error) {
 	return out, nil
 }
 
-func (a args) json(name string) json.RawMessage {
-	v, ok := a.m[name]
+// rawJSON returns argument name exactly as the client sent it (mcp-go's
+// decoded map would turn every number into a float64, losing integers
+// above 2^53 and the difference between 1 and 1.0).
+func rawJSON(req mcp.CallToolRequest, name string) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(req.Params.RawArguments, &m) == nil {
+		if v, ok := m[name]; ok {
+			return v
+		}
+		return nil
+	}
+	// In-process clients have no raw bytes: fall back to the decoded value.
+	v, ok := req.GetArguments()[name]
 	if !ok {
 		return nil
 	}
@@ -166,9 +179,12 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Receive messages", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.receive)
 	s.mcp.AddTool(mcp.NewTool("ack_messages",
-		mcp.WithDescription("Mark received items as handled so they stop counting as pending: by id, or every item up to a cursor."),
+		mcp.WithDescription("Mark received items as handled so they stop counting as pending: by id, or every item up to a cursor. After a filtered receive_messages, pass the same kinds/from/request_id with up_to so only items that read could show are acknowledged."),
 		mcp.WithArray("ids", mcp.WithStringItems(), mcp.Description("ids of the items handled")),
-		mcp.WithNumber("up_to", mcp.Description("acknowledge every item up to this cursor")),
+		mcp.WithNumber("up_to", mcp.Description("acknowledge every item up to this cursor (that matches the filters given)")),
+		mcp.WithArray("kinds", mcp.WithStringItems(), mcp.Description("with up_to: only these kinds")),
+		mcp.WithString("from", mcp.Description("with up_to: only from this peer")),
+		mcp.WithString("request_id", mcp.Description("with up_to: only responses to this request")),
 		mcp.WithOutputSchema[ackResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Acknowledge messages", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.ack)
@@ -190,7 +206,7 @@ func checkArgs(name string, m map[string]any) error {
 	case "receive_messages":
 		_, err = parseReceive(a)
 	case "ack_messages":
-		_, _, err = parseAck(a)
+		_, _, _, err = parseAck(a)
 	}
 	return err
 }
@@ -240,7 +256,7 @@ func (s *Server) sendRequest(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	if err != nil {
 		return nil, err
 	}
-	sent, err := s.node.SendRequest(ctx, peer, intent, a.json("params"))
+	sent, err := s.node.SendRequest(ctx, peer, intent, rawJSON(req, "params"))
 	if err != nil {
 		return toolError(err), nil
 	}
@@ -256,7 +272,7 @@ func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mc
 	if status != "accepted" && status != "completed" && status != "failed" {
 		return toolError(&Error{CodeBadStatus, fmt.Sprintf("status %q: want accepted, completed or failed", status)}), nil
 	}
-	sent, err := s.node.SendResponse(ctx, peer, rid, status, a.json("result"))
+	sent, err := s.node.SendResponse(ctx, peer, rid, status, rawJSON(req, "result"))
 	if err != nil {
 		return toolError(err), nil
 	}
@@ -294,14 +310,26 @@ func parseReceive(a args) (Query, error) {
 		return q, err
 	}
 	q.After = uint64(after)
+	return q, parseFilters(a, &q)
+}
+
+// parseFilters reads the kinds, from and request_id filters.
+func parseFilters(a args, q *Query) error {
+	var err error
 	if q.Kinds, err = a.strings("kinds"); err != nil {
-		return q, err
+		return err
+	}
+	for _, k := range q.Kinds {
+		if k != "message" && k != "request" && k != "response" {
+			return invalidParams{fmt.Sprintf("kinds: %q is not message, request or response", k)}
+		}
 	}
 	if q.From, err = a.str("from", false); err != nil {
-		return q, err
+		return err
 	}
 	q.RequestID, err = a.str("request_id", false)
-	return q, err
+	q.RequestID = strings.ToLower(q.RequestID)
+	return err
 }
 
 func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -323,11 +351,11 @@ func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 }
 
 func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	ids, upTo, err := parseAck(args{req.GetArguments()})
+	ids, upTo, filter, err := parseAck(args{req.GetArguments()})
 	if err != nil {
 		return nil, err
 	}
-	acked, pending, err := s.node.Ack(ctx, ids, upTo)
+	acked, pending, err := s.node.Ack(ctx, ids, upTo, filter)
 	if err != nil {
 		return toolError(err), nil
 	}
@@ -337,9 +365,12 @@ func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	return result(ackResult{Acked: acked, Pending: pending})
 }
 
-func parseAck(a args) (ids []string, upTo uint64, err error) {
+func parseAck(a args) (ids []string, upTo uint64, filter Query, err error) {
 	if ids, err = a.strings("ids"); err != nil {
 		return
+	}
+	for i := range ids {
+		ids[i] = strings.ToLower(ids[i])
 	}
 	n, has, err := a.num("up_to", 1, 1<<53)
 	if err != nil {
@@ -347,8 +378,10 @@ func parseAck(a args) (ids []string, upTo uint64, err error) {
 	}
 	if len(ids) == 0 && !has {
 		err = invalidParams{"give ids or up_to"}
+		return
 	}
-	return ids, uint64(n), err
+	err = parseFilters(a, &filter)
+	return ids, uint64(n), filter, err
 }
 
 func (s *Server) addResources() {

@@ -224,6 +224,9 @@ func (b *localBackend) sendResponse(ctx context.Context, peer, requestID, status
 	if err != nil {
 		return sendResult{}, err
 	}
+	if status != string(wire.StatusAccepted) {
+		b.n.inbox.markAnswered(rid) // so an MCP client sees it answered
+	}
 	return sendResult{ID: id.String(), Peer: p.Name, Delivery: "written"}, nil
 }
 

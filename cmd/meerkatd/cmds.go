@@ -113,14 +113,7 @@ func runID(e *env, args []string) error {
 	flags := e.newFlags("id")
 	homeFlag := flags.String("home", "", "node home `directory`")
 	asJSON := flags.Bool("json", false, "print JSON")
-	pos, err := parseArgs(flags, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no arguments"); err != nil {
-		return err
-	}
-	h, err := e.openHome(*homeFlag, nil)
+	h, err := e.openNoArgs(flags, homeFlag, args)
 	if err != nil {
 		return err
 	}
@@ -356,19 +349,12 @@ func runInbox(e *env, args []string) error {
 	wait := flags.Duration("wait", 0, "if the inbox is empty, wait this `long` for the first item")
 	after := flags.Uint64("after", 0, "only items with a sequence number above `SEQ`")
 	ack := flags.Bool("ack", false, "remove the listed items from the inbox")
-	pos, err := parseArgs(flags, args)
+	h, err := e.openNoArgs(flags, homeFlag, args)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no arguments"); err != nil {
 		return err
 	}
 	if *wait < 0 {
 		return fmt.Errorf("%w: --wait must not be negative", errUsage)
-	}
-	h, err := e.openHome(*homeFlag, nil)
-	if err != nil {
-		return err
 	}
 	b, err := e.backendFor(h, false)
 	if err != nil {
@@ -415,14 +401,7 @@ func runStatus(e *env, args []string) error {
 	flags := e.newFlags("status")
 	homeFlag := flags.String("home", "", "node home `directory`")
 	asJSON := flags.Bool("json", false, "print JSON")
-	pos, err := parseArgs(flags, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no arguments"); err != nil {
-		return err
-	}
-	h, err := e.openHome(*homeFlag, nil)
+	h, err := e.openNoArgs(flags, homeFlag, args)
 	if err != nil {
 		return err
 	}
@@ -506,9 +485,9 @@ func runDaemon(e *env, args []string) error {
 	if err := wantArgs(pos, 0, "no arguments"); err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *logLevel)
+	level, err := parseLevel(*logLevel)
+	if err != nil {
+		return err
 	}
 	overrides := map[string]string{}
 	flags.Visit(func(f *flag.Flag) {
@@ -526,21 +505,13 @@ func runDaemon(e *env, args []string) error {
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	ctl, err := listenControl(ctx, h)
-	if err != nil {
-		return err
-	}
 	hup := make(chan os.Signal, 1) // before the node starts: an early SIGHUP must not kill it
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	n, err := startNode(h, log, nodeFull)
+	n, shutdown, err := startServing(ctx, h, log)
 	if err != nil {
-		ctl.Close()
 		return err
 	}
-	srv := &controlServer{b: &localBackend{n: n, daemon: true, start: time.Now()}, log: log, ctx: ctx}
-	srv.wg.Add(1)
-	go srv.serve(ctl)
 	var listen []string
 	for _, a := range n.addrs {
 		listen = append(listen, a.String())
@@ -558,9 +529,56 @@ func runDaemon(e *env, args []string) error {
 	}
 	stop() // a second SIGINT or SIGTERM now kills the process at once
 	log.Info("shutting down")
-	ctl.Close()
-	n.stop()
-	srv.wg.Wait()
+	shutdown()
 	log.Info("stopped")
 	return nil
+}
+
+// parseLevel parses a --log-level value.
+func parseLevel(s string) (slog.Level, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, s)
+	}
+	return level, nil
+}
+
+// startServing runs the node of h with its listeners and its control
+// socket, as the daemon and an embedded meerkatd mcp do. shutdown stops
+// accepting, finishes acks in flight, removes the sockets and waits.
+func startServing(ctx context.Context, h *home, log *slog.Logger) (n *node, shutdown func(), err error) {
+	ctl, err := listenControl(ctx, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n, err = startNode(h, log, nodeFull); err != nil {
+		ctl.Close()
+		return nil, nil, err
+	}
+	// The control server has its own context, ended by shutdown, so
+	// attached clients (and their waits) end with the node whatever
+	// stopped it: a signal, or stdin closing for meerkatd mcp.
+	sctx, cancel := context.WithCancel(ctx)
+	srv := &controlServer{b: &localBackend{n: n, daemon: true, start: time.Now()}, log: log, ctx: sctx}
+	srv.wg.Add(1)
+	go srv.serve(ctl)
+	return n, func() {
+		cancel()
+		ctl.Close()
+		n.stop()
+		srv.wg.Wait()
+	}, nil
+}
+
+// openNoArgs parses flags (refusing positional arguments) and opens the
+// home they name (homeFlag is read after parsing).
+func (e *env) openNoArgs(flags *flag.FlagSet, homeFlag *string, args []string) (*home, error) {
+	pos, err := parseArgs(flags, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+		return nil, err
+	}
+	return e.openHome(*homeFlag, nil)
 }

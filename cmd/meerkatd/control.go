@@ -22,7 +22,7 @@ import (
 
 // Control socket limits.
 const (
-	maxControlLine   = 2 << 20 // a request carries at most one message body
+	maxControlLine   = 8 << 20 // a request carries at most one message body (up to 6× longer once JSON-escaped)
 	controlIdle      = 5 * time.Minute
 	maxControlWait   = 10 * time.Minute
 	controlDialLimit = time.Second
@@ -185,7 +185,7 @@ func (s *controlServer) handleNode(ctx context.Context, req ctlRequest, wait tim
 		result, err = m.Receive(ctx, mcpserver.Query{After: req.After, Limit: req.Limit, Kinds: req.Kinds, From: req.Peer, RequestID: req.RequestID, Wait: wait})
 	case "node.ack":
 		var acked, pending int
-		acked, pending, err = m.Ack(ctx, req.IDs, req.UpTo)
+		acked, pending, err = m.Ack(ctx, req.IDs, req.UpTo, mcpserver.Query{Kinds: req.Kinds, From: req.Peer, RequestID: req.RequestID})
 		result = map[string]int{"acked": acked, "pending": pending}
 	}
 	if err != nil {

@@ -71,14 +71,38 @@ func (rn *remoteNode) SendResponse(ctx context.Context, peer, requestID, status 
 	return s, err
 }
 
-func (rn *remoteNode) Receive(ctx context.Context, q mcpserver.Query) (b mcpserver.Batch, err error) {
-	err = rn.call(ctx, ctlRequest{Op: "node.receive", After: q.After, Limit: q.Limit, Kinds: q.Kinds, Peer: q.From, RequestID: q.RequestID, WaitMS: q.Wait.Milliseconds()}, &b)
+func (rn *remoteNode) Receive(ctx context.Context, q mcpserver.Query) (mcpserver.Batch, error) {
+	// Decode params and result as raw JSON, not into interface values
+	// (which would turn every number into a float64).
+	var raw struct {
+		Messages []struct {
+			mcpserver.Message
+			Params json.RawMessage `json:"params,omitempty"`
+			Result json.RawMessage `json:"result,omitempty"`
+		} `json:"messages"`
+		Cursor   uint64 `json:"cursor"`
+		TimedOut bool   `json:"timed_out"`
+		Pending  int    `json:"pending"`
+	}
+	err := rn.call(ctx, ctlRequest{Op: "node.receive", After: q.After, Limit: q.Limit, Kinds: q.Kinds, Peer: q.From, RequestID: q.RequestID, WaitMS: q.Wait.Milliseconds()}, &raw)
+	b := mcpserver.Batch{Cursor: raw.Cursor, TimedOut: raw.TimedOut, Pending: raw.Pending, Messages: make([]mcpserver.Message, 0, len(raw.Messages))}
+	for _, m := range raw.Messages {
+		msg := m.Message
+		msg.Params, msg.Result = nil, nil
+		if m.Params != nil {
+			msg.Params = m.Params
+		}
+		if m.Result != nil {
+			msg.Result = m.Result
+		}
+		b.Messages = append(b.Messages, msg)
+	}
 	return b, err
 }
 
-func (rn *remoteNode) Ack(ctx context.Context, ids []string, upTo uint64) (int, int, error) {
+func (rn *remoteNode) Ack(ctx context.Context, ids []string, upTo uint64, filter mcpserver.Query) (int, int, error) {
 	var r struct{ Acked, Pending int }
-	err := rn.call(ctx, ctlRequest{Op: "node.ack", IDs: ids, UpTo: upTo}, &r)
+	err := rn.call(ctx, ctlRequest{Op: "node.ack", IDs: ids, UpTo: upTo, Kinds: filter.Kinds, Peer: filter.From, RequestID: filter.RequestID}, &r)
 	return r.Acked, r.Pending, err
 }
 
@@ -95,9 +119,9 @@ func runMCP(e *env, args []string) error {
 	if err := wantArgs(pos, 0, "no arguments"); err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *logLevel)
+	level, err := parseLevel(*logLevel)
+	if err != nil {
+		return err
 	}
 	h, err := e.openHome(*homeFlag, nil)
 	if err != nil {
@@ -118,23 +142,11 @@ func runMCP(e *env, args []string) error {
 		log.Info("attached to the running daemon", "home", h.dir)
 		node = &remoteNode{h: h, self: self}
 	} else {
-		ctl, err := listenControl(ctx, h)
+		n, shutdown, err := startServing(ctx, h, log)
 		if err != nil {
 			return err
 		}
-		n, err := startNode(h, log, nodeFull)
-		if err != nil {
-			ctl.Close()
-			return err
-		}
-		srv := &controlServer{b: &localBackend{n: n, daemon: true, start: time.Now()}, log: log, ctx: ctx}
-		srv.wg.Add(1)
-		go srv.serve(ctl)
-		defer func() {
-			ctl.Close()
-			n.stop()
-			srv.wg.Wait()
-		}()
+		defer shutdown()
 		log.Info("running the node in this process", "home", h.dir)
 		node = &mcpNode{n: n}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,7 +61,10 @@ func (ri *recordingInbox) Push(it comms.Item) error {
 }
 
 // checkAnswer reports whether request id from peer may be answered now.
-func (ri *recordingInbox) checkAnswer(id identity.UUID, peer identity.PeerID) error {
+// For a final answer it also reserves the request (marks it answered), so
+// two concurrent final answers cannot both pass; call unreserve if the
+// answer then fails.
+func (ri *recordingInbox) checkAnswer(id identity.UUID, peer identity.PeerID, final bool) error {
 	ri.mu.Lock()
 	defer ri.mu.Unlock()
 	r, ok := ri.requests[id]
@@ -70,9 +74,22 @@ func (ri *recordingInbox) checkAnswer(id identity.UUID, peer identity.PeerID) er
 	case r.answered:
 		return &mcpserver.Error{Code: mcpserver.CodeAlreadyAnswered, Msg: fmt.Sprintf("request %s already has a final response", id)}
 	}
+	if final {
+		r.answered = true
+	}
 	return nil
 }
 
+// unreserve undoes checkAnswer's reservation after a failed final answer.
+func (ri *recordingInbox) unreserve(id identity.UUID) {
+	ri.mu.Lock()
+	if r, ok := ri.requests[id]; ok {
+		r.answered = false
+	}
+	ri.mu.Unlock()
+}
+
+// markAnswered records a final answer sent by other means (the CLI).
 func (ri *recordingInbox) markAnswered(id identity.UUID) {
 	ri.mu.Lock()
 	if r, ok := ri.requests[id]; ok {
@@ -186,15 +203,16 @@ func (m *mcpNode) SendResponse(ctx context.Context, peer, requestID, status stri
 	if err != nil {
 		return mcpserver.Sent{}, mcpError(err)
 	}
-	if err := m.n.inbox.checkAnswer(rid, p.ID); err != nil {
+	final := status != string(wire.StatusAccepted)
+	if err := m.n.inbox.checkAnswer(rid, p.ID, final); err != nil {
 		return mcpserver.Sent{}, err
 	}
 	id, err := m.n.r.SendResponse(ctx, p.ID.String(), rid, wire.Status(status), v)
 	if err != nil {
+		if final {
+			m.n.inbox.unreserve(rid)
+		}
 		return mcpserver.Sent{}, mcpError(err)
-	}
-	if status != string(wire.StatusAccepted) {
-		m.n.inbox.markAnswered(rid)
 	}
 	return mcpserver.Sent{ID: id.String(), Peer: p.Name, Delivery: "written"}, nil
 }
@@ -262,6 +280,10 @@ func (m *mcpNode) Receive(ctx context.Context, q mcpserver.Query) (mcpserver.Bat
 		}
 		select {
 		case <-changed:
+			if m.n.closing() {
+				b.TimedOut = true
+				return b, nil
+			}
 		case <-deadline:
 			b.TimedOut = true
 			return b, nil
@@ -288,23 +310,29 @@ func matches(it comms.Item, q mcpserver.Query, from *identity.PeerID) bool {
 	return true
 }
 
-func (m *mcpNode) Ack(_ context.Context, ids []string, upTo uint64) (int, int, error) {
-	acked := 0
-	if len(ids) > 0 {
-		want := map[string]bool{}
-		for _, id := range ids {
-			want[id] = true
+func (m *mcpNode) Ack(_ context.Context, ids []string, upTo uint64, filter mcpserver.Query) (int, int, error) {
+	var from *identity.PeerID
+	if filter.From != "" {
+		p, err := m.n.r.ResolvePeer(filter.From)
+		if err != nil {
+			return 0, 0, mcpError(err)
 		}
-		var seqs []uint64
-		for _, en := range m.n.mail.List(0, 0) {
-			if want[en.Item.Envelope.ID.String()] {
-				seqs = append(seqs, en.Seq)
-			}
+		from = &p.ID
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[strings.ToLower(id)] = true
+	}
+	var seqs []uint64
+	for _, en := range m.n.mail.List(0, 0) {
+		byID := want[en.Item.Envelope.ID.String()]
+		// up_to acknowledges only what a read with the same filters
+		// could have shown, never items a filtered read skipped.
+		byCursor := en.Seq <= upTo && matches(en.Item, filter, from)
+		if byID || byCursor {
+			seqs = append(seqs, en.Seq)
 		}
-		acked += m.n.mail.Ack(seqs...)
 	}
-	if upTo > 0 {
-		acked += m.n.mail.AckUpTo(upTo)
-	}
+	acked := m.n.mail.Ack(seqs...)
 	return acked, pendingCount(m.n.mail.List(0, 0)), nil
 }

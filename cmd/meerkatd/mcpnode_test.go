@@ -94,11 +94,11 @@ func TestMCPNodeReceiveFiltersAndAck(t *testing.T) {
 	if !b.TimedOut || len(b.Messages) != 0 {
 		t.Fatalf("empty wait: %+v", b)
 	}
-	acked, pending, err := m.Ack(ctx, []string{msg.ID.String()}, 0)
+	acked, pending, err := m.Ack(ctx, []string{msg.ID.String()}, 0, mcpserver.Query{})
 	if err != nil || acked != 1 || pending != 1 {
 		t.Fatalf("ack by id: %d %d %v", acked, pending, err)
 	}
-	acked, pending, _ = m.Ack(ctx, nil, 3)
+	acked, pending, _ = m.Ack(ctx, nil, 3, mcpserver.Query{})
 	if acked != 2 || pending != 0 {
 		t.Fatalf("ack up to: %d %d", acked, pending)
 	}
@@ -156,4 +156,46 @@ func codeOfErr(err error) string {
 		return me.Code
 	}
 	return ""
+}
+
+// up_to with filters acknowledges only what the filtered read could show.
+func TestMCPNodeFilteredAckKeepsUnseen(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	arrive(t, m, bob, wire.Request("r", wire.Null()))
+	msg := arrive(t, m, bob, wire.Message("unseen"))
+	b, _ := m.Receive(ctx, mcpserver.Query{Kinds: []string{"request"}})
+	if len(b.Messages) != 1 {
+		t.Fatalf("filtered read: %+v", b.Messages)
+	}
+	acked, pending, err := m.Ack(ctx, nil, b.Cursor, mcpserver.Query{Kinds: []string{"request"}})
+	if err != nil || acked != 1 || pending != 1 {
+		t.Fatalf("filtered ack: acked %d pending %d, %v", acked, pending, err)
+	}
+	if left := m.n.mail.List(0, 0); len(left) != 1 || left[0].Item.Envelope.ID != msg.ID {
+		t.Fatalf("the unseen message was acknowledged: %v", left)
+	}
+}
+
+// Concurrent final answers to one request: exactly one passes the check.
+func TestMCPNodeConcurrentFinalAnswers(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	req := arrive(t, m, bob, wire.Request("x", wire.Null()))
+	passed := make(chan bool, 16)
+	for range 16 {
+		go func() { passed <- m.n.inbox.checkAnswer(req.ID, bob.ID(), true) == nil }()
+	}
+	n := 0
+	for range 16 {
+		if <-passed {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d concurrent final answers passed, want 1", n)
+	}
+	m.n.inbox.unreserve(req.ID)
+	if err := m.n.inbox.checkAnswer(req.ID, bob.ID(), true); err != nil {
+		t.Fatalf("after a failed answer the request can be answered again: %v", err)
+	}
 }

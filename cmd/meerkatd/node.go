@@ -134,6 +134,9 @@ type node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	reload func() // re-read the trust file now (SIGHUP)
+
+	stopOnce sync.Once
+	stopped  chan struct{} // closed when stop begins; waits on the mailbox end
 }
 
 // nodeMode says what a node in this process is for.
@@ -186,7 +189,7 @@ func startNode(h *home, log *slog.Logger, mode nodeMode) (*node, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &node{h: h, r: r, mail: mail, inbox: rec, log: log, cancel: cancel, reload: func() {}}
+	n := &node{h: h, r: r, mail: mail, inbox: rec, log: log, cancel: cancel, reload: func() {}, stopped: make(chan struct{})}
 	if mode == nodeSendOnly {
 		return n, nil
 	}
@@ -230,9 +233,20 @@ func startNode(h *home, log *slog.Logger, mode nodeMode) (*node, error) {
 	return n, nil
 }
 
+// closing reports whether stop has begun.
+func (n *node) closing() bool {
+	select {
+	case <-n.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
 // stop closes the Router (finishing acks in flight) and waits for the
 // listeners and the watcher.
 func (n *node) stop() {
+	n.stopOnce.Do(func() { close(n.stopped) })
 	n.cancel()
 	n.r.Close()
 	n.mail.Close()
