@@ -103,6 +103,13 @@ func errorCode(err error) string {
 }
 
 func toInboxItem(seq uint64, it comms.Item) inboxItem {
+	out := toInboxItemNoFields(seq, it)
+	out.Fields, _ = it.Envelope.Kind.Value().MarshalJSON()
+	return out
+}
+
+// toInboxItemNoFields is toInboxItem without the whole-kind copy.
+func toInboxItemNoFields(seq uint64, it comms.Item) inboxItem {
 	e := it.Envelope
 	out := inboxItem{
 		Seq:      seq,
@@ -124,7 +131,6 @@ func toInboxItem(seq uint64, it comms.Item) inboxItem {
 	if u, ok := e.Kind.InReplyTo(); ok {
 		out.InReplyTo = u.String()
 	}
-	out.Fields, _ = e.Kind.Value().MarshalJSON()
 	return out
 }
 

@@ -218,7 +218,7 @@ func (m *mcpNode) SendResponse(ctx context.Context, peer, requestID, status stri
 }
 
 func toMessage(en inbox.Entry[comms.Item]) mcpserver.Message {
-	it := toInboxItem(en.Seq, en.Item)
+	it := toInboxItemNoFields(en.Seq, en.Item)
 	m := mcpserver.Message{
 		Seq: it.Seq, ID: it.ID, Kind: it.Kind, From: it.From, Peer: it.PeerName, Received: it.Received,
 		Body: it.Body, Intent: it.Intent, RequestID: it.InReplyTo, Status: it.Status,
@@ -262,6 +262,7 @@ func (m *mcpNode) Receive(ctx context.Context, q mcpserver.Query) (mcpserver.Bat
 		changed := m.n.mail.Changed()
 		all := m.n.mail.List(0, 0)
 		b := mcpserver.Batch{Cursor: q.After, Pending: pendingCount(all), Messages: []mcpserver.Message{}}
+		size := 0
 		for _, en := range all {
 			if en.Seq > b.Cursor {
 				b.Cursor = en.Seq // the cursor passes items the filters skip too
@@ -269,11 +270,13 @@ func (m *mcpNode) Receive(ctx context.Context, q mcpserver.Query) (mcpserver.Bat
 			if en.Seq <= q.After || !matches(en.Item, q, from) {
 				continue
 			}
-			if q.Limit > 0 && len(b.Messages) == q.Limit {
+			if q.Limit > 0 && len(b.Messages) == q.Limit || size >= maxBatchBytes {
 				b.Cursor = b.Messages[len(b.Messages)-1].Seq
 				break
 			}
-			b.Messages = append(b.Messages, toMessage(en))
+			msg := toMessage(en)
+			size += itemSize(msg)
+			b.Messages = append(b.Messages, msg)
 		}
 		if len(b.Messages) > 0 || q.Wait <= 0 {
 			return b, nil
@@ -291,6 +294,21 @@ func (m *mcpNode) Receive(ctx context.Context, q mcpserver.Query) (mcpserver.Bat
 			return mcpserver.Batch{}, ctx.Err()
 		}
 	}
+}
+
+// maxBatchBytes bounds one receive batch (roughly, by content size); a
+// batch always holds at least one item, and the cursor lets the client
+// page through the rest.
+const maxBatchBytes = 4 << 20
+
+func itemSize(m mcpserver.Message) int {
+	n := 256 + len(m.Body) + len(m.Intent)
+	for _, v := range []any{m.Params, m.Result} {
+		if raw, ok := v.(json.RawMessage); ok {
+			n += len(raw)
+		}
+	}
+	return n
 }
 
 func matches(it comms.Item, q mcpserver.Query, from *identity.PeerID) bool {

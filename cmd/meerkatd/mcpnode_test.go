@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -197,5 +198,36 @@ func TestMCPNodeConcurrentFinalAnswers(t *testing.T) {
 	m.n.inbox.unreserve(req.ID)
 	if err := m.n.inbox.checkAnswer(req.ID, bob.ID(), true); err != nil {
 		t.Fatalf("after a failed answer the request can be answered again: %v", err)
+	}
+}
+
+// Large bodies are returned a few at a time (by size), never all at once,
+// and paging with the cursor reaches every item exactly once.
+func TestMCPNodeBatchByteBudget(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	big := strings.Repeat("x", 900<<10)
+	for range 12 {
+		arrive(t, m, bob, wire.Message(big))
+	}
+	seen, after, batches := 0, uint64(0), 0
+	for seen < 12 {
+		b, err := m.Receive(ctx, mcpserver.Query{After: after})
+		if err != nil || len(b.Messages) == 0 {
+			t.Fatalf("after %d items: %+v, %v", seen, b, err)
+		}
+		size := 0
+		for _, msg := range b.Messages {
+			size += len(msg.Body)
+		}
+		if len(b.Messages) > 1 && size > maxBatchBytes+len(big) {
+			t.Fatalf("a batch of %d bytes", size)
+		}
+		seen += len(b.Messages)
+		after = b.Cursor
+		batches++
+	}
+	if seen != 12 || batches < 3 {
+		t.Fatalf("saw %d items in %d batches", seen, batches)
 	}
 }
