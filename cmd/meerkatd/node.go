@@ -33,7 +33,6 @@ type home struct {
 	kp  *identity.Keypair
 }
 
-func (h *home) configPath() string  { return filepath.Join(h.dir, config.FileName) }
 func (h *home) trustPath() string   { return filepath.Join(h.dir, trust.FileName) }
 func (h *home) controlPath() string { return filepath.Join(h.dir, controlSocketName) }
 
