@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/wire"
@@ -425,6 +426,10 @@ func newOutConn(l *link, c net.Conn) *outConn {
 type outFrame struct {
 	b       []byte
 	written chan error
+	// abandoned is set when the sender gave up (its context ended) before
+	// the frame was written: the writer then skips it, so a send reported
+	// as failed is not delivered behind the caller's back.
+	abandoned *atomic.Bool
 }
 
 func (oc *outConn) isDone() bool {
@@ -472,7 +477,7 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 			oc.mu.Unlock()
 		}()
 	}
-	of := outFrame{b: frame}
+	of := outFrame{b: frame, abandoned: new(atomic.Bool)}
 	if !wantAck {
 		of.written = make(chan error, 1)
 	}
@@ -483,6 +488,11 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	defer func() {
+		if ctx.Err() != nil {
+			of.abandoned.Store(true) // harmless if it was already written
+		}
+	}()
 	if !wantAck {
 		// Return once the frame is on the wire. If the connection ends
 		// first it may or may not have been written: send again (the
@@ -516,15 +526,20 @@ func (oc *outConn) writeLoop() {
 		select {
 		case f := <-oc.wq:
 			oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
-			bw.Write(f.b)
-			notify = appendNotify(notify[:0], f)
+			notify = notify[:0]
+			if !f.isAbandoned() {
+				bw.Write(f.b)
+				notify = appendNotify(notify, f)
+			}
 			// Coalesce whatever else is queued into the same write.
 		more:
 			for {
 				select {
 				case f := <-oc.wq:
-					bw.Write(f.b)
-					notify = appendNotify(notify, f)
+					if !f.isAbandoned() {
+						bw.Write(f.b)
+						notify = appendNotify(notify, f)
+					}
 				default:
 					break more
 				}
@@ -548,6 +563,8 @@ func (oc *outConn) writeLoop() {
 		}
 	}
 }
+
+func (f outFrame) isAbandoned() bool { return f.abandoned != nil && f.abandoned.Load() }
 
 func appendNotify(notify []chan error, f outFrame) []chan error {
 	if f.written != nil {
