@@ -52,6 +52,7 @@ func TestDependencyRules(t *testing.T) {
 		"identity":     {"golang.org/x/crypto/"},
 		"transport":    {"golang.org/x/crypto/"},
 		"inbox":        {},
+		"inbox/store":  {module + "/inbox", "modernc.org/sqlite"},
 		"trust":        {module + "/identity", module + "/transport"},
 		"config":       {module + "/transport", "github.com/BurntSushi/toml"},
 		"comms/wire":   {module + "/identity"},

@@ -1,0 +1,47 @@
+// Package store is a durable inbox: an embedded SQLite database (pure Go,
+// modernc.org/sqlite, WAL mode) holding admitted records until the consumer
+// acknowledges them, then as history for a while.
+//
+// It has the shape of [inbox.Mailbox] — sequence numbers, listing after a
+// cursor, a [Store.Changed] signal, acknowledgement — plus what durability
+// needs: admission is acknowledged only once committed, duplicates are
+// recognised across restarts, old rows expire.
+//
+// # Admission and group commit
+//
+// [Store.Admit] hands its record to a single committer goroutine, which owns
+// every write. The committer collects requests until [Options.FlushInterval]
+// has passed since the first one or [Options.MaxBatch] are waiting, runs them
+// in one transaction, commits (one disk sync for the whole group) and only
+// then answers every waiter. So when Admit returns nil, the record is on
+// disk; the caller may acknowledge the envelope. A failed transaction fails
+// every request in it; none of them was stored.
+//
+// # Duplicates
+//
+// (Sender, ID) is unique within [Options.DedupWindow]: a repeat — stored
+// earlier, acknowledged or not, in this batch or before a restart — is
+// reported as a duplicate and stored no second time; the caller acks it
+// without delivering. Dedup rows live in their own table, so they outlive
+// the item's history. [Store.Expire] removes dedup rows older than the
+// window, but never one whose item is still unacknowledged.
+//
+// # Overflow
+//
+// At most [Options.MaxItems] unacknowledged items are stored; admission
+// beyond that fails with [ErrFull] and stores nothing, so the receiver
+// refuses the envelope and the sender retries later. Nothing is dropped
+// after it was admitted. The request channel to the committer is bounded:
+// Admit blocks (honouring its ctx) when the committer falls behind.
+//
+// # What it is not
+//
+// store knows nothing about envelopes, signatures or peers: it keeps opaque
+// payload bytes plus the few fields it indexes. Callers encode and decode.
+// One process uses a database file at a time.
+//
+// # Concurrency
+//
+// A [Store] is safe for concurrent use. Reads ([Store.List], [Store.Len])
+// run beside the committer (WAL readers do not block on the writer).
+package store

@@ -1,0 +1,99 @@
+package store
+
+import (
+	"encoding/binary"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// checkGoroutines fails the test if goroutines started during it are still
+// running at its end (after a bounded wait for them to finish). Call it
+// first, so its cleanup runs after the stores' Close.
+func checkGoroutines(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for runtime.NumGoroutine() > before {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<16)
+				n := runtime.Stack(buf, true)
+				t.Errorf("goroutine leak: %d running, %d before\n%s", runtime.NumGoroutine(), before, buf[:n])
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
+// fakeClock is a settable Options.Now.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// openStore opens a store in a fresh temp dir and closes it at cleanup.
+func openStore(t testing.TB, opts Options) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "inbox.db")
+	return reopen(t, path, opts), path
+}
+
+// reopen opens the store at path and closes it at cleanup.
+func reopen(t testing.TB, path string, opts Options) *Store {
+	t.Helper()
+	s, err := Open(path, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// rec returns a record whose key is derived from sender and n.
+func rec(sender byte, n uint64) Record {
+	r := Record{Kind: "message", Peer: "alice"}
+	r.Sender[0] = sender
+	binary.BigEndian.PutUint64(r.ID[:], n)
+	r.Payload = binary.BigEndian.AppendUint64([]byte("p"), n)
+	return r
+}
+
+func seqsOf(rs []Record) []uint64 {
+	var out []uint64
+	for _, r := range rs {
+		out = append(out, r.Seq)
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

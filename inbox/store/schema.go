@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migrations are the schema changes in order: migrations[i] takes the
+// database from version i to version i+1. Append only; never edit a
+// migration that has shipped. Each runs in the same transaction as the
+// schema_version update that records it.
+var migrations = []string{
+	// Version 1.
+	//
+	// items holds every admitted record. seq is the rowid; AUTOINCREMENT
+	// makes SQLite remember the largest seq ever used (sqlite_sequence), so
+	// sequences are never reused even after the newest rows were expired.
+	// Times are Unix nanoseconds. acked_at is NULL while the item is
+	// unacknowledged.
+	//
+	// dedup holds one row per (sender, id) ever admitted, independent of
+	// items, so a repeat is recognised after its item left history.
+	`
+CREATE TABLE items (
+	seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+	sender   BLOB    NOT NULL CHECK (length(sender) = 32),
+	id       BLOB    NOT NULL CHECK (length(id) = 16),
+	kind     TEXT    NOT NULL,
+	peer     TEXT    NOT NULL,
+	received INTEGER NOT NULL,
+	payload  BLOB    NOT NULL,
+	acked_at INTEGER
+);
+CREATE INDEX items_unacked ON items (seq) WHERE acked_at IS NULL;
+CREATE INDEX items_acked ON items (acked_at) WHERE acked_at IS NOT NULL;
+CREATE INDEX items_key ON items (sender, id);
+CREATE TABLE dedup (
+	sender     BLOB    NOT NULL,
+	id         BLOB    NOT NULL,
+	first_seen INTEGER NOT NULL,
+	PRIMARY KEY (sender, id)
+) WITHOUT ROWID;
+CREATE INDEX dedup_first_seen ON dedup (first_seen);
+`,
+}
+
+// schemaVersion is the schema version this build writes.
+var schemaVersion = len(migrations)
+
+// migrate brings db to schemaVersion. It refuses (with ErrNewerSchema) a
+// database written by a newer build, because that build may rely on
+// invariants this one does not keep.
+func migrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil) // BEGIN IMMEDIATE (see dsn)
+	if err != nil {
+		return fmt.Errorf("begin migration: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_version: %w", err)
+	}
+	var version int
+	switch err := tx.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&version); err {
+	case nil:
+	case sql.ErrNoRows:
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_version (version) VALUES (0)`); err != nil {
+			return fmt.Errorf("init schema_version: %w", err)
+		}
+	default:
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if version > schemaVersion {
+		return fmt.Errorf("%w: version %d, this build supports up to %d (upgrade meerkatd or use another file)",
+			ErrNewerSchema, version, schemaVersion)
+	}
+	if version < 0 {
+		return fmt.Errorf("store: invalid schema version %d", version)
+	}
+	for v := version; v < schemaVersion; v++ {
+		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("migrate to schema version %d: %w", v+1, err)
+		}
+	}
+	if version == schemaVersion {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE schema_version SET version = ?`, schemaVersion); err != nil {
+		return fmt.Errorf("record schema version: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit migration: %w", err)
+	}
+	return nil
+}

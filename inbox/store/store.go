@@ -1,0 +1,595 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meerkatd/meerkatd/inbox"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// Errors returned by a Store. ErrFull and ErrClosed wrap their [inbox]
+// counterparts, so errors.Is(err, inbox.ErrFull) holds for either backend.
+var (
+	// ErrFull means Options.MaxItems unacknowledged items are stored; the
+	// record was not stored.
+	ErrFull = fmt.Errorf("store: full: %w", inbox.ErrFull)
+	// ErrClosed means the store was closed.
+	ErrClosed = fmt.Errorf("store: closed: %w", inbox.ErrClosed)
+	// ErrNewerSchema means the database was written by a newer build with a
+	// schema version this build does not know; Open refuses it unchanged.
+	ErrNewerSchema = errors.New("store: database schema is newer than this build")
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultFlushInterval    = 2 * time.Millisecond
+	DefaultMaxBatch         = 256
+	DefaultMaxItems         = inbox.DefaultMax
+	DefaultDedupWindow      = 7 * 24 * time.Hour
+	DefaultHistoryRetention = 7 * 24 * time.Hour
+)
+
+const (
+	// busyTimeout bounds how long a connection waits for a lock held by
+	// another connection (a checkpoint, a reader starting while the WAL
+	// is reset) before failing with SQLITE_BUSY.
+	busyTimeout = 5 * time.Second
+	// maxConns is the connection pool size: the committer plus readers.
+	maxConns = 4
+)
+
+// Record is one stored item. The store interprets only Sender and ID (the
+// dedup key) and Seq; the other fields are kept for the caller.
+type Record struct {
+	Seq      uint64    // assigned by the store: increasing, never reused, also across restarts
+	Sender   [32]byte  // sender public key
+	ID       [16]byte  // envelope id
+	Kind     string    // e.g. "message", "request", "response"
+	Peer     string    // sender's trust-list name at receipt
+	Received time.Time // zero: set by Admit from Options.Now
+	Payload  []byte    // the envelope's wire bytes
+}
+
+// Options are a Store's knobs; the zero value of each field means its
+// default.
+type Options struct {
+	// FlushInterval is the group-commit window: how long the committer
+	// keeps collecting after the first request of a batch.
+	FlushInterval time.Duration
+	// MaxBatch flushes a batch early once this many requests wait; it also
+	// bounds the queue of requests not yet collected.
+	MaxBatch int
+	// MaxItems is the number of unacknowledged items at which admission
+	// fails with ErrFull.
+	MaxItems int
+	// DedupWindow is how long (Sender, ID) stays known after admission.
+	DedupWindow time.Duration
+	// HistoryRetention is how long acknowledged items are kept.
+	HistoryRetention time.Duration
+	// Now is the clock for timestamps and expiry; nil means time.Now.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = DefaultFlushInterval
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.MaxItems <= 0 {
+		o.MaxItems = DefaultMaxItems
+	}
+	if o.DedupWindow <= 0 {
+		o.DedupWindow = DefaultDedupWindow
+	}
+	if o.HistoryRetention <= 0 {
+		o.HistoryRetention = DefaultHistoryRetention
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Store is a durable inbox in one SQLite file. It is safe for concurrent
+// use; the zero value is not usable, call [Open].
+//
+// Lock order: mu before sigMu.
+type Store struct {
+	db   *sql.DB
+	opts Options
+
+	// reqs carries write requests to commitLoop, the only writer. It is
+	// closed by Close once no sender can be inside send.
+	reqs chan *request
+	wg   sync.WaitGroup // commitLoop
+
+	// mu guards closed. send and the readers hold it for reading while
+	// they use reqs or db; Close takes it for writing, so after it sets
+	// closed no one sends on reqs and no reader touches db.
+	mu        sync.RWMutex
+	closed    bool
+	closing   chan struct{} // closed when Close starts: unblocks senders waiting for room
+	closeOnce sync.Once
+	closeErr  error
+
+	sigMu sync.Mutex
+	// changed is closed (and replaced) after every commit that added
+	// items or acknowledged some; closed for good by Close.
+	changed chan struct{}
+
+	unacked int          // owned by commitLoop (and Open before it starts)
+	count   atomic.Int64 // unacked as of the last commit, for Len
+	txns    atomic.Int64 // committed batch transactions, for tests
+}
+
+type opKind uint8
+
+const (
+	opAdmit opKind = iota
+	opAck
+	opExpire
+)
+
+// request is one write for commitLoop. done is 1-buffered and receives
+// exactly one result.
+type request struct {
+	op   opKind
+	rec  Record   // opAdmit
+	seqs []uint64 // opAck
+	done chan result
+}
+
+type result struct {
+	dup  bool
+	n, m int // opAck: n acknowledged; opExpire: n dedup rows, m history rows
+	err  error
+}
+
+// dsn builds the connection string. Every pooled connection runs these
+// pragmas when it opens.
+//
+// Durability: synchronous=FULL. In WAL mode, FULL syncs the WAL at every
+// commit; NORMAL syncs only at checkpoints, so after a power loss the last
+// commits may be gone — including envelopes already acknowledged to their
+// senders, who would never resend them. The contract is "acked means on
+// disk", so FULL it is; group commit pays its one sync per batch, not per
+// envelope. (NORMAL would only be safe against a process crash.)
+//
+// _txlock=immediate: transactions take the write lock at BEGIN, so a
+// transaction never fails half-way trying to upgrade a read lock.
+func dsn(path string) string {
+	// The path is a URI path: escape what SQLite's URI parser would
+	// interpret.
+	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	return "file:" + p +
+		"?_pragma=busy_timeout(" + fmt.Sprint(busyTimeout.Milliseconds()) + ")" +
+		"&_pragma=journal_mode(WAL)" +
+		"&_pragma=synchronous(FULL)" +
+		"&_txlock=immediate"
+}
+
+// Open opens the store at path, creating the file with mode 0600 if it does
+// not exist, and brings its schema up to date. It refuses a database with a
+// newer schema version ([ErrNewerSchema]).
+func Open(path string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	// SQLite creates the -wal and -shm files with the main file's
+	// permissions, so creating it 0600 here covers all three.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	f.Close()
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	s := &Store{
+		db:      db,
+		opts:    opts,
+		reqs:    make(chan *request, opts.MaxBatch),
+		closing: make(chan struct{}),
+		changed: make(chan struct{}),
+	}
+	if err := s.init(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	s.wg.Add(1)
+	go s.commitLoop()
+	return s, nil
+}
+
+func (s *Store) init() error {
+	ctx := context.Background()
+	var mode string
+	if err := s.db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		return fmt.Errorf("read journal mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal mode is %q, want wal", mode)
+	}
+	if err := migrate(ctx, s.db); err != nil {
+		return err
+	}
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM items WHERE acked_at IS NULL`).Scan(&s.unacked); err != nil {
+		return fmt.Errorf("count items: %w", err)
+	}
+	s.count.Store(int64(s.unacked))
+	return nil
+}
+
+// send hands req to commitLoop, waiting for room while ctx allows.
+func (s *Store) send(ctx context.Context, req *request) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	select {
+	case s.reqs <- req:
+		return nil
+	case <-s.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// do sends req and waits for its result. If ctx ends after req was sent,
+// the request may still commit.
+func (s *Store) do(ctx context.Context, req *request) result {
+	req.done = make(chan result, 1)
+	if err := s.send(ctx, req); err != nil {
+		return result{err: err}
+	}
+	select {
+	case res := <-req.done:
+		return res
+	case <-ctx.Done():
+		return result{err: ctx.Err()}
+	}
+}
+
+// Admit stores r and returns once the transaction holding it committed: a
+// nil error means r is on disk and the envelope may be acknowledged. It
+// returns dup=true (and a nil error) without storing anything if (r.Sender,
+// r.ID) was admitted before within the dedup window — acknowledged or not,
+// earlier in the same batch, or before a restart. It returns ErrFull when
+// Options.MaxItems unacknowledged items are stored (counting the batch), and
+// ErrClosed after Close.
+//
+// If ctx ends while Admit waits, it returns ctx.Err(); r may or may not have
+// been stored, so the caller must not acknowledge it (a retry is then
+// recognised as a duplicate if it was). r.Payload must not be modified
+// while Admit runs.
+func (s *Store) Admit(ctx context.Context, r Record) (dup bool, err error) {
+	if r.Received.IsZero() {
+		r.Received = s.opts.Now()
+	}
+	res := s.do(ctx, &request{op: opAdmit, rec: r})
+	return res.dup, res.err
+}
+
+// Ack marks the items with the given sequence numbers acknowledged: they
+// leave List and Len and are kept as history for Options.HistoryRetention.
+// It returns how many it marked; unknown or already acknowledged numbers are
+// skipped. Like Admit it returns after the commit.
+func (s *Store) Ack(seqs ...uint64) (int, error) {
+	if len(seqs) == 0 {
+		if err := s.checkOpen(); err != nil {
+			return 0, err
+		}
+		return 0, nil
+	}
+	res := s.do(context.Background(), &request{op: opAck, seqs: seqs})
+	return res.n, res.err
+}
+
+// Expire deletes dedup rows older than Options.DedupWindow (except those
+// whose item is still unacknowledged, so it cannot be delivered twice) and
+// acknowledged items older than Options.HistoryRetention, counted from
+// their acknowledgement. It never deletes unacknowledged items. It returns
+// how many rows of each it deleted. Callers run it periodically.
+func (s *Store) Expire() (dedup, history int, err error) {
+	res := s.do(context.Background(), &request{op: opExpire})
+	return res.n, res.m, res.err
+}
+
+func (s *Store) checkOpen() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// List returns up to limit unacknowledged records with Seq above after,
+// oldest first (limit <= 0: all).
+func (s *Store) List(after uint64, limit int) ([]Record, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if after >= math.MaxInt64 {
+		return nil, nil
+	}
+	if limit <= 0 {
+		limit = -1 // no limit in SQLite
+	}
+	rows, err := s.db.Query(`SELECT seq, sender, id, kind, peer, received, payload
+		FROM items WHERE acked_at IS NULL AND seq > ? ORDER BY seq LIMIT ?`, int64(after), limit)
+	if err != nil {
+		return nil, fmt.Errorf("store: list: %w", err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		var (
+			r             Record
+			seq, received int64
+			sender, id    []byte
+		)
+		if err := rows.Scan(&seq, &sender, &id, &r.Kind, &r.Peer, &received, &r.Payload); err != nil {
+			return nil, fmt.Errorf("store: list: %w", err)
+		}
+		if len(sender) != len(r.Sender) || len(id) != len(r.ID) {
+			return nil, fmt.Errorf("store: list: item %d has a malformed key", seq)
+		}
+		r.Seq = uint64(seq)
+		copy(r.Sender[:], sender)
+		copy(r.ID[:], id)
+		r.Received = time.Unix(0, received)
+		if r.Payload == nil {
+			r.Payload = []byte{}
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: list: %w", err)
+	}
+	return out, nil
+}
+
+// Len returns the number of unacknowledged items as of the last commit.
+func (s *Store) Len() (int, error) {
+	if err := s.checkOpen(); err != nil {
+		return 0, err
+	}
+	return int(s.count.Load()), nil
+}
+
+// Changed returns a channel closed at the next commit that adds items, the
+// next acknowledgement, or Close (after Close it is always closed). Waiters
+// list again when it fires.
+func (s *Store) Changed() <-chan struct{} {
+	s.sigMu.Lock()
+	defer s.sigMu.Unlock()
+	return s.changed
+}
+
+func (s *Store) broadcast() {
+	s.sigMu.Lock()
+	defer s.sigMu.Unlock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Close stops admission, lets every request already handed to the
+// committer complete (those still waiting for room fail with ErrClosed),
+// stops the committer and closes the database. Afterwards every method
+// returns ErrClosed. Close is idempotent; it returns the first call's
+// result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.mu.Lock()
+		s.closed = true
+		close(s.reqs) // no sender is inside send now, and none will enter
+		s.mu.Unlock()
+		s.wg.Wait() // commitLoop answers everything in reqs, then exits
+		s.sigMu.Lock()
+		close(s.changed) // wake waiters for good
+		s.sigMu.Unlock()
+		if err := s.db.Close(); err != nil {
+			s.closeErr = fmt.Errorf("store: close: %w", err)
+		}
+	})
+	return s.closeErr
+}
+
+// commitLoop is the only writer. It collects requests until FlushInterval
+// has passed since the first of a batch or MaxBatch are collected, commits
+// them in one transaction and answers them. It exits when reqs is closed
+// and drained.
+func (s *Store) commitLoop() {
+	defer s.wg.Done()
+	batch := make([]*request, 0, s.opts.MaxBatch)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		req, ok := <-s.reqs
+		if !ok {
+			return
+		}
+		batch = append(batch, req)
+		timer.Reset(s.opts.FlushInterval)
+	collect:
+		for len(batch) < s.opts.MaxBatch {
+			select {
+			case req, ok := <-s.reqs:
+				if !ok {
+					break collect // closing: commit what we have, then exit
+				}
+				batch = append(batch, req)
+			case <-timer.C:
+				break collect
+			}
+		}
+		timer.Stop()
+		s.commit(batch)
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+// commit runs batch in one transaction and answers every request: with its
+// own result if the transaction committed, with the transaction's error if
+// not (then nothing of the batch was stored).
+func (s *Store) commit(batch []*request) {
+	res := make([]result, len(batch))
+	unacked, added, acked, err := s.runBatch(batch, res)
+	if err != nil {
+		err = fmt.Errorf("store: commit: %w", err)
+		for _, req := range batch {
+			req.done <- result{err: err}
+		}
+		return
+	}
+	s.unacked = unacked
+	s.count.Store(int64(unacked))
+	s.txns.Add(1)
+	if added > 0 || acked > 0 {
+		s.broadcast()
+	}
+	for i, req := range batch {
+		req.done <- res[i]
+	}
+}
+
+const (
+	sqlLookup = `SELECT 1 FROM dedup d WHERE d.sender = ?1 AND d.id = ?2
+		AND (d.first_seen >= ?3 OR EXISTS (SELECT 1 FROM items i
+			WHERE i.sender = d.sender AND i.id = d.id AND i.acked_at IS NULL))`
+	sqlRemember = `INSERT INTO dedup (sender, id, first_seen) VALUES (?1, ?2, ?3)
+		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen`
+	sqlInsert = `INSERT INTO items (sender, id, kind, peer, received, payload)
+		VALUES (?, ?, ?, ?, ?, ?)`
+	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL`
+	sqlExpireDedup = `DELETE FROM dedup WHERE first_seen < ?1 AND NOT EXISTS (SELECT 1 FROM items i
+		WHERE i.sender = dedup.sender AND i.id = dedup.id AND i.acked_at IS NULL)`
+	sqlExpireItems = `DELETE FROM items WHERE acked_at IS NOT NULL AND acked_at < ?`
+)
+
+// runBatch executes batch in one transaction, filling res. It returns the
+// unacknowledged count after the batch and how many items it added and
+// acknowledged; on error the transaction was rolled back.
+func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked int, err error) {
+	ctx := context.Background()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer tx.Rollback()
+	now := s.opts.Now()
+	nowNS := now.UnixNano()
+	var lookup, remember, insert, ack *sql.Stmt
+	prepare := func(p **sql.Stmt, q string) error {
+		if *p != nil {
+			return nil
+		}
+		st, err := tx.PrepareContext(ctx, q)
+		*p = st
+		return err
+	}
+	unacked = s.unacked
+	for i, req := range batch {
+		switch req.op {
+		case opAdmit:
+			for _, p := range []struct {
+				st **sql.Stmt
+				q  string
+			}{{&lookup, sqlLookup}, {&remember, sqlRemember}, {&insert, sqlInsert}} {
+				if err := prepare(p.st, p.q); err != nil {
+					return 0, 0, 0, err
+				}
+			}
+			r := &req.rec
+			var one int
+			switch err := lookup.QueryRowContext(ctx, r.Sender[:], r.ID[:], now.Add(-s.opts.DedupWindow).UnixNano()).Scan(&one); err {
+			case nil:
+				res[i].dup = true
+				continue
+			case sql.ErrNoRows:
+			default:
+				return 0, 0, 0, err
+			}
+			if unacked >= s.opts.MaxItems {
+				res[i].err = ErrFull
+				continue
+			}
+			if _, err := remember.ExecContext(ctx, r.Sender[:], r.ID[:], nowNS); err != nil {
+				return 0, 0, 0, err
+			}
+			payload := r.Payload
+			if payload == nil {
+				payload = []byte{} // NOT NULL: store an empty blob
+			}
+			if _, err := insert.ExecContext(ctx, r.Sender[:], r.ID[:], r.Kind, r.Peer, r.Received.UnixNano(), payload); err != nil {
+				return 0, 0, 0, err
+			}
+			unacked++
+			added++
+		case opAck:
+			if err := prepare(&ack, sqlAck); err != nil {
+				return 0, 0, 0, err
+			}
+			for _, seq := range req.seqs {
+				if seq == 0 || seq > math.MaxInt64 {
+					continue
+				}
+				r, err := ack.ExecContext(ctx, nowNS, int64(seq))
+				if err != nil {
+					return 0, 0, 0, err
+				}
+				n, err := r.RowsAffected()
+				if err != nil {
+					return 0, 0, 0, err
+				}
+				res[i].n += int(n)
+			}
+			unacked -= res[i].n
+			acked += res[i].n
+		case opExpire:
+			r, err := tx.ExecContext(ctx, sqlExpireDedup, now.Add(-s.opts.DedupWindow).UnixNano())
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			n, err := r.RowsAffected()
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			r, err = tx.ExecContext(ctx, sqlExpireItems, now.Add(-s.opts.HistoryRetention).UnixNano())
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			m, err := r.RowsAffected()
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			res[i].n, res[i].m = int(n), int(m)
+		default:
+			panic(fmt.Sprintf("bug: store: unknown op %d", req.op))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, 0, 0, err
+	}
+	return unacked, added, acked, nil
+}

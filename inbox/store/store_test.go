@@ -1,0 +1,571 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/inbox"
+)
+
+func mustAdmit(t *testing.T, s *Store, r Record) {
+	t.Helper()
+	dup, err := s.Admit(context.Background(), r)
+	if err != nil || dup {
+		t.Fatalf("Admit(%x): dup=%v err=%v", r.ID, dup, err)
+	}
+}
+
+func mustDup(t *testing.T, s *Store, r Record) {
+	t.Helper()
+	dup, err := s.Admit(context.Background(), r)
+	if err != nil || !dup {
+		t.Fatalf("Admit(%x) again: dup=%v err=%v, want a duplicate", r.ID, dup, err)
+	}
+}
+
+func mustList(t *testing.T, s *Store, after uint64, limit int) []Record {
+	t.Helper()
+	rs, err := s.List(after, limit)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	return rs
+}
+
+func mustLen(t *testing.T, s *Store) int {
+	t.Helper()
+	n, err := s.Len()
+	if err != nil {
+		t.Fatalf("Len: %v", err)
+	}
+	return n
+}
+
+func TestAdmitListAck(t *testing.T) {
+	checkGoroutines(t)
+	clock := newFakeClock()
+	s, _ := openStore(t, Options{Now: clock.Now})
+
+	a, b, c := rec(1, 1), rec(1, 2), rec(2, 1)
+	a.Received = time.Date(2025, 5, 6, 7, 8, 9, 123456789, time.UTC)
+	b.Kind, b.Peer = "request", "bob"
+	c.Payload = nil
+	for _, r := range []Record{a, b, c} {
+		mustAdmit(t, s, r)
+	}
+	rs := mustList(t, s, 0, 0)
+	if got := fmt.Sprint(seqsOf(rs)); got != "[1 2 3]" {
+		t.Fatalf("List = %s", got)
+	}
+	want := []Record{a, b, c}
+	want[1].Received = clock.Now() // zero Received is filled in
+	want[2].Received = clock.Now()
+	for i, r := range rs {
+		w := want[i]
+		if r.Sender != w.Sender || r.ID != w.ID || r.Kind != w.Kind || r.Peer != w.Peer ||
+			!r.Received.Equal(w.Received) || !bytes.Equal(r.Payload, w.Payload) {
+			t.Errorf("record %d = %+v, want %+v", i, r, w)
+		}
+	}
+	if got := fmt.Sprint(seqsOf(mustList(t, s, 1, 1))); got != "[2]" {
+		t.Fatalf("List(after 1, limit 1) = %s", got)
+	}
+	if got := mustList(t, s, 3, 0); len(got) != 0 {
+		t.Fatalf("List(after 3) = %v", got)
+	}
+	if n := mustLen(t, s); n != 3 {
+		t.Fatalf("Len = %d", n)
+	}
+	if n, err := s.Ack(2, 2, 99, 0); err != nil || n != 1 {
+		t.Fatalf("Ack(2, 2, 99, 0) = %d, %v", n, err)
+	}
+	if n, err := s.Ack(2); err != nil || n != 0 {
+		t.Fatalf("second Ack(2) = %d, %v", n, err)
+	}
+	if n, err := s.Ack(); err != nil || n != 0 {
+		t.Fatalf("Ack() = %d, %v", n, err)
+	}
+	if got := fmt.Sprint(seqsOf(mustList(t, s, 0, 0))); got != "[1 3]" {
+		t.Fatalf("after ack: %s", got)
+	}
+	if n := mustLen(t, s); n != 2 {
+		t.Fatalf("Len after ack = %d", n)
+	}
+	// An acknowledged item is still a duplicate.
+	mustDup(t, s, b)
+}
+
+func TestDedupSeparateBatches(t *testing.T) {
+	checkGoroutines(t)
+	s, _ := openStore(t, Options{})
+	r := rec(1, 1)
+	mustAdmit(t, s, r)
+	mustDup(t, s, r)
+	// Same ID from another sender is a different envelope.
+	mustAdmit(t, s, rec(2, 1))
+	// A duplicate changes nothing, even with a different payload.
+	r.Payload = []byte("other")
+	mustDup(t, s, r)
+	if n := mustLen(t, s); n != 2 {
+		t.Fatalf("Len = %d, want 2", n)
+	}
+}
+
+func TestDedupSameBatch(t *testing.T) {
+	checkGoroutines(t)
+	// A batch flushes only when it holds MaxBatch requests, so the
+	// admissions below share one transaction.
+	const n = 4
+	s, _ := openStore(t, Options{FlushInterval: time.Hour, MaxBatch: n})
+	r := rec(1, 1)
+	var wg sync.WaitGroup
+	dups := make([]bool, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { dups[i], errs[i] = s.Admit(context.Background(), r) })
+	}
+	wg.Wait()
+	fresh := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("Admit %d: %v", i, errs[i])
+		}
+		if !dups[i] {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Fatalf("%d admissions stored, want 1 (dups %v)", fresh, dups)
+	}
+	if got := s.txns.Load(); got != 1 {
+		t.Fatalf("%d transactions, want 1", got)
+	}
+	if n := mustLen(t, s); n != 1 {
+		t.Fatalf("Len = %d, want 1", n)
+	}
+}
+
+func TestRestart(t *testing.T) {
+	checkGoroutines(t)
+	clock := newFakeClock()
+	opts := Options{Now: clock.Now}
+	s, path := openStore(t, opts)
+	for i := range uint64(4) {
+		mustAdmit(t, s, rec(1, i))
+	}
+	// Acknowledge the newest and expire it from history, so no row holds
+	// the largest sequence: it must still not be reused.
+	if n, err := s.Ack(1, 4); err != nil || n != 2 {
+		t.Fatalf("Ack = %d, %v", n, err)
+	}
+	clock.Advance(DefaultHistoryRetention + time.Hour)
+	if _, h, err := s.Expire(); err != nil || h != 2 {
+		t.Fatalf("Expire: history %d, %v; want 2", h, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = reopen(t, path, opts)
+	if got := fmt.Sprint(seqsOf(mustList(t, s, 0, 0))); got != "[2 3]" {
+		t.Fatalf("after restart List = %s", got)
+	}
+	if n := mustLen(t, s); n != 2 {
+		t.Fatalf("after restart Len = %d", n)
+	}
+	// Dedup survives the restart for an unacknowledged item.
+	mustDup(t, s, rec(1, 2))
+	mustAdmit(t, s, rec(1, 100))
+	if got := fmt.Sprint(seqsOf(mustList(t, s, 3, 0))); got != "[5]" {
+		t.Fatalf("sequence after restart: %s, want [5]", got)
+	}
+}
+
+func TestDedupAcrossRestart(t *testing.T) {
+	checkGoroutines(t)
+	s, path := openStore(t, Options{})
+	acked, unacked := rec(1, 1), rec(1, 2)
+	mustAdmit(t, s, acked)
+	mustAdmit(t, s, unacked)
+	if _, err := s.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, path, Options{})
+	mustDup(t, s, acked)
+	mustDup(t, s, unacked)
+	if got := fmt.Sprint(seqsOf(mustList(t, s, 0, 0))); got != "[2]" {
+		t.Fatalf("List = %s", got)
+	}
+}
+
+func TestFull(t *testing.T) {
+	checkGoroutines(t)
+	s, _ := openStore(t, Options{MaxItems: 2})
+	mustAdmit(t, s, rec(1, 1))
+	mustAdmit(t, s, rec(1, 2))
+	_, err := s.Admit(context.Background(), rec(1, 3))
+	if !errors.Is(err, ErrFull) || !errors.Is(err, inbox.ErrFull) {
+		t.Fatalf("Admit to full store: %v", err)
+	}
+	// A refused record was not remembered, and a duplicate of a stored one
+	// is still recognised while full.
+	mustDup(t, s, rec(1, 1))
+	if n, err := s.Ack(1); err != nil || n != 1 {
+		t.Fatalf("Ack = %d, %v", n, err)
+	}
+	mustAdmit(t, s, rec(1, 3))
+	if _, err := s.Admit(context.Background(), rec(1, 4)); !errors.Is(err, ErrFull) {
+		t.Fatalf("Admit to full store again: %v", err)
+	}
+	if n := mustLen(t, s); n != 2 {
+		t.Fatalf("Len = %d", n)
+	}
+}
+
+func TestFullCountsBatch(t *testing.T) {
+	checkGoroutines(t)
+	// Three admissions in one transaction against room for two.
+	s, _ := openStore(t, Options{MaxItems: 2, MaxBatch: 3, FlushInterval: time.Hour})
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range 3 {
+		wg.Go(func() { _, errs[i] = s.Admit(context.Background(), rec(1, uint64(i))) })
+	}
+	wg.Wait()
+	full := 0
+	for _, err := range errs {
+		switch {
+		case errors.Is(err, ErrFull):
+			full++
+		case err != nil:
+			t.Fatalf("Admit: %v", err)
+		}
+	}
+	if full != 1 || mustLen(t, s) != 2 || s.txns.Load() != 1 {
+		t.Fatalf("full=%d len=%d txns=%d, want 1, 2, 1", full, mustLen(t, s), s.txns.Load())
+	}
+}
+
+func TestGroupCommit(t *testing.T) {
+	checkGoroutines(t)
+	const n = 500
+	s, _ := openStore(t, Options{FlushInterval: 10 * time.Millisecond})
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			if _, err := s.Admit(context.Background(), rec(byte(i%7), uint64(i))); err != nil {
+				errs <- err
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := mustLen(t, s); got != n {
+		t.Fatalf("Len = %d, want %d", got, n)
+	}
+	txns := s.txns.Load()
+	t.Logf("%d admissions in %d transactions", n, txns)
+	if txns > n/10 {
+		t.Fatalf("%d transactions for %d admissions: not grouped", txns, n)
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestChanged(t *testing.T) {
+	checkGoroutines(t)
+	s, _ := openStore(t, Options{})
+
+	woke := make(chan struct{})
+	c := s.Changed()
+	go func() {
+		<-c
+		close(woke)
+	}()
+	mustAdmit(t, s, rec(1, 1))
+	select {
+	case <-woke:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken by a commit")
+	}
+
+	// A commit that adds nothing (only a duplicate) does not fire.
+	c = s.Changed()
+	mustDup(t, s, rec(1, 1))
+	if isClosed(c) {
+		t.Fatal("Changed fired for a duplicate")
+	}
+	// Neither does an ack of nothing.
+	if _, err := s.Ack(42); err != nil {
+		t.Fatal(err)
+	}
+	if isClosed(c) {
+		t.Fatal("Changed fired for an empty ack")
+	}
+
+	woke = make(chan struct{})
+	go func() {
+		<-c
+		close(woke)
+	}()
+	if _, err := s.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-woke:
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not woken by an ack")
+	}
+
+	c = s.Changed()
+	s.Close()
+	if !isClosed(c) || !isClosed(s.Changed()) {
+		t.Fatal("Changed not closed by Close")
+	}
+}
+
+func TestExpire(t *testing.T) {
+	checkGoroutines(t)
+	clock := newFakeClock()
+	s, _ := openStore(t, Options{Now: clock.Now, DedupWindow: time.Hour, HistoryRetention: 24 * time.Hour})
+	a, b := rec(1, 1), rec(1, 2)
+	mustAdmit(t, s, a) // seq 1
+	mustAdmit(t, s, b) // seq 2, never acknowledged
+	if _, err := s.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	if d, h, err := s.Expire(); err != nil || d != 0 || h != 0 {
+		t.Fatalf("early Expire = %d, %d, %v", d, h, err)
+	}
+
+	// Past the dedup window: a's row goes; b's stays while b is unacked.
+	clock.Advance(2 * time.Hour)
+	if d, h, err := s.Expire(); err != nil || d != 1 || h != 0 {
+		t.Fatalf("Expire after dedup window = %d, %d, %v; want 1, 0", d, h, err)
+	}
+	mustAdmit(t, s, a) // seq 3: no longer a duplicate
+	mustDup(t, s, b)
+
+	// Past a's (first) history retention.
+	clock.Advance(23 * time.Hour)
+	if d, h, err := s.Expire(); err != nil || d != 0 || h != 1 {
+		t.Fatalf("Expire after history retention = %d, %d, %v; want 0, 1", d, h, err)
+	}
+	if got := fmt.Sprint(seqsOf(mustList(t, s, 0, 0))); got != "[2 3]" {
+		t.Fatalf("unacked items after Expire: %s", got)
+	}
+	mustDup(t, s, a)
+	mustDup(t, s, b)
+
+	// Far in the future, unacked items and their dedup rows remain.
+	clock.Advance(1000 * time.Hour)
+	if d, h, err := s.Expire(); err != nil || d != 0 || h != 0 {
+		t.Fatalf("late Expire = %d, %d, %v", d, h, err)
+	}
+	if got := fmt.Sprint(seqsOf(mustList(t, s, 0, 0))); got != "[2 3]" {
+		t.Fatalf("unacked items after late Expire: %s", got)
+	}
+	mustDup(t, s, b)
+}
+
+func TestDedupWindowWithoutExpire(t *testing.T) {
+	checkGoroutines(t)
+	clock := newFakeClock()
+	s, _ := openStore(t, Options{Now: clock.Now, DedupWindow: time.Hour})
+	r := rec(1, 1)
+	mustAdmit(t, s, r)
+	if _, err := s.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(30 * time.Minute)
+	mustDup(t, s, r)
+	clock.Advance(31 * time.Minute)
+	mustAdmit(t, s, r) // the window passed even though Expire never ran
+	mustDup(t, s, r)   // and it starts again
+}
+
+func TestCloseWithPending(t *testing.T) {
+	checkGoroutines(t)
+	// With a flush interval of an hour, batches of 8 flush when full; the
+	// remainder (n is not a multiple of 8) can only complete through Close.
+	const n = 43
+	s, path := openStore(t, Options{FlushInterval: time.Hour, MaxBatch: 8})
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			dup, err := s.Admit(context.Background(), rec(1, uint64(i)))
+			if dup {
+				err = errors.New("unexpected duplicate")
+			}
+			errs[i] = err
+		})
+	}
+	waitFor(t, 10*time.Second, "a first batch", func() bool { return s.txns.Load() > 0 })
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("admissions still blocked after Close")
+	}
+	stored := map[uint64]bool{}
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			stored[uint64(i)] = true
+		case errors.Is(err, ErrClosed):
+		default:
+			t.Fatalf("Admit %d: %v", i, err)
+		}
+	}
+	t.Logf("%d of %d admissions committed during Close", len(stored), n)
+	if len(stored) == 0 {
+		t.Fatal("no admission committed")
+	}
+
+	// Every method now reports ErrClosed; Close again is fine.
+	if _, err := s.Admit(context.Background(), rec(9, 9)); !errors.Is(err, ErrClosed) {
+		t.Errorf("Admit after Close: %v", err)
+	}
+	if _, err := s.List(0, 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("List after Close: %v", err)
+	}
+	if _, err := s.Ack(1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Ack after Close: %v", err)
+	}
+	if _, err := s.Ack(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Ack() after Close: %v", err)
+	}
+	if _, err := s.Len(); !errors.Is(err, ErrClosed) {
+		t.Errorf("Len after Close: %v", err)
+	}
+	if _, _, err := s.Expire(); !errors.Is(err, ErrClosed) || !errors.Is(err, inbox.ErrClosed) {
+		t.Errorf("Expire after Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+
+	// Exactly the admissions that succeeded are on disk.
+	s = reopen(t, path, Options{})
+	rs := mustList(t, s, 0, 0)
+	if len(rs) != len(stored) {
+		t.Fatalf("%d records after reopen, %d admissions succeeded", len(rs), len(stored))
+	}
+	for _, r := range rs {
+		if id := rec(1, 0); r.Sender != id.Sender {
+			t.Fatalf("unexpected record %+v", r)
+		}
+	}
+}
+
+func TestAdmitContext(t *testing.T) {
+	checkGoroutines(t)
+	s, _ := openStore(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// Either the request got in before the check (then it commits) or
+	// the call reports the cancellation; it never hangs.
+	if _, err := s.Admit(ctx, rec(1, 1)); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("Admit with cancelled ctx: %v", err)
+	}
+}
+
+func TestNewerSchema(t *testing.T) {
+	checkGoroutines(t)
+	s, path := openStore(t, Options{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE schema_version SET version = ?`, schemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	_, err = Open(path, Options{})
+	if !errors.Is(err, ErrNewerSchema) {
+		t.Fatalf("Open newer schema: %v", err)
+	}
+	if want := fmt.Sprintf("version %d,", schemaVersion+1); !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q does not name the version (%q)", err, want)
+	}
+	t.Log(err)
+}
+
+func TestSchemaVersion(t *testing.T) {
+	checkGoroutines(t)
+	s, _ := openStore(t, Options{})
+	var v int
+	if err := s.db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil || v != schemaVersion {
+		t.Fatalf("schema_version = %d, %v; want %d", v, err, schemaVersion)
+	}
+	var mode string
+	if err := s.db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
+		t.Fatalf("journal_mode = %q, %v", mode, err)
+	}
+	var sync int
+	if err := s.db.QueryRow(`PRAGMA synchronous`).Scan(&sync); err != nil || sync != 2 {
+		t.Fatalf("synchronous = %d, %v; want 2 (FULL)", sync, err)
+	}
+}
+
+func TestFileMode(t *testing.T) {
+	checkGoroutines(t)
+	s, path := openStore(t, Options{})
+	mustAdmit(t, s, rec(1, 1)) // makes the WAL exist
+	for _, p := range []string{path, path + "-wal"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := fi.Mode().Perm(); m != 0o600 {
+			t.Errorf("%s has mode %o, want 600", p, m)
+		}
+	}
+}
+
+func TestOddPath(t *testing.T) {
+	checkGoroutines(t)
+	path := t.TempDir() + "/a?b#c%20d.db"
+	s := reopen(t, path, Options{})
+	mustAdmit(t, s, rec(1, 1))
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("database not at the given path: %v", err)
+	}
+}
