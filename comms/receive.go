@@ -120,7 +120,7 @@ func (r *Router) receive(payload []byte) (ack []byte, fresh bool, reason string)
 		return nil, false, RejectBadSignature
 	}
 	r.lastSeen.Store(e.From, time.Now())
-	item := Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name}
+	item := Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name, Size: len(payload)}
 	k := dedupKey{e.From, e.ID}
 	switch e.Kind.Type() {
 	case wire.TypeAck:

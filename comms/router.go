@@ -50,6 +50,7 @@ type Item struct {
 	// ItemExternal
 	Envelope wire.Envelope
 	PeerName string // the sender's trust-list name when it arrived
+	Size     int    // the envelope's size on the wire, in bytes
 
 	// ItemSubagentResult
 	SubagentID identity.UUID

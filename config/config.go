@@ -19,6 +19,7 @@ const (
 	DefaultIdleTimeoutSecs  = 60
 	DefaultMaxConnections   = 1024
 	DefaultInboxMax         = 10000
+	DefaultInboxMaxBytes    = 256 << 20
 
 	// DefaultSocketName is the UDS listener inside the home when
 	// comms.listen_uds is empty.
@@ -68,6 +69,8 @@ type Comms struct {
 	MaxConnections int `toml:"max_connections"`
 	// InboxMax bounds the inbox; a full inbox refuses admission (no ack).
 	InboxMax int `toml:"inbox_max"`
+	// InboxMaxBytes bounds the inbox by size as well.
+	InboxMaxBytes int `toml:"inbox_max_bytes"`
 }
 
 // Default returns the built-in configuration: node "meerkat", a Unix socket
@@ -82,6 +85,7 @@ func Default() Config {
 			IdleTimeoutSecs:  DefaultIdleTimeoutSecs,
 			MaxConnections:   DefaultMaxConnections,
 			InboxMax:         DefaultInboxMax,
+			InboxMaxBytes:    DefaultInboxMaxBytes,
 		},
 	}
 }

@@ -23,6 +23,7 @@ var fullConfig = Config{
 		IdleTimeoutSecs:  120,
 		MaxConnections:   16,
 		InboxMax:         500,
+		InboxMaxBytes:    1000000,
 	},
 }
 
@@ -65,6 +66,7 @@ func TestDefault(t *testing.T) {
 			IdleTimeoutSecs:  60,
 			MaxConnections:   1024,
 			InboxMax:         10000,
+			InboxMaxBytes:    268435456,
 		},
 	}
 	if got := Default(); got != want {

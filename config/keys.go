@@ -48,11 +48,14 @@ var keys = [...]keyDef{
 		doc: `Seconds an inbound connection may stay idle before it is closed.`,
 		num: func(c *Config) *int { return &c.Comms.IdleTimeoutSecs }},
 	{path: "comms.max_connections", env: "MEERKAT_COMMS_MAX_CONNECTIONS",
-		doc: `Concurrent inbound connections; further ones are refused.`,
+		doc: `Concurrent inbound connections; at the limit the oldest connection that has not yet delivered a valid envelope makes room, else the new one is refused.`,
 		num: func(c *Config) *int { return &c.Comms.MaxConnections }},
 	{path: "comms.inbox_max", env: "MEERKAT_COMMS_INBOX_MAX",
 		doc: `Messages the inbox holds; when full, new messages are refused (not acked), never dropped.`,
 		num: func(c *Config) *int { return &c.Comms.InboxMax }},
+	{path: "comms.inbox_max_bytes", env: "MEERKAT_COMMS_INBOX_MAX_BYTES",
+		doc: `Total size, in bytes, of the messages the inbox holds; when full, new messages are refused (not acked), never dropped.`,
+		num: func(c *Config) *int { return &c.Comms.InboxMaxBytes }},
 }
 
 // tables are the TOML tables that hold keys.

@@ -19,6 +19,7 @@ var wantEnv = map[string]string{
 	"comms.idle_timeout_secs":  "MEERKAT_COMMS_IDLE_TIMEOUT_SECS",
 	"comms.max_connections":    "MEERKAT_COMMS_MAX_CONNECTIONS",
 	"comms.inbox_max":          "MEERKAT_COMMS_INBOX_MAX",
+	"comms.inbox_max_bytes":    "MEERKAT_COMMS_INBOX_MAX_BYTES",
 }
 
 // tomlPaths lists the key paths of Config's toml tags, by reflection.

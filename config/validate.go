@@ -32,6 +32,7 @@ func (c Config) Validate() error {
 	add("comms.idle_timeout_secs", checkRange(c.Comms.IdleTimeoutSecs, 1, MaxTimeoutSecs))
 	add("comms.max_connections", checkMin(c.Comms.MaxConnections, 1))
 	add("comms.inbox_max", checkMin(c.Comms.InboxMax, 1))
+	add("comms.inbox_max_bytes", checkMin(c.Comms.InboxMaxBytes, 1))
 	return errors.Join(errs...)
 }
 

@@ -91,7 +91,7 @@ func TestValidateAllAtOnce(t *testing.T) {
 	want := []string{
 		"name", "comms.listen_uds", "comms.listen_tcp", "comms.ack_timeout_secs",
 		"comms.max_message_bytes", "comms.frame_timeout_secs", "comms.idle_timeout_secs",
-		"comms.max_connections", "comms.inbox_max",
+		"comms.max_connections", "comms.inbox_max", "comms.inbox_max_bytes",
 	}
 	if got := errorKeys(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("error keys = %q, want %q", got, want)

@@ -15,11 +15,14 @@ import (
 // acknowledged. The zero value is not usable; call [NewMailbox]. A Mailbox
 // is safe for concurrent use.
 type Mailbox[T any] struct {
-	mu      sync.Mutex
-	entries []Entry[T] // oldest first, unacknowledged only
-	next    uint64     // sequence of the next push; sequences start at 1
-	max     int
-	closed  bool
+	mu       sync.Mutex
+	entries  []Entry[T] // oldest first, unacknowledged only
+	next     uint64     // sequence of the next push; sequences start at 1
+	max      int
+	maxBytes int         // 0: no byte limit
+	sizeOf   func(T) int // item size for maxBytes
+	bytes    int         // total size of entries
+	closed   bool
 	// changed is closed (and replaced) on every push, ack and close, to
 	// wake all waiters at once.
 	changed chan struct{}
@@ -40,6 +43,23 @@ func NewMailbox[T any](max int) *Mailbox[T] {
 	return &Mailbox[T]{max: max, next: 1, changed: make(chan struct{})}
 }
 
+// SetByteLimit makes the mailbox also refuse a push ([ErrFull]) that would
+// take the total size of stored items, as sizeOf measures them, above
+// maxBytes. One item is always admitted into an empty mailbox, whatever its
+// size. Call it before use.
+func (m *Mailbox[T]) SetByteLimit(maxBytes int, sizeOf func(T) int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.maxBytes, m.sizeOf = maxBytes, sizeOf
+}
+
+func (m *Mailbox[T]) size(item T) int {
+	if m.sizeOf == nil {
+		return 0
+	}
+	return m.sizeOf(item)
+}
+
 func (m *Mailbox[T]) broadcastLocked() {
 	close(m.changed)
 	m.changed = make(chan struct{})
@@ -56,6 +76,11 @@ func (m *Mailbox[T]) Push(item T) error {
 	if len(m.entries) >= m.max {
 		return ErrFull
 	}
+	n := m.size(item)
+	if m.maxBytes > 0 && len(m.entries) > 0 && m.bytes+n > m.maxBytes {
+		return ErrFull
+	}
+	m.bytes += n
 	m.entries = append(m.entries, Entry[T]{Seq: m.next, Item: item})
 	m.next++
 	m.broadcastLocked()
@@ -125,6 +150,8 @@ func (m *Mailbox[T]) remove(drop func(uint64) bool) int {
 	for _, e := range m.entries {
 		if !drop(e.Seq) {
 			kept = append(kept, e)
+		} else {
+			m.bytes -= m.size(e.Item)
 		}
 	}
 	n := len(m.entries) - len(kept)

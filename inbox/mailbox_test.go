@@ -91,3 +91,27 @@ func TestMailboxWait(t *testing.T) {
 		t.Fatalf("Wait after close: %v, %v", got, err)
 	}
 }
+
+func TestMailboxByteLimit(t *testing.T) {
+	m := NewMailbox[string](100)
+	m.SetByteLimit(10, func(s string) int { return len(s) })
+	if err := m.Push("0123456789ABC"); err != nil {
+		t.Fatalf("one oversized item into an empty mailbox: %v", err)
+	}
+	if err := m.Push("x"); !errors.Is(err, ErrFull) {
+		t.Fatalf("push over the byte limit: %v", err)
+	}
+	m.AckUpTo(1)
+	for _, s := range []string{"12345", "12345"} {
+		if err := m.Push(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Push("1"); !errors.Is(err, ErrFull) {
+		t.Fatalf("push past 10 bytes: %v", err)
+	}
+	m.Ack(2)
+	if err := m.Push("1234"); err != nil {
+		t.Fatalf("push after an ack freed bytes: %v", err)
+	}
+}

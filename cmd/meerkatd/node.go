@@ -26,6 +26,10 @@ const (
 	controlSocketName = "control.sock"
 )
 
+// itemOverhead is what an inbox item costs beyond its wire size (the decoded
+// tree, bookkeeping), for the inbox byte limit.
+const itemOverhead = 512
+
 // home is a node's home directory and what it holds.
 type home struct {
 	dir string
@@ -170,6 +174,7 @@ func startNode(h *home, log *slog.Logger, mode nodeMode) (*node, error) {
 		return nil, err
 	}
 	mail := inbox.NewMailbox[comms.Item](h.cfg.Comms.InboxMax)
+	mail.SetByteLimit(h.cfg.Comms.InboxMaxBytes, func(it comms.Item) int { return it.Size + itemOverhead })
 	rec := newRecordingInbox(mail)
 	var admit comms.Admitter = rec
 	if mode == nodeReplies {
