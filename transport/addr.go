@@ -14,6 +14,10 @@ import (
 // DefaultTCPPort is the port of a tcp:// address that names none.
 const DefaultTCPPort = 4200
 
+// MaxUDSPath is the longest Unix socket path the kernel accepts (sun_path
+// is 108 bytes on Linux, including the terminating NUL).
+const MaxUDSPath = 107
+
 // Address schemes.
 const (
 	SchemeUDS = "uds"
@@ -61,6 +65,9 @@ func ParseAddr(s string) (Addr, error) {
 		clean := filepath.Clean(rest)
 		if clean == "/" {
 			return bad("a uds path must name a socket file")
+		}
+		if len(clean) > MaxUDSPath {
+			return bad(fmt.Sprintf("the socket path is %d bytes; the limit is %d", len(clean), MaxUDSPath))
 		}
 		return Addr{Scheme: SchemeUDS, Path: clean}, nil
 	case SchemeTCP:

@@ -217,3 +217,13 @@ func TestListenDialTCP(t *testing.T) {
 		t.Fatalf("dial zero Addr: %v", err)
 	}
 }
+
+func TestParseAddrSocketPathLimit(t *testing.T) {
+	ok := "uds:///" + strings.Repeat("a", MaxUDSPath-1)
+	if _, err := ParseAddr(ok); err != nil {
+		t.Fatalf("%d-byte path: %v", MaxUDSPath, err)
+	}
+	if _, err := ParseAddr(ok + "b"); !errors.Is(err, ErrBadAddr) || !strings.Contains(err.Error(), "limit") {
+		t.Fatalf("%d-byte path: %v", MaxUDSPath+1, err)
+	}
+}

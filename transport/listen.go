@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -48,6 +49,12 @@ func listenUnix(ctx context.Context, lc net.ListenConfig, a Addr) (net.Listener,
 		if derr == nil {
 			c.Close()
 			return nil, fmt.Errorf("%w: %s", ErrAddrInUse, path)
+		}
+		// Only a refused connection proves nobody listens. A busy
+		// listener (full backlog) or one we may not talk to (another
+		// user's socket) is alive: never take its path.
+		if !errors.Is(derr, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w: %s (probe: %v)", ErrAddrInUse, path, derr)
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("transport: remove stale socket %s: %w", path, err)

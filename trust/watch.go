@@ -59,6 +59,10 @@ type Watcher struct {
 	sum     [sha256.Size]byte
 }
 
+// racyWindow: a file modified this recently may still be changing within
+// one mtime tick, so its unchanged status proves nothing yet.
+const racyWindow = 2 * time.Second
+
 // NewWatcher returns a Watcher for the trust file at path. current is the
 // list the caller is using now (typically from [LoadOrEmpty]; nil means
 // empty): the Watcher reports only departures from it, so an edit made
@@ -134,7 +138,11 @@ func (w *Watcher) check(force bool) {
 		w.deliver(nil, fmt.Errorf("trust: %w", err), force)
 		return
 	}
-	if !force && w.read && !w.missing && sameStatus(w.info, st) && st.Size() > cheapCompareSize {
+	// A large file whose status has not changed is not re-read — unless
+	// the last read failed (it may have caught a write half-done within
+	// the same mtime tick) or was too recent to trust the mtime.
+	if !force && w.read && !w.missing && w.lastErr == "" && sameStatus(w.info, st) && st.Size() > cheapCompareSize &&
+		time.Since(st.ModTime()) > racyWindow {
 		return
 	}
 	data, st, err := readFile(w.path)
