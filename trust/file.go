@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 )
 
 // FileName is the usual name of the trust file inside a node's home.
@@ -139,4 +140,34 @@ func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
 		d.Close()
 	}
 	return nil
+}
+
+// Update changes the list stored at path under an exclusive lock (flock on
+// path+".lock"): it loads the file (empty if missing), applies change and
+// saves the result atomically. Concurrent Updates — two `meerkatd peers`
+// commands, say — therefore never lose each other's changes. (Editors do
+// not take the lock; a hand edit racing an Update can still be lost.) It
+// returns the saved list, or change's error with nothing written.
+func Update(path string, change func(*List) (*List, error)) (*List, error) {
+	lf, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("trust: lock %s: %w", path, err)
+	}
+	defer lf.Close()
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("trust: lock %s: %w", path, err)
+	}
+	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+	cur, err := LoadOrEmpty(path)
+	if err != nil {
+		return nil, err
+	}
+	next, err := change(cur)
+	if err != nil {
+		return nil, err
+	}
+	if err := next.Save(path); err != nil {
+		return nil, err
+	}
+	return next, nil
 }

@@ -67,3 +67,32 @@ func TestWatcherRereadsAfterHalfWrittenLargeFile(t *testing.T) {
 		t.Fatalf("reports %s; want the completed file (%s) last", strings.Join(got, ", "), want)
 	}
 }
+
+// Concurrent Updates each add a peer; none is lost.
+func TestUpdateConcurrentNoLostChanges(t *testing.T) {
+	p := filepath.Join(t.TempDir(), FileName)
+	const n = 12
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			id := testKey(1)
+			id[0], id[1] = 7, byte(i)
+			peer := Peer{Name: fmt.Sprintf("peer%d", i), ID: id}
+			peer.Addr.Scheme, peer.Addr.Host, peer.Addr.Port = "tcp", "h", 1
+			_, err := Update(p, func(l *List) (*List, error) { return l.With(peer) })
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Len() != n {
+		t.Fatalf("%d peers after %d concurrent updates", l.Len(), n)
+	}
+}

@@ -243,11 +243,13 @@ func runPeers(e *env, args []string) error {
 		if *meta != "" {
 			p.Meta = json.RawMessage(*meta)
 		}
-		next, err := list.With(p)
-		if err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
-		}
-		if err := next.Save(h.trustPath()); err != nil {
+		if _, err := trust.Update(h.trustPath(), func(l *trust.List) (*trust.List, error) {
+			next, err := l.With(p)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", errUsage, err)
+			}
+			return next, nil
+		}); err != nil {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "added %s %s %s\n", p.Name, p.ID, p.Addr)
@@ -256,11 +258,13 @@ func runPeers(e *env, args []string) error {
 		if err := wantArgs(pos, 1, "NAME"); err != nil {
 			return err
 		}
-		next, err := list.Without(pos[0])
-		if err != nil {
-			return &codedError{codeUnknownPeer, err.Error()}
-		}
-		if err := next.Save(h.trustPath()); err != nil {
+		if _, err := trust.Update(h.trustPath(), func(l *trust.List) (*trust.List, error) {
+			next, err := l.Without(pos[0])
+			if err != nil {
+				return nil, &codedError{codeUnknownPeer, err.Error()}
+			}
+			return next, nil
+		}); err != nil {
 			return err
 		}
 		fmt.Fprintf(e.stdout, "removed %s\n", pos[0])
