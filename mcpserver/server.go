@@ -173,13 +173,15 @@ func result(v any) (*mcp.CallToolResult, error) {
 	return mcp.NewToolResultStructured(v, string(b)), nil
 }
 
-// toolError is a tool result with isError set and the code first.
-func toolError(err error) *mcp.CallToolResult {
+// toolError is a tool result with isError set: the code first, then the
+// message, then the pending count (as text only: SDK clients validate any
+// structured content against the tool's output schema, errors included).
+func toolError(err error, pending int) *mcp.CallToolResult {
 	code := codeOf(err)
 	msg := err.Error()
 	var e *Error
 	if errors.As(err, &e) {
 		msg = e.Msg
 	}
-	return mcp.NewToolResultError(code + ": " + msg)
+	return mcp.NewToolResultError(fmt.Sprintf("%s: %s (pending: %d)", code, msg, pending))
 }

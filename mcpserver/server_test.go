@@ -282,6 +282,9 @@ func TestSendAndErrors(t *testing.T) {
 		if !res.IsError || !strings.HasPrefix(text(res), tc.code+": ") {
 			t.Errorf("%s %v: isError %v text %q, want code %s", tc.tool, tc.args, res.IsError, text(res), tc.code)
 		}
+		if !strings.HasSuffix(text(res), "(pending: 0)") {
+			t.Errorf("%s %v: error text %q does not carry pending", tc.tool, tc.args, text(res))
+		}
 	}
 	// Malformed calls are protocol errors (invalid params), not tool results.
 	for _, bad := range []struct {

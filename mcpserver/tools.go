@@ -245,7 +245,7 @@ func (s *Server) sendMessage(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	}
 	sent, err := s.node.SendMessage(ctx, peer, body)
 	if err != nil {
-		return toolError(err), nil
+		return toolError(err, s.pending(ctx)), nil
 	}
 	return result(sendMessageResult{MessageID: sent.ID, Peer: sent.Peer, Delivery: sent.Delivery, Pending: s.pending(ctx)})
 }
@@ -258,7 +258,7 @@ func (s *Server) sendRequest(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	}
 	sent, err := s.node.SendRequest(ctx, peer, intent, rawJSON(req, "params"))
 	if err != nil {
-		return toolError(err), nil
+		return toolError(err, s.pending(ctx)), nil
 	}
 	return result(sendRequestResult{RequestID: sent.ID, Peer: sent.Peer, Delivery: sent.Delivery, Pending: s.pending(ctx)})
 }
@@ -270,11 +270,11 @@ func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mc
 		return nil, err
 	}
 	if status != "accepted" && status != "completed" && status != "failed" {
-		return toolError(&Error{CodeBadStatus, fmt.Sprintf("status %q: want accepted, completed or failed", status)}), nil
+		return toolError(&Error{CodeBadStatus, fmt.Sprintf("status %q: want accepted, completed or failed", status)}, s.pending(ctx)), nil
 	}
 	sent, err := s.node.SendResponse(ctx, peer, rid, status, rawJSON(req, "result"))
 	if err != nil {
-		return toolError(err), nil
+		return toolError(err, s.pending(ctx)), nil
 	}
 	return result(sendResponseResult{MessageID: sent.ID, RequestID: rid, Pending: s.pending(ctx)})
 }
@@ -282,7 +282,7 @@ func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mc
 func (s *Server) listPeers(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	peers, err := s.node.Peers(ctx)
 	if err != nil {
-		return toolError(err), nil
+		return toolError(err, s.pending(ctx)), nil
 	}
 	if peers == nil {
 		peers = []Peer{}
@@ -342,7 +342,7 @@ func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // the client cancelled the call
 		}
-		return toolError(err), nil
+		return toolError(err, s.pending(ctx)), nil
 	}
 	if b.Messages == nil {
 		b.Messages = []Message{}
@@ -357,7 +357,7 @@ func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	}
 	acked, pending, err := s.node.Ack(ctx, ids, upTo, filter)
 	if err != nil {
-		return toolError(err), nil
+		return toolError(err, s.pending(ctx)), nil
 	}
 	if acked > 0 {
 		s.inboxChanged()
