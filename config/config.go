@@ -20,6 +20,14 @@ const (
 	DefaultMaxConnections   = 1024
 	DefaultInboxMax         = 10000
 	DefaultInboxMaxBytes    = 256 << 20
+	DefaultStoreMode        = StoreSQLite
+	DefaultDedupWindowHours = 7 * 24
+	DefaultHistoryHours     = 7 * 24
+
+	// StoreSQLite keeps the inbox in <home>/meerkat.db; StoreMemory keeps
+	// it in memory only (ephemeral nodes).
+	StoreSQLite = "sqlite"
+	StoreMemory = "memory"
 
 	// DefaultSocketName is the UDS listener inside the home when
 	// comms.listen_uds is empty.
@@ -48,6 +56,19 @@ type Config struct {
 	Name string `toml:"name"`
 	// Comms is the [comms] table.
 	Comms Comms `toml:"comms"`
+	// Store is the [store] table.
+	Store Store `toml:"store"`
+}
+
+// Store is the [store] table: where received items are kept.
+type Store struct {
+	// Mode is "sqlite" (durable, the default) or "memory".
+	Mode string `toml:"mode"`
+	// DedupWindowHours is how long (sender, id) pairs are remembered to
+	// drop repeats, across restarts.
+	DedupWindowHours int `toml:"dedup_window_hours"`
+	// HistoryHours is how long acknowledged items are kept.
+	HistoryHours int `toml:"history_hours"`
 }
 
 // Comms is the [comms] table: listeners and the limits of the links.
@@ -86,6 +107,11 @@ func Default() Config {
 			MaxConnections:   DefaultMaxConnections,
 			InboxMax:         DefaultInboxMax,
 			InboxMaxBytes:    DefaultInboxMaxBytes,
+		},
+		Store: Store{
+			Mode:             DefaultStoreMode,
+			DedupWindowHours: DefaultDedupWindowHours,
+			HistoryHours:     DefaultHistoryHours,
 		},
 	}
 }

@@ -56,10 +56,19 @@ var keys = [...]keyDef{
 	{path: "comms.inbox_max_bytes", env: "MEERKAT_COMMS_INBOX_MAX_BYTES",
 		doc: `Total size, in bytes, of the messages the inbox holds; when full, new messages are refused (not acked), never dropped.`,
 		num: func(c *Config) *int { return &c.Comms.InboxMaxBytes }},
+	{path: "store.mode", env: "MEERKAT_STORE_MODE",
+		doc: `Where received items are kept: "sqlite" (meerkat.db in the home; an ack means the item is on disk, and duplicates are recognised across restarts) or "memory" (ephemeral nodes).`,
+		str: func(c *Config) *string { return &c.Store.Mode }},
+	{path: "store.dedup_window_hours", env: "MEERKAT_STORE_DEDUP_WINDOW_HOURS",
+		doc: `Hours a (sender, id) pair is remembered so a repeat is acknowledged but not delivered again (sqlite mode).`,
+		num: func(c *Config) *int { return &c.Store.DedupWindowHours }},
+	{path: "store.history_hours", env: "MEERKAT_STORE_HISTORY_HOURS",
+		doc: `Hours acknowledged items are kept as history (sqlite mode).`,
+		num: func(c *Config) *int { return &c.Store.HistoryHours }},
 }
 
 // tables are the TOML tables that hold keys.
-var tables = [...]string{"comms"}
+var tables = [...]string{"comms", "store"}
 
 // Keys returns the table of configuration keys, in file order. The slice
 // is a fresh copy: changing it changes nothing else.

@@ -20,6 +20,9 @@ var wantEnv = map[string]string{
 	"comms.max_connections":    "MEERKAT_COMMS_MAX_CONNECTIONS",
 	"comms.inbox_max":          "MEERKAT_COMMS_INBOX_MAX",
 	"comms.inbox_max_bytes":    "MEERKAT_COMMS_INBOX_MAX_BYTES",
+	"store.mode":               "MEERKAT_STORE_MODE",
+	"store.dedup_window_hours": "MEERKAT_STORE_DEDUP_WINDOW_HOURS",
+	"store.history_hours":      "MEERKAT_STORE_HISTORY_HOURS",
 }
 
 // tomlPaths lists the key paths of Config's toml tags, by reflection.

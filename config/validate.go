@@ -33,6 +33,11 @@ func (c Config) Validate() error {
 	add("comms.max_connections", checkMin(c.Comms.MaxConnections, 1))
 	add("comms.inbox_max", checkMin(c.Comms.InboxMax, 1))
 	add("comms.inbox_max_bytes", checkMin(c.Comms.InboxMaxBytes, 1))
+	if c.Store.Mode != StoreSQLite && c.Store.Mode != StoreMemory {
+		add("store.mode", fmt.Errorf("must be %q or %q, got %q", StoreSQLite, StoreMemory, c.Store.Mode))
+	}
+	add("store.dedup_window_hours", checkRange(c.Store.DedupWindowHours, 1, 24*365))
+	add("store.history_hours", checkRange(c.Store.HistoryHours, 1, 24*365))
 	return errors.Join(errs...)
 }
 

@@ -92,6 +92,7 @@ func TestValidateAllAtOnce(t *testing.T) {
 		"name", "comms.listen_uds", "comms.listen_tcp", "comms.ack_timeout_secs",
 		"comms.max_message_bytes", "comms.frame_timeout_secs", "comms.idle_timeout_secs",
 		"comms.max_connections", "comms.inbox_max", "comms.inbox_max_bytes",
+		"store.mode", "store.dedup_window_hours", "store.history_hours",
 	}
 	if got := errorKeys(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("error keys = %q, want %q", got, want)

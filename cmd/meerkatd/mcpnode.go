@@ -25,7 +25,7 @@ const maxTrackedRequests = 1 << 16
 // requests received, so that answers to unknown or already answered
 // requests are refused with a clear error.
 type recordingInbox struct {
-	mail *inbox.Mailbox[comms.Item]
+	mail mailStore
 
 	mu       sync.Mutex
 	requests map[identity.UUID]*trackedRequest
@@ -37,7 +37,7 @@ type trackedRequest struct {
 	answered bool // a final (completed or failed) response was sent
 }
 
-func newRecordingInbox(mail *inbox.Mailbox[comms.Item]) *recordingInbox {
+func newRecordingInbox(mail mailStore) *recordingInbox {
 	return &recordingInbox{mail: mail, requests: map[identity.UUID]*trackedRequest{}}
 }
 
@@ -45,6 +45,13 @@ func (ri *recordingInbox) Push(it comms.Item) error {
 	if err := ri.mail.Push(it); err != nil {
 		return err
 	}
+	ri.track(it)
+	return nil
+}
+
+// track records a received request (also those found in a durable inbox
+// at start-up).
+func (ri *recordingInbox) track(it comms.Item) {
 	if it.Type == comms.ItemExternal && it.Envelope.Kind.Type() == wire.TypeRequest {
 		ri.mu.Lock()
 		if _, ok := ri.requests[it.Envelope.ID]; !ok {
@@ -57,7 +64,6 @@ func (ri *recordingInbox) Push(it comms.Item) error {
 		}
 		ri.mu.Unlock()
 	}
-	return nil
 }
 
 // checkAnswer reports whether request id from peer may be answered now.

@@ -17,6 +17,7 @@ import (
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/inbox/store"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -130,7 +131,7 @@ func (e *env) openHome(flagHome string, overrides map[string]string) (*home, err
 type node struct {
 	h      *home
 	r      *comms.Router
-	mail   *inbox.Mailbox[comms.Item]
+	mail   mailStore
 	inbox  *recordingInbox // the Router's Admitter: mail plus received requests
 	log    *slog.Logger
 	addrs  []transport.Addr // what it listens on
@@ -140,6 +141,53 @@ type node struct {
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when stop begins; waits on the mailbox end
+}
+
+// dbFileName is the durable inbox inside the home.
+const dbFileName = "meerkat.db"
+
+// expireInterval is how often the durable inbox drops expired dedup rows
+// and old history.
+const expireInterval = time.Hour
+
+// openMail opens where the node keeps what it receives: for a daemon (or
+// embedded MCP node) the home's SQLite store unless [store] mode is
+// "memory"; for the short-lived standalone command nodes, memory (they
+// keep only responses they wait for).
+func openMail(h *home, log *slog.Logger, mode nodeMode) (mailStore, error) {
+	if mode != nodeFull || h.cfg.Store.Mode == config.StoreMemory {
+		mail := inbox.NewMailbox[comms.Item](h.cfg.Comms.InboxMax)
+		mail.SetByteLimit(h.cfg.Comms.InboxMaxBytes, func(it comms.Item) int { return it.Size + itemOverhead })
+		return mail, nil
+	}
+	st, err := store.Open(filepath.Join(h.dir, dbFileName), store.Options{
+		MaxItems:         h.cfg.Comms.InboxMax,
+		DedupWindow:      time.Duration(h.cfg.Store.DedupWindowHours) * time.Hour,
+		HistoryRetention: time.Duration(h.cfg.Store.HistoryHours) * time.Hour,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &durableMail{st: st, log: log}, nil
+}
+
+func expireLoop(ctx context.Context, d *durableMail, log *slog.Logger) {
+	t := time.NewTicker(expireInterval)
+	defer t.Stop()
+	for {
+		if dedup, history, err := d.st.Expire(); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("inbox store: expiry failed", "err", err)
+			}
+		} else if dedup+history > 0 {
+			log.Debug("inbox store: expired", "dedup", dedup, "history", history)
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // nodeMode says what a node in this process is for.
@@ -173,9 +221,14 @@ func startNode(h *home, log *slog.Logger, mode nodeMode) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	mail := inbox.NewMailbox[comms.Item](h.cfg.Comms.InboxMax)
-	mail.SetByteLimit(h.cfg.Comms.InboxMaxBytes, func(it comms.Item) int { return it.Size + itemOverhead })
+	mail, err := openMail(h, log, mode)
+	if err != nil {
+		return nil, err
+	}
 	rec := newRecordingInbox(mail)
+	for _, en := range mail.List(0, 0) { // requests still unanswered from before a restart
+		rec.track(en.Item)
+	}
 	var admit comms.Admitter = rec
 	if mode == nodeReplies {
 		admit = responsesOnly{rec}
@@ -190,10 +243,18 @@ func startNode(h *home, log *slog.Logger, mode nodeMode) (*node, error) {
 		Inbox:           admit,
 	})
 	if err != nil {
+		mail.Close()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{h: h, r: r, mail: mail, inbox: rec, log: log, cancel: cancel, reload: func() {}, stopped: make(chan struct{})}
+	if d, ok := mail.(*durableMail); ok {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			expireLoop(ctx, d, log)
+		}()
+	}
 	if mode == nodeSendOnly {
 		return n, nil
 	}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/inbox/store"
+)
+
+// mailStore is where a node keeps what it received: the memory Mailbox or
+// the durable SQLite store ([store] mode).
+type mailStore interface {
+	Push(comms.Item) error
+	List(after uint64, limit int) []inbox.Entry[comms.Item]
+	Wait(ctx context.Context, after uint64, limit int) ([]inbox.Entry[comms.Item], error)
+	Ack(seqs ...uint64) int
+	Len() int
+	Changed() <-chan struct{}
+	Close()
+}
+
+var (
+	_ mailStore = (*inbox.Mailbox[comms.Item])(nil)
+	_ mailStore = (*durableMail)(nil)
+)
+
+// kindSubagent marks stored subagent results, which are not envelopes.
+const kindSubagent = "subagent_result"
+
+// admitTimeout bounds one durable admission (a group commit is a few
+// milliseconds; a stuck disk must not hold a connection forever).
+const admitTimeout = 10 * time.Second
+
+// durableMail keeps items in the SQLite store: envelopes as their wire
+// bytes, subagent results as JSON.
+type durableMail struct {
+	st  *store.Store
+	log *slog.Logger
+}
+
+type storedSubagent struct {
+	ID      identity.UUID `json:"id"`
+	Result  wire.Value    `json:"result"`
+	Summary string        `json:"summary"`
+}
+
+// Push stores it durably and returns once it is committed. A duplicate
+// (same sender and id, within the dedup window, also across restarts)
+// returns nil: it was stored before, so the sender may be acked again.
+func (d *durableMail) Push(it comms.Item) error {
+	rec := store.Record{Received: it.Received}
+	switch it.Type {
+	case comms.ItemExternal:
+		payload, err := it.Envelope.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		rec.Sender, rec.ID, rec.Kind, rec.Peer, rec.Payload = it.Envelope.From, it.Envelope.ID, it.Envelope.Kind.Type(), it.PeerName, payload
+	case comms.ItemSubagentResult:
+		payload, err := json.Marshal(storedSubagent{ID: it.SubagentID, Result: it.Result, Summary: it.Summary})
+		if err != nil {
+			return err
+		}
+		rec.ID, rec.Kind, rec.Payload = it.SubagentID, kindSubagent, payload
+	default:
+		return errors.New("unknown inbox item type")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
+	defer cancel()
+	_, err := d.st.Admit(ctx, rec)
+	return err
+}
+
+// item decodes a stored record. Envelopes were verified when they arrived;
+// here they are only decoded.
+func (d *durableMail) item(r store.Record) (comms.Item, error) {
+	if r.Kind == kindSubagent {
+		var s storedSubagent
+		if err := json.Unmarshal(r.Payload, &s); err != nil {
+			return comms.Item{}, err
+		}
+		return comms.Item{Type: comms.ItemSubagentResult, Received: r.Received, SubagentID: s.ID, Result: s.Result, Summary: s.Summary}, nil
+	}
+	e, err := wire.Decode(r.Payload)
+	if err != nil {
+		return comms.Item{}, err
+	}
+	return comms.Item{Type: comms.ItemExternal, Received: r.Received, Envelope: e, PeerName: r.Peer, Size: len(r.Payload)}, nil
+}
+
+func (d *durableMail) List(after uint64, limit int) []inbox.Entry[comms.Item] {
+	recs, err := d.st.List(after, limit)
+	if err != nil {
+		d.log.Error("inbox store: list failed", "err", err)
+		return nil
+	}
+	out := make([]inbox.Entry[comms.Item], 0, len(recs))
+	for _, r := range recs {
+		it, err := d.item(r)
+		if err != nil {
+			d.log.Error("inbox store: undecodable item skipped", "seq", r.Seq, "err", err)
+			continue
+		}
+		out = append(out, inbox.Entry[comms.Item]{Seq: r.Seq, Item: it})
+	}
+	return out
+}
+
+func (d *durableMail) Wait(ctx context.Context, after uint64, limit int) ([]inbox.Entry[comms.Item], error) {
+	for {
+		changed := d.st.Changed()
+		if out := d.List(after, limit); len(out) > 0 {
+			return out, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (d *durableMail) Ack(seqs ...uint64) int {
+	n, err := d.st.Ack(seqs...)
+	if err != nil {
+		d.log.Error("inbox store: ack failed", "err", err)
+	}
+	return n
+}
+
+func (d *durableMail) Len() int {
+	n, err := d.st.Len()
+	if err != nil {
+		d.log.Error("inbox store: count failed", "err", err)
+	}
+	return n
+}
+
+func (d *durableMail) Changed() <-chan struct{} { return d.st.Changed() }
+
+func (d *durableMail) Close() {
+	if err := d.st.Close(); err != nil {
+		d.log.Error("inbox store: close failed", "err", err)
+	}
+}

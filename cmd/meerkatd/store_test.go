@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// deliverRaw sends one envelope to addr on its own connection, the Rust
+// way, and checks the ack.
+func deliverRaw(t *testing.T, addr transport.Addr, payload []byte, to identity.PeerID, id identity.UUID) {
+	t.Helper()
+	c, err := transport.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if err := transport.WriteFrame(c, payload); err != nil {
+		t.Fatal(err)
+	}
+	ackBytes, err := transport.ReadFrame(c, 0)
+	if err != nil {
+		t.Fatalf("no ack: %v", err)
+	}
+	ack, err := wire.Open(ackBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ack.Kind.InReplyTo(); got != id || ack.From != to {
+		t.Fatalf("bad ack %+v", ack)
+	}
+}
+
+// With the default [store] mode an acknowledged message survives a restart
+// of the node, requests stay answerable, and a repeat of the same envelope
+// after the restart is acknowledged but not delivered again.
+func TestDurableInboxAcrossRestart(t *testing.T) {
+	dir, err := os.MkdirTemp("", "mkst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bobHome := filepath.Join(dir, "bob")
+	if _, err := initHome(bobHome, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	alice, _ := identity.GenerateKeypair()
+	l, err := trust.New(trust.Peer{Name: "alice", ID: alice.ID(), Addr: transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(dir, "alice.sock")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Save(filepath.Join(bobHome, trust.FileName)); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(io.Discard, io.Discard, mapEnv(nil))
+	h, err := e.openHome(bobHome, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.cfg.Store.Mode != "sqlite" {
+		t.Fatalf("default store mode %q", h.cfg.Store.Mode)
+	}
+	log := slog.New(slog.DiscardHandler)
+	start := func() *node {
+		n, err := startNode(h, log, nodeFull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	env, err := wire.Seal(alice, identity.NewUUID(), h.kp.ID(), wire.Request("keep", wire.Int(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := env.MarshalBinary()
+
+	n := start()
+	addr := n.addrs[0]
+	deliverRaw(t, addr, payload, h.kp.ID(), env.ID)
+	n.stop()
+
+	n = start()
+	defer n.stop()
+	items := n.mail.List(0, 0)
+	if len(items) != 1 || items[0].Item.Envelope.ID != env.ID || items[0].Item.PeerName != "alice" {
+		t.Fatalf("after restart the inbox holds %+v", items)
+	}
+	if err := n.inbox.checkAnswer(env.ID, alice.ID(), false); err != nil {
+		t.Fatalf("a request received before the restart is not answerable: %v", err)
+	}
+	deliverRaw(t, addr, payload, h.kp.ID(), env.ID) // the sender's retry
+	if got := n.mail.Len(); got != 1 {
+		t.Fatalf("a repeat after the restart was delivered again: %d items", got)
+	}
+}
