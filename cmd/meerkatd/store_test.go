@@ -41,7 +41,7 @@ func deliverRaw(t *testing.T, addr transport.Addr, payload []byte, to identity.P
 	}
 }
 
-// With the default [store] mode an acknowledged message survives a restart
+// With [store] mode = "sqlite" an acknowledged message survives a restart
 // of the node, requests stay answerable, and a repeat of the same envelope
 // after the restart is acknowledged but not delivered again.
 func TestDurableInboxAcrossRestart(t *testing.T) {
@@ -62,13 +62,13 @@ func TestDurableInboxAcrossRestart(t *testing.T) {
 	if err := l.Save(filepath.Join(bobHome, trust.FileName)); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(io.Discard, io.Discard, mapEnv(nil))
+	e := newEnv(io.Discard, io.Discard, mapEnv(map[string]string{"MEERKAT_STORE_MODE": "sqlite"}))
 	h, err := e.openHome(bobHome, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if h.cfg.Store.Mode != "sqlite" {
-		t.Fatalf("default store mode %q", h.cfg.Store.Mode)
+		t.Fatalf("store mode %q", h.cfg.Store.Mode)
 	}
 	log := slog.New(slog.DiscardHandler)
 	start := func() *node {
