@@ -280,3 +280,19 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load(directory) err = %v, want a non-ErrNotExist error", err)
 	}
 }
+
+func TestQuotedDottedKeyHint(t *testing.T) {
+	_, err := Parse([]byte(`"comms.listen_tcp" = "127.0.0.1:4200"` + "\n"))
+	if err == nil || !strings.Contains(err.Error(), "quoted key is one key") {
+		t.Fatalf("quoted dotted key: %v", err)
+	}
+}
+
+func TestResolveRefusesUnsafeNameInPath(t *testing.T) {
+	c := Default()
+	c.Name = "../../etc"
+	c.Comms.ListenUDS = "/tmp/{name}/x.sock"
+	if _, err := c.Resolve("/home/x"); err == nil {
+		t.Fatal("Resolve substituted an unsafe name into the socket path")
+	}
+}

@@ -139,6 +139,10 @@ func isKnownPath(path string) bool {
 // miss of a known key: a typo, different case, or a key in the wrong table.
 func unknownKey(path string) error {
 	if s := suggest(path); s != "" {
+		if strings.Trim(path, `"'`) == s {
+			// "comms.listen_tcp" = … quoted is one key named with a dot.
+			return fmt.Errorf("%w (a quoted key is one key, dots and all: write %s unquoted, or set it under its [table])", ErrUnknownKey, s)
+		}
 		return fmt.Errorf("%w (did you mean %q?)", ErrUnknownKey, s)
 	}
 	return ErrUnknownKey

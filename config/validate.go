@@ -129,6 +129,11 @@ func (c Config) udsPath(home string) (string, error) {
 		}
 		p = filepath.Join(home, DefaultSocketName)
 	default:
+		if strings.Contains(p, NamePlaceholder) {
+			if err := checkName(c.Name); err != nil { // the name becomes part of a path
+				return "", fmt.Errorf("{name}: %w", err)
+			}
+		}
 		p = strings.ReplaceAll(p, NamePlaceholder, c.Name)
 		if strings.HasPrefix(p, "~") {
 			return "", fmt.Errorf("%q: '~' is not expanded; use an absolute path", p)
