@@ -103,3 +103,49 @@ func TestStdio(t *testing.T) {
 		t.Fatal("ServeStdio did not return after stdin closed")
 	}
 }
+
+func TestCheckCall(t *testing.T) {
+	tests := []struct {
+		line string
+		want int // 0: passed on to mcp-go
+	}{
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, 0},
+		{`{"jsonrpc":"2.0","method":"tools/call","params":{"name":"send_message","arguments":{}}}`, 0}, // a notification: no reply possible
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"send_message","arguments":{"peer":"b","body":"x"}}}`, 0},
+		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"send_message","arguments":{"body":"x"}}}`, codeInvalidParams},
+		{`{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"list_peers","arguments":[1]}}`, codeInvalidParams},
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"receive_messages","arguments":{"kinds":["x"]}}}`, codeInvalidParams},
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"no_such_tool","arguments":{}}}`, 0},
+		{`not json`, 0},
+	}
+	for _, tc := range tests {
+		reply := checkCall([]byte(tc.line))
+		if tc.want == 0 {
+			if reply != nil {
+				t.Errorf("%s: unexpected reply %s", tc.line, reply)
+			}
+			continue
+		}
+		var m struct {
+			Error struct{ Code int } `json:"error"`
+		}
+		if err := json.Unmarshal(reply, &m); err != nil || m.Error.Code != tc.want {
+			t.Errorf("%s: reply %s, want code %d", tc.line, reply, tc.want)
+		}
+	}
+}
+
+func FuzzCheckCall(f *testing.F) {
+	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"send_message","arguments":{"body":"x"}}}`))
+	f.Add([]byte(`{"id":[],"method":"tools/call","params":{"name":"ack_messages","arguments":{"up_to":-1}}}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		reply := checkCall(line)
+		if reply == nil {
+			return
+		}
+		var m map[string]any
+		if err := json.Unmarshal(reply, &m); err != nil || m["jsonrpc"] != "2.0" || m["error"] == nil {
+			t.Fatalf("reply %q is not a JSON-RPC error", reply)
+		}
+	})
+}
