@@ -162,6 +162,7 @@ func openMail(h *home, log *slog.Logger, mode nodeMode) (mailStore, error) {
 	}
 	st, err := store.Open(filepath.Join(h.dir, dbFileName), store.Options{
 		MaxItems:         h.cfg.Comms.InboxMax,
+		MaxBytes:         int64(h.cfg.Comms.InboxMaxBytes),
 		DedupWindow:      time.Duration(h.cfg.Store.DedupWindowHours) * time.Hour,
 		HistoryRetention: time.Duration(h.cfg.Store.HistoryHours) * time.Hour,
 	})

@@ -72,6 +72,10 @@ type Options struct {
 	// MaxItems is the number of unacknowledged items at which admission
 	// fails with ErrFull.
 	MaxItems int
+	// MaxBytes bounds the total payload size of unacknowledged items:
+	// an admission past it fails with ErrFull (one item is always admitted
+	// into an empty store). Zero means no byte limit.
+	MaxBytes int64
 	// DedupWindow is how long (Sender, ID) stays known after admission.
 	DedupWindow time.Duration
 	// HistoryRetention is how long acknowledged items are kept.
@@ -129,9 +133,10 @@ type Store struct {
 	// items or acknowledged some; closed for good by Close.
 	changed chan struct{}
 
-	unacked int          // owned by commitLoop (and Open before it starts)
-	count   atomic.Int64 // unacked as of the last commit, for Len
-	txns    atomic.Int64 // committed batch transactions, for tests
+	unacked      int          // owned by commitLoop (and Open before it starts)
+	unackedBytes int64        // payload bytes of unacked items; owned like unacked
+	count        atomic.Int64 // unacked as of the last commit, for Len
+	txns         atomic.Int64 // committed batch transactions, for tests
 }
 
 type opKind uint8
@@ -226,7 +231,7 @@ func (s *Store) init() error {
 	if err := migrate(ctx, s.db); err != nil {
 		return err
 	}
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM items WHERE acked_at IS NULL`).Scan(&s.unacked); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*), COALESCE(SUM(length(payload)), 0) FROM items WHERE acked_at IS NULL`).Scan(&s.unacked, &s.unackedBytes); err != nil {
 		return fmt.Errorf("count items: %w", err)
 	}
 	s.count.Store(int64(s.unacked))
@@ -454,7 +459,7 @@ func (s *Store) commitLoop() {
 // not (then nothing of the batch was stored).
 func (s *Store) commit(batch []*request) {
 	res := make([]result, len(batch))
-	unacked, added, acked, err := s.runBatch(batch, res)
+	unacked, added, acked, bytes, err := s.runBatch(batch, res)
 	if err != nil {
 		err = fmt.Errorf("store: commit: %w", err)
 		for _, req := range batch {
@@ -462,7 +467,7 @@ func (s *Store) commit(batch []*request) {
 		}
 		return
 	}
-	s.unacked = unacked
+	s.unacked, s.unackedBytes = unacked, bytes
 	s.count.Store(int64(unacked))
 	s.txns.Add(1)
 	if added > 0 || acked > 0 {
@@ -481,7 +486,7 @@ const (
 		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen`
 	sqlInsert = `INSERT INTO items (sender, id, kind, peer, received, payload)
 		VALUES (?, ?, ?, ?, ?, ?)`
-	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL`
+	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL RETURNING length(payload)`
 	sqlExpireDedup = `DELETE FROM dedup WHERE first_seen < ?1 AND NOT EXISTS (SELECT 1 FROM items i
 		WHERE i.sender = dedup.sender AND i.id = dedup.id AND i.acked_at IS NULL)`
 	sqlExpireItems = `DELETE FROM items WHERE acked_at IS NOT NULL AND acked_at < ?`
@@ -490,11 +495,11 @@ const (
 // runBatch executes batch in one transaction, filling res. It returns the
 // unacknowledged count after the batch and how many items it added and
 // acknowledged; on error the transaction was rolled back.
-func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked int, err error) {
+func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked int, bytes int64, err error) {
 	ctx := context.Background()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	defer tx.Rollback()
 	now := s.opts.Now()
@@ -508,7 +513,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		*p = st
 		return err
 	}
-	unacked = s.unacked
+	unacked, bytes = s.unacked, s.unackedBytes
 	for i, req := range batch {
 		switch req.op {
 		case opAdmit:
@@ -517,7 +522,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 				q  string
 			}{{&lookup, sqlLookup}, {&remember, sqlRemember}, {&insert, sqlInsert}} {
 				if err := prepare(p.st, p.q); err != nil {
-					return 0, 0, 0, err
+					return 0, 0, 0, 0, err
 				}
 			}
 			r := &req.rec
@@ -528,60 +533,61 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 				continue
 			case sql.ErrNoRows:
 			default:
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
-			if unacked >= s.opts.MaxItems {
+			if unacked >= s.opts.MaxItems || s.opts.MaxBytes > 0 && unacked > 0 && bytes+int64(len(r.Payload)) > s.opts.MaxBytes {
 				res[i].err = ErrFull
 				continue
 			}
 			if _, err := remember.ExecContext(ctx, r.Sender[:], r.ID[:], nowNS); err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			payload := r.Payload
 			if payload == nil {
 				payload = []byte{} // NOT NULL: store an empty blob
 			}
 			if _, err := insert.ExecContext(ctx, r.Sender[:], r.ID[:], r.Kind, r.Peer, r.Received.UnixNano(), payload); err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			unacked++
 			added++
+			bytes += int64(len(payload))
 		case opAck:
 			if err := prepare(&ack, sqlAck); err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			for _, seq := range req.seqs {
 				if seq == 0 || seq > math.MaxInt64 {
 					continue
 				}
-				r, err := ack.ExecContext(ctx, nowNS, int64(seq))
-				if err != nil {
-					return 0, 0, 0, err
+				var size int64
+				switch err := ack.QueryRowContext(ctx, nowNS, int64(seq)).Scan(&size); err {
+				case nil:
+					res[i].n++
+					bytes -= size
+				case sql.ErrNoRows: // unknown or already acknowledged
+				default:
+					return 0, 0, 0, 0, err
 				}
-				n, err := r.RowsAffected()
-				if err != nil {
-					return 0, 0, 0, err
-				}
-				res[i].n += int(n)
 			}
 			unacked -= res[i].n
 			acked += res[i].n
 		case opExpire:
 			r, err := tx.ExecContext(ctx, sqlExpireDedup, now.Add(-s.opts.DedupWindow).UnixNano())
 			if err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			n, err := r.RowsAffected()
 			if err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			r, err = tx.ExecContext(ctx, sqlExpireItems, now.Add(-s.opts.HistoryRetention).UnixNano())
 			if err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			m, err := r.RowsAffected()
 			if err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			res[i].n, res[i].m = int(n), int(m)
 		default:
@@ -589,7 +595,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
-	return unacked, added, acked, nil
+	return unacked, added, acked, bytes, nil
 }

@@ -569,3 +569,34 @@ func TestOddPath(t *testing.T) {
 		t.Fatalf("database not at the given path: %v", err)
 	}
 }
+
+// The byte limit refuses admissions past MaxBytes of unacknowledged
+// payload, frees room on ack, and is restored from the file on reopen.
+func TestByteLimit(t *testing.T) {
+	checkGoroutines(t)
+	big := func(n uint64, size int) Record {
+		r := rec(1, n)
+		r.Payload = bytes.Repeat([]byte{'x'}, size)
+		return r
+	}
+	s, path := openStore(t, Options{MaxBytes: 100})
+	mustAdmit(t, s, big(1, 150)) // one item always fits an empty store
+	if _, err := s.Admit(context.Background(), big(2, 1)); !errors.Is(err, ErrFull) {
+		t.Fatalf("admit past the byte limit: %v", err)
+	}
+	if n, err := s.Ack(1); err != nil || n != 1 {
+		t.Fatalf("Ack = %d, %v", n, err)
+	}
+	mustAdmit(t, s, big(3, 60))
+	if _, err := s.Admit(context.Background(), big(4, 41)); !errors.Is(err, ErrFull) {
+		t.Fatalf("admit to 101 bytes: %v", err)
+	}
+	mustAdmit(t, s, big(5, 40)) // exactly 100
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, path, Options{MaxBytes: 100})
+	if _, err := s.Admit(context.Background(), big(6, 1)); !errors.Is(err, ErrFull) {
+		t.Fatalf("after reopen the stored bytes were forgotten: %v", err)
+	}
+}
