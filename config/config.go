@@ -20,7 +20,7 @@ const (
 	DefaultMaxConnections   = 1024
 	DefaultInboxMax         = 10000
 	DefaultInboxMaxBytes    = 256 << 20
-	DefaultStoreMode        = StoreMemory
+	DefaultStoreMode        = StoreSQLite
 	DefaultDedupWindowHours = 7 * 24
 	DefaultHistoryHours     = 7 * 24
 

@@ -25,7 +25,7 @@ var fullConfig = Config{
 		InboxMax:         500,
 		InboxMaxBytes:    1000000,
 	},
-	Store: Store{Mode: "sqlite", DedupWindowHours: 24, HistoryHours: 48},
+	Store: Store{Mode: "memory", DedupWindowHours: 24, HistoryHours: 48},
 }
 
 func requireNoError(t *testing.T, err error) {
@@ -69,7 +69,7 @@ func TestDefault(t *testing.T) {
 			InboxMax:         10000,
 			InboxMaxBytes:    268435456,
 		},
-		Store: Store{Mode: "memory", DedupWindowHours: 168, HistoryHours: 168},
+		Store: Store{Mode: "sqlite", DedupWindowHours: 168, HistoryHours: 168},
 	}
 	if got := Default(); got != want {
 		t.Fatalf("Default() = %+v, want %+v", got, want)

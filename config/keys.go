@@ -57,7 +57,7 @@ var keys = [...]keyDef{
 		doc: `Total size, in bytes, of the messages the inbox holds; when full, new messages are refused (not acked), never dropped.`,
 		num: func(c *Config) *int { return &c.Comms.InboxMaxBytes }},
 	{path: "store.mode", env: "MEERKAT_STORE_MODE",
-		doc: `Where received items are kept: "memory" (the default for now) or "sqlite" (meerkat.db in the home: an ack means the item is on disk, items survive restarts, duplicates are recognised across restarts).`,
+		doc: `Where received items are kept: "sqlite" (meerkat.db in the home: an ack means the item is on disk, items survive restarts, duplicates are recognised across restarts) or "memory" (ephemeral nodes).`,
 		str: func(c *Config) *string { return &c.Store.Mode }},
 	{path: "store.dedup_window_hours", env: "MEERKAT_STORE_DEDUP_WINDOW_HOURS",
 		doc: `Hours a (sender, id) pair is remembered so a repeat is acknowledged but not delivered again (sqlite mode).`,

@@ -18,6 +18,8 @@ import (
 // the durable SQLite store ([store] mode).
 type mailStore interface {
 	Push(comms.Item) error
+	// Pending counts unacknowledged messages and requests.
+	Pending() int
 	List(after uint64, limit int) []inbox.Entry[comms.Item]
 	Wait(ctx context.Context, after uint64, limit int) ([]inbox.Entry[comms.Item], error)
 	Ack(seqs ...uint64) int
@@ -27,9 +29,14 @@ type mailStore interface {
 }
 
 var (
-	_ mailStore = (*inbox.Mailbox[comms.Item])(nil)
+	_ mailStore = memMail{}
 	_ mailStore = (*durableMail)(nil)
 )
+
+// memMail is the memory inbox.
+type memMail struct{ *inbox.Mailbox[comms.Item] }
+
+func (m memMail) Pending() int { return pendingCount(m.List(0, 0)) }
 
 // kindSubagent marks stored subagent results, which are not envelopes.
 const kindSubagent = "subagent_result"
@@ -144,6 +151,14 @@ func (d *durableMail) Len() int {
 }
 
 func (d *durableMail) Changed() <-chan struct{} { return d.st.Changed() }
+
+func (d *durableMail) Pending() int {
+	n, err := d.st.CountKinds(wire.TypeMessage, wire.TypeRequest)
+	if err != nil {
+		d.log.Error("inbox store: count failed", "err", err)
+	}
+	return n
+}
 
 func (d *durableMail) Close() {
 	if err := d.st.Close(); err != nil {

@@ -266,23 +266,29 @@ func (m *mcpNode) Receive(ctx context.Context, q mcpserver.Query) (mcpserver.Bat
 	}
 	for {
 		changed := m.n.mail.Changed()
-		all := m.n.mail.List(0, 0)
-		b := mcpserver.Batch{Cursor: q.After, Pending: pendingCount(all), Messages: []mcpserver.Message{}}
+		b := mcpserver.Batch{Cursor: q.After, Pending: m.n.mail.Pending(), Messages: []mcpserver.Message{}}
 		size := 0
-		for _, en := range all {
-			if en.Seq > b.Cursor {
-				b.Cursor = en.Seq // the cursor passes items the filters skip too
+		// Read the inbox a page at a time after the cursor: a durable
+		// inbox is not loaded whole for one call.
+	scan:
+		for {
+			page := m.n.mail.List(b.Cursor, receivePage)
+			for _, en := range page {
+				if !matches(en.Item, q, from) {
+					b.Cursor = en.Seq // the cursor passes items the filters skip too
+					continue
+				}
+				if q.Limit > 0 && len(b.Messages) == q.Limit || size >= maxBatchBytes {
+					break scan // the cursor stays at the last item returned
+				}
+				msg := toMessage(en)
+				size += itemSize(msg)
+				b.Messages = append(b.Messages, msg)
+				b.Cursor = en.Seq
 			}
-			if en.Seq <= q.After || !matches(en.Item, q, from) {
-				continue
-			}
-			if q.Limit > 0 && len(b.Messages) == q.Limit || size >= maxBatchBytes {
-				b.Cursor = b.Messages[len(b.Messages)-1].Seq
+			if len(page) < receivePage {
 				break
 			}
-			msg := toMessage(en)
-			size += itemSize(msg)
-			b.Messages = append(b.Messages, msg)
 		}
 		if len(b.Messages) > 0 || q.Wait <= 0 {
 			return b, nil
@@ -301,6 +307,9 @@ func (m *mcpNode) Receive(ctx context.Context, q mcpserver.Query) (mcpserver.Bat
 		}
 	}
 }
+
+// receivePage is how many inbox items Receive reads at a time.
+const receivePage = 256
 
 // maxBatchBytes bounds one receive batch (roughly, by content size); a
 // batch always holds at least one item, and the cursor lets the client
@@ -358,5 +367,5 @@ func (m *mcpNode) Ack(_ context.Context, ids []string, upTo uint64, filter mcpse
 		}
 	}
 	acked := m.n.mail.Ack(seqs...)
-	return acked, pendingCount(m.n.mail.List(0, 0)), nil
+	return acked, m.n.mail.Pending(), nil
 }

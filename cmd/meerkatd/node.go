@@ -158,7 +158,7 @@ func openMail(h *home, log *slog.Logger, mode nodeMode) (mailStore, error) {
 	if mode != nodeFull || h.cfg.Store.Mode == config.StoreMemory {
 		mail := inbox.NewMailbox[comms.Item](h.cfg.Comms.InboxMax)
 		mail.SetByteLimit(h.cfg.Comms.InboxMaxBytes, func(it comms.Item) int { return it.Size + itemOverhead })
-		return mail, nil
+		return memMail{mail}, nil
 	}
 	st, err := store.Open(filepath.Join(h.dir, dbFileName), store.Options{
 		MaxItems:         h.cfg.Comms.InboxMax,

@@ -41,8 +41,8 @@ func deliverRaw(t *testing.T, addr transport.Addr, payload []byte, to identity.P
 	}
 }
 
-// With [store] mode = "sqlite" an acknowledged message survives a restart
-// of the node, requests stay answerable, and a repeat of the same envelope
+// With the default [store] mode (sqlite) an acknowledged message survives
+// a restart of the node, requests stay answerable, and a repeat of the same envelope
 // after the restart is acknowledged but not delivered again.
 func TestDurableInboxAcrossRestart(t *testing.T) {
 	dir, err := os.MkdirTemp("", "mkst")
@@ -62,7 +62,7 @@ func TestDurableInboxAcrossRestart(t *testing.T) {
 	if err := l.Save(filepath.Join(bobHome, trust.FileName)); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(io.Discard, io.Discard, mapEnv(map[string]string{"MEERKAT_STORE_MODE": "sqlite"}))
+	e := newEnv(io.Discard, io.Discard, mapEnv(nil))
 	h, err := e.openHome(bobHome, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -599,3 +599,26 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	}
 	return unacked, added, acked, bytes, nil
 }
+
+// CountKinds returns how many unacknowledged items have one of the given
+// kinds, without reading their payloads.
+func (s *Store) CountKinds(kinds ...string) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	if len(kinds) == 0 {
+		return 0, nil
+	}
+	args := make([]any, len(kinds))
+	for i, k := range kinds {
+		args[i] = k
+	}
+	q := `SELECT count(*) FROM items WHERE acked_at IS NULL AND kind IN (?` + strings.Repeat(",?", len(kinds)-1) + `)`
+	var n int
+	if err := s.db.QueryRow(q, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("store: count: %w", err)
+	}
+	return n, nil
+}

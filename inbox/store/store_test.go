@@ -600,3 +600,22 @@ func TestByteLimit(t *testing.T) {
 		t.Fatalf("after reopen the stored bytes were forgotten: %v", err)
 	}
 }
+
+func TestCountKinds(t *testing.T) {
+	checkGoroutines(t)
+	s, _ := openStore(t, Options{})
+	for i, k := range []string{"message", "request", "response", "message"} {
+		r := rec(1, uint64(i+1))
+		r.Kind = k
+		mustAdmit(t, s, r)
+	}
+	if n, err := s.CountKinds("message", "request"); err != nil || n != 3 {
+		t.Fatalf("CountKinds = %d, %v", n, err)
+	}
+	if _, err := s.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.CountKinds("message"); n != 1 {
+		t.Fatalf("after ack: %d messages", n)
+	}
+}
