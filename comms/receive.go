@@ -30,6 +30,33 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 	defer c.Close()
 	fr := transport.NewReader(c, r.opts.MaxMessageBytes)
 	var acks []byte
+	var pending []pendingAdmission
+	// settle waits for the pending admissions and queues the acks of
+	// those that succeeded; it reports whether all did.
+	settle := func() bool {
+		ok := true
+		for _, p := range pending {
+			if err := p.wait(); err != nil {
+				r.dedup.release(p.key)
+				r.reject(RejectInboxFull)
+				r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
+				ok = false
+				continue
+			}
+			r.dedup.commit(p.key)
+			r.accepted.Add(1)
+			st.authed.Store(true)
+			frame, err := r.sealFrame(acks, p.key.from, wire.Ack(p.key.id))
+			if err != nil {
+				r.log.Error("cannot seal ack", "err", err)
+				continue
+			}
+			acks = frame
+			r.acksSent.Add(1)
+		}
+		pending = pending[:0]
+		return ok
+	}
 	flush := func() bool {
 		if len(acks) == 0 {
 			return true
@@ -43,7 +70,10 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		acks = acks[:0]
 		return err == nil
 	}
-	defer flush() // acks of admitted envelopes go out even when we stop
+	defer func() { // acks of admitted envelopes go out even when we stop
+		settle()
+		flush()
+	}()
 	for {
 		// Until a connection has delivered a new valid envelope it gets
 		// only the frame timeout to start one, not the idle timeout.
@@ -71,7 +101,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			r.log.Debug("refused frame", "reason", RejectFrame, "err", err)
 			return
 		}
-		ack, fresh, reason := r.receive(payload)
+		ack, fresh, reason := r.receive(payload, &pending)
 		if reason != "" {
 			r.reject(reason)
 			if reason == RejectInboxFull {
@@ -90,8 +120,11 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			acks = append(acks, ack...)
 			r.acksSent.Add(1)
 		}
-		if (fr.Buffered() == 0 || len(acks) >= maxPendingAcks) && !flush() {
-			return
+		if fr.Buffered() == 0 || len(acks) >= maxPendingAcks || len(pending) >= maxPendingAdmissions {
+			settled := settle()
+			if !flush() || !settled {
+				return // a refused admission closes the connection, as a refused envelope does
+			}
 		}
 	}
 }
@@ -104,7 +137,14 @@ const shutdownFlush = time.Second
 // write (nil for kinds that are not acknowledged), whether the envelope was
 // new (not a duplicate), or the reason to refuse it, in which case the
 // connection must be closed without an ack.
-func (r *Router) receive(payload []byte) (ack []byte, fresh bool, reason string) {
+// pendingAdmission is an envelope whose admission an AsyncAdmitter is still
+// committing; its ack waits for the outcome.
+type pendingAdmission struct {
+	wait func() error
+	key  dedupKey
+}
+
+func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte, fresh bool, reason string) {
 	e, err := wire.Decode(payload)
 	if err != nil {
 		return nil, false, RejectMalformed
@@ -145,6 +185,11 @@ func (r *Router) receive(payload []byte) (ack []byte, fresh bool, reason string)
 	// Messages, requests and kinds we do not model are admitted and acked.
 	switch r.dedup.reserve(k) {
 	case dedupNew:
+		if a, ok := r.inbox.(AsyncAdmitter); ok && async != nil {
+			// The caller waits for the outcome, then acks (settle).
+			*async = append(*async, pendingAdmission{wait: a.PushAsync(item), key: k})
+			return nil, false, ""
+		}
 		if err := r.inbox.Push(item); err != nil {
 			r.dedup.release(k)
 			return nil, false, RejectInboxFull

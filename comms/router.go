@@ -65,6 +65,20 @@ type Admitter interface {
 	Push(Item) error
 }
 
+// AsyncAdmitter is an Admitter that can admit without blocking: PushAsync
+// starts storing the item and returns a function that waits for the
+// outcome (nil: stored). A connection then keeps reading pipelined frames
+// while their admissions commit together, and acknowledges each envelope
+// once its admission succeeded. A durable store implements it.
+type AsyncAdmitter interface {
+	Admitter
+	PushAsync(Item) (wait func() error)
+}
+
+// maxPendingAdmissions bounds the admissions one connection leaves
+// pending before it waits for them.
+const maxPendingAdmissions = 512
+
 // Options are a Router's knobs; the zero value of each field means its
 // default.
 type Options struct {

@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -427,5 +429,81 @@ func TestIdleCloseKeepsPersistentLinks(t *testing.T) {
 	lk.mu.Unlock()
 	if oneShot {
 		t.Fatal("an idle close switched the link to one connection per envelope")
+	}
+}
+
+// asyncInbox is an AsyncAdmitter whose admissions of a body "fail" fail.
+type asyncInbox struct {
+	mu     sync.Mutex
+	stored []string
+}
+
+func (a *asyncInbox) Push(it Item) error { return a.PushAsync(it)() }
+
+func (a *asyncInbox) PushAsync(it Item) func() error {
+	body := it.Envelope.Kind.Body()
+	return func() error {
+		if body == "fail" {
+			return inbox.ErrFull
+		}
+		a.mu.Lock()
+		a.stored = append(a.stored, body)
+		a.mu.Unlock()
+		return nil
+	}
+}
+
+// With an AsyncAdmitter a connection admits pipelined envelopes together
+// and acks each one that was stored; a failed admission gets no ack and
+// closes the connection after the others' acks are written.
+func TestAsyncAdmission(t *testing.T) {
+	checkGoroutines(t)
+	ai := &asyncInbox{}
+	a, b := pair(t, "uds", Options{Inbox: ai})
+	var burst []byte
+	var ids []identity.UUID
+	for _, body := range []string{"one", "fail", "three"} {
+		e, err := wire.Seal(a.kp, identity.NewUUID(), b.kp.ID(), wire.Message(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.ID)
+		p, _ := e.MarshalBinary()
+		burst, _ = transport.AppendFrame(burst, p)
+	}
+	c, err := transport.Dial(context.Background(), b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Write(burst); err != nil {
+		t.Fatal(err)
+	}
+	acked := map[identity.UUID]bool{}
+	fr := transport.NewReader(c, 0)
+	for {
+		p, err := fr.ReadFrame()
+		if err != nil {
+			break // closed after the acks
+		}
+		ack, err := wire.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := ack.Kind.InReplyTo()
+		acked[id] = true
+	}
+	if !acked[ids[0]] || acked[ids[1]] || !acked[ids[2]] {
+		t.Fatalf("acked %v; want the first and third, not the failed second", acked)
+	}
+	ai.mu.Lock()
+	got := strings.Join(ai.stored, ",")
+	ai.mu.Unlock()
+	if got != "one,three" {
+		t.Fatalf("stored %q", got)
+	}
+	if n := b.r.Stats().Rejected[RejectInboxFull]; n != 1 {
+		t.Fatalf("inbox_full refusals %d", n)
 	}
 }

@@ -593,7 +593,7 @@ func (oc *outConn) readLoop() {
 		}
 		// The peer sent us something else on our connection: treat it as
 		// inbound and answer on the same connection.
-		ack, _, reason := oc.l.r.receive(payload)
+		ack, _, reason := oc.l.r.receive(payload, nil)
 		if reason != "" {
 			oc.l.r.reject(reason)
 			oc.fail(errBadAck) // the peer sent us something we refuse: drop the connection

@@ -62,27 +62,52 @@ type storedSubagent struct {
 // (same sender and id, within the dedup window, also across restarts)
 // returns nil: it was stored before, so the sender may be acked again.
 func (d *durableMail) Push(it comms.Item) error {
+	rec, err := d.record(it)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
+	defer cancel()
+	_, err = d.st.Admit(ctx, rec)
+	return err
+}
+
+// record turns an inbox item into a store record.
+func (d *durableMail) record(it comms.Item) (store.Record, error) {
 	rec := store.Record{Received: it.Received}
 	switch it.Type {
 	case comms.ItemExternal:
 		payload, err := it.Envelope.MarshalBinary()
 		if err != nil {
-			return err
+			return rec, err
 		}
 		rec.Sender, rec.ID, rec.Kind, rec.Peer, rec.Payload = it.Envelope.From, it.Envelope.ID, it.Envelope.Kind.Type(), it.PeerName, payload
 	case comms.ItemSubagentResult:
 		payload, err := json.Marshal(storedSubagent{ID: it.SubagentID, Result: it.Result, Summary: it.Summary})
 		if err != nil {
-			return err
+			return rec, err
 		}
 		rec.ID, rec.Kind, rec.Payload = it.SubagentID, kindSubagent, payload
 	default:
-		return errors.New("unknown inbox item type")
+		return rec, errors.New("unknown inbox item type")
+	}
+	return rec, nil
+}
+
+// PushAsync queues it for the next group commit; the returned function
+// waits for the commit. Duplicates are stored-before, so they succeed.
+func (d *durableMail) PushAsync(it comms.Item) func() error {
+	rec, err := d.record(it)
+	if err != nil {
+		return func() error { return err }
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
-	defer cancel()
-	_, err := d.st.Admit(ctx, rec)
-	return err
+	p := d.st.AdmitAsync(ctx, rec) // ctx bounds only the wait for queue room
+	cancel()
+	return func() error {
+		_, err := p.Wait()
+		return err
+	}
 }
 
 // item decodes a stored record. Envelopes were verified when they arrived;

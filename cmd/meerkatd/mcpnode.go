@@ -49,6 +49,26 @@ func (ri *recordingInbox) Push(it comms.Item) error {
 	return nil
 }
 
+// PushAsync admits through the store's group commit when it has one (the
+// durable inbox); the memory inbox admits at once.
+func (ri *recordingInbox) PushAsync(it comms.Item) func() error {
+	a, ok := ri.mail.(interface{ PushAsync(comms.Item) func() error })
+	if !ok {
+		err := ri.Push(it)
+		return func() error { return err }
+	}
+	wait := a.PushAsync(it)
+	return func() error {
+		err := wait()
+		if err == nil {
+			ri.track(it)
+		}
+		return err
+	}
+}
+
+var _ comms.AsyncAdmitter = (*recordingInbox)(nil)
+
 // track records a received request (also those found in a durable inbox
 // at start-up).
 func (ri *recordingInbox) track(it comms.Item) {

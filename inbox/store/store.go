@@ -622,3 +622,35 @@ func (s *Store) CountKinds(kinds ...string) (int, error) {
 	}
 	return n, nil
 }
+
+// Pending is an admission queued by [Store.AdmitAsync].
+type Pending struct {
+	done chan result
+	err  error
+}
+
+// Wait blocks until the admission's batch committed (or failed) and
+// returns what Admit would have returned.
+func (p *Pending) Wait() (dup bool, err error) {
+	if p.err != nil {
+		return false, p.err
+	}
+	res := <-p.done
+	return res.dup, res.err
+}
+
+// AdmitAsync queues r for the next group commit without waiting for it:
+// it blocks (with ctx) only for room in the queue. Call Wait on the result
+// before acknowledging the envelope. Many admissions queued this way from
+// one goroutine commit together, where Admit would commit them one batch
+// after another.
+func (s *Store) AdmitAsync(ctx context.Context, r Record) *Pending {
+	if r.Received.IsZero() {
+		r.Received = s.opts.Now()
+	}
+	req := &request{op: opAdmit, rec: r, done: make(chan result, 1)}
+	if err := s.send(ctx, req); err != nil {
+		return &Pending{err: err}
+	}
+	return &Pending{done: req.done}
+}

@@ -619,3 +619,34 @@ func TestCountKinds(t *testing.T) {
 		t.Fatalf("after ack: %d messages", n)
 	}
 }
+
+// Admissions queued from one goroutine commit together, and each reports
+// its own outcome.
+func TestAdmitAsyncBatches(t *testing.T) {
+	checkGoroutines(t)
+	s, _ := openStore(t, Options{MaxItems: 150})
+	before := s.txns.Load()
+	var ps []*Pending
+	for i := range 200 {
+		ps = append(ps, s.AdmitAsync(context.Background(), rec(1, uint64(i%190)+1)))
+	}
+	stored, dups, full := 0, 0, 0
+	for _, p := range ps {
+		switch dup, err := p.Wait(); {
+		case errors.Is(err, ErrFull):
+			full++
+		case err != nil:
+			t.Fatal(err)
+		case dup:
+			dups++
+		default:
+			stored++
+		}
+	}
+	if stored != 150 || dups != 10 || full != 40 {
+		t.Fatalf("stored %d, duplicates %d, full %d; want 150, 10, 40", stored, dups, full)
+	}
+	if txns := s.txns.Load() - before; txns > 10 {
+		t.Fatalf("200 queued admissions took %d transactions", txns)
+	}
+}
