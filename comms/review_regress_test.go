@@ -65,17 +65,15 @@ func TestReviewOrphanConnBlocksClose(t *testing.T) {
 	delete(r.links, p.ID) // SetTrust dropped it (between link.send's closed check and connect)
 	r.mu.Unlock()
 	lk.close()
-	if _, err := lk.connect(context.Background()); err != nil {
-		t.Logf("connect on closed link: %v", err)
-	} else {
-		t.Logf("connect on a closed link succeeded")
+	if _, err := lk.connect(context.Background()); !errors.Is(err, errLinkClosed) {
+		t.Fatalf("connect on a closed link: %v, want errLinkClosed", err)
 	}
 	done := make(chan struct{})
 	go func() { r.Close(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(3 * time.Second):
-		t.Fatalf("Router.Close still blocked after 3s (orphan readLoop)")
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Router.Close still blocked after 20s (orphan readLoop)")
 	}
 }
 
@@ -84,7 +82,7 @@ func TestReviewOrphanConnBlocksClose(t *testing.T) {
 func TestReviewCloseWaitsForDial(t *testing.T) {
 	peerKP, _ := identity.GenerateKeypair()
 	me, _ := identity.GenerateKeypair()
-	addr := transport.Addr{Scheme: transport.SchemeTCP, Host: "10.255.255.1", Port: 4200}
+	addr := transport.Addr{Scheme: transport.SchemeTCP, Host: "127.0.0.1", Port: 4200} // never dialled: Dial is the fake below
 	dialing := make(chan struct{})
 	var once sync.Once
 	r, _ := New(me, trustOne(t, "p", peerKP.ID(), addr), Options{
@@ -97,16 +95,29 @@ func TestReviewCloseWaitsForDial(t *testing.T) {
 	})
 	go r.SendMessage(context.Background(), "p", "x")
 	<-dialing
-	start := time.Now()
-	r.SetTrust(trustOne(t, "p", peerKP.ID(), transport.Addr{Scheme: transport.SchemeTCP, Host: "127.0.0.1", Port: 1}))
-	t.Logf("SetTrust took %v", time.Since(start))
-	go r.SendMessage(context.Background(), "p", "x")
-	time.Sleep(50 * time.Millisecond)
-	start = time.Now()
-	r.Close()
-	if d := time.Since(start); d > time.Second {
-		t.Fatalf("Router.Close took %v (waits for an in-progress dial)", d)
+	// Neither SetTrust nor Close may wait for the hanging dial: the dial
+	// blocks until its context ends, and with the 4 s ack timeout that
+	// context is far from over. Bounded waits detect a hang, not speed.
+	returned := func(what string, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { f(); close(done) }()
+		select {
+		case <-done:
+		case <-dialReturned(r):
+			t.Fatalf("%s waited for the hanging dial", what)
+		}
 	}
+	returned("SetTrust", func() {
+		r.SetTrust(trustOne(t, "p", peerKP.ID(), transport.Addr{Scheme: transport.SchemeTCP, Host: "127.0.0.1", Port: 1}))
+	})
+	returned("Close", func() { r.Close() })
+}
+
+// dialReturned is closed when the fake dial's context would have ended on
+// its own (the ack timeout), i.e. when a wait "for the dial" would return.
+func dialReturned(r *Router) <-chan time.Time {
+	return time.After(r.opts.AckTimeout - 500*time.Millisecond)
 }
 
 // R4: a copy arriving while the first copy's admission is still running
@@ -179,7 +190,6 @@ func TestReviewImplicitAckFlushStaleDeadline(t *testing.T) {
 		}
 		got++
 	}
-	time.Sleep(300 * time.Millisecond)
 	if got != len(ids) {
 		t.Fatalf("stored %d, acked %d of %d burst envelopes; stats %+v", b.r.Inbox().Len()-1, got, len(ids), b.r.Stats())
 	}
@@ -190,6 +200,7 @@ func TestReviewImplicitAckFlushStaleDeadline(t *testing.T) {
 func TestReviewSetTrustFailsInflightWithErrClosed(t *testing.T) {
 	ln, addr := listenOn(t, "uds")
 	defer ln.Close()
+	accepted := make(chan struct{}, 1)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -197,6 +208,10 @@ func TestReviewSetTrustFailsInflightWithErrClosed(t *testing.T) {
 				return
 			}
 			defer c.Close() // read, never ack
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
 		}
 	}()
 	peerKP, _ := identity.GenerateKeypair()
@@ -205,7 +220,7 @@ func TestReviewSetTrustFailsInflightWithErrClosed(t *testing.T) {
 	defer r.Close()
 	errc := make(chan error, 1)
 	go func() { _, err := r.SendMessage(context.Background(), "p", "x"); errc <- err }()
-	time.Sleep(200 * time.Millisecond)
+	<-accepted // the send is in flight on its connection
 	r.SetTrust(trustOne(t, "p", peerKP.ID(), transport.Addr{Scheme: transport.SchemeUDS, Path: "/x/y.sock"}))
 	err := <-errc
 	if !errors.Is(err, ErrPeerOffline) {
@@ -298,14 +313,14 @@ func TestReviewCloseHangsOnUnreadAcks(t *testing.T) {
 		c.SetWriteDeadline(time.Now().Add(20 * time.Second))
 		c.Write(burst)
 	}()
-	time.Sleep(2 * time.Second)
-	t.Logf("stats before Close: %+v", b.r.Stats())
+	// Wait until bob is busy acking replays the client never reads.
+	waitFor(t, 20*time.Second, "bob to process replays", func() bool { return b.r.Stats().Duplicates > 100 })
 	done := make(chan struct{})
 	go func() { b.r.Close(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Errorf("Router.Close blocked > 5s (serveConn stuck writing acks with no deadline)")
+	case <-time.After(20 * time.Second):
+		t.Errorf("Router.Close blocked > 20s (serveConn stuck writing acks with no deadline)")
 		c.Close()
 		<-done
 	}

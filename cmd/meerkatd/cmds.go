@@ -45,6 +45,15 @@ func parseArgs(flags *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseNoArgs parses flags and refuses positional arguments.
+func parseNoArgs(flags *flag.FlagSet, args []string) error {
+	pos, err := parseArgs(flags, args)
+	if err != nil {
+		return err
+	}
+	return wantArgs(pos, 0, "no arguments")
+}
+
 // wantArgs checks the number of positional arguments.
 func wantArgs(pos []string, n int, names string) error {
 	if len(pos) != n {
@@ -82,11 +91,7 @@ func runInit(e *env, args []string) error {
 	flags := e.newFlags("init")
 	homeFlag := flags.String("home", "", "node home `directory`")
 	name := flags.String("name", "", "node `name` (default \"meerkat\")")
-	pos, err := parseArgs(flags, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+	if err := parseNoArgs(flags, args); err != nil {
 		return err
 	}
 	dir, err := e.homeDir(*homeFlag)
@@ -144,11 +149,7 @@ func runKeygen(e *env, args []string) error {
 	flags := e.newFlags("keygen")
 	homeFlag := flags.String("home", "", "node home `directory`")
 	force := flags.Bool("force", false, "replace an existing identity (peers that trust the old key will refuse this node)")
-	pos, err := parseArgs(flags, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+	if err := parseNoArgs(flags, args); err != nil {
 		return err
 	}
 	dir, err := e.homeDir(*homeFlag)
@@ -444,11 +445,7 @@ func runConfig(e *env, args []string) error {
 	}
 	flags := e.newFlags("config")
 	homeFlag := flags.String("home", "", "node home `directory`")
-	pos, err := parseArgs(flags, args[1:])
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+	if err := parseNoArgs(flags, args[1:]); err != nil {
 		return err
 	}
 	dir, err := e.homeDir(*homeFlag)
@@ -482,11 +479,7 @@ func runDaemon(e *env, args []string) error {
 	listenUDS := flags.String("listen-uds", "", "Unix socket `path` to listen on (overrides comms.listen_uds; \"off\" disables)")
 	listenTCP := flags.String("listen-tcp", "", "`host:port` to listen on (overrides comms.listen_tcp)")
 	logLevel := flags.String("log-level", "info", "log `level`: debug, info, warn or error")
-	pos, err := parseArgs(flags, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+	if err := parseNoArgs(flags, args); err != nil {
 		return err
 	}
 	level, err := parseLevel(*logLevel)
@@ -577,11 +570,7 @@ func startServing(ctx context.Context, h *home, log *slog.Logger) (n *node, shut
 // openNoArgs parses flags (refusing positional arguments) and opens the
 // home they name (homeFlag is read after parsing).
 func (e *env) openNoArgs(flags *flag.FlagSet, homeFlag *string, args []string) (*home, error) {
-	pos, err := parseArgs(flags, args)
-	if err != nil {
-		return nil, err
-	}
-	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+	if err := parseNoArgs(flags, args); err != nil {
 		return nil, err
 	}
 	return e.openHome(*homeFlag, nil)

@@ -112,11 +112,7 @@ func runMCP(e *env, args []string) error {
 	flags := e.newFlags("mcp")
 	homeFlag := flags.String("home", "", "node home `directory`")
 	logLevel := flags.String("log-level", "warn", "stderr log `level`: debug, info, warn or error")
-	pos, err := parseArgs(flags, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, "no arguments"); err != nil {
+	if err := parseNoArgs(flags, args); err != nil {
 		return err
 	}
 	level, err := parseLevel(*logLevel)
