@@ -16,6 +16,10 @@ var (
 	// ErrUnknownRequest means no request with that id is awaiting a
 	// response (never sent here, already answered, or forgotten).
 	ErrUnknownRequest = errors.New("comms: unknown request id")
+	// ErrDuplicate may be returned by an [Admitter] (or an
+	// [AsyncAdmitter]'s wait) for an envelope it stored before: the
+	// Router acks it again without counting it as new.
+	ErrDuplicate = errors.New("comms: already admitted")
 )
 
 // Reasons a send fails with [*PeerOfflineError].

@@ -36,16 +36,24 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 	settle := func() bool {
 		ok := true
 		for _, p := range pending {
-			if err := p.wait(); err != nil {
+			err := p.wait()
+			if err != nil && !errors.Is(err, ErrDuplicate) {
 				r.dedup.release(p.key)
 				r.reject(RejectInboxFull)
+				r.observe(EventRefused, &p.item.Envelope, p.item.PeerName, p.item.Size, RejectInboxFull)
 				r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
 				ok = false
 				continue
 			}
 			r.dedup.commit(p.key)
-			r.accepted.Add(1)
-			st.authed.Store(true)
+			if err != nil { // stored before (a restart emptied our memory of it)
+				r.duplicates.Add(1)
+				r.observe(EventDuplicate, &p.item.Envelope, p.item.PeerName, p.item.Size, "")
+			} else {
+				r.accepted.Add(1)
+				r.observe(EventReceived, &p.item.Envelope, p.item.PeerName, p.item.Size, "")
+				st.authed.Store(true) // only new envelopes authenticate
+			}
 			frame, err := r.sealFrame(acks, p.key.from, wire.Ack(p.key.id))
 			if err != nil {
 				r.log.Error("cannot seal ack", "err", err)
@@ -98,6 +106,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		payload, err := fr.ReadFrame()
 		if err != nil {
 			r.reject(RejectFrame)
+			r.observe(EventRefused, nil, "", 0, RejectFrame)
 			r.log.Debug("refused frame", "reason", RejectFrame, "err", err)
 			return
 		}
@@ -142,26 +151,35 @@ const shutdownFlush = time.Second
 type pendingAdmission struct {
 	wait func() error
 	key  dedupKey
+	item Item // for Options.Observe
 }
 
 func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte, fresh bool, reason string) {
 	e, err := wire.Decode(payload)
 	if err != nil {
+		r.observe(EventRefused, nil, "", len(payload), RejectMalformed)
 		return nil, false, RejectMalformed
 	}
 	if e.To != r.self {
+		r.observe(EventRefused, &e, "", len(payload), RejectNotForUs)
 		return nil, false, RejectNotForUs
 	}
 	peer, ok := r.trust.Load().Lookup(e.From)
 	if !ok {
+		r.observe(EventRefused, &e, "", len(payload), RejectUntrusted)
 		return nil, false, RejectUntrusted
 	}
 	if err := e.Verify(); err != nil {
+		r.observe(EventRefused, &e, peer.Name, len(payload), RejectBadSignature)
 		return nil, false, RejectBadSignature
 	}
 	r.lastSeen.Store(e.From, time.Now())
 	item := Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name, Size: len(payload)}
 	k := dedupKey{e.From, e.ID}
+	refuse := func(reason string) ([]byte, bool, string) {
+		r.observe(EventRefused, &e, peer.Name, len(payload), reason)
+		return nil, false, reason
+	}
 	switch e.Kind.Type() {
 	case wire.TypeAck:
 		r.handleAck(e)
@@ -171,14 +189,21 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 		switch r.dedup.reserve(k) {
 		case dedupCommitted, dedupPending:
 			r.duplicates.Add(1)
+			r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
 			return nil, false, ""
 		}
-		if err := r.inbox.Push(item); err != nil {
+		if err := r.inbox.Push(item); err != nil && !errors.Is(err, ErrDuplicate) {
 			r.dedup.release(k)
-			return nil, false, RejectInboxFull
+			return refuse(RejectInboxFull)
+		} else if err != nil {
+			r.dedup.commit(k)
+			r.duplicates.Add(1)
+			r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
+			return nil, false, ""
 		}
 		r.dedup.commit(k)
 		r.accepted.Add(1)
+		r.observe(EventReceived, &e, peer.Name, len(payload), "")
 		r.reqs.deliver(e) // only once it is stored: the inbox is the record
 		return nil, true, ""
 	}
@@ -187,22 +212,31 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 	case dedupNew:
 		if a, ok := r.inbox.(AsyncAdmitter); ok && async != nil {
 			// The caller waits for the outcome, then acks (settle).
-			*async = append(*async, pendingAdmission{wait: a.PushAsync(item), key: k})
+			*async = append(*async, pendingAdmission{wait: a.PushAsync(item), key: k, item: item})
 			return nil, false, ""
 		}
-		if err := r.inbox.Push(item); err != nil {
+		err := r.inbox.Push(item)
+		switch {
+		case errors.Is(err, ErrDuplicate):
+			r.dedup.commit(k)
+			r.duplicates.Add(1)
+			r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
+		case err != nil:
 			r.dedup.release(k)
-			return nil, false, RejectInboxFull
+			return refuse(RejectInboxFull)
+		default:
+			r.dedup.commit(k)
+			r.accepted.Add(1)
+			r.observe(EventReceived, &e, peer.Name, len(payload), "")
+			fresh = true
 		}
-		r.dedup.commit(k)
-		r.accepted.Add(1)
-		fresh = true
 	case dedupCommitted:
 		r.duplicates.Add(1) // acked again so the sender stops, not delivered twice
+		r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
 	case dedupPending:
 		// The first copy's admission is still running and may yet fail:
 		// acking now could ack something never stored.
-		return nil, false, RejectInFlight
+		return refuse(RejectInFlight)
 	}
 	frame, err := r.sealFrame(nil, e.From, wire.Ack(e.ID))
 	if err != nil {

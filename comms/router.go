@@ -90,6 +90,10 @@ type Options struct {
 	MaxMessageBytes int           // largest frame payload, at most transport.MaxFrameSize
 	InboxMax        int           // length of the default memory inbox
 	Inbox           Admitter      // nil: a memory inbox of InboxMax items
+	// Observe, if set, is told the outcome of every inbound envelope (for
+	// an audit log). It is called on the connection's goroutine and must
+	// not block.
+	Observe func(Event)
 	// Dial connects to peers; nil means transport.Dial. Tests replace it.
 	Dial func(ctx context.Context, a transport.Addr) (net.Conn, error)
 }

@@ -94,12 +94,21 @@ func (r *Router) sendTo(ctx context.Context, p trust.Peer, id identity.UUID, kin
 	if err != nil {
 		return err
 	}
+	return r.sendFrame(ctx, p, id, frame, wantAck, nil)
+}
+
+// sendFrame writes a sealed envelope's frame on p's link and, if wantAck,
+// waits for the ack. queued, if not nil, is called exactly once: when the
+// frame is queued on a connection, or when the send fails before that.
+func (r *Router) sendFrame(ctx context.Context, p trust.Peer, id identity.UUID, frame []byte, wantAck bool, queued func()) error {
+	queued = onceFunc(queued)
+	defer queued()
 	for attempt := 0; ; attempt++ {
 		lk, err := r.link(p)
 		if err != nil {
 			return err
 		}
-		err = lk.send(ctx, id, frame, wantAck)
+		err = lk.send(ctx, id, frame, wantAck, queued)
 		// A link closed under us by a trust change (not by Close) is
 		// replaced: send again on the new one, same envelope id.
 		if errors.Is(err, errLinkClosed) && attempt == 0 && r.ctx.Err() == nil {
@@ -182,7 +191,7 @@ const oneShotRetry = 5 * time.Minute
 // send retries once on a fresh connection.
 var errConnLost = errors.New("comms: connection lost")
 
-func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool) error {
+func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, queued func()) error {
 	ctx, cancel := context.WithTimeout(ctx, l.r.opts.AckTimeout)
 	defer cancel()
 	var lastErr error
@@ -197,13 +206,13 @@ func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck
 			return errLinkClosed
 		}
 		if oneShot {
-			return l.sendOneShot(ctx, id, frame, wantAck)
+			return l.sendOneShot(ctx, id, frame, wantAck, queued)
 		}
 		oc, err := l.connect(ctx)
 		if err != nil {
 			return l.offline(ctx, err)
 		}
-		err = oc.send(ctx, id, frame, wantAck)
+		err = oc.send(ctx, id, frame, wantAck, queued)
 		if !errors.Is(err, errConnLost) {
 			if err != nil {
 				return l.offline(ctx, err)
@@ -338,7 +347,7 @@ func (l *link) close() {
 
 // sendOneShot delivers one envelope on its own connection, as the Rust
 // reference does: dial, write, read the ack, close.
-func (l *link) sendOneShot(ctx context.Context, id identity.UUID, frame []byte, wantAck bool) error {
+func (l *link) sendOneShot(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, queued func()) error {
 	c, err := l.r.opts.Dial(ctx, l.peer.Addr)
 	if err != nil {
 		return l.offline(ctx, err)
@@ -352,6 +361,7 @@ func (l *link) sendOneShot(ctx context.Context, id identity.UUID, frame []byte, 
 	if _, err := c.Write(frame); err != nil {
 		return l.offline(ctx, err)
 	}
+	queued()
 	if !wantAck {
 		return nil
 	}
@@ -441,8 +451,9 @@ func (oc *outConn) isDone() bool {
 	}
 }
 
-// send queues frame and, if wantAck, waits for the matching ack.
-func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool) error {
+// send queues frame and, if wantAck, waits for the matching ack. It calls
+// queued once the frame is in the connection's write queue.
+func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, queued func()) error {
 	var ch chan error
 	if wantAck {
 		ch = make(chan error, 1)
@@ -483,6 +494,7 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 	}
 	select {
 	case oc.wq <- of:
+		queued()
 	case <-oc.done:
 		return errConnLost
 	case <-ctx.Done():

@@ -60,7 +60,8 @@ type storedSubagent struct {
 
 // Push stores it durably and returns once it is committed. A duplicate
 // (same sender and id, within the dedup window, also across restarts)
-// returns nil: it was stored before, so the sender may be acked again.
+// returns comms.ErrDuplicate: it was stored before, so the sender may be
+// acked again.
 func (d *durableMail) Push(it comms.Item) error {
 	rec, err := d.record(it)
 	if err != nil {
@@ -68,7 +69,14 @@ func (d *durableMail) Push(it comms.Item) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
 	defer cancel()
-	_, err = d.st.Admit(ctx, rec)
+	return dupErr(d.st.Admit(ctx, rec))
+}
+
+// dupErr turns the store's duplicate flag into comms.ErrDuplicate.
+func dupErr(dup bool, err error) error {
+	if err == nil && dup {
+		return comms.ErrDuplicate
+	}
 	return err
 }
 
@@ -95,7 +103,7 @@ func (d *durableMail) record(it comms.Item) (store.Record, error) {
 }
 
 // PushAsync queues it for the next group commit; the returned function
-// waits for the commit. Duplicates are stored-before, so they succeed.
+// waits for the commit. Duplicates report comms.ErrDuplicate.
 func (d *durableMail) PushAsync(it comms.Item) func() error {
 	rec, err := d.record(it)
 	if err != nil {
@@ -104,10 +112,7 @@ func (d *durableMail) PushAsync(it comms.Item) func() error {
 	ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
 	p := d.st.AdmitAsync(ctx, rec) // ctx bounds only the wait for queue room
 	cancel()
-	return func() error {
-		_, err := p.Wait()
-		return err
-	}
+	return func() error { return dupErr(p.Wait()) }
 }
 
 // item decodes a stored record. Envelopes were verified when they arrived;

@@ -1,0 +1,40 @@
+package comms
+
+import (
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// Event types reported to [Options.Observe].
+const (
+	EventReceived  = "received"  // a new envelope was admitted (and acked, if its kind is)
+	EventDuplicate = "duplicate" // a repeat was acked again but not delivered
+	EventRefused   = "refused"   // refused without an ack; Reason is a Reject… constant
+)
+
+// Event is one inbound envelope's outcome, for an audit log. Fields the
+// Router could not learn (a frame that does not decode has no sender) are
+// zero. It never carries the body.
+type Event struct {
+	Type   string
+	Peer   string          // sender's trust-list name, if trusted
+	From   identity.PeerID // sender's key, if the envelope decoded
+	Kind   string
+	ID     identity.UUID
+	CorrID identity.UUID // in_reply_to of acks and responses
+	Size   int           // bytes on the wire
+	Reason string        // for EventRefused
+}
+
+// observe reports an event about envelope e (nil if it did not decode).
+func (r *Router) observe(typ string, e *wire.Envelope, peer string, size int, reason string) {
+	if r.opts.Observe == nil {
+		return
+	}
+	ev := Event{Type: typ, Peer: peer, Size: size, Reason: reason}
+	if e != nil {
+		ev.From, ev.Kind, ev.ID = e.From, e.Kind.Type(), e.ID
+		ev.CorrID, _ = e.Kind.InReplyTo()
+	}
+	r.opts.Observe(ev)
+}
