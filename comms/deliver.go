@@ -62,21 +62,21 @@ type Delivery struct {
 	ID      identity.UUID
 	Payload []byte // sealed wire bytes ([Sealed.Payload])
 	WantAck bool   // false for kinds that are not acknowledged (responses)
-	// Queued, if not nil, is called exactly once: when the frame is in
-	// the connection's write queue, or when the attempt fails before
-	// that. A caller that waits for it before starting the next delivery
-	// to the same peer keeps its envelopes in order on the wire while
-	// their acks are still outstanding.
+	// Queued, if not nil, is called once, when the frame is in a
+	// connection's write queue; it is not called if the attempt fails
+	// before that. A caller that waits for it (or for Deliver to return)
+	// before starting the next delivery to the same peer keeps its
+	// envelopes in order on the wire while their acks are outstanding.
 	Queued func()
 }
 
 // Deliver makes one attempt to deliver a sealed envelope to d.To, which
 // must still be trusted ([ErrUnknownPeer] otherwise), and waits for its ack
-// up to the ack timeout (or only for the write, if !d.WantAck). Failures
+// up to the ack timeout (or only for the write, if !d.WantAck). Unlike
+// [Router.SendMessage] it does not try a second connection when the first
+// is lost before the ack: the caller retries, in its own order. Failures
 // are a [*PeerOfflineError], [ErrUnknownPeer], [ErrClosed] or ctx's error.
 func (r *Router) Deliver(ctx context.Context, d Delivery) error {
-	queued := onceFunc(d.Queued)
-	defer queued()
 	p, ok := r.trust.Load().Lookup(d.To)
 	if !ok {
 		return fmt.Errorf("%w: %s is not trusted", ErrUnknownPeer, d.To.Short())
@@ -86,7 +86,7 @@ func (r *Router) Deliver(ctx context.Context, d Delivery) error {
 	if err := transport.FinishFrame(frame, start); err != nil {
 		return err
 	}
-	return r.sendFrame(ctx, p, d.ID, frame, d.WantAck, queued)
+	return r.sendFrame(ctx, p, d.ID, frame, d.WantAck, sendOpts{queued: d.Queued, single: true})
 }
 
 // onceFunc returns a function that calls f (if not nil) on its first call

@@ -94,21 +94,29 @@ func (r *Router) sendTo(ctx context.Context, p trust.Peer, id identity.UUID, kin
 	if err != nil {
 		return err
 	}
-	return r.sendFrame(ctx, p, id, frame, wantAck, nil)
+	return r.sendFrame(ctx, p, id, frame, wantAck, sendOpts{})
+}
+
+// sendOpts are sendFrame's options for callers that retry themselves.
+type sendOpts struct {
+	// queued, if not nil, is called once, when the frame is in a
+	// connection's write queue (not if the send fails before that).
+	queued func()
+	// single makes one attempt: no second try on a fresh connection when
+	// the connection is lost with the envelope unacknowledged.
+	single bool
 }
 
 // sendFrame writes a sealed envelope's frame on p's link and, if wantAck,
-// waits for the ack. queued, if not nil, is called exactly once: when the
-// frame is queued on a connection, or when the send fails before that.
-func (r *Router) sendFrame(ctx context.Context, p trust.Peer, id identity.UUID, frame []byte, wantAck bool, queued func()) error {
-	queued = onceFunc(queued)
-	defer queued()
+// waits for the ack.
+func (r *Router) sendFrame(ctx context.Context, p trust.Peer, id identity.UUID, frame []byte, wantAck bool, so sendOpts) error {
+	so.queued = onceFunc(so.queued)
 	for attempt := 0; ; attempt++ {
 		lk, err := r.link(p)
 		if err != nil {
 			return err
 		}
-		err = lk.send(ctx, id, frame, wantAck, queued)
+		err = lk.send(ctx, id, frame, wantAck, so)
 		// A link closed under us by a trust change (not by Close) is
 		// replaced: send again on the new one, same envelope id.
 		if errors.Is(err, errLinkClosed) && attempt == 0 && r.ctx.Err() == nil {
@@ -191,11 +199,15 @@ const oneShotRetry = 5 * time.Minute
 // send retries once on a fresh connection.
 var errConnLost = errors.New("comms: connection lost")
 
-func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, queued func()) error {
+func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, so sendOpts) error {
 	ctx, cancel := context.WithTimeout(ctx, l.r.opts.AckTimeout)
 	defer cancel()
 	var lastErr error
-	for attempt := 0; attempt < 2; attempt++ {
+	tries := 2
+	if so.single {
+		tries = 1
+	}
+	for attempt := 0; attempt < tries; attempt++ {
 		l.mu.Lock()
 		if l.oneShot && time.Since(l.oneShotAt) > oneShotRetry {
 			l.oneShot = false
@@ -206,13 +218,13 @@ func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck
 			return errLinkClosed
 		}
 		if oneShot {
-			return l.sendOneShot(ctx, id, frame, wantAck, queued)
+			return l.sendOneShot(ctx, id, frame, wantAck, so.queued)
 		}
 		oc, err := l.connect(ctx)
 		if err != nil {
 			return l.offline(ctx, err)
 		}
-		err = oc.send(ctx, id, frame, wantAck, queued)
+		err = oc.send(ctx, id, frame, wantAck, so.queued)
 		if !errors.Is(err, errConnLost) {
 			if err != nil {
 				return l.offline(ctx, err)

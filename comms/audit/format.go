@@ -1,0 +1,102 @@
+package audit
+
+import (
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
+)
+
+// TimeLayout is the time format of [Format]'s table (always UTC).
+const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// Table cell limits: a key is shown shortened when there is no name, a
+// reason cut, so one row stays one readable line.
+const (
+	shortKeyLen  = 16
+	maxReasonLen = 120
+)
+
+// Format writes recs as a table for people: TIME DIR EVENT PEER KIND ID
+// CORR SIZE REASON, with the peer's name (or its key, shortened, if it has
+// none) and the attempt number added to the reason. Control characters and
+// other unprintable runes in any field are shown escaped, so an edited log
+// cannot send escape sequences to the terminal. Body is not shown; use
+// [FormatJSON].
+func Format(w io.Writer, recs []Record) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if _, err := io.WriteString(tw, "TIME\tDIR\tEVENT\tPEER\tKIND\tID\tCORR\tSIZE\tREASON\n"); err != nil {
+		return err
+	}
+	var line []byte
+	for i := range recs {
+		r := &recs[i]
+		peer := r.Peer
+		if peer == "" && r.Key != "" {
+			peer = truncate(r.Key, shortKeyLen) + "…"
+			if len(r.Key) <= shortKeyLen {
+				peer = r.Key
+			}
+		}
+		size := ""
+		if r.Size != 0 {
+			size = strconv.Itoa(r.Size)
+		}
+		reason := r.Reason
+		if len(reason) > maxReasonLen {
+			reason = truncate(reason, maxReasonLen) + "…"
+		}
+		if r.Attempt != 0 {
+			reason = strings.TrimSpace("attempt " + strconv.Itoa(r.Attempt) + " " + reason)
+		}
+		line = r.Time.UTC().AppendFormat(line[:0], TimeLayout)
+		for _, cell := range [...]string{r.Dir, r.Event, peer, r.Kind, r.ID, r.CorrID, size, reason} {
+			line = append(line, '\t')
+			line = appendCell(line, cell)
+		}
+		line = append(line, '\n')
+		if _, err := tw.Write(line); err != nil {
+			return err
+		}
+	}
+	return tw.Flush()
+}
+
+// FormatJSON writes recs as JSON lines, the format of the log file itself
+// (see [ParseLine]), for `meerkatd audit --json`.
+func FormatJSON(w io.Writer, recs []Record) error {
+	var line []byte
+	for i := range recs {
+		line = appendRecord(line[:0], &recs[i])
+		if _, err := w.Write(line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appendCell appends s for a table cell: "-" if empty, printable runes as
+// they are, anything else (tabs, newlines, escapes, invalid UTF-8, other
+// format characters) as a Go escape.
+func appendCell(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, '-')
+	}
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, `\x`...)
+			b = append(b, hexDigits[s[i]>>4], hexDigits[s[i]&0xf])
+		case r == ' ' || (unicode.IsPrint(r) && r != '\\'):
+			b = append(b, s[i:i+size]...)
+		default:
+			q := strconv.QuoteRune(r) // 'x' with the escape inside
+			b = append(b, q[1:len(q)-1]...)
+		}
+		i += size
+	}
+	return b
+}

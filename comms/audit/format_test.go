@@ -1,0 +1,54 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestFormat(t *testing.T) {
+	recs := []Record{
+		{Time: ts(0), Dir: DirOut, Event: EventRetry, Peer: "alice", Kind: "request", ID: "r1", Size: 10, Attempt: 2, Reason: "dial: refused"},
+		{Time: ts(1), Dir: DirIn, Event: EventRefused, Key: "ed25519:short", Kind: "mes\x1b[2Jsage", ID: "m\t1", Reason: "bad\nline \u202e\xff\\"},
+		{Time: ts(2), Dir: DirIn, Event: EventReceived, Peer: "bob", Kind: "response", ID: "s1", CorrID: "r1", Reason: strings.Repeat("z", 200)},
+	}
+	var buf bytes.Buffer
+	if err := Format(&buf, recs); err != nil {
+		t.Fatal(err)
+	}
+	want := "" +
+		"TIME                      DIR  EVENT     PEER           KIND            ID    CORR  SIZE  REASON\n" +
+		"2026-03-04T05:06:07.890Z  out  retry     alice          request         r1    -     10    attempt 2 dial: refused\n" +
+		"2026-03-04T05:06:08.890Z  in   refused   ed25519:short  mes\\x1b[2Jsage  m\\t1  -     -     bad\\nline \\u202e\\xff\\\\\n" +
+		"2026-03-04T05:06:09.890Z  in   received  bob            response        s1    r1    -     " + strings.Repeat("z", maxReasonLen) + "…\n"
+	if got := buf.String(); got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+	for _, b := range buf.Bytes() {
+		if b < 0x20 && b != '\n' {
+			t.Fatalf("control byte %#x in table", b)
+		}
+	}
+}
+
+func TestFormatJSON(t *testing.T) {
+	recs := []Record{rec(0), {Time: ts(1), Event: EventDropped, Reason: "4"}, {Time: ts(2), Event: "x", Reason: "a\nb", Body: json.RawMessage(`{"k":1}`)}}
+	var buf bytes.Buffer
+	if err := FormatJSON(&buf, recs); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != len(recs) {
+		t.Fatalf("%d lines for %d records:\n%s", len(lines), len(recs), buf.String())
+	}
+	for i, line := range lines {
+		r, err := ParseLine([]byte(line))
+		if err != nil {
+			t.Fatalf("line %d: %v", i, err)
+		}
+		if !sameRecord(r, recs[i]) {
+			t.Errorf("line %d: got %+v, want %+v", i, r, recs[i])
+		}
+	}
+}

@@ -1,0 +1,856 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// Attempt is one try at delivering an entry.
+type Attempt struct {
+	To      identity.PeerID
+	ID      identity.UUID
+	Payload []byte
+	WantAck bool // false for kinds that are not acknowledged (responses)
+	// Queued is called by the Deliverer once the envelope is queued on
+	// a connection (not if the attempt fails before that). The worker
+	// starts the next attempt only then; an attempt that ends without
+	// being queued stops the round, so nothing overtakes it.
+	Queued func()
+}
+
+// Deliverer makes delivery attempts; the daemon's is its comms.Router.
+type Deliverer interface {
+	// Deliver returns nil once the peer acknowledged the envelope (or it
+	// was written, if !WantAck). An error wrapping [ErrPermanent] makes
+	// the entry a dead letter at once; any other error is retried.
+	Deliver(ctx context.Context, a Attempt) error
+}
+
+// ErrPermanent marks delivery errors that retrying cannot fix (the peer is
+// no longer trusted). Wrap it with [Permanent].
+var ErrPermanent = errors.New("outbox: permanent failure")
+
+// PermanentError is a delivery failure that retrying cannot fix.
+type PermanentError struct {
+	Reason string // a Reason… constant
+	Err    error
+}
+
+func (e *PermanentError) Error() string        { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error        { return e.Err }
+func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
+
+// Permanent wraps err as a [*PermanentError] with reason.
+func Permanent(reason string, err error) error { return &PermanentError{Reason: reason, Err: err} }
+
+// Errors returned by Enqueue.
+var (
+	ErrFull   = errors.New("outbox: full")
+	ErrClosed = errors.New("outbox: closed")
+)
+
+// Defaults for [Options].
+var (
+	DefaultBackoff = []time.Duration{0, 5 * time.Second, 15 * time.Second, time.Minute, 5 * time.Minute}
+)
+
+const (
+	DefaultMaxAttempts     = 50
+	DefaultBreakerFailures = 3
+	DefaultBreakerOpen     = time.Minute
+	DefaultWindow          = 128
+	DefaultMaxEntries      = 10000
+	DefaultMaxBytes        = 256 << 20
+)
+
+// Options are an Outbox's knobs; zero values mean the defaults.
+type Options struct {
+	// Backoff[i] is the wait after an envelope's (i+1)-th failed attempt;
+	// the last one repeats.
+	Backoff         []time.Duration
+	MaxAttempts     int           // failed attempts before an envelope is a dead letter
+	BreakerFailures int           // consecutive failed rounds that open a peer's breaker
+	BreakerOpen     time.Duration // how long an open breaker stays open before its probe
+	Window          int           // envelopes in flight per peer
+	MaxEntries      int           // envelopes queued at most (all peers)
+	MaxBytes        int64         // payload bytes queued at most (all peers)
+	Observe         func(Event)   // told about every attempt's outcome; must not block
+	Logger          *slog.Logger
+	Now             func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if len(o.Backoff) == 0 {
+		o.Backoff = DefaultBackoff
+	}
+	def := func(p *int, v int) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	def(&o.MaxAttempts, DefaultMaxAttempts)
+	def(&o.BreakerFailures, DefaultBreakerFailures)
+	def(&o.Window, DefaultWindow)
+	def(&o.MaxEntries, DefaultMaxEntries)
+	if o.BreakerOpen <= 0 {
+		o.BreakerOpen = DefaultBreakerOpen
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Event types reported to Options.Observe.
+const (
+	EventSent       = "sent"        // an attempt's envelope is on its way
+	EventAcked      = "acked"       // the peer acknowledged it (or it was written, for responses)
+	EventRetry      = "retry"       // an attempt failed; it will be retried
+	EventExpired    = "expired"     // its time-to-live passed: now a dead letter
+	EventDeadLetter = "dead_letter" // moved to the dead letters for another reason
+)
+
+// Event is one step in an entry's life, for an audit log.
+type Event struct {
+	Type    string
+	Entry   Entry // Payload included; the observer decides whether to keep it
+	Attempt int   // 1-based attempt number (sent, acked, retry)
+	Reason  string
+}
+
+// Breaker states as [PeerState] shows them.
+const (
+	BreakerClosed   = "closed"
+	BreakerOpen     = "open"
+	BreakerHalfOpen = "half_open" // open time over: the next attempt is the probe
+)
+
+// PeerState is one peer's view of the outbox.
+type PeerState struct {
+	Peer        identity.PeerID
+	Name        string
+	Queued      int
+	InFlight    int
+	Breaker     string
+	Failures    int
+	OpenUntil   time.Time // when an open breaker allows its probe
+	NextAttempt time.Time // of the oldest queued envelope; zero: now
+	LastError   string
+}
+
+// Outbox is the reliable-send queue. Create it with [New], start it with
+// [Outbox.Start], stop it with [Outbox.Close].
+type Outbox struct {
+	st   Store
+	d    Deliverer
+	opts Options
+	log  *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	parked func(identity.PeerID) // test hook: a worker is about to wait
+
+	mu      sync.Mutex // guards the fields below
+	started bool
+	closed  bool
+	peers   map[identity.PeerID]*peerQ
+	entries int
+	bytes   int64
+}
+
+type peerQ struct {
+	id       identity.PeerID
+	name     string
+	items    []*item // Seq order
+	breaker  Breaker
+	wake     chan struct{} // cap 1
+	running  bool
+	inFlight int
+	lastErr  string
+}
+
+type item struct {
+	e        Entry
+	inFlight bool
+	t        *Ticket // nil for entries loaded from the store
+}
+
+// Ticket follows one enqueued envelope in this process.
+type Ticket struct {
+	once      sync.Once
+	done      chan struct{}
+	attempted chan struct{}
+	aOnce     sync.Once
+	mu        sync.Mutex
+	err       error
+	lastErr   string
+}
+
+func newTicket() *Ticket {
+	return &Ticket{done: make(chan struct{}), attempted: make(chan struct{})}
+}
+
+// Done is closed once the envelope was acknowledged or became a dead
+// letter ([Ticket.Err] tells which).
+func (t *Ticket) Done() <-chan struct{} { return t.done }
+
+// Attempted is closed once the first attempt ended, either way.
+func (t *Ticket) Attempted() <-chan struct{} { return t.attempted }
+
+// Err is nil while pending or once acknowledged, and a *DeadError once the
+// envelope became a dead letter.
+func (t *Ticket) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// LastError is why the last attempt failed ("" if none did).
+func (t *Ticket) LastError() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastErr
+}
+
+func (t *Ticket) attemptEnded(errText string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if errText != "" {
+		t.lastErr = errText
+	}
+	t.mu.Unlock()
+	t.aOnce.Do(func() { close(t.attempted) })
+}
+
+func (t *Ticket) finish(err error) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.err = err
+	t.mu.Unlock()
+	t.aOnce.Do(func() { close(t.attempted) })
+	t.once.Do(func() { close(t.done) })
+}
+
+// DeadError is a Ticket's error for an envelope that became a dead letter.
+type DeadError struct{ Reason string }
+
+func (e *DeadError) Error() string { return "outbox: dead letter: " + e.Reason }
+
+// New loads the outbox and breaker states from st.
+func New(st Store, d Deliverer, opts Options) (*Outbox, error) {
+	opts.setDefaults()
+	o := &Outbox{st: st, d: d, opts: opts, log: opts.Logger, peers: map[identity.PeerID]*peerQ{}}
+	o.ctx, o.cancel = context.WithCancel(context.Background())
+	bs, err := st.Breakers()
+	if err != nil {
+		return nil, fmt.Errorf("outbox: load breakers: %w", err)
+	}
+	for _, b := range bs {
+		o.peer(b.Peer, "").breaker = b
+	}
+	es, err := st.Entries()
+	if err != nil {
+		return nil, fmt.Errorf("outbox: load entries: %w", err)
+	}
+	for _, e := range es {
+		q := o.peer(e.To, e.Peer)
+		q.items = append(q.items, &item{e: e})
+		o.entries++
+		o.bytes += int64(len(e.Payload))
+	}
+	for _, q := range o.peers {
+		slices.SortFunc(q.items, func(a, b *item) int { return cmpSeq(a.e.Seq, b.e.Seq) })
+	}
+	return o, nil
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// peer returns id's queue, creating it; o.mu held (or not yet shared).
+func (o *Outbox) peer(id identity.PeerID, name string) *peerQ {
+	q := o.peers[id]
+	if q == nil {
+		q = &peerQ{id: id, wake: make(chan struct{}, 1)}
+		o.peers[id] = q
+	}
+	if name != "" {
+		q.name = name
+	}
+	return q
+}
+
+// Start begins delivering what is queued, including entries loaded from
+// the store.
+func (o *Outbox) Start() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.started || o.closed {
+		return
+	}
+	o.started = true
+	for _, q := range o.peers {
+		o.runLocked(q)
+	}
+}
+
+// runLocked starts q's worker if it has work and none runs; o.mu held.
+func (o *Outbox) runLocked(q *peerQ) {
+	if !o.started || o.closed || q.running || len(q.items) == 0 {
+		return
+	}
+	q.running = true
+	o.wg.Add(1)
+	go o.work(q)
+}
+
+// Close stops the workers, cancelling attempts in flight (their entries
+// stay queued in the store) and waits for them.
+func (o *Outbox) Close() {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+	o.cancel()
+	o.wg.Wait()
+}
+
+// Enqueue stores e (Seq, Created and Attempts are set here) and queues it
+// for delivery. It returns once the store has it; the Ticket follows its
+// delivery.
+func (o *Outbox) Enqueue(e Entry) (Entry, *Ticket, error) {
+	switch {
+	case e.To.IsZero():
+		return e, nil, errors.New("outbox: entry has no recipient")
+	case e.ID.IsZero():
+		return e, nil, errors.New("outbox: entry has no id")
+	case len(e.Payload) == 0:
+		return e, nil, errors.New("outbox: entry has no payload")
+	}
+	e.Seq, e.Attempts, e.NextAttempt, e.LastError = 0, 0, time.Time{}, ""
+	if e.Created.IsZero() {
+		e.Created = o.opts.Now()
+	}
+	size := int64(len(e.Payload))
+	o.mu.Lock()
+	switch {
+	case o.closed:
+		o.mu.Unlock()
+		return e, nil, ErrClosed
+	case o.entries+1 > o.opts.MaxEntries:
+		o.mu.Unlock()
+		return e, nil, fmt.Errorf("%w: %d envelopes queued (limit %d)", ErrFull, o.entries, o.opts.MaxEntries)
+	case o.bytes+size > o.opts.MaxBytes:
+		o.mu.Unlock()
+		return e, nil, fmt.Errorf("%w: %d bytes queued (limit %d)", ErrFull, o.bytes, o.opts.MaxBytes)
+	}
+	o.entries++
+	o.bytes += size
+	o.mu.Unlock()
+
+	stored, err := o.st.Add(e)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err != nil {
+		o.entries--
+		o.bytes -= size
+		return e, nil, fmt.Errorf("outbox: store: %w", err)
+	}
+	t := newTicket()
+	q := o.peer(stored.To, stored.Peer)
+	it := &item{e: stored, t: t}
+	// Concurrent enqueues may finish out of Seq order: insert in place.
+	i := len(q.items)
+	for i > 0 && q.items[i-1].e.Seq > stored.Seq {
+		i--
+	}
+	q.items = slices.Insert(q.items, i, it)
+	o.runLocked(q)
+	wake(q)
+	return stored, t, nil
+}
+
+func wake(q *peerQ) {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// result is the outcome of one attempt.
+type result struct {
+	it  *item
+	err error
+}
+
+// work is q's worker: it runs until q is empty or the Outbox closes.
+func (o *Outbox) work(q *peerQ) {
+	defer o.wg.Done()
+	results := make(chan result, o.opts.Window)
+	var delivered []identity.UUID
+	// A round is what is sent between two moments with nothing in
+	// flight. Once an attempt in it fails, the round is halted (nothing
+	// new starts until the attempts in flight end) and it counts as one
+	// failure against the breaker.
+	var rs round
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		o.mu.Lock()
+		now := o.opts.Now()
+		if q.inFlight == 0 {
+			rs = round{}
+			o.expireLocked(q, now)
+		}
+		for !rs.halted && o.ctx.Err() == nil {
+			it, ok := o.nextLocked(q, now)
+			if !ok {
+				break
+			}
+			it.inFlight = true
+			q.inFlight++
+			o.mu.Unlock()
+			if !o.launch(it, results) {
+				rs.halted = true // it failed before it was queued: start nothing behind it
+			}
+			o.mu.Lock()
+		}
+		if q.inFlight == 0 && (len(q.items) == 0 || o.ctx.Err() != nil) {
+			q.running = false
+			o.mu.Unlock()
+			o.flushDelivered(&delivered)
+			return
+		}
+		var wait <-chan time.Time
+		if q.inFlight == 0 {
+			d := o.dueLocked(q).Sub(now)
+			timer.Reset(max(d, 0))
+			wait = timer.C
+		}
+		o.mu.Unlock()
+		if o.parked != nil {
+			o.parked(q.id)
+		}
+
+		select {
+		case r := <-results:
+			o.settle(q, r, &rs, &delivered)
+			// Settle everything else that is ready before deciding.
+		drain:
+			for {
+				select {
+				case r := <-results:
+					o.settle(q, r, &rs, &delivered)
+				default:
+					break drain
+				}
+			}
+			if len(results) == 0 {
+				o.flushDelivered(&delivered)
+			}
+		case <-q.wake:
+		case <-wait:
+		case <-o.ctx.Done():
+			// Attempts in flight end with the context; wait for them.
+			o.mu.Lock()
+			n := q.inFlight
+			o.mu.Unlock()
+			for ; n > 0; n-- {
+				o.settle(q, <-results, &rs, &delivered)
+			}
+		}
+		if wait != nil && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// nextLocked returns the next envelope to start, if one may start now.
+func (o *Outbox) nextLocked(q *peerQ, now time.Time) (*item, bool) {
+	window := o.opts.Window
+	if b := q.breaker; !b.OpenUntil.IsZero() {
+		if now.Before(b.OpenUntil) {
+			return nil, false // open: queue, do not dial
+		}
+		window = 1 // half-open: one probe
+	}
+	if q.inFlight >= window {
+		return nil, false
+	}
+	for i := 0; i < len(q.items); i++ {
+		it := q.items[i]
+		if it.inFlight {
+			continue
+		}
+		if !it.e.Expires.IsZero() && !now.Before(it.e.Expires) {
+			if o.expireOneLocked(q, it, now) {
+				i--
+			}
+			continue
+		}
+		if now.Before(it.e.NextAttempt) {
+			return nil, false // the oldest waits, so everything behind it does
+		}
+		return it, true
+	}
+	return nil, false
+}
+
+// dueLocked is when q's worker should next look: the oldest envelope's
+// next attempt (not before the breaker's probe) or the earliest expiry.
+func (o *Outbox) dueLocked(q *peerQ) time.Time {
+	var due time.Time
+	if len(q.items) > 0 {
+		due = q.items[0].e.NextAttempt
+	}
+	if q.breaker.OpenUntil.After(due) {
+		due = q.breaker.OpenUntil
+	}
+	for _, it := range q.items {
+		if !it.e.Expires.IsZero() && it.e.Expires.Before(due) {
+			due = it.e.Expires
+		}
+	}
+	return due
+}
+
+// launch starts one attempt and returns once its envelope is queued on
+// the connection (true) or the attempt ended before that (false).
+func (o *Outbox) launch(it *item, results chan<- result) bool {
+	queued := make(chan struct{})
+	finished := make(chan struct{})
+	a := Attempt{To: it.e.To, ID: it.e.ID, Payload: it.e.Payload, WantAck: it.e.Kind != "response",
+		Queued: sync.OnceFunc(func() { close(queued) })}
+	o.observe(EventSent, it.e, it.e.Attempts+1, "")
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		err := o.d.Deliver(o.ctx, a)
+		close(finished)
+		results <- result{it, err}
+	}()
+	select {
+	case <-queued:
+		return true
+	case <-finished:
+		select {
+		case <-queued:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// round is the state of the attempts sent since the queue last had
+// nothing in flight.
+type round struct {
+	halted bool // start nothing new
+	failed bool // counted against the breaker
+}
+
+// settle applies one attempt's outcome.
+func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	it := r.it
+	it.inFlight = false
+	q.inFlight--
+	now := o.opts.Now()
+	attempt := it.e.Attempts + 1
+	switch {
+	case r.err == nil:
+		o.removeLocked(q, it)
+		*delivered = append(*delivered, it.e.ID)
+		q.lastErr = ""
+		if q.breaker.Failures > 0 || !q.breaker.OpenUntil.IsZero() {
+			q.breaker = Breaker{Peer: q.id}
+			o.saveBreakerLocked(q)
+		}
+		o.observe(EventAcked, it.e, attempt, "")
+		it.t.finish(nil)
+	case o.ctx.Err() != nil:
+		// Shutting down: not a failure; the entry stays in the store.
+	case errors.Is(r.err, ErrPermanent):
+		reason := ReasonRejected
+		var pe *PermanentError
+		if errors.As(r.err, &pe) && pe.Reason != "" {
+			reason = pe.Reason
+		}
+		o.killLocked(q, it, reason+": "+r.err.Error(), EventDeadLetter, now)
+	default:
+		msg := r.err.Error()
+		it.e.Attempts = attempt
+		it.e.LastError = msg
+		q.lastErr = msg
+		it.t.attemptEnded(msg)
+		rs.halted = true
+		if !rs.failed {
+			rs.failed = true
+			o.breakerFailedLocked(q, now)
+		}
+		if attempt >= o.opts.MaxAttempts {
+			o.killLocked(q, it, fmt.Sprintf("%s: %d attempts failed; last: %s", ReasonExhausted, attempt, msg), EventDeadLetter, now)
+			return
+		}
+		it.e.NextAttempt = now.Add(o.backoff(attempt))
+		if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, msg); err != nil {
+			o.log.Error("outbox: cannot record a failed attempt", "id", it.e.ID.String(), "err", err)
+		}
+		o.observe(EventRetry, it.e, attempt, msg)
+	}
+}
+
+// backoff is the wait after the n-th failed attempt.
+func (o *Outbox) backoff(n int) time.Duration {
+	b := o.opts.Backoff
+	return b[min(n, len(b))-1]
+}
+
+// breakerFailedLocked counts a failed round against q's breaker.
+func (o *Outbox) breakerFailedLocked(q *peerQ, now time.Time) {
+	b := &q.breaker
+	b.Peer = q.id
+	b.Failures++
+	halfOpen := !b.OpenUntil.IsZero() // the probe failed
+	if halfOpen || b.Failures >= o.opts.BreakerFailures {
+		b.OpenUntil = now.Add(o.opts.BreakerOpen)
+		o.log.Warn("outbox: circuit open; queueing without dialling", "peer", q.name, "failures", b.Failures, "until", b.OpenUntil)
+	}
+	o.saveBreakerLocked(q)
+}
+
+func (o *Outbox) saveBreakerLocked(q *peerQ) {
+	if err := o.st.SaveBreaker(q.breaker); err != nil {
+		o.log.Error("outbox: cannot store breaker state", "peer", q.name, "err", err)
+	}
+}
+
+// killLocked moves it to the dead letters. If the store fails, it stays
+// queued (it must not be lost) and is retried later.
+func (o *Outbox) killLocked(q *peerQ, it *item, reason, event string, now time.Time) {
+	if err := o.st.Kill(it.e.ID, reason, now); err != nil && !errors.Is(err, ErrNotFound) {
+		o.log.Error("outbox: cannot move an envelope to the dead letters; keeping it queued", "id", it.e.ID.String(), "err", err)
+		it.e.NextAttempt = now.Add(o.backoff(len(o.opts.Backoff)))
+		return
+	}
+	o.removeLocked(q, it)
+	o.observe(event, it.e, it.e.Attempts, reason)
+	it.t.finish(&DeadError{Reason: reason})
+}
+
+// expireLocked dead-letters q's envelopes whose time-to-live has passed.
+func (o *Outbox) expireLocked(q *peerQ, now time.Time) {
+	for i := 0; i < len(q.items); i++ {
+		it := q.items[i]
+		if !it.inFlight && !it.e.Expires.IsZero() && !now.Before(it.e.Expires) && o.expireOneLocked(q, it, now) {
+			i--
+		}
+	}
+}
+
+// expireOneLocked dead-letters it, whose time-to-live passed; it reports
+// whether it left the queue (a store failure keeps it).
+func (o *Outbox) expireOneLocked(q *peerQ, it *item, now time.Time) bool {
+	reason := ReasonExpired
+	if it.e.LastError != "" {
+		reason += ": last attempt: " + it.e.LastError
+	}
+	n := len(q.items)
+	o.killLocked(q, it, reason, EventExpired, now)
+	return len(q.items) < n
+}
+
+func (o *Outbox) removeLocked(q *peerQ, it *item) {
+	if i := slices.Index(q.items, it); i >= 0 {
+		q.items = slices.Delete(q.items, i, i+1)
+		o.entries--
+		o.bytes -= int64(len(it.e.Payload))
+	}
+}
+
+func (o *Outbox) flushDelivered(ids *[]identity.UUID) {
+	if len(*ids) == 0 {
+		return
+	}
+	if err := o.st.Delivered(*ids...); err != nil {
+		// They were acked; a lost removal only means one more delivery,
+		// which the receiver recognises.
+		o.log.Error("outbox: cannot remove delivered envelopes", "n", len(*ids), "err", err)
+	}
+	*ids = (*ids)[:0]
+}
+
+func (o *Outbox) observe(typ string, e Entry, attempt int, reason string) {
+	if o.opts.Observe != nil {
+		o.opts.Observe(Event{Type: typ, Entry: e, Attempt: attempt, Reason: reason})
+	}
+}
+
+// Peers returns each peer's state: queue length, breaker, last error.
+// Peers with nothing queued and a closed breaker are left out.
+func (o *Outbox) Peers() []PeerState {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.opts.Now()
+	var out []PeerState
+	for _, q := range o.peers {
+		if len(q.items) == 0 && q.breaker.Failures == 0 && q.breaker.OpenUntil.IsZero() {
+			continue
+		}
+		out = append(out, o.stateLocked(q, now))
+	}
+	slices.SortFunc(out, func(a, b PeerState) int { return cmpString(a.Name+a.Peer.String(), b.Name+b.Peer.String()) })
+	return out
+}
+
+// Peer returns id's state (closed and empty if it has none).
+func (o *Outbox) Peer(id identity.PeerID) PeerState {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if q := o.peers[id]; q != nil {
+		return o.stateLocked(q, o.opts.Now())
+	}
+	return PeerState{Peer: id, Breaker: BreakerClosed}
+}
+
+func (o *Outbox) stateLocked(q *peerQ, now time.Time) PeerState {
+	s := PeerState{Peer: q.id, Name: q.name, Queued: len(q.items), InFlight: q.inFlight,
+		Breaker: BreakerClosed, Failures: q.breaker.Failures, OpenUntil: q.breaker.OpenUntil, LastError: q.lastErr}
+	if !q.breaker.OpenUntil.IsZero() {
+		s.Breaker = BreakerOpen
+		if !now.Before(q.breaker.OpenUntil) {
+			s.Breaker = BreakerHalfOpen
+		}
+	}
+	if len(q.items) > 0 {
+		s.NextAttempt = q.items[0].e.NextAttempt
+	}
+	return s
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Queued is one envelope in the outbox as listings show it.
+type Queued struct {
+	Entry
+	InFlight bool
+}
+
+// List returns the queued envelopes, per peer in send order, without
+// payloads.
+func (o *Outbox) List() []Queued {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []Queued
+	for _, q := range o.peers {
+		for _, it := range q.items {
+			e := it.e
+			e.Payload = nil
+			out = append(out, Queued{Entry: e, InFlight: it.inFlight})
+		}
+	}
+	slices.SortFunc(out, func(a, b Queued) int { return cmpSeq(a.Seq, b.Seq) })
+	return out
+}
+
+// Len returns how many envelopes are queued.
+func (o *Outbox) Len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.entries
+}
+
+// DeadLetters lists the dead letters, oldest first.
+func (o *Outbox) DeadLetters() ([]DeadLetter, error) { return o.st.DeadLetters() }
+
+// Revive queues dead letters again (all of them if no ids are given) and
+// returns how many it revived.
+func (o *Outbox) Revive(ids ...identity.UUID) (int, error) {
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return 0, ErrClosed
+	}
+	o.mu.Unlock()
+	es, err := o.st.Revive(ids...)
+	if err != nil {
+		return 0, err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, e := range es {
+		q := o.peer(e.To, e.Peer)
+		q.items = append(q.items, &item{e: e})
+		o.entries++
+		o.bytes += int64(len(e.Payload))
+		slices.SortStableFunc(q.items, func(a, b *item) int { return cmpSeq(a.e.Seq, b.e.Seq) })
+		o.runLocked(q)
+		wake(q)
+	}
+	return len(es), nil
+}
+
+// Drop deletes dead letters for good and returns how many it deleted.
+func (o *Outbox) Drop(ids ...identity.UUID) (int, error) { return o.st.Drop(ids...) }
+
+// Kick tells the outbox that peer id is reachable again (it just sent us
+// a valid envelope): an open breaker goes to its probe and a waiting
+// envelope is tried now.
+func (o *Outbox) Kick(id identity.PeerID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	q := o.peers[id]
+	if q == nil || len(q.items) == 0 || q.inFlight > 0 {
+		return
+	}
+	now := o.opts.Now()
+	waiting := false
+	if !q.breaker.OpenUntil.IsZero() && now.Before(q.breaker.OpenUntil) {
+		q.breaker.OpenUntil = now // half-open: the next attempt is the probe
+		waiting = true
+	}
+	if it := q.items[0]; now.Before(it.e.NextAttempt) {
+		it.e.NextAttempt = now
+		waiting = true
+	}
+	if waiting {
+		wake(q)
+	}
+}

@@ -1,0 +1,574 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// checkGoroutines fails the test unless the goroutine count comes back to
+// what it was when called, within 5 seconds.
+func checkGoroutines(t *testing.T) func() {
+	t.Helper()
+	base := runtime.NumGoroutine()
+	return func() {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > base {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				t.Fatalf("goroutines leaked: %d now, %d before\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// receiver is a fake peer side: it stores envelopes in the order they are
+// queued (as one pipelined connection would), recognising repeats.
+type receiver struct {
+	mu     sync.Mutex
+	down   bool // refuse every attempt before storing
+	loseAt int  // if > 0, every loseAt-th attempt is stored but its ack is lost
+	perm   error
+	calls  int
+	stored map[identity.UUID]int // times each id arrived
+	order  []identity.UUID       // first arrival order
+	block  chan struct{}         // if set, acks wait for it
+}
+
+func newReceiver() *receiver { return &receiver{stored: map[identity.UUID]int{}} }
+
+func (r *receiver) setDown(down bool) {
+	r.mu.Lock()
+	r.down = down
+	r.mu.Unlock()
+}
+
+func (r *receiver) Deliver(ctx context.Context, a Attempt) error {
+	r.mu.Lock()
+	r.calls++
+	n, down, perm, block := r.calls, r.down, r.perm, r.block
+	if perm != nil {
+		r.mu.Unlock()
+		return perm
+	}
+	if down {
+		r.mu.Unlock()
+		return errors.New("connection refused")
+	}
+	if r.stored[a.ID] == 0 {
+		r.order = append(r.order, a.ID)
+	}
+	r.stored[a.ID]++
+	r.mu.Unlock()
+	a.Queued()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if r.loseAt > 0 && n%r.loseAt == 0 {
+		return errors.New("connection closed before the ack")
+	}
+	return nil
+}
+
+func (r *receiver) snapshot() (order []identity.UUID, stored map[identity.UUID]int, calls int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.order), maps(r.stored), r.calls
+}
+
+func maps(m map[identity.UUID]int) map[identity.UUID]int {
+	out := make(map[identity.UUID]int, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+var peerA, peerB = mustPeer(1), mustPeer(2)
+
+func mustPeer(b byte) identity.PeerID {
+	var raw [32]byte
+	raw[0] = b
+	id, err := identity.PeerIDFromBytes(raw[:])
+	if err != nil {
+		panic(err)
+	}
+	return id
+}
+
+func entry(to identity.PeerID, i int) Entry {
+	return Entry{ID: identity.NewUUID(), To: to, Peer: fmt.Sprintf("peer-%x", to[0]), Kind: "message", Payload: []byte(fmt.Sprintf("payload %d", i))}
+}
+
+// fastOpts retries at once and never opens the breaker on its own.
+func fastOpts() Options {
+	return Options{Backoff: []time.Duration{time.Millisecond}, BreakerFailures: 1 << 30, MaxAttempts: 1 << 30}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 2000; i++ { // bounded: at most ~10 s
+		if cond() {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func waitTickets(t *testing.T, ts []*Ticket) {
+	t.Helper()
+	for i, tk := range ts {
+		select {
+		case <-tk.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("ticket %d not done", i)
+		}
+	}
+}
+
+func TestDeliversInOrderPipelined(t *testing.T) {
+	defer checkGoroutines(t)()
+	st, rcv := NewMemStore(), newReceiver()
+	ob, err := New(st, rcv, Options{Window: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Start()
+	var want []identity.UUID
+	var ts []*Ticket
+	for i := range 500 {
+		e, tk, err := ob.Enqueue(entry(peerA, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, e.ID)
+		ts = append(ts, tk)
+	}
+	waitTickets(t, ts)
+	ob.Close()
+	order, stored, _ := rcv.snapshot()
+	if !slices.Equal(order, want) {
+		t.Fatalf("arrival order differs from send order")
+	}
+	for id, n := range stored {
+		if n != 1 {
+			t.Errorf("%s arrived %d times", id, n)
+		}
+	}
+	for _, tk := range ts {
+		if tk.Err() != nil {
+			t.Fatalf("ticket error %v", tk.Err())
+		}
+	}
+	if es, _ := st.Entries(); len(es) != 0 {
+		t.Fatalf("%d entries left in the store after every ack", len(es))
+	}
+}
+
+func TestRetriesUntilPeerReturnsInOrder(t *testing.T) {
+	defer checkGoroutines(t)()
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	rcv.loseAt = 7 // some acks are lost after the peer stored the envelope
+	var mu sync.Mutex
+	events := map[string]int{}
+	opts := fastOpts()
+	opts.Observe = func(ev Event) { mu.Lock(); events[ev.Type]++; mu.Unlock() }
+	ob, err := New(st, rcv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	var want []identity.UUID
+	var ts []*Ticket
+	for i := range 200 {
+		e, tk, err := ob.Enqueue(entry(peerA, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, e.ID)
+		ts = append(ts, tk)
+	}
+	waitFor(t, "several failed attempts", func() bool { _, _, calls := rcv.snapshot(); return calls >= 5 })
+	if s := ob.Peer(peerA); s.Queued != 200 || s.LastError == "" {
+		t.Fatalf("peer state while down: %+v", s)
+	}
+	rcv.setDown(false)
+	waitTickets(t, ts)
+	order, stored, _ := rcv.snapshot()
+	if !slices.Equal(order, want) {
+		t.Fatalf("first arrivals are not in send order")
+	}
+	if len(stored) != 200 {
+		t.Fatalf("%d distinct envelopes arrived, want 200", len(stored))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if events[EventRetry] == 0 || events[EventAcked] != 200 {
+		t.Fatalf("events %v", events)
+	}
+}
+
+func TestBreakerOpensQueuesThenProbes(t *testing.T) {
+	defer checkGoroutines(t)()
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	parked := make(chan struct{}, 100)
+	opts := Options{Backoff: []time.Duration{0}, BreakerFailures: 3, BreakerOpen: time.Hour, Now: now}
+	ob, err := New(st, rcv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.parked = func(identity.PeerID) {
+		select {
+		case parked <- struct{}{}:
+		default:
+		}
+	}
+	ob.Start()
+	var ts []*Ticket
+	for i := range 3 {
+		_, tk, err := ob.Enqueue(entry(peerA, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, tk)
+	}
+	waitFor(t, "the breaker to open", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
+	_, _, calls := rcv.snapshot()
+	if calls < 3 {
+		t.Fatalf("breaker open after %d attempts, want at least 3 failed rounds", calls)
+	}
+	bs, _ := st.Breakers()
+	if len(bs) != 1 || bs[0].Failures != 3 || !bs[0].OpenUntil.Equal(now().Add(time.Hour)) {
+		t.Fatalf("stored breaker %+v", bs)
+	}
+	// A restarted outbox over the same store still sees it open.
+	ob2, err := New(st, rcv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := ob2.Peer(peerA); s.Breaker != BreakerOpen || s.Queued != 3 {
+		t.Fatalf("reloaded state %+v", s)
+	}
+	ob2.Close()
+
+	// While open, new sends queue and nothing is dialled.
+	_, tk, err := ob.Enqueue(entry(peerA, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts = append(ts, tk)
+	clock.Add(int64(30 * time.Minute))
+	for len(parked) > 0 {
+		<-parked
+	}
+	wake(ob.peers[peerA])
+	<-parked // the worker looked and went back to waiting
+	if _, _, c := rcv.snapshot(); c != calls {
+		t.Fatalf("%d attempts while the breaker was open", c-calls)
+	}
+	// After the open time, exactly one probe; it fails, so it opens again.
+	clock.Add(int64(31 * time.Minute))
+	wake(ob.peers[peerA])
+	waitFor(t, "the probe", func() bool { _, _, c := rcv.snapshot(); return c == calls+1 })
+	waitFor(t, "the breaker to reopen", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
+	if _, _, c := rcv.snapshot(); c != calls+1 {
+		t.Fatalf("half-open sent %d attempts, want 1 probe", c-calls)
+	}
+	// The peer is back; the next probe succeeds and closes it.
+	rcv.setDown(false)
+	clock.Add(int64(2 * time.Hour))
+	wake(ob.peers[peerA])
+	waitTickets(t, ts)
+	if s := ob.Peer(peerA); s.Breaker != BreakerClosed || s.Failures != 0 || s.Queued != 0 {
+		t.Fatalf("after recovery %+v", s)
+	}
+	if bs, _ := st.Breakers(); len(bs) != 0 {
+		t.Fatalf("closed breaker still stored: %+v", bs)
+	}
+	ob.Close()
+}
+
+func TestKickEndsTheWait(t *testing.T) {
+	defer checkGoroutines(t)()
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1, BreakerOpen: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	_, tk, err := ob.Enqueue(entry(peerA, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tk.Attempted()
+	waitFor(t, "the breaker to open", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
+	rcv.setDown(false)
+	ob.Kick(peerA)
+	waitTickets(t, []*Ticket{tk})
+	if tk.Err() != nil {
+		t.Fatal(tk.Err())
+	}
+}
+
+func TestDeadLetters(t *testing.T) {
+	defer checkGoroutines(t)()
+	cases := []struct {
+		name   string
+		setup  func(*receiver, *Options, *Entry)
+		event  string
+		reason string
+	}{
+		{"expired", func(r *receiver, o *Options, e *Entry) {
+			r.down = true
+			e.Expires = time.Now().Add(20 * time.Millisecond)
+		}, EventExpired, ReasonExpired},
+		{"already expired", func(r *receiver, o *Options, e *Entry) {
+			e.Expires = time.Now().Add(-time.Second)
+		}, EventExpired, ReasonExpired},
+		{"exhausted", func(r *receiver, o *Options, e *Entry) {
+			r.down = true
+			o.MaxAttempts = 3
+		}, EventDeadLetter, ReasonExhausted},
+		{"permanent", func(r *receiver, o *Options, e *Entry) {
+			r.perm = Permanent(ReasonUnknownPeer, errors.New("not trusted"))
+		}, EventDeadLetter, ReasonUnknownPeer},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, rcv := NewMemStore(), newReceiver()
+			opts := fastOpts()
+			var got []Event
+			var mu sync.Mutex
+			opts.Observe = func(ev Event) { mu.Lock(); got = append(got, ev); mu.Unlock() }
+			e := entry(peerA, 0)
+			c.setup(rcv, &opts, &e)
+			ob, err := New(st, rcv, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ob.Close()
+			ob.Start()
+			e, tk, err := ob.Enqueue(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitTickets(t, []*Ticket{tk})
+			var de *DeadError
+			if !errors.As(tk.Err(), &de) || !hasPrefix(de.Reason, c.reason) {
+				t.Fatalf("ticket error %v, want a dead letter %q", tk.Err(), c.reason)
+			}
+			dl, _ := st.DeadLetters()
+			if len(dl) != 1 || dl[0].ID != e.ID || !hasPrefix(dl[0].Reason, c.reason) {
+				t.Fatalf("dead letters %+v", dl)
+			}
+			if ob.Len() != 0 {
+				t.Fatalf("still queued: %d", ob.Len())
+			}
+			mu.Lock()
+			last := got[len(got)-1]
+			mu.Unlock()
+			if last.Type != c.event || last.Entry.ID != e.ID {
+				t.Fatalf("last event %+v, want %s", last, c.event)
+			}
+			// Revived, it is delivered once the peer accepts.
+			rcv.mu.Lock()
+			rcv.down, rcv.perm = false, nil
+			rcv.mu.Unlock()
+			if n, err := ob.Revive(e.ID); n != 1 || err != nil {
+				t.Fatalf("revive: %d, %v", n, err)
+			}
+			waitFor(t, "the revived envelope", func() bool { _, s, _ := rcv.snapshot(); return s[e.ID] > 0 && ob.Len() == 0 })
+			if dl, _ := st.DeadLetters(); len(dl) != 0 {
+				t.Fatalf("dead letters after revive: %+v", dl)
+			}
+		})
+	}
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+func TestRestartDeliversStoredEntries(t *testing.T) {
+	defer checkGoroutines(t)()
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	ob, err := New(st, rcv, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Start()
+	var want []identity.UUID
+	for i := range 50 {
+		e, _, err := ob.Enqueue(entry(peerA, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, e.ID)
+	}
+	ob.Close() // with everything still queued
+	if es, _ := st.Entries(); len(es) != 50 {
+		t.Fatalf("%d entries stored after close, want 50", len(es))
+	}
+	rcv.setDown(false)
+	ob2, err := New(st, rcv, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob2.Start()
+	waitFor(t, "the stored entries to go out", func() bool { return ob2.Len() == 0 })
+	ob2.Close()
+	order, _, _ := rcv.snapshot()
+	if !slices.Equal(order, want) {
+		t.Fatalf("after restart: order differs")
+	}
+	if es, _ := st.Entries(); len(es) != 0 {
+		t.Fatalf("%d entries left", len(es))
+	}
+}
+
+func TestCloseWithAttemptsInFlight(t *testing.T) {
+	defer checkGoroutines(t)()
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.block = make(chan struct{}) // acks never come
+	ob, err := New(st, rcv, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Start()
+	for i := range 10 {
+		if _, _, err := ob.Enqueue(entry(peerA, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "attempts in flight", func() bool { return ob.Peer(peerA).InFlight == 10 })
+	ob.Close()
+	if es, _ := st.Entries(); len(es) != 10 {
+		t.Fatalf("%d entries stored, want all 10 kept for the next start", len(es))
+	}
+	for _, e := range must(st.Entries()) {
+		if e.Attempts != 0 {
+			t.Fatalf("shutdown counted as a failed attempt: %+v", e)
+		}
+	}
+	if _, _, err := ob.Enqueue(entry(peerA, 11)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("enqueue after close: %v", err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestLimitsAndValidation(t *testing.T) {
+	defer checkGoroutines(t)()
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	ob, err := New(st, rcv, Options{MaxEntries: 3, MaxBytes: 1 << 20, Backoff: []time.Duration{time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	for i := range 3 {
+		if _, _, err := ob.Enqueue(entry(peerB, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := ob.Enqueue(entry(peerB, 3)); !errors.Is(err, ErrFull) {
+		t.Fatalf("4th entry: %v, want ErrFull", err)
+	}
+	big := entry(peerA, 0)
+	big.Payload = make([]byte, 2<<20)
+	bad := []Entry{{ID: identity.NewUUID(), Payload: []byte("x")}, {To: peerA, Payload: []byte("x")}, {To: peerA, ID: identity.NewUUID()}}
+	for i, e := range bad {
+		if _, _, err := ob.Enqueue(e); err == nil {
+			t.Errorf("invalid entry %d accepted", i)
+		}
+	}
+	ob2, _ := New(NewMemStore(), rcv, Options{MaxBytes: 1 << 20})
+	defer ob2.Close()
+	if _, _, err := ob2.Enqueue(big); !errors.Is(err, ErrFull) {
+		t.Fatalf("oversized entry: %v, want ErrFull", err)
+	}
+	if got := len(ob.List()); got != 3 {
+		t.Fatalf("List: %d entries", got)
+	}
+	for _, q := range ob.List() {
+		if q.Payload != nil {
+			t.Fatal("List returned payloads")
+		}
+	}
+}
+
+func TestConcurrentPeers(t *testing.T) {
+	defer checkGoroutines(t)()
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.loseAt = 13
+	ob, err := New(st, rcv, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Start()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var ts []*Ticket
+	ids := map[identity.UUID]bool{}
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			to := peerA
+			if g%2 == 1 {
+				to = peerB
+			}
+			for i := range 100 {
+				e, tk, err := ob.Enqueue(entry(to, i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				ts = append(ts, tk)
+				ids[e.ID] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	waitTickets(t, ts)
+	ob.Close()
+	_, stored, _ := rcv.snapshot()
+	if len(stored) != len(ids) || len(ids) != 800 {
+		t.Fatalf("%d distinct arrivals of %d sent", len(stored), len(ids))
+	}
+	for id := range ids {
+		if stored[id] == 0 {
+			t.Fatalf("%s never arrived", id)
+		}
+	}
+}
