@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/meerkatd/meerkatd/transport"
@@ -23,6 +25,17 @@ const (
 	DefaultStoreMode        = StoreSQLite
 	DefaultDedupWindowHours = 7 * 24
 	DefaultHistoryHours     = 7 * 24
+
+	DefaultOutboxBackoff         = "0s,5s,15s,1m,5m"
+	DefaultOutboxMaxAttempts     = 50
+	DefaultOutboxBreakerFailures = 3
+	DefaultOutboxBreakerOpenSecs = 60
+	DefaultOutboxMaxEntries      = 10000
+	DefaultOutboxMaxBytes        = 256 << 20
+	DefaultAuditMaxBytes         = 64 << 20
+
+	// MaxBackoffSteps bounds the outbox.backoff list.
+	MaxBackoffSteps = 32
 
 	// StoreSQLite keeps the inbox in <home>/meerkat.db; StoreMemory keeps
 	// it in memory only (ephemeral nodes).
@@ -58,7 +71,68 @@ type Config struct {
 	Comms Comms `toml:"comms"`
 	// Store is the [store] table.
 	Store Store `toml:"store"`
+	// Outbox is the [outbox] table.
+	Outbox Outbox `toml:"outbox"`
+	// Audit is the [audit] table.
+	Audit Audit `toml:"audit"`
 }
+
+// Outbox is the [outbox] table: reliable sends (retries, circuit breaker,
+// dead letters).
+type Outbox struct {
+	// Backoff is the comma-separated waits after the 1st, 2nd, …
+	// failed attempt of an envelope; the last repeats.
+	Backoff string `toml:"backoff"`
+	// MaxAttempts failed attempts make an envelope a dead letter.
+	MaxAttempts int `toml:"max_attempts"`
+	// BreakerFailures consecutive failed rounds open a peer's breaker.
+	BreakerFailures int `toml:"breaker_failures"`
+	// BreakerOpenSecs is how long an open breaker waits before its probe.
+	BreakerOpenSecs int `toml:"breaker_open_secs"`
+	// MaxEntries and MaxBytes bound the queued envelopes.
+	MaxEntries int `toml:"max_entries"`
+	MaxBytes   int `toml:"max_bytes"`
+	// DefaultTTLSecs is the time-to-live of reliable sends that give
+	// none; 0 means none.
+	DefaultTTLSecs int `toml:"default_ttl_secs"`
+}
+
+// Audit is the [audit] table: the audit log (audit.log in the home).
+type Audit struct {
+	// Enabled turns the audit log on.
+	Enabled bool `toml:"enabled"`
+	// Bodies records message bodies, request params and results too.
+	Bodies bool `toml:"bodies"`
+	// MaxBytes is the size at which audit.log is rotated to audit.log.1.
+	MaxBytes int `toml:"max_bytes"`
+}
+
+// BackoffDurations parses Backoff. [Config.Validate] reports the same
+// errors.
+func (o Outbox) BackoffDurations() ([]time.Duration, error) {
+	parts := strings.Split(o.Backoff, ",")
+	if len(parts) > MaxBackoffSteps {
+		return nil, fmt.Errorf("at most %d steps, got %d", MaxBackoffSteps, len(parts))
+	}
+	out := make([]time.Duration, 0, len(parts))
+	for _, p := range parts {
+		d, err := time.ParseDuration(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("step %q: want a duration such as 0s, 5s, 1m or 1h", strings.TrimSpace(p))
+		}
+		if d < 0 || d > MaxTimeoutSecs*time.Second {
+			return nil, fmt.Errorf("step %s: must be between 0s and one week", d)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// BreakerOpen returns breaker_open_secs as a duration.
+func (o Outbox) BreakerOpen() time.Duration { return seconds(o.BreakerOpenSecs) }
+
+// DefaultTTL returns default_ttl_secs as a duration (0: none).
+func (o Outbox) DefaultTTL() time.Duration { return seconds(o.DefaultTTLSecs) }
 
 // Store is the [store] table: where received items are kept.
 type Store struct {
@@ -113,6 +187,15 @@ func Default() Config {
 			DedupWindowHours: DefaultDedupWindowHours,
 			HistoryHours:     DefaultHistoryHours,
 		},
+		Outbox: Outbox{
+			Backoff:         DefaultOutboxBackoff,
+			MaxAttempts:     DefaultOutboxMaxAttempts,
+			BreakerFailures: DefaultOutboxBreakerFailures,
+			BreakerOpenSecs: DefaultOutboxBreakerOpenSecs,
+			MaxEntries:      DefaultOutboxMaxEntries,
+			MaxBytes:        DefaultOutboxMaxBytes,
+		},
+		Audit: Audit{Enabled: true, MaxBytes: DefaultAuditMaxBytes},
 	}
 }
 

@@ -26,6 +26,9 @@ var fullConfig = Config{
 		InboxMaxBytes:    1000000,
 	},
 	Store: Store{Mode: "memory", DedupWindowHours: 24, HistoryHours: 48},
+	Outbox: Outbox{Backoff: "1s, 2s,30s", MaxAttempts: 9, BreakerFailures: 5, BreakerOpenSecs: 30,
+		MaxEntries: 100, MaxBytes: 2000000, DefaultTTLSecs: 3600},
+	Audit: Audit{Enabled: false, Bodies: true, MaxBytes: 1000000},
 }
 
 func requireNoError(t *testing.T, err error) {
@@ -70,11 +73,17 @@ func TestDefault(t *testing.T) {
 			InboxMaxBytes:    268435456,
 		},
 		Store: Store{Mode: "sqlite", DedupWindowHours: 168, HistoryHours: 168},
+		Outbox: Outbox{Backoff: "0s,5s,15s,1m,5m", MaxAttempts: 50, BreakerFailures: 3, BreakerOpenSecs: 60,
+			MaxEntries: 10000, MaxBytes: 268435456},
+		Audit: Audit{Enabled: true, MaxBytes: 67108864},
 	}
 	if got := Default(); got != want {
 		t.Fatalf("Default() = %+v, want %+v", got, want)
 	}
 	requireNoError(t, Default().Validate())
+	if b, err := Default().Outbox.BackoffDurations(); err != nil || !reflect.DeepEqual(b, []time.Duration{0, 5 * time.Second, 15 * time.Second, time.Minute, 5 * time.Minute}) {
+		t.Fatalf("default backoff %v, %v", b, err)
+	}
 	c := Default().Comms
 	if c.AckTimeout() != 30*time.Second || c.FrameTimeout() != 10*time.Second || c.IdleTimeout() != time.Minute {
 		t.Errorf("durations = %v %v %v", c.AckTimeout(), c.FrameTimeout(), c.IdleTimeout())

@@ -17,11 +17,12 @@ type Key struct {
 }
 
 // keyDef is a row of the table: the public description plus accessors for
-// exactly one of a string or an integer field.
+// exactly one of a string, an integer or a boolean field.
 type keyDef struct {
 	path, env, doc string
 	str            func(*Config) *string
 	num            func(*Config) *int
+	flag           func(*Config) *bool
 }
 
 // keys is the single table of configuration keys, in file order.
@@ -65,10 +66,40 @@ var keys = [...]keyDef{
 	{path: "store.history_hours", env: "MEERKAT_STORE_HISTORY_HOURS",
 		doc: `Hours acknowledged items are kept as history (sqlite mode).`,
 		num: func(c *Config) *int { return &c.Store.HistoryHours }},
+	{path: "outbox.backoff", env: "MEERKAT_OUTBOX_BACKOFF",
+		doc: `Waits before retrying a reliable send after its 1st, 2nd, … failed attempt, comma-separated Go durations; the last one repeats.`,
+		str: func(c *Config) *string { return &c.Outbox.Backoff }},
+	{path: "outbox.max_attempts", env: "MEERKAT_OUTBOX_MAX_ATTEMPTS",
+		doc: `Failed attempts after which a reliable send becomes a dead letter.`,
+		num: func(c *Config) *int { return &c.Outbox.MaxAttempts }},
+	{path: "outbox.breaker_failures", env: "MEERKAT_OUTBOX_BREAKER_FAILURES",
+		doc: `Consecutive failed attempts that open a peer's circuit breaker (reliable sends then queue without dialling).`,
+		num: func(c *Config) *int { return &c.Outbox.BreakerFailures }},
+	{path: "outbox.breaker_open_secs", env: "MEERKAT_OUTBOX_BREAKER_OPEN_SECS",
+		doc: `Seconds an open circuit breaker waits before one probe; an ack closes it, a failure opens it again.`,
+		num: func(c *Config) *int { return &c.Outbox.BreakerOpenSecs }},
+	{path: "outbox.max_entries", env: "MEERKAT_OUTBOX_MAX_ENTRIES",
+		doc: `Reliable sends queued at most; beyond it a reliable send is refused (nothing is dropped).`,
+		num: func(c *Config) *int { return &c.Outbox.MaxEntries }},
+	{path: "outbox.max_bytes", env: "MEERKAT_OUTBOX_MAX_BYTES",
+		doc: `Total size, in bytes, of the queued reliable sends; beyond it a reliable send is refused.`,
+		num: func(c *Config) *int { return &c.Outbox.MaxBytes }},
+	{path: "outbox.default_ttl_secs", env: "MEERKAT_OUTBOX_DEFAULT_TTL_SECS",
+		doc: `Time-to-live, in seconds, of reliable sends that give none; an envelope unacknowledged when it passes becomes a dead letter. 0 means none.`,
+		num: func(c *Config) *int { return &c.Outbox.DefaultTTLSecs }},
+	{path: "audit.enabled", env: "MEERKAT_AUDIT_ENABLED",
+		doc: `Record every envelope sent, received, acked, refused, retried, expired and dead-lettered in audit.log in the home.`,
+		flag: func(c *Config) *bool { return &c.Audit.Enabled }},
+	{path: "audit.bodies", env: "MEERKAT_AUDIT_BODIES",
+		doc: `Record message bodies, request params and response results in the audit log too (off: only metadata).`,
+		flag: func(c *Config) *bool { return &c.Audit.Bodies }},
+	{path: "audit.max_bytes", env: "MEERKAT_AUDIT_MAX_BYTES",
+		doc: `Size in bytes at which audit.log is renamed to audit.log.1 (replacing the older one) and a new file started.`,
+		num: func(c *Config) *int { return &c.Audit.MaxBytes }},
 }
 
 // tables are the TOML tables that hold keys.
-var tables = [...]string{"comms", "store"}
+var tables = [...]string{"comms", "store", "outbox", "audit"}
 
 // Keys returns the table of configuration keys, in file order. The slice
 // is a fresh copy: changing it changes nothing else.
@@ -92,8 +123,11 @@ func lookupKey(path string) (keyDef, bool) {
 
 // format returns the key's value in c in TOML syntax.
 func (k keyDef) format(c *Config) string {
-	if k.str != nil {
+	switch {
+	case k.str != nil:
 		return quoteTOML(*k.str(c))
+	case k.flag != nil:
+		return strconv.FormatBool(*k.flag(c))
 	}
 	return strconv.Itoa(*k.num(c))
 }
@@ -102,6 +136,17 @@ func (k keyDef) format(c *Config) string {
 func (k keyDef) set(c *Config, value string) error {
 	if k.str != nil {
 		*k.str(c) = value
+		return nil
+	}
+	if k.flag != nil {
+		switch value {
+		case "true":
+			*k.flag(c) = true
+		case "false":
+			*k.flag(c) = false
+		default:
+			return fmt.Errorf("not true or false: %q", value)
+		}
 		return nil
 	}
 	n, err := strconv.Atoi(value)

@@ -23,6 +23,16 @@ var wantEnv = map[string]string{
 	"store.mode":               "MEERKAT_STORE_MODE",
 	"store.dedup_window_hours": "MEERKAT_STORE_DEDUP_WINDOW_HOURS",
 	"store.history_hours":      "MEERKAT_STORE_HISTORY_HOURS",
+	"outbox.backoff":           "MEERKAT_OUTBOX_BACKOFF",
+	"outbox.max_attempts":      "MEERKAT_OUTBOX_MAX_ATTEMPTS",
+	"outbox.breaker_failures":  "MEERKAT_OUTBOX_BREAKER_FAILURES",
+	"outbox.breaker_open_secs": "MEERKAT_OUTBOX_BREAKER_OPEN_SECS",
+	"outbox.max_entries":       "MEERKAT_OUTBOX_MAX_ENTRIES",
+	"outbox.max_bytes":         "MEERKAT_OUTBOX_MAX_BYTES",
+	"outbox.default_ttl_secs":  "MEERKAT_OUTBOX_DEFAULT_TTL_SECS",
+	"audit.enabled":            "MEERKAT_AUDIT_ENABLED",
+	"audit.bodies":             "MEERKAT_AUDIT_BODIES",
+	"audit.max_bytes":          "MEERKAT_AUDIT_MAX_BYTES",
 }
 
 // tomlPaths lists the key paths of Config's toml tags, by reflection.
@@ -83,8 +93,19 @@ func testValue(k Key) string {
 			return "n0de"
 		case "comms.listen_tcp":
 			return "127.0.0.1:4242"
+		case "outbox.backoff":
+			return "1s,1m"
 		}
 		return "/run/x-{name}.sock"
+	}
+	switch k.Default {
+	case "true":
+		return "false"
+	case "false":
+		return "true"
+	}
+	if k.Path == "audit.max_bytes" {
+		return "70000"
 	}
 	return "7"
 }

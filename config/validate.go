@@ -38,6 +38,15 @@ func (c Config) Validate() error {
 	}
 	add("store.dedup_window_hours", checkRange(c.Store.DedupWindowHours, 1, 24*365))
 	add("store.history_hours", checkRange(c.Store.HistoryHours, 1, 24*365))
+	_, err = c.Outbox.BackoffDurations()
+	add("outbox.backoff", err)
+	add("outbox.max_attempts", checkRange(c.Outbox.MaxAttempts, 1, 1_000_000))
+	add("outbox.breaker_failures", checkRange(c.Outbox.BreakerFailures, 1, 1_000_000))
+	add("outbox.breaker_open_secs", checkRange(c.Outbox.BreakerOpenSecs, 1, MaxTimeoutSecs))
+	add("outbox.max_entries", checkMin(c.Outbox.MaxEntries, 1))
+	add("outbox.max_bytes", checkMin(c.Outbox.MaxBytes, 1))
+	add("outbox.default_ttl_secs", checkRange(c.Outbox.DefaultTTLSecs, 0, MaxTimeoutSecs))
+	add("audit.max_bytes", checkMin(c.Audit.MaxBytes, 4096))
 	return errors.Join(errs...)
 }
 

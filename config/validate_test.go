@@ -66,6 +66,18 @@ func TestValidate(t *testing.T) {
 		{"max connections 1", func(c *Config) { c.Comms.MaxConnections = 1 }, ""},
 		{"inbox 0", func(c *Config) { c.Comms.InboxMax = 0 }, "comms.inbox_max"},
 		{"inbox negative", func(c *Config) { c.Comms.InboxMax = -3 }, "comms.inbox_max"},
+		{"backoff empty", func(c *Config) { c.Outbox.Backoff = "" }, "outbox.backoff"},
+		{"backoff word", func(c *Config) { c.Outbox.Backoff = "0s,soon" }, "outbox.backoff"},
+		{"backoff negative", func(c *Config) { c.Outbox.Backoff = "-1s" }, "outbox.backoff"},
+		{"backoff over a week", func(c *Config) { c.Outbox.Backoff = "1s,169h" }, "outbox.backoff"},
+		{"backoff too many steps", func(c *Config) { c.Outbox.Backoff = strings.Repeat("1s,", 32) + "1s" }, "outbox.backoff"},
+		{"backoff one step", func(c *Config) { c.Outbox.Backoff = "250ms" }, ""},
+		{"max attempts 0", func(c *Config) { c.Outbox.MaxAttempts = 0 }, "outbox.max_attempts"},
+		{"breaker failures 0", func(c *Config) { c.Outbox.BreakerFailures = 0 }, "outbox.breaker_failures"},
+		{"breaker open 0", func(c *Config) { c.Outbox.BreakerOpenSecs = 0 }, "outbox.breaker_open_secs"},
+		{"ttl negative", func(c *Config) { c.Outbox.DefaultTTLSecs = -1 }, "outbox.default_ttl_secs"},
+		{"ttl 0 is none", func(c *Config) { c.Outbox.DefaultTTLSecs = 0 }, ""},
+		{"audit rotate tiny", func(c *Config) { c.Audit.MaxBytes = 100 }, "audit.max_bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
@@ -93,6 +105,8 @@ func TestValidateAllAtOnce(t *testing.T) {
 		"comms.max_message_bytes", "comms.frame_timeout_secs", "comms.idle_timeout_secs",
 		"comms.max_connections", "comms.inbox_max", "comms.inbox_max_bytes",
 		"store.mode", "store.dedup_window_hours", "store.history_hours",
+		"outbox.backoff", "outbox.max_attempts", "outbox.breaker_failures", "outbox.breaker_open_secs",
+		"outbox.max_entries", "outbox.max_bytes", "audit.max_bytes",
 	}
 	if got := errorKeys(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("error keys = %q, want %q", got, want)

@@ -34,6 +34,21 @@
 // after it was admitted. The request channel to the committer is bounded:
 // Admit blocks (honouring its ctx) when the committer falls behind.
 //
+// # Outbox
+//
+// [Store.Outbox] is the node's outbox in the same file: an [outbox.Store]
+// keeping envelopes sealed for sending until they are acknowledged, the
+// dead letters, and peers' circuit-breaker states (schema version 2). Its
+// writes are committer requests like admissions and group-commit with
+// them: [Outbox.Add] returns once its entry is on disk. [Outbox.Delivered]
+// only queues its removal (one request for any number of ids) and returns;
+// the removal commits with the next group, before anything queued after
+// it, and Close commits it if it is still queued. A removal lost in a
+// crash means one more delivery, which the receiver recognises as a
+// duplicate. [Outbox.Entries] waits for queued writes first, so it sees
+// every earlier call. Seqs come from the outbox table's own AUTOINCREMENT:
+// never reused, unrelated to inbox Seqs.
+//
 // # What it is not
 //
 // store knows nothing about envelopes, signatures or peers: it keeps opaque

@@ -43,6 +43,58 @@ CREATE TABLE dedup (
 ) WITHOUT ROWID;
 CREATE INDEX dedup_first_seen ON dedup (first_seen);
 `,
+
+	// Version 2: the outbox (outbox.go).
+	//
+	// outbox holds envelopes sealed for sending until they are delivered
+	// or killed. seq is the rowid with AUTOINCREMENT, so a seq is never
+	// reused, not even after the newest entries were delivered. id is
+	// unique: one row per envelope. Times are Unix nanoseconds; NULL means
+	// none (the zero time.Time).
+	//
+	// dead_letters holds killed entries with the same columns, in kill
+	// order (rowid dl). seq is the outbox seq the entry had, kept for
+	// display only: Revive inserts it into outbox again under a new seq.
+	//
+	// breakers holds one row per peer whose circuit breaker is not closed.
+	`
+CREATE TABLE outbox (
+	seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+	id           BLOB    NOT NULL UNIQUE CHECK (length(id) = 16),
+	recipient    BLOB    NOT NULL CHECK (length(recipient) = 32),
+	peer         TEXT    NOT NULL,
+	kind         TEXT    NOT NULL,
+	corr_id      BLOB    NOT NULL CHECK (length(corr_id) = 16),
+	payload      BLOB    NOT NULL,
+	created      INTEGER,
+	expires      INTEGER,
+	attempts     INTEGER NOT NULL DEFAULT 0,
+	next_attempt INTEGER,
+	last_error   TEXT    NOT NULL DEFAULT ''
+);
+CREATE TABLE dead_letters (
+	dl           INTEGER PRIMARY KEY,
+	seq          INTEGER NOT NULL,
+	id           BLOB    NOT NULL UNIQUE CHECK (length(id) = 16),
+	recipient    BLOB    NOT NULL CHECK (length(recipient) = 32),
+	peer         TEXT    NOT NULL,
+	kind         TEXT    NOT NULL,
+	corr_id      BLOB    NOT NULL CHECK (length(corr_id) = 16),
+	payload      BLOB    NOT NULL,
+	created      INTEGER,
+	expires      INTEGER,
+	attempts     INTEGER NOT NULL DEFAULT 0,
+	next_attempt INTEGER,
+	last_error   TEXT    NOT NULL DEFAULT '',
+	reason       TEXT    NOT NULL,
+	died_at      INTEGER
+);
+CREATE TABLE breakers (
+	peer       BLOB    PRIMARY KEY CHECK (length(peer) = 32),
+	failures   INTEGER NOT NULL,
+	open_until INTEGER
+) WITHOUT ROWID;
+`,
 }
 
 // schemaVersion is the schema version this build writes.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/inbox"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -137,6 +138,10 @@ type Store struct {
 	unackedBytes int64        // payload bytes of unacked items; owned like unacked
 	count        atomic.Int64 // unacked as of the last commit, for Len
 	txns         atomic.Int64 // committed batch transactions, for tests
+
+	// deliveredErr holds the first failure of an asynchronous
+	// Outbox.Delivered since the last Delivered call reported one.
+	deliveredErr atomic.Pointer[error]
 }
 
 type opKind uint8
@@ -145,20 +150,32 @@ const (
 	opAdmit opKind = iota
 	opAck
 	opExpire
+	// Outbox operations (outbox.go).
+	opOutboxAdd
+	opOutboxDelivered
+	opOutboxAttempted
+	opOutboxKill
+	opOutboxRevive
+	opOutboxDrop
+	opOutboxSaveBreaker
+	opOutboxSync
 )
 
 // request is one write for commitLoop. done is 1-buffered and receives
 // exactly one result.
 type request struct {
 	op   opKind
-	rec  Record   // opAdmit
-	seqs []uint64 // opAck
+	rec  Record     // opAdmit
+	seqs []uint64   // opAck
+	ob   *outboxReq // opOutbox*; nil for the others
 	done chan result
 }
 
 type result struct {
 	dup  bool
-	n, m int // opAck: n acknowledged; opExpire: n dedup rows, m history rows
+	n, m int            // opAck: n acknowledged; opExpire: n dedup rows, m history rows; opOutboxDrop: n dropped
+	seq  uint64         // opOutboxAdd: the new entry's Seq
+	revd []outbox.Entry // opOutboxRevive: the revived entries
 	err  error
 }
 
@@ -463,6 +480,9 @@ func (s *Store) commit(batch []*request) {
 	if err != nil {
 		err = fmt.Errorf("store: commit: %w", err)
 		for _, req := range batch {
+			if req.op == opOutboxDelivered { // no one waits for it
+				s.deliveredErr.CompareAndSwap(nil, &err)
+			}
 			req.done <- result{err: err}
 		}
 		return
@@ -505,6 +525,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	now := s.opts.Now()
 	nowNS := now.UnixNano()
 	var lookup, remember, insert, ack *sql.Stmt
+	ob := outboxTx{ctx: ctx, tx: tx}
 	prepare := func(p **sql.Stmt, q string) error {
 		if *p != nil {
 			return nil
@@ -590,6 +611,11 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 				return 0, 0, 0, 0, err
 			}
 			res[i].n, res[i].m = int(n), int(m)
+		case opOutboxAdd, opOutboxDelivered, opOutboxAttempted, opOutboxKill,
+			opOutboxRevive, opOutboxDrop, opOutboxSaveBreaker, opOutboxSync:
+			if err := ob.run(req, &res[i]); err != nil {
+				return 0, 0, 0, 0, err
+			}
 		default:
 			panic(fmt.Sprintf("bug: store: unknown op %d", req.op))
 		}
