@@ -68,13 +68,17 @@ type Delivery struct {
 	// before starting the next delivery to the same peer keeps its
 	// envelopes in order on the wire while their acks are outstanding.
 	Queued func()
+	// SecondTry lets the attempt go on over a fresh connection when the
+	// first is lost before the ack, as [Router.SendMessage] does. Callers
+	// that retry in their own order (an outbox) leave it false.
+	SecondTry bool
 }
 
 // Deliver makes one attempt to deliver a sealed envelope to d.To, which
 // must still be trusted ([ErrUnknownPeer] otherwise), and waits for its ack
-// up to the ack timeout (or only for the write, if !d.WantAck). Unlike
-// [Router.SendMessage] it does not try a second connection when the first
-// is lost before the ack: the caller retries, in its own order. Failures
+// up to the ack timeout (or only for the write, if !d.WantAck). Unless
+// d.SecondTry, it does not try a second connection when the first is lost
+// before the ack: the caller retries, in its own order. Failures
 // are a [*PeerOfflineError], [ErrUnknownPeer], [ErrClosed] or ctx's error.
 func (r *Router) Deliver(ctx context.Context, d Delivery) error {
 	p, ok := r.trust.Load().Lookup(d.To)
@@ -86,7 +90,7 @@ func (r *Router) Deliver(ctx context.Context, d Delivery) error {
 	if err := transport.FinishFrame(frame, start); err != nil {
 		return err
 	}
-	return r.sendFrame(ctx, p, d.ID, frame, d.WantAck, sendOpts{queued: d.Queued, single: true})
+	return r.sendFrame(ctx, p, d.ID, frame, d.WantAck, sendOpts{queued: d.Queued, single: !d.SecondTry})
 }
 
 // onceFunc returns a function that calls f (if not nil) on its first call

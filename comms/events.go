@@ -14,12 +14,16 @@ const (
 
 // Event is one inbound envelope's outcome, for an audit log. Fields the
 // Router could not learn (a frame that does not decode has no sender) are
-// zero. It never carries the body.
+// zero.
 type Event struct {
 	Type   string
 	Peer   string          // sender's trust-list name, if trusted
 	From   identity.PeerID // sender's key, if the envelope decoded
 	Kind   string
+	// Fields is the whole kind (body, params, result…) of an envelope
+	// that decoded, for an observer that records bodies; it is not
+	// verified for refused envelopes.
+	Fields wire.Kind
 	ID     identity.UUID
 	CorrID identity.UUID // in_reply_to of acks and responses
 	Size   int           // bytes on the wire
@@ -33,7 +37,7 @@ func (r *Router) observe(typ string, e *wire.Envelope, peer string, size int, re
 	}
 	ev := Event{Type: typ, Peer: peer, Size: size, Reason: reason}
 	if e != nil {
-		ev.From, ev.Kind, ev.ID = e.From, e.Kind.Type(), e.ID
+		ev.From, ev.Kind, ev.ID, ev.Fields = e.From, e.Kind.Type(), e.ID, e.Kind
 		ev.CorrID, _ = e.Kind.InReplyTo()
 	}
 	r.opts.Observe(ev)

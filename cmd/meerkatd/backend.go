@@ -15,20 +15,32 @@ import (
 // backend is what the CLI commands act on: the running daemon through its
 // control socket, or, with no daemon, a node in this process.
 type backend interface {
-	sendMessage(ctx context.Context, peer, body string) (sendResult, error)
-	sendRequest(ctx context.Context, peer, intent string, params json.RawMessage, wait time.Duration) (sendResult, error)
-	sendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage) (sendResult, error)
+	sendMessage(ctx context.Context, peer, body string, d deliveryOpts) (sendResult, error)
+	sendRequest(ctx context.Context, peer, intent string, params json.RawMessage, wait time.Duration, d deliveryOpts) (sendResult, error)
+	sendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, d deliveryOpts) (sendResult, error)
 	inbox(ctx context.Context, after uint64, wait time.Duration, ack bool) ([]inboxItem, error)
+	outbox(ctx context.Context) (outboxInfo, error)
+	deadLetters(ctx context.Context) ([]deadLetterInfo, error)
+	reviveDead(ctx context.Context, ids []string, all bool) (int, error)
+	dropDead(ctx context.Context, ids []string, all bool) (int, error)
 	status(ctx context.Context) (statusInfo, error)
 	close()
+}
+
+// deliveryOpts say how a send is delivered.
+type deliveryOpts struct {
+	reliable bool          // through the outbox: stored first, retried until acked
+	ttl      time.Duration // reliable: time-to-live (0: the configured default)
+	noWait   bool          // reliable: return once stored
 }
 
 // sendResult is what a send reports.
 type sendResult struct {
 	ID        string      `json:"id"`
 	Peer      string      `json:"peer"`
-	Delivery  string      `json:"delivery"`            // "acked" or "written" (responses)
-	Responses []inboxItem `json:"responses,omitempty"` // send request --wait
+	Delivery  string      `json:"delivery"`             // "acked", "written" (responses) or "queued" (reliable, not yet acked)
+	LastError string      `json:"last_error,omitempty"` // queued: why the last attempt failed
+	Responses []inboxItem `json:"responses,omitempty"`  // send request --wait
 }
 
 // inboxItem is one received envelope as the CLI and control socket show it.
@@ -64,6 +76,11 @@ type statusInfo struct {
 	Rejected  map[string]uint64 `json:"rejected"`
 	Daemon    bool              `json:"daemon"`
 	StartedAt time.Time         `json:"started_at,omitzero"`
+	// Reliable sends (daemon only): queued, dead letters, and the peers
+	// with something queued or a breaker that is not closed.
+	Outbox      int             `json:"outbox"`
+	DeadLetters int             `json:"dead_letters"`
+	SendPeers   []peerSendState `json:"send_peers,omitempty"`
 }
 
 // Error codes shared by the control socket and the exit status.
@@ -162,47 +179,45 @@ func parseJSONArg(what string, raw json.RawMessage) (wire.Value, error) {
 	return v, nil
 }
 
-func (b *localBackend) sendMessage(ctx context.Context, peer, body string) (sendResult, error) {
-	p, err := b.n.r.ResolvePeer(peer)
-	if err != nil {
-		return sendResult{}, err
+// send runs one send on the local node and converts the outcome.
+func (b *localBackend) send(ctx context.Context, peer string, kind wire.Kind, d deliveryOpts) (sendResult, sendOutcome, error) {
+	out, err := b.n.send(ctx, sendSpec{peer: peer, kind: kind, reliable: d.reliable, ttl: d.ttl, noWait: d.noWait})
+	if out.id.IsZero() {
+		return sendResult{}, out, err
 	}
-	id, err := b.n.r.SendMessage(ctx, p.ID.String(), body)
-	if err != nil {
-		return sendResult{}, err
-	}
-	return sendResult{ID: id.String(), Peer: p.Name, Delivery: "acked"}, nil
+	res := sendResult{ID: out.id.String(), Peer: out.peer.Name, Delivery: out.delivery, LastError: out.lastError}
+	return res, out, err
 }
 
-func (b *localBackend) sendRequest(ctx context.Context, peer, intent string, params json.RawMessage, wait time.Duration) (sendResult, error) {
+func (b *localBackend) sendMessage(ctx context.Context, peer, body string, d deliveryOpts) (sendResult, error) {
+	res, _, err := b.send(ctx, peer, wire.Message(body), d)
+	return res, err
+}
+
+func (b *localBackend) sendRequest(ctx context.Context, peer, intent string, params json.RawMessage, wait time.Duration, d deliveryOpts) (sendResult, error) {
 	pv, err := parseJSONArg("params", params)
 	if err != nil {
 		return sendResult{}, err
 	}
-	p, err := b.n.r.ResolvePeer(peer)
-	if err != nil {
-		return sendResult{}, err
+	res, out, err := b.send(ctx, peer, wire.Request(intent, pv), d)
+	if err != nil || wait <= 0 {
+		return res, err
 	}
-	id, err := b.n.r.SendRequest(ctx, p.ID.String(), intent, pv)
-	if err != nil {
-		return sendResult{}, err
-	}
-	res := sendResult{ID: id.String(), Peer: p.Name, Delivery: "acked"}
-	if wait <= 0 {
-		return res, nil
+	if out.delivery == deliveryQueued {
+		return res, &codedError{codePeerOffline, fmt.Sprintf("request %s is queued for retry (%s); its response will arrive in the inbox", out.id, out.lastError)}
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
-		resp, err := b.n.r.AwaitResponse(wctx, id)
+		resp, err := b.n.r.AwaitResponse(wctx, out.id)
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
-				return res, &codedError{codePeerOffline, fmt.Sprintf("request %s acked, but no final response within %s", id, wait)}
+				return res, &codedError{codePeerOffline, fmt.Sprintf("request %s acked, but no final response within %s", out.id, wait)}
 			}
 			return res, err
 		}
 		if len(res.Responses) < maxWaitedResponses {
-			res.Responses = append(res.Responses, toInboxItem(0, comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: resp, PeerName: p.Name}))
+			res.Responses = append(res.Responses, toInboxItem(0, comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: resp, PeerName: out.peer.Name}))
 		}
 		if s := resp.Kind.Status(); s == wire.StatusCompleted || s == wire.StatusFailed {
 			return res, nil
@@ -210,7 +225,7 @@ func (b *localBackend) sendRequest(ctx context.Context, peer, intent string, par
 	}
 }
 
-func (b *localBackend) sendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage) (sendResult, error) {
+func (b *localBackend) sendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, d deliveryOpts) (sendResult, error) {
 	rid, err := identity.ParseUUID(requestID)
 	if err != nil {
 		return sendResult{}, &codedError{codeBadArgs, fmt.Sprintf("request id %q is not a UUID", requestID)}
@@ -222,18 +237,14 @@ func (b *localBackend) sendResponse(ctx context.Context, peer, requestID, status
 	if err != nil {
 		return sendResult{}, err
 	}
-	p, err := b.n.r.ResolvePeer(peer)
+	res, _, err := b.send(ctx, peer, wire.Response(rid, wire.Status(status), rv), d)
 	if err != nil {
-		return sendResult{}, err
-	}
-	id, err := b.n.r.SendResponse(ctx, p.ID.String(), rid, wire.Status(status), rv)
-	if err != nil {
-		return sendResult{}, err
+		return res, err
 	}
 	if status != string(wire.StatusAccepted) {
 		b.n.inbox.markAnswered(rid) // so an MCP client sees it answered
 	}
-	return sendResult{ID: id.String(), Peer: p.Name, Delivery: "written"}, nil
+	return res, nil
 }
 
 func (b *localBackend) inbox(ctx context.Context, after uint64, wait time.Duration, ack bool) ([]inboxItem, error) {
@@ -276,6 +287,17 @@ func (b *localBackend) status(ctx context.Context) (statusInfo, error) {
 	}
 	if b.daemon {
 		s.StartedAt = b.start.UTC()
+	}
+	if ob := b.n.ob; ob != nil {
+		s.Outbox = ob.Len()
+		dl, err := ob.DeadLetters()
+		if err != nil {
+			return s, err
+		}
+		s.DeadLetters = len(dl)
+		for _, ps := range ob.Peers() {
+			s.SendPeers = append(s.SendPeers, toPeerSendState(ps))
+		}
 	}
 	for _, a := range b.n.addrs {
 		s.Listen = append(s.Listen, a.String())

@@ -283,10 +283,20 @@ func runSend(e *env, args []string) error {
 	homeFlag := flags.String("home", "", "node home `directory`")
 	asJSON := flags.Bool("json", false, "print JSON")
 	wait := flags.Duration("wait", 0, "with request: wait this `long` for the final response and print it")
+	reliable := flags.Bool("reliable", false, "store it in the outbox first and retry until the peer acks it (see meerkatd outbox)")
+	ttl := flags.Duration("ttl", 0, "with --reliable: move it to the dead letters if not acked within this `long` (default outbox.default_ttl_secs)")
+	noWait := flags.Bool("no-wait", false, "with --reliable: return once it is stored, without waiting for the first attempt")
 	pos, err := parseArgs(flags, args)
 	if err != nil {
 		return err
 	}
+	if !*reliable && (*ttl != 0 || *noWait) {
+		return fmt.Errorf("%w: --ttl and --no-wait apply to --reliable sends", errUsage)
+	}
+	if *ttl < 0 {
+		return fmt.Errorf("%w: --ttl must be positive", errUsage)
+	}
+	d := deliveryOpts{reliable: *reliable, ttl: *ttl, noWait: *noWait}
 	switch sub {
 	case "message":
 		err = wantArgs(pos, 2, "PEER BODY")
@@ -325,11 +335,11 @@ func runSend(e *env, args []string) error {
 	var res sendResult
 	switch sub {
 	case "message":
-		res, err = b.sendMessage(ctx, pos[0], pos[1])
+		res, err = b.sendMessage(ctx, pos[0], pos[1], d)
 	case "request":
-		res, err = b.sendRequest(ctx, pos[0], pos[1], json.RawMessage(pos[2]), *wait)
+		res, err = b.sendRequest(ctx, pos[0], pos[1], json.RawMessage(pos[2]), *wait, d)
 	case "response":
-		res, err = b.sendResponse(ctx, pos[0], pos[1], pos[2], json.RawMessage(pos[3]))
+		res, err = b.sendResponse(ctx, pos[0], pos[1], pos[2], json.RawMessage(pos[3]), d)
 	}
 	if err != nil && res.ID == "" {
 		return err
@@ -341,6 +351,13 @@ func runSend(e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintln(e.stdout, res.ID)
+	if res.Delivery == deliveryQueued {
+		why := ""
+		if res.LastError != "" {
+			why = " (last attempt: " + res.LastError + ")"
+		}
+		fmt.Fprintf(e.stderr, "queued in the outbox; retrying until acked%s: see meerkatd outbox\n", why)
+	}
 	for _, r := range res.Responses {
 		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, r.Result)
 	}
@@ -435,6 +452,16 @@ func runStatus(e *env, args []string) error {
 	fmt.Fprintf(e.stdout, "peers      %d\ninbox      %d\naccepted   %d\nacks sent  %d\nconns      %d\n", s.Peers, s.Inbox, s.Accepted, s.AcksSent, s.Conns)
 	for reason, n := range s.Rejected {
 		fmt.Fprintf(e.stdout, "rejected   %s %d\n", reason, n)
+	}
+	if s.Daemon {
+		fmt.Fprintf(e.stdout, "outbox     %d\ndead       %d\n", s.Outbox, s.DeadLetters)
+	}
+	for _, p := range s.SendPeers {
+		fmt.Fprintf(e.stdout, "peer       %s: %d queued, breaker %s", orKey(p.Peer, p.Key), p.Queued, breakerText(p))
+		if p.LastError != "" {
+			fmt.Fprintf(e.stdout, ", last error: %s", p.LastError)
+		}
+		fmt.Fprintln(e.stdout)
 	}
 	return nil
 }

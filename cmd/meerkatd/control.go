@@ -47,6 +47,23 @@ type ctlRequest struct {
 	IDs   []string `json:"ids,omitempty"`
 	UpTo  uint64   `json:"up_to,omitempty"`
 	Seqs  []uint64 `json:"seqs,omitempty"` // inbox_ack
+	// Reliable sends (send_* and node.send_*).
+	Reliable bool  `json:"reliable,omitempty"`
+	TTLMS    int64 `json:"ttl_ms,omitempty"`
+	NoWait   bool  `json:"no_wait,omitempty"`
+	// deadletters_retry, deadletters_drop
+	All bool `json:"all,omitempty"`
+}
+
+// delivery returns the request's delivery options.
+func (r ctlRequest) delivery() deliveryOpts {
+	return deliveryOpts{reliable: r.Reliable, ttl: time.Duration(max(r.TTLMS, 0)) * time.Millisecond, noWait: r.NoWait}
+}
+
+// ctlDelivery sets a request's delivery fields.
+func ctlDelivery(req ctlRequest, d deliveryOpts) ctlRequest {
+	req.Reliable, req.TTLMS, req.NoWait = d.reliable, d.ttl.Milliseconds(), d.noWait
+	return req
 }
 
 type ctlResponse struct {
@@ -133,11 +150,19 @@ func (s *controlServer) handle(req ctlRequest) ctlResponse {
 	var err error
 	switch req.Op {
 	case "send_message":
-		result, err = s.b.sendMessage(ctx, req.Peer, req.Body)
+		result, err = s.b.sendMessage(ctx, req.Peer, req.Body, req.delivery())
 	case "send_request":
-		result, err = s.b.sendRequest(ctx, req.Peer, req.Intent, req.Params, wait)
+		result, err = s.b.sendRequest(ctx, req.Peer, req.Intent, req.Params, wait, req.delivery())
 	case "send_response":
-		result, err = s.b.sendResponse(ctx, req.Peer, req.RequestID, req.Status, req.Result)
+		result, err = s.b.sendResponse(ctx, req.Peer, req.RequestID, req.Status, req.Result, req.delivery())
+	case "outbox":
+		result, err = s.b.outbox(ctx)
+	case "deadletters":
+		result, err = s.b.deadLetters(ctx)
+	case "deadletters_retry":
+		result, err = s.b.reviveDead(ctx, req.IDs, req.All)
+	case "deadletters_drop":
+		result, err = s.b.dropDead(ctx, req.IDs, req.All)
 	case "inbox":
 		result, err = s.b.inbox(ctx, req.After, wait, false) // removal is a separate inbox_ack
 	case "inbox_ack":
@@ -290,19 +315,39 @@ func readReply(br *bufio.Reader) ([]byte, error) {
 	}
 }
 
-func (rb *remoteBackend) sendMessage(ctx context.Context, peer, body string) (r sendResult, err error) {
-	err = rb.call(ctx, ctlRequest{Op: "send_message", Peer: peer, Body: body}, &r)
+func (rb *remoteBackend) sendMessage(ctx context.Context, peer, body string, d deliveryOpts) (r sendResult, err error) {
+	err = rb.call(ctx, ctlDelivery(ctlRequest{Op: "send_message", Peer: peer, Body: body}, d), &r)
 	return r, err
 }
 
-func (rb *remoteBackend) sendRequest(ctx context.Context, peer, intent string, params json.RawMessage, wait time.Duration) (r sendResult, err error) {
-	err = rb.call(ctx, ctlRequest{Op: "send_request", Peer: peer, Intent: intent, Params: params, WaitMS: wait.Milliseconds()}, &r)
+func (rb *remoteBackend) sendRequest(ctx context.Context, peer, intent string, params json.RawMessage, wait time.Duration, d deliveryOpts) (r sendResult, err error) {
+	err = rb.call(ctx, ctlDelivery(ctlRequest{Op: "send_request", Peer: peer, Intent: intent, Params: params, WaitMS: wait.Milliseconds()}, d), &r)
 	return r, err
 }
 
-func (rb *remoteBackend) sendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage) (r sendResult, err error) {
-	err = rb.call(ctx, ctlRequest{Op: "send_response", Peer: peer, RequestID: requestID, Status: status, Result: result}, &r)
+func (rb *remoteBackend) sendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, d deliveryOpts) (r sendResult, err error) {
+	err = rb.call(ctx, ctlDelivery(ctlRequest{Op: "send_response", Peer: peer, RequestID: requestID, Status: status, Result: result}, d), &r)
 	return r, err
+}
+
+func (rb *remoteBackend) outbox(ctx context.Context) (o outboxInfo, err error) {
+	err = rb.call(ctx, ctlRequest{Op: "outbox"}, &o)
+	return o, err
+}
+
+func (rb *remoteBackend) deadLetters(ctx context.Context) (d []deadLetterInfo, err error) {
+	err = rb.call(ctx, ctlRequest{Op: "deadletters"}, &d)
+	return d, err
+}
+
+func (rb *remoteBackend) reviveDead(ctx context.Context, ids []string, all bool) (n int, err error) {
+	err = rb.call(ctx, ctlRequest{Op: "deadletters_retry", IDs: ids, All: all}, &n)
+	return n, err
+}
+
+func (rb *remoteBackend) dropDead(ctx context.Context, ids []string, all bool) (n int, err error) {
+	err = rb.call(ctx, ctlRequest{Op: "deadletters_drop", IDs: ids, All: all}, &n)
+	return n, err
 }
 
 // inbox lists, and with ack removes what it received: in two steps, so

@@ -77,8 +77,23 @@ func commandTable() map[string]command {
 		},
 		"send": {
 			summary: "send a message, request or response (through the daemon if it runs)",
-			usage:   "meerkatd send message PEER BODY | send request PEER INTENT PARAMS_JSON [--wait DUR] | send response PEER REQUEST_ID STATUS RESULT_JSON   [--home DIR] [--json]",
+			usage:   "meerkatd send message PEER BODY | send request PEER INTENT PARAMS_JSON [--wait DUR] | send response PEER REQUEST_ID STATUS RESULT_JSON   [--reliable [--ttl DUR] [--no-wait]] [--home DIR] [--json]",
 			run:     runSend,
+		},
+		"outbox": {
+			summary: "list reliable sends not yet acknowledged, and each peer's circuit breaker",
+			usage:   "meerkatd outbox [--home DIR] [--json]",
+			run:     runOutbox,
+		},
+		"deadletters": {
+			summary: "list, requeue or drop reliable sends that expired or ran out of retries",
+			usage:   "meerkatd deadletters [list] [--json] | deadletters retry ID...|--all | deadletters drop ID...|--all   [--home DIR]",
+			run:     runDeadLetters,
+		},
+		"audit": {
+			summary: "show the audit log: every envelope sent, received, acked, refused, retried, expired or dead-lettered",
+			usage:   "meerkatd audit [--home DIR] [--since 1h|RFC3339] [--peer NAME|KEY] [--event EVENT] [--id ID] [--limit N] [--json]",
+			run:     runAudit,
 		},
 		"mcp": {
 			summary: "serve MCP on stdin/stdout for an LLM client (attaches to the daemon, or runs the node itself)",

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
@@ -139,6 +141,11 @@ type node struct {
 	wg     sync.WaitGroup
 	reload func() // re-read the trust file now (SIGHUP)
 
+	ob      *outbox.Outbox // reliable sends (daemon nodes only)
+	obStore outbox.Store   // the outbox's store; for other nodes opened on first use
+	obDB    *store.Store   // the database opened for obStore, if this node opened one
+	audit   *audit.Log     // nil: no audit log (disabled, or not a daemon node)
+
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when stop begins; waits on the mailbox end
 }
@@ -234,6 +241,15 @@ func startNode(h *home, log *slog.Logger, mode nodeMode) (*node, error) {
 	if mode == nodeReplies {
 		admit = responsesOnly{rec}
 	}
+	n := &node{h: h, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{})}
+	var observe func(comms.Event)
+	if mode == nodeFull {
+		if n.audit, err = openAudit(h); err != nil {
+			mail.Close()
+			return nil, err
+		}
+		observe = n.observeInbound
+	}
 	r, err := comms.New(h.kp, list, comms.Options{
 		Logger:          log,
 		AckTimeout:      h.cfg.Comms.AckTimeout(),
@@ -242,13 +258,26 @@ func startNode(h *home, log *slog.Logger, mode nodeMode) (*node, error) {
 		MaxConnections:  h.cfg.Comms.MaxConnections,
 		MaxMessageBytes: h.cfg.Comms.MaxMessageBytes,
 		Inbox:           admit,
+		Observe:         observe,
 	})
 	if err != nil {
 		mail.Close()
+		n.audit.Close()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &node{h: h, r: r, mail: mail, inbox: rec, log: log, cancel: cancel, reload: func() {}, stopped: make(chan struct{})}
+	n.r, n.cancel = r, cancel
+	if mode == nodeFull {
+		if d, ok := mail.(*durableMail); ok {
+			n.obStore = d.st.Outbox()
+		} else {
+			n.obStore = outbox.NewMemStore()
+		}
+		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox); err != nil {
+			n.stop()
+			return nil, err
+		}
+	}
 	if d, ok := mail.(*durableMail); ok {
 		n.wg.Add(1)
 		go func() {
@@ -296,6 +325,9 @@ func startNode(h *home, log *slog.Logger, mode nodeMode) (*node, error) {
 		defer n.wg.Done()
 		w.Run(ctx)
 	}()
+	if n.ob != nil {
+		n.ob.Start() // what earlier runs left in the outbox goes out now
+	}
 	return n, nil
 }
 
@@ -314,9 +346,20 @@ func (n *node) closing() bool {
 func (n *node) stop() {
 	n.stopOnce.Do(func() { close(n.stopped) })
 	n.cancel()
+	if n.ob != nil {
+		n.ob.Close() // first: attempts it cancels are not failures, and it writes to the store
+	}
 	n.r.Close()
 	n.mail.Close()
+	if n.obDB != nil {
+		if err := n.obDB.Close(); err != nil {
+			n.log.Error("outbox store: close failed", "err", err)
+		}
+	}
 	n.wg.Wait()
+	if err := n.audit.Close(); err != nil {
+		n.log.Error("audit log: close failed", "err", err)
+	}
 }
 
 // sendTimeout bounds a CLI send beyond the ack timeout: dialing and queueing.

@@ -73,7 +73,8 @@ type Record struct {
 // accepts what the writer produces and any other JSON object with those
 // fields — unknown fields are ignored and unknown events kept, for newer
 // builds — provided every known field has the right JSON type and time is
-// a valid RFC 3339 time. Time is returned in UTC; Body is returned
+// a valid RFC 3339 time (as encoding/json parses it) whose UTC year is
+// 0–9999. Time is returned in UTC; Body is returned
 // compacted, and a null body as nil. Errors match [ErrMalformed].
 //
 // A record ParseLine returns encodes to a line that parses to the same
@@ -89,7 +90,12 @@ func ParseLine(line []byte) (Record, error) {
 	if r.Time.IsZero() {
 		return Record{}, fmt.Errorf("%w: no time", ErrMalformed)
 	}
+	// An offset can move a time at the edge of years 0–9999 out of them;
+	// it could not be written back in UTC.
 	r.Time = r.Time.UTC()
+	if y := r.Time.Year(); y < 0 || y > 9999 {
+		return Record{}, fmt.Errorf("%w: time out of range", ErrMalformed)
+	}
 	if r.Body != nil {
 		// The writer stores a body that is not valid UTF-8 JSON as a
 		// string, so a raw body with invalid UTF-8 was not written by it.

@@ -67,6 +67,8 @@ func TestParseLine(t *testing.T) {
 		{"time not RFC 3339", `{"time":"SECRET 2026-03-04 05:06:07","event":"x"}`},
 		{"time 24:00", `{"time":"2026-03-04T24:00:00Z","event":"x"}`},
 		{"time year 10000", `{"time":"10000-01-01T00:00:00Z","event":"x"}`},
+		{"time before year 0 in UTC", `{"time":"0000-01-01T00:00:00+01:00","event":"x"}`},
+		{"time after year 9999 in UTC", `{"time":"9999-12-31T23:30:00-01:00","event":"x"}`},
 		{"time number", `{"time":1700000000,"event":"x"}`},
 		{"event number", `{"time":"2026-03-04T05:06:07Z","event":7}`},
 		{"size string", `{"time":"2026-03-04T05:06:07Z","event":"x","size":"SECRET"}`},
