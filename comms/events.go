@@ -16,10 +16,10 @@ const (
 // Router could not learn (a frame that does not decode has no sender) are
 // zero.
 type Event struct {
-	Type   string
-	Peer   string          // sender's trust-list name, if trusted
-	From   identity.PeerID // sender's key, if the envelope decoded
-	Kind   string
+	Type string
+	Peer string          // sender's trust-list name, if trusted
+	From identity.PeerID // sender's key, if the envelope decoded
+	Kind string
 	// Fields is the whole kind (body, params, result…) of an envelope
 	// that decoded, for an observer that records bodies; it is not
 	// verified for refused envelopes.
