@@ -64,7 +64,9 @@ type Delivery struct {
 	WantAck bool   // false for kinds that are not acknowledged (responses)
 	// Queued, if not nil, is called once, when the frame is in a
 	// connection's write queue; it is not called if the attempt fails
-	// before that. A caller that waits for it (or for Deliver to return)
+	// before that. Towards a peer that takes one envelope per connection
+	// it is called only once the ack arrived, since separate connections
+	// could reorder envelopes. A caller that waits for it (or for Deliver to return)
 	// before starting the next delivery to the same peer keeps its
 	// envelopes in order on the wire while their acks are outstanding.
 	Queued func()

@@ -373,8 +373,8 @@ func (l *link) sendOneShot(ctx context.Context, id identity.UUID, frame []byte, 
 	if _, err := c.Write(frame); err != nil {
 		return l.offline(ctx, err)
 	}
-	queued()
 	if !wantAck {
+		queued()
 		return nil
 	}
 	payload, err := transport.ReadFrame(c, l.r.opts.MaxMessageBytes)
@@ -387,6 +387,10 @@ func (l *link) sendOneShot(ctx context.Context, id identity.UUID, frame []byte, 
 	if err := l.checkAck(payload, id); err != nil {
 		return l.offline(ctx, err)
 	}
+	// Envelopes on separate connections can overtake each other: the
+	// caller learns that this one is on its way only once it is acked,
+	// so one that waits for queued keeps its order.
+	queued()
 	return nil
 }
 

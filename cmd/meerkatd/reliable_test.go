@@ -1,0 +1,439 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox/store"
+)
+
+// Reliable delivery across crashes, restarts and outages, with real
+// daemons: issue 5's acceptance tests.
+
+// kill ends n's daemon with SIGKILL: no shutdown, no flush, sockets left
+// behind (the next start must cope).
+func (n *testNode) kill() {
+	t := n.t
+	t.Helper()
+	d := n.d
+	if d == nil || d.stopped {
+		t.Fatalf("%s has no running daemon", n.name)
+	}
+	d.stopped = true
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil && !d.exited() {
+		t.Fatalf("SIGKILL %s: %v", n.name, err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(stopTimeout):
+		t.Fatalf("%s's daemon survived SIGKILL", n.name)
+	}
+}
+
+// ctlConn is a raw control-socket connection, for pipelining many sends
+// without a process per send.
+type ctlConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func (n *testNode) control() (*ctlConn, error) {
+	c, err := net.DialTimeout("unix", filepath.Join(n.home, controlSocketName), 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &ctlConn{c: c, br: bufio.NewReaderSize(c, 1<<20)}, nil
+}
+
+// call sends one request and decodes the result into out.
+func (cc *ctlConn) call(req ctlRequest, out any) error {
+	b, _ := json.Marshal(req)
+	cc.c.SetDeadline(time.Now().Add(cmdTimeout))
+	if _, err := cc.c.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	line, err := readReply(cc.br)
+	if err != nil {
+		return err
+	}
+	var resp ctlResponse
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return err
+	}
+	if !resp.OK {
+		return fmt.Errorf("%s: %s", resp.Code, resp.Error)
+	}
+	if out != nil {
+		return json.Unmarshal(resp.Result, out)
+	}
+	return nil
+}
+
+// queueMessages sends bodies prefix0..prefix(count-1) reliably without
+// waiting for delivery, over conns control connections, and returns the id
+// of every send the daemon confirmed (body → id). It stops early (without
+// failing) when the daemon goes away, as in the sender-crash test.
+func queueMessages(t *testing.T, n *testNode, peer, prefix string, count, conns int) map[string]string {
+	t.Helper()
+	var mu sync.Mutex
+	ids := map[string]string{}
+	var wg sync.WaitGroup
+	for w := range conns {
+		cc, err := n.control()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cc.c.Close()
+			for i := w; i < count; i += conns {
+				body := fmt.Sprintf("%s%05d", prefix, i)
+				var r sendResult
+				if err := cc.call(ctlRequest{Op: "send_message", Peer: peer, Body: body, Reliable: true, NoWait: true}, &r); err != nil {
+					return // the daemon is gone (killed)
+				}
+				mu.Lock()
+				ids[body] = r.ID
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return ids
+}
+
+// outboxOf returns n's outbox through its daemon.
+func outboxOf(t *testing.T, n *testNode) outboxInfo {
+	t.Helper()
+	var o outboxInfo
+	n.okJSON(&o, "outbox", "--json")
+	return o
+}
+
+func deadOf(t *testing.T, n *testNode) []deadLetterInfo {
+	t.Helper()
+	var d []deadLetterInfo
+	n.okJSON(&d, "deadletters", "--json")
+	return d
+}
+
+// waitOutboxEmpty waits until n's outbox is empty, bounded.
+func waitOutboxEmpty(t *testing.T, n *testNode, bound time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		o := outboxOf(t, n)
+		if len(o.Entries) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's outbox still holds %d after %v; peers %+v", n.name, len(o.Entries), bound, o.Peers)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// inboxBodies lists n's inbox (daemon running) in arrival order.
+func inboxBodies(t *testing.T, n *testNode) (bodies []string, byID map[string]int) {
+	t.Helper()
+	byID = map[string]int{}
+	for _, it := range n.inbox() {
+		if it.Kind == "message" {
+			bodies = append(bodies, it.Body)
+			byID[it.ID]++
+		}
+	}
+	return bodies, byID
+}
+
+// storedIDs opens n's database (its daemon must not run) and returns the
+// ids of every inbox item in it.
+func storedIDs(t *testing.T, n *testNode) map[string]bool {
+	t.Helper()
+	st, err := store.Open(filepath.Join(n.home, dbFileName), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	out := map[string]bool{}
+	var after uint64
+	for {
+		recs, err := st.List(after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			return out
+		}
+		for _, r := range recs {
+			out[identity.UUID(r.ID).String()] = true
+			after = r.Seq
+		}
+	}
+}
+
+// reliableEnv makes retries quick enough for tests: the schedule's shape,
+// compressed.
+var reliableEnv = []string{
+	"MEERKAT_OUTBOX_BACKOFF=0s,100ms,250ms,500ms",
+	"MEERKAT_OUTBOX_BREAKER_OPEN_SECS=1",
+	"MEERKAT_OUTBOX_MAX_ATTEMPTS=100000",
+	"MEERKAT_COMMS_INBOX_MAX=100000",
+}
+
+// checkExactlyOnce requires that bob holds every confirmed send exactly
+// once and nothing else but, at most, maxExtra sends whose confirmation
+// was lost with a killed sender.
+func checkExactlyOnce(t *testing.T, bob *testNode, confirmed map[string]string, prefix string, maxExtra int) {
+	t.Helper()
+	bodies, byID := inboxBodies(t, bob)
+	seen := map[string]int{}
+	for _, b := range bodies {
+		seen[b]++
+	}
+	for body, id := range confirmed {
+		if seen[body] != 1 || byID[id] != 1 {
+			t.Errorf("%s (%s) is in the receiver's inbox %d times (by id %d), want exactly once", body, id, seen[body], byID[id])
+		}
+	}
+	extra := 0
+	for body, n := range seen {
+		if n != 1 {
+			t.Errorf("%s delivered %d times", body, n)
+		}
+		if _, ok := confirmed[body]; !ok {
+			if !strings.HasPrefix(body, prefix) {
+				t.Errorf("unexpected message %q", body)
+			}
+			extra++
+		}
+	}
+	if extra > maxExtra {
+		t.Errorf("%d messages were delivered that the sender never confirmed (at most %d were in flight)", extra, maxExtra)
+	}
+}
+
+const crashMessages = 5000
+
+// TestCrashReceiver kills the receiving daemon with SIGKILL while 5,000
+// reliable messages stream to it: everything the sender saw acknowledged
+// must be on the receiver's disk, and after a restart every message is in
+// its inbox exactly once.
+func TestCrashReceiver(t *testing.T) {
+	alice, bob := twoNodes(t, false)
+	alice.env = append(alice.env, reliableEnv...)
+	bob.env = append(bob.env, reliableEnv...)
+	alice.start()
+	bob.start()
+
+	queued := make(chan map[string]string, 1)
+	go func() { queued <- queueMessages(t, alice, "bob", "m", crashMessages, 8) }()
+	waitUntil(t, "bob to have received a good part", func() bool {
+		var s struct {
+			Accepted uint64 `json:"accepted"`
+		}
+		bob.okJSON(&s, "status", "--json")
+		return s.Accepted >= crashMessages/4
+	})
+	bob.kill()
+	confirmed := <-queued
+	if len(confirmed) != crashMessages {
+		t.Fatalf("alice confirmed %d of %d sends", len(confirmed), crashMessages)
+	}
+
+	// What alice saw acknowledged: confirmed, and neither queued nor dead.
+	o := outboxOf(t, alice)
+	if len(o.Entries) == 0 {
+		t.Fatal("everything was acknowledged before the kill: the crash tested nothing")
+	}
+	unacked := map[string]bool{}
+	for _, e := range o.Entries {
+		unacked[e.ID] = true
+	}
+	if d := deadOf(t, alice); len(d) != 0 {
+		t.Fatalf("dead letters: %+v", d)
+	}
+	stored := storedIDs(t, bob)
+	acked := 0
+	for body, id := range confirmed {
+		if unacked[id] {
+			continue
+		}
+		acked++
+		if !stored[id] {
+			t.Errorf("%s (%s) was acknowledged but is not in the receiver's database", body, id)
+		}
+	}
+	t.Logf("at the kill: %d acknowledged, %d queued; the receiver's disk had %d", acked, len(o.Entries), len(stored))
+	if acked == 0 {
+		t.Fatal("nothing was acknowledged before the kill")
+	}
+
+	bob.start()
+	waitOutboxEmpty(t, alice, 2*time.Minute)
+	if d := deadOf(t, alice); len(d) != 0 {
+		t.Fatalf("dead letters: %+v", d)
+	}
+	checkExactlyOnce(t, bob, confirmed, "m", 0)
+}
+
+// TestCrashSender kills the sending daemon with SIGKILL mid-stream: after
+// it restarts, its outbox finishes the job and nothing is lost or
+// duplicated.
+func TestCrashSender(t *testing.T) {
+	alice, bob := twoNodes(t, false)
+	alice.env = append(alice.env, reliableEnv...)
+	bob.env = append(bob.env, reliableEnv...)
+	alice.start()
+
+	// All 5,000 are queued first (bob is down), so the kill hits a sender
+	// with a full outbox streaming to its peer.
+	confirmed := queueMessages(t, alice, "bob", "m", crashMessages, 8)
+	if len(confirmed) != crashMessages {
+		t.Fatalf("alice confirmed %d of %d sends", len(confirmed), crashMessages)
+	}
+	bob.start()
+	waitUntil(t, "bob to have received a good part", func() bool {
+		var s struct {
+			Accepted uint64 `json:"accepted"`
+		}
+		bob.okJSON(&s, "status", "--json")
+		return s.Accepted >= crashMessages/4
+	})
+	alice.kill()
+	var s struct {
+		Accepted uint64 `json:"accepted"`
+	}
+	bob.okJSON(&s, "status", "--json")
+	if s.Accepted >= crashMessages {
+		t.Fatal("everything was delivered before the kill: the crash tested nothing")
+	}
+	t.Logf("bob had accepted %d when alice was killed", s.Accepted)
+
+	alice.start()
+	waitOutboxEmpty(t, alice, 2*time.Minute)
+	if d := deadOf(t, alice); len(d) != 0 {
+		t.Fatalf("dead letters: %+v", d)
+	}
+	checkExactlyOnce(t, bob, confirmed, "m", 0)
+}
+
+// TestReliableSurvivesRestart: unacknowledged inbox items, outbox entries
+// and an open circuit breaker survive a clean restart; the breaker then
+// ends early when the peer reaches us.
+func TestReliableSurvivesRestart(t *testing.T) {
+	alice, bob := twoNodes(t, false)
+	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=0s,50ms", "MEERKAT_OUTBOX_BREAKER_OPEN_SECS=3600")
+	bob.start()
+	alice.start()
+	bob.ok("send", "message", "alice", "unread across the restart")
+	bob.stop()
+
+	var want []string
+	for i := range 3 {
+		body := "while bob is down " + strconv.Itoa(i)
+		var r cliSend
+		alice.okJSON(&r, "send", "message", "bob", body, "--reliable", "--json")
+		if r.Delivery != deliveryQueued {
+			t.Fatalf("send to a stopped peer: delivery %q, want queued", r.Delivery)
+		}
+		want = append(want, body)
+	}
+	waitUntil(t, "bob's breaker to open", func() bool {
+		o := outboxOf(t, alice)
+		return len(o.Peers) == 1 && o.Peers[0].Breaker == "open"
+	})
+
+	alice.stop()
+	alice.start()
+	o := outboxOf(t, alice)
+	if len(o.Entries) != 3 || len(o.Peers) != 1 || o.Peers[0].Breaker != "open" || o.Peers[0].Failures < 3 {
+		t.Fatalf("after restart: outbox %+v", o)
+	}
+	var s struct {
+		Outbox    int             `json:"outbox"`
+		SendPeers []peerSendState `json:"send_peers"`
+	}
+	alice.okJSON(&s, "status", "--json")
+	if s.Outbox != 3 || len(s.SendPeers) != 1 || s.SendPeers[0].Breaker != "open" {
+		t.Fatalf("status after restart: %+v", s)
+	}
+	if got := alice.inbox(); len(got) != 1 || got[0].Body != "unread across the restart" {
+		t.Fatalf("alice's inbox after restart: %+v", got)
+	}
+
+	// The breaker is open for an hour, but bob reaching alice shows it is
+	// up: alice probes at once and the outbox drains.
+	bob.start()
+	bob.ok("send", "message", "alice", "I am back")
+	waitOutboxEmpty(t, alice, pollTimeout)
+	bodies, _ := inboxBodies(t, bob)
+	if !slices.Equal(bodies, want) {
+		t.Fatalf("bob received %q, want %q in order", bodies, want)
+	}
+	o = outboxOf(t, alice)
+	if len(o.Peers) != 0 {
+		t.Fatalf("breaker not closed after delivery: %+v", o.Peers)
+	}
+}
+
+// TestRetryAcrossOutage: a peer down for 20 s then back receives every
+// reliable message once, in send order.
+func TestRetryAcrossOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20-second outage")
+	}
+	alice, bob := twoNodes(t, true)
+	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=0s,1s,2s,4s", "MEERKAT_OUTBOX_BREAKER_OPEN_SECS=5")
+	alice.start(alice.runArgs()...)
+	bob.start(bob.runArgs()...)
+	cc, err := alice.control()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.c.Close()
+	var want []string
+	send := func(n int) {
+		for range n {
+			body := fmt.Sprintf("msg %03d", len(want))
+			var r sendResult
+			if err := cc.call(ctlRequest{Op: "send_message", Peer: "bob", Body: body, Reliable: true, NoWait: true}, &r); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, body)
+		}
+	}
+	send(10)
+	waitOutboxEmpty(t, alice, pollTimeout)
+	bob.stop()
+	down := time.Now()
+	for time.Since(down) < 20*time.Second { // sends spread over the outage
+		send(10)
+		time.Sleep(4 * time.Second)
+	}
+	o := outboxOf(t, alice)
+	if len(o.Entries) == 0 || len(o.Peers) != 1 || o.Peers[0].LastError == "" {
+		t.Fatalf("during the outage: %+v", o)
+	}
+	bob.start(bob.runArgs()...)
+	waitOutboxEmpty(t, alice, time.Minute)
+	bodies, _ := inboxBodies(t, bob)
+	if !slices.Equal(bodies, want) {
+		t.Fatalf("bob received %d messages %q,\nwant %d in send order %q", len(bodies), bodies, len(want), want)
+	}
+	if d := deadOf(t, alice); len(d) != 0 {
+		t.Fatalf("dead letters: %+v", d)
+	}
+}
