@@ -437,3 +437,101 @@ func TestRetryAcrossOutage(t *testing.T) {
 		t.Fatalf("dead letters: %+v", d)
 	}
 }
+
+// TestDeadLettersAuditAndStandalone covers the commands around reliable
+// sends: expiry into dead letters, retry and drop, the audit log with and
+// without bodies, and a reliable send with no daemon running.
+func TestDeadLettersAuditAndStandalone(t *testing.T) {
+	alice, bob := twoNodes(t, false)
+	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=50ms")
+	bob.env = append(bob.env, "MEERKAT_AUDIT_BODIES=true")
+
+	// No daemon at all: the send is stored in alice's outbox and tried once.
+	r := alice.run("send", "message", "bob", "kept for later", "--reliable")
+	if r.code != exitOK || !strings.Contains(r.stderr, "queued in the outbox") {
+		t.Fatalf("standalone reliable send to a stopped peer:\n%s", r)
+	}
+	if o := outboxOf(t, alice); len(o.Entries) != 1 || o.Entries[0].Attempts != 1 || o.Entries[0].LastError == "" {
+		t.Fatalf("outbox without a daemon: %+v", o)
+	}
+
+	alice.start()
+	var expired cliSend
+	alice.okJSON(&expired, "send", "message", "bob", "too late", "--reliable", "--ttl", "300ms", "--json")
+	waitUntil(t, "the expired send to become a dead letter", func() bool { return len(deadOf(t, alice)) == 1 })
+	d := deadOf(t, alice)[0]
+	if d.ID != expired.ID || !strings.HasPrefix(d.Reason, "expired") || d.Peer != "bob" {
+		t.Fatalf("dead letter %+v", d)
+	}
+	alice.wantCode(exitUsage, []string{"--all"}, "deadletters", "retry")
+	alice.wantCode(exitUsage, []string{"--reliable"}, "send", "message", "bob", "x", "--ttl", "1s")
+	alice.wantCode(exitUsage, []string{"--since"}, "audit", "--since", "yesterday")
+	alice.ok("deadletters", "retry", expired.ID)
+	if len(deadOf(t, alice)) != 0 {
+		t.Fatal("retry left the dead letter")
+	}
+
+	bob.start()
+	bob.ok("send", "message", "alice", "wake up") // alice ends her backoff for bob
+	waitOutboxEmpty(t, alice, pollTimeout)
+	bodies, _ := inboxBodies(t, bob)
+	if !slices.Equal(bodies, []string{"kept for later", "too late"}) {
+		t.Fatalf("bob received %q", bodies)
+	}
+
+	// A second expiry, dropped for good.
+	bob.stop()
+	alice.ok("send", "message", "bob", "never", "--reliable", "--ttl", "200ms", "--no-wait")
+	waitUntil(t, "the second dead letter", func() bool { return len(deadOf(t, alice)) == 1 })
+	if out := alice.ok("deadletters", "drop", "--all"); !strings.Contains(out, "dropped 1") {
+		t.Fatalf("drop: %q", out)
+	}
+	if len(deadOf(t, alice)) != 0 {
+		t.Fatal("drop --all left dead letters")
+	}
+	alice.stop()
+
+	// The audit logs: alice's records her side of every step, without
+	// bodies; bob's (bodies on) has what he received with its body.
+	type row struct {
+		Dir, Event, Peer, Kind, ID, Reason string
+		Body                               json.RawMessage
+	}
+	rows := func(n *testNode, args ...string) []row {
+		out := n.ok(append([]string{"audit", "--json"}, args...)...)
+		var rs []row
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if line == "" {
+				continue
+			}
+			var r row
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("audit line %q: %v", line, err)
+			}
+			rs = append(rs, r)
+		}
+		return rs
+	}
+	events := map[string]int{}
+	for _, r := range rows(alice, "--peer", "bob") {
+		if r.Peer != "bob" {
+			t.Errorf("--peer bob returned %+v", r)
+		}
+		if len(r.Body) != 0 {
+			t.Errorf("alice recorded a body without [audit] bodies: %+v", r)
+		}
+		events[r.Dir+" "+r.Event]++
+	}
+	for _, want := range []string{"out sent", "out acked", "out retry", "out expired", "in received"} {
+		if events[want] == 0 {
+			t.Errorf("alice's audit log has no %q row: %v", want, events)
+		}
+	}
+	got := rows(bob, "--event", "received", "--id", expired.ID)
+	if len(got) != 1 || got[0].Dir != "in" || !strings.Contains(string(got[0].Body), "too late") {
+		t.Fatalf("bob's audit row for %s: %+v", expired.ID, got)
+	}
+	if text := bob.ok("audit", "--since", "1h"); !strings.Contains(text, "received") || strings.Contains(text, "too late") {
+		t.Fatalf("audit table (bodies are not shown in the table):\n%s", text)
+	}
+}
