@@ -78,9 +78,7 @@ func (n *node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 			n.auditSealed(sealed, audit.EventRefused, 1, err.Error())
 			return out, err
 		}
-		if wantAck {
-			n.auditSealed(sealed, audit.EventAcked, 1, "")
-		}
+		n.auditSealed(sealed, audit.EventAcked, 1, "") // responses: written
 		out.delivery = done
 		return out, nil
 	}
