@@ -84,11 +84,21 @@ func TestSealAndDeliverErrors(t *testing.T) {
 	if !errors.Is(err, ErrUnknownPeer) || called {
 		t.Fatalf("untrusted recipient: %v (queued %v)", err, called)
 	}
-	// bob stops: the attempt fails before anything is queued.
-	b.r.Close()
-	err = a.r.Deliver(ctxT(t), Delivery{To: b.kp.ID(), ID: s.ID, Payload: s.Payload, WantAck: true, Queued: func() { called = true }})
+	// Nobody listens at the peer's address: the attempt fails before
+	// anything is queued.
+	ghost, _ := identity.GenerateKeypair()
+	gl, err := trust.New(trust.Peer{Name: "ghost", ID: ghost.ID(), Addr: transport.Addr{Scheme: transport.SchemeUDS, Path: b.addr.Path + ".none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.r.SetTrust(gl)
+	gs, err := a.r.Seal("ghost", wire.Message("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.r.Deliver(ctxT(t), Delivery{To: ghost.ID(), ID: gs.ID, Payload: gs.Payload, WantAck: true, Queued: func() { called = true }})
 	if !errors.Is(err, ErrPeerOffline) || called {
-		t.Fatalf("stopped peer: %v (queued %v)", err, called)
+		t.Fatalf("peer not listening: %v (queued %v)", err, called)
 	}
 }
 
