@@ -1,7 +1,9 @@
 // Package mcpserver exposes a meerkatd node to LLM clients as an MCP server
-// over stdio: tools to send messages, requests and responses, list peers,
-// receive and acknowledge mail; resources meerkat://inbox (subscribable)
-// and meerkat://peers; and a log notification on each arrival.
+// over stdio: tools to send messages, requests and responses (reliably by
+// default: stored in the node's outbox and retried), list peers, receive
+// and acknowledge mail, list the outbox and dead letters and retry them;
+// resources meerkat://inbox (subscribable) and meerkat://peers; and a log
+// notification on each arrival.
 //
 // # What it is not
 //
@@ -13,9 +15,11 @@
 // # Errors
 //
 // Failures a model can act on (unknown peer, peer offline, unknown or
-// already answered request, body too large, bad status) are tool results
-// with isError set and a stable code first ("unknown_peer: …"). Calls whose
-// arguments do not fit the schema get the protocol's invalid-params error.
+// already answered request, body too large, bad status, outbox full) are
+// tool results with isError set and a stable code first ("unknown_peer:
+// …"). A reliable send whose first attempt fails is not an error: its
+// result says delivery "queued". Calls whose arguments do not fit the
+// schema get the protocol's invalid-params error.
 //
 // # Concurrency
 //

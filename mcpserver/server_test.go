@@ -23,6 +23,7 @@ type fakeNode struct {
 	changed   chan struct{}
 	sent      []string
 	params    []json.RawMessage
+	opts      []SendOptions
 }
 
 func newFakeNode() *fakeNode {
@@ -47,7 +48,18 @@ func (f *fakeNode) peer(p string) error {
 	return &Error{CodeUnknownPeer, fmt.Sprintf("no trusted peer %q", p)}
 }
 
-func (f *fakeNode) SendMessage(_ context.Context, peer, body string) (Sent, error) {
+// queuedGhost is what a reliable send to the offline "ghost" returns.
+func queuedGhost(id string) Sent {
+	return Sent{ID: id, Peer: "ghost", Delivery: DeliveryQueued, LastError: "dial uds:///tmp/ghost.sock: no such file or directory"}
+}
+
+func (f *fakeNode) SendMessage(_ context.Context, peer, body string, opts SendOptions) (Sent, error) {
+	f.mu.Lock()
+	f.opts = append(f.opts, opts)
+	f.mu.Unlock()
+	if peer == "ghost" && opts.Reliable {
+		return queuedGhost("m-q"), nil
+	}
 	if err := f.peer(peer); err != nil {
 		return Sent{}, err
 	}
@@ -57,7 +69,13 @@ func (f *fakeNode) SendMessage(_ context.Context, peer, body string) (Sent, erro
 	return Sent{ID: "m-1", Peer: peer, Delivery: "acked"}, nil
 }
 
-func (f *fakeNode) SendRequest(_ context.Context, peer, intent string, params json.RawMessage) (Sent, error) {
+func (f *fakeNode) SendRequest(_ context.Context, peer, intent string, params json.RawMessage, opts SendOptions) (Sent, error) {
+	f.mu.Lock()
+	f.opts = append(f.opts, opts)
+	f.mu.Unlock()
+	if peer == "ghost" && opts.Reliable {
+		return queuedGhost("r-q"), nil
+	}
 	if err := f.peer(peer); err != nil {
 		return Sent{}, err
 	}
@@ -67,7 +85,10 @@ func (f *fakeNode) SendRequest(_ context.Context, peer, intent string, params js
 	return Sent{ID: "r-1", Peer: peer, Delivery: "acked"}, nil
 }
 
-func (f *fakeNode) SendResponse(_ context.Context, peer, rid, status string, result json.RawMessage) (Sent, error) {
+func (f *fakeNode) SendResponse(_ context.Context, peer, rid, status string, result json.RawMessage, opts SendOptions) (Sent, error) {
+	f.mu.Lock()
+	f.opts = append(f.opts, opts)
+	f.mu.Unlock()
 	if err := f.peer(peer); err != nil {
 		return Sent{}, err
 	}
@@ -75,6 +96,37 @@ func (f *fakeNode) SendResponse(_ context.Context, peer, rid, status string, res
 		return Sent{}, &Error{CodeUnknownRequest, "no request " + rid}
 	}
 	return Sent{ID: "s-1", Peer: peer, Delivery: "written"}, nil
+}
+
+func (f *fakeNode) lastOpts() SendOptions {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.opts[len(f.opts)-1]
+}
+
+func (f *fakeNode) Outbox(context.Context) (Outbox, error) {
+	next := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	return Outbox{
+		Entries: []QueuedSend{{ID: "m-q", Peer: "ghost", PubKey: "ed25519:Aw==", Kind: "message", Attempts: 1, NextAttempt: &next, LastError: "dial: refused"}},
+		Peers:   []PeerSendState{{Peer: "ghost", PubKey: "ed25519:Aw==", Queued: 1, Breaker: "open", Failures: 3, OpenUntil: &next, LastError: "dial: refused"}},
+	}, nil
+}
+
+func (f *fakeNode) DeadLetters(context.Context) ([]DeadLetter, error) {
+	return []DeadLetter{{ID: "d-1", Peer: "ghost", Kind: "request", Attempts: 2, Reason: "expired: last attempt: dial: refused"}}, nil
+}
+
+func (f *fakeNode) RetryDeadLetters(_ context.Context, ids []string, all bool) (int, error) {
+	if all {
+		return 1, nil
+	}
+	n := 0
+	for _, id := range ids {
+		if id == "d-1" {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func (f *fakeNode) deliver(m Message) {
@@ -228,7 +280,8 @@ func TestToolList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"send_message": false, "send_request": false, "send_response": false, "list_peers": true, "receive_messages": true, "ack_messages": false}
+	want := map[string]bool{"send_message": false, "send_request": false, "send_response": false, "list_peers": true, "receive_messages": true, "ack_messages": false,
+		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false}
 	if len(res.Tools) != len(want) {
 		t.Fatalf("%d tools, want %d", len(res.Tools), len(want))
 	}
@@ -270,7 +323,7 @@ func TestSendAndErrors(t *testing.T) {
 		code string
 	}{
 		{"send_message", map[string]any{"peer": "carol", "body": "hi"}, CodeUnknownPeer},
-		{"send_message", map[string]any{"peer": "ghost", "body": "hi"}, CodePeerOffline},
+		{"send_message", map[string]any{"peer": "ghost", "body": "hi", "reliable": false}, CodePeerOffline},
 		{"send_request", map[string]any{"peer": "carol", "intent": "x"}, CodeUnknownPeer},
 		{"send_response", map[string]any{"peer": "bob", "request_id": "nope", "status": "completed"}, CodeUnknownRequest},
 		{"send_response", map[string]any{"peer": "bob", "request_id": "req-known", "status": "done"}, CodeBadStatus},
@@ -358,5 +411,132 @@ func TestReceiveHonoursCancellation(t *testing.T) {
 	case <-f.cancelled:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the node's wait was not cancelled")
+	}
+}
+
+// Sends are reliable by default; reliable and ttl_seconds reach the node,
+// and bad values are protocol errors (invalid params).
+func TestSendOptions(t *testing.T) {
+	f := newFakeNode()
+	c, _ := startClient(t, f)
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want SendOptions
+	}{
+		{"send_message", map[string]any{"peer": "bob", "body": "x"}, SendOptions{Reliable: true}},
+		{"send_message", map[string]any{"peer": "bob", "body": "x", "reliable": false}, SendOptions{}},
+		{"send_message", map[string]any{"peer": "bob", "body": "x", "ttl_seconds": 1.5}, SendOptions{Reliable: true, TTL: 1500 * time.Millisecond}},
+		{"send_message", map[string]any{"peer": "bob", "body": "x", "reliable": true, "ttl_seconds": 0}, SendOptions{Reliable: true}},
+		{"send_request", map[string]any{"peer": "bob", "intent": "x", "ttl_seconds": 60}, SendOptions{Reliable: true, TTL: time.Minute}},
+		{"send_request", map[string]any{"peer": "bob", "intent": "x", "reliable": false}, SendOptions{}},
+		{"send_response", map[string]any{"peer": "bob", "request_id": "req-known", "status": "completed"}, SendOptions{Reliable: true}},
+		{"send_response", map[string]any{"peer": "bob", "request_id": "req-known", "status": "accepted", "ttl_seconds": 7}, SendOptions{Reliable: true, TTL: 7 * time.Second}},
+	} {
+		res, _, err := call(t, c, tc.tool, tc.args)
+		if err != nil || res.IsError {
+			t.Fatalf("%s %v: %v %s", tc.tool, tc.args, err, text(res))
+		}
+		if got := f.lastOpts(); got != tc.want {
+			t.Errorf("%s %v: node got %+v, want %+v", tc.tool, tc.args, got, tc.want)
+		}
+	}
+	for _, bad := range []map[string]any{
+		{"peer": "bob", "body": "x", "ttl_seconds": -1},
+		{"peer": "bob", "body": "x", "ttl_seconds": "60"},
+		{"peer": "bob", "body": "x", "ttl_seconds": MaxTTL.Seconds() + 1},
+		{"peer": "bob", "body": "x", "reliable": "yes"},
+		{"peer": "bob", "body": "x", "reliable": false, "ttl_seconds": 5},
+	} {
+		if _, _, err := call(t, c, "send_message", bad); err == nil {
+			t.Errorf("send_message %v: want a protocol error", bad)
+		}
+		if err := checkArgs("send_message", bad); err == nil {
+			t.Errorf("checkArgs send_message %v: want invalid params", bad)
+		}
+		bad["intent"] = "x"
+		if err := checkArgs("send_request", bad); err == nil {
+			t.Errorf("checkArgs send_request %v: want invalid params", bad)
+		}
+		bad["request_id"], bad["status"] = "req-known", "completed"
+		if err := checkArgs("send_response", bad); err == nil {
+			t.Errorf("checkArgs send_response %v: want invalid params", bad)
+		}
+	}
+}
+
+// A reliable send whose first attempt fails is a result, not an error: it
+// says queued, why, and where to look.
+func TestSendQueued(t *testing.T) {
+	c, _ := startClient(t, newFakeNode())
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		id   string
+	}{
+		{"send_message", map[string]any{"peer": "ghost", "body": "hi"}, "message_id"},
+		{"send_request", map[string]any{"peer": "ghost", "intent": "x"}, "request_id"},
+	} {
+		res, out, err := call(t, c, tc.tool, tc.args)
+		if err != nil || res.IsError {
+			t.Fatalf("%s to an offline peer: %v %s", tc.tool, err, text(res))
+		}
+		if out["delivery"] != "queued" || out[tc.id] == "" || !strings.Contains(out["last_error"].(string), "no such file") {
+			t.Errorf("%s: %v", tc.tool, out)
+		}
+		note, _ := out["note"].(string)
+		for _, w := range []string{"retry", "list_outbox", "list_dead_letters"} {
+			if !strings.Contains(note, w) {
+				t.Errorf("%s: note %q does not mention %q", tc.tool, note, w)
+			}
+		}
+	}
+	// An acked send has neither.
+	_, out, _ := call(t, c, "send_message", map[string]any{"peer": "bob", "body": "hi"})
+	if _, ok := out["note"]; ok || out["last_error"] != nil {
+		t.Errorf("acked send: %v", out)
+	}
+}
+
+func TestOutboxTools(t *testing.T) {
+	c, _ := startClient(t, newFakeNode())
+	res, out, err := call(t, c, "list_outbox", nil)
+	if err != nil || res.IsError {
+		t.Fatalf("list_outbox: %v %s", err, text(res))
+	}
+	entries, _ := out["entries"].([]any)
+	peers, _ := out["peers"].([]any)
+	if len(entries) != 1 || len(peers) != 1 || out["pending"] != float64(0) {
+		t.Fatalf("list_outbox: %v", out)
+	}
+	e := entries[0].(map[string]any)
+	if e["id"] != "m-q" || e["attempts"] != float64(1) || e["expires"] != nil || e["next_attempt"] != "2030-01-02T03:04:05Z" {
+		t.Errorf("entry %v", e)
+	}
+	if p := peers[0].(map[string]any); p["breaker"] != "open" || p["queued"] != float64(1) {
+		t.Errorf("peer state %v", p)
+	}
+	_, out, err = call(t, c, "list_dead_letters", nil)
+	dl, _ := out["dead_letters"].([]any)
+	if err != nil || len(dl) != 1 || !strings.HasPrefix(dl[0].(map[string]any)["reason"].(string), "expired") {
+		t.Fatalf("list_dead_letters: %v %v", out, err)
+	}
+	_, out, err = call(t, c, "retry_dead_letters", map[string]any{"ids": []any{"D-1", "nope"}})
+	if err != nil || out["requeued"] != float64(1) || out["not_found"] != float64(1) {
+		t.Fatalf("retry by ids: %v %v", out, err)
+	}
+	_, out, err = call(t, c, "retry_dead_letters", map[string]any{"all": true})
+	if err != nil || out["requeued"] != float64(1) || out["not_found"] != float64(0) {
+		t.Fatalf("retry all: %v %v", out, err)
+	}
+	for _, bad := range []map[string]any{{}, {"all": false}, {"all": true, "ids": []any{"d-1"}}, {"all": "yes"}, {"ids": "d-1"}} {
+		if _, _, err := call(t, c, "retry_dead_letters", bad); err == nil {
+			t.Errorf("retry_dead_letters %v: want a protocol error", bad)
+		}
+	}
+	// A peer the node reports no breaker for is shown closed.
+	_, out, _ = call(t, c, "list_peers", nil)
+	if p := out["peers"].([]any)[0].(map[string]any); p["breaker"] != "closed" || p["queued"] != float64(0) {
+		t.Errorf("list_peers: %v", p)
 	}
 }

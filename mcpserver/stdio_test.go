@@ -115,6 +115,10 @@ func TestCheckCall(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"send_message","arguments":{"body":"x"}}}`, codeInvalidParams},
 		{`{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"list_peers","arguments":[1]}}`, codeInvalidParams},
 		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"receive_messages","arguments":{"kinds":["x"]}}}`, codeInvalidParams},
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send_message","arguments":{"peer":"b","body":"x","ttl_seconds":-1}}}`, codeInvalidParams},
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send_message","arguments":{"peer":"b","body":"x","reliable":false,"ttl_seconds":5}}}`, codeInvalidParams},
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send_request","arguments":{"peer":"b","intent":"x","reliable":"no"}}}`, codeInvalidParams},
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"retry_dead_letters","arguments":{}}}`, codeInvalidParams},
 		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"no_such_tool","arguments":{}}}`, 0},
 		{`not json`, 0},
 	}

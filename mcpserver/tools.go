@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -17,18 +18,25 @@ type (
 	sendMessageResult struct {
 		MessageID string `json:"message_id"`
 		Peer      string `json:"peer"`
-		Delivery  string `json:"delivery"`
+		Delivery  string `json:"delivery"`             // acked or queued
+		LastError string `json:"last_error,omitempty"` // queued: why the first attempt failed
+		Note      string `json:"note,omitempty"`       // queued: what happens next, where to look
 		Pending   int    `json:"pending"`
 	}
 	sendRequestResult struct {
 		RequestID string `json:"request_id"`
 		Peer      string `json:"peer"`
 		Delivery  string `json:"delivery"`
+		LastError string `json:"last_error,omitempty"`
+		Note      string `json:"note,omitempty"`
 		Pending   int    `json:"pending"`
 	}
 	sendResponseResult struct {
 		MessageID string `json:"message_id"`
 		RequestID string `json:"request_id"`
+		Delivery  string `json:"delivery"` // written or queued
+		LastError string `json:"last_error,omitempty"`
+		Note      string `json:"note,omitempty"`
 		Pending   int    `json:"pending"`
 	}
 	listPeersResult struct {
@@ -39,6 +47,20 @@ type (
 	ackResult struct {
 		Acked   int `json:"acked"`
 		Pending int `json:"pending"`
+	}
+	listOutboxResult struct {
+		Entries []QueuedSend    `json:"entries"`
+		Peers   []PeerSendState `json:"peers"`
+		Pending int             `json:"pending"`
+	}
+	listDeadLettersResult struct {
+		DeadLetters []DeadLetter `json:"dead_letters"`
+		Pending     int          `json:"pending"`
+	}
+	retryDeadLettersResult struct {
+		Requeued int `json:"requeued"`
+		NotFound int `json:"not_found"` // ids given that are not dead letters
+		Pending  int `json:"pending"`
 	}
 )
 
@@ -138,32 +160,40 @@ func (s *Server) pending(ctx context.Context) int {
 
 func (s *Server) addTools() {
 	peerArg := mcp.WithString("peer", mcp.Required(), mcp.Description("the peer: its trust-list name (see list_peers), its key (ed25519:…) or its peer UUID"))
+	reliableArg := mcp.WithBoolean("reliable", mcp.DefaultBool(true), mcp.Description("true (default): store it in the outbox first and retry until the peer acknowledges it or ttl_seconds pass; if the first attempt fails the result is delivery \"queued\", not an error. false: one attempt, and a peer_offline error if it fails"))
+	ttlArg := mcp.WithNumber("ttl_seconds", mcp.Min(0), mcp.Max(MaxTTL.Seconds()), mcp.Description("reliable sends only: give up (move it to the dead letters, see list_dead_letters) if not delivered within this many seconds; 0 or absent: the node's default (outbox.default_ttl_secs, normally none)"))
 	s.mcp.AddTool(mcp.NewTool("send_message",
-		mcp.WithDescription("Send a text message to a peer and wait until the peer's node acknowledges it."),
+		mcp.WithDescription("Send a text message to a peer. Returns once the peer's node acknowledged it (delivery \"acked\"), or, for a reliable send whose first attempt failed, delivery \"queued\": the node keeps retrying it (see list_outbox)."),
 		peerArg,
 		mcp.WithString("body", mcp.Required(), mcp.Description("the message text")),
+		reliableArg,
+		ttlArg,
 		mcp.WithOutputSchema[sendMessageResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send message", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendMessage)
 	s.mcp.AddTool(mcp.NewTool("send_request",
-		mcp.WithDescription("Ask a peer to do something. Returns the request id once the peer's node acknowledged the request; the answer arrives later as a response (see receive_messages with request_id)."),
+		mcp.WithDescription("Ask a peer to do something. Returns the request id once the peer's node acknowledged the request (delivery \"acked\") or, for a reliable send whose first attempt failed, once it is queued for retry (delivery \"queued\"); the answer arrives later as a response (see receive_messages with request_id)."),
 		peerArg,
 		mcp.WithString("intent", mcp.Required(), mcp.Description("what is asked, e.g. \"review-pr\"")),
 		mcp.WithAny("params", mcp.Description("any JSON value with the details (default null)")),
+		reliableArg,
+		ttlArg,
 		mcp.WithOutputSchema[sendRequestResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send request", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendRequest)
 	s.mcp.AddTool(mcp.NewTool("send_response",
-		mcp.WithDescription("Answer a request you received. status is \"accepted\" (will answer later), \"completed\" or \"failed\"; a request can be answered finally only once."),
+		mcp.WithDescription("Answer a request you received. status is \"accepted\" (will answer later), \"completed\" or \"failed\"; a request can be answered finally only once (a reliable final answer counts once it is queued)."),
 		peerArg,
 		mcp.WithString("request_id", mcp.Required(), mcp.Description("the id of the request being answered")),
 		mcp.WithString("status", mcp.Required(), mcp.Enum("accepted", "completed", "failed")),
 		mcp.WithAny("result", mcp.Description("any JSON value (default null)")),
+		reliableArg,
+		ttlArg,
 		mcp.WithOutputSchema[sendResponseResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendResponse)
 	s.mcp.AddTool(mcp.NewTool("list_peers",
-		mcp.WithDescription("Show this node and the peers it trusts."),
+		mcp.WithDescription("Show this node and the peers it trusts, with each peer's reliable-send state: breaker (closed; open: sends are queued without dialling; half_open: the next attempt is the probe), queued count and last error."),
 		mcp.WithOutputSchema[listPeersResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List peers", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.listPeers)
@@ -188,6 +218,23 @@ func (s *Server) addTools() {
 		mcp.WithOutputSchema[ackResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Acknowledge messages", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.ack)
+	s.mcp.AddTool(mcp.NewTool("list_outbox",
+		mcp.WithDescription("Show the reliable sends not delivered yet (without bodies): id, peer, kind, attempts, next attempt, expiry, last error; and each peer's circuit breaker. They are retried until acknowledged or expired."),
+		mcp.WithOutputSchema[listOutboxResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List outbox", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
+	), s.listOutbox)
+	s.mcp.AddTool(mcp.NewTool("list_dead_letters",
+		mcp.WithDescription("Show the reliable sends given up on (without bodies), oldest first, with the reason: expired (its ttl passed), retries_exhausted, unknown_peer (no longer trusted) or rejected."),
+		mcp.WithOutputSchema[listDeadLettersResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List dead letters", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
+	), s.listDeadLetters)
+	s.mcp.AddTool(mcp.NewTool("retry_dead_letters",
+		mcp.WithDescription("Queue dead letters for delivery again (attempts reset, no time-to-live): the ones with the given ids, or all of them."),
+		mcp.WithArray("ids", mcp.WithStringItems(), mcp.Description("ids of the dead letters to retry (see list_dead_letters)")),
+		mcp.WithBoolean("all", mcp.Description("retry every dead letter (instead of ids)")),
+		mcp.WithOutputSchema[retryDeadLettersResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Retry dead letters", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
+	), s.retryDeadLetters)
 }
 
 // checkArgs validates the arguments of a call to tool name the way its
@@ -198,11 +245,13 @@ func checkArgs(name string, m map[string]any) error {
 	var err error
 	switch name {
 	case "send_message":
-		_, _, err = parseSendMessage(a)
+		_, _, _, err = parseSendMessage(a)
 	case "send_request":
-		_, _, err = parseSendRequest(a)
+		_, _, _, err = parseSendRequest(a)
 	case "send_response":
-		_, _, _, err = parseSendResponse(a)
+		_, _, _, _, err = parseSendResponse(a)
+	case "retry_dead_letters":
+		_, _, err = parseRetry(a)
 	case "receive_messages":
 		_, err = parseReceive(a)
 	case "ack_messages":
@@ -211,72 +260,176 @@ func checkArgs(name string, m map[string]any) error {
 	return err
 }
 
-func parseSendMessage(a args) (peer, body string, err error) {
+func parseSendMessage(a args) (peer, body string, opts SendOptions, err error) {
 	if peer, err = a.str("peer", true); err != nil {
 		return
 	}
-	body, err = a.str("body", true)
+	if body, err = a.str("body", true); err != nil {
+		return
+	}
+	opts, err = parseSendOptions(a)
 	return
 }
 
-func parseSendRequest(a args) (peer, intent string, err error) {
+func parseSendRequest(a args) (peer, intent string, opts SendOptions, err error) {
 	if peer, err = a.str("peer", true); err != nil {
 		return
 	}
-	intent, err = a.str("intent", true)
+	if intent, err = a.str("intent", true); err != nil {
+		return
+	}
+	opts, err = parseSendOptions(a)
 	return
 }
 
-func parseSendResponse(a args) (peer, rid, status string, err error) {
+func parseSendResponse(a args) (peer, rid, status string, opts SendOptions, err error) {
 	if peer, err = a.str("peer", true); err != nil {
 		return
 	}
 	if rid, err = a.str("request_id", true); err != nil {
 		return
 	}
-	status, err = a.str("status", true)
+	if status, err = a.str("status", true); err != nil {
+		return
+	}
+	opts, err = parseSendOptions(a)
 	return
 }
 
+// parseSendOptions reads reliable (default true) and ttl_seconds (reliable
+// sends only).
+func parseSendOptions(a args) (SendOptions, error) {
+	opts := SendOptions{Reliable: true}
+	if v, ok := a.m["reliable"]; ok && v != nil {
+		b, ok := v.(bool)
+		if !ok {
+			return opts, invalidParams{`argument "reliable" must be a boolean`}
+		}
+		opts.Reliable = b
+	}
+	v, ok := a.m["ttl_seconds"]
+	if !ok || v == nil {
+		return opts, nil
+	}
+	f, ok := v.(float64)
+	if !ok || math.IsNaN(f) || f < 0 || f > MaxTTL.Seconds() {
+		return opts, invalidParams{fmt.Sprintf(`argument "ttl_seconds" must be a number from 0 to %g`, MaxTTL.Seconds())}
+	}
+	if !opts.Reliable {
+		return opts, invalidParams{`argument "ttl_seconds" applies to reliable sends only (reliable: false makes one attempt)`}
+	}
+	opts.TTL = time.Duration(f * float64(time.Second))
+	return opts, nil
+}
+
+// queuedNote tells a model what happens to a send that is queued.
+func queuedNote(sent Sent) string {
+	if sent.Delivery != DeliveryQueued {
+		return ""
+	}
+	return "not delivered yet: the node keeps retrying it with backoff until the peer acknowledges it or its ttl passes; " +
+		"nothing to do now. See list_outbox for its attempts (and list_peers for the peer's breaker); " +
+		"if it expires it moves to list_dead_letters, from where retry_dead_letters queues it again."
+}
+
 func (s *Server) sendMessage(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	peer, body, err := parseSendMessage(args{req.GetArguments()})
+	peer, body, opts, err := parseSendMessage(args{req.GetArguments()})
 	if err != nil {
 		return nil, err
 	}
-	sent, err := s.node.SendMessage(ctx, peer, body)
+	sent, err := s.node.SendMessage(ctx, peer, body, opts)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
-	return result(sendMessageResult{MessageID: sent.ID, Peer: sent.Peer, Delivery: sent.Delivery, Pending: s.pending(ctx)})
+	return result(sendMessageResult{MessageID: sent.ID, Peer: sent.Peer, Delivery: sent.Delivery, LastError: sent.LastError, Note: queuedNote(sent), Pending: s.pending(ctx)})
 }
 
 func (s *Server) sendRequest(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	a := args{req.GetArguments()}
-	peer, intent, err := parseSendRequest(a)
+	peer, intent, opts, err := parseSendRequest(a)
 	if err != nil {
 		return nil, err
 	}
-	sent, err := s.node.SendRequest(ctx, peer, intent, rawJSON(req, "params"))
+	sent, err := s.node.SendRequest(ctx, peer, intent, rawJSON(req, "params"), opts)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
-	return result(sendRequestResult{RequestID: sent.ID, Peer: sent.Peer, Delivery: sent.Delivery, Pending: s.pending(ctx)})
+	return result(sendRequestResult{RequestID: sent.ID, Peer: sent.Peer, Delivery: sent.Delivery, LastError: sent.LastError, Note: queuedNote(sent), Pending: s.pending(ctx)})
 }
 
 func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	a := args{req.GetArguments()}
-	peer, rid, status, err := parseSendResponse(a)
+	peer, rid, status, opts, err := parseSendResponse(a)
 	if err != nil {
 		return nil, err
 	}
 	if status != "accepted" && status != "completed" && status != "failed" {
 		return toolError(&Error{CodeBadStatus, fmt.Sprintf("status %q: want accepted, completed or failed", status)}, s.pending(ctx)), nil
 	}
-	sent, err := s.node.SendResponse(ctx, peer, rid, status, rawJSON(req, "result"))
+	sent, err := s.node.SendResponse(ctx, peer, rid, status, rawJSON(req, "result"), opts)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
-	return result(sendResponseResult{MessageID: sent.ID, RequestID: rid, Pending: s.pending(ctx)})
+	return result(sendResponseResult{MessageID: sent.ID, RequestID: rid, Delivery: sent.Delivery, LastError: sent.LastError, Note: queuedNote(sent), Pending: s.pending(ctx)})
+}
+
+func (s *Server) listOutbox(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	o, err := s.node.Outbox(ctx)
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	if o.Entries == nil {
+		o.Entries = []QueuedSend{}
+	}
+	if o.Peers == nil {
+		o.Peers = []PeerSendState{}
+	}
+	return result(listOutboxResult{Entries: o.Entries, Peers: o.Peers, Pending: s.pending(ctx)})
+}
+
+func (s *Server) listDeadLetters(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	dl, err := s.node.DeadLetters(ctx)
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	if dl == nil {
+		dl = []DeadLetter{}
+	}
+	return result(listDeadLettersResult{DeadLetters: dl, Pending: s.pending(ctx)})
+}
+
+func parseRetry(a args) (ids []string, all bool, err error) {
+	if ids, err = a.strings("ids"); err != nil {
+		return
+	}
+	for i := range ids {
+		ids[i] = strings.ToLower(ids[i])
+	}
+	if v, ok := a.m["all"]; ok && v != nil {
+		if all, ok = v.(bool); !ok {
+			return nil, false, invalidParams{`argument "all" must be a boolean`}
+		}
+	}
+	if all == (len(ids) > 0) {
+		return nil, false, invalidParams{"give ids or all: true (not both)"}
+	}
+	return ids, all, nil
+}
+
+func (s *Server) retryDeadLetters(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	ids, all, err := parseRetry(args{req.GetArguments()})
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.node.RetryDeadLetters(ctx, ids, all)
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	notFound := 0
+	if !all {
+		notFound = max(len(ids)-n, 0)
+	}
+	return result(retryDeadLettersResult{Requeued: n, NotFound: notFound, Pending: s.pending(ctx)})
 }
 
 func (s *Server) listPeers(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -284,10 +437,21 @@ func (s *Server) listPeers(ctx context.Context, _ mcp.CallToolRequest) (*mcp.Cal
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
+	return result(listPeersResult{Self: s.node.Self(), Peers: withBreakers(peers), Pending: s.pending(ctx)})
+}
+
+// withBreakers returns peers (never nil) with an unset breaker shown as
+// closed: a peer nothing was ever queued for.
+func withBreakers(peers []Peer) []Peer {
 	if peers == nil {
-		peers = []Peer{}
+		return []Peer{}
 	}
-	return result(listPeersResult{Self: s.node.Self(), Peers: peers, Pending: s.pending(ctx)})
+	for i := range peers {
+		if peers[i].Breaker == "" {
+			peers[i].Breaker = "closed"
+		}
+	}
+	return peers
 }
 
 func parseReceive(a args) (Query, error) {
@@ -410,7 +574,7 @@ func (s *Server) addResources() {
 		if err != nil {
 			return nil, err
 		}
-		text, err := json.Marshal(listPeersResult{Self: s.node.Self(), Peers: peers})
+		text, err := json.Marshal(listPeersResult{Self: s.node.Self(), Peers: withBreakers(peers)})
 		if err != nil {
 			return nil, err
 		}

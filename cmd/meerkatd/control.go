@@ -60,6 +60,12 @@ func (r ctlRequest) delivery() deliveryOpts {
 	return deliveryOpts{reliable: r.Reliable, ttl: time.Duration(max(r.TTLMS, 0)) * time.Millisecond, noWait: r.NoWait}
 }
 
+// sendOptions returns a node.send_* request's options.
+func (r ctlRequest) sendOptions() mcpserver.SendOptions {
+	d := r.delivery()
+	return mcpserver.SendOptions{Reliable: d.reliable, TTL: d.ttl}
+}
+
 // ctlDelivery sets a request's delivery fields.
 func ctlDelivery(req ctlRequest, d deliveryOpts) ctlRequest {
 	req.Reliable, req.TTLMS, req.NoWait = d.reliable, d.ttl.Milliseconds(), d.noWait
@@ -169,7 +175,8 @@ func (s *controlServer) handle(req ctlRequest) ctlResponse {
 		result = s.b.n.mail.Ack(req.Seqs...)
 	case "status":
 		result, err = s.b.status(ctx)
-	case "node.self", "node.peers", "node.send_message", "node.send_request", "node.send_response", "node.receive", "node.ack":
+	case "node.self", "node.peers", "node.send_message", "node.send_request", "node.send_response", "node.receive", "node.ack",
+		"node.outbox", "node.dead_letters", "node.retry_dead_letters":
 		return s.handleNode(ctx, req, wait)
 	default:
 		err = &codedError{codeBadArgs, fmt.Sprintf("unknown control operation %q", req.Op)}
@@ -201,17 +208,23 @@ func (s *controlServer) handleNode(ctx context.Context, req ctlRequest, wait tim
 	case "node.peers":
 		result, err = m.Peers(ctx)
 	case "node.send_message":
-		result, err = m.SendMessage(ctx, req.Peer, req.Body)
+		result, err = m.SendMessage(ctx, req.Peer, req.Body, req.sendOptions())
 	case "node.send_request":
-		result, err = m.SendRequest(ctx, req.Peer, req.Intent, req.Params)
+		result, err = m.SendRequest(ctx, req.Peer, req.Intent, req.Params, req.sendOptions())
 	case "node.send_response":
-		result, err = m.SendResponse(ctx, req.Peer, req.RequestID, req.Status, req.Result)
+		result, err = m.SendResponse(ctx, req.Peer, req.RequestID, req.Status, req.Result, req.sendOptions())
 	case "node.receive":
 		result, err = m.Receive(ctx, mcpserver.Query{After: req.After, Limit: req.Limit, Kinds: req.Kinds, From: req.Peer, RequestID: req.RequestID, Wait: wait})
 	case "node.ack":
 		var acked, pending int
 		acked, pending, err = m.Ack(ctx, req.IDs, req.UpTo, mcpserver.Query{Kinds: req.Kinds, From: req.Peer, RequestID: req.RequestID})
 		result = map[string]int{"acked": acked, "pending": pending}
+	case "node.outbox":
+		result, err = m.Outbox(ctx)
+	case "node.dead_letters":
+		result, err = m.DeadLetters(ctx)
+	case "node.retry_dead_letters":
+		result, err = m.RetryDeadLetters(ctx, req.IDs, req.All)
 	}
 	if err != nil {
 		var me *mcpserver.Error

@@ -56,19 +56,45 @@ func (rn *remoteNode) Peers(ctx context.Context) (peers []mcpserver.Peer, err er
 	return peers, err
 }
 
-func (rn *remoteNode) SendMessage(ctx context.Context, peer, body string) (s mcpserver.Sent, err error) {
-	err = rn.call(ctx, ctlRequest{Op: "node.send_message", Peer: peer, Body: body}, &s)
+// withSendOptions sets a node.send_* request's delivery fields. A
+// time-to-live below a millisecond is sent as one millisecond, not as 0
+// (which would mean the default).
+func withSendOptions(req ctlRequest, opts mcpserver.SendOptions) ctlRequest {
+	req.Reliable = opts.Reliable
+	if opts.TTL > 0 {
+		req.TTLMS = max(opts.TTL.Milliseconds(), 1)
+	}
+	return req
+}
+
+func (rn *remoteNode) SendMessage(ctx context.Context, peer, body string, opts mcpserver.SendOptions) (s mcpserver.Sent, err error) {
+	err = rn.call(ctx, withSendOptions(ctlRequest{Op: "node.send_message", Peer: peer, Body: body}, opts), &s)
 	return s, err
 }
 
-func (rn *remoteNode) SendRequest(ctx context.Context, peer, intent string, params json.RawMessage) (s mcpserver.Sent, err error) {
-	err = rn.call(ctx, ctlRequest{Op: "node.send_request", Peer: peer, Intent: intent, Params: params}, &s)
+func (rn *remoteNode) SendRequest(ctx context.Context, peer, intent string, params json.RawMessage, opts mcpserver.SendOptions) (s mcpserver.Sent, err error) {
+	err = rn.call(ctx, withSendOptions(ctlRequest{Op: "node.send_request", Peer: peer, Intent: intent, Params: params}, opts), &s)
 	return s, err
 }
 
-func (rn *remoteNode) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage) (s mcpserver.Sent, err error) {
-	err = rn.call(ctx, ctlRequest{Op: "node.send_response", Peer: peer, RequestID: requestID, Status: status, Result: result}, &s)
+func (rn *remoteNode) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, opts mcpserver.SendOptions) (s mcpserver.Sent, err error) {
+	err = rn.call(ctx, withSendOptions(ctlRequest{Op: "node.send_response", Peer: peer, RequestID: requestID, Status: status, Result: result}, opts), &s)
 	return s, err
+}
+
+func (rn *remoteNode) Outbox(ctx context.Context) (o mcpserver.Outbox, err error) {
+	err = rn.call(ctx, ctlRequest{Op: "node.outbox"}, &o)
+	return o, err
+}
+
+func (rn *remoteNode) DeadLetters(ctx context.Context) (dl []mcpserver.DeadLetter, err error) {
+	err = rn.call(ctx, ctlRequest{Op: "node.dead_letters"}, &dl)
+	return dl, err
+}
+
+func (rn *remoteNode) RetryDeadLetters(ctx context.Context, ids []string, all bool) (n int, err error) {
+	err = rn.call(ctx, ctlRequest{Op: "node.retry_dead_letters", IDs: ids, All: all}, &n)
+	return n, err
 }
 
 func (rn *remoteNode) Receive(ctx context.Context, q mcpserver.Query) (mcpserver.Batch, error) {

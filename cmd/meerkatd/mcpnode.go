@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox"
@@ -143,10 +144,14 @@ func (m *mcpNode) Self() mcpserver.Self {
 func (m *mcpNode) Peers(context.Context) ([]mcpserver.Peer, error) {
 	var out []mcpserver.Peer
 	for _, p := range m.n.r.Trust().Peers() {
-		mp := mcpserver.Peer{Name: p.Name, PubKey: p.ID.String(), PeerUUID: p.ID.UUID().String(), Addr: p.Addr.String()}
+		mp := mcpserver.Peer{Name: p.Name, PubKey: p.ID.String(), PeerUUID: p.ID.UUID().String(), Addr: p.Addr.String(), Breaker: outbox.BreakerClosed}
 		if t := m.n.r.LastSeen(p.ID); !t.IsZero() {
 			t = t.UTC()
 			mp.LastSeen = &t
+		}
+		if ob := m.n.ob; ob != nil {
+			ps := ob.Peer(p.ID)
+			mp.Breaker, mp.Queued, mp.LastError = ps.Breaker, ps.Queued, ps.LastError
 		}
 		out = append(out, mp)
 	}
@@ -156,6 +161,7 @@ func (m *mcpNode) Peers(context.Context) ([]mcpserver.Peer, error) {
 // mcpError maps node errors to the tool error codes.
 func mcpError(err error) error {
 	var me *mcpserver.Error
+	var ce *codedError
 	switch {
 	case err == nil, errors.As(err, &me):
 		return err
@@ -163,6 +169,8 @@ func mcpError(err error) error {
 		return &mcpserver.Error{Code: mcpserver.CodeUnknownPeer, Msg: err.Error()}
 	case errors.Is(err, comms.ErrPeerOffline):
 		return &mcpserver.Error{Code: mcpserver.CodePeerOffline, Msg: err.Error()}
+	case errors.Is(err, outbox.ErrFull):
+		return &mcpserver.Error{Code: mcpserver.CodeOutboxFull, Msg: err.Error() + "; see list_outbox (reliable: false sends without queueing)"}
 	case errors.Is(err, wire.ErrTooLarge):
 		return &mcpserver.Error{Code: mcpserver.CodeBodyTooLarge, Msg: "the envelope would exceed the 1 MiB limit"}
 	case errors.Is(err, wire.ErrBadValue):
@@ -170,6 +178,17 @@ func mcpError(err error) error {
 	case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrType), errors.Is(err, wire.ErrInvalidUTF8),
 		errors.Is(err, wire.ErrTooDeep), errors.Is(err, wire.ErrUnsupported), errors.Is(err, wire.ErrDuplicateKey):
 		return &mcpserver.Error{Code: mcpserver.CodeBadArgument, Msg: err.Error()}
+	case errors.As(err, &ce):
+		// Errors of the node's send and outbox operations (a reliable send
+		// that became a dead letter at once, bad dead-letter ids).
+		switch ce.code {
+		case codePeerOffline:
+			return &mcpserver.Error{Code: mcpserver.CodePeerOffline, Msg: ce.msg}
+		case codeUnknownPeer:
+			return &mcpserver.Error{Code: mcpserver.CodeUnknownPeer, Msg: ce.msg}
+		case codeBadArgs:
+			return &mcpserver.Error{Code: mcpserver.CodeBadArgument, Msg: ce.msg}
+		}
 	}
 	return err
 }
@@ -185,35 +204,33 @@ func jsonValue(raw json.RawMessage) (wire.Value, error) {
 	return v, nil
 }
 
-func (m *mcpNode) SendMessage(ctx context.Context, peer, body string) (mcpserver.Sent, error) {
-	p, err := m.n.r.ResolvePeer(peer)
+// send sends kind to peer through the node's send path (audited; reliable
+// sends go through the outbox).
+func (m *mcpNode) send(ctx context.Context, peer string, kind wire.Kind, opts mcpserver.SendOptions) (mcpserver.Sent, error) {
+	out, err := m.n.send(ctx, sendSpec{peer: peer, kind: kind, reliable: opts.Reliable, ttl: opts.TTL})
 	if err != nil {
 		return mcpserver.Sent{}, mcpError(err)
 	}
-	id, err := m.n.r.SendMessage(ctx, p.ID.String(), body)
-	if err != nil {
-		return mcpserver.Sent{}, mcpError(err)
-	}
-	return mcpserver.Sent{ID: id.String(), Peer: p.Name, Delivery: "acked"}, nil
+	return mcpserver.Sent{ID: out.id.String(), Peer: out.peer.Name, Delivery: out.delivery, LastError: out.lastError}, nil
 }
 
-func (m *mcpNode) SendRequest(ctx context.Context, peer, intent string, params json.RawMessage) (mcpserver.Sent, error) {
+func (m *mcpNode) SendMessage(ctx context.Context, peer, body string, opts mcpserver.SendOptions) (mcpserver.Sent, error) {
+	return m.send(ctx, peer, wire.Message(body), opts)
+}
+
+func (m *mcpNode) SendRequest(ctx context.Context, peer, intent string, params json.RawMessage, opts mcpserver.SendOptions) (mcpserver.Sent, error) {
 	v, err := jsonValue(params)
 	if err != nil {
 		return mcpserver.Sent{}, err
 	}
-	p, err := m.n.r.ResolvePeer(peer)
-	if err != nil {
-		return mcpserver.Sent{}, mcpError(err)
-	}
-	id, err := m.n.r.SendRequest(ctx, p.ID.String(), intent, v)
-	if err != nil {
-		return mcpserver.Sent{}, mcpError(err)
-	}
-	return mcpserver.Sent{ID: id.String(), Peer: p.Name, Delivery: "acked"}, nil
+	return m.send(ctx, peer, wire.Request(intent, v), opts)
 }
 
-func (m *mcpNode) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage) (mcpserver.Sent, error) {
+// SendResponse checks that the request was received from peer and, for a
+// final answer, not answered yet. A reliable final answer counts as given
+// once it is queued; the reservation is undone only if the send fails
+// outright (nothing was queued, or it became a dead letter at once).
+func (m *mcpNode) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, opts mcpserver.SendOptions) (mcpserver.Sent, error) {
 	if !wire.Status(status).Valid() {
 		return mcpserver.Sent{}, &mcpserver.Error{Code: mcpserver.CodeBadStatus, Msg: fmt.Sprintf("status %q: want accepted, completed or failed", status)}
 	}
@@ -233,14 +250,58 @@ func (m *mcpNode) SendResponse(ctx context.Context, peer, requestID, status stri
 	if err := m.n.inbox.checkAnswer(rid, p.ID, final); err != nil {
 		return mcpserver.Sent{}, err
 	}
-	id, err := m.n.r.SendResponse(ctx, p.ID.String(), rid, wire.Status(status), v)
-	if err != nil {
-		if final {
-			m.n.inbox.unreserve(rid)
-		}
-		return mcpserver.Sent{}, mcpError(err)
+	sent, err := m.send(ctx, p.ID.String(), wire.Response(rid, wire.Status(status), v), opts)
+	if err != nil && final {
+		m.n.inbox.unreserve(rid)
 	}
-	return mcpserver.Sent{ID: id.String(), Peer: p.Name, Delivery: "written"}, nil
+	return sent, err
+}
+
+// backend is the node's CLI backend, whose outbox operations the tools
+// share.
+func (m *mcpNode) backend() *localBackend { return &localBackend{n: m.n, daemon: true} }
+
+func (m *mcpNode) Outbox(ctx context.Context) (mcpserver.Outbox, error) {
+	info, err := m.backend().outbox(ctx)
+	if err != nil {
+		return mcpserver.Outbox{}, mcpError(err)
+	}
+	o := mcpserver.Outbox{Entries: make([]mcpserver.QueuedSend, 0, len(info.Entries)), Peers: make([]mcpserver.PeerSendState, 0, len(info.Peers))}
+	for _, it := range info.Entries {
+		o.Entries = append(o.Entries, mcpserver.QueuedSend{ID: it.ID, Peer: it.Peer, PubKey: it.Key, Kind: it.Kind, Created: it.Created,
+			Attempts: it.Attempts, NextAttempt: timeOrNil(it.NextAttempt), Expires: timeOrNil(it.Expires), LastError: it.LastError, InFlight: it.InFlight})
+	}
+	for _, ps := range info.Peers {
+		o.Peers = append(o.Peers, mcpserver.PeerSendState{Peer: ps.Peer, PubKey: ps.Key, Queued: ps.Queued, Breaker: ps.Breaker, Failures: ps.Failures,
+			OpenUntil: timeOrNil(ps.OpenUntil), NextAttempt: timeOrNil(ps.NextAttempt), LastError: ps.LastError})
+	}
+	return o, nil
+}
+
+func (m *mcpNode) DeadLetters(ctx context.Context) ([]mcpserver.DeadLetter, error) {
+	dl, err := m.backend().deadLetters(ctx)
+	if err != nil {
+		return nil, mcpError(err)
+	}
+	out := make([]mcpserver.DeadLetter, 0, len(dl))
+	for _, d := range dl {
+		out = append(out, mcpserver.DeadLetter{ID: d.ID, Peer: d.Peer, PubKey: d.Key, Kind: d.Kind, Created: d.Created,
+			Attempts: d.Attempts, Reason: d.Reason, DiedAt: d.DiedAt})
+	}
+	return out, nil
+}
+
+func (m *mcpNode) RetryDeadLetters(ctx context.Context, ids []string, all bool) (int, error) {
+	n, err := m.backend().reviveDead(ctx, ids, all)
+	return n, mcpError(err)
+}
+
+// timeOrNil is t, or nil for the zero time (JSON null).
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 func toMessage(en inbox.Entry[comms.Item]) mcpserver.Message {

@@ -11,6 +11,11 @@
 //   attached: `meerkatd run` runs for both homes first; each `meerkatd mcp`
 //             attaches to its daemon through the control socket.
 //
+// alice's meerkat.toml retries fast (outbox backoff 100ms, breaker open
+// after one failed round for 1 s), so reliable sends to ghost (trusted,
+// never running) show queued, breaker and dead-letter states within
+// seconds.
+//
 // Tool calls go through client.request(tools/call) and every structured
 // result is checked against the tool's advertised outputSchema with the
 // SDK's own validator (the one Client.callTool uses); one test also calls
@@ -50,7 +55,17 @@ await fs.access(BIN, fs.constants.X_OK).catch((err) => {
   throw new Error(`MEERKATD_BIN=${BIN} is not an executable file: ${err.message}`);
 });
 
-const TOOLS = ['ack_messages', 'list_peers', 'receive_messages', 'send_message', 'send_request', 'send_response'];
+const TOOLS = [
+  'ack_messages',
+  'list_dead_letters',
+  'list_outbox',
+  'list_peers',
+  'receive_messages',
+  'retry_dead_letters',
+  'send_message',
+  'send_request',
+  'send_response',
+];
 const ACK_TIMEOUT_SECS = 3;
 const CALL_TIMEOUT = 15_000; // any single tool call, beyond its own wait_ms
 const STEP_TIMEOUT = 45_000; // any single test
@@ -306,7 +321,21 @@ async function makeHomes(suite) {
     const cfg = await fs.readFile(cfgPath, 'utf8');
     const next = cfg.replace(/^ack_timeout_secs = \d+$/m, `ack_timeout_secs = ${ACK_TIMEOUT_SECS}`);
     assert.notEqual(next, cfg, `${cfgPath}: no ack_timeout_secs line to shorten`);
-    await fs.writeFile(cfgPath, next);
+    // alice retries fast and opens a breaker on the first failed round
+    // (shut for a second), so the reliable-send test needs no long waits.
+    const tuned =
+      name === 'alice'
+        ? next
+            .replace(/^backoff = ".*"$/m, 'backoff = "100ms"')
+            .replace(/^breaker_failures = \d+$/m, 'breaker_failures = 1')
+            .replace(/^breaker_open_secs = \d+$/m, 'breaker_open_secs = 1')
+        : next;
+    if (name === 'alice') {
+      for (const k of ['backoff = "100ms"', 'breaker_failures = 1', 'breaker_open_secs = 1']) {
+        assert.ok(tuned.includes(`\n${k}\n`), `${cfgPath}: could not set ${k}`);
+      }
+    }
+    await fs.writeFile(cfgPath, tuned);
     suite.ids[name] = JSON.parse(await meerkatd(['id', '--json', '--home', h]));
     assert.equal(suite.ids[name].name, name);
     assert.match(suite.ids[name].pubkey, /^ed25519:/);
@@ -417,8 +446,22 @@ for (const mode of ['embedded', 'attached']) {
       assert.equal(by.list_peers.annotations?.readOnlyHint, true, 'list_peers readOnlyHint');
       assert.equal(by.receive_messages.annotations?.readOnlyHint, true, 'receive_messages readOnlyHint');
       assert.equal(by.ack_messages.annotations?.destructiveHint, true, 'ack_messages destructiveHint');
-      for (const n of ['send_message', 'send_request', 'send_response', 'ack_messages']) {
+      for (const n of ['send_message', 'send_request', 'send_response', 'ack_messages', 'retry_dead_letters']) {
         assert.notEqual(by[n].annotations?.readOnlyHint, true, `${n} must not be read-only`);
+      }
+      for (const n of ['list_outbox', 'list_dead_letters']) {
+        assert.equal(by[n].annotations?.readOnlyHint, true, `${n} readOnlyHint`);
+      }
+      for (const n of ['send_message', 'send_request', 'send_response']) {
+        const props = by[n].inputSchema.properties;
+        assert.equal(props.reliable?.type, 'boolean', `${n}: reliable`);
+        assert.equal(props.reliable?.default, true, `${n}: reliable defaults to true`);
+        assert.equal(props.ttl_seconds?.type, 'number', `${n}: ttl_seconds`);
+        assert.equal(props.ttl_seconds?.minimum, 0, `${n}: ttl_seconds minimum`);
+        assert.ok('last_error' in by[n].outputSchema.properties, `${n}: outputSchema lacks last_error`);
+      }
+      for (const p of ['breaker', 'queued']) {
+        assert.ok(p in by.list_peers.outputSchema.properties.peers.items.properties, `list_peers peers lack ${p}`);
       }
       // Resources and capabilities.
       const caps = alice.client.getServerCapabilities();
@@ -516,6 +559,73 @@ for (const mode of ['embedded', 'attached']) {
       // An id that was never received.
       await bob.fails('send_response', { peer: 'alice', request_id: randomUUID(), status: 'completed' }, 'unknown_request');
       suite.requestId = rid;
+    });
+
+    step('reliable sends: acked by default; to an offline peer queued, shown by list_outbox and list_peers; a ttl makes a dead letter; retry_dead_letters requeues it', async () => {
+      // The default send to a running peer is reliable and acked at once.
+      const acked = await alice.ok('send_message', { peer: 'bob', body: `reliable ${randomUUID()}` });
+      assert.equal(acked.delivery, 'acked');
+      assert.equal(acked.last_error, undefined);
+      assert.equal(acked.note, undefined);
+      const bobState = (await alice.ok('list_peers')).peers.find((p) => p.name === 'bob');
+      assert.equal(bobState.breaker, 'closed');
+      assert.equal(bobState.queued, 0);
+
+      // ghost is trusted, but nothing listens on its socket: not an error.
+      const q = await alice.ok('send_message', { peer: 'ghost', body: 'anyone?', ttl_seconds: 1 });
+      assert.equal(q.delivery, 'queued');
+      assert.equal(q.peer, 'ghost');
+      assert.match(q.message_id, UUID_RE);
+      assert.equal(typeof q.last_error, 'string');
+      assert.ok(q.last_error.length > 0, 'a queued send says why its attempt failed');
+      assert.match(q.note, /list_outbox/);
+      const qr = await alice.ok('send_request', { peer: 'ghost', intent: 'ping', ttl_seconds: 1 });
+      assert.equal(qr.delivery, 'queued');
+      assert.match(qr.request_id, UUID_RE);
+
+      const ob = await alice.ok('list_outbox');
+      const e = ob.entries.find((x) => x.id === q.message_id);
+      assert.ok(e, `list_outbox lacks ${q.message_id}: ${JSON.stringify(ob)}`);
+      assert.equal(e.peer, 'ghost');
+      assert.equal(e.kind, 'message');
+      assert.ok(e.attempts >= 1, `attempts ${e.attempts}`);
+      assert.equal(typeof e.expires, 'string');
+      assert.ok(!JSON.stringify(ob).includes('anyone?'), 'list_outbox must not show bodies');
+      assert.ok(ob.entries.some((x) => x.id === qr.request_id && x.kind === 'request'));
+      const gs = ob.peers.find((p) => p.peer === 'ghost');
+      assert.ok(gs && gs.queued >= 1, `ghost's send state: ${JSON.stringify(ob.peers)}`);
+      assert.ok(['open', 'half_open'].includes(gs.breaker), `ghost's breaker ${gs.breaker}`);
+
+      const peers = await alice.ok('list_peers');
+      const g = peers.peers.find((p) => p.name === 'ghost');
+      assert.ok(['open', 'half_open'].includes(g.breaker), `list_peers: ghost's breaker ${g.breaker}`);
+      assert.ok(g.queued >= 1, `list_peers: ghost queued ${g.queued}`);
+      assert.ok(g.last_error, 'list_peers: ghost has no last_error');
+      assert.equal(peers.peers.find((p) => p.name === 'bob').breaker, 'closed');
+
+      // The ttl passes: dead letters, with the reason.
+      const dead = await until(10_000, `${q.message_id} in list_dead_letters`, async () =>
+        (await alice.ok('list_dead_letters')).dead_letters.find((d) => d.id === q.message_id),
+      );
+      assert.match(dead.reason, /^expired/);
+      assert.equal(dead.peer, 'ghost');
+      assert.equal(dead.kind, 'message');
+      assert.equal(typeof dead.died_at, 'string');
+      assert.ok(!(await alice.ok('list_outbox')).entries.some((x) => x.id === q.message_id), 'an expired send is still queued');
+
+      const rr = await alice.ok('retry_dead_letters', { ids: [q.message_id, randomUUID()] });
+      assert.equal(rr.requeued, 1);
+      assert.equal(rr.not_found, 1);
+      assert.ok((await alice.ok('list_outbox')).entries.some((x) => x.id === q.message_id), 'a retried dead letter is not queued');
+      assert.ok(!(await alice.ok('list_dead_letters')).dead_letters.some((d) => d.id === q.message_id));
+
+      // Bad send options are the protocol's invalid-params error.
+      const invalid = (err) => err instanceof McpError && err.code === ErrorCode.InvalidParams;
+      await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', ttl_seconds: -1 }), invalid, 'negative ttl');
+      await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', ttl_seconds: 'soon' }), invalid, 'ttl not a number');
+      await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', reliable: false, ttl_seconds: 5 }), invalid, 'ttl without reliable');
+      await assert.rejects(alice.call('send_request', { peer: 'bob', intent: 'x', reliable: 'yes' }), invalid, 'reliable not a boolean');
+      await assert.rejects(alice.call('retry_dead_letters', {}), invalid, 'retry with neither ids nor all');
     });
 
     step('Client.callTool (SDK output-schema validation) accepts receive_messages with a request and a response', async () => {
@@ -624,8 +734,9 @@ for (const mode of ['embedded', 'attached']) {
       await alice.fails('send_message', { peer: 'nobody', body: 'hi' }, 'unknown_peer');
       await alice.fails('send_request', { peer: 'nobody', intent: 'x' }, 'unknown_peer');
 
-      // ghost is trusted, but nothing listens on its socket.
-      await alice.fails('send_message', { peer: 'ghost', body: 'anyone?' }, 'peer_offline', {
+      // ghost is trusted, but nothing listens on its socket: a direct
+      // (not reliable) send is one attempt, and fails.
+      await alice.fails('send_message', { peer: 'ghost', body: 'anyone?', reliable: false }, 'peer_offline', {
         timeout: ACK_TIMEOUT_SECS * 1000 + CALL_TIMEOUT,
       });
 
