@@ -130,8 +130,19 @@ func (n *node) sendReliableOnce(ctx context.Context, e outbox.Entry, out sendOut
 	if err != nil {
 		return out, err
 	}
+	// Earlier envelopes for this peer still queued, or its breaker open:
+	// this one waits its turn (order), for the daemon to send.
+	waiting, err := queuedFor(st, e.To, time.Now())
+	if err != nil {
+		return out, err
+	}
+	e.Created = time.Now()
 	if e, err = st.Add(e); err != nil {
 		return out, err
+	}
+	if waiting != "" {
+		out.delivery, out.lastError = deliveryQueued, waiting
+		return out, nil
 	}
 	err = n.r.Deliver(ctx, comms.Delivery{To: e.To, ID: e.ID, Payload: e.Payload, WantAck: e.Kind != wire.TypeResponse, SecondTry: true})
 	switch {
@@ -150,6 +161,34 @@ func (n *node) sendReliableOnce(ctx context.Context, e outbox.Entry, out sendOut
 		return out, aerr
 	}
 	return out, nil
+}
+
+// queuedFor says why a new envelope to peer must wait behind the stored
+// outbox ("" if it need not).
+func queuedFor(st outbox.Store, peer identity.PeerID, now time.Time) (string, error) {
+	es, err := st.Entries()
+	if err != nil {
+		return "", err
+	}
+	n := 0
+	for _, e := range es {
+		if e.To == peer {
+			n++
+		}
+	}
+	if n > 0 {
+		return fmt.Sprintf("behind %d earlier envelope(s) to this peer, which the daemon sends first", n), nil
+	}
+	bs, err := st.Breakers()
+	if err != nil {
+		return "", err
+	}
+	for _, b := range bs {
+		if b.Peer == peer && now.Before(b.OpenUntil) {
+			return "the peer's circuit breaker is open until " + b.OpenUntil.Local().Format(time.RFC3339), nil
+		}
+	}
+	return "", nil
 }
 
 // outboxStore returns the store of the home's outbox: the daemon's, or for

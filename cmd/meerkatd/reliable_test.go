@@ -535,3 +535,27 @@ func TestDeadLettersAuditAndStandalone(t *testing.T) {
 		t.Fatalf("audit table (bodies are not shown in the table):\n%s", text)
 	}
 }
+
+// A reliable send made without a daemon waits behind what the outbox
+// already holds for that peer: the daemon sends them in order.
+func TestStandaloneReliableKeepsOrder(t *testing.T) {
+	alice, bob := twoNodes(t, false)
+	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=50ms")
+	if r := alice.run("send", "message", "bob", "first", "--reliable"); r.code != exitOK || !strings.Contains(r.stderr, "queued in the outbox") {
+		t.Fatalf("first:\n%s", r)
+	}
+	bob.start()
+	r := alice.run("send", "message", "bob", "second", "--reliable")
+	if r.code != exitOK || !strings.Contains(r.stderr, "behind 1 earlier envelope") {
+		t.Fatalf("second (bob up, first still queued):\n%s", r)
+	}
+	o := outboxOf(t, alice)
+	if len(o.Entries) != 2 || o.Entries[1].Created.IsZero() {
+		t.Fatalf("outbox %+v", o.Entries)
+	}
+	alice.start()
+	waitOutboxEmpty(t, alice, pollTimeout)
+	if bodies, _ := inboxBodies(t, bob); !slices.Equal(bodies, []string{"first", "second"}) {
+		t.Fatalf("bob received %q, want send order", bodies)
+	}
+}

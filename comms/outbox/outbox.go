@@ -246,8 +246,10 @@ func (t *Ticket) finish(err error) {
 	t.mu.Lock()
 	t.err = err
 	t.mu.Unlock()
-	t.aOnce.Do(func() { close(t.attempted) })
+	// done before attempted: whoever wakes on Attempted must find Done
+	// closed if the envelope was acknowledged.
 	t.once.Do(func() { close(t.done) })
+	t.aOnce.Do(func() { close(t.attempted) })
 }
 
 // DeadError is a Ticket's error for an envelope that became a dead letter.
@@ -448,7 +450,7 @@ func (o *Outbox) work(q *peerQ) {
 		}
 		var wait <-chan time.Time
 		if q.inFlight == 0 {
-			d := o.dueLocked(q).Sub(now)
+			d := o.dueLocked(q, now).Sub(now)
 			timer.Reset(max(d, 0))
 			wait = timer.C
 		}
@@ -511,9 +513,12 @@ func (o *Outbox) nextLocked(q *peerQ, now time.Time) (*item, bool) {
 			continue
 		}
 		if !it.e.Expires.IsZero() && !now.Before(it.e.Expires) {
-			if o.expireOneLocked(q, it, now) {
-				i--
+			// Expired: to the dead letters. If the store fails, it stays
+			// where it is and holds back what is behind it (order).
+			if now.Before(it.e.NextAttempt) || !o.expireOneLocked(q, it, now) {
+				return nil, false
 			}
+			i--
 			continue
 		}
 		if now.Before(it.e.NextAttempt) {
@@ -526,7 +531,7 @@ func (o *Outbox) nextLocked(q *peerQ, now time.Time) (*item, bool) {
 
 // dueLocked is when q's worker should next look: the oldest envelope's
 // next attempt (not before the breaker's probe) or the earliest expiry.
-func (o *Outbox) dueLocked(q *peerQ) time.Time {
+func (o *Outbox) dueLocked(q *peerQ, now time.Time) time.Time {
 	var due time.Time
 	if len(q.items) > 0 {
 		due = q.items[0].e.NextAttempt
@@ -535,8 +540,15 @@ func (o *Outbox) dueLocked(q *peerQ) time.Time {
 		due = q.breaker.OpenUntil
 	}
 	for _, it := range q.items {
-		if !it.e.Expires.IsZero() && it.e.Expires.Before(due) {
-			due = it.e.Expires
+		if it.inFlight || it.e.Expires.IsZero() {
+			continue
+		}
+		t := it.e.Expires
+		if !now.Before(t) {
+			t = it.e.NextAttempt // expired, but the store refused to move it: try again then
+		}
+		if t.Before(due) {
+			due = t
 		}
 	}
 	return due
@@ -671,7 +683,8 @@ func (o *Outbox) killLocked(q *peerQ, it *item, reason, event string, now time.T
 func (o *Outbox) expireLocked(q *peerQ, now time.Time) {
 	for i := 0; i < len(q.items); i++ {
 		it := q.items[i]
-		if !it.inFlight && !it.e.Expires.IsZero() && !now.Before(it.e.Expires) && o.expireOneLocked(q, it, now) {
+		if !it.inFlight && !it.e.Expires.IsZero() && !now.Before(it.e.Expires) && !now.Before(it.e.NextAttempt) &&
+			o.expireOneLocked(q, it, now) {
 			i--
 		}
 	}
@@ -846,9 +859,11 @@ func (o *Outbox) Kick(id identity.PeerID) {
 		q.breaker.OpenUntil = now // half-open: the next attempt is the probe
 		waiting = true
 	}
-	if it := q.items[0]; now.Before(it.e.NextAttempt) {
-		it.e.NextAttempt = now
-		waiting = true
+	for _, it := range q.items { // every envelope that failed waits no longer
+		if now.Before(it.e.NextAttempt) {
+			it.e.NextAttempt = now
+			waiting = true
+		}
 	}
 	if waiting {
 		wake(q)

@@ -572,3 +572,104 @@ func TestConcurrentPeers(t *testing.T) {
 		}
 	}
 }
+
+type deliverFunc func(context.Context, Attempt) error
+
+func (f deliverFunc) Deliver(ctx context.Context, a Attempt) error { return f(ctx, a) }
+
+// Kick ends the wait of every envelope that failed, not only the oldest.
+func TestKickReleasesWholeQueue(t *testing.T) {
+	defer checkGoroutines(t)()
+	var down atomic.Bool
+	down.Store(true)
+	d := deliverFunc(func(ctx context.Context, a Attempt) error {
+		a.Queued()
+		if down.Load() {
+			return errors.New("connection reset")
+		}
+		return nil
+	})
+	ob, err := New(NewMemStore(), d, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1 << 30, Window: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	var ts []*Ticket
+	for i := range 3 {
+		_, tk, err := ob.Enqueue(entry(peerA, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, tk)
+	}
+	for _, tk := range ts {
+		<-tk.Attempted()
+	}
+	down.Store(false)
+	ob.Kick(peerA)
+	waitTickets(t, ts)
+}
+
+// Whoever wakes on Attempted sees Done already closed for an acked
+// envelope.
+func TestTicketDoneBeforeAttempted(t *testing.T) {
+	for range 2000 {
+		tk := newTicket()
+		go tk.finish(nil)
+		<-tk.Attempted()
+		select {
+		case <-tk.Done():
+		default:
+			t.Fatal("Attempted closed before Done for a finished ticket")
+		}
+	}
+}
+
+// failingKill is a MemStore whose Kill always fails.
+type failingKill struct {
+	*MemStore
+	kills atomic.Int64
+}
+
+func (f *failingKill) Kill(identity.UUID, string, time.Time) error {
+	f.kills.Add(1)
+	return errors.New("disk full")
+}
+
+// An expired envelope the store cannot move to the dead letters stays in
+// place: nothing behind it overtakes it, and the worker does not spin.
+func TestExpiredButKillFails(t *testing.T) {
+	defer checkGoroutines(t)()
+	st := &failingKill{MemStore: NewMemStore()}
+	rcv := newReceiver()
+	ob, err := New(st, rcv, Options{Backoff: []time.Duration{50 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Start()
+	e1 := entry(peerA, 1)
+	e1.Expires = time.Now().Add(-time.Second)
+	if _, _, err := ob.Enqueue(e1); err != nil {
+		t.Fatal(err)
+	}
+	_, tk2, err := ob.Enqueue(entry(peerA, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the move to the dead letters to be retried", func() bool { return st.kills.Load() >= 3 })
+	ob.Close()
+	select {
+	case <-tk2.Done():
+		t.Fatal("the envelope behind an expired one that could not be moved was delivered first")
+	default:
+	}
+	if _, stored, _ := rcv.snapshot(); len(stored) != 0 {
+		t.Fatalf("delivered %d envelopes past the stuck one", len(stored))
+	}
+	// Three retries take at least 100 ms at a 50 ms backoff; a spinning
+	// worker makes tens of thousands of attempts in that time.
+	if n := st.kills.Load(); n > 1000 {
+		t.Fatalf("%d Kill attempts: the worker spins instead of backing off", n)
+	}
+}
