@@ -629,8 +629,11 @@ type Pending struct {
 	err  error
 }
 
+// Ready reports whether the outcome is known, so Wait would not block.
+func (p *Pending) Ready() bool { return p.err != nil || len(p.done) > 0 }
+
 // Wait blocks until the admission's batch committed (or failed) and
-// returns what Admit would have returned.
+// returns what Admit would have returned. Call it once.
 func (p *Pending) Wait() (dup bool, err error) {
 	if p.err != nil {
 		return false, p.err
