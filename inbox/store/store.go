@@ -479,16 +479,22 @@ func (s *Store) commit(batch []*request) {
 }
 
 const (
+	// sqlLookup reports whether (sender, id) is a duplicate: remembered
+	// within the window, or its item is still unacknowledged.
 	sqlLookup = `SELECT 1 FROM dedup d WHERE d.sender = ?1 AND d.id = ?2
 		AND (d.first_seen >= ?3 OR EXISTS (SELECT 1 FROM items i
-			WHERE i.sender = d.sender AND i.id = d.id AND i.acked_at IS NULL))`
-	sqlRemember = `INSERT INTO dedup (sender, id, first_seen) VALUES (?1, ?2, ?3)
-		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen`
-	sqlInsert = `INSERT INTO items (sender, id, kind, peer, received, payload)
-		VALUES (?, ?, ?, ?, ?, ?)`
+			WHERE i.seq = d.seq AND i.acked_at IS NULL))`
+	// sqlInsertNew inserts the item unless it is a duplicate (as
+	// sqlLookup): no row affected means duplicate.
+	sqlInsertNew = `INSERT INTO items (sender, id, kind, peer, received, payload)
+		SELECT ?1, ?2, ?4, ?5, ?6, ?7 WHERE NOT EXISTS (SELECT 1 FROM dedup d WHERE d.sender = ?1 AND d.id = ?2
+			AND (d.first_seen >= ?3 OR EXISTS (SELECT 1 FROM items i
+				WHERE i.seq = d.seq AND i.acked_at IS NULL)))`
+	sqlRemember = `INSERT INTO dedup (sender, id, first_seen, seq) VALUES (?1, ?2, ?3, ?4)
+		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen, seq = excluded.seq`
 	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL RETURNING length(payload)`
 	sqlExpireDedup = `DELETE FROM dedup WHERE first_seen < ?1 AND NOT EXISTS (SELECT 1 FROM items i
-		WHERE i.sender = dedup.sender AND i.id = dedup.id AND i.acked_at IS NULL)`
+		WHERE i.seq = dedup.seq AND i.acked_at IS NULL)`
 	sqlExpireItems = `DELETE FROM items WHERE acked_at IS NOT NULL AND acked_at < ?`
 )
 
@@ -504,7 +510,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	defer tx.Rollback()
 	now := s.opts.Now()
 	nowNS := now.UnixNano()
-	var lookup, remember, insert, ack *sql.Stmt
+	var lookup, insertNew, remember, ack *sql.Stmt
 	prepare := func(p **sql.Stmt, q string) error {
 		if *p != nil {
 			return nil
@@ -513,40 +519,53 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		*p = st
 		return err
 	}
+	cutoff := now.Add(-s.opts.DedupWindow).UnixNano()
 	unacked, bytes = s.unacked, s.unackedBytes
 	for i, req := range batch {
 		switch req.op {
 		case opAdmit:
-			for _, p := range []struct {
-				st **sql.Stmt
-				q  string
-			}{{&lookup, sqlLookup}, {&remember, sqlRemember}, {&insert, sqlInsert}} {
-				if err := prepare(p.st, p.q); err != nil {
-					return 0, 0, 0, 0, err
-				}
-			}
 			r := &req.rec
-			var one int
-			switch err := lookup.QueryRowContext(ctx, r.Sender[:], r.ID[:], now.Add(-s.opts.DedupWindow).UnixNano()).Scan(&one); err {
-			case nil:
-				res[i].dup = true
-				continue
-			case sql.ErrNoRows:
-			default:
-				return 0, 0, 0, 0, err
-			}
-			if unacked >= s.opts.MaxItems || s.opts.MaxBytes > 0 && unacked > 0 && bytes+int64(len(r.Payload)) > s.opts.MaxBytes {
-				res[i].err = ErrFull
-				continue
-			}
-			if _, err := remember.ExecContext(ctx, r.Sender[:], r.ID[:], nowNS); err != nil {
-				return 0, 0, 0, 0, err
-			}
 			payload := r.Payload
 			if payload == nil {
 				payload = []byte{} // NOT NULL: store an empty blob
 			}
-			if _, err := insert.ExecContext(ctx, r.Sender[:], r.ID[:], r.Kind, r.Peer, r.Received.UnixNano(), payload); err != nil {
+			if unacked >= s.opts.MaxItems || s.opts.MaxBytes > 0 && unacked > 0 && bytes+int64(len(payload)) > s.opts.MaxBytes {
+				// Full: a duplicate is still answered as one.
+				if err := prepare(&lookup, sqlLookup); err != nil {
+					return 0, 0, 0, 0, err
+				}
+				var one int
+				switch err := lookup.QueryRowContext(ctx, r.Sender[:], r.ID[:], cutoff).Scan(&one); err {
+				case nil:
+					res[i].dup = true
+				case sql.ErrNoRows:
+					res[i].err = ErrFull
+				default:
+					return 0, 0, 0, 0, err
+				}
+				continue
+			}
+			if err := prepare(&insertNew, sqlInsertNew); err != nil {
+				return 0, 0, 0, 0, err
+			}
+			if err := prepare(&remember, sqlRemember); err != nil {
+				return 0, 0, 0, 0, err
+			}
+			ins, err := insertNew.ExecContext(ctx, r.Sender[:], r.ID[:], cutoff, r.Kind, r.Peer, r.Received.UnixNano(), payload)
+			if err != nil {
+				return 0, 0, 0, 0, err
+			}
+			if n, err := ins.RowsAffected(); err != nil {
+				return 0, 0, 0, 0, err
+			} else if n == 0 {
+				res[i].dup = true
+				continue
+			}
+			seq, err := ins.LastInsertId()
+			if err != nil {
+				return 0, 0, 0, 0, err
+			}
+			if _, err := remember.ExecContext(ctx, r.Sender[:], r.ID[:], nowNS, seq); err != nil {
 				return 0, 0, 0, 0, err
 			}
 			unacked++
@@ -573,7 +592,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			unacked -= res[i].n
 			acked += res[i].n
 		case opExpire:
-			r, err := tx.ExecContext(ctx, sqlExpireDedup, now.Add(-s.opts.DedupWindow).UnixNano())
+			r, err := tx.ExecContext(ctx, sqlExpireDedup, cutoff)
 			if err != nil {
 				return 0, 0, 0, 0, err
 			}
