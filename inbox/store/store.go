@@ -32,7 +32,7 @@ var (
 
 // Defaults for zero Options fields.
 const (
-	DefaultFlushInterval    = 2 * time.Millisecond
+	DefaultFlushInterval    = 0 // commit what is queued, do not wait for more
 	DefaultMaxBatch         = 256
 	DefaultMaxItems         = inbox.DefaultMax
 	DefaultDedupWindow      = 7 * 24 * time.Hour
@@ -64,7 +64,10 @@ type Record struct {
 // default.
 type Options struct {
 	// FlushInterval is the group-commit window: how long the committer
-	// keeps collecting after the first request of a batch.
+	// keeps collecting after the first request of a batch. Zero (the
+	// default) means it does not wait: it commits what is queued, and what
+	// arrives while that commit runs forms the next batch. Under load
+	// batches grow by themselves; a lone admission pays no added latency.
 	FlushInterval time.Duration
 	// MaxBatch flushes a batch early once this many requests wait; it also
 	// bounds the queue of requests not yet collected.
@@ -85,7 +88,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.FlushInterval <= 0 {
+	if o.FlushInterval < 0 {
 		o.FlushInterval = DefaultFlushInterval
 	}
 	if o.MaxBatch <= 0 {
@@ -420,12 +423,13 @@ func (s *Store) Close() error {
 }
 
 // commitLoop is the only writer. It collects requests until FlushInterval
-// has passed since the first of a batch or MaxBatch are collected, commits
-// them in one transaction and answers them. It exits when reqs is closed
-// and drained.
+// has passed since the first of a batch or MaxBatch are collected (with no
+// FlushInterval: until none is queued), commits them in one transaction
+// and answers them. It exits when reqs is closed and drained.
 func (s *Store) commitLoop() {
 	defer s.wg.Done()
 	batch := make([]*request, 0, s.opts.MaxBatch)
+	wait := s.opts.FlushInterval > 0
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -434,18 +438,29 @@ func (s *Store) commitLoop() {
 			return
 		}
 		batch = append(batch, req)
-		timer.Reset(s.opts.FlushInterval)
+		if wait {
+			timer.Reset(s.opts.FlushInterval)
+		}
 	collect:
 		for len(batch) < s.opts.MaxBatch {
-			select {
-			case req, ok := <-s.reqs:
-				if !ok {
-					break collect // closing: commit what we have, then exit
+			var more *request
+			if wait {
+				select {
+				case more, ok = <-s.reqs:
+				case <-timer.C:
+					break collect
 				}
-				batch = append(batch, req)
-			case <-timer.C:
-				break collect
+			} else {
+				select {
+				case more, ok = <-s.reqs:
+				default:
+					break collect
+				}
 			}
+			if !ok {
+				break collect // closing: commit what we have, then exit
+			}
+			batch = append(batch, more)
 		}
 		timer.Stop()
 		s.commit(batch)
