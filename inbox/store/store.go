@@ -136,10 +136,11 @@ type Store struct {
 	// items or acknowledged some; closed for good by Close.
 	changed chan struct{}
 
-	unacked      int          // owned by commitLoop (and Open before it starts)
-	unackedBytes int64        // payload bytes of unacked items; owned like unacked
-	count        atomic.Int64 // unacked as of the last commit, for Len
-	txns         atomic.Int64 // committed batch transactions, for tests
+	stmts        map[string]*sql.Stmt // by query; owned by commitLoop, closed by Close
+	unacked      int                  // owned by commitLoop (and Open before it starts)
+	unackedBytes int64                // payload bytes of unacked items; owned like unacked
+	count        atomic.Int64         // unacked as of the last commit, for Len
+	txns         atomic.Int64         // committed batch transactions, for tests
 }
 
 type opKind uint8
@@ -412,6 +413,9 @@ func (s *Store) Close() error {
 		close(s.reqs) // no sender is inside send now, and none will enter
 		s.mu.Unlock()
 		s.wg.Wait() // commitLoop answers everything in reqs, then exits
+		for _, st := range s.stmts {
+			st.Close()
+		}
 		s.sigMu.Lock()
 		close(s.changed) // wake waiters for good
 		s.sigMu.Unlock()
@@ -530,9 +534,12 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		if *p != nil {
 			return nil
 		}
-		st, err := tx.PrepareContext(ctx, q)
-		*p = st
-		return err
+		st, err := s.prepared(ctx, q)
+		if err != nil {
+			return err
+		}
+		*p = tx.StmtContext(ctx, st)
+		return nil
 	}
 	cutoff := now.Add(-s.opts.DedupWindow).UnixNano()
 	unacked, bytes = s.unacked, s.unackedBytes
@@ -632,6 +639,25 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		return 0, 0, 0, 0, err
 	}
 	return unacked, added, acked, bytes, nil
+}
+
+// prepared returns the database-level statement for q, preparing it the
+// first time. tx.StmtContext then reuses its preparation on the
+// transaction's connection, so a batch does not compile its statements
+// again. Only commitLoop calls it.
+func (s *Store) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st, ok := s.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := s.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if s.stmts == nil {
+		s.stmts = map[string]*sql.Stmt{}
+	}
+	s.stmts[q] = st
+	return st, nil
 }
 
 // CountKinds returns how many unacknowledged items have one of the given
