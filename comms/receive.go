@@ -68,6 +68,9 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
 		payload, err := fr.ReadFrame()
 		if err != nil {
+			if stopped.Load() {
+				return // ackLoop cut the frame short; it is not the peer's fault
+			}
 			r.reject(RejectFrame)
 			r.log.Debug("refused frame", "reason", RejectFrame, "err", err)
 			return

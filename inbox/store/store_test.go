@@ -776,3 +776,18 @@ func TestMigrateFromVersion1(t *testing.T) {
 	mustDup(t, s, rec(1, 3))
 	mustAdmit(t, s, rec(1, 1))
 }
+
+// By default the committer does not wait for more requests: a lone
+// admission commits on its own (even with a batch limit that would never
+// fill), and what is queued meanwhile commits together.
+func TestNoFlushWaitByDefault(t *testing.T) {
+	checkGoroutines(t)
+	if got := (Options{}).withDefaults().FlushInterval; got != 0 {
+		t.Fatalf("default FlushInterval %v, want 0 (no wait)", got)
+	}
+	s, _ := openStore(t, Options{MaxBatch: 1000})
+	mustAdmit(t, s, rec(1, 1))
+	if n := s.txns.Load(); n != 1 {
+		t.Fatalf("%d transactions for one admission", n)
+	}
+}
