@@ -96,8 +96,8 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			st.authed.Store(true)
 		}
 		if ack != nil {
+			r.acksSent.Add(1) // counted before ackLoop can write it
 			q <- ackJob{frame: ack}
-			r.acksSent.Add(1)
 		}
 		if fr.Buffered() == 0 {
 			q <- ackJob{flush: true}
