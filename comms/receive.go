@@ -186,10 +186,6 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 // closes.
 const shutdownFlush = time.Second
 
-// receive checks one envelope and admits it. It returns the ack frame to
-// write (nil for kinds that are not acknowledged), whether the envelope was
-// new (not a duplicate), or the reason to refuse it, in which case the
-// connection must be closed without an ack.
 // pendingAdmission is an envelope whose admission an AsyncAdmitter may
 // still be committing; its ack waits for the outcome.
 type pendingAdmission struct {
@@ -197,6 +193,12 @@ type pendingAdmission struct {
 	key dedupKey
 }
 
+// receive checks one envelope and admits it. It returns the ack frame to
+// write (nil for kinds that are not acknowledged), whether the envelope was
+// new (not a duplicate), or the reason to refuse it, in which case the
+// connection must be closed without an ack. With async non-nil, an
+// AsyncAdmitter's admission is appended there instead: its ack is the
+// caller's to write once it succeeded.
 func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte, fresh bool, reason string) {
 	e, err := wire.Decode(payload)
 	if err != nil {
