@@ -10,8 +10,9 @@
 // frame size, bounded decode, "to" is this node, sender is trusted,
 // signature, duplicate check, admission, ack. The trust check comes before
 // the signature so that floods from strangers cost no public-key work. Acks
-// are written by the connection's goroutine as soon as the envelope is
-// admitted; the agent loop is never waited on. Acks and responses are never
+// are written by a second goroutine per connection as soon as the envelope
+// is admitted, so the reader goes on checking pipelined envelopes while a
+// durable inbox commits earlier ones; the agent loop is never waited on. Acks and responses are never
 // acknowledged. Anything invalid closes the connection without an ack and is
 // counted by reason ([Router.Stats]).
 //

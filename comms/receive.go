@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,67 +22,28 @@ var errTooManyFiles = syscall.EMFILE
 const maxPendingAcks = 16 << 10
 
 // serveConn reads frames from an inbound connection until EOF, an error or
-// Close, acknowledging what it admits. Acks for pipelined frames are
-// batched: they are written when no further input is already buffered (or
-// the batch grows large), each write with its own deadline, so a peer that
-// stops reading cannot hold the connection past the ack timeout.
+// Close, acknowledging what it admits. It checks and admits envelopes;
+// its ackLoop settles admissions and writes the acks, so reading,
+// verifying and admitting the next frames goes on while earlier
+// admissions commit (through an [AsyncAdmitter]) and their acks are
+// sealed. At most maxPendingAdmissions jobs wait in the ack queue, then
+// the reader waits for room.
 func (r *Router) serveConn(c net.Conn, st *inConn) {
 	defer r.untrack(c)
 	defer c.Close()
 	fr := transport.NewReader(c, r.opts.MaxMessageBytes)
-	var acks []byte
-	var pending []pendingAdmission
-	// settle waits for the pending admissions and queues the acks of
-	// those that succeeded; it reports whether all did.
-	settle := func() bool {
-		ok := true
-		for _, p := range pending {
-			err := p.wait()
-			if err != nil && !errors.Is(err, ErrDuplicate) {
-				r.dedup.release(p.key)
-				r.reject(RejectInboxFull)
-				r.observe(EventRefused, &p.item.Envelope, p.item.PeerName, p.item.Size, RejectInboxFull)
-				r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
-				ok = false
-				continue
-			}
-			r.dedup.commit(p.key)
-			if err != nil { // stored before (a restart emptied our memory of it)
-				r.duplicates.Add(1)
-				r.observe(EventDuplicate, &p.item.Envelope, p.item.PeerName, p.item.Size, "")
-			} else {
-				r.accepted.Add(1)
-				r.observe(EventReceived, &p.item.Envelope, p.item.PeerName, p.item.Size, "")
-				st.authed.Store(true) // only new envelopes authenticate
-			}
-			frame, err := r.sealFrame(acks, p.key.from, wire.Ack(p.key.id))
-			if err != nil {
-				r.log.Error("cannot seal ack", "err", err)
-				continue
-			}
-			acks = frame
-			r.acksSent.Add(1)
-		}
-		pending = pending[:0]
-		return ok
-	}
-	flush := func() bool {
-		if len(acks) == 0 {
-			return true
-		}
-		d := r.opts.AckTimeout
-		if r.ctx.Err() != nil {
-			d = min(d, shutdownFlush) // closing: give the peer a moment, not the full timeout
-		}
-		c.SetWriteDeadline(time.Now().Add(d))
-		_, err := c.Write(acks)
-		acks = acks[:0]
-		return err == nil
-	}
-	defer func() { // acks of admitted envelopes go out even when we stop
-		settle()
-		flush()
+	q := make(chan ackJob, maxPendingAdmissions)
+	var stopped atomic.Bool // set by ackLoop: stop reading
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		r.ackLoop(c, st, q, &stopped)
 	}()
+	defer func() { // acks of admitted envelopes go out even when we stop
+		close(q)
+		<-settled // ackLoop settles and acks what is queued, then returns
+	}()
+	var pending []pendingAdmission // filled by receive, handed to ackLoop
 	for {
 		// Until a connection has delivered a new valid envelope it gets
 		// only the frame timeout to start one, not the idle timeout.
@@ -91,9 +53,10 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		}
 		c.SetReadDeadline(time.Now().Add(idle))
 		// Close cancels the context before it sets every read deadline to
-		// now; checking after our own deadline change means we cannot
-		// overwrite its deadline and sleep through shutdown.
-		if r.ctx.Err() != nil {
+		// now, and ackLoop sets stopped before it does; checking after our
+		// own deadline change means we cannot overwrite their deadline and
+		// sleep through it.
+		if r.ctx.Err() != nil || stopped.Load() {
 			return
 		}
 		if err := fr.Peek(); err != nil {
@@ -105,12 +68,20 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
 		payload, err := fr.ReadFrame()
 		if err != nil {
+			if stopped.Load() {
+				return // ackLoop cut the frame short; it is not the peer's fault
+			}
 			r.reject(RejectFrame)
 			r.observe(EventRefused, nil, "", 0, RejectFrame)
 			r.log.Debug("refused frame", "reason", RejectFrame, "err", err)
 			return
 		}
 		ack, fresh, reason := r.receive(payload, &pending)
+		for _, p := range pending {
+			q <- ackJob{adm: p.adm, key: p.key, item: p.item} // ackLoop always drains q: this waits only for room
+		}
+		clear(pending)
+		pending = pending[:0]
 		if reason != "" {
 			r.reject(reason)
 			if reason == RejectInboxFull {
@@ -126,14 +97,97 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			st.authed.Store(true)
 		}
 		if ack != nil {
-			acks = append(acks, ack...)
-			r.acksSent.Add(1)
+			r.acksSent.Add(1) // counted before ackLoop can write it
+			q <- ackJob{frame: ack}
 		}
-		if fr.Buffered() == 0 || len(acks) >= maxPendingAcks || len(pending) >= maxPendingAdmissions {
-			settled := settle()
-			if !flush() || !settled {
-				return // a refused admission closes the connection, as a refused envelope does
+		if fr.Buffered() == 0 {
+			q <- ackJob{flush: true}
+		}
+	}
+}
+
+// ackJob is one entry of a connection's ack queue: an admission to settle
+// and acknowledge, an ack the reader sealed, or word that the reader has
+// no more input buffered.
+type ackJob struct {
+	adm   Admission // settle, then ack key.id to key.from if stored
+	key   dedupKey
+	item  Item   // the admitted item, for Options.Observe
+	frame []byte // a sealed ack frame
+	flush bool   // write the acks held now
+}
+
+// ackLoop settles a connection's admissions in the order they were queued
+// and writes their acks. Acks are batched: they are written when the
+// reader has no more input buffered, before ackLoop waits for an
+// admission still committing, or once they grow large; each write has its
+// own deadline, so a peer that stops reading cannot hold the connection
+// past the ack timeout. A refused admission or a failed write stops the
+// reader (after the others' acks are written), as a refused envelope
+// does; ackLoop still settles everything queued, so no duplicate-filter
+// reservation stays pending. It returns when q is closed and drained.
+func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomic.Bool) {
+	stop := func() {
+		// serveConn checks stopped after it sets its own deadline, so it
+		// cannot miss both.
+		stopped.Store(true)
+		c.SetReadDeadline(time.Now())
+	}
+	var acks []byte
+	broken := false // a write failed: the stream may hold half a frame
+	flush := func() {
+		if len(acks) == 0 || broken {
+			acks = acks[:0]
+			return
+		}
+		d := r.opts.AckTimeout
+		if r.ctx.Err() != nil {
+			d = min(d, shutdownFlush) // closing: give the peer a moment, not the full timeout
+		}
+		c.SetWriteDeadline(time.Now().Add(d))
+		if _, err := c.Write(acks); err != nil {
+			broken = true
+			stop()
+		}
+		acks = acks[:0]
+	}
+	defer flush()
+	for job := range q {
+		switch {
+		case job.adm != nil:
+			if !job.adm.Ready() {
+				flush() // do not hold acks while a commit runs
 			}
+			err := job.adm.Wait()
+			if err != nil && !errors.Is(err, ErrDuplicate) {
+				r.dedup.release(job.key)
+				r.reject(RejectInboxFull)
+				r.observe(EventRefused, &job.item.Envelope, job.item.PeerName, job.item.Size, RejectInboxFull)
+				r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
+				stop()
+				continue
+			}
+			r.dedup.commit(job.key)
+			if err != nil { // stored before (a restart emptied our memory of it)
+				r.duplicates.Add(1)
+				r.observe(EventDuplicate, &job.item.Envelope, job.item.PeerName, job.item.Size, "")
+			} else {
+				r.accepted.Add(1)
+				r.observe(EventReceived, &job.item.Envelope, job.item.PeerName, job.item.Size, "")
+				st.authed.Store(true) // only new envelopes authenticate
+			}
+			frame, err := r.sealFrame(acks, job.key.from, wire.Ack(job.key.id))
+			if err != nil {
+				r.log.Error("cannot seal ack", "err", err)
+				continue
+			}
+			acks = frame
+			r.acksSent.Add(1)
+		case job.frame != nil:
+			acks = append(acks, job.frame...)
+		}
+		if job.flush || len(acks) >= maxPendingAcks {
+			flush()
 		}
 	}
 }
@@ -142,18 +196,20 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 // closes.
 const shutdownFlush = time.Second
 
-// receive checks one envelope and admits it. It returns the ack frame to
-// write (nil for kinds that are not acknowledged), whether the envelope was
-// new (not a duplicate), or the reason to refuse it, in which case the
-// connection must be closed without an ack.
-// pendingAdmission is an envelope whose admission an AsyncAdmitter is still
-// committing; its ack waits for the outcome.
+// pendingAdmission is an envelope whose admission an AsyncAdmitter may
+// still be committing; its ack waits for the outcome.
 type pendingAdmission struct {
-	wait func() error
+	adm  Admission
 	key  dedupKey
 	item Item // for Options.Observe
 }
 
+// receive checks one envelope and admits it. It returns the ack frame to
+// write (nil for kinds that are not acknowledged), whether the envelope was
+// new (not a duplicate), or the reason to refuse it, in which case the
+// connection must be closed without an ack. With async non-nil, an
+// AsyncAdmitter's admission is appended there instead: its ack is the
+// caller's to write once it succeeded.
 func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte, fresh bool, reason string) {
 	e, err := wire.Decode(payload)
 	if err != nil {
@@ -192,14 +248,16 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 			r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
 			return nil, false, ""
 		}
-		if err := r.inbox.Push(item); err != nil && !errors.Is(err, ErrDuplicate) {
-			r.dedup.release(k)
-			return refuse(RejectInboxFull)
-		} else if err != nil {
+		err := r.inbox.Push(item)
+		switch {
+		case errors.Is(err, ErrDuplicate):
 			r.dedup.commit(k)
 			r.duplicates.Add(1)
 			r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
 			return nil, false, ""
+		case err != nil:
+			r.dedup.release(k)
+			return refuse(RejectInboxFull)
 		}
 		r.dedup.commit(k)
 		r.accepted.Add(1)
@@ -211,8 +269,8 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 	switch r.dedup.reserve(k) {
 	case dedupNew:
 		if a, ok := r.inbox.(AsyncAdmitter); ok && async != nil {
-			// The caller waits for the outcome, then acks (settle).
-			*async = append(*async, pendingAdmission{wait: a.PushAsync(item), key: k, item: item})
+			// The caller waits for the outcome, then acks (ackLoop).
+			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, item: item})
 			return nil, false, ""
 		}
 		err := r.inbox.Push(item)

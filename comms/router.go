@@ -66,17 +66,27 @@ type Admitter interface {
 }
 
 // AsyncAdmitter is an Admitter that can admit without blocking: PushAsync
-// starts storing the item and returns a function that waits for the
-// outcome (nil: stored). A connection then keeps reading pipelined frames
-// while their admissions commit together, and acknowledges each envelope
-// once its admission succeeded. A durable store implements it.
+// starts storing the item and returns its [Admission]. A connection then
+// keeps reading pipelined frames while their admissions commit together,
+// and acknowledges each envelope once its admission succeeded. A durable
+// store implements it.
 type AsyncAdmitter interface {
 	Admitter
-	PushAsync(Item) (wait func() error)
+	PushAsync(Item) Admission
+}
+
+// Admission is the outcome, possibly not yet known, of
+// [AsyncAdmitter.PushAsync]. One goroutine uses it.
+type Admission interface {
+	// Ready reports whether the outcome is known: Wait would not block.
+	Ready() bool
+	// Wait blocks until the outcome is known and returns it: nil means
+	// the item is stored.
+	Wait() error
 }
 
 // maxPendingAdmissions bounds the admissions one connection leaves
-// pending before it waits for them.
+// pending: a reader with this many unsettled waits for room.
 const maxPendingAdmissions = 512
 
 // Options are a Router's knobs; the zero value of each field means its

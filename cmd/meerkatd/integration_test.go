@@ -403,7 +403,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 // freeTCPPort returns a port on 127.0.0.1 that was free a moment ago.
-func freeTCPPort(t *testing.T) int {
+func freeTCPPort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

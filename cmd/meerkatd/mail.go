@@ -102,18 +102,25 @@ func (d *durableMail) record(it comms.Item) (store.Record, error) {
 	return rec, nil
 }
 
-// PushAsync queues it for the next group commit; the returned function
+// PushAsync queues it for the next group commit; the admission's Wait
 // waits for the commit. Duplicates report comms.ErrDuplicate.
-func (d *durableMail) PushAsync(it comms.Item) func() error {
+func (d *durableMail) PushAsync(it comms.Item) comms.Admission {
 	rec, err := d.record(it)
 	if err != nil {
-		return func() error { return err }
+		return doneAdmission{err}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
 	p := d.st.AdmitAsync(ctx, rec) // ctx bounds only the wait for queue room
 	cancel()
-	return func() error { return dupErr(p.Wait()) }
+	return storeAdmission{p}
 }
+
+// storeAdmission is a store admission as a comms.Admission.
+type storeAdmission struct{ p *store.Pending }
+
+func (s storeAdmission) Ready() bool { return s.p.Ready() }
+
+func (s storeAdmission) Wait() error { return dupErr(s.p.Wait()) }
 
 // item decodes a stored record. Envelopes were verified when they arrived;
 // here they are only decoded.

@@ -52,20 +52,35 @@ func (ri *recordingInbox) Push(it comms.Item) error {
 
 // PushAsync admits through the store's group commit when it has one (the
 // durable inbox); the memory inbox admits at once.
-func (ri *recordingInbox) PushAsync(it comms.Item) func() error {
-	a, ok := ri.mail.(interface{ PushAsync(comms.Item) func() error })
+func (ri *recordingInbox) PushAsync(it comms.Item) comms.Admission {
+	a, ok := ri.mail.(interface {
+		PushAsync(comms.Item) comms.Admission
+	})
 	if !ok {
-		err := ri.Push(it)
-		return func() error { return err }
+		return doneAdmission{ri.Push(it)}
 	}
-	wait := a.PushAsync(it)
-	return func() error {
-		err := wait()
-		if err == nil {
-			ri.track(it)
-		}
-		return err
+	return &trackedAdmission{Admission: a.PushAsync(it), ri: ri, it: it}
+}
+
+// doneAdmission is an admission that already happened.
+type doneAdmission struct{ err error }
+
+func (d doneAdmission) Ready() bool { return true }
+func (d doneAdmission) Wait() error { return d.err }
+
+// trackedAdmission records a request once its admission succeeded.
+type trackedAdmission struct {
+	comms.Admission
+	ri *recordingInbox
+	it comms.Item
+}
+
+func (t *trackedAdmission) Wait() error {
+	err := t.Admission.Wait()
+	if err == nil {
+		t.ri.track(t.it)
 	}
+	return err
 }
 
 var _ comms.AsyncAdmitter = (*recordingInbox)(nil)

@@ -582,12 +582,24 @@ func TestKickReleasesWholeQueue(t *testing.T) {
 	defer checkGoroutines(t)()
 	var down atomic.Bool
 	down.Store(true)
+	// The first round fails only once all three are in flight, so each
+	// of them has failed and waits out the hour-long backoff.
+	var started atomic.Int32
+	allIn := make(chan struct{})
 	d := deliverFunc(func(ctx context.Context, a Attempt) error {
 		a.Queued()
-		if down.Load() {
-			return errors.New("connection reset")
+		if !down.Load() {
+			return nil
 		}
-		return nil
+		if started.Add(1) == 3 {
+			close(allIn)
+		}
+		select {
+		case <-allIn:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return errors.New("connection reset")
 	})
 	ob, err := New(NewMemStore(), d, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1 << 30, Window: 8})
 	if err != nil {
@@ -604,7 +616,11 @@ func TestKickReleasesWholeQueue(t *testing.T) {
 		ts = append(ts, tk)
 	}
 	for _, tk := range ts {
-		<-tk.Attempted()
+		select {
+		case <-tk.Attempted():
+		case <-time.After(10 * time.Second):
+			t.Fatal("first round did not end")
+		}
 	}
 	down.Store(false)
 	ob.Kick(peerA)

@@ -10,12 +10,14 @@
 // # Admission and group commit
 //
 // [Store.Admit] hands its record to a single committer goroutine, which owns
-// every write. The committer collects requests until [Options.FlushInterval]
-// has passed since the first one or [Options.MaxBatch] are waiting, runs them
-// in one transaction, commits (one disk sync for the whole group) and only
-// then answers every waiter. So when Admit returns nil, the record is on
-// disk; the caller may acknowledge the envelope. A failed transaction fails
-// every request in it; none of them was stored.
+// every write. The committer takes every request queued (up to
+// [Options.MaxBatch]; with an [Options.FlushInterval] it also waits that
+// long after the first), runs them in one transaction, commits (one disk
+// sync for the whole group) and only then answers every waiter. Requests
+// arriving meanwhile form the next group, so groups grow with the load. So
+// when Admit returns nil, the record is on disk; the caller may acknowledge
+// the envelope. A failed transaction fails every request in it; none of
+// them was stored.
 //
 // # Duplicates
 //

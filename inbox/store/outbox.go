@@ -330,11 +330,13 @@ const (
 		ON CONFLICT (peer) DO UPDATE SET failures = excluded.failures, open_until = excluded.open_until`
 )
 
-// outboxTx runs outbox ops inside a committer transaction, preparing each
-// statement once per transaction.
+// outboxTx runs outbox ops inside a committer transaction. Statements are
+// the store's prepared ones (Store.prepared), bound to the transaction
+// once per batch.
 type outboxTx struct {
 	ctx   context.Context
 	tx    *sql.Tx
+	s     *Store
 	stmts map[string]*sql.Stmt
 }
 
@@ -342,10 +344,11 @@ func (t *outboxTx) stmt(q string) (*sql.Stmt, error) {
 	if st := t.stmts[q]; st != nil {
 		return st, nil
 	}
-	st, err := t.tx.PrepareContext(t.ctx, q)
+	db, err := t.s.prepared(t.ctx, q)
 	if err != nil {
 		return nil, err
 	}
+	st := t.tx.StmtContext(t.ctx, db)
 	if t.stmts == nil {
 		t.stmts = make(map[string]*sql.Stmt)
 	}

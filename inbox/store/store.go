@@ -33,7 +33,7 @@ var (
 
 // Defaults for zero Options fields.
 const (
-	DefaultFlushInterval    = 2 * time.Millisecond
+	DefaultFlushInterval    = 0 // commit what is queued, do not wait for more
 	DefaultMaxBatch         = 256
 	DefaultMaxItems         = inbox.DefaultMax
 	DefaultDedupWindow      = 7 * 24 * time.Hour
@@ -65,7 +65,10 @@ type Record struct {
 // default.
 type Options struct {
 	// FlushInterval is the group-commit window: how long the committer
-	// keeps collecting after the first request of a batch.
+	// keeps collecting after the first request of a batch. Zero (the
+	// default) means it does not wait: it commits what is queued, and what
+	// arrives while that commit runs forms the next batch. Under load
+	// batches grow by themselves; a lone admission pays no added latency.
 	FlushInterval time.Duration
 	// MaxBatch flushes a batch early once this many requests wait; it also
 	// bounds the queue of requests not yet collected.
@@ -86,7 +89,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.FlushInterval <= 0 {
+	if o.FlushInterval < 0 {
 		o.FlushInterval = DefaultFlushInterval
 	}
 	if o.MaxBatch <= 0 {
@@ -134,10 +137,11 @@ type Store struct {
 	// items or acknowledged some; closed for good by Close.
 	changed chan struct{}
 
-	unacked      int          // owned by commitLoop (and Open before it starts)
-	unackedBytes int64        // payload bytes of unacked items; owned like unacked
-	count        atomic.Int64 // unacked as of the last commit, for Len
-	txns         atomic.Int64 // committed batch transactions, for tests
+	stmts        map[string]*sql.Stmt // by query; owned by commitLoop, closed by Close
+	unacked      int                  // owned by commitLoop (and Open before it starts)
+	unackedBytes int64                // payload bytes of unacked items; owned like unacked
+	count        atomic.Int64         // unacked as of the last commit, for Len
+	txns         atomic.Int64         // committed batch transactions, for tests
 
 	// deliveredErr holds the first failure of an asynchronous
 	// Outbox.Delivered since the last Delivered call reported one.
@@ -426,6 +430,9 @@ func (s *Store) Close() error {
 		close(s.reqs) // no sender is inside send now, and none will enter
 		s.mu.Unlock()
 		s.wg.Wait() // commitLoop answers everything in reqs, then exits
+		for _, st := range s.stmts {
+			st.Close()
+		}
 		s.sigMu.Lock()
 		close(s.changed) // wake waiters for good
 		s.sigMu.Unlock()
@@ -437,12 +444,13 @@ func (s *Store) Close() error {
 }
 
 // commitLoop is the only writer. It collects requests until FlushInterval
-// has passed since the first of a batch or MaxBatch are collected, commits
-// them in one transaction and answers them. It exits when reqs is closed
-// and drained.
+// has passed since the first of a batch or MaxBatch are collected (with no
+// FlushInterval: until none is queued), commits them in one transaction
+// and answers them. It exits when reqs is closed and drained.
 func (s *Store) commitLoop() {
 	defer s.wg.Done()
 	batch := make([]*request, 0, s.opts.MaxBatch)
+	wait := s.opts.FlushInterval > 0
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -451,18 +459,29 @@ func (s *Store) commitLoop() {
 			return
 		}
 		batch = append(batch, req)
-		timer.Reset(s.opts.FlushInterval)
+		if wait {
+			timer.Reset(s.opts.FlushInterval)
+		}
 	collect:
 		for len(batch) < s.opts.MaxBatch {
-			select {
-			case req, ok := <-s.reqs:
-				if !ok {
-					break collect // closing: commit what we have, then exit
+			var more *request
+			if wait {
+				select {
+				case more, ok = <-s.reqs:
+				case <-timer.C:
+					break collect
 				}
-				batch = append(batch, req)
-			case <-timer.C:
-				break collect
+			} else {
+				select {
+				case more, ok = <-s.reqs:
+				default:
+					break collect
+				}
 			}
+			if !ok {
+				break collect // closing: commit what we have, then exit
+			}
+			batch = append(batch, more)
 		}
 		timer.Stop()
 		s.commit(batch)
@@ -499,16 +518,22 @@ func (s *Store) commit(batch []*request) {
 }
 
 const (
+	// sqlLookup reports whether (sender, id) is a duplicate: remembered
+	// within the window, or its item is still unacknowledged.
 	sqlLookup = `SELECT 1 FROM dedup d WHERE d.sender = ?1 AND d.id = ?2
 		AND (d.first_seen >= ?3 OR EXISTS (SELECT 1 FROM items i
-			WHERE i.sender = d.sender AND i.id = d.id AND i.acked_at IS NULL))`
-	sqlRemember = `INSERT INTO dedup (sender, id, first_seen) VALUES (?1, ?2, ?3)
-		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen`
-	sqlInsert = `INSERT INTO items (sender, id, kind, peer, received, payload)
-		VALUES (?, ?, ?, ?, ?, ?)`
+			WHERE i.seq = d.seq AND i.acked_at IS NULL))`
+	// sqlInsertNew inserts the item unless it is a duplicate (as
+	// sqlLookup): no row affected means duplicate.
+	sqlInsertNew = `INSERT INTO items (sender, id, kind, peer, received, payload)
+		SELECT ?1, ?2, ?4, ?5, ?6, ?7 WHERE NOT EXISTS (SELECT 1 FROM dedup d WHERE d.sender = ?1 AND d.id = ?2
+			AND (d.first_seen >= ?3 OR EXISTS (SELECT 1 FROM items i
+				WHERE i.seq = d.seq AND i.acked_at IS NULL)))`
+	sqlRemember = `INSERT INTO dedup (sender, id, first_seen, seq) VALUES (?1, ?2, ?3, ?4)
+		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen, seq = excluded.seq`
 	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL RETURNING length(payload)`
 	sqlExpireDedup = `DELETE FROM dedup WHERE first_seen < ?1 AND NOT EXISTS (SELECT 1 FROM items i
-		WHERE i.sender = dedup.sender AND i.id = dedup.id AND i.acked_at IS NULL)`
+		WHERE i.seq = dedup.seq AND i.acked_at IS NULL)`
 	sqlExpireItems = `DELETE FROM items WHERE acked_at IS NOT NULL AND acked_at < ?`
 )
 
@@ -524,50 +549,66 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	defer tx.Rollback()
 	now := s.opts.Now()
 	nowNS := now.UnixNano()
-	var lookup, remember, insert, ack *sql.Stmt
-	ob := outboxTx{ctx: ctx, tx: tx}
+	var lookup, insertNew, remember, ack *sql.Stmt
+	ob := outboxTx{ctx: ctx, tx: tx, s: s}
 	prepare := func(p **sql.Stmt, q string) error {
 		if *p != nil {
 			return nil
 		}
-		st, err := tx.PrepareContext(ctx, q)
-		*p = st
-		return err
+		st, err := s.prepared(ctx, q)
+		if err != nil {
+			return err
+		}
+		*p = tx.StmtContext(ctx, st)
+		return nil
 	}
+	cutoff := now.Add(-s.opts.DedupWindow).UnixNano()
 	unacked, bytes = s.unacked, s.unackedBytes
 	for i, req := range batch {
 		switch req.op {
 		case opAdmit:
-			for _, p := range []struct {
-				st **sql.Stmt
-				q  string
-			}{{&lookup, sqlLookup}, {&remember, sqlRemember}, {&insert, sqlInsert}} {
-				if err := prepare(p.st, p.q); err != nil {
-					return 0, 0, 0, 0, err
-				}
-			}
 			r := &req.rec
-			var one int
-			switch err := lookup.QueryRowContext(ctx, r.Sender[:], r.ID[:], now.Add(-s.opts.DedupWindow).UnixNano()).Scan(&one); err {
-			case nil:
-				res[i].dup = true
-				continue
-			case sql.ErrNoRows:
-			default:
-				return 0, 0, 0, 0, err
-			}
-			if unacked >= s.opts.MaxItems || s.opts.MaxBytes > 0 && unacked > 0 && bytes+int64(len(r.Payload)) > s.opts.MaxBytes {
-				res[i].err = ErrFull
-				continue
-			}
-			if _, err := remember.ExecContext(ctx, r.Sender[:], r.ID[:], nowNS); err != nil {
-				return 0, 0, 0, 0, err
-			}
 			payload := r.Payload
 			if payload == nil {
 				payload = []byte{} // NOT NULL: store an empty blob
 			}
-			if _, err := insert.ExecContext(ctx, r.Sender[:], r.ID[:], r.Kind, r.Peer, r.Received.UnixNano(), payload); err != nil {
+			if unacked >= s.opts.MaxItems || s.opts.MaxBytes > 0 && unacked > 0 && bytes+int64(len(payload)) > s.opts.MaxBytes {
+				// Full: a duplicate is still answered as one.
+				if err := prepare(&lookup, sqlLookup); err != nil {
+					return 0, 0, 0, 0, err
+				}
+				var one int
+				switch err := lookup.QueryRowContext(ctx, r.Sender[:], r.ID[:], cutoff).Scan(&one); err {
+				case nil:
+					res[i].dup = true
+				case sql.ErrNoRows:
+					res[i].err = ErrFull
+				default:
+					return 0, 0, 0, 0, err
+				}
+				continue
+			}
+			if err := prepare(&insertNew, sqlInsertNew); err != nil {
+				return 0, 0, 0, 0, err
+			}
+			if err := prepare(&remember, sqlRemember); err != nil {
+				return 0, 0, 0, 0, err
+			}
+			ins, err := insertNew.ExecContext(ctx, r.Sender[:], r.ID[:], cutoff, r.Kind, r.Peer, r.Received.UnixNano(), payload)
+			if err != nil {
+				return 0, 0, 0, 0, err
+			}
+			if n, err := ins.RowsAffected(); err != nil {
+				return 0, 0, 0, 0, err
+			} else if n == 0 {
+				res[i].dup = true
+				continue
+			}
+			seq, err := ins.LastInsertId()
+			if err != nil {
+				return 0, 0, 0, 0, err
+			}
+			if _, err := remember.ExecContext(ctx, r.Sender[:], r.ID[:], nowNS, seq); err != nil {
 				return 0, 0, 0, 0, err
 			}
 			unacked++
@@ -594,7 +635,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			unacked -= res[i].n
 			acked += res[i].n
 		case opExpire:
-			r, err := tx.ExecContext(ctx, sqlExpireDedup, now.Add(-s.opts.DedupWindow).UnixNano())
+			r, err := tx.ExecContext(ctx, sqlExpireDedup, cutoff)
 			if err != nil {
 				return 0, 0, 0, 0, err
 			}
@@ -626,6 +667,25 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	return unacked, added, acked, bytes, nil
 }
 
+// prepared returns the database-level statement for q, preparing it the
+// first time. tx.StmtContext then reuses its preparation on the
+// transaction's connection, so a batch does not compile its statements
+// again. Only commitLoop calls it.
+func (s *Store) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st, ok := s.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := s.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if s.stmts == nil {
+		s.stmts = map[string]*sql.Stmt{}
+	}
+	s.stmts[q] = st
+	return st, nil
+}
+
 // CountKinds returns how many unacknowledged items have one of the given
 // kinds, without reading their payloads.
 func (s *Store) CountKinds(kinds ...string) (int, error) {
@@ -655,8 +715,11 @@ type Pending struct {
 	err  error
 }
 
+// Ready reports whether the outcome is known, so Wait would not block.
+func (p *Pending) Ready() bool { return p.err != nil || len(p.done) > 0 }
+
 // Wait blocks until the admission's batch committed (or failed) and
-// returns what Admit would have returned.
+// returns what Admit would have returned. Call it once.
 func (p *Pending) Wait() (dup bool, err error) {
 	if p.err != nil {
 		return false, p.err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -648,5 +649,145 @@ func TestAdmitAsyncBatches(t *testing.T) {
 	}
 	if txns := s.txns.Load() - before; txns > 10 {
 		t.Fatalf("200 queued admissions took %d transactions", txns)
+	}
+}
+
+// A Pending is Ready once its batch committed, not before.
+func TestPendingReady(t *testing.T) {
+	checkGoroutines(t)
+	// Batches flush only when two requests wait (or after an hour).
+	s, _ := openStore(t, Options{FlushInterval: time.Hour, MaxBatch: 2})
+	p1 := s.AdmitAsync(context.Background(), rec(1, 1))
+	if p1.Ready() {
+		t.Fatal("Ready before its batch could commit")
+	}
+	p2 := s.AdmitAsync(context.Background(), rec(1, 2))
+	waitFor(t, 10*time.Second, "the batch to commit", func() bool { return p1.Ready() && p2.Ready() })
+	for _, p := range []*Pending{p1, p2} {
+		if dup, err := p.Wait(); dup || err != nil {
+			t.Fatalf("Wait = %v, %v", dup, err)
+		}
+	}
+	s.Close()
+	p := s.AdmitAsync(context.Background(), rec(1, 3))
+	if !p.Ready() {
+		t.Fatal("a refused admission is not Ready")
+	}
+	if _, err := p.Wait(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Wait after Close = %v", err)
+	}
+}
+
+// A database written at schema version 1 upgrades in place: its items,
+// sequence numbers, acknowledgements and duplicate records survive, and
+// the dedup rules hold for rows from before the upgrade.
+func TestMigrateFromVersion1(t *testing.T) {
+	checkGoroutines(t)
+	clock := newFakeClock()
+	now := clock.Now()
+	path := filepath.Join(t.TempDir(), "inbox.db")
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, recent := now.Add(-2*time.Hour).UnixNano(), now.Add(-time.Minute).UnixNano()
+	for _, q := range []string{
+		`CREATE TABLE schema_version (version INTEGER NOT NULL)`,
+		`INSERT INTO schema_version (version) VALUES (1)`,
+		migrations[0],
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Keys (sender 1, id n), as rec(1, n) builds them:
+	//  1: unacked item, dedup row past the window   -> still a duplicate
+	//  2: acked item, dedup row within the window    -> a duplicate
+	//  3: acked item, dedup row past the window      -> new again
+	//  4: no item (expired from history), recent row -> a duplicate
+	//  5: acked item (seq 4), then, after the window passed, admitted
+	//     again (seq 5) and not yet acked                -> a duplicate
+	items := []struct {
+		n     uint64
+		acked bool
+	}{{1, false}, {2, true}, {3, true}, {5, true}, {5, false}}
+	for _, it := range items {
+		r := rec(1, it.n)
+		var acked any
+		if it.acked {
+			acked = recent
+		}
+		if _, err := db.Exec(`INSERT INTO items (sender, id, kind, peer, received, payload, acked_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			r.Sender[:], r.ID[:], r.Kind, r.Peer, old, r.Payload, acked); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []struct {
+		n    uint64
+		seen int64
+	}{{1, old}, {2, recent}, {3, old}, {4, recent}, {5, old}} {
+		r := rec(1, d.n)
+		if _, err := db.Exec(`INSERT INTO dedup (sender, id, first_seen) VALUES (?, ?, ?)`, r.Sender[:], r.ID[:], d.seen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := reopen(t, path, Options{Now: clock.Now, DedupWindow: time.Hour})
+	var v int
+	if err := s.db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil || v != schemaVersion {
+		t.Fatalf("schema_version = %d, %v; want %d", v, err, schemaVersion)
+	}
+	var idx int
+	if err := s.db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'items_key'`).Scan(&idx); err != nil || idx != 0 {
+		t.Fatalf("items_key indexes: %d, %v; want it dropped", idx, err)
+	}
+	got := mustList(t, s, 0, 0)
+	if fmt.Sprint(seqsOf(got)) != "[1 5]" || mustLen(t, s) != 2 {
+		t.Fatalf("unacked after upgrade: %v (Len %d); want seqs [1 5]", seqsOf(got), mustLen(t, s))
+	}
+	for i, n := range []uint64{1, 5} {
+		if want := rec(1, n); got[i].ID != want.ID || !bytes.Equal(got[i].Payload, want.Payload) || !got[i].Received.Equal(time.Unix(0, old)) {
+			t.Fatalf("item %d changed in the upgrade: %+v", got[i].Seq, got[i])
+		}
+	}
+	mustDup(t, s, rec(1, 1))
+	mustDup(t, s, rec(1, 2))
+	mustDup(t, s, rec(1, 4))
+	mustDup(t, s, rec(1, 5))
+	mustAdmit(t, s, rec(1, 3))
+	if got := fmt.Sprint(seqsOf(mustList(t, s, 0, 0))); got != "[1 5 6]" {
+		t.Fatalf("unacked after admitting key 3 again: %s; want a new seq after the old ones", got)
+	}
+	// Expire keeps the rows of unacked items (1, 5 and the new 3), drops
+	// only what is past the window: none of 2 and 4 yet.
+	if d, _, err := s.Expire(); err != nil || d != 0 {
+		t.Fatalf("Expire = %d, %v; want 0 dedup rows", d, err)
+	}
+	if _, err := s.Ack(1, 5); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Hour)
+	if d, _, err := s.Expire(); err != nil || d != 4 {
+		t.Fatalf("Expire after acks = %d, %v; want 4 (keys 1, 2, 4, 5; 3's item is unacked)", d, err)
+	}
+	mustDup(t, s, rec(1, 3))
+	mustAdmit(t, s, rec(1, 1))
+}
+
+// By default the committer does not wait for more requests: a lone
+// admission commits on its own (even with a batch limit that would never
+// fill), and what is queued meanwhile commits together.
+func TestNoFlushWaitByDefault(t *testing.T) {
+	checkGoroutines(t)
+	if got := (Options{}).withDefaults().FlushInterval; got != 0 {
+		t.Fatalf("default FlushInterval %v, want 0 (no wait)", got)
+	}
+	s, _ := openStore(t, Options{MaxBatch: 1000})
+	mustAdmit(t, s, rec(1, 1))
+	if n := s.txns.Load(); n != 1 {
+		t.Fatalf("%d transactions for one admission", n)
 	}
 }
