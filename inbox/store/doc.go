@@ -33,7 +33,11 @@
 // At most [Options.MaxItems] unacknowledged items are stored; admission
 // beyond that fails with [ErrFull] and stores nothing, so the receiver
 // refuses the envelope and the sender retries later. Nothing is dropped
-// after it was admitted. The request channel to the committer is bounded:
+// after it was admitted. Once an admission was refused, the store stays
+// full until acknowledgements bring it under 90% of MaxItems and make room
+// for the largest refused record within MaxBytes: a smaller envelope
+// pipelined behind a refused one is refused too, so the sender's retries
+// arrive in its order. The request channel to the committer is bounded:
 // Admit blocks (honouring its ctx) when the committer falls behind.
 //
 // # Outbox

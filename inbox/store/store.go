@@ -143,6 +143,16 @@ type Store struct {
 	count        atomic.Int64         // unacked as of the last commit, for Len
 	txns         atomic.Int64         // committed batch transactions, for tests
 
+	// full is set when an admission was refused for lack of room and
+	// cleared only once the unacknowledged items fall below 90% of
+	// MaxItems and the largest refused record (need bytes) fits again:
+	// until then every admission is refused, so a later, smaller envelope
+	// cannot slip in ahead of a refused one its sender will retry. The
+	// *Next values are runBatch's, kept by commit on success. All are
+	// owned by commitLoop.
+	full, fullNext bool
+	need, needNext int64
+
 	// deliveredErr holds the first failure of an asynchronous
 	// Outbox.Delivered since the last Delivered call reported one.
 	deliveredErr atomic.Pointer[error]
@@ -507,6 +517,7 @@ func (s *Store) commit(batch []*request) {
 		return
 	}
 	s.unacked, s.unackedBytes = unacked, bytes
+	s.full, s.need = s.fullNext, s.needNext
 	s.count.Store(int64(unacked))
 	s.txns.Add(1)
 	if added > 0 || acked > 0 {
@@ -564,6 +575,9 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	}
 	cutoff := now.Add(-s.opts.DedupWindow).UnixNano()
 	unacked, bytes = s.unacked, s.unackedBytes
+	full, need := s.full, s.need
+	defer func() { s.fullNext, s.needNext = full, need }()
+	lowItems := max(s.opts.MaxItems*9/10, 1)
 	for i, req := range batch {
 		switch req.op {
 		case opAdmit:
@@ -572,7 +586,11 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			if payload == nil {
 				payload = []byte{} // NOT NULL: store an empty blob
 			}
-			if unacked >= s.opts.MaxItems || s.opts.MaxBytes > 0 && unacked > 0 && bytes+int64(len(payload)) > s.opts.MaxBytes {
+			if full && (unacked == 0 || unacked < lowItems && (s.opts.MaxBytes <= 0 || bytes+need <= s.opts.MaxBytes)) {
+				full, need = false, 0 // room again
+			}
+			if full || unacked >= s.opts.MaxItems || s.opts.MaxBytes > 0 && unacked > 0 && bytes+int64(len(payload)) > s.opts.MaxBytes {
+				full, need = true, max(need, int64(len(payload)))
 				// Full: a duplicate is still answered as one.
 				if err := prepare(&lookup, sqlLookup); err != nil {
 					return 0, 0, 0, 0, err

@@ -225,12 +225,45 @@ func TestFull(t *testing.T) {
 	if n, err := s.Ack(1); err != nil || n != 1 {
 		t.Fatalf("Ack = %d, %v", n, err)
 	}
+	// Still full: one item left is not under the low-water mark (90% of
+	// 2, at least 1), so the refused record's sender retries later.
+	if _, err := s.Admit(context.Background(), rec(1, 3)); !errors.Is(err, ErrFull) {
+		t.Fatalf("Admit above the low-water mark: %v", err)
+	}
+	if n, err := s.Ack(2); err != nil || n != 1 {
+		t.Fatalf("Ack = %d, %v", n, err)
+	}
 	mustAdmit(t, s, rec(1, 3))
-	if _, err := s.Admit(context.Background(), rec(1, 4)); !errors.Is(err, ErrFull) {
+	mustAdmit(t, s, rec(1, 4))
+	if _, err := s.Admit(context.Background(), rec(1, 5)); !errors.Is(err, ErrFull) {
 		t.Fatalf("Admit to full store again: %v", err)
 	}
 	if n := mustLen(t, s); n != 2 {
 		t.Fatalf("Len = %d", n)
+	}
+}
+
+// Once a record was refused for lack of room, a smaller one behind it is
+// refused too, though it would fit: the sender retries both in its order.
+func TestFullKeepsOrder(t *testing.T) {
+	checkGoroutines(t)
+	s, _ := openStore(t, Options{MaxItems: 100, MaxBytes: 1000})
+	big, bigger, small := rec(1, 1), rec(1, 2), rec(1, 3)
+	big.Payload, bigger.Payload, small.Payload = make([]byte, 800), make([]byte, 300), make([]byte, 50)
+	mustAdmit(t, s, big)
+	if _, err := s.Admit(context.Background(), bigger); !errors.Is(err, ErrFull) {
+		t.Fatalf("300 bytes over a 1000-byte limit holding 800: %v", err)
+	}
+	if _, err := s.Admit(context.Background(), small); !errors.Is(err, ErrFull) {
+		t.Fatalf("50 bytes behind a refused record: %v, want ErrFull", err)
+	}
+	if _, err := s.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	mustAdmit(t, s, bigger)
+	mustAdmit(t, s, small)
+	if got := fmt.Sprint(seqsOf(mustList(t, s, 0, 0))); got != "[2 3]" {
+		t.Fatalf("List = %s, want the two in their order", got)
 	}
 }
 
@@ -589,10 +622,10 @@ func TestByteLimit(t *testing.T) {
 		t.Fatalf("Ack = %d, %v", n, err)
 	}
 	mustAdmit(t, s, big(3, 60))
-	if _, err := s.Admit(context.Background(), big(4, 41)); !errors.Is(err, ErrFull) {
+	mustAdmit(t, s, big(5, 40)) // exactly 100
+	if _, err := s.Admit(context.Background(), big(4, 1)); !errors.Is(err, ErrFull) {
 		t.Fatalf("admit to 101 bytes: %v", err)
 	}
-	mustAdmit(t, s, big(5, 40)) // exactly 100
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
