@@ -457,25 +457,36 @@ func (s *Store) Close() error {
 // has passed since the first of a batch or MaxBatch are collected (with no
 // FlushInterval: until none is queued), commits them in one transaction
 // and answers them. It exits when reqs is closed and drained.
+// A group of at least lingerAfter requests makes the committer wait up to
+// lingerFor for the next group to fill.
+const (
+	lingerAfter = 8
+	lingerFor   = 300 * time.Microsecond
+)
+
 func (s *Store) commitLoop() {
 	defer s.wg.Done()
 	batch := make([]*request, 0, s.opts.MaxBatch)
 	wait := s.opts.FlushInterval > 0
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	prev := 0 // size of the previous group
 	for {
 		req, ok := <-s.reqs
 		if !ok {
 			return
 		}
 		batch = append(batch, req)
-		if wait {
-			timer.Reset(s.opts.FlushInterval)
+		// While a pipelined stream runs (the last group was big), wait a
+		// moment for more: fewer, bigger groups, fewer syncs.
+		linger := wait || prev >= lingerAfter
+		if linger {
+			timer.Reset(max(s.opts.FlushInterval, lingerFor))
 		}
 	collect:
 		for len(batch) < s.opts.MaxBatch {
 			var more *request
-			if wait {
+			if linger {
 				select {
 				case more, ok = <-s.reqs:
 				case <-timer.C:
@@ -495,6 +506,7 @@ func (s *Store) commitLoop() {
 		}
 		timer.Stop()
 		s.commit(batch)
+		prev = len(batch)
 		clear(batch)
 		batch = batch[:0]
 	}
