@@ -427,15 +427,8 @@ func runStatus(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	b, err := e.backendFor(h, false)
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := b.status(ctx)
-	if err != nil {
+	var s statusInfo
+	if err := e.withBackend(h, func(ctx context.Context, b backend) (err error) { s, err = b.status(ctx); return err }); err != nil {
 		return err
 	}
 	if *asJSON {
@@ -592,6 +585,19 @@ func startServing(ctx context.Context, h *home, log *slog.Logger) (n *node, shut
 		n.stop()
 		srv.wg.Wait()
 	}, nil
+}
+
+// withBackend runs f on h's backend (the daemon, or a node in this
+// process), bounded to 30 seconds.
+func (e *env) withBackend(h *home, f func(context.Context, backend) error) error {
+	b, err := e.backendFor(h, false)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return f(ctx, b)
 }
 
 // openNoArgs parses flags (refusing positional arguments) and opens the

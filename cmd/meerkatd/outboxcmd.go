@@ -227,15 +227,8 @@ func runOutbox(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	b, err := e.backendFor(h, false)
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	info, err := b.outbox(ctx)
-	if err != nil {
+	var info outboxInfo
+	if err := e.withBackend(h, func(ctx context.Context, b backend) (err error) { info, err = b.outbox(ctx); return err }); err != nil {
 		return err
 	}
 	if *asJSON {
@@ -312,24 +305,24 @@ func runDeadLetters(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	b, err := e.backendFor(h, false)
+	var n int
+	var dl []deadLetterInfo
+	err = e.withBackend(h, func(ctx context.Context, b backend) (err error) {
+		switch sub {
+		case "retry":
+			n, err = b.reviveDead(ctx, pos, *all)
+		case "drop":
+			n, err = b.dropDead(ctx, pos, *all)
+		default:
+			dl, err = b.deadLetters(ctx)
+		}
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	defer b.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	switch sub {
 	case "retry", "drop":
-		var n int
-		if sub == "retry" {
-			n, err = b.reviveDead(ctx, pos, *all)
-		} else {
-			n, err = b.dropDead(ctx, pos, *all)
-		}
-		if err != nil {
-			return err
-		}
 		if *asJSON {
 			return printJSON(e.stdout, map[string]int{map[string]string{"retry": "requeued", "drop": "dropped"}[sub]: n})
 		}
@@ -339,10 +332,6 @@ func runDeadLetters(e *env, args []string) error {
 			return &codedError{codeBadArgs, fmt.Sprintf("%d of the given ids are not dead letters", len(pos)-n)}
 		}
 		return nil
-	}
-	dl, err := b.deadLetters(ctx)
-	if err != nil {
-		return err
 	}
 	if *asJSON {
 		return printJSON(e.stdout, dl)
