@@ -57,6 +57,7 @@ func TestDependencyRules(t *testing.T) {
 		"comms/outbox/storetest": {module + "/comms/outbox", module + "/identity"},
 		"comms/audit":            {},
 		"trust":                  {module + "/identity", module + "/transport"},
+		"trust/pair":             {module + "/identity", module + "/transport", module + "/trust"},
 		"config":                 {module + "/transport", "github.com/BurntSushi/toml"},
 		"comms/wire":             {module + "/identity"},
 		"comms":                  {module + "/comms/wire", module + "/identity", module + "/inbox", module + "/transport", module + "/trust"},

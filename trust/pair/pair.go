@@ -1,0 +1,372 @@
+package pair
+
+import (
+	"bufio"
+	"context"
+	"crypto/hmac"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// Limits of the responder.
+const (
+	// ExchangeTimeout bounds one pairing exchange.
+	ExchangeTimeout = 10 * time.Second
+	// DefaultTTL is how long an offer stays open.
+	DefaultTTL = 10 * time.Minute
+	// MaxTTL bounds an offer's lifetime.
+	MaxTTL = 24 * time.Hour
+	// maxFailures failed attempts per source within failureWindow make
+	// further attempts from that source fail at once until it passes.
+	maxFailures   = 5
+	failureWindow = time.Minute
+	// maxOffers bounds the offers open at once.
+	maxOffers = 64
+	// maxSources bounds the sources remembered for rate limiting.
+	maxSources = 4096
+)
+
+// Commit adds the other node to this node's trust list. It may rename the
+// peer (a name already taken) and returns the peer as added. An error
+// fails the pairing.
+type Commit func(p trust.Peer) (trust.Peer, error)
+
+// Responder holds a node's open offers and answers pairing exchanges on
+// its listener.
+type Responder struct {
+	kp     *identity.Keypair
+	name   string
+	commit Commit
+	now    func() time.Time
+
+	mu     sync.Mutex
+	offers map[[16]byte]*Offer
+	fails  map[string][]time.Time // by source: recent failures
+}
+
+// NewResponder returns a Responder for the node with keypair kp and name.
+func NewResponder(kp *identity.Keypair, name string, commit Commit) *Responder {
+	return &Responder{kp: kp, name: name, commit: commit, now: time.Now,
+		offers: map[[16]byte]*Offer{}, fails: map[string][]time.Time{}}
+}
+
+// Offer is an open invitation to pair.
+type Offer struct {
+	Line        Line
+	Expires     time.Time
+	NameForPeer string // the name to give the peer here ("": its own name)
+
+	id   [16]byte
+	done chan struct{} // closed once paired or closed
+	peer trust.Peer
+	err  error
+}
+
+// Wait returns the peer added when the offer was used, or why it was not
+// (ErrExpired, or ctx's error).
+func (o *Offer) Wait(ctx context.Context) (trust.Peer, error) {
+	t := time.NewTimer(time.Until(o.Expires))
+	defer t.Stop()
+	select {
+	case <-o.done:
+		return o.peer, o.err
+	case <-t.C:
+		return trust.Peer{}, ErrExpired
+	case <-ctx.Done():
+		return trust.Peer{}, ctx.Err()
+	}
+}
+
+// Open creates an offer reachable at addr for ttl (0: DefaultTTL).
+func (r *Responder) Open(addr transport.Addr, ttl time.Duration, nameForPeer string) (*Offer, error) {
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	if ttl < 0 || ttl > MaxTTL {
+		return nil, fmt.Errorf("pair: an offer lives between 1s and %s, not %s", MaxTTL, ttl)
+	}
+	if nameForPeer != "" {
+		if _, err := trust.New(trust.Peer{Name: nameForPeer, ID: r.kp.ID(), Addr: addr}); err != nil {
+			return nil, fmt.Errorf("pair: name for the peer: %w", err)
+		}
+	}
+	code, err := NewCode()
+	if err != nil {
+		return nil, err
+	}
+	o := &Offer{Line: Line{Code: code, Addr: addr}, Expires: r.now().Add(ttl), NameForPeer: nameForPeer,
+		id: code.id(), done: make(chan struct{})}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sweepLocked()
+	if len(r.offers) >= maxOffers {
+		return nil, fmt.Errorf("pair: %d offers are open already", maxOffers)
+	}
+	r.offers[o.id] = o
+	return o, nil
+}
+
+// Close withdraws an offer that was not used.
+func (r *Responder) Close(o *Offer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.offers[o.id] == o {
+		delete(r.offers, o.id)
+		o.err = ErrNoOffer
+		close(o.done)
+	}
+}
+
+// sweepLocked drops expired offers.
+func (r *Responder) sweepLocked() {
+	now := r.now()
+	for id, o := range r.offers {
+		if !now.Before(o.Expires) {
+			delete(r.offers, id)
+			o.err = ErrExpired
+			close(o.done)
+		}
+	}
+}
+
+// limited reports whether source has failed too often lately.
+func (r *Responder) limited(source string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cut := r.now().Add(-failureWindow)
+	recent := r.fails[source][:0]
+	for _, t := range r.fails[source] {
+		if t.After(cut) {
+			recent = append(recent, t)
+		}
+	}
+	if len(recent) == 0 {
+		delete(r.fails, source)
+		return false
+	}
+	r.fails[source] = recent
+	return len(recent) >= maxFailures
+}
+
+func (r *Responder) failed(source string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.fails[source]; !ok && len(r.fails) >= maxSources {
+		for k := range r.fails { // forget one: bounded memory beats perfect limits
+			delete(r.fails, k)
+			break
+		}
+	}
+	r.fails[source] = append(r.fails[source], r.now())
+}
+
+// Serve runs the responder's side of one exchange on c, whose first bytes
+// (Magic included) are read from rd. source identifies the other end for
+// rate limiting (an IP address; all local connections share one).
+func (r *Responder) Serve(c net.Conn, rd io.Reader, source string) error {
+	c.SetDeadline(time.Now().Add(ExchangeTimeout))
+	defer c.SetDeadline(time.Time{})
+	cn := &conn{r: bufio.NewReaderSize(rd, maxMsg), w: c}
+	magic := make([]byte, len(Magic))
+	if _, err := io.ReadFull(cn.r, magic); err != nil || string(magic) != Magic {
+		return fmt.Errorf("%w: bad greeting", ErrProtocol)
+	}
+	if r.limited(source) {
+		cn.recv() // read the hello, so the answer is read in turn
+		cn.send(msg{Error: ErrRateLimited.Error()})
+		return ErrRateLimited
+	}
+	err := r.exchange(cn)
+	if err != nil && !errors.Is(err, io.EOF) {
+		r.failed(source)
+	}
+	return err
+}
+
+func (r *Responder) exchange(cn *conn) error {
+	hello, err := cn.recv()
+	if err != nil {
+		return err
+	}
+	refuse := func(e error) error {
+		cn.send(msg{Error: e.Error()})
+		return e
+	}
+	var id [16]byte
+	if b, err := hex.DecodeString(hello.Offer); err != nil || len(b) != len(id) {
+		return refuse(fmt.Errorf("%w: offer id", ErrProtocol))
+	} else {
+		copy(id[:], b)
+	}
+	initKey, err := identity.ParsePeerID(hello.Key)
+	if err != nil {
+		return refuse(fmt.Errorf("%w: key: %v", ErrProtocol, err))
+	}
+	initAddr, err := transport.ParseAddr(hello.Addr)
+	if err != nil {
+		return refuse(fmt.Errorf("%w: address: %v", ErrProtocol, err))
+	}
+	if len(hello.Nonce) != nonceSize {
+		return refuse(fmt.Errorf("%w: nonce", ErrProtocol))
+	}
+	r.mu.Lock()
+	o := r.offers[id]
+	expired := o != nil && !r.now().Before(o.Expires)
+	r.sweepLocked()
+	r.mu.Unlock()
+	switch {
+	case expired:
+		return refuse(ErrExpired)
+	case o == nil:
+		return refuse(ErrNoOffer)
+	}
+	if initKey == r.kp.ID() {
+		return refuse(fmt.Errorf("%w: a node cannot pair with itself", ErrProtocol))
+	}
+	key, err := macKey(o.Line.Code)
+	if err != nil {
+		return refuse(err)
+	}
+	nonce, err := newNonce()
+	if err != nil {
+		return refuse(err)
+	}
+	t := transcript{offer: id, initKey: initKey, respKey: r.kp.ID(), initName: hello.Name, initAddr: hello.Addr,
+		respName: r.name, initNonce: hello.Nonce, respNonce: nonce}
+	sum := t.sum()
+	if err := cn.send(msg{Key: r.kp.ID().String(), Name: r.name, Nonce: nonce,
+		MAC: proofMAC(key, roleResponder, sum), Sig: r.kp.Sign(signed(roleResponder, sum))}); err != nil {
+		return err
+	}
+	proof, err := cn.recv()
+	if err != nil {
+		return err
+	}
+	if proof.Error != "" {
+		return fmt.Errorf("%w: %s", ErrRefused, proof.Error)
+	}
+	if !hmac.Equal(proof.MAC, proofMAC(key, roleInitiator, sum)) || !initKey.Verify(signed(roleInitiator, sum), proof.Sig) {
+		return refuse(ErrBadProof)
+	}
+	// Proven. The offer is used now, whatever follows.
+	r.mu.Lock()
+	if r.offers[id] != o {
+		r.mu.Unlock()
+		return refuse(ErrNoOffer) // used by a concurrent exchange a moment ago
+	}
+	delete(r.offers, id)
+	r.mu.Unlock()
+	name := o.NameForPeer
+	if name == "" {
+		name = hello.Name
+	}
+	peer, err := r.commit(trust.Peer{Name: name, ID: initKey, Addr: initAddr})
+	o.peer, o.err = peer, err
+	close(o.done)
+	if err != nil {
+		return refuse(fmt.Errorf("pair: cannot trust the peer here: %w", err))
+	}
+	return cn.send(msg{OK: true})
+}
+
+// Accept runs the initiator's side: it dials line.Addr, proves it knows
+// the code, checks that the other side does too and holds the key it
+// presents, and once the other side has trusted it, trusts the other side
+// through commit (named nameForPeer, or the other node's own name).
+// selfAddr is where the other node is to reach this one.
+func Accept(ctx context.Context, kp *identity.Keypair, selfName string, selfAddr transport.Addr, line Line,
+	nameForPeer string, commit Commit) (trust.Peer, error) {
+	ctx, cancel := context.WithTimeout(ctx, ExchangeTimeout)
+	defer cancel()
+	c, err := transport.Dial(ctx, line.Addr)
+	if err != nil {
+		return trust.Peer{}, fmt.Errorf("pair: cannot reach %s: %w", line.Addr, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	return accept(c, kp, selfName, selfAddr, line, nameForPeer, commit)
+}
+
+func accept(c net.Conn, kp *identity.Keypair, selfName string, selfAddr transport.Addr, line Line,
+	nameForPeer string, commit Commit) (trust.Peer, error) {
+	cn := &conn{r: bufio.NewReaderSize(c, maxMsg), w: c}
+	if _, err := io.WriteString(c, Magic); err != nil {
+		return trust.Peer{}, err
+	}
+	nonce, err := newNonce()
+	if err != nil {
+		return trust.Peer{}, err
+	}
+	id := line.Code.id()
+	if err := cn.send(msg{Offer: hex.EncodeToString(id[:]), Key: kp.ID().String(), Name: selfName, Addr: selfAddr.String(), Nonce: nonce}); err != nil {
+		return trust.Peer{}, err
+	}
+	ch, err := cn.recv()
+	if err != nil {
+		return trust.Peer{}, err
+	}
+	if ch.Error != "" {
+		return trust.Peer{}, remoteError(ch.Error)
+	}
+	respKey, err := identity.ParsePeerID(ch.Key)
+	if err != nil || len(ch.Nonce) != nonceSize {
+		return trust.Peer{}, fmt.Errorf("%w: challenge", ErrProtocol)
+	}
+	key, err := macKey(line.Code)
+	if err != nil {
+		return trust.Peer{}, err
+	}
+	t := transcript{offer: id, initKey: kp.ID(), respKey: respKey, initName: selfName, initAddr: selfAddr.String(),
+		respName: ch.Name, initNonce: nonce, respNonce: ch.Nonce}
+	sum := t.sum()
+	if !hmac.Equal(ch.MAC, proofMAC(key, roleResponder, sum)) || !respKey.Verify(signed(roleResponder, sum), ch.Sig) {
+		cn.send(msg{Error: ErrBadProof.Error()})
+		return trust.Peer{}, ErrBadProof
+	}
+	name := nameForPeer
+	if name == "" {
+		name = ch.Name
+	}
+	// Check before proving: a name that cannot be used fails now, with
+	// no trust change on either side.
+	want := trust.Peer{Name: name, ID: respKey, Addr: line.Addr}
+	if _, err := trust.New(want); err != nil {
+		cn.send(msg{Error: "the initiator cannot use that name"})
+		return trust.Peer{}, fmt.Errorf("pair: the name for the peer: %w (pass another with --name)", err)
+	}
+	if err := cn.send(msg{MAC: proofMAC(key, roleInitiator, sum), Sig: kp.Sign(signed(roleInitiator, sum))}); err != nil {
+		return trust.Peer{}, err
+	}
+	done, err := cn.recv()
+	if err != nil {
+		return trust.Peer{}, fmt.Errorf("pair: no answer after the proof (the other side may have trusted this node; check its peers): %w", err)
+	}
+	if !done.OK {
+		return trust.Peer{}, remoteError(done.Error)
+	}
+	return commit(want)
+}
+
+// remoteError turns the other side's error text back into our error
+// values where it is one of them.
+func remoteError(s string) error {
+	for _, e := range []error{ErrNoOffer, ErrExpired, ErrBadProof, ErrRateLimited} {
+		if s == e.Error() {
+			return e
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrRefused, s)
+}

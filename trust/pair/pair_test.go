@@ -1,0 +1,330 @@
+package pair
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+func mustKP(t *testing.T) *identity.Keypair {
+	t.Helper()
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+func mustAddr(t *testing.T, s string) transport.Addr {
+	t.Helper()
+	a, err := transport.ParseAddr(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// side records what a node's Commit was asked to trust.
+type side struct {
+	mu    sync.Mutex
+	added []trust.Peer
+	fail  error
+}
+
+func (s *side) commit(p trust.Peer) (trust.Peer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return trust.Peer{}, s.fail
+	}
+	s.added = append(s.added, p)
+	return p, nil
+}
+
+func (s *side) peers() []trust.Peer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]trust.Peer(nil), s.added...)
+}
+
+// run pairs over an in-memory connection: the initiator's bytes go
+// through tamper (if set) on their way to the responder and back.
+type fixture struct {
+	alice, bob         *identity.Keypair
+	aliceAddr, bobAddr transport.Addr
+	resp               *Responder
+	aSide, bSide       side
+}
+
+func newFixture(t *testing.T) *fixture {
+	f := &fixture{alice: mustKP(t), bob: mustKP(t),
+		aliceAddr: mustAddr(t, "uds:///tmp/alice.sock"), bobAddr: mustAddr(t, "tcp://127.0.0.1:4300")}
+	f.resp = NewResponder(f.alice, "alice", f.aSide.commit)
+	return f
+}
+
+// exchange runs one pairing of bob (initiator) with line; relay, if set,
+// sits between them and may rewrite each message.
+func (f *fixture) exchange(t *testing.T, line Line, source string, relay func(toResponder bool, m *msg)) (trust.Peer, error, error) {
+	t.Helper()
+	ci, cr := net.Pipe()
+	var respErr error
+	var wg sync.WaitGroup
+	if relay != nil {
+		// bob ↔ relay ↔ alice, the relay rewriting messages both ways.
+		ci.Close()
+		cr.Close()
+		bobEnd, relayB := net.Pipe()
+		relayA, aliceEnd := net.Pipe()
+		ci, cr = bobEnd, aliceEnd
+		wg.Add(2)
+		go func() { defer wg.Done(); pump(relayB, relayA, true, relay) }()
+		go func() { defer wg.Done(); pump(relayA, relayB, false, relay) }()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer cr.Close()
+		respErr = f.resp.Serve(cr, cr, source)
+	}()
+	peer, err := accept(ci, f.bob, "bob", f.bobAddr, line, "", f.bSide.commit)
+	ci.Close()
+	wg.Wait()
+	return peer, err, respErr
+}
+
+// pump copies the magic, then JSON lines from src to dst, letting rewrite
+// change each message.
+func pump(src, dst net.Conn, toResponder bool, rewrite func(bool, *msg)) {
+	defer dst.Close()
+	br := bufio.NewReader(src)
+	if toResponder {
+		magic := make([]byte, len(Magic))
+		if _, err := io.ReadFull(br, magic); err != nil {
+			return
+		}
+		dst.Write(magic)
+	}
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		var m msg
+		if json.Unmarshal(line, &m) == nil {
+			rewrite(toResponder, &m)
+			line, _ = json.Marshal(m)
+			line = append(line, '\n')
+		}
+		if _, err := dst.Write(line); err != nil {
+			return
+		}
+	}
+}
+
+func TestPairSuccess(t *testing.T) {
+	f := newFixture(t)
+	o, err := f.resp.Open(f.aliceAddr, time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err, respErr := f.exchange(t, o.Line, "local", nil)
+	if err != nil || respErr != nil {
+		t.Fatalf("pairing: %v / responder %v", err, respErr)
+	}
+	if peer.Name != "alice" || peer.ID != f.alice.ID() || peer.Addr != f.aliceAddr {
+		t.Fatalf("bob trusts %+v", peer)
+	}
+	got := f.aSide.peers()
+	if len(got) != 1 || got[0].Name != "bob" || got[0].ID != f.bob.ID() || got[0].Addr != f.bobAddr {
+		t.Fatalf("alice trusts %+v", got)
+	}
+	p, err := o.Wait(context.Background())
+	if err != nil || p.ID != f.bob.ID() {
+		t.Fatalf("offer Wait: %+v, %v", p, err)
+	}
+	// The code works once.
+	_, err, _ = f.exchange(t, o.Line, "local", nil)
+	if !errors.Is(err, ErrNoOffer) {
+		t.Fatalf("reused code: %v, want ErrNoOffer", err)
+	}
+	if n := len(f.bSide.peers()); n != 1 {
+		t.Fatalf("bob trusted %d peers after the reuse", n)
+	}
+}
+
+func TestPairFailures(t *testing.T) {
+	cases := []struct {
+		name    string
+		setup   func(f *fixture, l *Line)
+		relay   func(toResponder bool, m *msg)
+		wantErr error
+	}{
+		{"wrong code", func(f *fixture, l *Line) { l.Code[0] ^= 1 }, nil, ErrNoOffer},
+		{"expired", func(f *fixture, l *Line) { f.resp.now = func() time.Time { return time.Now().Add(time.Hour) } }, nil, ErrExpired},
+		{"relay swaps the responder's key", nil, func(toResp bool, m *msg) {
+			if !toResp && m.Key != "" {
+				m.Key = mustKPNoT().ID().String()
+			}
+		}, ErrBadProof},
+		{"relay swaps the initiator's key", nil, func(toResp bool, m *msg) {
+			if toResp && m.Key != "" {
+				m.Key = mustKPNoT().ID().String()
+			}
+		}, ErrBadProof},
+		{"relay rewrites the initiator's address", nil, func(toResp bool, m *msg) {
+			if toResp && m.Addr != "" {
+				m.Addr = "tcp://203.0.113.7:4300"
+			}
+		}, ErrBadProof},
+		{"relay renames the responder", nil, func(toResp bool, m *msg) {
+			if !toResp && m.Name != "" {
+				m.Name = "mallory"
+			}
+		}, ErrBadProof},
+		{"relay replays the responder's MAC under its own nonce", nil, func(toResp bool, m *msg) {
+			if !toResp && len(m.Nonce) == nonceSize {
+				m.Nonce = make([]byte, nonceSize)
+			}
+		}, ErrBadProof},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			o, err := f.resp.Open(f.aliceAddr, time.Minute, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			line := o.Line
+			if c.setup != nil {
+				c.setup(f, &line)
+			}
+			_, err, _ = f.exchange(t, line, "203.0.113.9", c.relay)
+			if !errors.Is(err, c.wantErr) {
+				t.Fatalf("initiator error %v, want %v", err, c.wantErr)
+			}
+			if a, b := f.aSide.peers(), f.bSide.peers(); len(a) != 0 || len(b) != 0 {
+				t.Fatalf("trust changed: alice %+v, bob %+v", a, b)
+			}
+		})
+	}
+}
+
+func mustKPNoT() *identity.Keypair {
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		panic(err)
+	}
+	return kp
+}
+
+func TestRateLimit(t *testing.T) {
+	f := newFixture(t)
+	o, err := f.resp.Open(f.aliceAddr, 10*time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := o.Line
+	bad.Code[3] ^= 0x40
+	for i := range maxFailures {
+		if _, err, _ := f.exchange(t, bad, "198.51.100.1", nil); !errors.Is(err, ErrNoOffer) {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+	}
+	// Now even the right code is refused from that source…
+	if _, err, _ := f.exchange(t, o.Line, "198.51.100.1", nil); !errors.Is(err, ErrRateLimited) {
+		t.Fatalf("after %d failures: %v, want ErrRateLimited", maxFailures, err)
+	}
+	// …but not from another source, and not after the window.
+	o2, err := f.resp.Open(f.aliceAddr, 10*time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err, _ := f.exchange(t, o2.Line, "198.51.100.2", nil); err != nil {
+		t.Fatalf("another source: %v", err)
+	}
+	now := time.Now().Add(failureWindow + time.Second)
+	f.resp.now = func() time.Time { return now }
+	if _, err, _ := f.exchange(t, o.Line, "198.51.100.1", nil); err != nil {
+		t.Fatalf("after the window: %v", err)
+	}
+}
+
+func TestResponderCommitFails(t *testing.T) {
+	f := newFixture(t)
+	f.aSide.fail = errors.New("disk full")
+	o, err := f.resp.Open(f.aliceAddr, time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err, _ = f.exchange(t, o.Line, "local", nil)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("initiator: %v", err)
+	}
+	if b := f.bSide.peers(); len(b) != 0 {
+		t.Fatalf("bob trusted %+v though alice could not", b)
+	}
+	if _, err := o.Wait(context.Background()); err == nil {
+		t.Fatal("offer reports success")
+	}
+}
+
+func TestOpenLimits(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.resp.Open(f.aliceAddr, -time.Second, ""); err == nil {
+		t.Error("negative ttl accepted")
+	}
+	if _, err := f.resp.Open(f.aliceAddr, MaxTTL+time.Second, ""); err == nil {
+		t.Error("ttl over MaxTTL accepted")
+	}
+	if _, err := f.resp.Open(f.aliceAddr, 0, "bad name!"); err == nil {
+		t.Error("invalid name for the peer accepted")
+	}
+	for i := range maxOffers {
+		if _, err := f.resp.Open(f.aliceAddr, 0, ""); err != nil {
+			t.Fatalf("offer %d: %v", i, err)
+		}
+	}
+	if _, err := f.resp.Open(f.aliceAddr, 0, ""); err == nil {
+		t.Error("more than maxOffers offers open")
+	}
+	o := func() *Offer {
+		for _, o := range f.resp.offers {
+			return o
+		}
+		return nil
+	}()
+	f.resp.Close(o)
+	if _, err := o.Wait(context.Background()); !errors.Is(err, ErrNoOffer) {
+		t.Fatalf("closed offer: %v", err)
+	}
+}
+
+func TestServeRejectsGarbage(t *testing.T) {
+	f := newFixture(t)
+	for _, in := range []string{"MKPAIR/2\n", "MKPAIR/1\n{not json}\n", "MKPAIR/1\n" + strings.Repeat("x", 2*maxMsg) + "\n",
+		"MKPAIR/1\n{\"offer\":\"zz\"}\n", "MKPAIR/1\n{\"offer\":\"00112233445566778899aabbccddeeff\",\"key\":\"nope\"}\n"} {
+		c1, c2 := net.Pipe()
+		go func() {
+			c1.Write([]byte(in))
+			io.Copy(io.Discard, c1)
+		}()
+		err := f.resp.Serve(c2, c2, "x")
+		c1.Close()
+		c2.Close()
+		if err == nil {
+			t.Errorf("input %.40q accepted", in)
+		}
+	}
+}
