@@ -32,6 +32,16 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 	defer r.untrack(c)
 	defer c.Close()
 	fr := transport.NewReader(c, r.opts.MaxMessageBytes)
+	if r.opts.Pairing != nil {
+		c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
+		if r.ctx.Err() != nil {
+			return
+		}
+		if b, err := fr.PeekByte(); err == nil && b == PairingByte {
+			r.opts.Pairing(c, fr.Stream())
+			return
+		}
+	}
 	q := make(chan ackJob, maxPendingAdmissions)
 	var stopped atomic.Bool // set by ackLoop: stop reading
 	settled := make(chan struct{})
@@ -191,6 +201,11 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 		}
 	}
 }
+
+// PairingByte starts a pairing exchange (trust/pair's Magic). An envelope
+// frame cannot start with it: its first byte is the high byte of a length
+// of at most 1 MiB, always 0.
+const PairingByte = 'M'
 
 // shutdownFlush bounds the last ack write of a connection while the Router
 // closes.

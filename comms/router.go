@@ -100,6 +100,11 @@ type Options struct {
 	MaxMessageBytes int           // largest frame payload, at most transport.MaxFrameSize
 	InboxMax        int           // length of the default memory inbox
 	Inbox           Admitter      // nil: a memory inbox of InboxMax items
+	// Pairing, if set, is handed every inbound connection whose first byte
+	// is PairingByte (a pairing exchange, not an envelope frame) with the
+	// stream as read so far; it runs on the connection's goroutine, which
+	// closes the connection when it returns.
+	Pairing func(c net.Conn, r io.Reader)
 	// Observe, if set, is told the outcome of every inbound envelope (for
 	// an audit log). It is called on the connection's goroutine and must
 	// not block.

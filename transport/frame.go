@@ -70,6 +70,20 @@ func NewReader(r io.Reader, max int) *Reader {
 // Buffered reports how many bytes are read ahead and not yet returned.
 func (fr *Reader) Buffered() int { return fr.br.Buffered() }
 
+// PeekByte waits for the next byte and returns it without consuming it.
+func (fr *Reader) PeekByte() (byte, error) {
+	b, err := fr.br.Peek(1)
+	if err != nil {
+		return 0, err
+	}
+	return b[0], nil
+}
+
+// Stream returns the stream as the Reader sees it: the bytes read ahead,
+// then the rest. A connection that turns out to speak something else than
+// frames is handed on with it, so nothing read ahead is lost.
+func (fr *Reader) Stream() io.Reader { return fr.br }
+
 // Peek waits until at least one byte of the next frame is available,
 // without consuming it. Receivers use it to start a frame's deadline at the
 // frame's first byte. At a clean end of stream it returns io.EOF.

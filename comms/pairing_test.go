@@ -1,0 +1,43 @@
+package comms
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// A connection that starts with PairingByte goes to Options.Pairing with
+// nothing lost; envelope frames on other connections are unaffected.
+func TestPairingConnectionsAreHandedOver(t *testing.T) {
+	checkGoroutines(t)
+	got := make(chan string, 1)
+	a, b := pair(t, "uds", Options{Pairing: func(c net.Conn, r io.Reader) {
+		line, _ := bufio.NewReader(r).ReadString('\n')
+		c.Write([]byte("hello pairing\n"))
+		got <- line
+	}})
+	c, err := net.Dial("unix", b.addr.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("MKPAIR/1\n")); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || reply != "hello pairing\n" {
+		t.Fatalf("reply %q, %v", reply, err)
+	}
+	if line := <-got; line != "MKPAIR/1\n" {
+		t.Fatalf("handler read %q", line)
+	}
+	if _, err := a.r.SendMessage(ctxT(t), "bob", "still an envelope"); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.r.Stats(); st.Accepted != 1 || len(st.Rejected) != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
