@@ -89,6 +89,7 @@ const (
 	codePeerOffline = "peer_offline"
 	codeBadArgs     = "bad_args"
 	codeNoDaemon    = "no_daemon"
+	codePairFailed  = "pair_failed"
 	codeInternal    = "internal"
 )
 

@@ -75,7 +75,7 @@ func (e *env) backendFor(h *home, listen bool) (backend, error) {
 	if rb := dialControl(h); rb != nil {
 		return rb, nil
 	}
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := e.warnLog()
 	mode := nodeSendOnly
 	if listen {
 		mode = nodeReplies
@@ -85,6 +85,11 @@ func (e *env) backendFor(h *home, listen bool) (backend, error) {
 		return nil, err
 	}
 	return &localBackend{n: n}, nil
+}
+
+// warnLog is the logger of a node a command runs in its own process.
+func (e *env) warnLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 func runInit(e *env, args []string) error {

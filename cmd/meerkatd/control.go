@@ -161,6 +161,12 @@ func (s *controlServer) handle(req ctlRequest) ctlResponse {
 		result, err = s.b.sendRequest(ctx, req.Peer, req.Intent, req.Params, wait, req.delivery())
 	case "send_response":
 		result, err = s.b.sendResponse(ctx, req.Peer, req.RequestID, req.Status, req.Result, req.delivery())
+	case "pair_offer":
+		result, _, err = s.b.n.pairing.open(time.Duration(req.TTLMS)*time.Millisecond, req.Peer)
+	case "pair_wait":
+		result, err = s.b.n.pairing.wait(ctx, req.RequestID)
+	case "pair_accept":
+		result, err = s.b.n.accept(ctx, req.Body, req.Peer)
 	case "outbox":
 		result, err = s.b.outbox(ctx)
 	case "deadletters":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -145,6 +146,7 @@ type node struct {
 	obStore outbox.Store   // the outbox's store; for other nodes opened on first use
 	obDB    *store.Store   // the database opened for obStore, if this node opened one
 	audit   *audit.Log     // nil: no audit log (disabled, or not a daemon node)
+	pairing *pairing       // offers and pairing exchanges (listening nodes)
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when stop begins; waits on the mailbox end
@@ -243,6 +245,11 @@ func startNode(h *home, log *slog.Logger, mode nodeMode) (*node, error) {
 	}
 	n := &node{h: h, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{})}
 	var observe func(comms.Event)
+	var pairHook func(net.Conn, io.Reader)
+	if mode != nodeSendOnly {
+		n.pairing = newPairing(n)
+		pairHook = n.pairing.serve
+	}
 	if mode == nodeFull {
 		if n.audit, err = openAudit(h); err != nil {
 			mail.Close()
@@ -259,6 +266,7 @@ func startNode(h *home, log *slog.Logger, mode nodeMode) (*node, error) {
 		MaxMessageBytes: h.cfg.Comms.MaxMessageBytes,
 		Inbox:           admit,
 		Observe:         observe,
+		Pairing:         pairHook,
 	})
 	if err != nil {
 		mail.Close()

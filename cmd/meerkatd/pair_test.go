@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// background is a meerkatd command left running, e.g. pair offer.
+type background struct {
+	cmd    *exec.Cmd
+	stdout *bufio.Reader
+	stderr bytes.Buffer
+	done   chan struct{}
+	rest   bytes.Buffer
+}
+
+// startBackground runs meerkatd args --home <home> without waiting; the
+// test's end kills it if it still runs.
+func (n *testNode) startBackground(args ...string) *background {
+	t := n.t
+	t.Helper()
+	args = append(args[:len(args):len(args)], "--home", n.home)
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	cmd := exec.CommandContext(ctx, binary(t), args...)
+	cmd.Env = append(baseEnv(), n.env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &background{cmd: cmd, stdout: bufio.NewReader(out), done: make(chan struct{})}
+	cmd.Stderr = &b.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-b.done
+	})
+	return b
+}
+
+// line reads the next line of its stdout.
+func (b *background) line(t *testing.T) string {
+	t.Helper()
+	s, err := b.stdout.ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading %v: %v; stderr:\n%s", b.cmd.Args, err, b.stderr.String())
+	}
+	return strings.TrimSpace(s)
+}
+
+// wait waits for it to exit and returns its status and remaining stdout.
+func (b *background) wait(t *testing.T) (int, string) {
+	t.Helper()
+	b.rest.ReadFrom(b.stdout)
+	err := b.cmd.Wait()
+	close(b.done)
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), b.rest.String()
+	} else if err != nil {
+		t.Fatalf("%v: %v", b.cmd.Args, err)
+	}
+	return 0, b.rest.String()
+}
+
+func peerNames(t *testing.T, n *testNode) map[string]string {
+	t.Helper()
+	var ps []struct {
+		Name   string `json:"name"`
+		PubKey string `json:"pubkey"`
+	}
+	n.okJSON(&ps, "peers", "list", "--json")
+	out := map[string]string{}
+	for _, p := range ps {
+		out[p.Name] = p.PubKey
+	}
+	return out
+}
+
+func TestPairTwoDaemons(t *testing.T) {
+	for _, tcp := range []bool{false, true} {
+		name := map[bool]string{false: "uds", true: "tcp"}[tcp]
+		t.Run(name, func(t *testing.T) {
+			alice, bob := newNode(t, "alice"), newNode(t, "bob")
+			if tcp {
+				for _, n := range []*testNode{alice, bob} {
+					n.addr = "tcp://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+				}
+			}
+			alice.start(alice.runArgs()...)
+			bob.start(bob.runArgs()...)
+
+			offer := alice.startBackground("pair", "offer", "--ttl", "1m")
+			line := offer.line(t)
+			if !strings.HasPrefix(line, "meerkat-pair/1 ") || !strings.HasSuffix(line, alice.addr) {
+				t.Fatalf("offer line %q (alice listens on %s)", line, alice.addr)
+			}
+			out := bob.ok("pair", "accept", line)
+			if !strings.Contains(out, "trusting alice ("+alice.key+")") {
+				t.Fatalf("bob: %q", out)
+			}
+			code, rest := offer.wait(t)
+			if code != 0 || !strings.Contains(rest, "trusting bob ("+bob.key+") at "+bob.addr) {
+				t.Fatalf("offer exit %d, stdout %q, stderr %s", code, rest, offer.stderr.String())
+			}
+			if a, b := peerNames(t, alice), peerNames(t, bob); a["bob"] != bob.key || b["alice"] != alice.key {
+				t.Fatalf("trust after pairing: alice %v, bob %v", a, b)
+			}
+			// Both daemons use the new trust at once: a message each way.
+			alice.ok("send", "message", "bob", "hello bob")
+			bob.ok("send", "message", "alice", "hello alice")
+			if got := bob.inbox(); len(got) != 1 || got[0].Body != "hello bob" {
+				t.Fatalf("bob's inbox %+v", got)
+			}
+
+			// The code works once: a third node cannot reuse it.
+			carol := newNode(t, "carol")
+			carol.wantCode(exitPairFailed, []string{"no such offer"}, "pair", "accept", line)
+			if len(peerNames(t, carol)) != 0 || len(peerNames(t, alice)) != 1 {
+				t.Fatal("a reused code changed trust")
+			}
+		})
+	}
+}
+
+func TestPairFailuresLeaveTrustAlone(t *testing.T) {
+	alice, bob := newNode(t, "alice"), newNode(t, "bob")
+	alice.start()
+	var info struct {
+		Line    string    `json:"line"`
+		Expires time.Time `json:"expires"`
+	}
+	alice.okJSON(&info, "pair", "offer", "--no-wait", "--json", "--ttl", "1m")
+	// A wrong code: one character changed.
+	f := strings.Fields(info.Line)
+	wrong := []byte(f[1])
+	if wrong[0] == 'A' {
+		wrong[0] = 'B'
+	} else {
+		wrong[0] = 'A'
+	}
+	bob.wantCode(exitPairFailed, []string{"no such offer"}, "pair", "accept", f[0], string(wrong), f[2])
+	bob.wantCode(exitUsage, []string{"pairing code line"}, "pair", "accept", "meerkat-pair/1", "short", f[2])
+	// Expired.
+	var short struct {
+		Line string `json:"line"`
+	}
+	alice.okJSON(&short, "pair", "offer", "--no-wait", "--json", "--ttl", "1s")
+	time.Sleep(1100 * time.Millisecond) // let the offer expire (its TTL is the thing under test)
+	bob.wantCode(exitPairFailed, []string{"expired"}, "pair", "accept", short.Line)
+	if a, b := peerNames(t, alice), peerNames(t, bob); len(a)+len(b) != 0 {
+		t.Fatalf("failed pairings changed trust: alice %v, bob %v", a, b)
+	}
+	// The first offer still works after the failures.
+	bob.ok("pair", "accept", info.Line)
+	if peerNames(t, alice)["bob"] != bob.key {
+		t.Fatal("alice does not trust bob")
+	}
+}
+
+// Neither node runs a daemon: pair offer listens itself while it waits.
+func TestPairWithoutDaemons(t *testing.T) {
+	alice, bob := newNode(t, "alice"), newNode(t, "bob")
+	offer := alice.startBackground("pair", "offer", "--name-for-peer", "robert")
+	line := offer.line(t)
+	bob.ok("pair", "accept", line, "--name", "al")
+	if code, rest := offer.wait(t); code != 0 || !strings.Contains(rest, "trusting robert") {
+		t.Fatalf("offer: %d %q %s", code, rest, offer.stderr.String())
+	}
+	if peerNames(t, alice)["robert"] != bob.key || peerNames(t, bob)["al"] != alice.key {
+		t.Fatal("names for the peers not used")
+	}
+	alice.start()
+	bob.ok("send", "message", "al", "via the paired trust")
+	if got := alice.inbox(); len(got) != 1 {
+		t.Fatalf("alice's inbox %+v", got)
+	}
+}
