@@ -95,6 +95,11 @@ func commandTable() map[string]command {
 			usage:   "meerkatd audit [--home DIR] [--since 1h|RFC3339] [--peer NAME|KEY] [--event EVENT] [--id ID] [--limit N] [--json]",
 			run:     runAudit,
 		},
+		"pair": {
+			summary: "make this node and another trust each other in one step, with a one-time code",
+			usage:   "meerkatd pair offer [--ttl DUR] [--name-for-peer NAME] [--no-wait] | pair accept LINE [--name NAME]   [--home DIR] [--json]",
+			run:     runPair,
+		},
 		"mcp": {
 			summary: "serve MCP on stdin/stdout for an LLM client (attaches to the daemon, or runs the node itself)",
 			usage:   "meerkatd mcp [--home DIR] [--log-level LEVEL]",
@@ -144,6 +149,7 @@ const (
 	exitPeerOffline = 3 // the peer did not acknowledge
 	exitUnknownPeer = 4 // no trusted peer by that name, key or UUID
 	exitNoDaemon    = 5 // the command needs the daemon, which is not running
+	exitPairFailed  = 6 // pairing failed: wrong, used or expired code, a failed proof, rate limited
 )
 
 var errUsage = errors.New("usage")
@@ -182,6 +188,8 @@ func (e *env) main(args []string) int {
 		return exitUnknownPeer
 	case codeNoDaemon:
 		return exitNoDaemon
+	case codePairFailed:
+		return exitPairFailed
 	}
 	return exitError
 }
