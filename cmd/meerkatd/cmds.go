@@ -181,7 +181,7 @@ func runKeygen(e *env, args []string) error {
 
 func runPeers(e *env, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: want a subcommand: list, add or remove", errUsage)
+		return fmt.Errorf("%w: want a subcommand: list, add, remove or discover", errUsage)
 	}
 	sub, args := args[0], args[1:]
 	flags := e.newFlags("peers")
@@ -195,6 +195,12 @@ func runPeers(e *env, args []string) error {
 	h, err := e.openHome(*homeFlag, nil)
 	if err != nil {
 		return err
+	}
+	if sub == "discover" {
+		if len(pos) > 0 {
+			return fmt.Errorf("%w: peers discover takes no arguments", errUsage)
+		}
+		return runPeersDiscover(e, h, *asJSON)
 	}
 	list, err := trust.LoadOrEmpty(h.trustPath())
 	if err != nil {
@@ -530,7 +536,7 @@ func runDaemon(e *env, args []string) error {
 	hup := make(chan os.Signal, 1) // before the node starts: an early SIGHUP must not kill it
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	n, shutdown, err := startServing(ctx, h, log)
+	n, shutdown, err := e.startServing(ctx, h, log)
 	if err != nil {
 		return err
 	}
@@ -568,7 +574,7 @@ func parseLevel(s string) (slog.Level, error) {
 // startServing runs the node of h with its listeners and its control
 // socket, as the daemon and an embedded meerkatd mcp do. shutdown stops
 // accepting, finishes acks in flight, removes the sockets and waits.
-func startServing(ctx context.Context, h *home, log *slog.Logger) (n *node, shutdown func(), err error) {
+func (e *env) startServing(ctx context.Context, h *home, log *slog.Logger) (n *node, shutdown func(), err error) {
 	ctl, err := listenControl(ctx, h)
 	if err != nil {
 		return nil, nil, err
@@ -584,7 +590,12 @@ func startServing(ctx context.Context, h *home, log *slog.Logger) (n *node, shut
 	srv := &controlServer{b: &localBackend{n: n, daemon: true, start: time.Now()}, log: log, ctx: sctx}
 	srv.wg.Add(1)
 	go srv.serve(ctl)
+	unannounce, aerr := e.announce(n)
+	if aerr != nil {
+		log.Warn("not announced for local discovery", "err", aerr)
+	}
 	return n, func() {
+		unannounce()
 		cancel()
 		ctl.Close()
 		n.stop()

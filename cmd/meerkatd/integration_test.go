@@ -112,7 +112,15 @@ func baseEnv() []string {
 			env = append(env, kv)
 		}
 	}
-	return append(env, "GORACE="+gorace)
+	env = append(env, "GORACE="+gorace)
+	if bin, err := meerkatdBinary(); err == nil {
+		// Daemons announce themselves for local discovery: in a directory
+		// of this test run, not the user's own runtime directory.
+		rt := filepath.Join(filepath.Dir(bin), "run")
+		os.MkdirAll(rt, 0o700)
+		env = append(env, "XDG_RUNTIME_DIR="+rt)
+	}
+	return env
 }
 
 // result is what one meerkatd invocation produced.

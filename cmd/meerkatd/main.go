@@ -66,8 +66,8 @@ func commandTable() map[string]command {
 			run:     runKeygen,
 		},
 		"peers": {
-			summary: "list, add or remove trusted peers",
-			usage:   "meerkatd peers list [--json] | peers add NAME KEY ADDR [--meta JSON] | peers remove NAME   [--home DIR]",
+			summary: "list, add or remove trusted peers; discover the nodes running on this host",
+			usage:   "meerkatd peers list [--json] | peers add NAME KEY ADDR [--meta JSON] | peers remove NAME | peers discover [--json]   [--home DIR]",
 			run:     runPeers,
 		},
 		"run": {
@@ -97,7 +97,7 @@ func commandTable() map[string]command {
 		},
 		"pair": {
 			summary: "make this node and another trust each other in one step, with a one-time code",
-			usage:   "meerkatd pair offer [--ttl DUR] [--name-for-peer NAME] [--no-wait] | pair accept LINE [--name NAME]   [--home DIR] [--json]",
+			usage:   "meerkatd pair offer [--ttl DUR] [--name-for-peer NAME] [--no-wait|--local] | pair accept LINE | pair accept --local NAME   [--name NAME] [--home DIR] [--json]",
 			run:     runPair,
 		},
 		"mcp": {

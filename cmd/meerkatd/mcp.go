@@ -164,7 +164,7 @@ func runMCP(e *env, args []string) error {
 		log.Info("attached to the running daemon", "home", h.dir)
 		node = &remoteNode{h: h, self: self}
 	} else {
-		n, shutdown, err := startServing(ctx, h, log)
+		n, shutdown, err := e.startServing(ctx, h, log)
 		if err != nil {
 			return err
 		}

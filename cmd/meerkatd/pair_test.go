@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -181,4 +183,40 @@ func TestPairWithoutDaemons(t *testing.T) {
 	if got := alice.inbox(); len(got) != 1 {
 		t.Fatalf("alice's inbox %+v", got)
 	}
+}
+
+// Two nodes of one user on one host find each other and pair without a
+// code changing hands: the runtime directory's permissions are the proof.
+func TestPairLocal(t *testing.T) {
+	rt := t.TempDir() // stands in for $XDG_RUNTIME_DIR
+	alice, bob := newNode(t, "alice"), newNode(t, "bob")
+	for _, n := range []*testNode{alice, bob} {
+		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
+	}
+	alice.start()
+	bob.start()
+	var found []announcement
+	bob.okJSON(&found, "peers", "discover", "--json")
+	if len(found) != 1 || found[0].Name != "alice" || found[0].Key != alice.key || found[0].Addr != alice.addr {
+		t.Fatalf("bob discovers %+v", found)
+	}
+	bob.wantCode(exitPairFailed, []string{"no local offer"}, "pair", "accept", "--local", "alice")
+
+	offer := alice.startBackground("pair", "offer", "--local")
+	offer.line(t) // printed once the offer is left in the directory
+	out := bob.ok("pair", "accept", "--local", "alice")
+	if !strings.Contains(out, "trusting alice ("+alice.key+")") {
+		t.Fatalf("bob: %q", out)
+	}
+	if code, rest := offer.wait(t); code != 0 || !strings.Contains(rest, "trusting bob") {
+		t.Fatalf("offer: %d %q %s", code, rest, offer.stderr.String())
+	}
+	alice.ok("send", "message", "bob", "found you locally")
+	bob.ok("send", "message", "alice", "likewise")
+
+	// A discovery directory other users could read is refused.
+	if err := os.Chmod(filepath.Join(rt, "meerkat"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bob.wantCode(exitError, []string{"open to other users"}, "peers", "discover")
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -218,6 +219,7 @@ func runPair(e *env, args []string) error {
 	var ttl *time.Duration
 	var nameForPeer, name *string
 	var noWait *bool
+	local := flags.Bool("local", false, "offer: leave the code for this user's other local nodes; accept NAME: pair with the local node NAME, no code needed")
 	switch sub {
 	case "offer":
 		ttl = flags.Duration("ttl", pair.DefaultTTL, "how `long` the code stays valid")
@@ -251,6 +253,21 @@ func runPair(e *env, args []string) error {
 	}
 	if sub == "accept" {
 		line := strings.Join(pos, " ")
+		if *local {
+			if len(pos) != 1 {
+				return fmt.Errorf("%w: pair accept --local wants the other node's name", errUsage)
+			}
+			a, err := e.findLocal(h, pos[0])
+			if err != nil {
+				return err
+			}
+			if line, err = e.localOffer(a); err != nil {
+				return err
+			}
+			if *name == "" {
+				*name = a.Name
+			}
+		}
 		if _, err := pair.ParseLine(line); err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
@@ -307,6 +324,20 @@ func runPair(e *env, args []string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if *local {
+		if *noWait {
+			return fmt.Errorf("%w: --local waits for the other node; drop --no-wait", errUsage)
+		}
+		dir, err := e.runtimeDir()
+		if err != nil {
+			return err
+		}
+		path := offerPath(dir, h)
+		if err := writePrivate(path, []byte(info.Line+"\n")); err != nil {
+			return err
+		}
+		defer os.Remove(path)
 	}
 	if *asJSON && *noWait {
 		return printJSON(e.stdout, info)

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust/pair"
+)
+
+// Local discovery: a running daemon announces itself in a per-user
+// runtime directory ($XDG_RUNTIME_DIR/meerkat, else <tmp>/meerkat-<uid>),
+// mode 0700 and owned by the user. Only the user's own processes can read
+// or write there, which is what makes `pair offer --local` safe: its code
+// is left in the directory for the user's other node to pick up.
+
+// announcement is a running node's entry, <peer-uuid>.json.
+type announcement struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+	Addr string `json:"addr"` // its Unix socket (or TCP address if it has no socket)
+	PID  int    `json:"pid"`
+	Home string `json:"home"`
+}
+
+// maxAnnouncement bounds an entry file.
+const maxAnnouncement = 16 << 10
+
+// runtimeDir returns the discovery directory, creating it, and refuses
+// one that other users could read or write.
+func (e *env) runtimeDir() (string, error) {
+	dir := filepath.Join(os.TempDir(), "meerkat-"+strconv.Itoa(os.Getuid()))
+	if base := e.getenv("XDG_RUNTIME_DIR"); base != "" && filepath.IsAbs(base) {
+		dir = filepath.Join(base, "meerkat")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return "", fmt.Errorf("%s is not a directory", dir)
+	case fi.Mode().Perm()&0o077 != 0:
+		return "", fmt.Errorf("%s is open to other users (mode %v): refusing to use it for discovery", dir, fi.Mode().Perm())
+	case ok && int(st.Uid) != os.Getuid():
+		return "", fmt.Errorf("%s belongs to another user: refusing to use it for discovery", dir)
+	}
+	return dir, nil
+}
+
+func announcePath(dir string, h *home) string {
+	return filepath.Join(dir, h.kp.ID().UUID().String()+".json")
+}
+
+func offerPath(dir string, h *home) string {
+	return filepath.Join(dir, h.kp.ID().UUID().String()+".offer")
+}
+
+// announce writes n's entry; the returned function removes it.
+func (e *env) announce(n *node) (func(), error) {
+	dir, err := e.runtimeDir()
+	if err != nil {
+		return func() {}, err
+	}
+	addr, err := n.localAddr()
+	if err != nil {
+		return func() {}, err
+	}
+	b, _ := json.Marshal(announcement{Name: n.h.cfg.Name, Key: n.h.kp.ID().String(), Addr: addr.String(), PID: os.Getpid(), Home: n.h.dir})
+	path := announcePath(dir, n.h)
+	if err := writePrivate(path, b); err != nil {
+		return func() {}, err
+	}
+	return func() { os.Remove(path) }, nil
+}
+
+// localAddr is the address a node on this host uses: the Unix socket if
+// there is one.
+func (n *node) localAddr() (transport.Addr, error) {
+	for _, a := range n.addrs {
+		if a.Scheme == transport.SchemeUDS {
+			return a, nil
+		}
+	}
+	return n.offerAddr()
+}
+
+// writePrivate writes a 0600 file atomically.
+func writePrivate(path string, b []byte) error {
+	tmp := path + ".tmp" + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// discover lists the running nodes announced in the runtime directory,
+// except self, oldest name first.
+func (e *env) discover(self *home) ([]announcement, error) {
+	dir, err := e.runtimeDir()
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []announcement
+	for _, de := range ents {
+		if !strings.HasSuffix(de.Name(), ".json") || !de.Type().IsRegular() {
+			continue
+		}
+		a, err := readAnnouncement(filepath.Join(dir, de.Name()))
+		if err != nil || a.Key == self.kp.ID().String() || !alive(a.PID) {
+			continue // unreadable, ours, or left by a node that died
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b announcement) int { return strings.Compare(a.Name+a.Key, b.Name+b.Key) })
+	return out, nil
+}
+
+func readAnnouncement(path string) (announcement, error) {
+	var a announcement
+	b, err := readSmall(path, maxAnnouncement)
+	if err != nil {
+		return a, err
+	}
+	if err := json.Unmarshal(b, &a); err != nil {
+		return a, err
+	}
+	if a.Name == "" || a.Key == "" || a.PID <= 0 {
+		return a, errors.New("incomplete entry")
+	}
+	return a, nil
+}
+
+// readSmall reads a regular file of at most limit bytes (not a symlink).
+func readSmall(path string, limit int64) ([]byte, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > limit {
+		return nil, fmt.Errorf("%s: not a small regular file", path)
+	}
+	return os.ReadFile(path)
+}
+
+// alive reports whether process pid exists.
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// findLocal finds a running node by name or key.
+func (e *env) findLocal(self *home, ref string) (announcement, error) {
+	as, err := e.discover(self)
+	if err != nil {
+		return announcement{}, err
+	}
+	for _, a := range as {
+		if a.Name == ref || a.Key == ref {
+			return a, nil
+		}
+	}
+	return announcement{}, &codedError{codeUnknownPeer, fmt.Sprintf("no running node named %q on this host (meerkatd peers discover lists them)", ref)}
+}
+
+// localOffer reads the offer line a local node left for its user.
+func (e *env) localOffer(a announcement) (string, error) {
+	dir, err := e.runtimeDir()
+	if err != nil {
+		return "", err
+	}
+	key, err := identity.ParsePeerID(a.Key)
+	if err != nil {
+		return "", err
+	}
+	b, err := readSmall(filepath.Join(dir, key.UUID().String()+".offer"), 4096)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", &codedError{codePairFailed, fmt.Sprintf("%s has no local offer open: run meerkatd pair offer --local on it first", a.Name)}
+	}
+	if err != nil {
+		return "", err
+	}
+	line := strings.TrimSpace(string(b))
+	if _, err := pair.ParseLine(line); err != nil {
+		return "", err
+	}
+	return line, nil
+}
+
+func runPeersDiscover(e *env, h *home, asJSON bool) error {
+	as, err := e.discover(h)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if as == nil {
+			as = []announcement{}
+		}
+		return printJSON(e.stdout, as)
+	}
+	if len(as) == 0 {
+		fmt.Fprintln(e.stderr, "no other running nodes on this host")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tKEY\tADDRESS\tPID")
+	for _, a := range as {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", a.Name, a.Key, a.Addr, a.PID)
+	}
+	return tw.Flush()
+}
+
+// offerLocalTTL bounds a local offer: the other node picks it up at once.
+const offerLocalTTL = time.Minute
