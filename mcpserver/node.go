@@ -39,6 +39,27 @@ type Node interface {
 	// RetryDeadLetters queues the dead letters with the given ids again,
 	// or every dead letter if all; it returns how many it queued.
 	RetryDeadLetters(ctx context.Context, ids []string, all bool) (int, error)
+	// PairOffer opens a one-time pairing offer and returns the line to
+	// hand to the other node; the node completes the pairing (and trusts
+	// the other node) when the line is used.
+	PairOffer(ctx context.Context) (PairOffer, error)
+	// PairAccept pairs with the node that made the offer line: both end
+	// up trusting each other. name is what to call it here ("": its own
+	// name).
+	PairAccept(ctx context.Context, line, name string) (Paired, error)
+}
+
+// PairOffer is an open pairing offer.
+type PairOffer struct {
+	Line    string    `json:"line"`    // pass it to the other node's pair_accept
+	Expires time.Time `json:"expires"` // it works once, until then
+}
+
+// Paired is the peer a pairing added to the trust list.
+type Paired struct {
+	Name string `json:"name"`
+	Key  string `json:"pubkey"`
+	Addr string `json:"addr"`
 }
 
 // SendOptions say how a send is delivered.
@@ -188,6 +209,7 @@ const (
 	CodeBadStatus       = "bad_status"
 	CodeBadArgument     = "bad_argument"
 	CodeOutboxFull      = "outbox_full"
+	CodePairFailed      = "pair_failed"
 	CodeInternal        = "internal"
 )
 

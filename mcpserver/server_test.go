@@ -129,6 +129,20 @@ func (f *fakeNode) RetryDeadLetters(_ context.Context, ids []string, all bool) (
 	return n, nil
 }
 
+func (f *fakeNode) PairOffer(context.Context) (PairOffer, error) {
+	return PairOffer{Line: "meerkat-pair/1 AAAA-BBBB-CCCC-DDDD-EEEE-FFFF-GA uds:///tmp/a.sock", Expires: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}, nil
+}
+
+func (f *fakeNode) PairAccept(_ context.Context, line, name string) (Paired, error) {
+	if !strings.HasPrefix(line, "meerkat-pair/1 ") {
+		return Paired{}, &Error{Code: CodePairFailed, Msg: "not a pairing line"}
+	}
+	if name == "" {
+		name = "alice"
+	}
+	return Paired{Name: name, Key: "ed25519:x", Addr: "uds:///tmp/a.sock"}, nil
+}
+
 func (f *fakeNode) deliver(m Message) {
 	f.mu.Lock()
 	m.Seq = f.next
@@ -281,7 +295,7 @@ func TestToolList(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"send_message": false, "send_request": false, "send_response": false, "list_peers": true, "receive_messages": true, "ack_messages": false,
-		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false}
+		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "pair_offer": false, "pair_accept": false}
 	if len(res.Tools) != len(want) {
 		t.Fatalf("%d tools, want %d", len(res.Tools), len(want))
 	}
@@ -538,5 +552,26 @@ func TestOutboxTools(t *testing.T) {
 	_, out, _ = call(t, c, "list_peers", nil)
 	if p := out["peers"].([]any)[0].(map[string]any); p["breaker"] != "closed" || p["queued"] != float64(0) {
 		t.Errorf("list_peers: %v", p)
+	}
+}
+
+func TestPairTools(t *testing.T) {
+	c, _ := startClient(t, newFakeNode())
+	_, out, err := call(t, c, "pair_offer", nil)
+	if err != nil || !strings.HasPrefix(out["line"].(string), "meerkat-pair/1 ") || out["expires"] != "2030-01-01T00:00:00Z" {
+		t.Fatalf("pair_offer: %v %v", out, err)
+	}
+	_, out, err = call(t, c, "pair_accept", map[string]any{"code_line": out["line"], "name": "al"})
+	if p, _ := out["paired"].(map[string]any); err != nil || p["name"] != "al" || p["pubkey"] != "ed25519:x" {
+		t.Fatalf("pair_accept: %v %v", out, err)
+	}
+	res, _, err := call(t, c, "pair_accept", map[string]any{"code_line": "hello"})
+	if err != nil || !res.IsError || !strings.HasPrefix(text(res), CodePairFailed) {
+		t.Fatalf("bad line: %v %s", err, text(res))
+	}
+	for _, bad := range []map[string]any{{}, {"code_line": 3}, {"code_line": "x", "name": false}} {
+		if _, _, err := call(t, c, "pair_accept", bad); err == nil {
+			t.Errorf("pair_accept %v: want a protocol error", bad)
+		}
 	}
 }

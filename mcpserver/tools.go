@@ -235,6 +235,56 @@ func (s *Server) addTools() {
 		mcp.WithOutputSchema[retryDeadLettersResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Retry dead letters", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.retryDeadLetters)
+	s.mcp.AddTool(mcp.NewTool("pair_offer",
+		mcp.WithDescription("Start pairing with another agent's node: returns a one-time line (a code and this node's address, valid for 10 minutes) to give to the other agent, who passes it to its pair_accept. When it is used, both nodes trust each other. Only do this when your user asks you to pair."),
+		mcp.WithOutputSchema[pairOfferResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Offer pairing", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
+	), s.pairOffer)
+	s.mcp.AddTool(mcp.NewTool("pair_accept",
+		mcp.WithDescription("Pair with the node whose pair_offer line you were given: both nodes then trust each other, and you can send to it by name. Only do this when your user asks you to pair."),
+		mcp.WithString("code_line", mcp.Required(), mcp.Description("the line pair_offer returned on the other node (starts with meerkat-pair/1)")),
+		mcp.WithString("name", mcp.Description("what to call the other node here (default: its own name)")),
+		mcp.WithOutputSchema[pairAcceptResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Accept pairing", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
+	), s.pairAccept)
+}
+
+type pairOfferResult struct {
+	PairOffer
+	Pending int `json:"pending"`
+}
+
+type pairAcceptResult struct {
+	Paired  Paired `json:"paired"`
+	Pending int    `json:"pending"`
+}
+
+func (s *Server) pairOffer(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	o, err := s.node.PairOffer(ctx)
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	return result(pairOfferResult{PairOffer: o, Pending: s.pending(ctx)})
+}
+
+func parsePairAccept(a args) (line, name string, err error) {
+	if line, err = a.str("code_line", true); err != nil {
+		return
+	}
+	name, err = a.str("name", false)
+	return
+}
+
+func (s *Server) pairAccept(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	line, name, err := parsePairAccept(args{req.GetArguments()})
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.node.PairAccept(ctx, line, name)
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	return result(pairAcceptResult{Paired: p, Pending: s.pending(ctx)})
 }
 
 // checkArgs validates the arguments of a call to tool name the way its
@@ -252,6 +302,8 @@ func checkArgs(name string, m map[string]any) error {
 		_, _, _, _, err = parseSendResponse(a)
 	case "retry_dead_letters":
 		_, _, err = parseRetry(a)
+	case "pair_accept":
+		_, _, err = parsePairAccept(a)
 	case "receive_messages":
 		_, err = parseReceive(a)
 	case "ack_messages":

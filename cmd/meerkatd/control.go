@@ -182,7 +182,7 @@ func (s *controlServer) handle(req ctlRequest) ctlResponse {
 	case "status":
 		result, err = s.b.status(ctx)
 	case "node.self", "node.peers", "node.send_message", "node.send_request", "node.send_response", "node.receive", "node.ack",
-		"node.outbox", "node.dead_letters", "node.retry_dead_letters":
+		"node.outbox", "node.dead_letters", "node.retry_dead_letters", "node.pair_offer", "node.pair_accept":
 		return s.handleNode(ctx, req, wait)
 	default:
 		err = &codedError{codeBadArgs, fmt.Sprintf("unknown control operation %q", req.Op)}
@@ -231,6 +231,10 @@ func (s *controlServer) handleNode(ctx context.Context, req ctlRequest, wait tim
 		result, err = m.DeadLetters(ctx)
 	case "node.retry_dead_letters":
 		result, err = m.RetryDeadLetters(ctx, req.IDs, req.All)
+	case "node.pair_offer":
+		result, err = m.PairOffer(ctx)
+	case "node.pair_accept":
+		result, err = m.PairAccept(ctx, req.Body, req.Peer)
 	}
 	if err != nil {
 		var me *mcpserver.Error

@@ -97,6 +97,16 @@ func (rn *remoteNode) RetryDeadLetters(ctx context.Context, ids []string, all bo
 	return n, err
 }
 
+func (rn *remoteNode) PairOffer(ctx context.Context) (o mcpserver.PairOffer, err error) {
+	err = rn.call(ctx, ctlRequest{Op: "node.pair_offer"}, &o)
+	return o, err
+}
+
+func (rn *remoteNode) PairAccept(ctx context.Context, line, name string) (p mcpserver.Paired, err error) {
+	err = rn.call(ctx, ctlRequest{Op: "node.pair_accept", Body: line, Peer: name}, &p)
+	return p, err
+}
+
 func (rn *remoteNode) Receive(ctx context.Context, q mcpserver.Query) (mcpserver.Batch, error) {
 	// Decode params and result as raw JSON, not into interface values
 	// (which would turn every number into a float64).

@@ -203,6 +203,8 @@ func mcpError(err error) error {
 			return &mcpserver.Error{Code: mcpserver.CodeUnknownPeer, Msg: ce.msg}
 		case codeBadArgs:
 			return &mcpserver.Error{Code: mcpserver.CodeBadArgument, Msg: ce.msg}
+		case codePairFailed:
+			return &mcpserver.Error{Code: mcpserver.CodePairFailed, Msg: ce.msg}
 		}
 	}
 	return err
@@ -309,6 +311,22 @@ func (m *mcpNode) DeadLetters(ctx context.Context) ([]mcpserver.DeadLetter, erro
 func (m *mcpNode) RetryDeadLetters(ctx context.Context, ids []string, all bool) (int, error) {
 	n, err := m.backend().reviveDead(ctx, ids, all)
 	return n, mcpError(err)
+}
+
+func (m *mcpNode) PairOffer(ctx context.Context) (mcpserver.PairOffer, error) {
+	info, _, err := m.n.pairing.open(0, "")
+	if err != nil {
+		return mcpserver.PairOffer{}, mcpError(err)
+	}
+	return mcpserver.PairOffer{Line: info.Line, Expires: info.Expires}, nil
+}
+
+func (m *mcpNode) PairAccept(ctx context.Context, line, name string) (mcpserver.Paired, error) {
+	p, err := m.n.accept(ctx, line, name)
+	if err != nil {
+		return mcpserver.Paired{}, mcpError(err)
+	}
+	return mcpserver.Paired{Name: p.Name, Key: p.Key, Addr: p.Addr}, nil
 }
 
 // timeOrNil is t, or nil for the zero time (JSON null).

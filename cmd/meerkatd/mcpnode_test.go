@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -446,5 +447,56 @@ func TestRemoteNodeOutbox(t *testing.T) {
 	// A sub-millisecond ttl is not lost on the way (0 would mean "none").
 	if got := withSendOptions(ctlRequest{}, mcpserver.SendOptions{Reliable: true, TTL: time.Microsecond}); got.TTLMS != 1 {
 		t.Fatalf("ttl 1µs sent as %d ms", got.TTLMS)
+	}
+}
+
+// fullTestNode runs a listening node (durable inbox, pairing) in this
+// process, in a short temporary home.
+func fullTestNode(t *testing.T, name string) *mcpNode {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mkp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if _, err := initHome(dir, name); err != nil {
+		t.Fatal(err)
+	}
+	h, err := newEnv(io.Discard, io.Discard, mapEnv(nil)).openHome(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := startNode(h, slog.New(slog.DiscardHandler), nodeFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.stop)
+	return &mcpNode{n: n}
+}
+
+func TestMCPNodePairing(t *testing.T) {
+	alice, bob := fullTestNode(t, "alice"), fullTestNode(t, "bob")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	o, err := alice.PairOffer(ctx)
+	if err != nil || !strings.HasPrefix(o.Line, "meerkat-pair/1 ") || o.Expires.IsZero() {
+		t.Fatalf("offer %+v, %v", o, err)
+	}
+	if _, err := bob.PairAccept(ctx, "meerkat-pair/1 nonsense", ""); codeOfErr(err) != mcpserver.CodeBadArgument {
+		t.Fatalf("bad line: %v", err)
+	}
+	p, err := bob.PairAccept(ctx, o.Line, "")
+	if err != nil || p.Name != "alice" || p.Key != alice.n.h.kp.ID().String() {
+		t.Fatalf("accept: %+v, %v", p, err)
+	}
+	if _, err := bob.PairAccept(ctx, o.Line, ""); codeOfErr(err) != mcpserver.CodePairFailed {
+		t.Fatalf("reused line: %v", err)
+	}
+	sent, err := bob.SendMessage(ctx, "alice", "paired through MCP", mcpserver.SendOptions{})
+	if err != nil || sent.Delivery != "acked" {
+		t.Fatalf("bob → alice: %+v, %v", sent, err)
+	}
+	if sent, err := alice.SendMessage(ctx, "bob", "and back", mcpserver.SendOptions{}); err != nil || sent.Delivery != "acked" {
+		t.Fatalf("alice → bob: %+v, %v", sent, err)
 	}
 }

@@ -60,6 +60,8 @@ const TOOLS = [
   'list_dead_letters',
   'list_outbox',
   'list_peers',
+  'pair_accept',
+  'pair_offer',
   'receive_messages',
   'retry_dead_letters',
   'send_message',
