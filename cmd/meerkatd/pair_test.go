@@ -220,3 +220,25 @@ func TestPairLocal(t *testing.T) {
 	}
 	bob.wantCode(exitError, []string{"open to other users"}, "peers", "discover")
 }
+
+// Five failed attempts from one source within a minute lock it out, even
+// with the right code; the daemon's trust is untouched.
+func TestPairRateLimited(t *testing.T) {
+	alice, bob := newNode(t, "alice"), newNode(t, "bob")
+	alice.addr = "tcp://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+	alice.start(alice.runArgs()...)
+	var info struct {
+		Line string `json:"line"`
+	}
+	alice.okJSON(&info, "pair", "offer", "--no-wait", "--json")
+	f := strings.Fields(info.Line)
+	wrong := []byte(f[1])
+	wrong[5] = map[bool]byte{true: 'C', false: 'D'}[wrong[5] == 'D']
+	for range 5 {
+		bob.wantCode(exitPairFailed, []string{"no such offer"}, "pair", "accept", f[0], string(wrong), f[2])
+	}
+	bob.wantCode(exitPairFailed, []string{"too many failed attempts"}, "pair", "accept", info.Line)
+	if a, b := peerNames(t, alice), peerNames(t, bob); len(a)+len(b) != 0 {
+		t.Fatalf("trust changed: alice %v, bob %v", a, b)
+	}
+}
