@@ -11,6 +11,7 @@
 //
 //	go build -o ../../bin/natsbench .
 //	go run . --reps 5
+//	go test ./...   # not reached by the root's go test ./...
 //
 // # Layout
 //
