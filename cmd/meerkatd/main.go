@@ -128,6 +128,11 @@ func commandTable() map[string]command {
 				return nil
 			},
 		},
+		"bench": {
+			summary: "measure throughput, latency, memory and startup of real nodes against same-run anchors (issue 6)",
+			usage:   benchUsage,
+			run:     runBench,
+		},
 		"help": {
 			summary: "show the commands, or one command's usage",
 			usage:   "meerkatd help [COMMAND]",

@@ -1,0 +1,956 @@
+package main
+
+// `meerkatd bench` (issue 6): the node under test runs as a real
+// `meerkatd run` process; this process is its peers and the judge. Every
+// target is a ratio to an anchor measured in the same run, so that a noisy
+// shared machine moves both sides alike.
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+)
+
+// benchOpts are the knobs of one bench run.
+type benchOpts struct {
+	reps       int           // measured repetitions
+	warmup     bool          // one more repetition first, not counted
+	transports []string      // transport.SchemeUDS, transport.SchemeTCP
+	duration   time.Duration // measured window of each throughput scenario
+	msgs       int           // round trips of each latency scenario
+	idleConns  int           // connections of idle_rss_1000
+	starts     int           // node starts per repetition for startup
+	inFlight   int           // pipelined: envelopes in flight on one connection
+	flooders   int           // flood: concurrent attacking connections
+	anchorTime time.Duration // per crypto anchor per repetition
+	nats       string        // NATS bench binary, or ""
+	json       bool
+	gate       bool
+	quick      bool
+}
+
+const benchUsage = "meerkatd bench [--reps N] [--transport uds|tcp|both] [--duration DUR] [--msgs N] [--nats PATH] [--json] [--gate] [--quick]"
+
+const benchHelp = `Runs the performance suite of issue 6 against real "meerkatd run" processes
+in temporary homes, over UDS and TCP on 127.0.0.1, and compares every figure
+with anchors measured in the same run. Each repetition runs every scenario
+once (interleaved); a warm-up repetition comes first and is not counted.
+Figures are the median and [min-max] over the repetitions.
+
+Anchors:
+  anchor_sign       ed25519.Sign of the real signing input of a 100-byte message (µs)
+  anchor_verify     ed25519.Verify of the same (µs)
+  anchor_exchange   one exchange on one goroutine with the project's code: seal the
+                    message, encode its frame, decode+verify, seal the ack, encode,
+                    decode+verify the ack (µs). Crypto ceiling = cores / this.
+  anchor_pingpong   200-byte 4-byte-length-prefixed frames echoed by another
+                    process over the transport, no crypto (p50 µs)
+
+Scenarios (per transport; the node keeps its inbox in memory unless said):
+  sequential        send a message, wait for its ack, repeat (p50, p99 µs)
+  pipelined         one connection, 128 in flight (exchanges/s; CPU µs per exchange
+                    of both processes, from getrusage and /proc/PID/stat)
+  closed_loop_16    16 peers (own keys, own connections), one in flight each
+  conn_per_msg      dial, write one envelope, read its ack, close (p50 µs)
+  flood_bad_signature  pipelined while connections flood envelopes from a trusted
+                    key with corrupted signatures (ratio to pipelined, refused/s)
+  flood_untrusted   the same with envelopes from an unknown key (also with a
+                    corrupted signature: counted "untrusted", not "bad_signature",
+                    shows the trust check comes before the signature check)
+  durable           pipelined with the SQLite inbox (ratio to pipelined memory)
+  startup           exec to the listener accepting a connection (ms, median of
+                    several starts; default store, SQLite)
+  idle_rss          VmRSS of the idle daemon after start (MB)
+  idle_rss_1000     VmRSS with 1000 idle connections, each authenticated by one
+                    acknowledged envelope (MB)
+
+Checks (targets of issue 6; ratios per repetition, then the median):
+  pipelined >= 0.80 x ceiling; CPU per exchange <= 1.20 x exchange (both
+  processes together: the exchange anchor holds both sides' crypto);
+  sequential p50 <= 1.20 x (pingpong p50 + exchange), p99 <= 2 x p50;
+  closed_loop_16 >= 0.80 x ceiling; conn_per_msg p50 <= 2 x sequential p50;
+  flood: trusted throughput >= 0.50 x pipelined, every flood envelope refused
+  for its reason (untrusted ones never reach the signature check);
+  idle_rss <= 20 MB, idle_rss_1000 <= 80 MB, startup <= 50 ms.
+  With --nats PATH (the bench/nats binary; TCP): sequential p50 <= 0.6 x NATS
+  p50, pipelined >= 1.0 x NATS. Without --nats those checks are omitted.
+
+Output: a table, or with --json one JSON object per scenario per line.
+--gate exits 1 (failed checks on stderr) when a check fails; otherwise the
+exit status is 0 whatever the figures. --quick is a smoke run of every code
+path in a few seconds (one repetition, tiny counts, UDS unless --transport):
+its figures mean nothing.`
+
+func runBench(e *env, args []string) error {
+	if len(args) > 0 { // internal: the ping-pong peer and the flooder
+		switch args[0] {
+		case "echo":
+			return runBenchEcho(e, args[1:])
+		case "flood":
+			return runBenchFlood(e, args[1:])
+		}
+	}
+	flags := e.newFlags("bench")
+	flags.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: %s\n\n%s\n\nflags:\n", benchUsage, benchHelp)
+		flags.PrintDefaults()
+	}
+	o := benchOpts{}
+	flags.IntVar(&o.reps, "reps", 5, "measured `repetitions` (a warm-up repetition comes first)")
+	tr := flags.String("transport", "both", "`transport`: uds, tcp or both")
+	flags.DurationVar(&o.duration, "duration", 2*time.Second, "measured window of each throughput scenario")
+	flags.IntVar(&o.msgs, "msgs", 2000, "round trips of each latency scenario (conn_per_msg: half)")
+	flags.IntVar(&o.idleConns, "idle-conns", 1000, "connections of idle_rss_1000")
+	flags.StringVar(&o.nats, "nats", "", "NATS bench `binary` (bench/nats) to compare with, over TCP")
+	flags.BoolVar(&o.json, "json", false, "print one JSON object per scenario per line")
+	flags.BoolVar(&o.gate, "gate", false, "exit 1 when a check fails")
+	flags.BoolVar(&o.quick, "quick", false, "smoke run: one repetition, tiny counts, UDS only")
+	if err := parseNoArgs(flags, args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	flags.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	o.warmup, o.starts, o.inFlight, o.flooders, o.anchorTime = true, 5, 128, 4, 300*time.Millisecond
+	if o.quick {
+		o.warmup, o.starts, o.anchorTime = false, 1, 20*time.Millisecond
+		if !set["reps"] {
+			o.reps = 1
+		}
+		if !set["transport"] {
+			*tr = transport.SchemeUDS
+		}
+		if !set["duration"] {
+			o.duration = 150 * time.Millisecond
+		}
+		if !set["msgs"] {
+			o.msgs = 100
+		}
+		if !set["idle-conns"] {
+			o.idleConns = 50
+		}
+	}
+	switch *tr {
+	case "both":
+		o.transports = []string{transport.SchemeUDS, transport.SchemeTCP}
+	case transport.SchemeUDS, transport.SchemeTCP:
+		o.transports = []string{*tr}
+	default:
+		return fmt.Errorf("%w: --transport %q: want uds, tcp or both", errUsage, *tr)
+	}
+	if o.reps < 1 || o.msgs < 10 || o.duration <= 0 || o.idleConns < 1 {
+		return fmt.Errorf("%w: --reps >= 1, --msgs >= 10, --duration > 0 and --idle-conns >= 1", errUsage)
+	}
+	bound := 60 * time.Minute
+	if o.quick {
+		bound = 3 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := benchCheckFiles(o.idleConns); err != nil {
+		return err
+	}
+	b, err := newBenchRun(o, e.stderr)
+	if err != nil {
+		return err
+	}
+	defer b.cleanup()
+	res, err := b.run(ctx)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		err = res.writeJSON(e.stdout)
+	} else {
+		err = res.writeTable(e.stdout, o)
+	}
+	if err != nil {
+		return err
+	}
+	if failed := res.failed(); o.gate && len(failed) > 0 {
+		for _, f := range failed {
+			fmt.Fprintf(e.stderr, "FAIL %s\n", f)
+		}
+		return fmt.Errorf("%d of %d checks failed", len(failed), res.nchecks())
+	}
+	return nil
+}
+
+// benchCheckFiles makes sure this process may hold the idle connections
+// (Go raises the soft limit to the hard one at start; the hard one must be
+// high enough).
+func benchCheckFiles(conns int) error {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return nil
+	}
+	need := uint64(conns) + 256
+	if rl.Cur >= need {
+		return nil
+	}
+	if rl.Max < need {
+		return fmt.Errorf("open file limit %d is too low for %d idle connections (raise ulimit -n, or --idle-conns)", rl.Max, conns)
+	}
+	rl.Cur = need
+	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+}
+
+// Scenario names (the JSON "scenario" field; the NATS bench uses the same).
+const (
+	scAnchorSign    = "anchor_sign"
+	scAnchorVerify  = "anchor_verify"
+	scAnchorExch    = "anchor_exchange"
+	scAnchorPing    = "anchor_pingpong"
+	scSequential    = "sequential"
+	scPipelined     = "pipelined"
+	scClosedLoop    = "closed_loop_16"
+	scConnPerMsg    = "conn_per_msg"
+	scFloodBadSig   = "flood_bad_signature"
+	scFloodUntrust  = "flood_untrusted"
+	scDurable       = "durable"
+	scIdleRSS       = "idle_rss"
+	scIdleRSS1000   = "idle_rss_1000"
+	scStartup       = "startup"
+	implMeerkatd    = "meerkatd"
+	implNATS        = "nats"
+	inboxNone       = "none"
+	transportNone   = "none"
+	closedLoopPeers = 16
+)
+
+// Metric names.
+const (
+	mP50     = "p50_us"
+	mP99     = "p99_us"
+	mRate    = "exchanges_per_s"
+	mCPU     = "cpu_us_per_exchange"
+	mRatio   = "ratio"
+	mRSS     = "rss_mb"
+	mMS      = "ms"
+	mUS      = "us"
+	mRefused = "refused_per_s"
+	// Not printed: what the flood checks need per repetition.
+	mRefusedOK = "_refused_as_reason" // node's count for the reason / attempts
+	mWrong     = "_wrong_outcome"     // acked or refused for another reason
+)
+
+// run runs the warm-up and the measured repetitions.
+func (b *benchRun) run(ctx context.Context) (*benchResults, error) {
+	res := newBenchResults()
+	total := b.opts.reps
+	if b.opts.warmup {
+		total++
+	}
+	echoes := map[string]transport.Addr{}
+	for _, tr := range b.opts.transports {
+		c, a, err := b.startEcho(tr)
+		if err != nil {
+			return nil, fmt.Errorf("ping-pong echo server: %w", err)
+		}
+		defer c.kill()
+		echoes[tr] = a
+	}
+	for rep := range total {
+		rec := res
+		label := fmt.Sprintf("repetition %d/%d", rep+1-btoi(b.opts.warmup), b.opts.reps)
+		if b.opts.warmup && rep == 0 {
+			rec, label = newBenchResults(), "warm-up"
+		}
+		fmt.Fprintf(b.log, "bench: %s\n", label)
+		if err := b.repetition(ctx, rec, echoes); err != nil {
+			return nil, err
+		}
+	}
+	res.reps = b.opts.reps
+	res.cores = runtime.NumCPU()
+	res.computeChecks(b.opts)
+	return res, nil
+}
+
+func btoi(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// repetition runs every scenario once.
+func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map[string]transport.Addr) error {
+	sign, verify, exch, err := b.anchors()
+	if err != nil {
+		return fmt.Errorf("anchors: %w", err)
+	}
+	rec.add(implMeerkatd, scAnchorSign, transportNone, inboxNone, mUS, sign)
+	rec.add(implMeerkatd, scAnchorVerify, transportNone, inboxNone, mUS, verify)
+	rec.add(implMeerkatd, scAnchorExch, transportNone, inboxNone, mUS, exch)
+	step := func(tr, what string, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", what, tr, err)
+		}
+		return ctx.Err()
+	}
+	for _, tr := range b.opts.transports {
+		mem := config.StoreMemory
+		pp, err := b.pingPong(ctx, echoes[tr])
+		if err := step(tr, scAnchorPing, err); err != nil {
+			return err
+		}
+		rec.add(implMeerkatd, scAnchorPing, tr, inboxNone, mP50, pp)
+
+		p50, p99, err := b.sequential(ctx, tr)
+		if err := step(tr, scSequential, err); err != nil {
+			return err
+		}
+		rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
+		rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
+
+		pipe, err := b.load(ctx, tr, mem, 1, b.opts.inFlight, nil)
+		if err := step(tr, scPipelined, err); err != nil {
+			return err
+		}
+		rec.add(implMeerkatd, scPipelined, tr, mem, mRate, pipe.perS)
+		rec.add(implMeerkatd, scPipelined, tr, mem, mCPU, pipe.cpuPerEx)
+
+		loop, err := b.load(ctx, tr, mem, closedLoopPeers, 1, nil)
+		if err := step(tr, scClosedLoop, err); err != nil {
+			return err
+		}
+		rec.add(implMeerkatd, scClosedLoop, tr, mem, mRate, loop.perS)
+		rec.add(implMeerkatd, scClosedLoop, tr, mem, mCPU, loop.cpuPerEx)
+
+		cp50, err := b.connPerMsg(ctx, tr)
+		if err := step(tr, scConnPerMsg, err); err != nil {
+			return err
+		}
+		rec.add(implMeerkatd, scConnPerMsg, tr, mem, mP50, cp50)
+
+		for _, f := range []struct {
+			scenario string
+			untrust  bool
+		}{{scFloodBadSig, false}, {scFloodUntrust, true}} {
+			fl := &benchFlood{untrusted: f.untrust}
+			r, err := b.load(ctx, tr, mem, 1, b.opts.inFlight, fl)
+			if err := step(tr, f.scenario, err); err != nil {
+				return err
+			}
+			rec.add(implMeerkatd, f.scenario, tr, mem, mRate, r.perS)
+			rec.add(implMeerkatd, f.scenario, tr, mem, mRatio, r.perS/pipe.perS)
+			rec.add(implMeerkatd, f.scenario, tr, mem, mRefused, fl.refusedPerS)
+			rec.add(implMeerkatd, f.scenario, tr, mem, mRefusedOK, fl.refusedAsReason)
+			rec.add(implMeerkatd, f.scenario, tr, mem, mWrong, fl.wrong)
+		}
+
+		dur, err := b.load(ctx, tr, config.StoreSQLite, 1, b.opts.inFlight, nil)
+		if err := step(tr, scDurable, err); err != nil {
+			return err
+		}
+		rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mRate, dur.perS)
+		rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mCPU, dur.cpuPerEx)
+		rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mRatio, dur.perS/pipe.perS)
+
+		start, idle, busy, err := b.resources(ctx, tr)
+		if err := step(tr, "startup and memory", err); err != nil {
+			return err
+		}
+		st := config.DefaultStoreMode
+		rec.add(implMeerkatd, scStartup, tr, st, mMS, start)
+		rec.add(implMeerkatd, scIdleRSS, tr, st, mRSS, idle)
+		rec.add(implMeerkatd, scIdleRSS1000, tr, st, mRSS, busy)
+	}
+	if b.opts.nats != "" && slices.Contains(b.opts.transports, transport.SchemeTCP) {
+		if err := b.natsOnce(ctx, rec); err != nil {
+			return fmt.Errorf("nats bench: %w", err)
+		}
+	}
+	return nil
+}
+
+// anchors measures ed25519 Sign and Verify on the real signing input of a
+// 100-byte message, and one exchange with the project's code, in µs.
+func (b *benchRun) anchors() (sign, verify, exch float64, err error) {
+	a, n := b.peers[0], b.peers[1]
+	e, err := wire.Seal(a, identity.NewUUID(), n.ID(), wire.Message(benchBody))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	signable, err := e.AppendSignable(nil)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	priv := ed25519.NewKeyFromSeed(a.Seed())
+	pub := a.ID()
+	sig := ed25519.Sign(priv, signable)
+	sign = timeOp(b.opts.anchorTime, func() { ed25519.Sign(priv, signable) })
+	verify = timeOp(b.opts.anchorTime, func() {
+		if !ed25519.Verify(pub[:], signable, sig) {
+			err = errors.New("anchor signature does not verify")
+		}
+	})
+	msg := wire.Message(benchBody)
+	buf := make([]byte, 0, 1024)
+	exch = timeOp(b.opts.anchorTime, func() {
+		if err == nil {
+			buf, err = benchExchange(a, n, msg, buf)
+		}
+	})
+	return sign, verify, exch, err
+}
+
+// benchExchange is one exchange from a to n on one goroutine: seal the
+// message, encode its frame, decode and verify it, seal the ack, encode,
+// decode and verify the ack.
+func benchExchange(a, n *identity.Keypair, msg wire.Kind, buf []byte) ([]byte, error) {
+	e, err := wire.Seal(a, identity.NewUUID(), n.ID(), msg)
+	if err != nil {
+		return buf, err
+	}
+	frame, start := transport.StartFrame(buf[:0])
+	if frame, err = e.AppendBinary(frame); err == nil {
+		err = transport.FinishFrame(frame, start)
+	}
+	if err != nil {
+		return buf, err
+	}
+	got, err := wire.Open(frame[transport.HeaderSize:])
+	if err != nil {
+		return frame, err
+	}
+	ack, err := wire.Seal(n, identity.NewUUID(), got.From, wire.Ack(got.ID))
+	if err != nil {
+		return frame, err
+	}
+	frame, start = transport.StartFrame(frame[:0])
+	if frame, err = ack.AppendBinary(frame); err == nil {
+		err = transport.FinishFrame(frame, start)
+	}
+	if err != nil {
+		return frame, err
+	}
+	_, err = wire.Open(frame[transport.HeaderSize:])
+	return frame, err
+}
+
+// timeOp runs f in blocks for about d and returns µs per call.
+func timeOp(d time.Duration, f func()) float64 {
+	const block = 16
+	f() // warm
+	n := 0
+	t0 := time.Now()
+	for time.Since(t0) < d || n == 0 {
+		for range block {
+			f()
+		}
+		n += block
+	}
+	return float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(n)
+}
+
+// pingPong echoes 200-byte frames off the echo process and returns the
+// p50 round trip in µs.
+func (b *benchRun) pingPong(ctx context.Context, a transport.Addr) (float64, error) {
+	c, err := transport.Dial(ctx, a)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	out, err := transport.AppendFrame(nil, make([]byte, 200))
+	if err != nil {
+		return 0, err
+	}
+	in := make([]byte, len(out))
+	c.SetDeadline(time.Now().Add(time.Minute))
+	lat := make([]time.Duration, 0, b.opts.msgs)
+	for i := range b.opts.msgs + b.opts.msgs/10 {
+		t0 := time.Now()
+		if _, err := c.Write(out); err != nil {
+			return 0, err
+		}
+		if _, err := io.ReadFull(c, in); err != nil {
+			return 0, err
+		}
+		if i >= b.opts.msgs/10 { // the first tenth warms up
+			lat = append(lat, time.Since(t0))
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+	}
+	return percentileUS(lat, 0.50), nil
+}
+
+// sequential sends one message at a time through a Router and returns
+// the p50 and p99 round trip (send to ack) in µs.
+func (b *benchRun) sequential(ctx context.Context, tr string) (p50, p99 float64, err error) {
+	n, err := b.newNode(tr, config.StoreMemory)
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := n.start(ctx); err != nil {
+		return 0, 0, err
+	}
+	defer n.stop()
+	r, err := n.router(b.peers[0])
+	if err != nil {
+		return 0, 0, err
+	}
+	defer r.Close()
+	lat := make([]time.Duration, 0, b.opts.msgs)
+	for i := range b.opts.msgs + b.opts.msgs/10 {
+		t0 := time.Now()
+		if _, err := r.SendMessage(ctx, "node", benchBody); err != nil {
+			return 0, 0, err
+		}
+		if i >= b.opts.msgs/10 {
+			lat = append(lat, time.Since(t0))
+		}
+	}
+	return percentileUS(lat, 0.50), percentileUS(lat, 0.99), nil
+}
+
+// connPerMsg dials, writes one envelope, reads its ack and closes, msgs/2
+// times, and returns the p50 in µs.
+func (b *benchRun) connPerMsg(ctx context.Context, tr string) (float64, error) {
+	n, err := b.newNode(tr, config.StoreMemory)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := n.start(ctx); err != nil {
+		return 0, err
+	}
+	defer n.stop()
+	count := max(b.opts.msgs/2, 10)
+	lat := make([]time.Duration, 0, count)
+	for i := range count + count/10 {
+		t0 := time.Now()
+		c, err := transport.Dial(ctx, n.addr)
+		if err != nil {
+			return 0, err
+		}
+		err = rawExchange(c, b.peers[0], n.id)
+		c.Close()
+		if err != nil {
+			return 0, err
+		}
+		if i >= count/10 {
+			lat = append(lat, time.Since(t0))
+		}
+	}
+	return percentileUS(lat, 0.50), nil
+}
+
+// loadResult is a throughput scenario's outcome.
+type loadResult struct {
+	perS     float64 // acknowledged exchanges per second
+	cpuPerEx float64 // CPU µs per exchange, both processes
+}
+
+// load starts a node with the given store and, for routers peers with
+// perRouter goroutines each, sends messages in a closed loop: a warm-in,
+// then the measured window. With fl, flooders attack the node from before
+// the warm-in to the end of the window.
+func (b *benchRun) load(ctx context.Context, tr, store string, routers, perRouter int, fl *benchFlood) (loadResult, error) {
+	n, err := b.newNode(tr, store)
+	if err != nil {
+		return loadResult{}, err
+	}
+	if _, err := n.start(ctx); err != nil {
+		return loadResult{}, err
+	}
+	defer n.stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		done     atomic.Int64
+		stop     atomic.Bool
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err })
+		stop.Store(true)
+	}
+	var before statusInfo
+	if fl != nil {
+		if before, err = n.status(ctx); err != nil {
+			return loadResult{}, err
+		}
+		if err := fl.start(b, n); err != nil {
+			return loadResult{}, fmt.Errorf("flooder: %w", err)
+		}
+		defer fl.child.kill() // if still running
+	}
+	for i := range routers {
+		r, err := n.router(b.peers[i%len(b.peers)])
+		if err != nil {
+			stop.Store(true)
+			wg.Wait()
+			return loadResult{}, err
+		}
+		defer r.Close()
+		for range perRouter {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !stop.Load() {
+					if _, err := r.SendMessage(ctx, "node", benchBody); err != nil {
+						if !stop.Load() {
+							fail(err)
+						}
+						return
+					}
+					done.Add(1)
+				}
+			}()
+		}
+	}
+	// A warm-in, and a window, each long enough for one exchange at
+	// least: a slow machine (or -race) must not end them empty.
+	sleepCtx(ctx, min(b.opts.duration/4, 500*time.Millisecond))
+	waitMore(ctx, func() bool { return done.Load() > 0 || stop.Load() })
+	c0 := selfCPU()
+	nc0, err0 := n.cpu()
+	d0, t0 := done.Load(), time.Now()
+	var f0, f1 int64
+	var flErr error
+	if fl != nil {
+		f0, _, flErr = fl.count()
+	}
+	sleepCtx(ctx, b.opts.duration)
+	waitMore(ctx, func() bool { return done.Load() > d0 || stop.Load() })
+	c1 := selfCPU()
+	nc1, err1 := n.cpu()
+	d1, el := done.Load(), time.Since(t0)
+	var total, acked int64
+	if fl != nil && flErr == nil {
+		f1, _, flErr = fl.count()
+		if flErr == nil {
+			total, acked, flErr = fl.stop()
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if flErr != nil {
+		return loadResult{}, flErr
+	}
+	if firstErr != nil {
+		return loadResult{}, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return loadResult{}, err
+	}
+	if err := errors.Join(err0, err1); err != nil {
+		return loadResult{}, fmt.Errorf("node CPU: %w", err)
+	}
+	ex := d1 - d0
+	if ex <= 0 {
+		return loadResult{}, errors.New("no exchange completed in the measured window")
+	}
+	res := loadResult{
+		perS:     float64(ex) / el.Seconds(),
+		cpuPerEx: float64((c1-c0)+(nc1-nc0)) / 1e3 / float64(ex),
+	}
+	if fl != nil {
+		after, err := n.status(ctx)
+		if err != nil {
+			return loadResult{}, err
+		}
+		if err := fl.settle(before, after, total, acked, f1-f0, el); err != nil {
+			return loadResult{}, err
+		}
+	}
+	return res, nil
+}
+
+// waitMore polls cond for up to benchAckTimeout.
+func waitMore(ctx context.Context, cond func() bool) {
+	deadline := time.Now().Add(benchAckTimeout)
+	for !cond() && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// benchFlood attacks a node with envelopes it must refuse: from a trusted
+// key with a corrupted signature, or from an unknown key (whose signature
+// is corrupted too, so that counting it "untrusted" rather than
+// "bad_signature" shows which check came first). The node closes the
+// connection after a refusal, so each envelope comes on its own connection.
+type benchFlood struct {
+	untrusted bool
+
+	child *benchChild
+	ctl   io.WriteCloser // the flooder's stdin
+	out   *bufio.Reader  // its stdout
+
+	// Results, set by settle.
+	refusedPerS     float64
+	refusedAsReason float64 // node's count for the expected reason / attempts
+	wrong           float64 // acked, or refused for another reason
+}
+
+func (fl *benchFlood) reason() (want, other string) {
+	if fl.untrusted {
+		return comms.RejectUntrusted, comms.RejectBadSignature
+	}
+	return comms.RejectBadSignature, comms.RejectUntrusted
+}
+
+// start runs the flooders in their own process (`meerkatd bench flood`),
+// as an attacker would be, so that they compete with the node and the
+// trusted sender for the machine, not for this process's scheduler.
+func (fl *benchFlood) start(b *benchRun, n *benchNode) error {
+	kp := b.flooder
+	if fl.untrusted {
+		kp = b.stranger
+	}
+	_, frame, err := benchFrame(kp, n.id, wire.Message(benchBody), true)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(b.exe, "bench", "flood", n.addr.String(), hex.EncodeToString(frame), strconv.Itoa(b.opts.flooders))
+	cmd.Env = b.env
+	if fl.ctl, err = cmd.StdinPipe(); err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if fl.child, err = b.startChild(cmd); err != nil {
+		return err
+	}
+	fl.out = bufio.NewReader(out)
+	return nil
+}
+
+// count asks the flooder process for its counts so far.
+func (fl *benchFlood) count() (attempts, acked int64, err error) {
+	if _, err := io.WriteString(fl.ctl, "\n"); err != nil {
+		return 0, 0, err
+	}
+	line, err := fl.out.ReadString('\n')
+	if err != nil {
+		return 0, 0, fmt.Errorf("flooder: %w", err)
+	}
+	if _, err := fmt.Sscan(line, &attempts, &acked); err != nil {
+		return 0, 0, fmt.Errorf("flooder said %q: %w", line, err)
+	}
+	return attempts, acked, nil
+}
+
+// stop ends the flooder process and returns its final counts.
+func (fl *benchFlood) stop() (attempts, acked int64, err error) {
+	fl.ctl.Close()
+	line, err := fl.out.ReadString('\n')
+	if err == nil {
+		_, err = fmt.Sscan(line, &attempts, &acked)
+	}
+	select {
+	case <-fl.child.done:
+		fl.child.forget()
+	case <-time.After(benchStopTimeout):
+		fl.child.kill()
+	}
+	return attempts, acked, err
+}
+
+// runBenchFlood is `meerkatd bench flood ADDR FRAME_HEX CONNS` (internal):
+// CONNS goroutines each dial ADDR, write the frame and read until the node
+// closes, over and over. Each line on stdin asks for the counts so far
+// ("attempts acked": connections closed without a reply, and with one);
+// at the end of stdin it stops and prints the final counts.
+func runBenchFlood(e *env, args []string) error {
+	if len(args) != 3 {
+		return fmt.Errorf("%w: bench flood ADDR FRAME_HEX CONNS", errUsage)
+	}
+	a, err := transport.ParseAddr(args[0])
+	if err != nil {
+		return err
+	}
+	frame, err := hex.DecodeString(args[1])
+	if err != nil {
+		return err
+	}
+	conns, err := strconv.Atoi(args[2])
+	if err != nil || conns < 1 {
+		return fmt.Errorf("%w: CONNS %q", errUsage, args[2])
+	}
+	var attempts, acked atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				c, err := net.DialTimeout(a.Network(), a.Address(), time.Second)
+				if err != nil {
+					time.Sleep(time.Millisecond) // backlog full or out of ports: again
+					continue
+				}
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Write(frame); err == nil {
+					if got, _ := io.Copy(io.Discard, c); got > 0 {
+						acked.Add(1)
+					} else {
+						attempts.Add(1)
+					}
+				}
+				c.Close()
+			}
+		}()
+	}
+	in := bufio.NewReader(e.stdin)
+	for {
+		_, err := in.ReadString('\n')
+		if err != nil {
+			break
+		}
+		fmt.Fprintln(e.stdout, attempts.Load(), acked.Load())
+	}
+	stop.Store(true)
+	wg.Wait()
+	fmt.Fprintln(e.stdout, attempts.Load(), acked.Load())
+	return nil
+}
+
+// settle compares the node's reject counters with what the flooders sent.
+func (fl *benchFlood) settle(before, after statusInfo, attempts, acked, window int64, el time.Duration) error {
+	want, other := fl.reason()
+	if attempts == 0 {
+		return errors.New("no flood envelope got through to the node")
+	}
+	fl.refusedPerS = float64(window) / el.Seconds()
+	fl.refusedAsReason = float64(after.Rejected[want]-before.Rejected[want]) / float64(attempts)
+	fl.wrong = float64(acked + int64(after.Rejected[other]-before.Rejected[other]))
+	return nil
+}
+
+// resources starts a node with the default store several times (the
+// startup figure is their median), then measures its idle memory and its
+// memory with idleConns authenticated idle connections.
+func (b *benchRun) resources(ctx context.Context, tr string) (startMS, idleMB, busyMB float64, err error) {
+	n, err := b.newNode(tr, config.DefaultStoreMode)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer n.stop()
+	var starts []time.Duration
+	for i := range b.opts.starts {
+		d, err := n.start(ctx)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		starts = append(starts, d)
+		if i < b.opts.starts-1 {
+			n.stop()
+		}
+	}
+	settle := 500 * time.Millisecond
+	if b.opts.quick {
+		settle = 50 * time.Millisecond
+	}
+	sleepCtx(ctx, settle)
+	if idleMB, err = n.rssMB(); err != nil {
+		return 0, 0, 0, err
+	}
+	conns := make([]net.Conn, b.opts.idleConns)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	sem := make(chan struct{}, 32)
+	for i := range conns {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			c, err := transport.Dial(ctx, n.addr)
+			if err == nil {
+				conns[i] = c
+				err = rawExchange(c, b.peers[i%len(b.peers)], n.id)
+			}
+			if err != nil {
+				select {
+				case errs <- err:
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return 0, 0, 0, fmt.Errorf("idle connections: %w", err)
+	default:
+	}
+	sleepCtx(ctx, settle)
+	st, err := n.status(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if st.Conns < len(conns) {
+		return 0, 0, 0, fmt.Errorf("node holds %d connections, want at least %d", st.Conns, len(conns))
+	}
+	if busyMB, err = n.rssMB(); err != nil {
+		return 0, 0, 0, err
+	}
+	return float64(median(starts)) / 1e6, idleMB, busyMB, ctx.Err()
+}
+
+// percentileUS returns the nearest-rank p-th percentile of lat in µs.
+func percentileUS(lat []time.Duration, p float64) float64 {
+	if len(lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	i := int(float64(len(s))*p+0.999999) - 1
+	return float64(s[min(max(i, 0), len(s)-1)].Nanoseconds()) / 1e3
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

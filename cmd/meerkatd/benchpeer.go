@@ -1,0 +1,529 @@
+package main
+
+// The processes of `meerkatd bench`: the node under test (a real
+// `meerkatd run` in a temporary home), the raw echo server of the
+// ping-pong anchor (`meerkatd bench echo`, hidden), and the bench's own
+// peers, which talk to the node with the project's code (comms.Router) or,
+// where one connection per envelope is the point, raw frames.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// Bounds on the bench's child processes.
+const (
+	benchReadyTimeout = 15 * time.Second // a node must listen this soon after exec
+	benchStopTimeout  = 5 * time.Second  // then SIGKILL
+	benchAckTimeout   = 10 * time.Second // comms.ack_timeout of nodes and peers
+	benchStatusBound  = 10 * time.Second // one `status --json`
+)
+
+// benchBody is the ~100-byte message body every scenario sends.
+var benchBody = strings.Repeat("m", 100)
+
+// benchRun is the state of one `meerkatd bench`: the temporary root that
+// holds every home and socket, the peers' identities, and the children
+// that must die with it.
+type benchRun struct {
+	opts     benchOpts
+	exe      string
+	root     string   // removed by cleanup
+	env      []string // base environment of every child
+	peers    []*identity.Keypair
+	flooder  *identity.Keypair // trusted; sends envelopes with bad signatures
+	stranger *identity.Keypair // never trusted
+	log      io.Writer         // progress (stderr)
+
+	mu       sync.Mutex
+	homes    int
+	children map[*benchChild]struct{}
+}
+
+// benchPeers is how many trusted peer identities the node knows: the
+// 16-connection closed loop uses all of them.
+const benchPeers = 16
+
+func newBenchRun(opts benchOpts, log io.Writer) (*benchRun, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	root, err := os.MkdirTemp("", "mkbench")
+	if err != nil {
+		return nil, err
+	}
+	b := &benchRun{opts: opts, exe: exe, root: root, log: log, children: map[*benchChild]struct{}{}}
+	gorace := "atexit_sleep_ms=0" // a race-built child would sleep a second at exit
+	for _, kv := range os.Environ() {
+		switch {
+		case strings.HasPrefix(kv, "MEERKAT_"):
+		case strings.HasPrefix(kv, "GORACE="):
+			gorace = strings.TrimPrefix(kv, "GORACE=") + " " + gorace
+		default:
+			b.env = append(b.env, kv)
+		}
+	}
+	b.env = append(b.env, "GORACE="+gorace)
+	gen := func() *identity.Keypair {
+		kp, e := identity.GenerateKeypair()
+		if e != nil && err == nil {
+			err = e
+		}
+		return kp
+	}
+	for range benchPeers {
+		b.peers = append(b.peers, gen())
+	}
+	b.flooder, b.stranger = gen(), gen()
+	if err != nil {
+		os.RemoveAll(root)
+		return nil, err
+	}
+	return b, nil
+}
+
+// cleanup kills every child still running and removes the root.
+func (b *benchRun) cleanup() {
+	b.mu.Lock()
+	kids := make([]*benchChild, 0, len(b.children))
+	for c := range b.children {
+		kids = append(kids, c)
+	}
+	b.mu.Unlock()
+	for _, c := range kids {
+		c.kill()
+	}
+	os.RemoveAll(b.root)
+}
+
+// path returns a new path in the root, starting with prefix.
+func (b *benchRun) path(prefix string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.homes++
+	return filepath.Join(b.root, prefix+strconv.Itoa(b.homes))
+}
+
+// benchChild is a child process and the channel closed when it exited.
+type benchChild struct {
+	b    *benchRun
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startChild starts cmd, registered for cleanup. The child gets SIGKILL
+// if this process dies first (Linux).
+func (b *benchRun) startChild(cmd *exec.Cmd) (*benchChild, error) {
+	cmd.SysProcAttr = benchSysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &benchChild{b: b, cmd: cmd, done: make(chan struct{})}
+	b.mu.Lock()
+	b.children[c] = struct{}{}
+	b.mu.Unlock()
+	go func() {
+		cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *benchChild) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM and waits, with SIGKILL after a bound.
+func (c *benchChild) stop() {
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(benchStopTimeout):
+		c.cmd.Process.Kill()
+		<-c.done
+	}
+	c.forget()
+}
+
+func (c *benchChild) kill() {
+	c.cmd.Process.Kill()
+	<-c.done
+	c.forget()
+}
+
+func (c *benchChild) forget() {
+	c.b.mu.Lock()
+	delete(c.b.children, c)
+	c.b.mu.Unlock()
+}
+
+func (c *benchChild) pid() int { return c.cmd.Process.Pid }
+
+// benchNode is a node under test: a home and, while it runs, its
+// `meerkatd run` process.
+type benchNode struct {
+	b     *benchRun
+	home  string
+	id    identity.PeerID
+	addr  transport.Addr
+	env   []string
+	log   string
+	child *benchChild
+}
+
+// newNode creates a home that trusts the bench's peers and the flooder,
+// listening on one address of the given transport; storeMode is
+// config.StoreMemory or config.StoreSQLite. It does not start it.
+func (b *benchRun) newNode(network, storeMode string) (*benchNode, error) {
+	dir := b.path("n")
+	if _, err := initHome(dir, "bench-node"); err != nil {
+		return nil, err
+	}
+	kp, err := identity.LoadKeypair(dir)
+	if err != nil {
+		return nil, err
+	}
+	nowhere := transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(b.root, "peer.sock")} // peers never listen
+	var peers []trust.Peer
+	for i, p := range b.peers {
+		peers = append(peers, trust.Peer{Name: fmt.Sprintf("peer%02d", i), ID: p.ID(), Addr: nowhere})
+	}
+	peers = append(peers, trust.Peer{Name: "flooder", ID: b.flooder.ID(), Addr: nowhere})
+	list, err := trust.New(peers...)
+	if err != nil {
+		return nil, err
+	}
+	if err := list.Save(filepath.Join(dir, trust.FileName)); err != nil {
+		return nil, err
+	}
+	n := &benchNode{b: b, home: dir, id: kp.ID(), log: filepath.Join(dir, "daemon.log")}
+	n.env = append(append([]string(nil), b.env...),
+		"MEERKAT_STORE_MODE="+storeMode,
+		"MEERKAT_COMMS_ACK_TIMEOUT="+strconv.Itoa(int(benchAckTimeout/time.Second)),
+		// Nobody drains the inbox during a run.
+		"MEERKAT_COMMS_INBOX_MAX=10000000",
+		"MEERKAT_COMMS_INBOX_MAX_BYTES=4000000000",
+		// Room for the idle connections, which must not time out.
+		"MEERKAT_COMMS_MAX_CONNECTIONS=4096",
+		"MEERKAT_COMMS_IDLE_TIMEOUT_SECS=3600",
+	)
+	switch network {
+	case transport.SchemeUDS:
+		n.addr = transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(dir, config.DefaultSocketName)}
+	case transport.SchemeTCP:
+		port, err := benchFreePort()
+		if err != nil {
+			return nil, err
+		}
+		n.addr = transport.Addr{Scheme: transport.SchemeTCP, Host: "127.0.0.1", Port: uint16(port)}
+		n.env = append(n.env, "MEERKAT_COMMS_LISTEN_UDS="+config.UDSOff, "MEERKAT_COMMS_LISTEN_TCP=127.0.0.1:"+strconv.Itoa(port))
+	default:
+		return nil, fmt.Errorf("bug: transport %q", network)
+	}
+	return n, nil
+}
+
+// benchFreePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+func benchFreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// start execs `meerkatd run` and returns the time from exec to the first
+// connection its listener accepts.
+func (n *benchNode) start(ctx context.Context) (time.Duration, error) {
+	if n.child != nil {
+		return 0, errors.New("bug: node already started")
+	}
+	logf, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close() // the child has its own descriptor
+	cmd := exec.Command(n.b.exe, "run", "--home", n.home, "--log-level", "warn")
+	cmd.Env = n.env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	t0 := time.Now()
+	c, err := n.b.startChild(cmd)
+	if err != nil {
+		return 0, err
+	}
+	n.child = c
+	deadline := t0.Add(benchReadyTimeout)
+	for {
+		conn, err := net.DialTimeout(n.addr.Network(), n.addr.Address(), time.Second)
+		if err == nil {
+			d := time.Since(t0)
+			conn.Close()
+			return d, nil
+		}
+		if c.exited() {
+			n.child = nil
+			c.forget()
+			return 0, fmt.Errorf("node exited before listening (%v); log:\n%s", cmd.ProcessState, n.logTail())
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			n.stop()
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			return 0, fmt.Errorf("node not listening on %s after %v; log:\n%s", n.addr, benchReadyTimeout, n.logTail())
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// stop stops the node's process, if it runs.
+func (n *benchNode) stop() {
+	if n.child != nil {
+		n.child.stop()
+		n.child = nil
+	}
+}
+
+func (n *benchNode) logTail() string {
+	b, _ := os.ReadFile(n.log)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// status runs `meerkatd status --json` against the node.
+func (n *benchNode) status(ctx context.Context) (statusInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, benchStatusBound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, n.b.exe, "status", "--json", "--home", n.home)
+	cmd.Env = n.env
+	out, err := cmd.Output()
+	var s statusInfo
+	if err == nil {
+		err = json.Unmarshal(out, &s)
+	}
+	if err != nil {
+		return s, fmt.Errorf("status --json: %w", err)
+	}
+	return s, nil
+}
+
+// router returns a send-only Router for kp that trusts the node as "node".
+func (n *benchNode) router(kp *identity.Keypair) (*comms.Router, error) {
+	list, err := trust.New(trust.Peer{Name: "node", ID: n.id, Addr: n.addr})
+	if err != nil {
+		return nil, err
+	}
+	return comms.New(kp, list, comms.Options{AckTimeout: benchAckTimeout})
+}
+
+// cpu returns the CPU time (user+system) the node's process has used.
+func (n *benchNode) cpu() (time.Duration, error) { return procCPU(n.child.pid()) }
+
+// rssMB returns the node's resident memory in MB.
+func (n *benchNode) rssMB() (float64, error) { return procRSSMB(n.child.pid()) }
+
+// procCPU reads utime+stime of a process from /proc/PID/stat.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // the command name may hold spaces
+	if i < 0 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	const clockTicks = 100 // USER_HZ: 100 on every Linux ABI Go supports
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// procRSSMB reads VmRSS of a process from /proc/PID/status, in MB.
+func procRSSMB(pid int) (float64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				return 0, fmt.Errorf("VmRSS %q: %w", rest, err)
+			}
+			return kb / 1024, nil
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
+}
+
+// selfCPU returns the CPU time this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchFrame seals kind from kp to to and returns its id and frame. With
+// badSig the signature is corrupted after signing.
+func benchFrame(kp *identity.Keypair, to identity.PeerID, kind wire.Kind, badSig bool) (identity.UUID, []byte, error) {
+	id := identity.NewUUID()
+	e, err := wire.Seal(kp, id, to, kind)
+	if err != nil {
+		return id, nil, err
+	}
+	if badSig {
+		e.Sig[0] ^= 0xff
+	}
+	frame, start := transport.StartFrame(make([]byte, 0, 512))
+	if frame, err = e.AppendBinary(frame); err != nil {
+		return id, nil, err
+	}
+	return id, frame, transport.FinishFrame(frame, start)
+}
+
+// rawExchange writes one message envelope from kp on c and reads and
+// verifies its ack from to.
+func rawExchange(c net.Conn, kp *identity.Keypair, to identity.PeerID) error {
+	id, frame, err := benchFrame(kp, to, wire.Message(benchBody), false)
+	if err != nil {
+		return err
+	}
+	c.SetDeadline(time.Now().Add(benchAckTimeout))
+	if _, err := c.Write(frame); err != nil {
+		return err
+	}
+	payload, err := transport.ReadFrame(c, 0)
+	if err != nil {
+		return fmt.Errorf("read ack: %w", err)
+	}
+	ack, err := wire.Open(payload)
+	if err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	if u, ok := ack.Kind.InReplyTo(); ack.From != to || ack.Kind.Type() != wire.TypeAck || !ok || u != id {
+		return errors.New("reply is not the ack of the envelope sent")
+	}
+	c.SetDeadline(time.Time{})
+	return nil
+}
+
+// startEcho starts `meerkatd bench echo` for the transport and returns its
+// address.
+func (b *benchRun) startEcho(network string) (*benchChild, transport.Addr, error) {
+	var a transport.Addr
+	arg := "127.0.0.1:0"
+	if network == transport.SchemeUDS {
+		arg = b.path("echo") + ".sock"
+	}
+	cmd := exec.Command(b.exe, "bench", "echo", network, arg)
+	cmd.Env = b.env
+	stdin, err := cmd.StdinPipe() // the echo server ends when this closes
+	if err != nil {
+		return nil, a, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, a, err
+	}
+	c, err := b.startChild(cmd)
+	if err != nil {
+		return nil, a, err
+	}
+	_ = stdin
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		c.kill()
+		return nil, a, fmt.Errorf("echo server did not start: %w", err)
+	}
+	a, err = transport.ParseAddr(network + "://" + strings.TrimSpace(line))
+	if err != nil {
+		c.kill()
+		return nil, a, err
+	}
+	return c, a, nil
+}
+
+// runBenchEcho is `meerkatd bench echo uds|tcp PATH|HOST:PORT` (internal):
+// it echoes 4-byte length-prefixed frames on every connection, prints its
+// address, and exits when stdin closes.
+func runBenchEcho(e *env, args []string) error {
+	if len(args) != 2 || (args[0] != transport.SchemeUDS && args[0] != transport.SchemeTCP) {
+		return fmt.Errorf("%w: bench echo uds|tcp ADDRESS", errUsage)
+	}
+	network := "tcp"
+	if args[0] == transport.SchemeUDS {
+		network = "unix"
+	}
+	ln, err := net.Listen(network, args[1])
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	fmt.Fprintln(e.stdout, ln.Addr().String())
+	go func() {
+		io.Copy(io.Discard, e.stdin)
+		ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return nil
+		}
+		go func() {
+			defer c.Close()
+			r := bufio.NewReader(c)
+			buf := make([]byte, 0, 4096)
+			for {
+				payload, err := transport.ReadFrame(r, 0)
+				if err != nil {
+					return
+				}
+				if buf, err = transport.AppendFrame(buf[:0], payload); err != nil {
+					return
+				}
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}

@@ -1,0 +1,379 @@
+package main
+
+// What `meerkatd bench` reports: per scenario the values of every
+// repetition, the checks against issue 6's targets, a table or JSON lines.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os/exec"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meerkatd/meerkatd/transport"
+)
+
+// benchLine is one scenario's JSON line; the NATS bench prints the same.
+type benchLine struct {
+	Impl      string                 `json:"impl"`
+	Scenario  string                 `json:"scenario"`
+	Transport string                 `json:"transport"`
+	Inbox     string                 `json:"inbox"`
+	Reps      int                    `json:"reps"`
+	Metrics   map[string]benchMetric `json:"metrics"`
+	Checks    []benchCheck           `json:"checks"`
+}
+
+type benchMetric struct {
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	Values []float64 `json:"values"`
+}
+
+type benchCheck struct {
+	Target string  `json:"target"`
+	Value  float64 `json:"value"`
+	Limit  float64 `json:"limit"`
+	Pass   bool    `json:"pass"`
+}
+
+type benchKey struct{ impl, scenario, transport, inbox string }
+
+// benchSeries is one scenario's values, one per repetition per metric, in
+// repetition order: index i of every series is the same repetition.
+type benchSeries struct {
+	key     benchKey
+	metrics []string
+	values  map[string][]float64
+	checks  []benchCheck
+}
+
+type benchResults struct {
+	reps, cores int
+	series      []*benchSeries
+	byKey       map[benchKey]*benchSeries
+	notes       []string
+}
+
+func newBenchResults() *benchResults { return &benchResults{byKey: map[benchKey]*benchSeries{}} }
+
+func (r *benchResults) add(impl, scenario, tr, inbox, metric string, v float64) {
+	k := benchKey{impl, scenario, tr, inbox}
+	s := r.byKey[k]
+	if s == nil {
+		s = &benchSeries{key: k, values: map[string][]float64{}}
+		r.byKey[k] = s
+		r.series = append(r.series, s)
+	}
+	if _, ok := s.values[metric]; !ok {
+		s.metrics = append(s.metrics, metric)
+	}
+	s.values[metric] = append(s.values[metric], v)
+}
+
+// find returns the series of impl's scenario over tr, whatever its inbox.
+func (r *benchResults) find(impl, scenario, tr string) *benchSeries {
+	for _, s := range r.series {
+		if s.key.impl == impl && s.key.scenario == scenario && s.key.transport == tr {
+			return s
+		}
+	}
+	return nil
+}
+
+func (r *benchResults) values(impl, scenario, tr, metric string) []float64 {
+	if s := r.find(impl, scenario, tr); s != nil {
+		return s.values[metric]
+	}
+	return nil
+}
+
+// ratioCheck adds to s a check on the median over repetitions of f(i).
+func (r *benchResults) ratioCheck(s *benchSeries, target string, limit float64, atMost bool, f func(i int) float64) {
+	if s == nil {
+		return
+	}
+	var vs []float64
+	for i := range r.reps {
+		if v := f(i); !math.IsNaN(v) && !math.IsInf(v, 0) {
+			vs = append(vs, v)
+		}
+	}
+	if len(vs) == 0 {
+		r.notes = append(r.notes, fmt.Sprintf("check %q of %s/%s not computed: values missing", target, s.key.scenario, s.key.transport))
+		return
+	}
+	v := medianF(vs)
+	pass := v >= limit
+	if atMost {
+		pass = v <= limit
+	}
+	s.checks = append(s.checks, benchCheck{Target: target, Value: v, Limit: limit, Pass: pass})
+}
+
+// computeChecks derives issue 6's checks from the repetitions.
+func (r *benchResults) computeChecks(o benchOpts) {
+	at := func(v []float64, i int) float64 {
+		if i < len(v) {
+			return v[i]
+		}
+		return math.NaN()
+	}
+	exch := r.values(implMeerkatd, scAnchorExch, transportNone, mUS)
+	ceiling := func(i int) float64 { return float64(r.cores) * 1e6 / at(exch, i) }
+	for _, tr := range o.transports {
+		pipe := r.find(implMeerkatd, scPipelined, tr)
+		seq := r.find(implMeerkatd, scSequential, tr)
+		pipeRate := r.values(implMeerkatd, scPipelined, tr, mRate)
+		seqP50 := r.values(implMeerkatd, scSequential, tr, mP50)
+		r.ratioCheck(pipe, "exchanges/s >= 0.80 x crypto ceiling (cores / exchange)", 0.80, false, func(i int) float64 {
+			return at(pipeRate, i) / ceiling(i)
+		})
+		r.ratioCheck(pipe, "CPU per exchange (both processes) <= 1.20 x exchange", 1.20, true, func(i int) float64 {
+			return at(pipe.values[mCPU], i) / at(exch, i)
+		})
+		pp := r.values(implMeerkatd, scAnchorPing, tr, mP50)
+		r.ratioCheck(seq, "p50 <= 1.20 x (pingpong p50 + exchange)", 1.20, true, func(i int) float64 {
+			return at(seqP50, i) / (at(pp, i) + at(exch, i))
+		})
+		r.ratioCheck(seq, "p99 <= 2 x p50", 2, true, func(i int) float64 {
+			return at(seq.values[mP99], i) / at(seqP50, i)
+		})
+		loop := r.find(implMeerkatd, scClosedLoop, tr)
+		r.ratioCheck(loop, "exchanges/s >= 0.80 x crypto ceiling (cores / exchange)", 0.80, false, func(i int) float64 {
+			return at(loop.values[mRate], i) / ceiling(i)
+		})
+		cpm := r.find(implMeerkatd, scConnPerMsg, tr)
+		r.ratioCheck(cpm, "p50 <= 2 x sequential p50", 2, true, func(i int) float64 {
+			return at(cpm.values[mP50], i) / at(seqP50, i)
+		})
+		for _, sc := range []string{scFloodBadSig, scFloodUntrust} {
+			fl := r.find(implMeerkatd, sc, tr)
+			if fl == nil {
+				continue
+			}
+			r.ratioCheck(fl, "trusted exchanges/s >= 0.50 x pipelined", 0.50, false, func(i int) float64 {
+				return at(fl.values[mRatio], i)
+			})
+			target := "every bad signature refused as bad_signature (refused/sent, worst repetition)"
+			if sc == scFloodUntrust {
+				target = "every untrusted envelope refused as untrusted, before the signature check (refused/sent, worst repetition)"
+			}
+			worst := slices.Min(fl.values[mRefusedOK])
+			wrong := slices.Max(fl.values[mWrong])
+			fl.checks = append(fl.checks, benchCheck{Target: target, Value: worst, Limit: 1, Pass: worst >= 1 && wrong == 0})
+		}
+		for _, c := range []struct {
+			sc, target string
+			limit      float64
+			metric     string
+		}{
+			{scIdleRSS, "idle RSS <= 20 MB", 20, mRSS},
+			{scIdleRSS1000, fmt.Sprintf("RSS with %d idle connections <= 80 MB", o.idleConns), 80, mRSS},
+			{scStartup, "start to listening <= 50 ms", 50, mMS},
+		} {
+			s := r.find(implMeerkatd, c.sc, tr)
+			r.ratioCheck(s, c.target, c.limit, true, func(i int) float64 { return at(s.values[c.metric], i) })
+		}
+	}
+	switch {
+	case o.nats == "":
+		r.notes = append(r.notes, "NATS checks omitted: no --nats given")
+	case !slices.Contains(o.transports, transport.SchemeTCP):
+		r.notes = append(r.notes, "NATS checks omitted: they compare over TCP, which --transport left out")
+	default:
+		tr := transport.SchemeTCP
+		seq := r.find(implMeerkatd, scSequential, tr)
+		natsP50 := r.values(implNATS, scSequential, tr, mP50)
+		natsRate := r.values(implNATS, scPipelined, tr, mRate)
+		if natsP50 == nil || natsRate == nil {
+			r.notes = append(r.notes, "NATS checks omitted: the NATS bench printed no sequential or pipelined TCP figures")
+			break
+		}
+		r.ratioCheck(seq, "p50 <= 0.6 x NATS p50", 0.6, true, func(i int) float64 {
+			return at(seq.values[mP50], i) / at(natsP50, i)
+		})
+		pipe := r.find(implMeerkatd, scPipelined, tr)
+		r.ratioCheck(pipe, "exchanges/s >= 1.0 x NATS", 1.0, false, func(i int) float64 {
+			return at(pipe.values[mRate], i) / at(natsRate, i)
+		})
+	}
+}
+
+// failed lists the failed checks.
+func (r *benchResults) failed() []string {
+	var out []string
+	for _, s := range r.series {
+		for _, c := range s.checks {
+			if !c.Pass {
+				out = append(out, fmt.Sprintf("%s/%s: %s: %.3g (limit %.3g)", s.key.scenario, s.key.transport, c.Target, c.Value, c.Limit))
+			}
+		}
+	}
+	return out
+}
+
+func (r *benchResults) nchecks() int {
+	n := 0
+	for _, s := range r.series {
+		n += len(s.checks)
+	}
+	return n
+}
+
+// line returns a series as printed; metrics whose name starts with "_"
+// are internal.
+func (r *benchResults) line(s *benchSeries) benchLine {
+	l := benchLine{Impl: s.key.impl, Scenario: s.key.scenario, Transport: s.key.transport, Inbox: s.key.inbox,
+		Reps: r.reps, Metrics: map[string]benchMetric{}, Checks: []benchCheck{}}
+	for _, m := range s.metrics {
+		if strings.HasPrefix(m, "_") {
+			continue
+		}
+		vs := s.values[m]
+		rounded := make([]float64, len(vs))
+		for i, v := range vs {
+			rounded[i] = round3(v)
+		}
+		l.Metrics[m] = benchMetric{Median: round3(medianF(vs)), Min: round3(slices.Min(vs)), Max: round3(slices.Max(vs)), Values: rounded}
+	}
+	for _, c := range s.checks {
+		c.Value = round3(c.Value)
+		l.Checks = append(l.Checks, c)
+	}
+	return l
+}
+
+func (r *benchResults) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	for _, s := range r.series {
+		if err := enc.Encode(r.line(s)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *benchResults) writeTable(w io.Writer, o benchOpts) error {
+	bw := bufio.NewWriter(w)
+	warm := "no warm-up"
+	if o.warmup {
+		warm = "after a warm-up repetition"
+	}
+	fmt.Fprintf(bw, "meerkatd bench: %d repetitions %s; %d CPUs; %s on loopback; %v per throughput scenario, %d round trips per latency scenario\n",
+		r.reps, warm, r.cores, strings.Join(o.transports, " and "), o.duration, o.msgs)
+	if ex := r.values(implMeerkatd, scAnchorExch, transportNone, mUS); ex != nil {
+		fmt.Fprintf(bw, "crypto ceiling: %d cores / %.1f µs per exchange = %.0f exchanges/s\n", r.cores, medianF(ex), float64(r.cores)*1e6/medianF(ex))
+	}
+	fmt.Fprintln(bw)
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "impl\tscenario\ttransport\tinbox\tmetric\tmedian\t[min – max]")
+	for _, s := range r.series {
+		l := r.line(s)
+		for _, m := range s.metrics {
+			mm, ok := l.Metrics[m]
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t[%s – %s]\n", l.Impl, l.Scenario, l.Transport, l.Inbox, m, num(mm.Median), num(mm.Min), num(mm.Max))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(bw, "\nchecks (per-repetition ratios, median):")
+	tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
+	for _, s := range r.series {
+		for _, c := range s.checks {
+			verdict := "PASS"
+			if !c.Pass {
+				verdict = "FAIL"
+			}
+			fmt.Fprintf(tw, "  %s\t%s/%s\t%s\t%s\t(limit %s)\n", verdict, s.key.scenario, s.key.transport, c.Target, num(round3(c.Value)), num(c.Limit))
+		}
+	}
+	tw.Flush()
+	for _, n := range r.notes {
+		fmt.Fprintf(bw, "note: %s\n", n)
+	}
+	if o.quick {
+		fmt.Fprintln(bw, "note: --quick: a smoke run; the figures mean nothing")
+	}
+	return bw.Flush()
+}
+
+// natsOnce runs the NATS bench once and records its lines.
+func (b *benchRun) natsOnce(ctx context.Context, rec *benchResults) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.opts.nats, "--once", "--json", "--transport", transport.SchemeTCP)
+	cmd.Env = b.env
+	cmd.SysProcAttr = benchSysProcAttr()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("%s: %w\n%s", b.opts.nats, err, stderr.String())
+	}
+	n := 0
+	for line := range strings.Lines(string(out)) {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var l benchLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			return fmt.Errorf("%s printed a line that is not the bench JSON: %v: %q", b.opts.nats, err, line)
+		}
+		if l.Impl == "" {
+			l.Impl = implNATS
+		}
+		for name, m := range l.Metrics {
+			rec.add(l.Impl, l.Scenario, l.Transport, l.Inbox, name, m.Median)
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%s printed nothing", b.opts.nats)
+	}
+	return nil
+}
+
+func medianF(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// round3 rounds to two decimals, or to three significant digits below 1.
+func round3(v float64) float64 {
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return v
+	}
+	digits := max(2, 2-int(math.Floor(math.Log10(math.Abs(v)))))
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}
+
+// num formats a figure for the table.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1000:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}
