@@ -6,9 +6,11 @@ FUZZTIME ?= 3s
 COUNT    ?= 6
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS  := -X main.version=$(VERSION)
+NATSBENCH ?= bin/natsbench
+BENCHFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build run test race alloc benchsmoke fuzz e2e bench lint clean
+.PHONY: help build run test race alloc benchsmoke fuzz e2e bench benchquick lint clean
 
 ## help: list the targets
 help:
@@ -57,9 +59,22 @@ e2e: build
 	npm ci --prefix mcpserver/e2e --no-audit --no-fund
 	MEERKATD_BIN=$(abspath $(BIN)) node --test mcpserver/e2e/*.test.mjs
 
-## bench: benchmarks COUNT times; ratios to ed25519 are in BenchmarkRatios (see docs/protocol.md)
-bench:
+## bench: benchmarks COUNT times (ratios to ed25519 in BenchmarkRatios), then the full meerkatd bench suite (issue 6; against NATS when bench/nats exists; BENCHFLAGS=--gate to fail on a missed target)
+bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count $(COUNT) ./...
+	@if [ -f bench/nats/go.mod ]; then \
+		echo "cd bench/nats && $(GO) build -o ../../$(NATSBENCH) ."; \
+		(cd bench/nats && $(GO) build -o ../../$(NATSBENCH) .) || exit 1; \
+		echo "./$(BIN) bench --nats $(NATSBENCH) $(BENCHFLAGS)"; \
+		./$(BIN) bench --nats $(NATSBENCH) $(BENCHFLAGS); \
+	else \
+		echo "./$(BIN) bench $(BENCHFLAGS)"; \
+		./$(BIN) bench $(BENCHFLAGS); \
+	fi
+
+## benchquick: smoke run of meerkatd bench, every scenario in seconds (its figures mean nothing)
+benchquick: build
+	./$(BIN) bench --quick $(BENCHFLAGS)
 
 ## lint: go vet and staticcheck
 lint:
