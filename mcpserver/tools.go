@@ -238,14 +238,14 @@ func (s *Server) addTools() {
 	s.mcp.AddTool(mcp.NewTool("pair_offer",
 		mcp.WithDescription("Start pairing with another agent's node: returns a one-time line (a code and this node's address, valid for 10 minutes) to give to the other agent, who passes it to its pair_accept. When it is used, both nodes trust each other. Only do this when your user asks you to pair."),
 		mcp.WithOutputSchema[pairOfferResult](),
-		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Offer pairing", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Offer pairing", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.pairOffer)
 	s.mcp.AddTool(mcp.NewTool("pair_accept",
 		mcp.WithDescription("Pair with the node whose pair_offer line you were given: both nodes then trust each other, and you can send to it by name. Only do this when your user asks you to pair."),
 		mcp.WithString("code_line", mcp.Required(), mcp.Description("the line pair_offer returned on the other node (starts with meerkat-pair/1)")),
 		mcp.WithString("name", mcp.Description("what to call the other node here (default: its own name)")),
 		mcp.WithOutputSchema[pairAcceptResult](),
-		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Accept pairing", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Accept pairing", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.pairAccept)
 }
 

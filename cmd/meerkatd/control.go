@@ -165,6 +165,9 @@ func (s *controlServer) handle(req ctlRequest) ctlResponse {
 		result, _, err = s.b.n.pairing.open(time.Duration(req.TTLMS)*time.Millisecond, req.Peer)
 	case "pair_wait":
 		result, err = s.b.n.pairing.wait(ctx, req.RequestID)
+	case "pair_cancel":
+		s.b.n.pairing.cancel(req.RequestID)
+		result = true
 	case "pair_accept":
 		result, err = s.b.n.accept(ctx, req.Body, req.Peer)
 	case "outbox":

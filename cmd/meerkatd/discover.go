@@ -166,10 +166,10 @@ func readSmall(path string, limit int64) ([]byte, error) {
 	return os.ReadFile(path)
 }
 
-// alive reports whether process pid exists.
+// alive reports whether process pid exists and is ours (EPERM: the pid
+// was reused by another user's process, so the entry is stale).
 func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	return syscall.Kill(pid, 0) == nil
 }
 
 // findLocal finds a running node by name or key.

@@ -11,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
 )
 
 // background is a meerkatd command left running, e.g. pair offer.
@@ -90,9 +94,11 @@ func TestPairTwoDaemons(t *testing.T) {
 		name := map[bool]string{false: "uds", true: "tcp"}[tcp]
 		t.Run(name, func(t *testing.T) {
 			alice, bob := newNode(t, "alice"), newNode(t, "bob")
+			carol := newNode(t, "carol")
 			if tcp {
-				for _, n := range []*testNode{alice, bob} {
+				for _, n := range []*testNode{alice, bob, carol} {
 					n.addr = "tcp://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+					n.env = append(n.env, "MEERKAT_COMMS_LISTEN_TCP="+strings.TrimPrefix(n.addr, "tcp://"))
 				}
 			}
 			alice.start(alice.runArgs()...)
@@ -122,7 +128,6 @@ func TestPairTwoDaemons(t *testing.T) {
 			}
 
 			// The code works once: a third node cannot reuse it.
-			carol := newNode(t, "carol")
 			carol.wantCode(exitPairFailed, []string{"no such offer"}, "pair", "accept", line)
 			if len(peerNames(t, carol)) != 0 || len(peerNames(t, alice)) != 1 {
 				t.Fatal("a reused code changed trust")
@@ -226,6 +231,7 @@ func TestPairLocal(t *testing.T) {
 func TestPairRateLimited(t *testing.T) {
 	alice, bob := newNode(t, "alice"), newNode(t, "bob")
 	alice.addr = "tcp://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+	bob.env = append(bob.env, "MEERKAT_COMMS_LISTEN_TCP=127.0.0.1:"+strconv.Itoa(freeTCPPort(t)))
 	alice.start(alice.runArgs()...)
 	var info struct {
 		Line string `json:"line"`
@@ -240,5 +246,65 @@ func TestPairRateLimited(t *testing.T) {
 	bob.wantCode(exitPairFailed, []string{"too many failed attempts"}, "pair", "accept", info.Line)
 	if a, b := peerNames(t, alice), peerNames(t, bob); len(a)+len(b) != 0 {
 		t.Fatalf("trust changed: alice %v, bob %v", a, b)
+	}
+}
+
+func TestPlanTrustNames(t *testing.T) {
+	key := func() identity.PeerID { kp, _ := identity.GenerateKeypair(); return kp.ID() }
+	addr := transport.Addr{Scheme: transport.SchemeTCP, Host: "127.0.0.1", Port: 4300}
+	long := strings.Repeat("a", trust.MaxNameLen)
+	known := key()
+	l, err := trust.New(trust.Peer{Name: "Bob", ID: key(), Addr: addr}, trust.Peer{Name: long, ID: key(), Addr: addr},
+		trust.Peer{Name: "carol", ID: known, Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := addr
+	other.Port = 4400
+	for _, c := range []struct {
+		in   trust.Peer
+		want string
+	}{
+		{trust.Peer{Name: "bob", ID: key(), Addr: addr}, "bob-2"},         // case-insensitive clash
+		{trust.Peer{Name: long, ID: key(), Addr: addr}, long[:62] + "-2"}, // suffix fits the limit
+		{trust.Peer{Name: "dave", ID: key(), Addr: addr}, "dave"},
+		{trust.Peer{Name: "someone", ID: known, Addr: other}, "carol"}, // a known key keeps its entry
+	} {
+		got, next, err := planTrust(l, c.in)
+		if err != nil || got.Name != c.want {
+			t.Errorf("planTrust(%.20s) = %q, %v; want %q", c.in.Name, got.Name, err, c.want)
+			continue
+		}
+		if p, ok := next.Lookup(c.in.ID); !ok || p.Name != c.want || p.Addr != c.in.Addr {
+			t.Errorf("planned list has %+v", p)
+		}
+	}
+}
+
+// The line can come on stdin (no process list, no shell history), and an
+// interrupted offer is withdrawn.
+func TestPairStdinAndInterrupt(t *testing.T) {
+	alice, bob := newNode(t, "alice"), newNode(t, "bob")
+	alice.start()
+	offer := alice.startBackground("pair", "offer")
+	line := offer.line(t)
+	if err := offer.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := offer.wait(t); code == 0 || !strings.Contains(offer.stderr.String(), "withdrawn") {
+		t.Fatalf("interrupted offer: exit %d, stderr %s", code, offer.stderr.String())
+	}
+	bob.wantCode(exitPairFailed, []string{"no such offer"}, "pair", "accept", line)
+
+	var info struct {
+		Line string `json:"line"`
+	}
+	alice.okJSON(&info, "pair", "offer", "--no-wait", "--json")
+	cmd := exec.Command(binary(t), "pair", "accept", "--home", bob.home)
+	cmd.Env = append(baseEnv(), bob.env...)
+	cmd.Stdin = strings.NewReader(info.Line + "\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "trusting alice") {
+		t.Fatalf("accept from stdin: %v\n%s", err, out)
 	}
 }

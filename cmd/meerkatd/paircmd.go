@@ -1,17 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/meerkatd/meerkatd/transport"
@@ -55,7 +59,7 @@ func newPairing(n *node) *pairing {
 
 // serve is the Router's Pairing hook.
 func (p *pairing) serve(c net.Conn, r io.Reader) {
-	source := "local"
+	source := pair.LocalSource
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		source = ta.IP.String()
 	}
@@ -94,6 +98,16 @@ func (p *pairing) open(ttl time.Duration, nameForPeer string) (offerInfo, *pair.
 	rand.Read(h[:])
 	id := hex.EncodeToString(h[:])
 	p.mu.Lock()
+	for k, old := range p.offers { // forget handles of offers that are over
+		select {
+		case <-old.Done():
+			delete(p.offers, k)
+		default:
+			if time.Now().After(old.Expires.Add(pair.ExchangeTimeout)) {
+				delete(p.offers, k)
+			}
+		}
+	}
 	p.offers[id] = o
 	p.mu.Unlock()
 	return offerInfo{ID: id, Line: o.Line.String(), Expires: o.Expires.UTC()}, o, nil
@@ -108,15 +122,31 @@ func (p *pairing) wait(ctx context.Context, id string) (pairedInfo, error) {
 		return pairedInfo{}, &codedError{codeBadArgs, "no such offer"}
 	}
 	peer, err := o.Wait(ctx)
-	if ctx.Err() == nil {
-		p.mu.Lock()
-		delete(p.offers, id)
-		p.mu.Unlock()
+	if ctx.Err() != nil {
+		return pairedInfo{}, &codedError{codePairPending, "the offer is still open"}
 	}
+	p.mu.Lock()
+	delete(p.offers, id)
+	p.mu.Unlock()
 	if err != nil {
 		return pairedInfo{}, pairError(err)
 	}
 	return toPaired(peer), nil
+}
+
+// codePairPending answers a pair_wait that ended before the offer did;
+// the caller waits again.
+const codePairPending = "pair_pending"
+
+// cancel withdraws offer id if it was not used.
+func (p *pairing) cancel(id string) {
+	p.mu.Lock()
+	o := p.offers[id]
+	delete(p.offers, id)
+	p.mu.Unlock()
+	if o != nil {
+		p.resp.Close(o)
+	}
 }
 
 // accept pairs with the node of line from this node.
@@ -129,7 +159,7 @@ func (n *node) accept(ctx context.Context, lineText, nameForPeer string) (paired
 	if err != nil {
 		return pairedInfo{}, err
 	}
-	peer, err := pair.Accept(ctx, n.h.kp, n.h.cfg.Name, self, line, nameForPeer, n.trustPeer)
+	peer, err := pair.Accept(ctx, n.h.kp, n.h.cfg.Name, self, line, nameForPeer, n.planPeer, n.trustPeer)
 	if err != nil {
 		return pairedInfo{}, pairError(err)
 	}
@@ -155,37 +185,74 @@ func (n *node) selfAddrFor(other transport.Addr) (transport.Addr, error) {
 		}
 		pick = &all[i]
 	}
-	if pick == nil {
+	switch {
+	case other.Scheme == transport.SchemeTCP:
+		return transport.Addr{}, &codedError{codeBadArgs, "the other node is reached over TCP, but this node has no TCP listener it could reach back: set comms.listen_tcp"}
+	case pick == nil:
 		return transport.Addr{}, &codedError{codeBadArgs, "this node does not listen anywhere, so the other node could not reach it: set comms.listen_uds or comms.listen_tcp"}
 	}
 	return *pick, nil
 }
 
+// planTrust resolves how p would be added to list: a key already trusted
+// keeps its entry and takes the new address; a name already used (in any
+// case) by another key gets a numeric suffix, shortened to fit.
+func planTrust(l *trust.List, p trust.Peer) (trust.Peer, *trust.List, error) {
+	if cur, ok := l.Lookup(p.ID); ok {
+		cur.Addr = p.Addr
+		without, err := l.Without(cur.Name)
+		if err != nil {
+			return trust.Peer{}, nil, err
+		}
+		next, err := without.With(cur)
+		return cur, next, err
+	}
+	base := p.Name
+	for i := 1; ; i++ {
+		if i > 1 {
+			suffix := "-" + strconv.Itoa(i)
+			p.Name = base[:min(len(base), trust.MaxNameLen-len(suffix))] + suffix
+		}
+		next, err := l.With(p)
+		if err == nil {
+			return p, next, nil
+		}
+		if i >= 1000 || !isNameClash(l, p.Name) {
+			return trust.Peer{}, nil, err
+		}
+	}
+}
+
+// isNameClash reports whether name is taken in l, ignoring case.
+func isNameClash(l *trust.List, name string) bool {
+	for _, q := range l.Peers() {
+		if strings.EqualFold(q.Name, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// planPeer is the initiator's check before it proves itself: how p would
+// be trusted here, or why it cannot be.
+func (n *node) planPeer(p trust.Peer) (trust.Peer, error) {
+	l, err := trust.LoadOrEmpty(n.h.trustPath())
+	if err != nil {
+		return trust.Peer{}, err
+	}
+	planned, _, err := planTrust(l, p)
+	return planned, err
+}
+
 // trustPeer adds p to the trust file (a pairing's commit) and applies it
-// at once. A key already trusted keeps its entry, with the new address; a
-// name already used by another key gets a numeric suffix.
+// at once.
 func (n *node) trustPeer(p trust.Peer) (trust.Peer, error) {
 	var added trust.Peer
 	_, err := trust.Update(n.h.trustPath(), func(l *trust.List) (*trust.List, error) {
-		if cur, ok := l.Lookup(p.ID); ok {
-			cur.Addr = p.Addr
-			added = cur
-			without, err := l.Without(cur.Name)
-			if err != nil {
-				return nil, err
-			}
-			return without.With(cur)
-		}
-		name := p.Name
-		for i := 2; ; i++ {
-			if _, taken := l.ByName(name); !taken {
-				break
-			}
-			name = p.Name + "-" + strconv.Itoa(i)
-		}
-		p.Name = name
-		added = p
-		return l.With(p)
+		var next *trust.List
+		var err error
+		added, next, err = planTrust(l, p)
+		return next, err
 	})
 	if err != nil {
 		return trust.Peer{}, err
@@ -237,8 +304,17 @@ func runPair(e *env, args []string) error {
 	if sub == "offer" && len(pos) > 0 {
 		return fmt.Errorf("%w: pair offer takes no arguments", errUsage)
 	}
-	if sub == "accept" && len(pos) == 0 {
-		return fmt.Errorf("%w: pair accept wants the line pair offer printed", errUsage)
+	if sub == "accept" && (len(pos) == 0 || len(pos) == 1 && pos[0] == "-") && !*local {
+		// From stdin: the line then shows in no process list or shell
+		// history.
+		l, err := bufio.NewReader(io.LimitReader(os.Stdin, 4096)).ReadString('\n')
+		if err != nil && err != io.EOF {
+			return err
+		}
+		if strings.TrimSpace(l) == "" {
+			return fmt.Errorf("%w: pair accept wants the line pair offer printed (as arguments, or on stdin)", errUsage)
+		}
+		pos = strings.Fields(l)
 	}
 	h, err := e.openHome(*homeFlag, nil)
 	if err != nil {
@@ -292,6 +368,9 @@ func runPair(e *env, args []string) error {
 	}
 
 	// offer
+	if *local && !flagSet(flags, "ttl") {
+		*ttl = offerLocalTTL // the other node picks it up at once
+	}
 	var info offerInfo
 	var wait func(ctx context.Context) (pairedInfo, error)
 	if rb := dialControl(h); rb != nil {
@@ -299,9 +378,31 @@ func runPair(e *env, args []string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err = rb.call(ctx, ctlRequest{Op: "pair_offer", Peer: *nameForPeer, TTLMS: ttl.Milliseconds()}, &info)
 		cancel()
-		wait = func(ctx context.Context) (p pairedInfo, err error) {
-			err = rb.call(ctx, ctlRequest{Op: "pair_wait", RequestID: info.ID, WaitMS: ttl.Milliseconds()}, &p)
-			return p, err
+		if err == nil && !*noWait {
+			used := false
+			defer func() {
+				if !used { // interrupted or failed: withdraw the offer
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					rb2 := dialControl(h)
+					if rb2 != nil {
+						rb2.call(ctx, ctlRequest{Op: "pair_cancel", RequestID: info.ID}, nil)
+						rb2.close()
+					}
+					cancel()
+				}
+			}()
+			wait = func(ctx context.Context) (p pairedInfo, err error) {
+				stop := context.AfterFunc(ctx, func() { rb.c.SetDeadline(time.Now()) })
+				defer stop()
+				for { // the daemon answers a wait at least every few minutes
+					chunk := min(time.Until(info.Expires)+pair.ExchangeTimeout, 5*time.Minute)
+					err = rb.call(ctx, ctlRequest{Op: "pair_wait", RequestID: info.ID, WaitMS: max(chunk, time.Second).Milliseconds()}, &p)
+					if errorCode(err) != codePairPending || ctx.Err() != nil {
+						used = err == nil
+						return p, err
+					}
+				}
+			}
 		}
 	} else {
 		if *noWait {
@@ -317,6 +418,7 @@ func runPair(e *env, args []string) error {
 		wait = func(ctx context.Context) (pairedInfo, error) {
 			p, err := o.Wait(ctx)
 			if err != nil {
+				n.pairing.cancel(info.ID)
 				return pairedInfo{}, pairError(err)
 			}
 			return toPaired(p), nil
@@ -342,17 +444,29 @@ func runPair(e *env, args []string) error {
 	if *asJSON && *noWait {
 		return printJSON(e.stdout, info)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), *ttl+pair.ExchangeTimeout+5*time.Second)
+	defer cancel()
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM) // Ctrl-C withdraws the offer
+	defer stop()
 	fmt.Fprintln(e.stdout, info.Line)
 	if *noWait {
 		fmt.Fprintf(e.stderr, "pass this line to the other node (meerkatd pair accept LINE); it works once, until %s\n", info.Expires.Local().Format(time.TimeOnly))
 		return nil
 	}
 	fmt.Fprintf(e.stderr, "pass this line to the other node (meerkatd pair accept LINE); waiting until %s\n", info.Expires.Local().Format(time.TimeOnly))
-	ctx, cancel := context.WithTimeout(context.Background(), *ttl+5*time.Second)
-	defer cancel()
 	p, err := wait(ctx)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+			return errors.New("interrupted: the offer is withdrawn")
+		}
 		return err
 	}
 	return report(p)
+}
+
+// flagSet reports whether flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,10 +24,10 @@ const (
 	DefaultTTL = 10 * time.Minute
 	// MaxTTL bounds an offer's lifetime.
 	MaxTTL = 24 * time.Hour
-	// maxFailures failed attempts per source within failureWindow make
-	// further attempts from that source fail at once until it passes.
-	maxFailures   = 5
-	failureWindow = time.Minute
+	// maxAttempts attempts per source within attemptWindow; more fail at
+	// once until it passes.
+	maxAttempts   = 5
+	attemptWindow = time.Minute
 	// maxOffers bounds the offers open at once.
 	maxOffers = 64
 	// maxSources bounds the sources remembered for rate limiting.
@@ -48,15 +47,15 @@ type Responder struct {
 	commit Commit
 	now    func() time.Time
 
-	mu     sync.Mutex
-	offers map[[16]byte]*Offer
-	fails  map[string][]time.Time // by source: recent failures
+	mu       sync.Mutex
+	offers   map[[16]byte]*Offer
+	attempts map[string][]time.Time // by source: recent attempts
 }
 
 // NewResponder returns a Responder for the node with keypair kp and name.
 func NewResponder(kp *identity.Keypair, name string, commit Commit) *Responder {
 	return &Responder{kp: kp, name: name, commit: commit, now: time.Now,
-		offers: map[[16]byte]*Offer{}, fails: map[string][]time.Time{}}
+		offers: map[[16]byte]*Offer{}, attempts: map[string][]time.Time{}}
 }
 
 // Offer is an open invitation to pair.
@@ -74,7 +73,7 @@ type Offer struct {
 // Wait returns the peer added when the offer was used, or why it was not
 // (ErrExpired, or ctx's error).
 func (o *Offer) Wait(ctx context.Context) (trust.Peer, error) {
-	t := time.NewTimer(time.Until(o.Expires))
+	t := time.NewTimer(time.Until(o.Expires) + ExchangeTimeout) // an exchange begun in time may still finish
 	defer t.Stop()
 	select {
 	case <-o.done:
@@ -86,12 +85,15 @@ func (o *Offer) Wait(ctx context.Context) (trust.Peer, error) {
 	}
 }
 
+// Done is closed once the offer was used, closed or swept as expired.
+func (o *Offer) Done() <-chan struct{} { return o.done }
+
 // Open creates an offer reachable at addr for ttl (0: DefaultTTL).
 func (r *Responder) Open(addr transport.Addr, ttl time.Duration, nameForPeer string) (*Offer, error) {
 	if ttl == 0 {
 		ttl = DefaultTTL
 	}
-	if ttl < 0 || ttl > MaxTTL {
+	if ttl < time.Second || ttl > MaxTTL {
 		return nil, fmt.Errorf("pair: an offer lives between 1s and %s, not %s", MaxTTL, ttl)
 	}
 	if nameForPeer != "" {
@@ -138,35 +140,37 @@ func (r *Responder) sweepLocked() {
 	}
 }
 
-// limited reports whether source has failed too often lately.
-func (r *Responder) limited(source string) bool {
+// attempt counts an attempt from source and reports whether it may go
+// ahead: at most maxAttempts per source within attemptWindow.
+func (r *Responder) attempt(source string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cut := r.now().Add(-failureWindow)
-	recent := r.fails[source][:0]
-	for _, t := range r.fails[source] {
+	now := r.now()
+	cut := now.Add(-attemptWindow)
+	recent := r.attempts[source][:0]
+	for _, t := range r.attempts[source] {
 		if t.After(cut) {
 			recent = append(recent, t)
 		}
 	}
-	if len(recent) == 0 {
-		delete(r.fails, source)
+	if len(recent) >= maxAttempts {
+		r.attempts[source] = recent
 		return false
 	}
-	r.fails[source] = recent
-	return len(recent) >= maxFailures
-}
-
-func (r *Responder) failed(source string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.fails[source]; !ok && len(r.fails) >= maxSources {
-		for k := range r.fails { // forget one: bounded memory beats perfect limits
-			delete(r.fails, k)
-			break
+	if len(recent) == 0 && len(r.attempts) >= maxSources {
+		// Forget the quietest sources: bounded memory. A stranger rotating
+		// addresses gains tries this way, against a 128-bit code.
+		for k, ts := range r.attempts {
+			if len(ts) == 0 || !ts[len(ts)-1].After(cut) {
+				delete(r.attempts, k)
+			}
+		}
+		if len(r.attempts) >= maxSources {
+			return false
 		}
 	}
-	r.fails[source] = append(r.fails[source], r.now())
+	r.attempts[source] = append(recent, now)
+	return true
 }
 
 // Serve runs the responder's side of one exchange on c, whose first bytes
@@ -175,24 +179,28 @@ func (r *Responder) failed(source string) {
 func (r *Responder) Serve(c net.Conn, rd io.Reader, source string) error {
 	c.SetDeadline(time.Now().Add(ExchangeTimeout))
 	defer c.SetDeadline(time.Time{})
-	cn := &conn{r: bufio.NewReaderSize(rd, maxMsg), w: c}
+	// A buffer of our own (not rd's, which may be larger): a message
+	// longer than maxMsg is refused.
+	cn := &conn{r: bufio.NewReaderSize(struct{ io.Reader }{rd}, maxMsg), w: c}
 	magic := make([]byte, len(Magic))
 	if _, err := io.ReadFull(cn.r, magic); err != nil || string(magic) != Magic {
 		return fmt.Errorf("%w: bad greeting", ErrProtocol)
 	}
-	if r.limited(source) {
+	// Every attempt counts, when it starts: parallel connections get no
+	// more tries than sequential ones.
+	if !r.attempt(source) {
 		cn.recv() // read the hello, so the answer is read in turn
 		cn.send(msg{Error: ErrRateLimited.Error()})
 		return ErrRateLimited
 	}
-	err := r.exchange(cn)
-	if err != nil && !errors.Is(err, io.EOF) {
-		r.failed(source)
-	}
-	return err
+	return r.exchange(cn, source == LocalSource)
 }
 
-func (r *Responder) exchange(cn *conn) error {
+// LocalSource is the source of connections over Unix sockets (one for all
+// of them: the peer's credentials are not consulted).
+const LocalSource = "local"
+
+func (r *Responder) exchange(cn *conn, local bool) error {
 	hello, err := cn.recv()
 	if err != nil {
 		return err
@@ -214,6 +222,11 @@ func (r *Responder) exchange(cn *conn) error {
 	initAddr, err := transport.ParseAddr(hello.Addr)
 	if err != nil {
 		return refuse(fmt.Errorf("%w: address: %v", ErrProtocol, err))
+	}
+	if !local && initAddr.Scheme != transport.SchemeTCP {
+		// A node that came over TCP is on another host: a Unix socket
+		// path would name something on ours.
+		return refuse(fmt.Errorf("%w: a node pairing over TCP must give a TCP address", ErrProtocol))
 	}
 	if len(hello.Nonce) != nonceSize {
 		return refuse(fmt.Errorf("%w: nonce", ErrProtocol))
@@ -257,11 +270,17 @@ func (r *Responder) exchange(cn *conn) error {
 	if !hmac.Equal(proof.MAC, proofMAC(key, roleInitiator, sum)) || !initKey.Verify(signed(roleInitiator, sum), proof.Sig) {
 		return refuse(ErrBadProof)
 	}
-	// Proven. The offer is used now, whatever follows.
+	// Proven. The offer is used now, whatever follows — unless it
+	// expired or was used meanwhile.
 	r.mu.Lock()
-	if r.offers[id] != o {
+	switch {
+	case r.offers[id] != o:
 		r.mu.Unlock()
-		return refuse(ErrNoOffer) // used by a concurrent exchange a moment ago
+		return refuse(ErrNoOffer) // used or closed a moment ago
+	case !r.now().Before(o.Expires):
+		r.sweepLocked()
+		r.mu.Unlock()
+		return refuse(ErrExpired)
 	}
 	delete(r.offers, id)
 	r.mu.Unlock()
@@ -284,7 +303,7 @@ func (r *Responder) exchange(cn *conn) error {
 // through commit (named nameForPeer, or the other node's own name).
 // selfAddr is where the other node is to reach this one.
 func Accept(ctx context.Context, kp *identity.Keypair, selfName string, selfAddr transport.Addr, line Line,
-	nameForPeer string, commit Commit) (trust.Peer, error) {
+	nameForPeer string, plan, commit Commit) (trust.Peer, error) {
 	ctx, cancel := context.WithTimeout(ctx, ExchangeTimeout)
 	defer cancel()
 	c, err := transport.Dial(ctx, line.Addr)
@@ -297,11 +316,11 @@ func Accept(ctx context.Context, kp *identity.Keypair, selfName string, selfAddr
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
-	return accept(c, kp, selfName, selfAddr, line, nameForPeer, commit)
+	return accept(c, kp, selfName, selfAddr, line, nameForPeer, plan, commit)
 }
 
 func accept(c net.Conn, kp *identity.Keypair, selfName string, selfAddr transport.Addr, line Line,
-	nameForPeer string, commit Commit) (trust.Peer, error) {
+	nameForPeer string, plan, commit Commit) (trust.Peer, error) {
 	cn := &conn{r: bufio.NewReaderSize(c, maxMsg), w: c}
 	if _, err := io.WriteString(c, Magic); err != nil {
 		return trust.Peer{}, err
@@ -340,12 +359,19 @@ func accept(c net.Conn, kp *identity.Keypair, selfName string, selfAddr transpor
 	if name == "" {
 		name = ch.Name
 	}
-	// Check before proving: a name that cannot be used fails now, with
+	// Plan before proving: a peer this side cannot trust fails now, with
 	// no trust change on either side.
 	want := trust.Peer{Name: name, ID: respKey, Addr: line.Addr}
 	if _, err := trust.New(want); err != nil {
 		cn.send(msg{Error: "the initiator cannot use that name"})
 		return trust.Peer{}, fmt.Errorf("pair: the name for the peer: %w (pass another with --name)", err)
+	}
+	if plan != nil {
+		var err error
+		if want, err = plan(want); err != nil {
+			cn.send(msg{Error: "the initiator cannot trust this peer"})
+			return trust.Peer{}, fmt.Errorf("pair: %w", err)
+		}
 	}
 	if err := cn.send(msg{MAC: proofMAC(key, roleInitiator, sum), Sig: kp.Sign(signed(roleInitiator, sum))}); err != nil {
 		return trust.Peer{}, err
@@ -357,7 +383,11 @@ func accept(c net.Conn, kp *identity.Keypair, selfName string, selfAddr transpor
 	if !done.OK {
 		return trust.Peer{}, remoteError(done.Error)
 	}
-	return commit(want)
+	p, err := commit(want)
+	if err != nil {
+		return trust.Peer{}, fmt.Errorf("pair: the other node now trusts this one, but trusting it here failed: %w", err)
+	}
+	return p, nil
 }
 
 // remoteError turns the other side's error text back into our error

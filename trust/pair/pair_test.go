@@ -3,6 +3,7 @@ package pair
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -98,7 +99,7 @@ func (f *fixture) exchange(t *testing.T, line Line, source string, relay func(to
 		defer cr.Close()
 		respErr = f.resp.Serve(cr, cr, source)
 	}()
-	peer, err := accept(ci, f.bob, "bob", f.bobAddr, line, "", f.bSide.commit)
+	peer, err := accept(ci, f.bob, "bob", f.bobAddr, line, "", nil, f.bSide.commit)
 	ci.Close()
 	wg.Wait()
 	return peer, err, respErr
@@ -237,14 +238,14 @@ func TestRateLimit(t *testing.T) {
 	}
 	bad := o.Line
 	bad.Code[3] ^= 0x40
-	for i := range maxFailures {
+	for i := range maxAttempts {
 		if _, err, _ := f.exchange(t, bad, "198.51.100.1", nil); !errors.Is(err, ErrNoOffer) {
 			t.Fatalf("attempt %d: %v", i, err)
 		}
 	}
 	// Now even the right code is refused from that source…
 	if _, err, _ := f.exchange(t, o.Line, "198.51.100.1", nil); !errors.Is(err, ErrRateLimited) {
-		t.Fatalf("after %d failures: %v, want ErrRateLimited", maxFailures, err)
+		t.Fatalf("after %d failures: %v, want ErrRateLimited", maxAttempts, err)
 	}
 	// …but not from another source, and not after the window.
 	o2, err := f.resp.Open(f.aliceAddr, 10*time.Minute, "")
@@ -254,7 +255,7 @@ func TestRateLimit(t *testing.T) {
 	if _, err, _ := f.exchange(t, o2.Line, "198.51.100.2", nil); err != nil {
 		t.Fatalf("another source: %v", err)
 	}
-	now := time.Now().Add(failureWindow + time.Second)
+	now := time.Now().Add(attemptWindow + time.Second)
 	f.resp.now = func() time.Time { return now }
 	if _, err, _ := f.exchange(t, o.Line, "198.51.100.1", nil); err != nil {
 		t.Fatalf("after the window: %v", err)
@@ -326,5 +327,101 @@ func TestServeRejectsGarbage(t *testing.T) {
 		if err == nil {
 			t.Errorf("input %.40q accepted", in)
 		}
+	}
+}
+
+// Parallel connections from one source get no more tries than sequential
+// ones: attempts count when they start.
+func TestRateLimitCountsParallelAttempts(t *testing.T) {
+	f := newFixture(t)
+	o, err := f.resp.Open(f.aliceAddr, 10*time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := o.Line
+	bad.Code[3] ^= 0x40
+	const n = 30
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	evaluated := 0
+	for range n {
+		ci, cr := net.Pipe()
+		wg.Add(2)
+		go func() { defer wg.Done(); defer cr.Close(); f.resp.Serve(cr, cr, "198.51.100.7") }()
+		go func() {
+			defer wg.Done()
+			defer ci.Close()
+			ci.Write([]byte(Magic))
+			cn := &conn{r: bufio.NewReader(ci), w: ci}
+			id := bad.Code.id()
+			cn.send(msg{Offer: hex.EncodeToString(id[:]), Key: f.bob.ID().String(), Name: "bob", Addr: f.bobAddr.String(), Nonce: make([]byte, nonceSize)})
+			if m, _ := cn.recv(); m.Error == ErrNoOffer.Error() {
+				mu.Lock()
+				evaluated++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if evaluated > maxAttempts {
+		t.Fatalf("%d guesses from one source were evaluated within one window (limit %d)", evaluated, maxAttempts)
+	}
+}
+
+// An exchange that reaches its proof after the offer expired is refused:
+// the offering side never reports expiry while trust changes.
+func TestExpiredDuringExchange(t *testing.T) {
+	f := newFixture(t)
+	o, err := f.resp.Open(f.aliceAddr, time.Second, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := time.Now().Add(2 * time.Second)
+	_, ierr, _ := f.exchange(t, o.Line, "local", func(toResp bool, m *msg) {
+		if toResp && m.MAC != nil { // the proof: the offer expires before it arrives
+			f.resp.mu.Lock()
+			f.resp.now = func() time.Time { return late }
+			f.resp.mu.Unlock()
+		}
+	})
+	if !errors.Is(ierr, ErrExpired) {
+		t.Fatalf("initiator: %v, want ErrExpired", ierr)
+	}
+	if a, b := f.aSide.peers(), f.bSide.peers(); len(a)+len(b) != 0 {
+		t.Fatalf("trust changed: %v %v", a, b)
+	}
+}
+
+// The 4 KiB message limit holds even when the listener hands over a
+// bigger buffered reader.
+func TestMessageLimitOnBufferedStream(t *testing.T) {
+	f := newFixture(t)
+	ci, cr := net.Pipe()
+	defer ci.Close()
+	errc := make(chan error, 1)
+	go func() { defer cr.Close(); errc <- f.resp.Serve(cr, bufio.NewReaderSize(cr, 16<<10), "x") }()
+	go func() {
+		ci.Write([]byte(Magic))
+		ci.Write([]byte(`{"offer":"00112233445566778899aabbccddeeff","name":"` + strings.Repeat("a", 12<<10) + "\"}\n"))
+		bufio.NewReader(ci).ReadString('\n')
+	}()
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("a 12 KiB message was parsed (err %v)", err)
+	}
+}
+
+// A node that pairs over TCP cannot register a Unix socket address.
+func TestRemoteInitiatorNeedsTCPAddress(t *testing.T) {
+	f := newFixture(t)
+	f.bobAddr = mustAddr(t, "uds:///run/something.sock")
+	o, err := f.resp.Open(f.aliceAddr, time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err, _ := f.exchange(t, o.Line, "203.0.113.5", nil); !errors.Is(err, ErrRefused) {
+		t.Fatalf("uds address over tcp: %v", err)
+	}
+	if len(f.aSide.peers()) != 0 {
+		t.Fatal("trusted")
 	}
 }
