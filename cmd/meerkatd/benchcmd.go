@@ -601,7 +601,10 @@ func (b *benchRun) load(ctx context.Context, tr, store string, routers, perRoute
 		if err := fl.start(b, n); err != nil {
 			return loadResult{}, fmt.Errorf("flooder: %w", err)
 		}
-		defer fl.child.kill() // if still running
+		defer func() { // if still running
+			fl.child.kill()
+			fl.outFile.Close()
+		}()
 	}
 	for i := range routers {
 		r, err := n.router(b.peers[i%len(b.peers)])
@@ -710,9 +713,10 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 type benchFlood struct {
 	untrusted bool
 
-	child *benchChild
-	ctl   io.WriteCloser // the flooder's stdin
-	out   *bufio.Reader  // its stdout
+	child   *benchChild
+	ctl     io.WriteCloser // the flooder's stdin
+	out     *bufio.Reader  // its stdout
+	outFile *os.File       // under out
 
 	// Results, set by settle.
 	refusedPerS     float64
@@ -744,14 +748,15 @@ func (fl *benchFlood) start(b *benchRun, n *benchNode) error {
 	if fl.ctl, err = cmd.StdinPipe(); err != nil {
 		return err
 	}
-	out, err := cmd.StdoutPipe()
+	out, w, err := childStdout(cmd)
 	if err != nil {
 		return err
 	}
-	if fl.child, err = b.startChild(cmd); err != nil {
+	if fl.child, err = b.startChild(cmd, w); err != nil {
+		out.Close()
 		return err
 	}
-	fl.out = bufio.NewReader(out)
+	fl.outFile, fl.out = out, bufio.NewReader(out)
 	return nil
 }
 
@@ -783,6 +788,7 @@ func (fl *benchFlood) stop() (attempts, acked int64, err error) {
 	case <-time.After(benchStopTimeout):
 		fl.child.kill()
 	}
+	fl.outFile.Close()
 	return attempts, acked, err
 }
 

@@ -132,11 +132,16 @@ type benchChild struct {
 	done chan struct{}
 }
 
-// startChild starts cmd, registered for cleanup. The child gets SIGKILL
-// if this process dies first (Linux).
-func (b *benchRun) startChild(cmd *exec.Cmd) (*benchChild, error) {
+// startChild starts cmd, registered for cleanup, and then closes
+// closeAfterStart (our copies of files the child inherited). The child
+// gets SIGKILL if this process dies first (Linux).
+func (b *benchRun) startChild(cmd *exec.Cmd, closeAfterStart ...io.Closer) (*benchChild, error) {
 	cmd.SysProcAttr = benchSysProcAttr()
-	if err := cmd.Start(); err != nil {
+	err := cmd.Start()
+	for _, f := range closeAfterStart {
+		f.Close()
+	}
+	if err != nil {
 		return nil, err
 	}
 	c := &benchChild{b: b, cmd: cmd, done: make(chan struct{})}
@@ -446,6 +451,18 @@ func rawExchange(c net.Conn, kp *identity.Keypair, to identity.PeerID) error {
 	return nil
 }
 
+// childStdout gives cmd a pipe as its stdout and returns the read end,
+// which (unlike exec.Cmd.StdoutPipe's) Wait does not close: what the child
+// wrote before it exited stays readable. Pass w to startChild, which
+// closes it once the child has its copy; the caller closes r.
+func childStdout(cmd *exec.Cmd) (r, w *os.File, err error) {
+	if r, w, err = os.Pipe(); err != nil {
+		return nil, nil, err
+	}
+	cmd.Stdout = w
+	return r, w, nil
+}
+
 // startEcho starts `meerkatd bench echo` for the transport and returns its
 // address.
 func (b *benchRun) startEcho(network string) (*benchChild, transport.Addr, error) {
@@ -460,15 +477,16 @@ func (b *benchRun) startEcho(network string) (*benchChild, transport.Addr, error
 	if err != nil {
 		return nil, a, err
 	}
-	stdout, err := cmd.StdoutPipe()
+	stdout, w, err := childStdout(cmd)
 	if err != nil {
 		return nil, a, err
 	}
-	c, err := b.startChild(cmd)
+	defer stdout.Close()
+	c, err := b.startChild(cmd, w)
 	if err != nil {
 		return nil, a, err
 	}
-	_ = stdin
+	_ = stdin // closed by Wait, after the child is killed
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		c.kill()

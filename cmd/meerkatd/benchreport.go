@@ -312,7 +312,11 @@ func (r *benchResults) writeTable(w io.Writer, o benchOpts) error {
 func (b *benchRun) natsOnce(ctx context.Context, rec *benchResults) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, b.opts.nats, "--once", "--json", "--transport", transport.SchemeTCP)
+	args := []string{"--once", "--json", "--transport", transport.SchemeTCP}
+	if b.opts.quick {
+		args = append(args, "--quick")
+	}
+	cmd := exec.CommandContext(ctx, b.opts.nats, args...)
 	cmd.Env = b.env
 	cmd.SysProcAttr = benchSysProcAttr()
 	var stderr bytes.Buffer
