@@ -432,7 +432,8 @@ func (r *Router) goOwned(f func()) bool {
 type dedup struct {
 	mu   sync.Mutex
 	seen map[dedupKey]dedupEntry
-	ring []dedupKey
+	ring []dedupKey // grows to max as keys arrive, then is reused in turn
+	max  int
 	next int
 }
 
@@ -453,9 +454,11 @@ const (
 	dedupCommitted        // already stored
 )
 
+// init sets the window to n keys. Nothing is allocated up front: an idle
+// node stays small, and the structures grow with what arrives.
 func (d *dedup) init(n int) {
-	d.seen = make(map[dedupKey]dedupEntry, n)
-	d.ring = make([]dedupKey, n)
+	d.seen = map[dedupKey]dedupEntry{}
+	d.max = n
 }
 
 // reserve records k as pending if it is new.
@@ -467,6 +470,11 @@ func (d *dedup) reserve(k dedupKey) int {
 			return dedupCommitted
 		}
 		return dedupPending
+	}
+	if len(d.ring) < d.max {
+		d.seen[k] = dedupEntry{slot: len(d.ring)}
+		d.ring = append(d.ring, k)
+		return dedupNew
 	}
 	old := d.ring[d.next]
 	if e, ok := d.seen[old]; ok && e.slot == d.next {

@@ -601,3 +601,29 @@ func TestAsyncAdmissionReadsAhead(t *testing.T) {
 		delete(ids, id)
 	}
 }
+
+// The duplicate filter holds the last n keys, growing to n as keys
+// arrive, then forgetting the oldest first.
+func TestDedupWindow(t *testing.T) {
+	var d dedup
+	d.init(3)
+	key := func(i byte) dedupKey { var k dedupKey; k.id[0] = i; return k }
+	for i := range byte(3) {
+		if d.reserve(key(i)) != dedupNew {
+			t.Fatalf("key %d not new", i)
+		}
+		d.commit(key(i))
+	}
+	if len(d.ring) != 3 || d.reserve(key(0)) != dedupCommitted {
+		t.Fatalf("ring %d, key 0 not remembered", len(d.ring))
+	}
+	if d.reserve(key(3)) != dedupNew { // evicts key 0
+		t.Fatal("key 3 not new")
+	}
+	if d.reserve(key(0)) != dedupNew {
+		t.Fatal("key 0 still remembered past the window")
+	}
+	if d.reserve(key(2)) == dedupNew || len(d.ring) != 3 || len(d.seen) != 3 {
+		t.Fatalf("window broken: ring %d, seen %d", len(d.ring), len(d.seen))
+	}
+}
