@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -44,10 +45,11 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 	}
 	q := make(chan ackJob, maxPendingAdmissions)
 	var stopped atomic.Bool // set by ackLoop: stop reading
+	var wmu sync.Mutex      // held while writing acks: by ackLoop, or the reader writing one inline
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
-		r.ackLoop(c, st, q, &stopped)
+		r.ackLoop(c, st, q, &stopped, &wmu)
 	}()
 	defer func() { // acks of admitted envelopes go out even when we stop
 		close(q)
@@ -108,7 +110,19 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		}
 		if ack != nil {
 			r.acksSent.Add(1) // counted before ackLoop can write it
-			q <- ackJob{frame: ack}
+			// Nothing more to read and ackLoop idle: write the ack here,
+			// one hand-off fewer for a lone envelope. (Acks need no
+			// order: the sender matches them by id.)
+			if fr.Buffered() == 0 && len(q) == 0 && wmu.TryLock() {
+				c.SetWriteDeadline(time.Now().Add(r.opts.AckTimeout))
+				_, err := c.Write(ack)
+				wmu.Unlock()
+				if err != nil {
+					return
+				}
+			} else {
+				q <- ackJob{frame: ack}
+			}
 		}
 		if fr.Buffered() == 0 {
 			q <- ackJob{flush: true}
@@ -136,7 +150,7 @@ type ackJob struct {
 // reader (after the others' acks are written), as a refused envelope
 // does; ackLoop still settles everything queued, so no duplicate-filter
 // reservation stays pending. It returns when q is closed and drained.
-func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomic.Bool) {
+func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomic.Bool, wmu *sync.Mutex) {
 	stop := func() {
 		// serveConn checks stopped after it sets its own deadline, so it
 		// cannot miss both.
@@ -154,8 +168,11 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 		if r.ctx.Err() != nil {
 			d = min(d, shutdownFlush) // closing: give the peer a moment, not the full timeout
 		}
+		wmu.Lock()
 		c.SetWriteDeadline(time.Now().Add(d))
-		if _, err := c.Write(acks); err != nil {
+		_, err := c.Write(acks)
+		wmu.Unlock()
+		if err != nil {
 			broken = true
 			stop()
 		}

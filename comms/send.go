@@ -105,11 +105,17 @@ type sendOpts struct {
 	// single makes one attempt: no second try on a fresh connection when
 	// the connection is lost with the envelope unacknowledged.
 	single bool
+	// inline lets the frame be written by the sending goroutine when the
+	// connection's writer is idle, saving a hand-off. Set by sendFrame
+	// for callers that do not order their sends through queued: an
+	// inline frame may overtake one the writer has just taken.
+	inline bool
 }
 
 // sendFrame writes a sealed envelope's frame on p's link and, if wantAck,
 // waits for the ack.
 func (r *Router) sendFrame(ctx context.Context, p trust.Peer, id identity.UUID, frame []byte, wantAck bool, so sendOpts) error {
+	so.inline = so.queued == nil // a caller that orders its sends gets no inline writes
 	so.queued = onceFunc(so.queued)
 	for attempt := 0; ; attempt++ {
 		lk, err := r.link(p)
@@ -224,7 +230,7 @@ func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck
 		if err != nil {
 			return l.offline(ctx, err)
 		}
-		err = oc.send(ctx, id, frame, wantAck, so.queued)
+		err = oc.send(ctx, id, frame, wantAck, so.queued, so.inline)
 		if !errors.Is(err, errConnLost) {
 			if err != nil {
 				return l.offline(ctx, err)
@@ -439,11 +445,14 @@ type outConn struct {
 	lastAck  time.Time
 	firstAck chan struct{} // closed when the first ack arrives
 	done     chan struct{} // closed by fail
+
+	wmu sync.Mutex    // held while writing: by writeLoop, or a sender writing inline
+	bw  *bufio.Writer // guarded by wmu
 }
 
 func newOutConn(l *link, c net.Conn) *outConn {
 	return &outConn{l: l, c: c, wq: make(chan outFrame, writeQueueLen), pending: map[identity.UUID]chan error{},
-		firstAck: make(chan struct{}), done: make(chan struct{})}
+		firstAck: make(chan struct{}), done: make(chan struct{}), bw: bufio.NewWriterSize(c, 16<<10)}
 }
 
 // outFrame is a frame queued for writing. written, if set, receives the
@@ -469,7 +478,7 @@ func (oc *outConn) isDone() bool {
 
 // send queues frame and, if wantAck, waits for the matching ack. It calls
 // queued once the frame is in the connection's write queue.
-func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, queued func()) error {
+func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, queued func(), inline bool) error {
 	var ch chan error
 	if wantAck {
 		ch = make(chan error, 1)
@@ -503,6 +512,22 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 			delete(oc.pending, id)
 			oc.mu.Unlock()
 		}()
+	}
+	if wantAck && inline && len(oc.wq) == 0 && oc.wmu.TryLock() {
+		// The writer is idle: write here, one hand-off fewer.
+		err := oc.writeLocked(frame)
+		oc.wmu.Unlock()
+		if err != nil {
+			oc.fail(err)
+			return errConnLost
+		}
+		queued()
+		select {
+		case err := <-ch:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	of := outFrame{b: frame, abandoned: new(atomic.Bool)}
 	if !wantAck {
@@ -547,12 +572,26 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 	}
 }
 
+// writeLocked writes one frame at once; oc.wmu is held.
+func (oc *outConn) writeLocked(frame []byte) error {
+	oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
+	_, err := oc.bw.Write(frame)
+	if err == nil {
+		err = oc.bw.Flush()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", errConnLost, err)
+	}
+	return nil
+}
+
 func (oc *outConn) writeLoop() {
-	bw := bufio.NewWriterSize(oc.c, 16<<10)
+	bw := oc.bw
 	var notify []chan error // written channels of the frames in this batch
 	for {
 		select {
 		case f := <-oc.wq:
+			oc.wmu.Lock()
 			oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
 			notify = notify[:0]
 			if !f.isAbandoned() {
@@ -573,6 +612,7 @@ func (oc *outConn) writeLoop() {
 				}
 			}
 			err := bw.Flush()
+			oc.wmu.Unlock()
 			if err != nil {
 				// The peer may simply have closed after its last ack
 				// (one envelope per connection): unacknowledged sends
