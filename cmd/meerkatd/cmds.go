@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -600,6 +601,23 @@ func (e *env) startServing(ctx context.Context, h *home, log *slog.Logger) (n *n
 		ctl.Close()
 		n.stop()
 		srv.wg.Wait()
+	}, nil
+}
+
+// startCPUProfile writes a CPU profile to path until the returned
+// function is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
 	}, nil
 }
 

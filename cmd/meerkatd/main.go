@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -174,6 +175,16 @@ func (e *env) main(args []string) int {
 		fmt.Fprintf(e.stderr, "meerkatd: unknown command %q\n\n", name)
 		e.usage(e.stderr)
 		return exitUsage
+	}
+	if path := e.getenv("MEERKATD_CPUPROFILE"); path != "" {
+		// For profiling under load (docs/performance.md); %p is the pid,
+		// so the processes of one bench run write separate files.
+		stopProfile, err := startCPUProfile(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
+		if err != nil {
+			fmt.Fprintf(e.stderr, "meerkatd: MEERKATD_CPUPROFILE: %v\n", err)
+			return exitError
+		}
+		defer stopProfile()
 	}
 	err := cmd.run(e, args[1:])
 	if err == nil || errors.Is(err, flag.ErrHelp) {

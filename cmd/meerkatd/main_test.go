@@ -155,3 +155,22 @@ func mapEnv(vars map[string]string) func(string) (string, bool) {
 		return v, ok
 	}
 }
+
+func TestCPUProfileVariable(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := run(t, map[string]string{"MEERKATD_CPUPROFILE": filepath.Join(dir, "p-%p.prof")}, "version")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, "p-*.prof"))
+	if len(matches) != 1 || strings.Contains(matches[0], "%p") {
+		t.Fatalf("profiles written: %v", matches)
+	}
+	if fi, err := os.Stat(matches[0]); err != nil || fi.Size() == 0 {
+		t.Fatalf("profile %v, %v", fi, err)
+	}
+	code, _, stderr = run(t, map[string]string{"MEERKATD_CPUPROFILE": filepath.Join(dir, "missing", "p.prof")}, "version")
+	if code != exitError || !strings.Contains(stderr, "MEERKATD_CPUPROFILE") {
+		t.Fatalf("unwritable profile path: exit %d, %s", code, stderr)
+	}
+}
