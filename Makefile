@@ -31,6 +31,11 @@ test:
 	$(MAKE) alloc benchsmoke
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
 	$(MAKE) e2e
+	$(MAKE) natstest
+
+## natstest: the NATS comparison module's own tests (bench/nats is a separate Go module)
+natstest:
+	cd bench/nats && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## race: the test suite under the race detector only
 race:
