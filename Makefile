@@ -10,7 +10,7 @@ NATSBENCH ?= bin/natsbench
 BENCHFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: help build run test race alloc benchsmoke fuzz e2e bench benchquick lint clean
+.PHONY: help build run test natstest race alloc benchsmoke fuzz e2e bench benchquick lint clean
 
 ## help: list the targets
 help:
