@@ -448,7 +448,15 @@ func runPair(e *env, args []string) error {
 	defer cancel()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM) // Ctrl-C withdraws the offer
 	defer stop()
-	fmt.Fprintln(e.stdout, info.Line)
+	if *asJSON {
+		// The offer first, then (once used) what was added: two JSON
+		// documents, each complete.
+		if err := printJSON(e.stdout, info); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(e.stdout, info.Line)
+	}
 	if *noWait {
 		fmt.Fprintf(e.stderr, "pass this line to the other node (meerkatd pair accept LINE); it works once, until %s\n", info.Expires.Local().Format(time.TimeOnly))
 		return nil
