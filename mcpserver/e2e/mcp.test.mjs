@@ -771,6 +771,21 @@ for (const mode of ['embedded', 'attached']) {
       assert.equal((await alice.ok('list_peers')).self.name, 'alice');
     });
 
+    step('pair_offer and pair_accept: bob pairs with alice again (a key already trusted keeps its entry); the line works once', async () => {
+      const offer = await alice.ok('pair_offer');
+      assert.match(offer.line, /^meerkat-pair\/1 [A-Z2-7-]+ (uds|tcp):\/\//, 'offer line');
+      assert.ok(Date.parse(offer.expires) > Date.now(), 'offer expires in the future');
+      const acc = await bob.ok('pair_accept', { code_line: offer.line });
+      assert.equal(acc.paired.name, 'alice', 'the known key keeps its name');
+      assert.match(acc.paired.pubkey, /^ed25519:/);
+      await bob.fails('pair_accept', { code_line: offer.line }, 'pair_failed');
+      await bob.fails('pair_accept', { code_line: 'meerkat-pair/1 nope uds:///x.sock' }, 'bad_argument');
+      const invalid = (err) => err instanceof McpError && err.code === ErrorCode.InvalidParams;
+      await assert.rejects(bob.call('pair_accept', {}), invalid, 'pair_accept without code_line');
+      // Trust still works both ways.
+      assert.equal((await alice.ok('send_message', { peer: 'bob', body: 'after pairing' })).delivery, 'acked');
+    });
+
     step('every structured tool result conformed to its outputSchema', async () => {
       assert.ok(suite.outputSchemas.size === TOOLS.length, 'tools/list did not run');
       assert.deepEqual(suite.schemaViolations, []);
