@@ -227,6 +227,27 @@ func checkExactlyOnce(t *testing.T, bob *testNode, confirmed map[string]string, 
 
 const crashMessages = 5000
 
+// accepted is n's count of admitted envelopes since its daemon started.
+func accepted(t *testing.T, n *testNode) uint64 {
+	t.Helper()
+	var s struct {
+		Accepted uint64 `json:"accepted"`
+	}
+	n.okJSON(&s, "status", "--json")
+	return s.Accepted
+}
+
+// finishAndCheck waits for alice's outbox to drain and requires every
+// confirmed send in bob's inbox exactly once, with no dead letters.
+func finishAndCheck(t *testing.T, alice, bob *testNode, confirmed map[string]string) {
+	t.Helper()
+	waitOutboxEmpty(t, alice, 2*time.Minute)
+	if d := deadOf(t, alice); len(d) != 0 {
+		t.Fatalf("dead letters: %+v", d)
+	}
+	checkExactlyOnce(t, bob, confirmed, "m", 0)
+}
+
 // TestCrashReceiver kills the receiving daemon with SIGKILL while 5,000
 // reliable messages stream to it: everything the sender saw acknowledged
 // must be on the receiver's disk, and after a restart every message is in
@@ -240,13 +261,7 @@ func TestCrashReceiver(t *testing.T) {
 
 	queued := make(chan map[string]string, 1)
 	go func() { queued <- queueMessages(t, alice, "bob", "m", crashMessages, 8) }()
-	waitUntil(t, "bob to have received a good part", func() bool {
-		var s struct {
-			Accepted uint64 `json:"accepted"`
-		}
-		bob.okJSON(&s, "status", "--json")
-		return s.Accepted >= crashMessages/4
-	})
+	waitUntil(t, "bob to have received a good part", func() bool { return accepted(t, bob) >= crashMessages/4 })
 	bob.kill()
 	confirmed := <-queued
 	if len(confirmed) != crashMessages {
@@ -282,11 +297,7 @@ func TestCrashReceiver(t *testing.T) {
 	}
 
 	bob.start()
-	waitOutboxEmpty(t, alice, 2*time.Minute)
-	if d := deadOf(t, alice); len(d) != 0 {
-		t.Fatalf("dead letters: %+v", d)
-	}
-	checkExactlyOnce(t, bob, confirmed, "m", 0)
+	finishAndCheck(t, alice, bob, confirmed)
 }
 
 // TestCrashSender kills the sending daemon with SIGKILL mid-stream: after
@@ -305,29 +316,16 @@ func TestCrashSender(t *testing.T) {
 		t.Fatalf("alice confirmed %d of %d sends", len(confirmed), crashMessages)
 	}
 	bob.start()
-	waitUntil(t, "bob to have received a good part", func() bool {
-		var s struct {
-			Accepted uint64 `json:"accepted"`
-		}
-		bob.okJSON(&s, "status", "--json")
-		return s.Accepted >= crashMessages/4
-	})
+	waitUntil(t, "bob to have received a good part", func() bool { return accepted(t, bob) >= crashMessages/4 })
 	alice.kill()
-	var s struct {
-		Accepted uint64 `json:"accepted"`
-	}
-	bob.okJSON(&s, "status", "--json")
-	if s.Accepted >= crashMessages {
+	n := accepted(t, bob)
+	if n >= crashMessages {
 		t.Fatal("everything was delivered before the kill: the crash tested nothing")
 	}
-	t.Logf("bob had accepted %d when alice was killed", s.Accepted)
+	t.Logf("bob had accepted %d when alice was killed", n)
 
 	alice.start()
-	waitOutboxEmpty(t, alice, 2*time.Minute)
-	if d := deadOf(t, alice); len(d) != 0 {
-		t.Fatalf("dead letters: %+v", d)
-	}
-	checkExactlyOnce(t, bob, confirmed, "m", 0)
+	finishAndCheck(t, alice, bob, confirmed)
 }
 
 // TestReliableSurvivesRestart: unacknowledged inbox items, outbox entries
