@@ -41,3 +41,32 @@ func TestPairingConnectionsAreHandedOver(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// Close ends a pairing exchange that set its own, longer deadline.
+func TestCloseEndsPairingExchange(t *testing.T) {
+	checkGoroutines(t)
+	started := make(chan struct{})
+	ended := make(chan error, 1)
+	_, b := pair(t, "uds", Options{Pairing: func(c net.Conn, r io.Reader) {
+		c.SetDeadline(time.Now().Add(time.Hour))
+		close(started)
+		_, err := io.ReadAll(r) // blocks until the deadline or the peer closes
+		ended <- err
+	}})
+	c, err := net.Dial("unix", b.addr.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("MKPAIR/1\n"))
+	<-started
+	go b.r.Close() // it waits for the exchange: the select below detects a hang
+	select {
+	case err := <-ended:
+		if err == nil {
+			t.Fatal("the exchange ended without an error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the pairing exchange")
+	}
+}

@@ -1,6 +1,7 @@
 package comms
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -39,7 +40,10 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			return
 		}
 		if b, err := fr.PeekByte(); err == nil && b == PairingByte {
+			// The exchange sets its own deadlines; Close still ends it.
+			stop := context.AfterFunc(r.ctx, func() { c.SetDeadline(time.Now()) })
 			r.opts.Pairing(c, fr.Stream())
+			stop()
 			return
 		}
 	}
