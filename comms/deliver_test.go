@@ -234,3 +234,26 @@ func TestObserveEvents(t *testing.T) {
 		t.Errorf("received event kind %q body %q", evs[0].Kind, evs[0].Fields.Body())
 	}
 }
+
+func TestLastSeen(t *testing.T) {
+	checkGoroutines(t)
+	a, b := pair(t, "uds", Options{})
+	if !b.r.LastSeen(a.kp.ID()).IsZero() {
+		t.Fatal("seen before any envelope")
+	}
+	before := time.Now()
+	for i := range 2 {
+		if _, err := a.r.SendMessage(ctxT(t), "bob", "hello"); err != nil {
+			t.Fatal(err)
+		}
+		got := b.r.LastSeen(a.kp.ID())
+		if got.Before(before) || got.After(time.Now()) {
+			t.Fatalf("send %d: last seen %v, sent after %v", i, got, before)
+		}
+		before = got
+	}
+	stranger, _ := identity.GenerateKeypair()
+	if !b.r.LastSeen(stranger.ID()).IsZero() {
+		t.Fatal("a key never seen has a time")
+	}
+}

@@ -265,7 +265,7 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 		r.observe(EventRefused, &e, peer.Name, len(payload), RejectBadSignature)
 		return nil, false, RejectBadSignature
 	}
-	r.lastSeen.Store(e.From, time.Now())
+	r.seen(e.From)
 	item := Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name, Size: len(payload)}
 	k := dedupKey{e.From, e.ID}
 	refuse := func(reason string) ([]byte, bool, string) {

@@ -160,7 +160,7 @@ type Router struct {
 
 	dedup    dedup
 	reqs     requests
-	lastSeen sync.Map // identity.PeerID → time.Time of its last valid envelope
+	lastSeen sync.Map // identity.PeerID → *atomic.Int64, Unix nanoseconds of its last valid envelope
 
 	accepted, duplicates, acksSent atomic.Uint64
 	rejectMu                       sync.Mutex
@@ -349,11 +349,26 @@ func (r *Router) reject(reason string) {
 	r.rejectMu.Unlock()
 }
 
+// seen records that a valid envelope from id arrived now; after a peer's
+// first envelope it allocates nothing.
+func (r *Router) seen(id identity.PeerID) {
+	now := time.Now().UnixNano()
+	if t, ok := r.lastSeen.Load(id); ok {
+		t.(*atomic.Int64).Store(now)
+		return
+	}
+	t := new(atomic.Int64)
+	t.Store(now)
+	if prev, loaded := r.lastSeen.LoadOrStore(id, t); loaded {
+		prev.(*atomic.Int64).Store(now)
+	}
+}
+
 // LastSeen returns when the last valid envelope from id arrived (zero if
 // none since the Router started).
 func (r *Router) LastSeen(id identity.PeerID) time.Time {
 	if t, ok := r.lastSeen.Load(id); ok {
-		return t.(time.Time)
+		return time.Unix(0, t.(*atomic.Int64).Load())
 	}
 	return time.Time{}
 }
