@@ -62,6 +62,8 @@ func (p *pairing) serve(c net.Conn, r io.Reader) {
 	source := pair.LocalSource
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		source = ta.IP.String()
+	} else if uid, ok := peerUID(c); ok {
+		source = pair.LocalSource + ":" + uid // local users are limited separately
 	}
 	if err := p.resp.Serve(c, r, source); err != nil {
 		p.n.log.Info("pairing attempt failed", "source", source, "err", err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -193,11 +194,12 @@ func (r *Responder) Serve(c net.Conn, rd io.Reader, source string) error {
 		cn.send(msg{Error: ErrRateLimited.Error()})
 		return ErrRateLimited
 	}
-	return r.exchange(cn, source == LocalSource)
+	return r.exchange(cn, source == LocalSource || strings.HasPrefix(source, LocalSource+":"))
 }
 
-// LocalSource is the source of connections over Unix sockets (one for all
-// of them: the peer's credentials are not consulted).
+// LocalSource is the source of connections over Unix sockets; callers that
+// know the connecting user append ":" and its uid, so local users are
+// limited separately.
 const LocalSource = "local"
 
 func (r *Responder) exchange(cn *conn, local bool) error {

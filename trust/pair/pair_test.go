@@ -424,4 +424,12 @@ func TestRemoteInitiatorNeedsTCPAddress(t *testing.T) {
 	if len(f.aSide.peers()) != 0 {
 		t.Fatal("trusted")
 	}
+	// A local user (source with its uid) may give a socket address.
+	o2, err := f.resp.Open(f.aliceAddr, time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err, _ := f.exchange(t, o2.Line, LocalSource+":1000", nil); err != nil {
+		t.Fatalf("uds address from a local user: %v", err)
+	}
 }
