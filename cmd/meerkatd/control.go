@@ -297,6 +297,10 @@ func (rb *remoteBackend) call(ctx context.Context, req ctlRequest, out any) erro
 	if dl, ok := ctx.Deadline(); ok {
 		rb.c.SetDeadline(dl)
 	}
+	// Registered after the deadline above, so a context already ended,
+	// or ending during the call, always wins.
+	stop := context.AfterFunc(ctx, func() { rb.c.SetDeadline(time.Now()) })
+	defer stop()
 	if _, err := rb.c.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("daemon control socket: %w", err)
 	}

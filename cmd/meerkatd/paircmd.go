@@ -394,8 +394,6 @@ func runPair(e *env, args []string) error {
 				}
 			}()
 			wait = func(ctx context.Context) (p pairedInfo, err error) {
-				stop := context.AfterFunc(ctx, func() { rb.c.SetDeadline(time.Now()) })
-				defer stop()
 				for { // the daemon answers a wait at least every few minutes
 					chunk := min(time.Until(info.Expires)+pair.ExchangeTimeout, 5*time.Minute)
 					err = rb.call(ctx, ctlRequest{Op: "pair_wait", RequestID: info.ID, WaitMS: max(chunk, time.Second).Milliseconds()}, &p)
