@@ -18,9 +18,6 @@ import (
 // figures mean nothing, the more so under -race), only that the checks
 // were computed.
 func TestBenchQuick(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a dozen daemons")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary(t), "bench", "--quick", "--json")

@@ -390,9 +390,6 @@ func TestReliableSurvivesRestart(t *testing.T) {
 // TestRetryAcrossOutage: a peer down for 20 s then back receives every
 // reliable message once, in send order.
 func TestRetryAcrossOutage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("20-second outage")
-	}
 	alice, bob := twoNodes(t, true)
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=0s,1s,2s,4s", "MEERKAT_OUTBOX_BREAKER_OPEN_SECS=5")
 	alice.start(alice.runArgs()...)

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -280,19 +281,9 @@ func New(st Store, d Deliverer, opts Options) (*Outbox, error) {
 		o.bytes += int64(len(e.Payload))
 	}
 	for _, q := range o.peers {
-		slices.SortFunc(q.items, func(a, b *item) int { return cmpSeq(a.e.Seq, b.e.Seq) })
+		slices.SortFunc(q.items, func(a, b *item) int { return cmp.Compare(a.e.Seq, b.e.Seq) })
 	}
 	return o, nil
-}
-
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // peer returns id's queue, creating it; o.mu held (or not yet shared).
@@ -384,17 +375,21 @@ func (o *Outbox) Enqueue(e Entry) (Entry, *Ticket, error) {
 		return e, nil, fmt.Errorf("outbox: store: %w", err)
 	}
 	t := newTicket()
-	q := o.peer(stored.To, stored.Peer)
-	it := &item{e: stored, t: t}
-	// Concurrent enqueues may finish out of Seq order: insert in place.
+	o.queueLocked(&item{e: stored, t: t})
+	return stored, t, nil
+}
+
+// queueLocked puts it in its peer's queue in Seq order (concurrent
+// enqueues and revivals may finish out of order) and starts the worker.
+func (o *Outbox) queueLocked(it *item) {
+	q := o.peer(it.e.To, it.e.Peer)
 	i := len(q.items)
-	for i > 0 && q.items[i-1].e.Seq > stored.Seq {
+	for i > 0 && q.items[i-1].e.Seq > it.e.Seq {
 		i--
 	}
 	q.items = slices.Insert(q.items, i, it)
 	o.runLocked(q)
 	wake(q)
-	return stored, t, nil
 }
 
 func wake(q *peerQ) {
@@ -741,7 +736,7 @@ func (o *Outbox) Peers() []PeerState {
 		}
 		out = append(out, o.stateLocked(q, now))
 	}
-	slices.SortFunc(out, func(a, b PeerState) int { return cmpString(a.Name+a.Peer.String(), b.Name+b.Peer.String()) })
+	slices.SortFunc(out, func(a, b PeerState) int { return cmp.Compare(a.Name+a.Peer.String(), b.Name+b.Peer.String()) })
 	return out
 }
 
@@ -770,16 +765,6 @@ func (o *Outbox) stateLocked(q *peerQ, now time.Time) PeerState {
 	return s
 }
 
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // Queued is one envelope in the outbox as listings show it.
 type Queued struct {
 	Entry
@@ -799,7 +784,7 @@ func (o *Outbox) List() []Queued {
 			out = append(out, Queued{Entry: e, InFlight: it.inFlight})
 		}
 	}
-	slices.SortFunc(out, func(a, b Queued) int { return cmpSeq(a.Seq, b.Seq) })
+	slices.SortFunc(out, func(a, b Queued) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out
 }
 
@@ -829,13 +814,9 @@ func (o *Outbox) Revive(ids ...identity.UUID) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, e := range es {
-		q := o.peer(e.To, e.Peer)
-		q.items = append(q.items, &item{e: e})
 		o.entries++
 		o.bytes += int64(len(e.Payload))
-		slices.SortStableFunc(q.items, func(a, b *item) int { return cmpSeq(a.e.Seq, b.e.Seq) })
-		o.runLocked(q)
-		wake(q)
+		o.queueLocked(&item{e: e})
 	}
 	return len(es), nil
 }
