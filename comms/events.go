@@ -32,13 +32,34 @@ type Event struct {
 
 // observe reports an event about envelope e (nil if it did not decode).
 func (r *Router) observe(typ string, e *wire.Envelope, peer string, size int, reason string) {
-	if r.opts.Observe == nil {
-		return
+	if r.opts.Observe != nil {
+		r.opts.Observe(eventOf(typ, e, peer, size, reason))
 	}
+}
+
+// pendingEvent is the event of an envelope whose admission is still
+// committing, or nil when nobody observes (no cost per message then).
+func (r *Router) pendingEvent(e *wire.Envelope, peer string, size int) *Event {
+	if r.opts.Observe == nil {
+		return nil
+	}
+	ev := eventOf("", e, peer, size, "")
+	return &ev
+}
+
+// observeSettled reports a pending event's outcome.
+func (r *Router) observeSettled(ev *Event, typ, reason string) {
+	if ev != nil && r.opts.Observe != nil {
+		ev.Type, ev.Reason = typ, reason
+		r.opts.Observe(*ev)
+	}
+}
+
+func eventOf(typ string, e *wire.Envelope, peer string, size int, reason string) Event {
 	ev := Event{Type: typ, Peer: peer, Size: size, Reason: reason}
 	if e != nil {
 		ev.From, ev.Kind, ev.ID, ev.Fields = e.From, e.Kind.Type(), e.ID, e.Kind
 		ev.CorrID, _ = e.Kind.InReplyTo()
 	}
-	r.opts.Observe(ev)
+	return ev
 }

@@ -94,7 +94,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		}
 		ack, fresh, reason := r.receive(payload, &pending)
 		for _, p := range pending {
-			q <- ackJob{adm: p.adm, key: p.key, item: p.item} // ackLoop always drains q: this waits only for room
+			q <- ackJob{adm: p.adm, key: p.key, ev: p.ev} // ackLoop always drains q: this waits only for room
 		}
 		clear(pending)
 		pending = pending[:0]
@@ -140,7 +140,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 type ackJob struct {
 	adm   Admission // settle, then ack key.id to key.from if stored
 	key   dedupKey
-	item  Item   // the admitted item, for Options.Observe
+	ev    *Event // for Options.Observe (nil: not observed)
 	frame []byte // a sealed ack frame
 	flush bool   // write the acks held now
 }
@@ -193,7 +193,7 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 			if err != nil && !errors.Is(err, ErrDuplicate) {
 				r.dedup.release(job.key)
 				r.reject(RejectInboxFull)
-				r.observe(EventRefused, &job.item.Envelope, job.item.PeerName, job.item.Size, RejectInboxFull)
+				r.observeSettled(job.ev, EventRefused, RejectInboxFull)
 				r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
 				stop()
 				continue
@@ -201,10 +201,10 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 			r.dedup.commit(job.key)
 			if err != nil { // stored before (a restart emptied our memory of it)
 				r.duplicates.Add(1)
-				r.observe(EventDuplicate, &job.item.Envelope, job.item.PeerName, job.item.Size, "")
+				r.observeSettled(job.ev, EventDuplicate, "")
 			} else {
 				r.accepted.Add(1)
-				r.observe(EventReceived, &job.item.Envelope, job.item.PeerName, job.item.Size, "")
+				r.observeSettled(job.ev, EventReceived, "")
 				st.authed.Store(true) // only new envelopes authenticate
 			}
 			frame, err := r.sealFrame(acks, job.key.from, wire.Ack(job.key.id))
@@ -235,9 +235,9 @@ const shutdownFlush = time.Second
 // pendingAdmission is an envelope whose admission an AsyncAdmitter may
 // still be committing; its ack waits for the outcome.
 type pendingAdmission struct {
-	adm  Admission
-	key  dedupKey
-	item Item // for Options.Observe
+	adm Admission
+	key dedupKey
+	ev  *Event // for Options.Observe (nil: not observed)
 }
 
 // receive checks one envelope and admits it. It returns the ack frame to
@@ -306,7 +306,7 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 	case dedupNew:
 		if a, ok := r.inbox.(AsyncAdmitter); ok && async != nil {
 			// The caller waits for the outcome, then acks (ackLoop).
-			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, item: item})
+			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, ev: r.pendingEvent(&e, peer.Name, len(payload))})
 			return nil, false, ""
 		}
 		err := r.inbox.Push(item)
