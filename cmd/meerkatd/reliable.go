@@ -269,35 +269,27 @@ func (n *node) observeInbound(ev comms.Event) {
 
 // observeOutbox records an outbox event in the audit log.
 func (n *node) observeOutbox(ev outbox.Event) {
-	if n.audit == nil {
-		return
-	}
 	e := ev.Entry
-	rec := audit.Record{Dir: audit.DirOut, Event: ev.Type, Peer: e.Peer, Key: e.To.String(), Kind: e.Kind,
-		ID: e.ID.String(), Size: len(e.Payload), Reason: ev.Reason, Attempt: ev.Attempt}
-	if !e.CorrID.IsZero() {
-		rec.CorrID = e.CorrID.String()
-	}
-	if n.h.cfg.Audit.Bodies {
-		if env, err := wire.Decode(e.Payload); err == nil {
-			rec.Body = kindJSON(env.Kind)
-		}
-	}
-	n.audit.Record(rec)
+	n.auditOut(ev.Type, e.Peer, e.To, e.Kind, e.ID, e.CorrID, e.Payload, ev.Attempt, ev.Reason)
 }
 
 // auditSealed records a direct (not reliable) send.
 func (n *node) auditSealed(s comms.Sealed, event string, attempt int, reason string) {
+	n.auditOut(event, s.Peer.Name, s.Peer.ID, s.Kind, s.ID, s.CorrID, s.Payload, attempt, reason)
+}
+
+// auditOut records one step of an outgoing envelope.
+func (n *node) auditOut(event, peer string, to identity.PeerID, kind string, id, corr identity.UUID, payload []byte, attempt int, reason string) {
 	if n.audit == nil {
 		return
 	}
-	rec := audit.Record{Dir: audit.DirOut, Event: event, Peer: s.Peer.Name, Key: s.Peer.ID.String(), Kind: s.Kind,
-		ID: s.ID.String(), Size: len(s.Payload), Reason: reason, Attempt: attempt}
-	if !s.CorrID.IsZero() {
-		rec.CorrID = s.CorrID.String()
+	rec := audit.Record{Dir: audit.DirOut, Event: event, Peer: peer, Key: to.String(), Kind: kind,
+		ID: id.String(), Size: len(payload), Reason: reason, Attempt: attempt}
+	if !corr.IsZero() {
+		rec.CorrID = corr.String()
 	}
 	if n.h.cfg.Audit.Bodies {
-		if env, err := wire.Decode(s.Payload); err == nil {
+		if env, err := wire.Decode(payload); err == nil {
 			rec.Body = kindJSON(env.Kind)
 		}
 	}
