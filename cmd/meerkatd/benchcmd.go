@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -49,9 +50,36 @@ type benchOpts struct {
 	json       bool
 	gate       bool
 	quick      bool
+	only       map[string]bool // scenario groups to run; nil: all
 }
 
-const benchUsage = "meerkatd bench [--reps N] [--transport uds|tcp|both] [--duration DUR] [--msgs N] [--nats PATH] [--json] [--gate] [--quick]"
+// Scenario groups of --only; flood and durable are ratios to pipelined,
+// which they bring along.
+var benchGroups = []string{"sequential", "pipelined", "closed_loop_16", "conn_per_msg", "flood", "durable", "resources"}
+
+// want reports whether the scenario group runs.
+func (o benchOpts) want(group string) bool { return o.only == nil || o.only[group] }
+
+// parseOnly parses --only's comma-separated groups.
+func parseOnly(v string) (map[string]bool, error) {
+	if v == "" {
+		return nil, nil
+	}
+	only := map[string]bool{}
+	for g := range strings.SplitSeq(v, ",") {
+		g = strings.TrimSpace(g)
+		if !slices.Contains(benchGroups, g) {
+			return nil, fmt.Errorf("%w: --only %q: want some of %s", errUsage, g, strings.Join(benchGroups, ","))
+		}
+		only[g] = true
+	}
+	if only["flood"] || only["durable"] {
+		only["pipelined"] = true
+	}
+	return only, nil
+}
+
+const benchUsage = "meerkatd bench [--reps N] [--transport uds|tcp|both] [--duration DUR] [--msgs N] [--only GROUPS] [--nats PATH] [--json] [--gate] [--quick]"
 
 const benchHelp = `Runs the performance suite of issue 6 against real "meerkatd run" processes
 in temporary homes, over UDS and TCP on 127.0.0.1, and compares every figure
@@ -97,6 +125,11 @@ Checks (targets of issue 6; ratios per repetition, then the median):
   With --nats PATH (the bench/nats binary; TCP): sequential p50 <= 0.6 x NATS
   p50, pipelined >= 1.0 x NATS. Without --nats those checks are omitted.
 
+--only runs some scenario groups (the anchors always run): sequential,
+pipelined, closed_loop_16, conn_per_msg, flood (both floods), durable,
+resources (startup and both RSS figures); flood and durable bring
+pipelined, their reference. Checks whose figures were not run are left out.
+
 Output: a table, or with --json one JSON object per scenario per line.
 --gate exits 1 (failed checks on stderr) when a check fails; otherwise the
 exit status is 0 whatever the figures. --quick is a smoke run of every code
@@ -127,7 +160,12 @@ func runBench(e *env, args []string) error {
 	flags.BoolVar(&o.json, "json", false, "print one JSON object per scenario per line")
 	flags.BoolVar(&o.gate, "gate", false, "exit 1 when a check fails")
 	flags.BoolVar(&o.quick, "quick", false, "smoke run: one repetition, tiny counts, UDS only")
+	only := flags.String("only", "", "comma-separated scenario `groups` to run (default all): "+strings.Join(benchGroups, ", "))
 	if err := parseNoArgs(flags, args); err != nil {
+		return err
+	}
+	var err error
+	if o.only, err = parseOnly(*only); err != nil {
 		return err
 	}
 	set := map[string]bool{}
@@ -320,39 +358,52 @@ func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map
 		}
 		rec.add(implMeerkatd, scAnchorPing, tr, inboxNone, mP50, pp)
 
-		p50, p99, err := b.sequential(ctx, tr)
-		if err := step(tr, scSequential, err); err != nil {
-			return err
+		o := b.opts
+		if o.want("sequential") {
+			p50, p99, err := b.sequential(ctx, tr)
+			if err := step(tr, scSequential, err); err != nil {
+				return err
+			}
+			rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
+			rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
 		}
-		rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
-		rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
 
-		pipe, err := b.load(ctx, tr, mem, 1, b.opts.inFlight, nil)
-		if err := step(tr, scPipelined, err); err != nil {
-			return err
+		var pipe loadResult
+		if o.want("pipelined") {
+			pipe, err = b.load(ctx, tr, mem, 1, o.inFlight, nil)
+			if err := step(tr, scPipelined, err); err != nil {
+				return err
+			}
+			rec.add(implMeerkatd, scPipelined, tr, mem, mRate, pipe.perS)
+			rec.add(implMeerkatd, scPipelined, tr, mem, mCPU, pipe.cpuPerEx)
 		}
-		rec.add(implMeerkatd, scPipelined, tr, mem, mRate, pipe.perS)
-		rec.add(implMeerkatd, scPipelined, tr, mem, mCPU, pipe.cpuPerEx)
 
-		loop, err := b.load(ctx, tr, mem, closedLoopPeers, 1, nil)
-		if err := step(tr, scClosedLoop, err); err != nil {
-			return err
+		if o.want("closed_loop_16") {
+			loop, err := b.load(ctx, tr, mem, closedLoopPeers, 1, nil)
+			if err := step(tr, scClosedLoop, err); err != nil {
+				return err
+			}
+			rec.add(implMeerkatd, scClosedLoop, tr, mem, mRate, loop.perS)
+			rec.add(implMeerkatd, scClosedLoop, tr, mem, mCPU, loop.cpuPerEx)
 		}
-		rec.add(implMeerkatd, scClosedLoop, tr, mem, mRate, loop.perS)
-		rec.add(implMeerkatd, scClosedLoop, tr, mem, mCPU, loop.cpuPerEx)
 
-		cp50, err := b.connPerMsg(ctx, tr)
-		if err := step(tr, scConnPerMsg, err); err != nil {
-			return err
+		if o.want("conn_per_msg") {
+			cp50, err := b.connPerMsg(ctx, tr)
+			if err := step(tr, scConnPerMsg, err); err != nil {
+				return err
+			}
+			rec.add(implMeerkatd, scConnPerMsg, tr, mem, mP50, cp50)
 		}
-		rec.add(implMeerkatd, scConnPerMsg, tr, mem, mP50, cp50)
 
 		for _, f := range []struct {
 			scenario string
 			untrust  bool
 		}{{scFloodBadSig, false}, {scFloodUntrust, true}} {
+			if !o.want("flood") {
+				break
+			}
 			fl := &benchFlood{untrusted: f.untrust}
-			r, err := b.load(ctx, tr, mem, 1, b.opts.inFlight, fl)
+			r, err := b.load(ctx, tr, mem, 1, o.inFlight, fl)
 			if err := step(tr, f.scenario, err); err != nil {
 				return err
 			}
@@ -363,24 +414,28 @@ func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map
 			rec.add(implMeerkatd, f.scenario, tr, mem, mWrong, fl.wrong)
 		}
 
-		dur, err := b.load(ctx, tr, config.StoreSQLite, 1, b.opts.inFlight, nil)
-		if err := step(tr, scDurable, err); err != nil {
-			return err
+		if o.want("durable") {
+			dur, err := b.load(ctx, tr, config.StoreSQLite, 1, o.inFlight, nil)
+			if err := step(tr, scDurable, err); err != nil {
+				return err
+			}
+			rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mRate, dur.perS)
+			rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mCPU, dur.cpuPerEx)
+			rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mRatio, dur.perS/pipe.perS)
 		}
-		rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mRate, dur.perS)
-		rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mCPU, dur.cpuPerEx)
-		rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mRatio, dur.perS/pipe.perS)
 
-		start, idle, busy, err := b.resources(ctx, tr)
-		if err := step(tr, "startup and memory", err); err != nil {
-			return err
+		if o.want("resources") {
+			start, idle, busy, err := b.resources(ctx, tr)
+			if err := step(tr, "startup and memory", err); err != nil {
+				return err
+			}
+			st := config.DefaultStoreMode
+			rec.add(implMeerkatd, scStartup, tr, st, mMS, start)
+			rec.add(implMeerkatd, scIdleRSS, tr, st, mRSS, idle)
+			rec.add(implMeerkatd, scIdleRSS1000, tr, st, mRSS, busy)
 		}
-		st := config.DefaultStoreMode
-		rec.add(implMeerkatd, scStartup, tr, st, mMS, start)
-		rec.add(implMeerkatd, scIdleRSS, tr, st, mRSS, idle)
-		rec.add(implMeerkatd, scIdleRSS1000, tr, st, mRSS, busy)
 	}
-	if b.opts.nats != "" && slices.Contains(b.opts.transports, transport.SchemeTCP) {
+	if b.opts.nats != "" && slices.Contains(b.opts.transports, transport.SchemeTCP) && (b.opts.want("sequential") || b.opts.want("pipelined")) {
 		if err := b.natsOnce(ctx, rec); err != nil {
 			return fmt.Errorf("nats bench: %w", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +129,40 @@ func TestBenchQuick(t *testing.T) {
 	// Nothing left behind: the bench's temporary root is gone.
 	if left, _ := os.ReadDir(tmp); len(left) > 0 {
 		t.Errorf("bench left %v behind in TMPDIR", left)
+	}
+}
+
+func TestParseOnly(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string // groups that run; nil: all
+		err  bool
+	}{
+		{in: "", want: nil},
+		{in: "sequential", want: []string{"sequential"}},
+		{in: "sequential, conn_per_msg", want: []string{"sequential", "conn_per_msg"}},
+		{in: "flood", want: []string{"flood", "pipelined"}},
+		{in: "durable,resources", want: []string{"durable", "pipelined", "resources"}},
+		{in: "pipelined,bogus", err: true},
+		{in: ",", err: true},
+		{in: "Sequential", err: true},
+	} {
+		only, err := parseOnly(tc.in)
+		if tc.err {
+			if err == nil {
+				t.Errorf("parseOnly(%q) = %v, want an error", tc.in, only)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("parseOnly(%q): %v", tc.in, err)
+			continue
+		}
+		o := benchOpts{only: only}
+		for _, g := range benchGroups {
+			if got, want := o.want(g), tc.want == nil || slices.Contains(tc.want, g); got != want {
+				t.Errorf("parseOnly(%q): group %s runs = %v, want %v", tc.in, g, got, want)
+			}
+		}
 	}
 }
