@@ -21,9 +21,10 @@ const (
 	// 0.8 MiB and absorbs a disk stall of a quarter second at 16k
 	// envelopes/s; longer stalls drop rows, counted in a "dropped" row.
 	DefaultQueueLen = 4096
-	// DefaultFlushInterval bounds how long a recorded row waits in the
-	// writer's buffer, and how late a "dropped" row can be.
-	DefaultFlushInterval = 100 * time.Millisecond
+	// DefaultFlushInterval is how long the writer lets a burst of
+	// records gather before it writes them: the longest a recorded row
+	// waits to reach the file (Close writes at once).
+	DefaultFlushInterval = 20 * time.Millisecond
 )
 
 const (
@@ -48,7 +49,8 @@ type Options struct {
 	// QueueLen is the number of records that may wait for the writer;
 	// beyond it records are dropped and counted.
 	QueueLen int
-	// FlushInterval is the longest a written row waits in the buffer.
+	// FlushInterval is how long the writer lets records gather before it
+	// writes them: the longest a row waits to reach the file.
 	FlushInterval time.Duration
 	// Logger receives write and rotation errors; nil discards them.
 	Logger *slog.Logger
@@ -56,6 +58,7 @@ type Options struct {
 	// Test hooks, unexported so only this package's tests set them.
 	afterReceive func()                    // writer: called after taking each record off the queue
 	wrapFile     func(io.Writer) io.Writer // writer: wraps each file it opens
+	reopenEvery  time.Duration             // writer: overrides reopenInterval
 }
 
 // Stats are a Log's counters since Open. Once Close has returned,
@@ -72,14 +75,16 @@ type Stats struct {
 type Log struct {
 	bodies bool
 	q      chan Record
+	hurry  chan struct{} // Record: the queue is filling, write now (1 slot)
 	done   chan struct{} // closed when writeLoop has returned
 
 	// mu makes closing q atomic with respect to Record's send: Record
 	// holds it shared around a non-blocking send, Close exclusively to
 	// set closed and close q. So no record is sent on a closed channel
 	// and none lands in q after the writer's last receive.
-	mu     sync.RWMutex
-	closed bool
+	mu      sync.RWMutex
+	closed  bool
+	closing chan struct{} // closed by Close with q
 
 	written atomic.Uint64
 	dropped atomic.Uint64
@@ -112,9 +117,11 @@ func Open(path string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	l := &Log{
-		bodies: opts.Bodies,
-		q:      make(chan Record, opts.QueueLen),
-		done:   make(chan struct{}),
+		bodies:  opts.Bodies,
+		q:       make(chan Record, opts.QueueLen),
+		hurry:   make(chan struct{}, 1),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	w := &writer{l: l, path: path, opts: opts}
 	w.setFile(f, size)
@@ -150,6 +157,12 @@ func (l *Log) Record(r Record) {
 	if !l.closed {
 		select {
 		case l.q <- r:
+			if len(l.q) > cap(l.q)/2 {
+				select {
+				case l.hurry <- struct{}{}: // the writer stops lingering
+				default:
+				}
+			}
 			l.mu.RUnlock()
 			return
 		default:
@@ -182,40 +195,64 @@ func (l *Log) Close() error {
 	if !l.closed {
 		l.closed = true
 		close(l.q)
+		close(l.closing)
 	}
 	l.mu.Unlock()
 	<-l.done
 	return l.closeErr
 }
 
-// writeLoop is the writer goroutine: it owns w and the file. It writes
-// each record as it arrives and flushes when the queue runs empty; the
-// ticker bounds both the time a row stays buffered and the delay of a
-// "dropped" row when no record follows the drop.
+// writeLoop is the writer goroutine: it owns w and the file. It sleeps
+// until a record arrives, then lets the burst gather for FlushInterval
+// (records queue meanwhile without waking it), writes what is queued in
+// one write, and sleeps again: a busy daemon pays one wake-up and one
+// write per interval, not per envelope, and an idle one none. A queue
+// more than half full (Record says so) or Close cuts the wait short.
 func (l *Log) writeLoop(w *writer) {
 	defer close(l.done)
-	t := time.NewTicker(w.opts.FlushInterval)
-	defer t.Stop()
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
-		select {
-		case r, ok := <-l.q:
-			if !ok {
-				l.closeErr = w.close()
-				return
-			}
-			if w.opts.afterReceive != nil {
-				w.opts.afterReceive()
-			}
-			w.write(&r)
-			w.reportDrops()
-			if len(l.q) == 0 || len(w.buf) >= flushSize {
-				w.flush()
-			}
-		case <-t.C:
-			w.reportDrops()
-			w.flush()
+		r, ok := <-l.q
+		if !ok {
+			l.closeErr = w.close()
+			return
 		}
+		w.take(&r)
+		linger.Reset(w.opts.FlushInterval)
+		select {
+		case <-linger.C:
+		case <-l.hurry:
+			linger.Stop()
+		case <-l.closing:
+			linger.Stop()
+		}
+		for drained := false; !drained; {
+			select {
+			case r, ok := <-l.q:
+				if !ok {
+					l.closeErr = w.close()
+					return
+				}
+				w.take(&r)
+				if len(w.buf) >= flushSize {
+					w.flush()
+				}
+			default:
+				drained = true
+			}
+		}
+		w.flush()
 	}
+}
+
+// take writes a record taken off the queue into the buffer.
+func (w *writer) take(r *Record) {
+	if w.opts.afterReceive != nil {
+		w.opts.afterReceive()
+	}
+	w.write(r)
+	w.reportDrops()
 }
 
 // writer is the state of writeLoop; only that goroutine touches it.
@@ -337,13 +374,21 @@ func (w *writer) fail(err error) {
 	w.lastTry = time.Now()
 }
 
+// reopenInterval is the least time between attempts to reopen a file
+// that failed.
+const reopenInterval = time.Second
+
 // reopen reports whether the file is open, trying to reopen it after a
-// failure at most once per FlushInterval.
+// failure at most once per reopenInterval.
 func (w *writer) reopen() bool {
 	if w.f != nil {
 		return true
 	}
-	if time.Since(w.lastTry) < w.opts.FlushInterval {
+	every := reopenInterval
+	if w.opts.reopenEvery != 0 {
+		every = w.opts.reopenEvery
+	}
+	if time.Since(w.lastTry) < every {
 		return false
 	}
 	w.lastTry = time.Now()

@@ -290,8 +290,8 @@ func TestWriteErrorCountsAndRecovers(t *testing.T) {
 			checkGoroutines(t)
 			var fail atomic.Bool
 			l, path := openTemp(t, Options{
-				FlushInterval: time.Hour, // no reopen before Close
-				wrapFile:      func(w io.Writer) io.Writer { return failingFile{w, &fail} },
+				reopenEvery: time.Hour, // no reopen before Close
+				wrapFile:    func(w io.Writer) io.Writer { return failingFile{w, &fail} },
 			})
 			l.Record(rec(0))
 			waitFor(t, 10*time.Second, "first record written", func() bool { return l.Stats().Written == 1 })
@@ -444,4 +444,47 @@ func ExampleLog_Record() {
 	// TIME                      DIR  EVENT     PEER               KIND     ID     CORR  SIZE  REASON
 	// 2026-05-06T07:08:09.000Z  in   received  alice              request  7d0c…  -     412   -
 	// 2026-05-06T07:08:09.000Z  in   refused   ed25519:q83vEjRW…  message  9a1f…  -     90    unknown peer
+}
+
+// countingFile counts the writes that reach the file.
+type countingFile struct {
+	w      io.Writer
+	writes *atomic.Int64
+}
+
+func (f countingFile) Write(p []byte) (int, error) {
+	f.writes.Add(1)
+	return f.w.Write(p)
+}
+
+// TestBurstIsOneWrite: the writer lets a burst gather and writes it at
+// once (one wake-up and one write, not one per record), without Close;
+// a queue filling past half cuts the wait short.
+func TestBurstIsOneWrite(t *testing.T) {
+	checkGoroutines(t)
+	var writes atomic.Int64
+	l, path := openTemp(t, Options{
+		FlushInterval: time.Second, // far longer than recording the burst takes
+		wrapFile:      func(w io.Writer) io.Writer { return countingFile{w, &writes} },
+	})
+	const burst = 100
+	for i := range burst {
+		l.Record(rec(i))
+	}
+	waitFor(t, 10*time.Second, "the burst written", func() bool { return l.Stats().Written == burst })
+	if n := writes.Load(); n != 1 {
+		t.Errorf("%d writes for a burst of %d records, want 1", n, burst)
+	}
+	if recs := readAll(t, path); len(recs) != burst {
+		t.Errorf("file holds %d rows before Close, want %d", len(recs), burst)
+	}
+	mustClose(t, l)
+
+	// A queue more than half full is written without waiting the interval.
+	l, _ = openTemp(t, Options{QueueLen: 8, FlushInterval: time.Hour})
+	for i := range 6 {
+		l.Record(rec(i))
+	}
+	waitFor(t, 10*time.Second, "a half-full queue written", func() bool { return l.Stats().Written == 6 })
+	mustClose(t, l)
 }
