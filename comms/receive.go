@@ -60,6 +60,8 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		<-settled // ackLoop settles and acks what is queued, then returns
 	}()
 	var pending []pendingAdmission // filled by receive, handed to ackLoop
+	held := false                  // ackLoop may hold acks: jobs queued since the last flush job
+	var inlineAck []byte           // the reader's buffer for acks it writes itself
 	for {
 		// Until a connection has delivered a new valid envelope it gets
 		// only the frame timeout to start one, not the idle timeout.
@@ -94,7 +96,25 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		}
 		ack, fresh, reason := r.receive(payload, &pending)
 		for _, p := range pending {
-			q <- ackJob{adm: p.adm, key: p.key, ev: p.ev} // ackLoop always drains q: this waits only for room
+			job := ackJob{adm: p.adm, key: p.key, ev: p.ev}
+			// Admitted already, nothing more to read and ackLoop idle:
+			// settle and ack here, without a hand-off. Otherwise
+			// ackLoop signs the ack while we verify the next envelope.
+			if p.adm.Ready() && fr.Buffered() == 0 && len(q) == 0 && wmu.TryLock() {
+				out, ok := r.settle(st, job, inlineAck[:0])
+				if ok && len(out) > 0 {
+					c.SetWriteDeadline(time.Now().Add(r.opts.AckTimeout))
+					_, err = c.Write(out)
+				}
+				wmu.Unlock()
+				inlineAck = out
+				if !ok || err != nil {
+					return
+				}
+				continue
+			}
+			q <- job // ackLoop always drains q: this waits only for room
+			held = true
 		}
 		clear(pending)
 		pending = pending[:0]
@@ -126,10 +146,15 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 				}
 			} else {
 				q <- ackJob{frame: ack}
+				held = true
 			}
 		}
-		if fr.Buffered() == 0 {
+		if held && fr.Buffered() == 0 {
+			// Nothing more to read now: ackLoop writes what it holds.
+			// (With nothing queued there is nothing to write, and no
+			// reason to wake it.)
 			q <- ackJob{flush: true}
+			held = false
 		}
 	}
 }
@@ -189,31 +214,12 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 			if !job.adm.Ready() {
 				flush() // do not hold acks while a commit runs
 			}
-			err := job.adm.Wait()
-			if err != nil && !errors.Is(err, ErrDuplicate) {
-				r.dedup.release(job.key)
-				r.reject(RejectInboxFull)
-				r.observeSettled(job.ev, EventRefused, RejectInboxFull)
-				r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
+			frame, ok := r.settle(st, job, acks)
+			if !ok {
 				stop()
 				continue
 			}
-			r.dedup.commit(job.key)
-			if err != nil { // stored before (a restart emptied our memory of it)
-				r.duplicates.Add(1)
-				r.observeSettled(job.ev, EventDuplicate, "")
-			} else {
-				r.accepted.Add(1)
-				r.observeSettled(job.ev, EventReceived, "")
-				st.authed.Store(true) // only new envelopes authenticate
-			}
-			frame, err := r.sealFrame(acks, job.key.from, wire.Ack(job.key.id))
-			if err != nil {
-				r.log.Error("cannot seal ack", "err", err)
-				continue
-			}
 			acks = frame
-			r.acksSent.Add(1)
 		case job.frame != nil:
 			acks = append(acks, job.frame...)
 		}
@@ -221,6 +227,37 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 			flush()
 		}
 	}
+}
+
+// settle waits for an admission's outcome and accounts for it. It
+// appends the ack frame to dst if the envelope is stored (new or stored
+// before); ok false means the admission was refused and the connection
+// must stop.
+func (r *Router) settle(st *inConn, job ackJob, dst []byte) (frame []byte, ok bool) {
+	err := job.adm.Wait()
+	if err != nil && !errors.Is(err, ErrDuplicate) {
+		r.dedup.release(job.key)
+		r.reject(RejectInboxFull)
+		r.observeSettled(job.ev, EventRefused, RejectInboxFull)
+		r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
+		return dst, false
+	}
+	r.dedup.commit(job.key)
+	if err != nil { // stored before (a restart emptied our memory of it)
+		r.duplicates.Add(1)
+		r.observeSettled(job.ev, EventDuplicate, "")
+	} else {
+		r.accepted.Add(1)
+		r.observeSettled(job.ev, EventReceived, "")
+		st.authed.Store(true) // only new envelopes authenticate
+	}
+	frame, err = r.sealFrame(dst, job.key.from, wire.Ack(job.key.id))
+	if err != nil {
+		r.log.Error("cannot seal ack", "err", err)
+		return dst, true
+	}
+	r.acksSent.Add(1)
+	return frame, true
 }
 
 // PairingByte starts a pairing exchange (trust/pair's Magic). An envelope

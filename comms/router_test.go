@@ -627,3 +627,97 @@ func TestDedupWindow(t *testing.T) {
 		t.Fatalf("window broken: ring %d, seen %d", len(d.ring), len(d.seen))
 	}
 }
+
+// TestBadAckFromPeer: on our outbound connection, an ack is routed to its
+// sender before its signature is checked (the sender checks it). Whatever
+// the peer answers, a send succeeds only on a genuine ack of its envelope.
+func TestBadAckFromPeer(t *testing.T) {
+	checkGoroutines(t)
+	peerKP, _ := identity.GenerateKeypair()
+	other, _ := identity.GenerateKeypair()
+	me, _ := identity.GenerateKeypair()
+	ackFrame := func(signer *identity.Keypair, to identity.PeerID, of identity.UUID, corrupt bool) []byte {
+		ack, err := wire.Seal(signer, identity.NewUUID(), to, wire.Ack(of))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if signer != peerKP {
+			ack.From = peerKP.ID() // claims to be the peer
+		}
+		if corrupt {
+			ack.Sig[7] ^= 1
+		}
+		b, err := ack.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := transport.AppendFrame(nil, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for _, tc := range []struct {
+		name   string
+		answer func(e wire.Envelope) []byte
+		ok     bool
+	}{
+		{"genuine", func(e wire.Envelope) []byte { return ackFrame(peerKP, e.From, e.ID, false) }, true},
+		{"corrupted signature", func(e wire.Envelope) []byte { return ackFrame(peerKP, e.From, e.ID, true) }, false},
+		{"signed by another key", func(e wire.Envelope) []byte { return ackFrame(other, e.From, e.ID, false) }, false},
+		{"garbage", func(wire.Envelope) []byte { return []byte{0, 0, 0, 3, 0xff, 0xff, 0xff} }, false},
+		{"another id first", func(e wire.Envelope) []byte {
+			return append(ackFrame(peerKP, e.From, identity.NewUUID(), false), ackFrame(peerKP, e.From, e.ID, false)...)
+		}, true},
+		{"forged, then genuine", func(e wire.Envelope) []byte {
+			return append(ackFrame(peerKP, e.From, e.ID, true), ackFrame(peerKP, e.From, e.ID, false)...)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, addr := listenOn(t, "uds")
+			defer ln.Close()
+			l, err := trust.New(trust.Peer{Name: "peer", ID: peerKP.ID(), Addr: addr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := New(me, l, Options{AckTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				payload, err := transport.ReadFrame(c, 0)
+				if err != nil {
+					return
+				}
+				e, err := wire.Open(payload)
+				if err != nil {
+					return
+				}
+				c.Write(tc.answer(e))
+				transport.ReadFrame(c, 0) // hold the connection until the sender drops it
+			}()
+			_, err = r.SendMessage(ctxT(t), "peer", "hello")
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("send: %v", err)
+				}
+			} else {
+				var poe *PeerOfflineError
+				if !errors.As(err, &poe) || poe.Reason != OfflineBadAck {
+					t.Fatalf("send: %v, want a PeerOfflineError for an invalid ack", err)
+				}
+			}
+			r.Close()
+			<-served
+		})
+	}
+}

@@ -439,7 +439,7 @@ type outConn struct {
 	wq chan outFrame // frames to write; bounded, senders block with their ctx
 
 	mu       sync.Mutex // guards pending, err, acks
-	pending  map[identity.UUID]chan error
+	pending  map[identity.UUID]chan ackResult
 	err      error
 	acks     int
 	lastAck  time.Time
@@ -451,8 +451,31 @@ type outConn struct {
 }
 
 func newOutConn(l *link, c net.Conn) *outConn {
-	return &outConn{l: l, c: c, wq: make(chan outFrame, writeQueueLen), pending: map[identity.UUID]chan error{},
+	return &outConn{l: l, c: c, wq: make(chan outFrame, writeQueueLen), pending: map[identity.UUID]chan ackResult{},
 		firstAck: make(chan struct{}), done: make(chan struct{}), bw: bufio.NewWriterSize(c, 16<<10)}
+}
+
+// ackResult settles a send waiting for its ack: err, or the ack. An ack
+// read from this connection arrives decoded but not verified: the sender
+// verifies it on its own goroutine, so with many envelopes in flight the
+// acks' signatures are checked in parallel, not one after another on the
+// reader. (Acks arriving on an inbound connection were verified there.)
+type ackResult struct {
+	unverified *wire.Envelope // nil: nothing left to verify
+	err        error
+}
+
+// settle turns a send's ackResult into its outcome. An ack whose signature
+// does not verify ends the connection, as any bad frame from the peer does.
+func (oc *outConn) settle(r ackResult) error {
+	if r.err != nil {
+		return r.err
+	}
+	if r.unverified != nil && r.unverified.Verify() != nil {
+		oc.fail(errBadAck)
+		return fmt.Errorf("%w: bad signature", errBadAck)
+	}
+	return nil
 }
 
 // outFrame is a frame queued for writing. written, if set, receives the
@@ -479,9 +502,9 @@ func (oc *outConn) isDone() bool {
 // send queues frame and, if wantAck, waits for the matching ack. It calls
 // queued once the frame is in the connection's write queue.
 func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, queued func(), inline bool) error {
-	var ch chan error
+	var ch chan ackResult
 	if wantAck {
-		ch = make(chan error, 1)
+		ch = make(chan ackResult, 1)
 		// Until a new connection has carried its first ack, it carries one
 		// envelope at a time: a peer that reads one envelope per
 		// connection then shows itself cleanly (closed after an ack, with
@@ -523,8 +546,8 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 		}
 		queued()
 		select {
-		case err := <-ch:
-			return err
+		case r := <-ch:
+			return oc.settle(r)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -565,8 +588,8 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 		}
 	}
 	select {
-	case err := <-ch:
-		return err
+	case r := <-ch:
+		return oc.settle(r)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -649,14 +672,14 @@ func (oc *outConn) readLoop() {
 			oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
 			return
 		}
-		e, err := wire.Open(payload)
+		e, err := wire.Decode(payload)
 		if err != nil || e.To != oc.l.r.self || e.From != oc.l.peer.ID {
 			// A peer that sends garbage on our connection loses it.
 			oc.fail(errBadAck)
 			return
 		}
 		if e.Kind.Type() == wire.TypeAck {
-			oc.ackArrived(e)
+			oc.routeAck(&e, false) // its sender verifies it
 			continue
 		}
 		// The peer sent us something else on our connection: treat it as
@@ -677,8 +700,13 @@ func (oc *outConn) readLoop() {
 	}
 }
 
-func (oc *outConn) ackArrived(e wire.Envelope) {
-	if oc.l.validAck(e) != nil {
+// ackArrived routes an ack verified elsewhere (on an inbound connection).
+func (oc *outConn) ackArrived(e wire.Envelope) { oc.routeAck(&e, true) }
+
+// routeAck hands an ack to the send waiting for it; verified says whether
+// its signature was checked already (if not, the sender checks it).
+func (oc *outConn) routeAck(e *wire.Envelope, verified bool) {
+	if oc.l.validAck(*e) != nil {
 		return
 	}
 	id, _ := e.Kind.InReplyTo()
@@ -694,7 +722,11 @@ func (oc *outConn) ackArrived(e wire.Envelope) {
 	}
 	oc.mu.Unlock()
 	if ch != nil {
-		ch <- nil
+		r := ackResult{}
+		if !verified {
+			r.unverified = e
+		}
+		ch <- r
 	}
 }
 
@@ -710,7 +742,7 @@ func (oc *outConn) fail(err error) {
 	}
 	oc.err = err
 	pending := oc.pending
-	oc.pending = map[identity.UUID]chan error{}
+	oc.pending = map[identity.UUID]chan ackResult{}
 	// The link learns the outcome before any sender does, so a sender
 	// that retries already sees the link's new mode. (Lock order: an
 	// outConn's mu before its link's; nothing takes them the other way.)
@@ -720,6 +752,6 @@ func (oc *outConn) fail(err error) {
 	oc.mu.Unlock()
 	oc.c.Close()
 	for _, ch := range pending {
-		ch <- err
+		ch <- ackResult{err: err}
 	}
 }
