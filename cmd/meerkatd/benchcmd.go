@@ -95,6 +95,13 @@ Anchors:
                     decode+verify the ack (µs). Crypto ceiling = cores / this.
   anchor_pingpong   200-byte 4-byte-length-prefixed frames echoed by another
                     process over the transport, no crypto (p50 µs)
+  anchor_raw_sequential  the crypto of one exchange (sign, verify, sign, verify the
+                    real signing input) between this process and the echo process
+                    over the transport, with no other code between: what two
+                    processes reach at all on this machine (p50, p99 µs)
+  anchor_raw_pipelined   the same with 128 in flight: signing goroutines, one
+                    verifying reader, the echo process verifying and signing in
+                    order (exchanges/s; CPU µs per exchange of both processes)
 
 Scenarios (per transport; the node keeps its inbox in memory unless said):
   sequential        send a message, wait for its ack, repeat (p50, p99 µs)
@@ -125,10 +132,15 @@ Checks (targets of issue 6; ratios per repetition, then the median):
   With --nats PATH (the bench/nats binary; TCP): sequential p50 <= 0.6 x NATS
   p50, pipelined >= 1.0 x NATS. Without --nats those checks are omitted.
 
---only runs some scenario groups (the anchors always run): sequential,
-pipelined, closed_loop_16, conn_per_msg, flood (both floods), durable,
-resources (startup and both RSS figures); flood and durable bring
-pipelined, their reference. Checks whose figures were not run are left out.
+--only runs some scenario groups (the anchors always run, the raw ones
+with sequential and pipelined): sequential, pipelined, closed_loop_16,
+conn_per_msg, flood (both floods), durable, resources (startup and both
+RSS figures); flood and durable bring pipelined, their reference. Checks
+whose figures were not run are left out.
+
+sequential and pipelined also print vs_raw: their figure over the raw
+anchor's (p50 / raw p50; exchanges/s / raw exchanges/s). It is not a
+target of the issue, it shows how much of a miss is this machine's.
 
 Output: a table, or with --json one JSON object per scenario per line.
 --gate exits 1 (failed checks on stderr) when a check fails; otherwise the
@@ -262,6 +274,8 @@ const (
 	scAnchorVerify  = "anchor_verify"
 	scAnchorExch    = "anchor_exchange"
 	scAnchorPing    = "anchor_pingpong"
+	scAnchorRawSeq  = "anchor_raw_sequential"
+	scAnchorRawPipe = "anchor_raw_pipelined"
 	scSequential    = "sequential"
 	scPipelined     = "pipelined"
 	scClosedLoop    = "closed_loop_16"
@@ -290,6 +304,7 @@ const (
 	mMS      = "ms"
 	mUS      = "us"
 	mRefused = "refused_per_s"
+	mVsRaw   = "vs_raw" // meerkatd's figure / the raw crypto anchor's (p50: lower is better; rate: higher)
 	// Not printed: what the flood checks need per repetition.
 	mRefusedOK = "_refused_as_reason" // node's count for the reason / attempts
 	mWrong     = "_wrong_outcome"     // acked or refused for another reason
@@ -302,14 +317,15 @@ func (b *benchRun) run(ctx context.Context) (*benchResults, error) {
 	if b.opts.warmup {
 		total++
 	}
-	echoes := map[string]transport.Addr{}
+	echoes := map[string]*benchChild{}
+	echoAddrs := map[string]transport.Addr{}
 	for _, tr := range b.opts.transports {
 		c, a, err := b.startEcho(tr)
 		if err != nil {
 			return nil, fmt.Errorf("ping-pong echo server: %w", err)
 		}
 		defer c.kill()
-		echoes[tr] = a
+		echoes[tr], echoAddrs[tr] = c, a
 	}
 	for rep := range total {
 		rec := res
@@ -318,7 +334,7 @@ func (b *benchRun) run(ctx context.Context) (*benchResults, error) {
 			rec, label = newBenchResults(), "warm-up"
 		}
 		fmt.Fprintf(b.log, "bench: %s\n", label)
-		if err := b.repetition(ctx, rec, echoes); err != nil {
+		if err := b.repetition(ctx, rec, echoes, echoAddrs); err != nil {
 			return nil, err
 		}
 	}
@@ -336,7 +352,7 @@ func btoi(v bool) int {
 }
 
 // repetition runs every scenario once.
-func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map[string]transport.Addr) error {
+func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map[string]*benchChild, echoAddrs map[string]transport.Addr) error {
 	sign, verify, exch, err := b.anchors()
 	if err != nil {
 		return fmt.Errorf("anchors: %w", err)
@@ -352,13 +368,32 @@ func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map
 	}
 	for _, tr := range b.opts.transports {
 		mem := config.StoreMemory
-		pp, err := b.pingPong(ctx, echoes[tr])
+		pp, err := b.pingPong(ctx, echoAddrs[tr])
 		if err := step(tr, scAnchorPing, err); err != nil {
 			return err
 		}
 		rec.add(implMeerkatd, scAnchorPing, tr, inboxNone, mP50, pp)
-
 		o := b.opts
+		var rawSeq float64
+		if o.want("sequential") {
+			p50, p99, err := b.rawSequential(ctx, echoAddrs[tr])
+			if err := step(tr, scAnchorRawSeq, err); err != nil {
+				return err
+			}
+			rec.add(implMeerkatd, scAnchorRawSeq, tr, inboxNone, mP50, p50)
+			rec.add(implMeerkatd, scAnchorRawSeq, tr, inboxNone, mP99, p99)
+			rawSeq = p50
+		}
+		var rawPipe loadResult
+		if o.want("pipelined") {
+			rawPipe, err = b.rawPipelined(ctx, echoAddrs[tr], echoes[tr].pid())
+			if err := step(tr, scAnchorRawPipe, err); err != nil {
+				return err
+			}
+			rec.add(implMeerkatd, scAnchorRawPipe, tr, inboxNone, mRate, rawPipe.perS)
+			rec.add(implMeerkatd, scAnchorRawPipe, tr, inboxNone, mCPU, rawPipe.cpuPerEx)
+		}
+
 		if o.want("sequential") {
 			p50, p99, err := b.sequential(ctx, tr)
 			if err := step(tr, scSequential, err); err != nil {
@@ -366,6 +401,7 @@ func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map
 			}
 			rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
 			rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
+			rec.add(implMeerkatd, scSequential, tr, mem, mVsRaw, p50/rawSeq)
 		}
 
 		var pipe loadResult
@@ -376,6 +412,7 @@ func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map
 			}
 			rec.add(implMeerkatd, scPipelined, tr, mem, mRate, pipe.perS)
 			rec.add(implMeerkatd, scPipelined, tr, mem, mCPU, pipe.cpuPerEx)
+			rec.add(implMeerkatd, scPipelined, tr, mem, mVsRaw, pipe.perS/rawPipe.perS)
 		}
 
 		if o.want("closed_loop_16") {

@@ -502,7 +502,8 @@ func (b *benchRun) startEcho(network string) (*benchChild, transport.Addr, error
 
 // runBenchEcho is `meerkatd bench echo uds|tcp PATH|HOST:PORT` (internal):
 // it echoes 4-byte length-prefixed frames on every connection, prints its
-// address, and exits when stdin closes.
+// address, and exits when stdin closes. A connection whose first frame is
+// a raw hello gets the raw crypto anchors' server instead (benchraw.go).
 func runBenchEcho(e *env, args []string) error {
 	if len(args) != 2 || (args[0] != transport.SchemeUDS && args[0] != transport.SchemeTCP) {
 		return fmt.Errorf("%w: bench echo uds|tcp ADDRESS", errUsage)
@@ -530,9 +531,15 @@ func runBenchEcho(e *env, args []string) error {
 			defer c.Close()
 			r := bufio.NewReader(c)
 			buf := make([]byte, 0, 4096)
-			for {
+			for first := true; ; first = false {
 				payload, err := transport.ReadFrame(r, 0)
 				if err != nil {
+					return
+				}
+				if key, ok := isRawHello(payload); ok && first {
+					if err := serveRawCrypto(c, r, key); err != nil {
+						fmt.Fprintf(e.stderr, "bench echo: %v\n", err)
+					}
 					return
 				}
 				if buf, err = transport.AppendFrame(buf[:0], payload); err != nil {

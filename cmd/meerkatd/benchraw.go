@@ -1,0 +1,289 @@
+package main
+
+// The raw crypto anchors of `meerkatd bench`: the crypto of an exchange
+// (sign, verify, sign, verify) between the bench and its echo process with
+// as little code as possible between, no envelopes, no inbox, no
+// bookkeeping. They show what two processes on this machine reach at all,
+// in the same run: on a shared VM the crypto runs slower when the two
+// processes wake each other than in the one-goroutine exchange anchor.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+)
+
+// rawHello starts a crypto connection to the echo process: the frame is
+// rawHello followed by the client's 32-byte public key; the echo process
+// answers with its own.
+var rawHello = []byte("meerkatd-bench-raw/1 ")
+
+// rawSigned is a raw crypto frame's payload: a 64-byte Ed25519 signature
+// followed by the signed bytes.
+func rawSigned(dst []byte, priv ed25519.PrivateKey, msg []byte) ([]byte, error) {
+	dst, start := transport.StartFrame(dst)
+	dst = append(dst, ed25519.Sign(priv, msg)...)
+	dst = append(dst, msg...)
+	return dst, transport.FinishFrame(dst, start)
+}
+
+// rawOpen checks a raw crypto payload's signature under pub and returns
+// the signed bytes.
+func rawOpen(pub ed25519.PublicKey, payload []byte) ([]byte, error) {
+	if len(payload) < ed25519.SignatureSize {
+		return nil, errors.New("raw frame too short")
+	}
+	msg := payload[ed25519.SignatureSize:]
+	if !ed25519.Verify(pub, msg, payload[:ed25519.SignatureSize]) {
+		return nil, errors.New("raw frame: bad signature")
+	}
+	return msg, nil
+}
+
+// serveRawCrypto is the echo process's side of a crypto connection whose
+// hello (the client's key) was read: it answers each frame, in order, with
+// its own signature of the same bytes once the client's verifies, writing
+// when nothing more is buffered.
+func serveRawCrypto(c net.Conn, r *bufio.Reader, clientKey []byte) error {
+	if len(clientKey) != ed25519.PublicKeySize {
+		return errors.New("raw hello: bad key")
+	}
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(c, 64<<10)
+	hello, err := transport.AppendFrame(nil, pub)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Write(hello); err != nil {
+		return err
+	}
+	var out []byte
+	for {
+		payload, err := transport.ReadFrame(r, 0)
+		if err != nil {
+			return nil
+		}
+		msg, err := rawOpen(clientKey, payload)
+		if err != nil {
+			return err
+		}
+		if out, err = rawSigned(out[:0], priv, msg); err != nil {
+			return err
+		}
+		w.Write(out)
+		if r.Buffered() == 0 {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// rawConn is the bench's side of a crypto connection to the echo process.
+type rawConn struct {
+	c         net.Conn
+	priv      ed25519.PrivateKey
+	serverKey ed25519.PublicKey
+	msg       []byte // the signing input of a real message envelope
+}
+
+func (b *benchRun) dialRaw(ctx context.Context, a transport.Addr) (*rawConn, error) {
+	kp := b.peers[0]
+	e, err := wire.Seal(kp, identity.NewUUID(), b.peers[1].ID(), wire.Message(benchBody))
+	if err != nil {
+		return nil, err
+	}
+	msg, err := e.AppendSignable(nil)
+	if err != nil {
+		return nil, err
+	}
+	c, err := transport.Dial(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	rc := &rawConn{c: c, priv: ed25519.NewKeyFromSeed(kp.Seed()), msg: msg}
+	id := kp.ID()
+	hello, err := transport.AppendFrame(nil, append(bytes.Clone(rawHello), id[:]...))
+	if err == nil {
+		c.SetDeadline(time.Now().Add(benchAckTimeout))
+		_, err = c.Write(hello)
+	}
+	var key []byte
+	if err == nil {
+		key, err = transport.ReadFrame(c, 0)
+	}
+	if err == nil && len(key) != ed25519.PublicKeySize {
+		err = errors.New("raw hello: bad key from the echo process")
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	rc.serverKey = key
+	return rc, nil
+}
+
+// rawSequential is anchor_raw_sequential: sign, write, read the answer,
+// verify it, one at a time; p50 and p99 in µs.
+func (b *benchRun) rawSequential(ctx context.Context, a transport.Addr) (p50, p99 float64, err error) {
+	rc, err := b.dialRaw(ctx, a)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rc.c.Close()
+	rc.c.SetDeadline(time.Now().Add(time.Minute))
+	r := bufio.NewReader(rc.c)
+	var frame []byte
+	lat := make([]time.Duration, 0, b.opts.msgs)
+	for i := range b.opts.msgs + b.opts.msgs/10 {
+		t0 := time.Now()
+		if frame, err = rawSigned(frame[:0], rc.priv, rc.msg); err != nil {
+			return 0, 0, err
+		}
+		if _, err := rc.c.Write(frame); err != nil {
+			return 0, 0, err
+		}
+		payload, err := transport.ReadFrame(r, 0)
+		if err != nil {
+			return 0, 0, err
+		}
+		if _, err := rawOpen(rc.serverKey, payload); err != nil {
+			return 0, 0, err
+		}
+		if i >= b.opts.msgs/10 { // the first tenth warms up
+			lat = append(lat, time.Since(t0))
+		}
+		if ctx.Err() != nil {
+			return 0, 0, ctx.Err()
+		}
+	}
+	return percentileUS(lat, 0.50), percentileUS(lat, 0.99), nil
+}
+
+// rawPipelined is anchor_raw_pipelined: inFlight goroutines sign and
+// write, one reader verifies the answers; exchanges/s and CPU µs per
+// exchange of both processes, over the same warm-in and window as the
+// pipelined scenario.
+func (b *benchRun) rawPipelined(ctx context.Context, a transport.Addr, echoPID int) (loadResult, error) {
+	rc, err := b.dialRaw(ctx, a)
+	if err != nil {
+		return loadResult{}, err
+	}
+	rc.c.SetDeadline(time.Time{})
+	var (
+		done    atomic.Int64
+		wmu     sync.Mutex
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		failure error
+	)
+	quit := make(chan struct{})
+	fail := func(err error) {
+		errOnce.Do(func() {
+			failure = err
+			close(quit)
+		})
+	}
+	slots := make(chan struct{}, b.opts.inFlight)
+	wg.Go(func() {
+		r := bufio.NewReaderSize(rc.c, 64<<10)
+		for {
+			payload, err := transport.ReadFrame(r, 0)
+			if err == nil {
+				_, err = rawOpen(rc.serverKey, payload)
+			}
+			if err != nil {
+				fail(err)
+				return
+			}
+			done.Add(1)
+			<-slots
+		}
+	})
+	for range b.opts.inFlight {
+		wg.Go(func() {
+			var frame []byte
+			for {
+				select {
+				case slots <- struct{}{}:
+				case <-quit:
+					return
+				}
+				var err error
+				if frame, err = rawSigned(frame[:0], rc.priv, rc.msg); err == nil {
+					wmu.Lock()
+					_, err = rc.c.Write(frame)
+					wmu.Unlock()
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+			}
+		})
+	}
+	finish := func() error {
+		fail(errStopped)
+		rc.c.Close()
+		wg.Wait()
+		if errors.Is(failure, errStopped) {
+			return ctx.Err()
+		}
+		return fmt.Errorf("raw pipelined: %w", failure)
+	}
+	sleepCtx(ctx, min(b.opts.duration/4, 500*time.Millisecond))
+	waitMore(ctx, func() bool {
+		select {
+		case <-quit:
+			return true
+		default:
+			return done.Load() > 0
+		}
+	})
+	c0 := selfCPU()
+	e0, err0 := procCPU(echoPID)
+	d0, t0 := done.Load(), time.Now()
+	sleepCtx(ctx, b.opts.duration)
+	waitMore(ctx, func() bool { return done.Load() > d0 })
+	c1 := selfCPU()
+	e1, err1 := procCPU(echoPID)
+	d1, el := done.Load(), time.Since(t0)
+	if err := finish(); err != nil {
+		return loadResult{}, err
+	}
+	if err := errors.Join(err0, err1); err != nil {
+		return loadResult{}, fmt.Errorf("echo process CPU: %w", err)
+	}
+	ex := d1 - d0
+	if ex <= 0 {
+		return loadResult{}, errors.New("raw pipelined: no exchange completed in the measured window")
+	}
+	return loadResult{
+		perS:     float64(ex) / el.Seconds(),
+		cpuPerEx: float64((c1-c0)+(e1-e0)) / 1e3 / float64(ex),
+	}, nil
+}
+
+// errStopped ends the raw pipelined run's goroutines.
+var errStopped = errors.New("stopped")
+
+// isRawHello reports whether a connection's first frame starts a crypto
+// connection, and returns the client's key.
+func isRawHello(payload []byte) ([]byte, bool) {
+	key, ok := bytes.CutPrefix(payload, rawHello)
+	return key, ok
+}
