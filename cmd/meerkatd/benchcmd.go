@@ -324,7 +324,7 @@ func (b *benchRun) run(ctx context.Context) (*benchResults, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ping-pong echo server: %w", err)
 		}
-		defer c.kill()
+		defer c.finish()
 		echoes[tr], echoAddrs[tr] = c, a
 	}
 	for rep := range total {

@@ -127,9 +127,10 @@ func (b *benchRun) path(prefix string) string {
 
 // benchChild is a child process and the channel closed when it exited.
 type benchChild struct {
-	b    *benchRun
-	cmd  *exec.Cmd
-	done chan struct{}
+	b     *benchRun
+	cmd   *exec.Cmd
+	done  chan struct{}
+	stdin io.Closer // the echo process ends when it closes
 }
 
 // startChild starts cmd, registered for cleanup, and then closes
@@ -174,6 +175,19 @@ func (c *benchChild) stop() {
 		<-c.done
 	}
 	c.forget()
+}
+
+// finish ends the echo process by closing its stdin, so that it exits on
+// its own (and writes its profile under MEERKATD_CPUPROFILE), with
+// SIGKILL after a bound.
+func (c *benchChild) finish() {
+	c.stdin.Close()
+	select {
+	case <-c.done:
+		c.forget()
+	case <-time.After(benchStopTimeout):
+		c.kill()
+	}
 }
 
 func (c *benchChild) kill() {
@@ -486,7 +500,7 @@ func (b *benchRun) startEcho(network string) (*benchChild, transport.Addr, error
 	if err != nil {
 		return nil, a, err
 	}
-	_ = stdin // closed by Wait, after the child is killed
+	c.stdin = stdin
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		c.kill()
