@@ -102,6 +102,7 @@ Anchors:
   anchor_raw_pipelined   the same with 128 in flight: signing goroutines, one
                     verifying reader, the echo process verifying and signing in
                     order (exchanges/s; CPU µs per exchange of both processes)
+  anchor_raw_closed_loop_16  16 connections, one raw exchange at a time each
 
 Scenarios (per transport; the node keeps its inbox in memory unless said):
   sequential        send a message, wait for its ack, repeat (p50, p99 µs)
@@ -132,14 +133,14 @@ Checks (targets of issue 6; ratios per repetition, then the median):
   With --nats PATH (the bench/nats binary; TCP): sequential p50 <= 0.6 x NATS
   p50, pipelined >= 1.0 x NATS. Without --nats those checks are omitted.
 
---only runs some scenario groups (the anchors always run, the raw ones
-with sequential and pipelined): sequential, pipelined, closed_loop_16,
+--only runs some scenario groups (the anchors always run, each raw one
+with its scenario): sequential, pipelined, closed_loop_16,
 conn_per_msg, flood (both floods), durable, resources (startup and both
 RSS figures); flood and durable bring pipelined, their reference. Checks
 whose figures were not run are left out.
 
-sequential and pipelined also print vs_raw: their figure over the raw
-anchor's (p50 / raw p50; exchanges/s / raw exchanges/s). It is not a
+sequential, pipelined and closed_loop_16 also print vs_raw: their figure
+over the raw anchor's (p50 / raw p50; exchanges/s / raw exchanges/s). It is not a
 target of the issue, it shows how much of a miss is this machine's.
 
 Output: a table, or with --json one JSON object per scenario per line.
@@ -276,6 +277,7 @@ const (
 	scAnchorPing    = "anchor_pingpong"
 	scAnchorRawSeq  = "anchor_raw_sequential"
 	scAnchorRawPipe = "anchor_raw_pipelined"
+	scAnchorRawLoop = "anchor_raw_closed_loop_16"
 	scSequential    = "sequential"
 	scPipelined     = "pipelined"
 	scClosedLoop    = "closed_loop_16"
@@ -416,12 +418,19 @@ func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map
 		}
 
 		if o.want("closed_loop_16") {
+			raw, err := b.rawClosedLoop(ctx, echoAddrs[tr], echoes[tr].pid())
+			if err := step(tr, scAnchorRawLoop, err); err != nil {
+				return err
+			}
+			rec.add(implMeerkatd, scAnchorRawLoop, tr, inboxNone, mRate, raw.perS)
+			rec.add(implMeerkatd, scAnchorRawLoop, tr, inboxNone, mCPU, raw.cpuPerEx)
 			loop, err := b.load(ctx, tr, mem, closedLoopPeers, 1, nil)
 			if err := step(tr, scClosedLoop, err); err != nil {
 				return err
 			}
 			rec.add(implMeerkatd, scClosedLoop, tr, mem, mRate, loop.perS)
 			rec.add(implMeerkatd, scClosedLoop, tr, mem, mCPU, loop.cpuPerEx)
+			rec.add(implMeerkatd, scClosedLoop, tr, mem, mVsRaw, loop.perS/raw.perS)
 		}
 
 		if o.want("conn_per_msg") {

@@ -174,6 +174,76 @@ func (b *benchRun) rawSequential(ctx context.Context, a transport.Addr) (p50, p9
 	return percentileUS(lat, 0.50), percentileUS(lat, 0.99), nil
 }
 
+// rawRun is the shared state of a raw throughput anchor's goroutines.
+type rawRun struct {
+	done    atomic.Int64
+	wg      sync.WaitGroup
+	errOnce sync.Once
+	failure error
+	quit    chan struct{} // closed by fail
+}
+
+func newRawRun() *rawRun { return &rawRun{quit: make(chan struct{})} }
+
+// fail stops every goroutine of the run; the first error is kept.
+func (rr *rawRun) fail(err error) {
+	rr.errOnce.Do(func() {
+		rr.failure = err
+		close(rr.quit)
+	})
+}
+
+func (rr *rawRun) failed() bool {
+	select {
+	case <-rr.quit:
+		return true
+	default:
+		return false
+	}
+}
+
+// measure waits out the warm-in and the window of a throughput scenario
+// while the run's goroutines count exchanges, then stops them (closing
+// conns) and returns exchanges/s and CPU µs per exchange of this process
+// and echoPID.
+func (b *benchRun) measure(ctx context.Context, rr *rawRun, echoPID int, conns []*rawConn) (loadResult, error) {
+	stop := func() error {
+		rr.fail(errStopped)
+		for _, rc := range conns {
+			rc.c.Close()
+		}
+		rr.wg.Wait()
+		if errors.Is(rr.failure, errStopped) {
+			return ctx.Err()
+		}
+		return rr.failure
+	}
+	sleepCtx(ctx, min(b.opts.duration/4, 500*time.Millisecond))
+	waitMore(ctx, func() bool { return rr.done.Load() > 0 || rr.failed() })
+	c0 := selfCPU()
+	e0, err0 := procCPU(echoPID)
+	d0, t0 := rr.done.Load(), time.Now()
+	sleepCtx(ctx, b.opts.duration)
+	waitMore(ctx, func() bool { return rr.done.Load() > d0 || rr.failed() })
+	c1 := selfCPU()
+	e1, err1 := procCPU(echoPID)
+	d1, el := rr.done.Load(), time.Since(t0)
+	if err := stop(); err != nil {
+		return loadResult{}, err
+	}
+	if err := errors.Join(err0, err1); err != nil {
+		return loadResult{}, fmt.Errorf("echo process CPU: %w", err)
+	}
+	ex := d1 - d0
+	if ex <= 0 {
+		return loadResult{}, errors.New("no exchange completed in the measured window")
+	}
+	return loadResult{
+		perS:     float64(ex) / el.Seconds(),
+		cpuPerEx: float64((c1-c0)+(e1-e0)) / 1e3 / float64(ex),
+	}, nil
+}
+
 // rawPipelined is anchor_raw_pipelined: inFlight goroutines sign and
 // write, one reader verifies the answers; exchanges/s and CPU µs per
 // exchange of both processes, over the same warm-in and window as the
@@ -184,22 +254,10 @@ func (b *benchRun) rawPipelined(ctx context.Context, a transport.Addr, echoPID i
 		return loadResult{}, err
 	}
 	rc.c.SetDeadline(time.Time{})
-	var (
-		done    atomic.Int64
-		wmu     sync.Mutex
-		wg      sync.WaitGroup
-		errOnce sync.Once
-		failure error
-	)
-	quit := make(chan struct{})
-	fail := func(err error) {
-		errOnce.Do(func() {
-			failure = err
-			close(quit)
-		})
-	}
+	rr := newRawRun()
+	var wmu sync.Mutex
 	slots := make(chan struct{}, b.opts.inFlight)
-	wg.Go(func() {
+	rr.wg.Go(func() {
 		r := bufio.NewReaderSize(rc.c, 64<<10)
 		for {
 			payload, err := transport.ReadFrame(r, 0)
@@ -207,20 +265,20 @@ func (b *benchRun) rawPipelined(ctx context.Context, a transport.Addr, echoPID i
 				_, err = rawOpen(rc.serverKey, payload)
 			}
 			if err != nil {
-				fail(err)
+				rr.fail(err)
 				return
 			}
-			done.Add(1)
+			rr.done.Add(1)
 			<-slots
 		}
 	})
 	for range b.opts.inFlight {
-		wg.Go(func() {
+		rr.wg.Go(func() {
 			var frame []byte
 			for {
 				select {
 				case slots <- struct{}{}:
-				case <-quit:
+				case <-rr.quit:
 					return
 				}
 				var err error
@@ -230,52 +288,67 @@ func (b *benchRun) rawPipelined(ctx context.Context, a transport.Addr, echoPID i
 					wmu.Unlock()
 				}
 				if err != nil {
-					fail(err)
+					rr.fail(err)
 					return
 				}
 			}
 		})
 	}
-	finish := func() error {
-		fail(errStopped)
-		rc.c.Close()
-		wg.Wait()
-		if errors.Is(failure, errStopped) {
-			return ctx.Err()
+	res, err := b.measure(ctx, rr, echoPID, []*rawConn{rc})
+	if err != nil {
+		return res, fmt.Errorf("raw pipelined: %w", err)
+	}
+	return res, nil
+}
+
+// rawClosedLoop is anchor_raw_closed_loop_16: closedLoopPeers
+// connections, each with one exchange at a time (sign, write, read,
+// verify) on its own goroutine.
+func (b *benchRun) rawClosedLoop(ctx context.Context, a transport.Addr, echoPID int) (loadResult, error) {
+	rr := newRawRun()
+	var conns []*rawConn
+	defer func() {
+		for _, rc := range conns {
+			rc.c.Close()
 		}
-		return fmt.Errorf("raw pipelined: %w", failure)
-	}
-	sleepCtx(ctx, min(b.opts.duration/4, 500*time.Millisecond))
-	waitMore(ctx, func() bool {
-		select {
-		case <-quit:
-			return true
-		default:
-			return done.Load() > 0
+	}()
+	for range closedLoopPeers {
+		rc, err := b.dialRaw(ctx, a)
+		if err != nil {
+			return loadResult{}, err
 		}
-	})
-	c0 := selfCPU()
-	e0, err0 := procCPU(echoPID)
-	d0, t0 := done.Load(), time.Now()
-	sleepCtx(ctx, b.opts.duration)
-	waitMore(ctx, func() bool { return done.Load() > d0 })
-	c1 := selfCPU()
-	e1, err1 := procCPU(echoPID)
-	d1, el := done.Load(), time.Since(t0)
-	if err := finish(); err != nil {
-		return loadResult{}, err
+		rc.c.SetDeadline(time.Time{})
+		conns = append(conns, rc)
 	}
-	if err := errors.Join(err0, err1); err != nil {
-		return loadResult{}, fmt.Errorf("echo process CPU: %w", err)
+	for _, rc := range conns {
+		rr.wg.Go(func() {
+			r := bufio.NewReader(rc.c)
+			var frame []byte
+			for !rr.failed() {
+				var payload []byte
+				var err error
+				if frame, err = rawSigned(frame[:0], rc.priv, rc.msg); err == nil {
+					_, err = rc.c.Write(frame)
+				}
+				if err == nil {
+					payload, err = transport.ReadFrame(r, 0)
+				}
+				if err == nil {
+					_, err = rawOpen(rc.serverKey, payload)
+				}
+				if err != nil {
+					rr.fail(err)
+					return
+				}
+				rr.done.Add(1)
+			}
+		})
 	}
-	ex := d1 - d0
-	if ex <= 0 {
-		return loadResult{}, errors.New("raw pipelined: no exchange completed in the measured window")
+	res, err := b.measure(ctx, rr, echoPID, conns)
+	if err != nil {
+		return res, fmt.Errorf("raw closed loop: %w", err)
 	}
-	return loadResult{
-		perS:     float64(ex) / el.Seconds(),
-		cpuPerEx: float64((c1-c0)+(e1-e0)) / 1e3 / float64(ex),
-	}, nil
+	return res, nil
 }
 
 // errStopped ends the raw pipelined run's goroutines.
