@@ -79,6 +79,18 @@ func (fr *Reader) PeekByte() (byte, error) {
 	return b[0], nil
 }
 
+// FrameBuffered reports whether the next frame is wholly read ahead, so
+// that ReadFrame returns it (or its length error) without reading the
+// stream, hence without blocking.
+func (fr *Reader) FrameBuffered() bool {
+	if fr.br.Buffered() < HeaderSize {
+		return false
+	}
+	hdr, _ := fr.br.Peek(HeaderSize) // buffered: no read
+	n := uint64(binary.BigEndian.Uint32(hdr))
+	return n == 0 || n > uint64(fr.max) || uint64(fr.br.Buffered()-HeaderSize) >= n
+}
+
 // Stream returns the stream as the Reader sees it: the bytes read ahead,
 // then the rest. A connection that turns out to speak something else than
 // frames is handed on with it, so nothing read ahead is lost.

@@ -283,3 +283,109 @@ func FuzzReadFrame(f *testing.F) {
 		}
 	})
 }
+
+// chunkReader returns its chunks one per Read, so a test decides what a
+// Reader has read ahead.
+type chunkReader struct{ chunks [][]byte }
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.chunks[0])
+	c.chunks[0] = c.chunks[0][n:]
+	if len(c.chunks[0]) == 0 {
+		c.chunks = c.chunks[1:]
+	}
+	return n, nil
+}
+
+func TestFrameBuffered(t *testing.T) {
+	frame := func(payload string) []byte {
+		f, err := AppendFrame(nil, []byte(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	two := append(frame("first"), frame("second")...)
+	for _, tc := range []struct {
+		name   string
+		chunk  []byte // what the first Read returns (after one Peek)
+		max    int
+		before bool // FrameBuffered after the Peek
+		after  bool // after reading one frame
+	}{
+		{"nothing", nil, 0, false, false},
+		{"half a header", two[:2], 0, false, false},
+		{"header only", two[:HeaderSize], 0, false, false},
+		{"one byte short", two[:len(frame("first"))-1], 0, false, false},
+		{"exactly one", frame("first"), 0, true, false},
+		{"one and half the next", two[:len(frame("first"))+6], 0, true, false},
+		{"two", two, 0, true, true},
+		{"empty frame", []byte{0, 0, 0, 0}, 0, true, false},
+		{"too large declared", []byte{0, 0, 1, 0, 'x'}, 16, true, false},
+	} {
+		var chunks [][]byte
+		if tc.chunk != nil {
+			chunks = [][]byte{bytes.Clone(tc.chunk)}
+		}
+		fr := NewReader(&chunkReader{chunks: chunks}, tc.max)
+		fr.Peek() // fills the read-ahead with the first chunk
+		if got := fr.FrameBuffered(); got != tc.before {
+			t.Errorf("%s: FrameBuffered = %v, want %v", tc.name, got, tc.before)
+		}
+		if !tc.before {
+			continue
+		}
+		_, err := fr.ReadFrame()
+		if err != nil {
+			continue // a length error: the stream is out of step anyway
+		}
+		if got := fr.FrameBuffered(); got != tc.after {
+			t.Errorf("%s: after one frame, FrameBuffered = %v, want %v", tc.name, got, tc.after)
+		}
+	}
+}
+
+// countingReader counts the Reads that reach it.
+type countingReader struct {
+	r     io.Reader
+	reads int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	c.reads++
+	return c.r.Read(p)
+}
+
+// FuzzFrameBuffered: whenever FrameBuffered reports a whole frame read
+// ahead, ReadFrame returns it (or a length error) without reading the
+// stream.
+func FuzzFrameBuffered(f *testing.F) {
+	f.Add([]byte(hdr(3)+"abc"+hdr(1)+"d"), uint16(0), uint8(5))
+	f.Add([]byte(hdr(2)+"ab"+hdr(0)), uint16(0), uint8(200))
+	f.Add([]byte(hdr(9)+"abc"), uint16(4), uint8(3))
+	f.Fuzz(func(t *testing.T, in []byte, max uint16, first uint8) {
+		// The first Read returns at most `first` bytes, later ones the rest.
+		cut := min(int(first), len(in))
+		cr := &countingReader{r: &chunkReader{chunks: [][]byte{in[:cut], in[cut:]}}}
+		fr := NewReader(cr, int(max))
+		if fr.Peek() != nil {
+			return
+		}
+		for fr.FrameBuffered() {
+			before := cr.reads
+			_, err := fr.ReadFrame()
+			if cr.reads != before {
+				t.Fatalf("ReadFrame read the stream after FrameBuffered (err %v)", err)
+			}
+			if err != nil {
+				if !errors.Is(err, ErrEmptyFrame) && !errors.Is(err, ErrFrameTooLarge) {
+					t.Fatalf("ReadFrame after FrameBuffered: %v", err)
+				}
+				return
+			}
+		}
+	})
+}
