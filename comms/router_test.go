@@ -721,3 +721,140 @@ func TestBadAckFromPeer(t *testing.T) {
 		})
 	}
 }
+
+// rawPeer is a fake peer on one listener: it accepts connections and
+// hands each to the test.
+func rawPeer(t *testing.T) (peerKP *identity.Keypair, r *Router, conns <-chan net.Conn) {
+	t.Helper()
+	peerKP, _ = identity.GenerateKeypair()
+	me, _ := identity.GenerateKeypair()
+	ln, addr := listenOn(t, "uds")
+	l, err := trust.New(trust.Peer{Name: "peer", ID: peerKP.ID(), Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = New(me, l, Options{AckTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			ch <- c
+		}
+	}()
+	t.Cleanup(func() {
+		r.Close()
+		ln.Close()
+	})
+	return peerKP, r, ch
+}
+
+// readEnvelope reads and opens one envelope from the fake peer's side.
+func readEnvelope(t *testing.T, c net.Conn) wire.Envelope {
+	t.Helper()
+	payload, err := transport.ReadFrame(c, 0)
+	if err != nil {
+		t.Fatalf("peer: read: %v", err)
+	}
+	e, err := wire.Open(payload)
+	if err != nil {
+		t.Fatalf("peer: open: %v", err)
+	}
+	return e
+}
+
+func writeEnvelope(t *testing.T, c net.Conn, kp *identity.Keypair, to identity.PeerID, kind wire.Kind) identity.UUID {
+	t.Helper()
+	id := identity.NewUUID()
+	e, err := wire.Seal(kp, id, to, kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := transport.WriteFrame(c, b); err != nil {
+		t.Fatalf("peer: write: %v", err)
+	}
+	return id
+}
+
+// TestOutboundReaders: a send waiting for its ack reads the connection
+// itself when nobody else does, and readLoop takes over once the link is
+// idle. A send cancelled while it reads leaves the connection intact; an
+// idle connection still sees what the peer sends and when it closes.
+func TestOutboundReaders(t *testing.T) {
+	checkGoroutines(t)
+	t.Run("cancel while reading", func(t *testing.T) {
+		peerKP, r, conns := rawPeer(t)
+		ctx, cancel := context.WithCancel(ctxT(t))
+		errc := make(chan error, 1)
+		go func() {
+			_, err := r.SendMessage(ctx, "peer", "first")
+			errc <- err
+		}()
+		c := <-conns
+		first := readEnvelope(t, c) // not answered yet
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled send: %v, want context.Canceled", err)
+		}
+		writeEnvelope(t, c, peerKP, first.From, wire.Ack(first.ID)) // late: nobody waits for it
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.SendMessage(ctxT(t), "peer", "second")
+			done <- err
+		}()
+		second := readEnvelope(t, c) // on the same connection: the stream was left in step
+		writeEnvelope(t, c, peerKP, second.From, wire.Ack(second.ID))
+		if err := <-done; err != nil {
+			t.Fatalf("second send: %v", err)
+		}
+		select {
+		case c2 := <-conns:
+			t.Fatalf("a second connection %v was dialed", c2.LocalAddr())
+		default:
+		}
+	})
+	t.Run("idle connection reads what the peer sends", func(t *testing.T) {
+		peerKP, r, conns := rawPeer(t)
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.SendMessage(ctxT(t), "peer", "hello")
+			done <- err
+		}()
+		c := <-conns
+		e := readEnvelope(t, c)
+		writeEnvelope(t, c, peerKP, e.From, wire.Ack(e.ID))
+		if err := <-done; err != nil {
+			t.Fatalf("send: %v", err)
+		}
+		// Nobody sends now: readLoop must still take the peer's envelope
+		// on this connection and answer it there.
+		id := writeEnvelope(t, c, peerKP, e.From, wire.Message("on your connection"))
+		ack := readEnvelope(t, c)
+		if got, _ := ack.Kind.InReplyTo(); ack.Kind.Type() != wire.TypeAck || got != id {
+			t.Fatalf("answer %v, want the ack of %s", ack.Kind.Type(), id)
+		}
+		if n := r.Inbox().Len(); n != 1 {
+			t.Fatalf("inbox holds %d items, want the peer's message", n)
+		}
+		// The peer closing the idle connection is seen without a send.
+		c.Close()
+		waitFor(t, 10*time.Second, "the link to notice the close", func() bool {
+			r.mu.Lock()
+			lk := r.links[peerKP.ID()]
+			r.mu.Unlock()
+			lk.mu.Lock()
+			defer lk.mu.Unlock()
+			return lk.conn == nil && !lk.oneShot
+		})
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -431,8 +432,9 @@ func (l *link) validAck(e wire.Envelope) error {
 }
 
 // outConn is one persistent outbound connection: a writeLoop that
-// coalesces queued frames into few writes, and a readLoop that matches acks
-// to waiting senders by id.
+// coalesces queued frames into few writes, and readers (the senders
+// waiting for acks, or readLoop when it is idle) that match acks to
+// waiting senders by id.
 type outConn struct {
 	l  *link
 	c  net.Conn
@@ -448,11 +450,30 @@ type outConn struct {
 
 	wmu sync.Mutex    // held while writing: by writeLoop, or a sender writing inline
 	bw  *bufio.Writer // guarded by wmu
+
+	// Reading: whoever holds the read token reads c and hands each ack
+	// to its sender: a sender waiting for its ack when nobody else
+	// reads (so a lone send needs no other goroutine), or readLoop once
+	// the connection has been idle for idleRead (so that the peer closing
+	// it, or sending us something, is seen then).
+	rtok     chan struct{}     // holds the token while nobody reads
+	fr       *transport.Reader // used by the token's holder only
+	lastWait atomic.Int64      // Unix ns when a send last began to wait for an ack
+	dlmu     sync.Mutex        // orders read-deadline changes
+	readSess uint64            // guarded by dlmu: a context's late deadline change is ignored
 }
 
+// idleRead is how long an outbound connection goes without a send
+// waiting for an ack before readLoop takes over reading it.
+const idleRead = 50 * time.Millisecond
+
 func newOutConn(l *link, c net.Conn) *outConn {
-	return &outConn{l: l, c: c, wq: make(chan outFrame, writeQueueLen), pending: map[identity.UUID]chan ackResult{},
-		firstAck: make(chan struct{}), done: make(chan struct{}), bw: bufio.NewWriterSize(c, 16<<10)}
+	oc := &outConn{l: l, c: c, wq: make(chan outFrame, writeQueueLen), pending: map[identity.UUID]chan ackResult{},
+		firstAck: make(chan struct{}), done: make(chan struct{}), bw: bufio.NewWriterSize(c, 16<<10),
+		rtok: make(chan struct{}, 1), fr: transport.NewReader(c, l.r.opts.MaxMessageBytes)}
+	oc.rtok <- struct{}{}
+	oc.lastWait.Store(time.Now().UnixNano())
+	return oc
 }
 
 // ackResult settles a send waiting for its ack: err, or the ack. An ack
@@ -545,12 +566,7 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 			return errConnLost
 		}
 		queued()
-		select {
-		case r := <-ch:
-			return oc.settle(r)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return oc.await(ctx, ch)
 	}
 	of := outFrame{b: frame, abandoned: new(atomic.Bool)}
 	if !wantAck {
@@ -587,12 +603,87 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 			return ctx.Err()
 		}
 	}
-	select {
-	case r := <-ch:
-		return oc.settle(r)
-	case <-ctx.Done():
-		return ctx.Err()
+	return oc.await(ctx, ch)
+}
+
+// await waits for the outcome of a send: an ack routed by whoever reads
+// the connection, or, when nobody does, read by the caller itself.
+func (oc *outConn) await(ctx context.Context, ch chan ackResult) error {
+	oc.lastWait.Store(time.Now().UnixNano())
+	for {
+		select {
+		case r := <-ch:
+			return oc.settle(r)
+		default:
+		}
+		select {
+		case r := <-ch:
+			return oc.settle(r)
+		case <-oc.rtok:
+			oc.readFor(ctx, ch)
+			oc.rtok <- struct{}{}
+			if len(ch) == 0 && ctx.Err() != nil {
+				return ctx.Err()
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+}
+
+// readFor reads the connection, as the holder of the read token, until
+// ch holds the caller's outcome, the caller's context ends, or the
+// connection fails (fail tells every waiting send). A context that ends
+// while no frame is under way leaves the stream intact; one that ends
+// inside a frame costs the connection.
+func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) {
+	dl, _ := ctx.Deadline()
+	sess := oc.setReadDeadline(dl)
+	stop := context.AfterFunc(ctx, func() {
+		oc.dlmu.Lock()
+		if oc.readSess == sess {
+			oc.c.SetReadDeadline(time.Now())
+		}
+		oc.dlmu.Unlock()
+	})
+	defer func() {
+		oc.dlmu.Lock()
+		oc.readSess++ // a late AfterFunc leaves the next reader's deadline alone
+		oc.dlmu.Unlock()
+		stop()
+	}()
+	for len(ch) == 0 {
+		if oc.fr.Buffered() == 0 {
+			if err := oc.fr.Peek(); err != nil {
+				if ctx.Err() == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+					oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
+				}
+				return
+			}
+		}
+		if err := oc.readFrame(); err != nil {
+			oc.fail(err)
+			return
+		}
+	}
+	// Hand on, without blocking, the acks already read ahead: with many
+	// in flight they arrive together, and their senders need not take
+	// the token in turn for them.
+	for oc.fr.FrameBuffered() {
+		if err := oc.readFrame(); err != nil {
+			oc.fail(err)
+			return
+		}
+	}
+}
+
+// setReadDeadline starts a read session with deadline dl (zero: none).
+func (oc *outConn) setReadDeadline(dl time.Time) uint64 {
+	oc.dlmu.Lock()
+	defer oc.dlmu.Unlock()
+	oc.readSess++
+	oc.c.SetReadDeadline(dl)
+	return oc.readSess
 }
 
 // writeLocked writes one frame at once; oc.wmu is held.
@@ -664,40 +755,76 @@ func appendNotify(notify []chan error, f outFrame) []chan error {
 	return notify
 }
 
+// readLoop reads the connection when it has been idle for idleRead: it
+// takes the read token, waits for the next frame (an ack of a send that
+// began meanwhile, something the peer sends us, or the end of the
+// stream), handles what has arrived, and gives the token back.
 func (oc *outConn) readLoop() {
-	fr := transport.NewReader(oc.c, oc.l.r.opts.MaxMessageBytes)
+	t := time.NewTimer(idleRead)
+	defer t.Stop()
 	for {
-		payload, err := fr.ReadFrame()
-		if err != nil {
-			oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
+		select {
+		case <-t.C:
+		case <-oc.done:
 			return
 		}
-		e, err := wire.Decode(payload)
-		if err != nil || e.To != oc.l.r.self || e.From != oc.l.peer.ID {
-			// A peer that sends garbage on our connection loses it.
-			oc.fail(errBadAck)
-			return
-		}
-		if e.Kind.Type() == wire.TypeAck {
-			oc.routeAck(&e, false) // its sender verifies it
+		if d := time.Since(time.Unix(0, oc.lastWait.Load())); d < idleRead {
+			t.Reset(idleRead - d)
 			continue
 		}
-		// The peer sent us something else on our connection: treat it as
-		// inbound and answer on the same connection.
-		ack, _, reason := oc.l.r.receive(payload, nil)
-		if reason != "" {
-			oc.l.r.reject(reason)
-			oc.fail(errBadAck) // the peer sent us something we refuse: drop the connection
+		select {
+		case <-oc.rtok:
+		case <-oc.done:
 			return
 		}
-		if ack != nil {
-			select {
-			case oc.wq <- outFrame{b: ack}:
-			case <-oc.done:
-				return
+		oc.setReadDeadline(time.Time{})
+		err := oc.fr.Peek()
+		if err != nil {
+			err = fmt.Errorf("%w: %v", errConnLost, err)
+		}
+		for err == nil {
+			if err = oc.readFrame(); err != nil || !oc.fr.FrameBuffered() {
+				break
 			}
 		}
+		oc.rtok <- struct{}{}
+		if err != nil {
+			oc.fail(err)
+			return
+		}
+		t.Reset(idleRead)
 	}
+}
+
+// readFrame reads one frame and handles it: an ack goes to its sender
+// (who verifies it); anything else the peer sends on our connection is
+// received as inbound and answered here.
+func (oc *outConn) readFrame() error {
+	payload, err := oc.fr.ReadFrame()
+	if err != nil {
+		return fmt.Errorf("%w: %v", errConnLost, err)
+	}
+	e, err := wire.Decode(payload)
+	if err != nil || e.To != oc.l.r.self || e.From != oc.l.peer.ID {
+		return errBadAck // a peer that sends garbage on our connection loses it
+	}
+	if e.Kind.Type() == wire.TypeAck {
+		oc.routeAck(&e, false) // its sender verifies it
+		return nil
+	}
+	ack, _, reason := oc.l.r.receive(payload, nil)
+	if reason != "" {
+		oc.l.r.reject(reason)
+		return errBadAck // the peer sent us something we refuse: drop the connection
+	}
+	if ack != nil {
+		select {
+		case oc.wq <- outFrame{b: ack}:
+		case <-oc.done:
+			return errConnLost
+		}
+	}
+	return nil
 }
 
 // ackArrived routes an ack verified elsewhere (on an inbound connection).
