@@ -724,7 +724,7 @@ func TestBadAckFromPeer(t *testing.T) {
 
 // rawPeer is a fake peer on one listener: it accepts connections and
 // hands each to the test.
-func rawPeer(t *testing.T) (peerKP *identity.Keypair, r *Router, conns <-chan net.Conn) {
+func rawPeer(t *testing.T, ackTimeout time.Duration) (peerKP *identity.Keypair, r *Router, conns <-chan net.Conn) {
 	t.Helper()
 	peerKP, _ = identity.GenerateKeypair()
 	me, _ := identity.GenerateKeypair()
@@ -733,7 +733,7 @@ func rawPeer(t *testing.T) (peerKP *identity.Keypair, r *Router, conns <-chan ne
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err = New(me, l, Options{AckTimeout: 10 * time.Second})
+	r, err = New(me, l, Options{AckTimeout: ackTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -793,7 +793,7 @@ func writeEnvelope(t *testing.T, c net.Conn, kp *identity.Keypair, to identity.P
 func TestOutboundReaders(t *testing.T) {
 	checkGoroutines(t)
 	t.Run("cancel while reading", func(t *testing.T) {
-		peerKP, r, conns := rawPeer(t)
+		peerKP, r, conns := rawPeer(t, 10*time.Second)
 		ctx, cancel := context.WithCancel(ctxT(t))
 		errc := make(chan error, 1)
 		go func() {
@@ -823,8 +823,31 @@ func TestOutboundReaders(t *testing.T) {
 		default:
 		}
 	})
+	t.Run("ack timeout while reading", func(t *testing.T) {
+		peerKP, r, conns := rawPeer(t, 300*time.Millisecond)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := r.SendMessage(ctxT(t), "peer", "never acked")
+			errc <- err
+		}()
+		c := <-conns
+		readEnvelope(t, c)
+		var poe *PeerOfflineError
+		if err := <-errc; !errors.As(err, &poe) || poe.Reason != OfflineTimeout {
+			t.Fatalf("unacked send: %v, want a timeout", err)
+		}
+		go func() {
+			_, err := r.SendMessage(ctxT(t), "peer", "acked")
+			errc <- err
+		}()
+		e := readEnvelope(t, c) // the same connection: the timeout left it in step
+		writeEnvelope(t, c, peerKP, e.From, wire.Ack(e.ID))
+		if err := <-errc; err != nil {
+			t.Fatalf("next send: %v", err)
+		}
+	})
 	t.Run("idle connection reads what the peer sends", func(t *testing.T) {
-		peerKP, r, conns := rawPeer(t)
+		peerKP, r, conns := rawPeer(t, 10*time.Second)
 		done := make(chan error, 1)
 		go func() {
 			_, err := r.SendMessage(ctxT(t), "peer", "hello")

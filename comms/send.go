@@ -620,10 +620,17 @@ func (oc *outConn) await(ctx context.Context, ch chan ackResult) error {
 		case r := <-ch:
 			return oc.settle(r)
 		case <-oc.rtok:
-			oc.readFor(ctx, ch)
+			timedOut := oc.readFor(ctx, ch)
 			oc.rtok <- struct{}{}
-			if len(ch) == 0 && ctx.Err() != nil {
-				return ctx.Err()
+			if timedOut {
+				// The read deadline is the context's (its deadline, or
+				// now on cancellation): it is over or about to be.
+				select {
+				case r := <-ch:
+					return oc.settle(r)
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
 		case <-ctx.Done():
 			return ctx.Err()
@@ -632,11 +639,11 @@ func (oc *outConn) await(ctx context.Context, ch chan ackResult) error {
 }
 
 // readFor reads the connection, as the holder of the read token, until
-// ch holds the caller's outcome, the caller's context ends, or the
-// connection fails (fail tells every waiting send). A context that ends
-// while no frame is under way leaves the stream intact; one that ends
-// inside a frame costs the connection.
-func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) {
+// ch holds the caller's outcome, the caller's context ends (timedOut), or
+// the connection fails (fail tells every waiting send). A context that
+// ends while no frame is under way leaves the stream intact; one that
+// ends inside a frame costs the connection.
+func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) (timedOut bool) {
 	dl, _ := ctx.Deadline()
 	sess := oc.setReadDeadline(dl)
 	stop := context.AfterFunc(ctx, func() {
@@ -655,15 +662,16 @@ func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) {
 	for len(ch) == 0 {
 		if oc.fr.Buffered() == 0 {
 			if err := oc.fr.Peek(); err != nil {
-				if ctx.Err() == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
-					oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					return true // nothing of a frame was read: the stream is in step
 				}
-				return
+				oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
+				return false
 			}
 		}
 		if err := oc.readFrame(); err != nil {
 			oc.fail(err)
-			return
+			return false
 		}
 	}
 	// Hand on, without blocking, the acks already read ahead: with many
@@ -672,9 +680,10 @@ func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) {
 	for oc.fr.FrameBuffered() {
 		if err := oc.readFrame(); err != nil {
 			oc.fail(err)
-			return
+			return false
 		}
 	}
+	return false
 }
 
 // setReadDeadline starts a read session with deadline dl (zero: none).
