@@ -83,12 +83,39 @@ func (fr *Reader) PeekByte() (byte, error) {
 // that ReadFrame returns it (or its length error) without reading the
 // stream, hence without blocking.
 func (fr *Reader) FrameBuffered() bool {
-	if fr.br.Buffered() < HeaderSize {
+	if fr.br == nil || fr.br.Buffered() < HeaderSize {
 		return false
 	}
 	hdr, _ := fr.br.Peek(HeaderSize) // buffered: no read
 	n := uint64(binary.BigEndian.Uint32(hdr))
 	return n == 0 || n > uint64(fr.max) || uint64(fr.br.Buffered()-HeaderSize) >= n
+}
+
+// PeekFrame waits until the next frame is wholly read ahead, consuming
+// nothing, so that a read deadline cutting it short leaves the stream in
+// step: call it again, or ReadFrame, later. A frame too large for the
+// read-ahead buffer is not waited for (ReadFrame reads it from the
+// stream), nor one whose declared length is an error. At a clean end of
+// stream it returns io.EOF, inside a frame ErrTruncatedFrame.
+func (fr *Reader) PeekFrame() error {
+	hdr, err := fr.br.Peek(HeaderSize)
+	if err != nil {
+		if len(hdr) > 0 && errors.Is(err, io.EOF) {
+			return ErrTruncatedFrame
+		}
+		return err
+	}
+	n := uint64(binary.BigEndian.Uint32(hdr))
+	if n == 0 || n > uint64(fr.max) || n > uint64(fr.br.Size()-HeaderSize) {
+		return nil
+	}
+	if _, err := fr.br.Peek(HeaderSize + int(n)); err != nil {
+		if errors.Is(err, io.EOF) {
+			return ErrTruncatedFrame
+		}
+		return err
+	}
+	return nil
 }
 
 // Stream returns the stream as the Reader sees it: the bytes read ahead,

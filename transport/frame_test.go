@@ -389,3 +389,100 @@ func FuzzFrameBuffered(f *testing.F) {
 		}
 	})
 }
+
+// scriptedReader returns its steps one per Read: data, or an error.
+type scriptedReader struct {
+	steps []scriptStep
+}
+
+type scriptStep struct {
+	data []byte
+	err  error
+}
+
+func (s *scriptedReader) Read(p []byte) (int, error) {
+	if len(s.steps) == 0 {
+		return 0, io.EOF
+	}
+	st := s.steps[0]
+	s.steps = s.steps[1:]
+	if st.err != nil {
+		return 0, st.err
+	}
+	return copy(p, st.data), nil
+}
+
+var errTestTimeout = errors.New("test: deadline")
+
+// TestPeekFrame: PeekFrame waits for a whole frame without consuming it,
+// so an error halfway (a read deadline) leaves the stream in step.
+func TestPeekFrame(t *testing.T) {
+	f := func(payload string) []byte {
+		b, err := AppendFrame(nil, []byte(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	whole := f("the ack")
+	big := f(strings.Repeat("x", readBufferSize)) // cannot fit the read-ahead
+	for _, tc := range []struct {
+		name   string
+		steps  []scriptStep
+		max    int
+		errs   []error // PeekFrame's results, in turn; then ReadFrame
+		frames []string
+	}{
+		{"whole at once", []scriptStep{{data: whole}}, 0, []error{nil}, []string{"the ack"}},
+		{"cut in the header", []scriptStep{{data: whole[:2]}, {err: errTestTimeout}, {data: whole[2:]}}, 0,
+			[]error{errTestTimeout, nil}, []string{"the ack"}},
+		{"cut in the payload", []scriptStep{{data: whole[:6]}, {err: errTestTimeout}, {data: whole[6:]}}, 0,
+			[]error{errTestTimeout, nil}, []string{"the ack"}},
+		{"two cuts", []scriptStep{{data: whole[:5]}, {err: errTestTimeout}, {data: whole[5:7]}, {err: errTestTimeout}, {data: whole[7:]}}, 0,
+			[]error{errTestTimeout, errTestTimeout, nil}, []string{"the ack"}},
+		{"clean end", nil, 0, []error{io.EOF}, nil},
+		{"end in the header", []scriptStep{{data: whole[:3]}}, 0, []error{ErrTruncatedFrame}, nil},
+		{"end in the payload", []scriptStep{{data: whole[:8]}}, 0, []error{ErrTruncatedFrame}, nil},
+		{"larger than the buffer: not waited for", []scriptStep{{data: big[:100]}, {data: big[100:]}}, 0,
+			[]error{nil}, []string{strings.Repeat("x", readBufferSize)}},
+		{"declared too large: left to ReadFrame", []scriptStep{{data: []byte{0, 0, 1, 0}}}, 16, []error{nil}, nil},
+	} {
+		fr := NewReader(&scriptedReader{steps: tc.steps}, tc.max)
+		for i, want := range tc.errs {
+			if err := fr.PeekFrame(); !errors.Is(err, want) {
+				t.Errorf("%s: PeekFrame #%d = %v, want %v", tc.name, i, err, want)
+			}
+		}
+		for _, want := range tc.frames {
+			got, err := fr.ReadFrame()
+			if err != nil || string(got) != want {
+				t.Errorf("%s: ReadFrame = %.20q, %v; want %.20q", tc.name, got, err, want)
+			}
+		}
+	}
+}
+
+// FuzzPeekFrame: peeking never changes what ReadFrame returns.
+func FuzzPeekFrame(f *testing.F) {
+	f.Add([]byte(hdr(3)+"abc"+hdr(1)+"d"), uint16(0))
+	f.Add([]byte(hdr(9)+"abc"), uint16(4))
+	f.Add([]byte{0, 0}, uint16(0))
+	f.Fuzz(func(t *testing.T, in []byte, max uint16) {
+		peeked := NewReader(bytes.NewReader(in), int(max))
+		plain := NewReader(bytes.NewReader(in), int(max))
+		for {
+			perr := peeked.PeekFrame()
+			a, aerr := peeked.ReadFrame()
+			b, berr := plain.ReadFrame()
+			if !bytes.Equal(a, b) || (aerr == nil) != (berr == nil) {
+				t.Fatalf("after PeekFrame (%v): %x, %v; without: %x, %v", perr, a, aerr, b, berr)
+			}
+			if perr != nil && aerr == nil {
+				t.Fatalf("PeekFrame failed (%v) but ReadFrame read %x", perr, a)
+			}
+			if aerr != nil {
+				return
+			}
+		}
+	})
+}
