@@ -49,11 +49,11 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 	}
 	q := make(chan ackJob, maxPendingAdmissions)
 	var stopped atomic.Bool // set by ackLoop: stop reading
-	var wmu sync.Mutex      // held while writing acks: by ackLoop, or the reader writing one inline
+	aw := &ackWriter{c: c}  // ackLoop's batches, or the reader's inline acks
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
-		r.ackLoop(c, st, q, &stopped, &wmu)
+		r.ackLoop(c, st, q, &stopped, aw)
 	}()
 	defer func() { // acks of admitted envelopes go out even when we stop
 		close(q)
@@ -100,13 +100,12 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			// Admitted already, nothing more to read and ackLoop idle:
 			// settle and ack here, without a hand-off. Otherwise
 			// ackLoop signs the ack while we verify the next envelope.
-			if p.adm.Ready() && fr.Buffered() == 0 && len(q) == 0 && wmu.TryLock() {
+			if p.adm.Ready() && fr.Buffered() == 0 && len(q) == 0 && aw.mu.TryLock() {
 				out, ok := r.settle(st, job, inlineAck[:0])
 				if ok && len(out) > 0 {
-					c.SetWriteDeadline(time.Now().Add(r.opts.AckTimeout))
-					_, err = c.Write(out)
+					err = aw.writeLocked(out, r.opts.AckTimeout)
 				}
-				wmu.Unlock()
+				aw.mu.Unlock()
 				inlineAck = out
 				if !ok || err != nil {
 					return
@@ -137,10 +136,9 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			// Nothing more to read and ackLoop idle: write the ack here,
 			// one hand-off fewer for a lone envelope. (Acks need no
 			// order: the sender matches them by id.)
-			if fr.Buffered() == 0 && len(q) == 0 && wmu.TryLock() {
-				c.SetWriteDeadline(time.Now().Add(r.opts.AckTimeout))
-				_, err := c.Write(ack)
-				wmu.Unlock()
+			if fr.Buffered() == 0 && len(q) == 0 && aw.mu.TryLock() {
+				err := aw.writeLocked(ack, r.opts.AckTimeout)
+				aw.mu.Unlock()
 				if err != nil {
 					return
 				}
@@ -157,6 +155,30 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			held = false
 		}
 	}
+}
+
+// ackWriter serializes the ack writes of one inbound connection: ackLoop's
+// batches and the reader's inline acks. After a failed write the stream
+// may end in half a frame, so nothing more is written to it.
+type ackWriter struct {
+	mu     sync.Mutex
+	c      net.Conn
+	broken bool // guarded by mu
+}
+
+var errAckStreamBroken = errors.New("comms: an earlier ack write failed")
+
+// writeLocked writes b with a write deadline d from now; w.mu is held.
+func (w *ackWriter) writeLocked(b []byte, d time.Duration) error {
+	if w.broken {
+		return errAckStreamBroken
+	}
+	w.c.SetWriteDeadline(time.Now().Add(d))
+	if _, err := w.c.Write(b); err != nil {
+		w.broken = true
+		return err
+	}
+	return nil
 }
 
 // ackJob is one entry of a connection's ack queue: an admission to settle
@@ -179,7 +201,7 @@ type ackJob struct {
 // reader (after the others' acks are written), as a refused envelope
 // does; ackLoop still settles everything queued, so no duplicate-filter
 // reservation stays pending. It returns when q is closed and drained.
-func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomic.Bool, wmu *sync.Mutex) {
+func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomic.Bool, aw *ackWriter) {
 	stop := func() {
 		// serveConn checks stopped after it sets its own deadline, so it
 		// cannot miss both.
@@ -187,22 +209,18 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 		c.SetReadDeadline(time.Now())
 	}
 	var acks []byte
-	broken := false // a write failed: the stream may hold half a frame
 	flush := func() {
-		if len(acks) == 0 || broken {
-			acks = acks[:0]
+		if len(acks) == 0 {
 			return
 		}
 		d := r.opts.AckTimeout
 		if r.ctx.Err() != nil {
 			d = min(d, shutdownFlush) // closing: give the peer a moment, not the full timeout
 		}
-		wmu.Lock()
-		c.SetWriteDeadline(time.Now().Add(d))
-		_, err := c.Write(acks)
-		wmu.Unlock()
+		aw.mu.Lock()
+		err := aw.writeLocked(acks, d)
+		aw.mu.Unlock()
 		if err != nil {
-			broken = true
 			stop()
 		}
 		acks = acks[:0]

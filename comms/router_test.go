@@ -877,7 +877,175 @@ func TestOutboundReaders(t *testing.T) {
 			r.mu.Unlock()
 			lk.mu.Lock()
 			defer lk.mu.Unlock()
-			return lk.conn == nil && !lk.oneShot
+			return lk.conn == nil // (closed this soon after an exchange, it may look one-shot)
 		})
 	})
+}
+
+// ackFrame seals kp's ack of e as a frame.
+func ackFrameOf(t *testing.T, kp *identity.Keypair, e wire.Envelope) []byte {
+	t.Helper()
+	a, err := wire.Seal(kp, identity.NewUUID(), e.From, wire.Ack(e.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := a.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := transport.AppendFrame(nil, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func linkState(r *Router, id identity.PeerID) (conn, oneShot bool) {
+	r.mu.Lock()
+	lk := r.links[id]
+	r.mu.Unlock()
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.conn != nil, lk.oneShot
+}
+
+// TestReadingSendCancelledMidFrame: a send cancelled while it reads, with
+// half of another send's ack already read ahead, leaves the connection in
+// step: that ack completes the other send on the same connection, and the
+// link is not taken for a one-envelope-per-connection peer.
+func TestReadingSendCancelledMidFrame(t *testing.T) {
+	checkGoroutines(t)
+	peerKP, r, conns := rawPeer(t, 10*time.Second)
+	first := make(chan error, 1)
+	go func() { _, err := r.SendMessage(ctxT(t), "peer", "s0"); first <- err }()
+	c := <-conns
+	c.Write(ackFrameOf(t, peerKP, readEnvelope(t, c)))
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	ctxA, cancelA := context.WithCancel(ctxT(t))
+	doneA, doneB := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := r.SendMessage(ctxA, "peer", "A"); doneA <- err }()
+	readEnvelope(t, c)
+	waitFor(t, 10*time.Second, "A to read the connection", func() bool {
+		r.mu.Lock()
+		lk := r.links[peerKP.ID()]
+		r.mu.Unlock()
+		lk.mu.Lock()
+		oc := lk.conn
+		lk.mu.Unlock()
+		oc.dlmu.Lock()
+		defer oc.dlmu.Unlock()
+		return oc.readerCh != nil
+	})
+	go func() { _, err := r.SendMessage(ctxT(t), "peer", "B"); doneB <- err }()
+	ack := ackFrameOf(t, peerKP, readEnvelope(t, c))
+	c.Write(ack[:10]) // half of B's ack
+	cancelA()
+	if err := <-doneA; !errors.Is(err, context.Canceled) {
+		t.Fatalf("A: %v, want context.Canceled", err)
+	}
+	c.Write(ack[10:])
+	if err := <-doneB; err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	select {
+	case c2 := <-conns:
+		t.Fatalf("a new connection %v was dialed", c2.LocalAddr())
+	default:
+	}
+	if _, oneShot := linkState(r, peerKP.ID()); oneShot {
+		t.Error("cancelling A made the link one-envelope-per-connection")
+	}
+}
+
+// TestAckOnInboundWakesReadingSend: the ack of a send that is reading its
+// outbound connection may come on an inbound connection instead; it ends
+// the send at once, not at its deadline.
+func TestAckOnInboundWakesReadingSend(t *testing.T) {
+	checkGoroutines(t)
+	peerKP, r, conns := rawPeer(t, 10*time.Second)
+	ln, addr := listenOn(t, "uds")
+	served := make(chan error, 1)
+	go func() { served <- r.Serve(ln) }()
+	ctx, cancel := context.WithTimeout(ctxT(t), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := r.SendMessage(ctx, "peer", "A"); done <- err }()
+	c := <-conns
+	e := readEnvelope(t, c)
+	ic, err := transport.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ic.Close()
+	if _, err := ic.Write(ackFrameOf(t, peerKP, e)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	case <-time.After(10 * time.Second): // half the send's deadline: it was not woken
+		t.Fatal("the ack on the inbound connection did not end the send")
+	}
+}
+
+// TestFirstAckGateReopens: a new connection carries one envelope until
+// its first ack; if that send gives up first, the next waiting send goes.
+func TestFirstAckGateReopens(t *testing.T) {
+	checkGoroutines(t)
+	_, r, conns := rawPeer(t, 10*time.Second)
+	ctxA, cancelA := context.WithCancel(ctxT(t))
+	doneA, doneB := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := r.SendMessage(ctxA, "peer", "A"); doneA <- err }()
+	c := <-conns
+	readEnvelope(t, c)
+	ctxB, cancelB := context.WithCancel(ctxT(t))
+	defer cancelB()
+	go func() { _, err := r.SendMessage(ctxB, "peer", "B"); doneB <- err }()
+	cancelA()
+	<-doneA
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := transport.ReadFrame(c, 0); err != nil {
+		t.Fatalf("B was not written after A gave up: %v", err)
+	}
+	cancelB()
+	<-doneB
+}
+
+// failingConn fails its first write (part of it may have gone out) and
+// counts writes.
+type failingConn struct {
+	net.Conn
+	writes int
+}
+
+func (f *failingConn) Write(b []byte) (int, error) {
+	f.writes++
+	if f.writes == 1 {
+		return len(b) / 2, errors.New("test: reset")
+	}
+	return len(b), nil
+}
+
+func (f *failingConn) SetWriteDeadline(time.Time) error { return nil }
+
+// TestAckWriterStopsAfterFailure: once an ack write failed (the stream
+// may end in half a frame), neither the reader nor ackLoop writes again.
+func TestAckWriterStopsAfterFailure(t *testing.T) {
+	fc := &failingConn{}
+	aw := &ackWriter{c: fc}
+	for i, want := range []bool{false, false, false} {
+		aw.mu.Lock()
+		err := aw.writeLocked([]byte("ack frame"), time.Second)
+		aw.mu.Unlock()
+		if (err == nil) != want {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if fc.writes != 1 {
+		t.Fatalf("%d writes reached the connection, want only the failed one", fc.writes)
+	}
 }

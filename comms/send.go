@@ -2,6 +2,7 @@ package comms
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -195,8 +196,9 @@ type link struct {
 
 // oneShotCloseWindow: a connection the peer closes this soon after an ack
 // (with nothing left in flight) marks a peer that reads one envelope per
-// connection; an idle timeout closes much later.
-const oneShotCloseWindow = 100 * time.Millisecond
+// connection; an idle timeout closes much later. It is well above
+// idleRead, after which an idle connection's close is seen.
+const oneShotCloseWindow = 250 * time.Millisecond
 
 // oneShotRetry is how long a link stays in one-envelope-per-connection mode
 // before it tries a persistent connection again (the peer may have changed).
@@ -440,13 +442,13 @@ type outConn struct {
 	c  net.Conn
 	wq chan outFrame // frames to write; bounded, senders block with their ctx
 
-	mu       sync.Mutex // guards pending, err, acks
-	pending  map[identity.UUID]chan ackResult
-	err      error
-	acks     int
-	lastAck  time.Time
-	firstAck chan struct{} // closed when the first ack arrives
-	done     chan struct{} // closed by fail
+	mu      sync.Mutex // guards pending, err, acks
+	pending map[identity.UUID]chan ackResult
+	err     error
+	acks    int
+	lastAck time.Time
+	gate    chan struct{} // closed (and replaced) when the first-ack gate may have opened
+	done    chan struct{} // closed by fail
 
 	wmu sync.Mutex    // held while writing: by writeLoop, or a sender writing inline
 	bw  *bufio.Writer // guarded by wmu
@@ -459,18 +461,21 @@ type outConn struct {
 	rtok     chan struct{}     // holds the token while nobody reads
 	fr       *transport.Reader // used by the token's holder only
 	lastWait atomic.Int64      // Unix ns when a send last began to wait for an ack
-	dlmu     sync.Mutex        // orders read-deadline changes
-	readSess uint64            // guarded by dlmu: a context's late deadline change is ignored
+	inbound  chan []byte       // non-ack frames a sender read, for readLoop to receive
+	dlmu     sync.Mutex        // orders read-deadline changes; guards the two below
+	readSess uint64            // the current read session: a late deadline change is ignored
+	readerCh chan ackResult    // the reading send's outcome channel, nil if none
 }
 
 // idleRead is how long an outbound connection goes without a send
 // waiting for an ack before readLoop takes over reading it.
-const idleRead = 50 * time.Millisecond
+const idleRead = 20 * time.Millisecond
 
 func newOutConn(l *link, c net.Conn) *outConn {
 	oc := &outConn{l: l, c: c, wq: make(chan outFrame, writeQueueLen), pending: map[identity.UUID]chan ackResult{},
-		firstAck: make(chan struct{}), done: make(chan struct{}), bw: bufio.NewWriterSize(c, 16<<10),
-		rtok: make(chan struct{}, 1), fr: transport.NewReader(c, l.r.opts.MaxMessageBytes)}
+		gate: make(chan struct{}), done: make(chan struct{}), bw: bufio.NewWriterSize(c, 16<<10),
+		rtok: make(chan struct{}, 1), fr: transport.NewReader(c, l.r.opts.MaxMessageBytes),
+		inbound: make(chan []byte, inboundQueueLen)}
 	oc.rtok <- struct{}{}
 	oc.lastWait.Store(time.Now().UnixNano())
 	return oc
@@ -539,10 +544,10 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 			if oc.acks > 0 || len(oc.pending) == 0 {
 				break // still holding oc.mu
 			}
-			first := oc.firstAck
+			gate := oc.gate
 			oc.mu.Unlock()
 			select {
-			case <-first:
+			case <-gate:
 			case <-oc.done:
 				return errConnLost
 			case <-ctx.Done():
@@ -554,6 +559,9 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 		defer func() {
 			oc.mu.Lock()
 			delete(oc.pending, id)
+			if oc.acks == 0 && len(oc.pending) == 0 {
+				oc.openGateLocked() // gave up before the first ack: let the next one go
+			}
 			oc.mu.Unlock()
 		}()
 	}
@@ -620,11 +628,20 @@ func (oc *outConn) await(ctx context.Context, ch chan ackResult) error {
 		case r := <-ch:
 			return oc.settle(r)
 		case <-oc.rtok:
+			if ctx.Err() != nil {
+				oc.rtok <- struct{}{}
+				return ctx.Err()
+			}
 			timedOut := oc.readFor(ctx, ch)
 			oc.rtok <- struct{}{}
 			if timedOut {
 				// The read deadline is the context's (its deadline, or
 				// now on cancellation): it is over or about to be.
+				select {
+				case r := <-ch:
+					return oc.settle(r)
+				default:
+				}
 				select {
 				case r := <-ch:
 					return oc.settle(r)
@@ -640,36 +657,32 @@ func (oc *outConn) await(ctx context.Context, ch chan ackResult) error {
 
 // readFor reads the connection, as the holder of the read token, until
 // ch holds the caller's outcome, the caller's context ends (timedOut), or
-// the connection fails (fail tells every waiting send). A context that
-// ends while no frame is under way leaves the stream intact; one that
-// ends inside a frame costs the connection.
+// the connection fails (fail tells every waiting send). It waits for
+// whole frames before it consumes them, so a context that ends leaves the
+// stream in step for the next reader. An ack that reaches ch another way
+// (on an inbound connection) cuts the wait short.
 func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) (timedOut bool) {
 	dl, _ := ctx.Deadline()
-	sess := oc.setReadDeadline(dl)
-	stop := context.AfterFunc(ctx, func() {
-		oc.dlmu.Lock()
-		if oc.readSess == sess {
-			oc.c.SetReadDeadline(time.Now())
-		}
-		oc.dlmu.Unlock()
-	})
+	sess := oc.startRead(dl, ch)
+	stop := context.AfterFunc(ctx, func() { oc.cutRead(sess) })
 	defer func() {
-		oc.dlmu.Lock()
-		oc.readSess++ // a late AfterFunc leaves the next reader's deadline alone
-		oc.dlmu.Unlock()
+		oc.startRead(time.Time{}, nil) // ends the session: a late cut leaves the next reader alone
 		stop()
 	}()
 	for len(ch) == 0 {
-		if oc.fr.Buffered() == 0 {
-			if err := oc.fr.Peek(); err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					return true // nothing of a frame was read: the stream is in step
-				}
-				oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
-				return false
+		if err := oc.fr.PeekFrame(); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return len(ch) == 0 // nothing consumed: the stream is in step
 			}
+			oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
+			return false
 		}
-		if err := oc.readFrame(); err != nil {
+		if !oc.fr.FrameBuffered() {
+			// Too large for the read-ahead (no ack is): read it under the
+			// frame timeout, not the caller's context.
+			oc.startRead(time.Now().Add(oc.l.r.opts.FrameTimeout), ch)
+		}
+		if err := oc.readFrame(true); err != nil {
 			oc.fail(err)
 			return false
 		}
@@ -678,7 +691,7 @@ func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) (timedOut boo
 	// in flight they arrive together, and their senders need not take
 	// the token in turn for them.
 	for oc.fr.FrameBuffered() {
-		if err := oc.readFrame(); err != nil {
+		if err := oc.readFrame(true); err != nil {
 			oc.fail(err)
 			return false
 		}
@@ -686,13 +699,41 @@ func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) (timedOut boo
 	return false
 }
 
-// setReadDeadline starts a read session with deadline dl (zero: none).
-func (oc *outConn) setReadDeadline(dl time.Time) uint64 {
+// startRead starts a read session with deadline dl (zero: none) for the
+// send waiting on ch (nil: readLoop, or no session) and returns its number.
+func (oc *outConn) startRead(dl time.Time, ch chan ackResult) uint64 {
 	oc.dlmu.Lock()
 	defer oc.dlmu.Unlock()
 	oc.readSess++
+	oc.readerCh = ch
 	oc.c.SetReadDeadline(dl)
 	return oc.readSess
+}
+
+// cutRead ends the wait of read session sess, if it is still the current
+// one, by moving the read deadline to now.
+func (oc *outConn) cutRead(sess uint64) {
+	oc.dlmu.Lock()
+	if oc.readSess == sess {
+		oc.c.SetReadDeadline(time.Now())
+	}
+	oc.dlmu.Unlock()
+}
+
+// wakeReader cuts short the wait of the send reading for ch, if one is.
+func (oc *outConn) wakeReader(ch chan ackResult) {
+	oc.dlmu.Lock()
+	if oc.readerCh == ch {
+		oc.c.SetReadDeadline(time.Now())
+	}
+	oc.dlmu.Unlock()
+}
+
+// openGateLocked wakes the sends waiting at the first-ack gate; oc.mu is
+// held.
+func (oc *outConn) openGateLocked() {
+	close(oc.gate)
+	oc.gate = make(chan struct{})
 }
 
 // writeLocked writes one frame at once; oc.wmu is held.
@@ -764,51 +805,81 @@ func appendNotify(notify []chan error, f outFrame) []chan error {
 	return notify
 }
 
-// readLoop reads the connection when it has been idle for idleRead: it
-// takes the read token, waits for the next frame (an ack of a send that
-// began meanwhile, something the peer sends us, or the end of the
-// stream), handles what has arrived, and gives the token back.
+// inboundQueueLen bounds the non-ack frames a reading send hands to
+// readLoop (a peer rarely sends any on our connection).
+const inboundQueueLen = 16
+
+// readLoop is the connection's own reader. It receives the non-ack
+// frames that reading sends come across (so that a Router's Close waits
+// for every delivery), and reads the connection itself once no send has
+// waited for an ack for idleRead: then it takes the read token and waits
+// for frames (an ack of a send that began meanwhile, something the peer
+// sends us, or the end of the stream), giving the token back after each
+// batch for as long as the connection stays idle.
 func (oc *outConn) readLoop() {
 	t := time.NewTimer(idleRead)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-		case <-oc.done:
-			return
-		}
-		if d := time.Since(time.Unix(0, oc.lastWait.Load())); d < idleRead {
-			t.Reset(idleRead - d)
+		case p := <-oc.inbound:
+			if err := oc.receiveInbound(p); err != nil {
+				oc.fail(err)
+				return
+			}
 			continue
-		}
-		select {
-		case <-oc.rtok:
 		case <-oc.done:
 			return
 		}
-		oc.setReadDeadline(time.Time{})
-		err := oc.fr.Peek()
-		if err != nil {
-			err = fmt.Errorf("%w: %v", errConnLost, err)
-		}
-		for err == nil {
-			if err = oc.readFrame(); err != nil || !oc.fr.FrameBuffered() {
+		for {
+			if d := time.Since(time.Unix(0, oc.lastWait.Load())); d < idleRead {
+				t.Reset(idleRead - d)
 				break
 			}
+			if err := oc.readIdle(); err != nil {
+				oc.fail(err)
+				return
+			}
 		}
-		oc.rtok <- struct{}{}
-		if err != nil {
-			oc.fail(err)
-			return
+	}
+}
+
+// readIdle takes the read token (receiving handed-on frames while it
+// waits for it), reads at least one frame or the end of the stream, and
+// gives the token back.
+func (oc *outConn) readIdle() error {
+	for got := false; !got; {
+		select {
+		case <-oc.rtok:
+			got = true
+		case p := <-oc.inbound:
+			if err := oc.receiveInbound(p); err != nil {
+				return err
+			}
+		case <-oc.done:
+			return errConnLost
 		}
-		t.Reset(idleRead)
+	}
+	defer func() { oc.rtok <- struct{}{} }()
+	oc.startRead(time.Time{}, nil)
+	if err := oc.fr.Peek(); err != nil {
+		return fmt.Errorf("%w: %v", errConnLost, err)
+	}
+	for {
+		if err := oc.readFrame(false); err != nil {
+			return err
+		}
+		if !oc.fr.FrameBuffered() {
+			return nil
+		}
 	}
 }
 
 // readFrame reads one frame and handles it: an ack goes to its sender
 // (who verifies it); anything else the peer sends on our connection is
-// received as inbound and answered here.
-func (oc *outConn) readFrame() error {
+// received as inbound and answered on it — by readLoop: a reading send
+// (bySend) hands it a copy.
+func (oc *outConn) readFrame(bySend bool) error {
 	payload, err := oc.fr.ReadFrame()
 	if err != nil {
 		return fmt.Errorf("%w: %v", errConnLost, err)
@@ -821,6 +892,20 @@ func (oc *outConn) readFrame() error {
 		oc.routeAck(&e, false) // its sender verifies it
 		return nil
 	}
+	if !bySend {
+		return oc.receiveInbound(payload)
+	}
+	select {
+	case oc.inbound <- bytes.Clone(payload):
+		return nil
+	case <-oc.done:
+		return errConnLost
+	}
+}
+
+// receiveInbound admits an envelope the peer sent on our connection and
+// queues its ack there.
+func (oc *outConn) receiveInbound(payload []byte) error {
 	ack, _, reason := oc.l.r.receive(payload, nil)
 	if reason != "" {
 		oc.l.r.reject(reason)
@@ -836,14 +921,20 @@ func (oc *outConn) readFrame() error {
 	return nil
 }
 
-// ackArrived routes an ack verified elsewhere (on an inbound connection).
-func (oc *outConn) ackArrived(e wire.Envelope) { oc.routeAck(&e, true) }
+// ackArrived routes an ack verified elsewhere (on an inbound connection);
+// if its send is reading this connection, its wait is cut short.
+func (oc *outConn) ackArrived(e wire.Envelope) {
+	if ch := oc.routeAck(&e, true); ch != nil {
+		oc.wakeReader(ch)
+	}
+}
 
-// routeAck hands an ack to the send waiting for it; verified says whether
-// its signature was checked already (if not, the sender checks it).
-func (oc *outConn) routeAck(e *wire.Envelope, verified bool) {
+// routeAck hands an ack to the send waiting for it and returns that
+// send's channel (nil if none waits); verified says whether its signature
+// was checked already (if not, the sender checks it).
+func (oc *outConn) routeAck(e *wire.Envelope, verified bool) chan ackResult {
 	if oc.l.validAck(*e) != nil {
-		return
+		return nil
 	}
 	id, _ := e.Kind.InReplyTo()
 	oc.mu.Lock()
@@ -853,7 +944,7 @@ func (oc *outConn) routeAck(e *wire.Envelope, verified bool) {
 		oc.acks++
 		oc.lastAck = time.Now()
 		if oc.acks == 1 {
-			close(oc.firstAck)
+			oc.openGateLocked()
 		}
 	}
 	oc.mu.Unlock()
@@ -864,6 +955,7 @@ func (oc *outConn) routeAck(e *wire.Envelope, verified bool) {
 		}
 		ch <- r
 	}
+	return ch
 }
 
 // fail ends the connection, failing every unacknowledged send with err.

@@ -219,13 +219,19 @@ func (l *Log) writeLoop(w *writer) {
 			return
 		}
 		w.take(&r)
-		linger.Reset(w.opts.FlushInterval)
 		select {
-		case <-linger.C:
-		case <-l.hurry:
-			linger.Stop()
-		case <-l.closing:
-			linger.Stop()
+		case <-l.hurry: // perhaps left from the last burst: the queue says
+		default:
+		}
+		if len(l.q) <= cap(l.q)/2 {
+			linger.Reset(w.opts.FlushInterval)
+			select {
+			case <-linger.C:
+			case <-l.hurry:
+				linger.Stop()
+			case <-l.closing:
+				linger.Stop()
+			}
 		}
 		for drained := false; !drained; {
 			select {
