@@ -442,7 +442,7 @@ type outConn struct {
 	c  net.Conn
 	wq chan outFrame // frames to write; bounded, senders block with their ctx
 
-	mu      sync.Mutex // guards pending, err, acks
+	mu      sync.Mutex // guards pending, err, acks, lastAck, gate
 	pending map[identity.UUID]chan ackResult
 	err     error
 	acks    int

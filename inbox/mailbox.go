@@ -23,8 +23,9 @@ type Mailbox[T any] struct {
 	sizeOf   func(T) int // item size for maxBytes
 	bytes    int         // total size of entries
 	closed   bool
-	// changed is closed (and replaced) on every push, ack and close, to
-	// wake all waiters at once.
+	// changed is closed on the next push, ack or close, to wake all
+	// waiters at once; it is made when a waiter first asks for it (nil:
+	// nobody waits, and a push costs no channel).
 	changed chan struct{}
 }
 
@@ -40,7 +41,7 @@ func NewMailbox[T any](max int) *Mailbox[T] {
 	if max <= 0 {
 		max = DefaultMax
 	}
-	return &Mailbox[T]{max: max, next: 1, changed: make(chan struct{})}
+	return &Mailbox[T]{max: max, next: 1}
 }
 
 // SetByteLimit makes the mailbox also refuse a push ([ErrFull]) that would
@@ -61,8 +62,18 @@ func (m *Mailbox[T]) size(item T) int {
 }
 
 func (m *Mailbox[T]) broadcastLocked() {
-	close(m.changed)
-	m.changed = make(chan struct{})
+	if m.changed != nil {
+		close(m.changed)
+		m.changed = nil
+	}
+}
+
+// changedLocked returns the channel the next change closes.
+func (m *Mailbox[T]) changedLocked() chan struct{} {
+	if m.changed == nil {
+		m.changed = make(chan struct{})
+	}
+	return m.changed
 }
 
 // Push stores item. It returns ErrFull when the mailbox holds its maximum
@@ -115,7 +126,7 @@ func (m *Mailbox[T]) Wait(ctx context.Context, after uint64, limit int) ([]Entry
 	for {
 		m.mu.Lock()
 		out := m.listLocked(after, limit)
-		closed, changed := m.closed, m.changed
+		closed, changed := m.closed, m.changedLocked()
 		m.mu.Unlock()
 		if len(out) > 0 || closed {
 			return out, nil
@@ -174,7 +185,7 @@ func (m *Mailbox[T]) Len() int {
 func (m *Mailbox[T]) Changed() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.changed
+	return m.changedLocked()
 }
 
 // Close refuses further pushes and wakes waiters; stored entries stay

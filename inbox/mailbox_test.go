@@ -115,3 +115,41 @@ func TestMailboxByteLimit(t *testing.T) {
 		t.Fatalf("push after an ack freed bytes: %v", err)
 	}
 }
+
+// TestMailboxChanged: the channel from Changed closes at the next push,
+// ack or close, and only then; one asked for after a change waits for the
+// one after it.
+func TestMailboxChanged(t *testing.T) {
+	isClosed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	m := NewMailbox[string](10)
+	for _, step := range []struct {
+		name   string
+		change func()
+		closes bool
+	}{
+		{"push", func() { m.Push("a") }, true},
+		{"ack of nothing", func() { m.Ack(99) }, false},
+		{"ack", func() { m.Ack(1) }, true},
+		{"push refused after close", func() { m.Close(); m.Push("b") }, true},
+		{"close again", func() { m.Close() }, false},
+	} {
+		c := m.Changed()
+		if isClosed(c) {
+			t.Fatalf("%s: Changed is closed before the change", step.name)
+		}
+		if again := m.Changed(); again != c {
+			t.Fatalf("%s: two calls with no change between gave different channels", step.name)
+		}
+		step.change()
+		if got := isClosed(c); got != step.closes {
+			t.Fatalf("%s: closed = %v, want %v", step.name, got, step.closes)
+		}
+	}
+}
