@@ -422,13 +422,7 @@ func TestIdleCloseKeepsPersistentLinks(t *testing.T) {
 	if _, err := a.r.SendMessage(ctx, "bob", "two"); err != nil {
 		t.Fatal(err)
 	}
-	a.r.mu.Lock()
-	lk := a.r.links[b.kp.ID()]
-	a.r.mu.Unlock()
-	lk.mu.Lock()
-	oneShot := lk.oneShot
-	lk.mu.Unlock()
-	if oneShot {
+	if _, oneShot := outConnOf(a.r, b.kp.ID()); oneShot {
 		t.Fatal("an idle close switched the link to one connection per envelope")
 	}
 }
@@ -633,91 +627,54 @@ func TestDedupWindow(t *testing.T) {
 // the peer answers, a send succeeds only on a genuine ack of its envelope.
 func TestBadAckFromPeer(t *testing.T) {
 	checkGoroutines(t)
-	peerKP, _ := identity.GenerateKeypair()
 	other, _ := identity.GenerateKeypair()
-	me, _ := identity.GenerateKeypair()
-	ackFrame := func(signer *identity.Keypair, to identity.PeerID, of identity.UUID, corrupt bool) []byte {
-		ack, err := wire.Seal(signer, identity.NewUUID(), to, wire.Ack(of))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if signer != peerKP {
-			ack.From = peerKP.ID() // claims to be the peer
-		}
-		if corrupt {
-			ack.Sig[7] ^= 1
-		}
-		b, err := ack.MarshalBinary()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := transport.AppendFrame(nil, b)
-		if err != nil {
-			t.Fatal(err)
-		}
+	// ack is peer's ack of id to e's sender, signed by signer (as if by
+	// peer), its signature corrupted if corrupt.
+	ack := func(peer, signer *identity.Keypair, e wire.Envelope, id identity.UUID, corrupt bool) []byte {
+		_, f := sealedFrame(t, signer, e.From, wire.Ack(id), func(a *wire.Envelope) {
+			a.From = peer.ID()
+			if corrupt {
+				a.Sig[7] ^= 1
+			}
+		})
 		return f
 	}
 	for _, tc := range []struct {
 		name   string
-		answer func(e wire.Envelope) []byte
+		answer func(peer *identity.Keypair, e wire.Envelope) []byte
 		ok     bool
 	}{
-		{"genuine", func(e wire.Envelope) []byte { return ackFrame(peerKP, e.From, e.ID, false) }, true},
-		{"corrupted signature", func(e wire.Envelope) []byte { return ackFrame(peerKP, e.From, e.ID, true) }, false},
-		{"signed by another key", func(e wire.Envelope) []byte { return ackFrame(other, e.From, e.ID, false) }, false},
-		{"garbage", func(wire.Envelope) []byte { return []byte{0, 0, 0, 3, 0xff, 0xff, 0xff} }, false},
-		{"another id first", func(e wire.Envelope) []byte {
-			return append(ackFrame(peerKP, e.From, identity.NewUUID(), false), ackFrame(peerKP, e.From, e.ID, false)...)
+		{"genuine", func(p *identity.Keypair, e wire.Envelope) []byte { return ack(p, p, e, e.ID, false) }, true},
+		{"corrupted signature", func(p *identity.Keypair, e wire.Envelope) []byte { return ack(p, p, e, e.ID, true) }, false},
+		{"signed by another key", func(p *identity.Keypair, e wire.Envelope) []byte { return ack(p, other, e, e.ID, false) }, false},
+		{"garbage", func(*identity.Keypair, wire.Envelope) []byte { return []byte{0, 0, 0, 3, 0xff, 0xff, 0xff} }, false},
+		{"another id first", func(p *identity.Keypair, e wire.Envelope) []byte {
+			return append(ack(p, p, e, identity.NewUUID(), false), ack(p, p, e, e.ID, false)...)
 		}, true},
-		{"forged, then genuine", func(e wire.Envelope) []byte {
-			return append(ackFrame(peerKP, e.From, e.ID, true), ackFrame(peerKP, e.From, e.ID, false)...)
+		{"forged, then genuine", func(p *identity.Keypair, e wire.Envelope) []byte {
+			return append(ack(p, p, e, e.ID, true), ack(p, p, e, e.ID, false)...)
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ln, addr := listenOn(t, "uds")
-			defer ln.Close()
-			l, err := trust.New(trust.Peer{Name: "peer", ID: peerKP.ID(), Addr: addr})
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := New(me, l, Options{AckTimeout: 5 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			served := make(chan struct{})
+			peerKP, r, conns := rawPeer(t, 5*time.Second)
+			done := make(chan error, 1)
 			go func() {
-				defer close(served)
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(10 * time.Second))
-				payload, err := transport.ReadFrame(c, 0)
-				if err != nil {
-					return
-				}
-				e, err := wire.Open(payload)
-				if err != nil {
-					return
-				}
-				c.Write(tc.answer(e))
-				transport.ReadFrame(c, 0) // hold the connection until the sender drops it
+				_, err := r.SendMessage(ctxT(t), "peer", "hello")
+				done <- err
 			}()
-			_, err = r.SendMessage(ctxT(t), "peer", "hello")
+			c := <-conns
+			c.Write(tc.answer(peerKP, readEnvelope(t, c)))
+			err := <-done
 			if tc.ok {
 				if err != nil {
 					t.Fatalf("send: %v", err)
 				}
-			} else {
-				var poe *PeerOfflineError
-				if !errors.As(err, &poe) || poe.Reason != OfflineBadAck {
-					t.Fatalf("send: %v, want a PeerOfflineError for an invalid ack", err)
-				}
+				return
 			}
-			r.Close()
-			<-served
+			var poe *PeerOfflineError
+			if !errors.As(err, &poe) || poe.Reason != OfflineBadAck {
+				t.Fatalf("send: %v, want a PeerOfflineError for an invalid ack", err)
+			}
 		})
 	}
 }
@@ -738,6 +695,8 @@ func rawPeer(t *testing.T, ackTimeout time.Duration) (peerKP *identity.Keypair, 
 		t.Fatal(err)
 	}
 	ch := make(chan net.Conn, 4)
+	var mu sync.Mutex
+	var accepted []net.Conn
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -745,12 +704,20 @@ func rawPeer(t *testing.T, ackTimeout time.Duration) (peerKP *identity.Keypair, 
 				return
 			}
 			c.SetDeadline(time.Now().Add(20 * time.Second))
+			mu.Lock()
+			accepted = append(accepted, c)
+			mu.Unlock()
 			ch <- c
 		}
 	}()
 	t.Cleanup(func() {
 		r.Close()
 		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range accepted {
+			c.Close()
+		}
 	})
 	return peerKP, r, ch
 }
@@ -769,21 +736,54 @@ func readEnvelope(t *testing.T, c net.Conn) wire.Envelope {
 	return e
 }
 
-func writeEnvelope(t *testing.T, c net.Conn, kp *identity.Keypair, to identity.PeerID, kind wire.Kind) identity.UUID {
+// sealedFrame seals kind from kp to `to`, lets mutate (if not nil) change
+// the sealed envelope, and returns its id and frame.
+func sealedFrame(t *testing.T, kp *identity.Keypair, to identity.PeerID, kind wire.Kind, mutate func(*wire.Envelope)) (identity.UUID, []byte) {
 	t.Helper()
-	id := identity.NewUUID()
-	e, err := wire.Seal(kp, id, to, kind)
+	e, err := wire.Seal(kp, identity.NewUUID(), to, kind)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if mutate != nil {
+		mutate(&e)
 	}
 	b, err := e.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := transport.WriteFrame(c, b); err != nil {
+	f, err := transport.AppendFrame(nil, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.ID, f
+}
+
+// writeEnvelope writes a sealed envelope from the fake peer's side.
+func writeEnvelope(t *testing.T, c net.Conn, kp *identity.Keypair, to identity.PeerID, kind wire.Kind) identity.UUID {
+	t.Helper()
+	id, f := sealedFrame(t, kp, to, kind, nil)
+	if _, err := c.Write(f); err != nil {
 		t.Fatalf("peer: write: %v", err)
 	}
 	return id
+}
+
+// ackFrameOf is kp's ack of e, as a frame.
+func ackFrameOf(t *testing.T, kp *identity.Keypair, e wire.Envelope) []byte {
+	t.Helper()
+	_, f := sealedFrame(t, kp, e.From, wire.Ack(e.ID), nil)
+	return f
+}
+
+// outConnOf returns the live outbound connection of r's link to id (nil
+// if none), and whether the link sends one envelope per connection.
+func outConnOf(r *Router, id identity.PeerID) (oc *outConn, oneShot bool) {
+	r.mu.Lock()
+	lk := r.links[id]
+	r.mu.Unlock()
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.conn, lk.oneShot
 }
 
 // TestOutboundReaders: a send waiting for its ack reads the connection
@@ -872,41 +872,10 @@ func TestOutboundReaders(t *testing.T) {
 		// The peer closing the idle connection is seen without a send.
 		c.Close()
 		waitFor(t, 10*time.Second, "the link to notice the close", func() bool {
-			r.mu.Lock()
-			lk := r.links[peerKP.ID()]
-			r.mu.Unlock()
-			lk.mu.Lock()
-			defer lk.mu.Unlock()
-			return lk.conn == nil // (closed this soon after an exchange, it may look one-shot)
+			oc, _ := outConnOf(r, peerKP.ID()) // (closed this soon after an exchange, it may look one-shot)
+			return oc == nil
 		})
 	})
-}
-
-// ackFrame seals kp's ack of e as a frame.
-func ackFrameOf(t *testing.T, kp *identity.Keypair, e wire.Envelope) []byte {
-	t.Helper()
-	a, err := wire.Seal(kp, identity.NewUUID(), e.From, wire.Ack(e.ID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := a.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := transport.AppendFrame(nil, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-func linkState(r *Router, id identity.PeerID) (conn, oneShot bool) {
-	r.mu.Lock()
-	lk := r.links[id]
-	r.mu.Unlock()
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	return lk.conn != nil, lk.oneShot
 }
 
 // TestReadingSendCancelledMidFrame: a send cancelled while it reads, with
@@ -928,12 +897,7 @@ func TestReadingSendCancelledMidFrame(t *testing.T) {
 	go func() { _, err := r.SendMessage(ctxA, "peer", "A"); doneA <- err }()
 	readEnvelope(t, c)
 	waitFor(t, 10*time.Second, "A to read the connection", func() bool {
-		r.mu.Lock()
-		lk := r.links[peerKP.ID()]
-		r.mu.Unlock()
-		lk.mu.Lock()
-		oc := lk.conn
-		lk.mu.Unlock()
+		oc, _ := outConnOf(r, peerKP.ID())
 		oc.dlmu.Lock()
 		defer oc.dlmu.Unlock()
 		return oc.readerCh != nil
@@ -954,7 +918,7 @@ func TestReadingSendCancelledMidFrame(t *testing.T) {
 		t.Fatalf("a new connection %v was dialed", c2.LocalAddr())
 	default:
 	}
-	if _, oneShot := linkState(r, peerKP.ID()); oneShot {
+	if _, oneShot := outConnOf(r, peerKP.ID()); oneShot {
 		t.Error("cancelling A made the link one-envelope-per-connection")
 	}
 }

@@ -621,36 +621,28 @@ func (oc *outConn) await(ctx context.Context, ch chan ackResult) error {
 	for {
 		select {
 		case r := <-ch:
-			return oc.settle(r)
+			return oc.settle(r) // an outcome that is in wins over the context
 		default:
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 		select {
 		case r := <-ch:
 			return oc.settle(r)
+		case <-ctx.Done():
 		case <-oc.rtok:
-			if ctx.Err() != nil {
-				oc.rtok <- struct{}{}
-				return ctx.Err()
-			}
 			timedOut := oc.readFor(ctx, ch)
 			oc.rtok <- struct{}{}
 			if timedOut {
-				// The read deadline is the context's (its deadline, or
-				// now on cancellation): it is over or about to be.
-				select {
-				case r := <-ch:
-					return oc.settle(r)
-				default:
-				}
+				// The read deadline is the context's (its deadline, or now
+				// on cancellation): it is over or about to be.
 				select {
 				case r := <-ch:
 					return oc.settle(r)
 				case <-ctx.Done():
-					return ctx.Err()
 				}
 			}
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 	}
 }
