@@ -668,6 +668,44 @@ type loadResult struct {
 	cpuPerEx float64 // CPU µs per exchange, both processes
 }
 
+// loadSample is where a throughput scenario stands at one instant: the
+// exchanges done and the CPU time of this process and of the other one.
+type loadSample struct {
+	at          time.Time
+	done        int64
+	self, other time.Duration
+	err         error // reading the other process's CPU
+}
+
+func sampleLoad(done int64, otherPID int) loadSample {
+	s := loadSample{at: time.Now(), done: done, self: selfCPU()}
+	s.other, s.err = procCPU(otherPID)
+	return s
+}
+
+// resultSince is the outcome of the window from s0 to s.
+func (s loadSample) resultSince(s0 loadSample) (loadResult, error) {
+	if err := errors.Join(s0.err, s.err); err != nil {
+		return loadResult{}, fmt.Errorf("CPU of the other process: %w", err)
+	}
+	ex := s.done - s0.done
+	if ex <= 0 {
+		return loadResult{}, errors.New("no exchange completed in the measured window")
+	}
+	return loadResult{
+		perS:     float64(ex) / s.at.Sub(s0.at).Seconds(),
+		cpuPerEx: float64((s.self-s0.self)+(s.other-s0.other)) / 1e3 / float64(ex),
+	}, nil
+}
+
+// warmIn waits out a throughput scenario's warm-in: a quarter of the
+// window (at most half a second), and at least until progressed holds
+// (a slow machine, or -race, must not start the window empty).
+func (b *benchRun) warmIn(ctx context.Context, progressed func() bool) {
+	sleepCtx(ctx, min(b.opts.duration/4, 500*time.Millisecond))
+	waitMore(ctx, progressed)
+}
+
 // load starts a node with the given store and, for routers peers with
 // perRouter goroutines each, sends messages in a closed loop: a warm-in,
 // then the measured window. With fl, flooders attack the node from before
@@ -731,23 +769,16 @@ func (b *benchRun) load(ctx context.Context, tr, store string, routers, perRoute
 			}()
 		}
 	}
-	// A warm-in, and a window, each long enough for one exchange at
-	// least: a slow machine (or -race) must not end them empty.
-	sleepCtx(ctx, min(b.opts.duration/4, 500*time.Millisecond))
-	waitMore(ctx, func() bool { return done.Load() > 0 || stop.Load() })
-	c0 := selfCPU()
-	nc0, err0 := n.cpu()
-	d0, t0 := done.Load(), time.Now()
+	b.warmIn(ctx, func() bool { return done.Load() > 0 || stop.Load() })
+	s0 := sampleLoad(done.Load(), n.child.pid())
 	var f0, f1 int64
 	var flErr error
 	if fl != nil {
 		f0, _, flErr = fl.count()
 	}
 	sleepCtx(ctx, b.opts.duration)
-	waitMore(ctx, func() bool { return done.Load() > d0 || stop.Load() })
-	c1 := selfCPU()
-	nc1, err1 := n.cpu()
-	d1, el := done.Load(), time.Since(t0)
+	waitMore(ctx, func() bool { return done.Load() > s0.done || stop.Load() })
+	s1 := sampleLoad(done.Load(), n.child.pid())
 	var total, acked int64
 	if fl != nil && flErr == nil {
 		f1, _, flErr = fl.count()
@@ -766,23 +797,16 @@ func (b *benchRun) load(ctx context.Context, tr, store string, routers, perRoute
 	if err := ctx.Err(); err != nil {
 		return loadResult{}, err
 	}
-	if err := errors.Join(err0, err1); err != nil {
-		return loadResult{}, fmt.Errorf("node CPU: %w", err)
-	}
-	ex := d1 - d0
-	if ex <= 0 {
-		return loadResult{}, errors.New("no exchange completed in the measured window")
-	}
-	res := loadResult{
-		perS:     float64(ex) / el.Seconds(),
-		cpuPerEx: float64((c1-c0)+(nc1-nc0)) / 1e3 / float64(ex),
+	res, err := s1.resultSince(s0)
+	if err != nil {
+		return loadResult{}, err
 	}
 	if fl != nil {
 		after, err := n.status(ctx)
 		if err != nil {
 			return loadResult{}, err
 		}
-		if err := fl.settle(before, after, total, acked, f1-f0, el); err != nil {
+		if err := fl.settle(before, after, total, acked, f1-f0, s1.at.Sub(s0.at)); err != nil {
 			return loadResult{}, err
 		}
 	}

@@ -364,9 +364,6 @@ func (n *benchNode) router(kp *identity.Keypair) (*comms.Router, error) {
 	return comms.New(kp, list, comms.Options{AckTimeout: benchAckTimeout})
 }
 
-// cpu returns the CPU time (user+system) the node's process has used.
-func (n *benchNode) cpu() (time.Duration, error) { return procCPU(n.child.pid()) }
-
 // rssMB returns the node's resident memory in MB.
 func (n *benchNode) rssMB() (float64, error) { return procRSSMB(n.child.pid()) }
 

@@ -101,6 +101,28 @@ type rawConn struct {
 	msg       []byte // the signing input of a real message envelope
 }
 
+// exchange does one raw exchange: sign and write (reusing frame's
+// storage), then read and verify the answer from r.
+func (rc *rawConn) exchange(r *bufio.Reader, frame []byte) ([]byte, error) {
+	frame, err := rawSigned(frame[:0], rc.priv, rc.msg)
+	if err == nil {
+		_, err = rc.c.Write(frame)
+	}
+	if err == nil {
+		err = rc.readAnswer(r)
+	}
+	return frame, err
+}
+
+// readAnswer reads an answer from r and checks its signature.
+func (rc *rawConn) readAnswer(r *bufio.Reader) error {
+	payload, err := transport.ReadFrame(r, 0)
+	if err == nil {
+		_, err = rawOpen(rc.serverKey, payload)
+	}
+	return err
+}
+
 func (b *benchRun) dialRaw(ctx context.Context, a transport.Addr) (*rawConn, error) {
 	kp := b.peers[0]
 	e, err := wire.Seal(kp, identity.NewUUID(), b.peers[1].ID(), wire.Message(benchBody))
@@ -151,17 +173,7 @@ func (b *benchRun) rawSequential(ctx context.Context, a transport.Addr) (p50, p9
 	lat := make([]time.Duration, 0, b.opts.msgs)
 	for i := range b.opts.msgs + b.opts.msgs/10 {
 		t0 := time.Now()
-		if frame, err = rawSigned(frame[:0], rc.priv, rc.msg); err != nil {
-			return 0, 0, err
-		}
-		if _, err := rc.c.Write(frame); err != nil {
-			return 0, 0, err
-		}
-		payload, err := transport.ReadFrame(r, 0)
-		if err != nil {
-			return 0, 0, err
-		}
-		if _, err := rawOpen(rc.serverKey, payload); err != nil {
+		if frame, err = rc.exchange(r, frame); err != nil {
 			return 0, 0, err
 		}
 		if i >= b.opts.msgs/10 { // the first tenth warms up
@@ -218,30 +230,15 @@ func (b *benchRun) measure(ctx context.Context, rr *rawRun, echoPID int, conns [
 		}
 		return rr.failure
 	}
-	sleepCtx(ctx, min(b.opts.duration/4, 500*time.Millisecond))
-	waitMore(ctx, func() bool { return rr.done.Load() > 0 || rr.failed() })
-	c0 := selfCPU()
-	e0, err0 := procCPU(echoPID)
-	d0, t0 := rr.done.Load(), time.Now()
+	b.warmIn(ctx, func() bool { return rr.done.Load() > 0 || rr.failed() })
+	s0 := sampleLoad(rr.done.Load(), echoPID)
 	sleepCtx(ctx, b.opts.duration)
-	waitMore(ctx, func() bool { return rr.done.Load() > d0 || rr.failed() })
-	c1 := selfCPU()
-	e1, err1 := procCPU(echoPID)
-	d1, el := rr.done.Load(), time.Since(t0)
+	waitMore(ctx, func() bool { return rr.done.Load() > s0.done || rr.failed() })
+	s1 := sampleLoad(rr.done.Load(), echoPID)
 	if err := stop(); err != nil {
 		return loadResult{}, err
 	}
-	if err := errors.Join(err0, err1); err != nil {
-		return loadResult{}, fmt.Errorf("echo process CPU: %w", err)
-	}
-	ex := d1 - d0
-	if ex <= 0 {
-		return loadResult{}, errors.New("no exchange completed in the measured window")
-	}
-	return loadResult{
-		perS:     float64(ex) / el.Seconds(),
-		cpuPerEx: float64((c1-c0)+(e1-e0)) / 1e3 / float64(ex),
-	}, nil
+	return s1.resultSince(s0)
 }
 
 // rawPipelined is anchor_raw_pipelined: inFlight goroutines sign and
@@ -260,11 +257,7 @@ func (b *benchRun) rawPipelined(ctx context.Context, a transport.Addr, echoPID i
 	rr.wg.Go(func() {
 		r := bufio.NewReaderSize(rc.c, 64<<10)
 		for {
-			payload, err := transport.ReadFrame(r, 0)
-			if err == nil {
-				_, err = rawOpen(rc.serverKey, payload)
-			}
-			if err != nil {
+			if err := rc.readAnswer(r); err != nil {
 				rr.fail(err)
 				return
 			}
@@ -325,18 +318,8 @@ func (b *benchRun) rawClosedLoop(ctx context.Context, a transport.Addr, echoPID 
 			r := bufio.NewReader(rc.c)
 			var frame []byte
 			for !rr.failed() {
-				var payload []byte
 				var err error
-				if frame, err = rawSigned(frame[:0], rc.priv, rc.msg); err == nil {
-					_, err = rc.c.Write(frame)
-				}
-				if err == nil {
-					payload, err = transport.ReadFrame(r, 0)
-				}
-				if err == nil {
-					_, err = rawOpen(rc.serverKey, payload)
-				}
-				if err != nil {
+				if frame, err = rc.exchange(r, frame); err != nil {
 					rr.fail(err)
 					return
 				}
