@@ -252,24 +252,16 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 // before); ok false means the admission was refused and the connection
 // must stop.
 func (r *Router) settle(st *inConn, job ackJob, dst []byte) (frame []byte, ok bool) {
-	err := job.adm.Wait()
-	if err != nil && !errors.Is(err, ErrDuplicate) {
-		r.dedup.release(job.key)
+	stored, fresh := r.admitted(job.key, job.ev, job.adm.Wait())
+	if !stored {
 		r.reject(RejectInboxFull)
-		r.observeSettled(job.ev, EventRefused, RejectInboxFull)
 		r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
 		return dst, false
 	}
-	r.dedup.commit(job.key)
-	if err != nil { // stored before (a restart emptied our memory of it)
-		r.duplicates.Add(1)
-		r.observeSettled(job.ev, EventDuplicate, "")
-	} else {
-		r.accepted.Add(1)
-		r.observeSettled(job.ev, EventReceived, "")
+	if fresh {
 		st.authed.Store(true) // only new envelopes authenticate
 	}
-	frame, err = r.sealFrame(dst, job.key.from, wire.Ack(job.key.id))
+	frame, err := r.sealFrame(dst, job.key.from, wire.Ack(job.key.id))
 	if err != nil {
 		r.log.Error("cannot seal ack", "err", err)
 		return dst, true
@@ -323,10 +315,6 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 	r.seen(e.From)
 	item := Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name, Size: len(payload)}
 	k := dedupKey{e.From, e.ID}
-	refuse := func(reason string) ([]byte, bool, string) {
-		r.observe(EventRefused, &e, peer.Name, len(payload), reason)
-		return nil, false, reason
-	}
 	switch e.Kind.Type() {
 	case wire.TypeAck:
 		r.handleAck(e)
@@ -339,22 +327,14 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 			r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
 			return nil, false, ""
 		}
-		err := r.inbox.Push(item)
-		switch {
-		case errors.Is(err, ErrDuplicate):
-			r.dedup.commit(k)
-			r.duplicates.Add(1)
-			r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
-			return nil, false, ""
-		case err != nil:
-			r.dedup.release(k)
-			return refuse(RejectInboxFull)
+		stored, fresh := r.admitted(k, r.pendingEvent(&e, peer.Name, len(payload)), r.inbox.Push(item))
+		if !stored {
+			return nil, false, RejectInboxFull
 		}
-		r.dedup.commit(k)
-		r.accepted.Add(1)
-		r.observe(EventReceived, &e, peer.Name, len(payload), "")
-		r.reqs.deliver(e) // only once it is stored: the inbox is the record
-		return nil, true, ""
+		if fresh {
+			r.reqs.deliver(e) // only once it is stored: the inbox is the record
+		}
+		return nil, fresh, ""
 	}
 	// Messages, requests and kinds we do not model are admitted and acked.
 	switch r.dedup.reserve(k) {
@@ -364,28 +344,19 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, ev: r.pendingEvent(&e, peer.Name, len(payload))})
 			return nil, false, ""
 		}
-		err := r.inbox.Push(item)
-		switch {
-		case errors.Is(err, ErrDuplicate):
-			r.dedup.commit(k)
-			r.duplicates.Add(1)
-			r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
-		case err != nil:
-			r.dedup.release(k)
-			return refuse(RejectInboxFull)
-		default:
-			r.dedup.commit(k)
-			r.accepted.Add(1)
-			r.observe(EventReceived, &e, peer.Name, len(payload), "")
-			fresh = true
+		stored, isNew := r.admitted(k, r.pendingEvent(&e, peer.Name, len(payload)), r.inbox.Push(item))
+		if !stored {
+			return nil, false, RejectInboxFull
 		}
+		fresh = isNew
 	case dedupCommitted:
 		r.duplicates.Add(1) // acked again so the sender stops, not delivered twice
 		r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
 	case dedupPending:
 		// The first copy's admission is still running and may yet fail:
 		// acking now could ack something never stored.
-		return refuse(RejectInFlight)
+		r.observe(EventRefused, &e, peer.Name, len(payload), RejectInFlight)
+		return nil, false, RejectInFlight
 	}
 	frame, err := r.sealFrame(nil, e.From, wire.Ack(e.ID))
 	if err != nil {
@@ -393,6 +364,29 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 		return nil, fresh, ""
 	}
 	return frame, fresh, ""
+}
+
+// admitted accounts for the outcome of admitting envelope k (err from
+// the inbox): the duplicate filter, the counters and the observer (ev,
+// nil if nobody observes). stored says the envelope is in the inbox (so
+// it is acknowledged), fresh that it was not there before.
+func (r *Router) admitted(k dedupKey, ev *Event, err error) (stored, fresh bool) {
+	switch {
+	case err == nil:
+		r.dedup.commit(k)
+		r.accepted.Add(1)
+		r.observeSettled(ev, EventReceived, "")
+		return true, true
+	case errors.Is(err, ErrDuplicate): // stored before (a restart emptied our memory of it)
+		r.dedup.commit(k)
+		r.duplicates.Add(1)
+		r.observeSettled(ev, EventDuplicate, "")
+		return true, false
+	default:
+		r.dedup.release(k)
+		r.observeSettled(ev, EventRefused, RejectInboxFull)
+		return false, false
+	}
 }
 
 // sealFrame signs a new envelope to `to` and appends its frame to dst.
