@@ -60,6 +60,25 @@ type benchRun struct {
 	children map[*benchChild]struct{}
 }
 
+// childEnv is the environment for a meerkatd child process: this
+// process's, without MEERKAT_* settings that would change its
+// configuration, and with GORACE atexit_sleep_ms=0 (a race-built child
+// would otherwise sleep a second at every exit).
+func childEnv() []string {
+	var env []string
+	gorace := "atexit_sleep_ms=0"
+	for _, kv := range os.Environ() {
+		switch {
+		case strings.HasPrefix(kv, "MEERKAT_"):
+		case strings.HasPrefix(kv, "GORACE="):
+			gorace = strings.TrimPrefix(kv, "GORACE=") + " " + gorace
+		default:
+			env = append(env, kv)
+		}
+	}
+	return append(env, "GORACE="+gorace)
+}
+
 // benchPeers is how many trusted peer identities the node knows: the
 // 16-connection closed loop uses all of them.
 const benchPeers = 16
@@ -74,17 +93,14 @@ func newBenchRun(opts benchOpts, log io.Writer) (*benchRun, error) {
 		return nil, err
 	}
 	b := &benchRun{opts: opts, exe: exe, root: root, log: log, children: map[*benchChild]struct{}{}}
-	gorace := "atexit_sleep_ms=0" // a race-built child would sleep a second at exit
-	for _, kv := range os.Environ() {
-		switch {
-		case strings.HasPrefix(kv, "MEERKAT_"):
-		case strings.HasPrefix(kv, "GORACE="):
-			gorace = strings.TrimPrefix(kv, "GORACE=") + " " + gorace
-		default:
-			b.env = append(b.env, kv)
-		}
+	// Nodes announce themselves for local discovery in the run's own
+	// directory, not the user's.
+	rt := filepath.Join(root, "run")
+	if err := os.Mkdir(rt, 0o700); err != nil {
+		os.RemoveAll(root)
+		return nil, err
 	}
-	b.env = append(b.env, "GORACE="+gorace)
+	b.env = append(childEnv(), "XDG_RUNTIME_DIR="+rt)
 	gen := func() *identity.Keypair {
 		kp, e := identity.GenerateKeypair()
 		if e != nil && err == nil {

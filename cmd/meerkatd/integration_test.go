@@ -96,23 +96,10 @@ func binary(t *testing.T) string {
 	return path
 }
 
-// baseEnv is the environment of every meerkatd process: this process's,
-// without MEERKAT_* settings that would change the configuration. A race
-// binary would sleep a second at every exit (GORACE atexit_sleep_ms); it
-// does not.
+// baseEnv is the environment of every meerkatd process the tests start:
+// childEnv, with local discovery in a directory of this test run.
 func baseEnv() []string {
-	var env []string
-	gorace := "atexit_sleep_ms=0"
-	for _, kv := range os.Environ() {
-		switch {
-		case strings.HasPrefix(kv, "MEERKAT_"):
-		case strings.HasPrefix(kv, "GORACE="):
-			gorace = strings.TrimPrefix(kv, "GORACE=") + " " + gorace
-		default:
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "GORACE="+gorace)
+	env := childEnv()
 	if bin, err := meerkatdBinary(); err == nil {
 		// Daemons announce themselves for local discovery: in a directory
 		// of this test run, not the user's own runtime directory.
