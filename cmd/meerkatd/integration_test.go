@@ -359,16 +359,7 @@ func (n *testNode) stop() {
 	t := n.t
 	t.Helper()
 	d := n.d
-	if d == nil || d.stopped {
-		t.Fatalf("%s has no running daemon", n.name)
-	}
-	d.stopped = true
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil && !d.exited() {
-		t.Errorf("SIGTERM %s's daemon: %v", n.name, err)
-	}
-	select {
-	case <-d.done:
-	case <-time.After(stopTimeout):
+	if !n.signal(syscall.SIGTERM) {
 		d.cmd.Process.Kill()
 		<-d.done
 		t.Errorf("%s's daemon did not exit within %v of SIGTERM; killed", n.name, stopTimeout)
@@ -381,6 +372,27 @@ func (n *testNode) stop() {
 		if _, err := os.Lstat(filepath.Join(n.home, f)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("after %s's daemon stopped, %s remains (%v)", n.name, f, err)
 		}
+	}
+}
+
+// signal sends sig to n's running daemon and waits up to stopTimeout for
+// it to exit; it reports whether it did.
+func (n *testNode) signal(sig syscall.Signal) bool {
+	t := n.t
+	t.Helper()
+	d := n.d
+	if d == nil || d.stopped {
+		t.Fatalf("%s has no running daemon", n.name)
+	}
+	d.stopped = true
+	if err := d.cmd.Process.Signal(sig); err != nil && !d.exited() {
+		t.Errorf("%v to %s's daemon: %v", sig, n.name, err)
+	}
+	select {
+	case <-d.done:
+		return true
+	case <-time.After(stopTimeout):
+		return false
 	}
 }
 

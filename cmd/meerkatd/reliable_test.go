@@ -24,20 +24,9 @@ import (
 // kill ends n's daemon with SIGKILL: no shutdown, no flush, sockets left
 // behind (the next start must cope).
 func (n *testNode) kill() {
-	t := n.t
-	t.Helper()
-	d := n.d
-	if d == nil || d.stopped {
-		t.Fatalf("%s has no running daemon", n.name)
-	}
-	d.stopped = true
-	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil && !d.exited() {
-		t.Fatalf("SIGKILL %s: %v", n.name, err)
-	}
-	select {
-	case <-d.done:
-	case <-time.After(stopTimeout):
-		t.Fatalf("%s's daemon survived SIGKILL", n.name)
+	n.t.Helper()
+	if !n.signal(syscall.SIGKILL) {
+		n.t.Fatalf("%s's daemon survived SIGKILL", n.name)
 	}
 }
 
