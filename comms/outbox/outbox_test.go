@@ -149,16 +149,7 @@ func TestDeliversInOrderPipelined(t *testing.T) {
 		t.Fatal(err)
 	}
 	ob.Start()
-	var want []identity.UUID
-	var ts []*Ticket
-	for i := range 500 {
-		e, tk, err := ob.Enqueue(entry(peerA, i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, e.ID)
-		ts = append(ts, tk)
-	}
+	want, ts := enqueueN(t, ob, peerA, 500)
 	waitTickets(t, ts)
 	ob.Close()
 	order, stored, _ := rcv.snapshot()
@@ -195,16 +186,7 @@ func TestRetriesUntilPeerReturnsInOrder(t *testing.T) {
 	}
 	defer ob.Close()
 	ob.Start()
-	var want []identity.UUID
-	var ts []*Ticket
-	for i := range 200 {
-		e, tk, err := ob.Enqueue(entry(peerA, i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, e.ID)
-		ts = append(ts, tk)
-	}
+	want, ts := enqueueN(t, ob, peerA, 200)
 	waitFor(t, "several failed attempts", func() bool { _, _, calls := rcv.snapshot(); return calls >= 5 })
 	if s := ob.Peer(peerA); s.Queued != 200 || s.LastError == "" {
 		t.Fatalf("peer state while down: %+v", s)
@@ -245,14 +227,7 @@ func TestBreakerOpensQueuesThenProbes(t *testing.T) {
 		}
 	}
 	ob.Start()
-	var ts []*Ticket
-	for i := range 3 {
-		_, tk, err := ob.Enqueue(entry(peerA, i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts = append(ts, tk)
-	}
+	_, ts := enqueueN(t, ob, peerA, 3)
 	waitFor(t, "the breaker to open", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
 	_, _, calls := rcv.snapshot()
 	if calls < 3 {
@@ -419,14 +394,7 @@ func TestRestartDeliversStoredEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	ob.Start()
-	var want []identity.UUID
-	for i := range 50 {
-		e, _, err := ob.Enqueue(entry(peerA, i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, e.ID)
-	}
+	want, _ := enqueueN(t, ob, peerA, 50)
 	ob.Close() // with everything still queued
 	if es, _ := st.Entries(); len(es) != 50 {
 		t.Fatalf("%d entries stored after close, want 50", len(es))
@@ -607,14 +575,7 @@ func TestKickReleasesWholeQueue(t *testing.T) {
 	}
 	defer ob.Close()
 	ob.Start()
-	var ts []*Ticket
-	for i := range 3 {
-		_, tk, err := ob.Enqueue(entry(peerA, i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts = append(ts, tk)
-	}
+	_, ts := enqueueN(t, ob, peerA, 3)
 	for _, tk := range ts {
 		select {
 		case <-tk.Attempted():
@@ -688,4 +649,21 @@ func TestExpiredButKillFails(t *testing.T) {
 	if n := st.kills.Load(); n > 1000 {
 		t.Fatalf("%d Kill attempts: the worker spins instead of backing off", n)
 	}
+}
+
+// enqueueN enqueues entries 0..n-1 to peer and returns their ids and
+// tickets in order.
+func enqueueN(t *testing.T, ob *Outbox, peer identity.PeerID, n int) ([]identity.UUID, []*Ticket) {
+	t.Helper()
+	var ids []identity.UUID
+	var ts []*Ticket
+	for i := range n {
+		e, tk, err := ob.Enqueue(entry(peer, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.ID)
+		ts = append(ts, tk)
+	}
+	return ids, ts
 }
