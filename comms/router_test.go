@@ -663,7 +663,7 @@ func TestBadAckFromPeer(t *testing.T) {
 				done <- err
 			}()
 			c := <-conns
-			c.Write(tc.answer(peerKP, readEnvelope(t, c)))
+			peerWrite(t, c, tc.answer(peerKP, readEnvelope(t, c)))
 			err := <-done
 			if tc.ok {
 				if err != nil {
@@ -762,10 +762,16 @@ func sealedFrame(t *testing.T, kp *identity.Keypair, to identity.PeerID, kind wi
 func writeEnvelope(t *testing.T, c net.Conn, kp *identity.Keypair, to identity.PeerID, kind wire.Kind) identity.UUID {
 	t.Helper()
 	id, f := sealedFrame(t, kp, to, kind, nil)
-	if _, err := c.Write(f); err != nil {
+	peerWrite(t, c, f)
+	return id
+}
+
+// peerWrite writes bytes from the fake peer's side.
+func peerWrite(t *testing.T, c net.Conn, b []byte) {
+	t.Helper()
+	if _, err := c.Write(b); err != nil {
 		t.Fatalf("peer: write: %v", err)
 	}
-	return id
 }
 
 // ackFrameOf is kp's ack of e, as a frame.
@@ -888,7 +894,7 @@ func TestReadingSendCancelledMidFrame(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { _, err := r.SendMessage(ctxT(t), "peer", "s0"); first <- err }()
 	c := <-conns
-	c.Write(ackFrameOf(t, peerKP, readEnvelope(t, c)))
+	peerWrite(t, c, ackFrameOf(t, peerKP, readEnvelope(t, c)))
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
@@ -904,12 +910,12 @@ func TestReadingSendCancelledMidFrame(t *testing.T) {
 	})
 	go func() { _, err := r.SendMessage(ctxT(t), "peer", "B"); doneB <- err }()
 	ack := ackFrameOf(t, peerKP, readEnvelope(t, c))
-	c.Write(ack[:10]) // half of B's ack
+	peerWrite(t, c, ack[:10]) // half of B's ack
 	cancelA()
 	if err := <-doneA; !errors.Is(err, context.Canceled) {
 		t.Fatalf("A: %v, want context.Canceled", err)
 	}
-	c.Write(ack[10:])
+	peerWrite(t, c, ack[10:])
 	if err := <-doneB; err != nil {
 		t.Fatalf("B: %v", err)
 	}
@@ -943,9 +949,7 @@ func TestAckOnInboundWakesReadingSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ic.Close()
-	if _, err := ic.Write(ackFrameOf(t, peerKP, e)); err != nil {
-		t.Fatal(err)
-	}
+	peerWrite(t, ic, ackFrameOf(t, peerKP, e))
 	select {
 	case err := <-done:
 		if err != nil {
