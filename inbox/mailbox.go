@@ -2,6 +2,8 @@ package inbox
 
 import (
 	"context"
+	"slices"
+	"sort"
 	"sync"
 )
 
@@ -15,9 +17,16 @@ import (
 // acknowledged. The zero value is not usable; call [NewMailbox]. A Mailbox
 // is safe for concurrent use.
 type Mailbox[T any] struct {
-	mu       sync.Mutex
-	entries  []Entry[T] // oldest first, unacknowledged only
-	next     uint64     // sequence of the next push; sequences start at 1
+	mu sync.Mutex
+	// chunks holds the unacknowledged entries, oldest first, in slices
+	// of capacity chunkLen; none is empty. A push appends to the last
+	// chunk or starts a new one, never copying what is stored (a growing
+	// slice of large entries would copy each one about four times over);
+	// an ack moves entries within one chunk only, and emptied chunks go
+	// to the garbage collector.
+	chunks   [][]Entry[T]
+	n        int    // entries stored
+	next     uint64 // sequence of the next push; sequences start at 1
 	max      int
 	maxBytes int         // 0: no byte limit
 	sizeOf   func(T) int // item size for maxBytes
@@ -34,6 +43,9 @@ type Entry[T any] struct {
 	Seq  uint64
 	Item T
 }
+
+// chunkLen is the capacity of one chunk of entries.
+const chunkLen = 64
 
 // NewMailbox returns a mailbox holding at most max items (DefaultMax if
 // max <= 0).
@@ -84,15 +96,20 @@ func (m *Mailbox[T]) Push(item T) error {
 	if m.closed {
 		return ErrClosed
 	}
-	if len(m.entries) >= m.max {
+	if m.n >= m.max {
 		return ErrFull
 	}
 	n := m.size(item)
-	if m.maxBytes > 0 && len(m.entries) > 0 && m.bytes+n > m.maxBytes {
+	if m.maxBytes > 0 && m.n > 0 && m.bytes+n > m.maxBytes {
 		return ErrFull
 	}
 	m.bytes += n
-	m.entries = append(m.entries, Entry[T]{Seq: m.next, Item: item})
+	if k := len(m.chunks); k == 0 || len(m.chunks[k-1]) == cap(m.chunks[k-1]) {
+		m.chunks = append(m.chunks, make([]Entry[T], 0, chunkLen))
+	}
+	last := &m.chunks[len(m.chunks)-1]
+	*last = append(*last, Entry[T]{Seq: m.next, Item: item})
+	m.n++
 	m.next++
 	m.broadcastLocked()
 	return nil
@@ -108,15 +125,34 @@ func (m *Mailbox[T]) List(after uint64, limit int) []Entry[T] {
 
 func (m *Mailbox[T]) listLocked(after uint64, limit int) []Entry[T] {
 	var out []Entry[T]
-	for _, e := range m.entries {
-		if e.Seq > after {
+	if limit > 0 {
+		out = make([]Entry[T], 0, min(limit, m.n))
+	}
+	c, i := m.search(func(seq uint64) bool { return seq > after })
+	for ; c < len(m.chunks); c, i = c+1, 0 {
+		for _, e := range m.chunks[c][i:] {
 			out = append(out, e)
 			if limit > 0 && len(out) == limit {
-				break
+				return out
 			}
 		}
 	}
 	return out
+}
+
+// search returns the position (chunk, index in it) of the first entry
+// whose sequence satisfies above, which must be false for a prefix of the
+// entries and true for the rest; (len(m.chunks), 0) if none does.
+func (m *Mailbox[T]) search(above func(seq uint64) bool) (c, i int) {
+	c = sort.Search(len(m.chunks), func(c int) bool {
+		ch := m.chunks[c]
+		return above(ch[len(ch)-1].Seq)
+	})
+	if c == len(m.chunks) {
+		return c, 0
+	}
+	ch := m.chunks[c]
+	return c, sort.Search(len(ch), func(i int) bool { return above(ch[i].Seq) })
 }
 
 // Wait is List, but if nothing matches it waits until something arrives, the
@@ -142,43 +178,93 @@ func (m *Mailbox[T]) Wait(ctx context.Context, after uint64, limit int) ([]Entry
 // Ack removes the entries whose sequence numbers are listed and returns how
 // many it removed (unknown or already acknowledged numbers are skipped).
 func (m *Mailbox[T]) Ack(seqs ...uint64) int {
-	want := make(map[uint64]bool, len(seqs))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	removed := 0
 	for _, s := range seqs {
-		want[s] = true
+		c, i := m.search(func(seq uint64) bool { return seq >= s })
+		if c == len(m.chunks) || m.chunks[c][i].Seq != s {
+			continue
+		}
+		ch := m.chunks[c]
+		m.bytes -= m.size(ch[i].Item)
+		copy(ch[i:], ch[i+1:])
+		clear(ch[len(ch)-1:])
+		m.chunks[c] = ch[:len(ch)-1]
+		removed++
+		m.shrunk(c)
 	}
-	return m.remove(func(seq uint64) bool { return want[seq] })
+	m.removedLocked(removed)
+	return removed
 }
 
 // AckUpTo removes every entry with sequence at most upTo.
 func (m *Mailbox[T]) AckUpTo(upTo uint64) int {
-	return m.remove(func(seq uint64) bool { return seq <= upTo })
-}
-
-func (m *Mailbox[T]) remove(drop func(uint64) bool) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	kept := m.entries[:0]
-	for _, e := range m.entries {
-		if !drop(e.Seq) {
-			kept = append(kept, e)
-		} else {
+	c, i := m.search(func(seq uint64) bool { return seq > upTo })
+	removed := 0
+	for _, ch := range m.chunks[:c] {
+		for _, e := range ch {
 			m.bytes -= m.size(e.Item)
 		}
+		removed += len(ch)
 	}
-	n := len(m.entries) - len(kept)
-	clear(m.entries[len(kept):])
-	m.entries = kept
+	if i > 0 { // the oldest entries of chunk c go too
+		ch := m.chunks[c]
+		for _, e := range ch[:i] {
+			m.bytes -= m.size(e.Item)
+		}
+		removed += i
+		k := copy(ch, ch[i:])
+		clear(ch[k:])
+		m.chunks[c] = ch[:k]
+	}
+	m.chunks = slices.Delete(m.chunks, 0, c)
+	if i > 0 {
+		m.shrunk(0)
+	}
+	m.removedLocked(removed)
+	return removed
+}
+
+// shrunk restores the chunks' shape after chunk c lost entries: an empty
+// chunk goes, and neighbours that fit in one chunk become one. Adjacent
+// chunks then always hold more than chunkLen entries together, so
+// acknowledging scattered entries cannot leave memory in mostly empty
+// chunks.
+func (m *Mailbox[T]) shrunk(c int) {
+	if len(m.chunks[c]) == 0 {
+		// It held one entry before, so its neighbours are full: they
+		// need no merging.
+		m.chunks = slices.Delete(m.chunks, c, c+1)
+		return
+	}
+	if c > 0 {
+		c-- // chunk c may fit into the one before it
+	}
+	for range 2 { // c with the next one, then (after a merge) with the one after
+		if c+1 >= len(m.chunks) || len(m.chunks[c])+len(m.chunks[c+1]) > chunkLen {
+			c++
+			continue
+		}
+		m.chunks[c] = append(m.chunks[c], m.chunks[c+1]...)
+		m.chunks = slices.Delete(m.chunks, c+1, c+2)
+	}
+}
+
+func (m *Mailbox[T]) removedLocked(n int) {
 	if n > 0 {
+		m.n -= n
 		m.broadcastLocked()
 	}
-	return n
 }
 
 // Len returns the number of unacknowledged entries.
 func (m *Mailbox[T]) Len() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.entries)
+	return m.n
 }
 
 // Changed returns a channel closed at the next push, ack or close.

@@ -1,9 +1,12 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -152,4 +155,130 @@ func TestMailboxChanged(t *testing.T) {
 			t.Fatalf("%s: closed = %v, want %v", step.name, got, step.closes)
 		}
 	}
+}
+
+// runMailboxOps applies the operations that ops encodes to a Mailbox and
+// to a plain slice that models it, and fails at the first difference in
+// what they return or hold, or when the chunks lose their shape (an empty
+// chunk, or two neighbours that would fit in one). Pushes outnumber acks, so the mailbox spans
+// many chunks; byte and count limits are both in play.
+func runMailboxOps(t *testing.T, ops []byte) {
+	const maxItems = 300
+	type entry struct {
+		seq  uint64
+		item string
+	}
+	m := NewMailbox[string](maxItems)
+	m.SetByteLimit(4000, func(s string) int { return len(s) })
+	var model []entry
+	next, stored := uint64(1), 0
+	byteAt := func(i int) byte {
+		if i < len(ops) {
+			return ops[i]
+		}
+		return 0
+	}
+	for i := 0; i < len(ops); i += 3 {
+		op, a, b := ops[i]%8, byteAt(i+1), byteAt(i+2)
+		switch op {
+		case 0, 1, 2, 3: // push an item of a bytes
+			item := strings.Repeat("x", int(a)%40)
+			err := m.Push(item)
+			full := len(model) >= maxItems || (len(model) > 0 && stored+len(item) > 4000)
+			if full != errors.Is(err, ErrFull) || (!full && err != nil) {
+				t.Fatalf("op %d: push with %d stored (%d bytes): %v", i/3, len(model), stored, err)
+			}
+			if err == nil {
+				model = append(model, entry{next, item})
+				stored += len(item)
+				next++
+			}
+		case 4: // ack two sequences anywhere (some long gone, some not yet used)
+			var s1, s2 uint64
+			if len(model) > 0 {
+				s1, s2 = model[0].seq+uint64(a)%(maxItems+5), model[0].seq+uint64(b)%(maxItems+5)-3
+			}
+			want := 0
+			kept := model[:0:0]
+			for _, e := range model {
+				if e.seq == s1 || e.seq == s2 {
+					want++
+					stored -= len(e.item)
+				} else {
+					kept = append(kept, e)
+				}
+			}
+			model = kept
+			if got := m.Ack(s1, s2, s1); got != want {
+				t.Fatalf("op %d: Ack(%d, %d) removed %d, want %d", i/3, s1, s2, got, want)
+			}
+		case 5: // ack up to a sequence: a few of the oldest, or all
+			upTo := next - 1
+			if len(model) > 0 && a != 0 {
+				upTo = model[0].seq + uint64(a)%8 - 2
+			}
+			want := 0
+			for want < len(model) && model[want].seq <= upTo {
+				stored -= len(model[want].item)
+				want++
+			}
+			model = model[want:]
+			if got := m.AckUpTo(upTo); got != want {
+				t.Fatalf("op %d: AckUpTo(%d) removed %d, want %d", i/3, upTo, got, want)
+			}
+		default: // list after a cursor, with a limit
+			after, limit := uint64(0), int(b)%80
+			if len(model) > 0 { // from just before the oldest to past the newest
+				after = uint64(max(0, int64(model[0].seq)+int64(a)-10))
+			}
+			var want []entry
+			for _, e := range model {
+				if e.seq > after && (limit == 0 || len(want) < limit) {
+					want = append(want, e)
+				}
+			}
+			got := m.List(after, limit)
+			if len(got) != len(want) {
+				t.Fatalf("op %d: List(%d, %d) gave %d entries, want %d", i/3, after, limit, len(got), len(want))
+			}
+			for j := range got {
+				if got[j].Seq != want[j].seq || got[j].Item != want[j].item {
+					t.Fatalf("op %d: List(%d, %d)[%d] = %d %q, want %d %q", i/3, after, limit, j, got[j].Seq, got[j].Item, want[j].seq, want[j].item)
+				}
+			}
+		}
+		if m.Len() != len(model) {
+			t.Fatalf("op %d: Len = %d, want %d", i/3, m.Len(), len(model))
+		}
+		for c, ch := range m.chunks {
+			if len(ch) == 0 || cap(ch) != chunkLen {
+				t.Fatalf("op %d: chunk %d has %d entries, capacity %d", i/3, c, len(ch), cap(ch))
+			}
+			if c > 0 && len(m.chunks[c-1])+len(ch) <= chunkLen {
+				t.Fatalf("op %d: chunks %d and %d hold %d and %d entries: they fit in one", i/3, c-1, c, len(m.chunks[c-1]), len(ch))
+			}
+		}
+	}
+	if got := m.List(0, 0); len(got) != len(model) {
+		t.Fatalf("at the end: %d entries listed, want %d", len(got), len(model))
+	}
+}
+
+// TestMailboxModel runs a long pseudo-random sequence of pushes, acks and
+// lists (the same sequence every run) against the model.
+func TestMailboxModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ops := make([]byte, 90000)
+	for i := range ops {
+		ops[i] = byte(rng.Uint32())
+	}
+	runMailboxOps(t, ops)
+}
+
+func FuzzMailbox(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(bytes.Repeat([]byte{0, 5, 0}, 200))                  // pushes across chunks
+	f.Add(append(bytes.Repeat([]byte{1, 9, 0}, 150), 5, 0, 0)) // then ack all
+	f.Add(append(bytes.Repeat([]byte{2, 1, 0}, 140), 4, 64, 63, 4, 0, 1, 7, 3, 2))
+	f.Fuzz(runMailboxOps)
 }
