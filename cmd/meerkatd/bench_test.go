@@ -27,17 +27,29 @@ func BenchmarkPipelinedDelivery(b *testing.B) {
 	for _, network := range []string{"uds", "tcp"} {
 		for _, mode := range []string{config.StoreMemory, config.StoreSQLite} {
 			b.Run(network+"/"+mode, func(b *testing.B) {
-				benchPipelined(b, network == "tcp", mode)
+				benchDelivery(b, network == "tcp", mode, 128)
 			})
 		}
 	}
 }
 
-// benchPipelined runs b.N messages from alice to bob, at most inFlight
+// BenchmarkSequentialDelivery is BenchmarkPipelinedDelivery with one
+// message in flight: ns/op is the round trip (send, admit, ack) between
+// two nodes in one process, and its CPU profile shows the per-message
+// work of both ends on the latency path.
+func BenchmarkSequentialDelivery(b *testing.B) {
+	for _, network := range []string{"uds", "tcp"} {
+		b.Run(network, func(b *testing.B) {
+			benchDelivery(b, network == "tcp", config.StoreMemory, 1)
+		})
+	}
+}
+
+// benchDelivery runs b.N messages from alice to bob, at most inFlight
 // unacknowledged at a time. With tcp, bob listens only on a TCP port of
 // 127.0.0.1 and alice's trust entry names the port bob actually listens
 // on.
-func benchPipelined(b *testing.B, tcp bool, mode string) {
+func benchDelivery(b *testing.B, tcp bool, mode string, inFlight int) {
 	dir, err := os.MkdirTemp("", "mkb")
 	if err != nil {
 		b.Fatal(err)
@@ -86,7 +98,6 @@ func benchPipelined(b *testing.B, tcp bool, mode string) {
 		b.Fatal(err)
 	}
 	defer alice.stop()
-	const inFlight = 128
 	ctx := context.Background()
 	sem := make(chan struct{}, inFlight)
 	var wg sync.WaitGroup
