@@ -57,13 +57,27 @@ func (ri *recordingInbox) PushAsync(it comms.Item) comms.Admission {
 		PushAsync(comms.Item) comms.Admission
 	})
 	if !ok {
-		return doneAdmission{ri.Push(it)}
+		return admittedNow(ri.Push(it))
 	}
 	return &trackedAdmission{Admission: a.PushAsync(it), ri: ri, it: it}
 }
 
 // doneAdmission is an admission that already happened.
 type doneAdmission struct{ err error }
+
+// admitted is the outcome of every successful admission that already
+// happened: one shared value, so the memory inbox allocates nothing per
+// envelope for it.
+var admitted comms.Admission = doneAdmission{}
+
+// admittedNow returns the admission that already happened with outcome
+// err.
+func admittedNow(err error) comms.Admission {
+	if err == nil {
+		return admitted
+	}
+	return doneAdmission{err}
+}
 
 func (d doneAdmission) Ready() bool { return true }
 func (d doneAdmission) Wait() error { return d.err }
