@@ -45,59 +45,10 @@ func BenchmarkSequentialDelivery(b *testing.B) {
 	}
 }
 
-// benchDelivery runs b.N messages from alice to bob, at most inFlight
-// unacknowledged at a time. With tcp, bob listens only on a TCP port of
-// 127.0.0.1 and alice's trust entry names the port bob actually listens
-// on.
+// benchDelivery runs b.N messages from alice to bob (deliveryPair), at
+// most inFlight unacknowledged at a time.
 func benchDelivery(b *testing.B, tcp bool, mode string, inFlight int) {
-	dir, err := os.MkdirTemp("", "mkb")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	vars := map[string]string{"MEERKAT_STORE_MODE": mode, "MEERKAT_COMMS_INBOX_MAX": "1000000", "MEERKAT_COMMS_INBOX_MAX_BYTES": "1000000000"}
-	if tcp {
-		vars["MEERKAT_COMMS_LISTEN_UDS"] = config.UDSOff
-		vars["MEERKAT_COMMS_LISTEN_TCP"] = "127.0.0.1:" + strconv.Itoa(freeTCPPort(b))
-	}
-	e := newEnv(io.Discard, io.Discard, mapEnv(vars))
-	homes := map[string]*home{}
-	for _, name := range []string{"alice", "bob"} {
-		d := filepath.Join(dir, name)
-		if _, err := initHome(d, name); err != nil {
-			b.Fatal(err)
-		}
-		if homes[name], err = e.openHome(d, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	saveTrust := func(self, other string, addr transport.Addr) {
-		l, err := trust.New(trust.Peer{Name: other, ID: homes[other].kp.ID(), Addr: addr})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := l.Save(filepath.Join(homes[self].dir, trust.FileName)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	// alice only sends (and gets acks back on the same connection), so
-	// bob never dials the address he has for her.
-	saveTrust("bob", "alice", transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(homes["alice"].dir, config.DefaultSocketName)})
-	log := slog.New(slog.DiscardHandler)
-	bob, err := startNode(homes["bob"], log, nodeFull)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bob.stop()
-	if len(bob.addrs) != 1 {
-		b.Fatalf("bob listens on %v, want one address", bob.addrs)
-	}
-	saveTrust("alice", "bob", bob.addrs[0])
-	alice, err := startNode(homes["alice"], log, nodeSendOnly)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer alice.stop()
+	alice, _ := deliveryPair(b, tcp, mode)
 	ctx := context.Background()
 	sem := make(chan struct{}, inFlight)
 	var wg sync.WaitGroup
@@ -135,4 +86,61 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// deliveryPair starts two nodes in this process, alice (send only) and
+// bob (a full node keeping its inbox per mode), each trusting the other;
+// the test's cleanup stops them. With tcp, bob listens only on a TCP port
+// of 127.0.0.1 and alice's trust entry names the port bob actually
+// listens on.
+func deliveryPair(tb testing.TB, tcp bool, mode string) (alice, bob *node) {
+	dir, err := os.MkdirTemp("", "mkb") // short: socket paths have a length limit
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	vars := map[string]string{"MEERKAT_STORE_MODE": mode, "MEERKAT_COMMS_INBOX_MAX": "1000000", "MEERKAT_COMMS_INBOX_MAX_BYTES": "1000000000"}
+	if tcp {
+		vars["MEERKAT_COMMS_LISTEN_UDS"] = config.UDSOff
+		vars["MEERKAT_COMMS_LISTEN_TCP"] = "127.0.0.1:" + strconv.Itoa(freeTCPPort(tb))
+	}
+	e := newEnv(io.Discard, io.Discard, mapEnv(vars))
+	homes := map[string]*home{}
+	for _, name := range []string{"alice", "bob"} {
+		d := filepath.Join(dir, name)
+		if _, err := initHome(d, name); err != nil {
+			tb.Fatal(err)
+		}
+		if homes[name], err = e.openHome(d, nil); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	saveTrust := func(self, other string, addr transport.Addr) {
+		l, err := trust.New(trust.Peer{Name: other, ID: homes[other].kp.ID(), Addr: addr})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := l.Save(filepath.Join(homes[self].dir, trust.FileName)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	// alice only sends (and gets acks back on the same connection), so
+	// bob never dials the address he has for her.
+	saveTrust("bob", "alice", transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(homes["alice"].dir, config.DefaultSocketName)})
+	log := slog.New(slog.DiscardHandler)
+	bob, err = startNode(homes["bob"], log, nodeFull)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(bob.stop)
+	if len(bob.addrs) != 1 {
+		tb.Fatalf("bob listens on %v, want one address", bob.addrs)
+	}
+	saveTrust("alice", "bob", bob.addrs[0])
+	alice, err = startNode(homes["alice"], log, nodeSendOnly)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(alice.stop)
+	return alice, bob
 }
