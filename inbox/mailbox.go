@@ -21,9 +21,9 @@ type Mailbox[T any] struct {
 	// chunks holds the unacknowledged entries, oldest first, in slices
 	// of capacity chunkLen; none is empty. A push appends to the last
 	// chunk or starts a new one, never copying what is stored (a growing
-	// slice of large entries would copy each one about four times over);
-	// an ack moves entries within one chunk only, and emptied chunks go
-	// to the garbage collector.
+	// slice of large entries would copy each one about four times over).
+	// An ack moves entries within one chunk, or merges two neighbouring
+	// chunks that fit in one; emptied chunks go to the garbage collector.
 	chunks   [][]Entry[T]
 	n        int    // entries stored
 	next     uint64 // sequence of the next push; sequences start at 1
@@ -71,6 +71,18 @@ func (m *Mailbox[T]) size(item T) int {
 		return 0
 	}
 	return m.sizeOf(item)
+}
+
+// sizes is the total size of es.
+func (m *Mailbox[T]) sizes(es []Entry[T]) int {
+	if m.sizeOf == nil {
+		return 0
+	}
+	n := 0
+	for _, e := range es {
+		n += m.sizeOf(e.Item)
+	}
+	return n
 }
 
 func (m *Mailbox[T]) broadcastLocked() {
@@ -124,35 +136,37 @@ func (m *Mailbox[T]) List(after uint64, limit int) []Entry[T] {
 }
 
 func (m *Mailbox[T]) listLocked(after uint64, limit int) []Entry[T] {
-	var out []Entry[T]
-	if limit > 0 {
-		out = make([]Entry[T], 0, min(limit, m.n))
-	}
 	c, i := m.search(func(seq uint64) bool { return seq > after })
-	for ; c < len(m.chunks); c, i = c+1, 0 {
-		for _, e := range m.chunks[c][i:] {
-			out = append(out, e)
-			if limit > 0 && len(out) == limit {
-				return out
-			}
-		}
+	if c == len(m.chunks) {
+		return nil
+	}
+	n := len(m.chunks[c]) - i // how many to return, counted before copying
+	for k := c + 1; k < len(m.chunks) && (limit <= 0 || n < limit); k++ {
+		n += len(m.chunks[k])
+	}
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	out := make([]Entry[T], 0, n)
+	for ; len(out) < n; c, i = c+1, 0 {
+		out = append(out, m.chunks[c][i:min(len(m.chunks[c]), i+n-len(out))]...)
 	}
 	return out
 }
 
 // search returns the position (chunk, index in it) of the first entry
-// whose sequence satisfies above, which must be false for a prefix of the
+// whose sequence satisfies from, which must be false for a prefix of the
 // entries and true for the rest; (len(m.chunks), 0) if none does.
-func (m *Mailbox[T]) search(above func(seq uint64) bool) (c, i int) {
+func (m *Mailbox[T]) search(from func(seq uint64) bool) (c, i int) {
 	c = sort.Search(len(m.chunks), func(c int) bool {
 		ch := m.chunks[c]
-		return above(ch[len(ch)-1].Seq)
+		return from(ch[len(ch)-1].Seq)
 	})
 	if c == len(m.chunks) {
 		return c, 0
 	}
 	ch := m.chunks[c]
-	return c, sort.Search(len(ch), func(i int) bool { return above(ch[i].Seq) })
+	return c, sort.Search(len(ch), func(i int) bool { return from(ch[i].Seq) })
 }
 
 // Wait is List, but if nothing matches it waits until something arrives, the
@@ -192,7 +206,7 @@ func (m *Mailbox[T]) Ack(seqs ...uint64) int {
 		clear(ch[len(ch)-1:])
 		m.chunks[c] = ch[:len(ch)-1]
 		removed++
-		m.shrunk(c)
+		m.rebalance(c)
 	}
 	m.removedLocked(removed)
 	return removed
@@ -205,16 +219,12 @@ func (m *Mailbox[T]) AckUpTo(upTo uint64) int {
 	c, i := m.search(func(seq uint64) bool { return seq > upTo })
 	removed := 0
 	for _, ch := range m.chunks[:c] {
-		for _, e := range ch {
-			m.bytes -= m.size(e.Item)
-		}
+		m.bytes -= m.sizes(ch)
 		removed += len(ch)
 	}
 	if i > 0 { // the oldest entries of chunk c go too
 		ch := m.chunks[c]
-		for _, e := range ch[:i] {
-			m.bytes -= m.size(e.Item)
-		}
+		m.bytes -= m.sizes(ch[:i])
 		removed += i
 		k := copy(ch, ch[i:])
 		clear(ch[k:])
@@ -222,35 +232,34 @@ func (m *Mailbox[T]) AckUpTo(upTo uint64) int {
 	}
 	m.chunks = slices.Delete(m.chunks, 0, c)
 	if i > 0 {
-		m.shrunk(0)
+		m.rebalance(0)
 	}
 	m.removedLocked(removed)
 	return removed
 }
 
-// shrunk restores the chunks' shape after chunk c lost entries: an empty
-// chunk goes, and neighbours that fit in one chunk become one. Adjacent
-// chunks then always hold more than chunkLen entries together, so
-// acknowledging scattered entries cannot leave memory in mostly empty
+// rebalance restores the chunks' shape after chunk c lost entries: an
+// empty chunk goes, and neighbours that fit in one chunk become one.
+// Adjacent chunks then always hold more than chunkLen entries together,
+// so acknowledging scattered entries cannot leave memory in mostly empty
 // chunks.
-func (m *Mailbox[T]) shrunk(c int) {
+func (m *Mailbox[T]) rebalance(c int) {
 	if len(m.chunks[c]) == 0 {
-		// It held one entry before, so its neighbours are full: they
-		// need no merging.
 		m.chunks = slices.Delete(m.chunks, c, c+1)
+		m.mergeNext(c - 1) // the chunks on either side are neighbours now
 		return
 	}
-	if c > 0 {
-		c-- // chunk c may fit into the one before it
+	m.mergeNext(c)     // chunk c and the one after it
+	m.mergeNext(c - 1) // the one before it and chunk c
+}
+
+// mergeNext moves chunk c+1 into chunk c if both fit in one.
+func (m *Mailbox[T]) mergeNext(c int) {
+	if c < 0 || c+1 >= len(m.chunks) || len(m.chunks[c])+len(m.chunks[c+1]) > chunkLen {
+		return
 	}
-	for range 2 { // c with the next one, then (after a merge) with the one after
-		if c+1 >= len(m.chunks) || len(m.chunks[c])+len(m.chunks[c+1]) > chunkLen {
-			c++
-			continue
-		}
-		m.chunks[c] = append(m.chunks[c], m.chunks[c+1]...)
-		m.chunks = slices.Delete(m.chunks, c+1, c+2)
-	}
+	m.chunks[c] = append(m.chunks[c], m.chunks[c+1]...)
+	m.chunks = slices.Delete(m.chunks, c+1, c+2)
 }
 
 func (m *Mailbox[T]) removedLocked(n int) {

@@ -159,8 +159,9 @@ func TestMailboxChanged(t *testing.T) {
 
 // runMailboxOps applies the operations that ops encodes to a Mailbox and
 // to a plain slice that models it, and fails at the first difference in
-// what they return or hold, or when the chunks lose their shape (an empty
-// chunk, or two neighbours that would fit in one). Pushes outnumber acks, so the mailbox spans
+// what they return, hold or signal (Changed), or when the chunks lose
+// their shape (an empty chunk, two neighbours that would fit in one) or
+// keep removed entries reachable. Pushes outnumber acks, so the mailbox spans
 // many chunks; byte and count limits are both in play.
 func runMailboxOps(t *testing.T, ops []byte) {
 	const maxItems = 300
@@ -180,6 +181,8 @@ func runMailboxOps(t *testing.T, ops []byte) {
 	}
 	for i := 0; i < len(ops); i += 3 {
 		op, a, b := ops[i]%8, byteAt(i+1), byteAt(i+2)
+		changed, before := m.Changed(), len(model)
+		pushed := false
 		switch op {
 		case 0, 1, 2, 3: // push an item of a bytes
 			item := strings.Repeat("x", int(a)%40)
@@ -192,6 +195,7 @@ func runMailboxOps(t *testing.T, ops []byte) {
 				model = append(model, entry{next, item})
 				stored += len(item)
 				next++
+				pushed = true
 			}
 		case 4: // ack two sequences anywhere (some long gone, some not yet used)
 			var s1, s2 uint64
@@ -212,9 +216,13 @@ func runMailboxOps(t *testing.T, ops []byte) {
 			if got := m.Ack(s1, s2, s1); got != want {
 				t.Fatalf("op %d: Ack(%d, %d) removed %d, want %d", i/3, s1, s2, got, want)
 			}
-		case 5: // ack up to a sequence: a few of the oldest, or all
+		case 5: // ack up to a sequence: all, any number, or a few of the oldest
 			upTo := next - 1
-			if len(model) > 0 && a != 0 {
+			switch {
+			case len(model) == 0 || a == 0:
+			case a < 32:
+				upTo = model[0].seq - 1 + uint64(b)%uint64(len(model)+1)
+			default:
 				upTo = model[0].seq + uint64(a)%8 - 2
 			}
 			want := 0
@@ -238,8 +246,8 @@ func runMailboxOps(t *testing.T, ops []byte) {
 				}
 			}
 			got := m.List(after, limit)
-			if len(got) != len(want) {
-				t.Fatalf("op %d: List(%d, %d) gave %d entries, want %d", i/3, after, limit, len(got), len(want))
+			if len(got) != len(want) || cap(got) != len(got) {
+				t.Fatalf("op %d: List(%d, %d) gave %d entries (capacity %d), want %d", i/3, after, limit, len(got), cap(got), len(want))
 			}
 			for j := range got {
 				if got[j].Seq != want[j].seq || got[j].Item != want[j].item {
@@ -247,16 +255,21 @@ func runMailboxOps(t *testing.T, ops []byte) {
 				}
 			}
 		}
-		if m.Len() != len(model) {
-			t.Fatalf("op %d: Len = %d, want %d", i/3, m.Len(), len(model))
+		if m.Len() != len(model) || m.bytes != stored {
+			t.Fatalf("op %d: Len = %d, %d bytes, want %d, %d", i/3, m.Len(), m.bytes, len(model), stored)
 		}
-		for c, ch := range m.chunks {
-			if len(ch) == 0 || cap(ch) != chunkLen {
-				t.Fatalf("op %d: chunk %d has %d entries, capacity %d", i/3, c, len(ch), cap(ch))
+		select {
+		case <-changed:
+			if !pushed && len(model) == before {
+				t.Fatalf("op %d: Changed fired with nothing pushed or removed", i/3)
 			}
-			if c > 0 && len(m.chunks[c-1])+len(ch) <= chunkLen {
-				t.Fatalf("op %d: chunks %d and %d hold %d and %d entries: they fit in one", i/3, c-1, c, len(m.chunks[c-1]), len(ch))
+		default:
+			if pushed || len(model) != before {
+				t.Fatalf("op %d: Changed did not fire (pushed %v, %d entries before, %d after)", i/3, pushed, before, len(model))
 			}
+		}
+		if err := mailboxShape(m); err != nil {
+			t.Fatalf("op %d: %v", i/3, err)
 		}
 	}
 	if got := m.List(0, 0); len(got) != len(model) {
@@ -281,4 +294,109 @@ func FuzzMailbox(f *testing.F) {
 	f.Add(append(bytes.Repeat([]byte{1, 9, 0}, 150), 5, 0, 0)) // then ack all
 	f.Add(append(bytes.Repeat([]byte{2, 1, 0}, 140), 4, 64, 63, 4, 0, 1, 7, 3, 2))
 	f.Fuzz(runMailboxOps)
+}
+
+// mailboxShape checks the invariants of m's chunks: none empty, each of
+// capacity chunkLen, no two neighbours that would fit in one, and no
+// removed entry or dropped chunk still reachable past a slice's end.
+func mailboxShape[T comparable](m *Mailbox[T]) error {
+	for c, ch := range m.chunks {
+		if len(ch) == 0 || cap(ch) != chunkLen {
+			return fmt.Errorf("chunk %d has %d entries, capacity %d", c, len(ch), cap(ch))
+		}
+		if c > 0 && len(m.chunks[c-1])+len(ch) <= chunkLen {
+			return fmt.Errorf("chunks %d and %d hold %d and %d entries: they fit in one", c-1, c, len(m.chunks[c-1]), len(ch))
+		}
+		for _, e := range ch[len(ch):cap(ch)] {
+			if e != (Entry[T]{}) {
+				return fmt.Errorf("chunk %d keeps a removed entry (%d) past its end", c, e.Seq)
+			}
+		}
+	}
+	for _, ch := range m.chunks[len(m.chunks):cap(m.chunks)] {
+		if ch != nil {
+			return errors.New("a dropped chunk is still referenced")
+		}
+	}
+	return nil
+}
+
+// TestMailboxAckScattered acknowledges every entry one at a time, in
+// orders that empty chunks anywhere (the newest entry alone in its chunk
+// first) and make neighbours merge both ways; after every ack the shape
+// holds and the entries left are exactly those not acknowledged.
+func TestMailboxAckScattered(t *testing.T) {
+	const n = 5*chunkLen + 1 // the last chunk holds one entry
+	orders := map[string]func() []uint64{
+		"newest first": func() []uint64 {
+			var o []uint64
+			for s := uint64(n); s >= 1; s-- {
+				o = append(o, s)
+			}
+			return o
+		},
+		"odd then even": func() []uint64 {
+			var o []uint64
+			for s := uint64(1); s <= n; s += 2 {
+				o = append(o, s)
+			}
+			for s := uint64(2); s <= n; s += 2 {
+				o = append(o, s)
+			}
+			return o
+		},
+		"middle outwards": func() []uint64 {
+			var o []uint64
+			for d := 0; len(o) < n; d++ {
+				for _, s := range []int{n/2 - d, n/2 + 1 + d} {
+					if s >= 1 && s <= n {
+						o = append(o, uint64(s))
+					}
+				}
+			}
+			return o
+		},
+		"stride 7": func() []uint64 {
+			var o []uint64
+			for start := uint64(1); start <= 7; start++ {
+				for s := start; s <= n; s += 7 {
+					o = append(o, s)
+				}
+			}
+			return o
+		},
+	}
+	for name, order := range orders {
+		t.Run(name, func(t *testing.T) {
+			m := NewMailbox[int](0)
+			left := make([]bool, n+1)
+			for s := 1; s <= n; s++ {
+				if err := m.Push(s); err != nil {
+					t.Fatal(err)
+				}
+				left[s] = true
+			}
+			for k, s := range order() {
+				if got := m.Ack(s); got != 1 {
+					t.Fatalf("ack %d (%d): removed %d", k, s, got)
+				}
+				left[s] = false
+				if err := mailboxShape(m); err != nil {
+					t.Fatalf("after ack %d (%d): %v", k, s, err)
+				}
+				var want []uint64
+				for s := 1; s <= n; s++ {
+					if left[s] {
+						want = append(want, uint64(s))
+					}
+				}
+				if got, want := seqs(m.List(0, 0)), fmt.Sprint(want); got != want {
+					t.Fatalf("after ack %d (%d): left %s, want %s", k, s, got, want)
+				}
+			}
+			if m.Len() != 0 || len(m.chunks) != 0 {
+				t.Fatalf("everything acknowledged, %d entries and %d chunks left", m.Len(), len(m.chunks))
+			}
+		})
+	}
 }
