@@ -371,6 +371,16 @@ func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map
 		}
 		return ctx.Err()
 	}
+	// addLoad records a throughput result and, against its raw anchor,
+	// the ratios to it.
+	addLoad := func(sc, tr, inbox string, r loadResult, raw *loadResult) {
+		rec.add(implMeerkatd, sc, tr, inbox, mRate, r.perS)
+		rec.add(implMeerkatd, sc, tr, inbox, mCPU, r.cpuPerEx)
+		if raw != nil {
+			rec.add(implMeerkatd, sc, tr, inbox, mVsRaw, r.perS/raw.perS)
+			rec.add(implMeerkatd, sc, tr, inbox, mCPUVsRaw, r.cpuPerEx/raw.cpuPerEx)
+		}
+	}
 	for _, tr := range b.opts.transports {
 		mem := config.StoreMemory
 		pp, err := b.pingPong(ctx, echoAddrs[tr])
@@ -395,8 +405,7 @@ func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map
 			if err := step(tr, scAnchorRawPipe, err); err != nil {
 				return err
 			}
-			rec.add(implMeerkatd, scAnchorRawPipe, tr, inboxNone, mRate, rawPipe.perS)
-			rec.add(implMeerkatd, scAnchorRawPipe, tr, inboxNone, mCPU, rawPipe.cpuPerEx)
+			addLoad(scAnchorRawPipe, tr, inboxNone, rawPipe, nil)
 		}
 
 		if o.want("sequential") {
@@ -415,10 +424,7 @@ func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map
 			if err := step(tr, scPipelined, err); err != nil {
 				return err
 			}
-			rec.add(implMeerkatd, scPipelined, tr, mem, mRate, pipe.perS)
-			rec.add(implMeerkatd, scPipelined, tr, mem, mCPU, pipe.cpuPerEx)
-			rec.add(implMeerkatd, scPipelined, tr, mem, mVsRaw, pipe.perS/rawPipe.perS)
-			rec.add(implMeerkatd, scPipelined, tr, mem, mCPUVsRaw, pipe.cpuPerEx/rawPipe.cpuPerEx)
+			addLoad(scPipelined, tr, mem, pipe, &rawPipe)
 		}
 
 		if o.want("closed_loop_16") {
@@ -426,16 +432,12 @@ func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map
 			if err := step(tr, scAnchorRawLoop, err); err != nil {
 				return err
 			}
-			rec.add(implMeerkatd, scAnchorRawLoop, tr, inboxNone, mRate, raw.perS)
-			rec.add(implMeerkatd, scAnchorRawLoop, tr, inboxNone, mCPU, raw.cpuPerEx)
+			addLoad(scAnchorRawLoop, tr, inboxNone, raw, nil)
 			loop, err := b.load(ctx, tr, mem, closedLoopPeers, 1, nil)
 			if err := step(tr, scClosedLoop, err); err != nil {
 				return err
 			}
-			rec.add(implMeerkatd, scClosedLoop, tr, mem, mRate, loop.perS)
-			rec.add(implMeerkatd, scClosedLoop, tr, mem, mCPU, loop.cpuPerEx)
-			rec.add(implMeerkatd, scClosedLoop, tr, mem, mVsRaw, loop.perS/raw.perS)
-			rec.add(implMeerkatd, scClosedLoop, tr, mem, mCPUVsRaw, loop.cpuPerEx/raw.cpuPerEx)
+			addLoad(scClosedLoop, tr, mem, loop, &raw)
 		}
 
 		if o.want("conn_per_msg") {
@@ -470,8 +472,7 @@ func (b *benchRun) repetition(ctx context.Context, rec *benchResults, echoes map
 			if err := step(tr, scDurable, err); err != nil {
 				return err
 			}
-			rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mRate, dur.perS)
-			rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mCPU, dur.cpuPerEx)
+			addLoad(scDurable, tr, config.StoreSQLite, dur, nil)
 			rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mRatio, dur.perS/pipe.perS)
 		}
 
