@@ -657,11 +657,7 @@ func TestBadAckFromPeer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			peerKP, r, conns := rawPeer(t, 5*time.Second)
-			done := make(chan error, 1)
-			go func() {
-				_, err := r.SendMessage(ctxT(t), "peer", "hello")
-				done <- err
-			}()
+			done := sendAsync(ctxT(t), r, "hello")
 			c := <-conns
 			peerWrite(t, c, tc.answer(peerKP, readEnvelope(t, c)))
 			err := <-done
@@ -681,6 +677,17 @@ func TestBadAckFromPeer(t *testing.T) {
 
 // rawPeer is a fake peer on one listener: it accepts connections and
 // hands each to the test.
+// sendAsync sends body to "peer" from r on a goroutine of its own; the
+// channel gets the outcome.
+func sendAsync(ctx context.Context, r *Router, body string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.SendMessage(ctx, "peer", body)
+		done <- err
+	}()
+	return done
+}
+
 func rawPeer(t *testing.T, ackTimeout time.Duration) (peerKP *identity.Keypair, r *Router, conns <-chan net.Conn) {
 	t.Helper()
 	peerKP, _ = identity.GenerateKeypair()
@@ -801,11 +808,7 @@ func TestOutboundReaders(t *testing.T) {
 	t.Run("cancel while reading", func(t *testing.T) {
 		peerKP, r, conns := rawPeer(t, 10*time.Second)
 		ctx, cancel := context.WithCancel(ctxT(t))
-		errc := make(chan error, 1)
-		go func() {
-			_, err := r.SendMessage(ctx, "peer", "first")
-			errc <- err
-		}()
+		errc := sendAsync(ctx, r, "first")
 		c := <-conns
 		first := readEnvelope(t, c) // not answered yet
 		cancel()
@@ -813,11 +816,7 @@ func TestOutboundReaders(t *testing.T) {
 			t.Fatalf("cancelled send: %v, want context.Canceled", err)
 		}
 		writeEnvelope(t, c, peerKP, first.From, wire.Ack(first.ID)) // late: nobody waits for it
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.SendMessage(ctxT(t), "peer", "second")
-			done <- err
-		}()
+		done := sendAsync(ctxT(t), r, "second")
 		second := readEnvelope(t, c) // on the same connection: the stream was left in step
 		writeEnvelope(t, c, peerKP, second.From, wire.Ack(second.ID))
 		if err := <-done; err != nil {
@@ -831,21 +830,14 @@ func TestOutboundReaders(t *testing.T) {
 	})
 	t.Run("ack timeout while reading", func(t *testing.T) {
 		peerKP, r, conns := rawPeer(t, 300*time.Millisecond)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := r.SendMessage(ctxT(t), "peer", "never acked")
-			errc <- err
-		}()
+		errc := sendAsync(ctxT(t), r, "never acked")
 		c := <-conns
 		readEnvelope(t, c)
 		var poe *PeerOfflineError
 		if err := <-errc; !errors.As(err, &poe) || poe.Reason != OfflineTimeout {
 			t.Fatalf("unacked send: %v, want a timeout", err)
 		}
-		go func() {
-			_, err := r.SendMessage(ctxT(t), "peer", "acked")
-			errc <- err
-		}()
+		errc = sendAsync(ctxT(t), r, "acked")
 		e := readEnvelope(t, c) // the same connection: the timeout left it in step
 		writeEnvelope(t, c, peerKP, e.From, wire.Ack(e.ID))
 		if err := <-errc; err != nil {
@@ -854,11 +846,7 @@ func TestOutboundReaders(t *testing.T) {
 	})
 	t.Run("idle connection reads what the peer sends", func(t *testing.T) {
 		peerKP, r, conns := rawPeer(t, 10*time.Second)
-		done := make(chan error, 1)
-		go func() {
-			_, err := r.SendMessage(ctxT(t), "peer", "hello")
-			done <- err
-		}()
+		done := sendAsync(ctxT(t), r, "hello")
 		c := <-conns
 		e := readEnvelope(t, c)
 		writeEnvelope(t, c, peerKP, e.From, wire.Ack(e.ID))
@@ -891,16 +879,14 @@ func TestOutboundReaders(t *testing.T) {
 func TestReadingSendCancelledMidFrame(t *testing.T) {
 	checkGoroutines(t)
 	peerKP, r, conns := rawPeer(t, 10*time.Second)
-	first := make(chan error, 1)
-	go func() { _, err := r.SendMessage(ctxT(t), "peer", "s0"); first <- err }()
+	first := sendAsync(ctxT(t), r, "s0")
 	c := <-conns
 	peerWrite(t, c, ackFrameOf(t, peerKP, readEnvelope(t, c)))
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
 	ctxA, cancelA := context.WithCancel(ctxT(t))
-	doneA, doneB := make(chan error, 1), make(chan error, 1)
-	go func() { _, err := r.SendMessage(ctxA, "peer", "A"); doneA <- err }()
+	doneA := sendAsync(ctxA, r, "A")
 	readEnvelope(t, c)
 	waitFor(t, 10*time.Second, "A to read the connection", func() bool {
 		oc, _ := outConnOf(r, peerKP.ID())
@@ -908,7 +894,7 @@ func TestReadingSendCancelledMidFrame(t *testing.T) {
 		defer oc.dlmu.Unlock()
 		return oc.readerCh != nil
 	})
-	go func() { _, err := r.SendMessage(ctxT(t), "peer", "B"); doneB <- err }()
+	doneB := sendAsync(ctxT(t), r, "B")
 	ack := ackFrameOf(t, peerKP, readEnvelope(t, c))
 	peerWrite(t, c, ack[:10]) // half of B's ack
 	cancelA()
@@ -940,8 +926,7 @@ func TestAckOnInboundWakesReadingSend(t *testing.T) {
 	go func() { served <- r.Serve(ln) }()
 	ctx, cancel := context.WithTimeout(ctxT(t), 20*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { _, err := r.SendMessage(ctx, "peer", "A"); done <- err }()
+	done := sendAsync(ctx, r, "A")
 	c := <-conns
 	e := readEnvelope(t, c)
 	ic, err := transport.Dial(ctx, addr)
@@ -966,13 +951,12 @@ func TestFirstAckGateReopens(t *testing.T) {
 	checkGoroutines(t)
 	_, r, conns := rawPeer(t, 10*time.Second)
 	ctxA, cancelA := context.WithCancel(ctxT(t))
-	doneA, doneB := make(chan error, 1), make(chan error, 1)
-	go func() { _, err := r.SendMessage(ctxA, "peer", "A"); doneA <- err }()
+	doneA := sendAsync(ctxA, r, "A")
 	c := <-conns
 	readEnvelope(t, c)
 	ctxB, cancelB := context.WithCancel(ctxT(t))
 	defer cancelB()
-	go func() { _, err := r.SendMessage(ctxB, "peer", "B"); doneB <- err }()
+	doneB := sendAsync(ctxB, r, "B")
 	cancelA()
 	<-doneA
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))

@@ -300,14 +300,18 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func TestFrameBuffered(t *testing.T) {
-	frame := func(payload string) []byte {
-		f, err := AppendFrame(nil, []byte(payload))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
+// mustFrame returns payload framed.
+func mustFrame(t *testing.T, payload string) []byte {
+	t.Helper()
+	f, err := AppendFrame(nil, []byte(payload))
+	if err != nil {
+		t.Fatal(err)
 	}
+	return f
+}
+
+func TestFrameBuffered(t *testing.T) {
+	frame := func(payload string) []byte { return mustFrame(t, payload) }
 	two := append(frame("first"), frame("second")...)
 	for _, tc := range []struct {
 		name   string
@@ -417,15 +421,8 @@ var errTestTimeout = errors.New("test: deadline")
 // TestPeekFrame: PeekFrame waits for a whole frame without consuming it,
 // so an error halfway (a read deadline) leaves the stream in step.
 func TestPeekFrame(t *testing.T) {
-	f := func(payload string) []byte {
-		b, err := AppendFrame(nil, []byte(payload))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	whole := f("the ack")
-	big := f(strings.Repeat("x", readBufferSize)) // cannot fit the read-ahead
+	whole := mustFrame(t, "the ack")
+	big := mustFrame(t, strings.Repeat("x", readBufferSize)) // cannot fit the read-ahead
 	for _, tc := range []struct {
 		name   string
 		steps  []scriptStep

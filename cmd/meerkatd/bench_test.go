@@ -48,7 +48,7 @@ func BenchmarkSequentialDelivery(b *testing.B) {
 // benchDelivery runs b.N messages from alice to bob (deliveryPair), at
 // most inFlight unacknowledged at a time.
 func benchDelivery(b *testing.B, tcp bool, mode string, inFlight int) {
-	alice, _ := deliveryPair(b, tcp, mode)
+	alice := deliveryPair(b, tcp, mode)
 	ctx := context.Background()
 	sem := make(chan struct{}, inFlight)
 	var wg sync.WaitGroup
@@ -89,11 +89,11 @@ func processCPU() time.Duration {
 }
 
 // deliveryPair starts two nodes in this process, alice (send only) and
-// bob (a full node keeping its inbox per mode), each trusting the other;
-// the test's cleanup stops them. With tcp, bob listens only on a TCP port
+// bob (a full node keeping its inbox per mode), each trusting the other,
+// and returns alice, who sends to "bob"; the test's cleanup stops both. With tcp, bob listens only on a TCP port
 // of 127.0.0.1 and alice's trust entry names the port bob actually
 // listens on.
-func deliveryPair(tb testing.TB, tcp bool, mode string) (alice, bob *node) {
+func deliveryPair(tb testing.TB, tcp bool, mode string) *node {
 	dir, err := os.MkdirTemp("", "mkb") // short: socket paths have a length limit
 	if err != nil {
 		tb.Fatal(err)
@@ -128,7 +128,7 @@ func deliveryPair(tb testing.TB, tcp bool, mode string) (alice, bob *node) {
 	// bob never dials the address he has for her.
 	saveTrust("bob", "alice", transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(homes["alice"].dir, config.DefaultSocketName)})
 	log := slog.New(slog.DiscardHandler)
-	bob, err = startNode(homes["bob"], log, nodeFull)
+	bob, err := startNode(homes["bob"], log, nodeFull)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -137,10 +137,10 @@ func deliveryPair(tb testing.TB, tcp bool, mode string) (alice, bob *node) {
 		tb.Fatalf("bob listens on %v, want one address", bob.addrs)
 	}
 	saveTrust("alice", "bob", bob.addrs[0])
-	alice, err = startNode(homes["alice"], log, nodeSendOnly)
+	alice, err := startNode(homes["alice"], log, nodeSendOnly)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(alice.stop)
-	return alice, bob
+	return alice
 }
