@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,10 +21,12 @@ import (
 // background is a meerkatd command left running, e.g. pair offer.
 type background struct {
 	cmd    *exec.Cmd
+	cancel context.CancelFunc
 	stdout *bufio.Reader
-	stderr bytes.Buffer
-	done   chan struct{}
+	stderr bytes.Buffer // written by exec until the command is waited for
 	rest   bytes.Buffer
+	once   sync.Once
+	err    error
 }
 
 // startBackground runs meerkatd args --home <home> without waiting; the
@@ -35,20 +38,36 @@ func (n *testNode) startBackground(args ...string) *background {
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	cmd := exec.CommandContext(ctx, binary(t), args...)
 	cmd.Env = append(baseEnv(), n.env...)
+	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.StdoutPipe()
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	b := &background{cmd: cmd, stdout: bufio.NewReader(out), done: make(chan struct{})}
+	b := &background{cmd: cmd, cancel: cancel, stdout: bufio.NewReader(out)}
 	cmd.Stderr = &b.stderr
 	if err := cmd.Start(); err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		cancel()
-		<-b.done
+		b.finish()
+		if t.Failed() {
+			t.Logf("background %v, stderr:\n%s", args, b.stderr.String())
+		}
 	})
 	return b
+}
+
+// finish reads the rest of its stdout and waits for it to exit, once;
+// after it, stderr is complete and safe to read.
+func (b *background) finish() error {
+	b.once.Do(func() {
+		b.rest.ReadFrom(b.stdout)
+		b.err = b.cmd.Wait()
+	})
+	return b.err
 }
 
 // line reads the next line of its stdout.
@@ -56,6 +75,8 @@ func (b *background) line(t *testing.T) string {
 	t.Helper()
 	s, err := b.stdout.ReadString('\n')
 	if err != nil {
+		b.cancel()
+		b.finish()
 		t.Fatalf("reading %v: %v; stderr:\n%s", b.cmd.Args, err, b.stderr.String())
 	}
 	return strings.TrimSpace(s)
@@ -64,9 +85,7 @@ func (b *background) line(t *testing.T) string {
 // wait waits for it to exit and returns its status and remaining stdout.
 func (b *background) wait(t *testing.T) (int, string) {
 	t.Helper()
-	b.rest.ReadFrom(b.stdout)
-	err := b.cmd.Wait()
-	close(b.done)
+	err := b.finish()
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), b.rest.String()
 	} else if err != nil {

@@ -291,12 +291,17 @@ func (r *Responder) exchange(cn *conn, local bool) error {
 		name = hello.Name
 	}
 	peer, err := r.commit(trust.Peer{Name: name, ID: initKey, Addr: initAddr})
+	// Answer before the offer reports its outcome: its waiter may stop
+	// the node, and with it this connection, as soon as it does.
+	var answered error
+	if err != nil {
+		answered = refuse(fmt.Errorf("pair: cannot trust the peer here: %w", err))
+	} else {
+		answered = cn.send(msg{OK: true})
+	}
 	o.peer, o.err = peer, err
 	close(o.done)
-	if err != nil {
-		return refuse(fmt.Errorf("pair: cannot trust the peer here: %w", err))
-	}
-	return cn.send(msg{OK: true})
+	return answered
 }
 
 // Accept runs the initiator's side: it dials line.Addr, proves it knows

@@ -433,3 +433,31 @@ func TestRemoteInitiatorNeedsTCPAddress(t *testing.T) {
 		t.Fatalf("uds address from a local user: %v", err)
 	}
 }
+
+// pair offer without a daemon stops its node, and so closes the
+// connection, as soon as the offer's Wait returns: the initiator must have
+// its answer by then.
+func TestOfferDoneAfterAnswer(t *testing.T) {
+	for i := range 20 { // the close raced the answer; give it chances
+		f := newFixture(t)
+		o, err := f.resp.Open(f.aliceAddr, time.Minute, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci, cr := net.Pipe()
+		waited := make(chan struct{})
+		go func() {
+			defer close(waited)
+			o.Wait(context.Background())
+			cr.Close()
+		}()
+		served := make(chan error, 1)
+		go func() { served <- f.resp.Serve(cr, cr, "local") }()
+		peer, err := accept(ci, f.bob, "bob", f.bobAddr, o.Line, "", nil, f.bSide.commit)
+		ci.Close()
+		<-waited
+		if respErr := <-served; err != nil || respErr != nil || peer.ID != f.alice.ID() {
+			t.Fatalf("round %d: initiator %+v, %v; responder %v", i, peer, err, respErr)
+		}
+	}
+}
