@@ -72,7 +72,8 @@ type Offer struct {
 }
 
 // Wait returns the peer added when the offer was used, or why it was not
-// (ErrExpired, or ctx's error).
+// (ErrExpired, or ctx's error). With ErrUnanswered the peer was added
+// here, but the other node may not have added this one.
 func (o *Offer) Wait(ctx context.Context) (trust.Peer, error) {
 	t := time.NewTimer(time.Until(o.Expires) + ExchangeTimeout) // an exchange begun in time may still finish
 	defer t.Stop()
@@ -296,8 +297,9 @@ func (r *Responder) exchange(cn *conn, local bool) error {
 	var answered error
 	if err != nil {
 		answered = refuse(fmt.Errorf("pair: cannot trust the peer here: %w", err))
-	} else {
-		answered = cn.send(msg{OK: true})
+	} else if sendErr := cn.send(msg{OK: true}); sendErr != nil {
+		err = fmt.Errorf("%w; %s (%s) is trusted here: %v", ErrUnanswered, peer.Name, peer.ID, sendErr)
+		answered = err
 	}
 	o.peer, o.err = peer, err
 	close(o.done)

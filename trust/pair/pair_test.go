@@ -461,3 +461,50 @@ func TestOfferDoneAfterAnswer(t *testing.T) {
 		}
 	}
 }
+
+// failWrites passes n writes through, then fails every write.
+type failWrites struct {
+	net.Conn
+	n int
+}
+
+func (c *failWrites) Write(b []byte) (int, error) {
+	if c.n == 0 {
+		return 0, errors.New("connection reset")
+	}
+	c.n--
+	return c.Conn.Write(b)
+}
+
+// The connection breaks after the responder trusted the initiator, before
+// "done" is written: both sides say that trust may be one-sided.
+func TestResponderAnswerLost(t *testing.T) {
+	f := newFixture(t)
+	o, err := f.resp.Open(f.aliceAddr, time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, cr := net.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		defer cr.Close()
+		served <- f.resp.Serve(&failWrites{Conn: cr, n: 1}, cr, "local") // the challenge goes out, "done" does not
+	}()
+	_, err = accept(ci, f.bob, "bob", f.bobAddr, o.Line, "", nil, f.bSide.commit)
+	ci.Close()
+	respErr := <-served
+	if err == nil || !strings.Contains(err.Error(), "no answer after the proof") {
+		t.Fatalf("initiator: %v", err)
+	}
+	if !errors.Is(respErr, ErrUnanswered) {
+		t.Fatalf("responder: %v, want ErrUnanswered", respErr)
+	}
+	peer, werr := o.Wait(context.Background())
+	if !errors.Is(werr, ErrUnanswered) || !strings.Contains(werr.Error(), "bob ("+f.bob.ID().String()+") is trusted here") ||
+		peer.ID != f.bob.ID() {
+		t.Fatalf("offer Wait: %+v, %v", peer, werr)
+	}
+	if a, b := f.aSide.peers(), f.bSide.peers(); len(a) != 1 || a[0].ID != f.bob.ID() || len(b) != 0 {
+		t.Fatalf("alice trusts %+v, bob trusts %+v", a, b)
+	}
+}

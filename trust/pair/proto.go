@@ -51,6 +51,9 @@ var (
 	ErrRateLimited = errors.New("pair: too many failed attempts from here; wait a minute")
 	ErrRefused     = errors.New("pair: the other side refused")
 	ErrProtocol    = errors.New("pair: protocol error")
+	// ErrUnanswered: the responder trusted the initiator, but could not
+	// tell it so.
+	ErrUnanswered = errors.New("pair: the answer did not reach the other node, which may not trust this one (pair again with a new code to complete it)")
 )
 
 // conn reads and writes messages.
