@@ -688,6 +688,16 @@ func sendAsync(ctx context.Context, r *Router, body string) <-chan error {
 	return done
 }
 
+// noNewConn fails if rawPeer accepted another connection.
+func noNewConn(t *testing.T, conns <-chan net.Conn) {
+	t.Helper()
+	select {
+	case c := <-conns:
+		t.Fatalf("a new connection %v was dialed", c.LocalAddr())
+	default:
+	}
+}
+
 func rawPeer(t *testing.T, ackTimeout time.Duration) (peerKP *identity.Keypair, r *Router, conns <-chan net.Conn) {
 	t.Helper()
 	peerKP, _ = identity.GenerateKeypair()
@@ -822,11 +832,7 @@ func TestOutboundReaders(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("second send: %v", err)
 		}
-		select {
-		case c2 := <-conns:
-			t.Fatalf("a second connection %v was dialed", c2.LocalAddr())
-		default:
-		}
+		noNewConn(t, conns)
 	})
 	t.Run("ack timeout while reading", func(t *testing.T) {
 		peerKP, r, conns := rawPeer(t, 300*time.Millisecond)
@@ -905,11 +911,7 @@ func TestReadingSendCancelledMidFrame(t *testing.T) {
 	if err := <-doneB; err != nil {
 		t.Fatalf("B: %v", err)
 	}
-	select {
-	case c2 := <-conns:
-		t.Fatalf("a new connection %v was dialed", c2.LocalAddr())
-	default:
-	}
+	noNewConn(t, conns)
 	if _, oneShot := outConnOf(r, peerKP.ID()); oneShot {
 		t.Error("cancelling A made the link one-envelope-per-connection")
 	}
