@@ -306,6 +306,7 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 	peer, ok := r.trust.Load().Lookup(e.From)
 	if !ok {
 		r.observe(EventRefused, &e, "", len(payload), RejectUntrusted)
+		r.logUntrusted(e.From)
 		return nil, false, RejectUntrusted
 	}
 	if err := e.Verify(); err != nil {
@@ -409,4 +410,32 @@ func appendFrame(dst []byte, e *wire.Envelope) ([]byte, error) {
 		return dst[:start], err
 	}
 	return dst, nil
+}
+
+// untrustedLogEvery is how often a refusal of one untrusted key is logged
+// at most.
+const untrustedLogEvery = time.Minute
+
+// maxUntrustedLogged bounds the keys remembered for that rate limit; past
+// it the memory starts over.
+const maxUntrustedLogged = 1024
+
+// logUntrusted logs, at info and at most once a minute per key, that an
+// envelope from a key not in the trust list was refused: the likely
+// reason a peer's sends fail, and the key its owner must be given.
+func (r *Router) logUntrusted(from identity.PeerID) {
+	now := time.Now()
+	r.rejectMu.Lock()
+	if r.untrustedSeen == nil || len(r.untrustedSeen) >= maxUntrustedLogged {
+		r.untrustedSeen = map[identity.PeerID]time.Time{}
+	}
+	last, seen := r.untrustedSeen[from]
+	log := !seen || now.Sub(last) >= untrustedLogEvery
+	if log {
+		r.untrustedSeen[from] = now
+	}
+	r.rejectMu.Unlock()
+	if log {
+		r.log.Info("refused an envelope from a key not in the trust list (trust it with meerkatd peers add, or pair)", "key", from.String())
+	}
 }

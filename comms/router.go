@@ -165,6 +165,7 @@ type Router struct {
 	accepted, duplicates, acksSent atomic.Uint64
 	rejectMu                       sync.Mutex
 	rejected                       map[string]uint64
+	untrustedSeen                  map[identity.PeerID]time.Time // guarded by rejectMu: logUntrusted's rate limit
 }
 
 // New returns a Router for keypair kp that trusts the peers in list.

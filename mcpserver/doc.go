@@ -7,10 +7,12 @@
 //
 // # What it is not
 //
-// mcpserver holds no node state. It declares the small [Node] interface it
-// needs; cmd/meerkatd implements it for a node in the same process and for
-// a running daemon reached through its control socket. It is the only
-// package that imports mcp-go.
+// mcpserver holds no node state: it is an adapter over node.API, the one
+// API of a node (comms/node), which is a node in the same process or a
+// running daemon reached through its control socket (comms/control). Every
+// check of an operation happens in the node; the tools only parse
+// arguments and format results, and their error codes are the API's. It
+// is the only package that imports mcp-go.
 //
 // # Errors
 //

@@ -11,6 +11,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/meerkatd/meerkatd/comms/node"
 )
 
 // fakeNode is an in-memory Node: sends to "bob" succeed, "ghost" is
@@ -18,24 +20,39 @@ import (
 type fakeNode struct {
 	cancelled chan struct{} // a Receive wait ended by its context
 	mu        sync.Mutex
-	msgs      []Message
+	msgs      []node.Message
 	next      uint64
 	changed   chan struct{}
 	sent      []string
 	params    []json.RawMessage
-	opts      []SendOptions
+	opts      []node.SendOptions
 }
 
 func newFakeNode() *fakeNode {
 	return &fakeNode{next: 1, changed: make(chan struct{}), cancelled: make(chan struct{}, 16)}
 }
 
-func (f *fakeNode) Self() Self {
-	return Self{Name: "alice", PubKey: "ed25519:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=", PeerUUID: "c2a81ee0-aba0-5e8e-a408-d61864a82361"}
+func (f *fakeNode) Self(context.Context) (node.Self, error) {
+	return node.Self{Name: "alice", PubKey: "ed25519:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=", PeerUUID: "c2a81ee0-aba0-5e8e-a408-d61864a82361"}, nil
 }
 
-func (f *fakeNode) Peers(context.Context) ([]Peer, error) {
-	return []Peer{{Name: "bob", PubKey: "ed25519:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=", Addr: "uds:///tmp/bob.sock"}}, nil
+func (f *fakeNode) Status(ctx context.Context) (node.Status, error) {
+	self, _ := f.Self(ctx)
+	return node.Status{Self: self, Running: true}, nil
+}
+
+func (f *fakeNode) DropDeadLetters(context.Context, []string, bool) (int, error) { return 0, nil }
+
+func (f *fakeNode) PairWait(context.Context, string) (node.Paired, error) {
+	return node.Paired{}, &node.Error{Code: node.CodePairPending, Msg: "the offer is still open"}
+}
+
+func (f *fakeNode) PairCancel(context.Context, string) error { return nil }
+
+var _ node.API = (*fakeNode)(nil)
+
+func (f *fakeNode) Peers(context.Context) ([]node.Peer, error) {
+	return []node.Peer{{Name: "bob", PubKey: "ed25519:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=", Addr: "uds:///tmp/bob.sock"}}, nil
 }
 
 func (f *fakeNode) peer(p string) error {
@@ -43,17 +60,17 @@ func (f *fakeNode) peer(p string) error {
 	case "bob":
 		return nil
 	case "ghost":
-		return &Error{CodePeerOffline, "peer ghost offline: no ack within the ack timeout"}
+		return &node.Error{Code: node.CodePeerOffline, Msg: "peer ghost offline: no ack within the ack timeout"}
 	}
-	return &Error{CodeUnknownPeer, fmt.Sprintf("no trusted peer %q", p)}
+	return &node.Error{Code: node.CodeUnknownPeer, Msg: fmt.Sprintf("no trusted peer %q", p)}
 }
 
 // queuedGhost is what a reliable send to the offline "ghost" returns.
-func queuedGhost(id string) Sent {
-	return Sent{ID: id, Peer: "ghost", Delivery: DeliveryQueued, LastError: "dial uds:///tmp/ghost.sock: no such file or directory"}
+func queuedGhost(id string) node.Sent {
+	return node.Sent{ID: id, Peer: "ghost", Delivery: node.DeliveryQueued, LastError: "dial uds:///tmp/ghost.sock: no such file or directory"}
 }
 
-func (f *fakeNode) SendMessage(_ context.Context, peer, body string, opts SendOptions) (Sent, error) {
+func (f *fakeNode) SendMessage(_ context.Context, peer, body string, opts node.SendOptions) (node.Sent, error) {
 	f.mu.Lock()
 	f.opts = append(f.opts, opts)
 	f.mu.Unlock()
@@ -61,15 +78,15 @@ func (f *fakeNode) SendMessage(_ context.Context, peer, body string, opts SendOp
 		return queuedGhost("m-q"), nil
 	}
 	if err := f.peer(peer); err != nil {
-		return Sent{}, err
+		return node.Sent{}, err
 	}
 	f.mu.Lock()
 	f.sent = append(f.sent, body)
 	f.mu.Unlock()
-	return Sent{ID: "m-1", Peer: peer, Delivery: "acked"}, nil
+	return node.Sent{ID: "m-1", Peer: peer, Delivery: "acked"}, nil
 }
 
-func (f *fakeNode) SendRequest(_ context.Context, peer, intent string, params json.RawMessage, opts SendOptions) (Sent, error) {
+func (f *fakeNode) SendRequest(_ context.Context, peer, intent string, params json.RawMessage, opts node.SendOptions) (node.Sent, error) {
 	f.mu.Lock()
 	f.opts = append(f.opts, opts)
 	f.mu.Unlock()
@@ -77,43 +94,43 @@ func (f *fakeNode) SendRequest(_ context.Context, peer, intent string, params js
 		return queuedGhost("r-q"), nil
 	}
 	if err := f.peer(peer); err != nil {
-		return Sent{}, err
+		return node.Sent{}, err
 	}
 	f.mu.Lock()
 	f.params = append(f.params, params)
 	f.mu.Unlock()
-	return Sent{ID: "r-1", Peer: peer, Delivery: "acked"}, nil
+	return node.Sent{ID: "r-1", Peer: peer, Delivery: "acked"}, nil
 }
 
-func (f *fakeNode) SendResponse(_ context.Context, peer, rid, status string, result json.RawMessage, opts SendOptions) (Sent, error) {
+func (f *fakeNode) SendResponse(_ context.Context, peer, rid, status string, result json.RawMessage, opts node.SendOptions) (node.Sent, error) {
 	f.mu.Lock()
 	f.opts = append(f.opts, opts)
 	f.mu.Unlock()
 	if err := f.peer(peer); err != nil {
-		return Sent{}, err
+		return node.Sent{}, err
 	}
 	if rid != "req-known" {
-		return Sent{}, &Error{CodeUnknownRequest, "no request " + rid}
+		return node.Sent{}, &node.Error{Code: node.CodeUnknownRequest, Msg: "no request " + rid}
 	}
-	return Sent{ID: "s-1", Peer: peer, Delivery: "written"}, nil
+	return node.Sent{ID: "s-1", Peer: peer, Delivery: "written"}, nil
 }
 
-func (f *fakeNode) lastOpts() SendOptions {
+func (f *fakeNode) lastOpts() node.SendOptions {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.opts[len(f.opts)-1]
 }
 
-func (f *fakeNode) Outbox(context.Context) (Outbox, error) {
+func (f *fakeNode) Outbox(context.Context) (node.Outbox, error) {
 	next := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	return Outbox{
-		Entries: []QueuedSend{{ID: "m-q", Peer: "ghost", PubKey: "ed25519:Aw==", Kind: "message", Attempts: 1, NextAttempt: &next, LastError: "dial: refused"}},
-		Peers:   []PeerSendState{{Peer: "ghost", PubKey: "ed25519:Aw==", Queued: 1, Breaker: "open", Failures: 3, OpenUntil: &next, LastError: "dial: refused"}},
+	return node.Outbox{
+		Entries: []node.QueuedSend{{ID: "m-q", Peer: "ghost", PubKey: "ed25519:Aw==", Kind: "message", Attempts: 1, NextAttempt: &next, LastError: "dial: refused"}},
+		Peers:   []node.PeerSendState{{Peer: "ghost", PubKey: "ed25519:Aw==", Queued: 1, Breaker: "open", Failures: 3, OpenUntil: &next, LastError: "dial: refused"}},
 	}, nil
 }
 
-func (f *fakeNode) DeadLetters(context.Context) ([]DeadLetter, error) {
-	return []DeadLetter{{ID: "d-1", Peer: "ghost", Kind: "request", Attempts: 2, Reason: "expired: last attempt: dial: refused"}}, nil
+func (f *fakeNode) DeadLetters(context.Context) ([]node.DeadLetter, error) {
+	return []node.DeadLetter{{ID: "d-1", Peer: "ghost", Kind: "request", Attempts: 2, Reason: "expired: last attempt: dial: refused"}}, nil
 }
 
 func (f *fakeNode) RetryDeadLetters(_ context.Context, ids []string, all bool) (int, error) {
@@ -129,21 +146,21 @@ func (f *fakeNode) RetryDeadLetters(_ context.Context, ids []string, all bool) (
 	return n, nil
 }
 
-func (f *fakeNode) PairOffer(context.Context) (PairOffer, error) {
-	return PairOffer{Line: "meerkat-pair/1 AAAA-BBBB-CCCC-DDDD-EEEE-FFFF-GA uds:///tmp/a.sock", Expires: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}, nil
+func (f *fakeNode) PairOffer(context.Context, node.PairOptions) (node.PairOffer, error) {
+	return node.PairOffer{Line: "meerkat-pair/1 AAAA-BBBB-CCCC-DDDD-EEEE-FFFF-GA uds:///tmp/a.sock", Expires: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}, nil
 }
 
-func (f *fakeNode) PairAccept(_ context.Context, line, name string) (Paired, error) {
+func (f *fakeNode) PairAccept(_ context.Context, line, name string) (node.Paired, error) {
 	if !strings.HasPrefix(line, "meerkat-pair/1 ") {
-		return Paired{}, &Error{Code: CodePairFailed, Msg: "not a pairing line"}
+		return node.Paired{}, &node.Error{Code: node.CodePairFailed, Msg: "not a pairing line"}
 	}
 	if name == "" {
 		name = "alice"
 	}
-	return Paired{Name: name, Key: "ed25519:x", Addr: "uds:///tmp/a.sock"}, nil
+	return node.Paired{Name: name, PubKey: "ed25519:x", Addr: "uds:///tmp/a.sock"}, nil
 }
 
-func (f *fakeNode) deliver(m Message) {
+func (f *fakeNode) deliver(m node.Message) {
 	f.mu.Lock()
 	m.Seq = f.next
 	f.next++
@@ -153,7 +170,7 @@ func (f *fakeNode) deliver(m Message) {
 	f.mu.Unlock()
 }
 
-func (f *fakeNode) Receive(ctx context.Context, q Query) (Batch, error) {
+func (f *fakeNode) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
 	var deadline <-chan time.Time
 	if q.Wait > 0 {
 		t := time.NewTimer(q.Wait)
@@ -162,7 +179,7 @@ func (f *fakeNode) Receive(ctx context.Context, q Query) (Batch, error) {
 	}
 	for {
 		f.mu.Lock()
-		b := Batch{Cursor: q.After, Pending: len(f.msgs)}
+		b := node.Batch{Cursor: q.After, Pending: len(f.msgs)}
 		for _, m := range f.msgs {
 			if m.Seq > q.After && (q.Limit == 0 || len(b.Messages) < q.Limit) {
 				b.Messages = append(b.Messages, m)
@@ -181,14 +198,15 @@ func (f *fakeNode) Receive(ctx context.Context, q Query) (Batch, error) {
 			return b, nil
 		case <-ctx.Done():
 			f.cancelled <- struct{}{}
-			return Batch{}, ctx.Err()
+			return node.Batch{}, ctx.Err()
 		}
 	}
 }
 
-func (f *fakeNode) Ack(_ context.Context, ids []string, upTo uint64, _ Query) (int, int, error) {
+func (f *fakeNode) Ack(_ context.Context, a node.AckRequest) (node.Acked, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	ids, upTo := a.IDs, a.UpTo
 	drop := map[string]bool{}
 	for _, id := range ids {
 		drop[id] = true
@@ -201,12 +219,12 @@ func (f *fakeNode) Ack(_ context.Context, ids []string, upTo uint64, _ Query) (i
 	}
 	n := len(f.msgs) - len(kept)
 	f.msgs = kept
-	return n, len(kept), nil
+	return node.Acked{Acked: n, Pending: len(kept)}, nil
 }
 
-func startClient(t *testing.T, node Node) (*client.Client, *notes) {
+func startClient(t *testing.T, api node.API) (*client.Client, *notes) {
 	t.Helper()
-	s := New(node, Options{})
+	s := New(api, Options{})
 	c, err := client.NewInProcessClient(s.MCP())
 	if err != nil {
 		t.Fatal(err)
@@ -336,11 +354,11 @@ func TestSendAndErrors(t *testing.T) {
 		args map[string]any
 		code string
 	}{
-		{"send_message", map[string]any{"peer": "carol", "body": "hi"}, CodeUnknownPeer},
-		{"send_message", map[string]any{"peer": "ghost", "body": "hi", "reliable": false}, CodePeerOffline},
-		{"send_request", map[string]any{"peer": "carol", "intent": "x"}, CodeUnknownPeer},
-		{"send_response", map[string]any{"peer": "bob", "request_id": "nope", "status": "completed"}, CodeUnknownRequest},
-		{"send_response", map[string]any{"peer": "bob", "request_id": "req-known", "status": "done"}, CodeBadStatus},
+		{"send_message", map[string]any{"peer": "carol", "body": "hi"}, node.CodeUnknownPeer},
+		{"send_message", map[string]any{"peer": "ghost", "body": "hi", "reliable": false}, node.CodePeerOffline},
+		{"send_request", map[string]any{"peer": "carol", "intent": "x"}, node.CodeUnknownPeer},
+		{"send_response", map[string]any{"peer": "bob", "request_id": "nope", "status": "completed"}, node.CodeUnknownRequest},
+		{"send_response", map[string]any{"peer": "bob", "request_id": "req-known", "status": "done"}, node.CodeBadStatus},
 	} {
 		res, _, err := call(t, c, tc.tool, tc.args)
 		if err != nil {
@@ -386,7 +404,7 @@ func TestReceiveWaitAckAndNotifications(t *testing.T) {
 	if _, _, err := call(t, c, "list_peers", nil); err != nil {
 		t.Fatalf("list_peers during a wait: %v", err)
 	}
-	f.deliver(Message{ID: "x1", Kind: "message", Peer: "bob", Body: "hello"})
+	f.deliver(node.Message{ID: "x1", Kind: "message", Peer: "bob", Body: "hello"})
 	select {
 	case out := <-got:
 		msgs, _ := out["messages"].([]any)
@@ -436,16 +454,16 @@ func TestSendOptions(t *testing.T) {
 	for _, tc := range []struct {
 		tool string
 		args map[string]any
-		want SendOptions
+		want node.SendOptions
 	}{
-		{"send_message", map[string]any{"peer": "bob", "body": "x"}, SendOptions{Reliable: true}},
-		{"send_message", map[string]any{"peer": "bob", "body": "x", "reliable": false}, SendOptions{}},
-		{"send_message", map[string]any{"peer": "bob", "body": "x", "ttl_seconds": 1.5}, SendOptions{Reliable: true, TTL: 1500 * time.Millisecond}},
-		{"send_message", map[string]any{"peer": "bob", "body": "x", "reliable": true, "ttl_seconds": 0}, SendOptions{Reliable: true}},
-		{"send_request", map[string]any{"peer": "bob", "intent": "x", "ttl_seconds": 60}, SendOptions{Reliable: true, TTL: time.Minute}},
-		{"send_request", map[string]any{"peer": "bob", "intent": "x", "reliable": false}, SendOptions{}},
-		{"send_response", map[string]any{"peer": "bob", "request_id": "req-known", "status": "completed"}, SendOptions{Reliable: true}},
-		{"send_response", map[string]any{"peer": "bob", "request_id": "req-known", "status": "accepted", "ttl_seconds": 7}, SendOptions{Reliable: true, TTL: 7 * time.Second}},
+		{"send_message", map[string]any{"peer": "bob", "body": "x"}, node.SendOptions{Reliable: true}},
+		{"send_message", map[string]any{"peer": "bob", "body": "x", "reliable": false}, node.SendOptions{}},
+		{"send_message", map[string]any{"peer": "bob", "body": "x", "ttl_seconds": 1.5}, node.SendOptions{Reliable: true, TTL: 1500 * time.Millisecond}},
+		{"send_message", map[string]any{"peer": "bob", "body": "x", "reliable": true, "ttl_seconds": 0}, node.SendOptions{Reliable: true}},
+		{"send_request", map[string]any{"peer": "bob", "intent": "x", "ttl_seconds": 60}, node.SendOptions{Reliable: true, TTL: time.Minute}},
+		{"send_request", map[string]any{"peer": "bob", "intent": "x", "reliable": false}, node.SendOptions{}},
+		{"send_response", map[string]any{"peer": "bob", "request_id": "req-known", "status": "completed"}, node.SendOptions{Reliable: true}},
+		{"send_response", map[string]any{"peer": "bob", "request_id": "req-known", "status": "accepted", "ttl_seconds": 7}, node.SendOptions{Reliable: true, TTL: 7 * time.Second}},
 	} {
 		res, _, err := call(t, c, tc.tool, tc.args)
 		if err != nil || res.IsError {
@@ -458,7 +476,7 @@ func TestSendOptions(t *testing.T) {
 	for _, bad := range []map[string]any{
 		{"peer": "bob", "body": "x", "ttl_seconds": -1},
 		{"peer": "bob", "body": "x", "ttl_seconds": "60"},
-		{"peer": "bob", "body": "x", "ttl_seconds": MaxTTL.Seconds() + 1},
+		{"peer": "bob", "body": "x", "ttl_seconds": node.MaxTTL.Seconds() + 1},
 		{"peer": "bob", "body": "x", "reliable": "yes"},
 		{"peer": "bob", "body": "x", "reliable": false, "ttl_seconds": 5},
 	} {
@@ -566,7 +584,7 @@ func TestPairTools(t *testing.T) {
 		t.Fatalf("pair_accept: %v %v", out, err)
 	}
 	res, _, err := call(t, c, "pair_accept", map[string]any{"code_line": "hello"})
-	if err != nil || !res.IsError || !strings.HasPrefix(text(res), CodePairFailed) {
+	if err != nil || !res.IsError || !strings.HasPrefix(text(res), node.CodePairFailed) {
 		t.Fatalf("bad line: %v %s", err, text(res))
 	}
 	for _, bad := range []map[string]any{{}, {"code_line": 3}, {"code_line": "x", "name": false}} {

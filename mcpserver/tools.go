@@ -10,6 +10,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/meerkatd/meerkatd/comms/node"
 )
 
 // Tool results. Every one carries Pending so a model notices new mail
@@ -40,22 +42,22 @@ type (
 		Pending   int    `json:"pending"`
 	}
 	listPeersResult struct {
-		Self    Self   `json:"self"`
-		Peers   []Peer `json:"peers"`
-		Pending int    `json:"pending"`
+		Self    node.Self   `json:"self"`
+		Peers   []node.Peer `json:"peers"`
+		Pending int         `json:"pending"`
 	}
 	ackResult struct {
 		Acked   int `json:"acked"`
 		Pending int `json:"pending"`
 	}
 	listOutboxResult struct {
-		Entries []QueuedSend    `json:"entries"`
-		Peers   []PeerSendState `json:"peers"`
-		Pending int             `json:"pending"`
+		Entries []node.QueuedSend    `json:"entries"`
+		Peers   []node.PeerSendState `json:"peers"`
+		Pending int                  `json:"pending"`
 	}
 	listDeadLettersResult struct {
-		DeadLetters []DeadLetter `json:"dead_letters"`
-		Pending     int          `json:"pending"`
+		DeadLetters []node.DeadLetter `json:"dead_letters"`
+		Pending     int               `json:"pending"`
 	}
 	retryDeadLettersResult struct {
 		Requeued int `json:"requeued"`
@@ -151,7 +153,7 @@ func readOnly(v bool) *bool { return &v }
 
 // pending asks the node for the current pending count.
 func (s *Server) pending(ctx context.Context) int {
-	b, err := s.node.Receive(ctx, Query{Limit: 1})
+	b, err := s.api.Receive(ctx, node.Query{Limit: 1})
 	if err != nil {
 		return 0
 	}
@@ -161,7 +163,7 @@ func (s *Server) pending(ctx context.Context) int {
 func (s *Server) addTools() {
 	peerArg := mcp.WithString("peer", mcp.Required(), mcp.Description("the peer: its trust-list name (see list_peers), its key (ed25519:…) or its peer UUID"))
 	reliableArg := mcp.WithBoolean("reliable", mcp.DefaultBool(true), mcp.Description("true (default): store it in the outbox first and retry until the peer acknowledges it or ttl_seconds pass; if the first attempt fails the result is delivery \"queued\", not an error. false: one attempt, and a peer_offline error if it fails"))
-	ttlArg := mcp.WithNumber("ttl_seconds", mcp.Min(0), mcp.Max(MaxTTL.Seconds()), mcp.Description("reliable sends only: give up (move it to the dead letters, see list_dead_letters) if not delivered within this many seconds; 0 or absent: the node's default (outbox.default_ttl_secs, normally none)"))
+	ttlArg := mcp.WithNumber("ttl_seconds", mcp.Min(0), mcp.Max(node.MaxTTL.Seconds()), mcp.Description("reliable sends only: give up (move it to the dead letters, see list_dead_letters) if not delivered within this many seconds; 0 or absent: the node's default (outbox.default_ttl_secs, normally none)"))
 	s.mcp.AddTool(mcp.NewTool("send_message",
 		mcp.WithDescription("Send a text message to a peer. Returns once the peer's node acknowledged it (delivery \"acked\"), or, for a reliable send whose first attempt failed, delivery \"queued\": the node keeps retrying it (see list_outbox)."),
 		peerArg,
@@ -205,7 +207,7 @@ func (s *Server) addTools() {
 		mcp.WithArray("kinds", mcp.WithStringItems(), mcp.Description("only these kinds: message, request, response")),
 		mcp.WithString("from", mcp.Description("only from this peer")),
 		mcp.WithString("request_id", mcp.Description("only responses to this request")),
-		mcp.WithOutputSchema[Batch](),
+		mcp.WithOutputSchema[node.Batch](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Receive messages", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.receive)
 	s.mcp.AddTool(mcp.NewTool("ack_messages",
@@ -250,17 +252,17 @@ func (s *Server) addTools() {
 }
 
 type pairOfferResult struct {
-	PairOffer
+	node.PairOffer
 	Pending int `json:"pending"`
 }
 
 type pairAcceptResult struct {
-	Paired  Paired `json:"paired"`
-	Pending int    `json:"pending"`
+	Paired  node.Paired `json:"paired"`
+	Pending int         `json:"pending"`
 }
 
 func (s *Server) pairOffer(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	o, err := s.node.PairOffer(ctx)
+	o, err := s.api.PairOffer(ctx, node.PairOptions{})
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
@@ -280,7 +282,7 @@ func (s *Server) pairAccept(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.node.PairAccept(ctx, line, name)
+	p, err := s.api.PairAccept(ctx, line, name)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
@@ -312,7 +314,7 @@ func checkArgs(name string, m map[string]any) error {
 	return err
 }
 
-func parseSendMessage(a args) (peer, body string, opts SendOptions, err error) {
+func parseSendMessage(a args) (peer, body string, opts node.SendOptions, err error) {
 	if peer, err = a.str("peer", true); err != nil {
 		return
 	}
@@ -323,7 +325,7 @@ func parseSendMessage(a args) (peer, body string, opts SendOptions, err error) {
 	return
 }
 
-func parseSendRequest(a args) (peer, intent string, opts SendOptions, err error) {
+func parseSendRequest(a args) (peer, intent string, opts node.SendOptions, err error) {
 	if peer, err = a.str("peer", true); err != nil {
 		return
 	}
@@ -334,7 +336,7 @@ func parseSendRequest(a args) (peer, intent string, opts SendOptions, err error)
 	return
 }
 
-func parseSendResponse(a args) (peer, rid, status string, opts SendOptions, err error) {
+func parseSendResponse(a args) (peer, rid, status string, opts node.SendOptions, err error) {
 	if peer, err = a.str("peer", true); err != nil {
 		return
 	}
@@ -350,8 +352,8 @@ func parseSendResponse(a args) (peer, rid, status string, opts SendOptions, err 
 
 // parseSendOptions reads reliable (default true) and ttl_seconds (reliable
 // sends only).
-func parseSendOptions(a args) (SendOptions, error) {
-	opts := SendOptions{Reliable: true}
+func parseSendOptions(a args) (node.SendOptions, error) {
+	opts := node.SendOptions{Reliable: true}
 	if v, ok := a.m["reliable"]; ok && v != nil {
 		b, ok := v.(bool)
 		if !ok {
@@ -364,8 +366,8 @@ func parseSendOptions(a args) (SendOptions, error) {
 		return opts, nil
 	}
 	f, ok := v.(float64)
-	if !ok || math.IsNaN(f) || f < 0 || f > MaxTTL.Seconds() {
-		return opts, invalidParams{fmt.Sprintf(`argument "ttl_seconds" must be a number from 0 to %g`, MaxTTL.Seconds())}
+	if !ok || math.IsNaN(f) || f < 0 || f > node.MaxTTL.Seconds() {
+		return opts, invalidParams{fmt.Sprintf(`argument "ttl_seconds" must be a number from 0 to %g`, node.MaxTTL.Seconds())}
 	}
 	if !opts.Reliable {
 		return opts, invalidParams{`argument "ttl_seconds" applies to reliable sends only (reliable: false makes one attempt)`}
@@ -375,8 +377,8 @@ func parseSendOptions(a args) (SendOptions, error) {
 }
 
 // queuedNote tells a model what happens to a send that is queued.
-func queuedNote(sent Sent) string {
-	if sent.Delivery != DeliveryQueued {
+func queuedNote(sent node.Sent) string {
+	if sent.Delivery != node.DeliveryQueued {
 		return ""
 	}
 	return "not delivered yet: the node keeps retrying it with backoff until the peer acknowledges it or its ttl passes; " +
@@ -389,7 +391,7 @@ func (s *Server) sendMessage(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	if err != nil {
 		return nil, err
 	}
-	sent, err := s.node.SendMessage(ctx, peer, body, opts)
+	sent, err := s.api.SendMessage(ctx, peer, body, opts)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
@@ -402,7 +404,7 @@ func (s *Server) sendRequest(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	if err != nil {
 		return nil, err
 	}
-	sent, err := s.node.SendRequest(ctx, peer, intent, rawJSON(req, "params"), opts)
+	sent, err := s.api.SendRequest(ctx, peer, intent, rawJSON(req, "params"), opts)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
@@ -416,9 +418,9 @@ func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mc
 		return nil, err
 	}
 	if status != "accepted" && status != "completed" && status != "failed" {
-		return toolError(&Error{CodeBadStatus, fmt.Sprintf("status %q: want accepted, completed or failed", status)}, s.pending(ctx)), nil
+		return toolError(&node.Error{Code: node.CodeBadStatus, Msg: fmt.Sprintf("status %q: want accepted, completed or failed", status)}, s.pending(ctx)), nil
 	}
-	sent, err := s.node.SendResponse(ctx, peer, rid, status, rawJSON(req, "result"), opts)
+	sent, err := s.api.SendResponse(ctx, peer, rid, status, rawJSON(req, "result"), opts)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
@@ -426,26 +428,26 @@ func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mc
 }
 
 func (s *Server) listOutbox(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	o, err := s.node.Outbox(ctx)
+	o, err := s.api.Outbox(ctx)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
 	if o.Entries == nil {
-		o.Entries = []QueuedSend{}
+		o.Entries = []node.QueuedSend{}
 	}
 	if o.Peers == nil {
-		o.Peers = []PeerSendState{}
+		o.Peers = []node.PeerSendState{}
 	}
 	return result(listOutboxResult{Entries: o.Entries, Peers: o.Peers, Pending: s.pending(ctx)})
 }
 
 func (s *Server) listDeadLetters(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	dl, err := s.node.DeadLetters(ctx)
+	dl, err := s.api.DeadLetters(ctx)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
 	if dl == nil {
-		dl = []DeadLetter{}
+		dl = []node.DeadLetter{}
 	}
 	return result(listDeadLettersResult{DeadLetters: dl, Pending: s.pending(ctx)})
 }
@@ -473,7 +475,7 @@ func (s *Server) retryDeadLetters(ctx context.Context, req mcp.CallToolRequest) 
 	if err != nil {
 		return nil, err
 	}
-	n, err := s.node.RetryDeadLetters(ctx, ids, all)
+	n, err := s.api.RetryDeadLetters(ctx, ids, all)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
@@ -485,18 +487,18 @@ func (s *Server) retryDeadLetters(ctx context.Context, req mcp.CallToolRequest) 
 }
 
 func (s *Server) listPeers(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	peers, err := s.node.Peers(ctx)
+	peers, err := s.api.Peers(ctx)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
-	return result(listPeersResult{Self: s.node.Self(), Peers: withBreakers(peers), Pending: s.pending(ctx)})
+	return result(listPeersResult{Self: s.self(ctx), Peers: withBreakers(peers), Pending: s.pending(ctx)})
 }
 
 // withBreakers returns peers (never nil) with an unset breaker shown as
 // closed: a peer nothing was ever queued for.
-func withBreakers(peers []Peer) []Peer {
+func withBreakers(peers []node.Peer) []node.Peer {
 	if peers == nil {
-		return []Peer{}
+		return []node.Peer{}
 	}
 	for i := range peers {
 		if peers[i].Breaker == "" {
@@ -506,8 +508,8 @@ func withBreakers(peers []Peer) []Peer {
 	return peers
 }
 
-func parseReceive(a args) (Query, error) {
-	var q Query
+func parseReceive(a args) (node.Query, error) {
+	var q node.Query
 	wait, _, err := a.num("wait_ms", 0, float64(MaxWait/time.Millisecond))
 	if err != nil {
 		return q, err
@@ -530,7 +532,7 @@ func parseReceive(a args) (Query, error) {
 }
 
 // parseFilters reads the kinds, from and request_id filters.
-func parseFilters(a args, q *Query) error {
+func parseFilters(a args, q *node.Query) error {
 	var err error
 	if q.Kinds, err = a.strings("kinds"); err != nil {
 		return err
@@ -553,7 +555,7 @@ func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 	if err != nil {
 		return nil, err
 	}
-	b, err := s.node.Receive(ctx, q)
+	b, err := s.api.Receive(ctx, q)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // the client cancelled the call
@@ -561,7 +563,7 @@ func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 		return toolError(err, s.pending(ctx)), nil
 	}
 	if b.Messages == nil {
-		b.Messages = []Message{}
+		b.Messages = []node.Message{}
 	}
 	return result(b)
 }
@@ -571,17 +573,17 @@ func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	if err != nil {
 		return nil, err
 	}
-	acked, pending, err := s.node.Ack(ctx, ids, upTo, filter)
+	r, err := s.api.Ack(ctx, node.AckRequest{IDs: ids, UpTo: upTo, Kinds: filter.Kinds, From: filter.From, RequestID: filter.RequestID})
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
-	if acked > 0 {
+	if r.Acked > 0 {
 		s.inboxChanged()
 	}
-	return result(ackResult{Acked: acked, Pending: pending})
+	return result(ackResult{Acked: r.Acked, Pending: r.Pending})
 }
 
-func parseAck(a args) (ids []string, upTo uint64, filter Query, err error) {
+func parseAck(a args) (ids []string, upTo uint64, filter node.Query, err error) {
 	if ids, err = a.strings("ids"); err != nil {
 		return
 	}
@@ -605,12 +607,12 @@ func (s *Server) addResources() {
 		mcp.WithResourceDescription("Unacknowledged received items, oldest first (JSON). Subscribe to be told when it changes."),
 		mcp.WithMIMEType("application/json"),
 	), func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-		b, err := s.node.Receive(ctx, Query{Limit: 1000})
+		b, err := s.api.Receive(ctx, node.Query{Limit: 1000})
 		if err != nil {
 			return nil, err
 		}
 		if b.Messages == nil {
-			b.Messages = []Message{}
+			b.Messages = []node.Message{}
 		}
 		text, err := json.Marshal(b)
 		if err != nil {
@@ -622,11 +624,11 @@ func (s *Server) addResources() {
 		mcp.WithResourceDescription("This node and its trusted peers (JSON)."),
 		mcp.WithMIMEType("application/json"),
 	), func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-		peers, err := s.node.Peers(ctx)
+		peers, err := s.api.Peers(ctx)
 		if err != nil {
 			return nil, err
 		}
-		text, err := json.Marshal(listPeersResult{Self: s.node.Self(), Peers: withBreakers(peers)})
+		text, err := json.Marshal(listPeersResult{Self: s.self(ctx), Peers: withBreakers(peers)})
 		if err != nil {
 			return nil, err
 		}

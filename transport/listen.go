@@ -20,8 +20,9 @@ const staleProbeTimeout = time.Second
 // Listen opens a listener on a. For a Unix socket it refuses a path that is
 // not a socket (it never removes one) and one where another process is
 // listening ([ErrAddrInUse]); a socket file left behind by a dead process is
-// replaced. The socket file is made mode 0600 and is removed when the
-// listener closes.
+// replaced. The socket file is created mode 0600 (under a restrictive
+// umask: there is no moment at which another user could connect) and is
+// removed when the listener closes.
 func Listen(ctx context.Context, a Addr) (net.Listener, error) {
 	var lc net.ListenConfig
 	switch a.Scheme {
@@ -32,12 +33,14 @@ func Listen(ctx context.Context, a Addr) (net.Listener, error) {
 		}
 		return ln, nil
 	case SchemeUDS:
-		return listenUnix(ctx, lc, a)
+		return listenUnix(ctx, lc, a, nil)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnsupportedScheme, a.String())
 }
 
-func listenUnix(ctx context.Context, lc net.ListenConfig, a Addr) (net.Listener, error) {
+// listenUnix is Listen for a Unix socket; afterBind (tests) runs once the
+// socket file exists, before anything else touches it.
+func listenUnix(ctx context.Context, lc net.ListenConfig, a Addr, afterBind func(path string)) (net.Listener, error) {
 	path := a.Path
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode().Type() != fs.ModeSocket {
@@ -60,13 +63,17 @@ func listenUnix(ctx context.Context, lc net.ListenConfig, a Addr) (net.Listener,
 			return nil, fmt.Errorf("transport: remove stale socket %s: %w", path, err)
 		}
 	}
-	ln, err := lc.Listen(ctx, "unix", path)
+	var ln net.Listener
+	err := withPrivateUmask(func() error {
+		var err error
+		ln, err = lc.Listen(ctx, "unix", path)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen %s: %w", a, err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("transport: listen %s: %w", a, err)
+	if afterBind != nil {
+		afterBind(path)
 	}
 	return ln, nil
 }

@@ -176,7 +176,7 @@ func runBench(e *env, args []string) error {
 	flags.BoolVar(&o.gate, "gate", false, "exit 1 when a check fails")
 	flags.BoolVar(&o.quick, "quick", false, "smoke run: one repetition, tiny counts, UDS only")
 	only := flags.String("only", "", "comma-separated scenario `groups` to run (default all): "+strings.Join(benchGroups, ", "))
-	if err := parseNoArgs(flags, args); err != nil {
+	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
 	var err error
@@ -738,7 +738,7 @@ func (b *benchRun) load(ctx context.Context, tr, store string, routers, perRoute
 		errOnce.Do(func() { firstErr = err })
 		stop.Store(true)
 	}
-	var before statusInfo
+	var before benchStatus
 	if fl != nil {
 		if before, err = n.status(ctx); err != nil {
 			return loadResult{}, err
@@ -984,7 +984,7 @@ func runBenchFlood(e *env, args []string) error {
 }
 
 // settle compares the node's reject counters with what the flooders sent.
-func (fl *benchFlood) settle(before, after statusInfo, attempts, acked, window int64, el time.Duration) error {
+func (fl *benchFlood) settle(before, after benchStatus, attempts, acked, window int64, el time.Duration) error {
 	want, other := fl.reason()
 	if attempts == 0 {
 		return errors.New("no flood envelope got through to the node")

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
@@ -237,7 +238,7 @@ type benchNode struct {
 // config.StoreMemory or config.StoreSQLite. It does not start it.
 func (b *benchRun) newNode(network, storeMode string) (*benchNode, error) {
 	dir := b.path("n")
-	if _, err := initHome(dir, "bench-node"); err != nil {
+	if _, err := node.InitHome(dir, "bench-node"); err != nil {
 		return nil, err
 	}
 	kp, err := identity.LoadKeypair(dir)
@@ -355,13 +356,13 @@ func (n *benchNode) logTail() string {
 }
 
 // status runs `meerkatd status --json` against the node.
-func (n *benchNode) status(ctx context.Context) (statusInfo, error) {
+func (n *benchNode) status(ctx context.Context) (benchStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, benchStatusBound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, n.b.exe, "status", "--json", "--home", n.home)
 	cmd.Env = n.env
 	out, err := cmd.Output()
-	var s statusInfo
+	var s benchStatus
 	if err == nil {
 		err = json.Unmarshal(out, &s)
 	}
@@ -578,4 +579,13 @@ func runBenchEcho(e *env, args []string) error {
 			}
 		}()
 	}
+}
+
+// benchStatus is what the bench reads of `meerkatd status --json`.
+type benchStatus struct {
+	Accepted uint64            `json:"accepted"`
+	AcksSent uint64            `json:"acks_sent"`
+	Rejected map[string]uint64 `json:"rejected"`
+	Inbox    int               `json:"inbox"`
+	Conns    int               `json:"connections"`
 }

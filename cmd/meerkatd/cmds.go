@@ -6,105 +6,54 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/control"
+	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
-// parseArgs parses flags that may appear anywhere among the positional
-// arguments (meerkatd send message bob hi --home X) and returns the
-// positional ones.
-func parseArgs(flags *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := flags.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		args = flags.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}
-
-// parseNoArgs parses flags and refuses positional arguments.
-func parseNoArgs(flags *flag.FlagSet, args []string) error {
-	pos, err := parseArgs(flags, args)
-	if err != nil {
-		return err
-	}
-	return wantArgs(pos, 0, "no arguments")
-}
-
-// wantArgs checks the number of positional arguments.
-func wantArgs(pos []string, n int, names string) error {
-	if len(pos) != n {
-		return fmt.Errorf("%w: want %s, got %d argument(s)", errUsage, names, len(pos))
-	}
-	return nil
-}
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
-}
-
-// backendFor returns the daemon of h if one runs, else a node in this
-// process (listening only if listen is set, to receive answers).
-func (e *env) backendFor(h *home, listen bool) (backend, error) {
-	if rb := dialControl(h); rb != nil {
-		return rb, nil
-	}
-	log := e.warnLog()
-	mode := nodeSendOnly
-	if listen {
-		mode = nodeReplies
-	}
-	n, err := startNode(h, log, mode)
-	if err != nil {
-		return nil, err
-	}
-	return &localBackend{n: n}, nil
-}
-
-// warnLog is the logger of a node a command runs in its own process.
-func (e *env) warnLog() *slog.Logger {
-	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+// commandHelp is more about a command than its usage line says.
+var commandHelp = map[string]string{
+	"send": `A direct send is one attempt: it returns once the peer acknowledged it,
+or fails (exit 3). --reliable stores it in the outbox first; the daemon
+retries it until the peer acknowledges it or its time-to-live passes.
+A response must answer a request this node received from that peer,
+and a request can be answered finally (completed, failed) only once.
+Without a daemon the command runs the node itself for the send.`,
+	"inbox": `Items are listed oldest first, a page at a time (--limit per call to the
+node, all pages unless --limit is given), and stay in the inbox until
+acknowledged: --ack acknowledges each page once it is printed. With no
+daemon running, the home's database is read (read only; --ack needs
+the daemon). Text from peers is shown with control characters escaped.`,
+	"status": `Exits 0 when a node (meerkatd run, or meerkatd mcp running the node
+itself) serves the home; otherwise it shows what is stored on disk and
+exits 5.`,
 }
 
 func runInit(e *env, args []string) error {
 	flags := e.newFlags("init")
-	homeFlag := flags.String("home", "", "node home `directory`")
+	homeFlag := e.homeFlag(flags)
 	name := flags.String("name", "", "node `name` (default \"meerkat\")")
-	if err := parseNoArgs(flags, args); err != nil {
+	asJSON := flags.Bool("json", false, "print JSON")
+	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
 	dir, err := e.homeDir(*homeFlag)
 	if err != nil {
 		return err
 	}
-	created, err := initHome(dir, *name)
+	created, err := node.InitHome(dir, *name)
 	if err != nil {
 		return err
 	}
@@ -113,38 +62,40 @@ func runInit(e *env, args []string) error {
 	} else {
 		fmt.Fprintf(e.stderr, "created %s in %s\n", strings.Join(created, ", "), dir)
 	}
-	h, err := e.openHome(dir, nil)
-	if err != nil {
-		return err
-	}
-	return e.printIdentity(h, false)
-}
-
-func runID(e *env, args []string) error {
-	flags := e.newFlags("id")
-	homeFlag := flags.String("home", "", "node home `directory`")
-	asJSON := flags.Bool("json", false, "print JSON")
-	h, err := e.openNoArgs(flags, homeFlag, args)
+	h, err := e.openHome(dir, false, nil)
 	if err != nil {
 		return err
 	}
 	return e.printIdentity(h, *asJSON)
 }
 
-func (e *env) printIdentity(h *home, asJSON bool) error {
-	var listen []string
-	if ls, err := h.cfg.Resolve(h.dir); err == nil {
+func runID(e *env, args []string) error {
+	flags := e.newFlags("id")
+	homeFlag := e.homeFlag(flags)
+	asJSON := flags.Bool("json", false, "print JSON")
+	if err := parseNoArgs(e, flags, args); err != nil {
+		return err
+	}
+	h, err := e.openHome(*homeFlag, false, nil)
+	if err != nil {
+		return err
+	}
+	return e.printIdentity(h, *asJSON)
+}
+
+func (e *env) printIdentity(h *node.Home, asJSON bool) error {
+	listen := []string{}
+	if ls, err := h.Config.Resolve(h.Dir); err == nil {
 		for _, a := range ls.All() {
 			listen = append(listen, a.String())
 		}
 	}
-	id := h.kp.ID()
+	id := h.Key.ID()
+	self := node.Self{Name: h.Config.Name, PubKey: id.String(), PeerUUID: id.UUID().String(), Home: h.Dir, Listen: listen}
 	if asJSON {
-		return printJSON(e.stdout, map[string]any{
-			"name": h.cfg.Name, "pubkey": id.String(), "peer_uuid": id.UUID().String(), "home": h.dir, "listen": listen,
-		})
+		return printJSON(e.stdout, self)
 	}
-	fmt.Fprintf(e.stdout, "name       %s\npubkey     %s\npeer_uuid  %s\nhome       %s\n", h.cfg.Name, id, id.UUID(), h.dir)
+	fmt.Fprintf(e.stdout, "name       %s\npubkey     %s\npeer_uuid  %s\nhome       %s\n", self.Name, self.PubKey, self.PeerUUID, self.Home)
 	for _, l := range listen {
 		fmt.Fprintf(e.stdout, "listen     %s\n", l)
 	}
@@ -153,18 +104,22 @@ func (e *env) printIdentity(h *home, asJSON bool) error {
 
 func runKeygen(e *env, args []string) error {
 	flags := e.newFlags("keygen")
-	homeFlag := flags.String("home", "", "node home `directory`")
+	homeFlag := e.homeFlag(flags)
 	force := flags.Bool("force", false, "replace an existing identity (peers that trust the old key will refuse this node)")
-	if err := parseNoArgs(flags, args); err != nil {
+	asJSON := flags.Bool("json", false, "print JSON")
+	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
 	dir, err := e.homeDir(*homeFlag)
 	if err != nil {
 		return err
 	}
-	keyPath := dir + string(os.PathSeparator) + identity.KeyFile
+	keyPath := filepath.Join(dir, identity.KeyFile)
 	if _, err := os.Stat(keyPath); err == nil && !*force {
 		return fmt.Errorf("%s already holds an identity; use --force to replace it (peers that trust the old key will refuse this node)", keyPath)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
 	}
 	kp, err := identity.GenerateKeypair()
 	if err != nil {
@@ -173,74 +128,69 @@ func runKeygen(e *env, args []string) error {
 	if err := kp.Save(dir); err != nil {
 		return err
 	}
-	h, err := e.openHome(dir, nil)
+	if _, err := node.InitHome(dir, ""); err != nil {
+		return err
+	}
+	h, err := e.openHome(dir, false, nil)
 	if err != nil {
 		return err
 	}
-	return e.printIdentity(h, false)
+	return e.printIdentity(h, *asJSON)
 }
 
 func runPeers(e *env, args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: want a subcommand: list, add, remove or discover", errUsage)
-	}
-	sub, args := args[0], args[1:]
+	sub, args := splitSub(args)
 	flags := e.newFlags("peers")
-	homeFlag := flags.String("home", "", "node home `directory`")
-	asJSON := flags.Bool("json", false, "print JSON (list)")
-	meta := flags.String("meta", "", "a JSON `object` stored with the peer (add)")
-	pos, err := parseArgs(flags, args)
-	if err != nil {
-		return err
-	}
-	h, err := e.openHome(*homeFlag, nil)
-	if err != nil {
-		return err
-	}
-	if sub == "discover" {
-		if len(pos) > 0 {
-			return fmt.Errorf("%w: peers discover takes no arguments", errUsage)
-		}
-		return runPeersDiscover(e, h, *asJSON)
-	}
-	list, err := trust.LoadOrEmpty(h.trustPath())
+	homeFlag := e.homeFlag(flags)
+	asJSON := flags.Bool("json", false, "print JSON")
+	meta := flags.String("meta", "", "with add: a JSON `object` stored with the peer")
+	pos, err := parseArgs(e, flags, args)
 	if err != nil {
 		return err
 	}
 	switch sub {
-	case "list":
-		if err := wantArgs(pos, 0, "no arguments"); err != nil {
-			return err
-		}
-		peers := list.Peers()
-		if *asJSON {
-			type row struct {
-				Name     string          `json:"name"`
-				PubKey   string          `json:"pubkey"`
-				PeerUUID string          `json:"peer_uuid"`
-				Addr     string          `json:"addr"`
-				Meta     json.RawMessage `json:"meta,omitempty"`
-			}
-			rows := []row{}
-			for _, p := range peers {
-				rows = append(rows, row{p.Name, p.ID.String(), p.ID.UUID().String(), p.Addr.String(), p.Meta})
-			}
-			return printJSON(e.stdout, rows)
-		}
-		if len(peers) == 0 {
-			fmt.Fprintln(e.stderr, "no trusted peers; add one with: meerkatd peers add NAME KEY ADDR")
-			return nil
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tPUBKEY\tADDR")
-		for _, p := range peers {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.ID, p.Addr)
-		}
-		return tw.Flush()
+	case "list", "discover":
+		err = wantArgs(pos, 0, "no arguments")
 	case "add":
-		if err := wantArgs(pos, 3, "NAME KEY ADDR"); err != nil {
-			return err
-		}
+		err = wantArgs(pos, 3, "NAME KEY ADDR")
+	case "remove":
+		err = wantArgs(pos, 1, "NAME")
+	case "":
+		err = fmt.Errorf("%w: want a subcommand: list, add, remove or discover", errUsage)
+	default:
+		err = fmt.Errorf("%w: unknown peers subcommand %q (want list, add, remove or discover)", errUsage, sub)
+	}
+	if err != nil {
+		return err
+	}
+	h, err := e.openHome(*homeFlag, false, nil)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "discover":
+		return e.peersDiscover(h, *asJSON)
+	case "list":
+		return e.withBackend(h.Dir, 30*time.Second, func(ctx context.Context, b *backend) error {
+			peers, err := b.Peers(ctx)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return printJSON(e.stdout, peers)
+			}
+			if len(peers) == 0 {
+				fmt.Fprintln(e.stderr, "no trusted peers; add one with: meerkatd peers add NAME KEY ADDR")
+				return nil
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tPUBKEY\tADDR\tLAST SEEN")
+			for _, p := range peers {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.PubKey, p.Addr, timeText(p.LastSeen))
+			}
+			return tw.Flush()
+		})
+	case "add":
 		id, err := identity.ParsePeerID(pos[1])
 		if err != nil {
 			return fmt.Errorf("%w: key %q: %v", errUsage, pos[1], err)
@@ -249,14 +199,14 @@ func runPeers(e *env, args []string) error {
 		if err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
-		if id == h.kp.ID() {
+		if id == h.Key.ID() {
 			return fmt.Errorf("%w: %s is this node's own key", errUsage, id)
 		}
 		p := trust.Peer{Name: pos[0], ID: id, Addr: addr}
 		if *meta != "" {
 			p.Meta = json.RawMessage(*meta)
 		}
-		if _, err := trust.Update(h.trustPath(), func(l *trust.List) (*trust.List, error) {
+		if _, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
 			next, err := l.With(p)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %v", errUsage, err)
@@ -265,226 +215,72 @@ func runPeers(e *env, args []string) error {
 		}); err != nil {
 			return err
 		}
+		if *asJSON {
+			return printJSON(e.stdout, node.Paired{Name: p.Name, PubKey: p.ID.String(), Addr: p.Addr.String()})
+		}
 		fmt.Fprintf(e.stdout, "added %s %s %s\n", p.Name, p.ID, p.Addr)
 		return nil
-	case "remove":
-		if err := wantArgs(pos, 1, "NAME"); err != nil {
-			return err
+	}
+	// remove
+	if _, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
+		next, err := l.Without(pos[0])
+		if err != nil {
+			return nil, &node.Error{Code: node.CodeUnknownPeer, Msg: err.Error()}
 		}
-		if _, err := trust.Update(h.trustPath(), func(l *trust.List) (*trust.List, error) {
-			next, err := l.Without(pos[0])
-			if err != nil {
-				return nil, &codedError{codeUnknownPeer, err.Error()}
-			}
-			return next, nil
-		}); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "removed %s\n", pos[0])
-		return nil
-	}
-	return fmt.Errorf("%w: unknown peers subcommand %q (want list, add or remove)", errUsage, sub)
-}
-
-func runSend(e *env, args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: want message, request or response", errUsage)
-	}
-	sub, args := args[0], args[1:]
-	flags := e.newFlags("send")
-	homeFlag := flags.String("home", "", "node home `directory`")
-	asJSON := flags.Bool("json", false, "print JSON")
-	wait := flags.Duration("wait", 0, "with request: wait this `long` for the final response and print it")
-	reliable := flags.Bool("reliable", false, "store it in the outbox first and retry until the peer acks it (see meerkatd outbox)")
-	ttl := flags.Duration("ttl", 0, "with --reliable: move it to the dead letters if not acked within this `long` (default outbox.default_ttl_secs)")
-	noWait := flags.Bool("no-wait", false, "with --reliable: return once it is stored, without waiting for the first attempt")
-	pos, err := parseArgs(flags, args)
-	if err != nil {
-		return err
-	}
-	if !*reliable && (*ttl != 0 || *noWait) {
-		return fmt.Errorf("%w: --ttl and --no-wait apply to --reliable sends", errUsage)
-	}
-	if *ttl < 0 {
-		return fmt.Errorf("%w: --ttl must be positive", errUsage)
-	}
-	d := deliveryOpts{reliable: *reliable, ttl: *ttl, noWait: *noWait}
-	switch sub {
-	case "message":
-		err = wantArgs(pos, 2, "PEER BODY")
-	case "request":
-		err = wantArgs(pos, 3, "PEER INTENT PARAMS_JSON")
-	case "response":
-		err = wantArgs(pos, 4, "PEER REQUEST_ID STATUS RESULT_JSON")
-	default:
-		err = fmt.Errorf("%w: unknown send kind %q (want message, request or response)", errUsage, sub)
-	}
-	if err != nil {
-		return err
-	}
-	if *wait < 0 || *wait > 0 && sub != "request" {
-		return fmt.Errorf("%w: --wait applies to requests only and must be positive", errUsage)
-	}
-	// JSON arguments are checked here, so a bad one is the same usage
-	// error whether or not a daemon runs.
-	switch {
-	case sub == "request" && !json.Valid([]byte(pos[2])):
-		return fmt.Errorf("%w: PARAMS_JSON %q is not valid JSON", errUsage, pos[2])
-	case sub == "response" && !json.Valid([]byte(pos[3])):
-		return fmt.Errorf("%w: RESULT_JSON %q is not valid JSON", errUsage, pos[3])
-	}
-	h, err := e.openHome(*homeFlag, nil)
-	if err != nil {
-		return err
-	}
-	b, err := e.backendFor(h, sub == "request" && *wait > 0)
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.Comms.AckTimeout()+10*time.Second+*wait)
-	defer cancel()
-	var res sendResult
-	switch sub {
-	case "message":
-		res, err = b.sendMessage(ctx, pos[0], pos[1], d)
-	case "request":
-		res, err = b.sendRequest(ctx, pos[0], pos[1], json.RawMessage(pos[2]), *wait, d)
-	case "response":
-		res, err = b.sendResponse(ctx, pos[0], pos[1], pos[2], json.RawMessage(pos[3]), d)
-	}
-	if err != nil && res.ID == "" {
+		return next, nil
+	}); err != nil {
 		return err
 	}
 	if *asJSON {
-		if perr := printJSON(e.stdout, res); perr != nil {
-			return perr
-		}
-		return err
+		return printJSON(e.stdout, map[string]string{"removed": pos[0]})
 	}
-	fmt.Fprintln(e.stdout, res.ID)
-	if res.Delivery == deliveryQueued {
-		why := ""
-		if res.LastError != "" {
-			why = " (last attempt: " + res.LastError + ")"
-		}
-		fmt.Fprintf(e.stderr, "queued in the outbox; retrying until acked%s: see meerkatd outbox\n", why)
-	}
-	for _, r := range res.Responses {
-		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, r.Result)
-	}
-	return err
-}
-
-func runInbox(e *env, args []string) error {
-	flags := e.newFlags("inbox")
-	homeFlag := flags.String("home", "", "node home `directory`")
-	asJSON := flags.Bool("json", false, "print JSON")
-	wait := flags.Duration("wait", 0, "if the inbox is empty, wait this `long` for the first item")
-	after := flags.Uint64("after", 0, "only items with a sequence number above `SEQ`")
-	ack := flags.Bool("ack", false, "remove the listed items from the inbox")
-	h, err := e.openNoArgs(flags, homeFlag, args)
-	if err != nil {
-		return err
-	}
-	if *wait < 0 {
-		return fmt.Errorf("%w: --wait must not be negative", errUsage)
-	}
-	b, err := e.backendFor(h, false)
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	ctx, cancel := context.WithTimeout(context.Background(), *wait+30*time.Second)
-	defer cancel()
-	items, err := b.inbox(ctx, *after, *wait, *ack)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		if items == nil {
-			items = []inboxItem{}
-		}
-		return printJSON(e.stdout, items)
-	}
-	if len(items) == 0 {
-		fmt.Fprintln(e.stderr, "inbox empty")
-		return nil
-	}
-	for _, it := range items {
-		who := it.From
-		if it.PeerName != "" {
-			who = it.PeerName + " (" + it.From + ")"
-		}
-		fmt.Fprintf(e.stdout, "#%d %s %s from %s id %s\n", it.Seq, it.Received.Format(time.RFC3339), it.Kind, who, it.ID)
-		switch it.Kind {
-		case "message":
-			fmt.Fprintf(e.stdout, "  %s\n", it.Body)
-		case "request":
-			fmt.Fprintf(e.stdout, "  %s %s\n", it.Intent, it.Params)
-		case "response":
-			fmt.Fprintf(e.stdout, "  %s to %s: %s\n", it.Status, it.InReplyTo, it.Result)
-		default:
-			fmt.Fprintf(e.stdout, "  %s\n", it.Fields)
-		}
-	}
+	fmt.Fprintf(e.stdout, "removed %s\n", pos[0])
 	return nil
 }
 
-func runStatus(e *env, args []string) error {
-	flags := e.newFlags("status")
-	homeFlag := flags.String("home", "", "node home `directory`")
-	asJSON := flags.Bool("json", false, "print JSON")
-	h, err := e.openNoArgs(flags, homeFlag, args)
+func (e *env) peersDiscover(h *node.Home, asJSON bool) error {
+	dir, err := e.runtimeDir()
 	if err != nil {
 		return err
 	}
-	var s statusInfo
-	if err := e.withBackend(h, func(ctx context.Context, b backend) (err error) { s, err = b.status(ctx); return err }); err != nil {
+	as, err := node.Discover(dir, h)
+	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(e.stdout, s)
-	}
-	state := "not running (no daemon for this home)"
-	if s.Daemon {
-		state = "running since " + s.StartedAt.Format(time.RFC3339)
-	}
-	fmt.Fprintf(e.stdout, "daemon     %s\nname       %s\npubkey     %s\nhome       %s\n", state, s.Name, s.PubKey, s.Home)
-	for _, l := range s.Listen {
-		fmt.Fprintf(e.stdout, "listen     %s\n", l)
-	}
-	fmt.Fprintf(e.stdout, "peers      %d\ninbox      %d\naccepted   %d\nacks sent  %d\nconns      %d\n", s.Peers, s.Inbox, s.Accepted, s.AcksSent, s.Conns)
-	for reason, n := range s.Rejected {
-		fmt.Fprintf(e.stdout, "rejected   %s %d\n", reason, n)
-	}
-	if s.Daemon {
-		fmt.Fprintf(e.stdout, "outbox     %d\ndead       %d\n", s.Outbox, s.DeadLetters)
-	}
-	for _, p := range s.SendPeers {
-		fmt.Fprintf(e.stdout, "peer       %s: %d queued, breaker %s", orKey(p.Peer, p.Key), p.Queued, breakerText(p))
-		if p.LastError != "" {
-			fmt.Fprintf(e.stdout, ", last error: %s", p.LastError)
+	if asJSON {
+		if as == nil {
+			as = []node.Announcement{}
 		}
-		fmt.Fprintln(e.stdout)
+		return printJSON(e.stdout, as)
 	}
-	return nil
+	if len(as) == 0 {
+		fmt.Fprintln(e.stderr, "no other running nodes on this host")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tKEY\tADDRESS\tPID")
+	for _, a := range as {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", safeText(a.Name, ""), a.Key, safeText(a.Addr, ""), a.PID)
+	}
+	return tw.Flush()
 }
 
 func runConfig(e *env, args []string) error {
-	if len(args) == 0 || args[0] != "check" {
-		return fmt.Errorf("%w: want: config check", errUsage)
-	}
+	sub, args := splitSub(args)
 	flags := e.newFlags("config")
-	homeFlag := flags.String("home", "", "node home `directory`")
-	if err := parseNoArgs(flags, args[1:]); err != nil {
+	homeFlag := e.homeFlag(flags)
+	asJSON := flags.Bool("json", false, "print JSON")
+	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
+	}
+	if sub != "check" {
+		return fmt.Errorf("%w: want: config check", errUsage)
 	}
 	dir, err := e.homeDir(*homeFlag)
 	if err != nil {
 		return err
 	}
-	path := dir + string(os.PathSeparator) + config.FileName
+	path := filepath.Join(dir, config.FileName)
 	cfg, err := config.LoadOrDefault(path)
 	if err == nil {
 		err = cfg.ApplyEnv(e.lookupEnv)
@@ -496,10 +292,13 @@ func runConfig(e *env, args []string) error {
 		_, err = cfg.Resolve(dir)
 	}
 	if err == nil {
-		_, err = trust.LoadOrEmpty(dir + string(os.PathSeparator) + trust.FileName)
+		_, err = trust.LoadOrEmpty(filepath.Join(dir, trust.FileName))
 	}
 	if err != nil {
 		return err
+	}
+	if *asJSON {
+		return printJSON(e.stdout, map[string]any{"ok": true, "config": path})
 	}
 	fmt.Fprintf(e.stdout, "ok: %s\n", path)
 	return nil
@@ -507,11 +306,11 @@ func runConfig(e *env, args []string) error {
 
 func runDaemon(e *env, args []string) error {
 	flags := e.newFlags("run")
-	homeFlag := flags.String("home", "", "node home `directory`")
+	homeFlag := e.homeFlag(flags)
 	listenUDS := flags.String("listen-uds", "", "Unix socket `path` to listen on (overrides comms.listen_uds; \"off\" disables)")
 	listenTCP := flags.String("listen-tcp", "", "`host:port` to listen on (overrides comms.listen_tcp)")
 	logLevel := flags.String("log-level", "info", "log `level`: debug, info, warn or error")
-	if err := parseNoArgs(flags, args); err != nil {
+	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
 	level, err := parseLevel(*logLevel)
@@ -527,7 +326,7 @@ func runDaemon(e *env, args []string) error {
 			overrides["comms.listen_tcp"] = *listenTCP
 		}
 	})
-	h, err := e.openHome(*homeFlag, overrides)
+	h, err := e.openHome(*homeFlag, true, overrides)
 	if err != nil {
 		return err
 	}
@@ -537,20 +336,21 @@ func runDaemon(e *env, args []string) error {
 	hup := make(chan os.Signal, 1) // before the node starts: an early SIGHUP must not kill it
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	n, shutdown, err := e.startServing(ctx, h, log)
+	sv, err := e.serveHome(h, log)
 	if err != nil {
 		return err
 	}
+	n := sv.Node
 	var listen []string
-	for _, a := range n.addrs {
+	for _, a := range n.Addrs() {
 		listen = append(listen, a.String())
 	}
-	log.Info("meerkatd running", "name", h.cfg.Name, "pubkey", h.kp.ID().String(), "listen", strings.Join(listen, " "), "control", h.controlPath())
+	log.Info("meerkatd running", "name", h.Config.Name, "pubkey", h.Key.ID().String(), "listen", strings.Join(listen, " "), "control", h.ControlPath())
 	for {
 		select {
 		case <-hup:
 			log.Info("SIGHUP: reloading trusted peers")
-			n.reload()
+			n.ReloadTrust()
 			continue
 		case <-ctx.Done():
 		}
@@ -558,87 +358,71 @@ func runDaemon(e *env, args []string) error {
 	}
 	stop() // a second SIGINT or SIGTERM now kills the process at once
 	log.Info("shutting down")
-	shutdown()
+	sv.Close()
 	log.Info("stopped")
 	return nil
 }
 
-// parseLevel parses a --log-level value.
-func parseLevel(s string) (slog.Level, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, s)
+// serveHome runs the node of h with its control socket, announced for
+// local discovery.
+func (e *env) serveHome(h *node.Home, log *slog.Logger) (*control.Served, error) {
+	dir, err := e.runtimeDir()
+	if err != nil {
+		log.Warn("not announced for local discovery", "err", err)
 	}
-	return level, nil
+	sv, err := control.ServeHome(h, control.HostOptions{Logger: log, RuntimeDir: dir})
+	if errors.Is(err, control.ErrServing) {
+		return nil, fmt.Errorf("a node already serves %s (meerkatd status --home %s)", h.Dir, h.Dir)
+	}
+	return sv, err
 }
 
-// startServing runs the node of h with its listeners and its control
-// socket, as the daemon and an embedded meerkatd mcp do. shutdown stops
-// accepting, finishes acks in flight, removes the sockets and waits.
-func (e *env) startServing(ctx context.Context, h *home, log *slog.Logger) (n *node, shutdown func(), err error) {
-	ctl, err := listenControl(ctx, h)
-	if err != nil {
-		return nil, nil, err
-	}
-	if n, err = startNode(h, log, nodeFull); err != nil {
-		ctl.Close()
-		return nil, nil, err
-	}
-	// The control server has its own context, ended by shutdown, so
-	// attached clients (and their waits) end with the node whatever
-	// stopped it: a signal, or stdin closing for meerkatd mcp.
-	sctx, cancel := context.WithCancel(ctx)
-	srv := &controlServer{b: &localBackend{n: n, daemon: true, start: time.Now()}, log: log, ctx: sctx}
-	srv.wg.Add(1)
-	go srv.serve(ctl)
-	unannounce, aerr := e.announce(n)
-	if aerr != nil {
-		log.Warn("not announced for local discovery", "err", aerr)
-	}
-	return n, func() {
-		unannounce()
-		cancel()
-		ctl.Close()
-		n.stop()
-		srv.wg.Wait()
-	}, nil
-}
-
-// startCPUProfile writes a CPU profile to path until the returned
-// function is called.
-func startCPUProfile(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
-}
-
-// withBackend runs f on h's backend (the daemon, or a node in this
-// process), bounded to 30 seconds.
-func (e *env) withBackend(h *home, f func(context.Context, backend) error) error {
-	b, err := e.backendFor(h, false)
-	if err != nil {
+func runStatus(e *env, args []string) error {
+	flags := e.newFlags("status")
+	homeFlag := e.homeFlag(flags)
+	asJSON := flags.Bool("json", false, "print JSON")
+	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	defer b.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return f(ctx, b)
-}
-
-// openNoArgs parses flags (refusing positional arguments) and opens the
-// home they name (homeFlag is read after parsing).
-func (e *env) openNoArgs(flags *flag.FlagSet, homeFlag *string, args []string) (*home, error) {
-	if err := parseNoArgs(flags, args); err != nil {
-		return nil, err
+	var s node.Status
+	if err := e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *backend) (err error) {
+		s, err = b.Status(ctx)
+		return err
+	}); err != nil {
+		return err
 	}
-	return e.openHome(*homeFlag, nil)
+	var notRunning error
+	if !s.Running {
+		notRunning = &node.Error{Code: node.CodeNoDaemon, Msg: "no daemon is running for " + s.Home + " (start it with: meerkatd run --home " + s.Home + ")"}
+	}
+	if *asJSON {
+		if err := printJSON(e.stdout, s); err != nil {
+			return err
+		}
+		return notRunning
+	}
+	state := "not running: showing what is stored on disk"
+	if s.Running {
+		state = "running since " + s.StartedAt.Local().Format(time.RFC3339)
+	}
+	fmt.Fprintf(e.stdout, "node       %s\nname       %s\npubkey     %s\nhome       %s\n", state, s.Name, s.PubKey, s.Home)
+	for _, l := range s.Listen {
+		fmt.Fprintf(e.stdout, "listen     %s\n", l)
+	}
+	fmt.Fprintf(e.stdout, "peers      %d\ninbox      %d (%d messages and requests pending)\n", s.Peers, s.Inbox, s.Pending)
+	if s.Running {
+		fmt.Fprintf(e.stdout, "accepted   %d\nacks sent  %d\nconns      %d\n", s.Accepted, s.AcksSent, s.Connections)
+		for reason, k := range s.Rejected {
+			fmt.Fprintf(e.stdout, "rejected   %s %d\n", reason, k)
+		}
+	}
+	fmt.Fprintf(e.stdout, "outbox     %d\ndead       %d\n", s.Outbox, s.DeadLetters)
+	for _, p := range s.SendPeers {
+		fmt.Fprintf(e.stdout, "peer       %s: %d queued, breaker %s", orKey(p.Peer, p.PubKey), p.Queued, breakerText(p))
+		if p.LastError != "" {
+			fmt.Fprintf(e.stdout, ", last error: %s", p.LastError)
+		}
+		fmt.Fprintln(e.stdout)
+	}
+	return notRunning
 }

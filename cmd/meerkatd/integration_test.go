@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
 )
 
 // Integration tests: they build the meerkatd binary once per test binary
@@ -133,7 +135,7 @@ type (
 		Body      string          `json:"body"`
 		Intent    string          `json:"intent"`
 		Params    json.RawMessage `json:"params"`
-		InReplyTo string          `json:"in_reply_to"`
+		InReplyTo string          `json:"request_id"`
 		Status    string          `json:"status"`
 		Result    json.RawMessage `json:"result"`
 	}
@@ -144,7 +146,7 @@ type (
 		Responses []cliItem `json:"responses"`
 	}
 	cliStatus struct {
-		Daemon   bool              `json:"daemon"`
+		Daemon   bool              `json:"running"`
 		Listen   []string          `json:"listen"`
 		Peers    int               `json:"peers"`
 		Accepted uint64            `json:"accepted"`
@@ -271,12 +273,14 @@ func (n *testNode) status() cliStatus {
 	return s
 }
 
-// inbox returns `inbox --json` (the daemon must run).
+// inbox returns the items of `inbox --json`.
 func (n *testNode) inbox() []cliItem {
 	n.t.Helper()
-	var items []cliItem
-	n.okJSON(&items, "inbox", "--json")
-	return items
+	var b struct {
+		Messages []cliItem `json:"messages"`
+	}
+	n.okJSON(&b, "inbox", "--json")
+	return b.Messages
 }
 
 // daemon is a running `meerkatd run`.
@@ -368,7 +372,7 @@ func (n *testNode) stop() {
 	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("%s's daemon exited with %v, want 0; log:\n%s", n.name, d.cmd.ProcessState, d.log())
 	}
-	for _, f := range []string{"meerkat.sock", controlSocketName} {
+	for _, f := range []string{"meerkat.sock", node.ControlSocketName} {
 		if _, err := os.Lstat(filepath.Join(n.home, f)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("after %s's daemon stopped, %s remains (%v)", n.name, f, err)
 		}
@@ -571,8 +575,12 @@ func TestExitCodes(t *testing.T) {
 
 	// No daemon anywhere.
 	alice.wantCode(exitUnknownPeer, []string{"carol"}, "send", "message", "carol", "hi")
-	alice.wantCode(exitNoDaemon, []string{"no daemon"}, "inbox")
-	alice.wantCode(exitNoDaemon, []string{"no daemon"}, "inbox", "--json")
+	// Without a daemon, inbox reads the stored inbox (read only), status
+	// shows what is on disk and says no daemon runs.
+	alice.wantCode(exitOK, []string{"no daemon"}, "inbox")
+	alice.wantCode(exitNoDaemon, []string{"no daemon"}, "inbox", "--ack")
+	alice.wantCode(exitNoDaemon, []string{"no daemon"}, "inbox", "--json", "--ack")
+	alice.wantCode(exitNoDaemon, []string{"no daemon"}, "status")
 	alice.wantCode(exitPeerOffline, []string{"offline"}, "send", "message", "bob", "anyone?")
 	usage := [][]string{
 		{"send", "message", "bob"},
@@ -622,7 +630,8 @@ func TestExitCodes(t *testing.T) {
 			t.Errorf("%s: peer offline reported after %v; ack timeout is %ds", via, el, testAckSecs)
 		}
 	}
-	alice.wantCode(exitNoDaemon, nil, "inbox")
+	alice.wantCode(exitNoDaemon, nil, "inbox", "--ack")
+	alice.wantCode(exitNoDaemon, nil, "status", "--json")
 }
 
 // Removing a peer from the trust file takes effect in a running daemon

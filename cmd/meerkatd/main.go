@@ -11,22 +11,24 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime/debug"
-	"sort"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/meerkatd/meerkatd/comms/node"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise
 // it comes from the module build info.
 var version = ""
 
-// command is one subcommand: a name, a one-line summary, and its body.
+// command is one subcommand: a one-line summary, its usage and its body.
 type command struct {
 	summary string
 	usage   string
-	run     func(env *env, args []string) error
+	run     func(e *env, args []string) error
 }
 
 // env is what a command may touch: its streams and the process environment.
@@ -36,6 +38,7 @@ type env struct {
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
 	commands       map[string]command
+	home           string // --home given before the command
 }
 
 func newEnv(stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) *env {
@@ -53,7 +56,7 @@ func commandTable() map[string]command {
 	return map[string]command{
 		"init": {
 			summary: "create the home: identity, meerkat.toml, empty trusted_peers.json",
-			usage:   "meerkatd init [--home DIR] [--name NAME]",
+			usage:   "meerkatd init [--home DIR] [--name NAME] [--json]",
 			run:     runInit,
 		},
 		"id": {
@@ -63,12 +66,12 @@ func commandTable() map[string]command {
 		},
 		"keygen": {
 			summary: "create a new identity (refuses to replace an existing one without --force)",
-			usage:   "meerkatd keygen [--home DIR] [--force]",
+			usage:   "meerkatd keygen [--home DIR] [--force] [--json]",
 			run:     runKeygen,
 		},
 		"peers": {
 			summary: "list, add or remove trusted peers; discover the nodes running on this host",
-			usage:   "meerkatd peers list [--json] | peers add NAME KEY ADDR [--meta JSON] | peers remove NAME | peers discover [--json]   [--home DIR]",
+			usage:   "meerkatd peers list | peers add NAME KEY ADDR [--meta JSON] | peers remove NAME | peers discover   [--home DIR] [--json]",
 			run:     runPeers,
 		},
 		"run": {
@@ -78,8 +81,10 @@ func commandTable() map[string]command {
 		},
 		"send": {
 			summary: "send a message, request or response (through the daemon if it runs)",
-			usage:   "meerkatd send message PEER BODY | send request PEER INTENT PARAMS_JSON [--wait DUR] | send response PEER REQUEST_ID STATUS RESULT_JSON   [--reliable [--ttl DUR] [--no-wait]] [--home DIR] [--json]",
-			run:     runSend,
+			usage: "meerkatd send message PEER BODY | send request PEER INTENT [PARAMS_JSON] [--wait DUR] | send response PEER REQUEST_ID STATUS [RESULT_JSON]\n" +
+				"       [--body-file FILE] [--reliable [--ttl DUR] [--no-wait]] [--home DIR] [--json]\n" +
+				"       BODY, PARAMS_JSON and RESULT_JSON may be - (standard input) or @FILE",
+			run: runSend,
 		},
 		"outbox": {
 			summary: "list reliable sends not yet acknowledged, and each peer's circuit breaker",
@@ -88,7 +93,7 @@ func commandTable() map[string]command {
 		},
 		"deadletters": {
 			summary: "list, requeue or drop reliable sends that expired or ran out of retries",
-			usage:   "meerkatd deadletters [list] [--json] | deadletters retry ID...|--all | deadletters drop ID...|--all   [--home DIR]",
+			usage:   "meerkatd deadletters [list] | deadletters retry ID...|--all | deadletters drop ID...|--all   [--home DIR] [--json]",
 			run:     runDeadLetters,
 		},
 		"audit": {
@@ -107,36 +112,33 @@ func commandTable() map[string]command {
 			run:     runMCP,
 		},
 		"inbox": {
-			summary: "list received items, oldest first (from the running daemon)",
-			usage:   "meerkatd inbox [--home DIR] [--json] [--wait DUR] [--after SEQ] [--ack]",
+			summary: "list received items, oldest first, page by page (from the daemon, or read-only from the home's database)",
+			usage:   "meerkatd inbox [--home DIR] [--json] [--after SEQ] [--limit N] [--kind KIND] [--from PEER] [--wait DUR] [--ack]",
 			run:     runInbox,
 		},
 		"status": {
-			summary: "show whether the daemon runs, its addresses and counters",
+			summary: "show whether a node serves the home, its addresses and counters (exit 5 if none runs)",
 			usage:   "meerkatd status [--home DIR] [--json]",
 			run:     runStatus,
 		},
 		"config": {
 			summary: "check meerkat.toml, the MEERKAT_* variables and trusted_peers.json",
-			usage:   "meerkatd config check [--home DIR]",
+			usage:   "meerkatd config check [--home DIR] [--json]",
 			run:     runConfig,
 		},
 		"version": {
 			summary: "print the version",
-			usage:   "meerkatd version",
-			run: func(e *env, _ []string) error {
-				fmt.Fprintln(e.stdout, "meerkatd", buildVersion())
-				return nil
-			},
+			usage:   "meerkatd version [--json]",
+			run:     runVersion,
 		},
 		"bench": {
-			summary: "measure throughput, latency, memory and startup of real nodes against same-run anchors (issue 6)",
+			summary: "measure throughput, latency, memory and startup of real nodes against same-run anchors",
 			usage:   benchUsage,
 			run:     runBench,
 		},
 		"help": {
 			summary: "show the commands, or one command's usage",
-			usage:   "meerkatd help [COMMAND]",
+			usage:   "meerkatd help [COMMAND [SUBCOMMAND]]",
 			run:     runHelp,
 		},
 	}
@@ -154,22 +156,55 @@ const (
 	exitUsage       = 2 // bad command line or arguments
 	exitPeerOffline = 3 // the peer did not acknowledge
 	exitUnknownPeer = 4 // no trusted peer by that name, key or UUID
-	exitNoDaemon    = 5 // the command needs the daemon, which is not running
+	exitNoDaemon    = 5 // the command needs a running node, and none runs
 	exitPairFailed  = 6 // pairing failed: wrong, used or expired code, a failed proof, rate limited
 )
 
+// errUsage marks a bad command line.
 var errUsage = errors.New("usage")
 
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
+
+// globalFlags takes the flags given before the command: --home, and
+// --help and --version, which are answered at once.
+func (e *env) globalFlags(args []string) (rest []string, done bool, code int) {
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		a := args[0]
+		switch {
+		case isHelp(a):
+			e.usage(e.stdout)
+			return nil, true, exitOK
+		case a == "-V" || a == "--version" || a == "-version":
+			fmt.Fprintln(e.stdout, "meerkatd", buildVersion())
+			return nil, true, exitOK
+		case a == "--home" || a == "-home":
+			if len(args) < 2 {
+				fmt.Fprintln(e.stderr, "meerkatd: --home needs a directory")
+				return nil, true, exitUsage
+			}
+			e.home, args = args[1], args[2:]
+		case strings.HasPrefix(a, "--home=") || strings.HasPrefix(a, "-home="):
+			e.home, args = a[strings.IndexByte(a, '=')+1:], args[1:]
+		default:
+			fmt.Fprintf(e.stderr, "meerkatd: unknown flag %s before the command (only --home, --help and --version go there)\n\n", a)
+			e.usage(e.stderr)
+			return nil, true, exitUsage
+		}
+	}
+	return args, false, 0
+}
+
 func (e *env) main(args []string) int {
+	args, done, code := e.globalFlags(args)
+	if done {
+		return code
+	}
 	if len(args) == 0 {
 		e.usage(e.stderr)
 		return exitUsage
 	}
 	name := args[0]
-	if name == "-h" || name == "--help" || name == "-help" {
-		e.usage(e.stdout)
-		return exitOK
-	}
 	cmd, ok := e.commands[name]
 	if !ok {
 		fmt.Fprintf(e.stderr, "meerkatd: unknown command %q\n\n", name)
@@ -191,85 +226,122 @@ func (e *env) main(args []string) int {
 		return exitOK
 	}
 	if errors.Is(err, errUsage) {
-		fmt.Fprintf(e.stderr, "meerkatd %s: %s\nusage: %s\n", name, strings.TrimPrefix(err.Error(), "usage: "), cmd.usage)
+		fmt.Fprintf(e.stderr, "meerkatd %s: %s\nusage: %s\n(meerkatd %s --help for more)\n", name, strings.TrimPrefix(err.Error(), "usage: "), cmd.usage, name)
 		return exitUsage
 	}
-	fmt.Fprintf(e.stderr, "meerkatd %s: %v\n", name, err)
-	switch errorCode(err) {
-	case codeBadArgs:
+	fmt.Fprintf(e.stderr, "meerkatd %s: %s\n", name, errorText(name, err))
+	return exitCode(err)
+}
+
+// errorText is err's message without the prefixes that repeat what the
+// line already says ("pair: pair: …" after "meerkatd pair: ").
+func errorText(name string, err error) string {
+	msg := err.Error()
+	for _, p := range []string{name + ": ", "node: ", "control: "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	if code := node.CodeOf(err); code != node.CodeInternal {
+		msg += " (" + code + ")"
+	}
+	return msg
+}
+
+// exitCode maps an error to the exit status.
+func exitCode(err error) int {
+	switch node.CodeOf(err) {
+	case node.CodeBadArgument, node.CodeBadStatus, node.CodeUnknownRequest, node.CodeAlreadyAnswered, node.CodeBodyTooLarge:
 		return exitUsage
-	case codePeerOffline:
+	case node.CodePeerOffline:
 		return exitPeerOffline
-	case codeUnknownPeer:
+	case node.CodeUnknownPeer:
 		return exitUnknownPeer
-	case codeNoDaemon:
+	case node.CodeNoDaemon:
 		return exitNoDaemon
-	case codePairFailed:
+	case node.CodePairFailed:
 		return exitPairFailed
+	}
+	if errors.Is(err, node.ErrNoHome) {
+		return exitUsage
 	}
 	return exitError
 }
 
 func (e *env) usage(w io.Writer) {
 	fmt.Fprintln(w, "meerkatd: signed agent-to-agent messaging (Meerkat comms protocol)")
-	fmt.Fprintln(w, "\nusage: meerkatd COMMAND [flags]\n\ncommands:")
+	fmt.Fprintln(w, "\nusage: meerkatd [--home DIR] COMMAND [flags]\n\ncommands:")
 	names := make([]string, 0, len(e.commands))
 	for n := range e.commands {
 		names = append(names, n)
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, e.commands[n].summary)
+		fmt.Fprintf(w, "  %-11s %s\n", n, e.commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nThe node's home holds its identity, meerkat.toml and trusted_peers.json;")
 	fmt.Fprintln(w, "it is --home, else $MEERKAT_HOME, else $XDG_CONFIG_HOME/meerkat, else")
-	fmt.Fprintln(w, "~/.config/meerkat, and is created on first use.")
+	fmt.Fprintln(w, "~/.config/meerkat. init, run and mcp create it; other commands need it.")
+	fmt.Fprintln(w, "Flags may come before or after the command's arguments; --json prints JSON.")
 	fmt.Fprintln(w, "\nExit status: 0 ok, 1 error, 2 bad arguments, 3 peer offline,")
-	fmt.Fprintln(w, "4 unknown peer, 5 no daemon running.")
+	fmt.Fprintln(w, "4 unknown peer, 5 no daemon running, 6 pairing failed.")
+	fmt.Fprintln(w, "\nmeerkatd help COMMAND (or meerkatd COMMAND --help) shows a command's flags.")
 }
 
+// runHelp shows the commands, or one command's help (as COMMAND --help).
 func runHelp(e *env, args []string) error {
-	if len(args) == 0 {
+	if len(args) == 0 || isHelp(args[0]) {
 		e.usage(e.stdout)
 		return nil
 	}
 	cmd, ok := e.commands[args[0]]
-	if !ok {
+	if !ok || args[0] == "help" {
+		if ok {
+			fmt.Fprintf(e.stdout, "usage: %s\n\n%s\n", cmd.usage, cmd.summary)
+			return nil
+		}
 		return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
 	}
-	fmt.Fprintf(e.stdout, "%s\n\n%s\n", cmd.usage, cmd.summary)
-	return nil
+	return cmd.run(e, append(slices.Clone(args[1:]), "--help"))
 }
 
-// newFlags returns a flag set that prints its usage to stderr and returns
-// errors instead of exiting.
+// newFlags returns the flag set of a command. Errors are returned, not
+// printed; --help prints the command's usage and flags to stdout.
 func (e *env) newFlags(name string) *flag.FlagSet {
 	flags := flag.NewFlagSet("meerkatd "+name, flag.ContinueOnError)
-	flags.SetOutput(e.stderr)
-	flags.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: %s\n\n%s\n\nflags:\n", e.commands[name].usage, e.commands[name].summary)
-		flags.PrintDefaults()
-	}
+	flags.SetOutput(io.Discard)
+	flags.Usage = func() {}
 	return flags
 }
 
-// homeDir resolves the node's home: the flag, then MEERKAT_HOME, then
-// XDG_CONFIG_HOME/meerkat, then ~/.config/meerkat.
-func (e *env) homeDir(flagValue string) (string, error) {
-	if flagValue != "" {
-		return filepath.Abs(flagValue)
+// printHelp prints a command's usage, summary and flags to stdout.
+func (e *env) printHelp(flags *flag.FlagSet) {
+	name, _ := strings.CutPrefix(flags.Name(), "meerkatd ")
+	top, _, _ := strings.Cut(name, " ")
+	cmd := e.commands[top]
+	fmt.Fprintf(e.stdout, "usage: %s\n\n%s\n", cmd.usage, cmd.summary)
+	if help := commandHelp[top]; help != "" {
+		fmt.Fprintf(e.stdout, "\n%s\n", help)
 	}
-	if h := e.getenv("MEERKAT_HOME"); h != "" {
-		return filepath.Abs(h)
+	fmt.Fprintln(e.stdout, "\nflags:")
+	flags.SetOutput(e.stdout)
+	flags.PrintDefaults()
+	flags.SetOutput(io.Discard)
+}
+
+func runVersion(e *env, args []string) error {
+	flags := e.newFlags("version")
+	asJSON := flags.Bool("json", false, "print JSON")
+	if err := parseNoArgs(e, flags, args); err != nil {
+		return err
 	}
-	if x := e.getenv("XDG_CONFIG_HOME"); x != "" {
-		return filepath.Join(x, "meerkat"), nil
+	if *asJSON {
+		v := map[string]string{"version": buildVersion()}
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			v["go"] = bi.GoVersion
+		}
+		return printJSON(e.stdout, v)
 	}
-	home := e.getenv("HOME")
-	if home == "" {
-		return "", errors.New("cannot find a home directory: set --home or MEERKAT_HOME")
-	}
-	return filepath.Join(home, ".config", "meerkat"), nil
+	fmt.Fprintln(e.stdout, "meerkatd", buildVersion())
+	return nil
 }
 
 func buildVersion() string {
@@ -280,4 +352,21 @@ func buildVersion() string {
 		return bi.Main.Version
 	}
 	return "devel"
+}
+
+// startCPUProfile writes a CPU profile to path until the returned
+// function is called.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -19,11 +19,21 @@ func run(t *testing.T, vars map[string]string, args ...string) (code int, stdout
 	return code, out.String(), errb.String()
 }
 
-func TestIDCreatesThenReuses(t *testing.T) {
+// id needs a home: on a missing one it says how to make it and creates
+// nothing (a mistyped --home must not mint an identity); after init it
+// prints the same identity every time.
+func TestIDNeedsHomeThenReuses(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "node")
-	code, out1, errOut := run(t, nil, "id", "--home", home)
-	if code != exitOK || !strings.Contains(errOut, "initialised") {
-		t.Fatalf("first id: code %d, stderr %q", code, errOut)
+	code, _, errOut := run(t, nil, "id", "--home", home)
+	if code != exitUsage || !strings.Contains(errOut, "meerkatd init --home "+home) {
+		t.Fatalf("id on a missing home: code %d, stderr %q", code, errOut)
+	}
+	if _, err := os.Stat(home); !os.IsNotExist(err) {
+		t.Fatalf("id on a missing home created it: %v", err)
+	}
+	code, out1, errOut := run(t, nil, "init", "--home", home)
+	if code != exitOK || !strings.Contains(errOut, "created") {
+		t.Fatalf("init: code %d, stderr %q", code, errOut)
 	}
 	kp, err := identity.LoadKeypair(home)
 	if err != nil {
@@ -34,9 +44,11 @@ func TestIDCreatesThenReuses(t *testing.T) {
 			t.Errorf("id output %q lacks %q", out1, want)
 		}
 	}
-	code, out2, errOut := run(t, nil, "id", "--home", home)
-	if code != exitOK || out2 != out1 || errOut != "" {
-		t.Fatalf("second id: code %d, out %q (first %q), stderr %q", code, out2, out1, errOut)
+	for range 2 {
+		code, out2, errOut := run(t, nil, "id", "--home", home)
+		if code != exitOK || out2 != out1 || errOut != "" {
+			t.Fatalf("id: code %d, out %q (init printed %q), stderr %q", code, out2, out1, errOut)
+		}
 	}
 }
 
@@ -125,9 +137,9 @@ func TestHelp(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "--force") {
 		t.Fatalf("help keygen: %d %q", code, out)
 	}
-	code, _, errOut := run(t, nil, "keygen", "-h")
-	if code != exitOK || !strings.Contains(errOut, "-force") {
-		t.Fatalf("keygen -h: %d %q", code, errOut)
+	code, out, _ = run(t, nil, "keygen", "-h")
+	if code != exitOK || !strings.Contains(out, "-force") {
+		t.Fatalf("keygen -h: %d %q", code, out)
 	}
 	code, out, _ = run(t, nil, "version")
 	if code != exitOK || !strings.HasPrefix(out, "meerkatd ") {
@@ -137,8 +149,8 @@ func TestHelp(t *testing.T) {
 
 func TestUnsafeKeyFileIsReported(t *testing.T) {
 	home := t.TempDir()
-	if code, _, _ := run(t, nil, "id", "--home", home); code != exitOK {
-		t.Fatal("id failed")
+	if code, _, _ := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatal("init failed")
 	}
 	if err := os.Chmod(filepath.Join(home, identity.KeyFile), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/control"
+	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox/store"
 )
@@ -30,43 +31,9 @@ func (n *testNode) kill() {
 	}
 }
 
-// ctlConn is a raw control-socket connection, for pipelining many sends
-// without a process per send.
-type ctlConn struct {
-	c  net.Conn
-	br *bufio.Reader
-}
-
-func (n *testNode) control() (*ctlConn, error) {
-	c, err := net.DialTimeout("unix", filepath.Join(n.home, controlSocketName), 5*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	return &ctlConn{c: c, br: bufio.NewReaderSize(c, 1<<20)}, nil
-}
-
-// call sends one request and decodes the result into out.
-func (cc *ctlConn) call(req ctlRequest, out any) error {
-	b, _ := json.Marshal(req)
-	cc.c.SetDeadline(time.Now().Add(cmdTimeout))
-	if _, err := cc.c.Write(append(b, '\n')); err != nil {
-		return err
-	}
-	line, err := readReply(cc.br)
-	if err != nil {
-		return err
-	}
-	var resp ctlResponse
-	if err := json.Unmarshal(line, &resp); err != nil {
-		return err
-	}
-	if !resp.OK {
-		return fmt.Errorf("%s: %s", resp.Code, resp.Error)
-	}
-	if out != nil {
-		return json.Unmarshal(resp.Result, out)
-	}
-	return nil
+// control returns a client of n's daemon's control socket.
+func (n *testNode) control() *control.Client {
+	return control.NewClient(filepath.Join(n.home, node.ControlSocketName))
 }
 
 // queueMessages sends bodies prefix0..prefix(count-1) reliably without
@@ -78,19 +45,17 @@ func queueMessages(t *testing.T, n *testNode, peer, prefix string, count, conns 
 	var mu sync.Mutex
 	ids := map[string]string{}
 	var wg sync.WaitGroup
+	cc := n.control()
 	for w := range conns {
-		cc, err := n.control()
-		if err != nil {
-			t.Fatal(err)
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer cc.c.Close()
 			for i := w; i < count; i += conns {
 				body := fmt.Sprintf("%s%05d", prefix, i)
-				var r sendResult
-				if err := cc.call(ctlRequest{Op: "send_message", Peer: peer, Body: body, Reliable: true, NoWait: true}, &r); err != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+				r, err := cc.SendMessage(ctx, peer, body, node.SendOptions{Reliable: true, NoWait: true})
+				cancel()
+				if err != nil {
 					return // the daemon is gone (killed)
 				}
 				mu.Lock()
@@ -104,16 +69,16 @@ func queueMessages(t *testing.T, n *testNode, peer, prefix string, count, conns 
 }
 
 // outboxOf returns n's outbox through its daemon.
-func outboxOf(t *testing.T, n *testNode) outboxInfo {
+func outboxOf(t *testing.T, n *testNode) node.Outbox {
 	t.Helper()
-	var o outboxInfo
+	var o node.Outbox
 	n.okJSON(&o, "outbox", "--json")
 	return o
 }
 
-func deadOf(t *testing.T, n *testNode) []deadLetterInfo {
+func deadOf(t *testing.T, n *testNode) []node.DeadLetter {
 	t.Helper()
-	var d []deadLetterInfo
+	var d []node.DeadLetter
 	n.okJSON(&d, "deadletters", "--json")
 	return d
 }
@@ -151,7 +116,7 @@ func inboxBodies(t *testing.T, n *testNode) (bodies []string, byID map[string]in
 // ids of every inbox item in it.
 func storedIDs(t *testing.T, n *testNode) map[string]bool {
 	t.Helper()
-	st, err := store.Open(filepath.Join(n.home, dbFileName), store.Options{})
+	st, err := store.Open(filepath.Join(n.home, node.DBFileName), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +298,7 @@ func TestReliableSurvivesRestart(t *testing.T) {
 		body := "while bob is down " + strconv.Itoa(i)
 		var r cliSend
 		alice.okJSON(&r, "send", "message", "bob", body, "--reliable", "--json")
-		if r.Delivery != deliveryQueued {
+		if r.Delivery != node.DeliveryQueued {
 			t.Fatalf("send to a stopped peer: delivery %q, want queued", r.Delivery)
 		}
 		want = append(want, body)
@@ -350,8 +315,8 @@ func TestReliableSurvivesRestart(t *testing.T) {
 		t.Fatalf("after restart: outbox %+v", o)
 	}
 	var s struct {
-		Outbox    int             `json:"outbox"`
-		SendPeers []peerSendState `json:"send_peers"`
+		Outbox    int                  `json:"outbox"`
+		SendPeers []node.PeerSendState `json:"send_peers"`
 	}
 	alice.okJSON(&s, "status", "--json")
 	if s.Outbox != 3 || len(s.SendPeers) != 1 || s.SendPeers[0].Breaker != "open" {
@@ -383,17 +348,15 @@ func TestRetryAcrossOutage(t *testing.T) {
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=0s,1s,2s,4s", "MEERKAT_OUTBOX_BREAKER_OPEN_SECS=5")
 	alice.start(alice.runArgs()...)
 	bob.start(bob.runArgs()...)
-	cc, err := alice.control()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.c.Close()
+	cc := alice.control()
 	var want []string
 	send := func(n int) {
 		for range n {
 			body := fmt.Sprintf("msg %03d", len(want))
-			var r sendResult
-			if err := cc.call(ctlRequest{Op: "send_message", Peer: "bob", Body: body, Reliable: true, NoWait: true}, &r); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+			_, err := cc.SendMessage(ctx, "bob", body, node.SendOptions{Reliable: true, NoWait: true})
+			cancel()
+			if err != nil {
 				t.Fatal(err)
 			}
 			want = append(want, body)

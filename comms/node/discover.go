@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"encoding/json"
@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/meerkatd/meerkatd/identity"
@@ -25,8 +24,8 @@ import (
 // or write there, which is what makes `pair offer --local` safe: its code
 // is left in the directory for the user's other node to pick up.
 
-// announcement is a running node's entry, <peer-uuid>.json.
-type announcement struct {
+// Announcement is a running node's entry, <peer-uuid>.json.
+type Announcement struct {
 	Name string `json:"name"`
 	Key  string `json:"key"`
 	Addr string `json:"addr"` // its Unix socket (or TCP address if it has no socket)
@@ -37,11 +36,12 @@ type announcement struct {
 // maxAnnouncement bounds an entry file.
 const maxAnnouncement = 16 << 10
 
-// runtimeDir returns the discovery directory, creating it, and refuses
-// one that other users could read or write.
-func (e *env) runtimeDir() (string, error) {
+// RuntimeDir returns the discovery directory under base (the user's
+// $XDG_RUNTIME_DIR; "" or a relative path: <tmp>/meerkat-<uid>), creating
+// it, and refuses one that other users could read or write.
+func RuntimeDir(base string) (string, error) {
 	dir := filepath.Join(os.TempDir(), "meerkat-"+strconv.Itoa(os.Getuid()))
-	if base := e.getenv("XDG_RUNTIME_DIR"); base != "" && filepath.IsAbs(base) {
+	if base != "" && filepath.IsAbs(base) {
 		dir = filepath.Join(base, "meerkat")
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -63,27 +63,26 @@ func (e *env) runtimeDir() (string, error) {
 	return dir, nil
 }
 
-func announcePath(dir string, h *home) string {
-	return filepath.Join(dir, h.kp.ID().UUID().String()+".json")
+func announcePath(dir string, h *Home) string {
+	return filepath.Join(dir, h.Key.ID().UUID().String()+".json")
 }
 
-func offerPath(dir string, h *home) string {
-	return filepath.Join(dir, h.kp.ID().UUID().String()+".offer")
+// OfferPath is where a local offer of the node of h waits for its user's
+// other nodes (pair offer --local) in the discovery directory dir.
+func OfferPath(dir string, h *Home) string {
+	return filepath.Join(dir, h.Key.ID().UUID().String()+".offer")
 }
 
-// announce writes n's entry; the returned function removes it.
-func (e *env) announce(n *node) (func(), error) {
-	dir, err := e.runtimeDir()
-	if err != nil {
-		return func() {}, err
-	}
+// Announce writes n's entry in the discovery directory dir; the returned
+// function removes it.
+func (n *Node) Announce(dir string) (func(), error) {
 	addr, err := n.localAddr()
 	if err != nil {
 		return func() {}, err
 	}
-	b, _ := json.Marshal(announcement{Name: n.h.cfg.Name, Key: n.h.kp.ID().String(), Addr: addr.String(), PID: os.Getpid(), Home: n.h.dir})
+	b, _ := json.Marshal(Announcement{Name: n.h.Config.Name, Key: n.h.Key.ID().String(), Addr: addr.String(), PID: os.Getpid(), Home: n.h.Dir})
 	path := announcePath(dir, n.h)
-	if err := writePrivate(path, b); err != nil {
+	if err := WritePrivate(path, b); err != nil {
 		return func() {}, err
 	}
 	return func() { os.Remove(path) }, nil
@@ -91,7 +90,7 @@ func (e *env) announce(n *node) (func(), error) {
 
 // localAddr is the address a node on this host uses: the Unix socket if
 // there is one.
-func (n *node) localAddr() (transport.Addr, error) {
+func (n *Node) localAddr() (transport.Addr, error) {
 	for _, a := range n.addrs {
 		if a.Scheme == transport.SchemeUDS {
 			return a, nil
@@ -100,8 +99,8 @@ func (n *node) localAddr() (transport.Addr, error) {
 	return n.offerAddr()
 }
 
-// writePrivate writes a 0600 file atomically.
-func writePrivate(path string, b []byte) error {
+// WritePrivate writes a 0600 file atomically.
+func WritePrivate(path string, b []byte) error {
 	tmp := path + ".tmp" + strconv.Itoa(os.Getpid())
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
@@ -113,34 +112,30 @@ func writePrivate(path string, b []byte) error {
 	return nil
 }
 
-// discover lists the running nodes announced in the runtime directory,
-// except self, oldest name first.
-func (e *env) discover(self *home) ([]announcement, error) {
-	dir, err := e.runtimeDir()
-	if err != nil {
-		return nil, err
-	}
+// Discover lists the running nodes announced in the discovery directory
+// dir, except self, by name.
+func Discover(dir string, self *Home) ([]Announcement, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	var out []announcement
+	var out []Announcement
 	for _, de := range ents {
 		if !strings.HasSuffix(de.Name(), ".json") || !de.Type().IsRegular() {
 			continue
 		}
 		a, err := readAnnouncement(filepath.Join(dir, de.Name()))
-		if err != nil || a.Key == self.kp.ID().String() || !alive(a.PID) {
+		if err != nil || a.Key == self.Key.ID().String() || !alive(a.PID) {
 			continue // unreadable, ours, or left by a node that died
 		}
 		out = append(out, a)
 	}
-	slices.SortFunc(out, func(a, b announcement) int { return strings.Compare(a.Name+a.Key, b.Name+b.Key) })
+	slices.SortFunc(out, func(a, b Announcement) int { return strings.Compare(a.Name+a.Key, b.Name+b.Key) })
 	return out, nil
 }
 
-func readAnnouncement(path string) (announcement, error) {
-	var a announcement
+func readAnnouncement(path string) (Announcement, error) {
+	var a Announcement
 	b, err := readSmall(path, maxAnnouncement)
 	if err != nil {
 		return a, err
@@ -172,33 +167,31 @@ func alive(pid int) bool {
 	return syscall.Kill(pid, 0) == nil
 }
 
-// findLocal finds a running node by name or key.
-func (e *env) findLocal(self *home, ref string) (announcement, error) {
-	as, err := e.discover(self)
+// FindLocal finds a running node by name or key in the discovery
+// directory dir.
+func FindLocal(dir string, self *Home, ref string) (Announcement, error) {
+	as, err := Discover(dir, self)
 	if err != nil {
-		return announcement{}, err
+		return Announcement{}, err
 	}
 	for _, a := range as {
 		if a.Name == ref || a.Key == ref {
 			return a, nil
 		}
 	}
-	return announcement{}, &codedError{codeUnknownPeer, fmt.Sprintf("no running node named %q on this host (meerkatd peers discover lists them)", ref)}
+	return Announcement{}, errorf(CodeUnknownPeer, "no running node named %q on this host (meerkatd peers discover lists them)", ref)
 }
 
-// localOffer reads the offer line a local node left for its user.
-func (e *env) localOffer(a announcement) (string, error) {
-	dir, err := e.runtimeDir()
-	if err != nil {
-		return "", err
-	}
+// LocalOffer reads the offer line the local node a left for its user in
+// the discovery directory dir.
+func LocalOffer(dir string, a Announcement) (string, error) {
 	key, err := identity.ParsePeerID(a.Key)
 	if err != nil {
 		return "", err
 	}
 	b, err := readSmall(filepath.Join(dir, key.UUID().String()+".offer"), 4096)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", &codedError{codePairFailed, fmt.Sprintf("%s has no local offer open: run meerkatd pair offer --local on it first", a.Name)}
+		return "", errorf(CodePairFailed, "%s has no local offer open: run meerkatd pair offer --local on it first", a.Name)
 	}
 	if err != nil {
 		return "", err
@@ -210,28 +203,5 @@ func (e *env) localOffer(a announcement) (string, error) {
 	return line, nil
 }
 
-func runPeersDiscover(e *env, h *home, asJSON bool) error {
-	as, err := e.discover(h)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		if as == nil {
-			as = []announcement{}
-		}
-		return printJSON(e.stdout, as)
-	}
-	if len(as) == 0 {
-		fmt.Fprintln(e.stderr, "no other running nodes on this host")
-		return nil
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tKEY\tADDRESS\tPID")
-	for _, a := range as {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", a.Name, a.Key, a.Addr, a.PID)
-	}
-	return tw.Flush()
-}
-
-// offerLocalTTL bounds a local offer: the other node picks it up at once.
-const offerLocalTTL = time.Minute
+// LocalOfferTTL bounds a local offer: the other node picks it up at once.
+const LocalOfferTTL = time.Minute

@@ -1,10 +1,9 @@
-package main
+package node
 
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -93,7 +92,7 @@ func processCPU() time.Duration {
 // and returns alice, who sends to "bob"; the test's cleanup stops both. With tcp, bob listens only on a TCP port
 // of 127.0.0.1 and alice's trust entry names the port bob actually
 // listens on.
-func deliveryPair(tb testing.TB, tcp bool, mode string) *node {
+func deliveryPair(tb testing.TB, tcp bool, mode string) *Node {
 	dir, err := os.MkdirTemp("", "mkb") // short: socket paths have a length limit
 	if err != nil {
 		tb.Fatal(err)
@@ -104,43 +103,53 @@ func deliveryPair(tb testing.TB, tcp bool, mode string) *node {
 		vars["MEERKAT_COMMS_LISTEN_UDS"] = config.UDSOff
 		vars["MEERKAT_COMMS_LISTEN_TCP"] = "127.0.0.1:" + strconv.Itoa(freeTCPPort(tb))
 	}
-	e := newEnv(io.Discard, io.Discard, mapEnv(vars))
-	homes := map[string]*home{}
+	lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	homes := map[string]*Home{}
 	for _, name := range []string{"alice", "bob"} {
 		d := filepath.Join(dir, name)
-		if _, err := initHome(d, name); err != nil {
+		if _, err := InitHome(d, name); err != nil {
 			tb.Fatal(err)
 		}
-		if homes[name], err = e.openHome(d, nil); err != nil {
+		if homes[name], _, err = OpenHome(d, OpenOptions{LookupEnv: lookup}); err != nil {
 			tb.Fatal(err)
 		}
 	}
 	saveTrust := func(self, other string, addr transport.Addr) {
-		l, err := trust.New(trust.Peer{Name: other, ID: homes[other].kp.ID(), Addr: addr})
+		l, err := trust.New(trust.Peer{Name: other, ID: homes[other].Key.ID(), Addr: addr})
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if err := l.Save(filepath.Join(homes[self].dir, trust.FileName)); err != nil {
+		if err := l.Save(filepath.Join(homes[self].Dir, trust.FileName)); err != nil {
 			tb.Fatal(err)
 		}
 	}
 	// alice only sends (and gets acks back on the same connection), so
 	// bob never dials the address he has for her.
-	saveTrust("bob", "alice", transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(homes["alice"].dir, config.DefaultSocketName)})
-	log := slog.New(slog.DiscardHandler)
-	bob, err := startNode(homes["bob"], log, nodeFull)
+	saveTrust("bob", "alice", transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(homes["alice"].Dir, config.DefaultSocketName)})
+	bob, err := Start(homes["bob"], Options{Mode: ModeServe})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(bob.stop)
+	tb.Cleanup(func() { bob.Close() })
 	if len(bob.addrs) != 1 {
 		tb.Fatalf("bob listens on %v, want one address", bob.addrs)
 	}
 	saveTrust("alice", "bob", bob.addrs[0])
-	alice, err := startNode(homes["alice"], log, nodeSendOnly)
+	alice, err := Start(homes["alice"], Options{Mode: ModeSend})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(alice.stop)
+	tb.Cleanup(func() { alice.Close() })
 	return alice
+}
+
+// freeTCPPort returns a port on 127.0.0.1 that was free a moment ago.
+func freeTCPPort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }

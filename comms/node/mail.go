@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -36,7 +36,15 @@ var (
 // memMail is the memory inbox.
 type memMail struct{ *inbox.Mailbox[comms.Item] }
 
-func (m memMail) Pending() int { return pendingCount(m.List(0, 0)) }
+func (m memMail) Pending() int {
+	k := 0
+	for _, en := range m.List(0, 0) {
+		if t := en.Item.Envelope.Kind.Type(); t == wire.TypeMessage || t == wire.TypeRequest {
+			k++
+		}
+	}
+	return k
+}
 
 // kindSubagent marks stored subagent results, which are not envelopes.
 const kindSubagent = "subagent_result"

@@ -1,13 +1,10 @@
-package main
+package node
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,52 +14,67 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
-	"github.com/meerkatd/meerkatd/mcpserver"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
-// mcpTestNode is a node (not listening) whose trust list holds peer "bob".
-func mcpTestNode(t *testing.T) (*mcpNode, *identity.Keypair) {
+// testHome creates a home named name in a short temporary directory (the
+// Unix socket paths inside must fit) whose trust list holds peer "bob" at
+// an address where nothing listens; tune adjusts its configuration.
+func testHome(t *testing.T, name string, tune func(*config.Config)) (*Home, *identity.Keypair) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "mkm") // short: the control socket's path must fit
+	dir, err := os.MkdirTemp("", "mkm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	if _, err := initHome(dir, "alice"); err != nil {
+	h, _, err := OpenHome(dir, OpenOptions{Create: true})
+	if err != nil {
 		t.Fatal(err)
 	}
+	h.Config.Name = name
 	bob, _ := identity.GenerateKeypair()
 	l, err := trust.New(trust.Peer{Name: "bob", ID: bob.ID(), Addr: transport.Addr{Scheme: transport.SchemeUDS, Path: "/nonexistent/bob.sock"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Save(filepath.Join(dir, trust.FileName)); err != nil {
+	if err := l.Save(h.TrustPath()); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(io.Discard, io.Discard, mapEnv(nil))
-	h, err := e.openHome(dir, nil)
+	if tune != nil {
+		tune(&h.Config)
+	}
+	return h, bob
+}
+
+// startTest starts a node of h in mode and stops it at the test's end.
+func startTest(t *testing.T, h *Home, mode Mode) *Node {
+	t.Helper()
+	n, err := Start(h, Options{Mode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := startNode(h, slog.New(slog.DiscardHandler), nodeSendOnly)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.stop)
-	return &mcpNode{n: n}, bob
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// mcpTestNode is a serving node with a memory inbox whose trust list
+// holds peer "bob", who is not reachable.
+func mcpTestNode(t *testing.T) (*Node, *identity.Keypair) {
+	t.Helper()
+	h, bob := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	return startTest(t, h, ModeServe), bob
 }
 
 // arrive pushes an envelope from bob into the node's inbox, as the Router
 // would after checking it.
-func arrive(t *testing.T, m *mcpNode, from *identity.Keypair, kind wire.Kind) wire.Envelope {
+func arrive(t *testing.T, m *Node, from *identity.Keypair, kind wire.Kind) wire.Envelope {
 	t.Helper()
-	e, err := wire.Seal(from, identity.NewUUID(), m.n.h.kp.ID(), kind)
+	e, err := wire.Seal(from, identity.NewUUID(), m.h.Key.ID(), kind)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.n.inbox.Push(comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: e, PeerName: "bob"}); err != nil {
+	if err := m.inbox.Push(comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: e, PeerName: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -75,49 +87,49 @@ func TestMCPNodeReceiveFiltersAndAck(t *testing.T) {
 	req := arrive(t, m, bob, wire.Request("add", wire.Int(1)))
 	resp := arrive(t, m, bob, wire.Response(identity.NewUUID(), wire.StatusCompleted, wire.Null()))
 
-	b, err := m.Receive(ctx, mcpserver.Query{})
+	b, err := m.Receive(ctx, Query{})
 	if err != nil || len(b.Messages) != 3 || b.Pending != 2 || b.Cursor != 3 {
 		t.Fatalf("all: %+v, %v (pending counts messages and requests only)", b, err)
 	}
-	b, _ = m.Receive(ctx, mcpserver.Query{Kinds: []string{"request"}})
+	b, _ = m.Receive(ctx, Query{Kinds: []string{"request"}})
 	if len(b.Messages) != 1 || b.Messages[0].ID != req.ID.String() || b.Messages[0].Intent != "add" {
 		t.Fatalf("kinds filter: %+v", b.Messages)
 	}
 	rid, _ := resp.Kind.InReplyTo()
-	b, _ = m.Receive(ctx, mcpserver.Query{RequestID: rid.String()})
+	b, _ = m.Receive(ctx, Query{RequestID: rid.String()})
 	if len(b.Messages) != 1 || b.Messages[0].RequestID != rid.String() {
 		t.Fatalf("request_id filter: %+v", b.Messages)
 	}
-	b, _ = m.Receive(ctx, mcpserver.Query{Limit: 1})
+	b, _ = m.Receive(ctx, Query{Limit: 1})
 	if len(b.Messages) != 1 || b.Cursor != 1 {
 		t.Fatalf("limit 1: cursor %d, %+v", b.Cursor, b.Messages)
 	}
-	b, _ = m.Receive(ctx, mcpserver.Query{After: 1})
+	b, _ = m.Receive(ctx, Query{After: 1})
 	if len(b.Messages) != 2 {
 		t.Fatalf("after 1: %+v", b.Messages)
 	}
-	if _, err := m.Receive(ctx, mcpserver.Query{From: "carol"}); codeOfErr(err) != mcpserver.CodeUnknownPeer {
+	if _, err := m.Receive(ctx, Query{From: "carol"}); codeOfErr(err) != CodeUnknownPeer {
 		t.Fatalf("unknown from: %v", err)
 	}
-	b, _ = m.Receive(ctx, mcpserver.Query{After: 3, Wait: 20 * time.Millisecond})
+	b, _ = m.Receive(ctx, Query{After: 3, Wait: 20 * time.Millisecond})
 	if !b.TimedOut || len(b.Messages) != 0 {
 		t.Fatalf("empty wait: %+v", b)
 	}
-	acked, pending, err := m.Ack(ctx, []string{msg.ID.String()}, 0, mcpserver.Query{})
-	if err != nil || acked != 1 || pending != 1 {
-		t.Fatalf("ack by id: %d %d %v", acked, pending, err)
+	r, err := m.Ack(ctx, AckRequest{IDs: []string{msg.ID.String()}})
+	if err != nil || r.Acked != 1 || r.Pending != 1 {
+		t.Fatalf("ack by id: %+v %v", r, err)
 	}
-	acked, pending, _ = m.Ack(ctx, nil, 3, mcpserver.Query{})
-	if acked != 2 || pending != 0 {
-		t.Fatalf("ack up to: %d %d", acked, pending)
+	r, _ = m.Ack(ctx, AckRequest{UpTo: 3})
+	if r.Acked != 2 || r.Pending != 0 {
+		t.Fatalf("ack up to: %+v", r)
 	}
 }
 
 func TestMCPNodeWaitWakes(t *testing.T) {
 	m, bob := mcpTestNode(t)
-	got := make(chan mcpserver.Batch, 1)
+	got := make(chan Batch, 1)
 	go func() {
-		b, _ := m.Receive(context.Background(), mcpserver.Query{Wait: 20 * time.Second})
+		b, _ := m.Receive(context.Background(), Query{Wait: 20 * time.Second})
 		got <- b
 	}()
 	arrive(t, m, bob, wire.Message("wake"))
@@ -135,33 +147,35 @@ func TestMCPNodeResponseChecks(t *testing.T) {
 	m, bob := mcpTestNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	direct := mcpserver.SendOptions{}
-	if _, err := m.SendResponse(ctx, "bob", identity.NewUUID().String(), "completed", nil, direct); codeOfErr(err) != mcpserver.CodeUnknownRequest {
+	direct := SendOptions{}
+	if _, err := m.SendResponse(ctx, "bob", identity.NewUUID().String(), "completed", nil, direct); codeOfErr(err) != CodeUnknownRequest {
 		t.Fatalf("never received: %v", err)
 	}
-	if _, err := m.SendResponse(ctx, "bob", "not-a-uuid", "completed", nil, direct); codeOfErr(err) != mcpserver.CodeUnknownRequest {
+	if _, err := m.SendResponse(ctx, "bob", "not-a-uuid", "completed", nil, direct); codeOfErr(err) != CodeUnknownRequest {
 		t.Fatalf("not a uuid: %v", err)
 	}
-	if _, err := m.SendResponse(ctx, "bob", identity.NewUUID().String(), "done", nil, direct); codeOfErr(err) != mcpserver.CodeBadStatus {
+	if _, err := m.SendResponse(ctx, "bob", identity.NewUUID().String(), "done", nil, direct); codeOfErr(err) != CodeBadStatus {
 		t.Fatalf("bad status: %v", err)
 	}
 	req := arrive(t, m, bob, wire.Request("x", wire.Null()))
 	// Bob's address is unreachable, so the direct send itself fails
 	// offline — but only after the request passed the checks.
-	if _, err := m.SendResponse(ctx, "bob", req.ID.String(), "completed", nil, direct); codeOfErr(err) != mcpserver.CodePeerOffline {
+	if _, err := m.SendResponse(ctx, "bob", req.ID.String(), "completed", nil, direct); codeOfErr(err) != CodePeerOffline {
 		t.Fatalf("known request to an offline peer: %v", err)
 	}
-	m.n.inbox.markAnswered(req.ID)
-	if _, err := m.SendResponse(ctx, "bob", req.ID.String(), "completed", nil, direct); codeOfErr(err) != mcpserver.CodeAlreadyAnswered {
+	if err := m.inbox.checkAnswer(req.ID, bob.ID(), true); err != nil { // as a final answer sent elsewhere
+		t.Fatal(err)
+	}
+	if _, err := m.SendResponse(ctx, "bob", req.ID.String(), "completed", nil, direct); codeOfErr(err) != CodeAlreadyAnswered {
 		t.Fatalf("answered twice: %v", err)
 	}
-	if _, err := m.SendMessage(ctx, "carol", "x", direct); codeOfErr(err) != mcpserver.CodeUnknownPeer {
+	if _, err := m.SendMessage(ctx, "carol", "x", direct); codeOfErr(err) != CodeUnknownPeer {
 		t.Fatalf("unknown peer: %v", err)
 	}
 }
 
 func codeOfErr(err error) string {
-	var me *mcpserver.Error
+	var me *Error
 	if errors.As(err, &me) {
 		return me.Code
 	}
@@ -174,15 +188,15 @@ func TestMCPNodeFilteredAckKeepsUnseen(t *testing.T) {
 	ctx := context.Background()
 	arrive(t, m, bob, wire.Request("r", wire.Null()))
 	msg := arrive(t, m, bob, wire.Message("unseen"))
-	b, _ := m.Receive(ctx, mcpserver.Query{Kinds: []string{"request"}})
+	b, _ := m.Receive(ctx, Query{Kinds: []string{"request"}})
 	if len(b.Messages) != 1 {
 		t.Fatalf("filtered read: %+v", b.Messages)
 	}
-	acked, pending, err := m.Ack(ctx, nil, b.Cursor, mcpserver.Query{Kinds: []string{"request"}})
-	if err != nil || acked != 1 || pending != 1 {
-		t.Fatalf("filtered ack: acked %d pending %d, %v", acked, pending, err)
+	r, err := m.Ack(ctx, AckRequest{UpTo: b.Cursor, Kinds: []string{"request"}})
+	if err != nil || r.Acked != 1 || r.Pending != 1 {
+		t.Fatalf("filtered ack: %+v, %v", r, err)
 	}
-	if left := m.n.mail.List(0, 0); len(left) != 1 || left[0].Item.Envelope.ID != msg.ID {
+	if left := m.mail.List(0, 0); len(left) != 1 || left[0].Item.Envelope.ID != msg.ID {
 		t.Fatalf("the unseen message was acknowledged: %v", left)
 	}
 }
@@ -193,7 +207,7 @@ func TestMCPNodeConcurrentFinalAnswers(t *testing.T) {
 	req := arrive(t, m, bob, wire.Request("x", wire.Null()))
 	passed := make(chan bool, 16)
 	for range 16 {
-		go func() { passed <- m.n.inbox.checkAnswer(req.ID, bob.ID(), true) == nil }()
+		go func() { passed <- m.inbox.checkAnswer(req.ID, bob.ID(), true) == nil }()
 	}
 	n := 0
 	for range 16 {
@@ -204,8 +218,8 @@ func TestMCPNodeConcurrentFinalAnswers(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d concurrent final answers passed, want 1", n)
 	}
-	m.n.inbox.unreserve(req.ID)
-	if err := m.n.inbox.checkAnswer(req.ID, bob.ID(), true); err != nil {
+	m.inbox.unreserve(req.ID)
+	if err := m.inbox.checkAnswer(req.ID, bob.ID(), true); err != nil {
 		t.Fatalf("after a failed answer the request can be answered again: %v", err)
 	}
 }
@@ -221,7 +235,7 @@ func TestMCPNodeBatchByteBudget(t *testing.T) {
 	}
 	seen, after, batches := 0, uint64(0), 0
 	for seen < 12 {
-		b, err := m.Receive(ctx, mcpserver.Query{After: after})
+		b, err := m.Receive(ctx, Query{After: after})
 		if err != nil || len(b.Messages) == 0 {
 			t.Fatalf("after %d items: %+v, %v", seen, b, err)
 		}
@@ -229,7 +243,7 @@ func TestMCPNodeBatchByteBudget(t *testing.T) {
 		for _, msg := range b.Messages {
 			size += len(msg.Body)
 		}
-		if len(b.Messages) > 1 && size > maxBatchBytes+len(big) {
+		if len(b.Messages) > 1 && size > MaxBatchBytes+len(big) {
 			t.Fatalf("a batch of %d bytes", size)
 		}
 		seen += len(b.Messages)
@@ -241,25 +255,18 @@ func TestMCPNodeBatchByteBudget(t *testing.T) {
 	}
 }
 
-// mcpOutboxNode is mcpTestNode with a running outbox (in memory) as a
-// daemon node has, retrying every 20 ms; tune adjusts the [outbox]
-// settings first.
-func mcpOutboxNode(t *testing.T, tune func(*config.Outbox)) (*mcpNode, *identity.Keypair) {
+// mcpOutboxNode is mcpTestNode whose outbox (in memory) retries every
+// 20 ms; tune adjusts the [outbox] settings first.
+func mcpOutboxNode(t *testing.T, tune func(*config.Outbox)) (*Node, *identity.Keypair) {
 	t.Helper()
-	m, bob := mcpTestNode(t)
-	cfg := &m.n.h.cfg.Outbox
-	cfg.Backoff = "20ms"
-	if tune != nil {
-		tune(cfg)
-	}
-	m.n.obStore = outbox.NewMemStore()
-	ob, err := newOutbox(m.n.h, m.n.r, m.n.obStore, m.n.observeOutbox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.n.ob = ob
-	ob.Start()
-	return m, bob
+	h, bob := testHome(t, "alice", func(c *config.Config) {
+		c.Store.Mode = config.StoreMemory
+		c.Outbox.Backoff = "20ms"
+		if tune != nil {
+			tune(&c.Outbox)
+		}
+	})
+	return startTest(t, h, ModeServe), bob
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
@@ -273,7 +280,7 @@ func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 	}
 }
 
-var reliable = mcpserver.SendOptions{Reliable: true}
+var reliable = SendOptions{Reliable: true}
 
 // A reliable send to a peer that is down is queued, not an error; the
 // outbox and list_peers show it; the breaker opens.
@@ -282,11 +289,11 @@ func TestMCPNodeReliableQueued(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	sent, err := m.SendMessage(ctx, "bob", "are you there?", reliable)
-	if err != nil || sent.Delivery != mcpserver.DeliveryQueued || sent.Peer != "bob" || sent.LastError == "" {
+	if err != nil || sent.Delivery != DeliveryQueued || sent.Peer != "bob" || sent.LastError == "" {
 		t.Fatalf("reliable send to a peer that is down: %+v, %v", sent, err)
 	}
 	req, err := m.SendRequest(ctx, "bob", "x", nil, reliable)
-	if err != nil || req.Delivery != mcpserver.DeliveryQueued {
+	if err != nil || req.Delivery != DeliveryQueued {
 		t.Fatalf("reliable request behind it: %+v, %v", req, err)
 	}
 	o, err := m.Outbox(ctx)
@@ -308,10 +315,10 @@ func TestMCPNodeReliableQueued(t *testing.T) {
 		t.Fatalf("peers %+v", peers)
 	}
 	// Direct sends make one attempt and report the failure.
-	if _, err := m.SendMessage(ctx, "bob", "x", mcpserver.SendOptions{}); codeOfErr(err) != mcpserver.CodePeerOffline {
+	if _, err := m.SendMessage(ctx, "bob", "x", SendOptions{}); codeOfErr(err) != CodePeerOffline {
 		t.Fatalf("direct send: %v", err)
 	}
-	if _, err := m.SendMessage(ctx, "carol", "x", reliable); codeOfErr(err) != mcpserver.CodeUnknownPeer {
+	if _, err := m.SendMessage(ctx, "carol", "x", reliable); codeOfErr(err) != CodeUnknownPeer {
 		t.Fatalf("reliable send to an unknown peer: %v", err)
 	}
 }
@@ -331,15 +338,15 @@ func TestMCPNodeExpiryAndRetry(t *testing.T) {
 	m, _ := mcpOutboxNode(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sent, err := m.SendRequest(ctx, "bob", "x", json.RawMessage(`{"a":1}`), mcpserver.SendOptions{Reliable: true, TTL: 200 * time.Millisecond})
-	if err != nil || sent.Delivery != mcpserver.DeliveryQueued {
+	sent, err := m.SendRequest(ctx, "bob", "x", json.RawMessage(`{"a":1}`), SendOptions{Reliable: true, TTL: 200 * time.Millisecond})
+	if err != nil || sent.Delivery != DeliveryQueued {
 		t.Fatalf("send: %+v, %v", sent, err)
 	}
 	o, _ := m.Outbox(ctx)
 	if len(o.Entries) != 1 || o.Entries[0].Expires == nil {
 		t.Fatalf("outbox entry without its expiry: %+v", o.Entries)
 	}
-	var dl []mcpserver.DeadLetter
+	var dl []DeadLetter
 	waitFor(t, 10*time.Second, "the dead letter", func() bool {
 		dl, err = m.DeadLetters(ctx)
 		return err == nil && len(dl) == 1
@@ -351,7 +358,7 @@ func TestMCPNodeExpiryAndRetry(t *testing.T) {
 	if o, _ := m.Outbox(ctx); len(o.Entries) != 0 {
 		t.Fatalf("the expired send is still queued: %+v", o.Entries)
 	}
-	if _, err := m.RetryDeadLetters(ctx, []string{"not-an-id"}, false); codeOfErr(err) != mcpserver.CodeBadArgument {
+	if _, err := m.RetryDeadLetters(ctx, []string{"not-an-id"}, false); codeOfErr(err) != CodeBadArgument {
 		t.Fatalf("retry a bad id: %v", err)
 	}
 	if n, err := m.RetryDeadLetters(ctx, []string{identity.NewUUID().String()}, false); err != nil || n != 0 {
@@ -375,14 +382,14 @@ func TestMCPNodeReliableResponse(t *testing.T) {
 	defer cancel()
 	req := arrive(t, m, bob, wire.Request("x", wire.Null()))
 	sent, err := m.SendResponse(ctx, "bob", req.ID.String(), "accepted", nil, reliable)
-	if err != nil || sent.Delivery != mcpserver.DeliveryQueued {
+	if err != nil || sent.Delivery != DeliveryQueued {
 		t.Fatalf("accepted: %+v, %v", sent, err)
 	}
 	sent, err = m.SendResponse(ctx, "bob", req.ID.String(), "completed", json.RawMessage(`1`), reliable)
-	if err != nil || sent.Delivery != mcpserver.DeliveryQueued {
+	if err != nil || sent.Delivery != DeliveryQueued {
 		t.Fatalf("completed: %+v, %v", sent, err)
 	}
-	if _, err := m.SendResponse(ctx, "bob", req.ID.String(), "failed", nil, reliable); codeOfErr(err) != mcpserver.CodeAlreadyAnswered {
+	if _, err := m.SendResponse(ctx, "bob", req.ID.String(), "failed", nil, reliable); codeOfErr(err) != CodeAlreadyAnswered {
 		t.Fatalf("a second final answer: %v", err)
 	}
 }
@@ -394,113 +401,46 @@ func TestMCPNodeOutboxFull(t *testing.T) {
 	if _, err := m.SendMessage(ctx, "bob", "one", reliable); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.SendMessage(ctx, "bob", "two", reliable); codeOfErr(err) != mcpserver.CodeOutboxFull {
+	if _, err := m.SendMessage(ctx, "bob", "two", reliable); codeOfErr(err) != CodeOutboxFull {
 		t.Fatalf("a send beyond outbox.max_entries: %v", err)
 	}
 }
 
-// The node.* control operations carry the send options and the outbox
-// tools to an attached meerkatd mcp.
-func TestRemoteNodeOutbox(t *testing.T) {
-	m, _ := mcpOutboxNode(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	ln, err := listenControl(ctx, m.n.h)
-	if err != nil {
-		t.Fatalf("control socket: %v", err)
-	}
-	sctx, stop := context.WithCancel(ctx)
-	srv := &controlServer{b: &localBackend{n: m.n, daemon: true}, log: slog.New(slog.DiscardHandler), ctx: sctx}
-	srv.wg.Add(1)
-	go srv.serve(ln)
-	t.Cleanup(func() {
-		stop()
-		ln.Close()
-		srv.wg.Wait()
-	})
-	rn := &remoteNode{h: m.n.h}
-	if _, err := rn.SendMessage(ctx, "bob", "x", mcpserver.SendOptions{}); codeOfErr(err) != mcpserver.CodePeerOffline {
-		t.Fatalf("direct: %v", err)
-	}
-	sent, err := rn.SendMessage(ctx, "bob", "x", mcpserver.SendOptions{Reliable: true, TTL: 300 * time.Millisecond})
-	if err != nil || sent.Delivery != mcpserver.DeliveryQueued || sent.LastError == "" {
-		t.Fatalf("reliable: %+v, %v", sent, err)
-	}
-	peers, err := rn.Peers(ctx)
-	if err != nil || len(peers) != 1 || peers[0].Queued != 1 || peers[0].LastError == "" {
-		t.Fatalf("peers: %+v, %v", peers, err)
-	}
-	o, err := rn.Outbox(ctx)
-	if err != nil || len(o.Entries) != 1 || o.Entries[0].ID != sent.ID || o.Entries[0].Expires == nil || len(o.Peers) != 1 {
-		t.Fatalf("outbox: %+v, %v", o, err)
-	}
-	var dl []mcpserver.DeadLetter
-	waitFor(t, 10*time.Second, "the dead letter", func() bool {
-		dl, err = rn.DeadLetters(ctx)
-		return err == nil && len(dl) == 1
-	})
-	if dl[0].ID != sent.ID || !strings.HasPrefix(dl[0].Reason, "expired") {
-		t.Fatalf("dead letter %+v", dl[0])
-	}
-	if _, err := rn.RetryDeadLetters(ctx, []string{"bad"}, false); codeOfErr(err) != mcpserver.CodeBadArgument {
-		t.Fatalf("retry a bad id: %v", err)
-	}
-	if n, err := rn.RetryDeadLetters(ctx, nil, true); err != nil || n != 1 {
-		t.Fatalf("retry all: %d, %v", n, err)
-	}
-	// A sub-millisecond ttl is not lost on the way (0 would mean "none").
-	if got := withSendOptions(ctlRequest{}, mcpserver.SendOptions{Reliable: true, TTL: time.Microsecond}); got.TTLMS != 1 {
-		t.Fatalf("ttl 1µs sent as %d ms", got.TTLMS)
-	}
-}
-
-// fullTestNode runs a listening node (durable inbox, pairing) in this
+// fullTestNode runs a serving node (durable inbox, pairing) in this
 // process, in a short temporary home.
-func fullTestNode(t *testing.T, name string) *mcpNode {
+func fullTestNode(t *testing.T, name string) *Node {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "mkp")
-	if err != nil {
+	h, _ := testHome(t, name, nil)
+	var empty *trust.List
+	if err := empty.Save(h.TrustPath()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if _, err := initHome(dir, name); err != nil {
-		t.Fatal(err)
-	}
-	h, err := newEnv(io.Discard, io.Discard, mapEnv(nil)).openHome(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := startNode(h, slog.New(slog.DiscardHandler), nodeFull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.stop)
-	return &mcpNode{n: n}
+	return startTest(t, h, ModeServe)
 }
 
 func TestMCPNodePairing(t *testing.T) {
 	alice, bob := fullTestNode(t, "alice"), fullTestNode(t, "bob")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	o, err := alice.PairOffer(ctx)
+	o, err := alice.PairOffer(ctx, PairOptions{})
 	if err != nil || !strings.HasPrefix(o.Line, "meerkat-pair/1 ") || o.Expires.IsZero() {
 		t.Fatalf("offer %+v, %v", o, err)
 	}
-	if _, err := bob.PairAccept(ctx, "meerkat-pair/1 nonsense", ""); codeOfErr(err) != mcpserver.CodeBadArgument {
+	if _, err := bob.PairAccept(ctx, "meerkat-pair/1 nonsense", ""); codeOfErr(err) != CodeBadArgument {
 		t.Fatalf("bad line: %v", err)
 	}
 	p, err := bob.PairAccept(ctx, o.Line, "")
-	if err != nil || p.Name != "alice" || p.Key != alice.n.h.kp.ID().String() {
+	if err != nil || p.Name != "alice" || p.PubKey != alice.h.Key.ID().String() {
 		t.Fatalf("accept: %+v, %v", p, err)
 	}
-	if _, err := bob.PairAccept(ctx, o.Line, ""); codeOfErr(err) != mcpserver.CodePairFailed {
+	if _, err := bob.PairAccept(ctx, o.Line, ""); codeOfErr(err) != CodePairFailed {
 		t.Fatalf("reused line: %v", err)
 	}
-	sent, err := bob.SendMessage(ctx, "alice", "paired through MCP", mcpserver.SendOptions{})
+	sent, err := bob.SendMessage(ctx, "alice", "paired through MCP", SendOptions{})
 	if err != nil || sent.Delivery != "acked" {
 		t.Fatalf("bob → alice: %+v, %v", sent, err)
 	}
-	if sent, err := alice.SendMessage(ctx, "bob", "and back", mcpserver.SendOptions{}); err != nil || sent.Delivery != "acked" {
+	if sent, err := alice.SendMessage(ctx, "bob", "and back", SendOptions{}); err != nil || sent.Delivery != "acked" {
 		t.Fatalf("alice → bob: %+v, %v", sent, err)
 	}
 }

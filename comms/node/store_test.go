@@ -1,9 +1,7 @@
-package main
+package node
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -51,7 +49,7 @@ func TestDurableInboxAcrossRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	bobHome := filepath.Join(dir, "bob")
-	if _, err := initHome(bobHome, "bob"); err != nil {
+	if _, err := InitHome(bobHome, "bob"); err != nil {
 		t.Fatal(err)
 	}
 	alice, _ := identity.GenerateKeypair()
@@ -62,23 +60,21 @@ func TestDurableInboxAcrossRestart(t *testing.T) {
 	if err := l.Save(filepath.Join(bobHome, trust.FileName)); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(io.Discard, io.Discard, mapEnv(nil))
-	h, err := e.openHome(bobHome, nil)
+	h, _, err := OpenHome(bobHome, OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.cfg.Store.Mode != "sqlite" {
-		t.Fatalf("store mode %q", h.cfg.Store.Mode)
+	if h.Config.Store.Mode != "sqlite" {
+		t.Fatalf("store mode %q", h.Config.Store.Mode)
 	}
-	log := slog.New(slog.DiscardHandler)
-	start := func() *node {
-		n, err := startNode(h, log, nodeFull)
+	start := func() *Node {
+		n, err := Start(h, Options{Mode: ModeServe})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
-	env, err := wire.Seal(alice, identity.NewUUID(), h.kp.ID(), wire.Request("keep", wire.Int(1)))
+	env, err := wire.Seal(alice, identity.NewUUID(), h.Key.ID(), wire.Request("keep", wire.Int(1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,11 +82,11 @@ func TestDurableInboxAcrossRestart(t *testing.T) {
 
 	n := start()
 	addr := n.addrs[0]
-	deliverRaw(t, addr, payload, h.kp.ID(), env.ID)
-	n.stop()
+	deliverRaw(t, addr, payload, h.Key.ID(), env.ID)
+	n.Close()
 
 	n = start()
-	defer n.stop()
+	defer n.Close()
 	items := n.mail.List(0, 0)
 	if len(items) != 1 || items[0].Item.Envelope.ID != env.ID || items[0].Item.PeerName != "alice" {
 		t.Fatalf("after restart the inbox holds %+v", items)
@@ -98,7 +94,7 @@ func TestDurableInboxAcrossRestart(t *testing.T) {
 	if err := n.inbox.checkAnswer(env.ID, alice.ID(), false); err != nil {
 		t.Fatalf("a request received before the restart is not answerable: %v", err)
 	}
-	deliverRaw(t, addr, payload, h.kp.ID(), env.ID) // the sender's retry
+	deliverRaw(t, addr, payload, h.Key.ID(), env.ID) // the sender's retry
 	if got := n.mail.Len(); got != 1 {
 		t.Fatalf("a repeat after the restart was delivered again: %d items", got)
 	}

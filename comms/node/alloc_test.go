@@ -4,7 +4,7 @@
 // checked in normal builds only; make test runs this file in its non-race
 // pass (make alloc).
 
-package main
+package node
 
 import (
 	"context"

@@ -1,10 +1,11 @@
-package main
+package transport
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
+	"runtime"
 	"testing"
 )
 
@@ -29,13 +30,21 @@ func TestPeerUID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if uid, ok := peerUID(s); !ok || uid != strconv.Itoa(os.Getuid()) {
-		t.Fatalf("peerUID = %q, %v; want %d", uid, ok, os.Getuid())
+	uid, err := PeerUID(s)
+	switch runtime.GOOS {
+	case "linux", "darwin", "freebsd":
+		if err != nil || uid != uint32(os.Getuid()) {
+			t.Fatalf("PeerUID = %d, %v; want %d", uid, err, os.Getuid())
+		}
+	default:
+		if !errors.Is(err, ErrNoPeerCred) {
+			t.Fatalf("PeerUID = %d, %v; want ErrNoPeerCred here", uid, err)
+		}
 	}
 	tc, ts := net.Pipe()
 	defer tc.Close()
 	defer ts.Close()
-	if _, ok := peerUID(ts); ok {
-		t.Fatal("peerUID of a non-socket connection")
+	if _, err := PeerUID(ts); !errors.Is(err, ErrNoPeerCred) {
+		t.Fatalf("PeerUID of a pipe: %v, want ErrNoPeerCred", err)
 	}
 }

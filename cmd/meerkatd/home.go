@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/control"
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+// homeDir resolves the node's home: the flag, then MEERKAT_HOME, then
+// XDG_CONFIG_HOME/meerkat, then ~/.config/meerkat. A leading ~/ is the
+// user's home directory (MCP client configurations pass it literally).
+func (e *env) homeDir(flagValue string) (string, error) {
+	expand := func(p string) (string, error) {
+		if p == "~" || strings.HasPrefix(p, "~/") {
+			home := e.getenv("HOME")
+			if home == "" {
+				return "", fmt.Errorf("cannot expand %q: HOME is not set", p)
+			}
+			p = filepath.Join(home, p[1:])
+		}
+		return filepath.Abs(p)
+	}
+	if flagValue != "" {
+		return expand(flagValue)
+	}
+	if h := e.getenv("MEERKAT_HOME"); h != "" {
+		return expand(h)
+	}
+	if x := e.getenv("XDG_CONFIG_HOME"); x != "" {
+		return filepath.Join(x, "meerkat"), nil
+	}
+	home := e.getenv("HOME")
+	if home == "" {
+		return "", errors.New("cannot find a home directory: set --home or MEERKAT_HOME")
+	}
+	return filepath.Join(home, ".config", "meerkat"), nil
+}
+
+// openHome opens the home named by the flag with the configuration in
+// effect: defaults < meerkat.toml < MEERKAT_* variables < overrides (key
+// path → value). Only create (init, run, mcp) makes a missing home: for
+// any other command a mistyped --home must not mint a new identity.
+func (e *env) openHome(flagHome string, create bool, overrides map[string]string) (*node.Home, error) {
+	dir, err := e.homeDir(flagHome)
+	if err != nil {
+		return nil, err
+	}
+	h, created, err := node.OpenHome(dir, node.OpenOptions{Create: create, LookupEnv: e.lookupEnv, Overrides: overrides})
+	if err != nil {
+		return nil, err
+	}
+	if len(created) > 0 {
+		fmt.Fprintf(e.stderr, "initialised %s (%s)\n", dir, strings.Join(created, ", "))
+	}
+	return h, nil
+}
+
+// backend is the node a command acts on: the daemon's, through its
+// control socket, or one started in this process.
+type backend struct {
+	node.API
+	local  *node.Node // nil when attached to a daemon
+	daemon bool       // a daemon serves the home
+}
+
+func (b *backend) close() {
+	if b.local != nil {
+		b.local.Close()
+	}
+}
+
+// dialDaemon returns a client of h's daemon, or nil if none answers.
+func dialDaemon(h *node.Home) *control.Client {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := control.Dial(ctx, h.ControlPath())
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// backendFor returns h's daemon if one runs, else a node in this process
+// (in mode, for a command that sends: ModeReplies to receive answers).
+func (e *env) backendFor(h *node.Home, mode node.Mode) (*backend, error) {
+	if c := dialDaemon(h); c != nil {
+		return &backend{API: c, daemon: true}, nil
+	}
+	n, err := node.Start(h, node.Options{Mode: mode, Logger: e.warnLog()})
+	if err != nil {
+		return nil, err
+	}
+	return &backend{API: n, local: n}, nil
+}
+
+// warnLog is the logger of a node a command runs in its own process.
+func (e *env) warnLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// withBackend opens the home named by homeFlag, runs f on its backend
+// (the daemon, or a send-only node in this process) and bounds it to
+// bound.
+func (e *env) withBackend(homeFlag string, bound time.Duration, f func(context.Context, *backend) error) error {
+	h, err := e.openHome(homeFlag, false, nil)
+	if err != nil {
+		return err
+	}
+	b, err := e.backendFor(h, node.ModeSend)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	return f(ctx, b)
+}
+
+// runtimeDir is the local-discovery directory ($XDG_RUNTIME_DIR/meerkat).
+func (e *env) runtimeDir() (string, error) {
+	return node.RuntimeDir(e.getenv("XDG_RUNTIME_DIR"))
+}
+
+// parseLevel parses a --log-level value.
+func parseLevel(s string) (slog.Level, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, s)
+	}
+	return level, nil
+}

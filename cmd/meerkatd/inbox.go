@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+func runInbox(e *env, args []string) error {
+	flags := e.newFlags("inbox")
+	homeFlag := e.homeFlag(flags)
+	asJSON := flags.Bool("json", false, "print JSON: the same batch as MCP's receive_messages (all pages in one)")
+	wait := flags.Duration("wait", 0, "if nothing matches yet, wait this `long` (30s, 2m) for the first item")
+	after := flags.Uint64("after", 0, "only items with a sequence number above `SEQ`")
+	limit := flags.Int("limit", 0, "show at most `N` items (default: all, a page at a time)")
+	page := flags.Int("page", 500, "items per call to the node (at most 1000)")
+	ack := flags.Bool("ack", false, "acknowledge (remove) each page once it is printed")
+	var kinds stringList
+	flags.Var(&kinds, "kind", "only items of this `kind` (message, request, response; repeatable)")
+	from := flags.String("from", "", "only items from this `peer` (name, key or UUID)")
+	if err := parseNoArgs(e, flags, args); err != nil {
+		return err
+	}
+	if *wait < 0 || *limit < 0 || *page < 1 || *page > node.MaxBatchItems {
+		return fmt.Errorf("%w: --wait and --limit must not be negative, --page from 1 to %d", errUsage, node.MaxBatchItems)
+	}
+	h, err := e.openHome(*homeFlag, false, nil)
+	if err != nil {
+		return err
+	}
+	b, err := e.backendFor(h, node.ModeSend)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	if !b.daemon {
+		if *ack {
+			return &node.Error{Code: node.CodeNoDaemon, Msg: "no daemon is running for " + h.Dir + ": --ack needs it (start it with: meerkatd run --home " + h.Dir + ")"}
+		}
+		fmt.Fprintln(e.stderr, "no daemon is running: reading the stored inbox")
+	}
+	out := inboxPrinter{e: e, json: *asJSON}
+	q := node.Query{After: *after, Kinds: kinds, From: *from, Wait: *wait}
+	shown := 0
+	for {
+		q.Limit = *page
+		if *limit > 0 {
+			q.Limit = min(q.Limit, *limit-shown)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), q.Wait+30*time.Second)
+		batch, err := b.Receive(ctx, q)
+		cancel()
+		if err != nil {
+			out.fail(err)
+			return err
+		}
+		if err := out.page(batch); err != nil {
+			return err
+		}
+		shown += len(batch.Messages)
+		if *ack && len(batch.Messages) > 0 {
+			seqs := make([]uint64, 0, len(batch.Messages))
+			for _, m := range batch.Messages {
+				seqs = append(seqs, m.Seq)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, err := b.Ack(ctx, node.AckRequest{Seqs: seqs})
+			cancel()
+			if err != nil {
+				out.fail(err)
+				return err
+			}
+		}
+		q.After, q.Wait = batch.Cursor, 0 // only the first call waits
+		if !batch.More || *limit > 0 && shown >= *limit {
+			return out.end()
+		}
+	}
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+// inboxPrinter prints inbox pages as they come: as text, or with json
+// as one batch (the messages of every page, the last cursor) streamed a
+// message at a time, so neither side holds a large inbox whole.
+type inboxPrinter struct {
+	e       *env
+	json    bool
+	started bool
+	n       int
+	last    node.Batch
+}
+
+func (p *inboxPrinter) page(b node.Batch) error {
+	w := p.e.stdout
+	p.last = b
+	if p.json {
+		if !p.started {
+			if _, err := io.WriteString(w, "{\n  \"messages\": ["); err != nil {
+				return err
+			}
+			p.started = true
+		}
+		for _, m := range b.Messages {
+			sep := ","
+			if p.n == 0 {
+				sep = ""
+			}
+			j, err := json.MarshalIndent(m, "    ", "  ")
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(w, "%s\n    %s", sep, j); err != nil {
+				return err
+			}
+			p.n++
+		}
+		return nil
+	}
+	for _, m := range b.Messages {
+		p.n++
+		who := m.From
+		if m.Peer != "" {
+			who = safeText(m.Peer, "") + " (" + m.From + ")"
+		}
+		fmt.Fprintf(w, "#%d %s %s from %s id %s\n", m.Seq, m.Received.Local().Format(time.RFC3339), safeText(m.Kind, ""), who, m.ID)
+		switch m.Kind {
+		case "message":
+			fmt.Fprintf(w, "  %s\n", safeText(m.Body, "  "))
+		case "request":
+			fmt.Fprintf(w, "  %s %s\n", safeText(m.Intent, "  "), safeText(rawText(m.Params), "  "))
+		case "response":
+			fmt.Fprintf(w, "  %s to %s: %s\n", safeText(m.Status, ""), m.RequestID, safeText(rawText(m.Result), "  "))
+		default:
+			fmt.Fprintf(w, "  %s\n", safeText(rawText(m.Fields), "  "))
+		}
+	}
+	return nil
+}
+
+// fail ends a JSON listing that broke off with the error.
+func (p *inboxPrinter) fail(err error) {
+	if p.json && !p.started {
+		printJSONError(p.e.stdout, err)
+	} else if p.json {
+		fmt.Fprintln(p.e.stdout, "\n  ]\n}")
+	}
+}
+
+func (p *inboxPrinter) end() error {
+	if !p.json {
+		if p.n == 0 {
+			fmt.Fprintln(p.e.stderr, "inbox empty")
+		}
+		return nil
+	}
+	if !p.started {
+		io.WriteString(p.e.stdout, "{\n  \"messages\": [")
+	}
+	if p.n > 0 {
+		io.WriteString(p.e.stdout, "\n  ")
+	}
+	_, err := fmt.Fprintf(p.e.stdout, "],\n  \"cursor\": %d,\n  \"more\": %t,\n  \"timed_out\": %t,\n  \"pending\": %d\n}\n",
+		p.last.Cursor, p.last.More, p.last.TimedOut, p.last.Pending)
+	return err
+}

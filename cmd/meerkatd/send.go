@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+func runSend(e *env, args []string) error {
+	sub, args := splitSub(args)
+	flags := e.newFlags("send " + sub)
+	homeFlag := e.homeFlag(flags)
+	asJSON := flags.Bool("json", false, "print JSON")
+	wait := flags.Duration("wait", 0, "with request: wait this `long` (30s, 2m) for the final response and print it")
+	reliable := flags.Bool("reliable", false, "store it in the outbox first and retry until the peer acks it (see meerkatd outbox)")
+	ttl := flags.Duration("ttl", 0, "with --reliable: move it to the dead letters if not acked within this `long` (default outbox.default_ttl_secs)")
+	noWait := flags.Bool("no-wait", false, "with --reliable: return once it is stored, without waiting for the first attempt")
+	bodyFile := flags.String("body-file", "", "read the body (message), params (request) or result (response) from `FILE` (- for standard input)")
+	pos, err := parseArgs(e, flags, args)
+	if err != nil {
+		return err
+	}
+	// The last argument is the content; --body-file supplies it instead.
+	min, max := 0, 0
+	switch sub {
+	case "message":
+		min, max = 2, 2
+		err = wantContent(pos, *bodyFile, min, max, "PEER BODY")
+	case "request":
+		min, max = 2, 3
+		err = wantContent(pos, *bodyFile, min, max, "PEER INTENT [PARAMS_JSON]")
+	case "response":
+		min, max = 3, 4
+		err = wantContent(pos, *bodyFile, min, max, "PEER REQUEST_ID STATUS [RESULT_JSON]")
+	case "":
+		err = fmt.Errorf("%w: want message, request or response", errUsage)
+	default:
+		err = fmt.Errorf("%w: unknown send kind %q (want message, request or response)", errUsage, sub)
+	}
+	if err != nil {
+		return err
+	}
+	if !*reliable && (*ttl != 0 || *noWait) {
+		return fmt.Errorf("%w: --ttl and --no-wait apply to --reliable sends", errUsage)
+	}
+	if *ttl < 0 {
+		return fmt.Errorf("%w: --ttl must be positive", errUsage)
+	}
+	if *wait < 0 || *wait > 0 && sub != "request" {
+		return fmt.Errorf("%w: --wait applies to requests only and must be positive", errUsage)
+	}
+	content := ""
+	switch {
+	case *bodyFile != "":
+		arg := *bodyFile
+		if arg != "-" {
+			arg = "@" + arg
+		}
+		content, err = e.readInput("--body-file", arg)
+	case len(pos) == max:
+		content, err = e.readInput("the "+map[string]string{"message": "body", "request": "params", "response": "result"}[sub], pos[max-1])
+	}
+	if err != nil {
+		return err
+	}
+	// JSON arguments are checked here, so a bad one is the same usage
+	// error whether or not a daemon runs.
+	if sub != "message" && content != "" && !json.Valid([]byte(content)) {
+		return fmt.Errorf("%w: %s %q is not valid JSON", errUsage, map[string]string{"request": "PARAMS_JSON", "response": "RESULT_JSON"}[sub], short(content))
+	}
+	h, err := e.openHome(*homeFlag, false, nil)
+	if err != nil {
+		return err
+	}
+	mode := node.ModeSend
+	if sub == "request" && *wait > 0 {
+		mode = node.ModeReplies
+	}
+	b, err := e.backendFor(h, mode)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(context.Background(), h.Config.Comms.AckTimeout()+10*time.Second+*wait)
+	defer cancel()
+	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait}
+	var res node.Sent
+	switch sub {
+	case "message":
+		res, err = b.SendMessage(ctx, pos[0], content, opts)
+	case "request":
+		res, err = b.SendRequest(ctx, pos[0], pos[1], json.RawMessage(content), opts)
+	case "response":
+		res, err = b.SendResponse(ctx, pos[0], pos[1], pos[2], json.RawMessage(content), opts)
+	}
+	if *asJSON {
+		if err != nil && res.ID == "" {
+			printJSONError(e.stdout, err)
+			return err
+		}
+		if perr := printJSON(e.stdout, res); perr != nil {
+			return perr
+		}
+		return err
+	}
+	if err != nil && res.ID == "" {
+		return err
+	}
+	fmt.Fprintln(e.stdout, res.ID)
+	if res.Delivery == node.DeliveryQueued {
+		why := ""
+		if res.LastError != "" {
+			why = " (last attempt: " + res.LastError + ")"
+		}
+		fmt.Fprintf(e.stderr, "queued in the outbox; retrying until acked%s: see meerkatd outbox\n", why)
+	}
+	for _, r := range res.Responses {
+		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, safeText(rawText(r.Result), "  "))
+	}
+	return err
+}
+
+// wantContent checks the positional arguments of a send: min without
+// the content, max with it; --body-file replaces the last.
+func wantContent(pos []string, bodyFile string, min, max int, names string) error {
+	switch {
+	case bodyFile != "" && len(pos) != max-1:
+		return fmt.Errorf("%w: with --body-file want %d argument(s) before it (%s), got %d", errUsage, max-1, names, len(pos))
+	case bodyFile == "" && (len(pos) < min || len(pos) > max):
+		return fmt.Errorf("%w: want %s, got %d argument(s)", errUsage, names, len(pos))
+	}
+	return nil
+}
+
+// short is s cut for an error message.
+func short(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "…"
+	}
+	return s
+}
+
+// rawText is a JSON value of a Message as text.
+func rawText(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case json.RawMessage:
+		return string(v)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -1,0 +1,257 @@
+package control
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+// dialTimeout bounds connecting to the control socket.
+const dialTimeout = time.Second
+
+// ErrNoDaemon is wrapped by the errors of calls that found no node serving
+// the socket (nothing was sent).
+var ErrNoDaemon = errors.New("control: no daemon is running")
+
+// Client is a node.API on the other end of a control socket. It is safe
+// for concurrent use; its zero value is not usable, call [Dial] or
+// [NewClient].
+type Client struct {
+	path string
+	uid  int // the user the socket must belong to
+}
+
+var _ node.API = (*Client)(nil)
+
+// NewClient returns a client of the control socket at path without
+// checking that anything listens there.
+func NewClient(path string) *Client { return &Client{path: path, uid: os.Getuid()} }
+
+// Dial returns a client of the control socket at path once a node answers
+// there; ErrNoDaemon (wrapped) when none does.
+func Dial(ctx context.Context, path string) (*Client, error) {
+	c := NewClient(path)
+	if _, err := c.Self(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Path is the socket the client talks to.
+func (c *Client) Path() string { return c.path }
+
+// checkSocket refuses a control socket that is not a socket or does not
+// belong to the client's user: another user's process could have put it
+// there to read what the client sends.
+func (c *Client) checkSocket() error {
+	fi, err := os.Lstat(c.path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return &node.Error{Code: node.CodeUnavailable, Msg: "no daemon is running (no control socket " + c.path + ")", Err: ErrNoDaemon}
+		}
+		return err
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return &node.Error{Code: node.CodeForbidden, Msg: c.path + " is not a socket"}
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != c.uid {
+		return &node.Error{Code: node.CodeForbidden, Msg: fmt.Sprintf("%s belongs to user %d, not to this user: refusing to use it", c.path, st.Uid)}
+	}
+	return nil
+}
+
+// call sends one request and decodes its result into out (also for a
+// failed call that carries a partial result).
+func (c *Client) call(ctx context.Context, op string, in, out any) error {
+	if err := c.checkSocket(); err != nil {
+		return err
+	}
+	req := Request{Op: op}
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		req.Args = b
+	}
+	line, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if len(line) >= MaxRequest {
+		return &node.Error{Code: node.CodeBodyTooLarge, Msg: fmt.Sprintf("the request is longer than the control socket takes (%d bytes)", MaxRequest)}
+	}
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	conn, err := (&net.Dialer{}).DialContext(dctx, "unix", c.path)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &node.Error{Code: node.CodeUnavailable, Msg: "no daemon is running (" + err.Error() + ")", Err: ErrNoDaemon}
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	}
+	// Registered after the deadline above, so a context already ended, or
+	// ending during the call, always wins.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	if _, err := conn.Write(append(line, '\n')); err != nil {
+		return c.broken(ctx, err)
+	}
+	reply, err := readReply(bufio.NewReaderSize(conn, 64<<10))
+	if err != nil {
+		return c.broken(ctx, err)
+	}
+	var resp Response
+	if err := json.Unmarshal(reply, &resp); err != nil {
+		return &node.Error{Code: node.CodeInternal, Msg: "control socket: bad response: " + err.Error()}
+	}
+	if len(resp.Result) > 0 && out != nil {
+		if err := json.Unmarshal(resp.Result, out); err != nil && resp.OK {
+			return &node.Error{Code: node.CodeInternal, Msg: "control socket: bad result: " + err.Error()}
+		}
+	}
+	if !resp.OK {
+		code := resp.Code
+		if code == "" {
+			code = node.CodeInternal
+		}
+		return &node.Error{Code: code, Msg: resp.Error}
+	}
+	return nil
+}
+
+// broken reports a connection that failed mid-call.
+func (c *Client) broken(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return &node.Error{Code: node.CodeUnavailable, Msg: "the daemon's control socket closed the connection: " + err.Error()}
+}
+
+// readReply reads one newline-terminated reply of at most MaxReply bytes.
+func readReply(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > MaxReply {
+			return nil, errors.New("reply too large")
+		}
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return line, err
+	}
+}
+
+// Self implements node.API.
+func (c *Client) Self(ctx context.Context) (s node.Self, err error) {
+	err = c.call(ctx, OpSelf, nil, &s)
+	return s, err
+}
+
+// Status implements node.API.
+func (c *Client) Status(ctx context.Context) (s node.Status, err error) {
+	err = c.call(ctx, OpStatus, nil, &s)
+	return s, err
+}
+
+// Peers implements node.API.
+func (c *Client) Peers(ctx context.Context) (p []node.Peer, err error) {
+	err = c.call(ctx, OpPeers, nil, &p)
+	return p, err
+}
+
+// SendMessage implements node.API.
+func (c *Client) SendMessage(ctx context.Context, peer, body string, opts node.SendOptions) (s node.Sent, err error) {
+	err = c.call(ctx, OpSendMessage, SendMessageArgs{Peer: peer, Body: body, Options: opts}, &s)
+	return s, err
+}
+
+// SendRequest implements node.API.
+func (c *Client) SendRequest(ctx context.Context, peer, intent string, params json.RawMessage, opts node.SendOptions) (s node.Sent, err error) {
+	err = c.call(ctx, OpSendRequest, SendRequestArgs{Peer: peer, Intent: intent, Params: params, Options: opts}, &s)
+	return s, err
+}
+
+// SendResponse implements node.API.
+func (c *Client) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, opts node.SendOptions) (s node.Sent, err error) {
+	err = c.call(ctx, OpSendResponse, SendResponseArgs{Peer: peer, RequestID: requestID, Status: status, Result: result, Options: opts}, &s)
+	return s, err
+}
+
+// Receive implements node.API.
+func (c *Client) Receive(ctx context.Context, q node.Query) (b node.Batch, err error) {
+	err = c.call(ctx, OpReceive, q, &b)
+	return b, err
+}
+
+// Ack implements node.API.
+func (c *Client) Ack(ctx context.Context, a node.AckRequest) (r node.Acked, err error) {
+	err = c.call(ctx, OpAck, a, &r)
+	return r, err
+}
+
+// Outbox implements node.API.
+func (c *Client) Outbox(ctx context.Context) (o node.Outbox, err error) {
+	err = c.call(ctx, OpOutbox, nil, &o)
+	return o, err
+}
+
+// DeadLetters implements node.API.
+func (c *Client) DeadLetters(ctx context.Context) (d []node.DeadLetter, err error) {
+	err = c.call(ctx, OpDeadLetters, nil, &d)
+	return d, err
+}
+
+// RetryDeadLetters implements node.API.
+func (c *Client) RetryDeadLetters(ctx context.Context, ids []string, all bool) (n int, err error) {
+	err = c.call(ctx, OpRetryDeadLetters, DeadLettersArgs{IDs: ids, All: all}, &n)
+	return n, err
+}
+
+// DropDeadLetters implements node.API.
+func (c *Client) DropDeadLetters(ctx context.Context, ids []string, all bool) (n int, err error) {
+	err = c.call(ctx, OpDropDeadLetters, DeadLettersArgs{IDs: ids, All: all}, &n)
+	return n, err
+}
+
+// PairOffer implements node.API.
+func (c *Client) PairOffer(ctx context.Context, opts node.PairOptions) (o node.PairOffer, err error) {
+	err = c.call(ctx, OpPairOffer, opts, &o)
+	return o, err
+}
+
+// PairWait implements node.API.
+func (c *Client) PairWait(ctx context.Context, id string) (p node.Paired, err error) {
+	err = c.call(ctx, OpPairWait, OfferArgs{ID: id}, &p)
+	return p, err
+}
+
+// PairCancel implements node.API.
+func (c *Client) PairCancel(ctx context.Context, id string) error {
+	return c.call(ctx, OpPairCancel, OfferArgs{ID: id}, nil)
+}
+
+// PairAccept implements node.API.
+func (c *Client) PairAccept(ctx context.Context, line, name string) (p node.Paired, err error) {
+	err = c.call(ctx, OpPairAccept, PairAcceptArgs{Line: line, Name: name}, &p)
+	return p, err
+}

@@ -1,0 +1,384 @@
+package control
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// testHome is a home in a short temporary directory (socket paths must
+// fit) that trusts "bob" at an address where nothing listens, with a
+// memory inbox and an outbox that retries every 20 ms.
+func testHome(t testing.TB) *node.Home {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mkc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	h, _, err := node.OpenHome(dir, node.OpenOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Config.Store.Mode = config.StoreMemory
+	h.Config.Outbox.Backoff = "20ms"
+	bob, _ := identity.GenerateKeypair()
+	l, err := trust.New(trust.Peer{Name: "bob", ID: bob.ID(), Addr: transport.Addr{Scheme: transport.SchemeUDS, Path: "/nonexistent/bob.sock"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Save(h.TrustPath()); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// served runs the node of a test home with its control socket until the
+// test ends, and returns a client of it.
+func served(t *testing.T) (*Served, *Client) {
+	t.Helper()
+	h := testHome(t)
+	sv, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sv.Close)
+	return sv, NewClient(h.ControlPath())
+}
+
+func codeOf(err error) string {
+	var e *node.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The control operations carry the send options, the outbox views and
+// the error codes to a client in another process.
+func TestClientOutbox(t *testing.T) {
+	_, c := served(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.SendMessage(ctx, "bob", "x", node.SendOptions{}); codeOf(err) != node.CodePeerOffline {
+		t.Fatalf("direct: %v", err)
+	}
+	sent, err := c.SendMessage(ctx, "bob", "x", node.SendOptions{Reliable: true, TTL: 300 * time.Millisecond})
+	if err != nil || sent.Delivery != node.DeliveryQueued || sent.LastError == "" {
+		t.Fatalf("reliable: %+v, %v", sent, err)
+	}
+	peers, err := c.Peers(ctx)
+	if err != nil || len(peers) != 1 || peers[0].Queued != 1 || peers[0].LastError == "" {
+		t.Fatalf("peers: %+v, %v", peers, err)
+	}
+	o, err := c.Outbox(ctx)
+	if err != nil || len(o.Entries) != 1 || o.Entries[0].ID != sent.ID || o.Entries[0].Expires == nil || len(o.Peers) != 1 {
+		t.Fatalf("outbox: %+v, %v", o, err)
+	}
+	var dl []node.DeadLetter
+	waitFor(t, 10*time.Second, "the dead letter", func() bool {
+		dl, err = c.DeadLetters(ctx)
+		return err == nil && len(dl) == 1
+	})
+	if dl[0].ID != sent.ID || !strings.HasPrefix(dl[0].Reason, "expired") {
+		t.Fatalf("dead letter %+v", dl[0])
+	}
+	if _, err := c.RetryDeadLetters(ctx, []string{"bad"}, false); codeOf(err) != node.CodeBadArgument {
+		t.Fatalf("retry a bad id: %v", err)
+	}
+	if n, err := c.RetryDeadLetters(ctx, nil, true); err != nil || n != 1 {
+		t.Fatalf("retry all: %d, %v", n, err)
+	}
+	// A sub-millisecond ttl is not lost on the way (0 would mean "none").
+	sent, err = c.SendMessage(ctx, "bob", "y", node.SendOptions{Reliable: true, TTL: time.Microsecond, NoWait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ = c.Outbox(ctx)
+	for _, e := range o.Entries {
+		if e.ID == sent.ID && e.Expires == nil {
+			t.Fatalf("a 1µs ttl arrived as none: %+v", e)
+		}
+	}
+	if _, err := c.SendResponse(ctx, "bob", identity.NewUUID().String(), "completed", nil, node.SendOptions{}); codeOf(err) != node.CodeUnknownRequest {
+		t.Fatalf("a response to a request never received: %v", err)
+	}
+}
+
+// Params and results keep their exact JSON through the socket: integers
+// stay integers.
+func TestClientKeepsJSONValues(t *testing.T) {
+	m := node.Message{ID: "x", Params: json.RawMessage(`{"n":12345678901234567890,"f":1.5}`)}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back node.Message
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	raw, ok := back.Params.(json.RawMessage)
+	if !ok || string(raw) != `{"n":12345678901234567890,"f":1.5}` || back.Result != nil {
+		t.Fatalf("params came back as %#v, result %#v", back.Params, back.Result)
+	}
+}
+
+// A process of another user is refused before any operation runs: the
+// server asks the kernel who connected.
+func TestServerRefusesOtherUser(t *testing.T) {
+	h := testHome(t)
+	n, err := node.Start(h, node.Options{Mode: node.ModeServe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ln, err := transport.Listen(context.Background(), transport.Addr{Scheme: transport.SchemeUDS, Path: h.ControlPath()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := uint32(os.Getuid()) + 1
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Serve(ctx, ln, n, Options{allowUID: &other})
+	}()
+	defer func() { cancel(); <-done }()
+	c := NewClient(h.ControlPath())
+	if _, err := c.Self(context.Background()); codeOf(err) != node.CodeForbidden {
+		t.Fatalf("a client of the wrong user: %v", err)
+	}
+	if _, err := c.SendMessage(context.Background(), "bob", "x", node.SendOptions{}); codeOf(err) != node.CodeForbidden {
+		t.Fatalf("a send from the wrong user: %v", err)
+	}
+}
+
+// With a real second user (the test runs as root): a process running as
+// nobody that reaches the socket (its mode opened up for the test) is
+// refused by the uid check.
+func TestServerRefusesOtherUserProcess(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Log("not root: the uid check is covered by TestServerRefusesOtherUser only")
+		return
+	}
+	if os.Getenv("MEERKAT_CONTROL_PROBE") != "" {
+		return // the probe runs in TestMain's child
+	}
+	_, c := served(t)
+	if err := os.Chmod(c.path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(c.path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := probeAs(t, 65534, c.path)
+	if err != nil {
+		t.Fatalf("probe: %v: %s", err, out)
+	}
+	var resp Response
+	if err := json.Unmarshal(out, &resp); err != nil {
+		t.Fatalf("probe output %q: %v", out, err)
+	}
+	if resp.OK || resp.Code != node.CodeForbidden {
+		t.Fatalf("a process of uid 65534 got %+v", resp)
+	}
+}
+
+// The client refuses a control socket that belongs to another user: that
+// user could read what it sends.
+func TestClientRefusesForeignSocket(t *testing.T) {
+	_, c := served(t)
+	c.uid = os.Getuid() + 1
+	if _, err := c.Self(context.Background()); codeOf(err) != node.CodeForbidden || !strings.Contains(err.Error(), "belongs to user") {
+		t.Fatalf("a socket of another user: %v", err)
+	}
+	if os.Getuid() == 0 {
+		c.uid = 0
+		if err := os.Lchown(c.path, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Self(context.Background()); codeOf(err) != node.CodeForbidden {
+			t.Fatalf("a socket chowned to nobody: %v", err)
+		}
+	}
+	dir := t.TempDir()
+	notSock := filepath.Join(dir, "control.sock")
+	os.WriteFile(notSock, nil, 0o600)
+	if _, err := NewClient(notSock).Self(context.Background()); codeOf(err) != node.CodeForbidden {
+		t.Fatalf("a regular file as the socket: %v", err)
+	}
+	if _, err := NewClient(filepath.Join(dir, "none.sock")).Self(context.Background()); !errors.Is(err, ErrNoDaemon) {
+		t.Fatalf("no socket: %v", err)
+	}
+}
+
+// The control socket is created private, whatever the umask.
+func TestControlSocketMode(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	_, c := served(t)
+	fi, err := os.Lstat(c.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		t.Fatalf("control socket mode %v", fi.Mode().Perm())
+	}
+}
+
+// rawCall sends one raw line and reads the reply.
+func rawCall(t *testing.T, path string, line []byte) Response {
+	t.Helper()
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	// A refused connection may be closed before the request is written:
+	// its answer is read all the same.
+	conn.Write(line)
+	reply, err := readReply(bufio.NewReader(conn))
+	if err != nil {
+		t.Fatalf("no reply: %v", err)
+	}
+	var r Response
+	if err := json.Unmarshal(reply, &r); err != nil {
+		t.Fatalf("reply %q: %v", reply, err)
+	}
+	return r
+}
+
+// Hostile or broken requests get an error, never a crash, and the server
+// keeps serving.
+func TestServerBadRequests(t *testing.T) {
+	_, c := served(t)
+	for _, tc := range []struct {
+		line string
+		code string
+	}{
+		{"not json\n", node.CodeBadArgument},
+		{`{"op":"frobnicate"}` + "\n", node.CodeBadArgument},
+		{`{"op":"send_message","args":[1,2]}` + "\n", node.CodeBadArgument},
+		{`{"op":"receive","args":{"limit":"many"}}` + "\n", node.CodeBadArgument},
+		{`{"op":"send_message","args":{"peer":"carol","body":"x"}}` + "\n", node.CodeUnknownPeer},
+		{`{"op":"ack","args":{"from":"carol","up_to":3}}` + "\n", node.CodeUnknownPeer},
+	} {
+		r := rawCall(t, c.path, []byte(tc.line))
+		if r.OK || r.Code != tc.code {
+			t.Errorf("%q: %+v, want code %s", tc.line, r, tc.code)
+		}
+	}
+	long := append([]byte(`{"op":"self","args":"`), make([]byte, MaxRequest)...)
+	if r := rawCall(t, c.path, append(long, '"', '}', '\n')); r.OK || r.Code != node.CodeBadArgument {
+		t.Errorf("a request over %d bytes: %+v", MaxRequest, r)
+	}
+	if _, err := c.Self(context.Background()); err != nil {
+		t.Fatalf("after bad requests: %v", err)
+	}
+}
+
+// Beyond MaxConns connections at once, a new one is told the socket is
+// busy instead of hanging.
+func TestServerBoundsConnections(t *testing.T) {
+	h := testHome(t)
+	n, err := node.Start(h, node.Options{Mode: node.ModeServe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ln, err := transport.Listen(context.Background(), transport.Addr{Scheme: transport.SchemeUDS, Path: h.ControlPath()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Serve(ctx, ln, n, Options{MaxConns: 2})
+	}()
+	defer func() { cancel(); <-done }()
+	var held []net.Conn
+	for range 2 {
+		conn, err := net.Dial("unix", h.ControlPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		held = append(held, conn)
+	}
+	// The held connections take both slots once the server accepted
+	// them; a third is refused as busy.
+	var r Response
+	waitFor(t, 10*time.Second, "a busy answer", func() bool {
+		r = rawCall(t, h.ControlPath(), []byte(`{"op":"self"}`+"\n"))
+		return !r.OK && r.Code == node.CodeUnavailable
+	})
+	for _, c := range held {
+		c.Close()
+	}
+	waitFor(t, 10*time.Second, "a free slot", func() bool {
+		return rawCall(t, h.ControlPath(), []byte(`{"op":"self"}`+"\n")).OK
+	})
+}
+
+// FuzzServerRequest feeds arbitrary request lines to the server's
+// handler over a node: it must answer each with a valid response and
+// never panic.
+func FuzzServerRequest(f *testing.F) {
+	for _, s := range []string{`{"op":"self"}`, `{"op":"receive","args":{"limit":5,"kinds":["message"]}}`,
+		`{"op":"ack","args":{"seqs":[1,2,3]}}`, `{"op":"send_message","args":{"peer":"bob","body":"hi","options":{"reliable":true,"ttl":-5}}}`,
+		`{"op":"pair_wait","args":{"id":"zz"}}`, `{"op":"drop_dead_letters","args":{"all":true}}`, `{}`, `[]`, `null`} {
+		f.Add([]byte(s))
+	}
+	h := testHome(f)
+	n, err := node.Start(h, node.Options{Mode: node.ModeServe})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer n.Close()
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var req Request
+		if json.Unmarshal(line, &req) != nil {
+			return
+		}
+		// Operations that wait (receive, pair_wait, sends) end with this
+		// context.
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		s := &server{api: n, opts: Options{SendTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)}, ctx: ctx}
+		resp := s.handle(req)
+		if resp.OK == (resp.Code != "") {
+			t.Fatalf("response %+v: ok and code disagree", resp)
+		}
+		if _, err := json.Marshal(resp); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

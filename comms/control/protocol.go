@@ -1,0 +1,98 @@
+package control
+
+import (
+	"encoding/json"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+// Limits of the protocol.
+const (
+	// MaxRequest bounds one request line: a send carries at most one body
+	// of up to 1 MiB, up to six times longer once JSON-escaped.
+	MaxRequest = 8 << 20
+	// MaxReply bounds one reply: a Receive batch is about
+	// node.MaxBatchBytes plus one item, escaped.
+	MaxReply = 64 << 20
+)
+
+// Operations, one per node.API method.
+const (
+	OpSelf             = "self"
+	OpStatus           = "status"
+	OpPeers            = "peers"
+	OpSendMessage      = "send_message"
+	OpSendRequest      = "send_request"
+	OpSendResponse     = "send_response"
+	OpReceive          = "receive"
+	OpAck              = "ack"
+	OpOutbox           = "outbox"
+	OpDeadLetters      = "dead_letters"
+	OpRetryDeadLetters = "retry_dead_letters"
+	OpDropDeadLetters  = "drop_dead_letters"
+	OpPairOffer        = "pair_offer"
+	OpPairWait         = "pair_wait"
+	OpPairCancel       = "pair_cancel"
+	OpPairAccept       = "pair_accept"
+)
+
+// Request is one control request.
+type Request struct {
+	Op   string          `json:"op"`
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// Response answers a Request. A failed call may carry a partial result
+// too (a request that was acknowledged but whose response did not come).
+type Response struct {
+	OK     bool            `json:"ok"`
+	Code   string          `json:"code,omitempty"`  // a node.Code… value when !OK
+	Error  string          `json:"error,omitempty"` // the message when !OK
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// SendMessageArgs are the arguments of OpSendMessage.
+type SendMessageArgs struct {
+	Peer    string           `json:"peer"`
+	Body    string           `json:"body"`
+	Options node.SendOptions `json:"options"`
+}
+
+// SendRequestArgs are the arguments of OpSendRequest.
+type SendRequestArgs struct {
+	Peer    string           `json:"peer"`
+	Intent  string           `json:"intent"`
+	Params  json.RawMessage  `json:"params,omitempty"`
+	Options node.SendOptions `json:"options"`
+}
+
+// SendResponseArgs are the arguments of OpSendResponse.
+type SendResponseArgs struct {
+	Peer      string           `json:"peer"`
+	RequestID string           `json:"request_id"`
+	Status    string           `json:"status"`
+	Result    json.RawMessage  `json:"result,omitempty"`
+	Options   node.SendOptions `json:"options"`
+}
+
+// DeadLettersArgs are the arguments of OpRetryDeadLetters and
+// OpDropDeadLetters.
+type DeadLettersArgs struct {
+	IDs []string `json:"ids,omitempty"`
+	All bool     `json:"all,omitempty"`
+}
+
+// OfferArgs are the arguments of OpPairWait and OpPairCancel.
+type OfferArgs struct {
+	ID string `json:"id"`
+}
+
+// PairAcceptArgs are the arguments of OpPairAccept.
+type PairAcceptArgs struct {
+	Line string `json:"line"`
+	Name string `json:"name,omitempty"`
+}
+
+// The arguments of OpReceive are a node.Query, of OpAck a
+// node.AckRequest, of OpPairOffer node.PairOptions; the other operations
+// take none.

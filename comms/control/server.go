@@ -1,0 +1,270 @@
+package control
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/transport"
+)
+
+// Server limits and timeouts.
+const (
+	// DefaultMaxConns bounds the connections served at once.
+	DefaultMaxConns = 64
+	// idleTimeout closes a connection that sends nothing for this long.
+	idleTimeout = 5 * time.Minute
+	// writeTimeout bounds writing one reply.
+	writeTimeout = 30 * time.Second
+	// callSlack is what a call may take beyond the wait it asked for
+	// (a send's ack timeout is added to it).
+	callSlack = 30 * time.Second
+)
+
+// Options configure Serve. The zero value is usable.
+type Options struct {
+	Logger   *slog.Logger // nil: discard
+	MaxConns int          // 0: DefaultMaxConns
+	// SendTimeout bounds a send's call beyond any wait it asks for (the
+	// node's ack timeout plus dialing); 0: one minute.
+	SendTimeout time.Duration
+	// allowUID, when set, replaces the process's own user id as the one
+	// allowed to connect (tests).
+	allowUID *uint32
+	// peerUID replaces transport.PeerUID (tests).
+	peerUID func(net.Conn) (uint32, error)
+}
+
+// Serve answers control requests on ln with api until ctx ends or ln is
+// closed; it closes ln and returns once every connection has ended.
+// Transient accept failures (out of descriptors) back off rather than take
+// the socket away.
+func Serve(ctx context.Context, ln net.Listener, api node.API, opts Options) error {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.SendTimeout <= 0 {
+		opts.SendTimeout = time.Minute
+	}
+	if opts.peerUID == nil {
+		opts.peerUID = transport.PeerUID
+	}
+	uid := uint32(os.Getuid())
+	if opts.allowUID != nil {
+		uid = *opts.allowUID
+	}
+	s := &server{api: api, opts: opts, uid: uid, ctx: ctx, slots: make(chan struct{}, opts.MaxConns)}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	defer ln.Close()
+	defer s.wg.Wait()
+	delay := 5 * time.Millisecond
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			s.opts.Logger.Warn("control socket accept failed; backing off", "err", err)
+			select {
+			case <-time.After(delay):
+				delay = min(2*delay, time.Second)
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		delay = 5 * time.Millisecond
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			s.refuse(c, node.CodeUnavailable, "the control socket is busy: too many connections")
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.slots }()
+			s.serveConn(c)
+		}()
+	}
+}
+
+type server struct {
+	api   node.API
+	opts  Options
+	uid   uint32
+	ctx   context.Context
+	slots chan struct{}
+	wg    sync.WaitGroup
+}
+
+// refuse answers c with one error and closes it.
+func (s *server) refuse(c net.Conn, code, msg string) {
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	b, _ := json.Marshal(Response{Code: code, Error: msg})
+	c.Write(append(b, '\n'))
+	c.Close()
+}
+
+func (s *server) serveConn(c net.Conn) {
+	uid, err := s.opts.peerUID(c)
+	if err != nil || uid != s.uid {
+		if err == nil {
+			err = fmt.Errorf("uid %d", uid)
+		}
+		s.opts.Logger.Warn("control socket: refused a process of another user", "peer", err.Error())
+		s.refuse(c, node.CodeForbidden, "this control socket serves only the node's own user")
+		return
+	}
+	defer c.Close()
+	stop := context.AfterFunc(s.ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxRequest)
+	for {
+		c.SetReadDeadline(time.Now().Add(idleTimeout))
+		if s.ctx.Err() != nil { // shutdown set a deadline we may have just replaced
+			return
+		}
+		if !sc.Scan() {
+			if errors.Is(sc.Err(), bufio.ErrTooLong) {
+				s.refuse(c, node.CodeBadArgument, fmt.Sprintf("control request longer than %d bytes", MaxRequest))
+			}
+			return
+		}
+		var req Request
+		var resp Response
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			resp = Response{Code: node.CodeBadArgument, Error: "malformed control request: " + err.Error()}
+		} else {
+			c.SetReadDeadline(time.Time{})
+			resp = s.handle(req)
+		}
+		b, err := json.Marshal(resp)
+		if err != nil {
+			b, _ = json.Marshal(Response{Code: node.CodeInternal, Error: err.Error()})
+		}
+		c.SetWriteDeadline(time.Now().Add(writeTimeout))
+		if _, err := c.Write(append(b, '\n')); err != nil {
+			return
+		}
+	}
+}
+
+// args decodes a request's arguments into v (absent arguments: v's zero
+// value).
+func args(req Request, v any) error {
+	if len(req.Args) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(req.Args, v); err != nil {
+		return &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("arguments of %s: %v", req.Op, err)}
+	}
+	return nil
+}
+
+// handle runs one request on the API.
+func (s *server) handle(req Request) Response {
+	ctx, cancel := context.WithTimeout(s.ctx, s.opts.SendTimeout+node.MaxWait+callSlack)
+	defer cancel()
+	var result any
+	var err error
+	switch req.Op {
+	case OpSelf:
+		result, err = s.api.Self(ctx)
+	case OpStatus:
+		result, err = s.api.Status(ctx)
+	case OpPeers:
+		result, err = s.api.Peers(ctx)
+	case OpSendMessage:
+		var a SendMessageArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.SendMessage(ctx, a.Peer, a.Body, a.Options)
+		}
+	case OpSendRequest:
+		var a SendRequestArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.SendRequest(ctx, a.Peer, a.Intent, a.Params, a.Options)
+		}
+	case OpSendResponse:
+		var a SendResponseArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.SendResponse(ctx, a.Peer, a.RequestID, a.Status, a.Result, a.Options)
+		}
+	case OpReceive:
+		var q node.Query
+		if err = args(req, &q); err == nil {
+			result, err = s.api.Receive(ctx, q)
+		}
+	case OpAck:
+		var a node.AckRequest
+		if err = args(req, &a); err == nil {
+			result, err = s.api.Ack(ctx, a)
+		}
+	case OpOutbox:
+		result, err = s.api.Outbox(ctx)
+	case OpDeadLetters:
+		result, err = s.api.DeadLetters(ctx)
+	case OpRetryDeadLetters:
+		var a DeadLettersArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.RetryDeadLetters(ctx, a.IDs, a.All)
+		}
+	case OpDropDeadLetters:
+		var a DeadLettersArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.DropDeadLetters(ctx, a.IDs, a.All)
+		}
+	case OpPairOffer:
+		var o node.PairOptions
+		if err = args(req, &o); err == nil {
+			result, err = s.api.PairOffer(ctx, o)
+		}
+	case OpPairWait:
+		var a OfferArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.PairWait(ctx, a.ID)
+		}
+	case OpPairCancel:
+		var a OfferArgs
+		if err = args(req, &a); err == nil {
+			err = s.api.PairCancel(ctx, a.ID)
+			result = true
+		}
+	case OpPairAccept:
+		var a PairAcceptArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.PairAccept(ctx, a.Line, a.Name)
+		}
+	default:
+		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown control operation %q", req.Op)}
+	}
+	b, merr := json.Marshal(result)
+	if merr != nil {
+		return Response{Code: node.CodeInternal, Error: merr.Error()}
+	}
+	if err != nil {
+		code := node.CodeOf(err)
+		msg := err.Error()
+		switch {
+		case s.ctx.Err() != nil:
+			code, msg = node.CodeUnavailable, "the node is shutting down"
+		case code == node.CodeInternal:
+			s.opts.Logger.Error("control request failed", "op", req.Op, "err", err)
+		}
+		return Response{Code: code, Error: msg, Result: b}
+	}
+	return Response{OK: true, Result: b}
+}

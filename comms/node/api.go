@@ -1,0 +1,332 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// API is everything a face of the node can ask of it: the CLI (in this
+// process or through the control socket), the control socket's clients
+// and the MCP tools. [*Node] implements it for a node in this process and
+// the control package's Client for a node in another one; both return
+// the same result types and, for failures a caller can act on, an
+// [*Error] with one of the Code… values.
+//
+// Every check of an operation (a response answers a request received
+// from that peer, a body fits the envelope limit, filters are valid)
+// happens in the Node, so each face behaves the same.
+type API interface {
+	// Self describes this node.
+	Self(ctx context.Context) (Self, error)
+	// Status reports whether a node serves the home, its addresses and
+	// counters, and the reliable sends waiting.
+	Status(ctx context.Context) (Status, error)
+	// Peers lists the trusted peers with their reliable-send state.
+	Peers(ctx context.Context) ([]Peer, error)
+
+	// SendMessage sends body to peer (name, key or peer UUID). A direct
+	// send returns once the peer acknowledged it; a reliable one once
+	// the first attempt ended, with Delivery "queued" if it failed.
+	SendMessage(ctx context.Context, peer, body string, opts SendOptions) (Sent, error)
+	// SendRequest sends a request, like SendMessage; with opts.Wait it
+	// then waits that long for the final response and returns the
+	// responses in Sent.Responses.
+	SendRequest(ctx context.Context, peer, intent string, params json.RawMessage, opts SendOptions) (Sent, error)
+	// SendResponse answers a request this node received from peer. A
+	// final answer (completed, failed) can be given once; a reliable
+	// final answer counts as given once it is queued.
+	SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, opts SendOptions) (Sent, error)
+
+	// Receive lists unacknowledged items matching q, oldest first, a page
+	// at a time (q.Limit items, and about MaxBatchBytes of content),
+	// waiting up to q.Wait for the first one when none match yet.
+	Receive(ctx context.Context, q Query) (Batch, error)
+	// Ack marks items handled: those named by id or sequence number, and
+	// every item with a sequence number up to a.UpTo that matches a's
+	// filters.
+	Ack(ctx context.Context, a AckRequest) (Acked, error)
+
+	// Outbox lists the reliable sends not acknowledged yet (without
+	// bodies) and the peers' send states.
+	Outbox(ctx context.Context) (Outbox, error)
+	// DeadLetters lists the reliable sends given up on, oldest first.
+	DeadLetters(ctx context.Context) ([]DeadLetter, error)
+	// RetryDeadLetters queues the dead letters with the given ids again,
+	// or every dead letter if all; it returns how many it queued.
+	RetryDeadLetters(ctx context.Context, ids []string, all bool) (int, error)
+	// DropDeadLetters deletes the dead letters with the given ids, or
+	// every dead letter if all; it returns how many it deleted.
+	DropDeadLetters(ctx context.Context, ids []string, all bool) (int, error)
+
+	// PairOffer opens a one-time pairing offer and returns the line to
+	// hand to the other node; the node completes the pairing (and trusts
+	// the other node) when the line is used.
+	PairOffer(ctx context.Context, opts PairOptions) (PairOffer, error)
+	// PairWait waits for the offer with handle id to be used. It fails
+	// with CodePairPending if ctx ends first (the offer stays open).
+	PairWait(ctx context.Context, id string) (Paired, error)
+	// PairCancel withdraws the offer with handle id if it is still open.
+	PairCancel(ctx context.Context, id string) error
+	// PairAccept pairs with the node that made the offer line: both end
+	// up trusting each other. name is what to call it here ("": its own
+	// name).
+	PairAccept(ctx context.Context, line, name string) (Paired, error)
+}
+
+// Limits of the API.
+const (
+	// MaxTTL is the longest time-to-live a send may ask for (one week,
+	// like outbox.default_ttl_secs).
+	MaxTTL = 7 * 24 * time.Hour
+	// MaxWait is the longest a single call may wait (Receive, SendRequest
+	// with Wait, PairWait); longer waits are cut to it.
+	MaxWait = 10 * time.Minute
+	// MaxBatchBytes bounds one Receive batch, roughly, by content size; a
+	// batch always holds at least one item, and the cursor pages through
+	// the rest.
+	MaxBatchBytes = 4 << 20
+	// MaxBatchItems bounds the items of one Receive batch.
+	MaxBatchItems = 1000
+	// MaxWaitedResponses bounds the responses SendRequest with Wait
+	// collects (a peer could send many "accepted" ones before the final).
+	MaxWaitedResponses = 100
+)
+
+// Self describes a node.
+type Self struct {
+	Name     string   `json:"name"`
+	PubKey   string   `json:"pubkey"`
+	PeerUUID string   `json:"peer_uuid"`
+	Home     string   `json:"home"`
+	Listen   []string `json:"listen"`
+}
+
+// Status is what `meerkatd status` and the MCP status tool show.
+type Status struct {
+	Self
+	// Running is true when a node serves the home (a daemon, or the node
+	// embedded in meerkatd mcp); false when the figures come from the
+	// home's files with no node running.
+	Running   bool       `json:"running"`
+	StartedAt *time.Time `json:"started_at"` // null if not running
+	Peers     int        `json:"peers"`
+	// Inbox counts unacknowledged items; Pending the messages and
+	// requests among them.
+	Inbox       int               `json:"inbox"`
+	Pending     int               `json:"pending"`
+	Accepted    uint64            `json:"accepted"`
+	AcksSent    uint64            `json:"acks_sent"`
+	Connections int               `json:"connections"`
+	Rejected    map[string]uint64 `json:"rejected"`
+	// Reliable sends: queued, dead letters, and the peers with something
+	// queued or a breaker that is not closed.
+	Outbox      int             `json:"outbox"`
+	DeadLetters int             `json:"dead_letters"`
+	SendPeers   []PeerSendState `json:"send_peers"`
+}
+
+// Peer is one trusted peer.
+type Peer struct {
+	Name     string          `json:"name"`
+	PubKey   string          `json:"pubkey"`
+	PeerUUID string          `json:"peer_uuid"`
+	Addr     string          `json:"addr"`
+	Meta     json.RawMessage `json:"meta,omitempty"`
+	LastSeen *time.Time      `json:"last_seen"` // last envelope received from it; null if none yet
+	// Reliable sends to it: the circuit breaker ("closed", "open": queued
+	// without dialling, "half_open": the next attempt is the probe), how
+	// many are queued, and why the last attempt failed.
+	Breaker   string `json:"breaker"`
+	Queued    int    `json:"queued"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// SendOptions say how a send is delivered.
+type SendOptions struct {
+	// Reliable stores the envelope in the outbox first and retries it
+	// until the peer acknowledges it or its time-to-live passes. Without
+	// it, a send is one attempt and fails with CodePeerOffline.
+	Reliable bool `json:"reliable,omitempty"`
+	// TTL is a reliable send's time-to-live; once it passes
+	// unacknowledged the envelope becomes a dead letter (0: the node's
+	// configured default, outbox.default_ttl_secs).
+	TTL time.Duration `json:"ttl,omitempty"`
+	// NoWait returns a reliable send once it is stored, without waiting
+	// for the first attempt.
+	NoWait bool `json:"no_wait,omitempty"`
+	// Wait (requests only) waits this long after the ack for the final
+	// response.
+	Wait time.Duration `json:"wait,omitempty"`
+}
+
+// Delivery outcomes in [Sent].
+const (
+	DeliveryAcked   = "acked"   // the peer acknowledged it (messages, requests)
+	DeliveryWritten = "written" // written to the peer (responses are not acknowledged)
+	DeliveryQueued  = "queued"  // reliable, not delivered yet: the outbox retries it
+)
+
+// Sent reports a send.
+type Sent struct {
+	ID        string    `json:"id"`                   // the envelope id (the request id for requests)
+	Peer      string    `json:"peer"`                 // the peer's trust-list name
+	Delivery  string    `json:"delivery"`             // a Delivery… value
+	LastError string    `json:"last_error,omitempty"` // queued: why the last attempt failed
+	Responses []Message `json:"responses,omitempty"`  // SendRequest with Wait
+}
+
+// Message is one received item.
+type Message struct {
+	Seq       uint64    `json:"seq"`
+	ID        string    `json:"id"`
+	Kind      string    `json:"kind"` // message, request, response, …
+	From      string    `json:"from"` // sender key
+	Peer      string    `json:"peer"` // sender's trust-list name
+	Received  time.Time `json:"received"`
+	Body      string    `json:"body,omitempty"`
+	Intent    string    `json:"intent,omitempty"`
+	Params    any       `json:"params,omitempty"`     // any JSON value (a json.RawMessage)
+	RequestID string    `json:"request_id,omitempty"` // responses: the request answered
+	Status    string    `json:"status,omitempty"`
+	Result    any       `json:"result,omitempty"` // any JSON value (a json.RawMessage)
+	// Fields holds the whole kind of an item that is not a message,
+	// request or response (a kind this node does not know), as JSON.
+	Fields any `json:"fields,omitempty"`
+}
+
+// The JSON values of a Message are typed any, not json.RawMessage: the
+// output schema generated from this type must admit any JSON value there,
+// and a byte slice would be described as an array of integers.
+
+// Query selects items for Receive.
+type Query struct {
+	After     uint64        `json:"after,omitempty"`      // only items with a sequence number above this
+	Limit     int           `json:"limit,omitempty"`      // at most this many (0 or above MaxBatchItems: MaxBatchItems)
+	Kinds     []string      `json:"kinds,omitempty"`      // only these kinds (empty: all)
+	From      string        `json:"from,omitempty"`       // only from this peer (name, key or UUID; empty: all)
+	RequestID string        `json:"request_id,omitempty"` // only responses to this request
+	Wait      time.Duration `json:"wait,omitempty"`       // wait this long for the first match
+}
+
+// Batch is what Receive returns.
+type Batch struct {
+	Messages []Message `json:"messages"`
+	Cursor   uint64    `json:"cursor"`    // pass as After to get only newer items
+	More     bool      `json:"more"`      // more matching items follow the cursor now
+	TimedOut bool      `json:"timed_out"` // waited and nothing came
+	Pending  int       `json:"pending"`   // unacknowledged messages and requests
+}
+
+// AckRequest names the items Ack marks handled.
+type AckRequest struct {
+	IDs  []string `json:"ids,omitempty"`  // envelope ids
+	Seqs []uint64 `json:"seqs,omitempty"` // sequence numbers (Message.Seq)
+	// UpTo acknowledges every item with a sequence number up to it that
+	// a Receive with the same filters could have shown (0: none).
+	UpTo      uint64   `json:"up_to,omitempty"`
+	Kinds     []string `json:"kinds,omitempty"`
+	From      string   `json:"from,omitempty"`
+	RequestID string   `json:"request_id,omitempty"`
+}
+
+// Acked is what Ack returns.
+type Acked struct {
+	Acked   int `json:"acked"`
+	Pending int `json:"pending"`
+}
+
+// Outbox lists the reliable sends waiting.
+type Outbox struct {
+	Entries []QueuedSend    `json:"entries"`
+	Peers   []PeerSendState `json:"peers"` // peers with something queued or a breaker that is not closed
+}
+
+// QueuedSend is one reliable send waiting in the outbox (never its body).
+type QueuedSend struct {
+	Seq         uint64     `json:"seq"`
+	ID          string     `json:"id"`
+	Peer        string     `json:"peer"`
+	PubKey      string     `json:"pubkey"`
+	Kind        string     `json:"kind"`
+	Size        int        `json:"size"`
+	Created     time.Time  `json:"created"`
+	Attempts    int        `json:"attempts"`     // failed attempts so far
+	NextAttempt *time.Time `json:"next_attempt"` // null: as soon as the peer's queue allows
+	Expires     *time.Time `json:"expires"`      // null: no time-to-live
+	LastError   string     `json:"last_error,omitempty"`
+	InFlight    bool       `json:"in_flight"`
+}
+
+// PeerSendState is a peer's reliable-send state.
+type PeerSendState struct {
+	Peer        string     `json:"peer"`
+	PubKey      string     `json:"pubkey"`
+	Queued      int        `json:"queued"`
+	Breaker     string     `json:"breaker"` // closed, open, half_open
+	Failures    int        `json:"failures"`
+	OpenUntil   *time.Time `json:"open_until"` // an open breaker's probe time; null if not open
+	NextAttempt *time.Time `json:"next_attempt"`
+	LastError   string     `json:"last_error,omitempty"`
+}
+
+// DeadLetter is a reliable send given up on (never its body).
+type DeadLetter struct {
+	Seq      uint64    `json:"seq"`
+	ID       string    `json:"id"`
+	Peer     string    `json:"peer"`
+	PubKey   string    `json:"pubkey"`
+	Kind     string    `json:"kind"`
+	Size     int       `json:"size"`
+	Created  time.Time `json:"created"`
+	Attempts int       `json:"attempts"`
+	Reason   string    `json:"reason"` // "expired…", "retries_exhausted…", "unknown_peer…", "rejected…"
+	DiedAt   time.Time `json:"died_at"`
+}
+
+// PairOptions configure a pairing offer.
+type PairOptions struct {
+	TTL         time.Duration `json:"ttl,omitempty"`           // how long the code stays valid (0: pair.DefaultTTL)
+	NameForPeer string        `json:"name_for_peer,omitempty"` // what to call the other node here ("": its own name)
+}
+
+// PairOffer is an open pairing offer.
+type PairOffer struct {
+	ID      string    `json:"id"`      // handle for PairWait and PairCancel
+	Line    string    `json:"line"`    // pass it to the other node's pair accept
+	Expires time.Time `json:"expires"` // it works once, until then
+}
+
+// Paired is the peer a pairing added to the trust list.
+type Paired struct {
+	Name   string `json:"name"`
+	PubKey string `json:"pubkey"`
+	Addr   string `json:"addr"`
+}
+
+// UnmarshalJSON decodes a Message keeping its JSON values (params, result,
+// fields) as json.RawMessage, so numbers keep their exact text and integers
+// stay integers.
+func (m *Message) UnmarshalJSON(b []byte) error {
+	type plain Message
+	var raw struct {
+		plain
+		Params json.RawMessage `json:"params,omitempty"`
+		Result json.RawMessage `json:"result,omitempty"`
+		Fields json.RawMessage `json:"fields,omitempty"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*m = Message(raw.plain)
+	m.Params, m.Result, m.Fields = rawOrNil(raw.Params), rawOrNil(raw.Result), rawOrNil(raw.Fields)
+	return nil
+}
+
+// rawOrNil is r as an any, nil (not a nil json.RawMessage) when absent.
+func rawOrNil(r json.RawMessage) any {
+	if r == nil {
+		return nil
+	}
+	return r
+}

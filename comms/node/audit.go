@@ -1,0 +1,83 @@
+package node
+
+import (
+	"encoding/json"
+	"path/filepath"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// openAudit opens the home's audit log if [audit] enabled (nil otherwise:
+// a nil *audit.Log records nothing).
+func openAudit(h *Home) (*audit.Log, error) {
+	if !h.Config.Audit.Enabled {
+		return nil, nil
+	}
+	return audit.Open(filepath.Join(h.Dir, audit.FileName), audit.Options{Bodies: h.Config.Audit.Bodies, MaxBytes: int64(h.Config.Audit.MaxBytes)})
+}
+
+// kindJSON is the audit body of a kind: the whole kind as JSON.
+func kindJSON(k wire.Kind) json.RawMessage {
+	b, err := k.Value().MarshalJSON()
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// observeInbound records a Router event in the audit log and tells the
+// outbox that a peer that just reached us is up.
+func (n *Node) observeInbound(ev comms.Event) {
+	if n.audit != nil {
+		rec := audit.Record{Dir: audit.DirIn, Event: ev.Type, Peer: ev.Peer, Kind: ev.Kind, Size: ev.Size, Reason: ev.Reason}
+		if !ev.From.IsZero() {
+			rec.Key = ev.From.String()
+		}
+		if !ev.ID.IsZero() {
+			rec.ID = ev.ID.String()
+		}
+		if !ev.CorrID.IsZero() {
+			rec.CorrID = ev.CorrID.String()
+		}
+		if n.h.Config.Audit.Bodies && ev.Kind != "" {
+			rec.Body = kindJSON(ev.Fields)
+		}
+		n.audit.Record(rec)
+	}
+	if ob := n.ob; ob != nil && (ev.Type == comms.EventReceived || ev.Type == comms.EventDuplicate) {
+		ob.Kick(ev.From)
+	}
+}
+
+// observeOutbox records an outbox event in the audit log.
+func (n *Node) observeOutbox(ev outbox.Event) {
+	e := ev.Entry
+	n.auditOut(ev.Type, e.Peer, e.To, e.Kind, e.ID, e.CorrID, e.Payload, ev.Attempt, ev.Reason)
+}
+
+// auditSealed records a direct (not reliable) send.
+func (n *Node) auditSealed(s comms.Sealed, event string, attempt int, reason string) {
+	n.auditOut(event, s.Peer.Name, s.Peer.ID, s.Kind, s.ID, s.CorrID, s.Payload, attempt, reason)
+}
+
+// auditOut records one step of an outgoing envelope.
+func (n *Node) auditOut(event, peer string, to identity.PeerID, kind string, id, corr identity.UUID, payload []byte, attempt int, reason string) {
+	if n.audit == nil {
+		return
+	}
+	rec := audit.Record{Dir: audit.DirOut, Event: event, Peer: peer, Key: to.String(), Kind: kind,
+		ID: id.String(), Size: len(payload), Reason: reason, Attempt: attempt}
+	if !corr.IsZero() {
+		rec.CorrID = corr.String()
+	}
+	if n.h.Config.Audit.Bodies {
+		if env, err := wire.Decode(payload); err == nil {
+			rec.Body = kindJSON(env.Kind)
+		}
+	}
+	n.audit.Record(rec)
+}

@@ -1,0 +1,135 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// Files in a node's home besides the identity, meerkat.toml and
+// trusted_peers.json.
+const (
+	ControlSocketName = "control.sock" // the control socket
+	DBFileName        = "meerkat.db"   // the durable inbox and outbox
+)
+
+// ErrNoHome is returned by OpenHome for a home that does not exist (or
+// holds no identity) when it was not asked to create one.
+var ErrNoHome = errors.New("node: no node home")
+
+// Home is a node's home directory and what it holds: the configuration
+// in effect and the identity. It is immutable once opened.
+type Home struct {
+	Dir    string
+	Config config.Config
+	Key    *identity.Keypair
+}
+
+// TrustPath is the home's trusted_peers.json.
+func (h *Home) TrustPath() string { return filepath.Join(h.Dir, trust.FileName) }
+
+// ControlPath is the home's control socket.
+func (h *Home) ControlPath() string { return filepath.Join(h.Dir, ControlSocketName) }
+
+// InitHome creates whatever the home dir lacks: the directory (0700), an
+// identity, meerkat.toml with the defaults (and name, if not ""), an
+// empty trusted_peers.json. It reports the files it created.
+func InitHome(dir, name string) (created []string, err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if _, err := identity.LoadKeypair(dir); errors.Is(err, fs.ErrNotExist) {
+		kp, err := identity.GenerateKeypair()
+		if err != nil {
+			return nil, err
+		}
+		if err := kp.Save(dir); err != nil {
+			return nil, err
+		}
+		created = append(created, identity.KeyFile)
+	} else if err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, config.FileName)
+	if _, err := os.Stat(cfgPath); errors.Is(err, fs.ErrNotExist) {
+		cfg := config.Default()
+		if name != "" {
+			cfg.Name = name
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		b, err := config.Marshal(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+			return nil, err
+		}
+		created = append(created, config.FileName)
+	}
+	trustPath := filepath.Join(dir, trust.FileName)
+	if _, err := os.Stat(trustPath); errors.Is(err, fs.ErrNotExist) {
+		var empty *trust.List
+		if err := empty.Save(trustPath); err != nil {
+			return nil, err
+		}
+		created = append(created, trust.FileName)
+	}
+	return created, nil
+}
+
+// OpenOptions say how OpenHome opens a home.
+type OpenOptions struct {
+	// Create makes a missing home (InitHome); without it a missing home
+	// is ErrNoHome.
+	Create bool
+	// LookupEnv reads the MEERKAT_* variables (nil: none apply).
+	LookupEnv func(string) (string, bool)
+	// Overrides are settings given on the command line (key path →
+	// value); they win over everything else.
+	Overrides map[string]string
+}
+
+// OpenHome opens the home dir with the configuration in effect: defaults
+// < meerkat.toml < MEERKAT_* variables < overrides. It returns the files
+// it created (with o.Create).
+func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
+	var created []string
+	if o.Create {
+		var err error
+		if created, err = InitHome(dir, ""); err != nil {
+			return nil, nil, err
+		}
+	} else if _, err := os.Stat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("%w at %s (create it with: meerkatd init --home %s)", ErrNoHome, dir, dir)
+	}
+	cfg, err := config.LoadOrDefault(filepath.Join(dir, config.FileName))
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.LookupEnv != nil {
+		if err := cfg.ApplyEnv(o.LookupEnv); err != nil {
+			return nil, nil, err
+		}
+	}
+	for k, v := range o.Overrides {
+		if err := cfg.Set(k, v); err != nil {
+			return nil, nil, &Error{Code: CodeBadArgument, Msg: err.Error()}
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	kp, err := identity.LoadKeypair(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &Home{Dir: dir, Config: cfg, Key: kp}, created, nil
+}

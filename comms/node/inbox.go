@@ -1,0 +1,233 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
+)
+
+// toMessage is an inbox entry as the API shows it.
+func toMessage(en inbox.Entry[comms.Item]) Message {
+	e := en.Item.Envelope
+	m := Message{
+		Seq:      en.Seq,
+		ID:       e.ID.String(),
+		Kind:     e.Kind.Type(),
+		From:     e.From.String(),
+		Peer:     en.Item.PeerName,
+		Received: en.Item.Received.UTC(),
+		Body:     e.Kind.Body(),
+		Intent:   e.Kind.Intent(),
+		Status:   string(e.Kind.Status()),
+	}
+	if v, ok := e.Kind.Field("params"); ok {
+		if b, err := v.MarshalJSON(); err == nil {
+			m.Params = json.RawMessage(b)
+		}
+	}
+	if v, ok := e.Kind.Field("result"); ok {
+		if b, err := v.MarshalJSON(); err == nil {
+			m.Result = json.RawMessage(b)
+		}
+	}
+	if u, ok := e.Kind.InReplyTo(); ok {
+		m.RequestID = u.String()
+	}
+	switch m.Kind {
+	case wire.TypeMessage, wire.TypeRequest, wire.TypeResponse:
+	default:
+		if b, err := e.Kind.Value().MarshalJSON(); err == nil {
+			m.Fields = json.RawMessage(b)
+		}
+	}
+	return m
+}
+
+// itemSize estimates a message's share of a batch.
+func itemSize(m Message) int {
+	n := 256 + len(m.Body) + len(m.Intent)
+	for _, v := range []any{m.Params, m.Result, m.Fields} {
+		if raw, ok := v.(json.RawMessage); ok {
+			n += len(raw)
+		}
+	}
+	return n
+}
+
+// filter is a Query's filters, resolved.
+type filter struct {
+	kinds     []string
+	from      *identity.PeerID
+	requestID string
+}
+
+// newFilter resolves the filters: the peer by name, key or UUID.
+func (n *Node) newFilter(kinds []string, from, requestID string) (filter, error) {
+	f := filter{kinds: kinds, requestID: strings.ToLower(requestID)}
+	for _, k := range kinds {
+		if k == "" {
+			return f, errorf(CodeBadArgument, "kinds: an empty kind")
+		}
+	}
+	if from != "" {
+		p, err := n.r.ResolvePeer(from)
+		if err != nil {
+			return f, Coded(err)
+		}
+		f.from = &p.ID
+	}
+	return f, nil
+}
+
+func (f filter) matches(it comms.Item) bool {
+	e := it.Envelope
+	if len(f.kinds) > 0 && !slices.Contains(f.kinds, e.Kind.Type()) {
+		return false
+	}
+	if f.from != nil && e.From != *f.from {
+		return false
+	}
+	if f.requestID != "" {
+		u, ok := e.Kind.InReplyTo()
+		if !ok || e.Kind.Type() != wire.TypeResponse || u.String() != f.requestID {
+			return false
+		}
+	}
+	return true
+}
+
+// Receive implements [API].
+func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
+	if n.closing() {
+		return Batch{}, Coded(ErrClosed)
+	}
+	f, err := n.newFilter(q.Kinds, q.From, q.RequestID)
+	if err != nil {
+		return Batch{}, err
+	}
+	mail, err := n.readMail()
+	if err != nil {
+		return Batch{}, err
+	}
+	if n.mode != ModeServe {
+		q.Wait = 0 // nothing arrives in a home no node serves
+	}
+	limit := q.Limit
+	if limit <= 0 || limit > MaxBatchItems {
+		limit = MaxBatchItems
+	}
+	var deadline <-chan time.Time
+	if q.Wait > 0 {
+		t := time.NewTimer(min(q.Wait, MaxWait))
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		changed := mail.Changed()
+		b := Batch{Cursor: q.After, Pending: mail.Pending(), Messages: []Message{}}
+		size := 0
+		// Read the inbox a page at a time after the cursor: a durable
+		// inbox is not loaded whole for one call.
+	scan:
+		for {
+			page := mail.List(b.Cursor, listPage)
+			for _, en := range page {
+				if !f.matches(en.Item) {
+					b.Cursor = en.Seq // the cursor passes items the filters skip too
+					continue
+				}
+				if len(b.Messages) == limit || size >= MaxBatchBytes {
+					b.More = true
+					break scan // the cursor stays at the last item returned
+				}
+				msg := toMessage(en)
+				size += itemSize(msg)
+				b.Messages = append(b.Messages, msg)
+				b.Cursor = en.Seq
+			}
+			if len(page) < listPage {
+				break
+			}
+		}
+		if len(b.Messages) > 0 || q.Wait <= 0 {
+			return b, nil
+		}
+		select {
+		case <-changed:
+			if n.closing() {
+				b.TimedOut = true
+				return b, nil
+			}
+		case <-deadline:
+			b.TimedOut = true
+			return b, nil
+		case <-ctx.Done():
+			return Batch{}, ctx.Err()
+		case <-n.stopped:
+			b.TimedOut = true
+			return b, nil
+		}
+	}
+}
+
+// readMail is the inbox Receive reads: the serving node's, or the home's
+// stored inbox read by a command run without a daemon.
+func (n *Node) readMail() (mailStore, error) {
+	if n.mode == ModeServe {
+		return n.mail, nil
+	}
+	d, err := n.diskMail()
+	if errors.Is(err, errMemoryHome) {
+		return nil, errorf(CodeNoDaemon, "no daemon is running for %s, and its inbox lives in the daemon's memory ([store] mode = \"memory\"): start it with meerkatd run --home %s", n.h.Dir, n.h.Dir)
+	}
+	return d, Coded(err)
+}
+
+// Ack implements [API]. It reads the inbox a page at a time, so acking
+// by id or cursor in a large durable inbox does not load it whole.
+func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
+	if n.closing() {
+		return Acked{}, Coded(ErrClosed)
+	}
+	if n.mode != ModeServe {
+		return Acked{}, errorf(CodeNoDaemon, "no daemon is running for %s: acknowledging needs it (start it with meerkatd run --home %s)", n.h.Dir, n.h.Dir)
+	}
+	f, err := n.newFilter(a.Kinds, a.From, a.RequestID)
+	if err != nil {
+		return Acked{}, err
+	}
+	want := map[string]bool{}
+	for _, id := range a.IDs {
+		want[strings.ToLower(id)] = true
+	}
+	seqs := slices.Clone(a.Seqs)
+	if len(want) > 0 || a.UpTo > 0 {
+		for after := uint64(0); ; {
+			page := n.mail.List(after, listPage)
+			for _, en := range page {
+				after = en.Seq
+				byID := want[en.Item.Envelope.ID.String()]
+				// up_to acknowledges only what a read with the same
+				// filters could have shown, never items a filtered read
+				// skipped.
+				byCursor := en.Seq <= a.UpTo && f.matches(en.Item)
+				if byID || byCursor {
+					seqs = append(seqs, en.Seq)
+				}
+			}
+			if len(page) < listPage || len(want) == 0 && after >= a.UpTo {
+				break
+			}
+		}
+	}
+	acked := n.mail.Ack(seqs...)
+	return Acked{Acked: acked, Pending: n.mail.Pending()}, nil
+}

@@ -1,0 +1,326 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/inbox/store"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// itemOverhead is what an inbox item costs beyond its wire size (the decoded
+// tree, bookkeeping), for the inbox byte limit.
+const itemOverhead = 512
+
+// expireInterval is how often the durable inbox drops expired dedup rows
+// and old history.
+const expireInterval = time.Hour
+
+// Mode says what a node is started for.
+type Mode int
+
+const (
+	// ModeSend signs and sends; it does not listen. A command run without
+	// a daemon uses it: its inbox is the home's database read-only (or
+	// nothing, for a memory-mode home), and reliable sends go to the
+	// home's outbox for the daemon to finish.
+	ModeSend Mode = iota
+	// ModeReplies is ModeSend that also listens, to receive the responses
+	// a SendRequest with Wait waits for and to complete a pairing offer:
+	// anything else is refused (not acknowledged) so that its sender
+	// retries when the real node is up.
+	ModeReplies
+	// ModeServe is a daemon (or the node embedded in meerkatd mcp): it
+	// listens, keeps its inbox ([store] mode), runs the outbox, writes
+	// the audit log and answers pairing.
+	ModeServe
+)
+
+// Options configure Start. The zero value starts a ModeSend node that
+// logs nothing.
+type Options struct {
+	Mode   Mode
+	Logger *slog.Logger // nil: discard
+}
+
+// Node is a node running in this process: the Router, the inbox that
+// holds what it received, its listeners, the trust-file watcher and, when
+// serving, the outbox and audit log. It implements [API]; its methods are
+// safe for concurrent use. Close stops it; afterwards its methods fail
+// with ErrClosed (or CodeUnavailable).
+type Node struct {
+	h       *Home
+	mode    Mode
+	r       *comms.Router
+	mail    mailStore       // memory for command nodes; the home's store ([store] mode) when serving
+	inbox   *recordingInbox // the Router's Admitter: mail plus received requests
+	log     *slog.Logger
+	addrs   []transport.Addr // what it listens on
+	started time.Time
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	reload  func() // re-read the trust file now (SIGHUP)
+
+	ob      *outbox.Outbox // reliable sends (serving nodes only)
+	obStore outbox.Store   // the outbox's store; for other nodes opened on first use
+	obMu    sync.Mutex     // guards obStore and obDB when opened on first use
+	obDB    *store.Store   // the database opened for obStore, if this node opened one
+	audit   *audit.Log     // nil: no audit log (disabled, or not serving)
+	pairing *pairing       // offers and pairing exchanges (listening nodes)
+
+	trackOnce sync.Once // trackStored
+
+	stopOnce sync.Once
+	stopped  chan struct{} // closed when Close begins; ends waits on the inbox
+}
+
+var _ API = (*Node)(nil)
+
+// openMail opens where the node keeps what it receives: for a serving
+// node the home's SQLite store unless [store] mode is "memory"; for the
+// short-lived command nodes, memory (they keep only responses they wait
+// for).
+func openMail(h *Home, log *slog.Logger, mode Mode) (mailStore, error) {
+	if mode != ModeServe || h.Config.Store.Mode == config.StoreMemory {
+		mail := inbox.NewMailbox[comms.Item](h.Config.Comms.InboxMax)
+		mail.SetByteLimit(h.Config.Comms.InboxMaxBytes, func(it comms.Item) int { return it.Size + itemOverhead })
+		return memMail{mail}, nil
+	}
+	st, err := store.Open(filepath.Join(h.Dir, DBFileName), store.Options{
+		MaxItems:         h.Config.Comms.InboxMax,
+		MaxBytes:         int64(h.Config.Comms.InboxMaxBytes),
+		DedupWindow:      time.Duration(h.Config.Store.DedupWindowHours) * time.Hour,
+		HistoryRetention: time.Duration(h.Config.Store.HistoryHours) * time.Hour,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &durableMail{st: st, log: log}, nil
+}
+
+func expireLoop(ctx context.Context, d *durableMail, log *slog.Logger) {
+	t := time.NewTicker(expireInterval)
+	defer t.Stop()
+	for {
+		if dedup, history, err := d.st.Expire(); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("inbox store: expiry failed", "err", err)
+			}
+		} else if dedup+history > 0 {
+			log.Debug("inbox store: expired", "dedup", dedup, "history", history)
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// responsesOnly admits responses and refuses everything else.
+type responsesOnly struct{ inner comms.Admitter }
+
+func (a responsesOnly) Push(it comms.Item) error {
+	if it.Type != comms.ItemExternal || it.Envelope.Kind.Type() != wire.TypeResponse {
+		return errors.New("this node is only waiting for a response")
+	}
+	return a.inner.Push(it)
+}
+
+// Start builds the node of home h and, unless opts.Mode is ModeSend,
+// starts its listeners and the trust watcher.
+func Start(h *Home, opts Options) (*Node, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	mode := opts.Mode
+	list, err := trust.LoadOrEmpty(h.TrustPath())
+	if err != nil {
+		return nil, err
+	}
+	mail, err := openMail(h, log, mode)
+	if err != nil {
+		return nil, err
+	}
+	rec := newRecordingInbox(mail)
+	for after := uint64(0); ; { // requests still unanswered from before a restart
+		page := mail.List(after, listPage)
+		for _, en := range page {
+			rec.track(en.Item)
+			after = en.Seq
+		}
+		if len(page) < listPage {
+			break
+		}
+	}
+	var admit comms.Admitter = rec
+	if mode == ModeReplies {
+		admit = responsesOnly{rec}
+	}
+	n := &Node{h: h, mode: mode, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
+	var observe func(comms.Event)
+	var pairHook func(net.Conn, io.Reader)
+	if mode != ModeSend {
+		n.pairing = newPairing(n)
+		pairHook = n.pairing.serve
+	}
+	if mode == ModeServe {
+		if n.audit, err = openAudit(h); err != nil {
+			mail.Close()
+			return nil, err
+		}
+		observe = n.observeInbound
+	}
+	r, err := comms.New(h.Key, list, comms.Options{
+		Logger:          log,
+		AckTimeout:      h.Config.Comms.AckTimeout(),
+		FrameTimeout:    h.Config.Comms.FrameTimeout(),
+		IdleTimeout:     h.Config.Comms.IdleTimeout(),
+		MaxConnections:  h.Config.Comms.MaxConnections,
+		MaxMessageBytes: h.Config.Comms.MaxMessageBytes,
+		Inbox:           admit,
+		Observe:         observe,
+		Pairing:         pairHook,
+	})
+	if err != nil {
+		mail.Close()
+		n.audit.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.r, n.cancel = r, cancel
+	if mode == ModeServe {
+		if d, ok := mail.(*durableMail); ok {
+			n.obStore = d.st.Outbox()
+		} else {
+			n.obStore = outbox.NewMemStore()
+		}
+		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
+	if d, ok := mail.(*durableMail); ok {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			expireLoop(ctx, d, log)
+		}()
+	}
+	if mode == ModeSend {
+		return n, nil
+	}
+	ls, err := h.Config.Resolve(h.Dir)
+	if err != nil {
+		n.Close()
+		return nil, err
+	}
+	for _, a := range ls.All() {
+		ln, err := transport.Listen(ctx, a)
+		if err != nil {
+			n.Close()
+			return nil, err
+		}
+		if a.Scheme == transport.SchemeTCP {
+			a.Port = uint16(ln.Addr().(*net.TCPAddr).Port)
+		}
+		n.addrs = append(n.addrs, a)
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := r.Serve(ln); err != nil {
+				log.Error("listener stopped", "addr", a.String(), "err", err)
+			}
+		}()
+	}
+	w := trust.NewWatcher(h.TrustPath(), list, trust.DefaultWatchInterval, func(l *trust.List, err error) {
+		if err != nil {
+			log.Error("trusted peers file not reloaded; keeping the previous list", "err", err)
+			return
+		}
+		r.SetTrust(l)
+		log.Info("trusted peers reloaded", "peers", l.Len())
+	})
+	n.reload = w.Reload
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		w.Run(ctx)
+	}()
+	if n.ob != nil {
+		n.ob.Start() // what earlier runs left in the outbox goes out now
+	}
+	return n, nil
+}
+
+// listPage is how many inbox items the node reads at a time.
+const listPage = 256
+
+// Home returns the node's home.
+func (n *Node) Home() *Home { return n.h }
+
+// Router returns the node's Router.
+func (n *Node) Router() *comms.Router { return n.r }
+
+// Addrs returns the addresses the node listens on (TCP with the port
+// actually bound).
+func (n *Node) Addrs() []transport.Addr { return n.addrs }
+
+// ReloadTrust re-reads the trust file now (SIGHUP).
+func (n *Node) ReloadTrust() { n.reload() }
+
+// closing reports whether Close has begun.
+func (n *Node) closing() bool {
+	select {
+	case <-n.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close stops the node: the outbox, then the Router (finishing acks in
+// flight), the inbox, and waits for the listeners and the watcher. It is
+// idempotent.
+func (n *Node) Close() error {
+	first := false
+	n.stopOnce.Do(func() { close(n.stopped); first = true })
+	if !first {
+		return nil
+	}
+	n.cancel()
+	if n.ob != nil {
+		n.ob.Close() // first: attempts it cancels are not failures, and it writes to the store
+	}
+	n.r.Close()
+	n.mail.Close()
+	n.obMu.Lock()
+	if n.obDB != nil {
+		if err := n.obDB.Close(); err != nil {
+			n.log.Error("outbox store: close failed", "err", err)
+		}
+	}
+	n.obMu.Unlock()
+	n.wg.Wait()
+	if err := n.audit.Close(); err != nil {
+		n.log.Error("audit log: close failed", "err", err)
+	}
+	return nil
+}
+
+// SendTimeout bounds a send beyond the ack timeout: dialing and queueing.
+func (n *Node) SendTimeout() time.Duration { return n.h.Config.Comms.AckTimeout() + 5*time.Second }

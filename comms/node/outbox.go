@@ -1,0 +1,184 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// timeOrNil is t in UTC, or nil for the zero time (JSON null).
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func toQueuedSend(e outbox.Entry, inFlight bool) QueuedSend {
+	return QueuedSend{Seq: e.Seq, ID: e.ID.String(), Peer: e.Peer, PubKey: e.To.String(), Kind: e.Kind, Size: len(e.Payload),
+		Created: e.Created.UTC(), Attempts: e.Attempts, NextAttempt: timeOrNil(e.NextAttempt), Expires: timeOrNil(e.Expires),
+		LastError: e.LastError, InFlight: inFlight}
+}
+
+func toPeerSendState(s outbox.PeerState) PeerSendState {
+	return PeerSendState{Peer: s.Name, PubKey: s.Peer.String(), Queued: s.Queued, Breaker: s.Breaker, Failures: s.Failures,
+		OpenUntil: timeOrNil(s.OpenUntil), NextAttempt: timeOrNil(s.NextAttempt), LastError: s.LastError}
+}
+
+// breakerOf is the state shown for a stored breaker without a running
+// outbox.
+func breakerOf(b outbox.Breaker, now time.Time) string {
+	switch {
+	case b.OpenUntil.IsZero():
+		return outbox.BreakerClosed
+	case now.Before(b.OpenUntil):
+		return outbox.BreakerOpen
+	}
+	return outbox.BreakerHalfOpen
+}
+
+// Outbox implements [API]: the running outbox's view, or without one the
+// home's stored outbox.
+func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
+	info := Outbox{Entries: []QueuedSend{}, Peers: []PeerSendState{}}
+	if ob := n.ob; ob != nil {
+		for _, q := range ob.List() {
+			info.Entries = append(info.Entries, toQueuedSend(q.Entry, q.InFlight))
+		}
+		for _, s := range ob.Peers() {
+			info.Peers = append(info.Peers, toPeerSendState(s))
+		}
+		return info, nil
+	}
+	st, err := n.outboxStore()
+	if err != nil {
+		return info, Coded(err)
+	}
+	es, err := st.Entries()
+	if err != nil {
+		return info, err
+	}
+	byPeer := map[identity.PeerID]*PeerSendState{}
+	for _, e := range es {
+		info.Entries = append(info.Entries, toQueuedSend(e, false))
+		ps := byPeer[e.To]
+		if ps == nil {
+			ps = &PeerSendState{Peer: e.Peer, PubKey: e.To.String(), Breaker: outbox.BreakerClosed}
+			byPeer[e.To] = ps
+		}
+		ps.Queued++
+		if ps.Queued == 1 {
+			ps.NextAttempt, ps.LastError = timeOrNil(e.NextAttempt), e.LastError
+		}
+	}
+	bs, err := st.Breakers()
+	if err != nil {
+		return info, err
+	}
+	now := time.Now()
+	for _, br := range bs {
+		ps := byPeer[br.Peer]
+		if ps == nil {
+			ps = &PeerSendState{PubKey: br.Peer.String()}
+			if p, ok := n.r.Trust().Lookup(br.Peer); ok {
+				ps.Peer = p.Name
+			}
+			byPeer[br.Peer] = ps
+		}
+		ps.Breaker, ps.Failures, ps.OpenUntil = breakerOf(br, now), br.Failures, timeOrNil(br.OpenUntil)
+	}
+	for _, ps := range byPeer {
+		info.Peers = append(info.Peers, *ps)
+	}
+	slices.SortFunc(info.Peers, func(a, b PeerSendState) int { return strings.Compare(a.Peer+a.PubKey, b.Peer+b.PubKey) })
+	return info, nil
+}
+
+// DeadLetters implements [API].
+func (n *Node) DeadLetters(ctx context.Context) ([]DeadLetter, error) {
+	var dl []outbox.DeadLetter
+	var err error
+	if n.ob != nil {
+		dl, err = n.ob.DeadLetters()
+	} else {
+		var st outbox.Store
+		if st, err = n.outboxStore(); err == nil {
+			dl, err = st.DeadLetters()
+		}
+	}
+	out := make([]DeadLetter, 0, len(dl))
+	for _, d := range dl {
+		e := d.Entry
+		out = append(out, DeadLetter{Seq: e.Seq, ID: e.ID.String(), Peer: e.Peer, PubKey: e.To.String(), Kind: e.Kind, Size: len(e.Payload),
+			Created: e.Created.UTC(), Attempts: e.Attempts, Reason: d.Reason, DiedAt: d.DiedAt.UTC()})
+	}
+	return out, Coded(err)
+}
+
+// deadIDs parses the ids of a retry or drop; all means every dead letter
+// (nil ids).
+func deadIDs(ids []string, all bool) ([]identity.UUID, error) {
+	if all == (len(ids) > 0) {
+		return nil, errorf(CodeBadArgument, "give dead-letter ids or all (not both)")
+	}
+	out := make([]identity.UUID, 0, len(ids))
+	for _, s := range ids {
+		u, err := identity.ParseUUID(s)
+		if err != nil {
+			return nil, errorf(CodeBadArgument, "%q is not an envelope id", s)
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// RetryDeadLetters implements [API].
+func (n *Node) RetryDeadLetters(ctx context.Context, ids []string, all bool) (int, error) {
+	us, err := deadIDs(ids, all)
+	if err != nil {
+		return 0, err
+	}
+	if n.ob != nil {
+		k, err := n.ob.Revive(us...)
+		return k, Coded(err)
+	}
+	st, err := n.outboxStore()
+	if err != nil {
+		return 0, Coded(err)
+	}
+	es, err := st.Revive(us...)
+	return len(es), Coded(err)
+}
+
+// DropDeadLetters implements [API].
+func (n *Node) DropDeadLetters(ctx context.Context, ids []string, all bool) (int, error) {
+	us, err := deadIDs(ids, all)
+	if err != nil {
+		return 0, err
+	}
+	var st outbox.Store
+	if n.ob != nil {
+		st = n.obStore
+	} else if st, err = n.outboxStore(); err != nil {
+		return 0, Coded(err)
+	}
+	if all {
+		dl, err := st.DeadLetters()
+		if err != nil {
+			return 0, err
+		}
+		for _, d := range dl {
+			us = append(us, d.ID)
+		}
+		if len(us) == 0 {
+			return 0, nil
+		}
+	}
+	k, err := st.Drop(us...)
+	return k, Coded(err)
+}

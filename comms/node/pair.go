@@ -1,0 +1,278 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+	"github.com/meerkatd/meerkatd/trust/pair"
+)
+
+func toPaired(p trust.Peer) Paired {
+	return Paired{Name: p.Name, PubKey: p.ID.String(), Addr: p.Addr.String()}
+}
+
+// pairing is a node's side of pairing: its responder and open offers.
+type pairing struct {
+	n    *Node
+	resp *pair.Responder
+
+	mu     sync.Mutex
+	offers map[string]*pair.Offer // by handle
+}
+
+func newPairing(n *Node) *pairing {
+	p := &pairing{n: n, offers: map[string]*pair.Offer{}}
+	p.resp = pair.NewResponder(n.h.Key, n.h.Config.Name, n.trustPeer)
+	return p
+}
+
+// serve is the Router's Pairing hook.
+func (p *pairing) serve(c net.Conn, r io.Reader) {
+	source := pair.LocalSource
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		source = ta.IP.String()
+	} else if uid, err := transport.PeerUID(c); err == nil {
+		source = pair.LocalSource + ":" + strconv.FormatUint(uint64(uid), 10) // local users are limited separately
+	}
+	if err := p.resp.Serve(c, r, source); err != nil {
+		p.n.log.Info("pairing attempt failed", "source", source, "err", err)
+	}
+}
+
+// offerAddr is where the other node reaches this one: the TCP listener if
+// there is one (it works across hosts), else the Unix socket.
+func (n *Node) offerAddr() (transport.Addr, error) {
+	var uds *transport.Addr
+	for _, a := range n.addrs {
+		if a.Scheme == transport.SchemeTCP {
+			return a, nil
+		}
+		uds = &a
+	}
+	if uds == nil {
+		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: "this node does not listen anywhere: set comms.listen_uds or comms.listen_tcp"}
+	}
+	return *uds, nil
+}
+
+// open creates an offer and returns its handle.
+func (p *pairing) open(ttl time.Duration, nameForPeer string) (PairOffer, *pair.Offer, error) {
+	addr, err := p.n.offerAddr()
+	if err != nil {
+		return PairOffer{}, nil, err
+	}
+	o, err := p.resp.Open(addr, ttl, nameForPeer)
+	if err != nil {
+		return PairOffer{}, nil, &Error{Code: CodeBadArgument, Msg: err.Error()}
+	}
+	var h [8]byte
+	rand.Read(h[:])
+	id := hex.EncodeToString(h[:])
+	p.mu.Lock()
+	for k, old := range p.offers { // forget handles of offers that are over
+		select {
+		case <-old.Done():
+			delete(p.offers, k)
+		default:
+			if time.Now().After(old.Expires.Add(pair.ExchangeTimeout)) {
+				delete(p.offers, k)
+			}
+		}
+	}
+	p.offers[id] = o
+	p.mu.Unlock()
+	return PairOffer{ID: id, Line: o.Line.String(), Expires: o.Expires.UTC()}, o, nil
+}
+
+// wait waits for offer id to be used.
+func (p *pairing) wait(ctx context.Context, id string) (Paired, error) {
+	p.mu.Lock()
+	o := p.offers[id]
+	p.mu.Unlock()
+	if o == nil {
+		return Paired{}, &Error{Code: CodeBadArgument, Msg: "no such offer"}
+	}
+	peer, err := o.Wait(ctx)
+	if ctx.Err() != nil {
+		return Paired{}, &Error{Code: CodePairPending, Msg: "the offer is still open"}
+	}
+	p.mu.Lock()
+	delete(p.offers, id)
+	p.mu.Unlock()
+	if err != nil {
+		return Paired{}, Coded(err)
+	}
+	return toPaired(peer), nil
+}
+
+// cancel withdraws offer id if it was not used.
+func (p *pairing) cancel(id string) {
+	p.mu.Lock()
+	o := p.offers[id]
+	delete(p.offers, id)
+	p.mu.Unlock()
+	if o != nil {
+		p.resp.Close(o)
+	}
+}
+
+// accept pairs with the node of line from this node.
+func (n *Node) accept(ctx context.Context, lineText, nameForPeer string) (Paired, error) {
+	line, err := pair.ParseLine(lineText)
+	if err != nil {
+		return Paired{}, &Error{Code: CodeBadArgument, Msg: err.Error()}
+	}
+	self, err := n.selfAddrFor(line.Addr)
+	if err != nil {
+		return Paired{}, err
+	}
+	peer, err := pair.Accept(ctx, n.h.Key, n.h.Config.Name, self, line, nameForPeer, n.planPeer, n.trustPeer)
+	if err != nil {
+		return Paired{}, Coded(err)
+	}
+	return toPaired(peer), nil
+}
+
+// selfAddrFor is where the node of addr should reach this one: over TCP
+// if it is reached over TCP and this node listens on TCP, else over the
+// Unix socket.
+func (n *Node) selfAddrFor(other transport.Addr) (transport.Addr, error) {
+	ls, err := n.h.Config.Resolve(n.h.Dir)
+	if err != nil {
+		return transport.Addr{}, err
+	}
+	all := ls.All()
+	if len(n.addrs) > 0 {
+		all = n.addrs // a running node knows its actual ports
+	}
+	var pick *transport.Addr
+	for i, a := range all {
+		if a.Scheme == other.Scheme {
+			return a, nil
+		}
+		pick = &all[i]
+	}
+	switch {
+	case other.Scheme == transport.SchemeTCP:
+		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: "the other node is reached over TCP, but this node has no TCP listener it could reach back: set comms.listen_tcp"}
+	case pick == nil:
+		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: "this node does not listen anywhere, so the other node could not reach it: set comms.listen_uds or comms.listen_tcp"}
+	}
+	return *pick, nil
+}
+
+// planTrust resolves how p would be added to list: a key already trusted
+// keeps its entry and takes the new address; a name already used (in any
+// case) by another key gets a numeric suffix, shortened to fit.
+func planTrust(l *trust.List, p trust.Peer) (trust.Peer, *trust.List, error) {
+	if cur, ok := l.Lookup(p.ID); ok {
+		cur.Addr = p.Addr
+		without, err := l.Without(cur.Name)
+		if err != nil {
+			return trust.Peer{}, nil, err
+		}
+		next, err := without.With(cur)
+		return cur, next, err
+	}
+	base := p.Name
+	for i := 1; ; i++ {
+		if i > 1 {
+			suffix := "-" + strconv.Itoa(i)
+			p.Name = base[:min(len(base), trust.MaxNameLen-len(suffix))] + suffix
+		}
+		next, err := l.With(p)
+		if err == nil {
+			return p, next, nil
+		}
+		if i >= 1000 || !isNameClash(l, p.Name) {
+			return trust.Peer{}, nil, err
+		}
+	}
+}
+
+// isNameClash reports whether name is taken in l, ignoring case.
+func isNameClash(l *trust.List, name string) bool {
+	for _, q := range l.Peers() {
+		if strings.EqualFold(q.Name, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// planPeer is the initiator's check before it proves itself: how p would
+// be trusted here, or why it cannot be.
+func (n *Node) planPeer(p trust.Peer) (trust.Peer, error) {
+	l, err := trust.LoadOrEmpty(n.h.TrustPath())
+	if err != nil {
+		return trust.Peer{}, err
+	}
+	planned, _, err := planTrust(l, p)
+	return planned, err
+}
+
+// trustPeer adds p to the trust file (a pairing's commit) and applies it
+// at once.
+func (n *Node) trustPeer(p trust.Peer) (trust.Peer, error) {
+	var added trust.Peer
+	_, err := trust.Update(n.h.TrustPath(), func(l *trust.List) (*trust.List, error) {
+		var next *trust.List
+		var err error
+		added, next, err = planTrust(l, p)
+		return next, err
+	})
+	if err != nil {
+		return trust.Peer{}, err
+	}
+	if n.r != nil {
+		if l, err := trust.LoadOrEmpty(n.h.TrustPath()); err == nil {
+			n.r.SetTrust(l)
+		}
+	}
+	return added, nil
+}
+
+// PairOffer implements [API].
+func (n *Node) PairOffer(ctx context.Context, opts PairOptions) (PairOffer, error) {
+	if n.pairing == nil {
+		return PairOffer{}, errorf(CodeNoDaemon, "this node does not listen, so no other node could use an offer")
+	}
+	if opts.TTL < 0 {
+		return PairOffer{}, errorf(CodeBadArgument, "the offer's time-to-live must not be negative")
+	}
+	info, _, err := n.pairing.open(opts.TTL, opts.NameForPeer)
+	return info, err
+}
+
+// PairWait implements [API].
+func (n *Node) PairWait(ctx context.Context, id string) (Paired, error) {
+	if n.pairing == nil {
+		return Paired{}, errorf(CodeBadArgument, "no such offer")
+	}
+	return n.pairing.wait(ctx, id)
+}
+
+// PairCancel implements [API].
+func (n *Node) PairCancel(ctx context.Context, id string) error {
+	if n.pairing != nil {
+		n.pairing.cancel(id)
+	}
+	return nil
+}
+
+// PairAccept implements [API].
+func (n *Node) PairAccept(ctx context.Context, line, name string) (Paired, error) {
+	if n.closing() {
+		return Paired{}, Coded(ErrClosed)
+	}
+	return n.accept(ctx, line, name)
+}

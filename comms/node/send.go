@@ -1,0 +1,397 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/inbox/store"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// sendSpec is one send as the node carries it out.
+type sendSpec struct {
+	peer     string
+	kind     wire.Kind
+	reliable bool          // through the outbox: stored first, retried until acked
+	ttl      time.Duration // reliable: dead letter if not acked by then (0: outbox.default_ttl_secs)
+	noWait   bool          // reliable: return once stored, without waiting for the first attempt
+}
+
+// sendOutcome is what a send did.
+type sendOutcome struct {
+	id        identity.UUID
+	peer      trust.Peer
+	delivery  string
+	lastError string // queued: why the last attempt failed
+}
+
+// routerDeliverer makes the outbox's attempts on the Router.
+type routerDeliverer struct{ r *comms.Router }
+
+func (d routerDeliverer) Deliver(ctx context.Context, a outbox.Attempt) error {
+	err := d.r.Deliver(ctx, comms.Delivery{To: a.To, ID: a.ID, Payload: a.Payload, WantAck: a.WantAck, Queued: a.Queued})
+	if errors.Is(err, comms.ErrUnknownPeer) {
+		return outbox.Permanent(outbox.ReasonUnknownPeer, err)
+	}
+	return err
+}
+
+// errOutboxNeedsStore is returned for a reliable send with no daemon and
+// no durable store to keep it in.
+var errOutboxNeedsStore = &Error{Code: CodeNoDaemon, Msg: "a reliable send needs the running daemon or store.mode = \"sqlite\" to keep it until it is acknowledged"}
+
+// send seals s.kind for s.peer and sends it: directly (one attempt, as
+// before the outbox existed) or reliably (stored, then retried).
+func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
+	sealed, err := n.r.Seal(s.peer, s.kind)
+	if err != nil {
+		return sendOutcome{}, err
+	}
+	out := sendOutcome{id: sealed.ID, peer: sealed.Peer}
+	wantAck := sealed.Kind != wire.TypeResponse
+	done := DeliveryAcked
+	if !wantAck {
+		done = DeliveryWritten
+	}
+	if !s.reliable {
+		n.auditSealed(sealed, audit.EventSent, 1, "")
+		err := n.r.Deliver(ctx, comms.Delivery{To: sealed.Peer.ID, ID: sealed.ID, Payload: sealed.Payload, WantAck: wantAck, SecondTry: true})
+		if err != nil {
+			n.auditSealed(sealed, audit.EventRefused, 1, err.Error())
+			return out, err
+		}
+		n.auditSealed(sealed, audit.EventAcked, 1, "") // responses: written
+		out.delivery = done
+		return out, nil
+	}
+	e := outbox.Entry{ID: sealed.ID, To: sealed.Peer.ID, Peer: sealed.Peer.Name, Kind: sealed.Kind, CorrID: sealed.CorrID, Payload: sealed.Payload}
+	ttl := s.ttl
+	if ttl == 0 {
+		ttl = n.h.Config.Outbox.DefaultTTL()
+	}
+	if ttl > 0 {
+		e.Expires = time.Now().Add(ttl)
+	}
+	if n.ob == nil {
+		return n.sendReliableOnce(ctx, e, out, done)
+	}
+	// Wait for the first attempt only if it starts now: behind a backlog
+	// or an open breaker it would not start within the caller's patience.
+	ps := n.ob.Peer(e.To)
+	wait := !s.noWait && ps.Breaker != outbox.BreakerOpen && !ps.NextAttempt.After(time.Now())
+	_, t, err := n.ob.Enqueue(e)
+	if err != nil {
+		return out, err
+	}
+	out.delivery, out.lastError = DeliveryQueued, ps.LastError
+	if !wait {
+		return out, nil
+	}
+	select {
+	case <-t.Attempted():
+	case <-ctx.Done():
+		return out, nil // still queued; the outbox keeps trying
+	}
+	select {
+	case <-t.Done():
+		if err := t.Err(); err != nil {
+			return out, Coded(err)
+		}
+		out.delivery, out.lastError = done, ""
+	default:
+		out.lastError = t.LastError()
+	}
+	return out, nil
+}
+
+// sendReliableOnce is a reliable send without a running outbox (no
+// daemon): the envelope is stored in the home's outbox, attempted once,
+// and left there for the daemon to retry if that attempt fails.
+func (n *Node) sendReliableOnce(ctx context.Context, e outbox.Entry, out sendOutcome, done string) (sendOutcome, error) {
+	st, err := n.outboxStore()
+	if err != nil {
+		return out, err
+	}
+	// Earlier envelopes for this peer still queued, or its breaker open:
+	// this one waits its turn (order), for the daemon to send.
+	waiting, err := queuedFor(st, e.To, time.Now())
+	if err != nil {
+		return out, err
+	}
+	e.Created = time.Now()
+	if e, err = st.Add(e); err != nil {
+		return out, err
+	}
+	if waiting != "" {
+		out.delivery, out.lastError = DeliveryQueued, waiting
+		return out, nil
+	}
+	err = n.r.Deliver(ctx, comms.Delivery{To: e.To, ID: e.ID, Payload: e.Payload, WantAck: e.Kind != wire.TypeResponse, SecondTry: true})
+	switch {
+	case err == nil:
+		out.delivery = done
+		return out, st.Delivered(e.ID)
+	case errors.Is(err, comms.ErrUnknownPeer):
+		if kerr := st.Kill(e.ID, outbox.ReasonUnknownPeer+": "+err.Error(), time.Now()); kerr != nil {
+			return out, kerr
+		}
+		return out, err
+	}
+	out.delivery, out.lastError = DeliveryQueued, err.Error()
+	backoff, _ := n.h.Config.Outbox.BackoffDurations()
+	if aerr := st.Attempted(e.ID, 1, time.Now().Add(backoff[0]), err.Error()); aerr != nil {
+		return out, aerr
+	}
+	return out, nil
+}
+
+// queuedFor says why a new envelope to peer must wait behind the stored
+// outbox ("" if it need not).
+func queuedFor(st outbox.Store, peer identity.PeerID, now time.Time) (string, error) {
+	es, err := st.Entries()
+	if err != nil {
+		return "", err
+	}
+	n := 0
+	for _, e := range es {
+		if e.To == peer {
+			n++
+		}
+	}
+	if n > 0 {
+		return fmt.Sprintf("behind %d earlier envelope(s) to this peer, which the daemon sends first", n), nil
+	}
+	bs, err := st.Breakers()
+	if err != nil {
+		return "", err
+	}
+	for _, b := range bs {
+		if b.Peer == peer && now.Before(b.OpenUntil) {
+			return "the peer's circuit breaker is open until " + b.OpenUntil.Local().Format(time.RFC3339), nil
+		}
+	}
+	return "", nil
+}
+
+// outboxStore returns the store of the home's outbox: the serving node's,
+// or for a command without a daemon the home's database, opened on first
+// use.
+func (n *Node) outboxStore() (outbox.Store, error) {
+	n.obMu.Lock()
+	defer n.obMu.Unlock()
+	if n.obStore != nil {
+		return n.obStore, nil
+	}
+	db, err := n.homeDBLocked()
+	if err != nil {
+		if errors.Is(err, errMemoryHome) {
+			return nil, errOutboxNeedsStore
+		}
+		return nil, err
+	}
+	n.obStore = db.Outbox()
+	return n.obStore, nil
+}
+
+// errMemoryHome: the home keeps no database ([store] mode = "memory").
+var errMemoryHome = errors.New("node: the home keeps no database")
+
+// homeDBLocked opens the home's database for a node that does not serve
+// it (a command run without a daemon), once. n.obMu must be held.
+func (n *Node) homeDBLocked() (*store.Store, error) {
+	if n.closing() {
+		return nil, ErrClosed
+	}
+	if n.obDB != nil {
+		return n.obDB, nil
+	}
+	if n.h.Config.Store.Mode == config.StoreMemory {
+		return nil, errMemoryHome
+	}
+	st, err := store.Open(filepath.Join(n.h.Dir, DBFileName), store.Options{})
+	if err != nil {
+		return nil, err
+	}
+	n.obDB = st
+	return st, nil
+}
+
+// diskMail is the home's stored inbox for a node that does not serve it:
+// what the daemon received and has not had acknowledged. It is nil, with
+// errMemoryHome, for a memory-mode home.
+func (n *Node) diskMail() (*durableMail, error) {
+	n.obMu.Lock()
+	defer n.obMu.Unlock()
+	db, err := n.homeDBLocked()
+	if err != nil {
+		return nil, err
+	}
+	return &durableMail{st: db, log: n.log}, nil
+}
+
+// newOutbox creates the outbox of a daemon node over st.
+func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Event)) (*outbox.Outbox, error) {
+	backoff, err := h.Config.Outbox.BackoffDurations()
+	if err != nil {
+		return nil, err
+	}
+	return outbox.New(st, routerDeliverer{r}, outbox.Options{
+		Backoff:         backoff,
+		MaxAttempts:     h.Config.Outbox.MaxAttempts,
+		BreakerFailures: h.Config.Outbox.BreakerFailures,
+		BreakerOpen:     h.Config.Outbox.BreakerOpen(),
+		MaxEntries:      h.Config.Outbox.MaxEntries,
+		MaxBytes:        int64(h.Config.Outbox.MaxBytes),
+		Observe:         observe,
+	})
+}
+
+// sendKind sends kind to peer and reports it as the API does.
+func (n *Node) sendKind(ctx context.Context, peer string, kind wire.Kind, opts SendOptions) (Sent, sendOutcome, error) {
+	if n.closing() {
+		return Sent{}, sendOutcome{}, Coded(ErrClosed)
+	}
+	if opts.TTL < 0 || opts.TTL > MaxTTL {
+		return Sent{}, sendOutcome{}, errorf(CodeBadArgument, "ttl %s: want 0 to %s", opts.TTL, MaxTTL)
+	}
+	if !opts.Reliable && (opts.TTL != 0 || opts.NoWait) {
+		return Sent{}, sendOutcome{}, errorf(CodeBadArgument, "a time-to-live and no-wait apply to reliable sends only")
+	}
+	out, err := n.send(ctx, sendSpec{peer: peer, kind: kind, reliable: opts.Reliable, ttl: opts.TTL, noWait: opts.NoWait})
+	if out.id.IsZero() {
+		return Sent{}, out, Coded(err)
+	}
+	return Sent{ID: out.id.String(), Peer: out.peer.Name, Delivery: out.delivery, LastError: out.lastError}, out, Coded(err)
+}
+
+// jsonValue parses a JSON argument (empty: null).
+func jsonValue(what string, raw json.RawMessage) (wire.Value, error) {
+	if len(raw) == 0 {
+		return wire.Null(), nil
+	}
+	v, err := wire.ParseJSON(raw)
+	if err != nil {
+		return wire.Value{}, errorf(CodeBadArgument, "%s is not valid JSON: %v", what, err)
+	}
+	return v, nil
+}
+
+// SendMessage implements [API].
+func (n *Node) SendMessage(ctx context.Context, peer, body string, opts SendOptions) (Sent, error) {
+	if opts.Wait != 0 {
+		return Sent{}, errorf(CodeBadArgument, "waiting for responses applies to requests only")
+	}
+	s, _, err := n.sendKind(ctx, peer, wire.Message(body), opts)
+	return s, err
+}
+
+// SendRequest implements [API].
+func (n *Node) SendRequest(ctx context.Context, peer, intent string, params json.RawMessage, opts SendOptions) (Sent, error) {
+	if intent == "" {
+		return Sent{}, errorf(CodeBadArgument, "a request needs an intent")
+	}
+	if opts.Wait < 0 {
+		return Sent{}, errorf(CodeBadArgument, "wait must not be negative")
+	}
+	pv, err := jsonValue("params", params)
+	if err != nil {
+		return Sent{}, err
+	}
+	res, out, err := n.sendKind(ctx, peer, wire.Request(intent, pv), opts)
+	if err != nil || opts.Wait <= 0 {
+		return res, err
+	}
+	if out.delivery == DeliveryQueued {
+		return res, errorf(CodePeerOffline, "request %s is queued for retry (%s); its response will arrive in the inbox", out.id, out.lastError)
+	}
+	wctx, cancel := context.WithTimeout(ctx, min(opts.Wait, MaxWait))
+	defer cancel()
+	for {
+		resp, err := n.r.AwaitResponse(wctx, out.id)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return res, errorf(CodePeerOffline, "request %s acked, but no final response within %s", out.id, opts.Wait)
+			}
+			return res, Coded(err)
+		}
+		if len(res.Responses) < MaxWaitedResponses {
+			res.Responses = append(res.Responses, toMessage(inbox.Entry[comms.Item]{Item: comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: resp, PeerName: out.peer.Name}}))
+		}
+		if s := resp.Kind.Status(); s == wire.StatusCompleted || s == wire.StatusFailed {
+			return res, nil
+		}
+	}
+}
+
+// SendResponse implements [API]: it checks that the request was received
+// from peer and, for a final answer, not answered yet. A reliable final
+// answer counts as given once it is queued; the reservation is undone
+// only if the send fails outright (nothing was queued, or it became a
+// dead letter at once).
+func (n *Node) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, opts SendOptions) (Sent, error) {
+	if opts.Wait != 0 {
+		return Sent{}, errorf(CodeBadArgument, "waiting for responses applies to requests only")
+	}
+	if !wire.Status(status).Valid() {
+		return Sent{}, errorf(CodeBadStatus, "status %q: want accepted, completed or failed", status)
+	}
+	rid, err := identity.ParseUUID(requestID)
+	if err != nil {
+		return Sent{}, errorf(CodeUnknownRequest, "%q is not a request id", requestID)
+	}
+	v, err := jsonValue("result", result)
+	if err != nil {
+		return Sent{}, err
+	}
+	if n.closing() {
+		return Sent{}, Coded(ErrClosed)
+	}
+	p, err := n.r.ResolvePeer(peer)
+	if err != nil {
+		return Sent{}, Coded(err)
+	}
+	if n.mode != ModeServe {
+		n.trackStored()
+	}
+	final := status != string(wire.StatusAccepted)
+	if err := n.inbox.checkAnswer(rid, p.ID, final); err != nil {
+		return Sent{}, err
+	}
+	sent, _, err := n.sendKind(ctx, p.ID.String(), wire.Response(rid, wire.Status(status), v), opts)
+	if err != nil && final {
+		n.inbox.unreserve(rid)
+	}
+	return sent, err
+}
+
+// trackStored records, once, the requests in the home's stored inbox, for
+// a command run without a daemon: it may answer those.
+func (n *Node) trackStored() {
+	n.trackOnce.Do(func() {
+		d, err := n.diskMail()
+		if err != nil {
+			return // a memory-mode home: no request received is known here
+		}
+		for after := uint64(0); ; {
+			page := d.List(after, listPage)
+			for _, en := range page {
+				n.inbox.track(en.Item)
+				after = en.Seq
+			}
+			if len(page) < listPage {
+				return
+			}
+		}
+	})
+}

@@ -1,0 +1,87 @@
+package node
+
+import (
+	"context"
+
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/config"
+)
+
+// Self implements [API].
+func (n *Node) Self(context.Context) (Self, error) {
+	h := n.h
+	s := Self{Name: h.Config.Name, PubKey: h.Key.ID().String(), PeerUUID: h.Key.ID().UUID().String(), Home: h.Dir, Listen: []string{}}
+	for _, a := range n.addrs {
+		s.Listen = append(s.Listen, a.String())
+	}
+	if n.mode == ModeSend {
+		// Not listening: where the home's node listens when it runs.
+		if ls, err := h.Config.Resolve(h.Dir); err == nil {
+			for _, a := range ls.All() {
+				s.Listen = append(s.Listen, a.String())
+			}
+		}
+	}
+	return s, nil
+}
+
+// Status implements [API]. For a node that does not serve its home (a
+// command run without a daemon) it shows what is on disk: the stored
+// inbox and outbox.
+func (n *Node) Status(ctx context.Context) (Status, error) {
+	if n.closing() {
+		return Status{}, Coded(ErrClosed)
+	}
+	self, _ := n.Self(ctx)
+	st := n.r.Stats()
+	s := Status{
+		Self:        self,
+		Running:     n.mode == ModeServe,
+		Peers:       n.r.Trust().Len(),
+		Accepted:    st.Accepted,
+		AcksSent:    st.AcksSent,
+		Connections: st.Connections,
+		Rejected:    st.Rejected,
+		SendPeers:   []PeerSendState{},
+	}
+	if s.Rejected == nil {
+		s.Rejected = map[string]uint64{}
+	}
+	if s.Running {
+		s.StartedAt = timeOrNil(n.started)
+		s.Inbox, s.Pending = n.mail.Len(), n.mail.Pending()
+	} else if d, err := n.diskMail(); err == nil {
+		s.Inbox, s.Pending = d.Len(), d.Pending()
+	}
+	if n.ob == nil && n.h.Config.Store.Mode == config.StoreMemory {
+		return s, nil // no daemon and nothing on disk: no outbox
+	}
+	ob, err := n.Outbox(ctx)
+	if err != nil {
+		return s, err
+	}
+	dl, err := n.DeadLetters(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.Outbox, s.DeadLetters, s.SendPeers = len(ob.Entries), len(dl), ob.Peers
+	return s, nil
+}
+
+// Peers implements [API].
+func (n *Node) Peers(context.Context) ([]Peer, error) {
+	if n.closing() {
+		return nil, Coded(ErrClosed)
+	}
+	out := []Peer{}
+	for _, p := range n.r.Trust().Peers() {
+		mp := Peer{Name: p.Name, PubKey: p.ID.String(), PeerUUID: p.ID.UUID().String(), Addr: p.Addr.String(), Meta: p.Meta, Breaker: outbox.BreakerClosed}
+		mp.LastSeen = timeOrNil(n.r.LastSeen(p.ID))
+		if ob := n.ob; ob != nil {
+			ps := ob.Peer(p.ID)
+			mp.Breaker, mp.Queued, mp.LastError = ps.Breaker, ps.Queued, ps.LastError
+		}
+		out = append(out, mp)
+	}
+	return out, nil
+}

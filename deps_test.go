@@ -1,0 +1,177 @@
+package meerkatd_test
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The package layering of the architecture (docs/architecture.md): what
+// each package may import, the arrows that must never exist, the
+// third-party modules each confined to one package, and one package doc
+// per package.
+
+type listedPackage struct {
+	ImportPath string
+	Doc        string
+	GoFiles    []string
+	Imports    []string
+	Deps       []string
+}
+
+func listPackages(t *testing.T) []listedPackage {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-json", "github.com/meerkatd/meerkatd/...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []listedPackage
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.GoFiles) == 0 {
+			continue // only tests, like this one
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+const module = "github.com/meerkatd/meerkatd"
+
+// allowed lists, per package, the non-standard imports it may have
+// (module packages or third-party prefixes); anything else is a layering
+// violation.
+var allowed = map[string][]string{
+	// Leaves.
+	"identity":            {"golang.org/x/crypto/", module + "/internal/atomicfile"},
+	"transport":           {"golang.org/x/crypto/", "golang.org/x/sys/unix"},
+	"inbox":               {},
+	"comms/wire":          {module + "/identity"},
+	"comms/audit":         {},
+	"comms/outbox":        {module + "/identity"},
+	"internal/atomicfile": {},
+	"internal/testutil":   {},
+	// The core.
+	"inbox/store":            {module + "/inbox", module + "/comms/outbox", module + "/identity", "modernc.org/sqlite"},
+	"comms/outbox/storetest": {module + "/comms/outbox", module + "/identity"},
+	"trust":                  {module + "/identity", module + "/transport", module + "/internal/atomicfile"},
+	"trust/pair":             {module + "/identity", module + "/transport", module + "/trust"},
+	"config":                 {module + "/transport", "github.com/BurntSushi/toml"},
+	"comms":                  {module + "/comms/wire", module + "/identity", module + "/inbox", module + "/transport", module + "/trust"},
+	// The node and its faces.
+	"comms/node": {module + "/comms", module + "/comms/wire", module + "/comms/outbox", module + "/comms/audit", module + "/inbox",
+		module + "/inbox/store", module + "/trust", module + "/trust/pair", module + "/config", module + "/identity",
+		module + "/transport", module + "/internal/atomicfile"},
+	"comms/control": {module + "/comms/node", module + "/transport"},
+	"mcpserver":     {module + "/comms/node", "github.com/mark3labs/mcp-go/"},
+	"bench":         {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust", module + "/comms/node"},
+	"cmd/meerkatd": {module + "/comms/control", module + "/comms/node", module + "/mcpserver", module + "/bench", module + "/comms/audit",
+		module + "/comms/outbox", module + "/config", module + "/identity", module + "/transport", module + "/trust", module + "/trust/pair",
+		// The bench harness, until it moves to package bench.
+		module + "/comms", module + "/comms/wire"},
+}
+
+// forbidden are arrows that must not exist even indirectly: the core never
+// depends on the node, the node never on its faces.
+var forbidden = map[string][]string{
+	"comms":         {module + "/comms/node", module + "/comms/control", module + "/mcpserver"},
+	"comms/node":    {module + "/comms/control", module + "/mcpserver", module + "/cmd/meerkatd"},
+	"comms/control": {module + "/mcpserver"},
+	"mcpserver":     {module + "/comms/control"},
+}
+
+// owners confine each third-party module to the one package that owns it.
+var owners = map[string]string{
+	"github.com/mark3labs/mcp-go": "mcpserver",
+	"github.com/BurntSushi/toml":  "config",
+	"modernc.org/sqlite":          "inbox/store",
+	"golang.org/x/sys":            "transport",
+}
+
+func TestDependencyRules(t *testing.T) {
+	for _, p := range listPackages(t) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		rules, ok := allowed[rel]
+		if !ok {
+			t.Errorf("package %s has no dependency rule: add one to this test", rel)
+			continue
+		}
+		for _, imp := range p.Imports {
+			first := strings.SplitN(imp, "/", 2)[0]
+			if !strings.Contains(first, ".") {
+				continue // standard library
+			}
+			okImp := false
+			for _, prefix := range rules {
+				okImp = okImp || imp == strings.TrimSuffix(prefix, "/") || strings.HasPrefix(imp, prefix)
+			}
+			if !okImp {
+				t.Errorf("%s imports %s, which its layer does not allow", rel, imp)
+			}
+			for mod, owner := range owners {
+				if (imp == mod || strings.HasPrefix(imp, mod+"/")) && rel != owner {
+					t.Errorf("%s imports %s: only %s may", rel, imp, owner)
+				}
+			}
+		}
+		for _, bad := range forbidden[rel] {
+			if slices.Contains(p.Deps, bad) {
+				t.Errorf("%s depends on %s (perhaps indirectly): the arrow points the wrong way", rel, bad)
+			}
+		}
+		for _, dep := range p.Deps {
+			if strings.HasPrefix(dep, "github.com/fxamacker/cbor") {
+				t.Errorf("%s depends on %s: the CBOR library is only a test oracle", rel, dep)
+			}
+		}
+	}
+}
+
+// The rules above must be able to fail: a table of made-up packages checks
+// the checks themselves.
+func TestDependencyRulesCatch(t *testing.T) {
+	if slices.Contains(allowed["comms"], module+"/comms/node") {
+		t.Fatal("comms may import comms/node")
+	}
+	if !slices.Contains(forbidden["comms/node"], module+"/mcpserver") || !slices.Contains(forbidden["comms/node"], module+"/comms/control") {
+		t.Fatal("comms/node → mcpserver or comms/control is not forbidden")
+	}
+	for mod, owner := range owners {
+		for rel, rules := range allowed {
+			for _, r := range rules {
+				if strings.HasPrefix(r, mod) && rel != owner {
+					t.Errorf("%s is allowed %s, owned by %s", rel, r, owner)
+				}
+			}
+		}
+	}
+}
+
+func TestPackageDocs(t *testing.T) {
+	for _, p := range listPackages(t) {
+		first := strings.Fields(p.Doc)
+		switch {
+		case p.Doc == "":
+			t.Errorf("%s has no package doc", p.ImportPath)
+		case strings.HasSuffix(p.ImportPath, "/cmd/meerkatd"):
+			if first[0] != "Command" {
+				t.Errorf("%s: doc should start \"Command meerkatd\": %q", p.ImportPath, p.Doc)
+			}
+		case first[0] != "Package":
+			t.Errorf("%s: doc should start \"Package …\": %q", p.ImportPath, p.Doc)
+		}
+	}
+}

@@ -1,0 +1,43 @@
+//go:build unix
+
+package transport
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// A Unix socket is created private: even with a permissive process umask
+// the socket file is never open to others, not even between bind and the
+// first moment the caller could fix its mode.
+func TestListenUnixCreatesPrivateSocket(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.sock")
+	checked := false
+	ln, err := listenUnix(context.Background(), net.ListenConfig{}, Addr{Scheme: SchemeUDS, Path: path}, func(p string) {
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			t.Errorf("socket created with mode %v: others could connect", perm)
+		}
+		checked = true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if !checked {
+		t.Fatal("the after-bind check did not run")
+	}
+	if cur := syscall.Umask(0); cur != 0 {
+		t.Errorf("umask left at %#o, want the caller's 0", cur)
+	}
+}
