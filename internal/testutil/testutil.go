@@ -16,9 +16,11 @@ const (
 	// clean test does not wait at all.
 	leakWait = 10 * time.Second
 
-	// waitPoll is how often WaitFor asks its condition. It is short so
-	// that WaitFor returns soon after the condition holds.
-	waitPoll = time.Millisecond
+	// waitPoll is how often WaitFor asks its condition: soon enough after
+	// it holds, and seldom enough not to slow down, by calling Stats and
+	// the like, the code being waited for (polling every millisecond made
+	// comms' timing-sensitive tests fail more often under load).
+	waitPoll = 5 * time.Millisecond
 )
 
 // CheckGoroutines fails t if a goroutine started after the call is still
@@ -104,8 +106,8 @@ func goroutines() []goroutine {
 }
 
 // WaitFor polls cond until it returns true, and fails t with t.Fatalf,
-// naming what, if it still returns false after d. It asks cond every
-// millisecond, the last time after d has passed.
+// naming what, if it still returns false after d. It asks cond every 5
+// milliseconds, the last time after d has passed.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
