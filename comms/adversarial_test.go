@@ -16,6 +16,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -171,7 +172,7 @@ func aliceStillSends(t *testing.T, a, b *node) {
 }
 
 func TestAdversarialInput(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	a, b := pair(t, "uds", Options{FrameTimeout: 300 * time.Millisecond})
 	mallory, err := identity.GenerateKeypair()
 	if err != nil {
@@ -353,7 +354,7 @@ func TestAdversarialInput(t *testing.T) {
 // at once and counted, a peer whose connection is established keeps being
 // served, and every slot is released when the flood ends.
 func TestConnectionFlood(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	const maxConns, flood = 64, 2000
 	a, b := pair(t, "uds", Options{MaxConnections: maxConns})
 	aliceStillSends(t, a, b) // alice's connection holds one slot
@@ -388,7 +389,7 @@ func TestConnectionFlood(t *testing.T) {
 	}
 	free := maxConns - base.Connections // slots the flood can take
 	wantOverload := uint64(n - free)
-	waitFor(t, 30*time.Second, "bob to accept the flood", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "bob to accept the flood", func() bool {
 		s := b.r.Stats()
 		return s.Rejected[RejectOverload]-base.Rejected[RejectOverload] == wantOverload
 	})
@@ -443,7 +444,7 @@ func TestConnectionFlood(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	waitFor(t, 30*time.Second, "bob to release the flood's slots", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "bob to release the flood's slots", func() bool {
 		return b.r.Stats().Connections == base.Connections
 	})
 	// New connections are admitted again.
@@ -453,7 +454,7 @@ func TestConnectionFlood(t *testing.T) {
 	readAck(t, c, b.kp.ID(), a.kp.ID(), e.ID)
 	c.Close()
 	a.r.Close() // alice's connection goes too
-	waitFor(t, 30*time.Second, "bob's connections to drop to 0", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "bob's connections to drop to 0", func() bool {
 		return b.r.Stats().Connections == 0
 	})
 }
@@ -462,7 +463,7 @@ func TestConnectionFlood(t *testing.T) {
 // envelope per connection — to a Router holding key B, is acknowledged
 // with an ack from B to A and delivered with its unmodelled fields intact.
 func TestInteropRustVector(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	raw, err := os.ReadFile(filepath.Join("..", "testdata", "vectors", "meerkat-wire.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -571,7 +572,7 @@ func TestInteropRustVector(t *testing.T) {
 	if !bytes.Equal(again, frame[transport.HeaderSize:]) {
 		t.Fatalf("re-encoded envelope differs from the vector:\n got %x\nwant %x", again, frame[transport.HeaderSize:])
 	}
-	waitFor(t, 10*time.Second, "the connection to be released", func() bool { return r.Stats().Connections == 0 })
+	testutil.WaitFor(t, 10*time.Second, "the connection to be released", func() bool { return r.Stats().Connections == 0 })
 	if s := r.Stats(); s.Accepted != 1 || s.AcksSent != 1 || len(s.Rejected) != 0 {
 		t.Fatalf("stats %+v", s)
 	}

@@ -10,13 +10,14 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
 // Resending one sealed envelope delivers it once and acks it every time.
 func TestSealDeliverTwiceDeliversOnce(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	a, b := pair(t, "uds", Options{})
 	s, err := a.r.Seal("bob", wire.Message("only once"))
 	if err != nil {
@@ -44,7 +45,7 @@ func TestSealDeliverTwiceDeliversOnce(t *testing.T) {
 }
 
 func TestSealRequestOpensCorrelation(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	a, b := pair(t, "uds", Options{})
 	s, err := a.r.Seal("bob", wire.Request("ping", wire.Null()))
 	if err != nil {
@@ -63,7 +64,7 @@ func TestSealRequestOpensCorrelation(t *testing.T) {
 }
 
 func TestSealAndDeliverErrors(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	a, b := pair(t, "uds", Options{MaxMessageBytes: 1024})
 	if _, err := a.r.Seal("carol", wire.Message("x")); !errors.Is(err, ErrUnknownPeer) {
 		t.Fatalf("unknown peer: %v", err)
@@ -105,7 +106,7 @@ func TestSealAndDeliverErrors(t *testing.T) {
 // Towards a peer that takes one envelope per connection, Queued waits for
 // the ack: envelopes on separate connections could overtake each other.
 func TestDeliverOneShotQueuedAfterAck(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	ln, addr := listenOn(t, "uds")
 	defer ln.Close()
 	peerKP, _ := identity.GenerateKeypair()
@@ -180,7 +181,7 @@ func TestDeliverOneShotQueuedAfterAck(t *testing.T) {
 
 // Observe sees every inbound outcome with what the Router knew.
 func TestObserveEvents(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	var mu sync.Mutex
 	var evs []Event
 	a, b := pair(t, "uds", Options{Observe: func(e Event) { mu.Lock(); evs = append(evs, e); mu.Unlock() }})
@@ -207,7 +208,7 @@ func TestObserveEvents(t *testing.T) {
 		c.Read(make([]byte, 1)) // the node closes the connection
 		c.Close()
 	}
-	waitFor(t, 10*time.Second, "four events", func() bool { mu.Lock(); defer mu.Unlock(); return len(evs) >= 4 })
+	testutil.WaitFor(t, 10*time.Second, "four events", func() bool { mu.Lock(); defer mu.Unlock(); return len(evs) >= 4 })
 	mu.Lock()
 	defer mu.Unlock()
 	type want struct {
@@ -236,7 +237,7 @@ func TestObserveEvents(t *testing.T) {
 }
 
 func TestLastSeen(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	a, b := pair(t, "uds", Options{})
 	if !b.r.LastSeen(a.kp.ID()).IsZero() {
 		t.Fatal("seen before any envelope")

@@ -6,12 +6,14 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 // A connection that starts with PairingByte goes to Options.Pairing with
 // nothing lost; envelope frames on other connections are unaffected.
 func TestPairingConnectionsAreHandedOver(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	got := make(chan string, 1)
 	a, b := pair(t, "uds", Options{Pairing: func(c net.Conn, r io.Reader) {
 		line, _ := bufio.NewReader(r).ReadString('\n')
@@ -44,7 +46,7 @@ func TestPairingConnectionsAreHandedOver(t *testing.T) {
 
 // Close ends a pairing exchange that set its own, longer deadline.
 func TestCloseEndsPairingExchange(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	started := make(chan struct{})
 	ended := make(chan error, 1)
 	_, b := pair(t, "uds", Options{Pairing: func(c net.Conn, r io.Reader) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -315,7 +316,7 @@ func TestReviewCloseHangsOnUnreadAcks(t *testing.T) {
 		c.Write(burst)
 	}()
 	// Wait until bob is busy acking replays the client never reads.
-	waitFor(t, 20*time.Second, "bob to process replays", func() bool { return b.r.Stats().Duplicates > 100 })
+	testutil.WaitFor(t, 20*time.Second, "bob to process replays", func() bool { return b.r.Stats().Duplicates > 100 })
 	done := make(chan struct{})
 	go func() { b.r.Close(); close(done) }()
 	select {

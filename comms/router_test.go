@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -16,40 +15,10 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
-
-// checkGoroutines fails the test if goroutines started during it are still
-// running at its end (after a bounded wait for them to finish).
-func checkGoroutines(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<16)
-				n := runtime.Stack(buf, true)
-				t.Errorf("goroutine leak: %d running, %d before\n%s", runtime.NumGoroutine(), before, buf[:n])
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // node is a Router under test with its listener address.
 type node struct {
@@ -141,7 +110,7 @@ func ctxT(t *testing.T) context.Context {
 func TestMessageAndRequestResponse(t *testing.T) {
 	for _, network := range []string{"uds", "tcp"} {
 		t.Run(network, func(t *testing.T) {
-			checkGoroutines(t)
+			testutil.CheckGoroutines(t)
 			a, b := pair(t, network, Options{})
 			ctx := ctxT(t)
 			id, err := a.r.SendMessage(ctx, "bob", "hello bob")
@@ -197,7 +166,7 @@ func TestMessageAndRequestResponse(t *testing.T) {
 }
 
 func TestPipelinedSendsShareOneConnection(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	a, b := pair(t, "uds", Options{})
 	ctx := ctxT(t)
 	const n = 200
@@ -225,7 +194,7 @@ func TestPipelinedSendsShareOneConnection(t *testing.T) {
 }
 
 func TestUnknownPeerAndOffline(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	a, b := pair(t, "uds", Options{AckTimeout: 2 * time.Second})
 	ctx := ctxT(t)
 	if _, err := a.r.SendMessage(ctx, "carol", "hi"); !errors.Is(err, ErrUnknownPeer) {
@@ -242,7 +211,7 @@ func TestUnknownPeerAndOffline(t *testing.T) {
 // A peer that answers like the Rust reference — one envelope per
 // connection, ack, close — is served through one-shot connections.
 func TestOneShotPeer(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	ln, addr := listenOn(t, "uds")
 	peerKP, _ := identity.GenerateKeypair()
 	me, _ := identity.GenerateKeypair()
@@ -292,7 +261,7 @@ func TestOneShotPeer(t *testing.T) {
 }
 
 func TestDuplicateDeliveredOnceAckedTwice(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	a, b := pair(t, "uds", Options{})
 	e, err := wire.Seal(a.kp, identity.NewUUID(), b.kp.ID(), wire.Message("once"))
 	if err != nil {
@@ -321,7 +290,7 @@ func TestDuplicateDeliveredOnceAckedTwice(t *testing.T) {
 		}
 		c.Close()
 	}
-	waitFor(t, 5*time.Second, "duplicate counted", func() bool { return b.r.Stats().Duplicates == 1 })
+	testutil.WaitFor(t, 5*time.Second, "duplicate counted", func() bool { return b.r.Stats().Duplicates == 1 })
 	if n := b.r.Inbox().Len(); n != 1 {
 		t.Fatalf("inbox has %d items, want 1", n)
 	}
@@ -337,7 +306,7 @@ func mustJSON(t *testing.T, s string) wire.Value {
 }
 
 func TestSpawnSubagentResult(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	a, _ := pair(t, "uds", Options{})
 	ctx := ctxT(t)
 	id, err := a.r.Spawn(ctx, func(ctx context.Context) (wire.Value, string, error) {
@@ -381,7 +350,7 @@ func TestSpawnSubagentResult(t *testing.T) {
 // out: its new connection evicts the oldest connection that has not yet
 // delivered a valid envelope.
 func TestStrangersCannotHoldAllSlots(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	const maxConns = 8
 	a, b := pair(t, "uds", Options{MaxConnections: maxConns})
 	var conns []net.Conn
@@ -397,7 +366,7 @@ func TestStrangersCannotHoldAllSlots(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	waitFor(t, 10*time.Second, "bob to hold the strangers", func() bool { return b.r.Stats().Connections == maxConns })
+	testutil.WaitFor(t, 10*time.Second, "bob to hold the strangers", func() bool { return b.r.Stats().Connections == maxConns })
 	if _, err := a.r.SendMessage(ctxT(t), "bob", "let me in"); err != nil {
 		t.Fatalf("trusted peer locked out by strangers: %v", err)
 	}
@@ -412,13 +381,13 @@ func TestStrangersCannotHoldAllSlots(t *testing.T) {
 // A receiver closing an idle connection is not a one-envelope-per-
 // connection peer: the sender keeps using persistent, pipelined links.
 func TestIdleCloseKeepsPersistentLinks(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	a, b := pair(t, "uds", Options{IdleTimeout: 600 * time.Millisecond})
 	ctx := ctxT(t)
 	if _, err := a.r.SendMessage(ctx, "bob", "one"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "bob to close the idle connection", func() bool { return b.r.Stats().Connections == 0 })
+	testutil.WaitFor(t, 10*time.Second, "bob to close the idle connection", func() bool { return b.r.Stats().Connections == 0 })
 	if _, err := a.r.SendMessage(ctx, "bob", "two"); err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +434,7 @@ func (p asyncAdmission) Wait() error {
 // or may not have been read (and admitted) by then: whatever was stored is
 // acked, nothing else is.
 func TestAsyncAdmission(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	ai := &asyncInbox{}
 	a, b := pair(t, "uds", Options{Inbox: ai})
 	var burst []byte
@@ -550,7 +519,7 @@ func (p gatedAdmission) Wait() error { <-p.gate; return nil }
 // earlier admission is still committing, and acks all of them once they
 // are stored.
 func TestAsyncAdmissionReadsAhead(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	g := &gatedInbox{gate: make(chan struct{})}
 	a, b := pair(t, "uds", Options{Inbox: g})
 	c, err := transport.Dial(context.Background(), b.addr)
@@ -571,7 +540,7 @@ func TestAsyncAdmissionReadsAhead(t *testing.T) {
 		if _, err := c.Write(frame); err != nil { // one at a time: separate reads
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the admission to start", func() bool {
+		testutil.WaitFor(t, 10*time.Second, "the admission to start", func() bool {
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			return g.started == i+1 // the reader did not wait for the earlier ones
@@ -626,7 +595,7 @@ func TestDedupWindow(t *testing.T) {
 // sender before its signature is checked (the sender checks it). Whatever
 // the peer answers, a send succeeds only on a genuine ack of its envelope.
 func TestBadAckFromPeer(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	other, _ := identity.GenerateKeypair()
 	// ack is peer's ack of id to e's sender, signed by signer (as if by
 	// peer), its signature corrupted if corrupt.
@@ -814,7 +783,7 @@ func outConnOf(r *Router, id identity.PeerID) (oc *outConn, oneShot bool) {
 // idle. A send cancelled while it reads leaves the connection intact; an
 // idle connection still sees what the peer sends and when it closes.
 func TestOutboundReaders(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	t.Run("cancel while reading", func(t *testing.T) {
 		peerKP, r, conns := rawPeer(t, 10*time.Second)
 		ctx, cancel := context.WithCancel(ctxT(t))
@@ -871,7 +840,7 @@ func TestOutboundReaders(t *testing.T) {
 		}
 		// The peer closing the idle connection is seen without a send.
 		c.Close()
-		waitFor(t, 10*time.Second, "the link to notice the close", func() bool {
+		testutil.WaitFor(t, 10*time.Second, "the link to notice the close", func() bool {
 			oc, _ := outConnOf(r, peerKP.ID()) // (closed this soon after an exchange, it may look one-shot)
 			return oc == nil
 		})
@@ -883,7 +852,7 @@ func TestOutboundReaders(t *testing.T) {
 // step: that ack completes the other send on the same connection, and the
 // link is not taken for a one-envelope-per-connection peer.
 func TestReadingSendCancelledMidFrame(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	peerKP, r, conns := rawPeer(t, 10*time.Second)
 	first := sendAsync(ctxT(t), r, "s0")
 	c := <-conns
@@ -894,7 +863,7 @@ func TestReadingSendCancelledMidFrame(t *testing.T) {
 	ctxA, cancelA := context.WithCancel(ctxT(t))
 	doneA := sendAsync(ctxA, r, "A")
 	readEnvelope(t, c)
-	waitFor(t, 10*time.Second, "A to read the connection", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "A to read the connection", func() bool {
 		oc, _ := outConnOf(r, peerKP.ID())
 		oc.dlmu.Lock()
 		defer oc.dlmu.Unlock()
@@ -921,7 +890,7 @@ func TestReadingSendCancelledMidFrame(t *testing.T) {
 // outbound connection may come on an inbound connection instead; it ends
 // the send at once, not at its deadline.
 func TestAckOnInboundWakesReadingSend(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	peerKP, r, conns := rawPeer(t, 10*time.Second)
 	ln, addr := listenOn(t, "uds")
 	served := make(chan error, 1)
@@ -950,7 +919,7 @@ func TestAckOnInboundWakesReadingSend(t *testing.T) {
 // TestFirstAckGateReopens: a new connection carries one envelope until
 // its first ack; if that send gives up first, the next waiting send goes.
 func TestFirstAckGateReopens(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	_, r, conns := rawPeer(t, 10*time.Second)
 	ctxA, cancelA := context.WithCancel(ctxT(t))
 	doneA := sendAsync(ctxA, r, "A")

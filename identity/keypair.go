@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"unsafe"
+
+	"github.com/meerkatd/meerkatd/internal/atomicfile"
 )
 
 // File names inside a node's home directory.
@@ -87,8 +89,10 @@ func (kp Keypair) Format(f fmt.State, verb rune) {
 }
 
 // Save writes identity.key (mode 0600) and identity.pub into dir, creating
-// dir with mode 0700 if needed (and restricting an existing dir to 0700). Each file is written to a temporary file,
-// synced and renamed, so a crash leaves either the old file or the new one.
+// dir with mode 0700 if needed (and restricting an existing dir to 0700).
+// Each file is replaced with [atomicfile.WriteFile] (a synced temporary
+// file renamed over it, then a directory sync), so a crash leaves either the
+// old file or the new one.
 // The old public file is removed first: a crash part-way leaves a seed
 // without a public file (which loads) rather than a mismatched pair.
 func (kp *Keypair) Save(dir string) error {
@@ -105,10 +109,13 @@ func (kp *Keypair) Save(dir string) error {
 	if err := os.Remove(filepath.Join(dir, PubFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("identity: replace %s: %w", filepath.Join(dir, PubFile), err)
 	}
-	if err := writeFileAtomic(filepath.Join(dir, KeyFile), kp.key().Seed(), 0o600); err != nil {
-		return err
+	if err := atomicfile.WriteFile(filepath.Join(dir, KeyFile), kp.key().Seed(), 0o600); err != nil {
+		return fmt.Errorf("identity: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(dir, PubFile), kp.id[:], 0o644)
+	if err := atomicfile.WriteFile(filepath.Join(dir, PubFile), kp.id[:], 0o644); err != nil {
+		return fmt.Errorf("identity: %w", err)
+	}
+	return nil
 }
 
 // LoadKeypair reads the keypair saved in dir. It refuses a seed file that is
@@ -175,41 +182,4 @@ func sizeWords(n, limit int) string {
 		return "more"
 	}
 	return fmt.Sprintf("%d", n)
-}
-
-// writeFileAtomic writes data to path through a synced temporary file in
-// the same directory and a rename, then syncs the directory.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("identity: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err = f.Chmod(perm); err != nil {
-		return fmt.Errorf("identity: write %s: %w", path, err)
-	}
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("identity: write %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("identity: write %s: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("identity: write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("identity: write %s: %w", path, err)
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync() // best effort: some filesystems cannot sync directories
-		d.Close()
-	}
-	return nil
 }

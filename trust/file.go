@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"syscall"
+
+	"github.com/meerkatd/meerkatd/internal/atomicfile"
 )
 
 // FileName is the usual name of the trust file inside a node's home.
@@ -84,8 +86,9 @@ func checkMode(path string, st fs.FileInfo) error {
 }
 
 // Save writes the list to path in the trust-file form (indented, peers in
-// list order), atomically: through a synced temporary file in the same
-// directory, renamed over path, then a sync of the directory. The file has
+// list order), atomically with [atomicfile.WriteFile]: through a synced
+// temporary file in the same directory, renamed over path, then a sync of
+// the directory. The file has
 // mode 0600; a missing parent directory is created with mode 0700. A nil
 // list saves as {"peers": []}. Save refuses to write more than
 // [MaxFileSize] bytes, so that what it writes always loads.
@@ -100,44 +103,8 @@ func (l *List) Save(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("trust: %w", err)
 	}
-	return writeFileAtomic(path, data, 0o600)
-}
-
-// writeFileAtomic writes data to path through a synced temporary file in
-// the same directory and a rename, then syncs the directory, so a reader
-// (or a crash) sees the old file or the new one, never a mix.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("trust: write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("trust: write %s: %w", path, err)
-		}
-	}()
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync() // best effort: some filesystems cannot sync directories
-		d.Close()
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
+		return fmt.Errorf("trust: %w", err)
 	}
 	return nil
 }

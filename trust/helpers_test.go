@@ -1,10 +1,8 @@
 package trust
 
 import (
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/transport"
@@ -73,35 +71,4 @@ func rowErrors(err error) []*RowError {
 	}
 	walk(err)
 	return out
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// checkGoroutines records the goroutine count and returns a function that
-// fails the test unless the count comes back down to it within 5 seconds.
-func checkGoroutines(t *testing.T) func() {
-	t.Helper()
-	base := runtime.NumGoroutine()
-	return func() {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				n := runtime.Stack(buf, true)
-				t.Fatalf("goroutines leaked: %d now, %d before\n%s", runtime.NumGoroutine(), base, buf[:n])
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 type event struct {
@@ -244,10 +246,11 @@ func TestWatcherLargeFileUsesStatus(t *testing.T) {
 }
 
 // startWatcher runs w.Run in a goroutine and stops it (checking that Run
-// returns nil and that no goroutine is left) when the test ends.
+// returns nil) when stop is called or the test ends; after that, at the
+// end of the test, no goroutine started since may be left.
 func startWatcher(t *testing.T, w *Watcher) (stop func()) {
 	t.Helper()
-	leaks := checkGoroutines(t)
+	testutil.CheckGoroutines(t) // registered before stop, so it runs after it
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -263,7 +266,6 @@ func startWatcher(t *testing.T, w *Watcher) (stop func()) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("Run did not return after cancel")
 			}
-			leaks()
 		})
 	}
 	t.Cleanup(stop)
@@ -284,18 +286,18 @@ func TestWatchRun(t *testing.T) {
 	if err := l2.Save(path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the edit", func() bool { return r.len() > 0 })
+	testutil.WaitFor(t, 5*time.Second, "the edit", func() bool { return r.len() > 0 })
 	wantList(t, r.take(), l2)
 
 	replaceFile(t, path, `{"peers":[{"name":"carol"}]}`)
-	waitFor(t, 5*time.Second, "the invalid edit", func() bool { return r.len() > 0 })
+	testutil.WaitFor(t, 5*time.Second, "the invalid edit", func() bool { return r.len() > 0 })
 	wantError(t, r.take(), ErrMissingField)
 
 	l3, _ := l2.With(peer(t, "carol", 3, "tcp://h:3", ""))
 	if err := l3.Save(path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the fix", func() bool { return r.len() > 0 })
+	testutil.WaitFor(t, 5*time.Second, "the fix", func() bool { return r.len() > 0 })
 	wantList(t, r.take(), l3)
 
 	stop()
@@ -320,7 +322,7 @@ func TestWatchReload(t *testing.T) {
 	startWatcher(t, w)
 
 	w.Reload()
-	waitFor(t, 5*time.Second, "the reload", func() bool { return r.len() > 0 })
+	testutil.WaitFor(t, 5*time.Second, "the reload", func() bool { return r.len() > 0 })
 	wantList(t, r.take(), l1)
 
 	l2, _ := l1.With(peer(t, "bob", 2, "tcp://h:2", ""))
@@ -328,7 +330,7 @@ func TestWatchReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Reload()
-	waitFor(t, 5*time.Second, "the reload after an edit", func() bool { return r.len() > 0 })
+	testutil.WaitFor(t, 5*time.Second, "the reload after an edit", func() bool { return r.len() > 0 })
 	wantList(t, r.take(), l2)
 }
 
@@ -352,7 +354,7 @@ func TestWatchRunOnlyOnce(t *testing.T) {
 	var r recorder
 	w := NewWatcher(filepath.Join(t.TempDir(), FileName), nil, time.Hour, r.onChange)
 	startWatcher(t, w)
-	waitFor(t, 5*time.Second, "Run to start", w.running.Load)
+	testutil.WaitFor(t, 5*time.Second, "Run to start", w.running.Load)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := w.Run(ctx); err == nil {

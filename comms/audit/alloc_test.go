@@ -9,12 +9,14 @@ package audit
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 // Record costs the caller no allocation without bodies, one (the body
 // copy) with them. The writer is held so only the caller's side counts.
 func TestRecordAllocs(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	for _, tc := range []struct {
 		bodies bool
 		budget float64

@@ -12,10 +12,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 func TestRoundTrip(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	l, path := openTemp(t, Options{})
 	var want []Record
 	for i := range 10 {
@@ -43,7 +45,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestRecordFillsTime(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	l, path := openTemp(t, Options{})
 	before := time.Now()
 	l.Record(Record{Dir: DirOut, Event: EventSent})
@@ -57,7 +59,7 @@ func TestRecordFillsTime(t *testing.T) {
 // The writer cuts overlong fields and replaces unwritable times, so every
 // row it writes can be read back.
 func TestWriterClamps(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	l, path := openTemp(t, Options{})
 	l.Record(Record{Time: time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC), Event: "x", Reason: strings.Repeat("\x01", 10*MaxFieldSize)})
 	mustClose(t, l)
@@ -68,7 +70,7 @@ func TestWriterClamps(t *testing.T) {
 }
 
 func TestReopenAppends(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	path := filepath.Join(t.TempDir(), FileName)
 	var want []Record
 	for round := range 3 {
@@ -86,7 +88,7 @@ func TestReopenAppends(t *testing.T) {
 
 // A line cut by a crash is terminated on open, so it alone is lost.
 func TestOpenRepairsPartialLine(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	path := filepath.Join(t.TempDir(), FileName)
 	first := rec(0)
 	partial := appendRecord(nil, &first)
@@ -132,7 +134,7 @@ func TestOpenRefusesNonRegular(t *testing.T) {
 	addSpecialFiles(t, dir, paths)
 	for name, p := range paths {
 		t.Run(name, func(t *testing.T) {
-			checkGoroutines(t)
+			testutil.CheckGoroutines(t)
 			l, err := Open(p, Options{})
 			if !errors.Is(err, ErrNotRegular) {
 				l.Close()
@@ -149,7 +151,7 @@ func TestOpenRefusesNonRegular(t *testing.T) {
 }
 
 func TestRotation(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	const maxBytes = 2000
 	l, path := openTemp(t, Options{MaxBytes: maxBytes})
 	const n = 100
@@ -205,7 +207,7 @@ func TestBodies(t *testing.T) {
 		{"escapes past the line limit: left out", true, strings.Repeat("\x01", MaxLineSize/2), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkGoroutines(t)
+			testutil.CheckGoroutines(t)
 			l, path := openTemp(t, Options{Bodies: tc.bodies})
 			buf := []byte(tc.body)
 			r := rec(0)
@@ -244,7 +246,7 @@ func blockedLog(t *testing.T, opts Options) (l *Log, path string, entered <-chan
 }
 
 func TestQueueFullDropsAreReported(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	l, path, entered, release := blockedLog(t, Options{QueueLen: 1})
 	l.Record(rec(1))
 	<-entered        // the writer holds rec 1; the queue is empty
@@ -287,18 +289,18 @@ func (f failingFile) Write(p []byte) (int, error) {
 func TestWriteErrorCountsAndRecovers(t *testing.T) {
 	for _, recover := range []bool{true, false} {
 		t.Run(fmt.Sprintf("recover=%v", recover), func(t *testing.T) {
-			checkGoroutines(t)
+			testutil.CheckGoroutines(t)
 			var fail atomic.Bool
 			l, path := openTemp(t, Options{
 				reopenEvery: time.Hour, // no reopen before Close
 				wrapFile:    func(w io.Writer) io.Writer { return failingFile{w, &fail} },
 			})
 			l.Record(rec(0))
-			waitFor(t, 10*time.Second, "first record written", func() bool { return l.Stats().Written == 1 })
+			testutil.WaitFor(t, 10*time.Second, "first record written", func() bool { return l.Stats().Written == 1 })
 			fail.Store(true)
 			l.Record(rec(1)) // its flush fails; the file is closed
 			l.Record(rec(2)) // no file: dropped
-			waitFor(t, 10*time.Second, "two drops", func() bool { return l.Stats().Dropped == 2 })
+			testutil.WaitFor(t, 10*time.Second, "two drops", func() bool { return l.Stats().Dropped == 2 })
 			if recover {
 				fail.Store(false)
 			}
@@ -325,7 +327,7 @@ func TestWriteErrorCountsAndRecovers(t *testing.T) {
 }
 
 func TestConcurrentRecord(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	l, path := openTemp(t, Options{QueueLen: 64}) // small: some drops are likely
 	const goroutines, each = 16, 500
 	var wg sync.WaitGroup
@@ -368,7 +370,7 @@ func TestConcurrentRecord(t *testing.T) {
 
 // Record racing with Close: every call is either written or counted.
 func TestRecordDuringClose(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	l, _ := openTemp(t, Options{})
 	const goroutines, each = 8, 2000
 	var wg sync.WaitGroup
@@ -409,7 +411,7 @@ func TestNilLog(t *testing.T) {
 }
 
 func TestRecordAfterClose(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	l, path := openTemp(t, Options{})
 	l.Record(rec(0))
 	mustClose(t, l)
@@ -461,7 +463,7 @@ func (f countingFile) Write(p []byte) (int, error) {
 // once (one wake-up and one write, not one per record), without Close;
 // a queue filling past half cuts the wait short.
 func TestBurstIsOneWrite(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	var writes atomic.Int64
 	l, path := openTemp(t, Options{
 		FlushInterval: time.Second, // far longer than recording the burst takes
@@ -471,7 +473,7 @@ func TestBurstIsOneWrite(t *testing.T) {
 	for i := range burst {
 		l.Record(rec(i))
 	}
-	waitFor(t, 10*time.Second, "the burst written", func() bool { return l.Stats().Written == burst })
+	testutil.WaitFor(t, 10*time.Second, "the burst written", func() bool { return l.Stats().Written == burst })
 	if n := writes.Load(); n != 1 {
 		t.Errorf("%d writes for a burst of %d records, want 1", n, burst)
 	}
@@ -485,6 +487,6 @@ func TestBurstIsOneWrite(t *testing.T) {
 	for i := range 6 {
 		l.Record(rec(i))
 	}
-	waitFor(t, 10*time.Second, "a half-full queue written", func() bool { return l.Stats().Written == 6 })
+	testutil.WaitFor(t, 10*time.Second, "a half-full queue written", func() bool { return l.Stats().Written == 6 })
 	mustClose(t, l)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,25 +11,8 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
-
-// checkGoroutines fails the test unless the goroutine count comes back to
-// what it was when called, within 5 seconds.
-func checkGoroutines(t *testing.T) func() {
-	t.Helper()
-	base := runtime.NumGoroutine()
-	return func() {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > base {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Fatalf("goroutines leaked: %d now, %d before\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
-}
 
 // receiver is a fake peer side: it stores envelopes in the order they are
 // queued (as one pipelined connection would), recognising repeats.
@@ -119,17 +101,6 @@ func fastOpts() Options {
 	return Options{Backoff: []time.Duration{time.Millisecond}, BreakerFailures: 1 << 30, MaxAttempts: 1 << 30}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 2000; i++ { // bounded: at most ~10 s
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 func waitTickets(t *testing.T, ts []*Ticket) {
 	t.Helper()
 	for i, tk := range ts {
@@ -142,7 +113,7 @@ func waitTickets(t *testing.T, ts []*Ticket) {
 }
 
 func TestDeliversInOrderPipelined(t *testing.T) {
-	defer checkGoroutines(t)()
+	testutil.CheckGoroutines(t)
 	st, rcv := NewMemStore(), newReceiver()
 	ob, err := New(st, rcv, Options{Window: 16})
 	if err != nil {
@@ -172,7 +143,7 @@ func TestDeliversInOrderPipelined(t *testing.T) {
 }
 
 func TestRetriesUntilPeerReturnsInOrder(t *testing.T) {
-	defer checkGoroutines(t)()
+	testutil.CheckGoroutines(t)
 	st, rcv := NewMemStore(), newReceiver()
 	rcv.setDown(true)
 	rcv.loseAt = 7 // some acks are lost after the peer stored the envelope
@@ -187,7 +158,7 @@ func TestRetriesUntilPeerReturnsInOrder(t *testing.T) {
 	defer ob.Close()
 	ob.Start()
 	want, ts := enqueueN(t, ob, peerA, 200)
-	waitFor(t, "several failed attempts", func() bool { _, _, calls := rcv.snapshot(); return calls >= 5 })
+	testutil.WaitFor(t, 10*time.Second, "several failed attempts", func() bool { _, _, calls := rcv.snapshot(); return calls >= 5 })
 	if s := ob.Peer(peerA); s.Queued != 200 || s.LastError == "" {
 		t.Fatalf("peer state while down: %+v", s)
 	}
@@ -208,7 +179,7 @@ func TestRetriesUntilPeerReturnsInOrder(t *testing.T) {
 }
 
 func TestBreakerOpensQueuesThenProbes(t *testing.T) {
-	defer checkGoroutines(t)()
+	testutil.CheckGoroutines(t)
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
@@ -228,7 +199,7 @@ func TestBreakerOpensQueuesThenProbes(t *testing.T) {
 	}
 	ob.Start()
 	_, ts := enqueueN(t, ob, peerA, 3)
-	waitFor(t, "the breaker to open", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
+	testutil.WaitFor(t, 10*time.Second, "the breaker to open", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
 	_, _, calls := rcv.snapshot()
 	if calls < 3 {
 		t.Fatalf("breaker open after %d attempts, want at least 3 failed rounds", calls)
@@ -265,8 +236,8 @@ func TestBreakerOpensQueuesThenProbes(t *testing.T) {
 	// After the open time, exactly one probe; it fails, so it opens again.
 	clock.Add(int64(31 * time.Minute))
 	wake(ob.peers[peerA])
-	waitFor(t, "the probe", func() bool { _, _, c := rcv.snapshot(); return c == calls+1 })
-	waitFor(t, "the breaker to reopen", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
+	testutil.WaitFor(t, 10*time.Second, "the probe", func() bool { _, _, c := rcv.snapshot(); return c == calls+1 })
+	testutil.WaitFor(t, 10*time.Second, "the breaker to reopen", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
 	if _, _, c := rcv.snapshot(); c != calls+1 {
 		t.Fatalf("half-open sent %d attempts, want 1 probe", c-calls)
 	}
@@ -285,7 +256,7 @@ func TestBreakerOpensQueuesThenProbes(t *testing.T) {
 }
 
 func TestKickEndsTheWait(t *testing.T) {
-	defer checkGoroutines(t)()
+	testutil.CheckGoroutines(t)
 	st, rcv := NewMemStore(), newReceiver()
 	rcv.setDown(true)
 	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1, BreakerOpen: time.Hour})
@@ -299,7 +270,7 @@ func TestKickEndsTheWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-tk.Attempted()
-	waitFor(t, "the breaker to open", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
+	testutil.WaitFor(t, 10*time.Second, "the breaker to open", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
 	rcv.setDown(false)
 	ob.Kick(peerA)
 	waitTickets(t, []*Ticket{tk})
@@ -309,7 +280,7 @@ func TestKickEndsTheWait(t *testing.T) {
 }
 
 func TestDeadLetters(t *testing.T) {
-	defer checkGoroutines(t)()
+	testutil.CheckGoroutines(t)
 	cases := []struct {
 		name   string
 		setup  func(*receiver, *Options, *Entry)
@@ -375,7 +346,7 @@ func TestDeadLetters(t *testing.T) {
 			if n, err := ob.Revive(e.ID); n != 1 || err != nil {
 				t.Fatalf("revive: %d, %v", n, err)
 			}
-			waitFor(t, "the revived envelope", func() bool { _, s, _ := rcv.snapshot(); return s[e.ID] > 0 && ob.Len() == 0 })
+			testutil.WaitFor(t, 10*time.Second, "the revived envelope", func() bool { _, s, _ := rcv.snapshot(); return s[e.ID] > 0 && ob.Len() == 0 })
 			if dl, _ := st.DeadLetters(); len(dl) != 0 {
 				t.Fatalf("dead letters after revive: %+v", dl)
 			}
@@ -386,7 +357,7 @@ func TestDeadLetters(t *testing.T) {
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 func TestRestartDeliversStoredEntries(t *testing.T) {
-	defer checkGoroutines(t)()
+	testutil.CheckGoroutines(t)
 	st, rcv := NewMemStore(), newReceiver()
 	rcv.setDown(true)
 	ob, err := New(st, rcv, fastOpts())
@@ -405,7 +376,7 @@ func TestRestartDeliversStoredEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	ob2.Start()
-	waitFor(t, "the stored entries to go out", func() bool { return ob2.Len() == 0 })
+	testutil.WaitFor(t, 10*time.Second, "the stored entries to go out", func() bool { return ob2.Len() == 0 })
 	ob2.Close()
 	order, _, _ := rcv.snapshot()
 	if !slices.Equal(order, want) {
@@ -417,7 +388,7 @@ func TestRestartDeliversStoredEntries(t *testing.T) {
 }
 
 func TestCloseWithAttemptsInFlight(t *testing.T) {
-	defer checkGoroutines(t)()
+	testutil.CheckGoroutines(t)
 	st, rcv := NewMemStore(), newReceiver()
 	rcv.block = make(chan struct{}) // acks never come
 	ob, err := New(st, rcv, fastOpts())
@@ -430,7 +401,7 @@ func TestCloseWithAttemptsInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "attempts in flight", func() bool { return ob.Peer(peerA).InFlight == 10 })
+	testutil.WaitFor(t, 10*time.Second, "attempts in flight", func() bool { return ob.Peer(peerA).InFlight == 10 })
 	ob.Close()
 	if es, _ := st.Entries(); len(es) != 10 {
 		t.Fatalf("%d entries stored, want all 10 kept for the next start", len(es))
@@ -453,7 +424,7 @@ func must[T any](v T, err error) T {
 }
 
 func TestLimitsAndValidation(t *testing.T) {
-	defer checkGoroutines(t)()
+	testutil.CheckGoroutines(t)
 	st, rcv := NewMemStore(), newReceiver()
 	rcv.setDown(true)
 	ob, err := New(st, rcv, Options{MaxEntries: 3, MaxBytes: 1 << 20, Backoff: []time.Duration{time.Hour}})
@@ -494,7 +465,7 @@ func TestLimitsAndValidation(t *testing.T) {
 }
 
 func TestConcurrentPeers(t *testing.T) {
-	defer checkGoroutines(t)()
+	testutil.CheckGoroutines(t)
 	st, rcv := NewMemStore(), newReceiver()
 	rcv.loseAt = 13
 	ob, err := New(st, rcv, fastOpts())
@@ -547,7 +518,7 @@ func (f deliverFunc) Deliver(ctx context.Context, a Attempt) error { return f(ct
 
 // Kick ends the wait of every envelope that failed, not only the oldest.
 func TestKickReleasesWholeQueue(t *testing.T) {
-	defer checkGoroutines(t)()
+	testutil.CheckGoroutines(t)
 	var down atomic.Bool
 	down.Store(true)
 	// The first round fails only once all three are in flight, so each
@@ -617,7 +588,7 @@ func (f *failingKill) Kill(identity.UUID, string, time.Time) error {
 // An expired envelope the store cannot move to the dead letters stays in
 // place: nothing behind it overtakes it, and the worker does not spin.
 func TestExpiredButKillFails(t *testing.T) {
-	defer checkGoroutines(t)()
+	testutil.CheckGoroutines(t)
 	st := &failingKill{MemStore: NewMemStore()}
 	rcv := newReceiver()
 	ob, err := New(st, rcv, Options{Backoff: []time.Duration{50 * time.Millisecond}})
@@ -634,7 +605,7 @@ func TestExpiredButKillFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the move to the dead letters to be retried", func() bool { return st.kills.Load() >= 3 })
+	testutil.WaitFor(t, 10*time.Second, "the move to the dead letters to be retried", func() bool { return st.kills.Load() >= 3 })
 	ob.Close()
 	select {
 	case <-tk2.Done():

@@ -3,31 +3,10 @@ package store
 import (
 	"encoding/binary"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 )
-
-// checkGoroutines fails the test if goroutines started during it are still
-// running at its end (after a bounded wait for them to finish). Call it
-// first, so its cleanup runs after the stores' Close.
-func checkGoroutines(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<16)
-				n := runtime.Stack(buf, true)
-				t.Errorf("goroutine leak: %d running, %d before\n%s", runtime.NumGoroutine(), before, buf[:n])
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-}
 
 // fakeClock is a settable Options.Now.
 type fakeClock struct {
@@ -84,16 +63,4 @@ func seqsOf(rs []Record) []uint64 {
 		out = append(out, r.Seq)
 	}
 	return out
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -15,11 +15,12 @@ import (
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/comms/outbox/storetest"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 func TestOutboxConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) outbox.Store {
-		checkGoroutines(t)
+		testutil.CheckGoroutines(t)
 		s, _ := openStore(t, Options{})
 		return s.Outbox()
 	})
@@ -81,7 +82,7 @@ func sameEntry(a, b outbox.Entry) bool {
 // Entries, dead letters and breakers survive Close and reopen, and Seqs
 // continue above every Seq assigned before, even a delivered newest one.
 func TestOutboxReopen(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, path := openStore(t, Options{})
 	o := s.Outbox()
 	var es []outbox.Entry
@@ -183,7 +184,7 @@ func makeV1(t *testing.T, path string) Record {
 }
 
 func TestOutboxUpgradeFromV1(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	path := filepath.Join(t.TempDir(), "meerkat.db")
 	r := makeV1(t, path)
 	s := reopen(t, path, Options{})
@@ -221,7 +222,7 @@ func TestOutboxUpgradeFromV1(t *testing.T) {
 // A Delivered still queued (not committed) when Close starts is committed
 // by Close.
 func TestOutboxDeliveredBeforeClose(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, path := openStore(t, Options{})
 	o := s.Outbox()
 	a := mustOBAdd(t, o, obEntry(1))
@@ -249,7 +250,7 @@ func TestOutboxDeliveredBeforeClose(t *testing.T) {
 
 // Delivered of thousands of ids is one request; Entries sees it at once.
 func TestOutboxDeliveredBatch(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	const n = 3000
 	s, _ := openStore(t, Options{})
 	o := s.Outbox()
@@ -289,7 +290,7 @@ func TestOutboxDeliveredBatch(t *testing.T) {
 
 // Outbox and inbox writes share the committer and its transactions.
 func TestOutboxSharesCommits(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{FlushInterval: 50 * time.Millisecond, MaxBatch: 1000})
 	var wg sync.WaitGroup
 	for i := range 20 {
@@ -314,7 +315,7 @@ func TestOutboxSharesCommits(t *testing.T) {
 }
 
 func TestOutboxAfterClose(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{})
 	o := s.Outbox()
 	e := mustOBAdd(t, o, obEntry(1))
@@ -355,7 +356,7 @@ func TestOutboxAfterClose(t *testing.T) {
 // the dead letter; reviving a dead letter whose id is queued again only
 // removes it.
 func TestOutboxDeadLetterSameID(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{})
 	o := s.Outbox()
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -396,7 +397,7 @@ func TestOutboxDeadLetterSameID(t *testing.T) {
 }
 
 func TestOutboxTimeRange(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{})
 	o := s.Outbox()
 	far := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -429,7 +430,7 @@ func TestOutboxTimeRange(t *testing.T) {
 // read with an error, never a panic. CHECK constraints stop such writes
 // through SQL, so the test turns them off on its own connection.
 func TestOutboxMalformedRows(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	cases := []struct {
 		name, insert, want string
 		read               func(*Outbox) error

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 func mustAdmit(t *testing.T, s *Store, r Record) {
@@ -51,7 +52,7 @@ func mustLen(t *testing.T, s *Store) int {
 }
 
 func TestAdmitListAck(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	clock := newFakeClock()
 	s, _ := openStore(t, Options{Now: clock.Now})
 
@@ -105,7 +106,7 @@ func TestAdmitListAck(t *testing.T) {
 }
 
 func TestDedupSeparateBatches(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{})
 	r := rec(1, 1)
 	mustAdmit(t, s, r)
@@ -121,7 +122,7 @@ func TestDedupSeparateBatches(t *testing.T) {
 }
 
 func TestDedupSameBatch(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	// A batch flushes only when it holds MaxBatch requests, so the
 	// admissions below share one transaction.
 	const n = 4
@@ -155,7 +156,7 @@ func TestDedupSameBatch(t *testing.T) {
 }
 
 func TestRestart(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	clock := newFakeClock()
 	opts := Options{Now: clock.Now}
 	s, path := openStore(t, opts)
@@ -191,7 +192,7 @@ func TestRestart(t *testing.T) {
 }
 
 func TestDedupAcrossRestart(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, path := openStore(t, Options{})
 	acked, unacked := rec(1, 1), rec(1, 2)
 	mustAdmit(t, s, acked)
@@ -211,7 +212,7 @@ func TestDedupAcrossRestart(t *testing.T) {
 }
 
 func TestFull(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{MaxItems: 2})
 	mustAdmit(t, s, rec(1, 1))
 	mustAdmit(t, s, rec(1, 2))
@@ -246,7 +247,7 @@ func TestFull(t *testing.T) {
 // Once a record was refused for lack of room, a smaller one behind it is
 // refused too, though it would fit: the sender retries both in its order.
 func TestFullKeepsOrder(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{MaxItems: 100, MaxBytes: 1000})
 	big, bigger, small := rec(1, 1), rec(1, 2), rec(1, 3)
 	big.Payload, bigger.Payload, small.Payload = make([]byte, 800), make([]byte, 300), make([]byte, 50)
@@ -268,7 +269,7 @@ func TestFullKeepsOrder(t *testing.T) {
 }
 
 func TestFullCountsBatch(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	// Three admissions in one transaction against room for two.
 	s, _ := openStore(t, Options{MaxItems: 2, MaxBatch: 3, FlushInterval: time.Hour})
 	var wg sync.WaitGroup
@@ -292,7 +293,7 @@ func TestFullCountsBatch(t *testing.T) {
 }
 
 func TestGroupCommit(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	const n = 500
 	s, _ := openStore(t, Options{FlushInterval: 10 * time.Millisecond})
 	start := make(chan struct{})
@@ -332,7 +333,7 @@ func isClosed(c <-chan struct{}) bool {
 }
 
 func TestChanged(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{})
 
 	woke := make(chan struct{})
@@ -384,7 +385,7 @@ func TestChanged(t *testing.T) {
 }
 
 func TestExpire(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	clock := newFakeClock()
 	s, _ := openStore(t, Options{Now: clock.Now, DedupWindow: time.Hour, HistoryRetention: 24 * time.Hour})
 	a, b := rec(1, 1), rec(1, 2)
@@ -428,7 +429,7 @@ func TestExpire(t *testing.T) {
 }
 
 func TestDedupWindowWithoutExpire(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	clock := newFakeClock()
 	s, _ := openStore(t, Options{Now: clock.Now, DedupWindow: time.Hour})
 	r := rec(1, 1)
@@ -444,7 +445,7 @@ func TestDedupWindowWithoutExpire(t *testing.T) {
 }
 
 func TestCloseWithPending(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	// With a flush interval of an hour, batches of 8 flush when full; the
 	// remainder (n is not a multiple of 8) can only complete through Close.
 	const n = 43
@@ -460,7 +461,7 @@ func TestCloseWithPending(t *testing.T) {
 			errs[i] = err
 		})
 	}
-	waitFor(t, 10*time.Second, "a first batch", func() bool { return s.txns.Load() > 0 })
+	testutil.WaitFor(t, 10*time.Second, "a first batch", func() bool { return s.txns.Load() > 0 })
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -526,7 +527,7 @@ func TestCloseWithPending(t *testing.T) {
 }
 
 func TestAdmitContext(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -538,7 +539,7 @@ func TestAdmitContext(t *testing.T) {
 }
 
 func TestNewerSchema(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, path := openStore(t, Options{})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -563,7 +564,7 @@ func TestNewerSchema(t *testing.T) {
 }
 
 func TestSchemaVersion(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{})
 	var v int
 	if err := s.db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil || v != schemaVersion {
@@ -580,7 +581,7 @@ func TestSchemaVersion(t *testing.T) {
 }
 
 func TestFileMode(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, path := openStore(t, Options{})
 	mustAdmit(t, s, rec(1, 1)) // makes the WAL exist
 	for _, p := range []string{path, path + "-wal"} {
@@ -595,7 +596,7 @@ func TestFileMode(t *testing.T) {
 }
 
 func TestOddPath(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	path := t.TempDir() + "/a?b#c%20d.db"
 	s := reopen(t, path, Options{})
 	mustAdmit(t, s, rec(1, 1))
@@ -607,7 +608,7 @@ func TestOddPath(t *testing.T) {
 // The byte limit refuses admissions past MaxBytes of unacknowledged
 // payload, frees room on ack, and is restored from the file on reopen.
 func TestByteLimit(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	big := func(n uint64, size int) Record {
 		r := rec(1, n)
 		r.Payload = bytes.Repeat([]byte{'x'}, size)
@@ -636,7 +637,7 @@ func TestByteLimit(t *testing.T) {
 }
 
 func TestCountKinds(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{})
 	for i, k := range []string{"message", "request", "response", "message"} {
 		r := rec(1, uint64(i+1))
@@ -657,7 +658,7 @@ func TestCountKinds(t *testing.T) {
 // Admissions queued from one goroutine commit together, and each reports
 // its own outcome.
 func TestAdmitAsyncBatches(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{MaxItems: 150})
 	before := s.txns.Load()
 	var ps []*Pending
@@ -687,7 +688,7 @@ func TestAdmitAsyncBatches(t *testing.T) {
 
 // A Pending is Ready once its batch committed, not before.
 func TestPendingReady(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	// Batches flush only when two requests wait (or after an hour).
 	s, _ := openStore(t, Options{FlushInterval: time.Hour, MaxBatch: 2})
 	p1 := s.AdmitAsync(context.Background(), rec(1, 1))
@@ -695,7 +696,7 @@ func TestPendingReady(t *testing.T) {
 		t.Fatal("Ready before its batch could commit")
 	}
 	p2 := s.AdmitAsync(context.Background(), rec(1, 2))
-	waitFor(t, 10*time.Second, "the batch to commit", func() bool { return p1.Ready() && p2.Ready() })
+	testutil.WaitFor(t, 10*time.Second, "the batch to commit", func() bool { return p1.Ready() && p2.Ready() })
 	for _, p := range []*Pending{p1, p2} {
 		if dup, err := p.Wait(); dup || err != nil {
 			t.Fatalf("Wait = %v, %v", dup, err)
@@ -715,7 +716,7 @@ func TestPendingReady(t *testing.T) {
 // sequence numbers, acknowledgements and duplicate records survive, and
 // the dedup rules hold for rows from before the upgrade.
 func TestMigrateFromVersion1(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	clock := newFakeClock()
 	now := clock.Now()
 	path := filepath.Join(t.TempDir(), "inbox.db")
@@ -814,7 +815,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 // admission commits on its own (even with a batch limit that would never
 // fill), and what is queued meanwhile commits together.
 func TestNoFlushWaitByDefault(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckGoroutines(t)
 	if got := (Options{}).withDefaults().FlushInterval; got != 0 {
 		t.Fatalf("default FlushInterval %v, want 0 (no wait)", got)
 	}

@@ -1,0 +1,268 @@
+package comms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// link is the outbound side towards one peer: one persistent connection
+// (conn) carrying pipelined envelopes, or, for a peer that closes after
+// every exchange, a new connection per envelope.
+type link struct {
+	r    *Router
+	peer trust.Peer
+
+	mu        sync.Mutex // guards the fields below
+	conn      *outConn
+	dialing   chan struct{} // closed when the dial in progress ends
+	oneShot   bool          // send one envelope per connection
+	oneShotAt time.Time     // when oneShot was set; it is retried after oneShotRetry
+	closed    bool
+}
+
+// oneShotCloseWindow: a connection the peer closes this soon after an ack
+// (with nothing left in flight) marks a peer that reads one envelope per
+// connection; an idle timeout closes much later. It is well above
+// idleRead, after which an idle connection's close is seen.
+const oneShotCloseWindow = 250 * time.Millisecond
+
+// oneShotRetry is how long a link stays in one-envelope-per-connection mode
+// before it tries a persistent connection again (the peer may have changed).
+const oneShotRetry = 5 * time.Minute
+
+// errConnLost means the connection ended with the envelope unacknowledged;
+// send retries once on a fresh connection.
+var errConnLost = errors.New("comms: connection lost")
+
+func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, so sendOpts) error {
+	ctx, cancel := context.WithTimeout(ctx, l.r.opts.AckTimeout)
+	defer cancel()
+	var lastErr error
+	tries := 2
+	if so.single {
+		tries = 1
+	}
+	for attempt := 0; attempt < tries; attempt++ {
+		l.mu.Lock()
+		if l.oneShot && time.Since(l.oneShotAt) > oneShotRetry {
+			l.oneShot = false
+		}
+		closed, oneShot := l.closed, l.oneShot
+		l.mu.Unlock()
+		if closed {
+			return errLinkClosed
+		}
+		if oneShot {
+			return l.sendOneShot(ctx, id, frame, wantAck, so.queued)
+		}
+		oc, err := l.connect(ctx)
+		if err != nil {
+			return l.offline(ctx, err)
+		}
+		err = oc.send(ctx, id, frame, wantAck, so.queued, so.inline)
+		if !errors.Is(err, errConnLost) {
+			if err != nil {
+				return l.offline(ctx, err)
+			}
+			return nil
+		}
+		lastErr = err
+	}
+	return l.offline(ctx, lastErr)
+}
+
+// offline turns a send failure into a PeerOfflineError.
+func (l *link) offline(ctx context.Context, err error) error {
+	var poe *PeerOfflineError
+	switch {
+	case errors.As(err, &poe), errors.Is(err, ErrClosed), errors.Is(err, errLinkClosed):
+		return err
+	case errors.Is(err, context.DeadlineExceeded):
+		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineTimeout}
+	case errors.Is(err, context.Canceled):
+		return err
+	case errors.Is(err, errConnLost):
+		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineClosed}
+	case errors.Is(err, errBadAck):
+		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineBadAck, Err: err}
+	}
+	return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineRefused, Err: err}
+}
+
+// connect returns the live persistent connection, dialing one if needed.
+// The dial runs without the link's lock (others wait for it on l.dialing),
+// and Close cancels it.
+func (l *link) connect(ctx context.Context) (*outConn, error) {
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return nil, errLinkClosed
+		}
+		if l.conn != nil && !l.conn.isDone() {
+			oc := l.conn
+			l.mu.Unlock()
+			return oc, nil
+		}
+		if wait := l.dialing; wait != nil {
+			l.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		l.dialing = done
+		l.mu.Unlock()
+
+		dctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(l.r.ctx, cancel)
+		c, err := l.r.opts.Dial(dctx, l.peer.Addr)
+		stop()
+		cancel()
+
+		l.mu.Lock()
+		l.dialing = nil
+		close(done)
+		if err != nil {
+			l.mu.Unlock()
+			if l.r.ctx.Err() != nil {
+				return nil, errLinkClosed
+			}
+			return nil, err
+		}
+		if l.closed {
+			l.mu.Unlock()
+			c.Close()
+			return nil, errLinkClosed
+		}
+		oc := newOutConn(l, c)
+		if !l.r.goOwned(oc.writeLoop) {
+			l.mu.Unlock()
+			c.Close()
+			return nil, errLinkClosed
+		}
+		if !l.r.goOwned(oc.readLoop) {
+			l.mu.Unlock()
+			oc.fail(errLinkClosed)
+			return nil, errLinkClosed
+		}
+		l.conn = oc
+		l.mu.Unlock()
+		return oc, nil
+	}
+}
+
+// connEnded is called by an outConn when it ends; oneShot says the peer
+// looks like one that reads one envelope per connection (the Rust
+// reference does). A connection closed with nothing in flight is just an
+// idle timeout or a restart.
+func (l *link) connEnded(oc *outConn, oneShot bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn == oc {
+		l.conn = nil
+	}
+	if oneShot && !l.oneShot {
+		l.oneShot = true
+		l.oneShotAt = time.Now()
+		l.r.log.Debug("peer closes after each exchange; using one connection per envelope", "peer", l.peer.Name)
+	}
+}
+
+func (l *link) ackArrived(e wire.Envelope) {
+	l.mu.Lock()
+	oc := l.conn
+	l.mu.Unlock()
+	if oc != nil {
+		oc.ackArrived(e)
+	}
+}
+
+func (l *link) close() {
+	l.mu.Lock()
+	l.closed = true
+	oc := l.conn
+	l.conn = nil
+	l.mu.Unlock()
+	if oc != nil {
+		oc.fail(errLinkClosed)
+	}
+}
+
+// sendOneShot delivers one envelope on its own connection, as the Rust
+// reference does: dial, write, read the ack, close.
+func (l *link) sendOneShot(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, queued func()) error {
+	c, err := l.r.opts.Dial(ctx, l.peer.Addr)
+	if err != nil {
+		return l.offline(ctx, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	if _, err := c.Write(frame); err != nil {
+		return l.offline(ctx, err)
+	}
+	if !wantAck {
+		queued()
+		return nil
+	}
+	payload, err := transport.ReadFrame(c, l.r.opts.MaxMessageBytes)
+	if err != nil {
+		if ctx.Err() != nil {
+			return l.offline(ctx, ctx.Err())
+		}
+		return l.offline(ctx, errConnLost)
+	}
+	if err := l.checkAck(payload, id); err != nil {
+		return l.offline(ctx, err)
+	}
+	// Envelopes on separate connections can overtake each other: the
+	// caller learns that this one is on its way only once it is acked,
+	// so one that waits for queued keeps its order.
+	queued()
+	return nil
+}
+
+var errBadAck = errors.New("comms: invalid ack")
+
+// checkAck verifies that payload is an ack of envelope id from this peer
+// to us.
+func (l *link) checkAck(payload []byte, id identity.UUID) error {
+	e, err := wire.Open(payload)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errBadAck, err)
+	}
+	if err := l.validAck(e); err != nil {
+		return err
+	}
+	if got, _ := e.Kind.InReplyTo(); got != id {
+		return fmt.Errorf("%w: acknowledges another envelope", errBadAck)
+	}
+	return nil
+}
+
+func (l *link) validAck(e wire.Envelope) error {
+	switch {
+	case e.Kind.Type() != wire.TypeAck:
+		return fmt.Errorf("%w: kind %q", errBadAck, e.Kind.Type())
+	case e.From != l.peer.ID:
+		return fmt.Errorf("%w: from another key", errBadAck)
+	case e.To != l.r.self:
+		return fmt.Errorf("%w: addressed to another node", errBadAck)
+	}
+	return nil
+}
