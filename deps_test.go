@@ -80,6 +80,7 @@ var allowed = map[string][]string{
 	"bench":         {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust", module + "/comms/node"},
 	"cmd/meerkatd": {module + "/comms/control", module + "/comms/node", module + "/mcpserver", module + "/bench", module + "/comms/audit",
 		module + "/comms/outbox", module + "/config", module + "/identity", module + "/transport", module + "/trust", module + "/trust/pair",
+		module + "/internal/atomicfile",
 		// The bench harness, until it moves to package bench.
 		module + "/comms", module + "/comms/wire"},
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/internal/atomicfile"
 	"github.com/meerkatd/meerkatd/trust/pair"
 )
 
@@ -124,7 +125,7 @@ func runPair(e *env, args []string) error {
 			return err
 		}
 		path := node.OfferPath(dir, h)
-		if err := node.WritePrivate(path, []byte(info.Line+"\n")); err != nil {
+		if err := atomicfile.WriteFile(path, []byte(info.Line+"\n"), 0o600); err != nil {
 			return err
 		}
 		defer os.Remove(path)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/atomicfile"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust/pair"
 )
@@ -82,7 +83,7 @@ func (n *Node) Announce(dir string) (func(), error) {
 	}
 	b, _ := json.Marshal(Announcement{Name: n.h.Config.Name, Key: n.h.Key.ID().String(), Addr: addr.String(), PID: os.Getpid(), Home: n.h.Dir})
 	path := announcePath(dir, n.h)
-	if err := WritePrivate(path, b); err != nil {
+	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
 		return func() {}, err
 	}
 	return func() { os.Remove(path) }, nil
@@ -97,19 +98,6 @@ func (n *Node) localAddr() (transport.Addr, error) {
 		}
 	}
 	return n.offerAddr()
-}
-
-// WritePrivate writes a 0600 file atomically.
-func WritePrivate(path string, b []byte) error {
-	tmp := path + ".tmp" + strconv.Itoa(os.Getpid())
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
 }
 
 // Discover lists the running nodes announced in the discovery directory
