@@ -62,6 +62,7 @@ func TestDependencyRules(t *testing.T) {
 		"comms/wire":             {module + "/identity"},
 		"comms":                  {module + "/comms/wire", module + "/identity", module + "/inbox", module + "/transport", module + "/trust"},
 		"mcpserver":              {"github.com/mark3labs/mcp-go/"},
+		"bench":                  {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust"},
 		"cmd/meerkatd":           {module + "/"},
 	}
 	for _, p := range listPackages(t) {
