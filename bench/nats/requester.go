@@ -24,9 +24,9 @@ const subject = "meerkat.bench"
 // fails the run after it.
 const requestTimeout = 10 * time.Second
 
-// bench is the requester's side of the exchanges. It is safe for
+// requester is this process's side of the exchanges. It is safe for
 // concurrent use.
-type bench struct {
+type requester struct {
 	nc    *nats.Conn
 	kp    *identity.Keypair
 	peer  identity.PeerID
@@ -34,15 +34,15 @@ type bench struct {
 	child *responderProc
 }
 
-func newBench(nc *nats.Conn, kp *identity.Keypair, peer identity.PeerID, child *responderProc) *bench {
+func newRequester(nc *nats.Conn, kp *identity.Keypair, peer identity.PeerID, child *responderProc) *requester {
 	// The 100-byte message of comms/wire's BenchmarkExchange.
-	return &bench{nc: nc, kp: kp, peer: peer, msg: wire.Message(strings.Repeat("m", 100)), child: child}
+	return &requester{nc: nc, kp: kp, peer: peer, msg: wire.Message(strings.Repeat("m", 100)), child: child}
 }
 
 // exchange seals a fresh message to the peer, sends it as a request, opens
 // the reply and checks that it is the peer's ack of that message. buf is
 // scratch space for the encoded envelope; exchange returns it, maybe grown.
-func (b *bench) exchange(buf []byte) ([]byte, error) {
+func (b *requester) exchange(buf []byte) ([]byte, error) {
 	id := identity.NewUUID()
 	e, err := wire.Seal(b.kp, id, b.peer, b.msg)
 	if err != nil {
@@ -74,7 +74,7 @@ func (b *bench) exchange(buf []byte) ([]byte, error) {
 
 // sequential runs n exchanges one after the other and returns their round
 // trip times.
-func (b *bench) sequential(ctx context.Context, n int) ([]time.Duration, error) {
+func (b *requester) sequential(ctx context.Context, n int) ([]time.Duration, error) {
 	lat := make([]time.Duration, n)
 	buf := make([]byte, 0, 512)
 	var err error
@@ -101,7 +101,7 @@ type pipelinedRun struct {
 // pipelined runs n exchanges with inFlight requests outstanding on the one
 // connection: inFlight goroutines, each doing exchanges back to back. It
 // stops at the first error and waits for all its goroutines.
-func (b *bench) pipelined(ctx context.Context, n, inFlight int) (pipelinedRun, error) {
+func (b *requester) pipelined(ctx context.Context, n, inFlight int) (pipelinedRun, error) {
 	child0, err := b.child.cpu()
 	if err != nil {
 		return pipelinedRun{}, err

@@ -1,98 +1,63 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"slices"
 	"text/tabwriter"
+
+	"github.com/meerkatd/meerkatd/bench"
 )
 
-// result is one scenario's measurements, printed as meerkatd's bench
-// prints its own:
+// result is one scenario's measurements, printed as a [bench.Line], the
+// JSON line of meerkatd's bench:
 //
 //	{"impl":"nats","scenario":"sequential","transport":"tcp","inbox":"","reps":5,
 //	 "metrics":{"p50_us":{"median":…,"min":…,"max":…,"values":[…]},…},"checks":[]}
 type result struct {
-	Impl      string            `json:"impl"`
-	Scenario  string            `json:"scenario"`
-	Transport string            `json:"transport"`
-	Inbox     string            `json:"inbox"` // meerkatd's inbox mode; NATS has none
-	Reps      int               `json:"reps"`
-	Metrics   metrics           `json:"metrics"`
-	Checks    []json.RawMessage `json:"checks"` // meerkatd's target checks; none here
+	scenario string
+	reps     int
+	names    []string             // the scenario's metrics, in table order
+	values   map[string][]float64 // by metric, in repetition order
 }
 
 func newResult(scenario string, reps int, names ...string) *result {
-	r := &result{Impl: "nats", Scenario: scenario, Transport: "tcp", Reps: reps, Checks: []json.RawMessage{}}
-	for _, n := range names {
-		r.Metrics = append(r.Metrics, namedMetric{name: n})
-	}
-	return r
+	return &result{scenario: scenario, reps: reps, names: names, values: map[string][]float64{}}
 }
 
 // add records one repetition's value of metric name.
 func (r *result) add(name string, v float64) {
-	for i := range r.Metrics {
-		if r.Metrics[i].name == name {
-			r.Metrics[i].Values = append(r.Metrics[i].Values, round(v))
-			return
-		}
+	if !slices.Contains(r.names, name) {
+		panic("bug: unknown metric " + name)
 	}
-	panic("bug: unknown metric " + name)
+	r.values[name] = append(r.values[name], round(v))
 }
 
-// metric is one metric over the repetitions, in repetition order.
-type metric struct {
-	Median float64   `json:"median"`
-	Min    float64   `json:"min"`
-	Max    float64   `json:"max"`
-	Values []float64 `json:"values"`
-}
-
-type namedMetric struct {
-	name string
-	metric
-}
-
-// summary returns m with Median, Min and Max filled in.
-func (m metric) summary() metric {
-	if len(m.Values) == 0 {
-		return metric{Values: []float64{}}
+// line returns the result as meerkatd's bench prints its own; NATS has no
+// inbox mode, and meerkatd's bench computes the checks.
+func (r *result) line() bench.Line {
+	l := bench.Line{Impl: "nats", Scenario: r.scenario, Transport: "tcp", Reps: r.reps,
+		Metrics: map[string]bench.Metric{}, Checks: []bench.Check{}}
+	for _, n := range r.names {
+		l.Metrics[n] = summary(r.values[n])
 	}
-	s := slices.Sorted(slices.Values(m.Values))
+	return l
+}
+
+// summary returns the metric over values, in repetition order.
+func summary(values []float64) bench.Metric {
+	if len(values) == 0 {
+		return bench.Metric{Values: []float64{}}
+	}
+	s := slices.Sorted(slices.Values(values))
 	n := len(s)
-	m.Min, m.Max = s[0], s[n-1]
-	m.Median = s[n/2]
+	m := bench.Metric{Median: s[n/2], Min: s[0], Max: s[n-1], Values: values}
 	if n%2 == 0 {
 		m.Median = round((s[n/2-1] + s[n/2]) / 2)
 	}
 	return m
-}
-
-// metrics is a JSON object whose members keep the scenario's order.
-type metrics []namedMetric
-
-func (ms metrics) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, m := range ms {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		k, _ := json.Marshal(m.name)
-		v, err := json.Marshal(m.summary())
-		if err != nil {
-			return nil, err
-		}
-		b.Write(k)
-		b.WriteByte(':')
-		b.Write(v)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
 }
 
 // round keeps one decimal: more is noise.
@@ -102,7 +67,7 @@ func round(v float64) float64 { return math.Round(v*10) / 10 }
 func writeJSON(w io.Writer, rs []*result) error {
 	enc := json.NewEncoder(w)
 	for _, r := range rs {
-		if err := enc.Encode(r); err != nil {
+		if err := enc.Encode(r.line()); err != nil {
 			return err
 		}
 	}
@@ -115,9 +80,9 @@ func writeTable(w io.Writer, header string, rs []*result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tmetric\tmedian\tmin\tmax\t")
 	for _, r := range rs {
-		for _, m := range r.Metrics {
-			s := m.summary()
-			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t\n", r.Scenario, m.name, s.Median, s.Min, s.Max)
+		for _, n := range r.names {
+			s := summary(r.values[n])
+			fmt.Fprintf(tw, "%s\t%s\t%.1f\t%.1f\t%.1f\t\n", r.scenario, n, s.Median, s.Min, s.Max)
 		}
 	}
 	return tw.Flush()

@@ -126,7 +126,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	// for their timeouts.
 	defer context.AfterFunc(ctx, nc.Close)()
 
-	b := newBench(nc, kp, peerKP.ID(), child)
+	b := newRequester(nc, kp, peerKP.ID(), child)
 	nSeq, nPipe := o.counts()
 	seq := newResult("sequential", o.reps, "p50_us", "p99_us")
 	pipe := newResult("pipelined", o.reps, "exchanges_per_s", "cpu_us_per_exchange")

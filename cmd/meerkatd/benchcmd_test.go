@@ -1,171 +1,29 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"math"
-	"os"
-	"os/exec"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
-// TestBenchQuick runs `meerkatd bench --quick --json` so the command
-// cannot rot: every scenario must print one line of the documented shape
-// with sane values. It asserts no performance target (a quick run's
-// figures mean nothing, the more so under -race), only that the checks
-// were computed.
-func TestBenchQuick(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), "bench", "--quick", "--json")
-	tmp := t.TempDir()
-	cmd.Env = append(baseEnv(), "TMPDIR="+tmp)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("bench --quick --json: %v\nstderr:\n%s", err, stderr.String())
-	}
-	// Its own field names, so that a renamed key fails.
-	type metric struct {
-		Median *float64  `json:"median"`
-		Min    *float64  `json:"min"`
-		Max    *float64  `json:"max"`
-		Values []float64 `json:"values"`
-	}
-	type check struct {
-		Target string   `json:"target"`
-		Value  *float64 `json:"value"`
-		Limit  *float64 `json:"limit"`
-		Pass   *bool    `json:"pass"`
-	}
-	type line struct {
-		Impl      string            `json:"impl"`
-		Scenario  string            `json:"scenario"`
-		Transport string            `json:"transport"`
-		Inbox     string            `json:"inbox"`
-		Reps      int               `json:"reps"`
-		Metrics   map[string]metric `json:"metrics"`
-		Checks    []check           `json:"checks"`
-	}
-	want := map[string][]string{ // scenario → metrics
-		"anchor_sign":               {"us"},
-		"anchor_verify":             {"us"},
-		"anchor_exchange":           {"us"},
-		"anchor_pingpong":           {"p50_us"},
-		"anchor_raw_sequential":     {"p50_us", "p99_us"},
-		"anchor_raw_pipelined":      {"exchanges_per_s", "cpu_us_per_exchange"},
-		"anchor_raw_closed_loop_16": {"exchanges_per_s", "cpu_us_per_exchange"},
-		"sequential":                {"p50_us", "p99_us", "vs_raw"},
-		"pipelined":                 {"exchanges_per_s", "cpu_us_per_exchange", "vs_raw", "cpu_vs_raw"},
-		"closed_loop_16":            {"exchanges_per_s", "cpu_us_per_exchange", "vs_raw", "cpu_vs_raw"},
-		"conn_per_msg":              {"p50_us"},
-		"flood_bad_signature":       {"exchanges_per_s", "ratio", "refused_per_s"},
-		"flood_untrusted":           {"exchanges_per_s", "ratio", "refused_per_s"},
-		"durable":                   {"exchanges_per_s", "ratio"},
-		"idle_rss":                  {"rss_mb"},
-		"idle_rss_1000":             {"rss_mb"},
-		"startup":                   {"ms"},
-	}
-	wantChecks := map[string]int{"sequential": 2, "pipelined": 2, "closed_loop_16": 1, "conn_per_msg": 1,
-		"flood_bad_signature": 2, "flood_untrusted": 2, "idle_rss": 1, "idle_rss_1000": 1, "startup": 1}
-	seen := map[string]bool{}
-	for _, text := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
-		var l line
-		dec := json.NewDecoder(strings.NewReader(text))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l); err != nil {
-			t.Fatalf("line is not the bench JSON: %v\n%s", err, text)
-		}
-		metrics, ok := want[l.Scenario]
-		if !ok || l.Impl != "meerkatd" || l.Reps != 1 || seen[l.Scenario] {
-			t.Errorf("unexpected line: %s", text)
-			continue
-		}
-		seen[l.Scenario] = true
-		if strings.HasPrefix(l.Scenario, "anchor_") && l.Scenario != "anchor_pingpong" && !strings.HasPrefix(l.Scenario, "anchor_raw_") {
-			if l.Transport != "none" || l.Inbox != "none" {
-				t.Errorf("anchor line with a transport or inbox: %s", text)
-			}
-		} else if l.Transport != "uds" {
-			t.Errorf("--quick ran over %q, want uds: %s", l.Transport, text)
-		}
-		if l.Checks == nil {
-			t.Errorf("checks is not a list: %s", text)
-		}
-		if len(l.Checks) != wantChecks[l.Scenario] {
-			t.Errorf("%s: %d checks, want %d: %s", l.Scenario, len(l.Checks), wantChecks[l.Scenario], text)
-		}
-		for _, name := range metrics {
-			m, ok := l.Metrics[name]
-			if !ok || m.Median == nil || m.Min == nil || m.Max == nil || len(m.Values) != 1 {
-				t.Errorf("%s: metric %s missing or incomplete: %s", l.Scenario, name, text)
-				continue
-			}
-			v := *m.Median
-			if math.IsNaN(v) || v <= 0 || *m.Min > v || *m.Max < v || m.Values[0] != v {
-				t.Errorf("%s: metric %s is not sane: %s", l.Scenario, name, text)
-			}
-		}
-		for _, c := range l.Checks {
-			if c.Target == "" || c.Value == nil || c.Limit == nil || c.Pass == nil || math.IsNaN(*c.Value) || *c.Value <= 0 {
-				t.Errorf("%s: check not computed: %s", l.Scenario, text)
-			}
-		}
-		if strings.HasPrefix(l.Scenario, "flood_") {
-			// The node told us how it refused them: it must have.
-			for _, c := range l.Checks {
-				if strings.Contains(c.Target, "refused as") && !*c.Pass {
-					t.Errorf("%s: flood envelopes not refused for their reason: %s", l.Scenario, text)
-				}
-			}
-		}
-	}
-	for sc := range want {
-		if !seen[sc] {
-			t.Errorf("no %s line in:\n%s", sc, stdout.String())
-		}
-	}
-	// Nothing left behind: the bench's temporary root is gone.
-	if left, _ := os.ReadDir(tmp); len(left) > 0 {
-		t.Errorf("bench left %v behind in TMPDIR", left)
-	}
-}
-
-func TestParseOnly(t *testing.T) {
+// TestBenchUsage: bench's errors about its flags, and about the arguments
+// of its hidden children, are usage errors. The suite itself is tested in
+// package bench (TestBenchQuick).
+func TestBenchUsage(t *testing.T) {
 	for _, tc := range []struct {
-		in   string
-		want []string // groups that run; nil: all
-		err  bool
+		args   []string
+		stderr string
 	}{
-		{in: "", want: nil},
-		{in: "sequential", want: []string{"sequential"}},
-		{in: "sequential, conn_per_msg", want: []string{"sequential", "conn_per_msg"}},
-		{in: "flood", want: []string{"flood", "pipelined"}},
-		{in: "durable,resources", want: []string{"durable", "pipelined", "resources"}},
-		{in: "pipelined,bogus", err: true},
-		{in: ",", err: true},
-		{in: "Sequential", err: true},
+		{[]string{"bench", "--transport", "x"}, `--transport "x": want uds, tcp or both`},
+		{[]string{"bench", "--only", "sequential,bogus"}, `--only "bogus": want some of`},
+		{[]string{"bench", "--reps", "-1"}, "--reps >= 1"},
+		{[]string{"bench", "--msgs", "5"}, "--msgs >= 10"},
+		{[]string{"bench", "extra"}, "want no arguments"},
+		{[]string{"bench", "echo"}, "bench echo uds|tcp ADDRESS"},
+		{[]string{"bench", "flood", "uds:///nowhere.sock", "00", "0"}, `CONNS "0"`},
 	} {
-		only, err := parseOnly(tc.in)
-		if tc.err {
-			if err == nil {
-				t.Errorf("parseOnly(%q) = %v, want an error", tc.in, only)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("parseOnly(%q): %v", tc.in, err)
-			continue
-		}
-		o := benchOpts{only: only}
-		for _, g := range benchGroups {
-			if got, want := o.want(g), tc.want == nil || slices.Contains(tc.want, g); got != want {
-				t.Errorf("parseOnly(%q): group %s runs = %v, want %v", tc.in, g, got, want)
-			}
+		code, _, errOut := run(t, nil, tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.stderr) || !strings.Contains(errOut, "usage: meerkatd bench [") {
+			t.Errorf("%q: code %d, stderr %q; want %d, %q and the usage", tc.args, code, errOut, exitUsage, tc.stderr)
 		}
 	}
 }

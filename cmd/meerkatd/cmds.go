@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/meerkatd/meerkatd/bench"
 	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/config"
@@ -25,6 +26,7 @@ import (
 
 // commandHelp is more about a command than its usage line says.
 var commandHelp = map[string]string{
+	"bench": bench.Help,
 	"send": `A direct send is one attempt: it returns once the peer acknowledged it,
 or fails (exit 3). --reliable stores it in the outbox first; the daemon
 retries it until the peer acknowledges it or its time-to-live passes.

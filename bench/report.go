@@ -1,4 +1,4 @@
-package main
+package bench
 
 // What `meerkatd bench` reports: per scenario the values of every
 // repetition, the checks against issue 6's targets, a table or JSON lines.
@@ -20,56 +20,64 @@ import (
 	"github.com/meerkatd/meerkatd/transport"
 )
 
-// benchLine is one scenario's JSON line; the NATS bench prints the same.
-type benchLine struct {
-	Impl      string                 `json:"impl"`
-	Scenario  string                 `json:"scenario"`
-	Transport string                 `json:"transport"`
-	Inbox     string                 `json:"inbox"`
-	Reps      int                    `json:"reps"`
-	Metrics   map[string]benchMetric `json:"metrics"`
-	Checks    []benchCheck           `json:"checks"`
+// Line is one scenario's results as [Run] prints them with
+// [Options.JSON], one JSON object per line (docs/performance.md); the
+// NATS bench (bench/nats) prints the same, and Run reads its lines back.
+//
+//	{"impl":"meerkatd","scenario":"sequential","transport":"uds","inbox":"memory","reps":5,
+//	 "metrics":{"p50_us":{"median":…,"min":…,"max":…,"values":[…]},…},"checks":[…]}
+type Line struct {
+	Impl      string            `json:"impl"`      // "meerkatd" or "nats"
+	Scenario  string            `json:"scenario"`  // "sequential", "anchor_sign", … (Help)
+	Transport string            `json:"transport"` // "uds", "tcp"; "none": anchor_sign, anchor_verify, anchor_exchange
+	Inbox     string            `json:"inbox"`     // the node's store mode, or "none" for the anchors; NATS: ""
+	Reps      int               `json:"reps"`      // measured repetitions
+	Metrics   map[string]Metric `json:"metrics"`   // by name: "p50_us", "exchanges_per_s", …
+	Checks    []Check           `json:"checks"`    // never null: [] without checks
 }
 
-type benchMetric struct {
+// Metric is one metric of a scenario over the repetitions.
+type Metric struct {
 	Median float64   `json:"median"`
 	Min    float64   `json:"min"`
 	Max    float64   `json:"max"`
-	Values []float64 `json:"values"`
+	Values []float64 `json:"values"` // one per repetition, in repetition order
 }
 
-type benchCheck struct {
+// Check is one target of issue 6 and how the run fared: Value is the
+// median over the repetitions of the ratio the target bounds by Limit.
+type Check struct {
 	Target string  `json:"target"`
 	Value  float64 `json:"value"`
 	Limit  float64 `json:"limit"`
 	Pass   bool    `json:"pass"`
 }
 
-type benchKey struct{ impl, scenario, transport, inbox string }
+type seriesKey struct{ impl, scenario, transport, inbox string }
 
-// benchSeries is one scenario's values, one per repetition per metric, in
+// series is one scenario's values, one per repetition per metric, in
 // repetition order: index i of every series is the same repetition.
-type benchSeries struct {
-	key     benchKey
+type series struct {
+	key     seriesKey
 	metrics []string
 	values  map[string][]float64
-	checks  []benchCheck
+	checks  []Check
 }
 
-type benchResults struct {
+type results struct {
 	reps, cores int
-	series      []*benchSeries
-	byKey       map[benchKey]*benchSeries
+	series      []*series
+	byKey       map[seriesKey]*series
 	notes       []string
 }
 
-func newBenchResults() *benchResults { return &benchResults{byKey: map[benchKey]*benchSeries{}} }
+func newResults() *results { return &results{byKey: map[seriesKey]*series{}} }
 
-func (r *benchResults) add(impl, scenario, tr, inbox, metric string, v float64) {
-	k := benchKey{impl, scenario, tr, inbox}
+func (r *results) add(impl, scenario, tr, inbox, metric string, v float64) {
+	k := seriesKey{impl, scenario, tr, inbox}
 	s := r.byKey[k]
 	if s == nil {
-		s = &benchSeries{key: k, values: map[string][]float64{}}
+		s = &series{key: k, values: map[string][]float64{}}
 		r.byKey[k] = s
 		r.series = append(r.series, s)
 	}
@@ -80,7 +88,7 @@ func (r *benchResults) add(impl, scenario, tr, inbox, metric string, v float64) 
 }
 
 // find returns the series of impl's scenario over tr, whatever its inbox.
-func (r *benchResults) find(impl, scenario, tr string) *benchSeries {
+func (r *results) find(impl, scenario, tr string) *series {
 	for _, s := range r.series {
 		if s.key.impl == impl && s.key.scenario == scenario && s.key.transport == tr {
 			return s
@@ -89,7 +97,7 @@ func (r *benchResults) find(impl, scenario, tr string) *benchSeries {
 	return nil
 }
 
-func (r *benchResults) values(impl, scenario, tr, metric string) []float64 {
+func (r *results) values(impl, scenario, tr, metric string) []float64 {
 	if s := r.find(impl, scenario, tr); s != nil {
 		return s.values[metric]
 	}
@@ -97,7 +105,7 @@ func (r *benchResults) values(impl, scenario, tr, metric string) []float64 {
 }
 
 // ratioCheck adds to s a check on the median over repetitions of f(i).
-func (r *benchResults) ratioCheck(s *benchSeries, target string, limit float64, atMost bool, f func(i int) float64) {
+func (r *results) ratioCheck(s *series, target string, limit float64, atMost bool, f func(i int) float64) {
 	if s == nil {
 		return
 	}
@@ -116,11 +124,11 @@ func (r *benchResults) ratioCheck(s *benchSeries, target string, limit float64, 
 	if atMost {
 		pass = v <= limit
 	}
-	s.checks = append(s.checks, benchCheck{Target: target, Value: v, Limit: limit, Pass: pass})
+	s.checks = append(s.checks, Check{Target: target, Value: v, Limit: limit, Pass: pass})
 }
 
 // computeChecks derives issue 6's checks from the repetitions.
-func (r *benchResults) computeChecks(o benchOpts) {
+func (r *results) computeChecks(o settings) {
 	at := func(v []float64, i int) float64 {
 		if i < len(v) {
 			return v[i]
@@ -169,7 +177,7 @@ func (r *benchResults) computeChecks(o benchOpts) {
 			}
 			worst := slices.Min(fl.values[mRefusedOK])
 			wrong := slices.Max(fl.values[mWrong])
-			fl.checks = append(fl.checks, benchCheck{Target: target, Value: worst, Limit: 1, Pass: worst >= 1 && wrong == 0})
+			fl.checks = append(fl.checks, Check{Target: target, Value: worst, Limit: 1, Pass: worst >= 1 && wrong == 0})
 		}
 		for _, c := range []struct {
 			sc, target string
@@ -209,7 +217,7 @@ func (r *benchResults) computeChecks(o benchOpts) {
 }
 
 // failed lists the failed checks.
-func (r *benchResults) failed() []string {
+func (r *results) failed() []string {
 	var out []string
 	for _, s := range r.series {
 		for _, c := range s.checks {
@@ -221,7 +229,7 @@ func (r *benchResults) failed() []string {
 	return out
 }
 
-func (r *benchResults) nchecks() int {
+func (r *results) nchecks() int {
 	n := 0
 	for _, s := range r.series {
 		n += len(s.checks)
@@ -231,9 +239,9 @@ func (r *benchResults) nchecks() int {
 
 // line returns a series as printed; metrics whose name starts with "_"
 // are internal.
-func (r *benchResults) line(s *benchSeries) benchLine {
-	l := benchLine{Impl: s.key.impl, Scenario: s.key.scenario, Transport: s.key.transport, Inbox: s.key.inbox,
-		Reps: r.reps, Metrics: map[string]benchMetric{}, Checks: []benchCheck{}}
+func (r *results) line(s *series) Line {
+	l := Line{Impl: s.key.impl, Scenario: s.key.scenario, Transport: s.key.transport, Inbox: s.key.inbox,
+		Reps: r.reps, Metrics: map[string]Metric{}, Checks: []Check{}}
 	for _, m := range s.metrics {
 		if strings.HasPrefix(m, "_") {
 			continue
@@ -243,7 +251,7 @@ func (r *benchResults) line(s *benchSeries) benchLine {
 		for i, v := range vs {
 			rounded[i] = round3(v)
 		}
-		l.Metrics[m] = benchMetric{Median: round3(medianF(vs)), Min: round3(slices.Min(vs)), Max: round3(slices.Max(vs)), Values: rounded}
+		l.Metrics[m] = Metric{Median: round3(medianF(vs)), Min: round3(slices.Min(vs)), Max: round3(slices.Max(vs)), Values: rounded}
 	}
 	for _, c := range s.checks {
 		c.Value = round3(c.Value)
@@ -252,7 +260,7 @@ func (r *benchResults) line(s *benchSeries) benchLine {
 	return l
 }
 
-func (r *benchResults) writeJSON(w io.Writer) error {
+func (r *results) writeJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	for _, s := range r.series {
 		if err := enc.Encode(r.line(s)); err != nil {
@@ -262,7 +270,7 @@ func (r *benchResults) writeJSON(w io.Writer) error {
 	return nil
 }
 
-func (r *benchResults) writeTable(w io.Writer, o benchOpts) error {
+func (r *results) writeTable(w io.Writer, o settings) error {
 	bw := bufio.NewWriter(w)
 	warm := "no warm-up"
 	if o.warmup {
@@ -309,7 +317,7 @@ func (r *benchResults) writeTable(w io.Writer, o benchOpts) error {
 }
 
 // natsOnce runs the NATS bench once and records its lines.
-func (b *benchRun) natsOnce(ctx context.Context, rec *benchResults) error {
+func (b *runner) natsOnce(ctx context.Context, rec *results) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	args := []string{"--once", "--json", "--transport", transport.SchemeTCP}
@@ -318,7 +326,7 @@ func (b *benchRun) natsOnce(ctx context.Context, rec *benchResults) error {
 	}
 	cmd := exec.CommandContext(ctx, b.opts.nats, args...)
 	cmd.Env = b.env
-	cmd.SysProcAttr = benchSysProcAttr()
+	cmd.SysProcAttr = sysProcAttr()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -330,7 +338,7 @@ func (b *benchRun) natsOnce(ctx context.Context, rec *benchResults) error {
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		var l benchLine
+		var l Line
 		if err := json.Unmarshal([]byte(line), &l); err != nil {
 			return fmt.Errorf("%s printed a line that is not the bench JSON: %v: %q", b.opts.nats, err, line)
 		}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 // The raw crypto anchors of `meerkatd bench`: the crypto of an exchange
 // (sign, verify, sign, verify) between the bench and its echo process with
@@ -123,9 +123,9 @@ func (rc *rawConn) readAnswer(r *bufio.Reader) error {
 	return err
 }
 
-func (b *benchRun) dialRaw(ctx context.Context, a transport.Addr) (*rawConn, error) {
+func (b *runner) dialRaw(ctx context.Context, a transport.Addr) (*rawConn, error) {
 	kp := b.peers[0]
-	e, err := wire.Seal(kp, identity.NewUUID(), b.peers[1].ID(), wire.Message(benchBody))
+	e, err := wire.Seal(kp, identity.NewUUID(), b.peers[1].ID(), wire.Message(body))
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (b *benchRun) dialRaw(ctx context.Context, a transport.Addr) (*rawConn, err
 	id := kp.ID()
 	hello, err := transport.AppendFrame(nil, append(bytes.Clone(rawHello), id[:]...))
 	if err == nil {
-		c.SetDeadline(time.Now().Add(benchAckTimeout))
+		c.SetDeadline(time.Now().Add(ackTimeout))
 		_, err = c.Write(hello)
 	}
 	var key []byte
@@ -161,7 +161,7 @@ func (b *benchRun) dialRaw(ctx context.Context, a transport.Addr) (*rawConn, err
 
 // rawSequential is anchor_raw_sequential: sign, write, read the answer,
 // verify it, one at a time; p50 and p99 in µs.
-func (b *benchRun) rawSequential(ctx context.Context, a transport.Addr) (p50, p99 float64, err error) {
+func (b *runner) rawSequential(ctx context.Context, a transport.Addr) (p50, p99 float64, err error) {
 	rc, err := b.dialRaw(ctx, a)
 	if err != nil {
 		return 0, 0, err
@@ -218,7 +218,7 @@ func (rr *rawRun) failed() bool {
 // while the run's goroutines count exchanges, then stops them (closing
 // conns) and returns exchanges/s and CPU µs per exchange of this process
 // and echoPID.
-func (b *benchRun) measure(ctx context.Context, rr *rawRun, echoPID int, conns []*rawConn) (loadResult, error) {
+func (b *runner) measure(ctx context.Context, rr *rawRun, echoPID int, conns []*rawConn) (loadResult, error) {
 	stop := func() error {
 		rr.fail(errStopped)
 		for _, rc := range conns {
@@ -245,7 +245,7 @@ func (b *benchRun) measure(ctx context.Context, rr *rawRun, echoPID int, conns [
 // write, one reader verifies the answers; exchanges/s and CPU µs per
 // exchange of both processes, over the same warm-in and window as the
 // pipelined scenario.
-func (b *benchRun) rawPipelined(ctx context.Context, a transport.Addr, echoPID int) (loadResult, error) {
+func (b *runner) rawPipelined(ctx context.Context, a transport.Addr, echoPID int) (loadResult, error) {
 	rc, err := b.dialRaw(ctx, a)
 	if err != nil {
 		return loadResult{}, err
@@ -297,7 +297,7 @@ func (b *benchRun) rawPipelined(ctx context.Context, a transport.Addr, echoPID i
 // rawClosedLoop is anchor_raw_closed_loop_16: closedLoopPeers
 // connections, each with one exchange at a time (sign, write, read,
 // verify) on its own goroutine.
-func (b *benchRun) rawClosedLoop(ctx context.Context, a transport.Addr, echoPID int) (loadResult, error) {
+func (b *runner) rawClosedLoop(ctx context.Context, a transport.Addr, echoPID int) (loadResult, error) {
 	rr := newRawRun()
 	var conns []*rawConn
 	defer func() {

@@ -1,10 +1,10 @@
-package main
+package bench
 
-// The processes of `meerkatd bench`: the node under test (a real
-// `meerkatd run` in a temporary home), the raw echo server of the
-// ping-pong anchor (`meerkatd bench echo`, hidden), and the bench's own
-// peers, which talk to the node with the project's code (comms.Router) or,
-// where one connection per envelope is the point, raw frames.
+// The processes of a run: the node under test (a real `meerkatd run` in a
+// temporary home made by `meerkatd init`), the raw echo server of the
+// anchors (`meerkatd bench echo`, hidden), and the bench's own peers,
+// which talk to the node with the project's code (comms.Router) or, where
+// one connection per envelope is the point, raw frames.
 
 import (
 	"bufio"
@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms"
-	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
@@ -34,20 +33,20 @@ import (
 
 // Bounds on the bench's child processes.
 const (
-	benchReadyTimeout = 15 * time.Second // a node must listen this soon after exec
-	benchStopTimeout  = 5 * time.Second  // then SIGKILL
-	benchAckTimeout   = 10 * time.Second // comms.ack_timeout of nodes and peers
-	benchStatusBound  = 10 * time.Second // one `status --json`
+	readyTimeout = 15 * time.Second // a node must listen this soon after exec
+	stopTimeout  = 5 * time.Second  // then SIGKILL
+	ackTimeout   = 10 * time.Second // comms.ack_timeout of nodes and peers
+	statusBound  = 10 * time.Second // one `status --json`
 )
 
-// benchBody is the ~100-byte message body every scenario sends.
-var benchBody = strings.Repeat("m", 100)
+// body is the ~100-byte message body every scenario sends.
+var body = strings.Repeat("m", 100)
 
-// benchRun is the state of one `meerkatd bench`: the temporary root that
+// runner is the state of one `meerkatd bench`: the temporary root that
 // holds every home and socket, the peers' identities, and the children
 // that must die with it.
-type benchRun struct {
-	opts     benchOpts
+type runner struct {
+	opts     settings
 	exe      string
 	root     string   // removed by cleanup
 	env      []string // base environment of every child
@@ -58,7 +57,7 @@ type benchRun struct {
 
 	mu       sync.Mutex
 	homes    int
-	children map[*benchChild]struct{}
+	children map[*child]struct{}
 }
 
 // childEnv is the environment for a meerkatd child process: this
@@ -80,20 +79,16 @@ func childEnv() []string {
 	return append(env, "GORACE="+gorace)
 }
 
-// benchPeers is how many trusted peer identities the node knows: the
+// numPeers is how many trusted peer identities the node knows: the
 // 16-connection closed loop uses all of them.
-const benchPeers = 16
+const numPeers = 16
 
-func newBenchRun(opts benchOpts, log io.Writer) (*benchRun, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find own executable: %w", err)
-	}
+func newRunner(opts settings, exe string, log io.Writer) (*runner, error) {
 	root, err := os.MkdirTemp("", "mkbench")
 	if err != nil {
 		return nil, err
 	}
-	b := &benchRun{opts: opts, exe: exe, root: root, log: log, children: map[*benchChild]struct{}{}}
+	b := &runner{opts: opts, exe: exe, root: root, log: log, children: map[*child]struct{}{}}
 	// Nodes announce themselves for local discovery in the run's own
 	// directory, not the user's.
 	rt := filepath.Join(root, "run")
@@ -109,7 +104,7 @@ func newBenchRun(opts benchOpts, log io.Writer) (*benchRun, error) {
 		}
 		return kp
 	}
-	for range benchPeers {
+	for range numPeers {
 		b.peers = append(b.peers, gen())
 	}
 	b.flooder, b.stranger = gen(), gen()
@@ -121,9 +116,9 @@ func newBenchRun(opts benchOpts, log io.Writer) (*benchRun, error) {
 }
 
 // cleanup kills every child still running and removes the root.
-func (b *benchRun) cleanup() {
+func (b *runner) cleanup() {
 	b.mu.Lock()
-	kids := make([]*benchChild, 0, len(b.children))
+	kids := make([]*child, 0, len(b.children))
 	for c := range b.children {
 		kids = append(kids, c)
 	}
@@ -135,16 +130,16 @@ func (b *benchRun) cleanup() {
 }
 
 // path returns a new path in the root, starting with prefix.
-func (b *benchRun) path(prefix string) string {
+func (b *runner) path(prefix string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.homes++
 	return filepath.Join(b.root, prefix+strconv.Itoa(b.homes))
 }
 
-// benchChild is a child process and the channel closed when it exited.
-type benchChild struct {
-	b     *benchRun
+// child is a child process and the channel closed when it exited.
+type child struct {
+	b     *runner
 	cmd   *exec.Cmd
 	done  chan struct{}
 	stdin io.Closer // the echo process ends when it closes
@@ -153,8 +148,8 @@ type benchChild struct {
 // startChild starts cmd, registered for cleanup, and then closes
 // closeAfterStart (our copies of files the child inherited). The child
 // gets SIGKILL if this process dies first (Linux).
-func (b *benchRun) startChild(cmd *exec.Cmd, closeAfterStart ...io.Closer) (*benchChild, error) {
-	cmd.SysProcAttr = benchSysProcAttr()
+func (b *runner) startChild(cmd *exec.Cmd, closeAfterStart ...io.Closer) (*child, error) {
+	cmd.SysProcAttr = sysProcAttr()
 	err := cmd.Start()
 	for _, f := range closeAfterStart {
 		f.Close()
@@ -162,7 +157,7 @@ func (b *benchRun) startChild(cmd *exec.Cmd, closeAfterStart ...io.Closer) (*ben
 	if err != nil {
 		return nil, err
 	}
-	c := &benchChild{b: b, cmd: cmd, done: make(chan struct{})}
+	c := &child{b: b, cmd: cmd, done: make(chan struct{})}
 	b.mu.Lock()
 	b.children[c] = struct{}{}
 	b.mu.Unlock()
@@ -173,7 +168,7 @@ func (b *benchRun) startChild(cmd *exec.Cmd, closeAfterStart ...io.Closer) (*ben
 	return c, nil
 }
 
-func (c *benchChild) exited() bool {
+func (c *child) exited() bool {
 	select {
 	case <-c.done:
 		return true
@@ -183,11 +178,11 @@ func (c *benchChild) exited() bool {
 }
 
 // stop sends SIGTERM and waits, with SIGKILL after a bound.
-func (c *benchChild) stop() {
+func (c *child) stop() {
 	c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
-	case <-time.After(benchStopTimeout):
+	case <-time.After(stopTimeout):
 		c.cmd.Process.Kill()
 		<-c.done
 	}
@@ -197,49 +192,51 @@ func (c *benchChild) stop() {
 // finish ends the echo process by closing its stdin, so that it exits on
 // its own (and writes its profile under MEERKATD_CPUPROFILE), with
 // SIGKILL after a bound.
-func (c *benchChild) finish() {
+func (c *child) finish() {
 	c.stdin.Close()
 	select {
 	case <-c.done:
 		c.forget()
-	case <-time.After(benchStopTimeout):
+	case <-time.After(stopTimeout):
 		c.kill()
 	}
 }
 
-func (c *benchChild) kill() {
+func (c *child) kill() {
 	c.cmd.Process.Kill()
 	<-c.done
 	c.forget()
 }
 
-func (c *benchChild) forget() {
+func (c *child) forget() {
 	c.b.mu.Lock()
 	delete(c.b.children, c)
 	c.b.mu.Unlock()
 }
 
-func (c *benchChild) pid() int { return c.cmd.Process.Pid }
+func (c *child) pid() int { return c.cmd.Process.Pid }
 
-// benchNode is a node under test: a home and, while it runs, its
+// node is a node under test: a home and, while it runs, its
 // `meerkatd run` process.
-type benchNode struct {
-	b     *benchRun
+type node struct {
+	b     *runner
 	home  string
 	id    identity.PeerID
 	addr  transport.Addr
 	env   []string
 	log   string
-	child *benchChild
+	child *child
 }
 
 // newNode creates a home that trusts the bench's peers and the flooder,
 // listening on one address of the given transport; storeMode is
 // config.StoreMemory or config.StoreSQLite. It does not start it.
-func (b *benchRun) newNode(network, storeMode string) (*benchNode, error) {
+func (b *runner) newNode(network, storeMode string) (*node, error) {
 	dir := b.path("n")
-	if _, err := node.InitHome(dir, "bench-node"); err != nil {
-		return nil, err
+	cmd := exec.Command(b.exe, "init", "--home", dir, "--name", "bench-node")
+	cmd.Env = b.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("meerkatd init: %w\n%s", err, out)
 	}
 	kp, err := identity.LoadKeypair(dir)
 	if err != nil {
@@ -258,10 +255,10 @@ func (b *benchRun) newNode(network, storeMode string) (*benchNode, error) {
 	if err := list.Save(filepath.Join(dir, trust.FileName)); err != nil {
 		return nil, err
 	}
-	n := &benchNode{b: b, home: dir, id: kp.ID(), log: filepath.Join(dir, "daemon.log")}
+	n := &node{b: b, home: dir, id: kp.ID(), log: filepath.Join(dir, "daemon.log")}
 	n.env = append(append([]string(nil), b.env...),
 		"MEERKAT_STORE_MODE="+storeMode,
-		"MEERKAT_COMMS_ACK_TIMEOUT="+strconv.Itoa(int(benchAckTimeout/time.Second)),
+		"MEERKAT_COMMS_ACK_TIMEOUT="+strconv.Itoa(int(ackTimeout/time.Second)),
 		// Nobody drains the inbox during a run.
 		"MEERKAT_COMMS_INBOX_MAX=10000000",
 		"MEERKAT_COMMS_INBOX_MAX_BYTES=4000000000",
@@ -273,7 +270,7 @@ func (b *benchRun) newNode(network, storeMode string) (*benchNode, error) {
 	case transport.SchemeUDS:
 		n.addr = transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(dir, config.DefaultSocketName)}
 	case transport.SchemeTCP:
-		port, err := benchFreePort()
+		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
@@ -285,8 +282,8 @@ func (b *benchRun) newNode(network, storeMode string) (*benchNode, error) {
 	return n, nil
 }
 
-// benchFreePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func benchFreePort() (int, error) {
+// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -297,7 +294,7 @@ func benchFreePort() (int, error) {
 
 // start execs `meerkatd run` and returns the time from exec to the first
 // connection its listener accepts.
-func (n *benchNode) start(ctx context.Context) (time.Duration, error) {
+func (n *node) start(ctx context.Context) (time.Duration, error) {
 	if n.child != nil {
 		return 0, errors.New("bug: node already started")
 	}
@@ -315,7 +312,7 @@ func (n *benchNode) start(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	n.child = c
-	deadline := t0.Add(benchReadyTimeout)
+	deadline := t0.Add(readyTimeout)
 	for {
 		conn, err := net.DialTimeout(n.addr.Network(), n.addr.Address(), time.Second)
 		if err == nil {
@@ -333,21 +330,21 @@ func (n *benchNode) start(ctx context.Context) (time.Duration, error) {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
-			return 0, fmt.Errorf("node not listening on %s after %v; log:\n%s", n.addr, benchReadyTimeout, n.logTail())
+			return 0, fmt.Errorf("node not listening on %s after %v; log:\n%s", n.addr, readyTimeout, n.logTail())
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
 }
 
 // stop stops the node's process, if it runs.
-func (n *benchNode) stop() {
+func (n *node) stop() {
 	if n.child != nil {
 		n.child.stop()
 		n.child = nil
 	}
 }
 
-func (n *benchNode) logTail() string {
+func (n *node) logTail() string {
 	b, _ := os.ReadFile(n.log)
 	if len(b) > 2000 {
 		b = b[len(b)-2000:]
@@ -355,14 +352,22 @@ func (n *benchNode) logTail() string {
 	return string(b)
 }
 
+// nodeStatus is what the bench reads of `meerkatd status --json`. A field
+// the command renamed would read as zero: the flood and idle_rss_1000
+// scenarios would fail, and TestBenchQuick with them.
+type nodeStatus struct {
+	Conns    int               `json:"connections"`
+	Rejected map[string]uint64 `json:"rejected"` // by reason: comms.RejectUntrusted, …
+}
+
 // status runs `meerkatd status --json` against the node.
-func (n *benchNode) status(ctx context.Context) (benchStatus, error) {
-	ctx, cancel := context.WithTimeout(ctx, benchStatusBound)
+func (n *node) status(ctx context.Context) (nodeStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusBound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, n.b.exe, "status", "--json", "--home", n.home)
 	cmd.Env = n.env
 	out, err := cmd.Output()
-	var s benchStatus
+	var s nodeStatus
 	if err == nil {
 		err = json.Unmarshal(out, &s)
 	}
@@ -373,16 +378,16 @@ func (n *benchNode) status(ctx context.Context) (benchStatus, error) {
 }
 
 // router returns a send-only Router for kp that trusts the node as "node".
-func (n *benchNode) router(kp *identity.Keypair) (*comms.Router, error) {
+func (n *node) router(kp *identity.Keypair) (*comms.Router, error) {
 	list, err := trust.New(trust.Peer{Name: "node", ID: n.id, Addr: n.addr})
 	if err != nil {
 		return nil, err
 	}
-	return comms.New(kp, list, comms.Options{AckTimeout: benchAckTimeout})
+	return comms.New(kp, list, comms.Options{AckTimeout: ackTimeout})
 }
 
 // rssMB returns the node's resident memory in MB.
-func (n *benchNode) rssMB() (float64, error) { return procRSSMB(n.child.pid()) }
+func (n *node) rssMB() (float64, error) { return procRSSMB(n.child.pid()) }
 
 // procCPU reads utime+stime of a process from /proc/PID/stat.
 func procCPU(pid int) (time.Duration, error) {
@@ -435,9 +440,9 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// benchFrame seals kind from kp to to and returns its id and frame. With
+// sealFrame seals kind from kp to to and returns its id and frame. With
 // badSig the signature is corrupted after signing.
-func benchFrame(kp *identity.Keypair, to identity.PeerID, kind wire.Kind, badSig bool) (identity.UUID, []byte, error) {
+func sealFrame(kp *identity.Keypair, to identity.PeerID, kind wire.Kind, badSig bool) (identity.UUID, []byte, error) {
 	id := identity.NewUUID()
 	e, err := wire.Seal(kp, id, to, kind)
 	if err != nil {
@@ -456,11 +461,11 @@ func benchFrame(kp *identity.Keypair, to identity.PeerID, kind wire.Kind, badSig
 // rawExchange writes one message envelope from kp on c and reads and
 // verifies its ack from to.
 func rawExchange(c net.Conn, kp *identity.Keypair, to identity.PeerID) error {
-	id, frame, err := benchFrame(kp, to, wire.Message(benchBody), false)
+	id, frame, err := sealFrame(kp, to, wire.Message(body), false)
 	if err != nil {
 		return err
 	}
-	c.SetDeadline(time.Now().Add(benchAckTimeout))
+	c.SetDeadline(time.Now().Add(ackTimeout))
 	if _, err := c.Write(frame); err != nil {
 		return err
 	}
@@ -493,7 +498,7 @@ func childStdout(cmd *exec.Cmd) (r, w *os.File, err error) {
 
 // startEcho starts `meerkatd bench echo` for the transport and returns its
 // address.
-func (b *benchRun) startEcho(network string) (*benchChild, transport.Addr, error) {
+func (b *runner) startEcho(network string) (*child, transport.Addr, error) {
 	var a transport.Addr
 	arg := "127.0.0.1:0"
 	if network == transport.SchemeUDS {
@@ -528,13 +533,15 @@ func (b *benchRun) startEcho(network string) (*benchChild, transport.Addr, error
 	return c, a, nil
 }
 
-// runBenchEcho is `meerkatd bench echo uds|tcp PATH|HOST:PORT` (internal):
-// it echoes 4-byte length-prefixed frames on every connection, prints its
-// address, and exits when stdin closes. A connection whose first frame is
-// a raw hello gets the raw crypto anchors' server instead (benchraw.go).
-func runBenchEcho(e *env, args []string) error {
+// RunEcho is the body of `meerkatd bench echo uds|tcp PATH|HOST:PORT`,
+// a child process of [Run]; args are the two after "echo". It listens,
+// prints its address to stdout, echoes 4-byte length-prefixed frames on
+// every connection, and returns when stdin closes. A connection whose
+// first frame is a raw hello gets the raw crypto anchors' server instead
+// (raw.go), which reports its failures on stderr.
+func RunEcho(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) != 2 || (args[0] != transport.SchemeUDS && args[0] != transport.SchemeTCP) {
-		return fmt.Errorf("%w: bench echo uds|tcp ADDRESS", errUsage)
+		return usagef("bench echo uds|tcp ADDRESS")
 	}
 	network := "tcp"
 	if args[0] == transport.SchemeUDS {
@@ -545,9 +552,9 @@ func runBenchEcho(e *env, args []string) error {
 		return err
 	}
 	defer ln.Close()
-	fmt.Fprintln(e.stdout, ln.Addr().String())
+	fmt.Fprintln(stdout, ln.Addr().String())
 	go func() {
-		io.Copy(io.Discard, e.stdin)
+		io.Copy(io.Discard, stdin)
 		ln.Close()
 	}()
 	for {
@@ -566,7 +573,7 @@ func runBenchEcho(e *env, args []string) error {
 				}
 				if key, ok := isRawHello(payload); ok && first {
 					if err := serveRawCrypto(c, r, key); err != nil {
-						fmt.Fprintf(e.stderr, "bench echo: %v\n", err)
+						fmt.Fprintf(stderr, "bench echo: %v\n", err)
 					}
 					return
 				}
@@ -579,13 +586,4 @@ func runBenchEcho(e *env, args []string) error {
 			}
 		}()
 	}
-}
-
-// benchStatus is what the bench reads of `meerkatd status --json`.
-type benchStatus struct {
-	Accepted uint64            `json:"accepted"`
-	AcksSent uint64            `json:"acks_sent"`
-	Rejected map[string]uint64 `json:"rejected"`
-	Inbox    int               `json:"inbox"`
-	Conns    int               `json:"connections"`
 }

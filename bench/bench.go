@@ -1,0 +1,298 @@
+// Package bench is the harness of `meerkatd bench` (issue 6): it measures
+// throughput, latency, memory and startup of real `meerkatd run` processes
+// and compares every figure with anchors measured in the same run, so that
+// a noisy shared machine moves both sides alike.
+//
+// It is not the node, nor a library for one. The node under test is a
+// child process in a temporary home; the calling process is its peers
+// (with the project's comms.Router or raw frames) and the judge. Every
+// other process is the meerkatd executable of [Options.Exe] too:
+// `meerkatd init` makes a node's home, `meerkatd status --json` reads its
+// counters, and the hidden `meerkatd bench echo` and `meerkatd bench
+// flood` are the echo server of the anchors and the attacker of the flood
+// scenarios, which that command implements by calling [RunEcho] and
+// [RunFlood].
+//
+// # Output
+//
+// [Run] prints a table or, with [Options.JSON], one [Line] per scenario:
+// the JSON of docs/performance.md, which the NATS baseline (bench/nats, a
+// separate module) prints too.
+//
+// # Concurrency
+//
+// The package has no state: [Run], [RunEcho] and [RunFlood] own their
+// goroutines and child processes. Run has stopped its children and
+// removed its temporary files when it returns; RunEcho and RunFlood are
+// the bodies of child processes, which exit after them.
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/meerkatd/meerkatd/transport"
+)
+
+// ErrUsage is matched (errors.Is) by the errors of [Run] about its
+// [Options] and of [RunEcho] and [RunFlood] about their arguments. Their
+// text is only the problem, in the terms of `meerkatd bench`'s flags
+// (`--transport "x": want uds, tcp or both`), for the command to print
+// with its [Usage].
+var ErrUsage = errors.New("bench: usage")
+
+// usageError is an error that matches ErrUsage.
+type usageError string
+
+func (e usageError) Error() string        { return string(e) }
+func (e usageError) Is(target error) bool { return target == ErrUsage }
+
+func usagef(format string, args ...any) error { return usageError(fmt.Sprintf(format, args...)) }
+
+// Options are the knobs of one [Run], as the flags of `meerkatd bench` set
+// them. Exe is required; the zero value of every other field means its
+// default, which may depend on Quick. A negative value is an error.
+type Options struct {
+	// Exe is the meerkatd executable the run starts: the nodes, their
+	// `status --json`, its echo and flood processes.
+	Exe string
+
+	Reps      int           // measured repetitions (default 5; Quick: 1)
+	Transport string        // "uds", "tcp" or "both" (default both; Quick: uds)
+	Duration  time.Duration // measured window of each throughput scenario (default 2s; Quick: 150ms)
+	Msgs      int           // round trips of each latency scenario, at least 10; conn_per_msg: half (default 2000; Quick: 100)
+	IdleConns int           // connections of idle_rss_1000 (default 1000; Quick: 50)
+	Only      string        // comma-separated scenario groups to run, of [Groups]; "": all
+	NATS      string        // the bench/nats binary to compare with over TCP; "": no NATS checks
+
+	JSON  bool // print one JSON [Line] per scenario instead of a table
+	Gate  bool // a failed check makes Run fail
+	Quick bool // smoke run of every code path in seconds, no warm-up repetition; its figures mean nothing
+}
+
+// settings are the knobs of one run once the defaults are applied.
+type settings struct {
+	reps       int           // measured repetitions
+	warmup     bool          // one more repetition first, not counted
+	transports []string      // transport.SchemeUDS, transport.SchemeTCP
+	duration   time.Duration // measured window of each throughput scenario
+	msgs       int           // round trips of each latency scenario
+	idleConns  int           // connections of idle_rss_1000
+	starts     int           // node starts per repetition for startup
+	inFlight   int           // pipelined: envelopes in flight on one connection
+	flooders   int           // flood: concurrent attacking connections
+	anchorTime time.Duration // per crypto anchor per repetition
+	nats       string        // NATS bench binary, or ""
+	json       bool
+	gate       bool
+	quick      bool
+	only       map[string]bool // scenario groups to run; nil: all
+}
+
+// settings applies the defaults to o and checks it.
+func (o Options) settings() (settings, error) {
+	s := settings{reps: 5, warmup: true, duration: 2 * time.Second, msgs: 2000, idleConns: 1000,
+		starts: 5, inFlight: 128, flooders: 4, anchorTime: 300 * time.Millisecond,
+		nats: o.NATS, json: o.JSON, gate: o.Gate, quick: o.Quick}
+	tr := cmp.Or(o.Transport, "both")
+	if o.Quick {
+		s.reps, s.warmup, s.duration, s.msgs, s.idleConns = 1, false, 150*time.Millisecond, 100, 50
+		s.starts, s.anchorTime = 1, 20*time.Millisecond
+		tr = cmp.Or(o.Transport, transport.SchemeUDS)
+	}
+	if o.Exe == "" {
+		return s, errors.New("bench: Options.Exe is empty")
+	}
+	s.reps, s.duration = cmp.Or(o.Reps, s.reps), cmp.Or(o.Duration, s.duration)
+	s.msgs, s.idleConns = cmp.Or(o.Msgs, s.msgs), cmp.Or(o.IdleConns, s.idleConns)
+	switch tr {
+	case "both":
+		s.transports = []string{transport.SchemeUDS, transport.SchemeTCP}
+	case transport.SchemeUDS, transport.SchemeTCP:
+		s.transports = []string{tr}
+	default:
+		return s, usagef("--transport %q: want uds, tcp or both", tr)
+	}
+	if s.reps < 1 || s.msgs < 10 || s.duration <= 0 || s.idleConns < 1 {
+		return s, usagef("--reps >= 1, --msgs >= 10, --duration > 0 and --idle-conns >= 1")
+	}
+	var err error
+	s.only, err = parseOnly(o.Only)
+	return s, err
+}
+
+// Scenario groups of --only; flood and durable are ratios to pipelined,
+// which they bring along.
+var groups = []string{"sequential", "pipelined", "closed_loop_16", "conn_per_msg", "flood", "durable", "resources"}
+
+// Groups returns the scenario groups [Options.Only] may name.
+func Groups() []string { return slices.Clone(groups) }
+
+// want reports whether the scenario group runs.
+func (o settings) want(group string) bool { return o.only == nil || o.only[group] }
+
+// parseOnly parses --only's comma-separated groups.
+func parseOnly(v string) (map[string]bool, error) {
+	if v == "" {
+		return nil, nil
+	}
+	only := map[string]bool{}
+	for g := range strings.SplitSeq(v, ",") {
+		g = strings.TrimSpace(g)
+		if !slices.Contains(groups, g) {
+			return nil, usagef("--only %q: want some of %s", g, strings.Join(groups, ","))
+		}
+		only[g] = true
+	}
+	if only["flood"] || only["durable"] {
+		only["pipelined"] = true
+	}
+	return only, nil
+}
+
+// Usage is the synopsis of `meerkatd bench`.
+const Usage = "meerkatd bench [--reps N] [--transport uds|tcp|both] [--duration DUR] [--msgs N] [--only GROUPS] [--nats PATH] [--json] [--gate] [--quick]"
+
+// Help explains the scenarios, anchors and checks of `meerkatd bench`.
+const Help = `Runs the performance suite of issue 6 against real "meerkatd run" processes
+in temporary homes, over UDS and TCP on 127.0.0.1, and compares every figure
+with anchors measured in the same run. Each repetition runs every scenario
+once (interleaved); a warm-up repetition comes first and is not counted.
+Figures are the median and [min-max] over the repetitions.
+
+Anchors:
+  anchor_sign       ed25519.Sign of the real signing input of a 100-byte message (µs)
+  anchor_verify     ed25519.Verify of the same (µs)
+  anchor_exchange   one exchange on one goroutine with the project's code: seal the
+                    message, encode its frame, decode+verify, seal the ack, encode,
+                    decode+verify the ack (µs). Crypto ceiling = cores / this.
+  anchor_pingpong   200-byte 4-byte-length-prefixed frames echoed by another
+                    process over the transport, no crypto (p50 µs)
+  anchor_raw_sequential  the crypto of one exchange (sign, verify, sign, verify the
+                    real signing input) between this process and the echo process
+                    over the transport, with no other code between: what two
+                    processes reach at all on this machine (p50, p99 µs)
+  anchor_raw_pipelined   the same with 128 in flight: signing goroutines, one
+                    verifying reader, the echo process verifying and signing in
+                    order (exchanges/s; CPU µs per exchange of both processes)
+  anchor_raw_closed_loop_16  16 connections, one raw exchange at a time each
+
+Scenarios (per transport; the node keeps its inbox in memory unless said):
+  sequential        send a message, wait for its ack, repeat (p50, p99 µs)
+  pipelined         one connection, 128 in flight (exchanges/s; CPU µs per exchange
+                    of both processes, from getrusage and /proc/PID/stat)
+  closed_loop_16    16 peers (own keys, own connections), one in flight each
+  conn_per_msg      dial, write one envelope, read its ack, close (p50 µs)
+  flood_bad_signature  pipelined while connections flood envelopes from a trusted
+                    key with corrupted signatures (ratio to pipelined, refused/s)
+  flood_untrusted   the same with envelopes from an unknown key (also with a
+                    corrupted signature: counted "untrusted", not "bad_signature",
+                    shows the trust check comes before the signature check)
+  durable           pipelined with the SQLite inbox (ratio to pipelined memory)
+  startup           exec to the listener accepting a connection (ms, median of
+                    several starts; default store, SQLite)
+  idle_rss          VmRSS of the idle daemon after start (MB)
+  idle_rss_1000     VmRSS with 1000 idle connections, each authenticated by one
+                    acknowledged envelope (MB)
+
+Checks (targets of issue 6; ratios per repetition, then the median):
+  pipelined >= 0.80 x ceiling; CPU per exchange <= 1.20 x exchange (both
+  processes together: the exchange anchor holds both sides' crypto);
+  sequential p50 <= 1.20 x (pingpong p50 + exchange), p99 <= 2 x p50;
+  closed_loop_16 >= 0.80 x ceiling; conn_per_msg p50 <= 2 x sequential p50;
+  flood: trusted throughput >= 0.50 x pipelined, every flood envelope refused
+  for its reason (untrusted ones never reach the signature check);
+  idle_rss <= 20 MB, idle_rss_1000 <= 80 MB, startup <= 50 ms.
+  With --nats PATH (the bench/nats binary; TCP): sequential p50 <= 0.6 x NATS
+  p50, pipelined >= 1.0 x NATS. Without --nats those checks are omitted.
+
+--only runs some scenario groups (the anchors always run, each raw one
+with its scenario): sequential, pipelined, closed_loop_16,
+conn_per_msg, flood (both floods), durable, resources (startup and both
+RSS figures); flood and durable bring pipelined, their reference. Checks
+whose figures were not run are left out.
+
+sequential, pipelined and closed_loop_16 also print vs_raw: their figure
+over the raw anchor's (p50 / raw p50; exchanges/s / raw exchanges/s), and
+pipelined and closed_loop_16 print cpu_vs_raw (CPU per exchange / the raw
+anchor's). They are not targets of the issue: they show how much of a miss
+is this machine's and how much is meerkatd's own work.
+
+Output: a table, or with --json one JSON object per scenario per line.
+--gate exits 1 (failed checks on stderr) when a check fails; otherwise the
+exit status is 0 whatever the figures. --quick is a smoke run of every code
+path in a few seconds (one repetition, tiny counts, UDS unless --transport):
+its figures mean nothing.`
+
+// Run runs the suite against the meerkatd of o.Exe: a warm-up repetition
+// (not with Quick), then o.Reps repetitions of every scenario. It prints
+// its progress to stderr and the results to stdout, and returns after the
+// last repetition, when ctx is done, or after an hour (Quick: three
+// minutes), its child processes and temporary files gone. With o.Gate, a
+// failed check is an error, after one FAIL line per failed check on
+// stderr.
+func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	s, err := o.settings()
+	if err != nil {
+		return err
+	}
+	bound := 60 * time.Minute
+	if s.quick {
+		bound = 3 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	if err := checkFiles(s.idleConns); err != nil {
+		return err
+	}
+	b, err := newRunner(s, o.Exe, stderr)
+	if err != nil {
+		return err
+	}
+	defer b.cleanup()
+	res, err := b.run(ctx)
+	if err != nil {
+		return err
+	}
+	if s.json {
+		err = res.writeJSON(stdout)
+	} else {
+		err = res.writeTable(stdout, s)
+	}
+	if err != nil {
+		return err
+	}
+	if failed := res.failed(); s.gate && len(failed) > 0 {
+		for _, f := range failed {
+			fmt.Fprintf(stderr, "FAIL %s\n", f)
+		}
+		return fmt.Errorf("%d of %d checks failed", len(failed), res.nchecks())
+	}
+	return nil
+}
+
+// checkFiles makes sure this process may hold the idle connections (Go
+// raises the soft limit to the hard one at start; the hard one must be
+// high enough).
+func checkFiles(conns int) error {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return nil
+	}
+	need := uint64(conns) + 256
+	if rl.Cur >= need {
+		return nil
+	}
+	if rl.Max < need {
+		return fmt.Errorf("open file limit %d is too low for %d idle connections (raise ulimit -n, or --idle-conns)", rl.Max, conns)
+	}
+	rl.Cur = need
+	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+}
