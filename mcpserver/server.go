@@ -40,9 +40,10 @@ type Options struct {
 
 // Server is an MCP server over a Node. It is safe for concurrent use.
 type Server struct {
-	node Node
-	mcp  *server.MCPServer
-	log  *slog.Logger
+	node  Node
+	mcp   *server.MCPServer
+	log   *slog.Logger
+	watch *watchers // who is told about arrivals (era.go)
 }
 
 // New returns a server exposing node's messaging as MCP tools and
@@ -54,12 +55,13 @@ func New(node Node, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{node: node, log: opts.Logger}
+	s := &Server{node: node, log: opts.Logger, watch: newWatchers()}
 	s.mcp = server.NewMCPServer("meerkatd", opts.Version,
 		server.WithInstructions(instructions(node.Self())),
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(true, false),
-		server.WithLogging(),
+		server.WithLogging(), // offered to legacy clients only (era.go)
+		server.WithHooks(s.hooks()),
 	)
 	s.addTools()
 	s.addResources()
@@ -70,8 +72,11 @@ func New(node Node, opts Options) *Server {
 func (s *Server) MCP() *server.MCPServer { return s.mcp }
 
 // ServeStdio serves one client on in/out until in reaches EOF or ctx
-// ends. out carries only MCP messages. While it runs, arrivals are pushed
-// to the client as resource-updated and log notifications.
+// ends. out carries only MCP messages. The client may speak protocol
+// revision 2026-07-28 or an earlier one (era.go). While it runs, arrivals
+// are pushed to it as resource-updated notifications (if it subscribed to
+// meerkat://inbox or listens for it) and, to clients of the earlier
+// revisions, log notifications.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -105,7 +110,8 @@ func (w slogWriter) Write(p []byte) (int, error) {
 }
 
 // WatchArrivals long-polls the node for new items and notifies clients:
-// notifications/resources/updated for meerkat://inbox, and a
+// notifications/resources/updated for meerkat://inbox to those watching
+// it, and to clients of protocol revisions before 2026-07-28 a
 // notifications/message log event naming the sender and kind (never the
 // body). It returns when ctx ends.
 func (s *Server) WatchArrivals(ctx context.Context) {
@@ -138,19 +144,9 @@ func (s *Server) WatchArrivals(ctx context.Context) {
 		cursor = b.Cursor
 		s.inboxChanged()
 		for _, m := range b.Messages {
-			s.mcp.SendNotificationToAllClients("notifications/message", map[string]any{
-				"level":  "info",
-				"logger": "meerkatd",
-				"data": map[string]any{
-					"event": "arrival", "kind": m.Kind, "peer": m.Peer, "id": m.ID, "seq": m.Seq, "pending": b.Pending,
-				},
-			})
+			s.announceArrival(m, b.Pending)
 		}
 	}
-}
-
-func (s *Server) inboxChanged() {
-	s.mcp.SendNotificationToAllClients("notifications/resources/updated", map[string]any{"uri": InboxURI})
 }
 
 func instructions(self Self) string {
