@@ -63,7 +63,7 @@ fuzz:
 		done; \
 	done
 
-## e2e: build, then drive meerkatd mcp with the official MCP TypeScript SDK (Node.js 20+, npm; mcpserver/e2e)
+## e2e: build, then drive meerkatd mcp with the official MCP TypeScript clients, 1.x (2025-11-25) and 2.x (2026-07-28) (Node.js 20+, npm; mcpserver/e2e)
 e2e: build
 	npm ci --prefix mcpserver/e2e --no-audit --no-fund
 	MEERKATD_BIN=$(abspath $(BIN)) node --test mcpserver/e2e/*.test.mjs

@@ -2,8 +2,15 @@
 // over stdio: tools to send messages, requests and responses (reliably by
 // default: stored in the node's outbox and retried), list peers, receive
 // and acknowledge mail, list the outbox and dead letters and retry them;
-// resources meerkat://inbox (subscribable) and meerkat://peers; and a log
-// notification on each arrival.
+// resources meerkat://inbox (subscribable) and meerkat://peers; and
+// notifications of arrivals.
+//
+// # Protocol revisions
+//
+// A Server speaks MCP 2025-11-25 (and earlier: the initialize handshake,
+// resources/subscribe, a log event per arrival) and 2026-07-28 (stateless:
+// server/discover, updates only on a subscriptions/listen stream, no log
+// events) to whichever client connects; era.go says who is told what.
 //
 // # What it is not
 //

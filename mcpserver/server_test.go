@@ -20,6 +20,8 @@ import (
 type fakeNode struct {
 	cancelled chan struct{} // a Receive wait ended by its context
 	mu        sync.Mutex
+	watching  bool   // the arrival watcher is long-polling
+	watched   uint64 // the arrival watcher asked for items after this one
 	msgs      []node.Message
 	next      uint64
 	changed   chan struct{}
@@ -170,7 +172,25 @@ func (f *fakeNode) deliver(m node.Message) {
 	f.mu.Unlock()
 }
 
+// waitWatcher waits until the server's arrival watcher has asked for items
+// after seq: it has sent whatever it sends for seq. (The watcher is the
+// caller waiting watchWait; the tests' own calls wait less.)
+func (f *fakeNode) waitWatcher(t *testing.T, seq uint64) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.watching && f.watched >= seq
+	})
+}
+
 func (f *fakeNode) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
+	if q.Wait == watchWait {
+		f.mu.Lock()
+		f.watching = true
+		f.watched = max(f.watched, q.After)
+		f.mu.Unlock()
+	}
 	var deadline <-chan time.Time
 	if q.Wait > 0 {
 		t := time.NewTimer(q.Wait)
@@ -222,7 +242,23 @@ func (f *fakeNode) Ack(_ context.Context, a node.AckRequest) (node.Acked, error)
 	return node.Acked{Acked: n, Pending: len(kept)}, nil
 }
 
-func startClient(t *testing.T, api node.API) (*client.Client, *notes) {
+// The protocol revisions the tests run in: the last one with the
+// initialize handshake, and the stateless one (era.go).
+const (
+	legacyEra = mcp.LATEST_LEGACY_PROTOCOL_VERSION // 2025-11-25
+	modernEra = mcp.ProtocolVersion20260728
+)
+
+// bothEras runs test once per protocol era.
+func bothEras(t *testing.T, test func(t *testing.T, era string)) {
+	for _, era := range []string{legacyEra, modernEra} {
+		t.Run(era, func(t *testing.T) { test(t, era) })
+	}
+}
+
+// startClient connects mcp-go's in-process client to a server over node,
+// speaking era: initialize for legacyEra, server/discover for modernEra.
+func startClient(t *testing.T, api node.API, era string) (*client.Client, *notes) {
 	t.Helper()
 	s := New(api, Options{})
 	c, err := client.NewInProcessClient(s.MCP())
@@ -231,21 +267,30 @@ func startClient(t *testing.T, api node.API) (*client.Client, *notes) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &notes{}
-	c.OnNotification(func(m mcp.JSONRPCNotification) { n.add(m.Method) })
+	c.OnNotification(n.add)
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var init mcp.InitializeRequest
-	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ProtocolVersion = era
 	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "0"}
-	if _, err := c.Initialize(ctx, init); err != nil {
+	res, err := c.Initialize(ctx, init)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if res.ProtocolVersion != era {
+		t.Fatalf("negotiated %s, want %s", res.ProtocolVersion, era)
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		s.WatchArrivals(ctx)
 	}()
+	if f, ok := api.(*fakeNode); ok {
+		// The watcher skips what is already there when it starts: let it
+		// start before the test delivers anything.
+		f.waitWatcher(t, 0)
+	}
 	t.Cleanup(func() {
 		cancel()
 		<-done
@@ -254,27 +299,56 @@ func startClient(t *testing.T, api node.API) (*client.Client, *notes) {
 	return c, n
 }
 
+// notes records the notifications a client receives, in order.
 type notes struct {
-	mu      sync.Mutex
-	methods []string
+	mu  sync.Mutex
+	all []mcp.JSONRPCNotification
 }
 
-func (n *notes) add(m string) {
+func (n *notes) add(m mcp.JSONRPCNotification) {
 	n.mu.Lock()
-	n.methods = append(n.methods, m)
+	n.all = append(n.all, m)
 	n.mu.Unlock()
 }
 
-func (n *notes) count(m string) int {
+// since returns the notifications with the given method received after the
+// first from of them all.
+func (n *notes) since(from int, method string) []mcp.JSONRPCNotification {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	c := 0
-	for _, x := range n.methods {
-		if x == m {
-			c++
+	var out []mcp.JSONRPCNotification
+	for _, x := range n.all[min(from, len(n.all)):] {
+		if x.Method == method {
+			out = append(out, x)
 		}
 	}
-	return c
+	return out
+}
+
+func (n *notes) mark() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.all)
+}
+
+func (n *notes) count(method string) int { return len(n.since(0, method)) }
+
+// waitNote waits up to 10 s for a notification with method after from
+// that satisfies ok, and returns it.
+func (n *notes) wait(t *testing.T, from int, method string, ok func(mcp.JSONRPCNotification) bool) mcp.JSONRPCNotification {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, x := range n.since(from, method) {
+			if ok == nil || ok(x) {
+				return x
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s notification after #%d", method, from)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func call(t *testing.T, c *client.Client, name string, args map[string]any) (*mcp.CallToolResult, map[string]any, error) {
@@ -306,8 +380,10 @@ func text(r *mcp.CallToolResult) string {
 	return strings.Join(parts, "\n")
 }
 
-func TestToolList(t *testing.T) {
-	c, _ := startClient(t, newFakeNode())
+func TestToolList(t *testing.T) { bothEras(t, testToolList) }
+
+func testToolList(t *testing.T, era string) {
+	c, _ := startClient(t, newFakeNode(), era)
 	res, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -336,9 +412,11 @@ func TestToolList(t *testing.T) {
 	}
 }
 
-func TestSendAndErrors(t *testing.T) {
+func TestSendAndErrors(t *testing.T) { bothEras(t, testSendAndErrors) }
+
+func testSendAndErrors(t *testing.T, era string) {
 	f := newFakeNode()
-	c, _ := startClient(t, f)
+	c, _ := startClient(t, f, era)
 	res, out, err := call(t, c, "send_message", map[string]any{"peer": "bob", "body": "hi"})
 	if err != nil || res.IsError {
 		t.Fatalf("send_message: %v %s", err, text(res))
@@ -387,9 +465,11 @@ func TestSendAndErrors(t *testing.T) {
 	}
 }
 
-func TestReceiveWaitAckAndNotifications(t *testing.T) {
+func TestReceiveWaitAndAck(t *testing.T) { bothEras(t, testReceiveWaitAndAck) }
+
+func testReceiveWaitAndAck(t *testing.T, era string) {
 	f := newFakeNode()
-	c, n := startClient(t, f)
+	c, _ := startClient(t, f, era)
 	// An empty wait times out.
 	_, out, err := call(t, c, "receive_messages", map[string]any{"wait_ms": 50})
 	if err != nil || out["timed_out"] != true {
@@ -414,23 +494,157 @@ func TestReceiveWaitAckAndNotifications(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("receive_messages did not wake on arrival")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for n.count("notifications/resources/updated") == 0 || n.count("notifications/message") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no arrival notifications: %v", n.methods)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	_, out, err = call(t, c, "ack_messages", map[string]any{"ids": []any{"x1"}})
 	if err != nil || out["acked"] != float64(1) || out["pending"] != float64(0) {
 		t.Fatalf("ack: %v %v", out, err)
 	}
 }
 
-// Cancelling a receive_messages call ends its wait on the node.
-func TestReceiveHonoursCancellation(t *testing.T) {
+const (
+	updated = "notifications/resources/updated"
+	logged  = "notifications/message"
+	acked   = "notifications/subscriptions/acknowledged"
+)
+
+// Clients of the 2025 revisions get notifications/resources/updated for
+// meerkat://inbox while subscribed to it (on each arrival and
+// acknowledgement), and a log event for every arrival.
+func TestLegacyNotifications(t *testing.T) {
 	f := newFakeNode()
-	c, _ := startClient(t, f)
+	c, n := startClient(t, f, legacyEra)
+	ctx := context.Background()
+	isLog := func(id string) func(mcp.JSONRPCNotification) bool {
+		return func(x mcp.JSONRPCNotification) bool {
+			data, _ := x.Params.AdditionalFields["data"].(map[string]any)
+			return data["id"] == id
+		}
+	}
+	// One pass of the arrival watcher sends the update before the log
+	// event: once the log event is in, an update would be too.
+	from := n.mark()
+	f.deliver(node.Message{ID: "x1", Kind: "message", Peer: "bob", Body: "secret body"})
+	ev := n.wait(t, from, logged, isLog("x1"))
+	b, _ := json.Marshal(ev.Params)
+	if data := ev.Params.AdditionalFields["data"].(map[string]any); data["kind"] != "message" || data["peer"] != "bob" || data["event"] != "arrival" || ev.Params.AdditionalFields["level"] != "info" {
+		t.Errorf("log event %s", b)
+	}
+	if strings.Contains(string(b), "secret") {
+		t.Errorf("the log event carries the body: %s", b)
+	}
+	if u := n.since(from, updated); len(u) != 0 {
+		t.Fatalf("updates without a subscription: %v", u)
+	}
+
+	var sub mcp.SubscribeRequest
+	sub.Params.URI = InboxURI
+	if err := c.Subscribe(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	from = n.mark()
+	f.deliver(node.Message{ID: "x2", Kind: "request", Peer: "bob", Intent: "add"})
+	n.wait(t, from, logged, isLog("x2"))
+	if u := n.since(from, updated); len(u) != 1 || u[0].Params.AdditionalFields["uri"] != InboxURI || u[0].Params.Meta != nil {
+		t.Fatalf("updates on an arrival while subscribed: %+v", u)
+	}
+	from = n.mark()
+	if _, _, err := call(t, c, "ack_messages", map[string]any{"ids": []any{"x1"}}); err != nil {
+		t.Fatal(err)
+	}
+	n.wait(t, from, updated, nil)
+
+	var unsub mcp.UnsubscribeRequest
+	unsub.Params.URI = InboxURI
+	if err := c.Unsubscribe(ctx, unsub); err != nil {
+		t.Fatal(err)
+	}
+	from = n.mark()
+	f.deliver(node.Message{ID: "x3", Kind: "message", Peer: "bob", Body: "x"})
+	n.wait(t, from, logged, isLog("x3"))
+	if u := n.since(from, updated); len(u) != 0 {
+		t.Fatalf("updates after unsubscribing: %v", u)
+	}
+	if c.Listen(ctx, mcp.SubscriptionFilter{ResourceSubscriptions: []string{InboxURI}}) == nil {
+		t.Error("subscriptions/listen worked on a 2025 connection")
+	}
+}
+
+// Clients of 2026-07-28 get nothing unsolicited: an update for
+// meerkat://inbox only on a subscriptions/listen stream that asked for it,
+// tagged with the stream's id, and never a log event.
+func TestModernListen(t *testing.T) {
+	f := newFakeNode()
+	c, n := startClient(t, f, modernEra)
+	ctx := context.Background()
+	listen := func() (id any, stop func()) {
+		t.Helper()
+		from := n.mark()
+		stop, err := c.ListenAsync(ctx, mcp.SubscriptionFilter{ResourceSubscriptions: []string{"meerkat://nope", PeersURI, InboxURI}, ToolsListChanged: true}, func(err error) { t.Errorf("listen: %v", err) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack := n.wait(t, from, acked, nil)
+		b, _ := json.Marshal(ack.Params.AdditionalFields["notifications"])
+		if string(b) != `{"resourceSubscriptions":["meerkat://inbox"]}` {
+			t.Errorf("acknowledged %s, want meerkat://inbox only", b)
+		}
+		id = ack.Params.Meta[mcp.MetaKeySubscriptionID]
+		if id == nil {
+			t.Fatalf("acknowledgement without a subscription id: %+v", ack)
+		}
+		return id, stop
+	}
+
+	// Not listening: an arrival is announced to no one. Once the watcher
+	// has moved past it, whatever it sent is queued before the next
+	// listen's acknowledgement.
+	f.deliver(node.Message{ID: "x1", Kind: "message", Peer: "bob", Body: "x"})
+	f.waitWatcher(t, 1)
+	from := n.mark()
+	id, stop := listen()
+	if u := n.since(from, updated); len(u) != 0 {
+		t.Fatalf("updates before listening: %v", u)
+	}
+
+	from = n.mark()
+	f.deliver(node.Message{ID: "x2", Kind: "message", Peer: "bob", Body: "x"})
+	u := n.wait(t, from, updated, nil)
+	if u.Params.AdditionalFields["uri"] != InboxURI || u.Params.Meta[mcp.MetaKeySubscriptionID] != id {
+		t.Fatalf("update %+v, want meerkat://inbox tagged %v", u, id)
+	}
+	from = n.mark()
+	if _, _, err := call(t, c, "ack_messages", map[string]any{"ids": []any{"x1"}}); err != nil {
+		t.Fatal(err)
+	}
+	n.wait(t, from, updated, func(x mcp.JSONRPCNotification) bool { return x.Params.Meta[mcp.MetaKeySubscriptionID] == id })
+
+	// Closed: no more updates (stop returns once the server ended the
+	// stream).
+	stop()
+	from = n.mark()
+	f.deliver(node.Message{ID: "x3", Kind: "message", Peer: "bob", Body: "x"})
+	f.waitWatcher(t, 3)
+	id2, stop2 := listen()
+	defer stop2()
+	if id2 == id {
+		t.Errorf("two streams with id %v", id)
+	}
+	if u := n.since(from, updated); len(u) != 0 {
+		t.Fatalf("updates after the stream closed: %v", u)
+	}
+	if l := n.count(logged); l != 0 {
+		t.Errorf("%d log events sent to a 2026-07-28 client", l)
+	}
+	if caps := c.GetServerCapabilities(); caps.Logging != nil || caps.Resources == nil || !caps.Resources.Subscribe {
+		t.Errorf("discovered capabilities %+v: want resource subscriptions, no logging", caps)
+	}
+}
+
+// Cancelling a receive_messages call ends its wait on the node.
+func TestReceiveHonoursCancellation(t *testing.T) { bothEras(t, testReceiveHonoursCancellation) }
+
+func testReceiveHonoursCancellation(t *testing.T, era string) {
+	f := newFakeNode()
+	c, _ := startClient(t, f, era)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	var req mcp.CallToolRequest
@@ -448,9 +662,11 @@ func TestReceiveHonoursCancellation(t *testing.T) {
 
 // Sends are reliable by default; reliable and ttl_seconds reach the node,
 // and bad values are protocol errors (invalid params).
-func TestSendOptions(t *testing.T) {
+func TestSendOptions(t *testing.T) { bothEras(t, testSendOptions) }
+
+func testSendOptions(t *testing.T, era string) {
 	f := newFakeNode()
-	c, _ := startClient(t, f)
+	c, _ := startClient(t, f, era)
 	for _, tc := range []struct {
 		tool string
 		args map[string]any
@@ -499,8 +715,10 @@ func TestSendOptions(t *testing.T) {
 
 // A reliable send whose first attempt fails is a result, not an error: it
 // says queued, why, and where to look.
-func TestSendQueued(t *testing.T) {
-	c, _ := startClient(t, newFakeNode())
+func TestSendQueued(t *testing.T) { bothEras(t, testSendQueued) }
+
+func testSendQueued(t *testing.T, era string) {
+	c, _ := startClient(t, newFakeNode(), era)
 	for _, tc := range []struct {
 		tool string
 		args map[string]any
@@ -530,8 +748,10 @@ func TestSendQueued(t *testing.T) {
 	}
 }
 
-func TestOutboxTools(t *testing.T) {
-	c, _ := startClient(t, newFakeNode())
+func TestOutboxTools(t *testing.T) { bothEras(t, testOutboxTools) }
+
+func testOutboxTools(t *testing.T, era string) {
+	c, _ := startClient(t, newFakeNode(), era)
 	res, out, err := call(t, c, "list_outbox", nil)
 	if err != nil || res.IsError {
 		t.Fatalf("list_outbox: %v %s", err, text(res))
@@ -573,8 +793,10 @@ func TestOutboxTools(t *testing.T) {
 	}
 }
 
-func TestPairTools(t *testing.T) {
-	c, _ := startClient(t, newFakeNode())
+func TestPairTools(t *testing.T) { bothEras(t, testPairTools) }
+
+func testPairTools(t *testing.T, era string) {
+	c, _ := startClient(t, newFakeNode(), era)
 	_, out, err := call(t, c, "pair_offer", nil)
 	if err != nil || !strings.HasPrefix(out["line"].(string), "meerkat-pair/1 ") || out["expires"] != "2030-01-01T00:00:00Z" {
 		t.Fatalf("pair_offer: %v %v", out, err)

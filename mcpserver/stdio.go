@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // maxLine bounds one JSON-RPC message from the client. A message body is
@@ -22,23 +25,133 @@ const (
 )
 
 // lockedWriter serialises whole-message writes to the client: mcp-go writes
-// each message with one Write call, and so does the front end.
+// each message with one Write call, and so does the front end. With calls
+// set, it leaves out the responses to requests the client cancelled.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu    sync.Mutex
+	w     io.Writer
+	calls *calls
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
+	if l.calls != nil {
+		if id, ok := responseID(p); ok && l.calls.finish(id) {
+			return len(p), nil
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
 
+// calls tracks the client's requests that mcp-go is serving, so that the
+// response to one the client cancelled (notifications/cancelled) is not
+// sent: receivers of a cancellation "SHOULD NOT send a response", and the
+// 2026-07-28 client closes a subscriptions/listen stream by cancelling it
+// and reports a response that follows as an error. Only requests still in
+// flight can be cancelled, so a late cancellation is ignored and cannot
+// suppress the response to a later request that reuses the id. It is safe
+// for concurrent use; the zero value is not (use newCalls).
+type calls struct {
+	mu       sync.Mutex
+	inflight map[string]bool // idKey → cancelled
+}
+
+func newCalls() *calls { return &calls{inflight: map[string]bool{}} }
+
+// start records a request passed on to mcp-go.
+func (c *calls) start(id json.RawMessage) {
+	if k, ok := idKey(id); ok {
+		c.mu.Lock()
+		c.inflight[k] = false
+		c.mu.Unlock()
+	}
+}
+
+// cancel marks a request the client cancelled, if it is still in flight.
+func (c *calls) cancel(id json.RawMessage) {
+	if k, ok := idKey(id); ok {
+		c.mu.Lock()
+		if _, ok := c.inflight[k]; ok {
+			c.inflight[k] = true
+		}
+		c.mu.Unlock()
+	}
+}
+
+// finish records that the response to id is being written and reports
+// whether it must be left out because the client cancelled the request.
+func (c *calls) finish(id json.RawMessage) (cancelled bool) {
+	k, ok := idKey(id)
+	if !ok {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cancelled = c.inflight[k]
+	delete(c.inflight, k)
+	return cancelled
+}
+
+// idKey returns a JSON-RPC id (a string or a number) in a canonical form:
+// mcp-go echoes ids after decoding them, so 1 may come back for 1.0.
+func idKey(raw json.RawMessage) (string, bool) {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return "", false
+	}
+	switch v := v.(type) {
+	case string:
+		return "s" + v, true
+	case float64:
+		return "n" + strconv.FormatFloat(v, 'g', -1, 64), true
+	}
+	return "", false
+}
+
+// responseID returns the id of a JSON-RPC response (a message with an id
+// and a result or an error); ok is false for anything else. It reads only
+// as far as it must: mcp-go writes the id before the result.
+func responseID(msg []byte) (id json.RawMessage, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(msg))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, false
+	}
+	response := false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		switch t {
+		case "method":
+			return nil, false
+		case "id":
+			if dec.Decode(&id) != nil {
+				return nil, false
+			}
+		case "result", "error":
+			response = true
+			if id != nil {
+				return id, true
+			}
+			fallthrough
+		default:
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				return nil, false
+			}
+		}
+	}
+	return id, response && id != nil
+}
+
 // front reads the client's messages line by line. Tool calls whose
 // arguments do not fit the tool are answered here with the protocol's
-// invalid-params error; everything else is passed on to mcp-go through fwd.
-// It closes fwd when in ends.
-func front(in io.Reader, fwd *io.PipeWriter, out io.Writer) {
+// invalid-params error; everything else is passed on to mcp-go through fwd,
+// and its requests and cancellations are recorded in c. It closes fwd when
+// in ends.
+func front(in io.Reader, fwd *io.PipeWriter, out io.Writer, c *calls) {
 	defer fwd.Close()
 	br := bufio.NewReaderSize(in, 64<<10)
 	for {
@@ -48,8 +161,11 @@ func front(in io.Reader, fwd *io.PipeWriter, out io.Writer) {
 				if _, werr := out.Write(reply); werr != nil {
 					return
 				}
-			} else if _, werr := fwd.Write(line); werr != nil {
-				return
+			} else {
+				track(line, c)
+				if _, werr := fwd.Write(line); werr != nil {
+					return
+				}
 			}
 		}
 		if err != nil {
@@ -87,8 +203,35 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	}
 }
 
+// track records a request passed on to mcp-go, or a client's cancellation
+// of one.
+func track(line []byte, c *calls) {
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(line, &msg) != nil || msg.Method == "" {
+		return // not a request or notification (a response, a batch, not JSON)
+	}
+	if len(msg.ID) > 0 && string(msg.ID) != "null" {
+		c.start(msg.ID)
+		return
+	}
+	if msg.Method == string(mcp.MethodNotificationCancelled) {
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(msg.Params, &p) == nil && len(p.RequestID) > 0 {
+			c.cancel(p.RequestID)
+		}
+	}
+}
+
 // checkCall returns an invalid-params reply for a tools/call request whose
-// arguments its tool would refuse, else nil.
+// arguments its tool would refuse, else nil. A request declaring a protocol
+// version the server does not know is left to mcp-go, which answers it
+// with the supported versions (negotiation comes before arguments).
 func checkCall(line []byte) []byte {
 	var msg struct {
 		ID     json.RawMessage `json:"id"`
@@ -96,9 +239,15 @@ func checkCall(line []byte) []byte {
 		Params struct {
 			Name      string          `json:"name"`
 			Arguments json.RawMessage `json:"arguments"`
+			Meta      struct {
+				Version string `json:"io.modelcontextprotocol/protocolVersion"`
+			} `json:"_meta"`
 		} `json:"params"`
 	}
 	if json.Unmarshal(line, &msg) != nil || msg.Method != "tools/call" || len(msg.ID) == 0 {
+		return nil
+	}
+	if v := msg.Params.Meta.Version; v != "" && !mcp.IsValidProtocolVersion(v) {
 		return nil
 	}
 	var args map[string]any
@@ -127,12 +276,13 @@ func rpcError(id json.RawMessage, code int, message string) []byte {
 
 // serveFiltered runs mcp-go's stdio server behind the front end.
 func (s *Server) serveFiltered(ctx context.Context, in io.Reader, out io.Writer, listen func(context.Context, io.Reader, io.Writer) error) error {
-	lw := &lockedWriter{w: out}
+	c := newCalls()
+	lw := &lockedWriter{w: out, calls: c}
 	pr, pw := io.Pipe()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		front(in, pw, lw)
+		front(in, pw, lw, c)
 	}()
 	err := listen(ctx, pr, lw)
 	pr.Close() // stops front if it is still forwarding

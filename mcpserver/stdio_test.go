@@ -4,103 +4,274 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
 )
+
+// wire is a client speaking raw JSON-RPC lines to ServeStdio.
+type wire struct {
+	t      *testing.T
+	server *Server
+	in     *io.PipeWriter
+	lines  chan string
+	seen   []map[string]any // every message read so far, in order
+	done   chan error
+	closed bool // close was called
+}
+
+// startStdio serves node over pipes and returns the client end. The
+// server's arrival watcher is running (and has started long-polling if
+// node is a *fakeNode) when it returns.
+func startStdio(t *testing.T, api node.API) *wire {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	s := New(api, Options{})
+	w := &wire{t: t, server: s, in: inW, lines: make(chan string, 64), done: make(chan error, 1)}
+	go func() {
+		w.done <- s.ServeStdio(context.Background(), inR, outW)
+		outW.Close()
+	}()
+	go func() {
+		sc := bufio.NewScanner(outR)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			w.lines <- sc.Text()
+		}
+		close(w.lines)
+	}()
+	// mcp-go's stdio session is process-wide: a server left running would
+	// compete with the next test's for its notifications.
+	t.Cleanup(func() {
+		if !w.closed {
+			w.shutdown()
+		}
+	})
+	if f, ok := api.(*fakeNode); ok {
+		f.waitWatcher(t, 0)
+	}
+	return w
+}
+
+// waitFor polls ok every millisecond for up to d.
+func waitFor(t *testing.T, d time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (w *wire) send(v string) {
+	w.t.Helper()
+	if _, err := io.WriteString(w.in, v+"\n"); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// next returns the next message from the server.
+func (w *wire) next() map[string]any {
+	w.t.Helper()
+	select {
+	case l, ok := <-w.lines:
+		if !ok {
+			w.t.Fatal("stdout closed")
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil || m["jsonrpc"] != "2.0" {
+			w.t.Fatalf("stdout line is not JSON-RPC: %q", l)
+		}
+		w.seen = append(w.seen, m)
+		return m
+	case <-time.After(20 * time.Second):
+		w.t.Fatal("no message from the server")
+	}
+	return nil
+}
+
+// until reads messages until one satisfies ok, and returns it.
+func (w *wire) until(ok func(map[string]any) bool) map[string]any {
+	w.t.Helper()
+	for {
+		if m := w.next(); ok(m) {
+			return m
+		}
+	}
+}
+
+// reply reads until the response to request id.
+func (w *wire) reply(id any) map[string]any {
+	w.t.Helper()
+	return w.until(func(m map[string]any) bool { return m["method"] == nil && m["id"] == id })
+}
+
+// close closes stdin, reads everything the server still writes, and checks
+// that ServeStdio returned nil.
+func (w *wire) close() {
+	w.t.Helper()
+	w.closed = true
+	if err := w.shutdown(); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// shutdown closes stdin, records what the server still writes, and waits
+// for ServeStdio to return.
+func (w *wire) shutdown() error {
+	w.in.Close()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case l, ok := <-w.lines:
+			if ok {
+				var m map[string]any
+				if err := json.Unmarshal([]byte(l), &m); err != nil {
+					return fmt.Errorf("stdout line is not JSON: %q", l)
+				}
+				w.seen = append(w.seen, m)
+				continue
+			}
+			select {
+			case err := <-w.done:
+				if err != nil {
+					return fmt.Errorf("ServeStdio after stdin EOF: %w", err)
+				}
+				return nil
+			case <-timeout:
+				return errors.New("ServeStdio did not return after stdin closed")
+			}
+		case <-timeout:
+			return errors.New("stdout did not close after stdin closed")
+		}
+	}
+}
 
 // Over stdio: malformed tool calls get the protocol's invalid-params error,
 // good ones a result, stdout carries only JSON-RPC messages, and the server
 // returns when stdin closes.
 func TestStdio(t *testing.T) {
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
 	f := newFakeNode()
-	s := New(f, Options{})
-	done := make(chan error, 1)
-	go func() {
-		done <- s.ServeStdio(context.Background(), inR, outW)
-		outW.Close()
-	}()
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(outR)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	send := func(v string) {
-		if _, err := io.WriteString(inW, v+"\n"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	next := func() map[string]any {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("stdout closed")
-			}
-			var m map[string]any
-			if err := json.Unmarshal([]byte(l), &m); err != nil || m["jsonrpc"] != "2.0" {
-				t.Fatalf("stdout line is not JSON-RPC: %q", l)
-			}
-			return m
-		case <-time.After(20 * time.Second):
-			t.Fatal("no reply")
-		}
-		return nil
-	}
-	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
-	if m := next(); m["id"] != float64(1) || m["result"] == nil {
+	w := startStdio(t, f)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	if m := w.next(); m["id"] != float64(1) || m["result"] == nil {
 		t.Fatalf("initialize: %v", m)
 	}
-	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send_message","arguments":{"body":"no peer"}}}`)
-	m := next()
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send_message","arguments":{"body":"no peer"}}}`)
+	m := w.next()
 	errObj, _ := m["error"].(map[string]any)
 	if m["id"] != float64(2) || errObj["code"] != float64(codeInvalidParams) || !strings.Contains(errObj["message"].(string), "peer") {
 		t.Fatalf("malformed call: %v", m)
 	}
-	send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"send_message","arguments":{"peer":"bob","body":"hi"}}}`)
-	// The arrival watcher may interleave notifications; find reply 3.
-	for {
-		m = next()
-		if m["id"] == float64(3) {
-			break
-		}
-	}
+	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"send_message","arguments":{"peer":"bob","body":"hi"}}}`)
+	m = w.reply(float64(3))
 	res, _ := m["result"].(map[string]any)
 	if sc, _ := res["structuredContent"].(map[string]any); sc["message_id"] != "m-1" {
 		t.Fatalf("good call: %v", m)
 	}
-	send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"send_message","arguments":"peer=bob"}}`)
-	if m = next(); m["id"] != float64(4) || m["error"].(map[string]any)["code"] != float64(codeInvalidParams) {
+	w.send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"send_message","arguments":"peer=bob"}}`)
+	if m = w.next(); m["id"] != float64(4) || m["error"].(map[string]any)["code"] != float64(codeInvalidParams) {
 		t.Fatalf("non-object arguments: %v", m)
 	}
 	// Params reach the node exactly as sent: no float64 round trip.
-	send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"send_request","arguments":{"peer":"bob","intent":"x","params":{"big":9007199254740993,"f":1.0}}}}`)
-	for {
-		if m = next(); m["id"] == float64(5) {
-			break
-		}
-	}
+	w.send(`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"send_request","arguments":{"peer":"bob","intent":"x","params":{"big":9007199254740993,"f":1.0}}}}`)
+	w.reply(float64(5))
 	f.mu.Lock()
 	got := string(f.params[len(f.params)-1])
 	f.mu.Unlock()
 	if got != `{"big":9007199254740993,"f":1.0}` {
 		t.Fatalf("params reached the node as %s", got)
 	}
-	inW.Close()
+	w.close()
+}
+
+// A request the client cancelled gets no response; a cancellation that
+// comes after the response changes nothing, not even for a later request
+// with the same id.
+func TestStdioCancelledRequest(t *testing.T) {
+	f := newFakeNode()
+	w := startStdio(t, f)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	w.reply(float64(1))
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w.send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"receive_messages","arguments":{"wait_ms":20000}}}`)
+	w.send(`{"jsonrpc":"2.0","id":"s","method":"tools/list"}`)
+	w.reply("s") // the wait is under way
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}`)
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("ServeStdio after stdin EOF: %v", err)
+	case <-f.cancelled: // the handler returned
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled call's wait did not end")
+	}
+	// Late: 8 was answered before its cancellation arrived.
+	w.send(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"list_peers","arguments":{}}}`)
+	w.reply(float64(8))
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":8}}`)
+	w.send(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"list_peers","arguments":{}}}`)
+	if m := w.reply(float64(8)); m["result"] == nil {
+		t.Fatalf("a request reusing a cancelled id: %v", m)
+	}
+	w.close()
+	for _, m := range w.seen {
+		if m["id"] == float64(7) {
+			t.Fatalf("response to a cancelled request: %v", m)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("ServeStdio did not return after stdin closed")
+	}
+}
+
+func TestResponseID(t *testing.T) {
+	for _, tc := range []struct {
+		msg, id string // id "": not a response
+	}{
+		{`{"jsonrpc":"2.0","id":1,"result":{}}`, "1"},
+		{`{"jsonrpc":"2.0","id":"listen:0","result":{"_meta":{"x":1}}}`, `"listen:0"`},
+		{`{"error":{"code":-32602,"message":"x"},"id":2,"jsonrpc":"2.0"}`, "2"},
+		{`{"result":{"id":5},"jsonrpc":"2.0","id":3}`, "3"},
+		{`{"jsonrpc":"2.0","method":"notifications/message","params":{"id":4}}`, ""},
+		{`{"jsonrpc":"2.0","id":5,"method":"sampling/createMessage"}`, ""},
+		{`{"jsonrpc":"2.0","id":6}`, ""},
+		{`{"jsonrpc":"2.0","result":{}}`, ""},
+		{`[{"jsonrpc":"2.0","id":1,"result":{}}]`, ""},
+		{`{"jsonrpc":"2.0","result":{"a":`, ""},
+		{`{"jsonrpc":"2.0","id":1,"result":`, "1"}, // read no further than needed
+		{`not json`, ""},
+	} {
+		id, ok := responseID([]byte(tc.msg))
+		if ok != (tc.id != "") || (ok && string(id) != tc.id) {
+			t.Errorf("responseID(%s) = %s, %v; want %q", tc.msg, id, ok, tc.id)
+		}
+	}
+}
+
+func TestIDKey(t *testing.T) {
+	for _, tc := range []struct {
+		a, b  string
+		equal bool
+	}{
+		{`1`, `1.0`, true},
+		{`1`, `"1"`, false},
+		{`"a"`, `"a"`, true},
+		{`12345678901`, `1.2345678901e10`, true},
+	} {
+		ka, okA := idKey(json.RawMessage(tc.a))
+		kb, okB := idKey(json.RawMessage(tc.b))
+		if !okA || !okB || (ka == kb) != tc.equal {
+			t.Errorf("idKey(%s) = %q, idKey(%s) = %q; equal want %v", tc.a, ka, tc.b, kb, tc.equal)
+		}
+	}
+	for _, bad := range []string{`null`, `{}`, `[1]`, `true`, ``} {
+		if k, ok := idKey(json.RawMessage(bad)); ok {
+			t.Errorf("idKey(%s) = %q, want no key", bad, k)
+		}
 	}
 }
 

@@ -1,10 +1,21 @@
 // End-to-end tests of `meerkatd mcp` driven by the official MCP TypeScript
-// SDK client (@modelcontextprotocol/sdk), run with `node --test`.
+// SDK clients, run with `node --test`.
 //
 //   MEERKATD_BIN=/abs/path/to/meerkatd node --test mcpserver/e2e/*.test.mjs
 //
 // (or `make e2e`). Two nodes, alice and bob, trust each other over Unix
-// sockets in a temporary directory. The whole suite runs twice:
+// sockets in a temporary directory. The whole suite runs once per protocol
+// era and mode:
+//
+//   2025-11-25: @modelcontextprotocol/sdk 1.x, the initialize handshake;
+//               a waiting agent subscribes to meerkat://inbox
+//               (resources/subscribe) and is sent resource-updated
+//               notifications, plus a log event per arrival.
+//   2026-07-28: @modelcontextprotocol/client 2.x with version negotiation
+//               'auto' (server/discover, no initialize); a waiting agent
+//               opens a subscriptions/listen stream for meerkat://inbox and
+//               gets updates tagged with the stream's id there, and nothing
+//               unsolicited (no log events: logging is deprecated).
 //
 //   embedded: no daemon; each `meerkatd mcp` runs its own node, so both
 //             alice's and bob's MCP processes must be up for delivery.
@@ -16,10 +27,11 @@
 // never running) show queued, breaker and dead-letter states within
 // seconds.
 //
-// Tool calls go through client.request(tools/call) and every structured
-// result is checked against the tool's advertised outputSchema with the
-// SDK's own validator (the one Client.callTool uses); one test also calls
-// Client.callTool itself, as an MCP host would.
+// Tool calls go through the client's raw tools/call request and every
+// structured result is checked against the tool's advertised outputSchema
+// with an Ajv validator (the SDK 1.x one, the same for both eras); one test
+// also calls Client.callTool itself, as an MCP host would, which validates
+// with the SDK's own.
 //
 // Bad send_response statuses: the server advertises the status enum in the
 // input schema but does not enforce it at the protocol level; the handler
@@ -36,16 +48,17 @@ import fsSync from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { Client as Client1 } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport as StdioClientTransport1 } from '@modelcontextprotocol/sdk/client/stdio.js';
 import {
   CallToolResultSchema,
-  ErrorCode,
   LoggingMessageNotificationSchema,
   McpError,
   ResourceUpdatedNotificationSchema,
 } from '@modelcontextprotocol/sdk/types.js';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
+import { Client as Client2, ProtocolError, SUBSCRIPTION_ID_META_KEY } from '@modelcontextprotocol/client';
+import { StdioClientTransport as StdioClientTransport2 } from '@modelcontextprotocol/client/stdio';
 
 if (!process.env.MEERKATD_BIN) {
   throw new Error('MEERKATD_BIN is not set: point it at a built meerkatd binary (make e2e does this)');
@@ -68,10 +81,59 @@ const TOOLS = [
   'send_request',
   'send_response',
 ];
+const INVALID_PARAMS = -32602;
 const ACK_TIMEOUT_SECS = 3;
 const CALL_TIMEOUT = 15_000; // any single tool call, beyond its own wait_ms
 const STEP_TIMEOUT = 45_000; // any single test
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** The installed version of an npm package of this suite. */
+function installed(name) {
+  const p = new URL(`./node_modules/${name}/package.json`, import.meta.url);
+  return JSON.parse(fsSync.readFileSync(p, 'utf8')).version;
+}
+
+/** A JSON-RPC error from the server, as either SDK reports it. */
+function isProtocolError(err) {
+  return err instanceof McpError || err instanceof ProtocolError;
+}
+const invalid = (err) => isProtocolError(err) && err.code === INVALID_PARAMS;
+
+// The two protocol eras and the official client for each: how to connect,
+// call a tool, and receive notifications.
+const ERAS = [
+  {
+    version: '2025-11-25',
+    sdk: `@modelcontextprotocol/sdk ${installed('@modelcontextprotocol/sdk')}`,
+    modern: false,
+    async connect(peer, params) {
+      const transport = new StdioClientTransport1(params);
+      const client = new Client1({ name: `e2e-${peer.name}`, version: '0.0.0' });
+      client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => peer.updated.push(n));
+      client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => peer.logged.push(n));
+      return { transport, client, stderr: transport.stderr };
+    },
+    callTool: (client, params, timeout) => client.callTool(params, undefined, { timeout }),
+    request: (client, params, timeout) => client.request({ method: 'tools/call', params }, CallToolResultSchema, { timeout }),
+  },
+  {
+    version: '2026-07-28',
+    sdk: `@modelcontextprotocol/client ${installed('@modelcontextprotocol/client')}`,
+    modern: true,
+    async connect(peer, params) {
+      const transport = new StdioClientTransport2(params);
+      // 'auto': what a host that speaks both eras uses. It probes with
+      // server/discover (on a throwaway sibling process) and would fall
+      // back to initialize if the server gave no sign of 2026-07-28.
+      const client = new Client2({ name: `e2e-${peer.name}`, version: '0.0.0' }, { versionNegotiation: { mode: 'auto' } });
+      client.setNotificationHandler('notifications/resources/updated', (n) => peer.updated.push(n));
+      client.setNotificationHandler('notifications/message', (n) => peer.logged.push(n));
+      return { transport, client, stderr: transport.stderr };
+    },
+    callTool: (client, params, timeout) => client.callTool(params, { timeout }),
+    request: (client, params, timeout) => client.request({ method: 'tools/call', params }, { timeout }),
+  },
+];
 
 // The environment for meerkatd processes: the caller's, without MEERKAT_*
 // variables (they would override the homes' meerkat.toml).
@@ -209,20 +271,30 @@ class Peer {
     this.suite = suite;
     this.updated = new Inbox(); // notifications/resources/updated
     this.logged = new Inbox(); // notifications/message
+    this.clientErrors = suite.clientErrors;
   }
 
   async connect() {
-    this.transport = new StdioClientTransport({
+    const era = this.suite.era;
+    const { transport, client, stderr } = await era.connect(this, {
       command: BIN,
       args: ['mcp', '--home', this.home],
       stderr: 'pipe',
     });
-    captureStderr(this.transport.stderr, `${this.name} mcp stderr`, this.suite.logs);
-    this.client = new Client({ name: `e2e-${this.name}`, version: '0.0.0' });
-    this.client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => this.updated.push(n));
-    this.client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => this.logged.push(n));
-    await within(15_000, `${this.name}: connect (initialize)`, this.client.connect(this.transport));
+    this.transport = transport;
+    this.client = client;
+    captureStderr(stderr, `${this.name} mcp stderr`, this.suite.logs);
+    // Anything the client finds wrong on the wire (a response to a request
+    // it cancelled, say) ends up here; the suite checks it stays empty.
+    this.client.onerror = (err) => this.clientErrors.push(`${this.name}: ${err?.message ?? err}`);
+    await within(15_000, `${this.name}: connect (${era.modern ? 'server/discover' : 'initialize'})`, this.client.connect(this.transport, { timeout: 10_000 }));
     this.child = track(this.transport._process); // the meerkatd mcp process (for the exit-code checks)
+    if (era.modern) {
+      assert.equal(this.client.getProtocolEra(), 'modern', `${this.name}: the 2.x client fell back to initialize`);
+      assert.equal(this.client.getNegotiatedProtocolVersion(), '2026-07-28');
+    } else {
+      assert.equal(this.client.getServerVersion()?.name, 'meerkatd');
+    }
   }
 
   /**
@@ -232,11 +304,7 @@ class Peer {
    * schema bug does not hide every later assertion.
    */
   async call(name, args = {}, { timeout = CALL_TIMEOUT } = {}) {
-    const res = await this.client.request(
-      { method: 'tools/call', params: { name, arguments: args } },
-      CallToolResultSchema,
-      { timeout },
-    );
+    const res = await this.suite.era.request(this.client, { name, arguments: args }, timeout);
     const schema = this.suite.outputSchemas.get(name);
     if (schema && res.structuredContent) {
       const v = validator.getValidator(schema)(res.structuredContent);
@@ -363,22 +431,25 @@ async function startDaemon(suite, name) {
   early.catch(() => {});
   await Promise.race([
     early,
-    until(10_000, `${name}'s daemon to report "daemon": true`, async () => {
+    until(10_000, `${name}'s daemon to report "running": true`, async () => {
+      // status exits 5 until a node serves the home: meerkatd() rejects.
       const st = JSON.parse(await meerkatd(['status', '--home', home, '--json']));
-      return st.daemon === true;
+      return st.running === true;
     }),
   ]);
 }
 
 // ------------------------------------------------------------------ suite
 
-for (const mode of ['embedded', 'attached']) {
-  describe(`meerkatd mcp (${mode})`, { timeout: 120_000 }, () => {
+for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
+  describe(`meerkatd mcp (${era.version}, ${era.sdk}, ${mode})`, { timeout: 120_000 }, () => {
     const suite = {
+      era,
       logs: [],
       daemons: {},
       outputSchemas: new Map(),
       schemaViolations: [],
+      clientErrors: [],
       failed: false,
     };
     let alice;
@@ -469,7 +540,17 @@ for (const mode of ['embedded', 'attached']) {
       const caps = alice.client.getServerCapabilities();
       assert.equal(caps?.resources?.subscribe, true, 'resources.subscribe capability');
       assert.ok(caps?.tools, 'tools capability');
-      assert.ok(caps?.logging, 'logging capability');
+      if (era.modern) {
+        // Logging is deprecated in 2026-07-28 and the server sends no log
+        // events there, so discover does not offer it.
+        assert.equal(caps?.logging, undefined, 'logging capability offered to a 2026-07-28 client');
+        const disc = alice.client.getDiscoverResult();
+        assert.equal(disc.supportedVersions[0], '2026-07-28');
+        assert.ok(disc.supportedVersions.includes('2025-11-25'), `supportedVersions ${disc.supportedVersions}`);
+        assert.match(alice.client.getInstructions() ?? '', /"alice"/);
+      } else {
+        assert.ok(caps?.logging, 'logging capability');
+      }
       const { resources } = await alice.client.listResources(undefined, { timeout: CALL_TIMEOUT });
       assert.deepEqual(resources.map((r) => r.uri).sort(), ['meerkat://inbox', 'meerkat://peers']);
     });
@@ -521,7 +602,7 @@ for (const mode of ['embedded', 'attached']) {
 
       if (mode === 'attached') {
         // The attached MCP server delivered to bob's daemon's node.
-        const items = JSON.parse(await meerkatd(['inbox', '--home', suite.homes.bob, '--json']));
+        const items = JSON.parse(await meerkatd(['inbox', '--home', suite.homes.bob, '--json'])).messages;
         assert.ok(items.some((it) => it.id === sent.message_id), `bob's daemon inbox lacks ${sent.message_id}`);
       }
     });
@@ -622,7 +703,6 @@ for (const mode of ['embedded', 'attached']) {
       assert.ok(!(await alice.ok('list_dead_letters')).dead_letters.some((d) => d.id === q.message_id));
 
       // Bad send options are the protocol's invalid-params error.
-      const invalid = (err) => err instanceof McpError && err.code === ErrorCode.InvalidParams;
       await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', ttl_seconds: -1 }), invalid, 'negative ttl');
       await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', ttl_seconds: 'soon' }), invalid, 'ttl not a number');
       await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', reliable: false, ttl_seconds: 5 }), invalid, 'ttl without reliable');
@@ -636,9 +716,9 @@ for (const mode of ['embedded', 'attached']) {
       const { tools } = await bob.client.listTools(undefined, { timeout: CALL_TIMEOUT });
       assert.ok(tools.length > 0);
       await alice.client.listTools(undefined, { timeout: CALL_TIMEOUT });
-      const r1 = await bob.client.callTool({ name: 'receive_messages', arguments: { kinds: ['request'] } }, undefined, { timeout: CALL_TIMEOUT });
+      const r1 = await era.callTool(bob.client, { name: 'receive_messages', arguments: { kinds: ['request'] } }, CALL_TIMEOUT);
       assert.ok(r1.structuredContent.messages.some((m) => m.id === suite.requestId));
-      const r2 = await alice.client.callTool({ name: 'receive_messages', arguments: { request_id: suite.requestId } }, undefined, { timeout: CALL_TIMEOUT });
+      const r2 = await era.callTool(alice.client, { name: 'receive_messages', arguments: { request_id: suite.requestId } }, CALL_TIMEOUT);
       assert.ok(r2.structuredContent.messages.some((m) => m.request_id === suite.requestId));
     });
 
@@ -699,38 +779,97 @@ for (const mode of ['embedded', 'attached']) {
       assert.equal((await bob.ok('list_peers')).pending, 0);
     });
 
-    step('resources: subscribe to meerkat://inbox, updated + log notifications on arrival, read', async () => {
-      await alice.client.subscribeResource({ uri: 'meerkat://inbox' }, { timeout: CALL_TIMEOUT });
-      const u0 = alice.updated.mark();
-      const l0 = alice.logged.mark();
-      const body = `notify ${randomUUID()}`;
-      const sent = await bob.ok('send_message', { peer: 'alice', body });
-
-      const upd = await alice.updated.wait(u0, (n) => n.params?.uri === 'meerkat://inbox', 10_000, 'notifications/resources/updated for meerkat://inbox');
-      assert.equal(upd.method, 'notifications/resources/updated');
-      const log = await alice.logged.wait(l0, (n) => n.params?.data?.id === sent.message_id, 10_000, `notifications/message for ${sent.message_id}`);
-      assert.equal(log.params.level, 'info');
-      assert.equal(log.params.data.kind, 'message');
-      assert.equal(log.params.data.peer, 'bob');
-      assert.ok(!JSON.stringify(log.params).includes(body), 'the log notification must not carry the body');
-
-      const rr = await alice.client.readResource({ uri: 'meerkat://inbox' }, { timeout: CALL_TIMEOUT });
+    const readInbox = async (peer) => {
+      const rr = await peer.client.readResource({ uri: 'meerkat://inbox' }, { timeout: CALL_TIMEOUT });
       assert.equal(rr.contents.length, 1);
       assert.equal(rr.contents[0].uri, 'meerkat://inbox');
       assert.equal(rr.contents[0].mimeType, 'application/json');
-      const inbox = JSON.parse(rr.contents[0].text);
-      const m = inbox.messages.find((x) => x.id === sent.message_id);
-      assert.ok(m, `meerkat://inbox lacks ${sent.message_id}`);
-      assert.equal(m.body, body);
-      assert.ok(inbox.pending >= 1);
+      return JSON.parse(rr.contents[0].text);
+    };
+    const isInbox = (n) => n.params?.uri === 'meerkat://inbox';
 
-      // Acknowledging changes the inbox too.
-      const u1 = alice.updated.mark();
-      const acked = await alice.ok('ack_messages', { up_to: inbox.cursor });
-      assert.ok(acked.acked >= 1);
-      await alice.updated.wait(u1, (n) => n.params?.uri === 'meerkat://inbox', 10_000, 'notifications/resources/updated after ack');
-      await alice.client.unsubscribeResource({ uri: 'meerkat://inbox' }, { timeout: CALL_TIMEOUT });
-    });
+    if (!era.modern) {
+      step('waiting for mail (2025-11-25): resources/subscribe meerkat://inbox; updated + log notifications on arrival and ack, none after unsubscribing', async () => {
+        await alice.client.subscribeResource({ uri: 'meerkat://inbox' }, { timeout: CALL_TIMEOUT });
+        const u0 = alice.updated.mark();
+        const l0 = alice.logged.mark();
+        const body = `notify ${randomUUID()}`;
+        const sent = await bob.ok('send_message', { peer: 'alice', body });
+
+        const upd = await alice.updated.wait(u0, isInbox, 10_000, 'notifications/resources/updated for meerkat://inbox');
+        assert.equal(upd.method, 'notifications/resources/updated');
+        const log = await alice.logged.wait(l0, (n) => n.params?.data?.id === sent.message_id, 10_000, `notifications/message for ${sent.message_id}`);
+        assert.equal(log.params.level, 'info');
+        assert.equal(log.params.data.kind, 'message');
+        assert.equal(log.params.data.peer, 'bob');
+        assert.ok(!JSON.stringify(log.params).includes(body), 'the log notification must not carry the body');
+
+        const inbox = await readInbox(alice);
+        const m = inbox.messages.find((x) => x.id === sent.message_id);
+        assert.ok(m, `meerkat://inbox lacks ${sent.message_id}`);
+        assert.equal(m.body, body);
+        assert.ok(inbox.pending >= 1);
+
+        // Acknowledging changes the inbox too.
+        const u1 = alice.updated.mark();
+        const acked = await alice.ok('ack_messages', { up_to: inbox.cursor });
+        assert.ok(acked.acked >= 1);
+        await alice.updated.wait(u1, isInbox, 10_000, 'notifications/resources/updated after ack');
+
+        // Unsubscribed: arrivals are still logged, but not updates. The
+        // server sends an arrival's update before its log event, so once
+        // the log event is in, an update would have been too.
+        await alice.client.unsubscribeResource({ uri: 'meerkat://inbox' }, { timeout: CALL_TIMEOUT });
+        const u2 = alice.updated.mark();
+        const l2 = alice.logged.mark();
+        const quiet = await bob.ok('send_message', { peer: 'alice', body: 'after unsubscribing' });
+        await alice.logged.wait(l2, (n) => n.params?.data?.id === quiet.message_id, 10_000, `notifications/message for ${quiet.message_id}`);
+        assert.deepEqual(alice.updated.items.slice(u2), [], 'resource updates after unsubscribing');
+        assert.equal((await alice.ok('ack_messages', { ids: [quiet.message_id] })).acked, 1);
+      });
+    } else {
+      step('waiting for mail (2026-07-28): subscriptions/listen on meerkat://inbox; tagged updates on arrival and ack, none once closed', async () => {
+        // The server establishes only what it reports on: meerkat://inbox.
+        const sub = await alice.client.listen({ resourceSubscriptions: ['meerkat://inbox', 'meerkat://peers'] }, { timeout: CALL_TIMEOUT });
+        assert.deepEqual(sub.honoredFilter, { resourceSubscriptions: ['meerkat://inbox'] });
+        const u0 = alice.updated.mark();
+        const body = `notify ${randomUUID()}`;
+        const sent = await bob.ok('send_message', { peer: 'alice', body });
+
+        const upd = await alice.updated.wait(u0, isInbox, 10_000, 'notifications/resources/updated for meerkat://inbox on the listen stream');
+        const subID = upd.params._meta?.[SUBSCRIPTION_ID_META_KEY];
+        assert.equal(typeof subID, 'string', `the update is not tagged with its stream: ${JSON.stringify(upd)}`);
+
+        const inbox = await readInbox(alice);
+        const m = inbox.messages.find((x) => x.id === sent.message_id);
+        assert.ok(m, `meerkat://inbox lacks ${sent.message_id}`);
+        assert.equal(m.body, body);
+        assert.ok(inbox.pending >= 1);
+
+        const u1 = alice.updated.mark();
+        const acked = await alice.ok('ack_messages', { up_to: inbox.cursor });
+        assert.ok(acked.acked >= 1);
+        const upd2 = await alice.updated.wait(u1, isInbox, 10_000, 'notifications/resources/updated after ack');
+        assert.equal(upd2.params._meta?.[SUBSCRIPTION_ID_META_KEY], subID);
+
+        // Closed (the client cancels the listen request): the server ends
+        // the stream without answering it (the client would report an
+        // answer as an error) and tells it nothing more.
+        await sub.close();
+        assert.equal(await within(5_000, 'the subscription to close', sub.closed), 'local');
+        const u2 = alice.updated.mark();
+        const quiet = await bob.ok('send_message', { peer: 'alice', body: 'after closing' });
+        // A second stream: the server notifies streams oldest first, so an
+        // update for the closed stream would arrive before this one's.
+        const sub2 = await alice.client.listen({ resourceSubscriptions: ['meerkat://inbox'] }, { timeout: CALL_TIMEOUT });
+        const loud = await bob.ok('send_message', { peer: 'alice', body: 'second stream' });
+        const upd3 = await alice.updated.wait(u2, (n) => isInbox(n) && n.params._meta?.[SUBSCRIPTION_ID_META_KEY] !== subID, 10_000, 'an update on the second stream');
+        assert.deepEqual(alice.updated.items.slice(u2).filter((n) => n.params._meta?.[SUBSCRIPTION_ID_META_KEY] === subID), [], 'updates on a closed stream');
+        assert.notEqual(upd3.params._meta?.[SUBSCRIPTION_ID_META_KEY], undefined);
+        await sub2.close();
+        assert.equal((await alice.ok('ack_messages', { ids: [quiet.message_id, loud.message_id] })).acked, 2);
+      });
+    }
 
     step('error paths: unknown peer, peer offline, bad status, body too large, malformed call', async (t) => {
       await alice.fails('send_message', { peer: 'nobody', body: 'hi' }, 'unknown_peer');
@@ -751,8 +890,8 @@ for (const mode of ['embedded', 'attached']) {
         assert.ok(textOf(res).startsWith('bad_status:'), `want "bad_status: …", got ${JSON.stringify(textOf(res))}`);
         how = 'tool error "bad_status:"';
       } catch (err) {
-        if (!(err instanceof McpError)) throw err;
-        assert.equal(err.code, ErrorCode.InvalidParams, `bad status: want -32602 or bad_status, got ${err.code} ${err.message}`);
+        if (!isProtocolError(err)) throw err;
+        assert.equal(err.code, INVALID_PARAMS, `bad status: want -32602 or bad_status, got ${err.code} ${err.message}`);
         how = 'JSON-RPC -32602';
       }
       t.diagnostic(`bad status answered with ${how}`);
@@ -762,7 +901,6 @@ for (const mode of ['embedded', 'attached']) {
       await alice.fails('send_message', { peer: 'bob', body: big }, 'body_too_large');
 
       // Arguments that do not fit the schema: the protocol error, not a tool result.
-      const invalid = (err) => err instanceof McpError && err.code === ErrorCode.InvalidParams;
       await assert.rejects(alice.call('send_message', { body: 'no peer' }), invalid, 'missing "peer"');
       await assert.rejects(alice.call('send_message', { peer: 42, body: 'x' }), invalid, 'peer not a string');
       await assert.rejects(alice.call('receive_messages', { wait_ms: 10_000_000 }), invalid, 'wait_ms out of range');
@@ -780,7 +918,6 @@ for (const mode of ['embedded', 'attached']) {
       assert.match(acc.paired.pubkey, /^ed25519:/);
       await bob.fails('pair_accept', { code_line: offer.line }, 'pair_failed');
       await bob.fails('pair_accept', { code_line: 'meerkat-pair/1 nope uds:///x.sock' }, 'bad_argument');
-      const invalid = (err) => err instanceof McpError && err.code === ErrorCode.InvalidParams;
       await assert.rejects(bob.call('pair_accept', {}), invalid, 'pair_accept without code_line');
       // Trust still works both ways.
       assert.equal((await alice.ok('send_message', { peer: 'bob', body: 'after pairing' })).delivery, 'acked');
@@ -789,6 +926,19 @@ for (const mode of ['embedded', 'attached']) {
     step('every structured tool result conformed to its outputSchema', async () => {
       assert.ok(suite.outputSchemas.size === TOOLS.length, 'tools/list did not run');
       assert.deepEqual(suite.schemaViolations, []);
+    });
+
+    step(era.modern ? 'no log events reached the 2026-07-28 clients' : 'log events announced the arrivals', async () => {
+      if (era.modern) {
+        assert.deepEqual([...alice.logged.items, ...bob.logged.items], []);
+      } else {
+        assert.ok(alice.logged.items.length >= 3, `alice got ${alice.logged.items.length} log events`);
+        assert.ok(bob.logged.items.length >= 3, `bob got ${bob.logged.items.length} log events`);
+      }
+    });
+
+    step('the clients saw nothing wrong on the wire (onerror)', async () => {
+      assert.deepEqual(suite.clientErrors, []);
     });
 
     step("closing stdin ends alice's meerkatd mcp with exit code 0", async () => {
@@ -824,14 +974,31 @@ for (const mode of ['embedded', 'attached']) {
             }
           }
         });
-        const send = (m) => child.stdin.write(JSON.stringify({ jsonrpc: '2.0', ...m }) + '\n');
-        send({
-          id: 1,
-          method: 'initialize',
-          params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
-        });
-        await seen.wait(0, (m) => m.id === 1, 10_000, 'initialize response');
-        send({ method: 'notifications/initialized' });
+        // A 2026-07-28 client puts its version, identity and capabilities
+        // on every request instead of an initialize handshake.
+        const meta = {
+          'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+          'io.modelcontextprotocol/clientInfo': { name: 'raw', version: '0' },
+          'io.modelcontextprotocol/clientCapabilities': {},
+        };
+        const send = (m) => {
+          const msg = { jsonrpc: '2.0', ...m };
+          if (era.modern && m.id !== undefined) msg.params = { _meta: meta, ...m.params };
+          child.stdin.write(JSON.stringify(msg) + '\n');
+        };
+        if (era.modern) {
+          send({ id: 1, method: 'server/discover' });
+          const disc = await seen.wait(0, (m) => m.id === 1, 10_000, 'server/discover response');
+          assert.ok(disc.result?.supportedVersions?.includes('2026-07-28'), JSON.stringify(disc));
+        } else {
+          send({
+            id: 1,
+            method: 'initialize',
+            params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '0' } },
+          });
+          await seen.wait(0, (m) => m.id === 1, 10_000, 'initialize response');
+          send({ method: 'notifications/initialized' });
+        }
         send({ id: 2, method: 'tools/list' });
         send({ id: 3, method: 'tools/call', params: { name: 'list_peers', arguments: {} } });
         send({ id: 4, method: 'tools/call', params: { name: 'send_message', arguments: { body: 'no peer' } } });
@@ -841,9 +1008,25 @@ for (const mode of ['embedded', 'attached']) {
         assert.equal(seen.items.find((m) => m.id === 4).error?.code, -32602);
         assert.equal(seen.items.find((m) => m.id === 5).result?.isError, true);
 
-        // A server-initiated message too: bob writes to alice.
-        const sent = await bob.ok('send_message', { peer: 'alice', body: 'raw' });
-        await seen.wait(0, (m) => m.method === 'notifications/message' && m.params?.data?.id === sent.message_id, 10_000, 'log notification on the raw stdout');
+        // A server-initiated message too: bob writes to alice. In
+        // 2026-07-28, only on a listen stream, tagged with its id; the
+        // stream ends without a response when the client cancels it.
+        if (era.modern) {
+          send({ id: 'listen:raw', method: 'subscriptions/listen', params: { notifications: { resourceSubscriptions: ['meerkat://inbox'] } } });
+          const ack = await seen.wait(0, (m) => m.method === 'notifications/subscriptions/acknowledged', 10_000, 'subscriptions acknowledged');
+          assert.equal(ack.params?._meta?.[SUBSCRIPTION_ID_META_KEY], 'listen:raw');
+          const s0 = seen.mark();
+          await bob.ok('send_message', { peer: 'alice', body: 'raw' });
+          const upd = await seen.wait(s0, (m) => m.method === 'notifications/resources/updated', 10_000, 'resource update on the raw stdout');
+          assert.deepEqual(upd.params, { _meta: { [SUBSCRIPTION_ID_META_KEY]: 'listen:raw' }, uri: 'meerkat://inbox' });
+          send({ method: 'notifications/cancelled', params: { requestId: 'listen:raw' } });
+          // Answered after the cancellation: the stream is over by then.
+          send({ id: 7, method: 'tools/list' });
+          await seen.wait(0, (m) => m.id === 7, 10_000, 'response 7');
+        } else {
+          const sent = await bob.ok('send_message', { peer: 'alice', body: 'raw' });
+          await seen.wait(0, (m) => m.method === 'notifications/message' && m.params?.data?.id === sent.message_id, 10_000, 'log notification on the raw stdout');
+        }
 
         const done = exited(child);
         child.stdin.end();
@@ -857,6 +1040,10 @@ for (const mode of ['embedded', 'attached']) {
           assert.doesNotThrow(() => (msg = JSON.parse(line)), `not JSON on stdout: ${JSON.stringify(line.slice(0, 200))}`);
           assert.ok(msg && typeof msg === 'object' && !Array.isArray(msg), `not a JSON object: ${line.slice(0, 200)}`);
           assert.equal(msg.jsonrpc, '2.0', `not JSON-RPC 2.0: ${line.slice(0, 200)}`);
+          if (era.modern) {
+            assert.notEqual(msg.id, 'listen:raw', `a response to the cancelled listen: ${line.slice(0, 200)}`);
+            assert.notEqual(msg.method, 'notifications/message', `a log event to a 2026-07-28 client: ${line.slice(0, 200)}`);
+          }
         }
       } finally {
         await stopProcess(child);
