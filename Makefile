@@ -68,7 +68,7 @@ e2e: build
 	npm ci --prefix mcpserver/e2e --no-audit --no-fund
 	MEERKATD_BIN=$(abspath $(BIN)) node --test mcpserver/e2e/*.test.mjs
 
-## bench: benchmarks COUNT times (ratios to ed25519 in BenchmarkRatios), then the full meerkatd bench suite (issue 6; against NATS when bench/nats exists; BENCHFLAGS=--gate to fail on a missed target)
+## bench: benchmarks COUNT times (ratios to ed25519 in BenchmarkRatios), then the full meerkatd bench suite (against NATS when bench/nats exists; BENCHFLAGS=--gate to fail on a missed target)
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count $(COUNT) ./...
 	@if [ -f bench/nats/go.mod ]; then \

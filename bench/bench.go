@@ -1,4 +1,4 @@
-// Package bench is the harness of `meerkatd bench` (issue 6): it measures
+// Package bench is the harness of `meerkatd bench`: it measures
 // throughput, latency, memory and startup of real `meerkatd run` processes
 // and compares every figure with anchors measured in the same run, so that
 // a noisy shared machine moves both sides alike.
@@ -161,7 +161,7 @@ func parseOnly(v string) (map[string]bool, error) {
 const Usage = "meerkatd bench [--reps N] [--transport uds|tcp|both] [--duration DUR] [--msgs N] [--only GROUPS] [--nats PATH] [--json] [--gate] [--quick]"
 
 // Help explains the scenarios, anchors and checks of `meerkatd bench`.
-const Help = `Runs the performance suite of issue 6 against real "meerkatd run" processes
+const Help = `Runs the performance suite against real "meerkatd run" processes
 in temporary homes, over UDS and TCP on 127.0.0.1, and compares every figure
 with anchors measured in the same run. Each repetition runs every scenario
 once (interleaved); a warm-up repetition comes first and is not counted.
@@ -202,7 +202,7 @@ Scenarios (per transport; the node keeps its inbox in memory unless said):
   idle_rss_1000     VmRSS with 1000 idle connections, each authenticated by one
                     acknowledged envelope (MB)
 
-Checks (targets of issue 6; ratios per repetition, then the median):
+Checks (the performance targets; ratios per repetition, then the median):
   pipelined >= 0.80 x ceiling; CPU per exchange <= 1.20 x exchange (both
   processes together: the exchange anchor holds both sides' crypto);
   sequential p50 <= 1.20 x (pingpong p50 + exchange), p99 <= 2 x p50;

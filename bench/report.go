@@ -1,7 +1,7 @@
 package bench
 
 // What `meerkatd bench` reports: per scenario the values of every
-// repetition, the checks against issue 6's targets, a table or JSON lines.
+// repetition, the checks against the performance targets, a table or JSON lines.
 
 import (
 	"bufio"
@@ -44,7 +44,7 @@ type Metric struct {
 	Values []float64 `json:"values"` // one per repetition, in repetition order
 }
 
-// Check is one target of issue 6 and how the run fared: Value is the
+// Check is one performance target and how the run fared: Value is the
 // median over the repetitions of the ratio the target bounds by Limit.
 type Check struct {
 	Target string  `json:"target"`
@@ -127,7 +127,7 @@ func (r *results) ratioCheck(s *series, target string, limit float64, atMost boo
 	s.checks = append(s.checks, Check{Target: target, Value: v, Limit: limit, Pass: pass})
 }
 
-// computeChecks derives issue 6's checks from the repetitions.
+// computeChecks derives the checks from the repetitions.
 func (r *results) computeChecks(o settings) {
 	at := func(v []float64, i int) float64 {
 		if i < len(v) {

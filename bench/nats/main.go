@@ -1,4 +1,4 @@
-// Command natsbench is the NATS baseline of issue 6: it runs the envelopes
+// Command natsbench is the NATS baseline of meerkatd bench: it runs the envelopes
 // meerkatd's bench sends (a 100-byte message, sealed and opened with the
 // project's own comms/wire and identity code) through an embedded
 // nats-server on 127.0.0.1 with nats.go request/reply, and prints the same

@@ -76,22 +76,19 @@ func (b *backend) close() {
 	}
 }
 
-// dialDaemon returns a client of h's daemon, or nil if none answers.
-func dialDaemon(h *node.Home) *control.Client {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := control.Dial(ctx, h.ControlPath())
-	if err != nil {
-		return nil
-	}
-	return c
-}
-
 // backendFor returns h's daemon if one runs, else a node in this process
-// (in mode, for a command that sends: ModeReplies to receive answers).
+// (in mode, for a command that sends: ModeReplies to receive answers). A
+// control socket that is there but may not be used (another user's) is an
+// error, not a reason to act without the daemon.
 func (e *env) backendFor(h *node.Home, mode node.Mode) (*backend, error) {
-	if c := dialDaemon(h); c != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	c, err := control.Dial(ctx, h.ControlPath())
+	cancel()
+	if err == nil {
 		return &backend{API: c, daemon: true}, nil
+	}
+	if !errors.Is(err, control.ErrNoDaemon) {
+		return nil, err
 	}
 	n, err := node.Start(h, node.Options{Mode: mode, Logger: e.warnLog()})
 	if err != nil {

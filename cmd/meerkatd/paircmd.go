@@ -94,7 +94,7 @@ func runPair(e *env, args []string) error {
 	}
 	defer b.close()
 	if *noWait && !b.daemon {
-		return fmt.Errorf("%w: --no-wait needs a running daemon to complete the pairing", errUsage)
+		return &node.Error{Code: node.CodeNoDaemon, Msg: "--no-wait needs a running daemon to complete the pairing (start it with: meerkatd run --home " + h.Dir + ")"}
 	}
 	octx, ocancel := context.WithTimeout(context.Background(), 10*time.Second)
 	info, err := b.PairOffer(octx, node.PairOptions{TTL: *ttl, NameForPeer: *nameForPeer})

@@ -20,7 +20,7 @@ import (
 )
 
 // Reliable delivery across crashes, restarts and outages, with real
-// daemons: issue 5's acceptance tests.
+// daemons.
 
 // kill ends n's daemon with SIGKILL: no shutdown, no flush, sockets left
 // behind (the next start must cope).

@@ -20,7 +20,7 @@ import (
 // BenchmarkPipelinedDelivery measures acknowledged messages per second
 // from one node to another over one pipelined link, over UDS and over TCP
 // on 127.0.0.1, with the receiver keeping its inbox in memory and in
-// SQLite, in the same run: per transport, sqlite/memory is issue 5's
+// SQLite, in the same run: per transport, sqlite/memory is the
 // "durable ≥ 75% of memory" figure for this machine.
 func BenchmarkPipelinedDelivery(b *testing.B) {
 	for _, network := range []string{"uds", "tcp"} {
