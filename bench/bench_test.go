@@ -4,75 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
-// binDir holds the meerkatd binary the tests built, if they did; TestMain
-// removes it.
-var binDir string
-
-// meerkatdBinary builds cmd/meerkatd once per test binary, with -race
-// when the tests run with it, so that races in the children fail too.
-var meerkatdBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "meerkatd-benchtest-")
-	if err != nil {
-		return "", err
-	}
-	binDir = dir
-	path := filepath.Join(dir, "meerkatd")
-	args := []string{"build", "-o", path}
-	if raceEnabledBuild() {
-		args = append(args, "-race")
-	}
-	args = append(args, "github.com/meerkatd/meerkatd/cmd/meerkatd")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return path, nil
-})
-
-// raceEnabledBuild reports whether this test binary was built with -race.
-func raceEnabledBuild() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-func binary(t *testing.T) string {
-	t.Helper()
-	path, err := meerkatdBinary()
-	if err != nil {
-		t.Fatalf("building meerkatd: %v", err)
-	}
-	return path
-}
+// binary is the meerkatd the tests run.
+func binary(t *testing.T) string { return testutil.Meerkatd(t) }
 
 // TestBenchQuick runs the suite as `meerkatd bench --quick --json` does,
 // so that it cannot rot: every scenario must print one line of the

@@ -60,11 +60,11 @@ type runner struct {
 	children map[*child]struct{}
 }
 
-// childEnv is the environment for a meerkatd child process: this
+// ChildEnv is the environment for a meerkatd child process: this
 // process's, without MEERKAT_* settings that would change its
 // configuration, and with GORACE atexit_sleep_ms=0 (a race-built child
 // would otherwise sleep a second at every exit).
-func childEnv() []string {
+func ChildEnv() []string {
 	var env []string
 	gorace := "atexit_sleep_ms=0"
 	for _, kv := range os.Environ() {
@@ -96,7 +96,7 @@ func newRunner(opts settings, exe string, log io.Writer) (*runner, error) {
 		os.RemoveAll(root)
 		return nil, err
 	}
-	b.env = append(childEnv(), "XDG_RUNTIME_DIR="+rt)
+	b.env = append(ChildEnv(), "XDG_RUNTIME_DIR="+rt)
 	gen := func() *identity.Keypair {
 		kp, e := identity.GenerateKeypair()
 		if e != nil && err == nil {

@@ -10,15 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 // Integration tests: they build the meerkatd binary once per test binary
@@ -33,70 +32,12 @@ const (
 	testAckSecs  = 5                // comms.ack_timeout_secs of test nodes
 )
 
-// binDirPrefix names the per-process directories holding the built binary.
-const binDirPrefix = "meerkatd-itest-"
+// binary is the meerkatd the tests run: built once per test process,
+// with -race when the tests run with it.
+func binary(t *testing.T) string { return testutil.Meerkatd(t) }
 
-// meerkatdBinary builds meerkatd once per test binary (with -race when the
-// tests run with it, so races in the daemon fail the tests too).
-var meerkatdBinary = sync.OnceValues(func() (string, error) {
-	removeStaleBinDirs()
-	dir, err := os.MkdirTemp("", binDirPrefix+strconv.Itoa(os.Getpid())+"-")
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "meerkatd")
-	args := []string{"build", "-o", path}
-	if raceEnabledBuild() {
-		args = append(args, "-race")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", append(args, ".")...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return path, nil
-})
-
-// raceEnabledBuild reports whether this test binary was built with -race.
-func raceEnabledBuild() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
-// removeStaleBinDirs deletes binary directories of test processes that no
-// longer run. Without a TestMain there is no hook after the last test, so
-// each run cleans up after the previous ones.
-func removeStaleBinDirs() {
-	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPrefix+"*"))
-	for _, m := range matches {
-		pidStr, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(m), binDirPrefix), "-")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			os.RemoveAll(m)
-		}
-	}
-}
-
-func binary(t *testing.T) string {
-	t.Helper()
-	path, err := meerkatdBinary()
-	if err != nil {
-		t.Fatalf("building meerkatd: %v", err)
-	}
-	return path
-}
+// meerkatdBinary is binary for callers without a t.
+func meerkatdBinary() (string, error) { return testutil.MeerkatdErr() }
 
 // baseEnv is the environment of every meerkatd process the tests start:
 // childEnv, with local discovery in a directory of this test run.

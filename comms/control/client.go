@@ -108,11 +108,15 @@ func (c *Client) call(ctx context.Context, op string, in, out any) error {
 	// ending during the call, always wins.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
-	if _, err := conn.Write(append(line, '\n')); err != nil {
-		return c.broken(ctx, err)
-	}
+	_, werr := conn.Write(append(line, '\n'))
+	// A server that refuses the connection (another user, too many
+	// connections) answers at once and closes it, so the write may fail:
+	// its answer is read all the same.
 	reply, err := readReply(bufio.NewReaderSize(conn, 64<<10))
 	if err != nil {
+		if werr != nil {
+			err = werr
+		}
 		return c.broken(ctx, err)
 	}
 	var resp Response

@@ -17,6 +17,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -26,6 +27,7 @@ import (
 // memory inbox and an outbox that retries every 20 ms.
 func testHome(t testing.TB) *node.Home {
 	t.Helper()
+	testutil.CheckGoroutines(t) // first: it runs after the cleanups that stop the node
 	dir, err := os.MkdirTemp("", "mkc")
 	if err != nil {
 		t.Fatal(err)
@@ -69,15 +71,10 @@ func codeOf(err error) string {
 	return ""
 }
 
+// waitFor polls f until it holds, failing t after d.
 func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, d, what, f)
 }
 
 // The control operations carry the send options, the outbox views and

@@ -14,6 +14,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -23,6 +24,7 @@ import (
 // an address where nothing listens; tune adjusts its configuration.
 func testHome(t *testing.T, name string, tune func(*config.Config)) (*Home, *identity.Keypair) {
 	t.Helper()
+	testutil.CheckGoroutines(t) // first: it runs after the cleanups that stop the node
 	dir, err := os.MkdirTemp("", "mkm")
 	if err != nil {
 		t.Fatal(err)
@@ -269,15 +271,10 @@ func mcpOutboxNode(t *testing.T, tune func(*config.Outbox)) (*Node, *identity.Ke
 	return startTest(t, h, ModeServe), bob
 }
 
+// waitFor polls f until it holds, failing t after d.
 func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, d, what, f)
 }
 
 var reliable = SendOptions{Reliable: true}
