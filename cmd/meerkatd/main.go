@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
@@ -226,20 +227,23 @@ func (e *env) main(args []string) int {
 		return exitOK
 	}
 	if errors.Is(err, errUsage) {
-		fmt.Fprintf(e.stderr, "meerkatd %s: %s\nusage: %s\n(meerkatd %s --help for more)\n", name, strings.TrimPrefix(err.Error(), "usage: "), cmd.usage, name)
+		msg := pkgPrefix.ReplaceAllString(strings.TrimPrefix(err.Error(), "usage: "), "$1")
+		fmt.Fprintf(e.stderr, "meerkatd %s: %s\nusage: %s\n(meerkatd %s --help for more)\n", name, msg, cmd.usage, name)
 		return exitUsage
 	}
 	fmt.Fprintf(e.stderr, "meerkatd %s: %s\n", name, errorText(name, err))
 	return exitCode(err)
 }
 
-// errorText is err's message without the prefixes that repeat what the
-// line already says ("pair: pair: …" after "meerkatd pair: ").
+// pkgPrefix matches the package names errors carry ("comms: ", "pair: "):
+// useful in a log, noise after "meerkatd send: ".
+var pkgPrefix = regexp.MustCompile(`(^|: )(comms|identity|trust|config|transport|pair|store|outbox|audit|wire|node|control|inbox|bench): `)
+
+// errorText is err's message for a user: without package prefixes, which
+// would stack ("meerkatd pair: pair: …"), and with the API's error code.
 func errorText(name string, err error) string {
-	msg := err.Error()
-	for _, p := range []string{name + ": ", "node: ", "control: "} {
-		msg = strings.TrimPrefix(msg, p)
-	}
+	msg := pkgPrefix.ReplaceAllString(err.Error(), "$1")
+	msg = strings.TrimPrefix(msg, name+": ")
 	if code := node.CodeOf(err); code != node.CodeInternal {
 		msg += " (" + code + ")"
 	}
