@@ -9,10 +9,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 // TestMain lets the test binary be its own responder, as the natsbench
@@ -147,7 +148,7 @@ func TestBadFlags(t *testing.T) {
 
 // TestCancel checks that a cancelled run ends promptly, with its responder.
 func TestCancel(t *testing.T) {
-	defer leakCheck(t)()
+	testutil.CheckGoroutines(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -164,7 +165,7 @@ func TestCancel(t *testing.T) {
 // goroutines behind, and returns its stdout.
 func runOK(t *testing.T, args ...string) string {
 	t.Helper()
-	defer leakCheck(t)()
+	testutil.CheckGoroutines(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
@@ -175,22 +176,4 @@ func runOK(t *testing.T, args ...string) string {
 		t.Errorf("stderr: %s", stderr.String())
 	}
 	return stdout.String()
-}
-
-// leakCheck returns a function that fails t if more goroutines run than
-// when leakCheck was called, after giving them a few seconds to finish.
-func leakCheck(t *testing.T) func() {
-	before := runtime.NumGoroutine()
-	return func() {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 }
