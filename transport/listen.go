@@ -69,6 +69,10 @@ func listenUnix(ctx context.Context, lc net.ListenConfig, a Addr, afterBind func
 		ln, err = lc.Listen(ctx, "unix", path)
 		return err
 	})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		// Another process bound the path since the check above.
+		return nil, fmt.Errorf("%w: %s", ErrAddrInUse, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen %s: %w", a, err)
 	}

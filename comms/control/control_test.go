@@ -381,3 +381,38 @@ func FuzzServerRequest(f *testing.F) {
 		}
 	})
 }
+
+// Of several processes (here goroutines) serving one home at the same
+// instant, exactly one does; the others are told another one serves it.
+func TestServeHomeOnce(t *testing.T) {
+	h := testHome(t)
+	const n = 8
+	start := make(chan struct{})
+	type outcome struct {
+		sv  *Served
+		err error
+	}
+	out := make(chan outcome, n)
+	for range n {
+		go func() {
+			<-start
+			sv, err := ServeHome(h, HostOptions{})
+			out <- outcome{sv, err}
+		}()
+	}
+	close(start)
+	served := 0
+	for range n {
+		o := <-out
+		switch {
+		case o.err == nil:
+			served++
+			defer o.sv.Close()
+		case !errors.Is(o.err, ErrServing):
+			t.Errorf("ServeHome: %v, want ErrServing", o.err)
+		}
+	}
+	if served != 1 {
+		t.Fatalf("%d of %d concurrent ServeHome serve the home, want 1", served, n)
+	}
+}

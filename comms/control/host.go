@@ -49,10 +49,18 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The lock makes "exactly one node per home" hold even when two
+	// processes start at the same instant: the socket checks alone leave
+	// a window between another process's bind and its listen.
+	unlock, err := lockHome(h)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ctl, err := transport.Listen(ctx, a)
 	if err != nil {
 		cancel()
+		unlock()
 		if errors.Is(err, transport.ErrAddrInUse) {
 			return nil, fmt.Errorf("%w: %s", ErrServing, h.Dir)
 		}
@@ -62,6 +70,7 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 	if err != nil {
 		cancel()
 		ctl.Close()
+		unlock()
 		return nil, err
 	}
 	served := make(chan struct{})
@@ -82,6 +91,7 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 			cancel() // the control server ends attached clients' waits
 			n.Close()
 			<-served
+			unlock()
 		})
 	}}, nil
 }
