@@ -78,6 +78,7 @@ type Node struct {
 	obStore outbox.Store   // the outbox's store; for other nodes opened on first use
 	obMu    sync.Mutex     // guards obStore and obDB when opened on first use
 	obDB    *store.Store   // the database opened for obStore, if this node opened one
+	roDB    *store.Store   // the database opened read only (readDB), if this node opened one
 	audit   *audit.Log     // nil: no audit log (disabled, or not serving)
 	pairing *pairing       // offers and pairing exchanges (listening nodes)
 
@@ -309,9 +310,12 @@ func (n *Node) Close() error {
 	n.r.Close()
 	n.mail.Close()
 	n.obMu.Lock()
-	if n.obDB != nil {
-		if err := n.obDB.Close(); err != nil {
-			n.log.Error("outbox store: close failed", "err", err)
+	for _, db := range []*store.Store{n.obDB, n.roDB} {
+		if db == nil {
+			continue
+		}
+		if err := db.Close(); err != nil {
+			n.log.Error("inbox store: close failed", "err", err)
 		}
 	}
 	n.obMu.Unlock()

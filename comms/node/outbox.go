@@ -55,8 +55,8 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 		}
 		return info, nil
 	}
-	st, err := n.outboxStore()
-	if err != nil {
+	st, err := n.outboxView()
+	if err != nil || st == nil {
 		return info, Coded(err)
 	}
 	es, err := st.Entries()
@@ -107,7 +107,7 @@ func (n *Node) DeadLetters(ctx context.Context) ([]DeadLetter, error) {
 		dl, err = n.ob.DeadLetters()
 	} else {
 		var st outbox.Store
-		if st, err = n.outboxStore(); err == nil {
+		if st, err = n.outboxView(); err == nil && st != nil {
 			dl, err = st.DeadLetters()
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"time"
 
@@ -227,17 +228,59 @@ func (n *Node) homeDBLocked() (*store.Store, error) {
 	return st, nil
 }
 
-// diskMail is the home's stored inbox for a node that does not serve it:
-// what the daemon received and has not had acknowledged. It is nil, with
-// errMemoryHome, for a memory-mode home.
-func (n *Node) diskMail() (*durableMail, error) {
+// readDB opens the home's database read only, once, for a node that does
+// not serve it: what the daemon stored, without changing anything. A home
+// without a database yet gives fs.ErrNotExist; a memory-mode home
+// errMemoryHome.
+func (n *Node) readDB() (*store.Store, error) {
 	n.obMu.Lock()
 	defer n.obMu.Unlock()
-	db, err := n.homeDBLocked()
+	if n.closing() {
+		return nil, ErrClosed
+	}
+	if n.roDB != nil {
+		return n.roDB, nil
+	}
+	if n.h.Config.Store.Mode == config.StoreMemory {
+		return nil, errMemoryHome
+	}
+	st, err := store.Open(filepath.Join(n.h.Dir, DBFileName), store.Options{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	n.roDB = st
+	return st, nil
+}
+
+// diskMail is the home's stored inbox for a node that does not serve it,
+// read only: what the daemon received and has not had acknowledged. It
+// is empty for a home without a database yet, and errMemoryHome for a
+// memory-mode home.
+func (n *Node) diskMail() (mailStore, error) {
+	db, err := n.readDB()
+	if errors.Is(err, fs.ErrNotExist) {
+		return memMail{inbox.NewMailbox[comms.Item](1)}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &durableMail{st: db, log: n.log}, nil
+}
+
+// outboxView is the outbox store to read for a node without a running
+// outbox: the home's database read only (nil, with no error, for a home
+// without a database yet).
+func (n *Node) outboxView() (outbox.Store, error) {
+	db, err := n.readDB()
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
+	case errors.Is(err, errMemoryHome):
+		return nil, errOutboxNeedsStore
+	case err != nil:
+		return nil, err
+	}
+	return db.Outbox(), nil
 }
 
 // newOutbox creates the outbox of a daemon node over st.

@@ -29,6 +29,12 @@ var (
 	// ErrNewerSchema means the database was written by a newer build with a
 	// schema version this build does not know; Open refuses it unchanged.
 	ErrNewerSchema = errors.New("store: database schema is newer than this build")
+	// ErrReadOnly is returned by the writing methods of a store opened
+	// with Options.ReadOnly.
+	ErrReadOnly = errors.New("store: opened read only")
+	// ErrOlderSchema means a read-only open found a database of an older
+	// schema version, which only a writing open upgrades.
+	ErrOlderSchema = errors.New("store: database schema is older than this build")
 )
 
 // Defaults for zero Options fields.
@@ -86,6 +92,11 @@ type Options struct {
 	HistoryRetention time.Duration
 	// Now is the clock for timestamps and expiry; nil means time.Now.
 	Now func() time.Time
+	// ReadOnly opens an existing database for reading only (a command
+	// looking at a home no daemon serves): nothing is created, migrated
+	// or written, and the writing methods return ErrReadOnly. A missing
+	// file is an error wrapping fs.ErrNotExist.
+	ReadOnly bool
 }
 
 func (o Options) withDefaults() Options {
@@ -221,6 +232,9 @@ func dsn(path string) string {
 // newer schema version ([ErrNewerSchema]).
 func Open(path string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
+	if opts.ReadOnly {
+		return openReadOnly(path, opts)
+	}
 	// SQLite creates the -wal and -shm files with the main file's
 	// permissions, so creating it 0600 here covers all three.
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
@@ -269,12 +283,48 @@ func (s *Store) init() error {
 	return nil
 }
 
+// openReadOnly is Open with opts.ReadOnly: no committer runs.
+func openReadOnly(path string, opts Options) (*Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	db, err := sql.Open("sqlite", "file:"+p+"?mode=ro&_pragma=busy_timeout("+fmt.Sprint(busyTimeout.Milliseconds())+")&_pragma=query_only(1)")
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	s := &Store{db: db, opts: opts, reqs: make(chan *request), closing: make(chan struct{}), changed: make(chan struct{})}
+	var version int
+	err = db.QueryRow(`SELECT version FROM schema_version`).Scan(&version)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("read schema version: %w", err)
+	case version > schemaVersion:
+		err = fmt.Errorf("%w: version %d, this build supports up to %d", ErrNewerSchema, version, schemaVersion)
+	case version < schemaVersion:
+		err = fmt.Errorf("%w: version %d; a daemon of this build upgrades it when it starts", ErrOlderSchema, version)
+	default:
+		err = db.QueryRow(`SELECT count(*), COALESCE(SUM(length(payload)), 0) FROM items WHERE acked_at IS NULL`).Scan(&s.unacked, &s.unackedBytes)
+	}
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	s.count.Store(int64(s.unacked))
+	return s, nil
+}
+
 // send hands req to commitLoop, waiting for room while ctx allows.
 func (s *Store) send(ctx context.Context, req *request) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return ErrClosed
+	}
+	if s.opts.ReadOnly {
+		return ErrReadOnly
 	}
 	select {
 	case s.reqs <- req:

@@ -1,0 +1,86 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/internal/testutil"
+)
+
+// A read-only open shows what a writer committed (also while the writer
+// still has the database open), refuses every write, and changes nothing
+// in the file.
+func TestReadOnly(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	path := filepath.Join(t.TempDir(), "meerkat.db")
+	if _, err := Open(path, Options{ReadOnly: true}); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("read-only open of a missing file: %v, want fs.ErrNotExist", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a read-only open created the file: %v", err)
+	}
+	w, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := range 3 {
+		mustAdmit(t, w, rec(1, uint64(i)))
+	}
+	if _, err := w.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Outbox().Add(outbox.Entry{ID: [16]byte{9}, Kind: "message", Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustList(t, r, 0, 0); len(got) != 2 || got[0].Seq != 2 {
+		t.Fatalf("read-only List: %+v", got)
+	}
+	if n := mustLen(t, r); n != 2 {
+		t.Fatalf("read-only Len = %d", n)
+	}
+	if es, err := r.Outbox().Entries(); err != nil || len(es) != 1 {
+		t.Fatalf("read-only outbox: %v, %v", es, err)
+	}
+	if _, err := r.Admit(context.Background(), rec(2, 1)); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Admit on a read-only store: %v", err)
+	}
+	if _, err := r.Ack(2); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Ack on a read-only store: %v", err)
+	}
+	if _, err := r.Outbox().Add(outbox.Entry{ID: [16]byte{8}, Kind: "message"}); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("outbox Add on a read-only store: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustList(t, r, 0, 0)
+	r.Close()
+	after, _ := os.ReadFile(path)
+	if !bytes.Equal(before, after) {
+		t.Fatal("a read-only open changed the database file")
+	}
+}
