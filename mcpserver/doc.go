@@ -1,7 +1,8 @@
 // Package mcpserver exposes a meerkatd node to LLM clients as an MCP server
-// over stdio: tools to send messages, requests and responses (reliably by
-// default: stored in the node's outbox and retried), list peers, receive
-// and acknowledge mail, list the outbox and dead letters and retry them;
+// over stdio: tools to show the node's status, send messages, requests
+// and responses (reliably by default: stored in the node's outbox and
+// retried), list peers, receive and acknowledge mail, list the outbox and
+// dead letters and retry them;
 // resources meerkat://inbox (subscribable) and meerkat://peers; and
 // notifications of arrivals.
 //
@@ -18,8 +19,10 @@
 // API of a node (comms/node), which is a node in the same process or a
 // running daemon reached through its control socket (comms/control). Every
 // check of an operation happens in the node; the tools only parse
-// arguments and format results, and their error codes are the API's. It
-// is the only package that imports mcp-go.
+// arguments and format results: a tool's result holds the API result's
+// fields as they are (what `meerkatd … --json` prints), plus pending, and
+// its error codes are the API's. It is the only package that imports
+// mcp-go.
 //
 // # Errors
 //

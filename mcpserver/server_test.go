@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -40,7 +41,17 @@ func (f *fakeNode) Self(context.Context) (node.Self, error) {
 
 func (f *fakeNode) Status(ctx context.Context) (node.Status, error) {
 	self, _ := f.Self(ctx)
-	return node.Status{Self: self, Running: true}, nil
+	self.Home, self.Listen = "/tmp/alice", []string{"uds:///tmp/alice.sock"}
+	started := time.Date(2030, 1, 2, 3, 0, 0, 0, time.UTC)
+	next := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	f.mu.Lock()
+	inbox := len(f.msgs)
+	f.mu.Unlock()
+	return node.Status{Self: self, Running: true, StartedAt: &started, Peers: 1, Inbox: inbox, Pending: inbox,
+		Accepted: 7, AcksSent: 6, Connections: 2, Rejected: map[string]uint64{"bad_signature": 1},
+		Outbox: 1, DeadLetters: 1,
+		SendPeers: []node.PeerSendState{{Peer: "ghost", PubKey: "ed25519:Aw==", Queued: 1, Breaker: "open", Failures: 3, OpenUntil: &next, LastError: "dial: refused"}},
+	}, nil
 }
 
 func (f *fakeNode) DropDeadLetters(context.Context, []string, bool) (int, error) { return 0, nil }
@@ -54,7 +65,11 @@ func (f *fakeNode) PairCancel(context.Context, string) error { return nil }
 var _ node.API = (*fakeNode)(nil)
 
 func (f *fakeNode) Peers(context.Context) ([]node.Peer, error) {
-	return []node.Peer{{Name: "bob", PubKey: "ed25519:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=", Addr: "uds:///tmp/bob.sock"}}, nil
+	seen := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
+	return []node.Peer{
+		{Name: "bob", PubKey: "ed25519:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=", Addr: "uds:///tmp/bob.sock", Meta: json.RawMessage(`{"team":"b"}`), LastSeen: &seen, Breaker: "closed"},
+		{Name: "ghost", PubKey: "ed25519:Aw==", Addr: "uds:///tmp/ghost.sock", Breaker: "open", Queued: 1, LastError: "dial: refused"},
+	}, nil
 }
 
 func (f *fakeNode) peer(p string) error {
@@ -201,9 +216,13 @@ func (f *fakeNode) Receive(ctx context.Context, q node.Query) (node.Batch, error
 		f.mu.Lock()
 		b := node.Batch{Cursor: q.After, Pending: len(f.msgs)}
 		for _, m := range f.msgs {
-			if m.Seq > q.After && (q.Limit == 0 || len(b.Messages) < q.Limit) {
+			switch {
+			case m.Seq <= q.After:
+			case q.Limit == 0 || len(b.Messages) < q.Limit:
 				b.Messages = append(b.Messages, m)
 				b.Cursor = m.Seq
+			default:
+				b.More = true
 			}
 		}
 		changed := f.changed
@@ -388,7 +407,7 @@ func testToolList(t *testing.T, era string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"send_message": false, "send_request": false, "send_response": false, "list_peers": true, "receive_messages": true, "ack_messages": false,
+	want := map[string]bool{"status": true, "send_message": false, "send_request": false, "send_response": false, "list_peers": true, "receive_messages": true, "ack_messages": false,
 		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "pair_offer": false, "pair_accept": false}
 	if len(res.Tools) != len(want) {
 		t.Fatalf("%d tools, want %d", len(res.Tools), len(want))
@@ -404,6 +423,15 @@ func testToolList(t *testing.T, era string) {
 		}
 		if _, ok := tool.OutputSchema.Properties["pending"]; !ok && tool.Name != "receive_messages" {
 			t.Errorf("%s output lacks pending", tool.Name)
+		}
+		if tool.Name == "list_peers" {
+			// A peer's meta is any JSON value, not the byte array a
+			// json.RawMessage would be described as.
+			items, _ := tool.OutputSchema.Properties["peers"].(map[string]any)["items"].(map[string]any)
+			props, _ := items["properties"].(map[string]any)
+			if props["meta"] != true {
+				t.Errorf("list_peers: peers' meta schema %v, want true (any JSON value)", props["meta"])
+			}
 		}
 		a := tool.Annotations
 		if a.ReadOnlyHint == nil || *a.ReadOnlyHint != ro {
@@ -786,10 +814,60 @@ func testOutboxTools(t *testing.T, era string) {
 			t.Errorf("retry_dead_letters %v: want a protocol error", bad)
 		}
 	}
-	// A peer the node reports no breaker for is shown closed.
-	_, out, _ = call(t, c, "list_peers", nil)
-	if p := out["peers"].([]any)[0].(map[string]any); p["breaker"] != "closed" || p["queued"] != float64(0) {
-		t.Errorf("list_peers: %v", p)
+}
+
+func TestReadToolsAreTheAPI(t *testing.T) { bothEras(t, testReadToolsAreTheAPI) }
+
+// testReadToolsAreTheAPI checks that the read-only tools show the node
+// API's results field for field, as `meerkatd … --json` prints them: the
+// structured content is the result's JSON plus pending (status and
+// receive_messages carry pending in the result itself).
+func testReadToolsAreTheAPI(t *testing.T, era string) {
+	f := newFakeNode()
+	c, _ := startClient(t, f, era)
+	f.deliver(node.Message{ID: "m-a", Kind: "message", From: "ed25519:x", Peer: "bob", Body: "one"})
+	f.deliver(node.Message{ID: "r-a", Kind: "request", From: "ed25519:x", Peer: "bob", Intent: "add", Params: json.RawMessage(`{"a":1}`)})
+	f.deliver(node.Message{ID: "m-b", Kind: "message", From: "ed25519:x", Peer: "bob", Body: "three"})
+	ctx := context.Background()
+	st, _ := f.Status(ctx)
+	peers, _ := f.Peers(ctx)
+	ob, _ := f.Outbox(ctx)
+	batch, _ := f.Receive(ctx, node.Query{Limit: 2})
+	if !batch.More || len(batch.Messages) != 2 {
+		t.Fatalf("fake batch %+v: want two items and more", batch)
+	}
+	for _, tc := range []struct {
+		tool    string
+		args    map[string]any
+		key     string // the part of the result to compare ("": all of it)
+		want    any
+		pending bool // the tool adds pending to the API's result
+	}{
+		{"status", nil, "", st, false},
+		{"list_peers", nil, "peers", peers, true},
+		{"list_outbox", nil, "", ob, true},
+		{"receive_messages", map[string]any{"limit": 2}, "", batch, false},
+	} {
+		res, out, err := call(t, c, tc.tool, tc.args)
+		if err != nil || res.IsError {
+			t.Fatalf("%s: %v %s", tc.tool, err, text(res))
+		}
+		if _, ok := out["pending"]; !ok {
+			t.Errorf("%s: no pending in %v", tc.tool, out)
+		}
+		var got any = out
+		if tc.key != "" {
+			got = out[tc.key]
+		} else if tc.pending {
+			delete(out, "pending")
+		}
+		var want any
+		b, _ := json.Marshal(tc.want)
+		json.Unmarshal(b, &want)
+		if !reflect.DeepEqual(got, want) {
+			gb, _ := json.Marshal(got)
+			t.Errorf("%s: the tool's result is not the API's:\n got %s\nwant %s", tc.tool, gb, b)
+		}
 	}
 }
 

@@ -194,11 +194,20 @@ func (s *Server) addTools() {
 		mcp.WithOutputSchema[sendResponseResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendResponse)
-	s.mcp.AddTool(mcp.NewTool("list_peers",
+	s.mcp.AddTool(mcp.NewTool("status",
+		mcp.WithDescription("Show this node's state, the same as `meerkatd status --json`: its name, key and listen addresses; running (true when a node serves the home) and started_at; peers (how many it trusts); inbox (unacknowledged items) and pending (the messages and requests among them); the counters accepted, acks_sent, connections and rejected (by reason); outbox (reliable sends waiting), dead_letters, and send_peers (peers with something queued or a breaker that is not closed)."),
+		mcp.WithOutputSchema[node.Status](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Node status", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
+	), s.status)
+	listPeers := mcp.NewTool("list_peers",
 		mcp.WithDescription("Show this node and the peers it trusts, with each peer's reliable-send state: breaker (closed; open: sends are queued without dialling; half_open: the next attempt is the probe), queued count and last error."),
 		mcp.WithOutputSchema[listPeersResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List peers", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
-	), s.listPeers)
+	)
+	// A peer's meta is any JSON value (a json.RawMessage, which the
+	// generated schema would describe as an array of bytes).
+	admitAnyJSON(listPeers.OutputSchema.Properties, "peers", "items", "properties", "meta")
+	s.mcp.AddTool(listPeers, s.listPeers)
 	s.mcp.AddTool(mcp.NewTool("receive_messages",
 		mcp.WithDescription("List unacknowledged messages, requests and responses, oldest first, without removing them. With wait_ms, waits up to that long for the first new one. Pass the returned cursor as after to see only newer items."),
 		mcp.WithNumber("wait_ms", mcp.Description("wait up to this many milliseconds for the first item (0-25000, default 0)")),
@@ -486,24 +495,47 @@ func (s *Server) retryDeadLetters(ctx context.Context, req mcp.CallToolRequest) 
 	return result(retryDeadLettersResult{Requeued: n, NotFound: notFound, Pending: s.pending(ctx)})
 }
 
+// status returns the node's Status as is: it carries pending already
+// (the same count the other tools add).
+func (s *Server) status(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	st, err := s.api.Status(ctx)
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	return result(st)
+}
+
 func (s *Server) listPeers(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	peers, err := s.api.Peers(ctx)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
-	return result(listPeersResult{Self: s.self(ctx), Peers: withBreakers(peers), Pending: s.pending(ctx)})
+	return result(listPeersResult{Self: s.self(ctx), Peers: orEmpty(peers), Pending: s.pending(ctx)})
 }
 
-// withBreakers returns peers (never nil) with an unset breaker shown as
-// closed: a peer nothing was ever queued for.
-func withBreakers(peers []node.Peer) []node.Peer {
+// admitAnyJSON makes the schema at path (below a tool's output schema
+// properties) admit any JSON value.
+func admitAnyJSON(props map[string]any, path ...string) {
+	m := props
+	for _, k := range path[:len(path)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			panic("bug: no output schema at " + strings.Join(path, "."))
+		}
+		m = next
+	}
+	if _, ok := m[path[len(path)-1]]; !ok {
+		panic("bug: no output schema at " + strings.Join(path, "."))
+	}
+	m[path[len(path)-1]] = true
+}
+
+// orEmpty returns peers, or an empty list for nil (the output schema
+// wants an array). Each peer is shown as the node reports it, as
+// `meerkatd peers list --json` shows it.
+func orEmpty(peers []node.Peer) []node.Peer {
 	if peers == nil {
 		return []node.Peer{}
-	}
-	for i := range peers {
-		if peers[i].Breaker == "" {
-			peers[i].Breaker = "closed"
-		}
 	}
 	return peers
 }
@@ -628,7 +660,7 @@ func (s *Server) addResources() {
 		if err != nil {
 			return nil, err
 		}
-		text, err := json.Marshal(listPeersResult{Self: s.self(ctx), Peers: withBreakers(peers)})
+		text, err := json.Marshal(listPeersResult{Self: s.self(ctx), Peers: orEmpty(peers)})
 		if err != nil {
 			return nil, err
 		}

@@ -33,6 +33,16 @@
 // also calls Client.callTool itself, as an MCP host would, which validates
 // with the SDK's own.
 //
+// One API, two faces: a few steps read the same node with the CLI
+// (`meerkatd status|peers list|inbox|outbox --json`, through the control
+// socket of the daemon, or of the node meerkatd mcp runs when embedded)
+// and with the matching tool (status, list_peers, receive_messages,
+// list_outbox), and require the same JSON, field by field (the CLI read
+// is repeated around the tool call until it is stable, since the outbox
+// retries ghost in the background); and give both faces the same failing
+// operations, requiring the same error code and message (the CLI's
+// {"error":{…}} on stdout and its exit status; the tool error's text).
+//
 // Bad send_response statuses: the server advertises the status enum in the
 // input schema but does not enforce it at the protocol level; the handler
 // answers with an isError tool result "bad_status: …". The test accepts
@@ -42,6 +52,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { isDeepStrictEqual } from 'node:util';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import fsSync from 'node:fs';
@@ -80,6 +91,7 @@ const TOOLS = [
   'send_message',
   'send_request',
   'send_response',
+  'status',
 ];
 const INVALID_PARAMS = -32602;
 const ACK_TIMEOUT_SECS = 3;
@@ -220,6 +232,52 @@ function meerkatd(args, { timeout = 15_000 } = {}) {
       }
     });
   });
+}
+
+/**
+ * Runs meerkatd with args whatever its exit status; resolves to
+ * { code, stdout, stderr }.
+ */
+function meerkatdExit(args, { timeout = 15_000 } = {}) {
+  return new Promise((resolve, reject) => {
+    execFile(BIN, args, { env: childEnv(), timeout, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      if (err && typeof err.code !== 'number') {
+        err.message = `meerkatd ${args.join(' ')}: ${err.message}\nstderr: ${stderr}`;
+        reject(err); // not started, killed, timed out
+      } else {
+        resolve({ code: err ? err.code : 0, stdout, stderr });
+      }
+    });
+  });
+}
+
+/**
+ * The same daemon state read by the CLI's --json and by an MCP tool: reads
+ * cli(), tool(), cli() again until the two CLI reads agree (nothing changed
+ * in between: the outbox retries in the background), then requires the
+ * tool's result to be the same JSON. Returns the CLI's result.
+ */
+async function sameAsCLI(what, cli, tool, tries = 30) {
+  let before;
+  let after;
+  for (let i = 0; i < tries; i++) {
+    before = await cli();
+    const got = await tool();
+    after = await cli();
+    if (isDeepStrictEqual(before, after)) {
+      assert.deepEqual(got, before, `${what}: the MCP tool's result differs from the CLI's --json`);
+      return before;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${what}: the state kept changing between two CLI reads (${tries} tries): ${JSON.stringify(before)} then ${JSON.stringify(after)}`);
+}
+
+/** obj without the key pending (the key MCP adds to a result). */
+function withoutPending(obj) {
+  assert.equal(typeof obj.pending, 'number', `no pending in ${JSON.stringify(obj).slice(0, 200)}`);
+  const { pending, ...rest } = obj;
+  return rest;
 }
 
 /** A bounded in-memory log of a process's stderr, for failure reports. */
@@ -414,7 +472,8 @@ async function makeHomes(suite) {
   await meerkatd(['peers', 'add', 'bob', suite.ids.bob.pubkey, addr('bob'), '--home', homes.alice]);
   await meerkatd(['peers', 'add', 'alice', suite.ids.alice.pubkey, addr('alice'), '--home', homes.bob]);
   // ghost is trusted by alice but never runs: nothing listens on its socket.
-  await meerkatd(['peers', 'add', 'ghost', suite.ids.ghost.pubkey, addr('ghost'), '--home', homes.alice]);
+  // (With meta: list_peers and peers list --json show it, as any JSON.)
+  await meerkatd(['peers', 'add', 'ghost', suite.ids.ghost.pubkey, addr('ghost'), '--meta', '{"role":"never runs","n":[1,2]}', '--home', homes.alice]);
   suite.addr = addr;
 }
 
@@ -498,7 +557,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       }
     });
 
-    step('tools/list: the six tools, with input and output schemas and annotations', async () => {
+    step('tools/list: every tool, with input and output schemas and annotations', async () => {
       const { tools } = await alice.client.listTools(undefined, { timeout: CALL_TIMEOUT });
       assert.deepEqual(tools.map((t) => t.name).sort(), TOOLS);
       for (const t of tools) {
@@ -517,6 +576,10 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.deepEqual(by.send_message.inputSchema.required?.slice().sort(), ['body', 'peer']);
       assert.deepEqual(by.send_response.inputSchema.properties.status.enum?.slice().sort(), ['accepted', 'completed', 'failed']);
       assert.equal(by.list_peers.annotations?.readOnlyHint, true, 'list_peers readOnlyHint');
+      assert.equal(by.status.annotations?.readOnlyHint, true, 'status readOnlyHint');
+      for (const p of ['running', 'started_at', 'name', 'pubkey', 'listen', 'peers', 'inbox', 'outbox', 'dead_letters', 'send_peers']) {
+        assert.ok(p in by.status.outputSchema.properties, `status outputSchema lacks ${p}`);
+      }
       assert.equal(by.receive_messages.annotations?.readOnlyHint, true, 'receive_messages readOnlyHint');
       assert.equal(by.ack_messages.annotations?.destructiveHint, true, 'ack_messages destructiveHint');
       for (const n of ['send_message', 'send_request', 'send_response', 'ack_messages', 'retry_dead_letters']) {
@@ -708,6 +771,123 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', reliable: false, ttl_seconds: 5 }), invalid, 'ttl without reliable');
       await assert.rejects(alice.call('send_request', { peer: 'bob', intent: 'x', reliable: 'yes' }), invalid, 'reliable not a boolean');
       await assert.rejects(alice.call('retry_dead_letters', {}), invalid, 'retry with neither ids nor all');
+    });
+
+    // One API, two faces: for the same node, the CLI's --json and the MCP
+    // tools give the same fields and the same error codes. (In embedded
+    // mode the CLI reaches the node meerkatd mcp runs, through its control
+    // socket; in attached mode both reach the daemon.)
+    const cliJSON = async (args) => {
+      const r = await meerkatdExit([...args, '--json']);
+      assert.equal(r.code, 0, `meerkatd ${args.join(' ')} --json exited ${r.code}: ${r.stdout}${r.stderr}`);
+      return JSON.parse(r.stdout);
+    };
+
+    step('status: the tool gives what meerkatd status --json prints', async () => {
+      const home = ['status', '--home', suite.homes.alice];
+      const st = await sameAsCLI('status', () => cliJSON(home), () => alice.ok('status'));
+      assert.equal(st.running, true);
+      assert.equal(st.name, 'alice');
+      assert.equal(st.pubkey, suite.ids.alice.pubkey);
+      assert.equal(st.peers, 2);
+      assert.equal(typeof st.started_at, 'string');
+      assert.ok(st.listen.includes(suite.addr('alice')), `listen ${st.listen}`);
+      // pending is the status's own field: the count every tool adds.
+      assert.equal(st.pending, (await alice.ok('list_peers')).pending);
+      assert.equal((await bob.ok('status')).name, 'bob');
+    });
+
+    step('list_peers: its peers are what meerkatd peers list --json prints', async () => {
+      const peers = await sameAsCLI(
+        'peers',
+        () => cliJSON(['peers', 'list', '--home', suite.homes.alice]),
+        async () => (await alice.ok('list_peers')).peers,
+      );
+      assert.deepEqual(peers.map((p) => p.name).sort(), ['bob', 'ghost']);
+      const ghost = peers.find((p) => p.name === 'ghost');
+      assert.deepEqual(ghost.meta, { role: 'never runs', n: [1, 2] });
+      assert.ok(ghost.queued >= 1 && ghost.breaker !== 'closed', `ghost ${JSON.stringify(ghost)}`);
+      assert.equal(typeof peers.find((p) => p.name === 'bob').last_seen, 'string');
+    });
+
+    step('receive_messages with a limit gives the batch meerkatd inbox --json --limit prints (messages, cursor, more, pending)', async () => {
+      const home = ['inbox', '--home', suite.homes.bob];
+      const page1 = await sameAsCLI(
+        'inbox page 1',
+        () => cliJSON([...home, '--limit', '2']),
+        () => bob.ok('receive_messages', { limit: 2 }),
+      );
+      assert.equal(page1.messages.length, 2);
+      assert.equal(page1.more, true, 'bob has more than two items');
+      assert.equal(page1.timed_out, false);
+      assert.equal(page1.cursor, page1.messages[1].seq);
+      assert.ok(page1.messages.some((m) => m.id === suite.firstMessageId), 'page 1 lacks the first message');
+      const page2 = await sameAsCLI(
+        'inbox page 2',
+        () => cliJSON([...home, '--limit', '2', '--after', String(page1.cursor)]),
+        () => bob.ok('receive_messages', { limit: 2, after: page1.cursor }),
+      );
+      assert.ok(page2.messages.length >= 1 && page2.messages.every((m) => m.seq > page1.cursor), JSON.stringify(page2));
+      // The request, with its params, reads the same both ways.
+      const all = await sameAsCLI('inbox', () => cliJSON(home), () => bob.ok('receive_messages', { limit: 1000 }));
+      assert.equal(all.more, false);
+      const req = all.messages.find((m) => m.id === suite.requestId);
+      assert.deepEqual(req?.params, { a: 1, b: 2 });
+    });
+
+    step('list_outbox gives the entries and peers meerkatd outbox --json prints', async () => {
+      // Something surely queued: a reliable send to ghost, which is down.
+      const q = await alice.ok('send_message', { peer: 'ghost', body: 'still there?', ttl_seconds: 600 });
+      assert.equal(q.delivery, 'queued');
+      const ob = await sameAsCLI(
+        'outbox',
+        () => cliJSON(['outbox', '--home', suite.homes.alice]),
+        async () => withoutPending(await alice.ok('list_outbox')),
+      );
+      assert.deepEqual(Object.keys(ob).sort(), ['entries', 'peers']);
+      const e = ob.entries.find((x) => x.id === q.message_id);
+      assert.ok(e, `the outbox lacks ${q.message_id}: ${JSON.stringify(ob)}`);
+      assert.equal(e.peer, 'ghost');
+      assert.equal(typeof e.expires, 'string');
+      assert.ok(ob.peers.some((p) => p.peer === 'ghost' && p.queued >= 1), JSON.stringify(ob.peers));
+    });
+
+    step('the same error codes: send_response to a request never received (unknown_request, exit 2), to an answered one (already_answered, exit 2), a send to an unknown peer (unknown_peer, exit 4)', async () => {
+      const unknown = randomUUID();
+      const cases = [
+        {
+          peer: bob,
+          cli: ['send', 'response', 'alice', unknown, 'completed'],
+          tool: ['send_response', { peer: 'alice', request_id: unknown, status: 'completed' }],
+          code: 'unknown_request',
+          exit: 2,
+        },
+        {
+          peer: bob,
+          cli: ['send', 'response', 'alice', suite.requestId, 'failed'],
+          tool: ['send_response', { peer: 'alice', request_id: suite.requestId, status: 'failed' }],
+          code: 'already_answered',
+          exit: 2,
+        },
+        {
+          peer: alice,
+          cli: ['send', 'message', 'nobody', 'hi'],
+          tool: ['send_message', { peer: 'nobody', body: 'hi' }],
+          code: 'unknown_peer',
+          exit: 4,
+        },
+      ];
+      for (const c of cases) {
+        const what = `meerkatd ${c.cli.join(' ')} --json`;
+        const r = await meerkatdExit([...c.cli, '--home', c.peer.home, '--json']);
+        assert.equal(r.code, c.exit, `${what}: exit ${r.code}, want ${c.exit}; stderr ${r.stderr}`);
+        const out = JSON.parse(r.stdout);
+        assert.deepEqual(Object.keys(out), ['error'], `${what}: ${r.stdout}`);
+        assert.equal(out.error.code, c.code, `${what}: ${r.stdout}`);
+        const text = await c.peer.fails(...c.tool, c.code);
+        // The same message too: "code: message (pending: n)".
+        assert.ok(text.startsWith(`${c.code}: ${out.error.message} (pending: `), `MCP ${JSON.stringify(text)} vs CLI ${JSON.stringify(out.error.message)}`);
+      }
     });
 
     step('Client.callTool (SDK output-schema validation) accepts receive_messages with a request and a response', async () => {
