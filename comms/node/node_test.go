@@ -298,7 +298,7 @@ func TestMCPNodeReliableQueued(t *testing.T) {
 		t.Fatalf("outbox: %+v, %v", o, err)
 	}
 	e := o.Entries[0]
-	if e.ID != sent.ID || e.Peer != "bob" || e.Kind != "message" || e.Attempts < 1 || e.LastError == "" || e.Expires != nil {
+	if e.ID != sent.ID || e.Peer != "bob" || e.Kind != "message" || e.Attempts < 1 || e.LastError == "" || e.Expires != nil || e.Size < len("are you there?") {
 		t.Fatalf("outbox entry %+v", e)
 	}
 	if o.Entries[1].ID != req.ID || o.Entries[1].Kind != "request" {

@@ -48,7 +48,9 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 	info := Outbox{Entries: []QueuedSend{}, Peers: []PeerSendState{}}
 	if ob := n.ob; ob != nil {
 		for _, q := range ob.List() {
-			info.Entries = append(info.Entries, toQueuedSend(q.Entry, q.InFlight))
+			qs := toQueuedSend(q.Entry, q.InFlight)
+			qs.Size = q.Size
+			info.Entries = append(info.Entries, qs)
 		}
 		for _, s := range ob.Peers() {
 			info.Peers = append(info.Peers, toPeerSendState(s))

@@ -769,6 +769,7 @@ func (o *Outbox) stateLocked(q *peerQ, now time.Time) PeerState {
 type Queued struct {
 	Entry
 	InFlight bool
+	Size     int // the payload's length (List leaves the payload out)
 }
 
 // List returns the queued envelopes, per peer in send order, without
@@ -780,8 +781,9 @@ func (o *Outbox) List() []Queued {
 	for _, q := range o.peers {
 		for _, it := range q.items {
 			e := it.e
+			size := len(e.Payload)
 			e.Payload = nil
-			out = append(out, Queued{Entry: e, InFlight: it.inFlight})
+			out = append(out, Queued{Entry: e, InFlight: it.inFlight, Size: size})
 		}
 	}
 	slices.SortFunc(out, func(a, b Queued) int { return cmp.Compare(a.Seq, b.Seq) })
