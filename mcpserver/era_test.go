@@ -82,7 +82,7 @@ func TestStdioModern(t *testing.T) {
 		w.send(`{"jsonrpc":"2.0","id":` + string(b) + `,"method":"tools/call","params":{` + modernMeta + `,` + args + `}}`)
 		return w.reply(float64(id))
 	}
-	if sc := field(call(3, `"name":"send_message","arguments":{"peer":"bob","body":"hi"}`), "result", "structuredContent"); sc["message_id"] != "m-1" || sc["delivery"] != "acked" {
+	if sc := field(call(3, `"name":"send_message","arguments":{"peer":"bob","body":"hi"}`), "result", "structuredContent"); sc["id"] != "m-1" || sc["delivery"] != "acked" {
 		t.Errorf("send_message: %v", sc)
 	}
 	res := field(call(4, `"name":"send_message","arguments":{"peer":"carol","body":"hi"}`), "result")

@@ -449,10 +449,10 @@ func testSendAndErrors(t *testing.T, era string) {
 	if err != nil || res.IsError {
 		t.Fatalf("send_message: %v %s", err, text(res))
 	}
-	if out["message_id"] != "m-1" || out["delivery"] != "acked" || out["pending"] != float64(0) {
+	if out["id"] != "m-1" || out["delivery"] != "acked" || out["pending"] != float64(0) {
 		t.Fatalf("structured result %v", out)
 	}
-	if !strings.Contains(text(res), `"message_id":"m-1"`) {
+	if !strings.Contains(text(res), `"id":"m-1"`) {
 		t.Fatalf("text fallback %q", text(res))
 	}
 	for _, tc := range []struct {
@@ -752,7 +752,7 @@ func testSendQueued(t *testing.T, era string) {
 		args map[string]any
 		id   string
 	}{
-		{"send_message", map[string]any{"peer": "ghost", "body": "hi"}, "message_id"},
+		{"send_message", map[string]any{"peer": "ghost", "body": "hi"}, "id"},
 		{"send_request", map[string]any{"peer": "ghost", "intent": "x"}, "request_id"},
 	} {
 		res, out, err := call(t, c, tc.tool, tc.args)

@@ -175,7 +175,7 @@ func TestStdio(t *testing.T) {
 	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"send_message","arguments":{"peer":"bob","body":"hi"}}}`)
 	m = w.reply(float64(3))
 	res, _ := m["result"].(map[string]any)
-	if sc, _ := res["structuredContent"].(map[string]any); sc["message_id"] != "m-1" {
+	if sc, _ := res["structuredContent"].(map[string]any); sc["id"] != "m-1" {
 		t.Fatalf("good call: %v", m)
 	}
 	w.send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"send_message","arguments":"peer=bob"}}`)

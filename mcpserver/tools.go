@@ -17,29 +17,12 @@ import (
 // Tool results. Every one carries Pending so a model notices new mail
 // during normal tool use.
 type (
-	sendMessageResult struct {
-		MessageID string `json:"message_id"`
-		Peer      string `json:"peer"`
-		Delivery  string `json:"delivery"`             // acked or queued
-		LastError string `json:"last_error,omitempty"` // queued: why the first attempt failed
-		Note      string `json:"note,omitempty"`       // queued: what happens next, where to look
-		Pending   int    `json:"pending"`
-	}
-	sendRequestResult struct {
-		RequestID string `json:"request_id"`
-		Peer      string `json:"peer"`
-		Delivery  string `json:"delivery"`
-		LastError string `json:"last_error,omitempty"`
-		Note      string `json:"note,omitempty"`
-		Pending   int    `json:"pending"`
-	}
-	sendResponseResult struct {
-		MessageID string `json:"message_id"`
-		RequestID string `json:"request_id"`
-		Delivery  string `json:"delivery"` // written or queued
-		LastError string `json:"last_error,omitempty"`
-		Note      string `json:"note,omitempty"`
-		Pending   int    `json:"pending"`
+	// sendResult is a send's node.Sent (the same fields as the CLI's
+	// send --json) with what a model should know next.
+	sendResult struct {
+		node.Sent
+		Note    string `json:"note,omitempty"` // queued: what happens next, where to look
+		Pending int    `json:"pending"`
 	}
 	listPeersResult struct {
 		Self    node.Self   `json:"self"`
@@ -170,17 +153,17 @@ func (s *Server) addTools() {
 		mcp.WithString("body", mcp.Required(), mcp.Description("the message text")),
 		reliableArg,
 		ttlArg,
-		mcp.WithOutputSchema[sendMessageResult](),
+		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send message", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendMessage)
 	s.mcp.AddTool(mcp.NewTool("send_request",
-		mcp.WithDescription("Ask a peer to do something. Returns the request id once the peer's node acknowledged the request (delivery \"acked\") or, for a reliable send whose first attempt failed, once it is queued for retry (delivery \"queued\"); the answer arrives later as a response (see receive_messages with request_id)."),
+		mcp.WithDescription("Ask a peer to do something. Returns the request id (\"id\") once the peer's node acknowledged the request (delivery \"acked\") or, for a reliable send whose first attempt failed, once it is queued for retry (delivery \"queued\"); the answer arrives later as a response (see receive_messages with request_id)."),
 		peerArg,
 		mcp.WithString("intent", mcp.Required(), mcp.Description("what is asked, e.g. \"review-pr\"")),
 		mcp.WithAny("params", mcp.Description("any JSON value with the details (default null)")),
 		reliableArg,
 		ttlArg,
-		mcp.WithOutputSchema[sendRequestResult](),
+		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send request", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendRequest)
 	s.mcp.AddTool(mcp.NewTool("send_response",
@@ -191,7 +174,7 @@ func (s *Server) addTools() {
 		mcp.WithAny("result", mcp.Description("any JSON value (default null)")),
 		reliableArg,
 		ttlArg,
-		mcp.WithOutputSchema[sendResponseResult](),
+		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendResponse)
 	s.mcp.AddTool(mcp.NewTool("status",
@@ -404,7 +387,7 @@ func (s *Server) sendMessage(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
-	return result(sendMessageResult{MessageID: sent.ID, Peer: sent.Peer, Delivery: sent.Delivery, LastError: sent.LastError, Note: queuedNote(sent), Pending: s.pending(ctx)})
+	return result(sendResult{Sent: sent, Note: queuedNote(sent), Pending: s.pending(ctx)})
 }
 
 func (s *Server) sendRequest(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -417,7 +400,7 @@ func (s *Server) sendRequest(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
-	return result(sendRequestResult{RequestID: sent.ID, Peer: sent.Peer, Delivery: sent.Delivery, LastError: sent.LastError, Note: queuedNote(sent), Pending: s.pending(ctx)})
+	return result(sendResult{Sent: sent, Note: queuedNote(sent), Pending: s.pending(ctx)})
 }
 
 func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -433,7 +416,7 @@ func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mc
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
-	return result(sendResponseResult{MessageID: sent.ID, RequestID: rid, Delivery: sent.Delivery, LastError: sent.LastError, Note: queuedNote(sent), Pending: s.pending(ctx)})
+	return result(sendResult{Sent: sent, Note: queuedNote(sent), Pending: s.pending(ctx)})
 }
 
 func (s *Server) listOutbox(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {

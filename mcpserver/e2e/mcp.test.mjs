@@ -642,19 +642,19 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       const sent = await alice.ok('send_message', { peer: 'bob', body });
       assert.equal(sent.delivery, 'acked');
       assert.equal(sent.peer, 'bob');
-      assert.match(sent.message_id, UUID_RE);
+      assert.match(sent.id, UUID_RE);
       assert.equal(typeof sent.pending, 'number');
 
       const got = await bob.ok('receive_messages', { wait_ms: 10_000 }, { timeout: 10_000 + CALL_TIMEOUT });
-      const m = got.messages.find((x) => x.id === sent.message_id);
-      assert.ok(m, `bob did not receive ${sent.message_id}: ${JSON.stringify(got)}`);
+      const m = got.messages.find((x) => x.id === sent.id);
+      assert.ok(m, `bob did not receive ${sent.id}: ${JSON.stringify(got)}`);
       assert.equal(m.kind, 'message');
       assert.equal(m.body, body);
       assert.equal(m.peer, 'alice');
       assert.equal(m.from, suite.ids.alice.pubkey);
       assert.ok(got.pending >= 1, `pending = ${got.pending}`);
       assert.ok(got.cursor >= m.seq, `cursor ${got.cursor} < seq ${m.seq}`);
-      suite.firstMessageId = sent.message_id;
+      suite.firstMessageId = sent.id;
 
       // A peer can also be addressed by its key or its peer UUID.
       for (const peer of [suite.ids.bob.pubkey, suite.ids.bob.peer_uuid]) {
@@ -666,7 +666,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       if (mode === 'attached') {
         // The attached MCP server delivered to bob's daemon's node.
         const items = JSON.parse(await meerkatd(['inbox', '--home', suite.homes.bob, '--json'])).messages;
-        assert.ok(items.some((it) => it.id === sent.message_id), `bob's daemon inbox lacks ${sent.message_id}`);
+        assert.ok(items.some((it) => it.id === sent.id), `bob's daemon inbox lacks ${sent.id}`);
       }
     });
 
@@ -674,8 +674,8 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       const params = { a: 1, b: 2 };
       const req = await alice.ok('send_request', { peer: 'bob', intent: 'add', params });
       assert.equal(req.delivery, 'acked');
-      assert.match(req.request_id, UUID_RE);
-      const rid = req.request_id;
+      assert.match(req.id, UUID_RE);
+      const rid = req.id;
 
       const got = await bob.ok('receive_messages', { kinds: ['request'], wait_ms: 10_000 }, { timeout: 10_000 + CALL_TIMEOUT });
       const r = got.messages.find((x) => x.id === rid);
@@ -687,8 +687,9 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.ok(got.messages.every((x) => x.kind === 'request'), 'kinds filter let other kinds through');
 
       const resp = await bob.ok('send_response', { peer: 'alice', request_id: rid, status: 'completed', result: { sum: 3 } });
-      assert.equal(resp.request_id, rid);
-      assert.match(resp.message_id, UUID_RE);
+      assert.match(resp.id, UUID_RE);
+      assert.equal(resp.peer, 'alice');
+      assert.equal(resp.delivery, 'written');
 
       const ans = await alice.ok('receive_messages', { request_id: rid, wait_ms: 10_000 }, { timeout: 10_000 + CALL_TIMEOUT });
       assert.equal(ans.messages.length, 1, `want exactly the response: ${JSON.stringify(ans)}`);
@@ -721,23 +722,23 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       const q = await alice.ok('send_message', { peer: 'ghost', body: 'anyone?', ttl_seconds: 1 });
       assert.equal(q.delivery, 'queued');
       assert.equal(q.peer, 'ghost');
-      assert.match(q.message_id, UUID_RE);
+      assert.match(q.id, UUID_RE);
       assert.equal(typeof q.last_error, 'string');
       assert.ok(q.last_error.length > 0, 'a queued send says why its attempt failed');
       assert.match(q.note, /list_outbox/);
       const qr = await alice.ok('send_request', { peer: 'ghost', intent: 'ping', ttl_seconds: 1 });
       assert.equal(qr.delivery, 'queued');
-      assert.match(qr.request_id, UUID_RE);
+      assert.match(qr.id, UUID_RE);
 
       const ob = await alice.ok('list_outbox');
-      const e = ob.entries.find((x) => x.id === q.message_id);
-      assert.ok(e, `list_outbox lacks ${q.message_id}: ${JSON.stringify(ob)}`);
+      const e = ob.entries.find((x) => x.id === q.id);
+      assert.ok(e, `list_outbox lacks ${q.id}: ${JSON.stringify(ob)}`);
       assert.equal(e.peer, 'ghost');
       assert.equal(e.kind, 'message');
       assert.ok(e.attempts >= 1, `attempts ${e.attempts}`);
       assert.equal(typeof e.expires, 'string');
       assert.ok(!JSON.stringify(ob).includes('anyone?'), 'list_outbox must not show bodies');
-      assert.ok(ob.entries.some((x) => x.id === qr.request_id && x.kind === 'request'));
+      assert.ok(ob.entries.some((x) => x.id === qr.id && x.kind === 'request'));
       const gs = ob.peers.find((p) => p.peer === 'ghost');
       assert.ok(gs && gs.queued >= 1, `ghost's send state: ${JSON.stringify(ob.peers)}`);
       assert.ok(['open', 'half_open'].includes(gs.breaker), `ghost's breaker ${gs.breaker}`);
@@ -750,20 +751,20 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.equal(peers.peers.find((p) => p.name === 'bob').breaker, 'closed');
 
       // The ttl passes: dead letters, with the reason.
-      const dead = await until(10_000, `${q.message_id} in list_dead_letters`, async () =>
-        (await alice.ok('list_dead_letters')).dead_letters.find((d) => d.id === q.message_id),
+      const dead = await until(10_000, `${q.id} in list_dead_letters`, async () =>
+        (await alice.ok('list_dead_letters')).dead_letters.find((d) => d.id === q.id),
       );
       assert.match(dead.reason, /^expired/);
       assert.equal(dead.peer, 'ghost');
       assert.equal(dead.kind, 'message');
       assert.equal(typeof dead.died_at, 'string');
-      assert.ok(!(await alice.ok('list_outbox')).entries.some((x) => x.id === q.message_id), 'an expired send is still queued');
+      assert.ok(!(await alice.ok('list_outbox')).entries.some((x) => x.id === q.id), 'an expired send is still queued');
 
-      const rr = await alice.ok('retry_dead_letters', { ids: [q.message_id, randomUUID()] });
+      const rr = await alice.ok('retry_dead_letters', { ids: [q.id, randomUUID()] });
       assert.equal(rr.requeued, 1);
       assert.equal(rr.not_found, 1);
-      assert.ok((await alice.ok('list_outbox')).entries.some((x) => x.id === q.message_id), 'a retried dead letter is not queued');
-      assert.ok(!(await alice.ok('list_dead_letters')).dead_letters.some((d) => d.id === q.message_id));
+      assert.ok((await alice.ok('list_outbox')).entries.some((x) => x.id === q.id), 'a retried dead letter is not queued');
+      assert.ok(!(await alice.ok('list_dead_letters')).dead_letters.some((d) => d.id === q.id));
 
       // Bad send options are the protocol's invalid-params error.
       await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', ttl_seconds: -1 }), invalid, 'negative ttl');
@@ -845,11 +846,24 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
         async () => withoutPending(await alice.ok('list_outbox')),
       );
       assert.deepEqual(Object.keys(ob).sort(), ['entries', 'peers']);
-      const e = ob.entries.find((x) => x.id === q.message_id);
-      assert.ok(e, `the outbox lacks ${q.message_id}: ${JSON.stringify(ob)}`);
+      const e = ob.entries.find((x) => x.id === q.id);
+      assert.ok(e, `the outbox lacks ${q.id}: ${JSON.stringify(ob)}`);
       assert.equal(e.peer, 'ghost');
       assert.equal(typeof e.expires, 'string');
       assert.ok(ob.peers.some((p) => p.peer === 'ghost' && p.queued >= 1), JSON.stringify(ob.peers));
+    });
+
+    step('a send reports the same fields both ways: meerkatd send message --json and send_message', async () => {
+      const cli = await cliJSON(['send', 'message', 'bob', 'fields from the CLI', '--home', suite.homes.alice]);
+      const { note, pending, ...tool } = await alice.ok('send_message', { peer: 'bob', body: 'fields from the tool', reliable: false });
+      assert.equal(typeof pending, 'number');
+      assert.equal(note, undefined, 'an acked send has no note');
+      assert.deepEqual(Object.keys(tool).sort(), Object.keys(cli).sort());
+      for (const r of [cli, tool]) {
+        assert.match(r.id, UUID_RE);
+        assert.equal(r.peer, 'bob');
+        assert.equal(r.delivery, 'acked');
+      }
     });
 
     step('the same error codes: send_response to a request never received (unknown_request, exit 2), to an answered one (already_answered, exit 2), a send to an unknown peer (unknown_peer, exit 4)', async () => {
@@ -918,7 +932,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       const sent = await bob.ok('send_message', { peer: 'alice', body });
       const got = await waiting;
       assert.equal(got.timed_out, false);
-      const m = got.messages.find((x) => x.id === sent.message_id);
+      const m = got.messages.find((x) => x.id === sent.id);
       assert.ok(m, `the wait returned without the message: ${JSON.stringify(got)}`);
       assert.equal(m.body, body);
       assert.equal(m.peer, 'bob');
@@ -978,15 +992,15 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
 
         const upd = await alice.updated.wait(u0, isInbox, 10_000, 'notifications/resources/updated for meerkat://inbox');
         assert.equal(upd.method, 'notifications/resources/updated');
-        const log = await alice.logged.wait(l0, (n) => n.params?.data?.id === sent.message_id, 10_000, `notifications/message for ${sent.message_id}`);
+        const log = await alice.logged.wait(l0, (n) => n.params?.data?.id === sent.id, 10_000, `notifications/message for ${sent.id}`);
         assert.equal(log.params.level, 'info');
         assert.equal(log.params.data.kind, 'message');
         assert.equal(log.params.data.peer, 'bob');
         assert.ok(!JSON.stringify(log.params).includes(body), 'the log notification must not carry the body');
 
         const inbox = await readInbox(alice);
-        const m = inbox.messages.find((x) => x.id === sent.message_id);
-        assert.ok(m, `meerkat://inbox lacks ${sent.message_id}`);
+        const m = inbox.messages.find((x) => x.id === sent.id);
+        assert.ok(m, `meerkat://inbox lacks ${sent.id}`);
         assert.equal(m.body, body);
         assert.ok(inbox.pending >= 1);
 
@@ -1003,9 +1017,9 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
         const u2 = alice.updated.mark();
         const l2 = alice.logged.mark();
         const quiet = await bob.ok('send_message', { peer: 'alice', body: 'after unsubscribing' });
-        await alice.logged.wait(l2, (n) => n.params?.data?.id === quiet.message_id, 10_000, `notifications/message for ${quiet.message_id}`);
+        await alice.logged.wait(l2, (n) => n.params?.data?.id === quiet.id, 10_000, `notifications/message for ${quiet.id}`);
         assert.deepEqual(alice.updated.items.slice(u2), [], 'resource updates after unsubscribing');
-        assert.equal((await alice.ok('ack_messages', { ids: [quiet.message_id] })).acked, 1);
+        assert.equal((await alice.ok('ack_messages', { ids: [quiet.id] })).acked, 1);
       });
     } else {
       step('waiting for mail (2026-07-28): subscriptions/listen on meerkat://inbox; tagged updates on arrival and ack, none once closed', async () => {
@@ -1021,8 +1035,8 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
         assert.equal(typeof subID, 'string', `the update is not tagged with its stream: ${JSON.stringify(upd)}`);
 
         const inbox = await readInbox(alice);
-        const m = inbox.messages.find((x) => x.id === sent.message_id);
-        assert.ok(m, `meerkat://inbox lacks ${sent.message_id}`);
+        const m = inbox.messages.find((x) => x.id === sent.id);
+        assert.ok(m, `meerkat://inbox lacks ${sent.id}`);
         assert.equal(m.body, body);
         assert.ok(inbox.pending >= 1);
 
@@ -1047,7 +1061,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
         assert.deepEqual(alice.updated.items.slice(u2).filter((n) => n.params._meta?.[SUBSCRIPTION_ID_META_KEY] === subID), [], 'updates on a closed stream');
         assert.notEqual(upd3.params._meta?.[SUBSCRIPTION_ID_META_KEY], undefined);
         await sub2.close();
-        assert.equal((await alice.ok('ack_messages', { ids: [quiet.message_id, loud.message_id] })).acked, 2);
+        assert.equal((await alice.ok('ack_messages', { ids: [quiet.id, loud.id] })).acked, 2);
       });
     }
 
@@ -1205,7 +1219,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
           await seen.wait(0, (m) => m.id === 7, 10_000, 'response 7');
         } else {
           const sent = await bob.ok('send_message', { peer: 'alice', body: 'raw' });
-          await seen.wait(0, (m) => m.method === 'notifications/message' && m.params?.data?.id === sent.message_id, 10_000, 'log notification on the raw stdout');
+          await seen.wait(0, (m) => m.method === 'notifications/message' && m.params?.data?.id === sent.id, 10_000, 'log notification on the raw stdout');
         }
 
         const done = exited(child);
