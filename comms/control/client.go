@@ -119,6 +119,12 @@ func (c *Client) call(ctx context.Context, op string, in, out any) error {
 		}
 		return c.broken(ctx, err)
 	}
+	return parseReply(reply, out)
+}
+
+// parseReply decodes one reply line into out (also the partial result of a
+// failed call) and returns the call's error.
+func parseReply(reply []byte, out any) error {
 	var resp Response
 	if err := json.Unmarshal(reply, &resp); err != nil {
 		return &node.Error{Code: node.CodeInternal, Msg: "control socket: bad response: " + err.Error()}

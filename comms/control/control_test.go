@@ -416,3 +416,42 @@ func TestServeHomeOnce(t *testing.T) {
 		t.Fatalf("%d of %d concurrent ServeHome serve the home, want 1", served, n)
 	}
 }
+
+// parseReply turns every reply into a result or a coded error.
+func TestParseReply(t *testing.T) {
+	for _, tc := range []struct {
+		reply string
+		code  string // "" for success
+		id    string // the Sent decoded
+	}{
+		{`{"ok":true,"result":{"id":"a","peer":"bob","delivery":"acked"}}`, "", "a"},
+		{`{"ok":false,"code":"peer_offline","error":"no ack","result":{"id":"b"}}`, node.CodePeerOffline, "b"},
+		{`{"ok":false,"error":"no code"}`, node.CodeInternal, ""},
+		{`{"ok":true,"result":[1,2]}`, node.CodeInternal, ""},
+		{`{"ok":false,"code":"unknown_peer","result":[1,2]}`, node.CodeUnknownPeer, ""},
+		{`not json`, node.CodeInternal, ""},
+		{``, node.CodeInternal, ""},
+		{`{"ok":true}`, "", ""},
+	} {
+		var s node.Sent
+		err := parseReply([]byte(tc.reply), &s)
+		if codeOf(err) != tc.code || s.ID != tc.id {
+			t.Errorf("%q: %+v, %v; want code %q, id %q", tc.reply, s, err, tc.code, tc.id)
+		}
+	}
+}
+
+// FuzzParseReply: any reply is a result or an error, never a panic.
+func FuzzParseReply(f *testing.F) {
+	for _, s := range []string{`{"ok":true,"result":{"messages":[{"seq":1,"params":{"a":1}}],"cursor":1}}`,
+		`{"ok":false,"code":"x","error":"y"}`, `{"result":null}`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, reply []byte) {
+		var b node.Batch
+		err := parseReply(reply, &b)
+		if err != nil && codeOf(err) == "" {
+			t.Fatalf("an error without a code: %v", err)
+		}
+	})
+}
