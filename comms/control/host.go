@@ -23,6 +23,9 @@ type HostOptions struct {
 	// RuntimeDir is the local-discovery directory the node announces
 	// itself in ("": not announced).
 	RuntimeDir string
+	// Embedded marks the node as running inside meerkatd mcp (Attach
+	// sets it for the node a session serves), not as a daemon.
+	Embedded bool
 }
 
 // Served is a home's node running in this process with its control
@@ -66,7 +69,7 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 		}
 		return nil, err
 	}
-	n, err := node.Start(h, node.Options{Mode: node.ModeServe, Logger: log})
+	n, err := node.Start(h, node.Options{Mode: node.ModeServe, Logger: log, Embedded: opts.Embedded})
 	if err != nil {
 		cancel()
 		ctl.Close()
@@ -98,11 +101,17 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 
 // Session is a node.API for a long-lived face such as meerkatd mcp: it
 // uses the home's daemon when one serves it, and otherwise serves the
-// home itself (so other commands attach to it). When the process serving
-// the home goes away, the session takes over: it serves the home, or
-// attaches to whichever process got there first. Of several sessions
-// started at once for one home, exactly one serves it. It is safe for
-// concurrent use; Close stops what it serves.
+// home itself (so other commands attach to it). Of several sessions
+// started at once for one home, exactly one serves it.
+//
+// When the process serving the home goes away, what the session does
+// depends on what it was. Another session's node (Self.Embedded): the
+// session takes over, serving the home or attaching to whichever process
+// got there first. A daemon: the session does not take the home (the
+// daemon being restarted would then find it taken); its calls fail with
+// CodeUnavailable until a node serves the home again, and then reach it.
+//
+// It is safe for concurrent use; Close stops what it serves.
 type Session struct {
 	h    *node.Home
 	opts HostOptions
@@ -111,6 +120,7 @@ type Session struct {
 	mu     sync.Mutex
 	api    node.API // the daemon's client, or the served node
 	served *Served  // non-nil while this session serves the home
+	daemon bool     // attached to a daemon (not to another session's node)
 	closed bool
 }
 
@@ -156,20 +166,29 @@ func (s *Session) connect(ctx context.Context, stale node.API) error {
 	var last error
 	for i := 0; i < attachAttempts; i++ {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		c, err := Dial(dctx, s.h.ControlPath())
+		c := NewClient(s.h.ControlPath())
+		self, err := c.Self(dctx)
 		cancel()
 		if err == nil {
 			if s.api != nil {
-				s.log.Info("attached to the node serving the home", "home", s.h.Dir)
+				s.log.Info("attached to the node serving the home", "home", s.h.Dir, "embedded", self.Embedded)
 			}
-			s.api = c
+			s.api, s.daemon = c, !self.Embedded
 			return nil
 		}
 		last = err
 		if !errors.Is(err, ErrNoDaemon) {
 			return err
 		}
-		sv, err := ServeHome(s.h, s.opts)
+		if s.daemon {
+			// The daemon is gone, perhaps being restarted: leave the home
+			// for it.
+			return &node.Error{Code: node.CodeUnavailable, Err: ErrNoDaemon,
+				Msg: fmt.Sprintf("the daemon serving %s is not running (start it again with: meerkatd run --home %s)", s.h.Dir, s.h.Dir)}
+		}
+		opts := s.opts
+		opts.Embedded = true
+		sv, err := ServeHome(s.h, opts)
 		if err == nil {
 			if s.api != nil {
 				s.log.Info("took over the home: serving it in this process", "home", s.h.Dir)
@@ -227,7 +246,7 @@ func do[T any](s *Session, ctx context.Context, f func(node.API) (T, error)) (T,
 		return v, err
 	}
 	if cerr := s.connect(ctx, api); cerr != nil {
-		return v, err
+		return v, cerr
 	}
 	if api, err = s.current(); err != nil {
 		return v, err

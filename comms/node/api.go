@@ -100,6 +100,9 @@ type Self struct {
 	PeerUUID string   `json:"peer_uuid"`
 	Home     string   `json:"home"`
 	Listen   []string `json:"listen"`
+	// Embedded is true for a node running inside meerkatd mcp rather
+	// than a daemon: it lives as long as its MCP client's session.
+	Embedded bool `json:"embedded,omitempty"`
 }
 
 // Status is what `meerkatd status` and the MCP status tool show.

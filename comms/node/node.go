@@ -54,6 +54,9 @@ const (
 type Options struct {
 	Mode   Mode
 	Logger *slog.Logger // nil: discard
+	// Embedded marks a serving node that runs inside meerkatd mcp (Self
+	// reports it), not a daemon.
+	Embedded bool
 }
 
 // Node is a node running in this process: the Router, the inbox that
@@ -63,8 +66,9 @@ type Options struct {
 // with ErrClosed (or CodeUnavailable).
 type Node struct {
 	h       *Home
-	mode    Mode
-	r       *comms.Router
+	mode     Mode
+	embedded bool // Options.Embedded
+	r        *comms.Router
 	mail    mailStore       // memory for command nodes; the home's store ([store] mode) when serving
 	inbox   *recordingInbox // the Router's Admitter: mail plus received requests
 	log     *slog.Logger
@@ -172,7 +176,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 	if mode == ModeReplies {
 		admit = responsesOnly{rec}
 	}
-	n := &Node{h: h, mode: mode, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
+	n := &Node{h: h, mode: mode, embedded: opts.Embedded, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
 	var observe func(comms.Event)
 	var pairHook func(net.Conn, io.Reader)
 	if mode != ModeSend {

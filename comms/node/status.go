@@ -10,7 +10,7 @@ import (
 // Self implements [API].
 func (n *Node) Self(context.Context) (Self, error) {
 	h := n.h
-	s := Self{Name: h.Config.Name, PubKey: h.Key.ID().String(), PeerUUID: h.Key.ID().UUID().String(), Home: h.Dir, Listen: []string{}}
+	s := Self{Name: h.Config.Name, PubKey: h.Key.ID().String(), PeerUUID: h.Key.ID().UUID().String(), Home: h.Dir, Listen: []string{}, Embedded: n.embedded}
 	for _, a := range n.addrs {
 		s.Listen = append(s.Listen, a.String())
 	}
