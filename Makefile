@@ -41,9 +41,9 @@ natstest:
 race:
 	$(GO) test -race -count=1 ./...
 
-## alloc: allocation-budget tests (they run without -race, which adds allocations)
+## alloc: allocation and memory budgets (they run without -race, which adds allocations and memory of its own)
 alloc:
-	$(GO) test -count=1 -run 'Allocs' ./...
+	$(GO) test -count=1 -run 'Allocs|^TestInboxPagingMemory$$' ./...
 
 ## benchsmoke: every benchmark once, so none can rot
 benchsmoke:

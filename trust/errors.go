@@ -84,7 +84,9 @@ func (e *RowError) Error() string {
 		b.WriteString(": ")
 	}
 	if e.Err != nil {
-		b.WriteString(e.Err.Error())
+		// This package's own errors start with "trust: " too; the
+		// line already does.
+		b.WriteString(strings.TrimPrefix(e.Err.Error(), "trust: "))
 	} else {
 		b.WriteString("invalid")
 	}

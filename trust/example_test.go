@@ -48,7 +48,7 @@ func ExampleParse_errors() {
 	fmt.Println(errors.Is(err, trust.ErrDuplicateKey), errors.Is(err, transport.ErrBadAddr))
 	// Output:
 	// trust: peers[1] ("bob"): addr: transport: malformed address "tcp://10.0.0.2:99999": port must be 1-65535
-	// trust: peers[1] ("bob"): pubkey: trust: duplicate peer key: same pubkey as peers[0] ("alice")
+	// trust: peers[1] ("bob"): pubkey: duplicate peer key: same pubkey as peers[0] ("alice")
 	// first bad row: 1 bob addr
 	// true true
 }
@@ -66,6 +66,6 @@ func ExampleList_With() {
 	fmt.Println(err)
 	// Output:
 	// 0 1
-	// trust: peer ("Alice"): name: trust: duplicate peer name: "Alice" clashes with "alice" in the list; names are unique ignoring case
-	// trust: peer ("Alice"): pubkey: trust: duplicate peer key: same pubkey as "alice"
+	// trust: peer ("Alice"): name: duplicate peer name: "Alice" clashes with "alice" in the list; names are unique ignoring case
+	// trust: peer ("Alice"): pubkey: duplicate peer key: same pubkey as "alice"
 }

@@ -519,13 +519,13 @@ func TestDuplicateMessages(t *testing.T) {
 		data, want string
 	}{
 		{`{"peers":[{"name":"bob","pubkey":"@1","addr":"tcp://h:1"},{"name":"bob","pubkey":"@2","addr":"tcp://h:1"}]}`,
-			`peers[1] ("bob"): name: trust: duplicate peer name: "bob" is also the name of peers[0]`},
+			`peers[1] ("bob"): name: duplicate peer name: "bob" is also the name of peers[0]`},
 		{`{"peers":[{"name":"bob","pubkey":"@1","addr":"tcp://h:1"},{"name":"Bob","pubkey":"@2","addr":"tcp://h:1"}]}`,
-			`peers[1] ("Bob"): name: trust: duplicate peer name: "Bob" clashes with peers[0] ("bob"); names are unique ignoring case`},
+			`peers[1] ("Bob"): name: duplicate peer name: "Bob" clashes with peers[0] ("bob"); names are unique ignoring case`},
 		{`{"peers":[{"name":"bob","pubkey":"@1","addr":"tcp://h:1"},{"name":"carol","pubkey":"@1","addr":"tcp://h:1"}]}`,
-			`peers[1] ("carol"): pubkey: trust: duplicate peer key: same pubkey as peers[0] ("bob")`},
+			`peers[1] ("carol"): pubkey: duplicate peer key: same pubkey as peers[0] ("bob")`},
 		{`{"peers":[{"pubkey":"@1","addr":"tcp://h:1"},{"name":"carol","pubkey":"@1","addr":"tcp://h:1"}]}`,
-			`peers[1] ("carol"): pubkey: trust: duplicate peer key: same pubkey as peers[0]` + "\n"},
+			`peers[1] ("carol"): pubkey: duplicate peer key: same pubkey as peers[0]` + "\n"},
 	}
 	for _, tt := range tests {
 		_, err := Parse([]byte(withKeys(tt.data)))

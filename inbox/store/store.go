@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -152,7 +153,15 @@ type Store struct {
 	unacked      int                  // owned by commitLoop (and Open before it starts)
 	unackedBytes int64                // payload bytes of unacked items; owned like unacked
 	count        atomic.Int64         // unacked as of the last commit, for Len
+	kindsDelta   map[string]int       // runBatch's changes to the unacked count by kind, applied by commit; owned by commitLoop
 	txns         atomic.Int64         // committed batch transactions, for tests
+
+	// kinds counts unacked items by kind as of the last commit, for
+	// CountKinds: a count in SQL would read every unacknowledged row
+	// (their kind is stored with the payload), for every page of a
+	// large inbox listed.
+	kindsMu sync.Mutex
+	kinds   map[string]int
 
 	// full is set when an admission was refused for lack of room and
 	// cleared only once the unacknowledged items fall below 90% of
@@ -254,6 +263,9 @@ func Open(path string, opts Options) (*Store, error) {
 		reqs:    make(chan *request, opts.MaxBatch),
 		closing: make(chan struct{}),
 		changed: make(chan struct{}),
+
+		kindsDelta: map[string]int{},
+		kinds:      map[string]int{},
 	}
 	if err := s.init(); err != nil {
 		db.Close()
@@ -280,6 +292,22 @@ func (s *Store) init() error {
 		return fmt.Errorf("count items: %w", err)
 	}
 	s.count.Store(int64(s.unacked))
+	rows, err := s.db.QueryContext(ctx, `SELECT kind, count(*) FROM items WHERE acked_at IS NULL GROUP BY kind`)
+	if err != nil {
+		return fmt.Errorf("count items by kind: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind string
+		var n int
+		if err := rows.Scan(&kind, &n); err != nil {
+			return fmt.Errorf("count items by kind: %w", err)
+		}
+		s.kinds[kind] = n
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("count items by kind: %w", err)
+	}
 	return nil
 }
 
@@ -581,6 +609,15 @@ func (s *Store) commit(batch []*request) {
 	s.unacked, s.unackedBytes = unacked, bytes
 	s.full, s.need = s.fullNext, s.needNext
 	s.count.Store(int64(unacked))
+	if len(s.kindsDelta) > 0 {
+		s.kindsMu.Lock()
+		for k, d := range s.kindsDelta {
+			if s.kinds[k] += d; s.kinds[k] == 0 {
+				delete(s.kinds, k)
+			}
+		}
+		s.kindsMu.Unlock()
+	}
 	s.txns.Add(1)
 	if added > 0 || acked > 0 {
 		s.broadcast()
@@ -604,7 +641,7 @@ const (
 				WHERE i.seq = d.seq AND i.acked_at IS NULL)))`
 	sqlRemember = `INSERT INTO dedup (sender, id, first_seen, seq) VALUES (?1, ?2, ?3, ?4)
 		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen, seq = excluded.seq`
-	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL RETURNING length(payload)`
+	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL RETURNING length(payload), kind`
 	sqlExpireDedup = `DELETE FROM dedup WHERE first_seen < ?1 AND NOT EXISTS (SELECT 1 FROM items i
 		WHERE i.seq = dedup.seq AND i.acked_at IS NULL)`
 	sqlExpireItems = `DELETE FROM items WHERE acked_at IS NOT NULL AND acked_at < ?`
@@ -637,6 +674,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	}
 	cutoff := now.Add(-s.opts.DedupWindow).UnixNano()
 	unacked, bytes = s.unacked, s.unackedBytes
+	clear(s.kindsDelta)
 	full, need := s.full, s.need
 	defer func() { s.fullNext, s.needNext = full, need }()
 	lowItems := max(s.opts.MaxItems*9/10, 1)
@@ -694,6 +732,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			unacked++
 			added++
 			bytes += int64(len(payload))
+			s.kindsDelta[r.Kind]++
 		case opAck:
 			if err := prepare(&ack, sqlAck); err != nil {
 				return 0, 0, 0, 0, err
@@ -703,10 +742,12 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 					continue
 				}
 				var size int64
-				switch err := ack.QueryRowContext(ctx, nowNS, int64(seq)).Scan(&size); err {
+				var kind string
+				switch err := ack.QueryRowContext(ctx, nowNS, int64(seq)).Scan(&size, &kind); err {
 				case nil:
 					res[i].n++
 					bytes -= size
+					s.kindsDelta[kind]--
 				case sql.ErrNoRows: // unknown or already acknowledged
 				default:
 					return 0, 0, 0, 0, err
@@ -767,24 +808,18 @@ func (s *Store) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
 }
 
 // CountKinds returns how many unacknowledged items have one of the given
-// kinds, without reading their payloads.
+// kinds as of the last commit (counted in memory, like Len).
 func (s *Store) CountKinds(kinds ...string) (int, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return 0, ErrClosed
+	if err := s.checkOpen(); err != nil {
+		return 0, err
 	}
-	if len(kinds) == 0 {
-		return 0, nil
-	}
-	args := make([]any, len(kinds))
+	s.kindsMu.Lock()
+	defer s.kindsMu.Unlock()
+	n := 0
 	for i, k := range kinds {
-		args[i] = k
-	}
-	q := `SELECT count(*) FROM items WHERE acked_at IS NULL AND kind IN (?` + strings.Repeat(",?", len(kinds)-1) + `)`
-	var n int
-	if err := s.db.QueryRow(q, args...).Scan(&n); err != nil {
-		return 0, fmt.Errorf("store: count: %w", err)
+		if !slices.Contains(kinds[:i], k) {
+			n += s.kinds[k]
+		}
 	}
 	return n, nil
 }

@@ -638,20 +638,47 @@ func TestByteLimit(t *testing.T) {
 
 func TestCountKinds(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	s, _ := openStore(t, Options{})
+	s, path := openStore(t, Options{})
 	for i, k := range []string{"message", "request", "response", "message"} {
 		r := rec(1, uint64(i+1))
 		r.Kind = k
 		mustAdmit(t, s, r)
 	}
+	dup := rec(1, 1) // a duplicate counts nothing
+	dup.Kind = "message"
+	if d, err := s.Admit(context.Background(), dup); err != nil || !d {
+		t.Fatalf("repeat: dup %v, %v", d, err)
+	}
 	if n, err := s.CountKinds("message", "request"); err != nil || n != 3 {
 		t.Fatalf("CountKinds = %d, %v", n, err)
 	}
-	if _, err := s.Ack(1); err != nil {
+	if n, _ := s.CountKinds("message", "message"); n != 2 {
+		t.Fatalf("a kind named twice: %d", n)
+	}
+	if _, err := s.Ack(1, 1, 99); err != nil { // twice, and unknown: counted once
 		t.Fatal(err)
 	}
 	if n, _ := s.CountKinds("message"); n != 1 {
 		t.Fatalf("after ack: %d messages", n)
+	}
+	if n, _ := s.CountKinds(); n != 0 {
+		t.Fatalf("no kinds: %d", n)
+	}
+	s.Close()
+	if _, err := s.CountKinds("message"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	s = reopen(t, path, Options{}) // counted again from the file
+	for kinds, want := range map[string]int{"message": 1, "request": 1, "response": 1, "message,request": 2} {
+		if n, err := s.CountKinds(strings.Split(kinds, ",")...); err != nil || n != want {
+			t.Errorf("after reopen CountKinds(%s) = %d, %v; want %d", kinds, n, err, want)
+		}
+	}
+	if _, err := s.Ack(2, 3, 4); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.CountKinds("message", "request", "response"); n != 0 {
+		t.Fatalf("all acknowledged: %d", n)
 	}
 }
 
