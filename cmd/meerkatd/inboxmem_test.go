@@ -21,6 +21,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox/store"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 // procStatusKB returns a field of /proc/PID/status in KiB (VmRSS, VmHWM).
@@ -115,8 +116,8 @@ func fillInbox(t *testing.T, path string, from *identity.Keypair, to identity.Pe
 func TestInboxPagingMemory(t *testing.T) {
 	count, size := 20000, 10<<10
 	const maxGrowthKB = 100 << 10
-	checkMemory := runtime.GOOS == "linux" && !raceEnabledBuild()
-	if raceEnabledBuild() {
+	checkMemory := runtime.GOOS == "linux" && !testutil.RaceEnabled()
+	if testutil.RaceEnabled() {
 		count, size = 2000, 1<<10
 	}
 	if runtime.GOOS != "linux" {

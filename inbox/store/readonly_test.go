@@ -50,6 +50,9 @@ func TestReadOnly(t *testing.T) {
 	if n := mustLen(t, r); n != 2 {
 		t.Fatalf("read-only Len = %d", n)
 	}
+	if n, err := r.CountKinds(rec(1, 0).Kind); err != nil || n != 2 {
+		t.Fatalf("read-only CountKinds = %d, %v", n, err)
+	}
 	if es, err := r.Outbox().Entries(); err != nil || len(es) != 1 {
 		t.Fatalf("read-only outbox: %v, %v", es, err)
 	}

@@ -288,6 +288,12 @@ func (s *Store) init() error {
 	if err := migrate(ctx, s.db); err != nil {
 		return err
 	}
+	return s.loadCounts(ctx)
+}
+
+// loadCounts reads the counts the store keeps in memory: unacknowledged
+// items, their bytes, and how many of each kind.
+func (s *Store) loadCounts(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*), COALESCE(SUM(length(payload)), 0) FROM items WHERE acked_at IS NULL`).Scan(&s.unacked, &s.unackedBytes); err != nil {
 		return fmt.Errorf("count items: %w", err)
 	}
@@ -323,7 +329,7 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 	}
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	s := &Store{db: db, opts: opts, reqs: make(chan *request), closing: make(chan struct{}), changed: make(chan struct{})}
+	s := &Store{db: db, opts: opts, reqs: make(chan *request), closing: make(chan struct{}), changed: make(chan struct{}), kinds: map[string]int{}}
 	var version int
 	err = db.QueryRow(`SELECT version FROM schema_version`).Scan(&version)
 	switch {
@@ -334,13 +340,12 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 	case version < schemaVersion:
 		err = fmt.Errorf("%w: version %d; a daemon of this build upgrades it when it starts", ErrOlderSchema, version)
 	default:
-		err = db.QueryRow(`SELECT count(*), COALESCE(SUM(length(payload)), 0) FROM items WHERE acked_at IS NULL`).Scan(&s.unacked, &s.unackedBytes)
+		err = s.loadCounts(context.Background())
 	}
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	s.count.Store(int64(s.unacked))
 	return s, nil
 }
 
