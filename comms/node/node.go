@@ -65,18 +65,18 @@ type Options struct {
 // safe for concurrent use. Close stops it; afterwards its methods fail
 // with ErrClosed (or CodeUnavailable).
 type Node struct {
-	h       *Home
+	h        *Home
 	mode     Mode
 	embedded bool // Options.Embedded
 	r        *comms.Router
-	mail    mailStore       // memory for command nodes; the home's store ([store] mode) when serving
-	inbox   *recordingInbox // the Router's Admitter: mail plus received requests
-	log     *slog.Logger
-	addrs   []transport.Addr // what it listens on
-	started time.Time
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	reload  func() // re-read the trust file now (SIGHUP)
+	mail     mailStore       // memory for command nodes; the home's store ([store] mode) when serving
+	inbox    *recordingInbox // the Router's Admitter: mail plus received requests
+	log      *slog.Logger
+	addrs    []transport.Addr // what it listens on
+	started  time.Time
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	reload   func() // re-read the trust file now (SIGHUP)
 
 	ob      *outbox.Outbox // reliable sends (serving nodes only)
 	obStore outbox.Store   // the outbox's store; for other nodes opened on first use
