@@ -39,7 +39,12 @@ func (s *Served) Close() { s.stop() }
 // ServeHome runs the node of h in this process with its listeners and its
 // control socket, as the daemon and an embedded meerkatd mcp do, and
 // announces it for local discovery. It fails with ErrServing when another
-// process serves h.
+// process (or another ServeHome in this one) serves h.
+//
+// Who serves a home is decided by a lock on the home directory, held until
+// Close has stopped the node, not by the control socket: two processes
+// replacing a socket left behind by a killed one could otherwise both
+// listen, one of them on a file the other has just removed.
 func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 	log := opts.Logger
 	if log == nil {
@@ -49,10 +54,18 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 	if err != nil {
 		return nil, err
 	}
+	unlock, err := lockHome(h.Dir)
+	if errors.Is(err, errHomeLocked) {
+		return nil, fmt.Errorf("%w: %s", ErrServing, h.Dir)
+	}
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ctl, err := transport.Listen(ctx, a)
 	if err != nil {
 		cancel()
+		unlock()
 		if errors.Is(err, transport.ErrAddrInUse) {
 			return nil, fmt.Errorf("%w: %s", ErrServing, h.Dir)
 		}
@@ -62,6 +75,7 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 	if err != nil {
 		cancel()
 		ctl.Close()
+		unlock()
 		return nil, err
 	}
 	served := make(chan struct{})
@@ -82,6 +96,7 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 			cancel() // the control server ends attached clients' waits
 			n.Close()
 			<-served
+			unlock() // last: whoever takes over finds the node stopped
 		})
 	}}, nil
 }
@@ -106,10 +121,16 @@ type Session struct {
 
 var _ node.API = (*Session)(nil)
 
-// attachAttempts bounds how often a session tries to serve or attach
-// before it gives up (another process won the socket but does not answer
-// yet).
-const attachAttempts = 20
+// takeOverTimeout bounds how long a session keeps trying to serve or
+// attach: another process may hold the home while it starts or stops its
+// node, and its control socket does not answer meanwhile.
+const takeOverTimeout = 15 * time.Second
+
+// Pauses between a session's attempts to serve or attach.
+const (
+	firstRetryPause = 10 * time.Millisecond
+	maxRetryPause   = 200 * time.Millisecond
+)
 
 // Attach returns a session on home h: attached to its daemon if one
 // answers, else serving it.
@@ -143,8 +164,9 @@ func (s *Session) connect(ctx context.Context, stale node.API) error {
 	if stale != nil && s.api != stale {
 		return nil
 	}
-	var last error
-	for i := 0; i < attachAttempts; i++ {
+	deadline := time.Now().Add(takeOverTimeout)
+	pause := firstRetryPause
+	for {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		c, err := Dial(dctx, s.h.ControlPath())
 		cancel()
@@ -155,31 +177,40 @@ func (s *Session) connect(ctx context.Context, stale node.API) error {
 			s.api = c
 			return nil
 		}
-		last = err
-		if !errors.Is(err, ErrNoDaemon) {
-			return err
-		}
-		sv, err := ServeHome(s.h, s.opts)
-		if err == nil {
-			if s.api != nil {
-				s.log.Info("took over the home: serving it in this process", "home", s.h.Dir)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, ErrNoDaemon):
+			sv, serr := ServeHome(s.h, s.opts)
+			if serr == nil {
+				if s.api != nil {
+					s.log.Info("took over the home: serving it in this process", "home", s.h.Dir)
+				}
+				s.api, s.served = sv.Node, sv
+				return nil
 			}
-			s.api, s.served = sv.Node, sv
-			return nil
-		}
-		last = err
-		if !errors.Is(err, ErrServing) {
+			if !errors.Is(serr, ErrServing) {
+				return serr
+			}
+			// Another process holds the home: it is starting or stopping
+			// its node, and answers (or lets go) in a moment.
+			err = serr
+		case errors.Is(err, context.DeadlineExceeded), node.CodeOf(err) == node.CodeUnavailable:
+			// The server is starting (it answers slowly), stopping (it
+			// dropped the connection) or busy: ask again.
+		default:
 			return err
 		}
-		// Another process took the socket a moment ago: attach to it once
-		// it answers.
+		if time.Now().After(deadline) {
+			return fmt.Errorf("neither attached to nor serving %s after %v: %w", s.h.Dir, takeOverTimeout, err)
+		}
 		select {
-		case <-time.After(time.Duration(10*(i+1)) * time.Millisecond):
+		case <-time.After(pause):
+			pause = min(2*pause, maxRetryPause)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	return fmt.Errorf("neither attached to nor serving %s: %w", s.h.Dir, last)
 }
 
 // Close stops the node the session serves, if any.
