@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"testing"
@@ -124,6 +125,73 @@ func call[T any](t *testing.T, f func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	return f(ctx)
+}
+
+// A session attached to another session's node keeps working when that
+// session closes: it takes the home over, and what reaches the home
+// afterwards is received through it.
+func TestSessionTakesOverFromSession(t *testing.T) {
+	h, bob := sessionHome(t)
+	a := attach(t, h)
+	if !a.Serving() {
+		t.Fatal("the first session on a home nobody serves does not serve it")
+	}
+	b := attach(t, h)
+	if b.Serving() {
+		t.Fatal("the second session serves the home too")
+	}
+	deliver(t, h, bob, "before")
+	received(t, b, "before") // b reads a's node
+
+	a.Close()
+	peers, err := call(t, b.Peers)
+	if err != nil || len(peers) != 1 || peers[0].Name != "bob" {
+		t.Fatalf("b's first call after a closed: %+v, %v", peers, err)
+	}
+	if !b.Serving() {
+		t.Fatal("b answered but does not serve the home")
+	}
+	deliver(t, h, bob, "after")
+	received(t, b, "after")
+	if _, err := call(t, a.Peers); !errors.Is(err, node.ErrClosed) {
+		t.Fatalf("a call on the closed session: %v", err)
+	}
+}
+
+// A session attached to a daemon keeps working across a restart of the
+// daemon: its calls go to the new node.
+func TestSessionSurvivesDaemonRestart(t *testing.T) {
+	h, bob := sessionHome(t)
+	d1, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d1.Close() }()
+	s := attach(t, h)
+	if s.Serving() {
+		t.Fatal("the session serves a home its daemon serves")
+	}
+	deliver(t, h, bob, "to the first daemon")
+	received(t, s, "to the first daemon")
+
+	d1.Close()
+	d1, err = ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatalf("the daemon's restart: %v", err)
+	}
+	st, err := call(t, s.Status)
+	if err != nil || !st.Running {
+		t.Fatalf("status after the restart: %+v, %v", st, err)
+	}
+	if s.Serving() {
+		t.Fatal("the session took the home over from the restarted daemon")
+	}
+	deliver(t, h, bob, "to the second daemon")
+	received(t, s, "to the second daemon")
+	b, err := call(t, func(ctx context.Context) (node.Batch, error) { return s.Receive(ctx, node.Query{}) })
+	if err != nil || len(b.Messages) != 1 || b.Messages[0].Body != "to the second daemon" {
+		t.Fatalf("the session does not read the new node's (memory) inbox: %+v, %v", b, err)
+	}
 }
 
 // Sessions started at the same instant for one home end with exactly one
