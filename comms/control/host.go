@@ -23,7 +23,16 @@ type HostOptions struct {
 	// RuntimeDir is the local-discovery directory the node announces
 	// itself in ("": not announced).
 	RuntimeDir string
+	// TakeOverDelay is how long a Session whose node went away waits for
+	// another process to serve the home (a daemon restarting) before it
+	// serves the home itself. 0: DefaultTakeOverDelay; negative: none.
+	TakeOverDelay time.Duration
 }
+
+// DefaultTakeOverDelay is the default HostOptions.TakeOverDelay: long
+// enough for a daemon to restart (stop, start, open its home) without
+// finding its home taken by the sessions that were attached to it.
+const DefaultTakeOverDelay = 3 * time.Second
 
 // Served is a home's node running in this process with its control
 // socket.
@@ -104,9 +113,11 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 // Session is a node.API for a long-lived face such as meerkatd mcp: it
 // uses the home's daemon when one serves it, and otherwise serves the
 // home itself (so other commands attach to it). When the process serving
-// the home goes away, the session takes over: it serves the home, or
-// attaches to whichever process got there first. Of several sessions
-// started at once for one home, exactly one serves it. It is safe for
+// the home goes away, the session takes over: it waits
+// HostOptions.TakeOverDelay for that process to come back (a daemon
+// restarting), then serves the home, or attaches to whichever process
+// got there first. Of several sessions started at once for one home,
+// exactly one serves it. It is safe for
 // concurrent use; Close stops what it serves.
 type Session struct {
 	h    *node.Home
@@ -164,7 +175,20 @@ func (s *Session) connect(ctx context.Context, stale node.API) error {
 	if stale != nil && s.api != stale {
 		return nil
 	}
-	deadline := time.Now().Add(takeOverTimeout)
+	// A session whose node went away gives whoever served the home a
+	// moment to come back (a daemon restarting) before it serves the home
+	// itself: else it would take the home from the restarted daemon.
+	var wait time.Duration
+	if stale != nil {
+		wait = s.opts.TakeOverDelay
+		if wait == 0 {
+			wait = DefaultTakeOverDelay
+		}
+		wait = max(wait, 0)
+		s.log.Info("the node serving the home went away; waiting for it to come back before taking over", "home", s.h.Dir, "wait", wait)
+	}
+	start := time.Now()
+	deadline := start.Add(wait + takeOverTimeout)
 	pause := firstRetryPause
 	for {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -180,6 +204,8 @@ func (s *Session) connect(ctx context.Context, stale node.API) error {
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
+		case errors.Is(err, ErrNoDaemon) && time.Since(start) < wait:
+			// Nobody serves the home yet: ask again.
 		case errors.Is(err, ErrNoDaemon):
 			sv, serr := ServeHome(s.h, s.opts)
 			if serr == nil {
@@ -202,7 +228,7 @@ func (s *Session) connect(ctx context.Context, stale node.API) error {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("neither attached to nor serving %s after %v: %w", s.h.Dir, takeOverTimeout, err)
+			return fmt.Errorf("neither attached to nor serving %s after %v: %w", s.h.Dir, time.Since(start).Round(time.Millisecond), err)
 		}
 		select {
 		case <-time.After(pause):

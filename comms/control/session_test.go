@@ -1,9 +1,12 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -19,6 +23,9 @@ import (
 const (
 	sessionWait = 20 * time.Second // any one wait for a condition
 	callTimeout = 30 * time.Second // any one session call
+	// testTakeOver is the take-over delay of the tests' sessions: short,
+	// but not none, so that the wait before a take-over runs too.
+	testTakeOver = 50 * time.Millisecond
 )
 
 // sessionHome is a test home (memory inbox; testHome checks for leaked
@@ -89,7 +96,7 @@ func attach(t *testing.T, h *node.Home) *Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	s, err := Attach(ctx, h, HostOptions{})
+	s, err := Attach(ctx, h, HostOptions{TakeOverDelay: testTakeOver})
 	if err != nil {
 		t.Fatalf("attach: %v", err)
 	}
@@ -194,6 +201,74 @@ func TestSessionSurvivesDaemonRestart(t *testing.T) {
 	}
 }
 
+// A session whose daemon stopped does not take the home over at once: a
+// daemon restarted meanwhile gets its home back, and the call made in
+// between goes to it.
+func TestSessionWaitsForRestartingDaemon(t *testing.T) {
+	h, bob := sessionHome(t)
+	d, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	s, err := Attach(ctx, h, HostOptions{Logger: slog.New(slog.NewTextHandler(logs, nil))}) // the default delay
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	d.Close()
+	type res struct {
+		peers []node.Peer
+		err   error
+	}
+	called := make(chan res, 1)
+	go func() {
+		p, err := s.Peers(ctx)
+		called <- res{p, err}
+	}()
+	testutil.WaitFor(t, sessionWait, "the session to wait for the daemon", func() bool {
+		return strings.Contains(logs.String(), "waiting for it to come back")
+	})
+	if d, err = ServeHome(h, HostOptions{}); err != nil {
+		t.Fatalf("the daemon's restart: %v", err)
+	}
+	select {
+	case r := <-called:
+		if r.err != nil || len(r.peers) != 1 {
+			t.Fatalf("the call made while the daemon restarted: %+v, %v", r.peers, r.err)
+		}
+	case <-time.After(sessionWait):
+		t.Fatal("the call made while the daemon restarted did not return")
+	}
+	if s.Serving() {
+		t.Fatal("the session took the home from the restarted daemon")
+	}
+	deliver(t, h, bob, "to the restarted daemon")
+	received(t, s, "to the restarted daemon")
+}
+
+// syncBuffer is a bytes.Buffer for a logger in other goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // Sessions started at the same instant for one home end with exactly one
 // node: one serves it, the others are attached to it. When it closes,
 // exactly one of the others takes over, and the rest attach to it. The
@@ -289,7 +364,7 @@ func startTogether(t *testing.T, h *node.Home, n int) []*Session {
 			<-gate
 			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 			defer cancel()
-			sessions[i], errs[i] = Attach(ctx, h, HostOptions{})
+			sessions[i], errs[i] = Attach(ctx, h, HostOptions{TakeOverDelay: testTakeOver})
 		}()
 	}
 	ready.Wait()
@@ -340,7 +415,7 @@ func TestSessionWaitsForHomeInTransition(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
-		s, err := Attach(ctx, h, HostOptions{})
+		s, err := Attach(ctx, h, HostOptions{TakeOverDelay: testTakeOver})
 		if err != nil {
 			t.Errorf("attach: %v", err)
 		}
