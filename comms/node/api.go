@@ -216,6 +216,12 @@ type Batch struct {
 	More     bool      `json:"more"`      // more matching items follow the cursor now
 	TimedOut bool      `json:"timed_out"` // waited and nothing came
 	Pending  int       `json:"pending"`   // unacknowledged messages and requests
+	// Epoch names the inbox the cursor and seqs belong to. It stays the
+	// same across restarts of a node with the SQLite inbox (seqs go on);
+	// with [store] mode = "memory" each start has a new one (seqs start
+	// over). A client whose epoch changes must read again from After 0:
+	// its cursor means nothing in the new inbox.
+	Epoch string `json:"epoch"`
 }
 
 // AckRequest names the items Ack marks handled.

@@ -132,7 +132,7 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 	}
 	for {
 		changed := mail.Changed()
-		b := Batch{Cursor: q.After, Pending: mail.Pending(), Messages: []Message{}}
+		b := Batch{Cursor: q.After, Pending: mail.Pending(), Messages: []Message{}, Epoch: mail.Epoch()}
 		size := 0
 		// Read the inbox a page at a time after the cursor: a durable
 		// inbox is not loaded whole for one call.

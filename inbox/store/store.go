@@ -137,6 +137,7 @@ type Store struct {
 	// items or acknowledged some; closed for good by Close.
 	changed chan struct{}
 
+	id           string               // the database's id (meta); set by Open
 	stmts        map[string]*sql.Stmt // by query; owned by commitLoop, closed by Close
 	unacked      int                  // owned by commitLoop (and Open before it starts)
 	unackedBytes int64                // payload bytes of unacked items; owned like unacked
@@ -261,6 +262,9 @@ func (s *Store) init() error {
 	}
 	if err := migrate(ctx, s.db); err != nil {
 		return err
+	}
+	if err := s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'id'`).Scan(&s.id); err != nil {
+		return fmt.Errorf("read the database id: %w", err)
 	}
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*), COALESCE(SUM(length(payload)), 0) FROM items WHERE acked_at IS NULL`).Scan(&s.unacked, &s.unackedBytes); err != nil {
 		return fmt.Errorf("count items: %w", err)
@@ -410,6 +414,13 @@ func (s *Store) Len() (int, error) {
 	}
 	return int(s.count.Load()), nil
 }
+
+// ID returns the database's id: random, made when the database was
+// created (or upgraded to schema version 4), the same for every Open of
+// it. Sequence numbers ([Record].Seq) are never reused within one
+// database; a different ID means a different database, whose sequence
+// numbers start over.
+func (s *Store) ID() string { return s.id }
 
 // Changed returns a channel closed at the next commit that adds items, the
 // next acknowledgement, or Close (after Close it is always closed). Waiters
