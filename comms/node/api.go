@@ -207,6 +207,10 @@ type Query struct {
 	From      string        `json:"from,omitempty"`       // only from this peer (name, key or UUID; empty: all)
 	RequestID string        `json:"request_id,omitempty"` // only responses to this request
 	Wait      time.Duration `json:"wait,omitempty"`       // wait this long for the first match
+	// Epoch is the Batch.Epoch of the read After came from (optional).
+	// If the inbox now has another epoch, After means nothing in it, and
+	// Receive reads the inbox from its start as if After were 0.
+	Epoch string `json:"epoch,omitempty"`
 }
 
 // Batch is what Receive returns.
@@ -220,7 +224,7 @@ type Batch struct {
 	// same across restarts of a node with the SQLite inbox (seqs go on);
 	// with [store] mode = "memory" each start has a new one (seqs start
 	// over). A client whose epoch changes must read again from After 0:
-	// its cursor means nothing in the new inbox.
+	// its cursor means nothing in the new inbox (Query.Epoch does that).
 	Epoch string `json:"epoch"`
 }
 
