@@ -15,7 +15,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/inbox"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
 )
 
 // Errors returned by a Store. ErrFull and ErrClosed wrap their [inbox]
@@ -229,26 +229,49 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	f.Close()
-	db, err := sql.Open("sqlite", dsn(path))
-	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
-	}
-	db.SetMaxOpenConns(maxConns)
-	db.SetMaxIdleConns(maxConns)
-	s := &Store{
-		db:      db,
-		opts:    opts,
-		reqs:    make(chan *request, opts.MaxBatch),
-		closing: make(chan struct{}),
-		changed: make(chan struct{}),
-	}
-	if err := s.init(); err != nil {
+	// Connections opening a new database at once can deadlock switching
+	// it to WAL: SQLite fails one of them with SQLITE_BUSY at once,
+	// without waiting (busy_timeout does not apply). Open again, for up
+	// to busyTimeout, as the other connection will have finished.
+	var s *Store
+	deadline := time.Now().Add(busyTimeout)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
+		db, err := sql.Open("sqlite", dsn(path))
+		if err != nil {
+			return nil, fmt.Errorf("store: open %s: %w", path, err)
+		}
+		db.SetMaxOpenConns(maxConns)
+		db.SetMaxIdleConns(maxConns)
+		s = &Store{
+			db:      db,
+			opts:    opts,
+			reqs:    make(chan *request, opts.MaxBatch),
+			closing: make(chan struct{}),
+			changed: make(chan struct{}),
+		}
+		err = s.init()
+		if err == nil {
+			break
+		}
 		db.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		if !isBusy(err) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("store: open %s: %w", path, err)
+		}
+		time.Sleep(pause)
 	}
 	s.wg.Add(1)
 	go s.commitLoop()
 	return s, nil
+}
+
+// sqliteBusy is SQLite's result code SQLITE_BUSY.
+const sqliteBusy = 5
+
+// isBusy reports whether err is SQLITE_BUSY (in any of its extended
+// forms).
+func isBusy(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqliteBusy
 }
 
 func (s *Store) init() error {

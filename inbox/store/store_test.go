@@ -847,3 +847,30 @@ func TestNoFlushWaitByDefault(t *testing.T) {
 		t.Fatalf("%d transactions for one admission", n)
 	}
 }
+
+// Processes opening one new database at the same instant (two meerkatd
+// starting, or a command reading the inbox while the daemon starts) all
+// succeed: the connections that lose the race to set it up wait for it.
+func TestOpenConcurrently(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	for range 15 {
+		path := filepath.Join(t.TempDir(), "inbox.db")
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, err := Open(path, Options{})
+				if err != nil {
+					t.Errorf("open: %v", err)
+					return
+				}
+				s.Close()
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+	}
+}
