@@ -68,7 +68,14 @@ type mcpProc struct {
 	next   int
 	mu     sync.Mutex
 	calls  map[int]chan rpcReply // by request id
+	notes  []rpcNote             // notifications received, in order
 	done   chan struct{}         // closed when the process has exited
+}
+
+// rpcNote is a JSON-RPC notification.
+type rpcNote struct {
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
 }
 
 // startMCP starts `meerkatd mcp --home <n's home> --log-level info`. It
@@ -119,8 +126,19 @@ func (p *mcpProc) readLoop(stdout io.Reader) {
 			Method string `json:"method"`
 			rpcReply
 		}
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil || m.ID == nil || m.Method != "" {
-			continue // notifications, and requests from the server
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			continue
+		}
+		if m.ID == nil && m.Method != "" {
+			var n rpcNote
+			json.Unmarshal(sc.Bytes(), &n)
+			p.mu.Lock()
+			p.notes = append(p.notes, n)
+			p.mu.Unlock()
+			continue
+		}
+		if m.ID == nil || m.Method != "" {
+			continue // requests from the server
 		}
 		p.mu.Lock()
 		ch := p.calls[*m.ID]
@@ -262,6 +280,7 @@ type mcpBatch struct {
 		Peer string `json:"peer"`
 	} `json:"messages"`
 	Cursor uint64 `json:"cursor"`
+	Epoch  string `json:"epoch"`
 }
 
 // waitMessage calls receive_messages after cursor, waiting, until a
@@ -280,6 +299,34 @@ func (p *mcpProc) waitMessage(after uint64, body string) mcpBatch {
 		if time.Now().After(deadline) {
 			p.t.Fatalf("%s: %q not received within %v (last batch %+v)", p.name, body, pollTimeout, b)
 		}
+	}
+}
+
+// waitArrival waits for the arrival event (a notifications/message log
+// event, sent to clients of 2025-11-25) of the envelope with id.
+func (p *mcpProc) waitArrival(id string) {
+	p.t.Helper()
+	deadline := time.Now().Add(pollTimeout)
+	for {
+		p.mu.Lock()
+		notes := p.notes
+		p.mu.Unlock()
+		for _, n := range notes {
+			var params struct {
+				Data struct {
+					Event string `json:"event"`
+					ID    string `json:"id"`
+				} `json:"data"`
+			}
+			if n.Method == "notifications/message" && json.Unmarshal(n.Params, &params) == nil &&
+				params.Data.Event == "arrival" && params.Data.ID == id {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s: no arrival event for %s within %v (%d notifications)", p.name, id, pollTimeout, len(notes))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -389,18 +436,32 @@ func TestMCPSessionsShareHome(t *testing.T) {
 
 // A meerkatd mcp attached to the home's daemon survives a restart of the
 // daemon: a call made while the daemon is down waits for it rather than
-// take the home (the restarted daemon gets its home back), its calls
-// reach the new daemon, and its cursor stays valid (the SQLite inbox
-// keeps its sequence numbers).
+// take the home (the restarted daemon gets its home back), and its calls
+// reach the new daemon. With the SQLite inbox the epoch stays and the
+// cursor from before the restart stays valid; with a memory inbox the
+// epoch changes, the new inbox is read from after 0, and the arrival
+// watcher still reports the first item of the new inbox, whose seq is
+// below its old cursor.
 func TestMCPSurvivesDaemonRestart(t *testing.T) {
+	for _, store := range []string{"sqlite", "memory"} {
+		t.Run(store, func(t *testing.T) { testMCPSurvivesDaemonRestart(t, store) })
+	}
+}
+
+func testMCPSurvivesDaemonRestart(t *testing.T, store string) {
 	alice, bob := twoNodes(t, false)
+	alice.env = append(alice.env, "MEERKAT_STORE_MODE="+store)
 	alice.start()
 	bob.start()
 	p := startMCP(t, alice, "mcp")
 	p.initialize()
 	p.waitLog(mcpAttached)
 	bob.ok("send", "message", "alice", "before the restart")
-	before := p.waitMessage(0, "before the restart")
+	bob.ok("send", "message", "alice", "before the restart, again")
+	before := p.waitMessage(0, "before the restart, again")
+	if before.Epoch == "" || before.Cursor != 2 {
+		t.Fatalf("receive_messages before the restart: %+v", before)
+	}
 
 	alice.stop()
 	inGap := p.request("tools/call", toolParams("list_peers", nil))
@@ -418,12 +479,30 @@ func TestMCPSurvivesDaemonRestart(t *testing.T) {
 	if got := p.peers(); len(got) != 1 || got[0] != "bob" {
 		t.Fatalf("list_peers after the restart: %v", got)
 	}
-	bob.ok("send", "message", "alice", "after the restart")
-	b := p.waitMessage(before.Cursor, "after the restart")
-	for _, m := range b.Messages {
-		if m.Body == "before the restart" {
-			t.Fatalf("the cursor from before the restart shows old mail again: %+v", b)
+	var sent cliSend
+	bob.okJSON(&sent, "send", "message", "alice", "after the restart", "--json")
+	p.waitArrival(sent.ID)
+	var b mcpBatch
+	p.tool(&b, "receive_messages", map[string]any{"after": before.Cursor})
+	if store == "sqlite" {
+		if b.Epoch != before.Epoch || len(b.Messages) != 1 || b.Messages[0].Body != "after the restart" || b.Messages[0].Seq != 3 {
+			t.Fatalf("SQLite inbox: read after the cursor from before the restart: %+v (epoch before %s)", b, before.Epoch)
 		}
+	} else {
+		if b.Epoch == before.Epoch || len(b.Messages) != 0 {
+			t.Fatalf("memory inbox: read after the cursor from before the restart: %+v (epoch before %s)", b, before.Epoch)
+		}
+		p.tool(&b, "receive_messages", map[string]any{"after": 0})
+		if len(b.Messages) != 1 || b.Messages[0].Body != "after the restart" || b.Messages[0].Seq != 1 {
+			t.Fatalf("memory inbox: read from the start after the epoch changed: %+v", b)
+		}
+	}
+	var cli struct {
+		Epoch string `json:"epoch"`
+	}
+	alice.okJSON(&cli, "inbox", "--json")
+	if cli.Epoch != b.Epoch {
+		t.Fatalf("inbox --json says epoch %q, receive_messages %q", cli.Epoch, b.Epoch)
 	}
 	if alice.d.exited() || p.logs(mcpTookOver) {
 		t.Fatalf("meerkatd mcp took the home over from the restarting daemon:\n%s\ndaemon log:\n%s", p.stderr, alice.d.log())
