@@ -14,7 +14,8 @@ import (
 )
 
 // ErrServing is returned by ServeHome when another process already serves
-// the home (its control socket answers).
+// the home, or is starting or stopping its node there (it holds the
+// home's lock, or its control socket answers).
 var ErrServing = errors.New("control: a node already serves this home")
 
 // HostOptions configure ServeHome and Attach.
@@ -42,7 +43,8 @@ type Served struct {
 }
 
 // Close stops accepting control connections, stops the node (finishing
-// acks in flight), removes the sockets and waits.
+// acks in flight), removes the sockets, waits, and then lets go of the
+// home.
 func (s *Served) Close() { s.stop() }
 
 // ServeHome runs the node of h in this process with its listeners and its
