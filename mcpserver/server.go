@@ -133,19 +133,26 @@ func (w slogWriter) Write(p []byte) (int, error) {
 // notifications/resources/updated for meerkat://inbox to those watching
 // it, and to clients of protocol revisions before 2026-07-28 a
 // notifications/message log event naming the sender and kind (never the
-// body). It returns when ctx ends.
+// body). Its reads name the epoch of its cursor (node.Query.Epoch), so
+// when the inbox starts over (a memory-mode node restarted) it reads the
+// new one from its start rather than wait past items whose seqs are below
+// its cursor. It returns when ctx ends.
 func (s *Server) WatchArrivals(ctx context.Context) {
 	var cursor uint64
+	var epoch string
 	for {
 		// Skip what is already there, a page at a time.
-		b, err := s.api.Receive(ctx, node.Query{After: cursor, Limit: 100})
-		if err != nil || len(b.Messages) == 0 {
+		b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Limit: 100})
+		if err != nil {
 			break
 		}
-		cursor = b.Cursor
+		epoch, cursor = b.Epoch, b.Cursor
+		if len(b.Messages) == 0 {
+			break
+		}
 	}
 	for ctx.Err() == nil {
-		b, err := s.api.Receive(ctx, node.Query{After: cursor, Wait: watchWait, Limit: 100})
+		b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Wait: watchWait, Limit: 100})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -158,10 +165,15 @@ func (s *Server) WatchArrivals(ctx context.Context) {
 			}
 			continue
 		}
+		if b.Epoch != epoch && epoch != "" {
+			s.log.Info("the node's inbox started over; watching it from its start", "epoch", b.Epoch)
+		}
+		// In another epoch the node read from the start: b.Cursor counts
+		// in the new inbox.
+		epoch, cursor = b.Epoch, b.Cursor
 		if len(b.Messages) == 0 {
 			continue
 		}
-		cursor = b.Cursor
 		s.inboxChanged()
 		for _, m := range b.Messages {
 			s.announceArrival(m, b.Pending)

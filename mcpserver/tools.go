@@ -192,7 +192,7 @@ func (s *Server) addTools() {
 	admitAnyJSON(listPeers.OutputSchema.Properties, "peers", "items", "properties", "meta")
 	s.mcp.AddTool(listPeers, s.listPeers)
 	s.mcp.AddTool(mcp.NewTool("receive_messages",
-		mcp.WithDescription("List unacknowledged messages, requests and responses, oldest first, without removing them. With wait_ms, waits up to that long for the first new one. Pass the returned cursor as after to see only newer items."),
+		mcp.WithDescription("List unacknowledged messages, requests and responses, oldest first, without removing them. With wait_ms, waits up to that long for the first new one. Pass the returned cursor as after to see only newer items. The result's epoch names the inbox the cursor counts in: if it differs from the epoch of your previous read, the node's inbox started over (a restart of a node that keeps its inbox in memory) and your cursor means nothing there, so read again from after 0."),
 		mcp.WithNumber("wait_ms", mcp.Description("wait up to this many milliseconds for the first item (0-25000, default 0)")),
 		mcp.WithNumber("limit", mcp.Description("at most this many items (1-1000, default 100)")),
 		mcp.WithNumber("after", mcp.Description("only items after this cursor")),

@@ -169,7 +169,11 @@ func (p *inboxPrinter) end() error {
 	if p.n > 0 {
 		io.WriteString(p.e.stdout, "\n  ")
 	}
-	_, err := fmt.Fprintf(p.e.stdout, "],\n  \"cursor\": %d,\n  \"more\": %t,\n  \"timed_out\": %t,\n  \"pending\": %d\n}\n",
-		p.last.Cursor, p.last.More, p.last.TimedOut, p.last.Pending)
+	epoch, err := json.Marshal(p.last.Epoch)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(p.e.stdout, "],\n  \"cursor\": %d,\n  \"more\": %t,\n  \"timed_out\": %t,\n  \"pending\": %d,\n  \"epoch\": %s\n}\n",
+		p.last.Cursor, p.last.More, p.last.TimedOut, p.last.Pending, epoch)
 	return err
 }

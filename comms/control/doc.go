@@ -24,6 +24,15 @@
 // as are concurrent connections ([Options].MaxConns) and replies
 // ([MaxReply]); listings are paged by the API itself.
 //
+// # Serving a home
+//
+// [ServeHome] runs a home's node with its control socket in this process
+// (the daemon, or meerkatd mcp with no daemon). Exactly one process serves
+// a home: the one holding the lock on the home directory (flock(2)), which
+// it takes before it touches the sockets and lets go only once its node
+// has stopped. A [Session] attaches to whoever serves the home or serves
+// it itself, and takes over when that process goes away.
+//
 // # Concurrency
 //
 // Serve handles connections concurrently and returns once they have all

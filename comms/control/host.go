@@ -14,7 +14,8 @@ import (
 )
 
 // ErrServing is returned by ServeHome when another process already serves
-// the home (its control socket answers).
+// the home, or is starting or stopping its node there (it holds the
+// home's lock, or its control socket answers).
 var ErrServing = errors.New("control: a node already serves this home")
 
 // HostOptions configure ServeHome and Attach.
@@ -26,7 +27,16 @@ type HostOptions struct {
 	// Embedded marks the node as running inside meerkatd mcp (Attach
 	// sets it for the node a session serves), not as a daemon.
 	Embedded bool
+	// TakeOverDelay is how long a Session whose node went away waits for
+	// another process to serve the home (a daemon restarting) before it
+	// serves the home itself. 0: DefaultTakeOverDelay; negative: none.
+	TakeOverDelay time.Duration
 }
+
+// DefaultTakeOverDelay is the default HostOptions.TakeOverDelay: long
+// enough for a daemon to restart (stop, start, open its home) without
+// finding its home taken by the sessions that were attached to it.
+const DefaultTakeOverDelay = 3 * time.Second
 
 // Served is a home's node running in this process with its control
 // socket.
@@ -36,13 +46,19 @@ type Served struct {
 }
 
 // Close stops accepting control connections, stops the node (finishing
-// acks in flight), removes the sockets and waits.
+// acks in flight), removes the sockets, waits, and then lets go of the
+// home.
 func (s *Served) Close() { s.stop() }
 
 // ServeHome runs the node of h in this process with its listeners and its
 // control socket, as the daemon and an embedded meerkatd mcp do, and
 // announces it for local discovery. It fails with ErrServing when another
-// process serves h.
+// process (or another ServeHome in this one) serves h.
+//
+// Who serves a home is decided by a lock on the home directory, held until
+// Close has stopped the node, not by the control socket: two processes
+// replacing a socket left behind by a killed one could otherwise both
+// listen, one of them on a file the other has just removed.
 func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 	log := opts.Logger
 	if log == nil {
@@ -52,10 +68,10 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The lock makes "exactly one node per home" hold even when two
-	// processes start at the same instant: the socket checks alone leave
-	// a window between another process's bind and its listen.
-	unlock, err := lockHome(h)
+	unlock, err := lockHome(h.Dir)
+	if errors.Is(err, errHomeLocked) {
+		return nil, fmt.Errorf("%w: %s", ErrServing, h.Dir)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +110,7 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 			cancel() // the control server ends attached clients' waits
 			n.Close()
 			<-served
-			unlock()
+			unlock() // last: whoever takes over finds the node stopped
 		})
 	}}, nil
 }
@@ -106,10 +122,13 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 //
 // When the process serving the home goes away, what the session does
 // depends on what it was. Another session's node (Self.Embedded): the
-// session takes over, serving the home or attaching to whichever process
-// got there first. A daemon: the session does not take the home (the
-// daemon being restarted would then find it taken); its calls fail with
-// CodeUnavailable until a node serves the home again, and then reach it.
+// session waits HostOptions.TakeOverDelay for a node to serve the home
+// again, then serves it itself, or attaches to whichever process got
+// there first. A daemon: the session waits as long for it to come back (a
+// call made while it restarts reaches the restarted daemon) but never
+// takes the home (the daemon, restarted later, would find it taken); past
+// the delay its calls fail with CodeUnavailable until a node serves the
+// home again, and then reach it.
 //
 // It is safe for concurrent use; Close stops what it serves.
 type Session struct {
@@ -126,10 +145,16 @@ type Session struct {
 
 var _ node.API = (*Session)(nil)
 
-// attachAttempts bounds how often a session tries to serve or attach
-// before it gives up (another process won the socket but does not answer
-// yet).
-const attachAttempts = 20
+// takeOverTimeout bounds how long a session keeps trying to serve or
+// attach: another process may hold the home while it starts or stops its
+// node, and its control socket does not answer meanwhile.
+const takeOverTimeout = 15 * time.Second
+
+// Pauses between a session's attempts to serve or attach.
+const (
+	firstRetryPause = 10 * time.Millisecond
+	maxRetryPause   = 200 * time.Millisecond
+)
 
 // Attach returns a session on home h: attached to its daemon if one
 // answers, else serving it.
@@ -163,8 +188,26 @@ func (s *Session) connect(ctx context.Context, stale node.API) error {
 	if stale != nil && s.api != stale {
 		return nil
 	}
-	var last error
-	for i := 0; i < attachAttempts; i++ {
+	// A session whose node went away gives whoever served the home a
+	// moment to come back (a daemon restarting) before it serves the home
+	// itself: else it would take the home from the restarted daemon.
+	var wait time.Duration
+	if stale != nil {
+		wait = s.opts.TakeOverDelay
+		if wait == 0 {
+			wait = DefaultTakeOverDelay
+		}
+		wait = max(wait, 0)
+		if s.daemon {
+			s.log.Info("the daemon serving the home went away; waiting for it to come back", "home", s.h.Dir, "wait", wait)
+		} else {
+			s.log.Info("the node serving the home went away; waiting for it to come back before taking over", "home", s.h.Dir, "wait", wait)
+		}
+	}
+	start := time.Now()
+	deadline := start.Add(wait + takeOverTimeout)
+	pause := firstRetryPause
+	for {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		c := NewClient(s.h.ControlPath())
 		self, err := c.Self(dctx)
@@ -176,39 +219,49 @@ func (s *Session) connect(ctx context.Context, stale node.API) error {
 			s.api, s.daemon = c, !self.Embedded
 			return nil
 		}
-		last = err
-		if !errors.Is(err, ErrNoDaemon) {
-			return err
-		}
-		if s.daemon {
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, ErrNoDaemon) && time.Since(start) < wait:
+			// Nobody serves the home yet: ask again.
+		case errors.Is(err, ErrNoDaemon) && s.daemon:
 			// The daemon is gone, perhaps being restarted: leave the home
 			// for it.
 			return &node.Error{Code: node.CodeUnavailable, Err: ErrNoDaemon,
 				Msg: fmt.Sprintf("the daemon serving %s is not running (start it again with: meerkatd run --home %s)", s.h.Dir, s.h.Dir)}
-		}
-		opts := s.opts
-		opts.Embedded = true
-		sv, err := ServeHome(s.h, opts)
-		if err == nil {
-			if s.api != nil {
-				s.log.Info("took over the home: serving it in this process", "home", s.h.Dir)
+		case errors.Is(err, ErrNoDaemon):
+			opts := s.opts
+			opts.Embedded = true
+			sv, serr := ServeHome(s.h, opts)
+			if serr == nil {
+				if s.api != nil {
+					s.log.Info("took over the home: serving it in this process", "home", s.h.Dir)
+				}
+				s.api, s.served = sv.Node, sv
+				return nil
 			}
-			s.api, s.served = sv.Node, sv
-			return nil
-		}
-		last = err
-		if !errors.Is(err, ErrServing) {
+			if !errors.Is(serr, ErrServing) {
+				return serr
+			}
+			// Another process holds the home: it is starting or stopping
+			// its node, and answers (or lets go) in a moment.
+			err = serr
+		case errors.Is(err, context.DeadlineExceeded), node.CodeOf(err) == node.CodeUnavailable:
+			// The server is starting (it answers slowly), stopping (it
+			// dropped the connection) or busy: ask again.
+		default:
 			return err
 		}
-		// Another process took the socket a moment ago: attach to it once
-		// it answers.
+		if time.Now().After(deadline) {
+			return fmt.Errorf("neither attached to nor serving %s after %v: %w", s.h.Dir, time.Since(start).Round(time.Millisecond), err)
+		}
 		select {
-		case <-time.After(time.Duration(10*(i+1)) * time.Millisecond):
+		case <-time.After(pause):
+			pause = min(2*pause, maxRetryPause)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	return fmt.Errorf("neither attached to nor serving %s: %w", s.h.Dir, last)
 }
 
 // Close stops the node the session serves, if any.

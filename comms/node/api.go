@@ -210,6 +210,10 @@ type Query struct {
 	From      string        `json:"from,omitempty"`       // only from this peer (name, key or UUID; empty: all)
 	RequestID string        `json:"request_id,omitempty"` // only responses to this request
 	Wait      time.Duration `json:"wait,omitempty"`       // wait this long for the first match
+	// Epoch is the Batch.Epoch of the read After came from (optional).
+	// If the inbox now has another epoch, After means nothing in it, and
+	// Receive reads the inbox from its start as if After were 0.
+	Epoch string `json:"epoch,omitempty"`
 }
 
 // Batch is what Receive returns.
@@ -219,6 +223,12 @@ type Batch struct {
 	More     bool      `json:"more"`      // more matching items follow the cursor now
 	TimedOut bool      `json:"timed_out"` // waited and nothing came
 	Pending  int       `json:"pending"`   // unacknowledged messages and requests
+	// Epoch names the inbox the cursor and seqs belong to. It stays the
+	// same across restarts of a node with the SQLite inbox (seqs go on);
+	// with [store] mode = "memory" each start has a new one (seqs start
+	// over). A client whose epoch changes must read again from After 0:
+	// its cursor means nothing in the new inbox (Query.Epoch does that).
+	Epoch string `json:"epoch"`
 }
 
 // AckRequest names the items Ack marks handled.

@@ -120,6 +120,10 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 	if n.mode != ModeServe {
 		q.Wait = 0 // nothing arrives in a home no node serves
 	}
+	epoch := mail.Epoch()
+	if q.Epoch != "" && q.Epoch != epoch {
+		q.After = 0 // the cursor counts in another inbox: read this one from its start
+	}
 	limit := q.Limit
 	if limit <= 0 || limit > MaxBatchItems {
 		limit = MaxBatchItems
@@ -132,7 +136,7 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 	}
 	for {
 		changed := mail.Changed()
-		b := Batch{Cursor: q.After, Pending: mail.Pending(), Messages: []Message{}}
+		b := Batch{Cursor: q.After, Pending: mail.Pending(), Messages: []Message{}, Epoch: epoch}
 		size := 0
 		// Read the inbox a page at a time after the cursor: a durable
 		// inbox is not loaded whole for one call.

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -25,6 +27,9 @@ type mailStore interface {
 	Ack(seqs ...uint64) int
 	Len() int
 	Changed() <-chan struct{}
+	// Epoch names the sequence of seqs this inbox hands out (Batch.Epoch):
+	// the same as long as seqs continue, another once they start over.
+	Epoch() string
 	Close()
 }
 
@@ -34,7 +39,19 @@ var (
 )
 
 // memMail is the memory inbox.
-type memMail struct{ *inbox.Mailbox[comms.Item] }
+type memMail struct {
+	*inbox.Mailbox[comms.Item]
+	epoch string // random: seqs start over with every memory inbox
+}
+
+// newMemMail returns an empty memory inbox with a fresh epoch.
+func newMemMail(mb *inbox.Mailbox[comms.Item]) memMail {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (Go 1.24+)
+	return memMail{Mailbox: mb, epoch: hex.EncodeToString(b[:])}
+}
+
+func (m memMail) Epoch() string { return m.epoch }
 
 func (m memMail) Pending() int {
 	k := 0
@@ -196,6 +213,10 @@ func (d *durableMail) Len() int {
 }
 
 func (d *durableMail) Changed() <-chan struct{} { return d.st.Changed() }
+
+// Epoch is the database's id: seqs continue for as long as the file
+// lives, across restarts.
+func (d *durableMail) Epoch() string { return d.st.ID() }
 
 func (d *durableMail) Pending() int {
 	n, err := d.st.CountKinds(wire.TypeMessage, wire.TypeRequest)

@@ -102,7 +102,7 @@ func openMail(h *Home, log *slog.Logger, mode Mode) (mailStore, error) {
 	if mode != ModeServe || h.Config.Store.Mode == config.StoreMemory {
 		mail := inbox.NewMailbox[comms.Item](h.Config.Comms.InboxMax)
 		mail.SetByteLimit(h.Config.Comms.InboxMaxBytes, func(it comms.Item) int { return it.Size + itemOverhead })
-		return memMail{mail}, nil
+		return newMemMail(mail), nil
 	}
 	st, err := store.Open(filepath.Join(h.Dir, DBFileName), store.Options{
 		MaxItems:         h.Config.Comms.InboxMax,

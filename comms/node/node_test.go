@@ -441,3 +441,35 @@ func TestMCPNodePairing(t *testing.T) {
 		t.Fatalf("alice → bob: %+v, %v", sent, err)
 	}
 }
+
+// A read that names the epoch of its cursor (Query.Epoch) reads a memory
+// inbox that started over from its start: an item that arrived after the
+// restart has a seq below the old cursor and is not missed.
+func TestReceiveAcrossNewEpoch(t *testing.T) {
+	h, bob := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	ctx := context.Background()
+	first, err := Start(h, Options{Mode: ModeServe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		arrive(t, first, bob, wire.Message("before"))
+	}
+	old, err := first.Receive(ctx, Query{})
+	first.Close()
+	if err != nil || old.Cursor != 3 {
+		t.Fatalf("before the restart: %+v, %v", old, err)
+	}
+	m := startTest(t, h, ModeServe)
+	arrive(t, m, bob, wire.Message("after"))
+	if b, _ := m.Receive(ctx, Query{After: old.Cursor}); len(b.Messages) != 0 || b.Epoch == old.Epoch {
+		t.Fatalf("after the restart, without the epoch: %+v (the cursor is taken as is)", b)
+	}
+	b, err := m.Receive(ctx, Query{After: old.Cursor, Epoch: old.Epoch, Wait: 5 * time.Second})
+	if err != nil || len(b.Messages) != 1 || b.Messages[0].Body != "after" || b.Messages[0].Seq != 1 || b.Cursor != 1 || b.Epoch == old.Epoch {
+		t.Fatalf("after the restart, with the old epoch: %+v, %v", b, err)
+	}
+	if b, _ := m.Receive(ctx, Query{After: b.Cursor, Epoch: b.Epoch}); len(b.Messages) != 0 {
+		t.Fatalf("with the new epoch, after its cursor: %+v", b)
+	}
+}

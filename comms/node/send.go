@@ -259,7 +259,7 @@ func (n *Node) readDB() (*store.Store, error) {
 func (n *Node) diskMail() (mailStore, error) {
 	db, err := n.readDB()
 	if errors.Is(err, fs.ErrNotExist) {
-		return memMail{inbox.NewMailbox[comms.Item](1)}, nil
+		return newMemMail(inbox.NewMailbox[comms.Item](1)), nil
 	}
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
@@ -97,5 +98,41 @@ func TestDurableInboxAcrossRestart(t *testing.T) {
 	deliverRaw(t, addr, payload, h.Key.ID(), env.ID) // the sender's retry
 	if got := n.mail.Len(); got != 1 {
 		t.Fatalf("a repeat after the restart was delivered again: %d items", got)
+	}
+}
+
+// The inbox epoch (Batch.Epoch) is the same across restarts of a node
+// with the SQLite inbox, whose seqs go on, and is what a command reading
+// the home's database without a daemon sees too; with a memory inbox,
+// whose seqs start over, each start has a new one.
+func TestInboxEpoch(t *testing.T) {
+	ctx := context.Background()
+	epochOf := func(h *Home, mode Mode) string {
+		t.Helper()
+		n, err := Start(h, Options{Mode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		b, err := n.Receive(ctx, Query{})
+		if err != nil || b.Epoch == "" {
+			t.Fatalf("receive: %+v, %v", b, err)
+		}
+		return b.Epoch
+	}
+	durable, _ := testHome(t, "durable", nil)
+	first := epochOf(durable, ModeServe)
+	if again := epochOf(durable, ModeServe); again != first {
+		t.Fatalf("SQLite inbox: epoch %q after a restart, was %q", again, first)
+	}
+	if cmd := epochOf(durable, ModeSend); cmd != first {
+		t.Fatalf("SQLite inbox read without a daemon: epoch %q, the daemon's is %q", cmd, first)
+	}
+	if other, _ := testHome(t, "other", nil); epochOf(other, ModeServe) == first {
+		t.Fatal("two homes' inboxes have one epoch")
+	}
+	memory, _ := testHome(t, "memory", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	if a, b := epochOf(memory, ModeServe), epochOf(memory, ModeServe); a == b {
+		t.Fatalf("memory inbox: the same epoch %q after a restart", a)
 	}
 }

@@ -5,7 +5,8 @@
 // It has the shape of [inbox.Mailbox] — sequence numbers, listing after a
 // cursor, a [Store.Changed] signal, acknowledgement — plus what durability
 // needs: admission is acknowledged only once committed, duplicates are
-// recognised across restarts, old rows expire.
+// recognised across restarts, old rows expire. Sequence numbers are never
+// reused in a database, which [Store.ID] names.
 //
 // # Admission and group commit
 //

@@ -109,6 +109,18 @@ ALTER TABLE dedup ADD COLUMN seq INTEGER;
 UPDATE dedup SET seq = (SELECT max(i.seq) FROM items i WHERE i.sender = dedup.sender AND i.id = dedup.id);
 DROP INDEX items_key;
 `,
+
+	// Version 4: meta holds facts about the database itself. "id" is a
+	// random id made once, when the database is created (or upgraded to
+	// this version): a reader that finds another id is reading another
+	// database, whose sequence numbers are not those it knew ([Store.ID]).
+	`
+CREATE TABLE meta (
+	key   TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+) WITHOUT ROWID;
+INSERT INTO meta (key, value) VALUES ('id', lower(hex(randomblob(16))));
+`,
 }
 
 // schemaVersion is the schema version this build writes.

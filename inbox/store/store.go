@@ -16,7 +16,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/inbox"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
 )
 
 // Errors returned by a Store. ErrFull and ErrClosed wrap their [inbox]
@@ -149,6 +149,7 @@ type Store struct {
 	// items or acknowledged some; closed for good by Close.
 	changed chan struct{}
 
+	id           string               // the database's id (meta); set by Open
 	stmts        map[string]*sql.Stmt // by query; owned by commitLoop, closed by Close
 	unacked      int                  // owned by commitLoop (and Open before it starts)
 	unackedBytes int64                // payload bytes of unacked items; owned like unacked
@@ -251,29 +252,52 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	f.Close()
-	db, err := sql.Open("sqlite", dsn(path))
-	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
-	}
-	db.SetMaxOpenConns(maxConns)
-	db.SetMaxIdleConns(maxConns)
-	s := &Store{
-		db:      db,
-		opts:    opts,
-		reqs:    make(chan *request, opts.MaxBatch),
-		closing: make(chan struct{}),
-		changed: make(chan struct{}),
+	// Connections opening a new database at once can deadlock switching
+	// it to WAL: SQLite fails one of them with SQLITE_BUSY at once,
+	// without waiting (busy_timeout does not apply). Open again, for up
+	// to busyTimeout, as the other connection will have finished.
+	var s *Store
+	deadline := time.Now().Add(busyTimeout)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
+		db, err := sql.Open("sqlite", dsn(path))
+		if err != nil {
+			return nil, fmt.Errorf("store: open %s: %w", path, err)
+		}
+		db.SetMaxOpenConns(maxConns)
+		db.SetMaxIdleConns(maxConns)
+		s = &Store{
+			db:      db,
+			opts:    opts,
+			reqs:    make(chan *request, opts.MaxBatch),
+			closing: make(chan struct{}),
+			changed: make(chan struct{}),
 
-		kindsDelta: map[string]int{},
-		kinds:      map[string]int{},
-	}
-	if err := s.init(); err != nil {
+			kindsDelta: map[string]int{},
+			kinds:      map[string]int{},
+		}
+		err = s.init()
+		if err == nil {
+			break
+		}
 		db.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		if !isBusy(err) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("store: open %s: %w", path, err)
+		}
+		time.Sleep(pause)
 	}
 	s.wg.Add(1)
 	go s.commitLoop()
 	return s, nil
+}
+
+// sqliteBusy is SQLite's result code SQLITE_BUSY.
+const sqliteBusy = 5
+
+// isBusy reports whether err is SQLITE_BUSY (in any of its extended
+// forms).
+func isBusy(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqliteBusy
 }
 
 func (s *Store) init() error {
@@ -287,6 +311,9 @@ func (s *Store) init() error {
 	}
 	if err := migrate(ctx, s.db); err != nil {
 		return err
+	}
+	if err := s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'id'`).Scan(&s.id); err != nil {
+		return fmt.Errorf("read the database id: %w", err)
 	}
 	return s.loadCounts(ctx)
 }
@@ -340,7 +367,11 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 	case version < schemaVersion:
 		err = fmt.Errorf("%w: version %d; a daemon of this build upgrades it when it starts", ErrOlderSchema, version)
 	default:
-		err = s.loadCounts(context.Background())
+		if err = db.QueryRow(`SELECT value FROM meta WHERE key = 'id'`).Scan(&s.id); err != nil {
+			err = fmt.Errorf("read the database id: %w", err)
+		} else {
+			err = s.loadCounts(context.Background())
+		}
 	}
 	if err != nil {
 		db.Close()
@@ -493,6 +524,13 @@ func (s *Store) Len() (int, error) {
 	}
 	return int(s.count.Load()), nil
 }
+
+// ID returns the database's id: random, made when the database was
+// created (or upgraded to schema version 4), the same for every Open of
+// it. Sequence numbers ([Record].Seq) are never reused within one
+// database; a different ID means a different database, whose sequence
+// numbers start over.
+func (s *Store) ID() string { return s.id }
 
 // Changed returns a channel closed at the next commit that adds items, the
 // next acknowledgement, or Close (after Close it is always closed). Waiters

@@ -563,6 +563,25 @@ func TestNewerSchema(t *testing.T) {
 	t.Log(err)
 }
 
+// A database keeps its id across reopens; another database has another.
+func TestStoreID(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, path := openStore(t, Options{})
+	id := s.ID()
+	if len(id) != 32 {
+		t.Fatalf("id %q, want 32 hex digits", id)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if again := reopen(t, path, Options{}).ID(); again != id {
+		t.Fatalf("id after reopening: %q, was %q", again, id)
+	}
+	if other, _ := openStore(t, Options{}); other.ID() == id {
+		t.Fatalf("two databases share the id %q", id)
+	}
+}
+
 func TestSchemaVersion(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{})
@@ -801,6 +820,9 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if err := s.db.QueryRow(`SELECT version FROM schema_version`).Scan(&v); err != nil || v != schemaVersion {
 		t.Fatalf("schema_version = %d, %v; want %d", v, err, schemaVersion)
 	}
+	if len(s.ID()) != 32 {
+		t.Fatalf("database id after the upgrade: %q", s.ID())
+	}
 	var idx int
 	if err := s.db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'items_key'`).Scan(&idx); err != nil || idx != 0 {
 		t.Fatalf("items_key indexes: %d, %v; want it dropped", idx, err)
@@ -850,5 +872,32 @@ func TestNoFlushWaitByDefault(t *testing.T) {
 	mustAdmit(t, s, rec(1, 1))
 	if n := s.txns.Load(); n != 1 {
 		t.Fatalf("%d transactions for one admission", n)
+	}
+}
+
+// Processes opening one new database at the same instant (two meerkatd
+// starting, or a command reading the inbox while the daemon starts) all
+// succeed: the connections that lose the race to set it up wait for it.
+func TestOpenConcurrently(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	for range 15 {
+		path := filepath.Join(t.TempDir(), "inbox.db")
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, err := Open(path, Options{})
+				if err != nil {
+					t.Errorf("open: %v", err)
+					return
+				}
+				s.Close()
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
 	}
 }

@@ -1,0 +1,96 @@
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+// epochNode is a fakeNode whose inbox has an epoch and can start over, as
+// a memory-mode node's does when it restarts. Like the node, it reads
+// from the start when a query names another epoch.
+type epochNode struct {
+	*fakeNode
+	mu    sync.Mutex
+	epoch string
+	gone  chan struct{} // closed by restart: ends the reads in progress
+}
+
+func newEpochNode(epoch string) *epochNode {
+	return &epochNode{fakeNode: newFakeNode(), epoch: epoch, gone: make(chan struct{})}
+}
+
+func (e *epochNode) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
+	e.mu.Lock()
+	epoch, gone := e.epoch, e.gone
+	e.mu.Unlock()
+	if q.Epoch != "" && q.Epoch != epoch {
+		q.After = 0
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-gone:
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
+	b, err := e.fakeNode.Receive(rctx, q)
+	if err != nil && ctx.Err() == nil {
+		// The node went away during the read, as a daemon's control
+		// connection does when it stops.
+		return node.Batch{}, &node.Error{Code: node.CodeUnavailable, Msg: "the node restarted"}
+	}
+	b.Epoch = epoch
+	return b, err
+}
+
+// restart ends the reads in progress and empties the inbox under a new
+// epoch: seqs start at 1 again.
+func (e *epochNode) restart(epoch string) {
+	f := e.fakeNode
+	f.mu.Lock()
+	f.msgs, f.next = nil, 1
+	f.mu.Unlock()
+	e.mu.Lock()
+	e.epoch = epoch
+	close(e.gone)
+	e.gone = make(chan struct{})
+	e.mu.Unlock()
+}
+
+// After the node's inbox started over (a new epoch, seqs from 1 again),
+// the arrival watcher notifies for what arrives in it, although its seq
+// is below the cursor the watcher had reached.
+func TestWatcherFollowsNewEpoch(t *testing.T) {
+	e := newEpochNode("first")
+	_, n := startClient(t, e, legacyEra)
+	e.waitWatcher(t, 0)
+	arrived := func(id string) func(mcp.JSONRPCNotification) bool {
+		return func(x mcp.JSONRPCNotification) bool {
+			data, _ := x.Params.AdditionalFields["data"].(map[string]any)
+			return data["id"] == id
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		from := n.mark()
+		id := fmt.Sprintf("old-%d", i)
+		e.deliver(node.Message{ID: id, Kind: "message", Peer: "bob"})
+		n.wait(t, from, logged, arrived(id))
+	}
+	e.waitWatcher(t, 3) // its cursor is at seq 3
+
+	e.restart("second")
+	from := n.mark()
+	e.deliver(node.Message{ID: "new-1", Kind: "message", Peer: "bob"}) // seq 1
+	n.wait(t, from, logged, arrived("new-1"))
+	if got := len(n.since(from, logged)); got != 1 {
+		t.Fatalf("%d arrival events after the restart, want 1 (new-1)", got)
+	}
+}
