@@ -1,9 +1,12 @@
 package meerkatd_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -175,4 +178,30 @@ func TestPackageDocs(t *testing.T) {
 			t.Errorf("%s: doc should start \"Package …\": %q", p.ImportPath, p.Doc)
 		}
 	}
+}
+
+// maxCommandLines bounds cmd/meerkatd: flags, printing and exit codes, over
+// the node's API. Anything larger belongs in a package under it.
+const maxCommandLines = 2500
+
+func TestCommandStaysThin(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("cmd", "meerkatd", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += bytes.Count(b, []byte("\n"))
+	}
+	if lines == 0 || lines >= maxCommandLines {
+		t.Fatalf("cmd/meerkatd has %d non-test lines; keep it under %d (move logic into comms/node, comms/control or another package)", lines, maxCommandLines)
+	}
+	t.Logf("cmd/meerkatd: %d non-test lines", lines)
 }
