@@ -129,7 +129,40 @@ func printJSON(w io.Writer, v any) error {
 // printJSONError prints err as {"error": {"code", "message"}} for a
 // command run with --json, so a script reads the same codes as MCP.
 func printJSONError(w io.Writer, err error) {
-	printJSON(w, map[string]any{"error": map[string]string{"code": node.CodeOf(err), "message": err.Error()}})
+	code := node.CodeOf(err)
+	if errors.Is(err, errUsage) {
+		code = node.CodeBadArgument
+	}
+	msg := pkgPrefix.ReplaceAllString(strings.TrimPrefix(err.Error(), "usage: "), "$1")
+	printJSON(w, map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
+// shown marks an error whose outcome a command run with --json has
+// already printed (a partial result, or the error itself), so that main
+// does not print it again.
+type shown struct{ error }
+
+func (s shown) Unwrap() error { return s.error }
+
+// jsonShown wraps err (nil stays nil) as shown.
+func jsonShown(err error) error {
+	if err == nil {
+		return nil
+	}
+	return shown{err}
+}
+
+// wantsJSON reports whether the command line asks for --json.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true":
+			return true
+		}
+	}
+	return false
 }
 
 // safeText makes peer-controlled text safe to print on a terminal: control

@@ -401,7 +401,7 @@ func runStatus(e *env, args []string) error {
 		if err := printJSON(e.stdout, s); err != nil {
 			return err
 		}
-		return notRunning
+		return jsonShown(notRunning)
 	}
 	state := "not running: showing what is stored on disk"
 	if s.Running {

@@ -56,8 +56,7 @@ func runInbox(e *env, args []string) error {
 		batch, err := b.Receive(ctx, q)
 		cancel()
 		if err != nil {
-			out.fail(err)
-			return err
+			return out.fail(err)
 		}
 		if err := out.page(batch); err != nil {
 			return err
@@ -72,8 +71,7 @@ func runInbox(e *env, args []string) error {
 			_, err := b.Ack(ctx, node.AckRequest{Seqs: seqs})
 			cancel()
 			if err != nil {
-				out.fail(err)
-				return err
+				return out.fail(err)
 			}
 		}
 		q.After, q.Wait = batch.Cursor, 0 // only the first call waits
@@ -147,13 +145,18 @@ func (p *inboxPrinter) page(b node.Batch) error {
 	return nil
 }
 
-// fail ends a JSON listing that broke off with the error.
-func (p *inboxPrinter) fail(err error) {
-	if p.json && !p.started {
-		printJSONError(p.e.stdout, err)
-	} else if p.json {
-		fmt.Fprintln(p.e.stdout, "\n  ]\n}")
+// fail ends a listing that broke off with err: with json, the document
+// is closed (or is the error) and err is returned as shown.
+func (p *inboxPrinter) fail(err error) error {
+	if !p.json {
+		return err
 	}
+	if p.started {
+		fmt.Fprintln(p.e.stdout, "\n  ]\n}")
+	} else {
+		printJSONError(p.e.stdout, err)
+	}
+	return jsonShown(err)
 }
 
 func (p *inboxPrinter) end() error {

@@ -226,6 +226,10 @@ func (e *env) main(args []string) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
+	var printed shown
+	if wantsJSON(args[1:]) && !errors.As(err, &printed) {
+		printJSONError(e.stdout, err)
+	}
 	if errors.Is(err, errUsage) {
 		msg := pkgPrefix.ReplaceAllString(strings.TrimPrefix(err.Error(), "usage: "), "$1")
 		fmt.Fprintf(e.stderr, "meerkatd %s: %s\nusage: %s\n(meerkatd %s --help for more)\n", name, msg, cmd.usage, name)

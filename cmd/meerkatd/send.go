@@ -99,12 +99,12 @@ func runSend(e *env, args []string) error {
 	if *asJSON {
 		if err != nil && res.ID == "" {
 			printJSONError(e.stdout, err)
-			return err
+			return jsonShown(err)
 		}
 		if perr := printJSON(e.stdout, res); perr != nil {
 			return perr
 		}
-		return err
+		return jsonShown(err)
 	}
 	if err != nil && res.ID == "" {
 		return err
