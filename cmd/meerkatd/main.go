@@ -257,7 +257,7 @@ func errorText(name string, err error) string {
 // exitCode maps an error to the exit status.
 func exitCode(err error) int {
 	switch node.CodeOf(err) {
-	case node.CodeBadArgument, node.CodeBadStatus, node.CodeUnknownRequest, node.CodeAlreadyAnswered, node.CodeBodyTooLarge:
+	case node.CodeBadArgument, node.CodeBadStatus, node.CodeUnknownRequest, node.CodeAlreadyAnswered, node.CodeBodyTooLarge, node.CodeNoHome:
 		return exitUsage
 	case node.CodePeerOffline:
 		return exitPeerOffline
@@ -267,9 +267,6 @@ func exitCode(err error) int {
 		return exitNoDaemon
 	case node.CodePairFailed:
 		return exitPairFailed
-	}
-	if errors.Is(err, node.ErrNoHome) {
-		return exitUsage
 	}
 	return exitError
 }

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -184,5 +186,42 @@ func TestCPUProfileVariable(t *testing.T) {
 	code, _, stderr = run(t, map[string]string{"MEERKATD_CPUPROFILE": filepath.Join(dir, "missing", "p.prof")}, "version")
 	if code != exitError || !strings.Contains(stderr, "MEERKATD_CPUPROFILE") {
 		t.Fatalf("unwritable profile path: exit %d, %s", code, stderr)
+	}
+}
+
+// With --json every failure is also a JSON object on stdout, with the
+// API's error code, printed once.
+func TestJSONErrors(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %s", errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		exit int
+		code string
+	}{
+		{[]string{"peers", "remove", "nobody"}, exitUnknownPeer, "unknown_peer"},
+		{[]string{"id", "extra"}, exitUsage, "bad_argument"},
+		{[]string{"send", "message", "carol", "hi"}, exitUnknownPeer, "unknown_peer"},
+		{[]string{"inbox", "--ack"}, exitNoDaemon, "no_daemon"},
+		{[]string{"status", "--home", filepath.Join(home, "missing")}, exitUsage, "no_home"},
+	} {
+		args := append(tc.args, "--json")
+		if !slices.Contains(args, "--home") {
+			args = append(args, "--home", home)
+		}
+		code, out, errOut := run(t, nil, args...)
+		var got struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		dec := json.NewDecoder(strings.NewReader(out))
+		if err := dec.Decode(&got); err != nil || dec.More() {
+			t.Errorf("%q: stdout is not one JSON object (%v): %q", args, err, out)
+			continue
+		}
+		if code != tc.exit || got.Error.Code != tc.code || got.Error.Message == "" {
+			t.Errorf("%q: exit %d, %+v (stderr %q); want exit %d, code %s", args, code, got, errOut, tc.exit, tc.code)
+		}
 	}
 }

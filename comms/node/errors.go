@@ -29,6 +29,7 @@ const (
 	CodeNoDaemon        = "no_daemon"        // the operation needs a running node
 	CodeUnavailable     = "unavailable"      // the node is shutting down or busy, or the control socket broke
 	CodeForbidden       = "forbidden"        // the control socket refused a process of another user
+	CodeNoHome          = "no_home"          // the home does not exist (and was not to be created)
 	CodeInternal        = "internal"         // everything else
 )
 

@@ -108,7 +108,7 @@ func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 			return nil, nil, err
 		}
 	} else if _, err := os.Stat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, fmt.Errorf("%w at %s (create it with: meerkatd init --home %s)", ErrNoHome, dir, dir)
+		return nil, nil, &Error{Code: CodeNoHome, Err: ErrNoHome, Msg: fmt.Sprintf("no node home at %s (create it with: meerkatd init --home %s)", dir, dir)}
 	}
 	cfg, err := config.LoadOrDefault(filepath.Join(dir, config.FileName))
 	if err != nil {
