@@ -207,7 +207,7 @@ func result(v any) (*mcp.CallToolResult, error) {
 // structured content against the tool's output schema, errors included).
 func toolError(err error, pending int) *mcp.CallToolResult {
 	code := node.CodeOf(err)
-	msg := err.Error()
+	msg := node.UserText(err)
 	var e *node.Error
 	if errors.As(err, &e) {
 		msg = e.Msg

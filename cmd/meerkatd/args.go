@@ -133,7 +133,7 @@ func printJSONError(w io.Writer, err error) {
 	if errors.Is(err, errUsage) {
 		code = node.CodeBadArgument
 	}
-	msg := pkgPrefix.ReplaceAllString(strings.TrimPrefix(err.Error(), "usage: "), "$1")
+	msg := strings.TrimPrefix(node.UserText(err), "usage: ")
 	printJSON(w, map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
 

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
@@ -231,7 +230,7 @@ func (e *env) main(args []string) int {
 		printJSONError(e.stdout, err)
 	}
 	if errors.Is(err, errUsage) {
-		msg := pkgPrefix.ReplaceAllString(strings.TrimPrefix(err.Error(), "usage: "), "$1")
+		msg := strings.TrimPrefix(node.UserText(err), "usage: ")
 		fmt.Fprintf(e.stderr, "meerkatd %s: %s\nusage: %s\n(meerkatd %s --help for more)\n", name, msg, cmd.usage, name)
 		return exitUsage
 	}
@@ -239,15 +238,10 @@ func (e *env) main(args []string) int {
 	return exitCode(err)
 }
 
-// pkgPrefix matches the package names errors carry ("comms: ", "pair: "):
-// useful in a log, noise after "meerkatd send: ".
-var pkgPrefix = regexp.MustCompile(`(^|: )(comms|identity|trust|config|transport|pair|store|outbox|audit|wire|node|control|inbox|bench): `)
-
 // errorText is err's message for a user: without package prefixes, which
 // would stack ("meerkatd pair: pair: …"), and with the API's error code.
 func errorText(name string, err error) string {
-	msg := pkgPrefix.ReplaceAllString(err.Error(), "$1")
-	msg = strings.TrimPrefix(msg, name+": ")
+	msg := strings.TrimPrefix(node.UserText(err), name+": ")
 	if code := node.CodeOf(err); code != node.CodeInternal {
 		msg += " (" + code + ")"
 	}

@@ -257,7 +257,7 @@ func (s *server) handle(req Request) Response {
 	}
 	if err != nil {
 		code := node.CodeOf(err)
-		msg := err.Error()
+		msg := node.UserText(err)
 		switch {
 		case s.ctx.Err() != nil:
 			code, msg = node.CodeUnavailable, "the node is shutting down"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/outbox"
@@ -46,6 +47,14 @@ func (e *Error) Error() string { return e.Msg }
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
+// pkgPrefix matches the package names errors carry ("comms: ", "pair: "):
+// useful in a log, noise for a person, and they stack.
+var pkgPrefix = regexp.MustCompile(`(^|: )(comms|identity|trust|config|transport|pair|store|outbox|audit|wire|node|control|inbox|bench|atomicfile): `)
+
+// UserText is err's message for a person: without the package names the
+// errors of meerkatd's packages start with.
+func UserText(err error) string { return pkgPrefix.ReplaceAllString(err.Error(), "$1") }
+
 // errorf returns an *Error with code and a formatted message.
 func errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
@@ -74,26 +83,26 @@ func Coded(err error) error {
 	case err == nil, errors.As(err, &e):
 		return err
 	case errors.Is(err, comms.ErrUnknownPeer):
-		return &Error{Code: CodeUnknownPeer, Msg: err.Error()}
+		return &Error{Code: CodeUnknownPeer, Msg: UserText(err)}
 	case errors.Is(err, comms.ErrPeerOffline):
-		return &Error{Code: CodePeerOffline, Msg: err.Error()}
+		return &Error{Code: CodePeerOffline, Msg: UserText(err)}
 	case errors.As(err, &dead):
 		return errorf(CodePeerOffline, "moved to the dead letters: %s", dead.Reason)
 	case errors.Is(err, outbox.ErrFull):
-		return &Error{Code: CodeOutboxFull, Msg: err.Error()}
+		return &Error{Code: CodeOutboxFull, Msg: UserText(err)}
 	case errors.Is(err, wire.ErrTooLarge):
 		return &Error{Code: CodeBodyTooLarge, Msg: "the envelope would exceed the 1 MiB frame limit"}
 	case errors.Is(err, wire.ErrBadValue):
-		return &Error{Code: CodeBadStatus, Msg: err.Error()}
+		return &Error{Code: CodeBadStatus, Msg: UserText(err)}
 	case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrType), errors.Is(err, wire.ErrInvalidUTF8),
 		errors.Is(err, wire.ErrTooDeep), errors.Is(err, wire.ErrUnsupported), errors.Is(err, wire.ErrDuplicateKey),
 		errors.Is(err, identity.ErrBadUUID):
-		return &Error{Code: CodeBadArgument, Msg: err.Error()}
+		return &Error{Code: CodeBadArgument, Msg: UserText(err)}
 	case errors.Is(err, pair.ErrNoOffer), errors.Is(err, pair.ErrExpired), errors.Is(err, pair.ErrBadProof),
 		errors.Is(err, pair.ErrRateLimited), errors.Is(err, pair.ErrRefused), errors.Is(err, pair.ErrProtocol):
-		return &Error{Code: CodePairFailed, Msg: err.Error()}
+		return &Error{Code: CodePairFailed, Msg: UserText(err)}
 	case errors.Is(err, ErrClosed):
-		return &Error{Code: CodeUnavailable, Msg: err.Error(), Err: err}
+		return &Error{Code: CodeUnavailable, Msg: UserText(err), Err: err}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	}

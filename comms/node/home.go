@@ -121,7 +121,7 @@ func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 	}
 	for k, v := range o.Overrides {
 		if err := cfg.Set(k, v); err != nil {
-			return nil, nil, &Error{Code: CodeBadArgument, Msg: err.Error()}
+			return nil, nil, &Error{Code: CodeBadArgument, Msg: UserText(err)}
 		}
 	}
 	if err := cfg.Validate(); err != nil {

@@ -72,7 +72,7 @@ func (p *pairing) open(ttl time.Duration, nameForPeer string) (PairOffer, *pair.
 	}
 	o, err := p.resp.Open(addr, ttl, nameForPeer)
 	if err != nil {
-		return PairOffer{}, nil, &Error{Code: CodeBadArgument, Msg: err.Error()}
+		return PairOffer{}, nil, &Error{Code: CodeBadArgument, Msg: UserText(err)}
 	}
 	var h [8]byte
 	rand.Read(h[:])
@@ -129,7 +129,7 @@ func (p *pairing) cancel(id string) {
 func (n *Node) accept(ctx context.Context, lineText, nameForPeer string) (Paired, error) {
 	line, err := pair.ParseLine(lineText)
 	if err != nil {
-		return Paired{}, &Error{Code: CodeBadArgument, Msg: err.Error()}
+		return Paired{}, &Error{Code: CodeBadArgument, Msg: UserText(err)}
 	}
 	self, err := n.selfAddrFor(line.Addr)
 	if err != nil {
