@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/meerkatd/meerkatd/comms/node"
 )
@@ -222,9 +223,20 @@ func (e *env) main(args []string) int {
 		}
 		defer stopProfile()
 	}
+	stdout := &countingWriter{w: e.stdout}
+	e.stdout = stdout
 	err := cmd.run(e, args[1:])
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return exitOK
+	}
+	if stdout.n.Load() == 0 && wantsJSON(args[1:]) {
+		// A failure with --json is a JSON document too (docs/cli.md), for
+		// the commands that did not print one themselves.
+		jerr := err
+		if errors.Is(err, errUsage) || errors.Is(err, node.ErrNoHome) {
+			jerr = &node.Error{Code: node.CodeBadArgument, Msg: strings.TrimPrefix(err.Error(), "usage: ")}
+		}
+		printJSONError(stdout, jerr)
 	}
 	if errors.Is(err, errUsage) {
 		msg := pkgPrefix.ReplaceAllString(strings.TrimPrefix(err.Error(), "usage: "), "$1")
@@ -235,6 +247,37 @@ func (e *env) main(args []string) int {
 	// gave in a dial error): escaped like any text from peers.
 	fmt.Fprintf(e.stderr, "meerkatd %s: %s\n", name, safeLine(errorText(name, err)))
 	return exitCode(err)
+}
+
+// countingWriter counts what a command wrote to stdout.
+type countingWriter struct {
+	w io.Writer
+	n atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// wantsJSON reports whether a command's arguments ask for --json.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			continue
+		}
+		if !hasValue {
+			return true
+		}
+		b, err := strconv.ParseBool(value)
+		return err == nil && b
+	}
+	return false
 }
 
 // pkgPrefix matches the package names errors carry ("comms: ", "pair: "):
