@@ -530,3 +530,44 @@ func TestServerKeepsNextRequest(t *testing.T) {
 		}
 	}
 }
+
+// A call that reaches its own deadline says so (context.DeadlineExceeded),
+// not that the daemon's socket broke: the connection's deadline is the
+// context's, and the read may time out a moment before the context
+// reports it.
+func TestClientCallDeadline(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	dir, err := os.MkdirTemp("", "mkc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "control.sock")
+	ln, err := transport.Listen(context.Background(), transport.Addr{Scheme: transport.SchemeUDS, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Serve(ctx, ln, waitForever{}, Options{})
+	}()
+	defer func() { cancel(); <-done }()
+	for range 20 {
+		cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := NewClient(path).Receive(cctx, node.Query{Wait: node.MaxWait})
+		ccancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a call past its deadline: %v (code %q), want context.DeadlineExceeded", err, codeOf(err))
+		}
+	}
+}
+
+// waitForever is a node.API whose Receive waits until its context ends.
+type waitForever struct{ node.API }
+
+func (waitForever) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
+	<-ctx.Done()
+	return node.Batch{}, ctx.Err()
+}
