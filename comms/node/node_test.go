@@ -14,6 +14,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
 	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
@@ -471,5 +472,50 @@ func TestReceiveAcrossNewEpoch(t *testing.T) {
 	}
 	if b, _ := m.Receive(ctx, Query{After: b.Cursor, Epoch: b.Epoch}); len(b.Messages) != 0 {
 		t.Fatalf("with the new epoch, after its cursor: %+v", b)
+	}
+}
+
+// listCounter counts the stored items a node's reads load.
+type listCounter struct {
+	mailStore
+	loaded int
+}
+
+func (l *listCounter) List(after uint64, limit int) []inbox.Entry[comms.Item] {
+	page := l.mailStore.List(after, limit)
+	l.loaded += len(page)
+	return page
+}
+
+// A read of a few items loads about that many from the inbox, not a page
+// of listPage: MCP asks for one (the pending count) after every tool
+// call, and a durable inbox's items are up to a frame each. Filtered
+// reads still page through everything they skip.
+func TestReceiveLoadsWhatItNeeds(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	for i := range 600 {
+		kind := wire.Message("m")
+		if i == 599 {
+			kind = wire.Request("last", wire.Null())
+		}
+		arrive(t, m, bob, kind)
+	}
+	lc := &listCounter{mailStore: m.mail}
+	m.mail = lc
+	b, err := m.Receive(ctx, Query{Limit: 1})
+	if err != nil || len(b.Messages) != 1 || !b.More || b.Pending != 600 {
+		t.Fatalf("a read of one item: %+v, %v", b, err)
+	}
+	if lc.loaded > 2 {
+		t.Errorf("a read of one item loaded %d stored items", lc.loaded)
+	}
+	lc.loaded = 0
+	b, err = m.Receive(ctx, Query{Limit: 1, Kinds: []string{wire.TypeRequest}})
+	if err != nil || len(b.Messages) != 1 || b.Messages[0].Intent != "last" || b.More || b.Cursor != b.Messages[0].Seq {
+		t.Fatalf("a filtered read: %+v, %v", b, err)
+	}
+	if lc.loaded != 600 {
+		t.Errorf("a filtered read of the whole inbox loaded %d items, want 600", lc.loaded)
 	}
 }
