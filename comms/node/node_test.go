@@ -519,3 +519,47 @@ func TestReceiveLoadsWhatItNeeds(t *testing.T) {
 		t.Errorf("a filtered read of the whole inbox loaded %d items, want 600", lc.loaded)
 	}
 }
+
+// slowAdmitMail is a memory inbox whose admissions show their item at
+// once (the store has committed and woken its readers) but report their
+// outcome only when release is closed.
+type slowAdmitMail struct {
+	memMail
+	release chan struct{}
+}
+
+type slowAdmission struct{ release chan struct{} }
+
+func (a slowAdmission) Ready() bool { return false }
+func (a slowAdmission) Wait() error { <-a.release; return nil }
+
+func (m slowAdmitMail) PushAsync(it comms.Item) comms.Admission {
+	if err := m.memMail.Push(it); err != nil {
+		return doneAdmission{err}
+	}
+	return slowAdmission{m.release}
+}
+
+// A request can be answered as soon as a read shows it: a fast client
+// that answers at once must not be told the request is unknown because
+// the admission had not reported back yet.
+func TestRequestAnswerableOnceReadable(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	mail := slowAdmitMail{memMail: newMemMail(inbox.NewMailbox[comms.Item](0)), release: make(chan struct{})}
+	m.mail, m.inbox = mail, newRecordingInbox(mail)
+	e, err := wire.Seal(bob, identity.NewUUID(), m.h.Key.ID(), wire.Request("now", wire.Null()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := m.inbox.PushAsync(comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: e, PeerName: "bob"})
+	defer func() { close(mail.release); adm.Wait() }()
+	b, err := m.Receive(ctx, Query{})
+	if err != nil || len(b.Messages) != 1 || b.Messages[0].ID != e.ID.String() {
+		t.Fatalf("the request is not readable: %+v, %v", b, err)
+	}
+	// bob is unreachable: past the request check the send fails offline.
+	if _, err := m.SendResponse(ctx, "bob", b.Messages[0].ID, "accepted", nil, SendOptions{}); CodeOf(err) != CodePeerOffline {
+		t.Fatalf("answering a request just read: %v (code %s)", err, CodeOf(err))
+	}
+}
