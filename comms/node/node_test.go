@@ -563,3 +563,35 @@ func TestRequestAnswerableOnceReadable(t *testing.T) {
 		t.Fatalf("answering a request just read: %v (code %s)", err, CodeOf(err))
 	}
 }
+
+// A reliable send queued behind earlier envelopes to the same peer
+// returns at once as queued: its first attempt comes only after theirs,
+// which keep failing (the outbox halts a peer's round at its first
+// failure), so waiting for it would last until the caller gave up (an
+// MCP tool call never gives up; the CLI through the daemon reported a
+// queued send as a failure).
+func TestReliableSendBehindBacklog(t *testing.T) {
+	m, _ := mcpOutboxNode(t, func(o *config.Outbox) { o.Backoff = "0s"; o.BreakerFailures = 1 << 20; o.MaxAttempts = 1 << 20 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := m.SendMessage(ctx, "bob", "first", reliable)
+	if err != nil || first.Delivery != DeliveryQueued {
+		t.Fatalf("first reliable send to a peer that is down: %+v, %v", first, err)
+	}
+	start := time.Now()
+	done := make(chan struct{})
+	var second Sent
+	go func() {
+		defer close(done)
+		second, err = m.SendMessage(context.Background(), "bob", "second", reliable)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		cancel()
+		t.Fatal("a reliable send behind a failing backlog waits for an attempt that does not come")
+	}
+	if err != nil || second.Delivery != DeliveryQueued {
+		t.Fatalf("second reliable send: %+v, %v (after %v)", second, err, time.Since(start))
+	}
+}
