@@ -79,6 +79,12 @@ func listenUnix(ctx context.Context, lc net.ListenConfig, a Addr, afterBind func
 	if afterBind != nil {
 		afterBind(path)
 	}
+	// Created 0700 (the umask above): the execute bit means nothing on a
+	// socket, but the documented mode is 0600.
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("transport: listen %s: %w", a, err)
+	}
 	return ln, nil
 }
 

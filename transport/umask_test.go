@@ -41,3 +41,27 @@ func TestListenUnixCreatesPrivateSocket(t *testing.T) {
 		t.Errorf("umask left at %#o, want the caller's 0", cur)
 	}
 }
+
+// The private umask is the whole process's while a socket is created: a
+// directory another goroutine makes meanwhile must stay usable by its
+// owner (0177 would drop its search bit, and the execute bit of a binary
+// a child process builds meanwhile).
+func TestPrivateUmaskKeepsOwnerBits(t *testing.T) {
+	dir := t.TempDir()
+	var mode os.FileMode
+	err := withPrivateUmask(func() error {
+		sub := filepath.Join(dir, "made-meanwhile")
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			return err
+		}
+		fi, err := os.Stat(sub)
+		mode = fi.Mode().Perm()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode != 0o700 {
+		t.Fatalf("a directory made under the private umask has mode %v, want 0700", mode)
+	}
+}

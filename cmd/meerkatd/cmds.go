@@ -188,7 +188,7 @@ func runPeers(e *env, args []string) error {
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tPUBKEY\tADDR\tLAST SEEN")
 			for _, p := range peers {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.PubKey, p.Addr, timeText(p.LastSeen))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.PubKey, safeText(p.Addr, ""), timeText(p.LastSeen))
 			}
 			return tw.Flush()
 		})
@@ -422,7 +422,7 @@ func runStatus(e *env, args []string) error {
 	for _, p := range s.SendPeers {
 		fmt.Fprintf(e.stdout, "peer       %s: %d queued, breaker %s", orKey(p.Peer, p.PubKey), p.Queued, breakerText(p))
 		if p.LastError != "" {
-			fmt.Fprintf(e.stdout, ", last error: %s", p.LastError)
+			fmt.Fprintf(e.stdout, ", last error: %s", safeLine(p.LastError))
 		}
 		fmt.Fprintln(e.stdout)
 	}

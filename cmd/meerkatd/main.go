@@ -234,7 +234,9 @@ func (e *env) main(args []string) int {
 		fmt.Fprintf(e.stderr, "meerkatd %s: %s\nusage: %s\n(meerkatd %s --help for more)\n", name, msg, cmd.usage, name)
 		return exitUsage
 	}
-	fmt.Fprintf(e.stderr, "meerkatd %s: %s\n", name, errorText(name, err))
+	// An error may quote a peer (a pairing peer's refusal, an address it
+	// gave in a dial error): escaped like any text from peers.
+	fmt.Fprintf(e.stderr, "meerkatd %s: %s\n", name, safeLine(errorText(name, err)))
 	return exitCode(err)
 }
 

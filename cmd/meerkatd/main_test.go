@@ -225,3 +225,42 @@ func TestJSONErrors(t *testing.T) {
 		}
 	}
 }
+
+// A command that fails with --json prints {"error": {"code", "message"}}
+// on stdout (docs/cli.md), whichever command it is and however it fails.
+func TestJSONFailures(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %s", errOut)
+	}
+	missing := filepath.Join(t.TempDir(), "nohome")
+	for _, tc := range []struct {
+		args []string
+		code string
+		exit int
+	}{
+		{[]string{"peers", "list", "--json", "--home", missing}, "no_home", exitUsage},
+		{[]string{"outbox", "--home", missing, "--json=true"}, "no_home", exitUsage},
+		{[]string{"deadletters", "retry", "not-an-id", "--json", "--home", home}, "bad_argument", exitUsage},
+		{[]string{"peers", "remove", "nobody", "--json", "--home", home}, "unknown_peer", exitUnknownPeer},
+		{[]string{"id", "extra", "-json", "--home", home}, "bad_argument", exitUsage},
+		{[]string{"send", "message", "bob", "--json", "--home", home}, "bad_argument", exitUsage},
+	} {
+		code, out, errOut := run(t, nil, tc.args...)
+		var doc struct {
+			Error struct {
+				Code    string `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || code != tc.exit || doc.Error.Code != tc.code || doc.Error.Message == "" {
+			t.Errorf("%q: exit %d, stdout %q (%v), stderr %q; want exit %d and a JSON error %s", tc.args, code, out, err, errOut, tc.exit, tc.code)
+		}
+	}
+	// Without --json, and after --, stdout stays empty.
+	for _, args := range [][]string{{"peers", "remove", "nobody", "--home", home}, {"send", "message", "bob", "--home", home, "--", "--json"}} {
+		if _, out, _ := run(t, nil, args...); out != "" {
+			t.Errorf("%q printed %q on stdout", args, out)
+		}
+	}
+}

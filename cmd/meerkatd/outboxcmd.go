@@ -32,7 +32,7 @@ func runOutbox(e *env, args []string) error {
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PEER\tQUEUED\tBREAKER\tFAILURES\tNEXT ATTEMPT\tLAST ERROR")
 		for _, p := range info.Peers {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", orKey(p.Peer, p.PubKey), p.Queued, breakerText(p), p.Failures, timeText(p.NextAttempt), p.LastError)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", orKey(p.Peer, p.PubKey), p.Queued, breakerText(p), p.Failures, timeText(p.NextAttempt), safeLine(p.LastError))
 		}
 		tw.Flush()
 	}
@@ -44,7 +44,7 @@ func runOutbox(e *env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tID\tPEER\tKIND\tATTEMPTS\tNEXT ATTEMPT\tEXPIRES\tLAST ERROR")
 	for _, it := range info.Entries {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", it.Seq, it.ID, orKey(it.Peer, it.PubKey), it.Kind, it.Attempts, timeText(it.NextAttempt), timeText(it.Expires), it.LastError)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", it.Seq, it.ID, orKey(it.Peer, it.PubKey), it.Kind, it.Attempts, timeText(it.NextAttempt), timeText(it.Expires), safeLine(it.LastError))
 	}
 	return tw.Flush()
 }
@@ -133,7 +133,7 @@ func runDeadLetters(e *env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DIED\tID\tPEER\tKIND\tATTEMPTS\tREASON")
 	for _, d := range dl {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", timeText(&d.DiedAt), d.ID, orKey(d.Peer, d.PubKey), d.Kind, d.Attempts, d.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", timeText(&d.DiedAt), d.ID, orKey(d.Peer, d.PubKey), d.Kind, d.Attempts, safeLine(d.Reason))
 	}
 	return tw.Flush()
 }

@@ -113,7 +113,7 @@ func runSend(e *env, args []string) error {
 	if res.Delivery == node.DeliveryQueued {
 		why := ""
 		if res.LastError != "" {
-			why = " (last attempt: " + res.LastError + ")"
+			why = " (last attempt: " + safeLine(res.LastError) + ")"
 		}
 		fmt.Fprintf(e.stderr, "queued in the outbox; retrying until acked%s: see meerkatd outbox\n", why)
 	}

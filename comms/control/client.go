@@ -149,6 +149,12 @@ func (c *Client) broken(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	// The connection's deadline is ctx's: its timeout may come a moment
+	// before ctx reports that it ended.
+	var ne net.Error
+	if dl, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
 	if errors.Is(err, io.EOF) {
 		err = io.ErrUnexpectedEOF
 	}

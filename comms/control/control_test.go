@@ -372,7 +372,7 @@ func FuzzServerRequest(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		s := &server{api: n, opts: Options{SendTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)}, ctx: ctx}
-		resp := s.handle(req)
+		resp := s.handle(ctx, req)
 		if resp.OK == (resp.Code != "") {
 			t.Fatalf("response %+v: ok and code disagree", resp)
 		}
@@ -454,4 +454,120 @@ func FuzzParseReply(f *testing.F) {
 			t.Fatalf("an error without a code: %v", err)
 		}
 	})
+}
+
+// waitingAPI is a node.API whose Receive waits until its context ends
+// and reports that it ended.
+type waitingAPI struct {
+	node.API
+	ended chan struct{}
+}
+
+func (w waitingAPI) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
+	<-ctx.Done()
+	close(w.ended)
+	return node.Batch{}, ctx.Err()
+}
+
+// A call whose client hangs up (an interrupted inbox --wait, a cancelled
+// MCP wait) ends at once, not when its wait would have: else it holds one
+// of the server's few connection slots all that time.
+func TestServerCancelsCallOfClientThatHungUp(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	dir, err := os.MkdirTemp("", "mkc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "control.sock")
+	ln, err := transport.Listen(context.Background(), transport.Addr{Scheme: transport.SchemeUDS, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := waitingAPI{ended: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Serve(ctx, ln, api, Options{})
+	}()
+	defer func() { cancel(); <-done }()
+	cctx, ccancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer ccancel()
+	if _, err := NewClient(path).Receive(cctx, node.Query{Wait: node.MaxWait}); err == nil {
+		t.Fatal("the client's call outlived its deadline")
+	}
+	select {
+	case <-api.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server still runs the call of a client that hung up")
+	}
+}
+
+// A connection carries one request after another: the server's watch for
+// a hang-up does not lose the start of the next request.
+func TestServerKeepsNextRequest(t *testing.T) {
+	_, c := served(t)
+	conn, err := net.Dial("unix", c.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(conn)
+	// The second request is written while the first is being handled.
+	if _, err := conn.Write([]byte(`{"op":"receive","args":{"wait":200000000}}` + "\n" + `{"op":"self"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"messages", "pubkey"} {
+		reply, err := readReply(br)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r Response
+		if err := json.Unmarshal(reply, &r); err != nil || !r.OK || !strings.Contains(string(r.Result), want) {
+			t.Fatalf("reply %s (%v), want a result with %q", reply, err, want)
+		}
+	}
+}
+
+// A call that reaches its own deadline says so (context.DeadlineExceeded),
+// not that the daemon's socket broke: the connection's deadline is the
+// context's, and the read may time out a moment before the context
+// reports it.
+func TestClientCallDeadline(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	dir, err := os.MkdirTemp("", "mkc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "control.sock")
+	ln, err := transport.Listen(context.Background(), transport.Addr{Scheme: transport.SchemeUDS, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Serve(ctx, ln, waitForever{}, Options{})
+	}()
+	defer func() { cancel(); <-done }()
+	for range 20 {
+		cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := NewClient(path).Receive(cctx, node.Query{Wait: node.MaxWait})
+		ccancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a call past its deadline: %v (code %q), want context.DeadlineExceeded", err, codeOf(err))
+		}
+	}
+}
+
+// waitForever is a node.API whose Receive waits until its context ends.
+type waitForever struct{ node.API }
+
+func (waitForever) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
+	<-ctx.Done()
+	return node.Batch{}, ctx.Err()
 }

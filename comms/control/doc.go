@@ -12,7 +12,9 @@
 // JSON [Response] per line ({"ok": …, "code": …, "error": …, "result":
 // …}). Each API method is one op with one argument shape (the *Args types)
 // and returns the method's result type; errors carry the node.Code…
-// values. A connection carries one request at a time.
+// values. A connection carries one request at a time; a client that
+// closes the connection (or its write side) before the reply cancels the
+// call.
 //
 // # Security
 //

@@ -131,7 +131,8 @@ func (s *server) serveConn(c net.Conn) {
 	defer c.Close()
 	stop := context.AfterFunc(s.ctx, func() { c.SetDeadline(time.Now()) })
 	defer stop()
-	sc := bufio.NewScanner(c)
+	pr := &peekReader{c: c}
+	sc := bufio.NewScanner(pr)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxRequest)
 	for {
 		c.SetReadDeadline(time.Now().Add(idleTimeout))
@@ -150,7 +151,7 @@ func (s *server) serveConn(c net.Conn) {
 			resp = Response{Code: node.CodeBadArgument, Error: "malformed control request: " + err.Error()}
 		} else {
 			c.SetReadDeadline(time.Time{})
-			resp = s.handle(req)
+			resp = s.call(c, pr, req)
 		}
 		b, err := json.Marshal(resp)
 		if err != nil {
@@ -161,6 +162,51 @@ func (s *server) serveConn(c net.Conn) {
 			return
 		}
 	}
+}
+
+// peekReader is a connection's reader that can read ahead one byte while
+// a request is handled, to notice a client that hangs up.
+type peekReader struct {
+	c       net.Conn
+	pending []byte // read ahead: returned before anything else
+}
+
+func (p *peekReader) Read(b []byte) (int, error) {
+	if len(p.pending) > 0 {
+		n := copy(b, p.pending)
+		p.pending = p.pending[n:]
+		return n, nil
+	}
+	return p.c.Read(b)
+}
+
+// call handles req while watching the connection: a client waits for the
+// reply without writing, so a read that ends meanwhile (the client closed
+// the connection, or its write side) cancels the call, as net/http does.
+// Otherwise a call whose client gave up (an interrupted inbox --wait, a
+// cancelled MCP wait) would go on, holding one of the MaxConns slots, for
+// as long as it may wait.
+func (s *server) call(c net.Conn, pr *peekReader, req Request) Response {
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		var b [1]byte
+		n, err := pr.c.Read(b[:])
+		if n > 0 {
+			pr.pending = append(pr.pending, b[:n]...) // the next request, early
+			return
+		}
+		var ne net.Error
+		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+			cancel() // hung up
+		}
+	}()
+	resp := s.handle(ctx, req)
+	c.SetReadDeadline(time.Unix(1, 0)) // end the watch; the next read resets it
+	<-watched
+	return resp
 }
 
 // args decodes a request's arguments into v (absent arguments: v's zero
@@ -175,9 +221,9 @@ func args(req Request, v any) error {
 	return nil
 }
 
-// handle runs one request on the API.
-func (s *server) handle(req Request) Response {
-	ctx, cancel := context.WithTimeout(s.ctx, s.opts.SendTimeout+node.MaxWait+callSlack)
+// handle runs one request on the API, within ctx.
+func (s *server) handle(ctx context.Context, req Request) Response {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.SendTimeout+node.MaxWait+callSlack)
 	defer cancel()
 	var result any
 	var err error

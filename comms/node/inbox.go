@@ -139,10 +139,14 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 		b := Batch{Cursor: q.After, Pending: mail.Pending(), Messages: []Message{}, Epoch: epoch}
 		size := 0
 		// Read the inbox a page at a time after the cursor: a durable
-		// inbox is not loaded whole for one call.
+		// inbox is not loaded whole for one call. The first page is only
+		// as long as the call needs (one more item tells More), so a
+		// read of one item (MCP's pending count, after every tool) does
+		// not load listPage stored items; pages grow while filters skip.
+		pageSize := min(listPage, limit+1)
 	scan:
 		for {
-			page := mail.List(b.Cursor, listPage)
+			page := mail.List(b.Cursor, pageSize)
 			for _, en := range page {
 				if !f.matches(en.Item) {
 					b.Cursor = en.Seq // the cursor passes items the filters skip too
@@ -157,9 +161,10 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 				b.Messages = append(b.Messages, msg)
 				b.Cursor = en.Seq
 			}
-			if len(page) < listPage {
+			if len(page) < pageSize {
 				break
 			}
+			pageSize = min(2*pageSize, listPage)
 		}
 		if len(b.Messages) > 0 || q.Wait <= 0 {
 			return b, nil

@@ -41,7 +41,10 @@ const (
 	// ModeReplies is ModeSend that also listens, to receive the responses
 	// a SendRequest with Wait waits for and to complete a pairing offer:
 	// anything else is refused (not acknowledged) so that its sender
-	// retries when the real node is up.
+	// retries when the real node is up. Responses are not acknowledged,
+	// so their senders never send them again: those it admits (the one
+	// awaited, and any other arriving meanwhile) go to the home's SQLite
+	// inbox, where the daemon and inbox find them later.
 	ModeReplies
 	// ModeServe is a daemon (or the node embedded in meerkatd mcp): it
 	// listens, keeps its inbox ([store] mode), runs the outbox, writes
@@ -94,12 +97,11 @@ type Node struct {
 
 var _ API = (*Node)(nil)
 
-// openMail opens where the node keeps what it receives: for a serving
-// node the home's SQLite store unless [store] mode is "memory"; for the
-// short-lived command nodes, memory (they keep only responses they wait
-// for).
+// openMail opens where the node keeps what it receives: for a node that
+// listens the home's SQLite store unless [store] mode is "memory"; for a
+// ModeSend node, which receives nothing, memory.
 func openMail(h *Home, log *slog.Logger, mode Mode) (mailStore, error) {
-	if mode != ModeServe || h.Config.Store.Mode == config.StoreMemory {
+	if mode == ModeSend || h.Config.Store.Mode == config.StoreMemory {
 		mail := inbox.NewMailbox[comms.Item](h.Config.Comms.InboxMax)
 		mail.SetByteLimit(h.Config.Comms.InboxMaxBytes, func(it comms.Item) int { return it.Size + itemOverhead })
 		return newMemMail(mail), nil
@@ -162,7 +164,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 		return nil, err
 	}
 	rec := newRecordingInbox(mail)
-	for after := uint64(0); ; { // requests still unanswered from before a restart
+	for after := uint64(0); mode == ModeServe; { // requests still unanswered from before a restart
 		page := mail.List(after, listPage)
 		for _, en := range page {
 			rec.track(en.Item)

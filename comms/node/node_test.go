@@ -14,6 +14,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
 	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
@@ -471,5 +472,126 @@ func TestReceiveAcrossNewEpoch(t *testing.T) {
 	}
 	if b, _ := m.Receive(ctx, Query{After: b.Cursor, Epoch: b.Epoch}); len(b.Messages) != 0 {
 		t.Fatalf("with the new epoch, after its cursor: %+v", b)
+	}
+}
+
+// listCounter counts the stored items a node's reads load.
+type listCounter struct {
+	mailStore
+	loaded int
+}
+
+func (l *listCounter) List(after uint64, limit int) []inbox.Entry[comms.Item] {
+	page := l.mailStore.List(after, limit)
+	l.loaded += len(page)
+	return page
+}
+
+// A read of a few items loads about that many from the inbox, not a page
+// of listPage: MCP asks for one (the pending count) after every tool
+// call, and a durable inbox's items are up to a frame each. Filtered
+// reads still page through everything they skip.
+func TestReceiveLoadsWhatItNeeds(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	for i := range 600 {
+		kind := wire.Message("m")
+		if i == 599 {
+			kind = wire.Request("last", wire.Null())
+		}
+		arrive(t, m, bob, kind)
+	}
+	lc := &listCounter{mailStore: m.mail}
+	m.mail = lc
+	b, err := m.Receive(ctx, Query{Limit: 1})
+	if err != nil || len(b.Messages) != 1 || !b.More || b.Pending != 600 {
+		t.Fatalf("a read of one item: %+v, %v", b, err)
+	}
+	if lc.loaded > 2 {
+		t.Errorf("a read of one item loaded %d stored items", lc.loaded)
+	}
+	lc.loaded = 0
+	b, err = m.Receive(ctx, Query{Limit: 1, Kinds: []string{wire.TypeRequest}})
+	if err != nil || len(b.Messages) != 1 || b.Messages[0].Intent != "last" || b.More || b.Cursor != b.Messages[0].Seq {
+		t.Fatalf("a filtered read: %+v, %v", b, err)
+	}
+	if lc.loaded != 600 {
+		t.Errorf("a filtered read of the whole inbox loaded %d items, want 600", lc.loaded)
+	}
+}
+
+// slowAdmitMail is a memory inbox whose admissions show their item at
+// once (the store has committed and woken its readers) but report their
+// outcome only when release is closed.
+type slowAdmitMail struct {
+	memMail
+	release chan struct{}
+}
+
+type slowAdmission struct{ release chan struct{} }
+
+func (a slowAdmission) Ready() bool { return false }
+func (a slowAdmission) Wait() error { <-a.release; return nil }
+
+func (m slowAdmitMail) PushAsync(it comms.Item) comms.Admission {
+	if err := m.memMail.Push(it); err != nil {
+		return doneAdmission{err}
+	}
+	return slowAdmission{m.release}
+}
+
+// A request can be answered as soon as a read shows it: a fast client
+// that answers at once must not be told the request is unknown because
+// the admission had not reported back yet.
+func TestRequestAnswerableOnceReadable(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	mail := slowAdmitMail{memMail: newMemMail(inbox.NewMailbox[comms.Item](0)), release: make(chan struct{})}
+	m.mail, m.inbox = mail, newRecordingInbox(mail)
+	e, err := wire.Seal(bob, identity.NewUUID(), m.h.Key.ID(), wire.Request("now", wire.Null()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := m.inbox.PushAsync(comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: e, PeerName: "bob"})
+	defer func() { close(mail.release); adm.Wait() }()
+	b, err := m.Receive(ctx, Query{})
+	if err != nil || len(b.Messages) != 1 || b.Messages[0].ID != e.ID.String() {
+		t.Fatalf("the request is not readable: %+v, %v", b, err)
+	}
+	// bob is unreachable: past the request check the send fails offline.
+	if _, err := m.SendResponse(ctx, "bob", b.Messages[0].ID, "accepted", nil, SendOptions{}); CodeOf(err) != CodePeerOffline {
+		t.Fatalf("answering a request just read: %v (code %s)", err, CodeOf(err))
+	}
+}
+
+// A reliable send queued behind earlier envelopes to the same peer
+// returns at once as queued: its first attempt comes only after theirs,
+// which keep failing (the outbox halts a peer's round at its first
+// failure), so waiting for it would last until the caller gave up (an
+// MCP tool call never gives up; the CLI through the daemon reported a
+// queued send as a failure).
+func TestReliableSendBehindBacklog(t *testing.T) {
+	m, _ := mcpOutboxNode(t, func(o *config.Outbox) { o.Backoff = "0s"; o.BreakerFailures = 1 << 20; o.MaxAttempts = 1 << 20 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := m.SendMessage(ctx, "bob", "first", reliable)
+	if err != nil || first.Delivery != DeliveryQueued {
+		t.Fatalf("first reliable send to a peer that is down: %+v, %v", first, err)
+	}
+	start := time.Now()
+	done := make(chan struct{})
+	var second Sent
+	go func() {
+		defer close(done)
+		second, err = m.SendMessage(context.Background(), "bob", "second", reliable)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		cancel()
+		t.Fatal("a reliable send behind a failing backlog waits for an attempt that does not come")
+	}
+	if err != nil || second.Delivery != DeliveryQueued {
+		t.Fatalf("second reliable send: %+v, %v (after %v)", second, err, time.Since(start))
 	}
 }

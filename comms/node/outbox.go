@@ -46,6 +46,9 @@ func breakerOf(b outbox.Breaker, now time.Time) string {
 // home's stored outbox.
 func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 	info := Outbox{Entries: []QueuedSend{}, Peers: []PeerSendState{}}
+	if n.closing() {
+		return info, Coded(ErrClosed)
+	}
 	if ob := n.ob; ob != nil {
 		for _, q := range ob.List() {
 			qs := toQueuedSend(q.Entry, q.InFlight)
@@ -103,6 +106,9 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 
 // DeadLetters implements [API].
 func (n *Node) DeadLetters(ctx context.Context) ([]DeadLetter, error) {
+	if n.closing() {
+		return nil, Coded(ErrClosed)
+	}
 	var dl []outbox.DeadLetter
 	var err error
 	if n.ob != nil {
@@ -141,6 +147,9 @@ func deadIDs(ids []string, all bool) ([]identity.UUID, error) {
 
 // RetryDeadLetters implements [API].
 func (n *Node) RetryDeadLetters(ctx context.Context, ids []string, all bool) (int, error) {
+	if n.closing() {
+		return 0, Coded(ErrClosed)
+	}
 	us, err := deadIDs(ids, all)
 	if err != nil {
 		return 0, err
@@ -159,6 +168,9 @@ func (n *Node) RetryDeadLetters(ctx context.Context, ids []string, all bool) (in
 
 // DropDeadLetters implements [API].
 func (n *Node) DropDeadLetters(ctx context.Context, ids []string, all bool) (int, error) {
+	if n.closing() {
+		return 0, Coded(ErrClosed)
+	}
 	us, err := deadIDs(ids, all)
 	if err != nil {
 		return 0, err

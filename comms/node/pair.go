@@ -243,6 +243,9 @@ func (n *Node) trustPeer(p trust.Peer) (trust.Peer, error) {
 
 // PairOffer implements [API].
 func (n *Node) PairOffer(ctx context.Context, opts PairOptions) (PairOffer, error) {
+	if n.closing() {
+		return PairOffer{}, Coded(ErrClosed) // it no longer listens: the line would lead nowhere
+	}
 	if n.pairing == nil {
 		return PairOffer{}, errorf(CodeNoDaemon, "this node does not listen, so no other node could use an offer")
 	}
@@ -255,6 +258,9 @@ func (n *Node) PairOffer(ctx context.Context, opts PairOptions) (PairOffer, erro
 
 // PairWait implements [API].
 func (n *Node) PairWait(ctx context.Context, id string) (Paired, error) {
+	if n.closing() {
+		return Paired{}, Coded(ErrClosed)
+	}
 	if n.pairing == nil {
 		return Paired{}, errorf(CodeBadArgument, "no such offer")
 	}

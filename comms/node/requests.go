@@ -32,16 +32,19 @@ func newRecordingInbox(mail mailStore) *recordingInbox {
 	return &recordingInbox{mail: mail, requests: map[identity.UUID]*trackedRequest{}}
 }
 
+// Push admits it. A request is recorded first: once admitted it can be
+// read (the inbox wakes its readers as it stores it), and a reader that
+// answers at once must find it recorded. A request whose admission then
+// fails stays recorded; it was never shown, so nobody answers it.
 func (ri *recordingInbox) Push(it comms.Item) error {
-	if err := ri.mail.Push(it); err != nil {
-		return err
-	}
 	ri.track(it)
-	return nil
+	return ri.mail.Push(it)
 }
 
 // PushAsync admits through the store's group commit when it has one (the
-// durable inbox); the memory inbox admits at once.
+// durable inbox); the memory inbox admits at once. A request is recorded
+// first, as in Push: the commit wakes readers before the admission's
+// Wait returns.
 func (ri *recordingInbox) PushAsync(it comms.Item) comms.Admission {
 	a, ok := ri.mail.(interface {
 		PushAsync(comms.Item) comms.Admission
@@ -49,7 +52,8 @@ func (ri *recordingInbox) PushAsync(it comms.Item) comms.Admission {
 	if !ok {
 		return admittedNow(ri.Push(it))
 	}
-	return &trackedAdmission{Admission: a.PushAsync(it), ri: ri, it: it}
+	ri.track(it)
+	return a.PushAsync(it)
 }
 
 // doneAdmission is an admission that already happened.
@@ -71,21 +75,6 @@ func admittedNow(err error) comms.Admission {
 
 func (d doneAdmission) Ready() bool { return true }
 func (d doneAdmission) Wait() error { return d.err }
-
-// trackedAdmission records a request once its admission succeeded.
-type trackedAdmission struct {
-	comms.Admission
-	ri *recordingInbox
-	it comms.Item
-}
-
-func (t *trackedAdmission) Wait() error {
-	err := t.Admission.Wait()
-	if err == nil {
-		t.ri.track(t.it)
-	}
-	return err
-}
 
 var _ comms.AsyncAdmitter = (*recordingInbox)(nil)
 

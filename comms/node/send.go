@@ -87,10 +87,15 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	if n.ob == nil {
 		return n.sendReliableOnce(ctx, e, out, done)
 	}
-	// Wait for the first attempt only if it starts now: behind a backlog
-	// or an open breaker it would not start within the caller's patience.
+	// Wait for the first attempt only if it starts now: behind a failing
+	// backlog or an open breaker it would not start within the caller's
+	// patience (a peer's round stops at its first failure, so an envelope
+	// behind one that keeps failing is not attempted at all). The wait is
+	// bounded all the same: an attempt that starts now ends within
+	// SendTimeout, and the breaker may open meanwhile.
 	ps := n.ob.Peer(e.To)
-	wait := !s.noWait && ps.Breaker != outbox.BreakerOpen && !ps.NextAttempt.After(time.Now())
+	failing := ps.Queued > 0 && ps.Failures > 0
+	wait := !s.noWait && !failing && ps.Breaker != outbox.BreakerOpen && !ps.NextAttempt.After(time.Now())
 	_, t, err := n.ob.Enqueue(e)
 	if err != nil {
 		return out, err
@@ -99,10 +104,16 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	if !wait {
 		return out, nil
 	}
+	bound := time.NewTimer(n.SendTimeout())
+	defer bound.Stop()
 	select {
 	case <-t.Attempted():
 	case <-ctx.Done():
 		return out, nil // still queued; the outbox keeps trying
+	case <-bound.C:
+		return out, nil
+	case <-n.stopped:
+		return out, nil // stored: the next start sends it
 	}
 	select {
 	case <-t.Done():

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
@@ -134,5 +135,33 @@ func TestInboxEpoch(t *testing.T) {
 	memory, _ := testHome(t, "memory", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
 	if a, b := epochOf(memory, ModeServe), epochOf(memory, ModeServe); a == b {
 		t.Fatalf("memory inbox: the same epoch %q after a restart", a)
+	}
+}
+
+// A command node that listens for the response it waits for (send
+// request --wait, pair offer with no daemon) keeps the responses it
+// admits in the home's inbox: responses are not acknowledged, so a
+// response that arrives meanwhile (to an earlier request, say) is never
+// sent again, and the daemon and inbox must find it.
+func TestRepliesNodeKeepsResponses(t *testing.T) {
+	h, bob := testHome(t, "alice", nil)
+	ctx := context.Background()
+	n := startTest(t, h, ModeReplies)
+	earlier := identity.NewUUID()
+	e, err := wire.Seal(bob, identity.NewUUID(), h.Key.ID(), wire.Response(earlier, wire.StatusCompleted, wire.Null()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.inbox.Push(comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: e, PeerName: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	later := startTest(t, h, ModeSend)
+	b, err := later.Receive(ctx, Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Messages) != 1 || b.Messages[0].ID != e.ID.String() || b.Messages[0].RequestID != earlier.String() {
+		t.Fatalf("the home's inbox after the command node: %+v", b)
 	}
 }
