@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,29 +135,7 @@ func newNode(t *testing.T, name string) *testNode {
 // that cannot be run at all gives code -1. It is safe to call from any
 // goroutine.
 func (n *testNode) run(args ...string) result {
-	bin, err := meerkatdBinary()
-	if err != nil {
-		return result{args: args, code: -1, stderr: err.Error()}
-	}
-	args = append(args[:len(args):len(args)], "--home", n.home)
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(baseEnv(), n.env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	r := result{args: args, stdout: out.String(), stderr: errb.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee) && ee.Exited():
-		r.code = ee.ExitCode()
-	default:
-		r.code = -1
-		r.stderr += "\n(test harness: " + err.Error() + ")"
-	}
-	return r
+	return runIn(n.env, "", nil, append(args[:len(args):len(args)], "--home", n.home)...)
 }
 
 // ok runs meerkatd and requires exit status 0; it returns stdout.

@@ -2,8 +2,8 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"io"
 	"os/exec"
 	"strings"
@@ -28,25 +28,6 @@ const (
 	mcpWaits    = `msg="the daemon serving the home went away; waiting for it to come back"`
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer and readers in other
-// goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // rpcReply is a JSON-RPC response.
 type rpcReply struct {
 	Result json.RawMessage `json:"result"`
@@ -64,7 +45,7 @@ type mcpProc struct {
 	name   string
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	stderr *syncBuffer
+	stderr *testutil.SyncBuffer
 	next   int
 	mu     sync.Mutex
 	calls  map[int]chan rpcReply // by request id
@@ -84,7 +65,7 @@ func startMCP(t *testing.T, n *testNode, name string) *mcpProc {
 	t.Helper()
 	cmd := exec.Command(binary(t), "mcp", "--home", n.home, "--log-level", "info")
 	cmd.Env = append(baseEnv(), n.env...)
-	p := &mcpProc{t: t, name: name, cmd: cmd, stderr: &syncBuffer{}, calls: map[int]chan rpcReply{}, done: make(chan struct{})}
+	p := &mcpProc{t: t, name: name, cmd: cmd, stderr: &testutil.SyncBuffer{}, calls: map[int]chan rpcReply{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {

@@ -157,18 +157,8 @@ func TestServerRefusesOtherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	ln, err := transport.Listen(context.Background(), transport.Addr{Scheme: transport.SchemeUDS, Path: h.ControlPath()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	other := uint32(os.Getuid()) + 1
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Serve(ctx, ln, n, Options{allowUID: &other})
-	}()
-	defer func() { cancel(); <-done }()
+	serveAt(t, h.ControlPath(), n, Options{allowUID: &other})
 	c := NewClient(h.ControlPath())
 	if _, err := c.Self(context.Background()); codeOf(err) != node.CodeForbidden {
 		t.Fatalf("a client of the wrong user: %v", err)
@@ -312,17 +302,7 @@ func TestServerBoundsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	ln, err := transport.Listen(context.Background(), transport.Addr{Scheme: transport.SchemeUDS, Path: h.ControlPath()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Serve(ctx, ln, n, Options{MaxConns: 2})
-	}()
-	defer func() { cancel(); <-done }()
+	serveAt(t, h.ControlPath(), n, Options{MaxConns: 2})
 	var held []net.Conn
 	for range 2 {
 		conn, err := net.Dial("unix", h.ControlPath())
@@ -474,24 +454,9 @@ func (w waitingAPI) Receive(ctx context.Context, q node.Query) (node.Batch, erro
 // of the server's few connection slots all that time.
 func TestServerCancelsCallOfClientThatHungUp(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	dir, err := os.MkdirTemp("", "mkc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "control.sock")
-	ln, err := transport.Listen(context.Background(), transport.Addr{Scheme: transport.SchemeUDS, Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path := tempSocket(t)
 	api := waitingAPI{ended: make(chan struct{})}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Serve(ctx, ln, api, Options{})
-	}()
-	defer func() { cancel(); <-done }()
+	serveAt(t, path, api, Options{})
 	cctx, ccancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer ccancel()
 	if _, err := NewClient(path).Receive(cctx, node.Query{Wait: node.MaxWait}); err == nil {
@@ -537,23 +502,8 @@ func TestServerKeepsNextRequest(t *testing.T) {
 // reports it.
 func TestClientCallDeadline(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	dir, err := os.MkdirTemp("", "mkc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, "control.sock")
-	ln, err := transport.Listen(context.Background(), transport.Addr{Scheme: transport.SchemeUDS, Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Serve(ctx, ln, waitForever{}, Options{})
-	}()
-	defer func() { cancel(); <-done }()
+	path := tempSocket(t)
+	serveAt(t, path, waitForever{}, Options{})
 	for range 20 {
 		cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		_, err := NewClient(path).Receive(cctx, node.Query{Wait: node.MaxWait})
@@ -570,4 +520,31 @@ type waitForever struct{ node.API }
 func (waitForever) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
 	<-ctx.Done()
 	return node.Batch{}, ctx.Err()
+}
+
+// serveAt serves api on a control socket at path until the test ends.
+func serveAt(t *testing.T, path string, api node.API, opts Options) {
+	t.Helper()
+	ln, err := transport.Listen(context.Background(), transport.Addr{Scheme: transport.SchemeUDS, Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Serve(ctx, ln, api, opts)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// tempSocket is a control socket path in a short temporary directory.
+func tempSocket(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mkc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "control.sock")
 }

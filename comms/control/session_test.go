@@ -1,7 +1,6 @@
 package control
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -211,7 +210,7 @@ func TestSessionWaitsForRestartingDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { d.Close() }()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	s, err := Attach(ctx, h, HostOptions{Logger: slog.New(slog.NewTextHandler(logs, nil))}) // the default delay
@@ -249,24 +248,6 @@ func TestSessionWaitsForRestartingDaemon(t *testing.T) {
 	}
 	deliver(t, h, bob, "to the restarted daemon")
 	received(t, s, "to the restarted daemon")
-}
-
-// syncBuffer is a bytes.Buffer for a logger in other goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Sessions started at the same instant for one home end with exactly one
