@@ -20,9 +20,9 @@ const staleProbeTimeout = time.Second
 // Listen opens a listener on a. For a Unix socket it refuses a path that is
 // not a socket (it never removes one) and one where another process is
 // listening ([ErrAddrInUse]); a socket file left behind by a dead process is
-// replaced. The socket file is created mode 0600 (under a restrictive
-// umask: there is no moment at which another user could connect) and is
-// removed when the listener closes.
+// replaced. The socket file is created closed to other users (under the
+// umask 0077: there is no moment at which another user could connect),
+// then made mode 0600, and is removed when the listener closes.
 func Listen(ctx context.Context, a Addr) (net.Listener, error) {
 	var lc net.ListenConfig
 	switch a.Scheme {

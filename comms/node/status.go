@@ -68,10 +68,20 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	return s, nil
 }
 
-// Peers implements [API].
-func (n *Node) Peers(context.Context) ([]Peer, error) {
+// Peers implements [API]. Without a running outbox (a command run
+// without a daemon) the send states are those of the home's stored
+// outbox, as Outbox shows them.
+func (n *Node) Peers(ctx context.Context) ([]Peer, error) {
 	if n.closing() {
 		return nil, Coded(ErrClosed)
+	}
+	stored := map[string]PeerSendState{}
+	if n.ob == nil {
+		if o, err := n.Outbox(ctx); err == nil { // none kept (a memory-mode home): every breaker closed
+			for _, ps := range o.Peers {
+				stored[ps.PubKey] = ps
+			}
+		}
 	}
 	out := []Peer{}
 	for _, p := range n.r.Trust().Peers() {
@@ -79,6 +89,8 @@ func (n *Node) Peers(context.Context) ([]Peer, error) {
 		mp.LastSeen = timeOrNil(n.r.LastSeen(p.ID))
 		if ob := n.ob; ob != nil {
 			ps := ob.Peer(p.ID)
+			mp.Breaker, mp.Queued, mp.LastError = ps.Breaker, ps.Queued, ps.LastError
+		} else if ps, ok := stored[mp.PubKey]; ok {
 			mp.Breaker, mp.Queued, mp.LastError = ps.Breaker, ps.Queued, ps.LastError
 		}
 		out = append(out, mp)

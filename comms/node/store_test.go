@@ -165,3 +165,27 @@ func TestRepliesNodeKeepsResponses(t *testing.T) {
 		t.Fatalf("the home's inbox after the command node: %+v", b)
 	}
 }
+
+// Without a daemon, Peers shows each peer's send state from the home's
+// stored outbox, as Outbox does: not "closed, nothing queued" for a peer
+// with envelopes waiting.
+func TestPeersWithoutDaemonShowStoredOutbox(t *testing.T) {
+	h, _ := testHome(t, "alice", nil)
+	ctx := context.Background()
+	n := startTest(t, h, ModeSend)
+	sent, err := n.SendMessage(ctx, "bob", "later", SendOptions{Reliable: true})
+	if err != nil || sent.Delivery != DeliveryQueued {
+		t.Fatalf("a reliable send to a peer that is down: %+v, %v", sent, err)
+	}
+	o, err := n.Outbox(ctx)
+	if err != nil || len(o.Peers) != 1 || o.Peers[0].Queued != 1 {
+		t.Fatalf("outbox: %+v, %v", o, err)
+	}
+	peers, err := n.Peers(ctx)
+	if err != nil || len(peers) != 1 {
+		t.Fatalf("peers: %+v, %v", peers, err)
+	}
+	if p := peers[0]; p.Queued != 1 || p.LastError == "" || p.Breaker != o.Peers[0].Breaker {
+		t.Fatalf("peers shows %+v; the stored outbox %+v", p, o.Peers[0])
+	}
+}
