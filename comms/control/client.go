@@ -19,6 +19,10 @@ import (
 // dialTimeout bounds connecting to the control socket.
 const dialTimeout = time.Second
 
+// maxCall bounds a call whose context has no deadline: the longest wait a
+// call may ask for, and time for a send (dial, ack timeout) beyond it.
+const maxCall = node.MaxWait + 5*time.Minute
+
 // ErrNoDaemon is wrapped by the errors of calls that found no node serving
 // the socket (nothing was sent).
 var ErrNoDaemon = errors.New("control: no daemon is running")
@@ -73,6 +77,14 @@ func (c *Client) checkSocket() error {
 // call sends one request and decodes its result into out (also for a
 // failed call that carries a partial result).
 func (c *Client) call(ctx context.Context, op string, in, out any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		// A daemon that accepts but never answers (stopped, deadlocked)
+		// must not hang the caller: no call takes longer than the
+		// longest wait plus a send's own time.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, maxCall)
+		defer cancel()
+	}
 	if err := c.checkSocket(); err != nil {
 		return err
 	}
