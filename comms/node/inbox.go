@@ -73,8 +73,10 @@ type filter struct {
 func (n *Node) newFilter(kinds []string, from, requestID string) (filter, error) {
 	f := filter{kinds: kinds, requestID: strings.ToLower(requestID)}
 	for _, k := range kinds {
-		if k == "" {
-			return f, errorf(CodeBadArgument, "kinds: an empty kind")
+		switch k {
+		case wire.TypeMessage, wire.TypeRequest, wire.TypeResponse:
+		default:
+			return f, errorf(CodeBadArgument, "kinds: %q is not message, request or response", k)
 		}
 	}
 	if from != "" {

@@ -595,3 +595,19 @@ func TestReliableSendBehindBacklog(t *testing.T) {
 		t.Fatalf("second reliable send: %+v, %v (after %v)", second, err, time.Since(start))
 	}
 }
+
+// The checks MCP's schema makes are the node's own, so the CLI gets them
+// too: a message needs a body, and a kinds filter names known kinds.
+func TestNodeChecksArguments(t *testing.T) {
+	m, _ := mcpTestNode(t)
+	ctx := context.Background()
+	if _, err := m.SendMessage(ctx, "bob", "", SendOptions{}); codeOfErr(err) != CodeBadArgument {
+		t.Fatalf("an empty body: %v", err)
+	}
+	if _, err := m.Receive(ctx, Query{Kinds: []string{"telegram"}}); codeOfErr(err) != CodeBadArgument {
+		t.Fatalf("an unknown kind: %v", err)
+	}
+	if _, err := m.Ack(ctx, AckRequest{UpTo: 1, Kinds: []string{""}}); codeOfErr(err) != CodeBadArgument {
+		t.Fatalf("an empty kind: %v", err)
+	}
+}

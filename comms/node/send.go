@@ -346,6 +346,9 @@ func (n *Node) SendMessage(ctx context.Context, peer, body string, opts SendOpti
 	if opts.Wait != 0 {
 		return Sent{}, errorf(CodeBadArgument, "waiting for responses applies to requests only")
 	}
+	if body == "" {
+		return Sent{}, errorf(CodeBadArgument, "a message needs a body")
+	}
 	s, _, err := n.sendKind(ctx, peer, wire.Message(body), opts)
 	return s, err
 }
