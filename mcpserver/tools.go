@@ -409,9 +409,6 @@ func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mc
 	if err != nil {
 		return nil, err
 	}
-	if status != "accepted" && status != "completed" && status != "failed" {
-		return toolError(&node.Error{Code: node.CodeBadStatus, Msg: fmt.Sprintf("status %q: want accepted, completed or failed", status)}, s.pending(ctx)), nil
-	}
 	sent, err := s.api.SendResponse(ctx, peer, rid, status, rawJSON(req, "result"), opts)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil

@@ -131,16 +131,6 @@ func (p *mcpProc) readLoop(stdout io.Reader) {
 	}
 }
 
-// exited reports whether the process has exited.
-func (p *mcpProc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // send writes one JSON-RPC message.
 func (p *mcpProc) send(msg map[string]any) {
 	p.t.Helper()

@@ -51,9 +51,6 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 	return c, nil
 }
 
-// Path is the socket the client talks to.
-func (c *Client) Path() string { return c.path }
-
 // checkSocket refuses a control socket that is not a socket or does not
 // belong to the client's user: another user's process could have put it
 // there to read what the client sends.

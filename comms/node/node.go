@@ -277,12 +277,6 @@ func Start(h *Home, opts Options) (*Node, error) {
 // listPage is how many inbox items the node reads at a time.
 const listPage = 256
 
-// Home returns the node's home.
-func (n *Node) Home() *Home { return n.h }
-
-// Router returns the node's Router.
-func (n *Node) Router() *comms.Router { return n.r }
-
 // Addrs returns the addresses the node listens on (TCP with the port
 // actually bound).
 func (n *Node) Addrs() []transport.Addr { return n.addrs }
