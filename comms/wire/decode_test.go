@@ -84,6 +84,16 @@ func TestDecodeRejects(t *testing.T) {
 		{"10,000 levels", deep(10000), ErrTooDeep, "kind"},
 		{"10,000 levels in an unknown key", mapOf(tx("x"), bytes.Repeat([]byte{0x81}, 10000)), ErrTooDeep, ""},
 		{"10,000 tags in an unknown key", mapOf(tx("x"), cat(bytes.Repeat([]byte{0xc1}, 10000), un(0))), ErrTooDeep, ""},
+		{"meup without space", env(mapOf(tx("type"), tx("meup"), tx("envelope"), mapOf())), ErrMissingField, "kind.space"},
+		{"meup space bytes", env(mapOf(tx("type"), tx("meup"), tx("space"), bs([]byte("s")), tx("envelope"), mapOf())), ErrType, "kind.space"},
+		{"meup empty space", env(mapOf(tx("type"), tx("meup"), tx("space"), tx(""), tx("envelope"), mapOf())), ErrLength, "kind.space"},
+		{"meup space too long", env(mapOf(tx("type"), tx("meup"), tx("space"), tx(strings.Repeat("s", MaxSpaceLen+1)), tx("envelope"), mapOf())), ErrLength, "kind.space"},
+		{"meup without envelope", env(mapOf(tx("type"), tx("meup"), tx("space"), tx("s"))), ErrMissingField, "kind.envelope"},
+		{"meup envelope array", env(mapOf(tx("type"), tx("meup"), tx("space"), tx("s"), tx("envelope"), arrOf())), ErrType, "kind.envelope"},
+		{"meup envelope holding bytes", env(mapOf(tx("type"), tx("meup"), tx("space"), tx("s"), tx("envelope"), mapOf(tx("id"), bs([]byte("x"))))), ErrType, "kind.envelope"},
+		{"meup bytes deep in envelope", env(mapOf(tx("type"), tx("meup"), tx("space"), tx("s"), tx("envelope"), mapOf(tx("payload"), mapOf(tx("a"), arrOf(bs([]byte("x"))))))), ErrType, "kind.envelope"},
+		{"meup tag in envelope", env(mapOf(tx("type"), tx("meup"), tx("space"), tx("s"), tx("envelope"), mapOf(tx("x"), h("c100")))), ErrUnsupported, "kind"},
+		{"meup undefined in envelope", env(mapOf(tx("type"), tx("meup"), tx("space"), tx("s"), tx("envelope"), mapOf(tx("x"), h("f7")))), ErrUnsupported, "kind"},
 		{"too many items", env(mapOf(tx("type"), tx("request"), tx("intent"), tx("x"), tx("params"), manyItems)), ErrTooManyItems, "kind"},
 	}
 	for _, tc := range tests {

@@ -10,7 +10,14 @@ const (
 	TypeRequest  = "request"
 	TypeResponse = "response"
 	TypeAck      = "ack"
+	// TypeMEUP carries one MEUP envelope of a space: {"type": "meup",
+	// "space": TEXT, "envelope": MAP}. The envelope holds JSON values only
+	// (docs/meup.md). The Rust reference does not know this type.
+	TypeMEUP = "meup"
 )
+
+// MaxSpaceLen bounds the space name of a meup kind, in bytes.
+const MaxSpaceLen = 256
 
 // Status is the status of a response.
 type Status string
@@ -54,6 +61,7 @@ var declared = map[string][]string{
 	"lifecycle":                  {"kind", "params"},
 	TypeResponse:                 {"in_reply_to", "status", "result", "blocks", "content_taint", "handling_mode", "objective_id"},
 	TypeAck:                      {"in_reply_to"},
+	TypeMEUP:                     {"space", "envelope"},
 }
 
 // Message returns a message kind with the given body.
@@ -202,6 +210,23 @@ func checkKind(m Value, deep bool) (string, error) {
 	case TypeAck:
 		if f, err := checkUUIDField(m); err != nil {
 			return f, err
+		}
+	case TypeMEUP:
+		s, f, err := need("space", TypeText)
+		if err != nil {
+			return f, err
+		}
+		if n := len(s.str()); n == 0 || n > MaxSpaceLen {
+			return "space", ErrLength
+		}
+		env, f, err := need("envelope", TypeMap)
+		if err != nil {
+			return f, err
+		}
+		// The whole envelope is checked, whatever the decoder saw: it is
+		// handed on as JSON.
+		if err := checkJSON(env, 3, true); err != nil {
+			return "envelope", err
 		}
 	}
 	return "", nil

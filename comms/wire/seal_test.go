@@ -23,7 +23,17 @@ func TestSealOpenEachKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	meupMap, err := Map(Member{"type", Text(TypeMEUP)}, Member{"space", Text("build")},
+		Member{"envelope", mustJSON(t, `{"protocol":"meup/v0.1","id":"m1","from":"a","kind":"mcp/request","payload":{"method":"tools/call","params":{"n":5,"x":[1.5,null,true]}}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meup, err := NewKind(meupMap)
+	if err != nil {
+		t.Fatal(err)
+	}
 	kinds := map[string]Kind{
+		"meup":         meup,
 		"message":      Message("hello"),
 		"empty body":   Message(""),
 		"with extra":   extra,
