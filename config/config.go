@@ -33,6 +33,8 @@ const (
 	DefaultOutboxMaxEntries      = 10000
 	DefaultOutboxMaxBytes        = 256 << 20
 	DefaultAuditMaxBytes         = 64 << 20
+	DefaultMEUPProtocol          = "meup/v0.1"
+	DefaultProposalTTLSecs       = 3600
 
 	// MaxBackoffSteps bounds the outbox.backoff list.
 	MaxBackoffSteps = 32
@@ -75,7 +77,25 @@ type Config struct {
 	Outbox Outbox `toml:"outbox"`
 	// Audit is the [audit] table.
 	Audit Audit `toml:"audit"`
+	// MEUP is the [meup] table.
+	MEUP MEUP `toml:"meup"`
 }
+
+// MEUP is the [meup] table: MEUP spaces (docs/meup.md).
+type MEUP struct {
+	// Protocol is the protocol id written in the MEUP envelopes this
+	// node sends (any accepted one is read).
+	Protocol string `toml:"protocol"`
+	// ProposalTTLSecs is how long a proposal stays pending before it
+	// expires.
+	ProposalTTLSecs int `toml:"proposal_ttl_secs"`
+}
+
+// MEUPProtocols are the protocol ids a node may emit ([meup] protocol).
+var MEUPProtocols = []string{"meup/v0.1", "meup/v0.2", "mew/v0.3", "mew/v0.4"}
+
+// ProposalTTL returns proposal_ttl_secs as a duration.
+func (m MEUP) ProposalTTL() time.Duration { return seconds(m.ProposalTTLSecs) }
 
 // Outbox is the [outbox] table: reliable sends (retries, circuit breaker,
 // dead letters).
@@ -196,6 +216,7 @@ func Default() Config {
 			MaxBytes:        DefaultOutboxMaxBytes,
 		},
 		Audit: Audit{Enabled: true, MaxBytes: DefaultAuditMaxBytes},
+		MEUP:  MEUP{Protocol: DefaultMEUPProtocol, ProposalTTLSecs: DefaultProposalTTLSecs},
 	}
 }
 

@@ -29,6 +29,7 @@ var fullConfig = Config{
 	Outbox: Outbox{Backoff: "1s, 2s,30s", MaxAttempts: 9, BreakerFailures: 5, BreakerOpenSecs: 30,
 		MaxEntries: 100, MaxBytes: 2000000, DefaultTTLSecs: 3600},
 	Audit: Audit{Enabled: false, Bodies: true, MaxBytes: 1000000},
+	MEUP:  MEUP{Protocol: "mew/v0.4", ProposalTTLSecs: 600},
 }
 
 func requireNoError(t *testing.T, err error) {
@@ -76,6 +77,7 @@ func TestDefault(t *testing.T) {
 		Outbox: Outbox{Backoff: "0s,5s,15s,1m,5m", MaxAttempts: 50, BreakerFailures: 3, BreakerOpenSecs: 60,
 			MaxEntries: 10000, MaxBytes: 268435456},
 		Audit: Audit{Enabled: true, MaxBytes: 67108864},
+		MEUP:  MEUP{Protocol: "meup/v0.1", ProposalTTLSecs: 3600},
 	}
 	if got := Default(); got != want {
 		t.Fatalf("Default() = %+v, want %+v", got, want)

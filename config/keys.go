@@ -96,10 +96,16 @@ var keys = [...]keyDef{
 	{path: "audit.max_bytes", env: "MEERKAT_AUDIT_MAX_BYTES",
 		doc: `Size in bytes at which audit.log is renamed to audit.log.1 (replacing the older one) and a new file started.`,
 		num: func(c *Config) *int { return &c.Audit.MaxBytes }},
+	{path: "meup.protocol", env: "MEERKAT_MEUP_PROTOCOL",
+		doc: `Protocol id written in the MEUP envelopes this node sends to its spaces: meup/v0.1, meup/v0.2, mew/v0.3 or mew/v0.4 (all of them, and mcpx/v0.1, are read).`,
+		str: func(c *Config) *string { return &c.MEUP.Protocol }},
+	{path: "meup.proposal_ttl_secs", env: "MEERKAT_MEUP_PROPOSAL_TTL_SECS",
+		doc: `Seconds a proposal in a space stays pending before it expires.`,
+		num: func(c *Config) *int { return &c.MEUP.ProposalTTLSecs }},
 }
 
 // tables are the TOML tables that hold keys.
-var tables = [...]string{"comms", "store", "outbox", "audit"}
+var tables = [...]string{"comms", "store", "outbox", "audit", "meup"}
 
 // Keys returns the table of configuration keys, in file order. The slice
 // is a fresh copy: changing it changes nothing else.

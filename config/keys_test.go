@@ -33,6 +33,8 @@ var wantEnv = map[string]string{
 	"audit.enabled":            "MEERKAT_AUDIT_ENABLED",
 	"audit.bodies":             "MEERKAT_AUDIT_BODIES",
 	"audit.max_bytes":          "MEERKAT_AUDIT_MAX_BYTES",
+	"meup.protocol":            "MEERKAT_MEUP_PROTOCOL",
+	"meup.proposal_ttl_secs":   "MEERKAT_MEUP_PROPOSAL_TTL_SECS",
 }
 
 // tomlPaths lists the key paths of Config's toml tags, by reflection.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -47,6 +48,10 @@ func (c Config) Validate() error {
 	add("outbox.max_bytes", checkMin(c.Outbox.MaxBytes, 1))
 	add("outbox.default_ttl_secs", checkRange(c.Outbox.DefaultTTLSecs, 0, MaxTimeoutSecs))
 	add("audit.max_bytes", checkMin(c.Audit.MaxBytes, 4096))
+	if !slices.Contains(MEUPProtocols, c.MEUP.Protocol) {
+		add("meup.protocol", fmt.Errorf("must be one of %s, got %q", strings.Join(MEUPProtocols, ", "), c.MEUP.Protocol))
+	}
+	add("meup.proposal_ttl_secs", checkRange(c.MEUP.ProposalTTLSecs, 1, MaxTimeoutSecs))
 	return errors.Join(errs...)
 }
 

@@ -78,6 +78,11 @@ func TestValidate(t *testing.T) {
 		{"ttl negative", func(c *Config) { c.Outbox.DefaultTTLSecs = -1 }, "outbox.default_ttl_secs"},
 		{"ttl 0 is none", func(c *Config) { c.Outbox.DefaultTTLSecs = 0 }, ""},
 		{"audit rotate tiny", func(c *Config) { c.Audit.MaxBytes = 100 }, "audit.max_bytes"},
+		{"meup protocol unknown", func(c *Config) { c.MEUP.Protocol = "meup/v9" }, "meup.protocol"},
+		{"meup protocol mcpx is read only", func(c *Config) { c.MEUP.Protocol = "mcpx/v0.1" }, "meup.protocol"},
+		{"meup protocol mew", func(c *Config) { c.MEUP.Protocol = "mew/v0.4" }, ""},
+		{"proposal ttl 0", func(c *Config) { c.MEUP.ProposalTTLSecs = 0 }, "meup.proposal_ttl_secs"},
+		{"proposal ttl a week", func(c *Config) { c.MEUP.ProposalTTLSecs = 7 * 24 * 3600 }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
@@ -107,6 +112,7 @@ func TestValidateAllAtOnce(t *testing.T) {
 		"store.mode", "store.dedup_window_hours", "store.history_hours",
 		"outbox.backoff", "outbox.max_attempts", "outbox.breaker_failures", "outbox.breaker_open_secs",
 		"outbox.max_entries", "outbox.max_bytes", "audit.max_bytes",
+		"meup.protocol", "meup.proposal_ttl_secs",
 	}
 	if got := errorKeys(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("error keys = %q, want %q", got, want)
