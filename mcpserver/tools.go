@@ -196,9 +196,10 @@ func (s *Server) addTools() {
 		mcp.WithNumber("wait_ms", mcp.Description("wait up to this many milliseconds for the first item (0-25000, default 0)")),
 		mcp.WithNumber("limit", mcp.Description("at most this many items (1-1000, default 100)")),
 		mcp.WithNumber("after", mcp.Description("only items after this cursor")),
-		mcp.WithArray("kinds", mcp.WithStringItems(), mcp.Description("only these kinds: message, request, response")),
+		mcp.WithArray("kinds", mcp.WithStringItems(), mcp.Description("only these kinds: message, request, response, meup (envelopes of spaces)")),
 		mcp.WithString("from", mcp.Description("only from this peer")),
 		mcp.WithString("request_id", mcp.Description("only responses to this request")),
+		spaceFilter, meupKindsFilter, contextFilter,
 		mcp.WithOutputSchema[node.Batch](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Receive messages", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.receive)
@@ -209,6 +210,7 @@ func (s *Server) addTools() {
 		mcp.WithArray("kinds", mcp.WithStringItems(), mcp.Description("with up_to: only these kinds")),
 		mcp.WithString("from", mcp.Description("with up_to: only from this peer")),
 		mcp.WithString("request_id", mcp.Description("with up_to: only responses to this request")),
+		spaceFilter, meupKindsFilter, contextFilter,
 		mcp.WithOutputSchema[ackResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Acknowledge messages", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.ack)
@@ -241,6 +243,7 @@ func (s *Server) addTools() {
 		mcp.WithOutputSchema[pairAcceptResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Accept pairing", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.pairAccept)
+	s.addSpaceTools()
 }
 
 type pairOfferResult struct {
@@ -302,6 +305,8 @@ func checkArgs(name string, m map[string]any) error {
 		_, err = parseReceive(a)
 	case "ack_messages":
 		_, _, _, err = parseAck(a)
+	default:
+		_, err = checkSpaceArgs(name, a)
 	}
 	return err
 }
@@ -493,6 +498,13 @@ func (s *Server) listPeers(ctx context.Context, _ mcp.CallToolRequest) (*mcp.Cal
 	return result(listPeersResult{Self: s.self(ctx), Peers: orEmpty(peers), Pending: s.pending(ctx)})
 }
 
+// The receive and ack filters for envelopes of spaces.
+var (
+	spaceFilter     = mcp.WithString("space", mcp.Description("only envelopes of this space (kind meup)"))
+	meupKindsFilter = mcp.WithArray("meup_kinds", mcp.WithStringItems(), mcp.Description("only envelopes of spaces with these MEUP kinds, e.g. [\"mcp/proposal\", \"chat\"]"))
+	contextFilter   = mcp.WithString("context", mcp.Description("only envelopes of spaces in this context (sub-thread)"))
+)
+
 // admitAnyJSON makes the schema at path (below a tool's output schema
 // properties) admit any JSON value.
 func admitAnyJSON(props map[string]any, path ...string) {
@@ -550,11 +562,20 @@ func parseFilters(a args, q *node.Query) error {
 		return err
 	}
 	for _, k := range q.Kinds {
-		if k != "message" && k != "request" && k != "response" {
-			return invalidParams{fmt.Sprintf("kinds: %q is not message, request or response", k)}
+		if k != "message" && k != "request" && k != "response" && k != "meup" {
+			return invalidParams{fmt.Sprintf("kinds: %q is not message, request, response or meup", k)}
 		}
 	}
 	if q.From, err = a.str("from", false); err != nil {
+		return err
+	}
+	if q.Space, err = a.str("space", false); err != nil {
+		return err
+	}
+	if q.MEUPKinds, err = a.strings("meup_kinds"); err != nil {
+		return err
+	}
+	if q.Context, err = a.str("context", false); err != nil {
 		return err
 	}
 	q.RequestID, err = a.str("request_id", false)
@@ -585,7 +606,7 @@ func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.api.Ack(ctx, node.AckRequest{IDs: ids, UpTo: upTo, Kinds: filter.Kinds, From: filter.From, RequestID: filter.RequestID})
+	r, err := s.api.Ack(ctx, node.AckRequest{IDs: ids, UpTo: upTo, Kinds: filter.Kinds, From: filter.From, RequestID: filter.RequestID, MEUPFilter: filter.MEUPFilter})
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}

@@ -21,8 +21,12 @@ func runInbox(e *env, args []string) error {
 	page := flags.Int("page", 500, "items per call to the node (at most 1000)")
 	ack := flags.Bool("ack", false, "acknowledge (remove) each page once it is printed")
 	var kinds stringList
-	flags.Var(&kinds, "kind", "only items of this `kind` (message, request, response; repeatable)")
+	flags.Var(&kinds, "kind", "only items of this `kind` (message, request, response, meup; repeatable)")
 	from := flags.String("from", "", "only items from this `peer` (name, key or UUID)")
+	var mf node.MEUPFilter
+	flags.StringVar(&mf.Space, "space", "", "only envelopes of this `space`")
+	flags.Var((*stringList)(&mf.MEUPKinds), "meup-kind", "only envelopes of spaces of this MEUP `kind` (mcp/proposal, chat, …; repeatable)")
+	flags.StringVar(&mf.Context, "context", "", "only envelopes of spaces in this `context`")
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
@@ -45,7 +49,7 @@ func runInbox(e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "no daemon is running: reading the stored inbox")
 	}
 	out := inboxPrinter{e: e, json: *asJSON}
-	q := node.Query{After: *after, Kinds: kinds, From: *from, Wait: *wait}
+	q := node.Query{After: *after, Kinds: kinds, From: *from, Wait: *wait, MEUPFilter: mf}
 	shown := 0
 	for {
 		q.Limit = *page
@@ -138,6 +142,8 @@ func (p *inboxPrinter) page(b node.Batch) error {
 			fmt.Fprintf(w, "  %s %s\n", safeText(m.Intent, "  "), safeText(rawText(m.Params), "  "))
 		case "response":
 			fmt.Fprintf(w, "  %s to %s: %s\n", safeText(m.Status, ""), m.RequestID, safeText(rawText(m.Result), "  "))
+		case "meup":
+			printMEUPItem(w, m.MEUP)
 		default:
 			fmt.Fprintf(w, "  %s\n", safeText(rawText(m.Fields), "  "))
 		}

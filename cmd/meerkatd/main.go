@@ -106,6 +106,11 @@ func commandTable() map[string]command {
 			usage:   "meerkatd pair offer [--ttl DUR] [--name-for-peer NAME] [--no-wait|--local] | pair accept LINE | pair accept --local NAME   [--name NAME] [--home DIR] [--json]",
 			run:     runPair,
 		},
+		"space": {
+			summary: "take part in MEUP spaces: rosters, chat, proposals, grants (capabilities enforced by every node)",
+			usage:   spaceUsage,
+			run:     runSpace,
+		},
 		"mcp": {
 			summary: "serve MCP on stdin/stdout for an LLM client (attaches to the daemon, or runs the node itself)",
 			usage:   "meerkatd mcp [--home DIR] [--log-level LEVEL]",

@@ -280,3 +280,27 @@ func (c *Client) PairAccept(ctx context.Context, line, name string) (p node.Pair
 	err = c.call(ctx, OpPairAccept, PairAcceptArgs{Line: line, Name: name}, &p)
 	return p, err
 }
+
+// Spaces implements node.API.
+func (c *Client) Spaces(ctx context.Context) (s []node.SpaceInfo, err error) {
+	err = c.call(ctx, OpSpaces, nil, &s)
+	return s, err
+}
+
+// SpaceEdit implements node.API.
+func (c *Client) SpaceEdit(ctx context.Context, e node.SpaceEdit) (s node.SpaceInfo, err error) {
+	err = c.call(ctx, OpSpaceEdit, e, &s)
+	return s, err
+}
+
+// SpaceSend implements node.API.
+func (c *Client) SpaceSend(ctx context.Context, m node.SpaceMessage) (s node.SpaceSent, err error) {
+	err = c.call(ctx, OpSpaceSend, m, &s)
+	return s, err
+}
+
+// Proposals implements node.API.
+func (c *Client) Proposals(ctx context.Context, q node.ProposalQuery) (p []node.Proposal, err error) {
+	err = c.call(ctx, OpProposals, q, &p)
+	return p, err
+}

@@ -34,6 +34,10 @@ const (
 	OpPairWait         = "pair_wait"
 	OpPairCancel       = "pair_cancel"
 	OpPairAccept       = "pair_accept"
+	OpSpaces           = "spaces"
+	OpSpaceEdit        = "space_edit"
+	OpSpaceSend        = "space_send"
+	OpProposals        = "proposals"
 )
 
 // Request is one control request.

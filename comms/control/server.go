@@ -294,6 +294,23 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		if err = args(req, &a); err == nil {
 			result, err = s.api.PairAccept(ctx, a.Line, a.Name)
 		}
+	case OpSpaces:
+		result, err = s.api.Spaces(ctx)
+	case OpSpaceEdit:
+		var e node.SpaceEdit
+		if err = args(req, &e); err == nil {
+			result, err = s.api.SpaceEdit(ctx, e)
+		}
+	case OpSpaceSend:
+		var m node.SpaceMessage
+		if err = args(req, &m); err == nil {
+			result, err = s.api.SpaceSend(ctx, m)
+		}
+	case OpProposals:
+		var q node.ProposalQuery
+		if err = args(req, &q); err == nil {
+			result, err = s.api.Proposals(ctx, q)
+		}
 	default:
 		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown control operation %q", req.Op)}
 	}

@@ -72,6 +72,8 @@ type API interface {
 	// up trusting each other. name is what to call it here ("": its own
 	// name).
 	PairAccept(ctx context.Context, line, name string) (Paired, error)
+
+	SpacesAPI
 }
 
 // Limits of the API.
@@ -193,8 +195,11 @@ type Message struct {
 	RequestID string    `json:"request_id,omitempty"` // responses: the request answered
 	Status    string    `json:"status,omitempty"`
 	Result    any       `json:"result,omitempty"` // any JSON value (a json.RawMessage)
+	// MEUP is set for items of kind "meup": an envelope of a space.
+	MEUP *MEUPItem `json:"meup,omitempty"`
 	// Fields holds the whole kind of an item that is not a message,
-	// request or response (a kind this node does not know), as JSON.
+	// request, response or meup (a kind this node does not know), as
+	// JSON.
 	Fields any `json:"fields,omitempty"`
 }
 
@@ -204,12 +209,13 @@ type Message struct {
 
 // Query selects items for Receive.
 type Query struct {
-	After     uint64        `json:"after,omitempty"`      // only items with a sequence number above this
-	Limit     int           `json:"limit,omitempty"`      // at most this many (0 or above MaxBatchItems: MaxBatchItems)
-	Kinds     []string      `json:"kinds,omitempty"`      // only these kinds (empty: all)
-	From      string        `json:"from,omitempty"`       // only from this peer (name, key or UUID; empty: all)
-	RequestID string        `json:"request_id,omitempty"` // only responses to this request
-	Wait      time.Duration `json:"wait,omitempty"`       // wait this long for the first match
+	After     uint64   `json:"after,omitempty"`      // only items with a sequence number above this
+	Limit     int      `json:"limit,omitempty"`      // at most this many (0 or above MaxBatchItems: MaxBatchItems)
+	Kinds     []string `json:"kinds,omitempty"`      // only these kinds (empty: all)
+	From      string   `json:"from,omitempty"`       // only from this peer (name, key or UUID; empty: all)
+	RequestID string   `json:"request_id,omitempty"` // only responses to this request
+	MEUPFilter
+	Wait time.Duration `json:"wait,omitempty"` // wait this long for the first match
 	// Epoch is the Batch.Epoch of the read After came from (optional).
 	// If the inbox now has another epoch, After means nothing in it, and
 	// Receive reads the inbox from its start as if After were 0.
@@ -241,6 +247,15 @@ type AckRequest struct {
 	Kinds     []string `json:"kinds,omitempty"`
 	From      string   `json:"from,omitempty"`
 	RequestID string   `json:"request_id,omitempty"`
+	MEUPFilter
+}
+
+// MEUPFilter selects MEUP items (kind "meup"); any field set leaves out
+// every other item.
+type MEUPFilter struct {
+	Space     string   `json:"space,omitempty"`      // only this space's envelopes
+	MEUPKinds []string `json:"meup_kinds,omitempty"` // only these MEUP kinds (e.g. mcp/proposal, chat)
+	Context   string   `json:"context,omitempty"`    // only this context (sub-thread)
 }
 
 // Acked is what Ack returns.

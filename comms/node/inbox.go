@@ -43,6 +43,8 @@ func toMessage(en inbox.Entry[comms.Item]) Message {
 	}
 	switch m.Kind {
 	case wire.TypeMessage, wire.TypeRequest, wire.TypeResponse:
+	case wire.TypeMEUP:
+		m.MEUP = meupItem(e.Kind)
 	default:
 		if b, err := e.Kind.Value().MarshalJSON(); err == nil {
 			m.Fields = json.RawMessage(b)
@@ -59,6 +61,11 @@ func itemSize(m Message) int {
 			n += len(raw)
 		}
 	}
+	if m.MEUP != nil {
+		if raw, ok := m.MEUP.Envelope.(json.RawMessage); ok {
+			n += len(raw)
+		}
+	}
 	return n
 }
 
@@ -67,16 +74,17 @@ type filter struct {
 	kinds     []string
 	from      *identity.PeerID
 	requestID string
+	meup      MEUPFilter
 }
 
 // newFilter resolves the filters: the peer by name, key or UUID.
-func (n *Node) newFilter(kinds []string, from, requestID string) (filter, error) {
-	f := filter{kinds: kinds, requestID: strings.ToLower(requestID)}
+func (n *Node) newFilter(kinds []string, from, requestID string, mf MEUPFilter) (filter, error) {
+	f := filter{kinds: kinds, requestID: strings.ToLower(requestID), meup: mf}
 	for _, k := range kinds {
 		switch k {
-		case wire.TypeMessage, wire.TypeRequest, wire.TypeResponse:
+		case wire.TypeMessage, wire.TypeRequest, wire.TypeResponse, wire.TypeMEUP:
 		default:
-			return f, errorf(CodeBadArgument, "kinds: %q is not message, request or response", k)
+			return f, errorf(CodeBadArgument, "kinds: %q is not message, request, response or meup", k)
 		}
 	}
 	if from != "" {
@@ -103,7 +111,24 @@ func (f filter) matches(it comms.Item) bool {
 			return false
 		}
 	}
+	if f.meup.Space != "" || len(f.meup.MEUPKinds) > 0 || f.meup.Context != "" {
+		return f.meup.matches(e.Kind)
+	}
 	return true
+}
+
+// matches reports whether kind is a meup kind passing the filter.
+func (mf MEUPFilter) matches(k wire.Kind) bool {
+	name, env, _, ok := parseMEUP(k)
+	switch {
+	case !ok:
+		return false
+	case mf.Space != "" && name != mf.Space:
+		return false
+	case len(mf.MEUPKinds) > 0 && !slices.Contains(mf.MEUPKinds, env.Kind):
+		return false
+	}
+	return mf.Context == "" || env.Context == mf.Context
 }
 
 // Receive implements [API].
@@ -111,7 +136,7 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 	if n.closing() {
 		return Batch{}, Coded(ErrClosed)
 	}
-	f, err := n.newFilter(q.Kinds, q.From, q.RequestID)
+	f, err := n.newFilter(q.Kinds, q.From, q.RequestID, q.MEUPFilter)
 	if err != nil {
 		return Batch{}, err
 	}
@@ -211,7 +236,7 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 	if n.mode != ModeServe {
 		return Acked{}, errorf(CodeNoDaemon, "no daemon is running for %s: acknowledging needs it (start it with meerkatd run --home %s)", n.h.Dir, n.h.Dir)
 	}
-	f, err := n.newFilter(a.Kinds, a.From, a.RequestID)
+	f, err := n.newFilter(a.Kinds, a.From, a.RequestID, a.MEUPFilter)
 	if err != nil {
 		return Acked{}, err
 	}

@@ -20,7 +20,7 @@ import (
 // the durable SQLite store ([store] mode).
 type mailStore interface {
 	Push(comms.Item) error
-	// Pending counts unacknowledged messages and requests.
+	// Pending counts unacknowledged messages, requests and MEUP items.
 	Pending() int
 	List(after uint64, limit int) []inbox.Entry[comms.Item]
 	Wait(ctx context.Context, after uint64, limit int) ([]inbox.Entry[comms.Item], error)
@@ -56,7 +56,7 @@ func (m memMail) Epoch() string { return m.epoch }
 func (m memMail) Pending() int {
 	k := 0
 	for _, en := range m.List(0, 0) {
-		if t := en.Item.Envelope.Kind.Type(); t == wire.TypeMessage || t == wire.TypeRequest {
+		if t := en.Item.Envelope.Kind.Type(); t == wire.TypeMessage || t == wire.TypeRequest || t == wire.TypeMEUP {
 			k++
 		}
 	}
@@ -219,7 +219,7 @@ func (d *durableMail) Changed() <-chan struct{} { return d.st.Changed() }
 func (d *durableMail) Epoch() string { return d.st.ID() }
 
 func (d *durableMail) Pending() int {
-	n, err := d.st.CountKinds(wire.TypeMessage, wire.TypeRequest)
+	n, err := d.st.CountKinds(wire.TypeMessage, wire.TypeRequest, wire.TypeMEUP)
 	if err != nil {
 		d.log.Error("inbox store: count failed", "err", err)
 	}

@@ -13,8 +13,10 @@ import (
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/audit"
 	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/comms/space"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox"
 	"github.com/meerkatd/meerkatd/inbox/store"
 	"github.com/meerkatd/meerkatd/transport"
@@ -88,6 +90,7 @@ type Node struct {
 	roDB    *store.Store   // the database opened read only (readDB), if this node opened one
 	audit   *audit.Log     // nil: no audit log (disabled, or not serving)
 	pairing *pairing       // offers and pairing exchanges (listening nodes)
+	spaces  *spaces        // MEUP spaces (serving nodes only)
 
 	trackOnce sync.Once // trackStored
 
@@ -216,10 +219,15 @@ func Start(h *Home, opts Options) (*Node, error) {
 		} else {
 			n.obStore = outbox.NewMemStore()
 		}
-		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox); err != nil {
+		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox, n.meupAttempted); err != nil {
 			n.Close()
 			return nil, err
 		}
+		if n.spaces, err = startSpaces(n); err != nil {
+			n.Close()
+			return nil, err
+		}
+		rec.meup = n.spaces.admit
 	}
 	if d, ok := mail.(*durableMail); ok {
 		n.wg.Add(1)
@@ -268,10 +276,32 @@ func Start(h *Home, opts Options) (*Node, error) {
 		defer n.wg.Done()
 		w.Run(ctx)
 	}()
+	if n.spaces != nil {
+		n.reload = func() { w.Reload(); n.spaces.reload() }
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.spaces.watch(ctx, trust.DefaultWatchInterval)
+		}()
+	}
 	if n.ob != nil {
 		n.ob.Start() // what earlier runs left in the outbox goes out now
 	}
+	if n.spaces != nil {
+		n.spaces.eng.Announce(ctx, "join") // queued in the outbox: it does not wait for peers
+	}
 	return n, nil
+}
+
+// leaveTimeout bounds the presence "leave" a closing node sends.
+const leaveTimeout = 2 * time.Second
+
+// meupAttempted passes a reliable MEUP attempt's outcome to the spaces.
+func (n *Node) meupAttempted(peer identity.PeerID, err error) error {
+	if n.spaces == nil {
+		return err
+	}
+	return n.spaces.attempted(peer, err)
 }
 
 // listPage is how many inbox items the node reads at a time.
@@ -302,6 +332,13 @@ func (n *Node) Close() error {
 	n.stopOnce.Do(func() { close(n.stopped); first = true })
 	if !first {
 		return nil
+	}
+	if n.spaces != nil {
+		// Tell the spaces' members this node leaves: one direct attempt
+		// each, bounded, before the links close.
+		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+		n.spaces.eng.Announce(ctx, "leave")
+		cancel()
 	}
 	n.cancel()
 	if n.ob != nil {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/meerkatd/meerkatd/comms"
@@ -17,6 +18,10 @@ const maxTrackedRequests = 1 << 16
 // requests are refused with a clear error.
 type recordingInbox struct {
 	mail mailStore
+	// meup, set on serving nodes, runs meup items through the space
+	// engine: refused ones and presence are acknowledged without being
+	// stored; undo takes back the engine's record if storing fails.
+	meup func(comms.Item) (deliver bool, undo func())
 
 	mu       sync.Mutex
 	requests map[identity.UUID]*trackedRequest
@@ -37,8 +42,53 @@ func newRecordingInbox(mail mailStore) *recordingInbox {
 // answers at once must find it recorded. A request whose admission then
 // fails stays recorded; it was never shown, so nobody answers it.
 func (ri *recordingInbox) Push(it comms.Item) error {
+	if isMEUP(it) {
+		deliver, undo, err := ri.admitMEUP(it)
+		if !deliver || err != nil {
+			return err
+		}
+		if err := ri.mail.Push(it); err != nil {
+			if !errors.Is(err, comms.ErrDuplicate) {
+				undo()
+			}
+			return err
+		}
+		return nil
+	}
 	ri.track(it)
 	return ri.mail.Push(it)
+}
+
+// errNoSpaces refuses meup envelopes on a node that runs no spaces (not
+// acknowledged: the sender retries when the daemon is up).
+var errNoSpaces = errors.New("this node runs no MEUP spaces")
+
+func isMEUP(it comms.Item) bool {
+	return it.Type == comms.ItemExternal && it.Envelope.Kind.Type() == wire.TypeMEUP
+}
+
+// admitMEUP asks the space engine about a meup item.
+func (ri *recordingInbox) admitMEUP(it comms.Item) (deliver bool, undo func(), err error) {
+	if ri.meup == nil {
+		return false, nil, errNoSpaces
+	}
+	deliver, undo = ri.meup(it)
+	return deliver, undo, nil
+}
+
+// undoAdmission takes back the space engine's record of a meup item
+// whose admission failed.
+type undoAdmission struct {
+	comms.Admission
+	undo func()
+}
+
+func (u undoAdmission) Wait() error {
+	err := u.Admission.Wait()
+	if err != nil && !errors.Is(err, comms.ErrDuplicate) {
+		u.undo()
+	}
+	return err
 }
 
 // PushAsync admits through the store's group commit when it has one (the
@@ -51,6 +101,13 @@ func (ri *recordingInbox) PushAsync(it comms.Item) comms.Admission {
 	})
 	if !ok {
 		return admittedNow(ri.Push(it))
+	}
+	if isMEUP(it) {
+		deliver, undo, err := ri.admitMEUP(it)
+		if !deliver || err != nil {
+			return admittedNow(err)
+		}
+		return undoAdmission{a.PushAsync(it), undo}
 	}
 	ri.track(it)
 	return a.PushAsync(it)

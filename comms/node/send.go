@@ -38,12 +38,21 @@ type sendOutcome struct {
 }
 
 // routerDeliverer makes the outbox's attempts on the Router.
-type routerDeliverer struct{ r *comms.Router }
+type routerDeliverer struct {
+	r *comms.Router
+	// meup, if set, is told the outcome of every MEUP attempt and returns
+	// the error the outbox gets (a peer that does not speak MEUP makes it
+	// permanent).
+	meup func(identity.PeerID, error) error
+}
 
 func (d routerDeliverer) Deliver(ctx context.Context, a outbox.Attempt) error {
 	err := d.r.Deliver(ctx, comms.Delivery{To: a.To, ID: a.ID, Payload: a.Payload, WantAck: a.WantAck, Queued: a.Queued})
 	if errors.Is(err, comms.ErrUnknownPeer) {
 		return outbox.Permanent(outbox.ReasonUnknownPeer, err)
+	}
+	if a.Kind == wire.TypeMEUP && d.meup != nil && ctx.Err() == nil {
+		return d.meup(a.To, err)
 	}
 	return err
 }
@@ -295,12 +304,12 @@ func (n *Node) outboxView() (outbox.Store, error) {
 }
 
 // newOutbox creates the outbox of a daemon node over st.
-func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Event)) (*outbox.Outbox, error) {
+func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Event), meup func(identity.PeerID, error) error) (*outbox.Outbox, error) {
 	backoff, err := h.Config.Outbox.BackoffDurations()
 	if err != nil {
 		return nil, err
 	}
-	return outbox.New(st, routerDeliverer{r}, outbox.Options{
+	return outbox.New(st, routerDeliverer{r, meup}, outbox.Options{
 		Backoff:         backoff,
 		MaxAttempts:     h.Config.Outbox.MaxAttempts,
 		BreakerFailures: h.Config.Outbox.BreakerFailures,

@@ -18,6 +18,7 @@ import (
 type Attempt struct {
 	To      identity.PeerID
 	ID      identity.UUID
+	Kind    string // the entry's kind type (message, request, response, meup, …)
 	Payload []byte
 	WantAck bool // false for kinds that are not acknowledged (responses)
 	// Queued is called by the Deliverer once the envelope is queued on
@@ -554,7 +555,7 @@ func (o *Outbox) dueLocked(q *peerQ, now time.Time) time.Time {
 func (o *Outbox) launch(it *item, results chan<- result) bool {
 	queued := make(chan struct{})
 	finished := make(chan struct{})
-	a := Attempt{To: it.e.To, ID: it.e.ID, Payload: it.e.Payload, WantAck: it.e.Kind != "response",
+	a := Attempt{To: it.e.To, ID: it.e.ID, Kind: it.e.Kind, Payload: it.e.Payload, WantAck: it.e.Kind != "response",
 		Queued: sync.OnceFunc(func() { close(queued) })}
 	o.observe(EventSent, it.e, it.e.Attempts+1, "")
 	o.wg.Add(1)

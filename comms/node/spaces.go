@@ -1,0 +1,663 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/comms/meup"
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/comms/space"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// SpacesFileName is the rosters file in a home.
+const SpacesFileName = "spaces.json"
+
+// SpacesPath is the home's rosters file.
+func (h *Home) SpacesPath() string { return filepath.Join(h.Dir, SpacesFileName) }
+
+// Space codes of *Error.
+const (
+	CodeUnknownSpace    = "unknown_space"    // no such space here, or this node is not in it
+	CodeUnknownProposal = "unknown_proposal" // no such proposal (or request) in the space
+)
+
+// noMEUPAfter is how many MEUP attempts in a row a peer may close the
+// connection on (without an ack) before the node takes it for a peer
+// that does not speak MEUP (the Rust reference closes on unknown kinds).
+const noMEUPAfter = 2
+
+// maxTrackedMEUPRequests bounds the mcp/requests remembered so that
+// space_respond can address the requester.
+const maxTrackedMEUPRequests = 4096
+
+// spaces is the node's part in MEUP spaces: the engine, the rosters file
+// and what the engine cannot know (peers closing on MEUP frames, the
+// requests received for space_respond).
+type spaces struct {
+	n      *Node
+	eng    *space.Engine
+	editMu sync.Mutex // serialises roster edits
+
+	mu       sync.Mutex
+	closes   map[identity.PeerID]int // MEUP attempts in a row the peer closed on
+	requests map[string]meupRequest  // space + "\x00" + MEUP id of mcp/requests received
+	reqOrder []string
+}
+
+type meupRequest struct {
+	from string   // the requester's participant id
+	to   []string // who it addressed
+}
+
+// startSpaces builds the space engine of a serving node.
+func startSpaces(n *Node) (*spaces, error) {
+	roster, err := space.LoadRoster(n.h.SpacesPath())
+	if err != nil {
+		return nil, err
+	}
+	var st space.Store = space.NewMemStore()
+	if d, ok := n.mail.(*durableMail); ok {
+		st = d.st.Spaces()
+	}
+	s := &spaces{n: n, closes: map[identity.PeerID]int{}, requests: map[string]meupRequest{}}
+	s.eng, err = space.New(st, s, roster, space.Options{
+		Self:        n.h.Key.ID(),
+		Protocol:    n.h.Config.MEUP.Protocol,
+		ProposalTTL: n.h.Config.MEUP.ProposalTTL(),
+		Trusted: func(k identity.PeerID) bool {
+			_, ok := n.r.Trust().Lookup(k)
+			return ok
+		},
+		Logger:     n.log,
+		SaveRoster: func(r *space.Roster) error { return r.Save(n.h.SpacesPath()) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// SendMEUP implements space.Sender: one MEUP envelope to one member, in a
+// signed Meerkat envelope of type meup.
+func (s *spaces) SendMEUP(ctx context.Context, to identity.PeerID, name string, envelope []byte, o space.SendOptions) (space.Delivery, error) {
+	env, err := wire.ParseJSON(envelope)
+	if err != nil {
+		return space.Delivery{}, err
+	}
+	m, err := wire.Map(wire.Member{Key: "type", Value: wire.Text(wire.TypeMEUP)}, wire.Member{Key: "space", Value: wire.Text(name)}, wire.Member{Key: "envelope", Value: env})
+	if err != nil {
+		return space.Delivery{}, err
+	}
+	kind, err := wire.NewKind(m)
+	if err != nil {
+		return space.Delivery{}, err
+	}
+	out, err := s.n.send(ctx, sendSpec{peer: to.String(), kind: kind, reliable: o.Reliable, ttl: o.TTL, noWait: o.NoWait})
+	d := space.Delivery{Delivery: out.delivery, LastError: out.lastError}
+	if !out.id.IsZero() {
+		d.ID = out.id.String()
+	}
+	if err != nil {
+		return d, Coded(err)
+	}
+	return d, nil
+}
+
+// attempted learns from the outcome of a reliable MEUP attempt to peer:
+// a peer that closes the connection on MEUP frames, again and again,
+// does not speak MEUP. Its MEUP envelopes then die at once (instead of
+// being retried for hours) and the engine stops sending it any.
+func (s *spaces) attempted(peer identity.PeerID, err error) error {
+	s.mu.Lock()
+	if err == nil {
+		delete(s.closes, peer)
+		s.mu.Unlock()
+		return nil
+	}
+	var off *comms.PeerOfflineError
+	if !errors.As(err, &off) || off.Reason != comms.OfflineClosed {
+		s.mu.Unlock()
+		return err
+	}
+	s.closes[peer]++
+	n := s.closes[peer]
+	s.mu.Unlock()
+	if n < noMEUPAfter {
+		return err
+	}
+	const why = "it closed the connection on MEUP envelopes: it does not speak MEUP (or does not trust this node)"
+	s.eng.NoMEUP(peer, why)
+	return outbox.Permanent(outbox.ReasonRejected, fmt.Errorf("%s: %w", why, err))
+}
+
+// admit runs a received meup item through the engine. It reports
+// whether the item goes to the inbox, and how to take back the engine's
+// record of it if the inbox then fails to store it.
+func (s *spaces) admit(it comms.Item) (deliver bool, undo func()) {
+	e := it.Envelope
+	name, _, raw, _ := parseMEUPRaw(e.Kind)
+	s.mu.Lock()
+	delete(s.closes, e.From) // it speaks MEUP
+	s.mu.Unlock()
+	v := s.eng.Receive(e.From, name, raw)
+	if v.Refused != nil {
+		s.n.auditRefusedMEUP(it, v.Refused)
+		return false, nil
+	}
+	if !v.Deliver {
+		return false, nil
+	}
+	if v.Envelope.Kind == meup.KindMCPRequest {
+		s.track(name, v.Envelope)
+	}
+	from, id := e.From, v.Envelope.ID
+	return true, func() { s.eng.Undo(name, from, id) }
+}
+
+// track remembers an mcp/request for space_respond.
+func (s *spaces) track(name string, env meup.Envelope) {
+	key := name + "\x00" + env.ID
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.requests[key]; !ok {
+		s.reqOrder = append(s.reqOrder, key)
+	}
+	s.requests[key] = meupRequest{from: env.From, to: env.To}
+	for len(s.reqOrder) > maxTrackedMEUPRequests {
+		delete(s.requests, s.reqOrder[0])
+		s.reqOrder = s.reqOrder[1:]
+	}
+}
+
+func (s *spaces) request(name, id string) (meupRequest, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.requests[name+"\x00"+id]
+	return r, ok
+}
+
+// auditRefusedMEUP records a refused MEUP envelope: the Meerkat envelope
+// was acknowledged (so its sender does not retry it) and stored nowhere.
+func (n *Node) auditRefusedMEUP(it comms.Item, r *space.Refusal) {
+	if n.audit == nil {
+		return
+	}
+	e := it.Envelope
+	reason := "meup " + r.Reason
+	if r.Kind != "" {
+		reason += " (" + r.Kind + ")"
+	}
+	n.audit.Record(audit.Record{Dir: audit.DirIn, Event: audit.EventRefused, Peer: it.PeerName, Key: e.From.String(),
+		Kind: wire.TypeMEUP, ID: e.ID.String(), Size: it.Size, Reason: reason})
+}
+
+// parseMEUPRaw returns a meup kind's space and envelope JSON text.
+func parseMEUPRaw(k wire.Kind) (name string, env wire.Value, raw []byte, ok bool) {
+	sv, _ := k.Field("space")
+	name, _ = sv.Text()
+	env, ok = k.Field("envelope")
+	if !ok {
+		return name, env, nil, false
+	}
+	raw, err := env.MarshalJSON()
+	return name, env, raw, err == nil
+}
+
+// parseMEUP returns a meup kind's space and normalised envelope.
+func parseMEUP(k wire.Kind) (name string, env meup.Envelope, raw []byte, ok bool) {
+	if k.Type() != wire.TypeMEUP {
+		return "", env, nil, false
+	}
+	name, _, raw, ok = parseMEUPRaw(k)
+	if !ok {
+		return name, env, raw, false
+	}
+	env, err := meup.Parse(raw)
+	return name, env, raw, err == nil
+}
+
+// meupItem is a stored meup kind as Receive shows it.
+func meupItem(k wire.Kind) *MEUPItem {
+	name, env, raw, ok := parseMEUP(k)
+	if raw == nil {
+		return &MEUPItem{Space: name}
+	}
+	it := &MEUPItem{Space: name, Envelope: json.RawMessage(raw)}
+	if ok {
+		it.ID, it.Kind, it.Participant, it.To, it.Context = env.ID, env.Kind, env.From, env.To, env.Context
+	}
+	return it
+}
+
+// ---- API ----
+
+// needSpaces returns the engine, or the error for a node without one.
+func (n *Node) needSpaces() (*spaces, error) {
+	if n.closing() {
+		return nil, Coded(ErrClosed)
+	}
+	if n.spaces == nil {
+		return nil, errorf(CodeNoDaemon, "no daemon is running for %s: spaces need it (start it with meerkatd run --home %s)", n.h.Dir, n.h.Dir)
+	}
+	return n.spaces, nil
+}
+
+// Spaces implements [API]. Without a running node it shows the rosters
+// file (presence and grants unknown).
+func (n *Node) Spaces(context.Context) ([]SpaceInfo, error) {
+	if n.closing() {
+		return nil, Coded(ErrClosed)
+	}
+	if n.spaces != nil {
+		return n.spaces.eng.Spaces(), nil
+	}
+	roster, err := space.LoadRoster(n.h.SpacesPath())
+	if err != nil {
+		return nil, errorf(CodeBadArgument, "%s: %v", SpacesFileName, err)
+	}
+	eng, err := space.New(space.NewMemStore(), nil, roster, space.Options{Self: n.h.Key.ID(), Trusted: func(k identity.PeerID) bool {
+		_, ok := n.r.Trust().Lookup(k)
+		return ok
+	}})
+	if err != nil {
+		return nil, Coded(err)
+	}
+	return eng.Spaces(), nil
+}
+
+// Proposals implements [API].
+func (n *Node) Proposals(_ context.Context, q ProposalQuery) ([]Proposal, error) {
+	s, err := n.needSpaces()
+	if err != nil {
+		return nil, err
+	}
+	ps, err := s.eng.Proposals(q.Space, q.State)
+	if err != nil {
+		return nil, Coded(err)
+	}
+	out := make([]Proposal, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, proposalView(p))
+	}
+	return out, nil
+}
+
+func proposalView(p space.Proposal) Proposal {
+	return Proposal{Space: p.Space, ID: p.ID, Proposer: p.Proposer, Key: p.Key.String(), To: p.To, Payload: p.Payload,
+		State: p.State, Created: p.Created.UTC(), Expires: p.Expires.UTC(), Updated: p.Updated.UTC(), By: p.By, Reason: p.Reason,
+		RequestID: p.RequestID, ResponseID: p.ResponseID}
+}
+
+// SpaceEdit implements [API].
+func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
+	if n.closing() {
+		return SpaceInfo{}, Coded(ErrClosed)
+	}
+	if n.spaces != nil {
+		n.spaces.editMu.Lock()
+		defer n.spaces.editMu.Unlock()
+	}
+	roster, err := n.currentRoster()
+	if err != nil {
+		return SpaceInfo{}, err
+	}
+	if err := n.applyEdit(roster, e); err != nil {
+		return SpaceInfo{}, err
+	}
+	data, err := json.Marshal(roster)
+	if err != nil {
+		return SpaceInfo{}, Coded(err)
+	}
+	checked, err := space.ParseRoster(data)
+	if err != nil {
+		return SpaceInfo{}, errorf(CodeBadArgument, "%v", err)
+	}
+	if err := checked.Save(n.h.SpacesPath()); err != nil {
+		return SpaceInfo{}, Coded(err)
+	}
+	if n.spaces != nil {
+		n.spaces.eng.SetRoster(checked)
+	}
+	infos, err := n.Spaces(context.Background())
+	if err != nil {
+		return SpaceInfo{}, err
+	}
+	for _, in := range infos {
+		if strings.EqualFold(in.Name, e.Space) {
+			return in, nil
+		}
+	}
+	return SpaceInfo{Name: e.Space}, nil // deleted, or this node is no member
+}
+
+// currentRoster is a private copy of the rosters in force: the engine's
+// when running, else the file's.
+func (n *Node) currentRoster() (*space.Roster, error) {
+	var r *space.Roster
+	if n.spaces != nil {
+		r = n.spaces.eng.Roster()
+	} else {
+		var err error
+		if r, err = space.LoadRoster(n.h.SpacesPath()); err != nil {
+			return nil, errorf(CodeBadArgument, "%s: %v", SpacesFileName, err)
+		}
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, Coded(err)
+	}
+	var c space.Roster
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, Coded(err)
+	}
+	return &c, nil
+}
+
+// defaultMemberCaps are a new member's capabilities when none are given:
+// chat and proposals, nothing that acts.
+var defaultMemberCaps = []meup.Capability{
+	{Kind: json.RawMessage(`"chat"`)},
+	{Kind: json.RawMessage(`["mcp/proposal","mcp/withdraw"]`)},
+}
+
+// applyEdit changes r as e says.
+func (n *Node) applyEdit(r *space.Roster, e SpaceEdit) error {
+	idx := slices.IndexFunc(r.Spaces, func(c space.Config) bool { return strings.EqualFold(c.Name, e.Space) })
+	if e.Space == "" {
+		return errorf(CodeBadArgument, "space: a space name is needed")
+	}
+	caps := func(def []meup.Capability) ([]meup.Capability, error) {
+		if len(e.Capabilities) == 0 {
+			return def, nil
+		}
+		c, err := meup.ParseCapabilities(e.Capabilities)
+		if err != nil {
+			return nil, errorf(CodeBadArgument, "capabilities: %v", err)
+		}
+		return c, nil
+	}
+	switch e.Op {
+	case SpaceCreate:
+		if idx >= 0 {
+			return errorf(CodeBadArgument, "space %q exists already", r.Spaces[idx].Name)
+		}
+		if e.As == "" {
+			return errorf(CodeBadArgument, "create: this node's participant id (as) is needed")
+		}
+		c, err := caps([]meup.Capability{{Kind: json.RawMessage(`"*"`)}})
+		if err != nil {
+			return err
+		}
+		r.Spaces = append(r.Spaces, space.Config{Name: e.Space, Delivery: e.Delivery,
+			Members: []space.Member{{Key: n.h.Key.ID(), ID: e.As, Capabilities: c}}})
+		return nil
+	case SpaceDelete, SpaceAdd, SpaceRemove:
+		if idx < 0 {
+			return errorf(CodeUnknownSpace, "no space %q here (meerkatd space list shows them)", e.Space)
+		}
+	default:
+		return errorf(CodeBadArgument, "op %q: want create, delete, add or remove", e.Op)
+	}
+	sp := &r.Spaces[idx]
+	switch e.Op {
+	case SpaceDelete:
+		r.Spaces = slices.Delete(r.Spaces, idx, idx+1)
+	case SpaceAdd:
+		if e.Peer == "" || e.ID == "" {
+			return errorf(CodeBadArgument, "add: the member's key (or trusted peer) and participant id are needed")
+		}
+		key, err := n.memberKey(e.Peer)
+		if err != nil {
+			return err
+		}
+		c, err := caps(defaultMemberCaps)
+		if err != nil {
+			return err
+		}
+		sp.Members = slices.DeleteFunc(sp.Members, func(m space.Member) bool { return m.Key == key })
+		sp.Members = append(sp.Members, space.Member{Key: key, ID: e.ID, Capabilities: c})
+	case SpaceRemove:
+		ref := e.ID
+		if ref == "" {
+			ref = e.Peer
+		}
+		before := len(sp.Members)
+		sp.Members = slices.DeleteFunc(sp.Members, func(m space.Member) bool { return m.ID == ref || m.Key.String() == ref })
+		if len(sp.Members) == before {
+			return errorf(CodeBadArgument, "space %q has no member %q", sp.Name, ref)
+		}
+	}
+	return nil
+}
+
+// memberKey resolves a member reference: a key (trusted or not), or the
+// name or peer UUID of a trusted peer.
+func (n *Node) memberKey(ref string) (identity.PeerID, error) {
+	if k, err := identity.ParsePeerID(ref); err == nil {
+		return k, nil
+	}
+	p, err := n.r.ResolvePeer(ref)
+	if err != nil {
+		return identity.PeerID{}, errorf(CodeUnknownPeer, "%q is neither a key (ed25519:…) nor a trusted peer's name or UUID", ref)
+	}
+	return p.ID, nil
+}
+
+// SpaceSend implements [API].
+func (n *Node) SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error) {
+	s, err := n.needSpaces()
+	if err != nil {
+		return SpaceSent{}, err
+	}
+	if m.TTL < 0 || m.TTL > MaxTTL {
+		return SpaceSent{}, errorf(CodeBadArgument, "ttl %s: want 0 to %s", m.TTL, MaxTTL)
+	}
+	d, err := s.draft(m)
+	if err != nil {
+		return SpaceSent{}, err
+	}
+	sent, err := s.eng.Send(ctx, m.Space, d, space.SendOptions{Reliable: m.Reliable, TTL: m.TTL, NoWait: m.NoWait})
+	if err != nil {
+		return SpaceSent{}, spaceErr(err)
+	}
+	env, err := sent.Envelope.Encode(n.h.Config.MEUP.Protocol)
+	if err != nil {
+		return SpaceSent{}, Coded(err)
+	}
+	copies := sent.Copies
+	if copies == nil {
+		copies = []SpaceCopy{}
+	}
+	return SpaceSent{Space: m.Space, ID: sent.Envelope.ID, Kind: sent.Envelope.Kind, Envelope: env, Copies: copies}, nil
+}
+
+// spaceErr gives engine errors their API codes.
+func spaceErr(err error) error {
+	var me *meup.Error
+	if errors.As(err, &me) {
+		switch me.Reason {
+		case meup.ReasonUnknownSpace, meup.ReasonNotAMember:
+			return &Error{Code: CodeUnknownSpace, Msg: UserText(err), Err: err}
+		case meup.ReasonUnknownProposal:
+			return &Error{Code: CodeUnknownProposal, Msg: UserText(err), Err: err}
+		}
+		return &Error{Code: CodeBadArgument, Msg: UserText(err), Err: err}
+	}
+	return Coded(err)
+}
+
+// object builds a JSON object from name/value pairs, leaving out nil and
+// empty raw values.
+func object(pairs ...any) (json.RawMessage, error) {
+	m := map[string]any{}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		v := pairs[i+1]
+		switch x := v.(type) {
+		case json.RawMessage:
+			if len(x) == 0 {
+				continue
+			}
+		case string:
+			if x == "" {
+				continue
+			}
+		}
+		m[pairs[i].(string)] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, errorf(CodeBadArgument, "%v", err)
+	}
+	return b, nil
+}
+
+// draft turns a SpaceMessage into the envelope the engine sends.
+func (s *spaces) draft(m SpaceMessage) (space.Draft, error) {
+	d := space.Draft{Kind: m.Kind, To: m.To, CorrelationID: m.CorrelationID, Context: m.Context, Payload: m.Payload}
+	var err error
+	proposal := func() (space.Proposal, error) {
+		if m.Proposal == "" {
+			return space.Proposal{}, errorf(CodeBadArgument, "%s: the proposal id is needed", m.Action)
+		}
+		ps, err := s.eng.Proposals(m.Space, "")
+		if err != nil {
+			return space.Proposal{}, Coded(err)
+		}
+		for _, p := range ps {
+			if p.ID == m.Proposal {
+				return p, nil
+			}
+		}
+		return space.Proposal{}, errorf(CodeUnknownProposal, "space %q has no proposal %q (list_proposals shows them)", m.Space, m.Proposal)
+	}
+	switch m.Action {
+	case "", ActSend:
+		if m.Kind == "" {
+			return d, errorf(CodeBadArgument, "send: a MEUP kind is needed")
+		}
+	case ActChat:
+		d.Kind = meup.KindChat
+		d.Payload, err = object("text", m.Text)
+	case ActPropose:
+		if m.Method == "" {
+			return d, errorf(CodeBadArgument, "propose: the method (e.g. tools/call) is needed")
+		}
+		d.Kind = meup.KindMCPProposal
+		d.Payload, err = object("method", m.Method, "params", m.Params)
+	case ActFulfill:
+		p, perr := proposal()
+		if perr != nil {
+			return d, perr
+		}
+		if p.State != space.ProposalPending {
+			return d, errorf(CodeBadArgument, "proposal %q is %s, not pending", p.ID, p.State)
+		}
+		d.Kind, d.Payload, d.CorrelationID = meup.KindMCPRequest, p.Payload, []string{p.ID}
+		if len(d.To) == 0 {
+			d.To = p.To
+		}
+	case ActReject, ActWithdraw:
+		p, perr := proposal()
+		if perr != nil {
+			return d, perr
+		}
+		d.CorrelationID = []string{p.ID}
+		if m.Action == ActReject {
+			d.Kind = meup.KindMCPReject
+			d.Payload, err = object("reason", m.Reason)
+			if len(d.To) == 0 {
+				d.To = []string{p.Proposer}
+			}
+		} else {
+			d.Kind, d.Payload = meup.KindMCPWithdraw, json.RawMessage(`{}`)
+		}
+	case ActRespond:
+		if m.Request == "" {
+			return d, errorf(CodeBadArgument, "respond: the request id is needed")
+		}
+		if (len(m.Result) == 0) == (len(m.Error) == 0) {
+			return d, errorf(CodeBadArgument, "respond: give a result or an error (one of them)")
+		}
+		req, ok := s.request(m.Space, m.Request)
+		if !ok {
+			return d, errorf(CodeUnknownProposal, "no mcp/request %q was received in space %q (or it was too long ago)", m.Request, m.Space)
+		}
+		d.Kind, d.CorrelationID = meup.KindMCPResponse, []string{m.Request}
+		d.Payload, err = object("result", m.Result, "error", m.Error)
+		if len(d.To) == 0 {
+			d.To = []string{req.from}
+		}
+	case ActGrant, ActRevoke:
+		if m.Recipient == "" {
+			return d, errorf(CodeBadArgument, "%s: the recipient's participant id is needed", m.Action)
+		}
+		if len(d.To) == 0 {
+			d.To = []string{m.Recipient}
+		}
+		if m.Action == ActGrant {
+			if len(m.Capabilities) == 0 {
+				return d, errorf(CodeBadArgument, "grant: the capabilities to grant are needed")
+			}
+			d.Kind = meup.KindCapabilityGrant
+			d.Payload, err = object("recipient", m.Recipient, "capabilities", m.Capabilities)
+		} else {
+			if m.GrantID == "" && len(m.Capabilities) == 0 {
+				return d, errorf(CodeBadArgument, "revoke: a grant id or capabilities are needed")
+			}
+			d.Kind = meup.KindCapabilityRevoke
+			d.Payload, err = object("recipient", m.Recipient, "grant_id", m.GrantID, "capabilities", m.Capabilities)
+		}
+	default:
+		return d, errorf(CodeBadArgument, "action %q: want send, chat, propose, fulfill, respond, reject, withdraw, grant or revoke", m.Action)
+	}
+	return d, err
+}
+
+// loadRosterFile re-reads the rosters file into the engine (SIGHUP, or
+// the file changed).
+func (s *spaces) reload() {
+	r, err := space.LoadRoster(s.n.h.SpacesPath())
+	if err != nil {
+		s.n.log.Error("spaces file not reloaded; keeping the previous rosters", "err", err)
+		return
+	}
+	s.eng.SetRoster(r)
+	s.n.log.Info("spaces reloaded", "spaces", len(r.Spaces))
+}
+
+// watch reloads the rosters file when it changes, until ctx ends.
+func (s *spaces) watch(ctx context.Context, every time.Duration) {
+	stamp := func() string {
+		fi, err := os.Stat(s.n.h.SpacesPath())
+		if err != nil {
+			return "absent"
+		}
+		return fmt.Sprint(fi.ModTime().UnixNano(), fi.Size())
+	}
+	last := stamp()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if now := stamp(); now != last {
+			last = now
+			s.reload()
+		}
+	}
+}
