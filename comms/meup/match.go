@@ -1,0 +1,470 @@
+package meup
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/bmatcuk/doublestar/v4"
+	"github.com/theory/jsonpath"
+)
+
+// Matcher is a compiled set of capabilities: a participant may send an
+// envelope when any of them matches it. It is immutable and safe for
+// concurrent use. The zero Matcher (and a nil one) allows nothing.
+type Matcher struct {
+	caps []compiledCap
+}
+
+type compiledCap struct {
+	anyKind    bool      // kind "*" or "**": every kind
+	kind       []pattern // one-of
+	kindTree   any       // the kind as decoded, for Covers
+	payload    *objectPattern
+	payloadSrc map[string]any // the payload pattern as decoded, nil if none
+}
+
+// pattern matches one decoded JSON value.
+type pattern interface {
+	match(v any) bool
+}
+
+type (
+	literalPattern string // a string without '*' or '?': equality
+	globPattern    string // doublestar glob; never matches ""
+	regexPattern   struct{ re *regexp.Regexp }
+	notPattern     struct{ p pattern } // a string not matched by p
+	oneOfPattern   []pattern
+	numberPattern  string // numKey of the number
+	boolPattern    bool
+	nullPattern    struct{}
+	objectPattern  struct{ fields []fieldPattern }
+)
+
+// fieldPattern is one key of an object pattern.
+type fieldPattern struct {
+	key   string
+	mode  int // fieldExact, fieldGlob, fieldDeep, fieldPath
+	path  *jsonpath.Path
+	value pattern
+}
+
+const (
+	fieldExact = iota // the key itself
+	fieldGlob         // some key matching the glob
+	fieldDeep         // "**": some value at any depth
+	fieldPath         // "$…": some node the JSONPath query selects
+)
+
+func (p literalPattern) match(v any) bool {
+	s, ok := v.(string)
+	return ok && s == string(p)
+}
+
+func (p globPattern) match(v any) bool {
+	s, ok := v.(string)
+	return ok && s != "" && doublestar.MatchUnvalidated(string(p), s)
+}
+
+func (p regexPattern) match(v any) bool {
+	s, ok := v.(string)
+	return ok && p.re.MatchString(s)
+}
+
+func (p notPattern) match(v any) bool {
+	s, ok := v.(string)
+	return ok && !p.p.match(s)
+}
+
+func (p oneOfPattern) match(v any) bool {
+	for _, q := range p {
+		if q.match(v) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p numberPattern) match(v any) bool {
+	n, ok := v.(json.Number)
+	return ok && numKey(string(n)) == string(p)
+}
+
+func (p boolPattern) match(v any) bool {
+	b, ok := v.(bool)
+	return ok && b == bool(p)
+}
+
+func (nullPattern) match(v any) bool { return v == nil }
+
+func (p *objectPattern) match(v any) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	for _, f := range p.fields {
+		if !f.match(m) {
+			return false
+		}
+	}
+	return true
+}
+
+func (f *fieldPattern) match(m map[string]any) bool {
+	switch f.mode {
+	case fieldExact:
+		v, ok := m[f.key]
+		return ok && f.value.match(v)
+	case fieldGlob:
+		for k, v := range m {
+			if k != "" && doublestar.MatchUnvalidated(f.key, k) && f.value.match(v) {
+				return true
+			}
+		}
+		return false
+	case fieldDeep:
+		return deepMatch(f.value, m)
+	case fieldPath:
+		for _, v := range f.path.Select(m) {
+			if f.value.match(v) {
+				return true
+			}
+		}
+		return false
+	}
+	return false
+}
+
+// deepMatch reports whether p matches v or any value nested in v.
+func deepMatch(p pattern, v any) bool {
+	if p.match(v) {
+		return true
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		for _, y := range x {
+			if deepMatch(p, y) {
+				return true
+			}
+		}
+	case []any:
+		for _, y := range x {
+			if deepMatch(p, y) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Compile compiles caps once (globs, regexes, JSONPath keys). Anything
+// malformed fails the whole set: the caller keeps nothing (fail closed).
+func Compile(caps []Capability) (*Matcher, error) {
+	if len(caps) > MaxCapabilities {
+		return nil, invalid("capabilities", "more than %d capabilities", MaxCapabilities)
+	}
+	m := &Matcher{caps: make([]compiledCap, 0, len(caps))}
+	for i, c := range caps {
+		cc, err := compileCap(c)
+		if err != nil {
+			return nil, withField(err, fmt.Sprintf("capabilities[%d]", i))
+		}
+		m.caps = append(m.caps, cc)
+	}
+	return m, nil
+}
+
+func compileCap(c Capability) (compiledCap, error) {
+	var cc compiledCap
+	if len(c.Kind)+len(c.Payload) > MaxCapabilityJSON {
+		return cc, invalid("", "larger than %d bytes", MaxCapabilityJSON)
+	}
+	if len(c.Kind) == 0 {
+		return cc, invalid("kind", "missing")
+	}
+	kt, err := decodeStrict(c.Kind, MaxDepth)
+	if err != nil {
+		return cc, invalid("kind", "%v", err)
+	}
+	if err := patternBounds(kt); err != nil {
+		return cc, withField(err, "kind")
+	}
+	cc.kindTree = kt
+	switch k := kt.(type) {
+	case string:
+		if k == "*" || k == "**" {
+			cc.anyKind = true
+		}
+		p, err := compileString(k)
+		if err != nil {
+			return cc, withField(err, "kind")
+		}
+		cc.kind = []pattern{p}
+	case []any:
+		if len(k) == 0 {
+			return cc, invalid("kind", "an empty array allows nothing")
+		}
+		for _, x := range k {
+			s, ok := x.(string)
+			if !ok {
+				return cc, invalid("kind", "not a string or an array of strings")
+			}
+			if s == "*" || s == "**" {
+				cc.anyKind = true
+			}
+			p, err := compileString(s)
+			if err != nil {
+				return cc, withField(err, "kind")
+			}
+			cc.kind = append(cc.kind, p)
+		}
+	default:
+		return cc, invalid("kind", "not a string or an array of strings")
+	}
+	if len(c.Payload) > 0 {
+		pt, err := decodeStrict(c.Payload, MaxDepth)
+		if err != nil {
+			return cc, invalid("payload", "%v", err)
+		}
+		if pt != nil { // "payload": null is no constraint
+			obj, ok := pt.(map[string]any)
+			if !ok {
+				return cc, invalid("payload", "not a JSON object")
+			}
+			if err := patternBounds(obj); err != nil {
+				return cc, withField(err, "payload")
+			}
+			if cc.payload, err = compileObject(obj); err != nil {
+				return cc, withField(err, "payload")
+			}
+			cc.payloadSrc = obj
+		}
+	}
+	return cc, nil
+}
+
+// compileString compiles a string pattern: "/re/" (RE2, unanchored),
+// "!p" (a string p does not match; p a glob or a literal), a glob when
+// it holds '*' or '?', else a literal.
+func compileString(s string) (pattern, error) {
+	if len(s) > MaxPatternLen {
+		return nil, invalid("", "a pattern is longer than %d bytes", MaxPatternLen)
+	}
+	if len(s) >= 2 && s[0] == '/' && s[len(s)-1] == '/' {
+		re, err := regexp.Compile(s[1 : len(s)-1])
+		if err != nil {
+			return nil, invalid("", "bad regular expression %s", quoteShort(s))
+		}
+		return regexPattern{re}, nil
+	}
+	if rest, ok := strings.CutPrefix(s, "!"); ok {
+		p, err := compileGlob(rest)
+		if err != nil {
+			return nil, err
+		}
+		return notPattern{p}, nil
+	}
+	return compileGlob(s)
+}
+
+func isGlob(s string) bool { return strings.ContainsAny(s, "*?") }
+
+func compileGlob(s string) (pattern, error) {
+	if !isGlob(s) {
+		return literalPattern(s), nil
+	}
+	if !doublestar.ValidatePattern(s) {
+		return nil, invalid("", "bad glob %s", quoteShort(s))
+	}
+	return globPattern(s), nil
+}
+
+// compileValue compiles the pattern a payload key maps to.
+func compileValue(v any) (pattern, error) {
+	switch x := v.(type) {
+	case string:
+		return compileString(x)
+	case json.Number:
+		return numberPattern(numKey(string(x))), nil
+	case bool:
+		return boolPattern(x), nil
+	case nil:
+		return nullPattern{}, nil
+	case []any:
+		p := make(oneOfPattern, 0, len(x))
+		for _, y := range x {
+			q, err := compileValue(y)
+			if err != nil {
+				return nil, err
+			}
+			p = append(p, q)
+		}
+		return p, nil
+	case map[string]any:
+		return compileObject(x)
+	}
+	return nil, invalid("", "not a JSON value")
+}
+
+func compileObject(obj map[string]any) (*objectPattern, error) {
+	p := &objectPattern{fields: make([]fieldPattern, 0, len(obj))}
+	for k, v := range obj {
+		f := fieldPattern{key: k}
+		switch {
+		case k == "**":
+			f.mode = fieldDeep
+		case strings.HasPrefix(k, "$"):
+			path, err := jsonpath.Parse(k)
+			if err != nil {
+				return nil, invalid(quoteShort(k), "bad JSONPath query")
+			}
+			f.mode, f.path = fieldPath, path
+		case isGlob(k):
+			if !doublestar.ValidatePattern(k) {
+				return nil, invalid(quoteShort(k), "bad glob")
+			}
+			f.mode = fieldGlob
+		}
+		value, err := compileValue(v)
+		if err != nil {
+			return nil, withField(err, k)
+		}
+		f.value = value
+		p.fields = append(p.fields, f)
+	}
+	return p, nil
+}
+
+// Allows reports whether some capability matches the envelope's kind and
+// payload.
+func (m *Matcher) Allows(e Envelope) bool {
+	if m == nil {
+		return false
+	}
+	var payload any
+	decoded, bad := false, false
+	for i := range m.caps {
+		c := &m.caps[i]
+		if !c.matchKind(e.Kind) {
+			continue
+		}
+		if c.payload == nil {
+			return true
+		}
+		if !decoded {
+			decoded = true
+			payload, bad = decodePayload(e.Payload)
+		}
+		if !bad && c.payload.match(payload) {
+			return true
+		}
+	}
+	return false
+}
+
+// decodePayload decodes an envelope's payload for matching. An absent or
+// non-object payload is matched as an empty object; one that does not
+// decode (Parse and Validate refuse it) matches no payload pattern.
+func decodePayload(raw json.RawMessage) (any, bool) {
+	if len(raw) == 0 {
+		return map[string]any{}, false
+	}
+	v, err := decodeStrict(raw, MaxDepth)
+	if err != nil {
+		return nil, true
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return map[string]any{}, false
+	}
+	return v, false
+}
+
+func (c *compiledCap) matchKind(kind string) bool {
+	if c.anyKind {
+		return true
+	}
+	for _, p := range c.kind {
+		if p.match(kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// Covers reports whether every envelope c can match is certainly matched
+// by this set too (a conservative test: false when unsure). A grant may
+// only pass on capabilities its granter's set covers.
+//
+// A malformed c is never covered. Otherwise c is covered when one held
+// capability h covers it on its own:
+//
+//   - kind: h's kind is "*" or "**"; or h's kind is the same pattern as
+//     c's (same string, or same array); or c's kind is a literal kind (or
+//     an array of literal kinds: no glob, regex or negation) that h's
+//     kind pattern matches;
+//   - payload: h has no payload pattern (or an empty one); or c has one
+//     and every key of h's payload pattern is in c's with a deep-equal
+//     value (numbers by value), or, when both values are objects, with
+//     c's object covering h's by this same rule, recursively.
+//
+// Two sets that allow the same envelopes in different words may thus not
+// cover each other; that refuses a grant, never widens one.
+func (m *Matcher) Covers(c Capability) bool {
+	if m == nil {
+		return false
+	}
+	cc, err := compileCap(c)
+	if err != nil {
+		return false
+	}
+	for i := range m.caps {
+		h := &m.caps[i]
+		if h.coversKind(&cc) && (len(h.payloadSrc) == 0 || (cc.payloadSrc != nil && objectCovers(h.payloadSrc, cc.payloadSrc))) {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *compiledCap) coversKind(c *compiledCap) bool {
+	if h.anyKind || jsonEqual(h.kindTree, c.kindTree) {
+		return true
+	}
+	var kinds []string
+	switch k := c.kindTree.(type) {
+	case string:
+		kinds = []string{k}
+	case []any:
+		for _, x := range k {
+			s, _ := x.(string)
+			kinds = append(kinds, s)
+		}
+	}
+	for _, k := range kinds {
+		if !ValidKind(k) || !h.matchKind(k) {
+			return false // a pattern, or a kind h does not allow
+		}
+	}
+	return len(kinds) > 0
+}
+
+// objectCovers reports whether payload pattern c is certainly at least
+// as narrow as h: every constraint of h appears in c.
+func objectCovers(h, c map[string]any) bool {
+	for k, hv := range h {
+		cv, ok := c[k]
+		if !ok {
+			return false
+		}
+		if jsonEqual(hv, cv) {
+			continue
+		}
+		ho, ok1 := hv.(map[string]any)
+		co, ok2 := cv.(map[string]any)
+		if !ok1 || !ok2 || !objectCovers(ho, co) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,364 @@
+package space
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/meup"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// Tunables of an Engine. They bound what peers can make it hold and how
+// often it answers them.
+const (
+	DefaultProposalTTL = time.Hour
+	MaxGrantsPerSpace  = 1024 // live grants in one space
+	MaxPendingPerPeer  = 256  // pending proposals of one proposer in one space
+	MaxTrackedPerSpace = 4096 // proposals kept in memory per space (closed ones go first)
+	MaxConcurrentSends = 16   // copies in flight at once for one Send or Announce
+
+	errorBurst    = 5                // system/error answers a (space, sender) may get at once
+	errorRefill   = 10 * time.Second // then one more per this much time
+	maxLimiters   = 4096             // (space, sender) rate limiters kept
+	replyTimeout  = 10 * time.Second // bound on one reply's SendMEUP (it does not wait for the network)
+	replyTTL      = 10 * time.Minute // time-to-live of replies (errors, welcome, grant-ack)
+	presenceTTL   = 10 * time.Minute // of a reliable presence join
+	maxSenderRefs = 8192             // NoMEUP marks kept
+)
+
+// Errors returned by the engine.
+var (
+	// ErrUnknownSpace: no such space in the roster, or this node is not a
+	// member of it.
+	ErrUnknownSpace = errors.New("space: unknown space")
+	// ErrInvalid: a draft that does not make a valid envelope.
+	ErrInvalid = errors.New("space: invalid envelope")
+)
+
+// Presence states as [MemberInfo] shows them.
+const (
+	PresenceOnline  = "online"
+	PresenceOffline = "offline"
+	PresenceUnknown = "unknown"
+)
+
+// Member states as [MemberInfo] shows them.
+const (
+	StatusActive  = "active"
+	StatusPending = "pending" // its key is not trusted here: it receives nothing and is refused
+	StatusNoMEUP  = "no_meup" // its node does not take MEUP envelopes: no copies go to it
+)
+
+// Options configure an Engine. The zero value of each field is a
+// sensible default, except Self, which is required.
+type Options struct {
+	Self        identity.PeerID            // this node's key
+	Protocol    string                     // emitted protocol ("" : meup.DefaultProtocol)
+	ProposalTTL time.Duration              // a pending proposal expires after this (0: 1 hour)
+	Trusted     func(identity.PeerID) bool // whether a key is in the trust list now (nil: none is)
+	Now         func() time.Time           // nil: time.Now
+	Logger      *slog.Logger               // nil: discard
+	Observe     func(Refusal)              // told of every refused envelope (audit); must not block
+
+	// SaveRoster persists a roster the engine changed itself (a kick or
+	// an invite, received or sent). It is called with the engine's lock
+	// held, so it must not call the engine. nil: changes live in memory
+	// only. An error is logged; the change stays in force.
+	SaveRoster func(*Roster) error
+}
+
+func (o *Options) setDefaults() {
+	if o.Protocol == "" {
+		o.Protocol = meup.DefaultProtocol
+	}
+	if o.ProposalTTL <= 0 {
+		o.ProposalTTL = DefaultProposalTTL
+	}
+	if o.Trusted == nil {
+		o.Trusted = func(identity.PeerID) bool { return false }
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Engine runs the spaces of one node. Its methods are safe for concurrent
+// use. It starts no goroutines of its own: Send and Announce wait for the
+// copies they start.
+type Engine struct {
+	st   Store
+	snd  Sender
+	opts Options
+	log  *slog.Logger
+
+	mu        sync.Mutex // guards the fields below; never held while calling the Sender or Observe
+	roster    *Roster    // in force; never handed out (copies are)
+	spaces    map[string]*spaceState
+	grants    map[string][]*grantEntry    // by space, oldest first; mirrors the Store
+	proposals map[string]*proposalIndex   // by space
+	noMEUP    map[identity.PeerID]string  // peers that refused MEUP frames, and why
+	limiters  map[limiterKey]*tokenBucket // system/error answers per (space, sender)
+}
+
+// spaceState is one space of the roster as the engine runs it.
+type spaceState struct {
+	cfg   Config
+	self  *memberState // nil: this node is not a member, the space is not active here
+	byKey map[identity.PeerID]*memberState
+	byID  map[string]*memberState
+	order []*memberState // roster order
+}
+
+// memberState is one member and what the engine learnt about it. The
+// learnt part (presence, last seen, refusals) survives roster changes
+// that keep the member's key.
+type memberState struct {
+	Member
+	roster   *meup.Matcher   // its roster capabilities, compiled
+	matchers []*meup.Matcher // roster and live grants; nil: to be rebuilt
+
+	presence string
+	lastSeen time.Time
+	refused  uint64
+}
+
+// grantEntry is a live grant with its capabilities compiled.
+type grantEntry struct {
+	g Grant
+	m *meup.Matcher
+}
+
+type limiterKey struct {
+	space string
+	from  identity.PeerID
+}
+
+// New returns an engine keeping its state in st and sending through snd.
+// It loads the live grants and the proposals st holds; roster may be nil
+// (no spaces yet).
+func New(st Store, snd Sender, roster *Roster, o Options) (*Engine, error) {
+	if st == nil || snd == nil {
+		return nil, errors.New("space: New needs a store and a sender")
+	}
+	if o.Self.IsZero() {
+		return nil, errors.New("space: Options.Self is required")
+	}
+	o.setDefaults()
+	if roster == nil {
+		roster = &Roster{}
+	}
+	if err := roster.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		st:        st,
+		snd:       snd,
+		opts:      o,
+		log:       o.Logger,
+		grants:    make(map[string][]*grantEntry),
+		proposals: make(map[string]*proposalIndex),
+		noMEUP:    make(map[identity.PeerID]string),
+		limiters:  make(map[limiterKey]*tokenBucket),
+	}
+	grants, err := st.Grants("")
+	if err != nil {
+		return nil, fmt.Errorf("space: load grants: %w", err)
+	}
+	for _, g := range grants {
+		m, err := meup.Compile(g.Capabilities)
+		if err != nil {
+			// Fail closed: a grant this build cannot compile grants nothing.
+			e.log.Warn("space: stored grant does not compile; ignored", "space", g.Space, "grant", g.ID, "err", err)
+			continue
+		}
+		e.grants[g.Space] = append(e.grants[g.Space], &grantEntry{g: g, m: m})
+	}
+	props, err := st.Proposals("")
+	if err != nil {
+		return nil, fmt.Errorf("space: load proposals: %w", err)
+	}
+	for _, p := range props {
+		e.proposalsLocked(p.Space).add(p)
+	}
+	e.setRosterLocked(roster.clone())
+	return e, nil
+}
+
+// SetRoster replaces the rosters (spaces.json reloaded or edited). A
+// roster that does not validate is refused whole and the one in force
+// stays. What the engine learnt about members that stay (presence, last
+// seen, refusals) is kept.
+func (e *Engine) SetRoster(r *Roster) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.setRosterLocked(r.clone())
+	return nil
+}
+
+// Roster returns a copy of the rosters in force.
+func (e *Engine) Roster() *Roster {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.roster.clone()
+}
+
+// setRosterLocked makes r (validated, owned by the engine from now on) the
+// roster in force and rebuilds the space states. e.mu must be held (or e
+// not yet shared).
+func (e *Engine) setRosterLocked(r *Roster) {
+	old := e.spaces
+	e.roster = r
+	e.spaces = make(map[string]*spaceState, len(r.Spaces))
+	for _, c := range r.Spaces {
+		sp := &spaceState{
+			cfg:   c,
+			byKey: make(map[identity.PeerID]*memberState, len(c.Members)),
+			byID:  make(map[string]*memberState, len(c.Members)),
+		}
+		var prev *spaceState
+		if old != nil {
+			prev = old[c.Name]
+		}
+		for _, m := range c.Members {
+			ms := &memberState{Member: m, presence: PresenceUnknown}
+			if prev != nil {
+				if p := prev.byKey[m.Key]; p != nil {
+					ms.presence, ms.lastSeen, ms.refused = p.presence, p.lastSeen, p.refused
+				}
+			}
+			var err error
+			if ms.roster, err = meup.Compile(m.Capabilities); err != nil {
+				// Validate compiled it already; this is a bug, and the
+				// member holds nothing rather than something unchecked.
+				e.log.Error("space: bug: roster capabilities stopped compiling", "space", c.Name, "member", m.ID, "err", err)
+				ms.roster = nil
+			}
+			if m.Key == e.opts.Self {
+				sp.self = ms
+				ms.presence = PresenceOnline
+			}
+			sp.byKey[m.Key] = ms
+			sp.byID[m.ID] = ms
+			sp.order = append(sp.order, ms)
+		}
+		e.spaces[c.Name] = sp
+	}
+}
+
+// saveRosterLocked hands the roster in force to Options.SaveRoster.
+func (e *Engine) saveRosterLocked() {
+	if e.opts.SaveRoster == nil {
+		return
+	}
+	if err := e.opts.SaveRoster(e.roster.clone()); err != nil {
+		e.log.Warn("space: saving the roster failed; the change stays in memory", "err", err)
+	}
+}
+
+// active reports whether member m can send and receive here: this node,
+// or a key the trust list holds now.
+func (e *Engine) active(m *memberState) bool {
+	return m.Key == e.opts.Self || e.opts.Trusted(m.Key)
+}
+
+// holdsLocked returns the compiled capability sets this node enforces for
+// m in space: its roster entry and its live grants. They are compiled
+// once, when the roster or the grants change, and cached.
+func (e *Engine) holdsLocked(space string, m *memberState) []*meup.Matcher {
+	if m.matchers != nil {
+		return m.matchers
+	}
+	ms := make([]*meup.Matcher, 0, 1)
+	if m.roster != nil {
+		ms = append(ms, m.roster)
+	}
+	for _, g := range e.grants[space] {
+		if g.g.Grantee == m.Key {
+			ms = append(ms, g.m)
+		}
+	}
+	m.matchers = ms
+	return ms
+}
+
+// grantedLocked returns the capabilities m's live grants add.
+func (e *Engine) grantedLocked(space string, key identity.PeerID) []meup.Capability {
+	var out []meup.Capability
+	for _, g := range e.grants[space] {
+		if g.g.Grantee == key {
+			out = append(out, cloneCaps(g.g.Capabilities)...)
+		}
+	}
+	return out
+}
+
+// enforcedLocked returns every capability this node enforces for m:
+// roster ∪ live grants. Never nil, so it marshals as [].
+func (e *Engine) enforcedLocked(space string, m *memberState) []meup.Capability {
+	return append(cloneCaps(m.Capabilities), e.grantedLocked(space, m.Key)...)
+}
+
+// grantsChangedLocked drops the cached matchers of space's members.
+func (e *Engine) grantsChangedLocked(space string) {
+	if sp := e.spaces[space]; sp != nil {
+		for _, m := range sp.order {
+			m.matchers = nil
+		}
+	}
+}
+
+// allows reports whether one of ms allows env.
+func allows(ms []*meup.Matcher, env meup.Envelope) bool {
+	for _, m := range ms {
+		if m.Allows(env) {
+			return true
+		}
+	}
+	return false
+}
+
+// covers reports whether one of ms covers c (conservative: a capability
+// only the union of several sets covers is not covered).
+func covers(ms []*meup.Matcher, c meup.Capability) bool {
+	for _, m := range ms {
+		if m.Covers(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// now returns the engine's clock.
+func (e *Engine) now() time.Time { return e.opts.Now() }
+
+// sendReplies sends replies built under the lock, after it was released.
+// Each is reliable and does not wait for the network.
+func (e *Engine) sendReplies(rs []reply) {
+	for _, r := range rs {
+		ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
+		_, err := e.snd.SendMEUP(ctx, r.to, r.space, r.data, SendOptions{Reliable: true, NoWait: true, TTL: replyTTL})
+		cancel()
+		if err != nil {
+			e.log.Warn("space: reply not sent", "space", r.space, "to", r.to, "kind", r.kind, "err", err)
+		}
+	}
+}
+
+// reply is one envelope the engine answers with.
+type reply struct {
+	to    identity.PeerID
+	space string
+	kind  string
+	data  []byte
+}

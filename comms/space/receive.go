@@ -1,0 +1,390 @@
+package space
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/meup"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// Refusal is an envelope the engine refused.
+type Refusal struct {
+	Space  string
+	From   identity.PeerID
+	MEUPID string // may be empty if it did not parse
+	Kind   string
+	Reason string // a meup.Reason… code
+	Detail string
+}
+
+// Verdict is what the engine decided about one received envelope.
+type Verdict struct {
+	// Deliver is true when the envelope goes to the inbox (false for
+	// refusals, duplicates, and presence/welcome, which only update
+	// state).
+	Deliver     bool
+	Envelope    meup.Envelope // parsed and normalised (when it parsed)
+	Participant string        // the sender's participant id
+	Refused     *Refusal      // non-nil: refused (acked, stored nowhere)
+	// Duplicate is true when this sender sent this MEUP id in this space
+	// before: ack it, deliver nothing, answer nothing.
+	Duplicate bool
+	// Err is set when the engine could not decide because its Store
+	// failed. Nothing was applied; the node should not ack, so that the
+	// sender tries again.
+	Err error
+}
+
+// inbound is one received envelope on its way through the checks.
+type inbound struct {
+	space string
+	from  identity.PeerID
+	env   meup.Envelope // partial when it did not parse
+	sp    *spaceState   // nil: unknown space
+	m     *memberState  // nil: the key is not in the space's roster
+	// answerTo is the participant a refusal is answered to ("": none).
+	answerTo string
+	// kindKnown: env.Kind is the envelope's kind (it may not be when
+	// the envelope did not parse), so it is known whether it is system/*.
+	kindKnown bool
+}
+
+// Receive runs every check on a MEUP envelope (its JSON text) that key
+// from sent in space, applies it (grants, revokes, proposals, presence,
+// kicks, invites), and answers refusals with a system/error (rate-limited;
+// never to system/*). The checks, in order: the envelope parses within
+// the meup bounds; the space is known and this node is in it
+// (unknown_space); from is an active member (not_a_member); the
+// envelope's from is the participant bound to that key (from_mismatch);
+// system/* only as presence, welcome or error (reserved_kind), which
+// skip the capability check and never grant; a capability this node
+// holds for the sender matches (capability_violation); the rules of
+// proposals, grants, revokes, kicks and invites; and last the dedup of
+// (space, sender, MEUP id).
+//
+// Receive never waits for the network: its answers are reliable sends
+// that return once stored, made after the engine's lock is released.
+// Options.Observe is told of a refusal before Receive returns.
+func (e *Engine) Receive(from identity.PeerID, space string, envelope []byte) Verdict {
+	var replies []reply
+	e.mu.Lock()
+	v := e.receiveLocked(from, space, envelope, &replies)
+	e.mu.Unlock()
+	if v.Refused != nil && e.opts.Observe != nil {
+		e.opts.Observe(*v.Refused)
+	}
+	e.sendReplies(replies)
+	return v
+}
+
+func (e *Engine) receiveLocked(from identity.PeerID, space string, data []byte, replies *[]reply) Verdict {
+	now := e.now()
+	in := &inbound{space: space, from: from}
+	in.sp = e.spaces[space]
+	if in.sp != nil {
+		in.m = in.sp.byKey[from]
+	}
+	env, err := meup.Parse(data)
+	if err != nil {
+		in.env, in.kindKnown = peek(data)
+		if in.m != nil {
+			in.answerTo = in.m.ID
+		} else {
+			in.answerTo = in.env.From
+		}
+		return e.refuseLocked(in, now, meup.ReasonOf(err), err.Error(), replies)
+	}
+	in.env, in.kindKnown = env, true
+	in.answerTo = env.From
+	delete(e.noMEUP, from) // it speaks MEUP after all
+
+	sp, m := in.sp, in.m
+	if sp == nil {
+		return e.refuseLocked(in, now, meup.ReasonUnknownSpace, fmt.Sprintf("this node has no space %q", space), replies)
+	}
+	if sp.self == nil {
+		return e.refuseLocked(in, now, meup.ReasonUnknownSpace, fmt.Sprintf("this node is not a member of space %q", space), replies)
+	}
+	if m == nil {
+		return e.refuseLocked(in, now, meup.ReasonNotAMember, fmt.Sprintf("the signing key is not a member of space %q", space), replies)
+	}
+	in.answerTo = m.ID
+	if !e.active(m) {
+		return e.refuseLocked(in, now, meup.ReasonNotAMember, fmt.Sprintf("member %q of space %q is pending: its key is not trusted here", m.ID, space), replies)
+	}
+	m.lastSeen = now
+	if env.From != m.ID {
+		return e.refuseLocked(in, now, meup.ReasonFromMismatch, fmt.Sprintf("from is %q but the signing key is bound to %q", env.From, m.ID), replies)
+	}
+	if isSystem(env.Kind) {
+		return e.systemLocked(in, now, replies)
+	}
+	if !allows(e.holdsLocked(space, m), env) {
+		return e.refuseLocked(in, now, meup.ReasonCapability, fmt.Sprintf("no capability %q holds in space %q matches kind %q", m.ID, space, env.Kind), replies)
+	}
+	eff, reason, detail := e.checkLocked(sp, m, env, now)
+	if reason != "" {
+		return e.refuseLocked(in, now, reason, detail, replies)
+	}
+	if v, done := e.dedupLocked(in, now); done {
+		return v
+	}
+	if err := e.applyLocked(sp, m, env, eff, now, true, replies); err != nil {
+		e.forget(space, from, env.ID)
+		return Verdict{Envelope: env, Participant: m.ID, Err: err}
+	}
+	m.presence = PresenceOnline
+	return Verdict{Deliver: true, Envelope: env, Participant: m.ID}
+}
+
+// dedupLocked remembers in's MEUP id. done reports that the envelope
+// goes no further (a repeat, or the store failed) and v says why.
+func (e *Engine) dedupLocked(in *inbound, now time.Time) (v Verdict, done bool) {
+	fresh, err := e.st.Remember(in.space, in.from, in.env.ID, now)
+	if err != nil {
+		return Verdict{Envelope: in.env, Participant: in.m.ID, Err: fmt.Errorf("space: remember: %w", err)}, true
+	}
+	if !fresh {
+		return Verdict{Envelope: in.env, Participant: in.m.ID, Duplicate: true}, true
+	}
+	return Verdict{}, false
+}
+
+func (e *Engine) forget(space string, from identity.PeerID, id string) {
+	if err := e.st.Forget(space, from, id); err != nil {
+		e.log.Warn("space: forgetting a MEUP id failed; its resend will be taken for a repeat", "space", space, "from", from, "id", id, "err", err)
+	}
+}
+
+// Undo forgets a delivered envelope's id (its admission to the inbox
+// failed, so its resend must not be taken for a repeat). What the
+// envelope changed (a grant, a proposal) stays: applying its resend again
+// changes nothing more.
+func (e *Engine) Undo(space string, from identity.PeerID, meupID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.forget(space, from, meupID)
+}
+
+// refuseLocked makes the Verdict of a refused envelope, counts it against
+// a member sender and queues its system/error answer — unless the
+// envelope is (or may be) system/*, no participant is known to answer
+// to, the sender's key is not trusted, or the (space, sender) rate limit
+// is spent.
+func (e *Engine) refuseLocked(in *inbound, now time.Time, reason, detail string, replies *[]reply) Verdict {
+	r := &Refusal{Space: in.space, From: in.from, MEUPID: in.env.ID, Kind: in.env.Kind, Reason: reason, Detail: detail}
+	v := Verdict{Envelope: in.env, Refused: r}
+	var caps []meup.Capability
+	if in.m != nil {
+		in.m.refused++
+		v.Participant = in.m.ID
+		if in.sp != nil && in.sp.self != nil {
+			caps = e.enforcedLocked(in.space, in.m)
+		}
+	}
+	if caps == nil {
+		caps = []meup.Capability{}
+	}
+	if !in.kindKnown || isSystem(in.env.Kind) || in.answerTo == "" {
+		return v
+	}
+	if in.from != e.opts.Self && !e.opts.Trusted(in.from) {
+		return v
+	}
+	if !e.allowErrorLocked(in.space, in.from, now) {
+		e.log.Debug("space: refusal not answered: rate limited", "space", in.space, "from", in.from, "reason", reason)
+		return v
+	}
+	payload := map[string]any{
+		"error":             reason,
+		"message":           detail,
+		"attempted_kind":    in.env.Kind,
+		"your_capabilities": caps,
+	}
+	var corr []string
+	if in.env.ID != "" {
+		corr = []string{in.env.ID}
+	}
+	if in.sp == nil || in.sp.self == nil {
+		// This node has no participant id in the space to answer as.
+		return v
+	}
+	e.queueReplyLocked(replies, in.from, in.space, in.sp.self.ID, meup.KindSystemError, []string{in.answerTo}, corr, payload, now)
+	return v
+}
+
+// queueReplyLocked builds a reply envelope from this node (participant
+// self) and queues it for sending once the lock is released.
+func (e *Engine) queueReplyLocked(replies *[]reply, to identity.PeerID, space, self, kind string, toIDs, corr []string, payload any, now time.Time) {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		e.log.Error("space: bug: reply payload does not marshal", "kind", kind, "err", err)
+		return
+	}
+	env := meup.Envelope{
+		Protocol:      e.opts.Protocol,
+		ID:            newID(),
+		TS:            timestamp(now),
+		From:          self,
+		To:            toIDs,
+		Kind:          kind,
+		CorrelationID: corr,
+		Payload:       raw,
+	}
+	if err := env.Validate(); err != nil {
+		e.log.Warn("space: reply not sent: it does not validate", "space", space, "kind", kind, "err", err)
+		return
+	}
+	data, err := env.Encode(e.opts.Protocol)
+	if err != nil {
+		e.log.Warn("space: reply not sent: it does not encode", "space", space, "kind", kind, "err", err)
+		return
+	}
+	*replies = append(*replies, reply{to: to, space: space, kind: kind, data: data})
+}
+
+// peek reads what it can of an envelope that did not parse: its id, kind
+// and from, if they are short strings. kindKnown is false when the kind
+// could not be read.
+func peek(data []byte) (env meup.Envelope, kindKnown bool) {
+	if len(data) > meup.MaxEnvelopeBytes {
+		return env, false
+	}
+	var p struct {
+		ID   any `json:"id"`
+		Kind any `json:"kind"`
+		From any `json:"from"`
+	}
+	if json.Unmarshal(data, &p) != nil {
+		return env, false
+	}
+	str := func(v any, max int) string {
+		s, ok := v.(string)
+		if !ok || len(s) > max {
+			return ""
+		}
+		return s
+	}
+	env.ID = str(p.ID, meup.MaxIDLen)
+	env.From = str(p.From, meup.MaxIDLen)
+	env.Kind = str(p.Kind, meup.MaxKindLen)
+	return env, env.Kind != ""
+}
+
+// isSystem reports whether kind is reserved: system/* (or system.* as
+// meup/v0.1 writes it before normalisation).
+func isSystem(kind string) bool {
+	return strings.HasPrefix(kind, "system/") || strings.HasPrefix(kind, "system.") || kind == "system"
+}
+
+// systemLocked handles the reserved kinds members may send: presence and
+// welcome update presence and are not delivered; error is delivered. They
+// never grant anything and skip the capability check. No refusal of
+// system/* is ever answered.
+func (e *Engine) systemLocked(in *inbound, now time.Time, replies *[]reply) Verdict {
+	env, m := in.env, in.m
+	switch env.Kind {
+	case meup.KindSystemPresence:
+		var p presencePayload
+		if err := decodeShape(env.Payload, &p); err != nil || (p.Event != EventJoin && p.Event != EventLeave) || p.Participant.ID == "" {
+			return e.refuseLocked(in, now, meup.ReasonReservedKind, "system/presence needs {event: join|leave, participant: {id, capabilities}}", replies)
+		}
+		if p.Participant.ID != m.ID {
+			return e.refuseLocked(in, now, meup.ReasonReservedKind, fmt.Sprintf("system/presence from %q speaks for %q", m.ID, p.Participant.ID), replies)
+		}
+		if v, done := e.dedupLocked(in, now); done {
+			return v
+		}
+		if p.Event == EventLeave {
+			m.presence = PresenceOffline
+			return Verdict{Envelope: env, Participant: m.ID}
+		}
+		m.presence = PresenceOnline
+		if e.allowErrorLocked(in.space, in.from, now) {
+			e.queueReplyLocked(replies, in.from, in.space, in.sp.self.ID, meup.KindSystemWelcome,
+				[]string{m.ID}, []string{env.ID}, e.welcomeLocked(in.sp, m), now)
+		}
+		return Verdict{Envelope: env, Participant: m.ID}
+	case meup.KindSystemWelcome:
+		var w welcomePayload
+		if err := decodeShape(env.Payload, &w); err != nil || w.You.ID == "" || w.Participants == nil {
+			return e.refuseLocked(in, now, meup.ReasonReservedKind, "system/welcome needs {you: {id, capabilities}, participants: [...]}", replies)
+		}
+		if v, done := e.dedupLocked(in, now); done {
+			return v
+		}
+		m.presence = PresenceOnline
+		return Verdict{Envelope: env, Participant: m.ID}
+	case meup.KindSystemError:
+		var p struct {
+			Error *string `json:"error"`
+		}
+		if err := json.Unmarshal(env.Payload, &p); err != nil || p.Error == nil || *p.Error == "" {
+			return e.refuseLocked(in, now, meup.ReasonReservedKind, "system/error needs {error: reason, ...}", replies)
+		}
+		if v, done := e.dedupLocked(in, now); done {
+			return v
+		}
+		m.presence = PresenceOnline
+		return Verdict{Deliver: true, Envelope: env, Participant: m.ID}
+	default:
+		return e.refuseLocked(in, now, meup.ReasonReservedKind, fmt.Sprintf("%s is reserved: members send only system/presence, system/welcome and system/error", env.Kind), replies)
+	}
+}
+
+// decodeShape decodes a system payload: a JSON object whose known fields
+// have the right types (unknown fields are allowed, for later versions).
+func decodeShape(raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		return fmt.Errorf("no payload")
+	}
+	return json.Unmarshal(raw, v)
+}
+
+// Presence events.
+const (
+	EventJoin  = "join"
+	EventLeave = "leave"
+)
+
+// presencePayload is system/presence's payload.
+type presencePayload struct {
+	Event       string          `json:"event"`
+	Participant participantInfo `json:"participant"`
+}
+
+// participantInfo is a participant in presence and welcome payloads.
+type participantInfo struct {
+	ID           string            `json:"id"`
+	Capabilities []meup.Capability `json:"capabilities"`
+}
+
+// welcomePayload is system/welcome's payload.
+type welcomePayload struct {
+	You          participantInfo   `json:"you"`
+	Participants []participantInfo `json:"participants"`
+}
+
+// welcomeLocked builds the welcome for m: what this node enforces for it,
+// and every active member with what this node enforces for each.
+func (e *Engine) welcomeLocked(sp *spaceState, m *memberState) welcomePayload {
+	w := welcomePayload{
+		You:          participantInfo{ID: m.ID, Capabilities: e.enforcedLocked(sp.cfg.Name, m)},
+		Participants: []participantInfo{},
+	}
+	for _, o := range sp.order {
+		if e.active(o) {
+			w.Participants = append(w.Participants, participantInfo{ID: o.ID, Capabilities: e.enforcedLocked(sp.cfg.Name, o)})
+		}
+	}
+	return w
+}
+
+// newID returns a fresh MEUP id.
+func newID() string { return identity.NewUUID().String() }
+
+// timestamp formats t as the envelopes' ts: RFC 3339 in UTC, milliseconds.
+func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }

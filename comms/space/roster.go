@@ -1,0 +1,260 @@
+package space
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"unicode"
+
+	"github.com/meerkatd/meerkatd/comms/meup"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/atomicfile"
+)
+
+// Bounds on a roster. A spaces.json beyond them is refused whole.
+const (
+	MaxSpaces      = 256     // spaces in one roster
+	MaxMembers     = 256     // members of one space
+	MaxSpaceName   = 64      // bytes of a space name
+	MaxRosterBytes = 8 << 20 // the spaces.json file
+)
+
+// Delivery modes of a space.
+const (
+	DeliveryAll       = "all"       // every member receives every envelope (default)
+	DeliveryAddressed = "addressed" // only the members named in "to" (all if "to" is empty)
+)
+
+// Member is one roster entry: a key, the participant id bound to it and
+// the capabilities this node enforces for it.
+type Member struct {
+	Key          identity.PeerID   `json:"key"`
+	ID           string            `json:"id"`
+	Capabilities []meup.Capability `json:"capabilities"`
+}
+
+// Config is one space as spaces.json holds it.
+type Config struct {
+	Name     string   `json:"name"`
+	Delivery string   `json:"delivery,omitempty"` // DeliveryAll ("") or DeliveryAddressed
+	Members  []Member `json:"members"`
+}
+
+// Roster is the whole spaces.json file: the spaces this node takes part
+// in. It is validated on load (names, ids and keys unique, capabilities
+// compile) with errors naming the space and member at fault. A Roster is
+// a plain value: the engine keeps its own copy and hands out copies.
+type Roster struct {
+	Spaces []Config `json:"spaces"`
+}
+
+// ParseRoster decodes and validates spaces.json. Unknown fields, trailing
+// data and anything [Roster.Validate] refuses fail the whole file: no part
+// of a roster that does not validate is used.
+func ParseRoster(data []byte) (*Roster, error) {
+	if len(data) > MaxRosterBytes {
+		return nil, fmt.Errorf("space: roster: %d bytes, over the limit of %d", len(data), MaxRosterBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var r Roster
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("space: roster: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("space: roster: data after the top-level object")
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// LoadRoster reads path; a missing file is an empty roster.
+func LoadRoster(path string) (*Roster, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &Roster{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("space: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxRosterBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("space: read %s: %w", path, err)
+	}
+	r, err := ParseRoster(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, path)
+	}
+	return r, nil
+}
+
+// Save writes the roster to path atomically with mode 0600. It refuses a
+// roster that does not validate.
+func (r *Roster) Save(path string) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(r.clone(), "", "  ")
+	if err != nil {
+		return fmt.Errorf("space: roster: %w", err)
+	}
+	data = append(data, '\n')
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
+		return fmt.Errorf("space: %w", err)
+	}
+	return nil
+}
+
+// Validate checks the rules ParseRoster applies: at most [MaxSpaces]
+// spaces, names of 1 to [MaxSpaceName] letters, digits, '.', '_' or '-'
+// that are unique ignoring case, a known delivery mode, at most
+// [MaxMembers] members per space with keys and participant ids unique
+// within the space, and capability sets that compile. Errors name the
+// space and the member (1-based row) at fault.
+func (r *Roster) Validate() error {
+	if r == nil {
+		return errors.New("space: roster: nil")
+	}
+	if len(r.Spaces) > MaxSpaces {
+		return fmt.Errorf("space: roster: %d spaces, over the limit of %d", len(r.Spaces), MaxSpaces)
+	}
+	names := make(map[string]int, len(r.Spaces))
+	for i, c := range r.Spaces {
+		at := fmt.Sprintf("space %d", i+1)
+		if c.Name != "" {
+			at = fmt.Sprintf("space %d (%q)", i+1, c.Name)
+		}
+		if err := checkSpaceName(c.Name); err != nil {
+			return fmt.Errorf("space: roster: %s: name: %w", at, err)
+		}
+		lower := strings.ToLower(c.Name)
+		if j, dup := names[lower]; dup {
+			return fmt.Errorf("space: roster: %s: name already used by space %d (%q)", at, j+1, r.Spaces[j].Name)
+		}
+		names[lower] = i
+		switch c.Delivery {
+		case "", DeliveryAll, DeliveryAddressed:
+		default:
+			return fmt.Errorf("space: roster: %s: delivery %q is neither %q nor %q", at, c.Delivery, DeliveryAll, DeliveryAddressed)
+		}
+		if len(c.Members) > MaxMembers {
+			return fmt.Errorf("space: roster: %s: %d members, over the limit of %d", at, len(c.Members), MaxMembers)
+		}
+		keys := make(map[identity.PeerID]int, len(c.Members))
+		ids := make(map[string]int, len(c.Members))
+		for k, m := range c.Members {
+			mat := fmt.Sprintf("%s, member %d", at, k+1)
+			if m.ID != "" {
+				mat = fmt.Sprintf("%s, member %d (%q)", at, k+1, m.ID)
+			}
+			if m.Key.IsZero() {
+				return fmt.Errorf("space: roster: %s: key missing", mat)
+			}
+			if err := checkParticipantID(m.ID); err != nil {
+				return fmt.Errorf("space: roster: %s: id: %w", mat, err)
+			}
+			if j, dup := keys[m.Key]; dup {
+				return fmt.Errorf("space: roster: %s: key already used by member %d (%q)", mat, j+1, c.Members[j].ID)
+			}
+			keys[m.Key] = k
+			if j, dup := ids[m.ID]; dup {
+				return fmt.Errorf("space: roster: %s: id already used by member %d", mat, j+1)
+			}
+			ids[m.ID] = k
+			if err := checkCapabilities(m.Capabilities); err != nil {
+				return fmt.Errorf("space: roster: %s: capabilities: %w", mat, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkSpaceName applies the space name grammar: 1 to MaxSpaceName of
+// [A-Za-z0-9._-].
+func checkSpaceName(name string) error {
+	if name == "" {
+		return errors.New("empty")
+	}
+	if len(name) > MaxSpaceName {
+		return fmt.Errorf("%d bytes, over the limit of %d", len(name), MaxSpaceName)
+	}
+	for _, c := range []byte(name) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return fmt.Errorf("%q is not allowed (letters, digits, '.', '_' and '-' are)", rune(c))
+		}
+	}
+	return nil
+}
+
+// checkParticipantID requires a participant id to be 1 to meup.MaxIDLen
+// bytes of valid UTF-8 without control characters or spaces, so that it
+// prints as one word and compares byte for byte.
+func checkParticipantID(id string) error {
+	if id == "" {
+		return errors.New("empty")
+	}
+	if len(id) > meup.MaxIDLen {
+		return fmt.Errorf("%d bytes, over the limit of %d", len(id), meup.MaxIDLen)
+	}
+	for _, r := range id {
+		if r == unicode.ReplacementChar || unicode.IsControl(r) || unicode.IsSpace(r) {
+			return errors.New("holds a space, a control character or invalid UTF-8")
+		}
+	}
+	return nil
+}
+
+// checkCapabilities bounds a capability set and compiles it.
+func checkCapabilities(caps []meup.Capability) error {
+	if len(caps) > meup.MaxCapabilities {
+		return fmt.Errorf("%d capabilities, over the limit of %d", len(caps), meup.MaxCapabilities)
+	}
+	if _, err := meup.Compile(caps); err != nil {
+		return err
+	}
+	return nil
+}
+
+// clone returns a deep copy whose capability slices are never nil, so
+// that they marshal as [] rather than null.
+func (r *Roster) clone() *Roster {
+	if r == nil {
+		return &Roster{}
+	}
+	out := &Roster{Spaces: make([]Config, len(r.Spaces))}
+	for i, c := range r.Spaces {
+		out.Spaces[i] = c.clone()
+	}
+	return out
+}
+
+func (c Config) clone() Config {
+	c.Members = slices.Clone(c.Members)
+	if c.Members == nil {
+		c.Members = []Member{}
+	}
+	for i := range c.Members {
+		c.Members[i].Capabilities = cloneCaps(c.Members[i].Capabilities)
+	}
+	return c
+}
+
+// cloneCaps deep-copies a capability set; the result is never nil.
+func cloneCaps(caps []meup.Capability) []meup.Capability {
+	out := make([]meup.Capability, len(caps))
+	for i, c := range caps {
+		out[i] = meup.Capability{ID: c.ID, Kind: bytes.Clone(c.Kind), Payload: bytes.Clone(c.Payload)}
+	}
+	return out
+}

@@ -1,0 +1,204 @@
+package space
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/meup"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// SendOptions say how one copy is delivered.
+type SendOptions struct {
+	Reliable bool          // through the outbox, retried until acked
+	TTL      time.Duration // reliable: 0 is the node's default
+	NoWait   bool          // reliable: return once stored
+}
+
+// Delivery is the outcome of one copy.
+type Delivery struct {
+	ID        string // the Meerkat envelope id of this copy
+	Delivery  string // "acked", "queued", "written"
+	LastError string
+}
+
+// Sender delivers one MEUP envelope (its JSON text) in space to one member
+// inside a signed Meerkat envelope of type "meup". The node implements it;
+// it must be safe for concurrent use.
+type Sender interface {
+	SendMEUP(ctx context.Context, to identity.PeerID, space string, envelope []byte, o SendOptions) (Delivery, error)
+}
+
+// Draft is an envelope to send: the engine fills in protocol, id, ts and
+// from.
+type Draft struct {
+	Kind          string
+	To            []string // participant ids ("" : everybody)
+	CorrelationID []string
+	Context       string
+	Payload       json.RawMessage
+}
+
+// Copy is one member's copy of a sent envelope.
+type Copy struct {
+	Participant string `json:"participant"`
+	Key         string `json:"key"`
+	ID          string `json:"id,omitempty"`       // Meerkat envelope id
+	Delivery    string `json:"delivery,omitempty"` // acked, queued, written
+	LastError   string `json:"last_error,omitempty"`
+	Skipped     string `json:"skipped,omitempty"` // why no copy was sent (not trusted, does not speak MEUP, not addressed)
+}
+
+// Sent reports a send.
+type Sent struct {
+	Envelope meup.Envelope `json:"envelope"`
+	Copies   []Copy        `json:"copies"`
+	// NotApplied says why this node's own state did not take the
+	// envelope (a rule it breaks, say a grant beyond what this node
+	// holds); the copies went out anyway, for the receivers to judge.
+	NotApplied string `json:"not_applied,omitempty"`
+}
+
+// Reasons a member got no copy ([Copy.Skipped]).
+const (
+	SkippedNotTrusted   = "not trusted"
+	SkippedNotAddressed = "not addressed"
+	SkippedNoMEUP       = "does not speak MEUP"
+)
+
+// target is one copy to send.
+type target struct {
+	key identity.PeerID
+	i   int // index in the copies
+}
+
+// Send builds an envelope from d as this node's participant, validates it
+// and sends one copy to each other active member (or, in a space with
+// [DeliveryAddressed], to the members d.To names, all if none), skipping
+// members whose key is not trusted and members marked with [Engine.NoMEUP].
+// Copies go out concurrently (at most [MaxConcurrentSends] at a time)
+// with o; Send returns once every copy's SendMEUP returned.
+//
+// Send does not check this node's own capabilities: the receivers do. It
+// does apply the envelope to this node's own state as a receiver would
+// (a grant is recorded and enforced here, a proposal tracked, a kick or
+// invite changes the roster), before the copies go out, so that the
+// member a kick removes still gets its copy and an invited one does not.
+// An envelope that breaks a rule here is sent anyway; Sent.NotApplied says
+// why it changed nothing here.
+func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions) (Sent, error) {
+	e.mu.Lock()
+	sp := e.spaces[space]
+	if sp == nil || sp.self == nil {
+		e.mu.Unlock()
+		return Sent{}, fmt.Errorf("%w: %q", ErrUnknownSpace, space)
+	}
+	now := e.now()
+	env := meup.Envelope{
+		Protocol:      e.opts.Protocol,
+		ID:            newID(),
+		TS:            timestamp(now),
+		From:          sp.self.ID,
+		To:            slices.Clone(d.To),
+		Kind:          d.Kind,
+		CorrelationID: slices.Clone(d.CorrelationID),
+		Context:       d.Context,
+		Payload:       bytes.Clone(d.Payload),
+	}
+	if err := env.Validate(); err != nil {
+		e.mu.Unlock()
+		return Sent{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	for _, id := range env.To {
+		if sp.byID[id] == nil {
+			e.mu.Unlock()
+			return Sent{}, fmt.Errorf("%w: to names %q, not a member of space %q", ErrInvalid, id, space)
+		}
+	}
+	data, err := env.Encode(e.opts.Protocol)
+	if err != nil {
+		e.mu.Unlock()
+		return Sent{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	copies, targets := e.copiesLocked(sp, env.To)
+	var notApplied string
+	if !isSystem(env.Kind) {
+		eff, reason, detail := e.checkLocked(sp, sp.self, env, now)
+		if reason != "" {
+			notApplied = reason + ": " + detail
+		} else if err := e.applyLocked(sp, sp.self, env, eff, now, false, nil); err != nil {
+			notApplied = err.Error()
+		}
+		if notApplied != "" {
+			e.log.Info("space: a sent envelope changed nothing here", "space", space, "kind", env.Kind, "why", notApplied)
+		}
+	}
+	e.mu.Unlock()
+
+	e.deliver(ctx, space, data, targets, o, copies)
+	return Sent{Envelope: env, Copies: copies, NotApplied: notApplied}, nil
+}
+
+// copiesLocked lists a copy for every member of sp but this node, and the
+// targets among them that get one: active, speaking MEUP, and addressed
+// (in a space with DeliveryAddressed and a non-empty to).
+func (e *Engine) copiesLocked(sp *spaceState, to []string) ([]Copy, []target) {
+	copies := []Copy{}
+	var targets []target
+	for _, m := range sp.order {
+		if m == sp.self {
+			continue
+		}
+		c := Copy{Participant: m.ID, Key: m.Key.String()}
+		why, noMEUP := e.noMEUP[m.Key]
+		switch {
+		case sp.cfg.Delivery == DeliveryAddressed && len(to) > 0 && !slices.Contains(to, m.ID):
+			c.Skipped = SkippedNotAddressed
+		case !e.active(m):
+			c.Skipped = SkippedNotTrusted
+		case noMEUP:
+			c.Skipped = SkippedNoMEUP
+			if why != "" {
+				c.Skipped += ": " + why
+			}
+		default:
+			targets = append(targets, target{key: m.Key, i: len(copies)})
+		}
+		copies = append(copies, c)
+	}
+	return copies, targets
+}
+
+// deliver sends data to every target, at most MaxConcurrentSends at a
+// time, and records each outcome in copies. It returns once every
+// SendMEUP it started returned; targets not started before ctx ends get
+// ctx's error.
+func (e *Engine) deliver(ctx context.Context, space string, data []byte, targets []target, o SendOptions, copies []Copy) {
+	sem := make(chan struct{}, MaxConcurrentSends)
+	var wg sync.WaitGroup
+	for _, t := range targets {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			copies[t.i].LastError = ctx.Err().Error()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			d, err := e.snd.SendMEUP(ctx, t.key, space, data, o)
+			c := &copies[t.i] // each goroutine writes its own element
+			c.ID, c.Delivery, c.LastError = d.ID, d.Delivery, d.LastError
+			if err != nil {
+				c.LastError = err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+}
