@@ -65,11 +65,15 @@ var allowed = map[string][]string{
 	"comms/wire":          {module + "/identity"},
 	"comms/audit":         {},
 	"comms/outbox":        {module + "/identity"},
+	"comms/meup":          {"github.com/bmatcuk/doublestar/v4", "github.com/theory/jsonpath"},
 	"internal/atomicfile": {},
 	"internal/testutil":   {},
 	// The core.
-	"inbox/store":            {module + "/inbox", module + "/comms/outbox", module + "/identity", "modernc.org/sqlite"},
+	"inbox/store": {module + "/inbox", module + "/comms/outbox", module + "/comms/space", module + "/comms/meup",
+		module + "/identity", "modernc.org/sqlite"},
 	"comms/outbox/storetest": {module + "/comms/outbox", module + "/identity"},
+	"comms/space":            {module + "/comms/meup", module + "/identity", module + "/internal/atomicfile"},
+	"comms/space/storetest":  {module + "/comms/space", module + "/comms/meup", module + "/identity"},
 	"trust":                  {module + "/identity", module + "/transport", module + "/internal/atomicfile"},
 	"trust/pair":             {module + "/identity", module + "/transport", module + "/trust"},
 	"config":                 {module + "/transport", "github.com/BurntSushi/toml"},
@@ -97,10 +101,12 @@ var forbidden = map[string][]string{
 
 // owners confine each third-party module to the one package that owns it.
 var owners = map[string]string{
-	"github.com/mark3labs/mcp-go": "mcpserver",
-	"github.com/BurntSushi/toml":  "config",
-	"modernc.org/sqlite":          "inbox/store",
-	"golang.org/x/sys":            "transport",
+	"github.com/mark3labs/mcp-go":   "mcpserver",
+	"github.com/BurntSushi/toml":    "config",
+	"modernc.org/sqlite":            "inbox/store",
+	"golang.org/x/sys":              "transport",
+	"github.com/bmatcuk/doublestar": "comms/meup",
+	"github.com/theory/jsonpath":    "comms/meup",
 }
 
 func TestDependencyRules(t *testing.T) {
