@@ -72,7 +72,7 @@ func (m *MemStore) Forget(space string, sender identity.PeerID, id string) error
 
 // PutGrant implements [Store].
 func (m *MemStore) PutGrant(g Grant) error {
-	if err := checkCapabilities(g.Capabilities); err != nil {
+	if err := checkStorable(g.Capabilities); err != nil {
 		return fmt.Errorf("space: grant %q in %q: %w", g.ID, g.Space, err)
 	}
 	g = cloneGrant(g)
@@ -119,7 +119,7 @@ func (m *MemStore) PutProposal(p Proposal) error {
 	if len(p.Payload) > 0 && !json.Valid(p.Payload) {
 		return fmt.Errorf("space: proposal %q in %q: payload is not valid JSON", p.ID, p.Space)
 	}
-	p.Payload = slices.Clone(p.Payload)
+	p.Payload, p.To = slices.Clone(p.Payload), slices.Clone(p.To)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.proposals[rowKey{p.Space, p.ID}] = p
@@ -134,7 +134,7 @@ func (m *MemStore) Proposals(space string) ([]Proposal, error) {
 	var out []Proposal
 	for k, p := range m.proposals {
 		if space == "" || k.space == space {
-			p.Payload = slices.Clone(p.Payload)
+			p.Payload, p.To = slices.Clone(p.Payload), slices.Clone(p.To)
 			out = append(out, p)
 		}
 	}
@@ -163,8 +163,8 @@ func (m *MemStore) Expire(seenBefore, closedBefore time.Time) (seen, proposals i
 	return seen, proposals, nil
 }
 
-// checkCapabilities refuses capabilities a store could not keep as JSON.
-func checkCapabilities(caps []meup.Capability) error {
+// checkStorable refuses capabilities a store could not keep as JSON.
+func checkStorable(caps []meup.Capability) error {
 	for i, c := range caps {
 		if !json.Valid(c.Kind) {
 			return fmt.Errorf("capability %d: kind is not valid JSON", i)

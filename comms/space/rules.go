@@ -48,7 +48,7 @@ func (e *Engine) checkLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 			return eff, meup.ReasonRateLimited, fmt.Sprintf("space %q has %d pending proposals, the most it may have", space, all)
 		}
 		eff.propose = &Proposal{
-			Space: space, ID: env.ID, Proposer: m.ID, Key: m.Key,
+			Space: space, ID: env.ID, Proposer: m.ID, Key: m.Key, To: slices.Clone(env.To),
 			Payload: bytes.Clone(env.Payload), State: ProposalPending,
 			Created: now, Expires: now.Add(e.opts.ProposalTTL), Updated: now,
 		}

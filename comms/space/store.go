@@ -36,6 +36,7 @@ type Proposal struct {
 	ID         string          // the proposal's MEUP id
 	Proposer   string          // participant id
 	Key        identity.PeerID // the proposer's key
+	To         []string        // the participants the proposal addressed
 	Payload    json.RawMessage // the proposed call (method, params)
 	State      string          // a Proposal… constant
 	Created    time.Time
