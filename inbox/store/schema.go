@@ -121,6 +121,59 @@ CREATE TABLE meta (
 ) WITHOUT ROWID;
 INSERT INTO meta (key, value) VALUES ('id', lower(hex(randomblob(16))));
 `,
+
+	// Version 5: the MEUP space engine's state (space.go).
+	//
+	// space_seen holds one row per MEUP id remembered, keyed by the
+	// (space, sender key, id) triple; at is when it was seen, the
+	// expiry time.
+	//
+	// space_grants holds the grants accepted or sent, keyed by (space,
+	// grant envelope id); capabilities is their JSON array, kept as text
+	// with every kind and payload byte for byte as given.
+	//
+	// space_proposals holds the proposals seen, keyed by (space, proposal
+	// envelope id); payload is the proposed call's JSON text (NULL: none).
+	// space_proposals_closed serves Expire, which only deletes proposals
+	// that are no longer pending.
+	//
+	// Times are Unix nanoseconds; NULL means none (the zero time.Time).
+	`
+CREATE TABLE space_seen (
+	space  TEXT    NOT NULL,
+	sender BLOB    NOT NULL CHECK (length(sender) = 32),
+	id     TEXT    NOT NULL,
+	at     INTEGER,
+	PRIMARY KEY (space, sender, id)
+) WITHOUT ROWID;
+CREATE INDEX space_seen_at ON space_seen (at);
+CREATE TABLE space_grants (
+	space        TEXT    NOT NULL,
+	id           TEXT    NOT NULL,
+	granter      BLOB    NOT NULL CHECK (length(granter) = 32),
+	grantee      BLOB    NOT NULL CHECK (length(grantee) = 32),
+	capabilities TEXT    NOT NULL,
+	created      INTEGER,
+	PRIMARY KEY (space, id)
+) WITHOUT ROWID;
+CREATE TABLE space_proposals (
+	space        TEXT    NOT NULL,
+	id           TEXT    NOT NULL,
+	proposer     TEXT    NOT NULL,
+	proposer_key BLOB    NOT NULL CHECK (length(proposer_key) = 32),
+	payload      TEXT,
+	state        TEXT    NOT NULL,
+	created      INTEGER,
+	expires      INTEGER,
+	updated      INTEGER,
+	closed_by    TEXT    NOT NULL,
+	reason       TEXT    NOT NULL,
+	request_id   TEXT    NOT NULL,
+	response_id  TEXT    NOT NULL,
+	PRIMARY KEY (space, id)
+) WITHOUT ROWID;
+CREATE INDEX space_proposals_closed ON space_proposals (updated) WHERE state <> 'pending';
+`,
 }
 
 // schemaVersion is the schema version this build writes.

@@ -194,6 +194,13 @@ const (
 	opOutboxDrop
 	opOutboxSaveBreaker
 	opOutboxSync
+	// Space operations (space.go).
+	opSpaceRemember
+	opSpaceForget
+	opSpacePutGrant
+	opSpaceDeleteGrants
+	opSpacePutProposal
+	opSpaceExpire
 )
 
 // request is one write for commitLoop. done is 1-buffered and receives
@@ -203,12 +210,17 @@ type request struct {
 	rec  Record     // opAdmit
 	seqs []uint64   // opAck
 	ob   *outboxReq // opOutbox*; nil for the others
+	sp   *spaceReq  // opSpace*; nil for the others
 	done chan result
 }
 
+// result is the outcome of one request. n and m: for opAck, n acknowledged;
+// opExpire, n dedup rows and m history rows deleted; opOutboxDrop, n
+// dropped; opSpaceRemember, n is 1 if fresh; opSpaceDeleteGrants, n
+// deleted; opSpaceExpire, n seen rows and m proposals deleted.
 type result struct {
 	dup  bool
-	n, m int            // opAck: n acknowledged; opExpire: n dedup rows, m history rows; opOutboxDrop: n dropped
+	n, m int
 	seq  uint64         // opOutboxAdd: the new entry's Seq
 	revd []outbox.Entry // opOutboxRevive: the revived entries
 	err  error
@@ -704,6 +716,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	nowNS := now.UnixNano()
 	var lookup, insertNew, remember, ack *sql.Stmt
 	ob := outboxTx{ctx: ctx, tx: tx, s: s}
+	sp := spaceTx{&ob}
 	prepare := func(p **sql.Stmt, q string) error {
 		if *p != nil {
 			return nil
@@ -819,6 +832,11 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		case opOutboxAdd, opOutboxDelivered, opOutboxAttempted, opOutboxKill,
 			opOutboxRevive, opOutboxDrop, opOutboxSaveBreaker, opOutboxSync:
 			if err := ob.run(req, &res[i]); err != nil {
+				return 0, 0, 0, 0, err
+			}
+		case opSpaceRemember, opSpaceForget, opSpacePutGrant, opSpaceDeleteGrants,
+			opSpacePutProposal, opSpaceExpire:
+			if err := sp.run(req, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
 		default:
