@@ -81,7 +81,7 @@ var allowed = map[string][]string{
 	// The node and its faces.
 	"comms/node": {module + "/comms", module + "/comms/wire", module + "/comms/outbox", module + "/comms/audit", module + "/inbox",
 		module + "/inbox/store", module + "/trust", module + "/trust/pair", module + "/config", module + "/identity",
-		module + "/transport", module + "/internal/atomicfile"},
+		module + "/transport", module + "/internal/atomicfile", module + "/comms/meup", module + "/comms/space"},
 	"comms/control": {module + "/comms/node", module + "/transport"},
 	"mcpserver":     {module + "/comms/node", "github.com/mark3labs/mcp-go/"},
 	"bench":         {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust"},

@@ -13,7 +13,9 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/meerkatd/meerkatd/comms/meup"
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/space"
 )
 
 // fakeNode is an in-memory Node: sends to "bob" succeed, "ghost" is
@@ -29,6 +31,7 @@ type fakeNode struct {
 	sent      []string
 	params    []json.RawMessage
 	opts      []node.SendOptions
+	spaceMsgs []node.SpaceMessage // SpaceSend calls
 }
 
 func newFakeNode() *fakeNode {
@@ -63,6 +66,32 @@ func (f *fakeNode) PairWait(context.Context, string) (node.Paired, error) {
 func (f *fakeNode) PairCancel(context.Context, string) error { return nil }
 
 var _ node.API = (*fakeNode)(nil)
+
+func (f *fakeNode) Spaces(context.Context) ([]node.SpaceInfo, error) {
+	return []node.SpaceInfo{{Name: "build", Self: "alice", Delivery: "all", Members: []space.MemberInfo{
+		{ID: "alice", Key: "ed25519:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=", Self: true, Status: "active", Presence: "online",
+			Capabilities: []meup.Capability{{Kind: json.RawMessage(`"*"`)}}},
+	}}}, nil
+}
+
+func (f *fakeNode) SpaceEdit(_ context.Context, e node.SpaceEdit) (node.SpaceInfo, error) {
+	return node.SpaceInfo{Name: e.Space}, nil
+}
+
+func (f *fakeNode) SpaceSend(_ context.Context, m node.SpaceMessage) (node.SpaceSent, error) {
+	f.mu.Lock()
+	f.spaceMsgs = append(f.spaceMsgs, m)
+	f.mu.Unlock()
+	if m.Space != "build" {
+		return node.SpaceSent{}, &node.Error{Code: node.CodeUnknownSpace, Msg: "no space " + m.Space}
+	}
+	return node.SpaceSent{Space: m.Space, ID: "m-1", Kind: "chat", Envelope: json.RawMessage(`{"protocol":"meup/v0.1","id":"m-1","from":"alice","kind":"chat","payload":{"text":"hi"}}`),
+		Copies: []node.SpaceCopy{{Participant: "bob", Key: "ed25519:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=", ID: "0b9d6f6e-0000-4000-8000-000000000001", Delivery: node.DeliveryQueued}}}, nil
+}
+
+func (f *fakeNode) Proposals(_ context.Context, q node.ProposalQuery) ([]node.Proposal, error) {
+	return []node.Proposal{{Space: "build", ID: "p-1", Proposer: "carol", Payload: json.RawMessage(`{"method":"tools/call","params":{"name":"read_file"}}`), State: "pending"}}, nil
+}
 
 func (f *fakeNode) Peers(context.Context) ([]node.Peer, error) {
 	seen := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
@@ -408,7 +437,9 @@ func testToolList(t *testing.T, era string) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"status": true, "send_message": false, "send_request": false, "send_response": false, "list_peers": true, "receive_messages": true, "ack_messages": false,
-		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "pair_offer": false, "pair_accept": false}
+		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "pair_offer": false, "pair_accept": false,
+		"list_spaces": true, "list_proposals": true, "space_send": false, "space_chat": false, "space_propose": false, "space_fulfill": false,
+		"space_respond": false, "space_reject": false, "space_withdraw": false, "space_grant": false, "space_revoke": false}
 	if len(res.Tools) != len(want) {
 		t.Fatalf("%d tools, want %d", len(res.Tools), len(want))
 	}

@@ -92,15 +92,22 @@ var spaceTools = []spaceTool{
 }
 
 func (s *Server) addSpaceTools() {
-	s.mcp.AddTool(mcp.NewTool("list_spaces",
-		mcp.WithDescription("Show the MEUP spaces this node takes part in: your participant id in each, the members (participant id, key, status active/pending/no_meup, presence, the capabilities this node enforces for them and live grants) and the pending proposals."),
-		mcp.WithOutputSchema[listSpacesResult](),
-		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List spaces", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
-	), s.listSpaces)
 	anyAt := func(t mcp.Tool, path ...string) mcp.Tool {
 		admitAnyJSON(t.OutputSchema.Properties, path...)
 		return t
 	}
+	listSpaces := mcp.NewTool("list_spaces",
+		mcp.WithDescription("Show the MEUP spaces this node takes part in: your participant id in each, the members (participant id, key, status active/pending/no_meup, presence, the capabilities this node enforces for them and live grants) and the pending proposals."),
+		mcp.WithOutputSchema[listSpacesResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List spaces", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
+	)
+	// A capability's kind and payload patterns are any JSON value.
+	for _, set := range []string{"capabilities", "granted"} {
+		for _, f := range []string{"kind", "payload"} {
+			anyAt(listSpaces, "spaces", "items", "properties", "members", "items", "properties", set, "items", "properties", f)
+		}
+	}
+	s.mcp.AddTool(listSpaces, s.listSpaces)
 	for _, st := range spaceTools {
 		opts := []mcp.ToolOption{
 			mcp.WithDescription(st.desc),

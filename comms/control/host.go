@@ -389,3 +389,23 @@ func (s *Session) PairCancel(ctx context.Context, id string) error {
 func (s *Session) PairAccept(ctx context.Context, line, name string) (node.Paired, error) {
 	return do(s, ctx, func(a node.API) (node.Paired, error) { return a.PairAccept(ctx, line, name) })
 }
+
+// Spaces implements node.API.
+func (s *Session) Spaces(ctx context.Context) ([]node.SpaceInfo, error) {
+	return do(s, ctx, func(a node.API) ([]node.SpaceInfo, error) { return a.Spaces(ctx) })
+}
+
+// SpaceEdit implements node.API.
+func (s *Session) SpaceEdit(ctx context.Context, e node.SpaceEdit) (node.SpaceInfo, error) {
+	return do(s, ctx, func(a node.API) (node.SpaceInfo, error) { return a.SpaceEdit(ctx, e) })
+}
+
+// SpaceSend implements node.API.
+func (s *Session) SpaceSend(ctx context.Context, m node.SpaceMessage) (node.SpaceSent, error) {
+	return do(s, ctx, func(a node.API) (node.SpaceSent, error) { return a.SpaceSend(ctx, m) })
+}
+
+// Proposals implements node.API.
+func (s *Session) Proposals(ctx context.Context, q node.ProposalQuery) ([]node.Proposal, error) {
+	return do(s, ctx, func(a node.API) ([]node.Proposal, error) { return a.Proposals(ctx, q) })
+}

@@ -13,7 +13,6 @@ import (
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/audit"
 	"github.com/meerkatd/meerkatd/comms/outbox"
-	"github.com/meerkatd/meerkatd/comms/space"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
