@@ -144,3 +144,19 @@ type MEUPItem struct {
 	// object; its content is the peer's, untrusted).
 	Envelope any `json:"envelope"`
 }
+
+// UnmarshalJSON decodes a MEUPItem keeping its envelope as
+// json.RawMessage (numbers keep their exact text).
+func (m *MEUPItem) UnmarshalJSON(b []byte) error {
+	type plain MEUPItem
+	var raw struct {
+		plain
+		Envelope json.RawMessage `json:"envelope"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*m = MEUPItem(raw.plain)
+	m.Envelope = rawOrNil(raw.Envelope)
+	return nil
+}

@@ -36,7 +36,9 @@ const (
 // noMEUPAfter is how many MEUP attempts in a row a peer may close the
 // connection on (without an ack) before the node takes it for a peer
 // that does not speak MEUP (the Rust reference closes on unknown kinds).
-const noMEUPAfter = 2
+// One close can be a stale connection; three in a row, over the
+// outbox's backoff, are the peer refusing the kind.
+const noMEUPAfter = 3
 
 // maxTrackedMEUPRequests bounds the mcp/requests remembered so that
 // space_respond can address the requester.
