@@ -178,7 +178,7 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendResponse)
 	s.mcp.AddTool(mcp.NewTool("status",
-		mcp.WithDescription("Show this node's state, the same as `meerkatd status --json`: its name, key and listen addresses; running (true when a node serves the home) and started_at; peers (how many it trusts); inbox (unacknowledged items) and pending (the messages and requests among them); the counters accepted, acks_sent, connections and rejected (by reason); outbox (reliable sends waiting), dead_letters, and send_peers (peers with something queued or a breaker that is not closed)."),
+		mcp.WithDescription("Show this node's state, the same as `meerkatd status --json`: its name, key and listen addresses; running (true when a node serves the home) and started_at; peers (how many it trusts); inbox (unacknowledged items) and pending (the messages, requests and envelopes of spaces among them); the counters accepted, acks_sent, connections and rejected (by reason); outbox (reliable sends waiting), dead_letters, and send_peers (peers with something queued or a breaker that is not closed)."),
 		mcp.WithOutputSchema[node.Status](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Node status", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.status)
@@ -192,7 +192,7 @@ func (s *Server) addTools() {
 	admitAnyJSON(listPeers.OutputSchema.Properties, "peers", "items", "properties", "meta")
 	s.mcp.AddTool(listPeers, s.listPeers)
 	s.mcp.AddTool(mcp.NewTool("receive_messages",
-		mcp.WithDescription("List unacknowledged messages, requests and responses, oldest first, without removing them. With wait_ms, waits up to that long for the first new one. Pass the returned cursor as after to see only newer items. The result's epoch names the inbox the cursor counts in: if it differs from the epoch of your previous read, the node's inbox started over (a restart of a node that keeps its inbox in memory) and your cursor means nothing there, so read again from after 0."),
+		mcp.WithDescription("List unacknowledged messages, requests, responses and envelopes of spaces (kind meup, with the space, the sender's participant id and the whole MEUP envelope), oldest first, without removing them. With wait_ms, waits up to that long for the first new one. Pass the returned cursor as after to see only newer items. The result's epoch names the inbox the cursor counts in: if it differs from the epoch of your previous read, the node's inbox started over (a restart of a node that keeps its inbox in memory) and your cursor means nothing there, so read again from after 0."),
 		mcp.WithNumber("wait_ms", mcp.Description("wait up to this many milliseconds for the first item (0-25000, default 0)")),
 		mcp.WithNumber("limit", mcp.Description("at most this many items (1-1000, default 100)")),
 		mcp.WithNumber("after", mcp.Description("only items after this cursor")),

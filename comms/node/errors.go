@@ -31,6 +31,8 @@ const (
 	CodeUnavailable     = "unavailable"      // the node is shutting down or busy, or the control socket broke
 	CodeForbidden       = "forbidden"        // the control socket refused a process of another user
 	CodeNoHome          = "no_home"          // the home does not exist (and was not to be created)
+	CodeUnknownSpace    = "unknown_space"    // no such space here, or this node is not in it
+	CodeUnknownProposal = "unknown_proposal" // no such proposal (or mcp/request) in the space
 	CodeInternal        = "internal"         // everything else
 )
 

@@ -27,12 +27,6 @@ const SpacesFileName = "spaces.json"
 // SpacesPath is the home's rosters file.
 func (h *Home) SpacesPath() string { return filepath.Join(h.Dir, SpacesFileName) }
 
-// Space codes of *Error.
-const (
-	CodeUnknownSpace    = "unknown_space"    // no such space here, or this node is not in it
-	CodeUnknownProposal = "unknown_proposal" // no such proposal (or request) in the space
-)
-
 // noMEUPAfter is how many MEUP attempts in a row a peer may close the
 // connection on (without an ack) before the node takes it for a peer
 // that does not speak MEUP (the Rust reference closes on unknown kinds).
