@@ -58,6 +58,16 @@
 // every earlier call. Seqs come from the outbox table's own AUTOINCREMENT:
 // never reused, unrelated to inbox Seqs.
 //
+// # Spaces
+//
+// [Store.Spaces] is the MEUP space engine's [space.Store] in the same file:
+// the MEUP ids already seen per (space, sender key, id), the grants and
+// the proposals (schema version 5). Its writes are committer requests
+// too and return once on disk; its reads run beside the committer. It
+// bounds nothing: the engine bounds what a space may hold. Capabilities
+// and proposal payloads are JSON text, checked when written and again
+// when read.
+//
 // # What it is not
 //
 // store knows nothing about envelopes, signatures or peers: it keeps opaque

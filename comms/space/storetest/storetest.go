@@ -769,7 +769,7 @@ func testConcurrentMixed(t *testing.T, s space.Store) {
 				n := w*each + i
 				id := fmt.Sprint("x", n)
 				if ok, err := s.Remember(sp, peer(byte(w)), id, at(n)); err != nil || !ok {
-					errs <- fmt.Errorf("Remember %s/%s = %v, %v; want fresh", sp, id, ok, err)
+					errs <- fmt.Errorf("remember %s/%s = %v, %v; want fresh", sp, id, ok, err)
 				}
 				if err := s.PutGrant(grant(sp, id, at(n))); err != nil {
 					errs <- err
