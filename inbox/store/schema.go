@@ -161,6 +161,7 @@ CREATE TABLE space_proposals (
 	id           TEXT    NOT NULL,
 	proposer     TEXT    NOT NULL,
 	proposer_key BLOB    NOT NULL CHECK (length(proposer_key) = 32),
+	addressed    TEXT    NOT NULL, -- JSON array of participant ids
 	payload      TEXT,
 	state        TEXT    NOT NULL,
 	created      INTEGER,

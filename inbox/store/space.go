@@ -156,16 +156,17 @@ func (sp spaces) PutProposal(p space.Proposal) error {
 // are ordered by space, then ID.
 func (sp spaces) Proposals(spc string) ([]space.Proposal, error) {
 	var out []space.Proposal
-	err := sp.s.readArgs("store: space: read space_proposals", `SELECT space, id, proposer, proposer_key, payload, state,
+	err := sp.s.readArgs("store: space: read space_proposals", `SELECT space, id, proposer, proposer_key, addressed, payload, state,
 		created, expires, updated, closed_by, reason, request_id, response_id
 		FROM space_proposals WHERE ?1 = '' OR space = ?1 ORDER BY created, space, id`, []any{spc}, func(rows *sql.Rows) error {
 		var (
 			p                         space.Proposal
 			key                       []byte
+			addressed                 string
 			payload                   sql.NullString
 			created, expires, updated sql.NullInt64
 		)
-		if err := rows.Scan(&p.Space, &p.ID, &p.Proposer, &key, &payload, &p.State,
+		if err := rows.Scan(&p.Space, &p.ID, &p.Proposer, &key, &addressed, &payload, &p.State,
 			&created, &expires, &updated, &p.By, &p.Reason, &p.RequestID, &p.ResponseID); err != nil {
 			return err
 		}
@@ -173,6 +174,9 @@ func (sp spaces) Proposals(spc string) ([]space.Proposal, error) {
 			return fmt.Errorf("proposal %q in %q has a malformed proposer key (%d bytes)", p.ID, p.Space, len(key))
 		}
 		p.Key = identity.PeerID(key)
+		if err := json.Unmarshal([]byte(addressed), &p.To); err != nil {
+			return fmt.Errorf("proposal %q in %q: addressed participants are not a JSON list of texts", p.ID, p.Space)
+		}
 		if payload.Valid {
 			if !json.Valid([]byte(payload.String)) {
 				return fmt.Errorf("proposal %q in %q: payload is not valid JSON", p.ID, p.Space)
@@ -288,9 +292,9 @@ const (
 	sqlSpacePutGrant = `INSERT OR REPLACE INTO space_grants (space, id, granter, grantee, capabilities, created)
 		VALUES (?, ?, ?, ?, ?, ?)`
 	sqlSpaceDeleteGrant = `DELETE FROM space_grants WHERE space = ? AND id = ?`
-	sqlSpacePutProposal = `INSERT OR REPLACE INTO space_proposals (space, id, proposer, proposer_key, payload, state,
+	sqlSpacePutProposal = `INSERT OR REPLACE INTO space_proposals (space, id, proposer, proposer_key, addressed, payload, state,
 		created, expires, updated, closed_by, reason, request_id, response_id)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	// A NULL time is the zero time, before every cutoff.
 	sqlSpaceExpireSeen      = `DELETE FROM space_seen WHERE at IS NULL OR at < ?`
 	sqlSpaceExpireProposals = `DELETE FROM space_proposals WHERE state <> '` + space.ProposalPending + `'
@@ -333,7 +337,14 @@ func (t spaceTx) run(req *request, res *result) error {
 		if len(p.Payload) > 0 {
 			payload = sql.NullString{String: string(p.Payload), Valid: true}
 		}
-		_, err := t.exec(sqlSpacePutProposal, p.Space, p.ID, p.Proposer, p.Key[:], payload, p.State,
+		addressed, err := json.Marshal(p.To)
+		if err != nil {
+			return err
+		}
+		if p.To == nil {
+			addressed = []byte("[]")
+		}
+		_, err = t.exec(sqlSpacePutProposal, p.Space, p.ID, p.Proposer, p.Key[:], string(addressed), payload, p.State,
 			nanos(p.Created), nanos(p.Expires), nanos(p.Updated), p.By, p.Reason, p.RequestID, p.ResponseID)
 		return err
 	case opSpaceExpire:

@@ -442,19 +442,25 @@ func TestSpacesMalformedRows(t *testing.T) {
 		},
 		{
 			"proposal payload",
-			`INSERT INTO space_proposals VALUES ('lab', 'p', 'a', ` + key + `, '{"method"', 'pending', NULL, NULL, NULL, '', '', '', '')`,
+			`INSERT INTO space_proposals VALUES ('lab', 'p', 'a', ` + key + `, '[]', '{"method"', 'pending', NULL, NULL, NULL, '', '', '', '')`,
 			"payload is not valid JSON",
 			proposals,
 		},
 		{
 			"proposal key",
-			`INSERT INTO space_proposals VALUES ('lab', 'p', 'a', x'0102', NULL, 'pending', NULL, NULL, NULL, '', '', '', '')`,
+			`INSERT INTO space_proposals VALUES ('lab', 'p', 'a', x'0102', '[]', NULL, 'pending', NULL, NULL, NULL, '', '', '', '')`,
 			"malformed proposer key",
 			proposals,
 		},
 		{
+			"proposal addressed",
+			`INSERT INTO space_proposals VALUES ('lab', 'p', 'a', ` + key + `, '{"x":1}', NULL, 'pending', NULL, NULL, NULL, '', '', '', '')`,
+			"addressed participants",
+			proposals,
+		},
+		{
 			"proposal expires",
-			`INSERT INTO space_proposals VALUES ('lab', 'p', 'a', ` + key + `, NULL, 'pending', NULL, 'soon', NULL, '', '', '', '')`,
+			`INSERT INTO space_proposals VALUES ('lab', 'p', 'a', ` + key + `, '[]', NULL, 'pending', NULL, 'soon', NULL, '', '', '', '')`,
 			"space_proposals",
 			proposals,
 		},

@@ -46,6 +46,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -133,6 +134,7 @@ func proposal(sp, id, state string, created time.Time) space.Proposal {
 		ID:         id,
 		Proposer:   "agent-" + id,
 		Key:        peer(3),
+		To:         []string{"worker-" + id, "reviewer é"},
 		Payload:    json.RawMessage(`{"method":"tools/call", "params": {"name":"rm","arguments":{"path":"/tmp/x"}}}`),
 		State:      state,
 		Created:    created,
@@ -208,6 +210,9 @@ func diffProposal(got, want space.Proposal) string {
 	}
 	if !bytes.Equal(got.Payload, want.Payload) {
 		add("Payload", string(got.Payload), string(want.Payload))
+	}
+	if !slices.Equal(got.To, want.To) {
+		add("To", got.To, want.To)
 	}
 	for _, f := range []struct {
 		name string
