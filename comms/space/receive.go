@@ -275,9 +275,9 @@ func peek(data []byte) (env meup.Envelope, kindKnown bool) {
 }
 
 // isSystem reports whether kind is reserved: system/* (or system.* as
-// meup/v0.1 writes it before normalisation).
+// meup/v0.1 writes it before normalisation, which peek may see).
 func isSystem(kind string) bool {
-	return strings.HasPrefix(kind, "system/") || strings.HasPrefix(kind, "system.") || kind == "system"
+	return meup.IsSystem(kind) || strings.HasPrefix(kind, "system.")
 }
 
 // systemLocked handles the reserved kinds members may send: presence and
@@ -289,8 +289,8 @@ func (e *Engine) systemLocked(in *inbound, now time.Time, replies *[]reply) Verd
 	switch env.Kind {
 	case meup.KindSystemPresence:
 		var p presencePayload
-		if err := decodeShape(env.Payload, &p); err != nil || (p.Event != EventJoin && p.Event != EventLeave) || p.Participant.ID == "" {
-			return e.refuseLocked(in, now, meup.ReasonReservedKind, "system/presence needs {event: join|leave, participant: {id, capabilities}}", replies)
+		if err := decodeShape(env.Payload, &p); err != nil || (p.Event != EventJoin && p.Event != EventLeave && p.Event != eventHeartbeat) || p.Participant.ID == "" {
+			return e.refuseLocked(in, now, meup.ReasonReservedKind, "system/presence needs {event: join|leave|heartbeat, participant: {id, capabilities}}", replies)
 		}
 		if p.Participant.ID != m.ID {
 			return e.refuseLocked(in, now, meup.ReasonReservedKind, fmt.Sprintf("system/presence from %q speaks for %q", m.ID, p.Participant.ID), replies)
@@ -298,8 +298,12 @@ func (e *Engine) systemLocked(in *inbound, now time.Time, replies *[]reply) Verd
 		if v, done := e.dedupLocked(in, now); done {
 			return v
 		}
-		if p.Event == EventLeave {
+		switch p.Event {
+		case EventLeave:
 			m.presence = PresenceOffline
+			return Verdict{Envelope: env, Participant: m.ID}
+		case eventHeartbeat:
+			m.presence = PresenceOnline
 			return Verdict{Envelope: env, Participant: m.ID}
 		}
 		m.presence = PresenceOnline
@@ -310,8 +314,8 @@ func (e *Engine) systemLocked(in *inbound, now time.Time, replies *[]reply) Verd
 		return Verdict{Envelope: env, Participant: m.ID}
 	case meup.KindSystemWelcome:
 		var w welcomePayload
-		if err := decodeShape(env.Payload, &w); err != nil || w.You.ID == "" || w.Participants == nil {
-			return e.refuseLocked(in, now, meup.ReasonReservedKind, "system/welcome needs {you: {id, capabilities}, participants: [...]}", replies)
+		if err := decodeShape(env.Payload, &w); err != nil || w.You.ID == "" {
+			return e.refuseLocked(in, now, meup.ReasonReservedKind, "system/welcome needs {you: {id, capabilities}, participants?: [...]}", replies)
 		}
 		if v, done := e.dedupLocked(in, now); done {
 			return v
@@ -344,10 +348,12 @@ func decodeShape(raw json.RawMessage, v any) error {
 	return json.Unmarshal(raw, v)
 }
 
-// Presence events.
+// Presence events [Engine.Announce] sends.
 const (
 	EventJoin  = "join"
 	EventLeave = "leave"
+
+	eventHeartbeat = "heartbeat" // received only: the member is online
 )
 
 // presencePayload is system/presence's payload.
@@ -384,7 +390,7 @@ func (e *Engine) welcomeLocked(sp *spaceState, m *memberState) welcomePayload {
 }
 
 // newID returns a fresh MEUP id.
-func newID() string { return identity.NewUUID().String() }
+func newID() string { return meup.NewID() }
 
 // timestamp formats t as the envelopes' ts: RFC 3339 in UTC, milliseconds.
 func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
