@@ -509,3 +509,36 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestNew: New refuses what it cannot run with.
+func TestNew(t *testing.T) {
+	st, snd := newFakeStore(), &fakeSender{t: t}
+	bad := testRoster(t)
+	bad.Spaces[1].Name = "LAB"
+	tests := []struct {
+		name   string
+		st     space.Store
+		snd    space.Sender
+		roster *space.Roster
+		o      space.Options
+	}{
+		{"no store", nil, snd, nil, space.Options{Self: kAlice}},
+		{"no sender", st, nil, nil, space.Options{Self: kAlice}},
+		{"no self", st, snd, nil, space.Options{}},
+		{"read-only protocol", st, snd, nil, space.Options{Self: kAlice, Protocol: meup.ProtocolMCPx01}},
+		{"unknown protocol", st, snd, nil, space.Options{Self: kAlice, Protocol: "meup/v9"}},
+		{"invalid roster", st, snd, bad, space.Options{Self: kAlice}},
+	}
+	for _, tt := range tests {
+		if _, err := space.New(tt.st, tt.snd, tt.roster, tt.o); err == nil {
+			t.Errorf("%s: New succeeded", tt.name)
+		}
+	}
+	e, err := space.New(st, snd, nil, space.Options{Self: kAlice, Protocol: meup.ProtocolMEW04})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Spaces(); len(got) != 0 {
+		t.Errorf("spaces of an empty roster: %+v", got)
+	}
+}

@@ -172,8 +172,8 @@ func (e *Engine) Undo(space string, from identity.PeerID, meupID string) {
 // refuseLocked makes the Verdict of a refused envelope, counts it against
 // a member sender and queues its system/error answer — unless the
 // envelope is (or may be) system/*, no participant is known to answer
-// to, the sender's key is not trusted, or the (space, sender) rate limit
-// is spent.
+// to, the sender's key is not trusted, this node has no participant id
+// in the space to answer as, or the (space, sender) rate limit is spent.
 func (e *Engine) refuseLocked(in *inbound, now time.Time, reason, detail string, replies *[]reply) Verdict {
 	r := &Refusal{Space: in.space, From: in.from, MEUPID: in.env.ID, Kind: in.env.Kind, Reason: reason, Detail: detail}
 	v := Verdict{Envelope: in.env, Refused: r}
