@@ -542,3 +542,24 @@ func TestNew(t *testing.T) {
 		t.Errorf("spaces of an empty roster: %+v", got)
 	}
 }
+
+// TestResendOfAppliedEnvelope: the resend of a kick (its ack was lost)
+// breaks the rules only because the kick was applied; it is taken as a
+// duplicate, not refused and answered.
+func TestResendOfAppliedEnvelope(t *testing.T) {
+	h := newHarness(t)
+	kick := &env{From: "erin", Kind: "space/kick", Payload: `{"participant_id":"carol"}`}
+	h.mustDeliver(kErin, "lab", kick)
+	v := h.recv(kErin, "lab", kick)
+	if !v.Duplicate || v.Refused != nil || v.Deliver {
+		t.Fatalf("resent kick: %+v", v)
+	}
+	if len(h.snd.take()) != 0 || len(h.takeRefused()) != 0 {
+		t.Error("the resend was answered or observed")
+	}
+	// A new kick of the same member is refused, and can be sent again
+	// once it would apply (its id was not kept).
+	again := &env{From: "erin", Kind: "space/kick", Payload: `{"participant_id":"carol"}`}
+	h.mustRefuse(kErin, "lab", again, meup.ReasonInvalidEnvelope)
+	h.mustRefuse(kErin, "lab", again, meup.ReasonInvalidEnvelope)
+}

@@ -63,7 +63,9 @@ type inbound struct {
 // skip the capability check and never grant; a capability this node
 // holds for the sender matches (capability_violation); the rules of
 // proposals, grants, revokes, kicks and invites; and last the dedup of
-// (space, sender, MEUP id).
+// (space, sender, MEUP id). An envelope that breaks those rules but was
+// seen before is a duplicate, not a refusal: the resend of a kick whose
+// ack was lost finds its member gone only because it was applied.
 //
 // Receive never waits for the network: its answers are reliable sends
 // that return once stored, made after the engine's lock is released.
@@ -127,6 +129,14 @@ func (e *Engine) receiveLocked(from identity.PeerID, space string, data []byte, 
 	}
 	eff, reason, detail := e.checkLocked(sp, m, env, now)
 	if reason != "" {
+		// A resend of an envelope applied before (its ack was lost) may
+		// break a rule only because it was applied: a kick's member is
+		// gone, an invite's is there. It is a duplicate, not a refusal.
+		if fresh, err := e.st.Remember(space, from, env.ID, now); err == nil && !fresh {
+			return Verdict{Envelope: env, Participant: m.ID, Duplicate: true}
+		} else if err == nil {
+			e.forget(space, from, env.ID)
+		}
 		return e.refuseLocked(in, now, reason, detail, replies)
 	}
 	if v, done := e.dedupLocked(in, now); done {
