@@ -9,4 +9,30 @@
 // grants, proposals and seen ids ([MemStore] here, the SQLite store in the
 // daemon) and a [Sender] that delivers one MEUP envelope to one member
 // over a signed link. It does not seal, dial or store inbox items itself.
+//
+// # Members
+//
+// A roster ([Roster], spaces.json) binds each member's key to a
+// participant id and the capabilities this node enforces for it. The
+// member whose key is [Options.Self] is this node; a space without it is
+// not active here. A member is active while its key is trusted
+// ([Options.Trusted]); until then it is pending: it gets no copies and
+// its envelopes are refused. Invites add pending members; nothing in a
+// space makes a key trusted.
+//
+// # Own envelopes
+//
+// [Engine.Send] does not check this node's own capabilities (receivers
+// do) but applies what it sends to its own state by the same rules a
+// receiver applies: a grant it sends is enforced here too, a proposal it
+// sends is tracked, a kick or invite changes its roster.
+//
+// # Concurrency
+//
+// An [Engine] is safe for concurrent use. One mutex guards its state; it
+// is never held while the [Sender] or [Options.Observe] is called, so
+// both may call the engine. [Options.SaveRoster] and the [Store] are
+// called with it held and must not call the engine. The engine starts no
+// goroutine that outlives a call: [Engine.Send] and [Engine.Announce]
+// wait for the copies they send.
 package space

@@ -152,6 +152,11 @@ func New(st Store, snd Sender, roster *Roster, o Options) (*Engine, error) {
 		return nil, errors.New("space: Options.Self is required")
 	}
 	o.setDefaults()
+	switch o.Protocol {
+	case meup.ProtocolMEUP01, meup.ProtocolMEUP02, meup.ProtocolMEW03, meup.ProtocolMEW04:
+	default:
+		return nil, fmt.Errorf("space: protocol %q is not one this node can emit", o.Protocol)
+	}
 	if roster == nil {
 		roster = &Roster{}
 	}

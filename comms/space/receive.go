@@ -63,7 +63,9 @@ type inbound struct {
 // skip the capability check and never grant; a capability this node
 // holds for the sender matches (capability_violation); the rules of
 // proposals, grants, revokes, kicks and invites; and last the dedup of
-// (space, sender, MEUP id).
+// (space, sender, MEUP id). An envelope that breaks those rules but was
+// seen before is a duplicate, not a refusal: the resend of a kick whose
+// ack was lost finds its member gone only because it was applied.
 //
 // Receive never waits for the network: its answers are reliable sends
 // that return once stored, made after the engine's lock is released.
@@ -127,6 +129,14 @@ func (e *Engine) receiveLocked(from identity.PeerID, space string, data []byte, 
 	}
 	eff, reason, detail := e.checkLocked(sp, m, env, now)
 	if reason != "" {
+		// A resend of an envelope applied before (its ack was lost) may
+		// break a rule only because it was applied: a kick's member is
+		// gone, an invite's is there. It is a duplicate, not a refusal.
+		if fresh, err := e.st.Remember(space, from, env.ID, now); err == nil && !fresh {
+			return Verdict{Envelope: env, Participant: m.ID, Duplicate: true}
+		} else if err == nil {
+			e.forget(space, from, env.ID)
+		}
 		return e.refuseLocked(in, now, reason, detail, replies)
 	}
 	if v, done := e.dedupLocked(in, now); done {
@@ -172,8 +182,8 @@ func (e *Engine) Undo(space string, from identity.PeerID, meupID string) {
 // refuseLocked makes the Verdict of a refused envelope, counts it against
 // a member sender and queues its system/error answer — unless the
 // envelope is (or may be) system/*, no participant is known to answer
-// to, the sender's key is not trusted, or the (space, sender) rate limit
-// is spent.
+// to, the sender's key is not trusted, this node has no participant id
+// in the space to answer as, or the (space, sender) rate limit is spent.
 func (e *Engine) refuseLocked(in *inbound, now time.Time, reason, detail string, replies *[]reply) Verdict {
 	r := &Refusal{Space: in.space, From: in.from, MEUPID: in.env.ID, Kind: in.env.Kind, Reason: reason, Detail: detail}
 	v := Verdict{Envelope: in.env, Refused: r}
@@ -275,9 +285,9 @@ func peek(data []byte) (env meup.Envelope, kindKnown bool) {
 }
 
 // isSystem reports whether kind is reserved: system/* (or system.* as
-// meup/v0.1 writes it before normalisation).
+// meup/v0.1 writes it before normalisation, which peek may see).
 func isSystem(kind string) bool {
-	return strings.HasPrefix(kind, "system/") || strings.HasPrefix(kind, "system.") || kind == "system"
+	return meup.IsSystem(kind) || strings.HasPrefix(kind, "system.")
 }
 
 // systemLocked handles the reserved kinds members may send: presence and
@@ -289,8 +299,8 @@ func (e *Engine) systemLocked(in *inbound, now time.Time, replies *[]reply) Verd
 	switch env.Kind {
 	case meup.KindSystemPresence:
 		var p presencePayload
-		if err := decodeShape(env.Payload, &p); err != nil || (p.Event != EventJoin && p.Event != EventLeave) || p.Participant.ID == "" {
-			return e.refuseLocked(in, now, meup.ReasonReservedKind, "system/presence needs {event: join|leave, participant: {id, capabilities}}", replies)
+		if err := decodeShape(env.Payload, &p); err != nil || (p.Event != EventJoin && p.Event != EventLeave && p.Event != eventHeartbeat) || p.Participant.ID == "" {
+			return e.refuseLocked(in, now, meup.ReasonReservedKind, "system/presence needs {event: join|leave|heartbeat, participant: {id, capabilities}}", replies)
 		}
 		if p.Participant.ID != m.ID {
 			return e.refuseLocked(in, now, meup.ReasonReservedKind, fmt.Sprintf("system/presence from %q speaks for %q", m.ID, p.Participant.ID), replies)
@@ -298,8 +308,12 @@ func (e *Engine) systemLocked(in *inbound, now time.Time, replies *[]reply) Verd
 		if v, done := e.dedupLocked(in, now); done {
 			return v
 		}
-		if p.Event == EventLeave {
+		switch p.Event {
+		case EventLeave:
 			m.presence = PresenceOffline
+			return Verdict{Envelope: env, Participant: m.ID}
+		case eventHeartbeat:
+			m.presence = PresenceOnline
 			return Verdict{Envelope: env, Participant: m.ID}
 		}
 		m.presence = PresenceOnline
@@ -310,8 +324,8 @@ func (e *Engine) systemLocked(in *inbound, now time.Time, replies *[]reply) Verd
 		return Verdict{Envelope: env, Participant: m.ID}
 	case meup.KindSystemWelcome:
 		var w welcomePayload
-		if err := decodeShape(env.Payload, &w); err != nil || w.You.ID == "" || w.Participants == nil {
-			return e.refuseLocked(in, now, meup.ReasonReservedKind, "system/welcome needs {you: {id, capabilities}, participants: [...]}", replies)
+		if err := decodeShape(env.Payload, &w); err != nil || w.You.ID == "" {
+			return e.refuseLocked(in, now, meup.ReasonReservedKind, "system/welcome needs {you: {id, capabilities}, participants?: [...]}", replies)
 		}
 		if v, done := e.dedupLocked(in, now); done {
 			return v
@@ -344,10 +358,12 @@ func decodeShape(raw json.RawMessage, v any) error {
 	return json.Unmarshal(raw, v)
 }
 
-// Presence events.
+// Presence events [Engine.Announce] sends.
 const (
 	EventJoin  = "join"
 	EventLeave = "leave"
+
+	eventHeartbeat = "heartbeat" // received only: the member is online
 )
 
 // presencePayload is system/presence's payload.
@@ -384,7 +400,7 @@ func (e *Engine) welcomeLocked(sp *spaceState, m *memberState) welcomePayload {
 }
 
 // newID returns a fresh MEUP id.
-func newID() string { return identity.NewUUID().String() }
+func newID() string { return meup.NewID() }
 
 // timestamp formats t as the envelopes' ts: RFC 3339 in UTC, milliseconds.
 func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }

@@ -1,0 +1,565 @@
+package space_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/meup"
+	"github.com/meerkatd/meerkatd/comms/space"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
+)
+
+func proposal(h *harness, id string) space.Proposal {
+	h.t.Helper()
+	ps, err := h.e.Proposals("lab", "")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, p := range ps {
+		if p.ID == id {
+			return p
+		}
+	}
+	h.t.Fatalf("no proposal %q in %+v", id, ps)
+	return space.Proposal{}
+}
+
+// TestProposalLifecycle: pending → fulfilled (with its response
+// correlated back), rejected, withdrawn only by the proposer, expired
+// by the clock.
+func TestProposalLifecycle(t *testing.T) {
+	h := newHarness(t)
+	propose := func() *env {
+		e := &env{From: "bob", Kind: "mcp/proposal", Payload: `{"method":"tools/call","params":{"name":"ls"}}`}
+		h.mustDeliver(kBob, "lab", e)
+		return e
+	}
+
+	// Fulfilled by a request this node sends, then answered by bob.
+	p1 := propose()
+	got := proposal(h, p1.ID)
+	if got.State != space.ProposalPending || got.Proposer != "bob" || got.Key != kBob || !got.Expires.Equal(h.clock.Now().Add(time.Hour)) {
+		t.Fatalf("new proposal %+v", got)
+	}
+	req := h.send("lab", space.Draft{Kind: "mcp/request", CorrelationID: []string{p1.ID}, Payload: []byte(`{"method":"tools/call","params":{"name":"ls"}}`)})
+	got = proposal(h, p1.ID)
+	if got.State != space.ProposalFulfilled || got.By != "alice" || got.RequestID != req.Envelope.ID {
+		t.Fatalf("after the request: %+v", got)
+	}
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "mcp/response", Corr: []string{req.Envelope.ID}, Payload: `{"result":{}}`})
+	if got = proposal(h, p1.ID); got.ResponseID == "" || got.State != space.ProposalFulfilled {
+		t.Fatalf("after the response: %+v", got)
+	}
+	if sp, _ := h.st.proposal("lab", p1.ID); sp.ResponseID != got.ResponseID {
+		t.Errorf("stored %+v", sp)
+	}
+
+	// Rejected by carol, with a reason.
+	p2 := propose()
+	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: "mcp/reject", Corr: []string{p2.ID}, Payload: `{"reason":"too risky"}`})
+	if got = proposal(h, p2.ID); got.State != space.ProposalRejected || got.By != "carol" || got.Reason != "too risky" {
+		t.Fatalf("rejected: %+v", got)
+	}
+
+	// Withdrawn only by bob.
+	p3 := propose()
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/withdraw", Corr: []string{p3.ID}}, meup.ReasonNotProposer)
+	if got = proposal(h, p3.ID); got.State != space.ProposalPending {
+		t.Fatalf("after carol's withdraw: %+v", got)
+	}
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "mcp/withdraw", Corr: []string{p3.ID}})
+	if got = proposal(h, p3.ID); got.State != space.ProposalWithdrawn {
+		t.Fatalf("withdrawn: %+v", got)
+	}
+
+	// Expired by the clock; a late request fulfils nothing.
+	p4 := propose()
+	if in := h.e.Spaces(); in[0].Pending != 1 {
+		t.Errorf("pending count %d, want 1", in[0].Pending)
+	}
+	h.clock.Add(time.Hour)
+	h.send("lab", space.Draft{Kind: "mcp/request", CorrelationID: []string{p4.ID}, Payload: []byte(`{"method":"tools/call"}`)})
+	exp, err := h.e.Proposals("lab", space.ProposalExpired)
+	if err != nil || len(exp) != 1 || exp[0].ID != p4.ID {
+		t.Fatalf("expired list %+v, %v", exp, err)
+	}
+	if sp, _ := h.st.proposal("lab", p4.ID); sp.State != space.ProposalExpired {
+		t.Errorf("stored state %q, want expired", sp.State)
+	}
+	if in := h.e.Spaces(); in[0].Pending != 0 {
+		t.Errorf("pending count %d, want 0", in[0].Pending)
+	}
+	for state, n := range map[string]int{space.ProposalPending: 0, space.ProposalFulfilled: 1, space.ProposalRejected: 1, space.ProposalWithdrawn: 1, "": 4} {
+		if ps, _ := h.e.Proposals("lab", state); len(ps) != n {
+			t.Errorf("%d proposals in state %q, want %d", len(ps), state, n)
+		}
+	}
+	// Rejecting a closed proposal changes nothing but is no error.
+	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: "mcp/reject", Corr: []string{p3.ID}})
+	if got = proposal(h, p3.ID); got.State != space.ProposalWithdrawn {
+		t.Errorf("closed proposal changed: %+v", got)
+	}
+}
+
+// TestProposalsSurviveRestart: a proposal made before a restart can be
+// withdrawn after it.
+func TestProposalsSurviveRestart(t *testing.T) {
+	h := newHarness(t)
+	p := &env{From: "bob", Kind: "mcp/proposal", Payload: `{"method":"x"}`}
+	h.mustDeliver(kBob, "lab", p)
+	e2, err := space.New(h.st, h.snd, testRoster(t), space.Options{Self: kAlice, Trusted: h.isTrusted, Now: h.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.e = e2
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/withdraw", Corr: []string{p.ID}}, meup.ReasonNotProposer)
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "mcp/withdraw", Corr: []string{p.ID}})
+}
+
+// TestPendingProposalsBounded: a proposer with MaxPendingPerPeer pending
+// proposals is refused more until one closes.
+func TestPendingProposalsBounded(t *testing.T) {
+	h := newHarness(t)
+	var first string
+	for i := range space.MaxPendingPerPeer {
+		e := &env{From: "bob", Kind: "mcp/proposal", Payload: `{"method":"x"}`}
+		h.mustDeliver(kBob, "lab", e)
+		if i == 0 {
+			first = e.ID
+		}
+	}
+	v := h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "mcp/proposal", Payload: `{"method":"x"}`}, meup.ReasonRateLimited)
+	if !strings.Contains(v.Refused.Detail, "pending proposals") {
+		t.Errorf("detail %q", v.Refused.Detail)
+	}
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "mcp/withdraw", Corr: []string{first}})
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "mcp/proposal", Payload: `{"method":"x"}`})
+}
+
+// TestKickAndInvite: a kick removes a member (and its grants) and saves
+// the roster; an invite adds one that stays pending until its key is
+// trusted; an invite may not pass on more than the inviter holds.
+func TestKickAndInvite(t *testing.T) {
+	h := newHarness(t)
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`})
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "space/kick", Payload: `{"participant_id":"carol"}`}, meup.ReasonCapability)
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "space/kick", Payload: `{"participant_id":"carol"}`})
+	if _, ok := h.member("lab", "carol"); ok {
+		t.Fatal("carol is still a member")
+	}
+	if gs, _ := h.e.Grants("lab"); len(gs) != 0 {
+		t.Errorf("the kicked member's grants stay: %+v", gs)
+	}
+	h.mu.Lock()
+	saved := len(h.saved)
+	h.mu.Unlock()
+	if saved != 1 {
+		t.Errorf("roster saved %d times, want 1", saved)
+	}
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "chat", Payload: `{"text":"hi"}`}, meup.ReasonNotAMember)
+	// carol is still in "desk".
+	h.mustDeliver(kCarol, "desk", &env{From: "carol", Kind: "chat", Payload: `{"text":"hi"}`})
+
+	// Erin invites frank, whose key is not trusted yet.
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"frank","key":%q,"capabilities":[{"kind":"chat"}]}`, kFrank)})
+	m, ok := h.member("lab", "frank")
+	if !ok || m.Status != space.StatusPending || m.Key != kFrank.String() {
+		t.Fatalf("frank after the invite: %+v, %v", m, ok)
+	}
+	chat := func() *env { return &env{From: "frank", Kind: "chat", Payload: `{"text":"hi"}`} }
+	h.mustRefuse(kFrank, "lab", chat(), meup.ReasonNotAMember)
+	s := h.send("lab", space.Draft{Kind: "chat", Payload: []byte(`{"text":"hello"}`)})
+	for _, c := range s.Copies {
+		if c.Participant == "frank" && c.Skipped != space.SkippedNotTrusted {
+			t.Errorf("frank's copy %+v", c)
+		}
+	}
+	h.trust(kFrank)
+	h.mustDeliver(kFrank, "lab", chat())
+	if m, _ := h.member("lab", "frank"); m.Status != space.StatusActive {
+		t.Errorf("frank trusted: %+v", m)
+	}
+	if r := h.e.Roster(); !slices.ContainsFunc(r.Spaces[0].Members, func(m space.Member) bool { return m.ID == "frank" }) {
+		t.Error("Roster() lacks frank")
+	}
+
+	// Bob holds capability/grant only for chat-like kinds; give him
+	// space/invite and see him try to pass on more than he holds.
+	h.send("lab", space.Draft{Kind: "capability/grant", Payload: []byte(`{"recipient":"bob","capabilities":[{"kind":"space/invite"}]}`)})
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"gus","key":%q,"capabilities":[{"kind":"mcp/request"}]}`, key(8))}, meup.ReasonGrantExceeds)
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"frank2","key":%q}`, kFrank)}, meup.ReasonInvalidEnvelope)
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"gus","key":%q,"capabilities":[{"kind":"chat"}]}`, key(8))})
+}
+
+// TestKickSelf: a node kicked from a space drops it.
+func TestKickSelf(t *testing.T) {
+	h := newHarness(t)
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "space/kick", Payload: `{"participant_id":"alice"}`})
+	for _, in := range h.e.Spaces() {
+		if in.Name == "lab" {
+			t.Fatal("lab is still listed")
+		}
+	}
+	h.mustRefuse(kErin, "lab", &env{From: "erin", Kind: "chat", Payload: `{"text":"hi"}`}, meup.ReasonUnknownSpace)
+	if _, err := h.e.Send(context.Background(), "lab", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)}, space.SendOptions{}); err == nil {
+		t.Error("Send to a dropped space succeeded")
+	}
+}
+
+// TestSendCopies: one copy per other active member, carrying a fresh
+// envelope from this node; untrusted members and those marked NoMEUP are
+// skipped with the reason; the caller's options reach the Sender.
+func TestSendCopies(t *testing.T) {
+	h := newHarness(t)
+	o := space.SendOptions{Reliable: true, TTL: time.Minute}
+	s, err := h.e.Send(context.Background(), "lab", space.Draft{Kind: "chat", To: []string{"bob"}, Context: "c1", Payload: []byte(`{"text":"hello"}`)}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := s.Envelope
+	if sent.From != "alice" || sent.Protocol != meup.DefaultProtocol || sent.ID == "" || sent.Kind != "chat" {
+		t.Errorf("envelope %+v", sent)
+	}
+	if ts, err := time.Parse(time.RFC3339, sent.TS); err != nil || !ts.Equal(h.clock.Now()) {
+		t.Errorf("ts %q: %v", sent.TS, err)
+	}
+	var sentTo, skipped []string
+	for _, c := range s.Copies {
+		if c.Skipped != "" {
+			skipped = append(skipped, c.Participant+": "+c.Skipped)
+		} else {
+			sentTo = append(sentTo, c.Participant)
+			if c.ID == "" || c.Delivery != "queued" {
+				t.Errorf("copy %+v", c)
+			}
+		}
+	}
+	if !slices.Equal(sentTo, []string{"bob", "carol", "erin"}) || !slices.Equal(skipped, []string{"dave: " + space.SkippedNotTrusted}) {
+		t.Errorf("sent to %v, skipped %v", sentTo, skipped)
+	}
+	for _, c := range h.snd.take() {
+		if c.Opts != o || c.Env.ID != sent.ID || c.Space != "lab" {
+			t.Errorf("copy sent %+v", c)
+		}
+	}
+	s2 := h.send("lab", space.Draft{Kind: "chat", Payload: []byte(`{"text":"again"}`)})
+	if s2.Envelope.ID == sent.ID {
+		t.Error("two sends share an id")
+	}
+	h.snd.take()
+
+	// NoMEUP: bob gets no copies until he sends MEUP himself.
+	h.e.NoMEUP(kBob, "connection closed on a meup frame")
+	if m, _ := h.member("lab", "bob"); m.Status != space.StatusNoMEUP || !strings.Contains(m.Note, "meup frame") {
+		t.Errorf("bob marked: %+v", m)
+	}
+	s = h.send("lab", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)})
+	if c := s.Copies[0]; c.Participant != "bob" || !strings.HasPrefix(c.Skipped, space.SkippedNoMEUP) {
+		t.Errorf("bob's copy %+v", c)
+	}
+	if slices.Contains(participants(h.snd.take()), kBob) {
+		t.Error("a copy went to bob")
+	}
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "chat", Payload: `{"text":"I do speak it"}`})
+	h.send("lab", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)})
+	if !slices.Contains(participants(h.snd.take()), kBob) {
+		t.Error("no copy to bob after he sent MEUP")
+	}
+}
+
+// TestSendAddressed: in an addressed space only the members named in to
+// get a copy; with no to, all do.
+func TestSendAddressed(t *testing.T) {
+	h := newHarness(t)
+	s := h.send("desk", space.Draft{Kind: "chat", To: []string{"carol"}, Payload: []byte(`{"text":"psst"}`)})
+	if got := participants(h.snd.take()); !slices.Equal(got, []identity.PeerID{kCarol}) {
+		t.Errorf("copies to %v, want carol only", got)
+	}
+	if c := s.Copies[0]; c.Participant != "bob" || c.Skipped != space.SkippedNotAddressed {
+		t.Errorf("bob's copy %+v", c)
+	}
+	h.send("desk", space.Draft{Kind: "chat", Payload: []byte(`{"text":"all"}`)})
+	if got := participants(h.snd.take()); len(got) != 2 {
+		t.Errorf("copies to %v, want bob and carol", got)
+	}
+}
+
+// TestSendErrors: Send refuses what does not validate, unknown
+// addressees and spaces this node is not in — and sends nothing.
+func TestSendErrors(t *testing.T) {
+	h := newHarness(t)
+	tests := []struct {
+		space string
+		d     space.Draft
+		want  error
+	}{
+		{"lab", space.Draft{Kind: "chat"}, space.ErrInvalid},
+		{"lab", space.Draft{Kind: "Bad Kind", Payload: []byte(`{"text":"x"}`)}, space.ErrInvalid},
+		{"lab", space.Draft{Kind: "chat", To: []string{"zed"}, Payload: []byte(`{"text":"x"}`)}, space.ErrInvalid},
+		{"other", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)}, space.ErrUnknownSpace},
+		{"nope", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)}, space.ErrUnknownSpace},
+	}
+	for _, tt := range tests {
+		_, err := h.e.Send(context.Background(), tt.space, tt.d, space.SendOptions{})
+		if !errors.Is(err, tt.want) {
+			t.Errorf("Send %q %+v: %v, want %v", tt.space, tt.d, err, tt.want)
+		}
+	}
+	if n := len(h.snd.take()); n != 0 {
+		t.Errorf("%d copies sent", n)
+	}
+}
+
+// TestSendAppliesLocally: what this node sends changes its own state as a
+// receiver's; a kick's copy still reaches the kicked member; an envelope
+// that breaks a rule here is sent but changes nothing, and says so. Own
+// capabilities are not checked.
+func TestSendAppliesLocally(t *testing.T) {
+	h := newHarness(t)
+	s := h.send("lab", space.Draft{Kind: "mcp/proposal", Payload: []byte(`{"method":"tools/call"}`)})
+	if p := proposal(h, s.Envelope.ID); p.Proposer != "alice" || p.State != space.ProposalPending {
+		t.Errorf("own proposal %+v", p)
+	}
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "mcp/withdraw", Corr: []string{s.Envelope.ID}}, meup.ReasonNotProposer)
+	h.snd.take()
+
+	s = h.send("lab", space.Draft{Kind: "space/kick", Payload: []byte(`{"participant_id":"bob"}`)})
+	if !slices.Contains(participants(h.snd.take()), kBob) {
+		t.Error("the kicked member got no copy of its kick")
+	}
+	if _, ok := h.member("lab", "bob"); ok {
+		t.Error("bob is still a member after this node kicked him")
+	}
+
+	s = h.send("lab", space.Draft{Kind: "mcp/withdraw", CorrelationID: []string{"nope"}})
+	if !strings.Contains(s.NotApplied, meup.ReasonUnknownProposal) || len(h.snd.take()) == 0 {
+		t.Errorf("withdraw of nothing: NotApplied %q", s.NotApplied)
+	}
+
+	// This node may send what its own roster entry does not allow.
+	h2 := newHarness(t)
+	r := testRoster(t)
+	r.Spaces[0].Members[0].Capabilities = nil
+	if err := h2.e.SetRoster(r); err != nil {
+		t.Fatal(err)
+	}
+	s = h2.send("lab", space.Draft{Kind: "mcp/request", Payload: []byte(`{"method":"x"}`)})
+	if len(h2.snd.take()) != 3 {
+		t.Errorf("copies %+v", s.Copies)
+	}
+}
+
+// TestSendConcurrencyBounded: copies go out concurrently, at most
+// MaxConcurrentSends at a time, and Send waits for all of them.
+func TestSendConcurrencyBounded(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	members := []space.Member{{Key: kAlice, ID: "alice"}}
+	for i := range 60 {
+		members = append(members, space.Member{Key: key(byte(10 + i)), ID: fmt.Sprintf("m%d", i)})
+	}
+	var inFlight, most atomic.Int32
+	var calls atomic.Int32
+	snd := &fakeSender{t: t, hook: func(identity.PeerID) error {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+		calls.Add(1)
+		return nil
+	}}
+	e, err := space.New(newFakeStore(), snd, &space.Roster{Spaces: []space.Config{{Name: "big", Members: members}}},
+		space.Options{Self: kAlice, Trusted: func(identity.PeerID) bool { return true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.Send(context.Background(), "big", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)}, space.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 60 || len(s.Copies) != 60 {
+		t.Errorf("%d calls, %d copies, want 60", calls.Load(), len(s.Copies))
+	}
+	if m := most.Load(); m > space.MaxConcurrentSends || m < 2 {
+		t.Errorf("%d copies in flight at most, want 2..%d", m, space.MaxConcurrentSends)
+	}
+
+	// A cancelled context: the copies not yet started fail with its error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s, err = e.Send(ctx, "big", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)}, space.SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for _, c := range s.Copies {
+		if c.LastError != "" {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Error("no copy failed with a cancelled context")
+	}
+}
+
+// TestAnnounce: join goes reliably without waiting to every other active
+// member of every space this node is in; leave goes directly.
+func TestAnnounce(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	h := newHarness(t)
+	h.e.Announce(context.Background(), space.EventJoin)
+	sent := h.snd.take()
+	bySpace := map[string][]identity.PeerID{}
+	for _, c := range sent {
+		bySpace[c.Space] = append(bySpace[c.Space], c.To)
+		if c.Env.Kind != meup.KindSystemPresence || c.Opts != (space.SendOptions{Reliable: true, NoWait: true, TTL: 10 * time.Minute}) {
+			t.Errorf("join copy %+v", c)
+		}
+		p := decode[struct {
+			Event       string `json:"event"`
+			Participant struct {
+				ID           string            `json:"id"`
+				Capabilities []meup.Capability `json:"capabilities"`
+			} `json:"participant"`
+		}](t, c.Env.Payload)
+		if p.Event != "join" || p.Participant.ID != "alice" || len(p.Participant.Capabilities) != 1 {
+			t.Errorf("join payload %+v", p)
+		}
+	}
+	slices.SortFunc(bySpace["lab"], func(a, b identity.PeerID) int { return bytes.Compare(a[:], b[:]) })
+	if !slices.Equal(bySpace["lab"], []identity.PeerID{kBob, kCarol, kErin}) || len(bySpace["desk"]) != 2 || len(bySpace) != 2 {
+		t.Errorf("join went to %v", bySpace)
+	}
+	h.e.Announce(context.Background(), space.EventLeave)
+	for _, c := range h.snd.take() {
+		if c.Opts != (space.SendOptions{}) {
+			t.Errorf("leave sent with %+v", c.Opts)
+		}
+	}
+	h.e.Announce(context.Background(), "dance")
+	if n := len(h.snd.take()); n != 0 {
+		t.Errorf("unknown event sent %d copies", n)
+	}
+}
+
+// TestSetRoster: a new roster keeps what was learnt about members that
+// stay; an invalid one is refused whole.
+func TestSetRoster(t *testing.T) {
+	h := newHarness(t)
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+	h.recv(kCarol, "lab", &env{From: "carol", Kind: "system/presence", Payload: `{"event":"join","participant":{"id":"carol"}}`})
+	r := testRoster(t)
+	r.Spaces[0].Members[2].Capabilities = append(r.Spaces[0].Members[2].Capabilities, meup.Capability{Kind: []byte(`"mcp/request"`)})
+	if err := h.e.SetRoster(r); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := h.member("lab", "carol")
+	if m.Refused != 1 || m.Presence != space.PresenceOnline {
+		t.Errorf("carol after SetRoster: %+v", m)
+	}
+	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`})
+
+	bad := testRoster(t)
+	bad.Spaces[0].Members[1].ID = "carol"
+	if err := h.e.SetRoster(bad); err == nil {
+		t.Fatal("SetRoster took a roster with a duplicate id")
+	}
+	if _, ok := h.member("lab", "bob"); !ok {
+		t.Error("the roster in force changed")
+	}
+	// Roster() is a copy.
+	got := h.e.Roster()
+	got.Spaces[0].Name = "changed"
+	if h.e.Roster().Spaces[0].Name != "lab" {
+		t.Error("Roster() shares memory with the engine")
+	}
+}
+
+// TestConcurrentUse runs receives, sends and listings at once under the
+// race detector.
+func TestConcurrentUse(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	h := newHarness(t)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 20 {
+				raw := []byte(fmt.Sprintf(`{"protocol":"meup/v0.2","id":"c%d-%d","from":"bob","kind":"chat","payload":{"text":"x"}}`, i, j))
+				h.e.Receive(kBob, "lab", raw)
+				h.e.Receive(kCarol, "lab", raw) // from_mismatch
+				_, _ = h.e.Send(context.Background(), "lab", space.Draft{Kind: "chat", Payload: []byte(`{"text":"y"}`)}, space.SendOptions{})
+				_ = h.e.Spaces()
+				_, _ = h.e.Proposals("", "")
+				h.e.NoMEUP(kErin, "x")
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestNew: New refuses what it cannot run with.
+func TestNew(t *testing.T) {
+	st, snd := newFakeStore(), &fakeSender{t: t}
+	bad := testRoster(t)
+	bad.Spaces[1].Name = "LAB"
+	tests := []struct {
+		name   string
+		st     space.Store
+		snd    space.Sender
+		roster *space.Roster
+		o      space.Options
+	}{
+		{"no store", nil, snd, nil, space.Options{Self: kAlice}},
+		{"no sender", st, nil, nil, space.Options{Self: kAlice}},
+		{"no self", st, snd, nil, space.Options{}},
+		{"read-only protocol", st, snd, nil, space.Options{Self: kAlice, Protocol: meup.ProtocolMCPx01}},
+		{"unknown protocol", st, snd, nil, space.Options{Self: kAlice, Protocol: "meup/v9"}},
+		{"invalid roster", st, snd, bad, space.Options{Self: kAlice}},
+	}
+	for _, tt := range tests {
+		if _, err := space.New(tt.st, tt.snd, tt.roster, tt.o); err == nil {
+			t.Errorf("%s: New succeeded", tt.name)
+		}
+	}
+	e, err := space.New(st, snd, nil, space.Options{Self: kAlice, Protocol: meup.ProtocolMEW04})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Spaces(); len(got) != 0 {
+		t.Errorf("spaces of an empty roster: %+v", got)
+	}
+}
+
+// TestResendOfAppliedEnvelope: the resend of a kick (its ack was lost)
+// breaks the rules only because the kick was applied; it is taken as a
+// duplicate, not refused and answered.
+func TestResendOfAppliedEnvelope(t *testing.T) {
+	h := newHarness(t)
+	kick := &env{From: "erin", Kind: "space/kick", Payload: `{"participant_id":"carol"}`}
+	h.mustDeliver(kErin, "lab", kick)
+	v := h.recv(kErin, "lab", kick)
+	if !v.Duplicate || v.Refused != nil || v.Deliver {
+		t.Fatalf("resent kick: %+v", v)
+	}
+	if len(h.snd.take()) != 0 || len(h.takeRefused()) != 0 {
+		t.Error("the resend was answered or observed")
+	}
+	// A new kick of the same member is refused, and can be sent again
+	// once it would apply (its id was not kept).
+	again := &env{From: "erin", Kind: "space/kick", Payload: `{"participant_id":"carol"}`}
+	h.mustRefuse(kErin, "lab", again, meup.ReasonInvalidEnvelope)
+	h.mustRefuse(kErin, "lab", again, meup.ReasonInvalidEnvelope)
+}

@@ -1,0 +1,434 @@
+package space_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/meup"
+	"github.com/meerkatd/meerkatd/comms/space"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// TestReceiveRefusals sends one envelope per refusal reason and checks
+// the verdict, the observation, and the system/error answer: exactly
+// one, to the sender only, correlated to the refused id — or none when
+// the rules say so.
+func TestReceiveRefusals(t *testing.T) {
+	tests := []struct {
+		name    string
+		from    identity.PeerID
+		space   string
+		raw     string // used instead of e when set
+		e       env
+		reason  string
+		answer  string // participant the system/error goes to; "" none
+		answerK identity.PeerID
+	}{
+		{name: "malformed chat", from: kBob, space: "lab",
+			raw:    `{"protocol":"meup/v0.2","id":"m1","from":"bob","kind":"chat"}`,
+			reason: meup.ReasonInvalidEnvelope, answer: "bob", answerK: kBob},
+		{name: "not JSON", from: kBob, space: "lab", raw: `{"protocol":`,
+			reason: meup.ReasonInvalidEnvelope},
+		{name: "malformed system kind", from: kBob, space: "lab",
+			raw:    `{"protocol":"meup/v0.2","id":"m2","from":"bob","kind":"system/presence"}`,
+			reason: meup.ReasonInvalidEnvelope},
+		{name: "dotted system kind that does not parse", from: kBob, space: "lab",
+			raw:    `{"protocol":"meup/v0.1","id":"m3","from":"bob","kind":"system.error","extra":1}`,
+			reason: meup.ReasonInvalidEnvelope},
+		{name: "unsupported protocol", from: kBob, space: "lab",
+			raw:    `{"protocol":"meup/v9","id":"m4","from":"bob","kind":"chat","payload":{"text":"hi"}}`,
+			reason: meup.ReasonUnsupportedProtocol, answer: "bob", answerK: kBob},
+		{name: "unknown space", from: kBob, space: "nope",
+			e:      env{From: "bob", Kind: "chat", Payload: `{"text":"hi"}`},
+			reason: meup.ReasonUnknownSpace},
+		{name: "space without this node", from: kBob, space: "other",
+			e:      env{From: "bob", Kind: "chat", Payload: `{"text":"hi"}`},
+			reason: meup.ReasonUnknownSpace},
+		{name: "key in no roster", from: kEve, space: "lab",
+			e:      env{From: "eve", Kind: "chat", Payload: `{"text":"hi"}`},
+			reason: meup.ReasonNotAMember, answer: "eve", answerK: kEve},
+		{name: "pending member", from: kDave, space: "lab",
+			e:      env{From: "dave", Kind: "chat", Payload: `{"text":"hi"}`},
+			reason: meup.ReasonNotAMember},
+		{name: "from another participant", from: kBob, space: "lab",
+			e:      env{From: "carol", Kind: "chat", Payload: `{"text":"hi"}`},
+			reason: meup.ReasonFromMismatch, answer: "bob", answerK: kBob},
+		{name: "unknown system kind", from: kBob, space: "lab",
+			e:      env{From: "bob", Kind: "system/shutdown", Payload: `{}`},
+			reason: meup.ReasonReservedKind},
+		{name: "presence for someone else", from: kBob, space: "lab",
+			e:      env{From: "bob", Kind: "system/presence", Payload: `{"event":"join","participant":{"id":"carol"}}`},
+			reason: meup.ReasonReservedKind},
+		{name: "no capability", from: kCarol, space: "lab",
+			e:      env{From: "carol", Kind: "mcp/request", Payload: `{"method":"tools/call"}`},
+			reason: meup.ReasonCapability, answer: "carol", answerK: kCarol},
+		{name: "reject of an unknown proposal", from: kCarol, space: "lab",
+			e:      env{From: "carol", Kind: "mcp/reject", Corr: []string{"nope"}},
+			reason: meup.ReasonUnknownProposal, answer: "carol", answerK: kCarol},
+		{name: "withdraw of an unknown proposal", from: kBob, space: "lab",
+			e:      env{From: "bob", Kind: "mcp/withdraw", Corr: []string{"nope"}},
+			reason: meup.ReasonUnknownProposal, answer: "bob", answerK: kBob},
+		{name: "grant beyond the granter's", from: kBob, space: "lab",
+			e:      env{From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`},
+			reason: meup.ReasonGrantExceeds, answer: "bob", answerK: kBob},
+		{name: "grant to a non-member", from: kBob, space: "lab",
+			e:      env{From: "bob", Kind: "capability/grant", Payload: `{"recipient":"zed","capabilities":[{"kind":"chat"}]}`},
+			reason: meup.ReasonInvalidEnvelope, answer: "bob", answerK: kBob},
+		{name: "kick of a non-member", from: kErin, space: "lab",
+			e:      env{From: "erin", Kind: "space/kick", Payload: `{"participant_id":"zed"}`},
+			reason: meup.ReasonInvalidEnvelope, answer: "erin", answerK: kErin},
+		{name: "revoke of an unknown grant", from: kErin, space: "lab",
+			e:      env{From: "erin", Kind: "capability/revoke", Payload: `{"recipient":"carol","grant_id":"g0"}`},
+			reason: meup.ReasonInvalidEnvelope, answer: "erin", answerK: kErin},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			var data []byte
+			if tt.raw != "" {
+				data = []byte(tt.raw)
+			} else {
+				data = h.raw(&tt.e)
+			}
+			v := h.e.Receive(tt.from, tt.space, data)
+			if v.Deliver || v.Refused == nil || v.Refused.Reason != tt.reason {
+				t.Fatalf("verdict %+v, want refused %s", v, tt.reason)
+			}
+			if v.Refused.From != tt.from || v.Refused.Space != tt.space {
+				t.Errorf("refusal names %v in %q", v.Refused.From, v.Refused.Space)
+			}
+			obs := h.takeRefused()
+			if len(obs) != 1 || obs[0] != *v.Refused {
+				t.Errorf("observed %+v, want exactly the refusal", obs)
+			}
+			sent := h.snd.take()
+			if tt.answer == "" {
+				if len(sent) != 0 {
+					t.Fatalf("answered with %+v, want no answer", sent)
+				}
+				return
+			}
+			if len(sent) != 1 {
+				t.Fatalf("%d answers, want 1: %+v", len(sent), sent)
+			}
+			c := sent[0]
+			if c.To != tt.answerK || c.Space != tt.space || c.Env.Kind != meup.KindSystemError {
+				t.Errorf("answer %s to %v in %q", c.Env.Kind, c.To, c.Space)
+			}
+			if !slices.Equal(c.Env.To, []string{tt.answer}) || c.Env.From != "alice" {
+				t.Errorf("answer from %q to %v", c.Env.From, c.Env.To)
+			}
+			if want := []string{v.Refused.MEUPID}; !slices.Equal(c.Env.CorrelationID, want) {
+				t.Errorf("correlation_id %v, want %v", c.Env.CorrelationID, want)
+			}
+			if c.Opts != (space.SendOptions{Reliable: true, NoWait: true, TTL: 10 * time.Minute}) {
+				t.Errorf("answer sent with %+v", c.Opts)
+			}
+			p := decode[errorPayload](t, c.Env.Payload)
+			if p.Error != tt.reason || p.Message == "" || p.AttemptedKind != v.Refused.Kind || p.YourCapabilities == nil {
+				t.Errorf("error payload %+v", p)
+			}
+		})
+	}
+}
+
+// TestErrorAnswerCarriesEnforcedCapabilities: your_capabilities is what
+// this node holds for the sender, grants included.
+func TestErrorAnswerCarriesEnforcedCapabilities(t *testing.T) {
+	h := newHarness(t)
+	h.send("lab", space.Draft{Kind: "capability/grant", Payload: []byte(`{"recipient":"carol","capabilities":[{"kind":"reasoning/start"}]}`)})
+	h.snd.take()
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+	sent := h.snd.take()
+	if len(sent) != 1 {
+		t.Fatalf("%d answers", len(sent))
+	}
+	p := decode[errorPayload](t, sent[0].Env.Payload)
+	got := kinds(p.YourCapabilities)
+	want := []string{`"reasoning/start"`, `["chat","mcp/withdraw","mcp/reject"]`}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("your_capabilities kinds %v, want %v", got, want)
+	}
+}
+
+// TestErrorAnswersRateLimited: five answers at once, then one per ten
+// seconds; the refusals beyond are still observed and counted.
+func TestErrorAnswersRateLimited(t *testing.T) {
+	h := newHarness(t)
+	bad := func() {
+		t.Helper()
+		h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+	}
+	answers := func() int { return len(h.snd.take()) }
+	for range 7 {
+		bad()
+	}
+	if n := answers(); n != 5 {
+		t.Fatalf("%d answers to 7 refusals at once, want 5", n)
+	}
+	if n := len(h.takeRefused()); n != 7 {
+		t.Errorf("%d refusals observed, want 7", n)
+	}
+	h.clock.Add(9 * time.Second)
+	bad()
+	if n := answers(); n != 0 {
+		t.Errorf("%d answers after 9 s, want 0", n)
+	}
+	h.clock.Add(time.Second)
+	bad()
+	bad()
+	if n := answers(); n != 1 {
+		t.Errorf("%d answers after 10 s, want 1", n)
+	}
+	h.clock.Add(time.Hour)
+	for range 8 {
+		bad()
+	}
+	if n := answers(); n != 5 {
+		t.Errorf("%d answers after an hour, want 5 (the burst)", n)
+	}
+	// Another sender has a bucket of its own.
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+	if n := answers(); n != 1 {
+		t.Errorf("%d answers to bob, want 1", n)
+	}
+	m, _ := h.member("lab", "carol")
+	if m.Refused != 18 {
+		t.Errorf("carol's refusals %d, want 18", m.Refused)
+	}
+}
+
+// TestSystemKinds: members may send presence, welcome and error; they
+// skip the capability check (carol holds none of them), never grant, and
+// only error is delivered. No refused system envelope is answered.
+func TestSystemKinds(t *testing.T) {
+	h := newHarness(t)
+	v := h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: "system/error", Corr: []string{"x"}, Payload: `{"error":"capability_violation","message":"no"}`})
+	if v.Participant != "carol" {
+		t.Errorf("participant %q", v.Participant)
+	}
+	v = h.recv(kCarol, "lab", &env{From: "carol", Kind: "system/welcome", Payload: `{"you":{"id":"alice","capabilities":[{"kind":"*"}]},"participants":[]}`})
+	if v.Deliver || v.Refused != nil {
+		t.Errorf("welcome: %+v, want taken and not delivered", v)
+	}
+	if m, _ := h.member("lab", "carol"); m.Presence != space.PresenceOnline {
+		t.Errorf("carol is %s after her welcome", m.Presence)
+	}
+	if len(h.snd.take()) != 0 {
+		t.Error("system envelopes were answered")
+	}
+	// A presence carrying capabilities grants nothing.
+	h.recv(kCarol, "lab", &env{From: "carol", Kind: "system/presence", Payload: `{"event":"join","participant":{"id":"carol","capabilities":[{"kind":"*"}]}}`})
+	h.snd.take()
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+	// system/error without its error field is refused, unanswered.
+	h.snd.take()
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "system/welcome", Payload: `{"you":{"id":"alice"},"extra":{"you":1}, "participants": 5}`}, meup.ReasonReservedKind)
+	if len(h.snd.take()) != 0 {
+		t.Error("a refused system envelope was answered")
+	}
+}
+
+// TestPresence: a join makes the member online and is answered with a
+// welcome saying what this node enforces; a leave makes it offline.
+func TestPresence(t *testing.T) {
+	h := newHarness(t)
+	if m, _ := h.member("lab", "bob"); m.Presence != space.PresenceUnknown || m.LastSeen != nil {
+		t.Fatalf("bob before any envelope: %+v", m)
+	}
+	join := &env{From: "bob", Kind: "system/presence", Payload: `{"event":"join","participant":{"id":"bob","capabilities":[]}}`}
+	v := h.recv(kBob, "lab", join)
+	if v.Deliver || v.Refused != nil || v.Err != nil {
+		t.Fatalf("join: %+v", v)
+	}
+	m, _ := h.member("lab", "bob")
+	if m.Presence != space.PresenceOnline || m.LastSeen == nil || !m.LastSeen.Equal(h.clock.Now()) {
+		t.Errorf("bob after join: %+v", m)
+	}
+	sent := h.snd.take()
+	if len(sent) != 1 || sent[0].To != kBob || sent[0].Env.Kind != meup.KindSystemWelcome {
+		t.Fatalf("answer to join: %+v", sent)
+	}
+	w := sent[0].Env
+	if !slices.Equal(w.To, []string{"bob"}) || !slices.Equal(w.CorrelationID, []string{join.ID}) {
+		t.Errorf("welcome to %v, correlated %v", w.To, w.CorrelationID)
+	}
+	type pi struct {
+		ID           string            `json:"id"`
+		Capabilities []meup.Capability `json:"capabilities"`
+	}
+	p := decode[struct {
+		You          pi   `json:"you"`
+		Participants []pi `json:"participants"`
+	}](t, w.Payload)
+	if p.You.ID != "bob" || len(p.You.Capabilities) != 1 {
+		t.Errorf("welcome's you: %+v", p.You)
+	}
+	var ids []string
+	for _, x := range p.Participants {
+		ids = append(ids, x.ID)
+	}
+	if !slices.Equal(ids, []string{"alice", "bob", "carol", "erin"}) {
+		t.Errorf("welcome lists %v (dave is pending and must not be listed)", ids)
+	}
+	// The same join again is a duplicate: no second welcome.
+	if v := h.e.Receive(kBob, "lab", h.raw(join)); !v.Duplicate || len(h.snd.take()) != 0 {
+		t.Errorf("repeated join: %+v", v)
+	}
+	h.clock.Add(time.Minute)
+	h.recv(kBob, "lab", &env{From: "bob", Kind: "system/presence", Payload: `{"event":"leave","participant":{"id":"bob"}}`})
+	if m, _ := h.member("lab", "bob"); m.Presence != space.PresenceOffline || !m.LastSeen.Equal(h.clock.Now()) {
+		t.Errorf("bob after leave: %+v", m)
+	}
+	if len(h.snd.take()) != 0 {
+		t.Error("a leave was answered")
+	}
+}
+
+// TestGrantAndRevoke: a grant lets the grantee do more at once; a revoke
+// stops it at the next envelope; both persist.
+func TestGrantAndRevoke(t *testing.T) {
+	h := newHarness(t)
+	req := func() *env { return &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"tools/call"}`} }
+	h.mustRefuse(kCarol, "lab", req(), meup.ReasonCapability)
+
+	// A grant from erin (who holds everything), received.
+	g := &env{From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"},{"kind":"reasoning/start"}]}`}
+	h.mustDeliver(kErin, "lab", g)
+	h.mustDeliver(kCarol, "lab", req())
+	gs, _ := h.e.Grants("lab")
+	if len(gs) != 1 || gs[0].ID != g.ID || gs[0].Granter != kErin || gs[0].Grantee != kCarol || len(gs[0].Capabilities) != 2 {
+		t.Fatalf("grants %+v", gs)
+	}
+	if m, _ := h.member("lab", "carol"); len(m.Granted) != 2 {
+		t.Errorf("carol's granted: %+v", m.Granted)
+	}
+
+	// Revoke one capability by pattern (written differently: spacing).
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/revoke", Payload: `{"recipient":"carol","capabilities":[{ "kind" : "mcp/request" }]}`})
+	h.mustRefuse(kCarol, "lab", req(), meup.ReasonCapability)
+	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: "reasoning/start", Payload: `{"message":"hm"}`})
+	gs, _ = h.e.Grants("lab")
+	if len(gs) != 1 || len(gs[0].Capabilities) != 1 {
+		t.Fatalf("after revoking one capability: %+v", gs)
+	}
+
+	// Revoke the rest by grant id: the grant is gone.
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/revoke", Payload: `{"recipient":"carol","grant_id":"` + g.ID + `"}`})
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "reasoning/start", Payload: `{"message":"hm"}`}, meup.ReasonCapability)
+	if gs, _ := h.e.Grants("lab"); len(gs) != 0 {
+		t.Fatalf("after revoking by id: %+v", gs)
+	}
+
+	// A grant this node sends is enforced here too, and so is its revoke.
+	s := h.send("lab", space.Draft{Kind: "capability/grant", Payload: []byte(`{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`)})
+	if s.NotApplied != "" {
+		t.Fatalf("own grant not applied: %s", s.NotApplied)
+	}
+	h.mustDeliver(kCarol, "lab", req())
+	h.send("lab", space.Draft{Kind: "capability/revoke", Payload: []byte(`{"recipient":"carol","grant_id":"` + s.Envelope.ID + `"}`)})
+	h.mustRefuse(kCarol, "lab", req(), meup.ReasonCapability)
+
+	// Bob may grant only what he holds.
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`})
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"*"}]}`}, meup.ReasonGrantExceeds)
+}
+
+// TestGrantsSurviveRestart: a new engine over the same store enforces the
+// grants the old one accepted.
+func TestGrantsSurviveRestart(t *testing.T) {
+	h := newHarness(t)
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`})
+	e2, err := space.New(h.st, h.snd, testRoster(t), space.Options{Self: kAlice, Trusted: h.isTrusted, Now: h.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := h.raw(&env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`})
+	if v := e2.Receive(kCarol, "lab", raw); !v.Deliver {
+		t.Fatalf("granted request after restart: %+v", v)
+	}
+}
+
+// TestGrantAck: a grant to this node is answered with capability/grant-ack.
+func TestGrantAck(t *testing.T) {
+	h := newHarness(t)
+	g := &env{From: "erin", Kind: "capability/grant", Payload: `{"recipient":"alice","capabilities":[{"kind":"chat"}]}`}
+	h.mustDeliver(kErin, "lab", g)
+	sent := h.snd.take()
+	if len(sent) != 1 || sent[0].To != kErin || sent[0].Env.Kind != meup.KindCapabilityGrantAck {
+		t.Fatalf("answers %+v", sent)
+	}
+	if !slices.Equal(sent[0].Env.CorrelationID, []string{g.ID}) || !slices.Equal(sent[0].Env.To, []string{"erin"}) {
+		t.Errorf("grant-ack correlated %v to %v", sent[0].Env.CorrelationID, sent[0].Env.To)
+	}
+	// A grant to someone else is not acked by this node.
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/grant", Payload: `{"recipient":"bob","capabilities":[{"kind":"chat"}]}`})
+	if n := len(h.snd.take()); n != 0 {
+		t.Errorf("%d answers to a grant to bob", n)
+	}
+}
+
+// TestDedup: a repeated MEUP id from the same sender is neither delivered
+// nor answered; after Undo it is delivered again. Another sender may use
+// the same id.
+func TestDedup(t *testing.T) {
+	h := newHarness(t)
+	e := &env{ID: "same", From: "bob", Kind: "chat", Payload: `{"text":"hi"}`}
+	h.mustDeliver(kBob, "lab", e)
+	v := h.recv(kBob, "lab", e)
+	if v.Deliver || !v.Duplicate || v.Refused != nil {
+		t.Fatalf("repeat: %+v", v)
+	}
+	if len(h.snd.take()) != 0 || len(h.takeRefused()) != 0 {
+		t.Error("a duplicate was answered or observed as a refusal")
+	}
+	h.e.Undo("lab", kBob, "same")
+	h.mustDeliver(kBob, "lab", e)
+	h.mustDeliver(kCarol, "lab", &env{ID: "same", From: "carol", Kind: "chat", Payload: `{"text":"hi"}`})
+}
+
+// TestStoreFailure: when the store cannot remember an id, the verdict
+// carries the error and nothing is delivered or answered.
+func TestStoreFailure(t *testing.T) {
+	h := newHarness(t)
+	h.st.failRemember = errors.New("disk on fire")
+	v := h.recv(kBob, "lab", &env{From: "bob", Kind: "chat", Payload: `{"text":"hi"}`})
+	if v.Deliver || v.Err == nil || v.Refused != nil || !strings.Contains(v.Err.Error(), "disk on fire") {
+		t.Fatalf("verdict %+v", v)
+	}
+	if len(h.snd.take()) != 0 {
+		t.Error("answered")
+	}
+}
+
+// TestReceiveReleasesLockBeforeSending: the Sender may call the engine
+// (a node's send path may look at spaces); Receive must not hold its lock.
+func TestReceiveReleasesLockBeforeSending(t *testing.T) {
+	h := newHarness(t)
+	h.snd.hook = func(identity.PeerID) error {
+		_ = h.e.Spaces()
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Receive deadlocked calling the Sender")
+	}
+}
+
+// TestSenderFailureDoesNotChangeVerdict: an answer that cannot be sent
+// is logged; the refusal stands.
+func TestSenderFailureDoesNotChangeVerdict(t *testing.T) {
+	h := newHarness(t)
+	h.snd.hook = func(identity.PeerID) error { return errors.New("outbox full") }
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+}

@@ -1,0 +1,190 @@
+package space_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meerkatd/meerkatd/comms/meup"
+	"github.com/meerkatd/meerkatd/comms/space"
+)
+
+// member returns the JSON text of a roster member.
+func memberJSON(k byte, id, caps string) string {
+	return fmt.Sprintf(`{"key": %q, "id": %q, "capabilities": %s}`, key(k), id, caps)
+}
+
+func TestParseRoster(t *testing.T) {
+	ok := memberJSON(1, "alice", `[{"kind":"*"}]`)
+	many := func(n int, f func(i int) string) string {
+		var parts []string
+		for i := range n {
+			parts = append(parts, f(i))
+		}
+		return strings.Join(parts, ",")
+	}
+	tests := []struct {
+		name string
+		text string
+		want string // substring of the error; "" : parses
+	}{
+		{"empty file", `{}`, ""},
+		{"no spaces", `{"spaces": []}`, ""},
+		{"one space", `{"spaces": [{"name": "lab", "members": [` + ok + `]}]}`, ""},
+		{"name grammar", `{"spaces": [{"name": "A-z_0.9", "members": []}]}`, ""},
+		{"addressed", `{"spaces": [{"name": "lab", "delivery": "addressed", "members": []}]}`, ""},
+		{"same id in two spaces", `{"spaces": [{"name": "a", "members": [` + ok + `]}, {"name": "b", "members": [` + ok + `]}]}`, ""},
+		{"no capabilities", `{"spaces": [{"name": "lab", "members": [` + memberJSON(1, "alice", `[]`) + `]}]}`, ""},
+		{"null capabilities", `{"spaces": [{"name": "lab", "members": [` + memberJSON(1, "alice", `null`) + `]}]}`, ""},
+
+		{"not JSON", `{"spaces": [`, "space: roster:"},
+		{"trailing data", `{"spaces": []} {}`, "data after"},
+		{"unknown field", `{"spaces": [], "extra": 1}`, `unknown field "extra"`},
+		{"unknown member field", `{"spaces": [{"name": "lab", "members": [{"key": "` + key(1).String() + `", "id": "a", "role": "x"}]}]}`, `unknown field "role"`},
+		{"empty name", `{"spaces": [{"name": "", "members": []}]}`, "space 1: name: empty"},
+		{"bad name", `{"spaces": [{"name": "lab", "members": []}, {"name": "my lab", "members": []}]}`, `space 2 ("my lab"): name:`},
+		{"long name", `{"spaces": [{"name": "` + strings.Repeat("a", 65) + `", "members": []}]}`, "over the limit of 64"},
+		{"name unique ignoring case", `{"spaces": [{"name": "Lab", "members": []}, {"name": "lab", "members": []}]}`, `space 2 ("lab"): name already used by space 1 ("Lab")`},
+		{"bad delivery", `{"spaces": [{"name": "lab", "delivery": "some", "members": []}]}`, `space 1 ("lab"): delivery "some"`},
+		{"bad key", `{"spaces": [{"name": "lab", "members": [{"key": "ed25519:xyz", "id": "a"}]}]}`, "space: roster:"},
+		{"missing key", `{"spaces": [{"name": "lab", "members": [` + ok + `, {"id": "bob"}]}]}`, `space 1 ("lab"), member 2 ("bob"): key missing`},
+		{"missing id", `{"spaces": [{"name": "lab", "members": [` + ok + `, {"key": "` + key(2).String() + `"}]}]}`, `space 1 ("lab"), member 2: id: empty`},
+		{"id with a space", `{"spaces": [{"name": "lab", "members": [` + memberJSON(1, "al ice", `[]`) + `]}]}`, `member 1 ("al ice"): id:`},
+		{"long id", `{"spaces": [{"name": "lab", "members": [` + memberJSON(1, strings.Repeat("x", 129), `[]`) + `]}]}`, "over the limit of 128"},
+		{"duplicate key", `{"spaces": [{"name": "lab", "members": [` + ok + `,` + memberJSON(1, "bob", `[]`) + `]}]}`, `space 1 ("lab"), member 2 ("bob"): key already used by member 1 ("alice")`},
+		{"duplicate id", `{"spaces": [{"name": "lab", "members": [` + ok + `,` + memberJSON(2, "alice", `[]`) + `]}]}`, `space 1 ("lab"), member 2 ("alice"): id already used by member 1`},
+		{"capability that does not compile", `{"spaces": [{"name": "lab", "members": [` + ok + `,` + memberJSON(2, "bob", `[{"kind": 5}]`) + `]}]}`, `space 1 ("lab"), member 2 ("bob"): capabilities:`},
+		{"bad regex", `{"spaces": [{"name": "lab", "members": [` + memberJSON(2, "bob", `[{"kind": "chat", "payload": {"text": "/(/"}}]`) + `]}]}`, `member 1 ("bob"): capabilities:`},
+		{"too many capabilities", `{"spaces": [{"name": "lab", "members": [` + memberJSON(2, "bob", "["+many(65, func(int) string { return `{"kind":"chat"}` })+"]") + `]}]}`, "65 capabilities"},
+		{"too many members", `{"spaces": [{"name": "lab", "members": [` + many(257, func(i int) string {
+			return fmt.Sprintf(`{"key": %q, "id": "m%d"}`, key(1), i)
+		}) + `]}]}`, "257 members"},
+		{"too many spaces", `{"spaces": [` + many(257, func(i int) string { return fmt.Sprintf(`{"name": "s%d", "members": []}`, i) }) + `]}`, "257 spaces"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := space.ParseRoster([]byte(tt.text))
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if r == nil {
+					t.Fatal("nil roster")
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("parsed; want an error containing %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q, want it to contain %q", err, tt.want)
+			}
+			if r != nil {
+				t.Error("a roster came back with the error")
+			}
+		})
+	}
+}
+
+func TestRosterSaveLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "spaces.json")
+	r, err := space.LoadRoster(path)
+	if err != nil || len(r.Spaces) != 0 {
+		t.Fatalf("missing file: %+v, %v", r, err)
+	}
+	r = testRoster(t)
+	r.Spaces[1].Members[0].Capabilities = nil
+	if err := r.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", st.Mode().Perm())
+	}
+	data, _ := os.ReadFile(path)
+	if strings.Contains(string(data), "null") {
+		t.Errorf("saved roster holds null:\n%s", data)
+	}
+	back, err := space.LoadRoster(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Spaces) != 3 || back.Spaces[0].Members[1].Key != kBob || back.Spaces[2].Delivery != space.DeliveryAddressed {
+		t.Errorf("loaded %+v", back)
+	}
+	// An invalid roster is not saved, and the file stays.
+	bad := testRoster(t)
+	bad.Spaces[0].Name = "bad name"
+	if err := bad.Save(path); err == nil {
+		t.Error("saved an invalid roster")
+	}
+	if _, err := space.LoadRoster(path); err != nil {
+		t.Error(err)
+	}
+	// A file that does not parse names the path.
+	if err := os.WriteFile(path, []byte(`{"spaces": 5}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := space.LoadRoster(path); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("load of a bad file: %v", err)
+	}
+}
+
+func FuzzParseRoster(f *testing.F) {
+	f.Add([]byte(`{"spaces": [{"name": "lab", "members": [` + memberJSON(1, "alice", `[{"kind":"*"}]`) + `]}]}`))
+	f.Add([]byte(`{"spaces": [{"name": "lab", "delivery": "addressed", "members": [` + memberJSON(1, "a", `[{"kind":["chat","mcp/*"],"payload":{"method":"tools/*"}}]`) + `,` + memberJSON(2, "b", `[]`) + `]}]}`))
+	f.Add([]byte(`{"spaces": [{"name": "Lab", "members": []}, {"name": "lab", "members": []}]}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := space.ParseRoster(data)
+		if err != nil {
+			if r != nil {
+				t.Fatal("roster and error")
+			}
+			return
+		}
+		if err := r.Validate(); err != nil {
+			t.Fatalf("parsed roster does not validate: %v", err)
+		}
+		// What parses survives a write and a read unchanged.
+		path := filepath.Join(t.TempDir(), "spaces.json")
+		if err := r.Save(path); err != nil {
+			t.Fatalf("save: %v", err)
+		}
+		back, err := space.LoadRoster(path)
+		if err != nil {
+			t.Fatalf("reload: %v", err)
+		}
+		a, _ := json.Marshal(normalise(r))
+		b, _ := json.Marshal(normalise(back))
+		if !bytes.Equal(a, b) {
+			t.Fatalf("round trip changed the roster:\n%s\n%s", a, b)
+		}
+	})
+}
+
+// normalise makes nil member and capability lists empty, so that equal
+// rosters marshal alike (json.Marshal compacts the capabilities' JSON).
+func normalise(r *space.Roster) *space.Roster {
+	out := &space.Roster{Spaces: []space.Config{}}
+	for _, c := range r.Spaces {
+		ms := []space.Member{}
+		for _, m := range c.Members {
+			if m.Capabilities == nil {
+				m.Capabilities = []meup.Capability{}
+			}
+			ms = append(ms, m)
+		}
+		c.Members = ms
+		out.Spaces = append(out.Spaces, c)
+	}
+	return out
+}
