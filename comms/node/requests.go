@@ -21,7 +21,7 @@ type recordingInbox struct {
 	// meup, set on serving nodes, runs meup items through the space
 	// engine: refused ones and presence are acknowledged without being
 	// stored; undo takes back the engine's record if storing fails.
-	meup func(comms.Item) (deliver bool, undo func())
+	meup func(comms.Item) (deliver bool, undo func(), err error)
 
 	mu       sync.Mutex
 	requests map[identity.UUID]*trackedRequest
@@ -72,8 +72,7 @@ func (ri *recordingInbox) admitMEUP(it comms.Item) (deliver bool, undo func(), e
 	if ri.meup == nil {
 		return false, nil, errNoSpaces
 	}
-	deliver, undo = ri.meup(it)
-	return deliver, undo, nil
+	return ri.meup(it)
 }
 
 // undoAdmission takes back the space engine's record of a meup item

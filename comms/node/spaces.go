@@ -141,25 +141,27 @@ func (s *spaces) attempted(peer identity.PeerID, err error) error {
 // admit runs a received meup item through the engine. It reports
 // whether the item goes to the inbox, and how to take back the engine's
 // record of it if the inbox then fails to store it.
-func (s *spaces) admit(it comms.Item) (deliver bool, undo func()) {
+func (s *spaces) admit(it comms.Item) (deliver bool, undo func(), err error) {
 	e := it.Envelope
 	name, _, raw, _ := parseMEUPRaw(e.Kind)
 	s.mu.Lock()
 	delete(s.closes, e.From) // it speaks MEUP
 	s.mu.Unlock()
 	v := s.eng.Receive(e.From, name, raw)
-	if v.Refused != nil {
+	switch {
+	case v.Err != nil:
+		return false, nil, v.Err // not acknowledged: the sender tries again
+	case v.Refused != nil:
 		s.n.auditRefusedMEUP(it, v.Refused)
-		return false, nil
-	}
-	if !v.Deliver {
-		return false, nil
+		return false, nil, nil
+	case !v.Deliver:
+		return false, nil, nil
 	}
 	if v.Envelope.Kind == meup.KindMCPRequest {
 		s.track(name, v.Envelope)
 	}
 	from, id := e.From, v.Envelope.ID
-	return true, func() { s.eng.Undo(name, from, id) }
+	return true, func() { s.eng.Undo(name, from, id) }, nil
 }
 
 // track remembers an mcp/request for space_respond.
@@ -324,7 +326,9 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 		return SpaceInfo{}, Coded(err)
 	}
 	if n.spaces != nil {
-		n.spaces.eng.SetRoster(checked)
+		if err := n.spaces.eng.SetRoster(checked); err != nil {
+			return SpaceInfo{}, errorf(CodeBadArgument, "%v", err)
+		}
 	}
 	infos, err := n.Spaces(context.Background())
 	if err != nil {
@@ -629,7 +633,10 @@ func (s *spaces) reload() {
 		s.n.log.Error("spaces file not reloaded; keeping the previous rosters", "err", err)
 		return
 	}
-	s.eng.SetRoster(r)
+	if err := s.eng.SetRoster(r); err != nil {
+		s.n.log.Error("spaces file not reloaded; keeping the previous rosters", "err", err)
+		return
+	}
 	s.n.log.Info("spaces reloaded", "spaces", len(r.Spaces))
 }
 
