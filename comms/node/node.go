@@ -277,10 +277,14 @@ func Start(h *Home, opts Options) (*Node, error) {
 	}()
 	if n.spaces != nil {
 		n.reload = func() { w.Reload(); n.spaces.reload() }
-		n.wg.Add(1)
+		n.wg.Add(2)
 		go func() {
 			defer n.wg.Done()
 			n.spaces.watch(ctx, trust.DefaultWatchInterval)
+		}()
+		go func() {
+			defer n.wg.Done()
+			n.spaces.expire(ctx)
 		}()
 	}
 	if n.ob != nil {

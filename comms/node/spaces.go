@@ -44,6 +44,7 @@ const maxTrackedMEUPRequests = 4096
 type spaces struct {
 	n      *Node
 	eng    *space.Engine
+	st     space.Store // the engine's store
 	editMu sync.Mutex // serialises roster edits
 
 	mu       sync.Mutex
@@ -67,7 +68,7 @@ func startSpaces(n *Node) (*spaces, error) {
 	if d, ok := n.mail.(*durableMail); ok {
 		st = d.st.Spaces()
 	}
-	s := &spaces{n: n, closes: map[identity.PeerID]int{}, requests: map[string]meupRequest{}}
+	s := &spaces{n: n, st: st, closes: map[identity.PeerID]int{}, requests: map[string]meupRequest{}}
 	s.eng, err = space.New(st, s, roster, space.Options{
 		Self:        n.h.Key.ID(),
 		Protocol:    n.h.Config.MEUP.Protocol,
@@ -265,7 +266,7 @@ func (n *Node) Spaces(context.Context) ([]SpaceInfo, error) {
 	if err != nil {
 		return nil, errorf(CodeBadArgument, "%s: %v", SpacesFileName, err)
 	}
-	eng, err := space.New(space.NewMemStore(), nil, roster, space.Options{Self: n.h.Key.ID(), Trusted: func(k identity.PeerID) bool {
+	eng, err := space.New(space.NewMemStore(), noSender{}, roster, space.Options{Self: n.h.Key.ID(), Trusted: func(k identity.PeerID) bool {
 		_, ok := n.r.Trust().Lookup(k)
 		return ok
 	}})
@@ -483,8 +484,22 @@ func (n *Node) SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error)
 	return SpaceSent{Space: m.Space, ID: sent.Envelope.ID, Kind: sent.Envelope.Kind, Envelope: env, Copies: copies}, nil
 }
 
+// noSender is the Sender of an engine that only shows rosters (no
+// daemon runs).
+type noSender struct{}
+
+func (noSender) SendMEUP(context.Context, identity.PeerID, string, []byte, space.SendOptions) (space.Delivery, error) {
+	return space.Delivery{}, errors.New("no daemon is running: nothing is sent")
+}
+
 // spaceErr gives engine errors their API codes.
 func spaceErr(err error) error {
+	switch {
+	case errors.Is(err, space.ErrUnknownSpace):
+		return &Error{Code: CodeUnknownSpace, Msg: UserText(err), Err: err}
+	case errors.Is(err, space.ErrInvalid):
+		return &Error{Code: CodeBadArgument, Msg: UserText(err), Err: err}
+	}
 	var me *meup.Error
 	if errors.As(err, &me) {
 		switch me.Reason {
@@ -638,6 +653,30 @@ func (s *spaces) reload() {
 		return
 	}
 	s.n.log.Info("spaces reloaded", "spaces", len(r.Spaces))
+}
+
+// expire forgets, once an hour, the MEUP ids seen longer ago than the
+// dedup window and the proposals closed longer ago than the history
+// retention ([store] dedup_window_hours, history_hours), until ctx ends.
+func (s *spaces) expire(ctx context.Context) {
+	t := time.NewTicker(expireInterval)
+	defer t.Stop()
+	for {
+		now := time.Now()
+		cfg := s.n.h.Config.Store
+		seen, closed, err := s.st.Expire(now.Add(-time.Duration(cfg.DedupWindowHours)*time.Hour), now.Add(-time.Duration(cfg.HistoryHours)*time.Hour))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.n.log.Warn("spaces store: expiry failed", "err", err)
+		case seen+closed > 0:
+			s.n.log.Debug("spaces store: expired", "seen", seen, "proposals", closed)
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // watch reloads the rosters file when it changes, until ctx ends.

@@ -1,0 +1,357 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/meup"
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/comms/space"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// Rosters are edited in the home's file with or without a running node,
+// with errors a caller can act on.
+func TestSpaceEditWithoutDaemon(t *testing.T) {
+	h, bob := testHome(t, "alice", nil)
+	n := startTest(t, h, ModeSend)
+	ctx := context.Background()
+	edit := func(e SpaceEdit) (SpaceInfo, error) { return n.SpaceEdit(ctx, e) }
+
+	info, err := edit(SpaceEdit{Op: SpaceCreate, Space: "build", As: "orchestrator"})
+	if err != nil || info.Name != "build" || info.Self != "orchestrator" || len(info.Members) != 1 || !info.Members[0].Self {
+		t.Fatalf("create: %+v, %v", info, err)
+	}
+	fi, err := os.Stat(h.SpacesPath())
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("spaces file: %v, %v", fi, err)
+	}
+	// A trusted peer by name; a key nobody trusts yet (pending).
+	stranger, _ := identity.GenerateKeypair()
+	if _, err := edit(SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob", ID: "worker", Capabilities: json.RawMessage(`[{"kind":"chat"},{"kind":"mcp/response"}]`)}); err != nil {
+		t.Fatal(err)
+	}
+	info, err = edit(SpaceEdit{Op: SpaceAdd, Space: "BUILD", Peer: stranger.ID().String(), ID: "proposer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := map[string]string{}
+	for _, m := range info.Members {
+		status[m.ID] = m.Status
+		if m.ID == "worker" && m.Key != bob.ID().String() {
+			t.Errorf("worker's key %s, want bob's", m.Key)
+		}
+		if m.ID == "proposer" {
+			caps, _ := json.Marshal(m.Capabilities)
+			if !strings.Contains(string(caps), "mcp/proposal") || strings.Contains(string(caps), "mcp/request") {
+				t.Errorf("default capabilities %s: want chat and proposals only", caps)
+			}
+		}
+	}
+	if status["worker"] != space.StatusActive || status["proposer"] != space.StatusPending {
+		t.Fatalf("statuses %v: a trusted member is active, an untrusted one pending", status)
+	}
+	for _, tc := range []struct {
+		name string
+		e    SpaceEdit
+		code string
+	}{
+		{"create twice", SpaceEdit{Op: SpaceCreate, Space: "Build", As: "x"}, CodeBadArgument},
+		{"create without as", SpaceEdit{Op: SpaceCreate, Space: "other"}, CodeBadArgument},
+		{"no space name", SpaceEdit{Op: SpaceCreate, As: "x"}, CodeBadArgument},
+		{"unknown op", SpaceEdit{Op: "rename", Space: "build"}, CodeBadArgument},
+		{"add to unknown space", SpaceEdit{Op: SpaceAdd, Space: "nope", Peer: "bob", ID: "w"}, CodeUnknownSpace},
+		{"add unknown peer", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "carol", ID: "w"}, CodeUnknownPeer},
+		{"add without id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob"}, CodeBadArgument},
+		{"add duplicate id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: stranger.ID().String(), ID: "worker"}, CodeBadArgument},
+		{"bad capability", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob", ID: "w", Capabilities: json.RawMessage(`[{"kind":"/(/"}]`)}, CodeBadArgument},
+		{"remove missing", SpaceEdit{Op: SpaceRemove, Space: "build", ID: "ghost"}, CodeBadArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := os.ReadFile(h.SpacesPath())
+			if _, err := edit(tc.e); CodeOf(err) != tc.code {
+				t.Fatalf("got %v (code %s), want code %s", err, CodeOf(err), tc.code)
+			}
+			if after, _ := os.ReadFile(h.SpacesPath()); string(after) != string(before) {
+				t.Fatal("a refused edit changed the file")
+			}
+		})
+	}
+	if info, err = edit(SpaceEdit{Op: SpaceRemove, Space: "build", ID: "proposer"}); err != nil || len(info.Members) != 2 {
+		t.Fatalf("remove: %+v, %v", info, err)
+	}
+	list, err := n.Spaces(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != "build" {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	if _, err := n.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActChat, Text: "hi"}); CodeOf(err) != CodeNoDaemon {
+		t.Fatalf("send without a daemon: %v", err)
+	}
+	if _, err := n.Proposals(ctx, ProposalQuery{}); CodeOf(err) != CodeNoDaemon {
+		t.Fatalf("proposals without a daemon: %v", err)
+	}
+	if _, err := edit(SpaceEdit{Op: SpaceDelete, Space: "build"}); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := n.Spaces(ctx); len(list) != 0 {
+		t.Fatalf("after delete: %+v", list)
+	}
+	if err := os.WriteFile(h.SpacesPath(), []byte(`{"spaces": [{"name": "x", "members": [{"key": "nonsense", "id": "a"}]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Spaces(ctx); CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), SpacesFileName) {
+		t.Fatalf("a broken file: %v", err)
+	}
+}
+
+// spaceNodes starts serving nodes (memory inbox) that trust each other
+// and share one space "build", each member with the capabilities given.
+func spaceNodes(t *testing.T, caps map[string]string, names ...string) map[string]*Node {
+	t.Helper()
+	nodes := map[string]*Node{}
+	for _, name := range names {
+		h, _ := testHome(t, name, func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+		nodes[name] = startTest(t, h, ModeServe)
+	}
+	var peers []trust.Peer
+	for _, name := range names {
+		peers = append(peers, trust.Peer{Name: name, ID: nodes[name].h.Key.ID(), Addr: nodes[name].Addrs()[0]})
+	}
+	var members []string
+	for _, name := range names {
+		members = append(members, fmt.Sprintf(`{"key": %q, "id": %q, "capabilities": %s}`, nodes[name].h.Key.ID(), name, caps[name]))
+	}
+	roster := `{"spaces": [{"name": "build", "members": [` + strings.Join(members, ",") + `]}]}`
+	for _, name := range names {
+		n := nodes[name]
+		l, err := trust.New(slices.DeleteFunc(slices.Clone(peers), func(p trust.Peer) bool { return p.Name == name })...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Save(n.h.TrustPath()); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(n.h.SpacesPath(), []byte(roster), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n.ReloadTrust() // also re-reads spaces.json
+		waitFor(t, 5*time.Second, name+" knows the space", func() bool {
+			sp, _ := n.Spaces(context.Background())
+			return len(sp) == 1 && sp[0].Self == name
+		})
+	}
+	return nodes
+}
+
+// meupItems reads n's MEUP items of kind meupKind.
+func meupItems(t *testing.T, n *Node, meupKind string) []Message {
+	t.Helper()
+	b, err := n.Receive(context.Background(), Query{Kinds: []string{wire.TypeMEUP}, MEUPFilter: MEUPFilter{MEUPKinds: []string{meupKind}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Messages
+}
+
+// The actions build the envelopes the issue describes and the items
+// arrive with their space, participant and envelope; filters and pending
+// see them.
+func TestSpaceActionsBetweenNodes(t *testing.T) {
+	nodes := spaceNodes(t, map[string]string{
+		"orch": `[{"kind": "*"}]`,
+		"prop": `[{"kind": ["chat", "mcp/proposal", "mcp/withdraw", "mcp/response"]}]`,
+	}, "orch", "prop")
+	orch, prop := nodes["orch"], nodes["prop"]
+	ctx := context.Background()
+
+	sent, err := prop.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActChat, Text: "hello", Context: "t1", SendOptions: SendOptions{Reliable: true}})
+	if err != nil || sent.Kind != meup.KindChat || len(sent.Copies) != 1 || sent.Copies[0].Participant != "orch" || sent.Copies[0].Delivery != DeliveryAcked {
+		t.Fatalf("chat: %+v, %v", sent, err)
+	}
+	if sent.Copies[0].ID == "" || sent.Copies[0].ID == sent.ID {
+		t.Fatalf("the copy's Meerkat id %q must exist and differ from the MEUP id %q", sent.Copies[0].ID, sent.ID)
+	}
+	waitFor(t, 5*time.Second, "the chat arrives", func() bool { return len(meupItems(t, orch, meup.KindChat)) == 1 })
+	got := meupItems(t, orch, meup.KindChat)[0]
+	if got.Kind != wire.TypeMEUP || got.MEUP == nil || got.MEUP.Space != "build" || got.MEUP.Participant != "prop" || got.MEUP.ID != sent.ID || got.MEUP.Context != "t1" || got.ID != sent.Copies[0].ID {
+		t.Fatalf("chat item %+v (meup %+v)", got, got.MEUP)
+	}
+	var env meup.Envelope
+	if err := json.Unmarshal(got.MEUP.Envelope.(json.RawMessage), &env); err != nil || string(env.Payload) != `{"text":"hello"}` || env.Protocol != meup.DefaultProtocol {
+		t.Fatalf("envelope %+v, %v", env, err)
+	}
+	for _, q := range []MEUPFilter{{Space: "other"}, {Context: "t2"}, {MEUPKinds: []string{"mcp/proposal"}}} {
+		if b, _ := orch.Receive(ctx, Query{MEUPFilter: q}); len(b.Messages) != 0 {
+			t.Errorf("filter %+v shows %d items", q, len(b.Messages))
+		}
+	}
+	if b, _ := orch.Receive(ctx, Query{MEUPFilter: MEUPFilter{Space: "build", Context: "t1"}}); len(b.Messages) != 1 || b.Pending != 1 {
+		t.Errorf("space and context filter: %d items, pending %d (want 1, 1)", len(b.Messages), b.Pending)
+	}
+
+	// A proposal addressed to orch; orch fulfils it (the request goes to
+	// the participants the proposal addressed), prop answers it.
+	p, err := prop.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActPropose, Method: "tools/call", Params: json.RawMessage(`{"name":"read_file"}`), To: []string{"orch"}})
+	if err != nil || p.Kind != meup.KindMCPProposal {
+		t.Fatalf("propose: %+v, %v", p, err)
+	}
+	waitFor(t, 5*time.Second, "orch tracks the proposal", func() bool {
+		ps, _ := orch.Proposals(ctx, ProposalQuery{Space: "build", State: space.ProposalPending})
+		return len(ps) == 1 && ps[0].ID == p.ID && ps[0].Proposer == "prop" && slices.Equal(ps[0].To, []string{"orch"})
+	})
+	f, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActFulfill, Proposal: p.ID})
+	if err != nil || f.Kind != meup.KindMCPRequest {
+		t.Fatalf("fulfill: %+v, %v", f, err)
+	}
+	var req meup.Envelope
+	if err := json.Unmarshal(f.Envelope, &req); err != nil || !slices.Equal(req.CorrelationID, []string{p.ID}) || !slices.Equal(req.To, []string{"orch"}) ||
+		string(req.Payload) != `{"method":"tools/call","params":{"name":"read_file"}}` {
+		t.Fatalf("the fulfilment %s, %v", f.Envelope, err)
+	}
+	if _, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActFulfill, Proposal: p.ID}); CodeOf(err) != CodeBadArgument {
+		t.Fatalf("fulfilling twice: %v", err)
+	}
+	waitFor(t, 5*time.Second, "prop gets the request", func() bool { return len(meupItems(t, prop, meup.KindMCPRequest)) == 1 })
+	r, err := prop.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActRespond, Request: f.ID, Result: json.RawMessage(`{"ok":true}`)})
+	if err != nil || r.Kind != meup.KindMCPResponse {
+		t.Fatalf("respond: %+v, %v", r, err)
+	}
+	var resp meup.Envelope
+	if err := json.Unmarshal(r.Envelope, &resp); err != nil || !slices.Equal(resp.CorrelationID, []string{f.ID}) || !slices.Equal(resp.To, []string{"orch"}) {
+		t.Fatalf("the response %s, %v", r.Envelope, err)
+	}
+	waitFor(t, 5*time.Second, "the proposal is fulfilled with both ids", func() bool {
+		ps, _ := orch.Proposals(ctx, ProposalQuery{State: space.ProposalFulfilled})
+		return len(ps) == 1 && ps[0].By == "orch" && ps[0].RequestID == f.ID && ps[0].ResponseID == r.ID
+	})
+
+	for _, tc := range []struct {
+		name string
+		m    SpaceMessage
+		code string
+	}{
+		{"unknown space", SpaceMessage{Space: "nope", Action: ActChat, Text: "x"}, CodeUnknownSpace},
+		{"send without kind", SpaceMessage{Space: "build"}, CodeBadArgument},
+		{"unknown action", SpaceMessage{Space: "build", Action: "shout"}, CodeBadArgument},
+		{"propose without method", SpaceMessage{Space: "build", Action: ActPropose}, CodeBadArgument},
+		{"fulfill unknown proposal", SpaceMessage{Space: "build", Action: ActFulfill, Proposal: "nope"}, CodeUnknownProposal},
+		{"respond to an unknown request", SpaceMessage{Space: "build", Action: ActRespond, Request: "nope", Result: json.RawMessage(`1`)}, CodeUnknownProposal},
+		{"respond with result and error", SpaceMessage{Space: "build", Action: ActRespond, Request: f.ID, Result: json.RawMessage(`1`), Error: json.RawMessage(`2`)}, CodeBadArgument},
+		{"grant without capabilities", SpaceMessage{Space: "build", Action: ActGrant, Recipient: "prop"}, CodeBadArgument},
+		{"revoke without what", SpaceMessage{Space: "build", Action: ActRevoke, Recipient: "prop"}, CodeBadArgument},
+		{"ttl too long", SpaceMessage{Space: "build", Action: ActChat, Text: "x", SendOptions: SendOptions{Reliable: true, TTL: MaxTTL + time.Second}}, CodeBadArgument},
+		{"kind outside the grammar", SpaceMessage{Space: "build", Kind: "Bad Kind!"}, CodeBadArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := orch.SpaceSend(ctx, tc.m); CodeOf(err) != tc.code {
+				t.Fatalf("got %v (code %s), want %s", err, CodeOf(err), tc.code)
+			}
+		})
+	}
+}
+
+// An envelope the engine refuses is acknowledged (Push succeeds, so the
+// Router acks it) and stored nowhere.
+func TestRefusedMEUPIsAckedNotStored(t *testing.T) {
+	nodes := spaceNodes(t, map[string]string{"orch": `[{"kind": "*"}]`, "prop": `[{"kind": "chat"}]`}, "orch", "prop")
+	orch, prop := nodes["orch"], nodes["prop"]
+	kind := func(env string) wire.Kind {
+		v, err := wire.ParseJSON([]byte(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := wire.Map(wire.Member{Key: "type", Value: wire.Text(wire.TypeMEUP)}, wire.Member{Key: "space", Value: wire.Text("build")}, wire.Member{Key: "envelope", Value: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := wire.NewKind(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	push := func(env string) error {
+		e, err := wire.Seal(prop.h.Key, identity.NewUUID(), orch.h.Key.ID(), kind(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return orch.inbox.Push(comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: e, PeerName: "prop"})
+	}
+	for _, env := range []string{
+		`{"protocol":"meup/v0.1","id":"r1","from":"prop","kind":"mcp/request","payload":{"method":"tools/call"}}`, // capability
+		`{"protocol":"meup/v0.1","id":"r2","from":"orch","kind":"chat","payload":{"text":"forged"}}`,              // from
+		`{"protocol":"meup/v9","id":"r3","from":"prop","kind":"chat","payload":{"text":"x"}}`,                     // protocol
+	} {
+		if err := push(env); err != nil {
+			t.Fatalf("refused envelope not acknowledged: %v", err)
+		}
+	}
+	if b, _ := orch.Receive(context.Background(), Query{}); len(b.Messages) != 0 {
+		t.Fatalf("refused envelopes stored: %+v", b.Messages)
+	}
+	if err := push(`{"protocol":"meup/v0.1","id":"ok","from":"prop","kind":"chat","payload":{"text":"fine"}}`); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := orch.Receive(context.Background(), Query{}); len(b.Messages) != 1 {
+		t.Fatalf("an allowed envelope: %d items", len(b.Messages))
+	}
+	// A node that runs no spaces refuses (does not acknowledge) MEUP.
+	rec := newRecordingInbox(orch.mail)
+	e, _ := wire.Seal(prop.h.Key, identity.NewUUID(), orch.h.Key.ID(), kind(`{"protocol":"meup/v0.1","id":"x","from":"prop","kind":"chat","payload":{"text":"x"}}`))
+	if err := rec.Push(comms.Item{Type: comms.ItemExternal, Envelope: e}); !errors.Is(err, errNoSpaces) {
+		t.Fatalf("no spaces: %v", err)
+	}
+}
+
+// A member that closes the connection on MEUP envelopes three times in a
+// row is marked: its attempt becomes permanent (a dead letter, not hours
+// of retries) and later sends skip it. Other failures and successes
+// between them do not count.
+func TestNoMEUPLearning(t *testing.T) {
+	nodes := spaceNodes(t, map[string]string{"orch": `[{"kind": "*"}]`, "rust": `[{"kind": "*"}]`}, "orch", "rust")
+	orch, rust := nodes["orch"], nodes["rust"]
+	peer := rust.h.Key.ID()
+	closed := &comms.PeerOfflineError{Peer: "rust", Reason: comms.OfflineClosed}
+	timeout := &comms.PeerOfflineError{Peer: "rust", Reason: comms.OfflineTimeout}
+	s := orch.spaces
+	for i, step := range []struct {
+		err       error
+		permanent bool
+	}{
+		{closed, false}, {closed, false}, {nil, false}, // a success resets the count
+		{closed, false}, {timeout, false}, {closed, false}, {closed, true}, {closed, true},
+	} {
+		err := s.attempted(peer, step.err)
+		if got := errors.Is(err, outbox.ErrPermanent); got != step.permanent {
+			t.Fatalf("step %d: %v, permanent %v, want %v", i, err, got, step.permanent)
+		}
+		if step.err == nil && err != nil {
+			t.Fatalf("step %d: a success became %v", i, err)
+		}
+	}
+	sp, _ := orch.Spaces(context.Background())
+	var st string
+	for _, m := range sp[0].Members {
+		if m.ID == "rust" {
+			st = m.Status
+		}
+	}
+	if st != space.StatusNoMEUP {
+		t.Fatalf("status %q, want %s", st, space.StatusNoMEUP)
+	}
+	sent, err := orch.SpaceSend(context.Background(), SpaceMessage{Space: "build", Action: ActChat, Text: "hi"})
+	if err != nil || len(sent.Copies) != 1 || sent.Copies[0].Skipped == "" || sent.Copies[0].ID != "" {
+		t.Fatalf("a send to a no_meup member: %+v, %v", sent, err)
+	}
+}
