@@ -50,7 +50,7 @@ const (
 	MaxCorrelation    = 16  // correlation ids
 	MaxCapabilities   = 64  // capabilities in one set (a roster entry, a grant)
 	MaxPatternLen     = 512 // one pattern string (glob, regex) in a capability
-	MaxCapabilityJSON = 8 << 10
+	MaxCapabilityJSON = 8 << 10 // one capability's JSON text
 )
 
 // Envelope is one MEUP envelope in normalised form: kinds with slashes,

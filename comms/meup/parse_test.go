@@ -478,3 +478,25 @@ func envelopesEqual(a, b Envelope) bool {
 		len(a.CorrelationID) == len(b.CorrelationID) &&
 		a.Context == b.Context && bytes.Equal(a.Payload, b.Payload)
 }
+
+func ExampleParse() {
+	e, err := Parse([]byte(`{"protocol":"meup/v0.1","id":"e1","from":"alice","kind":"mcp.request","correlation_id":"p1","payload":{"method":"tools/list"}}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(e.Protocol, e.Kind, e.CorrelationID)
+	out, err := e.Encode(ProtocolMEW04)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(string(out))
+
+	_, err = Parse([]byte(`{"protocol":"mew/v0.4","id":"e2","from":"alice","kind":"chat","payload":{"text":"a","text":"b"}}`))
+	fmt.Println(ReasonOf(err))
+	// Output:
+	// meup/v0.1 mcp/request [p1]
+	// {"protocol":"mew/v0.4","id":"e1","from":"alice","kind":"mcp/request","correlation_id":["p1"],"payload":{"method":"tools/list"}}
+	// invalid_envelope
+}
