@@ -23,7 +23,8 @@
 // Parse accepts meup/v0.1, meup/v0.2, mew/v0.3, mew/v0.4 and mcpx/v0.1
 // and returns the envelope in one normalised form: kinds with slashes
 // (meup/v0.1's "mcp.request" becomes "mcp/request"), correlation ids as
-// a list, mcpx/v0.1 method kinds ("mcp/request:tools/call") split into
+// a list (meup/v0.1 and mcpx/v0.1 may write a single one as a string),
+// mcpx/v0.1 method kinds ("mcp/request:tools/call") split into
 // kind and payload.method (which must agree) and mcpx capability strings
 // turned into capability objects. [Envelope.Protocol] keeps the id the
 // envelope arrived with. [Envelope.Encode] writes the normalised form
@@ -40,12 +41,14 @@
 //
 //   - "/re/": an RE2 regular expression, unanchored (write ^ and $ to
 //     anchor it);
-//   - "!p": any string that p (a glob or a literal) does not match — the
-//     key must still be present;
+//   - "!p": any string that p (a glob or a literal, not a regex) does not
+//     match — the key must still be present;
 //   - a string holding '*' or '?': a glob ('*' within one /-separated
 //     segment, '**' across segments, '?' one character; doublestar
-//     syntax, so [...], {a,b} and \ escapes work too). A glob never
-//     matches the empty string;
+//     syntax, so [...] classes and \ escapes work too). A glob never
+//     matches the empty string. Brace alternation ({a,b}) is refused
+//     (an array says the same), and so are globs with more than 16
+//     wildcards: both would let a pattern make matching slow;
 //   - anything else: the string itself.
 //
 // The kind "*" (and "**") matches every kind. A kind pattern may be an

@@ -46,11 +46,11 @@ const (
 	MaxIDLen          = 128       // id, correlation ids, participant ids
 	MaxKindLen        = 64
 	MaxContextLen     = 256
-	MaxTo             = 256 // addressees
-	MaxCorrelation    = 16  // correlation ids
-	MaxCapabilities   = 64  // capabilities in one set (a roster entry, a grant)
-	MaxPatternLen     = 512 // one pattern string (glob, regex) in a capability
-	MaxCapabilityJSON = 8 << 10
+	MaxTo             = 256     // addressees
+	MaxCorrelation    = 16      // correlation ids
+	MaxCapabilities   = 64      // capabilities in one set (a roster entry, a grant)
+	MaxPatternLen     = 512     // one pattern string (glob, regex) in a capability
+	MaxCapabilityJSON = 8 << 10 // one capability's JSON text
 )
 
 // Envelope is one MEUP envelope in normalised form: kinds with slashes,

@@ -39,9 +39,6 @@ var errDepth = errors.New("nested too deep")
 func readValue(d *json.Decoder, depth, maxDepth int) (any, error) {
 	tok, err := d.Token()
 	if err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
 		return nil, errors.New("malformed JSON")
 	}
 	switch t := tok.(type) {

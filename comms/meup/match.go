@@ -274,10 +274,45 @@ func compileGlob(s string) (pattern, error) {
 	if !isGlob(s) {
 		return literalPattern(s), nil
 	}
-	if !doublestar.ValidatePattern(s) {
-		return nil, invalid("", "bad glob %s", quoteShort(s))
+	if err := validGlob(s); err != nil {
+		return nil, err
 	}
 	return globPattern(s), nil
+}
+
+// maxGlobWildcards bounds the wildcards ('*' runs and '?') in one glob.
+// Matching backtracks over them: with 16, a glob against a value of
+// MaxPayloadBytes takes milliseconds; with a few hundred, seconds.
+const maxGlobWildcards = 16
+
+// maxPathDescendants bounds the descendant segments ("..") in one
+// JSONPath key. Each one nested in a filter multiplies the work by the
+// payload's size; two keep a query linear-ish in the payload, a handful
+// makes it take minutes. (Counted in the query text, so ".." inside a
+// quoted name counts too: fail closed.)
+const maxPathDescendants = 2
+
+// validGlob checks a glob is well formed, free of brace alternation
+// ("{a,b}": doublestar expands alternatives by backtracking, which a few
+// hundred bytes of pattern can make take minutes; an array pattern says
+// the same in linear time) and has at most maxGlobWildcards wildcards.
+func validGlob(s string) error {
+	if strings.ContainsAny(s, "{}") {
+		return invalid("", "brace alternation in glob %s (use an array of patterns)", quoteShort(s))
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '?' || (s[i] == '*' && (i == 0 || s[i-1] != '*')) {
+			n++
+		}
+	}
+	if n > maxGlobWildcards {
+		return invalid("", "more than %d wildcards in glob %s", maxGlobWildcards, quoteShort(s))
+	}
+	if !doublestar.ValidatePattern(s) {
+		return invalid("", "bad glob %s", quoteShort(s))
+	}
+	return nil
 }
 
 // compileValue compiles the pattern a payload key maps to.
@@ -315,14 +350,17 @@ func compileObject(obj map[string]any) (*objectPattern, error) {
 		case k == "**":
 			f.mode = fieldDeep
 		case strings.HasPrefix(k, "$"):
+			if strings.Count(k, "..") > maxPathDescendants {
+				return nil, invalid(quoteShort(k), "more than %d descendant segments (..) in a JSONPath query", maxPathDescendants)
+			}
 			path, err := jsonpath.Parse(k)
 			if err != nil {
 				return nil, invalid(quoteShort(k), "bad JSONPath query")
 			}
 			f.mode, f.path = fieldPath, path
 		case isGlob(k):
-			if !doublestar.ValidatePattern(k) {
-				return nil, invalid(quoteShort(k), "bad glob")
+			if err := validGlob(k); err != nil {
+				return nil, withField(err, quoteShort(k))
 			}
 			f.mode = fieldGlob
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -148,8 +149,8 @@ func translateMCPxCapabilities(kind string, p map[string]any) (bool, error) {
 	return changed, nil
 }
 
-// stringField returns top[key] as a string: an id (required, a
-// participant id), ts (RFC 3339) or context.
+// stringField returns top[key] as a string ("" when absent and not
+// required). Its bounds are checked later, by check.
 func stringField(top map[string]any, key string, required bool) (string, error) {
 	v, ok := top[key]
 	if !ok {
@@ -201,7 +202,7 @@ func (e Envelope) Validate() error {
 	var payload map[string]any
 	hasPayload := len(e.Payload) > 0
 	if hasPayload {
-		if len(e.Payload) > MaxEnvelopeBytes {
+		if len(e.Payload) > MaxEnvelopeBytes { // before decoding; the compact size is checked below
 			return invalid("payload", "larger than %d bytes", MaxPayloadBytes)
 		}
 		tree, err := decodeStrict(e.Payload, MaxDepth)
@@ -278,7 +279,7 @@ func (e Envelope) Encode(protocol string) ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
-	if protocol == ProtocolMEUP01 && !bytes.ContainsRune([]byte(e.Kind), '/') && bytes.ContainsRune([]byte(e.Kind), '.') {
+	if protocol == ProtocolMEUP01 && !strings.Contains(e.Kind, "/") && strings.Contains(e.Kind, ".") {
 		return nil, invalid("kind", "%s cannot be written as %s", quoteShort(e.Kind), protocol)
 	}
 	if len(e.Payload) > 0 {
