@@ -84,7 +84,9 @@ var allowed = map[string][]string{
 		module + "/transport", module + "/internal/atomicfile", module + "/comms/meup", module + "/comms/space"},
 	"comms/control": {module + "/comms/node", module + "/transport"},
 	"mcpserver":     {module + "/comms/node", "github.com/mark3labs/mcp-go/"},
-	"bench":         {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust"},
+	"bench": {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust",
+		// space_broadcast drives the node under test as an agent does: its control socket.
+		module + "/comms/control", module + "/comms/node"},
 	"cmd/meerkatd": {module + "/comms/control", module + "/comms/node", module + "/mcpserver", module + "/bench", module + "/comms/audit",
 		module + "/comms/outbox", module + "/config", module + "/identity", module + "/transport", module + "/trust", module + "/trust/pair",
 		module + "/internal/atomicfile"},

@@ -5,7 +5,9 @@
 //
 // It is not the node, nor a library for one. The node under test is a
 // child process in a temporary home; the calling process is its peers
-// (with the project's comms.Router or raw frames) and the judge. Every
+// (with the project's comms.Router or raw frames) and the judge, and in
+// space_broadcast its agent (through its control socket, comms/control)
+// while two more nodes receive. Every
 // other process is the meerkatd executable of [Options.Exe] too:
 // `meerkatd init` makes a node's home, `meerkatd status --json` reads its
 // counters, and the hidden `meerkatd bench echo` and `meerkatd bench
@@ -128,9 +130,9 @@ func (o Options) settings() (settings, error) {
 	return s, err
 }
 
-// Scenario groups of --only; flood and durable are ratios to pipelined,
-// which they bring along.
-var groups = []string{"sequential", "pipelined", "closed_loop_16", "conn_per_msg", "flood", "durable", "resources"}
+// Scenario groups of --only; flood, durable and space are ratios to
+// pipelined, which they bring along.
+var groups = []string{"sequential", "pipelined", "closed_loop_16", "conn_per_msg", "flood", "durable", "space", "resources"}
 
 // Groups returns the scenario groups [Options.Only] may name.
 func Groups() []string { return slices.Clone(groups) }
@@ -151,7 +153,7 @@ func parseOnly(v string) (map[string]bool, error) {
 		}
 		only[g] = true
 	}
-	if only["flood"] || only["durable"] {
+	if only["flood"] || only["durable"] || only["space"] {
 		only["pipelined"] = true
 	}
 	return only, nil
@@ -196,6 +198,16 @@ Scenarios (per transport; the node keeps its inbox in memory unless said):
                     corrupted signature: counted "untrusted", not "bad_signature",
                     shows the trust check comes before the signature check)
   durable           pipelined with the SQLite inbox (ratio to pipelined memory)
+  space_broadcast   a MEUP space of three real nodes (each a member in the others'
+                    rosters): the node under test broadcasts chat envelopes to the
+                    other two through its control socket (space send, direct: one
+                    attempt per copy, each send returns once both copies are acked),
+                    32 sends in flight. envelopes/s, copies/s (2 x envelopes/s),
+                    CPU µs per copy (this process and the three nodes); ratio =
+                    copies/s / pipelined exchanges/s and cpu_ratio = CPU per copy /
+                    pipelined's CPU per exchange, both of the same repetition.
+                    Every copy must reach a receiver's inbox (copies_received; the
+                    scenario fails otherwise)
   startup           exec to the listener accepting a connection (ms, median of
                     several starts; default store, SQLite)
   idle_rss          VmRSS of the idle daemon after start (MB)
@@ -209,15 +221,17 @@ Checks (the performance targets; ratios per repetition, then the median):
   closed_loop_16 >= 0.80 x ceiling; conn_per_msg p50 <= 2 x sequential p50;
   flood: trusted throughput >= 0.50 x pipelined, every flood envelope refused
   for its reason (untrusted ones never reach the signature check);
+  space_broadcast: every copy received (not a performance target);
   idle_rss <= 20 MB, idle_rss_1000 <= 80 MB, startup <= 50 ms.
   With --nats PATH (the bench/nats binary; TCP): sequential p50 <= 0.6 x NATS
   p50, pipelined >= 1.0 x NATS. Without --nats those checks are omitted.
 
 --only runs some scenario groups (the anchors always run, each raw one
 with its scenario): sequential, pipelined, closed_loop_16,
-conn_per_msg, flood (both floods), durable, resources (startup and both
-RSS figures); flood and durable bring pipelined, their reference. Checks
-whose figures were not run are left out.
+conn_per_msg, flood (both floods), durable, space (space_broadcast),
+resources (startup and both RSS figures); flood, durable and space bring
+pipelined, their reference. Checks whose figures were not run are left
+out.
 
 sequential, pipelined and closed_loop_16 also print vs_raw: their figure
 over the raw anchor's (p50 / raw p50; exchanges/s / raw exchanges/s), and

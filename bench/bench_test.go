@@ -69,12 +69,13 @@ func TestBenchQuick(t *testing.T) {
 		"flood_bad_signature":       {"exchanges_per_s", "ratio", "refused_per_s"},
 		"flood_untrusted":           {"exchanges_per_s", "ratio", "refused_per_s"},
 		"durable":                   {"exchanges_per_s", "ratio"},
+		"space_broadcast":           {"envelopes_per_s", "copies_per_s", "cpu_us_per_copy", "ratio", "cpu_ratio", "copies_received"},
 		"idle_rss":                  {"rss_mb"},
 		"idle_rss_1000":             {"rss_mb"},
 		"startup":                   {"ms"},
 	}
 	wantChecks := map[string]int{"sequential": 2, "pipelined": 2, "closed_loop_16": 1, "conn_per_msg": 1,
-		"flood_bad_signature": 2, "flood_untrusted": 2, "idle_rss": 1, "idle_rss_1000": 1, "startup": 1}
+		"flood_bad_signature": 2, "flood_untrusted": 2, "space_broadcast": 1, "idle_rss": 1, "idle_rss_1000": 1, "startup": 1}
 	seen := map[string]bool{}
 	for _, text := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
 		var l line
@@ -118,6 +119,19 @@ func TestBenchQuick(t *testing.T) {
 				t.Errorf("%s: check not computed: %s", l.Scenario, text)
 			}
 		}
+		if l.Scenario == "space_broadcast" {
+			// Every copy reached its receiver, and the figures agree:
+			// two receivers, so twice as many copies as envelopes.
+			for _, c := range l.Checks {
+				if !*c.Pass || *c.Value != 1 {
+					t.Errorf("space_broadcast: a copy was not received: %s", text)
+				}
+			}
+			env, copies := l.Metrics["envelopes_per_s"].Median, l.Metrics["copies_per_s"].Median
+			if env != nil && copies != nil && math.Abs(*copies-2**env) > 0.01*(*copies) {
+				t.Errorf("space_broadcast: copies_per_s is not 2 x envelopes_per_s: %s", text)
+			}
+		}
 		if strings.HasPrefix(l.Scenario, "flood_") {
 			// The node told us how it refused them: it must have.
 			for _, c := range l.Checks {
@@ -149,6 +163,7 @@ func TestParseOnly(t *testing.T) {
 		{in: "sequential, conn_per_msg", want: []string{"sequential", "conn_per_msg"}},
 		{in: "flood", want: []string{"flood", "pipelined"}},
 		{in: "durable,resources", want: []string{"durable", "pipelined", "resources"}},
+		{in: "space", want: []string{"space", "pipelined"}},
 		{in: "pipelined,bogus", err: true},
 		{in: ",", err: true},
 		{in: "Sequential", err: true},

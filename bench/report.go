@@ -179,6 +179,12 @@ func (r *results) computeChecks(o settings) {
 			wrong := slices.Max(fl.values[mWrong])
 			fl.checks = append(fl.checks, Check{Target: target, Value: worst, Limit: 1, Pass: worst >= 1 && wrong == 0})
 		}
+		if sp := r.find(implMeerkatd, scSpace, tr); sp != nil {
+			// spaceBroadcast fails when a copy is missing: this says so on the line.
+			worst := slices.Min(sp.values[mDelivered])
+			sp.checks = append(sp.checks, Check{Target: "every copy received at the two receivers (received/sent, worst repetition)",
+				Value: worst, Limit: 1, Pass: worst == 1})
+		}
 		for _, c := range []struct {
 			sc, target string
 			limit      float64

@@ -234,6 +234,20 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 			rec.add(implMeerkatd, scDurable, tr, config.StoreSQLite, mRatio, dur.perS/pipe.perS)
 		}
 
+		if o.want("space") {
+			sp, err := b.spaceBroadcast(ctx, tr)
+			if err := step(tr, scSpace, err); err != nil {
+				return err
+			}
+			rec.add(implMeerkatd, scSpace, tr, mem, mEnvRate, sp.envPerS)
+			rec.add(implMeerkatd, scSpace, tr, mem, mCopyRate, sp.copiesPerS)
+			rec.add(implMeerkatd, scSpace, tr, mem, mCPUCopy, sp.cpuPerCopy)
+			rec.add(implMeerkatd, scSpace, tr, mem, mRatio, sp.copiesPerS/pipe.perS)
+			rec.add(implMeerkatd, scSpace, tr, mem, mCPURatio, sp.cpuPerCopy/pipe.cpuPerEx)
+			rec.add(implMeerkatd, scSpace, tr, mem, mReceived, float64(sp.received))
+			rec.add(implMeerkatd, scSpace, tr, mem, mDelivered, float64(sp.received)/float64(sp.sent))
+		}
+
 		if o.want("resources") {
 			start, idle, busy, err := b.resources(ctx, tr)
 			if err := step(tr, "startup and memory", err); err != nil {
@@ -433,24 +447,28 @@ type loadResult struct {
 }
 
 // loadSample is where a throughput scenario stands at one instant: the
-// exchanges done and the CPU time of this process and of the other one.
+// exchanges done and the CPU time of this process and of the other ones.
 type loadSample struct {
 	at          time.Time
 	done        int64
-	self, other time.Duration
-	err         error // reading the other process's CPU
+	self, other time.Duration // other: the other processes' CPU, summed
+	err         error         // reading the other processes' CPU
 }
 
-func sampleLoad(done int64, otherPID int) loadSample {
+func sampleLoad(done int64, otherPIDs ...int) loadSample {
 	s := loadSample{at: time.Now(), done: done, self: selfCPU()}
-	s.other, s.err = procCPU(otherPID)
+	for _, pid := range otherPIDs {
+		c, err := procCPU(pid)
+		s.other += c
+		s.err = errors.Join(s.err, err)
+	}
 	return s
 }
 
 // resultSince is the outcome of the window from s0 to s.
 func (s loadSample) resultSince(s0 loadSample) (loadResult, error) {
 	if err := errors.Join(s0.err, s.err); err != nil {
-		return loadResult{}, fmt.Errorf("CPU of the other process: %w", err)
+		return loadResult{}, fmt.Errorf("CPU of the other processes: %w", err)
 	}
 	ex := s.done - s0.done
 	if ex <= 0 {
