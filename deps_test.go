@@ -95,7 +95,8 @@ var allowed = map[string][]string{
 // forbidden are arrows that must not exist even indirectly: the core never
 // depends on the node, the node never on its faces.
 var forbidden = map[string][]string{
-	"comms":         {module + "/comms/node", module + "/comms/control", module + "/mcpserver"},
+	"comms":         {module + "/comms/node", module + "/comms/control", module + "/mcpserver", module + "/comms/space", module + "/comms/meup"},
+	"comms/space":   {module + "/comms", module + "/comms/node", module + "/inbox/store"},
 	"comms/node":    {module + "/comms/control", module + "/mcpserver", module + "/cmd/meerkatd"},
 	"comms/control": {module + "/mcpserver"},
 	"mcpserver":     {module + "/comms/control"},
