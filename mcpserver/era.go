@@ -231,13 +231,17 @@ func (s *Server) inboxChanged() {
 
 // announceArrival sends the log event for an arrival to legacy sessions.
 func (s *Server) announceArrival(m node.Message, pending int) {
+	data := map[string]any{"event": "arrival", "kind": m.Kind, "peer": m.Peer, "id": m.ID, "seq": m.Seq, "pending": pending}
+	if m.MEUP != nil {
+		// A space named in this node's roster and a kind of the MEUP
+		// grammar (checked before admission): metadata, never content.
+		data["space"], data["meup_kind"] = m.MEUP.Space, m.MEUP.Kind
+	}
 	for _, session := range s.watch.legacySessions() {
 		err := s.mcp.SendNotificationToSpecificClient(session, string(mcp.MethodNotificationMessage), map[string]any{
 			"level":  "info",
 			"logger": "meerkatd",
-			"data": map[string]any{
-				"event": "arrival", "kind": m.Kind, "peer": m.Peer, "id": m.ID, "seq": m.Seq, "pending": pending,
-			},
+			"data":   data,
 		})
 		if err != nil {
 			s.log.Warn("could not announce an arrival to an MCP client", "session", session, "err", err)
