@@ -563,6 +563,9 @@ func (s *spaces) draft(m SpaceMessage) (space.Draft, error) {
 			return d, errorf(CodeBadArgument, "send: a MEUP kind is needed")
 		}
 	case ActChat:
+		if m.Text == "" {
+			return d, errorf(CodeBadArgument, "chat: the text is empty")
+		}
 		d.Kind = meup.KindChat
 		d.Payload, err = object("text", m.Text)
 	case ActPropose:

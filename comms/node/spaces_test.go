@@ -244,6 +244,7 @@ func TestSpaceActionsBetweenNodes(t *testing.T) {
 		{"unknown space", SpaceMessage{Space: "nope", Action: ActChat, Text: "x"}, CodeUnknownSpace},
 		{"send without kind", SpaceMessage{Space: "build"}, CodeBadArgument},
 		{"unknown action", SpaceMessage{Space: "build", Action: "shout"}, CodeBadArgument},
+		{"empty chat", SpaceMessage{Space: "build", Action: ActChat}, CodeBadArgument},
 		{"propose without method", SpaceMessage{Space: "build", Action: ActPropose}, CodeBadArgument},
 		{"fulfill unknown proposal", SpaceMessage{Space: "build", Action: ActFulfill, Proposal: "nope"}, CodeUnknownProposal},
 		{"respond to an unknown request", SpaceMessage{Space: "build", Action: ActRespond, Request: "nope", Result: json.RawMessage(`1`)}, CodeUnknownProposal},

@@ -1,0 +1,112 @@
+package mcpserver
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+// Each space tool turns its arguments into the one SpaceMessage the node
+// carries out; JSON values pass through exactly as sent.
+func TestSpaceToolsMapArguments(t *testing.T) { bothEras(t, testSpaceToolsMapArguments) }
+
+func testSpaceToolsMapArguments(t *testing.T, era string) {
+	f := newFakeNode()
+	c, _ := startClient(t, f, era)
+	reliable := node.SendOptions{Reliable: true}
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want node.SpaceMessage
+	}{
+		{"space_send", map[string]any{"space": "build", "kind": "reasoning/thought", "payload": map[string]any{"n": 5}, "to": []any{"bob"}, "correlation_id": []any{"x"}, "context": "c1"},
+			node.SpaceMessage{Space: "build", Action: node.ActSend, Kind: "reasoning/thought", Payload: json.RawMessage(`{"n":5}`), To: []string{"bob"}, CorrelationID: []string{"x"}, Context: "c1", SendOptions: reliable}},
+		{"space_chat", map[string]any{"space": "build", "text": "hi", "reliable": false},
+			node.SpaceMessage{Space: "build", Action: node.ActChat, Text: "hi"}},
+		{"space_propose", map[string]any{"space": "build", "method": "tools/call", "params": map[string]any{"name": "read_file"}, "to": []any{"worker"}, "ttl_seconds": 60},
+			node.SpaceMessage{Space: "build", Action: node.ActPropose, Method: "tools/call", Params: json.RawMessage(`{"name":"read_file"}`), To: []string{"worker"}, SendOptions: node.SendOptions{Reliable: true, TTL: time.Minute}}},
+		{"space_fulfill", map[string]any{"space": "build", "proposal_id": "p1"},
+			node.SpaceMessage{Space: "build", Action: node.ActFulfill, Proposal: "p1", SendOptions: reliable}},
+		{"space_respond", map[string]any{"space": "build", "request_id": "r1", "error": map[string]any{"code": 1}},
+			node.SpaceMessage{Space: "build", Action: node.ActRespond, Request: "r1", Error: json.RawMessage(`{"code":1}`), SendOptions: reliable}},
+		{"space_reject", map[string]any{"space": "build", "proposal_id": "p1", "reason": "no"},
+			node.SpaceMessage{Space: "build", Action: node.ActReject, Proposal: "p1", Reason: "no", SendOptions: reliable}},
+		{"space_withdraw", map[string]any{"space": "build", "proposal_id": "p1"},
+			node.SpaceMessage{Space: "build", Action: node.ActWithdraw, Proposal: "p1", SendOptions: reliable}},
+		{"space_grant", map[string]any{"space": "build", "recipient": "carol", "capabilities": []any{map[string]any{"kind": "mcp/request"}}},
+			node.SpaceMessage{Space: "build", Action: node.ActGrant, Recipient: "carol", Capabilities: json.RawMessage(`[{"kind":"mcp/request"}]`), SendOptions: reliable}},
+		{"space_revoke", map[string]any{"space": "build", "recipient": "carol", "grant_id": "g1"},
+			node.SpaceMessage{Space: "build", Action: node.ActRevoke, Recipient: "carol", GrantID: "g1", SendOptions: reliable}},
+	} {
+		res, out, err := call(t, c, tc.tool, tc.args)
+		if err != nil || res.IsError {
+			t.Fatalf("%s: %v %s", tc.tool, err, text(res))
+		}
+		f.mu.Lock()
+		got := f.spaceMsgs[len(f.spaceMsgs)-1]
+		f.mu.Unlock()
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s sent\n%+v\nwant\n%+v", tc.tool, got, tc.want)
+		}
+		if out["id"] != "m-1" || out["pending"] == nil || out["note"] == nil {
+			t.Errorf("%s result %v: want the MEUP id, pending and a note for the queued copy", tc.tool, out)
+		}
+	}
+	res, _, err := call(t, c, "space_chat", map[string]any{"space": "nowhere", "text": "hi"})
+	if err != nil || !res.IsError || !strings.HasPrefix(text(res), "unknown_space: ") {
+		t.Fatalf("unknown space: %v %s", err, text(res))
+	}
+	_, out, err := call(t, c, "list_spaces", nil)
+	if err != nil || len(out["spaces"].([]any)) != 1 {
+		t.Fatalf("list_spaces: %v %v", out, err)
+	}
+	_, out, err = call(t, c, "list_proposals", map[string]any{"state": "pending"})
+	if err != nil || len(out["proposals"].([]any)) != 1 {
+		t.Fatalf("list_proposals: %v %v", out, err)
+	}
+}
+
+// Malformed calls of the space tools are invalid params, refused before
+// they reach the node.
+func TestSpaceToolsInvalidParams(t *testing.T) {
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"space_send", map[string]any{"space": "build"}},
+		{"space_send", map[string]any{"kind": "chat"}},
+		{"space_send", map[string]any{"space": "build", "kind": "chat", "to": "bob"}},
+		{"space_chat", map[string]any{"space": "build"}},
+		{"space_chat", map[string]any{"space": "build", "text": ""}},
+		{"space_chat", map[string]any{"space": 3, "text": "x"}},
+		{"space_propose", map[string]any{"space": "build"}},
+		{"space_fulfill", map[string]any{"space": "build"}},
+		{"space_respond", map[string]any{"space": "build", "request_id": "r"}},
+		{"space_respond", map[string]any{"space": "build", "request_id": "r", "result": 1, "error": 2}},
+		{"space_reject", map[string]any{"space": "build", "proposal_id": ""}},
+		{"space_grant", map[string]any{"space": "build", "recipient": "c"}},
+		{"space_revoke", map[string]any{"space": "build", "recipient": "c"}},
+		{"space_chat", map[string]any{"space": "build", "text": "x", "reliable": false, "ttl_seconds": 5}},
+		{"list_proposals", map[string]any{"space": 1}},
+	} {
+		if err := checkArgs(tc.tool, tc.args); err == nil {
+			t.Errorf("%s %v: want invalid params", tc.tool, tc.args)
+		}
+	}
+	for _, ok := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"space_revoke", map[string]any{"space": "build", "recipient": "c", "capabilities": []any{map[string]any{"kind": "chat"}}}},
+		{"list_proposals", map[string]any{}},
+		{"receive_messages", map[string]any{"kinds": []any{"meup"}, "space": "build", "meup_kinds": []any{"chat"}, "context": "c"}},
+	} {
+		if err := checkArgs(ok.tool, ok.args); err != nil {
+			t.Errorf("%s %v: %v", ok.tool, ok.args, err)
+		}
+	}
+}
