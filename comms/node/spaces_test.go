@@ -146,9 +146,17 @@ func spaceNodes(t *testing.T, caps map[string]string, names ...string) map[strin
 			t.Fatal(err)
 		}
 		n.ReloadTrust() // also re-reads spaces.json
-		waitFor(t, 5*time.Second, name+" knows the space", func() bool {
+		waitFor(t, 5*time.Second, name+" knows the space and trusts its members", func() bool {
 			sp, _ := n.Spaces(context.Background())
-			return len(sp) == 1 && sp[0].Self == name
+			if len(sp) != 1 || sp[0].Self != name || len(sp[0].Members) != len(names) {
+				return false
+			}
+			for _, m := range sp[0].Members {
+				if m.Status != space.StatusActive {
+					return false
+				}
+			}
+			return true
 		})
 	}
 	return nodes
