@@ -124,6 +124,13 @@ func spaceNodes(t *testing.T, caps map[string]string, names ...string) map[strin
 		h, _ := testHome(t, name, func(c *config.Config) { c.Store.Mode = config.StoreMemory })
 		nodes[name] = startTest(t, h, ModeServe)
 	}
+	// Every node closes before any home's goroutine check runs (each
+	// testHome registers one, and cleanups run last first).
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	})
 	var peers []trust.Peer
 	for _, name := range names {
 		peers = append(peers, trust.Peer{Name: name, ID: nodes[name].h.Key.ID(), Addr: nodes[name].Addrs()[0]})
