@@ -148,7 +148,7 @@ func (s *spaces) admit(it comms.Item) (deliver bool, undo func(), err error) {
 	s.mu.Lock()
 	delete(s.closes, e.From) // it speaks MEUP
 	s.mu.Unlock()
-	v := s.eng.Receive(e.From, name, raw)
+	v := s.eng.Receive(e.From, e.ID.String(), name, raw)
 	switch {
 	case v.Err != nil:
 		return false, nil, v.Err // not acknowledged: the sender tries again

@@ -498,8 +498,8 @@ func TestConcurrentUse(t *testing.T) {
 		wg.Go(func() {
 			for j := range 20 {
 				raw := []byte(fmt.Sprintf(`{"protocol":"meup/v0.2","id":"c%d-%d","from":"bob","kind":"chat","payload":{"text":"x"}}`, i, j))
-				h.e.Receive(kBob, "lab", raw)
-				h.e.Receive(kCarol, "lab", raw) // from_mismatch
+				h.e.Receive(kBob, newCopy(), "lab", raw)
+				h.e.Receive(kCarol, newCopy(), "lab", raw) // from_mismatch
 				_, _ = h.e.Send(context.Background(), "lab", space.Draft{Kind: "chat", Payload: []byte(`{"text":"y"}`)}, space.SendOptions{})
 				_ = h.e.Spaces()
 				_, _ = h.e.Proposals("", "")

@@ -18,6 +18,7 @@ type fakeStore struct {
 	grants       []space.Grant
 	proposals    []space.Proposal
 	failRemember error
+	copies       map[seenKey]string // the copy each remembered id came in
 }
 
 type seenKey struct {
@@ -28,20 +29,23 @@ type seenKey struct {
 
 var _ space.Store = (*fakeStore)(nil)
 
-func newFakeStore() *fakeStore { return &fakeStore{seen: make(map[seenKey]time.Time)} }
+func newFakeStore() *fakeStore { return &fakeStore{seen: make(map[seenKey]time.Time), copies: map[seenKey]string{}} }
 
-func (s *fakeStore) Remember(sp string, sender identity.PeerID, id string, at time.Time) (bool, error) {
+func (s *fakeStore) Remember(sp string, sender identity.PeerID, id, copy string, at time.Time) (space.Remembered, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failRemember != nil {
-		return false, s.failRemember
+		return space.RememberRepeat, s.failRemember
 	}
 	k := seenKey{sp, sender, id}
 	if _, ok := s.seen[k]; ok {
-		return false, nil
+		if s.copies[k] == copy {
+			return space.RememberSameCopy, nil
+		}
+		return space.RememberRepeat, nil
 	}
-	s.seen[k] = at
-	return true, nil
+	s.seen[k], s.copies[k] = at, copy
+	return space.RememberNew, nil
 }
 
 func (s *fakeStore) Forget(sp string, sender identity.PeerID, id string) error {

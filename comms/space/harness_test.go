@@ -230,7 +230,7 @@ func (h *harness) raw(e *env) []byte {
 // recv has key from send e in space sp.
 func (h *harness) recv(from identity.PeerID, sp string, e *env) space.Verdict {
 	h.t.Helper()
-	return h.e.Receive(from, sp, h.raw(e))
+	return h.e.Receive(from, newCopy(), sp, h.raw(e))
 }
 
 // mustDeliver receives e and fails unless it is delivered.
@@ -312,3 +312,7 @@ func participants(cs []sentCopy) []identity.PeerID {
 	}
 	return out
 }
+
+// newCopy is the id of a new Meerkat copy: every Receive in these tests
+// is another envelope on the wire unless a test says otherwise.
+func newCopy() string { return identity.NewUUID().String() }

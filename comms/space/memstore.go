@@ -25,7 +25,7 @@ import (
 // usable.
 type MemStore struct {
 	mu        sync.Mutex
-	seen      map[seenKey]time.Time
+	seen      map[seenKey]seenRow
 	grants    map[rowKey]Grant
 	proposals map[rowKey]Proposal
 }
@@ -44,22 +44,31 @@ type rowKey struct{ space, id string }
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {
 	return &MemStore{
-		seen:      map[seenKey]time.Time{},
+		seen:      map[seenKey]seenRow{},
 		grants:    map[rowKey]Grant{},
 		proposals: map[rowKey]Proposal{},
 	}
 }
 
 // Remember implements [Store].
-func (m *MemStore) Remember(space string, sender identity.PeerID, id string, at time.Time) (bool, error) {
+func (m *MemStore) Remember(space string, sender identity.PeerID, id, copy string, at time.Time) (Remembered, error) {
 	k := seenKey{space, sender, id}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.seen[k]; ok {
-		return false, nil
+	if r, ok := m.seen[k]; ok {
+		if r.copy == copy {
+			return RememberSameCopy, nil
+		}
+		return RememberRepeat, nil
 	}
-	m.seen[k] = at
-	return true, nil
+	m.seen[k] = seenRow{copy: copy, at: at}
+	return RememberNew, nil
+}
+
+// seenRow is a remembered MEUP id: the copy it came in and when.
+type seenRow struct {
+	copy string
+	at   time.Time
 }
 
 // Forget implements [Store].
@@ -148,8 +157,8 @@ func (m *MemStore) Proposals(space string) ([]Proposal, error) {
 func (m *MemStore) Expire(seenBefore, closedBefore time.Time) (seen, proposals int, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for k, at := range m.seen {
-		if at.Before(seenBefore) {
+	for k, r := range m.seen {
+		if r.at.Before(seenBefore) {
 			delete(m.seen, k)
 			seen++
 		}

@@ -42,6 +42,7 @@ type Verdict struct {
 type inbound struct {
 	space string
 	from  identity.PeerID
+	copy  string // the Meerkat envelope id it came in
 	env   meup.Envelope // partial when it did not parse
 	sp    *spaceState   // nil: unknown space
 	m     *memberState  // nil: the key is not in the space's roster
@@ -70,10 +71,10 @@ type inbound struct {
 // Receive never waits for the network: its answers are reliable sends
 // that return once stored, made after the engine's lock is released.
 // Options.Observe is told of a refusal before Receive returns.
-func (e *Engine) Receive(from identity.PeerID, space string, envelope []byte) Verdict {
+func (e *Engine) Receive(from identity.PeerID, copy, space string, envelope []byte) Verdict {
 	var replies []reply
 	e.mu.Lock()
-	v := e.receiveLocked(from, space, envelope, &replies)
+	v := e.receiveLocked(from, copy, space, envelope, &replies)
 	e.mu.Unlock()
 	if v.Refused != nil && e.opts.Observe != nil {
 		e.opts.Observe(*v.Refused)
@@ -82,9 +83,9 @@ func (e *Engine) Receive(from identity.PeerID, space string, envelope []byte) Ve
 	return v
 }
 
-func (e *Engine) receiveLocked(from identity.PeerID, space string, data []byte, replies *[]reply) Verdict {
+func (e *Engine) receiveLocked(from identity.PeerID, copy, space string, data []byte, replies *[]reply) Verdict {
 	now := e.now()
-	in := &inbound{space: space, from: from}
+	in := &inbound{space: space, from: from, copy: copy}
 	in.sp = e.spaces[space]
 	if in.sp != nil {
 		in.m = in.sp.byKey[from]
@@ -132,7 +133,7 @@ func (e *Engine) receiveLocked(from identity.PeerID, space string, data []byte, 
 		// A resend of an envelope applied before (its ack was lost) may
 		// break a rule only because it was applied: a kick's member is
 		// gone, an invite's is there. It is a duplicate, not a refusal.
-		if fresh, err := e.st.Remember(space, from, env.ID, now); err == nil && !fresh {
+		if seen, err := e.st.Remember(space, from, env.ID, copy, now); err == nil && seen != RememberNew {
 			return Verdict{Envelope: env, Participant: m.ID, Duplicate: true}
 		} else if err == nil {
 			e.forget(space, from, env.ID)
@@ -151,14 +152,19 @@ func (e *Engine) receiveLocked(from identity.PeerID, space string, data []byte, 
 }
 
 // dedupLocked remembers in's MEUP id. done reports that the envelope
-// goes no further (a repeat, or the store failed) and v says why.
+// goes no further here and v says what to do: a repeat in another copy
+// is dropped; the same copy again is delivered (the inbox recognises it
+// if it stored it, and stores it if its first admission was lost) but
+// not applied again; a store failure leaves it unacknowledged.
 func (e *Engine) dedupLocked(in *inbound, now time.Time) (v Verdict, done bool) {
-	fresh, err := e.st.Remember(in.space, in.from, in.env.ID, now)
-	if err != nil {
+	seen, err := e.st.Remember(in.space, in.from, in.env.ID, in.copy, now)
+	switch {
+	case err != nil:
 		return Verdict{Envelope: in.env, Participant: in.m.ID, Err: fmt.Errorf("space: remember: %w", err)}, true
-	}
-	if !fresh {
+	case seen == RememberRepeat:
 		return Verdict{Envelope: in.env, Participant: in.m.ID, Duplicate: true}, true
+	case seen == RememberSameCopy:
+		return Verdict{Deliver: true, Envelope: in.env, Participant: in.m.ID}, true
 	}
 	return Verdict{}, false
 }

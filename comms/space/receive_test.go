@@ -93,7 +93,7 @@ func TestReceiveRefusals(t *testing.T) {
 			} else {
 				data = h.raw(&tt.e)
 			}
-			v := h.e.Receive(tt.from, tt.space, data)
+			v := h.e.Receive(tt.from, newCopy(), tt.space, data)
 			if v.Deliver || v.Refused == nil || v.Refused.Reason != tt.reason {
 				t.Fatalf("verdict %+v, want refused %s", v, tt.reason)
 			}
@@ -276,7 +276,7 @@ func TestPresence(t *testing.T) {
 		t.Errorf("welcome lists %v (dave is pending and must not be listed)", ids)
 	}
 	// The same join again is a duplicate: no second welcome.
-	if v := h.e.Receive(kBob, "lab", h.raw(join)); !v.Duplicate || len(h.snd.take()) != 0 {
+	if v := h.e.Receive(kBob, newCopy(), "lab", h.raw(join)); !v.Duplicate || len(h.snd.take()) != 0 {
 		t.Errorf("repeated join: %+v", v)
 	}
 	h.clock.Add(time.Minute)
@@ -348,7 +348,7 @@ func TestGrantsSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw := h.raw(&env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`})
-	if v := e2.Receive(kCarol, "lab", raw); !v.Deliver {
+	if v := e2.Receive(kCarol, newCopy(), "lab", raw); !v.Deliver {
 		t.Fatalf("granted request after restart: %+v", v)
 	}
 }
@@ -389,6 +389,30 @@ func TestDedup(t *testing.T) {
 	h.e.Undo("lab", kBob, "same")
 	h.mustDeliver(kBob, "lab", e)
 	h.mustDeliver(kCarol, "lab", &env{ID: "same", From: "carol", Kind: "chat", Payload: `{"text":"hi"}`})
+}
+
+// The same Meerkat copy delivered again (its admission, or its ack, was
+// lost) is delivered again, so the inbox can store what it lost, but not
+// applied again: a proposal fulfilled meanwhile stays fulfilled.
+func TestSameCopyRedeliveredNotReapplied(t *testing.T) {
+	h := newHarness(t)
+	prop := &env{ID: "p1", From: "bob", Kind: "mcp/proposal", Payload: `{"method":"tools/call"}`}
+	raw := h.raw(prop)
+	if v := h.e.Receive(kBob, "copy-1", "lab", raw); !v.Deliver {
+		t.Fatalf("first delivery: %+v", v)
+	}
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "mcp/request", Corr: []string{"p1"}, Payload: `{"method":"tools/call"}`})
+	v := h.e.Receive(kBob, "copy-1", "lab", raw)
+	if !v.Deliver || v.Duplicate || v.Refused != nil || v.Err != nil {
+		t.Fatalf("the same copy again: %+v", v)
+	}
+	ps, err := h.e.Proposals("lab", "")
+	if err != nil || len(ps) != 1 || ps[0].State != space.ProposalFulfilled {
+		t.Fatalf("proposals %+v, %v: the redelivery must not reopen the proposal", ps, err)
+	}
+	if v := h.e.Receive(kBob, "copy-2", "lab", raw); v.Deliver || !v.Duplicate {
+		t.Fatalf("another copy of the same MEUP id: %+v", v)
+	}
 }
 
 // TestStoreFailure: when the store cannot remember an id, the verdict

@@ -48,15 +48,28 @@ type Proposal struct {
 	ResponseID string    // the mcp/response to that request
 }
 
+// Remembered is what [Store.Remember] found.
+type Remembered int
+
+// What Remember found.
+const (
+	RememberRepeat   Remembered = iota // seen before in another copy: the MEUP envelope sent again
+	RememberNew                        // never seen: recorded now
+	RememberSameCopy                   // seen before in this very copy: delivered once more
+)
+
 // Store keeps what a space engine must not forget across restarts:
 // grants, proposals and the MEUP ids already seen. [store.Store] (SQLite)
 // and [MemStore] implement it; storetest checks both. Implementations are
 // safe for concurrent use.
 type Store interface {
-	// Remember records that sender sent MEUP id in space at time at. It
-	// reports false (and changes nothing) if that triple was recorded
-	// before and not yet expired.
-	Remember(space string, sender identity.PeerID, id string, at time.Time) (fresh bool, err error)
+	// Remember records that sender sent MEUP id in space at time at, in
+	// the Meerkat envelope copy (its id), and says whether the triple
+	// was new. A triple recorded before (and not yet expired) changes
+	// nothing: in the same copy it is that very envelope delivered once
+	// more (its ack, or its admission, was lost); in another copy the
+	// MEUP envelope was sent again.
+	Remember(space string, sender identity.PeerID, id, copy string, at time.Time) (Remembered, error)
 	// Forget removes a remembered triple (its admission failed, so a
 	// resend must not count as a repeat).
 	Forget(space string, sender identity.PeerID, id string) error

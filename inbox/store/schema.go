@@ -125,8 +125,8 @@ INSERT INTO meta (key, value) VALUES ('id', lower(hex(randomblob(16))));
 	// Version 5: the MEUP space engine's state (space.go).
 	//
 	// space_seen holds one row per MEUP id remembered, keyed by the
-	// (space, sender key, id) triple; at is when it was seen, the
-	// expiry time.
+	// (space, sender key, id) triple; copy is the id of the Meerkat
+	// envelope it came in, at when it was seen (the expiry time).
 	//
 	// space_grants holds the grants accepted or sent, keyed by (space,
 	// grant envelope id); capabilities is their JSON array, kept as text
@@ -143,6 +143,7 @@ CREATE TABLE space_seen (
 	space  TEXT    NOT NULL,
 	sender BLOB    NOT NULL CHECK (length(sender) = 32),
 	id     TEXT    NOT NULL,
+	copy   TEXT    NOT NULL,
 	at     INTEGER,
 	PRIMARY KEY (space, sender, id)
 ) WITHOUT ROWID;

@@ -49,6 +49,7 @@ type spaceReq struct {
 	space  string
 	sender identity.PeerID // opSpaceRemember, opSpaceForget
 	id     string          // opSpaceRemember, opSpaceForget
+	copy   string          // opSpaceRemember
 	at     time.Time       // opSpaceRemember
 	ids    []string        // opSpaceDeleteGrants
 	grant  space.Grant     // opSpacePutGrant
@@ -70,12 +71,12 @@ func checkSpaceTime(op string, t time.Time) error {
 }
 
 // Remember implements [space.Store]: it returns after the commit.
-func (sp spaces) Remember(spc string, sender identity.PeerID, id string, at time.Time) (bool, error) {
+func (sp spaces) Remember(spc string, sender identity.PeerID, id, copy string, at time.Time) (space.Remembered, error) {
 	if err := checkSpaceTime("remember", at); err != nil {
-		return false, err
+		return space.RememberRepeat, err
 	}
-	res := sp.s.do(context.Background(), &request{op: opSpaceRemember, sp: &spaceReq{space: spc, sender: sender, id: id, at: at}})
-	return res.n == 1, res.err
+	res := sp.s.do(context.Background(), &request{op: opSpaceRemember, sp: &spaceReq{space: spc, sender: sender, id: id, copy: copy, at: at}})
+	return space.Remembered(res.n), res.err
 }
 
 // Forget implements [space.Store]: it returns after the commit.
@@ -286,8 +287,9 @@ func (s *Store) readArgs(prefix, query string, args []any, scan func(*sql.Rows) 
 }
 
 const (
-	sqlSpaceRemember = `INSERT INTO space_seen (space, sender, id, at) VALUES (?, ?, ?, ?)
+	sqlSpaceRemember = `INSERT INTO space_seen (space, sender, id, copy, at) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (space, sender, id) DO NOTHING`
+	sqlSpaceSeenCopy = `SELECT copy FROM space_seen WHERE space = ? AND sender = ? AND id = ?`
 	sqlSpaceForget   = `DELETE FROM space_seen WHERE space = ? AND sender = ? AND id = ?`
 	sqlSpacePutGrant = `INSERT OR REPLACE INTO space_grants (space, id, granter, grantee, capabilities, created)
 		VALUES (?, ?, ?, ?, ?, ?)`
@@ -311,11 +313,26 @@ func (t spaceTx) run(req *request, res *result) error {
 	r := req.sp
 	switch req.op {
 	case opSpaceRemember:
-		n, err := t.exec(sqlSpaceRemember, r.space, r.sender[:], r.id, nanos(r.at))
+		n, err := t.exec(sqlSpaceRemember, r.space, r.sender[:], r.id, r.copy, nanos(r.at))
 		if err != nil {
 			return err
 		}
-		res.n = int(n)
+		res.n = int(space.RememberNew)
+		if n == 1 {
+			return nil
+		}
+		st, err := t.stmt(sqlSpaceSeenCopy)
+		if err != nil {
+			return err
+		}
+		var first string
+		if err := st.QueryRowContext(t.ctx, r.space, r.sender[:], r.id).Scan(&first); err != nil {
+			return err
+		}
+		res.n = int(space.RememberRepeat)
+		if first == r.copy {
+			res.n = int(space.RememberSameCopy)
+		}
 	case opSpaceForget:
 		_, err := t.exec(sqlSpaceForget, r.space, r.sender[:], r.id)
 		return err

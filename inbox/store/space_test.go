@@ -140,7 +140,7 @@ func TestSpacesUpgradeFromV4(t *testing.T) {
 	}
 
 	sp := s.Spaces()
-	if fresh, err := sp.Remember("lab", spPeer(1), "m1", time.Now()); err != nil || !fresh {
+	if fresh, err := sp.Remember("lab", spPeer(1), "m1", "c1", time.Now()); err != nil || fresh != space.RememberNew {
 		t.Fatalf("Remember after upgrade = %v, %v", fresh, err)
 	}
 	if err := sp.PutGrant(spGrant("g1")); err != nil {
@@ -159,7 +159,7 @@ func TestSpacesUpgradeFromV4(t *testing.T) {
 		t.Fatalf("inbox after second open: %s", got)
 	}
 	sp = s.Spaces()
-	if fresh, err := sp.Remember("lab", spPeer(1), "m1", time.Now()); err != nil || fresh {
+	if fresh, err := sp.Remember("lab", spPeer(1), "m1", "c2", time.Now()); err != nil || fresh != space.RememberRepeat {
 		t.Fatalf("Remember after second open = %v, %v; want a repeat", fresh, err)
 	}
 	if gs, err := sp.Grants(""); err != nil || len(gs) != 1 || gs[0].ID != "g1" {
@@ -218,7 +218,7 @@ func TestSpacesReadOnly(t *testing.T) {
 			t.Errorf("%s on a read-only store: %v, want ErrReadOnly", name, err)
 		}
 	}
-	_, err = sp.Remember("lab", spPeer(1), "m", time.Now())
+	_, err = sp.Remember("lab", spPeer(1), "m", "c", time.Now())
 	check("Remember", err)
 	check("Forget", sp.Forget("lab", spPeer(1), "m"))
 	check("PutGrant", sp.PutGrant(spGrant("g2")))
@@ -248,7 +248,7 @@ func TestSpacesAfterClose(t *testing.T) {
 			t.Errorf("%s after Close: %v, want ErrClosed", name, err)
 		}
 	}
-	_, err := sp.Remember("lab", spPeer(1), "m", time.Now())
+	_, err := sp.Remember("lab", spPeer(1), "m", "c", time.Now())
 	check("Remember", err)
 	check("Forget", sp.Forget("lab", spPeer(1), "m"))
 	check("PutGrant", sp.PutGrant(spGrant("g2")))
@@ -271,7 +271,7 @@ func TestSpacesTimeRange(t *testing.T) {
 	sp := s.Spaces()
 	far := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
 	early := time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC)
-	if _, err := sp.Remember("lab", spPeer(1), "m", far); err == nil || !strings.Contains(err.Error(), "out of range") {
+	if _, err := sp.Remember("lab", spPeer(1), "m", "c", far); err == nil || !strings.Contains(err.Error(), "out of range") {
 		t.Errorf("Remember at year 3000: %v", err)
 	}
 	g := spGrant("g")
@@ -295,7 +295,7 @@ func TestSpacesTimeRange(t *testing.T) {
 	if gs, _ := sp.Grants(""); len(gs) != 0 {
 		t.Fatalf("refused writes stored %+v", gs)
 	}
-	if fresh, err := sp.Remember("lab", spPeer(1), "m", time.Now()); err != nil || !fresh {
+	if fresh, err := sp.Remember("lab", spPeer(1), "m", "c", time.Now()); err != nil || fresh != space.RememberNew {
 		t.Fatalf("the refused Remember was stored: %v, %v", fresh, err)
 	}
 	// The Unix epoch itself is a time, not "none".
@@ -375,7 +375,7 @@ func TestSpacesSharesCommits(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
-			if fresh, err := sp.Remember("lab", spPeer(1), fmt.Sprint("m", i), time.Now()); err != nil || !fresh {
+			if fresh, err := sp.Remember("lab", spPeer(1), fmt.Sprint("m", i), "c", time.Now()); err != nil || fresh != space.RememberNew {
 				t.Errorf("Remember: %v, %v", fresh, err)
 			}
 		})
@@ -500,7 +500,7 @@ func TestSpacesMalformedRows(t *testing.T) {
 			if err := sp.PutGrant(spGrant("other")); err != nil {
 				t.Fatalf("PutGrant after the failed read: %v", err)
 			}
-			if fresh, err := sp.Remember("lab", spPeer(1), "m", time.Now()); err != nil || !fresh {
+			if fresh, err := sp.Remember("lab", spPeer(1), "m", "c", time.Now()); err != nil || fresh != space.RememberNew {
 				t.Fatalf("Remember after the failed read: %v, %v", fresh, err)
 			}
 		})

@@ -49,6 +49,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,6 +68,7 @@ func Run(t *testing.T, open func(t *testing.T) space.Store) {
 		{"Empty", testEmpty},
 		{"RememberFresh", testRememberFresh},
 		{"RememberRepeatKeepsTime", testRememberRepeatKeepsTime},
+		{"RememberSameCopy", testRememberSameCopy},
 		{"Forget", testForget},
 		{"ExpireSeen", testExpireSeen},
 		{"ExpireProposals", testExpireProposals},
@@ -225,9 +227,14 @@ func diffProposal(got, want space.Proposal) string {
 	return strings.Join(d, "; ")
 }
 
+// copies numbers the Meerkat copies mustRemember passes: each call is
+// another copy, as when a MEUP envelope is sent again.
+var copies atomic.Uint64
+
 func mustRemember(t *testing.T, s space.Store, sp string, sender identity.PeerID, id string, when time.Time, fresh bool) {
 	t.Helper()
-	got, err := s.Remember(sp, sender, id, when)
+	r, err := s.Remember(sp, sender, id, fmt.Sprint("copy-", copies.Add(1)), when)
+	got := r == space.RememberNew
 	if err != nil {
 		t.Fatalf("Remember(%q, %s, %q): %v", sp, sender.Short(), id, err)
 	}
@@ -726,6 +733,32 @@ func testNoAliasing(t *testing.T, s space.Store) {
 	checkProposals(t, s, "lab", wantP)
 }
 
+// The same copy again (its admission was lost) is fresh and changes
+// nothing; another copy of the same MEUP id is a repeat, before and
+// after the same copy came back.
+func testRememberSameCopy(t *testing.T, s space.Store) {
+	p := peer(1)
+	remember := func(id, copy string, when time.Time, want space.Remembered) {
+		t.Helper()
+		got, err := s.Remember("lab", p, id, copy, when)
+		if err != nil || got != want {
+			t.Fatalf("Remember(%q, copy %q) = %v, %v; want %v", id, copy, got, err, want)
+		}
+	}
+	remember("m1", "copy-a", at(1), space.RememberNew)
+	remember("m1", "copy-a", at(5), space.RememberSameCopy)
+	remember("m1", "copy-b", at(5), space.RememberRepeat)
+	remember("m1", "copy-a", at(6), space.RememberSameCopy)
+	// The time stays the first one: Expire at 2 forgets the id.
+	if n, _, err := s.Expire(at(2), time.Time{}); err != nil || n != 1 {
+		t.Fatalf("Expire = %d, %v; want the row seen at 1 gone", n, err)
+	}
+	remember("m1", "copy-b", at(7), space.RememberNew)
+	remember("", "", at(7), space.RememberNew)
+	remember("", "", at(7), space.RememberSameCopy)
+	remember("", "x", at(7), space.RememberRepeat)
+}
+
 func testConcurrentRemember(t *testing.T, s space.Store) {
 	const workers, rounds = 16, 8
 	// Every round, every worker remembers the same triple: one is fresh.
@@ -733,10 +766,11 @@ func testConcurrentRemember(t *testing.T, s space.Store) {
 	var mu sync.Mutex
 	errs := make(chan error, workers*rounds)
 	var wg sync.WaitGroup
-	for range workers {
+	for w := range workers {
 		wg.Go(func() {
 			for r := range rounds {
-				ok, err := s.Remember("lab", peer(1), fmt.Sprint("m", r), at(r))
+				got, err := s.Remember("lab", peer(1), fmt.Sprint("m", r), fmt.Sprint("copy-", r, "-", w), at(r))
+				ok := got == space.RememberNew
 				if err != nil {
 					errs <- err
 					return
@@ -773,8 +807,8 @@ func testConcurrentMixed(t *testing.T, s space.Store) {
 			for i := range each {
 				n := w*each + i
 				id := fmt.Sprint("x", n)
-				if ok, err := s.Remember(sp, peer(byte(w)), id, at(n)); err != nil || !ok {
-					errs <- fmt.Errorf("remember %s/%s = %v, %v; want fresh", sp, id, ok, err)
+				if got, err := s.Remember(sp, peer(byte(w)), id, "c", at(n)); err != nil || got != space.RememberNew {
+					errs <- fmt.Errorf("remember %s/%s = %v, %v; want new", sp, id, got, err)
 				}
 				if err := s.PutGrant(grant(sp, id, at(n))); err != nil {
 					errs <- err
