@@ -45,7 +45,7 @@ type spaces struct {
 	n      *Node
 	eng    *space.Engine
 	st     space.Store // the engine's store
-	editMu sync.Mutex // serialises roster edits
+	editMu sync.Mutex  // serialises roster edits
 
 	mu       sync.Mutex
 	closes   map[identity.PeerID]int // MEUP attempts in a row the peer closed on

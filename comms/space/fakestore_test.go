@@ -29,7 +29,9 @@ type seenKey struct {
 
 var _ space.Store = (*fakeStore)(nil)
 
-func newFakeStore() *fakeStore { return &fakeStore{seen: make(map[seenKey]time.Time), copies: map[seenKey]string{}} }
+func newFakeStore() *fakeStore {
+	return &fakeStore{seen: make(map[seenKey]time.Time), copies: map[seenKey]string{}}
+}
 
 func (s *fakeStore) Remember(sp string, sender identity.PeerID, id, copy string, at time.Time) (space.Remembered, error) {
 	s.mu.Lock()

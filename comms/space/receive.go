@@ -42,7 +42,7 @@ type Verdict struct {
 type inbound struct {
 	space string
 	from  identity.PeerID
-	copy  string // the Meerkat envelope id it came in
+	copy  string        // the Meerkat envelope id it came in
 	env   meup.Envelope // partial when it did not parse
 	sp    *spaceState   // nil: unknown space
 	m     *memberState  // nil: the key is not in the space's roster
