@@ -460,8 +460,15 @@ func testToolList(t *testing.T, era string) {
 			// json.RawMessage would be described as.
 			items, _ := tool.OutputSchema.Properties["peers"].(map[string]any)["items"].(map[string]any)
 			props, _ := items["properties"].(map[string]any)
-			if props["meta"] != true {
-				t.Errorf("list_peers: peers' meta schema %v, want true (any JSON value)", props["meta"])
+			if m, ok := props["meta"].(map[string]any); !ok || len(m) != 0 {
+				t.Errorf("list_peers: peers' meta schema %v, want {} (any JSON value)", props["meta"])
+			}
+		}
+		// The 1.x TypeScript SDK rejects tools/list when a property of an
+		// outputSchema is not a JSON object (the boolean schema true, say).
+		for p, v := range tool.OutputSchema.Properties {
+			if _, ok := v.(map[string]any); !ok {
+				t.Errorf("%s: outputSchema property %q is %T, want a JSON object schema", tool.Name, p, v)
 			}
 		}
 		a := tool.Annotations
