@@ -930,3 +930,25 @@ func testPairTools(t *testing.T, era string) {
 		}
 	}
 }
+
+// The space tools' argument checks: the protocol's invalid params.
+func TestSpaceArgsInvalid(t *testing.T) {
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"space_send", map[string]any{"space": "build"}},
+		{"space_respond", map[string]any{"space": "build", "request_id": "r", "result": map[string]any{}, "error": map[string]any{"code": 1}}},
+		{"space_respond", map[string]any{"space": "build", "request_id": "r"}},
+		{"list_proposals", map[string]any{"state": "sleeping"}},
+	} {
+		if err := checkArgs(c.tool, c.args); err == nil {
+			t.Errorf("checkArgs %s %v: want invalid params", c.tool, c.args)
+		}
+	}
+	for _, state := range []string{"", "pending", "fulfilled", "rejected", "withdrawn", "expired"} {
+		if err := checkArgs("list_proposals", map[string]any{"state": state}); err != nil {
+			t.Errorf("checkArgs list_proposals state %q: %v", state, err)
+		}
+	}
+}
