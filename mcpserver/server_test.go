@@ -460,8 +460,15 @@ func testToolList(t *testing.T, era string) {
 			// json.RawMessage would be described as.
 			items, _ := tool.OutputSchema.Properties["peers"].(map[string]any)["items"].(map[string]any)
 			props, _ := items["properties"].(map[string]any)
-			if props["meta"] != true {
-				t.Errorf("list_peers: peers' meta schema %v, want true (any JSON value)", props["meta"])
+			if m, ok := props["meta"].(map[string]any); !ok || len(m) != 0 {
+				t.Errorf("list_peers: peers' meta schema %v, want {} (any JSON value)", props["meta"])
+			}
+		}
+		// The 1.x TypeScript SDK rejects tools/list when a property of an
+		// outputSchema is not a JSON object (the boolean schema true, say).
+		for p, v := range tool.OutputSchema.Properties {
+			if _, ok := v.(map[string]any); !ok {
+				t.Errorf("%s: outputSchema property %q is %T, want a JSON object schema", tool.Name, p, v)
 			}
 		}
 		a := tool.Annotations
@@ -920,6 +927,28 @@ func testPairTools(t *testing.T, era string) {
 	for _, bad := range []map[string]any{{}, {"code_line": 3}, {"code_line": "x", "name": false}} {
 		if _, _, err := call(t, c, "pair_accept", bad); err == nil {
 			t.Errorf("pair_accept %v: want a protocol error", bad)
+		}
+	}
+}
+
+// The space tools' argument checks: the protocol's invalid params.
+func TestSpaceArgsInvalid(t *testing.T) {
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"space_send", map[string]any{"space": "build"}},
+		{"space_respond", map[string]any{"space": "build", "request_id": "r", "result": map[string]any{}, "error": map[string]any{"code": 1}}},
+		{"space_respond", map[string]any{"space": "build", "request_id": "r"}},
+		{"list_proposals", map[string]any{"state": "sleeping"}},
+	} {
+		if err := checkArgs(c.tool, c.args); err == nil {
+			t.Errorf("checkArgs %s %v: want invalid params", c.tool, c.args)
+		}
+	}
+	for _, state := range []string{"", "pending", "fulfilled", "rejected", "withdrawn", "expired"} {
+		if err := checkArgs("list_proposals", map[string]any{"state": state}); err != nil {
+			t.Errorf("checkArgs list_proposals state %q: %v", state, err)
 		}
 	}
 }

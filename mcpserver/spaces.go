@@ -146,7 +146,14 @@ func parseProposalQuery(a args) (q node.ProposalQuery, err error) {
 	if q.Space, err = a.str("space", false); err != nil {
 		return
 	}
-	q.State, err = a.str("state", false)
+	if q.State, err = a.str("state", false); err != nil {
+		return
+	}
+	switch q.State {
+	case "", "pending", "fulfilled", "rejected", "withdrawn", "expired":
+	default:
+		err = invalidParams{fmt.Sprintf("state: %q is not pending, fulfilled, rejected, withdrawn or expired", q.State)}
+	}
 	return
 }
 

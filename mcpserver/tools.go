@@ -506,7 +506,9 @@ var (
 )
 
 // admitAnyJSON makes the schema at path (below a tool's output schema
-// properties) admit any JSON value.
+// properties) admit any JSON value: the empty schema {}, not the boolean
+// schema true, which means the same but which the 1.x TypeScript SDK
+// rejects as a property of an outputSchema (its tools/list then fails).
 func admitAnyJSON(props map[string]any, path ...string) {
 	m := props
 	for _, k := range path[:len(path)-1] {
@@ -519,7 +521,7 @@ func admitAnyJSON(props map[string]any, path ...string) {
 	if _, ok := m[path[len(path)-1]]; !ok {
 		panic("bug: no output schema at " + strings.Join(path, "."))
 	}
-	m[path[len(path)-1]] = true
+	m[path[len(path)-1]] = map[string]any{}
 }
 
 // orEmpty returns peers, or an empty list for nil (the output schema

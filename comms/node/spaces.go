@@ -276,15 +276,28 @@ func (n *Node) Spaces(context.Context) ([]SpaceInfo, error) {
 	return eng.Spaces(), nil
 }
 
+// noSender is the sender of the engine a node without spaces builds to
+// show the rosters file: that engine only lists, it never sends.
+type noSender struct{}
+
+func (noSender) SendMEUP(context.Context, identity.PeerID, string, []byte, space.SendOptions) (space.Delivery, error) {
+	return space.Delivery{}, errorf(CodeNoDaemon, "no daemon is running: spaces need it to send")
+}
+
 // Proposals implements [API].
 func (n *Node) Proposals(_ context.Context, q ProposalQuery) ([]Proposal, error) {
 	s, err := n.needSpaces()
 	if err != nil {
 		return nil, err
 	}
+	switch q.State {
+	case "", space.ProposalPending, space.ProposalFulfilled, space.ProposalRejected, space.ProposalWithdrawn, space.ProposalExpired:
+	default:
+		return nil, errorf(CodeBadArgument, "state %q: want pending, fulfilled, rejected, withdrawn or expired", q.State)
+	}
 	ps, err := s.eng.Proposals(q.Space, q.State)
 	if err != nil {
-		return nil, Coded(err)
+		return nil, spaceErr(err)
 	}
 	out := make([]Proposal, 0, len(ps))
 	for _, p := range ps {
@@ -508,6 +521,12 @@ func spaceErr(err error) error {
 		case meup.ReasonUnknownProposal:
 			return &Error{Code: CodeUnknownProposal, Msg: UserText(err), Err: err}
 		}
+		return &Error{Code: CodeBadArgument, Msg: UserText(err), Err: err}
+	}
+	switch {
+	case errors.Is(err, space.ErrUnknownSpace):
+		return &Error{Code: CodeUnknownSpace, Msg: UserText(err), Err: err}
+	case errors.Is(err, space.ErrInvalid):
 		return &Error{Code: CodeBadArgument, Msg: UserText(err), Err: err}
 	}
 	return Coded(err)

@@ -189,3 +189,39 @@ func TestPeersWithoutDaemonShowStoredOutbox(t *testing.T) {
 		t.Fatalf("peers shows %+v; the stored outbox %+v", p, o.Peers[0])
 	}
 }
+
+// Without a daemon, the rosters are edited and shown from the spaces file
+// (meerkatd space create|add|list with no node running), and what needs a
+// running node says so.
+func TestSpacesWithoutDaemon(t *testing.T) {
+	h, _ := testHome(t, "alice", nil)
+	ctx := context.Background()
+	n := startTest(t, h, ModeSend)
+	info, err := n.SpaceEdit(ctx, SpaceEdit{Op: SpaceCreate, Space: "build", As: "A"})
+	if err != nil || info.Name != "build" || info.Self != "A" || len(info.Members) != 1 {
+		t.Fatalf("create without a daemon: %+v, %v", info, err)
+	}
+	sp, err := n.Spaces(ctx)
+	if err != nil || len(sp) != 1 || sp[0].Name != "build" {
+		t.Fatalf("spaces without a daemon: %+v, %v", sp, err)
+	}
+	if _, err := n.Proposals(ctx, ProposalQuery{}); CodeOf(err) != CodeNoDaemon {
+		t.Fatalf("proposals without a daemon: %v, want %s", err, CodeNoDaemon)
+	}
+}
+
+// A send to a space this node has no part in is unknown_space (not
+// internal); a proposal state that does not exist is bad_argument.
+func TestSpaceErrorCodes(t *testing.T) {
+	n, _ := mcpTestNode(t)
+	ctx := context.Background()
+	if _, err := n.SpaceSend(ctx, SpaceMessage{Space: "nowhere", Action: ActChat, Text: "hi"}); CodeOf(err) != CodeUnknownSpace {
+		t.Errorf("chat to an unknown space: %v, want %s", err, CodeUnknownSpace)
+	}
+	if _, err := n.Proposals(ctx, ProposalQuery{State: "sleeping"}); CodeOf(err) != CodeBadArgument {
+		t.Errorf("proposals in state sleeping: %v, want %s", err, CodeBadArgument)
+	}
+	if _, err := n.Proposals(ctx, ProposalQuery{State: "pending"}); err != nil {
+		t.Errorf("pending proposals: %v", err)
+	}
+}
