@@ -497,14 +497,6 @@ func (n *Node) SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error)
 	return SpaceSent{Space: m.Space, ID: sent.Envelope.ID, Kind: sent.Envelope.Kind, Envelope: env, Copies: copies}, nil
 }
 
-// noSender is the Sender of an engine that only shows rosters (no
-// daemon runs).
-type noSender struct{}
-
-func (noSender) SendMEUP(context.Context, identity.PeerID, string, []byte, space.SendOptions) (space.Delivery, error) {
-	return space.Delivery{}, errors.New("no daemon is running: nothing is sent")
-}
-
 // spaceErr gives engine errors their API codes.
 func spaceErr(err error) error {
 	switch {
@@ -521,12 +513,6 @@ func spaceErr(err error) error {
 		case meup.ReasonUnknownProposal:
 			return &Error{Code: CodeUnknownProposal, Msg: UserText(err), Err: err}
 		}
-		return &Error{Code: CodeBadArgument, Msg: UserText(err), Err: err}
-	}
-	switch {
-	case errors.Is(err, space.ErrUnknownSpace):
-		return &Error{Code: CodeUnknownSpace, Msg: UserText(err), Err: err}
-	case errors.Is(err, space.ErrInvalid):
 		return &Error{Code: CodeBadArgument, Msg: UserText(err), Err: err}
 	}
 	return Coded(err)

@@ -539,7 +539,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
         assert.equal(p.space, SPACE);
         assert.equal(p.proposer, B);
         assert.equal(p.key, suite.ids.bob.pubkey);
-        suite.listedTo = { ...suite.listedTo, [peer.name]: p.to }; // see the todo step
+        suite.listedTo = { ...suite.listedTo, [peer.name]: p.to };
         assert.deepEqual(p.payload, { method: 'tools/call', params: call });
         assert.ok(Date.parse(p.expires) > Date.now(), 'expires in the future');
         assert.ok(pending.every((x) => x.state === 'pending'), 'state filter let other states through');
@@ -550,7 +550,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.equal(req.kind, 'mcp/request');
       assert.match(req.id, UUID_RE);
       assert.deepEqual(req.envelope.correlation_id, [prop.id]);
-      suite.fulfilmentTo = req.envelope.to; // see the todo step
+      suite.fulfilmentTo = req.envelope.to;
       assert.equal(req.envelope.from, A);
       assert.deepEqual(req.envelope.payload, { method: 'tools/call', params: call });
       assert.equal(req.copies.find((c) => c.participant === B)?.delivery, 'acked');
@@ -646,14 +646,9 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.equal(sp.pending_proposals, 0);
     });
 
-    // Known bug (reported, not fixed here): the SQLite space store
-    // (inbox/store/space.go, schema version 5) has no column for a
-    // proposal's to, added to space.Proposal after it (cf18e9f), so every
-    // list_proposals drops it and space_fulfill, which reads the proposal
-    // back from the store, sends the mcp/request to everybody instead of
-    // to the participants the proposal addressed. A todo test: reported,
-    // but it fails no run until the store keeps to.
-    test('list_proposals keeps the proposal\'s to, and the fulfilment is addressed to it', { todo: 'the SQLite space store drops Proposal.To' }, () => {
+    // A proposal keeps the participants it addressed (in the store too),
+    // and its fulfilment is addressed to them.
+    test('list_proposals keeps the proposal\'s to, and the fulfilment is addressed to it', () => {
       assert.deepEqual(suite.listedTo, { alice: [B], bob: [B] }, 'list_proposals to');
       assert.deepEqual(suite.fulfilmentTo, [B], 'the fulfilment\'s to');
     });
