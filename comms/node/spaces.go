@@ -136,6 +136,11 @@ func (s *spaces) attempted(peer identity.PeerID, err error) error {
 	}
 	const why = "it closed the connection on MEUP envelopes: it does not speak MEUP (or does not trust this node)"
 	s.eng.NoMEUP(peer, why)
+	if n == noMEUPAfter && s.n.ob != nil {
+		// The rest of its MEUP envelopes would fail the same way, one
+		// backoff round at a time: they become dead letters now.
+		s.n.ob.Abandon(peer, wire.TypeMEUP, outbox.ReasonRejected+": "+why)
+	}
 	return outbox.Permanent(outbox.ReasonRejected, fmt.Errorf("%s: %w", why, err))
 }
 

@@ -827,6 +827,32 @@ func (o *Outbox) Revive(ids ...identity.UUID) (int, error) {
 // Drop deletes dead letters for good and returns how many it deleted.
 func (o *Outbox) Drop(ids ...identity.UUID) (int, error) { return o.st.Drop(ids...) }
 
+// Abandon moves peer's queued envelopes of the given kind that are not
+// being attempted right now to the dead letters with reason (a Reason…
+// constant, with detail after ": "), and reports how many it moved. The
+// node uses it when a peer turns out not to take a kind at all.
+func (o *Outbox) Abandon(peer identity.PeerID, kind, reason string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	q := o.peers[peer]
+	if q == nil {
+		return 0
+	}
+	now := o.opts.Now()
+	n := 0
+	for _, it := range slices.Clone(q.items) {
+		if it.inFlight || it.e.Kind != kind {
+			continue
+		}
+		before := len(q.items)
+		o.killLocked(q, it, reason, EventDeadLetter, now)
+		if len(q.items) < before {
+			n++
+		}
+	}
+	return n
+}
+
 // Kick tells the outbox that peer id is reachable again (it just sent us
 // a valid envelope): an open breaker goes to its probe and a waiting
 // envelope is tried now.

@@ -638,3 +638,105 @@ func enqueueN(t *testing.T, ob *Outbox, peer identity.PeerID, n int) ([]identity
 	}
 	return ids, ts
 }
+
+// Abandon dead-letters a peer's queued envelopes of one kind, leaving
+// other kinds, other peers and envelopes in flight alone; their tickets
+// end with the reason. Attempts carry the entry's kind.
+func TestAbandonOneKind(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1 << 30, MaxAttempts: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	var tickets []*Ticket
+	kinds := []string{"meup", "message", "meup", "meup"}
+	for i, k := range kinds {
+		e := entry(peerA, i)
+		e.Kind = k
+		_, tk, err := ob.Enqueue(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	other := entry(peerB, 9)
+	other.Kind = "meup"
+	if _, _, err := ob.Enqueue(other); err != nil {
+		t.Fatal(err)
+	}
+	<-tickets[0].Attempted() // the first failed; everything waits an hour
+	testutil.WaitFor(t, 10*time.Second, "the first attempt to settle", func() bool {
+		for _, q := range ob.List() {
+			if q.InFlight {
+				return false
+			}
+		}
+		return true
+	})
+	if n := ob.Abandon(peerA, "meup", ReasonRejected+": does not take it"); n != 3 {
+		t.Fatalf("abandoned %d, want the 3 meup envelopes to peer A", n)
+	}
+	for i, tk := range tickets {
+		select {
+		case <-tk.Done():
+			var de *DeadError
+			if kinds[i] != "meup" || !errors.As(tk.Err(), &de) || de.Reason != ReasonRejected+": does not take it" {
+				t.Errorf("ticket %d (%s): %v", i, kinds[i], tk.Err())
+			}
+		default:
+			if kinds[i] == "meup" {
+				t.Errorf("ticket %d (meup) still open", i)
+			}
+		}
+	}
+	if got := ob.Len(); got != 2 {
+		t.Fatalf("%d queued, want the message to A and the meup to B", got)
+	}
+	dead, err := ob.DeadLetters()
+	if err != nil || len(dead) != 3 {
+		t.Fatalf("dead letters %d, %v", len(dead), err)
+	}
+	if n := ob.Abandon(identity.PeerID{}, "meup", ReasonRejected); n != 0 {
+		t.Fatalf("a peer with nothing queued: %d", n)
+	}
+}
+
+// Every attempt carries its entry's kind.
+func TestAttemptCarriesKind(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	var mu sync.Mutex
+	var kinds []string
+	d := deliverFunc(func(_ context.Context, a Attempt) error {
+		mu.Lock()
+		kinds = append(kinds, a.Kind)
+		mu.Unlock()
+		a.Queued()
+		return nil
+	})
+	ob, err := New(NewMemStore(), d, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	var ts []*Ticket
+	for i, k := range []string{"meup", "request", "response"} {
+		e := entry(peerA, i)
+		e.Kind = k
+		_, tk, err := ob.Enqueue(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, tk)
+	}
+	waitTickets(t, ts)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(kinds, []string{"meup", "request", "response"}) {
+		t.Fatalf("attempt kinds %v", kinds)
+	}
+}
