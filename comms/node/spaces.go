@@ -269,7 +269,7 @@ func (n *Node) Spaces(context.Context) ([]SpaceInfo, error) {
 	if err != nil {
 		return nil, errorf(CodeBadArgument, "%s: %v", SpacesFileName, err)
 	}
-	eng, err := space.New(space.NewMemStore(), nil, roster, space.Options{Self: n.h.Key.ID(), Trusted: func(k identity.PeerID) bool {
+	eng, err := space.New(space.NewMemStore(), offlineSender{}, roster, space.Options{Self: n.h.Key.ID(), Trusted: func(k identity.PeerID) bool {
 		_, ok := n.r.Trust().Lookup(k)
 		return ok
 	}})
@@ -277,6 +277,14 @@ func (n *Node) Spaces(context.Context) ([]SpaceInfo, error) {
 		return nil, Coded(err)
 	}
 	return eng.Spaces(), nil
+}
+
+// offlineSender is the Sender of the engine Spaces builds without a
+// running node, only to show the rosters file: it sends nothing.
+type offlineSender struct{}
+
+func (offlineSender) SendMEUP(context.Context, identity.PeerID, string, []byte, space.SendOptions) (space.Delivery, error) {
+	return space.Delivery{}, errorf(CodeNoDaemon, "no daemon is running: spaces need it to send")
 }
 
 // Proposals implements [API].
