@@ -456,7 +456,8 @@ func TestSpaceProposalFlow(t *testing.T) {
 	}
 	if !slices.Equal(p.To, []string{"worker"}) {
 		// Not fatal: the rest of the flow goes on without it.
-		t.Errorf("the orchestrator's proposal addresses %q, want [worker] (the proposal's to is lost): %s", p.To, jsonText(p))
+		t.Errorf("the orchestrator's proposal addresses %q, want [worker]: the proposal's to is lost"+
+			" (the SQLite store has no column for it in space_proposals, and Engine.Proposals reads from the store): %s", p.To, jsonText(p))
 	}
 
 	// 6: the proposal survives the orchestrator's restart.
@@ -896,14 +897,22 @@ func TestSpaceNoMEUPMember(t *testing.T) {
 	}
 }
 
-// member returns n's entry for member id of space build.
+// member returns n's entry for member id of space build, as `space list
+// --json` shows it.
 func member(t *testing.T, n *testNode, id string) spaceMember {
 	t.Helper()
-	for _, m := range spaceShow(n).Members {
-		if m.ID == id {
-			return m
+	var list []spaceInfo
+	n.okJSON(&list, "space", "list", "--json")
+	for _, sp := range list {
+		if sp.Name != spaceName {
+			continue
+		}
+		for _, m := range sp.Members {
+			if m.ID == id {
+				return m
+			}
 		}
 	}
-	t.Fatalf("%s's space has no member %s", n.name, id)
+	t.Fatalf("%s's space list has no member %s of %s: %s", n.name, id, spaceName, jsonText(list))
 	return spaceMember{}
 }
