@@ -456,8 +456,7 @@ func TestSpaceProposalFlow(t *testing.T) {
 	}
 	if !slices.Equal(p.To, []string{"worker"}) {
 		// Not fatal: the rest of the flow goes on without it.
-		t.Errorf("the orchestrator's proposal addresses %q, want [worker]: the proposal's to is lost"+
-			" (the SQLite store has no column for it in space_proposals, and Engine.Proposals reads from the store): %s", p.To, jsonText(p))
+		t.Errorf("the orchestrator's proposal addresses %q, want [worker]: %s", p.To, jsonText(p))
 	}
 
 	// 6: the proposal survives the orchestrator's restart.
