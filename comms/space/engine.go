@@ -18,8 +18,10 @@ import (
 const (
 	DefaultProposalTTL = time.Hour
 	MaxGrantsPerSpace  = 1024 // live grants in one space
+	MaxGrantsPerGranter = 64   // live grants one granter made in one space
 	MaxPendingPerPeer  = 256  // pending proposals of one proposer in one space
-	MaxTrackedPerSpace = 4096 // proposals kept in memory per space (closed ones go first)
+	MaxTrackedPerSpace = 4096     // proposals kept in memory per space (closed and expired ones go first)
+	MaxProposalBytes   = 32 << 20 // payload bytes of the pending proposals of one space
 	MaxConcurrentSends = 16   // copies in flight at once for one Send or Announce
 
 	errorBurst    = 5                // system/error answers a (space, sender) may get at once
@@ -190,8 +192,9 @@ func New(st Store, snd Sender, roster *Roster, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("space: load proposals: %w", err)
 	}
+	now := e.now()
 	for _, p := range props {
-		e.proposalsLocked(p.Space).add(p)
+		e.proposalsLocked(p.Space).add(p, now)
 	}
 	e.setRosterLocked(roster.clone())
 	return e, nil

@@ -164,7 +164,9 @@ func (m *MemStore) Expire(seenBefore, closedBefore time.Time) (seen, proposals i
 		}
 	}
 	for k, p := range m.proposals {
-		if p.State != ProposalPending && p.Updated.Before(closedBefore) {
+		closed := p.State != ProposalPending && p.Updated.Before(closedBefore)
+		lapsed := p.State == ProposalPending && p.Expires.Before(closedBefore)
+		if closed || lapsed {
 			delete(m.proposals, k)
 			proposals++
 		}

@@ -14,6 +14,7 @@ type proposalIndex struct {
 	byID      map[string]*Proposal
 	byRequest map[string]string // the mcp/request that fulfilled a proposal → the proposal's id
 	order     []string          // proposal ids, oldest first
+	bytes     int               // payload bytes of the proposals held
 }
 
 func (e *Engine) proposalsLocked(space string) *proposalIndex {
@@ -25,24 +26,31 @@ func (e *Engine) proposalsLocked(space string) *proposalIndex {
 	return x
 }
 
-// add tracks p (a copy), replacing a proposal with the same id, and
-// forgets the oldest closed proposals beyond MaxTrackedPerSpace.
-func (x *proposalIndex) add(p Proposal) {
-	if _, ok := x.byID[p.ID]; !ok {
+// add tracks p (a copy), replacing the proposal with the same id (an
+// update of it: the rules refuse a new proposal reusing an id), and
+// forgets the oldest closed or expired proposals beyond
+// MaxTrackedPerSpace or MaxProposalBytes.
+func (x *proposalIndex) add(p Proposal, now time.Time) {
+	if old, ok := x.byID[p.ID]; ok {
+		x.bytes -= len(old.Payload)
+	} else {
 		x.order = append(x.order, p.ID)
 	}
 	x.byID[p.ID] = &p
+	x.bytes += len(p.Payload)
 	if p.RequestID != "" {
 		x.byRequest[p.RequestID] = p.ID
 	}
-	if len(x.byID) <= MaxTrackedPerSpace {
+	if len(x.byID) <= MaxTrackedPerSpace && x.bytes <= MaxProposalBytes {
 		return
 	}
 	kept := x.order[:0]
 	for _, id := range x.order {
 		q := x.byID[id]
-		if len(x.byID) > MaxTrackedPerSpace && q.State != ProposalPending {
+		over := len(x.byID) > MaxTrackedPerSpace || x.bytes > MaxProposalBytes
+		if over && id != p.ID && (q.State != ProposalPending || !now.Before(q.Expires)) {
 			delete(x.byID, id)
+			x.bytes -= len(q.Payload)
 			if q.RequestID != "" {
 				delete(x.byRequest, q.RequestID)
 			}
@@ -52,6 +60,17 @@ func (x *proposalIndex) add(p Proposal) {
 	}
 	clear(x.order[len(kept):])
 	x.order = kept
+}
+
+// pendingBytes sums the payloads of the live pending proposals.
+func (x *proposalIndex) pendingBytes(now time.Time) int {
+	n := 0
+	for _, p := range x.byID {
+		if p.State == ProposalPending && now.Before(p.Expires) {
+			n += len(p.Payload)
+		}
+	}
+	return n
 }
 
 // pending counts the pending proposals (expired ones excluded) of key.

@@ -133,7 +133,11 @@ func (e *Engine) receiveLocked(from identity.PeerID, copy, space string, data []
 		// A resend of an envelope applied before (its ack was lost) may
 		// break a rule only because it was applied: a kick's member is
 		// gone, an invite's is there. It is a duplicate, not a refusal.
-		if seen, err := e.st.Remember(space, from, env.ID, copy, now); err == nil && seen != RememberNew {
+		// The same copy again is delivered again (its first admission may
+		// have been lost) but not applied again.
+		if seen, err := e.st.Remember(space, from, env.ID, copy, now); err == nil && seen == RememberSameCopy {
+			return Verdict{Deliver: true, Envelope: env, Participant: m.ID}
+		} else if err == nil && seen == RememberRepeat {
 			return Verdict{Envelope: env, Participant: m.ID, Duplicate: true}
 		} else if err == nil {
 			e.forget(space, from, env.ID)

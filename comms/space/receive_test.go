@@ -2,6 +2,7 @@ package space_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -455,4 +456,58 @@ func TestSenderFailureDoesNotChangeVerdict(t *testing.T) {
 	h := newHarness(t)
 	h.snd.hook = func(identity.PeerID) error { return errors.New("outbox full") }
 	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+}
+
+// An id already used by a tracked proposal or a live grant cannot be
+// taken by another envelope: a proposal reviewed as one call cannot be
+// swapped for another, a grant cannot be overwritten.
+func TestIDsCannotBeTakenOver(t *testing.T) {
+	h := newHarness(t)
+	h.mustDeliver(kBob, "lab", &env{ID: "p1", From: "bob", Kind: "mcp/proposal", Payload: `{"method":"tools/call","params":{"name":"read_file"}}`})
+	h.mustRefuse(kErin, "lab", &env{ID: "p1", From: "erin", Kind: "mcp/proposal", Payload: `{"method":"tools/call","params":{"name":"rm_rf"}}`}, meup.ReasonInvalidEnvelope)
+	ps, err := h.e.Proposals("lab", "")
+	if err != nil || len(ps) != 1 || ps[0].Proposer != "bob" || !strings.Contains(string(ps[0].Payload), "read_file") {
+		t.Fatalf("proposals %+v, %v", ps, err)
+	}
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "mcp/withdraw", Corr: []string{"p1"}})
+
+	h.mustDeliver(kErin, "lab", &env{ID: "g1", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`})
+	h.mustRefuse(kBob, "lab", &env{ID: "g1", From: "bob", Kind: "capability/grant", Payload: `{"recipient":"bob","capabilities":[{"kind":"chat"}]}`}, meup.ReasonInvalidEnvelope)
+	gs, err := h.e.Grants("lab")
+	if err != nil || len(gs) != 1 || gs[0].Grantee != kCarol || gs[0].Granter != kErin {
+		t.Fatalf("grants %+v, %v", gs, err)
+	}
+}
+
+// One granter may hold at most MaxGrantsPerGranter live grants in a
+// space, so a low-privilege member cannot fill the space's grant slots.
+func TestGrantsPerGranterBounded(t *testing.T) {
+	h := newHarness(t)
+	grant := func(i int) *env {
+		return &env{ID: fmt.Sprint("g", i), From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`}
+	}
+	for i := range space.MaxGrantsPerGranter {
+		h.mustDeliver(kBob, "lab", grant(i))
+	}
+	h.mustRefuse(kBob, "lab", grant(space.MaxGrantsPerGranter), meup.ReasonRateLimited)
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`})
+}
+
+// Expired proposals do not hold memory: beyond the bounds they are
+// forgotten like closed ones, and the payload bytes of live pending
+// proposals are bounded per space.
+func TestProposalMemoryBounded(t *testing.T) {
+	h := newHarness(t)
+	big := `{"method":"tools/call","params":{"blob":"` + strings.Repeat("x", 200<<10) + `"}}`
+	perRound := space.MaxProposalBytes / (200 << 10)
+	for round := range 2 {
+		for i := range perRound {
+			h.mustDeliver(kErin, "lab", &env{ID: fmt.Sprint("r", round, "-", i), From: "erin", Kind: "mcp/proposal", Payload: big})
+		}
+		h.mustRefuse(kErin, "lab", &env{ID: fmt.Sprint("r", round, "-over"), From: "erin", Kind: "mcp/proposal", Payload: big}, meup.ReasonRateLimited)
+		h.clock.Add(2 * space.DefaultProposalTTL) // they all expire
+	}
+	if got := h.e.TrackedBytes("lab"); got > space.MaxProposalBytes+(300<<10) {
+		t.Fatalf("proposals hold %d bytes, over the bound %d", got, space.MaxProposalBytes)
+	}
 }

@@ -40,7 +40,17 @@ func (e *Engine) checkLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 	space := sp.cfg.Name
 	switch env.Kind {
 	case meup.KindMCPProposal:
-		byKey, all := e.proposalsLocked(space).pending(m.Key, now)
+		x := e.proposalsLocked(space)
+		if old := x.byID[env.ID]; old != nil {
+			// Only an update may reuse an id: a new proposal under the id
+			// of another would take it over (its payload swapped after it
+			// was reviewed, its state reset).
+			return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("proposal id %q is in use in space %q (by %q)", env.ID, space, old.Proposer)
+		}
+		if x.pendingBytes(now)+len(env.Payload) > MaxProposalBytes {
+			return eff, meup.ReasonRateLimited, fmt.Sprintf("the pending proposals of space %q hold %d MiB, the most they may", space, MaxProposalBytes>>20)
+		}
+		byKey, all := x.pending(m.Key, now)
 		if byKey >= MaxPendingPerPeer {
 			return eff, meup.ReasonRateLimited, fmt.Sprintf("%q has %d pending proposals in space %q, the most it may have", m.ID, byKey, space)
 		}
@@ -120,6 +130,20 @@ func (e *Engine) checkLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 		}
 		if len(e.grants[space]) >= MaxGrantsPerSpace {
 			return eff, meup.ReasonRateLimited, fmt.Sprintf("space %q has %d live grants, the most it may have", space, MaxGrantsPerSpace)
+		}
+		byGranter := 0
+		for _, g := range e.grants[space] {
+			if g.g.ID == env.ID {
+				// A grant id is the grant envelope's: reusing one would
+				// overwrite the stored grant of another.
+				return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("grant id %q is in use in space %q", env.ID, space)
+			}
+			if g.g.Granter == m.Key {
+				byGranter++
+			}
+		}
+		if byGranter >= MaxGrantsPerGranter {
+			return eff, meup.ReasonRateLimited, fmt.Sprintf("%q has %d live grants in space %q, the most one granter may have", m.ID, byGranter, space)
 		}
 		eff.grant = &Grant{Space: space, ID: env.ID, Granter: m.Key, Grantee: r.Key, Capabilities: caps, Created: now}
 
@@ -368,7 +392,7 @@ func (e *Engine) applyLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 		if err := e.st.PutProposal(*p); err != nil {
 			return fmt.Errorf("space: store proposal: %w", err)
 		}
-		e.proposalsLocked(space).add(*p)
+		e.proposalsLocked(space).add(*p, now)
 	}
 	return nil
 }

@@ -87,8 +87,9 @@ type Store interface {
 	// Proposals returns the proposals of space ("" for every space),
 	// oldest first.
 	Proposals(space string) ([]Proposal, error)
-	// Expire deletes remembered ids older than seenBefore and proposals
-	// that are no longer pending and were last updated before
+	// Expire deletes remembered ids older than seenBefore, and proposals
+	// closed (no longer pending) and last updated before closedBefore or
+	// still pending but expired (their Expires time) before
 	// closedBefore; it reports how many rows of each it deleted.
 	Expire(seenBefore, closedBefore time.Time) (seen, proposals int, err error)
 }

@@ -134,8 +134,9 @@ INSERT INTO meta (key, value) VALUES ('id', lower(hex(randomblob(16))));
 	//
 	// space_proposals holds the proposals seen, keyed by (space, proposal
 	// envelope id); payload is the proposed call's JSON text (NULL: none).
-	// space_proposals_closed serves Expire, which only deletes proposals
-	// that are no longer pending.
+	// space_proposals_closed and space_proposals_lapsed serve Expire,
+	// which deletes proposals closed long enough ago, and pending ones
+	// whose own expiry passed long enough ago.
 	//
 	// Times are Unix nanoseconds; NULL means none (the zero time.Time).
 	`
@@ -175,6 +176,7 @@ CREATE TABLE space_proposals (
 	PRIMARY KEY (space, id)
 ) WITHOUT ROWID;
 CREATE INDEX space_proposals_closed ON space_proposals (updated) WHERE state <> 'pending';
+CREATE INDEX space_proposals_lapsed ON space_proposals (expires) WHERE state = 'pending';
 `,
 }
 

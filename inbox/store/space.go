@@ -299,8 +299,8 @@ const (
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	// A NULL time is the zero time, before every cutoff.
 	sqlSpaceExpireSeen      = `DELETE FROM space_seen WHERE at IS NULL OR at < ?`
-	sqlSpaceExpireProposals = `DELETE FROM space_proposals WHERE state <> '` + space.ProposalPending + `'
-		AND (updated IS NULL OR updated < ?)`
+	sqlSpaceExpireProposals = `DELETE FROM space_proposals WHERE (state <> '` + space.ProposalPending + `'
+		AND (updated IS NULL OR updated < ?1)) OR (state = '` + space.ProposalPending + `' AND (expires IS NULL OR expires < ?1))`
 )
 
 // spaceTx runs space ops inside a committer transaction. It shares the

@@ -424,11 +424,17 @@ func testExpireProposals(t *testing.T, s space.Store) {
 		p.Updated = at(49)
 		mustPutProposal(t, s, p)
 	}
-	// Pending, however old (even expired by its own Expires time): kept.
+	// Pending, however old, while its own Expires time is not before the
+	// cutoff: kept.
 	pending := proposal("lab", "pending", space.ProposalPending, old.Add(-time.Hour))
-	pending.Expires, pending.Updated = old, old.Add(-time.Hour)
+	pending.Expires, pending.Updated = cutoff, old.Add(-time.Hour)
 	mustPutProposal(t, s, pending)
 	keep = append(keep, pending)
+	// Pending but expired by its Expires time before the cutoff (nobody
+	// looked at it since): expired like a closed one.
+	lapsed := proposal("lab", "lapsed", space.ProposalPending, old)
+	lapsed.Expires, lapsed.Updated = at(49), old
+	mustPutProposal(t, s, lapsed)
 	// Closed at or after the cutoff: kept.
 	atCut := proposal("lab", "at-cutoff", space.ProposalRejected, old)
 	atCut.Updated = cutoff
@@ -444,7 +450,7 @@ func testExpireProposals(t *testing.T, s space.Store) {
 	// Remembered ids are untouched by the proposal cutoff.
 	mustRemember(t, s, "lab", peer(1), "m", old, true)
 
-	mustExpire(t, s, time.Time{}, cutoff, 0, 5)
+	mustExpire(t, s, time.Time{}, cutoff, 0, 6)
 	checkProposals(t, s, "", keep...)
 	mustRemember(t, s, "lab", peer(1), "m", old, false)
 	mustExpire(t, s, time.Time{}, cutoff, 0, 0)
