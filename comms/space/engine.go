@@ -16,13 +16,13 @@ import (
 // Tunables of an Engine. They bound what peers can make it hold and how
 // often it answers them.
 const (
-	DefaultProposalTTL = time.Hour
-	MaxGrantsPerSpace  = 1024 // live grants in one space
-	MaxGrantsPerGranter = 64   // live grants one granter made in one space
-	MaxPendingPerPeer  = 256  // pending proposals of one proposer in one space
-	MaxTrackedPerSpace = 4096     // proposals kept in memory per space (closed and expired ones go first)
-	MaxProposalBytes   = 32 << 20 // payload bytes of the pending proposals of one space
-	MaxConcurrentSends = 16   // copies in flight at once for one Send or Announce
+	DefaultProposalTTL  = time.Hour
+	MaxGrantsPerSpace   = 1024     // live grants in one space
+	MaxGrantsPerGranter = 64       // live grants one granter made in one space
+	MaxPendingPerPeer   = 256      // pending proposals of one proposer in one space
+	MaxTrackedPerSpace  = 4096     // proposals kept in memory per space (closed and expired ones go first)
+	MaxProposalBytes    = 32 << 20 // payload bytes of the pending proposals of one space
+	MaxConcurrentSends  = 16       // copies in flight at once for one Send or Announce
 
 	errorBurst    = 5                // system/error answers a (space, sender) may get at once
 	errorRefill   = 10 * time.Second // then one more per this much time
