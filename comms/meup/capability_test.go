@@ -123,6 +123,10 @@ func TestCompileRefuses(t *testing.T) {
 		{"pattern too long", []Capability{{Kind: json.RawMessage(`"` + strings.Repeat("a", MaxPatternLen+1) + `"`)}}},
 		{"value too long", []Capability{{Kind: json.RawMessage(`"x"`), Payload: json.RawMessage(`{"a":"` + strings.Repeat("a", MaxPatternLen+1) + `"}`)}}},
 		{"too many", make([]Capability, MaxCapabilities+1)},
+		{"regex with a large program", []Capability{{Kind: json.RawMessage(`"x"`), Payload: json.RawMessage(`{"m":"/[\\pL\\pN]{1000}/"}`)}}},
+		{"regex kind with a large program", []Capability{{Kind: json.RawMessage(`"/(a|b){300}/"`)}}},
+		{"JSONPath search", []Capability{{Kind: json.RawMessage(`"x"`), Payload: json.RawMessage(`{"$..[?search(@.s, @.r)]":1}`)}}},
+		{"JSONPath match", []Capability{{Kind: json.RawMessage(`"x"`), Payload: json.RawMessage(`{"$[?match(@.s, 'a.*')]":1}`)}}},
 		{"one bad among good", append(caps(t, `[{"kind":"chat"},{"kind":"mcp/*"}]`), Capability{Kind: json.RawMessage(`"/(/"`)})},
 	}
 	for _, tt := range tests {

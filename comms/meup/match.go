@@ -2,8 +2,10 @@ package meup
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 
 	"github.com/bmatcuk/doublestar/v4"
@@ -252,7 +254,11 @@ func compileString(s string) (pattern, error) {
 		return nil, invalid("", "a pattern is longer than %d bytes", MaxPatternLen)
 	}
 	if len(s) >= 2 && s[0] == '/' && s[len(s)-1] == '/' {
-		re, err := regexp.Compile(s[1 : len(s)-1])
+		expr := s[1 : len(s)-1]
+		if err := regexSmall(expr); err != nil {
+			return nil, invalid("", "regular expression %s: %v", quoteShort(s), err)
+		}
+		re, err := regexp.Compile(expr)
 		if err != nil {
 			return nil, invalid("", "bad regular expression %s", quoteShort(s))
 		}
@@ -284,6 +290,34 @@ func compileGlob(s string) (pattern, error) {
 // Matching backtracks over them: with 16, a glob against a value of
 // MaxPayloadBytes takes milliseconds; with a few hundred, seconds.
 const maxGlobWildcards = 16
+
+// maxRegexInsts bounds the compiled size of a regular expression. RE2
+// matches in time proportional to the input times the program, so a
+// short pattern with counted repetitions ("[\pL]{1000}") over a payload
+// of MaxPayloadBytes would take seconds; with this bound, milliseconds.
+const maxRegexInsts = 256
+
+// regexSmall reports an error for a regular expression whose compiled
+// program is larger than maxRegexInsts (or that does not parse).
+func regexSmall(expr string) error {
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		return errors.New("does not parse")
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return errors.New("does not compile")
+	}
+	if len(prog.Inst) > maxRegexInsts {
+		return fmt.Errorf("compiles to %d instructions, more than %d", len(prog.Inst), maxRegexInsts)
+	}
+	return nil
+}
+
+// pathRegexFuncs are the JSONPath functions that compile a regular
+// expression (from the query or, worse, from the payload) for every node
+// they visit: refused in capabilities.
+var pathRegexFuncs = []string{"match(", "search("}
 
 // maxPathDescendants bounds the descendant segments ("..") in one
 // JSONPath key. Each one nested in a filter multiplies the work by the
@@ -352,6 +386,11 @@ func compileObject(obj map[string]any) (*objectPattern, error) {
 		case strings.HasPrefix(k, "$"):
 			if strings.Count(k, "..") > maxPathDescendants {
 				return nil, invalid(quoteShort(k), "more than %d descendant segments (..) in a JSONPath query", maxPathDescendants)
+			}
+			for _, f := range pathRegexFuncs {
+				if strings.Contains(k, f) {
+					return nil, invalid(quoteShort(k), "the JSONPath functions match() and search() are not allowed in capabilities (use a /regex/ value pattern)")
+				}
 			}
 			path, err := jsonpath.Parse(k)
 			if err != nil {
