@@ -3,6 +3,7 @@ package space
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -125,7 +126,7 @@ func (e *Engine) receiveLocked(from identity.PeerID, copy, space string, data []
 	if isSystem(env.Kind) {
 		return e.systemLocked(in, now, replies)
 	}
-	if !allows(e.holdsLocked(space, m), env) {
+	if !allows(e.holdsLocked(space, m), env) && !e.acksOwnGrantLocked(space, m, env) {
 		return e.refuseLocked(in, now, meup.ReasonCapability, fmt.Sprintf("no capability %q holds in space %q matches kind %q", m.ID, space, env.Kind), replies)
 	}
 	eff, reason, detail := e.checkLocked(sp, m, env, now)
@@ -414,3 +415,18 @@ func newID() string { return meup.NewID() }
 
 // timestamp formats t as the envelopes' ts: RFC 3339 in UTC, milliseconds.
 func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// acksOwnGrantLocked reports whether env is the capability/grant-ack a
+// grantee's node sends for a grant this node made to it: nodes answer
+// grants themselves, so the answer needs no capability of its own.
+func (e *Engine) acksOwnGrantLocked(space string, m *memberState, env meup.Envelope) bool {
+	if env.Kind != meup.KindCapabilityGrantAck || len(env.CorrelationID) == 0 {
+		return false
+	}
+	for _, g := range e.grants[space] {
+		if g.g.Granter == e.opts.Self && g.g.Grantee == m.Key && slices.Contains(env.CorrelationID, g.g.ID) {
+			return true
+		}
+	}
+	return false
+}

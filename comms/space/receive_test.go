@@ -1,6 +1,7 @@
 package space_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -371,6 +372,21 @@ func TestGrantAck(t *testing.T) {
 	if n := len(h.snd.take()); n != 0 {
 		t.Errorf("%d answers to a grant to bob", n)
 	}
+}
+
+// The grant-ack a grantee's node sends for a grant this node made needs
+// no capability of its own; any other grant-ack does.
+func TestAckOfOwnGrantAccepted(t *testing.T) {
+	h := newHarness(t)
+	sent := h.send("lab", space.Draft{Kind: meup.KindCapabilityGrant, To: []string{"carol"}, Payload: json.RawMessage(`{"recipient":"carol","capabilities":[{"kind":"chat"}]}`)})
+	h.snd.take()
+	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{sent.Envelope.ID}, Payload: `{"status":"accepted"}`})
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{"no-such-grant"}, Payload: `{"status":"accepted"}`}, meup.ReasonCapability)
+	// Bob's grant to carol is not this node's: carol's ack of it is not
+	// let through on its account.
+	g := &env{From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`}
+	h.mustDeliver(kBob, "lab", g)
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{g.ID}, Payload: `{"status":"accepted"}`}, meup.ReasonCapability)
 }
 
 // TestDedup: a repeated MEUP id from the same sender is neither delivered
