@@ -215,6 +215,11 @@ func (e *Engine) refuseLocked(in *inbound, now time.Time, reason, detail string,
 	if in.from != e.opts.Self && !e.opts.Trusted(in.from) {
 		return v
 	}
+	if in.sp == nil || in.sp.self == nil {
+		// This node has no participant id in the space to answer as
+		// (and a space name the sender made up must not use a limiter).
+		return v
+	}
 	if !e.allowErrorLocked(in.space, in.from, now) {
 		e.log.Debug("space: refusal not answered: rate limited", "space", in.space, "from", in.from, "reason", reason)
 		return v
@@ -228,10 +233,6 @@ func (e *Engine) refuseLocked(in *inbound, now time.Time, reason, detail string,
 	var corr []string
 	if in.env.ID != "" {
 		corr = []string{in.env.ID}
-	}
-	if in.sp == nil || in.sp.self == nil {
-		// This node has no participant id in the space to answer as.
-		return v
 	}
 	e.queueReplyLocked(replies, in.from, in.space, in.sp.self.ID, meup.KindSystemError, []string{in.answerTo}, corr, payload, now)
 	return v

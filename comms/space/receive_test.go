@@ -527,3 +527,23 @@ func TestProposalMemoryBounded(t *testing.T) {
 		t.Fatalf("proposals hold %d bytes, over the bound %d", got, space.MaxProposalBytes)
 	}
 }
+
+// Envelopes to spaces this node is not in are not answered and use no
+// rate limiter: a peer naming thousands of made-up spaces does not stop
+// the answer to a real refusal.
+func TestMadeUpSpacesUseNoLimiter(t *testing.T) {
+	h := newHarness(t)
+	for i := range 5000 {
+		v := h.recv(kBob, fmt.Sprint("made-up-", i), &env{From: "bob", Kind: "chat", Payload: `{"text":"x"}`})
+		if v.Refused == nil || v.Refused.Reason != meup.ReasonUnknownSpace {
+			t.Fatalf("space %d: %+v", i, v)
+		}
+	}
+	if n := len(h.snd.take()); n != 0 {
+		t.Fatalf("%d answers to envelopes of unknown spaces", n)
+	}
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "mcp/request", Payload: `{"method":"tools/call"}`}, meup.ReasonCapability)
+	if sent := h.snd.take(); len(sent) != 1 || sent[0].Env.Kind != meup.KindSystemError {
+		t.Fatalf("the real refusal was answered with %+v", sent)
+	}
+}
