@@ -275,6 +275,9 @@ func (s *Server) spaceSend(st spaceTool) func(context.Context, mcp.CallToolReque
 
 // spaceNote tells a model what happens to copies not delivered yet.
 func spaceNote(sent node.SpaceSent) string {
+	if sent.NotApplied != "" {
+		return "sent, but it breaks a rule of the space (" + sent.NotApplied + "): the members' nodes will refuse it and answer with a system/error"
+	}
 	queued, skipped := 0, 0
 	for _, c := range sent.Copies {
 		switch {

@@ -218,6 +218,9 @@ func runSpace(e *env, args []string) error {
 			if len(sent.Copies) == 0 {
 				fmt.Fprintln(e.stderr, "no other active member in the space: nothing was sent")
 			}
+			if sent.NotApplied != "" {
+				fmt.Fprintf(e.stderr, "warning: it breaks a rule of the space (%s): the members' nodes will refuse it\n", safeLine(sent.NotApplied))
+			}
 		})
 	})
 }

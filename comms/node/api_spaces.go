@@ -104,6 +104,10 @@ type SpaceSent struct {
 	Kind     string          `json:"kind"` // the MEUP kind
 	Envelope json.RawMessage `json:"envelope"`
 	Copies   []SpaceCopy     `json:"copies"` // one per member, with its Meerkat envelope id
+	// NotApplied says why the envelope changed nothing on this node
+	// (a withdraw of another's proposal, a grant beyond what this node
+	// holds): the members' nodes apply the same rules and will refuse it.
+	NotApplied string `json:"not_applied,omitempty"`
 }
 
 // ProposalQuery selects proposals.

@@ -499,7 +499,7 @@ func (n *Node) SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error)
 	if copies == nil {
 		copies = []SpaceCopy{}
 	}
-	return SpaceSent{Space: m.Space, ID: sent.Envelope.ID, Kind: sent.Envelope.Kind, Envelope: env, Copies: copies}, nil
+	return SpaceSent{Space: m.Space, ID: sent.Envelope.ID, Kind: sent.Envelope.Kind, Envelope: env, Copies: copies, NotApplied: sent.NotApplied}, nil
 }
 
 // spaceErr gives engine errors their API codes.

@@ -251,6 +251,13 @@ func TestSpaceActionsBetweenNodes(t *testing.T) {
 		return len(ps) == 1 && ps[0].By == "orch" && ps[0].RequestID == f.ID && ps[0].ResponseID == r.ID
 	})
 
+	// A withdraw of another's proposal is sent (the members decide) but
+	// says it changed nothing here, and why.
+	w, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActWithdraw, Proposal: p.ID})
+	if err != nil || !strings.Contains(w.NotApplied, meup.ReasonNotProposer) {
+		t.Fatalf("withdraw of prop's proposal by orch: %+v, %v", w, err)
+	}
+
 	for _, tc := range []struct {
 		name string
 		m    SpaceMessage
