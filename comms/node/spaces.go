@@ -185,11 +185,40 @@ func (s *spaces) track(name string, env meup.Envelope) {
 	}
 }
 
+// request finds the mcp/request id received in space name: remembered
+// since this node started, or still in the inbox (from before a
+// restart).
 func (s *spaces) request(name, id string) (meupRequest, bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	r, ok := s.requests[name+"\x00"+id]
-	return r, ok
+	s.mu.Unlock()
+	if ok {
+		return r, true
+	}
+	for after := uint64(0); ; {
+		page := s.n.mail.List(after, listPage)
+		for _, en := range page {
+			after = en.Seq
+			sp, env, _, ok := parseMEUP(en.Item.Envelope.Kind)
+			if ok && sp == name && env.ID == id && env.Kind == meup.KindMCPRequest {
+				s.track(name, env)
+				return meupRequest{from: env.From, to: env.To}, true
+			}
+		}
+		if len(page) < listPage {
+			return meupRequest{}, false
+		}
+	}
+}
+
+// self is this node's participant id in space name ("" if none).
+func (s *spaces) self(name string) string {
+	for _, in := range s.eng.Spaces() {
+		if strings.EqualFold(in.Name, name) {
+			return in.Self
+		}
+	}
+	return ""
 }
 
 // auditRefusedMEUP records a refused MEUP envelope: the Meerkat envelope
@@ -620,7 +649,10 @@ func (s *spaces) draft(m SpaceMessage) (space.Draft, error) {
 		}
 		req, ok := s.request(m.Space, m.Request)
 		if !ok {
-			return d, errorf(CodeUnknownProposal, "no mcp/request %q was received in space %q (or it was too long ago)", m.Request, m.Space)
+			return d, errorf(CodeUnknownProposal, "no mcp/request %q was received in space %q (or it was acknowledged before this node restarted)", m.Request, m.Space)
+		}
+		if me := s.self(m.Space); len(req.to) > 0 && !slices.Contains(req.to, me) {
+			return d, errorf(CodeBadArgument, "mcp/request %q is addressed to %s, not to you (%s)", m.Request, strings.Join(req.to, ", "), me)
 		}
 		d.Kind, d.CorrelationID = meup.KindMCPResponse, []string{m.Request}
 		d.Payload, err = object("result", m.Result, "error", m.Error)

@@ -215,22 +215,23 @@ func TestSpaceActionsBetweenNodes(t *testing.T) {
 		t.Errorf("space and context filter: %d items, pending %d (want 1, 1)", len(b.Messages), b.Pending)
 	}
 
-	// A proposal addressed to orch; orch fulfils it (the request goes to
-	// the participants the proposal addressed), prop answers it.
-	p, err := prop.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActPropose, Method: "tools/call", Params: json.RawMessage(`{"name":"read_file"}`), To: []string{"orch"}})
+	// Prop proposes a call of its own tool (addressed to itself); orch
+	// fulfils it (the request goes to the participants the proposal
+	// addressed), prop answers it.
+	p, err := prop.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActPropose, Method: "tools/call", Params: json.RawMessage(`{"name":"read_file"}`), To: []string{"prop"}})
 	if err != nil || p.Kind != meup.KindMCPProposal {
 		t.Fatalf("propose: %+v, %v", p, err)
 	}
 	waitFor(t, 5*time.Second, "orch tracks the proposal", func() bool {
 		ps, _ := orch.Proposals(ctx, ProposalQuery{Space: "build", State: space.ProposalPending})
-		return len(ps) == 1 && ps[0].ID == p.ID && ps[0].Proposer == "prop" && slices.Equal(ps[0].To, []string{"orch"})
+		return len(ps) == 1 && ps[0].ID == p.ID && ps[0].Proposer == "prop" && slices.Equal(ps[0].To, []string{"prop"})
 	})
 	f, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActFulfill, Proposal: p.ID})
 	if err != nil || f.Kind != meup.KindMCPRequest {
 		t.Fatalf("fulfill: %+v, %v", f, err)
 	}
 	var req meup.Envelope
-	if err := json.Unmarshal(f.Envelope, &req); err != nil || !slices.Equal(req.CorrelationID, []string{p.ID}) || !slices.Equal(req.To, []string{"orch"}) ||
+	if err := json.Unmarshal(f.Envelope, &req); err != nil || !slices.Equal(req.CorrelationID, []string{p.ID}) || !slices.Equal(req.To, []string{"prop"}) ||
 		string(req.Payload) != `{"method":"tools/call","params":{"name":"read_file"}}` {
 		t.Fatalf("the fulfilment %s, %v", f.Envelope, err)
 	}
@@ -238,6 +239,12 @@ func TestSpaceActionsBetweenNodes(t *testing.T) {
 		t.Fatalf("fulfilling twice: %v", err)
 	}
 	waitFor(t, 5*time.Second, "prop gets the request", func() bool { return len(meupItems(t, prop, meup.KindMCPRequest)) == 1 })
+	// Forget what was tracked since the start, as a restart would: the
+	// request is found in the inbox.
+	prop.spaces.mu.Lock()
+	clear(prop.spaces.requests)
+	prop.spaces.reqOrder = nil
+	prop.spaces.mu.Unlock()
 	r, err := prop.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActRespond, Request: f.ID, Result: json.RawMessage(`{"ok":true}`)})
 	if err != nil || r.Kind != meup.KindMCPResponse {
 		t.Fatalf("respond: %+v, %v", r, err)
