@@ -300,12 +300,18 @@ func (e *Engine) holdsLocked(space string, m *memberState) []*meup.Matcher {
 	return ms
 }
 
-// grantedLocked returns the capabilities m's live grants add.
+// grantedLocked returns the capabilities m's live grants add, each with the
+// id of its grant unless it has its own.
 func (e *Engine) grantedLocked(space string, key identity.PeerID) []meup.Capability {
 	var out []meup.Capability
 	for _, g := range e.grants[space] {
 		if g.g.Grantee == key {
-			out = append(out, cloneCaps(g.g.Capabilities)...)
+			for _, c := range cloneCaps(g.g.Capabilities) {
+				if c.ID == "" {
+					c.ID = g.g.ID // shown: what revoke --grant-id takes
+				}
+				out = append(out, c)
+			}
 		}
 	}
 	return out

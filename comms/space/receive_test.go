@@ -547,3 +547,20 @@ func TestMadeUpSpacesUseNoLimiter(t *testing.T) {
 		t.Fatalf("the real refusal was answered with %+v", sent)
 	}
 }
+
+// A member may revoke the grants it made, or grants it could have made:
+// holding capability/revoke alone does not undo the grants of others.
+func TestRevokeAuthority(t *testing.T) {
+	h := newHarness(t)
+	h.mustDeliver(kErin, "lab", &env{ID: "g1", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`})
+	h.mustDeliver(kErin, "lab", &env{ID: "g2", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"bob","capabilities":[{"kind":"capability/revoke"}]}`})
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "capability/revoke", Payload: `{"recipient":"carol","grant_id":"g1"}`}, meup.ReasonGrantExceeds)
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "capability/revoke", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`}, meup.ReasonGrantExceeds)
+	h.mustDeliver(kBob, "lab", &env{ID: "g3", From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`})
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "capability/revoke", Payload: `{"recipient":"carol","grant_id":"g3"}`})
+	gs, err := h.e.Grants("lab")
+	if err != nil || len(gs) != 2 || gs[0].ID != "g1" || gs[1].ID != "g2" {
+		t.Fatalf("grants %+v, %v: want g1 and g2 left", gs, err)
+	}
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/revoke", Payload: `{"recipient":"carol","grant_id":"g1"}`})
+}

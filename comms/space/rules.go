@@ -251,9 +251,15 @@ func (e *Engine) revokeLocked(sp *spaceState, m *memberState, env meup.Envelope)
 		return eff, meup.ReasonInvalidEnvelope, "capability/revoke names neither a grant_id nor capabilities"
 	}
 	found := false
+	held := e.holdsLocked(space, m)
 	for _, g := range e.grants[space] {
 		if g.g.Grantee != r.Key || (rp.GrantID != "" && g.g.ID != rp.GrantID) {
 			continue
+		}
+		// A member takes back what it granted, or what it could grant:
+		// holding capability/revoke alone does not undo others' grants.
+		if g.g.Granter != m.Key && !coversAll(held, g.g.Capabilities) {
+			return eff, meup.ReasonGrantExceeds, fmt.Sprintf("grant %q was made by another member and gives more than %q holds in space %q", g.g.ID, m.ID, space)
 		}
 		if len(caps) == 0 {
 			found = true
@@ -446,3 +452,14 @@ func truncate(s string, n int) string {
 }
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// coversAll reports whether every capability in caps is covered by one of
+// the matchers.
+func coversAll(held []*meup.Matcher, caps []meup.Capability) bool {
+	for _, c := range caps {
+		if !slices.ContainsFunc(held, func(m *meup.Matcher) bool { return m.Covers(c) }) {
+			return false
+		}
+	}
+	return true
+}
