@@ -13,6 +13,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/audit"
 	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/comms/space"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
@@ -268,6 +269,9 @@ func Start(h *Home, opts Options) (*Node, error) {
 		}
 		r.SetTrust(l)
 		log.Info("trusted peers reloaded", "peers", l.Len())
+		if n.spaces != nil {
+			n.spaces.joined() // members whose key is trusted now hear of this node
+		}
 	})
 	n.reload = w.Reload
 	n.wg.Add(1)
@@ -291,7 +295,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 		n.ob.Start() // what earlier runs left in the outbox goes out now
 	}
 	if n.spaces != nil {
-		n.spaces.eng.Announce(ctx, "join") // queued in the outbox: it does not wait for peers
+		n.spaces.eng.Announce(ctx, space.EventJoin) // queued in the outbox: it does not wait for peers
 	}
 	return n, nil
 }
@@ -340,7 +344,7 @@ func (n *Node) Close() error {
 		// Tell the spaces' members this node leaves: one direct attempt
 		// each, bounded, before the links close.
 		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
-		n.spaces.eng.Announce(ctx, "leave")
+		n.spaces.eng.Announce(ctx, space.EventLeave)
 		cancel()
 	}
 	n.cancel()

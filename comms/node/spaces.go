@@ -377,6 +377,7 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 		if err := n.spaces.eng.SetRoster(checked); err != nil {
 			return SpaceInfo{}, errorf(CodeBadArgument, "%v", err)
 		}
+		n.spaces.joined()
 	}
 	infos, err := n.Spaces(context.Background())
 	if err != nil {
@@ -698,6 +699,19 @@ func (s *spaces) reload() {
 		return
 	}
 	s.n.log.Info("spaces reloaded", "spaces", len(r.Spaces))
+	s.joined()
+}
+
+// joined announces this node's presence again after the rosters or the
+// trust list changed, so members added or trusted since hear of it (and
+// answer with their welcome). The joins are queued in the outbox.
+func (s *spaces) joined() {
+	if s.n.closing() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.n.SendTimeout())
+	defer cancel()
+	s.eng.Announce(ctx, space.EventJoin)
 }
 
 // expire forgets, once an hour, the MEUP ids seen longer ago than the

@@ -23,6 +23,10 @@ const (
 	MaxTrackedPerSpace  = 4096     // proposals kept in memory per space (closed and expired ones go first)
 	MaxProposalBytes    = 32 << 20 // payload bytes of the pending proposals of one space
 	MaxConcurrentSends  = 16       // copies in flight at once for one Send or Announce
+	// NoMEUPFor is how long a NoMEUP mark lasts: then copies go to the
+	// peer again (a peer that does not trust this node yet refuses MEUP
+	// the same way, and may trust it later).
+	NoMEUPFor = 10 * time.Minute
 
 	errorBurst    = 5                // system/error answers a (space, sender) may get at once
 	errorRefill   = 10 * time.Second // then one more per this much time
@@ -104,10 +108,10 @@ type Engine struct {
 	mu        sync.Mutex // guards the fields below; never held while calling the Sender or Observe
 	roster    *Roster    // in force; never handed out (copies are)
 	spaces    map[string]*spaceState
-	grants    map[string][]*grantEntry    // by space, oldest first; mirrors the Store
-	proposals map[string]*proposalIndex   // by space
-	noMEUP    map[identity.PeerID]string  // peers that refused MEUP frames, and why
-	limiters  map[limiterKey]*tokenBucket // system/error answers per (space, sender)
+	grants    map[string][]*grantEntry       // by space, oldest first; mirrors the Store
+	proposals map[string]*proposalIndex      // by space
+	noMEUP    map[identity.PeerID]noMEUPMark // peers that refused MEUP frames lately, and why
+	limiters  map[limiterKey]*tokenBucket    // system/error answers per (space, sender)
 }
 
 // spaceState is one space of the roster as the engine runs it.
@@ -172,7 +176,7 @@ func New(st Store, snd Sender, roster *Roster, o Options) (*Engine, error) {
 		log:       o.Logger,
 		grants:    make(map[string][]*grantEntry),
 		proposals: make(map[string]*proposalIndex),
-		noMEUP:    make(map[identity.PeerID]string),
+		noMEUP:    make(map[identity.PeerID]noMEUPMark),
 		limiters:  make(map[limiterKey]*tokenBucket),
 	}
 	grants, err := st.Grants("")

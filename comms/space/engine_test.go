@@ -274,6 +274,22 @@ func TestSendCopies(t *testing.T) {
 	if !slices.Contains(participants(h.snd.take()), kBob) {
 		t.Error("no copy to bob after he sent MEUP")
 	}
+
+	// A mark lasts NoMEUPFor: a peer that refused MEUP because it did
+	// not trust this node yet gets copies again later.
+	h.e.NoMEUP(kBob, "closed")
+	h.clock.Add(space.NoMEUPFor - time.Second)
+	if m, _ := h.member("lab", "bob"); m.Status != space.StatusNoMEUP {
+		t.Errorf("bob before the mark ends: %+v", m)
+	}
+	h.clock.Add(time.Second)
+	if m, _ := h.member("lab", "bob"); m.Status != space.StatusActive {
+		t.Errorf("bob after the mark ends: %+v", m)
+	}
+	h.send("lab", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)})
+	if !slices.Contains(participants(h.snd.take()), kBob) {
+		t.Error("no copy to bob after his mark ended")
+	}
 }
 
 // TestSendAddressed: in an addressed space only the members named in to

@@ -76,8 +76,27 @@ func (e *Engine) Announce(ctx context.Context, event string) {
 	}
 }
 
-// NoMEUP records that peer closed connections on MEUP frames: no more
-// copies go to it until it sends a MEUP envelope that parses.
+// noMEUPMark is a NoMEUP mark: why, and until when.
+type noMEUPMark struct {
+	why   string
+	until time.Time
+}
+
+// noMEUPLocked returns peer's NoMEUP mark if it is in force.
+func (e *Engine) noMEUPLocked(peer identity.PeerID) (string, bool) {
+	mark, ok := e.noMEUP[peer]
+	if !ok {
+		return "", false
+	}
+	if !e.now().Before(mark.until) {
+		delete(e.noMEUP, peer)
+		return "", false
+	}
+	return mark.why, true
+}
+
+// NoMEUP records that peer closed connections on MEUP frames: no copies
+// go to it for NoMEUPFor, or until it sends a MEUP envelope that parses.
 func (e *Engine) NoMEUP(peer identity.PeerID, why string) {
 	if peer == e.opts.Self {
 		return
@@ -88,7 +107,7 @@ func (e *Engine) NoMEUP(peer identity.PeerID, why string) {
 		e.log.Warn("space: too many peers marked as not speaking MEUP; mark dropped", "peer", peer)
 		return
 	}
-	e.noMEUP[peer] = truncate(why, maxReasonLen)
+	e.noMEUP[peer] = noMEUPMark{why: truncate(why, maxReasonLen), until: e.now().Add(NoMEUPFor)}
 }
 
 // MemberInfo is a member as list_spaces shows it.
@@ -148,7 +167,7 @@ func (e *Engine) Spaces() []Info {
 				t := m.lastSeen
 				mi.LastSeen = &t
 			}
-			if why, ok := e.noMEUP[m.Key]; ok {
+			if why, ok := e.noMEUPLocked(m.Key); ok {
 				mi.Status, mi.Note = StatusNoMEUP, why
 			}
 			if !e.active(m) {

@@ -155,7 +155,7 @@ func (e *Engine) copiesLocked(sp *spaceState, to []string) ([]Copy, []target) {
 			continue
 		}
 		c := Copy{Participant: m.ID, Key: m.Key.String()}
-		why, noMEUP := e.noMEUP[m.Key]
+		why, noMEUP := e.noMEUPLocked(m.Key)
 		switch {
 		case sp.cfg.Delivery == DeliveryAddressed && len(to) > 0 && !slices.Contains(to, m.ID):
 			c.Skipped = SkippedNotAddressed
