@@ -560,6 +560,14 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"send", "response", "bob", uuid, "completed"}, exitUsage, "no request " + uuid, true},
 		{[]string{"deadletters", "retry", "123"}, exitUsage, "not an envelope id", true},
 		{[]string{"send", "message", "bob", "hi", "--reliable", "--ttl", "9999h"}, exitUsage, "ttl", true},
+		{[]string{"space", "shout"}, exitUsage, "unknown space subcommand", false},
+		{[]string{"space", "add", "build", "bob"}, exitUsage, "wrong number of arguments", false},
+		{[]string{"space", "chat", "build", "hi", "--direct", "--ttl", "1m"}, exitUsage, "--ttl", false},
+		{[]string{"space", "create", "build", "--as", "a", "--cap", "[1]"}, exitUsage, "JSON array of capability objects", false},
+		{[]string{"space", "send", "build", "chat", "{nope"}, exitUsage, "not valid JSON", false},
+		{[]string{"space", "create", "build"}, exitUsage, "participant id", true},
+		{[]string{"space", "add", "nowhere", "bob", "worker"}, exitError, "no space \"nowhere\"", true},
+		{[]string{"space", "show", "nowhere"}, exitError, "no space \"nowhere\"", true},
 	}
 	check := func(c errCase, via string) result {
 		t.Helper()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,7 +21,7 @@ const spaceUsage = "meerkatd space list | show SPACE | create SPACE --as ID [--d
 	"       | proposals [SPACE] [--state STATE]\n" +
 	"       [--to ID]... [--correlation-id ID]... [--context C] [--direct] [--ttl DUR] [--home DIR] [--json]\n" +
 	"       CAP is a kind pattern (chat, mcp/*) or a capability object ('{\"kind\":\"mcp/request\",\"payload\":{…}}');\n" +
-	"       JSON arguments may be - (standard input) or @FILE"
+	"       TEXT and the JSON arguments may be - (standard input) or @FILE"
 
 // spaceArity is each space subcommand's positional arguments: at least,
 // at most (-1: any number).
@@ -41,9 +42,9 @@ func runSpace(e *env, args []string) error {
 	as := flags.String("as", "", "create: this node's participant `id` in the space")
 	delivery := flags.String("delivery", "", "create: `all` members receive every envelope (default), or only the addressed ones")
 	var caps, to, corr stringList
-	flags.Var(&caps, "cap", "create, add: a capability (a kind pattern or a JSON object; repeatable)")
-	flags.Var(&to, "to", "send, chat, propose: a participant `id` addressed (repeatable; default everybody)")
-	flags.Var(&corr, "correlation-id", "send: a MEUP `id` this envelope refers to (repeatable)")
+	flags.Var(&caps, "cap", "create, add: a capability: a kind pattern (chat, mcp/*), a JSON object or a JSON array of them (repeatable)")
+	flags.Var(&to, "to", "send, chat, propose, fulfill, respond, reject, withdraw, grant, revoke: a participant `id` addressed (repeatable; default: everybody, or whom the answer concerns)")
+	flags.Var(&corr, "correlation-id", "send, chat, propose: a MEUP `id` this envelope refers to (repeatable)")
 	contextID := flags.String("context", "", "send, chat, propose: the sub-thread `id`")
 	isError := flags.Bool("error", false, "respond: the JSON is an error, not a result")
 	grantID := flags.String("grant-id", "", "revoke: the `id` of the grant to revoke")
@@ -71,7 +72,22 @@ func runSpace(e *env, args []string) error {
 		parts := make([]string, 0, len(list))
 		for _, c := range list {
 			c = strings.TrimSpace(c)
-			if !strings.HasPrefix(c, "{") {
+			switch {
+			case strings.HasPrefix(c, "{"):
+			case strings.HasPrefix(c, "["):
+				var items []json.RawMessage
+				err := json.Unmarshal([]byte(c), &items)
+				for _, it := range items {
+					if !bytes.HasPrefix(bytes.TrimSpace(it), []byte("{")) {
+						err = errUsage
+					}
+					parts = append(parts, string(it))
+				}
+				if err != nil {
+					return nil, fmt.Errorf("%w: capability %s is not a JSON array of capability objects", errUsage, c)
+				}
+				continue
+			default:
 				b, _ := json.Marshal(map[string]string{"kind": c})
 				c = string(b)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -914,4 +915,65 @@ func member(t *testing.T, n *testNode, id string) spaceMember {
 	}
 	t.Fatalf("%s's space list has no member %s of %s: %s", n.name, id, spaceName, jsonText(list))
 	return spaceMember{}
+}
+
+// The rosters are edited with no daemon running: capabilities given as
+// kind patterns, objects or arrays; the file is what the next daemon
+// runs; show and list read it.
+func TestSpaceRosterWithoutDaemon(t *testing.T) {
+	alice, bob := twoNodes(t, false)
+	var info struct {
+		Name    string `json:"name"`
+		Self    string `json:"self"`
+		Members []struct {
+			ID           string            `json:"id"`
+			Key          string            `json:"key"`
+			Status       string            `json:"status"`
+			Capabilities []json.RawMessage `json:"capabilities"`
+		} `json:"members"`
+	}
+	compact := func(raw json.RawMessage) string {
+		var b bytes.Buffer
+		if err := json.Compact(&b, raw); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	alice.okJSON(&info, "space", "create", "build", "--as", "orchestrator", "--json")
+	if info.Name != "build" || info.Self != "orchestrator" || len(info.Members) != 1 || compact(info.Members[0].Capabilities[0]) != `{"kind":"*"}` {
+		t.Fatalf("create: %+v", info)
+	}
+	alice.okJSON(&info, "space", "add", "build", "bob", "worker", "--cap", "chat", "--cap", `{"kind":"mcp/response"}`, "--cap", `[{"kind":"mcp/proposal"},{"kind":"reasoning/*"}]`, "--json")
+	var caps []string
+	for _, m := range info.Members {
+		if m.ID == "worker" {
+			if m.Key != bob.key || m.Status != "active" {
+				t.Errorf("worker %+v", m)
+			}
+			for _, c := range m.Capabilities {
+				caps = append(caps, compact(c))
+			}
+		}
+	}
+	if want := []string{`{"kind":"chat"}`, `{"kind":"mcp/response"}`, `{"kind":"mcp/proposal"}`, `{"kind":"reasoning/*"}`}; strings.Join(caps, " ") != strings.Join(want, " ") {
+		t.Fatalf("worker's capabilities %v, want %v", caps, want)
+	}
+	data, err := os.ReadFile(filepath.Join(alice.home, "spaces.json"))
+	if err != nil || !strings.Contains(string(data), bob.key) {
+		t.Fatalf("spaces.json: %v\n%s", err, data)
+	}
+	if out := alice.ok("space", "show", "build"); !strings.Contains(out, "worker") || !strings.Contains(out, "orchestrator (you)") {
+		t.Errorf("show:\n%s", out)
+	}
+	alice.ok("space", "remove", "build", "worker")
+	var list []json.RawMessage
+	alice.okJSON(&list, "space", "list", "--json")
+	if len(list) != 1 || strings.Contains(string(list[0]), "worker") {
+		t.Fatalf("after remove: %s", list)
+	}
+	alice.ok("space", "delete", "build")
+	alice.okJSON(&list, "space", "list", "--json")
+	if len(list) != 0 {
+		t.Fatalf("after delete: %s", list)
+	}
 }

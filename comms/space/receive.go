@@ -275,24 +275,27 @@ func peek(data []byte) (env meup.Envelope, kindKnown bool) {
 	if len(data) > meup.MaxEnvelopeBytes {
 		return env, false
 	}
-	var p struct {
-		ID   any `json:"id"`
-		Kind any `json:"kind"`
-		From any `json:"from"`
-	}
-	if json.Unmarshal(data, &p) != nil {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(data, &m) != nil {
 		return env, false
 	}
-	str := func(v any, max int) string {
-		s, ok := v.(string)
-		if !ok || len(s) > max {
+	str := func(name string, max int) string {
+		var s string
+		if json.Unmarshal(m[name], &s) != nil || len(s) > max {
 			return ""
 		}
 		return s
 	}
-	env.ID = str(p.ID, meup.MaxIDLen)
-	env.From = str(p.From, meup.MaxIDLen)
-	env.Kind = str(p.Kind, meup.MaxKindLen)
+	for k := range m {
+		if k != "kind" && strings.EqualFold(k, "kind") {
+			// Another spelling of kind: which one a reader takes is
+			// unclear, so the kind is not known (and nothing answered).
+			return env, false
+		}
+	}
+	env.ID = str("id", meup.MaxIDLen)
+	env.From = str("from", meup.MaxIDLen)
+	env.Kind = str("kind", meup.MaxKindLen)
 	return env, env.Kind != ""
 }
 

@@ -564,3 +564,27 @@ func TestRevokeAuthority(t *testing.T) {
 	}
 	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/revoke", Payload: `{"recipient":"carol","grant_id":"g1"}`})
 }
+
+// An envelope that does not parse is answered only when its kind is
+// plainly known and not system/*: a second spelling of "kind" makes it
+// unknown.
+func TestUnparsedKindSpellings(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct {
+		raw     string
+		answers int
+	}{
+		{`{"id":"u1","from":"bob","kind":"chat"}`, 1}, // no protocol: refused, answered
+		{`{"id":"u2","from":"bob","Kind":"chat","kind":"system/error"}`, 0},
+		{`{"id":"u3","from":"bob","kind":"system/error","KIND":"chat"}`, 0},
+		{`{"id":"u4","from":"bob","kind":"system/presence"}`, 0},
+	} {
+		v := h.e.Receive(kBob, newCopy(), "lab", []byte(tc.raw))
+		if v.Refused == nil || v.Refused.Reason != meup.ReasonUnsupportedProtocol && v.Refused.Reason != meup.ReasonInvalidEnvelope {
+			t.Fatalf("%s: %+v", tc.raw, v)
+		}
+		if n := len(h.snd.take()); n != tc.answers {
+			t.Errorf("%s: %d answers, want %d", tc.raw, n, tc.answers)
+		}
+	}
+}
