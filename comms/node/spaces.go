@@ -517,6 +517,14 @@ func (n *Node) SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error)
 	if err != nil {
 		return SpaceSent{}, err
 	}
+	if len(d.Payload) > 0 {
+		// What the wire cannot carry (a number beyond 64-bit floats,
+		// nesting past its depth) is refused before anything is applied
+		// or sent.
+		if _, err := wire.ParseJSON(d.Payload); err != nil {
+			return SpaceSent{}, errorf(CodeBadArgument, "payload: %s", UserText(err))
+		}
+	}
 	sent, err := s.eng.Send(ctx, m.Space, d, space.SendOptions{Reliable: m.Reliable, TTL: m.TTL, NoWait: m.NoWait})
 	if err != nil {
 		return SpaceSent{}, spaceErr(err)

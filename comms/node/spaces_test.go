@@ -282,6 +282,7 @@ func TestSpaceActionsBetweenNodes(t *testing.T) {
 		{"revoke without what", SpaceMessage{Space: "build", Action: ActRevoke, Recipient: "prop"}, CodeBadArgument},
 		{"ttl too long", SpaceMessage{Space: "build", Action: ActChat, Text: "x", SendOptions: SendOptions{Reliable: true, TTL: MaxTTL + time.Second}}, CodeBadArgument},
 		{"kind outside the grammar", SpaceMessage{Space: "build", Kind: "Bad Kind!"}, CodeBadArgument},
+		{"a number the wire cannot carry", SpaceMessage{Space: "build", Kind: "reasoning/thought", Payload: json.RawMessage(`{"n":1e400}`)}, CodeBadArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := orch.SpaceSend(ctx, tc.m); CodeOf(err) != tc.code {
