@@ -23,7 +23,7 @@ import (
 // testHome creates a home named name in a short temporary directory (the
 // Unix socket paths inside must fit) whose trust list holds peer "bob" at
 // an address where nothing listens; tune adjusts its configuration.
-func testHome(t *testing.T, name string, tune func(*config.Config)) (*Home, *identity.Keypair) {
+func testHome(t testing.TB, name string, tune func(*config.Config)) (*Home, *identity.Keypair) {
 	t.Helper()
 	testutil.CheckGoroutines(t) // first: it runs after the cleanups that stop the node
 	dir, err := os.MkdirTemp("", "mkm")
@@ -51,7 +51,7 @@ func testHome(t *testing.T, name string, tune func(*config.Config)) (*Home, *ide
 }
 
 // startTest starts a node of h in mode and stops it at the test's end.
-func startTest(t *testing.T, h *Home, mode Mode) *Node {
+func startTest(t testing.TB, h *Home, mode Mode) *Node {
 	t.Helper()
 	n, err := Start(h, Options{Mode: mode})
 	if err != nil {
@@ -273,7 +273,7 @@ func mcpOutboxNode(t *testing.T, tune func(*config.Outbox)) (*Node, *identity.Ke
 }
 
 // waitFor polls f until it holds, failing t after d.
-func waitFor(t *testing.T, d time.Duration, what string, f func() bool) {
+func waitFor(t testing.TB, d time.Duration, what string, f func() bool) {
 	t.Helper()
 	testutil.WaitFor(t, d, what, f)
 }

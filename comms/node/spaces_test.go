@@ -117,7 +117,7 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 
 // spaceNodes starts serving nodes (memory inbox) that trust each other
 // and share one space "build", each member with the capabilities given.
-func spaceNodes(t *testing.T, caps map[string]string, names ...string) map[string]*Node {
+func spaceNodes(t testing.TB, caps map[string]string, names ...string) map[string]*Node {
 	t.Helper()
 	nodes := map[string]*Node{}
 	for _, name := range names {
