@@ -32,6 +32,7 @@ type fakeNode struct {
 	params    []json.RawMessage
 	opts      []node.SendOptions
 	spaceMsgs []node.SpaceMessage // SpaceSend calls
+	edits     []node.SpaceEdit    // SpaceEdit calls
 }
 
 func newFakeNode() *fakeNode {
@@ -75,6 +76,12 @@ func (f *fakeNode) Spaces(context.Context) ([]node.SpaceInfo, error) {
 }
 
 func (f *fakeNode) SpaceEdit(_ context.Context, e node.SpaceEdit) (node.SpaceInfo, error) {
+	f.mu.Lock()
+	f.edits = append(f.edits, e)
+	f.mu.Unlock()
+	if e.Op == node.SpaceAdd && e.Space != "build" {
+		return node.SpaceInfo{}, &node.Error{Code: node.CodeUnknownSpace, Msg: "no space " + e.Space}
+	}
 	return node.SpaceInfo{Name: e.Space}, nil
 }
 
@@ -439,7 +446,7 @@ func testToolList(t *testing.T, era string) {
 	want := map[string]bool{"status": true, "send_message": false, "send_request": false, "send_response": false, "list_peers": true, "receive_messages": true, "ack_messages": false,
 		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "pair_offer": false, "pair_accept": false,
 		"list_spaces": true, "list_proposals": true, "space_send": false, "space_chat": false, "space_propose": false, "space_fulfill": false,
-		"space_respond": false, "space_reject": false, "space_withdraw": false, "space_grant": false, "space_revoke": false}
+		"space_respond": false, "space_reject": false, "space_withdraw": false, "space_grant": false, "space_revoke": false, "edit_space": false}
 	if len(res.Tools) != len(want) {
 		t.Fatalf("%d tools, want %d", len(res.Tools), len(want))
 	}

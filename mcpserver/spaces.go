@@ -16,6 +16,10 @@ type (
 		Spaces  []node.SpaceInfo `json:"spaces"`
 		Pending int              `json:"pending"`
 	}
+	editSpaceResult struct {
+		Space   node.SpaceInfo `json:"space"`
+		Pending int            `json:"pending"`
+	}
 	spaceSendResult struct {
 		node.SpaceSent
 		Note    string `json:"note,omitempty"`
@@ -108,6 +112,24 @@ func (s *Server) addSpaceTools() {
 		}
 	}
 	s.mcp.AddTool(listSpaces, s.listSpaces)
+	editSpace := mcp.NewTool("edit_space",
+		mcp.WithDescription("Change this node's rosters (spaces.json): create a space with you as its first member, delete one here, add a member (a key, or a trusted peer's name) with the capabilities this node will let it use, or remove one. Other nodes keep their own rosters. Only do this when your user asks you to: capabilities decide what other agents may make this node's agent do."),
+		mcp.WithString("op", mcp.Required(), mcp.Enum(node.SpaceCreate, node.SpaceDelete, node.SpaceAdd, node.SpaceRemove)),
+		mcp.WithString("space", mcp.Required(), mcp.Description("the space's name")),
+		mcp.WithString("as", mcp.Description("create: your participant id in the space")),
+		mcp.WithString("delivery", mcp.Enum("all", "addressed"), mcp.Description("create: all (default): every member receives every envelope; addressed: only the members named in to")),
+		mcp.WithString("peer", mcp.Description("add: the member's key (ed25519:…), or the name or peer UUID of a trusted peer; remove: its key (or give id)")),
+		mcp.WithString("id", mcp.Description("add: the member's participant id; remove: the participant id of the member to remove")),
+		mcp.WithArray("capabilities", mcp.Description("create, add: capability objects, e.g. [{\"kind\": \"chat\"}, {\"kind\": \"mcp/proposal\"}] (add's default: chat and proposals; create's: every kind)")),
+		mcp.WithOutputSchema[editSpaceResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Edit space", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(false)}),
+	)
+	for _, set := range []string{"capabilities", "granted"} {
+		for _, f := range []string{"kind", "payload"} {
+			anyAt(editSpace, "space", "properties", "members", "items", "properties", set, "items", "properties", f)
+		}
+	}
+	s.mcp.AddTool(editSpace, s.editSpace)
 	for _, st := range spaceTools {
 		opts := []mcp.ToolOption{
 			mcp.WithDescription(st.desc),
@@ -140,6 +162,45 @@ func (s *Server) listSpaces(ctx context.Context, _ mcp.CallToolRequest) (*mcp.Ca
 		sp = []node.SpaceInfo{}
 	}
 	return result(listSpacesResult{Spaces: sp, Pending: s.pending(ctx)})
+}
+
+func parseEditSpace(a args, raw func(string) json.RawMessage) (e node.SpaceEdit, err error) {
+	for _, f := range []struct {
+		name     string
+		required bool
+		dst      *string
+	}{{"op", true, &e.Op}, {"space", true, &e.Space}, {"as", false, &e.As}, {"delivery", false, &e.Delivery}, {"peer", false, &e.Peer}, {"id", false, &e.ID}} {
+		if *f.dst, err = a.str(f.name, f.required); err != nil {
+			return e, err
+		}
+	}
+	switch e.Op {
+	case node.SpaceCreate, node.SpaceDelete, node.SpaceAdd, node.SpaceRemove:
+	default:
+		return e, invalidParams{fmt.Sprintf("op %q: want create, delete, add or remove", e.Op)}
+	}
+	if v := raw("capabilities"); len(v) > 0 && string(v) != "null" {
+		if _, ok := a.m["capabilities"].([]any); !ok {
+			return e, invalidParams{`argument "capabilities" must be an array of capability objects`}
+		}
+		e.Capabilities = v
+	}
+	return e, nil
+}
+
+func (s *Server) editSpace(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	e, err := parseEditSpace(args{req.GetArguments()}, func(name string) json.RawMessage { return rawJSON(req, name) })
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.api.SpaceEdit(ctx, e)
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	if info.Members == nil {
+		info.Members = []node.SpaceMember{}
+	}
+	return result(editSpaceResult{Space: info, Pending: s.pending(ctx)})
 }
 
 func parseProposalQuery(a args) (q node.ProposalQuery, err error) {
@@ -302,6 +363,10 @@ func spaceNote(sent node.SpaceSent) string {
 
 // checkSpaceArgs validates a space tool call's arguments (for checkArgs).
 func checkSpaceArgs(name string, a args) (bool, error) {
+	if name == "edit_space" {
+		_, err := parseEditSpace(a, decodedRaw(a))
+		return true, err
+	}
 	if name == "list_proposals" {
 		_, err := parseProposalQuery(a)
 		return true, err

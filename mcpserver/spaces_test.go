@@ -110,3 +110,37 @@ func TestSpaceToolsInvalidParams(t *testing.T) {
 		}
 	}
 }
+
+// edit_space carries its arguments to the node's SpaceEdit; the result is
+// the space as the node shows it.
+func TestEditSpaceTool(t *testing.T) { bothEras(t, testEditSpaceTool) }
+
+func testEditSpaceTool(t *testing.T, era string) {
+	f := newFakeNode()
+	c, _ := startClient(t, f, era)
+	_, out, err := call(t, c, "edit_space", map[string]any{"op": "add", "space": "build", "peer": "bob", "id": "worker", "capabilities": []any{map[string]any{"kind": "chat"}}})
+	if err != nil || out["space"].(map[string]any)["name"] != "build" {
+		t.Fatalf("add: %v %v", out, err)
+	}
+	f.mu.Lock()
+	got := f.edits[len(f.edits)-1]
+	f.mu.Unlock()
+	want := node.SpaceEdit{Op: "add", Space: "build", Peer: "bob", ID: "worker", Capabilities: json.RawMessage(`[{"kind":"chat"}]`)}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("edit %+v, want %+v", got, want)
+	}
+	res, _, err := call(t, c, "edit_space", map[string]any{"op": "add", "space": "nope", "peer": "bob", "id": "w"})
+	if err != nil || !res.IsError || !strings.HasPrefix(text(res), "unknown_space: ") {
+		t.Fatalf("unknown space: %v %s", err, text(res))
+	}
+	for _, bad := range []map[string]any{
+		{"space": "build"},
+		{"op": "rename", "space": "build"},
+		{"op": "add"},
+		{"op": "add", "space": "build", "capabilities": map[string]any{"kind": "chat"}},
+	} {
+		if err := checkArgs("edit_space", bad); err == nil {
+			t.Errorf("edit_space %v: want invalid params", bad)
+		}
+	}
+}

@@ -28,6 +28,9 @@ type SpacesAPI interface {
 // SpaceInfo is one space as this node runs it.
 type SpaceInfo = space.Info
 
+// SpaceMember is one member of a space as SpaceInfo shows it.
+type SpaceMember = space.MemberInfo
+
 // SpaceCopy is one member's copy of a sent MEUP envelope.
 type SpaceCopy = space.Copy
 
