@@ -40,27 +40,22 @@
 
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
-import { once } from 'node:events';
-import fs from 'node:fs/promises';
-import fsSync from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 
-import { Client as Client1 } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport as StdioClientTransport1 } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { CallToolResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
-import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
-import { Client as Client2, ProtocolError } from '@modelcontextprotocol/client';
-import { StdioClientTransport as StdioClientTransport2 } from '@modelcontextprotocol/client/stdio';
-
-if (!process.env.MEERKATD_BIN) {
-  throw new Error('MEERKATD_BIN is not set: point it at a built meerkatd binary (make e2e does this)');
-}
-const BIN = path.resolve(process.env.MEERKATD_BIN);
-await fs.access(BIN, fs.constants.X_OK).catch((err) => {
-  throw new Error(`MEERKATD_BIN=${BIN} is not an executable file: ${err.message}`);
-});
+import {
+  CALL_TIMEOUT,
+  ERAS,
+  McpPeer,
+  UUID_RE,
+  invalid,
+  makeTempRoot,
+  meerkatd,
+  setUp,
+  stepper,
+  tearDown,
+  textOf,
+  until,
+} from './helpers.mjs';
 
 const SPACE_TOOLS = [
   'list_proposals',
@@ -79,193 +74,16 @@ const SPACE = 'build';
 const A = 'A'; // alice's participant id
 const B = 'B'; // bob's
 const B_CAPS = ['chat', 'mcp/proposal', 'mcp/withdraw', 'mcp/response'];
-const INVALID_PARAMS = -32602;
-const CALL_TIMEOUT = 15_000;
 const WAIT_MS = 10_000; // receive_messages waits
-const STEP_TIMEOUT = 45_000;
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
-function installed(name) {
-  const p = new URL(`./node_modules/${name}/package.json`, import.meta.url);
-  return JSON.parse(fsSync.readFileSync(p, 'utf8')).version;
-}
-
-const isProtocolError = (err) => err instanceof McpError || err instanceof ProtocolError;
-const invalid = (err) => isProtocolError(err) && err.code === INVALID_PARAMS;
-
-const ERAS = [
-  {
-    version: '2025-11-25',
-    sdk: `@modelcontextprotocol/sdk ${installed('@modelcontextprotocol/sdk')}`,
-    modern: false,
-    connect(peer, params) {
-      return { transport: new StdioClientTransport1(params), client: new Client1({ name: `e2e-${peer.name}`, version: '0.0.0' }) };
-    },
-    callTool: (client, params, timeout) => client.callTool(params, undefined, { timeout }),
-    request: (client, params, timeout) => client.request({ method: 'tools/call', params }, CallToolResultSchema, { timeout }),
-  },
-  {
-    version: '2026-07-28',
-    sdk: `@modelcontextprotocol/client ${installed('@modelcontextprotocol/client')}`,
-    modern: true,
-    connect(peer, params) {
-      const client = new Client2({ name: `e2e-${peer.name}`, version: '0.0.0' }, { versionNegotiation: { mode: 'auto' } });
-      return { transport: new StdioClientTransport2(params), client };
-    },
-    callTool: (client, params, timeout) => client.callTool(params, { timeout }),
-    request: (client, params, timeout) => client.request({ method: 'tools/call', params }, { timeout }),
-  },
-];
-
-// meerkatd's environment: the caller's without MEERKAT_* (they would
-// override the homes' meerkat.toml).
-function childEnv() {
-  const env = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (!k.startsWith('MEERKAT_')) env[k] = v;
-  }
-  return env;
-}
-
-// Last-resort cleanup if the runner dies before the after() hooks run.
-const liveChildren = new Set();
-const tempRoots = new Set();
-process.on('exit', () => {
-  for (const c of liveChildren) {
-    if (c.exitCode === null && c.signalCode === null) {
-      try {
-        c.kill('SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-  }
-  for (const r of tempRoots) fsSync.rmSync(r, { recursive: true, force: true });
-});
-function track(child) {
-  if (child) {
-    liveChildren.add(child);
-    child.once('exit', () => liveChildren.delete(child));
-  }
-  return child;
-}
-
-// ---------------------------------------------------------------- helpers
-
-function within(ms, what, p) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
-}
-
-async function until(ms, what, fn) {
-  const deadline = Date.now() + ms;
-  let last;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) {
-      throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-function meerkatd(args, { timeout = 15_000 } = {}) {
-  return new Promise((resolve, reject) => {
-    execFile(BIN, args, { env: childEnv(), timeout, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
-      if (err) {
-        err.message = `meerkatd ${args.join(' ')}: ${err.message}\nstderr: ${stderr}`;
-        reject(err);
-      } else {
-        resolve(stdout);
-      }
-    });
-  });
-}
-
-function captureStderr(stream, label, logs) {
-  const entry = { label, text: '' };
-  logs.push(entry);
-  stream?.on('data', (d) => {
-    entry.text += d.toString();
-    if (entry.text.length > 64 << 10) entry.text = entry.text.slice(-(32 << 10));
-  });
-}
-
-function textOf(res) {
-  return (res.content ?? [])
-    .filter((c) => c.type === 'text')
-    .map((c) => c.text)
-    .join('\n');
-}
-
-function exited(child) {
-  if (child.exitCode !== null || child.signalCode !== null) {
-    return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
-  }
-  return once(child, 'exit').then(([code, signal]) => ({ code, signal }));
-}
-
-async function stopProcess(child, ms = 5000) {
-  if (!child || child.exitCode !== null || child.signalCode !== null) return;
-  const done = exited(child);
-  child.kill('SIGTERM');
-  try {
-    await within(ms, 'SIGTERM', done);
-  } catch {
-    child.kill('SIGKILL');
-    await done;
-  }
-}
 
 /** A capability's kind as one string (a kind pattern may be a list). */
 const capKinds = (caps) => caps.flatMap((c) => (Array.isArray(c.kind) ? c.kind : [c.kind])).sort();
 
-const validator = new AjvJsonSchemaValidator();
-
-/** An MCP session with `meerkatd mcp --home H` through the SDK's stdio transport. */
-class Peer {
-  constructor(name, home, suite) {
-    this.name = name;
-    this.home = home;
-    this.suite = suite;
-    this.outputSchemas = new Map();
-  }
-
-  async connect() {
-    const era = this.suite.era;
-    const { transport, client } = era.connect(this, { command: BIN, args: ['mcp', '--home', this.home], stderr: 'pipe' });
-    this.transport = transport;
-    this.client = client;
-    captureStderr(transport.stderr, `${this.name} mcp stderr`, this.suite.logs);
-    this.client.onerror = (err) => this.suite.clientErrors.push(`${this.name}: ${err?.message ?? err}`);
-    await within(15_000, `${this.name}: connect`, this.client.connect(this.transport, { timeout: 10_000 }));
-    track(this.transport._process);
-    if (era.modern) assert.equal(this.client.getProtocolEra(), 'modern', `${this.name}: the 2.x client fell back to initialize`);
-  }
-
-  /** Ajv check of a structured result against the listed outputSchema. */
-  check(name, args, res) {
-    const schema = this.outputSchemas.get(name);
-    if (schema && res.structuredContent) {
-      const v = validator.getValidator(schema)(res.structuredContent);
-      if (!v.valid) this.suite.schemaViolations.push(`${this.name}: ${name}(${JSON.stringify(args).slice(0, 200)}): ${v.errorMessage}`);
-    }
-    return res;
-  }
-
-  /** tools/call through the client's raw request (no SDK output validation). */
-  async call(name, args = {}, { timeout = CALL_TIMEOUT } = {}) {
-    return this.check(name, args, await this.suite.era.request(this.client, { name, arguments: args }, timeout));
-  }
-
+/**
+ * An MCP session with `meerkatd mcp --home H` (helpers.mjs), with the
+ * outputSchemas this peer listed.
+ */
+class Peer extends McpPeer {
   /**
    * Client.callTool, as an MCP host calls a tool: the SDK validates the
    * structuredContent against the tool's outputSchema (from tools/list).
@@ -273,20 +91,7 @@ class Peer {
    */
   async ok(name, args = {}, { timeout = CALL_TIMEOUT } = {}) {
     assert.ok(this.outputSchemas.has(name), `${this.name}: ${name} was not listed with an outputSchema`);
-    const res = this.check(name, args, await this.suite.era.callTool(this.client, { name, arguments: args }, timeout));
-    assert.notEqual(res.isError, true, `${this.name}: ${name} failed: ${textOf(res)}`);
-    assert.equal(typeof res.structuredContent, 'object', `${this.name}: ${name}: no structuredContent`);
-    assert.deepEqual(JSON.parse(textOf(res)), res.structuredContent, `${name}: text content is not the structured content`);
-    return res.structuredContent;
-  }
-
-  /** A tool call that must fail with a tool error "code: …"; returns its text. */
-  async fails(name, args, code) {
-    const res = await this.call(name, args);
-    const text = textOf(res);
-    assert.equal(res.isError, true, `${this.name}: ${name} should have failed with ${code}: got ${text}`);
-    assert.ok(text.startsWith(`${code}:`), `${this.name}: ${name}: want "${code}: …", got ${JSON.stringify(text)}`);
-    return text;
+    return this.structured(name, this.check(name, args, await this.suite.era.callTool(this.client, { name, arguments: args }, timeout)));
   }
 
   /** Waits (receive_messages with wait_ms) for MEUP items of the space matching pred. */
@@ -306,20 +111,13 @@ class Peer {
   async proposals(args = {}) {
     return (await this.ok('list_proposals', { space: SPACE, ...args })).proposals;
   }
-
-  async close() {
-    await this.client?.close().catch(() => {});
-  }
 }
 
 // ------------------------------------------------------------------ setup
 
 /** The homes, their trust and the space "build" on both, by the CLI. */
 async function makeHomes(suite) {
-  let base = os.tmpdir();
-  if (base.length > 40) base = '/tmp';
-  suite.root = await fs.mkdtemp(path.join(base, 'mks-'));
-  tempRoots.add(suite.root);
+  suite.root = await makeTempRoot('mks-');
   const homes = { alice: path.join(suite.root, 'a'), bob: path.join(suite.root, 'b') };
   suite.homes = homes;
   suite.ids = {};
@@ -343,25 +141,6 @@ async function makeHomes(suite) {
   assert.deepEqual(shown.members.map((m) => m.id).sort(), [A, B], `space show: ${JSON.stringify(shown)}`);
 }
 
-async function startDaemon(suite, name) {
-  const home = suite.homes[name];
-  const child = track(spawn(BIN, ['run', '--home', home], { env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] }));
-  captureStderr(child.stderr, `${name} daemon stderr`, suite.logs);
-  captureStderr(child.stdout, `${name} daemon stdout`, suite.logs);
-  suite.daemons[name] = child;
-  const early = exited(child).then(({ code, signal }) => {
-    throw new Error(`meerkatd run for ${name} exited early (code ${code}, signal ${signal})`);
-  });
-  early.catch(() => {});
-  await Promise.race([
-    early,
-    until(10_000, `${name}'s daemon to report "running": true`, async () => {
-      const st = JSON.parse(await meerkatd(['status', '--home', home, '--json']));
-      return st.running === true;
-    }),
-  ]);
-}
-
 // ------------------------------------------------------------------ suite
 
 for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
@@ -370,47 +149,13 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
     let alice;
     let bob;
 
-    const step = (name, fn) =>
-      test(name, { timeout: STEP_TIMEOUT }, async (t) => {
-        try {
-          await fn(t);
-        } catch (err) {
-          suite.failed = true;
-          throw err;
-        }
-      });
+    const step = stepper(suite);
 
     before(async () => {
-      try {
-        await makeHomes(suite);
-        if (mode === 'attached') {
-          await startDaemon(suite, 'alice');
-          await startDaemon(suite, 'bob');
-        }
-        alice = new Peer('alice', suite.homes.alice, suite);
-        bob = new Peer('bob', suite.homes.bob, suite);
-        await alice.connect();
-        await bob.connect();
-      } catch (err) {
-        suite.failed = true;
-        throw err;
-      }
+      [alice, bob] = await setUp(suite, mode, makeHomes, Peer);
     });
 
-    after(async () => {
-      await alice?.close();
-      await bob?.close();
-      for (const child of Object.values(suite.daemons)) await stopProcess(child);
-      if (suite.failed) {
-        for (const l of suite.logs) {
-          if (l.text.trim()) console.error(`--- spaces ${era.version} ${mode}: ${l.label}\n${l.text.trimEnd()}\n---`);
-        }
-      }
-      if (suite.root) {
-        await fs.rm(suite.root, { recursive: true, force: true });
-        tempRoots.delete(suite.root);
-      }
-    });
+    after(() => tearDown(suite, [alice, bob], `spaces ${era.version} ${mode}`));
 
     step('tools/list: the 11 space tools, with input and output schemas', async () => {
       for (const peer of [alice, bob]) {

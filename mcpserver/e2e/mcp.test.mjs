@@ -51,33 +51,36 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { isDeepStrictEqual } from 'node:util';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
-import fsSync from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 
-import { Client as Client1 } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport as StdioClientTransport1 } from '@modelcontextprotocol/sdk/client/stdio.js';
-import {
-  CallToolResultSchema,
-  LoggingMessageNotificationSchema,
-  McpError,
-  ResourceUpdatedNotificationSchema,
-} from '@modelcontextprotocol/sdk/types.js';
-import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
-import { Client as Client2, ProtocolError, SUBSCRIPTION_ID_META_KEY } from '@modelcontextprotocol/client';
-import { StdioClientTransport as StdioClientTransport2 } from '@modelcontextprotocol/client/stdio';
+import { SUBSCRIPTION_ID_META_KEY } from '@modelcontextprotocol/client';
 
-if (!process.env.MEERKATD_BIN) {
-  throw new Error('MEERKATD_BIN is not set: point it at a built meerkatd binary (make e2e does this)');
-}
-const BIN = path.resolve(process.env.MEERKATD_BIN);
-await fs.access(BIN, fs.constants.X_OK).catch((err) => {
-  throw new Error(`MEERKATD_BIN=${BIN} is not an executable file: ${err.message}`);
-});
+import {
+  BIN,
+  CALL_TIMEOUT,
+  ERAS,
+  INVALID_PARAMS,
+  McpPeer,
+  UUID_RE,
+  captureStderr,
+  childEnv,
+  exited,
+  invalid,
+  isProtocolError,
+  makeTempRoot,
+  meerkatd,
+  setUp,
+  stepper,
+  stopProcess,
+  tearDown,
+  textOf,
+  track,
+  until,
+  within,
+} from './helpers.mjs';
 
 const TOOLS = [
   'ack_messages',
@@ -104,146 +107,9 @@ const TOOLS = [
   'space_withdraw',
   'status',
 ];
-const INVALID_PARAMS = -32602;
 const ACK_TIMEOUT_SECS = 3;
-const CALL_TIMEOUT = 15_000; // any single tool call, beyond its own wait_ms
-const STEP_TIMEOUT = 45_000; // any single test
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
-/** The installed version of an npm package of this suite. */
-function installed(name) {
-  const p = new URL(`./node_modules/${name}/package.json`, import.meta.url);
-  return JSON.parse(fsSync.readFileSync(p, 'utf8')).version;
-}
-
-/** A JSON-RPC error from the server, as either SDK reports it. */
-function isProtocolError(err) {
-  return err instanceof McpError || err instanceof ProtocolError;
-}
-const invalid = (err) => isProtocolError(err) && err.code === INVALID_PARAMS;
-
-// The two protocol eras and the official client for each: how to connect,
-// call a tool, and receive notifications.
-const ERAS = [
-  {
-    version: '2025-11-25',
-    sdk: `@modelcontextprotocol/sdk ${installed('@modelcontextprotocol/sdk')}`,
-    modern: false,
-    async connect(peer, params) {
-      const transport = new StdioClientTransport1(params);
-      const client = new Client1({ name: `e2e-${peer.name}`, version: '0.0.0' });
-      client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => peer.updated.push(n));
-      client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => peer.logged.push(n));
-      return { transport, client, stderr: transport.stderr };
-    },
-    callTool: (client, params, timeout) => client.callTool(params, undefined, { timeout }),
-    request: (client, params, timeout) => client.request({ method: 'tools/call', params }, CallToolResultSchema, { timeout }),
-  },
-  {
-    version: '2026-07-28',
-    sdk: `@modelcontextprotocol/client ${installed('@modelcontextprotocol/client')}`,
-    modern: true,
-    async connect(peer, params) {
-      const transport = new StdioClientTransport2(params);
-      // 'auto': what a host that speaks both eras uses. It probes with
-      // server/discover (on a throwaway sibling process) and would fall
-      // back to initialize if the server gave no sign of 2026-07-28.
-      const client = new Client2({ name: `e2e-${peer.name}`, version: '0.0.0' }, { versionNegotiation: { mode: 'auto' } });
-      client.setNotificationHandler('notifications/resources/updated', (n) => peer.updated.push(n));
-      client.setNotificationHandler('notifications/message', (n) => peer.logged.push(n));
-      return { transport, client, stderr: transport.stderr };
-    },
-    callTool: (client, params, timeout) => client.callTool(params, { timeout }),
-    request: (client, params, timeout) => client.request({ method: 'tools/call', params }, { timeout }),
-  },
-];
-
-// The environment for meerkatd processes: the caller's, without MEERKAT_*
-// variables (they would override the homes' meerkat.toml).
-function childEnv() {
-  const env = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (!k.startsWith('MEERKAT_')) env[k] = v;
-  }
-  return env;
-}
-
-// Last-resort cleanup if the runner dies before the after() hooks run (for
-// instance when its output pipe closes): kill what we started, remove the
-// temp dirs. The hooks do the orderly version.
-const liveChildren = new Set();
-const tempRoots = new Set();
-function lastResortCleanup() {
-  for (const c of liveChildren) {
-    if (c.exitCode === null && c.signalCode === null) {
-      try {
-        c.kill('SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-  }
-  for (const r of tempRoots) fsSync.rmSync(r, { recursive: true, force: true });
-}
-process.on('exit', lastResortCleanup);
-for (const [sig, n] of [['SIGINT', 2], ['SIGTERM', 15], ['SIGHUP', 1]]) {
-  process.once(sig, () => {
-    lastResortCleanup();
-    process.exit(128 + n);
-  });
-}
-
-/** Records a child for the last-resort cleanup. */
-function track(child) {
-  if (child) {
-    liveChildren.add(child);
-    child.once('exit', () => liveChildren.delete(child));
-  }
-  return child;
-}
 
 // ---------------------------------------------------------------- helpers
-
-/** Rejects with a clear message if p does not settle within ms. */
-function within(ms, what, p) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** Polls fn (async, truthy when done) every 50 ms for up to ms. */
-async function until(ms, what, fn) {
-  const deadline = Date.now() + ms;
-  let last;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) {
-      throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-/** Runs meerkatd with args; resolves to stdout, rejects with stderr. */
-function meerkatd(args, { timeout = 15_000 } = {}) {
-  return new Promise((resolve, reject) => {
-    execFile(BIN, args, { env: childEnv(), timeout, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
-      if (err) {
-        err.message = `meerkatd ${args.join(' ')}: ${err.message}\nstderr: ${stderr}`;
-        reject(err);
-      } else {
-        resolve(stdout);
-      }
-    });
-  });
-}
 
 /**
  * Runs meerkatd with args whatever its exit status; resolves to
@@ -291,16 +157,6 @@ function withoutPending(obj) {
   return rest;
 }
 
-/** A bounded in-memory log of a process's stderr, for failure reports. */
-function captureStderr(stream, label, logs) {
-  const entry = { label, text: '' };
-  logs.push(entry);
-  stream?.on('data', (d) => {
-    entry.text += d.toString();
-    if (entry.text.length > 64 << 10) entry.text = entry.text.slice(-(32 << 10));
-  });
-}
-
 /** Collects notifications and lets a test wait for one matching a predicate. */
 class Inbox {
   constructor() {
@@ -327,112 +183,38 @@ class Inbox {
   }
 }
 
-const validator = new AjvJsonSchemaValidator();
-
 /**
- * An MCP session with `meerkatd mcp --home H` through the SDK's stdio
- * transport.
+ * An MCP session with `meerkatd mcp --home H` (helpers.mjs) that collects
+ * the inbox updates and log events it is sent, and checks structured
+ * results against the suite's outputSchemas.
  */
-class Peer {
+class Peer extends McpPeer {
   constructor(name, home, suite) {
-    this.name = name;
-    this.home = home;
-    this.suite = suite;
+    super(name, home, suite);
+    this.outputSchemas = suite.outputSchemas; // listed once, by the tools/list test
     this.updated = new Inbox(); // notifications/resources/updated
     this.logged = new Inbox(); // notifications/message
-    this.clientErrors = suite.clientErrors;
+  }
+
+  notifications() {
+    return {
+      'notifications/resources/updated': (n) => this.updated.push(n),
+      'notifications/message': (n) => this.logged.push(n),
+    };
   }
 
   async connect() {
-    const era = this.suite.era;
-    const { transport, client, stderr } = await era.connect(this, {
-      command: BIN,
-      args: ['mcp', '--home', this.home],
-      stderr: 'pipe',
-    });
-    this.transport = transport;
-    this.client = client;
-    captureStderr(stderr, `${this.name} mcp stderr`, this.suite.logs);
-    // Anything the client finds wrong on the wire (a response to a request
-    // it cancelled, say) ends up here; the suite checks it stays empty.
-    this.client.onerror = (err) => this.clientErrors.push(`${this.name}: ${err?.message ?? err}`);
-    await within(15_000, `${this.name}: connect (${era.modern ? 'server/discover' : 'initialize'})`, this.client.connect(this.transport, { timeout: 10_000 }));
-    this.child = track(this.transport._process); // the meerkatd mcp process (for the exit-code checks)
-    if (era.modern) {
-      assert.equal(this.client.getProtocolEra(), 'modern', `${this.name}: the 2.x client fell back to initialize`);
+    await super.connect();
+    if (this.suite.era.modern) {
       assert.equal(this.client.getNegotiatedProtocolVersion(), '2026-07-28');
     } else {
       assert.equal(this.client.getServerVersion()?.name, 'meerkatd');
     }
   }
 
-  /**
-   * Calls a tool and returns the raw CallToolResult. Structured results are
-   * validated against the tool's outputSchema (when the suite has listed
-   * the tools); violations are recorded for the conformance test, so one
-   * schema bug does not hide every later assertion.
-   */
-  async call(name, args = {}, { timeout = CALL_TIMEOUT } = {}) {
-    const res = await this.suite.era.request(this.client, { name, arguments: args }, timeout);
-    const schema = this.suite.outputSchemas.get(name);
-    if (schema && res.structuredContent) {
-      const v = validator.getValidator(schema)(res.structuredContent);
-      if (!v.valid) {
-        this.suite.schemaViolations.push(`${name}(${JSON.stringify(args).slice(0, 200)}): ${v.errorMessage}`);
-      }
-    }
-    return res;
-  }
-
-  /** Calls a tool that must succeed and returns its structuredContent. */
+  /** Calls a tool (raw tools/call) that must succeed and returns its structuredContent. */
   async ok(name, args = {}, opts) {
-    const res = await this.call(name, args, opts);
-    assert.notEqual(res.isError, true, `${this.name}: ${name} failed: ${textOf(res)}`);
-    assert.equal(typeof res.structuredContent, 'object', `${this.name}: ${name}: no structuredContent`);
-    // The text fallback carries the same JSON.
-    assert.deepEqual(JSON.parse(textOf(res)), res.structuredContent, `${name}: text content is not the structured content`);
-    return res.structuredContent;
-  }
-
-  /** Calls a tool that must fail with a tool error; returns its text. */
-  async fails(name, args, code, opts) {
-    const res = await this.call(name, args, opts);
-    const text = textOf(res);
-    assert.equal(res.isError, true, `${this.name}: ${name} should have failed with ${code}: got ${text}`);
-    assert.ok(text.startsWith(`${code}:`), `${this.name}: ${name}: want "${code}: …", got ${JSON.stringify(text)}`);
-    return text;
-  }
-
-  async close() {
-    await this.client?.close().catch(() => {});
-  }
-}
-
-function textOf(res) {
-  return (res.content ?? [])
-    .filter((c) => c.type === 'text')
-    .map((c) => c.text)
-    .join('\n');
-}
-
-/** Waits for a spawned process to exit; resolves to { code, signal }. */
-function exited(child) {
-  if (child.exitCode !== null || child.signalCode !== null) {
-    return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
-  }
-  return once(child, 'exit').then(([code, signal]) => ({ code, signal }));
-}
-
-/** Ends a process we started: SIGTERM, then SIGKILL after ms. */
-async function stopProcess(child, ms = 5000) {
-  if (!child || child.exitCode !== null || child.signalCode !== null) return;
-  const done = exited(child);
-  child.kill('SIGTERM');
-  try {
-    await within(ms, 'SIGTERM', done);
-  } catch {
-    child.kill('SIGKILL');
-    await done;
+    return this.structured(name, await this.call(name, args, opts));
   }
 }
 
@@ -440,12 +222,8 @@ async function stopProcess(child, ms = 5000) {
 
 /** Creates the temp dir, the homes alice, bob and ghost, and their trust. */
 async function makeHomes(suite) {
-  // Unix socket paths must stay under ~100 bytes: keep the names short and
-  // fall back to /tmp when TMPDIR is long.
-  let base = os.tmpdir();
-  if (base.length > 40) base = '/tmp';
-  suite.root = await fs.mkdtemp(path.join(base, 'mk-'));
-  tempRoots.add(suite.root);
+  // Unix socket paths must stay under ~100 bytes: keep the names short.
+  suite.root = await makeTempRoot('mk-');
   const homes = { alice: path.join(suite.root, 'a'), bob: path.join(suite.root, 'b'), ghost: path.join(suite.root, 'g') };
   for (const h of Object.values(homes)) {
     const sock = path.join(h, 'meerkat.sock');
@@ -488,27 +266,6 @@ async function makeHomes(suite) {
   suite.addr = addr;
 }
 
-/** Starts `meerkatd run` for a home and waits until status shows it. */
-async function startDaemon(suite, name) {
-  const home = suite.homes[name];
-  const child = track(spawn(BIN, ['run', '--home', home], { env: childEnv(), stdio: ['ignore', 'pipe', 'pipe'] }));
-  captureStderr(child.stderr, `${name} daemon stderr`, suite.logs);
-  captureStderr(child.stdout, `${name} daemon stdout`, suite.logs);
-  suite.daemons[name] = child;
-  const early = exited(child).then(({ code, signal }) => {
-    throw new Error(`meerkatd run for ${name} exited early (code ${code}, signal ${signal})`);
-  });
-  early.catch(() => {});
-  await Promise.race([
-    early,
-    until(10_000, `${name}'s daemon to report "running": true`, async () => {
-      // status exits 5 until a node serves the home: meerkatd() rejects.
-      const st = JSON.parse(await meerkatd(['status', '--home', home, '--json']));
-      return st.running === true;
-    }),
-  ]);
-}
-
 // ------------------------------------------------------------------ suite
 
 for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
@@ -526,47 +283,13 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
     let bob;
 
     // step wraps a test so that a failure also prints the processes' stderr.
-    const step = (name, fn) =>
-      test(name, { timeout: STEP_TIMEOUT }, async (t) => {
-        try {
-          await fn(t);
-        } catch (err) {
-          suite.failed = true;
-          throw err;
-        }
-      });
+    const step = stepper(suite);
 
     before(async () => {
-      try {
-        await makeHomes(suite);
-        if (mode === 'attached') {
-          await startDaemon(suite, 'alice');
-          await startDaemon(suite, 'bob');
-        }
-        alice = new Peer('alice', suite.homes.alice, suite);
-        bob = new Peer('bob', suite.homes.bob, suite);
-        await alice.connect();
-        await bob.connect();
-      } catch (err) {
-        suite.failed = true;
-        throw err;
-      }
+      [alice, bob] = await setUp(suite, mode, makeHomes, Peer);
     });
 
-    after(async () => {
-      await alice?.close();
-      await bob?.close();
-      for (const child of Object.values(suite.daemons)) await stopProcess(child);
-      if (suite.failed) {
-        for (const l of suite.logs) {
-          if (l.text.trim()) console.error(`--- ${mode}: ${l.label}\n${l.text.trimEnd()}\n---`);
-        }
-      }
-      if (suite.root) {
-        await fs.rm(suite.root, { recursive: true, force: true });
-        tempRoots.delete(suite.root);
-      }
-    });
+    after(() => tearDown(suite, [alice, bob], mode));
 
     step('tools/list: every tool, with input and output schemas and annotations', async () => {
       const { tools } = await alice.client.listTools(undefined, { timeout: CALL_TIMEOUT });
