@@ -836,48 +836,51 @@ func TestSpaceNoMEUPMember(t *testing.T) {
 	// By key: the running daemon takes in the trust file when it notices
 	// the change; the member is pending until then.
 	s.orch.ok("space", "add", spaceName, rust.kp.ID().String(), "rust", "--cap", "chat")
-	waitUntil(t, "rust to be an active member", func() bool {
+	waitUntil(t, "rust to be trusted (active, or already marked by the node's join)", func() bool {
 		m := member(t, s.orch, "rust")
-		if m.Status != "active" && m.Status != "pending" {
-			t.Fatalf("rust before any send: %s", jsonText(m))
-		}
-		return m.Status == "active"
+		return m.Status == "active" || m.Status == "no_meup"
 	})
 
+	// The first MEUP rust gets is the node's own presence join, announced
+	// when its roster and trust list changed; a chat may follow while the
+	// node is still learning. Either way, a few closed connections later
+	// rust is marked and nothing is queued for it.
 	first := s.orch.spaceSend("chat", spaceName, "hello rust")
 	first.wantAcked(t, "worker", "proposer")
-	if c := first.copyTo(t, "rust"); c.Skipped != "" || c.ID == "" || c.Delivery == "acked" {
-		t.Fatalf("first copy for rust: %s", jsonText(c))
+	if c := first.copyTo(t, "rust"); c.Delivery == "acked" {
+		t.Fatalf("first copy for rust acked: %s", jsonText(c))
 	}
-	rustCopy := first.copyTo(t, "rust").ID
-
 	waitUntil(t, "rust to be marked as not speaking MEUP", func() bool {
 		return member(t, s.orch, "rust").Status == "no_meup"
 	})
 	if m := member(t, s.orch, "rust"); !strings.Contains(m.Note, "MEUP") {
 		t.Fatalf("rust's member entry: %s", jsonText(m))
 	}
-	waitUntil(t, "the copy for rust to become a dead letter", func() bool {
-		for _, d := range deadOf(t, s.orch) {
-			if d.ID == rustCopy {
-				return true
+	waitUntil(t, "rust's MEUP envelopes to become dead letters and leave the outbox", func() bool {
+		for _, e := range outboxOf(t, s.orch).Entries {
+			if e.Peer == "rust" {
+				return false
 			}
 		}
-		return false
+		return len(deadOf(t, s.orch)) > 0
 	})
 	for _, d := range deadOf(t, s.orch) {
 		if d.Peer != "rust" || d.Kind != "meup" || !strings.HasPrefix(d.Reason, "rejected") {
 			t.Fatalf("dead letter: %s", jsonText(d))
 		}
 	}
-	for _, e := range outboxOf(t, s.orch).Entries {
-		if e.Peer == "rust" {
-			t.Fatalf("the outbox still holds an envelope for rust: %s", jsonText(e))
+	if id := first.copyTo(t, "rust").ID; id != "" {
+		found := false
+		for _, d := range deadOf(t, s.orch) {
+			found = found || d.ID == id
+		}
+		if !found {
+			t.Fatalf("the chat's copy for rust %s is neither delivered, queued nor a dead letter", id)
 		}
 	}
 	tried := rust.count()
-	if tried < 1 || tried > 3 {
-		t.Fatalf("rust was sent %d MEUP frames before it was marked; want 1 to 3", tried)
+	if tried < 1 || tried > 6 {
+		t.Fatalf("rust was sent %d MEUP frames before it was marked; want a few (1 to 6)", tried)
 	}
 
 	// Later sends skip it; the others still get theirs.

@@ -58,6 +58,7 @@ import {
 } from './helpers.mjs';
 
 const SPACE_TOOLS = [
+  'edit_space',
   'list_proposals',
   'list_spaces',
   'space_chat',
@@ -157,7 +158,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
 
     after(() => tearDown(suite, [alice, bob], `spaces ${era.version} ${mode}`));
 
-    step('tools/list: the 11 space tools, with input and output schemas', async () => {
+    step('tools/list: the 12 space tools, with input and output schemas', async () => {
       for (const peer of [alice, bob]) {
         const { tools } = await peer.client.listTools(undefined, { timeout: CALL_TIMEOUT });
         const by = Object.fromEntries(tools.map((t) => [t.name, t]));
@@ -215,6 +216,18 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
         // What this node enforces for the other member.
         assert.deepEqual(capKinds(it.capabilities), peer === alice ? B_CAPS.slice().sort() : ['*'], `${peer.name}: ${other}'s capabilities`);
       }
+    });
+
+    step('edit_space adds a member (pending until its key is trusted) and removes it; a bad op is invalid params', async () => {
+      const key = 'ed25519:' + Buffer.alloc(32, 7).toString('base64');
+      const added = await alice.ok('edit_space', { op: 'add', space: SPACE, peer: key, id: 'carol', capabilities: [{ kind: 'chat' }] });
+      const carol = added.space.members.find((m) => m.id === 'carol');
+      assert.ok(carol, `edit_space add: ${JSON.stringify(added)}`);
+      assert.equal(carol.status, 'pending', 'an untrusted key is pending');
+      assert.deepEqual(capKinds(carol.capabilities), ['chat']);
+      const removed = await alice.ok('edit_space', { op: 'remove', space: SPACE, id: 'carol' });
+      assert.deepEqual(removed.space.members.map((m) => m.id).sort(), [A, B]);
+      await assert.rejects(alice.call('edit_space', { op: 'rename', space: SPACE }), invalid, 'edit_space with an unknown op');
     });
 
     step('B sends an mcp/request it may not: A never sees it; B gets a system/error "capability_violation" correlated to it', async () => {

@@ -84,6 +84,7 @@ import {
 
 const TOOLS = [
   'ack_messages',
+  'edit_space',
   'list_dead_letters',
   'list_outbox',
   'list_peers',
