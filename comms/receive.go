@@ -63,24 +63,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 	held := false                  // ackLoop may hold acks: jobs queued since the last flush job
 	var inlineAck []byte           // the reader's buffer for acks it writes itself
 	for {
-		// Until a connection has delivered a new valid envelope it gets
-		// only the frame timeout to start one, not the idle timeout.
-		idle := r.opts.FrameTimeout
-		if st.authed.Load() {
-			idle = r.opts.IdleTimeout
-		}
-		c.SetReadDeadline(time.Now().Add(idle))
-		// Close cancels the context before it sets every read deadline to
-		// now, and ackLoop sets stopped before it does; checking after our
-		// own deadline change means we cannot overwrite their deadline and
-		// sleep through it.
-		if r.ctx.Err() != nil || stopped.Load() {
-			return
-		}
-		if err := fr.Peek(); err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && r.ctx.Err() == nil {
-				r.log.Debug("inbound connection read failed", "err", err)
-			}
+		if !r.awaitFrame(c, fr, st, &stopped) {
 			return
 		}
 		c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
@@ -154,6 +137,49 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			q <- ackJob{flush: true}
 			held = false
 		}
+	}
+}
+
+// awaitFrame waits for the first byte of the next frame on an inbound
+// connection; false means stop serving it (end of stream, a deadline,
+// Close, or ackLoop stopped it).
+//
+// Until a connection has delivered a new valid envelope it gets only the
+// frame timeout to start one, not the idle timeout. The envelope that
+// authenticates it may still be committing when the wait starts: with an
+// [AsyncAdmitter], ackLoop marks the connection once the admission is
+// stored, after the reader has moved on. So a wait under the frame
+// timeout that expires is looked at again: if the connection has been
+// authenticated meanwhile, it goes on under the idle timeout, counted
+// from the same start.
+func (r *Router) awaitFrame(c net.Conn, fr *transport.Reader, st *inConn, stopped *atomic.Bool) bool {
+	start := time.Now()
+	authed := st.authed.Load()
+	for {
+		idle := r.opts.FrameTimeout
+		if authed {
+			idle = r.opts.IdleTimeout
+		}
+		c.SetReadDeadline(start.Add(idle))
+		// Close cancels the context before it sets every read deadline to
+		// now, and ackLoop sets stopped before it does; checking after our
+		// own deadline change means we cannot overwrite their deadline and
+		// sleep through it.
+		if r.ctx.Err() != nil || stopped.Load() {
+			return false
+		}
+		err := fr.Peek() // a deadline leaves the stream in step: nothing is consumed
+		if err == nil {
+			return true
+		}
+		if !authed && errors.Is(err, os.ErrDeadlineExceeded) && st.authed.Load() {
+			authed = true // once: the next expiry is the idle timeout's
+			continue
+		}
+		if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrDeadlineExceeded) && r.ctx.Err() == nil {
+			r.log.Debug("inbound connection read failed", "err", err)
+		}
+		return false
 	}
 }
 

@@ -172,6 +172,11 @@ type Comms struct {
 	ListenUDS string `toml:"listen_uds"`
 	// ListenTCP is "host:port", or "" for no TCP listener.
 	ListenTCP string `toml:"listen_tcp"`
+	// AdvertiseTCP is the "host:port" other nodes reach the TCP listener
+	// at, carried by pairing lines and discovery announcements instead
+	// of the listen address; "" means the listen address. A listener on
+	// all interfaces (0.0.0.0, ::) needs it for pairing over TCP.
+	AdvertiseTCP string `toml:"advertise_tcp"`
 	// AckTimeoutSecs is how long a send waits for the peer's ack.
 	AckTimeoutSecs int `toml:"ack_timeout_secs"`
 	// MaxMessageBytes is the largest frame payload accepted or sent.

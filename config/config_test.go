@@ -17,6 +17,7 @@ var fullConfig = Config{
 	Comms: Comms{
 		ListenUDS:        "/tmp/meerkat-{name}.sock",
 		ListenTCP:        "[::1]:4300",
+		AdvertiseTCP:     "alice.example:4300",
 		AckTimeoutSecs:   5,
 		MaxMessageBytes:  65536,
 		FrameTimeoutSecs: 3,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -27,6 +28,8 @@ func (c Config) Validate() error {
 	add("comms.listen_uds", err)
 	_, err = c.tcpAddr()
 	add("comms.listen_tcp", err)
+	_, err = c.AdvertiseTCPAddr()
+	add("comms.advertise_tcp", err)
 	add("comms.ack_timeout_secs", checkRange(c.Comms.AckTimeoutSecs, 1, MaxTimeoutSecs))
 	add("comms.max_message_bytes", checkRange(c.Comms.MaxMessageBytes, 1, transport.MaxFrameSize))
 	add("comms.frame_timeout_secs", checkRange(c.Comms.FrameTimeoutSecs, 1, MaxTimeoutSecs))
@@ -164,7 +167,40 @@ func (c Config) udsPath(home string) (string, error) {
 
 // tcpAddr parses comms.listen_tcp; "" gives the zero Addr.
 func (c Config) tcpAddr() (transport.Addr, error) {
-	s := c.Comms.ListenTCP
+	return parseHostPort(c.Comms.ListenTCP)
+}
+
+// AdvertiseTCPAddr returns comms.advertise_tcp as a tcp:// address, the
+// zero Addr when it is "" (other nodes are given the listen address).
+// It must name a host other nodes can dial, not a wildcard; without a
+// TCP listener it is not used.
+func (c Config) AdvertiseTCPAddr() (transport.Addr, error) {
+	s := c.Comms.AdvertiseTCP
+	if s == "" {
+		return transport.Addr{}, nil
+	}
+	a, err := parseHostPort(s)
+	if err != nil {
+		return transport.Addr{}, err
+	}
+	if IsWildcard(a) {
+		return transport.Addr{}, fmt.Errorf("%q is a wildcard address, which no other node can dial: give this host's name or IP address", s)
+	}
+	return a, nil
+}
+
+// IsWildcard reports whether a is a TCP address on all interfaces
+// (0.0.0.0 or ::): good to listen on, useless to dial from elsewhere.
+func IsWildcard(a transport.Addr) bool {
+	if a.Scheme != transport.SchemeTCP {
+		return false
+	}
+	ip, err := netip.ParseAddr(a.Host)
+	return err == nil && ip.IsUnspecified()
+}
+
+// parseHostPort parses a host:port key; "" gives the zero Addr.
+func parseHostPort(s string) (transport.Addr, error) {
 	if s == "" {
 		return transport.Addr{}, nil
 	}

@@ -50,6 +50,17 @@ func TestValidate(t *testing.T) {
 		{"tcp ipv6", func(c *Config) { c.Comms.ListenTCP = "[::]:1" }, ""},
 		{"tcp hostname", func(c *Config) { c.Comms.ListenTCP = "localhost:4200" }, ""},
 
+		{"advertise ipv4 wildcard", func(c *Config) { c.Comms.AdvertiseTCP = "0.0.0.0:4200" }, "comms.advertise_tcp"},
+		{"advertise ipv6 wildcard", func(c *Config) { c.Comms.AdvertiseTCP = "[::]:4200" }, "comms.advertise_tcp"},
+		{"advertise no port", func(c *Config) { c.Comms.AdvertiseTCP = "192.0.2.7" }, "comms.advertise_tcp"},
+		{"advertise no host", func(c *Config) { c.Comms.AdvertiseTCP = ":4200" }, "comms.advertise_tcp"},
+		{"advertise port 0", func(c *Config) { c.Comms.AdvertiseTCP = "192.0.2.7:0" }, "comms.advertise_tcp"},
+		{"advertise url", func(c *Config) { c.Comms.AdvertiseTCP = "tcp://192.0.2.7:4200" }, "comms.advertise_tcp"},
+		{"advertise ipv4", func(c *Config) { c.Comms.AdvertiseTCP = "192.0.2.7:4200" }, ""},
+		{"advertise ipv6", func(c *Config) { c.Comms.AdvertiseTCP = "[2001:db8::7]:4200" }, ""},
+		{"advertise hostname", func(c *Config) { c.Comms.AdvertiseTCP = "node.example:4200" }, ""},
+		{"advertise looks wild, is not", func(c *Config) { c.Comms.AdvertiseTCP = "0.0.0.1:4200" }, ""},
+
 		{"ack 0", func(c *Config) { c.Comms.AckTimeoutSecs = 0 }, "comms.ack_timeout_secs"},
 		{"ack negative", func(c *Config) { c.Comms.AckTimeoutSecs = -1 }, "comms.ack_timeout_secs"},
 		{"ack huge", func(c *Config) { c.Comms.AckTimeoutSecs = MaxTimeoutSecs + 1 }, "comms.ack_timeout_secs"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 	"github.com/meerkatd/meerkatd/trust/pair"
@@ -49,12 +51,13 @@ func (p *pairing) serve(c net.Conn, r io.Reader) {
 }
 
 // offerAddr is where the other node reaches this one: the TCP listener if
-// there is one (it works across hosts), else the Unix socket.
+// there is one (it works across hosts; as advertised), else the Unix
+// socket.
 func (n *Node) offerAddr() (transport.Addr, error) {
 	var uds *transport.Addr
 	for _, a := range n.addrs {
 		if a.Scheme == transport.SchemeTCP {
-			return a, nil
+			return n.advertised(a)
 		}
 		uds = &a
 	}
@@ -157,7 +160,7 @@ func (n *Node) selfAddrFor(other transport.Addr) (transport.Addr, error) {
 	var pick *transport.Addr
 	for i, a := range all {
 		if a.Scheme == other.Scheme {
-			return a, nil
+			return n.advertised(a)
 		}
 		pick = &all[i]
 	}
@@ -168,6 +171,28 @@ func (n *Node) selfAddrFor(other transport.Addr) (transport.Addr, error) {
 		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: "this node does not listen anywhere, so the other node could not reach it: set comms.listen_uds or comms.listen_tcp"}
 	}
 	return *pick, nil
+}
+
+// advertised is the address other nodes are given for listener a: for
+// TCP, comms.advertise_tcp if set, else a itself unless it is a wildcard
+// (0.0.0.0, ::), which would lead the other node to itself: that is
+// refused with the fix.
+func (n *Node) advertised(a transport.Addr) (transport.Addr, error) {
+	if a.Scheme != transport.SchemeTCP {
+		return a, nil
+	}
+	adv, err := n.h.Config.AdvertiseTCPAddr()
+	switch {
+	case err != nil:
+		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: "comms.advertise_tcp: " + err.Error()}
+	case adv.Scheme != "":
+		return adv, nil
+	case config.IsWildcard(a):
+		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: fmt.Sprintf(
+			"this node listens on %s, all interfaces, which is no address another node can dial: set comms.advertise_tcp in meerkat.toml (or MEERKAT_COMMS_ADVERTISE_TCP) to the host:port other nodes reach it at, like 192.0.2.10:%d",
+			a, a.Port)}
+	}
+	return a, nil
 }
 
 // planTrust resolves how p would be added to list: a key already trusted
