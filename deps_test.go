@@ -59,7 +59,7 @@ const module = "github.com/meerkatd/meerkatd"
 // violation.
 var allowed = map[string][]string{
 	// Leaves.
-	"identity":            {"golang.org/x/crypto/", module + "/internal/atomicfile"},
+	"identity":            {"golang.org/x/crypto/", module + "/internal/atomicfile", module + "/internal/filemode"},
 	"transport":           {"golang.org/x/crypto/", "golang.org/x/sys/unix"},
 	"inbox":               {},
 	"comms/wire":          {module + "/identity"},
@@ -67,21 +67,22 @@ var allowed = map[string][]string{
 	"comms/outbox":        {module + "/identity"},
 	"comms/meup":          {"github.com/bmatcuk/doublestar/v4", "github.com/theory/jsonpath"},
 	"internal/atomicfile": {},
+	"internal/filemode":   {},
 	"internal/testutil":   {},
 	// The core.
 	"inbox/store": {module + "/inbox", module + "/comms/outbox", module + "/comms/space", module + "/comms/meup",
-		module + "/identity", "modernc.org/sqlite"},
+		module + "/identity", "modernc.org/sqlite", module + "/internal/filemode"},
 	"comms/outbox/storetest": {module + "/comms/outbox", module + "/identity"},
-	"comms/space":            {module + "/comms/meup", module + "/identity", module + "/internal/atomicfile"},
+	"comms/space":            {module + "/comms/meup", module + "/identity", module + "/internal/atomicfile", module + "/internal/filemode"},
 	"comms/space/storetest":  {module + "/comms/space", module + "/comms/meup", module + "/identity"},
-	"trust":                  {module + "/identity", module + "/transport", module + "/internal/atomicfile"},
+	"trust":                  {module + "/identity", module + "/transport", module + "/internal/atomicfile", module + "/internal/filemode"},
 	"trust/pair":             {module + "/identity", module + "/transport", module + "/trust"},
-	"config":                 {module + "/transport", "github.com/BurntSushi/toml"},
+	"config":                 {module + "/transport", "github.com/BurntSushi/toml", module + "/internal/filemode"},
 	"comms":                  {module + "/comms/wire", module + "/identity", module + "/inbox", module + "/transport", module + "/trust"},
 	// The node and its faces.
 	"comms/node": {module + "/comms", module + "/comms/wire", module + "/comms/outbox", module + "/comms/audit", module + "/inbox",
 		module + "/inbox/store", module + "/trust", module + "/trust/pair", module + "/config", module + "/identity",
-		module + "/transport", module + "/internal/atomicfile", module + "/comms/meup", module + "/comms/space"},
+		module + "/transport", module + "/internal/atomicfile", module + "/internal/filemode", module + "/comms/meup", module + "/comms/space"},
 	"comms/control": {module + "/comms/node", module + "/transport"},
 	"mcpserver":     {module + "/comms/node", "github.com/mark3labs/mcp-go/"},
 	"bench": {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust",

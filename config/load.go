@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/meerkatd/meerkatd/internal/filemode"
 )
 
 // Parse decodes a meerkat.toml document on top of [Default]: keys absent
@@ -23,7 +25,10 @@ func Parse(data []byte) (Config, error) {
 
 // Load reads and parses the file at path like [Parse]; errors name the
 // file. A missing file is an error matching fs.ErrNotExist (see
-// [LoadOrDefault]); a file over [MaxFileSize] wraps [ErrFileTooLarge].
+// [LoadOrDefault]); a file over [MaxFileSize] wraps [ErrFileTooLarge]; a
+// symbolic link, a file another user owns or one that group or others may
+// write is an [*Error] wrapping filemode.ErrUnsafe, whose text gives the
+// fix.
 func Load(path string) (Config, error) {
 	data, err := readFile(path)
 	if err != nil {
@@ -42,8 +47,16 @@ func LoadOrDefault(path string) (Config, error) {
 	return c, err
 }
 
-// readFile reads at most MaxFileSize bytes of a regular file.
+// readFile reads at most MaxFileSize bytes of a regular file that is the
+// user's own and that group and others may not write (internal/filemode):
+// whoever can write meerkat.toml decides where the node listens and what
+// it stores.
 func readFile(path string) ([]byte, error) {
+	if err := filemode.File(path); errors.Is(err, filemode.ErrUnsafe) {
+		return nil, &Error{Err: err} // its text names path
+	} else if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)

@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/meerkatd/meerkatd/internal/atomicfile"
+	"github.com/meerkatd/meerkatd/internal/filemode"
 )
 
 // File names inside a node's home directory.
@@ -119,7 +120,8 @@ func (kp *Keypair) Save(dir string) error {
 }
 
 // LoadKeypair reads the keypair saved in dir. It refuses a seed file that is
-// not exactly 32 bytes, that other users can read or write, or whose public
+// not exactly 32 bytes, that other users can read or write, that another
+// user owns or that is a symbolic link (internal/filemode), or whose public
 // file (if present) holds a different key. The errors wrap [ErrKeyFile] (or
 // fs.ErrNotExist when there is no key file) and say how to fix the file.
 func LoadKeypair(dir string) (*Keypair, error) {
@@ -131,6 +133,11 @@ func LoadKeypair(dir string) (*Keypair, error) {
 	if mode.Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("%w: %s is readable or writable by other users (mode %#o); fix with: chmod 600 %s",
 			ErrKeyFile, keyPath, mode.Perm(), keyPath)
+	}
+	// Another user's file, or a link to one, is not this node's identity.
+	if err := filemode.File(keyPath); err != nil {
+		clear(seed)
+		return nil, fmt.Errorf("%w: %w", ErrKeyFile, err)
 	}
 	if len(seed) != ed25519.SeedSize {
 		return nil, fmt.Errorf("%w: %s must hold exactly %d bytes, found %s; restore it from a backup or move it away and generate a new identity",

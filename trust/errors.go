@@ -20,8 +20,10 @@ var (
 	ErrFormat = errors.New("trust: malformed trust file")
 	// ErrTooLarge means the trust file is larger than [MaxFileSize].
 	ErrTooLarge = errors.New("trust: trust file too large")
-	// ErrUnsafeFile means the trust file is not a regular file or is
-	// writable by group or others, who could then make this node trust them.
+	// ErrUnsafeFile means the trust file is not a regular file (a
+	// symbolic link included), is owned by another user, or is writable by
+	// group or others, who could then make this node trust them. It wraps
+	// a *filemode.Error whose text gives the fix.
 	ErrUnsafeFile = errors.New("trust: unsafe trust file")
 	// ErrUnknownField means a row or the top-level object has a field this
 	// version does not know (often a typo, such as "publickey").

@@ -7,10 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"syscall"
 
 	"github.com/meerkatd/meerkatd/internal/atomicfile"
+	"github.com/meerkatd/meerkatd/internal/filemode"
 )
 
 // FileName is the usual name of the trust file inside a node's home.
@@ -19,12 +19,13 @@ const FileName = "trusted_peers.json"
 // Load reads and validates the trust file at path, with the rules of
 // [Parse]; row errors name path. A missing file is an error that matches
 // fs.ErrNotExist (see [LoadOrEmpty]). Load refuses a file larger than
-// [MaxFileSize] ([ErrTooLarge]), and one that is not a regular file or that
-// group or others may write ([ErrUnsafeFile]): whoever can write the trust
-// file decides whom this node trusts (the rule of sshd's StrictModes for
-// authorized_keys).
+// [MaxFileSize] ([ErrTooLarge]), and one that is not a regular file (a
+// symbolic link included), that another user owns or that group or others
+// may write ([ErrUnsafeFile], with the rules of internal/filemode):
+// whoever can write the trust file decides whom this node trusts (the
+// rule of sshd's StrictModes for authorized_keys).
 func Load(path string) (*List, error) {
-	data, _, err := readFile(path)
+	data, _, err := readFile(filemode.Current(), path)
 	if err != nil {
 		return nil, err
 	}
@@ -41,15 +42,13 @@ func LoadOrEmpty(path string) (*List, error) {
 	return l, err
 }
 
-// readFile reads path, refusing unsafe and oversized files. It returns the
-// file's status as of opening it.
-func readFile(path string) ([]byte, fs.FileInfo, error) {
-	// Stat before opening: opening a FIFO would block.
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("trust: %w", err)
-	}
-	if err := checkMode(path, st); err != nil {
+// readFile reads path, refusing files c refuses and oversized files. It
+// returns the file's status as of opening it.
+func readFile(c filemode.Checker, path string) ([]byte, fs.FileInfo, error) {
+	// Check before opening (opening a FIFO would block, a link is not
+	// followed), then check the file opened, which may have been swapped
+	// in between.
+	if err := checkFile(path, c.File(path)); err != nil {
 		return nil, nil, err
 	}
 	f, err := os.Open(path)
@@ -57,10 +56,11 @@ func readFile(path string) ([]byte, fs.FileInfo, error) {
 		return nil, nil, fmt.Errorf("trust: %w", err)
 	}
 	defer f.Close()
-	if st, err = f.Stat(); err != nil {
+	st, err := f.Stat()
+	if err != nil {
 		return nil, nil, fmt.Errorf("trust: %w", err)
 	}
-	if err := checkMode(path, st); err != nil {
+	if err := checkFile(path, c.FileInfo(path, st)); err != nil {
 		return nil, nil, err
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
@@ -73,16 +73,16 @@ func readFile(path string) ([]byte, fs.FileInfo, error) {
 	return data, st, nil
 }
 
-func checkMode(path string, st fs.FileInfo) error {
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%w: %s is not a regular file", ErrUnsafeFile, path)
+// checkFile turns an error of a filemode check into this package's.
+func checkFile(path string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, filemode.ErrUnsafe):
+		return fmt.Errorf("%w: %w", ErrUnsafeFile, err)
+	default:
+		return fmt.Errorf("trust: %w", err)
 	}
-	// Windows reports synthetic permission bits; there is nothing to check.
-	if runtime.GOOS != "windows" && st.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("%w: %s is writable by group or others (mode %#o), who could make this node trust them; fix with: chmod 600 %s",
-			ErrUnsafeFile, path, st.Mode().Perm(), path)
-	}
-	return nil
 }
 
 // Save writes the list to path in the trust-file form (indented, peers in

@@ -9,6 +9,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/meerkatd/meerkatd/internal/filemode"
 )
 
 // DefaultWatchInterval is how often a [Watcher] polls when given no
@@ -37,6 +39,10 @@ const cheapCompareSize = 64 << 10
 //   - the first valid list after an error, even if it equals the last good
 //     one, so the caller learns that the problem is fixed.
 //
+// Every poll also checks the file's owner and mode as [Load] does, so a
+// file another user owns or may write is reported as an error (wrapping
+// [ErrUnsafeFile]) even when its bytes did not change.
+//
 // A missing file counts as an empty list, as with [LoadOrEmpty]. Edits
 // that only change formatting or row order are not reported.
 //
@@ -49,6 +55,7 @@ type Watcher struct {
 	onChange func(*List, error)
 	reload   chan struct{} // 1-buffered: a pending reload request
 	running  atomic.Bool
+	files    filemode.Checker // the owner and mode rules; the current user's
 
 	// State owned by the goroutine inside Run.
 	last    *List       // last list reported, or the initial one
@@ -81,6 +88,7 @@ func NewWatcher(path string, current *List, interval time.Duration, onChange fun
 		onChange: onChange,
 		reload:   make(chan struct{}, 1),
 		last:     current,
+		files:    filemode.Current(),
 	}
 }
 
@@ -123,7 +131,7 @@ func (w *Watcher) Reload() {
 
 // check polls the file once. force reports the outcome even if unchanged.
 func (w *Watcher) check(force bool) {
-	st, err := os.Stat(w.path)
+	st, err := os.Lstat(w.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if !force && w.read && w.missing {
@@ -138,6 +146,13 @@ func (w *Watcher) check(force bool) {
 		w.deliver(nil, fmt.Errorf("trust: %w", err), force)
 		return
 	}
+	// The owner and mode are checked on every poll, so a chmod or chown
+	// that leaves size and mtime alone is seen too.
+	if err := checkFile(w.path, w.files.FileInfo(w.path, st)); err != nil {
+		w.read = false
+		w.deliver(nil, err, force)
+		return
+	}
 	// A large file whose status has not changed is not re-read — unless
 	// the last read failed (it may have caught a write half-done within
 	// the same mtime tick) or was too recent to trust the mtime.
@@ -145,7 +160,7 @@ func (w *Watcher) check(force bool) {
 		time.Since(st.ModTime()) > racyWindow {
 		return
 	}
-	data, st, err := readFile(w.path)
+	data, st, err := readFile(w.files, w.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		// Removed since the stat; the next poll sees it missing.
 		w.read = false

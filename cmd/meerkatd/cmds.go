@@ -283,6 +283,9 @@ func runConfig(e *env, args []string) error {
 		return err
 	}
 	path := filepath.Join(dir, config.FileName)
+	if err := node.CheckHome(dir); err != nil {
+		return err
+	}
 	cfg, err := config.LoadOrDefault(path)
 	if err == nil {
 		err = cfg.ApplyEnv(e.lookupEnv)

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/trust"
 )
 
 // run executes meerkatd with args in a fresh env whose variables are vars.
@@ -160,6 +162,41 @@ func TestUnsafeKeyFileIsReported(t *testing.T) {
 	code, _, errOut := run(t, nil, "id", "--home", home)
 	if code != exitError || !strings.Contains(errOut, "chmod 600") {
 		t.Fatalf("world-readable key: code %d, stderr %q", code, errOut)
+	}
+}
+
+// config check reports the files of the home that another user could
+// write, each with its fix, as the daemon refuses them at start.
+func TestConfigCheckReportsUnsafeFiles(t *testing.T) {
+	home := t.TempDir()
+	if code, _, _ := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatal("init failed")
+	}
+	if code, out, errOut := run(t, nil, "config", "check", "--home", home); code != exitOK {
+		t.Fatalf("config check of a fresh home: %d %q %q", code, out, errOut)
+	}
+	for _, name := range []string{trust.FileName, config.FileName} {
+		if err := os.Chmod(filepath.Join(home, name), 0o664); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _, errOut := run(t, nil, "config", "check", "--home", home)
+	for _, name := range []string{trust.FileName, config.FileName} {
+		if want := "chmod 600 " + filepath.Join(home, name); code != exitError || !strings.Contains(errOut, want) {
+			t.Errorf("config check with a group-writable %s: code %d, stderr %q, want %q", name, code, errOut, want)
+		}
+	}
+	for _, name := range []string{trust.FileName, config.FileName} {
+		if err := os.Chmod(filepath.Join(home, name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(home, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = run(t, nil, "config", "check", "--home", home)
+	if want := "chmod 700 " + home; code != exitError || !strings.Contains(errOut, want) {
+		t.Fatalf("config check of a world-writable home: code %d, stderr %q, want %q", code, errOut, want)
 	}
 }
 

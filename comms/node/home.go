@@ -9,6 +9,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/filemode"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
@@ -99,7 +100,7 @@ type OpenOptions struct {
 
 // OpenHome opens the home dir with the configuration in effect: defaults
 // < meerkat.toml < MEERKAT_* variables < overrides. It returns the files
-// it created (with o.Create).
+// it created (with o.Create). It refuses a home that [CheckHome] refuses.
 func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 	var created []string
 	if o.Create {
@@ -109,6 +110,9 @@ func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 		}
 	} else if _, err := os.Stat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, &Error{Code: CodeNoHome, Err: ErrNoHome, Msg: fmt.Sprintf("no node home at %s (create it with: meerkatd init --home %s)", dir, dir)}
+	}
+	if err := CheckHome(dir); err != nil {
+		return nil, nil, err
 	}
 	cfg, err := config.LoadOrDefault(filepath.Join(dir, config.FileName))
 	if err != nil {
@@ -132,4 +136,38 @@ func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 		return nil, nil, err
 	}
 	return &Home{Dir: dir, Config: cfg, Key: kp}, created, nil
+}
+
+// homeFiles are the files of a home that decide whom the node trusts and
+// what it holds; [CheckHome] checks those present.
+var homeFiles = []string{
+	identity.KeyFile, config.FileName, trust.FileName, SpacesFileName,
+	DBFileName, DBFileName + "-wal", DBFileName + "-shm",
+}
+
+// CheckHome applies the rules of sshd's StrictModes (internal/filemode) to
+// the home dir: the directory must be the user's own and not writable by
+// group or others, nor may the directories above it let another user
+// replace it; identity.key, meerkat.toml, trusted_peers.json, spaces.json
+// and meerkat.db (with its -wal and -shm), where present, must be the
+// user's own regular files that group and others cannot write. It
+// returns every problem found, each naming the file and the fix (chmod 600
+// FILE, chmod 700 DIR, …), joined. The loaders check again when they read
+// (the trust and spaces watchers on every reload) and the store narrows
+// the database files to 0600; CheckHome finds everything at once, for the
+// node's start and for meerkatd config check.
+func CheckHome(dir string) error {
+	if err := filemode.Dir(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // nothing to check yet; the caller reports a missing home
+		}
+		return err
+	}
+	var errs []error
+	for _, name := range homeFiles {
+		if err := filemode.File(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

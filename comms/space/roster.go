@@ -15,6 +15,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/meup"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/atomicfile"
+	"github.com/meerkatd/meerkatd/internal/filemode"
 )
 
 // Bounds on a roster. A spaces.json beyond them is refused whole.
@@ -76,8 +77,19 @@ func ParseRoster(data []byte) (*Roster, error) {
 	return &r, nil
 }
 
-// LoadRoster reads path; a missing file is an empty roster.
+// LoadRoster reads path; a missing file is an empty roster. It refuses a
+// symbolic link, a file another user owns and one that group or others
+// may write (internal/filemode; the error wraps filemode.ErrUnsafe and
+// gives the fix): whoever can write spaces.json decides who may act in
+// this node's spaces.
 func LoadRoster(path string) (*Roster, error) {
+	err := filemode.File(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &Roster{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("space: %w", err)
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &Roster{}, nil
@@ -86,6 +98,13 @@ func LoadRoster(path string) (*Roster, error) {
 		return nil, fmt.Errorf("space: %w", err)
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("space: %w", err)
+	}
+	if err := filemode.Current().FileInfo(path, st); err != nil { // swapped since the check
+		return nil, fmt.Errorf("space: %w", err)
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxRosterBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("space: read %s: %w", path, err)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/internal/filemode"
 
 	"modernc.org/sqlite" // also registers the "sqlite" database/sql driver
 )
@@ -251,19 +253,30 @@ func dsn(path string) string {
 
 // Open opens the store at path, creating the file with mode 0600 if it does
 // not exist, and brings its schema up to date. It refuses a database with a
-// newer schema version ([ErrNewerSchema]).
+// newer schema version ([ErrNewerSchema]), and a database, -wal or -shm
+// file that is a symbolic link, another user's or writable by group or
+// others (an error wrapping filemode.ErrUnsafe that gives the fix); one
+// that others may only read is narrowed to 0600.
 func Open(path string, opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	if opts.ReadOnly {
 		return openReadOnly(path, opts)
 	}
+	if err := checkFiles(path); err != nil {
+		return nil, err
+	}
 	// SQLite creates the -wal and -shm files with the main file's
-	// permissions, so creating it 0600 here covers all three.
+	// permissions, so a main file of 0600 covers new ones; a file an
+	// earlier build or the user left wider is narrowed (the -wal and -shm
+	// once SQLite has opened them, below).
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	f.Close()
+	if err := filemode.Tighten(path); err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
 	// Connections opening a new database at once can deadlock switching
 	// it to WAL: SQLite fails one of them with SQLITE_BUSY at once,
 	// without waiting (busy_timeout does not apply). Open again, for up
@@ -297,9 +310,28 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		time.Sleep(pause)
 	}
+	for _, p := range []string{path + "-wal", path + "-shm"} {
+		if err := filemode.Tighten(p); err != nil {
+			s.db.Close()
+			return nil, fmt.Errorf("store: open %s: %w", path, err)
+		}
+	}
 	s.wg.Add(1)
 	go s.commitLoop()
 	return s, nil
+}
+
+// checkFiles refuses a database, -wal or -shm file that is a symbolic
+// link, another user's, or writable by group or others
+// (internal/filemode): whoever can write them can plant or erase what the
+// node holds. Missing files are fine.
+func checkFiles(path string) error {
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := filemode.File(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("store: open %s: %w", path, err)
+		}
+	}
+	return nil
 }
 
 // sqliteBusy is SQLite's result code SQLITE_BUSY.
@@ -360,6 +392,9 @@ func (s *Store) loadCounts(ctx context.Context) error {
 func openReadOnly(path string, opts Options) (*Store, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	if err := checkFiles(path); err != nil {
+		return nil, err
 	}
 	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	db, err := sql.Open("sqlite", "file:"+p+"?mode=ro&_pragma=busy_timeout("+fmt.Sprint(busyTimeout.Milliseconds())+")&_pragma=query_only(1)")

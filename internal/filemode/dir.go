@@ -1,0 +1,62 @@
+package filemode
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Dir checks the directory at path and the directories above it. path
+// itself may be reached through a symbolic link: the directory it names
+// is checked, then each parent of its resolved path up to the root.
+func (c Checker) Dir(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return unsafe(path, "%s is not a directory")
+	}
+	if err := c.owner(path, fi); err != nil {
+		return err
+	}
+	if writableByOthers(fi) {
+		return unsafe(path, "%s is writable by group or others (mode %#o), who could replace the files in it; fix with: chmod 700 %s", fi.Mode().Perm(), path)
+	}
+	if !hasPermBits {
+		return nil
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return err
+	}
+	if real, err = filepath.Abs(real); err != nil {
+		return err
+	}
+	for p := filepath.Dir(real); ; p = filepath.Dir(p) {
+		if err := c.parent(p, path); err != nil {
+			return err
+		}
+		if filepath.Dir(p) == p {
+			return nil
+		}
+	}
+}
+
+// parent checks p, a directory above home: owned by c.UID or root, and
+// writable by group or others only if sticky.
+func (c Checker) parent(p, home string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if uid, ok := ownerOf(fi); ok && uid != c.UID && uid != 0 {
+		return unsafe(p, "%s, above the node home %s, is owned by uid %d, who could replace the home; move the home to a directory of your own",
+			home, uid)
+	}
+	if writableByOthers(fi) && fi.Mode()&fs.ModeSticky == 0 {
+		return unsafe(p, "%s, above the node home %s, is writable by group or others (mode %#o), who could replace the home; fix with: chmod go-w %s (or move the home)",
+			home, fi.Mode().Perm(), p)
+	}
+	return nil
+}
