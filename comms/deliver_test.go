@@ -258,3 +258,26 @@ func TestLastSeen(t *testing.T) {
 		t.Fatal("a key never seen has a time")
 	}
 }
+
+// An ack that arrives on a connection the peer opened is verified and
+// observed (acks are not stored, so this is their only trace).
+func TestObserveInboundAck(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	var mu sync.Mutex
+	var evs []Event
+	a, b := pair(t, "uds", Options{Observe: func(e Event) { mu.Lock(); evs = append(evs, e); mu.Unlock() }})
+	ack, _ := wire.Seal(a.kp, identity.NewUUID(), b.kp.ID(), wire.Ack(identity.NewUUID()))
+	payload, _ := ack.MarshalBinary()
+	c, err := net.Dial("unix", b.addr.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	transport.WriteFrame(c, payload)
+	testutil.WaitFor(t, 10*time.Second, "the ack event", func() bool { mu.Lock(); defer mu.Unlock(); return len(evs) >= 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if g := evs[0]; g.Type != EventAck || g.Peer != "alice" || g.From != a.kp.ID() || g.Kind != wire.TypeAck || g.Size != len(payload) {
+		t.Fatalf("event %+v", g)
+	}
+}

@@ -10,6 +10,7 @@ const (
 	EventReceived  = "received"  // a new envelope was admitted (and acked, if its kind is)
 	EventDuplicate = "duplicate" // a repeat was acked again but not delivered
 	EventRefused   = "refused"   // refused without an ack; Reason is a Reject… constant
+	EventAck       = "ack"       // a verified ack from a trusted peer (acks are not stored)
 )
 
 // Event is one inbound envelope's outcome, for an audit log. Fields the

@@ -345,6 +345,7 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 	switch e.Kind.Type() {
 	case wire.TypeAck:
 		r.handleAck(e)
+		r.observe(EventAck, &e, peer.Name, len(payload), "")
 		return nil, true, ""
 	case wire.TypeResponse:
 		// Responses are not acknowledged; a repeat is dropped.

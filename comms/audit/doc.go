@@ -2,7 +2,10 @@
 // in a file in the node's home (conventionally [FileName]), one [Record]
 // per envelope event — sent, received, acknowledged, refused (with the
 // reason), retried, expired, dead-lettered, consumed — with time,
-// direction, peer, kind, id, correlation id, size and outcome. It backs
+// direction, peer, kind, id, correlation id, size and outcome. A summary
+// row stands for [Record.Count] events (the node sums what strangers can
+// cause at will); a sender that was not verified is written as
+// [Record.Claimed], never as Peer or Key. It backs
 // `meerkatd audit [--since] [--peer] [--json]` through [Read] and
 // [Format].
 //

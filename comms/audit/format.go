@@ -21,7 +21,9 @@ const (
 
 // Format writes recs as a table for people: TIME DIR EVENT PEER KIND ID
 // CORR SIZE REASON, with the peer's name (or its key, shortened, if it has
-// none) and the attempt number added to the reason. Control characters and
+// none; an unverified claimed key as "claimed " and the key, shortened),
+// the attempt number added to the reason and a summary row's count after
+// it ("×N"). Control characters and
 // other unprintable runes in any field are shown escaped, so an edited log
 // cannot send escape sequences to the terminal. Body is not shown; use
 // [FormatJSON].
@@ -34,11 +36,11 @@ func Format(w io.Writer, recs []Record) error {
 	for i := range recs {
 		r := &recs[i]
 		peer := r.Peer
-		if peer == "" && r.Key != "" {
-			peer = truncate(r.Key, shortKeyLen) + "…"
-			if len(r.Key) <= shortKeyLen {
-				peer = r.Key
-			}
+		switch {
+		case peer == "" && r.Key != "":
+			peer = shortKey(r.Key)
+		case peer == "" && r.Claimed != "":
+			peer = "claimed " + shortKey(r.Claimed)
 		}
 		size := ""
 		if r.Size != 0 {
@@ -51,6 +53,9 @@ func Format(w io.Writer, recs []Record) error {
 		if r.Attempt != 0 {
 			reason = strings.TrimSpace("attempt " + strconv.Itoa(r.Attempt) + " " + reason)
 		}
+		if r.Count != 0 {
+			reason = strings.TrimSpace(reason + " ×" + strconv.Itoa(r.Count))
+		}
 		line = r.Time.UTC().AppendFormat(line[:0], TimeLayout)
 		for _, cell := range [...]string{r.Dir, r.Event, peer, r.Kind, r.ID, r.CorrID, size, reason} {
 			line = append(line, '\t')
@@ -62,6 +67,41 @@ func Format(w io.Writer, recs []Record) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// shortKey shortens a key for a table cell.
+func shortKey(k string) string {
+	if len(k) <= shortKeyLen {
+		return k
+	}
+	return truncate(k, shortKeyLen) + "…"
+}
+
+// Excerpt returns at most n bytes of untrusted text s for a record: what
+// [Format] would show of it — printable runes as they are, anything else
+// as a Go escape — cut at a rune or escape boundary, with "…" added when
+// something was cut. A record built from peer input carries an excerpt,
+// never the text itself.
+func Excerpt(s string, n int) string {
+	esc := appendCell(nil, s)
+	if s == "" {
+		esc = esc[:0]
+	}
+	if len(esc) <= n {
+		return string(esc)
+	}
+	// Cut before the escape or rune that would cross n.
+	cut := 0
+	for i := 0; i < len(s); {
+		_, size := utf8.DecodeRuneInString(s[i:])
+		piece := len(appendCell(nil, s[i:i+size])) // esc is these pieces in a row
+		if cut+piece > n {
+			break
+		}
+		cut += piece
+		i += size
+	}
+	return string(esc[:cut]) + "…"
 }
 
 // FormatJSON writes recs as JSON lines, the format of the log file itself

@@ -20,9 +20,9 @@ const (
 	// a full 1 MiB envelope plus every other field at [MaxFieldSize].
 	MaxLineSize = 1<<20 + 256<<10
 	// MaxFieldSize bounds each string field of a written record (Dir,
-	// Event, Peer, Key, Kind, ID, CorrID, Reason); longer values are cut
-	// at a UTF-8 boundary by the writer. Even fully escaped (6 bytes per
-	// byte) the eight fields fit in the margin of MaxLineSize.
+	// Event, Peer, Key, Claimed, Kind, ID, CorrID, Reason); longer values
+	// are cut at a UTF-8 boundary by the writer. Even fully escaped (6
+	// bytes per byte) the nine fields fit in the margin of MaxLineSize.
 	MaxFieldSize = 4 << 10
 )
 
@@ -44,6 +44,7 @@ const (
 	EventExpired    = "expired"     // in or out: its time to live ran out before delivery
 	EventDeadLetter = "dead_letter" // out: given up on after the last retry; Reason
 	EventConsumed   = "consumed"    // in: the consumer acknowledged the inbox item
+	EventAcks       = "acks"        // in: Count acks arrived from the peer on its own connections since the previous such row
 	// EventDropped is written by the Log itself, not by callers: Reason
 	// holds the decimal number of records lost (queue full or a write
 	// error) since the previous dropped row. Its other fields are empty.
@@ -60,12 +61,14 @@ type Record struct {
 	Event   string          `json:"event"`             // one of the Event constants
 	Peer    string          `json:"peer,omitempty"`    // the peer's trust-list name, if known
 	Key     string          `json:"key,omitempty"`     // the peer's key text, "ed25519:<base64>"
+	Claimed string          `json:"claimed,omitempty"` // a refused envelope's unverified sender key, or "*" for many; never in Key
 	Kind    string          `json:"kind,omitempty"`    // message, request, response, ack, ...
 	ID      string          `json:"id,omitempty"`      // envelope id (UUID text); for acked, our envelope's id
 	CorrID  string          `json:"corr_id,omitempty"` // in_reply_to of a response or ack
 	Size    int             `json:"size,omitempty"`    // bytes on the wire
 	Reason  string          `json:"reason,omitempty"`  // why refused, retried, expired or dead-lettered
 	Attempt int             `json:"attempt,omitempty"` // send attempt number, from 1
+	Count   int             `json:"count,omitempty"`   // a summary row: how many events it stands for (0: one)
 	Body    json.RawMessage `json:"body,omitempty"`    // only with Options.Bodies; see appendRecord
 }
 
@@ -149,6 +152,7 @@ func appendRecord(b []byte, r *Record) []byte {
 	b = appendString(b, r.Event)
 	b = appendField(b, `,"peer":`, r.Peer)
 	b = appendField(b, `,"key":`, r.Key)
+	b = appendField(b, `,"claimed":`, r.Claimed)
 	b = appendField(b, `,"kind":`, r.Kind)
 	b = appendField(b, `,"id":`, r.ID)
 	b = appendField(b, `,"corr_id":`, r.CorrID)
@@ -160,6 +164,10 @@ func appendRecord(b []byte, r *Record) []byte {
 	if r.Attempt != 0 {
 		b = append(b, `,"attempt":`...)
 		b = strconv.AppendInt(b, int64(r.Attempt), 10)
+	}
+	if r.Count != 0 {
+		b = append(b, `,"count":`...)
+		b = strconv.AppendInt(b, int64(r.Count), 10)
 	}
 	if len(r.Body) > 0 {
 		b = append(b, `,"body":`...)
@@ -264,6 +272,7 @@ func (r *Record) clamp(now func() time.Time) {
 	r.Event = truncate(r.Event, MaxFieldSize)
 	r.Peer = truncate(r.Peer, MaxFieldSize)
 	r.Key = truncate(r.Key, MaxFieldSize)
+	r.Claimed = truncate(r.Claimed, MaxFieldSize)
 	r.Kind = truncate(r.Kind, MaxFieldSize)
 	r.ID = truncate(r.ID, MaxFieldSize)
 	r.CorrID = truncate(r.CorrID, MaxFieldSize)

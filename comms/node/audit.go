@@ -31,26 +31,43 @@ func kindJSON(k wire.Kind) json.RawMessage {
 
 // observeInbound records a Router event in the audit log and tells the
 // outbox that a peer that just reached us is up.
+//
+// What a stranger can cause at will is summed, not written a row each
+// (see auditSummary): refusals before the signature was checked — their
+// rows carry the sender only as Claimed, never its trust-list name, and
+// the kind only as a short escaped excerpt, never a body — and acks.
 func (n *Node) observeInbound(ev comms.Event) {
 	if n.audit != nil {
-		rec := audit.Record{Dir: audit.DirIn, Event: ev.Type, Peer: ev.Peer, Kind: ev.Kind, Size: ev.Size, Reason: ev.Reason}
-		if !ev.From.IsZero() {
-			rec.Key = ev.From.String()
+		switch {
+		case ev.Type == comms.EventAck:
+			n.auditSum.add(summaryKey{event: audit.EventAcks, key: ev.From}, ev)
+		case ev.Type == comms.EventRefused && !verifiedRefusal(ev.Reason):
+			n.auditSum.add(summaryKey{event: audit.EventRefused, reason: ev.Reason, key: ev.From}, ev)
+		default:
+			n.auditEvent(ev)
 		}
-		if !ev.ID.IsZero() {
-			rec.ID = ev.ID.String()
-		}
-		if !ev.CorrID.IsZero() {
-			rec.CorrID = ev.CorrID.String()
-		}
-		if n.h.Config.Audit.Bodies && ev.Kind != "" {
-			rec.Body = kindJSON(ev.Fields)
-		}
-		n.audit.Record(rec)
 	}
 	if ob := n.ob; ob != nil && (ev.Type == comms.EventReceived || ev.Type == comms.EventDuplicate) {
 		ob.Kick(ev.From)
 	}
+}
+
+// auditEvent records an event about a verified envelope as one row.
+func (n *Node) auditEvent(ev comms.Event) {
+	rec := audit.Record{Dir: audit.DirIn, Event: ev.Type, Peer: ev.Peer, Kind: ev.Kind, Size: ev.Size, Reason: ev.Reason}
+	if !ev.From.IsZero() {
+		rec.Key = ev.From.String()
+	}
+	if !ev.ID.IsZero() {
+		rec.ID = ev.ID.String()
+	}
+	if !ev.CorrID.IsZero() {
+		rec.CorrID = ev.CorrID.String()
+	}
+	if n.h.Config.Audit.Bodies && ev.Kind != "" {
+		rec.Body = kindJSON(ev.Fields)
+	}
+	n.audit.Record(rec)
 }
 
 // observeOutbox records an outbox event in the audit log.

@@ -83,14 +83,15 @@ type Node struct {
 	wg       sync.WaitGroup
 	reload   func() // re-read the trust file now (SIGHUP)
 
-	ob      *outbox.Outbox // reliable sends (serving nodes only)
-	obStore outbox.Store   // the outbox's store; for other nodes opened on first use
-	obMu    sync.Mutex     // guards obStore and obDB when opened on first use
-	obDB    *store.Store   // the database opened for obStore, if this node opened one
-	roDB    *store.Store   // the database opened read only (readDB), if this node opened one
-	audit   *audit.Log     // nil: no audit log (disabled, or not serving)
-	pairing *pairing       // offers and pairing exchanges (listening nodes)
-	spaces  *spaces        // MEUP spaces (serving nodes only)
+	ob       *outbox.Outbox // reliable sends (serving nodes only)
+	obStore  outbox.Store   // the outbox's store; for other nodes opened on first use
+	obMu     sync.Mutex     // guards obStore and obDB when opened on first use
+	obDB     *store.Store   // the database opened for obStore, if this node opened one
+	roDB     *store.Store   // the database opened read only (readDB), if this node opened one
+	audit    *audit.Log     // nil: no audit log (disabled, or not serving)
+	auditSum *auditSummary  // what strangers cause, summed into audit (nil with no audit log)
+	pairing  *pairing       // offers and pairing exchanges (listening nodes)
+	spaces   *spaces        // MEUP spaces (serving nodes only)
 
 	trackOnce sync.Once // trackStored
 
@@ -193,6 +194,9 @@ func Start(h *Home, opts Options) (*Node, error) {
 			mail.Close()
 			return nil, err
 		}
+		if n.audit != nil {
+			n.auditSum = newAuditSummary(n.audit.Record)
+		}
 		observe = n.observeInbound
 	}
 	r, err := comms.New(h.Key, list, comms.Options{
@@ -239,6 +243,11 @@ func Start(h *Home, opts Options) (*Node, error) {
 	if mode == ModeSend {
 		return n, nil
 	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.summaryLoop(ctx)
+	}()
 	ls, err := h.Config.Resolve(h.Dir)
 	if err != nil {
 		n.Close()
@@ -364,6 +373,7 @@ func (n *Node) Close() error {
 	}
 	n.obMu.Unlock()
 	n.wg.Wait()
+	n.flushSummaries() // the Router has stopped: nothing more is summed
 	if err := n.audit.Close(); err != nil {
 		n.log.Error("audit log: close failed", "err", err)
 	}

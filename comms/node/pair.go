@@ -24,15 +24,16 @@ func toPaired(p trust.Peer) Paired {
 
 // pairing is a node's side of pairing: its responder and open offers.
 type pairing struct {
-	n    *Node
-	resp *pair.Responder
+	n     *Node
+	resp  *pair.Responder
+	fails *pairFailures // logged once per summaryInterval
 
 	mu     sync.Mutex
 	offers map[string]*pair.Offer // by handle
 }
 
 func newPairing(n *Node) *pairing {
-	p := &pairing{n: n, offers: map[string]*pair.Offer{}}
+	p := &pairing{n: n, offers: map[string]*pair.Offer{}, fails: newPairFailures(n.log)}
 	p.resp = pair.NewResponder(n.h.Key, n.h.Config.Name, n.trustPeer)
 	return p
 }
@@ -46,7 +47,10 @@ func (p *pairing) serve(c net.Conn, r io.Reader) {
 		source = pair.LocalSource + ":" + strconv.FormatUint(uint64(uid), 10) // local users are limited separately
 	}
 	if err := p.resp.Serve(c, r, source); err != nil {
-		p.n.log.Info("pairing attempt failed", "source", source, "err", err)
+		// Anyone who can connect can fail as often as the limiter lets
+		// them: summed, one line per interval. What an offer's owner must
+		// know reaches them through the offer.
+		p.fails.note(source, err)
 	}
 }
 

@@ -22,7 +22,9 @@
 // names and the initiator's address, and cannot replay the exchange (fresh
 // nonces) or guess the code from it (128 bits behind HMAC-SHA-256).
 //
-// An offer works once and expires (default 10 minutes). Failed attempts
-// are counted per source; five within a minute make further attempts from
-// it fail at once until the minute has passed.
+// An offer works once and expires (default 10 minutes). Attempts are
+// counted per source ([SourceKey]: an IPv4 address, an IPv6 /64, a local
+// user): five at once and one more every 12 seconds; more fail at once.
+// The table of sources is bounded and cannot be exhausted — a spray of
+// new sources locks no one out (see limiter).
 package pair

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,14 +24,16 @@ const (
 	DefaultTTL = 10 * time.Minute
 	// MaxTTL bounds an offer's lifetime.
 	MaxTTL = 24 * time.Hour
-	// maxAttempts attempts per source within attemptWindow; more fail at
-	// once until it passes.
+	// maxAttempts attempts per source at once, and one more every
+	// attemptWindow/maxAttempts (see limiter); more fail at once.
 	maxAttempts   = 5
 	attemptWindow = time.Minute
 	// maxOffers bounds the offers open at once.
 	maxOffers = 64
-	// maxSources bounds the sources remembered for rate limiting.
-	maxSources = 4096
+	// maxSources bounds the sources remembered for rate limiting; past it
+	// the limiter forgets the evictBatch with the most tries left.
+	maxSources = 1024
+	evictBatch = maxSources / 8
 )
 
 // Commit adds the other node to this node's trust list. It may rename the
@@ -50,13 +51,13 @@ type Responder struct {
 
 	mu       sync.Mutex
 	offers   map[[16]byte]*Offer
-	attempts map[string][]time.Time // by source: recent attempts
+	attempts limiter // by SourceKey
 }
 
 // NewResponder returns a Responder for the node with keypair kp and name.
 func NewResponder(kp *identity.Keypair, name string, commit Commit) *Responder {
 	return &Responder{kp: kp, name: name, commit: commit, now: time.Now,
-		offers: map[[16]byte]*Offer{}, attempts: map[string][]time.Time{}}
+		offers: map[[16]byte]*Offer{}}
 }
 
 // Offer is an open invitation to pair.
@@ -143,41 +144,17 @@ func (r *Responder) sweepLocked() {
 }
 
 // attempt counts an attempt from source and reports whether it may go
-// ahead: at most maxAttempts per source within attemptWindow.
+// ahead (see limiter).
 func (r *Responder) attempt(source string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.now()
-	cut := now.Add(-attemptWindow)
-	recent := r.attempts[source][:0]
-	for _, t := range r.attempts[source] {
-		if t.After(cut) {
-			recent = append(recent, t)
-		}
-	}
-	if len(recent) >= maxAttempts {
-		r.attempts[source] = recent
-		return false
-	}
-	if len(recent) == 0 && len(r.attempts) >= maxSources {
-		// Forget the quietest sources: bounded memory. A stranger rotating
-		// addresses gains tries this way, against a 128-bit code.
-		for k, ts := range r.attempts {
-			if len(ts) == 0 || !ts[len(ts)-1].After(cut) {
-				delete(r.attempts, k)
-			}
-		}
-		if len(r.attempts) >= maxSources {
-			return false
-		}
-	}
-	r.attempts[source] = append(recent, now)
-	return true
+	return r.attempts.allow(SourceKey(source), r.now())
 }
 
 // Serve runs the responder's side of one exchange on c, whose first bytes
 // (Magic included) are read from rd. source identifies the other end for
-// rate limiting (an IP address; all local connections share one).
+// rate limiting: an IP address (counted by [SourceKey]: IPv6 per /64), or
+// for a Unix socket [LocalSource], with ":" and the uid when it is known.
 func (r *Responder) Serve(c net.Conn, rd io.Reader, source string) error {
 	c.SetDeadline(time.Now().Add(ExchangeTimeout))
 	defer c.SetDeadline(time.Time{})
@@ -195,7 +172,7 @@ func (r *Responder) Serve(c net.Conn, rd io.Reader, source string) error {
 		cn.send(msg{Error: ErrRateLimited.Error()})
 		return ErrRateLimited
 	}
-	return r.exchange(cn, source == LocalSource || strings.HasPrefix(source, LocalSource+":"))
+	return r.exchange(cn, isLocal(source))
 }
 
 // LocalSource is the source of connections over Unix sockets; callers that
