@@ -296,7 +296,11 @@ func TestAdversarialInput(t *testing.T) {
 	t.Run("response to bob", func(t *testing.T) {
 		before := b.r.Stats()
 		c := dialRaw(t, b)
-		resp := seal(t, a.kp, b.kp.ID(), wire.Response(identity.NewUUID(), wire.StatusCompleted, wire.Int(42)))
+		req, err := b.r.Seal("alice", wire.Request("ask", wire.Null())) // bob asked alice
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := seal(t, a.kp, b.kp.ID(), wire.Response(req.ID, wire.StatusCompleted, wire.Int(42)))
 		writeRaw(t, c, frameOf(t, resp))
 		msg := seal(t, a.kp, b.kp.ID(), wire.Message("after the response"))
 		writeRaw(t, c, frameOf(t, msg))

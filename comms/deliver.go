@@ -35,6 +35,9 @@ func (r *Router) Seal(peer string, kind wire.Kind) (Sealed, error) {
 		return Sealed{}, fmt.Errorf("comms: response status %q: %w", kind.Status(), wire.ErrBadValue)
 	}
 	id := identity.NewUUID()
+	if kind.Type() == wire.TypeRequest {
+		id = r.newRequestID(p.ID) // its responses must name an id this node made
+	}
 	e, err := wire.Seal(r.kp, id, p.ID, kind)
 	if err != nil {
 		return Sealed{}, err

@@ -348,6 +348,12 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 		r.observe(EventAck, &e, peer.Name, len(payload), "")
 		return nil, true, ""
 	case wire.TypeResponse:
+		// A response must answer a request this node sent that peer
+		// (requestid.go): anything else is refused, not stored.
+		if !r.solicited(e) {
+			r.observe(EventRefused, &e, peer.Name, len(payload), RejectUnsolicited)
+			return nil, false, RejectUnsolicited
+		}
 		// Responses are not acknowledged; a repeat is dropped.
 		switch r.dedup.reserve(k) {
 		case dedupCommitted, dedupPending:

@@ -2,6 +2,7 @@ package comms
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"log/slog"
@@ -123,6 +124,7 @@ const (
 	RejectInboxFull    = "inbox_full"    // admission refused
 	RejectOverload     = "overload"      // over MaxConnections
 	RejectInFlight     = "in_flight"     // a copy of the envelope is being admitted right now
+	RejectUnsolicited  = "unsolicited"   // a response to no request this node sent that peer
 )
 
 // Stats are counters since the Router started.
@@ -160,7 +162,8 @@ type Router struct {
 
 	dedup    dedup
 	reqs     requests
-	lastSeen sync.Map // identity.PeerID → *atomic.Int64, Unix nanoseconds of its last valid envelope
+	reqKey   [sha256.Size]byte // keys the tags of request ids (requestid.go)
+	lastSeen sync.Map          // identity.PeerID → *atomic.Int64, Unix nanoseconds of its last valid envelope
 
 	accepted, duplicates, acksSent atomic.Uint64
 	rejectMu                       sync.Mutex
@@ -205,6 +208,7 @@ func New(kp *identity.Keypair, list *trust.List, opts Options) (*Router, error) 
 	r.trust.Store(list)
 	r.dedup.init(dedupWindow)
 	r.reqs.init()
+	r.reqKey = requestIDKey(kp)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r, nil
 }

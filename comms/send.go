@@ -45,7 +45,7 @@ func (r *Router) SendRequest(ctx context.Context, peer, intent string, params wi
 	if err != nil {
 		return identity.UUID{}, err
 	}
-	id := identity.NewUUID()
+	id := r.newRequestID(p.ID)
 	r.reqs.open(id, p.ID)
 	if err := r.sendTo(ctx, p, id, wire.Request(intent, params), true); err != nil {
 		r.reqs.forget(id)

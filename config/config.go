@@ -35,6 +35,7 @@ const (
 	DefaultAuditMaxBytes         = 64 << 20
 	DefaultMEUPProtocol          = "meup/v0.1"
 	DefaultProposalTTLSecs       = 3600
+	DefaultMCPPairing            = On
 
 	// MaxBackoffSteps bounds the outbox.backoff list.
 	MaxBackoffSteps = 32
@@ -50,6 +51,10 @@ const (
 
 	// UDSOff as comms.listen_uds disables the Unix socket listener.
 	UDSOff = "off"
+
+	// On and Off are the values of on/off switches such as mcp.pairing.
+	On  = "on"
+	Off = "off"
 
 	// NamePlaceholder in comms.listen_uds is replaced by the node name.
 	NamePlaceholder = "{name}"
@@ -79,7 +84,21 @@ type Config struct {
 	Audit Audit `toml:"audit"`
 	// MEUP is the [meup] table.
 	MEUP MEUP `toml:"meup"`
+	// MCP is the [mcp] table.
+	MCP MCP `toml:"mcp"`
 }
+
+// MCP is the [mcp] table: what `meerkatd mcp` offers its client.
+type MCP struct {
+	// Pairing is "on" (the default) to offer the pairing tools
+	// (pair_offer, pair_accept), "off" to leave them out: pairing adds a
+	// key to the trust list, which a user may want to keep out of a
+	// model's reach.
+	Pairing string `toml:"pairing"`
+}
+
+// PairingOn reports whether the pairing tools are offered.
+func (m MCP) PairingOn() bool { return m.Pairing != Off }
 
 // MEUP is the [meup] table: MEUP spaces (docs/meup.md).
 type MEUP struct {
@@ -222,6 +241,7 @@ func Default() Config {
 		},
 		Audit: Audit{Enabled: true, MaxBytes: DefaultAuditMaxBytes},
 		MEUP:  MEUP{Protocol: DefaultMEUPProtocol, ProposalTTLSecs: DefaultProposalTTLSecs},
+		MCP:   MCP{Pairing: DefaultMCPPairing},
 	}
 }
 

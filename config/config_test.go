@@ -31,6 +31,7 @@ var fullConfig = Config{
 		MaxEntries: 100, MaxBytes: 2000000, DefaultTTLSecs: 3600},
 	Audit: Audit{Enabled: false, Bodies: true, MaxBytes: 1000000},
 	MEUP:  MEUP{Protocol: "mew/v0.4", ProposalTTLSecs: 600},
+	MCP:   MCP{Pairing: "off"},
 }
 
 func requireNoError(t *testing.T, err error) {
@@ -79,6 +80,7 @@ func TestDefault(t *testing.T) {
 			MaxEntries: 10000, MaxBytes: 268435456},
 		Audit: Audit{Enabled: true, MaxBytes: 67108864},
 		MEUP:  MEUP{Protocol: "meup/v0.1", ProposalTTLSecs: 3600},
+		MCP:   MCP{Pairing: "on"},
 	}
 	if got := Default(); got != want {
 		t.Fatalf("Default() = %+v, want %+v", got, want)

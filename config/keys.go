@@ -105,10 +105,13 @@ var keys = [...]keyDef{
 	{path: "meup.proposal_ttl_secs", env: "MEERKAT_MEUP_PROPOSAL_TTL_SECS",
 		doc: `Seconds a proposal in a space stays pending before it expires.`,
 		num: func(c *Config) *int { return &c.MEUP.ProposalTTLSecs }},
+	{path: "mcp.pairing", env: "MEERKAT_MCP_PAIRING",
+		doc: `"on" or "off": whether meerkatd mcp offers the pairing tools (pair_offer, pair_accept); with "off" they are not listed and calls to them are refused (pair with meerkatd pair instead).`,
+		str: func(c *Config) *string { return &c.MCP.Pairing }},
 }
 
 // tables are the TOML tables that hold keys.
-var tables = [...]string{"comms", "store", "outbox", "audit", "meup"}
+var tables = [...]string{"comms", "store", "outbox", "audit", "meup", "mcp"}
 
 // Keys returns the table of configuration keys, in file order. The slice
 // is a fresh copy: changing it changes nothing else.

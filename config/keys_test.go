@@ -36,6 +36,7 @@ var wantEnv = map[string]string{
 	"audit.max_bytes":          "MEERKAT_AUDIT_MAX_BYTES",
 	"meup.protocol":            "MEERKAT_MEUP_PROTOCOL",
 	"meup.proposal_ttl_secs":   "MEERKAT_MEUP_PROPOSAL_TTL_SECS",
+	"mcp.pairing":              "MEERKAT_MCP_PAIRING",
 }
 
 // tomlPaths lists the key paths of Config's toml tags, by reflection.

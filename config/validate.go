@@ -55,6 +55,9 @@ func (c Config) Validate() error {
 		add("meup.protocol", fmt.Errorf("must be one of %s, got %q", strings.Join(MEUPProtocols, ", "), c.MEUP.Protocol))
 	}
 	add("meup.proposal_ttl_secs", checkRange(c.MEUP.ProposalTTLSecs, 1, MaxTimeoutSecs))
+	if c.MCP.Pairing != On && c.MCP.Pairing != Off {
+		add("mcp.pairing", fmt.Errorf("must be %q or %q, got %q", On, Off, c.MCP.Pairing))
+	}
 	return errors.Join(errs...)
 }
 

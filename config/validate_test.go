@@ -93,6 +93,11 @@ func TestValidate(t *testing.T) {
 		{"meup protocol mcpx is read only", func(c *Config) { c.MEUP.Protocol = "mcpx/v0.1" }, "meup.protocol"},
 		{"meup protocol mew", func(c *Config) { c.MEUP.Protocol = "mew/v0.4" }, ""},
 		{"proposal ttl 0", func(c *Config) { c.MEUP.ProposalTTLSecs = 0 }, "meup.proposal_ttl_secs"},
+		{"mcp pairing off", func(c *Config) { c.MCP.Pairing = "off" }, ""},
+		{"mcp pairing on", func(c *Config) { c.MCP.Pairing = "on" }, ""},
+		{"mcp pairing empty", func(c *Config) { c.MCP.Pairing = "" }, "mcp.pairing"},
+		{"mcp pairing OFF", func(c *Config) { c.MCP.Pairing = "OFF" }, "mcp.pairing"},
+		{"mcp pairing false", func(c *Config) { c.MCP.Pairing = "false" }, "mcp.pairing"},
 		{"proposal ttl a week", func(c *Config) { c.MEUP.ProposalTTLSecs = 7 * 24 * 3600 }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,7 +128,7 @@ func TestValidateAllAtOnce(t *testing.T) {
 		"store.mode", "store.dedup_window_hours", "store.history_hours",
 		"outbox.backoff", "outbox.max_attempts", "outbox.breaker_failures", "outbox.breaker_open_secs",
 		"outbox.max_entries", "outbox.max_bytes", "audit.max_bytes",
-		"meup.protocol", "meup.proposal_ttl_secs",
+		"meup.protocol", "meup.proposal_ttl_secs", "mcp.pairing",
 	}
 	if got := errorKeys(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("error keys = %q, want %q", got, want)

@@ -229,13 +229,35 @@ func (s *Server) inboxChanged() {
 	}
 }
 
+// Arrival kinds, the only values of an arrival event's "kind".
+const (
+	arrivalMessage  = "message"
+	arrivalRequest  = "request"
+	arrivalResponse = "response"
+	arrivalMEUP     = "meup"
+	arrivalOther    = "other" // a kind this node does not know: its name is the peer's text
+)
+
+// arrivalKind maps an item's kind onto the fixed set of arrival kinds.
+func arrivalKind(kind string) string {
+	switch kind {
+	case arrivalMessage, arrivalRequest, arrivalResponse, arrivalMEUP:
+		return kind
+	}
+	return arrivalOther
+}
+
 // announceArrival sends the log event for an arrival to legacy sessions.
+// It carries only what this node vouches for, never a byte a peer chose:
+// the kind from a fixed set, the sender's name in this node's trust list
+// (its key was verified), the envelope id and seq, the pending count and,
+// for an envelope of a space, the space's name (admitted only if this
+// node's roster has it). A peer's kind text, MEUP kind, ids, bodies and
+// params stay in receive_messages, marked untrusted.
 func (s *Server) announceArrival(m node.Message, pending int) {
-	data := map[string]any{"event": "arrival", "kind": m.Kind, "peer": m.Peer, "id": m.ID, "seq": m.Seq, "pending": pending}
-	if m.MEUP != nil {
-		// A space named in this node's roster and a kind of the MEUP
-		// grammar (checked before admission): metadata, never content.
-		data["space"], data["meup_kind"] = m.MEUP.Space, m.MEUP.Kind
+	data := map[string]any{"event": "arrival", "kind": arrivalKind(m.Kind), "peer": m.Peer, "id": m.ID, "seq": m.Seq, "pending": pending}
+	if m.MEUP != nil && m.Kind == arrivalMEUP {
+		data["space"] = m.MEUP.Space
 	}
 	for _, session := range s.watch.legacySessions() {
 		err := s.mcp.SendNotificationToSpecificClient(session, string(mcp.MethodNotificationMessage), map[string]any{

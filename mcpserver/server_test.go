@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 // offline, anything else is unknown.
 type fakeNode struct {
 	cancelled chan struct{} // a Receive wait ended by its context
+	pairCalls atomic.Int32  // PairOffer and PairAccept calls
 	mu        sync.Mutex
 	watching  bool   // the arrival watcher is long-polling
 	watched   uint64 // the arrival watcher asked for items after this one
@@ -200,10 +202,12 @@ func (f *fakeNode) RetryDeadLetters(_ context.Context, ids []string, all bool) (
 }
 
 func (f *fakeNode) PairOffer(context.Context, node.PairOptions) (node.PairOffer, error) {
+	f.pairCalls.Add(1)
 	return node.PairOffer{Line: "meerkat-pair/1 AAAA-BBBB-CCCC-DDDD-EEEE-FFFF-GA uds:///tmp/a.sock", Expires: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}, nil
 }
 
 func (f *fakeNode) PairAccept(_ context.Context, line, name string) (node.Paired, error) {
+	f.pairCalls.Add(1)
 	if !strings.HasPrefix(line, "meerkat-pair/1 ") {
 		return node.Paired{}, &node.Error{Code: node.CodePairFailed, Msg: "not a pairing line"}
 	}
@@ -315,7 +319,13 @@ func bothEras(t *testing.T, test func(t *testing.T, era string)) {
 // speaking era: initialize for legacyEra, server/discover for modernEra.
 func startClient(t *testing.T, api node.API, era string) (*client.Client, *notes) {
 	t.Helper()
-	s := New(api, Options{})
+	return startClientWith(t, api, era, Options{})
+}
+
+// startClientWith is startClient with a server built with opts.
+func startClientWith(t *testing.T, api node.API, era string, opts Options) (*client.Client, *notes) {
+	t.Helper()
+	s := New(api, opts)
 	c, err := client.NewInProcessClient(s.MCP())
 	if err != nil {
 		t.Fatal(err)

@@ -231,6 +231,16 @@ func (s *Server) addTools() {
 		mcp.WithOutputSchema[retryDeadLettersResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Retry dead letters", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.retryDeadLetters)
+	if !s.noPairing {
+		s.addPairTools()
+	}
+	s.addSpaceTools()
+}
+
+// addPairTools adds pair_offer and pair_accept (left out with
+// Options.NoPairing: unlisted, and calls to them fail as calls to an
+// unknown tool).
+func (s *Server) addPairTools() {
 	s.mcp.AddTool(mcp.NewTool("pair_offer",
 		mcp.WithDescription("Start pairing with another agent's node: returns a one-time line (a code and this node's address, valid for 10 minutes) to give to the other agent, who passes it to its pair_accept. When it is used, both nodes trust each other. Only do this when your user asks you to pair."),
 		mcp.WithOutputSchema[pairOfferResult](),
@@ -243,7 +253,6 @@ func (s *Server) addTools() {
 		mcp.WithOutputSchema[pairAcceptResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Accept pairing", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.pairAccept)
-	s.addSpaceTools()
 }
 
 type pairOfferResult struct {

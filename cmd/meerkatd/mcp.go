@@ -46,6 +46,12 @@ func runMCP(e *env, args []string) error {
 	} else {
 		log.Info("attached to the node serving the home", "home", h.Dir)
 	}
-	s := mcpserver.New(sess, mcpserver.Options{Version: buildVersion(), Logger: log})
+	s := mcpserver.New(sess, mcpserver.Options{
+		Version: buildVersion(),
+		Logger:  log,
+		// [mcp] pairing, as this process reads the home's configuration
+		// (file and environment), also when attached to a daemon.
+		NoPairing: !h.Config.MCP.PairingOn(),
+	})
 	return s.ServeStdio(ctx, e.stdin, e.stdout)
 }

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"github.com/meerkatd/meerkatd/internal/testutil"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -477,5 +480,69 @@ func testMCPSurvivesDaemonRestart(t *testing.T, store string) {
 	}
 	if alice.d.exited() || p.logs(mcpTookOver) {
 		t.Fatalf("meerkatd mcp took the home over from the restarting daemon:\n%s\ndaemon log:\n%s", p.stderr, alice.d.log())
+	}
+}
+
+// meerkatd mcp reads [mcp] pairing from the home's configuration (the
+// file, or MEERKAT_MCP_PAIRING): "on", the default, lists the pairing
+// tools; "off" leaves them out and refuses calls to them.
+func TestMCPPairingSetting(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		setup   func(n *testNode)
+		pairing bool
+	}{
+		{"default", func(*testNode) {}, true},
+		{"file off", func(n *testNode) {
+			path := filepath.Join(n.home, "meerkat.toml")
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(b)
+			if strings.Contains(text, `pairing = "on"`) { // init wrote the default
+				text = strings.Replace(text, `pairing = "on"`, `pairing = "off"`, 1)
+			} else {
+				text += "\n[mcp]\npairing = \"off\"\n"
+			}
+			if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"env off", func(n *testNode) { n.env = append(n.env, "MEERKAT_MCP_PAIRING=off") }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, "alice")
+			tc.setup(n)
+			p := startMCP(t, n, "mcp")
+			p.initialize()
+			var list struct {
+				Tools []struct {
+					Name string `json:"name"`
+				} `json:"tools"`
+			}
+			r := p.call("tools/list", map[string]any{})
+			if r.Error != nil || json.Unmarshal(r.Result, &list) != nil || len(list.Tools) == 0 {
+				t.Fatalf("tools/list: %s %+v", r.Result, r.Error)
+			}
+			listed := slices.ContainsFunc(list.Tools, func(x struct {
+				Name string `json:"name"`
+			}) bool {
+				return x.Name == "pair_offer"
+			})
+			if listed != tc.pairing {
+				t.Fatalf("pair_offer listed: %v, want %v", listed, tc.pairing)
+			}
+			if !tc.pairing {
+				r := p.call("tools/call", toolParams("pair_offer", nil))
+				var res struct {
+					IsError bool `json:"isError"`
+				}
+				json.Unmarshal(r.Result, &res)
+				if r.Error == nil && !res.IsError {
+					t.Fatalf("pair_offer with pairing off: %s", r.Result)
+				}
+			}
+		})
 	}
 }

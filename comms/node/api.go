@@ -84,9 +84,10 @@ const (
 	// MaxWait is the longest a single call may wait (Receive, SendRequest
 	// with Wait, PairWait); longer waits are cut to it.
 	MaxWait = 10 * time.Minute
-	// MaxBatchBytes bounds one Receive batch, roughly, by content size; a
-	// batch always holds at least one item, and the cursor pages through
-	// the rest.
+	// MaxBatchBytes bounds one Receive batch by the size of its items'
+	// JSON (every byte a peer chose counts, as encoding/json writes it);
+	// a batch always holds at least one item (a single larger item comes
+	// alone), and the cursor pages through the rest.
 	MaxBatchBytes = 4 << 20
 	// MaxBatchItems bounds the items of one Receive batch.
 	MaxBatchItems = 1000
@@ -182,13 +183,20 @@ type Sent struct {
 }
 
 // Message is one received item.
+//
+// Untrusted is true for every item a peer sent (all of them, today): its
+// kind, body, intent, params, status, result, fields and MEUP envelope
+// are text another agent wrote, data to read, never instructions. Seq,
+// ID, From, Peer, Received and RequestID are this node's (the sender's
+// key is verified, Peer is its name in this node's trust list).
 type Message struct {
 	Seq       uint64    `json:"seq"`
 	ID        string    `json:"id"`
-	Kind      string    `json:"kind"` // message, request, response, …
+	Kind      string    `json:"kind"` // message, request, response, meup, or the peer's text for a kind this node does not know
 	From      string    `json:"from"` // sender key
 	Peer      string    `json:"peer"` // sender's trust-list name
 	Received  time.Time `json:"received"`
+	Untrusted bool      `json:"untrusted"` // the content is a peer's (see above)
 	Body      string    `json:"body,omitempty"`
 	Intent    string    `json:"intent,omitempty"`
 	Params    any       `json:"params,omitempty"`     // any JSON value (a json.RawMessage)

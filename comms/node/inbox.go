@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/wire"
@@ -18,15 +19,16 @@ import (
 func toMessage(en inbox.Entry[comms.Item]) Message {
 	e := en.Item.Envelope
 	m := Message{
-		Seq:      en.Seq,
-		ID:       e.ID.String(),
-		Kind:     e.Kind.Type(),
-		From:     e.From.String(),
-		Peer:     en.Item.PeerName,
-		Received: en.Item.Received.UTC(),
-		Body:     e.Kind.Body(),
-		Intent:   e.Kind.Intent(),
-		Status:   string(e.Kind.Status()),
+		Seq:       en.Seq,
+		ID:        e.ID.String(),
+		Kind:      e.Kind.Type(),
+		From:      e.From.String(),
+		Peer:      en.Item.PeerName,
+		Received:  en.Item.Received.UTC(),
+		Untrusted: en.Item.Type == comms.ItemExternal,
+		Body:      e.Kind.Body(),
+		Intent:    e.Kind.Intent(),
+		Status:    string(e.Kind.Status()),
 	}
 	if v, ok := e.Kind.Field("params"); ok {
 		if b, err := v.MarshalJSON(); err == nil {
@@ -53,17 +55,82 @@ func toMessage(en inbox.Entry[comms.Item]) Message {
 	return m
 }
 
-// itemSize estimates a message's share of a batch.
+// itemOverheadJSON is what a Message's JSON costs beyond the text of its
+// values: the field names, punctuation, seq, the timestamp, booleans.
+const itemOverheadJSON = 256
+
+// itemSize is a message's share of a batch: an upper bound of the size of
+// its JSON. Every string and JSON value counts as encoding/json writes it
+// (escapes included), so a peer cannot grow a batch past MaxBatchBytes
+// with text that escapes long or with fields the budget forgets (a long
+// kind, a status, a peer-written MEUP id or participant).
 func itemSize(m Message) int {
-	n := 256 + len(m.Body) + len(m.Intent)
-	for _, v := range []any{m.Params, m.Result, m.Fields} {
-		if raw, ok := v.(json.RawMessage); ok {
-			n += len(raw)
-		}
+	n := itemOverheadJSON
+	for _, s := range []string{m.ID, m.Kind, m.From, m.Peer, m.Body, m.Intent, m.RequestID, m.Status} {
+		n += jsonStringLen(s)
 	}
-	if m.MEUP != nil {
-		if raw, ok := m.MEUP.Envelope.(json.RawMessage); ok {
-			n += len(raw)
+	for _, v := range []any{m.Params, m.Result, m.Fields} {
+		n += rawJSONLen(v)
+	}
+	if mi := m.MEUP; mi != nil {
+		n += itemOverheadJSON / 2
+		for _, s := range []string{mi.Space, mi.ID, mi.Kind, mi.Participant, mi.Context} {
+			n += jsonStringLen(s)
+		}
+		for _, s := range mi.To {
+			n += jsonStringLen(s) + 1
+		}
+		n += rawJSONLen(mi.Envelope)
+	}
+	return n
+}
+
+// jsonStringLen is at least the length of s as a JSON string written by
+// encoding/json: quotes, escaped control characters, HTML-escaped <, >
+// and &, invalid UTF-8 written as \ufffd, U+2028 and U+2029 escaped.
+func jsonStringLen(s string) int {
+	n := 2
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			switch {
+			case b == '"' || b == '\\':
+				n += 2
+			case b < 0x20 || b == '<' || b == '>' || b == '&':
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1, r == '\u2028', r == '\u2029':
+			n += 6
+		default:
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
+// rawJSONLen is at least the length of v (a json.RawMessage, or nil) as
+// encoding/json writes it: the raw text with <, >, &, U+2028 and U+2029
+// escaped.
+func rawJSONLen(v any) int {
+	raw, ok := v.(json.RawMessage)
+	if !ok {
+		return 0
+	}
+	n := len(raw)
+	for _, b := range raw {
+		switch b {
+		case '<', '>', '&':
+			n += 5
+		case 0xe2: // the first byte of U+2028 and U+2029 (3 bytes, written as 6)
+			n += 3
 		}
 	}
 	return n
@@ -179,12 +246,20 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 					b.Cursor = en.Seq // the cursor passes items the filters skip too
 					continue
 				}
-				if len(b.Messages) == limit || size >= MaxBatchBytes {
+				if len(b.Messages) == limit {
 					b.More = true
 					break scan // the cursor stays at the last item returned
 				}
+				// The budget counts every byte a peer chose (itemSize):
+				// a batch stays within MaxBatchBytes, except a lone item
+				// larger than that, which comes alone.
 				msg := toMessage(en)
-				size += itemSize(msg)
+				n := itemSize(msg)
+				if len(b.Messages) > 0 && size+n > MaxBatchBytes {
+					b.More = true
+					break scan
+				}
+				size += n
 				b.Messages = append(b.Messages, msg)
 				b.Cursor = en.Seq
 			}
