@@ -91,3 +91,12 @@ func (s *Shares) Admit(percent int, sender string, total, limit Usage, n int64) 
 	}
 	return FairShare(percent, held, total, limit, n, senders)
 }
+
+// Clone returns a copy of s.
+func (s *Shares) Clone() Shares {
+	c := Shares{by: make(map[string]Usage, len(s.by))}
+	for k, v := range s.by {
+		c.by[k] = v
+	}
+	return c
+}
