@@ -49,7 +49,7 @@ var keys = [...]keyDef{
 		doc: `Seconds a frame may take to arrive, counted from its first byte.`,
 		num: func(c *Config) *int { return &c.Comms.FrameTimeoutSecs }},
 	{path: "comms.idle_timeout_secs", env: "MEERKAT_COMMS_IDLE_TIMEOUT_SECS",
-		doc: `Seconds an inbound connection may stay idle before it is closed.`,
+		doc: `Seconds an inbound connection may stay idle before it is closed; acks alone are not activity that keeps it.`,
 		num: func(c *Config) *int { return &c.Comms.IdleTimeoutSecs }},
 	{path: "comms.max_connections", env: "MEERKAT_COMMS_MAX_CONNECTIONS",
 		doc: `Concurrent inbound connections; at the limit the oldest connection that has not yet delivered a valid envelope makes room, else the new one is refused.`,
