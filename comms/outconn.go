@@ -482,7 +482,7 @@ func (oc *outConn) readFrame(bySend bool) error {
 // receiveInbound admits an envelope the peer sent on our connection and
 // queues its ack there.
 func (oc *outConn) receiveInbound(payload []byte) error {
-	ack, _, reason := oc.l.r.receive(payload, nil)
+	ack, reason := oc.l.r.receive(payload, nil, nil)
 	if reason != "" {
 		oc.l.r.reject(reason)
 		return errBadAck // the peer sent us something we refuse: drop the connection

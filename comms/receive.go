@@ -13,6 +13,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
 	"github.com/meerkatd/meerkatd/transport"
 )
 
@@ -77,7 +78,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			r.log.Debug("refused frame", "reason", RejectFrame, "err", err)
 			return
 		}
-		ack, fresh, reason := r.receive(payload, &pending)
+		ack, reason := r.receive(payload, st, &pending)
 		for _, p := range pending {
 			job := ackJob{adm: p.adm, key: p.key, ev: p.ev}
 			// Admitted already, nothing more to read and ackLoop idle:
@@ -102,17 +103,8 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		pending = pending[:0]
 		if reason != "" {
 			r.reject(reason)
-			if reason == RejectInboxFull {
-				r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
-			} else {
-				r.log.Debug("refused envelope", "reason", reason)
-			}
+			r.logRefused(reason)
 			return
-		}
-		if fresh {
-			// Only a new envelope authenticates a connection: replaying a
-			// captured one earns nothing.
-			st.authed.Store(true)
 		}
 		if ack != nil {
 			r.acksSent.Add(1) // counted before ackLoop can write it
@@ -152,8 +144,11 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 // timeout that expires is looked at again: if the connection has been
 // authenticated meanwhile, it goes on under the idle timeout, counted
 // from the same start.
+//
+// Both count from the connection's last activity: its start or its last
+// valid envelope other than an ack. Acks alone do not keep a connection.
 func (r *Router) awaitFrame(c net.Conn, fr *transport.Reader, st *inConn, stopped *atomic.Bool) bool {
-	start := time.Now()
+	start := time.Unix(0, st.active.Load())
 	authed := st.authed.Load()
 	for {
 		idle := r.opts.FrameTimeout
@@ -278,14 +273,14 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 // before); ok false means the admission was refused and the connection
 // must stop.
 func (r *Router) settle(st *inConn, job ackJob, dst []byte) (frame []byte, ok bool) {
-	stored, fresh := r.admitted(job.key, job.ev, job.adm.Wait())
+	stored, fresh, reason := r.admitted(job.key, job.ev, job.adm.Wait())
 	if !stored {
-		r.reject(RejectInboxFull)
-		r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
+		r.reject(reason)
+		r.logRefused(reason)
 		return dst, false
 	}
 	if fresh {
-		st.authed.Store(true) // only new envelopes authenticate
+		r.authenticate(st, job.key.from) // only new envelopes authenticate
 	}
 	frame, err := r.sealFrame(dst, job.key.from, wire.Ack(job.key.id))
 	if err != nil {
@@ -313,62 +308,100 @@ type pendingAdmission struct {
 	ev  *Event // for Options.Observe (nil: not observed)
 }
 
+// logRefused logs an envelope refused for reason.
+func (r *Router) logRefused(reason string) {
+	switch reason {
+	case RejectInboxFull:
+		r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
+	case RejectPeerShare:
+		r.log.Warn("refused envelope: the sender holds its share of the inbox (not acknowledged; the sender may retry)")
+	case RejectPeerConns:
+		r.log.Warn("refused connection: the sender holds its maximum of connections")
+	default:
+		r.log.Debug("refused envelope", "reason", reason)
+	}
+}
+
 // receive checks one envelope and admits it. It returns the ack frame to
-// write (nil for kinds that are not acknowledged), whether the envelope was
-// new (not a duplicate), or the reason to refuse it, in which case the
-// connection must be closed without an ack. With async non-nil, an
-// AsyncAdmitter's admission is appended there instead: its ack is the
-// caller's to write once it succeeded.
-func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte, fresh bool, reason string) {
+// write (nil for kinds that are not acknowledged), or the reason to refuse
+// it, in which case the connection must be closed without an ack. st is
+// the inbound connection it arrived on (nil: an outbound link): a new
+// envelope authenticates it, and any valid envelope but an ack counts as
+// its activity. With async non-nil, an AsyncAdmitter's admission is
+// appended there instead: its ack is the caller's to write once it
+// succeeded.
+func (r *Router) receive(payload []byte, st *inConn, async *[]pendingAdmission) (ack []byte, reason string) {
+	ack, fresh, from, reason := r.receiveEnvelope(payload, st, async)
+	if fresh && reason == "" {
+		// Only a new envelope authenticates a connection: replaying a
+		// captured one earns nothing.
+		r.authenticate(st, from)
+	}
+	return ack, reason
+}
+
+// receiveEnvelope is receive, also returning whether the envelope was new
+// (not a duplicate, and not an ack) and its sender.
+func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdmission) (ack []byte, fresh bool, from identity.PeerID, reason string) {
 	e, err := wire.Decode(payload)
 	if err != nil {
 		r.observe(EventRefused, nil, "", len(payload), RejectMalformed)
-		return nil, false, RejectMalformed
+		return nil, false, from, RejectMalformed
 	}
+	from = e.From
 	if e.To != r.self {
 		r.observe(EventRefused, &e, "", len(payload), RejectNotForUs)
-		return nil, false, RejectNotForUs
+		return nil, false, from, RejectNotForUs
 	}
 	peer, ok := r.trust.Load().Lookup(e.From)
 	if !ok {
 		r.observe(EventRefused, &e, "", len(payload), RejectUntrusted)
 		r.logUntrusted(e.From)
-		return nil, false, RejectUntrusted
+		return nil, false, from, RejectUntrusted
 	}
 	if err := e.Verify(); err != nil {
 		r.observe(EventRefused, &e, peer.Name, len(payload), RejectBadSignature)
-		return nil, false, RejectBadSignature
+		return nil, false, from, RejectBadSignature
 	}
 	r.seen(e.From)
+	if e.Kind.Type() != wire.TypeAck {
+		if st != nil {
+			st.active.Store(time.Now().UnixNano()) // acks alone do not keep a connection
+		}
+		if !r.peerRoom(st, e.From) {
+			r.observe(EventRefused, &e, peer.Name, len(payload), RejectPeerConns)
+			return nil, false, from, RejectPeerConns
+		}
+	}
 	item := Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name, Size: len(payload)}
 	k := dedupKey{e.From, e.ID}
 	switch e.Kind.Type() {
 	case wire.TypeAck:
 		r.handleAck(e)
 		r.observe(EventAck, &e, peer.Name, len(payload), "")
-		return nil, true, ""
+		return nil, false, from, ""
 	case wire.TypeResponse:
 		// A response must answer a request this node sent that peer
 		// (requestid.go): anything else is refused, not stored.
 		if !r.solicited(e) {
 			r.observe(EventRefused, &e, peer.Name, len(payload), RejectUnsolicited)
-			return nil, false, RejectUnsolicited
+			return nil, false, from, RejectUnsolicited
 		}
 		// Responses are not acknowledged; a repeat is dropped.
 		switch r.dedup.reserve(k) {
 		case dedupCommitted, dedupPending:
 			r.duplicates.Add(1)
 			r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
-			return nil, false, ""
+			return nil, false, from, ""
 		}
-		stored, fresh := r.admitted(k, r.pendingEvent(&e, peer.Name, len(payload)), r.inbox.Push(item))
+		stored, fresh, reason := r.admitted(k, r.pendingEvent(&e, peer.Name, len(payload)), r.inbox.Push(item))
 		if !stored {
-			return nil, false, RejectInboxFull
+			return nil, false, from, reason
 		}
 		if fresh {
 			r.reqs.deliver(e) // only once it is stored: the inbox is the record
 		}
-		return nil, fresh, ""
+		return nil, fresh, from, ""
 	}
 	// Messages, requests and kinds we do not model are admitted and acked.
 	switch r.dedup.reserve(k) {
@@ -376,11 +409,11 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 		if a, ok := r.inbox.(AsyncAdmitter); ok && async != nil {
 			// The caller waits for the outcome, then acks (ackLoop).
 			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, ev: r.pendingEvent(&e, peer.Name, len(payload))})
-			return nil, false, ""
+			return nil, false, from, ""
 		}
-		stored, isNew := r.admitted(k, r.pendingEvent(&e, peer.Name, len(payload)), r.inbox.Push(item))
+		stored, isNew, reason := r.admitted(k, r.pendingEvent(&e, peer.Name, len(payload)), r.inbox.Push(item))
 		if !stored {
-			return nil, false, RejectInboxFull
+			return nil, false, from, reason
 		}
 		fresh = isNew
 	case dedupCommitted:
@@ -390,36 +423,41 @@ func (r *Router) receive(payload []byte, async *[]pendingAdmission) (ack []byte,
 		// The first copy's admission is still running and may yet fail:
 		// acking now could ack something never stored.
 		r.observe(EventRefused, &e, peer.Name, len(payload), RejectInFlight)
-		return nil, false, RejectInFlight
+		return nil, false, from, RejectInFlight
 	}
 	frame, err := r.sealFrame(nil, e.From, wire.Ack(e.ID))
 	if err != nil {
 		r.log.Error("cannot seal ack", "err", err)
-		return nil, fresh, ""
+		return nil, fresh, from, ""
 	}
-	return frame, fresh, ""
+	return frame, fresh, from, ""
 }
 
 // admitted accounts for the outcome of admitting envelope k (err from
 // the inbox): the duplicate filter, the counters and the observer (ev,
 // nil if nobody observes). stored says the envelope is in the inbox (so
-// it is acknowledged), fresh that it was not there before.
-func (r *Router) admitted(k dedupKey, ev *Event, err error) (stored, fresh bool) {
+// it is acknowledged), fresh that it was not there before; reason why it
+// was refused if not stored.
+func (r *Router) admitted(k dedupKey, ev *Event, err error) (stored, fresh bool, reason string) {
 	switch {
 	case err == nil:
 		r.dedup.commit(k)
 		r.accepted.Add(1)
 		r.observeSettled(ev, EventReceived, "")
-		return true, true
+		return true, true, ""
 	case errors.Is(err, ErrDuplicate): // stored before (a restart emptied our memory of it)
 		r.dedup.commit(k)
 		r.duplicates.Add(1)
 		r.observeSettled(ev, EventDuplicate, "")
-		return true, false
+		return true, false, ""
 	default:
 		r.dedup.release(k)
-		r.observeSettled(ev, EventRefused, RejectInboxFull)
-		return false, false
+		reason = RejectInboxFull
+		if errors.Is(err, inbox.ErrShare) {
+			reason = RejectPeerShare
+		}
+		r.observeSettled(ev, EventRefused, reason)
+		return false, false, reason
 	}
 }
 

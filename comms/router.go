@@ -24,7 +24,10 @@ const (
 	DefaultFrameTimeout   = 10 * time.Second
 	DefaultIdleTimeout    = 60 * time.Second
 	DefaultMaxConnections = 1024
-	DefaultInboxMax       = inbox.DefaultMax
+	// DefaultPeerMaxConnections bounds one peer's authenticated inbound
+	// connections.
+	DefaultPeerMaxConnections = 8
+	DefaultInboxMax           = inbox.DefaultMax
 	// dedupWindow is how many recent (sender, id) pairs are remembered to
 	// drop repeats; older repeats may be delivered again.
 	dedupWindow = 1 << 16
@@ -93,14 +96,18 @@ const maxPendingAdmissions = 512
 // Options are a Router's knobs; the zero value of each field means its
 // default.
 type Options struct {
-	Logger          *slog.Logger // nil: discard
-	AckTimeout      time.Duration
-	FrameTimeout    time.Duration // a frame must complete this long after its first byte
-	IdleTimeout     time.Duration // inbound connections idle this long are closed
-	MaxConnections  int           // concurrent inbound connections; more are closed at once
-	MaxMessageBytes int           // largest frame payload, at most transport.MaxFrameSize
-	InboxMax        int           // length of the default memory inbox
-	Inbox           Admitter      // nil: a memory inbox of InboxMax items
+	Logger         *slog.Logger // nil: discard
+	AckTimeout     time.Duration
+	FrameTimeout   time.Duration // a frame must complete this long after its first byte
+	IdleTimeout    time.Duration // inbound connections idle this long are closed
+	MaxConnections int           // concurrent inbound connections; more are closed at once
+	// PeerMaxConnections bounds the authenticated inbound connections of
+	// one peer: a connection whose first new envelope from a peer that
+	// holds this many is refused (RejectPeerConnections) and closed.
+	PeerMaxConnections int
+	MaxMessageBytes    int      // largest frame payload, at most transport.MaxFrameSize
+	InboxMax           int      // length of the default memory inbox
+	Inbox              Admitter // nil: a memory inbox of InboxMax items
 	// Pairing, if set, is handed every inbound connection whose first byte
 	// is PairingByte (a pairing exchange, not an envelope frame) with the
 	// stream as read so far; it runs on the connection's goroutine, which
@@ -116,15 +123,17 @@ type Options struct {
 
 // Reject reasons, the keys of [Stats.Rejected].
 const (
-	RejectFrame        = "frame"         // bad length prefix, truncated or timed-out frame
-	RejectMalformed    = "malformed"     // envelope does not decode
-	RejectNotForUs     = "not_for_us"    // "to" is another node
-	RejectUntrusted    = "untrusted"     // sender not in the trust list
-	RejectBadSignature = "bad_signature" // signature does not verify
-	RejectInboxFull    = "inbox_full"    // admission refused
-	RejectOverload     = "overload"      // over MaxConnections
-	RejectInFlight     = "in_flight"     // a copy of the envelope is being admitted right now
-	RejectUnsolicited  = "unsolicited"   // a response to no request this node sent that peer
+	RejectFrame        = "frame"            // bad length prefix, truncated or timed-out frame
+	RejectMalformed    = "malformed"        // envelope does not decode
+	RejectNotForUs     = "not_for_us"       // "to" is another node
+	RejectUntrusted    = "untrusted"        // sender not in the trust list
+	RejectBadSignature = "bad_signature"    // signature does not verify
+	RejectInboxFull    = "inbox_full"       // admission refused
+	RejectPeerShare    = "peer_share"       // the sender holds its share of the inbox (inbox.ErrShare)
+	RejectPeerConns    = "peer_connections" // the sender holds PeerMaxConnections authenticated connections
+	RejectOverload     = "overload"         // over MaxConnections
+	RejectInFlight     = "in_flight"        // a copy of the envelope is being admitted right now
+	RejectUnsolicited  = "unsolicited"      // a response to no request this node sent that peer
 )
 
 // Stats are counters since the Router started.
@@ -183,6 +192,7 @@ func New(kp *identity.Keypair, list *trust.List, opts Options) (*Router, error) 
 	setDefault(&opts.FrameTimeout, DefaultFrameTimeout)
 	setDefault(&opts.IdleTimeout, DefaultIdleTimeout)
 	setDefault(&opts.MaxConnections, DefaultMaxConnections)
+	setDefault(&opts.PeerMaxConnections, DefaultPeerMaxConnections)
 	setDefault(&opts.InboxMax, DefaultInboxMax)
 	if opts.MaxMessageBytes <= 0 || opts.MaxMessageBytes > transport.MaxFrameSize {
 		opts.MaxMessageBytes = transport.MaxFrameSize
@@ -303,6 +313,43 @@ func (r *Router) Serve(ln net.Listener) error {
 type inConn struct {
 	since  time.Time
 	authed atomic.Bool // has delivered a valid envelope from a trusted peer
+	// active is when (Unix nanoseconds) the connection last delivered a
+	// valid envelope that is not an ack: the idle timeout counts from
+	// it. Acks alone do not keep a connection.
+	active atomic.Int64
+	peer   identity.PeerID // whose new envelope authenticated it; guarded by Router.mu
+}
+
+// authenticate marks st authenticated by a new envelope from peer, the
+// peer whose connections it then counts toward.
+func (r *Router) authenticate(st *inConn, peer identity.PeerID) {
+	if st == nil || st.authed.Load() {
+		return
+	}
+	r.mu.Lock()
+	if !st.authed.Load() {
+		st.peer = peer
+		st.authed.Store(true)
+	}
+	r.mu.Unlock()
+}
+
+// peerRoom reports whether connection st may carry a new envelope from
+// peer: it is authenticated already, or peer holds fewer than
+// PeerMaxConnections authenticated connections.
+func (r *Router) peerRoom(st *inConn, peer identity.PeerID) bool {
+	if st == nil || st.authed.Load() {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, o := range r.conns {
+		if o != st && o.authed.Load() && o.peer == peer {
+			n++
+		}
+	}
+	return n < r.opts.PeerMaxConnections
 }
 
 // track registers an inbound connection, refusing it when the Router is
@@ -336,6 +383,7 @@ func (r *Router) track(c net.Conn) (*inConn, bool) {
 		victim.Close()
 	}
 	st := &inConn{since: time.Now()}
+	st.active.Store(st.since.UnixNano())
 	r.conns[c] = st
 	r.wg.Add(1)
 	return st, true

@@ -22,6 +22,8 @@ const (
 	DefaultMaxConnections   = 1024
 	DefaultInboxMax         = 10000
 	DefaultInboxMaxBytes    = 256 << 20
+	DefaultPeerInboxShare   = 50
+	DefaultPeerMaxConns     = 8
 	DefaultStoreMode        = StoreSQLite
 	DefaultDedupWindowHours = 7 * 24
 	DefaultHistoryHours     = 7 * 24
@@ -210,6 +212,14 @@ type Comms struct {
 	InboxMax int `toml:"inbox_max"`
 	// InboxMaxBytes bounds the inbox by size as well.
 	InboxMaxBytes int `toml:"inbox_max_bytes"`
+	// PeerInboxShare is the percentage of the inbox (items and bytes)
+	// that the peers holding items in it share once it is over half
+	// full: each may then hold at most PeerInboxShare% divided by their
+	// number.
+	PeerInboxShare int `toml:"peer_inbox_share"`
+	// PeerMaxConnections bounds one peer's authenticated inbound
+	// connections.
+	PeerMaxConnections int `toml:"peer_max_connections"`
 }
 
 // Default returns the built-in configuration: node "meerkat", a Unix socket
@@ -218,13 +228,15 @@ func Default() Config {
 	return Config{
 		Name: DefaultName,
 		Comms: Comms{
-			AckTimeoutSecs:   DefaultAckTimeoutSecs,
-			MaxMessageBytes:  DefaultMaxMessageBytes,
-			FrameTimeoutSecs: DefaultFrameTimeoutSecs,
-			IdleTimeoutSecs:  DefaultIdleTimeoutSecs,
-			MaxConnections:   DefaultMaxConnections,
-			InboxMax:         DefaultInboxMax,
-			InboxMaxBytes:    DefaultInboxMaxBytes,
+			AckTimeoutSecs:     DefaultAckTimeoutSecs,
+			MaxMessageBytes:    DefaultMaxMessageBytes,
+			FrameTimeoutSecs:   DefaultFrameTimeoutSecs,
+			IdleTimeoutSecs:    DefaultIdleTimeoutSecs,
+			MaxConnections:     DefaultMaxConnections,
+			InboxMax:           DefaultInboxMax,
+			InboxMaxBytes:      DefaultInboxMaxBytes,
+			PeerInboxShare:     DefaultPeerInboxShare,
+			PeerMaxConnections: DefaultPeerMaxConns,
 		},
 		Store: Store{
 			Mode:             DefaultStoreMode,

@@ -37,6 +37,8 @@ func (c Config) Validate() error {
 	add("comms.max_connections", checkMin(c.Comms.MaxConnections, 1))
 	add("comms.inbox_max", checkMin(c.Comms.InboxMax, 1))
 	add("comms.inbox_max_bytes", checkMin(c.Comms.InboxMaxBytes, 1))
+	add("comms.peer_inbox_share", checkRange(c.Comms.PeerInboxShare, 1, 100))
+	add("comms.peer_max_connections", checkMin(c.Comms.PeerMaxConnections, 1))
 	if c.Store.Mode != StoreSQLite && c.Store.Mode != StoreMemory {
 		add("store.mode", fmt.Errorf("must be %q or %q, got %q", StoreSQLite, StoreMemory, c.Store.Mode))
 	}

@@ -31,6 +31,11 @@ type Mailbox[T any] struct {
 	maxBytes int         // 0: no byte limit
 	sizeOf   func(T) int // item size for maxBytes
 	bytes    int         // total size of entries
+	// senderOf names an item's sender for the fair share (SetShare);
+	// nil: no share. shares counts what each sender holds.
+	senderOf func(T) string
+	sharePct int
+	shares   Shares
 	closed   bool
 	// changed is closed on the next push, ack or close, to wake all
 	// waiters at once; it is made when a waiter first asks for it (nil:
@@ -64,6 +69,29 @@ func (m *Mailbox[T]) SetByteLimit(maxBytes int, sizeOf func(T) int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.maxBytes, m.sizeOf = maxBytes, sizeOf
+}
+
+// SetShare gives each sender, as senderOf names it, a fair share of the
+// mailbox ([FairShare] with percent): once the mailbox is over half full
+// (items or bytes), a push from a sender holding more than its share
+// returns [ErrShare] while other senders' pushes are still stored. Items
+// whose sender is "" (local ones) have no share. Call it before use.
+func (m *Mailbox[T]) SetShare(percent int, senderOf func(T) string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sharePct, m.senderOf = percent, senderOf
+}
+
+// unshare removes what es hold from their senders' shares.
+func (m *Mailbox[T]) unshare(es ...Entry[T]) {
+	if m.senderOf == nil {
+		return
+	}
+	for _, e := range es {
+		if k := m.senderOf(e.Item); k != "" {
+			m.shares.Add(k, -1, -int64(m.size(e.Item)))
+		}
+	}
 }
 
 func (m *Mailbox[T]) size(item T) int {
@@ -114,6 +142,16 @@ func (m *Mailbox[T]) Push(item T) error {
 	n := m.size(item)
 	if m.maxBytes > 0 && m.n > 0 && m.bytes+n > m.maxBytes {
 		return ErrFull
+	}
+	if m.senderOf != nil {
+		if k := m.senderOf(item); k != "" {
+			total := Usage{int64(m.n), int64(m.bytes)}
+			limit := Usage{int64(m.max), int64(m.maxBytes)}
+			if !m.shares.Admit(m.sharePct, k, total, limit, int64(n)) {
+				return ErrShare
+			}
+			m.shares.Add(k, 1, int64(n))
+		}
 	}
 	m.bytes += n
 	if k := len(m.chunks); k == 0 || len(m.chunks[k-1]) == cap(m.chunks[k-1]) {
@@ -202,6 +240,7 @@ func (m *Mailbox[T]) Ack(seqs ...uint64) int {
 		}
 		ch := m.chunks[c]
 		m.bytes -= m.size(ch[i].Item)
+		m.unshare(ch[i])
 		copy(ch[i:], ch[i+1:])
 		clear(ch[len(ch)-1:])
 		m.chunks[c] = ch[:len(ch)-1]
@@ -220,11 +259,13 @@ func (m *Mailbox[T]) AckUpTo(upTo uint64) int {
 	removed := 0
 	for _, ch := range m.chunks[:c] {
 		m.bytes -= m.sizes(ch)
+		m.unshare(ch...)
 		removed += len(ch)
 	}
 	if i > 0 { // the oldest entries of chunk c go too
 		ch := m.chunks[c]
 		m.bytes -= m.sizes(ch[:i])
+		m.unshare(ch[:i]...)
 		removed += i
 		k := copy(ch, ch[i:])
 		clear(ch[k:])

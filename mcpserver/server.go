@@ -190,7 +190,7 @@ func instructions(self node.Self, pairing bool) string {
 	text := fmt.Sprintf(`You are connected to meerkatd, the signed messaging node %q (key %s).
 Other agents ("peers") can send you messages and requests; you can send them yours.
 - Use list_peers to see who you can talk to; address a peer by its name.
-- receive_messages shows your unacknowledged mail (it does not remove it; pass wait_ms to wait for new mail). Every tool result carries "pending", the number of unacknowledged messages, requests and envelopes of spaces: when it is above zero, read them.
+- receive_messages shows your unacknowledged mail (it does not remove it; pass wait_ms to wait for new mail). Every tool result carries "pending", the number of unacknowledged items of every kind (messages, requests, responses, envelopes of spaces): when it is above zero, read them.
 - Answer a request with send_response(peer, request_id, status, result): status "accepted" if you will answer later, then "completed" or "failed".
 - After handling items, call ack_messages so they stop showing as pending.
 - Sends are reliable by default: if the peer cannot be reached now, the result says delivery "queued" and the node keeps retrying it; nothing more to do. list_outbox shows what is still queued, list_dead_letters what was given up on (retry_dead_letters queues it again).

@@ -117,8 +117,8 @@ type Status struct {
 	Running   bool       `json:"running"`
 	StartedAt *time.Time `json:"started_at"` // null if not running
 	Peers     int        `json:"peers"`
-	// Inbox counts unacknowledged items; Pending the messages, requests
-	// and MEUP items among them.
+	// Inbox counts unacknowledged items; Pending those an agent must
+	// look at: all of them (every stored kind, responses included).
 	Inbox       int               `json:"inbox"`
 	Pending     int               `json:"pending"`
 	Accepted    uint64            `json:"accepted"`
@@ -236,7 +236,7 @@ type Batch struct {
 	Cursor   uint64    `json:"cursor"`    // pass as After to get only newer items
 	More     bool      `json:"more"`      // more matching items follow the cursor now
 	TimedOut bool      `json:"timed_out"` // waited and nothing came
-	Pending  int       `json:"pending"`   // unacknowledged messages, requests and MEUP items
+	Pending  int       `json:"pending"`   // unacknowledged items of every stored kind, responses included
 	// Epoch names the inbox the cursor and seqs belong to. It stays the
 	// same across restarts of a node with the SQLite inbox (seqs go on);
 	// with [store] mode = "memory" each start has a new one (seqs start

@@ -20,7 +20,10 @@ import (
 // the durable SQLite store ([store] mode).
 type mailStore interface {
 	Push(comms.Item) error
-	// Pending counts unacknowledged messages, requests and MEUP items.
+	// Pending counts what an agent must look at: every unacknowledged
+	// item (messages, requests, responses, MEUP items, kinds this node
+	// does not model, subagent results; acks are never stored), so an
+	// agent that reads until pending is zero drains the inbox.
 	Pending() int
 	List(after uint64, limit int) []inbox.Entry[comms.Item]
 	Wait(ctx context.Context, after uint64, limit int) ([]inbox.Entry[comms.Item], error)
@@ -53,15 +56,7 @@ func newMemMail(mb *inbox.Mailbox[comms.Item]) memMail {
 
 func (m memMail) Epoch() string { return m.epoch }
 
-func (m memMail) Pending() int {
-	k := 0
-	for _, en := range m.List(0, 0) {
-		if t := en.Item.Envelope.Kind.Type(); t == wire.TypeMessage || t == wire.TypeRequest || t == wire.TypeMEUP {
-			k++
-		}
-	}
-	return k
-}
+func (m memMail) Pending() int { return m.Len() }
 
 // kindSubagent marks stored subagent results, which are not envelopes.
 const kindSubagent = "subagent_result"
@@ -218,13 +213,7 @@ func (d *durableMail) Changed() <-chan struct{} { return d.st.Changed() }
 // lives, across restarts.
 func (d *durableMail) Epoch() string { return d.st.ID() }
 
-func (d *durableMail) Pending() int {
-	n, err := d.st.CountKinds(wire.TypeMessage, wire.TypeRequest, wire.TypeMEUP)
-	if err != nil {
-		d.log.Error("inbox store: count failed", "err", err)
-	}
-	return n
-}
+func (d *durableMail) Pending() int { return d.Len() }
 
 func (d *durableMail) Close() {
 	if err := d.st.Close(); err != nil {

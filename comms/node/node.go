@@ -108,11 +108,13 @@ func openMail(h *Home, log *slog.Logger, mode Mode) (mailStore, error) {
 	if mode == ModeSend || h.Config.Store.Mode == config.StoreMemory {
 		mail := inbox.NewMailbox[comms.Item](h.Config.Comms.InboxMax)
 		mail.SetByteLimit(h.Config.Comms.InboxMaxBytes, func(it comms.Item) int { return it.Size + itemOverhead })
+		mail.SetShare(h.Config.Comms.PeerInboxShare, senderOf)
 		return newMemMail(mail), nil
 	}
 	st, err := store.Open(filepath.Join(h.Dir, DBFileName), store.Options{
 		MaxItems:         h.Config.Comms.InboxMax,
 		MaxBytes:         int64(h.Config.Comms.InboxMaxBytes),
+		PeerShare:        h.Config.Comms.PeerInboxShare,
 		DedupWindow:      time.Duration(h.Config.Store.DedupWindowHours) * time.Hour,
 		HistoryRetention: time.Duration(h.Config.Store.HistoryHours) * time.Hour,
 	})
@@ -120,6 +122,15 @@ func openMail(h *Home, log *slog.Logger, mode Mode) (mailStore, error) {
 		return nil, err
 	}
 	return &durableMail{st: st, log: log}, nil
+}
+
+// senderOf names an item's sender for the inbox's fair share: the peer's
+// key for an envelope, "" (no share) for a local subagent result.
+func senderOf(it comms.Item) string {
+	if it.Type != comms.ItemExternal {
+		return ""
+	}
+	return string(it.Envelope.From[:])
 }
 
 func expireLoop(ctx context.Context, d *durableMail, log *slog.Logger) {
@@ -200,15 +211,16 @@ func Start(h *Home, opts Options) (*Node, error) {
 		observe = n.observeInbound
 	}
 	r, err := comms.New(h.Key, list, comms.Options{
-		Logger:          log,
-		AckTimeout:      h.Config.Comms.AckTimeout(),
-		FrameTimeout:    h.Config.Comms.FrameTimeout(),
-		IdleTimeout:     h.Config.Comms.IdleTimeout(),
-		MaxConnections:  h.Config.Comms.MaxConnections,
-		MaxMessageBytes: h.Config.Comms.MaxMessageBytes,
-		Inbox:           admit,
-		Observe:         observe,
-		Pairing:         pairHook,
+		Logger:             log,
+		AckTimeout:         h.Config.Comms.AckTimeout(),
+		FrameTimeout:       h.Config.Comms.FrameTimeout(),
+		IdleTimeout:        h.Config.Comms.IdleTimeout(),
+		MaxConnections:     h.Config.Comms.MaxConnections,
+		PeerMaxConnections: h.Config.Comms.PeerMaxConnections,
+		MaxMessageBytes:    h.Config.Comms.MaxMessageBytes,
+		Inbox:              admit,
+		Observe:            observe,
+		Pairing:            pairHook,
 	})
 	if err != nil {
 		mail.Close()

@@ -142,7 +142,11 @@ func (s *auditSummary) flush() {
 // verifiedRefusal reports whether a refusal with reason happens only
 // after the sender's signature was checked: its row may name the peer.
 func verifiedRefusal(reason string) bool {
-	return reason == comms.RejectInboxFull || reason == comms.RejectInFlight
+	switch reason {
+	case comms.RejectInboxFull, comms.RejectInFlight, comms.RejectPeerShare, comms.RejectPeerConns:
+		return true
+	}
+	return false
 }
 
 // pairFailures sums failed pairing attempts into one log line per

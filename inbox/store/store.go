@@ -27,6 +27,10 @@ var (
 	// ErrFull means Options.MaxItems unacknowledged items are stored; the
 	// record was not stored.
 	ErrFull = fmt.Errorf("store: full: %w", inbox.ErrFull)
+	// ErrShare means the sender holds its share (Options.PeerShare) of a
+	// store over half full; other senders are still admitted. It wraps
+	// inbox.ErrShare (and so inbox.ErrFull), not ErrFull.
+	ErrShare = fmt.Errorf("store: %w", inbox.ErrShare)
 	// ErrClosed means the store was closed.
 	ErrClosed = fmt.Errorf("store: closed: %w", inbox.ErrClosed)
 	// ErrNewerSchema means the database was written by a newer build with a
@@ -89,6 +93,12 @@ type Options struct {
 	// an admission past it fails with ErrFull (one item is always admitted
 	// into an empty store). Zero means no byte limit.
 	MaxBytes int64
+	// PeerShare, if positive, gives each sender a fair share of the
+	// store ([inbox.FairShare] with this percentage): once it is over
+	// half full, an admission from a sender holding more than its share
+	// fails with ErrShare while other senders are still admitted. Items
+	// with a zero Sender (local ones) have no share. Zero: no share.
+	PeerShare int
 	// DedupWindow is how long (Sender, ID) stays known after admission.
 	DedupWindow time.Duration
 	// HistoryRetention is how long acknowledged items are kept.
@@ -158,6 +168,10 @@ type Store struct {
 	count        atomic.Int64         // unacked as of the last commit, for Len
 	kindsDelta   map[string]int       // runBatch's changes to the unacked count by kind, applied by commit; owned by commitLoop
 	txns         atomic.Int64         // committed batch transactions, for tests
+	// shares counts unacked items and bytes per sender as of the last
+	// commit; sharesNext is runBatch's copy, kept by commit on success.
+	// Owned by commitLoop (and Open before it starts).
+	shares, sharesNext inbox.Shares
 
 	// kinds counts unacked items by kind as of the last commit, for
 	// CountKinds: a count in SQL would read every unacknowledged row
@@ -385,7 +399,41 @@ func (s *Store) loadCounts(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("count items by kind: %w", err)
 	}
+	return s.loadShares(ctx)
+}
+
+// loadShares counts the unacknowledged items and bytes of each sender.
+func (s *Store) loadShares(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT sender, count(*), COALESCE(SUM(length(payload)), 0) FROM items WHERE acked_at IS NULL GROUP BY sender`)
+	if err != nil {
+		return fmt.Errorf("count items by sender: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sender []byte
+		var n, b int64
+		if err := rows.Scan(&sender, &n, &b); err != nil {
+			return fmt.Errorf("count items by sender: %w", err)
+		}
+		if k := shareKey(sender); k != "" {
+			s.shares.Add(k, n, b)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("count items by sender: %w", err)
+	}
 	return nil
+}
+
+// shareKey is a sender's key in Store.shares: "" for a zero sender
+// (local items, which have no share).
+func shareKey(sender []byte) string {
+	for _, b := range sender {
+		if b != 0 {
+			return string(sender)
+		}
+	}
+	return ""
 }
 
 // openReadOnly is Open with opts.ReadOnly: no committer runs.
@@ -698,6 +746,7 @@ func (s *Store) commit(batch []*request) {
 	}
 	s.unacked, s.unackedBytes = unacked, bytes
 	s.full, s.need = s.fullNext, s.needNext
+	s.shares = s.sharesNext
 	s.count.Store(int64(unacked))
 	if len(s.kindsDelta) > 0 {
 		s.kindsMu.Lock()
@@ -731,7 +780,7 @@ const (
 				WHERE i.seq = d.seq AND i.acked_at IS NULL)))`
 	sqlRemember = `INSERT INTO dedup (sender, id, first_seen, seq) VALUES (?1, ?2, ?3, ?4)
 		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen, seq = excluded.seq`
-	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL RETURNING length(payload), kind`
+	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL RETURNING length(payload), kind, sender`
 	sqlExpireDedup = `DELETE FROM dedup WHERE first_seen < ?1 AND NOT EXISTS (SELECT 1 FROM items i
 		WHERE i.seq = dedup.seq AND i.acked_at IS NULL)`
 	sqlExpireItems = `DELETE FROM items WHERE acked_at IS NOT NULL AND acked_at < ?`
@@ -768,6 +817,18 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	clear(s.kindsDelta)
 	full, need := s.full, s.need
 	defer func() { s.fullNext, s.needNext = full, need }()
+	s.sharesNext = s.shares
+	cloned := false // sharesNext is a copy runBatch may change
+	share := func(sender []byte, items, bytes int64) {
+		k := shareKey(sender)
+		if k == "" {
+			return
+		}
+		if !cloned {
+			s.sharesNext, cloned = s.shares.Clone(), true
+		}
+		s.sharesNext.Add(k, items, bytes)
+	}
 	lowItems := max(s.opts.MaxItems*9/10, 1)
 	for i, req := range batch {
 		switch req.op {
@@ -792,6 +853,25 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 					res[i].dup = true
 				case sql.ErrNoRows:
 					res[i].err = ErrFull
+				default:
+					return 0, 0, 0, 0, err
+				}
+				continue
+			}
+			if k := shareKey(r.Sender[:]); k != "" && s.opts.PeerShare > 0 &&
+				!s.sharesNext.Admit(s.opts.PeerShare, k, inbox.Usage{Items: int64(unacked), Bytes: bytes},
+					inbox.Usage{Items: int64(s.opts.MaxItems), Bytes: s.opts.MaxBytes}, int64(len(payload))) {
+				// Over its share: refused, but not the full latch, which
+				// would refuse the other senders too.
+				if err := prepare(&lookup, sqlLookup); err != nil {
+					return 0, 0, 0, 0, err
+				}
+				var one int
+				switch err := lookup.QueryRowContext(ctx, r.Sender[:], r.ID[:], cutoff).Scan(&one); err {
+				case nil:
+					res[i].dup = true
+				case sql.ErrNoRows:
+					res[i].err = ErrShare
 				default:
 					return 0, 0, 0, 0, err
 				}
@@ -824,6 +904,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			added++
 			bytes += int64(len(payload))
 			s.kindsDelta[r.Kind]++
+			share(r.Sender[:], 1, int64(len(payload)))
 		case opAck:
 			if err := prepare(&ack, sqlAck); err != nil {
 				return 0, 0, 0, 0, err
@@ -834,11 +915,13 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 				}
 				var size int64
 				var kind string
-				switch err := ack.QueryRowContext(ctx, nowNS, int64(seq)).Scan(&size, &kind); err {
+				var sender []byte
+				switch err := ack.QueryRowContext(ctx, nowNS, int64(seq)).Scan(&size, &kind, &sender); err {
 				case nil:
 					res[i].n++
 					bytes -= size
 					s.kindsDelta[kind]--
+					share(sender, -1, -size)
 				case sql.ErrNoRows: // unknown or already acknowledged
 				default:
 					return 0, 0, 0, 0, err
