@@ -414,7 +414,7 @@ func runStatus(e *env, args []string) error {
 	for _, l := range s.Listen {
 		fmt.Fprintf(e.stdout, "listen     %s\n", l)
 	}
-	fmt.Fprintf(e.stdout, "peers      %d\ninbox      %d (%d pending: messages, requests, envelopes of spaces)\n", s.Peers, s.Inbox, s.Pending)
+	fmt.Fprintf(e.stdout, "peers      %d\ninbox      %d (%d pending)\n", s.Peers, s.Inbox, s.Pending)
 	if s.Running {
 		fmt.Fprintf(e.stdout, "accepted   %d\nacks sent  %d\nconns      %d\n", s.Accepted, s.AcksSent, s.Connections)
 		for reason, k := range s.Rejected {
