@@ -223,6 +223,7 @@ const (
 	opOutboxDrop
 	opOutboxSaveBreaker
 	opOutboxSync
+	opOutboxPrune
 	// Space operations (space.go).
 	opSpaceRemember
 	opSpaceForget
@@ -250,8 +251,9 @@ type request struct {
 type result struct {
 	dup  bool
 	n, m int
-	seq  uint64         // opOutboxAdd: the new entry's Seq
-	revd []outbox.Entry // opOutboxRevive: the revived entries
+	seq  uint64              // opOutboxAdd: the new entry's Seq
+	revd []outbox.Entry      // opOutboxRevive: the revived entries
+	dead []outbox.DeadLetter // opOutboxPrune: the removed dead letters
 	err  error
 }
 
@@ -938,7 +940,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			vacuum = true
 			s.checkpoint = "TRUNCATE"
 		case opOutboxAdd, opOutboxDelivered, opOutboxAttempted, opOutboxKill,
-			opOutboxRevive, opOutboxDrop, opOutboxSaveBreaker, opOutboxSync:
+			opOutboxRevive, opOutboxDrop, opOutboxSaveBreaker, opOutboxSync, opOutboxPrune:
 			if err := ob.run(req, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
