@@ -525,7 +525,9 @@ func (s *Store) Admit(ctx context.Context, r Record) (dup bool, err error) {
 }
 
 // Ack marks the items with the given sequence numbers acknowledged: they
-// leave List and Len and are kept as history for Options.HistoryRetention.
+// leave List and Len and are kept as history for Options.HistoryRetention
+// (and while within Options.HistoryMaxBytes: an Ack that takes history
+// past it deletes the oldest acknowledged items).
 // It returns how many it marked; unknown or already acknowledged numbers are
 // skipped. Like Admit it returns after the commit.
 func (s *Store) Ack(seqs ...uint64) (int, error) {
@@ -542,8 +544,11 @@ func (s *Store) Ack(seqs ...uint64) (int, error) {
 // Expire deletes dedup rows older than Options.DedupWindow (except those
 // whose item is still unacknowledged, so it cannot be delivered twice) and
 // acknowledged items older than Options.HistoryRetention, counted from
-// their acknowledgement. It never deletes unacknowledged items. It returns
-// how many rows of each it deleted. Callers run it periodically.
+// their acknowledgement, then the oldest acknowledged items while their
+// payloads exceed Options.HistoryMaxBytes (down to 9/10 of it). It never
+// deletes unacknowledged items. It gives the freed pages back to the file
+// system (incremental vacuum) and checkpoints the WAL, truncating it. It
+// returns how many rows of each it deleted. Callers run it periodically.
 func (s *Store) Expire() (dedup, history int, err error) {
 	res := s.do(context.Background(), &request{op: opExpire})
 	return res.n, res.m, res.err
