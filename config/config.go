@@ -27,6 +27,7 @@ const (
 	DefaultStoreMode        = StoreSQLite
 	DefaultDedupWindowHours = 7 * 24
 	DefaultHistoryHours     = 7 * 24
+	DefaultHistoryMaxBytes  = 256 << 20
 
 	DefaultOutboxBackoff         = "0s,5s,15s,1m,5m"
 	DefaultOutboxMaxAttempts     = 50
@@ -34,6 +35,8 @@ const (
 	DefaultOutboxBreakerOpenSecs = 60
 	DefaultOutboxMaxEntries      = 10000
 	DefaultOutboxMaxBytes        = 256 << 20
+	DefaultDeadLettersMax        = 10000
+	DefaultDeadLetterHours       = 30 * 24
 	DefaultAuditMaxBytes         = 64 << 20
 	DefaultMEUPProtocol          = "meup/v0.1"
 	DefaultProposalTTLSecs       = 3600
@@ -136,6 +139,10 @@ type Outbox struct {
 	// DefaultTTLSecs is the time-to-live of reliable sends that give
 	// none; 0 means none.
 	DefaultTTLSecs int `toml:"default_ttl_secs"`
+	// DeadLettersMax is how many dead letters are kept (the oldest go
+	// first); DeadLetterHours how long each is kept.
+	DeadLettersMax  int `toml:"dead_letters_max"`
+	DeadLetterHours int `toml:"dead_letter_hours"`
 }
 
 // Audit is the [audit] table: the audit log (audit.log in the home).
@@ -184,6 +191,9 @@ type Store struct {
 	DedupWindowHours int `toml:"dedup_window_hours"`
 	// HistoryHours is how long acknowledged items are kept.
 	HistoryHours int `toml:"history_hours"`
+	// HistoryMaxBytes bounds the payload bytes of acknowledged items
+	// kept; the oldest go first.
+	HistoryMaxBytes int `toml:"history_max_bytes"`
 }
 
 // Comms is the [comms] table: listeners and the limits of the links.
@@ -242,6 +252,7 @@ func Default() Config {
 			Mode:             DefaultStoreMode,
 			DedupWindowHours: DefaultDedupWindowHours,
 			HistoryHours:     DefaultHistoryHours,
+			HistoryMaxBytes:  DefaultHistoryMaxBytes,
 		},
 		Outbox: Outbox{
 			Backoff:         DefaultOutboxBackoff,
@@ -250,6 +261,8 @@ func Default() Config {
 			BreakerOpenSecs: DefaultOutboxBreakerOpenSecs,
 			MaxEntries:      DefaultOutboxMaxEntries,
 			MaxBytes:        DefaultOutboxMaxBytes,
+			DeadLettersMax:  DefaultDeadLettersMax,
+			DeadLetterHours: DefaultDeadLetterHours,
 		},
 		Audit: Audit{Enabled: true, MaxBytes: DefaultAuditMaxBytes},
 		MEUP:  MEUP{Protocol: DefaultMEUPProtocol, ProposalTTLSecs: DefaultProposalTTLSecs},

@@ -44,6 +44,7 @@ func (c Config) Validate() error {
 	}
 	add("store.dedup_window_hours", checkRange(c.Store.DedupWindowHours, 1, 24*365))
 	add("store.history_hours", checkRange(c.Store.HistoryHours, 1, 24*365))
+	add("store.history_max_bytes", checkMin(c.Store.HistoryMaxBytes, 1))
 	_, err = c.Outbox.BackoffDurations()
 	add("outbox.backoff", err)
 	add("outbox.max_attempts", checkRange(c.Outbox.MaxAttempts, 1, 1_000_000))
@@ -52,6 +53,8 @@ func (c Config) Validate() error {
 	add("outbox.max_entries", checkMin(c.Outbox.MaxEntries, 1))
 	add("outbox.max_bytes", checkMin(c.Outbox.MaxBytes, 1))
 	add("outbox.default_ttl_secs", checkRange(c.Outbox.DefaultTTLSecs, 0, MaxTimeoutSecs))
+	add("outbox.dead_letters_max", checkMin(c.Outbox.DeadLettersMax, 1))
+	add("outbox.dead_letter_hours", checkRange(c.Outbox.DeadLetterHours, 1, 24*365))
 	add("audit.max_bytes", checkMin(c.Audit.MaxBytes, 4096))
 	if !slices.Contains(MEUPProtocols, c.MEUP.Protocol) {
 		add("meup.protocol", fmt.Errorf("must be one of %s, got %q", strings.Join(MEUPProtocols, ", "), c.MEUP.Protocol))

@@ -103,6 +103,11 @@ func TestValidate(t *testing.T) {
 		{"mcp pairing OFF", func(c *Config) { c.MCP.Pairing = "OFF" }, "mcp.pairing"},
 		{"mcp pairing false", func(c *Config) { c.MCP.Pairing = "false" }, "mcp.pairing"},
 		{"proposal ttl a week", func(c *Config) { c.MEUP.ProposalTTLSecs = 7 * 24 * 3600 }, ""},
+		{"history max bytes zero", func(c *Config) { c.Store.HistoryMaxBytes = 0 }, "store.history_max_bytes"},
+		{"history max bytes one", func(c *Config) { c.Store.HistoryMaxBytes = 1 }, ""},
+		{"dead letters max zero", func(c *Config) { c.Outbox.DeadLettersMax = 0 }, "outbox.dead_letters_max"},
+		{"dead letter hours zero", func(c *Config) { c.Outbox.DeadLetterHours = 0 }, "outbox.dead_letter_hours"},
+		{"dead letter hours over a year", func(c *Config) { c.Outbox.DeadLetterHours = 24*365 + 1 }, "outbox.dead_letter_hours"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
@@ -130,9 +135,9 @@ func TestValidateAllAtOnce(t *testing.T) {
 		"comms.max_message_bytes", "comms.frame_timeout_secs", "comms.idle_timeout_secs",
 		"comms.max_connections", "comms.inbox_max", "comms.inbox_max_bytes",
 		"comms.peer_inbox_share", "comms.peer_max_connections",
-		"store.mode", "store.dedup_window_hours", "store.history_hours",
+		"store.mode", "store.dedup_window_hours", "store.history_hours", "store.history_max_bytes",
 		"outbox.backoff", "outbox.max_attempts", "outbox.breaker_failures", "outbox.breaker_open_secs",
-		"outbox.max_entries", "outbox.max_bytes", "audit.max_bytes",
+		"outbox.max_entries", "outbox.max_bytes", "outbox.dead_letters_max", "outbox.dead_letter_hours", "audit.max_bytes",
 		"meup.protocol", "meup.proposal_ttl_secs", "mcp.pairing",
 	}
 	if got := errorKeys(err); !reflect.DeepEqual(got, want) {

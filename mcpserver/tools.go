@@ -178,7 +178,7 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendResponse)
 	s.mcp.AddTool(mcp.NewTool("status",
-		mcp.WithDescription("Show this node's state, the same as `meerkatd status --json`: its name, key and listen addresses; running (true when a node serves the home) and started_at; peers (how many it trusts); inbox and pending (unacknowledged items: what you still have to read); the counters accepted, acks_sent, connections and rejected (by reason); outbox (reliable sends waiting), dead_letters, and send_peers (peers with something queued or a breaker that is not closed)."),
+		mcp.WithDescription("Show this node's state, the same as `meerkatd status --json`: its name, key and listen addresses; running (true when a node serves the home) and started_at; peers (how many it trusts); inbox and pending (unacknowledged items: what you still have to read); the counters accepted, acks_sent, connections and rejected (by reason); outbox (reliable sends waiting), dead_letters, and send_peers (peers with something queued or a breaker that is not closed), and db_bytes (the size on disk of the node's database, 0 in memory mode)."),
 		mcp.WithOutputSchema[node.Status](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Node status", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.status)

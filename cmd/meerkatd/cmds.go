@@ -422,6 +422,9 @@ func runStatus(e *env, args []string) error {
 		}
 	}
 	fmt.Fprintf(e.stdout, "outbox     %d\ndead       %d\n", s.Outbox, s.DeadLetters)
+	if s.DBBytes > 0 {
+		fmt.Fprintf(e.stdout, "database   %d bytes\n", s.DBBytes)
+	}
 	for _, p := range s.SendPeers {
 		fmt.Fprintf(e.stdout, "peer       %s: %d queued, breaker %s", orKey(p.Peer, p.PubKey), p.Queued, breakerText(p))
 		if p.LastError != "" {

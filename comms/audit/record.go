@@ -45,6 +45,9 @@ const (
 	EventDeadLetter = "dead_letter" // out: given up on after the last retry; Reason
 	EventConsumed   = "consumed"    // in: the consumer acknowledged the inbox item
 	EventAcks       = "acks"        // in: Count acks arrived from the peer on its own connections since the previous such row
+	// EventDroppedDeadLetter (out): a dead letter deleted for good to
+	// bound the disk; Reason is "cap: " or "retention: " and its reason.
+	EventDroppedDeadLetter = "dropped_dead_letter"
 	// EventDropped is written by the Log itself, not by callers: Reason
 	// holds the decimal number of records lost (queue full or a write
 	// error) since the previous dropped row. Its other fields are empty.

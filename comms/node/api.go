@@ -130,6 +130,9 @@ type Status struct {
 	Outbox      int             `json:"outbox"`
 	DeadLetters int             `json:"dead_letters"`
 	SendPeers   []PeerSendState `json:"send_peers"`
+	// DBBytes is the size on disk of the home's database (meerkat.db and
+	// its write-ahead log); 0 in memory mode or before it exists.
+	DBBytes int64 `json:"db_bytes"`
 }
 
 // Peer is one trusted peer.

@@ -117,6 +117,7 @@ func openMail(h *Home, log *slog.Logger, mode Mode) (mailStore, error) {
 		PeerShare:        h.Config.Comms.PeerInboxShare,
 		DedupWindow:      time.Duration(h.Config.Store.DedupWindowHours) * time.Hour,
 		HistoryRetention: time.Duration(h.Config.Store.HistoryHours) * time.Hour,
+		HistoryMaxBytes:  int64(h.Config.Store.HistoryMaxBytes),
 	})
 	if err != nil {
 		return nil, err
@@ -143,6 +144,28 @@ func expireLoop(ctx context.Context, d *durableMail, log *slog.Logger) {
 			}
 		} else if dedup+history > 0 {
 			log.Debug("inbox store: expired", "dedup", dedup, "history", history)
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// pruneLoop deletes the dead letters past outbox.dead_letters_max and
+// outbox.dead_letter_hours, at start and every expireInterval, until ctx
+// ends; the outbox reports each to the audit log.
+func pruneLoop(ctx context.Context, ob *outbox.Outbox, log *slog.Logger) {
+	t := time.NewTicker(expireInterval)
+	defer t.Stop()
+	for {
+		if n, err := ob.Prune(); err != nil {
+			if ctx.Err() == nil {
+				log.Warn("outbox: pruning dead letters failed", "err", err)
+			}
+		} else if n > 0 {
+			log.Info("outbox: deleted dead letters past their cap or retention", "count", n)
 		}
 		select {
 		case <-t.C:
@@ -239,6 +262,12 @@ func Start(h *Home, opts Options) (*Node, error) {
 			n.Close()
 			return nil, err
 		}
+		ob := n.ob
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			pruneLoop(ctx, ob, log)
+		}()
 		if n.spaces, err = startSpaces(n); err != nil {
 			n.Close()
 			return nil, err

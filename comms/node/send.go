@@ -316,6 +316,8 @@ func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Ev
 		BreakerOpen:     h.Config.Outbox.BreakerOpen(),
 		MaxEntries:      h.Config.Outbox.MaxEntries,
 		MaxBytes:        int64(h.Config.Outbox.MaxBytes),
+		MaxDeadLetters:  h.Config.Outbox.DeadLettersMax,
+		DeadLetterAge:   time.Duration(h.Config.Outbox.DeadLetterHours) * time.Hour,
 		Observe:         observe,
 	})
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/inbox/store"
 )
 
 // Self implements [API].
@@ -53,6 +54,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	} else if d, err := n.diskMail(); err == nil {
 		s.Inbox, s.Pending = d.Len(), d.Pending()
 	}
+	s.DBBytes = n.dbBytes()
 	if n.ob == nil && n.h.Config.Store.Mode == config.StoreMemory {
 		return s, nil // no daemon and nothing on disk: no outbox
 	}
@@ -66,6 +68,26 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	}
 	s.Outbox, s.DeadLetters, s.SendPeers = len(ob.Entries), len(dl), ob.Peers
 	return s, nil
+}
+
+// dbBytes is the size of the database the node keeps or, for a node that
+// does not serve its home, of the home's: 0 for none (memory mode, no
+// file yet) or when its size cannot be read.
+func (n *Node) dbBytes() int64 {
+	var st *store.Store
+	if d, ok := n.mail.(*durableMail); ok {
+		st = d.st
+	} else if n.mode != ModeServe {
+		st, _ = n.readDB()
+	}
+	if st == nil {
+		return 0
+	}
+	size, err := st.DiskSize()
+	if err != nil {
+		return 0
+	}
+	return size
 }
 
 // Peers implements [API]. Without a running outbox (a command run

@@ -119,6 +119,24 @@ func (m *MemStore) Drop(ids ...identity.UUID) (int, error) {
 	return n - len(m.dead), nil
 }
 
+// Prune implements [Store].
+func (m *MemStore) Prune(max int, before time.Time) ([]DeadLetter, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []DeadLetter
+	keep := m.dead[:0]
+	for i, d := range m.dead {
+		if !before.IsZero() && !d.DiedAt.IsZero() && d.DiedAt.Before(before) || max >= 0 && len(m.dead)-i > max {
+			out = append(out, d)
+			continue
+		}
+		keep = append(keep, d)
+	}
+	clear(m.dead[len(keep):])
+	m.dead = keep
+	return out, nil
+}
+
 // Breakers implements [Store].
 func (m *MemStore) Breakers() ([]Breaker, error) {
 	m.mu.Lock()

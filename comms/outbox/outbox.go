@@ -71,6 +71,8 @@ const (
 	DefaultWindow          = 128
 	DefaultMaxEntries      = 10000
 	DefaultMaxBytes        = 256 << 20
+	DefaultMaxDeadLetters  = 10000
+	DefaultDeadLetterAge   = 30 * 24 * time.Hour
 )
 
 // Options are an Outbox's knobs; zero values mean the defaults.
@@ -84,9 +86,13 @@ type Options struct {
 	Window          int           // envelopes in flight per peer
 	MaxEntries      int           // envelopes queued at most (all peers)
 	MaxBytes        int64         // payload bytes queued at most (all peers)
-	Observe         func(Event)   // told about every attempt's outcome; must not block
-	Logger          *slog.Logger
-	Now             func() time.Time
+	// MaxDeadLetters and DeadLetterAge bound the dead letters kept: Prune
+	// removes the oldest beyond the count and those that died longer ago.
+	MaxDeadLetters int
+	DeadLetterAge  time.Duration
+	Observe        func(Event) // told about every attempt's outcome; must not block
+	Logger         *slog.Logger
+	Now            func() time.Time
 }
 
 func (o *Options) setDefaults() {
@@ -102,6 +108,10 @@ func (o *Options) setDefaults() {
 	def(&o.BreakerFailures, DefaultBreakerFailures)
 	def(&o.Window, DefaultWindow)
 	def(&o.MaxEntries, DefaultMaxEntries)
+	def(&o.MaxDeadLetters, DefaultMaxDeadLetters)
+	if o.DeadLetterAge <= 0 {
+		o.DeadLetterAge = DefaultDeadLetterAge
+	}
 	if o.BreakerOpen <= 0 {
 		o.BreakerOpen = DefaultBreakerOpen
 	}
@@ -123,6 +133,15 @@ const (
 	EventRetry      = "retry"       // an attempt failed; it will be retried
 	EventExpired    = "expired"     // its time-to-live passed: now a dead letter
 	EventDeadLetter = "dead_letter" // moved to the dead letters for another reason
+	// EventDroppedDeadLetter: Prune removed a dead letter for good; the
+	// Reason is PruneCap or PruneAge, then ": " and its DeadLetter.Reason.
+	EventDroppedDeadLetter = "dropped_dead_letter"
+)
+
+// Why Prune removed a dead letter (the prefix of its event's Reason).
+const (
+	PruneCap = "cap"       // more than Options.MaxDeadLetters newer ones
+	PruneAge = "retention" // died more than Options.DeadLetterAge ago
 )
 
 // Event is one step in an entry's life, for an audit log.
@@ -822,6 +841,25 @@ func (o *Outbox) Revive(ids ...identity.UUID) (int, error) {
 		o.queueLocked(&item{e: e})
 	}
 	return len(es), nil
+}
+
+// Prune removes the dead letters that died more than
+// Options.DeadLetterAge ago and, of the others, the oldest beyond
+// Options.MaxDeadLetters, reporting each to Options.Observe
+// (EventDroppedDeadLetter) for the audit log. It returns how many it
+// removed. The owner calls it periodically; queued envelopes are never
+// touched.
+func (o *Outbox) Prune() (int, error) {
+	cutoff := o.opts.Now().Add(-o.opts.DeadLetterAge)
+	dead, err := o.st.Prune(o.opts.MaxDeadLetters, cutoff)
+	for _, d := range dead {
+		why := PruneCap
+		if !d.DiedAt.IsZero() && d.DiedAt.Before(cutoff) {
+			why = PruneAge
+		}
+		o.observe(EventDroppedDeadLetter, d.Entry, d.Attempts, why+": "+d.Reason)
+	}
+	return len(dead), err
 }
 
 // Drop deletes dead letters for good and returns how many it deleted.

@@ -740,3 +740,68 @@ func TestAttemptCarriesKind(t *testing.T) {
 		t.Fatalf("attempt kinds %v", kinds)
 	}
 }
+
+// Prune removes the dead letters past Options.DeadLetterAge and the
+// oldest beyond Options.MaxDeadLetters, each reported to Observe for the
+// audit log; queued envelopes stay.
+func TestPruneDeadLetters(t *testing.T) {
+	st := NewMemStore()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	p := mustPeer(1)
+	var dead []Entry
+	for i := range 5 {
+		e := must(st.Add(entry(p, i)))
+		died := now.Add(-time.Minute)
+		if i == 0 {
+			died = now.Add(-48 * time.Hour) // past the retention
+		}
+		if err := st.Kill(e.ID, ReasonExhausted+": gone", died); err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, e)
+	}
+	queued := must(st.Add(entry(p, 9)))
+	var mu sync.Mutex
+	var got []Event
+	opts := fastOpts()
+	opts.MaxDeadLetters, opts.DeadLetterAge = 2, 24*time.Hour
+	opts.Now = func() time.Time { return now }
+	opts.Observe = func(ev Event) { mu.Lock(); got = append(got, ev); mu.Unlock() }
+	ob := must(New(st, deliverFunc(func(context.Context, Attempt) error { return errors.New("down") }), opts))
+	defer ob.Close()
+	n, err := ob.Prune()
+	if err != nil || n != 3 {
+		t.Fatalf("Prune = %d, %v; want 3", n, err)
+	}
+	left := must(ob.DeadLetters())
+	if len(left) != 2 || left[0].ID != dead[3].ID || left[1].ID != dead[4].ID {
+		t.Fatalf("dead letters left: %d, want the 2 newest", len(left))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []struct {
+		id     identity.UUID
+		reason string
+	}{
+		{dead[0].ID, PruneAge + ": " + ReasonExhausted + ": gone"},
+		{dead[1].ID, PruneCap + ": " + ReasonExhausted + ": gone"},
+		{dead[2].ID, PruneCap + ": " + ReasonExhausted + ": gone"},
+	}
+	var drops []Event
+	for _, ev := range got {
+		if ev.Type == EventDroppedDeadLetter {
+			drops = append(drops, ev)
+		}
+	}
+	if len(drops) != len(want) {
+		t.Fatalf("%d %s events, want %d", len(drops), EventDroppedDeadLetter, len(want))
+	}
+	for i, w := range want {
+		if drops[i].Entry.ID != w.id || drops[i].Reason != w.reason {
+			t.Errorf("event %d: %s %q, want %s %q", i, drops[i].Entry.ID, drops[i].Reason, w.id, w.reason)
+		}
+	}
+	if es := must(st.Entries()); len(es) != 1 || es[0].ID != queued.ID {
+		t.Fatalf("outbox after Prune: %d entries, want the queued one", len(es))
+	}
+}

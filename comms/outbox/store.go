@@ -72,6 +72,10 @@ type Store interface {
 	// Drop deletes the given dead letters for good and reports how many
 	// it found; no ids deletes nothing.
 	Drop(ids ...identity.UUID) (int, error)
+	// Prune deletes the dead letters that died before before (zero: no
+	// age limit) and, of the others, all but the max newest (max < 0: no
+	// count limit), and returns them oldest first.
+	Prune(max int, before time.Time) ([]DeadLetter, error)
 	// Breakers returns the stored breaker states.
 	Breakers() ([]Breaker, error)
 	// SaveBreaker stores b; a closed breaker (no failures, not open) may

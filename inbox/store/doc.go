@@ -43,6 +43,17 @@
 // arrive in its order. The request channel to the committer is bounded:
 // Admit blocks (honouring its ctx) when the committer falls behind.
 //
+// # Disk
+//
+// Acknowledged items (history) are bounded by age
+// ([Options.HistoryRetention]) and by payload bytes
+// ([Options.HistoryMaxBytes]: the oldest acknowledged go first); only
+// history is ever deleted for room. The database uses auto_vacuum =
+// INCREMENTAL (Open converts an older file once, with a VACUUM), so the
+// pages deletions free are handed back to the file system, and the WAL is
+// truncated to [Options.WALMaxBytes] after checkpoints. [Store.DiskSize]
+// reports the file and WAL size.
+//
 // # Outbox
 //
 // [Store.Outbox] is the node's outbox in the same file: an [outbox.Store]

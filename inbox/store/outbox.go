@@ -44,8 +44,8 @@ type outboxReq struct {
 	entry   outbox.Entry    // opOutboxAdd
 	ids     []identity.UUID // opOutboxDelivered, opOutboxRevive (nil: all), opOutboxDrop
 	id      identity.UUID   // opOutboxAttempted, opOutboxKill
-	n       int             // opOutboxAttempted: attempts
-	at      time.Time       // opOutboxAttempted: next; opOutboxKill: died at
+	n       int             // opOutboxAttempted: attempts; opOutboxPrune: most kept
+	at      time.Time       // opOutboxAttempted: next; opOutboxKill: died at; opOutboxPrune: died before
 	text    string          // opOutboxAttempted: last error; opOutboxKill: reason
 	breaker outbox.Breaker  // opOutboxSaveBreaker
 }
@@ -192,6 +192,18 @@ func (o *Outbox) Drop(ids ...identity.UUID) (int, error) {
 	return res.n, res.err
 }
 
+// Prune deletes the dead letters that died before before (zero: none for
+// their age) and, of the others, all but the max newest (max < 0: no
+// count limit), in one transaction. It returns them in the order they
+// were killed, after the commit.
+func (o *Outbox) Prune(max int, before time.Time) ([]outbox.DeadLetter, error) {
+	if err := checkTime("prune", before); err != nil {
+		return nil, err
+	}
+	res := o.s.do(context.Background(), &request{op: opOutboxPrune, ob: &outboxReq{n: max, at: before}})
+	return res.dead, res.err
+}
+
 // Breakers returns the stored breaker states, ordered by peer key.
 func (o *Outbox) Breakers() ([]outbox.Breaker, error) {
 	var out []outbox.Breaker
@@ -327,6 +339,11 @@ const (
 	sqlOutboxReviveSome = `DELETE FROM dead_letters WHERE id = ? RETURNING dl, ` + entryCols
 	sqlOutboxReviveAll  = `DELETE FROM dead_letters RETURNING dl, ` + entryCols
 	sqlOutboxDrop       = `DELETE FROM dead_letters WHERE id = ?`
+	// sqlOutboxPrune deletes the dead letters that died before ?1 and
+	// those older than the ?2 newest (?2 < 0: none for their number).
+	sqlOutboxPrune = `DELETE FROM dead_letters WHERE died_at < ?1
+		OR ?2 >= 0 AND dl <= (SELECT dl FROM dead_letters ORDER BY dl DESC LIMIT 1 OFFSET ?2)
+		RETURNING dl, ` + entryCols + `, reason, died_at`
 	sqlOutboxBreakerDel = `DELETE FROM breakers WHERE peer = ?`
 	sqlOutboxBreakerSet = `INSERT INTO breakers (peer, failures, open_until) VALUES (?, ?, ?)
 		ON CONFLICT (peer) DO UPDATE SET failures = excluded.failures, open_until = excluded.open_until`
@@ -431,6 +448,12 @@ func (t *outboxTx) run(req *request, res *result) error {
 			_, err = t.exec(sqlOutboxBreakerSet, b.Peer[:], b.Failures, nanos(b.OpenUntil))
 		}
 		return err
+	case opOutboxPrune:
+		dead, err := t.prune(ob.n, ob.at)
+		if err != nil {
+			return err
+		}
+		res.dead = dead
 	case opOutboxSync: // nothing: answering it means everything before it committed
 	default:
 		panic(fmt.Sprintf("bug: store: unknown outbox op %d", req.op))
@@ -459,6 +482,48 @@ func (t *outboxTx) insert(e outbox.Entry) (seq uint64, ok bool, err error) {
 	default:
 		return 0, false, err
 	}
+}
+
+// prune runs sqlOutboxPrune and returns the deleted rows in kill order.
+func (t *outboxTx) prune(max int, before time.Time) ([]outbox.DeadLetter, error) {
+	st, err := t.stmt(sqlOutboxPrune)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := st.QueryContext(t.ctx, nanos(before), max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	type dead struct {
+		dl int64
+		d  outbox.DeadLetter
+	}
+	var found []dead
+	for rows.Next() {
+		var (
+			d    dead
+			r    entryRow
+			died sql.NullInt64
+		)
+		if err := rows.Scan(append([]any{&d.dl}, append(r.dest(), &d.d.Reason, &died)...)...); err != nil {
+			return nil, err
+		}
+		// A malformed row is deleted all the same; it is reported as
+		// well as it reads.
+		d.d.Entry, _ = r.entry("dead letter")
+		d.d.DiedAt = fromNanos(died)
+		found = append(found, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(found, func(a, b dead) int { return cmp.Compare(a.dl, b.dl) })
+	out := make([]outbox.DeadLetter, len(found))
+	for i, d := range found {
+		out[i] = d.d
+	}
+	return out, nil
 }
 
 // revive removes the dead letters with the given ids (nil: all) and adds

@@ -51,6 +51,8 @@ const (
 	DefaultMaxItems         = inbox.DefaultMax
 	DefaultDedupWindow      = 7 * 24 * time.Hour
 	DefaultHistoryRetention = 7 * 24 * time.Hour
+	DefaultHistoryMaxBytes  = 256 << 20
+	DefaultWALMaxBytes      = 64 << 20
 )
 
 const (
@@ -103,6 +105,17 @@ type Options struct {
 	DedupWindow time.Duration
 	// HistoryRetention is how long acknowledged items are kept.
 	HistoryRetention time.Duration
+	// HistoryMaxBytes bounds the payload bytes of acknowledged items
+	// (history): once an acknowledgement or Expire finds more, the
+	// oldest acknowledged items are deleted until at most 9/10 of it
+	// remain. Unacknowledged items are never deleted for room (MaxItems
+	// and MaxBytes refuse admissions instead). Zero means
+	// DefaultHistoryMaxBytes; negative means no cap.
+	HistoryMaxBytes int64
+	// WALMaxBytes is the size the write-ahead log is truncated to after a
+	// checkpoint (PRAGMA journal_size_limit). Zero means
+	// DefaultWALMaxBytes.
+	WALMaxBytes int64
 	// Now is the clock for timestamps and expiry; nil means time.Now.
 	Now func() time.Time
 	// ReadOnly opens an existing database for reading only (a command
@@ -128,6 +141,12 @@ func (o Options) withDefaults() Options {
 	if o.HistoryRetention <= 0 {
 		o.HistoryRetention = DefaultHistoryRetention
 	}
+	if o.HistoryMaxBytes == 0 {
+		o.HistoryMaxBytes = DefaultHistoryMaxBytes
+	}
+	if o.WALMaxBytes <= 0 {
+		o.WALMaxBytes = DefaultWALMaxBytes
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -141,6 +160,7 @@ func (o Options) withDefaults() Options {
 type Store struct {
 	db   *sql.DB
 	opts Options
+	path string // the database file, for DiskSize
 
 	// reqs carries write requests to commitLoop, the only writer. It is
 	// closed by Close once no sender can be inside send.
@@ -190,6 +210,13 @@ type Store struct {
 	full, fullNext bool
 	need, needNext int64
 
+	// history is the payload bytes of acknowledged items; historyNext
+	// is runBatch's, kept by commit on success. checkpoint is the WAL
+	// checkpoint mode commit runs after a batch that vacuumed ("": none).
+	// All are owned by commitLoop.
+	history, historyNext int64
+	checkpoint           string
+
 	// deliveredErr holds the first failure of an asynchronous
 	// Outbox.Delivered since the last Delivered call reported one.
 	deliveredErr atomic.Pointer[error]
@@ -210,6 +237,7 @@ const (
 	opOutboxDrop
 	opOutboxSaveBreaker
 	opOutboxSync
+	opOutboxPrune
 	// Space operations (space.go).
 	opSpaceRemember
 	opSpaceForget
@@ -237,8 +265,9 @@ type request struct {
 type result struct {
 	dup  bool
 	n, m int
-	seq  uint64         // opOutboxAdd: the new entry's Seq
-	revd []outbox.Entry // opOutboxRevive: the revived entries
+	seq  uint64              // opOutboxAdd: the new entry's Seq
+	revd []outbox.Entry      // opOutboxRevive: the revived entries
+	dead []outbox.DeadLetter // opOutboxPrune: the removed dead letters
 	err  error
 }
 
@@ -254,13 +283,19 @@ type result struct {
 //
 // _txlock=immediate: transactions take the write lock at BEGIN, so a
 // transaction never fails half-way trying to upgrade a read lock.
-func dsn(path string) string {
+//
+// journal_size_limit truncates the WAL after a checkpoint to at most
+// walMax bytes. (auto_vacuum is not among these pragmas: setting it
+// writes the database header, a write transaction on every connection
+// opened; Open sets it once, see convertVacuum.)
+func dsn(path string, walMax int64) string {
 	// The path is a URI path: escape what SQLite's URI parser would
 	// interpret.
 	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	return "file:" + p +
 		"?_pragma=busy_timeout(" + fmt.Sprint(busyTimeout.Milliseconds()) + ")" +
 		"&_pragma=journal_mode(WAL)" +
+		"&_pragma=journal_size_limit(" + fmt.Sprint(walMax) + ")" +
 		"&_pragma=synchronous(FULL)" +
 		"&_txlock=immediate"
 }
@@ -298,7 +333,7 @@ func Open(path string, opts Options) (*Store, error) {
 	var s *Store
 	deadline := time.Now().Add(busyTimeout)
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
-		db, err := sql.Open("sqlite", dsn(path))
+		db, err := sql.Open("sqlite", dsn(path, opts.WALMaxBytes))
 		if err != nil {
 			return nil, fmt.Errorf("store: open %s: %w", path, err)
 		}
@@ -307,6 +342,7 @@ func Open(path string, opts Options) (*Store, error) {
 		s = &Store{
 			db:      db,
 			opts:    opts,
+			path:    path,
 			reqs:    make(chan *request, opts.MaxBatch),
 			closing: make(chan struct{}),
 			changed: make(chan struct{}),
@@ -370,6 +406,9 @@ func (s *Store) init() error {
 	if err := migrate(ctx, s.db); err != nil {
 		return err
 	}
+	if err := s.convertVacuum(ctx); err != nil {
+		return err
+	}
 	if err := s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'id'`).Scan(&s.id); err != nil {
 		return fmt.Errorf("read the database id: %w", err)
 	}
@@ -381,6 +420,9 @@ func (s *Store) init() error {
 func (s *Store) loadCounts(ctx context.Context) error {
 	if err := s.db.QueryRowContext(ctx, `SELECT count(*), COALESCE(SUM(length(payload)), 0) FROM items WHERE acked_at IS NULL`).Scan(&s.unacked, &s.unackedBytes); err != nil {
 		return fmt.Errorf("count items: %w", err)
+	}
+	if err := s.db.QueryRowContext(ctx, sqlHistoryBytes).Scan(&s.history); err != nil {
+		return fmt.Errorf("count history: %w", err)
 	}
 	s.count.Store(int64(s.unacked))
 	rows, err := s.db.QueryContext(ctx, `SELECT kind, count(*) FROM items WHERE acked_at IS NULL GROUP BY kind`)
@@ -451,7 +493,7 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 	}
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	s := &Store{db: db, opts: opts, reqs: make(chan *request), closing: make(chan struct{}), changed: make(chan struct{}), kinds: map[string]int{}}
+	s := &Store{db: db, opts: opts, path: path, reqs: make(chan *request), closing: make(chan struct{}), changed: make(chan struct{}), kinds: map[string]int{}}
 	var version int
 	err = db.QueryRow(`SELECT version FROM schema_version`).Scan(&version)
 	switch {
@@ -531,7 +573,9 @@ func (s *Store) Admit(ctx context.Context, r Record) (dup bool, err error) {
 }
 
 // Ack marks the items with the given sequence numbers acknowledged: they
-// leave List and Len and are kept as history for Options.HistoryRetention.
+// leave List and Len and are kept as history for Options.HistoryRetention
+// (and while within Options.HistoryMaxBytes: an Ack that takes history
+// past it deletes the oldest acknowledged items).
 // It returns how many it marked; unknown or already acknowledged numbers are
 // skipped. Like Admit it returns after the commit.
 func (s *Store) Ack(seqs ...uint64) (int, error) {
@@ -548,8 +592,11 @@ func (s *Store) Ack(seqs ...uint64) (int, error) {
 // Expire deletes dedup rows older than Options.DedupWindow (except those
 // whose item is still unacknowledged, so it cannot be delivered twice) and
 // acknowledged items older than Options.HistoryRetention, counted from
-// their acknowledgement. It never deletes unacknowledged items. It returns
-// how many rows of each it deleted. Callers run it periodically.
+// their acknowledgement, then the oldest acknowledged items while their
+// payloads exceed Options.HistoryMaxBytes (down to 9/10 of it). It never
+// deletes unacknowledged items. It gives the freed pages back to the file
+// system (incremental vacuum) and checkpoints the WAL, truncating it. It
+// returns how many rows of each it deleted. Callers run it periodically.
 func (s *Store) Expire() (dedup, history int, err error) {
 	res := s.do(context.Background(), &request{op: opExpire})
 	return res.n, res.m, res.err
@@ -747,6 +794,16 @@ func (s *Store) commit(batch []*request) {
 	s.unacked, s.unackedBytes = unacked, bytes
 	s.full, s.need = s.fullNext, s.needNext
 	s.shares = s.sharesNext
+	s.history = s.historyNext
+	if s.checkpoint != "" {
+		// Copy the WAL into the main file, which truncates it to its
+		// pages in use; TRUNCATE (after Expire) also empties the WAL,
+		// waiting up to busyTimeout for readers. A checkpoint readers
+		// keep from completing is finished by a later one: nothing to
+		// report.
+		s.db.Exec(`PRAGMA wal_checkpoint(` + s.checkpoint + `)`)
+		s.checkpoint = ""
+	}
 	s.count.Store(int64(unacked))
 	if len(s.kindsDelta) > 0 {
 		s.kindsMu.Lock()
@@ -784,6 +841,15 @@ const (
 	sqlExpireDedup = `DELETE FROM dedup WHERE first_seen < ?1 AND NOT EXISTS (SELECT 1 FROM items i
 		WHERE i.seq = dedup.seq AND i.acked_at IS NULL)`
 	sqlExpireItems = `DELETE FROM items WHERE acked_at IS NOT NULL AND acked_at < ?`
+	// sqlHistoryBytes sums the payloads of acknowledged items.
+	sqlHistoryBytes = `SELECT COALESCE(SUM(length(payload)), 0) FROM items WHERE acked_at IS NOT NULL`
+	// sqlTrimHistory deletes the oldest acknowledged items (by the time
+	// of their acknowledgement, then seq) until the payloads of those
+	// left sum to at most ?1.
+	sqlTrimHistory = `DELETE FROM items WHERE seq IN (SELECT seq FROM (
+		SELECT seq, SUM(length(payload)) OVER (ORDER BY acked_at DESC, seq DESC) AS kept
+		FROM items WHERE acked_at IS NOT NULL) WHERE kept > ?1)
+		RETURNING length(payload)`
 )
 
 // runBatch executes batch in one transaction, filling res. It returns the
@@ -829,6 +895,10 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		}
 		s.sharesNext.Add(k, items, bytes)
 	}
+	history := s.history
+	defer func() { s.historyNext = history }()
+	s.checkpoint = ""
+	vacuum := false
 	lowItems := max(s.opts.MaxItems*9/10, 1)
 	for i, req := range batch {
 		switch req.op {
@@ -920,6 +990,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 				case nil:
 					res[i].n++
 					bytes -= size
+					history += size
 					s.kindsDelta[kind]--
 					share(sender, -1, -size)
 				case sql.ErrNoRows: // unknown or already acknowledged
@@ -946,9 +1017,18 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			if err != nil {
 				return 0, 0, 0, 0, err
 			}
-			res[i].n, res[i].m = int(n), int(m)
+			if err := tx.QueryRowContext(ctx, sqlHistoryBytes).Scan(&history); err != nil {
+				return 0, 0, 0, 0, err
+			}
+			trimmed, err := s.trimHistory(ctx, tx, &history)
+			if err != nil {
+				return 0, 0, 0, 0, err
+			}
+			res[i].n, res[i].m = int(n), int(m)+trimmed
+			vacuum = true
+			s.checkpoint = "TRUNCATE"
 		case opOutboxAdd, opOutboxDelivered, opOutboxAttempted, opOutboxKill,
-			opOutboxRevive, opOutboxDrop, opOutboxSaveBreaker, opOutboxSync:
+			opOutboxRevive, opOutboxDrop, opOutboxSaveBreaker, opOutboxSync, opOutboxPrune:
 			if err := ob.run(req, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
@@ -961,10 +1041,105 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			panic(fmt.Sprintf("bug: store: unknown op %d", req.op))
 		}
 	}
+	if acked > 0 && s.opts.HistoryMaxBytes >= 0 && history > s.opts.HistoryMaxBytes {
+		if _, err := s.trimHistory(ctx, tx, &history); err != nil {
+			return 0, 0, 0, 0, err
+		}
+		vacuum = true
+	}
+	if vacuum {
+		// Hand the pages the deletions freed back to the file system (in
+		// the WAL now; in the main file once checkpointed, after commit).
+		if _, err := tx.ExecContext(ctx, `PRAGMA incremental_vacuum`); err != nil {
+			return 0, 0, 0, 0, err
+		}
+		if s.checkpoint == "" {
+			s.checkpoint = "PASSIVE"
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return 0, 0, 0, 0, err
 	}
 	return unacked, added, acked, bytes, nil
+}
+
+// trimHistory deletes the oldest acknowledged items while *history is
+// over Options.HistoryMaxBytes, down to 9/10 of it (so that the next
+// acknowledgements do not each trim one item), and subtracts what it
+// deleted from *history. It returns how many items it deleted.
+func (s *Store) trimHistory(ctx context.Context, tx *sql.Tx, history *int64) (int, error) {
+	limit := s.opts.HistoryMaxBytes
+	if limit < 0 || *history <= limit {
+		return 0, nil
+	}
+	rows, err := tx.QueryContext(ctx, sqlTrimHistory, limit-limit/10)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var size int64
+		if err := rows.Scan(&size); err != nil {
+			return 0, err
+		}
+		*history -= size
+		n++
+	}
+	return n, rows.Err()
+}
+
+// convertVacuum switches the database to auto_vacuum=INCREMENTAL, so
+// that pages freed by deletions can be handed back to the file system
+// (PRAGMA incremental_vacuum) instead of staying in the file for ever.
+// SQLite changes the mode of a database with tables only with a VACUUM,
+// which rewrites the file with its live pages: once, when a writing Open
+// first finds another mode (a new file, just migrated, costs nothing; a
+// file of an older build needs free disk space for a copy of its live
+// data, not of its free pages, which it drops).
+func (s *Store) convertVacuum(ctx context.Context) error {
+	var mode int
+	if err := s.db.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode); err != nil {
+		return fmt.Errorf("read auto_vacuum: %w", err)
+	}
+	if mode == autoVacuumIncremental {
+		return nil
+	}
+	c, err := s.db.Conn(ctx) // the pragma applies to the connection running VACUUM
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.ExecContext(ctx, `PRAGMA auto_vacuum = INCREMENTAL`); err != nil {
+		return fmt.Errorf("set auto_vacuum: %w", err)
+	}
+	if _, err := c.ExecContext(ctx, `VACUUM`); err != nil {
+		return fmt.Errorf("vacuum to switch to incremental vacuum: %w", err)
+	}
+	return nil
+}
+
+// autoVacuumIncremental is PRAGMA auto_vacuum's value for INCREMENTAL.
+const autoVacuumIncremental = 2
+
+// DiskSize returns the bytes the database takes on disk: its file and
+// its write-ahead log.
+func (s *Store) DiskSize() (int64, error) {
+	if err := s.checkOpen(); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, p := range []string{s.path, s.path + "-wal"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) && p != s.path {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("store: size: %w", err)
+		}
+		n += fi.Size()
+	}
+	return n, nil
 }
 
 // prepared returns the database-level statement for q, preparing it the

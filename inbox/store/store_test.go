@@ -766,7 +766,8 @@ func TestMigrateFromVersion1(t *testing.T) {
 	clock := newFakeClock()
 	now := clock.Now()
 	path := filepath.Join(t.TempDir(), "inbox.db")
-	db, err := sql.Open("sqlite", dsn(path))
+	// The pragmas of the builds before incremental vacuum.
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_txlock=immediate")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -822,6 +823,10 @@ func TestMigrateFromVersion1(t *testing.T) {
 	}
 	if len(s.ID()) != 32 {
 		t.Fatalf("database id after the upgrade: %q", s.ID())
+	}
+	var av int
+	if err := s.db.QueryRow(`PRAGMA auto_vacuum`).Scan(&av); err != nil || av != autoVacuumIncremental {
+		t.Fatalf("auto_vacuum after the upgrade = %d, %v; want %d (incremental)", av, err, autoVacuumIncremental)
 	}
 	var idx int
 	if err := s.db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name = 'items_key'`).Scan(&idx); err != nil || idx != 0 {

@@ -26,6 +26,9 @@
 //     cleared, and returns exactly those entries.
 //   - Drop counts the dead letters it deleted, ignores unknown ids, and
 //     with no ids drops nothing.
+//   - Prune removes the dead letters that died before its time and the
+//     oldest beyond its count, returns them in kill order, and leaves the
+//     outbox alone.
 //   - Breakers round-trip; saving a closed one (no failures, zero
 //     OpenUntil) deletes it. Breakers may come in any order.
 //   - Concurrent Adds from many goroutines each store their entry exactly
@@ -67,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) outbox.Store) {
 		{"ReviveSome", testReviveSome},
 		{"ReviveAll", testReviveAll},
 		{"Drop", testDrop},
+		{"Prune", testPrune},
 		{"Breakers", testBreakers},
 		{"ConcurrentAdd", testConcurrentAdd},
 	}
@@ -479,6 +483,42 @@ func testDrop(t *testing.T, s outbox.Store) {
 		t.Fatalf("Drop of a queued entry = %d, %v", n, err)
 	}
 	checkEntries(t, s, f)
+}
+
+func testPrune(t *testing.T, s outbox.Store) {
+	var es []outbox.Entry
+	for n := range uint64(6) {
+		es = append(es, mustAdd(t, s, entry(n)))
+		// Killed in order 0..5; 0 and 1 died an hour before the others.
+		at := base
+		if n < 2 {
+			at = base.Add(-time.Hour)
+		}
+		mustKill(t, s, es[n].ID, outbox.ReasonExpired, at)
+	}
+	queued := mustAdd(t, s, entry(9))
+	ds, err := s.Prune(-1, time.Time{})
+	if err != nil || len(ds) != 0 {
+		t.Fatalf("Prune(no limits) = %d, %v; want none", len(ds), err)
+	}
+	// Age: 0 and 1.
+	ds, err = s.Prune(-1, base.Add(-time.Minute))
+	if err != nil || len(ds) != 2 || ds[0].ID != es[0].ID || ds[1].ID != es[1].ID {
+		t.Fatalf("Prune(age) = %v, %v; want entries 0, 1", len(ds), err)
+	}
+	if ds[0].Reason != outbox.ReasonExpired || !ds[0].DiedAt.Equal(base.Add(-time.Hour)) || string(ds[0].Payload) != string(es[0].Payload) {
+		t.Fatalf("pruned dead letter: %+v", ds[0])
+	}
+	// Count: keep the 2 newest of 2..5.
+	ds, err = s.Prune(2, base.Add(-time.Minute))
+	if err != nil || len(ds) != 2 || ds[0].ID != es[2].ID || ds[1].ID != es[3].ID {
+		t.Fatalf("Prune(count) = %d, %v; want entries 2, 3", len(ds), err)
+	}
+	left := mustDead(t, s)
+	if len(left) != 2 || left[0].ID != es[4].ID || left[1].ID != es[5].ID {
+		t.Fatalf("dead letters left: %d", len(left))
+	}
+	checkEntries(t, s, queued)
 }
 
 func mustBreakers(t *testing.T, s outbox.Store) []outbox.Breaker {

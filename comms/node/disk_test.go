@@ -1,0 +1,89 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/config"
+)
+
+// Dead letters beyond outbox.dead_letters_max are deleted oldest first,
+// each deletion an audit row; the newest stays.
+func TestDeadLettersPrunedAndAudited(t *testing.T) {
+	h, _ := testHome(t, "alice", func(c *config.Config) {
+		c.Outbox.Backoff = "20ms"
+		c.Outbox.DeadLettersMax = 1
+		c.Audit.Enabled = true
+	})
+	n := startTest(t, h, ModeServe)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var ids []string
+	for i := range 3 {
+		sent, err := n.SendMessage(ctx, "bob", "lost", SendOptions{Reliable: true, TTL: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		ids = append(ids, sent.ID)
+		waitFor(t, 10*time.Second, "the dead letter", func() bool {
+			dl, err := n.DeadLetters(ctx)
+			return err == nil && len(dl) == i+1
+		})
+	}
+	if k, err := n.ob.Prune(); err != nil || k != 2 {
+		t.Fatalf("Prune = %d, %v; want 2", k, err)
+	}
+	dl, err := n.DeadLetters(ctx)
+	if err != nil || len(dl) != 1 || dl[0].ID != ids[2] {
+		t.Fatalf("dead letters left: %+v, %v; want the newest", dl, err)
+	}
+	st, err := n.Status(ctx)
+	if err != nil || st.DeadLetters != 1 {
+		t.Fatalf("status: %d dead letters, %v", st.DeadLetters, err)
+	}
+	var dropped []audit.Record
+	for _, r := range readAudit(t, n) {
+		if r.Event == audit.EventDroppedDeadLetter {
+			dropped = append(dropped, r)
+		}
+	}
+	if len(dropped) != 2 || dropped[0].ID != ids[0] || dropped[1].ID != ids[1] {
+		t.Fatalf("audit rows for dropped dead letters: %+v; want %s, %s", dropped, ids[0], ids[1])
+	}
+	for _, r := range dropped {
+		if r.Dir != audit.DirOut || r.Peer != "bob" || !strings.HasPrefix(r.Reason, outbox.PruneCap+": "+outbox.ReasonExpired) {
+			t.Fatalf("audit row %+v", r)
+		}
+	}
+}
+
+// status shows the size of the database, which grows as items arrive.
+func TestStatusShowsDatabaseSize(t *testing.T) {
+	h, bob := testHome(t, "alice", nil)
+	n := startTest(t, h, ModeServe)
+	ctx := context.Background()
+	st, err := n.Status(ctx)
+	if err != nil || st.DBBytes <= 0 {
+		t.Fatalf("status of a new node: db_bytes %d, %v; want > 0", st.DBBytes, err)
+	}
+	before := st.DBBytes
+	for range 50 {
+		arrive(t, n, bob, wire.Message(strings.Repeat("x", 8<<10)))
+	}
+	st, err = n.Status(ctx)
+	if err != nil || st.DBBytes <= before {
+		t.Fatalf("db_bytes after 50 items of 8 KiB: %d (was %d), %v", st.DBBytes, before, err)
+	}
+
+	// In memory mode there is no database.
+	hm, _ := testHome(t, "mem", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	m := startTest(t, hm, ModeServe)
+	if st, err := m.Status(ctx); err != nil || st.DBBytes != 0 {
+		t.Fatalf("memory node: db_bytes %d, %v; want 0", st.DBBytes, err)
+	}
+}
