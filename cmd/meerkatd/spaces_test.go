@@ -357,16 +357,22 @@ func auditRefused(t *testing.T, n *testNode) []auditRow {
 // Meerkat envelope id from peer, its reason naming reason.
 func wantRefusedRow(t *testing.T, n *testNode, id, peer, reason string) {
 	t.Helper()
-	rows := auditRefused(t, n)
-	for _, r := range rows {
-		if r.ID == id {
-			if r.Dir != "in" || r.Kind != "meup" || r.Peer != peer || !strings.Contains(r.Reason, reason) {
-				t.Fatalf("%s's refused row for %s: %s", n.name, id, jsonText(r))
+	// The audit log is written in the background: wait for the row.
+	var rows []auditRow
+	var found *auditRow
+	waitUntil(t, n.name+"'s refused row for "+id, func() bool {
+		rows = auditRefused(t, n)
+		for i := range rows {
+			if rows[i].ID == id {
+				found = &rows[i]
+				return true
 			}
-			return
 		}
+		return false
+	})
+	if r := found; r.Dir != "in" || r.Kind != "meup" || r.Peer != peer || !strings.Contains(r.Reason, reason) {
+		t.Fatalf("%s's refused row for %s: %s", n.name, id, jsonText(r))
 	}
-	t.Fatalf("%s's audit log has no refused row for %s (%s): %s", n.name, id, reason, jsonText(rows))
 }
 
 // noItem requires that n's inbox holds no meup item with MEUP id id.
