@@ -879,6 +879,23 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		return nil
 	}
 	cutoff := now.Add(-s.opts.DedupWindow).UnixNano()
+	// refuse answers admission i, refused for want of room: a duplicate is
+	// still answered as one, anything else gets why.
+	refuse := func(i int, r *Record, why error) error {
+		if err := prepare(&lookup, sqlLookup); err != nil {
+			return err
+		}
+		var one int
+		switch err := lookup.QueryRowContext(ctx, r.Sender[:], r.ID[:], cutoff).Scan(&one); err {
+		case nil:
+			res[i].dup = true
+		case sql.ErrNoRows:
+			res[i].err = why
+		default:
+			return err
+		}
+		return nil
+	}
 	unacked, bytes = s.unacked, s.unackedBytes
 	clear(s.kindsDelta)
 	full, need := s.full, s.need
@@ -913,17 +930,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			}
 			if full || unacked >= s.opts.MaxItems || s.opts.MaxBytes > 0 && unacked > 0 && bytes+int64(len(payload)) > s.opts.MaxBytes {
 				full, need = true, max(need, int64(len(payload)))
-				// Full: a duplicate is still answered as one.
-				if err := prepare(&lookup, sqlLookup); err != nil {
-					return 0, 0, 0, 0, err
-				}
-				var one int
-				switch err := lookup.QueryRowContext(ctx, r.Sender[:], r.ID[:], cutoff).Scan(&one); err {
-				case nil:
-					res[i].dup = true
-				case sql.ErrNoRows:
-					res[i].err = ErrFull
-				default:
+				if err := refuse(i, r, ErrFull); err != nil {
 					return 0, 0, 0, 0, err
 				}
 				continue
@@ -933,16 +940,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 					inbox.Usage{Items: int64(s.opts.MaxItems), Bytes: s.opts.MaxBytes}, int64(len(payload))) {
 				// Over its share: refused, but not the full latch, which
 				// would refuse the other senders too.
-				if err := prepare(&lookup, sqlLookup); err != nil {
-					return 0, 0, 0, 0, err
-				}
-				var one int
-				switch err := lookup.QueryRowContext(ctx, r.Sender[:], r.ID[:], cutoff).Scan(&one); err {
-				case nil:
-					res[i].dup = true
-				case sql.ErrNoRows:
-					res[i].err = ErrShare
-				default:
+				if err := refuse(i, r, ErrShare); err != nil {
 					return 0, 0, 0, 0, err
 				}
 				continue
