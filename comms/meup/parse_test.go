@@ -464,13 +464,6 @@ func TestIsSystem(t *testing.T) {
 	}
 }
 
-func TestNewID(t *testing.T) {
-	a, b := NewID(), NewID()
-	if a == b || len(a) != 36 || a[14] != '4' || !validParticipant(a) {
-		t.Fatalf("NewID = %q, %q", a, b)
-	}
-}
-
 func envelopesEqual(a, b Envelope) bool {
 	return a.Protocol == b.Protocol && a.ID == b.ID && a.TS == b.TS && a.From == b.From &&
 		fmt.Sprint(a.To) == fmt.Sprint(b.To) && len(a.To) == len(b.To) &&

@@ -414,8 +414,8 @@ func (e *Engine) welcomeLocked(sp *spaceState, m *memberState) welcomePayload {
 	return w
 }
 
-// newID returns a fresh MEUP id.
-func newID() string { return meup.NewID() }
+// newID returns a fresh MEUP id: a random UUID, in its text form.
+func newID() string { return identity.NewUUID().String() }
 
 // timestamp formats t as the envelopes' ts: RFC 3339 in UTC, milliseconds.
 func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
