@@ -299,4 +299,3 @@ func (e Envelope) Encode(protocol string) ([]byte, error) {
 	}
 	return out, nil
 }
-

@@ -49,6 +49,20 @@ func BenchmarkSequentialDelivery(b *testing.B) {
 func benchDelivery(b *testing.B, tcp bool, mode string, inFlight int) {
 	alice := deliveryPair(b, tcp, mode)
 	ctx := context.Background()
+	elapsed, cpu := runInFlight(b, inFlight, func(i int) error {
+		_, err := alice.r.SendMessage(ctx, "bob", fmt.Sprintf("message %d", i))
+		return err
+	})
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	// CPU per message (both nodes, this process) is steadier than msgs/s
+	// when other work shares the machine.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/msg")
+}
+
+// runInFlight runs op b.N times, at most inFlight at a time, and returns
+// the wall time and the process CPU time they took; it fails b on the
+// first error.
+func runInFlight(b *testing.B, inFlight int, op func(i int) error) (elapsed, cpu time.Duration) {
 	sem := make(chan struct{}, inFlight)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -60,7 +74,7 @@ func benchDelivery(b *testing.B, tcp bool, mode string, inFlight int) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if _, err := alice.r.SendMessage(ctx, "bob", fmt.Sprintf("message %d", i)); err != nil {
+			if err := op(i); err != nil {
 				mu.Lock()
 				firstErr = err
 				mu.Unlock()
@@ -72,10 +86,7 @@ func benchDelivery(b *testing.B, tcp bool, mode string, inFlight int) {
 	if firstErr != nil {
 		b.Fatal(firstErr)
 	}
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
-	// CPU per message (both nodes, this process) is steadier than msgs/s
-	// when other work shares the machine.
-	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/msg")
+	return time.Since(start), processCPU() - cpu0
 }
 
 // processCPU returns the user and system CPU time the process used.
@@ -170,31 +181,9 @@ func BenchmarkSpaceBroadcast(b *testing.B) {
 		return nodes["a"]
 	}
 	run := func(b *testing.B, op func(i int) error) {
-		sem := make(chan struct{}, 32)
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var firstErr error
-		start, cpu0 := time.Now(), processCPU()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				if err := op(i); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		b.StopTimer()
-		if firstErr != nil {
-			b.Fatal(firstErr)
-		}
-		b.ReportMetric(float64(2*b.N)/time.Since(start).Seconds(), "copies/s")
-		b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(2*b.N), "cpu-µs/copy")
+		elapsed, cpu := runInFlight(b, 32, op)
+		b.ReportMetric(float64(2*b.N)/elapsed.Seconds(), "copies/s")
+		b.ReportMetric(float64(cpu.Microseconds())/float64(2*b.N), "cpu-µs/copy")
 	}
 	b.Run("space", func(b *testing.B) {
 		a := start(b)
