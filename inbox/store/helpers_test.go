@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"database/sql"
 	"encoding/binary"
 	"path/filepath"
 	"sync"
@@ -63,4 +65,32 @@ func seqsOf(rs []Record) []uint64 {
 		out = append(out, r.Seq)
 	}
 	return out
+}
+
+// withRawRow creates a store, writes one row with SQL statement insert
+// behind its back (check constraints off, as a corrupt file could hold
+// anything), and returns the store reopened.
+func withRawRow(t *testing.T, insert string) *Store {
+	t.Helper()
+	s, path := openStore(t, Options{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(context.Background(), `PRAGMA ignore_check_constraints = ON`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(context.Background(), insert); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	db.Close()
+	return reopen(t, path, Options{})
 }

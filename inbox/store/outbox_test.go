@@ -480,28 +480,8 @@ func TestOutboxMalformedRows(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s, path := openStore(t, Options{})
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			db, err := sql.Open("sqlite", path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			conn, err := db.Conn(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := conn.ExecContext(context.Background(), `PRAGMA ignore_check_constraints = ON`); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := conn.ExecContext(context.Background(), tc.insert); err != nil {
-				t.Fatal(err)
-			}
-			conn.Close()
-			db.Close()
-			o := reopen(t, path, Options{}).Outbox()
-			err = tc.read(o)
+			o := withRawRow(t, tc.insert).Outbox()
+			err := tc.read(o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("read = %v, want an error mentioning %q", err, tc.want)
 			}
