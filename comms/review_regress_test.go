@@ -430,7 +430,7 @@ func expectClosedBy(t *testing.T, c net.Conn, by time.Time, what string) time.Ti
 	return time.Now()
 }
 
-// Issue 15: an authenticated connection waits the idle timeout between
+// An authenticated connection waits the idle timeout between
 // frames, even when the envelope that authenticated it was still being
 // committed (asynchronously, as the SQLite store does) when the reader
 // chose how long to wait for the next frame. It used to be cut at the
@@ -463,7 +463,7 @@ func TestReviewAuthenticatedIdleTimeout(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "bob to drop the connection", func() bool { return b.r.Stats().Connections == 0 })
 }
 
-// Issue 15: a connection that has not delivered a new valid envelope
+// A connection that has not delivered a new valid envelope
 // keeps the short limit: one that sends nothing, and one that only
 // replays an envelope already stored (it gets the ack again, but a
 // captured envelope earns no idle time).
@@ -495,7 +495,7 @@ func TestReviewUnauthenticatedIdleTimeout(t *testing.T) {
 	})
 }
 
-// Issue 15: a direct send whose pooled connection the peer closes before
+// A direct send whose pooled connection the peer closes before
 // the ack (an idle cut racing the send) goes on over a fresh connection;
 // a peer that closes on the envelope every time still fails it, after
 // the second connection. (Direct sends already had this second try;

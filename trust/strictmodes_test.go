@@ -13,7 +13,7 @@ import (
 	"github.com/meerkatd/meerkatd/internal/filemode"
 )
 
-// The finding of issue 15: another user replaced trusted_peers.json with
+// Found in review: another user replaced trusted_peers.json with
 // their own 0644 file and the node reloaded it and trusted their key. The
 // Watcher is given a Checker for a uid other than the file's owner, which
 // is what a file written by another user looks like (a test cannot chown

@@ -62,7 +62,7 @@ func pairLineAddr(t *testing.T, n *Node) (transport.Addr, error) {
 	return l.Addr, nil
 }
 
-// Issue 15: pairing lines and announcements carry comms.advertise_tcp
+// Pairing lines and announcements carry comms.advertise_tcp
 // when it is set; a TCP listener on a specific address is carried as it
 // is.
 func TestPairLineAdvertisedAddress(t *testing.T) {
@@ -108,7 +108,7 @@ func TestPairLineAdvertisedAddress(t *testing.T) {
 	}
 }
 
-// Issue 15: a node listening on all interfaces does not put the wildcard
+// A node listening on all interfaces does not put the wildcard
 // address in a pairing line (the other node would record an address that
 // dials itself) unless comms.advertise_tcp says where it is reached; the
 // refusal names the key. (The listener is not opened: the node is given

@@ -103,7 +103,7 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
-// The finding of issue 15, at reload: a trust file or spaces file that
+// At reload, a trust file or spaces file that
 // group or others may write is refused on SIGHUP; the node keeps the list
 // and the rosters it had and logs the fix.
 func TestReloadRefusesGroupWritableFiles(t *testing.T) {

@@ -31,7 +31,7 @@ func wantMode(t *testing.T, path string, want fs.FileMode) {
 	}
 }
 
-// The finding of issue 15: an existing 0644 meerkat.db was not tightened,
+// Found in review: an existing 0644 meerkat.db was not tightened,
 // and its WAL and SHM files inherit the mode. Open narrows all three.
 func TestOpenTightensDatabaseFiles(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "meerkat.db")
