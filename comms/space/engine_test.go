@@ -510,20 +510,44 @@ func TestConcurrentUse(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	h := newHarness(t)
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []string
+	fail := func(format string, a ...any) {
+		mu.Lock()
+		errs = append(errs, fmt.Sprintf(format, a...))
+		mu.Unlock()
+	}
 	for i := range 8 {
 		wg.Go(func() {
 			for j := range 20 {
 				raw := []byte(fmt.Sprintf(`{"protocol":"meup/v0.2","id":"c%d-%d","from":"bob","kind":"chat","payload":{"text":"x"}}`, i, j))
-				h.e.Receive(kBob, newCopy(), "lab", raw)
-				h.e.Receive(kCarol, newCopy(), "lab", raw) // from_mismatch
-				_, _ = h.e.Send(context.Background(), "lab", space.Draft{Kind: "chat", Payload: []byte(`{"text":"y"}`)}, space.SendOptions{})
-				_ = h.e.Spaces()
-				_, _ = h.e.Proposals("", "")
+				if v := h.e.Receive(kBob, newCopy(), "lab", raw); !v.Deliver {
+					fail("bob's chat c%d-%d: %+v", i, j, v)
+				}
+				if v := h.e.Receive(kCarol, newCopy(), "lab", raw); v.Refused == nil || v.Refused.Reason != meup.ReasonFromMismatch {
+					fail("carol's copy of c%d-%d: %+v", i, j, v)
+				}
+				if _, err := h.e.Send(context.Background(), "lab", space.Draft{Kind: "chat", Payload: []byte(`{"text":"y"}`)}, space.SendOptions{}); err != nil {
+					fail("send: %v", err)
+				}
+				if len(h.e.Spaces()) == 0 {
+					fail("no spaces listed")
+				}
+				if _, err := h.e.Proposals("", ""); err != nil {
+					fail("proposals: %v", err)
+				}
 				h.e.NoMEUP(kErin, "x")
 			}
 		})
 	}
 	wg.Wait()
+	for _, e := range errs {
+		t.Error(e)
+	}
+	// Every one of bob's 160 chats was remembered exactly once.
+	if v := h.e.Receive(kBob, newCopy(), "lab", []byte(`{"protocol":"meup/v0.2","id":"c3-7","from":"bob","kind":"chat","payload":{"text":"x"}}`)); !v.Duplicate {
+		t.Errorf("a repeat after the concurrent run: %+v", v)
+	}
 }
 
 // TestNew: New refuses what it cannot run with.
