@@ -28,6 +28,13 @@ const (
 	OfflineRefused = "connection refused or failed"
 	OfflineBadAck  = "invalid ack"
 	OfflineClosed  = "connection closed before the ack"
+	// OfflinePlaintext: the peer's address is tcp:// and
+	// Options.RefusePlaintext is set.
+	OfflinePlaintext = "plaintext TCP is refused on this node (comms.tcp_plaintext = \"refuse\"): give the peer a tls:// address"
+	// OfflineTLS: the TLS handshake failed (the peer presented another
+	// key than its trust entry's, did not trust ours, or does not speak
+	// TLS).
+	OfflineTLS = "TLS handshake failed"
 )
 
 // PeerOfflineError reports that a peer did not acknowledge an envelope.

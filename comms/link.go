@@ -2,8 +2,10 @@ package comms
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -93,9 +95,53 @@ func (l *link) offline(ctx context.Context, err error) error {
 		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineClosed}
 	case errors.Is(err, errBadAck):
 		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineBadAck, Err: err}
+	case errors.Is(err, errPlaintextRefused):
+		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflinePlaintext}
+	case errors.Is(err, errTLSHandshake):
+		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineTLS, Err: err}
 	}
 	return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineRefused, Err: err}
 }
+
+var (
+	errPlaintextRefused = errors.New("comms: plaintext TCP is refused")
+	errTLSHandshake     = errors.New("comms: TLS handshake failed")
+)
+
+// dial connects to the peer: for tls:// it runs the handshake, accepting
+// only the peer's own key; tcp:// is refused under
+// Options.RefusePlaintext.
+func (l *link) dial(ctx context.Context) (net.Conn, error) {
+	a := l.peer.Addr
+	if a.Scheme == transport.SchemeTCP && l.r.opts.RefusePlaintext {
+		return nil, errPlaintextRefused
+	}
+	c, err := l.r.opts.Dial(ctx, a)
+	if err != nil || a.Scheme != transport.SchemeTLS {
+		return c, err
+	}
+	hctx, cancel := context.WithTimeout(ctx, l.r.opts.FrameTimeout)
+	defer cancel()
+	tc, err := transport.TLSClient(hctx, c, transport.TLSClientConfig(l.r.tlsCert, l.peer.ID[:]))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %w", errTLSHandshake, err)
+	}
+	return tlsOut{tc, c}, nil
+}
+
+// tlsOut is an outbound TLS connection whose Close closes the TCP
+// connection at once. tls.Conn's Close first writes a close_notify alert,
+// which can wait up to 5 s on a peer that stopped reading; frames are
+// length-prefixed, so the alert tells the peer nothing it needs.
+type tlsOut struct {
+	*tls.Conn
+	raw net.Conn
+}
+
+func (t tlsOut) Close() error { return t.raw.Close() }
 
 // connect returns the live persistent connection, dialing one if needed.
 // The dial runs without the link's lock (others wait for it on l.dialing),
@@ -127,7 +173,7 @@ func (l *link) connect(ctx context.Context) (*outConn, error) {
 
 		dctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(l.r.ctx, cancel)
-		c, err := l.r.opts.Dial(dctx, l.peer.Addr)
+		c, err := l.dial(dctx)
 		stop()
 		cancel()
 
@@ -203,7 +249,7 @@ func (l *link) close() {
 // sendOneShot delivers one envelope on its own connection, as the Rust
 // reference does: dial, write, read the ack, close.
 func (l *link) sendOneShot(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, queued func()) error {
-	c, err := l.r.opts.Dial(ctx, l.peer.Addr)
+	c, err := l.dial(ctx)
 	if err != nil {
 		return l.offline(ctx, err)
 	}

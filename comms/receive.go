@@ -2,6 +2,7 @@ package comms
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -34,19 +35,9 @@ const maxPendingAcks = 16 << 10
 func (r *Router) serveConn(c net.Conn, st *inConn) {
 	defer r.untrack(c)
 	defer c.Close()
-	fr := transport.NewReader(c, r.opts.MaxMessageBytes)
-	if r.opts.Pairing != nil {
-		c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
-		if r.ctx.Err() != nil {
-			return
-		}
-		if b, err := fr.PeekByte(); err == nil && b == PairingByte {
-			// The exchange sets its own deadlines; Close still ends it.
-			stop := context.AfterFunc(r.ctx, func() { c.SetDeadline(time.Now()) })
-			r.opts.Pairing(c, fr.Stream())
-			stop()
-			return
-		}
+	c, fr, ok := r.openConn(c, st)
+	if !ok {
+		return
 	}
 	q := make(chan ackJob, maxPendingAdmissions)
 	var stopped atomic.Bool // set by ackLoop: stop reading
@@ -291,6 +282,93 @@ func (r *Router) settle(st *inConn, job ackJob, dst []byte) (frame []byte, ok bo
 	return frame, true
 }
 
+// openConn looks at the first byte of an inbound connection: a pairing
+// exchange is handed to Options.Pairing, a TLS handshake is run (the
+// returned connection and reader are then the TLS stream's), and a frame
+// is refused on a TCP connection when Options.RefusePlaintext is set. ok
+// false means the connection is done with.
+func (r *Router) openConn(c net.Conn, st *inConn) (net.Conn, *transport.Reader, bool) {
+	fr := transport.NewReader(c, r.opts.MaxMessageBytes)
+	// The first byte is due within the frame timeout, as it is for any
+	// connection not yet authenticated.
+	c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
+	if r.ctx.Err() != nil {
+		return nil, nil, false
+	}
+	b, err := fr.PeekByte()
+	if err != nil {
+		return nil, nil, false // closed or silent: nothing was said
+	}
+	switch {
+	case b == PairingByte && r.opts.Pairing != nil:
+		// The exchange sets its own deadlines; Close still ends it.
+		stop := context.AfterFunc(r.ctx, func() { c.SetDeadline(time.Now()) })
+		r.opts.Pairing(c, fr.Stream())
+		stop()
+		return nil, nil, false
+	case b == transport.TLSRecordByte:
+		tc, peer, err := r.tlsAccept(c, fr)
+		if err != nil {
+			r.reject(RejectTLS)
+			ev := Event{Type: EventRefused, Reason: RejectTLS}
+			if !peer.IsZero() {
+				ev.From = peer // claimed: the handshake did not complete
+			}
+			if r.opts.Observe != nil {
+				r.opts.Observe(ev)
+			}
+			r.log.Debug("refused TLS handshake", "err", err)
+			return nil, nil, false
+		}
+		st.tlsPeer = peer
+		return tc, transport.NewReader(tc, r.opts.MaxMessageBytes), true
+	case r.opts.RefusePlaintext && !isUnix(c):
+		r.reject(RejectPlaintext)
+		r.observe(EventRefused, nil, "", 0, RejectPlaintext)
+		r.log.Debug("refused plaintext TCP connection", "reason", RejectPlaintext)
+		return nil, nil, false
+	}
+	return c, fr, true
+}
+
+// tlsAccept runs the server side of a TLS handshake on c, whose first
+// bytes fr holds, admitting only a client whose key is trusted. It returns
+// the client's key even when the handshake then failed (zero if it
+// presented none).
+func (r *Router) tlsAccept(c net.Conn, fr *transport.Reader) (*tls.Conn, identity.PeerID, error) {
+	var peer identity.PeerID
+	cfg := r.tlsServer.Clone()
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		pub, err := transport.TLSPeerKey(cs)
+		if err != nil {
+			return err
+		}
+		peer = identity.PeerID(pub)
+		if _, ok := r.trust.Load().Lookup(peer); !ok {
+			r.logUntrusted(peer)
+			return errTLSUntrusted
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.opts.FrameTimeout)
+	defer cancel()
+	tc, err := transport.TLSServer(ctx, c, fr, cfg)
+	if err != nil {
+		return nil, peer, err
+	}
+	c.SetDeadline(time.Time{}) // the frame loop sets its own
+	return tc, peer, nil
+}
+
+var errTLSUntrusted = errors.New("comms: the TLS client's key is not trusted")
+
+// isUnix reports whether c is a Unix socket connection (which the
+// plaintext policy does not concern).
+func isUnix(c net.Conn) bool {
+	_, ok := c.LocalAddr().(*net.UnixAddr)
+	return ok
+}
+
 // PairingByte starts a pairing exchange (trust/pair's Magic). An envelope
 // frame cannot start with it: its first byte is the high byte of a length
 // of at most 1 MiB, always 0.
@@ -349,6 +427,11 @@ func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdm
 		return nil, false, from, RejectMalformed
 	}
 	from = e.From
+	if st != nil && !st.tlsPeer.IsZero() && e.From != st.tlsPeer {
+		// A TLS connection carries its certificate's peer's envelopes only.
+		r.observe(EventRefused, &e, "", len(payload), RejectTLSPeer)
+		return nil, false, from, RejectTLSPeer
+	}
 	if e.To != r.self {
 		r.observe(EventRefused, &e, "", len(payload), RejectNotForUs)
 		return nil, false, from, RejectNotForUs

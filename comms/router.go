@@ -2,7 +2,9 @@ package comms
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -117,6 +119,11 @@ type Options struct {
 	// an audit log). It is called on the connection's goroutine and must
 	// not block.
 	Observe func(Event)
+	// RefusePlaintext refuses plaintext TCP: an inbound TCP connection
+	// that starts with a frame rather than a TLS handshake is closed
+	// (RejectPlaintext), and tcp:// peers are not dialled. Unix sockets
+	// are not affected.
+	RefusePlaintext bool
 	// Dial connects to peers; nil means transport.Dial. Tests replace it.
 	Dial func(ctx context.Context, a transport.Addr) (net.Conn, error)
 }
@@ -134,6 +141,9 @@ const (
 	RejectOverload     = "overload"         // over MaxConnections
 	RejectInFlight     = "in_flight"        // a copy of the envelope is being admitted right now
 	RejectUnsolicited  = "unsolicited"      // a response to no request this node sent that peer
+	RejectTLS          = "tls"              // TLS handshake failed: no trusted client key, bad handshake, timeout
+	RejectTLSPeer      = "tls_peer"         // an envelope on a TLS connection from another key than the certificate's
+	RejectPlaintext    = "plaintext"        // plaintext TCP while Options.RefusePlaintext is set
 )
 
 // Stats are counters since the Router started.
@@ -175,6 +185,8 @@ type Router struct {
 	lastSeen sync.Map          // identity.PeerID → *atomic.Int64, Unix nanoseconds of its last valid envelope
 
 	accepted, duplicates, acksSent atomic.Uint64
+	tlsServer                      *tls.Config // the listener's side; VerifyConnection is set per connection
+	tlsCert                        tls.Certificate
 	rejectMu                       sync.Mutex
 	rejected                       map[string]uint64
 	untrustedSeen                  map[identity.PeerID]time.Time // guarded by rejectMu: logUntrusted's rate limit
@@ -210,6 +222,12 @@ func New(kp *identity.Keypair, list *trust.List, opts Options) (*Router, error) 
 		links:     map[identity.PeerID]*link{},
 		rejected:  map[string]uint64{},
 	}
+	cert, err := transport.NodeCert(kp.Signer())
+	if err != nil {
+		return nil, err
+	}
+	r.tlsCert = cert
+	r.tlsServer = transport.TLSServerConfig(cert, func(ed25519.PublicKey) error { return errTLSUntrusted })
 	r.inbox = opts.Inbox
 	if r.inbox == nil {
 		r.queue = inbox.New[Item](opts.InboxMax)
@@ -318,6 +336,9 @@ type inConn struct {
 	// it. Acks alone do not keep a connection.
 	active atomic.Int64
 	peer   identity.PeerID // whose new envelope authenticated it; guarded by Router.mu
+	// tlsPeer is the key of a TLS connection's client certificate
+	// (zero: not TLS); set before the first frame is read.
+	tlsPeer identity.PeerID
 }
 
 // authenticate marks st authenticated by a new envelope from peer, the

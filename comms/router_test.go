@@ -37,28 +37,33 @@ func sockDir(t *testing.T) string {
 	return dir
 }
 
-// listenOn opens a listener of the given network ("uds" or "tcp").
+// listenOn opens a listener of the given network ("uds", "tcp" or "tls":
+// a TCP listener that peers reach at a tls:// address).
 func listenOn(t *testing.T, network string) (net.Listener, transport.Addr) {
 	t.Helper()
 	var a transport.Addr
 	if network == "uds" {
 		a = transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(sockDir(t), "n.sock")}
 	} else {
-		a = transport.Addr{Scheme: transport.SchemeTCP, Host: "127.0.0.1"}
+		a = transport.Addr{Scheme: network, Host: "127.0.0.1"}
 	}
 	ln, err := transport.Listen(context.Background(), a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if network == "tcp" {
+	if a.OverTCP() {
 		a.Port = uint16(ln.Addr().(*net.TCPAddr).Port)
 	}
 	return ln, a
 }
 
-// pair starts two nodes that trust each other.
+// pair starts two nodes that trust each other. Over "tls" both refuse
+// plaintext, so nothing can pass outside TLS.
 func pair(t *testing.T, network string, opts Options) (a, b *node) {
 	t.Helper()
+	if network == "tls" {
+		opts.RefusePlaintext = true
+	}
 	a = &node{name: "alice"}
 	b = &node{name: "bob"}
 	lnA, addrA := listenOn(t, network)
@@ -108,7 +113,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func TestMessageAndRequestResponse(t *testing.T) {
-	for _, network := range []string{"uds", "tcp"} {
+	for _, network := range []string{"uds", "tcp", "tls"} {
 		t.Run(network, func(t *testing.T) {
 			testutil.CheckGoroutines(t)
 			a, b := pair(t, network, Options{})

@@ -21,31 +21,34 @@ const MaxUDSPath = 107
 // Address schemes.
 const (
 	SchemeUDS = "uds"
-	SchemeTCP = "tcp"
+	SchemeTCP = "tcp" // plaintext TCP (what the reference implementation speaks)
+	SchemeTLS = "tls" // TCP carrying TLS 1.3 with pinned node keys (tls.go)
 )
 
 // Errors from address parsing. The returned errors wrap them and quote the
 // input.
 var (
 	// ErrUnsupportedScheme means the address has no scheme or one other
-	// than uds:// and tcp://.
-	ErrUnsupportedScheme = errors.New("transport: unsupported address scheme (want uds:// or tcp://)")
+	// than uds://, tcp:// and tls://.
+	ErrUnsupportedScheme = errors.New("transport: unsupported address scheme (want uds://, tcp:// or tls://)")
 	// ErrBadAddr means the address has a known scheme but is malformed.
 	ErrBadAddr = errors.New("transport: malformed address")
 )
 
-// Addr is a parsed peer or listener address: a Unix socket path or a TCP
-// host and port. The zero Addr is invalid. Addr is comparable.
+// Addr is a parsed peer or listener address: a Unix socket path, or a TCP
+// host and port reached in plaintext (tcp) or over TLS (tls). The zero
+// Addr is invalid. Addr is comparable.
 type Addr struct {
-	Scheme string // SchemeUDS or SchemeTCP
+	Scheme string // SchemeUDS, SchemeTCP or SchemeTLS
 	Path   string // uds: absolute, cleaned socket path
-	Host   string // tcp: host name or IP literal, without brackets
-	Port   uint16 // tcp
+	Host   string // tcp, tls: host name or IP literal, without brackets
+	Port   uint16 // tcp, tls
 }
 
-// ParseAddr parses "uds:///abs/path.sock" or "tcp://host[:port]" (IPv6
-// literals in brackets; port 4200 when absent). Relative UDS paths, empty
-// hosts, bad ports, and extra parts (user, query, fragment) are refused.
+// ParseAddr parses "uds:///abs/path.sock", "tcp://host[:port]" or
+// "tls://host[:port]" (IPv6 literals in brackets; port 4200 when absent).
+// Relative UDS paths, empty hosts, bad ports, and extra parts (user,
+// query, fragment) are refused.
 func ParseAddr(s string) (Addr, error) {
 	bad := func(why string) (Addr, error) {
 		return Addr{}, fmt.Errorf("%w %q: %s", ErrBadAddr, s, why)
@@ -70,20 +73,21 @@ func ParseAddr(s string) (Addr, error) {
 			return bad(fmt.Sprintf("the socket path is %d bytes; the limit is %d", len(clean), MaxUDSPath))
 		}
 		return Addr{Scheme: SchemeUDS, Path: clean}, nil
-	case SchemeTCP:
-		u, err := url.Parse(SchemeTCP + "://" + rest)
+	case SchemeTCP, SchemeTLS:
+		scheme = strings.ToLower(scheme)
+		u, err := url.Parse(scheme + "://" + rest)
 		if err != nil {
 			return bad(err.Error())
 		}
 		if u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") || u.Opaque != "" {
-			return bad("a tcp address is only host and port")
+			return bad("a " + scheme + " address is only host and port")
 		}
 		host := u.Hostname()
 		if host == "" {
 			return bad("missing host")
 		}
 		if strings.Count(u.Host, ":") > 1 && !strings.HasPrefix(u.Host, "[") {
-			return bad("an IPv6 address goes in brackets: tcp://[::1]:4200")
+			return bad("an IPv6 address goes in brackets: " + scheme + "://[::1]:4200")
 		}
 		if strings.Contains(host, ":") {
 			ip, err := netip.ParseAddr(host)
@@ -104,7 +108,7 @@ func ParseAddr(s string) (Addr, error) {
 		} else if strings.HasSuffix(u.Host, ":") {
 			return bad("empty port")
 		}
-		return Addr{Scheme: SchemeTCP, Host: host, Port: uint16(port)}, nil
+		return Addr{Scheme: scheme, Host: host, Port: uint16(port)}, nil
 	}
 	return Addr{}, fmt.Errorf("%w: %q", ErrUnsupportedScheme, s)
 }
@@ -114,10 +118,22 @@ func (a Addr) String() string {
 	switch a.Scheme {
 	case SchemeUDS:
 		return "uds://" + a.Path
-	case SchemeTCP:
-		return "tcp://" + net.JoinHostPort(a.Host, strconv.Itoa(int(a.Port)))
+	case SchemeTCP, SchemeTLS:
+		return a.Scheme + "://" + net.JoinHostPort(a.Host, strconv.Itoa(int(a.Port)))
 	}
 	return ""
+}
+
+// OverTCP reports whether a is reached over TCP: tcp:// or tls://.
+func (a Addr) OverTCP() bool { return a.Scheme == SchemeTCP || a.Scheme == SchemeTLS }
+
+// WithScheme returns a TCP address with the other TCP scheme: tcp:// and
+// tls:// name the same port. Other addresses are returned unchanged.
+func (a Addr) WithScheme(scheme string) Addr {
+	if a.OverTCP() && (scheme == SchemeTCP || scheme == SchemeTLS) {
+		a.Scheme = scheme
+	}
+	return a
 }
 
 // Network returns the net package's network name: "unix" or "tcp".

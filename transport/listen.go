@@ -26,7 +26,7 @@ const staleProbeTimeout = time.Second
 func Listen(ctx context.Context, a Addr) (net.Listener, error) {
 	var lc net.ListenConfig
 	switch a.Scheme {
-	case SchemeTCP:
+	case SchemeTCP, SchemeTLS:
 		ln, err := lc.Listen(ctx, "tcp", a.Address())
 		if err != nil {
 			return nil, fmt.Errorf("transport: listen %s: %w", a, err)
@@ -88,9 +88,11 @@ func listenUnix(ctx context.Context, lc net.ListenConfig, a Addr, afterBind func
 	return ln, nil
 }
 
-// Dial connects to a. The context bounds the connection attempt only.
+// Dial connects to a. The context bounds the connection attempt only. For
+// a tls:// address it returns the TCP stream: the caller runs the
+// handshake ([TLSClient]), which needs the key it expects.
 func Dial(ctx context.Context, a Addr) (net.Conn, error) {
-	if a.Scheme != SchemeUDS && a.Scheme != SchemeTCP {
+	if a.Scheme != SchemeUDS && !a.OverTCP() {
 		return nil, fmt.Errorf("%w: %q", ErrUnsupportedScheme, a.String())
 	}
 	var d net.Dialer

@@ -1,0 +1,238 @@
+package comms
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// events collects what a Router reports to Options.Observe.
+type events struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func (e *events) observe(ev Event) {
+	e.mu.Lock()
+	e.evs = append(e.evs, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) refused(reason string) []Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []Event
+	for _, ev := range e.evs {
+		if ev.Type == EventRefused && ev.Reason == reason {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// serveNode starts a Router for kp that trusts peers, listening on network.
+func serveNode(t *testing.T, name string, kp *identity.Keypair, network string, opts Options, peers ...trust.Peer) *node {
+	t.Helper()
+	l, err := trust.New(peers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, addr := listenOn(t, network)
+	r, err := New(kp, l, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- r.Serve(ln) }()
+	t.Cleanup(func() {
+		r.Close()
+		if err := <-errc; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return &node{name: name, kp: kp, r: r, addr: addr}
+}
+
+// dialTLS runs a TLS handshake with n as the node of kp, expecting n's key.
+func dialTLS(t *testing.T, n *node, kp *identity.Keypair) (*tls.Conn, error) {
+	t.Helper()
+	raw := dialRaw(t, n)
+	cert, err := transport.NodeCert(kp.Signer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), advDeadline)
+	defer cancel()
+	want := n.kp.ID()
+	return transport.TLSClient(ctx, raw, transport.TLSClientConfig(cert, want[:]))
+}
+
+// waitRejected waits until n has refused want connections or envelopes
+// for reason (the refusal is counted on n's connection goroutine).
+func waitRejected(t *testing.T, n *node, reason string, want uint64) {
+	t.Helper()
+	deadline := time.Now().Add(advDeadline)
+	for n.r.Stats().Rejected[reason] < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s refused %d for %q, want %d (stats %+v)", n.name, n.r.Stats().Rejected[reason], reason, want, n.r.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An untrusted key is refused in the handshake: bob never reads the frame
+// mallory writes after it.
+func TestTLSUntrustedClientRefusedBeforeAnyFrame(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	alice, mallory := newKP(t), newKP(t)
+	var seen events
+	bob := serveNode(t, "bob", newKP(t), "tls", Options{Observe: seen.observe},
+		trust.Peer{Name: "alice", ID: alice.ID(), Addr: transport.Addr{Scheme: transport.SchemeTLS, Host: "127.0.0.1", Port: 1}})
+	c, err := dialTLS(t, bob, mallory)
+	if err == nil {
+		// A TLS 1.3 client finishes before the server has checked its
+		// certificate: the refusal arrives as an alert on the first read.
+		writeRaw(t, c, frameOf(t, seal(t, mallory, bob.kp.ID(), wire.Message("let me in"))))
+		c.SetReadDeadline(time.Now().Add(advDeadline))
+		var buf [64]byte
+		if n, rerr := c.Read(buf[:]); rerr == nil || errors.Is(rerr, os.ErrDeadlineExceeded) {
+			t.Fatalf("read %d bytes, %v: the connection of an untrusted key is open", n, rerr)
+		}
+	}
+	waitRejected(t, bob, RejectTLS, 1)
+	s := bob.r.Stats()
+	if s.Accepted != 0 || s.Rejected[RejectUntrusted] != 0 || s.Rejected[RejectMalformed] != 0 || s.Rejected[RejectFrame] != 0 {
+		t.Fatalf("bob read a frame from an untrusted TLS client: %+v", s)
+	}
+	evs := seen.refused(RejectTLS)
+	if len(evs) != 1 || evs[0].From != mallory.ID() || evs[0].Peer != "" {
+		t.Fatalf("refusal events %+v, want one naming mallory's key as claimed, no peer name", evs)
+	}
+	// alice, trusted, is admitted over TLS.
+	c, err = dialTLS(t, bob, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := seal(t, alice, bob.kp.ID(), wire.Message("hello"))
+	writeRaw(t, c, frameOf(t, e))
+	readAck(t, c, bob.kp.ID(), alice.ID(), e.ID)
+}
+
+// Dialling bob's trusted key at an address where carol (also trusted)
+// answers fails in the handshake: carol never gets a frame.
+func TestTLSDialRefusesAnotherKeyThanDialled(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	aliceKP, bobKP := newKP(t), newKP(t)
+	carol := serveNode(t, "carol", newKP(t), "tls", Options{}, trust.Peer{Name: "alice", ID: aliceKP.ID(), Addr: transport.Addr{Scheme: transport.SchemeTLS, Host: "127.0.0.1", Port: 1}})
+	alice := serveNode(t, "alice", aliceKP, "tls", Options{AckTimeout: 5 * time.Second},
+		trust.Peer{Name: "bob", ID: bobKP.ID(), Addr: carol.addr},
+		trust.Peer{Name: "carol", ID: carol.kp.ID(), Addr: carol.addr})
+	ctx := ctxT(t)
+	_, err := alice.r.SendMessage(ctx, "bob", "for bob only")
+	var poe *PeerOfflineError
+	if !errors.As(err, &poe) || poe.Reason != OfflineTLS || !errors.Is(err, transport.ErrTLSWrongKey) {
+		t.Fatalf("send to bob at carol's address: %v, want a TLS failure for the wrong key", err)
+	}
+	waitRejected(t, carol, RejectTLS, 1) // alice aborted the handshake
+	if s := carol.r.Stats(); s.Accepted != 0 || carol.r.Inbox().Len() != 0 {
+		t.Fatalf("carol admitted something: %+v", s)
+	}
+	// carol herself is reached at the same address.
+	if _, err := alice.r.SendMessage(ctx, "carol", "for carol"); err != nil {
+		t.Fatal(err)
+	}
+	if carol.r.Inbox().Len() != 1 {
+		t.Fatalf("carol has %d items", carol.r.Inbox().Len())
+	}
+}
+
+// A TLS connection carries its certificate's envelopes only: alice cannot
+// pass carol's signed envelope on hers.
+func TestTLSConnectionCarriesItsPeersEnvelopesOnly(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	alice, carol := newKP(t), newKP(t)
+	far := transport.Addr{Scheme: transport.SchemeTLS, Host: "127.0.0.1", Port: 1}
+	bob := serveNode(t, "bob", newKP(t), "tls", Options{},
+		trust.Peer{Name: "alice", ID: alice.ID(), Addr: far},
+		trust.Peer{Name: "carol", ID: carol.ID(), Addr: far})
+	c, err := dialTLS(t, bob, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeRaw(t, c, frameOf(t, seal(t, carol, bob.kp.ID(), wire.Message("carol's words"))))
+	expectClosedNoAck(t, c)
+	if got := bob.r.Stats().Rejected[RejectTLSPeer]; got != 1 || bob.r.Inbox().Len() != 0 {
+		t.Fatalf("bob refused %d for %s and holds %d items; want 1 and 0", got, RejectTLSPeer, bob.r.Inbox().Len())
+	}
+}
+
+// With RefusePlaintext, TCP takes TLS only, in and out; Unix sockets and
+// pairing are unaffected.
+func TestRefusePlaintext(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	alice := newKP(t)
+	far := transport.Addr{Scheme: transport.SchemeTCP, Host: "127.0.0.1", Port: 1}
+	paired := make(chan struct{}, 1)
+	opts := Options{RefusePlaintext: true, Pairing: func(c net.Conn, _ io.Reader) { paired <- struct{}{} }}
+	bob := serveNode(t, "bob", newKP(t), "tcp", opts, trust.Peer{Name: "alice", ID: alice.ID(), Addr: far})
+
+	c := dialRaw(t, bob)
+	writeRaw(t, c, frameOf(t, seal(t, alice, bob.kp.ID(), wire.Message("in the clear"))))
+	expectClosedNoAck(t, c)
+	if got := bob.r.Stats().Rejected[RejectPlaintext]; got != 1 || bob.r.Inbox().Len() != 0 {
+		t.Fatalf("bob refused %d plaintext connections and holds %d items; want 1 and 0", got, bob.r.Inbox().Len())
+	}
+
+	// The same port takes TLS.
+	tc, err := dialTLS(t, bob, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := seal(t, alice, bob.kp.ID(), wire.Message("sealed"))
+	writeRaw(t, tc, frameOf(t, e))
+	readAck(t, tc, bob.kp.ID(), alice.ID(), e.ID)
+
+	// And pairing.
+	writeRaw(t, dialRaw(t, bob), []byte{PairingByte})
+	select {
+	case <-paired:
+	case <-time.After(advDeadline):
+		t.Fatal("a pairing connection was not handed over")
+	}
+
+	// A Unix socket takes plaintext frames.
+	ubob := serveNode(t, "ubob", newKP(t), "uds", Options{RefusePlaintext: true}, trust.Peer{Name: "alice", ID: alice.ID(), Addr: far})
+	uc := dialRaw(t, ubob)
+	e = seal(t, alice, ubob.kp.ID(), wire.Message("local"))
+	writeRaw(t, uc, frameOf(t, e))
+	readAck(t, uc, ubob.kp.ID(), alice.ID(), e.ID)
+
+	// Nor does the node dial a tcp:// peer.
+	dialled := make(chan transport.Addr, 1)
+	sender := serveNode(t, "sender", alice, "uds", Options{RefusePlaintext: true, Dial: func(ctx context.Context, a transport.Addr) (net.Conn, error) {
+		dialled <- a
+		return transport.Dial(ctx, a)
+	}}, trust.Peer{Name: "bob", ID: bob.kp.ID(), Addr: bob.addr})
+	_, err = sender.r.SendMessage(ctxT(t), "bob", "not in the clear")
+	var poe *PeerOfflineError
+	if !errors.As(err, &poe) || poe.Reason != OfflinePlaintext {
+		t.Fatalf("send to a tcp:// peer: %v, want %q", err, OfflinePlaintext)
+	}
+	select {
+	case a := <-dialled:
+		t.Fatalf("the node dialled %s", a)
+	default:
+	}
+}
