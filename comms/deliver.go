@@ -31,6 +31,9 @@ func (r *Router) Seal(peer string, kind wire.Kind) (Sealed, error) {
 	if err != nil {
 		return Sealed{}, err
 	}
+	if p.Addr.Scheme == transport.SchemeTCP && r.opts.RefusePlaintext {
+		return Sealed{}, fmt.Errorf("%w (comms.tcp_plaintext = \"refuse\"): %s is at the plaintext address %s; if it runs meerkatd, give it the same address as tls://", ErrPlaintextRefused, p.Name, p.Addr)
+	}
 	if kind.Type() == wire.TypeResponse && !kind.Status().Valid() {
 		return Sealed{}, fmt.Errorf("comms: response status %q: %w", kind.Status(), wire.ErrBadValue)
 	}

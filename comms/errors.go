@@ -9,6 +9,9 @@ import (
 var (
 	// ErrUnknownPeer means no trusted peer has the given name or key.
 	ErrUnknownPeer = errors.New("comms: unknown peer")
+	// ErrPlaintextRefused means the peer's address is tcp:// and
+	// Options.RefusePlaintext is set: nothing is sent to it.
+	ErrPlaintextRefused = errors.New("comms: plaintext TCP is refused on this node")
 	// ErrPeerOffline matches every [*PeerOfflineError].
 	ErrPeerOffline = errors.New("comms: peer offline")
 	// ErrClosed means the Router was closed.

@@ -230,6 +230,9 @@ func TestRefusePlaintext(t *testing.T) {
 	if !errors.As(err, &poe) || poe.Reason != OfflinePlaintext {
 		t.Fatalf("send to a tcp:// peer: %v, want %q", err, OfflinePlaintext)
 	}
+	if _, err := sender.r.Seal("bob", wire.Message("not sealed either")); !errors.Is(err, ErrPlaintextRefused) {
+		t.Fatalf("sealing for a tcp:// peer: %v, want ErrPlaintextRefused", err)
+	}
 	select {
 	case a := <-dialled:
 		t.Fatalf("the node dialled %s", a)

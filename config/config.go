@@ -41,6 +41,7 @@ const (
 	DefaultMEUPProtocol          = "meup/v0.1"
 	DefaultProposalTTLSecs       = 3600
 	DefaultMCPPairing            = On
+	DefaultTCPPlaintext          = Allow
 
 	// MaxBackoffSteps bounds the outbox.backoff list.
 	MaxBackoffSteps = 32
@@ -60,6 +61,10 @@ const (
 	// On and Off are the values of on/off switches such as mcp.pairing.
 	On  = "on"
 	Off = "off"
+
+	// Allow and Refuse are the values of comms.tcp_plaintext.
+	Allow  = "allow"
+	Refuse = "refuse"
 
 	// NamePlaceholder in comms.listen_uds is replaced by the node name.
 	NamePlaceholder = "{name}"
@@ -208,6 +213,10 @@ type Comms struct {
 	// of the listen address; "" means the listen address. A listener on
 	// all interfaces (0.0.0.0, ::) needs it for pairing over TCP.
 	AdvertiseTCP string `toml:"advertise_tcp"`
+	// TCPPlaintext is "allow" (the default) or "refuse": whether plaintext
+	// TCP (tcp:// peers, which speak the reference protocol) is accepted
+	// and dialled. TLS (tls://) and Unix sockets are not affected.
+	TCPPlaintext string `toml:"tcp_plaintext"`
 	// AckTimeoutSecs is how long a send waits for the peer's ack.
 	AckTimeoutSecs int `toml:"ack_timeout_secs"`
 	// MaxMessageBytes is the largest frame payload accepted or sent.
@@ -232,6 +241,9 @@ type Comms struct {
 	PeerMaxConnections int `toml:"peer_max_connections"`
 }
 
+// RefusePlaintext reports whether tcp_plaintext is "refuse".
+func (c Comms) RefusePlaintext() bool { return c.TCPPlaintext == Refuse }
+
 // Default returns the built-in configuration: node "meerkat", a Unix socket
 // in the home, no TCP listener, and the default limits.
 func Default() Config {
@@ -247,6 +259,7 @@ func Default() Config {
 			InboxMaxBytes:      DefaultInboxMaxBytes,
 			PeerInboxShare:     DefaultPeerInboxShare,
 			PeerMaxConnections: DefaultPeerMaxConns,
+			TCPPlaintext:       DefaultTCPPlaintext,
 		},
 		Store: Store{
 			Mode:             DefaultStoreMode,

@@ -14,6 +14,7 @@ var wantEnv = map[string]string{
 	"comms.listen_uds":           "MEERKAT_COMMS_LISTEN_UDS",
 	"comms.listen_tcp":           "MEERKAT_COMMS_LISTEN_TCP",
 	"comms.advertise_tcp":        "MEERKAT_COMMS_ADVERTISE_TCP",
+	"comms.tcp_plaintext":        "MEERKAT_COMMS_TCP_PLAINTEXT",
 	"comms.ack_timeout_secs":     "MEERKAT_COMMS_ACK_TIMEOUT",
 	"comms.max_message_bytes":    "MEERKAT_COMMS_MAX_MESSAGE_BYTES",
 	"comms.frame_timeout_secs":   "MEERKAT_COMMS_FRAME_TIMEOUT_SECS",
@@ -104,6 +105,8 @@ func testValue(k Key) string {
 			return "127.0.0.1:4242"
 		case "comms.advertise_tcp":
 			return "node.example:4242"
+		case "comms.tcp_plaintext":
+			return "refuse"
 		case "outbox.backoff":
 			return "1s,1m"
 		}

@@ -30,6 +30,9 @@ func (c Config) Validate() error {
 	add("comms.listen_tcp", err)
 	_, err = c.AdvertiseTCPAddr()
 	add("comms.advertise_tcp", err)
+	if c.Comms.TCPPlaintext != Allow && c.Comms.TCPPlaintext != Refuse {
+		add("comms.tcp_plaintext", fmt.Errorf("must be %q or %q, got %q", Allow, Refuse, c.Comms.TCPPlaintext))
+	}
 	add("comms.ack_timeout_secs", checkRange(c.Comms.AckTimeoutSecs, 1, MaxTimeoutSecs))
 	add("comms.max_message_bytes", checkRange(c.Comms.MaxMessageBytes, 1, transport.MaxFrameSize))
 	add("comms.frame_timeout_secs", checkRange(c.Comms.FrameTimeoutSecs, 1, MaxTimeoutSecs))

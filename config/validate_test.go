@@ -98,6 +98,9 @@ func TestValidate(t *testing.T) {
 		{"meup protocol mew", func(c *Config) { c.MEUP.Protocol = "mew/v0.4" }, ""},
 		{"proposal ttl 0", func(c *Config) { c.MEUP.ProposalTTLSecs = 0 }, "meup.proposal_ttl_secs"},
 		{"mcp pairing off", func(c *Config) { c.MCP.Pairing = "off" }, ""},
+		{"tcp plaintext refuse", func(c *Config) { c.Comms.TCPPlaintext = "refuse" }, ""},
+		{"tcp plaintext empty", func(c *Config) { c.Comms.TCPPlaintext = "" }, "comms.tcp_plaintext"},
+		{"tcp plaintext other", func(c *Config) { c.Comms.TCPPlaintext = "Refuse" }, "comms.tcp_plaintext"},
 		{"mcp pairing on", func(c *Config) { c.MCP.Pairing = "on" }, ""},
 		{"mcp pairing empty", func(c *Config) { c.MCP.Pairing = "" }, "mcp.pairing"},
 		{"mcp pairing OFF", func(c *Config) { c.MCP.Pairing = "OFF" }, "mcp.pairing"},
@@ -131,7 +134,7 @@ func TestValidateAllAtOnce(t *testing.T) {
 	c := Config{Name: "bad name", Comms: Comms{ListenUDS: "rel", ListenTCP: "nope"}} // every int 0
 	err := c.Validate()
 	want := []string{
-		"name", "comms.listen_uds", "comms.listen_tcp", "comms.ack_timeout_secs",
+		"name", "comms.listen_uds", "comms.listen_tcp", "comms.tcp_plaintext", "comms.ack_timeout_secs",
 		"comms.max_message_bytes", "comms.frame_timeout_secs", "comms.idle_timeout_secs",
 		"comms.max_connections", "comms.inbox_max", "comms.inbox_max_bytes",
 		"comms.peer_inbox_share", "comms.peer_max_connections",

@@ -354,7 +354,7 @@ func textBody(tag string, size int) string {
 // --body-file, without and with a daemon on the sender's side; a body
 // over the 1 MiB envelope limit is refused with exit 2 and says why.
 func TestLargeBodies(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	bob.start()
 	dir := mkTemp(t)
 	const size = 900 << 10
@@ -447,7 +447,7 @@ func TestLargeBodies(t *testing.T) {
 // own: inbox shows control characters escaped and indents continuation
 // lines; --json gives the text unchanged.
 func TestInboxEscapesPeerText(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	bob.start()
 	body := "clear\x1b[2J title\x1b]0;pwned\x07 back\rover rtl\u202eevil\n" +
 		"#99 2025-01-01T00:00:00Z message from alice (" + alice.key + ") id 00000000-0000-0000-0000-000000000000\n" +
@@ -530,7 +530,7 @@ func TestStackedPrefix(t *testing.T) {
 // "trust: … trust:"; a duration without a unit says to add one. The same
 // error through a daemon reads the same.
 func TestErrorMessages(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	other, err := identity.GenerateKeypair()
 	if err != nil {
 		t.Fatal(err)

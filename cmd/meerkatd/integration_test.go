@@ -341,14 +341,19 @@ func freeTCPPort(t testing.TB) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// twoNodes creates alice and bob, trusting each other. With tcp set their
-// addresses are TCP ports on 127.0.0.1; start them with runArgs().
-func twoNodes(t *testing.T, tcp bool) (alice, bob *testNode) {
+// twoNodes creates alice and bob, trusting each other, over network:
+// "uds" (their Unix sockets), "tcp" (plaintext TCP ports on 127.0.0.1) or
+// "tls" (the same ports over TLS, each node refusing plaintext TCP).
+// Start them with runArgs().
+func twoNodes(t *testing.T, network string) (alice, bob *testNode) {
 	t.Helper()
 	alice, bob = newNode(t, "alice"), newNode(t, "bob")
-	if tcp {
+	if network != "uds" {
 		for _, n := range []*testNode{alice, bob} {
-			n.addr = "tcp://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+			n.addr = network + "://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+			if network == "tls" {
+				n.env = append(n.env, "MEERKAT_COMMS_TCP_PLAINTEXT=refuse")
+			}
 		}
 	}
 	alice.trusts(bob)
@@ -358,10 +363,20 @@ func twoNodes(t *testing.T, tcp bool) (alice, bob *testNode) {
 
 // runArgs returns the `run` flags that make the daemon listen on n.addr.
 func (n *testNode) runArgs() []string {
-	if strings.HasPrefix(n.addr, "tcp://") {
-		return []string{"--listen-tcp", strings.TrimPrefix(n.addr, "tcp://"), "--listen-uds", "off"}
+	if hp, ok := tcpHostPort(n.addr); ok {
+		return []string{"--listen-tcp", hp, "--listen-uds", "off"}
 	}
 	return nil
+}
+
+// tcpHostPort returns the host:port of a tcp:// or tls:// address.
+func tcpHostPort(addr string) (string, bool) {
+	for _, p := range []string{"tcp://", "tls://"} {
+		if hp, ok := strings.CutPrefix(addr, p); ok {
+			return hp, true
+		}
+	}
+	return "", false
 }
 
 // jsonText formats v for a failure message.
@@ -453,12 +468,14 @@ func exchange(t *testing.T, alice, bob *testNode) {
 }
 
 func TestTwoDaemons(t *testing.T) {
-	for _, network := range []string{"uds", "tcp"} {
+	for _, network := range []string{"uds", "tcp", "tls"} {
 		t.Run(network, func(t *testing.T) {
-			alice, bob := twoNodes(t, network == "tcp")
+			alice, bob := twoNodes(t, network)
 			alice.start(alice.runArgs()...)
 			bob.start(bob.runArgs()...)
-			if s := bob.status(); len(s.Listen) != 1 || s.Listen[0] != bob.addr || s.Peers != 1 {
+			// A TCP listener is shown as tcp://; it speaks TLS as well.
+			listen := strings.Replace(bob.addr, "tls://", "tcp://", 1)
+			if s := bob.status(); len(s.Listen) != 1 || s.Listen[0] != listen || s.Peers != 1 {
 				t.Fatalf("bob's status: listen %v, %d peers", s.Listen, s.Peers)
 			}
 			exchange(t, alice, bob)
@@ -472,7 +489,7 @@ func TestTwoDaemons(t *testing.T) {
 // A send with no daemon on the sender's side runs a node in the CLI
 // process for the duration of the send.
 func TestStandaloneSend(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	bob.start()
 	out := alice.ok("send", "message", "bob", "from a plain CLI")
 	id := strings.TrimSpace(out)
@@ -487,7 +504,7 @@ func TestStandaloneSend(t *testing.T) {
 }
 
 func TestExitCodes(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	const uuid = "550e8400-e29b-41d4-a716-446655440000"
 
 	// No daemon anywhere.
@@ -554,7 +571,7 @@ func TestExitCodes(t *testing.T) {
 // Removing a peer from the trust file takes effect in a running daemon
 // without a restart, and so does adding it back.
 func TestTrustHotReload(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	alice.start()
 	bob.start()
 	alice.ok("send", "message", "bob", "before")

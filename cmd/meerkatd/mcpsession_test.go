@@ -354,7 +354,7 @@ func (p *mcpProc) waitLog(line string) {
 func TestMCPSessionsShareHome(t *testing.T) {
 	for _, end := range []string{"closed", "killed"} {
 		t.Run(end, func(t *testing.T) {
-			alice, bob := twoNodes(t, false)
+			alice, bob := twoNodes(t, "uds")
 			bob.start()
 			procs := []*mcpProc{startMCP(t, alice, "mcp-1"), startMCP(t, alice, "mcp-2")}
 			for _, p := range procs {
@@ -423,7 +423,7 @@ func TestMCPSurvivesDaemonRestart(t *testing.T) {
 }
 
 func testMCPSurvivesDaemonRestart(t *testing.T, store string) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, "MEERKAT_STORE_MODE="+store)
 	alice.start()
 	bob.start()

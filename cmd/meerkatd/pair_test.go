@@ -92,6 +92,23 @@ func (b *background) wait(t *testing.T) (int, string) {
 	return 0, b.rest.String()
 }
 
+// peerAddr returns the address n's trust list has for peer name.
+func peerAddr(t *testing.T, n *testNode, name string) string {
+	t.Helper()
+	var ps []struct {
+		Name string `json:"name"`
+		Addr string `json:"addr"`
+	}
+	n.okJSON(&ps, "peers", "list", "--json")
+	for _, p := range ps {
+		if p.Name == name {
+			return p.Addr
+		}
+	}
+	t.Fatalf("%s does not trust %s", n.name, name)
+	return ""
+}
+
 func peerNames(t *testing.T, n *testNode) map[string]string {
 	t.Helper()
 	var ps []struct {
@@ -106,16 +123,22 @@ func peerNames(t *testing.T, n *testNode) map[string]string {
 	return out
 }
 
+// Pairing over a TCP port gives both sides tls:// entries: both speak
+// TLS. With "tls-only" both also refuse plaintext TCP, so the messages
+// after the pairing can only have gone over TLS.
 func TestPairTwoDaemons(t *testing.T) {
-	for _, tcp := range []bool{false, true} {
-		name := map[bool]string{false: "uds", true: "tcp"}[tcp]
+	for _, name := range []string{"uds", "tcp", "tls-only"} {
 		t.Run(name, func(t *testing.T) {
 			alice, bob := newNode(t, "alice"), newNode(t, "bob")
 			carol := newNode(t, "carol")
-			if tcp {
+			if name != "uds" {
 				for _, n := range []*testNode{alice, bob, carol} {
-					n.addr = "tcp://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
-					n.env = append(n.env, "MEERKAT_COMMS_LISTEN_TCP="+strings.TrimPrefix(n.addr, "tcp://"))
+					port := strconv.Itoa(freeTCPPort(t))
+					n.addr = "tls://127.0.0.1:" + port
+					n.env = append(n.env, "MEERKAT_COMMS_LISTEN_TCP=127.0.0.1:"+port)
+					if name == "tls-only" {
+						n.env = append(n.env, "MEERKAT_COMMS_TCP_PLAINTEXT=refuse")
+					}
 				}
 			}
 			alice.start(alice.runArgs()...)
@@ -136,6 +159,9 @@ func TestPairTwoDaemons(t *testing.T) {
 			}
 			if a, b := peerNames(t, alice), peerNames(t, bob); a["bob"] != bob.key || b["alice"] != alice.key {
 				t.Fatalf("trust after pairing: alice %v, bob %v", a, b)
+			}
+			if a, b := peerAddr(t, alice, "bob"), peerAddr(t, bob, "alice"); a != bob.addr || b != alice.addr {
+				t.Fatalf("addresses after pairing: alice has bob at %s, bob has alice at %s; want %s and %s", a, b, bob.addr, alice.addr)
 			}
 			// Both daemons use the new trust at once: a message each way.
 			alice.ok("send", "message", "bob", "hello bob")

@@ -207,7 +207,7 @@ func finishAndCheck(t *testing.T, alice, bob *testNode, confirmed map[string]str
 // must be on the receiver's disk, and after a restart every message is in
 // its inbox exactly once.
 func TestCrashReceiver(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, reliableEnv...)
 	bob.env = append(bob.env, reliableEnv...)
 	alice.start()
@@ -258,7 +258,7 @@ func TestCrashReceiver(t *testing.T) {
 // it restarts, its outbox finishes the job and nothing is lost or
 // duplicated.
 func TestCrashSender(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, reliableEnv...)
 	bob.env = append(bob.env, reliableEnv...)
 	alice.start()
@@ -286,7 +286,7 @@ func TestCrashSender(t *testing.T) {
 // and an open circuit breaker survive a clean restart; the breaker then
 // ends early when the peer reaches us.
 func TestReliableSurvivesRestart(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=0s,50ms", "MEERKAT_OUTBOX_BREAKER_OPEN_SECS=3600")
 	bob.start()
 	alice.start()
@@ -344,7 +344,7 @@ func TestReliableSurvivesRestart(t *testing.T) {
 // TestRetryAcrossOutage: a peer down for 20 s then back receives every
 // reliable message once, in send order.
 func TestRetryAcrossOutage(t *testing.T) {
-	alice, bob := twoNodes(t, true)
+	alice, bob := twoNodes(t, "tcp")
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=0s,1s,2s,4s", "MEERKAT_OUTBOX_BREAKER_OPEN_SECS=5")
 	alice.start(alice.runArgs()...)
 	bob.start(bob.runArgs()...)
@@ -389,7 +389,7 @@ func TestRetryAcrossOutage(t *testing.T) {
 // sends: expiry into dead letters, retry and drop, the audit log with and
 // without bodies, and a reliable send with no daemon running.
 func TestDeadLettersAuditAndStandalone(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=50ms")
 	bob.env = append(bob.env, "MEERKAT_AUDIT_BODIES=true")
 
@@ -486,7 +486,7 @@ func TestDeadLettersAuditAndStandalone(t *testing.T) {
 // A reliable send made without a daemon waits behind what the outbox
 // already holds for that peer: the daemon sends them in order.
 func TestStandaloneReliableKeepsOrder(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=50ms")
 	if r := alice.run("send", "message", "bob", "first", "--reliable"); r.code != exitOK || !strings.Contains(r.stderr, "queued in the outbox") {
 		t.Fatalf("first:\n%s", r)

@@ -930,7 +930,7 @@ func member(t *testing.T, n *testNode, id string) spaceMember {
 // kind patterns, objects or arrays; the file is what the next daemon
 // runs; show and list read it.
 func TestSpaceRosterWithoutDaemon(t *testing.T) {
-	alice, bob := twoNodes(t, false)
+	alice, bob := twoNodes(t, "uds")
 	var info struct {
 		Name    string `json:"name"`
 		Self    string `json:"self"`

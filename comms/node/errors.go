@@ -86,6 +86,8 @@ func Coded(err error) error {
 		return err
 	case errors.Is(err, comms.ErrUnknownPeer):
 		return &Error{Code: CodeUnknownPeer, Msg: UserText(err)}
+	case errors.Is(err, comms.ErrPlaintextRefused):
+		return &Error{Code: CodeBadArgument, Msg: UserText(err)}
 	case errors.Is(err, comms.ErrPeerOffline):
 		return &Error{Code: CodePeerOffline, Msg: UserText(err)}
 	case errors.As(err, &dead):

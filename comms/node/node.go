@@ -244,6 +244,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 		Inbox:              admit,
 		Observe:            observe,
 		Pairing:            pairHook,
+		RefusePlaintext:    h.Config.Comms.RefusePlaintext(),
 	})
 	if err != nil {
 		mail.Close()

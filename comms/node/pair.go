@@ -55,13 +55,14 @@ func (p *pairing) serve(c net.Conn, r io.Reader) {
 }
 
 // offerAddr is where the other node reaches this one: the TCP listener if
-// there is one (it works across hosts; as advertised), else the Unix
-// socket.
+// there is one (it works across hosts; as advertised, over TLS), else the
+// Unix socket.
 func (n *Node) offerAddr() (transport.Addr, error) {
 	var uds *transport.Addr
 	for _, a := range n.addrs {
 		if a.Scheme == transport.SchemeTCP {
-			return n.advertised(a)
+			adv, err := n.advertised(a)
+			return adv.WithScheme(transport.SchemeTLS), err
 		}
 		uds = &a
 	}
@@ -151,8 +152,13 @@ func (n *Node) accept(ctx context.Context, lineText, nameForPeer string) (Paired
 
 // selfAddrFor is where the node of addr should reach this one: over TCP
 // if it is reached over TCP and this node listens on TCP, else over the
-// Unix socket.
+// Unix socket. Over TCP it answers in kind: tls:// to a node that offers
+// tls:// (both speak TLS), tcp:// to one that offers only tcp://, which
+// a node refusing plaintext cannot pair with.
 func (n *Node) selfAddrFor(other transport.Addr) (transport.Addr, error) {
+	if other.Scheme == transport.SchemeTCP && n.h.Config.Comms.RefusePlaintext() {
+		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: errPlaintextPeer(other).Error()}
+	}
 	ls, err := n.h.Config.Resolve(n.h.Dir)
 	if err != nil {
 		return transport.Addr{}, err
@@ -163,13 +169,14 @@ func (n *Node) selfAddrFor(other transport.Addr) (transport.Addr, error) {
 	}
 	var pick *transport.Addr
 	for i, a := range all {
-		if a.Scheme == other.Scheme {
-			return n.advertised(a)
+		if a.Scheme == other.Scheme || a.OverTCP() && other.OverTCP() {
+			adv, err := n.advertised(a)
+			return adv.WithScheme(other.Scheme), err
 		}
 		pick = &all[i]
 	}
 	switch {
-	case other.Scheme == transport.SchemeTCP:
+	case other.OverTCP():
 		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: "the other node is reached over TCP, but this node has no TCP listener it could reach back: set comms.listen_tcp"}
 	case pick == nil:
 		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: "this node does not listen anywhere, so the other node could not reach it: set comms.listen_uds or comms.listen_tcp"}
@@ -238,9 +245,18 @@ func isNameClash(l *trust.List, name string) bool {
 	return false
 }
 
+// errPlaintextPeer is why a node that refuses plaintext TCP does not
+// pair with a node reached at a tcp:// address.
+func errPlaintextPeer(a transport.Addr) error {
+	return fmt.Errorf("the other node gives the plaintext address %s and this node refuses plaintext TCP (comms.tcp_plaintext = \"refuse\"): update the other node to a version that speaks TLS, or set comms.tcp_plaintext = \"allow\"", a)
+}
+
 // planPeer is the initiator's check before it proves itself: how p would
 // be trusted here, or why it cannot be.
 func (n *Node) planPeer(p trust.Peer) (trust.Peer, error) {
+	if p.Addr.Scheme == transport.SchemeTCP && n.h.Config.Comms.RefusePlaintext() {
+		return trust.Peer{}, errPlaintextPeer(p.Addr)
+	}
 	l, err := trust.LoadOrEmpty(n.h.TrustPath())
 	if err != nil {
 		return trust.Peer{}, err
@@ -252,6 +268,9 @@ func (n *Node) planPeer(p trust.Peer) (trust.Peer, error) {
 // trustPeer adds p to the trust file (a pairing's commit) and applies it
 // at once.
 func (n *Node) trustPeer(p trust.Peer) (trust.Peer, error) {
+	if p.Addr.Scheme == transport.SchemeTCP && n.h.Config.Comms.RefusePlaintext() {
+		return trust.Peer{}, errPlaintextPeer(p.Addr)
+	}
 	var added trust.Peer
 	_, err := trust.Update(n.h.TrustPath(), func(l *trust.List) (*trust.List, error) {
 		var next *trust.List

@@ -64,7 +64,8 @@ func pairLineAddr(t *testing.T, n *Node) (transport.Addr, error) {
 
 // Pairing lines and announcements carry comms.advertise_tcp
 // when it is set; a TCP listener on a specific address is carried as it
-// is.
+// is. Both carry it as tls://; the answer to another node's line is in
+// the line's scheme.
 func TestPairLineAdvertisedAddress(t *testing.T) {
 	port := freeTCPPort(t)
 	listen := transport.Addr{Scheme: transport.SchemeTCP, Host: "127.0.0.1", Port: uint16(port)}
@@ -84,11 +85,15 @@ func TestPairLineAdvertisedAddress(t *testing.T) {
 				cfg.Comms.AdvertiseTCP = c.advertise
 			})
 			n := startTest(t, h, ModeServe)
-			if got, err := pairLineAddr(t, n); err != nil || got != c.want {
-				t.Fatalf("the pairing line carries %v, %v; want %v", got, err, c.want)
+			wantTLS := c.want.WithScheme(transport.SchemeTLS)
+			if got, err := pairLineAddr(t, n); err != nil || got != wantTLS {
+				t.Fatalf("the pairing line carries %v, %v; want %v", got, err, wantTLS)
 			}
 			if got, err := n.selfAddrFor(advertised); err != nil || got != c.want {
 				t.Fatalf("accepting a tcp:// line gives the other node %v, %v; want %v", got, err, c.want)
+			}
+			if got, err := n.selfAddrFor(advertised.WithScheme(transport.SchemeTLS)); err != nil || got != wantTLS {
+				t.Fatalf("accepting a tls:// line gives the other node %v, %v; want %v", got, err, wantTLS)
 			}
 			dir := t.TempDir()
 			remove, err := n.Announce(dir)
@@ -101,8 +106,8 @@ func TestPairLineAdvertisedAddress(t *testing.T) {
 				t.Fatal(err)
 			}
 			var a Announcement
-			if err := json.Unmarshal(b, &a); err != nil || a.Addr != c.want.String() {
-				t.Fatalf("the announcement carries %q, %v; want %q", a.Addr, err, c.want)
+			if err := json.Unmarshal(b, &a); err != nil || a.Addr != wantTLS.String() {
+				t.Fatalf("the announcement carries %q, %v; want %q", a.Addr, err, wantTLS)
 			}
 		})
 	}
@@ -136,7 +141,7 @@ func TestPairLineWildcardListener(t *testing.T) {
 			}
 
 			h.Config.Comms.AdvertiseTCP = "192.0.2.10:4300"
-			want := transport.Addr{Scheme: transport.SchemeTCP, Host: "192.0.2.10", Port: 4300}
+			want := transport.Addr{Scheme: transport.SchemeTLS, Host: "192.0.2.10", Port: 4300}
 			info, _, err := p.open(0, "")
 			if err != nil {
 				t.Fatalf("offer with comms.advertise_tcp: %v", err)
@@ -146,5 +151,46 @@ func TestPairLineWildcardListener(t *testing.T) {
 			}
 			p.cancel(info.ID)
 		})
+	}
+}
+
+// A node that refuses plaintext TCP pairs over TLS only: it does not
+// answer a tcp:// line, and does not trust a tcp:// address from a pairing.
+func TestPairRefusesPlaintextPeers(t *testing.T) {
+	h, _ := testHome(t, "alice", func(cfg *config.Config) {
+		cfg.Comms.ListenUDS = config.UDSOff
+		cfg.Comms.ListenTCP = "127.0.0.1:4300"
+		cfg.Comms.TCPPlaintext = config.Refuse
+	})
+	n := &Node{h: h, addrs: []transport.Addr{{Scheme: transport.SchemeTCP, Host: "127.0.0.1", Port: 4300}}}
+	plain := transport.Addr{Scheme: transport.SchemeTCP, Host: "192.0.2.20", Port: 4200}
+	var e *Error
+	if _, err := n.selfAddrFor(plain); !errors.As(err, &e) || !strings.Contains(e.Msg, "comms.tcp_plaintext") {
+		t.Fatalf("answering a tcp:// line: %v; want a refusal naming comms.tcp_plaintext", err)
+	}
+	if got, err := n.selfAddrFor(plain.WithScheme(transport.SchemeTLS)); err != nil || got.Scheme != transport.SchemeTLS {
+		t.Fatalf("answering a tls:// line: %v, %v", got, err)
+	}
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func(trust.Peer) (trust.Peer, error){"plan": n.planPeer, "trust": n.trustPeer} {
+		if _, err := f(trust.Peer{Name: "bob", ID: kp.ID(), Addr: plain}); err == nil || !strings.Contains(err.Error(), "comms.tcp_plaintext") {
+			t.Fatalf("%s a tcp:// peer: %v; want a refusal naming comms.tcp_plaintext", name, err)
+		}
+	}
+	if l, err := trust.LoadOrEmpty(h.TrustPath()); err != nil {
+		t.Fatal(err)
+	} else if _, ok := l.Lookup(kp.ID()); ok {
+		t.Fatal("the refused peer is in the trust file")
+	}
+	if _, err := n.trustPeer(trust.Peer{Name: "dave", ID: kp.ID(), Addr: plain.WithScheme(transport.SchemeTLS)}); err != nil {
+		t.Fatalf("trusting a tls:// peer: %v", err)
+	}
+	if l, err := trust.LoadOrEmpty(h.TrustPath()); err != nil {
+		t.Fatal(err)
+	} else if p, ok := l.Lookup(kp.ID()); !ok || p.Addr.Scheme != transport.SchemeTLS {
+		t.Fatalf("the tls:// peer is trusted as %+v, %v", p, ok)
 	}
 }

@@ -203,7 +203,7 @@ func (r *Responder) exchange(cn *conn, local bool) error {
 	if err != nil {
 		return refuse(fmt.Errorf("%w: address: %v", ErrProtocol, err))
 	}
-	if !local && initAddr.Scheme != transport.SchemeTCP {
+	if !local && !initAddr.OverTCP() {
 		// A node that came over TCP is on another host: a Unix socket
 		// path would name something on ours.
 		return refuse(fmt.Errorf("%w: a node pairing over TCP must give a TCP address", ErrProtocol))
