@@ -67,7 +67,7 @@ type Options struct {
 	Exe string
 
 	Reps      int           // measured repetitions (default 5; Quick: 1)
-	Transport string        // "uds", "tcp" or "both" (default both; Quick: uds)
+	Transport string        // "uds", "tcp", "tls", a comma-separated list of them, "both" (uds,tcp) or "all" (default all; Quick: uds)
 	Duration  time.Duration // measured window of each throughput scenario (default 2s; Quick: 150ms)
 	Msgs      int           // round trips of each latency scenario, at least 10; conn_per_msg: half (default 2000; Quick: 100)
 	IdleConns int           // connections of idle_rss_1000 (default 1000; Quick: 50)
@@ -83,7 +83,7 @@ type Options struct {
 type settings struct {
 	reps       int           // measured repetitions
 	warmup     bool          // one more repetition first, not counted
-	transports []string      // transport.SchemeUDS, transport.SchemeTCP
+	transports []string      // of transport.SchemeUDS, SchemeTCP, SchemeTLS, in that order
 	duration   time.Duration // measured window of each throughput scenario
 	msgs       int           // round trips of each latency scenario
 	idleConns  int           // connections of idle_rss_1000
@@ -103,7 +103,7 @@ func (o Options) settings() (settings, error) {
 	s := settings{reps: 5, warmup: true, duration: 2 * time.Second, msgs: 2000, idleConns: 1000,
 		starts: 5, inFlight: 128, flooders: 4, anchorTime: 300 * time.Millisecond,
 		nats: o.NATS, json: o.JSON, gate: o.Gate, quick: o.Quick}
-	tr := cmp.Or(o.Transport, "both")
+	tr := cmp.Or(o.Transport, "all")
 	if o.Quick {
 		s.reps, s.warmup, s.duration, s.msgs, s.idleConns = 1, false, 150*time.Millisecond, 100, 50
 		s.starts, s.anchorTime = 1, 20*time.Millisecond
@@ -114,20 +114,43 @@ func (o Options) settings() (settings, error) {
 	}
 	s.reps, s.duration = cmp.Or(o.Reps, s.reps), cmp.Or(o.Duration, s.duration)
 	s.msgs, s.idleConns = cmp.Or(o.Msgs, s.msgs), cmp.Or(o.IdleConns, s.idleConns)
-	switch tr {
-	case "both":
-		s.transports = []string{transport.SchemeUDS, transport.SchemeTCP}
-	case transport.SchemeUDS, transport.SchemeTCP:
-		s.transports = []string{tr}
-	default:
-		return s, usagef("--transport %q: want uds, tcp or both", tr)
+	var err error
+	if s.transports, err = parseTransports(tr); err != nil {
+		return s, err
 	}
 	if s.reps < 1 || s.msgs < 10 || s.duration <= 0 || s.idleConns < 1 {
 		return s, usagef("--reps >= 1, --msgs >= 10, --duration > 0 and --idle-conns >= 1")
 	}
-	var err error
 	s.only, err = parseOnly(o.Only)
 	return s, err
+}
+
+// parseTransports parses --transport into transports in the order they
+// run: TLS after plaintext TCP, whose figures of the same repetition its
+// checks compare with.
+func parseTransports(v string) ([]string, error) {
+	all := []string{transport.SchemeUDS, transport.SchemeTCP, transport.SchemeTLS}
+	switch v {
+	case "all":
+		return all, nil
+	case "both":
+		return all[:2], nil
+	}
+	want := map[string]bool{}
+	for _, t := range strings.Split(v, ",") {
+		t = strings.TrimSpace(t)
+		if !slices.Contains(all, t) {
+			return nil, usagef("--transport %q: want uds, tcp, tls, a comma-separated list of them, both (uds,tcp) or all", v)
+		}
+		want[t] = true
+	}
+	var out []string
+	for _, t := range all {
+		if want[t] {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // Scenario groups of --only; flood, durable and space are ratios to
@@ -160,11 +183,11 @@ func parseOnly(v string) (map[string]bool, error) {
 }
 
 // Usage is the synopsis of `meerkatd bench`.
-const Usage = "meerkatd bench [--reps N] [--transport uds|tcp|both] [--duration DUR] [--msgs N] [--only GROUPS] [--nats PATH] [--json] [--gate] [--quick]"
+const Usage = "meerkatd bench [--reps N] [--transport uds|tcp|tls,...|both|all] [--duration DUR] [--msgs N] [--only GROUPS] [--nats PATH] [--json] [--gate] [--quick]"
 
 // Help explains the scenarios, anchors and checks of `meerkatd bench`.
 const Help = `Runs the performance suite against real "meerkatd run" processes
-in temporary homes, over UDS and TCP on 127.0.0.1, and compares every figure
+in temporary homes, over UDS, TCP and TLS on 127.0.0.1, and compares every figure
 with anchors measured in the same run. Each repetition runs every scenario
 once (interleaved); a warm-up repetition comes first and is not counted.
 Figures are the median and [min-max] over the repetitions.
@@ -214,6 +237,12 @@ Scenarios (per transport; the node keeps its inbox in memory unless said):
   idle_rss_1000     VmRSS with 1000 idle connections, each authenticated by one
                     acknowledged envelope (MB)
 
+Over tls (the node's TCP port reached at a tls:// address, TLS 1.3 with
+pinned keys, the node refusing plaintext) only sequential and pipelined
+run, after plaintext TCP in the same repetition; each prints vs_tcp, its
+figure over plaintext TCP's of that repetition (p50 / TCP p50;
+exchanges/s / TCP exchanges/s).
+
 Checks (the performance targets; ratios per repetition, then the median):
   pipelined >= 0.80 x ceiling; CPU per exchange <= 1.20 x exchange (both
   processes together: the exchange anchor holds both sides' crypto);
@@ -222,7 +251,9 @@ Checks (the performance targets; ratios per repetition, then the median):
   flood: trusted throughput >= 0.50 x pipelined, every flood envelope refused
   for its reason (untrusted ones never reach the signature check);
   space_broadcast: every copy received (not a performance target);
-  idle_rss <= 20 MB, idle_rss_1000 <= 80 MB, startup <= 50 ms.
+  idle_rss <= 20 MB, idle_rss_1000 <= 80 MB, startup <= 50 ms;
+  tls: sequential p50 <= 1.15 x plaintext TCP p50, pipelined >= 0.90 x
+  plaintext TCP (omitted when --transport leaves out tcp).
   With --nats PATH (the bench/nats binary; TCP): sequential p50 <= 0.6 x NATS
   p50, pipelined >= 1.0 x NATS. Without --nats those checks are omitted.
 

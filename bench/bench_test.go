@@ -187,3 +187,71 @@ func TestParseOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchQuickTLS runs the TLS scenarios as `meerkatd bench --quick
+// --transport tcp,tls --only sequential,pipelined --json` does: over tls
+// they report their ratio to plaintext TCP, and their checks are
+// computed. It asserts no performance target.
+func TestBenchQuickTLS(t *testing.T) {
+	exe := binary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	t.Setenv("TMPDIR", t.TempDir())
+	var stdout, stderr bytes.Buffer
+	o := Options{Exe: exe, Quick: true, JSON: true, Transport: "tcp,tls", Only: "sequential,pipelined"}
+	if err := Run(ctx, o, &stdout, &stderr); err != nil {
+		t.Fatalf("bench: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var tls []Line
+	for _, text := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var l Line
+		if err := json.Unmarshal([]byte(text), &l); err != nil {
+			t.Fatalf("%v: %s", err, text)
+		}
+		if l.Transport == "tls" {
+			tls = append(tls, l)
+		}
+	}
+	wantCheck := map[string]string{"sequential": "p50 <= 1.15 x plaintext TCP p50", "pipelined": "exchanges/s >= 0.90 x plaintext TCP"}
+	if len(tls) != len(wantCheck) {
+		t.Fatalf("%d tls lines, want %d:\n%s", len(tls), len(wantCheck), stdout.String())
+	}
+	for _, l := range tls {
+		m, ok := l.Metrics["vs_tcp"]
+		if !ok || m.Median <= 0 || math.IsNaN(m.Median) {
+			t.Errorf("%s/tls: no vs_tcp figure: %+v", l.Scenario, l.Metrics)
+		}
+		if len(l.Checks) != 1 || l.Checks[0].Target != wantCheck[l.Scenario] || l.Checks[0].Value != m.Median {
+			t.Errorf("%s/tls: checks %+v, want one %q on vs_tcp", l.Scenario, l.Checks, wantCheck[l.Scenario])
+		}
+	}
+}
+
+func TestParseTransports(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string // comma-joined; "" for an error
+	}{
+		{"all", "uds,tcp,tls"},
+		{"both", "uds,tcp"},
+		{"uds", "uds"},
+		{"tls", "tls"},
+		{"tls,tcp", "tcp,tls"}, // TLS runs after the TCP it is compared with
+		{"tcp, uds ,tcp", "uds,tcp"},
+		{"", ""},
+		{"udp", ""},
+		{"tcp,", ""},
+		{"TLS", ""},
+	} {
+		got, err := parseTransports(tc.in)
+		if tc.want == "" {
+			if err == nil {
+				t.Errorf("parseTransports(%q) = %v, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got, ",") != tc.want {
+			t.Errorf("parseTransports(%q) = %v, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+}

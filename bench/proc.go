@@ -276,6 +276,16 @@ func (b *runner) newNode(network, storeMode string) (*node, error) {
 		}
 		n.addr = transport.Addr{Scheme: transport.SchemeTCP, Host: "127.0.0.1", Port: uint16(port)}
 		n.env = append(n.env, "MEERKAT_COMMS_LISTEN_UDS="+config.UDSOff, "MEERKAT_COMMS_LISTEN_TCP=127.0.0.1:"+strconv.Itoa(port))
+	case transport.SchemeTLS:
+		// The TCP listener, reached at tls://, refusing plaintext: every
+		// figure is over TLS.
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		n.addr = transport.Addr{Scheme: transport.SchemeTLS, Host: "127.0.0.1", Port: uint16(port)}
+		n.env = append(n.env, "MEERKAT_COMMS_LISTEN_UDS="+config.UDSOff, "MEERKAT_COMMS_LISTEN_TCP=127.0.0.1:"+strconv.Itoa(port),
+			"MEERKAT_COMMS_TCP_PLAINTEXT="+config.Refuse)
 	default:
 		return nil, fmt.Errorf("bug: transport %q", network)
 	}

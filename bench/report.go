@@ -29,7 +29,7 @@ import (
 type Line struct {
 	Impl      string            `json:"impl"`      // "meerkatd" or "nats"
 	Scenario  string            `json:"scenario"`  // "sequential", "anchor_sign", … (Help)
-	Transport string            `json:"transport"` // "uds", "tcp"; "none": anchor_sign, anchor_verify, anchor_exchange
+	Transport string            `json:"transport"` // "uds", "tcp", "tls"; "none": anchor_sign, anchor_verify, anchor_exchange
 	Inbox     string            `json:"inbox"`     // the node's store mode, or "none" for the anchors; NATS: ""
 	Reps      int               `json:"reps"`      // measured repetitions
 	Metrics   map[string]Metric `json:"metrics"`   // by name: "p50_us", "exchanges_per_s", …
@@ -138,6 +138,10 @@ func (r *results) computeChecks(o settings) {
 	exch := r.values(implMeerkatd, scAnchorExch, transportNone, mUS)
 	ceiling := func(i int) float64 { return float64(r.cores) * 1e6 / at(exch, i) }
 	for _, tr := range o.transports {
+		if tr == transport.SchemeTLS {
+			r.tlsChecks(o)
+			continue
+		}
 		pipe := r.find(implMeerkatd, scPipelined, tr)
 		seq := r.find(implMeerkatd, scSequential, tr)
 		pipeRate := r.values(implMeerkatd, scPipelined, tr, mRate)
@@ -219,6 +223,28 @@ func (r *results) computeChecks(o settings) {
 		r.ratioCheck(pipe, "exchanges/s >= 1.0 x NATS", 1.0, false, func(i int) float64 {
 			return at(pipe.values[mRate], i) / at(natsRate, i)
 		})
+	}
+}
+
+// tlsChecks compares TLS with plaintext TCP, repetition by repetition.
+func (r *results) tlsChecks(o settings) {
+	if !slices.Contains(o.transports, transport.SchemeTCP) {
+		r.notes = append(r.notes, "TLS checks omitted: they compare with plaintext TCP, which --transport left out")
+		return
+	}
+	ratio := func(s *series) func(int) float64 {
+		return func(i int) float64 {
+			if v := s.values[mVsTCP]; i < len(v) {
+				return v[i]
+			}
+			return math.NaN()
+		}
+	}
+	if seq := r.find(implMeerkatd, scSequential, transport.SchemeTLS); seq != nil {
+		r.ratioCheck(seq, "p50 <= 1.15 x plaintext TCP p50", 1.15, true, ratio(seq))
+	}
+	if pipe := r.find(implMeerkatd, scPipelined, transport.SchemeTLS); pipe != nil {
+		r.ratioCheck(pipe, "exchanges/s >= 0.90 x plaintext TCP", 0.90, false, ratio(pipe))
 	}
 }
 

@@ -68,6 +68,7 @@ const (
 	mRefused  = "refused_per_s"
 	mVsRaw    = "vs_raw"     // meerkatd's figure / the raw crypto anchor's (p50: lower is better; rate: higher)
 	mCPUVsRaw = "cpu_vs_raw" // meerkatd's CPU per exchange / the raw crypto anchor's (lower is better)
+	mVsTCP    = "vs_tcp"     // over TLS: the figure / plaintext TCP's in the same repetition (p50: lower is better; rate: higher)
 	// Not printed: what the flood checks need per repetition.
 	mRefusedOK = "_refused_as_reason" // node's count for the reason / attempts
 	mWrong     = "_wrong_outcome"     // acked or refused for another reason
@@ -83,6 +84,9 @@ func (b *runner) run(ctx context.Context) (*results, error) {
 	echoes := map[string]*child{}
 	echoAddrs := map[string]transport.Addr{}
 	for _, tr := range b.opts.transports {
+		if tr == transport.SchemeTLS {
+			continue // TLS is compared with plaintext TCP, not with an echo
+		}
 		c, a, err := b.startEcho(tr)
 		if err != nil {
 			return nil, fmt.Errorf("ping-pong echo server: %w", err)
@@ -105,6 +109,36 @@ func (b *runner) run(ctx context.Context) (*results, error) {
 	res.cores = runtime.NumCPU()
 	res.computeChecks(b.opts)
 	return res, nil
+}
+
+// tlsRepetition runs the sequential and pipelined scenarios over TLS and
+// records them with their ratios to plaintext TCP's figures of the same
+// repetition (zero when TCP was not run: no ratio then).
+func (b *runner) tlsRepetition(ctx context.Context, rec *results, tcpSeq float64, tcpPipe loadResult) error {
+	tr, mem := transport.SchemeTLS, config.StoreMemory
+	if b.opts.want("sequential") {
+		p50, p99, err := b.sequential(ctx, tr)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", scSequential, tr, err)
+		}
+		rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
+		rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
+		if tcpSeq > 0 {
+			rec.add(implMeerkatd, scSequential, tr, mem, mVsTCP, p50/tcpSeq)
+		}
+	}
+	if b.opts.want("pipelined") {
+		pipe, err := b.load(ctx, tr, mem, 1, b.opts.inFlight, nil)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", scPipelined, tr, err)
+		}
+		rec.add(implMeerkatd, scPipelined, tr, mem, mRate, pipe.perS)
+		rec.add(implMeerkatd, scPipelined, tr, mem, mCPU, pipe.cpuPerEx)
+		if tcpPipe.perS > 0 {
+			rec.add(implMeerkatd, scPipelined, tr, mem, mVsTCP, pipe.perS/tcpPipe.perS)
+		}
+	}
+	return ctx.Err()
 }
 
 func btoi(v bool) int {
@@ -139,8 +173,16 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 			rec.add(implMeerkatd, sc, tr, inbox, mCPUVsRaw, r.cpuPerEx/raw.cpuPerEx)
 		}
 	}
+	var tcpSeq float64     // this repetition's plaintext TCP figures,
+	var tcpPipe loadResult // which TLS's are compared with
 	for _, tr := range b.opts.transports {
 		mem := config.StoreMemory
+		if tr == transport.SchemeTLS {
+			if err := b.tlsRepetition(ctx, rec, tcpSeq, tcpPipe); err != nil {
+				return err
+			}
+			continue
+		}
 		pp, err := b.pingPong(ctx, echoAddrs[tr])
 		if err := step(tr, scAnchorPing, err); err != nil {
 			return err
@@ -174,6 +216,9 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 			rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
 			rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
 			rec.add(implMeerkatd, scSequential, tr, mem, mVsRaw, p50/rawSeq)
+			if tr == transport.SchemeTCP {
+				tcpSeq = p50
+			}
 		}
 
 		var pipe loadResult
@@ -183,6 +228,9 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 				return err
 			}
 			addLoad(scPipelined, tr, mem, pipe, &rawPipe)
+			if tr == transport.SchemeTCP {
+				tcpPipe = pipe
+			}
 		}
 
 		if o.want("closed_loop_16") {

@@ -30,7 +30,7 @@ func runBench(e *env, args []string) error {
 	var o bench.Options
 	flags := e.newFlags("bench")
 	flags.IntVar(&o.Reps, "reps", 0, "measured `repetitions`, after a warm-up one (default 5; --quick 1)")
-	flags.StringVar(&o.Transport, "transport", "", "`transport`: uds, tcp or both (default both; --quick uds)")
+	flags.StringVar(&o.Transport, "transport", "", "`transports`: uds, tcp, tls, a comma-separated list, both (uds,tcp) or all (default all; --quick uds); over tls only sequential and pipelined run, compared with tcp")
 	flags.DurationVar(&o.Duration, "duration", 0, "measured window of each throughput scenario (default 2s; --quick 150ms)")
 	flags.IntVar(&o.Msgs, "msgs", 0, "round trips of each latency scenario, conn_per_msg half (default 2000; --quick 100)")
 	flags.IntVar(&o.IdleConns, "idle-conns", 0, "connections of idle_rss_1000 (default 1000; --quick 50)")

@@ -13,7 +13,7 @@ func TestBenchUsage(t *testing.T) {
 		args   []string
 		stderr string
 	}{
-		{[]string{"bench", "--transport", "x"}, `--transport "x": want uds, tcp or both`},
+		{[]string{"bench", "--transport", "x"}, `--transport "x": want uds, tcp, tls`},
 		{[]string{"bench", "--only", "sequential,bogus"}, `--only "bogus": want some of`},
 		{[]string{"bench", "--reps", "-1"}, "--reps >= 1"},
 		{[]string{"bench", "--msgs", "5"}, "--msgs >= 10"},

@@ -18,7 +18,7 @@ import (
 // the audit record, the ack and its verification, on both sides) stays
 // within its allocation budget.
 func TestRoundTripAllocs(t *testing.T) {
-	alice := deliveryPair(t, false, config.StoreMemory)
+	alice := deliveryPair(t, "uds", config.StoreMemory)
 	ctx := context.Background()
 	send := func() {
 		if _, err := alice.r.SendMessage(ctx, "bob", "a message of some length"); err != nil {

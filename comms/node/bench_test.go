@@ -18,15 +18,16 @@ import (
 )
 
 // BenchmarkPipelinedDelivery measures acknowledged messages per second
-// from one node to another over one pipelined link, over UDS and over TCP
-// on 127.0.0.1, with the receiver keeping its inbox in memory and in
-// SQLite, in the same run: per transport, sqlite/memory is the
-// "durable ≥ 75% of memory" figure for this machine.
+// from one node to another over one pipelined link, over UDS, plaintext
+// TCP and TLS on 127.0.0.1, with the receiver keeping its inbox in memory
+// and in SQLite, in the same run: per transport, sqlite/memory is the
+// "durable ≥ 75% of memory" figure for this machine, and tls/tcp the
+// price of encryption.
 func BenchmarkPipelinedDelivery(b *testing.B) {
-	for _, network := range []string{"uds", "tcp"} {
+	for _, network := range []string{"uds", "tcp", "tls"} {
 		for _, mode := range []string{config.StoreMemory, config.StoreSQLite} {
 			b.Run(network+"/"+mode, func(b *testing.B) {
-				benchDelivery(b, network == "tcp", mode, 128)
+				benchDelivery(b, network, mode, 128)
 			})
 		}
 	}
@@ -37,17 +38,17 @@ func BenchmarkPipelinedDelivery(b *testing.B) {
 // two nodes in one process, and its CPU profile shows the per-message
 // work of both ends on the latency path.
 func BenchmarkSequentialDelivery(b *testing.B) {
-	for _, network := range []string{"uds", "tcp"} {
+	for _, network := range []string{"uds", "tcp", "tls"} {
 		b.Run(network, func(b *testing.B) {
-			benchDelivery(b, network == "tcp", config.StoreMemory, 1)
+			benchDelivery(b, network, config.StoreMemory, 1)
 		})
 	}
 }
 
 // benchDelivery runs b.N messages from alice to bob (deliveryPair), at
 // most inFlight unacknowledged at a time.
-func benchDelivery(b *testing.B, tcp bool, mode string, inFlight int) {
-	alice := deliveryPair(b, tcp, mode)
+func benchDelivery(b *testing.B, network, mode string, inFlight int) {
+	alice := deliveryPair(b, network, mode)
 	ctx := context.Background()
 	elapsed, cpu := runInFlight(b, inFlight, func(i int) error {
 		_, err := alice.r.SendMessage(ctx, "bob", fmt.Sprintf("message %d", i))
@@ -100,19 +101,23 @@ func processCPU() time.Duration {
 
 // deliveryPair starts two nodes in this process, alice (send only) and
 // bob (a full node keeping its inbox per mode), each trusting the other,
-// and returns alice, who sends to "bob"; the test's cleanup stops both. With tcp, bob listens only on a TCP port
-// of 127.0.0.1 and alice's trust entry names the port bob actually
-// listens on.
-func deliveryPair(tb testing.TB, tcp bool, mode string) *Node {
+// and returns alice, who sends to "bob"; the test's cleanup stops both.
+// Over network "tcp" or "tls" bob listens only on a TCP port of
+// 127.0.0.1 and alice's trust entry names the port bob actually listens
+// on (as tls://, with both refusing plaintext, for "tls").
+func deliveryPair(tb testing.TB, network, mode string) *Node {
 	dir, err := os.MkdirTemp("", "mkb") // short: socket paths have a length limit
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { os.RemoveAll(dir) })
 	vars := map[string]string{"MEERKAT_STORE_MODE": mode, "MEERKAT_COMMS_INBOX_MAX": "1000000", "MEERKAT_COMMS_INBOX_MAX_BYTES": "1000000000"}
-	if tcp {
+	if network != "uds" {
 		vars["MEERKAT_COMMS_LISTEN_UDS"] = config.UDSOff
 		vars["MEERKAT_COMMS_LISTEN_TCP"] = "127.0.0.1:" + strconv.Itoa(freeTCPPort(tb))
+	}
+	if network == "tls" {
+		vars["MEERKAT_COMMS_TCP_PLAINTEXT"] = config.Refuse
 	}
 	lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
 	homes := map[string]*Home{}
@@ -145,7 +150,7 @@ func deliveryPair(tb testing.TB, tcp bool, mode string) *Node {
 	if len(bob.addrs) != 1 {
 		tb.Fatalf("bob listens on %v, want one address", bob.addrs)
 	}
-	saveTrust("alice", "bob", bob.addrs[0])
+	saveTrust("alice", "bob", bob.addrs[0].WithScheme(network))
 	alice, err := Start(homes["alice"], Options{Mode: ModeSend})
 	if err != nil {
 		tb.Fatal(err)
