@@ -3,12 +3,14 @@ package comms
 import (
 	"errors"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -148,6 +150,70 @@ func TestPeerConnectionCap(t *testing.T) {
 	}
 	if !ackedOrClosed(t, dialRaw(t, bob), alice, bob) {
 		t.Fatal("a slot given back was not reusable")
+	}
+}
+
+// TestPeerConnectionCapSimultaneous: connections whose first envelopes
+// are all being admitted at the same moment cannot exceed the cap
+// together; a replayed envelope does not hold a slot.
+func TestPeerConnectionCapSimultaneous(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	alice := newKP(t)
+	g := &gatedInbox{gate: make(chan struct{})}
+	bob := fairNode(t, Options{PeerMaxConnections: 2, Inbox: g}, alice)
+	var open sync.Once
+	release := func() { open.Do(func() { close(g.gate) }) }
+	t.Cleanup(release) // before bob closes: a failure must not leave admissions held
+	const n = 6
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		conns[i] = dialRaw(t, bob)
+		writeRaw(t, conns[i], frameOf(t, seal(t, alice, bob.kp.ID(), wire.Message("first"))))
+	}
+	// Every admission is held: the cap must be decided before any
+	// authenticates. Two are admitted, the rest refused at once.
+	waitRejected(t, bob, RejectPeerConns, n-2)
+	release()
+	acked := 0
+	for i, c := range conns {
+		c.SetReadDeadline(time.Now().Add(advDeadline))
+		payload, err := transport.ReadFrame(c, 0)
+		if err != nil {
+			continue // refused: closed without an ack
+		}
+		if ack, err := wire.Open(payload); err != nil || ack.Kind.Type() != wire.TypeAck {
+			t.Fatalf("connection %d: %v, %v", i, ack.Kind.Type(), err)
+		}
+		acked++
+	}
+	if acked != 2 || bob.r.Stats().Rejected[RejectPeerConns] != n-2 {
+		t.Fatalf("%d connections acked, %d refused; want 2 and %d", acked, bob.r.Stats().Rejected[RejectPeerConns], n-2)
+	}
+}
+
+// A replay of an envelope already admitted is acked on a spare
+// connection but claims no slot: alice's own connection still gets in.
+func TestReplayHoldsNoConnectionSlot(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	alice := newKP(t)
+	bob := fairNode(t, Options{PeerMaxConnections: 1}, alice)
+	e := seal(t, alice, bob.kp.ID(), wire.Message("once"))
+	c := dialRaw(t, bob)
+	writeRaw(t, c, frameOf(t, e))
+	readAck(t, c, bob.kp.ID(), alice.ID(), e.ID)
+	c.Close()
+	deadline := time.Now().Add(advDeadline)
+	for bob.r.Stats().Connections > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the closed connection was not untracked")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	replay := dialRaw(t, bob)
+	writeRaw(t, replay, frameOf(t, e))
+	readAck(t, replay, bob.kp.ID(), alice.ID(), e.ID) // a duplicate is acked again
+	if !ackedOrClosed(t, dialRaw(t, bob), alice, bob) {
+		t.Fatal("the replaying connection took alice's only slot")
 	}
 }
 

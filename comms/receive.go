@@ -71,7 +71,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		}
 		ack, reason := r.receive(payload, st, &pending)
 		for _, p := range pending {
-			job := ackJob{adm: p.adm, key: p.key, ev: p.ev}
+			job := ackJob{adm: p.adm, key: p.key, ev: p.ev, claimed: p.claimed}
 			// Admitted already, nothing more to read and ackLoop idle:
 			// settle and ack here, without a hand-off. Otherwise
 			// ackLoop signs the ack while we verify the next envelope.
@@ -197,11 +197,12 @@ func (w *ackWriter) writeLocked(b []byte, d time.Duration) error {
 // and acknowledge, an ack the reader sealed, or word that the reader has
 // no more input buffered.
 type ackJob struct {
-	adm   Admission // settle, then ack key.id to key.from if stored
-	key   dedupKey
-	ev    *Event // for Options.Observe (nil: not observed)
-	frame []byte // a sealed ack frame
-	flush bool   // write the acks held now
+	adm     Admission // settle, then ack key.id to key.from if stored
+	key     dedupKey
+	ev      *Event // for Options.Observe (nil: not observed)
+	claimed bool   // the admission holds a claim on its peer's connection room
+	frame   []byte // a sealed ack frame
+	flush   bool   // write the acks held now
 }
 
 // ackLoop settles a connection's admissions in the order they were queued
@@ -272,6 +273,8 @@ func (r *Router) settle(st *inConn, job ackJob, dst []byte) (frame []byte, ok bo
 	}
 	if fresh {
 		r.authenticate(st, job.key.from) // only new envelopes authenticate
+	} else if job.claimed {
+		r.unclaim(st)
 	}
 	frame, err := r.sealFrame(dst, job.key.from, wire.Ack(job.key.id))
 	if err != nil {
@@ -381,9 +384,10 @@ const shutdownFlush = time.Second
 // pendingAdmission is an envelope whose admission an AsyncAdmitter may
 // still be committing; its ack waits for the outcome.
 type pendingAdmission struct {
-	adm Admission
-	key dedupKey
-	ev  *Event // for Options.Observe (nil: not observed)
+	adm     Admission
+	key     dedupKey
+	ev      *Event // for Options.Observe (nil: not observed)
+	claimed bool   // see ackJob
 }
 
 // logRefused logs an envelope refused for reason.
@@ -447,14 +451,8 @@ func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdm
 		return nil, false, from, RejectBadSignature
 	}
 	r.seen(e.From)
-	if e.Kind.Type() != wire.TypeAck {
-		if st != nil {
-			st.active.Store(time.Now().UnixNano()) // acks alone do not keep a connection
-		}
-		if !r.peerRoom(st, e.From) {
-			r.observe(EventRefused, &e, peer.Name, len(payload), RejectPeerConns)
-			return nil, false, from, RejectPeerConns
-		}
+	if e.Kind.Type() != wire.TypeAck && st != nil {
+		st.active.Store(time.Now().UnixNano()) // acks alone do not keep a connection
 	}
 	item := Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name, Size: len(payload)}
 	k := dedupKey{e.From, e.ID}
@@ -477,7 +475,16 @@ func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdm
 			r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
 			return nil, false, from, ""
 		}
+		claimed, ok := r.claimPeerRoom(st, e.From)
+		if !ok {
+			r.dedup.release(k)
+			r.observe(EventRefused, &e, peer.Name, len(payload), RejectPeerConns)
+			return nil, false, from, RejectPeerConns
+		}
 		stored, fresh, reason := r.admitted(k, r.pendingEvent(&e, peer.Name, len(payload)), r.inbox.Push(item))
+		if stored && !fresh && claimed {
+			r.unclaim(st)
+		}
 		if !stored {
 			return nil, false, from, reason
 		}
@@ -489,12 +496,21 @@ func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdm
 	// Messages, requests and kinds we do not model are admitted and acked.
 	switch r.dedup.reserve(k) {
 	case dedupNew:
+		claimed, ok := r.claimPeerRoom(st, e.From)
+		if !ok {
+			r.dedup.release(k)
+			r.observe(EventRefused, &e, peer.Name, len(payload), RejectPeerConns)
+			return nil, false, from, RejectPeerConns
+		}
 		if a, ok := r.inbox.(AsyncAdmitter); ok && async != nil {
 			// The caller waits for the outcome, then acks (ackLoop).
-			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, ev: r.pendingEvent(&e, peer.Name, len(payload))})
+			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, ev: r.pendingEvent(&e, peer.Name, len(payload)), claimed: claimed})
 			return nil, false, from, ""
 		}
 		stored, isNew, reason := r.admitted(k, r.pendingEvent(&e, peer.Name, len(payload)), r.inbox.Push(item))
+		if stored && !isNew && claimed {
+			r.unclaim(st)
+		}
 		if !stored {
 			return nil, false, from, reason
 		}

@@ -335,7 +335,8 @@ type inConn struct {
 	// valid envelope that is not an ack: the idle timeout counts from
 	// it. Acks alone do not keep a connection.
 	active atomic.Int64
-	peer   identity.PeerID // whose new envelope authenticated it; guarded by Router.mu
+	peer   identity.PeerID // whose new envelope authenticated or claimed it; guarded by Router.mu
+	claims int             // new envelopes of peer being admitted while not authenticated; guarded by Router.mu
 	// tlsPeer is the key of a TLS connection's client certificate
 	// (zero: not TLS); set before the first frame is read.
 	tlsPeer identity.PeerID
@@ -355,22 +356,48 @@ func (r *Router) authenticate(st *inConn, peer identity.PeerID) {
 	r.mu.Unlock()
 }
 
-// peerRoom reports whether connection st may carry a new envelope from
-// peer: it is authenticated already, or peer holds fewer than
-// PeerMaxConnections authenticated connections.
-func (r *Router) peerRoom(st *inConn, peer identity.PeerID) bool {
+// claimPeerRoom reports whether connection st may carry a new envelope
+// (never seen before) from peer: it is authenticated already, or peer
+// holds fewer than PeerMaxConnections connections that are authenticated
+// or about to be. In the latter case st is counted as peer's from now on
+// (claimed true) while the envelope is admitted: connections whose first
+// envelopes arrive at the same moment cannot all pass. A claim ends when
+// the envelope authenticates st, when st closes (an admission refused
+// closes it), or with unclaim when the envelope turns out to be stored
+// before.
+func (r *Router) claimPeerRoom(st *inConn, peer identity.PeerID) (claimed, ok bool) {
 	if st == nil || st.authed.Load() {
-		return true
+		return false, true
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if st.claims > 0 && st.peer != peer {
+		// Another peer's first envelope is being admitted on st: st
+		// counts as that peer's. (Only a peer that can sign as both
+		// could send this.)
+		return false, true
+	}
 	n := 0
 	for _, o := range r.conns {
-		if o != st && o.authed.Load() && o.peer == peer {
+		if o != st && o.peer == peer && (o.authed.Load() || o.claims > 0) {
 			n++
 		}
 	}
-	return n < r.opts.PeerMaxConnections
+	if n >= r.opts.PeerMaxConnections {
+		return false, false
+	}
+	st.peer = peer
+	st.claims++
+	return true, true
+}
+
+// unclaim ends one claim of claimPeerRoom on st.
+func (r *Router) unclaim(st *inConn) {
+	r.mu.Lock()
+	if st.claims > 0 {
+		st.claims--
+	}
+	r.mu.Unlock()
 }
 
 // track registers an inbound connection, refusing it when the Router is
