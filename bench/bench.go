@@ -267,7 +267,7 @@ out.
 sequential, pipelined and closed_loop_16 also print vs_raw: their figure
 over the raw anchor's (p50 / raw p50; exchanges/s / raw exchanges/s), and
 pipelined and closed_loop_16 print cpu_vs_raw (CPU per exchange / the raw
-anchor's). They are not targets of the issue: they show how much of a miss
+anchor's). They are not targets: they show how much of a miss
 is this machine's and how much is meerkatd's own work.
 
 Output: a table, or with --json one JSON object per scenario per line.

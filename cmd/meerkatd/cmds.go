@@ -38,6 +38,11 @@ node, all pages unless --limit is given), and stay in the inbox until
 acknowledged: --ack acknowledges each page once it is printed. With no
 daemon running, the home's database is read (read only; --ack needs
 the daemon). Text from peers is shown with control characters escaped.`,
+	"peers": `ADDR is where the peer listens: uds:///abs/path.sock on this host,
+tls://host[:port] for a meerkatd node over TCP (TLS 1.3; the connection
+accepts only the peer's KEY), or tcp://host[:port] for a peer that speaks
+only the plaintext reference protocol (refused with comms.tcp_plaintext =
+"refuse"). The port defaults to 4200; IPv6 literals go in brackets.`,
 	"status": `Exits 0 when a node (meerkatd run, or meerkatd mcp running the node
 itself) serves the home; otherwise it shows what is stored on disk and
 exits 5.`,
@@ -313,7 +318,7 @@ func runDaemon(e *env, args []string) error {
 	flags := e.newFlags("run")
 	homeFlag := e.homeFlag(flags)
 	listenUDS := flags.String("listen-uds", "", "Unix socket `path` to listen on (overrides comms.listen_uds; \"off\" disables)")
-	listenTCP := flags.String("listen-tcp", "", "`host:port` to listen on (overrides comms.listen_tcp)")
+	listenTCP := flags.String("listen-tcp", "", "`host:port` to listen on for TLS and plaintext TCP (overrides comms.listen_tcp)")
 	logLevel := flags.String("log-level", "info", "log `level`: debug, info, warn or error")
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
