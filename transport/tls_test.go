@@ -200,4 +200,3 @@ func TestAddrSchemes(t *testing.T) {
 		t.Fatalf("a uds address changed scheme or claims TCP")
 	}
 }
-
