@@ -87,3 +87,77 @@ func TestStatusShowsDatabaseSize(t *testing.T) {
 		t.Fatalf("memory node: db_bytes %d, %v; want 0", st.DBBytes, err)
 	}
 }
+
+// A trusted peer flooding a node whose agent acknowledges everything it
+// gets does not grow the database past the history cap (plus the WAL the
+// writes go through), and a backlog acknowledged at once gives its space
+// back to the file system.
+func TestFloodStaysUnderHistoryCap(t *testing.T) {
+	const (
+		capBytes = 1 << 20
+		size     = 32 << 10
+		slack    = 6 << 20 // the WAL between checkpoints, and free pages not yet handed back
+	)
+	h, bob := testHome(t, "alice", func(c *config.Config) { c.Store.HistoryMaxBytes = capBytes })
+	n := startTest(t, h, ModeServe)
+	ctx := context.Background()
+	body := strings.Repeat("x", size)
+	dbBytes := func() int64 {
+		t.Helper()
+		st, err := n.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.DBBytes
+	}
+	ackAll := func() int { // page by page, as an agent does
+		t.Helper()
+		total := 0
+		for {
+			b, err := n.Receive(ctx, Query{Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b.Messages) == 0 {
+				return total
+			}
+			a, err := n.Ack(ctx, AckRequest{UpTo: b.Cursor})
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += a.Acked
+		}
+	}
+	// 20 MB through the node, acknowledged as it comes.
+	var peak int64
+	for range 60 {
+		for range 10 {
+			arrive(t, n, bob, wire.Message(body))
+		}
+		if k := ackAll(); k != 10 {
+			t.Fatalf("acknowledged %d, want 10", k)
+		}
+		peak = max(peak, dbBytes())
+	}
+	t.Logf("peak database size during a %d MB flood: %d bytes", 600*size>>20, peak)
+	if peak > capBytes+slack {
+		t.Fatalf("the database reached %d bytes under a history cap of %d", peak, capBytes)
+	}
+
+	// A 8 MB backlog, then acknowledged.
+	for range 256 {
+		arrive(t, n, bob, wire.Message(body))
+	}
+	before := dbBytes()
+	if before < 256*size {
+		t.Fatalf("database with an 8 MB backlog: %d bytes", before)
+	}
+	if k := ackAll(); k != 256 {
+		t.Fatalf("acknowledged %d, want 256", k)
+	}
+	after := dbBytes()
+	t.Logf("database before and after acknowledging the backlog: %d, %d bytes", before, after)
+	if after > capBytes+slack || after > before/2 {
+		t.Fatalf("the database kept %d bytes (was %d) after its backlog was acknowledged", after, before)
+	}
+}
