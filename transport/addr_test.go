@@ -83,7 +83,7 @@ func TestParseAddr(t *testing.T) {
 }
 
 func FuzzParseAddr(f *testing.F) {
-	for _, s := range []string{"uds:///tmp/a.sock", "tcp://[::1]:99", "tcp://h", "tcp://h:1/x", "uds://x"} {
+	for _, s := range []string{"uds:///tmp/a.sock", "tcp://[::1]:99", "tcp://h", "tcp://h:1/x", "uds://x", "tls://[::1]:99", "tls://h"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
