@@ -239,7 +239,7 @@ Scenarios (per transport; the node keeps its inbox in memory unless said):
 
 Over tls (the node's TCP port reached at a tls:// address, TLS 1.3 with
 pinned keys, the node refusing plaintext) only sequential and pipelined
-run, after plaintext TCP in the same repetition; each prints vs_tcp, its
+run, each right after the same scenario over plaintext TCP; each prints vs_tcp, its
 figure over plaintext TCP's of that repetition (p50 / TCP p50;
 exchanges/s / TCP exchanges/s).
 

@@ -111,32 +111,34 @@ func (b *runner) run(ctx context.Context) (*results, error) {
 	return res, nil
 }
 
-// tlsRepetition runs the sequential and pipelined scenarios over TLS and
-// records them with their ratios to plaintext TCP's figures of the same
-// repetition (zero when TCP was not run: no ratio then).
-func (b *runner) tlsRepetition(ctx context.Context, rec *results, tcpSeq float64, tcpPipe loadResult) error {
+// tlsSequential runs the sequential scenario over TLS and records it
+// with its ratio to tcpP50, plaintext TCP's p50 measured just before it
+// (0: not measured, no ratio).
+func (b *runner) tlsSequential(ctx context.Context, rec *results, tcpP50 float64) error {
 	tr, mem := transport.SchemeTLS, config.StoreMemory
-	if b.opts.want("sequential") {
-		p50, p99, err := b.sequential(ctx, tr)
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", scSequential, tr, err)
-		}
-		rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
-		rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
-		if tcpSeq > 0 {
-			rec.add(implMeerkatd, scSequential, tr, mem, mVsTCP, p50/tcpSeq)
-		}
+	p50, p99, err := b.sequential(ctx, tr)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", scSequential, tr, err)
 	}
-	if b.opts.want("pipelined") {
-		pipe, err := b.load(ctx, tr, mem, 1, b.opts.inFlight, nil)
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", scPipelined, tr, err)
-		}
-		rec.add(implMeerkatd, scPipelined, tr, mem, mRate, pipe.perS)
-		rec.add(implMeerkatd, scPipelined, tr, mem, mCPU, pipe.cpuPerEx)
-		if tcpPipe.perS > 0 {
-			rec.add(implMeerkatd, scPipelined, tr, mem, mVsTCP, pipe.perS/tcpPipe.perS)
-		}
+	rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
+	rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
+	if tcpP50 > 0 {
+		rec.add(implMeerkatd, scSequential, tr, mem, mVsTCP, p50/tcpP50)
+	}
+	return ctx.Err()
+}
+
+// tlsPipelined is tlsSequential for the pipelined scenario.
+func (b *runner) tlsPipelined(ctx context.Context, rec *results, tcp loadResult) error {
+	tr, mem := transport.SchemeTLS, config.StoreMemory
+	pipe, err := b.load(ctx, tr, mem, 1, b.opts.inFlight, nil)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", scPipelined, tr, err)
+	}
+	rec.add(implMeerkatd, scPipelined, tr, mem, mRate, pipe.perS)
+	rec.add(implMeerkatd, scPipelined, tr, mem, mCPU, pipe.cpuPerEx)
+	if tcp.perS > 0 {
+		rec.add(implMeerkatd, scPipelined, tr, mem, mVsTCP, pipe.perS/tcp.perS)
 	}
 	return ctx.Err()
 }
@@ -173,13 +175,25 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 			rec.add(implMeerkatd, sc, tr, inbox, mCPUVsRaw, r.cpuPerEx/raw.cpuPerEx)
 		}
 	}
-	var tcpSeq float64     // this repetition's plaintext TCP figures,
-	var tcpPipe loadResult // which TLS's are compared with
+	// TLS runs right after the same scenario over plaintext TCP, so that
+	// the two figures of a ratio are measured under the same load on the
+	// machine; alone when TCP is not run.
+	withTLS := slices.Contains(b.opts.transports, transport.SchemeTLS)
 	for _, tr := range b.opts.transports {
 		mem := config.StoreMemory
 		if tr == transport.SchemeTLS {
-			if err := b.tlsRepetition(ctx, rec, tcpSeq, tcpPipe); err != nil {
-				return err
+			if slices.Contains(b.opts.transports, transport.SchemeTCP) {
+				continue // done with TCP
+			}
+			if b.opts.want("sequential") {
+				if err := b.tlsSequential(ctx, rec, 0); err != nil {
+					return err
+				}
+			}
+			if b.opts.want("pipelined") {
+				if err := b.tlsPipelined(ctx, rec, loadResult{}); err != nil {
+					return err
+				}
 			}
 			continue
 		}
@@ -216,8 +230,10 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 			rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
 			rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
 			rec.add(implMeerkatd, scSequential, tr, mem, mVsRaw, p50/rawSeq)
-			if tr == transport.SchemeTCP {
-				tcpSeq = p50
+			if tr == transport.SchemeTCP && withTLS {
+				if err := b.tlsSequential(ctx, rec, p50); err != nil {
+					return err
+				}
 			}
 		}
 
@@ -228,8 +244,10 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 				return err
 			}
 			addLoad(scPipelined, tr, mem, pipe, &rawPipe)
-			if tr == transport.SchemeTCP {
-				tcpPipe = pipe
+			if tr == transport.SchemeTCP && withTLS {
+				if err := b.tlsPipelined(ctx, rec, pipe); err != nil {
+					return err
+				}
 			}
 		}
 
