@@ -54,6 +54,15 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 	var pending []pendingAdmission // filled by receive, handed to ackLoop
 	held := false                  // ackLoop may hold acks: jobs queued since the last flush job
 	var inlineAck []byte           // the reader's buffer for acks it writes itself
+	_, isTLS := c.(*tls.Conn)
+	// noInput reports whether nothing more can be read without waiting:
+	// then acks go out now rather than with the next frames' acks.
+	noInput := func() bool {
+		if fr.Buffered() > 0 {
+			return false
+		}
+		return !isTLS || !r.pollTLS(c, fr)
+	}
 	for {
 		if !r.awaitFrame(c, fr, st, &stopped) {
 			return
@@ -75,7 +84,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			// Admitted already, nothing more to read and ackLoop idle:
 			// settle and ack here, without a hand-off. Otherwise
 			// ackLoop signs the ack while we verify the next envelope.
-			if p.adm.Ready() && fr.Buffered() == 0 && len(q) == 0 && aw.mu.TryLock() {
+			if p.adm.Ready() && len(q) == 0 && noInput() && aw.mu.TryLock() {
 				out, ok := r.settle(st, job, inlineAck[:0])
 				if ok && len(out) > 0 {
 					err = aw.writeLocked(out, r.opts.AckTimeout)
@@ -102,7 +111,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			// Nothing more to read and ackLoop idle: write the ack here,
 			// one hand-off fewer for a lone envelope. (Acks need no
 			// order: the sender matches them by id.)
-			if fr.Buffered() == 0 && len(q) == 0 && aw.mu.TryLock() {
+			if len(q) == 0 && noInput() && aw.mu.TryLock() {
 				err := aw.writeLocked(ack, r.opts.AckTimeout)
 				aw.mu.Unlock()
 				if err != nil {
@@ -113,7 +122,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 				held = true
 			}
 		}
-		if held && fr.Buffered() == 0 {
+		if held && noInput() {
 			// Nothing more to read now: ackLoop writes what it holds.
 			// (With nothing queued there is nothing to write, and no
 			// reason to wake it.)
@@ -121,6 +130,20 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			held = false
 		}
 	}
+}
+
+// pollTLS reads into fr what the TLS connection c can return without
+// waiting, and reports whether it returned anything. A TLS connection
+// returns one record per read, where a plain socket returns all that has
+// arrived: without this, a reader would take the end of each record for
+// the end of its input and write acks record by record, many more
+// writes for the same envelopes. The read runs under a deadline already
+// passed, which returns at once when no whole record has been read from
+// the socket (a deadline leaves a TLS stream in step); the caller's next
+// wait (awaitFrame) sets the deadline it needs.
+func (r *Router) pollTLS(c net.Conn, fr *transport.Reader) bool {
+	c.SetReadDeadline(time.Now())
+	return fr.Peek() == nil
 }
 
 // awaitFrame waits for the first byte of the next frame on an inbound
