@@ -530,14 +530,7 @@ func TestInteropRustVector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- r.Serve(ln) }()
-	t.Cleanup(func() {
-		r.Close()
-		if err := <-errc; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	serveRouter(t, r, ln)
 
 	c, err := transport.Dial(ctxT(t), addr)
 	if err != nil {

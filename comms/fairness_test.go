@@ -37,14 +37,7 @@ func fairNode(t *testing.T, opts Options, kps ...*identity.Keypair) *node {
 	if bob.r, err = New(kp, l, opts); err != nil {
 		t.Fatal(err)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- bob.r.Serve(ln) }()
-	t.Cleanup(func() {
-		bob.r.Close()
-		if err := <-errc; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	serveRouter(t, bob.r, ln)
 	return bob
 }
 

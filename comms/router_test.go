@@ -94,16 +94,23 @@ func pair(t *testing.T, network string, opts Options) (a, b *node) {
 		n  *node
 		ln net.Listener
 	}{{a, lnA}, {b, lnB}} {
-		errc := make(chan error, 1)
-		go func() { errc <- x.n.r.Serve(x.ln) }()
-		t.Cleanup(func() {
-			x.n.r.Close()
-			if err := <-errc; err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		})
+		serveRouter(t, x.n.r, x.ln)
 	}
 	return a, b
+}
+
+// serveRouter serves ln with r until the test ends, then closes r and
+// checks that Serve returned cleanly.
+func serveRouter(t *testing.T, r *Router, ln net.Listener) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- r.Serve(ln) }()
+	t.Cleanup(func() {
+		r.Close()
+		if err := <-errc; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -54,14 +54,7 @@ func serveNode(t *testing.T, name string, kp *identity.Keypair, network string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- r.Serve(ln) }()
-	t.Cleanup(func() {
-		r.Close()
-		if err := <-errc; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	serveRouter(t, r, ln)
 	return &node{name: name, kp: kp, r: r, addr: addr}
 }
 

@@ -650,8 +650,10 @@ func sealMEUP(t *testing.T, kp *identity.Keypair, to identity.PeerID, space, env
 	return e
 }
 
-// deliverRaw sends e to n's socket as a raw peer and requires n's ack.
-func deliverRaw(t *testing.T, n *testNode, e wire.Envelope) {
+// sendRaw dials n's address as a raw peer (plaintext frames) and writes
+// e's frame; the connection is n's to close or answer, within pollTimeout.
+// The write may fail when n closed the connection at once.
+func sendRaw(t *testing.T, n *testNode, e wire.Envelope) (net.Conn, error) {
 	t.Helper()
 	addr, err := transport.ParseAddr(n.addr)
 	if err != nil {
@@ -663,15 +665,23 @@ func deliverRaw(t *testing.T, n *testNode, e wire.Envelope) {
 	if err != nil {
 		t.Fatalf("dial %s: %v", n.name, err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(pollTimeout))
 	payload, err := e.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := transport.WriteFrame(c, payload); err != nil {
+	return c, transport.WriteFrame(c, payload)
+}
+
+// deliverRaw sends e to n's socket as a raw peer and requires n's ack.
+func deliverRaw(t *testing.T, n *testNode, e wire.Envelope) {
+	t.Helper()
+	c, err := sendRaw(t, n, e)
+	if err != nil {
 		t.Fatalf("write to %s: %v", n.name, err)
 	}
+	defer c.Close()
 	frame, err := transport.ReadFrame(c, 0)
 	if err != nil {
 		t.Fatalf("%s did not ack %s: %v", n.name, e.ID, err)

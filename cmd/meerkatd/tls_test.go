@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"net"
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
-	"github.com/meerkatd/meerkatd/transport"
 )
 
 // A peer that speaks plaintext TCP, as the reference implementation does,
@@ -77,23 +74,7 @@ func TestPlaintextPeerPolicy(t *testing.T) {
 // closes the connection without a byte.
 func refusedUnread(t *testing.T, n *testNode, e wire.Envelope) {
 	t.Helper()
-	addr, err := transport.ParseAddr(n.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), pollTimeout)
-	defer cancel()
-	c, err := transport.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(pollTimeout))
-	payload, err := e.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	transport.WriteFrame(c, payload) // may fail: the node may have closed already
+	c, _ := sendRaw(t, n, e) // the write may fail: the node may have closed already
 	var b [64]byte
 	if k, err := c.Read(b[:]); k > 0 || err == nil {
 		t.Fatalf("%s answered %x to a plaintext frame", n.name, b[:k])
