@@ -41,6 +41,7 @@ const (
 	DefaultMEUPProtocol          = "meup/v0.1"
 	DefaultProposalTTLSecs       = 3600
 	DefaultMCPPairing            = On
+	DefaultMetricsListen         = "" // off
 	DefaultTCPPlaintext          = Allow
 
 	// MaxBackoffSteps bounds the outbox.backoff list.
@@ -96,6 +97,16 @@ type Config struct {
 	MEUP MEUP `toml:"meup"`
 	// MCP is the [mcp] table.
 	MCP MCP `toml:"mcp"`
+	// Metrics is the [metrics] table.
+	Metrics Metrics `toml:"metrics"`
+}
+
+// Metrics is the [metrics] table: the daemon's HTTP endpoint for
+// Prometheus metrics and health checks.
+type Metrics struct {
+	// Listen is the host:port the daemon serves /metrics, /healthz and
+	// /readyz on; "" (the default) serves nothing.
+	Listen string `toml:"listen"`
 }
 
 // MCP is the [mcp] table: what `meerkatd mcp` offers its client.
@@ -277,9 +288,10 @@ func Default() Config {
 			DeadLettersMax:  DefaultDeadLettersMax,
 			DeadLetterHours: DefaultDeadLetterHours,
 		},
-		Audit: Audit{Enabled: true, MaxBytes: DefaultAuditMaxBytes},
-		MEUP:  MEUP{Protocol: DefaultMEUPProtocol, ProposalTTLSecs: DefaultProposalTTLSecs},
-		MCP:   MCP{Pairing: DefaultMCPPairing},
+		Audit:   Audit{Enabled: true, MaxBytes: DefaultAuditMaxBytes},
+		MEUP:    MEUP{Protocol: DefaultMEUPProtocol, ProposalTTLSecs: DefaultProposalTTLSecs},
+		MCP:     MCP{Pairing: DefaultMCPPairing},
+		Metrics: Metrics{Listen: DefaultMetricsListen},
 	}
 }
 

@@ -32,9 +32,10 @@ var fullConfig = Config{
 	Store: Store{Mode: "memory", DedupWindowHours: 24, HistoryHours: 48, HistoryMaxBytes: 3000000},
 	Outbox: Outbox{Backoff: "1s, 2s,30s", MaxAttempts: 9, BreakerFailures: 5, BreakerOpenSecs: 30,
 		MaxEntries: 100, MaxBytes: 2000000, DefaultTTLSecs: 3600, DeadLettersMax: 50, DeadLetterHours: 72},
-	Audit: Audit{Enabled: false, Bodies: true, MaxBytes: 1000000},
-	MEUP:  MEUP{Protocol: "mew/v0.4", ProposalTTLSecs: 600},
-	MCP:   MCP{Pairing: "off"},
+	Audit:   Audit{Enabled: false, Bodies: true, MaxBytes: 1000000},
+	MEUP:    MEUP{Protocol: "mew/v0.4", ProposalTTLSecs: 600},
+	MCP:     MCP{Pairing: "off"},
+	Metrics: Metrics{Listen: "127.0.0.1:9464"},
 }
 
 func requireNoError(t *testing.T, err error) {
@@ -84,9 +85,10 @@ func TestDefault(t *testing.T) {
 		Store: Store{Mode: "sqlite", DedupWindowHours: 168, HistoryHours: 168, HistoryMaxBytes: 268435456},
 		Outbox: Outbox{Backoff: "0s,5s,15s,1m,5m", MaxAttempts: 50, BreakerFailures: 3, BreakerOpenSecs: 60,
 			MaxEntries: 10000, MaxBytes: 268435456, DeadLettersMax: 10000, DeadLetterHours: 720},
-		Audit: Audit{Enabled: true, MaxBytes: 67108864},
-		MEUP:  MEUP{Protocol: "meup/v0.1", ProposalTTLSecs: 3600},
-		MCP:   MCP{Pairing: "on"},
+		Audit:   Audit{Enabled: true, MaxBytes: 67108864},
+		MEUP:    MEUP{Protocol: "meup/v0.1", ProposalTTLSecs: 3600},
+		MCP:     MCP{Pairing: "on"},
+		Metrics: Metrics{Listen: ""},
 	}
 	if got := Default(); got != want {
 		t.Fatalf("Default() = %+v, want %+v", got, want)

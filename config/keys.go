@@ -126,10 +126,13 @@ var keys = [...]keyDef{
 	{path: "mcp.pairing", env: "MEERKAT_MCP_PAIRING",
 		doc: `"on" or "off": whether meerkatd mcp offers the pairing tools (pair_offer, pair_accept); with "off" they are not listed and calls to them are refused (pair with meerkatd pair instead).`,
 		str: func(c *Config) *string { return &c.MCP.Pairing }},
+	{path: "metrics.listen", env: "MEERKAT_METRICS_LISTEN",
+		doc: `host:port the daemon serves Prometheus metrics (/metrics) and health checks (/healthz, /readyz) on over plain HTTP, e.g. 127.0.0.1:9464; "" serves nothing. The metrics carry peer names and counts, never message contents: keep it on loopback or a trusted network.`,
+		str: func(c *Config) *string { return &c.Metrics.Listen }},
 }
 
 // tables are the TOML tables that hold keys.
-var tables = [...]string{"comms", "store", "outbox", "audit", "meup", "mcp"}
+var tables = [...]string{"comms", "store", "outbox", "audit", "meup", "mcp", "metrics"}
 
 // Keys returns the table of configuration keys, in file order. The slice
 // is a fresh copy: changing it changes nothing else.

@@ -43,6 +43,7 @@ var wantEnv = map[string]string{
 	"meup.protocol":              "MEERKAT_MEUP_PROTOCOL",
 	"meup.proposal_ttl_secs":     "MEERKAT_MEUP_PROPOSAL_TTL_SECS",
 	"mcp.pairing":                "MEERKAT_MCP_PAIRING",
+	"metrics.listen":             "MEERKAT_METRICS_LISTEN",
 }
 
 // tomlPaths lists the key paths of Config's toml tags, by reflection.
@@ -109,6 +110,8 @@ func testValue(k Key) string {
 			return "refuse"
 		case "outbox.backoff":
 			return "1s,1m"
+		case "metrics.listen":
+			return "127.0.0.1:9464"
 		}
 		return "/run/x-{name}.sock"
 	}

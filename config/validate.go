@@ -66,7 +66,28 @@ func (c Config) Validate() error {
 	if c.MCP.Pairing != On && c.MCP.Pairing != Off {
 		add("mcp.pairing", fmt.Errorf("must be %q or %q, got %q", On, Off, c.MCP.Pairing))
 	}
+	add("metrics.listen", checkMetricsListen(c.Metrics.Listen))
 	return errors.Join(errs...)
+}
+
+// checkMetricsListen accepts "" (off) or host:port with a port from 0
+// (any free one) to 65535; the host may be empty (every interface), a
+// name or an IP.
+func checkMetricsListen(s string) error {
+	if s == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("must be host:port, e.g. 127.0.0.1:9464: %w", err)
+	}
+	if strings.ContainsAny(host, "/ ") {
+		return fmt.Errorf("must be host:port, e.g. 127.0.0.1:9464, got %q", s)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("port must be a number from 0 to 65535, got %q", port)
+	}
+	return nil
 }
 
 func checkRange(n, lo, hi int) error {

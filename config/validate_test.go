@@ -105,6 +105,15 @@ func TestValidate(t *testing.T) {
 		{"mcp pairing empty", func(c *Config) { c.MCP.Pairing = "" }, "mcp.pairing"},
 		{"mcp pairing OFF", func(c *Config) { c.MCP.Pairing = "OFF" }, "mcp.pairing"},
 		{"mcp pairing false", func(c *Config) { c.MCP.Pairing = "false" }, "mcp.pairing"},
+		{"metrics off", func(c *Config) { c.Metrics.Listen = "" }, ""},
+		{"metrics loopback", func(c *Config) { c.Metrics.Listen = "127.0.0.1:9464" }, ""},
+		{"metrics any port", func(c *Config) { c.Metrics.Listen = "127.0.0.1:0" }, ""},
+		{"metrics ipv6", func(c *Config) { c.Metrics.Listen = "[::1]:9464" }, ""},
+		{"metrics all interfaces", func(c *Config) { c.Metrics.Listen = ":9464" }, ""},
+		{"metrics no port", func(c *Config) { c.Metrics.Listen = "127.0.0.1" }, "metrics.listen"},
+		{"metrics bad port", func(c *Config) { c.Metrics.Listen = "127.0.0.1:http" }, "metrics.listen"},
+		{"metrics port too big", func(c *Config) { c.Metrics.Listen = "127.0.0.1:70000" }, "metrics.listen"},
+		{"metrics url", func(c *Config) { c.Metrics.Listen = "http://127.0.0.1:9464" }, "metrics.listen"},
 		{"proposal ttl a week", func(c *Config) { c.MEUP.ProposalTTLSecs = 7 * 24 * 3600 }, ""},
 		{"history max bytes zero", func(c *Config) { c.Store.HistoryMaxBytes = 0 }, "store.history_max_bytes"},
 		{"history max bytes one", func(c *Config) { c.Store.HistoryMaxBytes = 1 }, ""},
@@ -131,7 +140,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestValidateAllAtOnce(t *testing.T) {
-	c := Config{Name: "bad name", Comms: Comms{ListenUDS: "rel", ListenTCP: "nope"}} // every int 0
+	c := Config{Name: "bad name", Comms: Comms{ListenUDS: "rel", ListenTCP: "nope"}, Metrics: Metrics{Listen: "nope"}} // every int 0
 	err := c.Validate()
 	want := []string{
 		"name", "comms.listen_uds", "comms.listen_tcp", "comms.tcp_plaintext", "comms.ack_timeout_secs",
@@ -141,7 +150,7 @@ func TestValidateAllAtOnce(t *testing.T) {
 		"store.mode", "store.dedup_window_hours", "store.history_hours", "store.history_max_bytes",
 		"outbox.backoff", "outbox.max_attempts", "outbox.breaker_failures", "outbox.breaker_open_secs",
 		"outbox.max_entries", "outbox.max_bytes", "outbox.dead_letters_max", "outbox.dead_letter_hours", "audit.max_bytes",
-		"meup.protocol", "meup.proposal_ttl_secs", "mcp.pairing",
+		"meup.protocol", "meup.proposal_ttl_secs", "mcp.pairing", "metrics.listen",
 	}
 	if got := errorKeys(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("error keys = %q, want %q", got, want)
