@@ -64,6 +64,7 @@ var allowed = map[string][]string{
 	"inbox":               {},
 	"comms/wire":          {module + "/identity"},
 	"comms/audit":         {},
+	"comms/metrics":       {"github.com/prometheus/client_golang/"},
 	"comms/outbox":        {module + "/identity"},
 	"comms/meup":          {"github.com/bmatcuk/doublestar/v4", "github.com/theory/jsonpath"},
 	"internal/atomicfile": {},
@@ -82,7 +83,8 @@ var allowed = map[string][]string{
 	// The node and its faces.
 	"comms/node": {module + "/comms", module + "/comms/wire", module + "/comms/outbox", module + "/comms/audit", module + "/inbox",
 		module + "/inbox/store", module + "/trust", module + "/trust/pair", module + "/config", module + "/identity",
-		module + "/transport", module + "/internal/atomicfile", module + "/internal/filemode", module + "/comms/meup", module + "/comms/space"},
+		module + "/transport", module + "/internal/atomicfile", module + "/internal/filemode", module + "/comms/meup", module + "/comms/space",
+		module + "/comms/metrics"},
 	"comms/control": {module + "/comms/node", module + "/transport"},
 	"mcpserver":     {module + "/comms/node", "github.com/mark3labs/mcp-go/"},
 	"bench": {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust",
@@ -111,6 +113,8 @@ var owners = map[string]string{
 	"golang.org/x/sys":              "transport",
 	"github.com/bmatcuk/doublestar": "comms/meup",
 	"github.com/theory/jsonpath":    "comms/meup",
+	// The exposition format and registry (expfmt only in its tests).
+	"github.com/prometheus/": "comms/metrics",
 }
 
 func TestDependencyRules(t *testing.T) {

@@ -347,6 +347,9 @@ func (r *Router) openConn(c net.Conn, st *inConn) (net.Conn, *transport.Reader, 
 			return nil, nil, false
 		}
 		st.tlsPeer = peer
+		if r.opts.PeerConnected != nil {
+			r.opts.PeerConnected(peer)
+		}
 		return tc, transport.NewReader(tc, r.opts.MaxMessageBytes), true
 	case r.opts.RefusePlaintext && !isUnix(c):
 		r.reject(RejectPlaintext)

@@ -119,6 +119,12 @@ type Options struct {
 	// an audit log). It is called on the connection's goroutine and must
 	// not block.
 	Observe func(Event)
+	// PeerConnected, if set, is told when an inbound connection is
+	// authenticated by a trusted peer: its TLS handshake presented the
+	// peer's key, or the peer's first new envelope on it verified. It is
+	// a sign the peer is up (the outbox tries its queue at once). It is
+	// called on the connection's goroutine and must not block.
+	PeerConnected func(identity.PeerID)
 	// RefusePlaintext refuses plaintext TCP: an inbound TCP connection
 	// that starts with a frame rather than a TLS handshake is closed
 	// (RejectPlaintext), and tcp:// peers are not dialled. Unix sockets
@@ -152,6 +158,9 @@ type Stats struct {
 	Duplicates  uint64            // repeats acked again but not delivered
 	AcksSent    uint64            // acks written to peers
 	Connections int               // inbound connections open now
+	// Authenticated counts the Connections on which a trusted peer's
+	// valid new envelope arrived.
+	Authenticated int
 	Rejected    map[string]uint64 // by reason
 }
 
@@ -349,11 +358,15 @@ func (r *Router) authenticate(st *inConn, peer identity.PeerID) {
 		return
 	}
 	r.mu.Lock()
-	if !st.authed.Load() {
+	first := !st.authed.Load()
+	if first {
 		st.peer = peer
 		st.authed.Store(true)
 	}
 	r.mu.Unlock()
+	if first && st.tlsPeer.IsZero() && r.opts.PeerConnected != nil {
+		r.opts.PeerConnected(peer) // over TLS it was told at the handshake
+	}
 }
 
 // claimPeerRoom reports whether connection st may carry a new envelope
@@ -489,6 +502,11 @@ func (r *Router) Stats() Stats {
 	r.rejectMu.Unlock()
 	r.mu.Lock()
 	s.Connections = len(r.conns)
+	for _, st := range r.conns {
+		if st.authed.Load() {
+			s.Authenticated++
+		}
+	}
 	r.mu.Unlock()
 	return s
 }
