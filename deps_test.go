@@ -114,7 +114,9 @@ var owners = map[string]string{
 	"github.com/bmatcuk/doublestar": "comms/meup",
 	"github.com/theory/jsonpath":    "comms/meup",
 	// The exposition format and registry (expfmt only in its tests).
-	"github.com/prometheus/": "comms/metrics",
+	"github.com/prometheus/client_golang": "comms/metrics",
+	"github.com/prometheus/client_model":  "comms/metrics",
+	"github.com/prometheus/common":        "comms/metrics",
 }
 
 func TestDependencyRules(t *testing.T) {
