@@ -154,14 +154,14 @@ const (
 
 // Stats are counters since the Router started.
 type Stats struct {
-	Accepted    uint64            // envelopes admitted to the inbox
-	Duplicates  uint64            // repeats acked again but not delivered
-	AcksSent    uint64            // acks written to peers
-	Connections int               // inbound connections open now
+	Accepted    uint64 // envelopes admitted to the inbox
+	Duplicates  uint64 // repeats acked again but not delivered
+	AcksSent    uint64 // acks written to peers
+	Connections int    // inbound connections open now
 	// Authenticated counts the Connections on which a trusted peer's
 	// valid new envelope arrived.
 	Authenticated int
-	Rejected    map[string]uint64 // by reason
+	Rejected      map[string]uint64 // by reason
 }
 
 // Router is a node: listeners, inbound connections, outbound links, the

@@ -317,6 +317,14 @@ func (m *Mailbox[T]) Len() int {
 	return m.n
 }
 
+// Bytes returns the size of the unacknowledged entries as the byte limit
+// counts it (0 without a byte limit).
+func (m *Mailbox[T]) Bytes() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.bytes
+}
+
 // Changed returns a channel closed at the next push, ack or close.
 func (m *Mailbox[T]) Changed() <-chan struct{} {
 	m.mu.Lock()

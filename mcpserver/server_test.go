@@ -188,6 +188,17 @@ func (f *fakeNode) DeadLetters(context.Context) ([]node.DeadLetter, error) {
 	return []node.DeadLetter{{ID: "d-1", Peer: "ghost", Kind: "request", Attempts: 2, Reason: "expired: last attempt: dial: refused"}}, nil
 }
 
+// RetryOutbox has one send queued for "ghost" and none elsewhere.
+func (f *fakeNode) RetryOutbox(_ context.Context, peer string) (int, error) {
+	switch peer {
+	case "", "ghost":
+		return 1, nil
+	case "nobody":
+		return 0, &node.Error{Code: node.CodeUnknownPeer, Msg: "no trusted peer \"nobody\""}
+	}
+	return 0, nil
+}
+
 func (f *fakeNode) RetryDeadLetters(_ context.Context, ids []string, all bool) (int, error) {
 	if all {
 		return 1, nil
@@ -454,7 +465,7 @@ func testToolList(t *testing.T, era string) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"status": true, "send_message": false, "send_request": false, "send_response": false, "list_peers": true, "receive_messages": true, "ack_messages": false,
-		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "pair_offer": false, "pair_accept": false,
+		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "retry_outbox": false, "pair_offer": false, "pair_accept": false,
 		"list_spaces": true, "list_proposals": true, "space_send": false, "space_chat": false, "space_propose": false, "space_fulfill": false,
 		"space_respond": false, "space_reject": false, "space_withdraw": false, "space_grant": false, "space_revoke": false, "edit_space": false}
 	if len(res.Tools) != len(want) {
@@ -867,6 +878,21 @@ func testOutboxTools(t *testing.T, era string) {
 		if _, _, err := call(t, c, "retry_dead_letters", bad); err == nil {
 			t.Errorf("retry_dead_letters %v: want a protocol error", bad)
 		}
+	}
+	_, out, err = call(t, c, "retry_outbox", map[string]any{"peer": "ghost"})
+	if err != nil || out["due"] != float64(1) {
+		t.Fatalf("retry_outbox ghost: %v %v", out, err)
+	}
+	_, out, err = call(t, c, "retry_outbox", nil)
+	if err != nil || out["due"] != float64(1) {
+		t.Fatalf("retry_outbox for every peer: %v %v", out, err)
+	}
+	if _, _, err := call(t, c, "retry_outbox", map[string]any{"peer": 7}); err == nil {
+		t.Errorf("retry_outbox with a number for peer: want a protocol error")
+	}
+	res, _, err = call(t, c, "retry_outbox", map[string]any{"peer": "nobody"})
+	if err != nil || !res.IsError || !strings.HasPrefix(text(res), node.CodeUnknownPeer+": ") {
+		t.Errorf("retry_outbox nobody: %v %v", res, err)
 	}
 }
 

@@ -42,6 +42,10 @@ type (
 		DeadLetters []node.DeadLetter `json:"dead_letters"`
 		Pending     int               `json:"pending"`
 	}
+	retryOutboxResult struct {
+		Due     int `json:"due"` // queued sends made due now
+		Pending int `json:"pending"`
+	}
 	retryDeadLettersResult struct {
 		Requeued int `json:"requeued"`
 		NotFound int `json:"not_found"` // ids given that are not dead letters
@@ -215,10 +219,16 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Acknowledge messages", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.ack)
 	s.mcp.AddTool(mcp.NewTool("list_outbox",
-		mcp.WithDescription("Show the reliable sends not delivered yet (without bodies): id, peer, kind, attempts, next attempt, expiry, last error; and each peer's circuit breaker. They are retried until acknowledged or expired."),
+		mcp.WithDescription("Show the reliable sends not delivered yet (without bodies): id, peer, kind, attempts, next attempt (due: true once its time has come), expiry, last error; and each peer's circuit breaker. They are retried until acknowledged or expired; retry_outbox tries them now."),
 		mcp.WithOutputSchema[listOutboxResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List outbox", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.listOutbox)
+	s.mcp.AddTool(mcp.NewTool("retry_outbox",
+		mcp.WithDescription("Try the reliable sends queued for a peer (or for every peer) now instead of at their next attempt time; a peer whose circuit breaker is open gets one attempt first, and the rest follow if it is acknowledged. Returns how many sends were made due. Use it when you know the peer is back; the node also retries on its own."),
+		mcp.WithString("peer", mcp.Description("only this peer's sends (name, key or peer UUID); leave out for every peer")),
+		mcp.WithOutputSchema[retryOutboxResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Retry outbox now", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(true)}),
+	), s.retryOutbox)
 	s.mcp.AddTool(mcp.NewTool("list_dead_letters",
 		mcp.WithDescription("Show the reliable sends given up on (without bodies), oldest first, with the reason: expired (its ttl passed), retries_exhausted, unknown_peer (no longer trusted) or rejected."),
 		mcp.WithOutputSchema[listDeadLettersResult](),
@@ -308,6 +318,8 @@ func checkArgs(name string, m map[string]any) error {
 		_, _, _, _, err = parseSendResponse(a)
 	case "retry_dead_letters":
 		_, _, err = parseRetry(a)
+	case "retry_outbox":
+		_, err = a.str("peer", false)
 	case "pair_accept":
 		_, _, err = parsePairAccept(a)
 	case "receive_messages":
@@ -442,6 +454,18 @@ func (s *Server) listOutbox(ctx context.Context, _ mcp.CallToolRequest) (*mcp.Ca
 		o.Peers = []node.PeerSendState{}
 	}
 	return result(listOutboxResult{Entries: o.Entries, Peers: o.Peers, Pending: s.pending(ctx)})
+}
+
+func (s *Server) retryOutbox(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	peer, err := args{req.GetArguments()}.str("peer", false)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.api.RetryOutbox(ctx, peer)
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	return result(retryOutboxResult{Due: n, Pending: s.pending(ctx)})
 }
 
 func (s *Server) listDeadLetters(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {

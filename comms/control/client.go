@@ -240,6 +240,12 @@ func (c *Client) Outbox(ctx context.Context) (o node.Outbox, err error) {
 	return o, err
 }
 
+// RetryOutbox implements node.API.
+func (c *Client) RetryOutbox(ctx context.Context, peer string) (n int, err error) {
+	err = c.call(ctx, OpRetryOutbox, RetryOutboxArgs{Peer: peer}, &n)
+	return n, err
+}
+
 // DeadLetters implements node.API.
 func (c *Client) DeadLetters(ctx context.Context) (d []node.DeadLetter, err error) {
 	err = c.call(ctx, OpDeadLetters, nil, &d)

@@ -114,6 +114,18 @@ func TestClientOutbox(t *testing.T) {
 	if n, err := c.RetryDeadLetters(ctx, nil, true); err != nil || n != 1 {
 		t.Fatalf("retry all: %d, %v", n, err)
 	}
+	if _, err := c.RetryOutbox(ctx, "nobody"); codeOf(err) != node.CodeUnknownPeer {
+		t.Fatalf("retry the outbox of an unknown peer: %v", err)
+	}
+	// The revived send is queued for bob, who is down: a retry makes it
+	// due (once it is not being attempted at that very moment).
+	waitFor(t, 10*time.Second, "a retry making bob's send due", func() bool {
+		n, err := c.RetryOutbox(ctx, "bob")
+		return err == nil && n == 1
+	})
+	if n, err := c.RetryOutbox(ctx, ""); err != nil || n > 1 {
+		t.Fatalf("retry every peer: %d, %v", n, err)
+	}
 	// A sub-millisecond ttl is not lost on the way (0 would mean "none").
 	sent, err = c.SendMessage(ctx, "bob", "y", node.SendOptions{Reliable: true, TTL: time.Microsecond, NoWait: true})
 	if err != nil {

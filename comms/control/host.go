@@ -359,6 +359,11 @@ func (s *Session) DeadLetters(ctx context.Context) ([]node.DeadLetter, error) {
 	return do(s, ctx, func(a node.API) ([]node.DeadLetter, error) { return a.DeadLetters(ctx) })
 }
 
+// RetryOutbox implements node.API.
+func (s *Session) RetryOutbox(ctx context.Context, peer string) (int, error) {
+	return do(s, ctx, func(a node.API) (int, error) { return a.RetryOutbox(ctx, peer) })
+}
+
 // RetryDeadLetters implements node.API.
 func (s *Session) RetryDeadLetters(ctx context.Context, ids []string, all bool) (int, error) {
 	return do(s, ctx, func(a node.API) (int, error) { return a.RetryDeadLetters(ctx, ids, all) })

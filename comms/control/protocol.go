@@ -27,6 +27,7 @@ const (
 	OpReceive          = "receive"
 	OpAck              = "ack"
 	OpOutbox           = "outbox"
+	OpRetryOutbox      = "retry_outbox"
 	OpDeadLetters      = "dead_letters"
 	OpRetryDeadLetters = "retry_dead_letters"
 	OpDropDeadLetters  = "drop_dead_letters"
@@ -77,6 +78,11 @@ type SendResponseArgs struct {
 	Status    string           `json:"status"`
 	Result    json.RawMessage  `json:"result,omitempty"`
 	Options   node.SendOptions `json:"options"`
+}
+
+// RetryOutboxArgs are the arguments of OpRetryOutbox.
+type RetryOutboxArgs struct {
+	Peer string `json:"peer,omitempty"` // "": every peer
 }
 
 // DeadLettersArgs are the arguments of OpRetryDeadLetters and

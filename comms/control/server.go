@@ -261,6 +261,11 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		}
 	case OpOutbox:
 		result, err = s.api.Outbox(ctx)
+	case OpRetryOutbox:
+		var a RetryOutboxArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.RetryOutbox(ctx, a.Peer)
+		}
 	case OpDeadLetters:
 		result, err = s.api.DeadLetters(ctx)
 	case OpRetryDeadLetters:

@@ -50,6 +50,11 @@ type API interface {
 	// Outbox lists the reliable sends not acknowledged yet (without
 	// bodies) and the peers' send states.
 	Outbox(ctx context.Context) (Outbox, error)
+	// RetryOutbox makes the reliable sends queued for peer (name, key or
+	// peer UUID; "": every peer) due now, an open circuit breaker letting
+	// one probe through, and returns how many it made due. It needs the
+	// running node.
+	RetryOutbox(ctx context.Context, peer string) (int, error)
 	// DeadLetters lists the reliable sends given up on, oldest first.
 	DeadLetters(ctx context.Context) ([]DeadLetter, error)
 	// RetryDeadLetters queues the dead letters with the given ids again,
@@ -292,9 +297,12 @@ type QueuedSend struct {
 	Created     time.Time  `json:"created"`
 	Attempts    int        `json:"attempts"`     // failed attempts so far
 	NextAttempt *time.Time `json:"next_attempt"` // null: as soon as the peer's queue allows
-	Expires     *time.Time `json:"expires"`      // null: no time-to-live
-	LastError   string     `json:"last_error,omitempty"`
-	InFlight    bool       `json:"in_flight"`
+	// Due is true when its next attempt time has come (or it has none):
+	// it goes as soon as the peer's queue and breaker allow.
+	Due       bool       `json:"due"`
+	Expires   *time.Time `json:"expires"` // null: no time-to-live
+	LastError string     `json:"last_error,omitempty"`
+	InFlight  bool       `json:"in_flight"`
 }
 
 // PeerSendState is a peer's reliable-send state.
@@ -306,7 +314,10 @@ type PeerSendState struct {
 	Failures    int        `json:"failures"`
 	OpenUntil   *time.Time `json:"open_until"` // an open breaker's probe time; null if not open
 	NextAttempt *time.Time `json:"next_attempt"`
-	LastError   string     `json:"last_error,omitempty"`
+	// Due is true when something is queued, its next attempt time has
+	// come and the breaker is not open: the peer is being tried now.
+	Due       bool   `json:"due"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 // DeadLetter is a reliable send given up on (never its body).

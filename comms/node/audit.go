@@ -73,6 +73,16 @@ func (n *Node) auditEvent(ev comms.Event) {
 // observeOutbox records an outbox event in the audit log.
 func (n *Node) observeOutbox(ev outbox.Event) {
 	e := ev.Entry
+	switch ev.Type {
+	case outbox.EventAcked:
+		if e.Kind == wire.TypeResponse {
+			n.countSend(sendWritten)
+		} else {
+			n.countSend(sendAcked)
+		}
+	case outbox.EventRetry, outbox.EventExpired, outbox.EventDeadLetter:
+		n.countSend(ev.Type)
+	}
 	n.auditOut(ev.Type, e.Peer, e.To, e.Kind, e.ID, e.CorrID, e.Payload, ev.Attempt, ev.Reason)
 }
 

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,7 +87,64 @@ func (n *Node) Announce(dir string) (func(), error) {
 	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
 		return func() {}, err
 	}
+	if n.ob != nil && !n.closing() {
+		n.watchOnce.Do(func() {
+			n.wg.Add(1)
+			go func() {
+				defer n.wg.Done()
+				n.watchAnnouncements(n.ctx, dir, announceWatchInterval)
+			}()
+		})
+	}
 	return func() { os.Remove(path) }, nil
+}
+
+// announceWatchInterval is how often a daemon looks for its peers'
+// announcements in the discovery directory.
+const announceWatchInterval = time.Second
+
+// watchAnnouncements looks in the discovery directory dir every interval
+// until ctx ends: a trusted peer whose entry appears or is written again
+// (its node started) is up, so the outbox tries its queue at once.
+func (n *Node) watchAnnouncements(ctx context.Context, dir string, interval time.Duration) {
+	seen := map[string]time.Time{} // entry file: its modification time
+	self := announcePath(dir, n.h)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for first := true; ; first = false {
+		ents, _ := os.ReadDir(dir)
+		now := map[string]time.Time{}
+		for _, de := range ents {
+			path := filepath.Join(dir, de.Name())
+			if !strings.HasSuffix(de.Name(), ".json") || !de.Type().IsRegular() || path == self {
+				continue
+			}
+			fi, err := de.Info()
+			if err != nil {
+				continue
+			}
+			now[path] = fi.ModTime()
+			if old, ok := seen[path]; first || ok && old.Equal(fi.ModTime()) {
+				continue // the outbox tried every queue when it started
+			}
+			a, err := readAnnouncement(path)
+			if err != nil {
+				continue
+			}
+			if id, err := identity.ParsePeerID(a.Key); err == nil {
+				if p, ok := n.r.Trust().Lookup(id); ok {
+					n.log.Debug("outbox: peer announced itself; trying its queue", "peer", p.Name)
+					n.ob.Kick(id)
+				}
+			}
+		}
+		seen = now
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // localAddr is the address a node on this host uses: the Unix socket if

@@ -3,15 +3,18 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/comms/metrics"
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/comms/space"
 	"github.com/meerkatd/meerkatd/comms/wire"
@@ -94,9 +97,16 @@ type Node struct {
 	spaces   *spaces        // MEUP spaces (serving nodes only)
 
 	trackOnce sync.Once // trackStored
+	watchOnce sync.Once // watchAnnouncements
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when Close begins; ends waits on the inbox
+
+	ctx        context.Context  // ends when Close begins
+	serving    atomic.Int32     // listeners serving now
+	sends      sendCounts       // send outcomes, for the metrics
+	metrics    *metrics.Metrics // nil: no metrics kept (not a daemon, or metrics.listen "")
+	metricsSrv *metrics.Server  // serves metrics.listen
 }
 
 var _ API = (*Node)(nil)
@@ -232,6 +242,9 @@ func Start(h *Home, opts Options) (*Node, error) {
 			n.auditSum = newAuditSummary(n.audit.Record)
 		}
 		observe = n.observeInbound
+		if h.Config.Metrics.Listen != "" && !opts.Embedded {
+			n.metrics = metrics.New(metricsSource{n})
+		}
 	}
 	r, err := comms.New(h.Key, list, comms.Options{
 		Logger:             log,
@@ -243,6 +256,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 		MaxMessageBytes:    h.Config.Comms.MaxMessageBytes,
 		Inbox:              admit,
 		Observe:            observe,
+		PeerConnected:      n.peerConnected,
 		Pairing:            pairHook,
 		RefusePlaintext:    h.Config.Comms.RefusePlaintext(),
 	})
@@ -252,14 +266,15 @@ func Start(h *Home, opts Options) (*Node, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n.r, n.cancel = r, cancel
+	n.r, n.ctx, n.cancel = r, ctx, cancel
 	if mode == ModeServe {
 		if d, ok := mail.(*durableMail); ok {
 			n.obStore = d.st.Outbox()
 		} else {
 			n.obStore = outbox.NewMemStore()
 		}
-		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox, n.meupAttempted); err != nil {
+		d := routerDeliverer{meup: n.meupAttempted, ackRTT: n.metrics.ObserveRoundTrip}
+		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox, d, log); err != nil {
 			n.Close()
 			return nil, err
 		}
@@ -306,8 +321,10 @@ func Start(h *Home, opts Options) (*Node, error) {
 		}
 		n.addrs = append(n.addrs, a)
 		n.wg.Add(1)
+		n.serving.Add(1)
 		go func() {
 			defer n.wg.Done()
+			defer n.serving.Add(-1)
 			if err := r.Serve(ln); err != nil {
 				log.Error("listener stopped", "addr", a.String(), "err", err)
 			}
@@ -347,6 +364,13 @@ func Start(h *Home, opts Options) (*Node, error) {
 	}
 	if n.spaces != nil {
 		n.spaces.eng.Announce(ctx, space.EventJoin) // queued in the outbox: it does not wait for peers
+	}
+	if n.metrics != nil {
+		if n.metricsSrv, err = n.metrics.Listen(h.Config.Metrics.Listen, log); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("metrics.listen: %w", err)
+		}
+		log.Info("serving metrics and health checks", "addr", n.metricsSrv.Addr().String())
 	}
 	return n, nil
 }
@@ -390,6 +414,9 @@ func (n *Node) Close() error {
 	n.stopOnce.Do(func() { close(n.stopped); first = true })
 	if !first {
 		return nil
+	}
+	if n.metricsSrv != nil {
+		n.metricsSrv.Close()
 	}
 	if n.spaces != nil {
 		// Tell the spaces' members this node leaves: one direct attempt

@@ -19,15 +19,19 @@ func timeOrNil(t time.Time) *time.Time {
 	return &t
 }
 
-func toQueuedSend(e outbox.Entry, inFlight bool) QueuedSend {
+// due reports whether a next attempt at t (zero: none set) has come.
+func due(t, now time.Time) bool { return !t.After(now) }
+
+func toQueuedSend(e outbox.Entry, inFlight bool, now time.Time) QueuedSend {
 	return QueuedSend{Seq: e.Seq, ID: e.ID.String(), Peer: e.Peer, PubKey: e.To.String(), Kind: e.Kind, Size: len(e.Payload),
-		Created: e.Created.UTC(), Attempts: e.Attempts, NextAttempt: timeOrNil(e.NextAttempt), Expires: timeOrNil(e.Expires),
-		LastError: e.LastError, InFlight: inFlight}
+		Created: e.Created.UTC(), Attempts: e.Attempts, NextAttempt: timeOrNil(e.NextAttempt), Due: !inFlight && due(e.NextAttempt, now),
+		Expires: timeOrNil(e.Expires), LastError: e.LastError, InFlight: inFlight}
 }
 
-func toPeerSendState(s outbox.PeerState) PeerSendState {
+func toPeerSendState(s outbox.PeerState, now time.Time) PeerSendState {
 	return PeerSendState{Peer: s.Name, PubKey: s.Peer.String(), Queued: s.Queued, Breaker: s.Breaker, Failures: s.Failures,
-		OpenUntil: timeOrNil(s.OpenUntil), NextAttempt: timeOrNil(s.NextAttempt), LastError: s.LastError}
+		OpenUntil: timeOrNil(s.OpenUntil), NextAttempt: timeOrNil(s.NextAttempt),
+		Due: s.Queued > 0 && s.Breaker != outbox.BreakerOpen && due(s.NextAttempt, now), LastError: s.LastError}
 }
 
 // breakerOf is the state shown for a stored breaker without a running
@@ -49,14 +53,15 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 	if n.closing() {
 		return info, Coded(ErrClosed)
 	}
+	now := time.Now()
 	if ob := n.ob; ob != nil {
 		for _, q := range ob.List() {
-			qs := toQueuedSend(q.Entry, q.InFlight)
+			qs := toQueuedSend(q.Entry, q.InFlight, now)
 			qs.Size = q.Size
 			info.Entries = append(info.Entries, qs)
 		}
 		for _, s := range ob.Peers() {
-			info.Peers = append(info.Peers, toPeerSendState(s))
+			info.Peers = append(info.Peers, toPeerSendState(s, now))
 		}
 		return info, nil
 	}
@@ -70,7 +75,7 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 	}
 	byPeer := map[identity.PeerID]*PeerSendState{}
 	for _, e := range es {
-		info.Entries = append(info.Entries, toQueuedSend(e, false))
+		info.Entries = append(info.Entries, toQueuedSend(e, false, now))
 		ps := byPeer[e.To]
 		if ps == nil {
 			ps = &PeerSendState{Peer: e.Peer, PubKey: e.To.String(), Breaker: outbox.BreakerClosed}
@@ -78,14 +83,13 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 		}
 		ps.Queued++
 		if ps.Queued == 1 {
-			ps.NextAttempt, ps.LastError = timeOrNil(e.NextAttempt), e.LastError
+			ps.NextAttempt, ps.Due, ps.LastError = timeOrNil(e.NextAttempt), due(e.NextAttempt, now), e.LastError
 		}
 	}
 	bs, err := st.Breakers()
 	if err != nil {
 		return info, err
 	}
-	now := time.Now()
 	for _, br := range bs {
 		ps := byPeer[br.Peer]
 		if ps == nil {
@@ -96,12 +100,35 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 			byPeer[br.Peer] = ps
 		}
 		ps.Breaker, ps.Failures, ps.OpenUntil = breakerOf(br, now), br.Failures, timeOrNil(br.OpenUntil)
+		ps.Due = ps.Due && ps.Breaker != outbox.BreakerOpen
 	}
 	for _, ps := range byPeer {
 		info.Peers = append(info.Peers, *ps)
 	}
 	slices.SortFunc(info.Peers, func(a, b PeerSendState) int { return strings.Compare(a.Peer+a.PubKey, b.Peer+b.PubKey) })
 	return info, nil
+}
+
+// RetryOutbox implements [API].
+func (n *Node) RetryOutbox(ctx context.Context, peer string) (int, error) {
+	if n.closing() {
+		return 0, Coded(ErrClosed)
+	}
+	if n.ob == nil {
+		return 0, errorf(CodeNoDaemon, "retrying the outbox needs the running daemon (it tries what is queued when it starts)")
+	}
+	if peer == "" {
+		k := n.ob.Retry()
+		n.log.Info("outbox: retry now", "entries", k)
+		return k, nil
+	}
+	p, err := n.r.ResolvePeer(peer)
+	if err != nil {
+		return 0, Coded(err)
+	}
+	k := n.ob.Retry(p.ID)
+	n.log.Info("outbox: retry now", "peer", p.Name, "entries", k)
+	return k, nil
 }
 
 // DeadLetters implements [API].

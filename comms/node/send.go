@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -44,10 +45,16 @@ type routerDeliverer struct {
 	// the error the outbox gets (a peer that does not speak MEUP makes it
 	// permanent).
 	meup func(identity.PeerID, error) error
+	// ackRTT, if set, is told the round trip of each acknowledged attempt.
+	ackRTT func(time.Duration)
 }
 
 func (d routerDeliverer) Deliver(ctx context.Context, a outbox.Attempt) error {
+	start := time.Now()
 	err := d.r.Deliver(ctx, comms.Delivery{To: a.To, ID: a.ID, Payload: a.Payload, WantAck: a.WantAck, Queued: a.Queued})
+	if err == nil && a.WantAck && d.ackRTT != nil {
+		d.ackRTT(time.Since(start))
+	}
 	if errors.Is(err, comms.ErrUnknownPeer) {
 		return outbox.Permanent(outbox.ReasonUnknownPeer, err)
 	}
@@ -76,10 +83,16 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	}
 	if !s.reliable {
 		n.auditSealed(sealed, audit.EventSent, 1, "")
+		start := time.Now()
 		err := n.r.Deliver(ctx, comms.Delivery{To: sealed.Peer.ID, ID: sealed.ID, Payload: sealed.Payload, WantAck: wantAck, SecondTry: true})
 		if err != nil {
 			n.auditSealed(sealed, audit.EventRefused, 1, err.Error())
+			n.countSend(sendFailed)
 			return out, err
+		}
+		n.countSend(done)
+		if wantAck {
+			n.metrics.ObserveRoundTrip(time.Since(start))
 		}
 		n.auditSealed(sealed, audit.EventAcked, 1, "") // responses: written
 		out.delivery = done
@@ -304,12 +317,14 @@ func (n *Node) outboxView() (outbox.Store, error) {
 }
 
 // newOutbox creates the outbox of a daemon node over st.
-func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Event), meup func(identity.PeerID, error) error) (*outbox.Outbox, error) {
+func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Event), d routerDeliverer, log *slog.Logger) (*outbox.Outbox, error) {
 	backoff, err := h.Config.Outbox.BackoffDurations()
 	if err != nil {
 		return nil, err
 	}
-	return outbox.New(st, routerDeliverer{r, meup}, outbox.Options{
+	d.r = r
+	return outbox.New(st, d, outbox.Options{
+		Logger:          log,
 		Backoff:         backoff,
 		MaxAttempts:     h.Config.Outbox.MaxAttempts,
 		BreakerFailures: h.Config.Outbox.BreakerFailures,

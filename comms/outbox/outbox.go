@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -62,6 +63,10 @@ var (
 // Defaults for [Options].
 var (
 	DefaultBackoff = []time.Duration{0, 5 * time.Second, 15 * time.Second, time.Minute, 5 * time.Minute}
+	// DefaultResolveBackoff is the schedule after attempts whose peer's
+	// host name did not resolve: a name is fixed (DNS, /etc/hosts, the
+	// trust list) on a scale of minutes, not seconds.
+	DefaultResolveBackoff = []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute}
 )
 
 const (
@@ -79,7 +84,12 @@ const (
 type Options struct {
 	// Backoff[i] is the wait after an envelope's (i+1)-th failed attempt;
 	// the last one repeats.
-	Backoff         []time.Duration
+	Backoff []time.Duration
+	// ResolveBackoff[i] replaces Backoff after a failed attempt whose
+	// peer's host name did not resolve (a *net.DNSError), counted over
+	// such failures in a row; these do not count against the breaker:
+	// the peer may be up, its name is wrong or not published yet.
+	ResolveBackoff  []time.Duration
 	MaxAttempts     int           // failed attempts before an envelope is a dead letter
 	BreakerFailures int           // consecutive failed rounds that open a peer's breaker
 	BreakerOpen     time.Duration // how long an open breaker stays open before its probe
@@ -98,6 +108,9 @@ type Options struct {
 func (o *Options) setDefaults() {
 	if len(o.Backoff) == 0 {
 		o.Backoff = DefaultBackoff
+	}
+	if len(o.ResolveBackoff) == 0 {
+		o.ResolveBackoff = DefaultResolveBackoff
 	}
 	def := func(p *int, v int) {
 		if *p <= 0 {
@@ -203,6 +216,7 @@ type peerQ struct {
 	running  bool
 	inFlight int
 	lastErr  string
+	resolve  int // attempts in a row whose peer's host name did not resolve
 }
 
 type item struct {
@@ -615,6 +629,7 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 	attempt := it.e.Attempts + 1
 	switch {
 	case r.err == nil:
+		q.resolve = 0
 		o.removeLocked(q, it)
 		*delivered = append(*delivered, it.e.ID)
 		q.lastErr = ""
@@ -635,12 +650,27 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		o.killLocked(q, it, reason+": "+r.err.Error(), EventDeadLetter, now)
 	default:
 		msg := r.err.Error()
+		var dnsErr *net.DNSError
+		resolveFailed := errors.As(r.err, &dnsErr) && !dnsErr.IsTimeout
+		if resolveFailed {
+			msg = ResolveFailed + ": " + msg
+		}
 		it.e.Attempts = attempt
 		it.e.LastError = msg
 		q.lastErr = msg
 		it.t.attemptEnded(msg)
 		rs.halted = true
-		if !rs.failed {
+		wait := o.backoff(attempt)
+		if resolveFailed {
+			// Not a down peer: its address has no host behind it now.
+			// Its own, slower schedule, and the breaker is left alone.
+			q.resolve++
+			wait = o.opts.ResolveBackoff[min(q.resolve, len(o.opts.ResolveBackoff))-1]
+			if q.resolve == 1 {
+				o.log.Warn("outbox: the peer's host name does not resolve; retrying on the slower schedule", "peer", q.name, "host", dnsErr.Name, "next", wait)
+			}
+		} else if !rs.failed {
+			q.resolve = 0
 			rs.failed = true
 			o.breakerFailedLocked(q, now)
 		}
@@ -648,7 +678,7 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 			o.killLocked(q, it, fmt.Sprintf("%s: %d attempts failed; last: %s", ReasonExhausted, attempt, msg), EventDeadLetter, now)
 			return
 		}
-		it.e.NextAttempt = now.Add(o.backoff(attempt))
+		it.e.NextAttempt = now.Add(wait)
 		if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, msg); err != nil {
 			o.log.Error("outbox: cannot record a failed attempt", "id", it.e.ID.String(), "err", err)
 		}
@@ -891,8 +921,55 @@ func (o *Outbox) Abandon(peer identity.PeerID, kind, reason string) int {
 	return n
 }
 
+// ResolveFailed starts the last error of an attempt whose peer's host
+// name did not resolve.
+const ResolveFailed = "name resolution failed"
+
+// Retry makes the envelopes queued for the given peers (every peer if
+// none is given) due now: an open breaker goes to its probe (one attempt
+// first; if it is acknowledged the rest follow) and envelopes waiting for
+// their next attempt wait no longer. It returns how many envelopes it made
+// due: those queued and not being attempted right now.
+func (o *Outbox) Retry(peers ...identity.PeerID) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	qs := make([]*peerQ, 0, len(o.peers))
+	if len(peers) == 0 {
+		for _, q := range o.peers {
+			qs = append(qs, q)
+		}
+	}
+	for _, id := range peers {
+		if q := o.peers[id]; q != nil {
+			qs = append(qs, q)
+		}
+	}
+	now := o.opts.Now()
+	n := 0
+	for _, q := range qs {
+		if len(q.items) == 0 {
+			continue
+		}
+		if !q.breaker.OpenUntil.IsZero() && now.Before(q.breaker.OpenUntil) {
+			q.breaker.OpenUntil = now // half-open: the next attempt is the probe
+		}
+		for _, it := range q.items {
+			if it.inFlight {
+				continue
+			}
+			if now.Before(it.e.NextAttempt) {
+				it.e.NextAttempt = now
+			}
+			n++
+		}
+		o.runLocked(q)
+		wake(q)
+	}
+	return n
+}
+
 // Kick tells the outbox that peer id is reachable again (it just sent us
-// a valid envelope): an open breaker goes to its probe and a waiting
+// a valid envelope, connected to us or announced itself): an open breaker goes to its probe and a waiting
 // envelope is tried now.
 func (o *Outbox) Kick(id identity.PeerID) {
 	o.mu.Lock()

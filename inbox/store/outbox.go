@@ -143,6 +143,13 @@ func (o *Outbox) Kill(id identity.UUID, reason string, at time.Time) error {
 	return res.err
 }
 
+// DeadLetterCount returns how many dead letters are kept.
+func (o *Outbox) DeadLetterCount() (int, error) {
+	n := 0
+	err := o.s.read("dead letter count", `SELECT count(*) FROM dead_letters`, func(rows *sql.Rows) error { return rows.Scan(&n) })
+	return n, err
+}
+
 // DeadLetters returns the dead letters in the order they were killed.
 func (o *Outbox) DeadLetters() ([]outbox.DeadLetter, error) {
 	var out []outbox.DeadLetter

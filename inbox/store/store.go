@@ -186,6 +186,7 @@ type Store struct {
 	unacked      int                  // owned by commitLoop (and Open before it starts)
 	unackedBytes int64                // payload bytes of unacked items; owned like unacked
 	count        atomic.Int64         // unacked as of the last commit, for Len
+	countBytes   atomic.Int64         // unackedBytes as of the last commit, for Bytes
 	kindsDelta   map[string]int       // runBatch's changes to the unacked count by kind, applied by commit; owned by commitLoop
 	txns         atomic.Int64         // committed batch transactions, for tests
 	// shares counts unacked items and bytes per sender as of the last
@@ -425,6 +426,7 @@ func (s *Store) loadCounts(ctx context.Context) error {
 		return fmt.Errorf("count history: %w", err)
 	}
 	s.count.Store(int64(s.unacked))
+	s.countBytes.Store(s.unackedBytes)
 	rows, err := s.db.QueryContext(ctx, `SELECT kind, count(*) FROM items WHERE acked_at IS NULL GROUP BY kind`)
 	if err != nil {
 		return fmt.Errorf("count items by kind: %w", err)
@@ -667,6 +669,39 @@ func (s *Store) Len() (int, error) {
 	return int(s.count.Load()), nil
 }
 
+// Bytes returns the payload bytes of the unacknowledged items as of the
+// last commit.
+func (s *Store) Bytes() (int64, error) {
+	if err := s.checkOpen(); err != nil {
+		return 0, err
+	}
+	return s.countBytes.Load(), nil
+}
+
+// Writable returns nil if the database takes writes now: it is open and
+// a write transaction can begin (the file and its directory are writable,
+// the disk answers); it writes nothing. It waits for the write lock up to
+// ctx's end.
+func (s *Store) Writable(ctx context.Context) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("store: not writable: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		return fmt.Errorf("store: not writable: %w", err)
+	}
+	if _, err := conn.ExecContext(context.Background(), `ROLLBACK`); err != nil {
+		return fmt.Errorf("store: not writable: %w", err)
+	}
+	return nil
+}
+
 // ID returns the database's id: random, made when the database was
 // created (or upgraded to schema version 4), the same for every Open of
 // it. Sequence numbers ([Record].Seq) are never reused within one
@@ -805,6 +840,7 @@ func (s *Store) commit(batch []*request) {
 		s.checkpoint = ""
 	}
 	s.count.Store(int64(unacked))
+	s.countBytes.Store(bytes)
 	if len(s.kindsDelta) > 0 {
 		s.kindsMu.Lock()
 		for k, d := range s.kindsDelta {

@@ -94,6 +94,7 @@ const TOOLS = [
   'pair_offer',
   'receive_messages',
   'retry_dead_letters',
+  'retry_outbox',
   'send_message',
   'send_request',
   'send_response',

@@ -1,0 +1,118 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+
+	"github.com/meerkatd/meerkatd/comms/metrics"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// Send outcomes counted for the metrics (the outbox's retry, expired and
+// dead_letter events are counted under their own names).
+const (
+	sendAcked   = DeliveryAcked
+	sendWritten = DeliveryWritten
+	sendFailed  = "failed" // a direct send that was not acknowledged
+)
+
+// sendCounts counts send outcomes.
+type sendCounts struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+func (n *Node) countSend(outcome string) {
+	c := &n.sends
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[string]uint64{}
+	}
+	c.m[outcome]++
+	c.mu.Unlock()
+}
+
+func (c *sendCounts) snapshot() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]uint64, len(c.m))
+	for k, v := range c.m {
+		out[k] = v
+	}
+	return out
+}
+
+// MetricsAddr is the address the node serves its metrics on (nil if it
+// serves none).
+func (n *Node) MetricsAddr() net.Addr {
+	if n.metricsSrv == nil {
+		return nil
+	}
+	return n.metricsSrv.Addr()
+}
+
+// peerConnected is told when a trusted peer authenticates an inbound
+// connection: the peer is up, so its queue is tried now.
+func (n *Node) peerConnected(id identity.PeerID) {
+	if ob := n.ob; ob != nil {
+		ob.Kick(id)
+	}
+}
+
+// metricsSource is the node as its metrics read it.
+type metricsSource struct{ n *Node }
+
+// deadLetterCounter is an outbox store that counts its dead letters
+// without reading them.
+type deadLetterCounter interface{ DeadLetterCount() (int, error) }
+
+// Figures implements [metrics.Source].
+func (s metricsSource) Figures() metrics.Figures {
+	n := s.n
+	st := n.r.Stats()
+	f := metrics.Figures{Received: st.Accepted, Duplicates: st.Duplicates, AcksSent: st.AcksSent, Refused: st.Rejected,
+		Sends: n.sends.snapshot(), Connections: st.Connections, Authenticated: st.Authenticated, DBBytes: n.dbBytes()}
+	f.InboxItems = n.mail.Len()
+	switch m := n.mail.(type) {
+	case *durableMail:
+		f.InboxBytes, _ = m.st.Bytes()
+	case memMail:
+		f.InboxBytes = int64(m.Bytes())
+	}
+	if ob := n.ob; ob != nil {
+		list := n.r.Trust()
+		for _, ps := range ob.Peers() {
+			name := ""
+			if p, ok := list.Lookup(ps.Peer); ok {
+				name = p.Name
+			}
+			f.Peers = append(f.Peers, metrics.PeerFigures{Name: name, Queued: ps.Queued, Breaker: ps.Breaker})
+		}
+		if c, ok := n.obStore.(deadLetterCounter); ok {
+			f.DeadLetters, _ = c.DeadLetterCount()
+		} else if dl, err := ob.DeadLetters(); err == nil {
+			f.DeadLetters = len(dl)
+		}
+	}
+	return f
+}
+
+// Ready implements [metrics.Source]: the node is not closing, every
+// listener serves, and the store takes writes.
+func (s metricsSource) Ready(ctx context.Context) error {
+	n := s.n
+	if n.closing() {
+		return errors.New("the node is shutting down")
+	}
+	if got, want := int(n.serving.Load()), len(n.addrs); got < want || want == 0 {
+		return errors.New("not every listener is serving")
+	}
+	if d, ok := n.mail.(*durableMail); ok {
+		if err := d.st.Writable(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
