@@ -87,8 +87,8 @@ func commandTable() map[string]command {
 			run: runSend,
 		},
 		"outbox": {
-			summary: "list reliable sends not yet acknowledged, and each peer's circuit breaker",
-			usage:   "meerkatd outbox [--home DIR] [--json]",
+			summary: "list reliable sends not yet acknowledged and each peer's circuit breaker, or try them now",
+			usage:   "meerkatd outbox [list] | outbox retry [PEER]   [--home DIR] [--json]",
 			run:     runOutbox,
 		},
 		"deadletters": {

@@ -15,11 +15,35 @@ import (
 )
 
 func runOutbox(e *env, args []string) error {
+	sub, args := splitSub(args)
 	flags := e.newFlags("outbox")
 	homeFlag := e.homeFlag(flags)
 	asJSON := flags.Bool("json", false, "print JSON")
-	if err := parseNoArgs(e, flags, args); err != nil {
+	pos, err := parseArgs(e, flags, args)
+	if err != nil {
 		return err
+	}
+	switch {
+	case sub == "retry" && len(pos) <= 1:
+		peer := ""
+		if len(pos) == 1 {
+			peer = pos[0]
+		}
+		var n int
+		if err := e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *backend) (err error) { n, err = b.RetryOutbox(ctx, peer); return err }); err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(e.stdout, map[string]int{"due": n})
+		}
+		fmt.Fprintf(e.stdout, "%d queued send(s) due now\n", n)
+		return nil
+	case sub == "retry":
+		return fmt.Errorf("%w: outbox retry takes at most one PEER", errUsage)
+	case sub != "" && sub != "list":
+		return fmt.Errorf("%w: unknown outbox subcommand %q (want list or retry)", errUsage, sub)
+	case len(pos) > 0:
+		return fmt.Errorf("%w: outbox list takes no arguments", errUsage)
 	}
 	var info node.Outbox
 	if err := e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *backend) (err error) { info, err = b.Outbox(ctx); return err }); err != nil {
@@ -32,7 +56,7 @@ func runOutbox(e *env, args []string) error {
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "PEER\tQUEUED\tBREAKER\tFAILURES\tNEXT ATTEMPT\tLAST ERROR")
 		for _, p := range info.Peers {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", orKey(p.Peer, p.PubKey), p.Queued, breakerText(p), p.Failures, timeText(p.NextAttempt), safeLine(p.LastError))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", orKey(p.Peer, p.PubKey), p.Queued, breakerText(p), p.Failures, nextText(p.NextAttempt, p.Due), safeLine(p.LastError))
 		}
 		tw.Flush()
 	}
@@ -44,7 +68,7 @@ func runOutbox(e *env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tID\tPEER\tKIND\tATTEMPTS\tNEXT ATTEMPT\tEXPIRES\tLAST ERROR")
 	for _, it := range info.Entries {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", it.Seq, it.ID, orKey(it.Peer, it.PubKey), it.Kind, it.Attempts, timeText(it.NextAttempt), timeText(it.Expires), safeLine(it.LastError))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", it.Seq, it.ID, orKey(it.Peer, it.PubKey), it.Kind, it.Attempts, nextText(it.NextAttempt, it.Due), timeText(it.Expires), safeLine(it.LastError))
 	}
 	return tw.Flush()
 }
@@ -61,6 +85,14 @@ func timeText(t *time.Time) string {
 		return "-"
 	}
 	return t.Local().Format(time.RFC3339)
+}
+
+// nextText shows a next attempt whose time has come as "due".
+func nextText(t *time.Time, due bool) string {
+	if due {
+		return "due"
+	}
+	return timeText(t)
 }
 
 func breakerText(p node.PeerSendState) string {
