@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -803,5 +805,90 @@ func TestPruneDeadLetters(t *testing.T) {
 	}
 	if es := must(st.Entries()); len(es) != 1 || es[0].ID != queued.ID {
 		t.Fatalf("outbox after Prune: %d entries, want the queued one", len(es))
+	}
+}
+
+// Retry makes a peer's queue due at once, breaker open or not, only for
+// the peers named (or every peer), and counts what it made due.
+func TestRetryMakesQueueDue(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1, BreakerOpen: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	var tickets []*Ticket
+	for i, p := range []identity.PeerID{peerA, peerA, peerB} {
+		_, tk, err := ob.Enqueue(entry(p, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	<-tickets[0].Attempted()
+	<-tickets[2].Attempted()
+	testutil.WaitFor(t, 10*time.Second, "both breakers to open", func() bool {
+		return ob.Peer(peerA).Breaker == BreakerOpen && ob.Peer(peerB).Breaker == BreakerOpen
+	})
+	rcv.setDown(false)
+	if n := ob.Retry(mustPeer(9)); n != 0 {
+		t.Fatalf("retry of a peer with nothing queued made %d due", n)
+	}
+	if n := ob.Retry(peerA); n != 2 {
+		t.Fatalf("retry of peer A made %d due, want 2", n)
+	}
+	waitTickets(t, tickets[:2])
+	if ob.Peer(peerA).Breaker != BreakerClosed {
+		t.Fatalf("A's breaker after its probe succeeded: %+v", ob.Peer(peerA))
+	}
+	// B was not named: it still waits for its breaker (an hour).
+	if s := ob.Peer(peerB); s.Queued != 1 || s.Breaker != BreakerOpen {
+		t.Fatalf("B after retrying A: %+v", s)
+	}
+	if n := ob.Retry(); n != 1 {
+		t.Fatalf("retry of every peer made %d due, want 1", n)
+	}
+	waitTickets(t, tickets[2:])
+}
+
+// An attempt whose host name does not resolve says so in its last
+// error, waits on the resolve schedule and leaves the breaker closed.
+func TestResolveFailureOwnSchedule(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	var calls atomic.Int32
+	d := deliverFunc(func(ctx context.Context, a Attempt) error {
+		calls.Add(1)
+		return fmt.Errorf("dial: %w", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "nowhere.invalid", IsNotFound: true}})
+	})
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	ob, err := New(NewMemStore(), d, Options{Backoff: []time.Duration{time.Second}, ResolveBackoff: []time.Duration{7 * time.Minute},
+		BreakerFailures: 1, BreakerOpen: time.Hour, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	_, tk, err := ob.Enqueue(entry(peerA, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tk.Attempted()
+	if !strings.HasPrefix(tk.LastError(), ResolveFailed+": ") || !strings.Contains(tk.LastError(), "nowhere.invalid") {
+		t.Fatalf("last error %q", tk.LastError())
+	}
+	testutil.WaitFor(t, 10*time.Second, "the failure to be recorded", func() bool { return ob.Peer(peerA).LastError != "" })
+	s := ob.Peer(peerA)
+	if s.Breaker != BreakerClosed || s.Failures != 0 || !s.NextAttempt.Equal(now.Add(7*time.Minute)) {
+		t.Fatalf("peer state after a name-resolution failure: %+v", s)
+	}
+	q := ob.List()
+	if len(q) != 1 || !strings.HasPrefix(q[0].LastError, ResolveFailed) {
+		t.Fatalf("entry %+v", q)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d attempts, want 1", n)
 	}
 }
