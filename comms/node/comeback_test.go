@@ -1,0 +1,180 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// twoHomes makes homes alice and bob that trust each other over their
+// Unix sockets (and alice also carol at extra, if given). tune adjusts
+// both configurations.
+func twoHomes(t *testing.T, tune func(*config.Config), extra ...trust.Peer) (alice, bob *Home) {
+	t.Helper()
+	alice, _ = testHome(t, "alice", tune)
+	bob, _ = testHome(t, "bob", tune)
+	sock := func(h *Home) transport.Addr {
+		ls, err := h.Config.Resolve(h.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ls.UDS
+	}
+	save := func(h *Home, peers ...trust.Peer) {
+		l, err := trust.New(peers...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Save(h.TrustPath()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(alice, append([]trust.Peer{{Name: "bob", ID: bob.Key.ID(), Addr: sock(bob)}}, extra...)...)
+	save(bob, trust.Peer{Name: "alice", ID: alice.Key.ID(), Addr: sock(alice)})
+	return alice, bob
+}
+
+// slowRetries makes a failed attempt wait an hour and opens the breaker
+// for an hour at the first failure: only a trigger delivers in time.
+func slowRetries(c *config.Config) {
+	c.Store.Mode = config.StoreMemory
+	c.Outbox.Backoff = "1h"
+	c.Outbox.BreakerFailures = 1
+	c.Outbox.BreakerOpenSecs = 3600
+}
+
+// comeBackWithin is how soon a peer that comes back must get its mail.
+const comeBackWithin = 2 * time.Second
+
+// queueForBob sends alice's reliable message to bob, who is down, and
+// waits until bob's breaker is open.
+func queueForBob(t *testing.T, alice *Node) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sent, err := alice.SendMessage(ctx, "bob", "while you were out", reliable)
+	if err != nil || sent.Delivery != DeliveryQueued {
+		t.Fatalf("reliable send to bob, down: %+v, %v", sent, err)
+	}
+	waitFor(t, 10*time.Second, "bob's breaker to open", func() bool {
+		o, _ := alice.Outbox(ctx)
+		return len(o.Peers) == 1 && o.Peers[0].Breaker == outbox.BreakerOpen
+	})
+	return sent.ID
+}
+
+// waitArrival waits up to d for the message id in n's inbox.
+func waitArrival(t *testing.T, n *Node, id string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		b, err := n.Receive(context.Background(), Query{})
+		if err == nil {
+			for _, m := range b.Messages {
+				if m.ID == id {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not delivered within %v", id, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A peer that comes back and connects to us gets its queued mail at once,
+// not when its breaker's hour is up.
+func TestComebackOnConnect(t *testing.T) {
+	ha, hb := twoHomes(t, slowRetries)
+	alice := startTest(t, ha, ModeServe)
+	id := queueForBob(t, alice)
+	bob := startTest(t, hb, ModeServe)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := bob.SendMessage(ctx, "alice", "back", SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitArrival(t, bob, id, comeBackWithin)
+}
+
+// A peer that comes back and announces itself on this host gets its
+// queued mail at once, without sending anything.
+func TestComebackOnAnnounce(t *testing.T) {
+	ha, hb := twoHomes(t, slowRetries)
+	dir := t.TempDir()
+	alice := startTest(t, ha, ModeServe)
+	unannounce, err := alice.Announce(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unannounce()
+	id := queueForBob(t, alice)
+	bob := startTest(t, hb, ModeServe)
+	unannounceBob, err := bob.Announce(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unannounceBob()
+	waitArrival(t, bob, id, comeBackWithin)
+}
+
+// RetryOutbox delivers at once to a peer that is back, and the outbox
+// shows due entries as due.
+func TestRetryOutboxDelivers(t *testing.T) {
+	ha, hb := twoHomes(t, slowRetries)
+	alice := startTest(t, ha, ModeServe)
+	id := queueForBob(t, alice)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o, err := alice.Outbox(ctx)
+	if err != nil || len(o.Entries) != 1 || o.Entries[0].Due || o.Peers[0].Due {
+		t.Fatalf("outbox waiting an hour: %+v, %v", o, err)
+	}
+	if _, err := alice.RetryOutbox(ctx, "nobody"); codeOfErr(err) != CodeUnknownPeer {
+		t.Fatalf("retry for an unknown peer: %v", err)
+	}
+	bob := startTest(t, hb, ModeServe) // up, but it sends nothing and announces nothing
+	n, err := alice.RetryOutbox(ctx, "bob")
+	if err != nil || n != 1 {
+		t.Fatalf("retry: %d, %v", n, err)
+	}
+	waitArrival(t, bob, id, comeBackWithin)
+	waitFor(t, 10*time.Second, "alice's outbox to empty", func() bool {
+		o, _ := alice.Outbox(ctx)
+		return len(o.Entries) == 0
+	})
+}
+
+// A peer whose host name does not resolve shows it in last_error, and
+// its breaker stays closed: it is retried on the slower schedule.
+func TestResolveFailureShown(t *testing.T) {
+	key, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	carol := trust.Peer{Name: "carol", ID: key.ID(), Addr: transport.Addr{Scheme: transport.SchemeTCP, Host: "carol.invalid", Port: 4242}}
+	ha, _ := twoHomes(t, func(c *config.Config) { c.Store.Mode = config.StoreMemory; c.Outbox.BreakerFailures = 1 }, carol)
+	alice := startTest(t, ha, ModeServe)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sent, err := alice.SendMessage(ctx, "carol", "hello", reliable)
+	if err != nil || sent.Delivery != DeliveryQueued {
+		t.Fatalf("send to carol: %+v, %v", sent, err)
+	}
+	if !strings.HasPrefix(sent.LastError, outbox.ResolveFailed) {
+		t.Fatalf("last error %q does not say the name did not resolve", sent.LastError)
+	}
+	o, err := alice.Outbox(ctx)
+	if err != nil || len(o.Entries) != 1 || !strings.HasPrefix(o.Entries[0].LastError, outbox.ResolveFailed) ||
+		len(o.Peers) != 1 || o.Peers[0].Breaker != outbox.BreakerClosed {
+		t.Fatalf("outbox: %+v, %v", o, err)
+	}
+}

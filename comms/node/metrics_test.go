@@ -1,0 +1,87 @@
+package node
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/config"
+)
+
+// get fetches path from the metrics server at addr.
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// /healthz answers while the node runs; /readyz while its listeners serve
+// and its store takes writes, and with a one-line reason once the store
+// does not; the server stops with the node.
+func TestMetricsHealthAndReadiness(t *testing.T) {
+	h, _ := testHome(t, "alice", func(c *config.Config) { c.Metrics.Listen = "127.0.0.1:0" })
+	n := startTest(t, h, ModeServe)
+	a := n.MetricsAddr()
+	if a == nil {
+		t.Fatal("metrics.listen is set but the node serves no metrics")
+	}
+	addr := a.String()
+	if code, body := get(t, addr, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	if code, body := get(t, addr, "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz of a serving node: %d %q", code, body)
+	}
+	if code, body := get(t, addr, "/metrics"); code != http.StatusOK || !strings.Contains(body, "meerkatd_envelopes_received_total") {
+		t.Fatalf("/metrics: %d %q", code, body)
+	}
+	// The store stops taking writes: not ready, and says why in a line.
+	n.mail.(*durableMail).st.Close()
+	code, body := get(t, addr, "/readyz")
+	if code != http.StatusServiceUnavailable || strings.Count(strings.TrimSpace(body), "\n") != 0 || !strings.Contains(body, "closed") {
+		t.Fatalf("/readyz with the store closed: %d %q", code, body)
+	}
+	if code, _ := get(t, addr, "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz with the store closed: %d", code)
+	}
+	n.Close()
+	if _, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/healthz"); err == nil {
+		t.Fatal("the metrics server still answers after the node closed")
+	}
+}
+
+// Without metrics.listen nothing is served; an address that is taken
+// fails the start.
+func TestMetricsOffAndTaken(t *testing.T) {
+	h, _ := testHome(t, "alice", nil)
+	n := startTest(t, h, ModeServe)
+	if n.MetricsAddr() != nil {
+		t.Fatalf("metrics served at %v without metrics.listen", n.MetricsAddr())
+	}
+	h1, _ := testHome(t, "one", func(c *config.Config) { c.Metrics.Listen = "127.0.0.1:0"; c.Store.Mode = config.StoreMemory })
+	one := startTest(t, h1, ModeServe)
+	h2, _ := testHome(t, "two", func(c *config.Config) { c.Metrics.Listen = one.MetricsAddr().String(); c.Store.Mode = config.StoreMemory })
+	if two, err := Start(h2, Options{Mode: ModeServe}); err == nil {
+		two.Close()
+		t.Fatal("a second node started on a metrics address already taken")
+	} else if !strings.Contains(err.Error(), "metrics.listen") {
+		t.Fatalf("error %q does not name metrics.listen", err)
+	}
+	// The node embedded in meerkatd mcp leaves the daemon's address alone.
+	emb, err := Start(h2, Options{Mode: ModeServe, Embedded: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	if emb.MetricsAddr() != nil {
+		t.Fatal("an embedded node serves metrics")
+	}
+}
