@@ -68,7 +68,10 @@ func TestMetricsOffAndTaken(t *testing.T) {
 	}
 	h1, _ := testHome(t, "one", func(c *config.Config) { c.Metrics.Listen = "127.0.0.1:0"; c.Store.Mode = config.StoreMemory })
 	one := startTest(t, h1, ModeServe)
-	h2, _ := testHome(t, "two", func(c *config.Config) { c.Metrics.Listen = one.MetricsAddr().String(); c.Store.Mode = config.StoreMemory })
+	h2, _ := testHome(t, "two", func(c *config.Config) {
+		c.Metrics.Listen = one.MetricsAddr().String()
+		c.Store.Mode = config.StoreMemory
+	})
 	if two, err := Start(h2, Options{Mode: ModeServe}); err == nil {
 		two.Close()
 		t.Fatal("a second node started on a metrics address already taken")
