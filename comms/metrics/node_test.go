@@ -1,0 +1,142 @@
+package metrics_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/metrics"
+	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// home makes a node home in a short temporary directory (its socket path
+// must fit).
+func home(t *testing.T, name string, tune func(*config.Config)) *node.Home {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mkx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	h, _, err := node.OpenHome(dir, node.OpenOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Config.Name = name
+	if tune != nil {
+		tune(&h.Config)
+	}
+	return h
+}
+
+func trustPeers(t *testing.T, h *node.Home, peers ...trust.Peer) {
+	t.Helper()
+	l, err := trust.New(peers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Save(h.TrustPath()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sock(t *testing.T, h *node.Home) transport.Addr {
+	t.Helper()
+	ls, err := h.Config.Resolve(h.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ls.UDS
+}
+
+func start(t *testing.T, h *node.Home) *node.Node {
+	t.Helper()
+	n, err := node.Start(h, node.Options{Mode: node.ModeServe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// The counters of a running node's /metrics move with its traffic.
+func TestNodeMetricsMoveWithTraffic(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	carolKey, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ha := home(t, "alice", func(c *config.Config) {
+		c.Metrics.Listen = "127.0.0.1:0"
+		c.Outbox.Backoff = "1h"
+		c.Outbox.BreakerFailures = 1
+		c.Outbox.BreakerOpenSecs = 3600
+	})
+	hb := home(t, "bob", nil)
+	trustPeers(t, ha, trust.Peer{Name: "bob", ID: hb.Key.ID(), Addr: sock(t, hb)},
+		trust.Peer{Name: "carol", ID: carolKey.ID(), Addr: transport.Addr{Scheme: transport.SchemeUDS, Path: "/nonexistent/carol.sock"}})
+	trustPeers(t, hb, trust.Peer{Name: "alice", ID: ha.Key.ID(), Addr: sock(t, ha)})
+	alice, bob := start(t, ha), start(t, hb)
+	addr := alice.MetricsAddr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	before := metrics.Scrape(t, addr)
+	for range 3 {
+		if _, err := bob.SendMessage(ctx, "alice", "hello alice", node.SendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if _, err := alice.SendMessage(ctx, "bob", "hello bob", node.SendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := alice.SendMessage(ctx, "carol", "are you there", node.SendOptions{Reliable: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.SendMessage(ctx, "carol", "short-lived", node.SendOptions{Reliable: true, TTL: time.Millisecond, NoWait: true}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the short-lived send to die", func() bool {
+		dl, _ := alice.DeadLetters(ctx)
+		return len(dl) == 1
+	})
+	after := metrics.Scrape(t, addr)
+	for _, tc := range []struct {
+		name   string
+		labels []string
+		delta  float64
+	}{
+		{"meerkatd_envelopes_received_total", nil, 3},
+		{"meerkatd_acks_sent_total", nil, 3},
+		{"meerkatd_sends_total", []string{"outcome", "acked"}, 2},
+		{"meerkatd_sends_total", []string{"outcome", "failed"}, 0},
+		{"meerkatd_sends_total", []string{"outcome", "retry"}, 1},
+		{"meerkatd_ack_round_trip_seconds", nil, 2},
+		{"meerkatd_inbox_items", nil, 3},
+		{"meerkatd_dead_letters", nil, 1},
+		{"meerkatd_outbox_queued", []string{"peer", "carol"}, 1},
+		{"meerkatd_outbox_breaker", []string{"peer", "carol", "state", "open"}, 1},
+	} {
+		b, _ := metrics.Value(before, tc.name, tc.labels...)
+		a, ok := metrics.Value(after, tc.name, tc.labels...)
+		if (!ok && tc.delta != 0) || a-b != tc.delta {
+			t.Errorf("%s%v went from %v to %v (present %v), want +%v", tc.name, tc.labels, b, a, ok, tc.delta)
+		}
+	}
+	for _, name := range []string{"meerkatd_inbox_bytes", "meerkatd_db_bytes"} {
+		if v, _ := metrics.Value(after, name); v <= 0 {
+			t.Errorf("%s = %v after traffic", name, v)
+		}
+	}
+	if v, _ := metrics.Value(after, "meerkatd_inbound_connections", "state", "authenticated"); v < 1 {
+		t.Errorf("authenticated inbound connections = %v with bob's link open", v)
+	}
+}
