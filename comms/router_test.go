@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -982,5 +983,38 @@ func TestAckWriterStopsAfterFailure(t *testing.T) {
 	}
 	if fc.writes != 1 {
 		t.Fatalf("%d writes reached the connection, want only the failed one", fc.writes)
+	}
+}
+
+// PeerConnected is told once per inbound connection a trusted peer
+// authenticates (at the TLS handshake, or at its first envelope), and
+// Stats counts that connection as authenticated.
+func TestPeerConnected(t *testing.T) {
+	for _, network := range []string{"uds", "tcp", "tls"} {
+		t.Run(network, func(t *testing.T) {
+			testutil.CheckGoroutines(t)
+			var mu sync.Mutex
+			var told []identity.PeerID
+			a, b := pair(t, network, Options{PeerConnected: func(id identity.PeerID) {
+				mu.Lock()
+				told = append(told, id)
+				mu.Unlock()
+			}})
+			ctx := ctxT(t)
+			for range 3 {
+				if _, err := a.r.SendMessage(ctx, "bob", "hi"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mu.Lock()
+			got := slices.Clone(told)
+			mu.Unlock()
+			if len(got) != 1 || got[0] != a.kp.ID() {
+				t.Fatalf("told %v, want alice once", got)
+			}
+			if s := b.r.Stats(); s.Connections != 1 || s.Authenticated != 1 {
+				t.Fatalf("bob's stats: %+v", s)
+			}
+		})
 	}
 }

@@ -104,7 +104,13 @@ func TestMailboxByteLimit(t *testing.T) {
 	if err := m.Push("x"); !errors.Is(err, ErrFull) {
 		t.Fatalf("push over the byte limit: %v", err)
 	}
+	if n := m.Bytes(); n != 13 {
+		t.Fatalf("bytes %d, want 13", n)
+	}
 	m.AckUpTo(1)
+	if n := m.Bytes(); n != 0 {
+		t.Fatalf("bytes after the ack: %d, want 0", n)
+	}
 	for _, s := range []string{"12345", "12345"} {
 		if err := m.Push(s); err != nil {
 			t.Fatal(err)
