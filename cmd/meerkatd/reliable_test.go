@@ -506,3 +506,39 @@ func TestStandaloneReliableKeepsOrder(t *testing.T) {
 		t.Fatalf("bob received %q, want send order", bodies)
 	}
 }
+
+// TestOutboxRetryCommand: with bob down and alice's breaker open for an
+// hour, `outbox list` shows the wait, `outbox retry bob` makes the send
+// due and it reaches bob at once. Alice's daemon runs with
+// metrics.listen set, from the environment.
+func TestOutboxRetryCommand(t *testing.T) {
+	alice, bob := twoNodes(t, "uds")
+	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=1h", "MEERKAT_OUTBOX_BREAKER_FAILURES=1", "MEERKAT_OUTBOX_BREAKER_OPEN_SECS=3600",
+		"MEERKAT_METRICS_LISTEN=127.0.0.1:0")
+	alice.start(alice.runArgs()...)
+	var sent node.Sent
+	alice.okJSON(&sent, "send", "message", "bob", "while you were out", "--reliable", "--json")
+	if sent.Delivery != node.DeliveryQueued {
+		t.Fatalf("send to bob, down: %+v", sent)
+	}
+	o := outboxOf(t, alice)
+	if len(o.Entries) != 1 || o.Entries[0].Due {
+		t.Fatalf("outbox waiting an hour: %+v", o)
+	}
+	if out := alice.ok("outbox"); strings.Contains(out, "due") {
+		t.Fatalf("outbox list shows a send waiting an hour as due:\n%s", out)
+	}
+	bob.start(bob.runArgs()...)
+	var r struct{ Due int }
+	alice.okJSON(&r, "outbox", "retry", "bob", "--json")
+	if r.Due != 1 {
+		t.Fatalf("outbox retry: %+v", r)
+	}
+	waitOutboxEmpty(t, alice, 10*time.Second)
+	if bodies, _ := inboxBodies(t, bob); !slices.Equal(bodies, []string{"while you were out"}) {
+		t.Fatalf("bob received %q", bodies)
+	}
+	if out := alice.ok("outbox", "retry"); !strings.Contains(out, "0 queued send(s) due now") {
+		t.Fatalf("outbox retry with nothing queued: %q", out)
+	}
+}
