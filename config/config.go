@@ -42,6 +42,8 @@ const (
 	DefaultProposalTTLSecs       = 3600
 	DefaultMCPPairing            = On
 	DefaultTCPPlaintext          = Allow
+	DefaultLogLevel              = "info"
+	DefaultLogFormat             = LogText
 
 	// MaxBackoffSteps bounds the outbox.backoff list.
 	MaxBackoffSteps = 32
@@ -61,6 +63,10 @@ const (
 	// On and Off are the values of on/off switches such as mcp.pairing.
 	On  = "on"
 	Off = "off"
+
+	// LogText and LogJSON are the values of log.format.
+	LogText = "text"
+	LogJSON = "json"
 
 	// Allow and Refuse are the values of comms.tcp_plaintext.
 	Allow  = "allow"
@@ -96,7 +102,22 @@ type Config struct {
 	MEUP MEUP `toml:"meup"`
 	// MCP is the [mcp] table.
 	MCP MCP `toml:"mcp"`
+	// Log is the [log] table.
+	Log Log `toml:"log"`
 }
+
+// Log is the [log] table: what the node logs (to standard error) and how.
+type Log struct {
+	// Level is the least severe level logged: "debug", "info" (the
+	// default), "warn" or "error".
+	Level string `toml:"level"`
+	// Format is "text" (the default: key=value lines) or "json" (one
+	// JSON object per line).
+	Format string `toml:"format"`
+}
+
+// LogLevels are the values of log.level, most verbose first.
+var LogLevels = []string{"debug", "info", "warn", "error"}
 
 // MCP is the [mcp] table: what `meerkatd mcp` offers its client.
 type MCP struct {
@@ -280,6 +301,7 @@ func Default() Config {
 		Audit: Audit{Enabled: true, MaxBytes: DefaultAuditMaxBytes},
 		MEUP:  MEUP{Protocol: DefaultMEUPProtocol, ProposalTTLSecs: DefaultProposalTTLSecs},
 		MCP:   MCP{Pairing: DefaultMCPPairing},
+		Log:   Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 	}
 }
 

@@ -35,6 +35,7 @@ var fullConfig = Config{
 	Audit: Audit{Enabled: false, Bodies: true, MaxBytes: 1000000},
 	MEUP:  MEUP{Protocol: "mew/v0.4", ProposalTTLSecs: 600},
 	MCP:   MCP{Pairing: "off"},
+	Log:   Log{Level: "debug", Format: "json"},
 }
 
 func requireNoError(t *testing.T, err error) {
@@ -87,6 +88,7 @@ func TestDefault(t *testing.T) {
 		Audit: Audit{Enabled: true, MaxBytes: 67108864},
 		MEUP:  MEUP{Protocol: "meup/v0.1", ProposalTTLSecs: 3600},
 		MCP:   MCP{Pairing: "on"},
+		Log:   Log{Level: "info", Format: "text"},
 	}
 	if got := Default(); got != want {
 		t.Fatalf("Default() = %+v, want %+v", got, want)

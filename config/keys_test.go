@@ -43,6 +43,8 @@ var wantEnv = map[string]string{
 	"meup.protocol":              "MEERKAT_MEUP_PROTOCOL",
 	"meup.proposal_ttl_secs":     "MEERKAT_MEUP_PROPOSAL_TTL_SECS",
 	"mcp.pairing":                "MEERKAT_MCP_PAIRING",
+	"log.level":                  "MEERKAT_LOG_LEVEL",
+	"log.format":                 "MEERKAT_LOG_FORMAT",
 }
 
 // tomlPaths lists the key paths of Config's toml tags, by reflection.
@@ -109,6 +111,10 @@ func testValue(k Key) string {
 			return "refuse"
 		case "outbox.backoff":
 			return "1s,1m"
+		case "log.level":
+			return "debug"
+		case "log.format":
+			return "json"
 		}
 		return "/run/x-{name}.sock"
 	}
