@@ -304,7 +304,7 @@ func (n *Node) outboxView() (outbox.Store, error) {
 }
 
 // newOutbox creates the outbox of a daemon node over st.
-func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Event), meup func(identity.PeerID, error) error) (*outbox.Outbox, error) {
+func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Event), onBreaker func(outbox.BreakerEvent), meup func(identity.PeerID, error) error) (*outbox.Outbox, error) {
 	backoff, err := h.Config.Outbox.BackoffDurations()
 	if err != nil {
 		return nil, err
@@ -319,6 +319,7 @@ func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Ev
 		MaxDeadLetters:  h.Config.Outbox.DeadLettersMax,
 		DeadLetterAge:   time.Duration(h.Config.Outbox.DeadLetterHours) * time.Hour,
 		Observe:         observe,
+		OnBreaker:       onBreaker,
 	})
 }
 
