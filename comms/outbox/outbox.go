@@ -95,8 +95,8 @@ type Options struct {
 	// (for logs). Like Observe it is called with the Outbox's lock held:
 	// it must not block nor call the Outbox.
 	OnBreaker func(BreakerEvent)
-	Logger         *slog.Logger
-	Now            func() time.Time
+	Logger    *slog.Logger
+	Now       func() time.Time
 }
 
 func (o *Options) setDefaults() {
