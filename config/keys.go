@@ -127,7 +127,7 @@ var keys = [...]keyDef{
 		doc: `"on" or "off": whether meerkatd mcp offers the pairing tools (pair_offer, pair_accept); with "off" they are not listed and calls to them are refused (pair with meerkatd pair instead).`,
 		str: func(c *Config) *string { return &c.MCP.Pairing }},
 	{path: "log.level", env: "MEERKAT_LOG_LEVEL",
-		doc: `Least severe log level written to standard error: "debug", "info", "warn" or "error". meerkatd run and meerkatd mcp take --log-level, which wins; meerkatd mcp logs at "warn" unless this key, its variable or the flag says otherwise.`,
+		doc: `Least severe log level written to standard error: "debug", "info", "warn" or "error". meerkatd run and meerkatd mcp take --log-level, which wins.`,
 		str: func(c *Config) *string { return &c.Log.Level }},
 	{path: "log.format", env: "MEERKAT_LOG_FORMAT",
 		doc: `Log line format: "text" (key=value) or "json" (one JSON object per line). meerkatd run and meerkatd mcp take --log-format, which wins.`,
