@@ -61,7 +61,6 @@ type eventState struct {
 	held   int       // lines left out since
 	name   string    // the peer's name, for the count line
 	attrs  []any     // the last line left out, for the count line
-	logged bool
 }
 
 func newEventLog(log *slog.Logger, every time.Duration) *eventLog {
