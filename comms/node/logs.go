@@ -57,10 +57,10 @@ type eventKey struct {
 }
 
 type eventState struct {
-	at     time.Time // when the last line was written
-	held   int       // lines left out since
-	name   string    // the peer's name, for the count line
-	attrs  []any     // the last line left out, for the count line
+	at    time.Time // when the last line was written
+	held  int       // lines left out since
+	name  string    // the peer's name, for the count line
+	attrs []any     // the last line left out, for the count line
 }
 
 func newEventLog(log *slog.Logger, every time.Duration) *eventLog {
