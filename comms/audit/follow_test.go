@@ -183,3 +183,57 @@ func TestFollowErrors(t *testing.T) {
 		t.Fatalf("Follow on a symbolic link = %v", err)
 	}
 }
+
+// Two rotations between two looks: the rest of the followed file (still
+// open), then the file in between (now path+".1"), then the new one.
+func TestFollowerTwoRotationsBetweenLooks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	n := 0
+	appendRows := func(p string, k int) {
+		t.Helper()
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for range k {
+			r := rec(n)
+			n++
+			if _, err := f.Write(appendRecord(nil, &r)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	appendRows(path, 2)
+	fl := &follower{path: path}
+	defer fl.close()
+	var ids []string
+	add := func(r Record) { ids = append(ids, r.ID) }
+	if err := fl.open(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fl.step(add); err != nil {
+		t.Fatal(err)
+	}
+	appendRows(path, 2) // more in the first file, unread
+	for range 2 {
+		if err := os.Rename(path, path+".1"); err != nil {
+			t.Fatal(err)
+		}
+		appendRows(path, 3)
+	}
+	if err := fl.step(add); err != nil {
+		t.Fatal(err)
+	}
+	if err := fl.step(add); err != nil { // nothing new
+		t.Fatal(err)
+	}
+	if len(ids) != n {
+		t.Fatalf("read %d rows, want %d: %v", len(ids), n, ids)
+	}
+	for i, id := range ids {
+		if id != rec(i).ID {
+			t.Fatalf("row %d is %s, want %s", i, id, rec(i).ID)
+		}
+	}
+}
