@@ -43,6 +43,8 @@ const (
 	DefaultMCPPairing            = On
 	DefaultMetricsListen         = "" // off
 	DefaultTCPPlaintext          = Allow
+	DefaultLogLevel              = "info"
+	DefaultLogFormat             = LogText
 
 	// MaxBackoffSteps bounds the outbox.backoff list.
 	MaxBackoffSteps = 32
@@ -62,6 +64,10 @@ const (
 	// On and Off are the values of on/off switches such as mcp.pairing.
 	On  = "on"
 	Off = "off"
+
+	// LogText and LogJSON are the values of log.format.
+	LogText = "text"
+	LogJSON = "json"
 
 	// Allow and Refuse are the values of comms.tcp_plaintext.
 	Allow  = "allow"
@@ -99,6 +105,8 @@ type Config struct {
 	MCP MCP `toml:"mcp"`
 	// Metrics is the [metrics] table.
 	Metrics Metrics `toml:"metrics"`
+	// Log is the [log] table.
+	Log Log `toml:"log"`
 }
 
 // Metrics is the [metrics] table: the daemon's HTTP endpoint for
@@ -108,6 +116,19 @@ type Metrics struct {
 	// /readyz on; "" (the default) serves nothing.
 	Listen string `toml:"listen"`
 }
+
+// Log is the [log] table: what the node logs (to standard error) and how.
+type Log struct {
+	// Level is the least severe level logged: "debug", "info" (the
+	// default), "warn" or "error".
+	Level string `toml:"level"`
+	// Format is "text" (the default: key=value lines) or "json" (one
+	// JSON object per line).
+	Format string `toml:"format"`
+}
+
+// LogLevels are the values of log.level, most verbose first.
+var LogLevels = []string{"debug", "info", "warn", "error"}
 
 // MCP is the [mcp] table: what `meerkatd mcp` offers its client.
 type MCP struct {
@@ -292,6 +313,7 @@ func Default() Config {
 		MEUP:    MEUP{Protocol: DefaultMEUPProtocol, ProposalTTLSecs: DefaultProposalTTLSecs},
 		MCP:     MCP{Pairing: DefaultMCPPairing},
 		Metrics: Metrics{Listen: DefaultMetricsListen},
+		Log:     Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
 	}
 }
 

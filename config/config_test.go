@@ -36,6 +36,7 @@ var fullConfig = Config{
 	MEUP:    MEUP{Protocol: "mew/v0.4", ProposalTTLSecs: 600},
 	MCP:     MCP{Pairing: "off"},
 	Metrics: Metrics{Listen: "127.0.0.1:9464"},
+	Log:     Log{Level: "debug", Format: "json"},
 }
 
 func requireNoError(t *testing.T, err error) {
@@ -89,6 +90,7 @@ func TestDefault(t *testing.T) {
 		MEUP:    MEUP{Protocol: "meup/v0.1", ProposalTTLSecs: 3600},
 		MCP:     MCP{Pairing: "on"},
 		Metrics: Metrics{Listen: ""},
+		Log:     Log{Level: "info", Format: "text"},
 	}
 	if got := Default(); got != want {
 		t.Fatalf("Default() = %+v, want %+v", got, want)

@@ -129,10 +129,16 @@ var keys = [...]keyDef{
 	{path: "metrics.listen", env: "MEERKAT_METRICS_LISTEN",
 		doc: `host:port the daemon serves Prometheus metrics (/metrics) and health checks (/healthz, /readyz) on over plain HTTP, e.g. 127.0.0.1:9464; "" serves nothing. The metrics carry peer names and counts, never message contents: keep it on loopback or a trusted network.`,
 		str: func(c *Config) *string { return &c.Metrics.Listen }},
+	{path: "log.level", env: "MEERKAT_LOG_LEVEL",
+		doc: `Least severe log level written to standard error: "debug", "info", "warn" or "error". meerkatd run and meerkatd mcp take --log-level, which wins.`,
+		str: func(c *Config) *string { return &c.Log.Level }},
+	{path: "log.format", env: "MEERKAT_LOG_FORMAT",
+		doc: `Log line format: "text" (key=value) or "json" (one JSON object per line). meerkatd run and meerkatd mcp take --log-format, which wins.`,
+		str: func(c *Config) *string { return &c.Log.Format }},
 }
 
 // tables are the TOML tables that hold keys.
-var tables = [...]string{"comms", "store", "outbox", "audit", "meup", "mcp", "metrics"}
+var tables = [...]string{"comms", "store", "outbox", "audit", "meup", "mcp", "metrics", "log"}
 
 // Keys returns the table of configuration keys, in file order. The slice
 // is a fresh copy: changing it changes nothing else.

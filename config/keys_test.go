@@ -44,6 +44,8 @@ var wantEnv = map[string]string{
 	"meup.proposal_ttl_secs":     "MEERKAT_MEUP_PROPOSAL_TTL_SECS",
 	"mcp.pairing":                "MEERKAT_MCP_PAIRING",
 	"metrics.listen":             "MEERKAT_METRICS_LISTEN",
+	"log.level":                  "MEERKAT_LOG_LEVEL",
+	"log.format":                 "MEERKAT_LOG_FORMAT",
 }
 
 // tomlPaths lists the key paths of Config's toml tags, by reflection.
@@ -112,6 +114,10 @@ func testValue(k Key) string {
 			return "1s,1m"
 		case "metrics.listen":
 			return "127.0.0.1:9464"
+		case "log.level":
+			return "debug"
+		case "log.format":
+			return "json"
 		}
 		return "/run/x-{name}.sock"
 	}

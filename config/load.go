@@ -85,6 +85,11 @@ func tooLarge(source string) error {
 
 // parse decodes data; source names it in errors ("" for Parse).
 func parse(source string, data []byte) (Config, error) {
+	return parseInto(source, data, nil)
+}
+
+// parseInto is parse that stores the document's metadata in md, if not nil.
+func parseInto(source string, data []byte, mdOut *toml.MetaData) (Config, error) {
 	if len(data) > MaxFileSize {
 		return Config{}, tooLarge(source)
 	}
@@ -99,6 +104,9 @@ func parse(source string, data []byte) (Config, error) {
 	}
 	if err := checkKeys(source, md); err != nil {
 		return Config{}, err
+	}
+	if mdOut != nil {
+		*mdOut = md
 	}
 	return c, nil
 }
@@ -179,7 +187,9 @@ func suggest(path string) string {
 	lower := strings.ToLower(path)
 	for _, c := range candidates {
 		d := distance(lower, c)
-		if d <= max(2, len(c)/3) && (bestDist < 0 || d < bestDist) {
+		// d < len(c)-1: a short name such as "log" is not a typo of any
+		// other three letters.
+		if d <= max(2, len(c)/3) && d < len(c)-1 && (bestDist < 0 || d < bestDist) {
 			best, bestDist = c, d
 		}
 	}

@@ -67,6 +67,12 @@ func (c Config) Validate() error {
 		add("mcp.pairing", fmt.Errorf("must be %q or %q, got %q", On, Off, c.MCP.Pairing))
 	}
 	add("metrics.listen", checkMetricsListen(c.Metrics.Listen))
+	if !slices.Contains(LogLevels, c.Log.Level) {
+		add("log.level", fmt.Errorf("must be one of %s, got %q", strings.Join(LogLevels, ", "), c.Log.Level))
+	}
+	if c.Log.Format != LogText && c.Log.Format != LogJSON {
+		add("log.format", fmt.Errorf("must be %q or %q, got %q", LogText, LogJSON, c.Log.Format))
+	}
 	return errors.Join(errs...)
 }
 

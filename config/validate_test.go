@@ -150,7 +150,7 @@ func TestValidateAllAtOnce(t *testing.T) {
 		"store.mode", "store.dedup_window_hours", "store.history_hours", "store.history_max_bytes",
 		"outbox.backoff", "outbox.max_attempts", "outbox.breaker_failures", "outbox.breaker_open_secs",
 		"outbox.max_entries", "outbox.max_bytes", "outbox.dead_letters_max", "outbox.dead_letter_hours", "audit.max_bytes",
-		"meup.protocol", "meup.proposal_ttl_secs", "mcp.pairing", "metrics.listen",
+		"meup.protocol", "meup.proposal_ttl_secs", "mcp.pairing", "metrics.listen", "log.level", "log.format",
 	}
 	if got := errorKeys(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("error keys = %q, want %q", got, want)

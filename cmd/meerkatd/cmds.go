@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -277,15 +276,27 @@ func runConfig(e *env, args []string) error {
 	flags := e.newFlags("config")
 	homeFlag := e.homeFlag(flags)
 	asJSON := flags.Bool("json", false, "print JSON")
+	listenFlags(flags)
+	logFlags(flags)
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	if sub != "check" {
-		return fmt.Errorf("%w: want: config check", errUsage)
+	overrides, err := settingOverrides(flags)
+	if err != nil {
+		return err
+	}
+	if sub != "check" && sub != "show" {
+		return fmt.Errorf("%w: want: config check, or config show", errUsage)
+	}
+	if sub == "check" && len(overrides) > 0 {
+		return fmt.Errorf("%w: config check takes no setting flags (config show does)", errUsage)
 	}
 	dir, err := e.homeDir(*homeFlag)
 	if err != nil {
 		return err
+	}
+	if sub == "show" {
+		return e.configShow(dir, overrides, *asJSON)
 	}
 	path := filepath.Join(dir, config.FileName)
 	if err := node.CheckHome(dir); err != nil {
@@ -304,6 +315,9 @@ func runConfig(e *env, args []string) error {
 	if err == nil {
 		_, err = trust.LoadOrEmpty(filepath.Join(dir, trust.FileName))
 	}
+	if err == nil {
+		err = errors.Join(e.unknownEnv()...)
+	}
 	if err != nil {
 		return err
 	}
@@ -317,30 +331,21 @@ func runConfig(e *env, args []string) error {
 func runDaemon(e *env, args []string) error {
 	flags := e.newFlags("run")
 	homeFlag := e.homeFlag(flags)
-	listenUDS := flags.String("listen-uds", "", "Unix socket `path` to listen on (overrides comms.listen_uds; \"off\" disables)")
-	listenTCP := flags.String("listen-tcp", "", "`host:port` to listen on for TLS and plaintext TCP (overrides comms.listen_tcp)")
-	logLevel := flags.String("log-level", "info", "log `level`: debug, info, warn or error")
+	listenFlags(flags)
+	logFlags(flags)
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	level, err := parseLevel(*logLevel)
+	overrides, err := settingOverrides(flags)
 	if err != nil {
 		return err
 	}
-	overrides := map[string]string{}
-	flags.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "listen-uds":
-			overrides["comms.listen_uds"] = *listenUDS
-		case "listen-tcp":
-			overrides["comms.listen_tcp"] = *listenTCP
-		}
-	})
 	h, err := e.openHome(*homeFlag, true, overrides)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	log := node.NewLogger(e.stderr, h.Config.Log)
+	e.warnUnknownEnv(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	hup := make(chan os.Signal, 1) // before the node starts: an early SIGHUP must not kill it
@@ -355,7 +360,12 @@ func runDaemon(e *env, args []string) error {
 	for _, a := range n.Addrs() {
 		listen = append(listen, a.String())
 	}
-	log.Info("meerkatd running", "name", h.Config.Name, "pubkey", h.Key.ID().String(), "listen", strings.Join(listen, " "), "control", h.ControlPath())
+	store := []any{"store", h.Config.Store.Mode}
+	if h.Config.Store.Mode == config.StoreSQLite {
+		store = append(store, "store_path", filepath.Join(h.Dir, node.DBFileName))
+	}
+	log.Info("meerkatd running", append([]any{"version", buildVersion(), "name", h.Config.Name, "pubkey", h.Key.ID().String(),
+		"listen", strings.Join(listen, " "), "control", h.ControlPath()}, store...)...)
 	for {
 		select {
 		case <-hup:
@@ -438,4 +448,28 @@ func runStatus(e *env, args []string) error {
 		fmt.Fprintln(e.stdout)
 	}
 	return notRunning
+}
+
+// configShow prints every key's value in effect and where it came from.
+func (e *env) configShow(dir string, overrides map[string]string, asJSON bool) error {
+	if err := node.CheckHome(dir); err != nil {
+		return err
+	}
+	cfg, src, err := node.LoadConfig(dir, node.OpenOptions{LookupEnv: e.lookupEnv, Overrides: overrides, OverrideFlags: overrideFlags(overrides)})
+	if err != nil {
+		return err
+	}
+	for _, err := range e.unknownEnv() {
+		fmt.Fprintf(e.stderr, "warning: %s\n", strings.TrimPrefix(err.Error(), "config: "))
+	}
+	settings := config.Settings(&cfg, src)
+	if asJSON {
+		return printJSON(e.stdout, map[string]any{"config": filepath.Join(dir, config.FileName), "settings": settings})
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
+	for _, s := range settings {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Key, safeText(s.Value, ""), s.Source)
+	}
+	return tw.Flush()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/config"
 )
 
 // homeDir resolves the node's home: the flag, then MEERKAT_HOME, then
@@ -52,7 +54,7 @@ func (e *env) openHome(flagHome string, create bool, overrides map[string]string
 	if err != nil {
 		return nil, err
 	}
-	h, created, err := node.OpenHome(dir, node.OpenOptions{Create: create, LookupEnv: e.lookupEnv, Overrides: overrides})
+	h, created, err := node.OpenHome(dir, node.OpenOptions{Create: create, LookupEnv: e.lookupEnv, Overrides: overrides, OverrideFlags: overrideFlags(overrides)})
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +125,76 @@ func (e *env) withBackend(homeFlag string, bound time.Duration, f func(context.C
 // runtimeDir is the local-discovery directory ($XDG_RUNTIME_DIR/meerkat).
 func (e *env) runtimeDir() (string, error) {
 	return node.RuntimeDir(e.getenv("XDG_RUNTIME_DIR"))
+}
+
+// settingFlags are the flags that set a configuration key (flag name →
+// key path), winning over meerkat.toml and the environment.
+var settingFlags = map[string]string{
+	"listen-uds": "comms.listen_uds",
+	"listen-tcp": "comms.listen_tcp",
+	"log-level":  "log.level",
+	"log-format": "log.format",
+}
+
+// settingOverrides returns the setting flags given on the command line, as
+// key path → value, after checking the log flags' values.
+func settingOverrides(flags *flag.FlagSet) (map[string]string, error) {
+	out := map[string]string{}
+	var err error
+	flags.Visit(func(f *flag.Flag) {
+		key, ok := settingFlags[f.Name]
+		if !ok {
+			return
+		}
+		v := f.Value.String()
+		out[key] = v
+		switch {
+		case f.Name == "log-level" && err == nil:
+			_, err = parseLevel(v)
+		case f.Name == "log-format" && v != config.LogText && v != config.LogJSON && err == nil:
+			err = fmt.Errorf("%w: --log-format %q: want text or json", errUsage, v)
+		}
+	})
+	return out, err
+}
+
+// overrideFlags names the flag of each override (key path → "--flag").
+func overrideFlags(overrides map[string]string) map[string]string {
+	out := map[string]string{}
+	for name, key := range settingFlags {
+		if _, ok := overrides[key]; ok {
+			out[key] = "--" + name
+		}
+	}
+	return out
+}
+
+// listenFlags registers --listen-uds and --listen-tcp.
+func listenFlags(flags *flag.FlagSet) {
+	flags.String("listen-uds", "", "Unix socket `path` to listen on (overrides comms.listen_uds; \"off\" disables)")
+	flags.String("listen-tcp", "", "`host:port` to listen on for TLS and plaintext TCP (overrides comms.listen_tcp)")
+}
+
+// logFlags registers --log-level and --log-format.
+func logFlags(flags *flag.FlagSet) {
+	flags.String("log-level", "", "log `level`: debug, info, warn or error (overrides log.level, default info)")
+	flags.String("log-format", "", "log line `format`: text or json (overrides log.format, default text)")
+}
+
+// unknownEnv returns a problem for each MEERKAT_* variable that is not a
+// setting (nor MEERKAT_HOME, which this command reads itself).
+func (e *env) unknownEnv() []error {
+	if e.environ == nil {
+		return nil
+	}
+	return config.UnknownEnv(e.environ(), "MEERKAT_HOME")
+}
+
+// warnUnknownEnv logs unknown MEERKAT_* variables as warnings.
+func (e *env) warnUnknownEnv(log *slog.Logger) {
+	for _, err := range e.unknownEnv() {
+		log.Warn(strings.TrimPrefix(err.Error(), "config: "))
+	}
 }
 
 // parseLevel parses a --log-level value.

@@ -37,6 +37,7 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	lookupEnv      func(string) (string, bool)
+	environ        func() []string // the variables' names for unknown-setting checks; nil: none
 	commands       map[string]command
 	home           string // --home given before the command
 }
@@ -76,7 +77,7 @@ func commandTable() map[string]command {
 		},
 		"run": {
 			summary: "run the node in the foreground until SIGINT or SIGTERM (SIGHUP reloads trusted peers)",
-			usage:   "meerkatd run [--home DIR] [--listen-uds PATH|off] [--listen-tcp HOST:PORT] [--log-level LEVEL]",
+			usage:   "meerkatd run [--home DIR] [--listen-uds PATH|off] [--listen-tcp HOST:PORT] [--log-level LEVEL] [--log-format text|json]",
 			run:     runDaemon,
 		},
 		"send": {
@@ -98,7 +99,7 @@ func commandTable() map[string]command {
 		},
 		"audit": {
 			summary: "show the audit log: every envelope sent, received, acked, refused, retried, expired or dead-lettered",
-			usage:   "meerkatd audit [--home DIR] [--since 1h|RFC3339] [--peer NAME|KEY] [--event EVENT] [--id ID] [--limit N] [--json]",
+			usage:   "meerkatd audit [--home DIR] [--since 1h|RFC3339] [--peer NAME|KEY] [--event EVENT] [--id ID] [--limit N] [--follow] [--json]",
 			run:     runAudit,
 		},
 		"pair": {
@@ -113,7 +114,7 @@ func commandTable() map[string]command {
 		},
 		"mcp": {
 			summary: "serve MCP on stdin/stdout for an LLM client (attaches to the daemon, or runs the node itself)",
-			usage:   "meerkatd mcp [--home DIR] [--log-level LEVEL]",
+			usage:   "meerkatd mcp [--home DIR] [--log-level LEVEL] [--log-format text|json]",
 			run:     runMCP,
 		},
 		"inbox": {
@@ -127,8 +128,8 @@ func commandTable() map[string]command {
 			run:     runStatus,
 		},
 		"config": {
-			summary: "check meerkat.toml, the MEERKAT_* variables and trusted_peers.json",
-			usage:   "meerkatd config check [--home DIR] [--json]",
+			summary: "check meerkat.toml, the MEERKAT_* variables and trusted_peers.json, or show the configuration in effect",
+			usage:   "meerkatd config check | config show [--listen-uds PATH|off] [--listen-tcp HOST:PORT] [--log-level LEVEL] [--log-format text|json]   [--home DIR] [--json]",
 			run:     runConfig,
 		},
 		"version": {
@@ -151,6 +152,7 @@ func commandTable() map[string]command {
 
 func main() {
 	e := newEnv(os.Stdout, os.Stderr, os.LookupEnv)
+	e.environ = os.Environ
 	os.Exit(e.main(os.Args[1:]))
 }
 

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/meerkatd/meerkatd/comms/control"
+	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/mcpserver"
 )
 
@@ -16,19 +16,20 @@ import (
 func runMCP(e *env, args []string) error {
 	flags := e.newFlags("mcp")
 	homeFlag := e.homeFlag(flags)
-	logLevel := flags.String("log-level", "warn", "stderr log `level`: debug, info, warn or error")
+	logFlags(flags) // stdout carries the protocol: logs go to stderr
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	level, err := parseLevel(*logLevel)
+	overrides, err := settingOverrides(flags)
 	if err != nil {
 		return err
 	}
-	h, err := e.openHome(*homeFlag, true, nil)
+	h, err := e.openHome(*homeFlag, true, overrides)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	log := node.NewLogger(e.stderr, h.Config.Log)
+	e.warnUnknownEnv(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -179,6 +182,7 @@ func runAudit(e *env, args []string) error {
 	event := flags.String("event", "", "only rows of this `event` (sent, received, acked, refused, retry, expired, dead_letter, …)")
 	id := flags.String("id", "", "only rows about this envelope `id` (its acks and responses too)")
 	limit := flags.Int("limit", 1000, "show the newest `N` matching rows (0: all)")
+	follow := flags.Bool("follow", false, "then print rows as they are written, across rotations, until interrupted")
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
@@ -194,6 +198,12 @@ func runAudit(e *env, args []string) error {
 	}
 	if *limit < 0 {
 		return fmt.Errorf("%w: --limit must not be negative", errUsage)
+	}
+	if *follow {
+		if !h.Config.Audit.Enabled {
+			return &node.Error{Code: node.CodeBadArgument, Msg: "no audit log: [audit] enabled is false for this home"}
+		}
+		return e.followAudit(filepath.Join(h.Dir, audit.FileName), audit.FollowOptions{Filter: f, Limit: *limit}, *asJSON)
 	}
 	recs, st, err := audit.Read(filepath.Join(h.Dir, audit.FileName), f, *limit)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -217,6 +227,27 @@ func runAudit(e *env, args []string) error {
 		return nil
 	}
 	return audit.Format(e.stdout, recs)
+}
+
+// followAudit prints the audit rows there and those written afterwards,
+// until SIGINT or SIGTERM.
+func (e *env) followAudit(path string, opts audit.FollowOptions, asJSON bool) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	first := true
+	return audit.Follow(ctx, path, opts, func(recs []audit.Record, st audit.ReadStats) error {
+		if first && st.Skipped() > 0 {
+			fmt.Fprintf(e.stderr, "skipped %d unreadable line(s)\n", st.Skipped())
+		}
+		defer func() { first = false }()
+		switch {
+		case asJSON:
+			return audit.FormatJSON(e.stdout, recs)
+		case first:
+			return audit.Format(e.stdout, recs)
+		}
+		return audit.FormatRows(e.stdout, recs)
+	})
 }
 
 // parseSince reads --since: a duration back from now or an RFC 3339 time.

@@ -41,7 +41,8 @@
 // ([ErrNotRegular]). When the file would grow past [Options.MaxBytes] it is
 // renamed to path+".1" (replacing the previous one) and a new file is
 // started, so at most about 2×MaxBytes are kept. [Read] reads path+".1",
-// then path.
+// then path; [Follow] does too, then reads rows as they are written,
+// following path across rotations (`meerkatd audit --follow`).
 //
 // Lines are bounded ([MaxLineSize]): string fields longer than
 // [MaxFieldSize] are truncated and a body that would make the line too long
@@ -64,4 +65,6 @@
 // of goroutines, also concurrently with Close. [Read] may run (in another
 // process) while the log is written; it sees whole flushed lines, but a
 // rotation during the read can make it miss or repeat rows near the switch.
+// [Follow] keeps the file it reads open and tells files apart by identity,
+// so one rotation between two of its looks loses and repeats nothing.
 package audit

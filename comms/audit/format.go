@@ -28,9 +28,21 @@ const (
 // cannot send escape sequences to the terminal. Body is not shown; use
 // [FormatJSON].
 func Format(w io.Writer, recs []Record) error {
+	return formatTable(w, recs, true)
+}
+
+// FormatRows is [Format] without the header line, for rows that follow
+// a table already printed (`meerkatd audit --follow`).
+func FormatRows(w io.Writer, recs []Record) error {
+	return formatTable(w, recs, false)
+}
+
+func formatTable(w io.Writer, recs []Record, header bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if _, err := io.WriteString(tw, "TIME\tDIR\tEVENT\tPEER\tKIND\tID\tCORR\tSIZE\tREASON\n"); err != nil {
-		return err
+	if header {
+		if _, err := io.WriteString(tw, "TIME\tDIR\tEVENT\tPEER\tKIND\tID\tCORR\tSIZE\tREASON\n"); err != nil {
+			return err
+		}
 	}
 	var line []byte
 	for i := range recs {

@@ -70,8 +70,10 @@ func (n *Node) auditEvent(ev comms.Event) {
 	n.audit.Record(rec)
 }
 
-// observeOutbox records an outbox event in the audit log.
+// observeOutbox records an outbox event in the audit log and logs
+// retries and dead letters.
 func (n *Node) observeOutbox(ev outbox.Event) {
+	n.events.logOutbox(ev)
 	e := ev.Entry
 	switch ev.Type {
 	case outbox.EventAcked:

@@ -29,7 +29,9 @@ var ErrNoHome = errors.New("node: no node home")
 type Home struct {
 	Dir    string
 	Config config.Config
-	Key    *identity.Keypair
+	// Sources says where each key of Config came from (config show).
+	Sources config.Sources
+	Key     *identity.Keypair
 }
 
 // TrustPath is the home's trusted_peers.json.
@@ -96,6 +98,36 @@ type OpenOptions struct {
 	// Overrides are settings given on the command line (key path →
 	// value); they win over everything else.
 	Overrides map[string]string
+	// OverrideFlags name the flag of each override (key path → "--flag"),
+	// for Home.Sources; an override without one is "flag".
+	OverrideFlags map[string]string
+}
+
+// LoadConfig returns the configuration in effect for the home dir and
+// where each key came from: defaults < meerkat.toml < MEERKAT_* variables
+// < overrides, validated. It does not check the home's files (see
+// [CheckHome]) nor need an identity.
+func LoadConfig(dir string, o OpenOptions) (config.Config, config.Sources, error) {
+	cfg, src, err := config.LoadWithSources(filepath.Join(dir, config.FileName))
+	if err != nil {
+		return config.Config{}, nil, err
+	}
+	if err := cfg.ApplyEnvSources(o.LookupEnv, src); err != nil {
+		return config.Config{}, nil, err
+	}
+	for k, v := range o.Overrides {
+		if err := cfg.Set(k, v); err != nil {
+			return config.Config{}, nil, &Error{Code: CodeBadArgument, Msg: UserText(err)}
+		}
+		src[k] = "flag"
+		if f := o.OverrideFlags[k]; f != "" {
+			src[k] = f
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return config.Config{}, nil, err
+	}
+	return cfg, src, nil
 }
 
 // OpenHome opens the home dir with the configuration in effect: defaults
@@ -114,28 +146,15 @@ func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 	if err := CheckHome(dir); err != nil {
 		return nil, nil, err
 	}
-	cfg, err := config.LoadOrDefault(filepath.Join(dir, config.FileName))
+	cfg, src, err := LoadConfig(dir, o)
 	if err != nil {
-		return nil, nil, err
-	}
-	if o.LookupEnv != nil {
-		if err := cfg.ApplyEnv(o.LookupEnv); err != nil {
-			return nil, nil, err
-		}
-	}
-	for k, v := range o.Overrides {
-		if err := cfg.Set(k, v); err != nil {
-			return nil, nil, &Error{Code: CodeBadArgument, Msg: UserText(err)}
-		}
-	}
-	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
 	kp, err := identity.LoadKeypair(dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &Home{Dir: dir, Config: cfg, Key: kp}, created, nil
+	return &Home{Dir: dir, Config: cfg, Sources: src, Key: kp}, created, nil
 }
 
 // homeFiles are the files of a home that decide whom the node trusts and

@@ -93,6 +93,7 @@ type Node struct {
 	roDB     *store.Store   // the database opened read only (readDB), if this node opened one
 	audit    *audit.Log     // nil: no audit log (disabled, or not serving)
 	auditSum *auditSummary  // what strangers cause, summed into audit (nil with no audit log)
+	events   *eventLog      // info lines about what peers cause, rate limited
 	pairing  *pairing       // offers and pairing exchanges (listening nodes)
 	spaces   *spaces        // MEUP spaces (serving nodes only)
 
@@ -227,6 +228,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 		admit = responsesOnly{rec}
 	}
 	n := &Node{h: h, mode: mode, embedded: opts.Embedded, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
+	n.events = newEventLog(log, logInterval)
 	var observe func(comms.Event)
 	var pairHook func(net.Conn, io.Reader)
 	if mode != ModeSend {
@@ -274,7 +276,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 			n.obStore = outbox.NewMemStore()
 		}
 		d := routerDeliverer{meup: n.meupAttempted, ackRTT: n.metrics.ObserveRoundTrip}
-		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox, d, log); err != nil {
+		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox, n.events.logBreaker, d, log); err != nil {
 			n.Close()
 			return nil, err
 		}
@@ -330,13 +332,15 @@ func Start(h *Home, opts Options) (*Node, error) {
 			}
 		}()
 	}
+	current := list // the watcher's callbacks do not overlap
 	w := trust.NewWatcher(h.TrustPath(), list, trust.DefaultWatchInterval, func(l *trust.List, err error) {
 		if err != nil {
 			log.Error("trusted peers file not reloaded; keeping the previous list", "err", err)
 			return
 		}
 		r.SetTrust(l)
-		log.Info("trusted peers reloaded", "peers", l.Len())
+		logTrustReload(log, current, l)
+		current = l
 		if n.spaces != nil {
 			n.spaces.joined() // members whose key is trusted now hear of this node
 		}

@@ -317,7 +317,7 @@ func (n *Node) outboxView() (outbox.Store, error) {
 }
 
 // newOutbox creates the outbox of a daemon node over st.
-func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Event), d routerDeliverer, log *slog.Logger) (*outbox.Outbox, error) {
+func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Event), onBreaker func(outbox.BreakerEvent), d routerDeliverer, log *slog.Logger) (*outbox.Outbox, error) {
 	backoff, err := h.Config.Outbox.BackoffDurations()
 	if err != nil {
 		return nil, err
@@ -334,6 +334,7 @@ func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Ev
 		MaxDeadLetters:  h.Config.Outbox.DeadLettersMax,
 		DeadLetterAge:   time.Duration(h.Config.Outbox.DeadLetterHours) * time.Hour,
 		Observe:         observe,
+		OnBreaker:       onBreaker,
 	})
 }
 

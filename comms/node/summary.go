@@ -47,6 +47,7 @@ func (n *Node) summaryLoop(ctx context.Context) {
 // flushSummaries writes what the summaries hold now.
 func (n *Node) flushSummaries() {
 	n.auditSum.flush()
+	n.events.flush()
 	if n.pairing != nil {
 		n.pairing.fails.flush()
 	}

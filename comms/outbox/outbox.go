@@ -101,8 +101,12 @@ type Options struct {
 	MaxDeadLetters int
 	DeadLetterAge  time.Duration
 	Observe        func(Event) // told about every attempt's outcome; must not block
-	Logger         *slog.Logger
-	Now            func() time.Time
+	// OnBreaker is told about every change of a peer's circuit breaker
+	// (for logs). Like Observe it is called with the Outbox's lock held:
+	// it must not block nor call the Outbox.
+	OnBreaker func(BreakerEvent)
+	Logger    *slog.Logger
+	Now       func() time.Time
 }
 
 func (o *Options) setDefaults() {
@@ -163,6 +167,23 @@ type Event struct {
 	Entry   Entry // Payload included; the observer decides whether to keep it
 	Attempt int   // 1-based attempt number (sent, acked, retry)
 	Reason  string
+	Err     error // retry: the attempt's error (Reason is its text)
+}
+
+// BreakerEvent is a change of one peer's circuit breaker, reported to
+// Options.OnBreaker.
+type BreakerEvent struct {
+	Peer identity.PeerID
+	Name string // the peer's trust-list name when its envelopes were queued
+	// State is what the breaker became: BreakerOpen (the peer failed
+	// BreakerFailures rounds in a row, or its probe failed),
+	// BreakerHalfOpen (the probe is starting) or BreakerClosed (the peer
+	// acknowledged an envelope after failed attempts: it recovered).
+	State    string
+	Failures int       // consecutive failed rounds; for BreakerClosed, those before the ack
+	Until    time.Time // BreakerOpen: when the probe may start
+	Waiting  int       // envelopes queued for the peer, the acknowledged one left out
+	WasOpen  bool      // BreakerClosed: the breaker had opened (not merely counted failures)
 }
 
 // Breaker states as [PeerState] shows them.
@@ -463,6 +484,9 @@ func (o *Outbox) work(q *peerQ) {
 			if !ok {
 				break
 			}
+			if !q.breaker.OpenUntil.IsZero() {
+				o.breakerEventLocked(q, BreakerHalfOpen)
+			}
 			it.inFlight = true
 			q.inFlight++
 			o.mu.Unlock()
@@ -634,8 +658,13 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		*delivered = append(*delivered, it.e.ID)
 		q.lastErr = ""
 		if q.breaker.Failures > 0 || !q.breaker.OpenUntil.IsZero() {
+			was := q.breaker
 			q.breaker = Breaker{Peer: q.id}
 			o.saveBreakerLocked(q)
+			if o.opts.OnBreaker != nil {
+				o.opts.OnBreaker(BreakerEvent{Peer: q.id, Name: q.name, State: BreakerClosed, Failures: was.Failures,
+					Waiting: len(q.items), WasOpen: !was.OpenUntil.IsZero()})
+			}
 		}
 		o.observe(EventAcked, it.e, attempt, "")
 		it.t.finish(nil)
@@ -682,7 +711,9 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, msg); err != nil {
 			o.log.Error("outbox: cannot record a failed attempt", "id", it.e.ID.String(), "err", err)
 		}
-		o.observe(EventRetry, it.e, attempt, msg)
+		if o.opts.Observe != nil {
+			o.opts.Observe(Event{Type: EventRetry, Entry: it.e, Attempt: attempt, Reason: msg, Err: r.err})
+		}
 	}
 }
 
@@ -700,9 +731,24 @@ func (o *Outbox) breakerFailedLocked(q *peerQ, now time.Time) {
 	halfOpen := !b.OpenUntil.IsZero() // the probe failed
 	if halfOpen || b.Failures >= o.opts.BreakerFailures {
 		b.OpenUntil = now.Add(o.opts.BreakerOpen)
-		o.log.Warn("outbox: circuit open; queueing without dialling", "peer", q.name, "failures", b.Failures, "until", b.OpenUntil)
+		if o.opts.OnBreaker == nil { // else its receiver logs it
+			o.log.Warn("outbox: circuit open; queueing without dialling", "peer", q.name, "failures", b.Failures, "until", b.OpenUntil)
+		}
+		o.breakerEventLocked(q, BreakerOpen)
 	}
 	o.saveBreakerLocked(q)
+}
+
+// breakerEventLocked reports q's breaker, now in state, to OnBreaker.
+func (o *Outbox) breakerEventLocked(q *peerQ, state string) {
+	if o.opts.OnBreaker == nil {
+		return
+	}
+	ev := BreakerEvent{Peer: q.id, Name: q.name, State: state, Failures: q.breaker.Failures, Waiting: len(q.items)}
+	if state == BreakerOpen {
+		ev.Until = q.breaker.OpenUntil
+	}
+	o.opts.OnBreaker(ev)
 }
 
 func (o *Outbox) saveBreakerLocked(q *peerQ) {

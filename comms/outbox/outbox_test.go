@@ -188,7 +188,10 @@ func TestBreakerOpensQueuesThenProbes(t *testing.T) {
 	st, rcv := NewMemStore(), newReceiver()
 	rcv.setDown(true)
 	parked := make(chan struct{}, 100)
-	opts := Options{Backoff: []time.Duration{0}, BreakerFailures: 3, BreakerOpen: time.Hour, Now: now}
+	var evMu sync.Mutex
+	var events []BreakerEvent
+	opts := Options{Backoff: []time.Duration{0}, BreakerFailures: 3, BreakerOpen: time.Hour, Now: now,
+		OnBreaker: func(ev BreakerEvent) { evMu.Lock(); events = append(events, ev); evMu.Unlock() }}
 	ob, err := New(st, rcv, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -255,6 +258,34 @@ func TestBreakerOpensQueuesThenProbes(t *testing.T) {
 		t.Fatalf("closed breaker still stored: %+v", bs)
 	}
 	ob.Close()
+
+	// Every transition was reported once, in order: open, probe, open
+	// again, probe, closed with the three envelopes still waiting.
+	evMu.Lock()
+	defer evMu.Unlock()
+	type brief struct {
+		State             string
+		Failures, Waiting int
+		WasOpen           bool
+	}
+	var got []brief
+	for _, ev := range events {
+		if ev.Peer != peerA || ev.Name != "peer-1" {
+			t.Errorf("event about %v %q", ev.Peer, ev.Name)
+		}
+		if (ev.State == BreakerOpen) == ev.Until.IsZero() {
+			t.Errorf("%s event with until %v", ev.State, ev.Until)
+		}
+		got = append(got, brief{ev.State, ev.Failures, ev.Waiting, ev.WasOpen})
+	}
+	want := []brief{{BreakerOpen, 3, 3, false}, {BreakerHalfOpen, 3, 4, false}, {BreakerOpen, 4, 4, false},
+		{BreakerHalfOpen, 4, 4, false}, {BreakerClosed, 4, 3, true}}
+	if len(got) > 0 && got[0].Waiting >= 1 && got[0].Waiting <= 3 {
+		want[0].Waiting = got[0].Waiting // the first open may come while the three are being enqueued
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("breaker events\n%+v\nwant\n%+v", got, want)
+	}
 }
 
 func TestKickEndsTheWait(t *testing.T) {

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/internal/testutil"
+)
+
+// meerkatd audit --follow --json prints the rows there, then those
+// written while it runs, across rotations, each once, until SIGINT, when
+// it exits 0.
+func TestAuditFollow(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	path := filepath.Join(home, audit.FileName)
+	l, err := audit.Open(path, audit.Options{MaxBytes: 1500, FlushInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	n := 0
+	write := func(k int) {
+		for range k {
+			l.Record(audit.Record{Dir: audit.DirOut, Event: audit.EventSent, Peer: "bob", Kind: "message", ID: fmt.Sprintf("00000000-0000-4000-8000-%012d", n)})
+			n++
+		}
+	}
+	write(3)
+	testutil.WaitFor(t, 10*time.Second, "the first rows", func() bool {
+		recs, _, err := audit.Read(path, audit.Filter{}, 0)
+		return err == nil && len(recs) == 3
+	})
+
+	cmd := exec.Command(binary(t), "audit", "--follow", "--json", "--peer", "bob", "--home", home)
+	cmd.Env = baseEnv()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var ids []string
+	var bad []string
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var r audit.Record
+			mu.Lock()
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				bad = append(bad, sc.Text())
+			} else {
+				ids = append(ids, r.ID)
+			}
+			mu.Unlock()
+		}
+	}()
+	seen := func(k int) func() bool {
+		return func() bool { mu.Lock(); defer mu.Unlock(); return len(ids) >= k }
+	}
+	testutil.WaitFor(t, 10*time.Second, "the rows already there", seen(3))
+	for range 6 { // batches of four rows (~600 bytes): several rotations, at most one per batch
+		write(4)
+		testutil.WaitFor(t, 10*time.Second, "a batch", seen(n))
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	<-read
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("audit --follow after SIGINT: %v", err)
+	}
+	if _, err := os.Stat(path + ".1"); err != nil {
+		t.Fatalf("the log never rotated: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 || len(ids) != n {
+		t.Fatalf("%d rows (want %d), bad lines %q", len(ids), n, bad)
+	}
+	for i, id := range ids {
+		if want := fmt.Sprintf("00000000-0000-4000-8000-%012d", i); id != want {
+			t.Fatalf("row %d is %s, want %s", i, id, want)
+		}
+	}
+}

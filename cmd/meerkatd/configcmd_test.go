@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meerkatd/meerkatd/config"
+)
+
+// runEnviron is run with the process environment given as vars, so the
+// unknown-variable checks see them.
+func runEnviron(t *testing.T, vars map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := newEnv(&out, &errb, mapEnv(vars))
+	e.environ = func() []string {
+		var kv []string
+		for k, v := range vars {
+			kv = append(kv, k+"="+v)
+		}
+		return kv
+	}
+	code = e.main(args)
+	return code, out.String(), errb.String()
+}
+
+// config check fails on a MEERKAT_* variable that is no setting, naming
+// the nearest one; MEERKAT_HOME, which the command reads itself, is not
+// reported.
+func TestConfigCheckUnknownVariable(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	vars := map[string]string{"MEERKAT_HOME": home, "MEERKAT_COMMS_ACK_TIMEOUT": "5"}
+	if code, out, errOut := runEnviron(t, vars, "config", "check"); code != exitOK || !strings.HasPrefix(out, "ok: ") {
+		t.Fatalf("config check with known variables: code %d, %q, %q", code, out, errOut)
+	}
+	vars["MEERKAT_COMMS_ACK_TIMOUT"] = "5"
+	code, out, errOut := runEnviron(t, vars, "config", "check")
+	want := "MEERKAT_COMMS_ACK_TIMOUT: unknown setting; did you mean MEERKAT_COMMS_ACK_TIMEOUT?"
+	if code == exitOK || !strings.Contains(errOut, want) || strings.Contains(errOut, "MEERKAT_HOME") || out != "" {
+		t.Fatalf("config check with a misspelt variable: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, _ = runEnviron(t, vars, "config", "check", "--json")
+	if code == exitOK || !strings.Contains(out, want) {
+		t.Fatalf("config check --json: code %d, %q", code, out)
+	}
+	// config show warns but shows.
+	code, out, errOut = runEnviron(t, vars, "config", "show")
+	if code != exitOK || !strings.Contains(errOut, "warning: "+want) || !strings.Contains(out, "comms.ack_timeout_secs") {
+		t.Fatalf("config show: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// config show prints every key with its value and its source: default,
+// meerkat.toml, a variable or a flag, the later winning.
+func TestConfigShow(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	path := filepath.Join(home, config.FileName)
+	// A file setting three keys only, so the others are defaults.
+	if err := os.WriteFile(path, []byte("name = \"n1\"\n[comms]\nack_timeout_secs = 9\nlisten_tcp = \"127.0.0.1:4300\"\n[log]\nlevel = \"debug\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"MEERKAT_LOG_LEVEL": "warn", "MEERKAT_COMMS_INBOX_MAX": "77"}
+	code, out, errOut := runEnviron(t, vars, "config", "show", "--home", home, "--json", "--listen-tcp", "127.0.0.1:4400", "--log-format", "json")
+	if code != exitOK || errOut != "" {
+		t.Fatalf("config show: code %d, stderr %q", code, errOut)
+	}
+	var got struct {
+		Config   string           `json:"config"`
+		Settings []config.Setting `json:"settings"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got.Config != path || len(got.Settings) != len(config.Keys()) {
+		t.Fatalf("config %q, %d settings (want %d)", got.Config, len(got.Settings), len(config.Keys()))
+	}
+	want := map[string][2]string{
+		"name":                   {`"n1"`, path},
+		"comms.ack_timeout_secs": {"9", path},
+		"comms.listen_tcp":       {`"127.0.0.1:4400"`, "--listen-tcp"},
+		"comms.inbox_max":        {"77", "MEERKAT_COMMS_INBOX_MAX"},
+		"log.level":              {`"warn"`, "MEERKAT_LOG_LEVEL"},
+		"log.format":             {`"json"`, "--log-format"},
+		"comms.listen_uds":       {`""`, config.SourceDefault},
+		"store.mode":             {`"sqlite"`, config.SourceDefault},
+	}
+	for _, s := range got.Settings {
+		if w, ok := want[s.Key]; ok {
+			if s.Value != w[0] || s.Source != w[1] {
+				t.Errorf("%s = %s from %s, want %s from %s", s.Key, s.Value, s.Source, w[0], w[1])
+			}
+			delete(want, s.Key)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("keys not shown: %v", want)
+	}
+	// The table has a row per key with its source.
+	code, out, _ = runEnviron(t, vars, "config", "show", "--home", home)
+	if code != exitOK || !strings.Contains(out, "KEY") || !strings.Contains(out, "MEERKAT_COMMS_INBOX_MAX") ||
+		strings.Count(out, "\n") != len(config.Keys())+1 {
+		t.Fatalf("config show table: code %d:\n%s", code, out)
+	}
+	for _, args := range [][]string{
+		{"config", "show", "--home", home, "--log-level", "loud"},
+		{"config", "show", "--home", home, "--log-format", "xml"},
+		{"config", "check", "--home", home, "--log-level", "debug"},
+		{"config", "dump", "--home", home},
+	} {
+		if code, _, _ := runEnviron(t, nil, args...); code != exitUsage {
+			t.Errorf("%v: code %d, want %d", args, code, exitUsage)
+		}
+	}
+}

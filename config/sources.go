@@ -1,0 +1,157 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// SourceDefault is the [Sources] entry of a key that nothing set.
+const SourceDefault = "default"
+
+// Sources says where each key's value came from, by key path:
+// [SourceDefault], the path of the file that set it, the name of the
+// environment variable that set it, or a command-line flag ("--listen-tcp").
+// A key that is absent counts as [SourceDefault].
+type Sources map[string]string
+
+// Of returns the source of the key at path.
+func (s Sources) Of(path string) string {
+	if src, ok := s[path]; ok {
+		return src
+	}
+	return SourceDefault
+}
+
+// LoadWithSources is [LoadOrDefault], and it also returns the source of
+// every key: the file's path for the keys the file sets, [SourceDefault]
+// for the others.
+func LoadWithSources(path string) (Config, Sources, error) {
+	src := Sources{}
+	data, err := readFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Default(), src, nil
+	}
+	if err != nil {
+		return Config{}, nil, err
+	}
+	c, md, err := parseMeta(path, data)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	for _, k := range keys {
+		if md.IsDefined(strings.Split(k.path, ".")...) {
+			src[k.path] = path
+		}
+	}
+	return c, src, nil
+}
+
+// ApplyEnvSources is [Config.ApplyEnv] that also records, in src, the
+// variables that set keys.
+func (c *Config) ApplyEnvSources(lookup func(string) (string, bool), src Sources) error {
+	if err := c.ApplyEnv(lookup); err != nil || lookup == nil {
+		return err
+	}
+	for _, k := range keys {
+		if _, ok := lookup(k.env); ok {
+			src[k.path] = k.env
+		}
+	}
+	return nil
+}
+
+// Setting is one key of an effective configuration, for
+// `meerkatd config show`.
+type Setting struct {
+	Key    string `json:"key"`    // key path: "comms.listen_tcp"
+	Env    string `json:"env"`    // its environment variable
+	Value  string `json:"value"`  // in TOML syntax: "meerkat" (quoted), 30, true
+	Source string `json:"source"` // see [Sources]
+}
+
+// Settings returns every key of c in file order with its value and its
+// source in src.
+func Settings(c *Config, src Sources) []Setting {
+	out := make([]Setting, len(keys))
+	for i, k := range keys {
+		out[i] = Setting{Key: k.path, Env: k.env, Value: k.format(c), Source: src.Of(k.path)}
+	}
+	return out
+}
+
+// EnvPrefix starts the name of every environment variable of a key.
+const EnvPrefix = "MEERKAT_"
+
+// ErrUnknownSetting means a MEERKAT_* environment variable names no
+// configuration key.
+var ErrUnknownSetting = errors.New("unknown setting")
+
+// UnknownEnv checks the names of environment variables ("NAME" or
+// "NAME=value", as os.Environ gives them; values are never looked at or
+// reported) for MEERKAT_* variables that are not a key's variable nor one
+// of also, the variables the caller reads itself (MEERKAT_HOME). It
+// returns one [*Error] per unknown variable, whose Source is its name and
+// which wraps [ErrUnknownSetting], suggesting the nearest known variable
+// when one is close; nil if there is none. The names are reported sorted.
+func UnknownEnv(environ []string, also ...string) []error {
+	var names []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix) || slices.Contains(also, name) || slices.Contains(names, name) {
+			continue
+		}
+		if _, ok := envKey(name); ok {
+			continue
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var errs []error
+	for _, name := range names {
+		err := ErrUnknownSetting
+		if s := suggestEnv(name, also); s != "" {
+			err = fmt.Errorf("%w; did you mean %s?", ErrUnknownSetting, s)
+		}
+		errs = append(errs, &Error{Source: name, Err: err})
+	}
+	return errs
+}
+
+func envKey(name string) (keyDef, bool) {
+	for _, k := range keys {
+		if k.env == name {
+			return k, true
+		}
+	}
+	return keyDef{}, false
+}
+
+// suggestEnv returns the known variable nearest to name, if it is near
+// enough to be a typo: a case slip, or a few bytes off.
+func suggestEnv(name string, also []string) string {
+	candidates := slices.Clone(also)
+	for _, k := range keys {
+		candidates = append(candidates, k.env)
+	}
+	best, bestDist := "", -1
+	upper := strings.ToUpper(name)
+	for _, c := range candidates {
+		d := distance(upper, c)
+		if d <= max(2, len(c)/5) && (bestDist < 0 || d < bestDist) {
+			best, bestDist = c, d
+		}
+	}
+	return best
+}
+
+// parseMeta is parse that also returns the document's metadata.
+func parseMeta(source string, data []byte) (Config, toml.MetaData, error) {
+	var md toml.MetaData
+	c, err := parseInto(source, data, &md)
+	return c, md, err
+}
