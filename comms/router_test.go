@@ -395,7 +395,7 @@ func TestStrangersCannotHoldAllSlots(t *testing.T) {
 // connection peer: the sender keeps using persistent, pipelined links.
 func TestIdleCloseKeepsPersistentLinks(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	a, b := pair(t, "uds", Options{IdleTimeout: 600 * time.Millisecond})
+	a, b := pair(t, "uds", Options{IdleTimeout: 1500 * time.Millisecond}) // far past oneShotCloseWindow, even on a loaded machine
 	ctx := ctxT(t)
 	if _, err := a.r.SendMessage(ctx, "bob", "one"); err != nil {
 		t.Fatal(err)
