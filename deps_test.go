@@ -59,16 +59,19 @@ const module = "github.com/meerkatd/meerkatd"
 // violation.
 var allowed = map[string][]string{
 	// Leaves.
-	"identity":            {"golang.org/x/crypto/", module + "/internal/atomicfile", module + "/internal/filemode"},
-	"transport":           {"golang.org/x/crypto/", "golang.org/x/sys/unix"},
-	"inbox":               {},
-	"comms/wire":          {module + "/identity"},
-	"comms/audit":         {},
-	"comms/outbox":        {module + "/identity"},
-	"comms/meup":          {"github.com/bmatcuk/doublestar/v4", "github.com/theory/jsonpath"},
-	"internal/atomicfile": {},
-	"internal/filemode":   {},
-	"internal/testutil":   {},
+	"identity":             {"golang.org/x/crypto/", module + "/internal/atomicfile", module + "/internal/filemode"},
+	"transport":            {"golang.org/x/crypto/", "golang.org/x/sys/unix"},
+	"inbox":                {},
+	"comms/wire":           {module + "/identity"},
+	"comms/audit":          {},
+	"comms/outbox":         {module + "/identity"},
+	"comms/meup":           {"github.com/bmatcuk/doublestar/v4", "github.com/theory/jsonpath"},
+	"internal/atomicfile":  {},
+	"internal/filemode":    {},
+	"internal/testutil":    {},
+	"internal/sdnotify":    {},
+	"internal/systemdunit": {},
+	"internal/completion":  {},
 	// The core.
 	"inbox/store": {module + "/inbox", module + "/comms/outbox", module + "/comms/space", module + "/comms/meup",
 		module + "/identity", "modernc.org/sqlite", module + "/internal/filemode"},
@@ -90,7 +93,7 @@ var allowed = map[string][]string{
 		module + "/comms/control", module + "/comms/node"},
 	"cmd/meerkatd": {module + "/comms/control", module + "/comms/node", module + "/mcpserver", module + "/bench", module + "/comms/audit",
 		module + "/comms/outbox", module + "/config", module + "/identity", module + "/transport", module + "/trust", module + "/trust/pair",
-		module + "/internal/atomicfile"},
+		module + "/internal/atomicfile", module + "/internal/sdnotify", module + "/internal/systemdunit", module + "/internal/completion"},
 }
 
 // forbidden are arrows that must not exist even indirectly: the core never
