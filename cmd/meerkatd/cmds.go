@@ -20,12 +20,18 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/sdnotify"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
 // commandHelp is more about a command than its usage line says.
 var commandHelp = map[string]string{
+	"service": serviceHelp,
+	"completion": `bash: source <(meerkatd completion bash), or save the script as
+~/.local/share/bash-completion/completions/meerkatd.
+zsh: save it as _meerkatd in a directory of $fpath (or source it after
+compinit). fish: save it as ~/.config/fish/completions/meerkatd.fish.`,
 	"bench": bench.Help,
 	"send": `A direct send is one attempt: it returns once the peer acknowledged it,
 or fails (exit 3). --reliable stores it in the outbox first; the daemon
@@ -356,6 +362,12 @@ func runDaemon(e *env, args []string) error {
 		listen = append(listen, a.String())
 	}
 	log.Info("meerkatd running", "name", h.Config.Name, "pubkey", h.Key.ID().String(), "listen", strings.Join(listen, " "), "control", h.ControlPath())
+	// Every listener and the control socket accept connections now: a
+	// service manager may start what depends on the node.
+	notify := e.getenv("NOTIFY_SOCKET")
+	if err := sdnotify.Notify(notify, sdnotify.Ready(os.Getpid())); err != nil {
+		log.Warn("could not tell the service manager the node is ready", "err", err)
+	}
 	for {
 		select {
 		case <-hup:
@@ -368,6 +380,9 @@ func runDaemon(e *env, args []string) error {
 	}
 	stop() // a second SIGINT or SIGTERM now kills the process at once
 	log.Info("shutting down")
+	if err := sdnotify.Notify(notify, sdnotify.Stopping); err != nil {
+		log.Warn("could not tell the service manager the node is stopping", "err", err)
+	}
 	sv.Close()
 	log.Info("stopped")
 	return nil

@@ -131,6 +131,16 @@ func commandTable() map[string]command {
 			usage:   "meerkatd config check [--home DIR] [--json]",
 			run:     runConfig,
 		},
+		"service": {
+			summary: "install or remove the systemd user unit that runs the daemon",
+			usage:   "meerkatd service install [--home DIR] [--force] | service uninstall",
+			run:     runService,
+		},
+		"completion": {
+			summary: "print a shell completion script (bash, zsh or fish)",
+			usage:   "meerkatd completion bash | completion zsh | completion fish",
+			run:     runCompletion,
+		},
 		"version": {
 			summary: "print the version",
 			usage:   "meerkatd version [--json]",
