@@ -51,7 +51,8 @@ only the plaintext reference protocol (refused with comms.tcp_plaintext =
 "refuse"). The port defaults to 4200; IPv6 literals go in brackets.`,
 	"status": `Exits 0 when a node (meerkatd run, or meerkatd mcp running the node
 itself) serves the home; otherwise it shows what is stored on disk and
-exits 5.`,
+exits 5. --wait 10s first waits up to ten seconds for a node to serve the
+home, so a script can go on once a daemon it started is ready.`,
 }
 
 func runInit(e *env, args []string) error {
@@ -79,7 +80,32 @@ func runInit(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return e.printIdentity(h, *asJSON)
+	if err := e.printIdentity(h, *asJSON); err != nil || *asJSON || len(created) == 0 {
+		return err
+	}
+	e.printNextSteps(h)
+	return nil
+}
+
+// printNextSteps tells the user of a new home what to do with it.
+func (e *env) printNextSteps(h *node.Home) {
+	home := h.Dir
+	if strings.ContainsAny(home, " '\"$`") {
+		home = "'" + strings.ReplaceAll(home, "'", `'\''`) + "'"
+	}
+	fmt.Fprintf(e.stdout, `
+next steps:
+  Other nodes trust this one by its key, the pubkey above; it listens at
+  the listen address above once it runs.
+  Run it:                meerkatd run --home %[1]s
+  or as a service:       meerkatd service install --home %[1]s
+  Pair with a node of yours on this host (both running):
+                         meerkatd pair offer --local --home %[1]s
+    and on the other:    meerkatd pair accept --local %[2]s --home OTHER_HOME
+  Pair with any node:    meerkatd pair offer --home %[1]s
+    prints a line; give it to the other node: meerkatd pair accept LINE
+  Then send:             meerkatd send message PEER 'hello' --home %[1]s
+`, home, h.Config.Name)
 }
 
 func runID(e *env, args []string) error {
@@ -402,12 +428,38 @@ func (e *env) serveHome(h *node.Home, log *slog.Logger) (*control.Served, error)
 	return sv, err
 }
 
+// waitForDaemon waits until the control socket at path answers, or
+// until bound passes.
+func waitForDaemon(path string, bound time.Duration) {
+	deadline := time.Now().Add(bound)
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		_, err := control.Dial(ctx, path)
+		cancel()
+		if err == nil || !errors.Is(err, control.ErrNoDaemon) {
+			return // a node answers, or the socket is one it must not use
+		}
+		if !time.Now().Add(100 * time.Millisecond).Before(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func runStatus(e *env, args []string) error {
 	flags := e.newFlags("status")
 	homeFlag := e.homeFlag(flags)
 	asJSON := flags.Bool("json", false, "print JSON")
+	wait := flags.Duration("wait", 0, "wait up to `duration` for a node to serve the home (a daemon just started, say)")
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
+	}
+	if *wait > 0 {
+		h, err := e.openHome(*homeFlag, false, nil)
+		if err != nil {
+			return err
+		}
+		waitForDaemon(h.ControlPath(), *wait)
 	}
 	var s node.Status
 	if err := e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *backend) (err error) {

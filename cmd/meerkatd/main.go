@@ -123,7 +123,7 @@ func commandTable() map[string]command {
 		},
 		"status": {
 			summary: "show whether a node serves the home, its addresses and counters (exit 5 if none runs)",
-			usage:   "meerkatd status [--home DIR] [--json]",
+			usage:   "meerkatd status [--home DIR] [--wait DUR] [--json]",
 			run:     runStatus,
 		},
 		"config": {

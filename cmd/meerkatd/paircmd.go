@@ -165,6 +165,10 @@ func runPair(e *env, args []string) error {
 	}
 }
 
+// localOfferWait bounds how long pair accept --local waits for the other
+// node's offer to appear.
+const localOfferWait = 5 * time.Second
+
 // pairAccept is pair accept: with the line given, or with --local the
 // offer a node of this user left in the discovery directory.
 func (e *env) pairAccept(h *node.Home, pos []string, local bool, name string, report func(node.Paired) error) error {
@@ -181,7 +185,15 @@ func (e *env) pairAccept(h *node.Home, pos []string, local bool, name string, re
 		if err != nil {
 			return err
 		}
-		if line, err = node.LocalOffer(dir, a); err != nil {
+		// The other node's offer may be a moment behind this command (both
+		// started from one script): wait a little for it.
+		for deadline := time.Now().Add(localOfferWait); ; time.Sleep(100 * time.Millisecond) {
+			line, err = node.LocalOffer(dir, a)
+			if err == nil || node.CodeOf(err) != node.CodePairFailed || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
 			return err
 		}
 		if name == "" {
