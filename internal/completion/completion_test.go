@@ -130,3 +130,45 @@ func TestSyntax(t *testing.T) {
 		})
 	}
 }
+
+// TestFishCompletes asks fish what the script offers on command lines.
+func TestFishCompletes(t *testing.T) {
+	fish, err := exec.LookPath("fish")
+	if err != nil {
+		t.Skip("fish is not installed")
+	}
+	s, err := Script("fish", testProgram)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "mk.fish")
+	if err := os.WriteFile(script, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		line string
+		want []string
+	}{
+		{"mk p", []string{"pair", "peers"}},
+		{"mk peers ", []string{"add", "list"}},
+		{"mk peers list --j", []string{"--json"}},
+		{"mk pair o", []string{"offer"}},
+	} {
+		cmd := exec.Command(fish, "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, script, tc.line)
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", tc.line, err, out)
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if w, _, _ := strings.Cut(l, "\t"); w != "" {
+				got = append(got, w)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("completing %q: %q, want %q", tc.line, got, tc.want)
+		}
+	}
+}
