@@ -20,19 +20,18 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/completion"
 	"github.com/meerkatd/meerkatd/internal/sdnotify"
+	"github.com/meerkatd/meerkatd/internal/systemdunit"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
 // commandHelp is more about a command than its usage line says.
 var commandHelp = map[string]string{
-	"service": serviceHelp,
-	"completion": `bash: source <(meerkatd completion bash), or save the script as
-~/.local/share/bash-completion/completions/meerkatd.
-zsh: save it as _meerkatd in a directory of $fpath (or source it after
-compinit). fish: save it as ~/.config/fish/completions/meerkatd.fish.`,
-	"bench": bench.Help,
+	"service":    systemdunit.Help,
+	"completion": completion.Help("meerkatd"),
+	"bench":      bench.Help,
 	"send": `A direct send is one attempt: it returns once the peer acknowledged it,
 or fails (exit 3). --reliable stores it in the outbox first; the daemon
 retries it until the peer acknowledges it or its time-to-live passes.
@@ -90,22 +89,15 @@ func runInit(e *env, args []string) error {
 // printNextSteps tells the user of a new home what to do with it.
 func (e *env) printNextSteps(h *node.Home) {
 	home := h.Dir
-	if strings.ContainsAny(home, " '\"$`") {
+	if strings.ContainsAny(home, " '\\\"$`") {
 		home = "'" + strings.ReplaceAll(home, "'", `'\''`) + "'"
 	}
-	fmt.Fprintf(e.stdout, `
-next steps:
-  Other nodes trust this one by its key, the pubkey above; it listens at
-  the listen address above once it runs.
-  Run it:                meerkatd run --home %[1]s
-  or as a service:       meerkatd service install --home %[1]s
-  Pair with a node of yours on this host (both running):
-                         meerkatd pair offer --local --home %[1]s
-    and on the other:    meerkatd pair accept --local %[2]s --home OTHER_HOME
-  Pair with any node:    meerkatd pair offer --home %[1]s
-    prints a line; give it to the other node: meerkatd pair accept LINE
-  Then send:             meerkatd send message PEER 'hello' --home %[1]s
-`, home, h.Config.Name)
+	fmt.Fprintf(e.stdout, "\nnext steps (other nodes trust this one by the pubkey above):\n"+
+		"  run it:     meerkatd run --home %[1]s   (or as a service: meerkatd service install --home %[1]s)\n"+
+		"  pair on this host, both running:  meerkatd pair offer --local --home %[1]s\n"+
+		"              and on the other:     meerkatd pair accept --local %[2]s --home OTHER_HOME\n"+
+		"  pair with any node:  meerkatd pair offer --home %[1]s, then on the other: meerkatd pair accept LINE\n"+
+		"  then send:  meerkatd send message PEER 'hello' --home %[1]s\n", home, h.Config.Name)
 }
 
 func runID(e *env, args []string) error {
@@ -428,24 +420,6 @@ func (e *env) serveHome(h *node.Home, log *slog.Logger) (*control.Served, error)
 	return sv, err
 }
 
-// waitForDaemon waits until the control socket at path answers, or
-// until bound passes.
-func waitForDaemon(path string, bound time.Duration) {
-	deadline := time.Now().Add(bound)
-	for {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		_, err := control.Dial(ctx, path)
-		cancel()
-		if err == nil || !errors.Is(err, control.ErrNoDaemon) {
-			return // a node answers, or the socket is one it must not use
-		}
-		if !time.Now().Add(100 * time.Millisecond).Before(deadline) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func runStatus(e *env, args []string) error {
 	flags := e.newFlags("status")
 	homeFlag := e.homeFlag(flags)
@@ -459,7 +433,7 @@ func runStatus(e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		waitForDaemon(h.ControlPath(), *wait)
+		control.WaitServing(h.ControlPath(), *wait)
 	}
 	var s node.Status
 	if err := e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *backend) (err error) {

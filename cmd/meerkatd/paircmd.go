@@ -185,15 +185,7 @@ func (e *env) pairAccept(h *node.Home, pos []string, local bool, name string, re
 		if err != nil {
 			return err
 		}
-		// The other node's offer may be a moment behind this command (both
-		// started from one script): wait a little for it.
-		for deadline := time.Now().Add(localOfferWait); ; time.Sleep(100 * time.Millisecond) {
-			line, err = node.LocalOffer(dir, a)
-			if err == nil || node.CodeOf(err) != node.CodePairFailed || time.Now().After(deadline) {
-				break
-			}
-		}
-		if err != nil {
+		if line, err = node.WaitLocalOffer(dir, a, localOfferWait); err != nil {
 			return err
 		}
 		if name == "" {

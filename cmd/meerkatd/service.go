@@ -3,28 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/meerkatd/meerkatd/internal/completion"
 	"github.com/meerkatd/meerkatd/internal/systemdunit"
 )
-
-const serviceHelp = `install writes a systemd user unit, ` + systemdunit.Name + `, to
-$XDG_CONFIG_HOME/systemd/user (default ~/.config/systemd/user). It runs
-this executable as "meerkatd run --home HOME" for the home (which must
-exist: meerkatd init creates it), tells systemd when its sockets accept
-connections, restarts it if it fails, and lets it write only its home,
-its Unix socket's directory and the runtime directory. A different unit
-already there is kept unless --force is given. Then enable it with:
-
-  systemctl --user daemon-reload
-  systemctl --user enable --now meerkatd
-
-uninstall removes the unit; run "systemctl --user disable --now
-meerkatd" first. meerkat.toml is read when the daemon starts; MEERKAT_*
-variables of the shell that installs the unit do not reach it.`
 
 // runService is `meerkatd service install|uninstall`.
 func runService(e *env, args []string) error {
@@ -44,25 +29,20 @@ func runService(e *env, args []string) error {
 	case "install":
 	case "uninstall":
 		fmt.Fprintln(e.stderr, "stop and disable the service first, if it is enabled:\n  systemctl --user disable --now meerkatd")
-		if err := systemdunit.Uninstall(path); err != nil {
-			return err
+		err := systemdunit.Uninstall(path)
+		if err == nil {
+			fmt.Fprintf(e.stdout, "removed %s\n", path)
 		}
-		fmt.Fprintf(e.stdout, "removed %s\n", path)
-		return nil
-	case "":
-		return fmt.Errorf("%w: want a subcommand: install or uninstall", errUsage)
+		return err
 	default:
-		return fmt.Errorf("%w: unknown service subcommand %q (want install or uninstall)", errUsage, sub)
+		return fmt.Errorf("%w: want a subcommand: install or uninstall", errUsage)
 	}
 	h, err := e.openHome(*homeFlag, false, nil)
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
+	exe, err := systemdunit.Executable()
 	if err != nil {
-		return err
-	}
-	if exe, err = filepath.EvalSymlinks(exe); err != nil {
 		return err
 	}
 	u := systemdunit.Unit{Exec: exe, Home: h.Dir}
@@ -98,12 +78,11 @@ func runCompletion(e *env, args []string) error {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		c := completion.Command{Name: n, Summary: e.commands[n].summary}
-		c.Subcommands, c.Flags = completion.FromUsage("meerkatd", n, e.commands[n].usage)
-		if n == "help" {
-			c.Subcommands = names
+		usage := e.commands[n].usage
+		if n == "help" { // help takes a command's name
+			usage = "meerkatd help " + strings.Join(names, " | help ")
 		}
-		p.Commands = append(p.Commands, c)
+		p.Add(n, e.commands[n].summary, usage)
 	}
 	s, err := completion.Script(sub, p)
 	if errors.Is(err, completion.ErrShell) {

@@ -72,6 +72,14 @@ func FromUsage(program, name, usage string) (subcommands, flags []string) {
 	return subcommands, flags
 }
 
+// Add adds the command name, reading its subcommands and flags from its
+// usage text with FromUsage.
+func (p *Program) Add(name, summary, usage string) {
+	c := Command{Name: name, Summary: summary}
+	c.Subcommands, c.Flags = FromUsage(p.Name, name, usage)
+	p.Commands = append(p.Commands, c)
+}
+
 // Script returns the completion script of p for shell.
 func Script(shell string, p Program) (string, error) {
 	words := []string{p.Name}
@@ -250,4 +258,12 @@ func fish(p Program) string {
 		}
 	}
 	return b.String()
+}
+
+// Help says where each shell's script goes, for the program's help.
+func Help(program string) string {
+	return fmt.Sprintf(`bash: source <(%[1]s completion bash), or save the script as
+~/.local/share/bash-completion/completions/%[1]s.
+zsh: save it as _%[1]s in a directory of $fpath (or source it after
+compinit). fish: save it as ~/.config/fish/completions/%[1]s.fish.`, program)
 }

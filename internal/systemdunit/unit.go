@@ -20,6 +20,22 @@ import (
 // Name is the unit's file name, and the name systemctl knows it by.
 const Name = "meerkatd.service"
 
+// Help is what "meerkatd service --help" says of the unit.
+const Help = `install writes a systemd user unit, ` + Name + `, to
+$XDG_CONFIG_HOME/systemd/user (default ~/.config/systemd/user). It runs
+this executable as "meerkatd run --home HOME" for the home (which must
+exist: meerkatd init creates it), tells systemd when its sockets accept
+connections, restarts it if it fails, and lets it write only its home,
+its Unix socket's directory and the runtime directory. A different unit
+already there is kept unless --force is given. Then enable it with:
+
+  systemctl --user daemon-reload
+  systemctl --user enable --now meerkatd
+
+uninstall removes the unit; run "systemctl --user disable --now
+meerkatd" first. meerkat.toml is read when the daemon starts; MEERKAT_*
+variables of the shell that installs the unit do not reach it.`
+
 // StopTimeout is how long systemd waits after SIGTERM before it kills the
 // daemon (TimeoutStopSec).
 const StopTimeout = "20s"
@@ -54,6 +70,16 @@ func Dir(xdgConfigHome, userHome string) (string, error) {
 		xdgConfigHome = filepath.Join(userHome, ".config")
 	}
 	return filepath.Join(xdgConfigHome, "systemd", "user"), nil
+}
+
+// Executable is the absolute path of the running executable, symbolic
+// links resolved: what the unit should run.
+func Executable() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return filepath.EvalSymlinks(exe)
 }
 
 // Text returns the unit file.
