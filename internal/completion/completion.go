@@ -235,26 +235,56 @@ func fishQuote(s string) string {
 
 func fish(p Program) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# fish completion for %[1]s: source it, or save it as\n# ~/.config/fish/completions/%[1]s.fish\n", p.Name)
-	fmt.Fprintf(&b, "complete -c %s -f\n", p.Name)
+	f := "_" + fn(p) // __meerkatd
+	fmt.Fprintf(&b, `# fish completion for %[1]s: source it, or save it as
+# ~/.config/fish/completions/%[1]s.fish
+
+# %[2]s_words prints the words typed that are neither flags nor their values.
+function %[2]s_words
+	set -l skip 0
+	for w in (commandline -opc)[2..]
+		if test $skip -eq 1
+			set skip 0
+		else if contains -- $w %[3]s
+			set skip 1
+		else if not string match -q -- '-*' $w
+			echo $w
+		end
+	end
+end
+
+# %[2]s_on: no command typed yet; %[2]s_on CMD: the command is CMD;
+# %[2]s_on CMD -: the command is CMD and nothing follows it yet.
+function %[2]s_on
+	set -l w (%[2]s_words)
+	switch (count $argv)
+		case 0
+			test (count $w) -eq 0
+		case 1
+			test "$w[1]" = $argv[1]
+		case '*'
+			test "$w[1]" = $argv[1]; and test (count $w) -eq 1
+	end
+end
+
+complete -c %[1]s -f
+`, p.Name, f, strings.Join(append([]string{"--no-dir-flag"}, p.DirFlags...), " "))
 	for _, fl := range p.Flags {
-		fmt.Fprintf(&b, "complete -c %s -n __fish_use_subcommand -l %s\n", p.Name, strings.TrimLeft(fl, "-"))
+		fmt.Fprintf(&b, "complete -c %s -n %s_on -l %s\n", p.Name, f, strings.TrimLeft(fl, "-"))
 	}
 	for _, fl := range p.DirFlags {
 		fmt.Fprintf(&b, "complete -c %s -l %s -x -a '(__fish_complete_directories)'\n", p.Name, strings.TrimLeft(fl, "-"))
 	}
 	for _, c := range p.Commands {
-		fmt.Fprintf(&b, "complete -c %s -n __fish_use_subcommand -a %s -d %s\n", p.Name, c.Name, fishQuote(c.Summary))
+		fmt.Fprintf(&b, "complete -c %s -n %s_on -a %s -d %s\n", p.Name, f, c.Name, fishQuote(c.Summary))
 		if len(c.Subcommands) > 0 {
-			subs := strings.Join(c.Subcommands, " ")
-			cond := fmt.Sprintf("__fish_seen_subcommand_from %s; and not __fish_seen_subcommand_from %s", c.Name, subs)
-			fmt.Fprintf(&b, "complete -c %s -n %s -a %s\n", p.Name, fishQuote(cond), fishQuote(subs))
+			fmt.Fprintf(&b, "complete -c %s -n %s -a %s\n", p.Name, fishQuote(f+"_on "+c.Name+" -"), fishQuote(strings.Join(c.Subcommands, " ")))
 		}
 		for _, fl := range c.Flags {
 			if slices.Contains(p.DirFlags, fl) {
 				continue // completed for every command above
 			}
-			fmt.Fprintf(&b, "complete -c %s -n %s -l %s\n", p.Name, fishQuote("__fish_seen_subcommand_from "+c.Name), strings.TrimLeft(fl, "-"))
+			fmt.Fprintf(&b, "complete -c %s -n %s -l %s\n", p.Name, fishQuote(f+"_on "+c.Name), strings.TrimLeft(fl, "-"))
 		}
 	}
 	return b.String()

@@ -153,6 +153,9 @@ func TestFishCompletes(t *testing.T) {
 		{"mk peers ", []string{"add", "list"}},
 		{"mk peers list --j", []string{"--json"}},
 		{"mk pair o", []string{"offer"}},
+		{"mk --home /tmp p", []string{"pair", "peers"}},
+		{"mk --home /tmp peers l", []string{"list"}},
+		{"mk peers list ", nil}, // the subcommand is there: files (none offered, -f)
 	} {
 		cmd := exec.Command(fish, "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, script, tc.line)
 		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
