@@ -175,3 +175,58 @@ func TestFishCompletes(t *testing.T) {
 		}
 	}
 }
+
+// zshStubs stand in for the completion system's functions: each prints
+// the candidates that match the word being completed.
+const zshStubs = `
+compdef() { :; }
+compadd() { [[ $1 == -- ]] && shift; local w; for w; do [[ $w == $PREFIX* ]] && print -r -- $w; done; return 0; }
+_describe() { local -a arr; arr=("${(@P)2}"); compadd -- "${arr[@]%%:*}"; }
+_files() { print -r -- "<files>"; }
+source $1; shift
+words=("$@"); CURRENT=$#words; PREFIX=${words[CURRENT]}
+_mk
+`
+
+// TestZshCompletes runs the zsh script's function with stand-ins for the
+// completion system and checks what it offers.
+func TestZshCompletes(t *testing.T) {
+	zsh, err := exec.LookPath("zsh")
+	if err != nil {
+		t.Skip("zsh is not installed")
+	}
+	s, err := Script("zsh", testProgram)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script, stubs := filepath.Join(dir, "_mk"), filepath.Join(dir, "stubs.zsh")
+	if err := os.WriteFile(script, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stubs, []byte(zshStubs), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		line string
+		want []string
+	}{
+		{"mk p", []string{"pair", "peers"}},
+		{"mk --home /tmp p", []string{"pair", "peers"}},
+		{"mk --h", []string{"--help", "--home"}},
+		{"mk peers ", []string{"add", "list"}},
+		{"mk peers --", []string{"--home", "--json"}},
+		{"mk peers list ", []string{"<files>"}},
+		{"mk --home ", []string{"<files>"}},
+	} {
+		out, err := exec.Command(zsh, append([]string{"-f", stubs, script}, strings.Split(tc.line, " ")...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", tc.line, err, out)
+		}
+		got := strings.Fields(string(out))
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("completing %q: %q, want %q", tc.line, got, tc.want)
+		}
+	}
+}
