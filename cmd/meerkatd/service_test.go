@@ -141,6 +141,15 @@ func TestServiceInstall(t *testing.T) {
 			t.Errorf("unit lacks %q:\n%s", want, unit)
 		}
 	}
+	if analyze, err := exec.LookPath("systemd-analyze"); err == nil {
+		// User mode with a runtime directory of its own: no user manager
+		// need run (internal/systemdunit's TestVerify shows it finds errors).
+		cmd := exec.Command(analyze, "--user", "verify", "--man=no", path)
+		cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+t.TempDir())
+		if out, err := cmd.CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+			t.Errorf("systemd-analyze verify %s: %v\n%s", path, err, out)
+		}
+	}
 	n.ok("service", "install") // the same unit again: nothing to refuse
 
 	mine := strings.Replace(unit, "RestartSec=2", "RestartSec=9", 1)
