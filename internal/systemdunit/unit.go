@@ -93,9 +93,14 @@ func (u Unit) Text() (string, error) {
 		}
 	}
 	writable := []string{quote(u.Home, false)}
-	for _, p := range u.Writable {
-		if p != u.Home && !strings.HasPrefix(p, u.Home+"/") {
+	// A private /tmp would hide a home or socket in the real one.
+	privateTmp := "PrivateTmp=yes\n"
+	for _, p := range append([]string{u.Home}, u.Writable...) {
+		if p != u.Home && !within(p, u.Home) {
 			writable = append(writable, quote(p, false))
+		}
+		if within(p, "/tmp") || within(p, "/var/tmp") {
+			privateTmp = ""
 		}
 	}
 	// %t is the user's runtime directory ($XDG_RUNTIME_DIR), where the node
@@ -104,8 +109,6 @@ func (u Unit) Text() (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, `[Unit]
 Description=meerkatd agent messaging node (home %s)
-Documentation=https://github.com/meerkatd/meerkatd
-After=network.target
 
 [Service]
 Type=notify
@@ -117,12 +120,11 @@ TimeoutStopSec=%s
 NoNewPrivileges=yes
 ProtectSystem=strict
 ProtectHome=read-only
-PrivateTmp=yes
-ReadWritePaths=%s
+%sReadWritePaths=%s
 
 [Install]
 WantedBy=default.target
-`, escapeSpecifiers(u.Home), quote(u.Exec, true), quote(u.Home, true), StopTimeout, strings.Join(writable, " "))
+`, escapeSpecifiers(u.Home), quote(u.Exec, true), quote(u.Home, true), StopTimeout, privateTmp, strings.Join(writable, " "))
 	return b.String(), nil
 }
 
@@ -141,6 +143,9 @@ func quote(s string, exec bool) string {
 	s = strings.ReplaceAll(s, `"`, `\"`)
 	return `"` + s + `"`
 }
+
+// within reports whether path is dir or inside it.
+func within(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
 
 func escapeSpecifiers(s string) string { return strings.ReplaceAll(s, "%", "%%") }
 

@@ -11,9 +11,10 @@ import (
 
 func TestText(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		u    Unit
-		want []string // lines the unit must hold
+		name   string
+		u      Unit
+		want   []string // lines the unit must hold
+		absent string   // text it must not hold
 	}{{
 		name: "plain",
 		u:    Unit{Exec: "/usr/local/bin/meerkatd", Home: "/home/ann/.config/meerkat"},
@@ -45,12 +46,25 @@ func TestText(t *testing.T) {
 	}, {
 		name: "socket outside the home",
 		u:    Unit{Exec: "/bin/meerkatd", Home: "/srv/mk", Writable: []string{"/srv/mk/sub", "/run/agents dir"}},
-		want: []string{`ReadWritePaths=/srv/mk "/run/agents dir" %t`},
+		want: []string{`ReadWritePaths=/srv/mk "/run/agents dir" %t`, "PrivateTmp=yes"},
+	}, {
+		name:   "home in /tmp",
+		u:      Unit{Exec: "/bin/meerkatd", Home: "/tmp/mk"},
+		want:   []string{"ReadWritePaths=/tmp/mk %t"},
+		absent: "PrivateTmp=",
+	}, {
+		name:   "socket in /var/tmp",
+		u:      Unit{Exec: "/bin/meerkatd", Home: "/srv/mk", Writable: []string{"/var/tmp/s"}},
+		want:   []string{"ReadWritePaths=/srv/mk /var/tmp/s %t"},
+		absent: "PrivateTmp=",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			text, err := tc.u.Text()
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.absent != "" && strings.Contains(text, tc.absent) {
+				t.Errorf("unit holds %q:\n%s", tc.absent, text)
 			}
 			lines := strings.Split(text, "\n")
 			for _, w := range tc.want {
