@@ -88,16 +88,12 @@ func runInit(e *env, args []string) error {
 
 // printNextSteps tells the user of a new home what to do with it.
 func (e *env) printNextSteps(h *node.Home) {
-	home := h.Dir
-	if strings.ContainsAny(home, " '\\\"$`") {
-		home = "'" + strings.ReplaceAll(home, "'", `'\''`) + "'"
-	}
+	home := "'" + strings.ReplaceAll(h.Dir, "'", `'\''`) + "'" // quoted for the shell
 	fmt.Fprintf(e.stdout, "\nnext steps (other nodes trust this one by the pubkey above):\n"+
-		"  run it:     meerkatd run --home %[1]s   (or as a service: meerkatd service install --home %[1]s)\n"+
-		"  pair on this host, both running:  meerkatd pair offer --local --home %[1]s\n"+
-		"              and on the other:     meerkatd pair accept --local %[2]s --home OTHER_HOME\n"+
-		"  pair with any node:  meerkatd pair offer --home %[1]s, then on the other: meerkatd pair accept LINE\n"+
-		"  then send:  meerkatd send message PEER 'hello' --home %[1]s\n", home, h.Config.Name)
+		"  run it:  meerkatd run --home %[1]s   (or as a service: meerkatd service install --home %[1]s)\n"+
+		"  pair on this host (both running):  meerkatd pair offer --local --home %[1]s\n"+
+		"    then on the other node:  meerkatd pair accept --local %[2]s --home OTHER_HOME\n"+
+		"  pair with any node:  meerkatd pair offer --home %[1]s; on the other: meerkatd pair accept LINE\n", home, h.Config.Name)
 }
 
 func runID(e *env, args []string) error {
@@ -380,9 +376,7 @@ func runDaemon(e *env, args []string) error {
 		listen = append(listen, a.String())
 	}
 	log.Info("meerkatd running", "name", h.Config.Name, "pubkey", h.Key.ID().String(), "listen", strings.Join(listen, " "), "control", h.ControlPath())
-	// Every listener and the control socket accept connections now: a
-	// service manager may start what depends on the node.
-	notify := e.getenv("NOTIFY_SOCKET")
+	notify := e.getenv("NOTIFY_SOCKET") // every listener accepts connections now
 	if err := sdnotify.Notify(notify, sdnotify.Ready(os.Getpid())); err != nil {
 		log.Warn("could not tell the service manager the node is ready", "err", err)
 	}
@@ -428,12 +422,8 @@ func runStatus(e *env, args []string) error {
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	if *wait > 0 {
-		h, err := e.openHome(*homeFlag, false, nil)
-		if err != nil {
-			return err
-		}
-		control.WaitServing(h.ControlPath(), *wait)
+	if dir, err := e.homeDir(*homeFlag); err == nil && *wait > 0 {
+		control.WaitServing(filepath.Join(dir, node.ControlSocketName), *wait)
 	}
 	var s node.Status
 	if err := e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *backend) (err error) {

@@ -798,7 +798,7 @@ func TestQuickstart(t *testing.T) {
 			t.Fatalf("quickstart line %q:\n%s", line, r)
 		}
 		outputs = append(outputs, r)
-		if args[0] == "init" && !strings.Contains(r.stdout, "meerkatd pair offer --local --home "+n.home) {
+		if args[0] == "init" && !strings.Contains(r.stdout, "meerkatd pair offer --local --home '"+n.home+"'") {
 			t.Errorf("init does not show the next steps:\n%s", r.stdout)
 		}
 	}

@@ -165,10 +165,6 @@ func runPair(e *env, args []string) error {
 	}
 }
 
-// localOfferWait bounds how long pair accept --local waits for the other
-// node's offer to appear.
-const localOfferWait = 5 * time.Second
-
 // pairAccept is pair accept: with the line given, or with --local the
 // offer a node of this user left in the discovery directory.
 func (e *env) pairAccept(h *node.Home, pos []string, local bool, name string, report func(node.Paired) error) error {
@@ -185,7 +181,7 @@ func (e *env) pairAccept(h *node.Home, pos []string, local bool, name string, re
 		if err != nil {
 			return err
 		}
-		if line, err = node.WaitLocalOffer(dir, a, localOfferWait); err != nil {
+		if line, err = node.WaitLocalOffer(dir, a, node.LocalOfferWait); err != nil {
 			return err
 		}
 		if name == "" {

@@ -3,9 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/meerkatd/meerkatd/internal/completion"
 	"github.com/meerkatd/meerkatd/internal/systemdunit"
@@ -20,11 +20,10 @@ func runService(e *env, args []string) error {
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	dir, err := systemdunit.Dir(e.getenv("XDG_CONFIG_HOME"), e.getenv("HOME"))
+	path, err := systemdunit.Path(e.getenv("XDG_CONFIG_HOME"), e.getenv("HOME"))
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dir, systemdunit.Name)
 	switch sub {
 	case "install":
 	case "uninstall":
@@ -41,22 +40,11 @@ func runService(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	exe, err := systemdunit.Executable()
-	if err != nil {
-		return err
-	}
-	u := systemdunit.Unit{Exec: exe, Home: h.Dir}
+	u := systemdunit.Unit{Home: h.Dir} // runs this executable
 	if ls, err := h.Config.Resolve(h.Dir); err == nil && ls.UDS.Path != "" {
 		u.Writable = append(u.Writable, filepath.Dir(ls.UDS.Path))
 	}
-	text, err := u.Text()
-	if err != nil {
-		return err
-	}
-	if err := systemdunit.Install(path, text, *force); err != nil {
-		if errors.Is(err, systemdunit.ErrExists) {
-			return fmt.Errorf("%s holds a different unit; --force replaces it", path)
-		}
+	if err := u.Install(path, *force); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "wrote %s\nstart it now and at every login with:\n  systemctl --user daemon-reload\n  systemctl --user enable --now meerkatd\n", path)
@@ -71,18 +59,10 @@ func runCompletion(e *env, args []string) error {
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	p := completion.Program{Name: "meerkatd", Flags: []string{"--help", "--version"}, DirFlags: []string{"--home"}}
-	var names []string
-	for n := range e.commands {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	p := completion.Program{Name: "meerkatd", Flags: []string{"--help", "--version"}, DirFlags: []string{"--home"}, HelpCommand: "help"}
+	names := slices.Sorted(maps.Keys(e.commands))
 	for _, n := range names {
-		usage := e.commands[n].usage
-		if n == "help" { // help takes a command's name
-			usage = "meerkatd help " + strings.Join(names, " | help ")
-		}
-		p.Add(n, e.commands[n].summary, usage)
+		p.Add(n, e.commands[n].summary, e.commands[n].usage)
 	}
 	s, err := completion.Script(sub, p)
 	if errors.Is(err, completion.ErrShell) {

@@ -191,6 +191,9 @@ func LocalOffer(dir string, a Announcement) (string, error) {
 	return line, nil
 }
 
+// LocalOfferWait is how long "pair accept --local" waits for the offer.
+const LocalOfferWait = 5 * time.Second
+
 // WaitLocalOffer is LocalOffer, waiting up to bound for the offer to
 // appear: the other node's "pair offer --local" may be a moment behind
 // the command that takes it, both started from one script.

@@ -29,6 +29,9 @@ type Program struct {
 	Flags    []string  // flags before the command ("--home", "--help")
 	DirFlags []string  // flags whose value is a directory ("--home")
 	Commands []Command // in the order they are offered
+	// HelpCommand, if set, is the command whose argument is another
+	// command's name ("help").
+	HelpCommand string
 }
 
 // Shells are the shells Script writes for.
@@ -82,6 +85,12 @@ func (p *Program) Add(name, summary, usage string) {
 
 // Script returns the completion script of p for shell.
 func Script(shell string, p Program) (string, error) {
+	p.Commands = slices.Clone(p.Commands)
+	for i, c := range p.Commands {
+		if c.Name == p.HelpCommand {
+			p.Commands[i].Subcommands = strings.Fields(names(p))
+		}
+	}
 	words := []string{p.Name}
 	words = append(words, p.Flags...)
 	words = append(words, p.DirFlags...)

@@ -35,13 +35,15 @@ func TestFromUsage(t *testing.T) {
 }
 
 var testProgram = Program{
-	Name:     "mk",
-	Flags:    []string{"--help"},
-	DirFlags: []string{"--home"},
+	Name:        "mk",
+	HelpCommand: "help",
+	Flags:       []string{"--help"},
+	DirFlags:    []string{"--home"},
 	Commands: []Command{
 		{Name: "peers", Summary: "list peers: it's theirs", Subcommands: []string{"list", "add"}, Flags: []string{"--json", "--home"}},
 		{Name: "pair", Summary: "pair", Subcommands: []string{"offer"}, Flags: []string{"--ttl"}},
 		{Name: "id", Summary: "show the id", Flags: []string{"--json"}},
+		{Name: "help", Summary: "help"},
 	},
 }
 
@@ -88,7 +90,8 @@ func TestBashCompletes(t *testing.T) {
 		want []string
 	}{
 		{"mk p", []string{"pair", "peers"}},
-		{"mk ", []string{"id", "pair", "peers"}},
+		{"mk ", []string{"help", "id", "pair", "peers"}},
+		{"mk help p", []string{"pair", "peers"}},
 		{"mk --home /x p", []string{"pair", "peers"}},
 		{"mk --h", []string{"--help", "--home"}},
 		{"mk peers ", []string{"add", "list"}},

@@ -50,7 +50,8 @@ var (
 // Unit is what the unit runs. Its zero value is not valid: Exec and Home
 // are required.
 type Unit struct {
-	// Exec is the absolute path of the meerkatd executable.
+	// Exec is the absolute path of the meerkatd executable; empty means
+	// the running one ([Executable]).
 	Exec string
 	// Home is the absolute path of the node's home; the unit runs
 	// "Exec run --home Home" and lets it write there.
@@ -60,16 +61,16 @@ type Unit struct {
 	Writable []string
 }
 
-// Dir is the directory of systemd user units: $XDG_CONFIG_HOME/systemd/user,
-// or ~/.config/systemd/user when xdgConfigHome is empty.
-func Dir(xdgConfigHome, userHome string) (string, error) {
+// Path is where the unit goes: $XDG_CONFIG_HOME/systemd/user/meerkatd.service,
+// with ~/.config for XDG_CONFIG_HOME when xdgConfigHome is empty.
+func Path(xdgConfigHome, userHome string) (string, error) {
 	if xdgConfigHome == "" {
 		if userHome == "" {
 			return "", errors.New("systemdunit: neither XDG_CONFIG_HOME nor HOME is set")
 		}
 		xdgConfigHome = filepath.Join(userHome, ".config")
 	}
-	return filepath.Join(xdgConfigHome, "systemd", "user"), nil
+	return filepath.Join(xdgConfigHome, "systemd", "user", Name), nil
 }
 
 // Executable is the absolute path of the running executable, symbolic
@@ -84,6 +85,13 @@ func Executable() (string, error) {
 
 // Text returns the unit file.
 func (u Unit) Text() (string, error) {
+	if u.Exec == "" {
+		exe, err := Executable()
+		if err != nil {
+			return "", err
+		}
+		u.Exec = exe
+	}
 	for _, p := range append([]string{u.Exec, u.Home}, u.Writable...) {
 		if !filepath.IsAbs(p) {
 			return "", fmt.Errorf("systemdunit: %q is not an absolute path", p)
@@ -149,16 +157,25 @@ func within(path, dir string) bool { return path == dir || strings.HasPrefix(pat
 
 func escapeSpecifiers(s string) string { return strings.ReplaceAll(s, "%", "%%") }
 
-// Install writes text to path (creating its directory). A file already
+// Install writes the unit to path, as WriteFile does.
+func (u Unit) Install(path string, force bool) error {
+	text, err := u.Text()
+	if err != nil {
+		return err
+	}
+	return WriteFile(path, text, force)
+}
+
+// WriteFile writes text to path (creating its directory). A file already
 // there is kept when it holds the same text, and replaced only with force;
-// otherwise Install returns an error wrapping ErrExists.
-func Install(path, text string, force bool) error {
+// otherwise WriteFile returns an error wrapping ErrExists.
+func WriteFile(path, text string, force bool) error {
 	old, err := os.ReadFile(path)
 	switch {
 	case err == nil && bytes.Equal(old, []byte(text)):
 		return nil
 	case err == nil && !force:
-		return fmt.Errorf("%w: %s", ErrExists, path)
+		return fmt.Errorf("%w at %s (--force replaces it)", ErrExists, path)
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return err
 	}

@@ -93,33 +93,45 @@ func TestTextRefuses(t *testing.T) {
 	}
 }
 
-func TestDir(t *testing.T) {
-	if d, _ := Dir("/x/cfg", "/home/ann"); d != "/x/cfg/systemd/user" {
-		t.Errorf("Dir with XDG_CONFIG_HOME = %q", d)
+func TestPath(t *testing.T) {
+	if d, _ := Path("/x/cfg", "/home/ann"); d != "/x/cfg/systemd/user/meerkatd.service" {
+		t.Errorf("Path with XDG_CONFIG_HOME = %q", d)
 	}
-	if d, _ := Dir("", "/home/ann"); d != "/home/ann/.config/systemd/user" {
-		t.Errorf("Dir without XDG_CONFIG_HOME = %q", d)
+	if d, _ := Path("", "/home/ann"); d != "/home/ann/.config/systemd/user/meerkatd.service" {
+		t.Errorf("Path without XDG_CONFIG_HOME = %q", d)
 	}
-	if _, err := Dir("", ""); err == nil {
-		t.Error("Dir with neither: no error")
+	if _, err := Path("", ""); err == nil {
+		t.Error("Path with neither: no error")
 	}
 }
 
-func TestInstallUninstall(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "systemd", "user", Name)
-	if err := Install(path, "one\n", false); err != nil {
+// A unit without Exec runs the running executable.
+func TestTextExecutable(t *testing.T) {
+	exe, err := Executable()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Install(path, "one\n", false); err != nil {
+	text, err := Unit{Home: "/h"}.Text()
+	if err != nil || !strings.Contains(text, "\nExecStart="+quote(exe, true)+" run --home /h\n") {
+		t.Errorf("unit for the running executable %s: %v\n%s", exe, err, text)
+	}
+}
+
+func TestWriteFileUninstall(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "systemd", "user", Name)
+	if err := WriteFile(path, "one\n", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(path, "one\n", false); err != nil {
 		t.Errorf("installing the same unit again: %v", err)
 	}
-	if err := Install(path, "two\n", false); !errors.Is(err, ErrExists) {
-		t.Errorf("installing a different unit without force: %v, want ErrExists", err)
+	if err := WriteFile(path, "two\n", false); !errors.Is(err, ErrExists) {
+		t.Errorf("writing a different unit without force: %v, want ErrExists", err)
 	}
 	if b, _ := os.ReadFile(path); string(b) != "one\n" {
 		t.Errorf("after a refused install the file holds %q", b)
 	}
-	if err := Install(path, "two\n", true); err != nil {
+	if err := WriteFile(path, "two\n", true); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(path); string(b) != "two\n" {
