@@ -9,8 +9,10 @@ LDFLAGS  := -X main.version=$(VERSION)
 NATSBENCH ?= bin/natsbench
 BENCHFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Where make install puts bin/meerkatd: ~/.local for a user, /usr/local for root.
+PREFIX   ?= $(if $(filter 0,$(shell id -u)),/usr/local,$(HOME)/.local)
 
-.PHONY: help build run test natstest race alloc benchsmoke fuzz e2e bench benchquick lint clean
+.PHONY: help build install uninstall run test natstest race alloc benchsmoke fuzz e2e bench benchquick lint clean
 
 ## help: list the targets
 help:
@@ -19,6 +21,15 @@ help:
 ## build: build bin/meerkatd
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meerkatd
+
+## install: build and copy meerkatd to $(PREFIX)/bin (PREFIX defaults to ~/.local, or /usr/local as root)
+install: build
+	install -d '$(DESTDIR)$(PREFIX)/bin'
+	install -m 0755 '$(BIN)' '$(DESTDIR)$(PREFIX)/bin/meerkatd'
+
+## uninstall: remove $(PREFIX)/bin/meerkatd
+uninstall:
+	rm -f '$(DESTDIR)$(PREFIX)/bin/meerkatd'
 
 ## run: build and start the daemon on its embedded defaults
 run: build

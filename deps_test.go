@@ -70,6 +70,11 @@ var allowed = map[string][]string{
 	"internal/atomicfile": {},
 	"internal/filemode":   {},
 	"internal/testutil":   {},
+	// The service and shell helpers of cmd/meerkatd (leaves).
+	"internal/sdnotify":    {},
+	"internal/systemdunit": {},
+	"internal/completion":  {},
+	"internal/termtext":    {},
 	// The core.
 	"inbox/store": {module + "/inbox", module + "/comms/outbox", module + "/comms/space", module + "/comms/meup",
 		module + "/identity", "modernc.org/sqlite", module + "/internal/filemode"},
@@ -92,7 +97,7 @@ var allowed = map[string][]string{
 		module + "/comms/control", module + "/comms/node"},
 	"cmd/meerkatd": {module + "/comms/control", module + "/comms/node", module + "/mcpserver", module + "/bench", module + "/comms/audit",
 		module + "/comms/outbox", module + "/config", module + "/identity", module + "/transport", module + "/trust", module + "/trust/pair",
-		module + "/internal/atomicfile"},
+		module + "/internal/atomicfile", module + "/internal/sdnotify", module + "/internal/systemdunit", module + "/internal/completion", module + "/internal/termtext"},
 }
 
 // forbidden are arrows that must not exist even indirectly: the core never

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/meerkatd/meerkatd/internal/termtext"
 	"io"
 	"os"
 	"regexp"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/meerkatd/meerkatd/comms/node"
@@ -169,38 +169,10 @@ func wantsJSON(args []string) bool {
 // characters (escape sequences, carriage returns, …) and invalid UTF-8
 // are shown escaped, and each new line is indented by indent, so a peer
 // cannot draw lines that look like meerkatd's own.
-func safeText(s, indent string) string { return escapeText(s, indent, true) }
+func safeText(s, indent string) string { return termtext.Escape(s, indent, true) }
 
 // safeLine is safeText for a line of meerkatd's own that carries text a
 // peer may have chosen (an error message, a last error, a dead letter's
 // reason): control characters escaped, continuation lines indented, but
 // backslashes left as they are (the rest of the line is meerkatd's).
-func safeLine(s string) string { return escapeText(s, "  ", false) }
-
-// escapeText is safeText; backslashes are doubled if escapeBackslash.
-func escapeText(s, indent string, escapeBackslash bool) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n':
-			b.WriteString("\n" + indent)
-		case r == '\t':
-			b.WriteByte('\t')
-		case r == '\\' && escapeBackslash:
-			b.WriteString(`\\`)
-		case unicode.IsControl(r) || unicode.In(r, unicode.Cf) && r != '\u200d':
-			if r < 0x100 {
-				fmt.Fprintf(&b, `\x%02x`, r)
-			} else {
-				fmt.Fprintf(&b, `\u%04x`, r)
-			}
-		default:
-			b.WriteRune(r)
-		}
-		i += size
-	}
-	return b.String()
-}
+func safeLine(s string) string { return termtext.Escape(s, "  ", false) }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,13 +18,16 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
-	"github.com/meerkatd/meerkatd/transport"
-	"github.com/meerkatd/meerkatd/trust"
+	"github.com/meerkatd/meerkatd/internal/completion"
+	"github.com/meerkatd/meerkatd/internal/sdnotify"
+	"github.com/meerkatd/meerkatd/internal/systemdunit"
 )
 
 // commandHelp is more about a command than its usage line says.
 var commandHelp = map[string]string{
-	"bench": bench.Help,
+	"service":    systemdunit.Help,
+	"completion": completion.Help("meerkatd"),
+	"bench":      bench.Help,
 	"send": `A direct send is one attempt: it returns once the peer acknowledged it,
 or fails (exit 3). --reliable stores it in the outbox first; the daemon
 retries it until the peer acknowledges it or its time-to-live passes.
@@ -44,7 +46,8 @@ only the plaintext reference protocol (refused with comms.tcp_plaintext =
 "refuse"). The port defaults to 4200; IPv6 literals go in brackets.`,
 	"status": `Exits 0 when a node (meerkatd run, or meerkatd mcp running the node
 itself) serves the home; otherwise it shows what is stored on disk and
-exits 5.`,
+exits 5. --wait 10s first waits up to ten seconds for a node to serve the
+home, so a script can go on once a daemon it started is ready.`,
 }
 
 func runInit(e *env, args []string) error {
@@ -68,11 +71,25 @@ func runInit(e *env, args []string) error {
 	} else {
 		fmt.Fprintf(e.stderr, "created %s in %s\n", strings.Join(created, ", "), dir)
 	}
-	h, err := e.openHome(dir, false, nil)
+	h, err := e.openHome(dir, false, node.OpenOptions{})
 	if err != nil {
 		return err
 	}
-	return e.printIdentity(h, *asJSON)
+	if err := e.printIdentity(h, *asJSON); err != nil || *asJSON || len(created) == 0 {
+		return err
+	}
+	e.printNextSteps(h)
+	return nil
+}
+
+// printNextSteps tells the user of a new home what to do with it.
+func (e *env) printNextSteps(h *node.Home) {
+	home := "'" + strings.ReplaceAll(h.Dir, "'", `'\''`) + "'" // quoted for the shell
+	fmt.Fprintf(e.stdout, "\nnext steps (other nodes trust this one by the pubkey above):\n"+
+		"  run it:  meerkatd run --home %[1]s   (or as a service: meerkatd service install --home %[1]s)\n"+
+		"  pair on this host (both running):  meerkatd pair offer --local --home %[1]s\n"+
+		"    then on the other node:  meerkatd pair accept --local %[2]s --home OTHER_HOME\n"+
+		"  pair with any node:  meerkatd pair offer --home %[1]s; on the other: meerkatd pair accept LINE\n", home, h.Config.Name)
 }
 
 func runID(e *env, args []string) error {
@@ -82,7 +99,7 @@ func runID(e *env, args []string) error {
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	h, err := e.openHome(*homeFlag, false, nil)
+	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
 	if err != nil {
 		return err
 	}
@@ -137,7 +154,7 @@ func runKeygen(e *env, args []string) error {
 	if _, err := node.InitHome(dir, ""); err != nil {
 		return err
 	}
-	h, err := e.openHome(dir, false, nil)
+	h, err := e.openHome(dir, false, node.OpenOptions{})
 	if err != nil {
 		return err
 	}
@@ -169,7 +186,7 @@ func runPeers(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	h, err := e.openHome(*homeFlag, false, nil)
+	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
 	if err != nil {
 		return err
 	}
@@ -197,44 +214,17 @@ func runPeers(e *env, args []string) error {
 			return tw.Flush()
 		})
 	case "add":
-		id, err := identity.ParsePeerID(pos[1])
+		p, err := node.AddPeer(h, pos[0], pos[1], pos[2], *meta)
 		if err != nil {
-			return fmt.Errorf("%w: key %q: %v", errUsage, pos[1], err)
-		}
-		addr, err := transport.ParseAddr(pos[2])
-		if err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
-		}
-		if id == h.Key.ID() {
-			return fmt.Errorf("%w: %s is this node's own key", errUsage, id)
-		}
-		p := trust.Peer{Name: pos[0], ID: id, Addr: addr}
-		if *meta != "" {
-			p.Meta = json.RawMessage(*meta)
-		}
-		if _, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
-			next, err := l.With(p)
-			if err != nil {
-				return nil, fmt.Errorf("%w: %v", errUsage, err)
-			}
-			return next, nil
-		}); err != nil {
 			return err
 		}
 		if *asJSON {
-			return printJSON(e.stdout, node.Paired{Name: p.Name, PubKey: p.ID.String(), Addr: p.Addr.String()})
+			return printJSON(e.stdout, p)
 		}
-		fmt.Fprintf(e.stdout, "added %s %s %s\n", p.Name, p.ID, p.Addr)
+		fmt.Fprintf(e.stdout, "added %s %s %s\n", p.Name, p.PubKey, p.Addr)
 		return nil
 	}
-	// remove
-	if _, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
-		next, err := l.Without(pos[0])
-		if err != nil {
-			return nil, &node.Error{Code: node.CodeUnknownPeer, Msg: err.Error()}
-		}
-		return next, nil
-	}); err != nil {
+	if err := node.RemovePeer(h, pos[0]); err != nil { // remove
 		return err
 	}
 	if *asJSON {
@@ -276,19 +266,19 @@ func runConfig(e *env, args []string) error {
 	flags := e.newFlags("config")
 	homeFlag := e.homeFlag(flags)
 	asJSON := flags.Bool("json", false, "print JSON")
-	listenFlags(flags)
-	logFlags(flags)
+	config.ListenFlags(flags)
+	config.LogFlags(flags)
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	overrides, err := settingOverrides(flags)
+	overrides, err := settings(flags)
 	if err != nil {
 		return err
 	}
 	if sub != "check" && sub != "show" {
 		return fmt.Errorf("%w: want: config check, or config show", errUsage)
 	}
-	if sub == "check" && len(overrides) > 0 {
+	if sub == "check" && len(overrides.Overrides) > 0 {
 		return fmt.Errorf("%w: config check takes no setting flags (config show does)", errUsage)
 	}
 	dir, err := e.homeDir(*homeFlag)
@@ -298,26 +288,11 @@ func runConfig(e *env, args []string) error {
 	if sub == "show" {
 		return e.configShow(dir, overrides, *asJSON)
 	}
-	path := filepath.Join(dir, config.FileName)
-	if err := node.CheckHome(dir); err != nil {
-		return err
+	var environ []string
+	if e.environ != nil {
+		environ = e.environ()
 	}
-	cfg, err := config.LoadOrDefault(path)
-	if err == nil {
-		err = cfg.ApplyEnv(e.lookupEnv)
-	}
-	if err == nil {
-		err = cfg.Validate()
-	}
-	if err == nil {
-		_, err = cfg.Resolve(dir)
-	}
-	if err == nil {
-		_, err = trust.LoadOrEmpty(filepath.Join(dir, trust.FileName))
-	}
-	if err == nil {
-		err = errors.Join(e.unknownEnv()...)
-	}
+	path, err := node.CheckConfig(dir, e.lookupEnv, environ, "MEERKAT_HOME")
 	if err != nil {
 		return err
 	}
@@ -331,12 +306,12 @@ func runConfig(e *env, args []string) error {
 func runDaemon(e *env, args []string) error {
 	flags := e.newFlags("run")
 	homeFlag := e.homeFlag(flags)
-	listenFlags(flags)
-	logFlags(flags)
+	config.ListenFlags(flags)
+	config.LogFlags(flags)
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	overrides, err := settingOverrides(flags)
+	overrides, err := settings(flags)
 	if err != nil {
 		return err
 	}
@@ -356,16 +331,11 @@ func runDaemon(e *env, args []string) error {
 		return err
 	}
 	n := sv.Node
-	var listen []string
-	for _, a := range n.Addrs() {
-		listen = append(listen, a.String())
+	n.LogStart(log, "meerkatd running", buildVersion())
+	notify := e.getenv("NOTIFY_SOCKET") // every listener accepts connections now
+	if err := sdnotify.Notify(notify, sdnotify.Ready(os.Getpid())); err != nil {
+		log.Warn("could not tell the service manager the node is ready", "err", err)
 	}
-	store := []any{"store", h.Config.Store.Mode}
-	if h.Config.Store.Mode == config.StoreSQLite {
-		store = append(store, "store_path", filepath.Join(h.Dir, node.DBFileName))
-	}
-	log.Info("meerkatd running", append([]any{"version", buildVersion(), "name", h.Config.Name, "pubkey", h.Key.ID().String(),
-		"listen", strings.Join(listen, " "), "control", h.ControlPath()}, store...)...)
 	for {
 		select {
 		case <-hup:
@@ -378,6 +348,9 @@ func runDaemon(e *env, args []string) error {
 	}
 	stop() // a second SIGINT or SIGTERM now kills the process at once
 	log.Info("shutting down")
+	if err := sdnotify.Notify(notify, sdnotify.Stopping); err != nil {
+		log.Warn("could not tell the service manager the node is stopping", "err", err)
+	}
 	sv.Close()
 	log.Info("stopped")
 	return nil
@@ -401,8 +374,12 @@ func runStatus(e *env, args []string) error {
 	flags := e.newFlags("status")
 	homeFlag := e.homeFlag(flags)
 	asJSON := flags.Bool("json", false, "print JSON")
+	wait := flags.Duration("wait", 0, "wait up to `duration` for a node to serve the home (a daemon just started, say)")
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
+	}
+	if dir, err := e.homeDir(*homeFlag); err == nil && *wait > 0 {
+		control.WaitServing(filepath.Join(dir, node.ControlSocketName), *wait)
 	}
 	var s node.Status
 	if err := e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *backend) (err error) {
@@ -451,11 +428,12 @@ func runStatus(e *env, args []string) error {
 }
 
 // configShow prints every key's value in effect and where it came from.
-func (e *env) configShow(dir string, overrides map[string]string, asJSON bool) error {
+func (e *env) configShow(dir string, overrides node.OpenOptions, asJSON bool) error {
 	if err := node.CheckHome(dir); err != nil {
 		return err
 	}
-	cfg, src, err := node.LoadConfig(dir, node.OpenOptions{LookupEnv: e.lookupEnv, Overrides: overrides, OverrideFlags: overrideFlags(overrides)})
+	overrides.LookupEnv = e.lookupEnv
+	cfg, src, err := node.LoadConfig(dir, overrides)
 	if err != nil {
 		return err
 	}

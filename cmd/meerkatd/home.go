@@ -49,12 +49,13 @@ func (e *env) homeDir(flagValue string) (string, error) {
 // effect: defaults < meerkat.toml < MEERKAT_* variables < overrides (key
 // path → value). Only create (init, run, mcp) makes a missing home: for
 // any other command a mistyped --home must not mint a new identity.
-func (e *env) openHome(flagHome string, create bool, overrides map[string]string) (*node.Home, error) {
+func (e *env) openHome(flagHome string, create bool, opts node.OpenOptions) (*node.Home, error) {
 	dir, err := e.homeDir(flagHome)
 	if err != nil {
 		return nil, err
 	}
-	h, created, err := node.OpenHome(dir, node.OpenOptions{Create: create, LookupEnv: e.lookupEnv, Overrides: overrides, OverrideFlags: overrideFlags(overrides)})
+	opts.Create, opts.LookupEnv = create, e.lookupEnv
+	h, created, err := node.OpenHome(dir, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +109,7 @@ func (e *env) warnLog() *slog.Logger {
 // (the daemon, or a send-only node in this process) and bounds it to
 // bound.
 func (e *env) withBackend(homeFlag string, bound time.Duration, f func(context.Context, *backend) error) error {
-	h, err := e.openHome(homeFlag, false, nil)
+	h, err := e.openHome(homeFlag, false, node.OpenOptions{})
 	if err != nil {
 		return err
 	}
@@ -127,58 +128,14 @@ func (e *env) runtimeDir() (string, error) {
 	return node.RuntimeDir(e.getenv("XDG_RUNTIME_DIR"))
 }
 
-// settingFlags are the flags that set a configuration key (flag name →
-// key path), winning over meerkat.toml and the environment.
-var settingFlags = map[string]string{
-	"listen-uds": "comms.listen_uds",
-	"listen-tcp": "comms.listen_tcp",
-	"log-level":  "log.level",
-	"log-format": "log.format",
-}
-
-// settingOverrides returns the setting flags given on the command line, as
-// key path → value, after checking the log flags' values.
-func settingOverrides(flags *flag.FlagSet) (map[string]string, error) {
-	out := map[string]string{}
-	var err error
-	flags.Visit(func(f *flag.Flag) {
-		key, ok := settingFlags[f.Name]
-		if !ok {
-			return
-		}
-		v := f.Value.String()
-		out[key] = v
-		switch {
-		case f.Name == "log-level" && err == nil:
-			_, err = parseLevel(v)
-		case f.Name == "log-format" && v != config.LogText && v != config.LogJSON && err == nil:
-			err = fmt.Errorf("%w: --log-format %q: want text or json", errUsage, v)
-		}
-	})
-	return out, err
-}
-
-// overrideFlags names the flag of each override (key path → "--flag").
-func overrideFlags(overrides map[string]string) map[string]string {
-	out := map[string]string{}
-	for name, key := range settingFlags {
-		if _, ok := overrides[key]; ok {
-			out[key] = "--" + name
-		}
+// settings returns the setting flags given on the command line (they win
+// over meerkat.toml and the environment).
+func settings(flags *flag.FlagSet) (node.OpenOptions, error) {
+	values, names, err := config.FlagOverrides(flags)
+	if err != nil {
+		return node.OpenOptions{}, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	return out
-}
-
-// listenFlags registers --listen-uds and --listen-tcp.
-func listenFlags(flags *flag.FlagSet) {
-	flags.String("listen-uds", "", "Unix socket `path` to listen on (overrides comms.listen_uds; \"off\" disables)")
-	flags.String("listen-tcp", "", "`host:port` to listen on for TLS and plaintext TCP (overrides comms.listen_tcp)")
-}
-
-// logFlags registers --log-level and --log-format.
-func logFlags(flags *flag.FlagSet) {
-	flags.String("log-level", "", "log `level`: debug, info, warn or error (overrides log.level, default info)")
-	flags.String("log-format", "", "log line `format`: text or json (overrides log.format, default text)")
+	return node.OpenOptions{Overrides: values, OverrideFlags: names}, nil
 }
 
 // unknownEnv returns a problem for each MEERKAT_* variable that is not a
@@ -195,13 +152,4 @@ func (e *env) warnUnknownEnv(log *slog.Logger) {
 	for _, err := range e.unknownEnv() {
 		log.Warn(strings.TrimPrefix(err.Error(), "config: "))
 	}
-}
-
-// parseLevel parses a --log-level value.
-func parseLevel(s string) (slog.Level, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, s)
-	}
-	return level, nil
 }

@@ -646,24 +646,29 @@ func TestConfigCheck(t *testing.T) {
 }
 
 // quickstart is the README's quickstart, verbatim: TestQuickstart runs it.
-// $ALICE and $BOB are two empty directories; $ALICE_KEY and $BOB_KEY are
-// the pubkeys that the init commands print. A trailing " &" runs the
-// daemon in the background. Lines starting with "#" are comments.
+// Lines starting with "#" are comments; a trailing " &" runs a command in
+// the background, as job 1, 2, … of the shell.
 var quickstart = []string{
-	"# ALICE and BOB are two empty directories, the nodes' homes.",
-	"# init creates an Ed25519 identity and prints its pubkey: ALICE_KEY, BOB_KEY.",
-	"meerkatd init --name alice --home $ALICE",
-	"meerkatd init --name bob --home $BOB",
-	"# Each trusts the other's key at its Unix socket:",
-	"meerkatd peers add bob $BOB_KEY uds://$BOB/meerkat.sock --home $ALICE",
-	"meerkatd peers add alice $ALICE_KEY uds://$ALICE/meerkat.sock --home $BOB",
-	"# Run both daemons:",
-	"meerkatd run --home $ALICE &",
-	"meerkatd run --home $BOB &",
-	"# Alice sends a message and a request; bob reads his inbox:",
-	"meerkatd send message bob 'hello from alice' --home $ALICE",
-	`meerkatd send request bob add '{"a":1,"b":2}' --home $ALICE`,
-	"meerkatd inbox --home $BOB",
+	"# In a clone of meerkatd: build it and put it on PATH (or: make install)",
+	"make build",
+	"PATH=$PWD/bin:$PATH",
+	"# Two nodes, alice and bob, with their homes in a temporary directory:",
+	"D=$(mktemp -d)",
+	"meerkatd init --name alice --home $D/alice",
+	"meerkatd init --name bob --home $D/bob",
+	"# Run both daemons in the background, and wait until they serve:",
+	"meerkatd run --log-level warn --home $D/alice &",
+	"meerkatd run --log-level warn --home $D/bob &",
+	"meerkatd status --wait 10s --home $D/alice",
+	"meerkatd status --wait 10s --home $D/bob",
+	"# Pair them: alice leaves a one-time code for her user's other nodes, bob takes it:",
+	"meerkatd pair offer --local --home $D/alice &",
+	"meerkatd pair accept --local alice --home $D/bob",
+	"# Alice sends a message; bob reads his inbox:",
+	"meerkatd send message bob 'hello from alice' --home $D/alice",
+	"meerkatd inbox --home $D/bob",
+	"# Stop both daemons (jobs 1 and 2 of this shell):",
+	"kill %1 %2",
 }
 
 // splitShell splits a quickstart line into words: spaces separate, single
@@ -714,46 +719,78 @@ func splitShell(t *testing.T, line string, vars map[string]string) []string {
 	return words
 }
 
+// TestQuickstart runs the quickstart: each meerkatd line as it stands
+// (with the meerkatd these tests built: "make build" and the PATH line
+// are what puts one on a user's PATH, and TestMakeInstall runs make), the
+// temporary directory made by the test, and kill as SIGTERM to the jobs
+// named, each of which must exit 0.
 func TestQuickstart(t *testing.T) {
 	vars := map[string]string{}
 	nodes := map[string]*testNode{} // by home
-	for _, who := range []string{"ALICE", "BOB"} {
-		home, err := os.MkdirTemp("", "mk")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(home) })
-		vars[who] = home
-		nodes[home] = &testNode{t: t, name: strings.ToLower(who), home: home}
+	rt := t.TempDir()               // the runtime directory of this run's nodes: local pairing finds only them
+	type job struct {
+		n  *testNode   // a daemon
+		bg *background // any other command
 	}
+	var jobs []job
 	invocations := 0
 	var outputs []result
+	nodeFor := func(home string) *testNode {
+		if nodes[home] == nil {
+			nodes[home] = &testNode{t: t, name: filepath.Base(home), home: home, env: []string{"XDG_RUNTIME_DIR=" + rt}}
+		}
+		return nodes[home]
+	}
 	for _, line := range quickstart {
-		if strings.HasPrefix(line, "#") {
+		switch name, value, assign := strings.Cut(line, "="); {
+		case strings.HasPrefix(line, "#"):
+			continue
+		case line == "make build":
+			continue // the tests run the meerkatd they built
+		case assign && name == "PATH":
+			continue // the same
+		case assign && value == "$(mktemp -d)":
+			dir, err := os.MkdirTemp("", "mk") // short: socket paths are limited
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			vars[name] = dir
+			continue
+		case strings.HasPrefix(line, "kill "):
+			for _, w := range strings.Fields(line)[1:] {
+				i, err := strconv.Atoi(strings.TrimPrefix(w, "%"))
+				if err != nil || i < 1 || i > len(jobs) || jobs[i-1].n == nil {
+					t.Fatalf("quickstart line %q: %s is not a daemon's job", line, w)
+				}
+				jobs[i-1].n.stop() // SIGTERM; it must exit 0 and remove its sockets
+			}
 			continue
 		}
 		invocations++
 		background := strings.HasSuffix(line, " &")
 		words := splitShell(t, strings.TrimSuffix(line, " &"), vars)
-		// Every command names its home: "--home $ALICE" or "--home $BOB".
+		// Every command names its home with --home.
 		var n *testNode
 		var args []string
 		for j := 1; j < len(words); j++ {
 			if words[j] == "--home" && j+1 < len(words) {
-				n = nodes[words[j+1]]
+				n = nodeFor(words[j+1])
 				j++
 				continue
 			}
 			args = append(args, words[j])
 		}
 		if words[0] != "meerkatd" || n == nil || len(args) == 0 {
-			t.Fatalf("quickstart line %q is not meerkatd ... --home $ALICE or $BOB", line)
+			t.Fatalf("quickstart line %q is not meerkatd ... --home HOME", line)
 		}
-		if background {
-			if args[0] != "run" || len(args) != 1 {
-				t.Fatalf("only `meerkatd run` runs in the background: %q", line)
-			}
-			n.start()
+		switch {
+		case background && args[0] == "run":
+			n.start(args[1:]...)
+			jobs = append(jobs, job{n: n})
+			continue
+		case background:
+			jobs = append(jobs, job{bg: n.startBackground(args...)})
 			continue
 		}
 		r := n.run(args...)
@@ -761,20 +798,27 @@ func TestQuickstart(t *testing.T) {
 			t.Fatalf("quickstart line %q:\n%s", line, r)
 		}
 		outputs = append(outputs, r)
-		if args[0] == "init" {
-			for _, l := range strings.Split(r.stdout, "\n") {
-				if k, ok := strings.CutPrefix(l, "pubkey"); ok {
-					vars[strings.ToUpper(n.name)+"_KEY"] = strings.TrimSpace(k)
-				}
-			}
+		if args[0] == "init" && !strings.Contains(r.stdout, "meerkatd pair offer --local --home '"+n.home+"'") {
+			t.Errorf("init does not show the next steps:\n%s", r.stdout)
 		}
 	}
-	if invocations > 10 {
-		t.Errorf("the quickstart runs meerkatd %d times; keep it to 10", invocations)
+	if invocations > 12 {
+		t.Errorf("the quickstart runs meerkatd %d times; keep it to 12", invocations)
 	}
-	// The last command shows bob's inbox: the message and the request.
+	for _, j := range jobs {
+		if j.bg == nil {
+			if !j.n.d.stopped {
+				t.Errorf("the quickstart leaves %s's daemon running", j.n.name)
+			}
+			continue
+		}
+		if code, rest := j.bg.wait(t); code != 0 || !strings.Contains(rest, "trusting bob") {
+			t.Errorf("background command: exit %d, %q\n%s", code, rest, j.bg.stderr.String())
+		}
+	}
+	// The last command shows bob's inbox: alice's message.
 	last := outputs[len(outputs)-1]
-	for _, want := range []string{"message from alice", "hello from alice", "request from alice", `add {"a":1,"b":2}`} {
+	for _, want := range []string{"message from alice", "hello from alice"} {
 		if !strings.Contains(last.stdout, want) {
 			t.Errorf("bob's inbox lacks %q:\n%s", want, last.stdout)
 		}

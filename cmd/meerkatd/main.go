@@ -124,13 +124,23 @@ func commandTable() map[string]command {
 		},
 		"status": {
 			summary: "show whether a node serves the home, its addresses and counters (exit 5 if none runs)",
-			usage:   "meerkatd status [--home DIR] [--json]",
+			usage:   "meerkatd status [--home DIR] [--wait DUR] [--json]",
 			run:     runStatus,
 		},
 		"config": {
 			summary: "check meerkat.toml, the MEERKAT_* variables and trusted_peers.json, or show the configuration in effect",
 			usage:   "meerkatd config check | config show [--listen-uds PATH|off] [--listen-tcp HOST:PORT] [--log-level LEVEL] [--log-format text|json]   [--home DIR] [--json]",
 			run:     runConfig,
+		},
+		"service": {
+			summary: "install or remove the systemd user unit that runs the daemon",
+			usage:   "meerkatd service install [--home DIR] [--force] | service uninstall",
+			run:     runService,
+		},
+		"completion": {
+			summary: "print a shell completion script (bash, zsh or fish)",
+			usage:   "meerkatd completion bash | completion zsh | completion fish",
+			run:     runCompletion,
 		},
 		"version": {
 			summary: "print the version",

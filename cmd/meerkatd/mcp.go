@@ -8,6 +8,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/mcpserver"
 )
 
@@ -16,11 +17,11 @@ import (
 func runMCP(e *env, args []string) error {
 	flags := e.newFlags("mcp")
 	homeFlag := e.homeFlag(flags)
-	logFlags(flags) // stdout carries the protocol: logs go to stderr
+	config.LogFlags(flags) // stdout carries the protocol: logs go to stderr
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	overrides, err := settingOverrides(flags)
+	overrides, err := settings(flags)
 	if err != nil {
 		return err
 	}

@@ -186,7 +186,7 @@ func runAudit(e *env, args []string) error {
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	h, err := e.openHome(*homeFlag, false, nil)
+	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,7 @@ func runPair(e *env, args []string) error {
 		}
 		pos = strings.Fields(l)
 	}
-	h, err := e.openHome(*homeFlag, false, nil)
+	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func (e *env) pairAccept(h *node.Home, pos []string, local bool, name string, re
 		if err != nil {
 			return err
 		}
-		if line, err = node.LocalOffer(dir, a); err != nil {
+		if line, err = node.WaitLocalOffer(dir, a, node.LocalOfferWait); err != nil {
 			return err
 		}
 		if name == "" {

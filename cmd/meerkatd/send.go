@@ -71,7 +71,7 @@ func runSend(e *env, args []string) error {
 	if sub != "message" && content != "" && !json.Valid([]byte(content)) {
 		return fmt.Errorf("%w: %s %q is not valid JSON", errUsage, map[string]string{"request": "PARAMS_JSON", "response": "RESULT_JSON"}[sub], short(content))
 	}
-	h, err := e.openHome(*homeFlag, false, nil)
+	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
 	if err != nil {
 		return err
 	}

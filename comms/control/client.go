@@ -51,6 +51,26 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 	return c, nil
 }
 
+// WaitServing waits up to bound for a node to answer on the control
+// socket at path, as for a daemon that was just started, and reports
+// whether one does. It stops early on a socket the client must not use.
+func WaitServing(path string, bound time.Duration) bool {
+	const poll = 100 * time.Millisecond
+	deadline := time.Now().Add(bound)
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		_, err := Dial(ctx, path)
+		cancel()
+		if err == nil || !errors.Is(err, ErrNoDaemon) {
+			return err == nil
+		}
+		if time.Until(deadline) < poll {
+			return false
+		}
+		time.Sleep(poll)
+	}
+}
+
 // checkSocket refuses a control socket that is not a socket or does not
 // belong to the client's user: another user's process could have put it
 // there to read what the client sends.

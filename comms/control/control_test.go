@@ -560,3 +560,28 @@ func tempSocket(t *testing.T) string {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return filepath.Join(dir, "control.sock")
 }
+
+// WaitServing reports a node that comes up while it waits, and gives up
+// after its bound when none does.
+func TestWaitServing(t *testing.T) {
+	h := testHome(t)
+	if WaitServing(h.ControlPath(), 200*time.Millisecond) {
+		t.Fatal("WaitServing reports a node before any serves the home")
+	}
+	up := make(chan *Served, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond) // WaitServing is polling by now
+		sv, err := ServeHome(h, HostOptions{})
+		if err != nil {
+			t.Error(err)
+		}
+		up <- sv
+	}()
+	ok := WaitServing(h.ControlPath(), 30*time.Second)
+	if sv := <-up; sv != nil {
+		defer sv.Close()
+	}
+	if !ok {
+		t.Fatal("WaitServing missed the node that came up")
+	}
+}

@@ -249,5 +249,21 @@ func LocalOffer(dir string, a Announcement) (string, error) {
 	return line, nil
 }
 
+// LocalOfferWait is how long "pair accept --local" waits for the offer.
+const LocalOfferWait = 5 * time.Second
+
+// WaitLocalOffer is LocalOffer, waiting up to bound for the offer to
+// appear: the other node's "pair offer --local" may be a moment behind
+// the command that takes it, both started from one script.
+func WaitLocalOffer(dir string, a Announcement, bound time.Duration) (string, error) {
+	const poll = 100 * time.Millisecond
+	for deadline := time.Now().Add(bound); ; time.Sleep(poll) {
+		line, err := LocalOffer(dir, a)
+		if err == nil || CodeOf(err) != CodePairFailed || time.Until(deadline) < poll {
+			return line, err
+		}
+	}
+}
+
 // LocalOfferTTL bounds a local offer: the other node picks it up at once.
 const LocalOfferTTL = time.Minute

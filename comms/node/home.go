@@ -130,6 +130,29 @@ func LoadConfig(dir string, o OpenOptions) (config.Config, config.Sources, error
 	return cfg, src, nil
 }
 
+// CheckConfig checks everything a node of the home dir would read at
+// start: the home's files and modes, meerkat.toml, the MEERKAT_*
+// variables of lookupEnv (and, in environ, any that is no setting: a
+// misspelt one; ignore lists names read elsewhere), the listeners and the
+// trusted peers file. It returns the path of meerkat.toml.
+func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []string, ignore ...string) (string, error) {
+	path := filepath.Join(dir, config.FileName)
+	if err := CheckHome(dir); err != nil {
+		return path, err
+	}
+	cfg, _, err := LoadConfig(dir, OpenOptions{LookupEnv: lookupEnv})
+	if err == nil {
+		_, err = cfg.Resolve(dir)
+	}
+	if err == nil {
+		_, err = trust.LoadOrEmpty(filepath.Join(dir, trust.FileName))
+	}
+	if err == nil {
+		err = errors.Join(config.UnknownEnv(environ, ignore...)...)
+	}
+	return path, err
+}
+
 // OpenHome opens the home dir with the configuration in effect: defaults
 // < meerkat.toml < MEERKAT_* variables < overrides. It returns the files
 // it created (with o.Create). It refuses a home that [CheckHome] refuses.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 	"github.com/meerkatd/meerkatd/trust/pair"
@@ -329,4 +331,49 @@ func (n *Node) PairAccept(ctx context.Context, line, name string) (Paired, error
 		return Paired{}, Coded(ErrClosed)
 	}
 	return n.accept(ctx, line, name)
+}
+
+// AddPeer trusts a peer in the home's trusted peers file: name, key
+// ("ed25519:…"), address (uds://, tls:// or tcp://) and meta (a JSON
+// object, or ""). A running node takes the file in when it notices the
+// change.
+func AddPeer(h *Home, name, key, addr, meta string) (Paired, error) {
+	id, err := identity.ParsePeerID(key)
+	if err != nil {
+		return Paired{}, errorf(CodeBadArgument, "key %q: %s", key, UserText(err))
+	}
+	a, err := transport.ParseAddr(addr)
+	if err != nil {
+		return Paired{}, &Error{Code: CodeBadArgument, Msg: UserText(err)}
+	}
+	if id == h.Key.ID() {
+		return Paired{}, errorf(CodeBadArgument, "%s is this node's own key", id)
+	}
+	p := trust.Peer{Name: name, ID: id, Addr: a}
+	if meta != "" {
+		p.Meta = json.RawMessage(meta)
+	}
+	if _, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
+		next, err := l.With(p)
+		if err != nil {
+			return nil, &Error{Code: CodeBadArgument, Msg: UserText(err)}
+		}
+		return next, nil
+	}); err != nil {
+		return Paired{}, err
+	}
+	return toPaired(p), nil
+}
+
+// RemovePeer removes the peer called name from the home's trusted peers
+// file.
+func RemovePeer(h *Home, name string) error {
+	_, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
+		next, err := l.Without(name)
+		if err != nil {
+			return nil, &Error{Code: CodeUnknownPeer, Msg: err.Error()}
+		}
+		return next, nil
+	})
+	return err
 }

@@ -2,6 +2,9 @@ package node
 
 import (
 	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
 
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/config"
@@ -118,4 +121,20 @@ func (n *Node) Peers(ctx context.Context) ([]Peer, error) {
 		out = append(out, mp)
 	}
 	return out, nil
+}
+
+// LogStart logs msg at info with what an operator wants to know of a node
+// that starts: version, name, key, listeners, control socket and store.
+func (n *Node) LogStart(log *slog.Logger, msg, version string) {
+	h := n.h
+	var listen []string
+	for _, a := range n.Addrs() {
+		listen = append(listen, a.String())
+	}
+	attrs := []any{"version", version, "name", h.Config.Name, "pubkey", h.Key.ID().String(),
+		"listen", strings.Join(listen, " "), "control", h.ControlPath(), "store", h.Config.Store.Mode}
+	if h.Config.Store.Mode == config.StoreSQLite {
+		attrs = append(attrs, "store_path", filepath.Join(h.Dir, DBFileName))
+	}
+	log.Info(msg, attrs...)
 }

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/internal/completion"
+	"github.com/meerkatd/meerkatd/internal/systemdunit"
+)
+
+// runService is `meerkatd service install|uninstall`.
+func runService(e *env, args []string) error {
+	sub, args := splitSub(args)
+	flags := e.newFlags("service")
+	homeFlag := e.homeFlag(flags)
+	force := flags.Bool("force", false, "with install: replace a different unit")
+	if err := parseNoArgs(e, flags, args); err != nil {
+		return err
+	}
+	path, err := systemdunit.Path(e.getenv("XDG_CONFIG_HOME"), e.getenv("HOME"))
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "install":
+	case "uninstall":
+		fmt.Fprintln(e.stderr, "stop and disable the service first, if it is enabled:\n  systemctl --user disable --now meerkatd")
+		err := systemdunit.Uninstall(path)
+		if err == nil {
+			fmt.Fprintf(e.stdout, "removed %s\n", path)
+		}
+		return err
+	default:
+		return fmt.Errorf("%w: want a subcommand: install or uninstall", errUsage)
+	}
+	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
+	if err != nil {
+		return err
+	}
+	u := systemdunit.Unit{Home: h.Dir} // runs this executable
+	if ls, err := h.Config.Resolve(h.Dir); err == nil && ls.UDS.Path != "" {
+		u.Writable = append(u.Writable, filepath.Dir(ls.UDS.Path))
+	}
+	if err := u.Install(path, *force); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "wrote %s\nstart it now and at every login with:\n  systemctl --user daemon-reload\n  systemctl --user enable --now meerkatd\n", path)
+	return nil
+}
+
+// runCompletion is `meerkatd completion bash|zsh|fish`: a script made
+// from the command table.
+func runCompletion(e *env, args []string) error {
+	sub, args := splitSub(args)
+	flags := e.newFlags("completion")
+	if err := parseNoArgs(e, flags, args); err != nil {
+		return err
+	}
+	p := completion.Program{Name: "meerkatd", Flags: []string{"--help", "--version"}, DirFlags: []string{"--home"}, HelpCommand: "help"}
+	names := slices.Sorted(maps.Keys(e.commands))
+	for _, n := range names {
+		p.Add(n, e.commands[n].summary, e.commands[n].usage)
+	}
+	s, err := completion.Script(sub, p)
+	if errors.Is(err, completion.ErrShell) {
+		return fmt.Errorf("%w: want bash, zsh or fish", errUsage)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(e.stdout, s)
+	return nil
+}
