@@ -152,7 +152,15 @@ func spaceNodes(t testing.TB, caps map[string]string, names ...string) map[strin
 		if err := os.WriteFile(n.h.SpacesPath(), []byte(roster), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		n.ReloadTrust() // also re-reads spaces.json
+	}
+	// Every node trusts the others before any announces itself: a join
+	// refused by a node not set up yet would count toward marking the
+	// member as one that does not speak MEUP.
+	for _, name := range names {
+		nodes[name].ReloadTrust() // also re-reads spaces.json
+	}
+	for _, name := range names {
+		n := nodes[name]
 		waitFor(t, 5*time.Second, name+" knows the space and trusts its members", func() bool {
 			sp, _ := n.Spaces(context.Background())
 			if len(sp) != 1 || sp[0].Self != name || len(sp[0].Members) != len(names) {
