@@ -257,3 +257,22 @@ func TestAcksDoNotKeepConnection(t *testing.T) {
 		<-done
 	}
 }
+
+// failingInbox fails every admission as a store that cannot write does.
+type failingInbox struct{}
+
+func (failingInbox) Push(Item) error { return errors.New("store: commit: database or disk is full (13)") }
+
+// An inbox that cannot be written refuses the envelope (no ack) as
+// "store", not as a full inbox: the operator's problem, not the agent's.
+func TestStoreFailureRefusedAsStore(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	alice := newKP(t)
+	bob := fairNode(t, Options{Inbox: failingInbox{}}, alice)
+	c := dialRaw(t, bob)
+	writeRaw(t, c, frameOf(t, seal(t, alice, bob.kp.ID(), wire.Message("to a full disk"))))
+	expectClosedNoAck(t, c)
+	if s := bob.r.Stats(); s.Rejected[RejectStore] != 1 || s.Rejected[RejectInboxFull] != 0 {
+		t.Fatalf("refusals %v, want one %q", s.Rejected, RejectStore)
+	}
+}

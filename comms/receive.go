@@ -425,6 +425,8 @@ func (r *Router) logRefused(reason string) {
 		r.log.Warn("refused envelope: the sender holds its share of the inbox (not acknowledged; the sender may retry)")
 	case RejectPeerConns:
 		r.log.Warn("refused connection: the sender holds its maximum of connections")
+	case RejectStore:
+		r.log.Error("refused envelope: the inbox cannot be written (a full disk?); not acknowledged, the sender may retry")
 	default:
 		r.log.Debug("refused envelope", "reason", reason)
 	}
@@ -577,9 +579,13 @@ func (r *Router) admitted(k dedupKey, ev *Event, err error) (stored, fresh bool,
 		return true, false, ""
 	default:
 		r.dedup.release(k)
-		reason = RejectInboxFull
-		if errors.Is(err, inbox.ErrShare) {
+		switch {
+		case errors.Is(err, inbox.ErrShare):
 			reason = RejectPeerShare
+		case errors.Is(err, inbox.ErrFull):
+			reason = RejectInboxFull
+		default:
+			reason = RejectStore // a full disk, an I/O error
 		}
 		r.observeSettled(ev, EventRefused, reason)
 		return false, false, reason

@@ -141,7 +141,8 @@ const (
 	RejectNotForUs     = "not_for_us"       // "to" is another node
 	RejectUntrusted    = "untrusted"        // sender not in the trust list
 	RejectBadSignature = "bad_signature"    // signature does not verify
-	RejectInboxFull    = "inbox_full"       // admission refused
+	RejectInboxFull    = "inbox_full"       // admission refused: the inbox holds its maximum
+	RejectStore        = "store"            // admission failed: the inbox could not be written (a full disk, an I/O error)
 	RejectPeerShare    = "peer_share"       // the sender holds its share of the inbox (inbox.ErrShare)
 	RejectPeerConns    = "peer_connections" // the sender holds PeerMaxConnections authenticated connections
 	RejectOverload     = "overload"         // over MaxConnections

@@ -144,7 +144,7 @@ func (s *auditSummary) flush() {
 // after the sender's signature was checked: its row may name the peer.
 func verifiedRefusal(reason string) bool {
 	switch reason {
-	case comms.RejectInboxFull, comms.RejectInFlight, comms.RejectPeerShare, comms.RejectPeerConns:
+	case comms.RejectInboxFull, comms.RejectStore, comms.RejectInFlight, comms.RejectPeerShare, comms.RejectPeerConns:
 		return true
 	}
 	return false

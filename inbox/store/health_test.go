@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,29 @@ func TestWritable(t *testing.T) {
 	s.Close()
 	if err := s.Writable(ctx); !errors.Is(err, ErrClosed) {
 		t.Fatalf("closed store: %v", err)
+	}
+}
+
+// A full disk lets a transaction begin and fails its commit: Writable
+// reports the failed write (until a later one commits). A page limit
+// stands in for the disk.
+func TestWritableAfterFailedWrite(t *testing.T) {
+	s, _ := openStore(t, Options{pragmas: "&_pragma=max_page_count(64)"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var err error
+	for n := uint64(1); n <= 1000 && err == nil; n++ {
+		_, err = s.Admit(ctx, bigRec(1, n, 8<<10))
+	}
+	if err == nil || errors.Is(err, ErrFull) {
+		t.Fatalf("admitting past the page limit: %v, want a failed write", err)
+	}
+	if werr := s.Writable(ctx); werr == nil || !strings.Contains(werr.Error(), "full") {
+		t.Fatalf("Writable after a failed write: %v, want the failure", werr)
+	}
+	// Reads still work: the node stays up, not ready.
+	if _, err := s.Len(); err != nil {
+		t.Fatalf("a read after the failed write: %v", err)
 	}
 }
 

@@ -123,6 +123,9 @@ type Options struct {
 	// or written, and the writing methods return ErrReadOnly. A missing
 	// file is an error wrapping fs.ErrNotExist.
 	ReadOnly bool
+	// pragmas are added to every connection's DSN (tests: a page limit
+	// that fills the "disk").
+	pragmas string
 }
 
 func (o Options) withDefaults() Options {
@@ -221,6 +224,9 @@ type Store struct {
 	// deliveredErr holds the first failure of an asynchronous
 	// Outbox.Delivered since the last Delivered call reported one.
 	deliveredErr atomic.Pointer[error]
+	// commitErr is the error of the last transaction if it failed (a full
+	// disk, an I/O error), nil once one commits: what Writable reports.
+	commitErr atomic.Pointer[error]
 }
 
 type opKind uint8
@@ -289,7 +295,7 @@ type result struct {
 // walMax bytes. (auto_vacuum is not among these pragmas: setting it
 // writes the database header, a write transaction on every connection
 // opened; Open sets it once, see convertVacuum.)
-func dsn(path string, walMax int64) string {
+func dsn(path string, walMax int64, extra string) string {
 	// The path is a URI path: escape what SQLite's URI parser would
 	// interpret.
 	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
@@ -298,7 +304,7 @@ func dsn(path string, walMax int64) string {
 		"&_pragma=journal_mode(WAL)" +
 		"&_pragma=journal_size_limit(" + fmt.Sprint(walMax) + ")" +
 		"&_pragma=synchronous(FULL)" +
-		"&_txlock=immediate"
+		"&_txlock=immediate" + extra
 }
 
 // Open opens the store at path, creating the file with mode 0600 if it does
@@ -334,7 +340,7 @@ func Open(path string, opts Options) (*Store, error) {
 	var s *Store
 	deadline := time.Now().Add(busyTimeout)
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
-		db, err := sql.Open("sqlite", dsn(path, opts.WALMaxBytes))
+		db, err := sql.Open("sqlite", dsn(path, opts.WALMaxBytes, opts.pragmas))
 		if err != nil {
 			return nil, fmt.Errorf("store: open %s: %w", path, err)
 		}
@@ -699,6 +705,10 @@ func (s *Store) Writable(ctx context.Context) error {
 	if _, err := conn.ExecContext(context.Background(), `ROLLBACK`); err != nil {
 		return fmt.Errorf("store: not writable: %w", err)
 	}
+	if p := s.commitErr.Load(); p != nil {
+		// A transaction can begin on a full disk: only a commit finds out.
+		return fmt.Errorf("store: not writable: the last write failed: %w", *p)
+	}
 	return nil
 }
 
@@ -818,6 +828,7 @@ func (s *Store) commit(batch []*request) {
 	unacked, added, acked, bytes, err := s.runBatch(batch, res)
 	if err != nil {
 		err = fmt.Errorf("store: commit: %w", err)
+		s.commitErr.Store(&err)
 		for _, req := range batch {
 			if req.op == opOutboxDelivered { // no one waits for it
 				s.deliveredErr.CompareAndSwap(nil, &err)
@@ -826,6 +837,7 @@ func (s *Store) commit(batch []*request) {
 		}
 		return
 	}
+	s.commitErr.Store(nil)
 	s.unacked, s.unackedBytes = unacked, bytes
 	s.full, s.need = s.fullNext, s.needNext
 	s.shares = s.sharesNext
