@@ -178,3 +178,32 @@ func TestResolveFailureShown(t *testing.T) {
 		t.Fatalf("outbox: %+v, %v", o, err)
 	}
 }
+
+// An open breaker holds its peer's queue: nothing of it is due, and the
+// next attempt shown is when the breaker lets one through, never a time
+// already past; other peers are shown as they are.
+func TestHoldForBreakers(t *testing.T) {
+	now := time.Now().UTC()
+	past, until := now.Add(-time.Minute), now.Add(time.Minute)
+	info := Outbox{
+		Peers: []PeerSendState{
+			{Peer: "bob", PubKey: "kb", Queued: 1, Breaker: outbox.BreakerOpen, OpenUntil: &until, NextAttempt: &past},
+			{Peer: "carol", PubKey: "kc", Queued: 1, Breaker: outbox.BreakerClosed, NextAttempt: &past, Due: true},
+		},
+		Entries: []QueuedSend{
+			{Peer: "bob", PubKey: "kb", NextAttempt: &past, Due: true},
+			{Peer: "carol", PubKey: "kc", NextAttempt: &past, Due: true},
+		},
+	}
+	holdForBreakers(&info)
+	bob, carol := info.Peers[0], info.Peers[1]
+	if bob.Due || bob.NextAttempt == nil || !bob.NextAttempt.Equal(until) {
+		t.Fatalf("bob (breaker open): due %v, next %v; want not due, next %v", bob.Due, bob.NextAttempt, until)
+	}
+	if e := info.Entries[0]; e.Due || e.NextAttempt == nil || !e.NextAttempt.Equal(until) {
+		t.Fatalf("bob's entry: due %v, next %v; want not due, next %v", e.Due, e.NextAttempt, until)
+	}
+	if !carol.Due || !carol.NextAttempt.Equal(past) || !info.Entries[1].Due || !info.Entries[1].NextAttempt.Equal(past) {
+		t.Fatalf("carol (breaker closed) changed: %+v, %+v", carol, info.Entries[1])
+	}
+}

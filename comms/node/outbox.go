@@ -63,6 +63,7 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 		for _, s := range ob.Peers() {
 			info.Peers = append(info.Peers, toPeerSendState(s, now))
 		}
+		holdForBreakers(&info)
 		return info, nil
 	}
 	st, err := n.outboxView()
@@ -106,7 +107,36 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 		info.Peers = append(info.Peers, *ps)
 	}
 	slices.SortFunc(info.Peers, func(a, b PeerSendState) int { return strings.Compare(a.Peer+a.PubKey, b.Peer+b.PubKey) })
+	holdForBreakers(&info)
 	return info, nil
+}
+
+// holdForBreakers shows what an open circuit breaker holds back: nothing
+// queued for its peer is due, and no attempt comes before it closes.
+func holdForBreakers(info *Outbox) {
+	open := map[string]*time.Time{}
+	for i := range info.Peers {
+		p := &info.Peers[i]
+		if p.Breaker != outbox.BreakerOpen || p.OpenUntil == nil {
+			continue
+		}
+		open[p.PubKey] = p.OpenUntil
+		p.Due, p.NextAttempt = false, later(p.NextAttempt, p.OpenUntil)
+	}
+	for i := range info.Entries {
+		e := &info.Entries[i]
+		if until, ok := open[e.PubKey]; ok {
+			e.Due, e.NextAttempt = false, later(e.NextAttempt, until)
+		}
+	}
+}
+
+// later returns the later of a and b (nil: none).
+func later(a, b *time.Time) *time.Time {
+	if a == nil || b != nil && b.After(*a) {
+		return b
+	}
+	return a
 }
 
 // RetryOutbox implements [API].
