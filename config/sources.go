@@ -131,19 +131,30 @@ func envKey(name string) (keyDef, bool) {
 	return keyDef{}, false
 }
 
-// suggestEnv returns the known variable nearest to name, if it is near
-// enough to be a typo: a case slip, or a few bytes off.
+// suggestEnv returns the known variable nearest to name: one that name
+// holds or that holds name once the MEERKAT_ prefix is set aside
+// (MEERKAT_INBOX_MAX for MEERKAT_COMMS_INBOX_MAX, MEERKAT_HOME_DIR for
+// MEERKAT_HOME), else the one fewest edits away if that is near enough
+// to be a typo; "" if none is.
 func suggestEnv(name string, also []string) string {
 	candidates := slices.Clone(also)
 	for _, k := range keys {
 		candidates = append(candidates, k.env)
 	}
-	best, bestDist := "", -1
 	upper := strings.ToUpper(name)
+	tail := strings.TrimPrefix(upper, EnvPrefix)
+	best, bestHeld, bestDist := "", false, -1
 	for _, c := range candidates {
+		ctail := strings.TrimPrefix(c, EnvPrefix)
+		// One holding the other is the likeliest slip (a table left out
+		// or a word added), then the fewest edits.
+		held := len(tail) >= 4 && (strings.Contains(ctail, tail) || strings.Contains(tail, ctail))
 		d := distance(upper, c)
-		if d <= max(2, len(c)/5) && (bestDist < 0 || d < bestDist) {
-			best, bestDist = c, d
+		if !held && d > max(2, len(c)/5) {
+			continue // too far to be a slip
+		}
+		if bestDist < 0 || held && !bestHeld || held == bestHeld && d < bestDist {
+			best, bestHeld, bestDist = c, held, d
 		}
 	}
 	return best

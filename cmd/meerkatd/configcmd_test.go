@@ -50,6 +50,11 @@ func TestConfigCheckUnknownVariable(t *testing.T) {
 	if code == exitOK || !strings.Contains(out, want) {
 		t.Fatalf("config check --json: code %d, %q", code, out)
 	}
+	// Other commands warn and go on.
+	code, out, errOut = runEnviron(t, vars, "id")
+	if code != exitOK || !strings.Contains(errOut, "warning: "+want) || !strings.Contains(out, "ed25519:") {
+		t.Fatalf("id: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
 	// config show warns but shows.
 	code, out, errOut = runEnviron(t, vars, "config", "show")
 	if code != exitOK || !strings.Contains(errOut, "warning: "+want) || !strings.Contains(out, "comms.ack_timeout_secs") {

@@ -62,6 +62,11 @@ func (e *env) openHome(flagHome string, create bool, opts node.OpenOptions) (*no
 	if len(created) > 0 {
 		fmt.Fprintf(e.stderr, "initialised %s (%s)\n", dir, strings.Join(created, ", "))
 	}
+	for _, err := range e.unknownEnv() { // run and mcp log them instead
+		if !create {
+			fmt.Fprintf(e.stderr, "warning: %s\n", strings.TrimPrefix(err.Error(), "config: "))
+		}
+	}
 	return h, nil
 }
 
