@@ -17,7 +17,7 @@ func runService(e *env, args []string) error {
 	sub, args := splitSub(args)
 	flags := e.newFlags("service")
 	homeFlag := e.homeFlag(flags)
-	force := flags.Bool("force", false, "with install: replace a different unit")
+	force := flags.Bool("force", false, "with install: replace a different unit; with uninstall: remove a unit install did not write")
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
@@ -29,7 +29,7 @@ func runService(e *env, args []string) error {
 	case "install":
 	case "uninstall":
 		fmt.Fprintln(e.stderr, "stop and disable the service first, if it is enabled:\n  systemctl --user disable --now meerkatd")
-		err := systemdunit.Uninstall(path)
+		err := systemdunit.Uninstall(path, *force)
 		if err == nil {
 			fmt.Fprintf(e.stdout, "removed %s\n", path)
 		}

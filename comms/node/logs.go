@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"log/slog"
 	"os"
 	"slices"
@@ -169,9 +170,12 @@ func (l *eventLog) logBreaker(ev outbox.BreakerEvent) {
 
 // errorKind names the class of a failed attempt's error for logs.
 func errorKind(err error) string {
+	var dnsErr *net.DNSError
 	switch {
 	case err == nil:
 		return "unknown"
+	case errors.As(err, &dnsErr) && !dnsErr.IsTimeout:
+		return "name_resolution"
 	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.EHOSTUNREACH),
 		errors.Is(err, syscall.ENETUNREACH):
 		return "unreachable"

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -229,6 +230,8 @@ func TestErrorKind(t *testing.T) {
 		{fmt.Errorf("ack: %w", context.DeadlineExceeded), "timeout"},
 		{fmt.Errorf("x: %w", comms.ErrPeerOffline), "offline"},
 		{comms.ErrPlaintextRefused, "plaintext_refused"},
+		{fmt.Errorf("x: %w: %w", comms.ErrPeerOffline, &net.DNSError{Err: "no such host", Name: "carol.invalid", IsNotFound: true}), "name_resolution"},
+		{fmt.Errorf("x: %w: %w", comms.ErrPeerOffline, &net.DNSError{Err: "i/o timeout", Name: "slow.example", IsTimeout: true}), "offline"},
 		{errors.New("something else"), "other"},
 	} {
 		if got := errorKind(tc.err); got != tc.want {

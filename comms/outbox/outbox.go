@@ -696,7 +696,7 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 			q.resolve++
 			wait = o.opts.ResolveBackoff[min(q.resolve, len(o.opts.ResolveBackoff))-1]
 			if q.resolve == 1 {
-				o.log.Warn("outbox: the peer's host name does not resolve; retrying on the slower schedule", "peer", q.name, "host", dnsErr.Name, "next", wait)
+				o.log.Warn("outbox: the peer's host name does not resolve; retrying on the slower schedule", "peer", q.name, "host", dnsErr.Name, "next", wait.String())
 			}
 		} else if !rs.failed {
 			q.resolve = 0

@@ -17,6 +17,10 @@ import (
 	"strings"
 )
 
+// descriptionPrefix starts the Description line of the units install
+// writes: uninstall recognises its own by it.
+const descriptionPrefix = "Description=meerkatd agent messaging node"
+
 // Name is the unit's file name, and the name systemctl knows it by.
 const Name = "meerkatd.service"
 
@@ -32,8 +36,8 @@ already there is kept unless --force is given. Then enable it with:
   systemctl --user daemon-reload
   systemctl --user enable --now meerkatd
 
-uninstall removes the unit; run "systemctl --user disable --now
-meerkatd" first. meerkat.toml is read when the daemon starts; MEERKAT_*
+uninstall removes the unit (one install wrote; --force removes another);
+run "systemctl --user disable --now meerkatd" first. meerkat.toml is read when the daemon starts; MEERKAT_*
 variables of the shell that installs the unit do not reach it.`
 
 // StopTimeout is how long systemd waits after SIGTERM before it kills the
@@ -45,6 +49,9 @@ var (
 	ErrExists = errors.New("systemdunit: a different unit is installed")
 	// ErrNotInstalled means there is no unit file to remove.
 	ErrNotInstalled = errors.New("systemdunit: no unit is installed")
+	// ErrNotOurs means the unit there was not written by install: it is
+	// removed only with force.
+	ErrNotOurs = errors.New("systemdunit: the unit there was not written by meerkatd service install (remove it yourself, or use --force)")
 )
 
 // Unit is what the unit runs. Its zero value is not valid: Exec and Home
@@ -116,7 +123,7 @@ func (u Unit) Text() (string, error) {
 	writable = append(writable, "%t")
 	var b strings.Builder
 	fmt.Fprintf(&b, `[Unit]
-Description=meerkatd agent messaging node (home %s)
+`+descriptionPrefix+` (home %s)
 
 [Service]
 Type=notify
@@ -203,10 +210,16 @@ func WriteFile(path, text string, force bool) error {
 
 // Uninstall removes the unit file at path; it returns an error wrapping
 // ErrNotInstalled when there is none.
-func Uninstall(path string) error {
-	err := os.Remove(path)
+func Uninstall(path string, force bool) error {
+	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w: %s", ErrNotInstalled, path)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	if !force && !bytes.Contains(b, []byte("\n"+descriptionPrefix)) {
+		return fmt.Errorf("%w: %s", ErrNotOurs, path)
+	}
+	return os.Remove(path)
 }

@@ -140,13 +140,27 @@ func TestWriteFileUninstall(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
 		t.Errorf("unit file mode: %v %v", fi.Mode(), err)
 	}
-	if err := Uninstall(path); err != nil {
+	// Someone else's unit is removed only with force.
+	if err := Uninstall(path, false); !errors.Is(err, ErrNotOurs) {
+		t.Fatalf("Uninstall of a unit install did not write: %v, want ErrNotOurs", err)
+	}
+	if err := Uninstall(path, true); err != nil {
+		t.Fatal(err)
+	}
+	ours, err := Unit{Exec: "/usr/bin/meerkatd", Home: "/home/a/.config/meerkat"}.Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFile(path, ours, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := Uninstall(path, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("after Uninstall: %v", err)
 	}
-	if err := Uninstall(path); !errors.Is(err, ErrNotInstalled) {
+	if err := Uninstall(path, false); !errors.Is(err, ErrNotInstalled) {
 		t.Errorf("second Uninstall: %v, want ErrNotInstalled", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 0 {
