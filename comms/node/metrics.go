@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/meerkatd/meerkatd/comms/metrics"
+	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/identity"
 )
 
@@ -83,12 +84,20 @@ func (s metricsSource) Figures() metrics.Figures {
 	}
 	if ob := n.ob; ob != nil {
 		list := n.r.Trust()
+		seen := map[identity.PeerID]bool{}
 		for _, ps := range ob.Peers() {
 			name := ""
 			if p, ok := list.Lookup(ps.Peer); ok {
 				name = p.Name
 			}
+			seen[ps.Peer] = true
 			f.Peers = append(f.Peers, metrics.PeerFigures{Name: name, Queued: ps.Queued, Breaker: ps.Breaker})
+		}
+		// Every trusted peer has its series, also with nothing queued.
+		for _, p := range list.Peers() {
+			if !seen[p.ID] {
+				f.Peers = append(f.Peers, metrics.PeerFigures{Name: p.Name, Breaker: outbox.BreakerClosed})
+			}
 		}
 		if c, ok := n.obStore.(deadLetterCounter); ok {
 			f.DeadLetters, _ = c.DeadLetterCount()

@@ -43,6 +43,11 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 	if code, body := get(t, addr, "/metrics"); code != http.StatusOK || !strings.Contains(body, "meerkatd_envelopes_received_total") {
 		t.Fatalf("/metrics: %d %q", code, body)
 	}
+	// A trusted peer with nothing queued still has its breaker and queue.
+	if _, body := get(t, addr, "/metrics"); !strings.Contains(body, `meerkatd_outbox_breaker{peer="bob",state="closed"} 1`) ||
+		!strings.Contains(body, `meerkatd_outbox_queued{peer="bob"} 0`) {
+		t.Fatalf("/metrics lacks bob's series: %s", body)
+	}
 	// The store stops taking writes: not ready, and says why in a line.
 	n.mail.(*durableMail).st.Close()
 	code, body := get(t, addr, "/readyz")
