@@ -836,3 +836,45 @@ func TestREADMEQuickstart(t *testing.T) {
 		t.Fatal("README.md does not show the quickstart lines verbatim; copy them from the quickstart variable")
 	}
 }
+
+// The quickstart as a person pastes it: the README's lines, unchanged, run
+// by bash, with the meerkatd these tests built on PATH. Only make is a
+// stand-in (the binary is built already); after the lines the test waits
+// for the daemons the last line stopped and removes the temporary homes.
+func TestQuickstartInBash(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash on this machine")
+	}
+	bin := testutil.Meerkatd(t)
+	script := "set -e\nmake() { :; }\n" + strings.Join(quickstart, "\n") + "\nwait\nrm -rf \"$D\"\n"
+	cmd := exec.Command(bash, "-c", script)
+	cmd.Dir = t.TempDir() // no ./bin/meerkatd of a checkout to run instead
+	env := []string{"PATH=" + filepath.Dir(bin) + ":" + os.Getenv("PATH"), "XDG_RUNTIME_DIR=" + t.TempDir(), "HOME=" + t.TempDir()}
+	for _, kv := range childEnv() {
+		if !strings.HasPrefix(kv, "PATH=") && !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") && !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("the quickstart did not finish in 2 minutes\nstdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	}
+	if err != nil {
+		t.Fatalf("the quickstart failed: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "hello from alice") {
+		t.Fatalf("bob's inbox is not in the output:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	}
+}
