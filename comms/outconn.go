@@ -26,13 +26,15 @@ type outConn struct {
 	c  net.Conn
 	wq chan outFrame // frames to write; bounded, senders block with their ctx
 
-	mu      sync.Mutex // guards pending, err, acks, lastAck, gate
+	mu      sync.Mutex // guards pending, pendingSince, err, acks, lastAck, gate
 	pending map[identity.UUID]chan ackResult
-	err     error
-	acks    int
-	lastAck time.Time
-	gate    chan struct{} // closed (and replaced) when the first-ack gate may have opened
-	done    chan struct{} // closed by fail
+	// pendingSince is when pending last became non-empty.
+	pendingSince time.Time
+	err          error
+	acks         int
+	lastAck      time.Time
+	gate         chan struct{} // closed (and replaced) when the first-ack gate may have opened
+	done         chan struct{} // closed by fail
 
 	wmu sync.Mutex    // held while writing: by writeLoop, or a sender writing inline
 	bw  *bufio.Writer // guarded by wmu
@@ -137,6 +139,9 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 			case <-ctx.Done():
 				return ctx.Err()
 			}
+		}
+		if len(oc.pending) == 0 {
+			oc.pendingSince = time.Now()
 		}
 		oc.pending[id] = ch
 		oc.mu.Unlock()
@@ -550,7 +555,12 @@ func (oc *outConn) fail(err error) {
 	// The link learns the outcome before any sender does, so a sender
 	// that retries already sees the link's new mode. (Lock order: an
 	// outConn's mu before its link's; nothing takes them the other way.)
-	closedAfterAck := oc.acks > 0 && (len(pending) > 0 || time.Since(oc.lastAck) < oneShotCloseWindow)
+	// A peer that reads one envelope per connection closes right after
+	// its ack, with the envelopes pipelined behind it unread. Sends made
+	// after the last ack do not count: a connection the receiver closed
+	// while idle may take one just before the close is seen.
+	unread := len(pending) > 0 && oc.pendingSince.Before(oc.lastAck)
+	closedAfterAck := oc.acks > 0 && (unread || time.Since(oc.lastAck) < oneShotCloseWindow)
 	oc.l.connEnded(oc, errors.Is(err, errConnLost) && closedAfterAck)
 	close(oc.done)
 	oc.mu.Unlock()
