@@ -261,7 +261,9 @@ func TestAcksDoNotKeepConnection(t *testing.T) {
 // failingInbox fails every admission as a store that cannot write does.
 type failingInbox struct{}
 
-func (failingInbox) Push(Item) error { return errors.New("store: commit: database or disk is full (13)") }
+func (failingInbox) Push(Item) error {
+	return errors.New("store: commit: database or disk is full (13)")
+}
 
 // An inbox that cannot be written refuses the envelope (no ack) as
 // "store", not as a full inbox: the operator's problem, not the agent's.
