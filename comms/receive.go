@@ -2,6 +2,7 @@ package comms
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -336,12 +337,8 @@ func (r *Router) openConn(c net.Conn, st *inConn) (net.Conn, *transport.Reader, 
 		tc, peer, err := r.tlsAccept(c, fr)
 		if err != nil {
 			r.reject(RejectTLS)
-			ev := Event{Type: EventRefused, Reason: RejectTLS}
-			if !peer.IsZero() {
-				ev.From = peer // claimed: the handshake did not complete
-			}
-			if r.opts.Observe != nil {
-				r.opts.Observe(ev)
+			if r.opts.Observe != nil { // From: the key claimed, if any; the handshake did not complete
+				r.opts.Observe(Event{Type: EventRefused, Reason: RejectTLS, From: peer})
 			}
 			r.log.Debug("refused TLS handshake", "err", err)
 			return nil, nil, false
@@ -366,19 +363,14 @@ func (r *Router) openConn(c net.Conn, st *inConn) (net.Conn, *transport.Reader, 
 // presented none).
 func (r *Router) tlsAccept(c net.Conn, fr *transport.Reader) (*tls.Conn, identity.PeerID, error) {
 	var peer identity.PeerID
-	cfg := r.tlsServer.Clone()
-	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-		pub, err := transport.TLSPeerKey(cs)
-		if err != nil {
-			return err
-		}
+	cfg := transport.TLSServerConfig(r.tlsCert, func(pub ed25519.PublicKey) error {
 		peer = identity.PeerID(pub)
 		if _, ok := r.trust.Load().Lookup(peer); !ok {
 			r.logUntrusted(peer)
 			return errTLSUntrusted
 		}
 		return nil
-	}
+	})
 	ctx, cancel := context.WithTimeout(r.ctx, r.opts.FrameTimeout)
 	defer cancel()
 	tc, err := transport.TLSServer(ctx, c, fr, cfg)

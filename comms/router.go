@@ -2,7 +2,6 @@ package comms
 
 import (
 	"context"
-	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/tls"
 	"errors"
@@ -195,8 +194,7 @@ type Router struct {
 	lastSeen sync.Map          // identity.PeerID → *atomic.Int64, Unix nanoseconds of its last valid envelope
 
 	accepted, duplicates, acksSent atomic.Uint64
-	tlsServer                      *tls.Config // the listener's side; VerifyConnection is set per connection
-	tlsCert                        tls.Certificate
+	tlsCert                        tls.Certificate // this node's, made from kp
 	rejectMu                       sync.Mutex
 	rejected                       map[string]uint64
 	untrustedSeen                  map[identity.PeerID]time.Time // guarded by rejectMu: logUntrusted's rate limit
@@ -237,7 +235,6 @@ func New(kp *identity.Keypair, list *trust.List, opts Options) (*Router, error) 
 		return nil, err
 	}
 	r.tlsCert = cert
-	r.tlsServer = transport.TLSServerConfig(cert, func(ed25519.PublicKey) error { return errTLSUntrusted })
 	r.inbox = opts.Inbox
 	if r.inbox == nil {
 		r.queue = inbox.New[Item](opts.InboxMax)

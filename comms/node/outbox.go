@@ -28,10 +28,12 @@ func toQueuedSend(e outbox.Entry, inFlight bool, now time.Time) QueuedSend {
 		Expires: timeOrNil(e.Expires), LastError: e.LastError, InFlight: inFlight}
 }
 
+// toPeerSendState is s as the API shows it; Outbox then applies what an
+// open breaker holds back (holdForBreakers).
 func toPeerSendState(s outbox.PeerState, now time.Time) PeerSendState {
 	return PeerSendState{Peer: s.Name, PubKey: s.Peer.String(), Queued: s.Queued, Breaker: s.Breaker, Failures: s.Failures,
 		OpenUntil: timeOrNil(s.OpenUntil), NextAttempt: timeOrNil(s.NextAttempt),
-		Due: s.Queued > 0 && s.Breaker != outbox.BreakerOpen && due(s.NextAttempt, now), LastError: s.LastError}
+		Due: s.Queued > 0 && due(s.NextAttempt, now), LastError: s.LastError}
 }
 
 // breakerOf is the state shown for a stored breaker without a running
@@ -101,7 +103,6 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 			byPeer[br.Peer] = ps
 		}
 		ps.Breaker, ps.Failures, ps.OpenUntil = breakerOf(br, now), br.Failures, timeOrNil(br.OpenUntil)
-		ps.Due = ps.Due && ps.Breaker != outbox.BreakerOpen
 	}
 	for _, ps := range byPeer {
 		info.Peers = append(info.Peers, *ps)
@@ -117,7 +118,7 @@ func holdForBreakers(info *Outbox) {
 	open := map[string]*time.Time{}
 	for i := range info.Peers {
 		p := &info.Peers[i]
-		if p.Breaker != outbox.BreakerOpen || p.OpenUntil == nil {
+		if p.Breaker != outbox.BreakerOpen {
 			continue
 		}
 		open[p.PubKey] = p.OpenUntil
