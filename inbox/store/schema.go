@@ -178,6 +178,16 @@ CREATE TABLE space_proposals (
 CREATE INDEX space_proposals_closed ON space_proposals (updated) WHERE state <> 'pending';
 CREATE INDEX space_proposals_lapsed ON space_proposals (expires) WHERE state = 'pending';
 `,
+
+	// Slice A (item classes): items.class is the item's priority class
+	// (system, user, interrupt, broadcast, normal), set by the caller at
+	// admission; rows from before it are "normal". items_unacked_class
+	// serves reads of one class in seq order and counts by class, over
+	// the unacknowledged items only.
+	`
+ALTER TABLE items ADD COLUMN class TEXT NOT NULL DEFAULT 'normal';
+CREATE INDEX items_unacked_class ON items (class, seq) WHERE acked_at IS NULL;
+`,
 }
 
 // schemaVersion is the schema version this build writes.

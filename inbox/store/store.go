@@ -74,6 +74,9 @@ type Record struct {
 	Peer     string    // sender's trust-list name at receipt
 	Received time.Time // zero: set by Admit from Options.Now
 	Payload  []byte    // the envelope's wire bytes
+	// Class is the caller's ordering class for the item ("": "normal");
+	// ListClass and CountClasses select and count by it.
+	Class string
 }
 
 // Options are a Store's knobs; the zero value of each field means its
@@ -622,6 +625,23 @@ func (s *Store) checkOpen() error {
 // List returns up to limit unacknowledged records with Seq above after,
 // oldest first (limit <= 0: all).
 func (s *Store) List(after uint64, limit int) ([]Record, error) {
+	return s.list(`SELECT seq, sender, id, kind, peer, received, payload, class
+		FROM items WHERE acked_at IS NULL AND seq > ? ORDER BY seq LIMIT ?`, after, limit)
+}
+
+// DefaultClass is the class of a record admitted without one, and of the
+// items stored before classes existed.
+const DefaultClass = "normal"
+
+// ListClass is List for the records of one class only.
+func (s *Store) ListClass(class string, after uint64, limit int) ([]Record, error) {
+	return s.list(`SELECT seq, sender, id, kind, peer, received, payload, class
+		FROM items WHERE acked_at IS NULL AND class = ? AND seq > ? ORDER BY seq LIMIT ?`, after, limit, class)
+}
+
+// list runs q, a query of records after a seq with a limit (and, first,
+// the args in pre).
+func (s *Store) list(q string, after uint64, limit int, pre ...any) ([]Record, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -633,8 +653,7 @@ func (s *Store) List(after uint64, limit int) ([]Record, error) {
 	if limit <= 0 {
 		limit = -1 // no limit in SQLite
 	}
-	rows, err := s.db.Query(`SELECT seq, sender, id, kind, peer, received, payload
-		FROM items WHERE acked_at IS NULL AND seq > ? ORDER BY seq LIMIT ?`, int64(after), limit)
+	rows, err := s.db.Query(q, append(pre, int64(after), limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("store: list: %w", err)
 	}
@@ -646,7 +665,7 @@ func (s *Store) List(after uint64, limit int) ([]Record, error) {
 			seq, received int64
 			sender, id    []byte
 		)
-		if err := rows.Scan(&seq, &sender, &id, &r.Kind, &r.Peer, &received, &r.Payload); err != nil {
+		if err := rows.Scan(&seq, &sender, &id, &r.Kind, &r.Peer, &received, &r.Payload, &r.Class); err != nil {
 			return nil, fmt.Errorf("store: list: %w", err)
 		}
 		if len(sender) != len(r.Sender) || len(id) != len(r.ID) {
@@ -663,6 +682,36 @@ func (s *Store) List(after uint64, limit int) ([]Record, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store: list: %w", err)
+	}
+	return out, nil
+}
+
+// CountClasses returns how many unacknowledged items each class holds
+// (classes with none are left out).
+func (s *Store) CountClasses() (map[string]int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	rows, err := s.db.Query(`SELECT class, count(*) FROM items WHERE acked_at IS NULL GROUP BY class`)
+	if err != nil {
+		return nil, fmt.Errorf("store: count classes: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var (
+			c string
+			n int
+		)
+		if err := rows.Scan(&c, &n); err != nil {
+			return nil, fmt.Errorf("store: count classes: %w", err)
+		}
+		out[c] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: count classes: %w", err)
 	}
 	return out, nil
 }
@@ -879,8 +928,8 @@ const (
 			WHERE i.seq = d.seq AND i.acked_at IS NULL))`
 	// sqlInsertNew inserts the item unless it is a duplicate (as
 	// sqlLookup): no row affected means duplicate.
-	sqlInsertNew = `INSERT INTO items (sender, id, kind, peer, received, payload)
-		SELECT ?1, ?2, ?4, ?5, ?6, ?7 WHERE NOT EXISTS (SELECT 1 FROM dedup d WHERE d.sender = ?1 AND d.id = ?2
+	sqlInsertNew = `INSERT INTO items (sender, id, kind, peer, received, payload, class)
+		SELECT ?1, ?2, ?4, ?5, ?6, ?7, ?8 WHERE NOT EXISTS (SELECT 1 FROM dedup d WHERE d.sender = ?1 AND d.id = ?2
 			AND (d.first_seen >= ?3 OR EXISTS (SELECT 1 FROM items i
 				WHERE i.seq = d.seq AND i.acked_at IS NULL)))`
 	sqlRemember = `INSERT INTO dedup (sender, id, first_seen, seq) VALUES (?1, ?2, ?3, ?4)
@@ -999,7 +1048,11 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			if err := prepare(&remember, sqlRemember); err != nil {
 				return 0, 0, 0, 0, err
 			}
-			ins, err := insertNew.ExecContext(ctx, r.Sender[:], r.ID[:], cutoff, r.Kind, r.Peer, r.Received.UnixNano(), payload)
+			class := r.Class
+			if class == "" {
+				class = DefaultClass
+			}
+			ins, err := insertNew.ExecContext(ctx, r.Sender[:], r.ID[:], cutoff, r.Kind, r.Peer, r.Received.UnixNano(), payload, class)
 			if err != nil {
 				return 0, 0, 0, 0, err
 			}
