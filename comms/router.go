@@ -56,6 +56,10 @@ type Item struct {
 	Envelope wire.Envelope
 	PeerName string // the sender's trust-list name when it arrived
 	Size     int    // the envelope's size on the wire, in bytes
+	// Local marks an envelope the node sealed from its own key to its
+	// own key (a notice, a person's note); the Router never sets it, so
+	// nothing received from the network is ever local.
+	Local bool
 
 	// ItemSubagentResult
 	SubagentID identity.UUID

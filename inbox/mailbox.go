@@ -227,6 +227,14 @@ func (m *Mailbox[T]) Wait(ctx context.Context, after uint64, limit int) ([]Entry
 	}
 }
 
+// Last returns the sequence number of the newest entry ever pushed (0:
+// none yet), acknowledged or not.
+func (m *Mailbox[T]) Last() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.next - 1
+}
+
 // Ack removes the entries whose sequence numbers are listed and returns how
 // many it removed (unknown or already acknowledged numbers are skipped).
 func (m *Mailbox[T]) Ack(seqs ...uint64) int {

@@ -39,6 +39,9 @@ const (
 	OpSpaceEdit        = "space_edit"
 	OpSpaceSend        = "space_send"
 	OpProposals        = "proposals"
+
+	// Item classes: a person's note to the agent (args: TellArgs).
+	OpTell = "tell"
 )
 
 // Request is one control request.

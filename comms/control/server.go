@@ -316,6 +316,11 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		if err = args(req, &q); err == nil {
 			result, err = s.api.Proposals(ctx, q)
 		}
+	case OpTell: // classes
+		var a TellArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.Tell(ctx, a.Body)
+		}
 	default:
 		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown control operation %q", req.Op)}
 	}

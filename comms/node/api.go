@@ -79,6 +79,7 @@ type API interface {
 	PairAccept(ctx context.Context, line, name string) (Paired, error)
 
 	SpacesAPI
+	ClassesAPI // item classes: a person's notes (classes)
 }
 
 // Limits of the API.
@@ -138,6 +139,9 @@ type Status struct {
 	// DBBytes is the size on disk of the home's database (meerkat.db and
 	// its write-ahead log); 0 in memory mode or before it exists.
 	DBBytes int64 `json:"db_bytes"`
+	// PendingByClass breaks Pending down by item class (every class
+	// present).
+	PendingByClass map[string]int `json:"pending_by_class"`
 }
 
 // Peer is one trusted peer.
@@ -172,6 +176,10 @@ type SendOptions struct {
 	// Wait (requests only) waits this long after the ack for the final
 	// response.
 	Wait time.Duration `json:"wait,omitempty"`
+	// Interrupt (messages and requests) marks the envelope
+	// handling_mode "steer": the receiver's agent should handle it at
+	// its next boundary, before what it has queued.
+	Interrupt bool `json:"interrupt,omitempty"`
 }
 
 // Delivery outcomes in [Sent].
@@ -192,9 +200,10 @@ type Sent struct {
 
 // Message is one received item.
 //
-// Untrusted is true for every item a peer sent (all of them, today): its
-// kind, body, intent, params, status, result, fields and MEUP envelope
-// are text another agent wrote, data to read, never instructions. Seq,
+// Untrusted is true for every item a peer sent (every item but the
+// node's own system and user items): its kind, body, intent, params,
+// status, result, fields and MEUP envelope are text another agent wrote,
+// data to read, never instructions. Seq,
 // ID, From, Peer, Received and RequestID are this node's (the sender's
 // key is verified, Peer is its name in this node's trust list).
 type Message struct {
@@ -217,6 +226,12 @@ type Message struct {
 	// request, response or meup (a kind this node does not know), as
 	// JSON.
 	Fields any `json:"fields,omitempty"`
+	// Class is the item's class (Class… values), which orders a
+	// priority read. system and user items are the node's own (a notice,
+	// a person's note): their Untrusted is false.
+	Class string `json:"class,omitempty"`
+	// Notice is set on system items: what the node noticed.
+	Notice *Notice `json:"notice,omitempty"`
 }
 
 // The JSON values of a Message are typed any, not json.RawMessage: the
@@ -236,6 +251,9 @@ type Query struct {
 	// If the inbox now has another epoch, After means nothing in it, and
 	// Receive reads the inbox from its start as if After were 0.
 	Epoch string `json:"epoch,omitempty"`
+	// Order is OrderPriority (""; by class, then arrival) or
+	// OrderArrival.
+	Order string `json:"order,omitempty"`
 }
 
 // Batch is what Receive returns.
@@ -251,6 +269,9 @@ type Batch struct {
 	// over). A client whose epoch changes must read again from After 0:
 	// its cursor means nothing in the new inbox (Query.Epoch does that).
 	Epoch string `json:"epoch"`
+	// PendingByClass breaks Pending down by item class (every class
+	// present).
+	PendingByClass map[string]int `json:"pending_by_class"`
 }
 
 // AckRequest names the items Ack marks handled.

@@ -74,6 +74,7 @@ func (n *Node) auditEvent(ev comms.Event) {
 // retries and dead letters.
 func (n *Node) observeOutbox(ev outbox.Event) {
 	n.events.logOutbox(ev)
+	n.noticeOutbox(ev)
 	e := ev.Entry
 	switch ev.Type {
 	case outbox.EventAcked:

@@ -29,6 +29,13 @@ func toMessage(en inbox.Entry[comms.Item]) Message {
 		Body:      e.Kind.Body(),
 		Intent:    e.Kind.Intent(),
 		Status:    string(e.Kind.Status()),
+		Class:     classOf(en.Item),
+	}
+	if m.Class == ClassSystem || m.Class == ClassUser {
+		m.Untrusted = false // the node's own, or its person's
+		if m.Class == ClassSystem {
+			m.Notice = localNotice(e.Kind)
+		}
 	}
 	if v, ok := e.Kind.Field("params"); ok {
 		if b, err := v.MarshalJSON(); err == nil {
@@ -207,6 +214,9 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 	if err != nil {
 		return Batch{}, err
 	}
+	if err := checkOrder(q.Order); err != nil {
+		return Batch{}, err
+	}
 	mail, err := n.readMail()
 	if err != nil {
 		return Batch{}, err
@@ -231,42 +241,11 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 	for {
 		changed := mail.Changed()
 		b := Batch{Cursor: q.After, Pending: mail.Pending(), Messages: []Message{}, Epoch: epoch}
-		size := 0
-		// Read the inbox a page at a time after the cursor: a durable
-		// inbox is not loaded whole for one call. The first page is only
-		// as long as the call needs (one more item tells More), so a
-		// read of one item (MCP's pending count, after every tool) does
-		// not load listPage stored items; pages grow while filters skip.
-		pageSize := min(listPage, limit+1)
-	scan:
-		for {
-			page := mail.List(b.Cursor, pageSize)
-			for _, en := range page {
-				if !f.matches(en.Item) {
-					b.Cursor = en.Seq // the cursor passes items the filters skip too
-					continue
-				}
-				if len(b.Messages) == limit {
-					b.More = true
-					break scan // the cursor stays at the last item returned
-				}
-				// The budget counts every byte a peer chose (itemSize):
-				// a batch stays within MaxBatchBytes, except a lone item
-				// larger than that, which comes alone.
-				msg := toMessage(en)
-				n := itemSize(msg)
-				if len(b.Messages) > 0 && size+n > MaxBatchBytes {
-					b.More = true
-					break scan
-				}
-				size += n
-				b.Messages = append(b.Messages, msg)
-				b.Cursor = en.Seq
-			}
-			if len(page) < pageSize {
-				break
-			}
-			pageSize = min(2*pageSize, listPage)
+		if q.Order != OrderArrival {
+			scanPriority(mail, f, limit, &b)
+		} else {
+			b.PendingByClass = mail.PendingByClass()
+			scanArrival(mail, f, limit, &b)
 		}
 		if len(b.Messages) > 0 || q.Wait <= 0 {
 			return b, nil
@@ -286,6 +265,48 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 			b.TimedOut = true
 			return b, nil
 		}
+	}
+}
+
+// scanArrival fills b with the first limit items matching f after
+// b.Cursor in arrival order, within MaxBatchBytes.
+func scanArrival(mail mailStore, f filter, limit int, b *Batch) {
+	size := 0
+	// Read the inbox a page at a time after the cursor: a durable
+	// inbox is not loaded whole for one call. The first page is only
+	// as long as the call needs (one more item tells More), so a
+	// read of one item (MCP's pending count, after every tool) does
+	// not load listPage stored items; pages grow while filters skip.
+	pageSize := min(listPage, limit+1)
+scan:
+	for {
+		page := mail.List(b.Cursor, pageSize)
+		for _, en := range page {
+			if !f.matches(en.Item) {
+				b.Cursor = en.Seq // the cursor passes items the filters skip too
+				continue
+			}
+			if len(b.Messages) == limit {
+				b.More = true
+				break scan // the cursor stays at the last item returned
+			}
+			// The budget counts every byte a peer chose (itemSize):
+			// a batch stays within MaxBatchBytes, except a lone item
+			// larger than that, which comes alone.
+			msg := toMessage(en)
+			n := itemSize(msg)
+			if len(b.Messages) > 0 && size+n > MaxBatchBytes {
+				b.More = true
+				break scan
+			}
+			size += n
+			b.Messages = append(b.Messages, msg)
+			b.Cursor = en.Seq
+		}
+		if len(page) < pageSize {
+			break
+		}
+		pageSize = min(2*pageSize, listPage)
 	}
 }
 

@@ -34,6 +34,15 @@ type mailStore interface {
 	// the same as long as seqs continue, another once they start over.
 	Epoch() string
 	Close()
+
+	// ListClass is List for the items of one class (classes.go).
+	ListClass(class string, after uint64, limit int) []inbox.Entry[comms.Item]
+	// PendingByClass counts the unacknowledged items of each class,
+	// every class present.
+	PendingByClass() map[string]int
+	// Last is at least the highest seq of an unacknowledged item (0:
+	// none): a priority read looks at nothing above it.
+	Last() uint64
 }
 
 var (
@@ -45,13 +54,14 @@ var (
 type memMail struct {
 	*inbox.Mailbox[comms.Item]
 	epoch string // random: seqs start over with every memory inbox
+	cls   *memClasses
 }
 
 // newMemMail returns an empty memory inbox with a fresh epoch.
 func newMemMail(mb *inbox.Mailbox[comms.Item]) memMail {
 	var b [16]byte
 	rand.Read(b[:]) // never fails (Go 1.24+)
-	return memMail{Mailbox: mb, epoch: hex.EncodeToString(b[:])}
+	return memMail{Mailbox: mb, epoch: hex.EncodeToString(b[:]), cls: &memClasses{counts: map[string]int{}}}
 }
 
 func (m memMail) Epoch() string { return m.epoch }
@@ -110,6 +120,7 @@ func (d *durableMail) record(it comms.Item) (store.Record, error) {
 			return rec, err
 		}
 		rec.Sender, rec.ID, rec.Kind, rec.Peer, rec.Payload = it.Envelope.From, it.Envelope.ID, it.Envelope.Kind.Type(), it.PeerName, payload
+		rec.Class = classOf(it)
 	case comms.ItemSubagentResult:
 		payload, err := json.Marshal(storedSubagent{ID: it.SubagentID, Result: it.Result, Summary: it.Summary})
 		if err != nil {
@@ -156,7 +167,10 @@ func (d *durableMail) item(r store.Record) (comms.Item, error) {
 	if err != nil {
 		return comms.Item{}, err
 	}
-	return comms.Item{Type: comms.ItemExternal, Received: r.Received, Envelope: e, PeerName: r.Peer, Size: len(r.Payload)}, nil
+	// Only the node stores a local item's class (system, user): the
+	// column, not the envelope, says the item is local.
+	local := r.Class == ClassSystem || r.Class == ClassUser
+	return comms.Item{Type: comms.ItemExternal, Received: r.Received, Envelope: e, PeerName: r.Peer, Size: len(r.Payload), Local: local}, nil
 }
 
 func (d *durableMail) List(after uint64, limit int) []inbox.Entry[comms.Item] {
@@ -165,6 +179,12 @@ func (d *durableMail) List(after uint64, limit int) []inbox.Entry[comms.Item] {
 		d.log.Error("inbox store: list failed", "err", err)
 		return nil
 	}
+	return d.entries(recs)
+}
+
+// entries decodes stored records, skipping (and logging) any that do not
+// decode.
+func (d *durableMail) entries(recs []store.Record) []inbox.Entry[comms.Item] {
 	out := make([]inbox.Entry[comms.Item], 0, len(recs))
 	for _, r := range recs {
 		it, err := d.item(r)

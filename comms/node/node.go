@@ -108,6 +108,8 @@ type Node struct {
 	sends      sendCounts       // send outcomes, for the metrics
 	metrics    *metrics.Metrics // nil: no metrics kept (not a daemon, or metrics.listen "")
 	metricsSrv *metrics.Server  // serves metrics.listen
+
+	notes *notices // system notices (serving nodes only; classes: notice.go)
 }
 
 var _ API = (*Node)(nil)
@@ -276,7 +278,8 @@ func Start(h *Home, opts Options) (*Node, error) {
 			n.obStore = outbox.NewMemStore()
 		}
 		d := routerDeliverer{meup: n.meupAttempted, ackRTT: n.metrics.ObserveRoundTrip}
-		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox, n.events.logBreaker, d, log); err != nil {
+		n.startNotices() // before the outbox, which may raise some at once
+		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox, n.breakerChanged, d, log); err != nil {
 			n.Close()
 			return nil, err
 		}

@@ -487,6 +487,13 @@ func (l *listCounter) List(after uint64, limit int) []inbox.Entry[comms.Item] {
 	return page
 }
 
+// ListClass counts what a priority read (the default) loads.
+func (l *listCounter) ListClass(class string, after uint64, limit int) []inbox.Entry[comms.Item] {
+	page := l.mailStore.ListClass(class, after, limit)
+	l.loaded += len(page)
+	return page
+}
+
 // A read of a few items loads about that many from the inbox, not a page
 // of listPage: MCP asks for one (the pending count) after every tool
 // call, and a durable inbox's items are up to a frame each. Filtered

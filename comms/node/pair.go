@@ -288,6 +288,7 @@ func (n *Node) trustPeer(p trust.Peer) (trust.Peer, error) {
 			n.r.SetTrust(l)
 		}
 	}
+	n.noticePaired(added)
 	return added, nil
 }
 

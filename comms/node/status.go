@@ -54,8 +54,13 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	if s.Running {
 		s.StartedAt = timeOrNil(n.started)
 		s.Inbox, s.Pending = n.mail.Len(), n.mail.Pending()
+		s.PendingByClass = n.mail.PendingByClass()
 	} else if d, err := n.diskMail(); err == nil {
 		s.Inbox, s.Pending = d.Len(), d.Pending()
+		s.PendingByClass = d.PendingByClass()
+	}
+	if s.PendingByClass == nil {
+		s.PendingByClass = pendingByClass(nil)
 	}
 	s.DBBytes = n.dbBytes()
 	if n.ob == nil && n.h.Config.Store.Mode == config.StoreMemory {

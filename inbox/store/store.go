@@ -686,6 +686,21 @@ func (s *Store) list(q string, after uint64, limit int, pre ...any) ([]Record, e
 	return out, nil
 }
 
+// LastSeq returns the highest seq of a stored item (0: none): no
+// unacknowledged item has a higher one.
+func (s *Store) LastSeq() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0, ErrClosed
+	}
+	var seq int64
+	if err := s.db.QueryRow(`SELECT coalesce(max(seq), 0) FROM items`).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("store: last seq: %w", err)
+	}
+	return uint64(seq), nil
+}
+
 // CountClasses returns how many unacknowledged items each class holds
 // (classes with none are left out).
 func (s *Store) CountClasses() (map[string]int, error) {
