@@ -108,6 +108,12 @@ func TestNodeMetricsMoveWithTraffic(t *testing.T) {
 		dl, _ := alice.DeadLetters(ctx)
 		return len(dl) == 1
 	})
+	// The node tells its agent about carol's breaker and the dead letter
+	// with two system items in its inbox.
+	testutil.WaitFor(t, 10*time.Second, "the two notices", func() bool {
+		st, _ := alice.Status(ctx)
+		return st.PendingByClass[node.ClassSystem] == 2
+	})
 	after := metrics.Scrape(t, addr)
 	for _, tc := range []struct {
 		name   string
@@ -120,7 +126,7 @@ func TestNodeMetricsMoveWithTraffic(t *testing.T) {
 		{"meerkatd_sends_total", []string{"outcome", "failed"}, 0},
 		{"meerkatd_sends_total", []string{"outcome", "retry"}, 1},
 		{"meerkatd_ack_round_trip_seconds", nil, 2},
-		{"meerkatd_inbox_items", nil, 3},
+		{"meerkatd_inbox_items", nil, 3 + 2},
 		{"meerkatd_dead_letters", nil, 1},
 		{"meerkatd_outbox_queued", []string{"peer", "carol"}, 1},
 		{"meerkatd_outbox_breaker", []string{"peer", "carol", "state", "open"}, 1},
