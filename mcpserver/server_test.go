@@ -995,3 +995,8 @@ func TestSpaceArgsInvalid(t *testing.T) {
 		}
 	}
 }
+
+// Tell implements node.API (the MCP server has no tool for it).
+func (f *fakeNode) Tell(context.Context, string) (node.Told, error) {
+	return node.Told{}, &node.Error{Code: node.CodeBadArgument, Msg: "not through MCP"}
+}

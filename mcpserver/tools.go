@@ -140,7 +140,7 @@ func readOnly(v bool) *bool { return &v }
 
 // pending asks the node for the current pending count.
 func (s *Server) pending(ctx context.Context) int {
-	b, err := s.api.Receive(ctx, node.Query{Limit: 1})
+	b, err := s.api.Receive(ctx, node.Query{Limit: 1, Order: node.OrderArrival}) // the count only: the cheapest read
 	if err != nil {
 		return 0
 	}
@@ -151,12 +151,14 @@ func (s *Server) addTools() {
 	peerArg := mcp.WithString("peer", mcp.Required(), mcp.Description("the peer: its trust-list name (see list_peers), its key (ed25519:…) or its peer UUID"))
 	reliableArg := mcp.WithBoolean("reliable", mcp.DefaultBool(true), mcp.Description("true (default): store it in the outbox first and retry until the peer acknowledges it or ttl_seconds pass; if the first attempt fails the result is delivery \"queued\", not an error. false: one attempt, and a peer_offline error if it fails"))
 	ttlArg := mcp.WithNumber("ttl_seconds", mcp.Min(0), mcp.Max(node.MaxTTL.Seconds()), mcp.Description("reliable sends only: give up (move it to the dead letters, see list_dead_letters) if not delivered within this many seconds; 0 or absent: the node's default (outbox.default_ttl_secs, normally none)"))
+	interruptArg := mcp.WithBoolean("interrupt", mcp.Description(interruptDoc))
 	s.mcp.AddTool(mcp.NewTool("send_message",
 		mcp.WithDescription("Send a text message to a peer. Returns once the peer's node acknowledged it (delivery \"acked\"), or, for a reliable send whose first attempt failed, delivery \"queued\": the node keeps retrying it (see list_outbox)."),
 		peerArg,
 		mcp.WithString("body", mcp.Required(), mcp.Description("the message text")),
 		reliableArg,
 		ttlArg,
+		interruptArg,
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send message", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendMessage)
@@ -167,6 +169,7 @@ func (s *Server) addTools() {
 		mcp.WithAny("params", mcp.Description("any JSON value with the details (default null)")),
 		reliableArg,
 		ttlArg,
+		interruptArg,
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send request", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendRequest)
@@ -182,7 +185,7 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendResponse)
 	s.mcp.AddTool(mcp.NewTool("status",
-		mcp.WithDescription("Show this node's state, the same as `meerkatd status --json`: its name, key and listen addresses; running (true when a node serves the home) and started_at; peers (how many it trusts); inbox and pending (unacknowledged items: what you still have to read); the counters accepted, acks_sent, connections and rejected (by reason); outbox (reliable sends waiting), dead_letters, and send_peers (peers with something queued or a breaker that is not closed), and db_bytes (the size on disk of the node's database, 0 in memory mode)."),
+		mcp.WithDescription("Show this node's state, the same as `meerkatd status --json`: its name, key and listen addresses; running (true when a node serves the home) and started_at; peers (how many it trusts); inbox and pending (unacknowledged items: what you still have to read) and pending_by_class (pending by item class: system, user, interrupt, broadcast, normal); the counters accepted, acks_sent, connections and rejected (by reason); outbox (reliable sends waiting), dead_letters, and send_peers (peers with something queued or a breaker that is not closed), and db_bytes (the size on disk of the node's database, 0 in memory mode)."),
 		mcp.WithOutputSchema[node.Status](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Node status", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.status)
@@ -196,7 +199,7 @@ func (s *Server) addTools() {
 	admitAnyJSON(listPeers.OutputSchema.Properties, "peers", "items", "properties", "meta")
 	s.mcp.AddTool(listPeers, s.listPeers)
 	s.mcp.AddTool(mcp.NewTool("receive_messages",
-		mcp.WithDescription("List unacknowledged messages, requests, responses and envelopes of spaces (kind meup, with the space, the sender's participant id and the whole MEUP envelope), oldest first, without removing them. With wait_ms, waits up to that long for the first new one. Pass the returned cursor as after to see only newer items. The result's epoch names the inbox the cursor counts in: if it differs from the epoch of your previous read, the node's inbox started over (a restart of a node that keeps its inbox in memory) and your cursor means nothing there, so read again from after 0."),
+		mcp.WithDescription("List unacknowledged messages, requests, responses and envelopes of spaces (kind meup, with the space, the sender's participant id and the whole MEUP envelope), without removing them. "+receiveOrderDoc+" With wait_ms, waits up to that long for the first new one. Pass the returned cursor as after to see only newer items. The result's epoch names the inbox the cursor counts in: if it differs from the epoch of your previous read, the node's inbox started over (a restart of a node that keeps its inbox in memory) and your cursor means nothing there, so read again from after 0."),
 		mcp.WithNumber("wait_ms", mcp.Description("wait up to this many milliseconds for the first item (0-25000, default 0)")),
 		mcp.WithNumber("limit", mcp.Description("at most this many items (1-1000, default 100)")),
 		mcp.WithNumber("after", mcp.Description("only items after this cursor")),
@@ -204,6 +207,7 @@ func (s *Server) addTools() {
 		mcp.WithString("from", mcp.Description("only from this peer")),
 		mcp.WithString("request_id", mcp.Description("only responses to this request")),
 		spaceFilter, meupKindsFilter, contextFilter,
+		orderArg,
 		mcp.WithOutputSchema[node.Batch](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Receive messages", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.receive)
@@ -339,7 +343,10 @@ func parseSendMessage(a args) (peer, body string, opts node.SendOptions, err err
 	if body, err = a.str("body", true); err != nil {
 		return
 	}
-	opts, err = parseSendOptions(a)
+	if opts, err = parseSendOptions(a); err != nil {
+		return
+	}
+	opts.Interrupt, err = parseInterrupt(a)
 	return
 }
 
@@ -350,7 +357,10 @@ func parseSendRequest(a args) (peer, intent string, opts node.SendOptions, err e
 	if intent, err = a.str("intent", true); err != nil {
 		return
 	}
-	opts, err = parseSendOptions(a)
+	if opts, err = parseSendOptions(a); err != nil {
+		return
+	}
+	opts.Interrupt, err = parseInterrupt(a)
 	return
 }
 
@@ -587,6 +597,9 @@ func parseReceive(a args) (node.Query, error) {
 		return q, err
 	}
 	q.After = uint64(after)
+	if q.Order, err = parseOrder(a); err != nil {
+		return q, err
+	}
 	return q, parseFilters(a, &q)
 }
 
@@ -675,7 +688,7 @@ func (s *Server) addResources() {
 		mcp.WithResourceDescription("Unacknowledged received items, oldest first (JSON). Subscribe to be told when it changes."),
 		mcp.WithMIMEType("application/json"),
 	), func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-		b, err := s.api.Receive(ctx, node.Query{Limit: 1000})
+		b, err := s.api.Receive(ctx, node.Query{Limit: 1000, Order: node.OrderArrival})
 		if err != nil {
 			return nil, err
 		}
