@@ -33,10 +33,21 @@ or fails (exit 3). --reliable stores it in the outbox first; the daemon
 retries it until the peer acknowledges it or its time-to-live passes.
 A response must answer a request this node received from that peer,
 and a request can be answered finally (completed, failed) only once.
+--interrupt marks a message or request handling_mode "steer": the
+peer's agent reads it before its queued items.
 Without a daemon the command runs the node itself for the send.`,
-	"inbox": `Items are listed oldest first, a page at a time (--limit per call to the
-node, all pages unless --limit is given), and stay in the inbox until
-acknowledged: --ack acknowledges each page once it is printed. With no
+	"tell": tellHelp,
+	"inbox": `Items are listed by class, then oldest first: system (notices of this
+node: a dead letter, a peer's breaker opened, a pairing), user (notes
+added with meerkatd tell), interrupt (sent with --interrupt, or
+handling_mode "steer"), broadcast, normal; --order arrival lists them
+oldest first, classes aside. Each item's line ends with its class.
+They come a page at a time (--page per call to the node, all pages
+unless --limit is given), and stay in the inbox until acknowledged:
+--ack acknowledges each page once it is printed. Without --ack, a
+priority listing longer than a page may stop early (it says so): the
+items of higher classes that came first are shown once, and the rest
+follow once they are acknowledged, or with --order arrival. With no
 daemon running, the home's database is read (read only; --ack needs
 the daemon). Text from peers is shown with control characters escaped.`,
 	"peers": `ADDR is where the peer listens: uds:///abs/path.sock on this host,

@@ -20,6 +20,7 @@ func runInbox(e *env, args []string) error {
 	limit := flags.Int("limit", 0, "show at most `N` items (default: all, a page at a time)")
 	page := flags.Int("page", 500, "items per call to the node (at most 1000)")
 	ack := flags.Bool("ack", false, "acknowledge (remove) each page once it is printed")
+	order := flags.String("order", node.OrderPriority, "`ORDER` of the items: priority (by class, then oldest first) or arrival (oldest first)")
 	var kinds stringList
 	flags.Var(&kinds, "kind", "only items of this `kind` (message, request, response, meup; repeatable)")
 	from := flags.String("from", "", "only items from this `peer` (name, key or UUID)")
@@ -29,6 +30,9 @@ func runInbox(e *env, args []string) error {
 	flags.StringVar(&mf.Context, "context", "", "only envelopes of spaces in this `context`")
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
+	}
+	if *order != node.OrderPriority && *order != node.OrderArrival {
+		return fmt.Errorf("%w: --order is priority or arrival", errUsage)
 	}
 	if *wait < 0 || *limit < 0 || *page < 1 || *page > node.MaxBatchItems {
 		return fmt.Errorf("%w: --wait and --limit must not be negative, --page from 1 to %d", errUsage, node.MaxBatchItems)
@@ -49,7 +53,10 @@ func runInbox(e *env, args []string) error {
 		fmt.Fprintln(e.stderr, "no daemon is running: reading the stored inbox")
 	}
 	out := inboxPrinter{e: e, json: *asJSON}
-	q := node.Query{After: *after, Kinds: kinds, From: *from, Wait: *wait, MEUPFilter: mf}
+	q := node.Query{After: *after, Kinds: kinds, From: *from, Wait: *wait, MEUPFilter: mf, Order: *order}
+	// A priority read's cursor stays below the oldest item it left out,
+	// so a next page may show again what a page showed: shown skips it.
+	shownSeqs := map[uint64]bool{}
 	shown := 0
 	for {
 		q.Limit = *page
@@ -62,8 +69,23 @@ func runInbox(e *env, args []string) error {
 		if err != nil {
 			return out.fail(err)
 		}
+		stuck := !*ack && batch.More && batch.Cursor == q.After
+		fresh := batch.Messages[:0:0]
+		for _, m := range batch.Messages {
+			if !shownSeqs[m.Seq] {
+				fresh = append(fresh, m)
+				if *order == node.OrderPriority {
+					shownSeqs[m.Seq] = true
+				}
+			}
+		}
+		batch.Messages = fresh
 		if err := out.page(batch); err != nil {
 			return err
+		}
+		if stuck && len(fresh) == 0 {
+			fmt.Fprintln(e.stderr, "more items follow those shown: acknowledge them (--ack), or list with --order arrival")
+			return out.end()
 		}
 		shown += len(batch.Messages)
 		if *ack && len(batch.Messages) > 0 {
@@ -134,7 +156,7 @@ func (p *inboxPrinter) page(b node.Batch) error {
 		if m.Peer != "" {
 			who = safeText(m.Peer, "") + " (" + m.From + ")"
 		}
-		fmt.Fprintf(w, "#%d %s %s from %s id %s\n", m.Seq, m.Received.Local().Format(time.RFC3339), safeText(m.Kind, ""), who, m.ID)
+		fmt.Fprintf(w, "#%d %s %s from %s id %s [%s]\n", m.Seq, m.Received.Local().Format(time.RFC3339), safeText(m.Kind, ""), who, m.ID, m.Class)
 		switch m.Kind {
 		case "message":
 			fmt.Fprintf(w, "  %s\n", safeText(m.Body, "  "))
@@ -182,7 +204,11 @@ func (p *inboxPrinter) end() error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(p.e.stdout, "],\n  \"cursor\": %d,\n  \"more\": %t,\n  \"timed_out\": %t,\n  \"pending\": %d,\n  \"epoch\": %s\n}\n",
-		p.last.Cursor, p.last.More, p.last.TimedOut, p.last.Pending, epoch)
+	byClass, err := json.Marshal(p.last.PendingByClass)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(p.e.stdout, "],\n  \"cursor\": %d,\n  \"more\": %t,\n  \"timed_out\": %t,\n  \"pending\": %d,\n  \"epoch\": %s,\n  \"pending_by_class\": %s\n}\n",
+		p.last.Cursor, p.last.More, p.last.TimedOut, p.last.Pending, epoch, byClass)
 	return err
 }

@@ -83,7 +83,7 @@ func commandTable() map[string]command {
 		"send": {
 			summary: "send a message, request or response (through the daemon if it runs)",
 			usage: "meerkatd send message PEER BODY | send request PEER INTENT [PARAMS_JSON] [--wait DUR] | send response PEER REQUEST_ID STATUS [RESULT_JSON]\n" +
-				"       [--body-file FILE] [--reliable [--ttl DUR] [--no-wait]] [--home DIR] [--json]\n" +
+				"       [--body-file FILE] [--reliable [--ttl DUR] [--no-wait]] [--interrupt] [--home DIR] [--json]\n" +
 				"       BODY, PARAMS_JSON and RESULT_JSON may be - (standard input) or @FILE",
 			run: runSend,
 		},
@@ -118,8 +118,8 @@ func commandTable() map[string]command {
 			run:     runMCP,
 		},
 		"inbox": {
-			summary: "list received items, oldest first, page by page (from the daemon, or read-only from the home's database)",
-			usage:   "meerkatd inbox [--home DIR] [--json] [--after SEQ] [--limit N] [--kind KIND] [--from PEER] [--wait DUR] [--ack]",
+			summary: "list received items by class (system, user, interrupt, broadcast, normal), then oldest first, page by page (from the daemon, or read-only from the home's database)",
+			usage:   "meerkatd inbox [--home DIR] [--json] [--after SEQ] [--limit N] [--kind KIND] [--from PEER] [--wait DUR] [--ack] [--order priority|arrival]",
 			run:     runInbox,
 		},
 		"status": {
@@ -151,6 +151,12 @@ func commandTable() map[string]command {
 			summary: "measure throughput, latency, memory and startup of real nodes against same-run anchors",
 			usage:   benchUsage,
 			run:     runBench,
+		},
+		// Item classes: a person's note to the agent.
+		"tell": {
+			summary: "add a note from you to your agent's inbox, read before anything a peer sent (needs the daemon)",
+			usage:   "meerkatd tell BODY [--home DIR] [--json]   (BODY may be - or @FILE)",
+			run:     runTell,
 		},
 		"help": {
 			summary: "show the commands, or one command's usage",
