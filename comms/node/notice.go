@@ -32,13 +32,14 @@ type Told struct {
 
 // Notice is what a system item tells the agent: an event the node
 // noticed, the peer it concerns (trust-list name) and the envelope or
-// request id it is about, where there is one. Text is the item's body, a
-// sentence for the agent. A notice never holds a message body.
+// request id it is about, where there is one. Text, a sentence for the
+// agent, becomes the item's body (Message.Body), so it is not repeated
+// in the item's notice. A notice never holds a message body.
 type Notice struct {
 	Event string `json:"event"`
 	Peer  string `json:"peer,omitempty"`
 	ID    string `json:"id,omitempty"`
-	Text  string `json:"text"`
+	Text  string `json:"-"`
 }
 
 // Notice events (Notice.Event).
@@ -185,7 +186,7 @@ func (n *Node) noticeOutbox(ev outbox.Event) {
 	why, _, _ := strings.Cut(ev.Reason, ":")
 	n.raiseNotice(Notice{Event: NoticeDeadLetter, Peer: e.Peer, ID: e.ID.String(),
 		Text: fmt.Sprintf("A reliable %s to %s (envelope %s) became a dead letter (%s): it was not delivered. "+
-			"meerkatd outbox dead lists it; it can be retried or dropped there.", e.Kind, e.Peer, e.ID, why)})
+			"meerkatd deadletters (MCP: list_dead_letters) lists it; it can be retried or dropped there.", e.Kind, e.Peer, e.ID, why)})
 }
 
 // breakerChanged is the outbox's OnBreaker: it logs the change and raises
