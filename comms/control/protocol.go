@@ -39,6 +39,10 @@ const (
 	OpSpaceEdit        = "space_edit"
 	OpSpaceSend        = "space_send"
 	OpProposals        = "proposals"
+
+	// Slice B: delivery status (client_sent.go).
+	OpMessageStatus = "message_status"
+	OpSentList      = "sent_list"
 )
 
 // Request is one control request.

@@ -79,6 +79,9 @@ type API interface {
 	PairAccept(ctx context.Context, line, name string) (Paired, error)
 
 	SpacesAPI
+
+	// Slice B: delivery status of what this node sent.
+	SentAPI
 }
 
 // Limits of the API.
@@ -172,6 +175,12 @@ type SendOptions struct {
 	// Wait (requests only) waits this long after the ack for the final
 	// response.
 	Wait time.Duration `json:"wait,omitempty"`
+	// IdempotencyKey makes the send safe to retry: a send with a key
+	// used before (within agent.idempotency_window_secs, also after a
+	// restart) returns the first send's result with Replayed set and
+	// sends nothing; the same key with other arguments fails with
+	// CodeIdempotencyConflict. See CheckIdempotencyKey.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 // Delivery outcomes in [Sent].
@@ -188,6 +197,9 @@ type Sent struct {
 	Delivery  string    `json:"delivery"`             // a Delivery… value
 	LastError string    `json:"last_error,omitempty"` // queued: why the last attempt failed
 	Responses []Message `json:"responses,omitempty"`  // SendRequest with Wait
+	// Replayed is true for the result of an earlier send with the same
+	// idempotency key, returned without sending again.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // Message is one received item.

@@ -74,6 +74,7 @@ func (n *Node) auditEvent(ev comms.Event) {
 // retries and dead letters.
 func (n *Node) observeOutbox(ev outbox.Event) {
 	n.events.logOutbox(ev)
+	n.sentOutbox(ev) // slice B: the send record
 	e := ev.Entry
 	switch ev.Type {
 	case outbox.EventAcked:

@@ -108,6 +108,8 @@ type Node struct {
 	sends      sendCounts       // send outcomes, for the metrics
 	metrics    *metrics.Metrics // nil: no metrics kept (not a daemon, or metrics.listen "")
 	metricsSrv *metrics.Server  // serves metrics.listen
+
+	sent sentState // slice B: send records and idempotency keys (sent.go)
 }
 
 var _ API = (*Node)(nil)
@@ -229,6 +231,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 	}
 	n := &Node{h: h, mode: mode, embedded: opts.Embedded, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
 	n.events = newEventLog(log, logInterval)
+	rec.onResponse = n.sentAnswered // slice B: answers to requests sent
 	var observe func(comms.Event)
 	var pairHook func(net.Conn, io.Reader)
 	if mode != ModeSend {
@@ -281,10 +284,14 @@ func Start(h *Home, opts Options) (*Node, error) {
 			return nil, err
 		}
 		ob := n.ob
-		n.wg.Add(1)
+		n.wg.Add(2)
 		go func() {
 			defer n.wg.Done()
 			pruneLoop(ctx, ob, log)
+		}()
+		go func() { // slice B
+			defer n.wg.Done()
+			n.sentPruneLoop(ctx)
 		}()
 		if n.spaces, err = startSpaces(n); err != nil {
 			n.Close()
