@@ -33,7 +33,20 @@ or fails (exit 3). --reliable stores it in the outbox first; the daemon
 retries it until the peer acknowledges it or its time-to-live passes.
 A response must answer a request this node received from that peer,
 and a request can be answered finally (completed, failed) only once.
-Without a daemon the command runs the node itself for the send.`,
+Without a daemon the command runs the node itself for the send.
+--idempotency-key KEY makes a retry safe: a send with a key used before
+(within agent.idempotency_window_secs, also after a restart) prints the
+first send's result and sends nothing; the key with other arguments fails.
+meerkatd sent ID shows what became of a send.`,
+	"sent": `With IDs, shows each one's state; without, the newest sends (--peer,
+--limit). States: queued (in the outbox, waiting for its next attempt),
+in_flight, acked (the peer acknowledged it), written (a response),
+dead (a reliable send given up on: see meerkatd deadletters), failed (a
+direct send whose one attempt failed), answered (a request with a final
+response, named in DETAIL), unknown (no record: not sent from this home,
+or older than agent.sent_history_hours). "accepted" responses are
+progress: the request stays acked. Without a daemon the home's database
+is read.`,
 	"inbox": `Items are listed oldest first, a page at a time (--limit per call to the
 node, all pages unless --limit is given), and stay in the inbox until
 acknowledged: --ack acknowledges each page once it is printed. With no

@@ -83,7 +83,7 @@ func commandTable() map[string]command {
 		"send": {
 			summary: "send a message, request or response (through the daemon if it runs)",
 			usage: "meerkatd send message PEER BODY | send request PEER INTENT [PARAMS_JSON] [--wait DUR] | send response PEER REQUEST_ID STATUS [RESULT_JSON]\n" +
-				"       [--body-file FILE] [--reliable [--ttl DUR] [--no-wait]] [--home DIR] [--json]\n" +
+				"       [--body-file FILE] [--reliable [--ttl DUR] [--no-wait]] [--idempotency-key KEY] [--home DIR] [--json]\n" +
 				"       BODY, PARAMS_JSON and RESULT_JSON may be - (standard input) or @FILE",
 			run: runSend,
 		},
@@ -151,6 +151,12 @@ func commandTable() map[string]command {
 			summary: "measure throughput, latency, memory and startup of real nodes against same-run anchors",
 			usage:   benchUsage,
 			run:     runBench,
+		},
+		// Slice B: delivery status.
+		"sent": {
+			summary: "show what became of the envelopes this node sent: queued, acked, dead, answered",
+			usage:   "meerkatd sent [ID...] [--peer PEER] [--limit N] [--home DIR] [--json]",
+			run:     runSent,
 		},
 		"help": {
 			summary: "show the commands, or one command's usage",
