@@ -22,18 +22,12 @@ const CodeIdempotencyConflict = "idempotency_conflict"
 // MaxIdempotencyKey bounds an idempotency key, in bytes.
 const MaxIdempotencyKey = 128
 
-// Stand-ins until the [agent] config table is merged: the lead replaces
-// these with agent.idempotency_window_secs and agent.sent_history_hours.
-const (
-	defaultIdempotencyWindow = 24 * time.Hour
-	defaultSentHistory       = 168 * time.Hour
-)
+// idempotencyWindow is how long a key's first result is replayed
+// (agent.idempotency_window_secs).
+func (n *Node) idempotencyWindow() time.Duration { return n.h.Config.Agent.IdempotencyWindow() }
 
-// idempotencyWindow is how long a key's first result is replayed.
-func (n *Node) idempotencyWindow() time.Duration { return defaultIdempotencyWindow }
-
-// sentHistory is how long send records are kept.
-func (n *Node) sentHistory() time.Duration { return defaultSentHistory }
+// sentHistory is how long send records are kept (agent.sent_history_hours).
+func (n *Node) sentHistory() time.Duration { return n.h.Config.Agent.SentHistory() }
 
 // CheckIdempotencyKey reports whether key can be an idempotency key: 1 to
 // MaxIdempotencyKey bytes of printable UTF-8 (spaces allowed, no control
