@@ -278,6 +278,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 		} else {
 			n.obStore = outbox.NewMemStore()
 		}
+		n.initSent() // slice B
 		d := routerDeliverer{meup: n.meupAttempted, ackRTT: n.metrics.ObserveRoundTrip}
 		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox, n.events.logBreaker, d, log); err != nil {
 			n.Close()

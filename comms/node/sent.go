@@ -132,9 +132,8 @@ func (n *Node) sentStore() (sentBackend, error) {
 	if n.sent.st != nil {
 		return n.sent.st, nil
 	}
-	if d, ok := n.mail.(*durableMail); ok && n.mode != ModeSend {
-		n.sent.st = d.st.Sent()
-		return n.sent.st, nil
+	if n.closing() {
+		return nil, ErrClosed
 	}
 	n.obMu.Lock()
 	db, err := n.homeDBLocked()
@@ -149,6 +148,17 @@ func (n *Node) sentStore() (sentBackend, error) {
 		n.sent.st = db.Sent()
 	}
 	return n.sent.st, nil
+}
+
+// initSent sets up a serving node's send record, before its goroutines
+// start: in its durable store, or in memory for a memory-mode home.
+func (n *Node) initSent() {
+	if d, ok := n.mail.(*durableMail); ok {
+		n.sent.st = d.st.Sent()
+		return
+	}
+	n.sent.mem = newMemSent()
+	n.sent.st = n.sent.mem
 }
 
 // sentView returns the records to read: those this node writes, or for a
