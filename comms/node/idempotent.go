@@ -184,7 +184,9 @@ type sendArgs struct {
 
 // idempotentSend runs a send under opts.IdempotencyKey: once sent (acked,
 // written or queued), a retry with the key returns the first Sent with
-// Replayed set, whether or not the first call then failed waiting.
+// Replayed set, whether or not the first call then failed waiting. The
+// replayed Sent has no Responses (a request's responses are in the
+// inbox).
 func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts SendOptions, send func(SendOptions) (Sent, error)) (Sent, error) {
 	key := opts.IdempotencyKey
 	opts.IdempotencyKey = ""
@@ -200,7 +202,9 @@ func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts S
 	raw, replayed, err := n.idempotentKeep(ctx, key, op, a, func() (any, bool, error) {
 		s, err := send(opts)
 		first = s
-		return s, s.Delivery != "", err
+		kept := s
+		kept.Responses = nil // bounded: the responses are in the inbox
+		return kept, s.Delivery != "", err
 	})
 	if !replayed {
 		return first, err
