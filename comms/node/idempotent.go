@@ -216,3 +216,32 @@ func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts S
 	s.Replayed = true
 	return s, nil
 }
+
+// idempotentSpaceSend runs SpaceSend under m.IdempotencyKey: once any
+// copy was sent, a retry with the key returns the first SpaceSent
+// (nothing is sent again).
+func (n *Node) idempotentSpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error) {
+	key := m.IdempotencyKey
+	m.IdempotencyKey = ""
+	args := m
+	args.NoWait, args.Wait = false, 0
+	var first SpaceSent
+	raw, replayed, err := n.idempotentKeep(ctx, key, "space_send", args, func() (any, bool, error) {
+		s, err := n.SpaceSend(ctx, m)
+		first = s
+		sent := false
+		for _, c := range s.Copies {
+			sent = sent || c.Delivery != ""
+		}
+		return s, sent, err
+	})
+	if !replayed {
+		return first, err
+	}
+	var s SpaceSent
+	if uerr := json.Unmarshal(raw, &s); uerr != nil {
+		return SpaceSent{}, errorf(CodeInternal, "the stored result of idempotency key %q does not decode: %v", key, uerr)
+	}
+	s.Replayed = true
+	return s, nil
+}

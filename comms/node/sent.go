@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -203,7 +204,7 @@ func (n *Node) sentSealed(s comms.Sealed, kind wire.Kind, reliable bool) {
 	if s.Kind == wire.TypeRequest {
 		r.Intent = kind.Intent()
 		if len(r.Intent) > maxSentIntent {
-			r.Intent = r.Intent[:maxSentIntent]
+			r.Intent = strings.ToValidUTF8(r.Intent[:maxSentIntent], "")
 		}
 	}
 	if !reliable {

@@ -360,3 +360,28 @@ func TestSendRecordWithoutDaemon(t *testing.T) {
 		t.Fatalf("the daemon replays the command's key: %+v, %v", r, err)
 	}
 }
+
+// A space send with an idempotency key sends its copies once; a retry
+// returns the first result; another text under the key conflicts.
+func TestIdempotentSpaceSend(t *testing.T) {
+	nodes := spaceNodes(t, map[string]string{"orch": `[{"kind": "*"}]`, "prop": `[{"kind": "*"}]`}, "orch", "prop")
+	orch, prop := nodes["orch"], nodes["prop"]
+	ctx := context.Background()
+	m := SpaceMessage{Space: "build", Action: ActChat, Text: "once", SendOptions: SendOptions{Reliable: true, IdempotencyKey: "chat-1"}}
+	first, err := prop.SpaceSend(ctx, m)
+	if err != nil || first.Replayed || len(first.Copies) != 1 || first.Copies[0].Delivery != DeliveryAcked {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	again, err := prop.SpaceSend(ctx, m)
+	if err != nil || !again.Replayed || again.ID != first.ID || again.Copies[0].ID != first.Copies[0].ID {
+		t.Fatalf("retry: %+v, %v", again, err)
+	}
+	m.Text = "twice"
+	if _, err := prop.SpaceSend(ctx, m); codeOfErr(err) != CodeIdempotencyConflict {
+		t.Fatalf("another text under the key: %v", err)
+	}
+	waitFor(t, 5*time.Second, "the chat arrives", func() bool { return len(meupItems(t, orch, "chat")) >= 1 })
+	if n := len(meupItems(t, orch, "chat")); n != 1 {
+		t.Fatalf("orch got %d chats, want 1", n)
+	}
+}
