@@ -139,6 +139,7 @@ func (s *Server) addSpaceTools() {
 		opts = append(opts,
 			mcp.WithBoolean("reliable", mcp.DefaultBool(true), mcp.Description("true (default): each copy is stored in the outbox and retried until its member acknowledges it; false: one attempt per member")),
 			mcp.WithNumber("ttl_seconds", mcp.Min(0), mcp.Max(node.MaxTTL.Seconds()), mcp.Description("reliable sends only: give up on a copy not delivered within this many seconds (0 or absent: the node's default)")),
+			idempotencyKeyArg, // slice B
 			mcp.WithOutputSchema[spaceSendResult](),
 			mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: st.title, ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 		)

@@ -159,6 +159,7 @@ func (s *Server) addTools() {
 		reliableArg,
 		ttlArg,
 		interruptArg,
+		idempotencyKeyArg,
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send message", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendMessage)
@@ -170,6 +171,7 @@ func (s *Server) addTools() {
 		reliableArg,
 		ttlArg,
 		interruptArg,
+		idempotencyKeyArg,
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send request", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendRequest)
@@ -181,6 +183,7 @@ func (s *Server) addTools() {
 		mcp.WithAny("result", mcp.Description("any JSON value (default null)")),
 		reliableArg,
 		ttlArg,
+		idempotencyKeyArg,
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendResponse)
@@ -249,6 +252,7 @@ func (s *Server) addTools() {
 		s.addPairTools()
 	}
 	s.addSpaceTools()
+	s.addSentTools() // slice B
 }
 
 // addPairTools adds pair_offer and pair_accept (left out with
@@ -330,6 +334,8 @@ func checkArgs(name string, m map[string]any) error {
 		_, err = parseReceive(a)
 	case "ack_messages":
 		_, _, _, err = parseAck(a)
+	case "message_status": // slice B
+		_, err = parseMessageStatus(a)
 	default:
 		_, err = checkSpaceArgs(name, a)
 	}
@@ -388,6 +394,9 @@ func parseSendOptions(a args) (node.SendOptions, error) {
 			return opts, invalidParams{`argument "reliable" must be a boolean`}
 		}
 		opts.Reliable = b
+	}
+	if err := parseIdempotencyKey(a, &opts); err != nil { // slice B
+		return opts, err
 	}
 	v, ok := a.m["ttl_seconds"]
 	if !ok || v == nil {

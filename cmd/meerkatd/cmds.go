@@ -35,7 +35,20 @@ A response must answer a request this node received from that peer,
 and a request can be answered finally (completed, failed) only once.
 --interrupt marks a message or request handling_mode "steer": the
 peer's agent reads it before its queued items.
-Without a daemon the command runs the node itself for the send.`,
+Without a daemon the command runs the node itself for the send.
+--idempotency-key KEY makes a retry safe: a send with a key used before
+(within agent.idempotency_window_secs, also after a restart) prints the
+first send's result and sends nothing; the key with other arguments fails.
+meerkatd sent ID shows what became of a send.`,
+	"sent": `With IDs, shows each one's state; without, the newest sends (--peer,
+--limit). States: queued (in the outbox, waiting for its next attempt),
+in_flight, acked (the peer acknowledged it), written (a response),
+dead (a reliable send given up on: see meerkatd deadletters), failed (a
+direct send whose one attempt failed), answered (a request with a final
+response, named in DETAIL), unknown (no record: not sent from this home,
+or older than agent.sent_history_hours). "accepted" responses are
+progress: the request stays acked. Without a daemon the home's database
+is read.`,
 	"tell": tellHelp,
 	"inbox": `Items are listed by class, then oldest first: system (notices of this
 node: a dead letter, a peer's breaker opened, a pairing), user (notes

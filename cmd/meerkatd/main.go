@@ -83,7 +83,7 @@ func commandTable() map[string]command {
 		"send": {
 			summary: "send a message, request or response (through the daemon if it runs)",
 			usage: "meerkatd send message PEER BODY | send request PEER INTENT [PARAMS_JSON] [--wait DUR] | send response PEER REQUEST_ID STATUS [RESULT_JSON]\n" +
-				"       [--body-file FILE] [--reliable [--ttl DUR] [--no-wait]] [--interrupt] [--home DIR] [--json]\n" +
+				"       [--body-file FILE] [--reliable [--ttl DUR] [--no-wait]] [--interrupt] [--idempotency-key KEY] [--home DIR] [--json]\n" +
 				"       BODY, PARAMS_JSON and RESULT_JSON may be - (standard input) or @FILE",
 			run: runSend,
 		},
@@ -157,6 +157,12 @@ func commandTable() map[string]command {
 			summary: "add a note from you to your agent's inbox, read before anything a peer sent (needs the daemon)",
 			usage:   "meerkatd tell BODY [--home DIR] [--json]   (BODY may be - or @FILE)",
 			run:     runTell,
+		},
+		// Delivery status of what this node sent.
+		"sent": {
+			summary: "show what became of the envelopes this node sent: queued, acked, dead, answered",
+			usage:   "meerkatd sent [ID...] [--peer PEER] [--limit N] [--home DIR] [--json]",
+			run:     runSent,
 		},
 		"help": {
 			summary: "show the commands, or one command's usage",

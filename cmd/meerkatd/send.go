@@ -19,6 +19,7 @@ func runSend(e *env, args []string) error {
 	ttl := flags.Duration("ttl", 0, "with --reliable: move it to the dead letters if not acked within this `long` (default outbox.default_ttl_secs)")
 	noWait := flags.Bool("no-wait", false, "with --reliable: return once it is stored, without waiting for the first attempt")
 	interrupt := flags.Bool("interrupt", false, "with message or request: an interrupt (handling_mode \"steer\"): the peer's agent reads it before its queued items")
+	idemKey := flags.String("idempotency-key", "", "make a retry safe: a send with a `KEY` used before returns the first send's result without sending")
 	bodyFile := flags.String("body-file", "", "read the body (message), params (request) or result (response) from `FILE` (- for standard input)")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
@@ -90,7 +91,7 @@ func runSend(e *env, args []string) error {
 	defer b.close()
 	ctx, cancel := context.WithTimeout(context.Background(), h.Config.Comms.AckTimeout()+10*time.Second+*wait)
 	defer cancel()
-	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait, Interrupt: *interrupt}
+	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait, Interrupt: *interrupt, IdempotencyKey: *idemKey}
 	var res node.Sent
 	switch sub {
 	case "message":
@@ -114,6 +115,9 @@ func runSend(e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintln(e.stdout, res.ID)
+	if res.Replayed {
+		fmt.Fprintf(e.stderr, "replayed: the first send with this idempotency key (%s); nothing sent again\n", res.Delivery)
+	}
 	if res.Delivery == node.DeliveryQueued {
 		why := ""
 		if res.LastError != "" {

@@ -42,6 +42,9 @@ const (
 
 	// Item classes: a person's note to the agent (args: TellArgs).
 	OpTell = "tell"
+	// Slice B: delivery status (client_sent.go).
+	OpMessageStatus = "message_status"
+	OpSentList      = "sent_list"
 )
 
 // Request is one control request.

@@ -321,6 +321,17 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		if err = args(req, &a); err == nil {
 			result, err = s.api.Tell(ctx, a.Body)
 		}
+	// Slice B: delivery status.
+	case OpMessageStatus:
+		var a MessageStatusArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.MessageStatus(ctx, a.IDs)
+		}
+	case OpSentList:
+		var q node.SentQuery
+		if err = args(req, &q); err == nil {
+			result, err = s.api.SentList(ctx, q)
+		}
 	default:
 		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown control operation %q", req.Op)}
 	}

@@ -80,6 +80,9 @@ type API interface {
 
 	SpacesAPI
 	ClassesAPI // item classes: a person's notes (classes)
+
+	// Slice B: delivery status of what this node sent.
+	SentAPI
 }
 
 // Limits of the API.
@@ -180,6 +183,12 @@ type SendOptions struct {
 	// handling_mode "steer": the receiver's agent should handle it at
 	// its next boundary, before what it has queued.
 	Interrupt bool `json:"interrupt,omitempty"`
+	// IdempotencyKey makes the send safe to retry: a send with a key
+	// used before (within agent.idempotency_window_secs, also after a
+	// restart) returns the first send's result with Replayed set and
+	// sends nothing; the same key with other arguments fails with
+	// CodeIdempotencyConflict. See CheckIdempotencyKey.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 // Delivery outcomes in [Sent].
@@ -196,6 +205,9 @@ type Sent struct {
 	Delivery  string    `json:"delivery"`             // a Delivery… value
 	LastError string    `json:"last_error,omitempty"` // queued: why the last attempt failed
 	Responses []Message `json:"responses,omitempty"`  // SendRequest with Wait
+	// Replayed is true for the result of an earlier send with the same
+	// idempotency key, returned without sending again.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // Message is one received item.

@@ -111,6 +111,9 @@ type SpaceSent struct {
 	// (a withdraw of another's proposal, a grant beyond what this node
 	// holds): the members' nodes apply the same rules and will refuse it.
 	NotApplied string `json:"not_applied,omitempty"`
+	// Replayed is true for the result of an earlier send with the same
+	// idempotency key, returned without sending again (slice B).
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // ProposalQuery selects proposals.

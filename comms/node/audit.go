@@ -75,6 +75,7 @@ func (n *Node) auditEvent(ev comms.Event) {
 func (n *Node) observeOutbox(ev outbox.Event) {
 	n.events.logOutbox(ev)
 	n.noticeOutbox(ev)
+	n.sentOutbox(ev) // slice B: the send record
 	e := ev.Entry
 	switch ev.Type {
 	case outbox.EventAcked:

@@ -109,7 +109,8 @@ type Node struct {
 	metrics    *metrics.Metrics // nil: no metrics kept (not a daemon, or metrics.listen "")
 	metricsSrv *metrics.Server  // serves metrics.listen
 
-	notes *notices // system notices (serving nodes only; classes: notice.go)
+	notes *notices  // system notices (serving nodes only; classes: notice.go)
+	sent  sentState // slice B: send records and idempotency keys (sent.go)
 }
 
 var _ API = (*Node)(nil)
@@ -231,6 +232,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 	}
 	n := &Node{h: h, mode: mode, embedded: opts.Embedded, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
 	n.events = newEventLog(log, logInterval)
+	rec.onResponse = n.sentAnswered // slice B: answers to requests sent
 	var observe func(comms.Event)
 	var pairHook func(net.Conn, io.Reader)
 	if mode != ModeSend {
@@ -277,6 +279,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 		} else {
 			n.obStore = outbox.NewMemStore()
 		}
+		n.initSent() // slice B
 		d := routerDeliverer{meup: n.meupAttempted, ackRTT: n.metrics.ObserveRoundTrip}
 		n.startNotices() // before the outbox, which may raise some at once
 		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox, n.breakerChanged, d, log); err != nil {
@@ -284,10 +287,14 @@ func Start(h *Home, opts Options) (*Node, error) {
 			return nil, err
 		}
 		ob := n.ob
-		n.wg.Add(1)
+		n.wg.Add(2)
 		go func() {
 			defer n.wg.Done()
 			pruneLoop(ctx, ob, log)
+		}()
+		go func() { // slice B
+			defer n.wg.Done()
+			n.sentPruneLoop(ctx)
 		}()
 		if n.spaces, err = startSpaces(n); err != nil {
 			n.Close()

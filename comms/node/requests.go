@@ -22,6 +22,9 @@ type recordingInbox struct {
 	// engine: refused ones and presence are acknowledged without being
 	// stored; undo takes back the engine's record if storing fails.
 	meup func(comms.Item) (deliver bool, undo func(), err error)
+	// onResponse, if set, is told of every response admitted (the
+	// node's send record: sent.go).
+	onResponse func(comms.Item)
 
 	mu       sync.Mutex
 	requests map[identity.UUID]*trackedRequest
@@ -56,7 +59,11 @@ func (ri *recordingInbox) Push(it comms.Item) error {
 		return nil
 	}
 	ri.track(it)
-	return ri.mail.Push(it)
+	err := ri.mail.Push(it)
+	if err == nil {
+		ri.sawResponse(it)
+	}
+	return err
 }
 
 // errNoSpaces refuses meup envelopes on a node that runs no spaces (not
@@ -109,7 +116,7 @@ func (ri *recordingInbox) PushAsync(it comms.Item) comms.Admission {
 		return undoAdmission{a.PushAsync(it), undo}
 	}
 	ri.track(it)
-	return a.PushAsync(it)
+	return ri.seeResponse(it, a.PushAsync(it))
 }
 
 // doneAdmission is an admission that already happened.

@@ -76,6 +76,7 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 		return sendOutcome{}, err
 	}
 	out := sendOutcome{id: sealed.ID, peer: sealed.Peer}
+	n.sentSealed(sealed, s.kind, s.reliable) // slice B: the send record
 	wantAck := sealed.Kind != wire.TypeResponse
 	done := DeliveryAcked
 	if !wantAck {
@@ -88,8 +89,10 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 		if err != nil {
 			n.auditSealed(sealed, audit.EventRefused, 1, err.Error())
 			n.countSend(sendFailed)
+			n.sentEvent(sealed.ID, store.SentEventFailed, 0, err.Error())
 			return out, err
 		}
+		n.sentEvent(sealed.ID, store.SentEventAcked, 0, "")
 		n.countSend(done)
 		if wantAck {
 			n.metrics.ObserveRoundTrip(time.Since(start))
@@ -120,6 +123,7 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	wait := !s.noWait && !failing && ps.Breaker != outbox.BreakerOpen && !ps.NextAttempt.After(time.Now())
 	_, t, err := n.ob.Enqueue(e)
 	if err != nil {
+		n.sentEvent(e.ID, store.SentEventFailed, 0, err.Error())
 		return out, err
 	}
 	out.delivery, out.lastError = DeliveryQueued, ps.LastError
@@ -165,6 +169,7 @@ func (n *Node) sendReliableOnce(ctx context.Context, e outbox.Entry, out sendOut
 	}
 	e.Created = time.Now()
 	if e, err = st.Add(e); err != nil {
+		n.sentEvent(out.id, store.SentEventFailed, 0, err.Error())
 		return out, err
 	}
 	if waiting != "" {
@@ -175,13 +180,17 @@ func (n *Node) sendReliableOnce(ctx context.Context, e outbox.Entry, out sendOut
 	switch {
 	case err == nil:
 		out.delivery = done
+		n.sentEvent(e.ID, store.SentEventAcked, 0, "")
 		return out, st.Delivered(e.ID)
 	case errors.Is(err, comms.ErrUnknownPeer):
-		if kerr := st.Kill(e.ID, outbox.ReasonUnknownPeer+": "+err.Error(), time.Now()); kerr != nil {
+		reason := outbox.ReasonUnknownPeer + ": " + err.Error()
+		if kerr := st.Kill(e.ID, reason, time.Now()); kerr != nil {
 			return out, kerr
 		}
+		n.sentEvent(e.ID, store.SentEventDead, 0, reason)
 		return out, err
 	}
+	n.sentEvent(e.ID, store.SentEventRetry, 1, err.Error())
 	out.delivery, out.lastError = DeliveryQueued, err.Error()
 	backoff, _ := n.h.Config.Outbox.BackoffDurations()
 	if aerr := st.Attempted(e.ID, 1, time.Now().Add(backoff[0]), err.Error()); aerr != nil {
@@ -374,6 +383,11 @@ func jsonValue(what string, raw json.RawMessage) (wire.Value, error) {
 
 // SendMessage implements [API].
 func (n *Node) SendMessage(ctx context.Context, peer, body string, opts SendOptions) (Sent, error) {
+	if opts.IdempotencyKey != "" { // slice B
+		return n.idempotentSend(ctx, "send_message", sendArgs{Peer: peer, Body: body}, opts, func(o SendOptions) (Sent, error) {
+			return n.SendMessage(ctx, peer, body, o)
+		})
+	}
 	if opts.Wait != 0 {
 		return Sent{}, errorf(CodeBadArgument, "waiting for responses applies to requests only")
 	}
@@ -386,6 +400,11 @@ func (n *Node) SendMessage(ctx context.Context, peer, body string, opts SendOpti
 
 // SendRequest implements [API].
 func (n *Node) SendRequest(ctx context.Context, peer, intent string, params json.RawMessage, opts SendOptions) (Sent, error) {
+	if opts.IdempotencyKey != "" { // slice B
+		return n.idempotentSend(ctx, "send_request", sendArgs{Peer: peer, Intent: intent, Params: params}, opts, func(o SendOptions) (Sent, error) {
+			return n.SendRequest(ctx, peer, intent, params, o)
+		})
+	}
 	if intent == "" {
 		return Sent{}, errorf(CodeBadArgument, "a request needs an intent")
 	}
@@ -428,6 +447,11 @@ func (n *Node) SendRequest(ctx context.Context, peer, intent string, params json
 // only if the send fails outright (nothing was queued, or it became a
 // dead letter at once).
 func (n *Node) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, opts SendOptions) (Sent, error) {
+	if opts.IdempotencyKey != "" { // slice B
+		return n.idempotentSend(ctx, "send_response", sendArgs{Peer: peer, Request: requestID, Status: status, Params: result}, opts, func(o SendOptions) (Sent, error) {
+			return n.SendResponse(ctx, peer, requestID, status, result, o)
+		})
+	}
 	if opts.Wait != 0 {
 		return Sent{}, errorf(CodeBadArgument, "waiting for responses applies to requests only")
 	}

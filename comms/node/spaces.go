@@ -506,6 +506,9 @@ func (n *Node) memberKey(ref string) (identity.PeerID, error) {
 
 // SpaceSend implements [API].
 func (n *Node) SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error) {
+	if m.IdempotencyKey != "" { // slice B
+		return n.idempotentSpaceSend(ctx, m)
+	}
 	s, err := n.needSpaces()
 	if err != nil {
 		return SpaceSent{}, err

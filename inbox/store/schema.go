@@ -188,6 +188,54 @@ CREATE INDEX space_proposals_lapsed ON space_proposals (expires) WHERE state = '
 ALTER TABLE items ADD COLUMN class TEXT NOT NULL DEFAULT 'normal';
 CREATE INDEX items_unacked_class ON items (class, seq) WHERE acked_at IS NULL;
 `,
+
+	// Slice B: the record of sends and the idempotency keys (sent.go).
+	//
+	// sent holds one row per envelope this node sealed (never its body):
+	// its recipient, kind, state (queued, in_flight, acked, written, dead,
+	// failed, answered) and what happened to it. Ids are 16-byte blobs,
+	// NULL when absent; times are Unix nanoseconds, NULL when they have
+	// not happened.
+	//
+	// idempotency holds one row per key: the operation, a hash of its
+	// arguments, the first call's result as JSON (NULL while that call
+	// runs, owned by owner), and when it was made.
+	`
+CREATE TABLE sent (
+	id              BLOB    PRIMARY KEY CHECK (length(id) = 16),
+	recipient       BLOB    NOT NULL CHECK (length(recipient) = 32),
+	peer            TEXT    NOT NULL,
+	kind            TEXT    NOT NULL,
+	intent          TEXT    NOT NULL,
+	corr_id         BLOB,
+	reliable        INTEGER NOT NULL,
+	state           TEXT    NOT NULL,
+	created         INTEGER,
+	updated         INTEGER,
+	acked_at        INTEGER,
+	attempts        INTEGER NOT NULL,
+	last_error      TEXT    NOT NULL,
+	reason          TEXT    NOT NULL,
+	died_at         INTEGER,
+	response_id     BLOB,
+	response_status TEXT    NOT NULL,
+	answered_at     INTEGER,
+	progress        INTEGER NOT NULL,
+	progress_id     BLOB,
+	progress_at     INTEGER
+);
+CREATE INDEX sent_created ON sent (created);
+CREATE INDEX sent_recipient ON sent (recipient, created);
+CREATE TABLE idempotency (
+	key       TEXT    PRIMARY KEY,
+	op        TEXT    NOT NULL,
+	args_hash BLOB    NOT NULL,
+	result    BLOB,
+	owner     TEXT    NOT NULL,
+	created   INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX idempotency_created ON idempotency (created);
+`,
 }
 
 // schemaVersion is the schema version this build writes.

@@ -255,6 +255,13 @@ const (
 	opSpaceDeleteGrants
 	opSpacePutProposal
 	opSpaceExpire
+	// Send record and idempotency operations (sent.go), slice B.
+	opSentPut
+	opSentUpdate
+	opSentPrune
+	opIdemClaim
+	opIdemFinish
+	opIdemRelease
 )
 
 // request is one write for commitLoop. done is 1-buffered and receives
@@ -265,6 +272,7 @@ type request struct {
 	seqs []uint64   // opAck
 	ob   *outboxReq // opOutbox*; nil for the others
 	sp   *spaceReq  // opSpace*; nil for the others
+	sn   *sentReq   // opSent*, opIdem*; nil for the others
 	done chan result
 }
 
@@ -278,6 +286,7 @@ type result struct {
 	seq  uint64              // opOutboxAdd: the new entry's Seq
 	revd []outbox.Entry      // opOutboxRevive: the revived entries
 	dead []outbox.DeadLetter // opOutboxPrune: the removed dead letters
+	idem *Idem               // opIdemClaim: the key's record when it is in use
 	err  error
 }
 
@@ -1149,6 +1158,10 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		case opSpaceRemember, opSpaceForget, opSpacePutGrant, opSpaceDeleteGrants,
 			opSpacePutProposal, opSpaceExpire:
 			if err := sp.run(req, &res[i]); err != nil {
+				return 0, 0, 0, 0, err
+			}
+		case opSentPut, opSentUpdate, opSentPrune, opIdemClaim, opIdemFinish, opIdemRelease:
+			if err := ob.runSent(req, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
 		default:

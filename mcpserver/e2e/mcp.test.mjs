@@ -90,6 +90,7 @@ const TOOLS = [
   'list_peers',
   'list_proposals',
   'list_spaces',
+  'message_status',
   'pair_accept',
   'pair_offer',
   'receive_messages',

@@ -1,0 +1,247 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox/store"
+)
+
+// CodeIdempotencyConflict: an idempotency key was used again with another
+// operation or other arguments, or its first call has not finished (it
+// runs now, or it was interrupted and its outcome is unknown).
+const CodeIdempotencyConflict = "idempotency_conflict"
+
+// MaxIdempotencyKey bounds an idempotency key, in bytes.
+const MaxIdempotencyKey = 128
+
+// idempotencyWindow is how long a key's first result is replayed
+// (agent.idempotency_window_secs).
+func (n *Node) idempotencyWindow() time.Duration { return n.h.Config.Agent.IdempotencyWindow() }
+
+// sentHistory is how long send records are kept (agent.sent_history_hours).
+func (n *Node) sentHistory() time.Duration { return n.h.Config.Agent.SentHistory() }
+
+// CheckIdempotencyKey reports whether key can be an idempotency key: 1 to
+// MaxIdempotencyKey bytes of printable UTF-8 (spaces allowed, no control
+// characters).
+func CheckIdempotencyKey(key string) error {
+	switch {
+	case key == "":
+		return errorf(CodeBadArgument, "an idempotency key must not be empty")
+	case len(key) > MaxIdempotencyKey:
+		return errorf(CodeBadArgument, "an idempotency key is at most %d bytes, got %d", MaxIdempotencyKey, len(key))
+	case !utf8.ValidString(key):
+		return errorf(CodeBadArgument, "an idempotency key must be valid UTF-8")
+	}
+	for _, r := range key {
+		if !unicode.IsPrint(r) {
+			return errorf(CodeBadArgument, "an idempotency key must be printable text (found %U)", r)
+		}
+	}
+	return nil
+}
+
+// argsHash is the hash of an operation's arguments a key is bound to.
+func argsHash(op string, args any) ([]byte, error) {
+	b, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("bug: idempotency: arguments of %s: %w", op, err)
+	}
+	h := sha256.New()
+	h.Write([]byte(op))
+	h.Write([]byte{0})
+	h.Write(b)
+	return h.Sum(nil), nil
+}
+
+// lockKey makes the calls of one key in this process run one at a time:
+// it returns once no other call holds key, and the function that lets the
+// next one in.
+func (n *Node) lockKey(ctx context.Context, key string) (func(), error) {
+	for {
+		n.sent.mu.Lock()
+		if n.sent.busy == nil {
+			n.sent.busy = map[string]chan struct{}{}
+			n.sent.owner = identity.NewUUID().String()
+		}
+		ch, held := n.sent.busy[key]
+		if !held {
+			ch = make(chan struct{})
+			n.sent.busy[key] = ch
+			n.sent.mu.Unlock()
+			return func() {
+				n.sent.mu.Lock()
+				delete(n.sent.busy, key)
+				n.sent.mu.Unlock()
+				close(ch)
+			}, nil
+		}
+		n.sent.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, errorf(CodeIdempotencyConflict, "a call with this idempotency key is still running")
+		case <-n.stopped:
+			return nil, Coded(ErrClosed)
+		}
+	}
+}
+
+// idempotent runs fn at most once for key within agent.idempotency_window_secs,
+// also across restarts (the key is kept in the home's database; in memory
+// mode in the running node): a later call with the same key, op and args
+// returns the first call's result, as JSON, with replayed true, without
+// running fn. The same key with another op or other args fails with
+// CodeIdempotencyConflict. Calls with one key run one at a time. If fn
+// fails, the key is released and a retry runs it again. args are the
+// operation's arguments without the key (they are hashed, as JSON).
+//
+// Other features' sends (broadcasts, space sends) use it with their own op
+// names.
+func (n *Node) idempotent(ctx context.Context, key, op string, args any, fn func() (any, error)) (json.RawMessage, bool, error) {
+	return n.idempotentKeep(ctx, key, op, args, func() (any, bool, error) {
+		v, err := fn()
+		return v, err == nil, err
+	})
+}
+
+// idempotentKeep is idempotent whose fn says whether its result is kept
+// for replay (keep) apart from its error: a send that went out but whose
+// wait for an answer failed is kept, with the error returned only to the
+// first call.
+func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn func() (v any, keep bool, err error)) (json.RawMessage, bool, error) {
+	if err := CheckIdempotencyKey(key); err != nil {
+		return nil, false, err
+	}
+	hash, err := argsHash(op, args)
+	if err != nil {
+		return nil, false, err
+	}
+	unlock, err := n.lockKey(ctx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unlock()
+	st, err := n.sentStore()
+	if err != nil {
+		return nil, false, Coded(err)
+	}
+	now := time.Now()
+	k := store.Idem{Key: key, Op: op, ArgsHash: hash, Owner: n.sent.owner, Created: now}
+	got, claimed, err := st.ClaimKey(k, now.Add(-n.idempotencyWindow()))
+	if err != nil {
+		return nil, false, Coded(err)
+	}
+	if !claimed {
+		switch {
+		case got.Op != op || !bytes.Equal(got.ArgsHash, hash):
+			return nil, false, errorf(CodeIdempotencyConflict, "idempotency key %q was used at %s for another call (%s with other arguments): use a new key for a new call",
+				key, got.Created.UTC().Format(time.RFC3339), got.Op)
+		case got.Result == nil:
+			return nil, false, errorf(CodeIdempotencyConflict, "the first call with idempotency key %q (at %s) has not finished: it runs elsewhere, or it was interrupted and may have sent; check message_status or meerkatd sent before using a new key",
+				key, got.Created.UTC().Format(time.RFC3339))
+		}
+		return got.Result, true, nil
+	}
+	v, keep, ferr := fn()
+	var out json.RawMessage
+	if keep {
+		if out, err = json.Marshal(v); err != nil {
+			keep = false
+		}
+	}
+	if keep {
+		k.Result = out
+		if err := st.FinishKey(k); err != nil {
+			n.log.Warn("idempotency key: result not stored", "err", err)
+		}
+	} else if err := st.ReleaseKey(k); err != nil {
+		n.log.Warn("idempotency key: not released", "err", err)
+	}
+	return out, false, ferr
+}
+
+// sendArgs are the arguments a send's idempotency key is bound to: what
+// is sent and how (not how long the caller waits).
+type sendArgs struct {
+	Peer     string          `json:"peer"`
+	Body     string          `json:"body,omitempty"`
+	Intent   string          `json:"intent,omitempty"`
+	Params   json.RawMessage `json:"params,omitempty"`
+	Request  string          `json:"request_id,omitempty"`
+	Status   string          `json:"status,omitempty"`
+	Reliable bool            `json:"reliable"`
+	TTL      time.Duration   `json:"ttl"`
+}
+
+// idempotentSend runs a send under opts.IdempotencyKey: once sent (acked,
+// written or queued), a retry with the key returns the first Sent with
+// Replayed set, whether or not the first call then failed waiting. The
+// replayed Sent has no Responses (a request's responses are in the
+// inbox).
+func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts SendOptions, send func(SendOptions) (Sent, error)) (Sent, error) {
+	key := opts.IdempotencyKey
+	opts.IdempotencyKey = ""
+	a.Reliable, a.TTL = opts.Reliable, opts.TTL
+	if len(a.Params) > 0 {
+		// The same JSON however it is spaced.
+		var buf bytes.Buffer
+		if json.Compact(&buf, a.Params) == nil {
+			a.Params = buf.Bytes()
+		}
+	}
+	var first Sent
+	raw, replayed, err := n.idempotentKeep(ctx, key, op, a, func() (any, bool, error) {
+		s, err := send(opts)
+		first = s
+		kept := s
+		kept.Responses = nil // bounded: the responses are in the inbox
+		return kept, s.Delivery != "", err
+	})
+	if !replayed {
+		return first, err
+	}
+	var s Sent
+	if uerr := json.Unmarshal(raw, &s); uerr != nil {
+		return Sent{}, errorf(CodeInternal, "the stored result of idempotency key %q does not decode: %v", key, uerr)
+	}
+	s.Replayed = true
+	return s, nil
+}
+
+// idempotentSpaceSend runs SpaceSend under m.IdempotencyKey: once any
+// copy was sent, a retry with the key returns the first SpaceSent
+// (nothing is sent again).
+func (n *Node) idempotentSpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error) {
+	key := m.IdempotencyKey
+	m.IdempotencyKey = ""
+	args := m
+	args.NoWait, args.Wait = false, 0
+	var first SpaceSent
+	raw, replayed, err := n.idempotentKeep(ctx, key, "space_send", args, func() (any, bool, error) {
+		s, err := n.SpaceSend(ctx, m)
+		first = s
+		sent := false
+		for _, c := range s.Copies {
+			sent = sent || c.Delivery != ""
+		}
+		return s, sent, err
+	})
+	if !replayed {
+		return first, err
+	}
+	var s SpaceSent
+	if uerr := json.Unmarshal(raw, &s); uerr != nil {
+		return SpaceSent{}, errorf(CodeInternal, "the stored result of idempotency key %q does not decode: %v", key, uerr)
+	}
+	s.Replayed = true
+	return s, nil
+}
