@@ -74,6 +74,10 @@ type Record struct {
 	Peer     string    // sender's trust-list name at receipt
 	Received time.Time // zero: set by Admit from Options.Now
 	Payload  []byte    // the envelope's wire bytes
+	// Text is what Search finds the item by (at most MaxSearchText
+	// bytes are indexed; "": the item is not searchable). Only Admit
+	// reads it; List and Search leave it empty.
+	Text string
 }
 
 // Options are a Store's knobs; the zero value of each field means its
@@ -123,6 +127,11 @@ type Options struct {
 	// or written, and the writing methods return ErrReadOnly. A missing
 	// file is an error wrapping fs.ErrNotExist.
 	ReadOnly bool
+	// SearchText, if set, gives the text to index for an item stored
+	// before the database had a search index (see Record.Text): a
+	// writing Open indexes those items with it. Nil leaves them for a
+	// later Open that has it.
+	SearchText func(Record) string
 	// pragmas are added to every connection's DSN (tests: a page limit
 	// that fills the "disk").
 	pragmas string
@@ -418,6 +427,9 @@ func (s *Store) init() error {
 	}
 	if err := s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'id'`).Scan(&s.id); err != nil {
 		return fmt.Errorf("read the database id: %w", err)
+	}
+	if err := s.backfillSearch(ctx); err != nil {
+		return err
 	}
 	return s.loadCounts(ctx)
 }
@@ -912,7 +924,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	defer tx.Rollback()
 	now := s.opts.Now()
 	nowNS := now.UnixNano()
-	var lookup, insertNew, remember, ack *sql.Stmt
+	var lookup, insertNew, remember, ack, index *sql.Stmt
 	ob := outboxTx{ctx: ctx, tx: tx, s: s}
 	sp := spaceTx{&ob}
 	prepare := func(p **sql.Stmt, q string) error {
@@ -1015,6 +1027,14 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			}
 			if _, err := remember.ExecContext(ctx, r.Sender[:], r.ID[:], nowNS, seq); err != nil {
 				return 0, 0, 0, 0, err
+			}
+			if r.Text != "" {
+				if err := prepare(&index, sqlIndexText); err != nil {
+					return 0, 0, 0, 0, err
+				}
+				if _, err := index.ExecContext(ctx, seq, clipText(r.Text)); err != nil {
+					return 0, 0, 0, 0, err
+				}
 			}
 			unacked++
 			added++
