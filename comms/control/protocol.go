@@ -39,6 +39,8 @@ const (
 	OpSpaceEdit        = "space_edit"
 	OpSpaceSend        = "space_send"
 	OpProposals        = "proposals"
+	// Slice C: search.
+	OpSearch = "search"
 )
 
 // Request is one control request.
@@ -104,5 +106,5 @@ type PairAcceptArgs struct {
 }
 
 // The arguments of OpReceive are a node.Query, of OpAck a
-// node.AckRequest, of OpPairOffer node.PairOptions; the other operations
-// take none.
+// node.AckRequest, of OpPairOffer node.PairOptions, of OpSearch a
+// node.SearchQuery; the other operations take none.

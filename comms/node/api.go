@@ -79,6 +79,8 @@ type API interface {
 	PairAccept(ctx context.Context, line, name string) (Paired, error)
 
 	SpacesAPI
+	// Slice C: search.
+	SearchAPI
 }
 
 // Limits of the API.
