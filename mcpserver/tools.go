@@ -245,6 +245,8 @@ func (s *Server) addTools() {
 		s.addPairTools()
 	}
 	s.addSpaceTools()
+	// Slice C: search.
+	s.addSearchTools()
 }
 
 // addPairTools adds pair_offer and pair_accept (left out with
@@ -326,6 +328,9 @@ func checkArgs(name string, m map[string]any) error {
 		_, err = parseReceive(a)
 	case "ack_messages":
 		_, _, _, err = parseAck(a)
+	// Slice C: search.
+	case "search_messages":
+		_, err = parseSearch(a)
 	default:
 		_, err = checkSpaceArgs(name, a)
 	}
