@@ -234,7 +234,7 @@ func TestSearch(t *testing.T) {
 	for i, r := range []Record{
 		searchRec(1, 1, "message", "alice", "alice the deploy is done", t0),
 		searchRec(2, 2, "request", "bob", "bob review {\"pr\": 42} deploy", t0.Add(time.Minute)),
-		searchRec(1, 3, "message", "alice", "alice nothing to see", t0.Add(2*time.Minute)),
+		searchRec(1, 3, "message", "alice", "alice nothing to see at the Café", t0.Add(2*time.Minute)),
 		searchRec(1, 4, "response", "alice", "alice completed Deployment finished", t0.Add(3*time.Minute)),
 		searchRec(2, 5, "message", "bob", "", t0.Add(4*time.Minute)), // not searchable
 		searchRec(2, 6, "message", "bob", "bob deploy again", t0.Add(5*time.Minute)),
@@ -267,6 +267,8 @@ func TestSearch(t *testing.T) {
 		{Search{}, `"deployment finished"`, []uint64{4}},
 		{Search{}, "DEPLOY alice", []uint64{1}},
 		{Search{}, "42", []uint64{2}},
+		{Search{}, "cafe", []uint64{3}}, // accents folded
+		{Search{}, "CAFÉ", []uint64{3}},
 		{Search{}, "absent", nil},
 		{Search{Sender: &[32]byte{1}}, "deploy*", []uint64{4, 1}},
 		{Search{Peer: "bob"}, "deploy*", []uint64{6, 2}},
