@@ -35,6 +35,7 @@ type fakeNode struct {
 	opts      []node.SendOptions
 	spaceMsgs []node.SpaceMessage // SpaceSend calls
 	edits     []node.SpaceEdit    // SpaceEdit calls
+	searches  []node.SearchQuery  // Search calls
 }
 
 func newFakeNode() *fakeNode {
@@ -468,7 +469,7 @@ func testToolList(t *testing.T, era string) {
 		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "retry_outbox": false, "pair_offer": false, "pair_accept": false,
 		"list_spaces": true, "list_proposals": true, "space_send": false, "space_chat": false, "space_propose": false, "space_fulfill": false,
 		"space_respond": false, "space_reject": false, "space_withdraw": false, "space_grant": false, "space_revoke": false, "edit_space": false,
-		"message_status": true} // slice B
+		"message_status": true, "search_messages": true}
 	if len(res.Tools) != len(want) {
 		t.Fatalf("%d tools, want %d", len(res.Tools), len(want))
 	}

@@ -253,6 +253,8 @@ func (s *Server) addTools() {
 	}
 	s.addSpaceTools()
 	s.addSentTools() // slice B
+	// Slice C: search.
+	s.addSearchTools()
 }
 
 // addPairTools adds pair_offer and pair_accept (left out with
@@ -336,6 +338,9 @@ func checkArgs(name string, m map[string]any) error {
 		_, _, _, err = parseAck(a)
 	case "message_status": // slice B
 		_, err = parseMessageStatus(a)
+	// Slice C: search.
+	case "search_messages":
+		_, err = parseSearch(a)
 	default:
 		_, err = checkSpaceArgs(name, a)
 	}

@@ -122,6 +122,12 @@ func commandTable() map[string]command {
 			usage:   "meerkatd inbox [--home DIR] [--json] [--after SEQ] [--limit N] [--kind KIND] [--from PEER] [--wait DUR] [--ack] [--order priority|arrival]",
 			run:     runInbox,
 		},
+		// Slice C: search.
+		"search": {
+			summary: "search received items, history included, by words, phrases and prefixes (newest first, paged)",
+			usage:   "meerkatd search QUERY... [--peer PEER] [--kind KIND] [--since WHEN] [--until WHEN] [--limit N] [--cursor C] [--home DIR] [--json]",
+			run:     runSearch,
+		},
 		"status": {
 			summary: "show whether a node serves the home, its addresses and counters (exit 5 if none runs)",
 			usage:   "meerkatd status [--home DIR] [--wait DUR] [--json]",

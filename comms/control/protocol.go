@@ -45,6 +45,8 @@ const (
 	// Slice B: delivery status (client_sent.go).
 	OpMessageStatus = "message_status"
 	OpSentList      = "sent_list"
+	// Slice C: search.
+	OpSearch = "search"
 )
 
 // Request is one control request.
@@ -110,5 +112,5 @@ type PairAcceptArgs struct {
 }
 
 // The arguments of OpReceive are a node.Query, of OpAck a
-// node.AckRequest, of OpPairOffer node.PairOptions; the other operations
-// take none.
+// node.AckRequest, of OpPairOffer node.PairOptions, of OpSearch a
+// node.SearchQuery; the other operations take none.

@@ -332,6 +332,12 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		if err = args(req, &q); err == nil {
 			result, err = s.api.SentList(ctx, q)
 		}
+	// Slice C: search.
+	case OpSearch:
+		var q node.SearchQuery
+		if err = args(req, &q); err == nil {
+			result, err = s.api.Search(ctx, q)
+		}
 	default:
 		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown control operation %q", req.Op)}
 	}

@@ -83,6 +83,8 @@ type API interface {
 
 	// Slice B: delivery status of what this node sent.
 	SentAPI
+	// Slice C: search.
+	SearchAPI
 }
 
 // Limits of the API.

@@ -132,6 +132,7 @@ func openMail(h *Home, log *slog.Logger, mode Mode) (mailStore, error) {
 		DedupWindow:      time.Duration(h.Config.Store.DedupWindowHours) * time.Hour,
 		HistoryRetention: time.Duration(h.Config.Store.HistoryHours) * time.Hour,
 		HistoryMaxBytes:  int64(h.Config.Store.HistoryMaxBytes),
+		SearchText:       recordText,
 	})
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -112,4 +113,51 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkSearch10k searches a 10,000-item history (95% acknowledged,
+// texts of 40 words drawn from 2,000) for a word present in five items,
+// a page of 20 hits with snippets.
+func BenchmarkSearch10k(b *testing.B) {
+	s, _ := openStore(b, Options{MaxItems: 20000, HistoryMaxBytes: -1})
+	ctx := context.Background()
+	const items = 10000
+	var text []byte
+	pending := make([]*Pending, 0, items)
+	for i := range items {
+		text = text[:0]
+		for w := range 40 {
+			text = fmt.Appendf(text, "w%d ", (i*7919+w*104729)%2000)
+		}
+		if i%2000 == 1000 {
+			text = append(text, "needle"...)
+		}
+		r := Record{Kind: "message", Peer: "bench", Payload: make([]byte, 300), Text: string(text)}
+		binary.BigEndian.PutUint64(r.ID[:], uint64(i+1))
+		pending = append(pending, s.AdmitAsync(ctx, r))
+	}
+	for _, p := range pending {
+		if _, err := p.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	seqs := make([]uint64, 0, items)
+	for i := range uint64(items * 95 / 100) {
+		seqs = append(seqs, i+1)
+	}
+	if n, err := s.Ack(seqs...); err != nil || n != len(seqs) {
+		b.Fatalf("ack: %d, %v", n, err)
+	}
+	terms, err := ParseSearch("needle")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		hits, err := s.Search(ctx, Search{Terms: terms, Limit: 20})
+		if err != nil || len(hits) != 5 {
+			b.Fatalf("%d hits, %v", len(hits), err)
+		}
+	}
 }

@@ -79,6 +79,20 @@
 // and proposal payloads are JSON text, checked when written and again
 // when read.
 //
+// # Search
+//
+// [Store.Search] finds items, unacknowledged or in history, by the text
+// the caller gave with each record ([Record.Text], at most
+// [MaxSearchText] bytes indexed), newest first, paged by Seq. The text
+// lives in an SQLite FTS5 table keyed by Seq (schema: the search
+// migration); a trigger deletes an item's row whenever the item is
+// deleted, so expiry and history trimming shrink the index too. Items
+// stored before the index existed are indexed by the first writing Open
+// given [Options.SearchText]. Queries come only from [ParseSearch]:
+// words, "phrases" and prefix* words, turned into an FTS5 expression in
+// which every word is quoted, so no user text is ever FTS5 syntax.
+// [SearchTerms.Matches] applies the same terms to a text in memory.
+//
 // # What it is not
 //
 // store knows nothing about envelopes, signatures or peers: it keeps opaque

@@ -236,6 +236,27 @@ CREATE TABLE idempotency (
 ) WITHOUT ROWID;
 CREATE INDEX idempotency_created ON idempotency (created);
 `,
+
+	// Slice C (search): the full-text index of items (search.go).
+	//
+	// items_fts holds the text of each searchable item under its seq (the
+	// FTS5 rowid). It is an FTS5 table with its own content: items keeps
+	// wire bytes the store does not decode, so the text exists nowhere
+	// else, and snippets need it (a contentless table has none; an
+	// external-content one would need the text in items and the exact
+	// old text to delete it). The trigger deletes an item's row whenever
+	// the item goes (expiry, history trimming), so the index never
+	// outgrows what it covers. Items admitted before this version have
+	// no row: meta's search_backfill names the highest seq still to
+	// index, and a writing Open indexes them, newest first
+	// (backfillSearch), then deletes the key.
+	`
+CREATE VIRTUAL TABLE items_fts USING fts5(text, tokenize = 'unicode61 remove_diacritics 2');
+CREATE TRIGGER items_fts_delete AFTER DELETE ON items BEGIN
+	DELETE FROM items_fts WHERE rowid = old.seq;
+END;
+INSERT INTO meta (key, value) SELECT 'search_backfill', CAST(max(seq) AS TEXT) FROM items HAVING max(seq) IS NOT NULL;
+`,
 }
 
 // schemaVersion is the schema version this build writes.

@@ -77,6 +77,10 @@ type Record struct {
 	// Class is the caller's ordering class for the item ("": "normal");
 	// ListClass and CountClasses select and count by it.
 	Class string
+	// Text is what Search finds the item by (at most MaxSearchText
+	// bytes are indexed; "": the item is not searchable). Only Admit
+	// reads it; List and Search leave it empty.
+	Text string
 }
 
 // Options are a Store's knobs; the zero value of each field means its
@@ -126,6 +130,11 @@ type Options struct {
 	// or written, and the writing methods return ErrReadOnly. A missing
 	// file is an error wrapping fs.ErrNotExist.
 	ReadOnly bool
+	// SearchText, if set, gives the text to index for an item stored
+	// before the database had a search index (see Record.Text): a
+	// writing Open indexes those items with it. Nil leaves them for a
+	// later Open that has it.
+	SearchText func(Record) string
 	// pragmas are added to every connection's DSN (tests: a page limit
 	// that fills the "disk").
 	pragmas string
@@ -430,6 +439,9 @@ func (s *Store) init() error {
 	}
 	if err := s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'id'`).Scan(&s.id); err != nil {
 		return fmt.Errorf("read the database id: %w", err)
+	}
+	if err := s.backfillSearch(ctx); err != nil {
+		return err
 	}
 	return s.loadCounts(ctx)
 }
@@ -985,7 +997,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	defer tx.Rollback()
 	now := s.opts.Now()
 	nowNS := now.UnixNano()
-	var lookup, insertNew, remember, ack *sql.Stmt
+	var lookup, insertNew, remember, ack, index *sql.Stmt
 	ob := outboxTx{ctx: ctx, tx: tx, s: s}
 	sp := spaceTx{&ob}
 	prepare := func(p **sql.Stmt, q string) error {
@@ -1092,6 +1104,14 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			}
 			if _, err := remember.ExecContext(ctx, r.Sender[:], r.ID[:], nowNS, seq); err != nil {
 				return 0, 0, 0, 0, err
+			}
+			if r.Text != "" {
+				if err := prepare(&index, sqlIndexText); err != nil {
+					return 0, 0, 0, 0, err
+				}
+				if _, err := index.ExecContext(ctx, seq, clipText(r.Text)); err != nil {
+					return 0, 0, 0, 0, err
+				}
 			}
 			unacked++
 			added++

@@ -96,6 +96,7 @@ const TOOLS = [
   'receive_messages',
   'retry_dead_letters',
   'retry_outbox',
+  'search_messages', // slice C: search
   'send_message',
   'send_request',
   'send_response',

@@ -1,0 +1,523 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits of search.
+const (
+	// MaxSearchText bounds the text indexed for one item: a longer text
+	// is indexed up to that many bytes (cut at a character boundary), so
+	// the index grows at most by that much per item.
+	MaxSearchText = 64 << 10
+	// MaxQueryBytes bounds a search query's text.
+	MaxQueryBytes = 1024
+	// MaxQueryTerms bounds the words and phrases of one query.
+	MaxQueryTerms = 16
+	// MaxSearchHits bounds the hits one Search returns.
+	MaxSearchHits = 1000
+)
+
+// Errors of ParseSearch. Each wraps ErrBadQuery.
+var (
+	// ErrBadQuery is the class of every query ParseSearch refuses.
+	ErrBadQuery = errors.New("store: bad search query")
+	// ErrEmptyQuery means the query holds no word to search for.
+	ErrEmptyQuery = fmt.Errorf("%w: no words to search for", ErrBadQuery)
+)
+
+// Snippet markers around the matched words, and the mark of text left
+// out, in the snippets Search returns (and SearchTerms.Snippet makes).
+const (
+	SnippetOpen  = "«"
+	SnippetClose = "»"
+	SnippetCut   = "…"
+)
+
+// snippetTokens is about how many words a snippet shows.
+const snippetTokens = 16
+
+// SearchTerms is a parsed search query: every term must match. The zero
+// value has no terms and matches nothing; build one with ParseSearch.
+// It is immutable and safe for concurrent use.
+type SearchTerms struct {
+	terms []searchTerm
+}
+
+// searchTerm is a word (one token) or a phrase (tokens in a row); with
+// prefix, its last token matches any word it starts.
+type searchTerm struct {
+	tokens []string // lower case
+	prefix bool
+}
+
+// ParseSearch parses a user's query: words, all of which must match
+// (case-insensitively), "quoted phrases" whose words must come in a row,
+// and prefix* words (or "phrase"*) whose last word matches any word it
+// starts. Words are runs of letters and digits; everything else
+// separates them, so punctuation in a query never has a meaning of its
+// own ("foo-bar" is the phrase "foo bar"). An unterminated quote runs to
+// the end. A term with no letters or digits is ignored; a query left
+// with none fails with ErrEmptyQuery, one over MaxQueryBytes, over
+// MaxQueryTerms terms or not valid UTF-8 with an error wrapping
+// ErrBadQuery.
+func ParseSearch(q string) (SearchTerms, error) {
+	if len(q) > MaxQueryBytes {
+		return SearchTerms{}, fmt.Errorf("%w: longer than %d bytes", ErrBadQuery, MaxQueryBytes)
+	}
+	if !utf8.ValidString(q) {
+		return SearchTerms{}, fmt.Errorf("%w: not valid UTF-8", ErrBadQuery)
+	}
+	var st SearchTerms
+	add := func(text string, prefix bool) error {
+		var toks []string
+		for _, t := range tokenize(text) {
+			toks = append(toks, strings.ToLower(text[t.start:t.end]))
+		}
+		if len(toks) == 0 {
+			return nil
+		}
+		if len(st.terms) == MaxQueryTerms {
+			return fmt.Errorf("%w: more than %d words and phrases", ErrBadQuery, MaxQueryTerms)
+		}
+		st.terms = append(st.terms, searchTerm{tokens: toks, prefix: prefix})
+		return nil
+	}
+	for i := 0; i < len(q); {
+		r, size := utf8.DecodeRuneInString(q[i:])
+		switch {
+		case unicode.IsSpace(r):
+			i += size
+		case r == '"':
+			end := strings.IndexByte(q[i+1:], '"')
+			var text string
+			if end < 0 {
+				text, i = q[i+1:], len(q)
+			} else {
+				text, i = q[i+1:i+1+end], i+1+end+1
+			}
+			prefix := false
+			for i < len(q) && q[i] == '*' {
+				prefix, i = true, i+1
+			}
+			if err := add(text, prefix); err != nil {
+				return SearchTerms{}, err
+			}
+		default:
+			end := strings.IndexFunc(q[i:], func(r rune) bool { return unicode.IsSpace(r) || r == '"' })
+			if end < 0 {
+				end = len(q) - i
+			}
+			word := q[i : i+end]
+			i += end
+			trimmed := strings.TrimRight(word, "*")
+			if err := add(trimmed, len(trimmed) < len(word)); err != nil {
+				return SearchTerms{}, err
+			}
+		}
+	}
+	if len(st.terms) == 0 {
+		return SearchTerms{}, ErrEmptyQuery
+	}
+	return st, nil
+}
+
+// Match returns the terms as an FTS5 MATCH expression: every term a
+// quoted string of its words (which hold only letters, digits and
+// marks, never a quote), a * after a prefix term, all of them required.
+// It is "" for the zero SearchTerms.
+func (st SearchTerms) Match() string {
+	var b strings.Builder
+	for i, t := range st.terms {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteByte('"')
+		b.WriteString(strings.Join(t.tokens, " "))
+		b.WriteByte('"')
+		if t.prefix {
+			b.WriteByte('*')
+		}
+	}
+	return b.String()
+}
+
+// String returns the terms as a normalised query (lower case, phrases
+// quoted): ParseSearch of it gives the same terms.
+func (st SearchTerms) String() string {
+	var b strings.Builder
+	for i, t := range st.terms {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if len(t.tokens) > 1 {
+			b.WriteString(`"` + strings.Join(t.tokens, " ") + `"`)
+		} else {
+			b.WriteString(t.tokens[0])
+		}
+		if t.prefix {
+			b.WriteByte('*')
+		}
+	}
+	return b.String()
+}
+
+// Matches reports whether text holds every term: the same words in
+// lower case (strings.ToLower; unlike the SQLite index, accents are not
+// folded). The zero SearchTerms matches nothing.
+func (st SearchTerms) Matches(text string) bool {
+	_, ok := st.find(text, tokenize(text))
+	return ok
+}
+
+// find returns the token index of the first term's first match in text,
+// and whether every term matches.
+func (st SearchTerms) find(text string, toks []span) (first int, ok bool) {
+	if len(st.terms) == 0 {
+		return 0, false
+	}
+	words := make([]string, len(toks))
+	for i, t := range toks {
+		words[i] = strings.ToLower(text[t.start:t.end])
+	}
+	first = -1
+	for _, t := range st.terms {
+		at := t.find(words)
+		if at < 0 {
+			return 0, false
+		}
+		if first < 0 || at < first {
+			first = at
+		}
+	}
+	return first, true
+}
+
+// find returns where t first matches in words, or -1.
+func (t searchTerm) find(words []string) int {
+	n := len(t.tokens)
+outer:
+	for i := 0; i+n <= len(words); i++ {
+		for j, tok := range t.tokens {
+			w := words[i+j]
+			if j == n-1 && t.prefix {
+				if !strings.HasPrefix(w, tok) {
+					continue outer
+				}
+			} else if w != tok {
+				continue outer
+			}
+		}
+		return i
+	}
+	return -1
+}
+
+// Snippet returns a short part of text around the first match, the
+// matched words between SnippetOpen and SnippetClose, SnippetCut where
+// text was left out, like the snippets Search returns; "" if text does
+// not match.
+func (st SearchTerms) Snippet(text string) string {
+	toks := tokenize(text)
+	first, ok := st.find(text, toks)
+	if !ok {
+		return ""
+	}
+	words := make([]string, len(toks))
+	for i, t := range toks {
+		words[i] = strings.ToLower(text[t.start:t.end])
+	}
+	from := max(first-snippetTokens/4, 0)
+	to := min(from+snippetTokens, len(toks))
+	marked := make([]bool, len(toks))
+	for _, t := range st.terms {
+		for i := from; i < to; i++ {
+			if t.find(words[i:min(i+len(t.tokens), len(words))]) == 0 {
+				for j := i; j < i+len(t.tokens) && j < len(toks); j++ {
+					marked[j] = true
+				}
+			}
+		}
+	}
+	var b strings.Builder
+	if from > 0 {
+		b.WriteString(SnippetCut)
+	}
+	pos := toks[from].start
+	for i := from; i < to; i++ {
+		b.WriteString(text[pos:toks[i].start])
+		if marked[i] {
+			b.WriteString(SnippetOpen + text[toks[i].start:toks[i].end] + SnippetClose)
+		} else {
+			b.WriteString(text[toks[i].start:toks[i].end])
+		}
+		pos = toks[i].end
+	}
+	if to < len(toks) {
+		b.WriteString(SnippetCut)
+	}
+	return b.String()
+}
+
+// span is one token of a text: text[start:end].
+type span struct{ start, end int }
+
+// isTokenRune reports whether r belongs to a word: letters, digits,
+// private-use characters (as SQLite's unicode61 tokenizer counts them)
+// and combining marks (accents written as a separate character).
+func isTokenRune(r rune) bool {
+	return unicode.IsLetter(r) || unicode.IsNumber(r) || unicode.Is(unicode.Co, r) || unicode.Is(unicode.Mn, r)
+}
+
+// tokenize splits text into words.
+func tokenize(text string) []span {
+	var out []span
+	start := -1
+	for i, r := range text {
+		if r == utf8.RuneError {
+			r = ' ' // invalid bytes separate words
+		}
+		if isTokenRune(r) {
+			if start < 0 {
+				start = i
+			}
+			continue
+		}
+		if start >= 0 {
+			out = append(out, span{start, i})
+			start = -1
+		}
+	}
+	if start >= 0 {
+		out = append(out, span{start, len(text)})
+	}
+	return out
+}
+
+// clipText cuts text to at most MaxSearchText bytes, at a character
+// boundary.
+func clipText(text string) string {
+	if len(text) <= MaxSearchText {
+		return text
+	}
+	cut := MaxSearchText
+	for cut > 0 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return text[:cut]
+}
+
+// Search selects items for [Store.Search].
+type Search struct {
+	Terms SearchTerms // required
+	// Sender, if set, keeps only items from that key; Peer, if not "",
+	// only items whose sender had that trust-list name when they arrived.
+	Sender *[32]byte
+	Peer   string
+	Kinds  []string  // only these kinds (empty: all)
+	Since  time.Time // only items received at or after it (zero: no bound)
+	Until  time.Time // only items received at or before it (zero: no bound)
+	Before uint64    // only items with a Seq below it (0: no bound): the cursor
+	Limit  int       // at most this many (0 or above MaxSearchHits: MaxSearchHits)
+}
+
+// Hit is one item Search found.
+type Hit struct {
+	Record
+	AckedAt time.Time // when it was acknowledged; zero while it is not
+	Snippet string    // the indexed text around the match (see SnippetOpen)
+}
+
+// Search returns the items, unacknowledged or in history, whose indexed
+// text matches q.Terms and that pass q's filters, newest (highest Seq)
+// first. Pass the last hit's Seq as q.Before for the next page: pages
+// stay consistent while items arrive (they get higher seqs). Items
+// acknowledged and then expired or trimmed from history are gone from
+// the index too.
+func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	match := q.Terms.Match()
+	if match == "" {
+		return nil, ErrEmptyQuery
+	}
+	limit := q.Limit
+	if limit <= 0 || limit > MaxSearchHits {
+		limit = MaxSearchHits
+	}
+	before := int64(math.MaxInt64)
+	if q.Before > 0 && q.Before < math.MaxInt64 {
+		before = int64(q.Before)
+	}
+	var b strings.Builder
+	b.WriteString(`SELECT i.seq, i.sender, i.id, i.kind, i.peer, i.received, i.payload, i.acked_at,
+		snippet(items_fts, 0, '` + SnippetOpen + `', '` + SnippetClose + `', '` + SnippetCut + `', ` + strconv.Itoa(snippetTokens) + `)
+		FROM items_fts JOIN items i ON i.seq = items_fts.rowid
+		WHERE items_fts MATCH ? AND items_fts.rowid < ?`)
+	params := []any{match, before}
+	if q.Sender != nil {
+		b.WriteString(` AND i.sender = ?`)
+		params = append(params, q.Sender[:])
+	}
+	if q.Peer != "" {
+		b.WriteString(` AND i.peer = ?`)
+		params = append(params, q.Peer)
+	}
+	if len(q.Kinds) > 0 {
+		if len(q.Kinds) > 16 {
+			return nil, fmt.Errorf("%w: more than 16 kinds", ErrBadQuery)
+		}
+		b.WriteString(` AND i.kind IN (?` + strings.Repeat(`, ?`, len(q.Kinds)-1) + `)`)
+		for _, k := range q.Kinds {
+			params = append(params, k)
+		}
+	}
+	if !q.Since.IsZero() {
+		b.WriteString(` AND i.received >= ?`)
+		params = append(params, q.Since.UnixNano())
+	}
+	if !q.Until.IsZero() {
+		b.WriteString(` AND i.received <= ?`)
+		params = append(params, q.Until.UnixNano())
+	}
+	b.WriteString(` ORDER BY items_fts.rowid DESC LIMIT ?`)
+	params = append(params, limit)
+	rows, err := s.db.QueryContext(ctx, b.String(), params...)
+	if err != nil {
+		return nil, fmt.Errorf("store: search: %w", err)
+	}
+	defer rows.Close()
+	var out []Hit
+	for rows.Next() {
+		var (
+			h             Hit
+			seq, received int64
+			acked         sql.NullInt64
+			snippet       sql.NullString
+			sender, id    []byte
+		)
+		if err := rows.Scan(&seq, &sender, &id, &h.Kind, &h.Peer, &received, &h.Payload, &acked, &snippet); err != nil {
+			return nil, fmt.Errorf("store: search: %w", err)
+		}
+		if len(sender) != len(h.Sender) || len(id) != len(h.ID) {
+			return nil, fmt.Errorf("store: search: item %d has a malformed key", seq)
+		}
+		h.Seq = uint64(seq)
+		copy(h.Sender[:], sender)
+		copy(h.ID[:], id)
+		h.Received = time.Unix(0, received)
+		if acked.Valid {
+			h.AckedAt = time.Unix(0, acked.Int64)
+		}
+		h.Snippet = snippet.String
+		if h.Payload == nil {
+			h.Payload = []byte{}
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: search: %w", err)
+	}
+	return out, nil
+}
+
+// backfillPage is how many items backfillSearch indexes per transaction.
+const backfillPage = 512
+
+// backfillSearch indexes the items stored before the database had a
+// search index (meta search_backfill: the highest seq still to index),
+// newest first, a page per transaction, with Options.SearchText; then it
+// deletes the key. Without SearchText it leaves them. Open runs it
+// before the committer starts.
+func (s *Store) backfillSearch(ctx context.Context) error {
+	if s.opts.SearchText == nil {
+		return nil
+	}
+	for {
+		var next int64
+		switch err := s.db.QueryRowContext(ctx, `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_backfill'`).Scan(&next); err {
+		case nil:
+		case sql.ErrNoRows:
+			return nil
+		default:
+			return fmt.Errorf("read the search backfill point: %w", err)
+		}
+		if err := s.backfillPage(ctx, next); err != nil {
+			return fmt.Errorf("index stored items for search: %w", err)
+		}
+	}
+}
+
+// backfillPage indexes up to backfillPage items with seq at most upTo,
+// newest first, and moves the backfill point below them (or deletes it
+// when none are left), in one transaction.
+func (s *Store) backfillPage(ctx context.Context, upTo int64) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT seq, sender, id, kind, peer, received, payload FROM items
+		WHERE seq <= ? ORDER BY seq DESC LIMIT ?`, upTo, backfillPage)
+	if err != nil {
+		return err
+	}
+	type indexed struct {
+		seq  int64
+		text string
+	}
+	var page []indexed
+	lowest := int64(-1)
+	for rows.Next() {
+		var (
+			r             Record
+			seq, received int64
+			sender, id    []byte
+		)
+		if err := rows.Scan(&seq, &sender, &id, &r.Kind, &r.Peer, &received, &r.Payload); err != nil {
+			rows.Close()
+			return err
+		}
+		r.Seq = uint64(seq)
+		copy(r.Sender[:], sender)
+		copy(r.ID[:], id)
+		r.Received = time.Unix(0, received)
+		lowest = seq
+		if text := s.opts.SearchText(r); text != "" {
+			page = append(page, indexed{seq, clipText(text)})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, it := range page {
+		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO items_fts (rowid, text) VALUES (?, ?)`, it.seq, it.text); err != nil {
+			return err
+		}
+	}
+	if lowest < 0 || lowest <= 1 {
+		_, err = tx.ExecContext(ctx, `DELETE FROM meta WHERE key = 'search_backfill'`)
+	} else {
+		_, err = tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'search_backfill'`, strconv.FormatInt(lowest-1, 10))
+	}
+	if err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// sqlIndexText indexes an admitted item's text.
+const sqlIndexText = `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`

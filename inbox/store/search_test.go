@@ -1,0 +1,424 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
+)
+
+func TestParseSearch(t *testing.T) {
+	for _, c := range []struct {
+		in, match, str string
+		err            error
+	}{
+		{in: "hello", match: `"hello"`, str: "hello"},
+		{in: "Hello World", match: `"hello" "world"`, str: "hello world"},
+		{in: `"the quick fox"`, match: `"the quick fox"`, str: `"the quick fox"`},
+		{in: `deploy*`, match: `"deploy"*`, str: "deploy*"},
+		{in: `"ship it"*`, match: `"ship it"*`, str: `"ship it"*`},
+		{in: `foo-bar`, match: `"foo bar"`, str: `"foo bar"`},
+		{in: `  spaced   out  `, match: `"spaced" "out"`, str: "spaced out"},
+		{in: `"unterminated phrase`, match: `"unterminated phrase"`, str: `"unterminated phrase"`},
+		{in: `a"b c"d`, match: `"a" "b c" "d"`, str: `a "b c" d`},
+		// Looks like FTS5 syntax, but is only words.
+		{in: `NOT secret OR x`, match: `"not" "secret" "or" "x"`, str: "not secret or x"},
+		{in: `col:value`, match: `"col value"`, str: `"col value"`},
+		{in: `NEAR(a b)`, match: `"near a" "b"`, str: `"near a" b`},
+		{in: `^start`, match: `"start"`, str: "start"},
+		{in: `x ""`, match: `"x"`, str: "x"},
+		{in: `"a""b"`, match: `"a" "b"`, str: "a b"},
+		{in: `Ünïcödé 漢字`, match: `"ünïcödé" "漢字"`, str: "ünïcödé 漢字"},
+		{in: `fo*o`, match: `"fo o"`, str: `"fo o"`},
+		{in: `**`, err: ErrEmptyQuery},
+		{in: ``, err: ErrEmptyQuery},
+		{in: `"" - ; :`, err: ErrEmptyQuery},
+		{in: "\xff", err: ErrBadQuery},
+		{in: strings.Repeat("a ", 17), err: ErrBadQuery},
+		{in: strings.Repeat("a", MaxQueryBytes+1), err: ErrBadQuery},
+	} {
+		st, err := ParseSearch(c.in)
+		if c.err != nil {
+			if !errors.Is(err, c.err) || !errors.Is(err, ErrBadQuery) {
+				t.Errorf("ParseSearch(%q) = %v, want %v", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseSearch(%q): %v", c.in, err)
+			continue
+		}
+		if got := st.Match(); got != c.match {
+			t.Errorf("ParseSearch(%q).Match() = %s, want %s", c.in, got, c.match)
+		}
+		if got := st.String(); got != c.str {
+			t.Errorf("ParseSearch(%q).String() = %s, want %s", c.in, got, c.str)
+		}
+	}
+}
+
+func TestSearchTermsMatches(t *testing.T) {
+	text := "alice: Please REVIEW pull-request 42, the deploy script is ready"
+	for _, c := range []struct {
+		q    string
+		want bool
+	}{
+		{"review", true},
+		{"Review PLEASE", true},
+		{"review missing", false},
+		{`"pull request 42"`, true},
+		{`"request pull"`, false},
+		{"deplo*", true},
+		{"deplo", false},
+		{`"the dep"*`, true},
+		{`"the dep"`, false},
+		{"42", true},
+		{"4", false},
+		{"4*", true},
+	} {
+		st, err := ParseSearch(c.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Matches(text); got != c.want {
+			t.Errorf("%q matches = %v, want %v", c.q, got, c.want)
+		}
+		snip := st.Snippet(text)
+		if (snip != "") != c.want {
+			t.Errorf("%q snippet %q, want one: %v", c.q, snip, c.want)
+		}
+	}
+	if (SearchTerms{}).Matches(text) {
+		t.Error("the zero SearchTerms matches")
+	}
+	st, _ := ParseSearch("deploy")
+	long := strings.Repeat("filler ", 40) + "the Deploy went fine " + strings.Repeat("more ", 40)
+	snip := st.Snippet(long)
+	if !strings.Contains(snip, "«Deploy»") || !strings.HasPrefix(snip, SnippetCut) || !strings.HasSuffix(snip, SnippetCut) || len(snip) > 200 {
+		t.Errorf("snippet %q", snip)
+	}
+}
+
+// ftsDB is an in-memory FTS5 table like items_fts, with a few rows.
+func ftsDB(tb testing.TB) *sql.DB {
+	tb.Helper()
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	tb.Cleanup(func() { db.Close() })
+	idx := searchMigration(tb)
+	var create string
+	for _, stmt := range strings.Split(migrations[idx], ";") {
+		if strings.Contains(stmt, "CREATE VIRTUAL TABLE") {
+			create = stmt
+		}
+	}
+	if _, err := db.Exec(create); err != nil {
+		tb.Fatal(err)
+	}
+	for i, text := range []string{"hello world", "Ünïcödé 漢字 text", "the quick brown fox", `quote " and star * and col:on`} {
+		if _, err := db.Exec(`INSERT INTO items_fts (rowid, text) VALUES (?, ?)`, i+1, text); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return db
+}
+
+// searchMigration is the index in migrations of the one that adds the
+// search index.
+func searchMigration(tb testing.TB) int {
+	i := slices.IndexFunc(migrations, func(m string) bool { return strings.Contains(m, "CREATE VIRTUAL TABLE items_fts") })
+	if i < 0 {
+		tb.Fatal("no migration creates items_fts")
+	}
+	return i
+}
+
+// Every query ParseSearch accepts is a valid FTS5 expression (the real
+// FTS5 table runs it), and it never panics; the memory match agrees with
+// FTS5 on plain lower-case ASCII text.
+func FuzzParseSearch(f *testing.F) {
+	for _, s := range []string{"hello", `"quick fox"*`, `NOT a OR b`, `col:x`, `NEAR(a b, 3)`, `"`, `*`, `a"b`, "\x00", `{a b}`, `-x`, `^a`, `+`, `"a""b"`, "ü*"} {
+		f.Add(s)
+	}
+	db := ftsDB(f)
+	var mu sync.Mutex // one connection: keep the fuzz workers' queries apart
+	f.Fuzz(func(t *testing.T, q string) {
+		st, err := ParseSearch(q)
+		if err != nil {
+			if !errors.Is(err, ErrBadQuery) {
+				t.Fatalf("ParseSearch(%q): %v does not wrap ErrBadQuery", q, err)
+			}
+			return
+		}
+		m := st.Match()
+		if err := runMatch(db, &mu, m); err != nil {
+			t.Fatalf("ParseSearch(%q).Match() = %s: FTS5 refuses it: %v", q, m, err)
+		}
+		again, err := ParseSearch(st.String())
+		if err != nil || again.Match() != m {
+			t.Fatalf("ParseSearch(String()) of %q: %v, %s; want %s", q, err, again.Match(), m)
+		}
+		st.Matches("hello world the quick brown fox")
+		st.Snippet(q)
+	})
+}
+
+// runMatch runs an FTS5 MATCH expression against the table of ftsDB and
+// reads every row.
+func runMatch(db *sql.DB, mu *sync.Mutex, m string) error {
+	mu.Lock()
+	defer mu.Unlock()
+	rows, err := db.Query(`SELECT rowid, text FROM items_fts WHERE items_fts MATCH ?`, m)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int
+		var text string
+		if err := rows.Scan(&id, &text); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// searchRec is rec with a text and a receipt time.
+func searchRec(sender byte, n uint64, kind, peer, text string, at time.Time) Record {
+	r := rec(sender, n)
+	r.Kind, r.Peer, r.Text, r.Received = kind, peer, text, at
+	return r
+}
+
+func mustSearch(t *testing.T, s *Store, q Search, query string) []Hit {
+	t.Helper()
+	st, err := ParseSearch(query)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Terms = st
+	hits, err := s.Search(context.Background(), q)
+	if err != nil {
+		t.Fatalf("Search %q: %v", query, err)
+	}
+	return hits
+}
+
+func hitSeqs(hits []Hit) []uint64 {
+	var out []uint64
+	for _, h := range hits {
+		out = append(out, h.Seq)
+	}
+	return out
+}
+
+// Search finds items by their text, acknowledged ones too, newest first,
+// with their acknowledgement time and a snippet; filters and paging work.
+func TestSearch(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	clock := newFakeClock()
+	s, _ := openStore(t, Options{Now: clock.Now})
+	ctx := context.Background()
+	t0 := clock.Now()
+	for i, r := range []Record{
+		searchRec(1, 1, "message", "alice", "alice the deploy is done", t0),
+		searchRec(2, 2, "request", "bob", "bob review {\"pr\": 42} deploy", t0.Add(time.Minute)),
+		searchRec(1, 3, "message", "alice", "alice nothing to see at the Café", t0.Add(2*time.Minute)),
+		searchRec(1, 4, "response", "alice", "alice completed Deployment finished", t0.Add(3*time.Minute)),
+		searchRec(2, 5, "message", "bob", "", t0.Add(4*time.Minute)), // not searchable
+		searchRec(2, 6, "message", "bob", "bob deploy again", t0.Add(5*time.Minute)),
+	} {
+		if dup, err := s.Admit(ctx, r); err != nil || dup {
+			t.Fatalf("admit %d: %v %v", i, dup, err)
+		}
+	}
+	clock.Advance(time.Hour)
+	if n, err := s.Ack(1, 2); err != nil || n != 2 {
+		t.Fatalf("ack: %d %v", n, err)
+	}
+	hits := mustSearch(t, s, Search{}, "deploy")
+	if got := hitSeqs(hits); !slices.Equal(got, []uint64{6, 2, 1}) {
+		t.Fatalf("deploy: seqs %v, want [6 2 1]", got)
+	}
+	if !hits[2].AckedAt.Equal(clock.Now()) || !hits[0].AckedAt.IsZero() {
+		t.Fatalf("acked at %v / %v", hits[2].AckedAt, hits[0].AckedAt)
+	}
+	if h := hits[1]; h.Kind != "request" || h.Peer != "bob" || h.Sender[0] != 2 || string(h.Payload) != string(rec(2, 2).Payload) ||
+		!h.Received.Equal(t0.Add(time.Minute)) || !strings.Contains(h.Snippet, "«deploy»") {
+		t.Fatalf("hit %+v", h)
+	}
+	for _, c := range []struct {
+		q     Search
+		query string
+		want  []uint64
+	}{
+		{Search{}, "deploy*", []uint64{6, 4, 2, 1}},
+		{Search{}, `"deployment finished"`, []uint64{4}},
+		{Search{}, "DEPLOY alice", []uint64{1}},
+		{Search{}, "42", []uint64{2}},
+		{Search{}, "cafe", []uint64{3}}, // accents folded
+		{Search{}, "CAFÉ", []uint64{3}},
+		{Search{}, "absent", nil},
+		{Search{Sender: &[32]byte{1}}, "deploy*", []uint64{4, 1}},
+		{Search{Peer: "bob"}, "deploy*", []uint64{6, 2}},
+		{Search{Kinds: []string{"request", "response"}}, "deploy*", []uint64{4, 2}},
+		{Search{Since: t0.Add(time.Minute), Until: t0.Add(3 * time.Minute)}, "deploy*", []uint64{4, 2}},
+		{Search{Before: 4}, "deploy*", []uint64{2, 1}},
+		{Search{Limit: 2}, "deploy*", []uint64{6, 4}},
+		{Search{Limit: 2, Before: 4}, "deploy*", []uint64{2, 1}},
+	} {
+		if got := hitSeqs(mustSearch(t, s, c.q, c.query)); !slices.Equal(got, c.want) {
+			t.Errorf("%q %+v: %v, want %v", c.query, c.q, got, c.want)
+		}
+	}
+	if _, err := s.Search(ctx, Search{}); !errors.Is(err, ErrEmptyQuery) {
+		t.Fatalf("search without terms: %v", err)
+	}
+	s.Close()
+	if _, err := s.Search(ctx, Search{Terms: SearchTerms{terms: []searchTerm{{tokens: []string{"x"}}}}}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("search after close: %v", err)
+	}
+}
+
+// ftsRows counts the rows of the search index.
+func ftsRows(t *testing.T, s *Store) int {
+	t.Helper()
+	var n int
+	if err := s.db.QueryRow(`SELECT count(*) FROM items_fts`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Expiry and history trimming delete the index rows of the items they
+// delete: the index does not grow without bound.
+func TestSearchIndexFollowsDeletions(t *testing.T) {
+	clock := newFakeClock()
+	s, _ := openStore(t, Options{Now: clock.Now, HistoryRetention: time.Hour, HistoryMaxBytes: 100})
+	ctx := context.Background()
+	for i := range uint64(20) {
+		r := searchRec(1, i+1, "message", "alice", fmt.Sprintf("word%d common", i), time.Time{})
+		r.Payload = make([]byte, 20)
+		if _, err := s.Admit(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := ftsRows(t, s); n != 20 {
+		t.Fatalf("%d index rows, want 20", n)
+	}
+	// Acknowledging 10 items of 20 bytes puts history over 100 bytes:
+	// the oldest go, and their index rows with them.
+	if _, err := s.Ack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10); err != nil {
+		t.Fatal(err)
+	}
+	var items int
+	if err := s.db.QueryRow(`SELECT count(*) FROM items`).Scan(&items); err != nil {
+		t.Fatal(err)
+	}
+	if items >= 20 || ftsRows(t, s) != items {
+		t.Fatalf("after trimming: %d items, %d index rows", items, ftsRows(t, s))
+	}
+	if hits := mustSearch(t, s, Search{}, "word0"); len(hits) != 0 {
+		t.Fatalf("a trimmed item is found: %v", hitSeqs(hits))
+	}
+	clock.Advance(2 * time.Hour)
+	if _, _, err := s.Expire(); err != nil {
+		t.Fatal(err)
+	}
+	if n := ftsRows(t, s); n != 10 {
+		t.Fatalf("after expiry: %d index rows, want the 10 unacknowledged", n)
+	}
+	if got := mustSearch(t, s, Search{}, "common"); len(got) != 10 {
+		t.Fatalf("%d hits after expiry", len(got))
+	}
+}
+
+// A long text is indexed up to MaxSearchText bytes.
+func TestSearchTextClipped(t *testing.T) {
+	s, _ := openStore(t, Options{})
+	r := searchRec(1, 1, "message", "alice", "early "+strings.Repeat("é", MaxSearchText)+" late", time.Time{})
+	if _, err := s.Admit(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	if len(mustSearch(t, s, Search{}, "early")) != 1 || len(mustSearch(t, s, Search{}, "late")) != 0 {
+		t.Fatal("the text was not clipped at MaxSearchText")
+	}
+	if got := clipText(strings.Repeat("é", MaxSearchText)); len(got) > MaxSearchText || !strings.HasSuffix(got, "é") {
+		t.Fatalf("clipText cut a character: %d bytes", len(got))
+	}
+}
+
+// Items stored before the search index existed are indexed by the first
+// writing Open with SearchText, newest first over several pages; an Open
+// without SearchText (or a read-only one) leaves them for later.
+func TestSearchBackfill(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	path := filepath.Join(t.TempDir(), "meerkat.db")
+	idx := searchMigration(t)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := append(slices.Clone(migrations[:idx]), `CREATE TABLE schema_version (version INTEGER NOT NULL)`,
+		fmt.Sprintf(`INSERT INTO schema_version (version) VALUES (%d)`, idx))
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const items = backfillPage*2 + 7
+	for i := range uint64(items) {
+		r := rec(1, i)
+		if _, err := db.Exec(`INSERT INTO items (sender, id, kind, peer, received, payload) VALUES (?, ?, ?, ?, ?, ?)`,
+			r.Sender[:], r.ID[:], "message", "alice", int64(i), fmt.Appendf(nil, "payload %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	// Without SearchText the items stay unindexed, and the point stays.
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := ftsRows(t, s); n != 0 {
+		t.Fatalf("%d rows indexed without SearchText", n)
+	}
+	var point string
+	if err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'search_backfill'`).Scan(&point); err != nil || point != fmt.Sprint(items) {
+		t.Fatalf("backfill point %q, %v; want %d", point, err, items)
+	}
+	s.Close()
+
+	s = reopen(t, path, Options{SearchText: func(r Record) string {
+		if r.Seq%100 == 0 {
+			return "" // not searchable
+		}
+		return string(r.Payload) + " " + r.Peer
+	}})
+	want := items - (items / 100) // seqs 100, 200, … have no text
+	if n := ftsRows(t, s); n != want {
+		t.Fatalf("%d rows indexed, want %d", n, want)
+	}
+	if err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'search_backfill'`).Scan(&point); err != sql.ErrNoRows {
+		t.Fatalf("backfill point still there: %q, %v", point, err)
+	}
+	hits := mustSearch(t, s, Search{}, `"payload 7"`)
+	if len(hits) != 1 || hits[0].Seq != 8 {
+		t.Fatalf("payload 7: %v", hitSeqs(hits))
+	}
+	if got := len(mustSearch(t, s, Search{}, "alice")); got != min(want, MaxSearchHits) {
+		t.Fatalf("alice: %d hits, want %d", got, want)
+	}
+}
