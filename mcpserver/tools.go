@@ -157,6 +157,7 @@ func (s *Server) addTools() {
 		mcp.WithString("body", mcp.Required(), mcp.Description("the message text")),
 		reliableArg,
 		ttlArg,
+		taskArg, // broadcast and tasks slice
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send message", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendMessage)
@@ -167,6 +168,7 @@ func (s *Server) addTools() {
 		mcp.WithAny("params", mcp.Description("any JSON value with the details (default null)")),
 		reliableArg,
 		ttlArg,
+		taskArg, // broadcast and tasks slice
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send request", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendRequest)
@@ -178,6 +180,7 @@ func (s *Server) addTools() {
 		mcp.WithAny("result", mcp.Description("any JSON value (default null)")),
 		reliableArg,
 		ttlArg,
+		taskArg, // broadcast and tasks slice
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendResponse)
@@ -245,6 +248,7 @@ func (s *Server) addTools() {
 		s.addPairTools()
 	}
 	s.addSpaceTools()
+	s.addBroadcastTools() // broadcast and tasks slice
 }
 
 // addPairTools adds pair_offer and pair_accept (left out with
@@ -327,7 +331,10 @@ func checkArgs(name string, m map[string]any) error {
 	case "ack_messages":
 		_, _, _, err = parseAck(a)
 	default:
-		_, err = checkSpaceArgs(name, a)
+		var handled bool
+		if handled, err = checkBroadcastArgs(name, a); !handled { // broadcast and tasks slice
+			_, err = checkSpaceArgs(name, a)
+		}
 	}
 	return err
 }
@@ -339,7 +346,10 @@ func parseSendMessage(a args) (peer, body string, opts node.SendOptions, err err
 	if body, err = a.str("body", true); err != nil {
 		return
 	}
-	opts, err = parseSendOptions(a)
+	if opts, err = parseSendOptions(a); err != nil {
+		return
+	}
+	opts.TaskID, err = a.str("task_id", false) // broadcast and tasks slice
 	return
 }
 
@@ -350,7 +360,10 @@ func parseSendRequest(a args) (peer, intent string, opts node.SendOptions, err e
 	if intent, err = a.str("intent", true); err != nil {
 		return
 	}
-	opts, err = parseSendOptions(a)
+	if opts, err = parseSendOptions(a); err != nil {
+		return
+	}
+	opts.TaskID, err = a.str("task_id", false) // broadcast and tasks slice
 	return
 }
 
@@ -364,7 +377,10 @@ func parseSendResponse(a args) (peer, rid, status string, opts node.SendOptions,
 	if status, err = a.str("status", true); err != nil {
 		return
 	}
-	opts, err = parseSendOptions(a)
+	if opts, err = parseSendOptions(a); err != nil {
+		return
+	}
+	opts.TaskID, err = a.str("task_id", false) // broadcast and tasks slice
 	return
 }
 

@@ -79,6 +79,7 @@ type API interface {
 	PairAccept(ctx context.Context, line, name string) (Paired, error)
 
 	SpacesAPI
+	BroadcastAPI // broadcast and tasks slice
 }
 
 // Limits of the API.
@@ -172,6 +173,11 @@ type SendOptions struct {
 	// Wait (requests only) waits this long after the ack for the final
 	// response.
 	Wait time.Duration `json:"wait,omitempty"`
+
+	// TaskID (broadcast and tasks slice) sends under a task: the signed
+	// field objective_id carries it, and the peer joins the task's
+	// participants. At most MaxTaskIDLen bytes of printable text.
+	TaskID string `json:"task_id,omitempty"`
 }
 
 // Delivery outcomes in [Sent].
@@ -211,6 +217,11 @@ type Message struct {
 	RequestID string    `json:"request_id,omitempty"` // responses: the request answered
 	Status    string    `json:"status,omitempty"`
 	Result    any       `json:"result,omitempty"` // any JSON value (a json.RawMessage)
+	// TaskID is the task the sender put the item under (its signed
+	// objective_id); BroadcastID the broadcast it is one copy of (its
+	// signed meerkat_broadcast). Both are the peer's text.
+	TaskID      string `json:"task_id,omitempty"`
+	BroadcastID string `json:"broadcast_id,omitempty"`
 	// MEUP is set for items of kind "meup": an envelope of a space.
 	MEUP *MEUPItem `json:"meup,omitempty"`
 	// Fields holds the whole kind of an item that is not a message,

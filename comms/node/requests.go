@@ -22,6 +22,9 @@ type recordingInbox struct {
 	// engine: refused ones and presence are acknowledged without being
 	// stored; undo takes back the engine's record if storing fails.
 	meup func(comms.Item) (deliver bool, undo func(), err error)
+	// task, set on serving nodes, records a received item's task id and
+	// completions (broadcast and tasks slice).
+	task func(comms.Item)
 
 	mu       sync.Mutex
 	requests map[identity.UUID]*trackedRequest
@@ -56,6 +59,9 @@ func (ri *recordingInbox) Push(it comms.Item) error {
 		return nil
 	}
 	ri.track(it)
+	if ri.task != nil {
+		ri.task(it)
+	}
 	return ri.mail.Push(it)
 }
 
@@ -109,6 +115,9 @@ func (ri *recordingInbox) PushAsync(it comms.Item) comms.Admission {
 		return undoAdmission{a.PushAsync(it), undo}
 	}
 	ri.track(it)
+	if ri.task != nil {
+		ri.task(it)
+	}
 	return a.PushAsync(it)
 }
 

@@ -252,6 +252,9 @@ const (
 	opSpaceDeleteGrants
 	opSpacePutProposal
 	opSpaceExpire
+	// Task operations (tasks.go; broadcast and tasks slice).
+	opTaskTouch
+	opTaskComplete
 )
 
 // request is one write for commitLoop. done is 1-buffered and receives
@@ -262,6 +265,7 @@ type request struct {
 	seqs []uint64   // opAck
 	ob   *outboxReq // opOutbox*; nil for the others
 	sp   *spaceReq  // opSpace*; nil for the others
+	tk   *taskReq   // opTask*; nil for the others
 	done chan result
 }
 
@@ -1081,6 +1085,10 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		case opSpaceRemember, opSpaceForget, opSpacePutGrant, opSpaceDeleteGrants,
 			opSpacePutProposal, opSpaceExpire:
 			if err := sp.run(req, &res[i]); err != nil {
+				return 0, 0, 0, 0, err
+			}
+		case opTaskTouch, opTaskComplete: // broadcast and tasks slice
+			if err := (taskTx{&ob}).run(req, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
 		default:
