@@ -100,6 +100,7 @@ var subcommands = map[string][]string{
 	"deadletters": {"list", "retry", "drop"},
 	"pair":        {"offer", "accept"},
 	"config":      {"check"},
+	"task":        {"list", "complete", "wait"}, // broadcast and tasks slice
 }
 
 // Every way of asking for help, on every command and subcommand, exits 0,

@@ -18,6 +18,7 @@ func runSend(e *env, args []string) error {
 	reliable := flags.Bool("reliable", false, "store it in the outbox first and retry until the peer acks it (see meerkatd outbox)")
 	ttl := flags.Duration("ttl", 0, "with --reliable: move it to the dead letters if not acked within this `long` (default outbox.default_ttl_secs)")
 	noWait := flags.Bool("no-wait", false, "with --reliable: return once it is stored, without waiting for the first attempt")
+	task := flags.String("task", "", "send under task `ID` (see meerkatd help task)")
 	bodyFile := flags.String("body-file", "", "read the body (message), params (request) or result (response) from `FILE` (- for standard input)")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
@@ -86,7 +87,7 @@ func runSend(e *env, args []string) error {
 	defer b.close()
 	ctx, cancel := context.WithTimeout(context.Background(), h.Config.Comms.AckTimeout()+10*time.Second+*wait)
 	defer cancel()
-	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait}
+	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait, TaskID: *task}
 	var res node.Sent
 	switch sub {
 	case "message":
