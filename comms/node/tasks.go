@@ -276,9 +276,41 @@ func (n *Node) receivedCompletion(id string, from identity.PeerID, params wire.V
 			result = b
 		}
 	}
-	if _, err := n.tasks.complete(id, from, result); err != nil {
+	changed, err := n.tasks.complete(id, from, result)
+	if err != nil {
 		n.log.Warn("tasks: completion not recorded", "peer", from, "err", err)
+		return
 	}
+	if changed {
+		n.relayCompletion(id, from, t.Participants, params)
+	}
+}
+
+// relayCompletion passes a completion received from one participant on
+// to the task's other participants here (reliable sends, queued in the
+// background), so that everybody who took part hears of it even if the
+// completing peer never dealt with them. A node relays a task's
+// completion at most once: only when it turns the task completed.
+func (n *Node) relayCompletion(id string, from identity.PeerID, participants []identity.PeerID, params wire.Value) {
+	var others []identity.PeerID
+	for _, p := range participants {
+		if p != from {
+			others = append(others, p)
+		}
+	}
+	if len(others) == 0 || n.closing() {
+		return
+	}
+	kind, err := wire.Request(IntentTaskComplete, params).With(FieldObjectiveID, wire.Text(id))
+	if err != nil {
+		n.log.Warn("tasks: completion not relayed", "err", err)
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.fanOut(n.ctx, others, func(identity.PeerID) wire.Kind { return kind }, sendSpec{reliable: true, noWait: true})
+	}()
 }
 
 func containsPeer(ps []identity.PeerID, p identity.PeerID) bool {

@@ -210,7 +210,8 @@ func memoryStore(c *config.Config) { c.Store.Mode = config.StoreMemory }
 // A task resolves only on completion: a wait times out while it is open
 // (and can be repeated), a completion from a peer that took no part
 // changes nothing, and the participant's task_complete resolves it on
-// both sides, with its result.
+// both sides, with its result, and is passed on to the other
+// participants.
 func TestTaskLifecycle(t *testing.T) {
 	hs := meshHomes(t, memoryStore, []string{"alice", "bob", "carol"}, nil)
 	alice, bob, carol := startTest(t, hs["alice"], ModeServe), startTest(t, hs["bob"], ModeServe), startTest(t, hs["carol"], ModeServe)
@@ -253,6 +254,11 @@ func TestTaskLifecycle(t *testing.T) {
 		t.Fatalf("after a stranger's completion: %+v: want open, carol now a participant", w.Task)
 	}
 
+	// alice brings carol in properly: carol now knows the task too.
+	if _, err := alice.SendMessage(ctx, "carol", "you too", SendOptions{TaskID: "build-7"}); err != nil {
+		t.Fatal(err)
+	}
+
 	done := make(chan TaskWaited, 1)
 	go func() {
 		w, _ := alice.WaitTask(ctx, "build-7", time.Minute)
@@ -268,6 +274,10 @@ func TestTaskLifecycle(t *testing.T) {
 	w := <-done
 	if w.TimedOut || w.Task.State != TaskStateCompleted || w.Task.CompletedBy != "bob" || string(w.Task.Result.(json.RawMessage)) != `{"artifacts":3}` {
 		t.Fatalf("alice's wait: %+v", w)
+	}
+	// alice passed the completion on to carol, whom bob never dealt with.
+	if w, err := carol.WaitTask(ctx, "build-7", time.Minute); err != nil || w.Task.State != TaskStateCompleted || w.Task.CompletedBy != "alice" {
+		t.Fatalf("carol's task after the relay: %+v, %v", w, err)
 	}
 	// Awaited again later: it stays resolved.
 	if w, err := alice.WaitTask(ctx, "build-7", time.Minute); err != nil || w.TimedOut || w.Task.State != TaskStateCompleted {
