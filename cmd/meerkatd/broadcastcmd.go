@@ -136,7 +136,7 @@ func runTask(e *env, args []string) error {
 			out, task = res, &res.Task
 			if err == nil && !*asJSON {
 				for _, c := range res.Copies {
-					fmt.Fprintf(e.stderr, "told %s: %s%s\n", c.Peer, c.Delivery, safeLine(" "+c.Error))
+					fmt.Fprintf(e.stderr, "told %s: %s %s\n", c.Peer, c.Delivery, safeLine(c.Error+c.LastError))
 				}
 			}
 		case "wait":

@@ -84,12 +84,14 @@ import {
 
 const TOOLS = [
   'ack_messages',
+  'broadcast', // broadcast and tasks
   'edit_space',
   'list_dead_letters',
   'list_outbox',
   'list_peers',
   'list_proposals',
   'list_spaces',
+  'list_tasks', // broadcast and tasks
   'pair_accept',
   'pair_offer',
   'receive_messages',
@@ -108,6 +110,8 @@ const TOOLS = [
   'space_send',
   'space_withdraw',
   'status',
+  'task_complete', // broadcast and tasks
+  'wait_task', // broadcast and tasks
 ];
 const ACK_TIMEOUT_SECS = 3;
 
