@@ -99,8 +99,8 @@ func (n *Node) speaksMeerkat(peer identity.PeerID) bool {
 // markMeerkatd returns meta with "software": "meerkatd" set, keeping its
 // other members (a meta that is not an object is replaced).
 func markMeerkatd(meta json.RawMessage) json.RawMessage {
-	m := map[string]json.RawMessage{}
-	if len(meta) > 0 && json.Unmarshal(meta, &m) != nil {
+	var m map[string]json.RawMessage
+	if len(meta) > 0 && json.Unmarshal(meta, &m) != nil || m == nil { // not an object, or null
 		m = map[string]json.RawMessage{}
 	}
 	m["software"] = json.RawMessage(`"` + SoftwareMeerkatd + `"`)
@@ -220,11 +220,24 @@ func (n *Node) Broadcast(ctx context.Context, a BroadcastArgs) (Broadcasted, err
 		return base
 	}
 	spec := sendSpec{reliable: !a.Direct, ttl: a.TTL, noWait: a.NoWait}
-	copies := n.fanOut(ctx, targets, kindFor, spec)
-	for i := range copies {
-		copies[i].Marked = n.speaksMeerkat(targets[i])
+	res, err := n.idempotentD(ctx, "", "broadcast", func() (any, error) {
+		copies := n.fanOut(ctx, targets, kindFor, spec)
+		for i := range copies {
+			copies[i].Marked = n.speaksMeerkat(targets[i])
+		}
+		return Broadcasted{ID: id, TaskID: a.TaskID, Copies: copies}, nil
+	})
+	if err != nil {
+		return Broadcasted{}, err
 	}
-	return Broadcasted{ID: id, TaskID: a.TaskID, Copies: copies}, nil
+	return res.(Broadcasted), nil
+}
+
+// idempotentD stands in for the node's idempotency helper (safe
+// retries): with a key, a repeated call would return the first call's
+// result without sending again. Here it runs fn; the key is not read.
+func (n *Node) idempotentD(_ context.Context, _, _ string, fn func() (any, error)) (any, error) {
+	return fn()
 }
 
 // fanOut sends kindFor(peer) to every peer, at most maxFanOut at once,

@@ -168,3 +168,30 @@ func TestPlanTrustMarksMeerkatd(t *testing.T) {
 		}
 	}
 }
+
+// Reading a trust entry's meta never fails on hostile input, and marking
+// it always gives an object that says meerkatd and keeps the rest.
+func FuzzPeerMeta(f *testing.F) {
+	for _, s := range []string{``, `{}`, `{"software":"meerkatd","groups":["a","b"]}`, `{"groups":"ops"}`, `{"software":1}`, `[1,2]`, `null`, `{"groups":[1,null]}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, meta string) {
+		metaOf(trust.Peer{Meta: json.RawMessage(meta)}) // must not panic
+		marked := markMeerkatd(json.RawMessage(meta))
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(marked, &obj); err != nil {
+			t.Fatalf("markMeerkatd(%q) = %s: %v", meta, marked, err)
+		}
+		if got := metaOf(trust.Peer{Meta: marked}); got.Software != SoftwareMeerkatd {
+			t.Fatalf("marked meta %s reads as %+v", marked, got)
+		}
+		var before map[string]json.RawMessage
+		if json.Unmarshal([]byte(meta), &before) == nil && before != nil {
+			for k := range before {
+				if _, ok := obj[k]; !ok {
+					t.Fatalf("markMeerkatd dropped %q from %s", k, meta)
+				}
+			}
+		}
+	})
+}

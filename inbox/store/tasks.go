@@ -49,7 +49,7 @@ type Task struct {
 	// Result is the completion's result as JSON text (nil: none).
 	Result []byte
 	// CompletedBy is who completed it (this node's own key for a local
-	// completion); zero while open.
+	// completion); zero while open or when none was given.
 	CompletedBy identity.PeerID
 	CompletedAt time.Time
 }
@@ -253,7 +253,11 @@ func (t taskTx) run(req *request, res *result) error {
 		if r.result != nil {
 			result = string(r.result)
 		}
-		n, err := t.exec(sqlTaskComplete, nanos(r.at), result, r.peer[:], nanos(r.at), r.id)
+		var by any // NULL: completed by nobody named
+		if !r.peer.IsZero() {
+			by = r.peer[:]
+		}
+		n, err := t.exec(sqlTaskComplete, nanos(r.at), result, by, nanos(r.at), r.id)
 		if err != nil {
 			return err
 		}
