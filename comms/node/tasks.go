@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
 	"time"
 	"unicode"
@@ -193,6 +194,25 @@ func (n *Node) taskBook() (*tasks, error) {
 	return n.cmdTasks, nil
 }
 
+// taskReader is the task table to read: the serving node's, or for a
+// command without a daemon the home's database read only (empty while
+// the home has no database yet).
+func (n *Node) taskReader() (*tasks, error) {
+	if n.tasks != nil {
+		return n.tasks, nil
+	}
+	db, err := n.readDB()
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return newTasks(newMemTasks()), nil
+	case errors.Is(err, errMemoryHome):
+		return nil, errTasksNeedStore
+	case err != nil:
+		return nil, Coded(err)
+	}
+	return newTasks(db.Tasks()), nil
+}
+
 // openTasks makes the task table of a serving node: in the store of its
 // durable inbox, else in memory.
 func openTasks(h *Home, mail mailStore) *tasks {
@@ -366,7 +386,7 @@ func (n *Node) Tasks(_ context.Context, q TaskQuery) ([]Task, error) {
 	if q.Limit <= 0 || q.Limit > MaxTasksListed {
 		q.Limit = MaxTasksListed
 	}
-	tb, err := n.taskBook()
+	tb, err := n.taskReader()
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +424,7 @@ func (n *Node) WaitTask(ctx context.Context, taskID string, wait time.Duration) 
 	if wait < 0 {
 		return TaskWaited{}, errorf(CodeBadArgument, "wait must not be negative")
 	}
-	tb, err := n.taskBook()
+	tb, err := n.taskReader()
 	if err != nil {
 		return TaskWaited{}, err
 	}
