@@ -200,7 +200,7 @@ func (n *Node) Broadcast(ctx context.Context, a BroadcastArgs) (Broadcasted, err
 			return Broadcasted{}, err
 		}
 		for _, p := range targets {
-			if _, err := tb.st.Touch(a.TaskID, p, time.Now()); err != nil {
+			if _, err := tb.st.Touch(a.TaskID, p, true, time.Now()); err != nil {
 				return Broadcasted{}, taskErr(err)
 			}
 		}

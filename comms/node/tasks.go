@@ -247,7 +247,7 @@ func (n *Node) withTask(kind wire.Kind, peer identity.PeerID, taskID string) (wi
 	if err != nil {
 		return kind, err
 	}
-	if _, err := tb.st.Touch(taskID, peer, time.Now()); err != nil {
+	if _, err := tb.st.Touch(taskID, peer, true, time.Now()); err != nil {
 		return kind, taskErr(err)
 	}
 	k, err := kind.With(FieldObjectiveID, wire.Text(taskID))
@@ -273,7 +273,7 @@ func (n *Node) receivedTask(it comms.Item) {
 	if e.Kind.Type() == wire.TypeRequest && e.Kind.Intent() == IntentTaskComplete {
 		n.receivedCompletion(id, e.From, e.Kind.Params())
 	}
-	if _, err := n.tasks.st.Touch(id, e.From, time.Now()); err != nil {
+	if _, err := n.tasks.st.Touch(id, e.From, false, time.Now()); err != nil {
 		n.log.Warn("tasks: not recorded", "peer", e.From, "err", err)
 	}
 }

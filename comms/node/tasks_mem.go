@@ -14,7 +14,7 @@ import (
 // with [store] mode = "memory", memTasks (lost when the node stops). Both
 // keep the same limits and answer the same way.
 type taskStore interface {
-	Touch(id string, peer identity.PeerID, at time.Time) (created bool, err error)
+	Touch(id string, peer identity.PeerID, local bool, at time.Time) (created bool, err error)
 	Complete(id string, by identity.PeerID, result []byte, at time.Time) (changed bool, err error)
 	Get(id string) (store.Task, bool, error)
 	List(state string, limit int) ([]store.Task, error)
@@ -33,7 +33,7 @@ type memTasks struct {
 
 func newMemTasks() *memTasks { return &memTasks{tasks: map[string]*store.Task{}} }
 
-func (m *memTasks) Touch(id string, peer identity.PeerID, at time.Time) (bool, error) {
+func (m *memTasks) Touch(id string, peer identity.PeerID, local bool, at time.Time) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	created := false
@@ -46,6 +46,7 @@ func (m *memTasks) Touch(id string, peer identity.PeerID, at time.Time) (bool, e
 		m.tasks[id] = t
 		created = true
 	}
+	t.Local = t.Local || local
 	if peer.IsZero() || slices.Contains(t.Participants, peer) {
 		return created, nil
 	}
@@ -57,11 +58,26 @@ func (m *memTasks) Touch(id string, peer identity.PeerID, at time.Time) (bool, e
 	return created, nil
 }
 
-// evictLocked drops the completed task updated longest ago; m.mu is held.
+// evictLocked drops the completed task updated longest ago, else the
+// open one only peers brought updated longest ago (as the SQLite table
+// does); m.mu is held.
 func (m *memTasks) evictLocked() bool {
+	rank := func(t *store.Task) int { // lower goes first; -1: kept
+		switch {
+		case t.State == store.TaskCompleted:
+			return 0
+		case !t.Local:
+			return 1
+		}
+		return -1
+	}
 	var old *store.Task
 	for _, t := range m.tasks {
-		if t.State == store.TaskCompleted && (old == nil || t.Updated.Before(old.Updated) || t.Updated.Equal(old.Updated) && t.ID < old.ID) {
+		r := rank(t)
+		if r < 0 {
+			continue
+		}
+		if old == nil || r < rank(old) || r == rank(old) && (t.Updated.Before(old.Updated) || t.Updated.Equal(old.Updated) && t.ID < old.ID) {
 			old = t
 		}
 	}

@@ -99,14 +99,20 @@ func TestTaskStores(t *testing.T) {
 					t.Fatalf("%s: %v, %v; want %v", what, created, err, wantCreated)
 				}
 			}
-			c, err := st.Touch("t1", a, t0)
+			c, err := st.Touch("t1", a, false, t0)
 			step("new task", c, err, true)
-			c, err = st.Touch("t1", a, t0.Add(time.Second))
+			c, err = st.Touch("t1", a, true, t0.Add(time.Second))
 			step("same participant", c, err, false)
-			c, err = st.Touch("t1", b, t0.Add(2*time.Second))
+			c, err = st.Touch("t1", b, false, t0.Add(2*time.Second))
 			step("second participant", c, err, false)
-			c, err = st.Touch("t2", identity.PeerID{}, t0.Add(3*time.Second))
+			c, err = st.Touch("t2", identity.PeerID{}, false, t0.Add(3*time.Second))
 			step("task without participant", c, err, true)
+			if t1, _, _ := st.Get("t1"); !t1.Local {
+				t.Fatal("t1 is not local after this node sent under it")
+			}
+			if t2, _, _ := st.Get("t2"); t2.Local {
+				t.Fatal("t2 is local: only peers brought it")
+			}
 
 			got, ok, err := st.Get("t1")
 			if err != nil || !ok || got.State != store.TaskOpen || len(got.Participants) != 2 || got.Participants[0] != a || got.Participants[1] != b {
@@ -139,33 +145,43 @@ func TestTaskStores(t *testing.T) {
 				t.Fatalf("open tasks = %+v, %v", open, err)
 			}
 			for i := range store.MaxTaskParticipants {
-				if _, err := st.Touch("crowd", keyN(i), t0); err != nil {
+				if _, err := st.Touch("crowd", keyN(i), false, t0); err != nil {
 					t.Fatalf("participant %d: %v", i, err)
 				}
 			}
-			if _, err := st.Touch("crowd", keyN(store.MaxTaskParticipants), t0); !errors.Is(err, store.ErrTasksFull) {
+			if _, err := st.Touch("crowd", keyN(store.MaxTaskParticipants), false, t0); !errors.Is(err, store.ErrTasksFull) {
 				t.Fatalf("participant past the limit: %v, want ErrTasksFull", err)
 			}
 		})
 	}
 }
 
-// The memory table replaces the oldest completed task when full, and
-// refuses a new one when every task is open.
+// The memory table, full, replaces the oldest completed task, else the
+// oldest open task only peers brought, and refuses a new one when every
+// task is open and this node's (as the SQLite table does).
 func TestMemTasksLimit(t *testing.T) {
 	m := newMemTasks()
 	t0 := time.Now()
-	for i := range store.MaxTasks {
-		if _, err := m.Touch(fmt.Sprint(i), identity.PeerID{}, t0.Add(time.Duration(i))); err != nil {
+	if _, err := m.Touch("p0", identity.PeerID{}, false, t0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < store.MaxTasks; i++ {
+		if _, err := m.Touch(fmt.Sprint(i), identity.PeerID{}, true, t0.Add(time.Duration(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.Touch("one more", identity.PeerID{}, t0); !errors.Is(err, store.ErrTasksFull) {
-		t.Fatalf("a task past the limit with none completed: %v", err)
+	if _, err := m.Touch("one more", identity.PeerID{}, true, t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := m.Get("p0"); ok {
+		t.Fatal("the task only peers brought was kept")
+	}
+	if _, err := m.Touch("two more", identity.PeerID{}, false, t0); !errors.Is(err, store.ErrTasksFull) {
+		t.Fatalf("a task past the limit with every task open and local: %v", err)
 	}
 	m.Complete("7", identity.PeerID{}, nil, t0)
 	m.Complete("3", identity.PeerID{}, nil, t0.Add(time.Hour))
-	if _, err := m.Touch("one more", identity.PeerID{}, t0); err != nil {
+	if _, err := m.Touch("three more", identity.PeerID{}, false, t0); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, _ := m.Get("7"); ok {

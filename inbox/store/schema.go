@@ -182,7 +182,8 @@ CREATE INDEX space_proposals_lapsed ON space_proposals (expires) WHERE state = '
 	// Broadcast and tasks slice: the task table (tasks.go).
 	//
 	// tasks holds one row per task id this node sent or received under;
-	// state is 'open' or 'completed'; result is the completion's JSON
+	// state is 'open' or 'completed'; local is 1 once this node sent under
+	// it (tasks only peers brought are evicted first); result is the completion's JSON
 	// text (NULL: none); completed_by the completing key (this node's own
 	// for a local completion). task_participants holds the peers of each
 	// task, joined = when they joined (their order). Times are Unix
@@ -191,6 +192,7 @@ CREATE INDEX space_proposals_lapsed ON space_proposals (expires) WHERE state = '
 CREATE TABLE tasks (
 	id           TEXT    PRIMARY KEY,
 	state        TEXT    NOT NULL CHECK (state IN ('open', 'completed')),
+	local        INTEGER NOT NULL DEFAULT 0, -- 1: this node sent under it
 	created      INTEGER,
 	updated      INTEGER,
 	result       TEXT,

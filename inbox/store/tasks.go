@@ -19,8 +19,10 @@ const (
 // Task limits: a peer can name any task id, so the table is bounded.
 const (
 	// MaxTasks bounds the tasks kept. A new task beyond it replaces the
-	// completed task updated longest ago; with none completed it is
-	// refused with [ErrTasksFull].
+	// completed task updated longest ago, else the open task updated
+	// longest ago that only peers brought (this node sent nothing under
+	// it); with neither it is refused with [ErrTasksFull]. So peers that
+	// name many task ids cannot crowd out the tasks this node started.
 	MaxTasks = 10000
 	// MaxTaskParticipants bounds the participants of one task; one more
 	// is refused with [ErrTasksFull].
@@ -42,6 +44,7 @@ var (
 type Task struct {
 	ID               string
 	State            string // TaskOpen or TaskCompleted
+	Local            bool   // this node sent under it (not only peers)
 	Created, Updated time.Time
 	// Participants are the peers this node sent to or received from under
 	// the task id, in the order they joined.
@@ -67,18 +70,20 @@ func (s *Store) Tasks() *Tasks { return &Tasks{s: s} }
 type taskReq struct {
 	id     string
 	peer   identity.PeerID // opTaskTouch: participant (zero: none); opTaskComplete: by
+	local  bool            // opTaskTouch: this node sends under it
 	result []byte          // opTaskComplete
 	at     time.Time
 }
 
 // Touch creates task id (open) if it does not exist and adds peer to its
-// participants (a zero peer adds none). It reports whether the task is
-// new. It returns after the commit.
-func (t *Tasks) Touch(id string, peer identity.PeerID, at time.Time) (created bool, err error) {
+// participants (a zero peer adds none); local says this node sends under
+// it (a task once local stays so). It reports whether the task is new.
+// It returns after the commit.
+func (t *Tasks) Touch(id string, peer identity.PeerID, local bool, at time.Time) (created bool, err error) {
 	if err := checkTime("task touch", at); err != nil {
 		return false, err
 	}
-	res := t.s.do(context.Background(), &request{op: opTaskTouch, tk: &taskReq{id: id, peer: peer, at: at}})
+	res := t.s.do(context.Background(), &request{op: opTaskTouch, tk: &taskReq{id: id, peer: peer, local: local, at: at}})
 	return res.n == 1, res.err
 }
 
@@ -113,7 +118,7 @@ func (t *Tasks) List(state string, limit int) ([]Task, error) {
 
 func (t *Tasks) query(where, arg string, limit int) ([]Task, error) {
 	var out []Task
-	err := t.s.readArgs("store: tasks: read tasks", `SELECT id, state, created, updated, result, completed_by, completed_at
+	err := t.s.readArgs("store: tasks: read tasks", `SELECT id, state, local, created, updated, result, completed_by, completed_at
 		FROM tasks `+where+` ORDER BY updated DESC, id LIMIT ?2`, []any{arg, limit}, func(rows *sql.Rows) error {
 		var (
 			k                        Task
@@ -121,7 +126,7 @@ func (t *Tasks) query(where, arg string, limit int) ([]Task, error) {
 			result                   sql.NullString
 			by                       []byte
 		)
-		if err := rows.Scan(&k.ID, &k.State, &created, &updated, &result, &by, &doneAt); err != nil {
+		if err := rows.Scan(&k.ID, &k.State, &k.Local, &created, &updated, &result, &by, &doneAt); err != nil {
 			return err
 		}
 		if k.State != TaskOpen && k.State != TaskCompleted {
@@ -168,9 +173,10 @@ func (t *Tasks) query(where, arg string, limit int) ([]Task, error) {
 const (
 	sqlTaskState      = `SELECT state FROM tasks WHERE id = ?`
 	sqlTaskCount      = `SELECT count(*) FROM tasks`
-	sqlTaskEvict      = `DELETE FROM tasks WHERE id = (SELECT id FROM tasks WHERE state = 'completed' ORDER BY updated, id LIMIT 1) RETURNING id`
+	sqlTaskEvict      = `DELETE FROM tasks WHERE id = (SELECT id FROM tasks WHERE state = 'completed' OR local = 0 ORDER BY state = 'open', updated, id LIMIT 1) RETURNING id`
 	sqlTaskEvictPeers = `DELETE FROM task_participants WHERE task = ?`
-	sqlTaskInsert     = `INSERT INTO tasks (id, state, created, updated) VALUES (?, 'open', ?, ?)`
+	sqlTaskInsert     = `INSERT INTO tasks (id, state, local, created, updated) VALUES (?, 'open', ?, ?, ?)`
+	sqlTaskLocal      = `UPDATE tasks SET local = 1 WHERE id = ? AND local = 0`
 	sqlTaskHasPeer    = `SELECT count(*) FROM task_participants WHERE task = ? AND peer = ?`
 	sqlTaskPeerCount  = `SELECT count(*) FROM task_participants WHERE task = ?`
 	sqlTaskAddPeer    = `INSERT INTO task_participants (task, peer, joined) VALUES (?, ?, ?)`
@@ -218,12 +224,17 @@ func (t taskTx) run(req *request, res *result) error {
 					return err
 				}
 			}
-			if _, err := t.exec(sqlTaskInsert, r.id, nanos(r.at), nanos(r.at)); err != nil {
+			if _, err := t.exec(sqlTaskInsert, r.id, r.local, nanos(r.at), nanos(r.at)); err != nil {
 				return err
 			}
 			res.n = 1
 		default:
 			return err
+		}
+		if r.local && res.n == 0 {
+			if _, err := t.exec(sqlTaskLocal, r.id); err != nil {
+				return err
+			}
 		}
 		if r.peer.IsZero() {
 			return nil
