@@ -469,7 +469,8 @@ func testToolList(t *testing.T, era string) {
 		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "retry_outbox": false, "pair_offer": false, "pair_accept": false,
 		"list_spaces": true, "list_proposals": true, "space_send": false, "space_chat": false, "space_propose": false, "space_fulfill": false,
 		"space_respond": false, "space_reject": false, "space_withdraw": false, "space_grant": false, "space_revoke": false, "edit_space": false,
-		"message_status": true, "search_messages": true}
+		"message_status": true, "search_messages": true,
+		"broadcast": false, "task_complete": false, "list_tasks": true, "wait_task": true}
 	if len(res.Tools) != len(want) {
 		t.Fatalf("%d tools, want %d", len(res.Tools), len(want))
 	}

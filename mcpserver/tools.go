@@ -160,6 +160,7 @@ func (s *Server) addTools() {
 		ttlArg,
 		interruptArg,
 		idempotencyKeyArg,
+		taskArg, // broadcast and tasks slice
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send message", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendMessage)
@@ -172,6 +173,7 @@ func (s *Server) addTools() {
 		ttlArg,
 		interruptArg,
 		idempotencyKeyArg,
+		taskArg, // broadcast and tasks slice
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send request", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendRequest)
@@ -184,6 +186,7 @@ func (s *Server) addTools() {
 		reliableArg,
 		ttlArg,
 		idempotencyKeyArg,
+		taskArg, // broadcast and tasks slice
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendResponse)
@@ -255,6 +258,7 @@ func (s *Server) addTools() {
 	s.addSentTools() // slice B
 	// Slice C: search.
 	s.addSearchTools()
+	s.addBroadcastTools() // broadcast and tasks slice
 }
 
 // addPairTools adds pair_offer and pair_accept (left out with
@@ -342,7 +346,10 @@ func checkArgs(name string, m map[string]any) error {
 	case "search_messages":
 		_, err = parseSearch(a)
 	default:
-		_, err = checkSpaceArgs(name, a)
+		var handled bool
+		if handled, err = checkBroadcastArgs(name, a); !handled { // broadcast and tasks slice
+			_, err = checkSpaceArgs(name, a)
+		}
 	}
 	return err
 }
@@ -357,7 +364,10 @@ func parseSendMessage(a args) (peer, body string, opts node.SendOptions, err err
 	if opts, err = parseSendOptions(a); err != nil {
 		return
 	}
-	opts.Interrupt, err = parseInterrupt(a)
+	if opts.Interrupt, err = parseInterrupt(a); err != nil {
+		return
+	}
+	opts.TaskID, err = a.str("task_id", false) // broadcast and tasks slice
 	return
 }
 
@@ -371,7 +381,10 @@ func parseSendRequest(a args) (peer, intent string, opts node.SendOptions, err e
 	if opts, err = parseSendOptions(a); err != nil {
 		return
 	}
-	opts.Interrupt, err = parseInterrupt(a)
+	if opts.Interrupt, err = parseInterrupt(a); err != nil {
+		return
+	}
+	opts.TaskID, err = a.str("task_id", false) // broadcast and tasks slice
 	return
 }
 
@@ -385,7 +398,10 @@ func parseSendResponse(a args) (peer, rid, status string, opts node.SendOptions,
 	if status, err = a.str("status", true); err != nil {
 		return
 	}
-	opts, err = parseSendOptions(a)
+	if opts, err = parseSendOptions(a); err != nil {
+		return
+	}
+	opts.TaskID, err = a.str("task_id", false) // broadcast and tasks slice
 	return
 }
 

@@ -100,6 +100,7 @@ var subcommands = map[string][]string{
 	"deadletters": {"list", "retry", "drop"},
 	"pair":        {"offer", "accept"},
 	"config":      {"check"},
+	"task":        {"list", "complete", "wait"}, // broadcast and tasks slice
 }
 
 // Every way of asking for help, on every command and subcommand, exits 0,
@@ -568,6 +569,16 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"space", "create", "build"}, exitUsage, "participant id", true},
 		{[]string{"space", "add", "nowhere", "bob", "worker"}, exitError, "no space \"nowhere\"", true},
 		{[]string{"space", "show", "nowhere"}, exitError, "no space \"nowhere\"", true},
+		// Broadcast and tasks.
+		{[]string{"task", "bogus"}, exitUsage, "unknown task subcommand", false},
+		{[]string{"task", "wait"}, exitUsage, "wrong number of arguments", false},
+		{[]string{"task", "list", "--wait", "1s"}, exitUsage, "--wait", false},
+		{[]string{"task", "complete", "t", "{nope"}, exitUsage, "not valid JSON", false},
+		{[]string{"broadcast", "x", "--direct", "--ttl", "1m"}, exitUsage, "--ttl", false},
+		{[]string{"broadcast"}, exitUsage, "want BODY", false},
+		{[]string{"task", "wait", "nope"}, exitError, "no task \"nope\"", true},
+		{[]string{"broadcast", "x", "--group", "qa"}, exitUsage, "no group \"qa\"", true},
+		{[]string{"send", "message", "bob", "hi", "--task", "a\tb"}, exitUsage, "task id", true},
 	}
 	check := func(c errCase, via string) result {
 		t.Helper()

@@ -28,7 +28,9 @@ var commandHelp = map[string]string{
 	"service":    systemdunit.Help,
 	"completion": completion.Help("meerkatd"),
 	"bench":      bench.Help,
-	"search":     searchHelp, // slice C: search
+	"search":     searchHelp,    // slice C: search
+	"broadcast":  broadcastHelp, // broadcast and tasks slice
+	"task":       taskHelp,
 	"send": `A direct send is one attempt: it returns once the peer acknowledged it,
 or fails (exit 3). --reliable stores it in the outbox first; the daemon
 retries it until the peer acknowledges it or its time-to-live passes.

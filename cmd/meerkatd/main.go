@@ -83,7 +83,7 @@ func commandTable() map[string]command {
 		"send": {
 			summary: "send a message, request or response (through the daemon if it runs)",
 			usage: "meerkatd send message PEER BODY | send request PEER INTENT [PARAMS_JSON] [--wait DUR] | send response PEER REQUEST_ID STATUS [RESULT_JSON]\n" +
-				"       [--body-file FILE] [--reliable [--ttl DUR] [--no-wait]] [--interrupt] [--idempotency-key KEY] [--home DIR] [--json]\n" +
+				"       [--body-file FILE] [--reliable [--ttl DUR] [--no-wait]] [--interrupt] [--idempotency-key KEY] [--task ID] [--home DIR] [--json]\n" +
 				"       BODY, PARAMS_JSON and RESULT_JSON may be - (standard input) or @FILE",
 			run: runSend,
 		},
@@ -111,6 +111,17 @@ func commandTable() map[string]command {
 			summary: "take part in MEUP spaces: rosters, chat, proposals, grants (capabilities enforced by every node)",
 			usage:   spaceUsage,
 			run:     runSpace,
+		},
+		// Broadcast and tasks slice.
+		"broadcast": {
+			summary: "send one message to every trusted peer, or to a group of them (one signed copy each)",
+			usage:   "meerkatd broadcast BODY [--group G | --peer PEER...] [--direct | --ttl DUR] [--task ID] [--home DIR] [--json]",
+			run:     runBroadcast,
+		},
+		"task": {
+			summary: "list tasks, complete one (telling its participants) or wait for its completion",
+			usage:   "meerkatd task [list] [--state open|completed] | task complete ID [RESULT_JSON] | task wait ID [--wait DUR]   [--home DIR] [--json]",
+			run:     runTask,
 		},
 		"mcp": {
 			summary: "serve MCP on stdin/stdout for an LLM client (attaches to the daemon, or runs the node itself)",

@@ -20,6 +20,7 @@ func runSend(e *env, args []string) error {
 	noWait := flags.Bool("no-wait", false, "with --reliable: return once it is stored, without waiting for the first attempt")
 	interrupt := flags.Bool("interrupt", false, "with message or request: an interrupt (handling_mode \"steer\"): the peer's agent reads it before its queued items")
 	idemKey := flags.String("idempotency-key", "", "make a retry safe: a send with a `KEY` used before returns the first send's result without sending")
+	task := flags.String("task", "", "send under task `ID` (see meerkatd help task)")
 	bodyFile := flags.String("body-file", "", "read the body (message), params (request) or result (response) from `FILE` (- for standard input)")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
@@ -91,7 +92,7 @@ func runSend(e *env, args []string) error {
 	defer b.close()
 	ctx, cancel := context.WithTimeout(context.Background(), h.Config.Comms.AckTimeout()+10*time.Second+*wait)
 	defer cancel()
-	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait, Interrupt: *interrupt, IdempotencyKey: *idemKey}
+	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait, Interrupt: *interrupt, IdempotencyKey: *idemKey, TaskID: *task}
 	var res node.Sent
 	switch sub {
 	case "message":

@@ -2,6 +2,7 @@ package control
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
 )
@@ -47,6 +48,11 @@ const (
 	OpSentList      = "sent_list"
 	// Slice C: search.
 	OpSearch = "search"
+	// Broadcast and tasks slice.
+	OpBroadcast    = "broadcast"
+	OpTaskComplete = "task_complete"
+	OpTasks        = "tasks"
+	OpWaitTask     = "wait_task"
 )
 
 // Request is one control request.
@@ -110,6 +116,22 @@ type PairAcceptArgs struct {
 	Line string `json:"line"`
 	Name string `json:"name,omitempty"`
 }
+
+// TaskCompleteArgs are the arguments of OpTaskComplete.
+type TaskCompleteArgs struct {
+	TaskID  string           `json:"task_id"`
+	Result  json.RawMessage  `json:"result,omitempty"`
+	Options node.SendOptions `json:"options"`
+}
+
+// WaitTaskArgs are the arguments of OpWaitTask.
+type WaitTaskArgs struct {
+	TaskID string        `json:"task_id"`
+	Wait   time.Duration `json:"wait,omitempty"`
+}
+
+// The arguments of OpBroadcast are a node.BroadcastArgs, of OpTasks a
+// node.TaskQuery.
 
 // The arguments of OpReceive are a node.Query, of OpAck a
 // node.AckRequest, of OpPairOffer node.PairOptions, of OpSearch a

@@ -338,6 +338,27 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		if err = args(req, &q); err == nil {
 			result, err = s.api.Search(ctx, q)
 		}
+	// Broadcast and tasks slice.
+	case OpBroadcast:
+		var a node.BroadcastArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.Broadcast(ctx, a)
+		}
+	case OpTaskComplete:
+		var a TaskCompleteArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.TaskComplete(ctx, a.TaskID, a.Result, a.Options)
+		}
+	case OpTasks:
+		var q node.TaskQuery
+		if err = args(req, &q); err == nil {
+			result, err = s.api.Tasks(ctx, q)
+		}
+	case OpWaitTask:
+		var a WaitTaskArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.WaitTask(ctx, a.TaskID, a.Wait)
+		}
 	default:
 		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown control operation %q", req.Op)}
 	}

@@ -85,6 +85,7 @@ type API interface {
 	SentAPI
 	// Slice C: search.
 	SearchAPI
+	BroadcastAPI // broadcast and tasks slice
 }
 
 // Limits of the API.
@@ -191,6 +192,11 @@ type SendOptions struct {
 	// sends nothing; the same key with other arguments fails with
 	// CodeIdempotencyConflict. See CheckIdempotencyKey.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+
+	// TaskID (broadcast and tasks slice) sends under a task: the signed
+	// field objective_id carries it, and the peer joins the task's
+	// participants. At most MaxTaskIDLen bytes of printable text.
+	TaskID string `json:"task_id,omitempty"`
 }
 
 // Delivery outcomes in [Sent].
@@ -234,6 +240,11 @@ type Message struct {
 	RequestID string    `json:"request_id,omitempty"` // responses: the request answered
 	Status    string    `json:"status,omitempty"`
 	Result    any       `json:"result,omitempty"` // any JSON value (a json.RawMessage)
+	// TaskID is the task the sender put the item under (its signed
+	// objective_id); BroadcastID the broadcast it is one copy of (its
+	// signed meerkat_broadcast). Both are the peer's text.
+	TaskID      string `json:"task_id,omitempty"`
+	BroadcastID string `json:"broadcast_id,omitempty"`
 	// MEUP is set for items of kind "meup": an envelope of a space.
 	MEUP *MEUPItem `json:"meup,omitempty"`
 	// Fields holds the whole kind of an item that is not a message,

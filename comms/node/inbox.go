@@ -50,6 +50,7 @@ func toMessage(en inbox.Entry[comms.Item]) Message {
 	if u, ok := e.Kind.InReplyTo(); ok {
 		m.RequestID = u.String()
 	}
+	m.TaskID, m.BroadcastID = kindText(e.Kind, FieldObjectiveID), kindText(e.Kind, FieldBroadcast) // broadcast and tasks slice
 	switch m.Kind {
 	case wire.TypeMessage, wire.TypeRequest, wire.TypeResponse:
 	case wire.TypeMEUP:
@@ -73,7 +74,7 @@ const itemOverheadJSON = 256
 // kind, a status, a peer-written MEUP id or participant).
 func itemSize(m Message) int {
 	n := itemOverheadJSON
-	for _, s := range []string{m.ID, m.Kind, m.From, m.Peer, m.Body, m.Intent, m.RequestID, m.Status} {
+	for _, s := range []string{m.ID, m.Kind, m.From, m.Peer, m.Body, m.Intent, m.RequestID, m.Status, m.TaskID, m.BroadcastID} {
 		n += jsonStringLen(s)
 	}
 	for _, v := range []any{m.Params, m.Result, m.Fields} {

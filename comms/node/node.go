@@ -96,6 +96,8 @@ type Node struct {
 	events   *eventLog      // info lines about what peers cause, rate limited
 	pairing  *pairing       // offers and pairing exchanges (listening nodes)
 	spaces   *spaces        // MEUP spaces (serving nodes only)
+	tasks    *tasks         // the task table (serving nodes only; broadcast and tasks slice)
+	cmdTasks *tasks         // the home's task table for other nodes, opened on first use (guarded by obMu)
 
 	trackOnce sync.Once // trackStored
 	watchOnce sync.Once // watchAnnouncements
@@ -302,6 +304,8 @@ func Start(h *Home, opts Options) (*Node, error) {
 			return nil, err
 		}
 		rec.meup = n.spaces.admit
+		n.tasks = openTasks(h, mail) // broadcast and tasks slice
+		rec.task = n.receivedTask
 	}
 	if d, ok := mail.(*durableMail); ok {
 		n.wg.Add(1)

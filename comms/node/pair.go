@@ -212,8 +212,10 @@ func (n *Node) advertised(a transport.Addr) (transport.Addr, error) {
 // keeps its entry and takes the new address; a name already used (in any
 // case) by another key gets a numeric suffix, shortened to fit.
 func planTrust(l *trust.List, p trust.Peer) (trust.Peer, *trust.List, error) {
+	p.Meta = markMeerkatd(p.Meta) // paired nodes run meerkatd (broadcast and tasks slice)
 	if cur, ok := l.Lookup(p.ID); ok {
 		cur.Addr = p.Addr
+		cur.Meta = markMeerkatd(cur.Meta)
 		without, err := l.Without(cur.Name)
 		if err != nil {
 			return trust.Peer{}, nil, err

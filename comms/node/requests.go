@@ -25,6 +25,9 @@ type recordingInbox struct {
 	// onResponse, if set, is told of every response admitted (the
 	// node's send record: sent.go).
 	onResponse func(comms.Item)
+	// task, set on serving nodes, records a received item's task id and
+	// completions (broadcast and tasks slice).
+	task func(comms.Item)
 
 	mu       sync.Mutex
 	requests map[identity.UUID]*trackedRequest
@@ -59,6 +62,9 @@ func (ri *recordingInbox) Push(it comms.Item) error {
 		return nil
 	}
 	ri.track(it)
+	if ri.task != nil {
+		ri.task(it)
+	}
 	err := ri.mail.Push(it)
 	if err == nil {
 		ri.sawResponse(it)
@@ -116,6 +122,9 @@ func (ri *recordingInbox) PushAsync(it comms.Item) comms.Admission {
 		return undoAdmission{a.PushAsync(it), undo}
 	}
 	ri.track(it)
+	if ri.task != nil {
+		ri.task(it)
+	}
 	return ri.seeResponse(it, a.PushAsync(it))
 }
 

@@ -362,6 +362,15 @@ func (n *Node) sendKind(ctx context.Context, peer string, kind wire.Kind, opts S
 	if err != nil {
 		return Sent{}, sendOutcome{}, err
 	}
+	if opts.TaskID != "" { // broadcast and tasks slice
+		p, err := n.r.ResolvePeer(peer)
+		if err != nil {
+			return Sent{}, sendOutcome{}, Coded(err)
+		}
+		if kind, err = n.withTask(kind, p.ID, opts.TaskID); err != nil {
+			return Sent{}, sendOutcome{}, err
+		}
+	}
 	out, err := n.send(ctx, sendSpec{peer: peer, kind: kind, reliable: opts.Reliable, ttl: opts.TTL, noWait: opts.NoWait})
 	if out.id.IsZero() {
 		return Sent{}, out, Coded(err)

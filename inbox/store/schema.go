@@ -257,6 +257,35 @@ CREATE TRIGGER items_fts_delete AFTER DELETE ON items BEGIN
 END;
 INSERT INTO meta (key, value) SELECT 'search_backfill', CAST(max(seq) AS TEXT) FROM items HAVING max(seq) IS NOT NULL;
 `,
+
+	// Broadcast and tasks slice: the task table (tasks.go).
+	//
+	// tasks holds one row per task id this node sent or received under;
+	// state is 'open' or 'completed'; local is 1 once this node sent under
+	// it (tasks only peers brought are evicted first); result is the completion's JSON
+	// text (NULL: none); completed_by the completing key (this node's own
+	// for a local completion). task_participants holds the peers of each
+	// task, joined = when they joined (their order). Times are Unix
+	// nanoseconds.
+	`
+CREATE TABLE tasks (
+	id           TEXT    PRIMARY KEY,
+	state        TEXT    NOT NULL CHECK (state IN ('open', 'completed')),
+	local        INTEGER NOT NULL DEFAULT 0, -- 1: this node sent under it
+	created      INTEGER,
+	updated      INTEGER,
+	result       TEXT,
+	completed_by BLOB    CHECK (completed_by IS NULL OR length(completed_by) = 32),
+	completed_at INTEGER
+) WITHOUT ROWID;
+CREATE INDEX tasks_updated ON tasks (updated);
+CREATE TABLE task_participants (
+	task   TEXT    NOT NULL,
+	peer   BLOB    NOT NULL CHECK (length(peer) = 32),
+	joined INTEGER,
+	PRIMARY KEY (task, peer)
+) WITHOUT ROWID;
+`,
 }
 
 // schemaVersion is the schema version this build writes.

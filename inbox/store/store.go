@@ -271,6 +271,9 @@ const (
 	opIdemClaim
 	opIdemFinish
 	opIdemRelease
+	// Task operations (tasks.go; broadcast and tasks slice).
+	opTaskTouch
+	opTaskComplete
 )
 
 // request is one write for commitLoop. done is 1-buffered and receives
@@ -282,6 +285,7 @@ type request struct {
 	ob   *outboxReq // opOutbox*; nil for the others
 	sp   *spaceReq  // opSpace*; nil for the others
 	sn   *sentReq   // opSent*, opIdem*; nil for the others
+	tk   *taskReq   // opTask*; nil for the others
 	done chan result
 }
 
@@ -1182,6 +1186,10 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			}
 		case opSentPut, opSentUpdate, opSentPrune, opIdemClaim, opIdemFinish, opIdemRelease:
 			if err := ob.runSent(req, &res[i]); err != nil {
+				return 0, 0, 0, 0, err
+			}
+		case opTaskTouch, opTaskComplete: // broadcast and tasks slice
+			if err := (taskTx{&ob}).run(req, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
 		default:

@@ -84,6 +84,7 @@ import {
 
 const TOOLS = [
   'ack_messages',
+  'broadcast', // broadcast and tasks
   'edit_space',
   'list_dead_letters',
   'list_outbox',
@@ -91,6 +92,7 @@ const TOOLS = [
   'list_proposals',
   'list_spaces',
   'message_status',
+  'list_tasks', // broadcast and tasks
   'pair_accept',
   'pair_offer',
   'receive_messages',
@@ -110,6 +112,8 @@ const TOOLS = [
   'space_send',
   'space_withdraw',
   'status',
+  'task_complete', // broadcast and tasks
+  'wait_task', // broadcast and tasks
 ];
 const ACK_TIMEOUT_SECS = 3;
 

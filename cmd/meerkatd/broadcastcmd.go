@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+const broadcastHelp = `Sends one signed copy of BODY to every trusted peer, to the peers whose
+trust entry meta lists --group G ("meta": {"groups": ["G"]}), or to the
+--peer PEERs named (repeatable; a peer named twice gets one copy).
+Copies are reliable (stored in the outbox and retried) unless --direct.
+Peers known to run meerkatd (those paired with meerkatd pair) see the
+copy marked as a broadcast; other peers get a plain message. BODY may be
+- (standard input) or @FILE.`
+
+const taskHelp = `A task is an id given with --task on sends (meerkatd send ... --task ID,
+meerkatd broadcast --task ID); every peer sent to or received from under
+it is a participant. task list shows the tasks and their state; task
+complete ID [RESULT_JSON] marks it completed and tells every participant
+(a reliable meerkat.task_complete request); task wait ID --wait DUR waits
+for its completion, by this node or a participant, and exits 1 if it is
+still open (call it again later: it resolves only on completion).`
+
+func runBroadcast(e *env, args []string) error {
+	flags := e.newFlags("broadcast")
+	homeFlag := e.homeFlag(flags)
+	asJSON := flags.Bool("json", false, "print JSON")
+	group := flags.String("group", "", "only the trusted peers in `group` (trust entry meta \"groups\")")
+	var peers stringList
+	flags.Var(&peers, "peer", "only this `peer` (name, key or UUID; repeatable)")
+	direct := flags.Bool("direct", false, "one attempt per peer instead of a reliable send through the outbox")
+	ttl := flags.Duration("ttl", 0, "reliable: give up on a copy not acked within this `long` (default outbox.default_ttl_secs)")
+	task := flags.String("task", "", "send under task `ID`")
+	pos, err := parseArgs(e, flags, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: want BODY, got %d argument(s)", errUsage, len(pos))
+	}
+	if *ttl < 0 || *direct && *ttl > 0 {
+		return fmt.Errorf("%w: --ttl must be positive and applies to reliable sends (not --direct)", errUsage)
+	}
+	body, err := e.readInput("the body", pos[0])
+	if err != nil {
+		return err
+	}
+	a := node.BroadcastArgs{Body: body, Group: *group, Peers: peers, Direct: *direct, SendOptions: node.SendOptions{TTL: *ttl, TaskID: *task}}
+	return e.withBackend(*homeFlag, 2*time.Minute, func(ctx context.Context, b *backend) error {
+		res, err := b.Broadcast(ctx, a)
+		if *asJSON {
+			if err != nil {
+				printJSONError(e.stdout, err)
+				return jsonShown(err)
+			}
+			return printJSON(e.stdout, res)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout, res.ID)
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PEER\tDELIVERY\tMARKED\tID\tNOTE")
+		for _, c := range res.Copies {
+			note := c.LastError
+			if c.Error != "" {
+				note = c.Code + ": " + c.Error
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", c.Peer, c.Delivery, c.Marked, c.ID, safeLine(note))
+		}
+		return tw.Flush()
+	})
+}
+
+func runTask(e *env, args []string) error {
+	sub, args := splitSub(args)
+	if sub == "" {
+		sub = "list"
+	}
+	flags := e.newFlags("task " + sub)
+	homeFlag := e.homeFlag(flags)
+	asJSON := flags.Bool("json", false, "print JSON")
+	wait := flags.Duration("wait", 0, "wait: wait this `long` (30s, 5m; at most 10m) for the completion")
+	state := flags.String("state", "", "list: only tasks in `state` (open, completed)")
+	pos, err := parseArgs(e, flags, args)
+	if err != nil {
+		return err
+	}
+	ar, ok := map[string][2]int{"list": {0, 0}, "complete": {1, 2}, "wait": {1, 1}}[sub]
+	if !ok {
+		return fmt.Errorf("%w: unknown task subcommand %q (want list, complete or wait)", errUsage, sub)
+	}
+	if len(pos) < ar[0] || len(pos) > ar[1] {
+		return fmt.Errorf("%w: wrong number of arguments for task %s (see meerkatd help task)", errUsage, sub)
+	}
+	if *wait < 0 || *wait > 0 && sub != "wait" {
+		return fmt.Errorf("%w: --wait applies to task wait and must be positive", errUsage)
+	}
+	var result json.RawMessage
+	if sub == "complete" && len(pos) == 2 {
+		s, err := e.readInput("the result", pos[1])
+		if err != nil {
+			return err
+		}
+		if !json.Valid([]byte(s)) {
+			return fmt.Errorf("%w: RESULT_JSON %q is not valid JSON", errUsage, short(s))
+		}
+		result = json.RawMessage(s)
+	}
+	return e.withBackend(*homeFlag, min(*wait, node.MaxWait)+2*time.Minute, func(ctx context.Context, b *backend) error {
+		var out any
+		var task *node.Task
+		var err error
+		switch sub {
+		case "list":
+			var ts []node.Task
+			ts, err = b.Tasks(ctx, node.TaskQuery{State: *state})
+			if err == nil && !*asJSON {
+				tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tSTATE\tPARTICIPANTS\tUPDATED\tCOMPLETED BY")
+				for _, t := range ts {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", safeLine(t.ID), t.State, participants(t), t.Updated.Local().Format(time.RFC3339), safeLine(t.CompletedBy))
+				}
+				return tw.Flush()
+			}
+			out = ts
+		case "complete":
+			var res node.TaskCompleted
+			res, err = b.TaskComplete(ctx, pos[0], result, node.SendOptions{})
+			out, task = res, &res.Task
+			if err == nil && !*asJSON {
+				for _, c := range res.Copies {
+					fmt.Fprintf(e.stderr, "told %s: %s %s\n", c.Peer, c.Delivery, safeLine(c.Error+c.LastError))
+				}
+			}
+		case "wait":
+			var res node.TaskWaited
+			res, err = b.WaitTask(ctx, pos[0], *wait)
+			out, task = res, &res.Task
+			if err == nil && res.TimedOut {
+				err = fmt.Errorf("task %s is still open (wait again later: it resolves only on completion)", safeLine(pos[0]))
+			}
+		}
+		if *asJSON {
+			if out == nil || task != nil && task.ID == "" {
+				printJSONError(e.stdout, err)
+				return jsonShown(err)
+			}
+			if perr := printJSON(e.stdout, out); perr != nil {
+				return perr
+			}
+			return jsonShown(err)
+		}
+		if task != nil && task.ID != "" {
+			line := task.ID + " " + task.State
+			if task.State == node.TaskStateCompleted {
+				line += " by " + task.CompletedBy + ": " + rawText(task.Result)
+			}
+			fmt.Fprintln(e.stdout, safeLine(line))
+		}
+		return err
+	})
+}
+
+// participants names a task's participants for a table.
+func participants(t node.Task) string {
+	names := make([]string, 0, len(t.Participants))
+	for _, p := range t.Participants {
+		if p.Peer != "" {
+			names = append(names, p.Peer)
+		} else {
+			names = append(names, p.PubKey)
+		}
+	}
+	if len(names) == 0 {
+		return "-"
+	}
+	return strings.Join(names, ",")
+}

@@ -1,0 +1,199 @@
+package mcpserver
+
+import (
+	"context"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+// Results of the broadcast and task tools.
+type (
+	broadcastResult struct {
+		node.Broadcasted
+		Pending int `json:"pending"`
+	}
+	taskCompleteResult struct {
+		node.TaskCompleted
+		Pending int `json:"pending"`
+	}
+	listTasksResult struct {
+		Tasks   []node.Task `json:"tasks"`
+		Pending int         `json:"pending"`
+	}
+	waitTaskResult struct {
+		node.TaskWaited
+		Pending int `json:"pending"`
+	}
+)
+
+// taskArg is the task_id argument of the send tools.
+var taskArg = mcp.WithString("task_id", mcp.Description("put this send under a task (printable text, at most 128 bytes): the peer sees it as task_id, and becomes one of the task's participants; see list_tasks, wait_task and task_complete"))
+
+func (s *Server) addBroadcastTools() {
+	broadcast := mcp.NewTool("broadcast",
+		mcp.WithDescription("Send one message to every trusted peer, to a group of them (named in the trust file's meta \"groups\"), or to the peers listed: one signed copy each (a peer named twice gets one), reliable by default. Peers that run meerkatd see it marked as a broadcast (broadcast_id); others get a plain message. Returns each copy's outcome."),
+		mcp.WithString("body", mcp.Required(), mcp.Description("the message text")),
+		mcp.WithString("group", mcp.Description("only the trusted peers in this group (an unknown group is an error that lists the known ones)")),
+		mcp.WithArray("peers", mcp.WithStringItems(), mcp.Description("instead of group: these peers (names, keys or peer UUIDs)")),
+		mcp.WithBoolean("reliable", mcp.DefaultBool(true), mcp.Description("true (default): each copy is stored in the outbox and retried until its peer acknowledges it; false: one attempt per peer")),
+		mcp.WithNumber("ttl_seconds", mcp.Min(0), mcp.Max(node.MaxTTL.Seconds()), mcp.Description("reliable copies only: give up on a copy not delivered within this many seconds")),
+		taskArg,
+		mcp.WithOutputSchema[broadcastResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Broadcast", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
+	)
+	s.mcp.AddTool(broadcast, s.broadcast)
+	complete := mcp.NewTool("task_complete",
+		mcp.WithDescription("Mark a task completed and tell each of its participants (the peers you sent to or received from under its task_id) with a reliable request of intent meerkat.task_complete carrying the result. Their nodes mark the task completed, and their wait_task returns. Completing a completed task sends nothing (already: true)."),
+		mcp.WithString("task_id", mcp.Required(), mcp.Description("the task")),
+		mcp.WithAny("result", mcp.Description("any JSON value: what came of the task (default null)")),
+		mcp.WithOutputSchema[taskCompleteResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Complete task", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(true)}),
+	)
+	admitAnyJSON(complete.OutputSchema.Properties, "task", "properties", "result")
+	s.mcp.AddTool(complete, s.taskComplete)
+	list := mcp.NewTool("list_tasks",
+		mcp.WithDescription("Show the tasks this node knows (from sends and arrivals carrying a task_id), the most recently updated first: state (open or completed), participants, and for completed ones who completed it, when, and the result."),
+		mcp.WithString("state", mcp.Enum(node.TaskStateOpen, node.TaskStateCompleted), mcp.Description("only tasks in this state")),
+		mcp.WithNumber("limit", mcp.Description("at most this many (1-1000, default 100)")),
+		mcp.WithOutputSchema[listTasksResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List tasks", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
+	)
+	admitAnyJSON(list.OutputSchema.Properties, "tasks", "items", "properties", "result")
+	s.mcp.AddTool(list, s.listTasks)
+	wait := mcp.NewTool("wait_task",
+		mcp.WithDescription("Wait for a task to be completed (by task_complete, here or by a participant). It returns the task once completed, or after wait_ms with timed_out true and state open: call it again whenever you like, also after a restart; only a completion resolves it."),
+		mcp.WithString("task_id", mcp.Required(), mcp.Description("the task")),
+		mcp.WithNumber("wait_ms", mcp.Description("wait up to this many milliseconds (0-25000, default 0: just look)")),
+		mcp.WithOutputSchema[waitTaskResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Wait for task", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
+	)
+	admitAnyJSON(wait.OutputSchema.Properties, "task", "properties", "result")
+	s.mcp.AddTool(wait, s.waitTask)
+}
+
+// checkBroadcastArgs validates the arguments of the broadcast and task
+// tools; handled is false for other tools.
+func checkBroadcastArgs(name string, a args) (handled bool, err error) {
+	switch name {
+	case "broadcast":
+		_, err = parseBroadcast(a)
+	case "task_complete":
+		_, err = a.str("task_id", true)
+	case "list_tasks":
+		_, err = parseTaskQuery(a)
+	case "wait_task":
+		_, _, err = parseWaitTask(a)
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
+func parseBroadcast(a args) (node.BroadcastArgs, error) {
+	var b node.BroadcastArgs
+	var err error
+	if b.Body, err = a.str("body", true); err != nil {
+		return b, err
+	}
+	if b.Group, err = a.str("group", false); err != nil {
+		return b, err
+	}
+	if b.Peers, err = a.strings("peers"); err != nil {
+		return b, err
+	}
+	if b.Group != "" && len(b.Peers) > 0 {
+		return b, invalidParams{`give "group" or "peers", not both`}
+	}
+	opts, err := parseSendOptions(a)
+	if err != nil {
+		return b, err
+	}
+	b.Direct = !opts.Reliable
+	opts.Reliable = false
+	b.SendOptions = opts
+	b.TaskID, err = a.str("task_id", false)
+	return b, err
+}
+
+func parseTaskQuery(a args) (node.TaskQuery, error) {
+	var q node.TaskQuery
+	var err error
+	if q.State, err = a.str("state", false); err != nil {
+		return q, err
+	}
+	if q.State != "" && q.State != node.TaskStateOpen && q.State != node.TaskStateCompleted {
+		return q, invalidParams{`argument "state" must be open or completed`}
+	}
+	limit, ok, err := a.num("limit", 1, node.MaxTasksListed)
+	if err != nil {
+		return q, err
+	}
+	q.Limit = 100
+	if ok {
+		q.Limit = int(limit)
+	}
+	return q, nil
+}
+
+func parseWaitTask(a args) (string, time.Duration, error) {
+	id, err := a.str("task_id", true)
+	if err != nil {
+		return "", 0, err
+	}
+	wait, _, err := a.num("wait_ms", 0, float64(MaxWait/time.Millisecond))
+	return id, time.Duration(wait) * time.Millisecond, err
+}
+
+func (s *Server) broadcast(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	b, err := parseBroadcast(args{req.GetArguments()})
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.api.Broadcast(ctx, b)
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	return result(broadcastResult{Broadcasted: res, Pending: s.pending(ctx)})
+}
+
+func (s *Server) taskComplete(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	id, err := args{req.GetArguments()}.str("task_id", true)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.api.TaskComplete(ctx, id, rawJSON(req, "result"), node.SendOptions{})
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	return result(taskCompleteResult{TaskCompleted: res, Pending: s.pending(ctx)})
+}
+
+func (s *Server) listTasks(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	q, err := parseTaskQuery(args{req.GetArguments()})
+	if err != nil {
+		return nil, err
+	}
+	ts, err := s.api.Tasks(ctx, q)
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	if ts == nil {
+		ts = []node.Task{}
+	}
+	return result(listTasksResult{Tasks: ts, Pending: s.pending(ctx)})
+}
+
+func (s *Server) waitTask(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	id, wait, err := parseWaitTask(args{req.GetArguments()})
+	if err != nil {
+		return nil, err
+	}
+	w, err := s.api.WaitTask(ctx, id, wait)
+	if err != nil {
+		return toolError(err, s.pending(ctx)), nil
+	}
+	return result(waitTaskResult{TaskWaited: w, Pending: s.pending(ctx)})
+}
