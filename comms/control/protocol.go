@@ -39,6 +39,11 @@ const (
 	OpSpaceEdit        = "space_edit"
 	OpSpaceSend        = "space_send"
 	OpProposals        = "proposals"
+	// Agent cards (slice E).
+	OpCard         = "card"
+	OpCardEdit     = "card_edit"
+	OpFetchCard    = "fetch_card"
+	OpDescribePeer = "describe_peer"
 )
 
 // Request is one control request.

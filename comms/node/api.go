@@ -79,6 +79,7 @@ type API interface {
 	PairAccept(ctx context.Context, line, name string) (Paired, error)
 
 	SpacesAPI
+	CardAPI // slice E: agent cards
 }
 
 // Limits of the API.
@@ -154,6 +155,9 @@ type Peer struct {
 	Breaker   string `json:"breaker"`
 	Queued    int    `json:"queued"`
 	LastError string `json:"last_error,omitempty"`
+	// Card summarizes the peer's verified agent card, if this node holds
+	// one (see DescribePeer); null if not.
+	Card *CardSummary `json:"card"`
 }
 
 // SendOptions say how a send is delivered.

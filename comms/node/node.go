@@ -96,6 +96,7 @@ type Node struct {
 	events   *eventLog      // info lines about what peers cause, rate limited
 	pairing  *pairing       // offers and pairing exchanges (listening nodes)
 	spaces   *spaces        // MEUP spaces (serving nodes only)
+	cards    *cards         // agent cards: kept peer cards, fetches, answering (slice E)
 
 	trackOnce sync.Once // trackStored
 	watchOnce sync.Once // watchAnnouncements
@@ -229,6 +230,8 @@ func Start(h *Home, opts Options) (*Node, error) {
 	}
 	n := &Node{h: h, mode: mode, embedded: opts.Embedded, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
 	n.events = newEventLog(log, logInterval)
+	n.cards = newCards(mode == ModeServe) // slice E: agent cards
+	rec.intercept = n.interceptCard
 	var observe func(comms.Event)
 	var pairHook func(net.Conn, io.Reader)
 	if mode != ModeSend {
@@ -361,6 +364,13 @@ func Start(h *Home, opts Options) (*Node, error) {
 		go func() {
 			defer n.wg.Done()
 			n.spaces.expire(ctx)
+		}()
+	}
+	if n.cards.queue != nil { // slice E: answers meerkat.card requests
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.cardLoop(ctx)
 		}()
 	}
 	if n.ob != nil {
