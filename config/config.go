@@ -40,6 +40,12 @@ const (
 	DefaultAuditMaxBytes         = 64 << 20
 	DefaultMEUPProtocol          = "meup/v0.1"
 	DefaultProposalTTLSecs       = 3600
+	DefaultIdempotencyWindowSecs = 24 * 3600
+	DefaultSentHistoryHours      = 7 * 24
+	DefaultNotifyIntervalMS      = 1000
+	DefaultLoopMaxExchanges      = 20
+	DefaultLoopFastMS            = 3000
+	DefaultLoopHoldSecs          = 600
 	DefaultMCPPairing            = On
 	DefaultMetricsListen         = "" // off
 	DefaultTCPPlaintext          = Allow
@@ -81,6 +87,9 @@ const (
 	// MaxTimeoutSecs bounds every *_timeout_secs key (one week), which
 	// also keeps the durations far from overflowing.
 	MaxTimeoutSecs = 7 * 24 * 60 * 60
+	// MaxHistoryHours bounds the settings counted in hours of history
+	// (one year).
+	MaxHistoryHours = 24 * 365
 	// MaxFileSize bounds the configuration file, in bytes.
 	MaxFileSize = 1 << 20
 )
@@ -107,7 +116,52 @@ type Config struct {
 	Metrics Metrics `toml:"metrics"`
 	// Log is the [log] table.
 	Log Log `toml:"log"`
+	// Agent is the [agent] table.
+	Agent Agent `toml:"agent"`
 }
+
+// Agent is the [agent] table: how the node serves the agent that works
+// from its inbox (safe retries, the record of sends, wake-ups, the loop
+// guard).
+type Agent struct {
+	// IdempotencyWindowSecs is how long a send's idempotency key is
+	// remembered: the same key within it returns the first result
+	// without sending again.
+	IdempotencyWindowSecs int `toml:"idempotency_window_secs"`
+	// SentHistoryHours is how long the record of a send (its delivery
+	// status) is kept.
+	SentHistoryHours int `toml:"sent_history_hours"`
+	// NotifyIntervalMS is the shortest time between two arrival
+	// notifications to one MCP client; arrivals in between are
+	// coalesced into the next one (0: one per arrival).
+	NotifyIntervalMS int `toml:"notify_interval_ms"`
+	// LoopMaxExchanges is how many fast replies in a row to one peer,
+	// with no person in between, trip the loop guard (0: no guard).
+	LoopMaxExchanges int `toml:"loop_max_exchanges"`
+	// LoopFastMS is the reply time below which a reply counts as faster
+	// than a person could write it.
+	LoopFastMS int `toml:"loop_fast_ms"`
+	// LoopHoldSecs is how long the loop guard holds sends to a peer once
+	// it trips, unless a person releases it first.
+	LoopHoldSecs int `toml:"loop_hold_secs"`
+}
+
+// IdempotencyWindow returns idempotency_window_secs as a duration.
+func (a Agent) IdempotencyWindow() time.Duration { return seconds(a.IdempotencyWindowSecs) }
+
+// SentHistory returns sent_history_hours as a duration.
+func (a Agent) SentHistory() time.Duration {
+	return time.Duration(max(0, min(a.SentHistoryHours, MaxHistoryHours))) * time.Hour
+}
+
+// NotifyInterval returns notify_interval_ms as a duration.
+func (a Agent) NotifyInterval() time.Duration { return millis(a.NotifyIntervalMS) }
+
+// LoopFast returns loop_fast_ms as a duration.
+func (a Agent) LoopFast() time.Duration { return millis(a.LoopFastMS) }
+
+// LoopHold returns loop_hold_secs as a duration.
+func (a Agent) LoopHold() time.Duration { return seconds(a.LoopHoldSecs) }
 
 // Metrics is the [metrics] table: the daemon's HTTP endpoint for
 // Prometheus metrics and health checks.
@@ -314,6 +368,14 @@ func Default() Config {
 		MCP:     MCP{Pairing: DefaultMCPPairing},
 		Metrics: Metrics{Listen: DefaultMetricsListen},
 		Log:     Log{Level: DefaultLogLevel, Format: DefaultLogFormat},
+		Agent: Agent{
+			IdempotencyWindowSecs: DefaultIdempotencyWindowSecs,
+			SentHistoryHours:      DefaultSentHistoryHours,
+			NotifyIntervalMS:      DefaultNotifyIntervalMS,
+			LoopMaxExchanges:      DefaultLoopMaxExchanges,
+			LoopFastMS:            DefaultLoopFastMS,
+			LoopHoldSecs:          DefaultLoopHoldSecs,
+		},
 	}
 }
 
@@ -330,6 +392,12 @@ func (c Comms) IdleTimeout() time.Duration { return seconds(c.IdleTimeoutSecs) }
 
 // seconds converts a validated timeout; out-of-range values (which
 // Validate rejects) are clamped rather than overflowing.
+// millis is n milliseconds, clamped like seconds.
+func millis(n int) time.Duration {
+	n = max(0, min(n, MaxTimeoutSecs*1000))
+	return time.Duration(n) * time.Millisecond
+}
+
 func seconds(n int) time.Duration {
 	n = max(0, min(n, MaxTimeoutSecs))
 	return time.Duration(n) * time.Second

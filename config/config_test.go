@@ -37,6 +37,8 @@ var fullConfig = Config{
 	MCP:     MCP{Pairing: "off"},
 	Metrics: Metrics{Listen: "127.0.0.1:9464"},
 	Log:     Log{Level: "debug", Format: "json"},
+	Agent: Agent{IdempotencyWindowSecs: 3600, SentHistoryHours: 48, NotifyIntervalMS: 250,
+		LoopMaxExchanges: 10, LoopFastMS: 1500, LoopHoldSecs: 120},
 }
 
 func requireNoError(t *testing.T, err error) {
@@ -91,6 +93,8 @@ func TestDefault(t *testing.T) {
 		MCP:     MCP{Pairing: "on"},
 		Metrics: Metrics{Listen: ""},
 		Log:     Log{Level: "info", Format: "text"},
+		Agent: Agent{IdempotencyWindowSecs: 86400, SentHistoryHours: 168, NotifyIntervalMS: 1000,
+			LoopMaxExchanges: 20, LoopFastMS: 3000, LoopHoldSecs: 600},
 	}
 	if got := Default(); got != want {
 		t.Fatalf("Default() = %+v, want %+v", got, want)

@@ -135,10 +135,28 @@ var keys = [...]keyDef{
 	{path: "log.format", env: "MEERKAT_LOG_FORMAT",
 		doc: `Log line format: "text" (key=value) or "json" (one JSON object per line). meerkatd run and meerkatd mcp take --log-format, which wins.`,
 		str: func(c *Config) *string { return &c.Log.Format }},
+	{path: "agent.idempotency_window_secs", env: "MEERKAT_AGENT_IDEMPOTENCY_WINDOW_SECS",
+		doc: `Seconds a send's idempotency key is remembered (across restarts): a send with the same key within it returns the first send's result without sending again.`,
+		num: func(c *Config) *int { return &c.Agent.IdempotencyWindowSecs }},
+	{path: "agent.sent_history_hours", env: "MEERKAT_AGENT_SENT_HISTORY_HOURS",
+		doc: `Hours the record of each send (queued, acknowledged, dead, answered) is kept for meerkatd sent and message_status.`,
+		num: func(c *Config) *int { return &c.Agent.SentHistoryHours }},
+	{path: "agent.notify_interval_ms", env: "MEERKAT_AGENT_NOTIFY_INTERVAL_MS",
+		doc: `Shortest time, in milliseconds, between two arrival notifications to one MCP client; arrivals in between are coalesced into one notification sent when the interval ends. 0 notifies every arrival.`,
+		num: func(c *Config) *int { return &c.Agent.NotifyIntervalMS }},
+	{path: "agent.loop_max_exchanges", env: "MEERKAT_AGENT_LOOP_MAX_EXCHANGES",
+		doc: `Fast replies in a row to one peer, with no user item in between, after which the loop guard holds further sends to that peer. 0 turns the guard off.`,
+		num: func(c *Config) *int { return &c.Agent.LoopMaxExchanges }},
+	{path: "agent.loop_fast_ms", env: "MEERKAT_AGENT_LOOP_FAST_MS",
+		doc: `A send to a peer within this many milliseconds of receiving from it counts as a fast reply for the loop guard; a slower reply starts the count again.`,
+		num: func(c *Config) *int { return &c.Agent.LoopFastMS }},
+	{path: "agent.loop_hold_secs", env: "MEERKAT_AGENT_LOOP_HOLD_SECS",
+		doc: `Seconds the loop guard holds sends to a peer once it trips, unless a person releases it first (meerkatd release PEER).`,
+		num: func(c *Config) *int { return &c.Agent.LoopHoldSecs }},
 }
 
 // tables are the TOML tables that hold keys.
-var tables = [...]string{"comms", "store", "outbox", "audit", "meup", "mcp", "metrics", "log"}
+var tables = [...]string{"comms", "store", "outbox", "audit", "meup", "mcp", "metrics", "log", "agent"}
 
 // Keys returns the table of configuration keys, in file order. The slice
 // is a fresh copy: changing it changes nothing else.

@@ -73,6 +73,12 @@ func (c Config) Validate() error {
 	if c.Log.Format != LogText && c.Log.Format != LogJSON {
 		add("log.format", fmt.Errorf("must be %q or %q, got %q", LogText, LogJSON, c.Log.Format))
 	}
+	add("agent.idempotency_window_secs", checkRange(c.Agent.IdempotencyWindowSecs, 60, MaxTimeoutSecs))
+	add("agent.sent_history_hours", checkRange(c.Agent.SentHistoryHours, 1, MaxHistoryHours))
+	add("agent.notify_interval_ms", checkRange(c.Agent.NotifyIntervalMS, 0, 60_000))
+	add("agent.loop_max_exchanges", checkRange(c.Agent.LoopMaxExchanges, 0, 1_000_000))
+	add("agent.loop_fast_ms", checkRange(c.Agent.LoopFastMS, 1, 600_000))
+	add("agent.loop_hold_secs", checkRange(c.Agent.LoopHoldSecs, 1, MaxTimeoutSecs))
 	return errors.Join(errs...)
 }
 

@@ -106,6 +106,14 @@ func TestValidate(t *testing.T) {
 		{"mcp pairing OFF", func(c *Config) { c.MCP.Pairing = "OFF" }, "mcp.pairing"},
 		{"mcp pairing false", func(c *Config) { c.MCP.Pairing = "false" }, "mcp.pairing"},
 		{"metrics off", func(c *Config) { c.Metrics.Listen = "" }, ""},
+		{"idempotency window short", func(c *Config) { c.Agent.IdempotencyWindowSecs = 59 }, "agent.idempotency_window_secs"},
+		{"sent history 0", func(c *Config) { c.Agent.SentHistoryHours = 0 }, "agent.sent_history_hours"},
+		{"notify every arrival", func(c *Config) { c.Agent.NotifyIntervalMS = 0 }, ""},
+		{"notify negative", func(c *Config) { c.Agent.NotifyIntervalMS = -1 }, "agent.notify_interval_ms"},
+		{"loop guard off", func(c *Config) { c.Agent.LoopMaxExchanges = 0 }, ""},
+		{"loop guard negative", func(c *Config) { c.Agent.LoopMaxExchanges = -1 }, "agent.loop_max_exchanges"},
+		{"loop fast 0", func(c *Config) { c.Agent.LoopFastMS = 0 }, "agent.loop_fast_ms"},
+		{"loop hold 0", func(c *Config) { c.Agent.LoopHoldSecs = 0 }, "agent.loop_hold_secs"},
 		{"metrics loopback", func(c *Config) { c.Metrics.Listen = "127.0.0.1:9464" }, ""},
 		{"metrics any port", func(c *Config) { c.Metrics.Listen = "127.0.0.1:0" }, ""},
 		{"metrics ipv6", func(c *Config) { c.Metrics.Listen = "[::1]:9464" }, ""},
@@ -151,6 +159,7 @@ func TestValidateAllAtOnce(t *testing.T) {
 		"outbox.backoff", "outbox.max_attempts", "outbox.breaker_failures", "outbox.breaker_open_secs",
 		"outbox.max_entries", "outbox.max_bytes", "outbox.dead_letters_max", "outbox.dead_letter_hours", "audit.max_bytes",
 		"meup.protocol", "meup.proposal_ttl_secs", "mcp.pairing", "metrics.listen", "log.level", "log.format",
+		"agent.idempotency_window_secs", "agent.sent_history_hours", "agent.loop_fast_ms", "agent.loop_hold_secs",
 	}
 	if got := errorKeys(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("error keys = %q, want %q", got, want)
