@@ -187,7 +187,7 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Node status", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.status)
 	listPeers := mcp.NewTool("list_peers",
-		mcp.WithDescription("Show this node and the peers it trusts, with each peer's reliable-send state: breaker (closed; open: sends are queued without dialling; half_open: the next attempt is the probe), queued count and last error."),
+		mcp.WithDescription("Show this node and the peers it trusts, with each peer's reliable-send state: breaker (closed; open: sends are queued without dialling; half_open: the next attempt is the probe), queued count and last error; and card: a summary (name, description, intent names, fetched_at) of the peer's verified agent card if this node holds one, else null (describe_peer fetches and shows the whole card)."),
 		mcp.WithOutputSchema[listPeersResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List peers", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	)
@@ -245,6 +245,7 @@ func (s *Server) addTools() {
 		s.addPairTools()
 	}
 	s.addSpaceTools()
+	s.addCardTools() // slice E: agent cards
 }
 
 // addPairTools adds pair_offer and pair_accept (left out with
@@ -327,7 +328,10 @@ func checkArgs(name string, m map[string]any) error {
 	case "ack_messages":
 		_, _, _, err = parseAck(a)
 	default:
-		_, err = checkSpaceArgs(name, a)
+		var ok bool
+		if ok, err = checkCardArgs(name, a); !ok { // slice E: agent cards
+			_, err = checkSpaceArgs(name, a)
+		}
 	}
 	return err
 }
