@@ -163,4 +163,3 @@ func cardColumn(c *node.CardSummary) string {
 	}
 	return s
 }
-
