@@ -84,6 +84,7 @@ import {
 
 const TOOLS = [
   'ack_messages',
+  'describe_peer', // agent cards (mcp-card.test.mjs)
   'edit_space',
   'list_dead_letters',
   'list_outbox',
