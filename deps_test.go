@@ -67,6 +67,7 @@ var allowed = map[string][]string{
 	"comms/metrics":       {"github.com/prometheus/client_golang/"},
 	"comms/outbox":        {module + "/identity"},
 	"comms/meup":          {"github.com/bmatcuk/doublestar/v4", "github.com/theory/jsonpath"},
+	"comms/card":          {module + "/identity"}, // slice E: agent cards
 	"internal/atomicfile": {},
 	"internal/filemode":   {},
 	"internal/testutil":   {},
@@ -89,7 +90,8 @@ var allowed = map[string][]string{
 	"comms/node": {module + "/comms", module + "/comms/wire", module + "/comms/outbox", module + "/comms/audit", module + "/inbox",
 		module + "/inbox/store", module + "/trust", module + "/trust/pair", module + "/config", module + "/identity",
 		module + "/transport", module + "/internal/atomicfile", module + "/internal/filemode", module + "/comms/meup", module + "/comms/space",
-		module + "/comms/metrics"},
+		module + "/comms/metrics",
+		module + "/comms/card"}, // slice E: agent cards
 	"comms/control": {module + "/comms/node", module + "/transport"},
 	"mcpserver":     {module + "/comms/node", "github.com/mark3labs/mcp-go/"},
 	"bench": {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust",

@@ -106,7 +106,8 @@ func (f *fakeNode) Proposals(_ context.Context, q node.ProposalQuery) ([]node.Pr
 func (f *fakeNode) Peers(context.Context) ([]node.Peer, error) {
 	seen := time.Date(2030, 1, 2, 3, 4, 0, 0, time.UTC)
 	return []node.Peer{
-		{Name: "bob", PubKey: "ed25519:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=", Addr: "uds:///tmp/bob.sock", Meta: json.RawMessage(`{"team":"b"}`), LastSeen: &seen, Breaker: "closed"},
+		{Name: "bob", PubKey: "ed25519:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=", Addr: "uds:///tmp/bob.sock", Meta: json.RawMessage(`{"team":"b"}`), LastSeen: &seen, Breaker: "closed",
+			Card: &node.CardSummary{Name: "bob", Description: "reviews", Intents: []string{"review-pr"}, FetchedAt: seen}}, // slice E
 		{Name: "ghost", PubKey: "ed25519:Aw==", Addr: "uds:///tmp/ghost.sock", Breaker: "open", Queued: 1, LastError: "dial: refused"},
 	}, nil
 }
@@ -470,7 +471,8 @@ func testToolList(t *testing.T, era string) {
 		"list_spaces": true, "list_proposals": true, "space_send": false, "space_chat": false, "space_propose": false, "space_fulfill": false,
 		"space_respond": false, "space_reject": false, "space_withdraw": false, "space_grant": false, "space_revoke": false, "edit_space": false,
 		"message_status": true, "search_messages": true,
-		"broadcast": false, "task_complete": false, "list_tasks": true, "wait_task": true}
+		"broadcast": false, "task_complete": false, "list_tasks": true, "wait_task": true,
+		"describe_peer": true}
 	if len(res.Tools) != len(want) {
 		t.Fatalf("%d tools, want %d", len(res.Tools), len(want))
 	}

@@ -196,7 +196,7 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Node status", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.status)
 	listPeers := mcp.NewTool("list_peers",
-		mcp.WithDescription("Show this node and the peers it trusts, with each peer's reliable-send state: breaker (closed; open: sends are queued without dialling; half_open: the next attempt is the probe), queued count and last error."),
+		mcp.WithDescription("Show this node and the peers it trusts, with each peer's reliable-send state: breaker (closed; open: sends are queued without dialling; half_open: the next attempt is the probe), queued count and last error; and card: a summary (name, description, intent names, fetched_at) of the peer's verified agent card if this node holds one, else null (describe_peer fetches and shows the whole card)."),
 		mcp.WithOutputSchema[listPeersResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List peers", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	)
@@ -259,6 +259,7 @@ func (s *Server) addTools() {
 	// Slice C: search.
 	s.addSearchTools()
 	s.addBroadcastTools() // broadcast and tasks slice
+	s.addCardTools() // slice E: agent cards
 }
 
 // addPairTools adds pair_offer and pair_accept (left out with
@@ -347,9 +348,13 @@ func checkArgs(name string, m map[string]any) error {
 		_, err = parseSearch(a)
 	default:
 		var handled bool
-		if handled, err = checkBroadcastArgs(name, a); !handled { // broadcast and tasks slice
-			_, err = checkSpaceArgs(name, a)
+		if handled, err = checkBroadcastArgs(name, a); handled {
+			break
 		}
+		if handled, err = checkCardArgs(name, a); handled {
+			break
+		}
+		_, err = checkSpaceArgs(name, a)
 	}
 	return err
 }

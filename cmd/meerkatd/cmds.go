@@ -234,9 +234,9 @@ func runPeers(e *env, args []string) error {
 				return nil
 			}
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tPUBKEY\tADDR\tLAST SEEN")
+			fmt.Fprintln(tw, "NAME\tPUBKEY\tADDR\tLAST SEEN\tCARD")
 			for _, p := range peers {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.PubKey, safeText(p.Addr, ""), timeText(p.LastSeen))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.PubKey, safeText(p.Addr, ""), timeText(p.LastSeen), cardColumn(p.Card))
 			}
 			return tw.Flush()
 		})

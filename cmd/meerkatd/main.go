@@ -123,6 +123,11 @@ func commandTable() map[string]command {
 			usage:   "meerkatd task [list] [--state open|completed] | task complete ID [RESULT_JSON] | task wait ID [--wait DUR]   [--home DIR] [--json]",
 			run:     runTask,
 		},
+		"card": { // slice E: agent cards
+			summary: "show or edit this node's agent card (signed with its key); fetch and show a peer's verified card",
+			usage:   cardUsage,
+			run:     runCard,
+		},
 		"mcp": {
 			summary: "serve MCP on stdin/stdout for an LLM client (attaches to the daemon, or runs the node itself)",
 			usage:   "meerkatd mcp [--home DIR] [--log-level LEVEL] [--log-format text|json]",

@@ -53,6 +53,11 @@ const (
 	OpTaskComplete = "task_complete"
 	OpTasks        = "tasks"
 	OpWaitTask     = "wait_task"
+	// Agent cards (slice E).
+	OpCard         = "card"
+	OpCardEdit     = "card_edit"
+	OpFetchCard    = "fetch_card"
+	OpDescribePeer = "describe_peer"
 )
 
 // Request is one control request.

@@ -359,6 +359,24 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		if err = args(req, &a); err == nil {
 			result, err = s.api.WaitTask(ctx, a.TaskID, a.Wait)
 		}
+	// Agent cards (slice E).
+	case OpCard:
+		result, err = s.api.Card(ctx)
+	case OpCardEdit:
+		var e node.CardEdit
+		if err = args(req, &e); err == nil {
+			result, err = s.api.CardEdit(ctx, e)
+		}
+	case OpFetchCard:
+		var a PeerArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.FetchCard(ctx, a.Peer)
+		}
+	case OpDescribePeer:
+		var a PeerArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.DescribePeer(ctx, a.Peer, a.Refresh)
+		}
 	default:
 		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown control operation %q", req.Op)}
 	}

@@ -86,6 +86,7 @@ type API interface {
 	// Slice C: search.
 	SearchAPI
 	BroadcastAPI // broadcast and tasks slice
+	CardAPI // slice E: agent cards
 }
 
 // Limits of the API.
@@ -164,6 +165,9 @@ type Peer struct {
 	Breaker   string `json:"breaker"`
 	Queued    int    `json:"queued"`
 	LastError string `json:"last_error,omitempty"`
+	// Card summarizes the peer's verified agent card, if this node holds
+	// one (see DescribePeer); null if not.
+	Card *CardSummary `json:"card"`
 }
 
 // SendOptions say how a send is delivered.

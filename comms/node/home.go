@@ -183,7 +183,7 @@ func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 // homeFiles are the files of a home that decide whom the node trusts and
 // what it holds; [CheckHome] checks those present.
 var homeFiles = []string{
-	identity.KeyFile, config.FileName, trust.FileName, SpacesFileName,
+	identity.KeyFile, config.FileName, trust.FileName, SpacesFileName, CardFileName,
 	DBFileName, DBFileName + "-wal", DBFileName + "-shm",
 }
 

@@ -98,6 +98,7 @@ type Node struct {
 	spaces   *spaces        // MEUP spaces (serving nodes only)
 	tasks    *tasks         // the task table (serving nodes only; broadcast and tasks slice)
 	cmdTasks *tasks         // the home's task table for other nodes, opened on first use (guarded by obMu)
+	cards    *cards         // agent cards: kept peer cards, fetches, answering (slice E)
 
 	trackOnce sync.Once // trackStored
 	watchOnce sync.Once // watchAnnouncements
@@ -236,6 +237,8 @@ func Start(h *Home, opts Options) (*Node, error) {
 	n := &Node{h: h, mode: mode, embedded: opts.Embedded, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
 	n.events = newEventLog(log, logInterval)
 	rec.onResponse = n.sentAnswered // slice B: answers to requests sent
+	n.cards = newCards(mode == ModeServe) // slice E: agent cards
+	rec.intercept = n.interceptCard
 	var observe func(comms.Event)
 	var pairHook func(net.Conn, io.Reader)
 	if mode != ModeSend {
@@ -376,6 +379,13 @@ func Start(h *Home, opts Options) (*Node, error) {
 		go func() {
 			defer n.wg.Done()
 			n.spaces.expire(ctx)
+		}()
+	}
+	if n.cards.queue != nil { // slice E: answers meerkat.card requests
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.cardLoop(ctx)
 		}()
 	}
 	if n.ob != nil {

@@ -123,6 +123,7 @@ func (n *Node) Peers(ctx context.Context) ([]Peer, error) {
 		} else if ps, ok := stored[mp.PubKey]; ok {
 			mp.Breaker, mp.Queued, mp.LastError = ps.Breaker, ps.Queued, ps.LastError
 		}
+		mp.Card = n.cardSummary(p.ID)
 		out = append(out, mp)
 	}
 	return out, nil

@@ -85,6 +85,7 @@ import {
 const TOOLS = [
   'ack_messages',
   'broadcast', // broadcast and tasks
+  'describe_peer', // agent cards (mcp-card.test.mjs)
   'edit_space',
   'list_dead_letters',
   'list_outbox',

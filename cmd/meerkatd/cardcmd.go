@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+const cardUsage = "meerkatd card show [PEER] | card fetch PEER | card edit [--name N] [--description D] [--contact C]\n" +
+	"       [--add-intent NAME [--intent-description D] [--schema JSON|@FILE|-]] [--remove-intent NAME]   [--home DIR] [--json]\n" +
+	"       show: this node's signed card (card.json, or the default: the node's name, no intents), or PEER's verified card\n" +
+	"       (fetched if none is kept); fetch: ask PEER for its card now and keep it if it verifies"
+
+func runCard(e *env, args []string) error {
+	sub, args := splitSub(args)
+	flags := e.newFlags("card " + sub)
+	homeFlag := e.homeFlag(flags)
+	asJSON := flags.Bool("json", false, "print JSON")
+	var ed node.CardEdit
+	text := func(name, usage string, dst **string) {
+		flags.Func(name, usage, func(s string) error { *dst = &s; return nil })
+	}
+	text("name", "edit: the card's `name`", &ed.Name)
+	text("description", "edit: what this node's agent does (`text`)", &ed.Description)
+	text("contact", "edit: how to reach its owner (`text`)", &ed.Contact)
+	addIntent := flags.String("add-intent", "", "edit: add (or replace) the intent `name`")
+	intentDesc := flags.String("intent-description", "", "edit, with --add-intent: what the intent does (`text`)")
+	schema := flags.String("schema", "", "edit, with --add-intent: the JSON Schema (an object) of its params: `JSON`, @FILE or -")
+	flags.StringVar(&ed.RemoveIntent, "remove-intent", "", "edit: remove the intent `name`")
+	pos, err := parseArgs(e, flags, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case sub == "show" && len(pos) <= 1, sub == "fetch" && len(pos) == 1, sub == "edit" && len(pos) == 0:
+	case sub == "show" || sub == "fetch" || sub == "edit":
+		return fmt.Errorf("%w: wrong number of arguments for card %s (see meerkatd help card)", errUsage, sub)
+	default:
+		return fmt.Errorf("%w: want card show, fetch or edit (see meerkatd help card)", errUsage)
+	}
+	if sub == "edit" {
+		if *addIntent == "" && (*intentDesc != "" || *schema != "") {
+			return fmt.Errorf("%w: --intent-description and --schema go with --add-intent", errUsage)
+		}
+		if *addIntent != "" {
+			ed.AddIntent = &node.CardIntentEdit{Name: *addIntent, Description: *intentDesc}
+			if *schema != "" {
+				s, err := e.readInput("--schema", *schema)
+				if err != nil {
+					return err
+				}
+				if !json.Valid([]byte(s)) {
+					return fmt.Errorf("%w: --schema is not valid JSON", errUsage)
+				}
+				ed.AddIntent.ParamsSchema = json.RawMessage(s)
+			}
+		}
+		if ed == (node.CardEdit{}) {
+			return fmt.Errorf("%w: card edit needs something to change (see meerkatd help card)", errUsage)
+		}
+	}
+	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
+	if err != nil {
+		return err
+	}
+	mode := node.ModeSend
+	if len(pos) == 1 {
+		mode = node.ModeReplies // to receive the peer's answer
+	}
+	b, err := e.backendFor(h, mode)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	ctx, cancel := context.WithTimeout(context.Background(), h.Config.Comms.AckTimeout()+30*time.Second)
+	defer cancel()
+	var v any
+	var info node.CardInfo
+	var extra func(io.Writer)
+	switch {
+	case sub == "edit":
+		var o node.OwnCard
+		o, err = b.CardEdit(ctx, ed)
+		v, info = o, o.CardInfo
+	case len(pos) == 0:
+		var o node.OwnCard
+		o, err = b.Card(ctx)
+		v, info = o, o.CardInfo
+		extra = func(w io.Writer) {
+			if o.Default {
+				fmt.Fprintf(w, "(the default card: %s does not exist; meerkatd card edit creates it)\n", o.Path)
+			}
+		}
+	default:
+		var pc node.PeerCard
+		if sub == "fetch" {
+			pc, err = b.FetchCard(ctx, pos[0])
+		} else {
+			var d node.PeerDescription
+			d, err = b.DescribePeer(ctx, pos[0], false)
+			pc = d.Card
+		}
+		v, info = pc, pc.CardInfo
+		extra = func(w io.Writer) {
+			fmt.Fprintf(w, "peer:         %s\nverified:     signed by the peer's key, fetched %s\n", pc.Peer, timeText(&pc.FetchedAt))
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(e.stdout, v)
+	}
+	printCard(e.stdout, info)
+	if extra != nil {
+		extra(e.stdout)
+	}
+	return nil
+}
+
+// printCard prints a card for a person; its text may be a peer's, so
+// control characters are escaped.
+func printCard(w io.Writer, c node.CardInfo) {
+	fmt.Fprintf(w, "name:         %s\n", safeText(c.Name, ""))
+	if c.Description != "" {
+		fmt.Fprintf(w, "description:  %s\n", safeText(c.Description, "              "))
+	}
+	if c.Contact != "" {
+		fmt.Fprintf(w, "contact:      %s\n", safeText(c.Contact, ""))
+	}
+	fmt.Fprintf(w, "pubkey:       %s\n", c.PubKey)
+	if len(c.Intents) == 0 {
+		fmt.Fprintln(w, "intents:      (none)")
+	} else {
+		fmt.Fprintln(w, "intents:")
+	}
+	for _, in := range c.Intents {
+		line := "  " + safeText(in.Name, "")
+		if in.Description != "" {
+			line += "  " + safeText(in.Description, "    ")
+		}
+		fmt.Fprintln(w, line)
+		if in.ParamsSchema != nil {
+			b, _ := json.Marshal(in.ParamsSchema)
+			fmt.Fprintf(w, "    params: %s\n", safeText(string(b), "    "))
+		}
+	}
+}
+
+// cardColumn is what `peers list` shows of a peer's card.
+func cardColumn(c *node.CardSummary) string {
+	if c == nil {
+		return "-"
+	}
+	s := safeText(c.Name, "")
+	if len(c.Intents) > 0 {
+		s += " (" + safeText(strings.Join(c.Intents, ","), "") + ")"
+	}
+	return s
+}

@@ -1,0 +1,356 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/card"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+func strp(s string) *string { return &s }
+
+func TestCardEditAndDefault(t *testing.T) {
+	n, _ := mcpTestNode(t)
+	ctx := context.Background()
+	own, err := n.Card(ctx)
+	if err != nil || !own.Default || own.Name != "alice" || len(own.Intents) != 0 || own.PubKey != n.h.Key.ID().String() {
+		t.Fatalf("default card: %+v, %v", own, err)
+	}
+	schema := json.RawMessage(`{"type":"object","properties":{"url":{"type":"string"}}}`)
+	edits := []struct {
+		name string
+		e    CardEdit
+		code string
+	}{
+		{"describe", CardEdit{Name: strp("Alice's reviewer"), Description: strp("Reviews PRs.\nCarefully."), Contact: strp("alice@example.org")}, ""},
+		{"add intent", CardEdit{AddIntent: &CardIntentEdit{Name: "review-pr", Description: "review one PR", ParamsSchema: schema}}, ""},
+		{"add second", CardEdit{AddIntent: &CardIntentEdit{Name: "ping"}}, ""},
+		{"replace intent", CardEdit{AddIntent: &CardIntentEdit{Name: "ping", Description: "answers pong"}}, ""},
+		{"reserved intent", CardEdit{AddIntent: &CardIntentEdit{Name: "meerkat.card"}}, CodeBadArgument},
+		{"bad intent name", CardEdit{AddIntent: &CardIntentEdit{Name: "two words"}}, CodeBadArgument},
+		{"schema not object", CardEdit{AddIntent: &CardIntentEdit{Name: "x", ParamsSchema: json.RawMessage(`[1]`)}}, CodeBadArgument},
+		{"schema not json", CardEdit{AddIntent: &CardIntentEdit{Name: "x", ParamsSchema: json.RawMessage(`{`)}}, CodeBadArgument},
+		{"empty name", CardEdit{Name: strp("")}, CodeBadArgument},
+		{"remove missing", CardEdit{RemoveIntent: "nope"}, CodeBadArgument},
+	}
+	for _, c := range edits {
+		_, err := n.CardEdit(ctx, c.e)
+		if c.code == "" && err != nil || c.code != "" && CodeOf(err) != c.code {
+			t.Fatalf("%s: %v, want code %q", c.name, err, c.code)
+		}
+	}
+	own, err = n.Card(ctx)
+	if err != nil || own.Default || own.Name != "Alice's reviewer" || len(own.Intents) != 2 || own.Intents[1].Description != "answers pong" {
+		t.Fatalf("edited card: %+v, %v", own, err)
+	}
+	st, err := os.Stat(n.h.CardPath())
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("card.json: %v %v", st, err)
+	}
+	if _, err := n.CardEdit(ctx, CardEdit{RemoveIntent: "ping"}); err != nil {
+		t.Fatal(err)
+	}
+	if own, _ = n.Card(ctx); len(own.Intents) != 1 {
+		t.Fatalf("after remove: %+v", own.Intents)
+	}
+	// The signed card verifies with the node's key.
+	b, _ := json.Marshal(struct {
+		CardInfo
+	}{own.CardInfo})
+	s, err := card.ParseSigned(b)
+	if err != nil || s.Check(n.h.Key.ID()) != nil {
+		t.Fatalf("own card does not verify: %v", err)
+	}
+	// A card.json others may write is refused.
+	if err := os.Chmod(n.h.CardPath(), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Card(ctx); CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), "chmod") {
+		t.Fatalf("group-writable card.json: %v", err)
+	}
+	if err := CheckHome(n.h.Dir); err == nil {
+		t.Fatal("CheckHome accepts a group-writable card.json")
+	}
+}
+
+func TestCardLimiter(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	l := &cardLimiter{tokens: cardBurst, last: t0}
+	for i := range cardBurst {
+		if !l.allow(t0) {
+			t.Fatalf("request %d of the burst refused", i)
+		}
+	}
+	if l.allow(t0) {
+		t.Fatal("request past the burst allowed")
+	}
+	if l.allow(t0.Add(cardRate / 2)) {
+		t.Fatal("allowed before a token came back")
+	}
+	if !l.allow(t0.Add(cardRate + cardRate/2)) {
+		t.Fatal("refused after a token came back")
+	}
+	later := t0.Add(time.Hour)
+	allowed := 0
+	for range cardBurst + 2 {
+		if l.allow(later) {
+			allowed++
+		}
+	}
+	if allowed != cardBurst {
+		t.Fatalf("after an idle hour %d requests allowed at once, want the burst %d", allowed, cardBurst)
+	}
+}
+
+// A meerkat.card request is taken before the inbox: admitted (so acked),
+// never stored nor recorded as answerable, and answered at most
+// cardBurst times in a row per peer.
+func TestCardRequestNotStored(t *testing.T) {
+	n, bob := mcpTestNode(t)
+	ctx := context.Background()
+	var ids []identity.UUID
+	for range 10 {
+		ids = append(ids, arrive(t, n, bob, wire.Request(CardIntent, wire.Null())).ID)
+	}
+	b, err := n.Receive(ctx, Query{})
+	if err != nil || len(b.Messages) != 0 || b.Pending != 0 {
+		t.Fatalf("card requests reached the inbox: %+v, %v", b, err)
+	}
+	if _, err := n.SendResponse(ctx, "bob", ids[0].String(), "completed", nil, SendOptions{}); CodeOf(err) != CodeUnknownRequest {
+		t.Fatalf("answering a card request by hand: %v", err)
+	}
+	n.cards.mu.Lock()
+	l := n.cards.limiters[bob.ID()]
+	n.cards.mu.Unlock()
+	if l == nil || l.tokens >= 1 {
+		t.Fatalf("limiter after 10 requests: %+v", l)
+	}
+	// An ordinary request still goes to the inbox.
+	arrive(t, n, bob, wire.Request("meerkatx.card", wire.Null()))
+	if b, _ := n.Receive(ctx, Query{}); len(b.Messages) != 1 {
+		t.Fatalf("ordinary request: %+v", b.Messages)
+	}
+}
+
+// cardPeers starts alice (a serving node) and a raw Router "mallory"
+// that trust each other; mallory answers meerkat.card with answer's
+// status and result.
+func cardPeers(t *testing.T, answer func(alice identity.PeerID) (wire.Status, wire.Value)) (*Node, *identity.Keypair) {
+	t.Helper()
+	mk, _ := identity.GenerateKeypair()
+	h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	dir := t.TempDir()
+	malAddr := transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(dir, "m.sock")}
+	l, err := trust.New(trust.Peer{Name: "mallory", ID: mk.ID(), Addr: malAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Save(h.TrustPath()); err != nil {
+		t.Fatal(err)
+	}
+	alice := startTest(t, h, ModeServe)
+	ml, err := trust.New(trust.Peer{Name: "alice", ID: h.Key.ID(), Addr: alice.Addrs()[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	var r *comms.Router
+	admit := admitFunc(func(it comms.Item) error {
+		e := it.Envelope
+		if e.Kind.Type() == wire.TypeRequest && e.Kind.Intent() == CardIntent {
+			st, v := answer(h.Key.ID())
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.SendResponse(ctx, "alice", e.ID, st, v)
+			}()
+		}
+		return nil
+	})
+	r, err = comms.New(mk, ml, comms.Options{Inbox: admit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := transport.Listen(ctx, malAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		r.Close()
+		wg.Wait()
+	})
+	return alice, mk
+}
+
+type admitFunc func(comms.Item) error
+
+func (f admitFunc) Push(it comms.Item) error { return f(it) }
+
+// signedValue is c signed by kp, changed by tamper, as a wire value.
+func signedValue(t *testing.T, kp *identity.Keypair, c card.Card, tamper func(string) string) wire.Value {
+	t.Helper()
+	s, err := card.Sign(kp, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := s.MarshalJSON()
+	text := string(b)
+	if tamper != nil {
+		text = tamper(text)
+	}
+	v, err := wire.ParseJSON([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestFetchCard(t *testing.T) {
+	other, _ := identity.GenerateKeypair()
+	good := card.Card{Name: "mallory", Description: "fine", Intents: []card.Intent{{Name: "sum", ParamsSchema: json.RawMessage(`{"type":"array","items":{"type":"number","multipleOf":0.5}}`)}}}
+	cases := []struct {
+		name   string
+		answer func(mk *identity.Keypair) (wire.Status, wire.Value)
+		code   string
+	}{
+		{"good", func(mk *identity.Keypair) (wire.Status, wire.Value) {
+			return wire.StatusCompleted, signedValue(t, mk, good, nil)
+		}, ""},
+		{"tampered name", func(mk *identity.Keypair) (wire.Status, wire.Value) {
+			return wire.StatusCompleted, signedValue(t, mk, good, func(s string) string { return strings.Replace(s, `"name":"mallory"`, `"name":"trusted-admin"`, 1) })
+		}, CodeBadCard},
+		{"tampered intent", func(mk *identity.Keypair) (wire.Status, wire.Value) {
+			return wire.StatusCompleted, signedValue(t, mk, good, func(s string) string { return strings.Replace(s, `"sum"`, `"rm"`, 1) })
+		}, CodeBadCard},
+		{"signed by another key", func(mk *identity.Keypair) (wire.Status, wire.Value) {
+			return wire.StatusCompleted, signedValue(t, other, good, nil)
+		}, CodeBadCard},
+		{"not a card", func(mk *identity.Keypair) (wire.Status, wire.Value) {
+			return wire.StatusCompleted, wire.Text("hello")
+		}, CodeBadCard},
+		{"declined", func(mk *identity.Keypair) (wire.Status, wire.Value) {
+			return wire.StatusFailed, wire.Null()
+		}, CodeBadCard},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var mk *identity.Keypair
+			alice, mk := cardPeers(t, func(identity.PeerID) (wire.Status, wire.Value) { return c.answer(mk) })
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			pc, err := alice.FetchCard(ctx, "mallory")
+			if CodeOf(err) != c.code && !(c.code == "" && err == nil) {
+				t.Fatalf("FetchCard: %+v, %v; want code %q", pc, err, c.code)
+			}
+			peers, perr := alice.Peers(ctx)
+			if perr != nil || len(peers) != 1 {
+				t.Fatal(peers, perr)
+			}
+			_, statErr := os.Stat(alice.keptCardPath(mk.ID()))
+			if c.code != "" {
+				if alice.hasVerifiedCard(mk.ID()) || peers[0].Card != nil || !errors.Is(statErr, os.ErrNotExist) {
+					t.Fatalf("a refused card was kept: %+v %v", peers[0].Card, statErr)
+				}
+				return
+			}
+			if pc.Name != "mallory" || !pc.Untrusted || len(pc.Intents) != 1 || pc.PubKey != mk.ID().String() {
+				t.Fatalf("card: %+v", pc)
+			}
+			if !alice.hasVerifiedCard(mk.ID()) || peers[0].Card == nil || peers[0].Card.Name != "mallory" || peers[0].Card.Intents[0] != "sum" {
+				t.Fatalf("summary: %+v", peers[0].Card)
+			}
+			// The response was consumed, not stored.
+			if b, _ := alice.Receive(ctx, Query{}); len(b.Messages) != 0 {
+				t.Fatalf("the card response reached the inbox: %+v", b.Messages)
+			}
+			d, err := alice.DescribePeer(ctx, "mallory", false)
+			if err != nil || d.Card.Name != "mallory" || d.Peer.Name != "mallory" || !d.Card.FetchedAt.Equal(pc.FetchedAt) {
+				t.Fatalf("describe: %+v, %v", d, err)
+			}
+			// A kept file tampered with on disk is not believed.
+			data, _ := os.ReadFile(alice.keptCardPath(mk.ID()))
+			bad := strings.Replace(string(data), `\"fine\"`, `\"evil\"`, 1)
+			bad = strings.Replace(bad, `"fine"`, `"evil"`, 1)
+			if bad == string(data) {
+				t.Fatal("test bug: nothing replaced")
+			}
+			if err := os.WriteFile(alice.keptCardPath(mk.ID()), []byte(bad+" "), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if alice.hasVerifiedCard(mk.ID()) {
+				t.Fatal("a tampered kept card is believed")
+			}
+		})
+	}
+}
+
+func TestFetchCardChecks(t *testing.T) {
+	n, _ := mcpTestNode(t)
+	ctx := context.Background()
+	if _, err := n.FetchCard(ctx, "nobody"); CodeOf(err) != CodeUnknownPeer {
+		t.Fatalf("unknown peer: %v", err)
+	}
+	if _, err := n.FetchCard(ctx, "bob"); CodeOf(err) != CodePeerOffline {
+		t.Fatalf("unreachable peer: %v", err)
+	}
+	if _, err := n.DescribePeer(ctx, "bob", false); CodeOf(err) != CodePeerOffline {
+		t.Fatalf("describe unreachable peer: %v", err)
+	}
+	h, _ := testHome(t, "carol", nil)
+	s := startTest(t, h, ModeSend)
+	if _, err := s.FetchCard(ctx, "bob"); CodeOf(err) != CodeNoDaemon {
+		t.Fatalf("send-only node: %v", err)
+	}
+}
+
+// Two meerkatd nodes: one fetches the other's card, answered by the node
+// itself.
+func TestFetchCardBetweenNodes(t *testing.T) {
+	alice, bob := fullTestNode(t, "alice"), fullTestNode(t, "bob")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	o, err := alice.PairOffer(ctx, PairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.PairAccept(ctx, o.Line, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.CardEdit(ctx, CardEdit{Description: strp("alice's agent"), AddIntent: &CardIntentEdit{Name: "review-pr", ParamsSchema: json.RawMessage(`{"type":"object"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := bob.FetchCard(ctx, "alice")
+	if err != nil || pc.Name != "alice" || pc.Description != "alice's agent" || len(pc.Intents) != 1 {
+		t.Fatalf("fetch: %+v, %v", pc, err)
+	}
+	if b, _ := alice.Receive(ctx, Query{}); len(b.Messages) != 0 {
+		t.Fatalf("the card request reached alice's inbox: %+v", b.Messages)
+	}
+	if b, _ := bob.Receive(ctx, Query{}); len(b.Messages) != 0 {
+		t.Fatalf("the card response reached bob's inbox: %+v", b.Messages)
+	}
+	// The SQLite home keeps it across a restart.
+	if !bob.hasVerifiedCard(alice.h.Key.ID()) {
+		t.Fatal("not kept")
+	}
+}
