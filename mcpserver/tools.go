@@ -259,7 +259,7 @@ func (s *Server) addTools() {
 	// Slice C: search.
 	s.addSearchTools()
 	s.addBroadcastTools() // broadcast and tasks slice
-	s.addCardTools() // slice E: agent cards
+	s.addCardTools()      // slice E: agent cards
 }
 
 // addPairTools adds pair_offer and pair_accept (left out with

@@ -86,7 +86,7 @@ type API interface {
 	// Slice C: search.
 	SearchAPI
 	BroadcastAPI // broadcast and tasks slice
-	CardAPI // slice E: agent cards
+	CardAPI      // slice E: agent cards
 }
 
 // Limits of the API.

@@ -236,7 +236,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 	}
 	n := &Node{h: h, mode: mode, embedded: opts.Embedded, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
 	n.events = newEventLog(log, logInterval)
-	rec.onResponse = n.sentAnswered // slice B: answers to requests sent
+	rec.onResponse = n.sentAnswered       // slice B: answers to requests sent
 	n.cards = newCards(mode == ModeServe) // slice E: agent cards
 	rec.intercept = n.interceptCard
 	var observe func(comms.Event)

@@ -353,7 +353,6 @@ func TestTaskAfterRestart(t *testing.T) {
 	}
 }
 
-
 // keyN is a distinct test key for every n.
 func keyN(n int) identity.PeerID {
 	var raw [32]byte
