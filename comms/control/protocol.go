@@ -39,7 +39,16 @@ const (
 	OpSpaceEdit        = "space_edit"
 	OpSpaceSend        = "space_send"
 	OpProposals        = "proposals"
+	// Slice F: request lifecycle (client_f.go).
+	OpCancelRequest = "cancel_request"
+	OpRequests      = "requests"
 )
+
+// CancelRequestArgs are the arguments of OpCancelRequest.
+type CancelRequestArgs struct {
+	RequestID string `json:"request_id"`
+	Reason    string `json:"reason,omitempty"`
+}
 
 // Request is one control request.
 type Request struct {

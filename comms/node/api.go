@@ -79,6 +79,7 @@ type API interface {
 	PairAccept(ctx context.Context, line, name string) (Paired, error)
 
 	SpacesAPI
+	LifecycleAPI // slice F: request deadlines and cancels (lifecycle.go)
 }
 
 // Limits of the API.
@@ -172,6 +173,12 @@ type SendOptions struct {
 	// Wait (requests only) waits this long after the ack for the final
 	// response.
 	Wait time.Duration `json:"wait,omitempty"`
+	// Deadline (requests only; needs the running node) is when the
+	// requester stops waiting: if no final response has arrived by then
+	// the request becomes timed_out and the node tells the peer with a
+	// meerkat.cancel. It must be in the future and at most MaxTTL away.
+	// Peers running meerkatd also receive it (signed, meerkat_deadline).
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // Delivery outcomes in [Sent].
@@ -213,6 +220,12 @@ type Message struct {
 	Result    any       `json:"result,omitempty"` // any JSON value (a json.RawMessage)
 	// MEUP is set for items of kind "meup": an envelope of a space.
 	MEUP *MEUPItem `json:"meup,omitempty"`
+	// Deadline is a held request's deadline, as its sender gave it
+	// (meerkat_deadline); null if it gave none.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Cancelled is set on a held request its sender cancelled, or gave
+	// up on when its deadline passed. Answering it is still allowed.
+	Cancelled *Cancellation `json:"cancelled,omitempty"`
 	// Fields holds the whole kind of an item that is not a message,
 	// request, response or meup (a kind this node does not know), as
 	// JSON.

@@ -72,6 +72,12 @@ func itemSize(m Message) int {
 	for _, v := range []any{m.Params, m.Result, m.Fields} {
 		n += rawJSONLen(v)
 	}
+	if m.Deadline != nil {
+		n += 48
+	}
+	if c := m.Cancelled; c != nil {
+		n += 96 + jsonStringLen(c.Reason) + jsonStringLen(c.Note)
+	}
 	if mi := m.MEUP; mi != nil {
 		n += itemOverheadJSON / 2
 		for _, s := range []string{mi.Space, mi.ID, mi.Kind, mi.Participant, mi.Context} {
@@ -254,6 +260,7 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 				// a batch stays within MaxBatchBytes, except a lone item
 				// larger than that, which comes alone.
 				msg := toMessage(en)
+				n.lc.decorate(&msg, en.Item)
 				n := itemSize(msg)
 				if len(b.Messages) > 0 && size+n > MaxBatchBytes {
 					b.More = true

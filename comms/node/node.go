@@ -96,6 +96,7 @@ type Node struct {
 	events   *eventLog      // info lines about what peers cause, rate limited
 	pairing  *pairing       // offers and pairing exchanges (listening nodes)
 	spaces   *spaces        // MEUP spaces (serving nodes only)
+	lc       *lifecycle     // request deadlines and cancels (serving nodes only)
 
 	trackOnce sync.Once // trackStored
 	watchOnce sync.Once // watchAnnouncements
@@ -291,6 +292,16 @@ func Start(h *Home, opts Options) (*Node, error) {
 			return nil, err
 		}
 		rec.meup = n.spaces.admit
+		var lst lifecycleStore = newMemLifecycle()
+		if d, ok := mail.(*durableMail); ok {
+			lst = d.st
+		}
+		if n.lc, err = newLifecycle(n, lst); err != nil {
+			n.Close()
+			return nil, err
+		}
+		rec.lc = n.lc
+		n.lc.start(ctx, &n.wg)
 	}
 	if d, ok := mail.(*durableMail); ok {
 		n.wg.Add(1)

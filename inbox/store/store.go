@@ -252,16 +252,19 @@ const (
 	opSpaceDeleteGrants
 	opSpacePutProposal
 	opSpaceExpire
+	// Request lifecycle (slice F, requests.go): fn runs in the batch.
+	opRequests
 )
 
 // request is one write for commitLoop. done is 1-buffered and receives
 // exactly one result.
 type request struct {
 	op   opKind
-	rec  Record     // opAdmit
-	seqs []uint64   // opAck
-	ob   *outboxReq // opOutbox*; nil for the others
-	sp   *spaceReq  // opSpace*; nil for the others
+	rec  Record                         // opAdmit
+	seqs []uint64                       // opAck
+	ob   *outboxReq                     // opOutbox*; nil for the others
+	sp   *spaceReq                      // opSpace*; nil for the others
+	rq   func(*outboxTx, *result) error // opRequests; nil for the others
 	done chan result
 }
 
@@ -1081,6 +1084,10 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		case opSpaceRemember, opSpaceForget, opSpacePutGrant, opSpaceDeleteGrants,
 			opSpacePutProposal, opSpaceExpire:
 			if err := sp.run(req, &res[i]); err != nil {
+				return 0, 0, 0, 0, err
+			}
+		case opRequests: // slice F
+			if err := req.rq(&ob, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
 		default:
