@@ -72,7 +72,8 @@ func TestStdioModern(t *testing.T) {
 		} `json:"result"`
 	}
 	remarshal(t, w.reply(float64(2)), &tools)
-	if len(tools.Result.Tools) != 25 || tools.Result.Tools[0].OutputSchema == nil {
+	// 25, and slice F's cancel_request and list_requests.
+	if len(tools.Result.Tools) != 27 || tools.Result.Tools[0].OutputSchema == nil {
 		t.Fatalf("tools/list: %+v", tools.Result)
 	}
 

@@ -467,7 +467,8 @@ func testToolList(t *testing.T, era string) {
 	want := map[string]bool{"status": true, "send_message": false, "send_request": false, "send_response": false, "list_peers": true, "receive_messages": true, "ack_messages": false,
 		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "retry_outbox": false, "pair_offer": false, "pair_accept": false,
 		"list_spaces": true, "list_proposals": true, "space_send": false, "space_chat": false, "space_propose": false, "space_fulfill": false,
-		"space_respond": false, "space_reject": false, "space_withdraw": false, "space_grant": false, "space_revoke": false, "edit_space": false}
+		"space_respond": false, "space_reject": false, "space_withdraw": false, "space_grant": false, "space_revoke": false, "edit_space": false,
+		"cancel_request": false, "list_requests": true}
 	if len(res.Tools) != len(want) {
 		t.Fatalf("%d tools, want %d", len(res.Tools), len(want))
 	}
