@@ -33,7 +33,13 @@ or fails (exit 3). --reliable stores it in the outbox first; the daemon
 retries it until the peer acknowledges it or its time-to-live passes.
 A response must answer a request this node received from that peer,
 and a request can be answered finally (completed, failed) only once.
-Without a daemon the command runs the node itself for the send.`,
+Without a daemon the command runs the node itself for the send.
+With --wait, accepted responses are printed as they come (progress) and
+the wait goes on for the final one. --deadline (30s, or an RFC 3339
+time; needs the daemon) times the request out if no final response has
+come by then: see meerkatd requests.`,
+	"requests": lifecycleHelp,
+	"cancel":   lifecycleHelp,
 	"inbox": `Items are listed oldest first, a page at a time (--limit per call to the
 node, all pages unless --limit is given), and stay in the inbox until
 acknowledged: --ack acknowledges each page once it is printed. With no

@@ -18,6 +18,7 @@ func runSend(e *env, args []string) error {
 	reliable := flags.Bool("reliable", false, "store it in the outbox first and retry until the peer acks it (see meerkatd outbox)")
 	ttl := flags.Duration("ttl", 0, "with --reliable: move it to the dead letters if not acked within this `long` (default outbox.default_ttl_secs)")
 	noWait := flags.Bool("no-wait", false, "with --reliable: return once it is stored, without waiting for the first attempt")
+	deadline := flags.String("deadline", "", "with request: time it out if no final response comes within `DUR` (30s) or by an RFC 3339 time; needs the daemon")
 	bodyFile := flags.String("body-file", "", "read the body (message), params (request) or result (response) from `FILE` (- for standard input)")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
@@ -51,6 +52,15 @@ func runSend(e *env, args []string) error {
 	}
 	if *wait < 0 || *wait > 0 && sub != "request" {
 		return fmt.Errorf("%w: --wait applies to requests only and must be positive", errUsage)
+	}
+	var dl time.Time
+	if *deadline != "" {
+		if sub != "request" {
+			return fmt.Errorf("%w: --deadline applies to requests only", errUsage)
+		}
+		if dl, err = node.ParseDeadline(*deadline, time.Now()); err != nil {
+			return fmt.Errorf("%w: --deadline: %v", errUsage, err)
+		}
 	}
 	content := ""
 	switch {
@@ -86,7 +96,7 @@ func runSend(e *env, args []string) error {
 	defer b.close()
 	ctx, cancel := context.WithTimeout(context.Background(), h.Config.Comms.AckTimeout()+10*time.Second+*wait)
 	defer cancel()
-	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait}
+	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait, Deadline: dl}
 	var res node.Sent
 	switch sub {
 	case "message":
