@@ -108,7 +108,10 @@ const TOOLS = [
   'space_send',
   'space_withdraw',
   'status',
-];
+  // The request lifecycle (mcp-lifecycle.test.mjs).
+  'cancel_request',
+  'list_requests',
+].sort();
 const ACK_TIMEOUT_SECS = 3;
 
 // ---------------------------------------------------------------- helpers
