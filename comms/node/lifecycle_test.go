@@ -466,3 +466,27 @@ func FuzzParseCancelParams(f *testing.F) {
 		}
 	})
 }
+
+// The open requests survive a restart (SQLite): a deadline that passed
+// while the node was down times the request out when it starts again,
+// and the cancel for the peer waits in the outbox.
+func TestDeadlineAcrossRestart(t *testing.T) {
+	h, _ := testHome(t, "alice", nil)
+	n, err := Start(h, Options{Mode: ModeServe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	sent, err := n.SendRequest(context.Background(), "bob", "build", nil, SendOptions{Reliable: true, NoWait: true, Deadline: deadline})
+	if err != nil || sent.Delivery != DeliveryQueued {
+		t.Fatalf("send to the unreachable bob: %+v, %v", sent, err)
+	}
+	n.Close()
+	time.Sleep(time.Until(deadline)) // the deadline passes while no node runs
+	n = startTest(t, h, ModeServe)
+	waitFor(t, 20*time.Second, "timed out after the restart", func() bool { return sentState(t, n, sent.ID).State == RequestTimedOut })
+	waitFor(t, 20*time.Second, "the cancel queued for bob", func() bool {
+		o, err := n.Outbox(context.Background())
+		return err == nil && len(o.Entries) == 2 && o.Entries[1].Kind == wire.TypeRequest
+	})
+}
