@@ -120,6 +120,9 @@ func TestRequestLifecycleDaemons(t *testing.T) {
 	if h := bob.held(sent2.ID).Cancelled; h.Reason != "cancelled" || h.Note != "not needed any more" {
 		t.Fatalf("bob's item: %+v", h)
 	}
+	if out := bob.ok("inbox"); !strings.Contains(out, "cancelled by the sender (cancelled)") || !strings.Contains(out, "not needed any more") {
+		t.Fatalf("bob's inbox text lacks the cancellation:\n%s", out)
+	}
 	// A second cancel is refused: it is not open any more.
 	alice.wantCode(exitUsage, []string{"not open"}, "cancel", sent2.ID)
 	out := alice.ok("requests", "--state", "cancelled")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -91,4 +92,19 @@ func runCancel(e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "%s cancelled; %s told (cancel %s, %s)\n", c.Request.ID, orKey(c.Request.Peer, c.Request.PubKey), c.Cancel.ID, c.Cancel.Delivery)
 	return err
+}
+
+// printLifecycle adds a held request's deadline and cancellation to the
+// inbox listing.
+func printLifecycle(w io.Writer, m node.Message) {
+	if m.Deadline != nil {
+		fmt.Fprintf(w, "  deadline %s\n", timeText(m.Deadline))
+	}
+	if c := m.Cancelled; c != nil {
+		note := ""
+		if c.Note != "" {
+			note = ": " + safeText(c.Note, "  ")
+		}
+		fmt.Fprintf(w, "  cancelled by the sender (%s) at %s%s\n", safeText(c.Reason, ""), timeText(&c.At), note)
+	}
 }

@@ -175,8 +175,6 @@ type noticeF struct{ Event, Peer, ID, Text string }
 
 // raiseNotice_f stands in for the node's system notices: it logs the
 // notice's event and ids (never a body).
-//
-//nolint:revive // the name marks a stand-in to wire at merge
 func (n *Node) raiseNotice_f(nt noticeF) {
 	n.log.Info("request lifecycle", "event", nt.Event, "peer", nt.Peer, "id", nt.ID)
 }
@@ -184,8 +182,6 @@ func (n *Node) raiseNotice_f(nt noticeF) {
 // speaksMeerkat_f stands in for the check that a peer runs meerkatd (and
 // so verifies fields beyond the Rust reference's): false for every peer
 // until it is wired.
-//
-//nolint:revive // the name marks a stand-in to wire at merge
 func (n *Node) speaksMeerkat_f(identity.PeerID) bool { return false }
 
 // lifecycleStore keeps sent requests and held cancellations: the home's
@@ -413,9 +409,8 @@ func (lc *lifecycle) sent(s comms.Sealed, intent string, deadline time.Time) err
 	return nil
 }
 
-// response is told of every response admitted to the inbox: a final one
-// closes its open request. It reports whether the response answers a
-// meerkat.cancel this node sent, which the node consumes (not stored).
+// consumes reports whether a response answers a meerkat.cancel this
+// node sent: the node consumes those (they are not stored).
 func (lc *lifecycle) consumes(it comms.Item) bool {
 	if it.Type != comms.ItemExternal || it.Envelope.Kind.Type() != wire.TypeResponse {
 		return false
@@ -555,12 +550,14 @@ func (lc *lifecycle) queueAnswer(a cancelAnswer) {
 	}
 }
 
-// answerLoop sends the answers to received cancels, reliably.
+// answerLoop sends the answers to received cancels: one attempt each
+// (the requester does not depend on them, and a peer sending many
+// cancels cannot fill the outbox with answers).
 func (lc *lifecycle) answerLoop(ctx context.Context) {
 	for {
 		select {
 		case a := <-lc.answer:
-			_, err := lc.n.send(ctx, sendSpec{peer: a.peer.String(), kind: wire.Response(a.id, a.status, a.result), reliable: true, noWait: true})
+			_, err := lc.n.send(ctx, sendSpec{peer: a.peer.String(), kind: wire.Response(a.id, a.status, a.result)})
 			if err != nil && ctx.Err() == nil {
 				lc.n.log.Warn("request lifecycle: cannot answer a cancel", "cancel", a.id.String(), "err", err)
 			}
