@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -162,5 +163,25 @@ func TestHeldCancels(t *testing.T) {
 	}
 	if _, ok, _ := s.HeldCancel(alice, "r1"); ok {
 		t.Fatal("the oldest cancel was kept past the bound")
+	}
+}
+
+// A database of an earlier schema gains the lifecycle tables, empty,
+// and keeps working.
+func TestRequestsUpgrade(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "meerkat.db")
+	makeV4(t, path)
+	s := reopen(t, path, Options{})
+	for _, table := range []string{"sent_requests", "held_cancels"} {
+		var n int
+		if err := s.db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?`, table).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("table %s after upgrade: %d, %v", table, n, err)
+		}
+	}
+	if rs, err := s.SentRequests(SentRequestQuery{}); err != nil || len(rs) != 0 {
+		t.Fatalf("SentRequests after upgrade: %v, %v", rs, err)
+	}
+	if err := s.PutSentRequest(sentReq(1, 1, time.Unix(1_700_000_000, 0)), 10); err != nil {
+		t.Fatal(err)
 	}
 }
