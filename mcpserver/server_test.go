@@ -472,7 +472,8 @@ func testToolList(t *testing.T, era string) {
 		"space_respond": false, "space_reject": false, "space_withdraw": false, "space_grant": false, "space_revoke": false, "edit_space": false,
 		"message_status": true, "search_messages": true,
 		"broadcast": false, "task_complete": false, "list_tasks": true, "wait_task": true,
-		"describe_peer": true}
+		"describe_peer":  true,
+		"cancel_request": false, "list_requests": true}
 	if len(res.Tools) != len(want) {
 		t.Fatalf("%d tools, want %d", len(res.Tools), len(want))
 	}

@@ -165,7 +165,7 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send message", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendMessage)
 	s.mcp.AddTool(mcp.NewTool("send_request",
-		mcp.WithDescription("Ask a peer to do something. Returns the request id (\"id\") once the peer's node acknowledged the request (delivery \"acked\") or, for a reliable send whose first attempt failed, once it is queued for retry (delivery \"queued\"); the answer arrives later as a response (see receive_messages with request_id)."),
+		mcp.WithDescription("Ask a peer to do something. Returns the request id (\"id\") once the peer's node acknowledged the request (delivery \"acked\") or, for a reliable send whose first attempt failed, once it is queued for retry (delivery \"queued\"); the answer arrives later as a response (see receive_messages with request_id). A response with status \"accepted\" is progress, not the answer: the request stays open until a completed or failed one. list_requests shows each request's state; with a deadline, one not answered in time becomes timed_out and the peer is told; cancel_request withdraws one."),
 		peerArg,
 		mcp.WithString("intent", mcp.Required(), mcp.Description("what is asked, e.g. \"review-pr\"")),
 		mcp.WithAny("params", mcp.Description("any JSON value with the details (default null)")),
@@ -173,7 +173,8 @@ func (s *Server) addTools() {
 		ttlArg,
 		interruptArg,
 		idempotencyKeyArg,
-		taskArg, // broadcast and tasks slice
+		taskArg,     // broadcast and tasks slice
+		deadlineArg, // slice F
 		mcp.WithOutputSchema[sendResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send request", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendRequest)
@@ -260,6 +261,7 @@ func (s *Server) addTools() {
 	s.addSearchTools()
 	s.addBroadcastTools() // broadcast and tasks slice
 	s.addCardTools()      // slice E: agent cards
+	s.addLifecycleTools() // slice F
 }
 
 // addPairTools adds pair_offer and pair_accept (left out with
@@ -354,6 +356,9 @@ func checkArgs(name string, m map[string]any) error {
 		if handled, err = checkCardArgs(name, a); handled {
 			break
 		}
+		if handled, err = checkLifecycleArgs(name, a); handled {
+			break
+		}
 		_, err = checkSpaceArgs(name, a)
 	}
 	return err
@@ -389,7 +394,10 @@ func parseSendRequest(a args) (peer, intent string, opts node.SendOptions, err e
 	if opts.Interrupt, err = parseInterrupt(a); err != nil {
 		return
 	}
-	opts.TaskID, err = a.str("task_id", false) // broadcast and tasks slice
+	if opts.TaskID, err = a.str("task_id", false); err != nil {
+		return
+	}
+	opts.Deadline, err = parseDeadline(a) // slice F
 	return
 }
 

@@ -39,6 +39,10 @@ and a request can be answered finally (completed, failed) only once.
 --interrupt marks a message or request handling_mode "steer": the
 peer's agent reads it before its queued items.
 Without a daemon the command runs the node itself for the send.
+With --wait, accepted responses are printed as they come (progress) and
+the wait goes on for the final one. --deadline (30s, or an RFC 3339
+time; needs the daemon) times the request out if no final response has
+come by then: see meerkatd requests.
 --idempotency-key KEY makes a retry safe: a send with a key used before
 (within agent.idempotency_window_secs, also after a restart) prints the
 first send's result and sends nothing; the key with other arguments fails.
@@ -52,7 +56,9 @@ response, named in DETAIL), unknown (no record: not sent from this home,
 or older than agent.sent_history_hours). "accepted" responses are
 progress: the request stays acked. Without a daemon the home's database
 is read.`,
-	"tell": tellHelp,
+	"tell":     tellHelp,
+	"requests": lifecycleHelp,
+	"cancel":   lifecycleHelp,
 	"inbox": `Items are listed by class, then oldest first: system (notices of this
 node: a dead letter, a peer's breaker opened, a pairing), user (notes
 added with meerkatd tell), interrupt (sent with --interrupt, or

@@ -162,6 +162,7 @@ func (p *inboxPrinter) page(b node.Batch) error {
 			fmt.Fprintf(w, "  %s\n", safeText(m.Body, "  "))
 		case "request":
 			fmt.Fprintf(w, "  %s %s\n", safeText(m.Intent, "  "), safeText(rawText(m.Params), "  "))
+			printLifecycle(w, m) // slice F
 		case "response":
 			fmt.Fprintf(w, "  %s to %s: %s\n", safeText(m.Status, ""), m.RequestID, safeText(rawText(m.Result), "  "))
 		case "meup":

@@ -82,7 +82,7 @@ func commandTable() map[string]command {
 		},
 		"send": {
 			summary: "send a message, request or response (through the daemon if it runs)",
-			usage: "meerkatd send message PEER BODY | send request PEER INTENT [PARAMS_JSON] [--wait DUR] | send response PEER REQUEST_ID STATUS [RESULT_JSON]\n" +
+			usage: "meerkatd send message PEER BODY | send request PEER INTENT [PARAMS_JSON] [--wait DUR] [--deadline DUR|RFC3339] | send response PEER REQUEST_ID STATUS [RESULT_JSON]\n" +
 				"       [--body-file FILE] [--reliable [--ttl DUR] [--no-wait]] [--interrupt] [--idempotency-key KEY] [--task ID] [--home DIR] [--json]\n" +
 				"       BODY, PARAMS_JSON and RESULT_JSON may be - (standard input) or @FILE",
 			run: runSend,
@@ -185,6 +185,17 @@ func commandTable() map[string]command {
 			summary: "show what became of the envelopes this node sent: queued, acked, dead, answered",
 			usage:   "meerkatd sent [ID...] [--peer PEER] [--limit N] [--home DIR] [--json]",
 			run:     runSent,
+		},
+		// Slice F: the request lifecycle (lifecyclecmd.go).
+		"requests": {
+			summary: "list the requests this node sent and their states (open, answered, timed_out, cancelled)",
+			usage:   "meerkatd requests [--state STATES] [--peer PEER] [--limit N] [--home DIR] [--json]",
+			run:     runRequests,
+		},
+		"cancel": {
+			summary: "cancel an open request this node sent, and tell the peer",
+			usage:   "meerkatd cancel ID [--reason TEXT] [--home DIR] [--json]",
+			run:     runCancel,
 		},
 		"help": {
 			summary: "show the commands, or one command's usage",

@@ -21,6 +21,7 @@ func runSend(e *env, args []string) error {
 	interrupt := flags.Bool("interrupt", false, "with message or request: an interrupt (handling_mode \"steer\"): the peer's agent reads it before its queued items")
 	idemKey := flags.String("idempotency-key", "", "make a retry safe: a send with a `KEY` used before returns the first send's result without sending")
 	task := flags.String("task", "", "send under task `ID` (see meerkatd help task)")
+	deadline := flags.String("deadline", "", "with request: time it out if no final response comes within `DUR` (30s) or by an RFC 3339 time; needs the daemon")
 	bodyFile := flags.String("body-file", "", "read the body (message), params (request) or result (response) from `FILE` (- for standard input)")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
@@ -58,6 +59,15 @@ func runSend(e *env, args []string) error {
 	if *wait < 0 || *wait > 0 && sub != "request" {
 		return fmt.Errorf("%w: --wait applies to requests only and must be positive", errUsage)
 	}
+	var dl time.Time
+	if *deadline != "" {
+		if sub != "request" {
+			return fmt.Errorf("%w: --deadline applies to requests only", errUsage)
+		}
+		if dl, err = node.ParseDeadline(*deadline, time.Now()); err != nil {
+			return fmt.Errorf("%w: --deadline: %v", errUsage, err)
+		}
+	}
 	content := ""
 	switch {
 	case *bodyFile != "":
@@ -92,7 +102,7 @@ func runSend(e *env, args []string) error {
 	defer b.close()
 	ctx, cancel := context.WithTimeout(context.Background(), h.Config.Comms.AckTimeout()+10*time.Second+*wait)
 	defer cancel()
-	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait, Interrupt: *interrupt, IdempotencyKey: *idemKey, TaskID: *task}
+	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait, Interrupt: *interrupt, IdempotencyKey: *idemKey, TaskID: *task, Deadline: dl}
 	var res node.Sent
 	switch sub {
 	case "message":

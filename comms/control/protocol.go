@@ -58,7 +58,16 @@ const (
 	OpCardEdit     = "card_edit"
 	OpFetchCard    = "fetch_card"
 	OpDescribePeer = "describe_peer"
+	// Slice F: request lifecycle (client_f.go).
+	OpCancelRequest = "cancel_request"
+	OpRequests      = "requests"
 )
+
+// CancelRequestArgs are the arguments of OpCancelRequest.
+type CancelRequestArgs struct {
+	RequestID string `json:"request_id"`
+	Reason    string `json:"reason,omitempty"`
+}
 
 // Request is one control request.
 type Request struct {

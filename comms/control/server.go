@@ -377,6 +377,16 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		if err = args(req, &a); err == nil {
 			result, err = s.api.DescribePeer(ctx, a.Peer, a.Refresh)
 		}
+	case OpCancelRequest: // slice F
+		var a CancelRequestArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.CancelRequest(ctx, a.RequestID, a.Reason)
+		}
+	case OpRequests: // slice F
+		var q node.RequestQuery
+		if err = args(req, &q); err == nil {
+			result, err = s.api.Requests(ctx, q)
+		}
 	default:
 		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown control operation %q", req.Op)}
 	}

@@ -87,6 +87,7 @@ type API interface {
 	SearchAPI
 	BroadcastAPI // broadcast and tasks slice
 	CardAPI      // slice E: agent cards
+	LifecycleAPI // slice F: request deadlines and cancels (lifecycle.go)
 }
 
 // Limits of the API.
@@ -201,6 +202,12 @@ type SendOptions struct {
 	// field objective_id carries it, and the peer joins the task's
 	// participants. At most MaxTaskIDLen bytes of printable text.
 	TaskID string `json:"task_id,omitempty"`
+	// Deadline (requests only; needs the running node) is when the
+	// requester stops waiting: if no final response has arrived by then
+	// the request becomes timed_out and the node tells the peer with a
+	// meerkat.cancel. It must be in the future and at most MaxTTL away.
+	// Peers running meerkatd also receive it (signed, meerkat_deadline).
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // Delivery outcomes in [Sent].
@@ -251,6 +258,12 @@ type Message struct {
 	BroadcastID string `json:"broadcast_id,omitempty"`
 	// MEUP is set for items of kind "meup": an envelope of a space.
 	MEUP *MEUPItem `json:"meup,omitempty"`
+	// Deadline is a held request's deadline, as its sender gave it
+	// (meerkat_deadline); null if it gave none.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Cancelled is set on a held request its sender cancelled, or gave
+	// up on when its deadline passed. Answering it is still allowed.
+	Cancelled *Cancellation `json:"cancelled,omitempty"`
 	// Fields holds the whole kind of an item that is not a message,
 	// request, response or meup (a kind this node does not know), as
 	// JSON.

@@ -121,7 +121,7 @@ func pendingByClass(counts map[string]int) map[string]int {
 // the highest seq below which every matching item is in the batch, so a
 // reader that passes it as After skips nothing; b.More tells that a
 // matching item was left out.
-func scanPriority(mail mailStore, f filter, limit int, b *Batch) {
+func scanPriority(mail mailStore, f filter, limit int, b *Batch, decorate func(*Message, comms.Item)) {
 	after := b.Cursor
 	var (
 		excluded uint64 // lowest seq of a matching item left out (when full)
@@ -161,6 +161,7 @@ func scanPriority(mail mailStore, f filter, limit int, b *Batch) {
 					break scan
 				}
 				msg := toMessage(en)
+				decorate(&msg, en.Item)
 				n := itemSize(msg)
 				if len(b.Messages) == limit || len(b.Messages) > 0 && size+n > MaxBatchBytes {
 					full, excluded = true, en.Seq

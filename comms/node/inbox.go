@@ -80,6 +80,12 @@ func itemSize(m Message) int {
 	for _, v := range []any{m.Params, m.Result, m.Fields} {
 		n += rawJSONLen(v)
 	}
+	if m.Deadline != nil {
+		n += 48
+	}
+	if c := m.Cancelled; c != nil {
+		n += 96 + jsonStringLen(c.Reason) + jsonStringLen(c.Note)
+	}
 	if mi := m.MEUP; mi != nil {
 		n += itemOverheadJSON / 2
 		for _, s := range []string{mi.Space, mi.ID, mi.Kind, mi.Participant, mi.Context} {
@@ -243,10 +249,10 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 		changed := mail.Changed()
 		b := Batch{Cursor: q.After, Pending: mail.Pending(), Messages: []Message{}, Epoch: epoch}
 		if q.Order != OrderArrival {
-			scanPriority(mail, f, limit, &b)
+			scanPriority(mail, f, limit, &b, n.lc.decorate)
 		} else {
 			b.PendingByClass = mail.PendingByClass()
-			scanArrival(mail, f, limit, &b)
+			scanArrival(mail, f, limit, &b, n.lc.decorate)
 		}
 		if len(b.Messages) > 0 || q.Wait <= 0 {
 			return b, nil
@@ -271,7 +277,7 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 
 // scanArrival fills b with the first limit items matching f after
 // b.Cursor in arrival order, within MaxBatchBytes.
-func scanArrival(mail mailStore, f filter, limit int, b *Batch) {
+func scanArrival(mail mailStore, f filter, limit int, b *Batch, decorate func(*Message, comms.Item)) {
 	size := 0
 	// Read the inbox a page at a time after the cursor: a durable
 	// inbox is not loaded whole for one call. The first page is only
@@ -295,6 +301,7 @@ scan:
 			// a batch stays within MaxBatchBytes, except a lone item
 			// larger than that, which comes alone.
 			msg := toMessage(en)
+			decorate(&msg, en.Item)
 			n := itemSize(msg)
 			if len(b.Messages) > 0 && size+n > MaxBatchBytes {
 				b.More = true

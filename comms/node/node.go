@@ -99,6 +99,7 @@ type Node struct {
 	tasks    *tasks         // the task table (serving nodes only; broadcast and tasks slice)
 	cmdTasks *tasks         // the home's task table for other nodes, opened on first use (guarded by obMu)
 	cards    *cards         // agent cards: kept peer cards, fetches, answering (slice E)
+	lc       *lifecycle     // request deadlines and cancels (serving nodes only)
 
 	trackOnce sync.Once // trackStored
 	watchOnce sync.Once // watchAnnouncements
@@ -309,6 +310,16 @@ func Start(h *Home, opts Options) (*Node, error) {
 		rec.meup = n.spaces.admit
 		n.tasks = openTasks(h, mail) // broadcast and tasks slice
 		rec.task = n.receivedTask
+		var lst lifecycleStore = newMemLifecycle()
+		if d, ok := mail.(*durableMail); ok {
+			lst = d.st
+		}
+		if n.lc, err = newLifecycle(n, lst); err != nil {
+			n.Close()
+			return nil, err
+		}
+		rec.lc = n.lc
+		n.lc.start(ctx, &n.wg)
 	}
 	if d, ok := mail.(*durableMail); ok {
 		n.wg.Add(1)

@@ -32,6 +32,10 @@ type recordingInbox struct {
 	// inbox (card.go): a taken item is admitted (acknowledged) without
 	// being stored or recorded.
 	intercept func(comms.Item) bool
+	// lc, set on serving nodes, takes the meerkat.cancel requests (the
+	// node answers them), the answers to its own, and learns of final
+	// responses.
+	lc *lifecycle
 
 	mu       sync.Mutex
 	requests map[identity.UUID]*trackedRequest
@@ -68,15 +72,26 @@ func (ri *recordingInbox) Push(it comms.Item) error {
 		}
 		return nil
 	}
+	if ri.lc != nil {
+		if took, err := ri.lc.handle(it); took {
+			return err
+		}
+		if ri.lc.consumes(it) {
+			return nil
+		}
+	}
 	ri.track(it)
 	if ri.task != nil {
 		ri.task(it)
 	}
-	err := ri.mail.Push(it)
-	if err == nil {
-		ri.sawResponse(it)
+	if err := ri.mail.Push(it); err != nil {
+		return err
 	}
-	return err
+	ri.sawResponse(it)
+	if ri.lc != nil {
+		ri.lc.answered(it)
+	}
+	return nil
 }
 
 // errNoSpaces refuses meup envelopes on a node that runs no spaces (not
@@ -130,6 +145,14 @@ func (ri *recordingInbox) PushAsync(it comms.Item) comms.Admission {
 			return admittedNow(err)
 		}
 		return undoAdmission{a.PushAsync(it), undo}
+	}
+	if ri.lc != nil {
+		if took, err := ri.lc.handle(it); took {
+			return admittedNow(err)
+		}
+		if it.Envelope.Kind.Type() == wire.TypeResponse {
+			return admittedNow(ri.Push(it)) // responses are recorded once stored
+		}
 	}
 	ri.track(it)
 	if ri.task != nil {
@@ -195,6 +218,15 @@ func (ri *recordingInbox) checkAnswer(id identity.UUID, peer identity.PeerID, fi
 		r.answered = true
 	}
 	return nil
+}
+
+// holds reports whether request id was received from peer (and is
+// still remembered).
+func (ri *recordingInbox) holds(id identity.UUID, peer identity.PeerID) bool {
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	r, ok := ri.requests[id]
+	return ok && r.from == peer
 }
 
 // unreserve undoes checkAnswer's reservation after a failed final answer.

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms"
@@ -28,6 +29,9 @@ type sendSpec struct {
 	reliable bool          // through the outbox: stored first, retried until acked
 	ttl      time.Duration // reliable: dead letter if not acked by then (0: outbox.default_ttl_secs)
 	noWait   bool          // reliable: return once stored, without waiting for the first attempt
+	// sealed, if set, is called once the envelope is sealed, before it
+	// is delivered; an error stops the send.
+	sealed func(comms.Sealed) error
 }
 
 // sendOutcome is what a send did.
@@ -74,6 +78,11 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	sealed, err := n.r.Seal(s.peer, s.kind)
 	if err != nil {
 		return sendOutcome{}, err
+	}
+	if s.sealed != nil {
+		if err := s.sealed(sealed); err != nil {
+			return sendOutcome{}, err
+		}
 	}
 	out := sendOutcome{id: sealed.ID, peer: sealed.Peer}
 	n.sentSealed(sealed, s.kind, s.reliable) // slice B: the send record
@@ -349,6 +358,12 @@ func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Ev
 
 // sendKind sends kind to peer and reports it as the API does.
 func (n *Node) sendKind(ctx context.Context, peer string, kind wire.Kind, opts SendOptions) (Sent, sendOutcome, error) {
+	return n.sendKindSealed(ctx, peer, kind, opts, nil)
+}
+
+// sendKindSealed is sendKind calling sealed (if not nil) once the
+// envelope is sealed, before it is delivered.
+func (n *Node) sendKindSealed(ctx context.Context, peer string, kind wire.Kind, opts SendOptions, sealed func(comms.Sealed) error) (Sent, sendOutcome, error) {
 	if n.closing() {
 		return Sent{}, sendOutcome{}, Coded(ErrClosed)
 	}
@@ -371,7 +386,10 @@ func (n *Node) sendKind(ctx context.Context, peer string, kind wire.Kind, opts S
 			return Sent{}, sendOutcome{}, err
 		}
 	}
-	out, err := n.send(ctx, sendSpec{peer: peer, kind: kind, reliable: opts.Reliable, ttl: opts.TTL, noWait: opts.NoWait})
+	if !opts.Deadline.IsZero() && kind.Type() != wire.TypeRequest {
+		return Sent{}, sendOutcome{}, errorf(CodeBadArgument, "a deadline applies to requests only")
+	}
+	out, err := n.send(ctx, sendSpec{peer: peer, kind: kind, reliable: opts.Reliable, ttl: opts.TTL, noWait: opts.NoWait, sealed: sealed})
 	if out.id.IsZero() {
 		return Sent{}, out, Coded(err)
 	}
@@ -417,25 +435,45 @@ func (n *Node) SendRequest(ctx context.Context, peer, intent string, params json
 	if intent == "" {
 		return Sent{}, errorf(CodeBadArgument, "a request needs an intent")
 	}
+	if strings.HasPrefix(intent, ReservedIntentPrefix) {
+		return Sent{}, errorf(CodeBadArgument, "intent %q: intents starting with %q are reserved for the nodes themselves", intent, ReservedIntentPrefix)
+	}
 	if opts.Wait < 0 {
 		return Sent{}, errorf(CodeBadArgument, "wait must not be negative")
+	}
+	if err := n.checkDeadline(opts.Deadline); err != nil {
+		return Sent{}, err
 	}
 	pv, err := jsonValue("params", params)
 	if err != nil {
 		return Sent{}, err
 	}
-	res, out, err := n.sendKind(ctx, peer, wire.Request(intent, pv), opts)
+	kind, sealed, err := n.lifecycleRequest(peer, intent, pv, opts.Deadline)
+	if err != nil {
+		return Sent{}, err
+	}
+	res, out, err := n.sendKindSealed(ctx, peer, kind, opts, sealed)
 	if err != nil || opts.Wait <= 0 {
 		return res, err
 	}
 	if out.delivery == DeliveryQueued {
 		return res, errorf(CodePeerOffline, "request %s is queued for retry (%s); its response will arrive in the inbox", out.id, out.lastError)
 	}
-	wctx, cancel := context.WithTimeout(ctx, min(opts.Wait, MaxWait))
+	// Accepted responses are progress: the wait goes on until a final
+	// one, the wait's end or the request's deadline.
+	wait := min(opts.Wait, MaxWait)
+	byDeadline := !opts.Deadline.IsZero() && time.Until(opts.Deadline) < wait
+	if byDeadline {
+		wait = max(time.Until(opts.Deadline), 0)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
 		resp, err := n.r.AwaitResponse(wctx, out.id)
 		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && byDeadline {
+				return res, errorf(CodeTimedOut, "request %s: its deadline %s passed with no final response; it is timed out and the peer is told", out.id, opts.Deadline.UTC().Format(time.RFC3339))
+			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				return res, errorf(CodePeerOffline, "request %s acked, but no final response within %s", out.id, opts.Wait)
 			}

@@ -286,6 +286,47 @@ CREATE TABLE task_participants (
 	PRIMARY KEY (task, peer)
 ) WITHOUT ROWID;
 `,
+
+	// Slice F (request lifecycle, requests.go): the requests this node
+	// sent and their states, and the cancellations received for requests
+	// it holds.
+	//
+	// sent_requests holds one row per request sent (id is the request
+	// id, text); recipient the peer's key; deadline NULL when none;
+	// state open, answered, timed_out or cancelled; updated when the
+	// state last changed; response_id and final_status the final response
+	// that arrived (also after a timeout or cancel).
+	//
+	// held_cancels holds one row per request received from sender that
+	// sender cancelled: at, reason (cancelled or deadline) and its note.
+	//
+	// Times are Unix nanoseconds; NULL means none.
+	`
+CREATE TABLE sent_requests (
+	id           TEXT    NOT NULL PRIMARY KEY,
+	recipient    BLOB    NOT NULL CHECK (length(recipient) = 32),
+	peer         TEXT    NOT NULL,
+	intent       TEXT    NOT NULL,
+	created      INTEGER NOT NULL,
+	deadline     INTEGER,
+	state        TEXT    NOT NULL,
+	updated      INTEGER NOT NULL,
+	note         TEXT    NOT NULL,
+	response_id  TEXT    NOT NULL,
+	final_status TEXT    NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX sent_requests_created ON sent_requests (created);
+CREATE INDEX sent_requests_open ON sent_requests (deadline) WHERE state = 'open';
+CREATE TABLE held_cancels (
+	sender BLOB    NOT NULL CHECK (length(sender) = 32),
+	id     TEXT    NOT NULL,
+	at     INTEGER NOT NULL,
+	reason TEXT    NOT NULL,
+	note   TEXT    NOT NULL,
+	PRIMARY KEY (sender, id)
+) WITHOUT ROWID;
+CREATE INDEX held_cancels_at ON held_cancels (at);
+`,
 }
 
 // schemaVersion is the schema version this build writes.

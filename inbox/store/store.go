@@ -274,18 +274,21 @@ const (
 	// Task operations (tasks.go; broadcast and tasks slice).
 	opTaskTouch
 	opTaskComplete
+	// Request lifecycle (slice F, requests.go): fn runs in the batch.
+	opRequests
 )
 
 // request is one write for commitLoop. done is 1-buffered and receives
 // exactly one result.
 type request struct {
 	op   opKind
-	rec  Record     // opAdmit
-	seqs []uint64   // opAck
-	ob   *outboxReq // opOutbox*; nil for the others
-	sp   *spaceReq  // opSpace*; nil for the others
-	sn   *sentReq   // opSent*, opIdem*; nil for the others
-	tk   *taskReq   // opTask*; nil for the others
+	rec  Record                         // opAdmit
+	seqs []uint64                       // opAck
+	ob   *outboxReq                     // opOutbox*; nil for the others
+	sp   *spaceReq                      // opSpace*; nil for the others
+	sn   *sentReq                       // opSent*, opIdem*; nil for the others
+	tk   *taskReq                       // opTask*; nil for the others
+	rq   func(*outboxTx, *result) error // opRequests; nil for the others
 	done chan result
 }
 
@@ -1190,6 +1193,10 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			}
 		case opTaskTouch, opTaskComplete: // broadcast and tasks slice
 			if err := (taskTx{&ob}).run(req, &res[i]); err != nil {
+				return 0, 0, 0, 0, err
+			}
+		case opRequests: // slice F
+			if err := req.rq(&ob, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
 		default:

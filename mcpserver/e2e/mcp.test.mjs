@@ -115,7 +115,10 @@ const TOOLS = [
   'status',
   'task_complete', // broadcast and tasks
   'wait_task', // broadcast and tasks
-];
+  // The request lifecycle (mcp-lifecycle.test.mjs).
+  'cancel_request',
+  'list_requests',
+].sort();
 const ACK_TIMEOUT_SECS = 3;
 
 // ---------------------------------------------------------------- helpers

@@ -1,0 +1,492 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// pairedNodes starts two serving nodes, alice and bob, that trust each
+// other (paired), with the SQLite store or in memory.
+func pairedNodes(t *testing.T, memory bool) (alice, bob *Node) {
+	t.Helper()
+	start := func(name string) *Node {
+		h, _ := testHome(t, name, func(c *config.Config) {
+			if memory {
+				c.Store.Mode = config.StoreMemory
+			}
+		})
+		var empty *trust.List
+		if err := empty.Save(h.TrustPath()); err != nil {
+			t.Fatal(err)
+		}
+		return startTest(t, h, ModeServe)
+	}
+	alice, bob = start("alice"), start("bob")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	o, err := alice.PairOffer(ctx, PairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.PairAccept(ctx, o.Line, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "alice trusts bob", func() bool { _, err := alice.r.ResolvePeer("bob"); return err == nil })
+	return alice, bob
+}
+
+// heldRequest is bob's inbox item for request id (nil if none).
+func heldRequest(t *testing.T, n *Node, id string) *Message {
+	t.Helper()
+	b, err := n.Receive(context.Background(), Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b.Messages {
+		if b.Messages[i].ID == id {
+			return &b.Messages[i]
+		}
+	}
+	return nil
+}
+
+func requestState(t *testing.T, n *Node, id string) SentRequest {
+	t.Helper()
+	rs, err := n.Requests(context.Background(), RequestQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.ID == id {
+			return r
+		}
+	}
+	t.Fatalf("request %s not listed in %+v", id, rs)
+	return SentRequest{}
+}
+
+// noLifecycleItems fails unless every item of n's inbox is a user request or a
+// response to one: no meerkat.cancel, no answer to one.
+func noLifecycleItems(t *testing.T, n *Node, cancelIDs map[string]bool) {
+	t.Helper()
+	b, err := n.Receive(context.Background(), Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range b.Messages {
+		if strings.HasPrefix(m.Intent, ReservedIntentPrefix) || cancelIDs[m.RequestID] {
+			t.Errorf("%s's inbox holds the node's own lifecycle item %+v", n.h.Config.Name, m)
+		}
+	}
+}
+
+// A deadline passes: the requester marks the request timed out and tells
+// the peer, whose held item shows the cancellation (reason deadline) and
+// the deadline; answering it stays allowed, and the late answer is
+// stored at the requester without changing the state.
+func TestRequestDeadline(t *testing.T) {
+	for _, memory := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sqlite", true: "memory"}[memory], func(t *testing.T) {
+			alice, bob := pairedNodes(t, memory)
+			alice.lc.speaks = func(identity.PeerID) bool { return true }
+			ctx := context.Background()
+			deadline := time.Now().Add(time.Second)
+			sent, err := alice.SendRequest(ctx, "bob", "review", json.RawMessage(`{"pr":1}`), SendOptions{Deadline: deadline})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := requestState(t, alice, sent.ID); r.State != RequestOpen || r.Deadline == nil || r.Intent != "review" {
+				t.Fatalf("before the deadline: %+v", r)
+			}
+			waitFor(t, 20*time.Second, "bob holds the request", func() bool { return heldRequest(t, bob, sent.ID) != nil })
+			held := heldRequest(t, bob, sent.ID)
+			if held.Deadline == nil || held.Deadline.Sub(deadline).Abs() > time.Millisecond {
+				t.Fatalf("held deadline %v, want %v", held.Deadline, deadline)
+			}
+			if held.Cancelled != nil {
+				t.Fatalf("cancelled before the deadline: %+v", held.Cancelled)
+			}
+			waitFor(t, 20*time.Second, "alice times the request out", func() bool { return requestState(t, alice, sent.ID).State == RequestTimedOut })
+			waitFor(t, 20*time.Second, "bob sees the cancellation", func() bool { return heldRequest(t, bob, sent.ID).Cancelled != nil })
+			if c := heldRequest(t, bob, sent.ID).Cancelled; c.Reason != CancelReasonDeadline || c.At.IsZero() {
+				t.Fatalf("held cancellation %+v", c)
+			}
+			// Answering a cancelled request is allowed; the requester
+			// stores the late answer, the state stays.
+			resp, err := bob.SendResponse(ctx, "alice", sent.ID, "completed", json.RawMessage(`"late"`), SendOptions{})
+			if err != nil {
+				t.Fatalf("answering a cancelled request: %v", err)
+			}
+			waitFor(t, 20*time.Second, "the late answer is recorded", func() bool { return requestState(t, alice, sent.ID).ResponseID == resp.ID })
+			if r := requestState(t, alice, sent.ID); r.State != RequestTimedOut || r.FinalStatus != "completed" {
+				t.Fatalf("after the late answer: %+v", r)
+			}
+			b, err := alice.Receive(ctx, Query{RequestID: sent.ID})
+			if err != nil || len(b.Messages) != 1 || b.Messages[0].ID != resp.ID {
+				t.Fatalf("the late answer in alice's inbox: %+v, %v", b.Messages, err)
+			}
+			noLifecycleItems(t, bob, nil)
+			noLifecycleItems(t, alice, alice.lc.cancelIDs())
+		})
+	}
+}
+
+// cancelIDs lists the meerkat.cancel requests this node sent.
+func (lc *lifecycle) cancelIDs() map[string]bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	m := map[string]bool{}
+	for id := range lc.cancels {
+		m[id.String()] = true
+	}
+	return m
+}
+
+// meerkat_deadline goes only to peers known to verify it.
+func TestDeadlineFieldOnlyToMeerkatPeers(t *testing.T) {
+	alice, bob := pairedNodes(t, true)
+	ctx := context.Background()
+	for _, speaks := range []bool{false, true} {
+		alice.lc.speaks = func(identity.PeerID) bool { return speaks }
+		sent, err := alice.SendRequest(ctx, "bob", "review", nil, SendOptions{Deadline: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, "bob holds the request", func() bool { return heldRequest(t, bob, sent.ID) != nil })
+		if got := heldRequest(t, bob, sent.ID).Deadline != nil; got != speaks {
+			t.Errorf("speaks %v: deadline shown %v", speaks, got)
+		}
+		if r := requestState(t, alice, sent.ID); r.Deadline == nil {
+			t.Errorf("speaks %v: alice keeps no deadline: %+v", speaks, r)
+		}
+	}
+}
+
+// A cancel reaches the holder, with its note; only an open request this
+// node sent can be cancelled.
+func TestCancelRequest(t *testing.T) {
+	alice, bob := pairedNodes(t, false)
+	ctx := context.Background()
+	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, id, reason, code string
+	}{
+		{"not an id", "nope", "", CodeUnknownRequest},
+		{"never sent", identity.NewUUID().String(), "", CodeUnknownRequest},
+		{"reason too long", sent.ID, strings.Repeat("x", MaxCancelNote+1), CodeBadArgument},
+		{"reason not UTF-8", sent.ID, "\xff", CodeBadArgument},
+	} {
+		if _, err := alice.CancelRequest(ctx, tc.id, tc.reason); CodeOf(err) != tc.code {
+			t.Errorf("%s: %v, want code %s", tc.name, err, tc.code)
+		}
+	}
+	c, err := alice.CancelRequest(ctx, sent.ID, "not needed any more")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Request.State != RequestCancelled || c.Request.Note != "not needed any more" || c.Cancel.Delivery != DeliveryAcked {
+		t.Fatalf("cancel: %+v", c)
+	}
+	waitFor(t, 20*time.Second, "bob sees the cancellation", func() bool {
+		m := heldRequest(t, bob, sent.ID)
+		return m != nil && m.Cancelled != nil
+	})
+	if h := heldRequest(t, bob, sent.ID); h.Cancelled.Reason != CancelReasonCancelled || h.Cancelled.Note != "not needed any more" || h.Deadline != nil {
+		t.Fatalf("held: %+v %+v", h, h.Cancelled)
+	}
+	if _, err := alice.CancelRequest(ctx, sent.ID, ""); CodeOf(err) != CodeBadArgument {
+		t.Fatalf("second cancel: %v", err)
+	}
+	// A request bob received is not bob's to cancel.
+	if _, err := bob.CancelRequest(ctx, sent.ID, ""); CodeOf(err) != CodeUnknownRequest {
+		t.Fatalf("cancel by the holder: %v", err)
+	}
+	// Answered requests cannot be cancelled either.
+	sent2, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "bob holds it", func() bool { return heldRequest(t, bob, sent2.ID) != nil })
+	if _, err := bob.SendResponse(ctx, "alice", sent2.ID, "failed", nil, SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "answered", func() bool { return requestState(t, alice, sent2.ID).State == RequestAnswered })
+	if _, err := alice.CancelRequest(ctx, sent2.ID, ""); CodeOf(err) != CodeBadArgument {
+		t.Fatalf("cancel of an answered request: %v", err)
+	}
+	rs, err := alice.Requests(ctx, RequestQuery{States: []string{RequestCancelled}})
+	if err != nil || len(rs) != 1 || rs[0].ID != sent.ID {
+		t.Fatalf("cancelled requests: %+v, %v", rs, err)
+	}
+	noLifecycleItems(t, bob, nil)
+	noLifecycleItems(t, alice, alice.lc.cancelIDs())
+}
+
+// A cancel applies only to a request held from the same peer: one from
+// anybody else, or for a request not held, is answered failed and
+// changes nothing; none is stored for the agent.
+func TestCancelFromAnotherPeerIgnored(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	carol, _ := identity.GenerateKeypair()
+	req := arrive(t, m, bob, wire.Request("build", wire.Null()))
+	cancelOf := func(id identity.UUID) wire.Kind {
+		p, _ := wire.Map(wire.Member{Key: "request_id", Value: wire.Text(id.String())}, wire.Member{Key: "reason", Value: wire.Text("cancelled")})
+		return wire.Request(IntentCancel, p)
+	}
+	// carol (pushed as if admitted) cancels bob's request.
+	e, err := wire.Seal(carol, identity.NewUUID(), m.h.Key.ID(), cancelOf(req.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.inbox.Push(comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: e, PeerName: "carol"}); err != nil {
+		t.Fatal(err)
+	}
+	arrive(t, m, bob, cancelOf(identity.NewUUID())) // not held
+	if h := heldRequest(t, m, req.ID.String()); h == nil || h.Cancelled != nil {
+		t.Fatalf("held after foreign cancels: %+v", h)
+	}
+	arrive(t, m, bob, cancelOf(req.ID))
+	if h := heldRequest(t, m, req.ID.String()); h.Cancelled == nil || h.Cancelled.Reason != CancelReasonCancelled {
+		t.Fatalf("held after bob's cancel: %+v", h)
+	}
+	b, _ := m.Receive(context.Background(), Query{})
+	if len(b.Messages) != 1 {
+		t.Fatalf("inbox holds %d items, want only the request: %+v", len(b.Messages), b.Messages)
+	}
+}
+
+// Accepted responses are progress: SendRequest with Wait lists them and
+// waits on for the final one, and the request stays open meanwhile.
+func TestAcceptedIsProgress(t *testing.T) {
+	alice, bob := pairedNodes(t, true)
+	ctx := context.Background()
+	type outcome struct {
+		sent Sent
+		err  error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		s, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Wait: time.Minute})
+		done <- outcome{s, err}
+	}()
+	var id string
+	waitFor(t, 20*time.Second, "bob holds the request", func() bool {
+		b, _ := bob.Receive(ctx, Query{Kinds: []string{wire.TypeRequest}})
+		if len(b.Messages) > 0 {
+			id = b.Messages[0].ID
+		}
+		return id != ""
+	})
+	if _, err := bob.SendResponse(ctx, "alice", id, "accepted", json.RawMessage(`{"eta":"soon"}`), SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the accepted response arrives", func() bool {
+		b, _ := alice.Receive(ctx, Query{RequestID: id})
+		return len(b.Messages) == 1
+	})
+	if r := requestState(t, alice, id); r.State != RequestOpen || r.ResponseID != "" {
+		t.Fatalf("after accepted: %+v", r)
+	}
+	select {
+	case o := <-done:
+		t.Fatalf("SendRequest returned on an accepted response: %+v, %v", o.sent, o.err)
+	default:
+	}
+	if _, err := bob.SendResponse(ctx, "alice", id, "completed", json.RawMessage(`1`), SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil || len(o.sent.Responses) != 2 || o.sent.Responses[0].Status != "accepted" || o.sent.Responses[1].Status != "completed" {
+		t.Fatalf("SendRequest: %+v, %v", o.sent, o.err)
+	}
+	if r := requestState(t, alice, id); r.State != RequestAnswered || r.FinalStatus != "completed" {
+		t.Fatalf("after completed: %+v", r)
+	}
+}
+
+// SendRequest with Wait and a deadline that comes first ends at the
+// deadline with CodeTimedOut.
+func TestWaitEndsAtDeadline(t *testing.T) {
+	alice, _ := pairedNodes(t, true)
+	sent, err := alice.SendRequest(context.Background(), "bob", "build", nil, SendOptions{Wait: time.Minute, Deadline: time.Now().Add(500 * time.Millisecond)})
+	if CodeOf(err) != CodeTimedOut || sent.ID == "" {
+		t.Fatalf("SendRequest: %+v, %v", sent, err)
+	}
+	waitFor(t, 20*time.Second, "timed out", func() bool { return requestState(t, alice, sent.ID).State == RequestTimedOut })
+}
+
+func TestRequestLifecycleArguments(t *testing.T) {
+	m, _ := mcpTestNode(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		call func() error
+		code string
+	}{
+		{"reserved intent", func() error {
+			_, err := m.SendRequest(ctx, "bob", "meerkat.cancel", nil, SendOptions{})
+			return err
+		}, CodeBadArgument},
+		{"past deadline", func() error {
+			_, err := m.SendRequest(ctx, "bob", "x", nil, SendOptions{Deadline: time.Now().Add(-time.Second)})
+			return err
+		}, CodeBadArgument},
+		{"deadline beyond MaxTTL", func() error {
+			_, err := m.SendRequest(ctx, "bob", "x", nil, SendOptions{Deadline: time.Now().Add(MaxTTL + time.Hour)})
+			return err
+		}, CodeBadArgument},
+		{"deadline on a message", func() error {
+			_, err := m.SendMessage(ctx, "bob", "x", SendOptions{Deadline: time.Now().Add(time.Hour)})
+			return err
+		}, CodeBadArgument},
+		{"unknown state", func() error { _, err := m.Requests(ctx, RequestQuery{States: []string{"done"}}); return err }, CodeBadArgument},
+		{"negative limit", func() error { _, err := m.Requests(ctx, RequestQuery{Limit: -1}); return err }, CodeBadArgument},
+		{"unknown peer", func() error { _, err := m.Requests(ctx, RequestQuery{Peer: "zed"}); return err }, CodeUnknownPeer},
+	} {
+		if err := tc.call(); CodeOf(err) != tc.code {
+			t.Errorf("%s: %v, want code %s", tc.name, err, tc.code)
+		}
+	}
+	// A node that does not serve the home follows no requests.
+	h, _ := testHome(t, "carol", nil)
+	c := startTest(t, h, ModeSend)
+	if _, err := c.SendRequest(ctx, "bob", "x", nil, SendOptions{Deadline: time.Now().Add(time.Hour)}); CodeOf(err) != CodeNoDaemon {
+		t.Errorf("deadline without the daemon: %v", err)
+	}
+	if _, err := c.Requests(ctx, RequestQuery{}); CodeOf(err) != CodeNoDaemon {
+		t.Errorf("Requests without the daemon: %v", err)
+	}
+	if _, err := c.CancelRequest(ctx, identity.NewUUID().String(), ""); CodeOf(err) != CodeNoDaemon {
+		t.Errorf("CancelRequest without the daemon: %v", err)
+	}
+}
+
+func TestParseDeadline(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Time
+		ok   bool
+	}{
+		{"30s", now.Add(30 * time.Second), true},
+		{" 1h30m ", now.Add(90 * time.Minute), true},
+		{"2026-01-02T04:00:00Z", time.Date(2026, 1, 2, 4, 0, 0, 0, time.UTC), true},
+		{"2026-01-02T05:00:00.5+01:00", time.Date(2026, 1, 2, 4, 0, 0, 5e8, time.UTC), true},
+		{"", time.Time{}, false},
+		{"0s", time.Time{}, false},
+		{"-5m", time.Time{}, false},
+		{"169h", time.Time{}, false}, // beyond MaxTTL
+		{"30", time.Time{}, false},   // no unit
+		{"tomorrow", time.Time{}, false},
+		{"2026-01-02 04:00:00", time.Time{}, false},
+	} {
+		got, err := ParseDeadline(tc.in, now)
+		if (err == nil) != tc.ok || tc.ok && !got.Equal(tc.want) {
+			t.Errorf("ParseDeadline(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzParseDeadline(f *testing.F) {
+	for _, s := range []string{"30s", "2026-01-02T04:00:00Z", "", "1h", "9999-12-31T23:59:59.999999999+23:59"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseDeadline(s, now)
+		if err != nil {
+			return
+		}
+		// What the node puts on the wire reads back as the same instant
+		// (to the millisecond).
+		w := formatWireDeadline(d)
+		back, ok := parseWireDeadline(wire.Text(w))
+		if d.Year() >= 1 && d.Year() <= 9999 && (!ok || !back.Equal(d.UTC().Truncate(time.Millisecond))) {
+			t.Fatalf("%q: %v → %q → %v %v", s, d, w, back, ok)
+		}
+	})
+}
+
+func TestParseCancelParams(t *testing.T) {
+	id := identity.NewUUID()
+	for _, tc := range []struct {
+		name, params string
+		ok           bool
+	}{
+		{"minimal", `{"request_id":"` + id.String() + `","reason":"cancelled"}`, true},
+		{"deadline with note", `{"request_id":"` + id.String() + `","reason":"deadline","note":"late"}`, true},
+		{"extra fields ignored", `{"request_id":"` + id.String() + `","reason":"cancelled","x":[1]}`, true},
+		{"no reason", `{"request_id":"` + id.String() + `"}`, false},
+		{"other reason", `{"request_id":"` + id.String() + `","reason":"bored"}`, false},
+		{"bad id", `{"request_id":"nope","reason":"cancelled"}`, false},
+		{"id not text", `{"request_id":5,"reason":"cancelled"}`, false},
+		{"note not text", `{"request_id":"` + id.String() + `","reason":"cancelled","note":{}}`, false},
+		{"note too long", `{"request_id":"` + id.String() + `","reason":"cancelled","note":"` + strings.Repeat("n", MaxCancelNote+1) + `"}`, false},
+		{"not an object", `["x"]`, false},
+		{"null", `null`, false},
+	} {
+		v, err := wire.ParseJSON([]byte(tc.params))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := parseCancelParams(v)
+		if (err == nil) != tc.ok || tc.ok && p.RequestID != id {
+			t.Errorf("%s: %+v, %v", tc.name, p, err)
+		}
+	}
+}
+
+func FuzzParseCancelParams(f *testing.F) {
+	f.Add(`{"request_id":"` + identity.NewUUID().String() + `","reason":"cancelled","note":"n"}`)
+	f.Add(`{"reason":"deadline"}`)
+	f.Add(`[]`)
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := wire.ParseJSON([]byte(s))
+		if err != nil {
+			return
+		}
+		p, err := parseCancelParams(v)
+		if err != nil {
+			return
+		}
+		if p.Reason != CancelReasonCancelled && p.Reason != CancelReasonDeadline || len(p.Note) > MaxCancelNote || p.RequestID.IsZero() && !strings.Contains(s, "00000000-0000-0000-0000-000000000000") {
+			t.Fatalf("accepted %q as %+v", s, p)
+		}
+	})
+}
+
+// The open requests survive a restart (SQLite): a deadline that passed
+// while the node was down times the request out when it starts again,
+// and the cancel for the peer waits in the outbox.
+func TestDeadlineAcrossRestart(t *testing.T) {
+	h, _ := testHome(t, "alice", nil)
+	n, err := Start(h, Options{Mode: ModeServe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	sent, err := n.SendRequest(context.Background(), "bob", "build", nil, SendOptions{Reliable: true, NoWait: true, Deadline: deadline})
+	if err != nil || sent.Delivery != DeliveryQueued {
+		t.Fatalf("send to the unreachable bob: %+v, %v", sent, err)
+	}
+	n.Close()
+	time.Sleep(time.Until(deadline)) // the deadline passes while no node runs
+	n = startTest(t, h, ModeServe)
+	waitFor(t, 20*time.Second, "timed out after the restart", func() bool { return requestState(t, n, sent.ID).State == RequestTimedOut })
+	waitFor(t, 20*time.Second, "the cancel queued for bob", func() bool {
+		o, err := n.Outbox(context.Background())
+		return err == nil && len(o.Entries) == 2 && o.Entries[1].Kind == wire.TypeRequest
+	})
+}
