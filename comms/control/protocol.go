@@ -39,6 +39,9 @@ const (
 	OpSpaceEdit        = "space_edit"
 	OpSpaceSend        = "space_send"
 	OpProposals        = "proposals"
+	// Slice G: the loop guard.
+	OpLoopGuards  = "loop_guards"
+	OpLoopRelease = "loop_release"
 )
 
 // Request is one control request.
@@ -101,6 +104,11 @@ type OfferArgs struct {
 type PairAcceptArgs struct {
 	Line string `json:"line"`
 	Name string `json:"name,omitempty"`
+}
+
+// ReleaseLoopGuardArgs are the arguments of OpLoopRelease.
+type ReleaseLoopGuardArgs struct {
+	Peer string `json:"peer"`
 }
 
 // The arguments of OpReceive are a node.Query, of OpAck a

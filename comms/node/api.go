@@ -79,6 +79,7 @@ type API interface {
 	PairAccept(ctx context.Context, line, name string) (Paired, error)
 
 	SpacesAPI
+	LoopGuardAPI // slice G: loop guard
 }
 
 // Limits of the API.
@@ -138,6 +139,9 @@ type Status struct {
 	// DBBytes is the size on disk of the home's database (meerkat.db and
 	// its write-ahead log); 0 in memory mode or before it exists.
 	DBBytes int64 `json:"db_bytes"`
+	// LoopGuards lists the peers the loop guard holds: sends to them are
+	// refused with CodeLoopGuard until held_until or a person's release.
+	LoopGuards []LoopGuardState `json:"loop_guards"`
 }
 
 // Peer is one trusted peer.
@@ -154,6 +158,9 @@ type Peer struct {
 	Breaker   string `json:"breaker"`
 	Queued    int    `json:"queued"`
 	LastError string `json:"last_error,omitempty"`
+	// LoopGuard is the loop guard's count of fast replies to it and its
+	// hold, if it counts any or holds it.
+	LoopGuard *LoopGuardState `json:"loop_guard,omitempty"`
 }
 
 // SendOptions say how a send is delivered.

@@ -96,6 +96,7 @@ type Node struct {
 	events   *eventLog      // info lines about what peers cause, rate limited
 	pairing  *pairing       // offers and pairing exchanges (listening nodes)
 	spaces   *spaces        // MEUP spaces (serving nodes only)
+	loop     *loopGuard     // the loop guard (serving nodes with agent.loop_max_exchanges > 0; nil: none)
 
 	trackOnce sync.Once // trackStored
 	watchOnce sync.Once // watchAnnouncements
@@ -229,6 +230,11 @@ func Start(h *Home, opts Options) (*Node, error) {
 	}
 	n := &Node{h: h, mode: mode, embedded: opts.Embedded, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
 	n.events = newEventLog(log, logInterval)
+	if mode == ModeServe { // loop guard (slice G)
+		a := h.Config.Agent
+		n.loop = newLoopGuard(a.LoopMaxExchanges, a.LoopFast(), a.LoopHold(), nil)
+		rec.seen = n.guardReceipt
+	}
 	var observe func(comms.Event)
 	var pairHook func(net.Conn, io.Reader)
 	if mode != ModeSend {

@@ -22,6 +22,9 @@ type recordingInbox struct {
 	// engine: refused ones and presence are acknowledged without being
 	// stored; undo takes back the engine's record if storing fails.
 	meup func(comms.Item) (deliver bool, undo func(), err error)
+	// seen, set on serving nodes, is told of every item a peer sent
+	// before it is admitted (the loop guard's receipts).
+	seen func(comms.Item)
 
 	mu       sync.Mutex
 	requests map[identity.UUID]*trackedRequest
@@ -56,6 +59,7 @@ func (ri *recordingInbox) Push(it comms.Item) error {
 		return nil
 	}
 	ri.track(it)
+	ri.see(it)
 	return ri.mail.Push(it)
 }
 
@@ -109,6 +113,7 @@ func (ri *recordingInbox) PushAsync(it comms.Item) comms.Admission {
 		return undoAdmission{a.PushAsync(it), undo}
 	}
 	ri.track(it)
+	ri.see(it)
 	return a.PushAsync(it)
 }
 
@@ -133,6 +138,14 @@ func (d doneAdmission) Ready() bool { return true }
 func (d doneAdmission) Wait() error { return d.err }
 
 var _ comms.AsyncAdmitter = (*recordingInbox)(nil)
+
+// see tells ri.seen of an item before its admission: like track, first,
+// so that an agent answering at once finds it counted.
+func (ri *recordingInbox) see(it comms.Item) {
+	if ri.seen != nil {
+		ri.seen(it)
+	}
+}
 
 // track records a received request (also those found in a durable inbox
 // at start-up).

@@ -349,6 +349,9 @@ func (n *Node) sendKind(ctx context.Context, peer string, kind wire.Kind, opts S
 	if !opts.Reliable && (opts.TTL != 0 || opts.NoWait) {
 		return Sent{}, sendOutcome{}, errorf(CodeBadArgument, "a time-to-live and no-wait apply to reliable sends only")
 	}
+	if err := n.guardSend(peer); err != nil { // before anything is queued
+		return Sent{}, sendOutcome{}, err
+	}
 	out, err := n.send(ctx, sendSpec{peer: peer, kind: kind, reliable: opts.Reliable, ttl: opts.TTL, noWait: opts.NoWait})
 	if out.id.IsZero() {
 		return Sent{}, out, Coded(err)
