@@ -140,6 +140,9 @@ func TestLoopGuardStopsInstantAgents(t *testing.T) {
 			t.Fatalf("%s: release lists %q", c.n.name, out)
 		}
 	}
+	if out := bob.ok("status"); !strings.Contains(out, "held       alice: loop guard, 5 fast replies in a row, until ") {
+		t.Fatalf("status does not show the hold:\n%s", out)
+	}
 	bob.wantCode(exitError, []string{"(loop_guard)", "meerkatd release alice"}, "send", "message", "alice", "one more")
 	bob.wantCode(exitError, []string{"(loop_guard)"}, "send", "message", "alice", "queued?", "--reliable")
 	var ob struct {

@@ -361,3 +361,83 @@ func TestLoopGuardNeedsDaemon(t *testing.T) {
 		t.Fatalf("guards without a daemon: %v %v", gs, err)
 	}
 }
+
+func TestShellWord(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"bob", "bob"},
+		{"build-bot_2.local", "build-bot_2.local"},
+		{"ed25519:AQEB+/=", "ed25519:AQEB+/="},
+		{"bob smith", "'bob smith'"},
+		{"o'brien", `'o'\''brien'`},
+		{"$(rm)", "'$(rm)'"},
+		{"", "''"},
+	} {
+		if got := shellWord(c.in); got != c.want {
+			t.Errorf("shellWord(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// FuzzLoopGuard runs the guard through any sequence of receipts, sends,
+// user items, releases and clock moves over a few peers, and checks its
+// invariants: a count never passes max, a send is refused exactly while
+// its peer is held, a send with no receipt to answer never adds to a
+// count, and the states agree with the refusals.
+func FuzzLoopGuard(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 1, 0, 1, 0, 1, 1})
+	f.Add([]byte{0, 2, 1, 3, 0, 1, 4, 1, 0x85, 1})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const max, fast, hold = 3, time.Second, time.Minute
+		clock := newFakeClock()
+		g := newLoopGuard(max, fast, hold, clock.now)
+		var peers [3]identity.PeerID
+		for i := range peers {
+			peers[i][0] = byte(i + 1)
+		}
+		heldUntil := map[identity.PeerID]time.Time{}
+		for _, op := range ops {
+			p := peers[int(op>>4)%len(peers)]
+			switch op & 0x0f {
+			case 0:
+				g.received(p, "p")
+			case 1:
+				before := countOf(g, p)
+				g.mu.Lock()
+				pending := g.peers[p] != nil && !g.peers[p].received.IsZero()
+				g.mu.Unlock()
+				tr, err := g.send(p, "p")
+				held := clock.now().Before(heldUntil[p])
+				if (err != nil) != held {
+					t.Fatalf("send: err %v, but held %v (until %v, now %v)", err, held, heldUntil[p], clock.now())
+				}
+				if tr != nil {
+					heldUntil[p] = tr.until
+				}
+				if err == nil && !pending && countOf(g, p) > before {
+					t.Fatalf("a send with nothing to answer counted: %d -> %d", before, countOf(g, p))
+				}
+			case 2:
+				g.userActivity()
+			case 3:
+				g.release(p)
+				delete(heldUntil, p)
+			default:
+				d := time.Duration(op&0x0f) * 150 * time.Millisecond // up to 2.25 s: either side of fast
+				if op&0x80 != 0 {
+					d *= 40 // up to 90 s: either side of hold
+				}
+				clock.advance(d)
+			}
+			for _, q := range peers {
+				if c := countOf(g, q); c > max {
+					t.Fatalf("count %d above max %d", c, max)
+				}
+			}
+			for _, s := range g.states() {
+				if s.Held != (s.HeldUntil != nil) {
+					t.Fatalf("state %+v: held and held_until disagree", s)
+				}
+			}
+		}
+	})
+}
