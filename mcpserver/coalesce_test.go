@@ -13,15 +13,15 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 )
 
-// fakeTimers is the coalescer's clock in tests: each timer fires only when
+// coalesceTimers is the coalescer's clock in tests: each timer fires only when
 // the test says so.
-type fakeTimers struct {
+type coalesceTimers struct {
 	mu     sync.Mutex
 	timers []chan time.Time
 	asked  []time.Duration
 }
 
-func (f *fakeTimers) after(d time.Duration) <-chan time.Time {
+func (f *coalesceTimers) after(d time.Duration) <-chan time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := make(chan time.Time, 1)
@@ -31,7 +31,7 @@ func (f *fakeTimers) after(d time.Duration) <-chan time.Time {
 }
 
 // fire waits for the i-th timer to be started and fires it.
-func (f *fakeTimers) fire(t *testing.T, i int) {
+func (f *coalesceTimers) fire(t *testing.T, i int) {
 	t.Helper()
 	waitFor(t, 10*time.Second, func() bool {
 		f.mu.Lock()
@@ -44,7 +44,7 @@ func (f *fakeTimers) fire(t *testing.T, i int) {
 	c <- time.Time{}
 }
 
-func (f *fakeTimers) started() int {
+func (f *coalesceTimers) started() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.timers)
@@ -52,7 +52,7 @@ func (f *fakeTimers) started() int {
 
 // startCoalescing starts a legacy client, subscribed to meerkat://inbox,
 // of a server over f that notifies at most once per interval on timers.
-func startCoalescing(t *testing.T, f *fakeNode, interval time.Duration, timers *fakeTimers) *notes {
+func startCoalescing(t *testing.T, f *fakeNode, interval time.Duration, timers *coalesceTimers) *notes {
 	t.Helper()
 	s := New(f, Options{NotifyInterval: interval})
 	s.notifyAfter = timers.after
@@ -91,7 +91,7 @@ func startCoalescing(t *testing.T, f *fakeNode, interval time.Duration, timers *
 	return n
 }
 
-func arrivalData(x mcp.JSONRPCNotification) map[string]any {
+func coalescedData(x mcp.JSONRPCNotification) map[string]any {
 	data, _ := x.Params.AdditionalFields["data"].(map[string]any)
 	return data
 }
@@ -102,14 +102,14 @@ func arrivalData(x mcp.JSONRPCNotification) map[string]any {
 // nothing; the next arrival after a quiet interval is announced at once.
 func TestNotificationsCoalesced(t *testing.T) {
 	f := newFakeNode()
-	timers := &fakeTimers{}
+	timers := &coalesceTimers{}
 	const interval = 750 * time.Millisecond
 	n := startCoalescing(t, f, interval, timers)
 
 	from := n.mark()
 	f.deliver(node.Message{ID: "a1", Kind: "message", Peer: "bob"})
 	ev := n.wait(t, from, logged, nil)
-	if d := arrivalData(ev); d["id"] != "a1" || fmt.Sprint(d["arrivals"]) != "1" {
+	if d := coalescedData(ev); d["id"] != "a1" || fmt.Sprint(d["arrivals"]) != "1" {
 		t.Fatalf("first arrival: %v", d)
 	}
 	n.wait(t, from, updated, nil)
@@ -126,7 +126,7 @@ func TestNotificationsCoalesced(t *testing.T) {
 	mid := n.mark()
 	timers.fire(t, 0)
 	ev = n.wait(t, mid, logged, nil)
-	if d := arrivalData(ev); d["id"] != "a6" || fmt.Sprint(d["arrivals"]) != "5" || d["kind"] != "request" || fmt.Sprint(d["pending"]) != "6" {
+	if d := coalescedData(ev); d["id"] != "a6" || fmt.Sprint(d["arrivals"]) != "5" || d["kind"] != "request" || fmt.Sprint(d["pending"]) != "6" {
 		t.Fatalf("coalesced event: %v", d)
 	}
 	n.wait(t, mid, updated, nil)
@@ -137,7 +137,7 @@ func TestNotificationsCoalesced(t *testing.T) {
 	quiet := n.mark()
 	f.deliver(node.Message{ID: "a7", Kind: "message", Peer: "bob"})
 	ev = n.wait(t, quiet, logged, nil)
-	if d := arrivalData(ev); d["id"] != "a7" || fmt.Sprint(d["arrivals"]) != "1" {
+	if d := coalescedData(ev); d["id"] != "a7" || fmt.Sprint(d["arrivals"]) != "1" {
 		t.Fatalf("after a quiet interval: %v", d)
 	}
 	n.wait(t, quiet, updated, nil)
@@ -158,7 +158,7 @@ func TestNotificationsCoalesced(t *testing.T) {
 // is used.
 func TestNotificationsEveryArrival(t *testing.T) {
 	f := newFakeNode()
-	timers := &fakeTimers{}
+	timers := &coalesceTimers{}
 	n := startCoalescing(t, f, 0, timers)
 	from := n.mark()
 	for i := 1; i <= 3; i++ {
@@ -167,9 +167,9 @@ func TestNotificationsEveryArrival(t *testing.T) {
 	}
 	for i := 1; i <= 3; i++ {
 		id := fmt.Sprintf("e%d", i)
-		ev := n.wait(t, from, logged, func(x mcp.JSONRPCNotification) bool { return arrivalData(x)["id"] == id })
-		if _, ok := arrivalData(ev)["arrivals"]; ok {
-			t.Fatalf("an uncoalesced event counts arrivals: %v", arrivalData(ev))
+		ev := n.wait(t, from, logged, func(x mcp.JSONRPCNotification) bool { return coalescedData(x)["id"] == id })
+		if _, ok := coalescedData(ev)["arrivals"]; ok {
+			t.Fatalf("an uncoalesced event counts arrivals: %v", coalescedData(ev))
 		}
 	}
 	if timers.started() != 0 {

@@ -162,8 +162,8 @@ func (g *loopGuard) liftExpiredLocked(p *guardPeer, now time.Time) {
 	}
 }
 
-// tripped is the guard's report of a peer it began to hold.
-type tripped struct {
+// guardTrip is the guard's report of a peer it began to hold.
+type guardTrip struct {
 	exchanges int
 	since     time.Time
 	until     time.Time
@@ -173,7 +173,7 @@ type tripped struct {
 // peer is held (a *Error with CodeLoopGuard), else counts it. trip is
 // non-nil when this send made the guard hold the peer (the send itself
 // still goes).
-func (g *loopGuard) send(id identity.PeerID, name string) (trip *tripped, err error) {
+func (g *loopGuard) send(id identity.PeerID, name string) (trip *guardTrip, err error) {
 	if g == nil {
 		return nil, nil
 	}
@@ -206,14 +206,14 @@ func (g *loopGuard) send(id identity.PeerID, name string) (trip *tripped, err er
 		return nil, nil
 	}
 	p.heldUntil = now.Add(g.hold)
-	return &tripped{exchanges: p.count, since: p.since, until: p.heldUntil}, nil
+	return &guardTrip{exchanges: p.count, since: p.since, until: p.heldUntil}, nil
 }
 
 // heldErrorLocked says why sends to p are refused and how to lift it.
 // g.mu must be held.
 func (g *loopGuard) heldErrorLocked(p *guardPeer) *Error {
 	return errorf(CodeLoopGuard, "%s; sends to %s are held until %s, or until a person runs: meerkatd release %s",
-		g.describe(p.name, p.count, p.since), p.name, p.heldUntil.UTC().Format(time.RFC3339), shellWord(p.name))
+		g.describe(p.name, p.count, p.since), p.name, p.heldUntil.UTC().Format(time.RFC3339), guardQuote(p.name))
 }
 
 // describe says what the guard saw.
@@ -222,8 +222,8 @@ func (g *loopGuard) describe(name string, n int, since time.Time) string {
 		n, name, g.fast, since.UTC().Format(time.RFC3339))
 }
 
-// shellWord quotes s for a POSIX shell if it needs it.
-func shellWord(s string) string {
+// guardQuote quotes s for a POSIX shell if it needs it.
+func guardQuote(s string) string {
 	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:@+=/") == "" {
 		return s
 	}
@@ -313,7 +313,7 @@ func (n *Node) guardReceipt(it comms.Item) {
 	switch it.Envelope.Kind.Type() {
 	case wire.TypeMessage, wire.TypeResponse:
 	case wire.TypeRequest:
-		if strings.HasPrefix(it.Envelope.Kind.Intent(), reservedIntentPrefix) {
+		if strings.HasPrefix(it.Envelope.Kind.Intent(), guardReservedPrefix) {
 			return
 		}
 	default:
@@ -322,8 +322,8 @@ func (n *Node) guardReceipt(it comms.Item) {
 	n.loop.received(it.Envelope.From, it.PeerName)
 }
 
-// reservedIntentPrefix starts the request intents the node handles itself.
-const reservedIntentPrefix = "meerkat."
+// guardReservedPrefix starts the request intents the node handles itself.
+const guardReservedPrefix = "meerkat."
 
 // guardSend asks the loop guard before a send to peer: it refuses a send
 // to a held peer, and raises the notice when this send makes the guard
@@ -342,7 +342,7 @@ func (n *Node) guardSend(peer string) error {
 	}
 	if trip != nil {
 		text := fmt.Sprintf("%s; further sends to %s are held until %s, or until a person runs: meerkatd release %s",
-			n.loop.describe(p.Name, trip.exchanges, trip.since), p.Name, trip.until.UTC().Format(time.RFC3339), shellWord(p.Name))
+			n.loop.describe(p.Name, trip.exchanges, trip.since), p.Name, trip.until.UTC().Format(time.RFC3339), guardQuote(p.Name))
 		n.log.Warn("loop guard: holding sends to a peer", "peer", p.Name, "pubkey", p.ID, "exchanges", trip.exchanges, "until", trip.until.UTC().Format(time.RFC3339))
 		n.raiseNotice_g(CodeLoopGuard, p.Name, text)
 	}

@@ -12,23 +12,23 @@ import (
 	"github.com/meerkatd/meerkatd/identity"
 )
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
+// guardClock is a clock tests move by hand.
+type guardClock struct {
 	mu sync.Mutex
 	t  time.Time
 }
 
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+func newGuardClock() *guardClock {
+	return &guardClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
 }
 
-func (c *fakeClock) now() time.Time {
+func (c *guardClock) now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
 }
 
-func (c *fakeClock) advance(d time.Duration) {
+func (c *guardClock) advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
@@ -44,7 +44,7 @@ type guardStep struct {
 }
 
 // fast replies: a receipt, then a send 100 ms later.
-func fastRounds(from, to int) []guardStep {
+func guardFastRounds(from, to int) []guardStep {
 	var s []guardStep
 	for i := from; i <= to; i++ {
 		s = append(s, guardStep{op: "recv", n: i - 1}, guardStep{op: "wait", d: 100 * time.Millisecond, n: i - 1}, guardStep{op: "send", n: i})
@@ -52,7 +52,7 @@ func fastRounds(from, to int) []guardStep {
 	return s
 }
 
-func steps(parts ...[]guardStep) []guardStep {
+func guardSteps(parts ...[]guardStep) []guardStep {
 	var out []guardStep
 	for _, p := range parts {
 		out = append(out, p...)
@@ -69,35 +69,35 @@ func TestLoopGuardScenarios(t *testing.T) {
 		name  string
 		steps []guardStep
 	}{
-		{"fast replies trip at max", steps(fastRounds(1, 3), trip(4),
+		{"fast replies trip at max", guardSteps(guardFastRounds(1, 3), trip(4),
 			[]guardStep{{op: "send", held: true, n: 4}, {op: "recv", n: 4}, {op: "send", held: true, n: 4}})},
-		{"a slow reply starts the count again", steps(fastRounds(1, 3),
+		{"a slow reply starts the count again", guardSteps(guardFastRounds(1, 3),
 			[]guardStep{{op: "recv", n: 3}, {op: "wait", d: fast, n: 3}, {op: "send", n: 0}},
-			fastRounds(1, 3))},
-		{"just under fast counts", steps(fastRounds(1, 2),
+			guardFastRounds(1, 3))},
+		{"just under fast counts", guardSteps(guardFastRounds(1, 2),
 			[]guardStep{{op: "recv", n: 2}, {op: "wait", d: fast - time.Millisecond, n: 2}, {op: "send", n: 3}})},
-		{"sends with nothing to answer change nothing", steps(fastRounds(1, 2),
+		{"sends with nothing to answer change nothing", guardSteps(guardFastRounds(1, 2),
 			[]guardStep{{op: "send", n: 2}, {op: "send", n: 2}, {op: "wait", d: hold / 2, n: 2}, {op: "send", n: 2}})},
-		{"several receipts, one reply: one exchange", steps(
+		{"several receipts, one reply: one exchange", guardSteps(
 			[]guardStep{{op: "recv"}, {op: "recv"}, {op: "recv"}, {op: "send", n: 1}, {op: "send", n: 1}})},
-		{"a user item starts every count again and voids the receipt", steps(fastRounds(1, 3),
+		{"a user item starts every count again and voids the receipt", guardSteps(guardFastRounds(1, 3),
 			[]guardStep{{op: "recv", n: 3}, {op: "user", n: 0}, {op: "send", n: 0}},
-			fastRounds(1, 3))},
-		{"the hold ends after hold, counting from zero", steps(fastRounds(1, 3), trip(4),
+			guardFastRounds(1, 3))},
+		{"the hold ends after hold, counting from zero", guardSteps(guardFastRounds(1, 3), trip(4),
 			[]guardStep{{op: "wait", d: hold - time.Millisecond, n: 4}, {op: "send", held: true, n: 4}, {op: "wait", d: time.Millisecond, n: 0}, {op: "send", n: 0}},
-			fastRounds(1, 3), trip(4))},
-		{"a person's release lifts the hold", steps(fastRounds(1, 3), trip(4),
-			[]guardStep{{op: "release", n: 0}, {op: "send", n: 0}}, fastRounds(1, 3))},
-		{"a user item does not lift a hold", steps(fastRounds(1, 3), trip(4),
+			guardFastRounds(1, 3), trip(4))},
+		{"a person's release lifts the hold", guardSteps(guardFastRounds(1, 3), trip(4),
+			[]guardStep{{op: "release", n: 0}, {op: "send", n: 0}}, guardFastRounds(1, 3))},
+		{"a user item does not lift a hold", guardSteps(guardFastRounds(1, 3), trip(4),
 			[]guardStep{{op: "user", n: 0}, {op: "send", held: true, n: 0}})},
-		{"a receipt within hold of the last exchange continues the chain", steps(fastRounds(1, 2),
+		{"a receipt within hold of the last exchange continues the chain", guardSteps(guardFastRounds(1, 2),
 			[]guardStep{{op: "wait", d: hold - 500*time.Millisecond, n: 2}, {op: "recv", n: 2}, {op: "wait", d: 600 * time.Millisecond, n: 2}, {op: "send", n: 3}})},
-		{"a chain quiet for longer than hold starts over", steps(fastRounds(1, 3),
-			[]guardStep{{op: "wait", d: hold + time.Second, n: 0}}, fastRounds(1, 3), trip(4))},
+		{"a chain quiet for longer than hold starts over", guardSteps(guardFastRounds(1, 3),
+			[]guardStep{{op: "wait", d: hold + time.Second, n: 0}}, guardFastRounds(1, 3), trip(4))},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			clock := newFakeClock()
+			clock := newGuardClock()
 			g := newLoopGuard(max, fast, hold, clock.now)
 			kp, _ := identity.GenerateKeypair()
 			peer := kp.ID()
@@ -125,7 +125,7 @@ func TestLoopGuardScenarios(t *testing.T) {
 				default:
 					t.Fatalf("bad step %q", s.op)
 				}
-				if got := countOf(g, peer); got != s.n {
+				if got := guardCount(g, peer); got != s.n {
 					t.Fatalf("step %d (%s): count %d, want %d", i, s.op, got, s.n)
 				}
 			}
@@ -133,8 +133,8 @@ func TestLoopGuardScenarios(t *testing.T) {
 	}
 }
 
-// countOf is the guard's count for peer (0 if it keeps nothing for it).
-func countOf(g *loopGuard, peer identity.PeerID) int {
+// guardCount is the guard's count for peer (0 if it keeps nothing for it).
+func guardCount(g *loopGuard, peer identity.PeerID) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if p, ok := g.peers[peer]; ok {
@@ -146,7 +146,7 @@ func countOf(g *loopGuard, peer identity.PeerID) int {
 
 // Peers are counted apart: fast replies to one do not count for another.
 func TestLoopGuardPerPeer(t *testing.T) {
-	clock := newFakeClock()
+	clock := newGuardClock()
 	g := newLoopGuard(2, time.Second, time.Minute, clock.now)
 	a, _ := identity.GenerateKeypair()
 	b, _ := identity.GenerateKeypair()
@@ -172,7 +172,7 @@ func TestLoopGuardPerPeer(t *testing.T) {
 
 // The refusal says what was seen and how a person releases it.
 func TestLoopGuardMessage(t *testing.T) {
-	clock := newFakeClock()
+	clock := newGuardClock()
 	g := newLoopGuard(3, 3*time.Second, 10*time.Minute, clock.now)
 	kp, _ := identity.GenerateKeypair()
 	start := clock.now()
@@ -215,7 +215,7 @@ func TestLoopGuardOff(t *testing.T) {
 // The guard remembers at most maxGuardPeers peers, and never forgets a
 // held one to make room.
 func TestLoopGuardBounded(t *testing.T) {
-	clock := newFakeClock()
+	clock := newGuardClock()
 	g := newLoopGuard(1, time.Second, time.Hour, clock.now)
 	held, _ := identity.GenerateKeypair()
 	g.received(held.ID(), "held")
@@ -239,11 +239,11 @@ func TestLoopGuardBounded(t *testing.T) {
 // guardedNode is a serving node whose loop guard runs on a fake clock:
 // max 3 fast (1 s) replies, held 10 minutes. Its peer bob is unreachable,
 // so reliable sends stay queued in its outbox.
-func guardedNode(t *testing.T) (*Node, *identity.Keypair, *fakeClock) {
+func guardedNode(t *testing.T) (*Node, *identity.Keypair, *guardClock) {
 	t.Helper()
 	h, bob := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
 	n := startTest(t, h, ModeServe)
-	clock := newFakeClock()
+	clock := newGuardClock()
 	n.loop = newLoopGuard(3, time.Second, 10*time.Minute, clock.now)
 	return n, bob, clock
 }
@@ -362,7 +362,7 @@ func TestLoopGuardNeedsDaemon(t *testing.T) {
 	}
 }
 
-func TestShellWord(t *testing.T) {
+func TestGuardQuote(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"bob", "bob"},
 		{"build-bot_2.local", "build-bot_2.local"},
@@ -372,8 +372,8 @@ func TestShellWord(t *testing.T) {
 		{"$(rm)", "'$(rm)'"},
 		{"", "''"},
 	} {
-		if got := shellWord(c.in); got != c.want {
-			t.Errorf("shellWord(%q) = %q, want %q", c.in, got, c.want)
+		if got := guardQuote(c.in); got != c.want {
+			t.Errorf("guardQuote(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }
@@ -388,7 +388,7 @@ func FuzzLoopGuard(f *testing.F) {
 	f.Add([]byte{0, 2, 1, 3, 0, 1, 4, 1, 0x85, 1})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		const max, fast, hold = 3, time.Second, time.Minute
-		clock := newFakeClock()
+		clock := newGuardClock()
 		g := newLoopGuard(max, fast, hold, clock.now)
 		var peers [3]identity.PeerID
 		for i := range peers {
@@ -401,7 +401,7 @@ func FuzzLoopGuard(f *testing.F) {
 			case 0:
 				g.received(p, "p")
 			case 1:
-				before := countOf(g, p)
+				before := guardCount(g, p)
 				g.mu.Lock()
 				pending := g.peers[p] != nil && !g.peers[p].received.IsZero()
 				g.mu.Unlock()
@@ -413,8 +413,8 @@ func FuzzLoopGuard(f *testing.F) {
 				if tr != nil {
 					heldUntil[p] = tr.until
 				}
-				if err == nil && !pending && countOf(g, p) > before {
-					t.Fatalf("a send with nothing to answer counted: %d -> %d", before, countOf(g, p))
+				if err == nil && !pending && guardCount(g, p) > before {
+					t.Fatalf("a send with nothing to answer counted: %d -> %d", before, guardCount(g, p))
 				}
 			case 2:
 				g.userActivity()
@@ -429,7 +429,7 @@ func FuzzLoopGuard(f *testing.F) {
 				clock.advance(d)
 			}
 			for _, q := range peers {
-				if c := countOf(g, q); c > max {
+				if c := guardCount(g, q); c > max {
 					t.Fatalf("count %d above max %d", c, max)
 				}
 			}
