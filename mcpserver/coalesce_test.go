@@ -74,6 +74,7 @@ func startCoalescing(t *testing.T, f *fakeNode, interval time.Duration, timers *
 	}
 	var sub mcp.SubscribeRequest
 	sub.Params.URI = InboxURI
+	//lint:ignore SA1019 clients of the 2025-11-25 revision subscribe this way
 	if err := c.Subscribe(ctx, sub); err != nil {
 		t.Fatal(err)
 	}
