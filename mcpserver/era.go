@@ -253,9 +253,13 @@ func arrivalKind(kind string) string {
 // (its key was verified), the envelope id and seq, the pending count and,
 // for an envelope of a space, the space's name (admitted only if this
 // node's roster has it). A peer's kind text, MEUP kind, ids, bodies and
-// params stay in receive_messages, marked untrusted.
-func (s *Server) announceArrival(m node.Message, pending int) {
+// params stay in receive_messages, marked untrusted. A coalesced event
+// (arrivals > 0) describes the latest of arrivals items.
+func (s *Server) announceArrival(m node.Message, pending, arrivals int) {
 	data := map[string]any{"event": "arrival", "kind": arrivalKind(m.Kind), "peer": m.Peer, "id": m.ID, "seq": m.Seq, "pending": pending}
+	if arrivals > 0 {
+		data["arrivals"] = arrivals
+	}
 	if m.MEUP != nil && m.Kind == arrivalMEUP {
 		data["space"] = m.MEUP.Space
 	}

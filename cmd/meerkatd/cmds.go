@@ -77,6 +77,7 @@ tls://host[:port] for a meerkatd node over TCP (TLS 1.3; the connection
 accepts only the peer's KEY), or tcp://host[:port] for a peer that speaks
 only the plaintext reference protocol (refused with comms.tcp_plaintext =
 "refuse"). The port defaults to 4200; IPv6 literals go in brackets.`,
+	"release": releaseHelp, // slice G
 	"status": `Exits 0 when a node (meerkatd run, or meerkatd mcp running the node
 itself) serves the home; otherwise it shows what is stored on disk and
 exits 5. --wait 10s first waits up to ten seconds for a node to serve the
@@ -456,6 +457,9 @@ func runStatus(e *env, args []string) error {
 			fmt.Fprintf(e.stdout, ", last error: %s", safeLine(p.LastError))
 		}
 		fmt.Fprintln(e.stdout)
+	}
+	for _, g := range s.LoopGuards { // slice G
+		fmt.Fprintf(e.stdout, "held       %s: loop guard, %d fast replies in a row, until %s (meerkatd release)\n", orKey(g.Peer, g.PubKey), g.Exchanges, timeText(g.HeldUntil))
 	}
 	return notRunning
 }

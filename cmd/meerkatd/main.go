@@ -197,6 +197,12 @@ func commandTable() map[string]command {
 			usage:   "meerkatd cancel ID [--reason TEXT] [--home DIR] [--json]",
 			run:     runCancel,
 		},
+		// Slice G: the loop guard.
+		"release": {
+			summary: "list the peers the loop guard counts or holds, or release one (a person's decision, not an agent's)",
+			usage:   "meerkatd release [PEER] [--home DIR] [--json]",
+			run:     runRelease,
+		},
 		"help": {
 			summary: "show the commands, or one command's usage",
 			usage:   "meerkatd help [COMMAND [SUBCOMMAND]]",

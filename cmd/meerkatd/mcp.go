@@ -54,6 +54,8 @@ func runMCP(e *env, args []string) error {
 		// [mcp] pairing, as this process reads the home's configuration
 		// (file and environment), also when attached to a daemon.
 		NoPairing: !h.Config.MCP.PairingOn(),
+		// agent.notify_interval_ms, likewise (slice G).
+		NotifyInterval: h.Config.Agent.NotifyInterval(),
 	})
 	return s.ServeStdio(ctx, e.stdin, e.stdout)
 }

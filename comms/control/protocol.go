@@ -61,6 +61,9 @@ const (
 	// Slice F: request lifecycle (client_f.go).
 	OpCancelRequest = "cancel_request"
 	OpRequests      = "requests"
+	// Slice G: the loop guard.
+	OpLoopGuards  = "loop_guards"
+	OpLoopRelease = "loop_release"
 )
 
 // CancelRequestArgs are the arguments of OpCancelRequest.
@@ -146,6 +149,11 @@ type WaitTaskArgs struct {
 
 // The arguments of OpBroadcast are a node.BroadcastArgs, of OpTasks a
 // node.TaskQuery.
+
+// ReleaseLoopGuardArgs are the arguments of OpLoopRelease.
+type ReleaseLoopGuardArgs struct {
+	Peer string `json:"peer"`
+}
 
 // The arguments of OpReceive are a node.Query, of OpAck a
 // node.AckRequest, of OpPairOffer node.PairOptions, of OpSearch a

@@ -387,6 +387,15 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		if err = args(req, &q); err == nil {
 			result, err = s.api.Requests(ctx, q)
 		}
+	// Slice G: the loop guard.
+	case OpLoopGuards:
+		result, err = s.api.LoopGuards(ctx)
+	case OpLoopRelease:
+		var a ReleaseLoopGuardArgs
+		if err = args(req, &a); err == nil {
+			err = s.api.ReleaseLoopGuard(ctx, a.Peer)
+			result = true
+		}
 	default:
 		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown control operation %q", req.Op)}
 	}

@@ -88,6 +88,7 @@ type API interface {
 	BroadcastAPI // broadcast and tasks slice
 	CardAPI      // slice E: agent cards
 	LifecycleAPI // slice F: request deadlines and cancels (lifecycle.go)
+	LoopGuardAPI // slice G: loop guard
 }
 
 // Limits of the API.
@@ -150,6 +151,9 @@ type Status struct {
 	// PendingByClass breaks Pending down by item class (every class
 	// present).
 	PendingByClass map[string]int `json:"pending_by_class"`
+	// LoopGuards lists the peers the loop guard holds: sends to them are
+	// refused with CodeLoopGuard until held_until or a person's release.
+	LoopGuards []LoopGuardState `json:"loop_guards"`
 }
 
 // Peer is one trusted peer.
@@ -169,6 +173,9 @@ type Peer struct {
 	// Card summarizes the peer's verified agent card, if this node holds
 	// one (see DescribePeer); null if not.
 	Card *CardSummary `json:"card"`
+	// LoopGuard is the loop guard's count of fast replies to it and its
+	// hold, if it counts any or holds it.
+	LoopGuard *LoopGuardState `json:"loop_guard,omitempty"`
 }
 
 // SendOptions say how a send is delivered.

@@ -100,6 +100,7 @@ type Node struct {
 	cmdTasks *tasks         // the home's task table for other nodes, opened on first use (guarded by obMu)
 	cards    *cards         // agent cards: kept peer cards, fetches, answering (slice E)
 	lc       *lifecycle     // request deadlines and cancels (serving nodes only)
+	loop     *loopGuard     // the loop guard (serving nodes with agent.loop_max_exchanges > 0; nil: none)
 
 	trackOnce sync.Once // trackStored
 	watchOnce sync.Once // watchAnnouncements
@@ -240,6 +241,11 @@ func Start(h *Home, opts Options) (*Node, error) {
 	rec.onResponse = n.sentAnswered       // slice B: answers to requests sent
 	n.cards = newCards(mode == ModeServe) // slice E: agent cards
 	rec.intercept = n.interceptCard
+	if mode == ModeServe { // loop guard (slice G)
+		a := h.Config.Agent
+		n.loop = newLoopGuard(a.LoopMaxExchanges, a.LoopFast(), a.LoopHold(), nil)
+		rec.seen = n.guardReceipt
+	}
 	var observe func(comms.Event)
 	var pairHook func(net.Conn, io.Reader)
 	if mode != ModeSend {

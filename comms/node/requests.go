@@ -36,6 +36,9 @@ type recordingInbox struct {
 	// node answers them), the answers to its own, and learns of final
 	// responses.
 	lc *lifecycle
+	// seen, set on serving nodes, is told of every item a peer sent
+	// before it is admitted (the loop guard's receipts).
+	seen func(comms.Item)
 
 	mu       sync.Mutex
 	requests map[identity.UUID]*trackedRequest
@@ -81,6 +84,7 @@ func (ri *recordingInbox) Push(it comms.Item) error {
 		}
 	}
 	ri.track(it)
+	ri.see(it)
 	if ri.task != nil {
 		ri.task(it)
 	}
@@ -155,6 +159,7 @@ func (ri *recordingInbox) PushAsync(it comms.Item) comms.Admission {
 		}
 	}
 	ri.track(it)
+	ri.see(it)
 	if ri.task != nil {
 		ri.task(it)
 	}
@@ -182,6 +187,14 @@ func (d doneAdmission) Ready() bool { return true }
 func (d doneAdmission) Wait() error { return d.err }
 
 var _ comms.AsyncAdmitter = (*recordingInbox)(nil)
+
+// see tells ri.seen of an item before its admission: like track, first,
+// so that an agent answering at once finds it counted.
+func (ri *recordingInbox) see(it comms.Item) {
+	if ri.seen != nil {
+		ri.seen(it)
+	}
+}
 
 // track records a received request (also those found in a durable inbox
 // at start-up).

@@ -373,6 +373,9 @@ func (n *Node) sendKindSealed(ctx context.Context, peer string, kind wire.Kind, 
 	if !opts.Reliable && (opts.TTL != 0 || opts.NoWait) {
 		return Sent{}, sendOutcome{}, errorf(CodeBadArgument, "a time-to-live and no-wait apply to reliable sends only")
 	}
+	if err := n.guardSend(peer); err != nil { // before anything is queued
+		return Sent{}, sendOutcome{}, err
+	}
 	kind, err := withInterrupt(kind, opts.Interrupt) // classes
 	if err != nil {
 		return Sent{}, sendOutcome{}, err

@@ -47,6 +47,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Connections: st.Connections,
 		Rejected:    st.Rejected,
 		SendPeers:   []PeerSendState{},
+		LoopGuards:  n.heldGuards(),
 	}
 	if s.Rejected == nil {
 		s.Rejected = map[string]uint64{}
@@ -117,6 +118,7 @@ func (n *Node) Peers(ctx context.Context) ([]Peer, error) {
 	for _, p := range n.r.Trust().Peers() {
 		mp := Peer{Name: p.Name, PubKey: p.ID.String(), PeerUUID: p.ID.UUID().String(), Addr: p.Addr.String(), Meta: p.Meta, Breaker: outbox.BreakerClosed}
 		mp.LastSeen = timeOrNil(n.r.LastSeen(p.ID))
+		mp.LoopGuard = n.guardState(p.ID)
 		if ob := n.ob; ob != nil {
 			ps := ob.Peer(p.ID)
 			mp.Breaker, mp.Queued, mp.LastError = ps.Breaker, ps.Queued, ps.LastError
