@@ -93,7 +93,7 @@ func metaOf(p trust.Peer) peerMeta {
 // trust entry's meta says "software": "meerkatd" (pairing writes it).
 func (n *Node) speaksMeerkat(peer identity.PeerID) bool {
 	p, ok := n.r.Trust().Lookup(peer)
-	return ok && metaOf(p).Software == SoftwareMeerkatd
+	return ok && (metaOf(p).Software == SoftwareMeerkatd || n.hasVerifiedCard(peer))
 }
 
 // markMeerkatd returns meta with "software": "meerkatd" set, keeping its

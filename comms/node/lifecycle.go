@@ -169,21 +169,6 @@ func parseWireDeadline(v wire.Value) (time.Time, bool) {
 	return t.UTC(), true
 }
 
-// noticeF is a system notice for the agent (stand-in for the node's
-// notice type).
-type noticeF struct{ Event, Peer, ID, Text string }
-
-// raiseNotice_f stands in for the node's system notices: it logs the
-// notice's event and ids (never a body).
-func (n *Node) raiseNotice_f(nt noticeF) {
-	n.log.Info("request lifecycle", "event", nt.Event, "peer", nt.Peer, "id", nt.ID)
-}
-
-// speaksMeerkat_f stands in for the check that a peer runs meerkatd (and
-// so verifies fields beyond the Rust reference's): false for every peer
-// until it is wired.
-func (n *Node) speaksMeerkat_f(identity.PeerID) bool { return false }
-
 // lifecycleStore keeps sent requests and held cancellations: the home's
 // SQLite store, or memory ([store] mode = "memory").
 type lifecycleStore interface {
@@ -232,7 +217,7 @@ type lifecycle struct {
 }
 
 func newLifecycle(n *Node, st lifecycleStore) (*lifecycle, error) {
-	lc := &lifecycle{n: n, st: st, speaks: n.speaksMeerkat_f, now: time.Now,
+	lc := &lifecycle{n: n, st: st, speaks: n.speaksMeerkat, now: time.Now,
 		kick: make(chan struct{}, 1), answer: make(chan cancelAnswer, cancelAnswerQueue),
 		due: map[string]dueRequest{}, cancels: map[identity.UUID]bool{}}
 	open, err := st.OpenDeadlines()
@@ -336,7 +321,7 @@ func (lc *lifecycle) timeOut(ctx context.Context, id string, now time.Time) {
 		return // answered or cancelled meanwhile
 	}
 	name := lc.peerName(d.peer)
-	lc.n.raiseNotice_f(noticeF{Event: "request_timed_out", Peer: name, ID: id,
+	lc.n.raiseNotice(Notice{Event: NoticeRequestTimedOut, Peer: name, ID: id,
 		Text: fmt.Sprintf("request %s to %s timed out: its deadline %s passed with no final response; %s was told", id, name, d.deadline.UTC().Format(time.RFC3339), name)})
 	if _, err := lc.sendCancel(ctx, d.peer, id, CancelReasonDeadline, "", true); err != nil && ctx.Err() == nil {
 		lc.n.log.Warn("request lifecycle: cannot tell the peer a request timed out", "id", id, "peer", name, "err", err)
@@ -529,7 +514,7 @@ func (lc *lifecycle) handle(it comms.Item) (bool, error) {
 		if p.Reason == CancelReasonDeadline {
 			what = "gave up on it: its deadline passed"
 		}
-		lc.n.raiseNotice_f(noticeF{Event: "request_cancelled", Peer: it.PeerName, ID: p.RequestID.String(),
+		lc.n.raiseNotice(Notice{Event: NoticeRequestCancelled, Peer: it.PeerName, ID: p.RequestID.String(),
 			Text: fmt.Sprintf("%s %s (request %s); answering it is still allowed, but %s will not wait for it", it.PeerName, what, p.RequestID, it.PeerName)})
 	}
 	lc.queueAnswer(cancelAnswer{peer: e.From, id: e.ID, status: wire.StatusCompleted, result: resultValue("request_id", p.RequestID.String())})

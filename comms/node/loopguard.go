@@ -344,7 +344,7 @@ func (n *Node) guardSend(peer string) error {
 		text := fmt.Sprintf("%s; further sends to %s are held until %s, or until a person runs: meerkatd release %s",
 			n.loop.describe(p.Name, trip.exchanges, trip.since), p.Name, trip.until.UTC().Format(time.RFC3339), guardQuote(p.Name))
 		n.log.Warn("loop guard: holding sends to a peer", "peer", p.Name, "pubkey", p.ID, "exchanges", trip.exchanges, "until", trip.until.UTC().Format(time.RFC3339))
-		n.raiseNotice_g(CodeLoopGuard, p.Name, text)
+		n.raiseNotice(Notice{Event: NoticeLoopGuard, Peer: p.Name, Text: text})
 	}
 	return nil
 }
@@ -404,14 +404,4 @@ func (n *Node) ReleaseLoopGuard(_ context.Context, peer string) error {
 		n.log.Info("loop guard: a person released a peer", "peer", p.Name, "pubkey", p.ID)
 	}
 	return nil
-}
-
-// onUserItem_g tells the loop guard a person added a user item. Stand-in:
-// the code that stores user items (Tell) calls it.
-func (n *Node) onUserItem_g() { n.loop.userActivity() }
-
-// raiseNotice_g raises a system notice for the agent. Stand-in until the
-// node's notices exist: it logs the event (the text holds no body).
-func (n *Node) raiseNotice_g(event, peer, text string) {
-	n.log.Info("notice", "event", event, "peer", peer, "text", text)
 }

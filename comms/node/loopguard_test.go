@@ -345,7 +345,9 @@ func TestNodeLoopGuardUserItem(t *testing.T) {
 			t.Fatalf("reply %d: %v", i, err)
 		}
 		if i%2 == 1 {
-			n.onUserItem_g()
+			if _, err := n.Tell(ctx, "carry on"); err != nil { // a person's note
+				t.Fatalf("tell: %v", err)
+			}
 		}
 	}
 }

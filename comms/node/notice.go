@@ -47,6 +47,13 @@ const (
 	NoticeDeadLetter  = "dead_letter"  // a reliable send was given up on
 	NoticeBreakerOpen = "breaker_open" // a peer's circuit breaker opened
 	NoticePaired      = "paired"       // a pairing completed: a new trusted peer
+	// NoticeLoopGuard: the loop guard began holding sends to a peer.
+	NoticeLoopGuard = "loop_guard"
+	// NoticeRequestTimedOut: a request this node sent passed its
+	// deadline with no final response.
+	NoticeRequestTimedOut = "request_timed_out"
+	// NoticeRequestCancelled: a peer cancelled a request this node holds.
+	NoticeRequestCancelled = "request_cancelled"
 )
 
 // noticeQueue bounds the notices raised but not yet stored. A notice
@@ -164,6 +171,7 @@ func (n *Node) Tell(_ context.Context, body string) (Told, error) {
 	id, err := n.pushLocal(ClassUser, wire.Message(body))
 	switch {
 	case err == nil:
+		n.loop.userActivity() // a person is in the exchange: the loop guard starts its counts again
 		return Told{ID: id.String(), Pending: n.mail.Pending()}, nil
 	case errors.Is(err, wire.ErrTooLarge):
 		return Told{}, Coded(err)
