@@ -41,6 +41,7 @@ func (s *Server) addBroadcastTools() {
 		mcp.WithBoolean("reliable", mcp.DefaultBool(true), mcp.Description("true (default): each copy is stored in the outbox and retried until its peer acknowledges it; false: one attempt per peer")),
 		mcp.WithNumber("ttl_seconds", mcp.Min(0), mcp.Max(node.MaxTTL.Seconds()), mcp.Description("reliable copies only: give up on a copy not delivered within this many seconds")),
 		taskArg,
+		idempotencyKeyArg,
 		mcp.WithOutputSchema[broadcastResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Broadcast", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	)

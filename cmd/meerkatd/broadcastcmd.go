@@ -37,6 +37,7 @@ func runBroadcast(e *env, args []string) error {
 	direct := flags.Bool("direct", false, "one attempt per peer instead of a reliable send through the outbox")
 	ttl := flags.Duration("ttl", 0, "reliable: give up on a copy not acked within this `long` (default outbox.default_ttl_secs)")
 	task := flags.String("task", "", "send under task `ID`")
+	idemKey := flags.String("idempotency-key", "", "make a retry safe: a broadcast with a `KEY` used before prints the first one's result without sending")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
 		return err
@@ -51,7 +52,7 @@ func runBroadcast(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	a := node.BroadcastArgs{Body: body, Group: *group, Peers: peers, Direct: *direct, SendOptions: node.SendOptions{TTL: *ttl, TaskID: *task}}
+	a := node.BroadcastArgs{Body: body, Group: *group, Peers: peers, Direct: *direct, SendOptions: node.SendOptions{TTL: *ttl, TaskID: *task, IdempotencyKey: *idemKey}}
 	return e.withBackend(*homeFlag, 2*time.Minute, func(ctx context.Context, b *backend) error {
 		res, err := b.Broadcast(ctx, a)
 		if *asJSON {

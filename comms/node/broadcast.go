@@ -48,6 +48,9 @@ type Broadcasted struct {
 	ID     string          `json:"broadcast_id"` // shared by every copy
 	TaskID string          `json:"task_id,omitempty"`
 	Copies []BroadcastCopy `json:"copies"`
+	// Replayed is true when an idempotency key used before returned the
+	// first broadcast's result: nothing was sent this time.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // BroadcastCopy is the outcome of one peer's copy.
@@ -219,25 +222,32 @@ func (n *Node) Broadcast(ctx context.Context, a BroadcastArgs) (Broadcasted, err
 		}
 		return base
 	}
-	spec := sendSpec{reliable: !a.Direct, ttl: a.TTL, noWait: a.NoWait}
-	res, err := n.idempotentD(ctx, "", "broadcast", func() (any, error) {
+	// guard: the loop guard holds the copies to a peer it holds, as it
+	// holds every other send to it.
+	spec := sendSpec{reliable: !a.Direct, ttl: a.TTL, noWait: a.NoWait, guard: true}
+	run := func() (any, error) {
 		copies := n.fanOut(ctx, targets, kindFor, spec)
 		for i := range copies {
 			copies[i].Marked = n.speaksMeerkat(targets[i])
 		}
 		return Broadcasted{ID: id, TaskID: a.TaskID, Copies: copies}, nil
-	})
+	}
+	if a.IdempotencyKey == "" {
+		res, _ := run()
+		return res.(Broadcasted), nil
+	}
+	args := a
+	args.IdempotencyKey = ""
+	raw, replayed, err := n.idempotent(ctx, a.IdempotencyKey, "broadcast", args, run)
 	if err != nil {
 		return Broadcasted{}, err
 	}
-	return res.(Broadcasted), nil
-}
-
-// idempotentD stands in for the node's idempotency helper (safe
-// retries): with a key, a repeated call would return the first call's
-// result without sending again. Here it runs fn; the key is not read.
-func (n *Node) idempotentD(_ context.Context, _, _ string, fn func() (any, error)) (any, error) {
-	return fn()
+	var b Broadcasted
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return Broadcasted{}, Coded(err)
+	}
+	b.Replayed = replayed
+	return b, nil
 }
 
 // fanOut sends kindFor(peer) to every peer, at most maxFanOut at once,
@@ -264,6 +274,13 @@ func (n *Node) fanOut(ctx context.Context, peers []identity.PeerID, kindFor func
 			defer func() { <-sem }()
 			s := spec
 			s.peer, s.kind = p.String(), kindFor(p)
+			if s.guard {
+				if err := n.guardSend(s.peer); err != nil {
+					err = Coded(err)
+					out[i].Delivery, out[i].Code, out[i].Error = DeliveryFailed, CodeOf(err), UserText(err)
+					return
+				}
+			}
 			res, err := n.send(ctx, s)
 			if !res.id.IsZero() {
 				out[i].ID = res.id.String()

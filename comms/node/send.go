@@ -29,6 +29,7 @@ type sendSpec struct {
 	reliable bool          // through the outbox: stored first, retried until acked
 	ttl      time.Duration // reliable: dead letter if not acked by then (0: outbox.default_ttl_secs)
 	noWait   bool          // reliable: return once stored, without waiting for the first attempt
+	guard    bool          // fanOut: ask the loop guard first (a broadcast copy is the agent's send)
 	// sealed, if set, is called once the envelope is sealed, before it
 	// is delivered; an error stops the send.
 	sealed func(comms.Sealed) error
