@@ -26,6 +26,19 @@ type classBatch struct {
 	PendingByClass map[string]int `json:"pending_by_class"`
 }
 
+// peerInbox is the inbox without the node's system notices: what peers
+// sent and notes.
+func (n *testNode) peerInbox() []classItem {
+	n.t.Helper()
+	var out []classItem
+	for _, m := range n.classInbox().Messages {
+		if m.Class != "system" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 func (n *testNode) classInbox(args ...string) classBatch {
 	n.t.Helper()
 	var b classBatch

@@ -166,7 +166,12 @@ func TestPairTwoDaemons(t *testing.T) {
 			// Both daemons use the new trust at once: a message each way.
 			alice.ok("send", "message", "bob", "hello bob")
 			bob.ok("send", "message", "alice", "hello alice")
-			if got := bob.inbox(); len(got) != 1 || got[0].Body != "hello bob" {
+			// Bob's agent is told of the pairing (a system notice, read
+			// first), then alice's message.
+			var got []classItem
+			waitUntil(t, "bob's two items", func() bool { got = bob.classInbox().Messages; return len(got) >= 2 })
+			if len(got) != 2 || got[0].Class != "system" || got[0].Notice == nil || got[0].Notice.Event != "paired" ||
+				got[0].Notice.Peer != "alice" || got[1].Body != "hello bob" {
 				t.Fatalf("bob's inbox %+v", got)
 			}
 

@@ -322,7 +322,7 @@ func TestReliableSurvivesRestart(t *testing.T) {
 	if s.Outbox != 3 || len(s.SendPeers) != 1 || s.SendPeers[0].Breaker != "open" {
 		t.Fatalf("status after restart: %+v", s)
 	}
-	if got := alice.inbox(); len(got) != 1 || got[0].Body != "unread across the restart" {
+	if got := alice.peerInbox(); len(got) != 1 || got[0].Body != "unread across the restart" {
 		t.Fatalf("alice's inbox after restart: %+v", got)
 	}
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/meerkatd/meerkatd/comms"
@@ -185,25 +186,37 @@ func scanPriority(mail mailStore, f filter, limit int, b *Batch, decorate func(*
 }
 
 // ListClass lists up to limit unacknowledged items of class after seq
-// after, oldest first. The memory inbox has no index by class: it looks
-// at each item after after until it has limit.
+// after, oldest first. The memory inbox indexes the items of every class
+// but normal by seq: those are found directly, and a read of normal
+// items skips them.
 func (m memMail) ListClass(class string, after uint64, limit int) []inbox.Entry[comms.Item] {
 	var out []inbox.Entry[comms.Item]
+	if class != ClassNormal {
+		for _, seq := range m.cls.seqsAfter(class, after, limit) {
+			if en := m.List(seq-1, 1); len(en) == 1 && en[0].Seq == seq {
+				out = append(out, en[0])
+			}
+		}
+		return out
+	}
 	size := listPage // pages as long as needed, growing while other classes are skipped
 	if limit > 0 {
 		size = min(limit, listPage)
 	}
 	for {
 		page := m.List(after, size)
+		m.cls.mu.Lock()
 		for _, en := range page {
 			after = en.Seq
-			if classOf(en.Item) == class {
+			if _, other := m.cls.class[en.Seq]; !other {
 				out = append(out, en)
 				if limit > 0 && len(out) == limit {
+					m.cls.mu.Unlock()
 					return out
 				}
 			}
 		}
+		m.cls.mu.Unlock()
 		if len(page) < size {
 			return out
 		}
@@ -244,12 +257,32 @@ func withInterrupt(k wire.Kind, interrupt bool) (wire.Kind, error) {
 }
 
 // memClasses counts a memory inbox's unacknowledged items by class, so
-// that its class counts cost nothing and a priority read skips the
-// classes it holds none of. mu serialises pushes and acks with their
-// counting; it is taken before the Mailbox's own lock.
+// that its class counts cost nothing, and indexes those of every class
+// but normal (few, as a rule) by seq. mu serialises pushes and acks with
+// their counting; it is taken before the Mailbox's own lock.
 type memClasses struct {
 	mu     sync.Mutex
 	counts map[string]int
+	seqs   map[string][]uint64 // by class (not normal): the seqs, ascending
+	class  map[uint64]string   // the class of each seq in seqs
+}
+
+func newMemClasses() *memClasses {
+	return &memClasses{counts: map[string]int{}, seqs: map[string][]uint64{}, class: map[uint64]string{}}
+}
+
+// seqsAfter returns up to limit seqs of class above after (limit <= 0:
+// all).
+func (c *memClasses) seqsAfter(class string, after uint64, limit int) []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.seqs[class]
+	i, _ := slices.BinarySearch(s, after+1)
+	s = s[i:]
+	if limit > 0 && len(s) > limit {
+		s = s[:limit]
+	}
+	return slices.Clone(s)
 }
 
 // Push stores it and counts its class.
@@ -259,7 +292,13 @@ func (m memMail) Push(it comms.Item) error {
 	if err := m.Mailbox.Push(it); err != nil {
 		return err
 	}
-	m.cls.counts[classOf(it)]++
+	c := classOf(it)
+	m.cls.counts[c]++
+	if c != ClassNormal {
+		seq := m.Mailbox.Last() // this push's: pushes are serialised by mu
+		m.cls.seqs[c] = append(m.cls.seqs[c], seq)
+		m.cls.class[seq] = c
+	}
 	return nil
 }
 
@@ -269,15 +308,20 @@ func (m memMail) Ack(seqs ...uint64) int {
 	defer m.cls.mu.Unlock()
 	n := 0
 	for _, s := range seqs {
-		if s == 0 {
+		if m.Mailbox.Ack(s) == 0 {
 			continue
 		}
-		en := m.List(s-1, 1)
-		if len(en) == 0 || en[0].Seq != s || m.Mailbox.Ack(s) == 0 {
-			continue
-		}
-		m.cls.counts[classOf(en[0].Item)]--
 		n++
+		c, other := m.cls.class[s]
+		if !other {
+			m.cls.counts[ClassNormal]--
+			continue
+		}
+		m.cls.counts[c]--
+		delete(m.cls.class, s)
+		if i, ok := slices.BinarySearch(m.cls.seqs[c], s); ok {
+			m.cls.seqs[c] = slices.Delete(m.cls.seqs[c], i, i+1)
+		}
 	}
 	return n
 }

@@ -486,3 +486,29 @@ func TestInterruptSend(t *testing.T) {
 		t.Fatalf("interrupt response: %v", err)
 	}
 }
+
+// BenchmarkPriorityRead reads the first 100 items by priority from an
+// inbox of 10,000 ordinary items and 10 interrupts, in each store.
+func BenchmarkPriorityRead(b *testing.B) {
+	for _, mode := range []string{config.StoreMemory, config.StoreSQLite} {
+		b.Run(mode, func(b *testing.B) {
+			h, bob := testHome(b, "alice", func(c *config.Config) { c.Store.Mode = mode; c.Comms.PeerInboxShare = 100 })
+			n := startTest(b, h, ModeServe)
+			for i := range 10_000 {
+				class := ClassNormal
+				if i%1000 == 999 {
+					class = ClassInterrupt
+				}
+				pushClass(b, n.mail, h.Key, bob, class, i)
+			}
+			ctx := context.Background()
+			b.ResetTimer()
+			for range b.N {
+				batch, err := n.Receive(ctx, Query{Limit: 100})
+				if err != nil || len(batch.Messages) != 100 || batch.Messages[0].Class != ClassInterrupt {
+					b.Fatalf("read: %d items, %v", len(batch.Messages), err)
+				}
+			}
+		})
+	}
+}

@@ -61,7 +61,7 @@ type memMail struct {
 func newMemMail(mb *inbox.Mailbox[comms.Item]) memMail {
 	var b [16]byte
 	rand.Read(b[:]) // never fails (Go 1.24+)
-	return memMail{Mailbox: mb, epoch: hex.EncodeToString(b[:]), cls: &memClasses{counts: map[string]int{}}}
+	return memMail{Mailbox: mb, epoch: hex.EncodeToString(b[:]), cls: newMemClasses()}
 }
 
 func (m memMail) Epoch() string { return m.epoch }

@@ -64,6 +64,9 @@ func TestListClass(t *testing.T) {
 	if err != nil || !slices.Equal(seqsOf(got), []uint64{5, 7}) {
 		t.Errorf("after ack: %v, %v", seqsOf(got), err)
 	}
+	if last, err := s.LastSeq(); err != nil || last != 7 {
+		t.Errorf("LastSeq = %d, %v; want 7", last, err)
+	}
 	counts, err := s.CountClasses()
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +80,9 @@ func TestListClass(t *testing.T) {
 	}
 	if _, err := s.CountClasses(); err == nil {
 		t.Error("CountClasses after Close: no error")
+	}
+	if _, err := s.LastSeq(); err == nil {
+		t.Error("LastSeq after Close: no error")
 	}
 }
 
