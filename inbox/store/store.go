@@ -259,6 +259,7 @@ const (
 	opIdemClaim
 	opIdemFinish
 	opIdemRelease
+	opSentBatch
 )
 
 // request is one write for commitLoop. done is 1-buffered and receives
@@ -1092,7 +1093,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			if err := sp.run(req, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
-		case opSentPut, opSentUpdate, opSentPrune, opIdemClaim, opIdemFinish, opIdemRelease:
+		case opSentPut, opSentUpdate, opSentPrune, opIdemClaim, opIdemFinish, opIdemRelease, opSentBatch:
 			if err := ob.runSent(req, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
