@@ -309,6 +309,13 @@ func Start(h *Home, opts Options) (*Node, error) {
 			defer n.wg.Done()
 			n.sentPruneLoop(ctx)
 		}()
+		if q, ok := n.sent.st.(*queuedSent); ok {
+			n.wg.Add(1)
+			go func() {
+				defer n.wg.Done()
+				q.writeLoop(ctx)
+			}()
+		}
 		if n.spaces, err = startSpaces(n); err != nil {
 			n.Close()
 			return nil, err
@@ -476,6 +483,7 @@ func (n *Node) Close() error {
 		n.ob.Close() // first: attempts it cancels are not failures, and it writes to the store
 	}
 	n.r.Close()
+	n.flushSent() // slice B: before the store closes
 	n.mail.Close()
 	n.obMu.Lock()
 	for _, db := range []*store.Store{n.obDB, n.roDB} {

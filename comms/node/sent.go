@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -155,7 +156,7 @@ func (n *Node) sentStore() (sentBackend, error) {
 // start: in its durable store, or in memory for a memory-mode home.
 func (n *Node) initSent() {
 	if d, ok := n.mail.(*durableMail); ok {
-		n.sent.st = d.st.Sent()
+		n.sent.st = newQueuedSent(d.st.Sent(), n.log)
 		return
 	}
 	n.sent.mem = newMemSent()
@@ -529,4 +530,113 @@ func (m *memSent) ReleaseKey(k store.Idem) error {
 		delete(m.keys, k.Key)
 	}
 	return nil
+}
+
+// maxSentQueue bounds the send-record writes a serving node holds before
+// they are written; beyond it the oldest are dropped (logged, counted).
+const maxSentQueue = 1 << 16
+
+// queuedSent is a serving node's send record in its database: writes are
+// queued in memory and written in batches by sentWriteLoop (or flush), so
+// the outbox and the Router never wait for the database on its account.
+// Reads flush first, so they see every write made before them. It is
+// safe for concurrent use.
+type queuedSent struct {
+	*store.Sent
+	log  *slog.Logger
+	wake chan struct{} // 1-buffered: writes are waiting
+
+	mu      sync.Mutex
+	ops     []store.SentOp
+	dropped int
+
+	flushMu sync.Mutex // one flush at a time: batches commit in order
+}
+
+func newQueuedSent(st *store.Sent, log *slog.Logger) *queuedSent {
+	return &queuedSent{Sent: st, log: log, wake: make(chan struct{}, 1)}
+}
+
+func (q *queuedSent) add(op store.SentOp) {
+	q.mu.Lock()
+	if len(q.ops) >= maxSentQueue {
+		q.ops = q.ops[1:]
+		q.dropped++
+	}
+	q.ops = append(q.ops, op)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queuedSent) Put(r store.SentRecord) error    { q.add(store.SentOp{Put: &r}); return nil }
+func (q *queuedSent) Update(u store.SentUpdate) error { q.add(store.SentOp{Update: u}); return nil }
+
+// flush writes what is queued.
+func (q *queuedSent) flush() error {
+	q.flushMu.Lock()
+	defer q.flushMu.Unlock()
+	q.mu.Lock()
+	ops, dropped := q.ops, q.dropped
+	q.ops, q.dropped = nil, 0
+	q.mu.Unlock()
+	if dropped > 0 {
+		q.log.Warn("send record: writes dropped, the database fell behind", "count", dropped)
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	return q.Write(ops)
+}
+
+func (q *queuedSent) Get(ids ...identity.UUID) ([]store.SentRecord, error) {
+	if err := q.flush(); err != nil {
+		return nil, err
+	}
+	return q.Sent.Get(ids...)
+}
+
+func (q *queuedSent) List(sq store.SentQuery) ([]store.SentRecord, error) {
+	if err := q.flush(); err != nil {
+		return nil, err
+	}
+	return q.Sent.List(sq)
+}
+
+func (q *queuedSent) Prune(before, keysBefore time.Time) (int, int, error) {
+	if err := q.flush(); err != nil {
+		return 0, 0, err
+	}
+	return q.Sent.Prune(before, keysBefore)
+}
+
+// sentWriteLoop writes the queued send-record writes as they come, until
+// ctx ends (Close flushes the rest before the store closes).
+func (q *queuedSent) writeLoop(ctx context.Context) {
+	for {
+		select {
+		case <-q.wake:
+			if err := q.flush(); err != nil && ctx.Err() == nil && !errors.Is(err, store.ErrClosed) {
+				q.log.Warn("send record: not written", "err", err)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// flushSent writes a serving node's queued send-record writes; Close
+// calls it once the outbox and the Router stopped, before the store
+// closes.
+func (n *Node) flushSent() {
+	n.sent.mu.Lock()
+	st := n.sent.st
+	n.sent.mu.Unlock()
+	if q, ok := st.(*queuedSent); ok {
+		if err := q.flush(); err != nil {
+			n.log.Warn("send record: not written at shutdown", "err", err)
+		}
+	}
 }

@@ -179,7 +179,30 @@ type sentReq struct {
 	before time.Time  // opSentPrune: sent records created before; idempotency keys created before
 	idem   Idem       // opIdemClaim, opIdemFinish, opIdemRelease
 	keyAt  time.Time  // opIdemClaim: keys created before it have expired
-	ids    []identity.UUID
+	batch  []SentOp   // opSentBatch
+}
+
+// SentOp is one write of a batch ([Sent.Write]): a new record (Put set)
+// or an update.
+type SentOp struct {
+	Put    *SentRecord
+	Update SentUpdate
+}
+
+// Write applies ops in order, in one request to the committer, and
+// returns once they are committed (a record put and updated in one batch
+// ends up updated).
+func (sn *Sent) Write(ops []SentOp) error {
+	for _, op := range ops {
+		t := op.Update.At
+		if op.Put != nil {
+			t = op.Put.Created
+		}
+		if err := checkTime("sent write", t); err != nil {
+			return err
+		}
+	}
+	return sn.s.do(context.Background(), &request{op: opSentBatch, sn: &sentReq{batch: ops}}).err
 }
 
 // Put records a new send (a second record with the same id is ignored).
@@ -375,6 +398,31 @@ func scanSent(rows interface{ Scan(...any) error }) (SentRecord, error) {
 	return r, nil
 }
 
+// updateSent applies u to its record, if there is one.
+func (t *outboxTx) updateSent(u SentUpdate, res *result) error {
+	st, err := t.stmt(sqlSentGet)
+	if err != nil {
+		return err
+	}
+	r, err := scanSent(st.QueryRowContext(t.ctx, u.ID[:]))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil // not sent by this node, or pruned
+	case err != nil:
+		res.err = fmt.Errorf("store: sent: %w", err) // this row only: the batch goes on
+		return nil
+	}
+	if !ApplySent(&r, u) {
+		return nil
+	}
+	a := sentArgs(r)
+	args := make([]any, 0, 14)
+	args = append(args, a[7])
+	args = append(args, a[9:]...)
+	_, err = t.exec(sqlSentUpdate, append(args, r.ID[:])...)
+	return err
+}
+
 // run executes a sent or idempotency op in the batch's transaction.
 func (t *outboxTx) runSent(req *request, res *result) error {
 	q := req.sn
@@ -383,27 +431,20 @@ func (t *outboxTx) runSent(req *request, res *result) error {
 		_, err := t.exec(sqlSentPut, sentArgs(q.rec)...)
 		return err
 	case opSentUpdate:
-		st, err := t.stmt(sqlSentGet)
-		if err != nil {
-			return err
+		return t.updateSent(q.upd, res)
+	case opSentBatch:
+		for _, op := range q.batch {
+			var err error
+			if op.Put != nil {
+				_, err = t.exec(sqlSentPut, sentArgs(*op.Put)...)
+			} else {
+				err = t.updateSent(op.Update, res)
+			}
+			if err != nil {
+				return err
+			}
 		}
-		r, err := scanSent(st.QueryRowContext(t.ctx, q.upd.ID[:]))
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return nil // not sent by this node, or pruned
-		case err != nil:
-			res.err = fmt.Errorf("store: sent: %w", err) // this row only: the batch goes on
-			return nil
-		}
-		if !ApplySent(&r, q.upd) {
-			return nil
-		}
-		a := sentArgs(r)
-		args := make([]any, 0, 14)
-		args = append(args, a[7])
-		args = append(args, a[9:]...)
-		_, err = t.exec(sqlSentUpdate, append(args, r.ID[:])...)
-		return err
+		return nil
 	case opSentPrune:
 		n, err := t.exec(sqlSentPrune, q.before.UnixNano())
 		if err != nil {

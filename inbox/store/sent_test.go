@@ -280,3 +280,21 @@ func TestIdempotencyClaimRace(t *testing.T) {
 		t.Fatalf("%d claims won, want 1", n)
 	}
 }
+
+// Write applies a batch in order: a record put and updated in one batch
+// ends up updated.
+func TestSentWriteBatch(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, _ := openStore(t, Options{})
+	sn := s.Sent()
+	r := sentRec(4, "message")
+	at := time.Unix(4000, 0)
+	ops := []SentOp{{Put: &r}, {Update: SentUpdate{ID: r.ID, Event: SentEventAttempt, At: at}}, {Update: SentUpdate{ID: r.ID, Event: SentEventAcked, At: at}}}
+	if err := sn.Write(ops); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sn.Get(r.ID)
+	if err != nil || len(got) != 1 || got[0].State != SentAcked || !got[0].AckedAt.Equal(at) {
+		t.Fatalf("after the batch: %+v, %v", got, err)
+	}
+}

@@ -271,6 +271,7 @@ const (
 	opIdemClaim
 	opIdemFinish
 	opIdemRelease
+	opSentBatch
 	// Task operations (tasks.go; broadcast and tasks slice).
 	opTaskTouch
 	opTaskComplete
@@ -1187,7 +1188,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			if err := sp.run(req, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
-		case opSentPut, opSentUpdate, opSentPrune, opIdemClaim, opIdemFinish, opIdemRelease:
+		case opSentPut, opSentUpdate, opSentPrune, opIdemClaim, opIdemFinish, opIdemRelease, opSentBatch:
 			if err := ob.runSent(req, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
