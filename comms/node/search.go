@@ -174,7 +174,7 @@ func (n *Node) searchFilters(q SearchQuery) (store.Search, error) {
 			return sq, errorf(CodeBadArgument, "kinds: %q is not message, request, response or meup", k)
 		}
 	}
-	sq.Kinds = q.Kinds
+	sq.Kinds = slices.Compact(slices.Sorted(slices.Values(q.Kinds))) // at most the four kinds
 	if q.Peer != "" {
 		if p, err := n.r.ResolvePeer(q.Peer); err == nil {
 			sq.Sender = (*[32]byte)(&p.ID)

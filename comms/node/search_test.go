@@ -188,6 +188,7 @@ func TestSearchDurable(t *testing.T) {
 		{"phrase", SearchQuery{Query: `"disk full"`}, []string{resp.ID.String()}},
 		{"params", SearchQuery{Query: "staging target"}, []string{req.ID.String()}},
 		{"kind", SearchQuery{Query: "staging", Kinds: []string{"response"}}, []string{resp.ID.String()}},
+		{"kinds repeated", SearchQuery{Query: "staging", Kinds: slices.Repeat([]string{"response", "request"}, 50)}, []string{resp.ID.String(), req.ID.String()}},
 		{"peer by name", SearchQuery{Query: "staging", Peer: "bob"}, []string{resp.ID.String(), req.ID.String()}},
 		{"peer by key", SearchQuery{Query: "staging", Peer: bob.ID().String()}, []string{resp.ID.String(), req.ID.String()}},
 		{"peer by uuid", SearchQuery{Query: "staging", Peer: bob.ID().UUID().String()}, []string{resp.ID.String(), req.ID.String()}},
