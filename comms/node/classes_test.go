@@ -512,3 +512,20 @@ func BenchmarkPriorityRead(b *testing.B) {
 		})
 	}
 }
+
+// fromPeers lists the unacknowledged items of n that peers sent, leaving
+// out the node's own system and user items.
+func fromPeers(t *testing.T, n *Node) []Message {
+	t.Helper()
+	b, err := n.Receive(context.Background(), Query{Order: OrderArrival})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Message
+	for _, m := range b.Messages {
+		if m.Untrusted {
+			out = append(out, m)
+		}
+	}
+	return out
+}

@@ -319,12 +319,22 @@ func TestAcceptedIsProgress(t *testing.T) {
 // SendRequest with Wait and a deadline that comes first ends at the
 // deadline with CodeTimedOut.
 func TestWaitEndsAtDeadline(t *testing.T) {
-	alice, _ := pairedNodes(t, true)
+	alice, bob := pairedNodes(t, true)
 	sent, err := alice.SendRequest(context.Background(), "bob", "build", nil, SendOptions{Wait: time.Minute, Deadline: time.Now().Add(500 * time.Millisecond)})
 	if CodeOf(err) != CodeTimedOut || sent.ID == "" {
 		t.Fatalf("SendRequest: %+v, %v", sent, err)
 	}
 	waitFor(t, 20*time.Second, "timed out", func() bool { return requestState(t, alice, sent.ID).State == RequestTimedOut })
+	// The peer is told: its held request shows the cancellation, and
+	// alice's outbox has delivered the cancel.
+	waitFor(t, 20*time.Second, "bob sees the deadline's cancel", func() bool {
+		m := heldRequest(t, bob, sent.ID)
+		return m != nil && m.Cancelled != nil && m.Cancelled.Reason == "deadline"
+	})
+	waitFor(t, 20*time.Second, "alice's outbox is empty", func() bool {
+		ob, err := alice.Outbox(context.Background())
+		return err == nil && len(ob.Entries) == 0
+	})
 }
 
 func TestRequestLifecycleArguments(t *testing.T) {
