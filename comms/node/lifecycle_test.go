@@ -18,7 +18,7 @@ import (
 // other (paired), with the SQLite store or in memory.
 func pairedNodes(t *testing.T, memory bool) (alice, bob *Node) {
 	t.Helper()
-	start := func(name string) *Node {
+	home := func(name string) *Home {
 		h, _ := testHome(t, name, func(c *config.Config) {
 			if memory {
 				c.Store.Mode = config.StoreMemory
@@ -28,9 +28,12 @@ func pairedNodes(t *testing.T, memory bool) (alice, bob *Node) {
 		if err := empty.Save(h.TrustPath()); err != nil {
 			t.Fatal(err)
 		}
-		return startTest(t, h, ModeServe)
+		return h
 	}
-	alice, bob = start("alice"), start("bob")
+	// Both homes first: their goroutine checks then run after both
+	// nodes stopped.
+	ha, hb := home("alice"), home("bob")
+	alice, bob = startTest(t, ha, ModeServe), startTest(t, hb, ModeServe)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	o, err := alice.PairOffer(ctx, PairOptions{})
