@@ -204,10 +204,10 @@ func TestPackageDocs(t *testing.T) {
 }
 
 // maxCommandLines bounds cmd/meerkatd: flags, printing and exit codes, over
-// the node's API. Anything larger belongs in a package under it. About 30
-// commands at some 90 lines of flags and printing each, and main's
-// dispatch and help.
-const maxCommandLines = 3000
+// the node's API. Anything larger belongs in a package under it. Some 45
+// commands and subcommands at 70 lines of flags and printing each, and
+// main's dispatch and help text.
+const maxCommandLines = 3600
 
 func TestCommandStaysThin(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("cmd", "meerkatd", "*.go"))
