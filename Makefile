@@ -38,7 +38,7 @@ run: build
 ## test: everything CI runs: vet, race tests, allocation budgets, benchmarks once, fuzz smoke, MCP e2e
 test:
 	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) alloc benchsmoke
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
 	$(MAKE) e2e
@@ -50,7 +50,7 @@ natstest:
 
 ## race: the test suite under the race detector only
 race:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
 
 ## alloc: allocation and memory budgets (they run without -race, which adds allocations and memory of its own)
 alloc:
