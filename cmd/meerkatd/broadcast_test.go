@@ -29,6 +29,7 @@ type (
 		Intent      string `json:"intent"`
 		TaskID      string `json:"task_id"`
 		BroadcastID string `json:"broadcast_id"`
+		Untrusted   bool   `json:"untrusted"`
 	}
 	bcCopy struct {
 		Peer      string `json:"peer"`
@@ -61,13 +62,21 @@ type (
 )
 
 // bcInbox returns n's inbox items.
+// bcInbox lists what peers sent to n (its own notices, such as the
+// pairing's, left out), oldest first.
 func bcInbox(n *testNode) []bcItem {
 	n.t.Helper()
 	var b struct {
 		Messages []bcItem `json:"messages"`
 	}
-	n.okJSON(&b, "inbox", "--json")
-	return b.Messages
+	n.okJSON(&b, "inbox", "--order", "arrival", "--json")
+	var out []bcItem
+	for _, m := range b.Messages {
+		if m.Untrusted {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // refPeer is the Python reference-style peer (testdata/refpeer.py): it
