@@ -121,7 +121,6 @@ func (d *durableMail) record(it comms.Item) (store.Record, error) {
 		}
 		rec.Sender, rec.ID, rec.Kind, rec.Peer, rec.Payload = it.Envelope.From, it.Envelope.ID, it.Envelope.Kind.Type(), it.PeerName, payload
 		rec.Class = classOf(it)
-		rec.Text = searchText(it.Envelope, it.PeerName)
 	case comms.ItemSubagentResult:
 		payload, err := json.Marshal(storedSubagent{ID: it.SubagentID, Result: it.Result, Summary: it.Summary})
 		if err != nil {

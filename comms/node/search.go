@@ -304,8 +304,9 @@ func appendText(b *strings.Builder, v wire.Value) {
 	}
 }
 
-// recordText is store.Options.SearchText: the text of an item stored
-// before the database had a search index.
+// recordText is store.Options.SearchText: the text of a stored item,
+// decoded from its payload when the store indexes it (in the background,
+// off the admission path) — the same as searchText of the envelope.
 func recordText(r store.Record) string {
 	if r.Kind == kindSubagent {
 		return ""

@@ -81,14 +81,22 @@
 //
 // # Search
 //
-// [Store.Search] finds items, unacknowledged or in history, by the text
-// the caller gave with each record ([Record.Text], at most
+// [Store.Search] finds items, unacknowledged or in history, by their
+// text, which [Options.SearchText] derives from the stored item (at most
 // [MaxSearchText] bytes indexed), newest first, paged by Seq. The text
 // lives in an SQLite FTS5 table keyed by Seq (schema: the search
 // migration); a trigger deletes an item's row whenever the item is
-// deleted, so expiry and history trimming shrink the index too. Items
-// stored before the index existed are indexed by the first writing Open
-// given [Options.SearchText]. Queries come only from [ParseSearch]:
+// deleted, so expiry and history trimming shrink the index too.
+// Admission does not index, which would put FTS5 work into every group
+// commit: the committer indexes the items above a durable high-water
+// mark (meta search_indexed) in pages of up to 512, each page and the
+// mark in one transaction (a crash neither loses nor repeats a row), in
+// the background between groups (yielding to queued requests), at Close,
+// and before every Search, which catches the index up to the last
+// admitted item first, so it never misses one whose Admit returned.
+// Items deleted before they were indexed are skipped. Items stored
+// before the index existed are indexed by the first writing Open given
+// SearchText. Queries come only from [ParseSearch]:
 // words, "phrases" and prefix* words, turned into an FTS5 expression in
 // which every word is quoted, so no user text is ever FTS5 syntax.
 // [SearchTerms.Matches] applies the same terms to a text in memory.

@@ -258,6 +258,16 @@ END;
 INSERT INTO meta (key, value) SELECT 'search_backfill', CAST(max(seq) AS TEXT) FROM items HAVING max(seq) IS NOT NULL;
 `,
 
+	// The search index off the admission path (search.go): admission no
+	// longer indexes; the committer indexes the items above meta's
+	// search_indexed (the highest seq up to which every item is indexed,
+	// or had no text, or is gone) in the background and before a search.
+	// Every item stored so far was indexed at admission (or waits for
+	// the backfill below search_backfill).
+	`
+INSERT INTO meta (key, value) SELECT 'search_indexed', CAST(coalesce(max(seq), 0) AS TEXT) FROM items;
+`,
+
 	// Broadcast and tasks slice: the task table (tasks.go).
 	//
 	// tasks holds one row per task id this node sent or received under;

@@ -343,7 +343,15 @@ type Hit struct {
 // stay consistent while items arrive (they get higher seqs). Items
 // acknowledged and then expired or trimmed from history are gone from
 // the index too.
+//
+// It first has the committer index the items admitted until then that
+// are not indexed yet (see Options.SearchText), so it finds every item
+// whose Admit returned before it was called. A read-only store searches
+// what its writer has indexed.
 func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
+	if err := s.catchUp(ctx); err != nil {
+		return nil, err
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -433,8 +441,144 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 	return out, nil
 }
 
+// indexPage is how many items the index takes per transaction: the
+// backfill at Open, the background indexing and the catching up of
+// Search alike.
+const indexPage = 512
+
+// indexIdle is how long the committer waits for a request before it
+// indexes a partial page in the background.
+const indexIdle = 2 * time.Millisecond
+
 // backfillPage is how many items backfillSearch indexes per transaction.
-const backfillPage = 512
+const backfillPage = indexPage
+
+// The search index: admission does not touch items_fts, which would
+// slow every group commit (FTS5 work per transaction); instead
+// the committer indexes the items above a high-water mark (meta
+// search_indexed: every item with a seq up to it is indexed, or was
+// deleted or had no text) in pages of indexPage, oldest first, each page
+// and the mark moving past it in one transaction, so a crash never
+// loses or repeats a row. It runs on the committer, between groups: a
+// full page as soon as one waits (one page, then the queued requests
+// again), a partial one once no request came for indexIdle. Search
+// first has the committer catch up to the last admitted seq, page by
+// page, so it never misses an item admitted before it started. Without
+// Options.SearchText nothing is indexed and the mark stays, for a later
+// Open that has it.
+
+// loadIndexMark reads the high-water mark and the last seq. Open runs
+// it before the committer starts.
+func (s *Store) loadIndexMark(ctx context.Context) error {
+	var mark, last int64
+	if err := s.db.QueryRowContext(ctx, `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'`).Scan(&mark); err != nil {
+		return fmt.Errorf("read the search index mark: %w", err)
+	}
+	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM items`).Scan(&last); err != nil {
+		return fmt.Errorf("read the last seq: %w", err)
+	}
+	s.indexed = mark
+	s.indexedSeq.Store(mark)
+	s.lastSeq.Store(last)
+	return nil
+}
+
+// indexBehind reports whether admitted items wait to be indexed. Only
+// commitLoop calls it.
+func (s *Store) indexBehind() bool {
+	return s.opts.SearchText != nil && !s.opts.indexOnSearch && s.indexed < s.lastSeq.Load()
+}
+
+// indexPage indexes up to indexPage items with a seq above the mark and
+// at most upTo, oldest first, and moves the mark past them (to upTo when
+// none are left below it), in one transaction. Items deleted meanwhile
+// are simply not there. Only commitLoop calls it.
+func (s *Store) indexPage(upTo int64) error {
+	if s.opts.SearchText == nil || s.indexed >= upTo {
+		return nil
+	}
+	ctx := context.Background()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	defer tx.Rollback()
+	page, n, last, err := s.readTexts(ctx, tx, `SELECT seq, sender, id, kind, peer, received, payload FROM items
+		WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?`, s.indexed, upTo, indexPage)
+	if err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	mark := upTo
+	if n == indexPage {
+		mark = last
+	}
+	for _, it := range page {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`, it.seq, it.text); err != nil {
+			return fmt.Errorf("store: index for search: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'search_indexed'`, strconv.FormatInt(mark, 10)); err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
+	}
+	s.indexed = mark
+	s.indexedSeq.Store(mark)
+	return nil
+}
+
+// catchUp has the committer index every item admitted so far, a page per
+// request, so that admissions interleave. A read-only store, or one
+// without Options.SearchText, searches what is indexed.
+func (s *Store) catchUp(ctx context.Context) error {
+	if s.opts.SearchText == nil || s.opts.ReadOnly {
+		return nil
+	}
+	target := s.lastSeq.Load()
+	for s.indexedSeq.Load() < target {
+		if res := s.do(ctx, &request{op: opIndex, upTo: target}); res.err != nil {
+			return res.err
+		}
+	}
+	return nil
+}
+
+// indexed is an item's text to index.
+type indexed struct {
+	seq  int64
+	text string
+}
+
+// readTexts runs q, a query of items (seq, sender, id, kind, peer,
+// received, payload), and returns the texts of those that have one, how
+// many rows it read and the seq of the last.
+func (s *Store) readTexts(ctx context.Context, tx *sql.Tx, q string, args ...any) (page []indexed, n int, last int64, err error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			r             Record
+			seq, received int64
+			sender, id    []byte
+		)
+		if err := rows.Scan(&seq, &sender, &id, &r.Kind, &r.Peer, &received, &r.Payload); err != nil {
+			return nil, 0, 0, err
+		}
+		r.Seq = uint64(seq)
+		copy(r.Sender[:], sender)
+		copy(r.ID[:], id)
+		r.Received = time.Unix(0, received)
+		n, last = n+1, seq
+		if text := s.opts.SearchText(r); text != "" {
+			page = append(page, indexed{seq, clipText(text)})
+		}
+	}
+	return page, n, last, rows.Err()
+}
 
 // backfillSearch indexes the items stored before the database had a
 // search index (meta search_backfill: the highest seq still to index),
@@ -469,38 +613,9 @@ func (s *Store) backfillPage(ctx context.Context, upTo int64) error {
 		return err
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, `SELECT seq, sender, id, kind, peer, received, payload FROM items
+	page, n, lowest, err := s.readTexts(ctx, tx, `SELECT seq, sender, id, kind, peer, received, payload FROM items
 		WHERE seq <= ? ORDER BY seq DESC LIMIT ?`, upTo, backfillPage)
 	if err != nil {
-		return err
-	}
-	type indexed struct {
-		seq  int64
-		text string
-	}
-	var page []indexed
-	lowest := int64(-1)
-	for rows.Next() {
-		var (
-			r             Record
-			seq, received int64
-			sender, id    []byte
-		)
-		if err := rows.Scan(&seq, &sender, &id, &r.Kind, &r.Peer, &received, &r.Payload); err != nil {
-			rows.Close()
-			return err
-		}
-		r.Seq = uint64(seq)
-		copy(r.Sender[:], sender)
-		copy(r.ID[:], id)
-		r.Received = time.Unix(0, received)
-		lowest = seq
-		if text := s.opts.SearchText(r); text != "" {
-			page = append(page, indexed{seq, clipText(text)})
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, it := range page {
@@ -508,7 +623,7 @@ func (s *Store) backfillPage(ctx context.Context, upTo int64) error {
 			return err
 		}
 	}
-	if lowest < 0 || lowest <= 1 {
+	if n == 0 || lowest <= 1 {
 		_, err = tx.ExecContext(ctx, `DELETE FROM meta WHERE key = 'search_backfill'`)
 	} else {
 		_, err = tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'search_backfill'`, strconv.FormatInt(lowest-1, 10))
@@ -518,6 +633,3 @@ func (s *Store) backfillPage(ctx context.Context, upTo int64) error {
 	}
 	return tx.Commit()
 }
-
-// sqlIndexText indexes an admitted item's text.
-const sqlIndexText = `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`

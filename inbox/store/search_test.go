@@ -194,11 +194,25 @@ func runMatch(db *sql.DB, mu *sync.Mutex, m string) error {
 	return rows.Err()
 }
 
-// searchRec is rec with a text and a receipt time.
+// searchRec is rec with a text (its payload, which payloadText indexes)
+// and a receipt time.
 func searchRec(sender byte, n uint64, kind, peer, text string, at time.Time) Record {
 	r := rec(sender, n)
-	r.Kind, r.Peer, r.Text, r.Received = kind, peer, text, at
+	r.Kind, r.Peer, r.Payload, r.Received = kind, peer, []byte(text), at
 	return r
+}
+
+// payloadText is the tests' Options.SearchText: the payload as text
+// (spaces around it do not count).
+func payloadText(r Record) string { return strings.TrimSpace(string(r.Payload)) }
+
+// indexedRows catches the index up, as Search does, and counts its rows.
+func indexedRows(t *testing.T, s *Store) int {
+	t.Helper()
+	if err := s.catchUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return ftsRows(t, s)
 }
 
 func mustSearch(t *testing.T, s *Store, q Search, query string) []Hit {
@@ -228,7 +242,7 @@ func hitSeqs(hits []Hit) []uint64 {
 func TestSearch(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	clock := newFakeClock()
-	s, _ := openStore(t, Options{Now: clock.Now})
+	s, _ := openStore(t, Options{Now: clock.Now, SearchText: payloadText})
 	ctx := context.Background()
 	t0 := clock.Now()
 	for i, r := range []Record{
@@ -254,7 +268,7 @@ func TestSearch(t *testing.T) {
 	if !hits[2].AckedAt.Equal(clock.Now()) || !hits[0].AckedAt.IsZero() {
 		t.Fatalf("acked at %v / %v", hits[2].AckedAt, hits[0].AckedAt)
 	}
-	if h := hits[1]; h.Kind != "request" || h.Peer != "bob" || h.Sender[0] != 2 || string(h.Payload) != string(rec(2, 2).Payload) ||
+	if h := hits[1]; h.Kind != "request" || h.Peer != "bob" || h.Sender[0] != 2 || string(h.Payload) != "bob review {\"pr\": 42} deploy" ||
 		!h.Received.Equal(t0.Add(time.Minute)) || !strings.Contains(h.Snippet, "«deploy»") {
 		t.Fatalf("hit %+v", h)
 	}
@@ -305,16 +319,15 @@ func ftsRows(t *testing.T, s *Store) int {
 // delete: the index does not grow without bound.
 func TestSearchIndexFollowsDeletions(t *testing.T) {
 	clock := newFakeClock()
-	s, _ := openStore(t, Options{Now: clock.Now, HistoryRetention: time.Hour, HistoryMaxBytes: 100})
+	s, _ := openStore(t, Options{Now: clock.Now, HistoryRetention: time.Hour, HistoryMaxBytes: 100, SearchText: payloadText})
 	ctx := context.Background()
 	for i := range uint64(20) {
-		r := searchRec(1, i+1, "message", "alice", fmt.Sprintf("word%d common", i), time.Time{})
-		r.Payload = make([]byte, 20)
+		r := searchRec(1, i+1, "message", "alice", fmt.Sprintf("%-20s", fmt.Sprintf("word%d common", i)), time.Time{}) // 20 bytes
 		if _, err := s.Admit(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := ftsRows(t, s); n != 20 {
+	if n := indexedRows(t, s); n != 20 {
 		t.Fatalf("%d index rows, want 20", n)
 	}
 	// Acknowledging 10 items of 20 bytes puts history over 100 bytes:
@@ -346,7 +359,7 @@ func TestSearchIndexFollowsDeletions(t *testing.T) {
 
 // A long text is indexed up to MaxSearchText bytes.
 func TestSearchTextClipped(t *testing.T) {
-	s, _ := openStore(t, Options{})
+	s, _ := openStore(t, Options{SearchText: payloadText})
 	r := searchRec(1, 1, "message", "alice", "early "+strings.Repeat("é", MaxSearchText)+" late", time.Time{})
 	if _, err := s.Admit(context.Background(), r); err != nil {
 		t.Fatal(err)
@@ -420,5 +433,198 @@ func TestSearchBackfill(t *testing.T) {
 	}
 	if got := len(mustSearch(t, s, Search{}, "alice")); got != min(want, MaxSearchHits) {
 		t.Fatalf("alice: %d hits, want %d", got, want)
+	}
+}
+
+// An item is found by a search right after its admission returned,
+// whatever the background indexing did meanwhile.
+func TestSearchRightAfterAdmit(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, _ := openStore(t, Options{SearchText: payloadText})
+	ctx := context.Background()
+	for i := range uint64(50) {
+		r := searchRec(1, i+1, "message", "alice", fmt.Sprintf("fresh%d arrival", i), time.Time{})
+		if dup, err := s.Admit(ctx, r); err != nil || dup {
+			t.Fatalf("admit %d: %v %v", i, dup, err)
+		}
+		hits := mustSearch(t, s, Search{}, fmt.Sprintf("fresh%d", i))
+		if len(hits) != 1 || hits[0].Seq != i+1 {
+			t.Fatalf("item %d right after admission: %v", i+1, hitSeqs(hits))
+		}
+		if got := len(mustSearch(t, s, Search{}, "arrival")); got != int(i+1) {
+			t.Fatalf("arrival: %d hits, want %d", got, i+1)
+		}
+	}
+}
+
+// indexState reads, in one snapshot, the high-water mark, the index rows
+// (and distinct rowids), the items with a text up to the mark and the
+// index rows above it.
+func indexState(t *testing.T, db *sql.DB) (mark int64, rows, distinct, textsUpToMark, above int) {
+	t.Helper()
+	err := db.QueryRow(`SELECT
+		(SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'),
+		(SELECT count(*) FROM items_fts),
+		(SELECT count(DISTINCT rowid) FROM items_fts),
+		(SELECT count(*) FROM items WHERE seq <= (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed')
+			AND length(trim(CAST(payload AS TEXT))) > 0),
+		(SELECT count(*) FROM items_fts WHERE rowid > (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'))`).
+		Scan(&mark, &rows, &distinct, &textsUpToMark, &above)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+// checkIndex checks the high-water mark's invariant: every item with a
+// text up to the mark has exactly one index row, and none above it has
+// one.
+func checkIndex(t *testing.T, db *sql.DB, when string) int64 {
+	t.Helper()
+	mark, rows, distinct, texts, above := indexState(t, db)
+	if rows != distinct || rows != texts || above != 0 {
+		t.Fatalf("%s: mark %d, %d index rows (%d distinct) for %d items with a text up to it, %d rows above it",
+			when, mark, rows, distinct, texts, above)
+	}
+	return mark
+}
+
+// Many admissions, pipelined, then one search: every one is found, each
+// indexed exactly once, over several pages.
+func TestSearchManyAdmissions(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, _ := openStore(t, Options{SearchText: payloadText, MaxItems: 10000})
+	ctx := context.Background()
+	const items = 2*indexPage + 300
+	pending := make([]*Pending, 0, items)
+	want := 0
+	for i := range uint64(items) {
+		text := fmt.Sprintf("bulk item%d", i)
+		if i%10 == 3 {
+			text = "" // not searchable
+		} else {
+			want++
+		}
+		pending = append(pending, s.AdmitAsync(ctx, searchRec(1, i+1, "message", "alice", text, time.Time{})))
+	}
+	for _, p := range pending {
+		if dup, err := p.Wait(); err != nil || dup {
+			t.Fatalf("admit: %v %v", dup, err)
+		}
+	}
+	if got := len(mustSearch(t, s, Search{}, "bulk")); got != min(want, MaxSearchHits) {
+		t.Fatalf("bulk: %d hits, want %d", got, min(want, MaxSearchHits))
+	}
+	if mark := checkIndex(t, s.db, "after the search"); mark != items {
+		t.Fatalf("mark %d after the search, want %d", mark, items)
+	}
+	if n := ftsRows(t, s); n != want {
+		t.Fatalf("%d index rows, want %d", n, want)
+	}
+	for _, i := range []uint64{0, 1, indexPage - 1, indexPage, indexPage + 1, 2 * indexPage, items - 1} {
+		hits := mustSearch(t, s, Search{}, fmt.Sprintf("item%d", i))
+		if wantHit := i%10 != 3; (len(hits) == 1 && hits[0].Seq == i+1) != wantHit {
+			t.Fatalf("item%d: %v", i, hitSeqs(hits))
+		}
+	}
+}
+
+// A store closed while items wait to be indexed, and some of them were
+// deleted before, keeps the high-water mark consistent with the index
+// across reopening: no item is missed, none indexed twice, the deleted
+// ones skipped.
+func TestSearchIndexRestart(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	ctx := context.Background()
+	clock := newFakeClock()
+	opts := Options{Now: clock.Now, MaxItems: 10000, HistoryMaxBytes: -1, HistoryRetention: time.Hour}
+	path := filepath.Join(t.TempDir(), "inbox.db")
+	admit := func(s *Store, from, to uint64) {
+		t.Helper()
+		var pending []*Pending
+		for i := from; i < to; i++ {
+			text := fmt.Sprintf("restart doc%d", i)
+			if i%7 == 0 {
+				text = ""
+			}
+			pending = append(pending, s.AdmitAsync(ctx, searchRec(1, i+1, "message", "alice", text, time.Time{})))
+		}
+		for _, p := range pending {
+			if _, err := p.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// Without SearchText nothing is indexed: the mark stays at 0. Items
+	// 1..100 are acknowledged and expire before they are indexed.
+	s, err := Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admit(s, 0, 1500)
+	seqs := make([]uint64, 100)
+	for i := range seqs {
+		seqs[i] = uint64(i + 1)
+	}
+	if _, err := s.Ack(seqs...); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Hour)
+	if _, h, err := s.Expire(); err != nil || h != 100 {
+		t.Fatalf("expire: %d, %v", h, err)
+	}
+	if mark := checkIndex(t, s.db, "without SearchText"); mark != 0 || ftsRows(t, s) != 0 {
+		t.Fatalf("without SearchText: mark %d, %d rows", mark, ftsRows(t, s))
+	}
+	s.Close()
+
+	// With it, one page is indexed (no background indexing, none at
+	// Close: as if the process stopped there): items 101..612, the
+	// first 512 that are left.
+	opts.SearchText, opts.indexOnSearch = payloadText, true
+	s, err = Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := s.do(ctx, &request{op: opIndex, upTo: 700}); res.err != nil {
+		t.Fatal(res.err)
+	}
+	if mark := checkIndex(t, s.db, "after one page"); mark != 100+indexPage {
+		t.Fatalf("mark %d after a page, want %d", mark, 100+indexPage)
+	}
+	admit(s, 1500, 1600)
+	s.Close()
+
+	// Reopened (with background indexing), nothing is lost or doubled.
+	opts.indexOnSearch = false
+	s = reopen(t, path, opts)
+	checkIndex(t, s.db, "reopened")
+	admit(s, 1600, 1700)
+	hits := mustSearch(t, s, Search{Limit: MaxSearchHits}, "restart")
+	checkIndex(t, s.db, "after a search")
+	s.Close()
+	s = reopen(t, path, opts)
+	mark := checkIndex(t, s.db, "closed and reopened")
+	if mark != 1700 {
+		t.Fatalf("mark %d after a search, want 1700", mark)
+	}
+	want := 0
+	for i := uint64(100); i < 1700; i++ {
+		if i%7 != 0 {
+			want++
+		}
+	}
+	if n := ftsRows(t, s); n != want {
+		t.Fatalf("%d index rows, want %d", n, want)
+	}
+	if len(hits) != min(want, MaxSearchHits) || hits[0].Seq != 1700 {
+		t.Fatalf("%d hits (first %v), want %d", len(hits), hitSeqs(hits[:1]), min(want, MaxSearchHits))
+	}
+	for _, i := range []uint64{99, 100, 101, 699, 700, 1499, 1500, 1599, 1600, 1699} {
+		hits := mustSearch(t, s, Search{}, fmt.Sprintf("doc%d", i))
+		if wantHit := i >= 100 && i%7 != 0; (len(hits) == 1 && hits[0].Seq == i+1) != wantHit {
+			t.Fatalf("doc%d: %v", i, hitSeqs(hits))
+		}
 	}
 }

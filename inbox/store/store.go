@@ -77,10 +77,6 @@ type Record struct {
 	// Class is the caller's ordering class for the item ("": "normal");
 	// ListClass and CountClasses select and count by it.
 	Class string
-	// Text is what Search finds the item by (at most MaxSearchText
-	// bytes are indexed; "": the item is not searchable). Only Admit
-	// reads it; List and Search leave it empty.
-	Text string
 }
 
 // Options are a Store's knobs; the zero value of each field means its
@@ -130,14 +126,22 @@ type Options struct {
 	// or written, and the writing methods return ErrReadOnly. A missing
 	// file is an error wrapping fs.ErrNotExist.
 	ReadOnly bool
-	// SearchText, if set, gives the text to index for an item stored
-	// before the database had a search index (see Record.Text): a
-	// writing Open indexes those items with it. Nil leaves them for a
-	// later Open that has it.
+	// SearchText, if set, gives the text Search finds a stored item by
+	// ("": the item is not searchable; at most MaxSearchText bytes are
+	// indexed), from the item as stored (Seq, Sender, ID, Kind, Peer,
+	// Received, Payload). Admission does not index: the committer
+	// indexes admitted items in the background, in batches, and Search
+	// first catches the index up (search.go). A writing Open also
+	// indexes with it the items stored before the database had a search
+	// index. Nil indexes nothing: the items wait for a later Open that
+	// has it.
 	SearchText func(Record) string
 	// pragmas are added to every connection's DSN (tests: a page limit
 	// that fills the "disk").
 	pragmas string
+	// indexOnSearch (tests) leaves indexing to Search: no background
+	// pages, none at Close, as if the process stopped before them.
+	indexOnSearch bool
 }
 
 func (o Options) withDefaults() Options {
@@ -239,6 +243,17 @@ type Store struct {
 	// commitErr is the error of the last transaction if it failed (a full
 	// disk, an I/O error), nil once one commits: what Writable reports.
 	commitErr atomic.Pointer[error]
+
+	// Search index high-water mark (search.go): indexed is the highest
+	// seq up to which every stored item has been indexed (meta
+	// search_indexed), owned by commitLoop (and Open before it starts);
+	// indexedSeq is its copy for Search. lastSeq is the highest seq of
+	// an admitted item as of the last commit; lastSeqNext is runBatch's,
+	// kept by commit on success.
+	indexed     int64
+	indexedSeq  atomic.Int64
+	lastSeq     atomic.Int64
+	lastSeqNext int64
 }
 
 type opKind uint8
@@ -277,6 +292,9 @@ const (
 	opTaskComplete
 	// Request lifecycle (slice F, requests.go): fn runs in the batch.
 	opRequests
+	// opIndex indexes one page of items for search, up to upTo, after
+	// the batch it came in commits (search.go).
+	opIndex
 )
 
 // request is one write for commitLoop. done is 1-buffered and receives
@@ -290,6 +308,7 @@ type request struct {
 	sn   *sentReq                       // opSent*, opIdem*; nil for the others
 	tk   *taskReq                       // opTask*; nil for the others
 	rq   func(*outboxTx, *result) error // opRequests; nil for the others
+	upTo int64                          // opIndex
 	done chan result
 }
 
@@ -449,6 +468,9 @@ func (s *Store) init() error {
 		return fmt.Errorf("read the database id: %w", err)
 	}
 	if err := s.backfillSearch(ctx); err != nil {
+		return err
+	}
+	if err := s.loadIndexMark(ctx); err != nil {
 		return err
 	}
 	return s.loadCounts(ctx)
@@ -872,9 +894,40 @@ func (s *Store) commitLoop() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	prev := 0 // size of the previous group
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	indexedLast := false // the last round indexed a page
 	for {
-		req, ok := <-s.reqs
+		var req *request
+		ok := true
+		if s.indexBehind() {
+			// Index in the background, a page per round, yielding to
+			// admissions: a full page waiting is indexed between groups
+			// (unless the last round indexed one), a partial one once no
+			// request came for indexIdle.
+			if !indexedLast && s.lastSeq.Load()-s.indexed >= indexPage {
+				s.indexPage(s.lastSeq.Load())
+				indexedLast = true
+				continue
+			}
+			idle.Reset(indexIdle)
+			select {
+			case req, ok = <-s.reqs:
+				idle.Stop()
+			case <-idle.C:
+				s.indexPage(s.lastSeq.Load())
+				indexedLast = true
+				continue
+			}
+		} else {
+			req, ok = <-s.reqs
+		}
+		indexedLast = false
 		if !ok {
+			// Closing: index what is left, so that a read-only store
+			// (a command without the daemon) finds it too.
+			for s.indexBehind() && s.indexPage(s.lastSeq.Load()) == nil {
+			}
 			return
 		}
 		batch = append(batch, req)
@@ -955,12 +1008,28 @@ func (s *Store) commit(batch []*request) {
 		}
 		s.kindsMu.Unlock()
 	}
+	s.lastSeq.Store(s.lastSeqNext)
 	s.txns.Add(1)
 	if added > 0 || acked > 0 {
 		s.broadcast()
 	}
+	indexing := false
 	for i, req := range batch {
+		if req.op == opIndex {
+			indexing = true
+			continue
+		}
 		req.done <- res[i]
+	}
+	if !indexing {
+		return
+	}
+	// Searches waiting for the index: one page after the batch, with
+	// every admission of it answered first.
+	for _, req := range batch {
+		if req.op == opIndex {
+			req.done <- result{err: s.indexPage(req.upTo)}
+		}
 	}
 }
 
@@ -1005,7 +1074,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	defer tx.Rollback()
 	now := s.opts.Now()
 	nowNS := now.UnixNano()
-	var lookup, insertNew, remember, ack, index *sql.Stmt
+	var lookup, insertNew, remember, ack *sql.Stmt
 	ob := outboxTx{ctx: ctx, tx: tx, s: s}
 	sp := spaceTx{&ob}
 	prepare := func(p **sql.Stmt, q string) error {
@@ -1055,6 +1124,8 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	}
 	history := s.history
 	defer func() { s.historyNext = history }()
+	lastSeq := s.lastSeq.Load()
+	defer func() { s.lastSeqNext = lastSeq }()
 	s.checkpoint = ""
 	vacuum := false
 	lowItems := max(s.opts.MaxItems*9/10, 1)
@@ -1113,14 +1184,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			if _, err := remember.ExecContext(ctx, r.Sender[:], r.ID[:], nowNS, seq); err != nil {
 				return 0, 0, 0, 0, err
 			}
-			if r.Text != "" {
-				if err := prepare(&index, sqlIndexText); err != nil {
-					return 0, 0, 0, 0, err
-				}
-				if _, err := index.ExecContext(ctx, seq, clipText(r.Text)); err != nil {
-					return 0, 0, 0, 0, err
-				}
-			}
+			lastSeq = max(lastSeq, seq)
 			unacked++
 			added++
 			bytes += int64(len(payload))
@@ -1200,6 +1264,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			if err := req.rq(&ob, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
+		case opIndex: // after the commit (commit)
 		default:
 			panic(fmt.Sprintf("bug: store: unknown op %d", req.op))
 		}
