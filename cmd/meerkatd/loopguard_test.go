@@ -51,7 +51,10 @@ func scriptedAgent(ctx context.Context, c *control.Client, peer string, delay ti
 					return replies, nil
 				}
 			}
-			if _, err := c.SendMessage(ctx, peer, fmt.Sprintf("reply %d", replies+1), node.SendOptions{}); err != nil {
+			// A send once started is not cancelled with the agent: the
+			// other agent may stop (and the test cancel ctx) while this
+			// reply waits for its ack. The node bounds the send itself.
+			if _, err := c.SendMessage(context.WithoutCancel(ctx), peer, fmt.Sprintf("reply %d", replies+1), node.SendOptions{}); err != nil {
 				return replies, err
 			}
 			replies++
