@@ -204,6 +204,12 @@ func TestBroadcastThreeDaemons(t *testing.T) {
 		t.Fatalf("group ops: %+v", res)
 	}
 	alice.wantCode(exitUsage, []string{`no group "qa"`, "ops"}, "broadcast", "x", "--group", "qa")
+	// A copy that fails makes the command fail: the reference peer took
+	// its one envelope and is gone.
+	r := alice.wantCode(exitError, []string{"1 of 1 copies failed"}, "broadcast", "gone", "--direct", "--peer", "ref")
+	if !strings.Contains(r.stdout, "failed") {
+		t.Fatalf("the failed copy is not listed:\n%s", r)
+	}
 	if n := len(bcInbox(carol)); n != 2 {
 		t.Fatalf("carol holds %d items, want 2", n)
 	}

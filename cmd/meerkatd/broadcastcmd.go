@@ -60,10 +60,16 @@ func runBroadcast(e *env, args []string) error {
 				printJSONError(e.stdout, err)
 				return jsonShown(err)
 			}
-			return printJSON(e.stdout, res)
+			if perr := printJSON(e.stdout, res); perr != nil {
+				return perr
+			}
+			return jsonShown(copiesFailed(res))
 		}
 		if err != nil {
 			return err
+		}
+		if res.Replayed {
+			fmt.Fprintln(e.stderr, "replayed: the first broadcast with this idempotency key; nothing sent again")
 		}
 		fmt.Fprintln(e.stdout, res.ID)
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -75,8 +81,26 @@ func runBroadcast(e *env, args []string) error {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", c.Peer, c.Delivery, c.Marked, c.ID, safeLine(note))
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		return copiesFailed(res)
 	})
+}
+
+// copiesFailed is the error of a broadcast some of whose copies failed
+// (exit 1), nil if every copy was delivered or queued.
+func copiesFailed(res node.Broadcasted) error {
+	failed := 0
+	for _, c := range res.Copies {
+		if c.Delivery == node.DeliveryFailed {
+			failed++
+		}
+	}
+	if failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d copies failed (see their notes)", failed, len(res.Copies))
 }
 
 func runTask(e *env, args []string) error {
@@ -136,6 +160,9 @@ func runTask(e *env, args []string) error {
 			res, err = b.TaskComplete(ctx, pos[0], result, node.SendOptions{})
 			out, task = res, &res.Task
 			if err == nil && !*asJSON {
+				if res.Already {
+					fmt.Fprintf(e.stderr, "task %s was already completed: its result stays, nothing sent\n", safeLine(pos[0]))
+				}
 				for _, c := range res.Copies {
 					fmt.Fprintf(e.stderr, "told %s: %s %s\n", c.Peer, c.Delivery, safeLine(c.Error+c.LastError))
 				}

@@ -39,8 +39,8 @@ and a request can be answered finally (completed, failed) only once.
 --interrupt marks a message or request handling_mode "steer": the
 peer's agent reads it before its queued items.
 Without a daemon the command runs the node itself for the send.
-With --wait, accepted responses are printed as they come (progress) and
-the wait goes on for the final one. --deadline (30s, or an RFC 3339
+With --wait, an accepted response is progress: the wait goes on for the
+final one, and then every response is printed. --deadline (30s, or an RFC 3339
 time; needs the daemon) times the request out if no final response has
 come by then: see meerkatd requests.
 --idempotency-key KEY makes a retry safe: a send with a key used before
