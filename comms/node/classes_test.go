@@ -529,3 +529,15 @@ func fromPeers(t *testing.T, n *Node) []Message {
 	}
 	return out
 }
+
+// waitPeerItems waits up to 10 s for n to hold at least want items from
+// peers and returns what it holds from peers then.
+func waitPeerItems(t *testing.T, n *Node, want int) []Message {
+	t.Helper()
+	var got []Message
+	waitFor(t, 10*time.Second, "items from peers", func() bool {
+		got = fromPeers(t, n)
+		return len(got) >= want
+	})
+	return got
+}

@@ -236,9 +236,8 @@ func TestTaskLifecycle(t *testing.T) {
 	if _, err := alice.SendRequest(ctx, "bob", "build", json.RawMessage(`{"target":"all"}`), SendOptions{TaskID: "build-7"}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := bob.Receive(ctx, Query{Wait: 10 * time.Second})
-	if err != nil || len(b.Messages) != 1 || b.Messages[0].TaskID != "build-7" {
-		t.Fatalf("bob's inbox: %+v, %v: want the request with task_id build-7", b.Messages, err)
+	if got := waitPeerItems(t, bob, 1); len(got) != 1 || got[0].TaskID != "build-7" {
+		t.Fatalf("bob's inbox: %+v: want the request with task_id build-7", got)
 	}
 	for _, n := range []*Node{alice, bob} {
 		w, err := n.WaitTask(ctx, "build-7", 20*time.Millisecond)
@@ -334,8 +333,7 @@ func TestTaskAfterRestart(t *testing.T) {
 		t.Fatalf("after restart: %+v, %v", w, err)
 	}
 	waitFor(t, 10*time.Second, "bob to hold the message", func() bool {
-		b, _ := bob.Receive(ctx, Query{})
-		return len(b.Messages) == 1
+		return len(fromPeers(t, bob)) == 1
 	})
 	if _, err := bob.TaskComplete(ctx, "T-9", json.RawMessage(`"ok"`), SendOptions{}); err != nil {
 		t.Fatal(err)
