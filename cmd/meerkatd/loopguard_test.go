@@ -35,7 +35,7 @@ func guardedPair(t *testing.T, env ...string) (alice, bob *testNode) {
 func scriptedAgent(ctx context.Context, c *control.Client, peer string, delay time.Duration, max int) (replies int, err error) {
 	var cursor uint64
 	for {
-		b, err := c.Receive(ctx, node.Query{After: cursor, Kinds: []string{"message"}, Wait: 5 * time.Second})
+		b, err := c.Receive(ctx, node.Query{After: cursor, Kinds: []string{"message"}, From: peer, Order: node.OrderArrival, Wait: 5 * time.Second}) // not the node's own notices
 		if err != nil {
 			if ctx.Err() != nil {
 				return replies, nil
