@@ -68,6 +68,7 @@ var allowed = map[string][]string{
 	"comms/outbox":        {module + "/identity"},
 	"comms/meup":          {"github.com/bmatcuk/doublestar/v4", "github.com/theory/jsonpath"},
 	"comms/card":          {module + "/identity"}, // slice E: agent cards
+	"comms/seal":          {module + "/identity", "filippo.io/edwards25519"},
 	"internal/atomicfile": {},
 	"internal/filemode":   {},
 	"internal/testutil":   {},
@@ -120,6 +121,7 @@ var owners = map[string]string{
 	"golang.org/x/sys":              "transport",
 	"github.com/bmatcuk/doublestar": "comms/meup",
 	"github.com/theory/jsonpath":    "comms/meup",
+	"filippo.io/edwards25519":       "comms/seal",
 	// The exposition format and registry (expfmt only in its tests).
 	"github.com/prometheus/client_golang": "comms/metrics",
 	"github.com/prometheus/client_model":  "comms/metrics",
