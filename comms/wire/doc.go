@@ -28,7 +28,9 @@
 //
 // wire does not frame, dial, trust or route: the length prefix lives in
 // package transport, and deciding whether a sender may speak lives in
-// package comms. See docs/protocol.md for the format in prose.
+// package comms. Nor does it encrypt: the box of a sealed kind
+// ([SealedKind]) is opaque bytes here, made and opened by package
+// comms/seal. See docs/protocol.md for the format in prose.
 //
 // # Concurrency
 //

@@ -30,7 +30,8 @@ var (
 	// ErrType means a value has the wrong CBOR type for its place.
 	ErrType = errors.New("wire: wrong type")
 	// ErrLength means a byte string has the wrong length (id 16, keys 32,
-	// signature 64, in_reply_to 16).
+	// signature 64, in_reply_to 16, a sealed kind's box 1 to
+	// [MaxEnvelopeSize]), or a meup kind's space is empty or too long.
 	ErrLength = errors.New("wire: wrong length")
 	// ErrMissingField means a required field is absent.
 	ErrMissingField = errors.New("wire: missing field")

@@ -14,7 +14,18 @@ const (
 	// "space": TEXT, "envelope": MAP}. The envelope holds JSON values only
 	// (docs/meup.md). The Rust reference does not know this type.
 	TypeMEUP = "meup"
+	// TypeSealed carries another envelope encrypted to the recipient:
+	// {"type": "sealed", "box": BYTES}. Nodes send it only through the
+	// relay; the box is opened with package comms/seal, and wire does not
+	// look inside it. The Rust reference does not know this type.
+	TypeSealed = "sealed"
 )
+
+// maxBoxLen bounds the box of a sealed kind, in bytes: the protocol's
+// maximum frame payload. (An envelope holding a box that large would itself
+// be too large; the bound keeps a kind's check independent of its
+// envelope.)
+const maxBoxLen = MaxEnvelopeSize
 
 // MaxSpaceLen bounds the space name of a meup kind, in bytes.
 const MaxSpaceLen = 256
@@ -42,7 +53,7 @@ func (s Status) Valid() bool {
 // carried the same way.
 //
 // A Kind is immutable. The zero Kind is invalid; build one with [Message],
-// [Request], [Response], [Ack] or [NewKind].
+// [Request], [Response], [Ack], [SealedKind] or [NewKind].
 type Kind struct {
 	v Value
 	// checked records that every text in v is UTF-8 and every float
@@ -62,6 +73,7 @@ var declared = map[string][]string{
 	TypeResponse:                 {"in_reply_to", "status", "result", "blocks", "content_taint", "handling_mode", "objective_id"},
 	TypeAck:                      {"in_reply_to"},
 	TypeMEUP:                     {"space", "envelope"},
+	TypeSealed:                   {"box"},
 }
 
 // Message returns a message kind with the given body.
@@ -88,8 +100,17 @@ func Ack(inReplyTo identity.UUID) Kind {
 	return Kind{v: itemsValue(TypeMap, []Value{Text("type"), Text(TypeAck), Text("in_reply_to"), Bytes(inReplyTo[:])})}
 }
 
+// SealedKind returns a sealed kind holding box, the output of
+// seal.Seal (package comms/seal): the encrypted inner envelope. The box is
+// copied. [Seal] refuses the kind if box is empty or longer than
+// [MaxEnvelopeSize].
+func SealedKind(box []byte) Kind {
+	// Members in canonical key order, as Get expects: "box" sorts before "type".
+	return Kind{v: itemsValue(TypeMap, []Value{Text("box"), Bytes(box), Text("type"), Text(TypeSealed)})}
+}
+
 // NewKind checks that m is a valid kind (a map with a text "type" and, for
-// the four known types, their required fields with the right types) and
+// the known types, their required fields with the right types) and
 // returns it. Use it with [Value.With] to add fields such as handling_mode.
 func NewKind(m Value) (Kind, error) {
 	if _, err := checkKind(m, true); err != nil {
@@ -140,6 +161,16 @@ func (k Kind) InReplyTo() (identity.UUID, bool) {
 	var u identity.UUID
 	copy(u[:], v.str())
 	return u, true
+}
+
+// Box returns a copy of the box of a sealed kind. It reports false unless
+// the kind's type is sealed and its box a byte string.
+func (k Kind) Box() ([]byte, bool) {
+	if k.Type() != TypeSealed {
+		return nil, false
+	}
+	v, _ := k.v.Get("box")
+	return v.Bytes()
 }
 
 func (k Kind) text(name string) string {
@@ -227,6 +258,16 @@ func checkKind(m Value, deep bool) (string, error) {
 		// handed on as JSON.
 		if err := checkJSON(env, 3, true); err != nil {
 			return "envelope", err
+		}
+	case TypeSealed:
+		// Opaque ciphertext: a byte string, unlike the JSON fields of the
+		// other kinds of meerkatd's own.
+		b, f, err := need("box", TypeBytes)
+		if err != nil {
+			return f, err
+		}
+		if n := len(b.str()); n == 0 || n > maxBoxLen {
+			return "box", ErrLength
 		}
 	}
 	return "", nil

@@ -244,6 +244,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		Request("review-pr", Array(Int(42), Float(2.5), Text("x"), Null(), Bool(true))),
 		Response(id2, StatusCompleted, Int(-7)),
 		Ack(id1),
+		SealedKind(fill(80)),
 	} {
 		e, err := Seal(keyA, id1, keyB.ID(), k)
 		if err != nil {

@@ -34,6 +34,7 @@ func TestSealOpenEachKind(t *testing.T) {
 	}
 	kinds := map[string]Kind{
 		"meup":         meup,
+		"sealed":       SealedKind(fill(300)),
 		"message":      Message("hello"),
 		"empty body":   Message(""),
 		"with extra":   extra,
