@@ -86,13 +86,15 @@ var allowed = map[string][]string{
 	"trust":                  {module + "/identity", module + "/transport", module + "/internal/atomicfile", module + "/internal/filemode"},
 	"trust/pair":             {module + "/identity", module + "/transport", module + "/trust"},
 	"config":                 {module + "/transport", "github.com/BurntSushi/toml", module + "/internal/filemode"},
-	"comms":                  {module + "/comms/wire", module + "/identity", module + "/inbox", module + "/transport", module + "/trust"},
+	"comms":                  {module + "/comms/wire", module + "/comms/seal", module + "/identity", module + "/inbox", module + "/transport", module + "/trust"},
+	// The NATS relay: the only package that speaks to a broker.
+	"comms/natsrelay": {module + "/comms", module + "/identity", "github.com/nats-io/nats.go", "github.com/nats-io/nats.go/"},
 	// The node and its faces.
 	"comms/node": {module + "/comms", module + "/comms/wire", module + "/comms/outbox", module + "/comms/audit", module + "/inbox",
 		module + "/inbox/store", module + "/trust", module + "/trust/pair", module + "/config", module + "/identity",
 		module + "/transport", module + "/internal/atomicfile", module + "/internal/filemode", module + "/comms/meup", module + "/comms/space",
-		module + "/comms/metrics",
-		module + "/comms/card"}, // slice E: agent cards
+		module + "/comms/metrics", module + "/comms/natsrelay",
+		module + "/comms/card"},
 	"comms/control": {module + "/comms/node", module + "/transport"},
 	"mcpserver":     {module + "/comms/node", "github.com/mark3labs/mcp-go/"},
 	"bench": {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust",
@@ -126,6 +128,7 @@ var owners = map[string]string{
 	"github.com/prometheus/client_golang": "comms/metrics",
 	"github.com/prometheus/client_model":  "comms/metrics",
 	"github.com/prometheus/common":        "comms/metrics",
+	"github.com/nats-io/nats.go":          "comms/natsrelay",
 }
 
 func TestDependencyRules(t *testing.T) {

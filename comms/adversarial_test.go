@@ -109,7 +109,7 @@ func rawFrame(payload []byte) []byte {
 	return append(binary.BigEndian.AppendUint32(nil, uint32(len(payload))), payload...)
 }
 
-func seal(t *testing.T, kp *identity.Keypair, to identity.PeerID, kind wire.Kind) wire.Envelope {
+func sealEnv(t *testing.T, kp *identity.Keypair, to identity.PeerID, kind wire.Kind) wire.Envelope {
 	t.Helper()
 	e, err := wire.Seal(kp, identity.NewUUID(), to, kind)
 	if err != nil {
@@ -212,7 +212,7 @@ func TestAdversarialInput(t *testing.T) {
 		}},
 		{"zero-length frame", RejectFrame, func(*testing.T) []byte { return []byte{0, 0, 0, 0} }},
 		{"truncated frame then silence", RejectFrame, func(t *testing.T) []byte {
-			f := frameOf(t, seal(t, a.kp, b.kp.ID(), wire.Message("cut short")))
+			f := frameOf(t, sealEnv(t, a.kp, b.kp.ID(), wire.Message("cut short")))
 			return f[:len(f)/2] // FrameTimeout (300ms) must end the wait
 		}},
 		{"garbage bytes", RejectMalformed, func(*testing.T) []byte {
@@ -227,20 +227,20 @@ func TestAdversarialInput(t *testing.T) {
 		}},
 		{"params nested 10000 deep", RejectMalformed, func(*testing.T) []byte { return rawFrame(nested()) }},
 		{"bad signature", RejectBadSignature, func(t *testing.T) []byte {
-			e := seal(t, a.kp, b.kp.ID(), wire.Message("tampered"))
+			e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("tampered"))
 			e.Sig[7] ^= 0x01
 			return frameOf(t, e)
 		}},
 		{"untrusted key", RejectUntrusted, func(t *testing.T) []byte {
-			return frameOf(t, seal(t, mallory, b.kp.ID(), wire.Message("let me in")))
+			return frameOf(t, sealEnv(t, mallory, b.kp.ID(), wire.Message("let me in")))
 		}},
 		{"from spoofed as alice", RejectBadSignature, func(t *testing.T) []byte {
-			e := seal(t, mallory, b.kp.ID(), wire.Message("it's me, alice"))
+			e := sealEnv(t, mallory, b.kp.ID(), wire.Message("it's me, alice"))
 			e.From = a.kp.ID()
 			return frameOf(t, e)
 		}},
 		{"to another node", RejectNotForUs, func(t *testing.T) []byte {
-			return frameOf(t, seal(t, a.kp, carol.ID(), wire.Message("for carol")))
+			return frameOf(t, sealEnv(t, a.kp, carol.ID(), wire.Message("for carol")))
 		}},
 	}
 	for _, tc := range refused {
@@ -271,8 +271,8 @@ func TestAdversarialInput(t *testing.T) {
 	t.Run("ack to bob", func(t *testing.T) {
 		before := b.r.Stats()
 		c := dialRaw(t, b)
-		writeRaw(t, c, frameOf(t, seal(t, a.kp, b.kp.ID(), wire.Ack(identity.NewUUID()))))
-		msg := seal(t, a.kp, b.kp.ID(), wire.Message("after the ack"))
+		writeRaw(t, c, frameOf(t, sealEnv(t, a.kp, b.kp.ID(), wire.Ack(identity.NewUUID()))))
+		msg := sealEnv(t, a.kp, b.kp.ID(), wire.Message("after the ack"))
 		writeRaw(t, c, frameOf(t, msg))
 		readAck(t, c, b.kp.ID(), a.kp.ID(), msg.ID)
 		after := b.r.Stats()
@@ -300,9 +300,9 @@ func TestAdversarialInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp := seal(t, a.kp, b.kp.ID(), wire.Response(req.ID, wire.StatusCompleted, wire.Int(42)))
+		resp := sealEnv(t, a.kp, b.kp.ID(), wire.Response(req.ID, wire.StatusCompleted, wire.Int(42)))
 		writeRaw(t, c, frameOf(t, resp))
-		msg := seal(t, a.kp, b.kp.ID(), wire.Message("after the response"))
+		msg := sealEnv(t, a.kp, b.kp.ID(), wire.Message("after the response"))
 		writeRaw(t, c, frameOf(t, msg))
 		readAck(t, c, b.kp.ID(), a.kp.ID(), msg.ID)
 		after := b.r.Stats()
@@ -329,7 +329,7 @@ func TestAdversarialInput(t *testing.T) {
 	// acked every time, delivered once.
 	t.Run("replayed envelope", func(t *testing.T) {
 		before := b.r.Stats()
-		e := seal(t, a.kp, b.kp.ID(), wire.Message("only once"))
+		e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("only once"))
 		f := frameOf(t, e)
 		c1 := dialRaw(t, b)
 		writeRaw(t, c1, append(append([]byte(nil), f...), f...))
@@ -453,7 +453,7 @@ func TestConnectionFlood(t *testing.T) {
 	})
 	// New connections are admitted again.
 	c := dialRaw(t, b)
-	e := seal(t, a.kp, b.kp.ID(), wire.Message("after the flood"))
+	e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("after the flood"))
 	writeRaw(t, c, frameOf(t, e))
 	readAck(t, c, b.kp.ID(), a.kp.ID(), e.ID)
 	c.Close()

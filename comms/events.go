@@ -29,6 +29,9 @@ type Event struct {
 	CorrID identity.UUID // in_reply_to of acks and responses
 	Size   int           // bytes on the wire
 	Reason string        // for EventRefused
+	// Sealed marks an envelope that came through the relay sealed to this
+	// node ([Relay]); Kind and Fields are then the opened inner kind's.
+	Sealed bool
 }
 
 // observe reports an event about envelope e (nil if it did not decode).
@@ -36,6 +39,25 @@ func (r *Router) observe(typ string, e *wire.Envelope, peer string, size int, re
 	if r.opts.Observe != nil {
 		r.opts.Observe(eventOf(typ, e, peer, size, reason))
 	}
+}
+
+// observeSt is observe for an envelope that arrived on st (nil: an
+// outbound link), which tells whether it came sealed.
+func (r *Router) observeSt(st *inConn, typ string, e *wire.Envelope, peer string, size int, reason string) {
+	if r.opts.Observe != nil {
+		ev := eventOf(typ, e, peer, size, reason)
+		ev.Sealed = st != nil && st.sealed
+		r.opts.Observe(ev)
+	}
+}
+
+// pendingEventSt is pendingEvent for an envelope that arrived on st.
+func (r *Router) pendingEventSt(st *inConn, e *wire.Envelope, peer string, size int) *Event {
+	ev := r.pendingEvent(e, peer, size)
+	if ev != nil {
+		ev.Sealed = st != nil && st.sealed
+	}
+	return ev
 }
 
 // pendingEvent is the event of an envelope whose admission is still

@@ -55,7 +55,7 @@ func newKP(t *testing.T) *identity.Keypair {
 // ack (false).
 func ackedOrClosed(t *testing.T, c net.Conn, kp *identity.Keypair, bob *node) bool {
 	t.Helper()
-	e := seal(t, kp, bob.kp.ID(), wire.Message("flood"))
+	e := sealEnv(t, kp, bob.kp.ID(), wire.Message("flood"))
 	writeRaw(t, c, frameOf(t, e))
 	c.SetReadDeadline(time.Now().Add(advDeadline))
 	payload, err := transport.ReadFrame(c, 0)
@@ -121,7 +121,7 @@ func TestPeerConnectionCap(t *testing.T) {
 		}
 	}
 	c3 := dialRaw(t, bob)
-	writeRaw(t, c3, frameOf(t, seal(t, alice, bob.kp.ID(), wire.Message("third"))))
+	writeRaw(t, c3, frameOf(t, sealEnv(t, alice, bob.kp.ID(), wire.Message("third"))))
 	expectClosedNoAck(t, c3)
 	if got := bob.r.Stats().Rejected[RejectPeerConns]; got != 1 {
 		t.Fatalf("Rejected[%s] = %d, want 1", RejectPeerConns, got)
@@ -161,7 +161,7 @@ func TestPeerConnectionCapSimultaneous(t *testing.T) {
 	conns := make([]net.Conn, n)
 	for i := range conns {
 		conns[i] = dialRaw(t, bob)
-		writeRaw(t, conns[i], frameOf(t, seal(t, alice, bob.kp.ID(), wire.Message("first"))))
+		writeRaw(t, conns[i], frameOf(t, sealEnv(t, alice, bob.kp.ID(), wire.Message("first"))))
 	}
 	// Every admission is held: the cap must be decided before any
 	// authenticates. Two are admitted, the rest refused at once.
@@ -190,7 +190,7 @@ func TestReplayHoldsNoConnectionSlot(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	alice := newKP(t)
 	bob := fairNode(t, Options{PeerMaxConnections: 1}, alice)
-	e := seal(t, alice, bob.kp.ID(), wire.Message("once"))
+	e := sealEnv(t, alice, bob.kp.ID(), wire.Message("once"))
 	c := dialRaw(t, bob)
 	writeRaw(t, c, frameOf(t, e))
 	readAck(t, c, bob.kp.ID(), alice.ID(), e.ID)
@@ -272,7 +272,7 @@ func TestStoreFailureRefusedAsStore(t *testing.T) {
 	alice := newKP(t)
 	bob := fairNode(t, Options{Inbox: failingInbox{}}, alice)
 	c := dialRaw(t, bob)
-	writeRaw(t, c, frameOf(t, seal(t, alice, bob.kp.ID(), wire.Message("to a full disk"))))
+	writeRaw(t, c, frameOf(t, sealEnv(t, alice, bob.kp.ID(), wire.Message("to a full disk"))))
 	expectClosedNoAck(t, c)
 	if s := bob.r.Stats(); s.Rejected[RejectStore] != 1 || s.Rejected[RejectInboxFull] != 0 {
 		t.Fatalf("refusals %v, want one %q", s.Rejected, RejectStore)

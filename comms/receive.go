@@ -86,7 +86,8 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			// settle and ack here, without a hand-off. Otherwise
 			// ackLoop signs the ack while we verify the next envelope.
 			if p.adm.Ready() && len(q) == 0 && noInput() && aw.mu.TryLock() {
-				out, ok := r.settle(st, job, inlineAck[:0])
+				out, refusal := r.settle(st, job, inlineAck[:0])
+				ok := refusal == ""
 				if ok && len(out) > 0 {
 					err = aw.writeLocked(out, r.opts.AckTimeout)
 				}
@@ -269,8 +270,8 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 			if !job.adm.Ready() {
 				flush() // do not hold acks while a commit runs
 			}
-			frame, ok := r.settle(st, job, acks)
-			if !ok {
+			frame, reason := r.settle(st, job, acks)
+			if reason != "" {
 				stop()
 				continue
 			}
@@ -286,14 +287,14 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 
 // settle waits for an admission's outcome and accounts for it. It
 // appends the ack frame to dst if the envelope is stored (new or stored
-// before); ok false means the admission was refused and the connection
-// must stop.
-func (r *Router) settle(st *inConn, job ackJob, dst []byte) (frame []byte, ok bool) {
+// before); a reason means the admission was refused for it and the
+// connection must stop.
+func (r *Router) settle(st *inConn, job ackJob, dst []byte) (frame []byte, reason string) {
 	stored, fresh, reason := r.admitted(job.key, job.ev, job.adm.Wait())
 	if !stored {
 		r.reject(reason)
 		r.logRefused(reason)
-		return dst, false
+		return dst, reason
 	}
 	if fresh {
 		r.authenticate(st, job.key.from) // only new envelopes authenticate
@@ -303,10 +304,10 @@ func (r *Router) settle(st *inConn, job ackJob, dst []byte) (frame []byte, ok bo
 	frame, err := r.sealFrame(dst, job.key.from, wire.Ack(job.key.id))
 	if err != nil {
 		r.log.Error("cannot seal ack", "err", err)
-		return dst, true
+		return dst, ""
 	}
 	r.acksSent.Add(1)
-	return frame, true
+	return frame, ""
 }
 
 // openConn looks at the first byte of an inbound connection: a pairing
@@ -447,27 +448,27 @@ func (r *Router) receive(payload []byte, st *inConn, async *[]pendingAdmission) 
 func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdmission) (ack []byte, fresh bool, from identity.PeerID, reason string) {
 	e, err := wire.Decode(payload)
 	if err != nil {
-		r.observe(EventRefused, nil, "", len(payload), RejectMalformed)
+		r.observeSt(st, EventRefused, nil, "", len(payload), RejectMalformed)
 		return nil, false, from, RejectMalformed
 	}
 	from = e.From
 	if st != nil && !st.tlsPeer.IsZero() && e.From != st.tlsPeer {
 		// A TLS connection carries its certificate's peer's envelopes only.
-		r.observe(EventRefused, &e, "", len(payload), RejectTLSPeer)
+		r.observeSt(st, EventRefused, &e, "", len(payload), RejectTLSPeer)
 		return nil, false, from, RejectTLSPeer
 	}
 	if e.To != r.self {
-		r.observe(EventRefused, &e, "", len(payload), RejectNotForUs)
+		r.observeSt(st, EventRefused, &e, "", len(payload), RejectNotForUs)
 		return nil, false, from, RejectNotForUs
 	}
 	peer, ok := r.trust.Load().Lookup(e.From)
 	if !ok {
-		r.observe(EventRefused, &e, "", len(payload), RejectUntrusted)
+		r.observeSt(st, EventRefused, &e, "", len(payload), RejectUntrusted)
 		r.logUntrusted(e.From)
 		return nil, false, from, RejectUntrusted
 	}
 	if err := e.Verify(); err != nil {
-		r.observe(EventRefused, &e, peer.Name, len(payload), RejectBadSignature)
+		r.observeSt(st, EventRefused, &e, peer.Name, len(payload), RejectBadSignature)
 		return nil, false, from, RejectBadSignature
 	}
 	r.seen(e.From)
@@ -478,30 +479,34 @@ func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdm
 	k := dedupKey{e.From, e.ID}
 	switch e.Kind.Type() {
 	case wire.TypeAck:
-		r.handleAck(e)
-		r.observe(EventAck, &e, peer.Name, len(payload), "")
+		if st != nil && st.relay {
+			r.relayLateAck(e)
+		} else {
+			r.handleAck(e)
+		}
+		r.observeSt(st, EventAck, &e, peer.Name, len(payload), "")
 		return nil, false, from, ""
 	case wire.TypeResponse:
 		// A response must answer a request this node sent that peer
 		// (requestid.go): anything else is refused, not stored.
 		if !r.solicited(e) {
-			r.observe(EventRefused, &e, peer.Name, len(payload), RejectUnsolicited)
+			r.observeSt(st, EventRefused, &e, peer.Name, len(payload), RejectUnsolicited)
 			return nil, false, from, RejectUnsolicited
 		}
 		// Responses are not acknowledged; a repeat is dropped.
 		switch r.dedup.reserve(k) {
 		case dedupCommitted, dedupPending:
 			r.duplicates.Add(1)
-			r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
+			r.observeSt(st, EventDuplicate, &e, peer.Name, len(payload), "")
 			return nil, false, from, ""
 		}
 		claimed, ok := r.claimPeerRoom(st, e.From)
 		if !ok {
 			r.dedup.release(k)
-			r.observe(EventRefused, &e, peer.Name, len(payload), RejectPeerConns)
+			r.observeSt(st, EventRefused, &e, peer.Name, len(payload), RejectPeerConns)
 			return nil, false, from, RejectPeerConns
 		}
-		stored, fresh, reason := r.admitted(k, r.pendingEvent(&e, peer.Name, len(payload)), r.inbox.Push(item))
+		stored, fresh, reason := r.admitted(k, r.pendingEventSt(st, &e, peer.Name, len(payload)), r.inbox.Push(item))
 		if stored && !fresh && claimed {
 			r.unclaim(st)
 		}
@@ -519,15 +524,15 @@ func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdm
 		claimed, ok := r.claimPeerRoom(st, e.From)
 		if !ok {
 			r.dedup.release(k)
-			r.observe(EventRefused, &e, peer.Name, len(payload), RejectPeerConns)
+			r.observeSt(st, EventRefused, &e, peer.Name, len(payload), RejectPeerConns)
 			return nil, false, from, RejectPeerConns
 		}
 		if a, ok := r.inbox.(AsyncAdmitter); ok && async != nil {
 			// The caller waits for the outcome, then acks (ackLoop).
-			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, ev: r.pendingEvent(&e, peer.Name, len(payload)), claimed: claimed})
+			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, ev: r.pendingEventSt(st, &e, peer.Name, len(payload)), claimed: claimed})
 			return nil, false, from, ""
 		}
-		stored, isNew, reason := r.admitted(k, r.pendingEvent(&e, peer.Name, len(payload)), r.inbox.Push(item))
+		stored, isNew, reason := r.admitted(k, r.pendingEventSt(st, &e, peer.Name, len(payload)), r.inbox.Push(item))
 		if stored && !isNew && claimed {
 			r.unclaim(st)
 		}
@@ -537,11 +542,11 @@ func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdm
 		fresh = isNew
 	case dedupCommitted:
 		r.duplicates.Add(1) // acked again so the sender stops, not delivered twice
-		r.observe(EventDuplicate, &e, peer.Name, len(payload), "")
+		r.observeSt(st, EventDuplicate, &e, peer.Name, len(payload), "")
 	case dedupPending:
 		// The first copy's admission is still running and may yet fail:
 		// acking now could ack something never stored.
-		r.observe(EventRefused, &e, peer.Name, len(payload), RejectInFlight)
+		r.observeSt(st, EventRefused, &e, peer.Name, len(payload), RejectInFlight)
 		return nil, false, from, RejectInFlight
 	}
 	frame, err := r.sealFrame(nil, e.From, wire.Ack(e.ID))

@@ -17,7 +17,7 @@ func TestUnsolicitedResponseRefused(t *testing.T) {
 	aliceStillSends(t, a, b)
 	b.r.Inbox().Drain()
 
-	aliceOwn := seal(t, a.kp, b.kp.ID(), wire.Request("mine", wire.Null())) // a request alice sent bob
+	aliceOwn := sealEnv(t, a.kp, b.kp.ID(), wire.Request("mine", wire.Null())) // a request alice sent bob
 	for name, inReplyTo := range map[string]identity.UUID{
 		"random id":              identity.NewUUID(),
 		"id of a request to bob": aliceOwn.ID,
@@ -25,7 +25,7 @@ func TestUnsolicitedResponseRefused(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			before := b.r.Stats()
 			c := dialRaw(t, b)
-			writeRaw(t, c, frameOf(t, seal(t, a.kp, b.kp.ID(), wire.Response(inReplyTo, wire.StatusCompleted, wire.Int(1)))))
+			writeRaw(t, c, frameOf(t, sealEnv(t, a.kp, b.kp.ID(), wire.Response(inReplyTo, wire.StatusCompleted, wire.Int(1)))))
 			expectClosedNoAck(t, c)
 			if d := rejectedDelta(before, b.r.Stats()); len(d) != 1 || d[RejectUnsolicited] != 1 {
 				t.Fatalf("rejected: %v, want one %s", d, RejectUnsolicited)
@@ -43,10 +43,10 @@ func TestUnsolicitedResponseRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp := seal(t, a.kp, b.kp.ID(), wire.Response(req.ID, wire.StatusCompleted, wire.Int(2)))
+		resp := sealEnv(t, a.kp, b.kp.ID(), wire.Response(req.ID, wire.StatusCompleted, wire.Int(2)))
 		c := dialRaw(t, b)
 		writeRaw(t, c, frameOf(t, resp))
-		msg := seal(t, a.kp, b.kp.ID(), wire.Message("after"))
+		msg := sealEnv(t, a.kp, b.kp.ID(), wire.Message("after"))
 		writeRaw(t, c, frameOf(t, msg))
 		readAck(t, c, b.kp.ID(), a.kp.ID(), msg.ID)
 		items := b.r.Inbox().Drain()

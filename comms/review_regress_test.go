@@ -147,7 +147,7 @@ func (g *gateAdmitter) Push(it Item) error {
 func TestReviewDuplicateWhileFirstAdmissionRuns(t *testing.T) {
 	g := &gateAdmitter{entered: make(chan struct{}, 4), release: make(chan error, 4)}
 	a, b := pair(t, "uds", Options{Inbox: g})
-	e := seal(t, a.kp, b.kp.ID(), wire.Message("important"))
+	e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("important"))
 	c1 := dialRaw(t, b)
 	writeRaw(t, c1, frameOf(t, e))
 	<-g.entered // copy 1 is being admitted
@@ -172,14 +172,14 @@ func TestReviewDuplicateWhileFirstAdmissionRuns(t *testing.T) {
 func TestReviewImplicitAckFlushStaleDeadline(t *testing.T) {
 	a, b := pair(t, "uds", Options{AckTimeout: 200 * time.Millisecond, IdleTimeout: 10 * time.Second})
 	c := dialRaw(t, b)
-	e := seal(t, a.kp, b.kp.ID(), wire.Message("first"))
+	e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("first"))
 	writeRaw(t, c, frameOf(t, e))
 	readAck(t, c, b.kp.ID(), a.kp.ID(), e.ID)
 	time.Sleep(500 * time.Millisecond) // idle, below IdleTimeout
 	var burst []byte
 	var ids []identity.UUID
 	for range 60 {
-		e := seal(t, a.kp, b.kp.ID(), wire.Message("burst"))
+		e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("burst"))
 		ids = append(ids, e.ID)
 		burst = append(burst, frameOf(t, e)...)
 	}
@@ -308,7 +308,7 @@ func TestReviewCloseHangsOnUnreadAcks(t *testing.T) {
 	a, b := pair(t, "uds", Options{AckTimeout: time.Second})
 	c := dialRaw(t, b)
 	var burst []byte
-	one := frameOf(t, seal(t, a.kp, b.kp.ID(), wire.Message("x"))) // a single captured envelope, replayed
+	one := frameOf(t, sealEnv(t, a.kp, b.kp.ID(), wire.Message("x"))) // a single captured envelope, replayed
 	for range 6000 {
 		burst = append(burst, one...)
 	}
@@ -440,7 +440,7 @@ func TestReviewAuthenticatedIdleTimeout(t *testing.T) {
 	g := &gatedInbox{gate: make(chan struct{})}
 	a, b := pair(t, "uds", Options{Inbox: g, FrameTimeout: idleTestFrame, IdleTimeout: idleTestIdle})
 	c := dialRaw(t, b)
-	e := seal(t, a.kp, b.kp.ID(), wire.Message("hello"))
+	e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("hello"))
 	start := time.Now()
 	writeRaw(t, c, frameOf(t, e))
 	testutil.WaitFor(t, 10*time.Second, "the admission to start", func() bool {
@@ -482,7 +482,7 @@ func TestReviewUnauthenticatedIdleTimeout(t *testing.T) {
 		}
 	})
 	t.Run("replay only", func(t *testing.T) {
-		e := seal(t, a.kp, b.kp.ID(), wire.Message("once"))
+		e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("once"))
 		first := dialRaw(t, b)
 		writeRaw(t, first, frameOf(t, e))
 		readAck(t, first, b.kp.ID(), a.kp.ID(), e.ID)

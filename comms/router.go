@@ -154,6 +154,7 @@ const (
 	RejectTLS          = "tls"              // TLS handshake failed: no trusted client key, bad handshake, timeout
 	RejectTLSPeer      = "tls_peer"         // an envelope on a TLS connection from another key than the certificate's
 	RejectPlaintext    = "plaintext"        // plaintext TCP while Options.RefusePlaintext is set
+	RejectSealed       = "sealed"           // a sealed envelope that does not open, or whose inner envelope does not match the outer one
 )
 
 // Stats are counters since the Router started.
@@ -202,6 +203,8 @@ type Router struct {
 	rejectMu                       sync.Mutex
 	rejected                       map[string]uint64
 	untrustedSeen                  map[identity.PeerID]time.Time // guarded by rejectMu: logUntrusted's rate limit
+
+	rs relayState // nats: peers (relay.go)
 }
 
 // New returns a Router for keypair kp that trusts the peers in list.
@@ -351,12 +354,17 @@ type inConn struct {
 	// tlsPeer is the key of a TLS connection's client certificate
 	// (zero: not TLS); set before the first frame is read.
 	tlsPeer identity.PeerID
+	// relay marks the stand-in for one envelope that came through the
+	// Relay rather than a connection: it is not tracked, counts toward no
+	// connection limit and authenticates nothing. sealed says the
+	// envelope came sealed.
+	relay, sealed bool
 }
 
 // authenticate marks st authenticated by a new envelope from peer, the
 // peer whose connections it then counts toward.
 func (r *Router) authenticate(st *inConn, peer identity.PeerID) {
-	if st == nil || st.authed.Load() {
+	if st == nil || st.relay || st.authed.Load() {
 		return
 	}
 	r.mu.Lock()
@@ -381,7 +389,7 @@ func (r *Router) authenticate(st *inConn, peer identity.PeerID) {
 // closes it), or with unclaim when the envelope turns out to be stored
 // before.
 func (r *Router) claimPeerRoom(st *inConn, peer identity.PeerID) (claimed, ok bool) {
-	if st == nil || st.authed.Load() {
+	if st == nil || st.relay || st.authed.Load() {
 		return false, true
 	}
 	r.mu.Lock()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
@@ -118,6 +119,9 @@ type sendOpts struct {
 func (r *Router) sendFrame(ctx context.Context, p trust.Peer, id identity.UUID, frame []byte, wantAck bool, so sendOpts) error {
 	so.inline = so.queued == nil // a caller that orders its sends gets no inline writes
 	so.queued = onceFunc(so.queued)
+	if p.Addr.Scheme == transport.SchemeNATS {
+		return r.relaySend(ctx, p, id, frame, wantAck, so)
+	}
 	for attempt := 0; ; attempt++ {
 		lk, err := r.link(p)
 		if err != nil {

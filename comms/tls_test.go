@@ -97,7 +97,7 @@ func TestTLSUntrustedClientRefusedBeforeAnyFrame(t *testing.T) {
 	if err == nil {
 		// A TLS 1.3 client finishes before the server has checked its
 		// certificate: the refusal arrives as an alert on the first read.
-		writeRaw(t, c, frameOf(t, seal(t, mallory, bob.kp.ID(), wire.Message("let me in"))))
+		writeRaw(t, c, frameOf(t, sealEnv(t, mallory, bob.kp.ID(), wire.Message("let me in"))))
 		c.SetReadDeadline(time.Now().Add(advDeadline))
 		var buf [64]byte
 		if n, rerr := c.Read(buf[:]); rerr == nil || errors.Is(rerr, os.ErrDeadlineExceeded) {
@@ -118,7 +118,7 @@ func TestTLSUntrustedClientRefusedBeforeAnyFrame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := seal(t, alice, bob.kp.ID(), wire.Message("hello"))
+	e := sealEnv(t, alice, bob.kp.ID(), wire.Message("hello"))
 	writeRaw(t, c, frameOf(t, e))
 	readAck(t, c, bob.kp.ID(), alice.ID(), e.ID)
 }
@@ -164,7 +164,7 @@ func TestTLSConnectionCarriesItsPeersEnvelopesOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeRaw(t, c, frameOf(t, seal(t, carol, bob.kp.ID(), wire.Message("carol's words"))))
+	writeRaw(t, c, frameOf(t, sealEnv(t, carol, bob.kp.ID(), wire.Message("carol's words"))))
 	expectClosedNoAck(t, c)
 	if got := bob.r.Stats().Rejected[RejectTLSPeer]; got != 1 || bob.r.Inbox().Len() != 0 {
 		t.Fatalf("bob refused %d for %s and holds %d items; want 1 and 0", got, RejectTLSPeer, bob.r.Inbox().Len())
@@ -182,7 +182,7 @@ func TestRefusePlaintext(t *testing.T) {
 	bob := serveNode(t, "bob", newKP(t), "tcp", opts, trust.Peer{Name: "alice", ID: alice.ID(), Addr: far})
 
 	c := dialRaw(t, bob)
-	writeRaw(t, c, frameOf(t, seal(t, alice, bob.kp.ID(), wire.Message("in the clear"))))
+	writeRaw(t, c, frameOf(t, sealEnv(t, alice, bob.kp.ID(), wire.Message("in the clear"))))
 	expectClosedNoAck(t, c)
 	if got := bob.r.Stats().Rejected[RejectPlaintext]; got != 1 || bob.r.Inbox().Len() != 0 {
 		t.Fatalf("bob refused %d plaintext connections and holds %d items; want 1 and 0", got, bob.r.Inbox().Len())
@@ -193,7 +193,7 @@ func TestRefusePlaintext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := seal(t, alice, bob.kp.ID(), wire.Message("sealed"))
+	e := sealEnv(t, alice, bob.kp.ID(), wire.Message("sealed"))
 	writeRaw(t, tc, frameOf(t, e))
 	readAck(t, tc, bob.kp.ID(), alice.ID(), e.ID)
 
@@ -208,7 +208,7 @@ func TestRefusePlaintext(t *testing.T) {
 	// A Unix socket takes plaintext frames.
 	ubob := serveNode(t, "ubob", newKP(t), "uds", Options{RefusePlaintext: true}, trust.Peer{Name: "alice", ID: alice.ID(), Addr: far})
 	uc := dialRaw(t, ubob)
-	e = seal(t, alice, ubob.kp.ID(), wire.Message("local"))
+	e = sealEnv(t, alice, ubob.kp.ID(), wire.Message("local"))
 	writeRaw(t, uc, frameOf(t, e))
 	readAck(t, uc, ubob.kp.ID(), alice.ID(), e.ID)
 

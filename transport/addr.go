@@ -23,6 +23,10 @@ const (
 	SchemeUDS = "uds"
 	SchemeTCP = "tcp" // plaintext TCP (what the reference implementation speaks)
 	SchemeTLS = "tls" // TCP carrying TLS 1.3 with pinned node keys (tls.go)
+	// SchemeNATS: the peer is reached through this node's NATS
+	// connection (the [nats] configuration), on the peer's own subject.
+	// Its text form is "nats:"; it has no host, port or path.
+	SchemeNATS = "nats"
 )
 
 // Errors from address parsing. The returned errors wrap them and quote the
@@ -30,7 +34,7 @@ const (
 var (
 	// ErrUnsupportedScheme means the address has no scheme or one other
 	// than uds://, tcp:// and tls://.
-	ErrUnsupportedScheme = errors.New("transport: unsupported address scheme (want uds://, tcp:// or tls://)")
+	ErrUnsupportedScheme = errors.New("transport: unsupported address scheme (want uds://, tcp://, tls:// or nats:)")
 	// ErrBadAddr means the address has a known scheme but is malformed.
 	ErrBadAddr = errors.New("transport: malformed address")
 )
@@ -53,7 +57,13 @@ func ParseAddr(s string) (Addr, error) {
 	bad := func(why string) (Addr, error) {
 		return Addr{}, fmt.Errorf("%w %q: %s", ErrBadAddr, s, why)
 	}
+	if strings.EqualFold(s, SchemeNATS+":") {
+		return Addr{Scheme: SchemeNATS}, nil
+	}
 	scheme, rest, ok := strings.Cut(s, "://")
+	if strings.EqualFold(scheme, SchemeNATS) && ok {
+		return bad(`a peer reached through NATS has the address "nats:" (the servers are this node's [nats] configuration)`)
+	}
 	if !ok {
 		return Addr{}, fmt.Errorf("%w: %q", ErrUnsupportedScheme, s)
 	}
@@ -120,6 +130,8 @@ func (a Addr) String() string {
 		return "uds://" + a.Path
 	case SchemeTCP, SchemeTLS:
 		return a.Scheme + "://" + net.JoinHostPort(a.Host, strconv.Itoa(int(a.Port)))
+	case SchemeNATS:
+		return "nats:"
 	}
 	return ""
 }

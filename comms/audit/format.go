@@ -68,6 +68,9 @@ func formatTable(w io.Writer, recs []Record, header bool) error {
 		if r.Count != 0 {
 			reason = strings.TrimSpace(reason + " ×" + strconv.Itoa(r.Count))
 		}
+		if r.Sealed {
+			reason = strings.TrimSpace("sealed " + reason)
+		}
 		line = r.Time.UTC().AppendFormat(line[:0], TimeLayout)
 		for _, cell := range [...]string{r.Dir, r.Event, peer, r.Kind, r.ID, r.CorrID, size, reason} {
 			line = append(line, '\t')

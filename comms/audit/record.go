@@ -72,6 +72,7 @@ type Record struct {
 	Reason  string          `json:"reason,omitempty"`  // why refused, retried, expired or dead-lettered
 	Attempt int             `json:"attempt,omitempty"` // send attempt number, from 1
 	Count   int             `json:"count,omitempty"`   // a summary row: how many events it stands for (0: one)
+	Sealed  bool            `json:"sealed,omitempty"`  // the envelope travelled sealed to its recipient (through NATS)
 	Body    json.RawMessage `json:"body,omitempty"`    // only with Options.Bodies; see appendRecord
 }
 
@@ -171,6 +172,9 @@ func appendRecord(b []byte, r *Record) []byte {
 	if r.Count != 0 {
 		b = append(b, `,"count":`...)
 		b = strconv.AppendInt(b, int64(r.Count), 10)
+	}
+	if r.Sealed {
+		b = append(b, `,"sealed":true`...)
 	}
 	if len(r.Body) > 0 {
 		b = append(b, `,"body":`...)

@@ -13,14 +13,14 @@ func TestParseLine(t *testing.T) {
 	full := Record{
 		Time: ts(0), Dir: DirIn, Event: EventReceived, Peer: "bob", Key: "ed25519:Zm9v",
 		Claimed: "ed25519:YmFy", Kind: "response", ID: "id-1", CorrID: "id-0", Size: 321, Reason: "r", Attempt: 2,
-		Count: 7, Body: json.RawMessage(`{"a":[1,2]}`),
+		Count: 7, Sealed: true, Body: json.RawMessage(`{"a":[1,2]}`),
 	}
 	ok := []struct {
 		name string
 		line string
 		want Record
 	}{
-		{"full", `{"time":"2026-03-04T05:06:07.890123456Z","dir":"in","event":"received","peer":"bob","key":"ed25519:Zm9v","claimed":"ed25519:YmFy","kind":"response","id":"id-1","corr_id":"id-0","size":321,"reason":"r","attempt":2,"count":7,"body":{"a":[1,2]}}`, full},
+		{"full", `{"time":"2026-03-04T05:06:07.890123456Z","dir":"in","event":"received","peer":"bob","key":"ed25519:Zm9v","claimed":"ed25519:YmFy","kind":"response","id":"id-1","corr_id":"id-0","size":321,"reason":"r","attempt":2,"count":7,"sealed":true,"body":{"a":[1,2]}}`, full},
 		{"minimal", `{"time":"2026-03-04T05:06:07.890123456Z","event":"dropped"}`, Record{Time: ts(0), Event: EventDropped}},
 		{"with newline", `{"time":"2026-03-04T05:06:07.890123456Z","event":"x"}` + "\n", Record{Time: ts(0), Event: "x"}},
 		{"with CRLF", `{"time":"2026-03-04T05:06:07.890123456Z","event":"x"}` + "\r\n", Record{Time: ts(0), Event: "x"}},
@@ -109,7 +109,7 @@ func TestAppendRecordMatchesJSON(t *testing.T) {
 	cases := []Record{
 		{Time: ts(0), Event: EventDropped, Reason: "3"},
 		rec(1),
-		{Time: ts(2).In(time.FixedZone("X", 3600)), Dir: DirIn, Event: EventRefused, Peer: odd, Key: odd, Claimed: odd, Kind: odd, ID: odd, CorrID: odd, Reason: odd, Size: -5, Attempt: 1 << 40, Count: 1 << 41},
+		{Time: ts(2).In(time.FixedZone("X", 3600)), Dir: DirIn, Event: EventRefused, Peer: odd, Key: odd, Claimed: odd, Kind: odd, ID: odd, CorrID: odd, Reason: odd, Size: -5, Attempt: 1 << 40, Count: 1 << 41, Sealed: true},
 		{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Event: "x", Body: json.RawMessage(" { \"a\" : \"<\\u003c>\" ,\n \"b\": [ true, null, 1e3 ] } ")},
 		{Time: ts(3), Event: "x", Body: json.RawMessage(`null`)},
 		{Time: ts(4), Event: "x", Body: json.RawMessage(`"\u2028 s"`)},

@@ -42,6 +42,16 @@ type Figures struct {
 	Connections   int // inbound, open now
 	Authenticated int // of which authenticated
 	DBBytes       int64
+	// NATS is the NATS connection; nil when the node has none
+	// configured (its series are then absent).
+	NATS *NATSFigures
+}
+
+// NATSFigures is the state of the node's NATS connection.
+type NATSFigures struct {
+	Connected  bool
+	Reconnects uint64
+	Stored     uint64 // envelopes the broker confirmed storing (JetStream)
 }
 
 // PeerFigures is one peer's outbox state.
@@ -102,6 +112,9 @@ var (
 	descDead       = prometheus.NewDesc("meerkatd_dead_letters", "Reliable sends given up on, kept as dead letters.", nil, nil)
 	descConns      = prometheus.NewDesc("meerkatd_inbound_connections", "Inbound connections open now, by state.", []string{"state"}, nil)
 	descDB         = prometheus.NewDesc("meerkatd_db_bytes", "Size on disk of the database and its write-ahead log.", nil, nil)
+	descNATSUp     = prometheus.NewDesc("meerkatd_nats_connected", "1 while the node is connected to a NATS server, else 0 (absent without [nats] servers).", nil, nil)
+	descNATSRecon  = prometheus.NewDesc("meerkatd_nats_reconnects_total", "Times the NATS connection was re-established.", nil, nil)
+	descNATSStored = prometheus.NewDesc("meerkatd_nats_stored_in_broker_total", "Envelopes the NATS JetStream stream confirmed storing (stored, not yet acknowledged by the recipient).", nil, nil)
 )
 
 // collector reads the Source at each scrape.
@@ -109,7 +122,7 @@ type collector struct{ src Source }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descDuplicate, descAcks, descRefused, descSends, descInbox, descInboxBytes,
-		descQueued, descBreaker, descDead, descConns, descDB} {
+		descQueued, descBreaker, descDead, descConns, descDB, descNATSUp, descNATSRecon, descNATSStored} {
 		ch <- d
 	}
 }
@@ -146,6 +159,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descConns, float64(f.Authenticated), "authenticated")
 	gauge(descConns, float64(f.Connections-f.Authenticated), "unauthenticated")
 	gauge(descDB, float64(f.DBBytes))
+	if f.NATS != nil {
+		up := 0.0
+		if f.NATS.Connected {
+			up = 1
+		}
+		gauge(descNATSUp, up)
+		counter(descNATSRecon, f.NATS.Reconnects)
+		counter(descNATSStored, f.NATS.Stored)
+	}
 }
 
 // peerSeries sums the peers' figures by label: the first MaxPeerLabels

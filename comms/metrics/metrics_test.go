@@ -125,6 +125,7 @@ func TestSeriesFromFigures(t *testing.T) {
 			{Name: "", Queued: 1, Breaker: "closed"}, // no longer trusted
 		},
 		DeadLetters: 7, Connections: 3, Authenticated: 2, DBBytes: 4096,
+		NATS: &NATSFigures{Connected: true, Reconnects: 2, Stored: 11},
 	}}
 	m, s := serve(t, src)
 	m.ObserveRoundTrip(3 * time.Millisecond)
@@ -154,6 +155,9 @@ func TestSeriesFromFigures(t *testing.T) {
 		{"meerkatd_inbound_connections", []string{"state", "authenticated"}, 2},
 		{"meerkatd_inbound_connections", []string{"state", "unauthenticated"}, 1},
 		{"meerkatd_db_bytes", nil, 4096},
+		{"meerkatd_nats_connected", nil, 1},
+		{"meerkatd_nats_reconnects_total", nil, 2},
+		{"meerkatd_nats_stored_in_broker_total", nil, 11},
 	} {
 		if got, ok := Value(fams, tc.name, tc.labels...); !ok || got != tc.want {
 			t.Errorf("%s%v = %v (present %v), want %v", tc.name, tc.labels, got, ok, tc.want)
@@ -169,6 +173,11 @@ func TestSeriesFromFigures(t *testing.T) {
 	src.set(func(s *fakeSource) { s.f.Received = 9 })
 	if got, _ := Value(Scrape(t, s.Addr().String()), "meerkatd_envelopes_received_total"); got != 9 {
 		t.Errorf("received after a change: %v, want 9", got)
+	}
+	// Without NATS configured its series are absent, not zero.
+	src.set(func(s *fakeSource) { s.f.NATS = nil })
+	if _, ok := Value(Scrape(t, s.Addr().String()), "meerkatd_nats_connected"); ok {
+		t.Errorf("meerkatd_nats_connected is present without NATS")
 	}
 }
 

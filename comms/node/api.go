@@ -154,6 +154,9 @@ type Status struct {
 	// LoopGuards lists the peers the loop guard holds: sends to them are
 	// refused with CodeLoopGuard until held_until or a person's release.
 	LoopGuards []LoopGuardState `json:"loop_guards"`
+	// NATS is the connection to the [nats] servers; absent when none
+	// are configured.
+	NATS *NATSStatus `json:"nats,omitempty"`
 }
 
 // Peer is one trusted peer.

@@ -9,6 +9,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
 )
 
 // openAudit opens the home's audit log if [audit] enabled (nil otherwise:
@@ -54,7 +55,7 @@ func (n *Node) observeInbound(ev comms.Event) {
 
 // auditEvent records an event about a verified envelope as one row.
 func (n *Node) auditEvent(ev comms.Event) {
-	rec := audit.Record{Dir: audit.DirIn, Event: ev.Type, Peer: ev.Peer, Kind: ev.Kind, Size: ev.Size, Reason: ev.Reason}
+	rec := audit.Record{Dir: audit.DirIn, Event: ev.Type, Peer: ev.Peer, Kind: ev.Kind, Size: ev.Size, Reason: ev.Reason, Sealed: ev.Sealed}
 	if !ev.From.IsZero() {
 		rec.Key = ev.From.String()
 	}
@@ -102,6 +103,9 @@ func (n *Node) auditOut(event, peer string, to identity.PeerID, kind string, id,
 	}
 	rec := audit.Record{Dir: audit.DirOut, Event: event, Peer: peer, Key: to.String(), Kind: kind,
 		ID: id.String(), Size: len(payload), Reason: reason, Attempt: attempt}
+	if p, ok := n.r.Trust().Lookup(to); ok && p.Addr.Scheme == transport.SchemeNATS {
+		rec.Sealed = true // sealed to the peer on the way through NATS
+	}
 	if !corr.IsZero() {
 		rec.CorrID = corr.String()
 	}

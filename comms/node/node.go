@@ -77,6 +77,7 @@ type Node struct {
 	mode     Mode
 	embedded bool // Options.Embedded
 	r        *comms.Router
+	nats     *natsLink // nil unless [nats] servers are configured
 	mail     mailStore       // memory for command nodes; the home's store ([store] mode) when serving
 	inbox    *recordingInbox // the Router's Admitter: mail plus received requests
 	log      *slog.Logger
@@ -333,6 +334,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 		}
 		rec.lc = n.lc
 		n.lc.start(ctx, &n.wg)
+		n.startNATS(ctx)
 	}
 	if d, ok := mail.(*durableMail); ok {
 		n.wg.Add(1)
@@ -482,6 +484,7 @@ func (n *Node) Close() error {
 	if n.ob != nil {
 		n.ob.Close() // first: attempts it cancels are not failures, and it writes to the store
 	}
+	n.closeNATS() // settles what it admitted, before the Router closes
 	n.r.Close()
 	n.flushSent() // slice B: before the store closes
 	n.mail.Close()

@@ -48,6 +48,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		Rejected:    st.Rejected,
 		SendPeers:   []PeerSendState{},
 		LoopGuards:  n.heldGuards(),
+		NATS:        n.natsStatus(),
 	}
 	if s.Rejected == nil {
 		s.Rejected = map[string]uint64{}

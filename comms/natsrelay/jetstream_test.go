@@ -1,0 +1,214 @@
+package natsrelay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/internal/testutil"
+)
+
+// nodeUserBlock returns the per-node user block of docs/nats.md, the
+// configuration the documentation tells operators to use.
+func nodeUserBlock(t *testing.T) string {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/nats.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "<!-- nats-node-user")
+	if !ok {
+		t.Fatal("docs/nats.md has no nats-node-user block")
+	}
+	_, rest, _ = strings.Cut(rest, "```\n")
+	block, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("the nats-node-user block of docs/nats.md is not closed")
+	}
+	return block
+}
+
+// leastPrivilegeConf is a server configuration with one user per node as
+// docs/nats.md gives it, and an administrative user that may create the
+// stream.
+func leastPrivilegeConf(t *testing.T, nodes []*testNode) string {
+	block := nodeUserBlock(t)
+	var users []string
+	for i, nd := range nodes {
+		u := strings.NewReplacer("NODE_UUID", nd.kp.ID().UUID().String(), "NODE_PASSWORD", fmt.Sprintf("pw%d", i), "NODE", fmt.Sprintf("n%d", i)).Replace(block)
+		users = append(users, u)
+	}
+	users = append(users, `{user: "admin", password: "admin"}`)
+	return "accounts {\n  MEERKAT {\n    jetstream: enabled\n    users: [\n" + strings.Join(users, "\n") + "\n    ]\n  }\n}\n"
+}
+
+func nodeOpts(i int) Options {
+	return Options{User: fmt.Sprintf("n%d", i), Password: fmt.Sprintf("pw%d", i)}
+}
+
+// makeStream creates the stream as an operator would, with the admin user.
+func makeStream(t *testing.T, url string, replicas int) jetstream.Stream {
+	t.Helper()
+	nc := rawConn(t, url, nats.UserInfo("admin", "admin"))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.CreateStream(ctxT(t), jetstream.StreamConfig{
+		Name: "MEERKAT", Subjects: []string{"meerkat.node.>"}, Retention: jetstream.WorkQueuePolicy,
+		Replicas: replicas, Duplicates: time.Minute, Storage: jetstream.FileStorage,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A node's credentials, as docs/nats.md writes them, cannot read another
+// node's subject: the server refuses the subscription.
+func TestLeastPrivilegeRefusesAnotherNodesSubject(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	nodes := newNodes(t, 2)
+	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
+	violations := make(chan error, 4)
+	nc := rawConn(t, s.ClientURL(), nats.UserInfo("n0", "pw0"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		violations <- err
+	}))
+	other := Subject("meerkat", nodes[1].kp.ID())
+	if _, err := nc.SubscribeSync(other); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	select {
+	case err := <-violations:
+		if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), other) {
+			t.Fatalf("subscribing to %s: %v", other, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not refuse a subscription to another node's subject")
+	}
+	// Its own subject is allowed: the node runs with these credentials.
+	nodes[0].connect(t, s.ClientURL(), nodeOpts(0))
+	nodes[1].connect(t, s.ClientURL(), nodeOpts(1))
+	if _, err := nodes[1].r.SendMessage(ctxT(t), "n0", "allowed"); err != nil {
+		t.Fatalf("send under least privilege: %v", err)
+	}
+	if got := waitItems(t, nodes[0], 1)[0].Envelope.Kind.Body(); got != "allowed" {
+		t.Fatalf("n0 read %q", got)
+	}
+}
+
+// With JetStream, a recipient that is offline while 1,000 reliable
+// messages are sent receives each exactly once, in order, once it is
+// back; the sender's sends complete only on the recipient's acks; and
+// nothing stored in the stream holds a body in the clear.
+func TestJetStreamOfflineRecipient(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
+	stream := makeStream(t, s.ClientURL(), 1)
+	jsOpts := func(i int) Options { o := nodeOpts(i); o.JetStream = true; return o }
+	// b reads once, so its durable consumer exists, then goes away.
+	b.connect(t, s.ClientURL(), jsOpts(1))
+	b.relay.Close()
+
+	a.connect(t, s.ClientURL(), jsOpts(0))
+	const total = 1000
+	ctx := ctxT(t)
+	sealed := make([]comms.Sealed, total)
+	for i := range sealed {
+		var err error
+		if sealed[i], err = a.r.Seal("n1", wire.Message(fmt.Sprintf("secret-%04d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every envelope reaches the broker, none is acknowledged: b is away.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err := a.r.Deliver(short, comms.Delivery{To: b.kp.ID(), ID: sealed[0].ID, Payload: sealed[0].Payload, WantAck: true})
+	cancel()
+	var off *comms.PeerOfflineError
+	if !errors.As(err, &off) {
+		t.Fatalf("a send to an offline recipient: %v", err)
+	}
+	for _, sd := range sealed[1:] {
+		// Published in order; the attempt stops waiting for its ack as
+		// soon as the broker has stored the envelope.
+		stored, cancel := context.WithCancel(ctx)
+		a.r.Deliver(stored, comms.Delivery{To: b.kp.ID(), ID: sd.ID, Payload: sd.Payload, WantAck: true, Queued: cancel})
+		cancel()
+	}
+	if st := a.relay.Status(); st.Stored != total {
+		t.Fatalf("stored_in_broker %d, want %d", st.Stored, total)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != total {
+		t.Fatalf("the stream holds %d messages, want %d", info.State.Msgs, total)
+	}
+	// Scan every stored message: sealed envelopes, no body in the clear.
+	admin := rawConn(t, s.ClientURL(), nats.UserInfo("admin", "admin"))
+	ajs, _ := jetstream.New(admin)
+	astream, err := ajs.Stream(ctx, "MEERKAT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := astream.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("stream message %d: %v", seq, err)
+		}
+		if bytes.Contains(m.Data, []byte("secret-")) {
+			t.Fatalf("stream message %d holds a body in the clear", seq)
+		}
+		if e, err := wire.Decode(m.Data); err != nil || e.Kind.Type() != wire.TypeSealed {
+			t.Fatalf("stream message %d is not a sealed envelope (%v)", seq, err)
+		}
+	}
+
+	// b comes back and reads what waited, in order, once each.
+	b.connect(t, s.ClientURL(), jsOpts(1))
+	got := waitItems(t, b, total)
+	if len(got) != total {
+		t.Fatalf("b received %d items, want %d", len(got), total)
+	}
+	for i, it := range got {
+		if want := fmt.Sprintf("secret-%04d", i); it.Envelope.Kind.Body() != want || it.Envelope.ID != sealed[i].ID {
+			t.Fatalf("item %d is %q, want %q", i, it.Envelope.Kind.Body(), want)
+		}
+	}
+	// b's signed acks reach a through a's own subject.
+	testutil.WaitFor(t, 60*time.Second, "a to receive b's acks", func() bool { return a.relay.Status().Received >= total })
+	// Each send now completes on b's signed ack (kept while nobody
+	// waited), without being stored again.
+	for i, sd := range sealed {
+		var err error
+		for try := 0; try < 100; try++ {
+			if err = a.r.Deliver(ctx, comms.Delivery{To: b.kp.ID(), ID: sd.ID, Payload: sd.Payload, WantAck: true}); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("envelope %d: %v", i, err)
+		}
+	}
+	if st := a.relay.Status(); st.Stored != total {
+		t.Fatalf("acks found waiting were published again: stored_in_broker %d, want %d", st.Stored, total)
+	}
+	if extra := b.r.Inbox().Len(); extra != 0 {
+		t.Fatalf("b received %d more", extra)
+	}
+}

@@ -1,0 +1,440 @@
+package natsrelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// Options configure a [Relay]; they mirror the [nats] table of
+// meerkat.toml (docs/nats.md).
+type Options struct {
+	Servers []string // nats://host:port or tls://host:port; at least one
+
+	// At most one way to authenticate: a .creds file (user JWT and nkey
+	// seed), an nkey seed file, or a user and password.
+	CredsFile    string
+	NKeySeedFile string
+	User         string
+	Password     string
+
+	TLSCA   string // PEM file of the CA that signs the servers' certificates
+	TLSCert string // client certificate and key (both or neither)
+	TLSKey  string
+
+	SubjectPrefix string // default "meerkat"
+
+	// JetStream stores frames in a stream on the node subjects so peers
+	// that are offline read them when they return.
+	JetStream      bool
+	Stream         string        // default "MEERKAT"
+	StreamMaxAge   time.Duration // default 7 days
+	StreamMaxBytes int64         // -1: unlimited; default 1 GiB
+	StreamMaxMsgs  int64         // -1: unlimited; default 1,000,000
+	StreamReplicas int           // default 1
+	DedupWindow    time.Duration // the broker's duplicate window by envelope id; default 2 min
+
+	ReconnectWait  time.Duration // default 2 s
+	ConnectTimeout time.Duration // default 5 s
+
+	Name   string       // client name the servers show (the node's name)
+	Logger *slog.Logger // nil: discard
+}
+
+// Defaults for Options fields left zero.
+const (
+	DefaultSubjectPrefix  = "meerkat"
+	DefaultStream         = "MEERKAT"
+	DefaultStreamMaxAge   = 7 * 24 * time.Hour
+	DefaultStreamMaxBytes = 1 << 30
+	DefaultStreamMaxMsgs  = 1_000_000
+	DefaultDedupWindow    = 2 * time.Minute
+	DefaultReconnectWait  = 2 * time.Second
+	DefaultConnectTimeout = 5 * time.Second
+)
+
+// Bounds on what a Relay holds in memory.
+const (
+	// maxPendingMsgs and maxPendingBytes bound the messages the client
+	// library queues for this node's subscription; past them it drops
+	// messages (counted as slow-consumer drops) and their senders retry,
+	// since no ack went back.
+	maxPendingMsgs  = 8192
+	maxPendingBytes = 64 << 20
+	// replyQueue bounds the envelopes admitted and waiting for their
+	// acks to be sent back.
+	replyQueue = 512
+	// maxAckPending bounds the stored envelopes the broker hands this
+	// node before it has acked them.
+	maxAckPending = 1024
+)
+
+// Header carrying the subject an ack goes to when the envelope travels
+// through JetStream (whose messages' reply subject is the broker's own).
+const hdrReply = "Meerkat-Reply"
+
+// Relay is a node's NATS connection: it publishes envelopes to peers'
+// subjects and hands what arrives on its own subject to the Router. Create
+// it with [Start]; it is safe for concurrent use.
+type Relay struct {
+	r       *comms.Router
+	opts    Options
+	log     *slog.Logger
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	subject string // this node's own subject
+	sub     *nats.Subscription
+	cc      jetstream.ConsumeContext
+
+	replies chan reply
+	done    chan struct{}
+	wg      sync.WaitGroup
+
+	closeOnce  sync.Once
+	stored     atomic.Uint64 // envelopes the broker stored (publish acks)
+	received   atomic.Uint64
+	refused    atomic.Uint64
+	asyncErrMu sync.Mutex
+	asyncErr   string // the last error the server reported (a permission violation…)
+}
+
+// reply is an admitted (or refused) envelope whose answer is still to go.
+type reply struct {
+	wait  func() comms.RelayReply
+	to    string        // reply subject for the ack ("" none)
+	jsMsg jetstream.Msg // set for envelopes read from the stream
+}
+
+// Subject returns the subject of the node with key id under prefix:
+// prefix.node.<the key's peer UUID>.
+func Subject(prefix string, id identity.PeerID) string {
+	return prefix + ".node." + id.UUID().String()
+}
+
+// Start connects to the servers, subscribes to this node's subject (or,
+// with JetStream, makes sure the stream and this node's durable consumer
+// exist and reads from it) and installs itself as r's relay. The
+// connection reconnects on its own for as long as the Relay runs.
+func Start(ctx context.Context, r *comms.Router, opts Options) (*Relay, error) {
+	if len(opts.Servers) == 0 {
+		return nil, errors.New("natsrelay: no servers")
+	}
+	setDefaults(&opts)
+	rl := &Relay{
+		r:       r,
+		opts:    opts,
+		log:     opts.Logger,
+		subject: Subject(opts.SubjectPrefix, r.ID()),
+		replies: make(chan reply, replyQueue),
+		done:    make(chan struct{}),
+	}
+	nopts, err := rl.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(strings.Join(opts.Servers, ","), nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("natsrelay: connect to %s: %w", strings.Join(opts.Servers, ", "), err)
+	}
+	rl.nc = nc
+	rl.wg.Add(1)
+	go rl.replyLoop()
+	if opts.JetStream {
+		err = rl.startJetStream(ctx)
+	} else {
+		err = rl.subscribe()
+	}
+	if err == nil {
+		// The subscription reaches the server before anyone is told it
+		// is up: a peer's request right after Start finds a responder.
+		err = nc.FlushWithContext(ctx)
+	}
+	if err == nil {
+		err = r.SetRelay(rl)
+	}
+	if err != nil {
+		rl.Close()
+		return nil, err
+	}
+	rl.log.Info("NATS connected", "server", nc.ConnectedUrlRedacted(), "subject", rl.subject, "jetstream", opts.JetStream)
+	return rl, nil
+}
+
+func setDefaults(o *Options) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	def := func(p *time.Duration, d time.Duration) {
+		if *p <= 0 {
+			*p = d
+		}
+	}
+	def(&o.StreamMaxAge, DefaultStreamMaxAge)
+	def(&o.DedupWindow, DefaultDedupWindow)
+	def(&o.ReconnectWait, DefaultReconnectWait)
+	def(&o.ConnectTimeout, DefaultConnectTimeout)
+	if o.SubjectPrefix == "" {
+		o.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if o.Stream == "" {
+		o.Stream = DefaultStream
+	}
+	if o.StreamMaxBytes == 0 {
+		o.StreamMaxBytes = DefaultStreamMaxBytes
+	}
+	if o.StreamMaxMsgs == 0 {
+		o.StreamMaxMsgs = DefaultStreamMaxMsgs
+	}
+	if o.StreamReplicas <= 0 {
+		o.StreamReplicas = 1
+	}
+}
+
+// natsOptions turns Options into the client library's options.
+func (rl *Relay) natsOptions() ([]nats.Option, error) {
+	o := rl.opts
+	n := 0
+	for _, set := range []bool{o.CredsFile != "", o.NKeySeedFile != "", o.User != "" || o.Password != ""} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		return nil, errors.New("natsrelay: give one of a creds file, an nkey seed file or a user and password")
+	}
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(o.ReconnectWait),
+		nats.Timeout(o.ConnectTimeout),
+		nats.RetryOnFailedConnect(false),
+		nats.CustomInboxPrefix("_INBOX_" + rl.r.ID().UUID().String()),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			rl.log.Warn("NATS disconnected; reconnecting", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			rl.log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { rl.log.Info("NATS connection closed") }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			rl.asyncErrMu.Lock()
+			rl.asyncErr = err.Error()
+			rl.asyncErrMu.Unlock()
+			rl.log.Warn("NATS error", "err", err)
+		}),
+	}
+	switch {
+	case o.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	case o.NKeySeedFile != "":
+		opt, err := nats.NkeyOptionFromSeed(o.NKeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("natsrelay: nkey seed file: %w", err)
+		}
+		opts = append(opts, opt)
+	case o.User != "" || o.Password != "":
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	}
+	if o.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(o.TLSCA))
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return nil, errors.New("natsrelay: a client certificate needs both its certificate and its key")
+	}
+	if o.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(o.TLSCert, o.TLSKey))
+	}
+	return opts, nil
+}
+
+// subscribe reads this node's subject directly (no JetStream).
+func (rl *Relay) subscribe() error {
+	sub, err := rl.nc.Subscribe(rl.subject, func(m *nats.Msg) {
+		rl.arrived(m.Data, m.Reply, nil)
+	})
+	if err != nil {
+		return fmt.Errorf("natsrelay: subscribe to %s: %w", rl.subject, err)
+	}
+	if err := sub.SetPendingLimits(maxPendingMsgs, maxPendingBytes); err != nil {
+		sub.Unsubscribe()
+		return err
+	}
+	rl.sub = sub
+	return nil
+}
+
+// arrived runs one message through the Router's checks and queues its
+// answer, in arrival order.
+func (rl *Relay) arrived(data []byte, replyTo string, jm jetstream.Msg) {
+	rl.received.Add(1)
+	w := rl.r.ReceiveRelayed(data)
+	select {
+	case rl.replies <- reply{wait: w, to: replyTo, jsMsg: jm}:
+	case <-rl.done:
+	}
+}
+
+// replyLoop waits for each admission in order and sends its ack back;
+// with JetStream it then acks the broker (only after admission).
+func (rl *Relay) replyLoop() {
+	defer rl.wg.Done()
+	for {
+		var rp reply
+		select {
+		case rp = <-rl.replies:
+		case <-rl.done:
+			// Settle what is queued so no admission is left pending.
+			for {
+				select {
+				case rp = <-rl.replies:
+					rp.wait()
+				default:
+					return
+				}
+			}
+		}
+		res := rp.wait()
+		if res.Reason != "" {
+			rl.refused.Add(1)
+		}
+		if res.Ack != nil && rp.to != "" {
+			if err := rl.nc.Publish(rp.to, res.Ack); err != nil {
+				rl.log.Debug("NATS: cannot send an ack", "err", err)
+			}
+		}
+		if rp.jsMsg != nil {
+			rl.settleStored(rp.jsMsg, res)
+		}
+	}
+}
+
+// settleStored tells the broker the outcome of an envelope read from the
+// stream: acked once admitted (or stored before), asked again later when
+// the node could not take it now, and terminated when it can never be
+// taken (malformed, untrusted, bad signature…).
+func (rl *Relay) settleStored(m jetstream.Msg, res comms.RelayReply) {
+	var err error
+	switch res.Reason {
+	case "":
+		err = m.Ack()
+	case comms.RejectInboxFull, comms.RejectStore, comms.RejectPeerShare, comms.RejectInFlight:
+		err = m.NakWithDelay(time.Second)
+	default:
+		err = m.Term()
+	}
+	if err != nil {
+		rl.log.Debug("NATS: cannot settle a stored message", "err", err)
+	}
+}
+
+// Send implements [comms.Relay].
+func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID, payload []byte, wantAck bool, queued func()) ([]byte, bool, error) {
+	subj := Subject(rl.opts.SubjectPrefix, to)
+	if rl.js != nil {
+		m := nats.NewMsg(subj)
+		m.Data = payload
+		m.Header.Set(hdrReply, rl.subject)
+		ack, err := rl.js.PublishMsg(ctx, m, jetstream.WithMsgID(id.String()))
+		if err != nil {
+			return nil, false, err
+		}
+		if !ack.Duplicate {
+			rl.stored.Add(1)
+		}
+		queued() // stored, in order: the next may go
+		return nil, true, nil
+	}
+	if !wantAck {
+		err := rl.nc.Publish(subj, payload)
+		if err == nil {
+			queued()
+		}
+		return nil, false, err
+	}
+	// The client writes a request before it waits for the reply; one
+	// connection's messages reach a subscriber in the order written.
+	queued()
+	m, err := rl.nc.RequestWithContext(ctx, subj, payload)
+	if err != nil {
+		return nil, false, err
+	}
+	return m.Data, false, nil
+}
+
+// Status is what [Relay.Status] reports.
+type Status struct {
+	State      string `json:"state"`            // connected, connecting, reconnecting, closed…
+	Server     string `json:"server,omitempty"` // the server connected to, credentials removed
+	Subject    string `json:"subject"`          // this node's subject
+	JetStream  bool   `json:"jetstream"`
+	Reconnects uint64 `json:"reconnects"`
+	Received   uint64 `json:"received"`             // messages that arrived on the node's subject
+	Refused    uint64 `json:"refused"`              // of those, refused by the checks
+	Stored     uint64 `json:"stored_in_broker"`     // envelopes the broker confirmed storing
+	Dropped    int    `json:"dropped,omitempty"`    // messages the client dropped as a slow consumer
+	LastError  string `json:"last_error,omitempty"` // the last error the server reported
+}
+
+// Status reports the connection's state and counters.
+func (rl *Relay) Status() Status {
+	st := Status{
+		State:      strings.ToLower(rl.nc.Status().String()),
+		Subject:    rl.subject,
+		JetStream:  rl.opts.JetStream,
+		Reconnects: rl.nc.Stats().Reconnects,
+		Received:   rl.received.Load(),
+		Refused:    rl.refused.Load(),
+		Stored:     rl.stored.Load(),
+	}
+	if rl.nc.IsConnected() {
+		st.Server = rl.nc.ConnectedUrlRedacted()
+	}
+	if rl.sub != nil {
+		if n, err := rl.sub.Dropped(); err == nil {
+			st.Dropped = n
+		}
+	}
+	rl.asyncErrMu.Lock()
+	st.LastError = rl.asyncErr
+	rl.asyncErrMu.Unlock()
+	return st
+}
+
+// Close detaches the relay from the Router, stops reading, settles what
+// was admitted and closes the connection (flushing what was published).
+func (rl *Relay) Close() error {
+	rl.closeOnce.Do(func() {
+		rl.r.SetRelay(nil)
+		if rl.cc != nil {
+			rl.cc.Stop()
+		}
+		if rl.sub != nil {
+			rl.sub.Unsubscribe()
+		}
+		close(rl.done)
+		rl.wg.Wait()
+		if rl.nc != nil {
+			rl.nc.Drain()
+			// Drain closes the connection on its own; wait for that,
+			// boundedly, so no client goroutine outlives Close.
+			deadline := time.Now().Add(5 * time.Second)
+			for !rl.nc.IsClosed() && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			rl.nc.Close()
+		}
+	})
+	return nil
+}

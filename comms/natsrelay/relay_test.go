@@ -1,0 +1,308 @@
+package natsrelay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
+)
+
+func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
+
+// drainInbox collects what n has received until want items are there.
+func waitItems(t *testing.T, n *testNode, want int) []comms.Item {
+	t.Helper()
+	var got []comms.Item
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for len(got) < want {
+		items, err := n.r.Inbox().Wait(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %d items, have %d: %v", want, len(got), err)
+		}
+		got = append(got, items...)
+	}
+	return got
+}
+
+func TestMessageRequestResponseThroughNATS(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s := startServer(t, "s1", "", nil, "")
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	a.connect(t, s.ClientURL(), Options{Name: "a"})
+	b.connect(t, s.ClientURL(), Options{Name: "b"})
+	ctx := ctxT(t)
+
+	id, err := a.r.SendMessage(ctx, "n1", "hello through the broker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := waitItems(t, b, 1)
+	if items[0].Envelope.ID != id || items[0].Envelope.Kind.Body() != "hello through the broker" || items[0].PeerName != "n0" {
+		t.Fatalf("b's inbox: %+v", items)
+	}
+	reqID, err := a.r.SendRequest(ctx, "n1", "add", wire.Int(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := waitItems(t, b, 1)[0].Envelope
+	if req.ID != reqID || req.Kind.Intent() != "add" {
+		t.Fatalf("b got %+v", req)
+	}
+	if _, err := b.r.SendResponse(ctx, "n0", req.ID, wire.StatusCompleted, wire.Int(3)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := a.r.AwaitResponse(ctx, reqID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := resp.Kind.InReplyTo(); got != reqID || resp.Kind.Status() != wire.StatusCompleted {
+		t.Fatalf("response %+v", resp)
+	}
+	if st := b.relay.Status(); st.State != "connected" || st.Received < 2 || st.Subject != Subject("meerkat", b.kp.ID()) {
+		t.Fatalf("b's status %+v", st)
+	}
+}
+
+func TestSubjectIsThePeerUUID(t *testing.T) {
+	kp, err := identity.KeypairFromSeed(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Subject("fleet.a", kp.ID())
+	want := "fleet.a.node." + kp.ID().UUID().String()
+	if got != want {
+		t.Fatalf("Subject = %q, want %q", got, want)
+	}
+	for _, c := range kp.ID().UUID().String() {
+		if c == '.' || c == '*' || c == '>' || c == ' ' {
+			t.Fatalf("peer UUID %q is not one subject token", kp.ID().UUID())
+		}
+	}
+}
+
+func TestOfflinePeerFailsFast(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s := startServer(t, "s1", "", nil, "")
+	nodes := newNodes(t, 2)
+	nodes[0].connect(t, s.ClientURL(), Options{})
+	start := time.Now()
+	_, err := nodes[0].r.SendMessage(ctxT(t), "n1", "anyone?")
+	var off *comms.PeerOfflineError
+	if !errors.As(err, &off) || off.Reason != comms.OfflineRelay || !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("send to a peer not subscribed: %v", err)
+	}
+	t.Logf("no responders after %v", time.Since(start))
+}
+
+func TestNoRelayConfigured(t *testing.T) {
+	nodes := newNodes(t, 2)
+	_, err := nodes[0].r.SendMessage(ctxT(t), "n1", "x")
+	var off *comms.PeerOfflineError
+	if !errors.As(err, &off) || off.Reason != comms.OfflineNoRelay {
+		t.Fatalf("send without a relay: %v", err)
+	}
+}
+
+// The broker, and anyone who can read the subjects, sees no body.
+func TestBrokerSeesNoPlaintext(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s := startServer(t, "s1", "", nil, "")
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	a.connect(t, s.ClientURL(), Options{})
+	b.connect(t, s.ClientURL(), Options{})
+	spy := rawConn(t, s.ClientURL())
+	var mu sync.Mutex
+	var seen [][]byte
+	sub, err := spy.Subscribe("meerkat.>", func(m *nats.Msg) {
+		mu.Lock()
+		seen = append(seen, bytes.Clone(m.Data))
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	spy.Flush()
+	const secret = "the launch code is swordfish"
+	if _, err := a.r.SendMessage(ctxT(t), "n1", secret); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitItems(t, b, 1)[0].Envelope.Kind.Body(); got != secret {
+		t.Fatalf("b read %q", got)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the spy to see the envelope", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) >= 1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range seen {
+		if bytes.Contains(m, []byte("swordfish")) {
+			t.Fatalf("a message on the node subjects holds the body in the clear")
+		}
+		e, err := wire.Decode(m)
+		if err != nil || e.Kind.Type() != wire.TypeSealed {
+			t.Fatalf("a message on the node subjects is %v (%v), not a sealed envelope", e.Kind.Type(), err)
+		}
+	}
+}
+
+// Envelopes published straight onto a node's subject meet the same checks
+// as on a socket: a stranger's and a forged one are refused, no ack goes
+// back, nothing is admitted.
+func TestForgedEnvelopesRefused(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s := startServer(t, "s1", "", nil, "")
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	b.connect(t, s.ClientURL(), Options{})
+	attacker := rawConn(t, s.ClientURL())
+	subj := Subject("meerkat", b.kp.ID())
+	stranger, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealedBy := func(kp *identity.Keypair, kind wire.Kind) []byte {
+		e, err := wire.Seal(kp, identity.NewUUID(), b.kp.ID(), kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := e.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	badSig := sealedBy(a.kp, wire.Message("forged"))
+	badSig[len(badSig)-1] ^= 1 // the signature is the last field
+	cases := []struct {
+		name, reason string
+		payload      []byte
+	}{
+		{"untrusted key", comms.RejectUntrusted, sealedBy(stranger, wire.Message("hi"))},
+		{"bad signature", comms.RejectBadSignature, badSig},
+		{"not CBOR", comms.RejectMalformed, []byte("hello")},
+		{"sealed by a stranger", comms.RejectUntrusted, sealedBy(stranger, wire.SealedKind(bytes.Repeat([]byte{1}, 80)))},
+		{"sealed box that does not open", comms.RejectSealed, sealedBy(a.kp, wire.SealedKind(bytes.Repeat([]byte{1}, 80)))},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := b.r.Stats().Rejected[c.reason]
+			_, err := attacker.Request(subj, c.payload, 300*time.Millisecond)
+			if !errors.Is(err, nats.ErrTimeout) {
+				t.Fatalf("a refused envelope got a reply (err %v)", err)
+			}
+			testutil.WaitFor(t, 10*time.Second, "the refusal to be counted", func() bool {
+				return b.r.Stats().Rejected[c.reason] == before+1
+			})
+		})
+	}
+	if n := b.r.Inbox().Len(); n != 0 {
+		t.Fatalf("%d forged envelopes admitted", n)
+	}
+	if st := b.relay.Status(); st.Refused != uint64(len(cases)) {
+		t.Fatalf("status counts %d refused, want %d", st.Refused, len(cases))
+	}
+}
+
+// Three servers in a cluster, three nodes each on its own server: they
+// exchange messages and requests; then the server of the receiving node
+// is shut down in the middle of a stream of sends. The clients reconnect
+// to the others, and every acknowledged envelope is in the inbox exactly
+// once.
+func TestClusterServerKilledMidStream(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	servers := startCluster(t, 3, "")
+	nodes := newNodes(t, 3)
+	all := ""
+	for _, s := range servers {
+		if all != "" {
+			all += ","
+		}
+		all += s.ClientURL()
+	}
+	for i, nd := range nodes {
+		// Each node starts on its own server and knows the others to
+		// reconnect to.
+		nd.connect(t, servers[i].ClientURL()+","+all, Options{Name: fmt.Sprintf("n%d", i)})
+	}
+	ctx := ctxT(t)
+	for i, from := range nodes {
+		for j := range nodes {
+			if i == j {
+				continue
+			}
+			if _, err := from.r.SendMessage(ctx, fmt.Sprintf("n%d", j), fmt.Sprintf("%d→%d", i, j)); err != nil {
+				t.Fatalf("n%d → n%d: %v", i, j, err)
+			}
+		}
+	}
+	for _, nd := range nodes {
+		waitItems(t, nd, 2)
+	}
+
+	// n0 sends a stream to n2; n2's server goes down in the middle. Each
+	// envelope is sent again, same id, until it is acknowledged.
+	const total = 300
+	victim := -1
+	for i, s := range servers {
+		if s.ClientURL() == nodes[2].relay.Status().Server {
+			victim = i
+		}
+	}
+	if victim < 0 {
+		t.Fatalf("n2 is connected to none of the servers: %+v", nodes[2].relay.Status())
+	}
+	sent := make([]identity.UUID, 0, total)
+	for i := range total {
+		if i == total/3 {
+			servers[victim].Shutdown()
+		}
+		s, err := nodes[0].r.Seal("n2", wire.Message(fmt.Sprintf("m%03d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for attempt := 0; ; attempt++ {
+			err := nodes[0].r.Deliver(ctx, comms.Delivery{To: s.Peer.ID, ID: s.ID, Payload: s.Payload, WantAck: true})
+			if err == nil {
+				break
+			}
+			if attempt > 200 || ctx.Err() != nil {
+				t.Fatalf("envelope %d never acknowledged: %v", i, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		sent = append(sent, s.ID)
+	}
+	got := waitItems(t, nodes[2], total)
+	seen := map[identity.UUID]int{}
+	for _, it := range got {
+		seen[it.Envelope.ID]++
+	}
+	for i, id := range sent {
+		if seen[id] != 1 {
+			t.Fatalf("envelope %d was delivered %d times", i, seen[id])
+		}
+	}
+	if len(got) != total {
+		t.Fatalf("%d items for %d envelopes", len(got), total)
+	}
+	if st := nodes[2].relay.Status(); st.Reconnects == 0 || st.State != "connected" {
+		t.Fatalf("n2 did not reconnect: %+v", st)
+	}
+}

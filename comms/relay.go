@@ -1,0 +1,367 @@
+package comms
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/seal"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// Relay carries envelopes through a message broker (NATS) to the peers
+// whose address is nats:. The Router seals what it hands a Relay; the
+// Relay moves bytes and knows nothing of keys.
+type Relay interface {
+	// queued, called once at most, says the envelope is placed in order
+	// with the broker: written on the connection, or confirmed stored. A
+	// caller that starts its next send only then keeps its envelopes in
+	// order.
+	// Send hands one envelope's wire bytes (no length prefix) to the
+	// broker for peer to. With wantAck, it returns the bytes the peer
+	// answered on the message's reply subject (its signed ack, which the
+	// Router checks), or nil with stored true when the broker stored the
+	// envelope for later and the ack will arrive as an inbound envelope
+	// ([Router.ReceiveRelayed]). Without wantAck it returns once the
+	// broker has the envelope. Errors mean the envelope did not reach the
+	// broker or no ack came back before ctx ended.
+	Send(ctx context.Context, to identity.PeerID, id identity.UUID, payload []byte, wantAck bool, queued func()) (ack []byte, stored bool, err error)
+}
+
+// Reasons a send through the relay fails with [*PeerOfflineError].
+const (
+	// OfflineNoRelay: the peer's address is nats: and this node has no
+	// NATS connection configured.
+	OfflineNoRelay = "the peer is reached through NATS and this node has no [nats] servers configured"
+	// OfflineRelay: the broker did not take the envelope or no ack came
+	// back (the peer is not subscribed, the connection is down, a
+	// permission refused it).
+	OfflineRelay = "NATS did not deliver it"
+)
+
+// relayState is the Router's side of the relay: the Relay, the opener for
+// sealed envelopes, and the acks awaited or arrived early through it.
+type relayState struct {
+	mu      sync.Mutex
+	relay   Relay
+	opener  *seal.Opener
+	waiting map[dedupKey]chan struct{} // acks a send waits for: (peer, envelope id)
+	// late are acks that arrived while no send waited for them (the
+	// peer read its stored envelopes while the sender was between
+	// attempts): the next attempt finds them and is done at once.
+	late map[dedupKey]time.Time
+}
+
+// maxLateAcks bounds the acks kept for attempts still to come; past it the
+// oldest are forgotten (the attempt then waits for the peer to ack a
+// repeat).
+const maxLateAcks = 1 << 16
+
+// lateAckTTL is how long an ack nobody waited for is kept.
+const lateAckTTL = time.Hour
+
+// SetRelay installs the relay that reaches nats: peers (nil removes it).
+// The Relay hands what arrives for this node to [Router.ReceiveRelayed].
+func (r *Router) SetRelay(rl Relay) error {
+	r.rs.mu.Lock()
+	defer r.rs.mu.Unlock()
+	if rl != nil && r.rs.opener == nil {
+		o, err := seal.NewOpener(r.kp)
+		if err != nil {
+			return err
+		}
+		r.rs.opener = o
+	}
+	r.rs.relay = rl
+	if r.rs.waiting == nil {
+		r.rs.waiting = map[dedupKey]chan struct{}{}
+		r.rs.late = map[dedupKey]time.Time{}
+	}
+	return nil
+}
+
+func (r *Router) currentRelay() Relay {
+	r.rs.mu.Lock()
+	defer r.rs.mu.Unlock()
+	return r.rs.relay
+}
+
+// relaySend delivers a signed envelope's frame to p through the relay,
+// sealed to p's key inside a signed envelope of kind sealed with the same
+// id, and waits for p's signed ack of id when wantAck.
+func (r *Router) relaySend(ctx context.Context, p trust.Peer, id identity.UUID, frame []byte, wantAck bool, so sendOpts) error {
+	rl := r.currentRelay()
+	if rl == nil {
+		return &PeerOfflineError{Peer: p.Name, Reason: OfflineNoRelay}
+	}
+	outer, err := r.sealFor(p.ID, id, frame[transport.HeaderSize:])
+	if err != nil {
+		return err
+	}
+	k := dedupKey{p.ID, id}
+	var arrived chan struct{}
+	if wantAck {
+		var done bool
+		arrived, done = r.awaitRelayAck(k)
+		if done {
+			so.queued()
+			return nil
+		}
+		defer r.stopAwaiting(k, arrived)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
+	defer cancel()
+	ack, _, err := rl.Send(ctx, p.ID, id, outer, wantAck, so.queued)
+	if err != nil {
+		if r.ctx.Err() != nil {
+			return ErrClosed
+		}
+		return &PeerOfflineError{Peer: p.Name, Reason: OfflineRelay, Err: err}
+	}
+	if !wantAck {
+		return nil
+	}
+	if ack != nil {
+		return r.relayAck(p, id, ack)
+	}
+	select {
+	case <-arrived:
+		return nil
+	case <-ctx.Done():
+		if r.ctx.Err() != nil {
+			return ErrClosed
+		}
+		return &PeerOfflineError{Peer: p.Name, Reason: OfflineTimeout}
+	case <-r.ctx.Done():
+		return ErrClosed
+	}
+}
+
+// sealFor wraps a signed envelope's bytes for peer to: a new envelope of
+// kind sealed, same id, whose box only to's key opens.
+func (r *Router) sealFor(to identity.PeerID, id identity.UUID, inner []byte) ([]byte, error) {
+	box, err := seal.Seal(to, seal.Info(r.self, to, id), inner)
+	if err != nil {
+		return nil, err
+	}
+	e, err := wire.Seal(r.kp, id, to, wire.SealedKind(box))
+	if err != nil {
+		return nil, err
+	}
+	b, err := e.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > r.opts.MaxMessageBytes {
+		return nil, fmt.Errorf("comms: sealed envelope of %d bytes: %w (limit %d)", len(b), wire.ErrTooLarge, r.opts.MaxMessageBytes)
+	}
+	return b, nil
+}
+
+// relayAck checks the ack p returned on the reply subject.
+func (r *Router) relayAck(p trust.Peer, id identity.UUID, payload []byte) error {
+	e, err := wire.Open(payload)
+	if err == nil {
+		switch got, _ := e.Kind.InReplyTo(); {
+		case e.Kind.Type() != wire.TypeAck:
+			err = fmt.Errorf("%w: kind %q", errBadAck, e.Kind.Type())
+		case e.From != p.ID:
+			err = fmt.Errorf("%w: from another key", errBadAck)
+		case e.To != r.self:
+			err = fmt.Errorf("%w: addressed to another node", errBadAck)
+		case got != id:
+			err = fmt.Errorf("%w: acknowledges another envelope", errBadAck)
+		}
+	}
+	if err != nil {
+		return &PeerOfflineError{Peer: p.Name, Reason: OfflineBadAck, Err: err}
+	}
+	r.seen(p.ID)
+	return nil
+}
+
+// awaitRelayAck registers a wait for k's ack; done reports it arrived
+// already (between two attempts).
+func (r *Router) awaitRelayAck(k dedupKey) (ch chan struct{}, done bool) {
+	r.rs.mu.Lock()
+	defer r.rs.mu.Unlock()
+	if _, ok := r.rs.late[k]; ok {
+		delete(r.rs.late, k)
+		return nil, true
+	}
+	ch = make(chan struct{})
+	r.rs.waiting[k] = ch
+	return ch, false
+}
+
+func (r *Router) stopAwaiting(k dedupKey, ch chan struct{}) {
+	r.rs.mu.Lock()
+	if r.rs.waiting[k] == ch {
+		delete(r.rs.waiting, k)
+	}
+	r.rs.mu.Unlock()
+}
+
+// relayLateAck routes an ack that came through the relay as an inbound
+// envelope. One that no send waits for is kept for the next attempt, and
+// the peer's queue is told to go on at once.
+func (r *Router) relayLateAck(e wire.Envelope) {
+	if !r.relayAckArrived(e) && r.opts.PeerConnected != nil {
+		r.opts.PeerConnected(e.From)
+	}
+}
+
+// relayAckArrived routes an ack that came through the relay as an inbound
+// envelope; it reports whether a send was waiting for it.
+func (r *Router) relayAckArrived(e wire.Envelope) bool {
+	id, _ := e.Kind.InReplyTo()
+	k := dedupKey{e.From, id}
+	r.rs.mu.Lock()
+	defer r.rs.mu.Unlock()
+	if ch, ok := r.rs.waiting[k]; ok {
+		delete(r.rs.waiting, k)
+		close(ch)
+		return true
+	}
+	if r.rs.late == nil {
+		return false
+	}
+	now := time.Now()
+	if len(r.rs.late) >= maxLateAcks {
+		for lk, t := range r.rs.late {
+			if now.Sub(t) > lateAckTTL || len(r.rs.late) >= maxLateAcks {
+				delete(r.rs.late, lk)
+			}
+		}
+	}
+	r.rs.late[k] = now
+	return false
+}
+
+// ErrRelayRefused reports why [Router.ReceiveRelayed] refused an envelope;
+// it wraps one of the Reject… reasons as text.
+var ErrRelayRefused = errors.New("comms: refused")
+
+// RelayReply is the outcome of an envelope that arrived through the relay.
+type RelayReply struct {
+	// Ack is the signed ack to send back (wire bytes, no length prefix),
+	// nil for kinds that are not acknowledged and for refusals.
+	Ack []byte
+	// Reason is the Reject… reason it was refused for; "" if accepted.
+	Reason string
+}
+
+// ReceiveRelayed runs one envelope that came through the relay through the
+// same checks as one read from a socket — size, decode, to, trust,
+// signature, then, for a sealed kind, open and the same checks again on
+// the envelope inside, duplicate check, admission, fair share — and
+// returns a function that waits for its admission and gives the reply.
+// Calls made one after another admit their envelopes in that order; the
+// returned functions may be called from another goroutine, in the same
+// order.
+func (r *Router) ReceiveRelayed(payload []byte) func() RelayReply {
+	refused := func(reason string) func() RelayReply {
+		r.reject(reason)
+		r.logRefused(reason)
+		return func() RelayReply { return RelayReply{Reason: reason} }
+	}
+	if len(payload) > r.opts.MaxMessageBytes {
+		r.observe(EventRefused, nil, "", len(payload), RejectFrame)
+		return refused(RejectFrame)
+	}
+	st := &inConn{relay: true}
+	inner, from, reason := r.unseal(payload, st)
+	if reason != "" {
+		return refused(reason)
+	}
+	quiet := time.Since(r.LastSeen(from)) > relayQuiet
+	var async []pendingAdmission
+	ack, fresh, _, reason := r.receiveEnvelope(inner, st, &async)
+	if reason != "" {
+		return refused(reason)
+	}
+	if quiet && (fresh || len(async) > 0) && r.opts.PeerConnected != nil {
+		// A peer quiet for a while sent again: its queue may go at once.
+		r.opts.PeerConnected(from)
+	}
+	if len(async) == 0 {
+		return func() RelayReply {
+			if ack != nil {
+				r.acksSent.Add(1)
+				ack = ack[transport.HeaderSize:]
+			}
+			return RelayReply{Ack: ack}
+		}
+	}
+	pa := async[0]
+	return func() RelayReply {
+		frame, reason := r.settle(st, ackJob{adm: pa.adm, key: pa.key, ev: pa.ev, claimed: pa.claimed}, nil)
+		if reason != "" || len(frame) == 0 {
+			return RelayReply{Reason: reason}
+		}
+		return RelayReply{Ack: frame[transport.HeaderSize:]}
+	}
+}
+
+// relayQuiet is how long a peer must have sent nothing before a relayed
+// envelope counts as a sign it came back.
+const relayQuiet = 5 * time.Second
+
+// unseal checks a relayed envelope and, if it is sealed, opens it: the
+// outer envelope must be to this node from a trusted key with a valid
+// signature, and the inner one must carry the same from, to and id. It
+// returns the bytes receiveEnvelope checks next (the input itself when
+// not sealed) and the sender it claims, or the reason to refuse.
+func (r *Router) unseal(payload []byte, st *inConn) ([]byte, identity.PeerID, string) {
+	e, err := wire.Decode(payload)
+	if err != nil {
+		r.observe(EventRefused, nil, "", len(payload), RejectMalformed)
+		return nil, identity.PeerID{}, RejectMalformed
+	}
+	box, ok := e.Kind.Box()
+	if !ok {
+		return payload, e.From, "" // a plain kind: checked as from a socket
+	}
+	st.sealed = true
+	fail := func(reason, peer string) ([]byte, identity.PeerID, string) {
+		r.observeSt(st, EventRefused, &e, peer, len(payload), reason)
+		return nil, e.From, reason
+	}
+	if e.To != r.self {
+		return fail(RejectNotForUs, "")
+	}
+	peer, ok := r.trust.Load().Lookup(e.From)
+	if !ok {
+		r.logUntrusted(e.From)
+		return fail(RejectUntrusted, "")
+	}
+	if err := e.Verify(); err != nil {
+		return fail(RejectBadSignature, peer.Name)
+	}
+	r.rs.mu.Lock()
+	op := r.rs.opener
+	r.rs.mu.Unlock()
+	if op == nil {
+		return fail(RejectSealed, peer.Name)
+	}
+	inner, err := op.Open(seal.Info(e.From, e.To, e.ID), box)
+	if err != nil {
+		return fail(RejectSealed, peer.Name)
+	}
+	in, err := wire.Decode(inner)
+	if err != nil || in.From != e.From || in.To != e.To || in.ID != e.ID {
+		return fail(RejectSealed, peer.Name)
+	}
+	if _, nested := in.Kind.Box(); nested {
+		return fail(RejectSealed, peer.Name)
+	}
+	return inner, e.From, ""
+}
+
+// AckTimeout is how long a send waits for a peer's ack.
+func (r *Router) AckTimeout() time.Duration { return r.opts.AckTimeout }
