@@ -32,7 +32,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
-			if c != (Config{}) {
+			if !c.Equal(Config{}) {
 				t.Fatalf("Parse failed but returned %+v", c)
 			}
 			return
@@ -47,7 +47,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Parse(Marshal(c)): %v\n%s", err, out)
 		}
-		if back != c {
+		if !back.Equal(c) {
 			t.Fatalf("round trip changed the config:\n got %+v\nwant %+v", back, c)
 		}
 	})
