@@ -26,6 +26,7 @@ func FuzzParse(f *testing.F) {
 		"", "[comms]\nlisten_udp = 1\n", "comms.inbox_max = -1\n", "name = \"\\u0000\"\n",
 		"[comms]\nlisten_uds = \"/tmp/{name}\\t\\\"x\\\".sock\"\n", "comms = {}\n", "[a.b.c]\n",
 		"name = '''\nmulti\nline'''\n", "NAME = \"x\"\n",
+		"[nats]\nservers = [\"a:1\", \"\\u0000\", 'x\\y']\n", "nats.servers = []\n", "[nats]\nservers = [[\"a\"]]\n",
 	} {
 		f.Add([]byte(s))
 	}
