@@ -63,7 +63,9 @@ func TestValidateNATS(t *testing.T) {
 		{"creds and user", func(c *Config) { c.NATS.CredsFile, c.NATS.User, c.NATS.Password = "a", "u", "p" }, []string{"nats.user"}},
 		{"nkey and password", func(c *Config) { c.NATS.NKeySeedFile, c.NATS.Password = "a", "p" },
 			[]string{"nats.user", "nats.user"}}, // a second method, and a password without user
-		{"all three", func(c *Config) { c.NATS.CredsFile, c.NATS.NKeySeedFile, c.NATS.User, c.NATS.Password = "a", "b", "u", "p" },
+		{"all three", func(c *Config) {
+			c.NATS.CredsFile, c.NATS.NKeySeedFile, c.NATS.User, c.NATS.Password = "a", "b", "u", "p"
+		},
 			[]string{"nats.nkey_seed_file", "nats.user"}},
 		{"creds tilde", func(c *Config) { c.NATS.CredsFile = "~/u.creds" }, []string{"nats.creds_file"}},
 		{"nkey NUL", func(c *Config) { c.NATS.NKeySeedFile = "a\x00b" }, []string{"nats.nkey_seed_file"}},
