@@ -7,12 +7,14 @@ COUNT    ?= 6
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS  := -X main.version=$(VERSION)
 NATSBENCH ?= bin/natsbench
+NATSSERVER ?= bin/nats-server
+NATS_PORT ?= 4222
 BENCHFLAGS ?=
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Where make install puts bin/meerkatd: ~/.local for a user, /usr/local for root.
 PREFIX   ?= $(if $(filter 0,$(shell id -u)),/usr/local,$(HOME)/.local)
 
-.PHONY: help build install uninstall run test natstest race alloc benchsmoke fuzz e2e bench benchquick lint clean
+.PHONY: help build install uninstall run test natstest nats-dev race alloc benchsmoke fuzz e2e bench benchquick lint clean
 
 ## help: list the targets
 help:
@@ -47,6 +49,14 @@ test:
 ## natstest: the NATS comparison module's own tests (bench/nats is a separate Go module)
 natstest:
 	cd bench/nats && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+## nats-dev: build nats-server (from the bench/nats module) and run it in the foreground with JetStream on 127.0.0.1 port NATS_PORT (default 4222), its store in a temporary directory removed when it stops (Ctrl-C)
+nats-dev:
+	cd bench/nats && $(GO) build -o ../../$(NATSSERVER) github.com/nats-io/nats-server/v2
+	@dir=$$(mktemp -d "$${TMPDIR:-/tmp}/meerkat-nats.XXXXXX") || exit 1; \
+	trap 'rm -rf "$$dir"' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
+	echo "nats-server on nats://127.0.0.1:$(NATS_PORT), JetStream in $$dir (Ctrl-C stops it and removes the directory)"; \
+	./$(NATSSERVER) -a 127.0.0.1 -p $(NATS_PORT) -js -sd "$$dir"
 
 ## race: the test suite under the race detector only
 race:

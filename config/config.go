@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"time"
 
@@ -52,6 +54,16 @@ const (
 	DefaultLogLevel              = "info"
 	DefaultLogFormat             = LogText
 
+	DefaultNATSSubjectPrefix    = "meerkat"
+	DefaultNATSStream           = "MEERKAT"
+	DefaultNATSStreamMaxAgeSecs = 7 * 24 * 3600
+	DefaultNATSStreamMaxBytes   = 1 << 30
+	DefaultNATSStreamMaxMsgs    = 1_000_000
+	DefaultNATSStreamReplicas   = 1
+	DefaultNATSDedupWindowSecs  = 120
+	DefaultNATSReconnectWaitMS  = 2000
+	DefaultNATSConnectTimeoutMS = 5000
+
 	// MaxBackoffSteps bounds the outbox.backoff list.
 	MaxBackoffSteps = 32
 
@@ -92,11 +104,26 @@ const (
 	MaxHistoryHours = 24 * 365
 	// MaxFileSize bounds the configuration file, in bytes.
 	MaxFileSize = 1 << 20
+
+	// MaxNATSServers bounds nats.servers.
+	MaxNATSServers = 64
+	// MaxNATSSubjectPrefixLen bounds nats.subject_prefix, in bytes.
+	MaxNATSSubjectPrefixLen = 128
+	// MaxNATSStreamLen bounds nats.stream, in bytes.
+	MaxNATSStreamLen = 64
+	// MaxNATSStreamMaxAgeSecs bounds nats.stream_max_age_secs (ten
+	// years), which keeps the duration far from overflowing.
+	MaxNATSStreamMaxAgeSecs = 10 * 365 * 24 * 3600
+	// MaxNATSStreamReplicas bounds nats.stream_replicas, as JetStream does.
+	MaxNATSStreamReplicas = 5
+	// NATSUnlimited as nats.stream_max_bytes or nats.stream_max_msgs
+	// means no limit.
+	NATSUnlimited = -1
 )
 
 // Config is a node's configuration, as read from meerkat.toml. The zero
 // Config is not valid; start from [Default], [Parse] or [Load]. Config is
-// comparable.
+// not comparable with == (nats.servers is a list): use [Config.Equal].
 type Config struct {
 	// Name is the node name; it replaces {name} in comms.listen_uds.
 	Name string `toml:"name"`
@@ -118,6 +145,20 @@ type Config struct {
 	Log Log `toml:"log"`
 	// Agent is the [agent] table.
 	Agent Agent `toml:"agent"`
+	// NATS is the [nats] table.
+	NATS NATS `toml:"nats"`
+}
+
+// Equal reports whether c and o hold the same settings. A nil and an
+// empty nats.servers are equal (both mean NATS is off).
+func (c Config) Equal(o Config) bool {
+	if len(c.NATS.Servers) == 0 {
+		c.NATS.Servers = nil
+	}
+	if len(o.NATS.Servers) == 0 {
+		o.NATS.Servers = nil
+	}
+	return reflect.DeepEqual(c, o)
 }
 
 // Agent is the [agent] table: how the node serves the agent that works
@@ -162,6 +203,87 @@ func (a Agent) LoopFast() time.Duration { return millis(a.LoopFastMS) }
 
 // LoopHold returns loop_hold_secs as a duration.
 func (a Agent) LoopHold() time.Duration { return seconds(a.LoopHoldSecs) }
+
+// NATS is the [nats] table: reaching other nodes through a NATS
+// deployment (docs/nats.md). With no servers (the default) NATS is off.
+// File paths that are not absolute are relative to the node's home
+// directory: see [NATS.Path].
+type NATS struct {
+	// Servers are the URLs of the NATS servers: nats://host:port,
+	// tls://host:port, or host:port for nats://. Empty means NATS is off.
+	// [NATS.ServerURLs] returns them with their scheme.
+	Servers []string `toml:"servers"`
+	// CredsFile is a NATS credentials file (user JWT and nkey seed).
+	CredsFile string `toml:"creds_file"`
+	// NKeySeedFile is a file holding an nkey user seed.
+	NKeySeedFile string `toml:"nkey_seed_file"`
+	// User and Password authenticate with a user name and password.
+	// At most one of CredsFile, NKeySeedFile and User/Password is set.
+	User     string `toml:"user"`
+	Password string `toml:"password"`
+	// TLSCA is a PEM file of the CAs that verify the servers; "" uses
+	// the system's.
+	TLSCA string `toml:"tls_ca"`
+	// TLSCert and TLSKey are a PEM client certificate and its key, both
+	// or neither.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	// SubjectPrefix starts every subject the node uses: dot-separated
+	// tokens of [A-Za-z0-9_-].
+	SubjectPrefix string `toml:"subject_prefix"`
+	// JetStream stores frames in a JetStream stream, so that peers that
+	// are offline receive them later.
+	JetStream bool `toml:"jetstream"`
+	// Stream is the JetStream stream's name.
+	Stream string `toml:"stream"`
+	// StreamMaxAgeSecs is how long the stream keeps a frame.
+	StreamMaxAgeSecs int `toml:"stream_max_age_secs"`
+	// StreamMaxBytes and StreamMaxMsgs bound the stream; -1
+	// ([NATSUnlimited]) means no limit.
+	StreamMaxBytes int `toml:"stream_max_bytes"`
+	StreamMaxMsgs  int `toml:"stream_max_msgs"`
+	// StreamReplicas is how many servers hold a copy of the stream (1-5).
+	StreamReplicas int `toml:"stream_replicas"`
+	// DedupWindowSecs is the stream's duplicate window: a frame whose
+	// envelope id the stream saw within it is not stored again.
+	DedupWindowSecs int `toml:"dedup_window_secs"`
+	// ReconnectWaitMS is the wait between attempts to reconnect to a
+	// server.
+	ReconnectWaitMS int `toml:"reconnect_wait_ms"`
+	// ConnectTimeoutMS bounds connecting to one server.
+	ConnectTimeoutMS int `toml:"connect_timeout_ms"`
+}
+
+// Enabled reports whether NATS is on: whether servers are given.
+func (n NATS) Enabled() bool { return len(n.Servers) > 0 }
+
+// Path resolves a file key of the table (CredsFile, NKeySeedFile, TLSCA,
+// TLSCert, TLSKey) against the node's home directory: "" stays "" (not
+// set), an absolute path is cleaned, a relative one is joined to home.
+func (n NATS) Path(home, p string) string {
+	switch {
+	case p == "":
+		return ""
+	case filepath.IsAbs(p):
+		return filepath.Clean(p)
+	}
+	return filepath.Join(home, p)
+}
+
+// StreamMaxAge returns stream_max_age_secs as a duration, clamped into
+// 0..MaxNATSStreamMaxAgeSecs seconds.
+func (n NATS) StreamMaxAge() time.Duration {
+	return time.Duration(max(0, min(n.StreamMaxAgeSecs, MaxNATSStreamMaxAgeSecs))) * time.Second
+}
+
+// DedupWindow returns dedup_window_secs as a duration.
+func (n NATS) DedupWindow() time.Duration { return seconds(n.DedupWindowSecs) }
+
+// ReconnectWait returns reconnect_wait_ms as a duration.
+func (n NATS) ReconnectWait() time.Duration { return millis(n.ReconnectWaitMS) }
+
+// ConnectTimeout returns connect_timeout_ms as a duration.
+func (n NATS) ConnectTimeout() time.Duration { return millis(n.ConnectTimeoutMS) }
 
 // Metrics is the [metrics] table: the daemon's HTTP endpoint for
 // Prometheus metrics and health checks.
@@ -375,6 +497,17 @@ func Default() Config {
 			LoopMaxExchanges:      DefaultLoopMaxExchanges,
 			LoopFastMS:            DefaultLoopFastMS,
 			LoopHoldSecs:          DefaultLoopHoldSecs,
+		},
+		NATS: NATS{
+			SubjectPrefix:    DefaultNATSSubjectPrefix,
+			Stream:           DefaultNATSStream,
+			StreamMaxAgeSecs: DefaultNATSStreamMaxAgeSecs,
+			StreamMaxBytes:   DefaultNATSStreamMaxBytes,
+			StreamMaxMsgs:    DefaultNATSStreamMaxMsgs,
+			StreamReplicas:   DefaultNATSStreamReplicas,
+			DedupWindowSecs:  DefaultNATSDedupWindowSecs,
+			ReconnectWaitMS:  DefaultNATSReconnectWaitMS,
+			ConnectTimeoutMS: DefaultNATSConnectTimeoutMS,
 		},
 	}
 }

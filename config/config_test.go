@@ -39,6 +39,23 @@ var fullConfig = Config{
 	Log:     Log{Level: "debug", Format: "json"},
 	Agent: Agent{IdempotencyWindowSecs: 3600, SentHistoryHours: 48, NotifyIntervalMS: 250,
 		LoopMaxExchanges: 10, LoopFastMS: 1500, LoopHoldSecs: 120},
+	NATS: NATS{
+		Servers:          []string{"nats://n1.example:4222", "tls://[2001:db8::2]:4443", "n3.example:4222"},
+		CredsFile:        "nats/alice.creds",
+		TLSCA:            "/etc/meerkat/nats-ca.pem",
+		TLSCert:          "nats/client.pem",
+		TLSKey:           "nats/client.key",
+		SubjectPrefix:    "acme.meerkat",
+		JetStream:        true,
+		Stream:           "MEERKAT_ACME",
+		StreamMaxAgeSecs: 86400,
+		StreamMaxBytes:   -1,
+		StreamMaxMsgs:    5000,
+		StreamReplicas:   3,
+		DedupWindowSecs:  300,
+		ReconnectWaitMS:  500,
+		ConnectTimeoutMS: 2500,
+	},
 }
 
 func requireNoError(t *testing.T, err error) {
@@ -95,8 +112,11 @@ func TestDefault(t *testing.T) {
 		Log:     Log{Level: "info", Format: "text"},
 		Agent: Agent{IdempotencyWindowSecs: 86400, SentHistoryHours: 168, NotifyIntervalMS: 1000,
 			LoopMaxExchanges: 20, LoopFastMS: 3000, LoopHoldSecs: 600},
+		NATS: NATS{SubjectPrefix: "meerkat", Stream: "MEERKAT", StreamMaxAgeSecs: 604800,
+			StreamMaxBytes: 1073741824, StreamMaxMsgs: 1000000, StreamReplicas: 1, DedupWindowSecs: 120,
+			ReconnectWaitMS: 2000, ConnectTimeoutMS: 5000},
 	}
-	if got := Default(); got != want {
+	if got := Default(); !got.Equal(want) {
 		t.Fatalf("Default() = %+v, want %+v", got, want)
 	}
 	requireNoError(t, Default().Validate())
@@ -106,6 +126,14 @@ func TestDefault(t *testing.T) {
 	c := Default().Comms
 	if c.AckTimeout() != 30*time.Second || c.FrameTimeout() != 10*time.Second || c.IdleTimeout() != time.Minute {
 		t.Errorf("durations = %v %v %v", c.AckTimeout(), c.FrameTimeout(), c.IdleTimeout())
+	}
+	n := Default().NATS
+	if n.Enabled() || n.Servers != nil {
+		t.Errorf("NATS on by default: %q", n.Servers)
+	}
+	if n.StreamMaxAge() != 7*24*time.Hour || n.DedupWindow() != 2*time.Minute ||
+		n.ReconnectWait() != 2*time.Second || n.ConnectTimeout() != 5*time.Second {
+		t.Errorf("NATS durations = %v %v %v %v", n.StreamMaxAge(), n.DedupWindow(), n.ReconnectWait(), n.ConnectTimeout())
 	}
 }
 
@@ -121,7 +149,7 @@ func TestParseFull(t *testing.T) {
 	requireNoError(t, err)
 	got, err := Parse(data)
 	requireNoError(t, err)
-	if got != fullConfig {
+	if !got.Equal(fullConfig) {
 		t.Fatalf("Parse(full.toml) = %+v, want %+v", got, fullConfig)
 	}
 	requireNoError(t, got.Validate())
@@ -134,6 +162,18 @@ func TestParseFull(t *testing.T) {
 	}
 	if got.Name == Default().Name {
 		t.Error("full.toml leaves name at its default")
+	}
+	// The same for [nats], except the other authentication methods, which
+	// cannot be set with creds_file.
+	dv, gv = reflect.ValueOf(Default().NATS), reflect.ValueOf(got.NATS)
+	for i := range dv.NumField() {
+		switch name := dv.Type().Field(i).Name; name {
+		case "NKeySeedFile", "User", "Password":
+		default:
+			if reflect.DeepEqual(dv.Field(i).Interface(), gv.Field(i).Interface()) {
+				t.Errorf("full.toml leaves nats %s at its default", name)
+			}
+		}
 	}
 }
 
@@ -156,7 +196,7 @@ func TestParsePartialKeepsDefaults(t *testing.T) {
 			requireNoError(t, err)
 			want := Default()
 			tc.want(&want)
-			if got != want {
+			if !got.Equal(want) {
 				t.Errorf("got %+v, want %+v", got, want)
 			}
 		})
@@ -270,7 +310,7 @@ func TestLoad(t *testing.T) {
 	for name, load := range map[string]func(string) (Config, error){"Load": Load, "LoadOrDefault": LoadOrDefault} {
 		c, err := load(good)
 		requireNoError(t, err)
-		if c != fullConfig {
+		if !c.Equal(fullConfig) {
 			t.Errorf("%s = %+v, want %+v", name, c, fullConfig)
 		}
 	}
@@ -281,7 +321,7 @@ func TestLoad(t *testing.T) {
 	}
 	c, err := LoadOrDefault(missing)
 	requireNoError(t, err)
-	if c != Default() {
+	if !c.Equal(Default()) {
 		t.Errorf("LoadOrDefault(missing) = %+v, want Default()", c)
 	}
 

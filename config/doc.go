@@ -33,6 +33,8 @@
 // # Concurrency
 //
 // A [Config] is a plain value: copy it freely; do not mutate one from
-// several goroutines. The package's functions are safe for concurrent use
+// several goroutines. Copies share the nats.servers list: replace it
+// rather than change its items in place. Compare Configs with
+// [Config.Equal] (the list makes == unusable). The package's functions are safe for concurrent use
 // and the package holds no mutable state.
 package config

@@ -59,7 +59,7 @@ func TestDocs(t *testing.T) {
 	sample, _, closed := strings.Cut(sample, "```")
 	if !found || !closed {
 		t.Errorf("%s lacks the sample file", docPath)
-	} else if c, err := Parse([]byte(sample)); err != nil || c != Default() {
+	} else if c, err := Parse([]byte(sample)); err != nil || !c.Equal(Default()) {
 		t.Errorf("%s: sample file parses to %+v, %v; want Default()", docPath, c, err)
 	}
 	for _, s := range []string{"{name}", "Precedence", "MEERKAT_COMMS_ACK_TIMEOUT", `"off"`, "meerkat.sock"} {

@@ -26,13 +26,14 @@ func FuzzParse(f *testing.F) {
 		"", "[comms]\nlisten_udp = 1\n", "comms.inbox_max = -1\n", "name = \"\\u0000\"\n",
 		"[comms]\nlisten_uds = \"/tmp/{name}\\t\\\"x\\\".sock\"\n", "comms = {}\n", "[a.b.c]\n",
 		"name = '''\nmulti\nline'''\n", "NAME = \"x\"\n",
+		"[nats]\nservers = [\"a:1\", \"\\u0000\", 'x\\y']\n", "nats.servers = []\n", "[nats]\nservers = [[\"a\"]]\n",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
-			if c != (Config{}) {
+			if !c.Equal(Config{}) {
 				t.Fatalf("Parse failed but returned %+v", c)
 			}
 			return
@@ -47,7 +48,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Parse(Marshal(c)): %v\n%s", err, out)
 		}
-		if back != c {
+		if !back.Equal(c) {
 			t.Fatalf("round trip changed the config:\n got %+v\nwant %+v", back, c)
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Key describes one configuration key. [Keys] returns the full table, which
@@ -17,12 +18,15 @@ type Key struct {
 }
 
 // keyDef is a row of the table: the public description plus accessors for
-// exactly one of a string, an integer or a boolean field.
+// exactly one of a string, an integer, a boolean or a string-list field.
+// A secret key's value is not shown by [Settings].
 type keyDef struct {
 	path, env, doc string
 	str            func(*Config) *string
 	num            func(*Config) *int
 	flag           func(*Config) *bool
+	list           func(*Config) *[]string
+	secret         bool
 }
 
 // keys is the single table of configuration keys, in file order.
@@ -153,10 +157,64 @@ var keys = [...]keyDef{
 	{path: "agent.loop_hold_secs", env: "MEERKAT_AGENT_LOOP_HOLD_SECS",
 		doc: `Seconds the loop guard holds sends to a peer once it trips, unless a person releases it first (meerkatd release PEER).`,
 		num: func(c *Config) *int { return &c.Agent.LoopHoldSecs }},
+	{path: "nats.servers", env: "MEERKAT_NATS_SERVERS",
+		doc:  `NATS servers to connect to, as a list of nats://host:port or tls://host:port URLs (host:port means nats://), at most 64; in the environment, comma-separated. [] (empty) turns NATS off.`,
+		list: func(c *Config) *[]string { return &c.NATS.Servers }},
+	{path: "nats.creds_file", env: "MEERKAT_NATS_CREDS_FILE",
+		doc: `NATS credentials file (user JWT and nkey seed) to authenticate with; a relative path is relative to the home directory. "" means none. Use at most one of creds_file, nkey_seed_file and user with password.`,
+		str: func(c *Config) *string { return &c.NATS.CredsFile }},
+	{path: "nats.nkey_seed_file", env: "MEERKAT_NATS_NKEY_SEED_FILE",
+		doc: `File holding an nkey user seed to authenticate with; a relative path is relative to the home directory. "" means none.`,
+		str: func(c *Config) *string { return &c.NATS.NKeySeedFile }},
+	{path: "nats.user", env: "MEERKAT_NATS_USER",
+		doc: `User name to authenticate with, together with nats.password. "" means none.`,
+		str: func(c *Config) *string { return &c.NATS.User }},
+	{path: "nats.password", env: "MEERKAT_NATS_PASSWORD",
+		doc: `Password for nats.user; better given in the environment than in the file. meerkatd config show does not print it. "" means none.`,
+		str: func(c *Config) *string { return &c.NATS.Password }, secret: true},
+	{path: "nats.tls_ca", env: "MEERKAT_NATS_TLS_CA",
+		doc: `PEM file of the certificate authorities that verify the NATS servers; a relative path is relative to the home directory. "" uses the system's.`,
+		str: func(c *Config) *string { return &c.NATS.TLSCA }},
+	{path: "nats.tls_cert", env: "MEERKAT_NATS_TLS_CERT",
+		doc: `PEM client certificate presented to the NATS servers, together with nats.tls_key; a relative path is relative to the home directory. "" means none.`,
+		str: func(c *Config) *string { return &c.NATS.TLSCert }},
+	{path: "nats.tls_key", env: "MEERKAT_NATS_TLS_KEY",
+		doc: `PEM private key of nats.tls_cert; a relative path is relative to the home directory. "" means none.`,
+		str: func(c *Config) *string { return &c.NATS.TLSKey }},
+	{path: "nats.subject_prefix", env: "MEERKAT_NATS_SUBJECT_PREFIX",
+		doc: `First tokens of every NATS subject this node uses: one or more tokens of [A-Za-z0-9_-] joined by '.', at most 128 bytes. Nodes that talk to each other use the same prefix.`,
+		str: func(c *Config) *string { return &c.NATS.SubjectPrefix }},
+	{path: "nats.jetstream", env: "MEERKAT_NATS_JETSTREAM",
+		doc:  `Store frames in a JetStream stream (nats.stream), so that peers that are offline receive them when they come back; off sends them to connected peers only.`,
+		flag: func(c *Config) *bool { return &c.NATS.JetStream }},
+	{path: "nats.stream", env: "MEERKAT_NATS_STREAM",
+		doc: `Name of the JetStream stream, [A-Za-z0-9_-], at most 64 bytes (used with nats.jetstream).`,
+		str: func(c *Config) *string { return &c.NATS.Stream }},
+	{path: "nats.stream_max_age_secs", env: "MEERKAT_NATS_STREAM_MAX_AGE_SECS",
+		doc: `Seconds the stream keeps a frame before discarding it (the default is 7 days); at most 10 years.`,
+		num: func(c *Config) *int { return &c.NATS.StreamMaxAgeSecs }},
+	{path: "nats.stream_max_bytes", env: "MEERKAT_NATS_STREAM_MAX_BYTES",
+		doc: `Total size, in bytes, of the frames the stream keeps (the default is 1 GiB); past it the oldest are discarded. -1 means no limit.`,
+		num: func(c *Config) *int { return &c.NATS.StreamMaxBytes }},
+	{path: "nats.stream_max_msgs", env: "MEERKAT_NATS_STREAM_MAX_MSGS",
+		doc: `Frames the stream keeps; past it the oldest are discarded. -1 means no limit.`,
+		num: func(c *Config) *int { return &c.NATS.StreamMaxMsgs }},
+	{path: "nats.stream_replicas", env: "MEERKAT_NATS_STREAM_REPLICAS",
+		doc: `Servers that hold a copy of the stream, 1 to 5 (at most the servers of the NATS cluster).`,
+		num: func(c *Config) *int { return &c.NATS.StreamReplicas }},
+	{path: "nats.dedup_window_secs", env: "MEERKAT_NATS_DEDUP_WINDOW_SECS",
+		doc: `Seconds the stream remembers an envelope id, so that a frame sent again within it is stored once; at most nats.stream_max_age_secs and one week.`,
+		num: func(c *Config) *int { return &c.NATS.DedupWindowSecs }},
+	{path: "nats.reconnect_wait_ms", env: "MEERKAT_NATS_RECONNECT_WAIT_MS",
+		doc: `Milliseconds between attempts to reconnect after the connection to the NATS servers is lost.`,
+		num: func(c *Config) *int { return &c.NATS.ReconnectWaitMS }},
+	{path: "nats.connect_timeout_ms", env: "MEERKAT_NATS_CONNECT_TIMEOUT_MS",
+		doc: `Milliseconds a connection attempt to one NATS server may take.`,
+		num: func(c *Config) *int { return &c.NATS.ConnectTimeoutMS }},
 }
 
 // tables are the TOML tables that hold keys.
-var tables = [...]string{"comms", "store", "outbox", "audit", "meup", "mcp", "metrics", "log", "agent"}
+var tables = [...]string{"comms", "store", "outbox", "audit", "meup", "mcp", "metrics", "log", "agent", "nats"}
 
 // Keys returns the table of configuration keys, in file order. The slice
 // is a fresh copy: changing it changes nothing else.
@@ -185,6 +243,8 @@ func (k keyDef) format(c *Config) string {
 		return quoteTOML(*k.str(c))
 	case k.flag != nil:
 		return strconv.FormatBool(*k.flag(c))
+	case k.list != nil:
+		return formatList(*k.list(c))
 	}
 	return strconv.Itoa(*k.num(c))
 }
@@ -193,6 +253,14 @@ func (k keyDef) format(c *Config) string {
 func (k keyDef) set(c *Config, value string) error {
 	if k.str != nil {
 		*k.str(c) = value
+		return nil
+	}
+	if k.list != nil {
+		l, err := ParseList(value)
+		if err != nil {
+			return err
+		}
+		*k.list(c) = l
 		return nil
 	}
 	if k.flag != nil {
@@ -215,7 +283,8 @@ func (k keyDef) set(c *Config, value string) error {
 }
 
 // Set sets the key at path from its text form (a string as is, an integer
-// in decimal), as a command-line flag would. It does not validate the
+// in decimal, a list comma-separated as [ParseList] reads it), as a
+// command-line flag would. It does not validate the
 // value beyond its type; call [Config.Validate] afterwards. Unknown paths
 // wrap [ErrUnknownKey].
 func (c *Config) Set(path, value string) error {
@@ -257,4 +326,40 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	}
 	*c = next
 	return nil
+}
+
+// ParseList reads the text form of a list key, as its environment
+// variable and [Config.Set] give it: items separated by commas, each
+// trimmed of surrounding white space. An empty or all-space string is the
+// empty list (nil); an empty item ("a,,b", "a,") is an error. Items are
+// not checked further: [Config.Validate] judges them.
+func ParseList(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]string, 0, len(parts))
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			return nil, fmt.Errorf("item %d of %q is empty: separate items with single commas", i+1, s)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// formatList returns l as a TOML array of basic strings. Its items must
+// be valid UTF-8.
+func formatList(l []string) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, s := range l {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quoteTOML(s))
+	}
+	b.WriteByte(']')
+	return b.String()
 }

@@ -52,6 +52,24 @@ var wantEnv = map[string]string{
 	"agent.loop_hold_secs":          "MEERKAT_AGENT_LOOP_HOLD_SECS",
 	"log.level":                     "MEERKAT_LOG_LEVEL",
 	"log.format":                    "MEERKAT_LOG_FORMAT",
+	"nats.servers":                  "MEERKAT_NATS_SERVERS",
+	"nats.creds_file":               "MEERKAT_NATS_CREDS_FILE",
+	"nats.nkey_seed_file":           "MEERKAT_NATS_NKEY_SEED_FILE",
+	"nats.user":                     "MEERKAT_NATS_USER",
+	"nats.password":                 "MEERKAT_NATS_PASSWORD",
+	"nats.tls_ca":                   "MEERKAT_NATS_TLS_CA",
+	"nats.tls_cert":                 "MEERKAT_NATS_TLS_CERT",
+	"nats.tls_key":                  "MEERKAT_NATS_TLS_KEY",
+	"nats.subject_prefix":           "MEERKAT_NATS_SUBJECT_PREFIX",
+	"nats.jetstream":                "MEERKAT_NATS_JETSTREAM",
+	"nats.stream":                   "MEERKAT_NATS_STREAM",
+	"nats.stream_max_age_secs":      "MEERKAT_NATS_STREAM_MAX_AGE_SECS",
+	"nats.stream_max_bytes":         "MEERKAT_NATS_STREAM_MAX_BYTES",
+	"nats.stream_max_msgs":          "MEERKAT_NATS_STREAM_MAX_MSGS",
+	"nats.stream_replicas":          "MEERKAT_NATS_STREAM_REPLICAS",
+	"nats.dedup_window_secs":        "MEERKAT_NATS_DEDUP_WINDOW_SECS",
+	"nats.reconnect_wait_ms":        "MEERKAT_NATS_RECONNECT_WAIT_MS",
+	"nats.connect_timeout_ms":       "MEERKAT_NATS_CONNECT_TIMEOUT_MS",
 }
 
 // tomlPaths lists the key paths of Config's toml tags, by reflection.
@@ -88,7 +106,7 @@ func TestKeysTable(t *testing.T) {
 		// The documented default is what Default() holds.
 		c, err := Parse([]byte(k.Path + " = " + k.Default))
 		requireNoError(t, err)
-		if c != Default() {
+		if !c.Equal(Default()) {
 			t.Errorf("%s: Default %s does not match Default()", k.Path, k.Default)
 		}
 	}
@@ -106,8 +124,25 @@ func TestKeysTable(t *testing.T) {
 
 // testValue is a valid, non-default text value for the key.
 func testValue(k Key) string {
+	if k.Path == "nats.servers" {
+		return "nats://a.example:4222, tls://[2001:db8::1]:4443,b.example:4222"
+	}
 	if strings.HasPrefix(k.Default, `"`) {
 		switch k.Path {
+		case "nats.creds_file":
+			return "nats/user.creds"
+		case "nats.nkey_seed_file":
+			return "/etc/meerkat/user.nk"
+		case "nats.user":
+			return "meerkat"
+		case "nats.password":
+			return "s3cret, with \"quotes\""
+		case "nats.tls_ca", "nats.tls_cert", "nats.tls_key":
+			return "/etc/meerkat/tls.pem"
+		case "nats.subject_prefix":
+			return "acme.meerkat-2"
+		case "nats.stream":
+			return "MEERKAT_ACME"
 		case "name":
 			return "n0de"
 		case "comms.listen_tcp":
@@ -133,8 +168,13 @@ func testValue(k Key) string {
 	case "false":
 		return "true"
 	}
-	if k.Path == "audit.max_bytes" {
+	switch k.Path {
+	case "audit.max_bytes":
 		return "70000"
+	case "nats.stream_max_bytes", "nats.stream_max_msgs":
+		return "-1"
+	case "nats.stream_replicas":
+		return "3"
 	}
 	return "7"
 }
@@ -158,12 +198,17 @@ func TestApplyEnvEachKey(t *testing.T) {
 			if strings.HasPrefix(k.Default, `"`) {
 				tomlValue = quoteTOML(v)
 			}
+			if strings.HasPrefix(k.Default, "[") {
+				l, err := ParseList(v)
+				requireNoError(t, err)
+				tomlValue = formatList(l)
+			}
 			want, err := Parse([]byte(k.Path + " = " + tomlValue))
 			requireNoError(t, err)
-			if want == Default() {
+			if want.Equal(Default()) {
 				t.Fatalf("test value %q is the default", v)
 			}
-			if c != want {
+			if !c.Equal(want) {
 				t.Errorf("after %s=%s: %+v, want %+v", k.Env, v, c, want)
 			}
 			if len(asked) != len(Keys()) {
@@ -175,8 +220,8 @@ func TestApplyEnvEachKey(t *testing.T) {
 
 func TestApplyEnvBadValue(t *testing.T) {
 	for _, k := range Keys() {
-		if strings.HasPrefix(k.Default, `"`) {
-			continue // any string is accepted here; Validate judges it
+		if strings.HasPrefix(k.Default, `"`) || strings.HasPrefix(k.Default, "[") {
+			continue // any string or list is accepted here; Validate judges it (list syntax: TestApplyEnvList)
 		}
 		for _, bad := range []string{"", "abc", "1.5", "30s", " 30", "0x10", "99999999999999999999"} {
 			t.Run(k.Env+"="+bad, func(t *testing.T) {
@@ -197,7 +242,7 @@ func TestApplyEnvBadValue(t *testing.T) {
 				if !errors.As(err, &ce) || ce.Source != k.Env || ce.Key != k.Path {
 					t.Errorf("error %#v, want *Error{Source: %s, Key: %s}", ce, k.Env, k.Path)
 				}
-				if c != Default() {
+				if !c.Equal(Default()) {
 					t.Errorf("config changed on error: %+v", c)
 				}
 			})
@@ -218,7 +263,7 @@ func TestApplyEnvSeveralBad(t *testing.T) {
 	if got, want := errorKeys(err), []string{"comms.ack_timeout_secs", "comms.inbox_max"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("error keys = %q, want %q (err: %v)", got, want, err)
 	}
-	if c != Default() {
+	if !c.Equal(Default()) {
 		t.Errorf("config changed on error: %+v", c)
 	}
 	delete(env, "MEERKAT_COMMS_ACK_TIMEOUT")
@@ -232,7 +277,7 @@ func TestApplyEnvSeveralBad(t *testing.T) {
 func TestApplyEnvNil(t *testing.T) {
 	c := fullConfig
 	requireNoError(t, c.ApplyEnv(nil))
-	if c != fullConfig {
+	if !c.Equal(fullConfig) {
 		t.Errorf("nil lookup changed the config: %+v", c)
 	}
 }
@@ -254,7 +299,7 @@ func TestPrecedence(t *testing.T) {
 	want.Comms.ListenTCP = ""       // env "" beats file
 	want.Comms.IdleTimeoutSecs = 90 // env beats default
 	want.Comms.InboxMax = 11        // flag beats file
-	if c != want {
+	if !c.Equal(want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
 }
@@ -266,7 +311,7 @@ func TestSet(t *testing.T) {
 	requireNoError(t, c.Set("comms.max_connections", "3"))
 	want := Default()
 	want.Comms.ListenUDS, want.Name, want.Comms.MaxConnections = "off", "x", 3
-	if c != want {
+	if !c.Equal(want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
 	if err := c.Set("comms.max_conections", "3"); !errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), `"comms.max_connections"`) {
@@ -275,7 +320,7 @@ func TestSet(t *testing.T) {
 	if err := c.Set("comms.max_connections", "many"); err == nil || !strings.Contains(err.Error(), "comms.max_connections") {
 		t.Errorf("Set(bad int) err = %v", err)
 	}
-	if c != want {
+	if !c.Equal(want) {
 		t.Errorf("failed Set changed the config: %+v", c)
 	}
 }

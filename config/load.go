@@ -105,6 +105,11 @@ func parseInto(source string, data []byte, mdOut *toml.MetaData) (Config, error)
 	if err := checkKeys(source, md); err != nil {
 		return Config{}, err
 	}
+	for _, k := range keys {
+		if k.list != nil && len(*k.list(&c)) == 0 {
+			*k.list(&c) = nil // "servers = []" is the default, nil
+		}
+	}
 	if mdOut != nil {
 		*mdOut = md
 	}

@@ -28,7 +28,7 @@ func Marshal(c Config) ([]byte, error) {
 			fmt.Fprintf(&b, "\n[%s]\n", t)
 			table = t
 		}
-		if k.str != nil && !utf8.ValidString(*k.str(&c)) {
+		if k.str != nil && !utf8.ValidString(*k.str(&c)) || k.list != nil && !validList(*k.list(&c)) {
 			errs = append(errs, &Error{Key: k.path, Err: errors.New("value is not valid UTF-8")})
 			continue
 		}
@@ -44,6 +44,15 @@ func Marshal(c Config) ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+func validList(l []string) bool {
+	for _, s := range l {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
 }
 
 // wrap splits s into lines of at most width bytes at spaces.

@@ -19,7 +19,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse(Marshal(c)): %v\n%s", err, data)
 			}
-			if back != c {
+			if !back.Equal(c) {
 				t.Errorf("round trip = %+v, want %+v\n%s", back, c, data)
 			}
 		})

@@ -70,16 +70,25 @@ func (c *Config) ApplyEnvSources(lookup func(string) (string, bool), src Sources
 type Setting struct {
 	Key    string `json:"key"`    // key path: "comms.listen_tcp"
 	Env    string `json:"env"`    // its environment variable
-	Value  string `json:"value"`  // in TOML syntax: "meerkat" (quoted), 30, true
+	Value  string `json:"value"`  // in TOML syntax: "meerkat" (quoted), 30, true, ["a", "b"]
 	Source string `json:"source"` // see [Sources]
 }
 
+// HiddenValue is the [Setting] value of a secret key (nats.password) that
+// is set: [Settings] does not show secrets.
+const HiddenValue = `"(hidden)"`
+
 // Settings returns every key of c in file order with its value and its
-// source in src.
+// source in src. The value of a secret key (nats.password) that is set is
+// [HiddenValue].
 func Settings(c *Config, src Sources) []Setting {
 	out := make([]Setting, len(keys))
 	for i, k := range keys {
-		out[i] = Setting{Key: k.path, Env: k.env, Value: k.format(c), Source: src.Of(k.path)}
+		v := k.format(c)
+		if k.secret && *k.str(c) != "" {
+			v = HiddenValue
+		}
+		out[i] = Setting{Key: k.path, Env: k.env, Value: v, Source: src.Of(k.path)}
 	}
 	return out
 }

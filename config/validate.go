@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -79,7 +80,200 @@ func (c Config) Validate() error {
 	add("agent.loop_max_exchanges", checkRange(c.Agent.LoopMaxExchanges, 0, 1_000_000))
 	add("agent.loop_fast_ms", checkRange(c.Agent.LoopFastMS, 1, 600_000))
 	add("agent.loop_hold_secs", checkRange(c.Agent.LoopHoldSecs, 1, MaxTimeoutSecs))
+	errs = append(errs, c.NATS.validate()...)
 	return errors.Join(errs...)
+}
+
+// validate checks the [nats] table; each error is an [*Error] naming its
+// key. The files are not opened: their paths are only checked for form.
+func (n NATS) validate() []error {
+	var errs []error
+	add := func(key string, err error) {
+		if err != nil {
+			errs = append(errs, &Error{Key: "nats." + key, Err: err})
+		}
+	}
+	_, err := n.ServerURLs()
+	add("servers", err)
+
+	// One authentication method at most; the later ones are reported.
+	var methods []string
+	for _, m := range []struct {
+		key string
+		set bool
+	}{
+		{"creds_file", n.CredsFile != ""},
+		{"nkey_seed_file", n.NKeySeedFile != ""},
+		{"user", n.User != "" || n.Password != ""},
+	} {
+		if !m.set {
+			continue
+		}
+		if len(methods) > 0 {
+			add(m.key, fmt.Errorf("nats.%s is set too: use one of creds_file, nkey_seed_file, or user with password", methods[0]))
+		}
+		methods = append(methods, m.key)
+	}
+	switch {
+	case n.User != "" && n.Password == "":
+		add("password", errors.New("must be set with nats.user (or in MEERKAT_NATS_PASSWORD)"))
+	case n.User == "" && n.Password != "":
+		add("user", errors.New("must be set with nats.password"))
+	}
+	add("creds_file", checkFilePath(n.CredsFile))
+	add("nkey_seed_file", checkFilePath(n.NKeySeedFile))
+	add("tls_ca", checkFilePath(n.TLSCA))
+	add("tls_cert", checkFilePath(n.TLSCert))
+	add("tls_key", checkFilePath(n.TLSKey))
+	switch {
+	case n.TLSCert != "" && n.TLSKey == "":
+		add("tls_key", errors.New("must be set with nats.tls_cert"))
+	case n.TLSCert == "" && n.TLSKey != "":
+		add("tls_cert", errors.New("must be set with nats.tls_key"))
+	}
+	add("subject_prefix", checkSubjectPrefix(n.SubjectPrefix))
+	add("stream", checkStreamName(n.Stream))
+	add("stream_max_age_secs", checkRange(n.StreamMaxAgeSecs, 1, MaxNATSStreamMaxAgeSecs))
+	add("stream_max_bytes", checkLimit(n.StreamMaxBytes))
+	add("stream_max_msgs", checkLimit(n.StreamMaxMsgs))
+	add("stream_replicas", checkRange(n.StreamReplicas, 1, MaxNATSStreamReplicas))
+	if err := checkRange(n.DedupWindowSecs, 1, MaxTimeoutSecs); err != nil {
+		add("dedup_window_secs", err)
+	} else if n.DedupWindowSecs > n.StreamMaxAgeSecs && n.StreamMaxAgeSecs > 0 {
+		add("dedup_window_secs", fmt.Errorf("must be at most nats.stream_max_age_secs (%d), got %d", n.StreamMaxAgeSecs, n.DedupWindowSecs))
+	}
+	add("reconnect_wait_ms", checkRange(n.ReconnectWaitMS, 1, MaxTimeoutSecs*1000))
+	add("connect_timeout_ms", checkRange(n.ConnectTimeoutMS, 1, MaxTimeoutSecs*1000))
+	return errs
+}
+
+// ServerURLs returns nats.servers with their scheme: host:port becomes
+// nats://host:port. Each must be nats://host:port or tls://host:port with
+// a port from 1 to 65535 and nothing else (no user, path, query or
+// fragment); at most [MaxNATSServers], no repeats. [Config.Validate]
+// reports the same errors. No servers gives nil: NATS is off.
+func (n NATS) ServerURLs() ([]string, error) {
+	if len(n.Servers) > MaxNATSServers {
+		return nil, fmt.Errorf("at most %d servers, got %d", MaxNATSServers, len(n.Servers))
+	}
+	var out, bad []string
+	for _, s := range n.Servers {
+		u, err := parseNATSURL(s)
+		if err != nil {
+			bad = append(bad, err.Error())
+			continue
+		}
+		if slices.Contains(out, u) {
+			bad = append(bad, fmt.Sprintf("%q is listed twice", s))
+			continue
+		}
+		out = append(out, u)
+	}
+	if len(bad) > 0 {
+		return nil, errors.New(strings.Join(bad, "; "))
+	}
+	return out, nil
+}
+
+// parseNATSURL checks one server URL and returns it as scheme://host:port.
+func parseNATSURL(s string) (string, error) {
+	const want = "want nats://host:port, tls://host:port or host:port"
+	if s == "" {
+		return "", fmt.Errorf("an empty server: %s", want)
+	}
+	if strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+		return "", fmt.Errorf("%q contains white space or a control character", s)
+	}
+	full := s
+	if !strings.Contains(s, "://") {
+		full = "nats://" + s
+	}
+	u, err := url.Parse(full)
+	if err != nil {
+		return "", fmt.Errorf("%q: %s", s, want)
+	}
+	switch {
+	case u.Scheme != "nats" && u.Scheme != "tls":
+		return "", fmt.Errorf("%q: scheme %q is not nats or tls; %s", s, u.Scheme, want)
+	case u.User != nil:
+		return "", fmt.Errorf("%q: credentials do not belong in the URL; use nats.user and nats.password, nats.creds_file or nats.nkey_seed_file", s)
+	case u.Opaque != "" || u.Path != "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(full, "#"):
+		return "", fmt.Errorf("%q: no path, query or fragment; %s", s, want)
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return "", fmt.Errorf("%q: %s", s, want)
+	}
+	if host == "" {
+		return "", fmt.Errorf("%q has no host; %s", s, want)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] < '0' || port[0] > '9' {
+		return "", fmt.Errorf("%q: port must be a number in 1-65535", s)
+	}
+	return u.Scheme + "://" + net.JoinHostPort(host, port), nil
+}
+
+// checkFilePath accepts "" (not set) or a path; '~' is not expanded.
+func checkFilePath(p string) error {
+	switch {
+	case p == "":
+		return nil
+	case strings.HasPrefix(p, "~"):
+		return fmt.Errorf("%q: '~' is not expanded; use an absolute path or one relative to the home directory", p)
+	case strings.ContainsRune(p, 0):
+		return fmt.Errorf("%q contains a NUL byte", p)
+	}
+	return nil
+}
+
+// checkSubjectPrefix accepts NATS subject tokens of [A-Za-z0-9_-] joined
+// by '.': no wildcards, white space or empty tokens.
+func checkSubjectPrefix(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	if len(s) > MaxNATSSubjectPrefixLen {
+		return fmt.Errorf("longer than %d bytes", MaxNATSSubjectPrefixLen)
+	}
+	for i, tok := range strings.Split(s, ".") {
+		if tok == "" {
+			return fmt.Errorf("%q: token %d is empty (a leading, trailing or doubled '.')", s, i+1)
+		}
+		if !isToken(tok) {
+			return fmt.Errorf("%q: token %q may contain only letters, digits, '_' and '-'", s, tok)
+		}
+	}
+	return nil
+}
+
+// checkStreamName accepts a JetStream stream name of [A-Za-z0-9_-].
+func checkStreamName(s string) error {
+	switch {
+	case s == "":
+		return errors.New("must not be empty")
+	case len(s) > MaxNATSStreamLen:
+		return fmt.Errorf("longer than %d bytes", MaxNATSStreamLen)
+	case !isToken(s):
+		return fmt.Errorf("%q may contain only letters, digits, '_' and '-'", s)
+	}
+	return nil
+}
+
+func isToken(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// checkLimit accepts a positive limit or -1 (no limit).
+func checkLimit(n int) error {
+	if n < 1 && n != NATSUnlimited {
+		return fmt.Errorf("must be at least 1, or -1 for no limit, got %d", n)
+	}
+	return nil
 }
 
 // checkMetricsListen accepts "" (off) or host:port with a port from 0

@@ -148,7 +148,8 @@ func TestValidate(t *testing.T) {
 }
 
 func TestValidateAllAtOnce(t *testing.T) {
-	c := Config{Name: "bad name", Comms: Comms{ListenUDS: "rel", ListenTCP: "nope"}, Metrics: Metrics{Listen: "nope"}} // every int 0
+	c := Config{Name: "bad name", Comms: Comms{ListenUDS: "rel", ListenTCP: "nope"}, Metrics: Metrics{Listen: "nope"}, // every int 0
+		NATS: NATS{Servers: []string{"http://x:1"}, CredsFile: "~/x.creds", NKeySeedFile: "seed", User: "u", TLSCert: "c.pem"}}
 	err := c.Validate()
 	want := []string{
 		"name", "comms.listen_uds", "comms.listen_tcp", "comms.tcp_plaintext", "comms.ack_timeout_secs",
@@ -160,6 +161,10 @@ func TestValidateAllAtOnce(t *testing.T) {
 		"outbox.max_entries", "outbox.max_bytes", "outbox.dead_letters_max", "outbox.dead_letter_hours", "audit.max_bytes",
 		"meup.protocol", "meup.proposal_ttl_secs", "mcp.pairing", "metrics.listen", "log.level", "log.format",
 		"agent.idempotency_window_secs", "agent.sent_history_hours", "agent.loop_fast_ms", "agent.loop_hold_secs",
+		"nats.servers", "nats.nkey_seed_file", "nats.user", "nats.password", "nats.creds_file", "nats.tls_key",
+		"nats.subject_prefix", "nats.stream", "nats.stream_max_age_secs",
+		"nats.stream_max_bytes", "nats.stream_max_msgs", "nats.stream_replicas", "nats.dedup_window_secs",
+		"nats.reconnect_wait_ms", "nats.connect_timeout_ms",
 	}
 	if got := errorKeys(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("error keys = %q, want %q", got, want)
