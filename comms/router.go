@@ -133,6 +133,10 @@ type Options struct {
 	// (RejectPlaintext), and tcp:// peers are not dialled. Unix sockets
 	// are not affected.
 	RefusePlaintext bool
+	// RelayUnsealed sends envelopes through the Relay as they are, not
+	// sealed: only for measuring what sealing costs (meerkatd bench).
+	// Receivers accept both.
+	RelayUnsealed bool
 	// Dial connects to peers; nil means transport.Dial. Tests replace it.
 	Dial func(ctx context.Context, a transport.Addr) (net.Conn, error)
 }
