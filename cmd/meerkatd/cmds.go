@@ -451,6 +451,9 @@ func runStatus(e *env, args []string) error {
 	if s.DBBytes > 0 {
 		fmt.Fprintf(e.stdout, "database   %d bytes\n", s.DBBytes)
 	}
+	if s.NATS != nil {
+		fmt.Fprintf(e.stdout, "nats       %s\n", safeLine(s.NATS.Summary()))
+	}
 	for _, p := range s.SendPeers {
 		fmt.Fprintf(e.stdout, "peer       %s: %d queued, breaker %s", orKey(p.Peer, p.PubKey), p.Queued, breakerText(p))
 		if p.LastError != "" {

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -123,3 +125,33 @@ func (n *Node) natsStatus() *NATSStatus {
 	return st
 }
 
+
+// Summary is the status in one line, for people: the state, the server,
+// the subject, and the counters that are not zero.
+func (s NATSStatus) Summary() string {
+	var b strings.Builder
+	b.WriteString(s.State)
+	if s.Server != "" {
+		b.WriteString(" to " + s.Server)
+	} else if len(s.Servers) > 0 {
+		b.WriteString(" (servers " + strings.Join(s.Servers, ", ") + ")")
+	}
+	b.WriteString(" as " + s.Subject)
+	if s.JetStream {
+		b.WriteString(", jetstream")
+	}
+	fmt.Fprintf(&b, ", %d received, %d refused", s.Received, s.Refused)
+	if s.JetStream {
+		fmt.Fprintf(&b, ", %d stored in broker", s.Stored)
+	}
+	if s.Reconnects > 0 {
+		fmt.Fprintf(&b, ", %d reconnects", s.Reconnects)
+	}
+	if s.Dropped > 0 {
+		fmt.Fprintf(&b, ", %d dropped (slow consumer)", s.Dropped)
+	}
+	if s.LastError != "" {
+		b.WriteString("; last error: " + s.LastError)
+	}
+	return b.String()
+}
