@@ -125,7 +125,6 @@ func (n *Node) natsStatus() *NATSStatus {
 	return st
 }
 
-
 // Summary is the status in one line, for people: the state, the server,
 // the subject, and the counters that are not zero.
 func (s NATSStatus) Summary() string {

@@ -77,7 +77,7 @@ type Node struct {
 	mode     Mode
 	embedded bool // Options.Embedded
 	r        *comms.Router
-	nats     *natsLink // nil unless [nats] servers are configured
+	nats     *natsLink       // nil unless [nats] servers are configured
 	mail     mailStore       // memory for command nodes; the home's store ([store] mode) when serving
 	inbox    *recordingInbox // the Router's Admitter: mail plus received requests
 	log      *slog.Logger
