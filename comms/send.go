@@ -139,8 +139,20 @@ func (r *Router) sendFrame(ctx context.Context, p trust.Peer, id identity.UUID, 
 			}
 			return &PeerOfflineError{Peer: p.Name, Reason: OfflineClosed}
 		}
+		if lk.peer.NATS && unreachable(err) && r.currentRelay() != nil {
+			// The direct address cannot be connected to; the peer is
+			// also reachable through NATS (docs/nats.md).
+			return r.relaySend(ctx, lk.peer, id, frame, wantAck, so)
+		}
 		return err
 	}
+}
+
+// unreachable reports whether a send failed because the peer's direct
+// address could not be connected to (nothing was written).
+func unreachable(err error) bool {
+	var off *PeerOfflineError
+	return errors.As(err, &off) && off.Reason == OfflineRefused
 }
 
 // errLinkClosed means the link was closed (trust change or Close) while a

@@ -9,15 +9,19 @@
 //	{
 //	  "peers": [
 //	    {"name": "bob", "pubkey": "ed25519:…", "addr": "uds:///tmp/bob.sock"},
-//	    {"name": "db-01", "pubkey": "ed25519:…", "addr": "tcp://10.0.0.7:4200", "meta": {"team": "ops"}}
+//	    {"name": "db-01", "pubkey": "ed25519:…", "addr": "tcp://10.0.0.7:4200", "meta": {"team": "ops"}},
+//	    {"name": "edge-7", "pubkey": "ed25519:…", "addr": "nats:"},
+//	    {"name": "web-2", "pubkey": "ed25519:…", "addr": "tls://10.0.0.9:4200", "nats": true}
 //	  ]
 //	}
 //
 // Each row has a name, a pubkey in the canonical form of identity.ParsePeerID
 // ("ed25519:" + 44 characters of padded base64, nothing else), an addr that
-// transport.ParseAddr accepts (uds:// with an absolute path, or
-// tcp://host[:port]), and optionally meta, a JSON object meerkatd keeps but
-// does not interpret. Anything else is an error: unknown or repeated
+// transport.ParseAddr accepts (uds:// with an absolute path,
+// tcp://host[:port], tls://host[:port], or nats: for a peer reached through
+// the node's NATS connection), optionally "nats": true for a peer with a
+// direct address that is also reachable through NATS, and optionally
+// meta, a JSON object meerkatd keeps but does not interpret. Anything else is an error: unknown or repeated
 // fields, fields of the wrong JSON type, unknown top-level fields, trailing
 // data, invalid UTF-8, files over [MaxFileSize].
 //

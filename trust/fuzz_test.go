@@ -17,6 +17,8 @@ func FuzzParse(f *testing.F) {
 		`{"peers":[{"name":"a","pubkey":"@1","addr":"tcp://h:1"},{"name":"A","pubkey":"@1","addr":"tcp://h:1"}]}`,
 		`{"peers":[{"name":"a b","pubkey":"ed25519:AAAA","addr":"http://x","meta":[],"extra":1}]}`,
 		`{"peers":[{"name":"a","pubkey":"@1","addr":"uds://rel","name":"b"}, 7, null]}`,
+		`{"peers":[{"name":"n","pubkey":"@1","addr":"nats:"},{"name":"d","pubkey":"@2","addr":"tls://h:1","nats":true}]}`,
+		`{"peers":[{"name":"n","pubkey":"@1","addr":"nats:","nats":true}]}`,
 		`{"peers":{}}`, `[]`, `{"peers":[]} {}`, "{\"peers\":[],\"\xff\":0}", ``,
 	} {
 		f.Add([]byte(withKeys(s)))

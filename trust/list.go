@@ -40,6 +40,11 @@ type Peer struct {
 	Name string          `json:"name"`
 	ID   identity.PeerID `json:"pubkey"`
 	Addr transport.Addr  `json:"addr"`
+	// NATS marks a peer with a direct Addr that is also reachable through
+	// the node's NATS connection: when its direct address cannot be
+	// connected to, envelopes go through NATS. A peer whose Addr is
+	// nats: is reached only that way and leaves it false.
+	NATS bool            `json:"nats,omitempty"`
 	Meta json.RawMessage `json:"meta,omitempty"`
 }
 
@@ -50,7 +55,7 @@ func (p Peer) clone() Peer {
 }
 
 func (p Peer) equal(q Peer) bool {
-	return p.Name == q.Name && p.ID == q.ID && p.Addr == q.Addr && bytes.Equal(p.Meta, q.Meta)
+	return p.Name == q.Name && p.ID == q.ID && p.Addr == q.Addr && p.NATS == q.NATS && bytes.Equal(p.Meta, q.Meta)
 }
 
 // List is an immutable, validated snapshot of the trusted peers: names are
@@ -170,6 +175,14 @@ func parseRow(row json.RawMessage) (Peer, []fieldError) {
 				continue
 			}
 			strs[f.key] = s
+		case "nats":
+			switch string(f.value) {
+			case "true":
+				p.NATS = true
+			case "false":
+			default:
+				bad("nats", fmt.Errorf("%w: must be true or false", ErrFormat))
+			}
 		case "meta":
 			if f.value[0] != '{' {
 				bad("meta", fmt.Errorf(`%w (like {"team": "ops"}) or left out`, ErrBadMeta))
@@ -182,7 +195,7 @@ func parseRow(row json.RawMessage) (Peer, []fieldError) {
 			}
 			p.Meta = buf.Bytes()
 		default:
-			bad(f.key, fmt.Errorf("%w (a row has only name, pubkey, addr and meta)", ErrUnknownField))
+			bad(f.key, fmt.Errorf("%w (a row has only name, pubkey, addr, nats and meta)", ErrUnknownField))
 		}
 	}
 	for _, key := range [...]string{"name", "pubkey", "addr"} {
@@ -209,6 +222,11 @@ func parseRow(row json.RawMessage) (Peer, []fieldError) {
 			bad("addr", err)
 		}
 		p.Addr = a
+		if err == nil {
+			if err := checkNATS(p); err != nil {
+				bad("nats", err)
+			}
+		}
 	}
 	return p, errs
 }
@@ -227,6 +245,8 @@ func checkPeer(p Peer) (Peer, []fieldError) {
 	a, err := canonicalAddr(p.Addr)
 	if err != nil {
 		errs = append(errs, fieldError{"addr", err})
+	} else if err := checkNATS(p); err != nil {
+		errs = append(errs, fieldError{"nats", err})
 	}
 	meta, err := compactMeta(p.Meta)
 	if err != nil {
@@ -234,6 +254,15 @@ func checkPeer(p Peer) (Peer, []fieldError) {
 	}
 	p.Addr, p.Meta = a, meta
 	return p, errs
+}
+
+// checkNATS refuses "nats": true on a peer whose address is nats:
+// already: it is the second way to a peer with a direct address.
+func checkNATS(p Peer) error {
+	if p.NATS && p.Addr.Scheme == transport.SchemeNATS {
+		return fmt.Errorf("%w: \"nats\": true is for a peer with a direct addr that is also reachable through NATS; this addr is nats: already", ErrFormat)
+	}
+	return nil
 }
 
 // canonicalAddr re-parses a's text form, so an Addr built by hand (say with

@@ -58,6 +58,21 @@ func TestParse(t *testing.T) {
 				t.Errorf("meta = %s", p.Meta)
 			}
 		}},
+		{name: "nats address", data: peers(`{"name":"n","pubkey":"@3","addr":"nats:"}`), wantLen: 1, check: func(t *testing.T, l *List) {
+			if p, _ := l.ByName("n"); p.Addr.Scheme != transport.SchemeNATS || p.NATS || p.Addr.String() != "nats:" {
+				t.Errorf("n = %+v", p)
+			}
+		}},
+		{name: "direct and nats", data: peers(`{"name":"d","pubkey":"@3","addr":"tls://h:1","nats":true}`), wantLen: 1, check: func(t *testing.T, l *List) {
+			if p, _ := l.ByName("d"); !p.NATS || p.Addr.Scheme != transport.SchemeTLS {
+				t.Errorf("d = %+v", p)
+			}
+		}},
+		{name: "nats false", data: peers(`{"name":"d","pubkey":"@3","addr":"tls://h:1","nats":false}`), wantLen: 1, check: func(t *testing.T, l *List) {
+			if p, _ := l.ByName("d"); p.NATS {
+				t.Errorf("d = %+v", p)
+			}
+		}},
 		{name: "empty meta object", data: peers(`{"name":"m","pubkey":"@3","addr":"tcp://h:1","meta":{}}`), wantLen: 1},
 		{name: "name with all allowed characters", data: peers(`{"name":"A-z_0.9","pubkey":"@3","addr":"tcp://h:1"}`), wantLen: 1},
 		{name: "name of 64 bytes", data: peers(`{"name":"` + strings.Repeat("n", 64) + `","pubkey":"@3","addr":"tcp://h:1"}`), wantLen: 1},
@@ -100,6 +115,12 @@ func TestParse(t *testing.T) {
 			rows: []wantRow{{0, "alice", "addr", ErrMissingField}}},
 		{name: "missing everything", data: peers(`{}`),
 			rows: []wantRow{{0, "", "name", ErrMissingField}, {0, "", "pubkey", ErrMissingField}, {0, "", "addr", ErrMissingField}}},
+		{name: "nats not a boolean", data: peers(`{"name":"alice","pubkey":"@1","addr":"tcp://h:1","nats":"yes"}`),
+			rows: []wantRow{{0, "alice", "nats", ErrFormat}}},
+		{name: "nats on a nats address", data: peers(`{"name":"alice","pubkey":"@1","addr":"nats:","nats":true}`),
+			rows: []wantRow{{0, "alice", "nats", ErrFormat}}},
+		{name: "nats url form", data: peers(`{"name":"alice","pubkey":"@1","addr":"nats://h:4222"}`),
+			rows: []wantRow{{0, "alice", "addr", transport.ErrBadAddr}}},
 		{name: "meta not object", data: peers(`{"name":"alice","pubkey":"@1","addr":"tcp://h:1","meta":["x"]}`),
 			rows: []wantRow{{0, "alice", "meta", ErrBadMeta}}},
 		{name: "meta string", data: peers(`{"name":"alice","pubkey":"@1","addr":"tcp://h:1","meta":"x"}`),

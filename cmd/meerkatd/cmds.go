@@ -201,6 +201,7 @@ func runPeers(e *env, args []string) error {
 	homeFlag := e.homeFlag(flags)
 	asJSON := flags.Bool("json", false, "print JSON")
 	meta := flags.String("meta", "", "with add: a JSON `object` stored with the peer")
+	alsoNATS := flags.Bool("nats", false, "with add: the peer is also reachable through NATS, tried when ADDR cannot be connected to (ADDR nats: means only through NATS)")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
 		return err
@@ -243,19 +244,27 @@ func runPeers(e *env, args []string) error {
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tPUBKEY\tADDR\tLAST SEEN\tCARD")
 			for _, p := range peers {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.PubKey, safeText(p.Addr, ""), timeText(p.LastSeen), cardColumn(p.Card))
+				addr := safeText(p.Addr, "")
+				if p.NATS {
+					addr += " or nats:"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.PubKey, addr, timeText(p.LastSeen), cardColumn(p.Card))
 			}
 			return tw.Flush()
 		})
 	case "add":
-		p, err := node.AddPeer(h, pos[0], pos[1], pos[2], *meta)
+		p, err := node.AddPeer(h, pos[0], pos[1], pos[2], *alsoNATS, *meta)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
 			return printJSON(e.stdout, p)
 		}
-		fmt.Fprintf(e.stdout, "added %s %s %s\n", p.Name, p.PubKey, p.Addr)
+		via := ""
+		if p.NATS {
+			via = " (or through NATS)"
+		}
+		fmt.Fprintf(e.stdout, "added %s %s %s%s\n", p.Name, p.PubKey, p.Addr, via)
 		return nil
 	}
 	if err := node.RemovePeer(h, pos[0]); err != nil { // remove

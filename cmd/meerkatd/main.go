@@ -72,7 +72,7 @@ func commandTable() map[string]command {
 		},
 		"peers": {
 			summary: "list, add or remove trusted peers; discover the nodes running on this host",
-			usage:   "meerkatd peers list | peers add NAME KEY ADDR [--meta JSON] | peers remove NAME | peers discover   [--home DIR] [--json]",
+			usage:   "meerkatd peers list | peers add NAME KEY ADDR [--nats] [--meta JSON] | peers remove NAME | peers discover   [--home DIR] [--json]",
 			run:     runPeers,
 		},
 		"run": {

@@ -16,6 +16,8 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/testutil"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
 )
 
 func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
@@ -304,5 +306,42 @@ func TestClusterServerKilledMidStream(t *testing.T) {
 	}
 	if st := nodes[2].relay.Status(); st.Reconnects == 0 || st.State != "connected" {
 		t.Fatalf("n2 did not reconnect: %+v", st)
+	}
+}
+
+// A peer with a direct address and "nats": true is reached directly when
+// it can be, and through NATS when its direct address cannot be
+// connected to.
+func TestDirectAddressFallsBackToNATS(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s := startServer(t, "s1", "", nil, "")
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	dead, err := transport.ParseAddr("uds://" + t.TempDir() + "/nobody.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := a.r.Trust().Without("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err = l.With(trust.Peer{Name: "n1", ID: b.kp.ID(), Addr: dead, NATS: true}); err != nil {
+		t.Fatal(err)
+	}
+	a.r.SetTrust(l)
+	// Without a relay the direct failure is what the caller sees.
+	_, err = a.r.SendMessage(ctxT(t), "n1", "x")
+	var off *comms.PeerOfflineError
+	if !errors.As(err, &off) || off.Reason != comms.OfflineRefused {
+		t.Fatalf("direct send to a dead socket without NATS: %v", err)
+	}
+	a.connect(t, s.ClientURL(), Options{})
+	b.connect(t, s.ClientURL(), Options{})
+	id, err := a.r.SendMessage(ctxT(t), "n1", "through NATS after all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it := waitItems(t, b, 1)[0]; it.Envelope.ID != id || it.Envelope.Kind.Body() != "through NATS after all" {
+		t.Fatalf("b got %+v", it.Envelope)
 	}
 }

@@ -165,6 +165,7 @@ type Peer struct {
 	PubKey   string          `json:"pubkey"`
 	PeerUUID string          `json:"peer_uuid"`
 	Addr     string          `json:"addr"`
+	NATS     bool            `json:"nats,omitempty"` // also reachable through NATS when addr cannot be connected to
 	Meta     json.RawMessage `json:"meta,omitempty"`
 	LastSeen *time.Time      `json:"last_seen"` // last envelope received from it; null if none yet
 	// Reliable sends to it: the circuit breaker ("closed", "open": queued
@@ -425,6 +426,9 @@ type Paired struct {
 	Name   string `json:"name"`
 	PubKey string `json:"pubkey"`
 	Addr   string `json:"addr"`
+	// NATS: the peer is also reachable through NATS when Addr cannot be
+	// connected to (docs/nats.md).
+	NATS bool `json:"nats,omitempty"`
 }
 
 // UnmarshalJSON decodes a Message keeping its JSON values (params, result,

@@ -21,7 +21,7 @@ import (
 )
 
 func toPaired(p trust.Peer) Paired {
-	return Paired{Name: p.Name, PubKey: p.ID.String(), Addr: p.Addr.String()}
+	return Paired{Name: p.Name, PubKey: p.ID.String(), Addr: p.Addr.String(), NATS: p.NATS}
 }
 
 // pairing is a node's side of pairing: its responder and open offers.
@@ -337,10 +337,11 @@ func (n *Node) PairAccept(ctx context.Context, line, name string) (Paired, error
 }
 
 // AddPeer trusts a peer in the home's trusted peers file: name, key
-// ("ed25519:…"), address (uds://, tls:// or tcp://) and meta (a JSON
-// object, or ""). A running node takes the file in when it notices the
-// change.
-func AddPeer(h *Home, name, key, addr, meta string) (Paired, error) {
+// ("ed25519:…"), address (uds://, tls://, tcp:// or nats:), whether a
+// peer with a direct address is also reachable through NATS, and meta (a
+// JSON object, or ""). A running node takes the file in when it notices
+// the change.
+func AddPeer(h *Home, name, key, addr string, alsoNATS bool, meta string) (Paired, error) {
 	id, err := identity.ParsePeerID(key)
 	if err != nil {
 		return Paired{}, errorf(CodeBadArgument, "key %q: %s", key, UserText(err))
@@ -352,7 +353,7 @@ func AddPeer(h *Home, name, key, addr, meta string) (Paired, error) {
 	if id == h.Key.ID() {
 		return Paired{}, errorf(CodeBadArgument, "%s is this node's own key", id)
 	}
-	p := trust.Peer{Name: name, ID: id, Addr: a}
+	p := trust.Peer{Name: name, ID: id, Addr: a, NATS: alsoNATS}
 	if meta != "" {
 		p.Meta = json.RawMessage(meta)
 	}

@@ -117,7 +117,7 @@ func (n *Node) Peers(ctx context.Context) ([]Peer, error) {
 	}
 	out := []Peer{}
 	for _, p := range n.r.Trust().Peers() {
-		mp := Peer{Name: p.Name, PubKey: p.ID.String(), PeerUUID: p.ID.UUID().String(), Addr: p.Addr.String(), Meta: p.Meta, Breaker: outbox.BreakerClosed}
+		mp := Peer{Name: p.Name, PubKey: p.ID.String(), PeerUUID: p.ID.UUID().String(), Addr: p.Addr.String(), NATS: p.NATS, Meta: p.Meta, Breaker: outbox.BreakerClosed}
 		mp.LastSeen = timeOrNil(n.r.LastSeen(p.ID))
 		mp.LoopGuard = n.guardState(p.ID)
 		if ob := n.ob; ob != nil {
