@@ -161,6 +161,9 @@ func TestBroadcastThreeDaemons(t *testing.T) {
 	ref := startRefPeer(t, alice.key)
 	alice.ok("peers", "add", "ref", ref.key, ref.addr)
 	waitUntil(t, "alice's daemon to trust bob, carol and ref", func() bool { return alice.status().Peers == 3 })
+	// carol's daemon reads its trust file by polling: until it has, it
+	// refuses alice's envelopes.
+	waitUntil(t, "carol's daemon to trust alice", func() bool { return carol.status().Peers == 1 })
 
 	var res bcResult
 	alice.okJSON(&res, "broadcast", "standup in five", "--json")
