@@ -50,9 +50,9 @@ test:
 natstest:
 	cd bench/nats && $(GO) vet ./... && $(GO) test -count=1 ./...
 
-## nats-dev: build nats-server (from the bench/nats module) and run it in the foreground with JetStream on 127.0.0.1 port NATS_PORT (default 4222), its store in a temporary directory removed when it stops (Ctrl-C)
+## nats-dev: build nats-server (from its Go module) and run it in the foreground with JetStream on 127.0.0.1 port NATS_PORT (default 4222), its store in a temporary directory removed when it stops (Ctrl-C)
 nats-dev:
-	cd bench/nats && $(GO) build -o ../../$(NATSSERVER) github.com/nats-io/nats-server/v2
+	$(GO) build -o $(NATSSERVER) github.com/nats-io/nats-server/v2
 	@dir=$$(mktemp -d "$${TMPDIR:-/tmp}/meerkat-nats.XXXXXX") || exit 1; \
 	trap 'rm -rf "$$dir"' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	echo "nats-server on nats://127.0.0.1:$(NATS_PORT), JetStream in $$dir (Ctrl-C stops it and removes the directory)"; \
