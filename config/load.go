@@ -29,12 +29,24 @@ func Parse(data []byte) (Config, error) {
 // symbolic link, a file another user owns or one that group or others may
 // write is an [*Error] wrapping filemode.ErrUnsafe, whose text gives the
 // fix.
+//
+// A file that holds nats.password must not be readable by group or
+// others either.
 func Load(path string) (Config, error) {
 	data, err := readFile(path)
 	if err != nil {
 		return Config{}, err
 	}
-	return parse(path, data)
+	c, err := parse(path, data)
+	if err != nil {
+		return Config{}, err
+	}
+	if c.NATS.Password != "" {
+		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o044 != 0 {
+			return Config{}, &Error{Source: path, Key: "nats.password", Err: fmt.Errorf("the file holds a password and group or others may read it (mode %04o): chmod 600 %s, or give the password in MEERKAT_NATS_PASSWORD", fi.Mode().Perm(), path)}
+		}
+	}
+	return c, nil
 }
 
 // LoadOrDefault is [Load], except that a missing file yields [Default] and

@@ -43,3 +43,33 @@ func TestLoadRefusesUnsafeFile(t *testing.T) {
 		t.Fatalf("LoadOrDefault(symlink) = %v, want ErrUnsafe", err)
 	}
 }
+
+// A file holding the NATS password must be the owner's alone to read.
+func TestLoadRefusesReadablePassword(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, config.FileName)
+	body := "[nats]\nservers = [\"nats://127.0.0.1:4222\"]\nuser = \"n\"\npassword = \"s3cret\"\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := config.Load(path); err != nil || c.NATS.Password != "s3cret" {
+		t.Fatalf("Load(0600) = %+v, %v", c.NATS, err)
+	}
+	for _, mode := range []os.FileMode{0o640, 0o604, 0o644} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := config.Load(path)
+		var ce *config.Error
+		if !errors.As(err, &ce) || ce.Key != "nats.password" || !strings.Contains(err.Error(), "chmod 600") || strings.Contains(err.Error(), "s3cret") {
+			t.Fatalf("Load(%04o) = %v, want a nats.password error with the fix and without the password", mode, err)
+		}
+	}
+	// Without a password the same mode is fine.
+	if err := os.WriteFile(path, []byte("[nats]\nservers = [\"nats://127.0.0.1:4222\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Load(path); err != nil {
+		t.Fatalf("Load(0644) without a password = %v", err)
+	}
+}
