@@ -25,7 +25,8 @@ type Relay interface {
 	// Send hands one envelope's wire bytes (no length prefix) to the
 	// broker for peer to. With wantAck, it returns the bytes the peer
 	// answered on the message's reply subject (its signed ack, which the
-	// Router checks), or nil with stored true when the broker stored the
+	// Router checks, or an empty answer: refused), or nil with stored true
+	// when the broker stored the
 	// envelope for later and the ack will arrive as an inbound envelope
 	// ([Router.ReceiveRelayed]). Without wantAck it returns once the
 	// broker has the envelope. Errors mean the envelope did not reach the
@@ -131,6 +132,11 @@ func (r *Router) relaySend(ctx context.Context, p trust.Peer, id identity.UUID, 
 		return nil
 	}
 	if ack != nil {
+		if len(ack) == 0 {
+			// The peer refused the envelope (as a socket closed without
+			// an ack): most often it does not trust this node's key.
+			return &PeerOfflineError{Peer: p.Name, Reason: OfflineClosed}
+		}
 		return r.relayAck(p, id, ack)
 	}
 	select {

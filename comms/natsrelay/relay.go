@@ -309,9 +309,17 @@ func (rl *Relay) replyLoop() {
 		if res.Reason != "" {
 			rl.refused.Add(1)
 		}
-		if res.Ack != nil && rp.to != "" {
+		switch {
+		case rp.to == "":
+		case res.Ack != nil:
 			if err := rl.nc.Publish(rp.to, res.Ack); err != nil {
 				rl.log.Debug("NATS: cannot send an ack", "err", err)
+			}
+		case res.Reason != "" && rp.jsMsg == nil:
+			// Refused: an empty answer tells the requester at once, as a
+			// socket closed without an ack does. It says nothing of why.
+			if err := rl.nc.Publish(rp.to, nil); err != nil {
+				rl.log.Debug("NATS: cannot send a refusal", "err", err)
 			}
 		}
 		if rp.jsMsg != nil {

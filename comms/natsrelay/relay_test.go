@@ -205,9 +205,9 @@ func TestForgedEnvelopesRefused(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := b.r.Stats().Rejected[c.reason]
-			_, err := attacker.Request(subj, c.payload, 300*time.Millisecond)
-			if !errors.Is(err, nats.ErrTimeout) {
-				t.Fatalf("a refused envelope got a reply (err %v)", err)
+			m, err := attacker.Request(subj, c.payload, 10*time.Second)
+			if err != nil || len(m.Data) != 0 {
+				t.Fatalf("a refused envelope: want an empty answer, got %v", err)
 			}
 			testutil.WaitFor(t, 10*time.Second, "the refusal to be counted", func() bool {
 				return b.r.Stats().Rejected[c.reason] == before+1
@@ -343,5 +343,31 @@ func TestDirectAddressFallsBackToNATS(t *testing.T) {
 	}
 	if it := waitItems(t, b, 1)[0]; it.Envelope.ID != id || it.Envelope.Kind.Body() != "through NATS after all" {
 		t.Fatalf("b got %+v", it.Envelope)
+	}
+}
+
+// A peer that does not trust the sender refuses at once, as a socket
+// closed without an ack does, rather than after the ack timeout.
+func TestUntrustingPeerRefusesAtOnce(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s := startServer(t, "s1", "", nil, "")
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	none, err := b.r.Trust().Without("n0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.r.SetTrust(none)
+	a.connect(t, s.ClientURL(), Options{})
+	b.connect(t, s.ClientURL(), Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second) // under the ack timeout of 5 s
+	defer cancel()
+	_, err = a.r.SendMessage(ctx, "n1", "who are you")
+	var off *comms.PeerOfflineError
+	if !errors.As(err, &off) || off.Reason != comms.OfflineClosed {
+		t.Fatalf("send to a peer that does not trust us: %v", err)
+	}
+	if got := b.r.Stats().Rejected[comms.RejectUntrusted]; got != 1 {
+		t.Fatalf("b counted %d untrusted", got)
 	}
 }
