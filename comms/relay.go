@@ -264,6 +264,8 @@ type RelayReply struct {
 	Ack []byte
 	// Reason is the Reject… reason it was refused for; "" if accepted.
 	Reason string
+	// To is whom Ack goes to: the verified sender.
+	To identity.PeerID
 }
 
 // ReceiveRelayed runs one envelope that came through the relay through the
@@ -305,7 +307,7 @@ func (r *Router) ReceiveRelayed(payload []byte) func() RelayReply {
 				r.acksSent.Add(1)
 				ack = ack[transport.HeaderSize:]
 			}
-			return RelayReply{Ack: ack}
+			return RelayReply{Ack: ack, To: from}
 		}
 	}
 	pa := async[0]
@@ -314,7 +316,7 @@ func (r *Router) ReceiveRelayed(payload []byte) func() RelayReply {
 		if reason != "" || len(frame) == 0 {
 			return RelayReply{Reason: reason}
 		}
-		return RelayReply{Ack: frame[transport.HeaderSize:]}
+		return RelayReply{Ack: frame[transport.HeaderSize:], To: from}
 	}
 }
 

@@ -53,7 +53,7 @@ func (rl *Relay) startJetStream(ctx context.Context) error {
 		return fmt.Errorf("natsrelay: consumer %s on stream %s: %w", durable, o.Stream, err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		rl.arrived(m.Data(), m.Headers().Get(hdrReply), m)
+		rl.arrived(m.Data(), "", m)
 	}, jetstream.PullMaxMessages(maxAckPending), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		rl.log.Debug("NATS: consumer", "err", err)
 	}))

@@ -81,10 +81,6 @@ const (
 	maxAckPending = 1024
 )
 
-// Header carrying the subject an ack goes to when the envelope travels
-// through JetStream (whose messages' reply subject is the broker's own).
-const hdrReply = "Meerkat-Reply"
-
 // Relay is a node's NATS connection: it publishes envelopes to peers'
 // subjects and hands what arrives on its own subject to the Router. Create
 // it with [Start]; it is safe for concurrent use.
@@ -310,6 +306,13 @@ func (rl *Relay) replyLoop() {
 			rl.refused.Add(1)
 		}
 		switch {
+		case rp.jsMsg != nil && res.Ack != nil:
+			// Through the stream: the ack goes to the sender's own
+			// subject (from the verified envelope, never from anything
+			// the message says), stored for a sender that is away.
+			if err := rl.nc.Publish(Subject(rl.opts.SubjectPrefix, res.To), res.Ack); err != nil {
+				rl.log.Debug("NATS: cannot send an ack", "err", err)
+			}
 		case rp.to == "":
 		case res.Ack != nil:
 			if err := rl.nc.Publish(rp.to, res.Ack); err != nil {
@@ -353,7 +356,6 @@ func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID,
 	if rl.js != nil {
 		m := nats.NewMsg(subj)
 		m.Data = payload
-		m.Header.Set(hdrReply, rl.subject)
 		ack, err := rl.js.PublishMsg(ctx, m, jetstream.WithMsgID(id.String()))
 		if err != nil {
 			return nil, false, err
