@@ -104,7 +104,7 @@ func commandTable() map[string]command {
 		},
 		"pair": {
 			summary: "make this node and another trust each other in one step, with a one-time code",
-			usage:   "meerkatd pair offer [--ttl DUR] [--name-for-peer NAME] [--no-wait|--local] | pair accept LINE | pair accept --local NAME   [--name NAME] [--home DIR] [--json]",
+			usage:   "meerkatd pair offer [--ttl DUR] [--name-for-peer NAME] [--no-wait|--local] [--nats] | pair accept LINE | pair accept --local NAME   [--name NAME] [--home DIR] [--json]",
 			run:     runPair,
 		},
 		"space": {

@@ -28,6 +28,7 @@ func runPair(e *env, args []string) error {
 	nameForPeer := flags.String("name-for-peer", "", "offer: the `name` to give the other node here (default: its own name)")
 	noWait := flags.Bool("no-wait", false, "offer, with a daemon: print the line and return; the daemon completes the pairing")
 	name := flags.String("name", "", "accept: the `name` to give the other node here (default: its own name)")
+	viaNATS := flags.Bool("nats", false, "offer: through the daemon's NATS connection (the line's address is nats:; both nodes then reach each other through NATS)")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
 		return err
@@ -43,7 +44,7 @@ func runPair(e *env, args []string) error {
 			return fmt.Errorf("%w: --name is for pair accept; pair offer takes --name-for-peer", errUsage)
 		}
 	case "accept":
-		for _, f := range []string{"ttl", "name-for-peer", "no-wait"} {
+		for _, f := range []string{"ttl", "name-for-peer", "no-wait", "nats"} {
 			if set[f] {
 				return fmt.Errorf("%w: --%s is for pair offer", errUsage, f)
 			}
@@ -97,7 +98,7 @@ func runPair(e *env, args []string) error {
 		return &node.Error{Code: node.CodeNoDaemon, Msg: "--no-wait needs a running daemon to complete the pairing (start it with: meerkatd run --home " + h.Dir + ")"}
 	}
 	octx, ocancel := context.WithTimeout(context.Background(), 10*time.Second)
-	info, err := b.PairOffer(octx, node.PairOptions{TTL: *ttl, NameForPeer: *nameForPeer})
+	info, err := b.PairOffer(octx, node.PairOptions{TTL: *ttl, NameForPeer: *nameForPeer, NATS: *viaNATS})
 	ocancel()
 	if err != nil {
 		return err

@@ -412,6 +412,9 @@ type DeadLetter struct {
 type PairOptions struct {
 	TTL         time.Duration `json:"ttl,omitempty"`           // how long the code stays valid (0: pair.DefaultTTL)
 	NameForPeer string        `json:"name_for_peer,omitempty"` // what to call the other node here ("": its own name)
+	// NATS offers through the node's NATS connection: the line's address
+	// is nats:, and the other node answers it through its own.
+	NATS bool `json:"nats,omitempty"`
 }
 
 // PairOffer is an open pairing offer.

@@ -154,3 +154,20 @@ func (s NATSStatus) Summary() string {
 	}
 	return b.String()
 }
+
+// natsRelay returns the connected relay, or an error saying why there is
+// none.
+func (n *Node) natsRelay() (*natsrelay.Relay, error) {
+	if n.nats == nil && n.h.Config.NATS.Enabled() {
+		return nil, errorf(CodeNoDaemon, "the NATS connection is the daemon's: start it (meerkatd run --home %s) and try again", n.h.Dir)
+	}
+	if n.nats == nil {
+		return nil, errorf(CodeBadArgument, "this node has no NATS connection: set [nats] servers in meerkat.toml (docs/nats.md)")
+	}
+	n.nats.mu.Lock()
+	defer n.nats.mu.Unlock()
+	if n.nats.relay == nil {
+		return nil, errorf(CodePeerOffline, "this node is not connected to NATS yet (meerkatd status shows why)")
+	}
+	return n.nats.relay, nil
+}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/natsrelay"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/transport"
@@ -74,15 +75,29 @@ func (n *Node) offerAddr() (transport.Addr, error) {
 	return *uds, nil
 }
 
-// open creates an offer and returns its handle.
-func (p *pairing) open(ttl time.Duration, nameForPeer string) (PairOffer, *pair.Offer, error) {
-	addr, err := p.n.offerAddr()
-	if err != nil {
+// open creates an offer and returns its handle. viaNATS offers it
+// through the node's NATS connection.
+func (p *pairing) open(ttl time.Duration, nameForPeer string, viaNATS bool) (PairOffer, *pair.Offer, error) {
+	var addr transport.Addr
+	var rl *natsrelay.Relay
+	var err error
+	if viaNATS {
+		if rl, err = p.n.natsRelay(); err != nil {
+			return PairOffer{}, nil, err
+		}
+		addr = transport.Addr{Scheme: transport.SchemeNATS}
+	} else if addr, err = p.n.offerAddr(); err != nil {
 		return PairOffer{}, nil, err
 	}
 	o, err := p.resp.Open(addr, ttl, nameForPeer)
 	if err != nil {
 		return PairOffer{}, nil, &Error{Code: CodeBadArgument, Msg: UserText(err)}
+	}
+	if rl != nil {
+		if err := p.serveNATS(rl, o); err != nil {
+			p.resp.Close(o)
+			return PairOffer{}, nil, &Error{Code: CodeBadArgument, Msg: "cannot offer through NATS: " + err.Error()}
+		}
 	}
 	var h [8]byte
 	rand.Read(h[:])
@@ -145,12 +160,56 @@ func (n *Node) accept(ctx context.Context, lineText, nameForPeer string) (Paired
 	if err != nil {
 		return Paired{}, err
 	}
-	peer, err := pair.Accept(ctx, n.h.Key, n.h.Config.Name, self, line, nameForPeer, n.planPeer, n.trustPeer)
+	var peer trust.Peer
+	if line.Addr.Scheme == transport.SchemeNATS {
+		rl, err := n.natsRelay()
+		if err != nil {
+			return Paired{}, err
+		}
+		c, err := rl.DialPairing(ctx, line.OfferID())
+		if err != nil {
+			return Paired{}, &Error{Code: CodePeerOffline, Msg: "pair: cannot reach the offer through NATS: " + err.Error()}
+		}
+		peer, err = pair.AcceptConn(ctx, c, n.h.Key, n.h.Config.Name, self, line, nameForPeer, n.planPeer, n.trustPeer)
+	} else {
+		peer, err = pair.Accept(ctx, n.h.Key, n.h.Config.Name, self, line, nameForPeer, n.planPeer, n.trustPeer)
+	}
 	if err != nil {
 		return Paired{}, Coded(err)
 	}
 	return toPaired(peer), nil
 }
+
+// serveNATS answers offer o on its NATS subject until it is used, closed
+// or expired, or the node stops.
+func (p *pairing) serveNATS(rl *natsrelay.Relay, o *pair.Offer) error {
+	stop, err := rl.ServePairing(o.Line.OfferID(), func(c net.Conn) {
+		if err := p.resp.Serve(c, c, natsPairSource); err != nil {
+			p.fails.note(natsPairSource, err)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	n := p.n
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer stop()
+		t := time.NewTimer(time.Until(o.Expires) + pair.ExchangeTimeout)
+		defer t.Stop()
+		select {
+		case <-o.Done():
+		case <-t.C:
+		case <-n.ctx.Done():
+		}
+	}()
+	return nil
+}
+
+// natsPairSource is the rate-limit source of pairing attempts through
+// NATS: they share one budget.
+const natsPairSource = pair.NATSSource
 
 // selfAddrFor is where the node of addr should reach this one: over TCP
 // if it is reached over TCP and this node listens on TCP, else over the
@@ -158,6 +217,13 @@ func (n *Node) accept(ctx context.Context, lineText, nameForPeer string) (Paired
 // tls:// (both speak TLS), tcp:// to one that offers only tcp://, which
 // a node refusing plaintext cannot pair with.
 func (n *Node) selfAddrFor(other transport.Addr) (transport.Addr, error) {
+	if other.Scheme == transport.SchemeNATS {
+		// Through NATS both ways: this node is reached as nats: too.
+		if _, err := n.natsRelay(); err != nil {
+			return transport.Addr{}, err
+		}
+		return other, nil
+	}
 	if other.Scheme == transport.SchemeTCP && n.h.Config.Comms.RefusePlaintext() {
 		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: errPlaintextPeer(other).Error()}
 	}
@@ -305,7 +371,7 @@ func (n *Node) PairOffer(ctx context.Context, opts PairOptions) (PairOffer, erro
 	if opts.TTL < 0 {
 		return PairOffer{}, errorf(CodeBadArgument, "the offer's time-to-live must not be negative")
 	}
-	info, _, err := n.pairing.open(opts.TTL, opts.NameForPeer)
+	info, _, err := n.pairing.open(opts.TTL, opts.NameForPeer, opts.NATS)
 	return info, err
 }
 

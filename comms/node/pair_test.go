@@ -128,7 +128,7 @@ func TestPairLineWildcardListener(t *testing.T) {
 			})
 			n := &Node{h: h, addrs: []transport.Addr{wild}}
 			p := newPairing(n)
-			_, _, err := p.open(0, "")
+			_, _, err := p.open(0, "", false)
 			var e *Error
 			if !errors.As(err, &e) || e.Code != CodeBadArgument || !strings.Contains(e.Msg, "comms.advertise_tcp") {
 				t.Fatalf("offer on a wildcard listener: %v; want a bad_argument naming comms.advertise_tcp", err)
@@ -142,7 +142,7 @@ func TestPairLineWildcardListener(t *testing.T) {
 
 			h.Config.Comms.AdvertiseTCP = "192.0.2.10:4300"
 			want := transport.Addr{Scheme: transport.SchemeTLS, Host: "192.0.2.10", Port: 4300}
-			info, _, err := p.open(0, "")
+			info, _, err := p.open(0, "", false)
 			if err != nil {
 				t.Fatalf("offer with comms.advertise_tcp: %v", err)
 			}

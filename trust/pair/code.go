@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -105,6 +106,15 @@ type Line struct {
 // "meerkat-pair/1 ABCD-…-XY uds:///path/meerkat.sock".
 func (l Line) String() string {
 	return linePrefix + " " + l.Code.String() + " " + l.Addr.String()
+}
+
+// OfferID is the hex form of the id the offer is known by on the wire:
+// derived from the code by a one-way hash, so it can be shown (as the
+// NATS subject a pairing through NATS is answered on) without giving the
+// code away.
+func (l Line) OfferID() string {
+	id := l.Code.id()
+	return hex.EncodeToString(id[:])
 }
 
 // ParseLine reads a line as [Line.String] writes it. Surrounding space is

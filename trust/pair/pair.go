@@ -172,15 +172,20 @@ func (r *Responder) Serve(c net.Conn, rd io.Reader, source string) error {
 		cn.send(msg{Error: ErrRateLimited.Error()})
 		return ErrRateLimited
 	}
-	return r.exchange(cn, isLocal(source))
+	return r.exchange(cn, source)
 }
+
+// NATSSource is the source of exchanges carried through NATS: they share
+// one rate limit, and the other node must be reached through NATS too.
+const NATSSource = "nats"
 
 // LocalSource is the source of connections over Unix sockets; callers that
 // know the connecting user append ":" and its uid, so local users are
 // limited separately.
 const LocalSource = "local"
 
-func (r *Responder) exchange(cn *conn, local bool) error {
+func (r *Responder) exchange(cn *conn, source string) error {
+	local := isLocal(source)
 	hello, err := cn.recv()
 	if err != nil {
 		return err
@@ -203,7 +208,12 @@ func (r *Responder) exchange(cn *conn, local bool) error {
 	if err != nil {
 		return refuse(fmt.Errorf("%w: address: %v", ErrProtocol, err))
 	}
-	if !local && !initAddr.OverTCP() {
+	switch {
+	case source == NATSSource && initAddr.Scheme != transport.SchemeNATS:
+		// A node that came through NATS may be anywhere; it is reached
+		// the way it came.
+		return refuse(fmt.Errorf("%w: a node pairing through NATS must give the address nats:", ErrProtocol))
+	case source != NATSSource && !local && !initAddr.OverTCP():
 		// A node that came over TCP is on another host: a Unix socket
 		// path would name something on ours.
 		return refuse(fmt.Errorf("%w: a node pairing over TCP must give a TCP address", ErrProtocol))
@@ -296,6 +306,22 @@ func Accept(ctx context.Context, kp *identity.Keypair, selfName string, selfAddr
 	if err != nil {
 		return trust.Peer{}, fmt.Errorf("pair: cannot reach %s: %w", line.Addr, err)
 	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	return accept(c, kp, selfName, selfAddr, line, nameForPeer, plan, commit)
+}
+
+// AcceptConn is [Accept] over a connection the caller opened to the
+// offering node (through NATS, say) instead of dialling line.Addr. It
+// closes c.
+func AcceptConn(ctx context.Context, c net.Conn, kp *identity.Keypair, selfName string, selfAddr transport.Addr, line Line,
+	nameForPeer string, plan, commit Commit) (trust.Peer, error) {
+	ctx, cancel := context.WithTimeout(ctx, ExchangeTimeout)
+	defer cancel()
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
