@@ -109,6 +109,14 @@ func (rl *Relay) newMsgConn(target string) (*msgConn, error) {
 
 var errPairTooLong = errors.New("natsrelay: pairing message too long")
 
+// ErrNoPairOffer means no node answers the offer through NATS: the code
+// is wrong, or the offer was used, withdrawn or has expired.
+var ErrNoPairOffer = errors.New("natsrelay: no node answers that offer through NATS (wrong code, or the offer was used, withdrawn or has expired)")
+
+// noRespondersStatus is the status the server sends to a reply subject
+// when nobody subscribes to where the message went.
+const noRespondersStatus = "503"
+
 func (c *msgConn) Read(p []byte) (int, error) {
 	c.mu.Lock()
 	if len(c.rbuf) > 0 {
@@ -141,6 +149,9 @@ func (c *msgConn) Read(p []byte) (int, error) {
 		select {
 		case m := <-c.ch:
 			t.Stop()
+			if len(m.Data) == 0 && m.Header.Get("Status") == noRespondersStatus {
+				return 0, ErrNoPairOffer // the server says nobody answers there
+			}
 			if len(m.Data) > maxPairMsg {
 				return 0, errPairTooLong
 			}

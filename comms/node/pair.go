@@ -162,13 +162,13 @@ func (n *Node) accept(ctx context.Context, lineText, nameForPeer string) (Paired
 	}
 	var peer trust.Peer
 	if line.Addr.Scheme == transport.SchemeNATS {
-		rl, err := n.natsRelay()
-		if err != nil {
-			return Paired{}, err
+		rl, rerr := n.natsRelay()
+		if rerr != nil {
+			return Paired{}, rerr
 		}
-		c, err := rl.DialPairing(ctx, line.OfferID())
-		if err != nil {
-			return Paired{}, &Error{Code: CodePeerOffline, Msg: "pair: cannot reach the offer through NATS: " + err.Error()}
+		c, derr := rl.DialPairing(ctx, line.OfferID())
+		if derr != nil {
+			return Paired{}, &Error{Code: CodePeerOffline, Msg: "pair: cannot reach the offer through NATS: " + derr.Error()}
 		}
 		peer, err = pair.AcceptConn(ctx, c, n.h.Key, n.h.Config.Name, self, line, nameForPeer, n.planPeer, n.trustPeer)
 	} else {

@@ -212,7 +212,7 @@ func (r *Responder) exchange(cn *conn, source string) error {
 	case source == NATSSource && initAddr.Scheme != transport.SchemeNATS:
 		// A node that came through NATS may be anywhere; it is reached
 		// the way it came.
-		return refuse(fmt.Errorf("%w: a node pairing through NATS must give the address nats:", ErrProtocol))
+		return refuse(fmt.Errorf("%w: a node pairing through NATS must be reached through NATS (address nats:, not a socket or TCP address)", ErrProtocol))
 	case source != NATSSource && !local && !initAddr.OverTCP():
 		// A node that came over TCP is on another host: a Unix socket
 		// path would name something on ours.

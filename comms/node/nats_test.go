@@ -1,0 +1,114 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// natsTestServer runs a nats-server on loopback for the test.
+func natsTestServer(t *testing.T) string {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s.ClientURL()
+}
+
+// natsNode is a serving node with no peers whose [nats] servers are url.
+func natsNode(t *testing.T, name, url string) *Node {
+	t.Helper()
+	h, _ := testHome(t, name, func(c *config.Config) {
+		c.NATS.Servers = []string{url}
+		c.NATS.ReconnectWaitMS = 50
+	})
+	var empty *trust.List
+	if err := empty.Save(h.TrustPath()); err != nil {
+		t.Fatal(err)
+	}
+	n := startTest(t, h, ModeServe)
+	waitFor(t, 20*time.Second, name+" to connect to NATS", func() bool {
+		st, err := n.Status(context.Background())
+		return err == nil && st.NATS != nil && st.NATS.State == "connected"
+	})
+	return n
+}
+
+// Two daemons' nodes pair through NATS (a wrong code fails, and says so),
+// then talk through it; status shows the connection.
+func TestPairAndSendThroughNATS(t *testing.T) {
+	url := natsTestServer(t)
+	alice, bob := natsNode(t, "alice", url), natsNode(t, "bob", url)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	o, err := alice.PairOffer(ctx, PairOptions{NATS: true})
+	if err != nil || !strings.HasSuffix(o.Line, " nats:") {
+		t.Fatalf("offer %+v, %v", o, err)
+	}
+	f := strings.Fields(o.Line)
+	wrong := f[0] + " " + strings.Replace(f[1], f[1][:1], map[bool]string{true: "B", false: "A"}[f[1][0] == 'A'], 1) + " " + f[2]
+	if _, err := bob.PairAccept(ctx, wrong, ""); err == nil || !strings.Contains(err.Error(), "no node answers that offer") {
+		t.Fatalf("pairing through NATS with a wrong code: %v", err)
+	}
+	p, err := bob.PairAccept(ctx, o.Line, "")
+	if err != nil || p.Name != "alice" || p.Addr != "nats:" || p.PubKey != alice.h.Key.ID().String() {
+		t.Fatalf("accept: %+v, %v", p, err)
+	}
+	got, err := alice.PairWait(ctx, o.ID)
+	if err != nil || got.Name != "bob" || got.Addr != "nats:" {
+		t.Fatalf("alice's side: %+v, %v", got, err)
+	}
+	waitFor(t, 20*time.Second, "both nodes to read their trust files", func() bool {
+		return alice.r.Trust().Len() == 1 && bob.r.Trust().Len() == 1
+	})
+	sent, err := bob.SendMessage(ctx, "alice", "through the broker", SendOptions{})
+	if err != nil || sent.Delivery != "acked" {
+		t.Fatalf("bob → alice: %+v, %v", sent, err)
+	}
+	st, err := alice.Status(ctx)
+	if err != nil || st.NATS == nil || st.NATS.Received < 1 || st.NATS.Server != url {
+		t.Fatalf("alice's status: %+v, %v", st.NATS, err)
+	}
+	if s := st.NATS.Summary(); !strings.HasPrefix(s, "connected to "+url) {
+		t.Fatalf("summary %q", s)
+	}
+}
+
+// A node whose NATS servers cannot be reached still starts and serves;
+// its status says it is connecting and why.
+func TestNATSDownAtStart(t *testing.T) {
+	n := natsNodeUnreachable(t)
+	st, err := n.Status(context.Background())
+	if err != nil || st.NATS == nil || st.NATS.State != "connecting" {
+		t.Fatalf("status %+v, %v", st.NATS, err)
+	}
+	waitFor(t, 20*time.Second, "the failed attempt to be reported", func() bool {
+		st, _ := n.Status(context.Background())
+		return st.NATS.LastError != ""
+	})
+	if _, err := n.PairOffer(context.Background(), PairOptions{NATS: true}); codeOfErr(err) != CodePeerOffline {
+		t.Fatalf("offer through NATS while not connected: %v", err)
+	}
+}
+
+func natsNodeUnreachable(t *testing.T) *Node {
+	t.Helper()
+	h, _ := testHome(t, "lonely", func(c *config.Config) {
+		c.NATS.Servers = []string{"nats://127.0.0.1:1"}
+		c.NATS.ReconnectWaitMS = 50
+		c.NATS.ConnectTimeoutMS = 200
+	})
+	return startTest(t, h, ModeServe)
+}
