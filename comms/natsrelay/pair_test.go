@@ -94,11 +94,7 @@ func TestPairingThroughNATS(t *testing.T) {
 // must say nats:, not a socket path of another host.
 func TestPairingThroughNATSRefusesOtherAddresses(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	s := startServer(t, "s1", "", nil, "")
-	nodes := newNodes(t, 2)
-	a, b := nodes[0], nodes[1]
-	a.connect(t, s.ClientURL(), Options{})
-	b.connect(t, s.ClientURL(), Options{})
+	_, a, b := twoOnOneServer(t)
 	natsAddr, _ := transport.ParseAddr("nats:")
 	resp := pair.NewResponder(a.kp, "alice", func(p trust.Peer) (trust.Peer, error) {
 		t.Error("committed a peer that gave a socket path")

@@ -40,11 +40,7 @@ func waitItems(t *testing.T, n *testNode, want int) []comms.Item {
 
 func TestMessageRequestResponseThroughNATS(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	s := startServer(t, "s1", "", nil, "")
-	nodes := newNodes(t, 2)
-	a, b := nodes[0], nodes[1]
-	a.connect(t, s.ClientURL(), Options{Name: "a"})
-	b.connect(t, s.ClientURL(), Options{Name: "b"})
+	_, a, b := twoOnOneServer(t)
 	ctx := ctxT(t)
 
 	id, err := a.r.SendMessage(ctx, "n1", "hello through the broker")
@@ -121,11 +117,7 @@ func TestNoRelayConfigured(t *testing.T) {
 // The broker, and anyone who can read the subjects, sees no body.
 func TestBrokerSeesNoPlaintext(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	s := startServer(t, "s1", "", nil, "")
-	nodes := newNodes(t, 2)
-	a, b := nodes[0], nodes[1]
-	a.connect(t, s.ClientURL(), Options{})
-	b.connect(t, s.ClientURL(), Options{})
+	s, a, b := twoOnOneServer(t)
 	spy := rawConn(t, s.ClientURL())
 	var mu sync.Mutex
 	var seen [][]byte

@@ -157,3 +157,15 @@ func ctxT(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// twoOnOneServer starts a server and two nodes connected to it that trust
+// each other, with default options.
+func twoOnOneServer(t *testing.T) (s *server.Server, a, b *testNode) {
+	t.Helper()
+	s = startServer(t, "s1", "", nil, "")
+	nodes := newNodes(t, 2)
+	a, b = nodes[0], nodes[1]
+	a.connect(t, s.ClientURL(), Options{})
+	b.connect(t, s.ClientURL(), Options{})
+	return s, a, b
+}
