@@ -99,7 +99,9 @@ var allowed = map[string][]string{
 	"mcpserver":     {module + "/comms/node", "github.com/mark3labs/mcp-go/"},
 	"bench": {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust",
 		// space_broadcast drives the node under test as an agent does: its control socket.
-		module + "/comms/control", module + "/comms/node"},
+		module + "/comms/control", module + "/comms/node",
+		// The nats transports: the bench's peers reach the node through a NATS server.
+		module + "/comms/natsrelay"},
 	"cmd/meerkatd": {module + "/comms/control", module + "/comms/node", module + "/mcpserver", module + "/bench", module + "/comms/audit",
 		module + "/comms/outbox", module + "/config", module + "/identity", module + "/transport", module + "/trust", module + "/trust/pair",
 		module + "/internal/atomicfile", module + "/internal/sdnotify", module + "/internal/systemdunit", module + "/internal/completion", module + "/internal/termtext"},

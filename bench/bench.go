@@ -67,12 +67,15 @@ type Options struct {
 	Exe string
 
 	Reps      int           // measured repetitions (default 5; Quick: 1)
-	Transport string        // "uds", "tcp", "tls", a comma-separated list of them, "both" (uds,tcp) or "all" (default all; Quick: uds)
+	Transport string        // "uds", "tcp", "tls", "nats", "nats-unsealed", a comma-separated list of them, "both" (uds,tcp) or "all" (default all; Quick: uds)
 	Duration  time.Duration // measured window of each throughput scenario (default 2s; Quick: 150ms)
 	Msgs      int           // round trips of each latency scenario, at least 10; conn_per_msg: half (default 2000; Quick: 100)
 	IdleConns int           // connections of idle_rss_1000 (default 1000; Quick: 50)
 	Only      string        // comma-separated scenario groups to run, of [Groups]; "": all
 	NATS      string        // the bench/nats binary to compare with over TCP; "": no NATS checks
+	// NATSURL is a running NATS server (nats://host:port) that the nats
+	// and nats-unsealed transports go through; "": they are not available.
+	NATSURL string
 
 	JSON  bool // print one JSON [Line] per scenario instead of a table
 	Gate  bool // a failed check makes Run fail
@@ -83,7 +86,7 @@ type Options struct {
 type settings struct {
 	reps       int           // measured repetitions
 	warmup     bool          // one more repetition first, not counted
-	transports []string      // of transport.SchemeUDS, SchemeTCP, SchemeTLS, in that order
+	transports []string      // of transport.SchemeUDS, SchemeTCP, SchemeTLS, trNATS, trNATSUnsealed, in that order
 	duration   time.Duration // measured window of each throughput scenario
 	msgs       int           // round trips of each latency scenario
 	idleConns  int           // connections of idle_rss_1000
@@ -92,6 +95,7 @@ type settings struct {
 	flooders   int           // flood: concurrent attacking connections
 	anchorTime time.Duration // per crypto anchor per repetition
 	nats       string        // NATS bench binary, or ""
+	natsURL    string        // NATS server of the nats transports, or ""
 	json       bool
 	gate       bool
 	quick      bool
@@ -102,7 +106,7 @@ type settings struct {
 func (o Options) settings() (settings, error) {
 	s := settings{reps: 5, warmup: true, duration: 2 * time.Second, msgs: 2000, idleConns: 1000,
 		starts: 5, inFlight: 128, flooders: 4, anchorTime: 300 * time.Millisecond,
-		nats: o.NATS, json: o.JSON, gate: o.Gate, quick: o.Quick}
+		nats: o.NATS, natsURL: o.NATSURL, json: o.JSON, gate: o.Gate, quick: o.Quick}
 	tr := cmp.Or(o.Transport, "all")
 	if o.Quick {
 		s.reps, s.warmup, s.duration, s.msgs, s.idleConns = 1, false, 150*time.Millisecond, 100, 50
@@ -115,7 +119,7 @@ func (o Options) settings() (settings, error) {
 	s.reps, s.duration = cmp.Or(o.Reps, s.reps), cmp.Or(o.Duration, s.duration)
 	s.msgs, s.idleConns = cmp.Or(o.Msgs, s.msgs), cmp.Or(o.IdleConns, s.idleConns)
 	var err error
-	if s.transports, err = parseTransports(tr); err != nil {
+	if s.transports, err = parseTransports(tr, o.NATSURL != ""); err != nil {
 		return s, err
 	}
 	if s.reps < 1 || s.msgs < 10 || s.duration <= 0 || s.idleConns < 1 {
@@ -125,11 +129,27 @@ func (o Options) settings() (settings, error) {
 	return s, err
 }
 
+// Transports through a NATS server (--nats-url): the product's sealed
+// envelopes, and the same unsealed (comms.Options.RelayUnsealed), which
+// shows what sealing costs.
+const (
+	trNATS         = transport.SchemeNATS
+	trNATSUnsealed = transport.SchemeNATS + "-unsealed"
+)
+
+// isNATS reports whether tr goes through the NATS server.
+func isNATS(tr string) bool { return tr == trNATS || tr == trNATSUnsealed }
+
 // parseTransports parses --transport into transports in the order they
-// run: TLS after plaintext TCP, whose figures of the same repetition its
-// checks compare with.
-func parseTransports(v string) ([]string, error) {
+// run: TLS and NATS after plaintext TCP, whose figures of the same
+// repetition their ratios compare with. The NATS ones exist only with a
+// server (withNATS: --nats-url given), and are then part of all.
+func parseTransports(v string, withNATS bool) ([]string, error) {
 	all := []string{transport.SchemeUDS, transport.SchemeTCP, transport.SchemeTLS}
+	known := append(slices.Clone(all), trNATS, trNATSUnsealed)
+	if withNATS {
+		all = known
+	}
 	switch v {
 	case "all":
 		return all, nil
@@ -139,8 +159,11 @@ func parseTransports(v string) ([]string, error) {
 	want := map[string]bool{}
 	for _, t := range strings.Split(v, ",") {
 		t = strings.TrimSpace(t)
-		if !slices.Contains(all, t) {
-			return nil, usagef("--transport %q: want uds, tcp, tls, a comma-separated list of them, both (uds,tcp) or all", v)
+		if !slices.Contains(known, t) {
+			return nil, usagef("--transport %q: want uds, tcp, tls, nats, nats-unsealed, a comma-separated list of them, both (uds,tcp) or all", v)
+		}
+		if isNATS(t) && !withNATS {
+			return nil, usagef("--transport %s needs a NATS server: start one (make nats-dev) and pass --nats-url nats://127.0.0.1:4222", t)
 		}
 		want[t] = true
 	}
@@ -183,11 +206,12 @@ func parseOnly(v string) (map[string]bool, error) {
 }
 
 // Usage is the synopsis of `meerkatd bench`.
-const Usage = "meerkatd bench [--reps N] [--transport uds|tcp|tls,...|both|all] [--duration DUR] [--msgs N] [--only GROUPS] [--nats PATH] [--json] [--gate] [--quick]"
+const Usage = "meerkatd bench [--reps N] [--transport uds|tcp|tls|nats|nats-unsealed,...|both|all] [--duration DUR] [--msgs N] [--only GROUPS] [--nats PATH] [--nats-url URL] [--json] [--gate] [--quick]"
 
 // Help explains the scenarios, anchors and checks of `meerkatd bench`.
 const Help = `Runs the performance suite against real "meerkatd run" processes
-in temporary homes, over UDS, TCP and TLS on 127.0.0.1, and compares every figure
+in temporary homes, over UDS, TCP and TLS on 127.0.0.1 (and, with --nats-url,
+through a NATS server), and compares every figure
 with anchors measured in the same run. Each repetition runs every scenario
 once (interleaved); a warm-up repetition comes first and is not counted.
 Figures are the median and [min-max] over the repetitions.
@@ -242,6 +266,20 @@ pinned keys, the node refusing plaintext) only sequential and pipelined
 run, each right after the same scenario over plaintext TCP; each prints vs_tcp, its
 figure over plaintext TCP's of that repetition (p50 / TCP p50;
 exchanges/s / TCP exchanges/s).
+
+Over nats and nats-unsealed (only with --nats-url URL: a running NATS
+server, e.g. make nats-dev; the bench starts none) the node under test and
+the bench's peer both connect to that server and trust each other at the
+address nats:, so every envelope and its ack go through the server (NATS
+request/reply, no JetStream). nats seals each envelope to its recipient
+(HPKE, then an outer signed envelope), as every node does; nats-unsealed
+sends the signed envelopes as they are, only to show what sealing costs.
+Only sequential and pipelined run, each right after the same scenario
+over plaintext TCP, printing vs_tcp as tls does; nats also prints
+vs_unsealed, its figure over nats-unsealed's of that repetition (when
+both run). Their cpu_us_per_exchange is the two meerkatd processes' only,
+not the server's. They have no checks: they are not performance targets.
+With --nats-url, all includes them.
 
 Checks (the performance targets; ratios per repetition, then the median):
   pipelined >= 0.80 x ceiling; CPU per exchange <= 1.20 x exchange (both

@@ -229,29 +229,37 @@ func TestBenchQuickTLS(t *testing.T) {
 
 func TestParseTransports(t *testing.T) {
 	for _, tc := range []struct {
-		in   string
-		want string // comma-joined; "" for an error
+		in       string
+		withNATS bool   // --nats-url given
+		want     string // comma-joined; "" for an error
 	}{
-		{"all", "uds,tcp,tls"},
-		{"both", "uds,tcp"},
-		{"uds", "uds"},
-		{"tls", "tls"},
-		{"tls,tcp", "tcp,tls"}, // TLS runs after the TCP it is compared with
-		{"tcp, uds ,tcp", "uds,tcp"},
-		{"", ""},
-		{"udp", ""},
-		{"tcp,", ""},
-		{"TLS", ""},
+		{"all", false, "uds,tcp,tls"},
+		{"all", true, "uds,tcp,tls,nats,nats-unsealed"},
+		{"both", false, "uds,tcp"},
+		{"both", true, "uds,tcp"},
+		{"uds", false, "uds"},
+		{"tls", false, "tls"},
+		{"tls,tcp", false, "tcp,tls"}, // TLS runs after the TCP it is compared with
+		{"tcp, uds ,tcp", false, "uds,tcp"},
+		{"nats-unsealed,nats,tcp", true, "tcp,nats,nats-unsealed"},
+		{"nats", true, "nats"},
+		{"nats", false, ""}, // no server to go through
+		{"tcp,nats-unsealed", false, ""},
+		{"", false, ""},
+		{"udp", false, ""},
+		{"tcp,", false, ""},
+		{"TLS", false, ""},
+		{"NATS", true, ""},
 	} {
-		got, err := parseTransports(tc.in)
+		got, err := parseTransports(tc.in, tc.withNATS)
 		if tc.want == "" {
 			if err == nil {
-				t.Errorf("parseTransports(%q) = %v, want an error", tc.in, got)
+				t.Errorf("parseTransports(%q, %v) = %v, want an error", tc.in, tc.withNATS, got)
 			}
 			continue
 		}
 		if err != nil || strings.Join(got, ",") != tc.want {
-			t.Errorf("parseTransports(%q) = %v, %v; want %s", tc.in, got, err, tc.want)
+			t.Errorf("parseTransports(%q, %v) = %v, %v; want %s", tc.in, tc.withNATS, got, err, tc.want)
 		}
 	}
 }

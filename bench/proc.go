@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/natsrelay"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
@@ -226,6 +227,9 @@ type node struct {
 	env   []string
 	log   string
 	child *child
+	// relayed is trNATS or trNATSUnsealed when the node is reached
+	// through the NATS server of natsURL, "" otherwise.
+	relayed, natsURL string
 }
 
 // newNode creates a home that trusts the bench's peers and the flooder,
@@ -243,6 +247,9 @@ func (b *runner) newNode(network, storeMode string) (*node, error) {
 		return nil, err
 	}
 	nowhere := transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(b.root, "peer.sock")} // peers never listen
+	if isNATS(network) {
+		nowhere = transport.Addr{Scheme: transport.SchemeNATS} // peers are reached through the server
+	}
 	var peers []trust.Peer
 	for i, p := range b.peers {
 		peers = append(peers, trust.Peer{Name: fmt.Sprintf("peer%02d", i), ID: p.ID(), Addr: nowhere})
@@ -286,6 +293,13 @@ func (b *runner) newNode(network, storeMode string) (*node, error) {
 		n.addr = transport.Addr{Scheme: transport.SchemeTLS, Host: "127.0.0.1", Port: uint16(port)}
 		n.env = append(n.env, "MEERKAT_COMMS_LISTEN_UDS="+config.UDSOff, "MEERKAT_COMMS_LISTEN_TCP=127.0.0.1:"+strconv.Itoa(port),
 			"MEERKAT_COMMS_TCP_PLAINTEXT="+config.Refuse)
+	case trNATS, trNATSUnsealed:
+		// Its Unix socket tells when it runs (and serves status); the
+		// envelopes go through the NATS server, which start waits for the
+		// node to be connected to.
+		n.addr = transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(dir, config.DefaultSocketName)}
+		n.relayed, n.natsURL = network, b.opts.natsURL
+		n.env = append(n.env, "MEERKAT_NATS_SERVERS="+b.opts.natsURL)
 	default:
 		return nil, fmt.Errorf("bug: transport %q", network)
 	}
@@ -328,6 +342,12 @@ func (n *node) start(ctx context.Context) (time.Duration, error) {
 		if err == nil {
 			d := time.Since(t0)
 			conn.Close()
+			if n.relayed != "" {
+				if err := n.waitNATS(ctx); err != nil {
+					n.stop()
+					return 0, err
+				}
+			}
 			return d, nil
 		}
 		if c.exited() {
@@ -343,6 +363,48 @@ func (n *node) start(ctx context.Context) (time.Duration, error) {
 			return 0, fmt.Errorf("node not listening on %s after %v; log:\n%s", n.addr, readyTimeout, n.logTail())
 		}
 		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// checkNATS connects to the NATS server of --nats-url once, so that a
+// wrong URL or a server not running fails the run at once.
+func (b *runner) checkNATS(ctx context.Context) error {
+	list, err := trust.New()
+	if err != nil {
+		return err
+	}
+	r, err := comms.New(b.stranger, list, comms.Options{AckTimeout: ackTimeout})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	rl, err := natsrelay.Start(ctx, r, natsrelay.Options{Servers: []string{b.opts.natsURL}, Name: "meerkatd bench", ConnectTimeout: 5 * time.Second})
+	if err != nil {
+		return fmt.Errorf("--nats-url %s: %w (is the server running? make nats-dev starts one)", redactURL(b.opts.natsURL), err)
+	}
+	return rl.Close()
+}
+
+// waitNATS waits until the node's status says its NATS connection is
+// up: it connects in the background after it listens, and a send before
+// that would find no one subscribed.
+func (n *node) waitNATS(ctx context.Context) error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		st, err := n.status(ctx)
+		if err != nil {
+			return err
+		}
+		if st.NATS != nil && st.NATS.State == "connected" {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("node not connected to NATS at %s after %v (status %+v); log:\n%s", n.natsURL, readyTimeout, st.NATS, n.logTail())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -368,6 +430,10 @@ func (n *node) logTail() string {
 type nodeStatus struct {
 	Conns    int               `json:"connections"`
 	Rejected map[string]uint64 `json:"rejected"` // by reason: comms.RejectUntrusted, …
+	NATS     *struct {
+		State     string `json:"state"` // "connected" once up
+		LastError string `json:"last_error"`
+	} `json:"nats"` // nil: NATS is off
 }
 
 // status runs `meerkatd status --json` against the node.
@@ -387,13 +453,45 @@ func (n *node) status(ctx context.Context) (nodeStatus, error) {
 	return s, nil
 }
 
-// router returns a send-only Router for kp that trusts the node as "node".
-func (n *node) router(kp *identity.Keypair) (*comms.Router, error) {
-	list, err := trust.New(trust.Peer{Name: "node", ID: n.id, Addr: n.addr})
+// peerRouter is a bench peer's Router and, for a node reached through
+// NATS, its connection to the server.
+type peerRouter struct {
+	*comms.Router
+	relay *natsrelay.Relay
+}
+
+// Close closes the NATS connection, then the Router.
+func (p *peerRouter) Close() error {
+	if p.relay != nil {
+		p.relay.Close()
+	}
+	return p.Router.Close()
+}
+
+// router returns a send-only Router for kp that trusts the node as
+// "node"; for a node reached through NATS, connected to the server, and
+// with nats-unsealed sending its envelopes unsealed.
+func (n *node) router(ctx context.Context, kp *identity.Keypair) (*peerRouter, error) {
+	addr := n.addr
+	if n.relayed != "" {
+		addr = transport.Addr{Scheme: transport.SchemeNATS}
+	}
+	list, err := trust.New(trust.Peer{Name: "node", ID: n.id, Addr: addr})
 	if err != nil {
 		return nil, err
 	}
-	return comms.New(kp, list, comms.Options{AckTimeout: ackTimeout})
+	r, err := comms.New(kp, list, comms.Options{AckTimeout: ackTimeout, RelayUnsealed: n.relayed == trNATSUnsealed})
+	if err != nil {
+		return nil, err
+	}
+	p := &peerRouter{Router: r}
+	if n.relayed != "" {
+		if p.relay, err = natsrelay.Start(ctx, r, natsrelay.Options{Servers: []string{n.natsURL}, Name: "meerkatd bench"}); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 // rssMB returns the node's resident memory in MB.

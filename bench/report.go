@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strings"
@@ -29,7 +30,7 @@ import (
 type Line struct {
 	Impl      string            `json:"impl"`      // "meerkatd" or "nats"
 	Scenario  string            `json:"scenario"`  // "sequential", "anchor_sign", … (Help)
-	Transport string            `json:"transport"` // "uds", "tcp", "tls"; "none": anchor_sign, anchor_verify, anchor_exchange
+	Transport string            `json:"transport"` // "uds", "tcp", "tls", "nats", "nats-unsealed"; "none": anchor_sign, anchor_verify, anchor_exchange
 	Inbox     string            `json:"inbox"`     // the node's store mode, or "none" for the anchors; NATS: ""
 	Reps      int               `json:"reps"`      // measured repetitions
 	Metrics   map[string]Metric `json:"metrics"`   // by name: "p50_us", "exchanges_per_s", …
@@ -141,6 +142,9 @@ func (r *results) computeChecks(o settings) {
 		if tr == transport.SchemeTLS {
 			r.tlsChecks(o)
 			continue
+		}
+		if isNATS(tr) {
+			continue // no targets: vs_tcp and vs_unsealed say what it costs
 		}
 		pipe := r.find(implMeerkatd, scPipelined, tr)
 		seq := r.find(implMeerkatd, scSequential, tr)
@@ -310,6 +314,9 @@ func (r *results) writeTable(w io.Writer, o settings) error {
 	}
 	fmt.Fprintf(bw, "meerkatd bench: %d repetitions %s; %d CPUs; %s on loopback; %v per throughput scenario, %d round trips per latency scenario\n",
 		r.reps, warm, r.cores, strings.Join(o.transports, " and "), o.duration, o.msgs)
+	if slices.ContainsFunc(o.transports, isNATS) {
+		fmt.Fprintf(bw, "nats transports through the NATS server at %s\n", redactURL(o.natsURL))
+	}
 	if ex := r.values(implMeerkatd, scAnchorExch, transportNone, mUS); ex != nil {
 		fmt.Fprintf(bw, "crypto ceiling: %d cores / %.1f µs per exchange = %.0f exchanges/s\n", r.cores, medianF(ex), float64(r.cores)*1e6/medianF(ex))
 	}
@@ -386,6 +393,14 @@ func (b *runner) natsOnce(ctx context.Context, rec *results) error {
 		return fmt.Errorf("%s printed nothing", b.opts.nats)
 	}
 	return nil
+}
+
+// redactURL hides a password in a server URL.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return s
 }
 
 func medianF(v []float64) float64 {

@@ -66,9 +66,10 @@ const (
 	mMS       = "ms"
 	mUS       = "us"
 	mRefused  = "refused_per_s"
-	mVsRaw    = "vs_raw"     // meerkatd's figure / the raw crypto anchor's (p50: lower is better; rate: higher)
-	mCPUVsRaw = "cpu_vs_raw" // meerkatd's CPU per exchange / the raw crypto anchor's (lower is better)
-	mVsTCP    = "vs_tcp"     // over TLS: the figure / plaintext TCP's in the same repetition (p50: lower is better; rate: higher)
+	mVsRaw    = "vs_raw"      // meerkatd's figure / the raw crypto anchor's (p50: lower is better; rate: higher)
+	mCPUVsRaw = "cpu_vs_raw"  // meerkatd's CPU per exchange / the raw crypto anchor's (lower is better)
+	mVsTCP    = "vs_tcp"      // over TLS and NATS: the figure / plaintext TCP's in the same repetition (p50: lower is better; rate: higher)
+	mVsUnseal = "vs_unsealed" // over nats: the figure / nats-unsealed's in the same repetition
 	// Not printed: what the flood checks need per repetition.
 	mRefusedOK = "_refused_as_reason" // node's count for the reason / attempts
 	mWrong     = "_wrong_outcome"     // acked or refused for another reason
@@ -81,11 +82,16 @@ func (b *runner) run(ctx context.Context) (*results, error) {
 	if b.opts.warmup {
 		total++
 	}
+	if slices.ContainsFunc(b.opts.transports, isNATS) {
+		if err := b.checkNATS(ctx); err != nil {
+			return nil, err
+		}
+	}
 	echoes := map[string]*child{}
 	echoAddrs := map[string]transport.Addr{}
 	for _, tr := range b.opts.transports {
-		if tr == transport.SchemeTLS {
-			continue // TLS is compared with plaintext TCP, not with an echo
+		if followsTCP(tr) {
+			continue // compared with plaintext TCP, not with an echo
 		}
 		c, a, err := b.startEcho(tr)
 		if err != nil {
@@ -111,36 +117,68 @@ func (b *runner) run(ctx context.Context) (*results, error) {
 	return res, nil
 }
 
-// tlsSequential runs the sequential scenario over TLS and records it
-// with its ratio to tcpP50, plaintext TCP's p50 measured just before it
-// (0: not measured, no ratio).
-func (b *runner) tlsSequential(ctx context.Context, rec *results, tcpP50 float64) error {
-	tr, mem := transport.SchemeTLS, config.StoreMemory
-	p50, p99, err := b.sequential(ctx, tr)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", scSequential, tr, err)
+// followsTCP reports whether tr runs only sequential and pipelined, each
+// right after the same scenario over plaintext TCP, which its vs_tcp
+// compares with: TLS and the NATS transports.
+func followsTCP(tr string) bool { return tr == transport.SchemeTLS || isNATS(tr) }
+
+// followSequential runs the sequential scenario over each transport that
+// follows TCP and records it with its ratio to tcpP50, plaintext TCP's
+// p50 measured just before (0: not measured, no ratio), and nats's ratio
+// to nats-unsealed's.
+func (b *runner) followSequential(ctx context.Context, rec *results, tcpP50 float64) error {
+	mem := config.StoreMemory
+	got := map[string]float64{}
+	for _, tr := range b.opts.transports {
+		if !followsTCP(tr) {
+			continue
+		}
+		p50, p99, err := b.sequential(ctx, tr)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", scSequential, tr, err)
+		}
+		rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
+		rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
+		if tcpP50 > 0 {
+			rec.add(implMeerkatd, scSequential, tr, mem, mVsTCP, p50/tcpP50)
+		}
+		got[tr] = p50
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
-	rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
-	rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
-	if tcpP50 > 0 {
-		rec.add(implMeerkatd, scSequential, tr, mem, mVsTCP, p50/tcpP50)
+	if got[trNATS] > 0 && got[trNATSUnsealed] > 0 {
+		rec.add(implMeerkatd, scSequential, trNATS, mem, mVsUnseal, got[trNATS]/got[trNATSUnsealed])
 	}
-	return ctx.Err()
+	return nil
 }
 
-// tlsPipelined is tlsSequential for the pipelined scenario.
-func (b *runner) tlsPipelined(ctx context.Context, rec *results, tcp loadResult) error {
-	tr, mem := transport.SchemeTLS, config.StoreMemory
-	pipe, err := b.load(ctx, tr, mem, 1, b.opts.inFlight, nil)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", scPipelined, tr, err)
+// followPipelined is followSequential for the pipelined scenario.
+func (b *runner) followPipelined(ctx context.Context, rec *results, tcp loadResult) error {
+	mem := config.StoreMemory
+	got := map[string]float64{}
+	for _, tr := range b.opts.transports {
+		if !followsTCP(tr) {
+			continue
+		}
+		pipe, err := b.load(ctx, tr, mem, 1, b.opts.inFlight, nil)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", scPipelined, tr, err)
+		}
+		rec.add(implMeerkatd, scPipelined, tr, mem, mRate, pipe.perS)
+		rec.add(implMeerkatd, scPipelined, tr, mem, mCPU, pipe.cpuPerEx)
+		if tcp.perS > 0 {
+			rec.add(implMeerkatd, scPipelined, tr, mem, mVsTCP, pipe.perS/tcp.perS)
+		}
+		got[tr] = pipe.perS
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
-	rec.add(implMeerkatd, scPipelined, tr, mem, mRate, pipe.perS)
-	rec.add(implMeerkatd, scPipelined, tr, mem, mCPU, pipe.cpuPerEx)
-	if tcp.perS > 0 {
-		rec.add(implMeerkatd, scPipelined, tr, mem, mVsTCP, pipe.perS/tcp.perS)
+	if got[trNATS] > 0 && got[trNATSUnsealed] > 0 {
+		rec.add(implMeerkatd, scPipelined, trNATS, mem, mVsUnseal, got[trNATS]/got[trNATSUnsealed])
 	}
-	return ctx.Err()
+	return nil
 }
 
 func btoi(v bool) int {
@@ -175,27 +213,25 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 			rec.add(implMeerkatd, sc, tr, inbox, mCPUVsRaw, r.cpuPerEx/raw.cpuPerEx)
 		}
 	}
-	// TLS runs right after the same scenario over plaintext TCP, so that
-	// the two figures of a ratio are measured under the same load on the
-	// machine; alone when TCP is not run.
-	withTLS := slices.Contains(b.opts.transports, transport.SchemeTLS)
+	// TLS and NATS run right after the same scenario over plaintext TCP,
+	// so that the two figures of a ratio are measured under the same load
+	// on the machine; alone (first) when TCP is not run.
+	if !slices.Contains(b.opts.transports, transport.SchemeTCP) {
+		if b.opts.want("sequential") {
+			if err := b.followSequential(ctx, rec, 0); err != nil {
+				return err
+			}
+		}
+		if b.opts.want("pipelined") {
+			if err := b.followPipelined(ctx, rec, loadResult{}); err != nil {
+				return err
+			}
+		}
+	}
 	for _, tr := range b.opts.transports {
 		mem := config.StoreMemory
-		if tr == transport.SchemeTLS {
-			if slices.Contains(b.opts.transports, transport.SchemeTCP) {
-				continue // done with TCP
-			}
-			if b.opts.want("sequential") {
-				if err := b.tlsSequential(ctx, rec, 0); err != nil {
-					return err
-				}
-			}
-			if b.opts.want("pipelined") {
-				if err := b.tlsPipelined(ctx, rec, loadResult{}); err != nil {
-					return err
-				}
-			}
-			continue
+		if followsTCP(tr) {
+			continue // done with TCP, or above
 		}
 		pp, err := b.pingPong(ctx, echoAddrs[tr])
 		if err := step(tr, scAnchorPing, err); err != nil {
@@ -230,8 +266,8 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 			rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
 			rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
 			rec.add(implMeerkatd, scSequential, tr, mem, mVsRaw, p50/rawSeq)
-			if tr == transport.SchemeTCP && withTLS {
-				if err := b.tlsSequential(ctx, rec, p50); err != nil {
+			if tr == transport.SchemeTCP {
+				if err := b.followSequential(ctx, rec, p50); err != nil {
 					return err
 				}
 			}
@@ -244,8 +280,8 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 				return err
 			}
 			addLoad(scPipelined, tr, mem, pipe, &rawPipe)
-			if tr == transport.SchemeTCP && withTLS {
-				if err := b.tlsPipelined(ctx, rec, pipe); err != nil {
+			if tr == transport.SchemeTCP {
+				if err := b.followPipelined(ctx, rec, pipe); err != nil {
 					return err
 				}
 			}
@@ -457,7 +493,7 @@ func (b *runner) sequential(ctx context.Context, tr string) (p50, p99 float64, e
 		return 0, 0, err
 	}
 	defer n.stop()
-	r, err := n.router(b.peers[0])
+	r, err := n.router(ctx, b.peers[0])
 	if err != nil {
 		return 0, 0, err
 	}
@@ -594,7 +630,7 @@ func (b *runner) load(ctx context.Context, tr, store string, routers, perRouter 
 		}()
 	}
 	for i := range routers {
-		r, err := n.router(b.peers[i%len(b.peers)])
+		r, err := n.router(ctx, b.peers[i%len(b.peers)])
 		if err != nil {
 			stop.Store(true)
 			wg.Wait()

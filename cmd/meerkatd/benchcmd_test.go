@@ -15,6 +15,8 @@ func TestBenchUsage(t *testing.T) {
 	}{
 		{[]string{"bench", "--transport", "x"}, `--transport "x": want uds, tcp, tls`},
 		{[]string{"bench", "--only", "sequential,bogus"}, `--only "bogus": want some of`},
+		{[]string{"bench", "--transport", "tcp,nats"}, "--transport nats needs a NATS server: start one (make nats-dev) and pass --nats-url"},
+		{[]string{"bench", "--transport", "nats-unsealed"}, "--transport nats-unsealed needs a NATS server"},
 		{[]string{"bench", "--reps", "-1"}, "--reps >= 1"},
 		{[]string{"bench", "--msgs", "5"}, "--msgs >= 10"},
 		{[]string{"bench", "extra"}, "want no arguments"},
