@@ -98,6 +98,12 @@ type Relay struct {
 	done    chan struct{}
 	wg      sync.WaitGroup
 
+	// gate lets Close wait for the message handlers running now and turn
+	// away later ones, so nothing reaches the Router after Close.
+	gate     sync.RWMutex
+	closing  bool
+	handlers sync.WaitGroup
+
 	closeOnce  sync.Once
 	stored     atomic.Uint64 // envelopes the broker stored (publish acks)
 	received   atomic.Uint64
@@ -274,6 +280,14 @@ func (rl *Relay) subscribe() error {
 // arrived runs one message through the Router's checks and queues its
 // answer, in arrival order.
 func (rl *Relay) arrived(data []byte, replyTo string, jm jetstream.Msg) {
+	rl.gate.RLock()
+	if rl.closing {
+		rl.gate.RUnlock()
+		return // not answered: the sender tries again (or the broker redelivers)
+	}
+	rl.handlers.Add(1)
+	rl.gate.RUnlock()
+	defer rl.handlers.Done()
 	rl.received.Add(1)
 	w := rl.r.ReceiveRelayed(data)
 	select {
@@ -433,6 +447,10 @@ func (rl *Relay) Close() error {
 		if rl.sub != nil {
 			rl.sub.Unsubscribe()
 		}
+		rl.gate.Lock()
+		rl.closing = true
+		rl.gate.Unlock()
+		rl.handlers.Wait() // the replies they queue are settled below
 		close(rl.done)
 		rl.wg.Wait()
 		if rl.nc != nil {
