@@ -53,6 +53,8 @@ type relayState struct {
 	relay   Relay
 	opener  *seal.Opener
 	waiting map[dedupKey]chan struct{} // acks a send waits for: (peer, envelope id)
+	// recipients are peers' keys made ready to seal to, converted once.
+	recipients map[identity.PeerID]*seal.Recipient
 	// late are acks that arrived while no send waited for them (the
 	// peer read its stored envelopes while the sender was between
 	// attempts): the next attempt finds them and is done at once.
@@ -155,7 +157,11 @@ func (r *Router) relaySend(ctx context.Context, p trust.Peer, id identity.UUID, 
 // sealFor wraps a signed envelope's bytes for peer to: a new envelope of
 // kind sealed, same id, whose box only to's key opens.
 func (r *Router) sealFor(to identity.PeerID, id identity.UUID, inner []byte) ([]byte, error) {
-	box, err := seal.Seal(to, seal.Info(r.self, to, id), inner)
+	rcpt, err := r.recipient(to)
+	if err != nil {
+		return nil, err
+	}
+	box, err := rcpt.Seal(seal.Info(r.self, to, id), inner)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +177,31 @@ func (r *Router) sealFor(to identity.PeerID, id identity.UUID, inner []byte) ([]
 		return nil, fmt.Errorf("comms: sealed envelope of %d bytes: %w (limit %d)", len(b), wire.ErrTooLarge, r.opts.MaxMessageBytes)
 	}
 	return b, nil
+}
+
+// maxRecipients bounds the converted keys kept; past it they are
+// converted again.
+const maxRecipients = 4096
+
+// recipient returns to's key ready to seal to.
+func (r *Router) recipient(to identity.PeerID) (*seal.Recipient, error) {
+	r.rs.mu.Lock()
+	rc := r.rs.recipients[to]
+	r.rs.mu.Unlock()
+	if rc != nil {
+		return rc, nil
+	}
+	rc, err := seal.NewRecipient(to)
+	if err != nil {
+		return nil, err
+	}
+	r.rs.mu.Lock()
+	if r.rs.recipients == nil || len(r.rs.recipients) >= maxRecipients {
+		r.rs.recipients = map[identity.PeerID]*seal.Recipient{}
+	}
+	r.rs.recipients[to] = rc
+	r.rs.mu.Unlock()
+	return rc, nil
 }
 
 // relayAck checks the ack p returned on the reply subject.

@@ -135,6 +135,22 @@ func Info(from, to identity.PeerID, id identity.UUID) []byte {
 // Each call uses a fresh ephemeral key, so sealing the same plaintext twice
 // gives different boxes.
 func Seal(to identity.PeerID, info, plaintext []byte) ([]byte, error) {
+	r, err := NewRecipient(to)
+	if err != nil {
+		return nil, err
+	}
+	return r.Seal(info, plaintext)
+}
+
+// Recipient is a node's key made ready to seal to: the conversion and
+// checks of [PublicKey] done once. It is safe for concurrent use.
+type Recipient struct {
+	pk hpke.PublicKey
+}
+
+// NewRecipient converts to's key for sealing; it fails as [PublicKey]
+// does.
+func NewRecipient(to identity.PeerID) (*Recipient, error) {
 	pub, err := PublicKey(to)
 	if err != nil {
 		return nil, err
@@ -143,7 +159,12 @@ func Seal(to identity.PeerID, info, plaintext []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seal: %w", err)
 	}
-	box, err := hpke.Seal(pk, kdf, aead, info, plaintext)
+	return &Recipient{pk: pk}, nil
+}
+
+// Seal is [Seal] to this recipient.
+func (r *Recipient) Seal(info, plaintext []byte) ([]byte, error) {
+	box, err := hpke.Seal(r.pk, kdf, aead, info, plaintext)
 	if err != nil {
 		return nil, fmt.Errorf("seal: %w", err)
 	}

@@ -265,6 +265,36 @@ func TestRoundTripKnownKey(t *testing.T) {
 	}
 }
 
+// A Recipient made once seals boxes that open like Seal's, each with its
+// own ephemeral key.
+func TestRecipientReused(t *testing.T) {
+	kp := newKeypair(t)
+	rc, err := seal.NewRecipient(kp.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob := newOpener(t, kp)
+	var prev []byte
+	for i := range 3 {
+		msg := []byte{byte('a' + i)}
+		box, err := rc.Seal([]byte("info"), msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ob.Open([]byte("info"), box); err != nil || string(got) != string(msg) {
+			t.Fatalf("box %d opens to %q, %v", i, got, err)
+		}
+		if prev != nil && string(prev[:seal.Overhead-16]) == string(box[:seal.Overhead-16]) {
+			t.Fatal("two boxes share an encapsulated key")
+		}
+		prev = box
+	}
+	var zero identity.PeerID
+	if _, err := seal.NewRecipient(zero); err == nil {
+		t.Fatal("a recipient for the all-zero key")
+	}
+}
+
 func TestOpenRefuses(t *testing.T) {
 	a, b, c := newKeypair(t), newKeypair(t), newKeypair(t)
 	ob := newOpener(t, b)
