@@ -321,10 +321,17 @@ func (n *testNode) signal(sig syscall.Signal) bool {
 // pollTimeout passes.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(pollTimeout)
+	waitUntilWithin(t, pollTimeout, what, cond)
+}
+
+// waitUntilWithin is waitUntil with its own bound d, for progress that
+// depends on how busy the machine is.
+func waitUntilWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", pollTimeout, what)
+			t.Fatalf("timed out after %v waiting for %s", d, what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

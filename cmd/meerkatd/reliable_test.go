@@ -215,7 +215,9 @@ func TestCrashReceiver(t *testing.T) {
 
 	queued := make(chan map[string]string, 1)
 	go func() { queued <- queueMessages(t, alice, "bob", "m", crashMessages, 8) }()
-	waitUntil(t, "bob to have received a good part", func() bool { return accepted(t, bob) >= crashMessages/4 })
+	// How fast 5,000 sends stream depends on the machine's load: the
+	// bound is generous, the condition is met as soon as it holds.
+	waitUntilWithin(t, 2*time.Minute, "bob to have received a good part", func() bool { return accepted(t, bob) >= crashMessages/4 })
 	bob.kill()
 	confirmed := <-queued
 	if len(confirmed) != crashMessages {
