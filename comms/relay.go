@@ -44,7 +44,19 @@ const (
 	// back (the peer is not subscribed, the connection is down, a
 	// permission refused it).
 	OfflineRelay = "NATS did not deliver it"
+	// OfflineStored: the broker stored the envelope (JetStream) but the
+	// recipient has not acknowledged it yet; the error wraps
+	// [ErrStoredInBroker].
+	OfflineStored = "stored in the broker; not acknowledged by the peer yet"
 )
+
+// ErrStoredInBroker is wrapped by the error of a send whose envelope the
+// broker stored for the recipient, who has not acknowledged it (yet).
+var ErrStoredInBroker = errors.New("comms: stored in the broker")
+
+// storedAckWait is how long a send waits for the recipient's ack once the
+// broker has stored its envelope, before leaving it to the broker.
+const storedAckWait = 3 * time.Second
 
 // relayState is the Router's side of the relay: the Relay, the opener for
 // sealed envelopes, and the acks awaited or arrived early through it.
@@ -123,7 +135,7 @@ func (r *Router) relaySend(ctx context.Context, p trust.Peer, id identity.UUID, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
 	defer cancel()
-	ack, _, err := rl.Send(ctx, p.ID, id, outer, wantAck, so.queued)
+	ack, stored, err := rl.Send(ctx, p.ID, id, outer, wantAck, so.queued)
 	if err != nil {
 		if r.ctx.Err() != nil {
 			return ErrClosed
@@ -132,6 +144,26 @@ func (r *Router) relaySend(ctx context.Context, p trust.Peer, id identity.UUID, 
 	}
 	if !wantAck {
 		return nil
+	}
+	if stored {
+		// The broker has it: wait a little for the recipient's ack, then
+		// leave it to the broker (the ack, when it comes, is kept for the
+		// next attempt).
+		t := time.NewTimer(min(r.opts.AckTimeout, storedAckWait))
+		defer t.Stop()
+		select {
+		case <-arrived:
+			return nil
+		case <-t.C:
+			return &PeerOfflineError{Peer: p.Name, Reason: OfflineStored, Err: ErrStoredInBroker}
+		case <-ctx.Done():
+			if r.ctx.Err() != nil {
+				return ErrClosed
+			}
+			return &PeerOfflineError{Peer: p.Name, Reason: OfflineStored, Err: ErrStoredInBroker}
+		case <-r.ctx.Done():
+			return ErrClosed
+		}
 	}
 	if ack != nil {
 		if len(ack) == 0 {

@@ -63,6 +63,9 @@ func (d routerDeliverer) Deliver(ctx context.Context, a outbox.Attempt) error {
 	if errors.Is(err, comms.ErrUnknownPeer) {
 		return outbox.Permanent(outbox.ReasonUnknownPeer, err)
 	}
+	if errors.Is(err, comms.ErrStoredInBroker) {
+		return fmt.Errorf("%w: %w", outbox.ErrStored, err)
+	}
 	if a.Kind == wire.TypeMEUP && d.meup != nil && ctx.Err() == nil {
 		return d.meup(a.To, err)
 	}

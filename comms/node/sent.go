@@ -52,6 +52,7 @@ const (
 	StateDead     = store.SentDead     // a reliable send given up on: a dead letter (see Reason)
 	StateFailed   = store.SentFailed   // a direct send whose one attempt failed: nothing was delivered
 	StateAnswered = store.SentAnswered // a request with a final response (see Answer)
+	StateStored   = store.SentStored   // the NATS JetStream stream stored it; the peer has not acknowledged it yet
 	StateUnknown  = "unknown"          // no record: not sent by this node, or older than agent.sent_history_hours
 )
 
@@ -233,6 +234,8 @@ func (n *Node) sentOutbox(ev outbox.Event) {
 		n.sentEvent(ev.Entry.ID, store.SentEventAcked, 0, "")
 	case outbox.EventRetry:
 		n.sentEvent(ev.Entry.ID, store.SentEventRetry, ev.Attempt, ev.Reason)
+	case outbox.EventStored:
+		n.sentEvent(ev.Entry.ID, store.SentEventStored, 0, "")
 	case outbox.EventExpired, outbox.EventDeadLetter:
 		n.sentEvent(ev.Entry.ID, store.SentEventDead, 0, ev.Reason)
 	}

@@ -15,6 +15,12 @@
 // the same sealed bytes), so a receiver that already stored it acks it
 // again without delivering it twice.
 //
+// An attempt that ends with [ErrStored] (a broker on the way, NATS
+// JetStream, stored the envelope; its recipient has not acknowledged it)
+// is not a failure: the entry stays queued and is attempted again after
+// [Options.StoredRecheck], and the envelopes behind it go on meanwhile,
+// since the broker keeps them in order.
+//
 // # Backoff and the circuit breaker
 //
 // After an envelope's n-th failed attempt its next attempt waits

@@ -54,6 +54,18 @@ func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 // Permanent wraps err as a [*PermanentError] with reason.
 func Permanent(reason string, err error) error { return &PermanentError{Reason: reason, Err: err} }
 
+// ErrStored marks an attempt whose envelope a store-and-forward broker on
+// the way has stored, but whose recipient has not acknowledged it yet
+// (NATS JetStream). It is not a failure: the entry stays queued and is
+// attempted again later (where the recipient's ack, if it came meanwhile,
+// completes it at once), and the envelopes behind it go on without
+// waiting, since the broker keeps them in order.
+var ErrStored = errors.New("outbox: stored by the broker, not acknowledged yet")
+
+// DefaultStoredRecheck is how long an entry whose envelope the broker
+// stored waits before its next attempt.
+const DefaultStoredRecheck = 30 * time.Second
+
 // Errors returned by Enqueue.
 var (
 	ErrFull   = errors.New("outbox: full")
@@ -94,6 +106,7 @@ type Options struct {
 	BreakerFailures int           // consecutive failed rounds that open a peer's breaker
 	BreakerOpen     time.Duration // how long an open breaker stays open before its probe
 	Window          int           // envelopes in flight per peer
+	StoredRecheck   time.Duration // wait before attempting again an entry a broker stored (ErrStored)
 	MaxEntries      int           // envelopes queued at most (all peers)
 	MaxBytes        int64         // payload bytes queued at most (all peers)
 	// MaxDeadLetters and DeadLetterAge bound the dead letters kept: Prune
@@ -124,6 +137,9 @@ func (o *Options) setDefaults() {
 	def(&o.MaxAttempts, DefaultMaxAttempts)
 	def(&o.BreakerFailures, DefaultBreakerFailures)
 	def(&o.Window, DefaultWindow)
+	if o.StoredRecheck <= 0 {
+		o.StoredRecheck = DefaultStoredRecheck
+	}
 	def(&o.MaxEntries, DefaultMaxEntries)
 	def(&o.MaxDeadLetters, DefaultMaxDeadLetters)
 	if o.DeadLetterAge <= 0 {
@@ -148,6 +164,7 @@ const (
 	EventSent       = "sent"        // an attempt's envelope is on its way
 	EventAcked      = "acked"       // the peer acknowledged it (or it was written, for responses)
 	EventRetry      = "retry"       // an attempt failed; it will be retried
+	EventStored     = "stored"      // a broker on the way stored it; the recipient's ack is awaited
 	EventExpired    = "expired"     // its time-to-live passed: now a dead letter
 	EventDeadLetter = "dead_letter" // moved to the dead letters for another reason
 	// EventDroppedDeadLetter: Prune removed a dead letter for good; the
@@ -243,6 +260,9 @@ type peerQ struct {
 type item struct {
 	e        Entry
 	inFlight bool
+	// stored: a broker holds this envelope, in order; until its next
+	// attempt it does not hold back what is behind it.
+	stored   bool
 	t        *Ticket // nil for entries loaded from the store
 }
 
@@ -575,6 +595,9 @@ func (o *Outbox) nextLocked(q *peerQ, now time.Time) (*item, bool) {
 			continue
 		}
 		if now.Before(it.e.NextAttempt) {
+			if it.stored {
+				continue // in the broker already, in order: the next may go
+			}
 			return nil, false // the oldest waits, so everything behind it does
 		}
 		return it, true
@@ -586,8 +609,16 @@ func (o *Outbox) nextLocked(q *peerQ, now time.Time) (*item, bool) {
 // next attempt (not before the breaker's probe) or the earliest expiry.
 func (o *Outbox) dueLocked(q *peerQ, now time.Time) time.Time {
 	var due time.Time
-	if len(q.items) > 0 {
-		due = q.items[0].e.NextAttempt
+	for _, it := range q.items { // the first that holds the queue back, or a stored one before it
+		if it.inFlight {
+			continue
+		}
+		if due.IsZero() || it.e.NextAttempt.Before(due) {
+			due = it.e.NextAttempt
+		}
+		if !it.stored {
+			break
+		}
 	}
 	if q.breaker.OpenUntil.After(due) {
 		due = q.breaker.OpenUntil
@@ -670,6 +701,12 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		it.t.finish(nil)
 	case o.ctx.Err() != nil:
 		// Shutting down: not a failure; the entry stays in the store.
+	case errors.Is(r.err, ErrStored):
+		// Not a failure, and nothing behind it waits for it.
+		it.stored = true
+		it.e.NextAttempt = now.Add(o.opts.StoredRecheck)
+		q.lastErr = ""
+		o.observe(EventStored, it.e, attempt, "")
 	case errors.Is(r.err, ErrPermanent):
 		reason := ReasonRejected
 		var pe *PermanentError

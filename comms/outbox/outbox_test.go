@@ -923,3 +923,79 @@ func TestResolveFailureOwnSchedule(t *testing.T) {
 		t.Fatalf("%d attempts, want 1", n)
 	}
 }
+
+// broker is a fake store-and-forward broker in front of a peer: it keeps
+// what it is given, in order and once per id; while the peer is away it
+// answers ErrStored, once the peer is back it acknowledges.
+type broker struct {
+	mu    sync.Mutex
+	up    bool
+	order []identity.UUID
+	have  map[identity.UUID]bool
+}
+
+func (b *broker) Deliver(_ context.Context, a Attempt) error {
+	b.mu.Lock()
+	if !b.have[a.ID] {
+		b.have[a.ID] = true
+		b.order = append(b.order, a.ID)
+	}
+	up := b.up
+	b.mu.Unlock()
+	a.Queued()
+	if !up {
+		return fmt.Errorf("peer away: %w", ErrStored)
+	}
+	return nil
+}
+
+// Envelopes a broker stored do not hold back the queue: all of them reach
+// the broker in order while the peer is away, with no failure counted
+// against the breaker; each entry stays until the peer acknowledges it.
+func TestStoredEntriesDoNotHoldTheQueue(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st, b := NewMemStore(), &broker{have: map[identity.UUID]bool{}}
+	var mu sync.Mutex
+	events := map[string]int{}
+	opts := Options{Window: 4, BreakerFailures: 1, StoredRecheck: 20 * time.Millisecond,
+		Observe: func(ev Event) { mu.Lock(); events[ev.Type]++; mu.Unlock() }}
+	ob, err := New(st, b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	want, ts := enqueueN(t, ob, peerA, 100)
+	testutil.WaitFor(t, 10*time.Second, "every envelope to reach the broker", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.order) == 100
+	})
+	b.mu.Lock()
+	if !slices.Equal(b.order, want) {
+		t.Fatal("the broker got the envelopes out of order")
+	}
+	b.mu.Unlock()
+	if s := ob.Peer(peerA); s.Queued != 100 || s.Breaker != BreakerClosed {
+		t.Fatalf("while the peer is away: %+v (want all 100 queued, breaker closed)", s)
+	}
+	for i, tk := range ts {
+		select {
+		case <-tk.Done():
+			t.Fatalf("ticket %d done before the peer acknowledged", i)
+		default:
+		}
+	}
+	mu.Lock()
+	if events[EventRetry] != 0 || events[EventStored] < 100 {
+		t.Fatalf("events while the peer is away: %v", events)
+	}
+	mu.Unlock()
+	b.mu.Lock()
+	b.up = true
+	b.mu.Unlock()
+	waitTickets(t, ts)
+	if es, _ := st.Entries(); len(es) != 0 {
+		t.Fatalf("%d entries left once the peer acknowledged everything", len(es))
+	}
+}

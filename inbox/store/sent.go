@@ -12,13 +12,14 @@ import (
 
 // Send states of a [SentRecord].
 const (
-	SentQueued   = "queued"    // reliable, in the outbox, not being attempted now
-	SentInFlight = "in_flight" // an attempt is on its way
-	SentAcked    = "acked"     // the peer acknowledged it (messages, requests)
-	SentWritten  = "written"   // written to the peer (responses are not acknowledged)
-	SentDead     = "dead"      // a reliable send given up on (a dead letter)
-	SentFailed   = "failed"    // a direct send whose one attempt failed: nothing was delivered
-	SentAnswered = "answered"  // a request with a final response (completed or failed)
+	SentQueued   = "queued"           // reliable, in the outbox, not being attempted now
+	SentInFlight = "in_flight"        // an attempt is on its way
+	SentAcked    = "acked"            // the peer acknowledged it (messages, requests)
+	SentWritten  = "written"          // written to the peer (responses are not acknowledged)
+	SentDead     = "dead"             // a reliable send given up on (a dead letter)
+	SentFailed   = "failed"           // a direct send whose one attempt failed: nothing was delivered
+	SentAnswered = "answered"         // a request with a final response (completed or failed)
+	SentStored   = "stored_in_broker" // a broker on the way (NATS JetStream) stored it; the peer has not acknowledged it yet
 )
 
 // Events that change a [SentRecord] (SentUpdate.Event).
@@ -29,6 +30,7 @@ const (
 	SentEventDead     = "dead"     // moved to the dead letters
 	SentEventFailed   = "failed"   // a direct send failed
 	SentEventResponse = "response" // a response to it was admitted to the inbox
+	SentEventStored   = "stored"   // a broker on the way stored it; the peer's ack is awaited
 )
 
 // SentRecord is what this node remembers of one envelope it sent: never
@@ -94,6 +96,11 @@ func ApplySent(r *SentRecord, u SentUpdate) bool {
 			return false
 		}
 		r.State, r.Attempts, r.LastError = SentQueued, u.Attempts, u.Text
+	case SentEventStored:
+		if settled || r.State == SentStored {
+			return false
+		}
+		r.State, r.LastError = SentStored, ""
 	case SentEventAcked:
 		if r.State == SentAnswered {
 			if r.AckedAt.IsZero() {
