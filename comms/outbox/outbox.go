@@ -262,8 +262,8 @@ type item struct {
 	inFlight bool
 	// stored: a broker holds this envelope, in order; until its next
 	// attempt it does not hold back what is behind it.
-	stored   bool
-	t        *Ticket // nil for entries loaded from the store
+	stored bool
+	t      *Ticket // nil for entries loaded from the store
 }
 
 // Ticket follows one enqueued envelope in this process.
