@@ -393,6 +393,9 @@ func TestNATSFleet(t *testing.T) {
 	if byURL[rst.Server] == nil {
 		t.Fatalf("%s reconnected to %s, not one of %v", recv.name, rst.Server, urls)
 	}
+	if out := recv.ok("status"); !strings.Contains(out, "connected to "+rst.Server) || !strings.Contains(out, fmt.Sprintf(", %d reconnects", rst.Reconnects)) {
+		t.Fatalf("%s's status after the reconnect:\n%s", recv.name, out)
+	}
 	waitInboxLen(t, recv, before+total, 2*time.Minute)
 	waitOutboxEmpty(t, send, 2*time.Minute)
 	t.Logf("%d reliable messages across the loss of %s's server in %v", total, recv.name, time.Since(start).Round(time.Millisecond))
