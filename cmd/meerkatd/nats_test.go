@@ -474,28 +474,31 @@ func TestNATSJetStreamOfflineRecipient(t *testing.T) {
 		ids[i] = r.ID
 	}
 	queued := time.Since(start)
-	// The outbox publishes a window of them to the broker; none is
-	// acknowledged, so the first attempt ends at the ack timeout and the
-	// rest wait in the outbox behind it.
-	waitUntil(t, "alice's first attempt to bob to time out", func() bool {
-		o := outboxOf(t, alice)
-		return len(o.Entries) == total && o.Entries[0].Attempts >= 1
-	})
 	t.Logf("1,000 reliable sends queued through alice's control socket in %v", queued.Round(time.Millisecond))
+	// Every one goes into the stream while bob is away, in order: one the
+	// broker stored holds nothing back in alice's outbox.
+	waitUntilWithin(t, 3*time.Minute, "all 1,000 envelopes to be in the stream", func() bool {
+		info, err := stream.Info(ctx)
+		return err == nil && info.State.Msgs == total
+	})
 	ast := alice.natsStatus()
-	if ast.Outbox != total || ast.NATS.Stored == 0 || !ast.NATS.JetStream {
+	if ast.Outbox != total || ast.NATS.Stored != total || !ast.NATS.JetStream {
 		t.Fatalf("while bob is away alice's status shows outbox %d, nats %s", ast.Outbox, jsonText(ast.NATS))
 	}
+	// Stored is not delivered: the send record says so.
+	waitUntil(t, "alice's record to show the sends stored in the broker", func() bool {
+		st, err := cc.MessageStatus(ctx, []string{ids[0], ids[total-1]})
+		return err == nil && len(st) == 2 && st[0].State == node.StateStored && st[1].State == node.StateStored
+	})
 
-	// Scan every stored message: sealed envelopes to bob, no body in the
-	// clear.
+	// Scan every stored message: sealed envelopes to bob, in order, no
+	// body in the clear.
 	info, err := stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("the stream holds %d envelopes (alice's stored_in_broker: %d) while bob is away", info.State.Msgs, ast.NATS.Stored)
-	if info.State.Msgs == 0 || info.State.Msgs > total {
-		t.Fatalf("the stream holds %d messages", info.State.Msgs)
+	if info.State.Msgs != total {
+		t.Fatalf("the stream holds %d messages, want %d", info.State.Msgs, total)
 	}
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		m, err := stream.GetMsg(ctx, seq)
@@ -508,6 +511,9 @@ func TestNATSJetStreamOfflineRecipient(t *testing.T) {
 		e, err := wire.Decode(m.Data)
 		if err != nil || e.Kind.Type() != wire.TypeSealed {
 			t.Fatalf("stream message %d is not a sealed envelope (%v)", seq, err)
+		}
+		if want := ids[seq-info.State.FirstSeq]; e.ID.String() != want {
+			t.Fatalf("stream message %d is envelope %s, want %s: not in the order sent", seq, e.ID, want)
 		}
 		if m.Subject != bst.Subject {
 			t.Fatalf("stream message %d is on %s, not bob's subject %s", seq, m.Subject, bst.Subject)
