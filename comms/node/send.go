@@ -63,6 +63,10 @@ func (d routerDeliverer) Deliver(ctx context.Context, a outbox.Attempt) error {
 	if errors.Is(err, comms.ErrUnknownPeer) {
 		return outbox.Permanent(outbox.ReasonUnknownPeer, err)
 	}
+	if errors.Is(err, wire.ErrTooLarge) {
+		// Sealed for a nats: peer it no longer fits: no retry helps.
+		return outbox.Permanent(outbox.ReasonRejected, err)
+	}
 	if errors.Is(err, comms.ErrStoredInBroker) {
 		return fmt.Errorf("%w: %w", outbox.ErrStored, err)
 	}
