@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
@@ -77,6 +78,17 @@ func TestPairAndSendThroughNATS(t *testing.T) {
 	if err != nil || sent.Delivery != "acked" {
 		t.Fatalf("bob → alice: %+v, %v", sent, err)
 	}
+	// A body that fits a plain envelope but not a sealed one: a reliable
+	// send of it is a dead letter at once, not retried.
+	big := strings.Repeat("x", transport.MaxFrameSize-400)
+	sent, err = alice.SendMessage(ctx, "bob", big, SendOptions{Reliable: true, NoWait: true})
+	if err != nil {
+		t.Fatalf("queue a large send: %v", err)
+	}
+	waitFor(t, 20*time.Second, "the large send to become a dead letter", func() bool {
+		dl, err := alice.DeadLetters(ctx)
+		return err == nil && len(dl) == 1 && dl[0].ID == sent.ID && strings.HasPrefix(dl[0].Reason, "rejected") && dl[0].Attempts <= 1
+	})
 	st, err := alice.Status(ctx)
 	if err != nil || st.NATS == nil || st.NATS.Received < 1 || st.NATS.Server != url {
 		t.Fatalf("alice's status: %+v, %v", st.NATS, err)
