@@ -6,6 +6,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"html/template"
@@ -85,10 +86,11 @@ type htmlMeta struct {
 
 // Chart geometry, in SVG user units (pixels at 100%).
 const (
-	chartW     = 760.0
+	chartW     = 780.0
 	chartLeft  = 190.0 // room for the row labels
-	chartRight = 30.0
+	chartRight = 50.0  // room for the figure after the longest bar
 	chartTop   = 10.0
+	refBand    = 16.0 // above the rows, for the reference line's label
 	rowH       = 30.0
 	axisH      = 44.0 // tick labels and axis title under the rows
 )
@@ -269,7 +271,7 @@ func tickLabel(v float64) string {
 func px(v float64) string { return fmt.Sprintf("%.1f", v) }
 
 // newChart lays out a chart of n rows over 0…hi.
-func newChart(n int, hi float64, title string) (*htmlChart, func(float64) float64) {
+func newChart(top float64, n int, hi float64, title string) (*htmlChart, func(float64) float64) {
 	end, step := niceAxis(hi)
 	plotW := chartW - chartLeft - chartRight
 	x := func(v float64) float64 {
@@ -278,7 +280,7 @@ func newChart(n int, hi float64, title string) (*htmlChart, func(float64) float6
 		}
 		return chartLeft + plotW*min(v, end)/end
 	}
-	axisY := chartTop + float64(n)*rowH
+	axisY := top + float64(n)*rowH
 	c := &htmlChart{Width: px(chartW), Height: px(axisY + axisH), Left: px(chartLeft), Right: px(chartW - chartRight),
 		AxisY: px(axisY), TitleY: px(axisY + axisH - 6), TitleX: px(chartLeft + plotW/2), Title: title}
 	for v := 0.0; v <= end+step/2; v += step {
@@ -287,8 +289,9 @@ func newChart(n int, hi float64, title string) (*htmlChart, func(float64) float6
 	return c, x
 }
 
-func rowGeometry(row *htmlRow, i int) {
-	top := chartTop + float64(i)*rowH
+// rowGeometry places row i of a chart whose rows start at y0.
+func rowGeometry(row *htmlRow, y0 float64, i int) {
+	top := y0 + float64(i)*rowH
 	row.Y, row.Mid = px(top+rowH/2+4), px(top+rowH/2)
 	row.Top, row.H = px(top+6), px(rowH-12)
 }
@@ -324,10 +327,10 @@ func (r *results) latencyChart() *htmlChart {
 	if len(rows) == 0 {
 		return nil
 	}
-	c, x := newChart(len(rows), hi, "latency of one exchange, sequential (µs)")
+	c, x := newChart(chartTop, len(rows), hi, "latency of one exchange, sequential (µs)")
 	for i, rw := range rows {
 		hr := htmlRow{Label: rw.label, Impl: rw.impl, Transport: rw.tr}
-		rowGeometry(&hr, i)
+		rowGeometry(&hr, chartTop, i)
 		top := chartTop + float64(i)*rowH
 		var words []string
 		for _, pc := range []struct {
@@ -378,9 +381,30 @@ func (r *results) throughputChart() *htmlChart {
 	if len(bars) == 0 {
 		return nil
 	}
-	// meerkatd's, then the anchors, then NATS: each group in run order.
+	// Per transport in run order meerkatd's bar, then its raw anchor's;
+	// the NATS bench's last.
+	trOrder := map[string]int{}
+	for _, b := range bars {
+		if _, ok := trOrder[b.tr]; !ok && b.class == "bar pipelined" {
+			trOrder[b.tr] = len(trOrder)
+		}
+	}
 	order := map[string]int{"bar pipelined": 0, "bar anchor": 1, "bar nats": 2}
-	slices.SortStableFunc(bars, func(a, b bar) int { return order[a.class] - order[b.class] })
+	rank := func(b bar) (int, int) {
+		if b.class == "bar nats" {
+			return len(bars) + 1, 0
+		}
+		t, ok := trOrder[b.tr]
+		if !ok {
+			t = len(bars)
+		}
+		return t, order[b.class]
+	}
+	slices.SortStableFunc(bars, func(a, b bar) int {
+		at, ac := rank(a)
+		bt, bc := rank(b)
+		return cmp.Or(cmp.Compare(at, bt), cmp.Compare(ac, bc))
+	})
 	hi := 0.0
 	for _, b := range bars {
 		for _, v := range b.vs {
@@ -390,13 +414,16 @@ func (r *results) throughputChart() *htmlChart {
 		}
 	}
 	ceil := r.ceiling()
-	if !math.IsNaN(ceil) && !math.IsInf(ceil, 0) {
+	hasCeil := !math.IsNaN(ceil) && !math.IsInf(ceil, 0)
+	top := chartTop
+	if hasCeil {
 		hi = max(hi, ceil)
+		top += refBand
 	}
-	c, x := newChart(len(bars), hi, "exchanges per second, pipelined (128 in flight)")
+	c, x := newChart(top, len(bars), hi, "exchanges per second, pipelined (128 in flight)")
 	for i, b := range bars {
 		hr := htmlRow{Label: b.label, Class: b.class, Impl: b.impl, Transport: b.tr}
-		rowGeometry(&hr, i)
+		rowGeometry(&hr, top, i)
 		m := medianF(b.vs)
 		hr.BarW = px(x(m) - chartLeft)
 		hr.Value, hr.ValueX = num(round3(m)), px(x(m)+4)
@@ -408,8 +435,8 @@ func (r *results) throughputChart() *htmlChart {
 		}
 		c.Rows = append(c.Rows, hr)
 	}
-	if !math.IsNaN(ceil) && !math.IsInf(ceil, 0) {
-		c.Ref = &htmlRef{X: px(x(ceil)), Y1: px(chartTop - 4), Y2: c.AxisY, LabelY: px(chartTop + 8),
+	if hasCeil {
+		c.Ref = &htmlRef{X: px(x(ceil)), Y1: px(top - 4), Y2: c.AxisY, LabelY: px(top - 6),
 			Label: "crypto ceiling " + num(round3(ceil))}
 	}
 	return c
@@ -463,7 +490,7 @@ svg .reflabel { fill: #c62828; text-anchor: end; }
 <dl>
 <dt>date</dt><dd>{{.Date}}</dd>
 <dt>machine</dt><dd>{{.Machine}}, {{.Cores}} CPUs, {{.GoVersion}}</dd>
-<dt>run</dt><dd>{{.Reps}} repetitions {{if .Warmup}}after a warm-up repetition{{else}}with no warm-up{{end}}; {{.Transports}} on loopback</dd>
+<dt>run</dt><dd>{{.Reps}} repetition{{if ne .Reps 1}}s{{end}} {{if .Warmup}}after a warm-up repetition{{else}}with no warm-up{{end}}; {{.Transports}} on loopback</dd>
 <dt>options</dt><dd><code>meerkatd bench {{.Options}}</code></dd>
 {{- if .Ceiling}}
 <dt>crypto ceiling</dt><dd>{{.Ceiling}}</dd>
