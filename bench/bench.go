@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -76,6 +77,12 @@ type Options struct {
 	// NATSURL is a running NATS server (nats://host:port) that the nats
 	// and nats-unsealed transports go through; "": they are not available.
 	NATSURL string
+
+	// HTML, when not "", is a file Run writes a self-contained HTML page
+	// of the run to (charts and checks; no script, nothing fetched), as
+	// well as printing the table or JSON. Run fails at once, before the
+	// first repetition, when it cannot create the file.
+	HTML string
 
 	JSON  bool // print one JSON [Line] per scenario instead of a table
 	Gate  bool // a failed check makes Run fail
@@ -206,7 +213,7 @@ func parseOnly(v string) (map[string]bool, error) {
 }
 
 // Usage is the synopsis of `meerkatd bench`.
-const Usage = "meerkatd bench [--reps N] [--transport uds|tcp|tls|nats|nats-unsealed,...|both|all] [--duration DUR] [--msgs N] [--only GROUPS] [--nats PATH] [--nats-url URL] [--json] [--gate] [--quick]"
+const Usage = "meerkatd bench [--reps N] [--transport uds|tcp|tls|nats|nats-unsealed,...|both|all] [--duration DUR] [--msgs N] [--only GROUPS] [--nats PATH] [--nats-url URL] [--json] [--html FILE] [--gate] [--quick]"
 
 // Help explains the scenarios, anchors and checks of `meerkatd bench`.
 const Help = `Runs the performance suite against real "meerkatd run" processes
@@ -309,6 +316,12 @@ anchor's). They are not targets: they show how much of a miss
 is this machine's and how much is meerkatd's own work.
 
 Output: a table, or with --json one JSON object per scenario per line.
+--html FILE also writes one self-contained HTML page of the run to FILE:
+the machine and options, the sequential latencies of every repetition per
+transport, the pipelined throughput against the raw anchors, the crypto
+ceiling and NATS, and the checks (inline SVG and CSS; no script, nothing
+fetched). The file is created before the first repetition, so a path that
+cannot be written fails at once.
 --gate exits 1 (failed checks on stderr) when a check fails; otherwise the
 exit status is 0 whatever the figures. --quick is a smoke run of every code
 path in a few seconds (one repetition, tiny counts, UDS unless --transport):
@@ -332,6 +345,11 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
+	page, err := openHTML(o.HTML)
+	if err != nil {
+		return err
+	}
+	defer page.discard()
 	if err := checkFiles(s.idleConns); err != nil {
 		return err
 	}
@@ -340,6 +358,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer b.cleanup()
+	meta := htmlMeta{Date: time.Now(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, GoVersion: runtime.Version()}
 	res, err := b.run(ctx)
 	if err != nil {
 		return err
@@ -350,6 +369,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		err = res.writeTable(stdout, s)
 	}
 	if err != nil {
+		return err
+	}
+	if err := page.write(res, s, meta); err != nil {
 		return err
 	}
 	if failed := res.failed(); s.gate && len(failed) > 0 {

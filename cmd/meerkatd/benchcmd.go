@@ -37,6 +37,7 @@ func runBench(e *env, args []string) error {
 	flags.StringVar(&o.NATS, "nats", "", "NATS bench `binary` (bench/nats) to compare with, over TCP")
 	flags.StringVar(&o.NATSURL, "nats-url", "", "running NATS server `URL` (e.g. make nats-dev: nats://127.0.0.1:4222) for the transports nats and nats-unsealed, which go through it")
 	flags.BoolVar(&o.JSON, "json", false, "print one JSON object per scenario per line")
+	flags.StringVar(&o.HTML, "html", "", "also write a self-contained HTML page of the run (charts, checks) to `FILE`")
 	flags.BoolVar(&o.Gate, "gate", false, "exit 1 when a check fails")
 	flags.BoolVar(&o.Quick, "quick", false, "smoke run: one repetition, tiny counts, UDS only")
 	flags.StringVar(&o.Only, "only", "", "comma-separated scenario `groups` to run (default all): "+strings.Join(bench.Groups(), ", "))

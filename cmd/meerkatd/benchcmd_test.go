@@ -1,8 +1,10 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBenchUsage: bench's errors about its flags, and about the arguments
@@ -27,5 +29,19 @@ func TestBenchUsage(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, tc.stderr) || !strings.Contains(errOut, "usage: meerkatd bench [") {
 			t.Errorf("%q: code %d, stderr %q; want %d, %q and the usage", tc.args, code, errOut, exitUsage, tc.stderr)
 		}
+	}
+}
+
+// TestBenchHTMLUnwritable: --html to a path that cannot be written fails
+// at once, naming the path, before any repetition runs.
+func TestBenchHTMLUnwritable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "no-such-dir", "bench.html")
+	start := time.Now()
+	code, out, errOut := run(t, nil, "bench", "--quick", "--html", path)
+	if code == exitOK || !strings.Contains(errOut, "--html: cannot write "+path) {
+		t.Fatalf("code %d, stderr %q; want a failure naming %s", code, errOut, path)
+	}
+	if out != "" || strings.Contains(errOut, "repetition") || time.Since(start) > 5*time.Second {
+		t.Errorf("the run started: %v, stdout %q, stderr %q", time.Since(start), out, errOut)
 	}
 }
