@@ -72,6 +72,7 @@ var allowed = map[string][]string{
 	"internal/atomicfile": {},
 	"internal/filemode":   {},
 	"internal/testutil":   {},
+	"internal/natstest":   {"github.com/nats-io/nats-server/v2/"}, // real NATS servers for tests
 	// The service and shell helpers of cmd/meerkatd (leaves).
 	"internal/sdnotify":    {},
 	"internal/systemdunit": {},
@@ -131,6 +132,7 @@ var owners = map[string]string{
 	"github.com/prometheus/client_model":  "comms/metrics",
 	"github.com/prometheus/common":        "comms/metrics",
 	"github.com/nats-io/nats.go":          "comms/natsrelay",
+	"github.com/nats-io/nats-server":      "internal/natstest",
 }
 
 func TestDependencyRules(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/internal/natstest"
 )
 
 // Fleets over NATS (docs/nats.md) with real daemons and real nats-server
@@ -33,91 +34,6 @@ var natsEnv = []string{
 	"MEERKAT_NATS_CONNECT_TIMEOUT_MS=2000",
 }
 
-// startNATSServer runs one nats-server on 127.0.0.1 at a random port with
-// conf (the server's own configuration syntax) and, if cluster is not
-// empty, a cluster port of its own routed to routes.
-func startNATSServer(t *testing.T, name, conf string, routes []string, cluster string, js bool) *server.Server {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "server.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	opts, err := server.ProcessConfigFile(path)
-	if err != nil {
-		t.Fatalf("server config: %v\n%s", err, conf)
-	}
-	opts.ServerName = name
-	opts.Host = "127.0.0.1"
-	opts.Port = server.RANDOM_PORT
-	opts.NoLog, opts.NoSigs = true, true
-	opts.JetStream = js
-	if js {
-		opts.StoreDir = t.TempDir()
-	}
-	if cluster != "" {
-		opts.Cluster.Name = cluster
-		opts.Cluster.Host = "127.0.0.1"
-		opts.Cluster.Port = server.RANDOM_PORT
-		opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
-	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatalf("nats-server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatalf("nats-server %s did not start", name)
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
-}
-
-// startNATSCluster runs n routed servers (no JetStream) and waits until
-// each has a route to every other.
-func startNATSCluster(t *testing.T, n int, conf string) []*server.Server {
-	t.Helper()
-	first := startNATSServer(t, "s1", conf, nil, "meerkat-test", false)
-	route := "nats://" + first.ClusterAddr().String()
-	servers := []*server.Server{first}
-	for i := 2; i <= n; i++ {
-		servers = append(servers, startNATSServer(t, fmt.Sprintf("s%d", i), conf, []string{route}, "meerkat-test", false))
-	}
-	deadline := time.Now().Add(pollTimeout)
-	for _, s := range servers {
-		for s.NumRoutes() < n-1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s has %d routes, want %d", s.Name(), s.NumRoutes(), n-1)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	return servers
-}
-
-// natsUserBlock returns the per-node user block of docs/nats.md: the
-// configuration the documentation tells operators to use.
-func natsUserBlock(t *testing.T) string {
-	t.Helper()
-	doc, err := os.ReadFile("../../docs/nats.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(doc), "<!-- nats-node-user")
-	if !ok {
-		t.Fatal("docs/nats.md has no nats-node-user block")
-	}
-	_, rest, _ = strings.Cut(rest, "```\n")
-	block, _, ok := strings.Cut(rest, "```")
-	if !ok {
-		t.Fatal("the nats-node-user block of docs/nats.md is not closed")
-	}
-	return block
-}
-
 // natsPassword is the NATS password of node n's user (named as the node).
 func natsPassword(n *testNode) string { return "pw-" + n.name }
 
@@ -126,8 +42,7 @@ func natsPassword(n *testNode) string { return "pw-" + n.name }
 // account.
 func natsConf(t *testing.T, nodes ...*testNode) string {
 	t.Helper()
-	block := natsUserBlock(t)
-	var users []string
+	var users []natstest.User
 	for _, n := range nodes {
 		var id struct {
 			PeerUUID string `json:"peer_uuid"`
@@ -136,10 +51,9 @@ func natsConf(t *testing.T, nodes ...*testNode) string {
 		if id.PeerUUID == "" {
 			t.Fatalf("id --json of %s has no peer_uuid", n.name)
 		}
-		users = append(users, strings.NewReplacer("NODE_UUID", id.PeerUUID, "NODE_PASSWORD", natsPassword(n), "NODE", n.name).Replace(block))
+		users = append(users, natstest.User{Name: n.name, Password: natsPassword(n), PeerUUID: id.PeerUUID})
 	}
-	users = append(users, `{user: "admin", password: "admin"}`)
-	return "accounts {\n  MEERKAT {\n    jetstream: enabled\n    users: [\n" + strings.Join(users, "\n") + "\n    ]\n  }\n}\n"
+	return natstest.LeastPrivilege(t, "../../docs/nats.md", users...)
 }
 
 // newNATSNode creates a node whose peers will reach it at nats:.
@@ -270,7 +184,7 @@ func waitInboxLen(t *testing.T, n *testNode, want int, bound time.Duration) {
 func TestNATSFleet(t *testing.T) {
 	alice, bob, carol := newNATSNode(t, "alice"), newNATSNode(t, "bob"), newNATSNode(t, "carol")
 	nodes := []*testNode{alice, bob, carol}
-	servers := startNATSCluster(t, 3, natsConf(t, nodes...))
+	servers := natstest.Cluster(t, 3, natsConf(t, nodes...), false)
 	urls := make([]string, len(servers))
 	byURL := map[string]*server.Server{}
 	for i, s := range servers {
@@ -414,9 +328,9 @@ func TestNATSFleet(t *testing.T) {
 // only once the recipient has acknowledged them.
 func TestNATSJetStreamOfflineRecipient(t *testing.T) {
 	alice, bob := newNATSNode(t, "alice"), newNATSNode(t, "bob")
-	s := startNATSServer(t, "s1", natsConf(t, alice, bob), nil, "", true)
+	s := natstest.Server(t, "s1", natsConf(t, alice, bob), nil, "", true)
 	// The operator creates the stream: the nodes' users may not.
-	admin, err := nats.Connect(s.ClientURL(), nats.UserInfo("admin", "admin"))
+	admin, err := nats.Connect(s.ClientURL(), nats.UserInfo(natstest.Admin, natstest.Admin))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,7 +503,7 @@ func auditRows(t *testing.T, n *testNode, id string) []auditSealedRow {
 func TestNATSAuditSealed(t *testing.T) {
 	alice, bob := newNATSNode(t, "alice"), newNATSNode(t, "bob")
 	carol := newNode(t, "carol") // a direct (Unix socket) peer of bob's
-	s := startNATSServer(t, "s1", natsConf(t, alice, bob), nil, "", false)
+	s := natstest.Server(t, "s1", natsConf(t, alice, bob), nil, "", false)
 	for _, n := range []*testNode{alice, bob} {
 		n.env = append(n.env, "MEERKAT_AUDIT_ENABLED=true")
 		n.useNATS([]string{s.ClientURL()}, false)

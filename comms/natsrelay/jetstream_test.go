@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,41 +14,19 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/internal/natstest"
 	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
-// nodeUserBlock returns the per-node user block of docs/nats.md, the
-// configuration the documentation tells operators to use.
-func nodeUserBlock(t *testing.T) string {
-	t.Helper()
-	doc, err := os.ReadFile("../../docs/nats.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(doc), "<!-- nats-node-user")
-	if !ok {
-		t.Fatal("docs/nats.md has no nats-node-user block")
-	}
-	_, rest, _ = strings.Cut(rest, "```\n")
-	block, _, ok := strings.Cut(rest, "```")
-	if !ok {
-		t.Fatal("the nats-node-user block of docs/nats.md is not closed")
-	}
-	return block
-}
-
 // leastPrivilegeConf is a server configuration with one user per node as
-// docs/nats.md gives it, and an administrative user that may create the
-// stream.
+// docs/nats.md gives it (user ni, password pwi), and an administrative
+// user that may create the stream.
 func leastPrivilegeConf(t *testing.T, nodes []*testNode) string {
-	block := nodeUserBlock(t)
-	var users []string
+	var users []natstest.User
 	for i, nd := range nodes {
-		u := strings.NewReplacer("NODE_UUID", nd.kp.ID().UUID().String(), "NODE_PASSWORD", fmt.Sprintf("pw%d", i), "NODE", fmt.Sprintf("n%d", i)).Replace(block)
-		users = append(users, u)
+		users = append(users, natstest.User{Name: fmt.Sprintf("n%d", i), Password: fmt.Sprintf("pw%d", i), PeerUUID: nd.kp.ID().UUID().String()})
 	}
-	users = append(users, `{user: "admin", password: "admin"}`)
-	return "accounts {\n  MEERKAT {\n    jetstream: enabled\n    users: [\n" + strings.Join(users, "\n") + "\n    ]\n  }\n}\n"
+	return natstest.LeastPrivilege(t, "../../docs/nats.md", users...)
 }
 
 func nodeOpts(i int) Options {
@@ -59,7 +36,7 @@ func nodeOpts(i int) Options {
 // makeStream creates the stream as an operator would, with the admin user.
 func makeStream(t *testing.T, url string, replicas int) jetstream.Stream {
 	t.Helper()
-	nc := rawConn(t, url, nats.UserInfo("admin", "admin"))
+	nc := rawConn(t, url, nats.UserInfo(natstest.Admin, natstest.Admin))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +136,7 @@ func TestJetStreamOfflineRecipient(t *testing.T) {
 		t.Fatalf("the stream holds %d messages, want %d", info.State.Msgs, total)
 	}
 	// Scan every stored message: sealed envelopes, no body in the clear.
-	admin := rawConn(t, s.ClientURL(), nats.UserInfo("admin", "admin"))
+	admin := rawConn(t, s.ClientURL(), nats.UserInfo(natstest.Admin, natstest.Admin))
 	ajs, _ := jetstream.New(admin)
 	astream, err := ajs.Stream(ctx, "MEERKAT")
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -15,12 +14,11 @@ import (
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/natstest"
 	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
-
-func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
 
 // drainInbox collects what n has received until want items are there.
 func waitItems(t *testing.T, n *testNode, want int) []comms.Item {
@@ -221,7 +219,7 @@ func TestForgedEnvelopesRefused(t *testing.T) {
 // once.
 func TestClusterServerKilledMidStream(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	servers := startCluster(t, 3, "")
+	servers := natstest.Cluster(t, 3, "", true)
 	nodes := newNodes(t, 3)
 	all := ""
 	for _, s := range servers {

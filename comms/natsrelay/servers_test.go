@@ -3,7 +3,6 @@ package natsrelay
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,76 +11,17 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/natstest"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
 // Real NATS servers, run in this process on loopback: never a mock.
 
-// startServer runs one nats-server with JetStream on 127.0.0.1 and a
-// random port; conf, if not empty, is a server configuration (accounts,
-// users, permissions) in the server's own syntax.
+// startServer runs one nats-server with JetStream (internal/natstest).
 func startServer(t *testing.T, name, conf string, routes []string, clusterName string) *server.Server {
 	t.Helper()
-	opts := &server.Options{}
-	if conf != "" {
-		path := t.TempDir() + "/server.conf"
-		if err := writeFile(path, conf); err != nil {
-			t.Fatal(err)
-		}
-		o, err := server.ProcessConfigFile(path)
-		if err != nil {
-			t.Fatalf("server config: %v", err)
-		}
-		opts = o
-	}
-	opts.ServerName = name
-	opts.Host = "127.0.0.1"
-	opts.Port = server.RANDOM_PORT
-	opts.NoLog, opts.NoSigs = true, true
-	opts.JetStream = true
-	opts.StoreDir = t.TempDir()
-	if clusterName != "" {
-		opts.Cluster.Name = clusterName
-		opts.Cluster.Host = "127.0.0.1"
-		opts.Cluster.Port = server.RANDOM_PORT
-		opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
-	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatalf("nats-server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatalf("nats-server %s did not start", name)
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
-}
-
-// startCluster runs n routed servers and waits until they see each other.
-func startCluster(t *testing.T, n int, conf string) []*server.Server {
-	t.Helper()
-	first := startServer(t, "s1", conf, nil, "meerkat-test")
-	route := "nats://" + first.ClusterAddr().String()
-	servers := []*server.Server{first}
-	for i := 2; i <= n; i++ {
-		servers = append(servers, startServer(t, fmt.Sprintf("s%d", i), conf, []string{route}, "meerkat-test"))
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for _, s := range servers {
-		for s.NumRoutes() < n-1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s has %d routes, want %d", s.Name(), s.NumRoutes(), n-1)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	return servers
+	return natstest.Server(t, name, conf, routes, clusterName, true)
 }
 
 // node is a Router with a memory inbox and its Relay.

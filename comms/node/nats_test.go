@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/internal/natstest"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -16,16 +15,7 @@ import (
 // natsTestServer runs a nats-server on loopback for the test.
 func natsTestServer(t *testing.T) string {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
+	return natstest.Server(t, "s1", "", nil, "", false).ClientURL()
 }
 
 // natsNode is a serving node with no peers whose [nats] servers are url.
