@@ -288,11 +288,19 @@ var errBadAck = errors.New("comms: invalid ack")
 // checkAck verifies that payload is an ack of envelope id from this peer
 // to us.
 func (l *link) checkAck(payload []byte, id identity.UUID) error {
+	return l.r.checkAck(payload, l.peer.ID, id)
+}
+
+func (l *link) validAck(e wire.Envelope) error { return l.r.validAck(e, l.peer.ID) }
+
+// checkAck verifies that payload is a signed ack of envelope id from peer
+// to this node.
+func (r *Router) checkAck(payload []byte, peer identity.PeerID, id identity.UUID) error {
 	e, err := wire.Open(payload)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errBadAck, err)
 	}
-	if err := l.validAck(e); err != nil {
+	if err := r.validAck(e, peer); err != nil {
 		return err
 	}
 	if got, _ := e.Kind.InReplyTo(); got != id {
@@ -301,13 +309,14 @@ func (l *link) checkAck(payload []byte, id identity.UUID) error {
 	return nil
 }
 
-func (l *link) validAck(e wire.Envelope) error {
+// validAck checks that e is an ack from peer to this node.
+func (r *Router) validAck(e wire.Envelope, peer identity.PeerID) error {
 	switch {
 	case e.Kind.Type() != wire.TypeAck:
 		return fmt.Errorf("%w: kind %q", errBadAck, e.Kind.Type())
-	case e.From != l.peer.ID:
+	case e.From != peer:
 		return fmt.Errorf("%w: from another key", errBadAck)
-	case e.To != l.r.self:
+	case e.To != r.self:
 		return fmt.Errorf("%w: addressed to another node", errBadAck)
 	}
 	return nil

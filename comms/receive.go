@@ -451,31 +451,37 @@ func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdm
 		r.observeSt(st, EventRefused, nil, "", len(payload), RejectMalformed)
 		return nil, false, from, RejectMalformed
 	}
+	return r.receiveDecoded(e, len(payload), st, async)
+}
+
+// receiveDecoded is receiveEnvelope for an envelope already decoded from
+// size bytes.
+func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]pendingAdmission) (ack []byte, fresh bool, from identity.PeerID, reason string) {
 	from = e.From
 	if st != nil && !st.tlsPeer.IsZero() && e.From != st.tlsPeer {
 		// A TLS connection carries its certificate's peer's envelopes only.
-		r.observeSt(st, EventRefused, &e, "", len(payload), RejectTLSPeer)
+		r.observeSt(st, EventRefused, &e, "", size, RejectTLSPeer)
 		return nil, false, from, RejectTLSPeer
 	}
 	if e.To != r.self {
-		r.observeSt(st, EventRefused, &e, "", len(payload), RejectNotForUs)
+		r.observeSt(st, EventRefused, &e, "", size, RejectNotForUs)
 		return nil, false, from, RejectNotForUs
 	}
 	peer, ok := r.trust.Load().Lookup(e.From)
 	if !ok {
-		r.observeSt(st, EventRefused, &e, "", len(payload), RejectUntrusted)
+		r.observeSt(st, EventRefused, &e, "", size, RejectUntrusted)
 		r.logUntrusted(e.From)
 		return nil, false, from, RejectUntrusted
 	}
 	if err := e.Verify(); err != nil {
-		r.observeSt(st, EventRefused, &e, peer.Name, len(payload), RejectBadSignature)
+		r.observeSt(st, EventRefused, &e, peer.Name, size, RejectBadSignature)
 		return nil, false, from, RejectBadSignature
 	}
 	r.seen(e.From)
 	if e.Kind.Type() != wire.TypeAck && st != nil {
 		st.active.Store(time.Now().UnixNano()) // acks alone do not keep a connection
 	}
-	item := Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name, Size: len(payload)}
+	item := Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name, Size: size}
 	k := dedupKey{e.From, e.ID}
 	switch e.Kind.Type() {
 	case wire.TypeAck:
@@ -484,29 +490,29 @@ func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdm
 		} else {
 			r.handleAck(e)
 		}
-		r.observeSt(st, EventAck, &e, peer.Name, len(payload), "")
+		r.observeSt(st, EventAck, &e, peer.Name, size, "")
 		return nil, false, from, ""
 	case wire.TypeResponse:
 		// A response must answer a request this node sent that peer
 		// (requestid.go): anything else is refused, not stored.
 		if !r.solicited(e) {
-			r.observeSt(st, EventRefused, &e, peer.Name, len(payload), RejectUnsolicited)
+			r.observeSt(st, EventRefused, &e, peer.Name, size, RejectUnsolicited)
 			return nil, false, from, RejectUnsolicited
 		}
 		// Responses are not acknowledged; a repeat is dropped.
 		switch r.dedup.reserve(k) {
 		case dedupCommitted, dedupPending:
 			r.duplicates.Add(1)
-			r.observeSt(st, EventDuplicate, &e, peer.Name, len(payload), "")
+			r.observeSt(st, EventDuplicate, &e, peer.Name, size, "")
 			return nil, false, from, ""
 		}
 		claimed, ok := r.claimPeerRoom(st, e.From)
 		if !ok {
 			r.dedup.release(k)
-			r.observeSt(st, EventRefused, &e, peer.Name, len(payload), RejectPeerConns)
+			r.observeSt(st, EventRefused, &e, peer.Name, size, RejectPeerConns)
 			return nil, false, from, RejectPeerConns
 		}
-		stored, fresh, reason := r.admitted(k, r.pendingEventSt(st, &e, peer.Name, len(payload)), r.inbox.Push(item))
+		stored, fresh, reason := r.admitted(k, r.pendingEventSt(st, &e, peer.Name, size), r.inbox.Push(item))
 		if stored && !fresh && claimed {
 			r.unclaim(st)
 		}
@@ -524,15 +530,15 @@ func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdm
 		claimed, ok := r.claimPeerRoom(st, e.From)
 		if !ok {
 			r.dedup.release(k)
-			r.observeSt(st, EventRefused, &e, peer.Name, len(payload), RejectPeerConns)
+			r.observeSt(st, EventRefused, &e, peer.Name, size, RejectPeerConns)
 			return nil, false, from, RejectPeerConns
 		}
 		if a, ok := r.inbox.(AsyncAdmitter); ok && async != nil {
 			// The caller waits for the outcome, then acks (ackLoop).
-			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, ev: r.pendingEventSt(st, &e, peer.Name, len(payload)), claimed: claimed})
+			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, ev: r.pendingEventSt(st, &e, peer.Name, size), claimed: claimed})
 			return nil, false, from, ""
 		}
-		stored, isNew, reason := r.admitted(k, r.pendingEventSt(st, &e, peer.Name, len(payload)), r.inbox.Push(item))
+		stored, isNew, reason := r.admitted(k, r.pendingEventSt(st, &e, peer.Name, size), r.inbox.Push(item))
 		if stored && !isNew && claimed {
 			r.unclaim(st)
 		}
@@ -542,11 +548,11 @@ func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdm
 		fresh = isNew
 	case dedupCommitted:
 		r.duplicates.Add(1) // acked again so the sender stops, not delivered twice
-		r.observeSt(st, EventDuplicate, &e, peer.Name, len(payload), "")
+		r.observeSt(st, EventDuplicate, &e, peer.Name, size, "")
 	case dedupPending:
 		// The first copy's admission is still running and may yet fail:
 		// acking now could ack something never stored.
-		r.observeSt(st, EventRefused, &e, peer.Name, len(payload), RejectInFlight)
+		r.observeSt(st, EventRefused, &e, peer.Name, size, RejectInFlight)
 		return nil, false, from, RejectInFlight
 	}
 	frame, err := r.sealFrame(nil, e.From, wire.Ack(e.ID))

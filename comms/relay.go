@@ -123,67 +123,58 @@ func (r *Router) relaySend(ctx context.Context, p trust.Peer, id identity.UUID, 
 		}
 	}
 	k := dedupKey{p.ID, id}
-	var arrived chan struct{}
-	if wantAck {
-		var done bool
-		arrived, done = r.awaitRelayAck(k)
-		if done {
-			so.queued()
-			return nil
-		}
-		defer r.stopAwaiting(k, arrived)
+	if wantAck && r.takeLateAck(k) {
+		// Its ack came while no attempt waited: acknowledged already.
+		so.queued()
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
 	defer cancel()
 	ack, stored, err := rl.Send(ctx, p.ID, id, outer, wantAck, so.queued)
-	if err != nil {
+	switch {
+	case err != nil:
 		if r.ctx.Err() != nil {
 			return ErrClosed
 		}
 		return &PeerOfflineError{Peer: p.Name, Reason: OfflineRelay, Err: err}
+	case !wantAck:
+		return nil
+	case stored:
+		return r.awaitStoredAck(ctx, p, k)
+	case len(ack) == 0:
+		// The peer refused the envelope (as a socket closed without an
+		// ack): most often it does not trust this node's key.
+		return &PeerOfflineError{Peer: p.Name, Reason: OfflineClosed}
 	}
-	if !wantAck {
+	if err := r.checkAck(ack, p.ID, id); err != nil {
+		return &PeerOfflineError{Peer: p.Name, Reason: OfflineBadAck, Err: err}
+	}
+	r.seen(p.ID)
+	return nil
+}
+
+// awaitStoredAck waits a little for the ack k of an envelope the broker
+// stored, then leaves it to the broker: the ack, when it comes, is kept
+// for the next attempt.
+func (r *Router) awaitStoredAck(ctx context.Context, p trust.Peer, k dedupKey) error {
+	arrived, done := r.awaitRelayAck(k) // it may have come already
+	if done {
 		return nil
 	}
-	if stored {
-		// The broker has it: wait a little for the recipient's ack, then
-		// leave it to the broker (the ack, when it comes, is kept for the
-		// next attempt).
-		t := time.NewTimer(min(r.opts.AckTimeout, storedAckWait))
-		defer t.Stop()
-		select {
-		case <-arrived:
-			return nil
-		case <-t.C:
-			return &PeerOfflineError{Peer: p.Name, Reason: OfflineStored, Err: ErrStoredInBroker}
-		case <-ctx.Done():
-			if r.ctx.Err() != nil {
-				return ErrClosed
-			}
-			return &PeerOfflineError{Peer: p.Name, Reason: OfflineStored, Err: ErrStoredInBroker}
-		case <-r.ctx.Done():
-			return ErrClosed
-		}
-	}
-	if ack != nil {
-		if len(ack) == 0 {
-			// The peer refused the envelope (as a socket closed without
-			// an ack): most often it does not trust this node's key.
-			return &PeerOfflineError{Peer: p.Name, Reason: OfflineClosed}
-		}
-		return r.relayAck(p, id, ack)
-	}
+	defer r.stopAwaiting(k, arrived)
+	t := time.NewTimer(min(r.opts.AckTimeout, storedAckWait))
+	defer t.Stop()
 	select {
 	case <-arrived:
 		return nil
+	case <-t.C:
 	case <-ctx.Done():
-		if r.ctx.Err() != nil {
-			return ErrClosed
-		}
-		return &PeerOfflineError{Peer: p.Name, Reason: OfflineTimeout}
 	case <-r.ctx.Done():
+	}
+	if r.ctx.Err() != nil {
 		return ErrClosed
 	}
+	return &PeerOfflineError{Peer: p.Name, Reason: OfflineStored, Err: ErrStoredInBroker}
 }
 
 // sealFor wraps a signed envelope's bytes for peer to: a new envelope of
@@ -236,26 +227,16 @@ func (r *Router) recipient(to identity.PeerID) (*seal.Recipient, error) {
 	return rc, nil
 }
 
-// relayAck checks the ack p returned on the reply subject.
-func (r *Router) relayAck(p trust.Peer, id identity.UUID, payload []byte) error {
-	e, err := wire.Open(payload)
-	if err == nil {
-		switch got, _ := e.Kind.InReplyTo(); {
-		case e.Kind.Type() != wire.TypeAck:
-			err = fmt.Errorf("%w: kind %q", errBadAck, e.Kind.Type())
-		case e.From != p.ID:
-			err = fmt.Errorf("%w: from another key", errBadAck)
-		case e.To != r.self:
-			err = fmt.Errorf("%w: addressed to another node", errBadAck)
-		case got != id:
-			err = fmt.Errorf("%w: acknowledges another envelope", errBadAck)
-		}
+// takeLateAck reports whether k's ack arrived while no attempt waited
+// for it, and forgets it.
+func (r *Router) takeLateAck(k dedupKey) bool {
+	r.rs.mu.Lock()
+	defer r.rs.mu.Unlock()
+	if _, ok := r.rs.late[k]; ok {
+		delete(r.rs.late, k)
+		return true
 	}
-	if err != nil {
-		return &PeerOfflineError{Peer: p.Name, Reason: OfflineBadAck, Err: err}
-	}
-	r.seen(p.ID)
-	return nil
+	return false
 }
 
 // awaitRelayAck registers a wait for k's ack; done reports it arrived
@@ -316,10 +297,6 @@ func (r *Router) relayAckArrived(e wire.Envelope) bool {
 	return false
 }
 
-// ErrRelayRefused reports why [Router.ReceiveRelayed] refused an envelope;
-// it wraps one of the Reject… reasons as text.
-var ErrRelayRefused = errors.New("comms: refused")
-
 // RelayReply is the outcome of an envelope that arrived through the relay.
 type RelayReply struct {
 	// Ack is the signed ack to send back (wire bytes, no length prefix),
@@ -350,13 +327,14 @@ func (r *Router) ReceiveRelayed(payload []byte) func() RelayReply {
 		return refused(RejectFrame)
 	}
 	st := &inConn{relay: true}
-	inner, from, reason := r.unseal(payload, st)
+	e, reason := r.unseal(payload, st)
 	if reason != "" {
 		return refused(reason)
 	}
+	from := e.From
 	quiet := time.Since(r.LastSeen(from)) > relayQuiet
 	var async []pendingAdmission
-	ack, fresh, _, reason := r.receiveEnvelope(inner, st, &async)
+	ack, fresh, _, reason := r.receiveDecoded(e, len(payload), st, &async)
 	if reason != "" {
 		return refused(reason)
 	}
@@ -390,22 +368,22 @@ const relayQuiet = 5 * time.Second
 // unseal checks a relayed envelope and, if it is sealed, opens it: the
 // outer envelope must be to this node from a trusted key with a valid
 // signature, and the inner one must carry the same from, to and id. It
-// returns the bytes receiveEnvelope checks next (the input itself when
-// not sealed) and the sender it claims, or the reason to refuse.
-func (r *Router) unseal(payload []byte, st *inConn) ([]byte, identity.PeerID, string) {
+// returns the envelope receiveDecoded checks next (the input itself when
+// not sealed, decoded once), or the reason to refuse.
+func (r *Router) unseal(payload []byte, st *inConn) (wire.Envelope, string) {
 	e, err := wire.Decode(payload)
 	if err != nil {
 		r.observe(EventRefused, nil, "", len(payload), RejectMalformed)
-		return nil, identity.PeerID{}, RejectMalformed
+		return wire.Envelope{}, RejectMalformed
 	}
 	box, ok := e.Kind.Box()
 	if !ok {
-		return payload, e.From, "" // a plain kind: checked as from a socket
+		return e, "" // a plain kind: checked as from a socket
 	}
 	st.sealed = true
-	fail := func(reason, peer string) ([]byte, identity.PeerID, string) {
+	fail := func(reason, peer string) (wire.Envelope, string) {
 		r.observeSt(st, EventRefused, &e, peer, len(payload), reason)
-		return nil, e.From, reason
+		return wire.Envelope{}, reason
 	}
 	if e.To != r.self {
 		return fail(RejectNotForUs, "")
@@ -435,7 +413,7 @@ func (r *Router) unseal(payload []byte, st *inConn) ([]byte, identity.PeerID, st
 	if _, nested := in.Kind.Box(); nested {
 		return fail(RejectSealed, peer.Name)
 	}
-	return inner, e.From, ""
+	return in, ""
 }
 
 // AckTimeout is how long a send waits for a peer's ack.
