@@ -368,9 +368,7 @@ func (rl *Relay) settleStored(m jetstream.Msg, res comms.RelayReply) {
 func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID, payload []byte, wantAck bool, queued func()) ([]byte, bool, error) {
 	subj := Subject(rl.opts.SubjectPrefix, to)
 	if rl.js != nil {
-		m := nats.NewMsg(subj)
-		m.Data = payload
-		ack, err := rl.js.PublishMsg(ctx, m, jetstream.WithMsgID(id.String()))
+		ack, err := rl.js.Publish(ctx, subj, payload, jetstream.WithMsgID(id.String()))
 		if err != nil {
 			return nil, false, err
 		}
