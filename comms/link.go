@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -303,16 +304,17 @@ func (r *Router) checkAck(payload []byte, peer identity.PeerID, id identity.UUID
 	if err := r.validAck(e, peer); err != nil {
 		return err
 	}
-	if got, _ := e.Kind.InReplyTo(); got != id {
+	var buf [1]identity.UUID
+	if !slices.Contains(e.Kind.AckedIDs(buf[:0]), id) {
 		return fmt.Errorf("%w: acknowledges another envelope", errBadAck)
 	}
 	return nil
 }
 
-// validAck checks that e is an ack from peer to this node.
+// validAck checks that e is an ack or acks from peer to this node.
 func (r *Router) validAck(e wire.Envelope, peer identity.PeerID) error {
 	switch {
-	case e.Kind.Type() != wire.TypeAck:
+	case e.Kind.Type() != wire.TypeAck && e.Kind.Type() != wire.TypeAcks:
 		return fmt.Errorf("%w: kind %q", errBadAck, e.Kind.Type())
 	case e.From != peer:
 		return fmt.Errorf("%w: from another key", errBadAck)

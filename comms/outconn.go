@@ -36,8 +36,9 @@ type outConn struct {
 	gate         chan struct{} // closed (and replaced) when the first-ack gate may have opened
 	done         chan struct{} // closed by fail
 
-	wmu sync.Mutex    // held while writing: by writeLoop, or a sender writing inline
-	bw  *bufio.Writer // guarded by wmu
+	wmu    sync.Mutex    // held while writing: by writeLoop, or a sender writing inline
+	bw     *bufio.Writer // guarded by wmu
+	hinted bool          // the acks hint is written; guarded by wmu
 
 	// Reading: whoever holds the read token reads c and hands each ack
 	// to its sender: a sender waiting for its ack when nobody else
@@ -320,7 +321,7 @@ func (oc *outConn) openGateLocked() {
 // writeLocked writes one frame at once; oc.wmu is held.
 func (oc *outConn) writeLocked(frame []byte) error {
 	oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
-	_, err := oc.bw.Write(frame)
+	_, err := oc.bw.Write(oc.hint(frame))
 	if err == nil {
 		err = oc.bw.Flush()
 	}
@@ -340,7 +341,7 @@ func (oc *outConn) writeLoop() {
 			oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
 			notify = notify[:0]
 			if !f.isAbandoned() {
-				bw.Write(f.b)
+				bw.Write(oc.hint(f.b))
 				notify = appendNotify(notify, f)
 			}
 			// Coalesce whatever else is queued into the same write.
@@ -349,7 +350,7 @@ func (oc *outConn) writeLoop() {
 				select {
 				case f := <-oc.wq:
 					if !f.isAbandoned() {
-						bw.Write(f.b)
+						bw.Write(oc.hint(f.b))
 						notify = appendNotify(notify, f)
 					}
 				default:
@@ -375,6 +376,24 @@ func (oc *outConn) writeLoop() {
 			return
 		}
 	}
+}
+
+// hint returns frame with the acks hint (wire.Envelope.AcksHint) added
+// if it is the first frame the connection writes: the receiver then
+// acknowledges what comes on it with acks kinds. The hint is only
+// written once, so later frames go out as they were sealed; oc.wmu is
+// held.
+func (oc *outConn) hint(frame []byte) []byte {
+	if oc.hinted || oc.l.r.opts.SingleAcks {
+		return frame
+	}
+	oc.hinted = true
+	out, start := transport.StartFrame(make([]byte, 0, len(frame)+16))
+	out, ok := wire.AppendHinted(out, frame[min(len(frame), transport.HeaderSize):])
+	if !ok || transport.FinishFrame(out, start) != nil {
+		return frame
+	}
+	return out
 }
 
 func (f outFrame) isAbandoned() bool { return f.abandoned != nil && f.abandoned.Load() }
@@ -469,8 +488,16 @@ func (oc *outConn) readFrame(bySend bool) error {
 	if err != nil || e.To != oc.l.r.self || e.From != oc.l.peer.ID {
 		return errBadAck // a peer that sends garbage on our connection loses it
 	}
-	if e.Kind.Type() == wire.TypeAck {
+	switch e.Kind.Type() {
+	case wire.TypeAck:
 		oc.routeAck(&e, false) // its sender verifies it
+		return nil
+	case wire.TypeAcks:
+		// One signature for many sends: checked here, once.
+		if e.Verify() != nil {
+			return errBadAck
+		}
+		oc.routeAck(&e, true)
 		return nil
 	}
 	if !bySend {
@@ -487,12 +514,18 @@ func (oc *outConn) readFrame(bySend bool) error {
 // receiveInbound admits an envelope the peer sent on our connection and
 // queues its ack there.
 func (oc *outConn) receiveInbound(payload []byte) error {
-	ack, reason := oc.l.r.receive(payload, nil, nil)
+	e, ok, reason := oc.l.r.receive(payload, nil, nil)
 	if reason != "" {
 		oc.l.r.reject(reason)
 		return errBadAck // the peer sent us something we refuse: drop the connection
 	}
-	if ack != nil {
+	if ok {
+		oc.l.r.acksSent.Add(1)
+		ack, err := oc.l.r.sealFrame(nil, e.From, wire.Ack(e.ID))
+		if err != nil {
+			oc.l.r.log.Error("cannot seal ack", "err", err)
+			return nil
+		}
 		select {
 		case oc.wq <- outFrame{b: ack}:
 		case <-oc.done:
@@ -502,41 +535,52 @@ func (oc *outConn) receiveInbound(payload []byte) error {
 	return nil
 }
 
-// ackArrived routes an ack verified elsewhere (on an inbound connection);
-// if its send is reading this connection, its wait is cut short.
+// ackArrived routes an ack or acks verified elsewhere (on an inbound
+// connection); the sends it settles that are reading this connection
+// have their wait cut short.
 func (oc *outConn) ackArrived(e wire.Envelope) {
-	if ch := oc.routeAck(&e, true); ch != nil {
+	for _, ch := range oc.routeAck(&e, true) {
 		oc.wakeReader(ch)
 	}
 }
 
-// routeAck hands an ack to the send waiting for it and returns that
-// send's channel (nil if none waits); verified says whether its signature
-// was checked already (if not, the sender checks it).
-func (oc *outConn) routeAck(e *wire.Envelope, verified bool) chan ackResult {
+// routeAck hands an ack, or each id of an acks, to the send waiting for
+// it and returns those sends' channels; verified says whether its
+// signature was checked already (if not, the sender checks it: only a
+// single ack comes unverified).
+func (oc *outConn) routeAck(e *wire.Envelope, verified bool) []chan ackResult {
 	if oc.l.validAck(*e) != nil {
 		return nil
 	}
-	id, _ := e.Kind.InReplyTo()
+	var buf [1]identity.UUID
+	ids := e.Kind.AckedIDs(buf[:0])
+	var settled []chan ackResult
 	oc.mu.Lock()
-	ch := oc.pending[id]
-	delete(oc.pending, id)
-	if ch != nil {
-		oc.acks++
+	for _, id := range ids {
+		ch := oc.pending[id]
+		if ch == nil {
+			continue // given up on, or acked before
+		}
+		delete(oc.pending, id)
+		settled = append(settled, ch)
+	}
+	if len(settled) > 0 {
+		first := oc.acks == 0
+		oc.acks += len(settled)
 		oc.lastAck = time.Now()
-		if oc.acks == 1 {
+		if first {
 			oc.openGateLocked()
 		}
 	}
 	oc.mu.Unlock()
-	if ch != nil {
-		r := ackResult{}
-		if !verified {
-			r.unverified = e
-		}
+	r := ackResult{}
+	if !verified {
+		r.unverified = e
+	}
+	for _, ch := range settled {
 		ch <- r
 	}
-	return ch
+	return settled
 }
 
 // fail ends the connection, failing every unacknowledged send with err.

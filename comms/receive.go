@@ -26,13 +26,31 @@ var errTooManyFiles = syscall.EMFILE
 // writes them even though more pipelined input is waiting.
 const maxPendingAcks = 16 << 10
 
+// maxBatch bounds the frames a connection reads, verifies and admits as
+// one batch: those wholly read ahead, after the one it waited for.
+const maxBatch = 64
+
+// inFrame is one frame of a batch: its envelope decoded, or the reason it
+// is refused.
+type inFrame struct {
+	e        wire.Envelope
+	size     int
+	bad      string // RejectFrame or RejectMalformed: the connection ends here
+	err      error  // the read error behind RejectFrame
+	verified bool   // its signature was checked with the batch
+}
+
 // serveConn reads frames from an inbound connection until EOF, an error or
-// Close, acknowledging what it admits. It checks and admits envelopes;
-// its ackLoop settles admissions and writes the acks, so reading,
+// Close, acknowledging what it admits. It reads the frames that have
+// arrived together as a batch, verifies their signatures as one (on a
+// connection already authenticated), then checks and admits them in
+// order; its ackLoop settles admissions and writes the acks, so reading,
 // verifying and admitting the next frames goes on while earlier
 // admissions commit (through an [AsyncAdmitter]) and their acks are
 // sealed. At most maxPendingAdmissions jobs wait in the ack queue, then
-// the reader waits for room.
+// the reader waits for room. Acks go out when nothing more is buffered:
+// one per envelope, or one acks envelope for all of them where the
+// sender said it takes them (wire.Envelope.AcksHint).
 func (r *Router) serveConn(c net.Conn, st *inConn) {
 	defer r.untrack(c)
 	defer c.Close()
@@ -48,13 +66,32 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		defer close(settled)
 		r.ackLoop(c, st, q, &stopped, aw)
 	}()
-	defer func() { // acks of admitted envelopes go out even when we stop
+	acks := ackBuf{r: r, st: st} // the acks the reader seals itself
+	held := false                // ackLoop may hold acks: jobs queued since the last flush job
+	defer func() {               // acks of admitted envelopes go out even when we stop
+		if !acks.empty() {
+			q <- ackJob{frame: acks.detach()}
+		}
 		close(q)
 		<-settled // ackLoop settles and acks what is queued, then returns
 	}()
+	// sendAcks writes the reader's acks now if ackLoop is idle, or hands
+	// them to it; false means the connection is done with.
+	sendAcks := func() bool {
+		if acks.empty() {
+			return true
+		}
+		if len(q) == 0 && aw.mu.TryLock() {
+			err := aw.writeLocked(acks.take(), r.opts.AckTimeout)
+			aw.mu.Unlock()
+			return err == nil
+		}
+		q <- ackJob{frame: acks.detach()}
+		held = true
+		return true
+	}
 	var pending []pendingAdmission // filled by receive, handed to ackLoop
-	held := false                  // ackLoop may hold acks: jobs queued since the last flush job
-	var inlineAck []byte           // the reader's buffer for acks it writes itself
+	var batch []inFrame
 	_, isTLS := c.(*tls.Conn)
 	// noInput reports whether nothing more can be read without waiting:
 	// then acks go out now rather than with the next frames' acks.
@@ -68,70 +105,107 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		if !r.awaitFrame(c, fr, st, &stopped) {
 			return
 		}
-		c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
+		batch, ok = r.readBatch(c, fr, &stopped, batch[:0])
+		if !ok {
+			return // ackLoop cut the frame short; it is not the peer's fault
+		}
+		r.verifyBatch(st, batch)
+		for i := range batch {
+			f := &batch[i]
+			if f.bad != "" {
+				r.reject(f.bad)
+				r.observeSt(st, EventRefused, nil, "", f.size, f.bad)
+				r.log.Debug("refused frame", "reason", f.bad, "err", f.err)
+				return
+			}
+			if f.e.AcksHint {
+				st.acksOK.Store(true)
+			}
+			ack, fresh, from, reason := r.receiveDecoded(f.e, f.size, st, &pending, f.verified)
+			if fresh && reason == "" {
+				// Only a new envelope authenticates a connection:
+				// replaying a captured one earns nothing.
+				r.authenticate(st, from)
+			}
+			for _, p := range pending {
+				job := ackJob{adm: p.adm, key: p.key, ev: p.ev, claimed: p.claimed}
+				// Admitted already and ackLoop idle: settle here,
+				// without a hand-off. Otherwise ackLoop settles it
+				// while we verify the next envelope.
+				if p.adm.Ready() && len(q) == 0 && !held {
+					if r.settle(st, job, &acks) != "" {
+						return
+					}
+					continue
+				}
+				q <- job // ackLoop always drains q: this waits only for room
+				held = true
+			}
+			clear(pending)
+			pending = pending[:0]
+			if reason != "" {
+				r.reject(reason)
+				r.logRefused(reason)
+				return
+			}
+			if ack {
+				acks.add(from, f.e.ID)
+			}
+			if acks.size() >= maxPendingAcks && !sendAcks() {
+				return
+			}
+		}
+		clear(batch) // let go of the envelopes' kinds
+		if noInput() {
+			// Nothing more to read now: the acks go out.
+			if !sendAcks() {
+				return
+			}
+			if held {
+				q <- ackJob{flush: true}
+				held = false
+			}
+		}
+	}
+}
+
+// readBatch reads the frame whose first byte awaitFrame saw and then
+// every whole frame already read ahead, up to maxBatch, decoding each; a
+// frame that cannot be read or decoded ends the batch, marked bad. false
+// means ackLoop stopped the connection while a frame was being read.
+func (r *Router) readBatch(c net.Conn, fr *transport.Reader, stopped *atomic.Bool, batch []inFrame) ([]inFrame, bool) {
+	c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
+	for {
 		payload, err := fr.ReadFrame()
 		if err != nil {
 			if stopped.Load() {
-				return // ackLoop cut the frame short; it is not the peer's fault
+				return batch, false
 			}
-			r.reject(RejectFrame)
-			r.observe(EventRefused, nil, "", 0, RejectFrame)
-			r.log.Debug("refused frame", "reason", RejectFrame, "err", err)
-			return
+			return append(batch, inFrame{bad: RejectFrame, err: err}), true
 		}
-		ack, reason := r.receive(payload, st, &pending)
-		for _, p := range pending {
-			job := ackJob{adm: p.adm, key: p.key, ev: p.ev, claimed: p.claimed}
-			// Admitted already, nothing more to read and ackLoop idle:
-			// settle and ack here, without a hand-off. Otherwise
-			// ackLoop signs the ack while we verify the next envelope.
-			if p.adm.Ready() && len(q) == 0 && noInput() && aw.mu.TryLock() {
-				out, refusal := r.settle(st, job, inlineAck[:0])
-				ok := refusal == ""
-				if ok && len(out) > 0 {
-					err = aw.writeLocked(out, r.opts.AckTimeout)
-				}
-				aw.mu.Unlock()
-				inlineAck = out
-				if !ok || err != nil {
-					return
-				}
-				continue
-			}
-			q <- job // ackLoop always drains q: this waits only for room
-			held = true
+		e, err := wire.Decode(payload)
+		if err != nil {
+			return append(batch, inFrame{bad: RejectMalformed, size: len(payload), err: err}), true
 		}
-		clear(pending)
-		pending = pending[:0]
-		if reason != "" {
-			r.reject(reason)
-			r.logRefused(reason)
-			return
-		}
-		if ack != nil {
-			r.acksSent.Add(1) // counted before ackLoop can write it
-			// Nothing more to read and ackLoop idle: write the ack here,
-			// one hand-off fewer for a lone envelope. (Acks need no
-			// order: the sender matches them by id.)
-			if len(q) == 0 && noInput() && aw.mu.TryLock() {
-				err := aw.writeLocked(ack, r.opts.AckTimeout)
-				aw.mu.Unlock()
-				if err != nil {
-					return
-				}
-			} else {
-				q <- ackJob{frame: ack}
-				held = true
-			}
-		}
-		if held && noInput() {
-			// Nothing more to read now: ackLoop writes what it holds.
-			// (With nothing queued there is nothing to write, and no
-			// reason to wake it.)
-			q <- ackJob{flush: true}
-			held = false
+		batch = append(batch, inFrame{e: e, size: len(payload)})
+		if len(batch) == maxBatch || !fr.FrameBuffered() {
+			return batch, true
 		}
 	}
+}
+
+// verifyBatch checks the signatures of a batch as one, marking those that
+// verify. Only a connection that has proved its peer holds a trusted key
+// (a TLS client certificate, or a new envelope already admitted) batches:
+// a stranger's first envelope is verified alone, and a bad one ends the
+// connection, as it did before batches. The envelopes the batch leaves
+// unmarked are verified one by one as they are received, in order, up to
+// the first bad one.
+func (r *Router) verifyBatch(st *inConn, batch []inFrame) {
+	if len(batch) < 2 || (st.tlsPeer.IsZero() && !st.authed.Load()) {
+		return
+	}
+	_ = batch // filled in with the batch verifier
 }
 
 // pollTLS reads into fr what the TLS connection c can return without
@@ -246,9 +320,9 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 		stopped.Store(true)
 		c.SetReadDeadline(time.Now())
 	}
-	var acks []byte
+	acks := ackBuf{r: r, st: st}
 	flush := func() {
-		if len(acks) == 0 {
+		if acks.empty() {
 			return
 		}
 		d := r.opts.AckTimeout
@@ -256,12 +330,11 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 			d = min(d, shutdownFlush) // closing: give the peer a moment, not the full timeout
 		}
 		aw.mu.Lock()
-		err := aw.writeLocked(acks, d)
+		err := aw.writeLocked(acks.take(), d)
 		aw.mu.Unlock()
 		if err != nil {
 			stop()
 		}
-		acks = acks[:0]
 	}
 	defer flush()
 	for job := range q {
@@ -270,44 +343,111 @@ func (r *Router) ackLoop(c net.Conn, st *inConn, q <-chan ackJob, stopped *atomi
 			if !job.adm.Ready() {
 				flush() // do not hold acks while a commit runs
 			}
-			frame, reason := r.settle(st, job, acks)
-			if reason != "" {
+			if r.settle(st, job, &acks) != "" {
 				stop()
 				continue
 			}
-			acks = frame
 		case job.frame != nil:
-			acks = append(acks, job.frame...)
+			acks.appendFrames(job.frame)
 		}
-		if job.flush || len(acks) >= maxPendingAcks {
+		if job.flush || acks.size() >= maxPendingAcks {
 			flush()
 		}
 	}
 }
 
-// settle waits for an admission's outcome and accounts for it. It
-// appends the ack frame to dst if the envelope is stored (new or stored
-// before); a reason means the admission was refused for it and the
-// connection must stop.
-func (r *Router) settle(st *inConn, job ackJob, dst []byte) (frame []byte, reason string) {
+// settle waits for an admission's outcome and accounts for it. It adds
+// the envelope's ack to acks if it is stored (new or stored before); a
+// reason means the admission was refused for it and the connection must
+// stop.
+func (r *Router) settle(st *inConn, job ackJob, acks *ackBuf) (reason string) {
 	stored, fresh, reason := r.admitted(job.key, job.ev, job.adm.Wait())
 	if !stored {
 		r.reject(reason)
 		r.logRefused(reason)
-		return dst, reason
+		return reason
 	}
 	if fresh {
 		r.authenticate(st, job.key.from) // only new envelopes authenticate
 	} else if job.claimed {
 		r.unclaim(st)
 	}
-	frame, err := r.sealFrame(dst, job.key.from, wire.Ack(job.key.id))
+	acks.add(job.key.from, job.key.id)
+	return ""
+}
+
+// maxAcksPerEnvelope bounds the ids of one acks envelope a node seals.
+const maxAcksPerEnvelope = 1024
+
+// ackBuf collects the acks of one connection as frames: one ack envelope
+// per envelope acknowledged, or, where the sender said it takes them
+// (inConn.acksOK), one acks envelope per run of ids to the same sender.
+// The zero value with r set seals single acks.
+type ackBuf struct {
+	r      *Router
+	st     *inConn // nil: single acks
+	to     identity.PeerID
+	ids    []identity.UUID // not yet sealed, all to `to`
+	frames []byte
+}
+
+// add acknowledges envelope id from `to`.
+func (b *ackBuf) add(to identity.PeerID, id identity.UUID) {
+	b.r.acksSent.Add(1)
+	if b.st == nil || !b.st.acksOK.Load() {
+		b.frames = b.r.appendAck(b.frames, to, wire.Ack(id))
+		return
+	}
+	if len(b.ids) > 0 && (to != b.to || len(b.ids) == maxAcksPerEnvelope) {
+		b.seal()
+	}
+	b.to = to
+	b.ids = append(b.ids, id)
+}
+
+// seal turns the ids collected into one acks envelope.
+func (b *ackBuf) seal() {
+	if len(b.ids) == 0 {
+		return
+	}
+	b.frames = b.r.appendAck(b.frames, b.to, wire.Acks(b.ids))
+	b.ids = b.ids[:0]
+}
+
+// appendFrames adds frames sealed elsewhere.
+func (b *ackBuf) appendFrames(f []byte) { b.frames = append(b.frames, f...) }
+
+func (b *ackBuf) empty() bool { return len(b.frames) == 0 && len(b.ids) == 0 }
+
+// size is about how many bytes the acks will take.
+func (b *ackBuf) size() int { return len(b.frames) + len(b.ids)*len(identity.UUID{}) }
+
+// take returns every ack as frames, valid until the next add; b is then
+// empty.
+func (b *ackBuf) take() []byte {
+	b.seal()
+	f := b.frames
+	b.frames = b.frames[:0]
+	return f
+}
+
+// detach is take for frames handed to another goroutine: b lets go of
+// its buffer.
+func (b *ackBuf) detach() []byte {
+	f := b.take()
+	b.frames = nil
+	return f
+}
+
+// appendAck signs an ack or acks envelope to `to` and appends its frame
+// to dst.
+func (r *Router) appendAck(dst []byte, to identity.PeerID, kind wire.Kind) []byte {
+	frame, err := r.sealFrame(dst, to, kind)
 	if err != nil {
 		r.log.Error("cannot seal ack", "err", err)
-		return dst, ""
+		return dst
 	}
-	r.acksSent.Add(1)
-	return frame, ""
+	return frame
 }
 
 // openConn looks at the first byte of an inbound connection: a pairing
@@ -425,104 +565,102 @@ func (r *Router) logRefused(reason string) {
 	}
 }
 
-// receive checks one envelope and admits it. It returns the ack frame to
-// write (nil for kinds that are not acknowledged), or the reason to refuse
-// it, in which case the connection must be closed without an ack. st is
+// receive checks one envelope and admits it. It reports whether to ack
+// it (not for kinds that are not acknowledged, nor for an admission left
+// in async), or the reason to refuse it, in which case the connection
+// must be closed without an ack. st is
 // the inbound connection it arrived on (nil: an outbound link): a new
 // envelope authenticates it, and any valid envelope but an ack counts as
 // its activity. With async non-nil, an AsyncAdmitter's admission is
 // appended there instead: its ack is the caller's to write once it
 // succeeded.
-func (r *Router) receive(payload []byte, st *inConn, async *[]pendingAdmission) (ack []byte, reason string) {
-	ack, fresh, from, reason := r.receiveEnvelope(payload, st, async)
+func (r *Router) receive(payload []byte, st *inConn, async *[]pendingAdmission) (e wire.Envelope, ack bool, reason string) {
+	e, err := wire.Decode(payload)
+	if err != nil {
+		r.observeSt(st, EventRefused, nil, "", len(payload), RejectMalformed)
+		return e, false, RejectMalformed
+	}
+	ack, fresh, from, reason := r.receiveDecoded(e, len(payload), st, async, false)
 	if fresh && reason == "" {
 		// Only a new envelope authenticates a connection: replaying a
 		// captured one earns nothing.
 		r.authenticate(st, from)
 	}
-	return ack, reason
+	return e, ack, reason
 }
 
-// receiveEnvelope is receive, also returning whether the envelope was new
-// (not a duplicate, and not an ack) and its sender.
-func (r *Router) receiveEnvelope(payload []byte, st *inConn, async *[]pendingAdmission) (ack []byte, fresh bool, from identity.PeerID, reason string) {
-	e, err := wire.Decode(payload)
-	if err != nil {
-		r.observeSt(st, EventRefused, nil, "", len(payload), RejectMalformed)
-		return nil, false, from, RejectMalformed
-	}
-	return r.receiveDecoded(e, len(payload), st, async)
-}
-
-// receiveDecoded is receiveEnvelope for an envelope already decoded from
-// size bytes.
-func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]pendingAdmission) (ack []byte, fresh bool, from identity.PeerID, reason string) {
+// receiveDecoded is receive for an envelope already decoded from size
+// bytes, also returning whether the envelope was new (not a duplicate,
+// and not an ack) and its sender. verified says its signature was
+// checked already (with a batch).
+func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]pendingAdmission, verified bool) (ack bool, fresh bool, from identity.PeerID, reason string) {
 	from = e.From
 	if st != nil && !st.tlsPeer.IsZero() && e.From != st.tlsPeer {
 		// A TLS connection carries its certificate's peer's envelopes only.
 		r.observeSt(st, EventRefused, &e, "", size, RejectTLSPeer)
-		return nil, false, from, RejectTLSPeer
+		return false, false, from, RejectTLSPeer
 	}
 	if e.To != r.self {
 		r.observeSt(st, EventRefused, &e, "", size, RejectNotForUs)
-		return nil, false, from, RejectNotForUs
+		return false, false, from, RejectNotForUs
 	}
 	peer, ok := r.trust.Load().Lookup(e.From)
 	if !ok {
 		r.observeSt(st, EventRefused, &e, "", size, RejectUntrusted)
 		r.logUntrusted(e.From)
-		return nil, false, from, RejectUntrusted
+		return false, false, from, RejectUntrusted
 	}
-	if err := e.Verify(); err != nil {
+	if !verified && e.Verify() != nil {
 		r.observeSt(st, EventRefused, &e, peer.Name, size, RejectBadSignature)
-		return nil, false, from, RejectBadSignature
+		return false, false, from, RejectBadSignature
 	}
 	r.seen(e.From)
-	if e.Kind.Type() != wire.TypeAck && st != nil {
+	isAck := e.Kind.Type() == wire.TypeAck || e.Kind.Type() == wire.TypeAcks
+	if !isAck && st != nil {
 		st.active.Store(time.Now().UnixNano()) // acks alone do not keep a connection
 	}
 	item := Item{Type: ItemExternal, Received: time.Now(), Envelope: e, PeerName: peer.Name, Size: size}
 	k := dedupKey{e.From, e.ID}
-	switch e.Kind.Type() {
-	case wire.TypeAck:
+	switch {
+	case isAck:
 		if st != nil && st.relay {
 			r.relayLateAck(e)
 		} else {
 			r.handleAck(e)
 		}
 		r.observeSt(st, EventAck, &e, peer.Name, size, "")
-		return nil, false, from, ""
-	case wire.TypeResponse:
+		return false, false, from, ""
+	case e.Kind.Type() == wire.TypeResponse:
 		// A response must answer a request this node sent that peer
 		// (requestid.go): anything else is refused, not stored.
 		if !r.solicited(e) {
 			r.observeSt(st, EventRefused, &e, peer.Name, size, RejectUnsolicited)
-			return nil, false, from, RejectUnsolicited
+			return false, false, from, RejectUnsolicited
 		}
 		// Responses are not acknowledged; a repeat is dropped.
 		switch r.dedup.reserve(k) {
 		case dedupCommitted, dedupPending:
 			r.duplicates.Add(1)
 			r.observeSt(st, EventDuplicate, &e, peer.Name, size, "")
-			return nil, false, from, ""
+			return false, false, from, ""
 		}
 		claimed, ok := r.claimPeerRoom(st, e.From)
 		if !ok {
 			r.dedup.release(k)
 			r.observeSt(st, EventRefused, &e, peer.Name, size, RejectPeerConns)
-			return nil, false, from, RejectPeerConns
+			return false, false, from, RejectPeerConns
 		}
 		stored, fresh, reason := r.admitted(k, r.pendingEventSt(st, &e, peer.Name, size), r.inbox.Push(item))
 		if stored && !fresh && claimed {
 			r.unclaim(st)
 		}
 		if !stored {
-			return nil, false, from, reason
+			return false, false, from, reason
 		}
 		if fresh {
 			r.reqs.deliver(e) // only once it is stored: the inbox is the record
 		}
-		return nil, fresh, from, ""
+		return false, fresh, from, ""
 	}
 	// Messages, requests and kinds we do not model are admitted and acked.
 	switch r.dedup.reserve(k) {
@@ -531,19 +669,19 @@ func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]
 		if !ok {
 			r.dedup.release(k)
 			r.observeSt(st, EventRefused, &e, peer.Name, size, RejectPeerConns)
-			return nil, false, from, RejectPeerConns
+			return false, false, from, RejectPeerConns
 		}
 		if a, ok := r.inbox.(AsyncAdmitter); ok && async != nil {
 			// The caller waits for the outcome, then acks (ackLoop).
 			*async = append(*async, pendingAdmission{adm: a.PushAsync(item), key: k, ev: r.pendingEventSt(st, &e, peer.Name, size), claimed: claimed})
-			return nil, false, from, ""
+			return false, false, from, ""
 		}
 		stored, isNew, reason := r.admitted(k, r.pendingEventSt(st, &e, peer.Name, size), r.inbox.Push(item))
 		if stored && !isNew && claimed {
 			r.unclaim(st)
 		}
 		if !stored {
-			return nil, false, from, reason
+			return false, false, from, reason
 		}
 		fresh = isNew
 	case dedupCommitted:
@@ -553,14 +691,9 @@ func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]
 		// The first copy's admission is still running and may yet fail:
 		// acking now could ack something never stored.
 		r.observeSt(st, EventRefused, &e, peer.Name, size, RejectInFlight)
-		return nil, false, from, RejectInFlight
+		return false, false, from, RejectInFlight
 	}
-	frame, err := r.sealFrame(nil, e.From, wire.Ack(e.ID))
-	if err != nil {
-		r.log.Error("cannot seal ack", "err", err)
-		return nil, fresh, from, ""
-	}
-	return frame, fresh, from, ""
+	return true, fresh, from, ""
 }
 
 // admitted accounts for the outcome of admitting envelope k (err from

@@ -270,31 +270,36 @@ func (r *Router) relayLateAck(e wire.Envelope) {
 	}
 }
 
-// relayAckArrived routes an ack that came through the relay as an inbound
-// envelope; it reports whether a send was waiting for it.
+// relayAckArrived routes an ack (or each id of an acks) that came
+// through the relay as an inbound envelope; it reports whether a send was
+// waiting for it.
 func (r *Router) relayAckArrived(e wire.Envelope) bool {
-	id, _ := e.Kind.InReplyTo()
-	k := dedupKey{e.From, id}
+	var buf [1]identity.UUID
+	waited := false
 	r.rs.mu.Lock()
 	defer r.rs.mu.Unlock()
-	if ch, ok := r.rs.waiting[k]; ok {
-		delete(r.rs.waiting, k)
-		close(ch)
-		return true
-	}
-	if r.rs.late == nil {
-		return false
-	}
-	now := time.Now()
-	if len(r.rs.late) >= maxLateAcks {
-		for lk, t := range r.rs.late {
-			if now.Sub(t) > lateAckTTL || len(r.rs.late) >= maxLateAcks {
-				delete(r.rs.late, lk)
+	for _, id := range e.Kind.AckedIDs(buf[:0]) {
+		k := dedupKey{e.From, id}
+		if ch, ok := r.rs.waiting[k]; ok {
+			delete(r.rs.waiting, k)
+			close(ch)
+			waited = true
+			continue
+		}
+		if r.rs.late == nil {
+			continue
+		}
+		now := time.Now()
+		if len(r.rs.late) >= maxLateAcks {
+			for lk, t := range r.rs.late {
+				if now.Sub(t) > lateAckTTL || len(r.rs.late) >= maxLateAcks {
+					delete(r.rs.late, lk)
+				}
 			}
 		}
+		r.rs.late[k] = now
 	}
-	r.rs.late[k] = now
-	return false
+	return waited
 }
 
 // RelayReply is the outcome of an envelope that arrived through the relay.
@@ -334,7 +339,7 @@ func (r *Router) ReceiveRelayed(payload []byte) func() RelayReply {
 	from := e.From
 	quiet := time.Since(r.LastSeen(from)) > relayQuiet
 	var async []pendingAdmission
-	ack, fresh, _, reason := r.receiveDecoded(e, len(payload), st, &async)
+	ack, fresh, _, reason := r.receiveDecoded(e, len(payload), st, &async, false)
 	if reason != "" {
 		return refused(reason)
 	}
@@ -344,21 +349,31 @@ func (r *Router) ReceiveRelayed(payload []byte) func() RelayReply {
 	}
 	if len(async) == 0 {
 		return func() RelayReply {
-			if ack != nil {
-				r.acksSent.Add(1)
-				ack = ack[transport.HeaderSize:]
+			if !ack {
+				return RelayReply{To: from}
 			}
-			return RelayReply{Ack: ack, To: from}
+			acks := ackBuf{r: r}
+			acks.add(from, e.ID)
+			return RelayReply{Ack: ackPayload(acks.take()), To: from}
 		}
 	}
 	pa := async[0]
 	return func() RelayReply {
-		frame, reason := r.settle(st, ackJob{adm: pa.adm, key: pa.key, ev: pa.ev, claimed: pa.claimed}, nil)
-		if reason != "" || len(frame) == 0 {
+		acks := ackBuf{r: r}
+		if reason := r.settle(st, ackJob{adm: pa.adm, key: pa.key, ev: pa.ev, claimed: pa.claimed}, &acks); reason != "" {
 			return RelayReply{Reason: reason}
 		}
-		return RelayReply{Ack: frame[transport.HeaderSize:], To: from}
+		return RelayReply{Ack: ackPayload(acks.take()), To: from}
 	}
+}
+
+// ackPayload is the payload of a single ack frame (nil if there is none:
+// it could not be sealed).
+func ackPayload(frame []byte) []byte {
+	if len(frame) <= transport.HeaderSize {
+		return nil
+	}
+	return frame[transport.HeaderSize:]
 }
 
 // relayQuiet is how long a peer must have sent nothing before a relayed

@@ -137,6 +137,12 @@ type Options struct {
 	// sealed: only for measuring what sealing costs (meerkatd bench).
 	// Receivers accept both.
 	RelayUnsealed bool
+	// SingleAcks stops this node from asking its peers for acks kinds
+	// (one signed ack for many envelopes): each envelope it sends is then
+	// acknowledged alone, as the Rust reference does it. Only for
+	// measuring what acks kinds save (meerkatd bench); receivers still
+	// send acks kinds to peers that ask.
+	SingleAcks bool
 	// Dial connects to peers; nil means transport.Dial. Tests replace it.
 	Dial func(ctx context.Context, a transport.Addr) (net.Conn, error)
 }
@@ -363,6 +369,9 @@ type inConn struct {
 	// connection limit and authenticates nothing. sealed says the
 	// envelope came sealed.
 	relay, sealed bool
+	// acksOK says the peer takes acks kinds on this connection: one of
+	// its envelopes carried wire.Envelope.AcksHint.
+	acksOK atomic.Bool
 }
 
 // authenticate marks st authenticated by a new envelope from peer, the

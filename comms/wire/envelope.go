@@ -40,7 +40,20 @@ type Envelope struct {
 	To   identity.PeerID
 	Kind Kind
 	Sig  [ed25519.SignatureSize]byte
+	// AcksHint is the unsigned top-level member "acks": 1. A sender adds
+	// it to say that it takes acks kinds (several ids in one signed
+	// ack) on the connection the envelope came on. It is not signed:
+	// removing it only means one ack per envelope, as for a peer that
+	// never sends it. Decode sets it; AppendBinary writes it.
+	AcksHint bool
 }
+
+// acksHintKey is the top-level key of [Envelope.AcksHint], and
+// acksHintVersion its value.
+const (
+	acksHintKey     = "acks"
+	acksHintVersion = 1
+)
 
 // scratch holds buffers for signable bytes, so sealing and opening do not
 // allocate them each time. Buffers that grew large are not kept.
@@ -147,7 +160,11 @@ func (e *Envelope) AppendBinary(dst []byte) ([]byte, error) {
 	if e.Kind.v.t != TypeMap {
 		return dst, ErrType
 	}
-	dst = append(dst, 0xa5)
+	if e.AcksHint {
+		dst = append(dst, 0xa6)
+	} else {
+		dst = append(dst, 0xa5)
+	}
 	dst = appendText(dst, "id")
 	dst = appendByteString(dst, e.ID[:])
 	dst = appendText(dst, "from")
@@ -164,8 +181,29 @@ func (e *Envelope) AppendBinary(dst []byte) ([]byte, error) {
 		return dst, err
 	}
 	dst = appendText(dst, "sig")
-	return appendByteString(dst, e.Sig[:]), nil
+	dst = appendByteString(dst, e.Sig[:])
+	if e.AcksHint {
+		dst = appendText(dst, acksHintKey)
+		dst = appendHead(dst, majorUint, acksHintVersion)
+	}
+	return dst, nil
 }
+
+// AppendHinted appends payload, an envelope encoding [Envelope.AppendBinary]
+// made without the hint, with [Envelope.AcksHint] added, without decoding
+// it. It reports false, appending nothing, if payload is not such an
+// encoding or the hint would make it longer than [MaxEnvelopeSize].
+func AppendHinted(dst, payload []byte) ([]byte, bool) {
+	if len(payload) == 0 || payload[0] != 0xa5 || len(payload)+len(hintSuffix) > MaxEnvelopeSize {
+		return dst, false
+	}
+	dst = append(dst, 0xa6)
+	dst = append(dst, payload[1:]...)
+	return append(dst, hintSuffix...), true
+}
+
+// hintSuffix is the encoded member of [Envelope.AcksHint].
+var hintSuffix = appendHead(appendText(nil, acksHintKey), majorUint, acksHintVersion)
 
 // MarshalBinary returns [Envelope.AppendBinary] into a new slice.
 func (e *Envelope) MarshalBinary() ([]byte, error) {
@@ -255,6 +293,11 @@ func (d *decoder) envelope(e *Envelope) error {
 			}
 		}
 		if bit == 0 {
+			if key == acksHintKey {
+				// Version 1, in its shortest form; anything else is
+				// a hint this node does not know.
+				e.AcksHint = d.off < len(d.src) && d.src[d.off] == majorUint<<5|acksHintVersion
+			}
 			dup := false
 			if unknownSet != nil {
 				_, dup = unknownSet[key]

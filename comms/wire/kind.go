@@ -19,7 +19,16 @@ const (
 	// relay; the box is opened with package comms/seal, and wire does not
 	// look inside it. The Rust reference does not know this type.
 	TypeSealed = "sealed"
+	// TypeAcks acknowledges several envelopes at once: {"type": "acks",
+	// "ids": BYTES}, the ids one after another, 16 bytes each. Each id is
+	// acknowledged with the meaning of an ack kind. A node sends it only on
+	// a connection whose peer said it takes it (see [Envelope.AcksHint]);
+	// the Rust reference does not know this type.
+	TypeAcks = "acks"
 )
+
+// MaxAckIDs bounds the ids one acks kind may hold.
+const MaxAckIDs = 4096
 
 // maxBoxLen bounds the box of a sealed kind, in bytes: the protocol's
 // maximum frame payload. (An envelope holding a box that large would itself
@@ -74,6 +83,7 @@ var declared = map[string][]string{
 	TypeAck:                      {"in_reply_to"},
 	TypeMEUP:                     {"space", "envelope"},
 	TypeSealed:                   {"box"},
+	TypeAcks:                     {"ids"},
 }
 
 // Message returns a message kind with the given body.
@@ -98,6 +108,17 @@ func Response(inReplyTo identity.UUID, status Status, result Value) Kind {
 // Ack returns an ack kind for the envelope with id inReplyTo.
 func Ack(inReplyTo identity.UUID) Kind {
 	return Kind{v: itemsValue(TypeMap, []Value{Text("type"), Text(TypeAck), Text("in_reply_to"), Bytes(inReplyTo[:])})}
+}
+
+// Acks returns an acks kind for the envelopes with the given ids (at most
+// [MaxAckIDs]; [Seal] refuses an empty or longer list).
+func Acks(ids []identity.UUID) Kind {
+	b := make([]byte, 0, len(ids)*len(identity.UUID{}))
+	for _, id := range ids {
+		b = append(b, id[:]...)
+	}
+	// Members in canonical key order, as Get expects: "ids" before "type".
+	return Kind{v: itemsValue(TypeMap, []Value{Text("ids"), Bytes(b), Text("type"), Text(TypeAcks)})}
 }
 
 // SealedKind returns a sealed kind holding box, the output of
@@ -161,6 +182,29 @@ func (k Kind) InReplyTo() (identity.UUID, bool) {
 	var u identity.UUID
 	copy(u[:], v.str())
 	return u, true
+}
+
+// AckedIDs appends to dst the ids an ack or acks kind acknowledges (none
+// for other kinds) and returns it.
+func (k Kind) AckedIDs(dst []identity.UUID) []identity.UUID {
+	switch k.Type() {
+	case TypeAck:
+		if id, ok := k.InReplyTo(); ok {
+			dst = append(dst, id)
+		}
+	case TypeAcks:
+		v, _ := k.v.Get("ids")
+		s := v.str()
+		if v.t != TypeBytes || len(s)%len(identity.UUID{}) != 0 {
+			return dst
+		}
+		for ; len(s) > 0; s = s[len(identity.UUID{}):] {
+			var id identity.UUID
+			copy(id[:], s)
+			dst = append(dst, id)
+		}
+	}
+	return dst
 }
 
 // Box returns a copy of the box of a sealed kind. It reports false unless
@@ -258,6 +302,14 @@ func checkKind(m Value, deep bool) (string, error) {
 		// handed on as JSON.
 		if err := checkJSON(env, 3, true); err != nil {
 			return "envelope", err
+		}
+	case TypeAcks:
+		b, f, err := need("ids", TypeBytes)
+		if err != nil {
+			return f, err
+		}
+		if n := len(b.str()); n == 0 || n%len(identity.UUID{}) != 0 || n > MaxAckIDs*len(identity.UUID{}) {
+			return "ids", ErrLength
 		}
 	case TypeSealed:
 		// Opaque ciphertext: a byte string, unlike the JSON fields of the

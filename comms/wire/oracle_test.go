@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/meerkatd/meerkatd/identity"
 )
 
 // fxamacker/cbor is an independent CBOR implementation; these tests hold our
@@ -245,16 +247,20 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		Response(id2, StatusCompleted, Int(-7)),
 		Ack(id1),
 		SealedKind(fill(80)),
+		Acks([]identity.UUID{id1, id2}),
 	} {
 		e, err := Seal(keyA, id1, keyB.ID(), k)
 		if err != nil {
 			f.Fatal(err)
 		}
-		b, err := e.MarshalBinary()
-		if err != nil {
-			f.Fatal(err)
+		for _, hint := range []bool{false, true} {
+			e.AcksHint = hint
+			b, err := e.MarshalBinary()
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(b)
 		}
-		f.Add(b)
 	}
 	f.Add(cat(h("bf"), tx("x"), h("9f01ff"), h("ff")))
 	f.Add(cat(h("a1"), tx("kind"), mapOf(tx("type"), cat(h("7f"), tx("a"), tx("ck"), h("ff")))))

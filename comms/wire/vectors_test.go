@@ -146,7 +146,7 @@ func frameOf(payload []byte) []byte {
 }
 
 func envelopesEqual(a, b Envelope) bool {
-	return a.ID == b.ID && a.From == b.From && a.To == b.To && a.Sig == b.Sig && a.Kind.Value().Equal(b.Kind.Value())
+	return a.ID == b.ID && a.From == b.From && a.To == b.To && a.Sig == b.Sig && a.AcksHint == b.AcksHint && a.Kind.Value().Equal(b.Kind.Value())
 }
 
 func TestVectorsPinnedSignable(t *testing.T) {

@@ -1,0 +1,339 @@
+package comms
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
+	"github.com/meerkatd/meerkatd/transport"
+)
+
+// Acks kinds: a receiver acknowledges many envelopes with one signed
+// envelope, but only on a connection whose sender asked for it with the
+// unsigned hint; any other sender gets one ack per envelope, as the Rust
+// reference expects.
+
+// burst seals n messages from kp to `to` and returns their ids and their
+// frames, one after another; the first carries the acks hint if hint.
+func burst(t *testing.T, kp *identity.Keypair, to identity.PeerID, n int, hint bool) ([]identity.UUID, []byte) {
+	t.Helper()
+	var ids []identity.UUID
+	var frames []byte
+	for i := range n {
+		e := sealEnv(t, kp, to, wire.Message("burst"))
+		e.AcksHint = hint && i == 0
+		ids = append(ids, e.ID)
+		frames = append(frames, frameOf(t, e)...)
+	}
+	return ids, frames
+}
+
+// readAcks reads ack frames from c until every id in want is acknowledged
+// and returns the envelopes read. It fails on an id acknowledged twice, an
+// id not sent, or an ack that does not verify or is not from `from` to
+// `to`.
+func readAcks(t *testing.T, c net.Conn, from, to identity.PeerID, want []identity.UUID) (acks []wire.Envelope, payloads [][]byte) {
+	t.Helper()
+	left := map[identity.UUID]bool{}
+	for _, id := range want {
+		left[id] = true
+	}
+	c.SetReadDeadline(time.Now().Add(advDeadline))
+	for len(left) > 0 {
+		payload, err := transport.ReadFrame(c, 0)
+		if err != nil {
+			t.Fatalf("reading acks (%d of %d left): %v", len(left), len(want), err)
+		}
+		e, err := wire.Open(payload)
+		if err != nil {
+			t.Fatalf("an ack does not open: %v", err)
+		}
+		if e.From != from || e.To != to {
+			t.Fatalf("ack from %s to %s, want from %s to %s", e.From.Short(), e.To.Short(), from.Short(), to.Short())
+		}
+		ids := e.Kind.AckedIDs(nil)
+		if len(ids) == 0 {
+			t.Fatalf("a frame of kind %q acknowledges nothing", e.Kind.Type())
+		}
+		for _, id := range ids {
+			if !left[id] {
+				t.Fatalf("id %s acknowledged twice or never sent", id)
+			}
+			delete(left, id)
+		}
+		acks = append(acks, e)
+		payloads = append(payloads, bytes.Clone(payload))
+	}
+	return acks, payloads
+}
+
+// TestAcksKindOnlyWhenAsked: a sender that sends the hint gets acks kinds
+// for everything on its connection; one that never sends it gets one
+// ack per envelope, encoded exactly as before acks kinds existed (five
+// members, no hint).
+func TestAcksKindOnlyWhenAsked(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const n = 40
+	for _, hint := range []bool{true, false} {
+		name := "never asks"
+		if hint {
+			name = "asks"
+		}
+		t.Run(name, func(t *testing.T) {
+			a, b := pair(t, "uds", Options{})
+			c := dialRaw(t, b)
+			ids, frames := burst(t, a.kp, b.kp.ID(), n, hint)
+			writeRaw(t, c, frames)
+			acks, payloads := readAcks(t, c, b.kp.ID(), a.kp.ID(), ids)
+			for i, e := range acks {
+				switch {
+				case hint && e.Kind.Type() != wire.TypeAcks:
+					t.Fatalf("ack %d is a %q, want acks kinds on a connection that asked", i, e.Kind.Type())
+				case !hint && e.Kind.Type() != wire.TypeAck:
+					t.Fatalf("ack %d is a %q, want one ack per envelope", i, e.Kind.Type())
+				}
+				if e.AcksHint {
+					t.Fatalf("ack %d carries the hint: a receiver never asks", i)
+				}
+				again, err := e.MarshalBinary()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(again, payloads[i]) || payloads[i][0] != 0xa5 {
+					t.Fatalf("ack %d is not in the reference's encoding:\n got %x\nwant %x", i, payloads[i], again)
+				}
+			}
+			if !hint && len(acks) != n {
+				t.Fatalf("%d acks for %d envelopes", len(acks), n)
+			}
+			if got := b.r.Inbox().Len(); got != n {
+				t.Fatalf("bob holds %d items, want %d", got, n)
+			}
+			if s := b.r.Stats(); s.AcksSent != n {
+				t.Fatalf("bob counted %d acks, want one per envelope acknowledged (%d)", s.AcksSent, n)
+			}
+		})
+	}
+}
+
+// recorder is a connection that keeps a copy of what it reads.
+type recorder struct {
+	net.Conn
+	mu  *sync.Mutex
+	got *bytes.Buffer
+}
+
+func (r recorder) Read(b []byte) (int, error) {
+	n, err := r.Conn.Read(b)
+	r.mu.Lock()
+	r.got.Write(b[:n])
+	r.mu.Unlock()
+	return n, err
+}
+
+// ackKinds decodes the frames in b and counts them by kind type.
+func ackKinds(t *testing.T, b []byte) map[string]int {
+	t.Helper()
+	kinds := map[string]int{}
+	rd := bytes.NewReader(b)
+	for rd.Len() > 0 {
+		payload, err := transport.ReadFrame(rd, 0)
+		if err != nil {
+			t.Fatalf("recorded stream: %v", err)
+		}
+		e, err := wire.Open(payload)
+		if err != nil {
+			t.Fatalf("recorded frame: %v", err)
+		}
+		kinds[e.Kind.Type()]++
+	}
+	return kinds
+}
+
+// TestAcksKindBetweenRouters: pipelined sends between two Routers are
+// acknowledged with acks kinds, fewer envelopes than sends, every send
+// settled; with SingleAcks the sender never asks and gets one ack each.
+func TestAcksKindBetweenRouters(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const n = 300
+	for _, network := range []string{"uds", "tcp", "tls"} {
+		for _, single := range []bool{false, true} {
+			name := network + "/acks"
+			if single {
+				name = network + "/single"
+			}
+			t.Run(name, func(t *testing.T) {
+				var mu sync.Mutex
+				var got bytes.Buffer
+				opts := Options{SingleAcks: single, Dial: func(ctx context.Context, a transport.Addr) (net.Conn, error) {
+					c, err := transport.Dial(ctx, a)
+					if err != nil {
+						return nil, err
+					}
+					return recorder{c, &mu, &got}, nil
+				}}
+				a, b := pair(t, network, opts)
+				ctx := ctxT(t)
+				errs := make(chan error, n)
+				for range n {
+					go func() {
+						_, err := a.r.SendMessage(ctx, "bob", "pipelined")
+						errs <- err
+					}()
+				}
+				for range n {
+					if err := <-errs; err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := b.r.Inbox().Len(); got != n {
+					t.Fatalf("bob holds %d items, want %d", got, n)
+				}
+				a.r.Close() // nothing more is read: the record is whole
+				mu.Lock()
+				rec := bytes.Clone(got.Bytes())
+				mu.Unlock()
+				if network == "tls" {
+					return // the record is ciphertext; the counts below are for plain streams
+				}
+				kinds := ackKinds(t, rec)
+				if single {
+					if kinds[wire.TypeAck] != n || kinds[wire.TypeAcks] != 0 {
+						t.Fatalf("with single acks: %v, want %d acks", kinds, n)
+					}
+					return
+				}
+				if kinds[wire.TypeAcks] == 0 || kinds[wire.TypeAck] != 0 || kinds[wire.TypeAcks] >= n {
+					t.Fatalf("kinds read by the sender: %v; want only acks kinds, fewer than the %d sends", kinds, n)
+				}
+			})
+		}
+	}
+}
+
+// TestAcksKindFromPeer: the sender's checks of an acks kind are those of
+// an ack: signed by the peer, to this node; ids it is not waiting for
+// are ignored.
+func TestAcksKindFromPeer(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	other, _ := identity.GenerateKeypair()
+	acks := func(peer, signer *identity.Keypair, e wire.Envelope, ids []identity.UUID, corrupt bool) []byte {
+		_, f := sealedFrame(t, signer, e.From, wire.Acks(ids), func(a *wire.Envelope) {
+			a.From = peer.ID()
+			if corrupt {
+				a.Sig[9] ^= 1
+			}
+		})
+		return f
+	}
+	for _, tc := range []struct {
+		name   string
+		answer func(peer *identity.Keypair, e wire.Envelope) []byte
+		ok     bool
+	}{
+		{"genuine", func(p *identity.Keypair, e wire.Envelope) []byte {
+			return acks(p, p, e, []identity.UUID{identity.NewUUID(), e.ID, identity.NewUUID()}, false)
+		}, true},
+		{"corrupted signature", func(p *identity.Keypair, e wire.Envelope) []byte {
+			return acks(p, p, e, []identity.UUID{e.ID}, true)
+		}, false},
+		{"signed by another key", func(p *identity.Keypair, e wire.Envelope) []byte {
+			return acks(p, other, e, []identity.UUID{e.ID}, false)
+		}, false},
+		{"other ids, then a genuine ack", func(p *identity.Keypair, e wire.Envelope) []byte {
+			return append(acks(p, p, e, []identity.UUID{identity.NewUUID()}, false), ackFrameOf(t, p, e)...)
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peerKP, r, conns := rawPeer(t, 5*time.Second)
+			done := sendAsync(ctxT(t), r, "hello")
+			c := <-conns
+			e := readEnvelope(t, c)
+			if !e.AcksHint {
+				t.Fatal("the first envelope on a new connection does not carry the acks hint")
+			}
+			peerWrite(t, c, tc.answer(peerKP, e))
+			err := <-done
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("send: %v", err)
+				}
+				return
+			}
+			var poe *PeerOfflineError
+			if !errors.As(err, &poe) || poe.Reason != OfflineBadAck {
+				t.Fatalf("send: %v, want a PeerOfflineError for an invalid ack", err)
+			}
+		})
+	}
+}
+
+// TestHintOnlyOnFirstFrame: the hint rides on the first frame of a
+// connection only, so later envelopes go out as they were sealed; with
+// SingleAcks there is no hint at all.
+func TestHintOnlyOnFirstFrame(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	for _, single := range []bool{false, true} {
+		peerKP, r, conns := rawPeer(t, 5*time.Second)
+		r.opts.SingleAcks = single
+		ctx := ctxT(t)
+		done := sendAsync(ctx, r, "first")
+		c := <-conns
+		e := readEnvelope(t, c)
+		if e.AcksHint == single {
+			t.Fatalf("single=%v: first envelope's hint is %v", single, e.AcksHint)
+		}
+		peerWrite(t, c, ackFrameOf(t, peerKP, e))
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		done = sendAsync(ctx, r, "second")
+		payload, err := transport.ReadFrame(c, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e2, err := wire.Open(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e2.AcksHint || payload[0] != 0xa5 {
+			t.Fatalf("single=%v: the second envelope carries the hint", single)
+		}
+		peerWrite(t, c, ackFrameOf(t, peerKP, e2))
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		noNewConn(t, conns)
+	}
+}
+
+// TestAcksKindWithAsyncAdmission: acks of admissions that commit later
+// (the SQLite inbox) are gathered into acks kinds too, and sent only once
+// each admission is stored.
+func TestAcksKindWithAsyncAdmission(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	ai := &asyncInbox{}
+	a, b := pair(t, "uds", Options{Inbox: ai})
+	c := dialRaw(t, b)
+	const n = 50
+	ids, frames := burst(t, a.kp, b.kp.ID(), n, true)
+	writeRaw(t, c, frames)
+	acks, _ := readAcks(t, c, b.kp.ID(), a.kp.ID(), ids)
+	for _, e := range acks {
+		if e.Kind.Type() != wire.TypeAcks {
+			t.Fatalf("got a %q, want acks kinds", e.Kind.Type())
+		}
+	}
+	ai.mu.Lock()
+	defer ai.mu.Unlock()
+	if len(ai.stored) != n {
+		t.Fatalf("%d admissions stored, want %d", len(ai.stored), n)
+	}
+}
