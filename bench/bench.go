@@ -223,9 +223,12 @@ with anchors measured in the same run. Each repetition runs every scenario
 once (interleaved); a warm-up repetition comes first and is not counted.
 Figures are the median and [min-max] over the repetitions.
 
-Anchors:
-  anchor_sign       ed25519.Sign of the real signing input of a 100-byte message (µs)
-  anchor_verify     ed25519.Verify of the same (µs)
+Anchors (every crypto anchor signs and verifies with the node's own
+primitives, those of package identity, so that they measure what the node
+uses):
+  anchor_sign       the node's signing primitive on the real signing input of a
+                    100-byte message (µs)
+  anchor_verify     the node's verifying primitive on the same (µs)
   anchor_exchange   one exchange on one goroutine with the project's code: seal the
                     message, encode its frame, decode+verify, seal the ack, encode,
                     decode+verify the ack (µs). Crypto ceiling = cores / this.
