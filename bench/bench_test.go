@@ -74,8 +74,8 @@ func TestBenchQuick(t *testing.T) {
 		"idle_rss_1000":             {"rss_mb"},
 		"startup":                   {"ms"},
 	}
-	wantChecks := map[string]int{"sequential": 2, "pipelined": 2, "closed_loop_16": 1, "conn_per_msg": 1,
-		"flood_bad_signature": 2, "flood_untrusted": 2, "space_broadcast": 1, "idle_rss": 1, "idle_rss_1000": 1, "startup": 1}
+	wantChecks := map[string]int{"sequential": 2, "pipelined": 3, "closed_loop_16": 1, "conn_per_msg": 1,
+		"flood_bad_signature": 2, "flood_untrusted": 2, "durable": 1, "space_broadcast": 1, "idle_rss": 1, "idle_rss_1000": 1, "startup": 1}
 	seen := map[string]bool{}
 	for _, text := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
 		var l line

@@ -3,15 +3,16 @@ package bench
 // The raw crypto anchors of `meerkatd bench`: the crypto of an exchange
 // (sign, verify, sign, verify) between the bench and its echo process with
 // as little code as possible between, no envelopes, no inbox, no
-// bookkeeping. They show what two processes on this machine reach at all,
-// in the same run: on a shared VM the crypto runs slower when the two
-// processes wake each other than in the one-goroutine exchange anchor.
+// bookkeeping. They sign and verify with the node's own primitives
+// (identity.Keypair, identity.PeerID.Verify), as every other anchor does.
+// They show what two processes on this machine reach at all, in the same
+// run: on a shared VM the crypto runs slower when the two processes wake
+// each other than in the one-goroutine exchange anchor.
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net"
@@ -29,23 +30,30 @@ import (
 // answers with its own.
 var rawHello = []byte("meerkatd-bench-raw/1 ")
 
-// rawSigned is a raw crypto frame's payload: a 64-byte Ed25519 signature
-// followed by the signed bytes.
-func rawSigned(dst []byte, priv ed25519.PrivateKey, msg []byte) ([]byte, error) {
+// sigSize is the size of the node's signatures (identity.Keypair.SignInto).
+const sigSize = len(wire.Envelope{}.Sig)
+
+// rawSigned is a raw crypto frame: its payload is the signature of msg
+// by kp, with the node's signing primitive (identity.Keypair.SignInto),
+// followed by msg.
+func rawSigned(dst []byte, kp *identity.Keypair, msg []byte) ([]byte, error) {
 	dst, start := transport.StartFrame(dst)
-	dst = append(dst, ed25519.Sign(priv, msg)...)
+	var sig [sigSize]byte
+	kp.SignInto(&sig, msg)
+	dst = append(dst, sig[:]...)
 	dst = append(dst, msg...)
 	return dst, transport.FinishFrame(dst, start)
 }
 
-// rawOpen checks a raw crypto payload's signature under pub and returns
-// the signed bytes.
-func rawOpen(pub ed25519.PublicKey, payload []byte) ([]byte, error) {
-	if len(payload) < ed25519.SignatureSize {
+// rawOpen checks a raw crypto payload's signature under pub, with the
+// node's verifying primitive (identity.PeerID.Verify), and returns the
+// signed bytes.
+func rawOpen(pub identity.PeerID, payload []byte) ([]byte, error) {
+	if len(payload) < sigSize {
 		return nil, errors.New("raw frame too short")
 	}
-	msg := payload[ed25519.SignatureSize:]
-	if !ed25519.Verify(pub, msg, payload[:ed25519.SignatureSize]) {
+	msg := payload[sigSize:]
+	if !pub.Verify(msg, payload[:sigSize]) {
 		return nil, errors.New("raw frame: bad signature")
 	}
 	return msg, nil
@@ -56,15 +64,17 @@ func rawOpen(pub ed25519.PublicKey, payload []byte) ([]byte, error) {
 // its own signature of the same bytes once the client's verifies, writing
 // when nothing more is buffered.
 func serveRawCrypto(c net.Conn, r *bufio.Reader, clientKey []byte) error {
-	if len(clientKey) != ed25519.PublicKeySize {
-		return errors.New("raw hello: bad key")
+	client, err := identity.PeerIDFromBytes(clientKey)
+	if err != nil {
+		return fmt.Errorf("raw hello: bad key: %w", err)
 	}
-	pub, priv, err := ed25519.GenerateKey(nil)
+	kp, err := identity.GenerateKeypair()
 	if err != nil {
 		return err
 	}
+	id := kp.ID()
 	w := bufio.NewWriterSize(c, 64<<10)
-	hello, err := transport.AppendFrame(nil, pub)
+	hello, err := transport.AppendFrame(nil, id[:])
 	if err != nil {
 		return err
 	}
@@ -77,11 +87,11 @@ func serveRawCrypto(c net.Conn, r *bufio.Reader, clientKey []byte) error {
 		if err != nil {
 			return nil
 		}
-		msg, err := rawOpen(clientKey, payload)
+		msg, err := rawOpen(client, payload)
 		if err != nil {
 			return err
 		}
-		if out, err = rawSigned(out[:0], priv, msg); err != nil {
+		if out, err = rawSigned(out[:0], kp, msg); err != nil {
 			return err
 		}
 		w.Write(out)
@@ -96,15 +106,15 @@ func serveRawCrypto(c net.Conn, r *bufio.Reader, clientKey []byte) error {
 // rawConn is the bench's side of a crypto connection to the echo process.
 type rawConn struct {
 	c         net.Conn
-	priv      ed25519.PrivateKey
-	serverKey ed25519.PublicKey
+	kp        *identity.Keypair
+	serverKey identity.PeerID
 	msg       []byte // the signing input of a real message envelope
 }
 
 // exchange does one raw exchange: sign and write (reusing frame's
 // storage), then read and verify the answer from r.
 func (rc *rawConn) exchange(r *bufio.Reader, frame []byte) ([]byte, error) {
-	frame, err := rawSigned(frame[:0], rc.priv, rc.msg)
+	frame, err := rawSigned(frame[:0], rc.kp, rc.msg)
 	if err == nil {
 		_, err = rc.c.Write(frame)
 	}
@@ -137,7 +147,7 @@ func (b *runner) dialRaw(ctx context.Context, a transport.Addr) (*rawConn, error
 	if err != nil {
 		return nil, err
 	}
-	rc := &rawConn{c: c, priv: ed25519.NewKeyFromSeed(kp.Seed()), msg: msg}
+	rc := &rawConn{c: c, kp: kp, msg: msg}
 	id := kp.ID()
 	hello, err := transport.AppendFrame(nil, append(bytes.Clone(rawHello), id[:]...))
 	if err == nil {
@@ -148,14 +158,15 @@ func (b *runner) dialRaw(ctx context.Context, a transport.Addr) (*rawConn, error
 	if err == nil {
 		key, err = transport.ReadFrame(c, 0)
 	}
-	if err == nil && len(key) != ed25519.PublicKeySize {
-		err = errors.New("raw hello: bad key from the echo process")
+	if err == nil {
+		if rc.serverKey, err = identity.PeerIDFromBytes(key); err != nil {
+			err = fmt.Errorf("raw hello: bad key from the echo process: %w", err)
+		}
 	}
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	rc.serverKey = key
 	return rc, nil
 }
 
@@ -275,7 +286,7 @@ func (b *runner) rawPipelined(ctx context.Context, a transport.Addr, echoPID int
 					return
 				}
 				var err error
-				if frame, err = rawSigned(frame[:0], rc.priv, rc.msg); err == nil {
+				if frame, err = rawSigned(frame[:0], rc.kp, rc.msg); err == nil {
 					wmu.Lock()
 					_, err = rc.c.Write(frame)
 					wmu.Unlock()

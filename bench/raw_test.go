@@ -3,23 +3,30 @@ package bench
 import (
 	"bufio"
 	"bytes"
-	"crypto/ed25519"
 	"errors"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/transport"
 )
 
-func TestRawFrames(t *testing.T) {
-	pub, priv, err := ed25519.GenerateKey(nil)
+// newKeypair is a fresh identity.Keypair, the node's signing key.
+func newKeypair(t testing.TB) *identity.Keypair {
+	t.Helper()
+	kp, err := identity.GenerateKeypair()
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherPub, _, _ := ed25519.GenerateKey(nil)
+	return kp
+}
+
+func TestRawFrames(t *testing.T) {
+	kp := newKeypair(t)
+	pub, otherPub := kp.ID(), newKeypair(t).ID()
 	msg := []byte("the signing input of an envelope")
-	frame, err := rawSigned(nil, priv, msg)
+	frame, err := rawSigned(nil, kp, msg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +38,7 @@ func TestRawFrames(t *testing.T) {
 	corrupt[3] ^= 1
 	for _, tc := range []struct {
 		name    string
-		pub     ed25519.PublicKey
+		pub     identity.PeerID
 		payload []byte
 		ok      bool
 	}{
@@ -39,7 +46,7 @@ func TestRawFrames(t *testing.T) {
 		{"corrupted signature", pub, corrupt, false},
 		{"another key", otherPub, payload, false},
 		{"message changed", pub, append(bytes.Clone(payload), 'x'), false},
-		{"signature only", pub, payload[:ed25519.SignatureSize], false},
+		{"signature only", pub, payload[:sigSize], false},
 		{"too short", pub, payload[:10], false},
 		{"empty", pub, nil, false},
 	} {
@@ -70,25 +77,23 @@ func TestRawFrames(t *testing.T) {
 }
 
 func FuzzRawOpen(f *testing.F) {
-	pub, priv, err := ed25519.GenerateKey(nil)
-	if err != nil {
-		f.Fatal(err)
-	}
-	frame, err := rawSigned(nil, priv, []byte("seed message"))
+	kp := newKeypair(f)
+	pub := kp.ID()
+	frame, err := rawSigned(nil, kp, []byte("seed message"))
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(frame[transport.HeaderSize:])
 	f.Add([]byte{})
-	f.Add(make([]byte, ed25519.SignatureSize))
+	f.Add(make([]byte, sigSize))
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		msg, err := rawOpen(pub, payload)
 		if err != nil {
 			return
 		}
 		// Accepted: it must be a valid signature over what it returns.
-		if len(payload) < ed25519.SignatureSize || !bytes.Equal(msg, payload[ed25519.SignatureSize:]) ||
-			!ed25519.Verify(pub, msg, payload[:ed25519.SignatureSize]) {
+		if len(payload) < sigSize || !bytes.Equal(msg, payload[sigSize:]) ||
+			!pub.Verify(msg, payload[:sigSize]) {
 			t.Fatalf("rawOpen accepted %x", payload)
 		}
 	})
@@ -98,25 +103,29 @@ func FuzzRawOpen(f *testing.F) {
 // signed with the key it announced, and drops a connection whose frame
 // does not verify under the client's key.
 func TestServeRawCrypto(t *testing.T) {
-	clientPub, clientPriv, _ := ed25519.GenerateKey(nil)
-	_, strangerPriv, _ := ed25519.GenerateKey(nil)
+	client, stranger := newKeypair(t), newKeypair(t)
+	clientPub := client.ID()
 	for _, tc := range []struct {
 		name   string
-		signer ed25519.PrivateKey
+		signer *identity.Keypair
 		ok     bool
-	}{{"client's key", clientPriv, true}, {"another key", strangerPriv, false}} {
+	}{{"client's key", client, true}, {"another key", stranger, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, cli := net.Pipe()
 			defer cli.Close()
 			served := make(chan error, 1)
 			go func() {
 				defer srv.Close()
-				served <- serveRawCrypto(srv, bufio.NewReader(srv), clientPub)
+				served <- serveRawCrypto(srv, bufio.NewReader(srv), clientPub[:])
 			}()
 			cli.SetDeadline(time.Now().Add(10 * time.Second))
-			key, err := transport.ReadFrame(cli, 0)
-			if err != nil || len(key) != ed25519.PublicKeySize {
-				t.Fatalf("server key: %x, %v", key, err)
+			keyBytes, err := transport.ReadFrame(cli, 0)
+			if err != nil {
+				t.Fatalf("server key: %v", err)
+			}
+			key, err := identity.PeerIDFromBytes(keyBytes)
+			if err != nil {
+				t.Fatalf("server key %x: %v", keyBytes, err)
 			}
 			msg := []byte("exchange")
 			for i := range 3 {

@@ -150,21 +150,25 @@ func (r *results) computeChecks(o settings) {
 		seq := r.find(implMeerkatd, scSequential, tr)
 		pipeRate := r.values(implMeerkatd, scPipelined, tr, mRate)
 		seqP50 := r.values(implMeerkatd, scSequential, tr, mP50)
-		r.ratioCheck(pipe, "exchanges/s >= 0.80 x crypto ceiling (cores / exchange)", 0.80, false, func(i int) float64 {
-			return at(pipeRate, i) / ceiling(i)
-		})
-		r.ratioCheck(pipe, "CPU per exchange (both processes) <= 1.20 x exchange", 1.20, true, func(i int) float64 {
-			return at(pipe.values[mCPU], i) / at(exch, i)
-		})
-		pp := r.values(implMeerkatd, scAnchorPing, tr, mP50)
-		r.ratioCheck(seq, "p50 <= 1.20 x (pingpong p50 + exchange)", 1.20, true, func(i int) float64 {
-			return at(seqP50, i) / (at(pp, i) + at(exch, i))
+		rawSeqP50 := r.values(implMeerkatd, scAnchorRawSeq, tr, mP50)
+		rawPipeRate := r.values(implMeerkatd, scAnchorRawPipe, tr, mRate)
+		r.ratioCheck(seq, "p50 <= 1.10 x raw sequential p50 (anchor_raw_sequential)", 1.10, true, func(i int) float64 {
+			return at(seqP50, i) / at(rawSeqP50, i)
 		})
 		r.ratioCheck(seq, "p99 <= 2 x p50", 2, true, func(i int) float64 {
 			return at(seq.values[mP99], i) / at(seqP50, i)
 		})
+		r.ratioCheck(pipe, "exchanges/s >= 0.95 x raw pipelined (anchor_raw_pipelined)", 0.95, false, func(i int) float64 {
+			return at(pipeRate, i) / at(rawPipeRate, i)
+		})
+		r.ratioCheck(pipe, "exchanges/s >= 2.0 x crypto ceiling (cores / exchange)", 2.0, false, func(i int) float64 {
+			return at(pipeRate, i) / ceiling(i)
+		})
+		r.ratioCheck(pipe, "CPU per delivered message (both processes) <= 0.50 x exchange", 0.50, true, func(i int) float64 {
+			return at(pipe.values[mCPU], i) / at(exch, i)
+		})
 		loop := r.find(implMeerkatd, scClosedLoop, tr)
-		r.ratioCheck(loop, "exchanges/s >= 0.80 x crypto ceiling (cores / exchange)", 0.80, false, func(i int) float64 {
+		r.ratioCheck(loop, "exchanges/s >= 1.6 x crypto ceiling (cores / exchange)", 1.6, false, func(i int) float64 {
 			return at(loop.values[mRate], i) / ceiling(i)
 		})
 		cpm := r.find(implMeerkatd, scConnPerMsg, tr)
@@ -187,6 +191,10 @@ func (r *results) computeChecks(o settings) {
 			wrong := slices.Max(fl.values[mWrong])
 			fl.checks = append(fl.checks, Check{Target: target, Value: worst, Limit: 1, Pass: worst >= 1 && wrong == 0})
 		}
+		dur := r.find(implMeerkatd, scDurable, tr)
+		r.ratioCheck(dur, "exchanges/s >= 0.75 x pipelined with the memory inbox", 0.75, false, func(i int) float64 {
+			return at(dur.values[mRatio], i)
+		})
 		if sp := r.find(implMeerkatd, scSpace, tr); sp != nil {
 			// spaceBroadcast fails when a copy is missing: this says so on the line.
 			worst := slices.Min(sp.values[mDelivered])
@@ -220,11 +228,11 @@ func (r *results) computeChecks(o settings) {
 			r.notes = append(r.notes, "NATS checks omitted: the NATS bench printed no sequential or pipelined TCP figures")
 			break
 		}
-		r.ratioCheck(seq, "p50 <= 0.6 x NATS p50", 0.6, true, func(i int) float64 {
+		r.ratioCheck(seq, "p50 <= 0.50 x NATS p50", 0.50, true, func(i int) float64 {
 			return at(seq.values[mP50], i) / at(natsP50, i)
 		})
 		pipe := r.find(implMeerkatd, scPipelined, tr)
-		r.ratioCheck(pipe, "exchanges/s >= 1.0 x NATS", 1.0, false, func(i int) float64 {
+		r.ratioCheck(pipe, "exchanges/s >= 1.5 x NATS", 1.5, false, func(i int) float64 {
 			return at(pipe.values[mRate], i) / at(natsRate, i)
 		})
 	}

@@ -1,0 +1,277 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// figures are one repetition's figures of a report for the checks, per
+// transport the same. The defaults (gateFigures) put every ratio of a
+// check well inside its target; a test changes the figure it is about.
+type figures struct {
+	exchUS                  float64 // anchor_exchange; with 2 cores, ceiling = 2e6 / exchUS
+	rawSeqP50, rawPipeRate  float64 // anchor_raw_sequential p50, anchor_raw_pipelined exchanges/s
+	seqP50, seqP99          float64
+	pipeRate, pipeCPU       float64
+	loopRate                float64
+	connP50                 float64
+	floodRatio              float64 // of both floods
+	durableRatio            float64 // durable's ratio to pipelined (memory)
+	idleRSS, busyRSS, start float64
+	natsP50, natsRate       float64 // the NATS bench over TCP
+}
+
+// gateFigures passes every check: ceiling 10,000 exchanges/s.
+func gateFigures() figures {
+	return figures{exchUS: 200, rawSeqP50: 100, rawPipeRate: 6000,
+		seqP50: 100, seqP99: 150, pipeRate: 30000, pipeCPU: 50, loopRate: 20000, connP50: 150,
+		floodRatio: 0.9, durableRatio: 0.9, idleRSS: 15, busyRSS: 50, start: 20,
+		natsP50: 1000, natsRate: 10000}
+}
+
+// add records f as one more repetition, over every transport of trs.
+func (f figures) add(r *results, trs []string) {
+	const mem = "memory"
+	r.add(implMeerkatd, scAnchorExch, transportNone, inboxNone, mUS, f.exchUS)
+	for _, tr := range trs {
+		r.add(implMeerkatd, scAnchorRawSeq, tr, inboxNone, mP50, f.rawSeqP50)
+		r.add(implMeerkatd, scAnchorRawPipe, tr, inboxNone, mRate, f.rawPipeRate)
+		r.add(implMeerkatd, scSequential, tr, mem, mP50, f.seqP50)
+		r.add(implMeerkatd, scSequential, tr, mem, mP99, f.seqP99)
+		r.add(implMeerkatd, scPipelined, tr, mem, mRate, f.pipeRate)
+		r.add(implMeerkatd, scPipelined, tr, mem, mCPU, f.pipeCPU)
+		r.add(implMeerkatd, scClosedLoop, tr, mem, mRate, f.loopRate)
+		r.add(implMeerkatd, scConnPerMsg, tr, mem, mP50, f.connP50)
+		for _, sc := range []string{scFloodBadSig, scFloodUntrust} {
+			r.add(implMeerkatd, sc, tr, mem, mRatio, f.floodRatio)
+			r.add(implMeerkatd, sc, tr, mem, mRefusedOK, 1)
+			r.add(implMeerkatd, sc, tr, mem, mWrong, 0)
+		}
+		r.add(implMeerkatd, scDurable, tr, "sqlite", mRatio, f.durableRatio)
+		r.add(implMeerkatd, scIdleRSS, tr, "sqlite", mRSS, f.idleRSS)
+		r.add(implMeerkatd, scIdleRSS1000, tr, "sqlite", mRSS, f.busyRSS)
+		r.add(implMeerkatd, scStartup, tr, "sqlite", mMS, f.start)
+	}
+	r.add(implNATS, scSequential, "tcp", "", mP50, f.natsP50)
+	r.add(implNATS, scPipelined, "tcp", "", mRate, f.natsRate)
+}
+
+// checked computes the checks of the repetitions reps over uds and tcp,
+// with the NATS bench, on 2 cores.
+func checked(reps ...figures) *results {
+	trs := []string{"uds", "tcp"}
+	r := newResults()
+	r.reps, r.cores = len(reps), 2
+	for _, f := range reps {
+		f.add(r, trs)
+	}
+	o := settings{transports: trs, nats: "bin/natsbench", idleConns: 1000}
+	r.computeChecks(o)
+	return r
+}
+
+// check returns the check of scenario over tr whose target is target.
+func (r *results) check(t *testing.T, scenario, tr, target string) Check {
+	t.Helper()
+	s := r.find(implMeerkatd, scenario, tr)
+	if s == nil {
+		t.Fatalf("no %s/%s series", scenario, tr)
+	}
+	for _, c := range s.checks {
+		if c.Target == target {
+			return c
+		}
+	}
+	t.Fatalf("%s/%s: no check %q; checks: %+v; notes: %q", scenario, tr, target, s.checks, r.notes)
+	return Check{}
+}
+
+// The gates of the plaintext transports and of NATS, each 1% inside its
+// limit (a pass) and 1% beyond it (a fail), over both transports (NATS:
+// TCP only). TestChecksAtTheLimitExactly has the limits themselves.
+func TestChecksAroundTheirLimits(t *testing.T) {
+	type gate struct {
+		scenario, target string
+		limit            float64
+		atMost           bool // the ratio must be <= limit; else >=
+		set              func(f *figures, ratio float64)
+		trs              []string
+	}
+	both := []string{"uds", "tcp"}
+	gates := []gate{
+		{scSequential, "p50 <= 1.10 x raw sequential p50 (anchor_raw_sequential)", 1.10, true,
+			func(f *figures, v float64) { f.seqP50, f.seqP99 = v*f.rawSeqP50, v*f.rawSeqP50 }, both},
+		{scSequential, "p99 <= 2 x p50", 2, true,
+			func(f *figures, v float64) { f.seqP99 = v * f.seqP50 }, both},
+		{scPipelined, "exchanges/s >= 0.95 x raw pipelined (anchor_raw_pipelined)", 0.95, false,
+			func(f *figures, v float64) { f.pipeRate = v * f.rawPipeRate }, both},
+		{scPipelined, "exchanges/s >= 2.0 x crypto ceiling (cores / exchange)", 2.0, false,
+			func(f *figures, v float64) { f.pipeRate, f.rawPipeRate = v*10000, v*10000 }, both},
+		{scPipelined, "CPU per delivered message (both processes) <= 0.50 x exchange", 0.50, true,
+			func(f *figures, v float64) { f.pipeCPU = v * f.exchUS }, both},
+		{scClosedLoop, "exchanges/s >= 1.6 x crypto ceiling (cores / exchange)", 1.6, false,
+			func(f *figures, v float64) { f.loopRate = v * 10000 }, both},
+		{scDurable, "exchanges/s >= 0.75 x pipelined with the memory inbox", 0.75, false,
+			func(f *figures, v float64) { f.durableRatio = v }, both},
+		{scConnPerMsg, "p50 <= 2 x sequential p50", 2, true,
+			func(f *figures, v float64) { f.connP50 = v * f.seqP50 }, both},
+		{scSequential, "p50 <= 0.50 x NATS p50", 0.50, true,
+			func(f *figures, v float64) { f.natsP50 = f.seqP50 / v }, []string{"tcp"}},
+		{scPipelined, "exchanges/s >= 1.5 x NATS", 1.5, false,
+			func(f *figures, v float64) { f.natsRate = f.pipeRate / v }, []string{"tcp"}},
+	}
+	for _, g := range gates {
+		inside, beyond := 0.99, 1.01
+		if !g.atMost {
+			inside, beyond = beyond, inside
+		}
+		for _, tc := range []struct {
+			name   string
+			factor float64
+			pass   bool
+		}{{"inside", inside, true}, {"beyond", beyond, false}} {
+			t.Run(fmt.Sprintf("%s/%s/%s", g.scenario, g.target, tc.name), func(t *testing.T) {
+				f := gateFigures()
+				ratio := g.limit * tc.factor
+				g.set(&f, ratio)
+				r := checked(f, f, f)
+				for _, tr := range g.trs {
+					c := r.check(t, g.scenario, tr, g.target)
+					if c.Limit != g.limit {
+						t.Errorf("%s: limit %v, want %v", tr, c.Limit, g.limit)
+					}
+					if diff := c.Value - ratio; diff > 1e-9 || diff < -1e-9 {
+						t.Errorf("%s: value %v, want %v", tr, c.Value, ratio)
+					}
+					if c.Pass != tc.pass {
+						t.Errorf("%s: ratio %v against limit %v: pass = %v, want %v", tr, c.Value, g.limit, c.Pass, tc.pass)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestChecksAtTheLimitExactly: figures whose ratio is exactly the limit
+// pass (the limits are inclusive). Each ratio is of two integers, so that
+// the division, correctly rounded, gives the limit's own float64.
+func TestChecksAtTheLimitExactly(t *testing.T) {
+	for _, tc := range []struct {
+		scenario, tr, target string
+		limit                float64
+		set                  func(f *figures)
+	}{
+		{scSequential, "uds", "p50 <= 1.10 x raw sequential p50 (anchor_raw_sequential)", 1.10,
+			func(f *figures) { f.rawSeqP50, f.seqP50, f.seqP99 = 100, 110, 110 }},
+		{scSequential, "uds", "p99 <= 2 x p50", 2,
+			func(f *figures) { f.seqP50, f.seqP99 = 100, 200 }},
+		{scPipelined, "uds", "exchanges/s >= 0.95 x raw pipelined (anchor_raw_pipelined)", 0.95,
+			func(f *figures) { f.rawPipeRate, f.pipeRate = 20000, 19000 }},
+		{scPipelined, "uds", "exchanges/s >= 2.0 x crypto ceiling (cores / exchange)", 2.0,
+			func(f *figures) { f.exchUS, f.pipeRate = 200, 20000 }},
+		{scPipelined, "uds", "CPU per delivered message (both processes) <= 0.50 x exchange", 0.50,
+			func(f *figures) { f.exchUS, f.pipeCPU = 200, 100 }},
+		{scClosedLoop, "uds", "exchanges/s >= 1.6 x crypto ceiling (cores / exchange)", 1.6,
+			func(f *figures) { f.exchUS, f.loopRate = 200, 16000 }},
+		{scDurable, "uds", "exchanges/s >= 0.75 x pipelined with the memory inbox", 0.75,
+			func(f *figures) { f.durableRatio = 0.75 }},
+		{scConnPerMsg, "uds", "p50 <= 2 x sequential p50", 2,
+			func(f *figures) { f.seqP50, f.seqP99, f.connP50 = 100, 100, 200 }},
+		{scSequential, "tcp", "p50 <= 0.50 x NATS p50", 0.50,
+			func(f *figures) { f.seqP50, f.seqP99, f.natsP50 = 100, 100, 200 }},
+		{scPipelined, "tcp", "exchanges/s >= 1.5 x NATS", 1.5,
+			func(f *figures) { f.pipeRate, f.natsRate = 15000, 10000 }},
+	} {
+		f := gateFigures()
+		tc.set(&f)
+		c := checked(f).check(t, tc.scenario, tc.tr, tc.target)
+		if c.Value != tc.limit || c.Limit != tc.limit || !c.Pass {
+			t.Errorf("%s/%s: %s: %+v, want value and limit %v and a pass", tc.scenario, tc.tr, tc.target, c, tc.limit)
+		}
+	}
+}
+
+// TestChecksMedianOfRatios: a check is the median of the per-repetition
+// ratios, not the ratio of the medians, so that a repetition's figures
+// are compared with its own anchors.
+func TestChecksMedianOfRatios(t *testing.T) {
+	var reps []figures
+	// sequential / raw per repetition: 1.00, 1.20, 1.05 (median 1.05, a
+	// pass); the ratio of the medians would be 240/200 = 1.20, a fail.
+	for _, p := range [][2]float64{{100, 100}, {240, 200}, {315, 300}} {
+		f := gateFigures()
+		f.seqP50, f.seqP99, f.rawSeqP50 = p[0], p[0], p[1]
+		reps = append(reps, f)
+	}
+	r := checked(reps...)
+	c := r.check(t, scSequential, "uds", "p50 <= 1.10 x raw sequential p50 (anchor_raw_sequential)")
+	if c.Value < 1.0499 || c.Value > 1.0501 || !c.Pass {
+		t.Errorf("check %+v, want the median ratio 1.05 and a pass", c)
+	}
+}
+
+// TestChecksSet: the plaintext transports have exactly these checks (the
+// gates replaced by them are gone), and TLS and NATS transports none of
+// these.
+func TestChecksSet(t *testing.T) {
+	r := checked(gateFigures())
+	want := map[string][]string{
+		scSequential: {"p50 <= 1.10 x raw sequential p50 (anchor_raw_sequential)", "p99 <= 2 x p50"},
+		scPipelined: {"exchanges/s >= 0.95 x raw pipelined (anchor_raw_pipelined)",
+			"exchanges/s >= 2.0 x crypto ceiling (cores / exchange)",
+			"CPU per delivered message (both processes) <= 0.50 x exchange"},
+		scClosedLoop:   {"exchanges/s >= 1.6 x crypto ceiling (cores / exchange)"},
+		scConnPerMsg:   {"p50 <= 2 x sequential p50"},
+		scDurable:      {"exchanges/s >= 0.75 x pipelined with the memory inbox"},
+		scIdleRSS:      {"idle RSS <= 20 MB"},
+		scIdleRSS1000:  {"RSS with 1000 idle connections <= 80 MB"},
+		scStartup:      {"start to listening <= 50 ms"},
+		scFloodBadSig:  {"trusted exchanges/s >= 0.50 x pipelined", "every bad signature refused as bad_signature (refused/sent, worst repetition)"},
+		scFloodUntrust: {"trusted exchanges/s >= 0.50 x pipelined", "every untrusted envelope refused as untrusted, before the signature check (refused/sent, worst repetition)"},
+	}
+	nats := map[string][]string{
+		scSequential: {"p50 <= 0.50 x NATS p50"},
+		scPipelined:  {"exchanges/s >= 1.5 x NATS"},
+	}
+	for _, tr := range []string{"uds", "tcp"} {
+		for sc, targets := range want {
+			if tr == "tcp" {
+				targets = append(slices.Clone(targets), nats[sc]...)
+			}
+			var got []string
+			for _, c := range r.find(implMeerkatd, sc, tr).checks {
+				got = append(got, c.Target)
+				if !c.Pass {
+					t.Errorf("%s/%s: %q fails with the passing figures: %+v", sc, tr, c.Target, c)
+				}
+			}
+			if !slices.Equal(got, targets) {
+				t.Errorf("%s/%s: checks\n%s\nwant\n%s", sc, tr, strings.Join(got, "\n"), strings.Join(targets, "\n"))
+			}
+		}
+	}
+	if len(r.notes) != 0 {
+		t.Errorf("notes %q, want none", r.notes)
+	}
+}
+
+// TestChecksWithoutAnchor: a check whose anchor was not measured is left
+// out, with a note, rather than passed or failed.
+func TestChecksWithoutAnchor(t *testing.T) {
+	r := newResults()
+	r.reps, r.cores = 1, 2
+	r.add(implMeerkatd, scSequential, "uds", "memory", mP50, 100)
+	r.add(implMeerkatd, scSequential, "uds", "memory", mP99, 150)
+	r.computeChecks(settings{transports: []string{"uds"}})
+	got := r.find(implMeerkatd, scSequential, "uds").checks
+	if len(got) != 1 || got[0].Target != "p99 <= 2 x p50" {
+		t.Errorf("checks %+v, want only p99 <= 2 x p50", got)
+	}
+	if !slices.ContainsFunc(r.notes, func(n string) bool {
+		return strings.Contains(n, "raw sequential") && strings.Contains(n, "not computed")
+	}) {
+		t.Errorf("notes %q, want one on the raw sequential check", r.notes)
+	}
+}
