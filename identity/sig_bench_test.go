@@ -12,17 +12,16 @@ import (
 
 // The benchmarks below compare the Ed25519 implementations this package
 // could use, on signing inputs of the size an envelope's signable bytes
-// usually have. Run them together so the ratios come from one run on one
-// machine, and interleave the repetitions so that a noisy neighbour slows
-// all candidates alike:
+// usually have. BenchmarkEd25519Ratios is the one the choice rests on: it
+// runs all candidates in alternating blocks of one loop, so a noisy
+// neighbour slows them alike, and reports µs per signature and ratios to
+// crypto/ed25519. Take medians over several runs:
 //
-//	go test -c -o sig.test ./identity/
-//	for i in 1 2 3 4 5 6 7 8; do
-//		./sig.test -test.run '^$' -test.bench Ed25519 -test.benchmem -test.benchtime 300ms
-//	done
+//	go test -run '^$' -bench Ed25519Ratios -count 8 ./identity/
 //
-// BenchmarkEd25519Batch reports ns/sig, the cost of one signature inside a
-// batch of n (adding it and the batch's share of the check).
+// The other benchmarks measure each candidate on its own (with allocation
+// counts); BenchmarkEd25519Batch reports ns/sig, the cost of one signature
+// inside a batch of n (adding it and the batch's share of the check).
 
 const benchMsgSize = 150
 

@@ -116,13 +116,20 @@ func (e *Envelope) Verify() error {
 // as [Envelope.Verify] (see package identity, "Signatures"). It resets b,
 // adds every envelope's signable bytes (computed once, into one reused
 // buffer) and verifies them; ok must have at least len(envs) elements, and
-// ok[i] reports whether envs[i] verified. It returns whether all did. An
-// envelope whose signable bytes cannot be computed is refused. b is left
-// holding the batch; reusing one b across calls reuses its memory and its
-// cache of senders' keys.
+// ok[i] reports whether envs[i] verified. It returns whether all did (true
+// for no envelopes). An envelope whose signable bytes cannot be computed is
+// refused. A single envelope is checked on its own, which is cheaper. b is
+// left holding the batch; reusing one b across calls reuses its memory and
+// its cache of senders' keys. b is not safe for concurrent use, so neither
+// is VerifyBatch with a shared b.
 func VerifyBatch(b *identity.Batch, envs []*Envelope, ok []bool) bool {
 	ok = ok[:len(envs)]
 	b.Reset()
+	if len(envs) == 1 {
+		// A batch of one costs more than checking it alone.
+		ok[0] = envs[0].Verify() == nil
+		return ok[0]
+	}
 	bp := getScratch()
 	buf := (*bp)[:0]
 	var err error
