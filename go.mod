@@ -10,6 +10,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/nats-io/nkeys v0.4.16
+	github.com/oasisprotocol/curve25519-voi v0.0.0-20230904125328-1f23a7beb09a
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
@@ -19,8 +20,12 @@ require (
 )
 
 // Test-only: an independent CBOR implementation the wire codec is checked
-// against (comms/wire/oracle_test.go).
-require github.com/fxamacker/cbor/v2 v2.10.0
+// against (comms/wire/oracle_test.go), and the Ed25519 library the signature
+// benchmark compares with (identity/sig_bench_test.go).
+require (
+	github.com/fxamacker/cbor/v2 v2.10.0
+	github.com/hdevalence/ed25519consensus v0.2.0
+)
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"unsafe"
 
+	voi "github.com/oasisprotocol/curve25519-voi/primitives/ed25519"
+
 	"github.com/meerkatd/meerkatd/internal/atomicfile"
 	"github.com/meerkatd/meerkatd/internal/filemode"
 )
@@ -60,13 +62,13 @@ func KeypairFromSeed(seed []byte) (*Keypair, error) {
 // ID returns the public key.
 func (kp *Keypair) ID() PeerID { return kp.id }
 
-// Sign returns the Ed25519 signature of msg.
-func (kp *Keypair) Sign(msg []byte) []byte { return ed25519.Sign(kp.key(), msg) }
+// Sign returns the Ed25519 signature of msg (RFC 8032, deterministic: the
+// same bytes crypto/ed25519 makes).
+func (kp *Keypair) Sign(msg []byte) []byte { return voi.Sign(voi.PrivateKey(kp.key()), msg) }
 
-// SignInto writes the Ed25519 signature of msg into sig without allocating
-// a result slice.
+// SignInto writes the Ed25519 signature of msg into sig.
 func (kp *Keypair) SignInto(sig *[ed25519.SignatureSize]byte, msg []byte) {
-	copy(sig[:], ed25519.Sign(kp.key(), msg))
+	copy(sig[:], voi.Sign(voi.PrivateKey(kp.key()), msg))
 }
 
 // Seed returns a copy of the 32-byte private seed. Handle it as a secret.

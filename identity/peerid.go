@@ -1,7 +1,6 @@
 package identity
 
 import (
-	"crypto/ed25519"
 	"crypto/sha1"
 	"encoding/base64"
 	"fmt"
@@ -126,14 +125,6 @@ func (id PeerID) UUID() UUID {
 	u[6] = u[6]&0x0f | 0x50 // version 5
 	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
 	return u
-}
-
-// Verify reports whether sig is a valid Ed25519 signature of msg by id.
-func (id PeerID) Verify(msg, sig []byte) bool {
-	if len(sig) != ed25519.SignatureSize {
-		return false
-	}
-	return ed25519.Verify(id[:], msg, sig)
 }
 
 // GoString keeps %#v output readable and free of raw byte dumps.

@@ -117,12 +117,47 @@ func Open(payload []byte) (Envelope, error) {
 func (e *Envelope) Verify() error {
 	bp := getScratch()
 	buf, err := e.AppendSignable((*bp)[:0])
-	ok := err == nil && ed25519.Verify(e.From[:], buf, e.Sig[:])
+	ok := err == nil && e.From.Verify(buf, e.Sig[:])
 	putScratch(bp, buf)
 	if !ok {
 		return ErrBadSignature
 	}
 	return nil
+}
+
+// VerifyBatch checks the signatures of envs as one batch, by the same rule
+// as [Envelope.Verify] (see package identity, "Signatures"). It resets b,
+// adds every envelope's signable bytes (computed once, into one reused
+// buffer) and verifies them; ok must have at least len(envs) elements, and
+// ok[i] reports whether envs[i] verified. It returns whether all did (true
+// for no envelopes). An envelope whose signable bytes cannot be computed is
+// refused. A single envelope is checked on its own, which is cheaper. b is
+// left holding the batch; reusing one b across calls reuses its memory and
+// its cache of senders' keys. b is not safe for concurrent use, so neither
+// is VerifyBatch with a shared b.
+func VerifyBatch(b *identity.Batch, envs []*Envelope, ok []bool) bool {
+	ok = ok[:len(envs)]
+	b.Reset()
+	if len(envs) == 1 {
+		// A batch of one costs more than checking it alone.
+		ok[0] = envs[0].Verify() == nil
+		return ok[0]
+	}
+	bp := getScratch()
+	buf := (*bp)[:0]
+	var err error
+	for _, e := range envs {
+		buf, err = e.AppendSignable(buf[:0])
+		if err != nil {
+			// An entry that cannot verify, so that b's entries stay in
+			// step with envs.
+			b.Add(e.From, nil, nil)
+			continue
+		}
+		b.Add(e.From, buf, e.Sig[:])
+	}
+	putScratch(bp, buf)
+	return b.Verify(ok)
 }
 
 // AppendSignable appends the bytes the signature covers: the canonical CBOR
