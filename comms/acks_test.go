@@ -337,3 +337,89 @@ func TestAcksKindWithAsyncAdmission(t *testing.T) {
 		t.Fatalf("%d admissions stored, want %d", len(ai.stored), n)
 	}
 }
+
+// authedConn dials n as kp's peer and sends one message alone, reading its
+// ack: the connection is then authenticated, and what follows on it is
+// verified in batches.
+func authedConn(t *testing.T, n *node, kp *identity.Keypair) net.Conn {
+	t.Helper()
+	c := dialRaw(t, n)
+	e := sealEnv(t, kp, n.kp.ID(), wire.Message("first"))
+	writeRaw(t, c, frameOf(t, e))
+	readAck(t, c, n.kp.ID(), kp.ID(), e.ID)
+	return c
+}
+
+// TestBatchVerifiedBurst: a burst on an authenticated connection is
+// verified as a batch and every envelope admitted.
+func TestBatchVerifiedBurst(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	a, b := pair(t, "uds", Options{})
+	c := authedConn(t, b, a.kp)
+	const n = 60
+	ids, frames := burst(t, a.kp, b.kp.ID(), n, false)
+	writeRaw(t, c, frames)
+	readAcks(t, c, b.kp.ID(), a.kp.ID(), ids)
+	if got := b.r.Inbox().Len(); got != n+1 {
+		t.Fatalf("bob holds %d items, want %d", got, n+1)
+	}
+	if b.r.batchVerified.Load() == 0 {
+		t.Fatal("no envelope of the burst was verified in a batch")
+	}
+}
+
+// TestBatchWithABadSignature: in a burst on an authenticated connection,
+// the envelopes before a bad signature are admitted and acknowledged, the
+// bad one is refused as bad_signature and closes the connection, and
+// nothing after it is admitted — as when each is verified alone.
+func TestBatchWithABadSignature(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	a, b := pair(t, "uds", Options{})
+	c := authedConn(t, b, a.kp)
+	const n, bad = 40, 25
+	var frames []byte
+	var good []identity.UUID
+	for i := range n {
+		e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("burst"))
+		if i == bad {
+			e.Sig[3] ^= 1
+		} else if i < bad {
+			good = append(good, e.ID)
+		}
+		frames = append(frames, frameOf(t, e)...)
+	}
+	before := b.r.Stats()
+	writeRaw(t, c, frames)
+	readAcks(t, c, b.kp.ID(), a.kp.ID(), good)
+	expectClosedNoAck(t, c)
+	if got := b.r.Inbox().Len(); got != bad+1 {
+		t.Fatalf("bob holds %d items, want the %d before the bad signature and the first", got, bad+1)
+	}
+	after := b.r.Stats()
+	if got := after.Rejected[RejectBadSignature] - before.Rejected[RejectBadSignature]; got != 1 {
+		t.Fatalf("%d refused as bad signatures, want 1", got)
+	}
+}
+
+// TestStrangerIsNotBatched: on a connection that has not delivered a new
+// valid envelope, a burst of forged signatures costs one verification:
+// the first is refused alone and the connection closes. No batch runs.
+func TestStrangerIsNotBatched(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	a, b := pair(t, "uds", Options{})
+	c := dialRaw(t, b)
+	var frames []byte
+	for range 40 {
+		e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("forged"))
+		e.Sig[0] ^= 1
+		frames = append(frames, frameOf(t, e)...)
+	}
+	writeRaw(t, c, frames)
+	expectClosedNoAck(t, c)
+	if got := b.r.batchVerified.Load(); got != 0 {
+		t.Fatalf("%d forged envelopes went through a batch; a stranger's must be verified alone", got)
+	}
+	if got := b.r.Stats().Rejected[RejectBadSignature]; got != 1 {
+		t.Fatalf("%d refused as bad signatures, want 1 (the connection closes at the first)", got)
+	}
+}

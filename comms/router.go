@@ -209,6 +209,7 @@ type Router struct {
 	lastSeen sync.Map          // identity.PeerID → *atomic.Int64, Unix nanoseconds of its last valid envelope
 
 	accepted, duplicates, acksSent atomic.Uint64
+	batchVerified                  atomic.Uint64   // envelopes whose signatures were checked in batches
 	tlsCert                        tls.Certificate // this node's, made from kp
 	rejectMu                       sync.Mutex
 	rejected                       map[string]uint64
