@@ -1,6 +1,7 @@
 package identity_test
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -100,4 +101,21 @@ func ExampleParseUUID() {
 	fmt.Println(u)
 	// Output:
 	// 550e8400-e29b-41d4-a716-446655440000
+}
+
+func ExampleBatch() {
+	alice, _ := identity.KeypairFromSeed(bytes.Repeat([]byte{1}, 32))
+	bob, _ := identity.KeypairFromSeed(bytes.Repeat([]byte{2}, 32))
+	msgs := [][]byte{[]byte("one"), []byte("two"), []byte("three")}
+
+	// A receive loop keeps one Batch and reuses it.
+	var b identity.Batch
+	b.Add(alice.ID(), msgs[0], alice.Sign(msgs[0]))
+	b.Add(bob.ID(), msgs[1], alice.Sign(msgs[1])) // not bob's signature
+	b.Add(bob.ID(), msgs[2], bob.Sign(msgs[2]))
+	ok := make([]bool, b.Len())
+	fmt.Println(b.Verify(ok), ok)
+	b.Reset()
+	// Output:
+	// false [true false true]
 }

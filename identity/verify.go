@@ -36,6 +36,9 @@ const maxCachedKeys = 256
 // Batch verifies many signatures at once, faster per signature than
 // [PeerID.Verify] when all are valid, under exactly the same rule: an entry
 // is accepted by [Batch.Verify] if and only if PeerID.Verify accepts it.
+// (The batch equation weights each entry by a fresh random 128-bit
+// scalar; an invalid entry slips through only if those scalars happen to
+// cancel it, with negligible probability.)
 //
 // A Batch keeps its memory across [Batch.Reset], and a small bounded cache
 // of its signers' expanded public keys, so a long-lived Batch per receive
@@ -52,7 +55,8 @@ type Batch struct {
 }
 
 // Add adds the signature sig of msg by id to the batch. It does not keep
-// msg or sig: the caller may reuse them as soon as Add returns.
+// msg or sig: the caller may reuse them as soon as Add returns. An entry
+// whose sig is not 64 bytes or whose id is not a point is invalid.
 func (b *Batch) Add(id PeerID, msg, sig []byte) {
 	if b.v == nil {
 		b.v = voi.NewBatchVerifier()

@@ -131,10 +131,10 @@ func (e *Envelope) Verify() error {
 // buffer) and verifies them; ok must have at least len(envs) elements, and
 // ok[i] reports whether envs[i] verified. It returns whether all did (true
 // for no envelopes). An envelope whose signable bytes cannot be computed is
-// refused. A single envelope is checked on its own, which is cheaper. b is
-// left holding the batch; reusing one b across calls reuses its memory and
-// its cache of senders' keys. b is not safe for concurrent use, so neither
-// is VerifyBatch with a shared b.
+// refused. A single envelope is checked on its own, which is cheaper.
+// Reusing one b across calls reuses its memory and its cache of senders'
+// keys; b is not safe for concurrent use, so neither is VerifyBatch with a
+// shared b.
 func VerifyBatch(b *identity.Batch, envs []*Envelope, ok []bool) bool {
 	ok = ok[:len(envs)]
 	b.Reset()
