@@ -84,7 +84,7 @@ func (oc *outConn) settle(r ackResult) error {
 	if r.err != nil {
 		return r.err
 	}
-	if r.unverified != nil && r.unverified.Verify() != nil {
+	if r.unverified != nil && r.unverified.VerifyWith(&oc.l.r.keys) != nil {
 		oc.fail(errBadAck)
 		return fmt.Errorf("%w: bad signature", errBadAck)
 	}
@@ -494,7 +494,7 @@ func (oc *outConn) readFrame(bySend bool) error {
 		return nil
 	case wire.TypeAcks:
 		// One signature for many sends: checked here, once.
-		if e.Verify() != nil {
+		if e.VerifyWith(&oc.l.r.keys) != nil {
 			return errBadAck
 		}
 		oc.routeAck(&e, true)

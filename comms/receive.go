@@ -651,7 +651,7 @@ func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]
 		r.logUntrusted(e.From)
 		return false, false, from, RejectUntrusted
 	}
-	if !verified && e.Verify() != nil {
+	if !verified && e.VerifyWith(&r.keys) != nil {
 		r.observeSt(st, EventRefused, &e, peer.Name, size, RejectBadSignature)
 		return false, false, from, RejectBadSignature
 	}

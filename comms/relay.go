@@ -408,7 +408,7 @@ func (r *Router) unseal(payload []byte, st *inConn) (wire.Envelope, string) {
 		r.logUntrusted(e.From)
 		return fail(RejectUntrusted, "")
 	}
-	if err := e.Verify(); err != nil {
+	if err := e.VerifyWith(&r.keys); err != nil {
 		return fail(RejectBadSignature, peer.Name)
 	}
 	r.rs.mu.Lock()

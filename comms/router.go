@@ -209,11 +209,14 @@ type Router struct {
 	lastSeen sync.Map          // identity.PeerID → *atomic.Int64, Unix nanoseconds of its last valid envelope
 
 	accepted, duplicates, acksSent atomic.Uint64
-	batchVerified                  atomic.Uint64   // envelopes whose signatures were checked in batches
-	tlsCert                        tls.Certificate // this node's, made from kp
-	rejectMu                       sync.Mutex
-	rejected                       map[string]uint64
-	untrustedSeen                  map[identity.PeerID]time.Time // guarded by rejectMu: logUntrusted's rate limit
+	batchVerified                  atomic.Uint64 // envelopes whose signatures were checked in batches
+	// keys verifies single signatures of trusted peers (and the acks of
+	// the peers this node sends to), keeping their keys expanded.
+	keys          identity.Verifier
+	tlsCert       tls.Certificate // this node's, made from kp
+	rejectMu      sync.Mutex
+	rejected      map[string]uint64
+	untrustedSeen map[identity.PeerID]time.Time // guarded by rejectMu: logUntrusted's rate limit
 
 	rs relayState // nats: peers (relay.go)
 }

@@ -287,6 +287,12 @@ func TestVerifyRule(t *testing.T) {
 			if got := id.Verify(c.msg, c.sig); got != c.want {
 				t.Errorf("PeerID.Verify = %v, want %v", got, c.want)
 			}
+			var v identity.Verifier
+			for range 2 { // the key expanded, then from the cache
+				if got := v.Verify(id, c.msg, c.sig); got != c.want {
+					t.Errorf("Verifier.Verify = %v, want %v", got, c.want)
+				}
+			}
 
 			var one identity.Batch
 			one.Add(id, c.msg, c.sig)
@@ -434,11 +440,15 @@ func FuzzBatchMatchesSingle(f *testing.F) {
 		var id identity.PeerID
 		copy(id[:], pub)
 		var b identity.Batch
+		var v identity.Verifier
 		var want []bool
 		pos := int(at) % (len(ids) + 1)
 		add := func(id identity.PeerID, msg, sig []byte) {
 			b.Add(id, msg, sig)
 			want = append(want, id.Verify(msg, sig))
+			if got := v.Verify(id, msg, sig); got != want[len(want)-1] {
+				t.Fatalf("Verifier says %v, PeerID.Verify %v", got, want[len(want)-1])
+			}
 		}
 		for i := range ids {
 			if i == pos {
@@ -464,4 +474,24 @@ func FuzzBatchMatchesSingle(f *testing.F) {
 			t.Fatalf("batch Verify = %v, entries say %v", all, wantAll)
 		}
 	})
+}
+
+// A Verifier keeps at most 256 expanded keys, and one it forgot is
+// expanded again, with the same verdicts.
+func TestVerifierBound(t *testing.T) {
+	ids, msgs, sigs := honestEntries(t, 300)
+	var v identity.Verifier
+	for round := range 2 {
+		for i := range ids {
+			if !v.Verify(ids[i], msgs[i], sigs[i]) {
+				t.Fatalf("round %d: entry %d refused", round, i)
+			}
+			if v.Verify(ids[(i+1)%len(ids)], msgs[i], sigs[i]) {
+				t.Fatalf("round %d: entry %d verifies under another key", round, i)
+			}
+		}
+	}
+	if n := identity.CachedKeys(&v); n > 256 {
+		t.Fatalf("the Verifier holds %d keys", n)
+	}
 }
