@@ -369,9 +369,9 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 }
 
 // anchors measures the node's signing and verifying primitives
-// (identity.Keypair.SignInto, identity.Verifier, which keeps the key expanded as a Router does) on the real signing
-// input of a 100-byte message, and one exchange with the project's code,
-// in µs.
+// (identity.Keypair.SignInto; identity.Verifier, which keeps the key
+// expanded as a Router does) on the real signing input of a 100-byte
+// message, and one exchange with the project's code, in µs.
 func (b *runner) anchors() (sign, verify, exch float64, err error) {
 	a, n := b.peers[0], b.peers[1]
 	e, err := wire.Seal(a, identity.NewUUID(), n.ID(), wire.Message(body))
