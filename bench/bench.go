@@ -229,6 +229,8 @@ uses):
   anchor_sign       the node's signing primitive on the real signing input of a
                     100-byte message (µs)
   anchor_verify     the node's verifying primitive on the same (µs)
+  anchor_batch_verify  the node's batch verification of 64 envelopes of one
+                    peer, per signature (µs)
   anchor_exchange   one exchange on one goroutine with the project's code: seal the
                     message, encode its frame, decode+verify, seal the ack, encode,
                     decode+verify the ack (µs). Crypto ceiling = cores / this.
@@ -308,6 +310,16 @@ Checks (the performance targets; ratios per repetition, then the median;
   plaintext TCP (omitted when --transport leaves out tcp).
   With --nats PATH (the bench/nats binary; TCP): sequential p50 <= 0.50 x
   NATS p50, pipelined >= 1.5 x NATS. Without --nats those checks are omitted.
+
+Some checks also print the best value within reach in the same run.
+"unreachable here" marks a bound that follows from the crypto and raw
+anchors alone: closed_loop_16 (16 peers, one envelope in flight each, so
+each exchange needs its own two signatures and its ack verified alone:
+exchange / (2 x sign + verify + batch_verify)) and the NATS p50 check
+((raw sequential p50 - sign) / NATS p50: the round trip and its crypto in
+a row, less the ack's signature). "limited by its own CPU cost" marks a
+bound from the node's measured CPU per exchange (pipelined, durable): what
+it would reach with every core busy.
 
 --only runs some scenario groups (the anchors always run, each raw one
 with its scenario): sequential, pipelined, closed_loop_16,

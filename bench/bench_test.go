@@ -44,6 +44,9 @@ func TestBenchQuick(t *testing.T) {
 		Value  *float64 `json:"value"`
 		Limit  *float64 `json:"limit"`
 		Pass   *bool    `json:"pass"`
+		Bound  float64  `json:"bound"`
+		Basis  string   `json:"bound_basis"`
+		Hard   bool     `json:"bound_hard"`
 	}
 	type line struct {
 		Impl      string            `json:"impl"`
@@ -58,6 +61,7 @@ func TestBenchQuick(t *testing.T) {
 		"anchor_sign":               {"us"},
 		"anchor_verify":             {"us"},
 		"anchor_exchange":           {"us"},
+		"anchor_batch_verify":       {"us"},
 		"anchor_pingpong":           {"p50_us"},
 		"anchor_raw_sequential":     {"p50_us", "p99_us"},
 		"anchor_raw_pipelined":      {"exchanges_per_s", "cpu_us_per_exchange"},
@@ -76,6 +80,13 @@ func TestBenchQuick(t *testing.T) {
 	}
 	wantChecks := map[string]int{"sequential": 2, "pipelined": 3, "closed_loop_16": 1, "conn_per_msg": 1,
 		"flood_bad_signature": 2, "flood_untrusted": 2, "durable": 1, "space_broadcast": 1, "idle_rss": 1, "idle_rss_1000": 1, "startup": 1}
+	// The checks that carry the best this machine allows, worked out
+	// from the run's own figures.
+	wantBound := map[string]string{
+		"pipelined":      "exchanges/s >= 2.0 x crypto ceiling (cores / exchange)",
+		"closed_loop_16": "exchanges/s >= 1.6 x crypto ceiling (cores / exchange)",
+		"durable":        "exchanges/s >= 0.75 x pipelined with the memory inbox",
+	}
 	seen := map[string]bool{}
 	for _, text := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
 		var l line
@@ -117,6 +128,12 @@ func TestBenchQuick(t *testing.T) {
 		for _, c := range l.Checks {
 			if c.Target == "" || c.Value == nil || c.Limit == nil || c.Pass == nil || math.IsNaN(*c.Value) || *c.Value <= 0 {
 				t.Errorf("%s: check not computed: %s", l.Scenario, text)
+			}
+			if (c.Bound != 0) != (c.Basis != "") || c.Bound < 0 {
+				t.Errorf("%s: a bound without its basis, or the reverse: %s", l.Scenario, text)
+			}
+			if wantBound[l.Scenario] == c.Target && c.Bound == 0 {
+				t.Errorf("%s: %q has no bound: %s", l.Scenario, c.Target, text)
 			}
 		}
 		if l.Scenario == "space_broadcast" {

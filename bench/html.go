@@ -140,6 +140,8 @@ type htmlCheck struct {
 	Scenario, Transport string
 	Target              string
 	Value, Limit        string
+	Bound, Basis        string // the best within reach, if worked out ("" if not)
+	Unreachable         bool
 }
 
 type htmlMetric struct {
@@ -212,8 +214,12 @@ func (r *results) writeHTML(w io.Writer, o settings, meta htmlMeta) error {
 	p.Throughput = r.throughputChart()
 	for _, s := range r.series {
 		for _, c := range s.checks {
-			p.Checks = append(p.Checks, htmlCheck{Pass: c.Pass, Scenario: s.key.scenario, Transport: s.key.transport,
-				Target: c.Target, Value: num(round3(c.Value)), Limit: num(c.Limit)})
+			hc := htmlCheck{Pass: c.Pass, Scenario: s.key.scenario, Transport: s.key.transport,
+				Target: c.Target, Value: num(round3(c.Value)), Limit: num(c.Limit), Unreachable: c.Unreachable()}
+			if c.Bound != 0 {
+				hc.Bound, hc.Basis = num(round3(c.Bound)), c.BoundBasis
+			}
+			p.Checks = append(p.Checks, hc)
 			if !c.Pass {
 				p.Failed++
 			}
@@ -559,9 +565,9 @@ svg .reflabel { fill: #c62828; text-anchor: end; }
 {{- if .Checks}}
 <p>{{len .Checks}} checks, {{.Failed}} failed (per-repetition ratios, median).</p>
 <table class="checks">
-<tr><th>verdict</th><th>scenario</th><th>target</th><th>value</th><th>limit</th></tr>
+<tr><th>verdict</th><th>scenario</th><th>target</th><th>value</th><th>limit</th><th>best within reach</th></tr>
 {{- range .Checks}}
-<tr class="{{if .Pass}}pass-row{{else}}fail{{end}}"><td>{{if .Pass}}<span class="pass">PASS</span>{{else}}<span class="fail-verdict">FAIL</span>{{end}}</td><td>{{.Scenario}}/{{.Transport}}</td><td>{{.Target}}</td><td class="num">{{.Value}}</td><td class="num">{{.Limit}}</td></tr>
+<tr class="{{if .Pass}}pass-row{{else}}fail{{end}}"><td>{{if .Pass}}<span class="pass">PASS</span>{{else}}<span class="fail-verdict">FAIL</span>{{end}}</td><td>{{.Scenario}}/{{.Transport}}</td><td>{{.Target}}</td><td class="num">{{.Value}}</td><td class="num">{{.Limit}}</td><td>{{if .Bound}}<span title="{{.Basis}}">{{.Bound}}{{if .Unreachable}} (unreachable here){{end}}</span>{{end}}</td></tr>
 {{- end}}
 </table>
 {{- else}}

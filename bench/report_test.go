@@ -21,6 +21,9 @@ type figures struct {
 	durableRatio            float64 // durable's ratio to pipelined (memory)
 	idleRSS, busyRSS, start float64
 	natsP50, natsRate       float64 // the NATS bench over TCP
+	signUS, verifyUS        float64 // anchor_sign, anchor_verify
+	batchUS                 float64 // anchor_batch_verify, per signature
+	durableCPU              float64 // durable's CPU µs per exchange
 }
 
 // gateFigures passes every check: ceiling 10,000 exchanges/s.
@@ -28,13 +31,17 @@ func gateFigures() figures {
 	return figures{exchUS: 200, rawSeqP50: 100, rawPipeRate: 6000,
 		seqP50: 100, seqP99: 150, pipeRate: 30000, pipeCPU: 50, loopRate: 20000, connP50: 150,
 		floodRatio: 0.9, durableRatio: 0.9, idleRSS: 15, busyRSS: 50, start: 20,
-		natsP50: 1000, natsRate: 10000}
+		natsP50: 1000, natsRate: 10000,
+		signUS: 20, verifyUS: 40, batchUS: 20, durableCPU: 60}
 }
 
 // add records f as one more repetition, over every transport of trs.
 func (f figures) add(r *results, trs []string) {
 	const mem = "memory"
 	r.add(implMeerkatd, scAnchorExch, transportNone, inboxNone, mUS, f.exchUS)
+	r.add(implMeerkatd, scAnchorSign, transportNone, inboxNone, mUS, f.signUS)
+	r.add(implMeerkatd, scAnchorVerify, transportNone, inboxNone, mUS, f.verifyUS)
+	r.add(implMeerkatd, scAnchorBatch, transportNone, inboxNone, mUS, f.batchUS)
 	for _, tr := range trs {
 		r.add(implMeerkatd, scAnchorRawSeq, tr, inboxNone, mP50, f.rawSeqP50)
 		r.add(implMeerkatd, scAnchorRawPipe, tr, inboxNone, mRate, f.rawPipeRate)
@@ -50,6 +57,7 @@ func (f figures) add(r *results, trs []string) {
 			r.add(implMeerkatd, sc, tr, mem, mWrong, 0)
 		}
 		r.add(implMeerkatd, scDurable, tr, "sqlite", mRatio, f.durableRatio)
+		r.add(implMeerkatd, scDurable, tr, "sqlite", mCPU, f.durableCPU)
 		r.add(implMeerkatd, scIdleRSS, tr, "sqlite", mRSS, f.idleRSS)
 		r.add(implMeerkatd, scIdleRSS1000, tr, "sqlite", mRSS, f.busyRSS)
 		r.add(implMeerkatd, scStartup, tr, "sqlite", mMS, f.start)
@@ -275,3 +283,66 @@ func TestChecksWithoutAnchor(t *testing.T) {
 		t.Errorf("notes %q, want one on the raw sequential check", r.notes)
 	}
 }
+
+// TestBounds: the bounds worked out from the run's own figures, and when
+// they say a target cannot be met.
+func TestBounds(t *testing.T) {
+	const (
+		pipeTarget = "exchanges/s >= 2.0 x crypto ceiling (cores / exchange)"
+		loopTarget = "exchanges/s >= 1.6 x crypto ceiling (cores / exchange)"
+		durTarget  = "exchanges/s >= 0.75 x pipelined with the memory inbox"
+		natsTarget = "p50 <= 0.50 x NATS p50"
+	)
+	f := gateFigures()
+	r := checked(f)
+	for _, tc := range []struct {
+		scenario, target string
+		bound            float64
+		hard             bool
+	}{
+		// exchange / pipelined CPU per exchange: 200 / 50.
+		{scPipelined, pipeTarget, 4, false},
+		// exchange / (2 sign + verify + batch): 200 / 100.
+		{scClosedLoop, loopTarget, 2, true},
+		// 2 cores / 60 µs = 33,333/s over the memory rate 30,000.
+		{scDurable, durTarget, 2e6 / 60 / 30000, false},
+		// (raw sequential p50 - sign) / NATS p50: (100 - 20) / 1000.
+		{scSequential, natsTarget, 0.08, true},
+	} {
+		c := r.check(t, tc.scenario, "tcp", tc.target)
+		if !near(c.Bound, tc.bound) || c.BoundBasis == "" || c.BoundHard != tc.hard || c.Unreachable() {
+			t.Errorf("%s: bound %v (%q, hard %v, unreachable %v); want %v, hard %v, reachable", tc.scenario, c.Bound, c.BoundBasis, c.BoundHard, c.Unreachable(), tc.bound, tc.hard)
+		}
+	}
+
+	// Figures that put each bound beyond its limit.
+	f.pipeCPU = 110    // 200/110 = 1.82 < 2.0
+	f.signUS = 50      // 200/(100+40+20) = 1.25 < 1.6
+	f.durableCPU = 100 // 20,000/30,000 = 0.667 < 0.75
+	f.rawSeqP50 = 600  // (600-50)/1000 = 0.55 > 0.50
+	r = checked(f)
+	for _, tc := range []struct {
+		scenario, target string
+		hard             bool
+	}{
+		{scPipelined, pipeTarget, false}, {scClosedLoop, loopTarget, true}, {scDurable, durTarget, false}, {scSequential, natsTarget, true},
+	} {
+		if c := r.check(t, tc.scenario, "tcp", tc.target); !c.beyond() || c.Unreachable() != tc.hard {
+			t.Errorf("%s: bound %v against limit %v: beyond %v, unreachable %v", tc.scenario, c.Bound, c.Limit, c.beyond(), c.Unreachable())
+		}
+	}
+	var out strings.Builder
+	if err := r.writeTable(&out, settings{transports: []string{"uds", "tcp"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Closed loop over uds and tcp, NATS over tcp only; the others are
+	// the node's own cost.
+	if n := strings.Count(out.String(), "unreachable here: "); n != 3 {
+		t.Errorf("%d unreachable lines, want 3:\n%s", n, out.String())
+	}
+	if n := strings.Count(out.String(), "limited by its own CPU cost: "); n != 4 {
+		t.Errorf("%d lines of bounds from the CPU cost, want 4:\n%s", n, out.String())
+	}
+}
+
+func near(a, b float64) bool { return a > b*0.999 && a < b*1.001 }

@@ -33,6 +33,7 @@ const (
 	scAnchorSign    = "anchor_sign"
 	scAnchorVerify  = "anchor_verify"
 	scAnchorExch    = "anchor_exchange"
+	scAnchorBatch   = "anchor_batch_verify"
 	scAnchorPing    = "anchor_pingpong"
 	scAnchorRawSeq  = "anchor_raw_sequential"
 	scAnchorRawPipe = "anchor_raw_pipelined"
@@ -189,13 +190,14 @@ func btoi(v bool) int {
 
 // repetition runs every scenario once.
 func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string]*child, echoAddrs map[string]transport.Addr) error {
-	sign, verify, exch, err := b.anchors()
+	sign, verify, exch, batch, err := b.anchors()
 	if err != nil {
 		return fmt.Errorf("anchors: %w", err)
 	}
 	rec.add(implMeerkatd, scAnchorSign, transportNone, inboxNone, mUS, sign)
 	rec.add(implMeerkatd, scAnchorVerify, transportNone, inboxNone, mUS, verify)
 	rec.add(implMeerkatd, scAnchorExch, transportNone, inboxNone, mUS, exch)
+	rec.add(implMeerkatd, scAnchorBatch, transportNone, inboxNone, mUS, batch)
 	step := func(tr, what string, err error) error {
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", what, tr, err)
@@ -372,15 +374,15 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 // (identity.Keypair.SignInto; identity.Verifier, which keeps the key
 // expanded as a Router does) on the real signing input of a 100-byte
 // message, and one exchange with the project's code, in µs.
-func (b *runner) anchors() (sign, verify, exch float64, err error) {
+func (b *runner) anchors() (sign, verify, exch, batch float64, err error) {
 	a, n := b.peers[0], b.peers[1]
 	e, err := wire.Seal(a, identity.NewUUID(), n.ID(), wire.Message(body))
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	signable, err := e.AppendSignable(nil)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	pub := a.ID()
 	var sig [sigSize]byte
@@ -398,12 +400,29 @@ func (b *runner) anchors() (sign, verify, exch float64, err error) {
 			buf, err = exchangeOnce(a, n, msg, buf)
 		}
 	})
-	return sign, verify, exch, err
+	// A receive loop's batch: the envelopes of one peer, verified as one.
+	envs := make([]*wire.Envelope, batchAnchorSize)
+	for i := range envs {
+		e, serr := wire.Seal(a, identity.NewUUID(), n.ID(), msg)
+		if serr != nil {
+			return 0, 0, 0, 0, serr
+		}
+		envs[i] = &e
+	}
+	var vb identity.Batch
+	ok := make([]bool, len(envs))
+	batch = timeOp(b.opts.anchorTime, func() {
+		if !wire.VerifyBatch(&vb, envs, ok) {
+			err = errors.New("anchor batch does not verify")
+		}
+	}) / batchAnchorSize
+	return sign, verify, exch, batch, err
 }
 
-// exchangeOnce is one exchange from a to n on one goroutine: seal the
-// message, encode its frame, decode and verify it, seal the ack, encode,
-// decode and verify the ack.
+// batchAnchorSize is the batch of anchor_batch_verify: the most frames a
+// connection verifies as one.
+const batchAnchorSize = 64
+
 // openAnchor decodes an envelope and verifies it as a node does.
 func openAnchor(payload []byte) (wire.Envelope, error) {
 	e, err := wire.Decode(payload)
@@ -413,6 +432,9 @@ func openAnchor(payload []byte) (wire.Envelope, error) {
 	return e, e.VerifyWith(&anchorKeys)
 }
 
+// exchangeOnce is one exchange from a to n on one goroutine: seal the
+// message, encode its frame, decode and verify it, seal the ack, encode,
+// decode and verify the ack.
 func exchangeOnce(a, n *identity.Keypair, msg wire.Kind, buf []byte) ([]byte, error) {
 	e, err := wire.Seal(a, identity.NewUUID(), n.ID(), msg)
 	if err != nil {
