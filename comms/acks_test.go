@@ -3,7 +3,6 @@ package comms
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net"
 	"sync"
 	"testing"
@@ -181,19 +180,7 @@ func TestAcksKindBetweenRouters(t *testing.T) {
 					return recorder{c, &mu, &got}, nil
 				}}
 				a, b := pair(t, network, opts)
-				ctx := ctxT(t)
-				errs := make(chan error, n)
-				for range n {
-					go func() {
-						_, err := a.r.SendMessage(ctx, "bob", "pipelined")
-						errs <- err
-					}()
-				}
-				for range n {
-					if err := <-errs; err != nil {
-						t.Fatal(err)
-					}
-				}
+				sendAll(t, a.r, "bob", n, func(int) string { return "pipelined" })
 				if got := b.r.Inbox().Len(); got != n {
 					t.Fatalf("bob holds %d items, want %d", got, n)
 				}
@@ -216,63 +203,6 @@ func TestAcksKindBetweenRouters(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// TestAcksKindFromPeer: the sender's checks of an acks kind are those of
-// an ack: signed by the peer, to this node; ids it is not waiting for
-// are ignored.
-func TestAcksKindFromPeer(t *testing.T) {
-	testutil.CheckGoroutines(t)
-	other, _ := identity.GenerateKeypair()
-	acks := func(peer, signer *identity.Keypair, e wire.Envelope, ids []identity.UUID, corrupt bool) []byte {
-		_, f := sealedFrame(t, signer, e.From, wire.Acks(ids), func(a *wire.Envelope) {
-			a.From = peer.ID()
-			if corrupt {
-				a.Sig[9] ^= 1
-			}
-		})
-		return f
-	}
-	for _, tc := range []struct {
-		name   string
-		answer func(peer *identity.Keypair, e wire.Envelope) []byte
-		ok     bool
-	}{
-		{"genuine", func(p *identity.Keypair, e wire.Envelope) []byte {
-			return acks(p, p, e, []identity.UUID{identity.NewUUID(), e.ID, identity.NewUUID()}, false)
-		}, true},
-		{"corrupted signature", func(p *identity.Keypair, e wire.Envelope) []byte {
-			return acks(p, p, e, []identity.UUID{e.ID}, true)
-		}, false},
-		{"signed by another key", func(p *identity.Keypair, e wire.Envelope) []byte {
-			return acks(p, other, e, []identity.UUID{e.ID}, false)
-		}, false},
-		{"other ids, then a genuine ack", func(p *identity.Keypair, e wire.Envelope) []byte {
-			return append(acks(p, p, e, []identity.UUID{identity.NewUUID()}, false), ackFrameOf(t, p, e)...)
-		}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			peerKP, r, conns := rawPeer(t, 5*time.Second)
-			done := sendAsync(ctxT(t), r, "hello")
-			c := <-conns
-			e := readEnvelope(t, c)
-			if !e.AcksHint {
-				t.Fatal("the first envelope on a new connection does not carry the acks hint")
-			}
-			peerWrite(t, c, tc.answer(peerKP, e))
-			err := <-done
-			if tc.ok {
-				if err != nil {
-					t.Fatalf("send: %v", err)
-				}
-				return
-			}
-			var poe *PeerOfflineError
-			if !errors.As(err, &poe) || poe.Reason != OfflineBadAck {
-				t.Fatalf("send: %v, want a PeerOfflineError for an invalid ack", err)
-			}
-		})
 	}
 }
 

@@ -181,20 +181,8 @@ func TestMessageAndRequestResponse(t *testing.T) {
 func TestPipelinedSendsShareOneConnection(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	a, b := pair(t, "uds", Options{})
-	ctx := ctxT(t)
 	const n = 200
-	errs := make(chan error, n)
-	for i := range n {
-		go func() {
-			_, err := a.r.SendMessage(ctx, "bob", strings.Repeat("x", i))
-			errs <- err
-		}()
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendAll(t, a.r, "bob", n, func(i int) string { return strings.Repeat("x", i) })
 	if got := b.r.Inbox().Len(); got != n {
 		t.Fatalf("bob has %d items, want %d", got, n)
 	}
@@ -203,6 +191,25 @@ func TestPipelinedSendsShareOneConnection(t *testing.T) {
 	}
 	if got := b.r.Stats().Connections; got != 1 {
 		t.Fatalf("bob has %d inbound connections, want 1 shared", got)
+	}
+}
+
+// sendAll sends n messages (body(i) the i-th) from r to peer, all at
+// once, each on a goroutine of its own, and fails t on the first error.
+func sendAll(t *testing.T, r *Router, peer string, n int, body func(i int) string) {
+	t.Helper()
+	ctx := ctxT(t)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := r.SendMessage(ctx, peer, body(i))
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -621,6 +628,16 @@ func TestBadAckFromPeer(t *testing.T) {
 		})
 		return f
 	}
+	// acks is peer's acks kind naming ids, as ack.
+	acks := func(peer, signer *identity.Keypair, e wire.Envelope, ids []identity.UUID, corrupt bool) []byte {
+		_, f := sealedFrame(t, signer, e.From, wire.Acks(ids), func(a *wire.Envelope) {
+			a.From = peer.ID()
+			if corrupt {
+				a.Sig[9] ^= 1
+			}
+		})
+		return f
+	}
 	for _, tc := range []struct {
 		name   string
 		answer func(peer *identity.Keypair, e wire.Envelope) []byte
@@ -636,6 +653,20 @@ func TestBadAckFromPeer(t *testing.T) {
 		{"forged, then genuine", func(p *identity.Keypair, e wire.Envelope) []byte {
 			return append(ack(p, p, e, e.ID, true), ack(p, p, e, e.ID, false)...)
 		}, false},
+		// An acks kind is checked as an ack is; ids nobody waits for are
+		// ignored.
+		{"acks naming it among others", func(p *identity.Keypair, e wire.Envelope) []byte {
+			return acks(p, p, e, []identity.UUID{identity.NewUUID(), e.ID, identity.NewUUID()}, false)
+		}, true},
+		{"acks with a corrupted signature", func(p *identity.Keypair, e wire.Envelope) []byte {
+			return acks(p, p, e, []identity.UUID{e.ID}, true)
+		}, false},
+		{"acks signed by another key", func(p *identity.Keypair, e wire.Envelope) []byte {
+			return acks(p, other, e, []identity.UUID{e.ID}, false)
+		}, false},
+		{"acks of other ids, then a genuine ack", func(p *identity.Keypair, e wire.Envelope) []byte {
+			return append(acks(p, p, e, []identity.UUID{identity.NewUUID()}, false), ack(p, p, e, e.ID, false)...)
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			peerKP, r, conns := rawPeer(t, 5*time.Second)

@@ -17,7 +17,7 @@ import (
 // concurrent use.
 type Verifier struct {
 	mu   sync.RWMutex
-	keys map[PeerID]*voi.ExpandedPublicKey
+	keys keyCache
 }
 
 // Verify reports whether sig is a valid signature of msg by id, exactly
@@ -42,21 +42,7 @@ func (v *Verifier) expanded(id PeerID) *voi.ExpandedPublicKey {
 	if ok {
 		return k
 	}
-	k, err := voi.NewExpandedPublicKey(voi.PublicKey(id[:]))
-	if err != nil {
-		return nil
-	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.keys == nil {
-		v.keys = make(map[PeerID]*voi.ExpandedPublicKey)
-	}
-	if len(v.keys) >= maxCachedKeys {
-		for old := range v.keys { // forget one arbitrary key
-			delete(v.keys, old)
-			break
-		}
-	}
-	v.keys[id] = k
-	return k
+	return v.keys.add(id)
 }

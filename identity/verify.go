@@ -51,7 +51,7 @@ type Batch struct {
 	// check the rest of the batch as a whole).
 	slot []int
 	n    int // entries in v
-	keys map[PeerID]*voi.ExpandedPublicKey
+	keys keyCache
 }
 
 // Add adds the signature sig of msg by id to the batch. It does not keep
@@ -77,20 +77,30 @@ func (b *Batch) expanded(id PeerID) *voi.ExpandedPublicKey {
 	if k, ok := b.keys[id]; ok {
 		return k
 	}
+	return b.keys.add(id)
+}
+
+// keyCache holds expanded keys, at most maxCachedKeys of them. It is not
+// safe for concurrent use.
+type keyCache map[PeerID]*voi.ExpandedPublicKey
+
+// add expands id and keeps it, forgetting an arbitrary key if the cache
+// is full; nil if id is not the encoding of a point (nothing is kept).
+func (c *keyCache) add(id PeerID) *voi.ExpandedPublicKey {
 	k, err := voi.NewExpandedPublicKey(voi.PublicKey(id[:]))
 	if err != nil {
 		return nil
 	}
-	if b.keys == nil {
-		b.keys = make(map[PeerID]*voi.ExpandedPublicKey)
+	if *c == nil {
+		*c = make(keyCache)
 	}
-	if len(b.keys) >= maxCachedKeys {
-		for old := range b.keys { // evict one arbitrary key
-			delete(b.keys, old)
+	if len(*c) >= maxCachedKeys {
+		for old := range *c {
+			delete(*c, old)
 			break
 		}
 	}
-	b.keys[id] = k
+	(*c)[id] = k
 	return k
 }
 
