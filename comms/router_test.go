@@ -29,7 +29,7 @@ type node struct {
 	addr transport.Addr
 }
 
-func sockDir(t *testing.T) string {
+func sockDir(t testing.TB) string {
 	dir, err := os.MkdirTemp("", "mkc")
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +40,7 @@ func sockDir(t *testing.T) string {
 
 // listenOn opens a listener of the given network ("uds", "tcp" or "tls":
 // a TCP listener that peers reach at a tls:// address).
-func listenOn(t *testing.T, network string) (net.Listener, transport.Addr) {
+func listenOn(t testing.TB, network string) (net.Listener, transport.Addr) {
 	t.Helper()
 	var a transport.Addr
 	if network == "uds" {
@@ -60,7 +60,7 @@ func listenOn(t *testing.T, network string) (net.Listener, transport.Addr) {
 
 // pair starts two nodes that trust each other. Over "tls" both refuse
 // plaintext, so nothing can pass outside TLS.
-func pair(t *testing.T, network string, opts Options) (a, b *node) {
+func pair(t testing.TB, network string, opts Options) (a, b *node) {
 	t.Helper()
 	if network == "tls" {
 		opts.RefusePlaintext = true
@@ -102,7 +102,7 @@ func pair(t *testing.T, network string, opts Options) (a, b *node) {
 
 // serveRouter serves ln with r until the test ends, then closes r and
 // checks that Serve returned cleanly.
-func serveRouter(t *testing.T, r *Router, ln net.Listener) {
+func serveRouter(t testing.TB, r *Router, ln net.Listener) {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() { errc <- r.Serve(ln) }()
