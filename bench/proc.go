@@ -269,8 +269,10 @@ func (b *runner) newNode(network, storeMode string) (*node, error) {
 		// Nobody drains the inbox during a run.
 		"MEERKAT_COMMS_INBOX_MAX=10000000",
 		"MEERKAT_COMMS_INBOX_MAX_BYTES=4000000000",
-		// Room for the idle connections, which must not time out.
+		// Room for the idle connections, which must not time out; they
+		// come from a few peers' keys, many connections each.
 		"MEERKAT_COMMS_MAX_CONNECTIONS=4096",
+		"MEERKAT_COMMS_PEER_MAX_CONNECTIONS=4096",
 		"MEERKAT_COMMS_IDLE_TIMEOUT_SECS=3600",
 	)
 	switch network {
