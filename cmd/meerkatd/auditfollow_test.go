@@ -20,6 +20,7 @@ import (
 // written while it runs, across rotations, each once, until SIGINT, when
 // it exits 0.
 func TestAuditFollow(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
 		t.Fatalf("init: %d %s", code, errOut)

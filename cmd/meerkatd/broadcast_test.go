@@ -145,6 +145,7 @@ func startRefPeer(t *testing.T, sender string) *refPeer {
 // broadcast id, and the reference-style peer verifies it as a plain
 // message over the Rust reference's fields only, and acks it.
 func TestBroadcastThreeDaemons(t *testing.T) {
+	t.Parallel()
 	alice, bob, carol := newNode(t, "alice"), newNode(t, "bob"), newNode(t, "carol")
 	for _, n := range []*testNode{alice, bob, carol} {
 		n.start()
@@ -225,6 +226,7 @@ func TestBroadcastThreeDaemons(t *testing.T) {
 // the task open, also after the daemon restarts; a participant's
 // completion resolves it, and a later wait finds it resolved.
 func TestTaskThreeDaemons(t *testing.T) {
+	t.Parallel()
 	alice, bob, carol := newNode(t, "alice"), newNode(t, "bob"), newNode(t, "carol")
 	for _, n := range []*testNode{alice, bob, carol} {
 		for _, o := range []*testNode{alice, bob, carol} {

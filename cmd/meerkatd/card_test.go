@@ -154,6 +154,7 @@ func cardValue(t *testing.T, kp *identity.Keypair, c card.Card, tamper func(stri
 // good card from it is shown in peers list, also when fetched by a
 // command with no daemon running.
 func TestCardDaemons(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	var own cliCard
 	alice.okJSON(&own, "card", "show", "--json")

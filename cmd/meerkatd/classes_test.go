@@ -50,6 +50,7 @@ func (n *testNode) classInbox(args ...string) classBatch {
 // read first; in arrival order it is last; the text listing names each
 // item's class.
 func TestInterruptReadFirst(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	bob.start()
 	for i := range 10 {
@@ -84,6 +85,7 @@ func TestInterruptReadFirst(t *testing.T) {
 // everything else in its inbox: the person's note, a peer's interrupt,
 // ordinary messages. A note needs the daemon.
 func TestDeadLetterNoticeFirst(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	alice.wantCode(exitNoDaemon, []string{"no daemon", "meerkatd run"}, "tell", "hello")
 	alice.start()

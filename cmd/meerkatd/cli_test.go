@@ -108,6 +108,7 @@ var subcommands = map[string][]string{
 // MEERKAT_HOME, XDG_CONFIG_HOME or HOME), not a --home given, not the
 // runtime directory, nothing in the working directory.
 func TestHelpEverywhereCreatesNothing(t *testing.T) {
+	t.Parallel()
 	table := commandTable()
 	for cmd, subs := range subcommands {
 		for _, sub := range subs {
@@ -203,6 +204,7 @@ func TestHelpEverywhereCreatesNothing(t *testing.T) {
 // --home before the command and --home after it are the same, with and
 // without a daemon; ~/ in --home and MEERKAT_HOME is $HOME.
 func TestHomeFlagAnywhere(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "solo")
 	same := func(wantCode int) {
 		t.Helper()
@@ -266,6 +268,7 @@ func TestHomeFlagAnywhere(t *testing.T) {
 // must not mint an identity): they exit 2 and say how to create it. init,
 // run and mcp create it.
 func TestMissingHome(t *testing.T) {
+	t.Parallel()
 	root := mkTemp(t)
 	missing := filepath.Join(root, "nohome")
 	hint := "meerkatd init --home " + missing
@@ -355,6 +358,7 @@ func textBody(tag string, size int) string {
 // --body-file, without and with a daemon on the sender's side; a body
 // over the 1 MiB envelope limit is refused with exit 2 and says why.
 func TestLargeBodies(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	bob.start()
 	dir := mkTemp(t)
@@ -448,6 +452,7 @@ func TestLargeBodies(t *testing.T) {
 // own: inbox shows control characters escaped and indents continuation
 // lines; --json gives the text unchanged.
 func TestInboxEscapesPeerText(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	bob.start()
 	body := "clear\x1b[2J title\x1b]0;pwned\x07 back\rover rtl\u202eevil\n" +
@@ -531,6 +536,7 @@ func TestStackedPrefix(t *testing.T) {
 // "trust: … trust:"; a duration without a unit says to add one. The same
 // error through a daemon reads the same.
 func TestErrorMessages(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	other, err := identity.GenerateKeypair()
 	if err != nil {
@@ -643,6 +649,7 @@ func TestErrorMessages(t *testing.T) {
 // sender's key is told that this is the likely cause; the peer logs the
 // key once a minute, not once per envelope.
 func TestUntrustedSenderHint(t *testing.T) {
+	t.Parallel()
 	alice, bob := newNode(t, "alice"), newNode(t, "bob")
 	alice.trusts(bob) // bob does not trust alice
 	bob.start()

@@ -18,6 +18,7 @@ import (
 // from peers: peers list, outbox, status, deadletters, the queued notice
 // of send and the error line show their control characters escaped.
 func TestTablesAndErrorsEscapePeerText(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
 		t.Fatalf("init: %s", errOut)

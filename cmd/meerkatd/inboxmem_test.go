@@ -114,6 +114,7 @@ func fillInbox(t *testing.T, path string, from *identity.Keypair, to identity.Pe
 // that each item is listed and acknowledged once; make alloc runs the
 // memory bound without -race.
 func TestInboxPagingMemory(t *testing.T) {
+	t.Parallel()
 	count, size := 20000, 10<<10
 	const maxGrowthKB = 100 << 10
 	checkMemory := runtime.GOOS == "linux" && !testutil.RaceEnabled()

@@ -12,6 +12,7 @@ import (
 // make install puts a meerkatd that runs into PREFIX/bin; make uninstall
 // takes it away again.
 func TestMakeInstall(t *testing.T) {
+	t.Parallel()
 	mk, err := exec.LookPath("make")
 	if err != nil {
 		t.Skip("make is not installed")

@@ -475,6 +475,7 @@ func exchange(t *testing.T, alice, bob *testNode) {
 }
 
 func TestTwoDaemons(t *testing.T) {
+	t.Parallel()
 	for _, network := range []string{"uds", "tcp", "tls"} {
 		t.Run(network, func(t *testing.T) {
 			alice, bob := twoNodes(t, network)
@@ -496,6 +497,7 @@ func TestTwoDaemons(t *testing.T) {
 // A send with no daemon on the sender's side runs a node in the CLI
 // process for the duration of the send.
 func TestStandaloneSend(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	bob.start()
 	out := alice.ok("send", "message", "bob", "from a plain CLI")
@@ -511,6 +513,7 @@ func TestStandaloneSend(t *testing.T) {
 }
 
 func TestExitCodes(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	const uuid = "550e8400-e29b-41d4-a716-446655440000"
 
@@ -578,6 +581,7 @@ func TestExitCodes(t *testing.T) {
 // Removing a peer from the trust file takes effect in a running daemon
 // without a restart, and so does adding it back.
 func TestTrustHotReload(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	alice.start()
 	bob.start()
@@ -634,6 +638,7 @@ func TestTrustHotReload(t *testing.T) {
 }
 
 func TestConfigCheck(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "checked")
 	if out := n.ok("config", "check"); !strings.HasPrefix(out, "ok: ") {
 		t.Fatalf("config check on a fresh home: %q", out)
@@ -732,6 +737,7 @@ func splitShell(t *testing.T, line string, vars map[string]string) []string {
 // temporary directory made by the test, and kill as SIGTERM to the jobs
 // named, each of which must exit 0.
 func TestQuickstart(t *testing.T) {
+	t.Parallel()
 	vars := map[string]string{}
 	nodes := map[string]*testNode{} // by home
 	rt := t.TempDir()               // the runtime directory of this run's nodes: local pairing finds only them
@@ -849,6 +855,7 @@ func TestREADMEQuickstart(t *testing.T) {
 // stand-in (the binary is built already); after the lines the test waits
 // for the daemons the last line stopped and removes the temporary homes.
 func TestQuickstartInBash(t *testing.T) {
+	t.Parallel()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Skip("no bash on this machine")

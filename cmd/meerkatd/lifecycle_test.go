@@ -71,6 +71,7 @@ func (n *testNode) sentRequest(id string) sentRequestJSON {
 }
 
 func TestRequestLifecycleDaemons(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	alice.start(alice.runArgs()...)
 	bob.start(bob.runArgs()...)

@@ -352,6 +352,7 @@ func (p *mcpProc) waitLog(line string) {
 // sockets behind), the other keeps answering and takes the home over:
 // messages still reach the home and are read through it.
 func TestMCPSessionsShareHome(t *testing.T) {
+	t.Parallel()
 	for _, end := range []string{"closed", "killed"} {
 		t.Run(end, func(t *testing.T) {
 			alice, bob := twoNodes(t, "uds")
@@ -417,6 +418,7 @@ func TestMCPSessionsShareHome(t *testing.T) {
 // watcher still reports the first item of the new inbox, whose seq is
 // below its old cursor.
 func TestMCPSurvivesDaemonRestart(t *testing.T) {
+	t.Parallel()
 	for _, store := range []string{"sqlite", "memory"} {
 		t.Run(store, func(t *testing.T) { testMCPSurvivesDaemonRestart(t, store) })
 	}
@@ -487,6 +489,7 @@ func testMCPSurvivesDaemonRestart(t *testing.T, store string) {
 // file, or MEERKAT_MCP_PAIRING): "on", the default, lists the pairing
 // tools; "off" leaves them out and refuses calls to them.
 func TestMCPPairingSetting(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		setup   func(n *testNode)

@@ -127,6 +127,7 @@ func peerNames(t *testing.T, n *testNode) map[string]string {
 // TLS. With "tls-only" both also refuse plaintext TCP, so the messages
 // after the pairing can only have gone over TLS.
 func TestPairTwoDaemons(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"uds", "tcp", "tls-only"} {
 		t.Run(name, func(t *testing.T) {
 			alice, bob := newNode(t, "alice"), newNode(t, "bob")
@@ -185,6 +186,7 @@ func TestPairTwoDaemons(t *testing.T) {
 }
 
 func TestPairFailuresLeaveTrustAlone(t *testing.T) {
+	t.Parallel()
 	alice, bob := newNode(t, "alice"), newNode(t, "bob")
 	alice.start()
 	var info struct {
@@ -221,6 +223,7 @@ func TestPairFailuresLeaveTrustAlone(t *testing.T) {
 
 // Neither node runs a daemon: pair offer listens itself while it waits.
 func TestPairWithoutDaemons(t *testing.T) {
+	t.Parallel()
 	alice, bob := newNode(t, "alice"), newNode(t, "bob")
 	offer := alice.startBackground("pair", "offer", "--name-for-peer", "robert")
 	line := offer.line(t)
@@ -241,6 +244,7 @@ func TestPairWithoutDaemons(t *testing.T) {
 // Two nodes of one user on one host find each other and pair without a
 // code changing hands: the runtime directory's permissions are the proof.
 func TestPairLocal(t *testing.T) {
+	t.Parallel()
 	rt := t.TempDir() // stands in for $XDG_RUNTIME_DIR
 	alice, bob := newNode(t, "alice"), newNode(t, "bob")
 	for _, n := range []*testNode{alice, bob} {
@@ -277,6 +281,7 @@ func TestPairLocal(t *testing.T) {
 // Five failed attempts from one source within a minute lock it out, even
 // with the right code; the daemon's trust is untouched.
 func TestPairRateLimited(t *testing.T) {
+	t.Parallel()
 	alice, bob := newNode(t, "alice"), newNode(t, "bob")
 	alice.addr = "tcp://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
 	bob.env = append(bob.env, "MEERKAT_COMMS_LISTEN_TCP=127.0.0.1:"+strconv.Itoa(freeTCPPort(t)))
@@ -300,6 +305,7 @@ func TestPairRateLimited(t *testing.T) {
 // The line can come on stdin (no process list, no shell history), and an
 // interrupted offer is withdrawn.
 func TestPairStdinAndInterrupt(t *testing.T) {
+	t.Parallel()
 	alice, bob := newNode(t, "alice"), newNode(t, "bob")
 	alice.start()
 	offer := alice.startBackground("pair", "offer")

@@ -195,7 +195,9 @@ func accepted(t *testing.T, n *testNode) uint64 {
 // confirmed send in bob's inbox exactly once, with no dead letters.
 func finishAndCheck(t *testing.T, alice, bob *testNode, confirmed map[string]string) {
 	t.Helper()
-	waitOutboxEmpty(t, alice, 2*time.Minute)
+	// The bound only stops a hang: how fast thousands of queued sends
+	// drain depends on the machine's load (other tests run in parallel).
+	waitOutboxEmpty(t, alice, 5*time.Minute)
 	if d := deadOf(t, alice); len(d) != 0 {
 		t.Fatalf("dead letters: %+v", d)
 	}
@@ -207,6 +209,7 @@ func finishAndCheck(t *testing.T, alice, bob *testNode, confirmed map[string]str
 // must be on the receiver's disk, and after a restart every message is in
 // its inbox exactly once.
 func TestCrashReceiver(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, reliableEnv...)
 	bob.env = append(bob.env, reliableEnv...)
@@ -260,6 +263,7 @@ func TestCrashReceiver(t *testing.T) {
 // it restarts, its outbox finishes the job and nothing is lost or
 // duplicated.
 func TestCrashSender(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, reliableEnv...)
 	bob.env = append(bob.env, reliableEnv...)
@@ -272,7 +276,9 @@ func TestCrashSender(t *testing.T) {
 		t.Fatalf("alice confirmed %d of %d sends", len(confirmed), crashMessages)
 	}
 	bob.start()
-	waitUntil(t, "bob to have received a good part", func() bool { return accepted(t, bob) >= crashMessages/4 })
+	// As in TestCrashReceiver: how fast the stream goes depends on the
+	// machine's load (other tests run in parallel with this one).
+	waitUntilWithin(t, 2*time.Minute, "bob to have received a good part", func() bool { return accepted(t, bob) >= crashMessages/4 })
 	alice.kill()
 	n := accepted(t, bob)
 	if n >= crashMessages {
@@ -288,6 +294,7 @@ func TestCrashSender(t *testing.T) {
 // and an open circuit breaker survive a clean restart; the breaker then
 // ends early when the peer reaches us.
 func TestReliableSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=0s,50ms", "MEERKAT_OUTBOX_BREAKER_OPEN_SECS=3600")
 	bob.start()
@@ -346,6 +353,7 @@ func TestReliableSurvivesRestart(t *testing.T) {
 // TestRetryAcrossOutage: a peer down for 20 s then back receives every
 // reliable message once, in send order.
 func TestRetryAcrossOutage(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "tcp")
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=0s,1s,2s,4s", "MEERKAT_OUTBOX_BREAKER_OPEN_SECS=5")
 	alice.start(alice.runArgs()...)
@@ -391,6 +399,7 @@ func TestRetryAcrossOutage(t *testing.T) {
 // sends: expiry into dead letters, retry and drop, the audit log with and
 // without bodies, and a reliable send with no daemon running.
 func TestDeadLettersAuditAndStandalone(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=50ms")
 	bob.env = append(bob.env, "MEERKAT_AUDIT_BODIES=true")
@@ -488,6 +497,7 @@ func TestDeadLettersAuditAndStandalone(t *testing.T) {
 // A reliable send made without a daemon waits behind what the outbox
 // already holds for that peer: the daemon sends them in order.
 func TestStandaloneReliableKeepsOrder(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=50ms")
 	if r := alice.run("send", "message", "bob", "first", "--reliable"); r.code != exitOK || !strings.Contains(r.stderr, "queued in the outbox") {
@@ -514,6 +524,7 @@ func TestStandaloneReliableKeepsOrder(t *testing.T) {
 // due and it reaches bob at once. Alice's daemon runs with
 // metrics.listen set, from the environment.
 func TestOutboxRetryCommand(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=1h", "MEERKAT_OUTBOX_BREAKER_FAILURES=1", "MEERKAT_OUTBOX_BREAKER_OPEN_SECS=3600",
 		"MEERKAT_METRICS_LISTEN=127.0.0.1:0")

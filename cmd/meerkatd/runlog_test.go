@@ -19,6 +19,7 @@ import (
 // misspelt MEERKAT_* variable, then the start line with the version, the
 // key, the listeners and the store.
 func TestRunLogsJSON(t *testing.T) {
+	t.Parallel()
 	home, err := os.MkdirTemp("", "mkr") // short: the socket paths must fit
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,7 @@ func (s searchOut) ids() []string {
 // with the cursor, filters by kind, peer and time, and works read only
 // once the daemon is stopped.
 func TestSearchDaemons(t *testing.T) {
+	t.Parallel()
 	alice, bob := newNode(t, "alice"), newNode(t, "bob")
 	alice.trusts(bob)
 	bob.trusts(alice)

@@ -52,6 +52,7 @@ func (n *testNode) sentStatus(id string) cliSendStatus {
 // returns the first result: through the daemon, after the daemon
 // restarted, and from a command run without a daemon.
 func TestIdempotentSendAcrossRestart(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	alice.start()
 	bob.start()
@@ -102,6 +103,7 @@ func TestIdempotentSendAcrossRestart(t *testing.T) {
 // meerkatd sent follows a request through acked, progress and answered,
 // and a reliable send to a peer that never answers to dead.
 func TestSentFollowsRequestAndDeadLetter(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	alice.env = append(alice.env, "MEERKAT_OUTBOX_BACKOFF=100ms")
 	carol, err := identity.GenerateKeypair()

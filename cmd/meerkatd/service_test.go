@@ -111,6 +111,7 @@ func TestNotifyReadyAndSIGTERM(t *testing.T) {
 // refuses to replace a different one without --force, and service
 // uninstall removes it.
 func TestServiceInstall(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "alice")
 	cfg := t.TempDir()
 	n.env = append(n.env, "XDG_CONFIG_HOME="+cfg)
@@ -178,6 +179,7 @@ func TestServiceInstall(t *testing.T) {
 
 // A socket outside the home is writable by the service too.
 func TestServiceInstallSocketElsewhere(t *testing.T) {
+	t.Parallel()
 	n := newNode(t, "alice")
 	cfg, sockDir := t.TempDir(), t.TempDir()
 	n.env = append(n.env, "XDG_CONFIG_HOME="+cfg, "MEERKAT_COMMS_LISTEN_UDS="+filepath.Join(sockDir, "mk.sock"))
@@ -194,6 +196,7 @@ func TestServiceInstallSocketElsewhere(t *testing.T) {
 // Every shell's script names every top-level command, and the shells
 // that are installed parse it.
 func TestCompletion(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, shell := range []string{"bash", "zsh", "fish"} {
 		t.Run(shell, func(t *testing.T) {

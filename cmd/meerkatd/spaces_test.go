@@ -390,6 +390,7 @@ const toolCall = `{"method":"tools/call","params":{"name":"deploy","arguments":{
 // 1. An mcp/request from a member without that capability is refused by
 // every receiver: each answers a correlated system/error, none delivers.
 func TestSpaceCapabilityRefusedByEveryReceiver(t *testing.T) {
+	t.Parallel()
 	s := threeSpaceNodes(t)
 	sent := s.prop.spaceSend("send", spaceName, "mcp/request", toolCall)
 	if sent.Kind != "mcp/request" || len(sent.Copies) != 2 {
@@ -427,6 +428,7 @@ func TestSpaceCapabilityRefusedByEveryReceiver(t *testing.T) {
 // record of it (fulfilled, with request and response ids) survives a
 // restart too.
 func TestSpaceProposalFlow(t *testing.T) {
+	t.Parallel()
 	s := threeSpaceNodes(t)
 	params := `{"name":"deploy","arguments":{"env":"staging"}}`
 	prop := s.prop.spaceSend("propose", spaceName, "tools/call", params, "--to", "worker")
@@ -547,6 +549,7 @@ func jsonEqual(raw json.RawMessage, want string) bool {
 // 3 and 6. A grant lets the proposer call, across restarts of the
 // receivers; a revoke takes it back.
 func TestSpaceGrantThenRevoke(t *testing.T) {
+	t.Parallel()
 	s := threeSpaceNodes(t)
 	call := func() spaceSent {
 		t.Helper()
@@ -705,6 +708,7 @@ func rawMEUPEnvelope(id, from, kind, payload string) string {
 // orchestrator is refused with from_mismatch: audited, delivered nowhere,
 // answered to the proposer.
 func TestSpaceForgedFrom(t *testing.T) {
+	t.Parallel()
 	s := threeSpaceNodes(t)
 	kp, err := identity.LoadKeypair(s.prop.home)
 	if err != nil {
@@ -744,6 +748,7 @@ func TestSpaceForgedFrom(t *testing.T) {
 // member that was stopped when it was sent included, whatever the
 // restarts after.
 func TestSpaceBroadcastOnce(t *testing.T) {
+	t.Parallel()
 	s := threeSpaceNodes(t)
 	first := s.orch.spaceSend("chat", spaceName, "everyone, once")
 	first.wantAcked(t, "worker", "proposer")
@@ -846,6 +851,7 @@ func (p *rawPeer) count() int {
 // attempts: its copies become dead letters, nothing stays queued for it,
 // and later sends skip it.
 func TestSpaceNoMEUPMember(t *testing.T) {
+	t.Parallel()
 	s := threeSpaceNodes(t)
 	rust := startRawPeer(t)
 	s.orch.ok("peers", "add", "rust", rust.kp.ID().String(), rust.addr)
@@ -940,6 +946,7 @@ func member(t *testing.T, n *testNode, id string) spaceMember {
 // kind patterns, objects or arrays; the file is what the next daemon
 // runs; show and list read it.
 func TestSpaceRosterWithoutDaemon(t *testing.T) {
+	t.Parallel()
 	alice, bob := twoNodes(t, "uds")
 	var info struct {
 		Name    string `json:"name"`

@@ -14,6 +14,7 @@ import (
 // is served while comms.tcp_plaintext allows it; with "refuse" its
 // connection is closed unread and the node does not send to it.
 func TestPlaintextPeerPolicy(t *testing.T) {
+	t.Parallel()
 	for _, policy := range []string{"allow", "refuse"} {
 		t.Run(policy, func(t *testing.T) {
 			rusty, err := identity.GenerateKeypair()
