@@ -10,7 +10,6 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
-	"github.com/meerkatd/meerkatd/inbox"
 	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 )
@@ -377,45 +376,5 @@ func TestSignAhead(t *testing.T) {
 	expectClosedNoAck(t, c)
 	if got := b.r.signedAhead.Load(); got != 2 {
 		t.Fatalf("%d acks signed ahead and written, want 2", got)
-	}
-}
-
-// atOnceInbox is an AsyncAdmitter whose admissions are all ready at once
-// and that says so, as the node's memory inbox does.
-type atOnceInbox struct{ q *inbox.Queue[Item] }
-
-func (a atOnceInbox) Push(it Item) error          { return a.q.Push(it) }
-func (a atOnceInbox) PushAsync(it Item) Admission { return readyAdmission{a.q.Push(it)} }
-func (a atOnceInbox) AtOnce() bool                { return true }
-func (readyAdmission) Ready() bool                { return true }
-func (p readyAdmission) Wait() error              { return p.err }
-
-type readyAdmission struct{ err error }
-
-// TestSignAheadAtOnce: an AsyncAdmitter that admits at once gets its lone
-// envelopes' acks signed ahead too; one whose admissions wait for a
-// commit does not.
-func TestSignAheadAtOnce(t *testing.T) {
-	testutil.CheckGoroutines(t)
-	for _, tc := range []struct {
-		name  string
-		inbox Admitter
-		ahead bool
-	}{
-		{"at once", atOnceInbox{inbox.New[Item](100)}, true},
-		{"commits later", &asyncInbox{}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			a, b := pair(t, "uds", Options{Inbox: tc.inbox})
-			c := authedConn(t, b, a.kp)
-			for range 3 {
-				e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("lone"))
-				writeRaw(t, c, frameOf(t, e))
-				readAck(t, c, b.kp.ID(), a.kp.ID(), e.ID)
-			}
-			if got := b.r.signedAhead.Load(); (got == 3) != tc.ahead || (!tc.ahead && got != 0) {
-				t.Fatalf("%d acks signed ahead, want ahead=%v", got, tc.ahead)
-			}
-		})
 	}
 }

@@ -143,10 +143,6 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 				// without a hand-off. Otherwise ackLoop settles it
 				// while we verify the next envelope.
 				if p.adm.Ready() && len(q) == 0 && !held {
-					if len(early) > 0 {
-						job.sealed = early
-						early = nil
-					}
 					if r.settle(st, job, &acks) != "" {
 						return
 					}
@@ -194,8 +190,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 // nil (nothing started) unless the connection has proved its peer (a
 // stranger cannot make the node sign for nothing), e is a kind that is
 // acknowledged, to this node from a trusted key, and the inbox admits at
-// once (an Admitter, or an AsyncAdmitter that says so with AtOnce: an ack
-// that waits for a commit gains nothing). The
+// once (with an AsyncAdmitter the ack waits for the commit anyway). The
 // channel yields the frame (empty if it could not be sealed); the caller
 // must receive it.
 func (r *Router) signAhead(st *inConn, e *wire.Envelope) <-chan []byte {
@@ -206,12 +201,7 @@ func (r *Router) signAhead(st *inConn, e *wire.Envelope) <-chan []byte {
 	case wire.TypeAck, wire.TypeAcks, wire.TypeResponse:
 		return nil
 	}
-	if a, async := r.inbox.(AsyncAdmitter); async {
-		if o, ok := a.(AtOnce); !ok || !o.AtOnce() {
-			return nil
-		}
-	}
-	if e.To != r.self {
+	if _, async := r.inbox.(AsyncAdmitter); async || e.To != r.self {
 		return nil
 	}
 	if _, ok := r.trust.Load().Lookup(e.From); !ok {
@@ -404,7 +394,6 @@ type ackJob struct {
 	ev      *Event // for Options.Observe (nil: not observed)
 	claimed bool   // the admission holds a claim on its peer's connection room
 	frame   []byte // a sealed ack frame
-	sealed  []byte // the admission's ack, sealed ahead (signAhead); nil: seal it
 	flush   bool   // write the acks held now
 }
 
@@ -476,12 +465,7 @@ func (r *Router) settle(st *inConn, job ackJob, acks *ackBuf) (reason string) {
 	} else if job.claimed {
 		r.unclaim(st)
 	}
-	if len(job.sealed) > 0 {
-		acks.addSealed(job.sealed)
-		r.signedAhead.Add(1)
-	} else {
-		acks.add(job.key.from, job.key.id)
-	}
+	acks.add(job.key.from, job.key.id)
 	return ""
 }
 

@@ -84,15 +84,6 @@ type AsyncAdmitter interface {
 	PushAsync(Item) Admission
 }
 
-// AtOnce may be implemented by an [AsyncAdmitter] whose admissions can
-// also settle as they are made (a store in memory behind it): AtOnce
-// reports whether they do now. The Router then seals the ack of a lone
-// envelope while it checks it, which it does not for admissions that
-// wait for a commit (the ack would wait anyway).
-type AtOnce interface {
-	AtOnce() bool
-}
-
 // Admission is the outcome, possibly not yet known, of
 // [AsyncAdmitter.PushAsync]. One goroutine uses it.
 type Admission interface {

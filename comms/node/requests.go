@@ -129,15 +129,6 @@ func (u undoAdmission) Wait() error {
 	return err
 }
 
-// AtOnce reports whether admissions settle as they are made: with the
-// memory inbox they do (comms.AtOnce).
-func (ri *recordingInbox) AtOnce() bool {
-	_, commits := ri.mail.(interface {
-		PushAsync(comms.Item) comms.Admission
-	})
-	return !commits
-}
-
 // PushAsync admits through the store's group commit when it has one (the
 // durable inbox); the memory inbox admits at once. A request is recorded
 // first, as in Push: the commit wakes readers before the admission's
