@@ -353,28 +353,3 @@ func TestStrangerIsNotBatched(t *testing.T) {
 		t.Fatalf("%d refused as bad signatures, want 1 (the connection closes at the first)", got)
 	}
 }
-
-// TestSignAhead: on an authenticated connection a lone envelope's ack is
-// sealed while the envelope is verified, and is the right ack; an
-// envelope refused after that gets no ack at all.
-func TestSignAhead(t *testing.T) {
-	testutil.CheckGoroutines(t)
-	a, b := pair(t, "uds", Options{InboxMax: 3})
-	c := authedConn(t, b, a.kp) // one item
-	for i := range 2 {
-		e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("lone"))
-		writeRaw(t, c, frameOf(t, e))
-		readAck(t, c, b.kp.ID(), a.kp.ID(), e.ID)
-		if got := b.r.signedAhead.Load(); got != uint64(i+1) {
-			t.Fatalf("after %d lone envelopes, %d acks were signed ahead", i+1, got)
-		}
-	}
-	// The inbox is full: the next is refused, and its ack, signed ahead,
-	// is never written.
-	e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("one too many"))
-	writeRaw(t, c, frameOf(t, e))
-	expectClosedNoAck(t, c)
-	if got := b.r.signedAhead.Load(); got != 2 {
-		t.Fatalf("%d acks signed ahead and written, want 2", got)
-	}
-}

@@ -123,15 +123,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			if f.e.AcksHint {
 				st.acksOK.Store(true)
 			}
-			var ahead <-chan []byte
-			if len(batch) == 1 && acks.empty() {
-				ahead = r.signAhead(st, &f.e)
-			}
 			ack, fresh, from, reason := r.receiveDecoded(f.e, f.size, st, &pending, f.verified)
-			var early []byte
-			if ahead != nil {
-				early = <-ahead // used only if the envelope is acknowledged
-			}
 			if fresh && reason == "" {
 				// Only a new envelope authenticates a connection:
 				// replaying a captured one earns nothing.
@@ -158,11 +150,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 				r.logRefused(reason)
 				return
 			}
-			switch {
-			case ack && len(early) > 0:
-				acks.addSealed(early)
-				r.signedAhead.Add(1)
-			case ack:
+			if ack {
 				acks.add(from, f.e.ID)
 			}
 			if acks.size() >= maxPendingAcks && !sendAcks() {
@@ -181,46 +169,6 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			}
 		}
 	}
-}
-
-// signAhead seals, on a goroutine of its own, the ack the reader will
-// write for e if it admits e, so that on an idle core the ack's
-// signature overlaps e's verification instead of following it: a lone
-// envelope's exchange is then shorter by about one signature. It returns
-// nil (nothing started) unless the connection has proved its peer (a
-// stranger cannot make the node sign for nothing), e is a kind that is
-// acknowledged, to this node from a trusted key, and the inbox admits at
-// once (with an AsyncAdmitter the ack waits for the commit anyway). The
-// channel yields the frame (empty if it could not be sealed); the caller
-// must receive it.
-func (r *Router) signAhead(st *inConn, e *wire.Envelope) <-chan []byte {
-	if st.tlsPeer.IsZero() && !st.authed.Load() {
-		return nil
-	}
-	switch e.Kind.Type() {
-	case wire.TypeAck, wire.TypeAcks, wire.TypeResponse:
-		return nil
-	}
-	if _, async := r.inbox.(AsyncAdmitter); async || e.To != r.self {
-		return nil
-	}
-	if _, ok := r.trust.Load().Lookup(e.From); !ok {
-		return nil
-	}
-	kind := wire.Ack(e.ID)
-	if st.acksOK.Load() {
-		kind = wire.Acks([]identity.UUID{e.ID})
-	}
-	to := e.From
-	ch := make(chan []byte, 1)
-	go func() {
-		frame, err := r.sealFrame(nil, to, kind)
-		if err != nil {
-			frame = nil
-		}
-		ch <- frame
-	}()
-	return ch
 }
 
 // readBatch reads the frame whose first byte awaitFrame saw and then
@@ -505,13 +453,6 @@ func (b *ackBuf) seal() {
 	}
 	b.frames = b.r.appendAck(b.frames, b.to, wire.Acks(b.ids))
 	b.ids = b.ids[:0]
-}
-
-// addSealed adds the ack of one envelope, sealed already (signAhead).
-func (b *ackBuf) addSealed(frame []byte) {
-	b.r.acksSent.Add(1)
-	b.seal() // keep the ids' order: those before it go first
-	b.frames = append(b.frames, frame...)
 }
 
 // appendFrames adds frames sealed elsewhere.

@@ -210,7 +210,6 @@ type Router struct {
 
 	accepted, duplicates, acksSent atomic.Uint64
 	batchVerified                  atomic.Uint64 // envelopes whose signatures were checked in batches
-	signedAhead                    atomic.Uint64 // acks sealed by signAhead and written
 	// keys verifies single signatures of trusted peers (and the acks of
 	// the peers this node sends to), keeping their keys expanded.
 	keys          identity.Verifier
