@@ -140,8 +140,8 @@ type Options struct {
 	// SingleAcks stops this node from asking its peers for acks kinds
 	// (one signed ack for many envelopes): each envelope it sends is then
 	// acknowledged alone, as the Rust reference does it. Only for
-	// measuring what acks kinds save (meerkatd bench); receivers still
-	// send acks kinds to peers that ask.
+	// measuring what acks kinds save (BenchmarkAcksKinds); it still
+	// sends acks kinds to peers that ask for them.
 	SingleAcks bool
 	// Dial connects to peers; nil means transport.Dial. Tests replace it.
 	Dial func(ctx context.Context, a transport.Addr) (net.Conn, error)
