@@ -16,7 +16,9 @@ import (
 // TestRoundTripAllocs: one acknowledged message between two nodes in this
 // process (sealing, writing, reading, admitting into the memory inbox,
 // the audit record, the ack and its verification, on both sides) stays
-// within its allocation budget.
+// within its allocation budget. Each of the two signatures allocates twice
+// inside the Ed25519 library (its hash state and the signature it
+// returns), the price of signing in about half the time of crypto/ed25519.
 func TestRoundTripAllocs(t *testing.T) {
 	alice := deliveryPair(t, "uds", config.StoreMemory)
 	ctx := context.Background()
@@ -28,7 +30,7 @@ func TestRoundTripAllocs(t *testing.T) {
 	send() // the connection
 	allocs := testing.AllocsPerRun(500, send)
 	t.Logf("allocations per round trip: %.1f", allocs)
-	if allocs > 28 {
-		t.Fatalf("a round trip allocates %.1f times, budget 28", allocs)
+	if allocs > 30 {
+		t.Fatalf("a round trip allocates %.1f times, budget 30", allocs)
 	}
 }
