@@ -84,21 +84,36 @@ const lateAckTTL = time.Hour
 // SetRelay installs the relay that reaches nats: peers (nil removes it).
 // The Relay hands what arrives for this node to [Router.ReceiveRelayed].
 func (r *Router) SetRelay(rl Relay) error {
-	r.rs.mu.Lock()
-	defer r.rs.mu.Unlock()
-	if rl != nil && r.rs.opener == nil {
-		o, err := seal.NewOpener(r.kp)
-		if err != nil {
+	if rl != nil {
+		if _, err := r.opener(); err != nil {
 			return err
 		}
-		r.rs.opener = o
 	}
+	r.rs.mu.Lock()
+	defer r.rs.mu.Unlock()
 	r.rs.relay = rl
 	if r.rs.waiting == nil {
 		r.rs.waiting = map[dedupKey]chan struct{}{}
 		r.rs.late = map[dedupKey]time.Time{}
 	}
 	return nil
+}
+
+// opener returns the Router's HPKE opener, making it on first use. The
+// relay may deliver envelopes before SetRelay returns (a JetStream
+// consumer starts with what the stream stored while the node was away),
+// so unseal cannot wait for SetRelay to make it.
+func (r *Router) opener() (*seal.Opener, error) {
+	r.rs.mu.Lock()
+	defer r.rs.mu.Unlock()
+	if r.rs.opener == nil {
+		o, err := seal.NewOpener(r.kp)
+		if err != nil {
+			return nil, err
+		}
+		r.rs.opener = o
+	}
+	return r.rs.opener, nil
 }
 
 func (r *Router) currentRelay() Relay {
@@ -411,10 +426,8 @@ func (r *Router) unseal(payload []byte, st *inConn) (wire.Envelope, string) {
 	if err := e.VerifyWith(&r.keys); err != nil {
 		return fail(RejectBadSignature, peer.Name)
 	}
-	r.rs.mu.Lock()
-	op := r.rs.opener
-	r.rs.mu.Unlock()
-	if op == nil {
+	op, err := r.opener()
+	if err != nil {
 		return fail(RejectSealed, peer.Name)
 	}
 	inner, err := op.Open(seal.Info(e.From, e.To, e.ID), box)

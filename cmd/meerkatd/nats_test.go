@@ -328,11 +328,12 @@ func TestNATSFleet(t *testing.T) {
 // back; the stream holds them sealed; and the sender's outbox empties
 // only once the recipient has acknowledged them.
 //
-// Not parallel: on a busy machine bob sometimes receives the first few
-// sends last (secret-0003 or secret-0004 first, the outbox emptied only
-// after about two minutes, the stream's duplicate window), also with
-// this test running alone; the order is what it checks, so it does not
-// add the load of the other tests until that is understood.
+// Not parallel: it streams 1,000 sealed messages through one nats-server
+// and checks their order. (It once failed now and then: bob's JetStream
+// consumer delivered the stored messages before the node could open
+// sealed envelopes, the first few were refused and dropped by the broker,
+// and their resends were taken for duplicates for the stream's two-minute
+// window. TestSealedBeforeSetRelay covers that.)
 func TestNATSJetStreamOfflineRecipient(t *testing.T) {
 	alice, bob := newNATSNode(t, "alice"), newNATSNode(t, "bob")
 	s := natstest.Server(t, "s1", natsConf(t, alice, bob), nil, "", true)
