@@ -520,11 +520,11 @@ func (oc *outConn) receiveInbound(payload []byte) error {
 		return errBadAck // the peer sent us something we refuse: drop the connection
 	}
 	if ok {
-		oc.l.r.acksSent.Add(1)
-		ack, err := oc.l.r.sealFrame(nil, e.From, wire.Ack(e.ID))
-		if err != nil {
-			oc.l.r.log.Error("cannot seal ack", "err", err)
-			return nil
+		acks := ackBuf{r: oc.l.r} // a single ack, counted and sealed as on inbound connections
+		acks.add(e.From, e.ID)
+		ack := acks.take()
+		if len(ack) == 0 {
+			return nil // could not be sealed (logged)
 		}
 		select {
 		case oc.wq <- outFrame{b: ack}:
