@@ -2,9 +2,10 @@ package comms
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 // BenchmarkAcksKinds measures pipelined delivery between two Routers in
@@ -22,30 +23,11 @@ func BenchmarkAcksKinds(b *testing.B) {
 				a, _ := pair(b, network, Options{SingleAcks: single, InboxMax: b.N + 1})
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				sem := make(chan struct{}, 128)
-				var wg sync.WaitGroup
-				var mu sync.Mutex
-				var firstErr error
-				b.ResetTimer()
-				start := time.Now()
-				for range b.N {
-					sem <- struct{}{}
-					wg.Add(1)
-					go func() {
-						defer func() { <-sem; wg.Done() }()
-						if _, err := a.r.SendMessage(ctx, "bob", "pipelined"); err != nil {
-							mu.Lock()
-							firstErr = err
-							mu.Unlock()
-						}
-					}()
-				}
-				wg.Wait()
-				b.StopTimer()
-				if firstErr != nil {
-					b.Fatal(firstErr)
-				}
-				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+				elapsed := testutil.RunInFlight(b, 128, func(int) error {
+					_, err := a.r.SendMessage(ctx, "bob", "pipelined")
+					return err
+				})
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 			})
 		}
 	}

@@ -7,12 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -60,34 +60,12 @@ func benchDelivery(b *testing.B, network, mode string, inFlight int) {
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/msg")
 }
 
-// runInFlight runs op b.N times, at most inFlight at a time, and returns
-// the wall time and the process CPU time they took; it fails b on the
-// first error.
+// runInFlight is testutil.RunInFlight, also returning the process CPU
+// time the operations took.
 func runInFlight(b *testing.B, inFlight int, op func(i int) error) (elapsed, cpu time.Duration) {
-	sem := make(chan struct{}, inFlight)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	start, cpu0 := time.Now(), processCPU()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if err := op(i); err != nil {
-				mu.Lock()
-				firstErr = err
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
-	return time.Since(start), processCPU() - cpu0
+	cpu0 := processCPU()
+	elapsed = testutil.RunInFlight(b, inFlight, op)
+	return elapsed, processCPU() - cpu0
 }
 
 // processCPU returns the user and system CPU time the process used.
