@@ -22,6 +22,7 @@ import (
 type link struct {
 	r    *Router
 	peer trust.Peer
+	co   coalescer // frames held while other sends on the link seal theirs
 
 	mu        sync.Mutex // guards the fields below
 	conn      *outConn

@@ -155,16 +155,32 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 			oc.mu.Unlock()
 		}()
 	}
-	if wantAck && inline && len(oc.wq) == 0 && oc.wmu.TryLock() {
-		// The writer is idle: write here, one hand-off fewer.
-		err := oc.writeLocked(frame)
-		oc.wmu.Unlock()
-		if err != nil {
-			oc.fail(err)
-			return errConnLost
+	if wantAck && inline && len(oc.wq) == 0 {
+		// The writer is idle: write here, one hand-off fewer; or, while
+		// other sends on the link are sealing, leave the frame for the
+		// last of them to write with theirs (coalescer).
+		held, out := oc.l.co.hold(oc, frame)
+		if held {
+			queued()
+			return oc.await(ctx, ch)
 		}
-		queued()
-		return oc.await(ctx, ch)
+		if len(out) > 0 {
+			if writeHeld(append(out, heldFrame{oc: oc, b: frame})) != nil {
+				return errConnLost
+			}
+			queued()
+			return oc.await(ctx, ch)
+		}
+		if oc.wmu.TryLock() {
+			err := oc.writeLocked(frame)
+			oc.wmu.Unlock()
+			if err != nil {
+				oc.fail(err)
+				return errConnLost
+			}
+			queued()
+			return oc.await(ctx, ch)
+		}
 	}
 	of := outFrame{b: frame, abandoned: new(atomic.Bool)}
 	if !wantAck {

@@ -81,17 +81,30 @@ func (r *Router) send(ctx context.Context, peer string, kind wire.Kind, wantAck 
 }
 
 func (r *Router) sendTo(ctx context.Context, p trust.Peer, id identity.UUID, kind wire.Kind, wantAck bool) error {
-	e, err := wire.Seal(r.kp, id, p.ID, kind)
-	if err != nil {
-		return err
-	}
-	// The frame lives until the send ends, so it gets its own buffer,
-	// sized for a short message at once rather than grown in steps.
-	frame, err := appendFrame(make([]byte, 0, frameSizeHint), &e)
+	frame, err := r.sealOn(p, id, kind)
 	if err != nil {
 		return err
 	}
 	return r.sendFrame(ctx, p, id, frame, wantAck, sendOpts{})
+}
+
+// sealOn seals kind to p and encodes its frame, counted as sealing on
+// p's link (coalescer) so that frames ready meanwhile wait to go out with
+// this one.
+func (r *Router) sealOn(p trust.Peer, id identity.UUID, kind wire.Kind) ([]byte, error) {
+	if p.Addr.Scheme != transport.SchemeNATS {
+		if lk, err := r.link(p); err == nil { // an error is sendFrame's to report
+			lk.co.beginSeal()
+			defer lk.co.endSeal()
+		}
+	}
+	e, err := wire.Seal(r.kp, id, p.ID, kind)
+	if err != nil {
+		return nil, err
+	}
+	// The frame lives until the send ends, so it gets its own buffer,
+	// sized for a short message at once rather than grown in steps.
+	return appendFrame(make([]byte, 0, frameSizeHint), &e)
 }
 
 // frameSizeHint is the starting capacity of a frame being sealed: the

@@ -1,0 +1,121 @@
+package comms
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// coalescer gathers, on one link, the frames of sends that are ready to
+// be written while other sends on the link are still sealing theirs: the
+// send that finishes sealing last writes them all at once. A burst of
+// sends then costs one write (on TLS, full records) rather than one per
+// envelope, and the receiver reads them together and verifies them as one
+// batch. Sealing is CPU work that ends within microseconds, never a wait
+// (the count covers wire.Seal and the frame's encoding only, not a dial
+// or a queue), so a held frame waits at most that long; a lone send, with
+// nobody else sealing, is written at once, as without it.
+//
+// Every frame held is written: it is held only while another send is
+// sealing (checked under mu), and the send that ends the last seal takes
+// what is held, as does a send that finds no room to hold its own.
+type coalescer struct {
+	mu      sync.Mutex
+	sealing int         // sends between beginSeal and endSeal
+	held    []heldFrame // in the order they were held
+	bytes   int         // of held
+}
+
+// heldFrame is a frame held for a send waiting for its ack on oc.
+type heldFrame struct {
+	oc *outConn
+	b  []byte
+}
+
+// The frames held at once are bounded: past these, a send writes what is
+// held and its own frame rather than wait for the others. maxHeldBytes
+// fits an outConn's write buffer, so they go out in one write.
+const (
+	maxHeldFrames = maxBatch
+	maxHeldBytes  = 16 << 10
+)
+
+// beginSeal counts a send that has started sealing its envelope; it must
+// be followed by exactly one endSeal.
+func (c *coalescer) beginSeal() {
+	c.mu.Lock()
+	c.sealing++
+	c.mu.Unlock()
+}
+
+// endSeal ends a seal begun with beginSeal; if it was the last one, what
+// is held is written now.
+func (c *coalescer) endSeal() {
+	c.mu.Lock()
+	c.sealing--
+	var out []heldFrame
+	if c.sealing == 0 {
+		out = c.takeLocked()
+	}
+	c.mu.Unlock()
+	writeHeld(out)
+}
+
+// hold keeps b, a frame for oc, to be written by a send still sealing, if
+// there is one and there is room. Otherwise it returns false and the
+// frames held so far, which the caller writes before its own.
+func (c *coalescer) hold(oc *outConn, b []byte) (held bool, out []heldFrame) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sealing > 0 && len(c.held) < maxHeldFrames && c.bytes+len(b) <= maxHeldBytes {
+		c.held = append(c.held, heldFrame{oc: oc, b: b})
+		c.bytes += len(b)
+		return true, nil
+	}
+	return false, c.takeLocked()
+}
+
+// takeLocked returns the frames held and empties the list; c.mu is held.
+func (c *coalescer) takeLocked() []heldFrame {
+	out := c.held
+	c.held, c.bytes = nil, 0
+	return out
+}
+
+// writeHeld writes frames, each run for the same connection in one write,
+// and returns the error of the last run. A failed write fails its
+// connection, which tells the sends waiting on it.
+func writeHeld(frames []heldFrame) error {
+	var err error
+	for len(frames) > 0 {
+		oc := frames[0].oc
+		n := 1
+		for n < len(frames) && frames[n].oc == oc {
+			n++
+		}
+		err = oc.writeFrames(frames[:n])
+		frames = frames[n:]
+	}
+	return err
+}
+
+// writeFrames writes frames (all for oc) and flushes them at once.
+func (oc *outConn) writeFrames(frames []heldFrame) error {
+	oc.wmu.Lock()
+	oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
+	var err error
+	for _, f := range frames {
+		if _, err = oc.bw.Write(oc.hint(f.b)); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = oc.bw.Flush()
+	}
+	oc.wmu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("%w: %v", errConnLost, err)
+		oc.fail(err)
+	}
+	return err
+}

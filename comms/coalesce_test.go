@@ -1,0 +1,203 @@
+package comms
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// writeRecorder is a connection that keeps each Write's bytes.
+type writeRecorder struct {
+	net.Conn
+	mu     sync.Mutex
+	writes [][]byte
+	fail   bool // every write fails
+	closed bool
+}
+
+func (w *writeRecorder) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fail {
+		return 0, errors.New("test: reset")
+	}
+	w.writes = append(w.writes, bytes.Clone(b))
+	return len(b), nil
+}
+
+func (w *writeRecorder) SetWriteDeadline(time.Time) error { return nil }
+func (w *writeRecorder) SetReadDeadline(time.Time) error  { return nil }
+
+func (w *writeRecorder) Close() error {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *writeRecorder) got() [][]byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writes
+}
+
+// coalescerConn is an outConn on a recorder, on a link of a Router that
+// sends no acks hint (so frames are written as they are given).
+func coalescerConn(t *testing.T) (*link, *outConn, *writeRecorder) {
+	t.Helper()
+	r := &Router{opts: Options{AckTimeout: time.Second, SingleAcks: true, MaxMessageBytes: 1 << 16}, log: slog.New(slog.DiscardHandler)}
+	l := &link{r: r}
+	w := &writeRecorder{}
+	oc := newOutConn(l, w)
+	l.conn = oc
+	return l, oc, w
+}
+
+func testFrame(i int) []byte { return fmt.Appendf(nil, "frame %03d;", i) }
+
+func TestCoalescerHoldsWhileOthersSeal(t *testing.T) {
+	l, oc, w := coalescerConn(t)
+	co := &l.co
+
+	// Nobody sealing: the frame is the caller's to write at once.
+	if held, out := co.hold(oc, testFrame(0)); held || len(out) != 0 {
+		t.Fatalf("lone send: held %v, out %d; want written at once", held, len(out))
+	}
+
+	co.beginSeal() // another send is sealing
+	for i := 1; i <= 3; i++ {
+		if held, _ := co.hold(oc, testFrame(i)); !held {
+			t.Fatalf("frame %d not held while another send seals", i)
+		}
+	}
+	if n := len(w.got()); n != 0 {
+		t.Fatalf("%d writes while held", n)
+	}
+	co.endSeal() // the last sealer writes them, in one write
+	got := w.got()
+	want := bytes.Join([][]byte{testFrame(1), testFrame(2), testFrame(3)}, nil)
+	if len(got) != 1 || !bytes.Equal(got[0], want) {
+		t.Fatalf("writes %q, want one write %q", got, want)
+	}
+	if held, out := co.hold(oc, testFrame(4)); held || len(out) != 0 {
+		t.Fatalf("after the last seal: held %v, out %d", held, len(out))
+	}
+}
+
+func TestCoalescerBounds(t *testing.T) {
+	l, oc, w := coalescerConn(t)
+	co := &l.co
+	co.beginSeal()
+	defer co.endSeal()
+	for i := range maxHeldFrames {
+		if held, _ := co.hold(oc, testFrame(i)); !held {
+			t.Fatalf("frame %d not held, under the bound of %d", i, maxHeldFrames)
+		}
+	}
+	held, out := co.hold(oc, testFrame(maxHeldFrames))
+	if held || len(out) != maxHeldFrames {
+		t.Fatalf("past the frame bound: held %v, out %d, want the %d held handed back", held, len(out), maxHeldFrames)
+	}
+	if err := writeHeld(append(out, heldFrame{oc: oc, b: testFrame(maxHeldFrames)})); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.got(); len(got) != 1 || !bytes.HasSuffix(got[0], testFrame(maxHeldFrames)) || !bytes.HasPrefix(got[0], testFrame(0)) {
+		t.Fatalf("want one write of all %d frames in order, got %d writes", maxHeldFrames+1, len(got))
+	}
+
+	// Bytes: a frame that would take the held bytes past the bound is
+	// not held.
+	big := bytes.Repeat([]byte{'x'}, maxHeldBytes/2+1)
+	if held, _ := co.hold(oc, big); !held {
+		t.Fatal("first large frame not held")
+	}
+	if held, out := co.hold(oc, big); held || len(out) != 1 {
+		t.Fatalf("past the byte bound: held %v, out %d", held, len(out))
+	}
+}
+
+// A held frame for a connection whose write fails fails that connection,
+// which tells its waiting sends (here: the one registered in pending).
+func TestCoalescerWriteFailure(t *testing.T) {
+	l, oc, w := coalescerConn(t)
+	w.fail = true
+	ch := make(chan ackResult, 1)
+	oc.pending[identity.NewUUID()] = ch
+	l.co.beginSeal()
+	if held, _ := l.co.hold(oc, testFrame(1)); !held {
+		t.Fatal("not held")
+	}
+	l.co.endSeal()
+	select {
+	case res := <-ch:
+		if !errors.Is(res.err, errConnLost) {
+			t.Fatalf("waiting send told %v, want errConnLost", res.err)
+		}
+	default:
+		t.Fatal("the waiting send was not told of the failed write")
+	}
+	if !oc.isDone() || !w.closed {
+		t.Fatal("connection not failed and closed")
+	}
+}
+
+// Many sends sealing and holding at once on two connections: every frame
+// is written exactly once, on its own connection. (Frames of one sender
+// may go out of order here, as concurrent sends may: a send waits for its
+// ack, so one caller never has two in flight.)
+func TestCoalescerConcurrent(t *testing.T) {
+	l, oc1, w1 := coalescerConn(t)
+	oc2 := newOutConn(l, &writeRecorder{})
+	w2 := oc2.c.(*writeRecorder)
+	const senders, each = 8, 200
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(s), 1))
+			for i := range each {
+				oc := oc1
+				if s%2 == 1 {
+					oc = oc2
+				}
+				f := fmt.Appendf(nil, "<%d.%d>", s, i)
+				l.co.beginSeal()
+				if rng.IntN(4) == 0 {
+					time.Sleep(time.Microsecond)
+				}
+				l.co.endSeal()
+				if held, out := l.co.hold(oc, f); !held {
+					if err := writeHeld(append(out, heldFrame{oc: oc, b: f})); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, w := range []*writeRecorder{w1, w2} {
+		all := bytes.Join(w.got(), nil)
+		for s := range senders {
+			want := 0
+			if s%2 == i {
+				want = 1
+			}
+			for j := range each {
+				f := fmt.Appendf(nil, "<%d.%d>", s, j)
+				if n := bytes.Count(all, f); n != want {
+					t.Fatalf("frame %s written %d times on connection %d, want %d", f, n, i+1, want)
+				}
+			}
+		}
+	}
+}
