@@ -2,6 +2,7 @@ package comms
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -67,6 +68,27 @@ func (c *coalescer) endSeal() {
 func (c *coalescer) hold(oc *outConn, b []byte) (held bool, out []heldFrame) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.holdLocked(oc, b)
+}
+
+// yieldHold is hold for a send on a connection that has other sends in
+// flight: it first lets the goroutines ready to run go ahead (their acks
+// have just come in, and they are about to seal the next envelopes),
+// counted as sealing meanwhile so that what they finish is held for it,
+// then holds its frame, or takes the others' and writes them with its
+// own. With only its own send in flight a caller uses hold, and a lone
+// send is not delayed.
+func (c *coalescer) yieldHold(oc *outConn, b []byte) (held bool, out []heldFrame) {
+	c.beginSeal()
+	runtime.Gosched()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sealing-- // in the same critical section as the hold: nothing is left behind
+	return c.holdLocked(oc, b)
+}
+
+// holdLocked is hold with c.mu held.
+func (c *coalescer) holdLocked(oc *outConn, b []byte) (held bool, out []heldFrame) {
 	if c.sealing > 0 && len(c.held) < maxHeldFrames && c.bytes+len(b) <= maxHeldBytes {
 		c.held = append(c.held, heldFrame{oc: oc, b: b})
 		c.bytes += len(b)

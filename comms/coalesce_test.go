@@ -90,6 +90,20 @@ func TestCoalescerHoldsWhileOthersSeal(t *testing.T) {
 	if held, out := co.hold(oc, testFrame(4)); held || len(out) != 0 {
 		t.Fatalf("after the last seal: held %v, out %d", held, len(out))
 	}
+
+	// yieldHold counts itself only while it yields: alone, its frame is
+	// its own to write, and the count is back to zero.
+	if held, out := co.yieldHold(oc, testFrame(5)); held || len(out) != 0 || co.sealing != 0 {
+		t.Fatalf("yieldHold alone: held %v, out %d, sealing %d", held, len(out), co.sealing)
+	}
+	co.beginSeal()
+	if held, _ := co.yieldHold(oc, testFrame(6)); !held || co.sealing != 1 {
+		t.Fatalf("yieldHold while another seals: held %v, sealing %d", held, co.sealing)
+	}
+	co.endSeal()
+	if got := w.got(); len(got) != 2 || !bytes.Equal(got[1], testFrame(6)) {
+		t.Fatalf("writes %q, want the frame yieldHold held written by the last sealer", got)
+	}
 }
 
 func TestCoalescerBounds(t *testing.T) {
@@ -175,7 +189,11 @@ func TestCoalescerConcurrent(t *testing.T) {
 					time.Sleep(time.Microsecond)
 				}
 				l.co.endSeal()
-				if held, out := l.co.hold(oc, f); !held {
+				hold := l.co.hold
+				if rng.IntN(2) == 0 {
+					hold = l.co.yieldHold
+				}
+				if held, out := hold(oc, f); !held {
 					if err := writeHeld(append(out, heldFrame{oc: oc, b: f})); err != nil {
 						t.Error(err)
 						return

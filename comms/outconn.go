@@ -116,6 +116,7 @@ func (oc *outConn) isDone() bool {
 // queued once the frame is in the connection's write queue.
 func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wantAck bool, queued func(), inline bool) error {
 	var ch chan ackResult
+	inFlight := 0 // other sends waiting for their acks on oc
 	if wantAck {
 		ch = make(chan ackResult, 1)
 		// Until a new connection has carried its first ack, it carries one
@@ -144,6 +145,7 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 		if len(oc.pending) == 0 {
 			oc.pendingSince = time.Now()
 		}
+		inFlight = len(oc.pending)
 		oc.pending[id] = ch
 		oc.mu.Unlock()
 		defer func() {
@@ -159,7 +161,11 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 		// The writer is idle: write here, one hand-off fewer; or, while
 		// other sends on the link are sealing, leave the frame for the
 		// last of them to write with theirs (coalescer).
-		held, out := oc.l.co.hold(oc, frame)
+		hold := oc.l.co.hold
+		if inFlight > 0 {
+			hold = oc.l.co.yieldHold
+		}
+		held, out := hold(oc, frame)
 		if held {
 			queued()
 			return oc.await(ctx, ch)
