@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 // writeRecorder is a connection that keeps each Write's bytes.
@@ -217,5 +218,67 @@ func TestCoalescerConcurrent(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Between two Routers: sends whose frames are ready while a send on the
+// link is still sealing are held, and go out in one write when it ends;
+// the receiver reads them together and verifies them as one batch, and
+// every one of the sends completes.
+func TestHeldFramesGoOutTogether(t *testing.T) {
+	for _, network := range []string{"uds", "tcp", "tls"} {
+		t.Run(network, func(t *testing.T) {
+			testutil.CheckGoroutines(t)
+			a, b := pair(t, network, Options{})
+			ctx := ctxT(t)
+			// The first envelope authenticates the connection: only then
+			// does the receiver verify in batches.
+			if _, err := a.r.SendMessage(ctx, "bob", "first"); err != nil {
+				t.Fatal(err)
+			}
+			p, err := a.r.ResolvePeer("bob")
+			if err != nil {
+				t.Fatal(err)
+			}
+			lk, err := a.r.link(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lk.co.beginSeal() // a send sealing: frames ready meanwhile wait for it
+			const n = 10
+			errs := make(chan error, n)
+			for i := range n {
+				go func() {
+					_, err := a.r.SendMessage(ctx, "bob", fmt.Sprint("held ", i))
+					errs <- err
+				}()
+			}
+			held := func() int {
+				lk.co.mu.Lock()
+				defer lk.co.mu.Unlock()
+				return len(lk.co.held)
+			}
+			for deadline := time.Now().Add(10 * time.Second); held() < n; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d frames held", held(), n)
+				}
+			}
+			if got := b.r.Inbox().Len(); got != 1 {
+				t.Fatalf("bob holds %d items before the held frames are written, want 1", got)
+			}
+			before := b.r.batchVerified.Load()
+			lk.co.endSeal()
+			for range n {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := b.r.Inbox().Len(); got != n+1 {
+				t.Fatalf("bob holds %d items, want %d", got, n+1)
+			}
+			if got := b.r.batchVerified.Load() - before; got != n {
+				t.Fatalf("bob verified %d of the %d held envelopes in a batch, want all of them (written at once)", got, n)
+			}
+		})
 	}
 }
