@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/meerkatd/meerkatd/identity"
 )
 
 // coalescer gathers, on one link, the frames of sends that are ready to
@@ -27,10 +29,16 @@ type coalescer struct {
 	bytes   int         // of held
 }
 
-// heldFrame is a frame held for a send waiting for its ack on oc.
+// heldFrame is a frame held for a send waiting for its ack on oc. With
+// waiting set it is written only if that send (envelope id) still waits:
+// one that gave up (its context ended) was reported as failed, and its
+// envelope must not be delivered behind the caller's back (as
+// outFrame.abandoned).
 type heldFrame struct {
-	oc *outConn
-	b  []byte
+	oc      *outConn
+	b       []byte
+	id      identity.UUID
+	waiting bool
 }
 
 // The frames held at once are bounded: past these, a send writes what is
@@ -62,13 +70,13 @@ func (c *coalescer) endSeal() {
 	writeHeld(out)
 }
 
-// hold keeps b, a frame for oc, to be written by a send still sealing, if
+// hold keeps f to be written by a send still sealing, if
 // there is one and there is room. Otherwise it returns false and the
 // frames held so far, which the caller writes before its own.
-func (c *coalescer) hold(oc *outConn, b []byte) (held bool, out []heldFrame) {
+func (c *coalescer) hold(f heldFrame) (held bool, out []heldFrame) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.holdLocked(oc, b)
+	return c.holdLocked(f)
 }
 
 // yieldHold is hold for a send on a connection that has other sends in
@@ -78,20 +86,20 @@ func (c *coalescer) hold(oc *outConn, b []byte) (held bool, out []heldFrame) {
 // then holds its frame, or takes the others' and writes them with its
 // own. With only its own send in flight a caller uses hold, and a lone
 // send is not delayed.
-func (c *coalescer) yieldHold(oc *outConn, b []byte) (held bool, out []heldFrame) {
+func (c *coalescer) yieldHold(f heldFrame) (held bool, out []heldFrame) {
 	c.beginSeal()
 	runtime.Gosched()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sealing-- // in the same critical section as the hold: nothing is left behind
-	return c.holdLocked(oc, b)
+	return c.holdLocked(f)
 }
 
 // holdLocked is hold with c.mu held.
-func (c *coalescer) holdLocked(oc *outConn, b []byte) (held bool, out []heldFrame) {
-	if c.sealing > 0 && len(c.held) < maxHeldFrames && c.bytes+len(b) <= maxHeldBytes {
-		c.held = append(c.held, heldFrame{oc: oc, b: b})
-		c.bytes += len(b)
+func (c *coalescer) holdLocked(f heldFrame) (held bool, out []heldFrame) {
+	if c.sealing > 0 && len(c.held) < maxHeldFrames && c.bytes+len(f.b) <= maxHeldBytes {
+		c.held = append(c.held, f)
+		c.bytes += len(f.b)
 		return true, nil
 	}
 	return false, c.takeLocked()
@@ -123,10 +131,20 @@ func writeHeld(frames []heldFrame) error {
 
 // writeFrames writes frames (all for oc) and flushes them at once.
 func (oc *outConn) writeFrames(frames []heldFrame) error {
+	oc.mu.Lock()
+	for i, f := range frames {
+		if _, ok := oc.pending[f.id]; f.waiting && !ok {
+			frames[i].b = nil // its send gave up: not written
+		}
+	}
+	oc.mu.Unlock()
 	oc.wmu.Lock()
 	oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
 	var err error
 	for _, f := range frames {
+		if f.b == nil {
+			continue
+		}
 		if _, err = oc.bw.Write(oc.hint(f.b)); err != nil {
 			break
 		}

@@ -2,6 +2,7 @@ package comms
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -69,13 +70,13 @@ func TestCoalescerHoldsWhileOthersSeal(t *testing.T) {
 	co := &l.co
 
 	// Nobody sealing: the frame is the caller's to write at once.
-	if held, out := co.hold(oc, testFrame(0)); held || len(out) != 0 {
+	if held, out := co.hold(heldFrame{oc: oc, b: testFrame(0)}); held || len(out) != 0 {
 		t.Fatalf("lone send: held %v, out %d; want written at once", held, len(out))
 	}
 
 	co.beginSeal() // another send is sealing
 	for i := 1; i <= 3; i++ {
-		if held, _ := co.hold(oc, testFrame(i)); !held {
+		if held, _ := co.hold(heldFrame{oc: oc, b: testFrame(i)}); !held {
 			t.Fatalf("frame %d not held while another send seals", i)
 		}
 	}
@@ -88,17 +89,17 @@ func TestCoalescerHoldsWhileOthersSeal(t *testing.T) {
 	if len(got) != 1 || !bytes.Equal(got[0], want) {
 		t.Fatalf("writes %q, want one write %q", got, want)
 	}
-	if held, out := co.hold(oc, testFrame(4)); held || len(out) != 0 {
+	if held, out := co.hold(heldFrame{oc: oc, b: testFrame(4)}); held || len(out) != 0 {
 		t.Fatalf("after the last seal: held %v, out %d", held, len(out))
 	}
 
 	// yieldHold counts itself only while it yields: alone, its frame is
 	// its own to write, and the count is back to zero.
-	if held, out := co.yieldHold(oc, testFrame(5)); held || len(out) != 0 || co.sealing != 0 {
+	if held, out := co.yieldHold(heldFrame{oc: oc, b: testFrame(5)}); held || len(out) != 0 || co.sealing != 0 {
 		t.Fatalf("yieldHold alone: held %v, out %d, sealing %d", held, len(out), co.sealing)
 	}
 	co.beginSeal()
-	if held, _ := co.yieldHold(oc, testFrame(6)); !held || co.sealing != 1 {
+	if held, _ := co.yieldHold(heldFrame{oc: oc, b: testFrame(6)}); !held || co.sealing != 1 {
 		t.Fatalf("yieldHold while another seals: held %v, sealing %d", held, co.sealing)
 	}
 	co.endSeal()
@@ -113,11 +114,11 @@ func TestCoalescerBounds(t *testing.T) {
 	co.beginSeal()
 	defer co.endSeal()
 	for i := range maxHeldFrames {
-		if held, _ := co.hold(oc, testFrame(i)); !held {
+		if held, _ := co.hold(heldFrame{oc: oc, b: testFrame(i)}); !held {
 			t.Fatalf("frame %d not held, under the bound of %d", i, maxHeldFrames)
 		}
 	}
-	held, out := co.hold(oc, testFrame(maxHeldFrames))
+	held, out := co.hold(heldFrame{oc: oc, b: testFrame(maxHeldFrames)})
 	if held || len(out) != maxHeldFrames {
 		t.Fatalf("past the frame bound: held %v, out %d, want the %d held handed back", held, len(out), maxHeldFrames)
 	}
@@ -131,11 +132,30 @@ func TestCoalescerBounds(t *testing.T) {
 	// Bytes: a frame that would take the held bytes past the bound is
 	// not held.
 	big := bytes.Repeat([]byte{'x'}, maxHeldBytes/2+1)
-	if held, _ := co.hold(oc, big); !held {
+	if held, _ := co.hold(heldFrame{oc: oc, b: big}); !held {
 		t.Fatal("first large frame not held")
 	}
-	if held, out := co.hold(oc, big); held || len(out) != 1 {
+	if held, out := co.hold(heldFrame{oc: oc, b: big}); held || len(out) != 1 {
 		t.Fatalf("past the byte bound: held %v, out %d", held, len(out))
+	}
+}
+
+// A held frame whose send gave up before it was written (its id no longer
+// waits for an ack) is not written: a send reported as failed is not
+// delivered behind the caller's back.
+func TestCoalescerSkipsAbandoned(t *testing.T) {
+	l, oc, w := coalescerConn(t)
+	gaveUp, waits := identity.NewUUID(), identity.NewUUID()
+	oc.pending[waits] = make(chan ackResult, 1)
+	l.co.beginSeal()
+	for i, id := range []identity.UUID{gaveUp, waits} {
+		if held, _ := l.co.hold(heldFrame{oc: oc, b: testFrame(i), id: id, waiting: true}); !held {
+			t.Fatalf("frame %d not held", i)
+		}
+	}
+	l.co.endSeal()
+	if got := w.got(); len(got) != 1 || !bytes.Equal(got[0], testFrame(1)) {
+		t.Fatalf("writes %q, want only the frame whose send still waits", got)
 	}
 }
 
@@ -147,7 +167,7 @@ func TestCoalescerWriteFailure(t *testing.T) {
 	ch := make(chan ackResult, 1)
 	oc.pending[identity.NewUUID()] = ch
 	l.co.beginSeal()
-	if held, _ := l.co.hold(oc, testFrame(1)); !held {
+	if held, _ := l.co.hold(heldFrame{oc: oc, b: testFrame(1)}); !held {
 		t.Fatal("not held")
 	}
 	l.co.endSeal()
@@ -194,7 +214,7 @@ func TestCoalescerConcurrent(t *testing.T) {
 				if rng.IntN(2) == 0 {
 					hold = l.co.yieldHold
 				}
-				if held, out := hold(oc, f); !held {
+				if held, out := hold(heldFrame{oc: oc, b: f}); !held {
 					if err := writeHeld(append(out, heldFrame{oc: oc, b: f})); err != nil {
 						t.Error(err)
 						return
@@ -258,10 +278,26 @@ func TestHeldFramesGoOutTogether(t *testing.T) {
 				defer lk.co.mu.Unlock()
 				return len(lk.co.held)
 			}
-			for deadline := time.Now().Add(10 * time.Second); held() < n; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d of %d frames held", held(), n)
+			waitHeld := func(want int) {
+				for deadline := time.Now().Add(10 * time.Second); held() < want; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("%d of %d frames held", held(), want)
+					}
 				}
+			}
+			waitHeld(n)
+			// One more send gives up while its frame is held: it reports
+			// its context's error, and its envelope is never written.
+			giveUp, cancel := context.WithCancel(ctx)
+			gaveUp := make(chan error, 1)
+			go func() {
+				_, err := a.r.SendMessage(giveUp, "bob", "abandoned")
+				gaveUp <- err
+			}()
+			waitHeld(n + 1)
+			cancel()
+			if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the send that gave up returned %v, want context.Canceled", err)
 			}
 			if got := b.r.Inbox().Len(); got != 1 {
 				t.Fatalf("bob holds %d items before the held frames are written, want 1", got)
@@ -274,7 +310,7 @@ func TestHeldFramesGoOutTogether(t *testing.T) {
 				}
 			}
 			if got := b.r.Inbox().Len(); got != n+1 {
-				t.Fatalf("bob holds %d items, want %d", got, n+1)
+				t.Fatalf("bob holds %d items, want %d (not the abandoned one)", got, n+1)
 			}
 			if got := b.r.batchVerified.Load() - before; got != n {
 				t.Fatalf("bob verified %d of the %d held envelopes in a batch, want all of them (written at once)", got, n)

@@ -165,7 +165,7 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 		if inFlight > 0 {
 			hold = oc.l.co.yieldHold
 		}
-		held, out := hold(oc, frame)
+		held, out := hold(heldFrame{oc: oc, b: frame, id: id, waiting: true})
 		if held {
 			queued()
 			return oc.await(ctx, ch)
