@@ -129,8 +129,27 @@ func writeHeld(frames []heldFrame) error {
 	return err
 }
 
-// writeFrames writes frames (all for oc) and flushes them at once.
+// writeFrames writes frames (all for oc) and flushes them at once. When
+// the connection's writer is busy (a write to a peer that reads slowly
+// may last up to the ack timeout), a goroutine of their own writes them
+// once it is done, so that no send waits on another's write past its own
+// context, as none did before frames were held; it returns nil then, and
+// a failed write reaches the waiting sends through oc.fail.
 func (oc *outConn) writeFrames(frames []heldFrame) error {
+	if oc.wmu.TryLock() {
+		return oc.writeFramesLocked(frames)
+	}
+	go func() {
+		oc.wmu.Lock()
+		oc.writeFramesLocked(frames)
+	}()
+	return nil
+}
+
+// writeFramesLocked is writeFrames with oc.wmu held; it unlocks it. A
+// frame whose send no longer waits is skipped. (oc.mu is taken inside
+// oc.wmu here; nothing takes them the other way round.)
+func (oc *outConn) writeFramesLocked(frames []heldFrame) error {
 	oc.mu.Lock()
 	for i, f := range frames {
 		if _, ok := oc.pending[f.id]; f.waiting && !ok {
@@ -138,7 +157,6 @@ func (oc *outConn) writeFrames(frames []heldFrame) error {
 		}
 	}
 	oc.mu.Unlock()
-	oc.wmu.Lock()
 	oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
 	var err error
 	for _, f := range frames {

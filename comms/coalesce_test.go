@@ -159,6 +159,41 @@ func TestCoalescerSkipsAbandoned(t *testing.T) {
 	}
 }
 
+// While the connection's writer is busy (here: its lock held, as during
+// a write to a peer that reads slowly), the send that ends the last seal
+// does not wait for it: the frames it took are written once the writer
+// is done.
+func TestCoalescerBusyWriter(t *testing.T) {
+	l, oc, w := coalescerConn(t)
+	oc.wmu.Lock()
+	l.co.beginSeal()
+	if held, _ := l.co.hold(heldFrame{oc: oc, b: testFrame(1)}); !held {
+		t.Fatal("not held")
+	}
+	ended := make(chan struct{})
+	go func() {
+		l.co.endSeal()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("endSeal waited for the busy writer")
+	}
+	if n := len(w.got()); n != 0 {
+		t.Fatalf("%d writes while the writer was busy", n)
+	}
+	oc.wmu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); len(w.got()) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the frame was not written once the writer was done")
+		}
+	}
+	if got := w.got(); len(got) != 1 || !bytes.Equal(got[0], testFrame(1)) {
+		t.Fatalf("writes %q", got)
+	}
+}
+
 // A held frame for a connection whose write fails fails that connection,
 // which tells its waiting sends (here: the one registered in pending).
 func TestCoalescerWriteFailure(t *testing.T) {
