@@ -19,9 +19,10 @@ import (
 // or a queue), so a held frame waits at most that long; a lone send, with
 // nobody else sealing, is written at once, as without it.
 //
-// Every frame held is written: it is held only while another send is
+// No frame is left behind: one is held only while another send is
 // sealing (checked under mu), and the send that ends the last seal takes
-// what is held, as does a send that finds no room to hold its own.
+// what is held, as does a send that finds no room to hold its own. (A
+// frame whose send has given up by then is not written: heldFrame.)
 type coalescer struct {
 	mu      sync.Mutex
 	sealing int         // sends between beginSeal and endSeal
