@@ -113,6 +113,28 @@ func (c *coalescer) takeLocked() []heldFrame {
 	return out
 }
 
+// writeNow writes the frame of send id at once with any frames held, or
+// holds it for a send still sealing (with others in flight on oc, after
+// letting the ready goroutines go first: yieldHold). false means none of
+// that: nothing is held and the connection's writer is busy, so the
+// caller queues the frame. err is a failed write (the connection failed).
+func (oc *outConn) writeNow(id identity.UUID, frame []byte, othersInFlight bool) (ok bool, err error) {
+	hold := oc.l.co.hold
+	if othersInFlight {
+		hold = oc.l.co.yieldHold
+	}
+	held, out := hold(heldFrame{oc: oc, b: frame, id: id, waiting: true})
+	switch {
+	case held:
+		return true, nil
+	case len(out) > 0:
+		return true, writeHeld(append(out, heldFrame{oc: oc, b: frame}))
+	case oc.wmu.TryLock():
+		return true, oc.writeFramesLocked([]heldFrame{{oc: oc, b: frame}})
+	}
+	return false, nil
+}
+
 // writeHeld writes frames, each run for the same connection in one write,
 // and returns the error of the last run. A failed write fails its
 // connection, which tells the sends waiting on it.

@@ -158,30 +158,10 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 		}()
 	}
 	if wantAck && inline && len(oc.wq) == 0 {
-		// The writer is idle: write here, one hand-off fewer; or, while
-		// other sends on the link are sealing, leave the frame for the
-		// last of them to write with theirs (coalescer).
-		hold := oc.l.co.hold
-		if inFlight > 0 {
-			hold = oc.l.co.yieldHold
-		}
-		held, out := hold(heldFrame{oc: oc, b: frame, id: id, waiting: true})
-		if held {
-			queued()
-			return oc.await(ctx, ch)
-		}
-		if len(out) > 0 {
-			if writeHeld(append(out, heldFrame{oc: oc, b: frame})) != nil {
-				return errConnLost
-			}
-			queued()
-			return oc.await(ctx, ch)
-		}
-		if oc.wmu.TryLock() {
-			err := oc.writeLocked(frame)
-			oc.wmu.Unlock()
+		// Written here (one hand-off fewer), or left to a send still
+		// sealing (coalescer); otherwise the writer is busy: queue it.
+		if ok, err := oc.writeNow(id, frame, inFlight > 0); ok {
 			if err != nil {
-				oc.fail(err)
 				return errConnLost
 			}
 			queued()
@@ -338,19 +318,6 @@ func (oc *outConn) wakeReader(ch chan ackResult) {
 func (oc *outConn) openGateLocked() {
 	close(oc.gate)
 	oc.gate = make(chan struct{})
-}
-
-// writeLocked writes one frame at once; oc.wmu is held.
-func (oc *outConn) writeLocked(frame []byte) error {
-	oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
-	_, err := oc.bw.Write(oc.hint(frame))
-	if err == nil {
-		err = oc.bw.Flush()
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %v", errConnLost, err)
-	}
-	return nil
 }
 
 func (oc *outConn) writeLoop() {
