@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func (w *writeRecorder) Close() error {
 func (w *writeRecorder) got() [][]byte {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.writes
+	return slices.Clone(w.writes)
 }
 
 // coalescerConn is an outConn on a recorder, on a link of a Router that
@@ -259,6 +260,16 @@ func TestCoalescerConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// Frames taken while a writer was busy are written by a goroutine of
+	// their own (writeFrames): wait for every frame to be out, then count.
+	written := func() int {
+		return bytes.Count(bytes.Join(append(w1.got(), w2.got()...), nil), []byte("<"))
+	}
+	for deadline := time.Now().Add(10 * time.Second); written() < senders*each; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d frames written", written(), senders*each)
+		}
+	}
 	for i, w := range []*writeRecorder{w1, w2} {
 		all := bytes.Join(w.got(), nil)
 		for s := range senders {
