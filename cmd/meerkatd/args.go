@@ -1,18 +1,23 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/meerkatd/meerkatd/internal/termtext"
 	"io"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
+	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/node/nodetext"
+	"github.com/meerkatd/meerkatd/config"
 )
 
 // parseArgs parses flags that may appear anywhere among the positional
@@ -77,6 +82,54 @@ func splitSub(args []string) (sub string, rest []string) {
 		return "", args
 	}
 	return args[0], args[1:]
+}
+
+// newCmd returns a command's flags with --home and --json registered;
+// jsonUsage is --json's usage ("" for "print JSON").
+func (e *env) newCmd(name, jsonUsage string) (flags *flag.FlagSet, home *string, asJSON *bool) {
+	flags = e.newFlags(name)
+	if jsonUsage == "" {
+		jsonUsage = "print JSON"
+	}
+	return flags, e.homeFlag(flags), flags.Bool("json", false, jsonUsage)
+}
+
+// call runs f on the backend of the home named by homeFlag (withBackend,
+// bounded to 30 seconds) and returns its result.
+func call[T any](e *env, homeFlag string, f func(context.Context, node.API) (T, error)) (v T, err error) {
+	err = e.withBackend(homeFlag, 30*time.Second, func(ctx context.Context, b *control.Backend) error {
+		v, err = f(ctx, b)
+		return err
+	})
+	return v, err
+}
+
+// jsonDone reports whether a command's outcome is settled: by err, or
+// with asJSON by v printed as JSON. It returns the error to end with.
+func (e *env) jsonDone(asJSON bool, v any, err error) (bool, error) {
+	if err != nil {
+		return true, err
+	}
+	if asJSON {
+		return true, printJSON(e.stdout, v)
+	}
+	return false, nil
+}
+
+// printList prints items: as JSON (none as []), or as text, or with none
+// on stderr when there are no items.
+func printList[T any](e *env, asJSON bool, items []T, none string, text func(io.Writer, []T) error) error {
+	if asJSON {
+		if items == nil {
+			items = []T{}
+		}
+		return printJSON(e.stdout, items)
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(e.stderr, none)
+		return nil
+	}
+	return text(e.stdout, items)
 }
 
 // homeFlag registers --home, defaulting to a --home given before the
@@ -144,6 +197,19 @@ type shown struct{ error }
 
 func (s shown) Unwrap() error { return s.error }
 
+// printPartial prints, with --json, the outcome of a call that may give
+// a result and an error together (a send queued after a failed attempt,
+// a broadcast with a failed copy): the result if ok (there is one), else
+// the error. main then does not print the error again.
+func (e *env) printPartial(v any, ok bool, err error) error {
+	if !ok {
+		printJSONError(e.stdout, err)
+	} else if perr := printJSON(e.stdout, v); perr != nil {
+		return perr
+	}
+	return jsonShown(err)
+}
+
 // jsonShown wraps err (nil stays nil) as shown.
 func jsonShown(err error) error {
 	if err == nil {
@@ -169,10 +235,94 @@ func wantsJSON(args []string) bool {
 // characters (escape sequences, carriage returns, …) and invalid UTF-8
 // are shown escaped, and each new line is indented by indent, so a peer
 // cannot draw lines that look like meerkatd's own.
-func safeText(s, indent string) string { return termtext.Escape(s, indent, true) }
+func safeText(s, indent string) string { return nodetext.Escape(s, indent) }
 
 // safeLine is safeText for a line of meerkatd's own that carries text a
 // peer may have chosen (an error message, a last error, a dead letter's
 // reason): control characters escaped, continuation lines indented, but
 // backslashes left as they are (the rest of the line is meerkatd's).
-func safeLine(s string) string { return termtext.Escape(s, "  ", false) }
+func safeLine(s string) string { return nodetext.Line(s) }
+
+// homeDir resolves the node's home from the --home flag and the
+// environment (node.ResolveHome).
+func (e *env) homeDir(flagValue string) (string, error) { return node.ResolveHome(flagValue, e.getenv) }
+
+// openHome opens the home named by the flag with the configuration in
+// effect: defaults < meerkat.toml < MEERKAT_* variables < overrides (key
+// path → value). Only create (init, run, mcp) makes a missing home: for
+// any other command a mistyped --home must not mint a new identity.
+func (e *env) openHome(flagHome string, create bool, opts node.OpenOptions) (*node.Home, error) {
+	dir, err := e.homeDir(flagHome)
+	if err != nil {
+		return nil, err
+	}
+	opts.Create, opts.LookupEnv = create, e.lookupEnv
+	h, created, err := node.OpenHome(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(created) > 0 {
+		fmt.Fprintf(e.stderr, "initialised %s (%s)\n", dir, strings.Join(created, ", "))
+	}
+	for _, err := range e.unknownEnv() { // run and mcp log them instead
+		if !create {
+			fmt.Fprintf(e.stderr, "warning: %s\n", strings.TrimPrefix(err.Error(), "config: "))
+		}
+	}
+	return h, nil
+}
+
+// backendFor returns h's daemon if one runs, else a node in this process
+// in mode (control.Open), logging warnings to stderr.
+func (e *env) backendFor(h *node.Home, mode node.Mode) (*control.Backend, error) {
+	return control.Open(h, mode, slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+// withBackend opens the home named by homeFlag, runs f on its backend
+// (the daemon, or a send-only node in this process) and bounds it to
+// bound.
+func (e *env) withBackend(homeFlag string, bound time.Duration, f func(context.Context, *control.Backend) error) error {
+	h, err := e.openHome(homeFlag, false, node.OpenOptions{})
+	if err != nil {
+		return err
+	}
+	b, err := e.backendFor(h, node.ModeSend)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	return f(ctx, b)
+}
+
+// runtimeDir is the local-discovery directory ($XDG_RUNTIME_DIR/meerkat).
+func (e *env) runtimeDir() (string, error) {
+	return node.RuntimeDir(e.getenv("XDG_RUNTIME_DIR"))
+}
+
+// settings returns the setting flags given on the command line (they win
+// over meerkat.toml and the environment).
+func settings(flags *flag.FlagSet) (node.OpenOptions, error) {
+	values, names, err := config.FlagOverrides(flags)
+	if err != nil {
+		return node.OpenOptions{}, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return node.OpenOptions{Overrides: values, OverrideFlags: names}, nil
+}
+
+// unknownEnv returns a problem for each MEERKAT_* variable that is not a
+// setting (nor MEERKAT_HOME, which this command reads itself).
+func (e *env) unknownEnv() []error {
+	if e.environ == nil {
+		return nil
+	}
+	return config.UnknownEnv(e.environ(), "MEERKAT_HOME")
+}
+
+// warnUnknownEnv logs unknown MEERKAT_* variables as warnings.
+func (e *env) warnUnknownEnv(log *slog.Logger) {
+	for _, err := range e.unknownEnv() {
+		log.Warn(strings.TrimPrefix(err.Error(), "config: "))
+	}
+}

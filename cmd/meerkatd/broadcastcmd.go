@@ -1,36 +1,19 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 )
 
-const broadcastHelp = `Sends one signed copy of BODY to every trusted peer, to the peers whose
-trust entry meta lists --group G ("meta": {"groups": ["G"]}), or to the
---peer PEERs named (repeatable; a peer named twice gets one copy).
-Copies are reliable (stored in the outbox and retried) unless --direct.
-Peers known to run meerkatd (those paired with meerkatd pair) see the
-copy marked as a broadcast; other peers get a plain message. BODY may be
-- (standard input) or @FILE.`
-
-const taskHelp = `A task is an id given with --task on sends (meerkatd send ... --task ID,
-meerkatd broadcast --task ID); every peer sent to or received from under
-it is a participant. task list shows the tasks and their state; task
-complete ID [RESULT_JSON] marks it completed and tells every participant
-(a reliable meerkat.task_complete request); task wait ID --wait DUR waits
-for its completion, by this node or a participant, and exits 1 if it is
-still open (call it again later: it resolves only on completion).`
-
 func runBroadcast(e *env, args []string) error {
-	flags := e.newFlags("broadcast")
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("broadcast", "")
 	group := flags.String("group", "", "only the trusted peers in `group` (trust entry meta \"groups\")")
 	var peers stringList
 	flags.Var(&peers, "peer", "only this `peer` (name, key or UUID; repeatable)")
@@ -53,17 +36,10 @@ func runBroadcast(e *env, args []string) error {
 		return err
 	}
 	a := node.BroadcastArgs{Body: body, Group: *group, Peers: peers, Direct: *direct, SendOptions: node.SendOptions{TTL: *ttl, TaskID: *task, IdempotencyKey: *idemKey}}
-	return e.withBackend(*homeFlag, 2*time.Minute, func(ctx context.Context, b *backend) error {
+	return e.withBackend(*homeFlag, 2*time.Minute, func(ctx context.Context, b *control.Backend) error {
 		res, err := b.Broadcast(ctx, a)
 		if *asJSON {
-			if err != nil {
-				printJSONError(e.stdout, err)
-				return jsonShown(err)
-			}
-			if perr := printJSON(e.stdout, res); perr != nil {
-				return perr
-			}
-			return jsonShown(copiesFailed(res))
+			return e.printPartial(res, err == nil, cmp.Or(err, copiesFailed(res)))
 		}
 		if err != nil {
 			return err
@@ -72,16 +48,7 @@ func runBroadcast(e *env, args []string) error {
 			fmt.Fprintln(e.stderr, "replayed: the first broadcast with this idempotency key; nothing sent again")
 		}
 		fmt.Fprintln(e.stdout, res.ID)
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PEER\tDELIVERY\tMARKED\tID\tNOTE")
-		for _, c := range res.Copies {
-			note := c.LastError
-			if c.Error != "" {
-				note = c.Code + ": " + c.Error
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\n", c.Peer, c.Delivery, c.Marked, c.ID, safeLine(note))
-		}
-		if err := tw.Flush(); err != nil {
+		if err := nodetext.Broadcast(e.stdout, res); err != nil {
 			return err
 		}
 		return copiesFailed(res)
@@ -108,9 +75,7 @@ func runTask(e *env, args []string) error {
 	if sub == "" {
 		sub = "list"
 	}
-	flags := e.newFlags("task " + sub)
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("task "+sub, "")
 	wait := flags.Duration("wait", 0, "wait: wait this `long` (30s, 5m; at most 10m) for the completion")
 	state := flags.String("state", "", "list: only tasks in `state` (open, completed)")
 	pos, err := parseArgs(e, flags, args)
@@ -138,7 +103,7 @@ func runTask(e *env, args []string) error {
 		}
 		result = json.RawMessage(s)
 	}
-	return e.withBackend(*homeFlag, min(*wait, node.MaxWait)+2*time.Minute, func(ctx context.Context, b *backend) error {
+	return e.withBackend(*homeFlag, min(*wait, node.MaxWait)+2*time.Minute, func(ctx context.Context, b *control.Backend) error {
 		var out any
 		var task *node.Task
 		var err error
@@ -147,12 +112,7 @@ func runTask(e *env, args []string) error {
 			var ts []node.Task
 			ts, err = b.Tasks(ctx, node.TaskQuery{State: *state})
 			if err == nil && !*asJSON {
-				tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tSTATE\tPARTICIPANTS\tUPDATED\tCOMPLETED BY")
-				for _, t := range ts {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", safeLine(t.ID), t.State, participants(t), t.Updated.Local().Format(time.RFC3339), safeLine(t.CompletedBy))
-				}
-				return tw.Flush()
+				return nodetext.Tasks(e.stdout, ts)
 			}
 			out = ts
 		case "complete":
@@ -176,38 +136,11 @@ func runTask(e *env, args []string) error {
 			}
 		}
 		if *asJSON {
-			if out == nil || task != nil && task.ID == "" {
-				printJSONError(e.stdout, err)
-				return jsonShown(err)
-			}
-			if perr := printJSON(e.stdout, out); perr != nil {
-				return perr
-			}
-			return jsonShown(err)
+			return e.printPartial(out, out != nil && (task == nil || task.ID != ""), err)
 		}
 		if task != nil && task.ID != "" {
-			line := task.ID + " " + task.State
-			if task.State == node.TaskStateCompleted {
-				line += " by " + task.CompletedBy + ": " + rawText(task.Result)
-			}
-			fmt.Fprintln(e.stdout, safeLine(line))
+			nodetext.Task(e.stdout, *task)
 		}
 		return err
 	})
-}
-
-// participants names a task's participants for a table.
-func participants(t node.Task) string {
-	names := make([]string, 0, len(t.Participants))
-	for _, p := range t.Participants {
-		if p.Peer != "" {
-			names = append(names, p.Peer)
-		} else {
-			names = append(names, p.PubKey)
-		}
-	}
-	if len(names) == 0 {
-		return "-"
-	}
-	return strings.Join(names, ",")
 }

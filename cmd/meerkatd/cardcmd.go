@@ -5,22 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 )
-
-const cardUsage = "meerkatd card show [PEER] | card fetch PEER | card edit [--name N] [--description D] [--contact C]\n" +
-	"       [--add-intent NAME [--intent-description D] [--schema JSON|@FILE|-]] [--remove-intent NAME]   [--home DIR] [--json]\n" +
-	"       show: this node's signed card (card.json, or the default: the node's name, no intents), or PEER's verified card\n" +
-	"       (fetched if none is kept); fetch: ask PEER for its card now and keep it if it verifies"
 
 func runCard(e *env, args []string) error {
 	sub, args := splitSub(args)
-	flags := e.newFlags("card " + sub)
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("card "+sub, "")
 	var ed node.CardEdit
 	text := func(name, usage string, dst **string) {
 		flags.Func(name, usage, func(s string) error { *dst = &s; return nil })
@@ -76,7 +69,7 @@ func runCard(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer b.close()
+	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), h.Config.Comms.AckTimeout()+30*time.Second)
 	defer cancel()
 	var v any
@@ -107,59 +100,15 @@ func runCard(e *env, args []string) error {
 		}
 		v, info = pc, pc.CardInfo
 		extra = func(w io.Writer) {
-			fmt.Fprintf(w, "peer:         %s\nverified:     signed by the peer's key, fetched %s\n", pc.Peer, timeText(&pc.FetchedAt))
+			fmt.Fprintf(w, "peer:         %s\nverified:     signed by the peer's key, fetched %s\n", pc.Peer, nodetext.Time(&pc.FetchedAt))
 		}
 	}
-	if err != nil {
+	if done, err := e.jsonDone(*asJSON, v, err); done {
 		return err
 	}
-	if *asJSON {
-		return printJSON(e.stdout, v)
-	}
-	printCard(e.stdout, info)
+	nodetext.Card(e.stdout, info)
 	if extra != nil {
 		extra(e.stdout)
 	}
 	return nil
-}
-
-// printCard prints a card for a person; its text may be a peer's, so
-// control characters are escaped.
-func printCard(w io.Writer, c node.CardInfo) {
-	fmt.Fprintf(w, "name:         %s\n", safeText(c.Name, ""))
-	if c.Description != "" {
-		fmt.Fprintf(w, "description:  %s\n", safeText(c.Description, "              "))
-	}
-	if c.Contact != "" {
-		fmt.Fprintf(w, "contact:      %s\n", safeText(c.Contact, ""))
-	}
-	fmt.Fprintf(w, "pubkey:       %s\n", c.PubKey)
-	if len(c.Intents) == 0 {
-		fmt.Fprintln(w, "intents:      (none)")
-	} else {
-		fmt.Fprintln(w, "intents:")
-	}
-	for _, in := range c.Intents {
-		line := "  " + safeText(in.Name, "")
-		if in.Description != "" {
-			line += "  " + safeText(in.Description, "    ")
-		}
-		fmt.Fprintln(w, line)
-		if in.ParamsSchema != nil {
-			b, _ := json.Marshal(in.ParamsSchema)
-			fmt.Fprintf(w, "    params: %s\n", safeText(string(b), "    "))
-		}
-	}
-}
-
-// cardColumn is what `peers list` shows of a peer's card.
-func cardColumn(c *node.CardSummary) string {
-	if c == nil {
-		return "-"
-	}
-	s := safeText(c.Name, "")
-	if len(c.Intents) > 0 {
-		s += " (" + safeText(strings.Join(c.Intents, ","), "") + ")"
-	}
-	return s
 }

@@ -2,87 +2,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"text/tabwriter"
-	"time"
 
-	"github.com/meerkatd/meerkatd/bench"
 	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 	"github.com/meerkatd/meerkatd/config"
-	"github.com/meerkatd/meerkatd/identity"
-	"github.com/meerkatd/meerkatd/internal/completion"
-	"github.com/meerkatd/meerkatd/internal/sdnotify"
-	"github.com/meerkatd/meerkatd/internal/systemdunit"
+	"github.com/meerkatd/meerkatd/mcpserver"
 )
-
-// commandHelp is more about a command than its usage line says.
-var commandHelp = map[string]string{
-	"service":    systemdunit.Help,
-	"completion": completion.Help("meerkatd"),
-	"bench":      bench.Help,
-	"search":     searchHelp,    // slice C: search
-	"broadcast":  broadcastHelp, // broadcast and tasks slice
-	"task":       taskHelp,
-	"send": `A direct send is one attempt: it returns once the peer acknowledged it,
-or fails (exit 3). --reliable stores it in the outbox first; the daemon
-retries it until the peer acknowledges it or its time-to-live passes.
-A response must answer a request this node received from that peer,
-and a request can be answered finally (completed, failed) only once.
---interrupt marks a message or request handling_mode "steer": the
-peer's agent reads it before its queued items.
-Without a daemon the command runs the node itself for the send.
-With --wait, an accepted response is progress: the wait goes on for the
-final one, and then every response is printed. --deadline (30s, or an RFC 3339
-time; needs the daemon) times the request out if no final response has
-come by then: see meerkatd requests.
---idempotency-key KEY makes a retry safe: a send with a key used before
-(within agent.idempotency_window_secs, also after a restart) prints the
-first send's result and sends nothing; the key with other arguments fails.
-meerkatd sent ID shows what became of a send.`,
-	"sent": `With IDs, shows each one's state; without, the newest sends (--peer,
---limit). States: queued (in the outbox, waiting for its next attempt),
-in_flight, acked (the peer acknowledged it), written (a response),
-dead (a reliable send given up on: see meerkatd deadletters), failed (a
-direct send whose one attempt failed), answered (a request with a final
-response, named in DETAIL), unknown (no record: not sent from this home,
-or older than agent.sent_history_hours). "accepted" responses are
-progress: the request stays acked. Without a daemon the home's database
-is read.`,
-	"tell":     tellHelp,
-	"requests": lifecycleHelp,
-	"cancel":   lifecycleHelp,
-	"inbox": `Items are listed by class, then oldest first: system (notices of this
-node: a dead letter, a peer's breaker opened, a pairing), user (notes
-added with meerkatd tell), interrupt (sent with --interrupt, or
-handling_mode "steer"), broadcast, normal; --order arrival lists them
-oldest first, classes aside. Each item's line ends with its class.
-They come a page at a time (--page per call to the node, all pages
-unless --limit is given), and stay in the inbox until acknowledged:
---ack acknowledges each page once it is printed. Without --ack, a
-priority listing longer than a page may stop early (it says so): the
-items of higher classes that came first are shown once, and the rest
-follow once they are acknowledged, or with --order arrival. With no
-daemon running, the home's database is read (read only; --ack needs
-the daemon). Text from peers is shown with control characters escaped.`,
-	"peers": `ADDR is where the peer listens: uds:///abs/path.sock on this host,
-tls://host[:port] for a meerkatd node over TCP (TLS 1.3; the connection
-accepts only the peer's KEY), or tcp://host[:port] for a peer that speaks
-only the plaintext reference protocol (refused with comms.tcp_plaintext =
-"refuse"). The port defaults to 4200; IPv6 literals go in brackets.`,
-	"release": releaseHelp, // slice G
-	"status": `Exits 0 when a node (meerkatd run, or meerkatd mcp running the node
-itself) serves the home; otherwise it shows what is stored on disk and
-exits 5. --wait 10s first waits up to ten seconds for a node to serve the
-home, so a script can go on once a daemon it started is ready.`,
-}
 
 func runInit(e *env, args []string) error {
 	flags := e.newFlags("init")
@@ -127,9 +59,7 @@ func (e *env) printNextSteps(h *node.Home) {
 }
 
 func runID(e *env, args []string) error {
-	flags := e.newFlags("id")
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("id", "")
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
@@ -152,10 +82,7 @@ func (e *env) printIdentity(h *node.Home, asJSON bool) error {
 	if asJSON {
 		return printJSON(e.stdout, self)
 	}
-	fmt.Fprintf(e.stdout, "name       %s\npubkey     %s\npeer_uuid  %s\nhome       %s\n", self.Name, self.PubKey, self.PeerUUID, self.Home)
-	for _, l := range listen {
-		fmt.Fprintf(e.stdout, "listen     %s\n", l)
-	}
+	nodetext.Self(e.stdout, self)
 	return nil
 }
 
@@ -171,21 +98,7 @@ func runKeygen(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	keyPath := filepath.Join(dir, identity.KeyFile)
-	if _, err := os.Stat(keyPath); err == nil && !*force {
-		return fmt.Errorf("%s already holds an identity; use --force to replace it (peers that trust the old key will refuse this node)", keyPath)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	kp, err := identity.GenerateKeypair()
-	if err != nil {
-		return err
-	}
-	if err := kp.Save(dir); err != nil {
-		return err
-	}
-	if _, err := node.InitHome(dir, ""); err != nil {
+	if err := node.Keygen(dir, *force); err != nil {
 		return err
 	}
 	h, err := e.openHome(dir, false, node.OpenOptions{})
@@ -197,9 +110,7 @@ func runKeygen(e *env, args []string) error {
 
 func runPeers(e *env, args []string) error {
 	sub, args := splitSub(args)
-	flags := e.newFlags("peers")
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("peers", "")
 	meta := flags.String("meta", "", "with add: a JSON `object` stored with the peer")
 	alsoNATS := flags.Bool("nats", false, "with add: the peer is also reachable through NATS, tried when ADDR cannot be connected to (ADDR nats: means only through NATS)")
 	pos, err := parseArgs(e, flags, args)
@@ -229,36 +140,15 @@ func runPeers(e *env, args []string) error {
 	case "discover":
 		return e.peersDiscover(h, *asJSON)
 	case "list":
-		return e.withBackend(h.Dir, 30*time.Second, func(ctx context.Context, b *backend) error {
-			peers, err := b.Peers(ctx)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return printJSON(e.stdout, peers)
-			}
-			if len(peers) == 0 {
-				fmt.Fprintln(e.stderr, "no trusted peers; add one with: meerkatd peers add NAME KEY ADDR")
-				return nil
-			}
-			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tPUBKEY\tADDR\tLAST SEEN\tCARD")
-			for _, p := range peers {
-				addr := safeText(p.Addr, "")
-				if p.NATS {
-					addr += " or nats:"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.PubKey, addr, timeText(p.LastSeen), cardColumn(p.Card))
-			}
-			return tw.Flush()
-		})
-	case "add":
-		p, err := node.AddPeer(h, pos[0], pos[1], pos[2], *alsoNATS, *meta)
+		peers, err := call(e, h.Dir, func(ctx context.Context, b node.API) ([]node.Peer, error) { return b.Peers(ctx) })
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			return printJSON(e.stdout, p)
+		return printList(e, *asJSON, peers, "no trusted peers; add one with: meerkatd peers add NAME KEY ADDR", nodetext.Peers)
+	case "add":
+		p, err := node.AddPeer(h, pos[0], pos[1], pos[2], *alsoNATS, *meta)
+		if done, err := e.jsonDone(*asJSON, p, err); done {
+			return err
 		}
 		via := ""
 		if p.NATS {
@@ -286,29 +176,12 @@ func (e *env) peersDiscover(h *node.Home, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		if as == nil {
-			as = []node.Announcement{}
-		}
-		return printJSON(e.stdout, as)
-	}
-	if len(as) == 0 {
-		fmt.Fprintln(e.stderr, "no other running nodes on this host")
-		return nil
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tKEY\tADDRESS\tPID")
-	for _, a := range as {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", safeText(a.Name, ""), a.Key, safeText(a.Addr, ""), a.PID)
-	}
-	return tw.Flush()
+	return printList(e, asJSON, as, "no other running nodes on this host", nodetext.Announcements)
 }
 
 func runConfig(e *env, args []string) error {
 	sub, args := splitSub(args)
-	flags := e.newFlags("config")
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("config", "")
 	config.ListenFlags(flags)
 	config.LogFlags(flags)
 	if err := parseNoArgs(e, flags, args); err != nil {
@@ -336,11 +209,8 @@ func runConfig(e *env, args []string) error {
 		environ = e.environ()
 	}
 	path, err := node.CheckConfig(dir, e.lookupEnv, environ, "MEERKAT_HOME")
-	if err != nil {
+	if done, err := e.jsonDone(*asJSON, map[string]any{"ok": true, "config": path}, err); done {
 		return err
-	}
-	if *asJSON {
-		return printJSON(e.stdout, map[string]any{"ok": true, "config": path})
 	}
 	fmt.Fprintf(e.stdout, "ok: %s\n", path)
 	return nil
@@ -369,54 +239,19 @@ func runDaemon(e *env, args []string) error {
 	hup := make(chan os.Signal, 1) // before the node starts: an early SIGHUP must not kill it
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	sv, err := e.serveHome(h, log)
-	if err != nil {
-		return err
-	}
-	n := sv.Node
-	n.LogStart(log, "meerkatd running", buildVersion())
-	notify := e.getenv("NOTIFY_SOCKET") // every listener accepts connections now
-	if err := sdnotify.Notify(notify, sdnotify.Ready(os.Getpid())); err != nil {
-		log.Warn("could not tell the service manager the node is ready", "err", err)
-	}
-	for {
-		select {
-		case <-hup:
-			log.Info("SIGHUP: reloading trusted peers")
-			n.ReloadTrust()
-			continue
-		case <-ctx.Done():
-		}
-		break
-	}
-	stop() // a second SIGINT or SIGTERM now kills the process at once
-	log.Info("shutting down")
-	if err := sdnotify.Notify(notify, sdnotify.Stopping); err != nil {
-		log.Warn("could not tell the service manager the node is stopping", "err", err)
-	}
-	sv.Close()
-	log.Info("stopped")
-	return nil
-}
-
-// serveHome runs the node of h with its control socket, announced for
-// local discovery.
-func (e *env) serveHome(h *node.Home, log *slog.Logger) (*control.Served, error) {
 	dir, err := e.runtimeDir()
 	if err != nil {
 		log.Warn("not announced for local discovery", "err", err)
 	}
-	sv, err := control.ServeHome(h, control.HostOptions{Logger: log, RuntimeDir: dir})
-	if errors.Is(err, control.ErrServing) {
-		return nil, fmt.Errorf("a node already serves %s (meerkatd status --home %s)", h.Dir, h.Dir)
-	}
-	return sv, err
+	return control.RunDaemon(ctx, h, control.DaemonOptions{
+		HostOptions: control.HostOptions{Logger: log, RuntimeDir: dir}, Version: buildVersion(), Reload: hup,
+		NotifySocket: e.getenv("NOTIFY_SOCKET"),
+		Stopping:     stop, // a second SIGINT or SIGTERM now kills the process at once
+	})
 }
 
 func runStatus(e *env, args []string) error {
-	flags := e.newFlags("status")
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("status", "")
 	wait := flags.Duration("wait", 0, "wait up to `duration` for a node to serve the home (a daemon just started, say)")
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
@@ -424,11 +259,8 @@ func runStatus(e *env, args []string) error {
 	if dir, err := e.homeDir(*homeFlag); err == nil && *wait > 0 {
 		control.WaitServing(filepath.Join(dir, node.ControlSocketName), *wait)
 	}
-	var s node.Status
-	if err := e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *backend) (err error) {
-		s, err = b.Status(ctx)
-		return err
-	}); err != nil {
+	s, err := call(e, *homeFlag, func(ctx context.Context, b node.API) (node.Status, error) { return b.Status(ctx) })
+	if err != nil {
 		return err
 	}
 	var notRunning error
@@ -441,38 +273,7 @@ func runStatus(e *env, args []string) error {
 		}
 		return jsonShown(notRunning)
 	}
-	state := "not running: showing what is stored on disk"
-	if s.Running {
-		state = "running since " + s.StartedAt.Local().Format(time.RFC3339)
-	}
-	fmt.Fprintf(e.stdout, "node       %s\nname       %s\npubkey     %s\nhome       %s\n", state, s.Name, s.PubKey, s.Home)
-	for _, l := range s.Listen {
-		fmt.Fprintf(e.stdout, "listen     %s\n", l)
-	}
-	fmt.Fprintf(e.stdout, "peers      %d\ninbox      %d (%d pending)\n", s.Peers, s.Inbox, s.Pending)
-	if s.Running {
-		fmt.Fprintf(e.stdout, "accepted   %d\nacks sent  %d\nconns      %d\n", s.Accepted, s.AcksSent, s.Connections)
-		for reason, k := range s.Rejected {
-			fmt.Fprintf(e.stdout, "rejected   %s %d\n", reason, k)
-		}
-	}
-	fmt.Fprintf(e.stdout, "outbox     %d\ndead       %d\n", s.Outbox, s.DeadLetters)
-	if s.DBBytes > 0 {
-		fmt.Fprintf(e.stdout, "database   %d bytes\n", s.DBBytes)
-	}
-	if s.NATS != nil {
-		fmt.Fprintf(e.stdout, "nats       %s\n", safeLine(s.NATS.Summary()))
-	}
-	for _, p := range s.SendPeers {
-		fmt.Fprintf(e.stdout, "peer       %s: %d queued, breaker %s", orKey(p.Peer, p.PubKey), p.Queued, breakerText(p))
-		if p.LastError != "" {
-			fmt.Fprintf(e.stdout, ", last error: %s", safeLine(p.LastError))
-		}
-		fmt.Fprintln(e.stdout)
-	}
-	for _, g := range s.LoopGuards { // slice G
-		fmt.Fprintf(e.stdout, "held       %s: loop guard, %d fast replies in a row, until %s (meerkatd release)\n", orKey(g.Peer, g.PubKey), g.Exchanges, timeText(g.HeldUntil))
-	}
+	nodetext.Status(e.stdout, s)
 	return notRunning
 }
 
@@ -493,10 +294,53 @@ func (e *env) configShow(dir string, overrides node.OpenOptions, asJSON bool) er
 	if asJSON {
 		return printJSON(e.stdout, map[string]any{"config": filepath.Join(dir, config.FileName), "settings": settings})
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
-	for _, s := range settings {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Key, safeText(s.Value, ""), s.Source)
+	return nodetext.Table(e.stdout, "KEY\tVALUE\tSOURCE", settings, func(s config.Setting) []any { return []any{s.Key, safeText(s.Value, ""), s.Source} })
+}
+
+// runMCP serves MCP on stdin/stdout: attached to the home's daemon if one
+// runs, else with the node in this process for as long as stdin is open.
+func runMCP(e *env, args []string) error {
+	flags := e.newFlags("mcp")
+	homeFlag := e.homeFlag(flags)
+	config.LogFlags(flags) // stdout carries the protocol: logs go to stderr
+	if err := parseNoArgs(e, flags, args); err != nil {
+		return err
 	}
-	return tw.Flush()
+	overrides, err := settings(flags)
+	if err != nil {
+		return err
+	}
+	h, err := e.openHome(*homeFlag, true, overrides)
+	if err != nil {
+		return err
+	}
+	log := node.NewLogger(e.stderr, h.Config.Log)
+	e.warnUnknownEnv(log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	dir, err := e.runtimeDir()
+	if err != nil {
+		log.Warn("not announced for local discovery", "err", err)
+	}
+	sess, err := control.Attach(ctx, h, control.HostOptions{Logger: log, RuntimeDir: dir})
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	if sess.Serving() {
+		log.Info("running the node in this process", "home", h.Dir)
+	} else {
+		log.Info("attached to the node serving the home", "home", h.Dir)
+	}
+	s := mcpserver.New(sess, mcpserver.Options{
+		Version: buildVersion(),
+		Logger:  log,
+		// [mcp] pairing, as this process reads the home's configuration
+		// (file and environment), also when attached to a daemon.
+		NoPairing: !h.Config.MCP.PairingOn(),
+		// agent.notify_interval_ms, likewise (slice G).
+		NotifyInterval: h.Config.Agent.NotifyInterval(),
+	})
+	return s.ServeStdio(ctx, e.stdin, e.stdout)
 }

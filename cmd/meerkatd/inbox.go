@@ -9,12 +9,11 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 )
 
 func runInbox(e *env, args []string) error {
-	flags := e.newFlags("inbox")
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON: the same batch as MCP's receive_messages (all pages in one)")
+	flags, homeFlag, asJSON := e.newCmd("inbox", "print JSON: the same batch as MCP's receive_messages (all pages in one)")
 	wait := flags.Duration("wait", 0, "if nothing matches yet, wait this `long` (30s, 2m) for the first item")
 	after := flags.Uint64("after", 0, "only items with a sequence number above `SEQ`")
 	limit := flags.Int("limit", 0, "show at most `N` items (default: all, a page at a time)")
@@ -45,8 +44,8 @@ func runInbox(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer b.close()
-	if !b.daemon {
+	defer b.Close()
+	if !b.Daemon {
 		if *ack {
 			return &node.Error{Code: node.CodeNoDaemon, Msg: "no daemon is running for " + h.Dir + ": --ack needs it (start it with: meerkatd run --home " + h.Dir + ")"}
 		}
@@ -152,24 +151,7 @@ func (p *inboxPrinter) page(b node.Batch) error {
 	}
 	for _, m := range b.Messages {
 		p.n++
-		who := m.From
-		if m.Peer != "" {
-			who = safeText(m.Peer, "") + " (" + m.From + ")"
-		}
-		fmt.Fprintf(w, "#%d %s %s from %s id %s [%s]\n", m.Seq, m.Received.Local().Format(time.RFC3339), safeText(m.Kind, ""), who, m.ID, m.Class)
-		switch m.Kind {
-		case "message":
-			fmt.Fprintf(w, "  %s\n", safeText(m.Body, "  "))
-		case "request":
-			fmt.Fprintf(w, "  %s %s\n", safeText(m.Intent, "  "), safeText(rawText(m.Params), "  "))
-			printLifecycle(w, m) // slice F
-		case "response":
-			fmt.Fprintf(w, "  %s to %s: %s\n", safeText(m.Status, ""), m.RequestID, safeText(rawText(m.Result), "  "))
-		case "meup":
-			printMEUPItem(w, m.MEUP)
-		default:
-			fmt.Fprintf(w, "  %s\n", safeText(rawText(m.Fields), "  "))
-		}
+		nodetext.Message(w, m)
 	}
 	return nil
 }

@@ -6,29 +6,32 @@
 package main
 
 import (
+	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime/debug"
-	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/meerkatd/meerkatd/bench"
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/internal/completion"
+	"github.com/meerkatd/meerkatd/internal/systemdunit"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise
 // it comes from the module build info.
 var version = ""
 
-// command is one subcommand: a one-line summary, its usage and its body.
+// command is one subcommand: a one-line summary, its usage, its help and
+// its body.
 type command struct {
-	summary string
-	usage   string
-	run     func(e *env, args []string) error
+	summary, usage, help string
+	run                  func(e *env, args []string) error
 }
 
 // env is what a command may touch: its streams and the process environment.
@@ -51,164 +54,57 @@ func (e *env) getenv(k string) string {
 	return v
 }
 
-// commandTable returns the subcommands. It is a function rather than a
-// package variable because "help" refers to the table.
+//go:embed commands.txt
+var commandsText string
+
+// commandRuns are the commands' bodies; commands.txt holds their texts.
+var commandRuns = map[string]func(*env, []string) error{
+	"init": runInit, "id": runID, "keygen": runKeygen, "peers": runPeers, "run": runDaemon,
+	"send": runSend, "outbox": runOutbox, "deadletters": runDeadLetters, "audit": runAudit,
+	"pair": runPair, "space": runSpace, "broadcast": runBroadcast, "task": runTask, "card": runCard,
+	"mcp": runMCP, "inbox": runInbox, "search": runSearch, "status": runStatus, "config": runConfig,
+	"service": runService, "completion": runCompletion, "version": runVersion, "bench": runBench,
+	"tell": runTell, "sent": runSent, "requests": runRequests, "cancel": runCancel,
+	"release": runRelease, "help": runHelp,
+}
+
+// commandTable returns the subcommands: their texts from commands.txt
+// (bench, completion and service take theirs from the packages that do
+// the work), their bodies from commandRuns.
 func commandTable() map[string]command {
-	return map[string]command{
-		"init": {
-			summary: "create the home: identity, meerkat.toml, empty trusted_peers.json",
-			usage:   "meerkatd init [--home DIR] [--name NAME] [--json]",
-			run:     runInit,
-		},
-		"id": {
-			summary: "print this node's name, public key, peer UUID and listen addresses",
-			usage:   "meerkatd id [--home DIR] [--json]",
-			run:     runID,
-		},
-		"keygen": {
-			summary: "create a new identity (refuses to replace an existing one without --force)",
-			usage:   "meerkatd keygen [--home DIR] [--force] [--json]",
-			run:     runKeygen,
-		},
-		"peers": {
-			summary: "list, add or remove trusted peers; discover the nodes running on this host",
-			usage:   "meerkatd peers list | peers add NAME KEY ADDR [--nats] [--meta JSON] | peers remove NAME | peers discover   [--home DIR] [--json]",
-			run:     runPeers,
-		},
-		"run": {
-			summary: "run the node in the foreground until SIGINT or SIGTERM (SIGHUP reloads trusted peers)",
-			usage:   "meerkatd run [--home DIR] [--listen-uds PATH|off] [--listen-tcp HOST:PORT] [--log-level LEVEL] [--log-format text|json]",
-			run:     runDaemon,
-		},
-		"send": {
-			summary: "send a message, request or response (through the daemon if it runs)",
-			usage: "meerkatd send message PEER BODY | send request PEER INTENT [PARAMS_JSON] [--wait DUR] [--deadline DUR|RFC3339] | send response PEER REQUEST_ID STATUS [RESULT_JSON]\n" +
-				"       [--body-file FILE] [--reliable [--ttl DUR] [--no-wait]] [--interrupt] [--idempotency-key KEY] [--task ID] [--home DIR] [--json]\n" +
-				"       BODY, PARAMS_JSON and RESULT_JSON may be - (standard input) or @FILE",
-			run: runSend,
-		},
-		"outbox": {
-			summary: "list reliable sends not yet acknowledged and each peer's circuit breaker, or try them now",
-			usage:   "meerkatd outbox [list] | outbox retry [PEER]   [--home DIR] [--json]",
-			run:     runOutbox,
-		},
-		"deadletters": {
-			summary: "list, requeue or drop reliable sends that expired or ran out of retries",
-			usage:   "meerkatd deadletters [list] | deadletters retry ID...|--all | deadletters drop ID...|--all   [--home DIR] [--json]",
-			run:     runDeadLetters,
-		},
-		"audit": {
-			summary: "show the audit log: every envelope sent, received, acked, refused, retried, expired or dead-lettered",
-			usage:   "meerkatd audit [--home DIR] [--since 1h|RFC3339] [--peer NAME|KEY] [--event EVENT] [--id ID] [--limit N] [--follow] [--json]",
-			run:     runAudit,
-		},
-		"pair": {
-			summary: "make this node and another trust each other in one step, with a one-time code",
-			usage:   "meerkatd pair offer [--ttl DUR] [--name-for-peer NAME] [--no-wait|--local] [--nats] | pair accept LINE | pair accept --local NAME   [--name NAME] [--home DIR] [--json]",
-			run:     runPair,
-		},
-		"space": {
-			summary: "take part in MEUP spaces: rosters, chat, proposals, grants (capabilities enforced by every node)",
-			usage:   spaceUsage,
-			run:     runSpace,
-		},
-		// Broadcast and tasks slice.
-		"broadcast": {
-			summary: "send one message to every trusted peer, or to a group of them (one signed copy each)",
-			usage:   "meerkatd broadcast BODY [--group G | --peer PEER...] [--direct | --ttl DUR] [--task ID] [--home DIR] [--json]",
-			run:     runBroadcast,
-		},
-		"task": {
-			summary: "list tasks, complete one (telling its participants) or wait for its completion",
-			usage:   "meerkatd task [list] [--state open|completed] | task complete ID [RESULT_JSON] | task wait ID [--wait DUR]   [--home DIR] [--json]",
-			run:     runTask,
-		},
-		"card": { // slice E: agent cards
-			summary: "show or edit this node's agent card (signed with its key); fetch and show a peer's verified card",
-			usage:   cardUsage,
-			run:     runCard,
-		},
-		"mcp": {
-			summary: "serve MCP on stdin/stdout for an LLM client (attaches to the daemon, or runs the node itself)",
-			usage:   "meerkatd mcp [--home DIR] [--log-level LEVEL] [--log-format text|json]",
-			run:     runMCP,
-		},
-		"inbox": {
-			summary: "list received items by class (system, user, interrupt, broadcast, normal), then oldest first, page by page (from the daemon, or read-only from the home's database)",
-			usage:   "meerkatd inbox [--home DIR] [--json] [--after SEQ] [--limit N] [--kind KIND] [--from PEER] [--wait DUR] [--ack] [--order priority|arrival]",
-			run:     runInbox,
-		},
-		// Slice C: search.
-		"search": {
-			summary: "search received items, history included, by words, phrases and prefixes (newest first, paged)",
-			usage:   "meerkatd search QUERY... [--peer PEER] [--kind KIND] [--since WHEN] [--until WHEN] [--limit N] [--cursor C] [--home DIR] [--json]",
-			run:     runSearch,
-		},
-		"status": {
-			summary: "show whether a node serves the home, its addresses and counters (exit 5 if none runs)",
-			usage:   "meerkatd status [--home DIR] [--wait DUR] [--json]",
-			run:     runStatus,
-		},
-		"config": {
-			summary: "check meerkat.toml, the MEERKAT_* variables and trusted_peers.json, or show the configuration in effect",
-			usage:   "meerkatd config check | config show [--listen-uds PATH|off] [--listen-tcp HOST:PORT] [--log-level LEVEL] [--log-format text|json]   [--home DIR] [--json]",
-			run:     runConfig,
-		},
-		"service": {
-			summary: "install or remove the systemd user unit that runs the daemon",
-			usage:   "meerkatd service install [--home DIR] [--force] | service uninstall",
-			run:     runService,
-		},
-		"completion": {
-			summary: "print a shell completion script (bash, zsh or fish)",
-			usage:   "meerkatd completion bash | completion zsh | completion fish",
-			run:     runCompletion,
-		},
-		"version": {
-			summary: "print the version",
-			usage:   "meerkatd version [--json]",
-			run:     runVersion,
-		},
-		"bench": {
-			summary: "measure throughput, latency, memory and startup of real nodes against same-run anchors",
-			usage:   benchUsage,
-			run:     runBench,
-		},
-		// Item classes: a person's note to the agent.
-		"tell": {
-			summary: "add a note from you to your agent's inbox, read before anything a peer sent (needs the daemon)",
-			usage:   "meerkatd tell BODY [--home DIR] [--json]   (BODY may be - or @FILE)",
-			run:     runTell,
-		},
-		// Delivery status of what this node sent.
-		"sent": {
-			summary: "show what became of the envelopes this node sent: queued, acked, dead, answered",
-			usage:   "meerkatd sent [ID...] [--peer PEER] [--limit N] [--home DIR] [--json]",
-			run:     runSent,
-		},
-		// Slice F: the request lifecycle (lifecyclecmd.go).
-		"requests": {
-			summary: "list the requests this node sent and their states (open, answered, timed_out, cancelled)",
-			usage:   "meerkatd requests [--state STATES] [--peer PEER] [--limit N] [--home DIR] [--json]",
-			run:     runRequests,
-		},
-		"cancel": {
-			summary: "cancel an open request this node sent, and tell the peer",
-			usage:   "meerkatd cancel ID [--reason TEXT] [--home DIR] [--json]",
-			run:     runCancel,
-		},
-		// Slice G: the loop guard.
-		"release": {
-			summary: "list the peers the loop guard counts or holds, or release one (a person's decision, not an agent's)",
-			usage:   "meerkatd release [PEER] [--home DIR] [--json]",
-			run:     runRelease,
-		},
-		"help": {
-			summary: "show the commands, or one command's usage",
-			usage:   "meerkatd help [COMMAND [SUBCOMMAND]]",
-			run:     runHelp,
-		},
+	t := parseCommands(commandsText)
+	for name, c := range t {
+		c.run = commandRuns[name]
+		switch name {
+		case "bench":
+			c.usage, c.help = bench.Usage, bench.Help
+		case "completion":
+			c.help = completion.Help("meerkatd")
+		case "service":
+			c.help = systemdunit.Help
+		}
+		t[name] = c
 	}
+	return t
+}
+
+// parseCommands reads commands.txt (its first lines say how).
+func parseCommands(text string) map[string]command {
+	t := map[string]command{}
+	for _, sec := range strings.Split(text, "\n== ")[1:] {
+		lines := append(strings.Split(strings.TrimRight(sec, "\n"), "\n"), "")
+		c := command{summary: lines[1]}
+		i := 2
+		if i < len(lines) && strings.HasPrefix(lines[i], "usage: ") {
+			c.usage = strings.TrimPrefix(lines[i], "usage: ")
+			for i++; i < len(lines) && strings.HasPrefix(lines[i], "       "); i++ {
+				c.usage += "\n" + lines[i]
+			}
+		}
+		c.help = strings.TrimSpace(strings.Join(lines[i:], "\n"))
+		t[lines[0]] = c
+	}
+	return t
 }
 
 func main() {
@@ -280,9 +176,8 @@ func (e *env) main(args []string) int {
 		return exitUsage
 	}
 	if path := e.getenv("MEERKATD_CPUPROFILE"); path != "" {
-		// For profiling under load (docs/performance.md); %p is the pid,
-		// so the processes of one bench run write separate files.
-		stopProfile, err := startCPUProfile(strings.ReplaceAll(path, "%p", strconv.Itoa(os.Getpid())))
+		stopProfile, err := bench.StartCPUProfile(path) // docs/performance.md
+
 		if err != nil {
 			fmt.Fprintf(e.stderr, "meerkatd: MEERKATD_CPUPROFILE: %v\n", err)
 			return exitError
@@ -338,12 +233,7 @@ func exitCode(err error) int {
 func (e *env) usage(w io.Writer) {
 	fmt.Fprintln(w, "meerkatd: signed agent-to-agent messaging (Meerkat comms protocol)")
 	fmt.Fprintln(w, "\nusage: meerkatd [--home DIR] COMMAND [flags]\n\ncommands:")
-	names := make([]string, 0, len(e.commands))
-	for n := range e.commands {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(e.commands)) {
 		fmt.Fprintf(w, "  %-11s %s\n", n, e.commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nThe node's home holds its identity, meerkat.toml and trusted_peers.json;")
@@ -387,8 +277,8 @@ func (e *env) printHelp(flags *flag.FlagSet) {
 	top, _, _ := strings.Cut(name, " ")
 	cmd := e.commands[top]
 	fmt.Fprintf(e.stdout, "usage: %s\n\n%s\n", cmd.usage, cmd.summary)
-	if help := commandHelp[top]; help != "" {
-		fmt.Fprintf(e.stdout, "\n%s\n", help)
+	if cmd.help != "" {
+		fmt.Fprintf(e.stdout, "\n%s\n", cmd.help)
 	}
 	fmt.Fprintln(e.stdout, "\nflags:")
 	flags.SetOutput(e.stdout)
@@ -421,21 +311,4 @@ func buildVersion() string {
 		return bi.Main.Version
 	}
 	return "devel"
-}
-
-// startCPUProfile writes a CPU profile to path until the returned
-// function is called.
-func startCPUProfile(path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"github.com/meerkatd/meerkatd/internal/testutil"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 // Process tests of meerkatd mcp sessions sharing a home: real processes

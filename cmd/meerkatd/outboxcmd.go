@@ -9,19 +9,17 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
-	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 )
 
 func runOutbox(e *env, args []string) error {
 	sub, args := splitSub(args)
-	flags := e.newFlags("outbox")
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("outbox", "")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
 		return err
@@ -32,12 +30,9 @@ func runOutbox(e *env, args []string) error {
 		if len(pos) == 1 {
 			peer = pos[0]
 		}
-		var n int
-		if err := e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *backend) (err error) { n, err = b.RetryOutbox(ctx, peer); return err }); err != nil {
+		n, err := call(e, *homeFlag, func(ctx context.Context, b node.API) (int, error) { return b.RetryOutbox(ctx, peer) })
+		if done, err := e.jsonDone(*asJSON, map[string]int{"due": n}, err); done {
 			return err
-		}
-		if *asJSON {
-			return printJSON(e.stdout, map[string]int{"due": n})
 		}
 		fmt.Fprintf(e.stdout, "%d queued send(s) due now\n", n)
 		return nil
@@ -48,61 +43,17 @@ func runOutbox(e *env, args []string) error {
 	case len(pos) > 0:
 		return fmt.Errorf("%w: outbox list takes no arguments", errUsage)
 	}
-	var info node.Outbox
-	if err := e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *backend) (err error) { info, err = b.Outbox(ctx); return err }); err != nil {
+	info, err := call(e, *homeFlag, func(ctx context.Context, b node.API) (node.Outbox, error) { return b.Outbox(ctx) })
+	if done, err := e.jsonDone(*asJSON, info, err); done {
 		return err
 	}
-	if *asJSON {
-		return printJSON(e.stdout, info)
-	}
 	if len(info.Peers) > 0 {
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PEER\tQUEUED\tBREAKER\tFAILURES\tNEXT ATTEMPT\tLAST ERROR")
-		for _, p := range info.Peers {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", orKey(p.Peer, p.PubKey), p.Queued, breakerText(p), p.Failures, nextText(p.NextAttempt, p.Due), safeLine(p.LastError))
+		nodetext.OutboxPeers(e.stdout, info.Peers)
+		if len(info.Entries) > 0 {
+			fmt.Fprintln(e.stdout)
 		}
-		tw.Flush()
 	}
-	if len(info.Entries) == 0 {
-		fmt.Fprintln(e.stderr, "outbox empty")
-		return nil
-	}
-	fmt.Fprintln(e.stdout)
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tID\tPEER\tKIND\tATTEMPTS\tNEXT ATTEMPT\tEXPIRES\tLAST ERROR")
-	for _, it := range info.Entries {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", it.Seq, it.ID, orKey(it.Peer, it.PubKey), it.Kind, it.Attempts, nextText(it.NextAttempt, it.Due), timeText(it.Expires), safeLine(it.LastError))
-	}
-	return tw.Flush()
-}
-
-func orKey(name, key string) string {
-	if name != "" {
-		return name
-	}
-	return key
-}
-
-func timeText(t *time.Time) string {
-	if t == nil || t.IsZero() {
-		return "-"
-	}
-	return t.Local().Format(time.RFC3339)
-}
-
-// nextText shows a next attempt whose time has come as "due".
-func nextText(t *time.Time, due bool) string {
-	if due {
-		return "due"
-	}
-	return timeText(t)
-}
-
-func breakerText(p node.PeerSendState) string {
-	if p.Breaker == outbox.BreakerOpen && p.OpenUntil != nil {
-		return "open until " + p.OpenUntil.Local().Format(time.TimeOnly)
-	}
-	return p.Breaker
+	return printList(e, false, info.Entries, "outbox empty", nodetext.Queued)
 }
 
 func runDeadLetters(e *env, args []string) error {
@@ -110,9 +61,7 @@ func runDeadLetters(e *env, args []string) error {
 	if sub == "" {
 		sub = "list"
 	}
-	flags := e.newFlags("deadletters")
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("deadletters", "")
 	all := flags.Bool("all", false, "with retry or drop: every dead letter")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
@@ -132,7 +81,7 @@ func runDeadLetters(e *env, args []string) error {
 	}
 	var n int
 	var dl []node.DeadLetter
-	err = e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *backend) (err error) {
+	err = e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *control.Backend) (err error) {
 		switch sub {
 		case "retry":
 			n, err = b.RetryDeadLetters(ctx, pos, *all)
@@ -148,35 +97,21 @@ func runDeadLetters(e *env, args []string) error {
 	}
 	switch sub {
 	case "retry", "drop":
-		if *asJSON {
-			return printJSON(e.stdout, map[string]int{map[string]string{"retry": "requeued", "drop": "dropped"}[sub]: n})
-		}
 		verb := map[string]string{"retry": "requeued", "drop": "dropped"}[sub]
+		if *asJSON {
+			return printJSON(e.stdout, map[string]int{verb: n})
+		}
 		fmt.Fprintf(e.stdout, "%s %d dead letter(s)\n", verb, n)
 		if n < len(pos) {
 			return &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("%d of the given ids are not dead letters", len(pos)-n)}
 		}
 		return nil
 	}
-	if *asJSON {
-		return printJSON(e.stdout, dl)
-	}
-	if len(dl) == 0 {
-		fmt.Fprintln(e.stderr, "no dead letters")
-		return nil
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DIED\tID\tPEER\tKIND\tATTEMPTS\tREASON")
-	for _, d := range dl {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", timeText(&d.DiedAt), d.ID, orKey(d.Peer, d.PubKey), d.Kind, d.Attempts, safeLine(d.Reason))
-	}
-	return tw.Flush()
+	return printList(e, *asJSON, dl, "no dead letters", nodetext.DeadLetters)
 }
 
 func runAudit(e *env, args []string) error {
-	flags := e.newFlags("audit")
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON lines")
+	flags, homeFlag, asJSON := e.newCmd("audit", "print JSON lines")
 	since := flags.String("since", "", "only rows from `WHEN` on: a duration back from now (1h, 30m) or an RFC 3339 time")
 	peer := flags.String("peer", "", "only rows about this peer (`name` or key)")
 	event := flags.String("event", "", "only rows of this `event` (sent, received, acked, refused, retry, expired, dead_letter, …)")
@@ -192,7 +127,7 @@ func runAudit(e *env, args []string) error {
 	}
 	f := audit.Filter{Peer: *peer, Event: *event, ID: *id}
 	if *since != "" {
-		if f.Since, err = parseSince(*since, time.Now()); err != nil {
+		if f.Since, err = node.ParseSince(*since, time.Now()); err != nil {
 			return fmt.Errorf("%w: --since: %v", errUsage, err)
 		}
 	}
@@ -248,18 +183,4 @@ func (e *env) followAudit(path string, opts audit.FollowOptions, asJSON bool) er
 		}
 		return audit.FormatRows(e.stdout, recs)
 	})
-}
-
-// parseSince reads --since: a duration back from now or an RFC 3339 time.
-func parseSince(s string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			return time.Time{}, fmt.Errorf("duration %s is negative", s)
-		}
-		return now.Add(-d), nil
-	}
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
-	}
-	return time.Time{}, fmt.Errorf("%q is neither a duration (1h, 30m) nor an RFC 3339 time", s)
 }

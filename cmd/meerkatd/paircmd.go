@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,9 +19,7 @@ import (
 
 func runPair(e *env, args []string) error {
 	sub, args := splitSub(args)
-	flags := e.newFlags("pair " + sub)
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("pair "+sub, "")
 	local := flags.Bool("local", false, "offer: leave the code for this user's other local nodes; accept NAME: pair with the local node NAME, no code needed")
 	ttl := flags.Duration("ttl", pair.DefaultTTL, "offer: how `long` the code stays valid")
 	nameForPeer := flags.String("name-for-peer", "", "offer: the `name` to give the other node here (default: its own name)")
@@ -93,8 +90,8 @@ func runPair(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer b.close()
-	if *noWait && !b.daemon {
+	defer b.Close()
+	if *noWait && !b.Daemon {
 		return &node.Error{Code: node.CodeNoDaemon, Msg: "--no-wait needs a running daemon to complete the pairing (start it with: meerkatd run --home " + h.Dir + ")"}
 	}
 	octx, ocancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -106,30 +103,20 @@ func runPair(e *env, args []string) error {
 	// Ctrl-C withdraws the offer: caught before the line is printed, so
 	// an interrupt right after it is never the default (a killed
 	// process).
-	ctx, cancel := context.WithTimeout(context.Background(), *ttl+pair.ExchangeTimeout+5*time.Second)
-	defer cancel()
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	used := false
-	if !*noWait {
-		defer func() {
-			if !used { // interrupted or failed: withdraw the offer
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				b.PairCancel(ctx, info.ID)
-				cancel()
-			}
-		}()
-	}
 	if *local {
 		dir, err := e.runtimeDir()
+		if err == nil {
+			path := node.OfferPath(dir, h)
+			if err = atomicfile.WriteFile(path, []byte(info.Line+"\n"), 0o600); err == nil {
+				defer os.Remove(path)
+			}
+		}
 		if err != nil {
+			b.PairCancel(ctx, info.ID)
 			return err
 		}
-		path := node.OfferPath(dir, h)
-		if err := atomicfile.WriteFile(path, []byte(info.Line+"\n"), 0o600); err != nil {
-			return err
-		}
-		defer os.Remove(path)
 	}
 	if *asJSON {
 		// The offer first, then (once used) what was added: two JSON
@@ -140,30 +127,17 @@ func runPair(e *env, args []string) error {
 	} else {
 		fmt.Fprintln(e.stdout, info.Line)
 	}
+	until := info.Expires.Local().Format(time.TimeOnly)
 	if *noWait {
-		fmt.Fprintf(e.stderr, "pass this line to the other node (meerkatd pair accept LINE); it works once, until %s\n", info.Expires.Local().Format(time.TimeOnly))
+		fmt.Fprintf(e.stderr, "pass this line to the other node (meerkatd pair accept LINE); it works once, until %s\n", until)
 		return nil
 	}
-	fmt.Fprintf(e.stderr, "pass this line to the other node (meerkatd pair accept LINE); waiting until %s\n", info.Expires.Local().Format(time.TimeOnly))
-	for { // the node answers a wait at least every few minutes
-		chunk := min(time.Until(info.Expires)+pair.ExchangeTimeout, 5*time.Minute)
-		wctx, wcancel := context.WithTimeout(ctx, max(chunk, time.Second))
-		p, err := b.PairWait(wctx, info.ID)
-		wcancel()
-		if err == nil {
-			used = true
-			return report(p)
-		}
-		if ctx.Err() != nil {
-			if errors.Is(context.Cause(ctx), context.Canceled) {
-				return errors.New("interrupted: the offer is withdrawn")
-			}
-			return &node.Error{Code: node.CodePairFailed, Msg: "the offer expired unused"}
-		}
-		if node.CodeOf(err) != node.CodePairPending && !errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
+	fmt.Fprintf(e.stderr, "pass this line to the other node (meerkatd pair accept LINE); waiting until %s\n", until)
+	p, err := node.AwaitPairing(ctx, b, info)
+	if err != nil {
+		return err
 	}
+	return report(p)
 }
 
 // pairAccept is pair accept: with the line given, or with --local the
@@ -196,7 +170,7 @@ func (e *env) pairAccept(h *node.Home, pos []string, local bool, name string, re
 	if err != nil {
 		return err
 	}
-	defer b.close()
+	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), pair.ExchangeTimeout+5*time.Second)
 	defer cancel()
 	p, err := b.PairAccept(ctx, line, name)

@@ -7,13 +7,12 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 )
 
 func runSend(e *env, args []string) error {
 	sub, args := splitSub(args)
-	flags := e.newFlags("send " + sub)
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("send "+sub, "")
 	wait := flags.Duration("wait", 0, "with request: wait this `long` (30s, 2m) for the final response and print it")
 	reliable := flags.Bool("reliable", false, "store it in the outbox first and retry until the peer acks it (see meerkatd outbox)")
 	ttl := flags.Duration("ttl", 0, "with --reliable: move it to the dead letters if not acked within this `long` (default outbox.default_ttl_secs)")
@@ -99,7 +98,7 @@ func runSend(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer b.close()
+	defer b.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), h.Config.Comms.AckTimeout()+10*time.Second+*wait)
 	defer cancel()
 	opts := node.SendOptions{Reliable: *reliable, TTL: *ttl, NoWait: *noWait, Wait: *wait, Interrupt: *interrupt, IdempotencyKey: *idemKey, TaskID: *task, Deadline: dl}
@@ -113,14 +112,7 @@ func runSend(e *env, args []string) error {
 		res, err = b.SendResponse(ctx, pos[0], pos[1], pos[2], json.RawMessage(content), opts)
 	}
 	if *asJSON {
-		if err != nil && res.ID == "" {
-			printJSONError(e.stdout, err)
-			return jsonShown(err)
-		}
-		if perr := printJSON(e.stdout, res); perr != nil {
-			return perr
-		}
-		return jsonShown(err)
+		return e.printPartial(res, err == nil || res.ID != "", err)
 	}
 	if err != nil && res.ID == "" {
 		return err
@@ -137,7 +129,7 @@ func runSend(e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "queued in the outbox; retrying until acked%s: see meerkatd outbox\n", why)
 	}
 	for _, r := range res.Responses {
-		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, safeText(rawText(r.Result), "  "))
+		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, safeText(nodetext.JSON(r.Result), "  "))
 	}
 	return err
 }
@@ -160,16 +152,4 @@ func short(s string) string {
 		return s[:60] + "…"
 	}
 	return s
-}
-
-// rawText is a JSON value of a Message as text.
-func rawText(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return "null"
-	case json.RawMessage:
-		return string(v)
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
 }

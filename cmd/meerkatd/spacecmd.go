@@ -1,27 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 )
-
-const spaceUsage = "meerkatd space list | show SPACE | create SPACE --as ID [--delivery all|addressed] [--cap CAP]... | delete SPACE\n" +
-	"       | add SPACE PEER ID [--cap CAP]... | remove SPACE MEMBER\n" +
-	"       | send SPACE KIND [PAYLOAD_JSON] | chat SPACE TEXT | propose SPACE METHOD [PARAMS_JSON]\n" +
-	"       | fulfill SPACE PROPOSAL_ID | respond SPACE REQUEST_ID RESULT_JSON [--error] | reject SPACE PROPOSAL_ID [REASON]\n" +
-	"       | withdraw SPACE PROPOSAL_ID | grant SPACE PARTICIPANT CAP... | revoke SPACE PARTICIPANT (--grant-id ID | CAP...)\n" +
-	"       | proposals [SPACE] [--state STATE]\n" +
-	"       [--to ID]... [--correlation-id ID]... [--context C] [--direct] [--ttl DUR] [--home DIR] [--json]\n" +
-	"       CAP is a kind pattern (chat, mcp/*) or a capability object ('{\"kind\":\"mcp/request\",\"payload\":{…}}');\n" +
-	"       TEXT and the JSON arguments may be - (standard input) or @FILE"
 
 // spaceArity is each space subcommand's positional arguments: at least,
 // at most (-1: any number).
@@ -36,9 +26,7 @@ func runSpace(e *env, args []string) error {
 	if sub == "" {
 		sub = "list"
 	}
-	flags := e.newFlags("space " + sub)
-	homeFlag := e.homeFlag(flags)
-	asJSON := flags.Bool("json", false, "print JSON")
+	flags, homeFlag, asJSON := e.newCmd("space "+sub, "")
 	as := flags.String("as", "", "create: this node's participant `id` in the space")
 	delivery := flags.String("delivery", "", "create: `all` members receive every envelope (default), or only the addressed ones")
 	var caps, to, corr stringList
@@ -66,34 +54,11 @@ func runSpace(e *env, args []string) error {
 		return fmt.Errorf("%w: --ttl must be positive and applies to reliable sends (not --direct)", errUsage)
 	}
 	capsJSON := func(list []string) (json.RawMessage, error) {
-		if len(list) == 0 {
-			return nil, nil
+		caps, err := node.CapabilityArgs(list)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
-		parts := make([]string, 0, len(list))
-		for _, c := range list {
-			c = strings.TrimSpace(c)
-			switch {
-			case strings.HasPrefix(c, "{"):
-			case strings.HasPrefix(c, "["):
-				var items []json.RawMessage
-				err := json.Unmarshal([]byte(c), &items)
-				for _, it := range items {
-					if !bytes.HasPrefix(bytes.TrimSpace(it), []byte("{")) {
-						err = errUsage
-					}
-					parts = append(parts, string(it))
-				}
-				if err != nil {
-					return nil, fmt.Errorf("%w: capability %s is not a JSON array of capability objects", errUsage, c)
-				}
-				continue
-			default:
-				b, _ := json.Marshal(map[string]string{"kind": c})
-				c = string(b)
-			}
-			parts = append(parts, c)
-		}
-		return json.RawMessage("[" + strings.Join(parts, ",") + "]"), nil
+		return caps, nil
 	}
 	jsonArg := func(what, arg string) (json.RawMessage, error) {
 		text, err := e.readInput(what, arg)
@@ -112,7 +77,7 @@ func runSpace(e *env, args []string) error {
 		text(e.stdout)
 		return nil
 	}
-	return e.withBackend(*homeFlag, node.MaxWait+30*time.Second, func(ctx context.Context, b *backend) error {
+	return e.withBackend(*homeFlag, node.MaxWait+30*time.Second, func(ctx context.Context, b *control.Backend) error {
 		switch sub {
 		case "list", "show":
 			sp, err := b.Spaces(ctx)
@@ -122,24 +87,19 @@ func runSpace(e *env, args []string) error {
 			if sub == "show" {
 				for _, s := range sp {
 					if strings.EqualFold(s.Name, pos[0]) {
-						return output(s, func(w io.Writer) { printSpace(w, s) })
+						return output(s, func(w io.Writer) { nodetext.Space(w, s) })
 					}
 				}
 				return &node.Error{Code: node.CodeUnknownSpace, Msg: fmt.Sprintf("no space %q here (meerkatd space list shows them)", pos[0])}
 			}
-			if sp == nil {
-				sp = []node.SpaceInfo{}
-			}
-			return output(sp, func(w io.Writer) {
-				if len(sp) == 0 {
-					fmt.Fprintln(e.stderr, "no spaces (create one with meerkatd space create NAME --as ID)")
-				}
+			return printList(e, *asJSON, sp, "no spaces (create one with meerkatd space create NAME --as ID)", func(w io.Writer, sp []node.SpaceInfo) error {
 				for i, s := range sp {
 					if i > 0 {
 						fmt.Fprintln(w)
 					}
-					printSpace(w, s)
+					nodetext.Space(w, s)
 				}
+				return nil
 			})
 		case "create", "delete", "add", "remove":
 			ed := node.SpaceEdit{Op: sub, Space: pos[0], As: *as, Delivery: *delivery}
@@ -161,7 +121,7 @@ func runSpace(e *env, args []string) error {
 					fmt.Fprintf(w, "space %s deleted here\n", safeText(pos[0], ""))
 					return
 				}
-				printSpace(w, info)
+				nodetext.Space(w, info)
 			})
 		case "proposals":
 			q := node.ProposalQuery{State: *state}
@@ -175,7 +135,7 @@ func runSpace(e *env, args []string) error {
 			if ps == nil {
 				ps = []node.Proposal{}
 			}
-			return output(ps, func(w io.Writer) { printProposals(e, w, ps) })
+			return printList(e, *asJSON, ps, "no proposals", nodetext.Proposals)
 		}
 		m := node.SpaceMessage{Space: pos[0], Action: sub, To: to, CorrelationID: corr, Context: *contextID,
 			SendOptions: node.SendOptions{Reliable: !*direct, TTL: *ttl}}
@@ -221,16 +181,7 @@ func runSpace(e *env, args []string) error {
 			return err
 		}
 		return output(sent, func(w io.Writer) {
-			fmt.Fprintf(w, "sent %s %s to space %s\n", safeText(sent.Kind, ""), safeText(sent.ID, ""), safeText(sent.Space, ""))
-			for _, c := range sent.Copies {
-				how := c.Delivery
-				if c.Skipped != "" {
-					how = "skipped: " + c.Skipped
-				} else if c.LastError != "" {
-					how += " (" + c.LastError + ")"
-				}
-				fmt.Fprintf(w, "  %s: %s\n", safeText(c.Participant, ""), safeLine(how))
-			}
+			nodetext.SpaceSent(w, sent)
 			if len(sent.Copies) == 0 {
 				fmt.Fprintln(e.stderr, "no other active member in the space: nothing was sent")
 			}
@@ -239,67 +190,4 @@ func runSpace(e *env, args []string) error {
 			}
 		})
 	})
-}
-
-func printSpace(w io.Writer, s node.SpaceInfo) {
-	fmt.Fprintf(w, "space %s (you are %s, delivery %s, %d pending proposals)\n", safeText(s.Name, ""), safeText(s.Self, ""), s.Delivery, s.Pending)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  ID\tSTATUS\tPRESENCE\tCAPABILITIES\tKEY")
-	for _, m := range s.Members {
-		caps, _ := json.Marshal(m.Capabilities)
-		if len(m.Granted) > 0 {
-			g, _ := json.Marshal(m.Granted)
-			caps = append(caps, []byte(" + granted "+string(g))...)
-		}
-		id := m.ID
-		if m.Self {
-			id += " (you)"
-		}
-		status := m.Status
-		if m.Note != "" {
-			status += ": " + m.Note
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", safeText(id, ""), safeLine(status), m.Presence, safeLine(string(caps)), m.Key)
-	}
-	tw.Flush()
-}
-
-func printProposals(e *env, w io.Writer, ps []node.Proposal) {
-	if len(ps) == 0 {
-		fmt.Fprintln(e.stderr, "no proposals")
-		return
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SPACE\tID\tPROPOSER\tSTATE\tBY\tCALL")
-	for _, p := range ps {
-		state := p.State
-		if p.Reason != "" {
-			state += " (" + p.Reason + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", safeText(p.Space, ""), safeText(p.ID, ""), safeText(p.Proposer, ""), safeLine(state), safeText(p.By, ""), safeLine(string(p.Payload)))
-	}
-	tw.Flush()
-}
-
-// printMEUPItem shows an envelope of a space in the inbox listing.
-func printMEUPItem(w io.Writer, it *node.MEUPItem) {
-	if it == nil {
-		return
-	}
-	fmt.Fprintf(w, "  space %s: %s from %s (meup id %s)", safeText(it.Space, ""), safeText(it.Kind, ""), safeText(it.Participant, ""), safeText(it.ID, ""))
-	if len(it.To) > 0 {
-		fmt.Fprintf(w, " to %s", safeText(strings.Join(it.To, ", "), ""))
-	}
-	if it.Context != "" {
-		fmt.Fprintf(w, " context %s", safeText(it.Context, ""))
-	}
-	fmt.Fprintln(w)
-	if raw, ok := it.Envelope.(json.RawMessage); ok {
-		var env struct {
-			Payload json.RawMessage `json:"payload"`
-		}
-		if json.Unmarshal(raw, &env) == nil && len(env.Payload) > 0 {
-			fmt.Fprintf(w, "  %s\n", safeText(string(env.Payload), "  "))
-		}
-	}
 }

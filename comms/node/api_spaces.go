@@ -1,8 +1,12 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/space"
@@ -169,4 +173,39 @@ func (m *MEUPItem) UnmarshalJSON(b []byte) error {
 	*m = MEUPItem(raw.plain)
 	m.Envelope = rawOrNil(raw.Envelope)
 	return nil
+}
+
+// CapabilityArgs reads capabilities as a command line gives them: each a
+// kind pattern (chat, mcp/*), a JSON capability object, or a JSON array
+// of them. It returns them as the JSON array SpaceEdit and SpaceMessage
+// take (nil for none); the node checks each capability when it uses them.
+func CapabilityArgs(list []string) (json.RawMessage, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	parts := make([]string, 0, len(list))
+	for _, c := range list {
+		c = strings.TrimSpace(c)
+		switch {
+		case strings.HasPrefix(c, "{"):
+		case strings.HasPrefix(c, "["):
+			var items []json.RawMessage
+			err := json.Unmarshal([]byte(c), &items)
+			for _, it := range items {
+				if !bytes.HasPrefix(bytes.TrimSpace(it), []byte("{")) {
+					err = errors.New("not an object")
+				}
+				parts = append(parts, string(it))
+			}
+			if err != nil {
+				return nil, fmt.Errorf("capability %s is not a JSON array of capability objects", c)
+			}
+			continue
+		default:
+			b, _ := json.Marshal(map[string]string{"kind": c})
+			c = string(b)
+		}
+		parts = append(parts, c)
+	}
+	return json.RawMessage("[" + strings.Join(parts, ",") + "]"), nil
 }

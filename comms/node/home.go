@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
@@ -39,6 +40,59 @@ func (h *Home) TrustPath() string { return filepath.Join(h.Dir, trust.FileName) 
 
 // ControlPath is the home's control socket.
 func (h *Home) ControlPath() string { return filepath.Join(h.Dir, ControlSocketName) }
+
+// ResolveHome is the node's home as the commands find it: dir if given,
+// else $MEERKAT_HOME, else $XDG_CONFIG_HOME/meerkat, else
+// ~/.config/meerkat. A leading ~/ is the user's home directory (MCP
+// client configurations pass it literally).
+func ResolveHome(dir string, getenv func(string) string) (string, error) {
+	expand := func(p string) (string, error) {
+		if p == "~" || strings.HasPrefix(p, "~/") {
+			home := getenv("HOME")
+			if home == "" {
+				return "", fmt.Errorf("cannot expand %q: HOME is not set", p)
+			}
+			p = filepath.Join(home, p[1:])
+		}
+		return filepath.Abs(p)
+	}
+	if dir != "" {
+		return expand(dir)
+	}
+	if h := getenv("MEERKAT_HOME"); h != "" {
+		return expand(h)
+	}
+	if x := getenv("XDG_CONFIG_HOME"); x != "" {
+		return filepath.Join(x, "meerkat"), nil
+	}
+	home := getenv("HOME")
+	if home == "" {
+		return "", errors.New("cannot find a home directory: set --home or MEERKAT_HOME")
+	}
+	return filepath.Join(home, ".config", "meerkat"), nil
+}
+
+// Keygen gives the home dir a new identity, creating the home if need be.
+// It refuses to replace an existing identity unless force is set: peers
+// that trust the old key refuse the node afterwards.
+func Keygen(dir string, force bool) error {
+	keyPath := filepath.Join(dir, identity.KeyFile)
+	if _, err := os.Stat(keyPath); err == nil && !force {
+		return errors.New(keyPath + " already holds an identity; use --force to replace it (peers that trust the old key will refuse this node)")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		return err
+	}
+	if err := kp.Save(dir); err != nil {
+		return err
+	}
+	_, err = InitHome(dir, "")
+	return err
+}
 
 // InitHome creates whatever the home dir lacks: the directory (0700), an
 // identity, meerkat.toml with the defaults (and name, if not ""), an

@@ -149,6 +149,22 @@ func ParseDeadline(s string, now time.Time) (time.Time, error) {
 	return now.Add(d), nil
 }
 
+// ParseSince reads a point in the past as the CLI takes it (audit
+// --since, search --since and --until): a duration back from now (1h,
+// 30m) or an RFC 3339 time.
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("duration %s is negative", s)
+		}
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither a duration (1h, 30m) nor an RFC 3339 time", s)
+}
+
 // formatWireDeadline is t as meerkat_deadline carries it: RFC 3339 in
 // UTC, to the millisecond.
 func formatWireDeadline(t time.Time) string {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -446,4 +447,35 @@ func RemovePeer(h *Home, name string) error {
 		return next, nil
 	})
 	return err
+}
+
+// AwaitPairing waits, through api, for the other node to use offer: in
+// waits of at most a few minutes (the node answers each), until the
+// offer expires or ctx ends. Unless the offer was used, it is withdrawn
+// before AwaitPairing returns; an interrupt (ctx cancelled) says so.
+func AwaitPairing(ctx context.Context, api API, offer PairOffer) (Paired, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Until(offer.Expires)+pair.ExchangeTimeout+5*time.Second)
+	defer cancel()
+	for {
+		chunk := min(time.Until(offer.Expires)+pair.ExchangeTimeout, 5*time.Minute)
+		wctx, wcancel := context.WithTimeout(ctx, max(chunk, time.Second))
+		p, err := api.PairWait(wctx, offer.ID)
+		wcancel()
+		if err == nil {
+			return p, nil
+		}
+		if ctx.Err() == nil && (CodeOf(err) == CodePairPending || errors.Is(err, context.DeadlineExceeded)) {
+			continue
+		}
+		wctx, wcancel = context.WithTimeout(context.Background(), 5*time.Second)
+		api.PairCancel(wctx, offer.ID)
+		wcancel()
+		switch {
+		case errors.Is(context.Cause(ctx), context.Canceled):
+			return Paired{}, errors.New("interrupted: the offer is withdrawn")
+		case ctx.Err() != nil:
+			return Paired{}, &Error{Code: CodePairFailed, Msg: "the offer expired unused"}
+		}
+		return Paired{}, err
+	}
 }

@@ -1,0 +1,65 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/internal/sdnotify"
+)
+
+// DaemonOptions are RunDaemon's.
+type DaemonOptions struct {
+	HostOptions
+	Version string // logged at start
+	// Reload reloads the trusted peers on each value (SIGHUP).
+	Reload <-chan os.Signal
+	// NotifySocket is the service manager's socket (NOTIFY_SOCKET): it is
+	// told when the node is ready and when it stops. "": none.
+	NotifySocket string
+	// Stopping is called once ctx has ended, before the node stops.
+	Stopping func()
+}
+
+// RunDaemon serves h as the daemon until ctx ends (ServeHome), then stops
+// the node, finishing acks in flight.
+func RunDaemon(ctx context.Context, h *node.Home, o DaemonOptions) error {
+	sv, err := ServeHome(h, o.HostOptions)
+	if errors.Is(err, ErrServing) {
+		return fmt.Errorf("a node already serves %s (meerkatd status --home %s)", h.Dir, h.Dir)
+	}
+	if err != nil {
+		return err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	sv.Node.LogStart(log, "meerkatd running", o.Version)
+	// Every listener accepts connections now.
+	if err := sdnotify.Notify(o.NotifySocket, sdnotify.Ready(os.Getpid())); err != nil {
+		log.Warn("could not tell the service manager the node is ready", "err", err)
+	}
+	for done := false; !done; {
+		select {
+		case <-o.Reload:
+			log.Info("SIGHUP: reloading trusted peers")
+			sv.Node.ReloadTrust()
+		case <-ctx.Done():
+			done = true
+		}
+	}
+	if o.Stopping != nil {
+		o.Stopping()
+	}
+	log.Info("shutting down")
+	if err := sdnotify.Notify(o.NotifySocket, sdnotify.Stopping); err != nil {
+		log.Warn("could not tell the service manager the node is stopping", "err", err)
+	}
+	sv.Close()
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,443 @@
+// Package nodetext writes the results of the node's API as text for a
+// person at a terminal: tables, item listings and the status page that
+// meerkatd's commands print without --json.
+//
+// Text a peer chose (bodies, names, reasons, card fields) is escaped:
+// control characters and invalid UTF-8 are shown escaped and continuation
+// lines are indented, so a peer cannot draw lines that look like
+// meerkatd's own.
+package nodetext
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/internal/termtext"
+)
+
+// Escape makes text a peer chose safe to print: control characters
+// (escape sequences, carriage returns, …) and invalid UTF-8 are shown
+// escaped, and each new line is indented by indent.
+func Escape(s, indent string) string { return termtext.Escape(s, indent, true) }
+
+// Line is Escape for a line of meerkatd's own that carries text a peer
+// may have chosen (an error message, a last error, a dead letter's
+// reason): control characters escaped, continuation lines indented, but
+// backslashes left as they are (the rest of the line is meerkatd's).
+func Line(s string) string { return termtext.Escape(s, "  ", false) }
+
+// Table writes a table: header (tab-separated column names), then a row
+// of cells per item, in aligned columns.
+func Table[T any](w io.Writer, header string, items []T, row func(T) []any) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, it := range items {
+		for i, c := range row(it) {
+			if i > 0 {
+				fmt.Fprint(tw, "\t")
+			}
+			fmt.Fprint(tw, c)
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
+// Who is a peer's name, or its key when it has none.
+func Who(name, key string) string {
+	if name != "" {
+		return name
+	}
+	return key
+}
+
+// Time is t in local time (RFC 3339), or "-" for none.
+func Time(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format(time.RFC3339)
+}
+
+// next shows a next attempt whose time has come as "due".
+func next(t *time.Time, due bool) string {
+	if due {
+		return "due"
+	}
+	return Time(t)
+}
+
+func breaker(p node.PeerSendState) string {
+	if p.Breaker == outbox.BreakerOpen && p.OpenUntil != nil {
+		return "open until " + p.OpenUntil.Local().Format(time.TimeOnly)
+	}
+	return p.Breaker
+}
+
+// label is "name value", or "" when value is.
+func label(name, value string) string {
+	if value == "" {
+		return ""
+	}
+	return name + " " + value
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// JSON is a JSON value of a result (params, a result, fields) as text.
+func JSON(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case json.RawMessage:
+		return string(v)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// Self writes a node's identity and listen addresses.
+func Self(w io.Writer, s node.Self) {
+	fmt.Fprintf(w, "name       %s\npubkey     %s\npeer_uuid  %s\nhome       %s\n", s.Name, s.PubKey, s.PeerUUID, s.Home)
+	for _, l := range s.Listen {
+		fmt.Fprintf(w, "listen     %s\n", l)
+	}
+}
+
+// Status writes the status page.
+func Status(w io.Writer, s node.Status) {
+	state := "not running: showing what is stored on disk"
+	if s.Running {
+		state = "running since " + s.StartedAt.Local().Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "node       %s\nname       %s\npubkey     %s\nhome       %s\n", state, s.Name, s.PubKey, s.Home)
+	for _, l := range s.Listen {
+		fmt.Fprintf(w, "listen     %s\n", l)
+	}
+	fmt.Fprintf(w, "peers      %d\ninbox      %d (%d pending%s)\n", s.Peers, s.Inbox, s.Pending, byClass(s.PendingByClass))
+	if s.Running {
+		fmt.Fprintf(w, "accepted   %d\nacks sent  %d\nconns      %d\n", s.Accepted, s.AcksSent, s.Connections)
+		for reason, k := range s.Rejected {
+			fmt.Fprintf(w, "rejected   %s %d\n", reason, k)
+		}
+	}
+	fmt.Fprintf(w, "outbox     %d\ndead       %d\n", s.Outbox, s.DeadLetters)
+	if s.DBBytes > 0 {
+		fmt.Fprintf(w, "database   %d bytes\n", s.DBBytes)
+	}
+	if s.NATS != nil {
+		fmt.Fprintf(w, "nats       %s\n", Line(s.NATS.Summary()))
+	}
+	for _, p := range s.SendPeers {
+		fmt.Fprintf(w, "peer       %s: %d queued, breaker %s", Who(p.Peer, p.PubKey), p.Queued, breaker(p))
+		if p.LastError != "" {
+			fmt.Fprintf(w, ", last error: %s", Line(p.LastError))
+		}
+		fmt.Fprintln(w)
+	}
+	for _, g := range s.LoopGuards {
+		fmt.Fprintf(w, "held       %s: loop guard, %d fast replies in a row, until %s (meerkatd release)\n", Who(g.Peer, g.PubKey), g.Exchanges, Time(g.HeldUntil))
+	}
+}
+
+// byClass is ": 1 system, 2 normal" for the classes with pending items.
+func byClass(pending map[string]int) string {
+	var parts []string
+	for _, c := range node.Classes {
+		if pending[c] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", pending[c], c))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+// Peers writes the trusted peers.
+func Peers(w io.Writer, peers []node.Peer) error {
+	return Table(w, "NAME\tPUBKEY\tADDR\tLAST SEEN\tCARD", peers, func(p node.Peer) []any {
+		addr := Escape(p.Addr, "")
+		if p.NATS {
+			addr += " or nats:"
+		}
+		return []any{p.Name, p.PubKey, addr, Time(p.LastSeen), cardColumn(p.Card)}
+	})
+}
+
+// Announcements writes the nodes running on this host.
+func Announcements(w io.Writer, as []node.Announcement) error {
+	return Table(w, "NAME\tKEY\tADDRESS\tPID", as, func(a node.Announcement) []any {
+		return []any{Escape(a.Name, ""), a.Key, Escape(a.Addr, ""), a.PID}
+	})
+}
+
+// OutboxPeers writes the peers with sends queued or a breaker not closed.
+func OutboxPeers(w io.Writer, peers []node.PeerSendState) error {
+	return Table(w, "PEER\tQUEUED\tBREAKER\tFAILURES\tNEXT ATTEMPT\tLAST ERROR", peers, func(p node.PeerSendState) []any {
+		return []any{Who(p.Peer, p.PubKey), p.Queued, breaker(p), p.Failures, next(p.NextAttempt, p.Due), Line(p.LastError)}
+	})
+}
+
+// Queued writes the reliable sends waiting in the outbox.
+func Queued(w io.Writer, qs []node.QueuedSend) error {
+	return Table(w, "SEQ\tID\tPEER\tKIND\tATTEMPTS\tNEXT ATTEMPT\tEXPIRES\tLAST ERROR", qs, func(q node.QueuedSend) []any {
+		return []any{q.Seq, q.ID, Who(q.Peer, q.PubKey), q.Kind, q.Attempts, next(q.NextAttempt, q.Due), Time(q.Expires), Line(q.LastError)}
+	})
+}
+
+// DeadLetters writes the dead letters.
+func DeadLetters(w io.Writer, dl []node.DeadLetter) error {
+	return Table(w, "DIED\tID\tPEER\tKIND\tATTEMPTS\tREASON", dl, func(d node.DeadLetter) []any {
+		return []any{Time(&d.DiedAt), d.ID, Who(d.Peer, d.PubKey), d.Kind, d.Attempts, Line(d.Reason)}
+	})
+}
+
+// Requests writes the requests this node sent and their states.
+func Requests(w io.Writer, rs []node.SentRequest) error {
+	return Table(w, "ID\tPEER\tINTENT\tSENT\tDEADLINE\tSTATE\tRESPONSE", rs, func(r node.SentRequest) []any {
+		resp := "-"
+		if r.ResponseID != "" {
+			resp = r.FinalStatus + " " + r.ResponseID
+		}
+		return []any{r.ID, Who(r.Peer, r.PubKey), Line(r.Intent), Time(&r.Sent), Time(r.Deadline), r.State, resp}
+	})
+}
+
+// LoopGuards writes the peers the loop guard counts or holds.
+func LoopGuards(w io.Writer, gs []node.LoopGuardState) error {
+	return Table(w, "PEER\tFAST REPLIES\tSINCE\tHELD UNTIL", gs, func(g node.LoopGuardState) []any {
+		return []any{Who(g.Peer, g.PubKey), g.Exchanges, Time(g.Since), Time(g.HeldUntil)}
+	})
+}
+
+// Sent writes what became of envelopes this node sent.
+func Sent(w io.Writer, st []node.SendStatus) error {
+	return Table(w, "ID\tPEER\tKIND\tSTATE\tSENT\tDETAIL", st, func(s node.SendStatus) []any {
+		return []any{s.ID, orDash(Who(s.Peer, s.PubKey)), orDash(s.Kind), s.State, Time(s.Created), Line(sentDetail(s))}
+	})
+}
+
+// sentDetail says what a person wants to know next about a send.
+func sentDetail(s node.SendStatus) string {
+	d := ""
+	switch s.State {
+	case node.StateAnswered:
+		d = s.Answer.Status + " by response " + s.Answer.ResponseID
+	case node.StateAcked, node.StateWritten:
+		d = "at " + Time(s.AckedAt)
+	case node.StateDead, node.StateFailed:
+		d = s.Reason
+	case node.StateQueued:
+		if s.Attempts > 0 {
+			d = fmt.Sprintf("%d failed attempt(s); last: %s", s.Attempts, s.LastError)
+		}
+	}
+	if s.Progress != nil && s.State != node.StateAnswered {
+		d += fmt.Sprintf("; %d accepted response(s), last %s", s.Progress.Accepted, s.Progress.ResponseID)
+	}
+	if s.Intent != "" {
+		d = "intent " + s.Intent + "; " + d
+	}
+	return d
+}
+
+// Tasks writes the tasks and their states.
+func Tasks(w io.Writer, ts []node.Task) error {
+	return Table(w, "ID\tSTATE\tPARTICIPANTS\tUPDATED\tCOMPLETED BY", ts, func(t node.Task) []any {
+		names := make([]string, 0, len(t.Participants))
+		for _, p := range t.Participants {
+			names = append(names, Who(p.Peer, p.PubKey))
+		}
+		return []any{Line(t.ID), t.State, orDash(strings.Join(names, ",")), t.Updated.Local().Format(time.RFC3339), Line(t.CompletedBy)}
+	})
+}
+
+// Task writes a task's line: its state and, once completed, by whom and
+// its result.
+func Task(w io.Writer, t node.Task) {
+	line := t.ID + " " + t.State
+	if t.State == node.TaskStateCompleted {
+		line += " by " + t.CompletedBy + ": " + JSON(t.Result)
+	}
+	fmt.Fprintln(w, Line(line))
+}
+
+// Broadcast writes where each copy of a broadcast went.
+func Broadcast(w io.Writer, res node.Broadcasted) error {
+	return Table(w, "PEER\tDELIVERY\tMARKED\tID\tNOTE", res.Copies, func(c node.BroadcastCopy) []any {
+		note := c.LastError
+		if c.Error != "" {
+			note = c.Code + ": " + c.Error
+		}
+		return []any{c.Peer, c.Delivery, c.Marked, c.ID, Line(note)}
+	})
+}
+
+// Message writes an inbox item: a header line ending with its class, then
+// its content, indented.
+func Message(w io.Writer, m node.Message) {
+	who := m.From
+	if m.Peer != "" {
+		who = Escape(m.Peer, "") + " (" + m.From + ")"
+	}
+	fmt.Fprintf(w, "#%d %s %s from %s id %s [%s]\n", m.Seq, m.Received.Local().Format(time.RFC3339), Escape(m.Kind, ""), who, m.ID, m.Class)
+	if m.TaskID != "" || m.BroadcastID != "" {
+		fmt.Fprintf(w, "  %s\n", strings.TrimSpace(label("task", Escape(m.TaskID, ""))+" "+label("broadcast", m.BroadcastID)))
+	}
+	switch m.Kind {
+	case "message":
+		fmt.Fprintf(w, "  %s\n", Escape(m.Body, "  "))
+	case "request":
+		fmt.Fprintf(w, "  %s %s\n", Escape(m.Intent, "  "), Escape(JSON(m.Params), "  "))
+		if m.Deadline != nil {
+			fmt.Fprintf(w, "  deadline %s\n", Time(m.Deadline))
+		}
+		if c := m.Cancelled; c != nil {
+			note := ""
+			if c.Note != "" {
+				note = ": " + Escape(c.Note, "  ")
+			}
+			fmt.Fprintf(w, "  cancelled by the sender (%s) at %s%s\n", Escape(c.Reason, ""), Time(&c.At), note)
+		}
+	case "response":
+		fmt.Fprintf(w, "  %s to %s: %s\n", Escape(m.Status, ""), m.RequestID, Escape(JSON(m.Result), "  "))
+	case "meup":
+		meupItem(w, m.MEUP)
+	default:
+		fmt.Fprintf(w, "  %s\n", Escape(JSON(m.Fields), "  "))
+	}
+}
+
+// meupItem writes an envelope of a space in an inbox listing.
+func meupItem(w io.Writer, it *node.MEUPItem) {
+	if it == nil {
+		return
+	}
+	fmt.Fprintf(w, "  space %s: %s from %s (meup id %s)", Escape(it.Space, ""), Escape(it.Kind, ""), Escape(it.Participant, ""), Escape(it.ID, ""))
+	if len(it.To) > 0 {
+		fmt.Fprintf(w, " to %s", Escape(strings.Join(it.To, ", "), ""))
+	}
+	if it.Context != "" {
+		fmt.Fprintf(w, " context %s", Escape(it.Context, ""))
+	}
+	fmt.Fprintln(w)
+	if raw, ok := it.Envelope.(json.RawMessage); ok {
+		var env struct {
+			Payload json.RawMessage `json:"payload"`
+		}
+		if json.Unmarshal(raw, &env) == nil && len(env.Payload) > 0 {
+			fmt.Fprintf(w, "  %s\n", Escape(string(env.Payload), "  "))
+		}
+	}
+}
+
+// SearchHits writes search hits, newest first, each with its snippet.
+func SearchHits(w io.Writer, hits []node.SearchHit) {
+	for _, h := range hits {
+		m := h.Message
+		state := ""
+		if h.Acked {
+			state = " (acknowledged)"
+		}
+		fmt.Fprintf(w, "#%d %s %s from %s id %s%s\n  %s\n", m.Seq, m.Received.Local().Format(time.RFC3339),
+			Escape(m.Kind, ""), Escape(m.Peer, ""), m.ID, state, Escape(h.Snippet, "  "))
+	}
+}
+
+// Space writes a space and its members.
+func Space(w io.Writer, s node.SpaceInfo) error {
+	fmt.Fprintf(w, "space %s (you are %s, delivery %s, %d pending proposals)\n", Escape(s.Name, ""), Escape(s.Self, ""), s.Delivery, s.Pending)
+	return Table(w, "  ID\tSTATUS\tPRESENCE\tCAPABILITIES\tKEY", s.Members, func(m node.SpaceMember) []any {
+		caps, _ := json.Marshal(m.Capabilities)
+		if len(m.Granted) > 0 {
+			g, _ := json.Marshal(m.Granted)
+			caps = append(caps, []byte(" + granted "+string(g))...)
+		}
+		id := m.ID
+		if m.Self {
+			id += " (you)"
+		}
+		status := m.Status
+		if m.Note != "" {
+			status += ": " + m.Note
+		}
+		return []any{"  " + Escape(id, ""), Line(status), m.Presence, Line(string(caps)), m.Key}
+	})
+}
+
+// Proposals writes proposals of spaces and their states.
+func Proposals(w io.Writer, ps []node.Proposal) error {
+	return Table(w, "SPACE\tID\tPROPOSER\tSTATE\tBY\tCALL", ps, func(p node.Proposal) []any {
+		state := p.State
+		if p.Reason != "" {
+			state += " (" + p.Reason + ")"
+		}
+		return []any{Escape(p.Space, ""), Escape(p.ID, ""), Escape(p.Proposer, ""), Line(state), Escape(p.By, ""), Line(string(p.Payload))}
+	})
+}
+
+// SpaceSent writes where each copy of an envelope of a space went.
+func SpaceSent(w io.Writer, sent node.SpaceSent) {
+	fmt.Fprintf(w, "sent %s %s to space %s\n", Escape(sent.Kind, ""), Escape(sent.ID, ""), Escape(sent.Space, ""))
+	for _, c := range sent.Copies {
+		how := c.Delivery
+		if c.Skipped != "" {
+			how = "skipped: " + c.Skipped
+		} else if c.LastError != "" {
+			how += " (" + c.LastError + ")"
+		}
+		fmt.Fprintf(w, "  %s: %s\n", Escape(c.Participant, ""), Line(how))
+	}
+}
+
+// Card writes an agent card.
+func Card(w io.Writer, c node.CardInfo) {
+	fmt.Fprintf(w, "name:         %s\n", Escape(c.Name, ""))
+	if c.Description != "" {
+		fmt.Fprintf(w, "description:  %s\n", Escape(c.Description, "              "))
+	}
+	if c.Contact != "" {
+		fmt.Fprintf(w, "contact:      %s\n", Escape(c.Contact, ""))
+	}
+	fmt.Fprintf(w, "pubkey:       %s\n", c.PubKey)
+	if len(c.Intents) == 0 {
+		fmt.Fprintln(w, "intents:      (none)")
+	} else {
+		fmt.Fprintln(w, "intents:")
+	}
+	for _, in := range c.Intents {
+		line := "  " + Escape(in.Name, "")
+		if in.Description != "" {
+			line += "  " + Escape(in.Description, "    ")
+		}
+		fmt.Fprintln(w, line)
+		if in.ParamsSchema != nil {
+			b, _ := json.Marshal(in.ParamsSchema)
+			fmt.Fprintf(w, "    params: %s\n", Escape(string(b), "    "))
+		}
+	}
+}
+
+// cardColumn is what the peers table shows of a peer's card.
+func cardColumn(c *node.CardSummary) string {
+	if c == nil {
+		return "-"
+	}
+	s := Escape(c.Name, "")
+	if len(c.Intents) > 0 {
+		s += " (" + Escape(strings.Join(c.Intents, ","), "") + ")"
+	}
+	return s
+}

@@ -1,0 +1,54 @@
+package nodetext
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+// TestPeerTextEscaped: text a peer chose cannot put an escape sequence
+// or a line of its own on the terminal.
+func TestPeerTextEscaped(t *testing.T) {
+	var b bytes.Buffer
+	Message(&b, node.Message{Seq: 7, Kind: "message", From: "ed25519:k", Peer: "bob\x1b[2J", ID: "id1", Class: node.ClassNormal,
+		Body: "hi\n#8 fake line\r", TaskID: "t\x07", BroadcastID: "b1", Received: time.Unix(0, 0)})
+	Peers(&b, []node.Peer{{Name: "carol", PubKey: "ed25519:c", Addr: "uds:///x\x1b]0;pwned\x07"}})
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\x07\r") {
+		t.Fatalf("control characters reached the output:\n%q", out)
+	}
+	for _, want := range []string{"bob\\x1b[2J (ed25519:k)", "  hi\n  #8 fake line\\x0d", "  task t\\x07 broadcast b1\n", "[normal]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(line, "#") && !strings.HasPrefix(line, "#7 ") {
+			t.Errorf("a peer's text made a line of its own: %q", line)
+		}
+	}
+}
+
+func TestStatusPendingByClass(t *testing.T) {
+	var b bytes.Buffer
+	Status(&b, node.Status{Running: false, Pending: 3, Inbox: 5, PendingByClass: map[string]int{node.ClassSystem: 1, node.ClassNormal: 2, node.ClassUser: 0}})
+	if want := "inbox      5 (3 pending: 1 system, 2 normal)\n"; !strings.Contains(b.String(), want) {
+		t.Fatalf("status lacks %q:\n%s", want, b.String())
+	}
+	b.Reset()
+	Status(&b, node.Status{})
+	if want := "inbox      0 (0 pending)\n"; !strings.Contains(b.String(), want) {
+		t.Fatalf("empty status lacks %q:\n%s", want, b.String())
+	}
+}
+
+func TestTableAligns(t *testing.T) {
+	var b bytes.Buffer
+	err := Table(&b, "A\tBB", []int{1, 22}, func(i int) []any { return []any{i, "x"} })
+	if err != nil || b.String() != "A   BB\n1   x\n22  x\n" {
+		t.Fatalf("%v %q", err, b.String())
+	}
+}
