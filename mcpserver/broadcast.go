@@ -50,6 +50,7 @@ func (s *Server) addBroadcastTools() {
 		mcp.WithDescription("Mark a task completed and tell each of its participants (the peers you sent to or received from under its task_id) with a reliable request of intent meerkat.task_complete carrying the result. Their nodes mark the task completed, and their wait_task returns. Completing a completed task sends nothing (already: true)."),
 		mcp.WithString("task_id", mcp.Required(), mcp.Description("the task")),
 		mcp.WithAny("result", mcp.Description("any JSON value: what came of the task (default null)")),
+		idempotencyKeyArg,
 		mcp.WithOutputSchema[taskCompleteResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Complete task", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(true)}),
 	)
@@ -82,7 +83,7 @@ func checkBroadcastArgs(name string, a args) (handled bool, err error) {
 	case "broadcast":
 		_, err = parseBroadcast(a)
 	case "task_complete":
-		_, err = a.str("task_id", true)
+		_, _, err = parseTaskComplete(a)
 	case "list_tasks":
 		_, err = parseTaskQuery(a)
 	case "wait_task":
@@ -160,12 +161,21 @@ func (s *Server) broadcast(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	return result(broadcastResult{Broadcasted: res, Pending: s.pending(ctx)})
 }
 
+// parseTaskComplete reads task_complete's task_id and idempotency_key.
+func parseTaskComplete(a args) (id string, opts node.SendOptions, err error) {
+	if id, err = a.str("task_id", true); err != nil {
+		return
+	}
+	err = parseIdempotencyKey(a, &opts)
+	return
+}
+
 func (s *Server) taskComplete(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	id, err := args{req.GetArguments()}.str("task_id", true)
+	id, opts, err := parseTaskComplete(args{req.GetArguments()})
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.api.TaskComplete(ctx, id, rawJSON(req, "result"), node.SendOptions{})
+	res, err := s.api.TaskComplete(ctx, id, rawJSON(req, "result"), opts)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}

@@ -48,10 +48,10 @@ func (f *fakeNode) Broadcast(_ context.Context, a node.BroadcastArgs) (node.Broa
 	}}, nil
 }
 
-func (f *fakeNode) TaskComplete(_ context.Context, id string, result json.RawMessage, _ node.SendOptions) (node.TaskCompleted, error) {
+func (f *fakeNode) TaskComplete(_ context.Context, id string, result json.RawMessage, opts node.SendOptions) (node.TaskCompleted, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls().completes = append(f.calls().completes, id+" "+string(result))
+	f.calls().completes = append(f.calls().completes, id+" "+string(result)+opts.IdempotencyKey)
 	if id == "nope" {
 		return node.TaskCompleted{}, &node.Error{Code: node.CodeUnknownTask, Msg: "no task"}
 	}
@@ -95,7 +95,7 @@ func testBroadcastTools(t *testing.T, era string) {
 	if err != nil || res.IsError || out["task"].(map[string]any)["state"] != "completed" {
 		t.Fatalf("task_complete: %v %v %s", out, err, text(res))
 	}
-	res, _, err = call(t, c, "task_complete", map[string]any{"task_id": "nope"})
+	res, _, err = call(t, c, "task_complete", map[string]any{"task_id": "nope", "idempotency_key": "k-nope"})
 	if err != nil || !res.IsError || !strings.HasPrefix(text(res), "unknown_task: ") {
 		t.Fatalf("unknown task: %v %s", err, text(res))
 	}
@@ -124,6 +124,9 @@ func testBroadcastTools(t *testing.T, era string) {
 	}
 	if cs.completes[0] != `t1 {"n":12345678901234567}` {
 		t.Errorf("task_complete result %q: want the JSON as sent", cs.completes[0])
+	}
+	if !strings.HasSuffix(cs.completes[1], "k-nope") {
+		t.Errorf("task_complete %q: the idempotency key did not reach the node", cs.completes[1])
 	}
 	if !reflect.DeepEqual(cs.queries, []node.TaskQuery{{State: "open", Limit: 100}}) || cs.waits[0] != "t1 1.5s" {
 		t.Errorf("queries %+v, waits %v", cs.queries, cs.waits)

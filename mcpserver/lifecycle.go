@@ -31,6 +31,7 @@ func (s *Server) addLifecycleTools() {
 		mcp.WithDescription("Cancel an open request you sent: it becomes cancelled here and the peer's node is told (the peer's agent sees the cancellation on the request it holds). A response arriving later still shows in receive_messages; the request stays cancelled."),
 		mcp.WithString("request_id", mcp.Required(), mcp.Description("the id send_request returned")),
 		mcp.WithString("reason", mcp.Description(fmt.Sprintf("a short note for the peer (at most %d bytes)", node.MaxCancelNote))),
+		idempotencyKeyArg,
 		mcp.WithOutputSchema[cancelRequestResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Cancel request", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.cancelRequest)
@@ -57,11 +58,14 @@ func parseDeadline(a args) (time.Time, error) {
 	return d, nil
 }
 
-func parseCancelRequest(a args) (id, reason string, err error) {
+func parseCancelRequest(a args) (id, reason string, opts node.SendOptions, err error) {
 	if id, err = a.str("request_id", true); err != nil {
 		return
 	}
-	reason, err = a.str("reason", false)
+	if reason, err = a.str("reason", false); err != nil {
+		return
+	}
+	err = parseIdempotencyKey(a, &opts)
 	return
 }
 
@@ -89,11 +93,11 @@ func parseRequestQuery(a args) (node.RequestQuery, error) {
 }
 
 func (s *Server) cancelRequest(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	id, reason, err := parseCancelRequest(args{req.GetArguments()})
+	id, reason, opts, err := parseCancelRequest(args{req.GetArguments()})
 	if err != nil {
 		return nil, err
 	}
-	c, err := s.api.CancelRequest(ctx, id, reason)
+	c, err := s.api.CancelRequest(ctx, id, reason, opts)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
@@ -120,7 +124,7 @@ func (s *Server) listRequests(ctx context.Context, req mcp.CallToolRequest) (*mc
 func checkLifecycleArgs(name string, a args) (ok bool, err error) {
 	switch name {
 	case "cancel_request":
-		_, _, err = parseCancelRequest(a)
+		_, _, _, err = parseCancelRequest(a)
 	case "list_requests":
 		_, err = parseRequestQuery(a)
 	default:

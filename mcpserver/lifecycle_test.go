@@ -10,13 +10,14 @@ import (
 
 // The fake node's lifecycle: one open request "r-1"; cancelling it
 // answers as the node would, anything else is unknown.
-func (f *fakeNode) CancelRequest(_ context.Context, id, reason string) (node.Cancelled, error) {
+func (f *fakeNode) CancelRequest(_ context.Context, id, reason string, opts node.SendOptions) (node.Cancelled, error) {
 	if id != "r-1" {
 		return node.Cancelled{}, &node.Error{Code: node.CodeUnknownRequest, Msg: "this node sent no request " + id}
 	}
 	return node.Cancelled{
-		Request: node.SentRequest{ID: id, Peer: "bob", Intent: "build", State: node.RequestCancelled, Note: reason},
-		Cancel:  node.Sent{ID: "c-1", Peer: "bob", Delivery: node.DeliveryAcked},
+		Request:  node.SentRequest{ID: id, Peer: "bob", Intent: "build", State: node.RequestCancelled, Note: reason},
+		Cancel:   node.Sent{ID: "c-1", Peer: "bob", Delivery: node.DeliveryAcked},
+		Replayed: opts.IdempotencyKey == "used-before",
 	}, nil
 }
 
@@ -47,6 +48,11 @@ func testLifecycleTools(t *testing.T, era string) {
 	req, _ := out["request"].(map[string]any)
 	if req["state"] != "cancelled" || req["note"] != "not needed" || out["pending"] != float64(0) {
 		t.Fatalf("cancel_request result %v", out)
+	}
+	// The key reaches the node, whose replay shows in the result.
+	res, out, err = call(t, c, "cancel_request", map[string]any{"request_id": "r-1", "idempotency_key": "used-before"})
+	if err != nil || res.IsError || out["replayed"] != true {
+		t.Fatalf("cancel_request with a key used before: %v %v %s", out, err, text(res))
 	}
 	res, _, err = call(t, c, "cancel_request", map[string]any{"request_id": "r-9"})
 	if err != nil || !res.IsError || !contains(text(res), "unknown_request") {
@@ -94,6 +100,11 @@ func TestLifecycleArgsInvalid(t *testing.T) {
 		{"cancel_request", map[string]any{}, false},
 		{"cancel_request", map[string]any{"request_id": 5}, false},
 		{"cancel_request", map[string]any{"request_id": "r-1", "reason": 1}, false},
+		{"cancel_request", map[string]any{"request_id": "r-1", "idempotency_key": "cancel-1"}, true},
+		{"cancel_request", map[string]any{"request_id": "r-1", "idempotency_key": "a\nb"}, false},
+		{"cancel_request", map[string]any{"request_id": "r-1", "idempotency_key": 7}, false},
+		{"task_complete", map[string]any{"task_id": "t", "idempotency_key": "done-t"}, true},
+		{"task_complete", map[string]any{"task_id": "t", "idempotency_key": ""}, false},
 		{"list_requests", map[string]any{}, true},
 		{"list_requests", map[string]any{"states": []any{"open", "answered", "timed_out", "cancelled"}, "limit": float64(5)}, true},
 		{"list_requests", map[string]any{"states": []any{"done"}}, false},

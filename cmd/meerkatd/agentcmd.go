@@ -134,6 +134,7 @@ func runRequests(e *env, args []string) error {
 func runCancel(e *env, args []string) error {
 	flags, homeFlag, asJSON := e.newCmd("cancel", "")
 	reason := flags.String("reason", "", fmt.Sprintf("a short note for the peer (at most %d bytes)", node.MaxCancelNote))
+	idemKey := flags.String("idempotency-key", "", "make a retry safe: a cancel with a `KEY` used before prints the first one's result and does nothing")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
 		return err
@@ -142,7 +143,7 @@ func runCancel(e *env, args []string) error {
 		return fmt.Errorf("%w: want one request ID, got %d argument(s)", errUsage, len(pos))
 	}
 	c, err := call(e, *homeFlag, func(ctx context.Context, b node.API) (node.Cancelled, error) {
-		return b.CancelRequest(ctx, pos[0], *reason)
+		return b.CancelRequest(ctx, pos[0], *reason, node.SendOptions{IdempotencyKey: *idemKey})
 	})
 	if *asJSON {
 		return e.printPartial(c, err == nil || c.Request.ID != "", err)
@@ -150,6 +151,7 @@ func runCancel(e *env, args []string) error {
 	if err != nil && c.Request.ID == "" {
 		return err
 	}
+	e.noteReplayed(c.Replayed, "cancel")
 	fmt.Fprintf(e.stdout, "%s cancelled; %s told (cancel %s, %s)\n", c.Request.ID, nodetext.Who(c.Request.Peer, c.Request.PubKey), c.Cancel.ID, c.Cancel.Delivery)
 	return err
 }

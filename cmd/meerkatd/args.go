@@ -197,6 +197,14 @@ type shown struct{ error }
 
 func (s shown) Unwrap() error { return s.error }
 
+// noteReplayed says on stderr that a call with an idempotency key used
+// before printed the first call's result (what: the call's name).
+func (e *env) noteReplayed(replayed bool, what string) {
+	if replayed {
+		fmt.Fprintf(e.stderr, "replayed: the first %s with this idempotency key; nothing sent again\n", what)
+	}
+}
+
 // printPartial prints, with --json, the outcome of a call that may give
 // a result and an error together (a send queued after a failed attempt,
 // a broadcast with a failed copy): the result if ok (there is one), else

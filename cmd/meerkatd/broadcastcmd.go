@@ -44,9 +44,7 @@ func runBroadcast(e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if res.Replayed {
-			fmt.Fprintln(e.stderr, "replayed: the first broadcast with this idempotency key; nothing sent again")
-		}
+		e.noteReplayed(res.Replayed, "broadcast")
 		fmt.Fprintln(e.stdout, res.ID)
 		if err := nodetext.Broadcast(e.stdout, res); err != nil {
 			return err
@@ -78,6 +76,7 @@ func runTask(e *env, args []string) error {
 	flags, homeFlag, asJSON := e.newCmd("task "+sub, "")
 	wait := flags.Duration("wait", 0, "wait: wait this `long` (30s, 5m; at most 10m) for the completion")
 	state := flags.String("state", "", "list: only tasks in `state` (open, completed)")
+	idemKey := flags.String("idempotency-key", "", "complete: make a retry safe: a completion with a `KEY` used before prints the first one's result and sends nothing")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
 		return err
@@ -89,8 +88,8 @@ func runTask(e *env, args []string) error {
 	if len(pos) < ar[0] || len(pos) > ar[1] {
 		return fmt.Errorf("%w: wrong number of arguments for task %s (see meerkatd help task)", errUsage, sub)
 	}
-	if *wait < 0 || *wait > 0 && sub != "wait" {
-		return fmt.Errorf("%w: --wait applies to task wait and must be positive", errUsage)
+	if *wait < 0 || *wait > 0 && sub != "wait" || *idemKey != "" && sub != "complete" {
+		return fmt.Errorf("%w: --wait applies to task wait and must be positive; --idempotency-key to task complete", errUsage)
 	}
 	var result json.RawMessage
 	if sub == "complete" && len(pos) == 2 {
@@ -117,9 +116,10 @@ func runTask(e *env, args []string) error {
 			out = ts
 		case "complete":
 			var res node.TaskCompleted
-			res, err = b.TaskComplete(ctx, pos[0], result, node.SendOptions{})
+			res, err = b.TaskComplete(ctx, pos[0], result, node.SendOptions{IdempotencyKey: *idemKey})
 			out, task = res, &res.Task
 			if err == nil && !*asJSON {
+				e.noteReplayed(res.Replayed, "completion")
 				if res.Already {
 					fmt.Fprintf(e.stderr, "task %s was already completed: its result stays, nothing sent\n", safeLine(pos[0]))
 				}

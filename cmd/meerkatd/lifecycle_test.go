@@ -20,6 +20,11 @@ type lifecycleItem struct {
 	Status    string     `json:"status"`
 	RequestID string     `json:"request_id"`
 	Deadline  *time.Time `json:"deadline"`
+	Class     string     `json:"class"`
+	Notice    *struct {
+		Event string `json:"event"`
+		ID    string `json:"id"`
+	} `json:"notice"`
 	Cancelled *struct {
 		At     time.Time `json:"at"`
 		Reason string    `json:"reason"`
@@ -57,6 +62,18 @@ func (n *testNode) held(id string) *lifecycleItem {
 	return nil
 }
 
+// notice reports whether n's inbox holds a system notice of event about
+// the envelope or request id.
+func (n *testNode) notice(event, id string) bool {
+	n.t.Helper()
+	for _, it := range n.lifecycleInbox() {
+		if it.Class == "system" && it.Notice != nil && it.Notice.Event == event && it.Notice.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 func (n *testNode) sentRequest(id string) sentRequestJSON {
 	n.t.Helper()
 	var rs []sentRequestJSON
@@ -89,6 +106,9 @@ func TestRequestLifecycleDaemons(t *testing.T) {
 	if c := bob.held(sent.ID).Cancelled; c.Reason != "deadline" || c.At.IsZero() {
 		t.Fatalf("bob's item: %+v", c)
 	}
+	// Each agent is told by a system notice.
+	waitUntil(t, "alice's notice of the timeout", func() bool { return alice.notice("request_timed_out", sent.ID) })
+	waitUntil(t, "bob's notice of the cancellation", func() bool { return bob.notice("request_cancelled", sent.ID) })
 	// Answering it is still allowed; alice gets the answer, the state stays.
 	var resp cliSend
 	bob.okJSON(&resp, "send", "response", "alice", sent.ID, "completed", `"late"`, "--json")
@@ -121,6 +141,7 @@ func TestRequestLifecycleDaemons(t *testing.T) {
 	if h := bob.held(sent2.ID).Cancelled; h.Reason != "cancelled" || h.Note != "not needed any more" {
 		t.Fatalf("bob's item: %+v", h)
 	}
+	waitUntil(t, "bob's notice of the cancel", func() bool { return bob.notice("request_cancelled", sent2.ID) })
 	if out := bob.ok("inbox"); !strings.Contains(out, "cancelled by the sender (cancelled)") || !strings.Contains(out, "not needed any more") {
 		t.Fatalf("bob's inbox text lacks the cancellation:\n%s", out)
 	}
@@ -131,12 +152,27 @@ func TestRequestLifecycleDaemons(t *testing.T) {
 		t.Fatalf("requests --state cancelled:\n%s", out)
 	}
 
+	// Once alice knows bob runs meerkatd (his verified card says so), the
+	// deadline travels with the request: bob's agent sees it before it
+	// passes.
+	alice.ok("card", "fetch", "bob")
+	var sent3 cliSend
+	alice.okJSON(&sent3, "send", "request", "bob", "review", "--deadline", "10m", "--json")
+	waitUntil(t, "bob holds the third request", func() bool { return bob.held(sent3.ID) != nil })
+	if d := bob.held(sent3.ID).Deadline; d == nil || time.Until(*d) < 5*time.Minute || time.Until(*d) > 10*time.Minute {
+		t.Fatalf("bob's item shows deadline %v, want about 10 minutes from now", d)
+	}
+	if out := bob.ok("inbox"); !strings.Contains(out, "  deadline ") {
+		t.Fatalf("bob's inbox text lacks the deadline:\n%s", out)
+	}
+	alice.ok("cancel", sent3.ID)
+
 	// Accepted is progress: send --wait prints it and waits on for the
 	// final response; the request stays open meanwhile.
 	done := make(chan result, 1)
 	go func() { done <- alice.run("send", "request", "bob", "work", "--wait", "60s", "--json") }()
 	var id string
-	waitUntil(t, "bob holds the third request", func() bool {
+	waitUntil(t, "bob holds the fourth request", func() bool {
 		for _, it := range bob.lifecycleInbox() {
 			if it.Intent == "work" {
 				id = it.ID

@@ -143,6 +143,10 @@ func TestLoopGuardStopsInstantAgents(t *testing.T) {
 			t.Fatalf("%s: release lists %q", c.n.name, out)
 		}
 	}
+	// Each agent is told by a system notice, read before anything else.
+	for _, n := range []*testNode{alice, bob} {
+		waitUntil(t, n.name+"'s loop_guard notice", func() bool { return n.notice("loop_guard", "") })
+	}
 	if out := bob.ok("status"); !strings.Contains(out, "held       alice: loop guard, 5 fast replies in a row, until ") {
 		t.Fatalf("status does not show the hold:\n%s", out)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -152,16 +153,11 @@ func (e *env) pairAccept(h *node.Home, pos []string, local bool, name string, re
 		if err != nil {
 			return err
 		}
-		a, err := node.FindLocal(dir, h, pos[0])
-		if err != nil {
+		var theirs string
+		if line, theirs, err = node.AcceptLocalLine(dir, h, pos[0]); err != nil {
 			return err
 		}
-		if line, err = node.WaitLocalOffer(dir, a, node.LocalOfferWait); err != nil {
-			return err
-		}
-		if name == "" {
-			name = a.Name
-		}
+		name = cmp.Or(name, theirs)
 	}
 	if _, err := pair.ParseLine(line); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, strings.TrimPrefix(err.Error(), "pair: "))

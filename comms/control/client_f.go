@@ -7,8 +7,8 @@ import (
 )
 
 // CancelRequest implements node.API.
-func (c *Client) CancelRequest(ctx context.Context, requestID, reason string) (r node.Cancelled, err error) {
-	err = c.call(ctx, OpCancelRequest, CancelRequestArgs{RequestID: requestID, Reason: reason}, &r)
+func (c *Client) CancelRequest(ctx context.Context, requestID, reason string, opts node.SendOptions) (r node.Cancelled, err error) {
+	err = c.call(ctx, OpCancelRequest, CancelRequestArgs{RequestID: requestID, Reason: reason, Options: opts}, &r)
 	return r, err
 }
 
@@ -19,8 +19,8 @@ func (c *Client) Requests(ctx context.Context, q node.RequestQuery) (rs []node.S
 }
 
 // CancelRequest implements node.API.
-func (s *Session) CancelRequest(ctx context.Context, requestID, reason string) (node.Cancelled, error) {
-	return do(s, ctx, func(a node.API) (node.Cancelled, error) { return a.CancelRequest(ctx, requestID, reason) })
+func (s *Session) CancelRequest(ctx context.Context, requestID, reason string, opts node.SendOptions) (node.Cancelled, error) {
+	return do(s, ctx, func(a node.API) (node.Cancelled, error) { return a.CancelRequest(ctx, requestID, reason, opts) })
 }
 
 // Requests implements node.API.

@@ -68,8 +68,9 @@ const (
 
 // CancelRequestArgs are the arguments of OpCancelRequest.
 type CancelRequestArgs struct {
-	RequestID string `json:"request_id"`
-	Reason    string `json:"reason,omitempty"`
+	RequestID string           `json:"request_id"`
+	Reason    string           `json:"reason,omitempty"`
+	Options   node.SendOptions `json:"options"`
 }
 
 // Request is one control request.

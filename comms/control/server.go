@@ -380,7 +380,7 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 	case OpCancelRequest: // slice F
 		var a CancelRequestArgs
 		if err = args(req, &a); err == nil {
-			result, err = s.api.CancelRequest(ctx, a.RequestID, a.Reason)
+			result, err = s.api.CancelRequest(ctx, a.RequestID, a.Reason, a.Options)
 		}
 	case OpRequests: // slice F
 		var q node.RequestQuery

@@ -265,5 +265,17 @@ func WaitLocalOffer(dir string, a Announcement, bound time.Duration) (string, er
 	}
 }
 
+// AcceptLocalLine is the pairing line the local node ref (a name, key or
+// UUID among the nodes announced in dir) left for h, waited for up to
+// LocalOfferWait, and the node's announced name.
+func AcceptLocalLine(dir string, h *Home, ref string) (line, name string, err error) {
+	a, err := FindLocal(dir, h, ref)
+	if err != nil {
+		return "", "", err
+	}
+	line, err = WaitLocalOffer(dir, a, LocalOfferWait)
+	return line, a.Name, err
+}
+
 // LocalOfferTTL bounds a local offer: the other node picks it up at once.
 const LocalOfferTTL = time.Minute

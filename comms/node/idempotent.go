@@ -217,6 +217,25 @@ func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts S
 	return s, nil
 }
 
+// idempotentResult is idempotentKeep for an operation with a result of
+// type T: the first call returns fn's own result and error, a replay the
+// result kept, decoded.
+func idempotentResult[T any](n *Node, ctx context.Context, key, op string, args any, fn func() (T, bool, error)) (v T, replayed bool, err error) {
+	var first T
+	raw, replayed, err := n.idempotentKeep(ctx, key, op, args, func() (any, bool, error) {
+		v, keep, err := fn()
+		first = v
+		return v, keep, err
+	})
+	if !replayed {
+		return first, false, err
+	}
+	if uerr := json.Unmarshal(raw, &v); uerr != nil {
+		return v, false, errorf(CodeInternal, "the stored result of idempotency key %q does not decode: %v", key, uerr)
+	}
+	return v, true, nil
+}
+
 // idempotentSpaceSend runs SpaceSend under m.IdempotencyKey: once any
 // copy was sent, a retry with the key returns the first SpaceSent
 // (nothing is sent again).

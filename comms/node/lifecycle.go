@@ -24,7 +24,9 @@ type LifecycleAPI interface {
 	// cancelled here and the peer is told with a meerkat.cancel request
 	// (reliable). reason is an optional note for the peer, at most
 	// MaxCancelNote bytes. It needs the running node.
-	CancelRequest(ctx context.Context, requestID, reason string) (Cancelled, error)
+	// opts may carry an IdempotencyKey (nothing else): a retry with it
+	// returns the first call's result.
+	CancelRequest(ctx context.Context, requestID, reason string, opts SendOptions) (Cancelled, error)
 	// Requests lists the requests this node sent, newest first, with
 	// their states. It needs the running node.
 	Requests(ctx context.Context, q RequestQuery) ([]SentRequest, error)
@@ -113,6 +115,9 @@ type RequestQuery struct {
 type Cancelled struct {
 	Request SentRequest `json:"request"`
 	Cancel  Sent        `json:"cancel"`
+	// Replayed is true when an idempotency key used before returned the
+	// first call's result: nothing was done again.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // Cancellation is shown on a held request its sender cancelled
@@ -597,7 +602,26 @@ func (n *Node) noLifecycle() error {
 }
 
 // CancelRequest implements [API].
-func (n *Node) CancelRequest(ctx context.Context, requestID, reason string) (Cancelled, error) {
+func (n *Node) CancelRequest(ctx context.Context, requestID, reason string, opts SendOptions) (Cancelled, error) {
+	key := opts.IdempotencyKey
+	if opts.IdempotencyKey = ""; opts != (SendOptions{}) {
+		return Cancelled{}, errorf(CodeBadArgument, "cancel_request takes no send options but an idempotency key")
+	}
+	if key == "" {
+		return n.cancelRequest(ctx, requestID, reason)
+	}
+	// Kept once the request is cancelled here, also if telling the peer
+	// failed: a retry must not find it "not open".
+	args := struct{ RequestID, Reason string }{requestID, reason}
+	c, replayed, err := idempotentResult(n, ctx, key, "cancel_request", args, func() (Cancelled, bool, error) {
+		c, err := n.cancelRequest(ctx, requestID, reason)
+		return c, c.Request.ID != "", err
+	})
+	c.Replayed = replayed
+	return c, err
+}
+
+func (n *Node) cancelRequest(ctx context.Context, requestID, reason string) (Cancelled, error) {
 	if n.closing() {
 		return Cancelled{}, Coded(ErrClosed)
 	}

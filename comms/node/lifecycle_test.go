@@ -191,11 +191,11 @@ func TestCancelRequest(t *testing.T) {
 		{"reason too long", sent.ID, strings.Repeat("x", MaxCancelNote+1), CodeBadArgument},
 		{"reason not UTF-8", sent.ID, "\xff", CodeBadArgument},
 	} {
-		if _, err := alice.CancelRequest(ctx, tc.id, tc.reason); CodeOf(err) != tc.code {
+		if _, err := alice.CancelRequest(ctx, tc.id, tc.reason, SendOptions{}); CodeOf(err) != tc.code {
 			t.Errorf("%s: %v, want code %s", tc.name, err, tc.code)
 		}
 	}
-	c, err := alice.CancelRequest(ctx, sent.ID, "not needed any more")
+	c, err := alice.CancelRequest(ctx, sent.ID, "not needed any more", SendOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,11 +209,11 @@ func TestCancelRequest(t *testing.T) {
 	if h := heldRequest(t, bob, sent.ID); h.Cancelled.Reason != CancelReasonCancelled || h.Cancelled.Note != "not needed any more" || h.Deadline != nil {
 		t.Fatalf("held: %+v %+v", h, h.Cancelled)
 	}
-	if _, err := alice.CancelRequest(ctx, sent.ID, ""); CodeOf(err) != CodeBadArgument {
+	if _, err := alice.CancelRequest(ctx, sent.ID, "", SendOptions{}); CodeOf(err) != CodeBadArgument {
 		t.Fatalf("second cancel: %v", err)
 	}
 	// A request bob received is not bob's to cancel.
-	if _, err := bob.CancelRequest(ctx, sent.ID, ""); CodeOf(err) != CodeUnknownRequest {
+	if _, err := bob.CancelRequest(ctx, sent.ID, "", SendOptions{}); CodeOf(err) != CodeUnknownRequest {
 		t.Fatalf("cancel by the holder: %v", err)
 	}
 	// Answered requests cannot be cancelled either.
@@ -226,7 +226,7 @@ func TestCancelRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, "answered", func() bool { return requestState(t, alice, sent2.ID).State == RequestAnswered })
-	if _, err := alice.CancelRequest(ctx, sent2.ID, ""); CodeOf(err) != CodeBadArgument {
+	if _, err := alice.CancelRequest(ctx, sent2.ID, "", SendOptions{}); CodeOf(err) != CodeBadArgument {
 		t.Fatalf("cancel of an answered request: %v", err)
 	}
 	rs, err := alice.Requests(ctx, RequestQuery{States: []string{RequestCancelled}})
@@ -380,7 +380,7 @@ func TestRequestLifecycleArguments(t *testing.T) {
 	if _, err := c.Requests(ctx, RequestQuery{}); CodeOf(err) != CodeNoDaemon {
 		t.Errorf("Requests without the daemon: %v", err)
 	}
-	if _, err := c.CancelRequest(ctx, identity.NewUUID().String(), ""); CodeOf(err) != CodeNoDaemon {
+	if _, err := c.CancelRequest(ctx, identity.NewUUID().String(), "", SendOptions{}); CodeOf(err) != CodeNoDaemon {
 		t.Errorf("CancelRequest without the daemon: %v", err)
 	}
 }
@@ -501,4 +501,49 @@ func TestDeadlineAcrossRestart(t *testing.T) {
 		o, err := n.Outbox(context.Background())
 		return err == nil && len(o.Entries) == 2 && o.Entries[1].Kind == wire.TypeRequest
 	})
+}
+
+// A cancel retried with its idempotency key returns the first result and
+// does nothing again (without a key the retry fails: not open); the key
+// with another request or reason is a conflict, send options are refused.
+func TestCancelRequestIdempotent(t *testing.T) {
+	alice, bob := pairedNodes(t, true)
+	ctx := context.Background()
+	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := SendOptions{IdempotencyKey: "cancel-build"}
+	if _, err := alice.CancelRequest(ctx, sent.ID, "", SendOptions{IdempotencyKey: "k", Reliable: true}); CodeOf(err) != CodeBadArgument {
+		t.Fatalf("send options on a cancel: %v", err)
+	}
+	first, err := alice.CancelRequest(ctx, sent.ID, "done elsewhere", key)
+	if err != nil || first.Replayed || first.Request.State != RequestCancelled || first.Cancel.Delivery != DeliveryAcked {
+		t.Fatalf("first cancel: %+v, %v", first, err)
+	}
+	again, err := alice.CancelRequest(ctx, sent.ID, "done elsewhere", key)
+	if err != nil || !again.Replayed || again.Cancel.ID != first.Cancel.ID || again.Request.ID != sent.ID {
+		t.Fatalf("retried cancel: %+v, %v: want the first result replayed", again, err)
+	}
+	if _, err := alice.CancelRequest(ctx, sent.ID, "another reason", key); CodeOf(err) != CodeIdempotencyConflict {
+		t.Fatalf("the key with another reason: %v", err)
+	}
+	if _, err := alice.CancelRequest(ctx, sent.ID, "done elsewhere", SendOptions{}); CodeOf(err) != CodeBadArgument {
+		t.Fatalf("a retry without the key: %v, want bad_argument (not open)", err)
+	}
+	// bob's node was told once: one cancel arrived for the request.
+	waitFor(t, 20*time.Second, "bob sees the cancellation", func() bool {
+		m := heldRequest(t, bob, sent.ID)
+		return m != nil && m.Cancelled != nil
+	})
+	st, err := alice.SentList(ctx, SentQuery{Peer: "bob"})
+	cancels := 0
+	for _, s := range st {
+		if s.Intent == IntentCancel {
+			cancels++
+		}
+	}
+	if err != nil || cancels != 1 {
+		t.Fatalf("alice's sends: %d cancel requests (%v), want 1: %+v", cancels, err, st)
+	}
 }

@@ -443,3 +443,51 @@ func FuzzLoopGuard(f *testing.F) {
 		}
 	})
 }
+
+// At the default settings, a person's pace is never held: a long
+// conversation whose replies come a few seconds after each message
+// (people read, then type), with quick answers now and then. Agents that
+// answer at once are held after the default number of fast replies.
+func TestLoopGuardDefaults(t *testing.T) {
+	c := config.Default()
+	max, fast, hold := c.Agent.LoopMaxExchanges, c.Agent.LoopFast(), c.Agent.LoopHold()
+	if max != config.DefaultLoopMaxExchanges || fast != config.DefaultLoopFastMS*time.Millisecond {
+		t.Fatalf("defaults: max %d, fast %v", max, fast)
+	}
+	kp, _ := identity.GenerateKeypair()
+	peer := kp.ID()
+
+	clock := newGuardClock()
+	g := newLoopGuard(max, fast, hold, clock.now)
+	// 1,000 replies; every fifth answers within a second ("ok", "thanks"),
+	// the others take 4 to 30 seconds.
+	for i := range 1000 {
+		g.received(peer, "bob")
+		d := fast + time.Duration(1+i%27)*time.Second
+		if i%5 == 0 {
+			d = 800 * time.Millisecond
+		}
+		clock.advance(d)
+		if _, err := g.send(peer, "bob"); err != nil {
+			t.Fatalf("reply %d, %v after the message: held: %v", i+1, d, err)
+		}
+		clock.advance(2 * time.Second) // the other side reads and answers
+	}
+
+	clock = newGuardClock()
+	g = newLoopGuard(max, fast, hold, clock.now)
+	for i := 1; ; i++ {
+		g.received(peer, "bob")
+		clock.advance(50 * time.Millisecond)
+		tripped, err := g.send(peer, "bob")
+		if err != nil {
+			if i != max+1 {
+				t.Fatalf("instant replies held at reply %d, want %d", i, max+1)
+			}
+			break
+		}
+		if (tripped != nil) != (i == max) {
+			t.Fatalf("reply %d: tripped %v", i, tripped != nil)
+		}
+	}
+}

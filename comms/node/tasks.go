@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -95,6 +96,9 @@ type TaskCompleted struct {
 	Already bool `json:"already,omitempty"`
 	// Copies are the meerkat.task_complete requests, one per participant.
 	Copies []BroadcastCopy `json:"copies"`
+	// Replayed is true when an idempotency key used before returned the
+	// first call's result: nothing was sent again.
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // TaskWaited is what WaitTask returns.
@@ -464,6 +468,29 @@ func (n *Node) WaitTask(ctx context.Context, taskID string, wait time.Duration) 
 
 // TaskComplete implements [API].
 func (n *Node) TaskComplete(ctx context.Context, taskID string, result json.RawMessage, opts SendOptions) (TaskCompleted, error) {
+	if opts.IdempotencyKey == "" {
+		return n.taskComplete(ctx, taskID, result, opts)
+	}
+	key := opts.IdempotencyKey
+	opts.IdempotencyKey = ""
+	var compact bytes.Buffer
+	if json.Compact(&compact, result) == nil {
+		result = compact.Bytes() // the same JSON however it is spaced
+	}
+	args := struct {
+		TaskID string
+		Result json.RawMessage
+		TTL    time.Duration
+	}{taskID, result, opts.TTL}
+	t, replayed, err := idempotentResult(n, ctx, key, "task_complete", args, func() (TaskCompleted, bool, error) {
+		t, err := n.taskComplete(ctx, taskID, result, opts)
+		return t, t.Task.ID != "", err
+	})
+	t.Replayed = replayed
+	return t, err
+}
+
+func (n *Node) taskComplete(ctx context.Context, taskID string, result json.RawMessage, opts SendOptions) (TaskCompleted, error) {
 	if n.closing() {
 		return TaskCompleted{}, Coded(ErrClosed)
 	}

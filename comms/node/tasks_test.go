@@ -309,6 +309,27 @@ func TestTaskLifecycle(t *testing.T) {
 	if _, err := alice.Tasks(ctx, TaskQuery{State: "done"}); CodeOf(err) != CodeBadArgument {
 		t.Fatalf("bad state filter: %v", err)
 	}
+	// A completion retried with its idempotency key replays the first
+	// result, where a retry without one says "already".
+	keyed, err := bob.TaskComplete(ctx, "build-8", nil, SendOptions{IdempotencyKey: "finish-8"})
+	if CodeOf(err) != CodeUnknownTask || keyed.Replayed {
+		t.Fatalf("keyed completion of an unknown task: %+v, %v", keyed, err)
+	}
+	if _, err := alice.SendMessage(ctx, "bob", "next", SendOptions{TaskID: "build-8"}); err != nil {
+		t.Fatal(err)
+	}
+	waitPeerItems(t, bob, 2)
+	first, err := bob.TaskComplete(ctx, "build-8", json.RawMessage(`{"ok": true}`), SendOptions{IdempotencyKey: "finish-8"})
+	if err != nil || first.Replayed || first.Already || len(first.Copies) != 1 {
+		t.Fatalf("keyed completion: %+v, %v", first, err)
+	}
+	replay, err := bob.TaskComplete(ctx, "build-8", json.RawMessage(`{"ok":true}`), SendOptions{IdempotencyKey: "finish-8"})
+	if err != nil || !replay.Replayed || replay.Already || len(replay.Copies) != 1 || replay.Copies[0].ID != first.Copies[0].ID {
+		t.Fatalf("retried completion: %+v, %v: want the first result replayed", replay, err)
+	}
+	if _, err := bob.TaskComplete(ctx, "build-8", json.RawMessage(`{"ok":false}`), SendOptions{IdempotencyKey: "finish-8"}); CodeOf(err) != CodeIdempotencyConflict {
+		t.Fatalf("the key with another result: %v", err)
+	}
 	for _, bad := range []string{"", "a\nb", strings.Repeat("x", 200)} {
 		if _, err := alice.SendMessage(ctx, "bob", "hi", SendOptions{TaskID: bad}); bad != "" && CodeOf(err) != CodeBadArgument {
 			t.Errorf("task id %q: %v", bad, err)
