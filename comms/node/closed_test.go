@@ -34,8 +34,11 @@ func TestCallsAfterClose(t *testing.T) {
 		"PairOffer":        func() error { _, err := n.PairOffer(ctx, PairOptions{}); return err },
 		"PairWait":         func() error { _, err := n.PairWait(ctx, "x"); return err },
 		"PairAccept":       func() error { _, err := n.PairAccept(ctx, "meerkat-pair/1 x y", ""); return err },
-		"CancelRequest":    func() error { _, err := n.CancelRequest(ctx, "00000000-0000-0000-0000-000000000001", "", SendOptions{}); return err },
-		"Requests":         func() error { _, err := n.Requests(ctx, RequestQuery{}); return err },
+		"CancelRequest": func() error {
+			_, err := n.CancelRequest(ctx, "00000000-0000-0000-0000-000000000001", "", SendOptions{})
+			return err
+		},
+		"Requests": func() error { _, err := n.Requests(ctx, RequestQuery{}); return err },
 	}
 	for name, f := range calls {
 		if err := f(); CodeOf(err) != CodeUnavailable {
