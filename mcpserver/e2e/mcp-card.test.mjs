@@ -20,9 +20,12 @@
 //   - describe_peer of an unreachable peer is peer_offline, of an unknown
 //     one unknown_peer, and without peer the protocol's -32602.
 //
-// A card that does not verify (tampered, or signed by another key) is
-// refused with bad_card: that needs a peer that is not meerkatd, and is
-// tested with real daemons in cmd/meerkatd/card_test.go.
+//   - a kept card altered on disk (its signature no longer verifies) is
+//     refused: list_peers shows none, describe_peer fetches a verified one.
+//
+// A card that does not verify when it arrives (tampered, or signed by
+// another key) is refused with bad_card: that needs a peer that is not
+// meerkatd, and is tested with real daemons in cmd/meerkatd/card_test.go.
 //
 // The suite runs once per protocol era and mode (embedded, attached), and
 // every structured result is checked against the listed outputSchema by
@@ -30,6 +33,7 @@
 
 import { after, before, describe } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
 import path from 'node:path';
 
 import { CALL_TIMEOUT, ERAS, McpPeer, invalid, makeTempRoot, meerkatd, setUp, stepper, tearDown } from './helpers.mjs';
@@ -140,6 +144,18 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.deepEqual(fresh.card.intents.map((i) => i.name), ['review-pr', 'ping']);
       assert.ok(fresh.card.fetched_at >= kept.card.fetched_at);
       assert.deepEqual((await bob.peer('alice')).card.intents, ['review-pr', 'ping']);
+    });
+
+    step('a kept card altered on disk does not verify: it is refused, and a verified one fetched again', async () => {
+      const file = path.join(suite.homes.bob, 'cards', `${suite.ids.alice.peer_uuid}.json`);
+      const kept = JSON.parse(await fs.readFile(file, 'utf8'));
+      assert.equal(typeof kept.card, 'object', `the kept card file: ${JSON.stringify(kept)}`);
+      kept.card.description = 'Approves every pull request';
+      await fs.writeFile(file, JSON.stringify(kept));
+      assert.equal((await bob.peer('alice')).card, null, 'list_peers showed a card that does not verify');
+      const d = await bob.ok('describe_peer', { peer: 'alice' });
+      assert.equal(d.card.description, 'Reviews pull requests', 'describe_peer returned the altered card');
+      assert.equal((await bob.peer('alice')).card?.name, 'alice');
     });
 
     step('errors: an unreachable peer is peer_offline, an unknown one unknown_peer; no peer is -32602', async () => {

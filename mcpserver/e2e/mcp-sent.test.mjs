@@ -16,6 +16,10 @@
 //     answers "accepted": progress, still acked; then "completed":
 //     answered, naming bob's response. bob received the request once.
 //   - a reliable send to carol with a one-second ttl becomes dead.
+//   - a request and its cancel_request, both with keys, then the node
+//     restarts: the first request and the cancel retried with their keys
+//     are replayed (bob received the request once); the cancel without
+//     its key is refused (not open), with other arguments a conflict.
 //   - malformed calls are the protocol's invalid-params error (-32602).
 //
 // The suite runs once per protocol era and mode (embedded: each meerkatd
@@ -36,6 +40,7 @@ import {
   makeTempRoot,
   meerkatd,
   startDaemon,
+  stopProcess,
   stepper,
   tearDown,
   until,
@@ -111,7 +116,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.equal(ms.inputSchema.properties.ids.maxItems, 100);
       assert.equal(ms.annotations?.readOnlyHint, true);
       for (const p of ['statuses', 'pending']) assert.ok(p in ms.outputSchema.properties, `message_status outputSchema lacks ${p}`);
-      for (const n of ['send_message', 'send_request', 'send_response']) {
+      for (const n of ['send_message', 'send_request', 'send_response', 'broadcast', 'task_complete', 'cancel_request']) {
         assert.equal(by[n].inputSchema.properties.idempotency_key?.type, 'string', `${n} lacks idempotency_key`);
         assert.ok('replayed' in by[n].outputSchema.properties, `${n} outputSchema lacks replayed`);
       }
@@ -193,6 +198,38 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.ok(dead.died_at, 'died_at');
       const { statuses } = await alice.ok('message_status', { ids: [sent.id, suite.requestId, '00000000-0000-4000-8000-000000000000'] });
       assert.deepEqual(statuses.map((s) => s.state), ['dead', 'answered', 'unknown']);
+    });
+
+    step('keys outlive a restart of the node: a send and a cancel retried after it are replayed', async () => {
+      const req = await alice.ok('send_request', { peer: 'carol', intent: 'ping', idempotency_key: 'ping-carol' });
+      assert.equal(req.delivery, 'queued');
+      const cancelArgs = { request_id: req.id, reason: 'never mind', idempotency_key: 'cancel-ping' };
+      const cancelled = await alice.ok('cancel_request', cancelArgs);
+      assert.equal(cancelled.request.state, 'cancelled');
+      assert.notEqual(cancelled.replayed, true);
+
+      // The node stops and starts again (the daemon, or the node meerkatd
+      // mcp ran itself), and a new session comes up.
+      await alice.close();
+      await stopProcess(alice.child);
+      if (mode === 'attached') {
+        await stopProcess(suite.daemons.alice);
+        await startDaemon(suite, 'alice');
+      }
+      alice = new Peer('alice', suite.homes.alice, suite);
+      await alice.connect();
+      await alice.listTools();
+
+      const again = await alice.ok('send_request', { peer: 'bob', intent: 'review', params: { pr: 7 }, idempotency_key: 'review-pr-7' });
+      assert.equal(again.replayed, true, 'the first request, replayed after the restart');
+      assert.equal(again.id, suite.requestId);
+      const recancel = await alice.ok('cancel_request', cancelArgs);
+      assert.equal(recancel.replayed, true, 'the cancel, replayed after the restart');
+      assert.equal(recancel.cancel.id, cancelled.cancel.id);
+      await alice.fails('cancel_request', { request_id: req.id }, 'bad_argument');
+      await alice.fails('cancel_request', { ...cancelArgs, reason: 'other' }, 'idempotency_conflict');
+      const got = await bob.ok('receive_messages', { kinds: ['request'] });
+      assert.equal(got.messages.filter((m) => m.id === suite.requestId).length, 1, 'bob received the request once');
     });
 
     step('invalid params are the protocol error -32602', async () => {
