@@ -143,8 +143,10 @@ func processCPU() time.Duration {
 }
 
 // BenchmarkSearch10k searches a 10,000-item history (95% acknowledged,
-// texts of 40 words drawn from 2,000) for a word present in five items,
-// a page of 20 hits with snippets.
+// texts of 40 words drawn from 2,000) for pages of 20 hits with snippets:
+// a word present in five items; a common word (in about 200 items), its
+// first page and the next one (the cursor); and a prefix matching most
+// items.
 func BenchmarkSearch10k(b *testing.B) {
 	s, _ := openStore(b, Options{MaxItems: 20000, HistoryMaxBytes: -1, SearchText: payloadText})
 	ctx := context.Background()
@@ -175,21 +177,36 @@ func BenchmarkSearch10k(b *testing.B) {
 	if n, err := s.Ack(seqs...); err != nil || n != len(seqs) {
 		b.Fatalf("ack: %d, %v", n, err)
 	}
-	terms, err := ParseSearch("needle")
-	if err != nil {
-		b.Fatal(err)
+	search := func(b *testing.B, query string, before uint64, want int) []Hit {
+		terms, err := ParseSearch(query)
+		if err != nil {
+			b.Fatal(err)
+		}
+		hits, err := s.Search(ctx, Search{Terms: terms, Limit: 20, Before: before})
+		if err != nil || len(hits) != want {
+			b.Fatalf("%q before %d: %d hits, %v; want %d", query, before, len(hits), err, want)
+		}
+		return hits
 	}
 	// The first search catches the index up (what the committer did not
 	// index in the background yet): setup, not what is measured.
-	if _, err := s.Search(ctx, Search{Terms: terms, Limit: 20}); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		hits, err := s.Search(ctx, Search{Terms: terms, Limit: 20})
-		if err != nil || len(hits) != 5 {
-			b.Fatalf("%d hits, %v", len(hits), err)
-		}
+	search(b, "needle", 0, 5)
+	page1 := search(b, "w7", 0, 20)
+	for _, c := range []struct {
+		name, query string
+		before      uint64
+		want        int
+	}{
+		{"rare", "needle", 0, 5},
+		{"common", "w7", 0, 20},
+		{"common_page2", "w7", page1[len(page1)-1].Seq, 20},
+		{"prefix", "w1*", 0, 20},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				search(b, c.query, c.before, c.want)
+			}
+		})
 	}
 }
