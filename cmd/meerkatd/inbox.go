@@ -101,6 +101,9 @@ func runInbox(e *env, args []string) error {
 		}
 		q.After, q.Wait = batch.Cursor, 0 // only the first call waits
 		if !batch.More || *limit > 0 && shown >= *limit {
+			if batch.More && !*asJSON {
+				fmt.Fprintln(e.stderr, "more items follow those shown: raise --limit to see them")
+			}
 			return out.end()
 		}
 	}

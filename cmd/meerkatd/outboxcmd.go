@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,10 +27,7 @@ func runOutbox(e *env, args []string) error {
 	}
 	switch {
 	case sub == "retry" && len(pos) <= 1:
-		peer := ""
-		if len(pos) == 1 {
-			peer = pos[0]
-		}
+		peer := strings.Join(pos, "") // "" (every peer) or the one given
 		n, err := call(e, *homeFlag, func(ctx context.Context, b node.API) (int, error) { return b.RetryOutbox(ctx, peer) })
 		if done, err := e.jsonDone(*asJSON, map[string]int{"due": n}, err); done {
 			return err

@@ -62,7 +62,9 @@ func TestSearchDaemons(t *testing.T) {
 	req := send("request", "alice", "deploy-now", `{"target": "production"}`)
 	deploy = append(deploy, req)
 	// The first three items are read and acknowledged: history.
-	alice.ok("inbox", "--limit", "3", "--ack")
+	if r := alice.run("inbox", "--limit", "3", "--ack"); r.code != exitOK || !strings.Contains(r.stderr, "more items follow those shown: raise --limit") {
+		t.Fatalf("inbox --limit 3 --ack does not say more follow:\n%s", r)
+	}
 	if n := len(alice.inbox()); n != 5 {
 		t.Fatalf("%d items left in the inbox, want 5", n)
 	}

@@ -86,7 +86,7 @@ func (n *Node) Search(ctx context.Context, q SearchQuery) (SearchResult, error) 
 	}
 	terms, err := store.ParseSearch(q.Query)
 	if err != nil {
-		return SearchResult{}, errorf(CodeBadArgument, "query: %s", UserText(err))
+		return SearchResult{}, errorf(CodeBadArgument, "%s", UserText(err))
 	}
 	sq, err := n.searchFilters(q)
 	if err != nil {

@@ -1,5 +1,5 @@
-// Helpers shared by the end-to-end suites of `meerkatd mcp`
-// (mcp.test.mjs, mcp-spaces.test.mjs): the meerkatd binary and CLI runner,
+// Helpers shared by the end-to-end suites of `meerkatd mcp` (every
+// *.test.mjs here): the meerkatd binary and CLI runner,
 // the two protocol eras and their official clients, child process and temp
 // dir tracking with a last-resort cleanup, timeouts and polling, daemon
 // start/stop, an MCP session class with Ajv validation of structured
