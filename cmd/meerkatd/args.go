@@ -286,15 +286,22 @@ func (e *env) backendFor(h *node.Home, mode node.Mode) (*control.Backend, error)
 	return control.Open(h, mode, slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 }
 
+// openBackend opens the home named by homeFlag and its backend in mode
+// (backendFor).
+func (e *env) openBackend(homeFlag string, mode node.Mode) (*node.Home, *control.Backend, error) {
+	h, err := e.openHome(homeFlag, false, node.OpenOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := e.backendFor(h, mode)
+	return h, b, err
+}
+
 // withBackend opens the home named by homeFlag, runs f on its backend
 // (the daemon, or a send-only node in this process) and bounds it to
 // bound.
 func (e *env) withBackend(homeFlag string, bound time.Duration, f func(context.Context, *control.Backend) error) error {
-	h, err := e.openHome(homeFlag, false, node.OpenOptions{})
-	if err != nil {
-		return err
-	}
-	b, err := e.backendFor(h, node.ModeSend)
+	_, b, err := e.openBackend(homeFlag, node.ModeSend)
 	if err != nil {
 		return err
 	}

@@ -57,15 +57,11 @@ func runCard(e *env, args []string) error {
 			return fmt.Errorf("%w: card edit needs something to change (see meerkatd help card)", errUsage)
 		}
 	}
-	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
-	if err != nil {
-		return err
-	}
 	mode := node.ModeSend
 	if len(pos) == 1 {
 		mode = node.ModeReplies // to receive the peer's answer
 	}
-	b, err := e.backendFor(h, mode)
+	h, b, err := e.openBackend(*homeFlag, mode)
 	if err != nil {
 		return err
 	}

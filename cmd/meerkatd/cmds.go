@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -217,24 +218,10 @@ func runConfig(e *env, args []string) error {
 }
 
 func runDaemon(e *env, args []string) error {
-	flags := e.newFlags("run")
-	homeFlag := e.homeFlag(flags)
-	config.ListenFlags(flags)
-	config.LogFlags(flags)
-	if err := parseNoArgs(e, flags, args); err != nil {
-		return err
-	}
-	overrides, err := settings(flags)
+	h, log, ctx, stop, err := e.hostHome("run", args)
 	if err != nil {
 		return err
 	}
-	h, err := e.openHome(*homeFlag, true, overrides)
-	if err != nil {
-		return err
-	}
-	log := node.NewLogger(e.stderr, h.Config.Log)
-	e.warnUnknownEnv(log)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	hup := make(chan os.Signal, 1) // before the node starts: an early SIGHUP must not kill it
 	signal.Notify(hup, syscall.SIGHUP)
@@ -300,25 +287,11 @@ func (e *env) configShow(dir string, overrides node.OpenOptions, asJSON bool) er
 // runMCP serves MCP on stdin/stdout: attached to the home's daemon if one
 // runs, else with the node in this process for as long as stdin is open.
 func runMCP(e *env, args []string) error {
-	flags := e.newFlags("mcp")
-	homeFlag := e.homeFlag(flags)
-	config.LogFlags(flags) // stdout carries the protocol: logs go to stderr
-	if err := parseNoArgs(e, flags, args); err != nil {
-		return err
-	}
-	overrides, err := settings(flags)
+	h, log, ctx, stop, err := e.hostHome("mcp", args)
 	if err != nil {
 		return err
 	}
-	h, err := e.openHome(*homeFlag, true, overrides)
-	if err != nil {
-		return err
-	}
-	log := node.NewLogger(e.stderr, h.Config.Log)
-	e.warnUnknownEnv(log)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
 	dir, err := e.runtimeDir()
 	if err != nil {
 		log.Warn("not announced for local discovery", "err", err)
@@ -343,4 +316,32 @@ func runMCP(e *env, args []string) error {
 		NotifyInterval: h.Config.Agent.NotifyInterval(),
 	})
 	return s.ServeStdio(ctx, e.stdin, e.stdout)
+}
+
+// hostHome is what run and mcp share: their flags (and run's listen
+// flags), the home opened (or created) with them, a logger as its
+// configuration says (to stderr: mcp's stdout carries the protocol) and
+// a context that ends on SIGINT or SIGTERM (stop it).
+func (e *env) hostHome(name string, args []string) (*node.Home, *slog.Logger, context.Context, context.CancelFunc, error) {
+	flags := e.newFlags(name)
+	homeFlag := e.homeFlag(flags)
+	if name == "run" {
+		config.ListenFlags(flags)
+	}
+	config.LogFlags(flags)
+	if err := parseNoArgs(e, flags, args); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	overrides, err := settings(flags)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	h, err := e.openHome(*homeFlag, true, overrides)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	log := node.NewLogger(e.stderr, h.Config.Log)
+	e.warnUnknownEnv(log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	return h, log, ctx, stop, nil
 }

@@ -36,11 +36,7 @@ func runInbox(e *env, args []string) error {
 	if *wait < 0 || *limit < 0 || *page < 1 || *page > node.MaxBatchItems {
 		return fmt.Errorf("%w: --wait and --limit must not be negative, --page from 1 to %d", errUsage, node.MaxBatchItems)
 	}
-	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
-	if err != nil {
-		return err
-	}
-	b, err := e.backendFor(h, node.ModeSend)
+	h, b, err := e.openBackend(*homeFlag, node.ModeSend)
 	if err != nil {
 		return err
 	}

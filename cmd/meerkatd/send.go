@@ -86,15 +86,11 @@ func runSend(e *env, args []string) error {
 	if sub != "message" && content != "" && !json.Valid([]byte(content)) {
 		return fmt.Errorf("%w: %s %q is not valid JSON", errUsage, map[string]string{"request": "PARAMS_JSON", "response": "RESULT_JSON"}[sub], short(content))
 	}
-	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
-	if err != nil {
-		return err
-	}
 	mode := node.ModeSend
 	if sub == "request" && *wait > 0 {
 		mode = node.ModeReplies
 	}
-	b, err := e.backendFor(h, mode)
+	h, b, err := e.openBackend(*homeFlag, mode)
 	if err != nil {
 		return err
 	}
