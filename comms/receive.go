@@ -31,6 +31,10 @@ const maxPendingAcks = 16 << 10
 // one batch: those wholly read ahead, after the one it waited for.
 const maxBatch = 64
 
+// splitBatch is the size from which verifyBatch verifies a batch as two
+// halves at once.
+const splitBatch = 16
+
 // inFrame is one frame of a batch: its envelope decoded, or the reason it
 // is refused.
 type inFrame struct {
@@ -233,7 +237,20 @@ func (r *Router) verifyBatch(st *inConn, batch []inFrame, vs **batchVerifier) {
 		return
 	}
 	v.ok = slices.Grow(v.ok[:0], len(v.envs))[:len(v.envs)]
-	wire.VerifyBatch(&v.b, v.envs, v.ok)
+	if n := len(v.envs); n >= splitBatch {
+		// Two halves at once: the reader's verification is the one part
+		// of a connection's receive path that would otherwise keep to one
+		// core.
+		done := make(chan struct{})
+		go func() {
+			wire.VerifyBatch(&v.b2, v.envs[:n/2], v.ok[:n/2])
+			close(done)
+		}()
+		wire.VerifyBatch(&v.b, v.envs[n/2:], v.ok[n/2:])
+		<-done
+	} else {
+		wire.VerifyBatch(&v.b, v.envs, v.ok)
+	}
 	for j, i := range v.idx {
 		batch[i].verified = v.ok[j]
 	}
@@ -243,10 +260,10 @@ func (r *Router) verifyBatch(st *inConn, batch []inFrame, vs **batchVerifier) {
 
 // batchVerifier is what one connection keeps for verifyBatch.
 type batchVerifier struct {
-	b    identity.Batch
-	envs []*wire.Envelope
-	idx  []int // envs[j] is batch[idx[j]]
-	ok   []bool
+	b, b2 identity.Batch // b2: the first half of a split batch
+	envs  []*wire.Envelope
+	idx   []int // envs[j] is batch[idx[j]]
+	ok    []bool
 }
 
 // pollTLS reads into fr what the TLS connection c can return without
