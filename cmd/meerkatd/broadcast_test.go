@@ -260,6 +260,13 @@ func TestTaskThreeDaemons(t *testing.T) {
 	if len(ts) != 1 || ts[0].State != "open" || len(ts[0].Participants) != 2 {
 		t.Fatalf("alice's tasks %+v: want release-1 open with bob and carol", ts)
 	}
+	// A list that fails prints the error, not an empty result.
+	var fail struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	if r := alice.run("task", "list", "--state", "done", "--json"); r.code != exitUsage || json.Unmarshal([]byte(r.stdout), &fail) != nil || fail.Error.Code != "bad_argument" {
+		t.Fatalf("task list with a bad state, --json:\n%s", r)
+	}
 
 	alice.stop()
 	alice.start()

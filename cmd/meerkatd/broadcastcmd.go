@@ -136,7 +136,8 @@ func runTask(e *env, args []string) error {
 			}
 		}
 		if *asJSON {
-			return e.printPartial(out, out != nil && (task == nil || task.ID != ""), err)
+			// A list has no partial result; a task comes with its error.
+			return e.printPartial(out, task == nil && err == nil || task != nil && task.ID != "", err)
 		}
 		if task != nil && task.ID != "" {
 			nodetext.Task(e.stdout, *task)

@@ -115,7 +115,9 @@ func runPair(e *env, args []string) error {
 			}
 		}
 		if err != nil {
-			b.PairCancel(ctx, info.ID)
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			b.PairCancel(cctx, info.ID)
+			cancel()
 			return err
 		}
 	}
