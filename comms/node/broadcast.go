@@ -225,29 +225,22 @@ func (n *Node) Broadcast(ctx context.Context, a BroadcastArgs) (Broadcasted, err
 	// guard: the loop guard holds the copies to a peer it holds, as it
 	// holds every other send to it.
 	spec := sendSpec{reliable: !a.Direct, ttl: a.TTL, noWait: a.NoWait, guard: true}
-	run := func() (any, error) {
+	run := func() (Broadcasted, bool, error) {
 		copies := n.fanOut(ctx, targets, kindFor, spec)
 		for i := range copies {
 			copies[i].Marked = n.speaksMeerkat(targets[i])
 		}
-		return Broadcasted{ID: id, TaskID: a.TaskID, Copies: copies}, nil
+		return Broadcasted{ID: id, TaskID: a.TaskID, Copies: copies}, true, nil
 	}
 	if a.IdempotencyKey == "" {
-		res, _ := run()
-		return res.(Broadcasted), nil
+		b, _, err := run()
+		return b, err
 	}
 	args := a
 	args.IdempotencyKey = ""
-	raw, replayed, err := n.idempotent(ctx, a.IdempotencyKey, "broadcast", args, run)
-	if err != nil {
-		return Broadcasted{}, err
-	}
-	var b Broadcasted
-	if err := json.Unmarshal(raw, &b); err != nil {
-		return Broadcasted{}, Coded(err)
-	}
+	b, replayed, err := idempotentResult(n, ctx, a.IdempotencyKey, "broadcast", args, run)
 	b.Replayed = replayed
-	return b, nil
+	return b, err
 }
 
 // fanOut sends kindFor(peer) to every peer, at most maxFanOut at once,

@@ -95,28 +95,19 @@ func (n *Node) lockKey(ctx context.Context, key string) (func(), error) {
 	}
 }
 
-// idempotent runs fn at most once for key within agent.idempotency_window_secs,
-// also across restarts (the key is kept in the home's database; in memory
-// mode in the running node): a later call with the same key, op and args
-// returns the first call's result, as JSON, with replayed true, without
-// running fn. The same key with another op or other args fails with
-// CodeIdempotencyConflict. Calls with one key run one at a time. If fn
-// fails, the key is released and a retry runs it again. args are the
-// operation's arguments without the key (they are hashed, as JSON).
-//
-// Other features' sends (broadcasts, space sends) use it with their own op
-// names.
-func (n *Node) idempotent(ctx context.Context, key, op string, args any, fn func() (any, error)) (json.RawMessage, bool, error) {
-	return n.idempotentKeep(ctx, key, op, args, func() (any, bool, error) {
-		v, err := fn()
-		return v, err == nil, err
-	})
-}
-
-// idempotentKeep is idempotent whose fn says whether its result is kept
-// for replay (keep) apart from its error: a send that went out but whose
-// wait for an answer failed is kept, with the error returned only to the
-// first call.
+// idempotentKeep runs fn at most once for key within
+// agent.idempotency_window_secs, also across restarts (the key is kept in
+// the home's database; in memory mode in the running node): a later call
+// with the same key, op and args returns the first call's result, as
+// JSON, with replayed true, without running fn. The same key with
+// another op or other args fails with CodeIdempotencyConflict. Calls with
+// one key run one at a time. fn says whether its result is kept for
+// replay (keep) apart from its error: a send that went out but whose wait
+// for an answer failed is kept, with the error returned only to the first
+// call; if nothing is kept, the key is released and a retry runs fn
+// again. args are the operation's arguments without the key (they are
+// hashed, as JSON). The features' sends use it through idempotentResult,
+// each with its own op name.
 func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn func() (v any, keep bool, err error)) (json.RawMessage, bool, error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
@@ -191,15 +182,9 @@ func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts S
 	key := opts.IdempotencyKey
 	opts.IdempotencyKey = ""
 	a.Reliable, a.TTL = opts.Reliable, opts.TTL
-	if len(a.Params) > 0 {
-		// The same JSON however it is spaced.
-		var buf bytes.Buffer
-		if json.Compact(&buf, a.Params) == nil {
-			a.Params = buf.Bytes()
-		}
-	}
+	a.Params = compactJSON(a.Params)
 	var first Sent
-	raw, replayed, err := n.idempotentKeep(ctx, key, op, a, func() (any, bool, error) {
+	s, replayed, err := idempotentResult(n, ctx, key, op, a, func() (Sent, bool, error) {
 		s, err := send(opts)
 		first = s
 		kept := s
@@ -209,12 +194,19 @@ func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts S
 	if !replayed {
 		return first, err
 	}
-	var s Sent
-	if uerr := json.Unmarshal(raw, &s); uerr != nil {
-		return Sent{}, errorf(CodeInternal, "the stored result of idempotency key %q does not decode: %v", key, uerr)
-	}
 	s.Replayed = true
 	return s, nil
+}
+
+// compactJSON is v without insignificant space, so that the same JSON
+// however it is spaced binds a key to the same arguments; v as it is if
+// it does not parse.
+func compactJSON(v json.RawMessage) json.RawMessage {
+	var buf bytes.Buffer
+	if len(v) == 0 || json.Compact(&buf, v) != nil {
+		return v
+	}
+	return buf.Bytes()
 }
 
 // idempotentResult is idempotentKeep for an operation with a result of
@@ -244,23 +236,14 @@ func (n *Node) idempotentSpaceSend(ctx context.Context, m SpaceMessage) (SpaceSe
 	m.IdempotencyKey = ""
 	args := m
 	args.NoWait, args.Wait = false, 0
-	var first SpaceSent
-	raw, replayed, err := n.idempotentKeep(ctx, key, "space_send", args, func() (any, bool, error) {
+	s, replayed, err := idempotentResult(n, ctx, key, "space_send", args, func() (SpaceSent, bool, error) {
 		s, err := n.SpaceSend(ctx, m)
-		first = s
 		sent := false
 		for _, c := range s.Copies {
 			sent = sent || c.Delivery != ""
 		}
 		return s, sent, err
 	})
-	if !replayed {
-		return first, err
-	}
-	var s SpaceSent
-	if uerr := json.Unmarshal(raw, &s); uerr != nil {
-		return SpaceSent{}, errorf(CodeInternal, "the stored result of idempotency key %q does not decode: %v", key, uerr)
-	}
-	s.Replayed = true
-	return s, nil
+	s.Replayed = replayed
+	return s, err
 }

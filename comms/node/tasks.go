@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -473,10 +472,7 @@ func (n *Node) TaskComplete(ctx context.Context, taskID string, result json.RawM
 	}
 	key := opts.IdempotencyKey
 	opts.IdempotencyKey = ""
-	var compact bytes.Buffer
-	if json.Compact(&compact, result) == nil {
-		result = compact.Bytes() // the same JSON however it is spaced
-	}
+	result = compactJSON(result)
 	args := struct {
 		TaskID string
 		Result json.RawMessage
