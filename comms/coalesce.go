@@ -173,13 +173,22 @@ func (oc *outConn) writeFrames(frames []heldFrame) error {
 // frame whose send no longer waits is skipped. (oc.mu is taken inside
 // oc.wmu here; nothing takes them the other way round.)
 func (oc *outConn) writeFramesLocked(frames []heldFrame) error {
-	oc.mu.Lock()
+	locked := false // oc.mu, taken only for a held frame (a lone write needs no look)
 	for i, f := range frames {
-		if _, ok := oc.pending[f.id]; f.waiting && !ok {
+		if !f.waiting {
+			continue
+		}
+		if !locked {
+			oc.mu.Lock()
+			locked = true
+		}
+		if _, ok := oc.pending[f.id]; !ok {
 			frames[i].b = nil // its send gave up: not written
 		}
 	}
-	oc.mu.Unlock()
+	if locked {
+		oc.mu.Unlock()
+	}
 	oc.c.SetWriteDeadline(time.Now().Add(oc.l.r.opts.AckTimeout))
 	var err error
 	for _, f := range frames {
