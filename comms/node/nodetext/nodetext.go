@@ -80,14 +80,6 @@ func breaker(p node.PeerSendState) string {
 	return p.Breaker
 }
 
-// label is "name value", or "" when value is.
-func label(name, value string) string {
-	if value == "" {
-		return ""
-	}
-	return name + " " + value
-}
-
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -293,8 +285,15 @@ func Message(w io.Writer, m node.Message) {
 		who = Escape(m.Peer, "") + " (" + m.From + ")"
 	}
 	fmt.Fprintf(w, "#%d %s %s from %s id %s [%s]\n", m.Seq, m.Received.Local().Format(time.RFC3339), Escape(m.Kind, ""), who, m.ID, m.Class)
-	if m.TaskID != "" || m.BroadcastID != "" {
-		fmt.Fprintf(w, "  %s\n", strings.TrimSpace(label("task", Escape(m.TaskID, ""))+" "+label("broadcast", m.BroadcastID)))
+	var ids []string
+	if m.TaskID != "" {
+		ids = append(ids, "task "+Escape(m.TaskID, ""))
+	}
+	if m.BroadcastID != "" {
+		ids = append(ids, "broadcast "+m.BroadcastID)
+	}
+	if len(ids) > 0 {
+		fmt.Fprintf(w, "  %s\n", strings.Join(ids, " "))
 	}
 	switch m.Kind {
 	case "message":
