@@ -29,7 +29,12 @@
 // reported as a duplicate and stored no second time; the caller acks it
 // without delivering. Dedup rows live in their own table, so they outlive
 // the item's history. [Store.Expire] removes dedup rows older than the
-// window, but never one whose item is still unacknowledged.
+// window, but never one whose item is still unacknowledged. The keys
+// admitted lately are held in memory and written to that table in bulk,
+// in key order (thousands at a time, when the store is idle, and before
+// any item is deleted), because ids are random and one row written per
+// admission cost a page of the table each; after a crash, the next Open
+// writes the rows of the items admitted since the last bulk write.
 //
 // # Overflow
 //

@@ -337,6 +337,15 @@ CREATE TABLE held_cancels (
 ) WITHOUT ROWID;
 CREATE INDEX held_cancels_at ON held_cancels (at);
 `,
+
+	// The duplicate filter's rows written in bulk (dedup.go): meta's
+	// dedup_merged is the highest seq up to which every item has its
+	// dedup row; the keys of the items above it are held in memory and
+	// merged later, or by the next writing Open after a crash. Every item
+	// stored so far has its row.
+	`
+INSERT INTO meta (key, value) SELECT 'dedup_merged', CAST(coalesce(max(seq), 0) AS TEXT) FROM items;
+`,
 }
 
 // schemaVersion is the schema version this build writes.

@@ -483,6 +483,9 @@ func (s *Store) loadIndexMark(ctx context.Context) error {
 	return nil
 }
 
+// sqlIndexText adds an item's text to the search index.
+const sqlIndexText = `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`
+
 // indexBehind reports whether admitted items wait to be indexed. Only
 // commitLoop calls it.
 func (s *Store) indexBehind() bool {
@@ -512,9 +515,16 @@ func (s *Store) indexPage(upTo int64) error {
 	if n == indexPage {
 		mark = last
 	}
-	for _, it := range page {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`, it.seq, it.text); err != nil {
+	if len(page) > 0 {
+		st, err := s.prepared(ctx, sqlIndexText)
+		if err != nil {
 			return fmt.Errorf("store: index for search: %w", err)
+		}
+		insert := tx.StmtContext(ctx, st)
+		for _, it := range page {
+			if _, err := insert.ExecContext(ctx, it.seq, it.text); err != nil {
+				return fmt.Errorf("store: index for search: %w", err)
+			}
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'search_indexed'`, strconv.FormatInt(mark, 10)); err != nil {

@@ -142,6 +142,10 @@ type Options struct {
 	// indexOnSearch (tests) leaves indexing to Search: no background
 	// pages, none at Close, as if the process stopped before them.
 	indexOnSearch bool
+	// mergeAt and mergeIdle (tests) replace the duplicate filter's
+	// constants of the same names (dedup.go) when positive.
+	mergeAt   int
+	mergeIdle time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -168,6 +172,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.mergeAt <= 0 {
+		o.mergeAt = mergeAt
+	}
+	if o.mergeIdle <= 0 {
+		o.mergeIdle = mergeIdle
 	}
 	return o
 }
@@ -254,6 +264,12 @@ type Store struct {
 	indexedSeq  atomic.Int64
 	lastSeq     atomic.Int64
 	lastSeqNext int64
+
+	// pending holds the keys admitted since the duplicate filter's last
+	// merge into the dedup table (dedup.go); dedup is runBatch's view on
+	// top of it. Both are owned by commitLoop.
+	pending map[dedupKey]dedupEntry
+	dedup   dedupBatch
 }
 
 type opKind uint8
@@ -295,6 +311,9 @@ const (
 	// opIndex indexes one page of items for search, up to upTo, after
 	// the batch it came in commits (search.go).
 	opIndex
+	// opMerge merges the duplicate filter's pending keys into the dedup
+	// table (dedup.go).
+	opMerge
 )
 
 // request is one write for commitLoop. done is 1-buffered and receives
@@ -404,6 +423,7 @@ func Open(path string, opts Options) (*Store, error) {
 
 			kindsDelta: map[string]int{},
 			kinds:      map[string]int{},
+			pending:    map[dedupKey]dedupEntry{},
 		}
 		err = s.init()
 		if err == nil {
@@ -466,6 +486,9 @@ func (s *Store) init() error {
 	}
 	if err := s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'id'`).Scan(&s.id); err != nil {
 		return fmt.Errorf("read the database id: %w", err)
+	}
+	if err := s.recoverDedup(ctx); err != nil {
+		return err
 	}
 	if err := s.backfillSearch(ctx); err != nil {
 		return err
@@ -919,15 +942,28 @@ func (s *Store) commitLoop() {
 				indexedLast = true
 				continue
 			}
+		} else if len(s.pending) > 0 {
+			// Merge the duplicate filter's keys once nothing came for
+			// mergeIdle.
+			idle.Reset(s.opts.mergeIdle)
+			select {
+			case req, ok = <-s.reqs:
+				idle.Stop()
+			case <-idle.C:
+				s.mergePending()
+				continue
+			}
 		} else {
 			req, ok = <-s.reqs
 		}
 		indexedLast = false
 		if !ok {
 			// Closing: index what is left, so that a read-only store
-			// (a command without the daemon) finds it too.
+			// (a command without the daemon) finds it too, and merge the
+			// duplicate filter's keys (which the next Open would do).
 			for s.indexBehind() && s.indexPage(s.lastSeq.Load()) == nil {
 			}
+			s.mergePending()
 			return
 		}
 		batch = append(batch, req)
@@ -984,6 +1020,7 @@ func (s *Store) commit(batch []*request) {
 		return
 	}
 	s.commitErr.Store(nil)
+	s.dedup.commit()
 	s.unacked, s.unackedBytes = unacked, bytes
 	s.full, s.need = s.fullNext, s.needNext
 	s.shares = s.sharesNext
@@ -1009,7 +1046,9 @@ func (s *Store) commit(batch []*request) {
 		s.kindsMu.Unlock()
 	}
 	s.lastSeq.Store(s.lastSeqNext)
-	s.txns.Add(1)
+	if len(batch) != 1 || batch[0].op != opMerge { // a merge on its own is not a request's
+		s.txns.Add(1)
+	}
 	if added > 0 || acked > 0 {
 		s.broadcast()
 	}
@@ -1074,7 +1113,9 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	defer tx.Rollback()
 	now := s.opts.Now()
 	nowNS := now.UnixNano()
-	var lookup, insertNew, remember, ack *sql.Stmt
+	var lookup, insertNew, ack *sql.Stmt
+	d := &s.dedup
+	d.reset(s)
 	ob := outboxTx{ctx: ctx, tx: tx, s: s}
 	sp := spaceTx{&ob}
 	prepare := func(p **sql.Stmt, q string) error {
@@ -1092,6 +1133,12 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	// refuse answers admission i, refused for want of room: a duplicate is
 	// still answered as one, anything else gets why.
 	refuse := func(i int, r *Record, why error) error {
+		if dup, found, err := d.pendingDup(ctx, tx, makeDedupKey(r), cutoff); err != nil {
+			return err
+		} else if found && dup {
+			res[i].dup = true
+			return nil
+		}
 		if err := prepare(&lookup, sqlLookup); err != nil {
 			return err
 		}
@@ -1127,7 +1174,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	lastSeq := s.lastSeq.Load()
 	defer func() { s.lastSeqNext = lastSeq }()
 	s.checkpoint = ""
-	vacuum := false
+	vacuum, mergeNow := false, false
 	lowItems := max(s.opts.MaxItems*9/10, 1)
 	for i, req := range batch {
 		switch req.op {
@@ -1157,10 +1204,14 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 				}
 				continue
 			}
-			if err := prepare(&insertNew, sqlInsertNew); err != nil {
+			key := makeDedupKey(r)
+			if dup, _, err := d.pendingDup(ctx, tx, key, cutoff); err != nil {
 				return 0, 0, 0, 0, err
+			} else if dup {
+				res[i].dup = true
+				continue
 			}
-			if err := prepare(&remember, sqlRemember); err != nil {
+			if err := prepare(&insertNew, sqlInsertNew); err != nil {
 				return 0, 0, 0, 0, err
 			}
 			class := r.Class
@@ -1181,9 +1232,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			if err != nil {
 				return 0, 0, 0, 0, err
 			}
-			if _, err := remember.ExecContext(ctx, r.Sender[:], r.ID[:], nowNS, seq); err != nil {
-				return 0, 0, 0, 0, err
-			}
+			d.add(key, dedupEntry{firstSeen: nowNS, seq: seq})
 			lastSeq = max(lastSeq, seq)
 			unacked++
 			added++
@@ -1216,6 +1265,10 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			unacked -= res[i].n
 			acked += res[i].n
 		case opExpire:
+			// Items are deleted: their keys go to the table first.
+			if err := d.merge(ctx, tx, lastSeq); err != nil {
+				return 0, 0, 0, 0, err
+			}
 			r, err := tx.ExecContext(ctx, sqlExpireDedup, cutoff)
 			if err != nil {
 				return 0, 0, 0, 0, err
@@ -1264,16 +1317,26 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			if err := req.rq(&ob, &res[i]); err != nil {
 				return 0, 0, 0, 0, err
 			}
+		case opMerge:
+			mergeNow = true
 		case opIndex: // after the commit (commit)
 		default:
 			panic(fmt.Sprintf("bug: store: unknown op %d", req.op))
 		}
 	}
 	if acked > 0 && s.opts.HistoryMaxBytes >= 0 && history > s.opts.HistoryMaxBytes {
+		if err := d.merge(ctx, tx, lastSeq); err != nil { // as for opExpire
+			return 0, 0, 0, 0, err
+		}
 		if _, err := s.trimHistory(ctx, tx, &history); err != nil {
 			return 0, 0, 0, 0, err
 		}
 		vacuum = true
+	}
+	if d.waiting() >= s.opts.mergeAt || mergeNow {
+		if err := d.merge(ctx, tx, lastSeq); err != nil {
+			return 0, 0, 0, 0, err
+		}
 	}
 	if vacuum {
 		// Hand the pages the deletions freed back to the file system (in

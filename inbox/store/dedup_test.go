@@ -1,0 +1,266 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
+)
+
+// noIdleMerge keeps the duplicate filter's keys pending for the length
+// of a test: only mergeAt, Expire, the history cap and Close merge.
+const noIdleMerge = time.Hour
+
+// crashCopy copies the database and its WAL at path, as they are on disk
+// now, to a fresh directory, and returns the copy's path: the files a
+// process killed at this point leaves behind. The store must be idle.
+func crashCopy(t *testing.T, path string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "inbox.db")
+	for _, suffix := range []string{"", "-wal"} {
+		in, err := os.Open(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := os.OpenFile(dst+suffix, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			t.Fatal(err)
+		}
+		in.Close()
+		if err := out.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// dedupRows returns the (sender byte 0, id) of every row of the dedup
+// table, read behind the store's back.
+func dedupRows(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT sender, id FROM dedup`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]bool{}
+	for rows.Next() {
+		var sender, id []byte
+		if err := rows.Scan(&sender, &id); err != nil {
+			t.Fatal(err)
+		}
+		got[fmt.Sprintf("%d/%x", sender[0], id)] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func keyOf(r Record) string { return fmt.Sprintf("%d/%x", r.Sender[0], r.ID) }
+
+// The keys of admitted items are held in memory and reach the dedup
+// table only when merged; a duplicate is recognised before and after.
+func TestDedupPendingThenMerged(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, path := openStore(t, Options{mergeIdle: noIdleMerge})
+	rs := []Record{rec(1, 1), rec(1, 2), rec(2, 1)}
+	for _, r := range rs {
+		mustAdmit(t, s, r)
+	}
+	if got := dedupRows(t, path); len(got) != 0 {
+		t.Fatalf("dedup rows before a merge: %v, want none (the keys are pending)", got)
+	}
+	for _, r := range rs {
+		mustDup(t, s, r)
+	}
+	if _, err := s.Ack(1); err != nil { // acknowledged, still a duplicate
+		t.Fatal(err)
+	}
+	mustDup(t, s, rs[0])
+	s.Close()
+	got := dedupRows(t, path)
+	for _, r := range rs {
+		if !got[keyOf(r)] {
+			t.Fatalf("after Close the dedup table lacks %s: %v", keyOf(r), got)
+		}
+	}
+	s = reopen(t, path, Options{mergeIdle: noIdleMerge})
+	for _, r := range rs {
+		mustDup(t, s, r)
+	}
+}
+
+// mergeAt keys waiting are merged with the batch that reached it; the
+// idle committer merges what is left.
+func TestDedupMergeAtAndIdle(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, path := openStore(t, Options{mergeAt: 4, mergeIdle: 20 * time.Millisecond})
+	for n := range uint64(3) {
+		mustAdmit(t, s, rec(1, n))
+	}
+	// The idle merge writes the three.
+	testutil.WaitFor(t, 10*time.Second, "the idle merge", func() bool { return len(dedupRows(t, path)) == 3 })
+	txns := s.txns.Load()
+	s2, path2 := openStore(t, Options{mergeAt: 4, mergeIdle: noIdleMerge})
+	for n := range uint64(6) {
+		mustAdmit(t, s2, rec(1, n))
+	}
+	// Admissions one at a time: the fourth made four wait, and its batch
+	// merged them; the fifth and sixth are pending.
+	if got := len(dedupRows(t, path2)); got != 4 {
+		t.Fatalf("%d dedup rows after 6 admissions with mergeAt 4, want 4", got)
+	}
+	for n := range uint64(6) {
+		mustDup(t, s2, rec(1, n))
+	}
+	if got := s.txns.Load(); got != txns {
+		t.Fatalf("the idle merge counted as a request's transaction: %d, then %d", txns, got)
+	}
+}
+
+// A process that stopped before merging leaves the keys only in items:
+// the next Open writes their dedup rows, so none of them, acknowledged or
+// not, is admitted twice.
+func TestDedupRecoveredAfterCrash(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	opts := Options{mergeIdle: noIdleMerge}
+	s, path := openStore(t, opts)
+	rs := []Record{rec(1, 1), rec(1, 2), rec(3, 7)}
+	for _, r := range rs {
+		mustAdmit(t, s, r)
+	}
+	if _, err := s.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	crashed := crashCopy(t, path)
+	if got := dedupRows(t, crashed); len(got) != 0 {
+		t.Fatalf("the crashed copy has dedup rows %v: nothing to recover", got)
+	}
+	c := reopen(t, crashed, opts)
+	got := dedupRows(t, crashed)
+	for _, r := range rs {
+		if !got[keyOf(r)] {
+			t.Fatalf("Open did not recover %s: %v", keyOf(r), got)
+		}
+		mustDup(t, c, r)
+	}
+	// The mark moved: a second Open recovers nothing more and the
+	// sequence goes on.
+	mustAdmit(t, c, rec(1, 3))
+	if got := fmt.Sprint(seqsOf(mustList(t, c, 0, 0))); got != "[2 3 4]" {
+		t.Fatalf("List after recovery = %s, want [2 3 4]", got)
+	}
+}
+
+// Items deleted for the history cap take their keys to the table first:
+// after a crash, a trimmed item's key is still known.
+func TestDedupMergedBeforeTrim(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	opts := Options{mergeIdle: noIdleMerge, HistoryMaxBytes: 40}
+	s, path := openStore(t, opts)
+	var rs []Record
+	for n := range uint64(8) {
+		r := rec(1, n)
+		r.Payload = make([]byte, 10)
+		rs = append(rs, r)
+		mustAdmit(t, s, r)
+	}
+	if n, err := s.Ack(1, 2, 3, 4, 5, 6, 7, 8); err != nil || n != 8 {
+		t.Fatalf("Ack = %d, %v", n, err)
+	}
+	var left int
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT count(*) FROM items`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if left >= 8 {
+		t.Fatalf("%d items left: the history cap trimmed none", left)
+	}
+	c := reopen(t, crashCopy(t, path), opts)
+	for _, r := range rs {
+		mustDup(t, c, r)
+	}
+}
+
+// Expire merges before it deletes, and keeps the window's rule for the
+// keys it merged: an acknowledged item older than the window may come
+// again, an unacknowledged one never.
+func TestDedupExpireMerges(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	clock := newFakeClock()
+	opts := Options{Now: clock.Now, DedupWindow: time.Hour, mergeIdle: noIdleMerge}
+	s, path := openStore(t, opts)
+	acked, unacked := rec(1, 1), rec(1, 2)
+	mustAdmit(t, s, acked)
+	mustAdmit(t, s, unacked)
+	if _, err := s.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Hour)
+	// Pending and past the window: the unacknowledged one is still a
+	// duplicate.
+	mustDup(t, s, unacked)
+	if _, _, err := s.Expire(); err != nil {
+		t.Fatal(err)
+	}
+	got := dedupRows(t, path)
+	if got[keyOf(acked)] || !got[keyOf(unacked)] {
+		t.Fatalf("dedup rows after Expire: %v, want only the unacknowledged %s", got, keyOf(unacked))
+	}
+	mustDup(t, s, unacked)
+	mustAdmit(t, s, acked)
+}
+
+// A batch whose transaction failed leaves no key pending: an admission
+// that went through before another in its batch failed was not stored
+// either, and may come again.
+func TestDedupFailedBatchLeavesNothing(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	// Batches of two: a small record, then a large one, until the large
+	// one fills the "disk" and fails their transaction.
+	s, _ := openStore(t, Options{pragmas: "&_pragma=max_page_count(64)", FlushInterval: time.Hour, MaxBatch: 2, mergeIdle: noIdleMerge})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var small Record
+	var err error
+	for n := uint64(1); n <= 1000 && err == nil; n++ {
+		small = rec(2, n)
+		ps := s.AdmitAsync(ctx, small)
+		pb := s.AdmitAsync(ctx, bigRec(1, n, 8<<10))
+		_, err = pb.Wait()
+		if _, serr := ps.Wait(); (serr == nil) != (err == nil) {
+			t.Fatalf("one batch, two outcomes: small %v, large %v", serr, err)
+		}
+	}
+	if err == nil || errors.Is(err, ErrFull) || !strings.Contains(err.Error(), "full") {
+		t.Fatalf("admitting past the page limit: %v, want a failed write", err)
+	}
+	// The committer answered and waits: its map is ours to read.
+	if _, ok := s.pending[makeDedupKey(&small)]; ok {
+		t.Fatalf("the small admission of the failed batch is pending")
+	}
+	if len(s.pending) == 0 {
+		t.Fatalf("no key pending: the admissions before the failure should be")
+	}
+}
