@@ -474,8 +474,10 @@ func TestReviewUnauthenticatedIdleTimeout(t *testing.T) {
 	a, b := pair(t, "uds", Options{Inbox: g, FrameTimeout: idleTestFrame, IdleTimeout: idleTestIdle})
 
 	t.Run("silent", func(t *testing.T) {
-		c := dialRaw(t, b)
+		// Before the dial: the receiver's wait starts once it accepts,
+		// which can be before dialRaw returns here.
 		start := time.Now()
+		c := dialRaw(t, b)
 		closed := expectClosedBy(t, c, start.Add(idleTestIdle), "silent connection")
 		if d := closed.Sub(start); d < idleTestFrame {
 			t.Fatalf("closed after %v, before the frame timeout %v", d, idleTestFrame)
