@@ -15,11 +15,9 @@
 // [Options.MaxBatch]; with an [Options.FlushInterval] it also waits that
 // long after the first), runs them in one transaction, commits (one disk
 // sync for the whole group) and only then answers every waiter. Requests
-// arriving meanwhile form the next group, so groups grow with the load;
-// while a stream runs (the last group held 8 or more), the committer also
-// lingers up to 300 µs for a group to fill, which saves syncs and costs an
-// idle node nothing. So when Admit returns nil, the record is on disk; the caller may acknowledge
-// the envelope. A failed transaction fails every request in it; none of
+// arriving meanwhile form the next group, so groups grow with the load
+// (and with the time a sync takes). So when Admit returns nil, the record
+// is on disk; the caller may acknowledge the envelope. A failed transaction fails every request in it; none of
 // them was stored.
 //
 // # Duplicates

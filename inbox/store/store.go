@@ -903,12 +903,6 @@ func (s *Store) Close() error {
 // has passed since the first of a batch or MaxBatch are collected (with no
 // FlushInterval: until none is queued), commits them in one transaction
 // and answers them. It exits when reqs is closed and drained.
-// A group of at least lingerAfter requests makes the committer wait up to
-// lingerFor for the next group to fill.
-const (
-	lingerAfter = 8
-	lingerFor   = 300 * time.Microsecond
-)
 
 func (s *Store) commitLoop() {
 	defer s.wg.Done()
@@ -916,7 +910,6 @@ func (s *Store) commitLoop() {
 	wait := s.opts.FlushInterval > 0
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	prev := 0 // size of the previous group
 	idle := time.NewTimer(time.Hour)
 	idle.Stop()
 	indexedLast := false // the last round indexed a page
@@ -967,16 +960,13 @@ func (s *Store) commitLoop() {
 			return
 		}
 		batch = append(batch, req)
-		// While a pipelined stream runs (the last group was big), wait a
-		// moment for more: fewer, bigger groups, fewer syncs.
-		linger := wait || prev >= lingerAfter
-		if linger {
-			timer.Reset(max(s.opts.FlushInterval, lingerFor))
+		if wait {
+			timer.Reset(s.opts.FlushInterval)
 		}
 	collect:
 		for len(batch) < s.opts.MaxBatch {
 			var more *request
-			if linger {
+			if wait {
 				select {
 				case more, ok = <-s.reqs:
 				case <-timer.C:
@@ -996,7 +986,6 @@ func (s *Store) commitLoop() {
 		}
 		timer.Stop()
 		s.commit(batch)
-		prev = len(batch)
 		clear(batch)
 		batch = batch[:0]
 	}
