@@ -903,7 +903,6 @@ func (s *Store) Close() error {
 // has passed since the first of a batch or MaxBatch are collected (with no
 // FlushInterval: until none is queued), commits them in one transaction
 // and answers them. It exits when reqs is closed and drained.
-
 func (s *Store) commitLoop() {
 	defer s.wg.Done()
 	batch := make([]*request, 0, s.opts.MaxBatch)
