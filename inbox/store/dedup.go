@@ -20,7 +20,7 @@ import (
 // (Store.pending), where admission looks them up first, and merged into
 // the table in key order, many to a page, in one transaction:
 //
-//   - once mergeAt keys wait;
+//   - once mergeAt keys wait, after the batch that made them so;
 //   - when the committer has had nothing to do for mergeIdle;
 //   - before anything deletes items (Expire, the history cap), so the
 //     recovery below always finds them;
@@ -30,7 +30,9 @@ import (
 // a seq above the merge mark (meta's dedup_merged, written by every
 // merge: every item at or below it has its dedup row). A writing Open
 // merges the items above the mark (recoverDedup) before it admits
-// anything.
+// anything, with the time of that Open as when they were first seen:
+// never earlier than their admission, so a crash may lengthen their
+// window (by the time the node was down), never shorten it.
 const (
 	mergeAt   = 8192
 	mergeIdle = 200 * time.Millisecond
@@ -65,7 +67,8 @@ type dedupBatch struct {
 	adds   []dedupAdd
 	index  map[dedupKey]int // into adds
 	merged bool
-	upTo   int // adds[:upTo] were merged with the pending keys
+	upTo   int   // adds[:upTo] were merged with the pending keys
+	mark   int64 // the merge mark written, once merged
 }
 
 func (d *dedupBatch) reset(s *Store) {
@@ -129,8 +132,10 @@ func (d *dedupBatch) pendingDup(ctx context.Context, tx *sql.Tx, k dedupKey, cut
 }
 
 // merge writes every pending key into the dedup table, in key order, and
-// moves the merge mark to lastSeq: every item admitted so far, in this
-// batch too, now has its row. It runs in the batch's transaction.
+// moves the merge mark to lastSeq (unless it is already past it: the
+// newest items may have been deleted since): every item admitted so
+// far, in this batch too, now has its row. It runs in the batch's
+// transaction; commit keeps the mark once that commits.
 func (d *dedupBatch) merge(ctx context.Context, tx *sql.Tx, lastSeq int64) error {
 	if d.waiting() == 0 && d.merged {
 		return nil
@@ -158,7 +163,8 @@ func (d *dedupBatch) merge(ctx context.Context, tx *sql.Tx, lastSeq int64) error
 			return err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'dedup_merged'`, strconv.FormatInt(lastSeq, 10)); err != nil {
+	d.mark = max(d.s.merged, lastSeq)
+	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'dedup_merged'`, strconv.FormatInt(d.mark, 10)); err != nil {
 		return err
 	}
 	d.merged, d.upTo = true, len(d.adds)
@@ -170,6 +176,7 @@ func (d *dedupBatch) merge(ctx context.Context, tx *sql.Tx, lastSeq int64) error
 func (d *dedupBatch) commit() {
 	s := d.s
 	if d.merged {
+		s.merged = d.mark
 		if len(s.pending) > 1024 {
 			s.pending = map[dedupKey]dedupEntry{} // give a large map's memory back
 		} else {
@@ -187,8 +194,8 @@ func (d *dedupBatch) commit() {
 
 // recoverDedup writes the dedup rows of the items admitted after the last
 // merge, which a process that stopped before merging them left only in
-// items (see above), and moves the mark past them. A writing Open runs it
-// before the committer starts.
+// items (see above), first seen now, and moves the mark past them. A
+// writing Open runs it before the committer starts; it sets Store.merged.
 func (s *Store) recoverDedup(ctx context.Context) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -203,13 +210,14 @@ func (s *Store) recoverDedup(ctx context.Context) error {
 	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM items`).Scan(&last); err != nil {
 		return fmt.Errorf("recover the duplicate filter: %w", err)
 	}
+	s.merged = mark
 	if last <= mark {
 		return nil
 	}
 	// ORDER BY seq: a key admitted twice keeps its later item.
 	if _, err := tx.ExecContext(ctx, `INSERT INTO dedup (sender, id, first_seen, seq)
-		SELECT sender, id, received, seq FROM items WHERE seq > ?1 ORDER BY seq
-		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen, seq = excluded.seq`, mark); err != nil {
+		SELECT sender, id, ?2, seq FROM items WHERE seq > ?1 ORDER BY seq
+		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen, seq = excluded.seq`, mark, s.opts.Now().UnixNano()); err != nil {
 		return fmt.Errorf("recover the duplicate filter: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'dedup_merged'`, strconv.FormatInt(last, 10)); err != nil {
@@ -218,6 +226,7 @@ func (s *Store) recoverDedup(ctx context.Context) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("recover the duplicate filter: %w", err)
 	}
+	s.merged = last
 	return nil
 }
 

@@ -45,6 +45,22 @@ func crashCopy(t *testing.T, path string) string {
 	return dst
 }
 
+// mergeMark reads the merge mark (meta dedup_merged) behind the store's
+// back.
+func mergeMark(t *testing.T, path string) int64 {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var mark int64
+	if err := db.QueryRow(`SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'dedup_merged'`).Scan(&mark); err != nil {
+		t.Fatal(err)
+	}
+	return mark
+}
+
 // dedupRows returns the (sender byte 0, id) of every row of the dedup
 // table, read behind the store's back.
 func dedupRows(t *testing.T, path string) map[string]bool {
@@ -111,13 +127,13 @@ func TestDedupPendingThenMerged(t *testing.T) {
 // idle committer merges what is left.
 func TestDedupMergeAtAndIdle(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	s, path := openStore(t, Options{mergeAt: 4, mergeIdle: 20 * time.Millisecond})
+	s, path := openStore(t, Options{mergeAt: 4, mergeIdle: 300 * time.Millisecond})
 	for n := range uint64(3) {
 		mustAdmit(t, s, rec(1, n))
 	}
+	txns := s.txns.Load()
 	// The idle merge writes the three.
 	testutil.WaitFor(t, 10*time.Second, "the idle merge", func() bool { return len(dedupRows(t, path)) == 3 })
-	txns := s.txns.Load()
 	s2, path2 := openStore(t, Options{mergeAt: 4, mergeIdle: noIdleMerge})
 	for n := range uint64(6) {
 		mustAdmit(t, s2, rec(1, n))
@@ -154,6 +170,9 @@ func TestDedupRecoveredAfterCrash(t *testing.T) {
 		t.Fatalf("the crashed copy has dedup rows %v: nothing to recover", got)
 	}
 	c := reopen(t, crashed, opts)
+	if mark := mergeMark(t, crashed); mark != 3 {
+		t.Fatalf("merge mark after recovery = %d, want 3 (the last item)", mark)
+	}
 	got := dedupRows(t, crashed)
 	for _, r := range rs {
 		if !got[keyOf(r)] {
@@ -161,8 +180,7 @@ func TestDedupRecoveredAfterCrash(t *testing.T) {
 		}
 		mustDup(t, c, r)
 	}
-	// The mark moved: a second Open recovers nothing more and the
-	// sequence goes on.
+	// The sequence goes on.
 	mustAdmit(t, c, rec(1, 3))
 	if got := fmt.Sprint(seqsOf(mustList(t, c, 0, 0))); got != "[2 3 4]" {
 		t.Fatalf("List after recovery = %s, want [2 3 4]", got)
@@ -263,4 +281,79 @@ func TestDedupFailedBatchLeavesNothing(t *testing.T) {
 	if len(s.pending) == 0 {
 		t.Fatalf("no key pending: the admissions before the failure should be")
 	}
+}
+
+// A merge in the middle of a batch (Expire's) writes the keys admitted
+// before it; those admitted after it in the same batch stay pending, and
+// the mark covers only the former: after a crash every key is known.
+func TestDedupMergeMidBatch(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	// Batches of up to three, gathered for 300 ms: early, a and Expire
+	// share one, then b, Expire and c.
+	opts := Options{FlushInterval: 300 * time.Millisecond, MaxBatch: 3, mergeIdle: noIdleMerge}
+	s, path := openStore(t, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	early := rec(1, 1)
+	a, b := rec(2, 1), rec(2, 2)
+	pe := s.AdmitAsync(ctx, early)
+	pa := s.AdmitAsync(ctx, a)
+	expired := make(chan error, 1)
+	go func() { _, _, err := s.Expire(); expired <- err }() // the first batch: early, a, Expire
+	for _, p := range []*Pending{pe, pa} {
+		if dup, err := p.Wait(); err != nil || dup {
+			t.Fatalf("Admit: dup=%v err=%v", dup, err)
+		}
+	}
+	if err := <-expired; err != nil {
+		t.Fatal(err)
+	}
+	// The second batch: B, then Expire merging it, then C after it.
+	c := rec(2, 3)
+	pb := s.AdmitAsync(ctx, b)
+	go func() { _, _, err := s.Expire(); expired <- err }()
+	time.Sleep(100 * time.Millisecond) // Expire queued before C (if not, C is merged too: the checks still hold)
+	pc := s.AdmitAsync(ctx, c)
+	for _, p := range []*Pending{pb, pc} {
+		if dup, err := p.Wait(); err != nil || dup {
+			t.Fatalf("Admit: dup=%v err=%v", dup, err)
+		}
+	}
+	if err := <-expired; err != nil {
+		t.Fatal(err)
+	}
+	if got := dedupRows(t, path); got[keyOf(c)] || !got[keyOf(b)] {
+		t.Fatalf("dedup rows %v: want b merged by Expire, c (after it in the batch) pending", got)
+	}
+	if mark := mergeMark(t, path); mark != 3 {
+		t.Fatalf("merge mark %d, want 3 (b's seq; c, seq 4, came after the merge)", mark)
+	}
+	for _, r := range []Record{early, a, b, c} {
+		mustDup(t, s, r)
+	}
+	crashed := reopen(t, crashCopy(t, path), opts)
+	for _, r := range []Record{early, a, b, c} {
+		mustDup(t, crashed, r)
+	}
+}
+
+// A crash does not shorten a key's window: the keys recovered are first
+// seen when the node opens again, never earlier than their admission,
+// whatever time the record says it was received.
+func TestDedupRecoveryKeepsTheWindow(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	clock := newFakeClock()
+	opts := Options{Now: clock.Now, DedupWindow: time.Hour, mergeIdle: noIdleMerge}
+	s, path := openStore(t, opts)
+	r := rec(1, 1)
+	r.Received = clock.Now().Add(-2 * time.Hour) // received long before it was admitted
+	mustAdmit(t, s, r)
+	if _, err := s.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	mustDup(t, s, r)
+	c := reopen(t, crashCopy(t, path), opts)
+	mustDup(t, c, r)
+	clock.Advance(61 * time.Minute)
+	mustAdmit(t, c, r) // the window, from the recovery, has passed
 }

@@ -17,8 +17,8 @@
 // sync for the whole group) and only then answers every waiter. Requests
 // arriving meanwhile form the next group, so groups grow with the load
 // (and with the time a sync takes). So when Admit returns nil, the record
-// is on disk; the caller may acknowledge the envelope. A failed transaction fails every request in it; none of
-// them was stored.
+// is on disk; the caller may acknowledge the envelope. A failed
+// transaction fails every request in it; none of them was stored.
 //
 // # Duplicates
 //

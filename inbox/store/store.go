@@ -270,6 +270,9 @@ type Store struct {
 	// top of it. Both are owned by commitLoop.
 	pending map[dedupKey]dedupEntry
 	dedup   dedupBatch
+	// merged is the merge mark (meta dedup_merged) as last written or
+	// read; owned by commitLoop (and Open before it starts).
+	merged int64
 }
 
 type opKind uint8
@@ -985,6 +988,11 @@ func (s *Store) commitLoop() {
 		}
 		timer.Stop()
 		s.commit(batch)
+		if len(s.pending) >= s.opts.mergeAt {
+			// In a transaction of its own: a merge that fails leaves
+			// the requests of the batch alone.
+			s.mergePending()
+		}
 		clear(batch)
 		batch = batch[:0]
 	}
@@ -1321,7 +1329,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		}
 		vacuum = true
 	}
-	if d.waiting() >= s.opts.mergeAt || mergeNow {
+	if mergeNow {
 		if err := d.merge(ctx, tx, lastSeq); err != nil {
 			return 0, 0, 0, 0, err
 		}
