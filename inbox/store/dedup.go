@@ -38,6 +38,9 @@ const (
 	mergeIdle = 200 * time.Millisecond
 )
 
+// sqlSetMergeMark writes the merge mark.
+const sqlSetMergeMark = `UPDATE meta SET value = ? WHERE key = 'dedup_merged'`
+
 // dedupKey is a (sender, id) pair: the sender's key, then the id.
 type dedupKey [48]byte
 
@@ -100,34 +103,26 @@ func (d *dedupBatch) add(k dedupKey, e dedupEntry) {
 	d.adds = append(d.adds, dedupAdd{k, e})
 }
 
-// waiting is how many keys a merge would write now.
-func (d *dedupBatch) waiting() int {
-	if d.merged {
-		return len(d.adds) - d.upTo
-	}
-	return len(d.s.pending) + len(d.adds)
-}
-
 // pendingDup reports whether k, admitted since the last merge, is a
 // duplicate: admitted within the window (firstSeen at or after cutoff),
-// or its item is still unacknowledged. found is false when k is not
-// pending: the dedup table decides.
-func (d *dedupBatch) pendingDup(ctx context.Context, tx *sql.Tx, k dedupKey, cutoff int64) (dup, found bool, err error) {
+// or its item is still unacknowledged. A key not pending is not one
+// here: the dedup table decides (older rows, never newer than these).
+func (d *dedupBatch) pendingDup(ctx context.Context, tx *sql.Tx, k dedupKey, cutoff int64) (bool, error) {
 	e, ok := d.lookup(k)
 	if !ok {
-		return false, false, nil
+		return false, nil
 	}
 	if e.firstSeen >= cutoff {
-		return true, true, nil
+		return true, nil
 	}
 	var one int
 	switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM items WHERE seq = ? AND acked_at IS NULL`, e.seq).Scan(&one); err {
 	case nil:
-		return true, true, nil
+		return true, nil
 	case sql.ErrNoRows:
-		return false, true, nil
+		return false, nil
 	default:
-		return false, true, err
+		return false, err
 	}
 }
 
@@ -137,8 +132,8 @@ func (d *dedupBatch) pendingDup(ctx context.Context, tx *sql.Tx, k dedupKey, cut
 // far, in this batch too, now has its row. It runs in the batch's
 // transaction; commit keeps the mark once that commits.
 func (d *dedupBatch) merge(ctx context.Context, tx *sql.Tx, lastSeq int64) error {
-	if d.waiting() == 0 && d.merged {
-		return nil
+	if d.merged && d.upTo == len(d.adds) {
+		return nil // nothing admitted since this batch's merge
 	}
 	var all []dedupAdd
 	if !d.merged {
@@ -164,7 +159,7 @@ func (d *dedupBatch) merge(ctx context.Context, tx *sql.Tx, lastSeq int64) error
 		}
 	}
 	d.mark = max(d.s.merged, lastSeq)
-	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'dedup_merged'`, strconv.FormatInt(d.mark, 10)); err != nil {
+	if _, err := tx.ExecContext(ctx, sqlSetMergeMark, strconv.FormatInt(d.mark, 10)); err != nil {
 		return err
 	}
 	d.merged, d.upTo = true, len(d.adds)
@@ -220,7 +215,7 @@ func (s *Store) recoverDedup(ctx context.Context) error {
 		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen, seq = excluded.seq`, mark, s.opts.Now().UnixNano()); err != nil {
 		return fmt.Errorf("recover the duplicate filter: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'dedup_merged'`, strconv.FormatInt(last, 10)); err != nil {
+	if _, err := tx.ExecContext(ctx, sqlSetMergeMark, strconv.FormatInt(last, 10)); err != nil {
 		return fmt.Errorf("recover the duplicate filter: %w", err)
 	}
 	if err := tx.Commit(); err != nil {

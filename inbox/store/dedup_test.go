@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +92,21 @@ func dedupRows(t *testing.T, path string) map[string]bool {
 
 func keyOf(r Record) string { return fmt.Sprintf("%d/%x", r.Sender[0], r.ID) }
 
+// mustDups admits every record of rs again, all queued at once, and fails
+// unless each is a duplicate.
+func mustDups(t *testing.T, s *Store, rs ...Record) {
+	t.Helper()
+	ps := make([]*Pending, len(rs))
+	for i, r := range rs {
+		ps[i] = s.AdmitAsync(context.Background(), r)
+	}
+	for i, p := range ps {
+		if dup, err := p.Wait(); err != nil || !dup {
+			t.Fatalf("Admit(%s) again: dup=%v err=%v, want a duplicate", keyOf(rs[i]), dup, err)
+		}
+	}
+}
+
 // The keys of admitted items are held in memory and reach the dedup
 // table only when merged; a duplicate is recognised before and after.
 func TestDedupPendingThenMerged(t *testing.T) {
@@ -103,9 +119,7 @@ func TestDedupPendingThenMerged(t *testing.T) {
 	if got := dedupRows(t, path); len(got) != 0 {
 		t.Fatalf("dedup rows before a merge: %v, want none (the keys are pending)", got)
 	}
-	for _, r := range rs {
-		mustDup(t, s, r)
-	}
+	mustDups(t, s, rs...)
 	if _, err := s.Ack(1); err != nil { // acknowledged, still a duplicate
 		t.Fatal(err)
 	}
@@ -118,9 +132,7 @@ func TestDedupPendingThenMerged(t *testing.T) {
 		}
 	}
 	s = reopen(t, path, Options{mergeIdle: noIdleMerge})
-	for _, r := range rs {
-		mustDup(t, s, r)
-	}
+	mustDups(t, s, rs...)
 }
 
 // mergeAt keys waiting are merged with the batch that reached it; the
@@ -144,7 +156,7 @@ func TestDedupMergeAtAndIdle(t *testing.T) {
 		t.Fatalf("%d dedup rows after 6 admissions with mergeAt 4, want 4", got)
 	}
 	for n := range uint64(6) {
-		mustDup(t, s2, rec(1, n))
+		mustDup(t, s2, rec(1, n)) // one at a time: a batch of them would reach mergeAt
 	}
 	if got := s.txns.Load(); got != txns {
 		t.Fatalf("the idle merge counted as a request's transaction: %d, then %d", txns, got)
@@ -178,8 +190,8 @@ func TestDedupRecoveredAfterCrash(t *testing.T) {
 		if !got[keyOf(r)] {
 			t.Fatalf("Open did not recover %s: %v", keyOf(r), got)
 		}
-		mustDup(t, c, r)
 	}
+	mustDups(t, c, rs...)
 	// The sequence goes on.
 	mustAdmit(t, c, rec(1, 3))
 	if got := fmt.Sprint(seqsOf(mustList(t, c, 0, 0))); got != "[2 3 4]" {
@@ -215,10 +227,7 @@ func TestDedupMergedBeforeTrim(t *testing.T) {
 	if left >= 8 {
 		t.Fatalf("%d items left: the history cap trimmed none", left)
 	}
-	c := reopen(t, crashCopy(t, path), opts)
-	for _, r := range rs {
-		mustDup(t, c, r)
-	}
+	mustDups(t, reopen(t, crashCopy(t, path), opts), rs...)
 }
 
 // Expire merges before it deletes, and keeps the window's rule for the
@@ -288,52 +297,53 @@ func TestDedupFailedBatchLeavesNothing(t *testing.T) {
 // the mark covers only the former: after a crash every key is known.
 func TestDedupMergeMidBatch(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	// Batches of up to three, gathered for 300 ms: early, a and Expire
-	// share one, then b, Expire and c.
-	opts := Options{FlushInterval: 300 * time.Millisecond, MaxBatch: 3, mergeIdle: noIdleMerge}
+	// Batches of three: what one goroutine queues at once shares one.
+	opts := Options{FlushInterval: 2 * time.Second, MaxBatch: 3, mergeIdle: noIdleMerge}
 	s, path := openStore(t, opts)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	early := rec(1, 1)
-	a, b := rec(2, 1), rec(2, 2)
-	pe := s.AdmitAsync(ctx, early)
-	pa := s.AdmitAsync(ctx, a)
-	expired := make(chan error, 1)
-	go func() { _, _, err := s.Expire(); expired <- err }() // the first batch: early, a, Expire
-	for _, p := range []*Pending{pe, pa} {
-		if dup, err := p.Wait(); err != nil || dup {
-			t.Fatalf("Admit: dup=%v err=%v", dup, err)
-		}
-	}
-	if err := <-expired; err != nil {
-		t.Fatal(err)
-	}
-	// The second batch: B, then Expire merging it, then C after it.
-	c := rec(2, 3)
-	pb := s.AdmitAsync(ctx, b)
-	go func() { _, _, err := s.Expire(); expired <- err }()
-	time.Sleep(100 * time.Millisecond) // Expire queued before C (if not, C is merged too: the checks still hold)
-	pc := s.AdmitAsync(ctx, c)
-	for _, p := range []*Pending{pb, pc} {
-		if dup, err := p.Wait(); err != nil || dup {
-			t.Fatalf("Admit: dup=%v err=%v", dup, err)
-		}
-	}
-	if err := <-expired; err != nil {
-		t.Fatal(err)
-	}
-	if got := dedupRows(t, path); got[keyOf(c)] || !got[keyOf(b)] {
-		t.Fatalf("dedup rows %v: want b merged by Expire, c (after it in the batch) pending", got)
+	early, a, b, c := rec(1, 1), rec(2, 1), rec(2, 2), rec(2, 3)
+	// The first batch: early, a, then Expire merging them (mark 2).
+	mustAdmitBatch(t, s, early, a)
+	// The second: b, Expire merging it (mark 3), then c after the merge.
+	mustAdmitBatch(t, s, b, Record{}, c)
+	if got := dedupRows(t, path); got[keyOf(c)] || !got[keyOf(b)] || !got[keyOf(early)] {
+		t.Fatalf("dedup rows %v: want early, a and b merged by the Expires, c (after the second in its batch) pending", got)
 	}
 	if mark := mergeMark(t, path); mark != 3 {
 		t.Fatalf("merge mark %d, want 3 (b's seq; c, seq 4, came after the merge)", mark)
 	}
-	for _, r := range []Record{early, a, b, c} {
-		mustDup(t, s, r)
+	mustDups(t, s, early, a, b, c)
+	crashed := reopen(t, crashCopy(t, path), Options{mergeIdle: noIdleMerge})
+	mustDups(t, crashed, early, a, b, c)
+}
+
+// mustAdmitBatch queues, from this goroutine, an admission of each record
+// of rs, or an Expire for a Record without a Kind, then an Expire if none was
+// asked for, and fails unless every admission stores its record and the
+// Expires succeed. With Options.MaxBatch at their number they share one
+// batch, in that order.
+func mustAdmitBatch(t *testing.T, s *Store, rs ...Record) {
+	t.Helper()
+	ctx := context.Background()
+	if !slices.ContainsFunc(rs, func(r Record) bool { return r.Kind == "" }) {
+		rs = append(rs, Record{})
 	}
-	crashed := reopen(t, crashCopy(t, path), opts)
-	for _, r := range []Record{early, a, b, c} {
-		mustDup(t, crashed, r)
+	var reqs []*request
+	for _, r := range rs {
+		req := &request{op: opAdmit, rec: r, done: make(chan result, 1)}
+		if r.Kind == "" {
+			req = &request{op: opExpire, done: make(chan result, 1)}
+		} else {
+			req.rec.Received = s.opts.Now()
+		}
+		if err := s.send(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, req)
+	}
+	for i, req := range reqs {
+		if res := <-req.done; res.err != nil || res.dup {
+			t.Fatalf("request %d of the batch (op %d): dup=%v err=%v", i, req.op, res.dup, res.err)
+		}
 	}
 }
 

@@ -1129,9 +1129,9 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	// refuse answers admission i, refused for want of room: a duplicate is
 	// still answered as one, anything else gets why.
 	refuse := func(i int, r *Record, why error) error {
-		if dup, found, err := d.pendingDup(ctx, tx, makeDedupKey(r), cutoff); err != nil {
+		if dup, err := d.pendingDup(ctx, tx, makeDedupKey(r), cutoff); err != nil {
 			return err
-		} else if found && dup {
+		} else if dup {
 			res[i].dup = true
 			return nil
 		}
@@ -1201,7 +1201,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 				continue
 			}
 			key := makeDedupKey(r)
-			if dup, _, err := d.pendingDup(ctx, tx, key, cutoff); err != nil {
+			if dup, err := d.pendingDup(ctx, tx, key, cutoff); err != nil {
 				return 0, 0, 0, 0, err
 			} else if dup {
 				res[i].dup = true
