@@ -1,11 +1,13 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -480,6 +482,7 @@ func (s *Store) loadIndexMark(ctx context.Context) error {
 	s.indexed = mark
 	s.indexedSeq.Store(mark)
 	s.lastSeq.Store(last)
+	s.recentFrom = last
 	return nil
 }
 
@@ -506,14 +509,35 @@ func (s *Store) indexPage(upTo int64) error {
 		return fmt.Errorf("store: index for search: %w", err)
 	}
 	defer tx.Rollback()
-	page, n, last, err := s.readTexts(ctx, tx, `SELECT seq, sender, id, kind, peer, received, payload FROM items
-		WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?`, s.indexed, upTo, indexPage)
-	if err != nil {
-		return fmt.Errorf("store: index for search: %w", err)
-	}
-	mark := upTo
-	if n == indexPage {
-		mark = last
+	var (
+		page   []indexed
+		mark   = upTo
+		memory = s.indexed >= s.recentFrom
+	)
+	if memory {
+		// Every text to index is in memory: those up to upTo, at most a
+		// page of them.
+		n, _ := slices.BinarySearchFunc(s.recent, upTo+1, func(t indexed, seq int64) int { return cmp.Compare(t.seq, seq) })
+		if n > indexPage {
+			n = indexPage
+			mark = s.recent[n-1].seq
+		}
+		page = s.recent[:n]
+	} else {
+		// The items up to recentFrom are read back from the database.
+		mark = min(upTo, s.recentFrom)
+		var (
+			n    int
+			last int64
+		)
+		page, n, last, err = s.readTexts(ctx, tx, `SELECT seq, sender, id, kind, peer, received, payload FROM items
+			WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?`, s.indexed, mark, indexPage)
+		if err != nil {
+			return fmt.Errorf("store: index for search: %w", err)
+		}
+		if n == indexPage {
+			mark = last
+		}
 	}
 	if len(page) > 0 {
 		st, err := s.prepared(ctx, sqlIndexText)
@@ -533,9 +557,60 @@ func (s *Store) indexPage(upTo int64) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("store: index for search: %w", err)
 	}
+	if memory {
+		n := copy(s.recent, s.recent[len(page):])
+		clear(s.recent[n:])
+		s.recent = s.recent[:n]
+		for _, t := range page {
+			s.recentBytes -= len(t.text)
+		}
+	}
 	s.indexed = mark
 	s.indexedSeq.Store(mark)
 	return nil
+}
+
+// Limits of the texts kept in memory for the index (Store.recent): past
+// either, the committer forgets them and reads the items back from the
+// database until the index has caught up.
+const (
+	recentMax      = 4 * indexPage
+	recentMaxBytes = 4 << 20
+)
+
+// searchText is r's text for the index, computed by the admitting
+// goroutine, so that the committer (the database's one writer) only
+// writes it; "" when r has none or the store indexes nothing.
+func (s *Store) searchText(r Record) string {
+	if s.opts.SearchText == nil || s.opts.ReadOnly {
+		return ""
+	}
+	return clipText(s.opts.SearchText(r))
+}
+
+// keepTexts keeps the texts of the items batch admitted for indexPage,
+// which then need not read them back. Memory holds the text of every item
+// above recentFrom that has one; when batch deleted items (whose texts
+// must not be indexed) or too many texts wait, the texts are dropped and
+// recentFrom moves to the last seq: indexPage reads the items up to it
+// from the database. Only commit calls it, after batch committed.
+func (s *Store) keepTexts(batch []*request, res []result) {
+	if s.opts.SearchText == nil {
+		return
+	}
+	if !s.deleted {
+		for i, req := range batch {
+			if req.op == opAdmit && res[i].seq != 0 && req.text != "" {
+				s.recent = append(s.recent, indexed{int64(res[i].seq), req.text})
+				s.recentBytes += len(req.text)
+			}
+		}
+		if len(s.recent) <= recentMax && s.recentBytes <= recentMaxBytes {
+			return
+		}
+	}
+	s.recent, s.recentBytes = nil, 0
+	s.recentFrom = s.lastSeq.Load()
 }
 
 // catchUp has the committer index every item admitted so far, a page per
@@ -583,8 +658,8 @@ func (s *Store) readTexts(ctx context.Context, tx *sql.Tx, q string, args ...any
 		copy(r.ID[:], id)
 		r.Received = time.Unix(0, received)
 		n, last = n+1, seq
-		if text := s.opts.SearchText(r); text != "" {
-			page = append(page, indexed{seq, clipText(text)})
+		if text := clipText(s.opts.SearchText(r)); text != "" {
+			page = append(page, indexed{seq, text})
 		}
 	}
 	return page, n, last, rows.Err()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -627,4 +628,79 @@ func TestSearchIndexRestart(t *testing.T) {
 			t.Fatalf("doc%d: %v", i, hitSeqs(hits))
 		}
 	}
+}
+
+// The texts of admitted items wait in memory for the index, so that the
+// committer need not read the items back: SearchText runs once per item.
+// Items deleted before they are indexed, or too many bytes of text
+// waiting, make the store drop those texts and read the items from the
+// database instead: each item indexed exactly once, no deleted one.
+func TestSearchTextsKeptInMemory(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	var calls atomic.Int64
+	counted := func(r Record) string { calls.Add(1); return payloadText(r) }
+	s, _ := openStore(t, Options{SearchText: counted, indexOnSearch: true, MaxItems: 10000, HistoryMaxBytes: 1000})
+	ctx := context.Background()
+	next := uint64(0)
+	admit := func(n int, text func(i uint64) string) {
+		t.Helper()
+		for range n {
+			next++
+			if dup, err := s.Admit(ctx, searchRec(1, next, "message", "alice", text(next), time.Time{})); err != nil || dup {
+				t.Fatalf("admit %d: %v %v", next, dup, err)
+			}
+		}
+	}
+	check := func(when string, wantRows int, wantCalls int64) {
+		t.Helper()
+		if n := indexedRows(t, s); n != wantRows {
+			t.Fatalf("%s: %d index rows, want %d", when, n, wantRows)
+		}
+		if mark := checkIndex(t, s.db, when); mark != int64(next) {
+			t.Fatalf("%s: mark %d, want %d", when, mark, next)
+		}
+		if got := calls.Load(); got != wantCalls {
+			t.Fatalf("%s: SearchText ran %d times, want %d", when, got, wantCalls)
+		}
+	}
+
+	// Kept in memory: one call per item.
+	admit(100, func(i uint64) string { return fmt.Sprintf("kept doc%d", i) })
+	check("in memory", 100, 100)
+
+	// Items 101..120 of 100 bytes each, all acknowledged: history over
+	// 1,000 bytes is trimmed to 900, which deletes the oldest eleven
+	// before they are indexed. The nine left are read back.
+	admit(20, func(i uint64) string { return fmt.Sprintf("%-100s", fmt.Sprintf("trimmed doc%d", i)) })
+	acks := make([]uint64, 20)
+	for i := range acks {
+		acks[i] = uint64(101 + i)
+	}
+	if n, err := s.Ack(acks...); err != nil || n != 20 {
+		t.Fatalf("ack: %d, %v", n, err)
+	}
+	check("after deletions", 109, 100+20+9)
+	if hits := mustSearch(t, s, Search{}, "doc111"); len(hits) != 0 {
+		t.Fatalf("a deleted item is found: %v", hitSeqs(hits))
+	}
+	if hits := mustSearch(t, s, Search{}, "doc112"); len(hits) != 1 || hits[0].Seq != 112 {
+		t.Fatalf("doc112: %v", hitSeqs(hits))
+	}
+
+	// Texts of MaxSearchText bytes: the 65th takes them past the bound
+	// of what waits in memory, and the 65 are read back; the five after
+	// it wait in memory again.
+	big := strings.Repeat("x", MaxSearchText-10)
+	admit(70, func(i uint64) string { return fmt.Sprintf("big%d %s", i, big) })
+	if recentMaxBytes/MaxSearchText != 64 {
+		t.Fatalf("the test expects room for 64 texts of MaxSearchText, not %d", recentMaxBytes/MaxSearchText)
+	}
+	check("past the bound", 179, 129+70+65)
+	if hits := mustSearch(t, s, Search{}, "big185"); len(hits) != 1 || hits[0].Seq != 185 {
+		t.Fatalf("big185: %v", hitSeqs(hits))
+	}
+
+	// And kept in memory again.
+	admit(10, func(i uint64) string { return fmt.Sprintf("again doc%d", i) })
+	check("in memory again", 189, 264+10)
 }

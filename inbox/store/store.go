@@ -128,13 +128,15 @@ type Options struct {
 	ReadOnly bool
 	// SearchText, if set, gives the text Search finds a stored item by
 	// ("": the item is not searchable; at most MaxSearchText bytes are
-	// indexed), from the item as stored (Seq, Sender, ID, Kind, Peer,
-	// Received, Payload). Admission does not index: the committer
-	// indexes admitted items in the background, in batches, and Search
-	// first catches the index up (search.go). A writing Open also
-	// indexes with it the items stored before the database had a search
-	// index. Nil indexes nothing: the items wait for a later Open that
-	// has it.
+	// indexed), from the item (Sender, ID, Kind, Peer, Received,
+	// Payload; Seq is not always known). It must depend on nothing else:
+	// Admit and AdmitAsync call it, on the caller's goroutine and so
+	// concurrently, and the committer calls it again for items it reads
+	// back. Admission does not index: the committer indexes admitted
+	// items in the background, in batches, and Search first catches the
+	// index up (search.go). A writing Open also indexes with it the
+	// items stored before the database had a search index. Nil indexes
+	// nothing: the items wait for a later Open that has it.
 	SearchText func(Record) string
 	// pragmas are added to every connection's DSN (tests: a page limit
 	// that fills the "disk").
@@ -264,6 +266,13 @@ type Store struct {
 	indexedSeq  atomic.Int64
 	lastSeq     atomic.Int64
 	lastSeqNext int64
+	// recent holds the search texts of the items admitted above
+	// recentFrom; deleted is runBatch's report that it deleted items
+	// (search.go). Owned by commitLoop (and Open before it starts).
+	recent      []indexed
+	recentBytes int
+	recentFrom  int64
+	deleted     bool
 
 	// pending holds the keys admitted since the duplicate filter's last
 	// merge into the dedup table (dedup.go); dedup is runBatch's view on
@@ -324,6 +333,7 @@ const (
 type request struct {
 	op   opKind
 	rec  Record                         // opAdmit
+	text string                         // opAdmit: rec's search text (search.go)
 	seqs []uint64                       // opAck
 	ob   *outboxReq                     // opOutbox*; nil for the others
 	sp   *spaceReq                      // opSpace*; nil for the others
@@ -341,7 +351,7 @@ type request struct {
 type result struct {
 	dup  bool
 	n, m int
-	seq  uint64              // opOutboxAdd: the new entry's Seq
+	seq  uint64              // opOutboxAdd: the new entry's Seq; opAdmit: the item's
 	revd []outbox.Entry      // opOutboxRevive: the revived entries
 	dead []outbox.DeadLetter // opOutboxPrune: the removed dead letters
 	idem *Idem               // opIdemClaim: the key's record when it is in use
@@ -656,7 +666,7 @@ func (s *Store) Admit(ctx context.Context, r Record) (dup bool, err error) {
 	if r.Received.IsZero() {
 		r.Received = s.opts.Now()
 	}
-	res := s.do(ctx, &request{op: opAdmit, rec: r})
+	res := s.do(ctx, &request{op: opAdmit, rec: r, text: s.searchText(r)})
 	return res.dup, res.err
 }
 
@@ -1042,6 +1052,7 @@ func (s *Store) commit(batch []*request) {
 		s.kindsMu.Unlock()
 	}
 	s.lastSeq.Store(s.lastSeqNext)
+	s.keepTexts(batch, res)
 	if len(batch) != 1 || batch[0].op != opMerge { // a merge on its own is not a request's
 		s.txns.Add(1)
 	}
@@ -1229,6 +1240,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 				return 0, 0, 0, 0, err
 			}
 			d.add(key, dedupEntry{firstSeen: nowNS, seq: seq})
+			res[i].seq = uint64(seq)
 			lastSeq = max(lastSeq, seq)
 			unacked++
 			added++
@@ -1334,6 +1346,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			return 0, 0, 0, 0, err
 		}
 	}
+	s.deleted = vacuum
 	if vacuum {
 		// Hand the pages the deletions freed back to the file system (in
 		// the WAL now; in the main file once checkpointed, after commit).
@@ -1493,7 +1506,7 @@ func (s *Store) AdmitAsync(ctx context.Context, r Record) *Pending {
 	if r.Received.IsZero() {
 		r.Received = s.opts.Now()
 	}
-	req := &request{op: opAdmit, rec: r, done: make(chan result, 1)}
+	req := &request{op: opAdmit, rec: r, text: s.searchText(r), done: make(chan result, 1)}
 	if err := s.send(ctx, req); err != nil {
 		return &Pending{err: err}
 	}
