@@ -279,6 +279,9 @@ type Store struct {
 	// top of it. Both are owned by commitLoop.
 	pending map[dedupKey]dedupEntry
 	dedup   dedupBatch
+	// run is runBatch's state for a run of admissions (admit.go), owned
+	// by commitLoop.
+	run admitRun
 	// merged is the merge mark (meta dedup_merged) as last written or
 	// read; owned by commitLoop (and Open before it starts).
 	merged int64
@@ -1085,12 +1088,6 @@ const (
 	sqlLookup = `SELECT 1 FROM dedup d WHERE d.sender = ?1 AND d.id = ?2
 		AND (d.first_seen >= ?3 OR EXISTS (SELECT 1 FROM items i
 			WHERE i.seq = d.seq AND i.acked_at IS NULL))`
-	// sqlInsertNew inserts the item unless it is a duplicate (as
-	// sqlLookup): no row affected means duplicate.
-	sqlInsertNew = `INSERT INTO items (sender, id, kind, peer, received, payload, class)
-		SELECT ?1, ?2, ?4, ?5, ?6, ?7, ?8 WHERE NOT EXISTS (SELECT 1 FROM dedup d WHERE d.sender = ?1 AND d.id = ?2
-			AND (d.first_seen >= ?3 OR EXISTS (SELECT 1 FROM items i
-				WHERE i.seq = d.seq AND i.acked_at IS NULL)))`
 	sqlRemember = `INSERT INTO dedup (sender, id, first_seen, seq) VALUES (?1, ?2, ?3, ?4)
 		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen, seq = excluded.seq`
 	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL RETURNING length(payload), kind, sender`
@@ -1120,7 +1117,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	defer tx.Rollback()
 	now := s.opts.Now()
 	nowNS := now.UnixNano()
-	var lookup, insertNew, ack *sql.Stmt
+	var lookup, ack *sql.Stmt
 	d := &s.dedup
 	d.reset(s)
 	ob := outboxTx{ctx: ctx, tx: tx, s: s}
@@ -1183,9 +1180,24 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	s.checkpoint = ""
 	vacuum, mergeNow := false, false
 	lowItems := max(s.opts.MaxItems*9/10, 1)
+	run := &s.run
+	run.reset(s)
+	knownTo := 0 // run.known holds the dedup table's verdict for batch[:knownTo]
 	for i, req := range batch {
+		if req.op != opAdmit {
+			if err := run.flush(ctx, tx, d, res, &lastSeq); err != nil {
+				return 0, 0, 0, 0, err
+			}
+		}
 		switch req.op {
 		case opAdmit:
+			if i >= knownTo { // a run starts
+				for knownTo = i; knownTo < len(batch) && batch[knownTo].op == opAdmit; knownTo++ {
+				}
+				if err := run.lookup(ctx, tx, batch[i:knownTo], cutoff); err != nil {
+					return 0, 0, 0, 0, err
+				}
+			}
 			r := &req.rec
 			payload := r.Payload
 			if payload == nil {
@@ -1214,34 +1226,21 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			key := makeDedupKey(r)
 			if dup, err := d.pendingDup(ctx, tx, key, cutoff); err != nil {
 				return 0, 0, 0, 0, err
-			} else if dup {
+			} else if dup || run.dup(key) {
 				res[i].dup = true
 				continue
-			}
-			if err := prepare(&insertNew, sqlInsertNew); err != nil {
-				return 0, 0, 0, 0, err
 			}
 			class := r.Class
 			if class == "" {
 				class = DefaultClass
 			}
-			ins, err := insertNew.ExecContext(ctx, r.Sender[:], r.ID[:], cutoff, r.Kind, r.Peer, r.Received.UnixNano(), payload, class)
-			if err != nil {
-				return 0, 0, 0, 0, err
+			d.add(key, dedupEntry{firstSeen: nowNS}) // its seq once written
+			run.add(runRow{i: i, key: key, add: d.index[key], rec: r, payload: payload, class: class})
+			if len(run.rows) == insertRows {
+				if err := run.flush(ctx, tx, d, res, &lastSeq); err != nil {
+					return 0, 0, 0, 0, err
+				}
 			}
-			if n, err := ins.RowsAffected(); err != nil {
-				return 0, 0, 0, 0, err
-			} else if n == 0 {
-				res[i].dup = true
-				continue
-			}
-			seq, err := ins.LastInsertId()
-			if err != nil {
-				return 0, 0, 0, 0, err
-			}
-			d.add(key, dedupEntry{firstSeen: nowNS, seq: seq})
-			res[i].seq = uint64(seq)
-			lastSeq = max(lastSeq, seq)
 			unacked++
 			added++
 			bytes += int64(len(payload))
@@ -1331,6 +1330,9 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		default:
 			panic(fmt.Sprintf("bug: store: unknown op %d", req.op))
 		}
+	}
+	if err := run.flush(ctx, tx, d, res, &lastSeq); err != nil {
+		return 0, 0, 0, 0, err
 	}
 	if acked > 0 && s.opts.HistoryMaxBytes >= 0 && history > s.opts.HistoryMaxBytes {
 		if err := d.merge(ctx, tx, lastSeq); err != nil { // as for opExpire

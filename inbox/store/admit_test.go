@@ -1,0 +1,125 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
+)
+
+// A batch of many admissions is decided in order and written many rows
+// to a statement: duplicates of keys in the dedup table (in every
+// statement's worth of lookups), of keys pending in memory and of keys
+// earlier in the batch are refused; the others are stored with seqs in
+// the order they came, and known as duplicates afterwards, after a
+// crash too.
+func TestAdmitManyInOneBatch(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const n = 3*lookupRows + 5
+	ctx := context.Background()
+	// The dedup table holds 40 keys (merged at Close).
+	first, path := openStore(t, Options{})
+	var table, pending []Record
+	for i := range 40 {
+		table = append(table, rec(1, uint64(i+1)))
+		if dup, err := first.Admit(ctx, table[i]); err != nil || dup {
+			t.Fatalf("admit: %v %v", dup, err)
+		}
+	}
+	first.Close()
+	// Batches of n: a first one leaves n keys pending in memory.
+	s := reopen(t, path, Options{FlushInterval: 5 * time.Second, MaxBatch: n, MaxItems: 10000, mergeIdle: noIdleMerge})
+	for i := range n {
+		pending = append(pending, rec(2, uint64(i+1)))
+	}
+	admitAll(t, s, pending)
+	if rows := dedupRows(t, path); !rows[keyOf(table[39])] || rows[keyOf(pending[0])] || len(s.pending) != n {
+		t.Fatalf("want the first 40 keys in the dedup table, the %d after them pending (%d)", n, len(s.pending))
+	}
+	before := s.lastSeq.Load()
+
+	// Request j: a key of the table, a pending key, a new key, then that
+	// new key again.
+	var (
+		reqs   []*request
+		fresh  []Record
+		wantOK []bool
+	)
+	for j := range n {
+		var r Record
+		switch j % 4 {
+		case 0:
+			r = table[(j/4)%len(table)]
+		case 1:
+			r = pending[(j/4)%len(pending)]
+		case 2:
+			r = rec(3, uint64(j))
+			fresh = append(fresh, r)
+		case 3:
+			r = rec(3, uint64(j-1))
+		}
+		r.Received = s.opts.Now()
+		req := &request{op: opAdmit, rec: r, done: make(chan result, 1)}
+		if err := s.send(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		reqs = append(reqs, req)
+		wantOK = append(wantOK, j%4 == 2)
+	}
+	next := before + 1
+	for j, req := range reqs {
+		res := <-req.done
+		if res.err != nil {
+			t.Fatalf("request %d: %v", j, res.err)
+		}
+		if res.dup == wantOK[j] {
+			t.Fatalf("request %d (%s): dup=%v", j, keyOf(req.rec), res.dup)
+		}
+		if wantOK[j] {
+			if res.seq != uint64(next) {
+				t.Fatalf("request %d: seq %d, want %d (the order they came in)", j, res.seq, next)
+			}
+			next++
+		}
+	}
+	if got := s.txns.Load(); got != 2 {
+		t.Fatalf("%d transactions, want each batch in one", got)
+	}
+	rows, err := s.db.Query(`SELECT seq, id FROM items WHERE seq > ? ORDER BY seq`, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := 0
+	for rows.Next() {
+		var seq int64
+		var id []byte
+		if err := rows.Scan(&seq, &id); err != nil {
+			t.Fatal(err)
+		}
+		if k >= len(fresh) || string(id) != string(fresh[k].ID[:]) || seq != before+1+int64(k) {
+			t.Fatalf("item %d: seq %d id %x", k, seq, id)
+		}
+		k++
+	}
+	if err := rows.Close(); err != nil || k != len(fresh) {
+		t.Fatalf("%d items stored, want %d (%v)", k, len(fresh), err)
+	}
+	crashed := reopen(t, crashCopy(t, path), Options{mergeIdle: noIdleMerge})
+	mustDups(t, crashed, append(append(fresh, table...), pending...)...)
+}
+
+// admitAll queues an admission of each of rs from this goroutine, and
+// fails unless each is stored.
+func admitAll(t *testing.T, s *Store, rs []Record) {
+	t.Helper()
+	ps := make([]*Pending, len(rs))
+	for i, r := range rs {
+		ps[i] = s.AdmitAsync(context.Background(), r)
+	}
+	for i, p := range ps {
+		if dup, err := p.Wait(); err != nil || dup {
+			t.Fatalf("admit %s: dup=%v err=%v", keyOf(rs[i]), dup, err)
+		}
+	}
+}
