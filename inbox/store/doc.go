@@ -18,7 +18,9 @@
 // arriving meanwhile form the next group, so groups grow with the load
 // (and with the time a sync takes). So when Admit returns nil, the record
 // is on disk; the caller may acknowledge the envelope. A failed
-// transaction fails every request in it; none of them was stored.
+// transaction fails every request in it; none of them was stored. A run
+// of admissions in a group is decided in order, one by one, and its rows
+// written 32 to a statement.
 //
 // # Duplicates
 //
@@ -97,6 +99,10 @@
 // the background between groups (yielding to queued requests), at Close,
 // and before every Search, which catches the index up to the last
 // admitted item first, so it never misses one whose Admit returned.
+// The text is computed by the goroutine that admits the item and waits
+// in memory (a few thousand texts at most) until its page is indexed, so
+// the committer need not read items back; after a restart, a batch that
+// deleted items, or past that bound, the items are read back instead.
 // Items deleted before they were indexed are skipped. Items stored
 // before the index existed are indexed by the first writing Open given
 // SearchText. Queries come only from [ParseSearch]:
