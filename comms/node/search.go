@@ -305,8 +305,9 @@ func appendText(b *strings.Builder, v wire.Value) {
 }
 
 // recordText is store.Options.SearchText: the text of a stored item,
-// decoded from its payload when the store indexes it (in the background,
-// off the admission path) — the same as searchText of the envelope.
+// decoded from its payload (by the admitting goroutine, or when the store
+// reads an item back to index it) — the same as searchText of the
+// envelope.
 func recordText(r store.Record) string {
 	if r.Kind == kindSubagent {
 		return ""

@@ -62,8 +62,8 @@ func (a *admitRun) lookup(ctx context.Context, tx *sql.Tx, reqs []*request, cuto
 	}
 	clear(a.known)
 	for len(reqs) > 0 {
-		// Pad to a power of two with the first key again, so that few
-		// statements are prepared.
+		// Pad to a power of two with the chunk's last key again, so
+		// that few statements are prepared.
 		n := min(len(reqs), lookupRows)
 		size := 1
 		for size < n {

@@ -105,6 +105,13 @@ func TestAdmitManyInOneBatch(t *testing.T) {
 	if err := rows.Close(); err != nil || k != len(fresh) {
 		t.Fatalf("%d items stored, want %d (%v)", k, len(fresh), err)
 	}
+	// Known as duplicates by their entries in memory (a batch of n
+	// again, so it commits at once) and after a crash.
+	again := make([]Record, 0, n)
+	for len(again) < n {
+		again = append(again, fresh[len(again)%len(fresh)])
+	}
+	mustDups(t, s, again...)
 	crashed := reopen(t, crashCopy(t, path), Options{mergeIdle: noIdleMerge})
 	mustDups(t, crashed, append(append(fresh, table...), pending...)...)
 }
@@ -121,5 +128,50 @@ func admitAll(t *testing.T, s *Store, rs []Record) {
 		if dup, err := p.Wait(); err != nil || dup {
 			t.Fatalf("admit %s: dup=%v err=%v", keyOf(rs[i]), dup, err)
 		}
+	}
+}
+
+// An acknowledgement between two admissions of a batch ends a run: the
+// second admission of a key sees the item acknowledged. The key's row
+// in the dedup table is past the window, so only its unacknowledged
+// item made it a duplicate.
+func TestAdmitRunEndsAtAck(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	clock := newFakeClock()
+	ctx := context.Background()
+	first, path := openStore(t, Options{Now: clock.Now})
+	k := rec(1, 1)
+	if dup, err := first.Admit(ctx, k); err != nil || dup {
+		t.Fatalf("admit: %v %v", dup, err)
+	}
+	first.Close() // merges k into the dedup table
+	clock.Advance(DefaultDedupWindow + time.Hour)
+	s := reopen(t, path, Options{Now: clock.Now, FlushInterval: 5 * time.Second, MaxBatch: 3, mergeIdle: noIdleMerge})
+	if rows := dedupRows(t, path); !rows[keyOf(k)] {
+		t.Fatal("k is not in the dedup table")
+	}
+	k.Received = clock.Now()
+	reqs := []*request{
+		{op: opAdmit, rec: k, done: make(chan result, 1)},
+		{op: opAck, seqs: []uint64{1}, done: make(chan result, 1)},
+		{op: opAdmit, rec: k, done: make(chan result, 1)},
+	}
+	for _, req := range reqs {
+		if err := s.send(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []result
+	for _, req := range reqs {
+		got = append(got, <-req.done)
+	}
+	if got[0].err != nil || !got[0].dup {
+		t.Fatalf("first admission: dup=%v err=%v, want a duplicate (its item unacknowledged)", got[0].dup, got[0].err)
+	}
+	if got[1].err != nil || got[1].n != 1 {
+		t.Fatalf("ack: %d acknowledged, err=%v", got[1].n, got[1].err)
+	}
+	if got[2].err != nil || got[2].dup || got[2].seq != 2 {
+		t.Fatalf("second admission: dup=%v seq=%d err=%v, want stored as seq 2", got[2].dup, got[2].seq, got[2].err)
 	}
 }

@@ -306,7 +306,8 @@ func tokenize(text string) []span {
 }
 
 // clipText cuts text to at most MaxSearchText bytes, at a character
-// boundary.
+// boundary; a text it cuts is copied, so that what is kept (in memory, for
+// the index) holds no more than that.
 func clipText(text string) string {
 	if len(text) <= MaxSearchText {
 		return text
@@ -315,7 +316,7 @@ func clipText(text string) string {
 	for cut > 0 && !utf8.RuneStart(text[cut]) {
 		cut--
 	}
-	return text[:cut]
+	return strings.Clone(text[:cut])
 }
 
 // Search selects items for [Store.Search].
@@ -590,8 +591,9 @@ func (s *Store) searchText(r Record) string {
 
 // keepTexts keeps the texts of the items batch admitted for indexPage,
 // which then need not read them back. Memory holds the text of every item
-// above recentFrom that has one; when batch deleted items (whose texts
-// must not be indexed) or too many texts wait, the texts are dropped and
+// above recentFrom that has one; when batch may have deleted items (an
+// Expire, the history cap: their texts must not be indexed) or too many
+// texts wait, the texts are dropped and
 // recentFrom moves to the last seq: indexPage reads the items up to it
 // from the database. Only commit calls it, after batch committed.
 func (s *Store) keepTexts(batch []*request, res []result) {

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/meerkatd/meerkatd/internal/testutil"
 )
@@ -370,6 +371,12 @@ func TestSearchTextClipped(t *testing.T) {
 	}
 	if got := clipText(strings.Repeat("é", MaxSearchText)); len(got) > MaxSearchText || !strings.HasSuffix(got, "é") {
 		t.Fatalf("clipText cut a character: %d bytes", len(got))
+	}
+	// What is cut is a copy: the texts waiting in memory for the index
+	// hold no more than MaxSearchText bytes each.
+	long := strings.Repeat("a", 2*MaxSearchText)
+	if got := clipText(long); len(got) != MaxSearchText || unsafe.StringData(got) == unsafe.StringData(long) {
+		t.Fatalf("clipText: %d bytes, sharing the long text's memory: %v", len(got), unsafe.StringData(got) == unsafe.StringData(long))
 	}
 }
 

@@ -267,8 +267,8 @@ type Store struct {
 	lastSeq     atomic.Int64
 	lastSeqNext int64
 	// recent holds the search texts of the items admitted above
-	// recentFrom; deleted is runBatch's report that it deleted items
-	// (search.go). Owned by commitLoop (and Open before it starts).
+	// recentFrom; deleted is runBatch's report that it may have deleted
+	// items (search.go). Owned by commitLoop (and Open before it starts).
 	recent      []indexed
 	recentBytes int
 	recentFrom  int64
