@@ -54,8 +54,8 @@ func (a *admitRun) reset(s *Store) {
 }
 
 // lookup reads the dedup table's verdict for the keys of reqs (a run of
-// admissions) as sqlLookup gives it: known holds those that are
-// duplicates.
+// admissions): known holds those that are duplicates, remembered within
+// the window or with their item still unacknowledged.
 func (a *admitRun) lookup(ctx context.Context, tx *sql.Tx, reqs []*request, cutoff int64) error {
 	if a.known == nil {
 		a.known = map[dedupKey]struct{}{}
@@ -172,8 +172,9 @@ func (a *admitRun) flush(ctx context.Context, tx *sql.Tx, d *dedupBatch, res []r
 	return nil
 }
 
-// sqlLookupRows is sqlLookup for n keys (a sender and an id each, then the
-// window's cutoff): it returns those that are duplicates.
+// sqlLookupRows looks n keys up in the dedup table (a sender and an id
+// each, then the window's cutoff) and returns those that are duplicates:
+// remembered within the window, or with their item still unacknowledged.
 func sqlLookupRows(n int) string {
 	return `SELECT d.sender, d.id FROM (VALUES ` + placeholders(n, 2) + `) v
 		JOIN dedup d ON d.sender = v.column1 AND d.id = v.column2

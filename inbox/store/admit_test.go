@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestAdmitManyInOneBatch(t *testing.T) {
 	for i := range n {
 		pending = append(pending, rec(2, uint64(i+1)))
 	}
-	admitAll(t, s, pending)
+	admitEach(t, s, false, pending...)
 	if rows := dedupRows(t, path); !rows[keyOf(table[39])] || rows[keyOf(pending[0])] || len(s.pending) != n {
 		t.Fatalf("want the first 40 keys in the dedup table, the %d after them pending (%d)", n, len(s.pending))
 	}
@@ -116,21 +117,6 @@ func TestAdmitManyInOneBatch(t *testing.T) {
 	mustDups(t, crashed, append(append(fresh, table...), pending...)...)
 }
 
-// admitAll queues an admission of each of rs from this goroutine, and
-// fails unless each is stored.
-func admitAll(t *testing.T, s *Store, rs []Record) {
-	t.Helper()
-	ps := make([]*Pending, len(rs))
-	for i, r := range rs {
-		ps[i] = s.AdmitAsync(context.Background(), r)
-	}
-	for i, p := range ps {
-		if dup, err := p.Wait(); err != nil || dup {
-			t.Fatalf("admit %s: dup=%v err=%v", keyOf(rs[i]), dup, err)
-		}
-	}
-}
-
 // An acknowledgement between two admissions of a batch ends a run: the
 // second admission of a key sees the item acknowledged. The key's row
 // in the dedup table is past the window, so only its unacknowledged
@@ -174,4 +160,33 @@ func TestAdmitRunEndsAtAck(t *testing.T) {
 	if got[2].err != nil || got[2].dup || got[2].seq != 2 {
 		t.Fatalf("second admission: dup=%v seq=%d err=%v, want stored as seq 2", got[2].dup, got[2].seq, got[2].err)
 	}
+}
+
+// A full store still answers a duplicate as one, whether its key is
+// pending in memory or in the dedup table; anything new gets ErrFull.
+func TestFullStillKnowsDuplicates(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, path := openStore(t, Options{MaxItems: 2, mergeIdle: noIdleMerge})
+	ctx := context.Background()
+	a, b, c := rec(1, 1), rec(1, 2), rec(1, 3)
+	for _, r := range []Record{a, b} {
+		if dup, err := s.Admit(ctx, r); err != nil || dup {
+			t.Fatalf("admit %s: %v %v", keyOf(r), dup, err)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		if dup, err := s.Admit(ctx, c); !errors.Is(err, ErrFull) || dup {
+			t.Fatalf("%s: a new key: dup=%v err=%v, want ErrFull", when, dup, err)
+		}
+		mustDups(t, s, a, b)
+	}
+	check("keys pending")
+	if _, _, err := s.Expire(); err != nil { // merges them into the table
+		t.Fatal(err)
+	}
+	if rows := dedupRows(t, path); !rows[keyOf(a)] || !rows[keyOf(b)] || len(s.pending) != 0 {
+		t.Fatal("want a and b in the dedup table, nothing pending")
+	}
+	check("keys in the table")
 }

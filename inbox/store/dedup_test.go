@@ -96,13 +96,20 @@ func keyOf(r Record) string { return fmt.Sprintf("%d/%x", r.Sender[0], r.ID) }
 // unless each is a duplicate.
 func mustDups(t *testing.T, s *Store, rs ...Record) {
 	t.Helper()
+	admitEach(t, s, true, rs...)
+}
+
+// admitEach admits every record of rs, all queued at once from this
+// goroutine, and fails unless each is a duplicate (wantDup) or stored.
+func admitEach(t *testing.T, s *Store, wantDup bool, rs ...Record) {
+	t.Helper()
 	ps := make([]*Pending, len(rs))
 	for i, r := range rs {
 		ps[i] = s.AdmitAsync(context.Background(), r)
 	}
 	for i, p := range ps {
-		if dup, err := p.Wait(); err != nil || !dup {
-			t.Fatalf("Admit(%s) again: dup=%v err=%v, want a duplicate", keyOf(rs[i]), dup, err)
+		if dup, err := p.Wait(); err != nil || dup != wantDup {
+			t.Fatalf("Admit(%s): dup=%v err=%v, want dup=%v", keyOf(rs[i]), dup, err, wantDup)
 		}
 	}
 }

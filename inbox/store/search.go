@@ -660,7 +660,7 @@ func (s *Store) readTexts(ctx context.Context, tx *sql.Tx, q string, args ...any
 		copy(r.ID[:], id)
 		r.Received = time.Unix(0, received)
 		n, last = n+1, seq
-		if text := clipText(s.opts.SearchText(r)); text != "" {
+		if text := s.searchText(r); text != "" {
 			page = append(page, indexed{seq, text})
 		}
 	}

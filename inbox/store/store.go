@@ -1083,11 +1083,6 @@ func (s *Store) commit(batch []*request) {
 }
 
 const (
-	// sqlLookup reports whether (sender, id) is a duplicate: remembered
-	// within the window, or its item is still unacknowledged.
-	sqlLookup = `SELECT 1 FROM dedup d WHERE d.sender = ?1 AND d.id = ?2
-		AND (d.first_seen >= ?3 OR EXISTS (SELECT 1 FROM items i
-			WHERE i.seq = d.seq AND i.acked_at IS NULL))`
 	sqlRemember = `INSERT INTO dedup (sender, id, first_seen, seq) VALUES (?1, ?2, ?3, ?4)
 		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen, seq = excluded.seq`
 	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL RETURNING length(payload), kind, sender`
@@ -1117,7 +1112,7 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	defer tx.Rollback()
 	now := s.opts.Now()
 	nowNS := now.UnixNano()
-	var lookup, ack *sql.Stmt
+	var ack *sql.Stmt
 	d := &s.dedup
 	d.reset(s)
 	ob := outboxTx{ctx: ctx, tx: tx, s: s}
@@ -1134,26 +1129,20 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		return nil
 	}
 	cutoff := now.Add(-s.opts.DedupWindow).UnixNano()
+	run := &s.run
+	run.reset(s)
 	// refuse answers admission i, refused for want of room: a duplicate is
 	// still answered as one, anything else gets why.
 	refuse := func(i int, r *Record, why error) error {
-		if dup, err := d.pendingDup(ctx, tx, makeDedupKey(r), cutoff); err != nil {
-			return err
-		} else if dup {
-			res[i].dup = true
-			return nil
-		}
-		if err := prepare(&lookup, sqlLookup); err != nil {
+		key := makeDedupKey(r)
+		dup, err := d.pendingDup(ctx, tx, key, cutoff)
+		if err != nil {
 			return err
 		}
-		var one int
-		switch err := lookup.QueryRowContext(ctx, r.Sender[:], r.ID[:], cutoff).Scan(&one); err {
-		case nil:
+		if dup || run.dup(key) {
 			res[i].dup = true
-		case sql.ErrNoRows:
+		} else {
 			res[i].err = why
-		default:
-			return err
 		}
 		return nil
 	}
@@ -1180,8 +1169,6 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	s.checkpoint = ""
 	vacuum, mergeNow := false, false
 	lowItems := max(s.opts.MaxItems*9/10, 1)
-	run := &s.run
-	run.reset(s)
 	knownTo := 0 // run.known holds the dedup table's verdict for batch[:knownTo]
 	for i, req := range batch {
 		if req.op != opAdmit {
