@@ -70,24 +70,27 @@ alloc:
 benchsmoke:
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
 
-## fuzz: run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=5m)
+## fuzz: run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=5m); each package's fuzzing binary is built once for all its targets
 fuzz:
-	@set -e; grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do \
-		pkg=./$$(dirname "$${f#./}"); \
-		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$f"); do \
+	@set -e; bin=$$(mktemp -d "$${TMPDIR:-/tmp}/meerkatd-fuzz.XXXXXX"); trap 'rm -rf "$$bin"' EXIT; \
+	cache="$$($(GO) env GOCACHE)/fuzz"; \
+	for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+		$(GO) test -c -fuzz=. -o "$$bin/fuzz.test" "$$pkg"; \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$pkg"/*_test.go); do \
 			echo "fuzz $$pkg $$t ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "$$pkg" > /tmp/meerkatd-fuzz.log 2>&1 || \
-			{ grep -q 'context deadline exceeded' /tmp/meerkatd-fuzz.log && ! grep -q 'Failing input written' /tmp/meerkatd-fuzz.log && \
-			  echo "  (the fuzzer timed out stopping a busy worker, no failing input: once more)" && \
-			  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "$$pkg" > /tmp/meerkatd-fuzz.log 2>&1; } || \
-			{ cat /tmp/meerkatd-fuzz.log; exit 1; }; \
+			run() { (cd "$$pkg" && "$$bin/fuzz.test" -test.run '^$$' -test.fuzz "^$$t\$$" -test.fuzztime $(FUZZTIME) \
+				-test.fuzzcachedir "$$cache" -test.timeout 20m) > "$$bin/log" 2>&1; }; \
+			run || \
+			{ grep -q 'context deadline exceeded' "$$bin/log" && ! grep -q 'Failing input written' "$$bin/log" && \
+			  echo "  (the fuzzer timed out stopping a busy worker, no failing input: once more)" && run; } || \
+			{ cat "$$bin/log"; exit 1; }; \
 		done; \
 	done
 
-## e2e: build, then drive meerkatd mcp with the official MCP TypeScript clients, 1.x (2025-11-25) and 2.x (2026-07-28) (Node.js 20+, npm; mcpserver/e2e)
+## e2e: build, then drive meerkatd mcp with the official MCP TypeScript clients, 1.x (2025-11-25) and 2.x (2026-07-28) (Node.js 20.10+, npm; mcpserver/e2e); two test files at a time
 e2e: build
 	npm ci --prefix mcpserver/e2e --no-audit --no-fund
-	MEERKATD_BIN=$(abspath $(BIN)) node --test mcpserver/e2e/*.test.mjs
+	MEERKATD_BIN=$(abspath $(BIN)) node --test --test-concurrency=2 mcpserver/e2e/*.test.mjs
 
 ## bench: benchmarks COUNT times (ratios to ed25519 in BenchmarkRatios), then the full meerkatd bench suite (against NATS when bench/nats exists; BENCHFLAGS=--gate to fail on a missed target)
 bench: build
