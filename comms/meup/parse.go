@@ -115,7 +115,7 @@ func Parse(data []byte) (Envelope, error) {
 			}
 		}
 	}
-	if err := e.check(payload, hasPayload); err != nil {
+	if err := e.check(payload, hasPayload, len(e.Payload)); err != nil { // e.Payload is compact
 		return Envelope{}, err
 	}
 	return e, nil
@@ -191,36 +191,54 @@ func stringList(v any, field string, single bool) ([]string, error) {
 // kind rules Parse applies. The kind must be in normalised form and the
 // protocol, when set, one Parse accepts.
 func (e Envelope) Validate() error {
+	_, err := e.validate()
+	return err
+}
+
+// validate is Validate, also returning the payload compacted (nil when
+// there is none).
+func (e Envelope) validate() ([]byte, error) {
 	if e.Protocol != "" && !accepted(e.Protocol) {
-		return &Error{Reason: ReasonUnsupportedProtocol, Field: "protocol", Msg: quoteShort(e.Protocol) + " is not accepted"}
+		return nil, &Error{Reason: ReasonUnsupportedProtocol, Field: "protocol", Msg: quoteShort(e.Protocol) + " is not accepted"}
 	}
 	if !ValidKind(e.Kind) {
-		return invalid("kind", "%s is not a valid kind", quoteShort(e.Kind))
+		return nil, invalid("kind", "%s is not a valid kind", quoteShort(e.Kind))
 	}
 	var payload map[string]any
+	var compact bytes.Buffer
 	hasPayload := len(e.Payload) > 0
 	if hasPayload {
 		if len(e.Payload) > MaxEnvelopeBytes { // before decoding; the compact size is checked below
-			return invalid("payload", "larger than %d bytes", MaxPayloadBytes)
+			return nil, invalid("payload", "larger than %d bytes", MaxPayloadBytes)
 		}
 		tree, err := decodeStrict(e.Payload, MaxDepth)
 		if err != nil {
 			if errors.Is(err, errDepth) {
-				return invalid("payload", "nested deeper than %d", MaxDepth)
+				return nil, invalid("payload", "nested deeper than %d", MaxDepth)
 			}
-			return invalid("payload", "%v", err)
+			return nil, invalid("payload", "%v", err)
 		}
 		var ok bool
 		if payload, ok = tree.(map[string]any); !ok {
-			return invalid("payload", "not a JSON object")
+			return nil, invalid("payload", "not a JSON object")
+		}
+		if err := json.Compact(&compact, e.Payload); err != nil {
+			return nil, invalid("payload", "%v", err) // not reached: decodeStrict accepted it
 		}
 	}
-	return e.check(payload, hasPayload)
+	if err := e.check(payload, hasPayload, compact.Len()); err != nil {
+		return nil, err
+	}
+	if !hasPayload {
+		return nil, nil
+	}
+	return compact.Bytes(), nil
 }
 
 // check applies the bounds on every field and the rules of the kind. The
-// payload has been decoded (and found an object) by the caller.
-func (e *Envelope) check(payload map[string]any, hasPayload bool) error {
+// payload has been decoded (and found an object) by the caller, which
+// gives its compacted size.
+func (e *Envelope) check(payload map[string]any, hasPayload bool, compactLen int) error {
 	if !validParticipant(e.ID) {
 		return invalid("id", "not 1..%d printable bytes", MaxIDLen)
 	}
@@ -251,14 +269,8 @@ func (e *Envelope) check(payload map[string]any, hasPayload bool) error {
 	if len(e.Context) > MaxContextLen || !printable(e.Context) {
 		return invalid("context", "not at most %d printable bytes", MaxContextLen)
 	}
-	if hasPayload {
-		var b bytes.Buffer
-		if err := json.Compact(&b, e.Payload); err != nil {
-			return invalid("payload", "%v", err)
-		}
-		if b.Len() > MaxPayloadBytes {
-			return invalid("payload", "larger than %d bytes", MaxPayloadBytes)
-		}
+	if hasPayload && compactLen > MaxPayloadBytes {
+		return invalid("payload", "larger than %d bytes", MaxPayloadBytes)
 	}
 	return checkKind(e.Kind, e.CorrelationID, payload, hasPayload)
 }
@@ -274,19 +286,14 @@ func (e Envelope) Encode(protocol string) ([]byte, error) {
 		return nil, &Error{Reason: ReasonUnsupportedProtocol, Field: "protocol", Msg: quoteShort(protocol) + " is not emitted"}
 	}
 	e.Protocol = protocol
-	if err := e.Validate(); err != nil {
+	compact, err := e.validate()
+	if err != nil {
 		return nil, err
 	}
 	if protocol == ProtocolMEUP01 && !strings.Contains(e.Kind, "/") && strings.Contains(e.Kind, ".") {
 		return nil, invalid("kind", "%s cannot be written as %s", quoteShort(e.Kind), protocol)
 	}
-	if len(e.Payload) > 0 {
-		var b bytes.Buffer
-		if err := json.Compact(&b, e.Payload); err != nil {
-			return nil, invalid("payload", "%v", err)
-		}
-		e.Payload = b.Bytes()
-	}
+	e.Payload = compact
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)

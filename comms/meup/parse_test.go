@@ -427,6 +427,7 @@ func TestValidate(t *testing.T) {
 		{"payload array", func(e *Envelope) { e.Payload = json.RawMessage(`[]`) }, "payload"},
 		{"payload too deep", func(e *Envelope) { e.Payload = json.RawMessage(nested(MaxDepth + 1)) }, "payload"},
 		{"to entry", func(e *Envelope) { e.To = []string{"a\x00"} }, "to"},
+		{"payload over limit once compacted", func(e *Envelope) { e.Payload = spacedChat(MaxPayloadBytes + 1) }, "payload"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -439,6 +440,26 @@ func TestValidate(t *testing.T) {
 			}
 		})
 	}
+	// The bound is on the compacted payload, which Encode writes.
+	atLimit := ok
+	atLimit.Payload = spacedChat(MaxPayloadBytes)
+	if err := atLimit.Validate(); err != nil {
+		t.Fatalf("a payload of %d compact bytes with spaces: %v", MaxPayloadBytes, err)
+	}
+	out, err := atLimit.Encode(ProtocolMEUP02)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(out)
+	if err != nil || len(back.Payload) != MaxPayloadBytes || bytes.Contains(out, []byte(`"text" :`)) {
+		t.Fatalf("encoded payload of %d bytes (%v), want %d compact bytes", len(back.Payload), err, MaxPayloadBytes)
+	}
+}
+
+// spacedChat is a chat payload of n bytes once compacted, with spaces
+// around its members.
+func spacedChat(n int) json.RawMessage {
+	return json.RawMessage(`{ "text" : "` + strings.Repeat("x", n-len(`{"text":""}`)) + `" }`)
 }
 
 func TestValidKind(t *testing.T) {
