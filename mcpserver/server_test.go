@@ -636,6 +636,7 @@ func TestLegacyNotifications(t *testing.T) {
 
 	var sub mcp.SubscribeRequest
 	sub.Params.URI = InboxURI
+	//lint:ignore SA1019 the 2025 revisions subscribe with resources/subscribe, what this test exercises
 	if err := c.Subscribe(ctx, sub); err != nil {
 		t.Fatal(err)
 	}
@@ -653,6 +654,7 @@ func TestLegacyNotifications(t *testing.T) {
 
 	var unsub mcp.UnsubscribeRequest
 	unsub.Params.URI = InboxURI
+	//lint:ignore SA1019 the 2025 revisions unsubscribe with resources/unsubscribe, what this test exercises
 	if err := c.Unsubscribe(ctx, unsub); err != nil {
 		t.Fatal(err)
 	}
