@@ -149,13 +149,31 @@ func spaceNodes(t testing.TB, caps map[string]string, names ...string) map[strin
 		if err := l.Save(n.h.TrustPath()); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(n.h.SpacesPath(), []byte(roster), 0o600); err != nil {
+	}
+	// Every node trusts the others before any has the space and announces
+	// itself: a node not set up yet closes the connection of a join from
+	// a key it does not trust, and the joining node's outbox takes that
+	// for a refusal (a dead letter, and its notice in the inbox). The
+	// trust file is read on the watcher's goroutine, so wait for it.
+	for _, name := range names {
+		nodes[name].ReloadTrust()
+	}
+	for _, name := range names {
+		n := nodes[name]
+		waitFor(t, 5*time.Second, name+" trusts the others", func() bool {
+			for _, p := range peers {
+				if _, ok := n.r.Trust().Lookup(p.ID); !ok && p.Name != name {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	for _, name := range names {
+		if err := os.WriteFile(nodes[name].h.SpacesPath(), []byte(roster), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Every node trusts the others before any announces itself: a join
-	// refused by a node not set up yet would count toward marking the
-	// member as one that does not speak MEUP.
 	for _, name := range names {
 		nodes[name].ReloadTrust() // also re-reads spaces.json
 	}
