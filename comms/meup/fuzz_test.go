@@ -1,6 +1,7 @@
 package meup
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -16,6 +17,7 @@ func FuzzParse(f *testing.F) {
 		`{"protocol":"mew/v0.4","id":"e1","from":"a","kind":"chat","payload":{"text":"\ud83d\ude00 <&>"}}`,
 		`{"protocol":"mew/v0.4","id":"e1","from":"a","kind":"chat","payload":{"text":"x","text":"y"}}`,
 		`[]`, `{}`, `{"protocol":"mew/v0.4"} x`,
+		"{ \"payload\" :\t{ \"b\" : 1.50 , \"a\" : [ 1 , 2e3 ] } , \"protocol\":\"mew/v0.4\",\"id\":\"e1\",\"from\":\"a\",\"kind\":\"x\" }",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -30,6 +32,23 @@ func FuzzParse(f *testing.F) {
 		}
 		if err := e.Validate(); err != nil {
 			t.Fatalf("Validate after Parse: %v", err)
+		}
+		// The payload is the envelope's own, compacted (mcpx/v0.1 grants
+		// may have theirs rewritten).
+		if e.Protocol != ProtocolMCPx01 {
+			var members map[string]json.RawMessage
+			var want bytes.Buffer
+			if err := json.Unmarshal(data, &members); err != nil {
+				t.Fatalf("Parse accepted what encoding/json refuses: %v", err)
+			}
+			if p, ok := members["payload"]; ok {
+				if err := json.Compact(&want, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !bytes.Equal(e.Payload, want.Bytes()) {
+				t.Fatalf("payload %s, want %s", e.Payload, want.Bytes())
+			}
 		}
 		// Re-encode in the protocol it came in (mcpx/v0.1, which is never
 		// written, as meup/v0.2; a dotted kind cannot be meup/v0.1).

@@ -16,27 +16,45 @@ import (
 // Unicode, so outside the JSON data model), duplicate object keys,
 // nesting deeper than maxDepth containers and anything after the value.
 func decodeStrict(data []byte, maxDepth int) (any, error) {
+	v, _, err := decodeStrictMember(data, maxDepth, "")
+	return v, err
+}
+
+// decodeStrictMember is decodeStrict, also returning the value of the
+// top-level object's member key byte for byte as data holds it (nil when
+// there is no such member; key "" asks for none).
+func decodeStrictMember(data []byte, maxDepth int, key string) (any, []byte, error) {
 	if !utf8.Valid(data) {
-		return nil, errors.New("not valid UTF-8")
+		return nil, nil, errors.New("not valid UTF-8")
 	}
 	if hasLoneSurrogate(data) {
-		return nil, errors.New("a string escapes a lone UTF-16 surrogate")
+		return nil, nil, errors.New("a string escapes a lone UTF-16 surrogate")
 	}
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
-	v, err := readValue(d, 0, maxDepth)
+	m := member{data: data, key: key}
+	v, err := readValue(d, 0, maxDepth, &m)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := d.Token(); err != io.EOF {
-		return nil, errors.New("data after the JSON value")
+		return nil, nil, errors.New("data after the JSON value")
 	}
-	return v, nil
+	return v, m.raw, nil
+}
+
+// member is what decodeStrictMember looks for in the top-level object.
+type member struct {
+	data []byte
+	key  string
+	raw  []byte // the member's value as data holds it, once read
 }
 
 var errDepth = errors.New("nested too deep")
 
-func readValue(d *json.Decoder, depth, maxDepth int) (any, error) {
+// readValue reads one value; top, when not nil, is the member of this
+// object (the top-level one) to capture.
+func readValue(d *json.Decoder, depth, maxDepth int, top *member) (any, error) {
 	tok, err := d.Token()
 	if err != nil {
 		return nil, errors.New("malformed JSON")
@@ -61,9 +79,13 @@ func readValue(d *json.Decoder, depth, maxDepth int) (any, error) {
 				if _, dup := m[k]; dup {
 					return nil, errors.New("duplicate object key " + quoteShort(k))
 				}
-				v, err := readValue(d, depth+1, maxDepth)
+				start := d.InputOffset() // just after the key: then the colon, the value
+				v, err := readValue(d, depth+1, maxDepth, nil)
 				if err != nil {
 					return nil, err
+				}
+				if top != nil && top.key != "" && k == top.key {
+					top.raw = bytes.TrimLeft(top.data[start:d.InputOffset()], " \t\r\n:")
 				}
 				m[k] = v
 			}
@@ -74,7 +96,7 @@ func readValue(d *json.Decoder, depth, maxDepth int) (any, error) {
 		case '[':
 			a := []any{}
 			for d.More() {
-				v, err := readValue(d, depth+1, maxDepth)
+				v, err := readValue(d, depth+1, maxDepth, nil)
 				if err != nil {
 					return nil, err
 				}

@@ -25,7 +25,7 @@ func Parse(data []byte) (Envelope, error) {
 	if len(data) > MaxEnvelopeBytes {
 		return Envelope{}, invalid("", "envelope larger than %d bytes", MaxEnvelopeBytes)
 	}
-	tree, err := decodeStrict(data, MaxDepth+1)
+	tree, rawPayload, err := decodeStrictMember(data, MaxDepth+1, "payload")
 	if err != nil {
 		if errors.Is(err, errDepth) {
 			return Envelope{}, invalid("payload", "nested deeper than %d", MaxDepth)
@@ -91,12 +91,8 @@ func Parse(data []byte) (Envelope, error) {
 		if payload, ok = pv.(map[string]any); !ok {
 			return Envelope{}, invalid("payload", "not a JSON object")
 		}
-		var raw map[string]json.RawMessage
-		if err := json.Unmarshal(data, &raw); err != nil {
-			return Envelope{}, invalid("", "%v", err) // not reached: decodeStrict accepted data
-		}
 		var b bytes.Buffer
-		if err := json.Compact(&b, raw["payload"]); err != nil {
+		if err := json.Compact(&b, rawPayload); err != nil {
 			return Envelope{}, invalid("payload", "%v", err)
 		}
 		e.Payload = b.Bytes()

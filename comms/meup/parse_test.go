@@ -514,3 +514,59 @@ func ExampleParse() {
 	// {"protocol":"mew/v0.4","id":"e1","from":"alice","kind":"mcp/request","correlation_id":["p1"],"payload":{"method":"tools/list"}}
 	// invalid_envelope
 }
+
+// Parse keeps the payload as the envelope holds it, only compacted:
+// members in their order, numbers as written, wherever the payload is
+// among the envelope's fields and whatever the space around it.
+func TestParsePayloadAsGiven(t *testing.T) {
+	const head = `"protocol":"mew/v0.4","id":"e1","from":"a","kind":"x"`
+	for _, tc := range []struct{ raw, want string }{
+		{`{` + head + `,"payload":{"b":1.50,"a":[1,2e3]}}`, `{"b":1.50,"a":[1,2e3]}`},
+		{"{ \"payload\" :\t{ \"b\" : 1.50 , \"a\" : [ 1 , 2e3 ] } ,\n" + head + " }", `{"b":1.50,"a":[1,2e3]}`},
+		{`{"payload":{"s":"a \" , : } b","n":null,"t":true,"o":{}},` + head + `}`, `{"s":"a \" , : } b","n":null,"t":true,"o":{}}`},
+		{`{` + head + `,"payload":{"p":{"payload":{"q":1}}}}`, `{"p":{"payload":{"q":1}}}`},
+		{`{` + head + `}`, ``},
+	} {
+		e, err := Parse([]byte(tc.raw))
+		if err != nil || string(e.Payload) != tc.want {
+			t.Errorf("Parse(%s): payload %s, %v; want %s", tc.raw, e.Payload, err, tc.want)
+		}
+	}
+}
+
+// decodeStrictMember captures the member of the top-level object only,
+// never a member of the same name deeper down.
+func TestDecodeStrictMemberTopLevelOnly(t *testing.T) {
+	for _, tc := range []struct{ raw, want string }{
+		{`{"payload":{"a":1},"x":{"payload":{"q":1}}}`, `{"a":1}`},
+		{`{"x":[{"payload":2}],"payload" : "s"}`, `"s"`},
+		{`{"x":{"payload":2}}`, ``},
+		{`[{"payload":2}]`, ``},
+	} {
+		_, raw, err := decodeStrictMember([]byte(tc.raw), MaxDepth, "payload")
+		if err != nil || string(raw) != tc.want {
+			t.Errorf("decodeStrictMember(%s) = %s, %v; want %s", tc.raw, raw, err, tc.want)
+		}
+	}
+}
+
+// BenchmarkParse parses a chat envelope as a space member sends it, and
+// one carrying a 200 KiB proposal payload.
+func BenchmarkParse(b *testing.B) {
+	const head = `{"protocol":"meup/v0.2","id":"9b2f0c1e-4d3a-4b8e-9f1a-2c3d4e5f6a7b","ts":"2026-11-27T12:00:00Z","from":"prop","context":"t1",`
+	for _, tc := range []struct{ name, raw string }{
+		{"chat", head + `"kind":"chat","payload":{"text":"` + strings.Repeat("x", 100) + `"}}`},
+		{"proposal_200k", head + `"kind":"mcp/proposal","to":["orch"],"payload":{"method":"tools/call","params":{"blob":"` + strings.Repeat("x", 200<<10) + `"}}}`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			data := []byte(tc.raw)
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Parse(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
