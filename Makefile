@@ -70,16 +70,18 @@ alloc:
 benchsmoke:
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x ./...
 
-## fuzz: run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=5m); each package's fuzzing binary is built once for all its targets
+## fuzz: run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=5m); each package's fuzzing binary is built once for all its targets; new inputs are kept where go test -fuzz keeps them
 fuzz:
-	@set -e; bin=$$(mktemp -d "$${TMPDIR:-/tmp}/meerkatd-fuzz.XXXXXX"); trap 'rm -rf "$$bin"' EXIT; \
+	@set -e; bin=$$(mktemp -d "$${TMPDIR:-/tmp}/meerkatd-fuzz.XXXXXX"); \
+	trap 'rm -rf "$$bin"' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	cache="$$($(GO) env GOCACHE)/fuzz"; \
-	for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sed 's|/[^/]*$$||' | sort -u); do \
 		$(GO) test -c -fuzz=. -o "$$bin/fuzz.test" "$$pkg"; \
+		corpus="$$cache/$$($(GO) list "$$pkg")"; \
 		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$pkg"/*_test.go); do \
 			echo "fuzz $$pkg $$t ($(FUZZTIME))"; \
 			run() { (cd "$$pkg" && "$$bin/fuzz.test" -test.run '^$$' -test.fuzz "^$$t\$$" -test.fuzztime $(FUZZTIME) \
-				-test.fuzzcachedir "$$cache" -test.timeout 20m) > "$$bin/log" 2>&1; }; \
+				-test.fuzzcachedir "$$corpus" -test.timeout 20m) > "$$bin/log" 2>&1; }; \
 			run || \
 			{ grep -q 'context deadline exceeded' "$$bin/log" && ! grep -q 'Failing input written' "$$bin/log" && \
 			  echo "  (the fuzzer timed out stopping a busy worker, no failing input: once more)" && run; } || \
