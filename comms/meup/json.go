@@ -30,88 +30,130 @@ func decodeStrictMember(data []byte, maxDepth int, key string) (any, []byte, err
 	if hasLoneSurrogate(data) {
 		return nil, nil, errors.New("a string escapes a lone UTF-16 surrogate")
 	}
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	m := member{data: data, key: key}
-	v, err := readValue(d, 0, maxDepth, &m)
+	raw, err := checkStructure(data, maxDepth, key)
 	if err != nil {
 		return nil, nil, err
+	}
+	// One Decode of the whole text: decoding token by token costs
+	// encoding/json a syntax error, built and thrown away, at the end of
+	// every scalar.
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, nil, errors.New("malformed JSON")
 	}
 	if _, err := d.Token(); err != io.EOF {
 		return nil, nil, errors.New("data after the JSON value")
 	}
-	return v, m.raw, nil
-}
-
-// member is what decodeStrictMember looks for in the top-level object.
-type member struct {
-	data []byte
-	key  string
-	raw  []byte // the member's value as data holds it, once read
+	return v, raw, nil
 }
 
 var errDepth = errors.New("nested too deep")
 
-// readValue reads one value; top, when not nil, is the member of this
-// object (the top-level one) to capture.
-func readValue(d *json.Decoder, depth, maxDepth int, top *member) (any, error) {
-	tok, err := d.Token()
-	if err != nil {
-		return nil, errors.New("malformed JSON")
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		if depth+1 > maxDepth {
-			return nil, errDepth
+// checkStructure walks data as JSON text, in order, for what
+// encoding/json lets through: an object or array nested deeper than
+// maxDepth containers (errDepth) and an object holding a key twice. It
+// returns the value of the top-level object's member key as data holds it
+// (nil if none). The rest of the grammar is the decoder's to check: on
+// text that is not JSON it returns nil or one of those errors, in linear
+// time.
+func checkStructure(data []byte, maxDepth int, key string) ([]byte, error) {
+	var stack []jsonLevel
+	var raw []byte
+	start := -1 // where the top-level member key's value begins, while it is read
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; c {
+		case '"':
+			j := i + 1 // the closing quote: the first one after an even run of backslashes
+			for {
+				q := bytes.IndexByte(data[j:], '"')
+				if q < 0 {
+					return nil, nil // unterminated: the decoder refuses it
+				}
+				j += q
+				b := 0
+				for p := j - 1; p > i && data[p] == '\\'; p-- {
+					b++
+				}
+				if b%2 == 0 {
+					break
+				}
+				j++
+			}
+			if n := len(stack); n > 0 && stack[n-1].wantKey {
+				l := &stack[n-1]
+				l.wantKey = false
+				k := data[i+1 : j]
+				if bytes.IndexByte(k, '\\') >= 0 {
+					var s string
+					if json.Unmarshal(data[i:j+1], &s) != nil {
+						return nil, nil
+					}
+					k = []byte(s)
+				}
+				if l.seen(k) {
+					return nil, errors.New("duplicate object key " + quoteShort(string(k)))
+				}
+				if n == 1 && key != "" && string(k) == key {
+					start = j + 1
+				}
+			}
+			i = j
+		case '{', '[':
+			if len(stack)+1 > maxDepth {
+				return nil, errDepth
+			}
+			stack = append(stack, jsonLevel{object: c == '{', wantKey: c == '{'})
+		case ',', '}', ']':
+			if len(stack) == 1 && start >= 0 && c != ']' {
+				raw = bytes.TrimLeft(bytes.TrimRight(data[start:i], " \t\r\n"), " \t\r\n:")
+				start = -1
+			}
+			switch {
+			case c == ',' && len(stack) > 0:
+				stack[len(stack)-1].wantKey = stack[len(stack)-1].object
+			case c != ',' && len(stack) > 0:
+				stack = stack[:len(stack)-1]
+			}
 		}
-		switch t {
-		case '{':
-			m := make(map[string]any)
-			for d.More() {
-				kt, err := d.Token()
-				if err != nil {
-					return nil, errors.New("malformed JSON")
-				}
-				k, ok := kt.(string)
-				if !ok {
-					return nil, errors.New("malformed JSON")
-				}
-				if _, dup := m[k]; dup {
-					return nil, errors.New("duplicate object key " + quoteShort(k))
-				}
-				start := d.InputOffset() // just after the key: then the colon, the value
-				v, err := readValue(d, depth+1, maxDepth, nil)
-				if err != nil {
-					return nil, err
-				}
-				if top != nil && top.key != "" && k == top.key {
-					top.raw = bytes.TrimLeft(top.data[start:d.InputOffset()], " \t\r\n:")
-				}
-				m[k] = v
-			}
-			if _, err := d.Token(); err != nil {
-				return nil, errors.New("malformed JSON")
-			}
-			return m, nil
-		case '[':
-			a := []any{}
-			for d.More() {
-				v, err := readValue(d, depth+1, maxDepth, nil)
-				if err != nil {
-					return nil, err
-				}
-				a = append(a, v)
-			}
-			if _, err := d.Token(); err != nil {
-				return nil, errors.New("malformed JSON")
-			}
-			return a, nil
-		}
-		return nil, errors.New("malformed JSON")
-	case string, json.Number, bool, nil:
-		return t, nil
 	}
-	return nil, errors.New("malformed JSON")
+	return raw, nil
+}
+
+// jsonLevel is an object or array checkStructure is in.
+type jsonLevel struct {
+	object  bool
+	wantKey bool     // in an object, the next string is a key
+	keys    [][]byte // the object's keys, while there are few
+	many    map[string]struct{}
+}
+
+// seen reports whether the object already has key k, and notes k.
+func (l *jsonLevel) seen(k []byte) bool {
+	if l.many != nil {
+		if _, ok := l.many[string(k)]; ok {
+			return true
+		}
+		l.many[string(k)] = struct{}{}
+		return false
+	}
+	for _, x := range l.keys {
+		if bytes.Equal(x, k) {
+			return true
+		}
+	}
+	if len(l.keys) < 16 {
+		l.keys = append(l.keys, k)
+		return false
+	}
+	l.many = make(map[string]struct{}, 2*len(l.keys))
+	for _, x := range l.keys {
+		l.many[string(x)] = struct{}{}
+	}
+	l.keys = nil
+	l.many[string(k)] = struct{}{}
+	return false
 }
 
 // hasLoneSurrogate reports whether a JSON string in data holds a \u
