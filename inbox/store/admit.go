@@ -8,14 +8,12 @@ import (
 	"strings"
 )
 
-// Admissions are written many rows to a statement.
-//
-// A statement per admission cost more than the rows it wrote: each one
-// stepped through database/sql, the driver and SQLite's VDBE set-up on its
-// own. runBatch now decides a run of consecutive admissions in order, as
-// before (room, the peer's share, the duplicate filter), and writes the
-// rows it admits with one INSERT per insertRows of them, before any other
-// request of the batch runs.
+// Admissions are written many rows to a statement: a statement of its
+// own per admission would cost more than the row it writes (database/sql,
+// the driver and SQLite's VDBE set-up, each time). runBatch decides a run
+// of consecutive admissions in order (room, the peer's share, the
+// duplicate filter) and writes the rows it admits with one INSERT per
+// insertRows of them, before any other request of the batch runs.
 //
 // The dedup table's verdict for the run's keys is read first, with one
 // query per lookupRows keys: it cannot change during the run (only a

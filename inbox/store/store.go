@@ -1133,13 +1133,19 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	run.reset(s)
 	// refuse answers admission i, refused for want of room: a duplicate is
 	// still answered as one, anything else gets why.
-	refuse := func(i int, r *Record, why error) error {
-		key := makeDedupKey(r)
+	// isDup reports whether key, of an admission of the run, is a
+	// duplicate: of a key admitted since the last merge, or one the dedup
+	// table holds.
+	isDup := func(key dedupKey) (bool, error) {
 		dup, err := d.pendingDup(ctx, tx, key, cutoff)
+		return dup || run.dup(key), err
+	}
+	refuse := func(i int, r *Record, why error) error {
+		dup, err := isDup(makeDedupKey(r))
 		if err != nil {
 			return err
 		}
-		if dup || run.dup(key) {
+		if dup {
 			res[i].dup = true
 		} else {
 			res[i].err = why
@@ -1211,9 +1217,9 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 				continue
 			}
 			key := makeDedupKey(r)
-			if dup, err := d.pendingDup(ctx, tx, key, cutoff); err != nil {
+			if dup, err := isDup(key); err != nil {
 				return 0, 0, 0, 0, err
-			} else if dup || run.dup(key) {
+			} else if dup {
 				res[i].dup = true
 				continue
 			}
