@@ -41,7 +41,7 @@ func startNATSServer(t *testing.T) *server.Server {
 // nats-unsealed, and they have no checks. It asserts no performance
 // target.
 func TestBenchQuickNATS(t *testing.T) {
-	exe := binary(t)
+	exe := meerkatdExe(t)
 	s := startNATSServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -114,7 +114,7 @@ func TestBenchQuickNATS(t *testing.T) {
 // TestParseTransports); with a URL where no server runs, the run fails at
 // once saying so.
 func TestBenchNATSNoServer(t *testing.T) {
-	exe := binary(t)
+	exe := meerkatdExe(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	t.Setenv("TMPDIR", t.TempDir())

@@ -687,6 +687,12 @@ func RunEcho(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 					}
 					return
 				}
+				if key, ok := isRawBatchHello(payload); ok && first {
+					if err := serveRawBatched(c, r, key); err != nil {
+						fmt.Fprintf(stderr, "bench echo: %v\n", err)
+					}
+					return
+				}
 				if buf, err = transport.AppendFrame(buf[:0], payload); err != nil {
 					return
 				}

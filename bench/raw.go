@@ -13,8 +13,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -27,8 +29,12 @@ import (
 
 // rawHello starts a crypto connection to the echo process: the frame is
 // rawHello followed by the client's 32-byte public key; the echo process
-// answers with its own.
-var rawHello = []byte("meerkatd-bench-raw/1 ")
+// answers with its own. rawBatchHello starts one that the echo process
+// serves as a node serves a meerkatd peer (serveRawBatched).
+var (
+	rawHello      = []byte("meerkatd-bench-raw/1 ")
+	rawBatchHello = []byte("meerkatd-bench-rawbatch/1 ")
+)
 
 // sigSize is the size of the node's signatures (identity.Keypair.SignInto).
 const sigSize = len(wire.Envelope{}.Sig)
@@ -69,23 +75,11 @@ func rawOpen(pub identity.PeerID, payload []byte) ([]byte, error) {
 // its own signature of the same bytes once the client's verifies, writing
 // when nothing more is buffered.
 func serveRawCrypto(c net.Conn, r *bufio.Reader, clientKey []byte) error {
-	client, err := identity.PeerIDFromBytes(clientKey)
-	if err != nil {
-		return fmt.Errorf("raw hello: bad key: %w", err)
-	}
-	kp, err := identity.GenerateKeypair()
+	client, kp, err := answerRawHello(c, clientKey)
 	if err != nil {
 		return err
 	}
-	id := kp.ID()
 	w := bufio.NewWriterSize(c, 64<<10)
-	hello, err := transport.AppendFrame(nil, id[:])
-	if err != nil {
-		return err
-	}
-	if _, err := c.Write(hello); err != nil {
-		return err
-	}
 	var out []byte
 	for {
 		payload, err := transport.ReadFrame(r, 0)
@@ -104,6 +98,112 @@ func serveRawCrypto(c net.Conn, r *bufio.Reader, clientKey []byte) error {
 			if err := w.Flush(); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// answerRawHello answers a crypto connection's hello with the key of a
+// keypair made for it, and returns the client's key and that keypair.
+func answerRawHello(c net.Conn, clientKey []byte) (identity.PeerID, *identity.Keypair, error) {
+	client, err := identity.PeerIDFromBytes(clientKey)
+	if err != nil {
+		return identity.PeerID{}, nil, fmt.Errorf("raw hello: bad key: %w", err)
+	}
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		return identity.PeerID{}, nil, err
+	}
+	id := kp.ID()
+	hello, err := transport.AppendFrame(nil, id[:])
+	if err == nil {
+		_, err = c.Write(hello)
+	}
+	return client, kp, err
+}
+
+// Batched raw connections (anchor_raw_batched) carry the crypto of the
+// protocol two meerkatd nodes speak: the client signs every message; the
+// echo process reads the frames that have arrived together (as a node's
+// reader does, through a transport.Reader, at most rawBatchMax), verifies
+// them as one batch (two halves at once from rawSplit, as a node does), and
+// answers the batch with one signed frame naming them (as a node's acks
+// envelope does): a 2-byte count, then the first rawIDSize bytes of each
+// message. The client verifies that answer.
+const (
+	rawBatchMax = 64
+	rawSplit    = 16
+	rawIDSize   = 16
+)
+
+// serveRawBatched is the echo process's side of a batched crypto
+// connection whose hello (the client's key) was read.
+func serveRawBatched(c net.Conn, r io.Reader, clientKey []byte) error {
+	client, kp, err := answerRawHello(c, clientKey)
+	if err != nil {
+		return err
+	}
+	fr := transport.NewReader(r, 0)
+	var (
+		arena  []byte
+		ends   []int // the batch's frames are arena[ends[i-1]:ends[i]]
+		halves [2]identity.Batch
+		ok     [rawBatchMax]bool
+		answer []byte
+		out    []byte
+	)
+	verify := func(b *identity.Batch, from, to int, ok []bool) {
+		b.Reset()
+		for i := from; i < to; i++ {
+			start := 0
+			if i > 0 {
+				start = ends[i-1]
+			}
+			p := arena[start:ends[i]]
+			b.Add(client, p[sigSize:], p[:sigSize])
+		}
+		b.Verify(ok)
+	}
+	for {
+		arena, ends = arena[:0], ends[:0]
+		for {
+			payload, err := fr.ReadFrame()
+			if err != nil {
+				return nil
+			}
+			if len(payload) < sigSize+rawIDSize {
+				return errors.New("raw frame too short")
+			}
+			arena = append(arena, payload...)
+			ends = append(ends, len(arena))
+			if len(ends) == rawBatchMax || !fr.FrameBuffered() {
+				break
+			}
+		}
+		n := len(ends)
+		if n >= rawSplit {
+			var wg sync.WaitGroup
+			wg.Go(func() { verify(&halves[1], 0, n/2, ok[:n/2]) })
+			verify(&halves[0], n/2, n, ok[n/2:n])
+			wg.Wait()
+		} else {
+			verify(&halves[0], 0, n, ok[:n])
+		}
+		answer = binary.BigEndian.AppendUint16(answer[:0], uint16(n))
+		for i := range n {
+			if !ok[i] {
+				return errors.New("raw frame: bad signature")
+			}
+			start := 0
+			if i > 0 {
+				start = ends[i-1]
+			}
+			answer = append(answer, arena[start+sigSize:start+sigSize+rawIDSize]...)
+		}
+		if out, err = rawSigned(out[:0], kp, answer); err != nil {
+			return err
+		}
+		if _, err := c.Write(out); err != nil {
+			return err
 		}
 	}
 }
@@ -139,6 +239,12 @@ func (rc *rawConn) readAnswer(r *bufio.Reader) error {
 }
 
 func (b *runner) dialRaw(ctx context.Context, a transport.Addr) (*rawConn, error) {
+	return b.dialRawWith(ctx, a, rawHello)
+}
+
+// dialRawWith starts a crypto connection with the hello given (rawHello or
+// rawBatchHello).
+func (b *runner) dialRawWith(ctx context.Context, a transport.Addr, helloPrefix []byte) (*rawConn, error) {
 	kp := b.peers[0]
 	e, err := wire.Seal(kp, identity.NewUUID(), b.peers[1].ID(), wire.Message(body))
 	if err != nil {
@@ -154,7 +260,7 @@ func (b *runner) dialRaw(ctx context.Context, a transport.Addr) (*rawConn, error
 	}
 	rc := &rawConn{c: c, kp: kp, msg: msg}
 	id := kp.ID()
-	hello, err := transport.AppendFrame(nil, append(bytes.Clone(rawHello), id[:]...))
+	hello, err := transport.AppendFrame(nil, append(bytes.Clone(helloPrefix), id[:]...))
 	if err == nil {
 		c.SetDeadline(time.Now().Add(ackTimeout))
 		_, err = c.Write(hello)
@@ -310,6 +416,119 @@ func (b *runner) rawPipelined(ctx context.Context, a transport.Addr, echoPID int
 	return res, nil
 }
 
+// rawBatched is anchor_raw_batched: inFlight goroutines sign and write,
+// the echo process verifies what arrives together as a batch and answers
+// it with one signature, one reader verifies the answers; exchanges/s and
+// CPU µs per exchange of both processes, over the same warm-in and window
+// as the pipelined scenario.
+func (b *runner) rawBatched(ctx context.Context, a transport.Addr, echoPID int) (loadResult, error) {
+	rc, err := b.dialRawWith(ctx, a, rawBatchHello)
+	if err != nil {
+		return loadResult{}, err
+	}
+	rc.c.SetDeadline(time.Time{})
+	rr := newRawRun()
+	w := &groupWriter{c: rc.c}
+	slots := make(chan struct{}, b.opts.inFlight)
+	rr.wg.Go(func() {
+		fr := transport.NewReader(rc.c, 0)
+		for {
+			payload, err := fr.ReadFrame()
+			var n int
+			if err == nil {
+				n, err = rawBatchAnswer(rc.serverKey, payload)
+			}
+			if err != nil {
+				rr.fail(err)
+				return
+			}
+			rr.done.Add(int64(n))
+			for range n {
+				<-slots
+			}
+		}
+	})
+	for range b.opts.inFlight {
+		rr.wg.Go(func() {
+			var frame []byte
+			for {
+				select {
+				case slots <- struct{}{}:
+				case <-rr.quit:
+					return
+				}
+				var err error
+				if frame, err = rawSigned(frame[:0], rc.kp, rc.msg); err == nil {
+					err = w.write(frame)
+				}
+				if err != nil {
+					rr.fail(err)
+					return
+				}
+			}
+		})
+	}
+	res, err := b.measure(ctx, rr, echoPID, []*rawConn{rc})
+	if err != nil {
+		return res, fmt.Errorf("raw batched: %w", err)
+	}
+	return res, nil
+}
+
+// groupWriter writes the frames of many goroutines with as few writes as
+// possible, as a node's connection does: a frame that comes while a write
+// is under way waits in a buffer, and the goroutine writing takes it with
+// it; nobody waits for a write but the one doing it.
+type groupWriter struct {
+	c              net.Conn
+	mu             sync.Mutex
+	pending, spare []byte
+	writing        bool
+}
+
+func (w *groupWriter) write(frame []byte) error {
+	w.mu.Lock()
+	w.pending = append(w.pending, frame...)
+	if w.writing {
+		w.mu.Unlock()
+		return nil
+	}
+	w.writing = true
+	for len(w.pending) > 0 {
+		buf := w.pending
+		w.pending = w.spare[:0]
+		w.mu.Unlock()
+		_, err := w.c.Write(buf)
+		w.mu.Lock()
+		w.spare = buf
+		if err != nil {
+			w.writing = false
+			w.mu.Unlock()
+			return err
+		}
+	}
+	w.writing = false
+	w.mu.Unlock()
+	return nil
+}
+
+// rawBatchAnswer checks a batched connection's answer and returns how many
+// messages it answers.
+func rawBatchAnswer(pub identity.PeerID, payload []byte) (int, error) {
+	msg, err := rawOpen(pub, payload)
+	if err != nil {
+		return 0, err
+	}
+	if len(msg) < 2 {
+		return 0, errors.New("raw batch answer too short")
+	}
+	n := int(binary.BigEndian.Uint16(msg))
+	if n == 0 || n > rawBatchMax || len(msg) != 2+n*rawIDSize {
+		return 0, fmt.Errorf("raw batch answer: %d bytes for %d messages", len(msg), n)
+	}
+	return n, nil
+}
+
 // rawClosedLoop is anchor_raw_closed_loop_16: closedLoopPeers
 // connections, each with one exchange at a time (sign, write, read,
 // verify) on its own goroutine.
@@ -357,5 +576,11 @@ var errStopped = errors.New("stopped")
 // connection, and returns the client's key.
 func isRawHello(payload []byte) ([]byte, bool) {
 	key, ok := bytes.CutPrefix(payload, rawHello)
+	return key, ok
+}
+
+// isRawBatchHello is isRawHello for a batched crypto connection.
+func isRawBatchHello(payload []byte) ([]byte, bool) {
+	key, ok := bytes.CutPrefix(payload, rawBatchHello)
 	return key, ok
 }

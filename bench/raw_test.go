@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,5 +165,289 @@ func TestServeRawCrypto(t *testing.T) {
 				t.Errorf("serveRawCrypto: %v, want the bad signature", err)
 			}
 		})
+	}
+}
+
+// rawIDs is what a batched answer signs for msgs: their count, then the
+// first rawIDSize bytes of each.
+func rawIDs(msgs ...[]byte) []byte {
+	out := []byte{byte(len(msgs) >> 8), byte(len(msgs))}
+	for _, m := range msgs {
+		out = append(out, m[:rawIDSize]...)
+	}
+	return out
+}
+
+// TestServeRawBatched: the echo process's batched side verifies the
+// frames that arrive together as one batch (split in two from rawSplit)
+// and answers each batch with one frame, signed with the key it
+// announced, naming every message in order; a frame that does not verify
+// under the client's key, or is too short to name, ends the connection
+// with that error.
+func TestServeRawBatched(t *testing.T) {
+	client, stranger := newKeypair(t), newKeypair(t)
+	clientPub := client.ID()
+	msgs := make([][]byte, 40)
+	for i := range msgs {
+		msgs[i] = fmt.Appendf(nil, "message %04d of the batch, signed", i)
+	}
+	for _, tc := range []struct {
+		name    string
+		bad     int  // index of the frame signed by another key, or -1
+		short   bool // the last frame is too short to name
+		wantErr string
+	}{
+		{"all the client's", -1, false, ""},
+		{"one by another key", 17, false, "bad signature"},
+		{"too short", -1, true, "too short"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, cli := net.Pipe()
+			defer cli.Close()
+			served := make(chan error, 1)
+			go func() {
+				defer srv.Close()
+				served <- serveRawBatched(srv, srv, clientPub[:])
+			}()
+			cli.SetDeadline(time.Now().Add(10 * time.Second))
+			keyBytes, err := transport.ReadFrame(cli, 0)
+			if err != nil {
+				t.Fatalf("server key: %v", err)
+			}
+			key, err := identity.PeerIDFromBytes(keyBytes)
+			if err != nil {
+				t.Fatalf("server key %x: %v", keyBytes, err)
+			}
+			// One write of 40 frames: read as one batch, split in two.
+			var all []byte
+			for i, m := range msgs {
+				signer := client
+				if i == tc.bad {
+					signer = stranger
+				}
+				if all, err = rawSigned(all, signer, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.short {
+				if all, err = transport.AppendFrame(all, make([]byte, sigSize+rawIDSize-1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			go cli.Write(all)
+			answer, err := transport.ReadFrame(cli, 0)
+			if tc.wantErr != "" {
+				if err == nil {
+					t.Fatalf("answer to a batch with a bad frame: %x", answer)
+				}
+				cli.Close()
+				if err := <-served; err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("serveRawBatched: %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("answer: %v", err)
+			}
+			if got, err := rawOpen(key, answer); err != nil || !bytes.Equal(got, rawIDs(msgs...)) {
+				t.Fatalf("answer to the batch: %x, %v; want %x", got, err, rawIDs(msgs...))
+			}
+			if n, err := rawBatchAnswer(key, answer); err != nil || n != len(msgs) {
+				t.Fatalf("rawBatchAnswer: %d, %v; want %d", n, err, len(msgs))
+			}
+			// Then one frame at a time: a batch of one each.
+			for i := range 3 {
+				frame, err := rawSigned(nil, client, msgs[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := cli.Write(frame); err != nil {
+					t.Fatalf("write %d: %v", i, err)
+				}
+				answer, err := transport.ReadFrame(cli, 0)
+				if err != nil {
+					t.Fatalf("answer %d: %v", i, err)
+				}
+				if got, err := rawOpen(key, answer); err != nil || !bytes.Equal(got, rawIDs(msgs[i])) {
+					t.Fatalf("answer %d: %x, %v", i, got, err)
+				}
+			}
+			cli.Close()
+			if err := <-served; err != nil {
+				t.Errorf("serveRawBatched: %v", err)
+			}
+		})
+	}
+}
+
+func TestRawBatchAnswer(t *testing.T) {
+	kp := newKeypair(t)
+	pub, otherPub := kp.ID(), newKeypair(t).ID()
+	id := bytes.Repeat([]byte{7}, rawIDSize)
+	signed := func(msg []byte) []byte {
+		t.Helper()
+		frame, err := rawSigned(nil, kp, msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return frame[transport.HeaderSize:]
+	}
+	ids := func(count int, n int) []byte {
+		out := []byte{byte(count >> 8), byte(count)}
+		for range n {
+			out = append(out, id...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		pub     identity.PeerID
+		payload []byte
+		want    int // 0: refused
+	}{
+		{"one", pub, signed(ids(1, 1)), 1},
+		{"the most", pub, signed(ids(rawBatchMax, rawBatchMax)), rawBatchMax},
+		{"more than a batch", pub, signed(ids(rawBatchMax+1, rawBatchMax+1)), 0},
+		{"none", pub, signed(ids(0, 0)), 0},
+		{"count above the ids", pub, signed(ids(3, 2)), 0},
+		{"count below the ids", pub, signed(ids(2, 3)), 0},
+		{"a byte over", pub, signed(append(ids(1, 1), 0)), 0},
+		{"no count", pub, signed([]byte{1}), 0},
+		{"empty message", pub, signed(nil), 0},
+		{"another key", otherPub, signed(ids(1, 1)), 0},
+		{"no signature", pub, ids(1, 1), 0},
+	} {
+		n, err := rawBatchAnswer(tc.pub, tc.payload)
+		if (err == nil) != (tc.want > 0) || n != tc.want {
+			t.Errorf("%s: rawBatchAnswer = %d, %v; want %d", tc.name, n, err, tc.want)
+		}
+	}
+}
+
+func FuzzRawBatchAnswer(f *testing.F) {
+	kp := newKeypair(f)
+	pub := kp.ID()
+	for _, msg := range [][]byte{rawIDs(make([]byte, rawIDSize)), {0, 2}, nil} {
+		frame, err := rawSigned(nil, kp, msg)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(frame[transport.HeaderSize:])
+	}
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		n, err := rawBatchAnswer(pub, payload)
+		if err != nil {
+			if n != 0 {
+				t.Fatalf("refused with a count: %d", n)
+			}
+			return
+		}
+		// Accepted: a valid signature over a count that its ids match.
+		msg, err := rawOpen(pub, payload)
+		if err != nil || n < 1 || n > rawBatchMax || len(msg) != 2+n*rawIDSize || int(msg[0])<<8|int(msg[1]) != n {
+			t.Fatalf("rawBatchAnswer accepted %x as %d", payload, n)
+		}
+	})
+}
+
+// TestGroupWriter: frames written at once from many goroutines arrive
+// whole, each goroutine's in its order, however the writes are grouped.
+func TestGroupWriter(t *testing.T) {
+	const writers, each = 8, 200
+	srv, cli := net.Pipe()
+	defer srv.Close()
+	w := &groupWriter{c: cli}
+	got := make(chan error, 1)
+	srv.SetReadDeadline(time.Now().Add(10 * time.Second)) // a frame left unwritten fails the test
+	go func() {
+		fr := transport.NewReader(srv, 0)
+		next := make([]int, writers)
+		for range writers * each {
+			p, err := fr.ReadFrame()
+			if err != nil {
+				got <- err
+				return
+			}
+			var g, i int
+			if _, err := fmt.Sscanf(string(p), "writer %d frame %d", &g, &i); err != nil || g < 0 || g >= writers || i != next[g] {
+				got <- fmt.Errorf("frame %q out of order or garbled (want frame %d of its writer)", p, next[min(max(g, 0), writers-1)])
+				return
+			}
+			next[g]++
+		}
+		got <- nil
+	}()
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Go(func() {
+			for i := range each {
+				frame, err := transport.AppendFrame(nil, fmt.Appendf(nil, "writer %d frame %d", g, i))
+				if err == nil {
+					err = w.write(frame)
+				}
+				if err != nil {
+					t.Errorf("writer %d: %v", g, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	cli.Close()
+	frame, _ := transport.AppendFrame(nil, []byte("after close"))
+	if err := w.write(frame); err == nil {
+		t.Fatal("a write on a closed connection succeeded")
+	}
+}
+
+// gatedConn holds its first Write until release is closed, and records
+// what is written.
+type gatedConn struct {
+	net.Conn
+	entered, release chan struct{}
+	mu               sync.Mutex
+	got              []byte
+	calls            int
+}
+
+func (g *gatedConn) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	g.calls++
+	first := g.calls == 1
+	g.mu.Unlock()
+	if first {
+		close(g.entered)
+		<-g.release
+	}
+	g.mu.Lock()
+	g.got = append(g.got, p...)
+	g.mu.Unlock()
+	return len(p), nil
+}
+
+// TestGroupWriterTakesWaiting: a frame that comes while a write is under
+// way returns at once, and the goroutine writing writes it next.
+func TestGroupWriterTakesWaiting(t *testing.T) {
+	g := &gatedConn{entered: make(chan struct{}), release: make(chan struct{})}
+	w := &groupWriter{c: g}
+	first := make(chan error, 1)
+	go func() { first <- w.write([]byte("first ")) }()
+	<-g.entered
+	if err := w.write([]byte("second ")); err != nil { // must not wait for the first
+		t.Fatal(err)
+	}
+	if err := w.write([]byte("third")); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if string(g.got) != "first second third" || g.calls != 2 {
+		t.Fatalf("wrote %q in %d writes, want %q in 2", g.got, g.calls, "first second third")
 	}
 }

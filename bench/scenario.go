@@ -30,29 +30,30 @@ import (
 
 // Scenario names (the JSON "scenario" field; the NATS bench uses the same).
 const (
-	scAnchorSign    = "anchor_sign"
-	scAnchorVerify  = "anchor_verify"
-	scAnchorExch    = "anchor_exchange"
-	scAnchorBatch   = "anchor_batch_verify"
-	scAnchorPing    = "anchor_pingpong"
-	scAnchorRawSeq  = "anchor_raw_sequential"
-	scAnchorRawPipe = "anchor_raw_pipelined"
-	scAnchorRawLoop = "anchor_raw_closed_loop_16"
-	scSequential    = "sequential"
-	scPipelined     = "pipelined"
-	scClosedLoop    = "closed_loop_16"
-	scConnPerMsg    = "conn_per_msg"
-	scFloodBadSig   = "flood_bad_signature"
-	scFloodUntrust  = "flood_untrusted"
-	scDurable       = "durable"
-	scIdleRSS       = "idle_rss"
-	scIdleRSS1000   = "idle_rss_1000"
-	scStartup       = "startup"
-	implMeerkatd    = "meerkatd"
-	implNATS        = "nats"
-	inboxNone       = "none"
-	transportNone   = "none"
-	closedLoopPeers = 16
+	scAnchorSign     = "anchor_sign"
+	scAnchorVerify   = "anchor_verify"
+	scAnchorExch     = "anchor_exchange"
+	scAnchorBatch    = "anchor_batch_verify"
+	scAnchorPing     = "anchor_pingpong"
+	scAnchorRawSeq   = "anchor_raw_sequential"
+	scAnchorRawPipe  = "anchor_raw_pipelined"
+	scAnchorRawBatch = "anchor_raw_batched"
+	scAnchorRawLoop  = "anchor_raw_closed_loop_16"
+	scSequential     = "sequential"
+	scPipelined      = "pipelined"
+	scClosedLoop     = "closed_loop_16"
+	scConnPerMsg     = "conn_per_msg"
+	scFloodBadSig    = "flood_bad_signature"
+	scFloodUntrust   = "flood_untrusted"
+	scDurable        = "durable"
+	scIdleRSS        = "idle_rss"
+	scIdleRSS1000    = "idle_rss_1000"
+	scStartup        = "startup"
+	implMeerkatd     = "meerkatd"
+	implNATS         = "nats"
+	inboxNone        = "none"
+	transportNone    = "none"
+	closedLoopPeers  = 16
 )
 
 // Metric names.
@@ -66,10 +67,13 @@ const (
 	mMS       = "ms"
 	mUS       = "us"
 	mRefused  = "refused_per_s"
-	mVsRaw    = "vs_raw"      // meerkatd's figure / the raw crypto anchor's (p50: lower is better; rate: higher)
-	mCPUVsRaw = "cpu_vs_raw"  // meerkatd's CPU per exchange / the raw crypto anchor's (lower is better)
-	mVsTCP    = "vs_tcp"      // over TLS and NATS: the figure / plaintext TCP's in the same repetition (p50: lower is better; rate: higher)
-	mVsUnseal = "vs_unsealed" // over nats: the figure / nats-unsealed's in the same repetition
+	mVsRaw    = "vs_raw"     // meerkatd's figure / the raw crypto anchor's (p50: lower is better; rate: higher)
+	mCPUVsRaw = "cpu_vs_raw" // meerkatd's CPU per exchange / the raw crypto anchor's (lower is better)
+	// pipelined against anchor_raw_batched, the raw crypto of the protocol two nodes speak
+	mVsBatched    = "vs_raw_batched"
+	mCPUVsBatched = "cpu_vs_raw_batched"
+	mVsTCP        = "vs_tcp"      // over TLS and NATS: the figure / plaintext TCP's in the same repetition (p50: lower is better; rate: higher)
+	mVsUnseal     = "vs_unsealed" // over nats: the figure / nats-unsealed's in the same repetition
 	// Not printed: what the flood checks need per repetition.
 	mRefusedOK = "_refused_as_reason" // node's count for the reason / attempts
 	mWrong     = "_wrong_outcome"     // acked or refused for another reason
@@ -250,13 +254,18 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 			rec.add(implMeerkatd, scAnchorRawSeq, tr, inboxNone, mP99, p99)
 			rawSeq = p50
 		}
-		var rawPipe loadResult
+		var rawPipe, rawBatch loadResult
 		if o.want("pipelined") {
 			rawPipe, err = b.rawPipelined(ctx, echoAddrs[tr], echoes[tr].pid())
 			if err := step(tr, scAnchorRawPipe, err); err != nil {
 				return err
 			}
 			addLoad(scAnchorRawPipe, tr, inboxNone, rawPipe, nil)
+			rawBatch, err = b.rawBatched(ctx, echoAddrs[tr], echoes[tr].pid())
+			if err := step(tr, scAnchorRawBatch, err); err != nil {
+				return err
+			}
+			addLoad(scAnchorRawBatch, tr, inboxNone, rawBatch, nil)
 		}
 
 		if o.want("sequential") {
@@ -281,6 +290,8 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 				return err
 			}
 			addLoad(scPipelined, tr, mem, pipe, &rawPipe)
+			rec.add(implMeerkatd, scPipelined, tr, mem, mVsBatched, pipe.perS/rawBatch.perS)
+			rec.add(implMeerkatd, scPipelined, tr, mem, mCPUVsBatched, pipe.cpuPerEx/rawBatch.cpuPerEx)
 			if tr == transport.SchemeTCP {
 				if err := b.followPipelined(ctx, rec, pipe); err != nil {
 					return err
