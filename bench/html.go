@@ -362,7 +362,7 @@ func (r *results) latencyChart() *htmlChart {
 }
 
 // throughputChart charts pipelined exchanges/s per transport with the
-// raw anchor of that transport and the NATS bench's figure, against the
+// raw anchors of that transport and the NATS bench's figure, against the
 // crypto ceiling; nil without a pipelined scenario or anchor.
 func (r *results) throughputChart() *htmlChart {
 	type bar struct {
@@ -380,6 +380,8 @@ func (r *results) throughputChart() *htmlChart {
 			bars = append(bars, bar{"pipelined · " + s.key.transport, "bar pipelined", s.key.impl, s.key.transport, vs})
 		case s.key.impl == implMeerkatd && s.key.scenario == scAnchorRawPipe:
 			bars = append(bars, bar{"raw anchor · " + s.key.transport, "bar anchor", s.key.impl, s.key.transport, vs})
+		case s.key.impl == implMeerkatd && s.key.scenario == scAnchorRawBatch:
+			bars = append(bars, bar{"raw batched anchor · " + s.key.transport, "bar anchor", s.key.impl, s.key.transport, vs})
 		case s.key.impl != implMeerkatd && s.key.scenario == scPipelined:
 			bars = append(bars, bar{s.key.impl + " bench · " + s.key.transport, "bar nats", s.key.impl, s.key.transport, vs})
 		}
@@ -387,7 +389,7 @@ func (r *results) throughputChart() *htmlChart {
 	if len(bars) == 0 {
 		return nil
 	}
-	// Per transport in run order meerkatd's bar, then its raw anchor's;
+	// Per transport in run order meerkatd's bar, then its raw anchors';
 	// the NATS bench's last.
 	trOrder := map[string]int{}
 	for _, b := range bars {
@@ -539,7 +541,7 @@ svg .reflabel { fill: #c62828; text-anchor: end; }
 <h2>Throughput: pipelined</h2>
 {{- with .Throughput}}
 {{- $c := .}}
-<p class="key">The bar is the median over the repetitions, the line across it the range. <span><span class="sw" style="background:#1f77b4"></span>meerkatd</span><span><span class="sw" style="background:#9ecae1"></span>raw anchor (the crypto alone between two processes)</span><span><span class="sw" style="background:#ff7f0e"></span>NATS bench</span>{{if .Ref}}<span><span class="sw" style="background:#c62828"></span>crypto ceiling (cores / anchor_exchange)</span>{{end}}</p>
+<p class="key">The bar is the median over the repetitions, the line across it the range. <span><span class="sw" style="background:#1f77b4"></span>meerkatd</span><span><span class="sw" style="background:#9ecae1"></span>raw anchors (the crypto alone between two processes: of the single-envelope exchange, and batched as two nodes speak)</span><span><span class="sw" style="background:#ff7f0e"></span>NATS bench</span>{{if .Ref}}<span><span class="sw" style="background:#c62828"></span>crypto ceiling (cores / anchor_exchange)</span>{{end}}</p>
 <svg viewBox="0 0 {{.Width}} {{.Height}}" width="{{.Width}}" height="{{.Height}}" role="img" aria-label="pipelined exchanges per second">
 {{- template "axis" .}}
 {{- range .Rows}}

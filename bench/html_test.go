@@ -135,6 +135,7 @@ func handMade() (*results, []string) {
 			r.add(implMeerkatd, scPipelined, tr, "memory", mRate, 50000+1000*float64(j)+100*f)
 			if tr == "uds" || tr == "tcp" {
 				r.add(implMeerkatd, scAnchorRawPipe, tr, inboxNone, mRate, 70000+100*f)
+				r.add(implMeerkatd, scAnchorRawBatch, tr, inboxNone, mRate, 90000+100*f)
 			}
 		}
 	}
@@ -242,8 +243,13 @@ func TestHTMLPage(t *testing.T) {
 			t.Errorf("transport %q: %d pipelined bars", tr, len(g))
 		}
 	}
-	if got := bars("anchor"); len(got) != 2 {
-		t.Errorf("%d raw anchor bars; want 2 (uds, tcp)", len(got))
+	if got := bars("anchor"); len(got) != 4 {
+		t.Errorf("%d raw anchor bars; want 4 (raw and raw batched, over uds and tcp)", len(got))
+	}
+	for _, tr := range []string{"uds", "tcp"} {
+		if !strings.Contains(doc.text, "raw batched anchor · "+tr) {
+			t.Errorf("no raw batched anchor bar over %s", tr)
+		}
 	}
 	if got := bars("nats"); len(got) != 1 || !strings.Contains(got[0], "30000") {
 		t.Errorf("NATS bars %q; want one of 30000", got)
