@@ -387,28 +387,12 @@ func (b *runner) rawPipelined(ctx context.Context, a transport.Addr, echoPID int
 			<-slots
 		}
 	})
-	for range b.opts.inFlight {
-		rr.wg.Go(func() {
-			var frame []byte
-			for {
-				select {
-				case slots <- struct{}{}:
-				case <-rr.quit:
-					return
-				}
-				var err error
-				if frame, err = rawSigned(frame[:0], rc.kp, rc.msg); err == nil {
-					wmu.Lock()
-					_, err = rc.c.Write(frame)
-					wmu.Unlock()
-				}
-				if err != nil {
-					rr.fail(err)
-					return
-				}
-			}
-		})
-	}
+	b.startSigners(rr, rc, slots, func(frame []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		_, err := rc.c.Write(frame)
+		return err
+	})
 	res, err := b.measure(ctx, rr, echoPID, []*rawConn{rc})
 	if err != nil {
 		return res, fmt.Errorf("raw pipelined: %w", err)
@@ -448,6 +432,19 @@ func (b *runner) rawBatched(ctx context.Context, a transport.Addr, echoPID int) 
 			}
 		}
 	})
+	b.startSigners(rr, rc, slots, w.write)
+	res, err := b.measure(ctx, rr, echoPID, []*rawConn{rc})
+	if err != nil {
+		return res, fmt.Errorf("raw batched: %w", err)
+	}
+	return res, nil
+}
+
+// startSigners starts the inFlight goroutines of a raw throughput anchor:
+// each, once slots has room, signs rc.msg and writes the frame with
+// write, until the run stops or fails; the anchor's reader frees a slot
+// per message answered.
+func (b *runner) startSigners(rr *rawRun, rc *rawConn, slots chan struct{}, write func([]byte) error) {
 	for range b.opts.inFlight {
 		rr.wg.Go(func() {
 			var frame []byte
@@ -459,7 +456,7 @@ func (b *runner) rawBatched(ctx context.Context, a transport.Addr, echoPID int) 
 				}
 				var err error
 				if frame, err = rawSigned(frame[:0], rc.kp, rc.msg); err == nil {
-					err = w.write(frame)
+					err = write(frame)
 				}
 				if err != nil {
 					rr.fail(err)
@@ -468,11 +465,6 @@ func (b *runner) rawBatched(ctx context.Context, a transport.Addr, echoPID int) 
 			}
 		})
 	}
-	res, err := b.measure(ctx, rr, echoPID, []*rawConn{rc})
-	if err != nil {
-		return res, fmt.Errorf("raw batched: %w", err)
-	}
-	return res, nil
 }
 
 // groupWriter writes the frames of many goroutines with as few writes as

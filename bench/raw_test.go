@@ -102,6 +102,28 @@ func FuzzRawOpen(f *testing.F) {
 	})
 }
 
+// startRawServer runs serve on the server end of a pipe and reads the key
+// it announces from the client end; serve's result comes on served.
+func startRawServer(t *testing.T, serve func(srv net.Conn) error) (cli net.Conn, key identity.PeerID, served chan error) {
+	t.Helper()
+	srv, cli := net.Pipe()
+	t.Cleanup(func() { cli.Close() })
+	served = make(chan error, 1)
+	go func() {
+		defer srv.Close()
+		served <- serve(srv)
+	}()
+	cli.SetDeadline(time.Now().Add(10 * time.Second))
+	keyBytes, err := transport.ReadFrame(cli, 0)
+	if err != nil {
+		t.Fatalf("server key: %v", err)
+	}
+	if key, err = identity.PeerIDFromBytes(keyBytes); err != nil {
+		t.Fatalf("server key %x: %v", keyBytes, err)
+	}
+	return cli, key, served
+}
+
 // TestServeRawCrypto: the echo process's crypto side answers each frame
 // signed with the key it announced, and drops a connection whose frame
 // does not verify under the client's key.
@@ -114,22 +136,9 @@ func TestServeRawCrypto(t *testing.T) {
 		ok     bool
 	}{{"client's key", client, true}, {"another key", stranger, false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, cli := net.Pipe()
-			defer cli.Close()
-			served := make(chan error, 1)
-			go func() {
-				defer srv.Close()
-				served <- serveRawCrypto(srv, bufio.NewReader(srv), clientPub[:])
-			}()
-			cli.SetDeadline(time.Now().Add(10 * time.Second))
-			keyBytes, err := transport.ReadFrame(cli, 0)
-			if err != nil {
-				t.Fatalf("server key: %v", err)
-			}
-			key, err := identity.PeerIDFromBytes(keyBytes)
-			if err != nil {
-				t.Fatalf("server key %x: %v", keyBytes, err)
-			}
+			cli, key, served := startRawServer(t, func(srv net.Conn) error {
+				return serveRawCrypto(srv, bufio.NewReader(srv), clientPub[:])
+			})
 			msg := []byte("exchange")
 			for i := range 3 {
 				frame, err := rawSigned(nil, tc.signer, msg)
@@ -157,7 +166,7 @@ func TestServeRawCrypto(t *testing.T) {
 				}
 			}
 			cli.Close()
-			err = <-served
+			err := <-served
 			if tc.ok && err != nil {
 				t.Errorf("serveRawCrypto: %v", err)
 			}
@@ -202,24 +211,14 @@ func TestServeRawBatched(t *testing.T) {
 		{"too short", -1, true, "too short"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, cli := net.Pipe()
-			defer cli.Close()
-			served := make(chan error, 1)
-			go func() {
-				defer srv.Close()
-				served <- serveRawBatched(srv, srv, clientPub[:])
-			}()
-			cli.SetDeadline(time.Now().Add(10 * time.Second))
-			keyBytes, err := transport.ReadFrame(cli, 0)
-			if err != nil {
-				t.Fatalf("server key: %v", err)
-			}
-			key, err := identity.PeerIDFromBytes(keyBytes)
-			if err != nil {
-				t.Fatalf("server key %x: %v", keyBytes, err)
-			}
+			cli, key, served := startRawServer(t, func(srv net.Conn) error {
+				return serveRawBatched(srv, srv, clientPub[:])
+			})
 			// One write of 40 frames: read as one batch, split in two.
-			var all []byte
+			var (
+				all []byte
+				err error
+			)
 			for i, m := range msgs {
 				signer := client
 				if i == tc.bad {
