@@ -243,11 +243,13 @@ uses):
   anchor_raw_pipelined   the same with 128 in flight: signing goroutines, one
                     verifying reader, the echo process verifying and signing in
                     order (exchanges/s; CPU µs per exchange of both processes)
-  anchor_raw_batched  the crypto of the protocol two meerkatd nodes speak, 128 in
-                    flight: signing goroutines writing together, the echo process
-                    verifying what arrives together as one batch (as a node does)
-                    and answering each batch with one signature, one verifying
-                    reader (exchanges/s; CPU µs per exchange of both processes)
+  anchor_raw_batched  the crypto of the protocol two meerkatd nodes speak, with a
+                    node's batching rules, 128 in flight: signing goroutines
+                    writing together; the echo process verifying what arrives
+                    together as one batch and answering, once nothing more is
+                    read ahead, all it verified with one signature; one
+                    verifying reader (exchanges/s; CPU µs per exchange of both
+                    processes). Not a bound: what the bare protocol reaches here
   anchor_raw_closed_loop_16  16 connections, one raw exchange at a time each
 
 Scenarios (per transport; the node keeps its inbox in memory unless said):
@@ -322,9 +324,7 @@ anchors alone: closed_loop_16 (16 peers, one envelope in flight each, so
 each exchange needs its own two signatures and its ack verified alone:
 exchange / (2 x sign + verify + batch_verify)) and the NATS p50 check
 ((raw sequential p50 - sign) / NATS p50: the round trip and its crypto in
-a row, less the ack's signature), and the pipelined CPU check
-(anchor_raw_batched's CPU per exchange / exchange: a delivered message
-costs at least the raw crypto of the protocol). "limited by its own CPU cost" marks a
+a row, less the ack's signature). "limited by its own CPU cost" marks a
 bound from the node's measured CPU per exchange (pipelined, durable): what
 it would reach with every core busy.
 

@@ -115,7 +115,7 @@ type htmlRow struct {
 	Y          string // baseline of the label
 	Mid        string // y of the row's middle
 	Top, H     string // bar: top and height
-	Class      string // bar: "bar pipelined", "bar anchor", "bar nats"
+	Class      string // bar: "bar pipelined", "bar anchor", "bar anchor batched", "bar nats"
 	Impl       string
 	Transport  string
 	BarW       string // bar: width; "" for no bar
@@ -381,7 +381,7 @@ func (r *results) throughputChart() *htmlChart {
 		case s.key.impl == implMeerkatd && s.key.scenario == scAnchorRawPipe:
 			bars = append(bars, bar{"raw anchor · " + s.key.transport, "bar anchor", s.key.impl, s.key.transport, vs})
 		case s.key.impl == implMeerkatd && s.key.scenario == scAnchorRawBatch:
-			bars = append(bars, bar{"raw batched anchor · " + s.key.transport, "bar anchor", s.key.impl, s.key.transport, vs})
+			bars = append(bars, bar{"raw batched anchor · " + s.key.transport, "bar anchor batched", s.key.impl, s.key.transport, vs})
 		case s.key.impl != implMeerkatd && s.key.scenario == scPipelined:
 			bars = append(bars, bar{s.key.impl + " bench · " + s.key.transport, "bar nats", s.key.impl, s.key.transport, vs})
 		}
@@ -397,7 +397,7 @@ func (r *results) throughputChart() *htmlChart {
 			trOrder[b.tr] = len(trOrder)
 		}
 	}
-	order := map[string]int{"bar pipelined": 0, "bar anchor": 1, "bar nats": 2}
+	order := map[string]int{"bar pipelined": 0, "bar anchor": 1, "bar anchor batched": 2, "bar nats": 3}
 	rank := func(b bar) (int, int) {
 		if b.class == "bar nats" {
 			return len(bars) + 1, 0
@@ -485,6 +485,7 @@ svg .median.p50 { stroke: #1f77b4; }
 svg .median.p99 { stroke: #d62728; }
 svg .bar.pipelined { fill: #1f77b4; }
 svg .bar.anchor { fill: #9ecae1; }
+svg .bar.anchor.batched { fill: #c6dbef; }
 svg .bar.nats { fill: #ff7f0e; }
 svg .whisker { stroke: #333; stroke-width: 1.5; }
 svg .ref { stroke: #c62828; stroke-width: 1.5; stroke-dasharray: 5 3; }
@@ -541,7 +542,7 @@ svg .reflabel { fill: #c62828; text-anchor: end; }
 <h2>Throughput: pipelined</h2>
 {{- with .Throughput}}
 {{- $c := .}}
-<p class="key">The bar is the median over the repetitions, the line across it the range. <span><span class="sw" style="background:#1f77b4"></span>meerkatd</span><span><span class="sw" style="background:#9ecae1"></span>raw anchors (the crypto alone between two processes: of the single-envelope exchange, and batched as two nodes speak)</span><span><span class="sw" style="background:#ff7f0e"></span>NATS bench</span>{{if .Ref}}<span><span class="sw" style="background:#c62828"></span>crypto ceiling (cores / anchor_exchange)</span>{{end}}</p>
+<p class="key">The bar is the median over the repetitions, the line across it the range. <span><span class="sw" style="background:#1f77b4"></span>meerkatd</span><span><span class="sw" style="background:#9ecae1"></span>raw anchor (the crypto of an exchange alone between two processes)</span><span><span class="sw" style="background:#c6dbef"></span>raw batched anchor (the crypto alone of the protocol two nodes speak)</span><span><span class="sw" style="background:#ff7f0e"></span>NATS bench</span>{{if .Ref}}<span><span class="sw" style="background:#c62828"></span>crypto ceiling (cores / anchor_exchange)</span>{{end}}</p>
 <svg viewBox="0 0 {{.Width}} {{.Height}}" width="{{.Width}}" height="{{.Height}}" role="img" aria-label="pipelined exchanges per second">
 {{- template "axis" .}}
 {{- range .Rows}}

@@ -246,6 +246,9 @@ func TestHTMLPage(t *testing.T) {
 	if got := bars("anchor"); len(got) != 4 {
 		t.Errorf("%d raw anchor bars; want 4 (raw and raw batched, over uds and tcp)", len(got))
 	}
+	if got := bars("batched"); len(got) != 2 {
+		t.Errorf("%d raw batched anchor bars; want 2 (uds, tcp), drawn apart", len(got))
+	}
 	for _, tr := range []string{"uds", "tcp"} {
 		if !strings.Contains(doc.text, "raw batched anchor · "+tr) {
 			t.Errorf("no raw batched anchor bar over %s", tr)

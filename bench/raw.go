@@ -122,17 +122,20 @@ func answerRawHello(c net.Conn, clientKey []byte) (identity.PeerID, *identity.Ke
 }
 
 // Batched raw connections (anchor_raw_batched) carry the crypto of the
-// protocol two meerkatd nodes speak: the client signs every message; the
-// echo process reads the frames that have arrived together (as a node's
-// reader does, through a transport.Reader, at most rawBatchMax), verifies
-// them as one batch (two halves at once from rawSplit, as a node does), and
-// answers the batch with one signed frame naming them (as a node's acks
-// envelope does): a 2-byte count, then the first rawIDSize bytes of each
-// message. The client verifies that answer.
+// protocol two meerkatd nodes speak, under a node's rules: the client
+// signs every message; the echo process reads the frames that have
+// arrived together (through a transport.Reader, at most rawBatchMax),
+// verifies them as one batch (two halves at once from rawSplit; a lone
+// frame alone), and once nothing more is read ahead, or rawAnswerMax
+// messages wait, answers all it verified since its last answer with one
+// signed frame naming them (as a node's acks envelope does): a 2-byte
+// count, then the first rawIDSize bytes of each message. The client
+// verifies that answer.
 const (
-	rawBatchMax = 64
-	rawSplit    = 16
-	rawIDSize   = 16
+	rawBatchMax  = 64   // comms' maxBatch
+	rawSplit     = 16   // comms' splitBatch
+	rawAnswerMax = 1024 // comms' maxAcksPerEnvelope
+	rawIDSize    = 16
 )
 
 // serveRawBatched is the echo process's side of a batched crypto
@@ -148,17 +151,21 @@ func serveRawBatched(c net.Conn, r io.Reader, clientKey []byte) error {
 		ends   []int // the batch's frames are arena[ends[i-1]:ends[i]]
 		halves [2]identity.Batch
 		ok     [rawBatchMax]bool
+		ids    []byte // of the messages verified and not answered yet
 		answer []byte
 		out    []byte
 	)
+	frame := func(i int) []byte {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		return arena[start:ends[i]]
+	}
 	verify := func(b *identity.Batch, from, to int, ok []bool) {
 		b.Reset()
 		for i := from; i < to; i++ {
-			start := 0
-			if i > 0 {
-				start = ends[i-1]
-			}
-			p := arena[start:ends[i]]
+			p := frame(i)
 			b.Add(client, p[sigSize:], p[:sigSize])
 		}
 		b.Verify(ok)
@@ -180,31 +187,41 @@ func serveRawBatched(c net.Conn, r io.Reader, clientKey []byte) error {
 			}
 		}
 		n := len(ends)
-		if n >= rawSplit {
+		clear(ok[:n])
+		switch {
+		case n == 1:
+			p := frame(0)
+			ok[0] = anchorKeys.Verify(client, p[sigSize:], p[:sigSize])
+		case n >= rawSplit:
 			var wg sync.WaitGroup
 			wg.Go(func() { verify(&halves[1], 0, n/2, ok[:n/2]) })
 			verify(&halves[0], n/2, n, ok[n/2:n])
 			wg.Wait()
-		} else {
+		default:
 			verify(&halves[0], 0, n, ok[:n])
 		}
-		answer = binary.BigEndian.AppendUint16(answer[:0], uint16(n))
 		for i := range n {
 			if !ok[i] {
 				return errors.New("raw frame: bad signature")
 			}
-			start := 0
-			if i > 0 {
-				start = ends[i-1]
+			ids = append(ids, frame(i)[sigSize:sigSize+rawIDSize]...)
+		}
+		if fr.Buffered() > 0 && len(ids) < rawAnswerMax*rawIDSize {
+			continue // more is read ahead: its ids go in the same answer
+		}
+		for next := ids; len(next) > 0; {
+			k := min(len(next)/rawIDSize, rawAnswerMax)
+			answer = binary.BigEndian.AppendUint16(answer[:0], uint16(k))
+			answer = append(answer, next[:k*rawIDSize]...)
+			next = next[k*rawIDSize:]
+			if out, err = rawSigned(out[:0], kp, answer); err != nil {
+				return err
 			}
-			answer = append(answer, arena[start+sigSize:start+sigSize+rawIDSize]...)
+			if _, err := c.Write(out); err != nil {
+				return err
+			}
 		}
-		if out, err = rawSigned(out[:0], kp, answer); err != nil {
-			return err
-		}
-		if _, err := c.Write(out); err != nil {
-			return err
-		}
+		ids = ids[:0]
 	}
 }
 
@@ -515,7 +532,7 @@ func rawBatchAnswer(pub identity.PeerID, payload []byte) (int, error) {
 		return 0, errors.New("raw batch answer too short")
 	}
 	n := int(binary.BigEndian.Uint16(msg))
-	if n == 0 || n > rawBatchMax || len(msg) != 2+n*rawIDSize {
+	if n == 0 || n > rawAnswerMax || len(msg) != 2+n*rawIDSize {
 		return 0, fmt.Errorf("raw batch answer: %d bytes for %d messages", len(msg), n)
 	}
 	return n, nil

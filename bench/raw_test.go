@@ -188,92 +188,86 @@ func rawIDs(msgs ...[]byte) []byte {
 }
 
 // TestServeRawBatched: the echo process's batched side verifies the
-// frames that arrive together as one batch (split in two from rawSplit)
-// and answers each batch with one frame, signed with the key it
-// announced, naming every message in order; a frame that does not verify
-// under the client's key, or is too short to name, ends the connection
-// with that error.
+// frames that arrive together in batches of at most rawBatchMax (split in
+// two from rawSplit, a lone frame alone), and once nothing more is read
+// ahead answers everything since its last answer with one frame, signed
+// with the key it announced, naming every message in order. A frame that
+// does not verify under the client's key, wherever it is in its batch,
+// or is too short to name, ends the connection with that error.
 func TestServeRawBatched(t *testing.T) {
 	client, stranger := newKeypair(t), newKeypair(t)
 	clientPub := client.ID()
-	msgs := make([][]byte, 40)
-	for i := range msgs {
-		msgs[i] = fmt.Appendf(nil, "message %04d of the batch, signed", i)
+	type write struct {
+		n     int // frames, written at once
+		bad   int // index of the one signed by another key, or -1
+		short bool
 	}
 	for _, tc := range []struct {
 		name    string
-		bad     int  // index of the frame signed by another key, or -1
-		short   bool // the last frame is too short to name
-		wantErr string
+		writes  []write
+		wantErr string // from the last write
 	}{
-		{"all the client's", -1, false, ""},
-		{"one by another key", 17, false, "bad signature"},
-		{"too short", -1, true, "too short"},
+		{"all the client's", []write{{100, -1, false}, {5, -1, false}, {1, -1, false}, {1, -1, false}}, ""},
+		{"bad in the first batch's first half", []write{{100, 10, false}}, "bad signature"},
+		{"bad in the first batch's second half", []write{{100, 50, false}}, "bad signature"},
+		{"bad in the second batch", []write{{100, 90, false}}, "bad signature"},
+		{"bad in a small batch after a good one", []write{{100, -1, false}, {5, 3, false}}, "bad signature"},
+		{"a lone bad one after a good batch", []write{{100, -1, false}, {1, 0, false}}, "bad signature"},
+		{"too short", []write{{3, -1, true}}, "too short"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cli, key, served := startRawServer(t, func(srv net.Conn) error {
 				return serveRawBatched(srv, srv, clientPub[:])
 			})
-			// One write of 40 frames: read as one batch, split in two.
-			var (
-				all []byte
-				err error
-			)
-			for i, m := range msgs {
-				signer := client
-				if i == tc.bad {
-					signer = stranger
+			seq := 0
+			for wi, w := range tc.writes {
+				var (
+					all  []byte
+					msgs [][]byte
+					err  error
+				)
+				for i := range w.n {
+					signer := client
+					if i == w.bad {
+						signer = stranger
+					}
+					m := fmt.Appendf(nil, "message %04d, signed by the client", seq)
+					seq++
+					msgs = append(msgs, m)
+					if all, err = rawSigned(all, signer, m); err != nil {
+						t.Fatal(err)
+					}
 				}
-				if all, err = rawSigned(all, signer, m); err != nil {
-					t.Fatal(err)
+				if w.short {
+					if all, err = transport.AppendFrame(all, make([]byte, sigSize+rawIDSize-1)); err != nil {
+						t.Fatal(err)
+					}
 				}
-			}
-			if tc.short {
-				if all, err = transport.AppendFrame(all, make([]byte, sigSize+rawIDSize-1)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			go cli.Write(all)
-			answer, err := transport.ReadFrame(cli, 0)
-			if tc.wantErr != "" {
-				if err == nil {
-					t.Fatalf("answer to a batch with a bad frame: %x", answer)
-				}
-				cli.Close()
-				if err := <-served; err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("serveRawBatched: %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("answer: %v", err)
-			}
-			if got, err := rawOpen(key, answer); err != nil || !bytes.Equal(got, rawIDs(msgs...)) {
-				t.Fatalf("answer to the batch: %x, %v; want %x", got, err, rawIDs(msgs...))
-			}
-			if n, err := rawBatchAnswer(key, answer); err != nil || n != len(msgs) {
-				t.Fatalf("rawBatchAnswer: %d, %v; want %d", n, err, len(msgs))
-			}
-			// Then one frame at a time: a batch of one each.
-			for i := range 3 {
-				frame, err := rawSigned(nil, client, msgs[i])
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := cli.Write(frame); err != nil {
-					t.Fatalf("write %d: %v", i, err)
-				}
+				go cli.Write(all)
 				answer, err := transport.ReadFrame(cli, 0)
-				if err != nil {
-					t.Fatalf("answer %d: %v", i, err)
+				if last := wi == len(tc.writes)-1; last && tc.wantErr != "" {
+					if err == nil {
+						t.Fatalf("answer to a write with a bad frame: %x", answer)
+					}
+					break
 				}
-				if got, err := rawOpen(key, answer); err != nil || !bytes.Equal(got, rawIDs(msgs[i])) {
-					t.Fatalf("answer %d: %x, %v", i, got, err)
+				if err != nil {
+					t.Fatalf("answer to write %d: %v", wi, err)
+				}
+				if got, err := rawOpen(key, answer); err != nil || !bytes.Equal(got, rawIDs(msgs...)) {
+					t.Fatalf("answer to write %d: %x, %v; want %x", wi, got, err, rawIDs(msgs...))
+				}
+				if n, err := rawBatchAnswer(key, answer); err != nil || n != w.n {
+					t.Fatalf("rawBatchAnswer: %d, %v; want %d", n, err, w.n)
 				}
 			}
 			cli.Close()
-			if err := <-served; err != nil {
+			err := <-served
+			if tc.wantErr == "" && err != nil {
 				t.Errorf("serveRawBatched: %v", err)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("serveRawBatched: %v, want %q", err, tc.wantErr)
 			}
 		})
 	}
@@ -305,8 +299,8 @@ func TestRawBatchAnswer(t *testing.T) {
 		want    int // 0: refused
 	}{
 		{"one", pub, signed(ids(1, 1)), 1},
-		{"the most", pub, signed(ids(rawBatchMax, rawBatchMax)), rawBatchMax},
-		{"more than a batch", pub, signed(ids(rawBatchMax+1, rawBatchMax+1)), 0},
+		{"the most", pub, signed(ids(rawAnswerMax, rawAnswerMax)), rawAnswerMax},
+		{"more than an answer", pub, signed(ids(rawAnswerMax+1, rawAnswerMax+1)), 0},
 		{"none", pub, signed(ids(0, 0)), 0},
 		{"count above the ids", pub, signed(ids(3, 2)), 0},
 		{"count below the ids", pub, signed(ids(2, 3)), 0},
@@ -344,7 +338,7 @@ func FuzzRawBatchAnswer(f *testing.F) {
 		}
 		// Accepted: a valid signature over a count that its ids match.
 		msg, err := rawOpen(pub, payload)
-		if err != nil || n < 1 || n > rawBatchMax || len(msg) != 2+n*rawIDSize || int(msg[0])<<8|int(msg[1]) != n {
+		if err != nil || n < 1 || n > rawAnswerMax || len(msg) != 2+n*rawIDSize || int(msg[0])<<8|int(msg[1]) != n {
 			t.Fatalf("rawBatchAnswer accepted %x as %d", payload, n)
 		}
 	})
@@ -366,11 +360,13 @@ func TestGroupWriter(t *testing.T) {
 			p, err := fr.ReadFrame()
 			if err != nil {
 				got <- err
+				srv.Close()
 				return
 			}
 			var g, i int
 			if _, err := fmt.Sscanf(string(p), "writer %d frame %d", &g, &i); err != nil || g < 0 || g >= writers || i != next[g] {
 				got <- fmt.Errorf("frame %q out of order or garbled (want frame %d of its writer)", p, next[min(max(g, 0), writers-1)])
+				srv.Close() // the writers fail rather than wait for a reader
 				return
 			}
 			next[g]++
@@ -436,11 +432,22 @@ func TestGroupWriterTakesWaiting(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { first <- w.write([]byte("first ")) }()
 	<-g.entered
-	if err := w.write([]byte("second ")); err != nil { // must not wait for the first
-		t.Fatal(err)
-	}
-	if err := w.write([]byte("third")); err != nil {
-		t.Fatal(err)
+	queued := make(chan error, 1)
+	go func() { // must not wait for the first write
+		err := w.write([]byte("second "))
+		if err == nil {
+			err = w.write([]byte("third"))
+		}
+		queued <- err
+	}()
+	select {
+	case err := <-queued:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(g.release)
+		t.Fatal("a write waited for the one under way")
 	}
 	close(g.release)
 	if err := <-first; err != nil {

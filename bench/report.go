@@ -219,12 +219,6 @@ func (r *results) computeChecks(o settings) {
 		r.ratioCheck(pipe, "CPU per delivered message (both processes) <= 0.50 x exchange", 0.50, true, func(i int) float64 {
 			return at(pipe.values[mCPU], i) / at(exch, i)
 		})
-		rawBatchCPU := r.values(implMeerkatd, scAnchorRawBatch, tr, mCPU)
-		r.bound(pipe, true, "a delivered message costs at least the raw crypto of the protocol two nodes speak "+
-			"between the same processes (anchor_raw_batched: a signature per message, batch verification, "+
-			"one signed answer per batch): its CPU per exchange / exchange", func(i int) float64 {
-			return at(rawBatchCPU, i) / at(exch, i)
-		})
 		loop := r.find(implMeerkatd, scClosedLoop, tr)
 		r.ratioCheck(loop, "exchanges/s >= 1.6 x crypto ceiling (cores / exchange)", 1.6, false, func(i int) float64 {
 			return at(loop.values[mRate], i) / ceiling(i)

@@ -9,14 +9,16 @@ import (
 
 // RunInFlight runs op(0) … op(b.N-1) with at most inFlight running at
 // once, on inFlight goroutines that each take the next i in turn (a
-// goroutine per op would grow a fresh stack every time, a cost the daemon
-// does not pay), and returns the time it took; the first error fails b.
+// goroutine per op would grow a fresh stack for every send, which the
+// daemon's senders, long-lived goroutines, do not), and returns the time
+// it took. The first error stops the workers taking more and fails b.
 func RunInFlight(b *testing.B, inFlight int, op func(i int) error) time.Duration {
 	inFlight = max(1, min(inFlight, b.N))
 	var (
 		next     atomic.Int64
 		wg       sync.WaitGroup
 		errOnce  sync.Once
+		failed   atomic.Bool
 		firstErr error
 	)
 	b.ResetTimer()
@@ -27,11 +29,12 @@ func RunInFlight(b *testing.B, inFlight int, op func(i int) error) time.Duration
 			defer wg.Done()
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= b.N {
+				if i >= b.N || failed.Load() {
 					return
 				}
 				if err := op(i); err != nil {
 					errOnce.Do(func() { firstErr = err })
+					failed.Store(true)
 				}
 			}
 		}()
