@@ -361,3 +361,29 @@ func TestStrangerIsNotBatched(t *testing.T) {
 		t.Fatalf("%d refused as bad signatures, want 1 (the connection closes at the first)", got)
 	}
 }
+
+// TestBatchAckedWhileMoreIsReadAhead: the acks of a batch go out as soon
+// as it is admitted, even while the next frame is still arriving: here
+// the sender writes a full batch and the start of one more frame, then
+// waits for its acks before sending the rest (as a sender whose window is
+// full does). The frame timeout is long, so only acks written after the
+// batch arrive in time.
+func TestBatchAckedWhileMoreIsReadAhead(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	a, b := pair(t, "uds", Options{FrameTimeout: time.Hour})
+	c := authedConn(t, b, a.kp)
+	ids, frames := burst(t, a.kp, b.kp.ID(), maxBatch, true)
+	last := frameOf(t, sealEnv(t, a.kp, b.kp.ID(), wire.Message("after the batch")))
+	cut := transport.HeaderSize + 8
+	writeRaw(t, c, append(frames, last[:cut]...))
+	readAcks(t, c, b.kp.ID(), a.kp.ID(), ids)
+	writeRaw(t, c, last[cut:])
+	e, err := wire.Open(last[transport.HeaderSize:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAcks(t, c, b.kp.ID(), a.kp.ID(), []identity.UUID{e.ID})
+	if got := b.r.Inbox().Len(); got != maxBatch+2 {
+		t.Fatalf("bob holds %d items, want %d", got, maxBatch+2)
+	}
+}

@@ -53,9 +53,11 @@ type inFrame struct {
 // verifying and admitting the next frames goes on while earlier
 // admissions commit (through an [AsyncAdmitter]) and their acks are
 // sealed. At most maxPendingAdmissions jobs wait in the ack queue, then
-// the reader waits for room. Acks go out when nothing more is buffered:
-// one per envelope, or one acks envelope for all of them where the
-// sender said it takes them (wire.Envelope.AcksHint).
+// the reader waits for room. The acks of admissions already done go out
+// after each batch, those ackLoop holds (admissions still committing
+// when the reader moved on) when nothing more is buffered: one per
+// envelope, or one acks envelope for all of them where the sender said it
+// takes them (wire.Envelope.AcksHint).
 func (r *Router) serveConn(c net.Conn, st *inConn) {
 	defer r.untrack(c)
 	defer c.Close()
@@ -162,15 +164,16 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			}
 		}
 		clear(batch) // let go of the envelopes' kinds
-		if noInput() {
-			// Nothing more to read now: the acks go out.
-			if !sendAcks() {
-				return
-			}
-			if held {
-				q <- ackJob{flush: true}
-				held = false
-			}
+		// The batch's acks go out now, even with more input read ahead:
+		// a sender keeping many envelopes in flight gets them back batch
+		// by batch, rather than only once it has stopped to wait.
+		if !sendAcks() {
+			return
+		}
+		if held && noInput() {
+			// Nothing more to read now: the acks ackLoop holds go out too.
+			q <- ackJob{flush: true}
+			held = false
 		}
 	}
 }
