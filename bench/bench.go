@@ -246,10 +246,10 @@ uses):
   anchor_raw_batched  the crypto of the protocol two meerkatd nodes speak, with a
                     node's batching rules, 128 in flight: signing goroutines
                     writing together; the echo process verifying what arrives
-                    together as one batch and answering, once nothing more is
-                    read ahead, all it verified with one signature; one
-                    verifying reader (exchanges/s; CPU µs per exchange of both
-                    processes). Not a bound: what the bare protocol reaches here
+                    together as one batch (at most 64) and answering each batch
+                    with one signature; one verifying reader (exchanges/s; CPU
+                    µs per exchange of both processes). Not a bound: what the
+                    bare protocol reaches here
   anchor_raw_closed_loop_16  16 connections, one raw exchange at a time each
 
 Scenarios (per transport; the node keeps its inbox in memory unless said):

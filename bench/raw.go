@@ -126,15 +126,14 @@ func answerRawHello(c net.Conn, clientKey []byte) (identity.PeerID, *identity.Ke
 // signs every message; the echo process reads the frames that have
 // arrived together (through a transport.Reader, at most rawBatchMax),
 // verifies them as one batch (two halves at once from rawSplit; a lone
-// frame alone), and once nothing more is read ahead, or rawAnswerMax
-// messages wait, answers all it verified since its last answer with one
-// signed frame naming them (as a node's acks envelope does): a 2-byte
-// count, then the first rawIDSize bytes of each message. The client
-// verifies that answer.
+// frame alone), and answers the batch with one signed frame naming its
+// messages (as a node's acks envelope does): a 2-byte count, then the
+// first rawIDSize bytes of each message. The client verifies that
+// answer.
 const (
 	rawBatchMax  = 64   // comms' maxBatch
 	rawSplit     = 16   // comms' splitBatch
-	rawAnswerMax = 1024 // comms' maxAcksPerEnvelope
+	rawAnswerMax = 1024 // comms' maxAcksPerEnvelope: what a client takes
 	rawIDSize    = 16
 )
 
@@ -151,7 +150,6 @@ func serveRawBatched(c net.Conn, r io.Reader, clientKey []byte) error {
 		ends   []int // the batch's frames are arena[ends[i-1]:ends[i]]
 		halves [2]identity.Batch
 		ok     [rawBatchMax]bool
-		ids    []byte // of the messages verified and not answered yet
 		answer []byte
 		out    []byte
 	)
@@ -200,28 +198,19 @@ func serveRawBatched(c net.Conn, r io.Reader, clientKey []byte) error {
 		default:
 			verify(&halves[0], 0, n, ok[:n])
 		}
+		answer = binary.BigEndian.AppendUint16(answer[:0], uint16(n))
 		for i := range n {
 			if !ok[i] {
 				return errors.New("raw frame: bad signature")
 			}
-			ids = append(ids, frame(i)[sigSize:sigSize+rawIDSize]...)
+			answer = append(answer, frame(i)[sigSize:sigSize+rawIDSize]...)
 		}
-		if fr.Buffered() > 0 && len(ids) < rawAnswerMax*rawIDSize {
-			continue // more is read ahead: its ids go in the same answer
+		if out, err = rawSigned(out[:0], kp, answer); err != nil {
+			return err
 		}
-		for next := ids; len(next) > 0; {
-			k := min(len(next)/rawIDSize, rawAnswerMax)
-			answer = binary.BigEndian.AppendUint16(answer[:0], uint16(k))
-			answer = append(answer, next[:k*rawIDSize]...)
-			next = next[k*rawIDSize:]
-			if out, err = rawSigned(out[:0], kp, answer); err != nil {
-				return err
-			}
-			if _, err := c.Write(out); err != nil {
-				return err
-			}
+		if _, err := c.Write(out); err != nil {
+			return err
 		}
-		ids = ids[:0]
 	}
 }
 
