@@ -185,8 +185,7 @@ func serveRawBatched(c net.Conn, r io.Reader, clientKey []byte) error {
 			}
 		}
 		n := len(ends)
-		clear(ok[:n])
-		switch {
+		switch { // each case sets ok[:n]
 		case n == 1:
 			p := frame(0)
 			ok[0] = anchorKeys.Verify(client, p[sigSize:], p[:sigSize])

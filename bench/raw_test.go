@@ -245,8 +245,8 @@ func TestServeRawBatched(t *testing.T) {
 				}
 				go cli.Write(all)
 				if last := wi == len(tc.writes)-1; last && tc.wantErr != "" {
-					// Nothing of the write is answered: a bad frame, or
-					// one too short, is in its first batch or ends it.
+					// The batches before the one with the bad frame (or
+					// the one too short) are answered, that one is not.
 					if w.bad >= rawBatchMax {
 						readAnswer(t, cli, key, msgs[:rawBatchMax])
 					}

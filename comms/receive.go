@@ -102,7 +102,8 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 	var verifier *batchVerifier
 	_, isTLS := c.(*tls.Conn)
 	// noInput reports whether nothing more can be read without waiting:
-	// then acks go out now rather than with the next frames' acks.
+	// then the acks ackLoop holds go out now rather than with the next
+	// frames' acks.
 	noInput := func() bool {
 		if fr.Buffered() > 0 {
 			return false

@@ -24,9 +24,7 @@ func RunInFlight(b *testing.B, inFlight int, op func(i int) error) time.Duration
 	b.ResetTimer()
 	start := time.Now()
 	for range inFlight {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= b.N || failed.Load() {
@@ -37,7 +35,7 @@ func RunInFlight(b *testing.B, inFlight int, op func(i int) error) time.Duration
 					failed.Store(true)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	b.StopTimer()
