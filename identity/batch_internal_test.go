@@ -38,3 +38,41 @@ func TestBatchKeyCacheHit(t *testing.T) {
 		t.Fatalf("Verify with the cached key: ok = %v, want [false true]", ok)
 	}
 }
+
+// The batch equation itself holds for honest batches, by one signer and by
+// many, and fails when any one entry is bad; the terms of one signer's
+// entries go into it as one. (Verify falls back to checking each entry
+// alone, so without this a batch equation that never held would pass every
+// other test, only slower.)
+func TestBatchEquation(t *testing.T) {
+	const n = 64
+	for _, c := range []struct {
+		name    string
+		es      []benchEntry
+		signers int
+	}{
+		{"one signer", benchEntriesOneKey(t, n), 1},
+		{"distinct signers", benchEntries(t, n), n},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b Batch
+			for _, bad := range []int{-1, 0, 31, n - 1} {
+				b.Reset()
+				for i, e := range c.es {
+					msg := e.msg
+					if i == bad {
+						msg = append([]byte{'!'}, msg...)
+					}
+					b.Add(PeerID(e.pub), msg, e.sig)
+				}
+				if got := b.equation(n); got != (bad < 0) {
+					t.Errorf("bad entry %d: equation = %v", bad, got)
+				}
+				// B and one table per signer.
+				if len(b.tables) != 1+c.signers {
+					t.Errorf("bad entry %d: %d static terms, want %d", bad, len(b.tables), 1+c.signers)
+				}
+			}
+		})
+	}
+}

@@ -33,6 +33,18 @@ type benchEntry struct {
 	sig  []byte
 }
 
+// benchEntriesOneKey returns n entries with distinct messages signed by
+// one key, as the envelopes of one connection are.
+func benchEntriesOneKey(tb testing.TB, n int) []benchEntry {
+	tb.Helper()
+	es := benchEntries(tb, n)
+	for i := range es {
+		es[i].priv, es[i].pub, es[i].exp = es[0].priv, es[0].pub, es[0].exp
+		es[i].sig = ed25519.Sign(es[0].priv, es[i].msg)
+	}
+	return es
+}
+
 // benchEntries returns n entries with distinct keys and messages, signed.
 func benchEntries(tb testing.TB, n int) []benchEntry {
 	tb.Helper()
@@ -129,6 +141,7 @@ var batchSizes = []int{1, 4, 16, 64, 128}
 
 func BenchmarkEd25519Batch(b *testing.B) {
 	es := benchEntries(b, batchSizes[len(batchSizes)-1])
+	oneKey := benchEntriesOneKey(b, batchSizes[len(batchSizes)-1])
 	zip215 := &voi.Options{Verify: voi.VerifyOptionsZIP_215}
 	perSig := func(b *testing.B, n int) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/sig")
@@ -147,34 +160,40 @@ func BenchmarkEd25519Batch(b *testing.B) {
 			}
 			perSig(b, n)
 		})
-		b.Run(fmt.Sprintf("voi-expanded/n=%d", n), func(b *testing.B) {
-			v := voi.NewBatchVerifierWithCapacity(n)
-			for b.Loop() {
-				v.Reset()
-				for _, e := range es[:n] {
-					v.AddExpandedWithOptions(e.exp, e.msg, e.sig, zip215)
+		// The library's batch and this package's (reused, its key cache
+		// warm), on entries by distinct keys and by one key.
+		for _, keys := range []struct {
+			name string
+			es   []benchEntry
+		}{{"", es}, {"-onekey", oneKey}} {
+			b.Run(fmt.Sprintf("voi-expanded%s/n=%d", keys.name, n), func(b *testing.B) {
+				v := voi.NewBatchVerifierWithCapacity(n)
+				for b.Loop() {
+					v.Reset()
+					for _, e := range keys.es[:n] {
+						v.AddExpandedWithOptions(e.exp, e.msg, e.sig, verifyOptions)
+					}
+					if !v.VerifyBatchOnly(nil) {
+						b.Fatal("batch does not verify")
+					}
 				}
-				if !v.VerifyBatchOnly(nil) {
-					b.Fatal("batch does not verify")
+				perSig(b, n)
+			})
+			b.Run(fmt.Sprintf("identity%s/n=%d", keys.name, n), func(b *testing.B) {
+				var bv Batch
+				ok := make([]bool, n)
+				for b.Loop() {
+					bv.Reset()
+					for _, e := range keys.es[:n] {
+						bv.Add(PeerID(e.pub), e.msg, e.sig)
+					}
+					if !bv.Verify(ok) {
+						b.Fatal("batch does not verify")
+					}
 				}
-			}
-			perSig(b, n)
-		})
-		// This package's Batch, reused, its key cache warm.
-		b.Run(fmt.Sprintf("identity/n=%d", n), func(b *testing.B) {
-			var bv Batch
-			ok := make([]bool, n)
-			for b.Loop() {
-				bv.Reset()
-				for _, e := range es[:n] {
-					bv.Add(PeerID(e.pub), e.msg, e.sig)
-				}
-				if !bv.Verify(ok) {
-					b.Fatal("batch does not verify")
-				}
-			}
-			perSig(b, n)
-		})
+				perSig(b, n)
+			})
+		}
 		b.Run(fmt.Sprintf("consensus/n=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				// The library has no Reset: a batch is made per use.

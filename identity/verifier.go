@@ -46,3 +46,27 @@ func (v *Verifier) expanded(id PeerID) *voi.ExpandedPublicKey {
 	defer v.mu.Unlock()
 	return v.keys.add(id)
 }
+
+// keyCache holds expanded keys, at most maxCachedKeys of them. It is not
+// safe for concurrent use.
+type keyCache map[PeerID]*voi.ExpandedPublicKey
+
+// add expands id and keeps it, forgetting an arbitrary key if the cache
+// is full; nil if id is not the encoding of a point (nothing is kept).
+func (c *keyCache) add(id PeerID) *voi.ExpandedPublicKey {
+	k, err := voi.NewExpandedPublicKey(voi.PublicKey(id[:]))
+	if err != nil {
+		return nil
+	}
+	if *c == nil {
+		*c = make(keyCache)
+	}
+	if len(*c) >= maxCachedKeys {
+		for old := range *c {
+			delete(*c, old)
+			break
+		}
+	}
+	(*c)[id] = k
+	return k
+}

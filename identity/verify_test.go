@@ -272,6 +272,7 @@ func honestEntries(t testing.TB, n int) (ids []identity.PeerID, msgs, sigs [][]b
 // and inside a batch of honest signatures: the same verdict every time.
 func TestVerifyRule(t *testing.T) {
 	ids, msgs, sigs := honestEntries(t, 8)
+	oneID, oneMsgs, oneSigner := oneSignerEntries(8)
 	for _, c := range sigCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			// The construction is what the case says it is.
@@ -309,16 +310,48 @@ func TestVerifyRule(t *testing.T) {
 				}
 				b.Add(ids[i], msgs[i], sigs[i])
 			}
-			ok = make([]bool, b.Len())
-			if all := b.Verify(ok); all != c.want {
-				t.Errorf("batch of %d: Verify = %v, want %v", b.Len(), all, c.want)
-			}
-			for i, got := range ok {
-				if want := i != at || c.want; got != want {
-					t.Errorf("batch of %d: ok[%d] = %v, want %v", b.Len(), i, got, want)
+			checkBatch(t, "batch of distinct signers", &b, at, c.want)
+
+			// Among honest signatures by the key most cases use, whose
+			// terms the batch adds up into one.
+			b.Reset()
+			for i := range oneSigner {
+				if i == at {
+					b.Add(id, c.msg, c.sig)
 				}
+				b.Add(oneID, oneMsgs[i], oneSigner[i])
 			}
+			checkBatch(t, "batch of one signer", &b, at, c.want)
 		})
+	}
+}
+
+// oneSignerEntries returns n honest signatures by the key the crafted cases
+// use, [a]B, over distinct messages.
+func oneSignerEntries(n int) (id identity.PeerID, msgs, sigs [][]byte) {
+	a := scalarFrom("a")
+	aEnc := new(edwards25519.Point).ScalarBaseMult(a).Bytes()
+	for i := range n {
+		r := scalarFrom(fmt.Sprintf("r%d", i))
+		msg := fmt.Appendf(nil, "entry %d by one signer", i)
+		msgs = append(msgs, msg)
+		sigs = append(sigs, craft(a, r, aEnc, new(edwards25519.Point).ScalarBaseMult(r).Bytes(), msg))
+	}
+	return identity.PeerID(aEnc), msgs, sigs
+}
+
+// checkBatch verifies b, in which every entry but the one at index at is
+// honest and that one's verdict is want.
+func checkBatch(t *testing.T, what string, b *identity.Batch, at int, want bool) {
+	t.Helper()
+	ok := make([]bool, b.Len())
+	if all := b.Verify(ok); all != want {
+		t.Errorf("%s (%d): Verify = %v, want %v", what, b.Len(), all, want)
+	}
+	for i, got := range ok {
+		if w := i != at || want; got != w {
+			t.Errorf("%s (%d): ok[%d] = %v, want %v", what, b.Len(), i, got, w)
+		}
 	}
 }
 
@@ -459,8 +492,10 @@ func FuzzBatchMatchesSingle(f *testing.F) {
 		if pos == len(ids) {
 			add(id, msg, sig)
 		}
-		// The fuzzed signature under an honest key too.
+		// The fuzzed signature under an honest key too, whose entries
+		// the batch equation adds up into one term.
 		add(ids[0], msg, sig)
+		add(ids[0], msgs[0], sigs[0])
 		ok := make([]bool, b.Len())
 		all := b.Verify(ok)
 		wantAll := true
