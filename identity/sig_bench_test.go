@@ -218,6 +218,7 @@ func BenchmarkEd25519Batch(b *testing.B) {
 func BenchmarkEd25519Ratios(b *testing.B) {
 	const block = 8
 	es := benchEntries(b, batchSizes[len(batchSizes)-1])
+	oneKey := benchEntriesOneKey(b, batchSizes[len(batchSizes)-1])
 	e := es[0]
 	zip215 := &voi.Options{Verify: voi.VerifyOptionsZIP_215}
 	kp, err := KeypairFromSeed(e.priv.Seed())
@@ -276,7 +277,7 @@ func BenchmarkEd25519Ratios(b *testing.B) {
 			v := voi.NewBatchVerifierWithCapacity(size)
 			var bv Batch
 			ok := make([]bool, size)
-			ts := make([]time.Duration, 5)
+			ts := make([]time.Duration, 6)
 			n := 0
 			for b.Loop() {
 				timeAll(ts,
@@ -312,10 +313,19 @@ func BenchmarkEd25519Ratios(b *testing.B) {
 							bv.Add(PeerID(e.pub), e.msg, e.sig)
 						}
 						bv.Verify(ok)
+					},
+					// One signer, as on one connection: the terms of
+					// its key are summed into one.
+					func() {
+						bv.Reset()
+						for _, e := range oneKey[:size] {
+							bv.Add(PeerID(e.pub), e.msg, e.sig)
+						}
+						bv.Verify(ok)
 					})
 				n += block * size
 			}
-			report(b, float64(n), []string{"stdlib_single", "voi", "voi_expanded", "consensus", "identity"}, ts)
+			report(b, float64(n), []string{"stdlib_single", "voi", "voi_expanded", "consensus", "identity", "identity_one_key"}, ts)
 		})
 	}
 }
