@@ -1,6 +1,10 @@
 package identity
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/oasisprotocol/curve25519-voi/curve"
+)
 
 // The key cache stays within maxCachedKeys however many signers a batch
 // sees, and evicting keys does not change results.
@@ -56,7 +60,9 @@ func TestBatchEquation(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var b Batch
-			for _, bad := range []int{-1, 0, 31, n - 1} {
+			// An honest batch after bad ones too: what one equation
+			// leaves in the signers' scratch must not spoil the next.
+			for _, bad := range []int{-1, 0, 31, n - 1, -1} {
 				b.Reset()
 				for i, e := range c.es {
 					msg := e.msg
@@ -74,5 +80,32 @@ func TestBatchEquation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A non-canonical encoding of a point of large order (y = p + 3, which
+// decodes to the point with y = 3) is refused as a key: nobody can sign
+// under it, but the rule says canonical encodings only.
+func TestBatchRefusesNonCanonicalKey(t *testing.T) {
+	enc := make([]byte, 32) // p + 3 = 2^255 - 16, little-endian
+	enc[0] = 0xf0
+	for i := 1; i < 31; i++ {
+		enc[i] = 0xff
+	}
+	enc[31] = 0x7f
+	var c curve.CompressedEdwardsY
+	var A curve.EdwardsPoint
+	if _, err := c.SetBytes(enc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := A.SetCompressedY(&c); err != nil || A.IsSmallOrder() || c.IsCanonicalVartime() {
+		t.Fatalf("y = p+3: decodes %v, small order %v, canonical %v: the case is built wrong", err == nil, A.IsSmallOrder(), c.IsCanonicalVartime())
+	}
+	var b Batch
+	if b.key(PeerID(enc)) != nil {
+		t.Fatal("a non-canonical key was accepted")
+	}
+	if len(b.keys) != 0 {
+		t.Fatalf("a refused key was cached: %d keys", len(b.keys))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha512"
+	"hash"
 	"sync"
 
 	"github.com/oasisprotocol/curve25519-voi/curve"
@@ -67,7 +68,9 @@ const maxCachedKeys = 256
 type Batch struct {
 	entries []batchEntry
 	keys    map[PeerID]*batchKey
-	hashed  []byte // R || A || msg of the entry being added, to hash into k
+	h       hash.Hash // SHA-512, for every entry's k = H(R || A || msg)
+	id      PeerID
+	sum     [sha512.Size]byte
 
 	// Scratch for Verify, kept across batches.
 	signers []*batchKey
@@ -93,9 +96,6 @@ type batchKey struct {
 	sum  scalar.Scalar // -Σ z_i·k_i over this key's entries
 	slot int           // index in Batch.signers in this Verify, or -1
 }
-
-// maxKeptHashed bounds the buffer a Batch keeps for hashing entries.
-const maxKeptHashed = 16 << 10
 
 // expandedBasepoint is B with its multiplication table, a static term of
 // every batch equation.
@@ -125,12 +125,15 @@ func (b *Batch) Add(id PeerID, msg, sig []byte) {
 	if key == nil {
 		return
 	}
-	b.hashed = append(append(append(b.hashed[:0], sig[:32]...), id[:]...), msg...)
-	k := sha512.Sum512(b.hashed)
-	if cap(b.hashed) > maxKeptHashed {
-		b.hashed = nil // keep no large message's worth of memory
+	if b.h == nil {
+		b.h = sha512.New()
 	}
-	if _, err := e.k.SetBytesModOrderWide(k[:]); err != nil {
+	b.id = id // hashed from the Batch, which is on the heap already
+	b.h.Reset()
+	b.h.Write(sig[:32])
+	b.h.Write(b.id[:])
+	b.h.Write(msg)
+	if _, err := e.k.SetBytesModOrderWide(b.h.Sum(b.sum[:0])); err != nil {
 		return
 	}
 	e.key = key
@@ -267,7 +270,11 @@ func (b *Batch) equation(n int) bool {
 	}
 	var p curve.EdwardsPoint
 	p.ExpandedMultiscalarMulVartime(static, b.tables, b.sp[:n], b.points[:n])
+	// Hold on to no key the cache may have let go of.
 	clear(b.signers)
+	clear(b.tables)
+	clear(b.sp)
+	clear(b.points)
 	return p.IsSmallOrder()
 }
 

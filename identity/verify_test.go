@@ -37,9 +37,10 @@ var smallOrder = []struct {
 // Non-canonical encodings of small-order points: y at or above
 // p = 2^255-19 (y = p+1 is the identity, y = p is a point of order 4), and
 // x = 0 with the sign bit set ("-0", for the identity and the point of
-// order 2). Every non-canonical encoding of a point is one of a
-// small-order point, so these are the only ones a signature can be made
-// for.
+// order 2). Other y from p to 2^255-1 encode points of large order (y =
+// p+3 is the point with y = 3), but nobody knows their discrete
+// logarithms, so these are the only non-canonical encodings a signature
+// can be crafted for.
 var nonCanonical = []struct{ name, enc string }{
 	{"identity_y=p+1", "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f"},
 	{"order4_y=p", "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f"},
@@ -351,6 +352,41 @@ func checkBatch(t *testing.T, what string, b *identity.Batch, at int, want bool)
 	for i, got := range ok {
 		if w := i != at || want; got != w {
 			t.Errorf("%s (%d): ok[%d] = %v, want %v", what, b.Len(), i, got, w)
+		}
+	}
+}
+
+// Two forged signatures whose errors cancel when added up, S1 + d and
+// S2 - d: a batch must weigh each entry by its own random scalar, or the
+// pair passes as one. Repeated, so that weights drawn from too few bits
+// would also be caught.
+func TestBatchForgedPairCancelling(t *testing.T) {
+	id, msgs, sigs := oneSignerEntries(2)
+	d := scalarFrom("d")
+	shift := func(sig []byte, neg bool) []byte {
+		s, err := new(edwards25519.Scalar).SetCanonicalBytes(sig[32:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if neg {
+			s.Subtract(s, d)
+		} else {
+			s.Add(s, d)
+		}
+		return append(bytes.Clone(sig[:32]), s.Bytes()...)
+	}
+	s1, s2 := shift(sigs[0], false), shift(sigs[1], true)
+	if id.Verify(msgs[0], s1) || id.Verify(msgs[1], s2) {
+		t.Fatal("a shifted signature verifies alone: the case is built wrong")
+	}
+	var b identity.Batch
+	ok := make([]bool, 2)
+	for i := range 1000 {
+		b.Reset()
+		b.Add(id, msgs[0], s1)
+		b.Add(id, msgs[1], s2)
+		if b.Verify(ok) || ok[0] || ok[1] {
+			t.Fatalf("try %d: the cancelling pair passed: Verify true or ok = %v", i, ok)
 		}
 	}
 }
