@@ -180,11 +180,13 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 }
 
 // readBatch reads the frame whose first byte awaitFrame saw and then
-// every whole frame already read ahead, up to maxBatch, decoding each; a
+// every whole frame already read ahead (over TLS, in every record that
+// has arrived: moreTLS), up to maxBatch, decoding each; a
 // frame that cannot be read or decoded ends the batch, marked bad. false
 // means ackLoop stopped the connection while a frame was being read.
 func (r *Router) readBatch(c net.Conn, fr *transport.Reader, stopped *atomic.Bool, batch []inFrame) ([]inFrame, bool) {
 	c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
+	_, isTLS := c.(*tls.Conn)
 	for {
 		payload, err := fr.ReadFrame()
 		if err != nil {
@@ -198,10 +200,36 @@ func (r *Router) readBatch(c net.Conn, fr *transport.Reader, stopped *atomic.Boo
 			return append(batch, inFrame{bad: RejectMalformed, size: len(payload), err: err}), true
 		}
 		batch = append(batch, inFrame{e: e, size: len(payload)})
-		if len(batch) == maxBatch || !fr.FrameBuffered() {
+		if len(batch) == maxBatch {
+			return batch, true
+		}
+		if !fr.FrameBuffered() && (!isTLS || !r.moreTLS(c, fr)) {
 			return batch, true
 		}
 	}
+}
+
+// moreTLS reads into fr the TLS records that have arrived whole, without
+// waiting, and reports whether a whole frame is now read ahead. A TLS
+// connection returns one record per read where a plain socket returns
+// all that has arrived, and a sender writes its frames a group to a
+// record: without this, a batch would end at every record, and batches
+// over TLS would hold a third of the envelopes they hold over TCP (17
+// against 44 on average in the bench), each with its own acks envelope
+// to sign and verify. It reads under a deadline already passed (see
+// pollTLS; the records that arrived together are in the read-ahead
+// transport.TLSServer reads through), and sets the frame timeout again
+// only for a batch that goes on: otherwise the reader's next wait sets
+// the deadline it needs.
+func (r *Router) moreTLS(c net.Conn, fr *transport.Reader) bool {
+	c.SetReadDeadline(time.Now())
+	for fr.ReadMore() && !fr.FrameBuffered() {
+	}
+	if !fr.FrameBuffered() {
+		return false
+	}
+	c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
+	return true
 }
 
 // verifyBatch checks the signatures of a batch as one, marking those that

@@ -232,3 +232,77 @@ func TestRefusePlaintext(t *testing.T) {
 	default:
 	}
 }
+
+// heldConn is a connection whose writes can be held, then sent in one.
+type heldConn struct {
+	net.Conn
+	mu   sync.Mutex
+	held []byte
+	hold bool
+}
+
+func (h *heldConn) Write(b []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.hold {
+		h.held = append(h.held, b...)
+		return len(b), nil
+	}
+	return h.Conn.Write(b)
+}
+
+func (h *heldConn) setHold(on bool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.hold = on
+	if on || len(h.held) == 0 {
+		return nil
+	}
+	_, err := h.Conn.Write(h.held)
+	h.held = nil
+	return err
+}
+
+// Over TLS a batch goes on past the end of a record: envelopes a sender
+// wrote in several records, all arrived, are read as one batch and
+// acknowledged with one acks envelope, as over a plain socket (a TLS
+// read returns one record at a time).
+func TestTLSBatchSpansRecords(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	alice := newKP(t)
+	far := transport.Addr{Scheme: transport.SchemeTLS, Host: "127.0.0.1", Port: 1}
+	bob := serveNode(t, "bob", newKP(t), "tls", Options{}, trust.Peer{Name: "alice", ID: alice.ID(), Addr: far})
+	hc := &heldConn{Conn: dialRaw(t, bob)}
+	cert, err := transport.NodeCert(alice.Signer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), advDeadline)
+	defer cancel()
+	want := bob.kp.ID()
+	c, err := transport.TLSClient(ctx, hc, transport.TLSClientConfig(cert, want[:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first envelope alone, asking for acks kinds.
+	first, frame := burst(t, alice, bob.kp.ID(), 1, true)
+	writeRaw(t, c, frame)
+	readAcks(t, c, bob.kp.ID(), alice.ID(), first)
+	const records, perRecord = 4, 10
+	var ids []identity.UUID
+	if err := hc.setHold(true); err != nil {
+		t.Fatal(err)
+	}
+	for range records {
+		rec, frames := burst(t, alice, bob.kp.ID(), perRecord, false)
+		ids = append(ids, rec...)
+		writeRaw(t, c, frames) // one TLS record each, held
+	}
+	if err := hc.setHold(false); err != nil {
+		t.Fatal(err)
+	}
+	acks, _ := readAcks(t, c, bob.kp.ID(), alice.ID(), ids)
+	if len(acks) != 1 {
+		t.Fatalf("%d acks envelopes for %d envelopes in %d records arrived together, want 1: the batch ended at a record", len(acks), len(ids), records)
+	}
+}

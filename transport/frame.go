@@ -131,6 +131,25 @@ func (fr *Reader) Peek() error {
 	return err
 }
 
+// ReadMore reads the stream once more into the read-ahead, consuming
+// nothing, and reports whether that added anything; false also when the
+// read-ahead is full. Under a read deadline already passed it takes only
+// what the stream returns without waiting: a TLS connection returns one
+// record per read, so a receiver calls it to see whether the next record
+// has arrived whole before it ends a batch of frames. An error of the
+// read (a deadline's included) is not kept: the next read tries again.
+func (fr *Reader) ReadMore() bool {
+	if fr.br == nil {
+		return false
+	}
+	n := fr.br.Buffered()
+	if n >= fr.br.Size() {
+		return false
+	}
+	got, _ := fr.br.Peek(n + 1)
+	return len(got) > n
+}
+
 // ReadFrame returns the next frame's payload. The slice is valid until the
 // next call. At a clean end of stream (no byte of a new frame) it returns
 // io.EOF; inside a frame, [ErrTruncatedFrame]. A declared length of zero

@@ -352,6 +352,63 @@ func TestFrameBuffered(t *testing.T) {
 	}
 }
 
+// ReadMore reads once, adds what that read returned to the read-ahead
+// without consuming it, and reports whether it added anything.
+func TestReadMore(t *testing.T) {
+	one, two := mustFrame(t, "first"), mustFrame(t, "second")
+	for _, tc := range []struct {
+		name     string
+		chunks   [][]byte
+		max      int
+		want     []bool // ReadMore's answers, in turn
+		buffered bool   // FrameBuffered after them
+		frames   int    // frames then read whole
+	}{
+		{"nothing", nil, 0, []bool{false}, false, 0},
+		{"one chunk", [][]byte{one}, 0, []bool{true, false}, true, 1},
+		{"a frame in two chunks", [][]byte{one[:3], one[3:]}, 0, []bool{true, true, false}, true, 1},
+		{"two frames, a chunk each", [][]byte{one, two}, 0, []bool{true, true}, true, 2},
+		{"only the first of two chunks", [][]byte{one, two}, 0, []bool{true}, true, 1},
+	} {
+		var chunks [][]byte
+		for _, c := range tc.chunks {
+			chunks = append(chunks, bytes.Clone(c))
+		}
+		cr := &countingReader{r: &chunkReader{chunks: chunks}}
+		fr := NewReader(cr, tc.max)
+		for i, want := range tc.want {
+			if got := fr.ReadMore(); got != want {
+				t.Errorf("%s: ReadMore #%d = %v, want %v", tc.name, i+1, got, want)
+			}
+		}
+		if cr.reads != len(tc.want) {
+			t.Errorf("%s: %d reads for %d calls: ReadMore must read exactly once", tc.name, cr.reads, len(tc.want))
+		}
+		if got := fr.FrameBuffered(); got != tc.buffered {
+			t.Errorf("%s: FrameBuffered = %v, want %v", tc.name, got, tc.buffered)
+		}
+		for i := range tc.frames {
+			if _, err := fr.ReadFrame(); err != nil {
+				t.Errorf("%s: frame %d: %v", tc.name, i+1, err)
+			}
+		}
+	}
+	// A full read-ahead reads nothing more.
+	big := mustFrame(t, strings.Repeat("x", 64<<10))
+	cr := &countingReader{r: bytes.NewReader(big)}
+	fr := NewReader(cr, 0)
+	for fr.ReadMore() {
+	}
+	reads := cr.reads
+	if fr.ReadMore() || cr.reads != reads {
+		t.Errorf("ReadMore with the read-ahead full read again (%d reads, then %d)", reads, cr.reads)
+	}
+	// A one-shot Reader has no read-ahead.
+	if (&Reader{r: bytes.NewReader(one), max: MaxFrameSize}).ReadMore() {
+		t.Error("ReadMore on a one-shot Reader = true")
+	}
+}
+
 // countingReader counts the Reads that reach it.
 type countingReader struct {
 	r     io.Reader

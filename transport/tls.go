@@ -137,8 +137,10 @@ func TLSClient(ctx context.Context, c net.Conn, cfg *tls.Config) (*tls.Conn, err
 }
 
 // TLSServer runs the server handshake on c within ctx. fr is the frame
-// reader that peeked at c's first bytes: the TLS connection reads what fr
-// holds, then c itself. On failure the caller closes c.
+// reader that peeked at c's first bytes: the TLS connection reads c
+// through fr's read-ahead, starting with what fr holds (fr is the TLS
+// connection's from then on; read frames from a new Reader over the TLS
+// connection). On failure the caller closes c.
 func TLSServer(ctx context.Context, c net.Conn, fr *Reader, cfg *tls.Config) (*tls.Conn, error) {
 	tc := tls.Server(&prefixedConn{Conn: c, fr: fr}, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
@@ -147,18 +149,16 @@ func TLSServer(ctx context.Context, c net.Conn, fr *Reader, cfg *tls.Config) (*t
 	return tc, nil
 }
 
-// prefixedConn is c, reading first what fr buffered from it.
+// prefixedConn is c read through fr's read-ahead: first what fr buffered
+// while peeking, then, for the life of the connection, the stream in reads
+// of up to the read-ahead's size. TLS reads a record at a time, often
+// asking for little more than the record: through the read-ahead, one
+// system call takes every record that has arrived, and the next records
+// are then read without one, even under a read deadline already passed
+// (which a receiver sets to take, without waiting, what has arrived).
 type prefixedConn struct {
 	net.Conn
-	fr *Reader // nil once drained
+	fr *Reader
 }
 
-func (p *prefixedConn) Read(b []byte) (int, error) {
-	if p.fr != nil {
-		if p.fr.Buffered() > 0 {
-			return p.fr.br.Read(b)
-		}
-		p.fr = nil
-	}
-	return p.Conn.Read(b)
-}
+func (p *prefixedConn) Read(b []byte) (int, error) { return p.fr.br.Read(b) }

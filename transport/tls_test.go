@@ -9,7 +9,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -198,5 +202,141 @@ func TestAddrSchemes(t *testing.T) {
 	u, _ := ParseAddr("uds:///tmp/x.sock")
 	if u.OverTCP() || u.WithScheme(SchemeTLS) != u {
 		t.Fatalf("a uds address changed scheme or claims TCP")
+	}
+}
+
+// readCounter counts the reads that reach a connection.
+type readCounter struct {
+	net.Conn
+	n atomic.Int64
+}
+
+func (c *readCounter) Read(b []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Read(b)
+}
+
+// writeHolder holds a connection's writes while hold is set, then sends
+// them in one write.
+type writeHolder struct {
+	net.Conn
+	mu   sync.Mutex
+	hold bool
+	buf  []byte
+}
+
+func (w *writeHolder) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.hold {
+		w.buf = append(w.buf, b...)
+		return len(b), nil
+	}
+	return w.Conn.Write(b)
+}
+
+func (w *writeHolder) release() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hold = false
+	_, err := w.Conn.Write(w.buf)
+	return err
+}
+
+// A TLS server reads its socket through the frame reader's read-ahead:
+// records that arrived together take one read of the socket, and those
+// after the first can be read under a deadline already passed, as a
+// receiver does to make a batch of what has arrived.
+func TestTLSServerReadsAhead(t *testing.T) {
+	srvCert, srvPub := newTestCert(t)
+	cliCert, cliPub := newTestCert(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type result struct {
+		tc  *tls.Conn
+		rc  *readCounter
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		rc := &readCounter{Conn: c}
+		fr := NewReader(rc, 0)
+		if _, err := fr.PeekByte(); err != nil {
+			c.Close()
+			done <- result{err: err}
+			return
+		}
+		accept := func(k ed25519.PublicKey) error {
+			if !k.Equal(cliPub) {
+				return errors.New("untrusted key")
+			}
+			return nil
+		}
+		tc, err := TLSServer(ctx, rc, fr, TLSServerConfig(srvCert, accept))
+		if err != nil {
+			c.Close()
+		}
+		done <- result{tc, rc, err}
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh := &writeHolder{Conn: raw}
+	cc, err := TLSClient(ctx, wh, TLSClientConfig(cliCert, srvPub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.tc.Close()
+
+	// Eight records of 1.5 KiB: together more than TLS's own buffer takes
+	// in a read, within the read-ahead.
+	const records = 8
+	pad := strings.Repeat("x", 1536)
+	wh.mu.Lock()
+	wh.hold = true
+	wh.mu.Unlock()
+	for i := range records {
+		if err := WriteFrame(cc, fmt.Appendf(nil, "frame %d%s", i, pad)); err != nil { // a record each
+			t.Fatal(err)
+		}
+	}
+	before := r.rc.n.Load()
+	if err := wh.release(); err != nil {
+		t.Fatal(err)
+	}
+	fr := NewReader(r.tc, 0)
+	r.tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i := range records {
+		if i == 1 {
+			r.tc.SetReadDeadline(time.Now()) // passed: take only what has arrived
+		}
+		for !fr.FrameBuffered() && fr.ReadMore() {
+		}
+		if i > 0 && !fr.FrameBuffered() {
+			t.Fatalf("frame %d of %d, sent with the others, cannot be read under a passed deadline", i, records)
+		}
+		p, err := fr.ReadFrame()
+		if err != nil || string(p) != fmt.Sprintf("frame %d%s", i, pad) {
+			t.Fatalf("frame %d: %q, %v", i, p, err)
+		}
+	}
+	if reads := r.rc.n.Load() - before; reads > 2 {
+		t.Errorf("%d reads of the socket for %d records that arrived together, want at most 2", reads, records)
 	}
 }
