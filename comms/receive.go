@@ -180,8 +180,8 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 }
 
 // readBatch reads the frame whose first byte awaitFrame saw and then
-// every whole frame already read ahead (over TLS, in every record that
-// has arrived: moreTLS), up to maxBatch, decoding each; a
+// every whole frame already read ahead (over TLS, in every record the
+// last read of the socket took: moreTLS), up to maxBatch, decoding each; a
 // frame that cannot be read or decoded ends the batch, marked bad. false
 // means ackLoop stopped the connection while a frame was being read.
 func (r *Router) readBatch(c net.Conn, fr *transport.Reader, stopped *atomic.Bool, batch []inFrame) ([]inFrame, bool) {
@@ -203,25 +203,26 @@ func (r *Router) readBatch(c net.Conn, fr *transport.Reader, stopped *atomic.Boo
 		if len(batch) == maxBatch {
 			return batch, true
 		}
-		if !fr.FrameBuffered() && (!isTLS || !r.moreTLS(c, fr)) {
+		if !fr.FrameBuffered() && (!isTLS || !r.moreTLS(c, fr, stopped)) {
 			return batch, true
 		}
 	}
 }
 
-// moreTLS reads into fr the TLS records that have arrived whole, without
-// waiting, and reports whether a whole frame is now read ahead. A TLS
+// moreTLS reads into fr, without waiting, the TLS records the last read
+// of the socket took (transport.TLSServer reads it through a read-ahead
+// of 16 KiB), and reports whether a whole frame is now read ahead. A TLS
 // connection returns one record per read where a plain socket returns
 // all that has arrived, and a sender writes its frames a group to a
 // record: without this, a batch would end at every record, and batches
 // over TLS would hold a third of the envelopes they hold over TCP (17
 // against 44 on average in the bench), each with its own acks envelope
 // to sign and verify. It reads under a deadline already passed (see
-// pollTLS; the records that arrived together are in the read-ahead
-// transport.TLSServer reads through), and sets the frame timeout again
-// only for a batch that goes on: otherwise the reader's next wait sets
-// the deadline it needs.
-func (r *Router) moreTLS(c net.Conn, fr *transport.Reader) bool {
+// pollTLS), and sets the frame timeout again only for a batch that goes
+// on: otherwise the reader's next wait sets the deadline it needs. A
+// batch does not go on once ackLoop or Close has stopped the connection
+// (their deadline may have been the one it replaced).
+func (r *Router) moreTLS(c net.Conn, fr *transport.Reader, stopped *atomic.Bool) bool {
 	c.SetReadDeadline(time.Now())
 	for fr.ReadMore() && !fr.FrameBuffered() {
 	}
@@ -229,7 +230,7 @@ func (r *Router) moreTLS(c net.Conn, fr *transport.Reader) bool {
 		return false
 	}
 	c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
-	return true
+	return !stopped.Load() && r.ctx.Err() == nil
 }
 
 // verifyBatch checks the signatures of a batch as one, marking those that

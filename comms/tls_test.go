@@ -306,3 +306,37 @@ func TestTLSBatchSpansRecords(t *testing.T) {
 		t.Fatalf("%d acks envelopes for %d envelopes in %d records arrived together, want 1: the batch ended at a record", len(acks), len(ids), records)
 	}
 }
+
+// A frame cut across two TLS records, the second a moment later, is read
+// whole: a batch that ends in the middle of it leaves the rest to the
+// next read, under the frame timeout, and nothing is refused.
+func TestTLSFrameAcrossRecords(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	alice := newKP(t)
+	far := transport.Addr{Scheme: transport.SchemeTLS, Host: "127.0.0.1", Port: 1}
+	var ev events
+	bob := serveNode(t, "bob", newKP(t), "tls", Options{Observe: ev.observe}, trust.Peer{Name: "alice", ID: alice.ID(), Addr: far})
+	c, err := dialTLS(t, bob, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, frame := burst(t, alice, bob.kp.ID(), 1, true)
+	writeRaw(t, c, frame)
+	readAcks(t, c, bob.kp.ID(), alice.ID(), first)
+	ids, frames := burst(t, alice, bob.kp.ID(), 5, false)
+	cut := len(frames) - 40 // inside the last frame
+	writeRaw(t, c, frames[:cut])
+	time.Sleep(50 * time.Millisecond) // the receiver reads the first record alone
+	writeRaw(t, c, frames[cut:])
+	readAcks(t, c, bob.kp.ID(), alice.ID(), ids)
+	ev.mu.Lock()
+	for _, e := range ev.evs {
+		if e.Type == EventRefused {
+			t.Errorf("refused: %s", e.Reason)
+		}
+	}
+	ev.mu.Unlock()
+	if got := bob.r.Inbox().Len(); got != 6 {
+		t.Fatalf("bob holds %d items, want 6", got)
+	}
+}

@@ -136,8 +136,10 @@ func (fr *Reader) Peek() error {
 // read-ahead is full. Under a read deadline already passed it takes only
 // what the stream returns without waiting: a TLS connection returns one
 // record per read, so a receiver calls it to see whether the next record
-// has arrived whole before it ends a batch of frames. An error of the
-// read (a deadline's included) is not kept: the next read tries again.
+// has arrived whole before it ends a batch of frames. An error of a read
+// that returned nothing (a deadline's included) is not kept: the next
+// read tries again. One that came with data (the end of the stream, say)
+// is the next read's.
 func (fr *Reader) ReadMore() bool {
 	if fr.br == nil {
 		return false

@@ -403,10 +403,40 @@ func TestReadMore(t *testing.T) {
 	if fr.ReadMore() || cr.reads != reads {
 		t.Errorf("ReadMore with the read-ahead full read again (%d reads, then %d)", reads, cr.reads)
 	}
+	// A read that fails with nothing (as under a passed deadline) is not
+	// kept: the next ReadMore reads again and gets what has come since.
+	er := &errThenData{err: os.ErrDeadlineExceeded, data: bytes.Clone(one)}
+	fr = NewReader(er, 0)
+	if fr.ReadMore() {
+		t.Error("ReadMore after a failed read = true")
+	}
+	if !fr.ReadMore() || !fr.FrameBuffered() {
+		t.Error("ReadMore after a failed read did not read again")
+	}
 	// A one-shot Reader has no read-ahead.
 	if (&Reader{r: bytes.NewReader(one), max: MaxFrameSize}).ReadMore() {
 		t.Error("ReadMore on a one-shot Reader = true")
 	}
+}
+
+// errThenData fails its first Read with err, then returns data.
+type errThenData struct {
+	err  error
+	data []byte
+}
+
+func (r *errThenData) Read(p []byte) (int, error) {
+	if r.err != nil {
+		err := r.err
+		r.err = nil
+		return 0, err
+	}
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
 }
 
 // countingReader counts the Reads that reach it.

@@ -153,9 +153,10 @@ func TLSServer(ctx context.Context, c net.Conn, fr *Reader, cfg *tls.Config) (*t
 // while peeking, then, for the life of the connection, the stream in reads
 // of up to the read-ahead's size. TLS reads a record at a time, often
 // asking for little more than the record: through the read-ahead, one
-// system call takes every record that has arrived, and the next records
-// are then read without one, even under a read deadline already passed
-// (which a receiver sets to take, without waiting, what has arrived).
+// system call takes every record that has arrived (up to 16 KiB), and
+// TLS then reads those records without one, even under a read deadline
+// already passed (which a receiver sets to take, without waiting, what
+// it has read; under such a deadline Go does not read the socket).
 type prefixedConn struct {
 	net.Conn
 	fr *Reader
