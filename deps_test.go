@@ -59,7 +59,7 @@ const module = "github.com/meerkatd/meerkatd"
 // violation.
 var allowed = map[string][]string{
 	// Leaves.
-	"identity": {"golang.org/x/crypto/", "github.com/oasisprotocol/curve25519-voi/primitives/ed25519",
+	"identity": {"golang.org/x/crypto/", "github.com/oasisprotocol/curve25519-voi/",
 		module + "/internal/atomicfile", module + "/internal/filemode"},
 	"transport":           {"golang.org/x/crypto/", "golang.org/x/sys/unix"},
 	"inbox":               {},
