@@ -61,7 +61,12 @@ func serveNode(t *testing.T, name string, kp *identity.Keypair, network string, 
 // dialTLS runs a TLS handshake with n as the node of kp, expecting n's key.
 func dialTLS(t *testing.T, n *node, kp *identity.Keypair) (*tls.Conn, error) {
 	t.Helper()
-	raw := dialRaw(t, n)
+	return dialTLSOver(t, n, kp, dialRaw(t, n))
+}
+
+// dialTLSOver is dialTLS over raw, a connection to n.
+func dialTLSOver(t *testing.T, n *node, kp *identity.Keypair, raw net.Conn) (*tls.Conn, error) {
+	t.Helper()
 	cert, err := transport.NodeCert(kp.Signer())
 	if err != nil {
 		t.Fatal(err)
@@ -233,36 +238,6 @@ func TestRefusePlaintext(t *testing.T) {
 	}
 }
 
-// heldConn is a connection whose writes can be held, then sent in one.
-type heldConn struct {
-	net.Conn
-	mu   sync.Mutex
-	held []byte
-	hold bool
-}
-
-func (h *heldConn) Write(b []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.hold {
-		h.held = append(h.held, b...)
-		return len(b), nil
-	}
-	return h.Conn.Write(b)
-}
-
-func (h *heldConn) setHold(on bool) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.hold = on
-	if on || len(h.held) == 0 {
-		return nil
-	}
-	_, err := h.Conn.Write(h.held)
-	h.held = nil
-	return err
-}
-
 // Over TLS a batch goes on past the end of a record: envelopes a sender
 // wrote in several records, all arrived, are read as one batch and
 // acknowledged with one acks envelope, as over a plain socket (a TLS
@@ -272,15 +247,8 @@ func TestTLSBatchSpansRecords(t *testing.T) {
 	alice := newKP(t)
 	far := transport.Addr{Scheme: transport.SchemeTLS, Host: "127.0.0.1", Port: 1}
 	bob := serveNode(t, "bob", newKP(t), "tls", Options{}, trust.Peer{Name: "alice", ID: alice.ID(), Addr: far})
-	hc := &heldConn{Conn: dialRaw(t, bob)}
-	cert, err := transport.NodeCert(alice.Signer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), advDeadline)
-	defer cancel()
-	want := bob.kp.ID()
-	c, err := transport.TLSClient(ctx, hc, transport.TLSClientConfig(cert, want[:]))
+	hc := &testutil.WriteHolder{Conn: dialRaw(t, bob)}
+	c, err := dialTLSOver(t, bob, alice, hc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,15 +258,13 @@ func TestTLSBatchSpansRecords(t *testing.T) {
 	readAcks(t, c, bob.kp.ID(), alice.ID(), first)
 	const records, perRecord = 4, 10
 	var ids []identity.UUID
-	if err := hc.setHold(true); err != nil {
-		t.Fatal(err)
-	}
+	hc.Hold()
 	for range records {
 		rec, frames := burst(t, alice, bob.kp.ID(), perRecord, false)
 		ids = append(ids, rec...)
 		writeRaw(t, c, frames) // one TLS record each, held
 	}
-	if err := hc.setHold(false); err != nil {
+	if err := hc.Release(); err != nil {
 		t.Fatal(err)
 	}
 	acks, _ := readAcks(t, c, bob.kp.ID(), alice.ID(), ids)

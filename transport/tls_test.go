@@ -12,10 +12,11 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 func newTestCert(t *testing.T) (tls.Certificate, ed25519.PublicKey) {
@@ -36,6 +37,14 @@ func newTestCert(t *testing.T) (tls.Certificate, ed25519.PublicKey) {
 // sides' errors and, when both succeed, the connections.
 func tlsPair(t *testing.T, srv, cli *tls.Config) (sc, cc *tls.Conn, serr, cerr error) {
 	t.Helper()
+	same := func(c net.Conn) net.Conn { return c }
+	return tlsPairOver(t, srv, cli, same, same)
+}
+
+// tlsPairOver is tlsPair with the server's and the client's raw
+// connections wrapped by wrapSrv and wrapCli.
+func tlsPairOver(t *testing.T, srv, cli *tls.Config, wrapSrv, wrapCli func(net.Conn) net.Conn) (sc, cc *tls.Conn, serr, cerr error) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +64,7 @@ func tlsPair(t *testing.T, srv, cli *tls.Config) (sc, cc *tls.Conn, serr, cerr e
 			done <- result{err: err}
 			return
 		}
+		c = wrapSrv(c)
 		fr := NewReader(c, 0)
 		b, err := fr.PeekByte()
 		if err != nil {
@@ -72,7 +82,7 @@ func tlsPair(t *testing.T, srv, cli *tls.Config) (sc, cc *tls.Conn, serr, cerr e
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, cerr = TLSClient(ctx, raw, cli)
+	cc, cerr = TLSClient(ctx, wrapCli(raw), cli)
 	if cerr != nil {
 		raw.Close()
 	}
@@ -216,33 +226,6 @@ func (c *readCounter) Read(b []byte) (int, error) {
 	return c.Conn.Read(b)
 }
 
-// writeHolder holds a connection's writes while hold is set, then sends
-// them in one write.
-type writeHolder struct {
-	net.Conn
-	mu   sync.Mutex
-	hold bool
-	buf  []byte
-}
-
-func (w *writeHolder) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.hold {
-		w.buf = append(w.buf, b...)
-		return len(b), nil
-	}
-	return w.Conn.Write(b)
-}
-
-func (w *writeHolder) release() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.hold = false
-	_, err := w.Conn.Write(w.buf)
-	return err
-}
-
 // A TLS server reads its socket through the frame reader's read-ahead:
 // records that arrived together take one read of the socket, and those
 // after the first can be read under a deadline already passed, as a
@@ -250,81 +233,40 @@ func (w *writeHolder) release() error {
 func TestTLSServerReadsAhead(t *testing.T) {
 	srvCert, srvPub := newTestCert(t)
 	cliCert, cliPub := newTestCert(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	type result struct {
-		tc  *tls.Conn
-		rc  *readCounter
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			done <- result{err: err}
-			return
+	accept := func(k ed25519.PublicKey) error {
+		if !k.Equal(cliPub) {
+			return errors.New("untrusted key")
 		}
-		rc := &readCounter{Conn: c}
-		fr := NewReader(rc, 0)
-		if _, err := fr.PeekByte(); err != nil {
-			c.Close()
-			done <- result{err: err}
-			return
-		}
-		accept := func(k ed25519.PublicKey) error {
-			if !k.Equal(cliPub) {
-				return errors.New("untrusted key")
-			}
-			return nil
-		}
-		tc, err := TLSServer(ctx, rc, fr, TLSServerConfig(srvCert, accept))
-		if err != nil {
-			c.Close()
-		}
-		done <- result{tc, rc, err}
-	}()
-	raw, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+		return nil
 	}
-	wh := &writeHolder{Conn: raw}
-	cc, err := TLSClient(ctx, wh, TLSClientConfig(cliCert, srvPub))
-	if err != nil {
-		t.Fatal(err)
+	var rc *readCounter
+	var wh *testutil.WriteHolder
+	sc, cc, serr, cerr := tlsPairOver(t, TLSServerConfig(srvCert, accept), TLSClientConfig(cliCert, srvPub),
+		func(c net.Conn) net.Conn { rc = &readCounter{Conn: c}; return rc },
+		func(c net.Conn) net.Conn { wh = &testutil.WriteHolder{Conn: c}; return wh })
+	if serr != nil || cerr != nil {
+		t.Fatalf("server %v, client %v", serr, cerr)
 	}
+	defer sc.Close()
 	defer cc.Close()
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	defer r.tc.Close()
 
-	// Eight records of 1.5 KiB: together more than TLS's own buffer takes
-	// in a read, within the read-ahead.
 	const records = 8
 	pad := strings.Repeat("x", 1536)
-	wh.mu.Lock()
-	wh.hold = true
-	wh.mu.Unlock()
+	wh.Hold()
 	for i := range records {
 		if err := WriteFrame(cc, fmt.Appendf(nil, "frame %d%s", i, pad)); err != nil { // a record each
 			t.Fatal(err)
 		}
 	}
-	before := r.rc.n.Load()
-	if err := wh.release(); err != nil {
+	before := rc.n.Load()
+	if err := wh.Release(); err != nil {
 		t.Fatal(err)
 	}
-	fr := NewReader(r.tc, 0)
-	r.tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	fr := NewReader(sc, 0)
+	sc.SetReadDeadline(time.Now().Add(10 * time.Second))
 	for i := range records {
 		if i == 1 {
-			r.tc.SetReadDeadline(time.Now()) // passed: take only what has arrived
+			sc.SetReadDeadline(time.Now()) // passed: take only what has arrived
 		}
 		for !fr.FrameBuffered() && fr.ReadMore() {
 		}
@@ -336,7 +278,7 @@ func TestTLSServerReadsAhead(t *testing.T) {
 			t.Fatalf("frame %d: %q, %v", i, p, err)
 		}
 	}
-	if reads := r.rc.n.Load() - before; reads > 2 {
+	if reads := rc.n.Load() - before; reads > 2 {
 		t.Errorf("%d reads of the socket for %d records that arrived together, want at most 2", reads, records)
 	}
 }
