@@ -58,15 +58,6 @@ func (c *keyCache) add(id PeerID) *voi.ExpandedPublicKey {
 	if err != nil {
 		return nil
 	}
-	if *c == nil {
-		*c = make(keyCache)
-	}
-	if len(*c) >= maxCachedKeys {
-		for old := range *c {
-			delete(*c, old)
-			break
-		}
-	}
-	(*c)[id] = k
+	keep((*map[PeerID]*voi.ExpandedPublicKey)(c), id, k)
 	return k
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha512"
 	"hash"
+	"slices"
 	"sync"
 
 	"github.com/oasisprotocol/curve25519-voi/curve"
@@ -90,11 +91,11 @@ type batchEntry struct {
 }
 
 // batchKey is a signer's key, checked and expanded once: -A with its
-// multiplication table. sum and slot are Verify's scratch.
+// multiplication table. sum and summed are Verify's scratch.
 type batchKey struct {
-	negA curve.ExpandedEdwardsPoint
-	sum  scalar.Scalar // -Σ z_i·k_i over this key's entries
-	slot int           // index in Batch.signers in this Verify, or -1
+	negA   curve.ExpandedEdwardsPoint
+	sum    scalar.Scalar // -Σ z_i·k_i over this key's entries
+	summed bool          // in Batch.signers for the equation being built
 }
 
 // expandedBasepoint is B with its multiplication table, a static term of
@@ -155,19 +156,25 @@ func (b *Batch) key(id PeerID) *batchKey {
 	if _, err := A.SetCompressedY(&ac); err != nil || A.IsSmallOrder() {
 		return nil
 	}
-	k := &batchKey{slot: -1}
+	k := new(batchKey)
 	k.negA.SetEdwardsPoint(A.Neg(&A))
-	if b.keys == nil {
-		b.keys = make(map[PeerID]*batchKey)
+	keep(&b.keys, id, k)
+	return k
+}
+
+// keep puts v in *m under id, making the map if need be and first
+// forgetting an arbitrary entry if it holds maxCachedKeys already.
+func keep[V any](m *map[PeerID]V, id PeerID, v V) {
+	if *m == nil {
+		*m = make(map[PeerID]V)
 	}
-	if len(b.keys) >= maxCachedKeys {
-		for old := range b.keys {
-			delete(b.keys, old)
+	if len(*m) >= maxCachedKeys {
+		for old := range *m {
+			delete(*m, old)
 			break
 		}
 	}
-	b.keys[id] = k
-	return k
+	(*m)[id] = v
 }
 
 // Len returns the number of entries added since the last [Batch.Reset].
@@ -225,15 +232,15 @@ func (b *Batch) Verify(ok []bool) bool {
 
 // equation checks the batch equation over the n entries that can be valid.
 func (b *Batch) equation(n int) bool {
-	b.random = grow(b.random, 16*n)
+	b.random = slices.Grow(b.random[:0], 16*n)[:16*n]
 	if _, err := rand.Read(b.random); err != nil {
 		panic("identity: reading random scalars: " + err.Error()) // crypto/rand does not fail
 	}
 	// scal holds B's scalar, then the z_i; sp points to the z_i, then to
 	// the static terms' scalars: B's and one per signer (at most n).
-	b.scal = grow(b.scal, 1+n)
-	b.sp = grow(b.sp, 1+2*n)
-	b.points = grow(b.points, n)
+	b.scal = slices.Grow(b.scal[:0], 1+n)[:1+n]
+	b.sp = slices.Grow(b.sp[:0], 1+2*n)[:1+2*n]
+	b.points = slices.Grow(b.points[:0], n)[:n]
 	b.signers = b.signers[:0]
 	b.tables = append(b.tables[:0], expandedBasepoint())
 	bs := &b.scal[0]
@@ -254,8 +261,8 @@ func (b *Batch) equation(n int) bool {
 		var t scalar.Scalar
 		bs.Sub(bs, t.Mul(z, &e.S))
 		k := e.key
-		if k.slot < 0 {
-			k.slot = len(b.signers)
+		if !k.summed {
+			k.summed = true
 			b.signers = append(b.signers, k)
 			k.sum.Zero()
 			b.tables = append(b.tables, &k.negA)
@@ -266,7 +273,7 @@ func (b *Batch) equation(n int) bool {
 	static := append(b.sp[n:n], bs)
 	for _, k := range b.signers {
 		static = append(static, &k.sum)
-		k.slot = -1
+		k.summed = false
 	}
 	var p curve.EdwardsPoint
 	p.ExpandedMultiscalarMulVartime(static, b.tables, b.sp[:n], b.points[:n])
@@ -276,12 +283,4 @@ func (b *Batch) equation(n int) bool {
 	clear(b.sp)
 	clear(b.points)
 	return p.IsSmallOrder()
-}
-
-// grow returns s resliced to n elements, reallocated if too small.
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
 }

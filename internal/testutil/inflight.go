@@ -17,8 +17,7 @@ func RunInFlight(b *testing.B, inFlight int, op func(i int) error) time.Duration
 	var (
 		next     atomic.Int64
 		wg       sync.WaitGroup
-		errOnce  sync.Once
-		failed   atomic.Bool
+		failed   atomic.Bool // firstErr is set, by the one that set this
 		firstErr error
 	)
 	b.ResetTimer()
@@ -30,9 +29,8 @@ func RunInFlight(b *testing.B, inFlight int, op func(i int) error) time.Duration
 				if i >= b.N || failed.Load() {
 					return
 				}
-				if err := op(i); err != nil {
-					errOnce.Do(func() { firstErr = err })
-					failed.Store(true)
+				if err := op(i); err != nil && failed.CompareAndSwap(false, true) {
+					firstErr = err
 				}
 			}
 		})
