@@ -135,7 +135,7 @@ func printList[T any](e *env, asJSON bool, items []T, none string, text func(io.
 // homeFlag registers --home, defaulting to a --home given before the
 // command.
 func (e *env) homeFlag(flags *flag.FlagSet) *string {
-	return flags.String("home", e.home, "node home `directory` (default $MEERKAT_HOME, else ~/.config/meerkat)")
+	return flags.String("home", e.home, "node home `directory` (default $MEERKAT_HOME, else $XDG_CONFIG_HOME/meerkat, else ~/.config/meerkat)")
 }
 
 // maxInput bounds a body, params or result read from a file or stdin: the

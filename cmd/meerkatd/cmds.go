@@ -266,6 +266,9 @@ func runStatus(e *env, args []string) error {
 
 // configShow prints every key's value in effect and where it came from.
 func (e *env) configShow(dir string, overrides node.OpenOptions, asJSON bool) error {
+	if err := node.RequireHome(dir); err != nil {
+		return err
+	}
 	if err := node.CheckHome(dir); err != nil {
 		return err
 	}

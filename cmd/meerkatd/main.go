@@ -238,7 +238,7 @@ func (e *env) usage(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nThe node's home holds its identity, meerkat.toml and trusted_peers.json;")
 	fmt.Fprintln(w, "it is --home, else $MEERKAT_HOME, else $XDG_CONFIG_HOME/meerkat, else")
-	fmt.Fprintln(w, "~/.config/meerkat. init, run and mcp create it; other commands need it.")
+	fmt.Fprintln(w, "~/.config/meerkat. init, keygen, run and mcp create it; other commands need it.")
 	fmt.Fprintln(w, "Flags may come before or after the command's arguments; --json prints JSON.")
 	fmt.Fprintln(w, "\nExit status: 0 ok, 1 error, 2 bad arguments, 3 peer offline,")
 	fmt.Fprintln(w, "4 unknown peer, 5 no daemon running, 6 pairing failed.")

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -279,6 +281,8 @@ func TestJSONFailures(t *testing.T) {
 	}{
 		{[]string{"peers", "list", "--json", "--home", missing}, "no_home", exitUsage},
 		{[]string{"outbox", "--home", missing, "--json=true"}, "no_home", exitUsage},
+		{[]string{"config", "check", "--json", "--home", missing}, "no_home", exitUsage},
+		{[]string{"config", "show", "--json", "--home", missing}, "no_home", exitUsage},
 		{[]string{"deadletters", "retry", "not-an-id", "--json", "--home", home}, "bad_argument", exitUsage},
 		{[]string{"outbox", "retry", "--json", "--home", home}, "no_daemon", exitNoDaemon},
 		{[]string{"outbox", "retry", "a", "b", "--json", "--home", home}, "bad_argument", exitUsage},
@@ -297,6 +301,9 @@ func TestJSONFailures(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &doc); err != nil || code != tc.exit || doc.Error.Code != tc.code || doc.Error.Message == "" {
 			t.Errorf("%q: exit %d, stdout %q (%v), stderr %q; want exit %d and a JSON error %s", tc.args, code, out, err, errOut, tc.exit, tc.code)
 		}
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("commands on a missing home created it (%v)", err)
 	}
 	// Without --json, and after --, stdout stays empty.
 	for _, args := range [][]string{{"peers", "remove", "nobody", "--home", home}, {"send", "message", "bob", "--home", home, "--", "--json"}} {

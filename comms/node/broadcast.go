@@ -93,7 +93,8 @@ func metaOf(p trust.Peer) peerMeta {
 
 // speaksMeerkat reports whether peer is known to run meerkatd, so that
 // signed fields the Rust reference does not know may be sent to it: its
-// trust entry's meta says "software": "meerkatd" (pairing writes it).
+// trust entry's meta says "software": "meerkatd" (pairing writes it), or
+// this node holds its verified agent card (only meerkatd publishes one).
 func (n *Node) speaksMeerkat(peer identity.PeerID) bool {
 	p, ok := n.r.Trust().Lookup(peer)
 	return ok && (metaOf(p).Software == SoftwareMeerkatd || n.hasVerifiedCard(peer))

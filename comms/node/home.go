@@ -191,6 +191,9 @@ func LoadConfig(dir string, o OpenOptions) (config.Config, config.Sources, error
 // trusted peers file. It returns the path of meerkat.toml.
 func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []string, ignore ...string) (string, error) {
 	path := filepath.Join(dir, config.FileName)
+	if err := RequireHome(dir); err != nil {
+		return path, err
+	}
 	if err := CheckHome(dir); err != nil {
 		return path, err
 	}
@@ -207,6 +210,17 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	return path, err
 }
 
+// RequireHome returns an error with code no_home (wrapping [ErrNoHome])
+// when dir holds no identity: a home that was never created, or a
+// mistyped path. Commands other than init, keygen, run and mcp refuse
+// such a home rather than report on it.
+func RequireHome(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
+		return &Error{Code: CodeNoHome, Err: ErrNoHome, Msg: fmt.Sprintf("no node home at %s (create it with: meerkatd init --home %s)", dir, dir)}
+	}
+	return nil
+}
+
 // OpenHome opens the home dir with the configuration in effect: defaults
 // < meerkat.toml < MEERKAT_* variables < overrides. It returns the files
 // it created (with o.Create). It refuses a home that [CheckHome] refuses.
@@ -217,8 +231,8 @@ func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 		if created, err = InitHome(dir, ""); err != nil {
 			return nil, nil, err
 		}
-	} else if _, err := os.Stat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, &Error{Code: CodeNoHome, Err: ErrNoHome, Msg: fmt.Sprintf("no node home at %s (create it with: meerkatd init --home %s)", dir, dir)}
+	} else if err := RequireHome(dir); err != nil {
+		return nil, nil, err
 	}
 	if err := CheckHome(dir); err != nil {
 		return nil, nil, err
