@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -713,6 +714,12 @@ func noNewConn(t *testing.T, conns <-chan net.Conn) {
 
 func rawPeer(t *testing.T, ackTimeout time.Duration) (peerKP *identity.Keypair, r *Router, conns <-chan net.Conn) {
 	t.Helper()
+	return rawPeerWith(t, Options{AckTimeout: ackTimeout})
+}
+
+// rawPeerWith is rawPeer with the Router's options.
+func rawPeerWith(t *testing.T, opts Options) (peerKP *identity.Keypair, r *Router, conns <-chan net.Conn) {
+	t.Helper()
 	peerKP, _ = identity.GenerateKeypair()
 	me, _ := identity.GenerateKeypair()
 	ln, addr := listenOn(t, "uds")
@@ -720,7 +727,7 @@ func rawPeer(t *testing.T, ackTimeout time.Duration) (peerKP *identity.Keypair, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err = New(me, l, Options{AckTimeout: ackTimeout})
+	r, err = New(me, l, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1048,4 +1055,90 @@ func TestPeerConnected(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A dialled peer that begins a frame and never finishes it loses the
+// connection once the frame timeout has passed, whether the frame came
+// while the connection was idle (its own reader waiting for frames) or
+// while a send waited for its ack: the link dials again and the next
+// send is acknowledged on the new connection. (Before, the idle reader
+// waited without a deadline and held the read token for ever: every later
+// send timed out and the link never dialled again.)
+func TestStalledFrameFromDialledPeer(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	stall := []byte{0, 0, 0, 100, 0xa5} // a header declaring 100 bytes, then one
+	for _, idle := range []bool{true, false} {
+		name := map[bool]string{true: "while idle", false: "while a send waits"}[idle]
+		t.Run(name, func(t *testing.T) {
+			peerKP, r, conns := rawPeerWith(t, Options{AckTimeout: time.Second, FrameTimeout: 200 * time.Millisecond})
+			ctx := ctxT(t)
+			done := sendAsync(ctx, r, "first")
+			c := <-conns
+			e := readEnvelope(t, c)
+			if idle {
+				peerWrite(t, c, ackFrameOf(t, peerKP, e))
+				if err := <-done; err != nil {
+					t.Fatalf("first send: %v", err)
+				}
+				time.Sleep(5 * idleRead) // the connection's own reader now waits for frames
+				peerWrite(t, c, stall)
+			} else {
+				peerWrite(t, c, stall)
+				if err := <-done; err == nil {
+					t.Fatal("first send: acknowledged, though the peer sent only part of a frame")
+				}
+			}
+			done = sendAsync(ctx, r, "second")
+			var c2 net.Conn
+			select {
+			case c2 = <-conns:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no new connection: the stalled one was kept")
+			}
+			peerWrite(t, c2, ackFrameOf(t, peerKP, readEnvelope(t, c2)))
+			if err := <-done; err != nil {
+				t.Fatalf("send after the stall: %v", err)
+			}
+		})
+	}
+}
+
+// Sends that keep the connection's reader busy, one after another, also
+// end a connection whose peer left a frame unfinished: the reader holding
+// the token when the frame has been unfinished for the frame timeout
+// fails it, though each send's own wait ended at its deadline. (Without
+// that, the connection's own reader never gets to read while sends keep
+// starting, and every send times out until they stop.)
+func TestStalledFrameUnderSteadySends(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	peerKP, r, conns := rawPeerWith(t, Options{AckTimeout: 500 * time.Millisecond, FrameTimeout: 100 * time.Millisecond})
+	ctx := ctxT(t)
+	first := sendAsync(ctx, r, "first")
+	c := <-conns
+	peerWrite(t, c, ackFrameOf(t, peerKP, readEnvelope(t, c)))
+	if err := <-first; err != nil {
+		t.Fatalf("first send: %v", err)
+	}
+	// From now on the peer reads what comes and answers nothing but the
+	// start of a frame.
+	go io.Copy(io.Discard, c)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	stall := time.After(50 * time.Millisecond) // sends in flight by then
+	deadline := time.After(3 * time.Second)
+	for redialled := false; !redialled; {
+		select {
+		case <-tick.C:
+			wg.Go(func() { r.SendMessage(ctx, "peer", "more") })
+		case <-stall:
+			peerWrite(t, c, []byte{0, 0, 0, 100, 0xa5})
+		case <-conns:
+			redialled = true
+		case <-deadline:
+			t.Fatal("sends kept starting and no new connection was dialled")
+		}
+	}
+	r.Close() // the sends still waiting fail; their goroutines end
 }
