@@ -70,7 +70,44 @@ type relayState struct {
 	// late are acks that arrived while no send waited for them (the
 	// peer read its stored envelopes while the sender was between
 	// attempts): the next attempt finds them and is done at once.
-	late map[dedupKey]time.Time
+	late  map[dedupKey]time.Time
+	lateQ []lateAck // late's keys in arrival order, with stale ones (taken, or kept again since)
+}
+
+// lateAck is an entry of relayState.lateQ.
+type lateAck struct {
+	k  dedupKey
+	at time.Time
+}
+
+// keepLate keeps k's ack, which arrived at now with no send waiting for
+// it, for the next attempt: past maxLateAcks the oldest go first (in
+// arrival order, not by scanning), as do those older than lateAckTTL.
+// rs.mu is held.
+func (rs *relayState) keepLate(k dedupKey, now time.Time) {
+	if _, ok := rs.late[k]; ok {
+		return
+	}
+	for len(rs.lateQ) > 0 && (len(rs.late) >= maxLateAcks || now.Sub(rs.lateQ[0].at) > lateAckTTL) {
+		old := rs.lateQ[0]
+		rs.lateQ = rs.lateQ[1:]
+		if at, ok := rs.late[old.k]; ok && at.Equal(old.at) {
+			delete(rs.late, old.k)
+		}
+	}
+	rs.late[k] = now
+	rs.lateQ = append(rs.lateQ, lateAck{k, now})
+	if len(rs.lateQ) > 2*len(rs.late)+1024 {
+		// Mostly taken ones: keep those still in late, in order.
+		live := rs.lateQ[:0]
+		for _, a := range rs.lateQ {
+			if at, ok := rs.late[a.k]; ok && at.Equal(a.at) {
+				live = append(live, a)
+			}
+		}
+		clear(rs.lateQ[len(live):])
+		rs.lateQ = live
+	}
 }
 
 // maxLateAcks bounds the acks kept for attempts still to come; past it the
@@ -291,6 +328,7 @@ func (r *Router) relayLateAck(e wire.Envelope) {
 func (r *Router) relayAckArrived(e wire.Envelope) bool {
 	var buf [1]identity.UUID
 	waited := false
+	now := time.Now()
 	r.rs.mu.Lock()
 	defer r.rs.mu.Unlock()
 	for _, id := range e.Kind.AckedIDs(buf[:0]) {
@@ -301,18 +339,9 @@ func (r *Router) relayAckArrived(e wire.Envelope) bool {
 			waited = true
 			continue
 		}
-		if r.rs.late == nil {
-			continue
+		if r.rs.late != nil {
+			r.rs.keepLate(k, now)
 		}
-		now := time.Now()
-		if len(r.rs.late) >= maxLateAcks {
-			for lk, t := range r.rs.late {
-				if now.Sub(t) > lateAckTTL || len(r.rs.late) >= maxLateAcks {
-					delete(r.rs.late, lk)
-				}
-			}
-		}
-		r.rs.late[k] = now
 	}
 	return waited
 }
