@@ -111,8 +111,9 @@ func parseInto(source string, data []byte, mdOut *toml.MetaData) (Config, error)
 	c := Default()
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&c)
 	if err != nil {
-		// toml's messages carry "line N (last key ...)"; keep them whole.
-		return Config{}, &Error{Source: source, Err: err}
+		// toml's messages carry "line N (last key ...)"; keep them whole,
+		// unless they may quote a secret.
+		return Config{}, &Error{Source: source, Err: hideSecretSyntax(data, err)}
 	}
 	if err := checkKeys(source, md); err != nil {
 		return Config{}, err
@@ -235,4 +236,30 @@ func distance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// hideSecretSyntax returns a TOML syntax error on the line of a secret
+// (nats.password: the decoder's last key, or a line naming it) without
+// the decoder's message, which may quote part of the value.
+func hideSecretSyntax(data []byte, err error) error {
+	var pe toml.ParseError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	line := ""
+	if n := pe.Position.Line; n > 0 {
+		if lines := bytes.SplitN(data, []byte("\n"), n+1); len(lines) >= n {
+			line = strings.ToLower(string(lines[n-1]))
+		}
+	}
+	for _, k := range keys {
+		if !k.secret {
+			continue
+		}
+		name := k.path[strings.LastIndexByte(k.path, '.')+1:]
+		if pe.LastKey == k.path || strings.Contains(line, name) {
+			return fmt.Errorf("toml: line %d: a syntax error where %s is set (not shown: the line holds a secret)", pe.Position.Line, k.path)
+		}
+	}
+	return err
 }

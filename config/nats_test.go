@@ -429,3 +429,59 @@ func TestEqual(t *testing.T) {
 		t.Error("agent ignored")
 	}
 }
+
+// A server URL's user information never reaches an error message, however
+// the URL is wrong; the rest of it does.
+func TestNATSServerErrorsHidePasswords(t *testing.T) {
+	for _, tc := range []struct{ url, shown string }{
+		{"nats://alice:hunter2@broker:4222", `"nats://***@broker:4222"`},
+		{"alice:hunter2@broker:4222", `"***@broker:4222"`},
+		{"http://alice:hunter2@broker:4222", `"http://***@broker:4222"`},
+		{"nats://alice:hunter2@broker:4222/x", `"nats://***@broker:4222/x"`},
+		{"nats://a@b:hunter2@broker", `"nats://***@broker"`},
+		{"nats://alice:hunter2 @broker:4222", `"nats://***@broker:4222"`},
+		{"nats://broker:4222/x@y", `"nats://broker:4222/x@y"`}, // no user information: nothing hidden
+	} {
+		c := Default()
+		c.NATS.Servers = []string{tc.url}
+		err := c.Validate()
+		if err == nil {
+			t.Errorf("%q: valid", tc.url)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%q: the error repeats the password: %v", tc.url, err)
+		}
+		if !strings.Contains(err.Error(), tc.shown) {
+			t.Errorf("%q: error %q does not show %s", tc.url, err, tc.shown)
+		}
+	}
+}
+
+// A syntax error on the line of nats.password does not quote the line;
+// one elsewhere keeps the decoder's message.
+func TestSyntaxErrorHidesPassword(t *testing.T) {
+	for _, doc := range []string{
+		"[nats]\npassword = hunter2secret\n",
+		"[nats]\npassword = 'hunter2' secret\n",
+		"[nats]\npassword = \"hunter2\\qsecret\"\n",
+		"[nats]\n\"password\" = [\"hunter2\" \"secret\"]\n",
+		"nats.password = hunter2secret\n",
+	} {
+		_, err := Parse([]byte(doc))
+		if err == nil {
+			t.Errorf("%q: parsed", doc)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter") || strings.Contains(err.Error(), "secret\"") {
+			t.Errorf("%q: the error quotes the value: %v", doc, err)
+		}
+		if !strings.Contains(err.Error(), "nats.password") || !strings.Contains(err.Error(), "line ") {
+			t.Errorf("%q: the error does not say where: %v", doc, err)
+		}
+	}
+	_, err := Parse([]byte("[comms]\nlisten_tcp = oops\n"))
+	if err == nil || !strings.Contains(err.Error(), `"oops"`) {
+		t.Errorf("a syntax error elsewhere lost the decoder's message: %v", err)
+	}
+}

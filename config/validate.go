@@ -175,14 +175,32 @@ func (n NATS) ServerURLs() ([]string, error) {
 	return out, nil
 }
 
+// withoutUserinfo is the server URL s with what a URL parser would take
+// for user information ("user:password@") replaced by "***@".
+func withoutUserinfo(s string) string {
+	scheme, rest := "", s
+	if i := strings.Index(s, "://"); i >= 0 {
+		scheme, rest = s[:i+3], s[i+3:]
+	}
+	host := rest
+	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+		host = rest[:end]
+	}
+	if at := strings.LastIndex(host, "@"); at >= 0 {
+		return scheme + "***@" + rest[at+1:]
+	}
+	return s
+}
+
 // parseNATSURL checks one server URL and returns it as scheme://host:port.
 func parseNATSURL(s string) (string, error) {
 	const want = "want nats://host:port, tls://host:port or host:port"
+	shown := withoutUserinfo(s) // messages never repeat a password
 	if s == "" {
 		return "", fmt.Errorf("an empty server: %s", want)
 	}
 	if strings.IndexFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
-		return "", fmt.Errorf("%q contains white space or a control character", s)
+		return "", fmt.Errorf("%q contains white space or a control character", shown)
 	}
 	full := s
 	if !strings.Contains(s, "://") {
@@ -190,25 +208,25 @@ func parseNATSURL(s string) (string, error) {
 	}
 	u, err := url.Parse(full)
 	if err != nil {
-		return "", fmt.Errorf("%q: %s", s, want)
+		return "", fmt.Errorf("%q: %s", shown, want)
 	}
 	switch {
 	case u.Scheme != "nats" && u.Scheme != "tls":
-		return "", fmt.Errorf("%q: scheme %q is not nats or tls; %s", s, u.Scheme, want)
+		return "", fmt.Errorf("%q: scheme %q is not nats or tls; %s", shown, u.Scheme, want)
 	case u.User != nil:
-		return "", fmt.Errorf("%q: credentials do not belong in the URL; use nats.user and nats.password, nats.creds_file or nats.nkey_seed_file", s)
+		return "", fmt.Errorf("%q: credentials do not belong in the URL; use nats.user and nats.password, nats.creds_file or nats.nkey_seed_file", shown)
 	case u.Opaque != "" || u.Path != "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.Contains(full, "#"):
-		return "", fmt.Errorf("%q: no path, query or fragment; %s", s, want)
+		return "", fmt.Errorf("%q: no path, query or fragment; %s", shown, want)
 	}
 	host, port, err := net.SplitHostPort(u.Host)
 	if err != nil {
-		return "", fmt.Errorf("%q: %s", s, want)
+		return "", fmt.Errorf("%q: %s", shown, want)
 	}
 	if host == "" {
-		return "", fmt.Errorf("%q has no host; %s", s, want)
+		return "", fmt.Errorf("%q has no host; %s", shown, want)
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || port[0] < '0' || port[0] > '9' {
-		return "", fmt.Errorf("%q: port must be a number in 1-65535", s)
+		return "", fmt.Errorf("%q: port must be a number in 1-65535", shown)
 	}
 	return u.Scheme + "://" + net.JoinHostPort(host, port), nil
 }
