@@ -165,8 +165,12 @@ func LoadKeypair(dir string) (*Keypair, error) {
 }
 
 // readSmallFile reads at most limit+1 bytes of path, so an oversized file
-// is detected without reading it all.
+// is detected without reading it all. What is not a regular file is
+// refused before it is opened: opening a FIFO would wait for a writer.
 func readSmallFile(path string, limit int) ([]byte, fs.FileMode, error) {
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, 0, fmt.Errorf("%w: %s is not a regular file; move it out of the way", ErrKeyFile, path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("identity: %w", err)
