@@ -135,8 +135,34 @@ func printList[T any](e *env, asJSON bool, items []T, none string, text func(io.
 // homeFlag registers --home, defaulting to a --home given before the
 // command.
 func (e *env) homeFlag(flags *flag.FlagSet) *string {
-	return flags.String("home", e.home, "node home `directory` (default $MEERKAT_HOME, else $XDG_CONFIG_HOME/meerkat, else ~/.config/meerkat)")
+	p := new(string)
+	*p = e.home
+	flags.Var(homeValue{p}, "home", "node home `directory` (default $MEERKAT_HOME, else $XDG_CONFIG_HOME/meerkat, else ~/.config/meerkat)")
+	return p
 }
+
+// homeValue is --home's value. An empty one is refused: --home "$DIR"
+// with DIR unset must not fall back to the default home (and init or run
+// mint an identity there).
+type homeValue struct{ p *string }
+
+func (h homeValue) String() string {
+	if h.p == nil {
+		return ""
+	}
+	return *h.p
+}
+
+func (h homeValue) Set(s string) error {
+	if s == "" {
+		return errEmptyHome
+	}
+	*h.p = s
+	return nil
+}
+
+// errEmptyHome is the error of an empty --home.
+var errEmptyHome = errors.New("needs a directory, not an empty string")
 
 // maxInput bounds a body, params or result read from a file or stdin: the
 // envelope limit; the node refuses what does not fit.

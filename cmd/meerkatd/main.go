@@ -148,8 +148,16 @@ func (e *env) globalFlags(args []string) (rest []string, done bool, code int) {
 				return nil, true, exitUsage
 			}
 			e.home, args = args[1], args[2:]
+			if e.home == "" {
+				fmt.Fprintf(e.stderr, "meerkatd: --home %s\n", errEmptyHome)
+				return nil, true, exitUsage
+			}
 		case strings.HasPrefix(a, "--home=") || strings.HasPrefix(a, "-home="):
 			e.home, args = a[strings.IndexByte(a, '=')+1:], args[1:]
+			if e.home == "" {
+				fmt.Fprintf(e.stderr, "meerkatd: --home %s\n", errEmptyHome)
+				return nil, true, exitUsage
+			}
 		default:
 			fmt.Fprintf(e.stderr, "meerkatd: unknown flag %s before the command (only --home, --help and --version go there)\n\n", a)
 			e.usage(e.stderr)

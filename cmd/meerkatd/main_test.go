@@ -282,6 +282,8 @@ func TestJSONFailures(t *testing.T) {
 		{[]string{"peers", "list", "--json", "--home", missing}, "no_home", exitUsage},
 		{[]string{"outbox", "--home", missing, "--json=true"}, "no_home", exitUsage},
 		{[]string{"config", "check", "--json", "--home", missing}, "no_home", exitUsage},
+		{[]string{"id", "--json", "--home", ""}, "bad_argument", exitUsage},
+		{[]string{"init", "--json", "--home="}, "bad_argument", exitUsage},
 		{[]string{"config", "show", "--json", "--home", missing}, "no_home", exitUsage},
 		{[]string{"deadletters", "retry", "not-an-id", "--json", "--home", home}, "bad_argument", exitUsage},
 		{[]string{"outbox", "retry", "--json", "--home", home}, "no_daemon", exitNoDaemon},
@@ -310,5 +312,33 @@ func TestJSONFailures(t *testing.T) {
 		if _, out, _ := run(t, nil, args...); out != "" {
 			t.Errorf("%q printed %q on stdout", args, out)
 		}
+	}
+}
+
+// An empty --home is refused, before or after the command, rather than
+// taken for the default home ($MEERKAT_HOME here); a dangling link in
+// place of the key is reported as such, not as a missing home.
+func TestEmptyHomeAndDanglingKey(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %s", errOut)
+	}
+	vars := map[string]string{"MEERKAT_HOME": home}
+	for _, args := range [][]string{{"--home", "", "id"}, {"--home=", "id"}, {"id", "--home", ""}, {"id", "--home="}} {
+		code, out, errOut := run(t, vars, args...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "not an empty string") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d refusing the empty home", args, code, out, errOut, exitUsage)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "broken")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "gone"), filepath.Join(dir, identity.KeyFile)); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, nil, "id", "--home", dir)
+	if code != exitError || !strings.Contains(errOut, "symbolic link") {
+		t.Errorf("dangling key link: exit %d, stderr %q; want exit %d naming the link", code, errOut, exitError)
 	}
 }

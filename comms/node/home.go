@@ -215,7 +215,9 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 // mistyped path. Commands other than init, keygen, run and mcp refuse
 // such a home rather than report on it.
 func RequireHome(dir string) error {
-	if _, err := os.Stat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
+	// Lstat: a dangling link in place of the key is a broken home, which
+	// loading the key reports, not a missing one.
+	if _, err := os.Lstat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
 		return &Error{Code: CodeNoHome, Err: ErrNoHome, Msg: fmt.Sprintf("no node home at %s (create it with: meerkatd init --home %s)", dir, dir)}
 	}
 	return nil
