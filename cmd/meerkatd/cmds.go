@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -37,6 +38,9 @@ func runInit(e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "%s already initialised\n", dir)
 	} else {
 		fmt.Fprintf(e.stderr, "created %s in %s\n", strings.Join(created, ", "), dir)
+	}
+	if *name != "" && !slices.Contains(created, config.FileName) {
+		fmt.Fprintf(e.stderr, "warning: --name %s not used: %s exists (its name setting stays; edit it, or use meerkatd config show)\n", *name, filepath.Join(dir, config.FileName))
 	}
 	h, err := e.openHome(dir, false, node.OpenOptions{})
 	if err != nil {

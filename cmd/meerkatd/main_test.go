@@ -283,6 +283,7 @@ func TestJSONFailures(t *testing.T) {
 		{[]string{"outbox", "--home", missing, "--json=true"}, "no_home", exitUsage},
 		{[]string{"config", "check", "--json", "--home", missing}, "no_home", exitUsage},
 		{[]string{"id", "--json", "--home", ""}, "bad_argument", exitUsage},
+		{[]string{"init", "--name", "bad name", "--json", "--home", missing}, "bad_argument", exitUsage},
 		{[]string{"init", "--json", "--home="}, "bad_argument", exitUsage},
 		{[]string{"config", "show", "--json", "--home", missing}, "no_home", exitUsage},
 		{[]string{"deadletters", "retry", "not-an-id", "--json", "--home", home}, "bad_argument", exitUsage},

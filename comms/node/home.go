@@ -98,6 +98,14 @@ func Keygen(dir string, force bool) error {
 // identity, meerkat.toml with the defaults (and name, if not ""), an
 // empty trusted_peers.json. It reports the files it created.
 func InitHome(dir, name string) (created []string, err error) {
+	if name != "" {
+		// A bad name is refused before anything is created.
+		cfg := config.Default()
+		cfg.Name = name
+		if err := cfg.Validate(); err != nil {
+			return nil, &Error{Code: CodeBadArgument, Err: err, Msg: UserText(err)}
+		}
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

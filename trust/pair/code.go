@@ -77,7 +77,7 @@ func ParseCode(s string) (Code, error) {
 	// The last character carries only 3 of its 5 bits; refuse other
 	// spellings of the same code, so a code has one written form.
 	if codeEncoding.EncodeToString(b) != clean {
-		return c, fmt.Errorf("%w: the code's last character is not one String writes", ErrBadLine)
+		return c, fmt.Errorf("%w: the code's last character cannot end a pairing code (a typo? copy the line again)", ErrBadLine)
 	}
 	copy(c[:], b)
 	return c, nil
