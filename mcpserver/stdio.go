@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -55,14 +56,21 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 type calls struct {
 	mu       sync.Mutex
 	inflight map[string]bool // idKey → cancelled
+	streams  int             // of inflight, subscriptions/listen streams (open until cancelled)
+	stream   map[string]bool // idKey → is such a stream
 }
 
-func newCalls() *calls { return &calls{inflight: map[string]bool{}} }
+func newCalls() *calls { return &calls{inflight: map[string]bool{}, stream: map[string]bool{}} }
 
-// start records a request passed on to mcp-go.
-func (c *calls) start(id json.RawMessage) {
+// start records a request passed on to mcp-go; a stream is a
+// subscriptions/listen request, which lasts until the client cancels it.
+func (c *calls) start(id json.RawMessage, stream bool) {
 	if k, ok := idKey(id); ok {
 		c.mu.Lock()
+		if _, again := c.inflight[k]; !again && stream {
+			c.streams++
+			c.stream[k] = true
+		}
 		c.inflight[k] = false
 		c.mu.Unlock()
 	}
@@ -79,6 +87,36 @@ func (c *calls) cancel(id json.RawMessage) {
 	}
 }
 
+// idle reports whether no request but streams is in flight.
+func (c *calls) idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.inflight) == c.streams
+}
+
+// drainGrace is how long the server, once the client has closed its
+// input, goes on serving the requests already in flight so that their
+// responses are written (a client that pipes its requests and closes
+// stdin still gets its answers); past it, or when ctx ends, what is left
+// is cancelled. The MCP client stops the server by closing stdin, then
+// waits for it to exit.
+const drainGrace = 5 * time.Second
+
+// drain waits until no request is in flight, for at most grace or until
+// ctx ends.
+func (c *calls) drain(ctx context.Context, grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for !c.idle() && time.Now().Before(deadline) {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // finish records that the response to id is being written and reports
 // whether it must be left out because the client cancelled the request.
 func (c *calls) finish(id json.RawMessage) (cancelled bool) {
@@ -90,6 +128,10 @@ func (c *calls) finish(id json.RawMessage) (cancelled bool) {
 	defer c.mu.Unlock()
 	cancelled = c.inflight[k]
 	delete(c.inflight, k)
+	if c.stream[k] {
+		delete(c.stream, k)
+		c.streams--
+	}
 	return cancelled
 }
 
@@ -149,9 +191,9 @@ func responseID(msg []byte) (id json.RawMessage, ok bool) {
 // front reads the client's messages line by line. Tool calls whose
 // arguments do not fit the tool are answered here with the protocol's
 // invalid-params error; everything else is passed on to mcp-go through fwd,
-// and its requests and cancellations are recorded in c. It closes fwd when
-// in ends.
-func front(in io.Reader, fwd *io.PipeWriter, out io.Writer, c *calls) {
+// and its requests and cancellations are recorded in c. When in ends it
+// lets the requests in flight finish (c.drain), then closes fwd.
+func front(ctx context.Context, in io.Reader, fwd *io.PipeWriter, out io.Writer, c *calls) {
 	defer fwd.Close()
 	br := bufio.NewReaderSize(in, 64<<10)
 	for {
@@ -173,6 +215,7 @@ func front(in io.Reader, fwd *io.PipeWriter, out io.Writer, c *calls) {
 				out.Write(rpcError(nil, codeInvalidRequest, "message too large"))
 				continue
 			}
+			c.drain(ctx, drainGrace)
 			return
 		}
 	}
@@ -215,7 +258,7 @@ func track(line []byte, c *calls) {
 		return // not a request or notification (a response, a batch, not JSON)
 	}
 	if len(msg.ID) > 0 && string(msg.ID) != "null" {
-		c.start(msg.ID)
+		c.start(msg.ID, msg.Method == string(mcp.MethodSubscriptionsListen))
 		return
 	}
 	if msg.Method == string(mcp.MethodNotificationCancelled) {
@@ -282,7 +325,7 @@ func (s *Server) serveFiltered(ctx context.Context, in io.Reader, out io.Writer,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		front(in, pw, lw, c)
+		front(ctx, in, pw, lw, c)
 	}()
 	err := listen(ctx, pr, lw)
 	pr.Close() // stops front if it is still forwarding

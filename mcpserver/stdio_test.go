@@ -324,3 +324,25 @@ func FuzzCheckCall(f *testing.F) {
 		}
 	})
 }
+
+// A client that writes its requests and closes stdin at once still gets
+// the answers to those in flight: the server finishes them before it
+// returns (for at most drainGrace).
+func TestStdioAnswersAfterStdinCloses(t *testing.T) {
+	w := startStdio(t, newFakeNode())
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"receive_messages","arguments":{"wait_ms":300}}}`)
+	w.close()
+	for _, m := range w.seen {
+		if m["id"] != float64(2) {
+			continue
+		}
+		res, _ := m["result"].(map[string]any)
+		if res == nil || res["isError"] == true {
+			t.Fatalf("the call in flight when stdin closed was answered with %v", m)
+		}
+		return
+	}
+	t.Fatalf("no answer to the call in flight when stdin closed; got %v", w.seen)
+}
