@@ -208,12 +208,16 @@ func printJSON(w io.Writer, v any) error {
 // printJSONError prints err as {"error": {"code", "message"}} for a
 // command run with --json, so a script reads the same codes as MCP.
 func printJSONError(w io.Writer, err error) {
+	printJSON(w, map[string]any{"error": jsonError(err)})
+}
+
+// jsonError is the {code, message} of err that --json prints.
+func jsonError(err error) map[string]string {
 	code := node.CodeOf(err)
 	if errors.Is(err, errUsage) {
 		code = node.CodeBadArgument
 	}
-	msg := strings.TrimPrefix(node.UserText(err), "usage: ")
-	printJSON(w, map[string]any{"error": map[string]string{"code": code, "message": msg}})
+	return map[string]string{"code": code, "message": strings.TrimPrefix(node.UserText(err), "usage: ")}
 }
 
 // shown marks an error whose outcome a command run with --json has
@@ -232,13 +236,27 @@ func (e *env) noteReplayed(replayed bool, what string) {
 }
 
 // printPartial prints, with --json, the outcome of a call that may give
-// a result and an error together (a send queued after a failed attempt,
-// a broadcast with a failed copy): the result if ok (there is one), else
-// the error. main then does not print the error again.
+// a result and an error together (a send that failed after its envelope
+// got an id, a broadcast with a failed copy, a wait that timed out): the
+// result if ok (there is one), with the error's {code, message} as its
+// "error" member if the call failed, else the error alone. main then does
+// not print the error again.
 func (e *env) printPartial(v any, ok bool, err error) error {
 	if !ok {
 		printJSONError(e.stdout, err)
-	} else if perr := printJSON(e.stdout, v); perr != nil {
+		return jsonShown(err)
+	}
+	if err != nil {
+		var fields map[string]json.RawMessage
+		if b, merr := json.Marshal(v); merr != nil || json.Unmarshal(b, &fields) != nil || fields == nil {
+			printJSONError(e.stdout, err) // not an object: the error alone
+			return jsonShown(err)
+		}
+		eb, _ := json.Marshal(jsonError(err)) // strings only: cannot fail
+		fields["error"] = eb
+		v = fields
+	}
+	if perr := printJSON(e.stdout, v); perr != nil {
 		return perr
 	}
 	return jsonShown(err)

@@ -343,3 +343,33 @@ func TestEmptyHomeAndDanglingKey(t *testing.T) {
 		t.Errorf("dangling key link: exit %d, stderr %q; want exit %d naming the link", code, errOut, exitError)
 	}
 }
+
+// A send that fails after its envelope got an id prints, with --json, one
+// object holding both: the id (to look it up later) and the error's code
+// and message.
+func TestJSONSendFailureCarriesTheError(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %s", errOut)
+	}
+	peer, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := "uds://" + filepath.Join(t.TempDir(), "nobody.sock")
+	if code, _, errOut := run(t, nil, "peers", "add", "bob", peer.ID().String(), nobody, "--home", home); code != exitOK {
+		t.Fatalf("peers add: %s", errOut)
+	}
+	code, out, errOut := run(t, nil, "send", "message", "bob", "hi", "--json", "--home", home)
+	var got struct {
+		ID    string `json:"id"`
+		Error struct{ Code, Message string }
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(&got); err != nil || dec.More() {
+		t.Fatalf("stdout is not one JSON object (%v): %q (stderr %q)", err, out, errOut)
+	}
+	if code != exitPeerOffline || got.ID == "" || got.Error.Code != "peer_offline" || got.Error.Message == "" {
+		t.Fatalf("exit %d, %+v; want exit %d, the envelope's id and error peer_offline", code, got, exitPeerOffline)
+	}
+}
