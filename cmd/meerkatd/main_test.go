@@ -283,6 +283,8 @@ func TestJSONFailures(t *testing.T) {
 		{[]string{"outbox", "--home", missing, "--json=true"}, "no_home", exitUsage},
 		{[]string{"config", "check", "--json", "--home", missing}, "no_home", exitUsage},
 		{[]string{"id", "--json", "--home", ""}, "bad_argument", exitUsage},
+		{[]string{"config", "show", "--listen-tcp", "bogus", "--json", "--home", home}, "bad_argument", exitUsage},
+		{[]string{"config", "show", "--listen-uds", "relative.sock", "--json", "--home", home}, "bad_argument", exitUsage},
 		{[]string{"init", "--name", "bad name", "--json", "--home", missing}, "bad_argument", exitUsage},
 		{[]string{"init", "--json", "--home="}, "bad_argument", exitUsage},
 		{[]string{"config", "show", "--json", "--home", missing}, "no_home", exitUsage},
@@ -371,5 +373,19 @@ func TestJSONSendFailureCarriesTheError(t *testing.T) {
 	}
 	if code != exitPeerOffline || got.ID == "" || got.Error.Code != "peer_offline" || got.Error.Message == "" {
 		t.Fatalf("exit %d, %+v; want exit %d, the envelope's id and error peer_offline", code, got, exitPeerOffline)
+	}
+}
+
+// run with a bad flag value exits 2 and leaves no home behind.
+func TestRunBadFlagCreatesNothing(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nohome")
+	for _, args := range [][]string{{"--listen-tcp", "bogus"}, {"--listen-tcp", "127.0.0.1:99999"}, {"--listen-uds", "relative.sock"}} {
+		code, _, errOut := run(t, nil, append([]string{"run", "--home", missing}, args...)...)
+		if code != exitUsage || !strings.Contains(errOut, "bad_argument") {
+			t.Errorf("run %q: exit %d, stderr %q; want exit %d, bad_argument", args, code, errOut, exitUsage)
+		}
+		if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("run %q created the home (%v)", args, err)
+		}
 	}
 }

@@ -187,9 +187,50 @@ func LoadConfig(dir string, o OpenOptions) (config.Config, config.Sources, error
 		}
 	}
 	if err := cfg.Validate(); err != nil {
+		if namesOverride(err, o.Overrides) {
+			// A bad flag value is a bad argument (exit 2), not a fault.
+			return config.Config{}, nil, &Error{Code: CodeBadArgument, Err: err, Msg: UserText(err)}
+		}
 		return config.Config{}, nil, err
 	}
 	return cfg, src, nil
+}
+
+// checkOverrides refuses overrides (flag values) that are bad on their
+// own: applied to the defaults, they do not validate.
+func checkOverrides(overrides map[string]string) error {
+	cfg := config.Default()
+	for k, v := range overrides {
+		if err := cfg.Set(k, v); err != nil {
+			return &Error{Code: CodeBadArgument, Err: err, Msg: UserText(err)}
+		}
+	}
+	if err := cfg.Validate(); err != nil && namesOverride(err, overrides) {
+		return &Error{Code: CodeBadArgument, Err: err, Msg: UserText(err)}
+	}
+	return nil
+}
+
+// namesOverride reports whether err (joined errors too) holds a
+// config.Error about one of the overridden keys.
+func namesOverride(err error, overrides map[string]string) bool {
+	if len(overrides) == 0 {
+		return false
+	}
+	var ce *config.Error
+	if errors.As(err, &ce) {
+		if _, ok := overrides[ce.Key]; ok {
+			return true
+		}
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if namesOverride(e, overrides) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // CheckConfig checks everything a node of the home dir would read at
@@ -237,6 +278,13 @@ func RequireHome(dir string) error {
 func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 	var created []string
 	if o.Create {
+		if _, err := os.Lstat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) && len(o.Overrides) > 0 {
+			// A home about to be created: refuse bad flag values first,
+			// so that they leave nothing behind.
+			if err := checkOverrides(o.Overrides); err != nil {
+				return nil, nil, err
+			}
+		}
 		var err error
 		if created, err = InitHome(dir, ""); err != nil {
 			return nil, nil, err
