@@ -389,3 +389,20 @@ func TestRunBadFlagCreatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// config check reports a seed that other users may read, as the node
+// refuses it at start.
+func TestConfigCheckReportsReadableKey(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %s", errOut)
+	}
+	key := filepath.Join(home, identity.KeyFile)
+	if err := os.Chmod(key, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, nil, "config", "check", "--home", home)
+	if code == exitOK || !strings.Contains(errOut, key) || !strings.Contains(errOut, "chmod 600") {
+		t.Fatalf("config check with a group-readable key: exit %d, stderr %q", code, errOut)
+	}
+}

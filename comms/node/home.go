@@ -333,7 +333,16 @@ func CheckHome(dir string) error {
 	}
 	var errs []error
 	for _, name := range homeFiles {
-		if err := filemode.File(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		path := filepath.Join(dir, name)
+		err := filemode.File(path)
+		if err == nil && name == identity.KeyFile {
+			// The seed is a secret: others may not even read it (the key
+			// loader's rule, reported here with the other files).
+			if fi, serr := os.Lstat(path); serr == nil && fi.Mode().Perm()&0o077 != 0 {
+				err = &filemode.Error{Path: path, Reason: fmt.Sprintf("%s is readable by other users (mode %#o) and holds the node's secret; fix with: chmod 600 %s", path, fi.Mode().Perm(), path)}
+			}
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
