@@ -561,7 +561,7 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"peers", "add", "x", "ed25519:zzz", "uds:///tmp/x.sock"}, exitUsage, "32 bytes", false},
 		{[]string{"peers", "remove", "nobody"}, exitUnknownPeer, "nobody", false},
 		{[]string{"audit", "--since", "yesterday"}, exitUsage, "yesterday", false},
-		{[]string{"keygen"}, exitError, "--force", false},
+		{[]string{"keygen"}, exitUsage, "--force", false},
 		{[]string{"send", "message", "carol", "hi"}, exitUnknownPeer, "carol", true},
 		{[]string{"inbox", "--from", "carol"}, exitUnknownPeer, "carol", true},
 		{[]string{"send", "response", "bob", uuid, "completed"}, exitUsage, "no request " + uuid, true},

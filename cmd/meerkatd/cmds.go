@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -216,6 +218,10 @@ func runConfig(e *env, args []string) error {
 	path, err := node.CheckConfig(dir, e.lookupEnv, environ, "MEERKAT_HOME")
 	if done, err := e.jsonDone(*asJSON, map[string]any{"ok": true, "config": path}, err); done {
 		return err
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(e.stdout, "ok: %s (absent: the defaults apply)\n", path)
+		return nil
 	}
 	fmt.Fprintf(e.stdout, "ok: %s\n", path)
 	return nil

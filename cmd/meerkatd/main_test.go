@@ -69,7 +69,7 @@ func TestKeygen(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errOut := run(t, nil, "keygen", "--home", home)
-	if code != exitError || !strings.Contains(errOut, "--force") {
+	if code != exitUsage || !strings.Contains(errOut, "--force") || !strings.Contains(errOut, "bad_argument") {
 		t.Fatalf("keygen over an identity: code %d, stderr %q", code, errOut)
 	}
 	if again, _ := identity.LoadKeypair(home); again.ID() != first.ID() {

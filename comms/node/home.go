@@ -78,7 +78,7 @@ func ResolveHome(dir string, getenv func(string) string) (string, error) {
 func Keygen(dir string, force bool) error {
 	keyPath := filepath.Join(dir, identity.KeyFile)
 	if _, err := os.Stat(keyPath); err == nil && !force {
-		return errors.New(keyPath + " already holds an identity; use --force to replace it (peers that trust the old key will refuse this node)")
+		return &Error{Code: CodeBadArgument, Msg: keyPath + " already holds an identity; use --force to replace it (peers that trust the old key will refuse this node)"}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
