@@ -552,6 +552,8 @@ func TestErrorMessages(t *testing.T) {
 	cases := []errCase{
 		{[]string{"pair", "accept", "garbage"}, exitUsage, "pairing code line", false},
 		{[]string{"pair", "accept", "meerkat-pair/1", "x", "y", "z"}, exitUsage, "pairing code line", false},
+		{[]string{"pair", "accept", "meerkat-pair/1 AAAA-AAAA-AAAA-AAAA-AAAA-AAAA-AA uds:///nonexistent-meerkat-dir/meerkat.sock"}, exitPeerOffline, "cannot reach the offer's address", false},
+		{[]string{"pair", "accept", "meerkat-pair/1 AAAA-AAAA-AAAA-AAAA-AAAA-AAAA-AB uds:///nonexistent-meerkat-dir/meerkat.sock"}, exitUsage, "a typo?", false},
 		{[]string{"send", "request", "bob", "x", "--wait", "5"}, exitUsage, "a duration needs a unit: 5s", false},
 		{[]string{"send", "message", "bob", "hi", "--reliable", "--ttl", "90"}, exitUsage, "a duration needs a unit: 90s", false},
 		{[]string{"inbox", "--wait", "2"}, exitUsage, "a duration needs a unit: 2s", false},

@@ -175,6 +175,9 @@ func (n *Node) accept(ctx context.Context, lineText, nameForPeer string) (Paired
 	} else {
 		peer, err = pair.Accept(ctx, n.h.Key, n.h.Config.Name, self, line, nameForPeer, n.planPeer, n.trustPeer)
 	}
+	if errors.Is(err, pair.ErrUnreachable) {
+		return Paired{}, &Error{Code: CodePeerOffline, Err: err, Msg: UserText(err)}
+	}
 	if err != nil {
 		return Paired{}, Coded(err)
 	}

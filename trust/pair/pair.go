@@ -304,7 +304,7 @@ func Accept(ctx context.Context, kp *identity.Keypair, selfName string, selfAddr
 	defer cancel()
 	c, err := transport.Dial(ctx, line.Addr)
 	if err != nil {
-		return trust.Peer{}, fmt.Errorf("pair: cannot reach %s: %w", line.Addr, err)
+		return trust.Peer{}, fmt.Errorf("%w %s (is the offering node running?): %w", ErrUnreachable, line.Addr, err)
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {

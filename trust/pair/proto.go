@@ -54,6 +54,8 @@ var (
 	// ErrUnanswered: the responder trusted the initiator, but could not
 	// tell it so.
 	ErrUnanswered = errors.New("pair: the answer did not reach the other node, which may not trust this one (pair again with a new code to complete it)")
+	// ErrUnreachable: the line's address could not be connected to.
+	ErrUnreachable = errors.New("pair: cannot reach the offer's address")
 )
 
 // conn reads and writes messages.
