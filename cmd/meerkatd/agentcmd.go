@@ -124,6 +124,9 @@ func runRequests(e *env, args []string) error {
 	if *state != "" {
 		q.States = strings.Split(*state, ",")
 	}
+	if err := node.CheckRequestStates(q.States); err != nil {
+		return err // before looking for the daemon
+	}
 	rs, err := call(e, *homeFlag, func(ctx context.Context, b node.API) ([]node.SentRequest, error) { return b.Requests(ctx, q) })
 	if err != nil {
 		return err

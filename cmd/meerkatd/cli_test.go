@@ -579,6 +579,8 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"space", "show", "nowhere"}, exitError, "no space \"nowhere\"", true},
 		// Broadcast and tasks.
 		{[]string{"task", "bogus"}, exitUsage, "unknown task subcommand", false},
+		{[]string{"requests", "--state", "bogus"}, exitUsage, `"bogus" is not open`, false},
+		{[]string{"status", "--wait", "-1s"}, exitUsage, "--wait must not be negative", false},
 		{[]string{"task", "wait"}, exitUsage, "wrong number of arguments", false},
 		{[]string{"task", "list", "--wait", "1s"}, exitUsage, "--wait", false},
 		{[]string{"task", "complete", "t", "{nope"}, exitUsage, "not valid JSON", false},

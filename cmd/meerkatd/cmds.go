@@ -253,6 +253,9 @@ func runStatus(e *env, args []string) error {
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
+	if *wait < 0 {
+		return fmt.Errorf("%w: --wait must not be negative", errUsage)
+	}
 	if dir, err := e.homeDir(*homeFlag); err == nil && *wait > 0 {
 		control.WaitServing(filepath.Join(dir, node.ControlSocketName), *wait)
 	}

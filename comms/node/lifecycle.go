@@ -666,12 +666,8 @@ func (n *Node) Requests(ctx context.Context, q RequestQuery) ([]SentRequest, err
 		return nil, n.noLifecycle()
 	}
 	sq := store.SentRequestQuery{States: q.States, Limit: q.Limit}
-	for _, s := range q.States {
-		switch s {
-		case RequestOpen, RequestAnswered, RequestTimedOut, RequestCancelled:
-		default:
-			return nil, errorf(CodeBadArgument, "states: %q is not open, answered, timed_out or cancelled", s)
-		}
+	if err := CheckRequestStates(q.States); err != nil {
+		return nil, err
 	}
 	if q.Limit < 0 {
 		return nil, errorf(CodeBadArgument, "limit must not be negative")
@@ -916,4 +912,17 @@ func (n *Node) lifecycleRequest(peer, intent string, params wire.Value, deadline
 		}
 	}
 	return kind, func(s comms.Sealed) error { return n.lc.sent(s, intent, deadline) }, nil
+}
+
+// CheckRequestStates refuses (bad_argument) a state that is not one of a
+// sent request's: open, answered, timed_out, cancelled.
+func CheckRequestStates(states []string) error {
+	for _, s := range states {
+		switch s {
+		case RequestOpen, RequestAnswered, RequestTimedOut, RequestCancelled:
+		default:
+			return errorf(CodeBadArgument, "states: %q is not open, answered, timed_out or cancelled", s)
+		}
+	}
+	return nil
 }
