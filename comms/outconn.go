@@ -49,6 +49,7 @@ type outConn struct {
 	fr       *transport.Reader // used by the token's holder only
 	begun    time.Time         // when a reader first found the next frame begun, not whole (frameOverdue); the token's holder's
 	lastWait atomic.Int64      // Unix ns when a send last began to wait for an ack
+	lastRead atomic.Int64      // Unix ns when a frame was last read
 	inbound  chan []byte       // non-ack frames a sender read, for readLoop to receive
 	dlmu     sync.Mutex        // orders read-deadline changes; guards the two below
 	readSess uint64            // the current read session: a late deadline change is ignored
@@ -210,7 +211,8 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 // await waits for the outcome of a send: an ack routed by whoever reads
 // the connection, or, when nobody does, read by the caller itself.
 func (oc *outConn) await(ctx context.Context, ch chan ackResult) error {
-	oc.lastWait.Store(time.Now().UnixNano())
+	start := time.Now()
+	oc.lastWait.Store(start.UnixNano())
 	for {
 		select {
 		case r := <-ch:
@@ -218,6 +220,7 @@ func (oc *outConn) await(ctx context.Context, ch chan ackResult) error {
 		default:
 		}
 		if ctx.Err() != nil {
+			oc.failIfSilent(ctx, start)
 			return ctx.Err()
 		}
 		select {
@@ -240,6 +243,21 @@ func (oc *outConn) await(ctx context.Context, ch chan ackResult) error {
 	}
 }
 
+// failIfSilent fails the connection when a wait for an ack that ran out
+// its deadline, after at least the frame timeout, saw no frame at all
+// from the peer: a peer that went away without a word, or that left a
+// frame (or, over TLS, a record) unfinished, would otherwise keep the
+// link on a connection every later send times out on. The next send
+// dials again; the receiver's duplicate filter makes a resend harmless.
+// A wait its caller cancelled, or gave less than the frame timeout,
+// proves nothing.
+func (oc *outConn) failIfSilent(ctx context.Context, start time.Time) {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || time.Since(start) < oc.l.r.opts.FrameTimeout || oc.lastRead.Load() >= start.UnixNano() {
+		return
+	}
+	oc.fail(fmt.Errorf("%w: nothing came from the peer for %v while a send waited for its ack", errConnLost, time.Since(start).Round(time.Millisecond)))
+}
+
 // readFor reads the connection, as the holder of the read token, until
 // ch holds the caller's outcome, the caller's context ends (timedOut), or
 // the connection fails (fail tells every waiting send). It waits for
@@ -257,7 +275,7 @@ func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) (timedOut boo
 	for len(ch) == 0 {
 		if err := oc.fr.PeekFrame(); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				if oc.frameOverdue() {
+				if oc.frameOverdue(sess) {
 					oc.fail(fmt.Errorf("%w: the peer left a frame unfinished past the frame timeout", errConnLost))
 					return false
 				}
@@ -295,7 +313,7 @@ func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) (timedOut boo
 // peer that never finishes it must not keep every later wait from seeing
 // an ack, nor the link from dialling again. Only the token's holder calls
 // it.
-func (oc *outConn) frameOverdue() bool {
+func (oc *outConn) frameOverdue(sess uint64) bool {
 	if oc.fr.Buffered() == 0 || oc.fr.FrameBuffered() {
 		oc.begun = time.Time{}
 		return false
@@ -305,7 +323,29 @@ func (oc *outConn) frameOverdue() bool {
 		oc.begun = now
 		return false
 	}
-	return now.Sub(oc.begun) > oc.l.r.opts.FrameTimeout
+	if now.Sub(oc.begun) <= oc.l.r.opts.FrameTimeout {
+		return false
+	}
+	// Its rest may have come while no one read: a last read (the cut
+	// read took nothing from the socket).
+	oc.dlmu.Lock()
+	if oc.readSess == sess {
+		oc.c.SetReadDeadline(now.Add(lastReadGrace))
+	}
+	oc.dlmu.Unlock()
+	return oc.fr.PeekFrame() != nil
+}
+
+// lastReadGrace is how long a last read of what has arrived may take
+// (frameOverdue, readIdle).
+const lastReadGrace = 20 * time.Millisecond
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // startRead starts a read session with deadline dl (zero: none) for the
@@ -486,7 +526,9 @@ func (oc *outConn) readIdle() error {
 	if begun.IsZero() {
 		begun = time.Now()
 	}
-	oc.startRead(begun.Add(oc.l.r.opts.FrameTimeout), nil)
+	// A frame that came whole while no one read is not refused for its
+	// age: it gets a last read.
+	oc.startRead(later(begun.Add(oc.l.r.opts.FrameTimeout), time.Now().Add(lastReadGrace)), nil)
 	for {
 		if err := oc.readFrame(false); err != nil {
 			return err
@@ -507,6 +549,7 @@ func (oc *outConn) readFrame(bySend bool) error {
 		return fmt.Errorf("%w: %v", errConnLost, err)
 	}
 	oc.begun = time.Time{}
+	oc.lastRead.Store(time.Now().UnixNano())
 	e, err := wire.Decode(payload)
 	if err != nil || e.To != oc.l.r.self || e.From != oc.l.peer.ID {
 		return errBadAck // a peer that sends garbage on our connection loses it

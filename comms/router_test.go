@@ -732,6 +732,7 @@ func rawPeerWith(t *testing.T, opts Options) (peerKP *identity.Keypair, r *Route
 		t.Fatal(err)
 	}
 	ch := make(chan net.Conn, 4)
+	stop := make(chan struct{})
 	var mu sync.Mutex
 	var accepted []net.Conn
 	go func() {
@@ -744,10 +745,15 @@ func rawPeerWith(t *testing.T, opts Options) (peerKP *identity.Keypair, r *Route
 			mu.Lock()
 			accepted = append(accepted, c)
 			mu.Unlock()
-			ch <- c
+			select {
+			case ch <- c:
+			case <-stop: // the test is over: nobody takes more
+				return
+			}
 		}
 	}()
 	t.Cleanup(func() {
+		close(stop)
 		r.Close()
 		ln.Close()
 		mu.Lock()
@@ -1141,4 +1147,36 @@ func TestStalledFrameUnderSteadySends(t *testing.T) {
 		}
 	}
 	r.Close() // the sends still waiting fail; their goroutines end
+}
+
+// A peer that stops answering on a connection that stays open (gone
+// without a word, or a TLS record left unfinished, which no frame reader
+// sees) loses the connection once a send has waited its whole deadline,
+// at least the frame timeout, without a frame: the next send dials again.
+func TestSilentConnectionIsDroppedAfterATimedOutSend(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	peerKP, r, conns := rawPeerWith(t, Options{AckTimeout: 300 * time.Millisecond, FrameTimeout: 100 * time.Millisecond})
+	ctx := ctxT(t)
+	done := sendAsync(ctx, r, "first")
+	c := <-conns
+	peerWrite(t, c, ackFrameOf(t, peerKP, readEnvelope(t, c)))
+	if err := <-done; err != nil {
+		t.Fatalf("first send: %v", err)
+	}
+	done = sendAsync(ctx, r, "unanswered")
+	readEnvelope(t, c) // and never answered
+	if err := <-done; err == nil {
+		t.Fatal("a send nobody acknowledged succeeded")
+	}
+	done = sendAsync(ctx, r, "after")
+	var c2 net.Conn
+	select {
+	case c2 = <-conns:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no new connection: the silent one was kept")
+	}
+	peerWrite(t, c2, ackFrameOf(t, peerKP, readEnvelope(t, c2)))
+	if err := <-done; err != nil {
+		t.Fatalf("send after the silence: %v", err)
+	}
 }

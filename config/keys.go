@@ -342,7 +342,8 @@ func ParseList(s string) ([]string, error) {
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
 		if p == "" {
-			return nil, fmt.Errorf("item %d of %q is empty: separate items with single commas", i+1, s)
+			// The list is not quoted: a server URL in it may hold a password.
+			return nil, fmt.Errorf("item %d of %d is empty: separate items with single commas", i+1, len(parts))
 		}
 		out = append(out, p)
 	}

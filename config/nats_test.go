@@ -440,7 +440,10 @@ func TestNATSServerErrorsHidePasswords(t *testing.T) {
 		{"nats://alice:hunter2@broker:4222/x", `"nats://***@broker:4222/x"`},
 		{"nats://a@b:hunter2@broker", `"nats://***@broker"`},
 		{"nats://alice:hunter2 @broker:4222", `"nats://***@broker:4222"`},
-		{"nats://broker:4222/x@y", `"nats://broker:4222/x@y"`}, // no user information: nothing hidden
+		{"nats://alice:pa/ss@broker:4222", `"nats://***@broker:4222"`},
+		{"nats://alice:pa?ss#x@broker:4222", `"nats://***@broker:4222"`},
+		{"alice:hun/ter2@broker:4222", `"***@broker:4222"`},
+		{"nats://broker:4222/x", `"nats://broker:4222/x"`}, // no user information: nothing hidden
 	} {
 		c := Default()
 		c.NATS.Servers = []string{tc.url}
@@ -483,5 +486,14 @@ func TestSyntaxErrorHidesPassword(t *testing.T) {
 	_, err := Parse([]byte("[comms]\nlisten_tcp = oops\n"))
 	if err == nil || !strings.Contains(err.Error(), `"oops"`) {
 		t.Errorf("a syntax error elsewhere lost the decoder's message: %v", err)
+	}
+}
+
+// A list from the environment that does not parse is not quoted back: a
+// server URL in it may hold a password.
+func TestParseListDoesNotQuote(t *testing.T) {
+	_, err := ParseList("nats://alice:hunter2@b:1,,x")
+	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "item 2") {
+		t.Fatalf("ParseList: %v", err)
 	}
 }

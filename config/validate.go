@@ -175,21 +175,20 @@ func (n NATS) ServerURLs() ([]string, error) {
 	return out, nil
 }
 
-// withoutUserinfo is the server URL s with what a URL parser would take
-// for user information ("user:password@") replaced by "***@".
+// withoutUserinfo is the server URL s with everything from after its
+// scheme up to its last "@" replaced by "***": user information
+// ("user:password@") whatever characters the password holds. (A URL
+// with an "@" elsewhere is refused anyway.)
 func withoutUserinfo(s string) string {
-	scheme, rest := "", s
-	if i := strings.Index(s, "://"); i >= 0 {
-		scheme, rest = s[:i+3], s[i+3:]
+	at := strings.LastIndex(s, "@")
+	if at < 0 {
+		return s
 	}
-	host := rest
-	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
-		host = rest[:end]
+	scheme := ""
+	if i := strings.Index(s, "://"); i >= 0 && i < at {
+		scheme = s[:i+3]
 	}
-	if at := strings.LastIndex(host, "@"); at >= 0 {
-		return scheme + "***@" + rest[at+1:]
-	}
-	return s
+	return scheme + "***" + s[at:]
 }
 
 // parseNATSURL checks one server URL and returns it as scheme://host:port.

@@ -127,12 +127,20 @@ func queuedGhost(id string) node.Sent {
 	return node.Sent{ID: id, Peer: "ghost", Delivery: node.DeliveryQueued, LastError: "dial uds:///tmp/ghost.sock: no such file or directory"}
 }
 
-func (f *fakeNode) SendMessage(_ context.Context, peer, body string, opts node.SendOptions) (node.Sent, error) {
+func (f *fakeNode) SendMessage(ctx context.Context, peer, body string, opts node.SendOptions) (node.Sent, error) {
 	f.mu.Lock()
 	f.opts = append(f.opts, opts)
 	f.mu.Unlock()
 	if peer == "ghost" && opts.Reliable {
 		return queuedGhost("m-q"), nil
+	}
+	if peer == "slow" { // a peer that takes 300 ms to acknowledge
+		select {
+		case <-time.After(300 * time.Millisecond):
+			return node.Sent{ID: "m-slow", Peer: peer, Delivery: "acked"}, nil
+		case <-ctx.Done():
+			return node.Sent{}, ctx.Err()
+		}
 	}
 	if err := f.peer(peer); err != nil {
 		return node.Sent{}, err

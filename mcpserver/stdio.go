@@ -56,14 +56,15 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 type calls struct {
 	mu       sync.Mutex
 	inflight map[string]bool // idKey → cancelled
-	streams  int             // of inflight, subscriptions/listen streams (open until cancelled)
-	stream   map[string]bool // idKey → is such a stream
+	streams  int             // of inflight, those drain does not wait for (streams, waits)
+	stream   map[string]bool // idKey → is one of those
 }
 
 func newCalls() *calls { return &calls{inflight: map[string]bool{}, stream: map[string]bool{}} }
 
-// start records a request passed on to mcp-go; a stream is a
-// subscriptions/listen request, which lasts until the client cancels it.
+// start records a request passed on to mcp-go; stream marks one drain
+// does not wait for: a subscriptions/listen request, which lasts until the
+// client cancels it, or a tool call that waits.
 func (c *calls) start(id json.RawMessage, stream bool) {
 	if k, ok := idKey(id); ok {
 		c.mu.Lock()
@@ -98,8 +99,9 @@ func (c *calls) idle() bool {
 // input, goes on serving the requests already in flight so that their
 // responses are written (a client that pipes its requests and closes
 // stdin still gets its answers); past it, or when ctx ends, what is left
-// is cancelled. The MCP client stops the server by closing stdin, then
-// waits for it to exit.
+// is cancelled. Streams and calls that wait (wait_ms) are not waited for.
+// The MCP client stops the server by closing stdin, then waits for it to
+// exit.
 const drainGrace = 5 * time.Second
 
 // drain waits until no request is in flight, for at most grace or until
@@ -258,7 +260,7 @@ func track(line []byte, c *calls) {
 		return // not a request or notification (a response, a batch, not JSON)
 	}
 	if len(msg.ID) > 0 && string(msg.ID) != "null" {
-		c.start(msg.ID, msg.Method == string(mcp.MethodSubscriptionsListen))
+		c.start(msg.ID, msg.Method == string(mcp.MethodSubscriptionsListen) || waits(msg.Method, msg.Params))
 		return
 	}
 	if msg.Method == string(mcp.MethodNotificationCancelled) {
@@ -269,6 +271,21 @@ func track(line []byte, c *calls) {
 			c.cancel(p.RequestID)
 		}
 	}
+}
+
+// waits reports whether a request is a tool call that waits (a positive
+// wait_ms): once stdin has closed, nobody is left to want what it waits
+// for, so the server does not wait for it (calls.drain).
+func waits(method string, params json.RawMessage) bool {
+	if method != "tools/call" {
+		return false
+	}
+	var p struct {
+		Arguments struct {
+			WaitMS float64 `json:"wait_ms"`
+		} `json:"arguments"`
+	}
+	return json.Unmarshal(params, &p) == nil && p.Arguments.WaitMS > 0
 }
 
 // checkCall returns an invalid-params reply for a tools/call request whose

@@ -332,7 +332,9 @@ func TestStdioAnswersAfterStdinCloses(t *testing.T) {
 	w := startStdio(t, newFakeNode())
 	w.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
 	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"receive_messages","arguments":{"wait_ms":300}}}`)
+	// A call that takes a moment (the fake node's send waits), not one
+	// that waits for something to arrive: those are not waited for.
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send_message","arguments":{"peer":"slow","body":"hi"}}}`)
 	w.close()
 	for _, m := range w.seen {
 		if m["id"] != float64(2) {
@@ -345,4 +347,26 @@ func TestStdioAnswersAfterStdinCloses(t *testing.T) {
 		return
 	}
 	t.Fatalf("no answer to the call in flight when stdin closed; got %v", w.seen)
+}
+
+// Which requests the server does not wait for once stdin has closed:
+// tool calls that wait for something to arrive.
+func TestWaits(t *testing.T) {
+	for _, tc := range []struct {
+		method, params string
+		want           bool
+	}{
+		{"tools/call", `{"name":"receive_messages","arguments":{"wait_ms":300}}`, true},
+		{"tools/call", `{"name":"wait_task","arguments":{"task_id":"t","wait_ms":1}}`, true},
+		{"tools/call", `{"name":"receive_messages","arguments":{"wait_ms":0}}`, false},
+		{"tools/call", `{"name":"receive_messages","arguments":{}}`, false},
+		{"tools/call", `{"name":"send_message","arguments":{"peer":"bob","body":"hi"}}`, false},
+		{"tools/call", `{"name":"receive_messages","arguments":{"wait_ms":"300"}}`, false}, // refused by its tool anyway
+		{"tools/call", `not json`, false},
+		{"resources/read", `{"uri":"meerkat://inbox","arguments":{"wait_ms":5}}`, false},
+	} {
+		if got := waits(tc.method, json.RawMessage(tc.params)); got != tc.want {
+			t.Errorf("waits(%s, %s) = %v, want %v", tc.method, tc.params, got, tc.want)
+		}
+	}
 }

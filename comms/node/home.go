@@ -339,7 +339,7 @@ func CheckHome(dir string) error {
 			// The seed is a secret: others may not even read it (the key
 			// loader's rule, reported here with the other files).
 			if fi, serr := os.Lstat(path); serr == nil && fi.Mode().Perm()&0o077 != 0 {
-				err = &filemode.Error{Path: path, Reason: fmt.Sprintf("%s is readable by other users (mode %#o) and holds the node's secret; fix with: chmod 600 %s", path, fi.Mode().Perm(), path)}
+				err = &filemode.Error{Path: path, Reason: fmt.Sprintf("%s is open to other users (mode %#o) and holds the node's secret; fix with: chmod 600 %s", path, fi.Mode().Perm(), path)}
 			}
 		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
