@@ -33,6 +33,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"runtime"
@@ -429,4 +430,20 @@ func checkFiles(conns int) error {
 	}
 	rl.Cur = need
 	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+}
+
+// Flags registers the command line's options on fs, setting o.
+func (o *Options) Flags(fs *flag.FlagSet) {
+	fs.IntVar(&o.Reps, "reps", 0, "measured `repetitions`, after a warm-up one (default 5; --quick 1)")
+	fs.StringVar(&o.Transport, "transport", "", "`transports`: uds, tcp, tls, nats, nats-unsealed, a comma-separated list, both (uds,tcp) or all (default all, with nats and nats-unsealed when --nats-url is given; --quick uds); over tls and nats only sequential and pipelined run, compared with tcp")
+	fs.DurationVar(&o.Duration, "duration", 0, "measured window of each throughput scenario (default 2s; --quick 150ms)")
+	fs.IntVar(&o.Msgs, "msgs", 0, "round trips of each latency scenario, conn_per_msg half (default 2000; --quick 100)")
+	fs.IntVar(&o.IdleConns, "idle-conns", 0, "connections of idle_rss_1000 (default 1000; --quick 50)")
+	fs.StringVar(&o.NATS, "nats", "", "NATS bench `binary` (bench/nats) to compare with, over TCP")
+	fs.StringVar(&o.NATSURL, "nats-url", "", "running NATS server `URL` (e.g. make nats-dev: nats://127.0.0.1:4222) for the transports nats and nats-unsealed, which go through it")
+	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per scenario per line")
+	fs.StringVar(&o.HTML, "html", "", "also write a self-contained HTML page of the run (charts, checks) to `FILE`")
+	fs.BoolVar(&o.Gate, "gate", false, "exit 1 when a check fails")
+	fs.BoolVar(&o.Quick, "quick", false, "smoke run: one repetition, tiny counts, UDS only")
+	fs.StringVar(&o.Only, "only", "", "comma-separated scenario `groups` to run (default all): "+strings.Join(Groups(), ", "))
 }

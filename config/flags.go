@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -14,6 +15,38 @@ var settingFlags = map[string]string{
 	"listen-tcp": "comms.listen_tcp",
 	"log-level":  "log.level",
 	"log-format": "log.format",
+}
+
+// HomeFlag registers --home on fs, defaulting to def, and returns its
+// value. An empty --home is refused (ErrEmptyHome): --home "$DIR" with
+// DIR unset must not fall back to the default home, where a command that
+// creates one would mint an identity.
+func HomeFlag(fs *flag.FlagSet, def string) *string {
+	h := homeValue{new(string)}
+	*h.p = def
+	fs.Var(h, "home", "node home `directory` (default $MEERKAT_HOME, else $XDG_CONFIG_HOME/meerkat, else ~/.config/meerkat)")
+	return h.p
+}
+
+// ErrEmptyHome is the error of an empty --home.
+var ErrEmptyHome = errors.New("needs a directory, not an empty string")
+
+// homeValue is --home's flag.Value.
+type homeValue struct{ p *string }
+
+func (h homeValue) String() string {
+	if h.p == nil {
+		return ""
+	}
+	return *h.p
+}
+
+func (h homeValue) Set(s string) error {
+	if s == "" {
+		return ErrEmptyHome
+	}
+	*h.p = s
+	return nil
 }
 
 // ListenFlags registers --listen-uds and --listen-tcp on fs.

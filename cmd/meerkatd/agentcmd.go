@@ -109,7 +109,7 @@ func runSent(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printList(e, *asJSON, st, "no sends recorded", nodetext.Sent)
+	return nodetext.List(e.stdout, e.stderr, *asJSON, st, "no sends recorded", nodetext.Sent)
 }
 
 func runRequests(e *env, args []string) error {
@@ -131,7 +131,7 @@ func runRequests(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printList(e, *asJSON, rs, "no requests", nodetext.Requests)
+	return nodetext.List(e.stdout, e.stderr, *asJSON, rs, "no requests", nodetext.Requests)
 }
 
 func runCancel(e *env, args []string) error {
@@ -184,7 +184,7 @@ func runRelease(e *env, args []string) error {
 		return err
 	}
 	if len(pos) == 0 {
-		return printList(e, *asJSON, before, "the loop guard counts no fast replies and holds no peer", nodetext.LoopGuards)
+		return nodetext.List(e.stdout, e.stderr, *asJSON, before, "the loop guard counts no fast replies and holds no peer", nodetext.LoopGuards)
 	}
 	// The peer released is the one whose state it dropped (PEER may be a
 	// name, key or UUID).
@@ -195,12 +195,12 @@ func runRelease(e *env, args []string) error {
 		}
 	}
 	if *asJSON {
-		return printJSON(e.stdout, map[string]any{"peer": pos[0], "released": was != nil && was.Held})
+		return nodetext.PrintJSON(e.stdout, map[string]any{"peer": pos[0], "released": was != nil && was.Held})
 	}
 	if was != nil && was.Held {
-		fmt.Fprintf(e.stdout, "released %s: sends to it go again (it was held until %s); its count starts again\n", safeLine(pos[0]), nodetext.Time(was.HeldUntil))
+		fmt.Fprintf(e.stdout, "released %s: sends to it go again (it was held until %s); its count starts again\n", nodetext.Line(pos[0]), nodetext.Time(was.HeldUntil))
 	} else {
-		fmt.Fprintf(e.stdout, "%s was not held; its count starts again\n", safeLine(pos[0]))
+		fmt.Fprintf(e.stdout, "%s was not held; its count starts again\n", nodetext.Line(pos[0]))
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -111,58 +110,14 @@ func (e *env) jsonDone(asJSON bool, v any, err error) (bool, error) {
 		return true, err
 	}
 	if asJSON {
-		return true, printJSON(e.stdout, v)
+		return true, nodetext.PrintJSON(e.stdout, v)
 	}
 	return false, nil
 }
 
-// printList prints items: as JSON (none as []), or as text, or with none
-// on stderr when there are no items.
-func printList[T any](e *env, asJSON bool, items []T, none string, text func(io.Writer, []T) error) error {
-	if asJSON {
-		if items == nil {
-			items = []T{}
-		}
-		return printJSON(e.stdout, items)
-	}
-	if len(items) == 0 {
-		fmt.Fprintln(e.stderr, none)
-		return nil
-	}
-	return text(e.stdout, items)
-}
-
 // homeFlag registers --home, defaulting to a --home given before the
 // command.
-func (e *env) homeFlag(flags *flag.FlagSet) *string {
-	p := new(string)
-	*p = e.home
-	flags.Var(homeValue{p}, "home", "node home `directory` (default $MEERKAT_HOME, else $XDG_CONFIG_HOME/meerkat, else ~/.config/meerkat)")
-	return p
-}
-
-// homeValue is --home's value. An empty one is refused: --home "$DIR"
-// with DIR unset must not fall back to the default home (and init or run
-// mint an identity there).
-type homeValue struct{ p *string }
-
-func (h homeValue) String() string {
-	if h.p == nil {
-		return ""
-	}
-	return *h.p
-}
-
-func (h homeValue) Set(s string) error {
-	if s == "" {
-		return errEmptyHome
-	}
-	*h.p = s
-	return nil
-}
-
-// errEmptyHome is the error of an empty --home.
-var errEmptyHome = errors.New("needs a directory, not an empty string")
+func (e *env) homeFlag(flags *flag.FlagSet) *string { return config.HomeFlag(flags, e.home) }
 
 // maxInput bounds a body, params or result read from a file or stdin: the
 // envelope limit; the node refuses what does not fit.
@@ -198,17 +153,10 @@ func (e *env) readInput(what, arg string) (string, error) {
 	return string(b), nil
 }
 
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
-}
-
 // printJSONError prints err as {"error": {"code", "message"}} for a
 // command run with --json, so a script reads the same codes as MCP.
 func printJSONError(w io.Writer, err error) {
-	printJSON(w, map[string]any{"error": jsonError(err)})
+	nodetext.PrintJSON(w, map[string]any{"error": jsonError(err)})
 }
 
 // jsonError is the {code, message} of err that --json prints.
@@ -247,16 +195,12 @@ func (e *env) printPartial(v any, ok bool, err error) error {
 		return jsonShown(err)
 	}
 	if err != nil {
-		var fields map[string]json.RawMessage
-		if b, merr := json.Marshal(v); merr != nil || json.Unmarshal(b, &fields) != nil || fields == nil {
+		if v, ok = nodetext.WithError(v, jsonError(err)); !ok {
 			printJSONError(e.stdout, err) // not an object: the error alone
 			return jsonShown(err)
 		}
-		eb, _ := json.Marshal(jsonError(err)) // strings only: cannot fail
-		fields["error"] = eb
-		v = fields
 	}
-	if perr := printJSON(e.stdout, v); perr != nil {
+	if perr := nodetext.PrintJSON(e.stdout, v); perr != nil {
 		return perr
 	}
 	return jsonShown(err)
@@ -282,18 +226,6 @@ func wantsJSON(args []string) bool {
 	}
 	return false
 }
-
-// safeText makes peer-controlled text safe to print on a terminal: control
-// characters (escape sequences, carriage returns, …) and invalid UTF-8
-// are shown escaped, and each new line is indented by indent, so a peer
-// cannot draw lines that look like meerkatd's own.
-func safeText(s, indent string) string { return nodetext.Escape(s, indent) }
-
-// safeLine is safeText for a line of meerkatd's own that carries text a
-// peer may have chosen (an error message, a last error, a dead letter's
-// reason): control characters escaped, continuation lines indented, but
-// backslashes left as they are (the rest of the line is meerkatd's).
-func safeLine(s string) string { return nodetext.Line(s) }
 
 // homeDir resolves the node's home from the --home flag and the
 // environment (node.ResolveHome).

@@ -121,10 +121,10 @@ func runTask(e *env, args []string) error {
 			if err == nil && !*asJSON {
 				e.noteReplayed(res.Replayed, "completion")
 				if res.Already {
-					fmt.Fprintf(e.stderr, "task %s was already completed: its result stays, nothing sent\n", safeLine(pos[0]))
+					fmt.Fprintf(e.stderr, "task %s was already completed: its result stays, nothing sent\n", nodetext.Line(pos[0]))
 				}
 				for _, c := range res.Copies {
-					fmt.Fprintf(e.stderr, "told %s: %s %s\n", c.Peer, c.Delivery, safeLine(c.Error+c.LastError))
+					fmt.Fprintf(e.stderr, "told %s: %s %s\n", c.Peer, c.Delivery, nodetext.Line(c.Error+c.LastError))
 				}
 			}
 		case "wait":
@@ -132,7 +132,7 @@ func runTask(e *env, args []string) error {
 			res, err = b.WaitTask(ctx, pos[0], *wait)
 			out, task = res, &res.Task
 			if err == nil && res.TimedOut {
-				err = fmt.Errorf("task %s is still open (wait again later: it resolves only on completion)", safeLine(pos[0]))
+				err = fmt.Errorf("task %s is still open (wait again later: it resolves only on completion)", nodetext.Line(pos[0]))
 			}
 		}
 		if *asJSON {

@@ -87,7 +87,7 @@ func (e *env) printIdentity(h *node.Home, asJSON bool) error {
 	id := h.Key.ID()
 	self := node.Self{Name: h.Config.Name, PubKey: id.String(), PeerUUID: id.UUID().String(), Home: h.Dir, Listen: listen}
 	if asJSON {
-		return printJSON(e.stdout, self)
+		return nodetext.PrintJSON(e.stdout, self)
 	}
 	nodetext.Self(e.stdout, self)
 	return nil
@@ -151,7 +151,7 @@ func runPeers(e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return printList(e, *asJSON, peers, "no trusted peers; add one with: meerkatd peers add NAME KEY ADDR", nodetext.Peers)
+		return nodetext.List(e.stdout, e.stderr, *asJSON, peers, "no trusted peers; add one with: meerkatd peers add NAME KEY ADDR", nodetext.Peers)
 	case "add":
 		p, err := node.AddPeer(h, pos[0], pos[1], pos[2], *alsoNATS, *meta)
 		if done, err := e.jsonDone(*asJSON, p, err); done {
@@ -168,7 +168,7 @@ func runPeers(e *env, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return printJSON(e.stdout, map[string]string{"removed": pos[0]})
+		return nodetext.PrintJSON(e.stdout, map[string]string{"removed": pos[0]})
 	}
 	fmt.Fprintf(e.stdout, "removed %s\n", pos[0])
 	return nil
@@ -183,7 +183,7 @@ func (e *env) peersDiscover(h *node.Home, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	return printList(e, asJSON, as, "no other running nodes on this host", nodetext.Announcements)
+	return nodetext.List(e.stdout, e.stderr, asJSON, as, "no other running nodes on this host", nodetext.Announcements)
 }
 
 func runConfig(e *env, args []string) error {
@@ -268,7 +268,7 @@ func runStatus(e *env, args []string) error {
 		notRunning = &node.Error{Code: node.CodeNoDaemon, Msg: "no daemon is running for " + s.Home + " (start it with: meerkatd run --home " + s.Home + ")"}
 	}
 	if *asJSON {
-		if err := printJSON(e.stdout, s); err != nil {
+		if err := nodetext.PrintJSON(e.stdout, s); err != nil {
 			return err
 		}
 		return jsonShown(notRunning)
@@ -295,9 +295,9 @@ func (e *env) configShow(dir string, overrides node.OpenOptions, asJSON bool) er
 	}
 	settings := config.Settings(&cfg, src)
 	if asJSON {
-		return printJSON(e.stdout, map[string]any{"config": filepath.Join(dir, config.FileName), "settings": settings})
+		return nodetext.PrintJSON(e.stdout, map[string]any{"config": filepath.Join(dir, config.FileName), "settings": settings})
 	}
-	return nodetext.Table(e.stdout, "KEY\tVALUE\tSOURCE", settings, func(s config.Setting) []any { return []any{s.Key, safeText(s.Value, ""), s.Source} })
+	return nodetext.Table(e.stdout, "KEY\tVALUE\tSOURCE", settings, func(s config.Setting) []any { return []any{s.Key, nodetext.Escape(s.Value, ""), s.Source} })
 }
 
 // runMCP serves MCP on stdin/stdout: attached to the home's daemon if one

@@ -19,6 +19,8 @@ import (
 
 	"github.com/meerkatd/meerkatd/bench"
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/node/nodetext"
+	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/internal/completion"
 	"github.com/meerkatd/meerkatd/internal/systemdunit"
 )
@@ -142,20 +144,16 @@ func (e *env) globalFlags(args []string) (rest []string, done bool, code int) {
 		case a == "-V" || a == "--version" || a == "-version":
 			fmt.Fprintln(e.stdout, "meerkatd", buildVersion())
 			return nil, true, exitOK
-		case a == "--home" || a == "-home":
-			if len(args) < 2 {
-				fmt.Fprintln(e.stderr, "meerkatd: --home needs a directory")
-				return nil, true, exitUsage
+		case a == "--home" || a == "-home" || strings.HasPrefix(a, "--home=") || strings.HasPrefix(a, "-home="):
+			if _, v, ok := strings.Cut(a, "="); ok {
+				e.home, args = v, args[1:]
+			} else if len(args) >= 2 {
+				e.home, args = args[1], args[2:]
+			} else {
+				e.home, args = "", nil
 			}
-			e.home, args = args[1], args[2:]
 			if e.home == "" {
-				fmt.Fprintf(e.stderr, "meerkatd: --home %s\n", errEmptyHome)
-				return nil, true, exitUsage
-			}
-		case strings.HasPrefix(a, "--home=") || strings.HasPrefix(a, "-home="):
-			e.home, args = a[strings.IndexByte(a, '=')+1:], args[1:]
-			if e.home == "" {
-				fmt.Fprintf(e.stderr, "meerkatd: --home %s\n", errEmptyHome)
+				fmt.Fprintf(e.stderr, "meerkatd: --home %s\n", config.ErrEmptyHome)
 				return nil, true, exitUsage
 			}
 		default:
@@ -207,7 +205,7 @@ func (e *env) main(args []string) int {
 	}
 	// An error may quote a peer (a pairing peer's refusal, an address it
 	// gave in a dial error): escaped like any text from peers.
-	fmt.Fprintf(e.stderr, "meerkatd %s: %s\n", name, safeLine(errorText(name, err)))
+	fmt.Fprintf(e.stderr, "meerkatd %s: %s\n", name, nodetext.Line(errorText(name, err)))
 	return exitCode(err)
 }
 
@@ -305,7 +303,7 @@ func runVersion(e *env, args []string) error {
 		if bi, ok := debug.ReadBuildInfo(); ok {
 			v["go"] = bi.GoVersion
 		}
-		return printJSON(e.stdout, v)
+		return nodetext.PrintJSON(e.stdout, v)
 	}
 	fmt.Fprintln(e.stdout, "meerkatd", buildVersion())
 	return nil

@@ -51,7 +51,7 @@ func runOutbox(e *env, args []string) error {
 			fmt.Fprintln(e.stdout)
 		}
 	}
-	return printList(e, false, info.Entries, "outbox empty", nodetext.Queued)
+	return nodetext.List(e.stdout, e.stderr, false, info.Entries, "outbox empty", nodetext.Queued)
 }
 
 func runDeadLetters(e *env, args []string) error {
@@ -97,7 +97,7 @@ func runDeadLetters(e *env, args []string) error {
 	case "retry", "drop":
 		verb := map[string]string{"retry": "requeued", "drop": "dropped"}[sub]
 		if *asJSON {
-			return printJSON(e.stdout, map[string]int{verb: n})
+			return nodetext.PrintJSON(e.stdout, map[string]int{verb: n})
 		}
 		fmt.Fprintf(e.stdout, "%s %d dead letter(s)\n", verb, n)
 		if n < len(pos) {
@@ -105,7 +105,7 @@ func runDeadLetters(e *env, args []string) error {
 		}
 		return nil
 	}
-	return printList(e, *asJSON, dl, "no dead letters", nodetext.DeadLetters)
+	return nodetext.List(e.stdout, e.stderr, *asJSON, dl, "no dead letters", nodetext.DeadLetters)
 }
 
 func runAudit(e *env, args []string) error {

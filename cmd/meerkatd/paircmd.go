@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 	"github.com/meerkatd/meerkatd/internal/atomicfile"
 	"github.com/meerkatd/meerkatd/trust/pair"
 )
@@ -70,9 +71,9 @@ func runPair(e *env, args []string) error {
 	}
 	report := func(p node.Paired) error {
 		if *asJSON {
-			return printJSON(e.stdout, p)
+			return nodetext.PrintJSON(e.stdout, p)
 		}
-		fmt.Fprintf(e.stdout, "paired: trusting %s (%s) at %s\n", safeText(p.Name, ""), p.PubKey, safeText(p.Addr, ""))
+		fmt.Fprintf(e.stdout, "paired: trusting %s (%s) at %s\n", nodetext.Escape(p.Name, ""), p.PubKey, nodetext.Escape(p.Addr, ""))
 		return nil
 	}
 	if sub == "accept" {
@@ -124,7 +125,7 @@ func runPair(e *env, args []string) error {
 	if *asJSON {
 		// The offer first, then (once used) what was added: two JSON
 		// documents, each complete.
-		if err := printJSON(e.stdout, info); err != nil {
+		if err := nodetext.PrintJSON(e.stdout, info); err != nil {
 			return err
 		}
 	} else {

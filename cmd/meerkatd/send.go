@@ -120,12 +120,12 @@ func runSend(e *env, args []string) error {
 	if res.Delivery == node.DeliveryQueued {
 		why := ""
 		if res.LastError != "" {
-			why = " (last attempt: " + safeLine(res.LastError) + ")"
+			why = " (last attempt: " + nodetext.Line(res.LastError) + ")"
 		}
 		fmt.Fprintf(e.stderr, "queued in the outbox; retrying until acked%s: see meerkatd outbox\n", why)
 	}
 	for _, r := range res.Responses {
-		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, safeText(nodetext.JSON(r.Result), "  "))
+		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, nodetext.Escape(nodetext.JSON(r.Result), "  "))
 	}
 	return err
 }

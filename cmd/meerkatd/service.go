@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 
 	"github.com/meerkatd/meerkatd/bench"
@@ -96,18 +95,7 @@ func runBench(e *env, args []string) error {
 	}
 	var o bench.Options
 	flags := e.newFlags("bench")
-	flags.IntVar(&o.Reps, "reps", 0, "measured `repetitions`, after a warm-up one (default 5; --quick 1)")
-	flags.StringVar(&o.Transport, "transport", "", "`transports`: uds, tcp, tls, nats, nats-unsealed, a comma-separated list, both (uds,tcp) or all (default all, with nats and nats-unsealed when --nats-url is given; --quick uds); over tls and nats only sequential and pipelined run, compared with tcp")
-	flags.DurationVar(&o.Duration, "duration", 0, "measured window of each throughput scenario (default 2s; --quick 150ms)")
-	flags.IntVar(&o.Msgs, "msgs", 0, "round trips of each latency scenario, conn_per_msg half (default 2000; --quick 100)")
-	flags.IntVar(&o.IdleConns, "idle-conns", 0, "connections of idle_rss_1000 (default 1000; --quick 50)")
-	flags.StringVar(&o.NATS, "nats", "", "NATS bench `binary` (bench/nats) to compare with, over TCP")
-	flags.StringVar(&o.NATSURL, "nats-url", "", "running NATS server `URL` (e.g. make nats-dev: nats://127.0.0.1:4222) for the transports nats and nats-unsealed, which go through it")
-	flags.BoolVar(&o.JSON, "json", false, "print one JSON object per scenario per line")
-	flags.StringVar(&o.HTML, "html", "", "also write a self-contained HTML page of the run (charts, checks) to `FILE`")
-	flags.BoolVar(&o.Gate, "gate", false, "exit 1 when a check fails")
-	flags.BoolVar(&o.Quick, "quick", false, "smoke run: one repetition, tiny counts, UDS only")
-	flags.StringVar(&o.Only, "only", "", "comma-separated scenario `groups` to run (default all): "+strings.Join(bench.Groups(), ", "))
+	o.Flags(flags)
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}

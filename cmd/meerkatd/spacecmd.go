@@ -72,7 +72,7 @@ func runSpace(e *env, args []string) error {
 	}
 	output := func(v any, text func(io.Writer)) error {
 		if *asJSON {
-			return printJSON(e.stdout, v)
+			return nodetext.PrintJSON(e.stdout, v)
 		}
 		text(e.stdout)
 		return nil
@@ -92,7 +92,7 @@ func runSpace(e *env, args []string) error {
 				}
 				return &node.Error{Code: node.CodeUnknownSpace, Msg: fmt.Sprintf("no space %q here (meerkatd space list shows them)", pos[0])}
 			}
-			return printList(e, *asJSON, sp, "no spaces (create one with meerkatd space create NAME --as ID)", func(w io.Writer, sp []node.SpaceInfo) error {
+			return nodetext.List(e.stdout, e.stderr, *asJSON, sp, "no spaces (create one with meerkatd space create NAME --as ID)", func(w io.Writer, sp []node.SpaceInfo) error {
 				for i, s := range sp {
 					if i > 0 {
 						fmt.Fprintln(w)
@@ -118,7 +118,7 @@ func runSpace(e *env, args []string) error {
 			}
 			return output(info, func(w io.Writer) {
 				if sub == "delete" {
-					fmt.Fprintf(w, "space %s deleted here\n", safeText(pos[0], ""))
+					fmt.Fprintf(w, "space %s deleted here\n", nodetext.Escape(pos[0], ""))
 					return
 				}
 				nodetext.Space(w, info)
@@ -135,7 +135,7 @@ func runSpace(e *env, args []string) error {
 			if ps == nil {
 				ps = []node.Proposal{}
 			}
-			return printList(e, *asJSON, ps, "no proposals", nodetext.Proposals)
+			return nodetext.List(e.stdout, e.stderr, *asJSON, ps, "no proposals", nodetext.Proposals)
 		}
 		m := node.SpaceMessage{Space: pos[0], Action: sub, To: to, CorrelationID: corr, Context: *contextID,
 			SendOptions: node.SendOptions{Reliable: !*direct, TTL: *ttl}}
@@ -186,7 +186,7 @@ func runSpace(e *env, args []string) error {
 				fmt.Fprintln(e.stderr, "no other active member in the space: nothing was sent")
 			}
 			if sent.NotApplied != "" {
-				fmt.Fprintf(e.stderr, "warning: it breaks a rule of the space (%s): the members' nodes will refuse it\n", safeLine(sent.NotApplied))
+				fmt.Fprintf(e.stderr, "warning: it breaks a rule of the space (%s): the members' nodes will refuse it\n", nodetext.Line(sent.NotApplied))
 			}
 		})
 	})

@@ -440,3 +440,40 @@ func cardColumn(c *node.CardSummary) string {
 	}
 	return s
 }
+
+// PrintJSON writes v to w as indented JSON, HTML characters unescaped:
+// what a command prints with --json.
+func PrintJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// List prints items to out: as JSON (none as []) with asJSON, else as
+// text, or with none on errOut when there are no items.
+func List[T any](out, errOut io.Writer, asJSON bool, items []T, none string, text func(io.Writer, []T) error) error {
+	if asJSON {
+		if items == nil {
+			items = []T{}
+		}
+		return PrintJSON(out, items)
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(errOut, none)
+		return nil
+	}
+	return text(out, items)
+}
+
+// WithError returns result v (which must marshal to a JSON object) with
+// an "error" member, e: the outcome of a call that failed after it had a
+// result. ok is false when v is not an object.
+func WithError(v any, e map[string]string) (out any, ok bool) {
+	var fields map[string]json.RawMessage
+	if b, err := json.Marshal(v); err != nil || json.Unmarshal(b, &fields) != nil || fields == nil {
+		return nil, false
+	}
+	fields["error"], _ = json.Marshal(e) // strings only: cannot fail
+	return fields, true
+}

@@ -52,3 +52,20 @@ func TestTableAligns(t *testing.T) {
 		t.Fatalf("%v %q", err, b.String())
 	}
 }
+
+// WithError adds an "error" member to a result that is a JSON object,
+// keeping its fields; anything else is not one.
+func TestWithError(t *testing.T) {
+	e := map[string]string{"code": "peer_offline", "message": "no ack"}
+	out, ok := WithError(struct {
+		ID string `json:"id"`
+	}{"m-1"}, e)
+	if got := JSON(out); !ok || got != `{"error":{"code":"peer_offline","message":"no ack"},"id":"m-1"}` {
+		t.Fatalf("WithError(object) = %s, %v", got, ok)
+	}
+	for _, v := range []any{[]int{1}, "text", nil, 3} {
+		if _, ok := WithError(v, e); ok {
+			t.Errorf("WithError(%#v): ok for what is not an object", v)
+		}
+	}
+}
