@@ -1094,17 +1094,7 @@ func TestStalledFrameFromDialledPeer(t *testing.T) {
 					t.Fatal("first send: acknowledged, though the peer sent only part of a frame")
 				}
 			}
-			done = sendAsync(ctx, r, "second")
-			var c2 net.Conn
-			select {
-			case c2 = <-conns:
-			case <-time.After(10 * time.Second):
-				t.Fatal("no new connection: the stalled one was kept")
-			}
-			peerWrite(t, c2, ackFrameOf(t, peerKP, readEnvelope(t, c2)))
-			if err := <-done; err != nil {
-				t.Fatalf("send after the stall: %v", err)
-			}
+			sendAcked(t, peerKP, r, conns, nil, "the send after the stall") // on a new connection
 		})
 	}
 }
@@ -1119,12 +1109,7 @@ func TestStalledFrameUnderSteadySends(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	peerKP, r, conns := rawPeerWith(t, Options{AckTimeout: 500 * time.Millisecond, FrameTimeout: 100 * time.Millisecond})
 	ctx := ctxT(t)
-	first := sendAsync(ctx, r, "first")
-	c := <-conns
-	peerWrite(t, c, ackFrameOf(t, peerKP, readEnvelope(t, c)))
-	if err := <-first; err != nil {
-		t.Fatalf("first send: %v", err)
-	}
+	c := sendAcked(t, peerKP, r, conns, nil, "first")
 	// From now on the peer reads what comes and answers nothing but the
 	// start of a frame.
 	go io.Copy(io.Discard, c)
@@ -1156,27 +1141,30 @@ func TestStalledFrameUnderSteadySends(t *testing.T) {
 func TestSilentConnectionIsDroppedAfterATimedOutSend(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	peerKP, r, conns := rawPeerWith(t, Options{AckTimeout: 300 * time.Millisecond, FrameTimeout: 100 * time.Millisecond})
-	ctx := ctxT(t)
-	done := sendAsync(ctx, r, "first")
-	c := <-conns
-	peerWrite(t, c, ackFrameOf(t, peerKP, readEnvelope(t, c)))
-	if err := <-done; err != nil {
-		t.Fatalf("first send: %v", err)
-	}
-	done = sendAsync(ctx, r, "unanswered")
+	c := sendAcked(t, peerKP, r, conns, nil, "first")
+	done := sendAsync(ctxT(t), r, "unanswered")
 	readEnvelope(t, c) // and never answered
 	if err := <-done; err == nil {
 		t.Fatal("a send nobody acknowledged succeeded")
 	}
-	done = sendAsync(ctx, r, "after")
-	var c2 net.Conn
-	select {
-	case c2 = <-conns:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no new connection: the silent one was kept")
+	sendAcked(t, peerKP, r, conns, nil, "the send after the silence") // on a new connection
+}
+
+// sendAcked sends body from r and has the fake peer acknowledge it on c
+// (the next connection from conns when c is nil); it returns c.
+func sendAcked(t *testing.T, peerKP *identity.Keypair, r *Router, conns <-chan net.Conn, c net.Conn, body string) net.Conn {
+	t.Helper()
+	done := sendAsync(ctxT(t), r, body)
+	if c == nil {
+		select {
+		case c = <-conns:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no new connection", body)
+		}
 	}
-	peerWrite(t, c2, ackFrameOf(t, peerKP, readEnvelope(t, c2)))
+	peerWrite(t, c, ackFrameOf(t, peerKP, readEnvelope(t, c)))
 	if err := <-done; err != nil {
-		t.Fatalf("send after the silence: %v", err)
+		t.Fatalf("%s: %v", body, err)
 	}
+	return c
 }
