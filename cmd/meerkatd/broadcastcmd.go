@@ -88,8 +88,8 @@ func runTask(e *env, args []string) error {
 	if len(pos) < ar[0] || len(pos) > ar[1] {
 		return fmt.Errorf("%w: wrong number of arguments for task %s (see meerkatd help task)", errUsage, sub)
 	}
-	if *wait < 0 || *wait > 0 && sub != "wait" || *idemKey != "" && sub != "complete" {
-		return fmt.Errorf("%w: --wait applies to task wait and must be positive; --idempotency-key to task complete", errUsage)
+	if *wait < 0 || *wait > node.MaxWait || *wait > 0 && sub != "wait" || *idemKey != "" && sub != "complete" {
+		return fmt.Errorf("%w: --wait applies to task wait, positive and at most %v; --idempotency-key to task complete", errUsage, node.MaxWait)
 	}
 	var result json.RawMessage
 	if sub == "complete" && len(pos) == 2 {

@@ -177,6 +177,9 @@ func (e *env) main(args []string) int {
 	name := args[0]
 	cmd, ok := e.commands[name]
 	if !ok {
+		if wantsJSON(args[1:]) {
+			printJSONError(e.stdout, fmt.Errorf("%w: unknown command %q", errUsage, name))
+		}
 		fmt.Fprintf(e.stderr, "meerkatd: unknown command %q\n\n", name)
 		e.usage(e.stderr)
 		return exitUsage

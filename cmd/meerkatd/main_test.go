@@ -283,6 +283,8 @@ func TestJSONFailures(t *testing.T) {
 		{[]string{"outbox", "--home", missing, "--json=true"}, "no_home", exitUsage},
 		{[]string{"config", "check", "--json", "--home", missing}, "no_home", exitUsage},
 		{[]string{"id", "--json", "--home", ""}, "bad_argument", exitUsage},
+		{[]string{"bogus", "--json"}, "bad_argument", exitUsage},
+		{[]string{"task", "wait", "t1", "--wait", "20m", "--json", "--home", home}, "bad_argument", exitUsage},
 		{[]string{"config", "show", "--listen-tcp", "bogus", "--json", "--home", home}, "bad_argument", exitUsage},
 		{[]string{"config", "show", "--listen-uds", "relative.sock", "--json", "--home", home}, "bad_argument", exitUsage},
 		{[]string{"init", "--name", "bad name", "--json", "--home", missing}, "bad_argument", exitUsage},
