@@ -47,7 +47,6 @@ type outConn struct {
 	// it, or sending us something, is seen then).
 	rtok     chan struct{}     // holds the token while nobody reads
 	fr       *transport.Reader // used by the token's holder only
-	begun    time.Time         // when a reader first found the next frame begun, not whole (frameOverdue); the token's holder's
 	lastWait atomic.Int64      // Unix ns when a send last began to wait for an ack
 	lastRead atomic.Int64      // Unix ns when a frame was last read
 	inbound  chan []byte       // non-ack frames a sender read, for readLoop to receive
@@ -275,10 +274,6 @@ func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) (timedOut boo
 	for len(ch) == 0 {
 		if err := oc.fr.PeekFrame(); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				if oc.frameOverdue(sess) {
-					oc.fail(fmt.Errorf("%w: the peer left a frame unfinished past the frame timeout", errConnLost))
-					return false
-				}
 				return len(ch) == 0 // nothing consumed: the stream is in step
 			}
 			oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
@@ -304,48 +299,6 @@ func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) (timedOut boo
 		}
 	}
 	return false
-}
-
-// frameOverdue reports, after a read cut short, whether the next frame
-// has been begun and not whole for longer than the frame timeout since a
-// reader first found it so (which it notes). A send's wait ends at its own
-// deadline and leaves a partial frame for the next reader, in step; a
-// peer that never finishes it must not keep every later wait from seeing
-// an ack, nor the link from dialling again. Only the token's holder calls
-// it.
-func (oc *outConn) frameOverdue(sess uint64) bool {
-	if oc.fr.Buffered() == 0 || oc.fr.FrameBuffered() {
-		oc.begun = time.Time{}
-		return false
-	}
-	now := time.Now()
-	if oc.begun.IsZero() {
-		oc.begun = now
-		return false
-	}
-	if now.Sub(oc.begun) <= oc.l.r.opts.FrameTimeout {
-		return false
-	}
-	// Its rest may have come while no one read: a last read (the cut
-	// read took nothing from the socket).
-	oc.dlmu.Lock()
-	if oc.readSess == sess {
-		oc.c.SetReadDeadline(now.Add(lastReadGrace))
-	}
-	oc.dlmu.Unlock()
-	return oc.fr.PeekFrame() != nil
-}
-
-// lastReadGrace is how long a last read of what has arrived may take
-// (frameOverdue, readIdle).
-const lastReadGrace = 20 * time.Millisecond
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // startRead starts a read session with deadline dl (zero: none) for the
@@ -519,16 +472,10 @@ func (oc *outConn) readIdle() error {
 	if err := oc.fr.Peek(); err != nil {
 		return fmt.Errorf("%w: %v", errConnLost, err)
 	}
-	// A frame has begun: it must be whole within the frame timeout of
-	// when it was first seen, or the connection goes (a peer that stalls
-	// mid-frame would otherwise hold the read token for ever).
-	begun := oc.begun
-	if begun.IsZero() {
-		begun = time.Now()
-	}
-	// A frame that came whole while no one read is not refused for its
-	// age: it gets a last read.
-	oc.startRead(later(begun.Add(oc.l.r.opts.FrameTimeout), time.Now().Add(lastReadGrace)), nil)
+	// A frame has begun: it must be whole within the frame timeout, or
+	// the connection goes (a peer that stalls mid-frame would otherwise
+	// hold the read token for ever).
+	oc.startRead(time.Now().Add(oc.l.r.opts.FrameTimeout), nil)
 	for {
 		if err := oc.readFrame(false); err != nil {
 			return err
@@ -548,7 +495,6 @@ func (oc *outConn) readFrame(bySend bool) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errConnLost, err)
 	}
-	oc.begun = time.Time{}
 	oc.lastRead.Store(time.Now().UnixNano())
 	e, err := wire.Decode(payload)
 	if err != nil || e.To != oc.l.r.self || e.From != oc.l.peer.ID {

@@ -1100,9 +1100,8 @@ func TestStalledFrameFromDialledPeer(t *testing.T) {
 }
 
 // Sends that keep the connection's reader busy, one after another, also
-// end a connection whose peer left a frame unfinished: the reader holding
-// the token when the frame has been unfinished for the frame timeout
-// fails it, though each send's own wait ended at its deadline. (Without
+// end a connection whose peer left a frame unfinished: the first send to
+// wait out its deadline with no frame from the peer fails it. (Without
 // that, the connection's own reader never gets to read while sends keep
 // starting, and every send times out until they stop.)
 func TestStalledFrameUnderSteadySends(t *testing.T) {

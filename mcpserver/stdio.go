@@ -56,8 +56,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 type calls struct {
 	mu       sync.Mutex
 	inflight map[string]bool // idKey → cancelled
-	streams  int             // of inflight, those drain does not wait for (streams, waits)
-	stream   map[string]bool // idKey → is one of those
+	stream   map[string]bool // of inflight, those drain does not wait for (streams, waits)
 }
 
 func newCalls() *calls { return &calls{inflight: map[string]bool{}, stream: map[string]bool{}} }
@@ -68,9 +67,10 @@ func newCalls() *calls { return &calls{inflight: map[string]bool{}, stream: map[
 func (c *calls) start(id json.RawMessage, stream bool) {
 	if k, ok := idKey(id); ok {
 		c.mu.Lock()
-		if _, again := c.inflight[k]; !again && stream {
-			c.streams++
+		if stream {
 			c.stream[k] = true
+		} else {
+			delete(c.stream, k)
 		}
 		c.inflight[k] = false
 		c.mu.Unlock()
@@ -92,7 +92,7 @@ func (c *calls) cancel(id json.RawMessage) {
 func (c *calls) idle() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.inflight) == c.streams
+	return len(c.inflight) == len(c.stream)
 }
 
 // drainGrace is how long the server, once the client has closed its
@@ -130,10 +130,7 @@ func (c *calls) finish(id json.RawMessage) (cancelled bool) {
 	defer c.mu.Unlock()
 	cancelled = c.inflight[k]
 	delete(c.inflight, k)
-	if c.stream[k] {
-		delete(c.stream, k)
-		c.streams--
-	}
+	delete(c.stream, k)
 	return cancelled
 }
 

@@ -196,21 +196,6 @@ func LoadConfig(dir string, o OpenOptions) (config.Config, config.Sources, error
 	return cfg, src, nil
 }
 
-// checkOverrides refuses overrides (flag values) that are bad on their
-// own: applied to the defaults, they do not validate.
-func checkOverrides(overrides map[string]string) error {
-	cfg := config.Default()
-	for k, v := range overrides {
-		if err := cfg.Set(k, v); err != nil {
-			return &Error{Code: CodeBadArgument, Err: err, Msg: UserText(err)}
-		}
-	}
-	if err := cfg.Validate(); err != nil && namesOverride(err, overrides) {
-		return &Error{Code: CodeBadArgument, Err: err, Msg: UserText(err)}
-	}
-	return nil
-}
-
 // namesOverride reports whether err (joined errors too) holds a
 // config.Error about one of the overridden keys.
 func namesOverride(err error, overrides map[string]string) bool {
@@ -278,10 +263,11 @@ func RequireHome(dir string) error {
 func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 	var created []string
 	if o.Create {
-		if _, err := os.Lstat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) && len(o.Overrides) > 0 {
-			// A home about to be created: refuse bad flag values first,
-			// so that they leave nothing behind.
-			if err := checkOverrides(o.Overrides); err != nil {
+		if _, err := os.Lstat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
+			// A home about to be created: a configuration that would be
+			// refused (bad flag values, say) is refused first, so that
+			// it leaves nothing behind.
+			if _, _, err := LoadConfig(dir, o); err != nil {
 				return nil, nil, err
 			}
 		}
