@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
@@ -97,6 +98,64 @@ func TestAuditFollow(t *testing.T) {
 	for i, id := range ids {
 		if want := fmt.Sprintf("00000000-0000-4000-8000-%012d", i); id != want {
 			t.Fatalf("row %d is %s, want %s", i, id, want)
+		}
+	}
+}
+
+// meerkatd audit --peer with a name that is neither a trusted peer's nor
+// in the log fails as other commands do with an unknown peer (exit 4,
+// unknown_peer; with --json the JSON error), whether or not there is a
+// log. A trusted peer's name, a key, a trusted peer's UUID (its key's
+// rows) and the name of a peer since removed that the log carries are
+// still accepted.
+func TestAuditUnknownPeer(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	unknown := func(when string) {
+		t.Helper()
+		code, out, errOut := run(t, nil, "audit", "--peer", "nobody", "--home", home)
+		if code != exitUnknownPeer || out != "" || errOut != "meerkatd audit: unknown peer: \"nobody\" (unknown_peer)\n" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit %d, unknown_peer", when, code, out, errOut, exitUnknownPeer)
+		}
+		code, out, errOut = run(t, nil, "audit", "--peer", "nobody", "--json", "--home", home)
+		var doc struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitUnknownPeer || doc.Error.Code != "unknown_peer" || doc.Error.Message != `unknown peer: "nobody"` {
+			t.Errorf("%s --json: exit %d, stdout %q (%v), stderr %q; want exit %d and an unknown_peer JSON error", when, code, out, err, errOut, exitUnknownPeer)
+		}
+	}
+	unknown("no log")
+
+	carol, _ := identity.GenerateKeypair()
+	gone, _ := identity.GenerateKeypair()
+	if code, _, errOut := run(t, nil, "peers", "add", "carol", carol.ID().String(), "uds:///tmp/carol.sock", "--home", home); code != exitOK {
+		t.Fatalf("peers add: %d %s", code, errOut)
+	}
+	l, err := audit.Open(filepath.Join(home, audit.FileName), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Record(audit.Record{Dir: audit.DirOut, Event: audit.EventSent, Peer: "carol", Key: carol.ID().String(), Kind: "message", ID: "00000000-0000-4000-8000-000000000001"})
+	l.Record(audit.Record{Dir: audit.DirOut, Event: audit.EventSent, Peer: "dave", Key: gone.ID().String(), Kind: "message", ID: "00000000-0000-4000-8000-000000000002"})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	unknown("with a log")
+
+	for _, tc := range []struct{ peer, id string }{
+		{"carol", "00000000-0000-4000-8000-000000000001"},
+		{carol.ID().String(), "00000000-0000-4000-8000-000000000001"},
+		{carol.ID().UUID().String(), "00000000-0000-4000-8000-000000000001"},
+		{"dave", "00000000-0000-4000-8000-000000000002"}, // removed, but in the log
+		{gone.ID().String(), "00000000-0000-4000-8000-000000000002"},
+	} {
+		code, out, errOut := run(t, nil, "audit", "--peer", tc.peer, "--json", "--home", home)
+		var r audit.Record
+		if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.ID != tc.id {
+			t.Errorf("audit --peer %s: exit %d, stdout %q, stderr %q; want the row %s", tc.peer, code, out, errOut, tc.id)
 		}
 	}
 }

@@ -254,7 +254,7 @@ func (e *env) usage(w io.Writer) {
 	fmt.Fprintln(w, "\nmeerkatd help COMMAND (or meerkatd COMMAND --help) shows a command's flags.")
 }
 
-// runHelp shows the commands, or one command's help (as COMMAND --help).
+// runHelp shows the commands, or one command's help (as COMMAND --help; an unknown SUBCOMMAND is bad_argument).
 func runHelp(e *env, args []string) error {
 	if len(args) == 0 || isHelp(args[0]) {
 		e.usage(e.stdout)
@@ -267,6 +267,10 @@ func runHelp(e *env, args []string) error {
 			return nil
 		}
 		return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+	}
+	subs, _ := completion.FromUsage("meerkatd", args[0], cmd.usage)
+	if sub, _ := splitSub(args[1:]); sub != "" && !slices.Contains(subs, sub) {
+		return fmt.Errorf("%w: %s", errUsage, nodetext.UnknownSubcommand(args[0], sub, subs))
 	}
 	return cmd.run(e, append(slices.Clone(args[1:]), "--help"))
 }

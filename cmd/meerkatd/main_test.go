@@ -154,6 +154,38 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+// help COMMAND SUBCOMMAND with a subcommand COMMAND does not have fails
+// like help with an unknown command and like COMMAND with an unknown
+// subcommand: exit 2, bad_argument, no help on stdout; with --json the
+// JSON error. Known subcommands still get the command's help.
+func TestHelpUnknownSubcommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"help", "peers", "bogus"}, `unknown peers subcommand "bogus" (want list, add, remove or discover)`},
+		{[]string{"help", "send", "telegram"}, `unknown send subcommand "telegram" (want message, request or response)`},
+		{[]string{"help", "tell", "x"}, `tell has no subcommands, got "x"`},
+	} {
+		code, out, errOut := run(t, nil, tc.args...)
+		if code != exitUsage || out != "" || !strings.HasPrefix(errOut, "meerkatd help: "+tc.want+"\nusage: meerkatd help ") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit %d and %q", tc.args, code, out, errOut, exitUsage, tc.want)
+		}
+		code, out, errOut = run(t, nil, append(tc.args, "--json")...)
+		var doc struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitUsage || doc.Error.Code != "bad_argument" || doc.Error.Message != tc.want {
+			t.Errorf("%q --json: exit %d, stdout %q (%v), stderr %q; want exit %d and a bad_argument JSON error", tc.args, code, out, err, errOut, exitUsage)
+		}
+	}
+	for _, args := range [][]string{{"help", "peers", "list"}, {"help", "send", "message"}, {"help", "completion", "zsh"}, {"help", "space", "proposals"}, {"help", "peers", "--json"}} {
+		if code, out, errOut := run(t, nil, args...); code != exitOK || !strings.HasPrefix(out, "usage: meerkatd "+args[1]+" ") || errOut != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want the command's help", args, code, out, errOut)
+		}
+	}
+}
+
 func TestUnsafeKeyFileIsReported(t *testing.T) {
 	home := t.TempDir()
 	if code, _, _ := run(t, nil, "init", "--home", home); code != exitOK {

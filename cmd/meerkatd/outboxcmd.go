@@ -111,7 +111,7 @@ func runDeadLetters(e *env, args []string) error {
 func runAudit(e *env, args []string) error {
 	flags, homeFlag, asJSON := e.newCmd("audit", "print JSON lines")
 	since := flags.String("since", "", "only rows from `WHEN` on: a duration back from now (1h, 30m) or an RFC 3339 time")
-	peer := flags.String("peer", "", "only rows about this peer (`name` or key)")
+	peer := flags.String("peer", "", "only rows about this peer (`name`, key or peer UUID)")
 	event := flags.String("event", "", "only rows of this `event` (sent, received, acked, refused, retry, expired, dead_letter, …)")
 	id := flags.String("id", "", "only rows about this envelope `id` (its acks and responses too)")
 	limit := flags.Int("limit", 1000, "show the newest `N` matching rows (0: all)")
@@ -123,7 +123,10 @@ func runAudit(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	f := audit.Filter{Peer: *peer, Event: *event, ID: *id}
+	f := audit.Filter{Event: *event, ID: *id}
+	if f.Peer, err = node.AuditPeer(h, *peer); err != nil {
+		return err
+	}
 	if *since != "" {
 		if f.Since, err = node.ParseSince(*since, time.Now()); err != nil {
 			return fmt.Errorf("%w: --since: %v", errUsage, err)

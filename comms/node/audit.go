@@ -2,6 +2,9 @@ package node
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
 	"path/filepath"
 
 	"github.com/meerkatd/meerkatd/comms"
@@ -10,6 +13,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
 )
 
 // openAudit opens the home's audit log if [audit] enabled (nil otherwise:
@@ -19,6 +23,45 @@ func openAudit(h *Home) (*audit.Log, error) {
 		return nil, nil
 	}
 	return audit.Open(filepath.Join(h.Dir, audit.FileName), audit.Options{Bodies: h.Config.Audit.Bodies, MaxBytes: int64(h.Config.Audit.MaxBytes)})
+}
+
+// AuditPeer checks the peer an audit log query is to filter by (meerkatd
+// audit --peer) and returns the text the rows carry for it: a key
+// ("ed25519:…", trusted or not: rows of a peer since removed carry it),
+// a trusted peer's name, or the key of the trusted peer with that UUID.
+// A name no trusted peer has is accepted only if a row of the home's
+// audit log carries it (a peer since removed or renamed); any other ref
+// is an unknown_peer error, as it is for the commands that send. ""
+// (no filter) is returned as is.
+func AuditPeer(h *Home, ref string) (string, error) {
+	if ref == "" {
+		return "", nil
+	}
+	if _, err := identity.ParsePeerID(ref); err == nil {
+		return ref, nil
+	}
+	l, err := trust.LoadOrEmpty(h.TrustPath())
+	if err != nil {
+		return "", err
+	}
+	if _, ok := l.ByName(ref); ok {
+		return ref, nil
+	}
+	if u, err := identity.ParseUUID(ref); err == nil {
+		for _, p := range l.Peers() {
+			if p.ID.UUID() == u {
+				return p.ID.String(), nil
+			}
+		}
+	}
+	_, st, err := audit.Read(filepath.Join(h.Dir, audit.FileName), audit.Filter{Peer: ref}, 1)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	if st.Matched == 0 {
+		return "", Coded(fmt.Errorf("%w: %q", comms.ErrUnknownPeer, ref))
+	}
+	return ref, nil
 }
 
 // kindJSON is the audit body of a kind: the whole kind as JSON.

@@ -477,3 +477,18 @@ func WithError(v any, e map[string]string) (out any, ok bool) {
 	fields["error"], _ = json.Marshal(e) // strings only: cannot fail
 	return fields, true
 }
+
+// UnknownSubcommand is the message for sub, which is not one of subs, the
+// subcommands of the command cmd: `unknown peers subcommand "x" (want
+// list, add, remove or discover)`, or, when cmd has none, that it has
+// none.
+func UnknownSubcommand(cmd, sub string, subs []string) string {
+	if len(subs) == 0 {
+		return fmt.Sprintf("%s has no subcommands, got %q", cmd, sub)
+	}
+	want := subs[len(subs)-1]
+	if len(subs) > 1 {
+		want = strings.Join(subs[:len(subs)-1], ", ") + " or " + want
+	}
+	return fmt.Sprintf("unknown %s subcommand %q (want %s)", cmd, sub, want)
+}
