@@ -63,3 +63,21 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzUsableName checks that any name another node offers becomes one
+// the name rule accepts, and that an accepted name is kept as it is.
+func FuzzUsableName(f *testing.F) {
+	for _, s := range []string{"bob", "_bob", "..al ice", "", "é", "a\x00b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		got := UsableName(name)
+		if err := checkName(got); err != nil {
+			t.Fatalf("UsableName(%q) = %q, refused: %v", name, got, err)
+		}
+		if checkName(name) == nil && got != name {
+			t.Fatalf("UsableName(%q) = %q, changed a usable name", name, got)
+		}
+	})
+}
+

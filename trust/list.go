@@ -317,6 +317,32 @@ func checkName(name string) error {
 	return nil
 }
 
+// UsableName turns a name another node offered for itself (when pairing)
+// into one the name rule accepts: each byte outside [A-Za-z0-9._-]
+// becomes '-', what comes before the first letter or digit is dropped,
+// and the rest is cut to MaxNameLen bytes; a name with no letter or digit
+// at all becomes "peer". A name the rule accepts is returned as it is.
+func UsableName(name string) string {
+	if checkName(name) == nil {
+		return name
+	}
+	b := []byte(name)
+	for i, c := range b {
+		if !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+			b[i] = '-'
+		}
+	}
+	start := 0
+	for start < len(b) && !isAlnum(b[start]) {
+		start++
+	}
+	b = b[start:]
+	if len(b) == 0 {
+		return "peer"
+	}
+	return string(b[:min(len(b), MaxNameLen)])
+}
+
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }

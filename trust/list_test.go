@@ -555,3 +555,30 @@ func TestDuplicateMessages(t *testing.T) {
 		}
 	}
 }
+
+func TestUsableName(t *testing.T) {
+	long := strings.Repeat("x", MaxNameLen+10)
+	for _, c := range []struct{ in, want string }{
+		{"bob", "bob"},
+		{"build-01.lab", "build-01.lab"},
+		{"_bob", "bob"},
+		{"-.x", "x"},
+		{"..al ice", "al-ice"},
+		{"a/b\\c", "a-b-c"},
+		{"é", "peer"},
+		{"xé", "x--"},
+		{"", "peer"},
+		{"___", "peer"},
+		{long, long[:MaxNameLen]},
+		{"_" + long, long[:MaxNameLen]},
+	} {
+		got := UsableName(c.in)
+		if got != c.want {
+			t.Errorf("UsableName(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if err := checkName(got); err != nil {
+			t.Errorf("UsableName(%q) = %q, which the rule refuses: %v", c.in, got, err)
+		}
+	}
+}
+

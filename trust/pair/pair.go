@@ -276,7 +276,7 @@ func (r *Responder) exchange(cn *conn, source string) error {
 	r.mu.Unlock()
 	name := o.NameForPeer
 	if name == "" {
-		name = hello.Name
+		name = trust.UsableName(hello.Name)
 	}
 	peer, err := r.commit(trust.Peer{Name: name, ID: initKey, Addr: initAddr})
 	// Answer before the offer reports its outcome: its waiter may stop
@@ -369,7 +369,7 @@ func accept(c net.Conn, kp *identity.Keypair, selfName string, selfAddr transpor
 	}
 	name := nameForPeer
 	if name == "" {
-		name = ch.Name
+		name = trust.UsableName(ch.Name)
 	}
 	// Plan before proving: a peer this side cannot trust fails now, with
 	// no trust change on either side.

@@ -49,6 +49,9 @@ func (s *side) commit(p trust.Peer) (trust.Peer, error) {
 	if s.fail != nil {
 		return trust.Peer{}, s.fail
 	}
+	if _, err := trust.New(p); err != nil { // as a node's trust list would
+		return trust.Peer{}, err
+	}
 	s.added = append(s.added, p)
 	return p, nil
 }
@@ -66,11 +69,12 @@ type fixture struct {
 	aliceAddr, bobAddr transport.Addr
 	resp               *Responder
 	aSide, bSide       side
+	bobName            string // the initiator's own name
 }
 
 func newFixture(t *testing.T) *fixture {
 	f := &fixture{alice: mustKP(t), bob: mustKP(t),
-		aliceAddr: mustAddr(t, "uds:///tmp/alice.sock"), bobAddr: mustAddr(t, "tcp://127.0.0.1:4300")}
+		aliceAddr: mustAddr(t, "uds:///tmp/alice.sock"), bobAddr: mustAddr(t, "tcp://127.0.0.1:4300"), bobName: "bob"}
 	f.resp = NewResponder(f.alice, "alice", f.aSide.commit)
 	return f
 }
@@ -99,7 +103,7 @@ func (f *fixture) exchange(t *testing.T, line Line, source string, relay func(to
 		defer cr.Close()
 		respErr = f.resp.Serve(cr, cr, source)
 	}()
-	peer, err := accept(ci, f.bob, "bob", f.bobAddr, line, "", nil, f.bSide.commit)
+	peer, err := accept(ci, f.bob, f.bobName, f.bobAddr, line, "", nil, f.bSide.commit)
 	ci.Close()
 	wg.Wait()
 	return peer, err, respErr
@@ -162,6 +166,29 @@ func TestPairSuccess(t *testing.T) {
 	}
 	if n := len(f.bSide.peers()); n != 1 {
 		t.Fatalf("bob trusted %d peers after the reuse", n)
+	}
+}
+
+// Each side trusts the other under the name it offered, made usable
+// where the trust list's rule would refuse it: pairing never fails (nor
+// uses up the offer) over a name another node chose for itself.
+func TestPairUnusableOfferedNames(t *testing.T) {
+	f := newFixture(t)
+	f.resp = NewResponder(f.alice, "..al ice", f.aSide.commit)
+	f.bobName = "_bob"
+	o, err := f.resp.Open(f.aliceAddr, time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err, respErr := f.exchange(t, o.Line, "local", nil)
+	if err != nil || respErr != nil {
+		t.Fatalf("pairing: %v / responder %v", err, respErr)
+	}
+	if peer.Name != "al-ice" {
+		t.Fatalf("bob trusts alice as %q, want al-ice", peer.Name)
+	}
+	if got := f.aSide.peers(); len(got) != 1 || got[0].Name != "bob" {
+		t.Fatalf("alice trusts %+v, want bob", got)
 	}
 }
 
