@@ -80,4 +80,3 @@ func FuzzUsableName(f *testing.F) {
 		}
 	})
 }
-

@@ -581,4 +581,3 @@ func TestUsableName(t *testing.T) {
 		}
 	}
 }
-
