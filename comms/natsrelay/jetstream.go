@@ -28,7 +28,12 @@ func (rl *Relay) startJetStream(ctx context.Context) error {
 		Replicas:    o.StreamReplicas,
 		Duplicates:  o.DedupWindow,
 		Storage:     jetstream.FileStorage,
-		Discard:     jetstream.DiscardOld,
+		// A full stream refuses what comes next (its sender keeps it in
+		// the outbox and tries again) rather than dropping what it
+		// stores: any member of the deployment may publish on the node
+		// subjects, so with DiscardOld anyone could push out the
+		// envelopes stored for a peer that is away.
+		Discard: jetstream.DiscardNew,
 	}
 	// An existing stream is used as it is (the operator owns its limits);
 	// a missing one is created, if this node's user may.
@@ -54,7 +59,7 @@ func (rl *Relay) startJetStream(ctx context.Context) error {
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		rl.arrived(m.Data(), "", m)
-	}, jetstream.PullMaxMessages(maxAckPending), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullMaxBytes(maxPendingBytes), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		rl.log.Debug("NATS: consumer", "err", err)
 	}))
 	if err != nil {

@@ -189,3 +189,53 @@ func TestJetStreamOfflineRecipient(t *testing.T) {
 		t.Fatalf("b received %d more", extra)
 	}
 }
+
+// The stream a node creates refuses new messages once full instead of
+// dropping stored ones: anyone on the deployment may publish on the node
+// subjects, and must not push out the envelopes stored for a peer that is
+// away. What was refused stays with its sender, to be tried again.
+func TestJetStreamFullStreamKeepsStoredEnvelopes(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	s := startServer(t, "s1", "", nil, "")
+	jsOpts := Options{JetStream: true, StreamMaxMsgs: 10}
+	b.connect(t, s.ClientURL(), jsOpts) // creates the stream and b's consumer
+	b.relay.Close()
+	a.connect(t, s.ClientURL(), jsOpts)
+	ctx := ctxT(t)
+	const kept = 3
+	for i := range kept {
+		sd, err := a.r.Seal("n1", wire.Message(fmt.Sprintf("kept-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, cancel := context.WithCancel(ctx)
+		a.r.Deliver(stored, comms.Delivery{To: b.kp.ID(), ID: sd.ID, Payload: sd.Payload, WantAck: true, Queued: cancel})
+		cancel()
+	}
+	if st := a.relay.Status(); st.Stored != kept {
+		t.Fatalf("stored_in_broker %d, want %d", st.Stored, kept)
+	}
+	// Junk on a subject nobody reads, past the stream's limit.
+	js, err := jetstream.New(rawConn(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for i := range 10 {
+		if _, err := js.Publish(ctx, "meerkat.node.00000000-0000-4000-8000-000000000000", []byte(fmt.Sprint("junk ", i))); err != nil {
+			refused++
+		}
+	}
+	if refused != kept {
+		t.Fatalf("%d junk messages refused, want %d (the stream full at 10)", refused, kept)
+	}
+	b.connect(t, s.ClientURL(), jsOpts)
+	got := waitItems(t, b, kept)
+	for i, it := range got {
+		if want := fmt.Sprintf("kept-%d", i); it.Envelope.Kind.Body() != want {
+			t.Fatalf("item %d is %q, want %q", i, it.Envelope.Kind.Body(), want)
+		}
+	}
+}

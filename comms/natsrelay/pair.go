@@ -34,24 +34,36 @@ func PairSubject(prefix, offerID string) string { return prefix + ".pair." + off
 // stop is called: serve runs one exchange on a connection and returns when
 // it is over (the connection is closed after it).
 func (rl *Relay) ServePairing(offerID string, serve func(net.Conn)) (stop func(), err error) {
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		stopped bool // set by stop: a message handled after it starts nothing
+	)
 	sem := make(chan struct{}, maxPairSessions)
 	sub, err := rl.nc.Subscribe(PairSubject(rl.opts.SubjectPrefix, offerID), func(m *nats.Msg) {
-		if m.Reply == "" || len(m.Data) == 0 || len(m.Data) > maxPairMsg {
-			return
+		if _, ok := replyInbox(m.Reply); !ok || len(m.Data) == 0 || len(m.Data) > maxPairMsg {
+			return // answered only into a node's reply inbox (see replyInbox)
 		}
 		select {
 		case sem <- struct{}{}:
 		default:
 			return // this offer runs its maximum of exchanges
 		}
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			<-sem
+			return
+		}
+		wg.Add(1) // before stop's Wait, under mu
+		mu.Unlock()
 		c, err := rl.newMsgConn(m.Reply)
 		if err != nil {
+			wg.Done()
 			<-sem
 			return
 		}
 		c.rbuf = m.Data
-		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
@@ -68,6 +80,9 @@ func (rl *Relay) ServePairing(offerID string, serve func(net.Conn)) (stop func()
 	}
 	return func() {
 		sub.Unsubscribe()
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
 		wg.Wait()
 	}, nil
 }
@@ -154,6 +169,9 @@ func (c *msgConn) Read(p []byte) (int, error) {
 			}
 			if len(m.Data) > maxPairMsg {
 				return 0, errPairTooLong
+			}
+			if _, ok := replyInbox(m.Reply); !ok && m.Reply != "" {
+				continue // not a node's reply inbox: never answered (see replyInbox)
 			}
 			c.mu.Lock()
 			if m.Reply != "" {

@@ -70,7 +70,8 @@ const (
 	// maxPendingMsgs and maxPendingBytes bound the messages the client
 	// library queues for this node's subscription; past them it drops
 	// messages (counted as slow-consumer drops) and their senders retry,
-	// since no ack went back.
+	// since no ack went back. maxPendingBytes also bounds what the
+	// JetStream consumer pulls ahead.
 	maxPendingMsgs  = 8192
 	maxPendingBytes = 64 << 20
 	// replyQueue bounds the envelopes admitted and waiting for their
@@ -123,6 +124,32 @@ type reply struct {
 // prefix.node.<the key's peer UUID>.
 func Subject(prefix string, id identity.PeerID) string {
 	return prefix + ".node." + id.UUID().String()
+}
+
+// inboxPrefix starts every reply subject a node's requests name: it is
+// followed by the node's peer UUID, then ".", then the client's tokens.
+const inboxPrefix = "_INBOX_"
+
+// replyInbox returns the peer UUID whose reply inbox subj is in
+// (_INBOX_<peer UUID>.<more>), and false for any other subject. A node
+// answers only there: the reply subject of a message is whatever its
+// publisher wrote, and an answer goes out with this node's permissions
+// (allow_responses), so answering anywhere else would let any member of
+// the deployment publish in this node's name (to the JetStream API, say).
+func replyInbox(subj string) (identity.UUID, bool) {
+	rest, ok := strings.CutPrefix(subj, inboxPrefix)
+	if !ok {
+		return identity.UUID{}, false
+	}
+	id, more, ok := strings.Cut(rest, ".")
+	if !ok || more == "" || strings.ContainsAny(more, " \t\r\n*>") {
+		return identity.UUID{}, false
+	}
+	u, err := identity.ParseUUID(id)
+	if err != nil || u.String() != id {
+		return identity.UUID{}, false
+	}
+	return u, true
 }
 
 // Start connects to the servers, subscribes to this node's subject (or,
@@ -222,7 +249,7 @@ func (rl *Relay) natsOptions() ([]nats.Option, error) {
 		nats.ReconnectWait(o.ReconnectWait),
 		nats.Timeout(o.ConnectTimeout),
 		nats.RetryOnFailedConnect(false),
-		nats.CustomInboxPrefix("_INBOX_" + rl.r.ID().UUID().String()),
+		nats.CustomInboxPrefix(inboxPrefix + rl.r.ID().UUID().String()),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			rl.log.Warn("NATS disconnected; reconnecting", "err", err)
 		}),
@@ -329,12 +356,23 @@ func (rl *Relay) replyLoop() {
 			}
 		case rp.to == "":
 		case res.Ack != nil:
+			// Only into the verified sender's own reply inbox.
+			if u, ok := replyInbox(rp.to); !ok || u != res.To.UUID() {
+				rl.log.Debug("NATS: not answering outside the sender's reply inbox")
+				break
+			}
 			if err := rl.nc.Publish(rp.to, res.Ack); err != nil {
 				rl.log.Debug("NATS: cannot send an ack", "err", err)
 			}
 		case res.Reason != "" && rp.jsMsg == nil:
 			// Refused: an empty answer tells the requester at once, as a
-			// socket closed without an ack does. It says nothing of why.
+			// socket closed without an ack does. It says nothing of why,
+			// and goes only into a node's reply inbox (the sender is not
+			// verified: it may be anyone's).
+			if _, ok := replyInbox(rp.to); !ok {
+				rl.log.Debug("NATS: not answering outside a reply inbox")
+				break
+			}
 			if err := rl.nc.Publish(rp.to, nil); err != nil {
 				rl.log.Debug("NATS: cannot send a refusal", "err", err)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -163,12 +164,14 @@ func TestForgedEnvelopesRefused(t *testing.T) {
 	nodes := newNodes(t, 2)
 	a, b := nodes[0], nodes[1]
 	b.connect(t, s.ClientURL(), Options{})
-	attacker := rawConn(t, s.ClientURL())
-	subj := Subject("meerkat", b.kp.ID())
 	stranger, err := identity.GenerateKeypair()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its requests name a reply inbox as a node's do: refusals are
+	// answered only there.
+	attacker := rawConn(t, s.ClientURL(), nats.CustomInboxPrefix(inboxPrefix+stranger.ID().UUID().String()))
+	subj := Subject("meerkat", b.kp.ID())
 	sealedBy := func(kp *identity.Keypair, kind wire.Kind) []byte {
 		e, err := wire.Seal(kp, identity.NewUUID(), b.kp.ID(), kind)
 		if err != nil {
@@ -360,4 +363,133 @@ func TestUntrustingPeerRefusesAtOnce(t *testing.T) {
 	if got := b.r.Stats().Rejected[comms.RejectUntrusted]; got != 1 {
 		t.Fatalf("b counted %d untrusted", got)
 	}
+}
+
+// A node answers (an ack, or a refusal's empty message) only into a reply
+// inbox, and an ack only into its verified sender's: the reply subject is
+// whatever the publisher wrote, and the answer goes out with the node's
+// permissions, so anyone on the deployment could otherwise have a node
+// publish to the JetStream API (deleting the stream, say) or anywhere else.
+func TestAnswersOnlyIntoReplyInboxes(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s := startServer(t, "s1", "", nil, "")
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	b.connect(t, s.ClientURL(), Options{})
+	attacker := rawConn(t, s.ClientURL())
+	watch := rawConn(t, s.ClientURL())
+	stranger, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := inboxPrefix + stranger.ID().UUID().String() + ".probe"
+	other := identity.NewUUID().String()
+	got := make(chan *nats.Msg, 16)
+	for _, subj := range []string{"$JS.API.>", "victim.>", "_INBOX_not-a-uuid.>", inboxPrefix + other + ".>", inbox} {
+		sub, err := watch.ChanSubscribe(subj, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Unsubscribe() })
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sealed := func() []byte {
+		e, err := wire.Seal(a.kp, identity.NewUUID(), b.kp.ID(), wire.Message("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := e.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	cases := []struct {
+		name, reply string
+		payload     []byte
+		admitted    bool
+	}{
+		{"junk, reply to the stream API", "$JS.API.STREAM.DELETE.MEERKAT", []byte("junk"), false},
+		{"junk, reply to any subject", "victim.subject", []byte("junk"), false},
+		{"junk, reply to a malformed inbox", "_INBOX_not-a-uuid.x", []byte("junk"), false},
+		{"a valid envelope, reply to the stream API", "$JS.API.STREAM.PURGE.MEERKAT", sealed(), true},
+		{"a valid envelope, reply to another node's inbox", "_INBOX_" + other + ".x", sealed(), true},
+	}
+	subj := Subject("meerkat", b.kp.ID())
+	for i, c := range cases {
+		before := b.relay.Status().Received
+		if err := attacker.PublishMsg(&nats.Msg{Subject: subj, Reply: c.reply, Data: c.payload}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, 10*time.Second, c.name+": handled", func() bool {
+			st := b.relay.Status()
+			return st.Received == before+1 && (c.admitted && b.r.Inbox().Len() == i-2 || !c.admitted && st.Refused == uint64(i+1))
+		})
+	}
+	// A refusal to a node's reply inbox is still answered: the answers
+	// above would have come before it.
+	if err := attacker.PublishMsg(&nats.Msg{Subject: subj, Reply: inbox, Data: []byte("junk")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m.Subject != inbox || len(m.Data) != 0 {
+			t.Fatalf("the node answered on %s (%d bytes), want only the empty refusal on %s", m.Subject, len(m.Data), inbox)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no refusal answered into a reply inbox")
+	}
+	select {
+	case m := <-got:
+		t.Fatalf("the node also answered on %s", m.Subject)
+	default:
+	}
+}
+
+func TestReplyInbox(t *testing.T) {
+	u := identity.NewUUID()
+	for _, c := range []struct {
+		subj string
+		ok   bool
+	}{
+		{inboxPrefix + u.String() + ".abc", true},
+		{inboxPrefix + u.String() + ".nuid.token", true},
+		{inboxPrefix + u.String() + ".", false},
+		{inboxPrefix + u.String(), false},
+		{inboxPrefix + strings.ToUpper(u.String()) + ".x", false},
+		{inboxPrefix + "not-a-uuid.x", false},
+		{inboxPrefix + u.String() + ".*", false},
+		{inboxPrefix + u.String() + ".>", false},
+		{inboxPrefix + u.String() + ".a b", false},
+		{"_INBOX." + u.String() + ".x", false},
+		{"$JS.API.STREAM.DELETE.MEERKAT", false},
+		{"meerkat.node." + u.String(), false},
+		{"", false},
+	} {
+		got, ok := replyInbox(c.subj)
+		if ok != c.ok || ok && got != u {
+			t.Errorf("replyInbox(%q) = %v, %v; want ok %v", c.subj, got, ok, c.ok)
+		}
+	}
+}
+
+// FuzzReplyInbox checks that replyInbox never panics and accepts only
+// subjects it would build itself: the prefix, the UUID it returns, ".",
+// and more.
+func FuzzReplyInbox(f *testing.F) {
+	f.Add(inboxPrefix + identity.NewUUID().String() + ".x")
+	f.Add("$JS.API.STREAM.DELETE.MEERKAT")
+	f.Add(inboxPrefix + "." + "x")
+	f.Fuzz(func(t *testing.T, subj string) {
+		u, ok := replyInbox(subj)
+		if !ok {
+			return
+		}
+		rest, found := strings.CutPrefix(subj, inboxPrefix+u.String()+".")
+		if !found || rest == "" || strings.ContainsAny(rest, " \t\r\n*>") {
+			t.Fatalf("replyInbox(%q) accepted it as %v", subj, u)
+		}
+	})
 }
