@@ -393,7 +393,11 @@ func (rl *Relay) settleStored(m jetstream.Msg, res comms.RelayReply) {
 	case "":
 		err = m.Ack()
 	case comms.RejectInboxFull, comms.RejectStore, comms.RejectPeerShare, comms.RejectInFlight:
-		err = m.NakWithDelay(time.Second)
+		var n uint64
+		if md, mdErr := m.Metadata(); mdErr == nil {
+			n = md.NumDelivered
+		}
+		err = m.NakWithDelay(redeliverDelay(n))
 	default:
 		err = m.Term()
 	}
@@ -401,6 +405,22 @@ func (rl *Relay) settleStored(m jetstream.Msg, res comms.RelayReply) {
 		rl.log.Debug("NATS: cannot settle a stored message", "err", err)
 	}
 }
+
+// redeliverDelay is how long the broker waits before it hands back an
+// envelope this node could not take now, after its nth delivery: a
+// second, doubling with each delivery up to maxRedeliverDelay, so that an
+// inbox that stays full does not verify and open the same envelopes
+// every second.
+func redeliverDelay(n uint64) time.Duration {
+	d := time.Second
+	for i := uint64(1); i < n && d < maxRedeliverDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxRedeliverDelay)
+}
+
+// maxRedeliverDelay bounds redeliverDelay.
+const maxRedeliverDelay = 30 * time.Second
 
 // Send implements [comms.Relay].
 func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID, payload []byte, wantAck bool, queued func()) ([]byte, bool, error) {

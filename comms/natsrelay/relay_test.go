@@ -493,3 +493,17 @@ func FuzzReplyInbox(f *testing.F) {
 		}
 	})
 }
+
+func TestRedeliverDelay(t *testing.T) {
+	for _, c := range []struct {
+		n    uint64
+		want time.Duration
+	}{
+		{0, time.Second}, {1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second},
+		{5, 16 * time.Second}, {6, 30 * time.Second}, {7, 30 * time.Second}, {1 << 40, 30 * time.Second},
+	} {
+		if got := redeliverDelay(c.n); got != c.want {
+			t.Errorf("redeliverDelay(%d) = %v, want %v", c.n, got, c.want)
+		}
+	}
+}
