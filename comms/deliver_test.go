@@ -3,6 +3,7 @@ package comms
 import (
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -279,5 +280,34 @@ func TestObserveInboundAck(t *testing.T) {
 	defer mu.Unlock()
 	if g := evs[0]; g.Type != EventAck || g.Peer != "alice" || g.From != a.kp.ID() || g.Kind != wire.TypeAck || g.Size != len(payload) {
 		t.Fatalf("event %+v", g)
+	}
+}
+
+// The acks hint on a connection's first frame never takes an envelope past
+// the size limit both nodes share: one sealed right at the limit is
+// delivered (its frame goes unhinted, the next one carries the hint), not
+// refused by the receiver on every new connection.
+func TestHintKeepsFramesWithinTheLimit(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const limit = 4096
+	a, b := pair(t, "uds", Options{MaxMessageBytes: limit})
+	var body string
+	for n := limit; n > 0; n-- {
+		s, err := a.r.Seal("bob", wire.Message(strings.Repeat("x", n)))
+		if err == nil && len(s.Payload) == limit {
+			body = strings.Repeat("x", n)
+			break
+		}
+	}
+	if body == "" {
+		t.Fatal("no message seals to exactly the limit")
+	}
+	for i, text := range []string{body, "after"} {
+		if _, err := a.r.SendMessage(ctxT(t), "bob", text); err != nil {
+			t.Fatalf("message %d: %v (bob refused %v)", i, err, b.r.Stats().Rejected)
+		}
+	}
+	if rej := b.r.Stats().Rejected; len(rej) != 0 {
+		t.Fatalf("bob refused %v", rej)
 	}
 }

@@ -394,9 +394,15 @@ func (oc *outConn) hint(frame []byte) []byte {
 	if oc.hinted || oc.l.r.opts.SingleAcks {
 		return frame
 	}
-	oc.hinted = true
 	out, start := transport.StartFrame(make([]byte, 0, len(frame)+16))
 	out, ok := wire.AppendHinted(out, frame[min(len(frame), transport.HeaderSize):])
+	if ok && len(out)-transport.HeaderSize > oc.l.r.opts.MaxMessageBytes {
+		// The hint would take the envelope past the size a peer with our
+		// limit takes: it goes as it was sealed, and the hint on the
+		// next frame.
+		return frame
+	}
+	oc.hinted = true
 	if !ok || transport.FinishFrame(out, start) != nil {
 		return frame
 	}

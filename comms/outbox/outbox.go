@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"sync"
@@ -682,6 +683,12 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 	q.inFlight--
 	now := o.opts.Now()
 	attempt := it.e.Attempts + 1
+	switch { // a count from elsewhere (a store, a hand edit) that no schedule has
+	case it.e.Attempts < 0:
+		attempt = 1
+	case attempt < 1:
+		attempt = math.MaxInt
+	}
 	switch {
 	case r.err == nil:
 		q.resolve = 0
@@ -757,7 +764,7 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 // backoff is the wait after the n-th failed attempt.
 func (o *Outbox) backoff(n int) time.Duration {
 	b := o.opts.Backoff
-	return b[min(n, len(b))-1]
+	return b[min(max(n, 1), len(b))-1]
 }
 
 // breakerFailedLocked counts a failed round against q's breaker.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -1007,4 +1008,44 @@ func TestStoredEntriesDoNotHoldTheQueue(t *testing.T) {
 		es, _ := st.Entries()
 		return len(es) == 0
 	})
+}
+
+// Entries stored with attempt counts no schedule has (a store from
+// elsewhere, a hand-edited row) fail their next attempt like any other,
+// and nothing panics: one past every limit becomes a dead letter, a
+// negative one counts as never tried.
+func TestOddStoredAttemptCounts(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	huge, negative := entry(peerA, 0), entry(peerB, 1)
+	huge.Attempts, negative.Attempts = math.MaxInt, -5
+	for _, e := range []Entry{huge, negative} {
+		if _, err := st.Add(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Millisecond, time.Hour}, BreakerFailures: 1 << 30, MaxAttempts: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Start()
+	defer ob.Close()
+	testutil.WaitFor(t, 10*time.Second, "the huge count to be a dead letter", func() bool {
+		dl, err := st.DeadLetters()
+		return err == nil && len(dl) == 1 && dl[0].ID == huge.ID
+	})
+	testutil.WaitFor(t, 10*time.Second, "the negative count to wait its second step", func() bool {
+		l := ob.List()
+		return len(l) == 1 && l[0].ID == negative.ID && l[0].Attempts == 2 && time.Until(l[0].NextAttempt) > 30*time.Minute
+	})
+}
+
+func TestBackoffStep(t *testing.T) {
+	o := &Outbox{opts: Options{Backoff: []time.Duration{1, 2, 3}}}
+	for n, want := range map[int]time.Duration{math.MinInt: 1, -5: 1, 0: 1, 1: 1, 2: 2, 3: 3, 4: 3, math.MaxInt: 3} {
+		if got := o.backoff(n); got != want {
+			t.Errorf("backoff(%d) = %v, want %v", n, got, want)
+		}
+	}
 }

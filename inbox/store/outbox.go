@@ -296,6 +296,8 @@ func (r *entryRow) entry(what string) (outbox.Entry, error) {
 		return e, fmt.Errorf("%s %d has a malformed recipient key (%d bytes)", what, r.seq, len(r.to))
 	case len(r.corr) != len(e.CorrID):
 		return e, fmt.Errorf("%s %d has a malformed corr_id (%d bytes)", what, r.seq, len(r.corr))
+	case e.Attempts < 0:
+		return e, fmt.Errorf("%s %d has a negative attempt count (%d)", what, r.seq, e.Attempts)
 	}
 	e.Seq = uint64(r.seq)
 	copy(e.ID[:], r.id)

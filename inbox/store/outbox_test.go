@@ -460,6 +460,12 @@ func TestOutboxMalformedRows(t *testing.T) {
 			func(o *Outbox) error { _, err := o.Entries(); return err },
 		},
 		{
+			"entry negative attempts",
+			`INSERT INTO outbox (id, recipient, peer, kind, corr_id, payload, attempts) VALUES (zeroblob(16), zeroblob(32), 'p', 'k', zeroblob(16), x'', -5)`,
+			"negative attempt count",
+			func(o *Outbox) error { _, err := o.Entries(); return err },
+		},
+		{
 			"dead letter seq",
 			`INSERT INTO dead_letters (seq, id, recipient, peer, kind, corr_id, payload, reason) VALUES (-1, zeroblob(16), zeroblob(32), 'p', 'k', zeroblob(16), x'', 'r')`,
 			"invalid seq",
