@@ -264,7 +264,10 @@ type item struct {
 	// stored: a broker holds this envelope, in order; until its next
 	// attempt it does not hold back what is behind it.
 	stored bool
-	t      *Ticket // nil for entries loaded from the store
+	// killFailed: the store failed to move it to the dead letters; it is
+	// tried again at its next attempt's time, not before.
+	killFailed bool
+	t          *Ticket // nil for entries loaded from the store
 }
 
 // Ticket follows one enqueued envelope in this process.
@@ -589,7 +592,7 @@ func (o *Outbox) nextLocked(q *peerQ, now time.Time) (*item, bool) {
 		if !it.e.Expires.IsZero() && !now.Before(it.e.Expires) {
 			// Expired: to the dead letters. If the store fails, it stays
 			// where it is and holds back what is behind it (order).
-			if now.Before(it.e.NextAttempt) || !o.expireOneLocked(q, it, now) {
+			if it.killFailed && now.Before(it.e.NextAttempt) || !o.expireOneLocked(q, it, now) {
 				return nil, false
 			}
 			i--
@@ -629,7 +632,7 @@ func (o *Outbox) dueLocked(q *peerQ, now time.Time) time.Time {
 			continue
 		}
 		t := it.e.Expires
-		if !now.Before(t) {
+		if !now.Before(t) && it.killFailed {
 			t = it.e.NextAttempt // expired, but the store refused to move it: try again then
 		}
 		if t.Before(due) {
@@ -807,6 +810,7 @@ func (o *Outbox) killLocked(q *peerQ, it *item, reason, event string, now time.T
 	if err := o.st.Kill(it.e.ID, reason, now); err != nil && !errors.Is(err, ErrNotFound) {
 		o.log.Error("outbox: cannot move an envelope to the dead letters; keeping it queued", "id", it.e.ID.String(), "err", err)
 		it.e.NextAttempt = now.Add(o.backoff(len(o.opts.Backoff)))
+		it.killFailed = true
 		return
 	}
 	o.removeLocked(q, it)
@@ -818,8 +822,8 @@ func (o *Outbox) killLocked(q *peerQ, it *item, reason, event string, now time.T
 func (o *Outbox) expireLocked(q *peerQ, now time.Time) {
 	for i := 0; i < len(q.items); i++ {
 		it := q.items[i]
-		if !it.inFlight && !it.e.Expires.IsZero() && !now.Before(it.e.Expires) && !now.Before(it.e.NextAttempt) &&
-			o.expireOneLocked(q, it, now) {
+		if !it.inFlight && !it.e.Expires.IsZero() && !now.Before(it.e.Expires) &&
+			!(it.killFailed && now.Before(it.e.NextAttempt)) && o.expireOneLocked(q, it, now) {
 			i--
 		}
 	}

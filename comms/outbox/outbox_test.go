@@ -1049,3 +1049,36 @@ func TestBackoffStep(t *testing.T) {
 		}
 	}
 }
+
+// An envelope waiting out a long backoff is dead-lettered when its
+// time-to-live passes, not only at its next attempt.
+func TestExpiresDuringBackoff(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1 << 30, MaxAttempts: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	e := entry(peerA, 0)
+	e.Expires = time.Now().Add(300 * time.Millisecond)
+	_, tk, err := ob.Enqueue(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tk.Attempted() // failed: the next attempt is an hour away
+	select {
+	case <-tk.Done():
+		var de *DeadError
+		if !errors.As(tk.Err(), &de) || !strings.HasPrefix(de.Reason, ReasonExpired) {
+			t.Fatalf("ticket ended with %v, want expired", tk.Err())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("not expired 20 s after its time-to-live; queued: %+v", ob.List())
+	}
+	if dl, err := st.DeadLetters(); err != nil || len(dl) != 1 {
+		t.Fatalf("dead letters %d (%v), want 1", len(dl), err)
+	}
+}
