@@ -118,6 +118,12 @@ func (l *link) dial(ctx context.Context) (net.Conn, error) {
 	if a.Scheme == transport.SchemeTCP && l.r.opts.RefusePlaintext {
 		return nil, errPlaintextRefused
 	}
+	if a.Scheme == transport.SchemeTLS {
+		// Anyone could answer as a small-order key (see tlsAccept).
+		if err := l.peer.ID.Check(); err != nil {
+			return nil, fmt.Errorf("%w: the peer's key: %w", errTLSHandshake, err)
+		}
+	}
 	c, err := l.r.opts.Dial(ctx, a)
 	if err != nil || a.Scheme != transport.SchemeTLS {
 		return c, err

@@ -2,6 +2,8 @@ package comms
 
 import (
 	"context"
+	"crypto"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -304,5 +306,62 @@ func TestTLSFrameAcrossRecords(t *testing.T) {
 	ev.mu.Unlock()
 	if got := bob.r.Inbox().Len(); got != 6 {
 		t.Fatalf("bob holds %d items, want 6", got)
+	}
+}
+
+// weakSigner signs as the small-order key whose encoding is the identity
+// point: R = the identity, S = 0 satisfies the verification equation for
+// any message, so anyone can produce its "signatures".
+type weakSigner struct{}
+
+var weakKey = func() identity.PeerID {
+	var id identity.PeerID
+	id[0] = 1
+	return id
+}()
+
+func (weakSigner) Public() crypto.PublicKey { return ed25519.PublicKey(weakKey[:]) }
+
+func (weakSigner) Sign(io.Reader, []byte, crypto.SignerOpts) ([]byte, error) {
+	sig := make([]byte, ed25519.SignatureSize)
+	sig[0] = 1 // R = the identity point, S = 0
+	return sig, nil
+}
+
+// A small-order key is never taken over TLS, trusted or not: anyone can
+// complete a handshake as one, so neither a listener nor a dialler lets it
+// stand for a peer.
+func TestTLSRefusesSmallOrderKeys(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	if err := weakKey.Check(); !errors.Is(err, identity.ErrWeakKey) {
+		t.Fatalf("the test key: %v, want a small-order key", err)
+	}
+	weak := trust.Peer{Name: "weak", ID: weakKey, Addr: transport.Addr{Scheme: transport.SchemeTLS, Host: "127.0.0.1", Port: 1}}
+	bob := serveNode(t, "bob", newKP(t), "tls", Options{}, weak)
+	cert, err := transport.NodeCert(weakSigner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), advDeadline)
+	defer cancel()
+	want := bob.kp.ID()
+	if c, err := transport.TLSClient(ctx, dialRaw(t, bob), transport.TLSClientConfig(cert, want[:])); err == nil {
+		c.SetReadDeadline(time.Now().Add(advDeadline))
+		var buf [64]byte
+		if n, rerr := c.Read(buf[:]); rerr == nil || errors.Is(rerr, os.ErrDeadlineExceeded) {
+			t.Fatalf("read %d bytes, %v: the connection of a small-order key is open", n, rerr)
+		}
+	}
+	waitRejected(t, bob, RejectTLS, 1)
+	// Dialling it: refused before any connection is made.
+	weak.Addr = bob.addr
+	alice := serveNode(t, "alice", newKP(t), "tls", Options{}, weak)
+	_, err = alice.r.SendMessage(ctxT(t), "weak", "for anyone")
+	var poe *PeerOfflineError
+	if !errors.As(err, &poe) || poe.Reason != OfflineTLS || !errors.Is(err, identity.ErrWeakKey) {
+		t.Fatalf("send to a small-order key: %v, want a TLS failure naming the key", err)
+	}
+	if s := bob.r.Stats(); s.Rejected[RejectTLS] != 1 {
+		t.Fatalf("alice reached bob's listener: %+v", s)
 	}
 }

@@ -14,6 +14,9 @@ var (
 	ErrBadBase64 = errors.New("identity: key is not canonical padded base64")
 	// ErrZeroKey means the key is all zero bytes, which is never a real key.
 	ErrZeroKey = errors.New("identity: all-zero key")
+	// ErrWeakKey means the key is not the canonical encoding of a point of
+	// large order: no signature by it is ever accepted ([PeerID.Check]).
+	ErrWeakKey = errors.New("identity: key is a small-order point or not canonically encoded, so no signature by it is accepted")
 	// ErrBadUUID means a UUID string is not in the hyphenated 8-4-4-4-12 form.
 	ErrBadUUID = errors.New("identity: malformed UUID")
 	// ErrKeyFile means an identity file is missing, malformed, mismatched or

@@ -148,18 +148,42 @@ func (b *Batch) key(id PeerID) *batchKey {
 	if k, ok := b.keys[id]; ok {
 		return k
 	}
-	var ac curve.CompressedEdwardsY
 	var A curve.EdwardsPoint
-	if _, err := ac.SetBytes(id[:]); err != nil || !ac.IsCanonicalVartime() {
-		return nil
-	}
-	if _, err := A.SetCompressedY(&ac); err != nil || A.IsSmallOrder() {
+	if !id.point(&A) {
 		return nil
 	}
 	k := new(batchKey)
 	k.negA.SetEdwardsPoint(A.Neg(&A))
 	keep(&b.keys, id, k)
 	return k
+}
+
+// Check returns nil if id is a key whose signatures can be accepted: the
+// canonical encoding of a point that is not of small order, the rule
+// every verification here applies to a key. Otherwise it returns
+// [ErrZeroKey] or [ErrWeakKey]. Anyone can complete a TLS handshake (whose
+// signature check is not this package's) as a small-order key, so such
+// a key must never be trusted.
+func (id PeerID) Check() error {
+	if id.IsZero() {
+		return ErrZeroKey
+	}
+	var A curve.EdwardsPoint
+	if !id.point(&A) {
+		return ErrWeakKey
+	}
+	return nil
+}
+
+// point sets *A to the point id encodes and reports whether id is a key
+// this package accepts: a canonical encoding, not of small order.
+func (id PeerID) point(A *curve.EdwardsPoint) bool {
+	var ac curve.CompressedEdwardsY
+	if _, err := ac.SetBytes(id[:]); err != nil || !ac.IsCanonicalVartime() {
+		return false
+	}
+	_, err := A.SetCompressedY(&ac)
+	return err == nil && !A.IsSmallOrder()
 }
 
 // keep puts v in *m under id, making the map if need be and first

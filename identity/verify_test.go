@@ -6,6 +6,7 @@ import (
 	"crypto/sha512"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -564,5 +565,33 @@ func TestVerifierBound(t *testing.T) {
 	}
 	if n := identity.CachedKeys(&v); n > 256 {
 		t.Fatalf("the Verifier holds %d keys", n)
+	}
+}
+
+// Check refuses exactly the keys no signature is accepted by: every
+// small-order point and every non-canonical encoding of one, and the
+// all-zero key; a generated key passes.
+func TestPeerIDCheck(t *testing.T) {
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kp.ID().Check(); err != nil {
+		t.Fatalf("a generated key: %v", err)
+	}
+	if err := (identity.PeerID{}).Check(); !errors.Is(err, identity.ErrZeroKey) {
+		t.Fatalf("the zero key: %v", err)
+	}
+	for _, c := range append(append([]struct{ name, enc string }{}, nonCanonical...), func() (out []struct{ name, enc string }) {
+		for _, so := range smallOrder {
+			out = append(out, struct{ name, enc string }{so.name, so.enc})
+		}
+		return out
+	}()...) {
+		var id identity.PeerID
+		copy(id[:], mustHex(c.enc))
+		if err := id.Check(); !errors.Is(err, identity.ErrWeakKey) && !(id.IsZero() && errors.Is(err, identity.ErrZeroKey)) {
+			t.Errorf("%s: Check() = %v, want identity.ErrWeakKey", c.name, err)
+		}
 	}
 }
