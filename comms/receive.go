@@ -851,9 +851,16 @@ const untrustedLogEvery = time.Minute
 // it the memory starts over.
 const maxUntrustedLogged = 1024
 
+// maxUntrustedLines bounds logUntrusted's lines over all keys in each
+// untrustedLogEvery: a stranger with a new key per connection gets no
+// more.
+const maxUntrustedLines = 10
+
 // logUntrusted logs, at info and at most once a minute per key, that an
 // envelope from a key not in the trust list was refused: the likely
-// reason a peer's sends fail, and the key its owner must be given.
+// reason a peer's sends fail, and the key its owner must be given. At
+// most maxUntrustedLines such lines a minute go out in all; one line
+// then says how many more keys were refused meanwhile.
 func (r *Router) logUntrusted(from identity.PeerID) {
 	now := time.Now()
 	r.rejectMu.Lock()
@@ -862,10 +869,25 @@ func (r *Router) logUntrusted(from identity.PeerID) {
 	}
 	last, seen := r.untrustedSeen[from]
 	log := !seen || now.Sub(last) >= untrustedLogEvery
+	hidden := 0
 	if log {
 		r.untrustedSeen[from] = now
+		ul := &r.untrustedLog
+		if now.Sub(ul.start) >= untrustedLogEvery {
+			hidden = ul.hidden
+			ul.start, ul.logged, ul.hidden = now, 0, 0
+		}
+		if ul.logged >= maxUntrustedLines {
+			log = false
+			ul.hidden++
+		} else {
+			ul.logged++
+		}
 	}
 	r.rejectMu.Unlock()
+	if hidden > 0 {
+		r.log.Info("refused envelopes from more keys not in the trust list; their lines were left out", "keys", hidden)
+	}
 	if log {
 		r.log.Info("refused an envelope from a key not in the trust list (trust it with meerkatd peers add, or pair)", "key", from.String())
 	}

@@ -217,6 +217,12 @@ type Router struct {
 	rejectMu      sync.Mutex
 	rejected      map[string]uint64
 	untrustedSeen map[identity.PeerID]time.Time // guarded by rejectMu: logUntrusted's rate limit
+	// untrustedLog is logUntrusted's limit over all keys, guarded by
+	// rejectMu: lines logged since start, and those left out.
+	untrustedLog struct {
+		start          time.Time
+		logged, hidden int
+	}
 
 	rs relayState // nats: peers (relay.go)
 }

@@ -7,8 +7,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -363,5 +365,46 @@ func TestTLSRefusesSmallOrderKeys(t *testing.T) {
 	}
 	if s := bob.r.Stats(); s.Rejected[RejectTLS] != 1 {
 		t.Fatalf("alice reached bob's listener: %+v", s)
+	}
+}
+
+// lineCounter counts the log lines a handler gets, by message.
+type lineCounter struct {
+	mu    sync.Mutex
+	lines map[string]int
+}
+
+func (l *lineCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (l *lineCounter) Handle(_ context.Context, rec slog.Record) error {
+	l.mu.Lock()
+	if l.lines == nil {
+		l.lines = map[string]int{}
+	}
+	l.lines[rec.Message]++
+	l.mu.Unlock()
+	return nil
+}
+func (l *lineCounter) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *lineCounter) WithGroup(string) slog.Handler      { return l }
+
+// A stranger with a new key for every connection gets a bounded number
+// of log lines, not one per key.
+func TestUntrustedKeysLogBounded(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	var lc lineCounter
+	r := &Router{log: slog.New(&lc)}
+	for range 200 {
+		r.logUntrusted(newKP(t).ID())
+	}
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	n := 0
+	for msg, c := range lc.lines {
+		if strings.Contains(msg, "not in the trust list") {
+			n += c
+		}
+	}
+	if n != maxUntrustedLines {
+		t.Fatalf("%d lines for 200 keys, want %d", n, maxUntrustedLines)
 	}
 }
