@@ -41,8 +41,8 @@
 //
 //   - "/re/": an RE2 regular expression, unanchored (write ^ and $ to
 //     anchor it);
-//   - "!p": any string that p (a glob or a literal, not a regex) does not
-//     match — the key must still be present;
+//   - "!p": any string that p (a regex "/re/", a glob or a literal) does
+//     not match — the key must still be present and hold a string;
 //   - a string holding '*' or '?': a glob ('*' within one /-separated
 //     segment, '**' across segments, '?' one character; doublestar
 //     syntax, so [...] classes and \ escapes work too). A glob never
@@ -59,7 +59,10 @@
 // A key "**" matches when its value pattern matches some value at any
 // depth; a key starting with "$" is an RFC 9535 JSONPath query that
 // must select at least one node, some node matching the value pattern;
-// a key holding '*' or '?' is a glob over the payload's keys. Values:
+// a key holding '*' or '?' is a glob over the payload's keys. A JSONPath
+// query may hold one descendant segment ("..") and not inside a filter,
+// the root "$" only at its start, and neither match() nor search(): the
+// others can take time that grows faster than the payload. Values:
 // string patterns match strings only; numbers match numbers equal in
 // value (5 matches 5.0 and 50e-1); true, false and null match
 // themselves; an array is one-of; an object is a nested payload pattern.
@@ -70,6 +73,13 @@
 // Compile fail for the whole set (fail closed). [Matcher.Covers] is the
 // conservative test a granter's set must pass before it hands a
 // capability on.
+//
+// Matching is bounded: [Matcher.Allows] and [AllowsAny] count the work
+// they do (values looked at, bytes a glob or regex scans, JSONPath
+// queries by the payload's size) and deny an envelope whose check would
+// take more than a fixed amount, whatever the patterns would say. A few
+// kilobytes of pattern ("**" nested in "**", thousands of alternatives)
+// against a large payload would otherwise take minutes.
 //
 // # Concurrency
 //

@@ -82,6 +82,9 @@ func FuzzMatch(f *testing.F) {
 	f.Add([]byte(`["mcp/request:tools/*","chat"]`), []byte(`"chat"`), "chat", []byte(`{"text":"hi"}`))
 	f.Add([]byte(`[{"kind":["a","/b/"],"payload":{"k*":[1,true,null,{"x":"?"}]}}]`), []byte(`{"kind":"b","payload":{"k*":[1,true,null,{"x":"?"}]}}`), "b", []byte(`{"kx":{"x":"y"}}`))
 	f.Add([]byte(`[{"kind":"!chat","payload":{"p":{"a":1}}}]`), []byte(`{"kind":["x","y/z"],"payload":{"p":{"a":1,"b":{"**":"v"}}}}`), "y/z", []byte(`{"p":{"a":1.0,"b":{"c":["v"]}}}`))
+	f.Add([]byte(`[{"kind":"!/^system\\//","payload":{"path":"!/^\\/etc\\//"}}]`), []byte(`{"kind":"!/^system\\//"}`), "x/y", []byte(`{"path":"/etc/shadow"}`))
+	f.Add([]byte(`[{"kind":"*","payload":{"$..[?@.n > 1]":1,"$.a[?count(@.*) > 1].b":"x"}}]`), []byte(`{"kind":"*"}`), "x", []byte(`{"a":[{"n":2,"b":"x"}]}`))
+	f.Add([]byte(`[{"kind":"*","payload":{"**":{"**":{"**":{"zz":"no"}}}}}]`), []byte(`{"kind":"chat"}`), "chat", []byte(`{"a":{"a":{"a":{"a":{"a":"v"}}}}}`))
 	f.Fuzz(func(t *testing.T, capsJSON, otherJSON []byte, kind string, payload []byte) {
 		caps, err := ParseCapabilities(capsJSON)
 		if err != nil {
@@ -96,7 +99,13 @@ func FuzzMatch(f *testing.F) {
 			return
 		}
 		e := Envelope{Kind: kind, Payload: payload}
-		allowed := m.Allows(e)
+		allowed, used := allowsWithin(e, maxMatchWork, []*Matcher{m})
+		if used > maxMatchWork {
+			t.Fatalf("matching spent %d units of work, more than %d", used, maxMatchWork)
+		}
+		if allowed != m.Allows(e) {
+			t.Fatal("Allows and allowsWithin disagree")
+		}
 		// Covers is sound: whatever a covered capability allows, the set
 		// allows too.
 		others, err := ParseCapabilities(append(append([]byte("["), otherJSON...), ']'))

@@ -29,7 +29,9 @@ type compiledCap struct {
 
 // pattern matches one decoded JSON value.
 type pattern interface {
-	match(v any) bool
+	// match reports whether the pattern matches v, spending from w. Its
+	// answer means nothing once w is out.
+	match(v any, w *work) bool
 }
 
 type (
@@ -49,6 +51,7 @@ type fieldPattern struct {
 	key   string
 	mode  int // fieldExact, fieldGlob, fieldDeep, fieldPath
 	path  *jsonpath.Path
+	cost  int64 // fieldPath: the work one Select is charged per node of the payload (0: a singular query)
 	value pattern
 }
 
@@ -59,78 +62,191 @@ const (
 	fieldPath         // "$…": some node the JSONPath query selects
 )
 
-func (p literalPattern) match(v any) bool {
-	s, ok := v.(string)
-	return ok && s == string(p)
+// Matching is bounded: one decision ([Matcher.Allows], [AllowsAny])
+// may do at most maxMatchWork units of work, a unit being about a
+// nanosecond of matching. A decision that runs out denies (fails closed),
+// whatever the patterns would have said. Without the bound, a pattern
+// of a few kilobytes ("**" nested in "**", a "**" with thousands of
+// alternatives, hundreds of globs or JSONPath keys, in each of
+// MaxCapabilities capabilities) against a payload of MaxPayloadBytes
+// takes seconds to hours, with the space engine's lock held.
+const maxMatchWork = 1 << 26
+
+// The work charged, in those units.
+const (
+	workStep     = 8   // a pattern applied to one value
+	workVisit    = 40  // an object pattern applied to one value, or "**" looking into one object or array
+	workByte     = 32  // a byte of a string (or key) a glob or a regular expression scans
+	workPathByte = 300 // a byte of a JSONPath query that is not singular, per node of the payload
+)
+
+// work is what one decision may still spend, and the payload it matches.
+type work struct {
+	left      int64
+	used      int64 // what was spent
+	exhausted bool  // a charge could not be paid: the decision is a denial
+	root      any   // the decoded payload
+	nodes     int64 // the payload's values (objects, arrays, scalars), once counted; 0: not yet
 }
 
-func (p globPattern) match(v any) bool {
-	s, ok := v.(string)
-	return ok && s != "" && doublestar.MatchUnvalidated(string(p), s)
+func newWork(limit int64, root any) *work { return &work{left: limit, root: root} }
+
+// spend pays n units before the work they stand for is done, and
+// reports whether it could: once it could not, nothing more is paid and
+// the work must not be done.
+func (w *work) spend(n int64) bool {
+	if w.exhausted || n > w.left {
+		w.exhausted = true
+		return false
+	}
+	w.left -= n
+	w.used += n
+	return true
 }
 
-func (p regexPattern) match(v any) bool {
-	s, ok := v.(string)
-	return ok && p.re.MatchString(s)
+// out reports whether the budget ran out: the decision is a denial.
+func (w *work) out() bool { return w.exhausted }
+
+// payloadNodes counts the payload's values once (and pays for it).
+func (w *work) payloadNodes() int64 {
+	if w.nodes == 0 {
+		w.nodes = countNodes(w.root)
+		w.spend(w.nodes * workStep)
+	}
+	return w.nodes
 }
 
-func (p notPattern) match(v any) bool {
-	s, ok := v.(string)
-	return ok && !p.p.match(s)
+func countNodes(v any) int64 {
+	n := int64(1)
+	switch x := v.(type) {
+	case map[string]any:
+		for _, y := range x {
+			n += countNodes(y)
+		}
+	case []any:
+		for _, y := range x {
+			n += countNodes(y)
+		}
+	}
+	return n
 }
 
-func (p oneOfPattern) match(v any) bool {
+// stringWork is the charge for a glob or regular expression scanning s.
+func stringWork(s string) int64 { return workStep + workByte*int64(len(s)) }
+
+// numberWork is the charge for comparing number n (its text, which may
+// be long, is made canonical).
+func numberWork(n string) int64 { return workStep + int64(len(n)) }
+
+func (p literalPattern) match(v any, w *work) bool {
+	s, ok := v.(string)
+	return w.spend(workStep) && ok && s == string(p)
+}
+
+func (p globPattern) match(v any, w *work) bool {
+	s, ok := v.(string)
+	if !ok {
+		w.spend(workStep)
+		return false
+	}
+	return w.spend(stringWork(s)) && s != "" && doublestar.MatchUnvalidated(string(p), s)
+}
+
+func (p regexPattern) match(v any, w *work) bool {
+	s, ok := v.(string)
+	if !ok {
+		w.spend(workStep)
+		return false
+	}
+	return w.spend(stringWork(s)) && p.re.MatchString(s)
+}
+
+func (p notPattern) match(v any, w *work) bool {
+	s, ok := v.(string)
+	if !ok {
+		w.spend(workStep)
+		return false
+	}
+	// A spent budget makes p's answer meaningless (and its negation
+	// true): the caller denies when w is out.
+	return !p.p.match(s, w) && !w.out()
+}
+
+func (p oneOfPattern) match(v any, w *work) bool {
 	for _, q := range p {
-		if q.match(v) {
+		if q.match(v, w) {
 			return true
+		}
+		if w.out() {
+			return false
 		}
 	}
 	return false
 }
 
-func (p numberPattern) match(v any) bool {
+func (p numberPattern) match(v any, w *work) bool {
 	n, ok := v.(json.Number)
-	return ok && numKey(string(n)) == string(p)
-}
-
-func (p boolPattern) match(v any) bool {
-	b, ok := v.(bool)
-	return ok && b == bool(p)
-}
-
-func (nullPattern) match(v any) bool { return v == nil }
-
-func (p *objectPattern) match(v any) bool {
-	m, ok := v.(map[string]any)
 	if !ok {
+		w.spend(workStep)
+		return false
+	}
+	return w.spend(numberWork(string(n))) && numKey(string(n)) == string(p)
+}
+
+func (p boolPattern) match(v any, w *work) bool {
+	b, ok := v.(bool)
+	return w.spend(workStep) && ok && b == bool(p)
+}
+
+func (nullPattern) match(v any, w *work) bool { return w.spend(workStep) && v == nil }
+
+func (p *objectPattern) match(v any, w *work) bool {
+	m, ok := v.(map[string]any)
+	if !w.spend(workVisit) || !ok {
 		return false
 	}
 	for _, f := range p.fields {
-		if !f.match(m) {
+		if !f.match(m, w) {
 			return false
 		}
 	}
 	return true
 }
 
-func (f *fieldPattern) match(m map[string]any) bool {
+func (f *fieldPattern) match(m map[string]any, w *work) bool {
 	switch f.mode {
 	case fieldExact:
 		v, ok := m[f.key]
-		return ok && f.value.match(v)
+		return ok && f.value.match(v, w)
 	case fieldGlob:
 		for k, v := range m {
-			if k != "" && doublestar.MatchUnvalidated(f.key, k) && f.value.match(v) {
+			if !w.spend(stringWork(k)) {
+				return false
+			}
+			if k != "" && doublestar.MatchUnvalidated(f.key, k) && f.value.match(v, w) {
 				return true
 			}
 		}
 		return false
 	case fieldDeep:
-		return deepMatch(f.value, m)
+		return deepMatch(f.value, m, w)
 	case fieldPath:
+		// The query runs in the JSONPath library, which cannot be
+		// stopped: it is paid for before it runs, as if it visited the
+		// whole payload once per byte of the query.
+		cost := int64(workStep)
+		if f.cost > 0 {
+			cost = f.cost * w.payloadNodes()
+		}
+		if !w.spend(cost) {
+			return false
+		}
 		for _, v := range f.path.Select(m) {
-			if f.value.match(v) {
+			if f.value.match(v, w) {
 				return true
+			}
+			if w.out() {
+				return false
 			}
 		}
 		return false
@@ -139,21 +255,33 @@ func (f *fieldPattern) match(m map[string]any) bool {
 }
 
 // deepMatch reports whether p matches v or any value nested in v.
-func deepMatch(p pattern, v any) bool {
-	if p.match(v) {
+func deepMatch(p pattern, v any, w *work) bool {
+	if p.match(v, w) {
 		return true
 	}
 	switch x := v.(type) {
 	case map[string]any:
+		if !w.spend(workVisit) {
+			return false
+		}
 		for _, y := range x {
-			if deepMatch(p, y) {
+			if deepMatch(p, y, w) {
 				return true
+			}
+			if w.out() {
+				return false
 			}
 		}
 	case []any:
+		if !w.spend(workVisit) {
+			return false
+		}
 		for _, y := range x {
-			if deepMatch(p, y) {
+			if deepMatch(p, y, w) {
 				return true
+			}
+			if w.out() {
+				return false
 			}
 		}
 	}
@@ -247,31 +375,47 @@ func compileCap(c Capability) (compiledCap, error) {
 }
 
 // compileString compiles a string pattern: "/re/" (RE2, unanchored),
-// "!p" (a string p does not match; p a glob or a literal), a glob when
-// it holds '*' or '?', else a literal.
+// "!p" (a string p does not match; p a regular expression, a glob or a
+// literal), a glob when it holds '*' or '?', else a literal.
 func compileString(s string) (pattern, error) {
 	if len(s) > MaxPatternLen {
 		return nil, invalid("", "a pattern is longer than %d bytes", MaxPatternLen)
 	}
-	if len(s) >= 2 && s[0] == '/' && s[len(s)-1] == '/' {
-		expr := s[1 : len(s)-1]
-		if err := regexSmall(expr); err != nil {
-			return nil, invalid("", "regular expression %s: %v", quoteShort(s), err)
-		}
-		re, err := regexp.Compile(expr)
-		if err != nil {
-			return nil, invalid("", "bad regular expression %s", quoteShort(s))
-		}
-		return regexPattern{re}, nil
+	if isRegex(s) {
+		return compileRegex(s)
 	}
 	if rest, ok := strings.CutPrefix(s, "!"); ok {
-		p, err := compileGlob(rest)
+		// "!/re/" negates the regular expression: taken as a literal, it
+		// would allow every string but itself (fail open).
+		var p pattern
+		var err error
+		if isRegex(rest) {
+			p, err = compileRegex(rest)
+		} else {
+			p, err = compileGlob(rest)
+		}
 		if err != nil {
 			return nil, err
 		}
 		return notPattern{p}, nil
 	}
 	return compileGlob(s)
+}
+
+// isRegex reports whether string pattern s is a regular expression:
+// "/re/".
+func isRegex(s string) bool { return len(s) >= 2 && s[0] == '/' && s[len(s)-1] == '/' }
+
+func compileRegex(s string) (pattern, error) {
+	expr := s[1 : len(s)-1]
+	if err := regexSmall(expr); err != nil {
+		return nil, invalid("", "regular expression %s: %v", quoteShort(s), err)
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, invalid("", "bad regular expression %s", quoteShort(s))
+	}
+	return regexPattern{re}, nil
 }
 
 func isGlob(s string) bool { return strings.ContainsAny(s, "*?") }
@@ -320,11 +464,34 @@ func regexSmall(expr string) error {
 var pathRegexFuncs = []string{"match(", "search("}
 
 // maxPathDescendants bounds the descendant segments ("..") in one
-// JSONPath key. Each one nested in a filter multiplies the work by the
-// payload's size; two keep a query linear-ish in the payload, a handful
-// makes it take minutes. (Counted in the query text, so ".." inside a
-// quoted name counts too: fail closed.)
-const maxPathDescendants = 2
+// JSONPath key, and none may be inside a filter ("[?…]"). Each one nested
+// in a filter, or following another, multiplies the work by the
+// payload's size or depth: "$..[?count(@..*) > 0]" takes seconds on a
+// payload of MaxPayloadBytes. Likewise the root ("$") may only start the
+// query: "$.a[?count($.a[*]) < 0]" runs the inner query once per element,
+// tens of seconds. (Both are checked in the query text, so ".." or "$"
+// inside a quoted name counts too: fail closed.)
+const maxPathDescendants = 1
+
+// pathSmall refuses the JSONPath queries whose work can grow faster
+// than the payload: see maxPathDescendants and pathRegexFuncs.
+func pathSmall(k string) error {
+	if strings.Count(k, "..") > maxPathDescendants {
+		return invalid(quoteShort(k), "more than %d descendant segment (..) in a JSONPath query", maxPathDescendants)
+	}
+	if i := strings.IndexByte(k, '?'); i >= 0 && strings.Contains(k[i:], "..") {
+		return invalid(quoteShort(k), "a descendant segment (..) in a JSONPath filter")
+	}
+	if strings.Contains(k[1:], "$") {
+		return invalid(quoteShort(k), "the root ($) inside a JSONPath query (filters use @)")
+	}
+	for _, f := range pathRegexFuncs {
+		if strings.Contains(k, f) {
+			return invalid(quoteShort(k), "the JSONPath functions match() and search() are not allowed in capabilities (use a /regex/ value pattern)")
+		}
+	}
+	return nil
+}
 
 // validGlob checks a glob is well formed, free of brace alternation
 // ("{a,b}": doublestar expands alternatives by backtracking, which a few
@@ -384,19 +551,17 @@ func compileObject(obj map[string]any) (*objectPattern, error) {
 		case k == "**":
 			f.mode = fieldDeep
 		case strings.HasPrefix(k, "$"):
-			if strings.Count(k, "..") > maxPathDescendants {
-				return nil, invalid(quoteShort(k), "more than %d descendant segments (..) in a JSONPath query", maxPathDescendants)
-			}
-			for _, f := range pathRegexFuncs {
-				if strings.Contains(k, f) {
-					return nil, invalid(quoteShort(k), "the JSONPath functions match() and search() are not allowed in capabilities (use a /regex/ value pattern)")
-				}
+			if err := pathSmall(k); err != nil {
+				return nil, err
 			}
 			path, err := jsonpath.Parse(k)
 			if err != nil {
 				return nil, invalid(quoteShort(k), "bad JSONPath query")
 			}
 			f.mode, f.path = fieldPath, path
+			if path.Query().Singular() == nil {
+				f.cost = workPathByte * int64(len(k))
+			}
 		case isGlob(k):
 			if err := validGlob(k); err != nil {
 				return nil, withField(err, quoteShort(k))
@@ -414,27 +579,59 @@ func compileObject(obj map[string]any) (*objectPattern, error) {
 }
 
 // Allows reports whether some capability matches the envelope's kind and
-// payload.
+// payload. A match that would take more than a bounded amount of work is
+// a denial (see maxMatchWork).
 func (m *Matcher) Allows(e Envelope) bool {
-	if m == nil {
-		return false
-	}
-	var payload any
+	return AllowsAny(e, m)
+}
+
+// AllowsAny reports whether some capability of one of ms matches the
+// envelope: Allows over several sets (a roster entry and grants), with
+// the payload decoded once and one bound on the work for them all.
+func AllowsAny(e Envelope, ms ...*Matcher) bool {
+	ok, _ := allowsWithin(e, maxMatchWork, ms)
+	return ok
+}
+
+// allowsWithin is AllowsAny with a work limit; it also returns the work
+// spent.
+func allowsWithin(e Envelope, limit int64, ms []*Matcher) (bool, int64) {
+	w := newWork(limit, nil)
+	return allowsWork(e, ms, w), w.used
+}
+
+func allowsWork(e Envelope, ms []*Matcher, w *work) bool {
 	decoded, bad := false, false
-	for i := range m.caps {
-		c := &m.caps[i]
-		if !c.matchKind(e.Kind) {
+	for _, m := range ms {
+		if m == nil {
 			continue
 		}
-		if c.payload == nil {
-			return true
-		}
-		if !decoded {
-			decoded = true
-			payload, bad = decodePayload(e.Payload)
-		}
-		if !bad && c.payload.match(payload) {
-			return true
+		for i := range m.caps {
+			c := &m.caps[i]
+			kind := c.matchKind(e.Kind, w)
+			if w.out() {
+				return false // fail closed
+			}
+			if !kind {
+				continue
+			}
+			if c.payload == nil {
+				return true
+			}
+			if !decoded {
+				decoded = true
+				w.root, bad = decodePayload(e.Payload)
+			}
+			if bad {
+				continue
+			}
+			ok := c.payload.match(w.root, w)
+			if w.out() {
+				return false // fail closed
+			}
+			if ok {
+				return true
+			}
 		}
 	}
 	return false
@@ -457,12 +654,12 @@ func decodePayload(raw json.RawMessage) (any, bool) {
 	return v, false
 }
 
-func (c *compiledCap) matchKind(kind string) bool {
+func (c *compiledCap) matchKind(kind string, w *work) bool {
 	if c.anyKind {
 		return true
 	}
 	for _, p := range c.kind {
-		if p.match(kind) {
+		if p.match(kind, w) {
 			return true
 		}
 	}
@@ -488,17 +685,25 @@ func (c *compiledCap) matchKind(kind string) bool {
 // Two sets that allow the same envelopes in different words may thus not
 // cover each other; that refuses a grant, never widens one.
 func (m *Matcher) Covers(c Capability) bool {
-	if m == nil {
-		return false
-	}
+	return CoversAny(c, m)
+}
+
+// CoversAny reports whether one of ms covers c on its own (see Covers),
+// compiling c once.
+func CoversAny(c Capability, ms ...*Matcher) bool {
 	cc, err := compileCap(c)
 	if err != nil {
 		return false
 	}
-	for i := range m.caps {
-		h := &m.caps[i]
-		if h.coversKind(&cc) && (len(h.payloadSrc) == 0 || (cc.payloadSrc != nil && objectCovers(h.payloadSrc, cc.payloadSrc))) {
-			return true
+	for _, m := range ms {
+		if m == nil {
+			continue
+		}
+		for i := range m.caps {
+			h := &m.caps[i]
+			if h.coversKind(&cc) && (len(h.payloadSrc) == 0 || (cc.payloadSrc != nil && objectCovers(h.payloadSrc, cc.payloadSrc))) {
+				return true
+			}
 		}
 	}
 	return false
@@ -519,7 +724,7 @@ func (h *compiledCap) coversKind(c *compiledCap) bool {
 		}
 	}
 	for _, k := range kinds {
-		if !ValidKind(k) || !h.matchKind(k) {
+		if !ValidKind(k) || !h.matchKind(k, newWork(maxMatchWork, nil)) {
 			return false // a pattern, or a kind h does not allow
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
@@ -422,5 +423,113 @@ func TestNoMEUPLearning(t *testing.T) {
 	sent, err := orch.SpaceSend(context.Background(), SpaceMessage{Space: "build", Action: ActChat, Text: "hi"})
 	if err != nil || len(sent.Copies) != 1 || sent.Copies[0].Skipped == "" || sent.Copies[0].ID != "" {
 		t.Fatalf("a send to a no_meup member: %+v, %v", sent, err)
+	}
+}
+
+// meupItem seals MEUP envelope env in space "build" from one node to
+// another, as the Router would hand it to the inbox.
+func meupItemFrom(t *testing.T, from, to *Node, env string) comms.Item {
+	t.Helper()
+	v, err := wire.ParseJSON([]byte(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := wire.Map(wire.Member{Key: "type", Value: wire.Text(wire.TypeMEUP)}, wire.Member{Key: "space", Value: wire.Text("build")}, wire.Member{Key: "envelope", Value: v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := wire.NewKind(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := wire.Seal(from.h.Key, identity.NewUUID(), to.h.Key.ID(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: e, PeerName: from.h.Config.Name}
+}
+
+// fullOnce is a mailbox whose first Push fails as a full inbox does.
+type fullOnce struct {
+	mailStore
+	failed bool
+}
+
+func (f *fullOnce) Push(it comms.Item) error {
+	if !f.failed {
+		f.failed = true
+		return inbox.ErrFull
+	}
+	return f.mailStore.Push(it)
+}
+
+// A MEUP envelope applied by the engine but refused by a full inbox is
+// not acknowledged; the sender's outbox sends the same copy again, and
+// that copy is stored, not refused because its proposal (or grant) id
+// is now in use.
+func TestMEUPResentAfterInboxFull(t *testing.T) {
+	nodes := spaceNodes(t, map[string]string{"orch": `[{"kind": "*"}]`, "prop": `[{"kind": ["chat", "mcp/proposal"]}]`}, "orch", "prop")
+	orch, prop := nodes["orch"], nodes["prop"]
+	rec := newRecordingInbox(&fullOnce{mailStore: orch.mail})
+	rec.meup = orch.spaces.admit
+	it := meupItemFrom(t, prop, orch, `{"protocol":"meup/v0.1","id":"p1","from":"prop","kind":"mcp/proposal","payload":{"method":"tools/call"}}`)
+	if err := rec.Push(it); !errors.Is(err, inbox.ErrFull) {
+		t.Fatalf("first push: %v, want the inbox full", err)
+	}
+	if err := rec.Push(it); err != nil {
+		t.Fatalf("the resend: %v", err)
+	}
+	if items := meupItems(t, orch, meup.KindMCPProposal); len(items) != 1 || items[0].MEUP.ID != "p1" {
+		t.Fatalf("proposals in the inbox: %+v", items)
+	}
+	ps, err := orch.Proposals(context.Background(), ProposalQuery{Space: "build"})
+	if err != nil || len(ps) != 1 || ps[0].State != space.ProposalPending {
+		t.Fatalf("proposals %+v, %v", ps, err)
+	}
+}
+
+// A member removed from a space and added again, or a space deleted and
+// created again, starts without the grants of before.
+func TestSpaceRemoveDropsGrants(t *testing.T) {
+	nodes := spaceNodes(t, map[string]string{"orch": `[{"kind": "*"}]`, "prop": `[{"kind": "chat"}]`}, "orch", "prop")
+	orch, prop := nodes["orch"], nodes["prop"]
+	ctx := context.Background()
+	grant := func() {
+		t.Helper()
+		s, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActGrant, Recipient: "prop", Capabilities: json.RawMessage(`[{"kind":"mcp/request"}]`)})
+		if err != nil || s.NotApplied != "" {
+			t.Fatalf("grant: %+v, %v", s, err)
+		}
+	}
+	grants := func() []space.Grant {
+		t.Helper()
+		gs, err := orch.spaces.eng.Grants("build")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gs
+	}
+	edit := func(e SpaceEdit) {
+		t.Helper()
+		if _, err := orch.SpaceEdit(ctx, e); err != nil {
+			t.Fatalf("%s: %v", e.Op, err)
+		}
+	}
+	grant()
+	if gs := grants(); len(gs) != 1 {
+		t.Fatalf("grants %+v", gs)
+	}
+	edit(SpaceEdit{Op: SpaceRemove, Space: "build", ID: "prop"})
+	edit(SpaceEdit{Op: SpaceAdd, Space: "build", Peer: prop.h.Key.ID().String(), ID: "prop", Capabilities: json.RawMessage(`[{"kind":"chat"}]`)})
+	if gs := grants(); len(gs) != 0 {
+		t.Fatalf("grants after prop was removed and added again: %+v", gs)
+	}
+
+	grant()
+	edit(SpaceEdit{Op: SpaceDelete, Space: "build"})
+	edit(SpaceEdit{Op: SpaceCreate, Space: "build", As: "orch"})
+	edit(SpaceEdit{Op: SpaceAdd, Space: "build", Peer: prop.h.Key.ID().String(), ID: "prop", Capabilities: json.RawMessage(`[{"kind":"chat"}]`)})
+	if gs := grants(); len(gs) != 0 {
+		t.Fatalf("grants after the space was deleted and created again: %+v", gs)
 	}
 }

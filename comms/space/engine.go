@@ -1,7 +1,9 @@
 package space
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +37,7 @@ const (
 	replyTTL      = 10 * time.Minute // time-to-live of replies (errors, welcome, grant-ack)
 	presenceTTL   = 10 * time.Minute // of a reliable presence join
 	maxSenderRefs = 8192             // NoMEUP marks kept
+	maxUndone     = 4096             // envelopes applied but not admitted (Undo) kept
 )
 
 // Errors returned by the engine.
@@ -112,6 +115,8 @@ type Engine struct {
 	proposals map[string]*proposalIndex      // by space
 	noMEUP    map[identity.PeerID]noMEUPMark // peers that refused MEUP frames lately, and why
 	limiters  map[limiterKey]*tokenBucket    // system/error answers per (space, sender)
+	undone    map[undoKey]bool               // envelopes applied but not admitted (Undo)
+	undoOrder []undoKey                      // the keys of undone, oldest first
 }
 
 // spaceState is one space of the roster as the engine runs it.
@@ -178,6 +183,7 @@ func New(st Store, snd Sender, roster *Roster, o Options) (*Engine, error) {
 		proposals: make(map[string]*proposalIndex),
 		noMEUP:    make(map[identity.PeerID]noMEUPMark),
 		limiters:  make(map[limiterKey]*tokenBucket),
+		undone:    make(map[undoKey]bool),
 	}
 	grants, err := st.Grants("")
 	if err != nil {
@@ -226,8 +232,9 @@ func (e *Engine) Roster() *Roster {
 }
 
 // setRosterLocked makes r (validated, owned by the engine from now on) the
-// roster in force and rebuilds the space states. e.mu must be held (or e
-// not yet shared).
+// roster in force and rebuilds the space states. Grants that no longer
+// stand are dropped and pending proposals of members gone expire
+// (rosterChangedLocked). e.mu must be held (or e not yet shared).
 func (e *Engine) setRosterLocked(r *Roster) {
 	old := e.spaces
 	e.roster = r
@@ -266,6 +273,7 @@ func (e *Engine) setRosterLocked(r *Roster) {
 		}
 		e.spaces[c.Name] = sp
 	}
+	e.rosterChangedLocked(old)
 }
 
 // saveRosterLocked hands the roster in force to Options.SaveRoster.
@@ -327,6 +335,48 @@ func (e *Engine) enforcedLocked(space string, m *memberState) []meup.Capability 
 	return append(cloneCaps(m.Capabilities), e.grantedLocked(space, m.Key)...)
 }
 
+// maxErrorCapabilityBytes bounds the JSON text of your_capabilities in a
+// system/error: a member holding many large grants would otherwise make
+// the answer larger than a payload may be (and it would not be sent).
+const maxErrorCapabilityBytes = 64 << 10
+
+// enforcedBoundedLocked is enforcedLocked cut to at most max bytes of
+// JSON text: the roster entry's capabilities, then the grants', oldest
+// first, as many as fit whole. truncated reports that some were left out.
+// Its cost is bounded by max, not by what m holds.
+func (e *Engine) enforcedBoundedLocked(space string, m *memberState, max int) (caps []meup.Capability, truncated bool) {
+	caps = []meup.Capability{}
+	size := len("[]")
+	add := func(c meup.Capability, id string) bool {
+		if c.ID == "" {
+			c.ID = id // shown: what revoke --grant-id takes
+		}
+		b, err := json.Marshal(c)
+		if err != nil || size+len(b)+1 > max {
+			return false
+		}
+		size += len(b) + 1
+		caps = append(caps, meup.Capability{ID: c.ID, Kind: bytes.Clone(c.Kind), Payload: bytes.Clone(c.Payload)})
+		return true
+	}
+	for _, c := range m.Capabilities {
+		if !add(c, "") {
+			return caps, true
+		}
+	}
+	for _, g := range e.grants[space] {
+		if g.g.Grantee != m.Key {
+			continue
+		}
+		for _, c := range g.g.Capabilities {
+			if !add(c, g.g.ID) {
+				return caps, true
+			}
+		}
+	}
+	return caps, false
+}
+
 // grantsChangedLocked drops the cached matchers of space's members.
 func (e *Engine) grantsChangedLocked(space string) {
 	if sp := e.spaces[space]; sp != nil {
@@ -336,25 +386,17 @@ func (e *Engine) grantsChangedLocked(space string) {
 	}
 }
 
-// allows reports whether one of ms allows env.
+// allows reports whether one of ms allows env. The payload is decoded
+// once, and the work of matching is bounded for all of ms together (a
+// member with many grants costs no more to check).
 func allows(ms []*meup.Matcher, env meup.Envelope) bool {
-	for _, m := range ms {
-		if m.Allows(env) {
-			return true
-		}
-	}
-	return false
+	return meup.AllowsAny(env, ms...)
 }
 
 // covers reports whether one of ms covers c (conservative: a capability
 // only the union of several sets covers is not covered).
 func covers(ms []*meup.Matcher, c meup.Capability) bool {
-	for _, m := range ms {
-		if m.Covers(c) {
-			return true
-		}
-	}
-	return false
+	return meup.CoversAny(c, ms...)
 }
 
 // now returns the engine's clock.

@@ -603,3 +603,54 @@ func TestResendOfAppliedEnvelope(t *testing.T) {
 	h.mustRefuse(kErin, "lab", again, meup.ReasonInvalidEnvelope)
 	h.mustRefuse(kErin, "lab", again, meup.ReasonInvalidEnvelope)
 }
+
+// A member removed from the roster takes its grants (made and received)
+// with it, and its pending proposals expire; added again, it starts
+// without them. A space deleted and created again starts without the
+// grants and pending proposals of before.
+func TestRosterRemovalDropsGrantsAndProposals(t *testing.T) {
+	h := newHarness(t)
+	h.mustDeliver(kErin, "lab", &env{ID: "g1", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"bob","capabilities":[{"kind":"mcp/request"}]}`})
+	h.mustDeliver(kBob, "lab", &env{ID: "g2", From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/proposal"}]}`})
+	h.mustDeliver(kErin, "lab", &env{ID: "g3", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`})
+	h.mustDeliver(kBob, "lab", &env{ID: "p1", From: "bob", Kind: "mcp/proposal", Payload: `{"method":"tools/call"}`})
+	h.mustDeliver(kErin, "lab", &env{ID: "p2", From: "erin", Kind: "mcp/proposal", Payload: `{"method":"tools/call"}`})
+
+	without := testRoster(t)
+	without.Spaces[0].Members = slices.DeleteFunc(without.Spaces[0].Members, func(m space.Member) bool { return m.ID == "bob" })
+	if err := h.e.SetRoster(without); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.e.SetRoster(testRoster(t)); err != nil { // bob is back
+		t.Fatal(err)
+	}
+	if ids := grantIDs(t, h); !slices.Equal(ids, []string{"g3"}) {
+		t.Errorf("grants %v, want g3 only", ids)
+	}
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+	if p := proposal(h, "p1"); p.State != space.ProposalExpired {
+		t.Errorf("bob's proposal is %s", p.State)
+	}
+	if p := proposal(h, "p2"); p.State != space.ProposalPending {
+		t.Errorf("erin's proposal is %s", p.State)
+	}
+
+	noLab := testRoster(t)
+	noLab.Spaces = noLab.Spaces[1:]
+	if err := h.e.SetRoster(noLab); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.e.SetRoster(testRoster(t)); err != nil { // lab again
+		t.Fatal(err)
+	}
+	if ids := grantIDs(t, h); len(ids) != 0 {
+		t.Errorf("grants of the recreated space: %v", ids)
+	}
+	if gs, _ := h.st.Grants("lab"); len(gs) != 0 {
+		t.Errorf("the store keeps %d grants of the deleted space", len(gs))
+	}
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+	if p := proposal(h, "p2"); p.State != space.ProposalExpired {
+		t.Errorf("the proposal of the deleted space is %s", p.State)
+	}
+}

@@ -129,6 +129,17 @@ func (e *Engine) receiveLocked(from identity.PeerID, copy, space string, data []
 	if !allows(e.holdsLocked(space, m), env) && !e.acksOwnGrantLocked(space, m, env) {
 		return e.refuseLocked(in, now, meup.ReasonCapability, fmt.Sprintf("no capability %q holds in space %q matches kind %q", m.ID, space, env.Kind), replies)
 	}
+	if k := (undoKey{space, from, env.ID}); e.undone[k] {
+		// Applied before, its admission failed (Undo): delivered, not
+		// applied again. Its rules would refuse it now only because it
+		// was applied (its grant or proposal id is in use).
+		if v, done := e.dedupLocked(in, now); done {
+			return v
+		}
+		delete(e.undone, k)
+		m.presence = PresenceOnline
+		return Verdict{Deliver: true, Envelope: env, Participant: m.ID}
+	}
 	eff, reason, detail := e.checkLocked(sp, m, env, now)
 	if reason != "" {
 		// A resend of an envelope applied before (its ack was lost) may
@@ -182,12 +193,32 @@ func (e *Engine) forget(space string, from identity.PeerID, id string) {
 
 // Undo forgets a delivered envelope's id (its admission to the inbox
 // failed, so its resend must not be taken for a repeat). What the
-// envelope changed (a grant, a proposal) stays: applying its resend again
-// changes nothing more.
+// envelope changed (a grant, a proposal) stays, and the engine notes that
+// it was applied but not admitted: its resend (the same MEUP id from the
+// same sender) is delivered without being checked against the rules or
+// applied again — they would refuse it only because it was applied. The
+// note is kept in memory (at most maxUndone of them, the oldest go
+// first): a resend that comes after a restart is checked as new.
 func (e *Engine) Undo(space string, from identity.PeerID, meupID string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.forget(space, from, meupID)
+	k := undoKey{space, from, meupID}
+	if !e.undone[k] {
+		if len(e.undoOrder) >= maxUndone {
+			delete(e.undone, e.undoOrder[0])
+			e.undoOrder = e.undoOrder[1:]
+		}
+		e.undoOrder = append(e.undoOrder, k)
+	}
+	e.undone[k] = true
+}
+
+// undoKey names an envelope applied but not admitted (Undo).
+type undoKey struct {
+	space string
+	from  identity.PeerID
+	id    string
 }
 
 // refuseLocked makes the Verdict of a refused envelope, counts it against
@@ -198,16 +229,9 @@ func (e *Engine) Undo(space string, from identity.PeerID, meupID string) {
 func (e *Engine) refuseLocked(in *inbound, now time.Time, reason, detail string, replies *[]reply) Verdict {
 	r := &Refusal{Space: in.space, From: in.from, MEUPID: in.env.ID, Kind: in.env.Kind, Reason: reason, Detail: detail}
 	v := Verdict{Envelope: in.env, Refused: r}
-	var caps []meup.Capability
 	if in.m != nil {
 		in.m.refused++
 		v.Participant = in.m.ID
-		if in.sp != nil && in.sp.self != nil {
-			caps = e.enforcedLocked(in.space, in.m)
-		}
-	}
-	if caps == nil {
-		caps = []meup.Capability{}
 	}
 	if !in.kindKnown || isSystem(in.env.Kind) || in.answerTo == "" {
 		return v
@@ -224,11 +248,22 @@ func (e *Engine) refuseLocked(in *inbound, now time.Time, reason, detail string,
 		e.log.Debug("space: refusal not answered: rate limited", "space", in.space, "from", in.from, "reason", reason)
 		return v
 	}
+	// What the sender holds is built only for an answer that goes out,
+	// and bounded: copying every granted capability for every refusal
+	// would cost more than the refusal.
+	caps := []meup.Capability{}
+	truncated := false
+	if in.m != nil {
+		caps, truncated = e.enforcedBoundedLocked(in.space, in.m, maxErrorCapabilityBytes)
+	}
 	payload := map[string]any{
 		"error":             reason,
 		"message":           detail,
 		"attempted_kind":    in.env.Kind,
 		"your_capabilities": caps,
+	}
+	if truncated {
+		payload["capabilities_truncated"] = true
 	}
 	var corr []string
 	if in.env.ID != "" {

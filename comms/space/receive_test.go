@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -558,6 +559,10 @@ func TestRevokeAuthority(t *testing.T) {
 	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "capability/revoke", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`}, meup.ReasonGrantExceeds)
 	h.mustDeliver(kBob, "lab", &env{ID: "g3", From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`})
 	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "capability/revoke", Payload: `{"recipient":"carol","grant_id":"g3"}`})
+	// By capabilities too: erin's grant to carol, which bob could not
+	// revoke, is not touched, so it does not stand in the way.
+	h.mustDeliver(kBob, "lab", &env{ID: "g4", From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`})
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "capability/revoke", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`})
 	gs, err := h.e.Grants("lab")
 	if err != nil || len(gs) != 2 || gs[0].ID != "g1" || gs[1].ID != "g2" {
 		t.Fatalf("grants %+v, %v: want g1 and g2 left", gs, err)
@@ -587,4 +592,280 @@ func TestUnparsedKindSpellings(t *testing.T) {
 			t.Errorf("%s: %d answers, want %d", tc.raw, n, tc.answers)
 		}
 	}
+}
+
+// largeGrants has erin grant carol n grants of 30 capabilities of about
+// 7 KiB each: far more than one system/error payload may carry.
+func largeGrants(h *harness, n int) {
+	h.t.Helper()
+	var caps []string
+	for i := range 30 {
+		var fields []string
+		for j := range 14 {
+			fields = append(fields, fmt.Sprintf(`"b%d":"%s"`, j, strings.Repeat("b", 500)))
+		}
+		caps = append(caps, fmt.Sprintf(`{"kind":"x/%d","payload":{%s}}`, i, strings.Join(fields, ",")))
+	}
+	for i := range n {
+		h.mustDeliver(kErin, "lab", &env{ID: fmt.Sprint("big-", i), From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[` + strings.Join(caps, ",") + `]}`})
+	}
+	h.snd.take()
+}
+
+// The answer to a refusal of a member holding many large grants carries
+// as many of its capabilities as fit (roster first), says that it was
+// cut, and is sent: a payload with all of them would be too large to be.
+func TestErrorAnswerCapabilitiesBounded(t *testing.T) {
+	h := newHarness(t)
+	largeGrants(h, 4)
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+	sent := h.snd.take()
+	if len(sent) != 1 || sent[0].Env.Kind != meup.KindSystemError {
+		t.Fatalf("answers %+v, want one system/error", sent)
+	}
+	var p struct {
+		errorPayload
+		Truncated bool `json:"capabilities_truncated"`
+	}
+	if err := json.Unmarshal(sent[0].Env.Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	if !p.Truncated || len(p.YourCapabilities) < 2 || len(p.YourCapabilities) >= 4*30 {
+		t.Fatalf("truncated %v with %d capabilities", p.Truncated, len(p.YourCapabilities))
+	}
+	if string(p.YourCapabilities[0].Kind) != `["chat","mcp/withdraw","mcp/reject"]` || p.YourCapabilities[1].ID != "big-0" {
+		t.Errorf("first capabilities %s, %+v: want the roster's, then the oldest grant's", p.YourCapabilities[0].Kind, p.YourCapabilities[1])
+	}
+	if n := len(sent[0].Env.Payload); n > 80<<10 {
+		t.Errorf("the answer's payload is %d bytes", n)
+	}
+	// A member with few capabilities gets them all, without the mark.
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+	sent = h.snd.take()
+	if len(sent) != 1 || strings.Contains(string(sent[0].Env.Payload), "capabilities_truncated") {
+		t.Fatalf("answer to bob: %+v", sent)
+	}
+}
+
+// A refusal that is not answered (the rate limit is spent) does not copy
+// what the sender holds: with many large grants that would cost
+// megabytes per refused envelope.
+func TestUnansweredRefusalCopiesNothing(t *testing.T) {
+	h := newHarness(t)
+	largeGrants(h, 4)
+	for range 5 { // the burst
+		h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+	}
+	if n := len(h.snd.take()); n != 5 {
+		t.Fatalf("%d answers to the burst", n)
+	}
+	raw := h.raw(&env{ID: "limited", From: "carol", Kind: "mcp/request", Payload: `{"method":"x"}`})
+	const n = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		if v := h.e.Receive(kCarol, newCopy(), "lab", raw); v.Refused == nil {
+			t.Fatalf("verdict %+v", v)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if n := len(h.snd.take()); n != 0 {
+		t.Fatalf("%d answers after the burst", n)
+	}
+	// carol holds about 840 KiB of granted capabilities.
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 128<<10 {
+		t.Fatalf("%d bytes allocated per unanswered refusal: the capabilities were copied", per)
+	}
+}
+
+// Capability patterns whose matching can take seconds are refused where
+// capabilities are accepted: in grants, invites and rosters.
+func TestCostlyPatternsRefused(t *testing.T) {
+	for _, c := range []string{
+		`{"kind":"chat","payload":{"$.a[?count($.a[*]) < 0]":1}}`,
+		`{"kind":"chat","payload":{"$..[?count(@..*) > 0]":1}}`,
+		`{"kind":"chat","payload":{"path":"!/(/"}}`,
+	} {
+		h := newHarness(t)
+		h.mustRefuse(kErin, "lab", &env{From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[` + c + `]}`}, meup.ReasonInvalidEnvelope)
+		h.mustRefuse(kErin, "lab", &env{From: "erin", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"frank","key":%q,"capabilities":[%s]}`, kFrank, c)}, meup.ReasonInvalidEnvelope)
+		text := fmt.Sprintf(`{"spaces":[{"name":"lab","members":[{"key":%q,"id":"alice","capabilities":[%s]}]}]}`, kAlice, c)
+		if _, err := space.ParseRoster([]byte(text)); err == nil {
+			t.Errorf("a roster with %s was accepted", c)
+		}
+	}
+}
+
+// grantIDs lists the live grants of space lab.
+func grantIDs(t *testing.T, h *harness) []string {
+	t.Helper()
+	gs, err := h.e.Grants("lab")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, g := range gs {
+		ids = append(ids, g.ID)
+	}
+	return ids
+}
+
+// A member cannot grant to itself: what it held by such a grant would
+// outlive the rights it granted from.
+func TestGrantToSelfRefused(t *testing.T) {
+	h := newHarness(t)
+	h.mustDeliver(kErin, "lab", &env{ID: "g1", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"bob","capabilities":[{"kind":"mcp/request"}]}`})
+	h.mustRefuse(kBob, "lab", &env{ID: "g2", From: "bob", Kind: "capability/grant", Payload: `{"recipient":"bob","capabilities":[{"kind":"mcp/request"}]}`}, meup.ReasonInvalidEnvelope)
+	if s := h.send("lab", space.Draft{Kind: "capability/grant", Payload: []byte(`{"recipient":"alice","capabilities":[{"kind":"chat"}]}`)}); s.NotApplied == "" {
+		t.Error("this node's grant to itself was applied")
+	}
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/revoke", Payload: `{"recipient":"bob","grant_id":"g1"}`})
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "mcp/request", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+}
+
+// A grant stands only while its granter holds what it gives: revoking
+// the grant it stood on, kicking its granter or taking the granter's
+// rights away in the roster drops it, and what stood on it in turn.
+func TestGrantsFollowTheirGranter(t *testing.T) {
+	request := func(from string) *env {
+		return &env{From: from, Kind: "mcp/request", Payload: `{"method":"x"}`}
+	}
+	passOn := `{"kind":["mcp/request","capability/grant"]}`
+	// erin gives bob requests and granting (g1); bob passes both on to
+	// carol (g2), who passes them back to bob (g3).
+	setup := func(t *testing.T) *harness {
+		h := newHarness(t)
+		h.mustDeliver(kErin, "lab", &env{ID: "g1", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"bob","capabilities":[` + passOn + `]}`})
+		h.mustDeliver(kBob, "lab", &env{ID: "g2", From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[` + passOn + `]}`})
+		h.mustDeliver(kCarol, "lab", &env{ID: "g3", From: "carol", Kind: "capability/grant", Payload: `{"recipient":"bob","capabilities":[` + passOn + `]}`})
+		h.mustDeliver(kCarol, "lab", request("carol"))
+		return h
+	}
+	noneLeft := func(t *testing.T, h *harness) {
+		t.Helper()
+		if ids := grantIDs(t, h); len(ids) != 0 {
+			t.Errorf("grants left: %v", ids)
+		}
+		h.mustRefuse(kBob, "lab", request("bob"), meup.ReasonCapability)
+		h.mustRefuse(kCarol, "lab", request("carol"), meup.ReasonCapability)
+		if gs, _ := h.st.Grants("lab"); len(gs) != 0 {
+			t.Errorf("the store keeps %d grants", len(gs))
+		}
+	}
+
+	t.Run("revoke", func(t *testing.T) {
+		// g2 and g3 back each other; nothing else backs them.
+		h := setup(t)
+		h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/revoke", Payload: `{"recipient":"bob","grant_id":"g1"}`})
+		noneLeft(t, h)
+	})
+	t.Run("revoke by capabilities", func(t *testing.T) {
+		h := setup(t)
+		h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/revoke", Payload: `{"recipient":"bob","capabilities":[` + passOn + `]}`})
+		noneLeft(t, h)
+	})
+	t.Run("kick", func(t *testing.T) {
+		h := setup(t)
+		h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "space/kick", Payload: `{"participant_id":"bob"}`})
+		if ids := grantIDs(t, h); len(ids) != 0 {
+			t.Errorf("grants left: %v", ids)
+		}
+		h.mustRefuse(kCarol, "lab", request("carol"), meup.ReasonCapability)
+	})
+	t.Run("roster", func(t *testing.T) {
+		// bob grants carol what his roster entry gives him; the admin
+		// then takes it from bob.
+		h := newHarness(t)
+		h.mustDeliver(kBob, "lab", &env{ID: "g4", From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/proposal"}]}`})
+		h.mustDeliver(kErin, "lab", &env{ID: "g5", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"reasoning/start"}]}`})
+		h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: "mcp/proposal", Payload: `{"method":"x"}`})
+		r := testRoster(t)
+		r.Spaces[0].Members[1].Capabilities = []meup.Capability{}
+		if err := h.e.SetRoster(r); err != nil {
+			t.Fatal(err)
+		}
+		h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: "mcp/proposal", Payload: `{"method":"x"}`}, meup.ReasonCapability)
+		if ids := grantIDs(t, h); !slices.Equal(ids, []string{"g5"}) {
+			t.Errorf("grants left %v, want erin's g5 only", ids)
+		}
+		h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: "reasoning/start", Payload: `{"message":"hm"}`})
+	})
+	t.Run("restart with another roster", func(t *testing.T) {
+		// The roster changed while the node was down.
+		h := setup(t)
+		r := testRoster(t)
+		r.Spaces[0].Members[4].Capabilities = []meup.Capability{{Kind: []byte(`"chat"`)}}
+		e2, err := space.New(h.st, h.snd, r, space.Options{Self: kAlice, Trusted: h.isTrusted, Now: h.clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gs, _ := e2.Grants("lab"); len(gs) != 0 {
+			t.Errorf("grants after the restart: %+v", gs)
+		}
+		if v := e2.Receive(kCarol, newCopy(), "lab", h.raw(request("carol"))); v.Refused == nil {
+			t.Errorf("carol's request after the restart: %+v", v)
+		}
+	})
+	t.Run("other grants stay", func(t *testing.T) {
+		// A grant backed by the granter's roster entry survives the
+		// revoke of another grant to the granter.
+		h := setup(t)
+		h.mustDeliver(kBob, "lab", &env{ID: "g6", From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/proposal"}]}`})
+		h.mustDeliver(kErin, "lab", &env{ID: "g7", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"bob","capabilities":[` + passOn + `]}`})
+		h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "capability/revoke", Payload: `{"recipient":"bob","grant_id":"g1"}`})
+		if ids := grantIDs(t, h); !slices.Equal(ids, []string{"g2", "g3", "g6", "g7"}) {
+			t.Errorf("grants left %v: g7 backs bob's g2 (and so g3); his roster entry backs g6", ids)
+		}
+	})
+}
+
+// An envelope whose admission failed after it was applied (Undo) is
+// delivered when its sender's outbox sends the same copy again: not
+// refused because its grant or proposal id is now in use, and not
+// applied twice.
+func TestResendAfterUndo(t *testing.T) {
+	for _, e := range []env{
+		{ID: "g1", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`},
+		{ID: "p1", From: "erin", Kind: "mcp/proposal", Payload: `{"method":"tools/call"}`},
+		{ID: "k1", From: "erin", Kind: "space/kick", Payload: `{"participant_id":"bob"}`},
+		{ID: "i1", From: "erin", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"frank","key":%q}`, kFrank)},
+	} {
+		t.Run(e.Kind, func(t *testing.T) {
+			h := newHarness(t)
+			raw := h.raw(&e)
+			if v := h.e.Receive(kErin, "copy-1", "lab", raw); !v.Deliver {
+				t.Fatalf("first delivery: %+v", v)
+			}
+			h.snd.take()
+			grants, _ := h.e.Grants("lab")
+			props, _ := h.e.Proposals("lab", "")
+			h.e.Undo("lab", kErin, e.ID) // the inbox was full
+			v := h.e.Receive(kErin, "copy-1", "lab", raw)
+			if !v.Deliver || v.Refused != nil || v.Duplicate || v.Err != nil {
+				t.Fatalf("the resend after Undo: %+v", v)
+			}
+			if sent := h.snd.take(); len(sent) != 0 {
+				t.Errorf("the resend was answered: %+v", sent)
+			}
+			if r := h.takeRefused(); len(r) != 0 {
+				t.Errorf("refusals observed: %+v", r)
+			}
+			if gs, _ := h.e.Grants("lab"); len(gs) != len(grants) {
+				t.Errorf("grants %+v, want %+v", gs, grants)
+			}
+			if ps, _ := h.e.Proposals("lab", ""); len(ps) != len(props) {
+				t.Errorf("proposals %+v, want %+v", ps, props)
+			}
+			// Admitted now: a further copy is a repeat.
+			if v := h.e.Receive(kErin, "copy-2", "lab", raw); !v.Duplicate {
+				t.Errorf("another copy after the admission: %+v", v)
+			}
+		})
+	}
+	// Undo is about one sender's id: another sender's envelope reusing
+	// the grant id is still refused.
+	h := newHarness(t)
+	h.mustDeliver(kErin, "lab", &env{ID: "g1", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`})
+	h.e.Undo("lab", kErin, "g1")
+	h.mustRefuse(kBob, "lab", &env{ID: "g1", From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`}, meup.ReasonInvalidEnvelope)
 }

@@ -121,6 +121,11 @@ func (e *Engine) checkLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 		if r == nil {
 			return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("grant recipient %q is not a member of space %q", gp.Recipient, space)
 		}
+		if r == m {
+			// What a member holds by a grant to itself would outlive
+			// the rights it granted from.
+			return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("%q cannot grant to itself", m.ID)
+		}
 		caps, reason, detail := e.capabilitiesLocked(sp, m, gp.Capabilities, "grant")
 		if reason != "" {
 			return eff, reason, detail
@@ -256,26 +261,25 @@ func (e *Engine) revokeLocked(sp *spaceState, m *memberState, env meup.Envelope)
 		if g.g.Grantee != r.Key || (rp.GrantID != "" && g.g.ID != rp.GrantID) {
 			continue
 		}
+		var left []meup.Capability // what the grant keeps
+		if len(caps) > 0 {
+			left = slices.DeleteFunc(cloneCaps(g.g.Capabilities), func(c meup.Capability) bool {
+				return slices.ContainsFunc(caps, func(x meup.Capability) bool { return sameCapability(c, x) })
+			})
+			if len(left) == len(g.g.Capabilities) {
+				continue // the revoke does not touch it
+			}
+		}
 		// A member takes back what it granted, or what it could grant:
 		// holding capability/revoke alone does not undo others' grants.
+		// Only the grants the revoke changes are its business.
 		if g.g.Granter != m.Key && !coversAll(held, g.g.Capabilities) {
 			return eff, meup.ReasonGrantExceeds, fmt.Sprintf("grant %q was made by another member and gives more than %q holds in space %q", g.g.ID, m.ID, space)
 		}
-		if len(caps) == 0 {
-			found = true
+		found = true
+		if len(left) == 0 {
 			eff.deleteGrants = append(eff.deleteGrants, g.g.ID)
-			continue
-		}
-		left := slices.DeleteFunc(cloneCaps(g.g.Capabilities), func(c meup.Capability) bool {
-			return slices.ContainsFunc(caps, func(x meup.Capability) bool { return sameCapability(c, x) })
-		})
-		switch {
-		case len(left) == len(g.g.Capabilities):
-		case len(left) == 0:
-			found = true
-			eff.deleteGrants = append(eff.deleteGrants, g.g.ID)
-		default:
-			found = true
+		} else {
 			edited := g.g
 			edited.Capabilities = left
 			eff.editGrants = append(eff.editGrants, edited)
@@ -346,26 +350,27 @@ func (e *Engine) applyLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 		}
 
 	case len(eff.deleteGrants) > 0 || len(eff.editGrants) > 0:
+		// The recipients hold less now: what they granted on the
+		// strength of it may no longer stand.
+		changed := map[identity.PeerID]bool{}
+		for _, g := range e.grants[space] {
+			if slices.Contains(eff.deleteGrants, g.g.ID) {
+				changed[g.g.Grantee] = true
+			}
+		}
+		for _, g := range eff.editGrants {
+			changed[g.Grantee] = true
+		}
 		if err := e.revokeStoreLocked(space, eff); err != nil {
 			e.reloadGrantsLocked(space)
 			return err
 		}
-		e.reloadGrantsLocked(space)
+		e.revokeMemoryLocked(space, eff)
+		e.pruneGrantsLocked(space, changed)
 
 	case eff.kick != (identity.PeerID{}):
-		var gone []string
-		for _, g := range e.grants[space] {
-			if g.g.Grantee == eff.kick {
-				gone = append(gone, g.g.ID)
-			}
-		}
-		if len(gone) > 0 {
-			if _, err := e.st.DeleteGrants(space, gone...); err != nil {
-				e.reloadGrantsLocked(space)
-				return fmt.Errorf("space: delete the kicked member's grants: %w", err)
-			}
-			e.reloadGrantsLocked(space)
-		}
+		// The grants the kicked member made or received, and those that
+		// stood on them, go with it (setRosterLocked).
 		r := e.roster.clone()
 		i := slices.IndexFunc(r.Spaces, func(c Config) bool { return c.Name == space })
 		if eff.kick == e.opts.Self {
@@ -418,9 +423,32 @@ func (e *Engine) revokeStoreLocked(space string, eff effect) error {
 	return nil
 }
 
+// revokeMemoryLocked makes a stored revoke's effect in memory: grants
+// deleted, grants left with fewer capabilities.
+func (e *Engine) revokeMemoryLocked(space string, eff effect) {
+	var out []*grantEntry
+	for _, g := range e.grants[space] {
+		if slices.Contains(eff.deleteGrants, g.g.ID) {
+			continue
+		}
+		if i := slices.IndexFunc(eff.editGrants, func(x Grant) bool { return x.ID == g.g.ID }); i >= 0 {
+			m, err := meup.Compile(eff.editGrants[i].Capabilities)
+			if err != nil {
+				e.log.Error("space: bug: a grant left by a revoke does not compile; dropped", "space", space, "grant", g.g.ID, "err", err)
+				continue
+			}
+			g = &grantEntry{g: eff.editGrants[i], m: m}
+		}
+		out = append(out, g)
+	}
+	e.grants[space] = out
+	e.grantsChangedLocked(space)
+}
+
 // reloadGrantsLocked replaces the space's grants in memory with the
-// store's, and drops the cached matchers. If the store fails, the grants
-// in memory stay as they were.
+// store's, drops the cached matchers, and checks every grant of the space
+// again (pruneGrantsLocked): the store may hold grants dropped here. If
+// the store fails, the grants in memory stay as they were.
 func (e *Engine) reloadGrantsLocked(space string) {
 	gs, err := e.st.Grants(space)
 	if err != nil {
@@ -438,6 +466,7 @@ func (e *Engine) reloadGrantsLocked(space string) {
 	}
 	e.grants[space] = out
 	e.grantsChangedLocked(space)
+	e.pruneGrantsLocked(space, nil)
 }
 
 // truncate cuts s to at most n bytes, at a rune boundary.
@@ -457,7 +486,7 @@ func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 // the matchers.
 func coversAll(held []*meup.Matcher, caps []meup.Capability) bool {
 	for _, c := range caps {
-		if !slices.ContainsFunc(held, func(m *meup.Matcher) bool { return m.Covers(c) }) {
+		if !covers(held, c) {
 			return false
 		}
 	}
