@@ -945,17 +945,52 @@ func (o *Outbox) Len() int {
 func (o *Outbox) DeadLetters() ([]DeadLetter, error) { return o.st.DeadLetters() }
 
 // Revive queues dead letters again (all of them if no ids are given) and
-// returns how many it revived.
+// returns how many it revived. It revives them in order while the outbox
+// has room (Options.MaxEntries, Options.MaxBytes); the first that does
+// not fit, and those after it, stay dead letters, and the error says so
+// (ErrFull).
 func (o *Outbox) Revive(ids ...identity.UUID) (int, error) {
 	o.mu.Lock()
 	if o.closed {
 		o.mu.Unlock()
 		return 0, ErrClosed
 	}
+	entries, bytes := o.entries, o.bytes
 	o.mu.Unlock()
-	es, err := o.st.Revive(ids...)
+	dead, err := o.st.DeadLetters()
 	if err != nil {
 		return 0, err
+	}
+	if len(ids) > 0 {
+		byID := make(map[identity.UUID]DeadLetter, len(dead))
+		for _, d := range dead {
+			byID[d.ID] = d
+		}
+		dead = dead[:0]
+		for _, id := range ids {
+			if d, ok := byID[id]; ok {
+				dead = append(dead, d)
+				delete(byID, id) // an id given twice is revived once
+			}
+		}
+	}
+	fit := make([]identity.UUID, 0, len(dead))
+	for _, d := range dead {
+		if entries+1 > o.opts.MaxEntries || bytes+int64(len(d.Payload)) > o.opts.MaxBytes {
+			break
+		}
+		entries++
+		bytes += int64(len(d.Payload))
+		fit = append(fit, d.ID)
+	}
+	var es []Entry
+	if len(fit) > 0 {
+		if es, err = o.st.Revive(fit...); err != nil {
+			return 0, err
+		}
+	}
+	if left := len(dead) - len(fit); left > 0 {
+		err = fmt.Errorf("%w: %d dead letters left as they are (at most %d envelopes and %d bytes queued)", ErrFull, left, o.opts.MaxEntries, o.opts.MaxBytes)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -964,7 +999,7 @@ func (o *Outbox) Revive(ids ...identity.UUID) (int, error) {
 		o.bytes += int64(len(e.Payload))
 		o.queueLocked(&item{e: e})
 	}
-	return len(es), nil
+	return len(es), err
 }
 
 // Prune removes the dead letters that died more than

@@ -1082,3 +1082,42 @@ func TestExpiresDuringBackoff(t *testing.T) {
 		t.Fatalf("dead letters %d (%v), want 1", len(dl), err)
 	}
 }
+
+// Reviving dead letters keeps to the outbox's limits: those that fit are
+// queued in order, the rest stay dead letters and the caller is told.
+func TestReviveKeepsToTheLimits(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	var ids []identity.UUID
+	for i := range 5 {
+		e, err := st.Add(entry(peerA, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Kill(e.ID, ReasonExpired, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.ID)
+	}
+	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1 << 30, MaxAttempts: 1 << 30, MaxEntries: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Start()
+	defer ob.Close()
+	n, err := ob.Revive()
+	if n != 3 || !errors.Is(err, ErrFull) {
+		t.Fatalf("Revive() = %d, %v; want 3 and ErrFull", n, err)
+	}
+	if got := ob.Len(); got != 3 {
+		t.Fatalf("%d queued, want 3", got)
+	}
+	dl, err := st.DeadLetters()
+	if err != nil || len(dl) != 2 || dl[0].ID != ids[3] || dl[1].ID != ids[4] {
+		t.Fatalf("dead letters left %v (%v), want the last two", dl, err)
+	}
+	if n, err := ob.Revive(ids[4], ids[4]); n != 0 || !errors.Is(err, ErrFull) {
+		t.Fatalf("Revive when full = %d, %v; want 0 and ErrFull", n, err)
+	}
+}
