@@ -20,8 +20,8 @@ type (
 		Pending int `json:"pending"`
 	}
 	listTasksResult struct {
-		Tasks   []node.Task `json:"tasks"`
-		Pending int         `json:"pending"`
+		node.TaskList
+		Pending int `json:"pending"`
 	}
 	waitTaskResult struct {
 		node.TaskWaited
@@ -57,9 +57,10 @@ func (s *Server) addBroadcastTools() {
 	admitAnyJSON(complete.OutputSchema.Properties, "task", "properties", "result")
 	s.mcp.AddTool(complete, s.taskComplete)
 	list := mcp.NewTool("list_tasks",
-		mcp.WithDescription("Show the tasks this node knows (from sends and arrivals carrying a task_id), the most recently updated first: state (open or completed), participants, and for completed ones who completed it, when, and the result."),
+		mcp.WithDescription("Show the tasks this node knows (from sends and arrivals carrying a task_id), the most recently updated first: state (open or completed), participants, and for completed ones who completed it, when, and the result. A list holds at most limit tasks and about 4 MiB of JSON; while more is true, call again with the same arguments and the returned cursor for the tasks that follow."),
 		mcp.WithString("state", mcp.Enum(node.TaskStateOpen, node.TaskStateCompleted), mcp.Description("only tasks in this state")),
 		mcp.WithNumber("limit", mcp.Description("at most this many (1-1000, default 100)")),
+		mcp.WithString("cursor", mcp.Description("the cursor of the previous list (while it said more: true): continue after it")),
 		mcp.WithOutputSchema[listTasksResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List tasks", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	)
@@ -106,6 +107,15 @@ func parseBroadcast(a args) (node.BroadcastArgs, error) {
 	if b.Peers, err = a.strings("peers"); err != nil {
 		return b, err
 	}
+	// The node reads an empty group or list as "every trusted peer" (and
+	// the control socket cannot tell them from absent ones): a client
+	// that names no one must not reach everyone.
+	if v, ok := a.m["group"]; ok && v != nil && b.Group == "" {
+		return b, invalidParams{`argument "group" must not be empty (leave it out to send to every trusted peer)`}
+	}
+	if v, ok := a.m["peers"]; ok && v != nil && len(b.Peers) == 0 {
+		return b, invalidParams{`argument "peers" must not be empty (leave it out to send to every trusted peer)`}
+	}
 	if b.Group != "" && len(b.Peers) > 0 {
 		return b, invalidParams{`give "group" or "peers", not both`}
 	}
@@ -137,7 +147,8 @@ func parseTaskQuery(a args) (node.TaskQuery, error) {
 	if ok {
 		q.Limit = int(limit)
 	}
-	return q, nil
+	q.Cursor, err = a.str("cursor", false)
+	return q, err
 }
 
 func parseWaitTask(a args) (string, time.Duration, error) {
@@ -187,14 +198,14 @@ func (s *Server) listTasks(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	if err != nil {
 		return nil, err
 	}
-	ts, err := s.api.Tasks(ctx, q)
+	tl, err := s.api.Tasks(ctx, q)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
-	if ts == nil {
-		ts = []node.Task{}
+	if tl.Tasks == nil {
+		tl.Tasks = []node.Task{}
 	}
-	return result(listTasksResult{Tasks: ts, Pending: s.pending(ctx)})
+	return result(listTasksResult{TaskList: tl, Pending: s.pending(ctx)})
 }
 
 func (s *Server) waitTask(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {

@@ -58,11 +58,11 @@ func (f *fakeNode) TaskComplete(_ context.Context, id string, result json.RawMes
 	return node.TaskCompleted{Task: node.Task{ID: id, State: node.TaskStateCompleted, Participants: []node.TaskParticipant{}, CompletedBy: "self", Result: result}, Copies: []node.BroadcastCopy{}}, nil
 }
 
-func (f *fakeNode) Tasks(_ context.Context, q node.TaskQuery) ([]node.Task, error) {
+func (f *fakeNode) Tasks(_ context.Context, q node.TaskQuery) (node.TaskList, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls().queries = append(f.calls().queries, q)
-	return []node.Task{{ID: "t1", State: node.TaskStateOpen, Participants: []node.TaskParticipant{{Peer: "bob", PubKey: "ed25519:bob"}}}}, nil
+	return node.TaskList{Tasks: []node.Task{{ID: "t1", State: node.TaskStateOpen, Participants: []node.TaskParticipant{{Peer: "bob", PubKey: "ed25519:bob"}}}}, More: true, Cursor: "5/t1"}, nil
 }
 
 func (f *fakeNode) WaitTask(_ context.Context, id string, wait time.Duration) (node.TaskWaited, error) {
@@ -100,8 +100,11 @@ func testBroadcastTools(t *testing.T, era string) {
 		t.Fatalf("unknown task: %v %s", err, text(res))
 	}
 	_, out, err = call(t, c, "list_tasks", map[string]any{"state": "open"})
-	if err != nil || len(out["tasks"].([]any)) != 1 || out["pending"] == nil {
+	if err != nil || len(out["tasks"].([]any)) != 1 || out["pending"] == nil || out["more"] != true || out["cursor"] != "5/t1" {
 		t.Fatalf("list_tasks: %v %v", out, err)
+	}
+	if _, _, err = call(t, c, "list_tasks", map[string]any{"state": "open", "cursor": "5/t1"}); err != nil {
+		t.Fatal(err)
 	}
 	_, out, err = call(t, c, "wait_task", map[string]any{"task_id": "t1", "wait_ms": 1500})
 	if err != nil || out["timed_out"] != true || out["task"].(map[string]any)["state"] != "open" {
@@ -128,7 +131,7 @@ func testBroadcastTools(t *testing.T, era string) {
 	if !strings.HasSuffix(cs.completes[1], "k-nope") {
 		t.Errorf("task_complete %q: the idempotency key did not reach the node", cs.completes[1])
 	}
-	if !reflect.DeepEqual(cs.queries, []node.TaskQuery{{State: "open", Limit: 100}}) || cs.waits[0] != "t1 1.5s" {
+	if !reflect.DeepEqual(cs.queries, []node.TaskQuery{{State: "open", Limit: 100}, {State: "open", Limit: 100, Cursor: "5/t1"}}) || cs.waits[0] != "t1 1.5s" {
 		t.Errorf("queries %+v, waits %v", cs.queries, cs.waits)
 	}
 	if last := f.opts[len(f.opts)-1]; last.TaskID != "t1" {
@@ -148,9 +151,13 @@ func TestBroadcastToolsInvalidParams(t *testing.T) {
 		{"broadcast", map[string]any{"body": "x", "peers": "bob"}},
 		{"broadcast", map[string]any{"body": "x", "reliable": false, "ttl_seconds": 5}},
 		{"broadcast", map[string]any{"body": "x", "task_id": 7}},
+		{"broadcast", map[string]any{"body": "x", "peers": []any{}}}, // no one, not everyone
+		{"broadcast", map[string]any{"body": "x", "group": ""}},      // no group, not every peer
+		{"broadcast", map[string]any{"body": "x", "group": "", "peers": []any{"bob"}}},
 		{"task_complete", map[string]any{}},
 		{"list_tasks", map[string]any{"state": "done"}},
 		{"list_tasks", map[string]any{"limit": 0}},
+		{"list_tasks", map[string]any{"cursor": 5}},
 		{"wait_task", map[string]any{"task_id": "t", "wait_ms": 26000}},
 		{"wait_task", map[string]any{"wait_ms": 10}},
 		{"send_message", map[string]any{"peer": "bob", "body": "x", "task_id": []any{}}},
@@ -159,7 +166,18 @@ func TestBroadcastToolsInvalidParams(t *testing.T) {
 			t.Errorf("%s %v: want invalid params", tc.tool, tc.args)
 		}
 	}
-	if err := checkArgs("wait_task", map[string]any{"task_id": "t", "wait_ms": float64(25000)}); err != nil {
-		t.Error(err)
+	for _, ok := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"wait_task", map[string]any{"task_id": "t", "wait_ms": float64(25000)}},
+		{"broadcast", map[string]any{"body": "x"}}, // every trusted peer
+		{"broadcast", map[string]any{"body": "x", "group": "ops"}},
+		{"broadcast", map[string]any{"body": "x", "peers": []any{"bob"}}},
+		{"broadcast", map[string]any{"body": "x", "group": nil, "peers": nil}}, // null: left out
+	} {
+		if err := checkArgs(ok.tool, ok.args); err != nil {
+			t.Errorf("%s %v: %v", ok.tool, ok.args, err)
+		}
 	}
 }

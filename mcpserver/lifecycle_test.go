@@ -113,7 +113,13 @@ func TestLifecycleArgsInvalid(t *testing.T) {
 		{"send_request", map[string]any{"peer": "bob", "intent": "x", "deadline": "2030-01-02T03:04:05Z"}, true},
 		{"send_request", map[string]any{"peer": "bob", "intent": "x", "deadline": "soon"}, false},
 		{"send_request", map[string]any{"peer": "bob", "intent": "x", "deadline": 30}, false},
-		{"send_request", map[string]any{"peer": "bob", "intent": "x", "deadline": "-5s"}, false},
+		// In the past or more than a week away, as a duration or as a
+		// time: the node's bad_argument, not invalid params.
+		{"send_request", map[string]any{"peer": "bob", "intent": "x", "deadline": "-5s"}, true},
+		{"send_request", map[string]any{"peer": "bob", "intent": "x", "deadline": "0s"}, true},
+		{"send_request", map[string]any{"peer": "bob", "intent": "x", "deadline": "169h"}, true},
+		{"send_request", map[string]any{"peer": "bob", "intent": "x", "deadline": "2001-01-01T00:00:00Z"}, true},
+		{"send_request", map[string]any{"peer": "bob", "intent": "x", "deadline": "5 minutes"}, false},
 	} {
 		if err := checkArgs(c.tool, c.args); (err == nil) != c.ok {
 			t.Errorf("checkArgs %s %v: %v, want ok=%v", c.tool, c.args, err, c.ok)

@@ -177,7 +177,7 @@ func (s *Server) WatchArrivals(ctx context.Context) {
 	var epoch string
 	for {
 		// Skip what is already there, a page at a time.
-		b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Limit: 100, Order: node.OrderArrival})
+		b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Limit: 100, Order: node.OrderArrival, Peek: true})
 		if err != nil {
 			break
 		}
@@ -187,7 +187,7 @@ func (s *Server) WatchArrivals(ctx context.Context) {
 		}
 	}
 	for ctx.Err() == nil {
-		b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Wait: watchWait, Limit: 100, Order: node.OrderArrival})
+		b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Wait: watchWait, Limit: 100, Order: node.OrderArrival, Peek: true})
 		if err != nil {
 			if ctx.Err() != nil {
 				return

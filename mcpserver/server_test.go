@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,8 @@ type fakeNode struct {
 	spaceMsgs []node.SpaceMessage // SpaceSend calls
 	edits     []node.SpaceEdit    // SpaceEdit calls
 	searches  []node.SearchQuery  // Search calls
+	queries   []node.Query        // Receive calls
+	acks      []node.AckRequest   // Ack calls
 }
 
 func newFakeNode() *fakeNode {
@@ -213,13 +216,10 @@ func (f *fakeNode) RetryDeadLetters(_ context.Context, ids []string, all bool) (
 	if all {
 		return 1, nil
 	}
-	n := 0
-	for _, id := range ids {
-		if id == "d-1" {
-			n++
-		}
+	if slices.Contains(ids, "d-1") { // as the node: one dead letter, requeued once however often named
+		return 1, nil
 	}
-	return n, nil
+	return 0, nil
 }
 
 func (f *fakeNode) PairOffer(context.Context, node.PairOptions) (node.PairOffer, error) {
@@ -261,12 +261,13 @@ func (f *fakeNode) waitWatcher(t *testing.T, seq uint64) {
 }
 
 func (f *fakeNode) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
+	f.mu.Lock()
+	f.queries = append(f.queries, q)
 	if q.Wait == watchWait {
-		f.mu.Lock()
 		f.watching = true
 		f.watched = max(f.watched, q.After)
-		f.mu.Unlock()
 	}
+	f.mu.Unlock()
 	var deadline <-chan time.Time
 	if q.Wait > 0 {
 		t := time.NewTimer(q.Wait)
@@ -306,6 +307,7 @@ func (f *fakeNode) Receive(ctx context.Context, q node.Query) (node.Batch, error
 func (f *fakeNode) Ack(_ context.Context, a node.AckRequest) (node.Acked, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.acks = append(f.acks, a)
 	ids, upTo := a.IDs, a.UpTo
 	drop := map[string]bool{}
 	for _, id := range ids {
@@ -886,6 +888,10 @@ func testOutboxTools(t *testing.T, era string) {
 	if err != nil || out["requeued"] != float64(1) || out["not_found"] != float64(1) {
 		t.Fatalf("retry by ids: %v %v", out, err)
 	}
+	_, out, err = call(t, c, "retry_dead_letters", map[string]any{"ids": []any{"d-1", "D-1", "nope", "nope"}})
+	if err != nil || out["requeued"] != float64(1) || out["not_found"] != float64(1) {
+		t.Fatalf("retry by ids named twice: %v %v; want one requeued, one not found", out, err)
+	}
 	_, out, err = call(t, c, "retry_dead_letters", map[string]any{"all": true})
 	if err != nil || out["requeued"] != float64(1) || out["not_found"] != float64(0) {
 		t.Fatalf("retry all: %v %v", out, err)
@@ -909,6 +915,28 @@ func testOutboxTools(t *testing.T, era string) {
 	res, _, err = call(t, c, "retry_outbox", map[string]any{"peer": "nobody"})
 	if err != nil || !res.IsError || !strings.HasPrefix(text(res), node.CodeUnknownPeer+": ") {
 		t.Errorf("retry_outbox nobody: %v %v", res, err)
+	}
+}
+
+// retry_dead_letters names each dead letter once, so that not_found
+// counts what was not found, not the repetitions.
+func TestParseRetry(t *testing.T) {
+	for _, tc := range []struct {
+		args map[string]any
+		ids  []string
+		all  bool
+		bad  bool
+	}{
+		{map[string]any{"ids": []any{"A", "b"}}, []string{"a", "b"}, false, false},
+		{map[string]any{"ids": []any{"d-1", "D-1", "x", "d-1", "x"}}, []string{"d-1", "x"}, false, false},
+		{map[string]any{"all": true}, nil, true, false},
+		{map[string]any{"ids": []any{}}, nil, false, true},
+		{map[string]any{"ids": []any{"a"}, "all": true}, nil, false, true},
+	} {
+		ids, all, err := parseRetry(args{tc.args})
+		if (err != nil) != tc.bad || !tc.bad && (!reflect.DeepEqual(ids, tc.ids) || all != tc.all) {
+			t.Errorf("%v: %v, %v, %v; want %v, %v (invalid %v)", tc.args, ids, all, err, tc.ids, tc.all, tc.bad)
+		}
 	}
 }
 

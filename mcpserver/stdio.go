@@ -189,16 +189,31 @@ func responseID(msg []byte) (id json.RawMessage, ok bool) {
 
 // front reads the client's messages line by line. Tool calls whose
 // arguments do not fit the tool are answered here with the protocol's
-// invalid-params error; everything else is passed on to mcp-go through fwd,
-// and its requests and cancellations are recorded in c. When in ends it
-// lets the requests in flight finish (c.drain), then closes fwd.
-func front(ctx context.Context, in io.Reader, fwd *io.PipeWriter, out io.Writer, c *calls) {
+// invalid-params error (for the tools known reports registered),
+// batches and messages too large with invalid-request; everything else
+// is passed on to mcp-go through fwd, and its requests and cancellations
+// are recorded in c. When in ends it lets the requests in flight finish
+// (c.drain), then closes fwd.
+func front(ctx context.Context, in io.Reader, fwd *io.PipeWriter, out io.Writer, c *calls, known func(tool string) bool) {
 	defer fwd.Close()
 	br := bufio.NewReaderSize(in, 64<<10)
 	for {
 		line, err := readLine(br)
+		if errors.Is(err, errLineTooLong) {
+			// line is the start of the message: enough, usually, to
+			// answer with its id.
+			if _, werr := out.Write(rpcError(partialID(line), codeInvalidRequest, "message too large")); werr != nil {
+				return
+			}
+			continue
+		}
 		if len(bytes.TrimSpace(line)) > 0 {
-			if reply := checkCall(line); reply != nil {
+			if n := len(line); line[n-1] != '\n' {
+				// The last line, without its newline: mcp-go reads
+				// whole lines only, and would drop it.
+				line = append(line, '\n')
+			}
+			if reply := checkCall(line, known); reply != nil {
 				if _, werr := out.Write(reply); werr != nil {
 					return
 				}
@@ -210,10 +225,6 @@ func front(ctx context.Context, in io.Reader, fwd *io.PipeWriter, out io.Writer,
 			}
 		}
 		if err != nil {
-			if errors.Is(err, errLineTooLong) {
-				out.Write(rpcError(nil, codeInvalidRequest, "message too large"))
-				continue
-			}
 			c.drain(ctx, drainGrace)
 			return
 		}
@@ -222,8 +233,10 @@ func front(ctx context.Context, in io.Reader, fwd *io.PipeWriter, out io.Writer,
 
 var errLineTooLong = errors.New("line too long")
 
-// readLine returns the next line including its newline; a line longer than
-// maxLine is discarded up to its newline and reported as errLineTooLong.
+// readLine returns the next line including its newline (the last line
+// may lack it). A line longer than maxLine is discarded up to its
+// newline and reported as errLineTooLong, with the start of it that was
+// read (at most maxLine bytes).
 func readLine(br *bufio.Reader) ([]byte, error) {
 	var line []byte
 	for {
@@ -232,10 +245,7 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 			for errors.Is(err, bufio.ErrBufferFull) {
 				_, err = br.ReadSlice('\n')
 			}
-			if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-				return nil, err
-			}
-			return nil, errLineTooLong
+			return line, errLineTooLong
 		}
 		line = append(line, chunk...)
 		if errors.Is(err, bufio.ErrBufferFull) {
@@ -243,6 +253,33 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 		}
 		return line, err
 	}
+}
+
+// partialID returns the id of the JSON-RPC request that msg (a message
+// cut short) starts, if its members before the cut name one: a string or
+// a number. Else nil.
+func partialID(msg []byte) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(msg))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var v json.RawMessage
+		if dec.Decode(&v) != nil {
+			return nil // cut short in this member's value
+		}
+		if t == "id" {
+			if _, ok := idKey(v); ok {
+				return v
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // track records a request passed on to mcp-go, or a client's cancellation
@@ -286,10 +323,18 @@ func waits(method string, params json.RawMessage) bool {
 }
 
 // checkCall returns an invalid-params reply for a tools/call request whose
-// arguments its tool would refuse, else nil. A request declaring a protocol
-// version the server does not know is left to mcp-go, which answers it
-// with the supported versions (negotiation comes before arguments).
-func checkCall(line []byte) []byte {
+// arguments its tool would refuse, an invalid-request reply for a batch,
+// else nil. A request declaring a protocol version the server does not
+// know is left to mcp-go, which answers it with the supported versions
+// (negotiation comes before arguments), and so is a call to a tool known
+// does not report (nil: every tool), which mcp-go answers as an unknown
+// tool whatever its arguments.
+func checkCall(line []byte, known func(tool string) bool) []byte {
+	if t := bytes.TrimSpace(line); len(t) > 0 && t[0] == '[' && json.Valid(t) {
+		// MCP has no batches (since 2025-06-18; this server never took
+		// them): the array is valid JSON but not a request.
+		return rpcError(nil, codeInvalidRequest, "JSON-RPC batches are not supported: send one message per line")
+	}
 	var msg struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
@@ -305,6 +350,9 @@ func checkCall(line []byte) []byte {
 		return nil
 	}
 	if v := msg.Params.Meta.Version; v != "" && !mcp.IsValidProtocolVersion(v) {
+		return nil
+	}
+	if known != nil && !known(msg.Params.Name) {
 		return nil
 	}
 	var args map[string]any
@@ -339,7 +387,7 @@ func (s *Server) serveFiltered(ctx context.Context, in io.Reader, out io.Writer,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		front(ctx, in, pw, lw, c)
+		front(ctx, in, pw, lw, c, func(tool string) bool { return s.mcp.GetTool(tool) != nil })
 	}()
 	err := listen(ctx, pr, lw)
 	pr.Close() // stops front if it is still forwarding

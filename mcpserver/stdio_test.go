@@ -30,9 +30,15 @@ type wire struct {
 // node is a *fakeNode) when it returns.
 func startStdio(t *testing.T, api node.API) *wire {
 	t.Helper()
+	return startStdioWith(t, api, Options{})
+}
+
+// startStdioWith is startStdio with a server built with opts.
+func startStdioWith(t *testing.T, api node.API, opts Options) *wire {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	s := New(api, Options{})
+	s := New(api, opts)
 	w := &wire{t: t, server: s, in: inW, lines: make(chan string, 64), done: make(chan error, 1)}
 	go func() {
 		w.done <- s.ServeStdio(context.Background(), inR, outW)
@@ -291,10 +297,16 @@ func TestCheckCall(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"send_request","arguments":{"peer":"b","intent":"x","reliable":"no"}}}`, codeInvalidParams},
 		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"retry_dead_letters","arguments":{}}}`, codeInvalidParams},
 		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"no_such_tool","arguments":{}}}`, 0},
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"pair_accept","arguments":{}}}`, 0}, // not registered: mcp-go's unknown tool
+		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"pair_offer","arguments":{}}}`, 0},
 		{`not json`, 0},
+		{`[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`, codeInvalidRequest}, // a batch
+		{` [] ` + "\n", codeInvalidRequest},
+		{`[{"jsonrpc":"2.0",`, 0}, // not JSON: mcp-go's parse error
 	}
+	registered := func(tool string) bool { return tool != "pair_accept" && tool != "pair_offer" && tool != "no_such_tool" }
 	for _, tc := range tests {
-		reply := checkCall([]byte(tc.line))
+		reply := checkCall([]byte(tc.line), registered)
 		if tc.want == 0 {
 			if reply != nil {
 				t.Errorf("%s: unexpected reply %s", tc.line, reply)
@@ -314,7 +326,7 @@ func FuzzCheckCall(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"send_message","arguments":{"body":"x"}}}`))
 	f.Add([]byte(`{"id":[],"method":"tools/call","params":{"name":"ack_messages","arguments":{"up_to":-1}}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		reply := checkCall(line)
+		reply := checkCall(line, nil)
 		if reply == nil {
 			return
 		}
@@ -369,4 +381,91 @@ func TestWaits(t *testing.T) {
 			t.Errorf("waits(%s, %s) = %v, want %v", tc.method, tc.params, got, tc.want)
 		}
 	}
+}
+
+// A last request whose line has no newline is answered (mcp-go reads
+// whole lines only), at once: the server does not wait out drainGrace
+// for a call it never passed on.
+func TestStdioLastLineWithoutNewline(t *testing.T) {
+	w := startStdio(t, newFakeNode())
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	if _, err := io.WriteString(w.in, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"list_peers","arguments":{}}}`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	w.close()
+	if d := time.Since(start); d >= drainGrace {
+		t.Errorf("the server took %v to exit: it waited for an answer it never gave", d)
+	}
+	for _, m := range w.seen {
+		if m["id"] == float64(2) && m["result"] != nil {
+			return
+		}
+	}
+	t.Fatalf("no answer to the last line, sent without a newline; got %v", w.seen)
+}
+
+// A message longer than maxLine is answered with invalid-request, with
+// its id when the start of the message names one, and the next line is
+// served as usual.
+func TestStdioOversizedLineKeepsID(t *testing.T) {
+	w := startStdio(t, newFakeNode())
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	w.reply(float64(1))
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w.send(`{"jsonrpc":"2.0","id":"big-1","method":"tools/call","params":{"name":"send_message","arguments":{"peer":"bob","body":"` + strings.Repeat("x", maxLine) + `"}}}`)
+	m := w.next()
+	errObj, _ := m["error"].(map[string]any)
+	if m["id"] != "big-1" || errObj["code"] != float64(codeInvalidRequest) {
+		t.Fatalf("oversized request: %v", m)
+	}
+	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"list_peers","arguments":{}}}`)
+	if m := w.reply(float64(3)); m["result"] == nil {
+		t.Fatalf("after an oversized line: %v", m)
+	}
+	w.close()
+}
+
+func TestPartialID(t *testing.T) {
+	for _, tc := range []struct {
+		msg, id string // id "": none found
+	}{
+		{`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":{"body":"xxx`, "7"},
+		{`{"id":"a-1","params":{"body":"xx`, `"a-1"`},
+		{`{"jsonrpc":"2.0","method":"tools/call","params":{"body":"xxx`, ""}, // the id comes after the cut
+		{`{"jsonrpc":"2.0","params":{"x":1},"id":2.5,"method":"tools/c`, "2.5"},
+		{`{"id":null,"method":"x","params":"xx`, ""},
+		{`{"id":{"a":1},"params":"xx`, ""},
+		{`{"id":"cut short`, ""},
+		{`[{"id":1,`, ""},
+		{`not json`, ""},
+		{``, ""},
+	} {
+		if got := partialID([]byte(tc.msg)); string(got) != tc.id {
+			t.Errorf("partialID(%s) = %s, want %q", tc.msg, got, tc.id)
+		}
+	}
+}
+
+// With pairing off, a call to a pairing tool is a call to an unknown
+// tool, whatever its arguments: not a missing argument of a tool that is
+// not there. A batch is an invalid request.
+func TestStdioUnregisteredToolAndBatch(t *testing.T) {
+	w := startStdioWith(t, newFakeNode(), Options{NoPairing: true})
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	w.reply(float64(1))
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"pair_accept","arguments":{}}}`)
+	m := w.reply(float64(2))
+	errObj, _ := m["error"].(map[string]any)
+	if msg, _ := errObj["message"].(string); !strings.Contains(msg, "not found") || strings.Contains(msg, "code_line") {
+		t.Fatalf("pair_accept with pairing off: %v", m)
+	}
+	w.send(`[{"jsonrpc":"2.0","id":3,"method":"tools/list"}]`)
+	m = w.next()
+	if errObj, _ := m["error"].(map[string]any); m["id"] != nil || errObj["code"] != float64(codeInvalidRequest) {
+		t.Fatalf("batch: %v", m)
+	}
+	w.close()
 }

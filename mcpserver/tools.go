@@ -32,6 +32,9 @@ type (
 	ackResult struct {
 		Acked   int `json:"acked"`
 		Pending int `json:"pending"`
+		// Unread: items up to up_to matching the filters that no read
+		// returned; they stay pending.
+		Unread int `json:"unread,omitempty"`
 	}
 	listOutboxResult struct {
 		Entries []node.QueuedSend    `json:"entries"`
@@ -140,7 +143,7 @@ func readOnly(v bool) *bool { return &v }
 
 // pending asks the node for the current pending count.
 func (s *Server) pending(ctx context.Context) int {
-	b, err := s.api.Receive(ctx, node.Query{Limit: 1, Order: node.OrderArrival}) // the count only: the cheapest read
+	b, err := s.api.Receive(ctx, node.Query{Limit: 1, Order: node.OrderArrival, Peek: true}) // the count only: the cheapest read, shown to nobody
 	if err != nil {
 		return 0
 	}
@@ -215,17 +218,21 @@ func (s *Server) addTools() {
 		mcp.WithString("request_id", mcp.Description("only responses to this request")),
 		spaceFilter, meupKindsFilter, contextFilter,
 		orderArg,
+		mcp.WithString("epoch", mcp.Description("the epoch of the read your after cursor came from: if the inbox has started over since, the node reads it from its start (after is ignored) and returns the new epoch")),
 		mcp.WithOutputSchema[node.Batch](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Receive messages", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.receive)
 	s.mcp.AddTool(mcp.NewTool("ack_messages",
-		mcp.WithDescription("Mark received items as handled so they stop counting as pending: by id, or every item up to a cursor. After a filtered receive_messages, pass the same kinds/from/request_id with up_to so only items that read could show are acknowledged."),
+		mcp.WithDescription("Mark received items as handled so they stop counting as pending: by id (preferred), or every item up to a cursor (up_to). With up_to, pass the same filters as the receive_messages call the cursor came from (all of those you gave: kinds, from, request_id, space, meup_kinds, context) and its epoch. up_to never acknowledges an item no receive_messages call returned: a filtered read's cursor passes the items its filters skipped, and those stay pending (unread counts them). An epoch that is not the inbox's (it started over) refuses up_to: read again."),
 		mcp.WithArray("ids", mcp.WithStringItems(), mcp.Description("ids of the items handled")),
-		mcp.WithNumber("up_to", mcp.Description("acknowledge every item up to this cursor (that matches the filters given)")),
+		mcp.WithNumber("up_to", mcp.Description("acknowledge every item up to this cursor that matches the filters given and that a read returned")),
 		mcp.WithArray("kinds", mcp.WithStringItems(), mcp.Description("with up_to: only these kinds")),
 		mcp.WithString("from", mcp.Description("with up_to: only from this peer")),
 		mcp.WithString("request_id", mcp.Description("with up_to: only responses to this request")),
-		spaceFilter, meupKindsFilter, contextFilter,
+		mcp.WithString("space", mcp.Description("with up_to: only envelopes of this space (kind meup)")),
+		mcp.WithArray("meup_kinds", mcp.WithStringItems(), mcp.Description("with up_to: only envelopes of spaces with these MEUP kinds")),
+		mcp.WithString("context", mcp.Description("with up_to: only envelopes of spaces in this context")),
+		mcp.WithString("epoch", mcp.Description("with up_to: the epoch of the receive_messages result the cursor came from; if the inbox's epoch differs, nothing is acknowledged and the call fails")),
 		mcp.WithOutputSchema[ackResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Acknowledge messages", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.ack)
@@ -342,7 +349,7 @@ func checkArgs(name string, m map[string]any) error {
 	case "receive_messages":
 		_, err = parseReceive(a)
 	case "ack_messages":
-		_, _, _, err = parseAck(a)
+		_, err = parseAck(a)
 	case "message_status": // slice B
 		_, err = parseMessageStatus(a)
 	// Slice C: search.
@@ -536,9 +543,16 @@ func parseRetry(a args) (ids []string, all bool, err error) {
 	if ids, err = a.strings("ids"); err != nil {
 		return
 	}
-	for i := range ids {
-		ids[i] = strings.ToLower(ids[i])
+	// Each id once: not_found counts the ids given that requeued nothing.
+	seen := map[string]bool{}
+	uniq := ids[:0]
+	for _, id := range ids {
+		if id = strings.ToLower(id); !seen[id] {
+			seen[id] = true
+			uniq = append(uniq, id)
+		}
 	}
+	ids = uniq
 	if v, ok := a.m["all"]; ok && v != nil {
 		if all, ok = v.(bool); !ok {
 			return nil, false, invalidParams{`argument "all" must be a boolean`}
@@ -643,6 +657,9 @@ func parseReceive(a args) (node.Query, error) {
 	if q.Order, err = parseOrder(a); err != nil {
 		return q, err
 	}
+	if q.Epoch, err = a.str("epoch", false); err != nil {
+		return q, err
+	}
 	return q, parseFilters(a, &q)
 }
 
@@ -693,37 +710,46 @@ func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 }
 
 func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	ids, upTo, filter, err := parseAck(args{req.GetArguments()})
+	ar, err := parseAck(args{req.GetArguments()})
 	if err != nil {
 		return nil, err
 	}
-	r, err := s.api.Ack(ctx, node.AckRequest{IDs: ids, UpTo: upTo, Kinds: filter.Kinds, From: filter.From, RequestID: filter.RequestID, MEUPFilter: filter.MEUPFilter})
+	r, err := s.api.Ack(ctx, ar)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}
 	if r.Acked > 0 {
 		s.inboxChanged()
 	}
-	return result(ackResult{Acked: r.Acked, Pending: r.Pending})
+	return result(ackResult{Acked: r.Acked, Pending: r.Pending, Unread: r.Unread})
 }
 
-func parseAck(a args) (ids []string, upTo uint64, filter node.Query, err error) {
-	if ids, err = a.strings("ids"); err != nil {
-		return
+// parseAck reads ack_messages: ids, or up_to with the filters of the read
+// it came from (every filter receive_messages takes) and its epoch.
+func parseAck(a args) (node.AckRequest, error) {
+	var ar node.AckRequest
+	var err error
+	if ar.IDs, err = a.strings("ids"); err != nil {
+		return ar, err
 	}
-	for i := range ids {
-		ids[i] = strings.ToLower(ids[i])
+	for i := range ar.IDs {
+		ar.IDs[i] = strings.ToLower(ar.IDs[i])
 	}
 	n, has, err := a.num("up_to", 1, 1<<53)
 	if err != nil {
-		return
+		return ar, err
 	}
-	if len(ids) == 0 && !has {
-		err = invalidParams{"give ids or up_to"}
-		return
+	if len(ar.IDs) == 0 && !has {
+		return ar, invalidParams{"give ids or up_to"}
 	}
-	err = parseFilters(a, &filter)
-	return ids, uint64(n), filter, err
+	ar.UpTo = uint64(n)
+	var filter node.Query
+	if err := parseFilters(a, &filter); err != nil {
+		return ar, err
+	}
+	ar.Kinds, ar.From, ar.RequestID, ar.MEUPFilter = filter.Kinds, filter.From, filter.RequestID, filter.MEUPFilter
+	ar.Epoch, err = a.str("epoch", false)
+	return ar, err
 }
 
 func (s *Server) addResources() {

@@ -108,12 +108,12 @@ func runTask(e *env, args []string) error {
 		var err error
 		switch sub {
 		case "list":
-			var ts []node.Task
-			ts, err = b.Tasks(ctx, node.TaskQuery{State: *state})
+			var tl node.TaskList
+			tl, err = b.Tasks(ctx, node.TaskQuery{State: *state})
 			if err == nil && !*asJSON {
-				return nodetext.Tasks(e.stdout, ts)
+				return nodetext.Tasks(e.stdout, tl)
 			}
-			out = ts
+			out = tl.Tasks
 		case "complete":
 			var res node.TaskCompleted
 			res, err = b.TaskComplete(ctx, pos[0], result, node.SendOptions{IdempotencyKey: *idemKey})

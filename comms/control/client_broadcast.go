@@ -21,9 +21,9 @@ func (c *Client) TaskComplete(ctx context.Context, taskID string, result json.Ra
 }
 
 // Tasks implements node.API.
-func (c *Client) Tasks(ctx context.Context, q node.TaskQuery) (ts []node.Task, err error) {
-	err = c.call(ctx, OpTasks, q, &ts)
-	return ts, err
+func (c *Client) Tasks(ctx context.Context, q node.TaskQuery) (tl node.TaskList, err error) {
+	err = c.call(ctx, OpTasks, q, &tl)
+	return tl, err
 }
 
 // WaitTask implements node.API.
@@ -43,8 +43,8 @@ func (s *Session) TaskComplete(ctx context.Context, taskID string, result json.R
 }
 
 // Tasks implements node.API.
-func (s *Session) Tasks(ctx context.Context, q node.TaskQuery) ([]node.Task, error) {
-	return do(s, ctx, func(api node.API) ([]node.Task, error) { return api.Tasks(ctx, q) })
+func (s *Session) Tasks(ctx context.Context, q node.TaskQuery) (node.TaskList, error) {
+	return do(s, ctx, func(api node.API) (node.TaskList, error) { return api.Tasks(ctx, q) })
 }
 
 // WaitTask implements node.API.

@@ -307,6 +307,11 @@ type Query struct {
 	// Order is OrderPriority (""; by class, then arrival) or
 	// OrderArrival.
 	Order string `json:"order,omitempty"`
+	// Peek reads for a reader that shows the items to no agent (the
+	// pending count, an arrival watch): they are not recorded as shown,
+	// so an Ack with UpTo does not take them. Any other read records
+	// the items it returns.
+	Peek bool `json:"peek,omitempty"`
 }
 
 // Batch is what Receive returns.
@@ -332,12 +337,22 @@ type AckRequest struct {
 	IDs  []string `json:"ids,omitempty"`  // envelope ids
 	Seqs []uint64 `json:"seqs,omitempty"` // sequence numbers (Message.Seq)
 	// UpTo acknowledges every item with a sequence number up to it that
-	// a Receive with the same filters could have shown (0: none).
+	// matches the filters (Kinds, From, RequestID, MEUPFilter: those of
+	// Query, applied the same way) and that a read (Receive without
+	// Peek) returned since the node started (0: none). An item no read
+	// returned stays pending, whatever the filters: a filtered read's
+	// cursor passes the items its filters skipped, and acknowledging up
+	// to it must not take them unseen. Acked.Unread counts them.
 	UpTo      uint64   `json:"up_to,omitempty"`
 	Kinds     []string `json:"kinds,omitempty"`
 	From      string   `json:"from,omitempty"`
 	RequestID string   `json:"request_id,omitempty"`
 	MEUPFilter
+	// Epoch is the Batch.Epoch UpTo (or Seqs) came from (optional): if
+	// the inbox now has another epoch, the seqs count in an inbox that
+	// is gone and Ack refuses them (CodeBadArgument); IDs are
+	// acknowledged in any epoch.
+	Epoch string `json:"epoch,omitempty"`
 }
 
 // MEUPFilter selects MEUP items (kind "meup"); any field set leaves out
@@ -352,6 +367,9 @@ type MEUPFilter struct {
 type Acked struct {
 	Acked   int `json:"acked"`
 	Pending int `json:"pending"`
+	// Unread counts the items up to UpTo matching the filters that no
+	// read returned: they stay pending (read them, then acknowledge).
+	Unread int `json:"unread,omitempty"`
 }
 
 // Outbox lists the reliable sends waiting.

@@ -25,7 +25,10 @@ type SpacesAPI interface {
 	// each other member, reliable unless opts say otherwise. Action picks
 	// the envelope's shape (see SpaceMessage).
 	SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error)
-	// Proposals lists the proposals seen in a space and their states.
+	// Proposals lists the proposals seen in a space and their states,
+	// oldest first, a page at a time: at most q.Limit proposals and about
+	// MaxProposalBatchBytes of JSON, after q.After. [ProposalPage] reads
+	// a page and tells whether more follow.
 	Proposals(ctx context.Context, q ProposalQuery) ([]Proposal, error)
 }
 
@@ -124,6 +127,13 @@ type SpaceSent struct {
 type ProposalQuery struct {
 	Space string `json:"space,omitempty"` // "": every space
 	State string `json:"state,omitempty"` // "": every state
+	// Limit bounds the proposals of a page: 1 to MaxProposalLimit (0:
+	// MaxProposalLimit). A page also stops before MaxProposalBatchBytes.
+	Limit int `json:"limit,omitempty"`
+	// After is a cursor ([ProposalCursor] of the last proposal of the
+	// previous page): only the proposals listed after it ("": from the
+	// first).
+	After string `json:"after,omitempty"`
 }
 
 // Proposal is a proposal seen in a space and what became of it.

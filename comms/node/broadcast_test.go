@@ -61,9 +61,9 @@ func TestBroadcastMarksOnlyMeerkatdPeers(t *testing.T) {
 			t.Fatal("carol's envelope carries meerkat_broadcast")
 		}
 	}
-	ts, err := alice.Tasks(ctx, TaskQuery{})
-	if err != nil || len(ts) != 1 || len(ts[0].Participants) != 2 {
-		t.Fatalf("the broadcast's task: %+v, %v: want bob and carol as participants", ts, err)
+	tl, err := alice.Tasks(ctx, TaskQuery{})
+	if ts := tl.Tasks; err != nil || len(ts) != 1 || len(ts[0].Participants) != 2 || tl.More {
+		t.Fatalf("the broadcast's task: %+v, %v: want bob and carol as participants", tl, err)
 	}
 
 	// Listed twice (by name and by key): one copy.

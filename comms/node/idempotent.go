@@ -161,16 +161,21 @@ func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn 
 }
 
 // sendArgs are the arguments a send's idempotency key is bound to: what
-// is sent and how (not how long the caller waits).
+// is sent and how (not how long the caller waits). Peer is the peer's
+// key once resolved, so "bob" and bob's key or UUID are the same call.
+// A request's deadline is left out on purpose: given as a duration
+// ("5m") it is another time at each retry.
 type sendArgs struct {
-	Peer     string          `json:"peer"`
-	Body     string          `json:"body,omitempty"`
-	Intent   string          `json:"intent,omitempty"`
-	Params   json.RawMessage `json:"params,omitempty"`
-	Request  string          `json:"request_id,omitempty"`
-	Status   string          `json:"status,omitempty"`
-	Reliable bool            `json:"reliable"`
-	TTL      time.Duration   `json:"ttl"`
+	Peer      string          `json:"peer"`
+	Body      string          `json:"body,omitempty"`
+	Intent    string          `json:"intent,omitempty"`
+	Params    json.RawMessage `json:"params,omitempty"`
+	Request   string          `json:"request_id,omitempty"`
+	Status    string          `json:"status,omitempty"`
+	Reliable  bool            `json:"reliable"`
+	TTL       time.Duration   `json:"ttl"`
+	TaskID    string          `json:"task_id,omitempty"`
+	Interrupt bool            `json:"interrupt,omitempty"`
 }
 
 // idempotentSend runs a send under opts.IdempotencyKey: once sent (acked,
@@ -181,8 +186,11 @@ type sendArgs struct {
 func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts SendOptions, send func(SendOptions) (Sent, error)) (Sent, error) {
 	key := opts.IdempotencyKey
 	opts.IdempotencyKey = ""
-	a.Reliable, a.TTL = opts.Reliable, opts.TTL
+	a.Reliable, a.TTL, a.TaskID, a.Interrupt = opts.Reliable, opts.TTL, opts.TaskID, opts.Interrupt
 	a.Params = compactJSON(a.Params)
+	if p, err := n.r.ResolvePeer(a.Peer); err == nil {
+		a.Peer = p.ID.String() // an unknown peer stays as given: the send fails, and nothing is kept
+	}
 	var first Sent
 	s, replayed, err := idempotentResult(n, ctx, key, op, a, func() (Sent, bool, error) {
 		s, err := send(opts)

@@ -255,6 +255,9 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 			scanArrival(mail, f, limit, &b, n.lc.decorate)
 		}
 		if len(b.Messages) > 0 || q.Wait <= 0 {
+			if !q.Peek && n.mode == ModeServe {
+				n.shown.mark(b.Messages, n.oldestPending)
+			}
 			return b, nil
 		}
 		select {
@@ -340,10 +343,14 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 	if n.mode != ModeServe {
 		return Acked{}, errorf(CodeNoDaemon, "no daemon is running for %s: acknowledging needs it (start it with meerkatd run --home %s)", n.h.Dir, n.h.Dir)
 	}
+	if epoch := n.mail.Epoch(); a.Epoch != "" && a.Epoch != epoch && (a.UpTo > 0 || len(a.Seqs) > 0) {
+		return Acked{}, errorf(CodeBadArgument, "epoch %q is not the inbox's (%s): the inbox started over (a node keeping it in memory restarted), so up_to and seqs count in an inbox that is gone; nothing was acknowledged: read again from after 0 and acknowledge what that read returns", a.Epoch, epoch)
+	}
 	f, err := n.newFilter(a.Kinds, a.From, a.RequestID, a.MEUPFilter)
 	if err != nil {
 		return Acked{}, err
 	}
+	unread := 0
 	want := map[string]bool{}
 	for _, id := range a.IDs {
 		want[strings.ToLower(id)] = true
@@ -356,9 +363,15 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 				after = en.Seq
 				byID := want[en.Item.Envelope.ID.String()]
 				// up_to acknowledges only what a read with the same
-				// filters could have shown, never items a filtered read
-				// skipped.
+				// filters could have shown and a read did show, never
+				// items a filtered read skipped (its cursor passed them).
 				byCursor := en.Seq <= a.UpTo && f.matches(en.Item)
+				if byCursor && !n.shown.has(en.Seq) {
+					byCursor = false
+					if !byID {
+						unread++
+					}
+				}
 				if byID || byCursor {
 					seqs = append(seqs, en.Seq)
 				}
@@ -369,5 +382,14 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 		}
 	}
 	acked := n.mail.Ack(seqs...)
-	return Acked{Acked: acked, Pending: n.mail.Pending()}, nil
+	n.shown.forget(seqs)
+	return Acked{Acked: acked, Pending: n.mail.Pending(), Unread: unread}, nil
+}
+
+// oldestPending is the seq of the oldest unacknowledged item (0: none).
+func (n *Node) oldestPending() uint64 {
+	if page := n.mail.List(0, 1); len(page) > 0 {
+		return page[0].Seq
+	}
+	return 0
 }

@@ -148,9 +148,9 @@ func ParseDeadline(s string, now time.Time) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("deadline %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration (30s, 5m)", s)
 	}
-	if d <= 0 || d > MaxTTL {
-		return time.Time{}, fmt.Errorf("deadline %q: a duration must be above 0 and at most %s", s, MaxTTL)
-	}
+	// A duration of 0 or less, or above MaxTTL, is a time the node
+	// refuses (CodeBadArgument), as it refuses such a time given as
+	// RFC 3339.
 	return now.Add(d), nil
 }
 

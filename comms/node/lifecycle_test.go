@@ -359,6 +359,24 @@ func TestRequestLifecycleArguments(t *testing.T) {
 			_, err := m.SendRequest(ctx, "bob", "x", nil, SendOptions{Deadline: time.Now().Add(MaxTTL + time.Hour)})
 			return err
 		}, CodeBadArgument},
+		// A duration out of range is refused as the same time in RFC
+		// 3339 is (docs/mcp.md: bad_argument, not a malformed call).
+		{"past deadline as a duration", func() error {
+			d, err := ParseDeadline("-5m", time.Now())
+			if err != nil {
+				return err
+			}
+			_, err = m.SendRequest(ctx, "bob", "x", nil, SendOptions{Deadline: d})
+			return err
+		}, CodeBadArgument},
+		{"deadline beyond MaxTTL as a duration", func() error {
+			d, err := ParseDeadline("169h", time.Now())
+			if err != nil {
+				return err
+			}
+			_, err = m.SendRequest(ctx, "bob", "x", nil, SendOptions{Deadline: d})
+			return err
+		}, CodeBadArgument},
 		{"deadline on a message", func() error {
 			_, err := m.SendMessage(ctx, "bob", "x", SendOptions{Deadline: time.Now().Add(time.Hour)})
 			return err
@@ -397,10 +415,13 @@ func TestParseDeadline(t *testing.T) {
 		{"2026-01-02T04:00:00Z", time.Date(2026, 1, 2, 4, 0, 0, 0, time.UTC), true},
 		{"2026-01-02T05:00:00.5+01:00", time.Date(2026, 1, 2, 4, 0, 0, 5e8, time.UTC), true},
 		{"", time.Time{}, false},
-		{"0s", time.Time{}, false},
-		{"-5m", time.Time{}, false},
-		{"169h", time.Time{}, false}, // beyond MaxTTL
-		{"30", time.Time{}, false},   // no unit
+		// The form only: the node refuses the past and beyond MaxTTL
+		// (bad_argument), whether given as a duration or a time.
+		{"0s", now, true},
+		{"-5m", now.Add(-5 * time.Minute), true},
+		{"169h", now.Add(169 * time.Hour), true},
+		{"2020-01-01T00:00:00Z", time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), true},
+		{"30", time.Time{}, false}, // no unit
 		{"tomorrow", time.Time{}, false},
 		{"2026-01-02 04:00:00", time.Time{}, false},
 	} {

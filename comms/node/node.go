@@ -117,6 +117,8 @@ type Node struct {
 
 	notes *notices  // system notices (serving nodes only; classes: notice.go)
 	sent  sentState // slice B: send records and idempotency keys (sent.go)
+
+	shown shownSet // the unacknowledged items reads returned (Ack with UpTo)
 }
 
 var _ API = (*Node)(nil)

@@ -385,3 +385,53 @@ func TestIdempotentSpaceSend(t *testing.T) {
 		t.Fatalf("orch got %d chats, want 1", n)
 	}
 }
+
+// An idempotency key is bound to the peer itself (its name, key and UUID
+// are one peer), to the task and to the interrupt mark; not to a
+// request's deadline, which a retry given as a duration moves.
+func TestIdempotencyKeyArguments(t *testing.T) {
+	m, bob := mcpTestNode(t) // bob is unreachable: reliable sends are queued, and kept
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	opts := func(change func(*SendOptions)) SendOptions {
+		o := SendOptions{Reliable: true, IdempotencyKey: "k1"}
+		if change != nil {
+			change(&o)
+		}
+		return o
+	}
+	first, err := m.SendMessage(ctx, "bob", "hi", opts(nil))
+	if err != nil || first.Delivery != DeliveryQueued || first.Replayed {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	for _, c := range []struct {
+		name     string
+		peer     string
+		opts     SendOptions
+		conflict bool
+	}{
+		{"the same call", "bob", opts(nil), false},
+		{"bob by key", bob.ID().String(), opts(nil), false},
+		{"bob by UUID", bob.ID().UUID().String(), opts(nil), false},
+		{"under a task", "bob", opts(func(o *SendOptions) { o.TaskID = "t1" }), true},
+		{"marked interrupt", "bob", opts(func(o *SendOptions) { o.Interrupt = true }), true},
+	} {
+		s, err := m.SendMessage(ctx, c.peer, "hi", c.opts)
+		switch {
+		case c.conflict && codeOfErr(err) != CodeIdempotencyConflict:
+			t.Errorf("%s: %+v, %v; want idempotency_conflict", c.name, s, err)
+		case !c.conflict && (err != nil || !s.Replayed || s.ID != first.ID):
+			t.Errorf("%s: %+v, %v; want the first send replayed", c.name, s, err)
+		}
+	}
+	dl := func(d time.Duration) SendOptions {
+		return SendOptions{Reliable: true, IdempotencyKey: "k2", Deadline: time.Now().Add(d)}
+	}
+	r1, err := m.SendRequest(ctx, "bob", "review", nil, dl(5*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2, err := m.SendRequest(ctx, "bob", "review", nil, dl(6*time.Minute)); err != nil || !r2.Replayed || r2.ID != r1.ID {
+		t.Fatalf("the retry of a request with a later deadline: %+v, %v; want replayed", r2, err)
+	}
+}

@@ -1,13 +1,17 @@
 package node
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,10 +46,17 @@ const maxTrackedMEUPRequests = 4096
 // and what the engine cannot know (peers closing on MEUP frames, the
 // requests received for space_respond).
 type spaces struct {
-	n      *Node
-	eng    *space.Engine
-	st     space.Store // the engine's store
-	editMu sync.Mutex  // serialises roster edits
+	n   *Node
+	eng *space.Engine
+	st  space.Store // the engine's store
+
+	// file identifies what spaces.json held when the engine's rosters
+	// were last read from it or written to it (saveRoster, reload):
+	// a file that differs has been edited by hand since, and is not
+	// written over. Taken inside the engine's lock, never around a call
+	// of the engine.
+	fileMu sync.Mutex
+	file   rosterStamp
 
 	mu       sync.Mutex
 	closes   map[identity.PeerID]int // MEUP attempts in a row the peer closed on
@@ -58,17 +69,48 @@ type meupRequest struct {
 	to   []string // who it addressed
 }
 
+// rosterStamp identifies the content of spaces.json.
+type rosterStamp struct {
+	exists bool
+	sum    [sha256.Size]byte
+}
+
+// stampOf is the stamp of a rosters file's content (nil: no file).
+func stampOf(data []byte) rosterStamp {
+	if data == nil {
+		return rosterStamp{}
+	}
+	return rosterStamp{exists: true, sum: sha256.Sum256(data)}
+}
+
+// readRosters reads the home's rosters file and its stamp.
+func (s *spaces) readRosters() (*space.Roster, rosterStamp, error) {
+	path := s.n.h.SpacesPath()
+	data, err := space.ReadRosterFile(path)
+	if err != nil {
+		return nil, rosterStamp{}, err
+	}
+	r := &space.Roster{}
+	if data != nil {
+		if r, err = space.ParseRosterFile(path, data); err != nil {
+			return nil, rosterStamp{}, err
+		}
+	}
+	return r, stampOf(data), nil
+}
+
 // startSpaces builds the space engine of a serving node.
 func startSpaces(n *Node) (*spaces, error) {
-	roster, err := space.LoadRoster(n.h.SpacesPath())
-	if err != nil {
-		return nil, err
-	}
 	var st space.Store = space.NewMemStore()
 	if d, ok := n.mail.(*durableMail); ok {
 		st = d.st.Spaces()
 	}
 	s := &spaces{n: n, st: st, closes: map[identity.PeerID]int{}, requests: map[string]meupRequest{}}
+	roster, stamp, err := s.readRosters()
+	if err != nil {
+		return nil, err
+	}
+	s.file = stamp
 	s.eng, err = space.New(st, s, roster, space.Options{
 		Self:        n.h.Key.ID(),
 		Protocol:    n.h.Config.MEUP.Protocol,
@@ -78,12 +120,46 @@ func startSpaces(n *Node) (*spaces, error) {
 			return ok
 		},
 		Logger:     n.log,
-		SaveRoster: func(r *space.Roster) error { return r.Save(n.h.SpacesPath()) },
+		SaveRoster: s.saveRoster,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// saveRoster writes the engine's rosters to spaces.json (the engine's
+// Options.SaveRoster: it runs with the engine's lock held), unless the
+// file changed since the engine's rosters were read from it or written
+// to it: then it was edited by hand and not reloaded yet, and writing
+// over it would lose that edit. It answers with the rosters of the file
+// instead (*space.StaleRosterError), and the engine makes its change on
+// them. A changed file that does not validate is left as it is, and the
+// change is not saved.
+func (s *spaces) saveRoster(r *space.Roster) error {
+	path := s.n.h.SpacesPath()
+	s.fileMu.Lock()
+	defer s.fileMu.Unlock()
+	data, err := space.ReadRosterFile(path)
+	if err != nil {
+		return err
+	}
+	if stamp := stampOf(data); stamp != s.file {
+		cur := &space.Roster{}
+		if data != nil {
+			if cur, err = space.ParseRosterFile(path, data); err != nil {
+				return errorf(CodeBadArgument, "%s was changed and does not validate, so it is not written over (fix it; the node reloads it): %s", SpacesFileName, UserText(err))
+			}
+		}
+		s.file = stamp // the engine puts these rosters in force
+		return &space.StaleRosterError{Current: cur}
+	}
+	data, err = r.SaveData(path)
+	if err != nil {
+		return err
+	}
+	s.file = stampOf(data)
+	return nil
 }
 
 // SendMEUP implements space.Sender: one MEUP envelope to one member, in a
@@ -318,6 +394,24 @@ func (noSender) SendMEUP(context.Context, identity.PeerID, string, []byte, space
 	return space.Delivery{}, errorf(CodeNoDaemon, "no daemon is running: spaces need it to send")
 }
 
+// Pages of proposals (Proposals, list_proposals). Peers choose what
+// proposals hold: up to MaxProposalBytes of pending payloads per space,
+// and closed ones stay for [store] history_hours. A page is bounded so
+// that a model is not handed megabytes and a reply fits the control
+// socket.
+const (
+	// DefaultProposalLimit is list_proposals' page size without a limit.
+	DefaultProposalLimit = 100
+	// MaxProposalLimit is the largest page; a ProposalQuery without a
+	// limit gets it.
+	MaxProposalLimit = 1000
+	// MaxProposalBatchBytes bounds a page by the size of its proposals'
+	// JSON (payloads included, as encoding/json writes them); a page
+	// always holds at least one proposal (a single larger one comes
+	// alone).
+	MaxProposalBatchBytes = 1 << 20
+)
+
 // Proposals implements [API].
 func (n *Node) Proposals(_ context.Context, q ProposalQuery) ([]Proposal, error) {
 	s, err := n.needSpaces()
@@ -329,15 +423,122 @@ func (n *Node) Proposals(_ context.Context, q ProposalQuery) ([]Proposal, error)
 	default:
 		return nil, errorf(CodeBadArgument, "state %q: want pending, fulfilled, rejected, withdrawn or expired", q.State)
 	}
+	limit := q.Limit
+	switch {
+	case limit < 0 || limit > MaxProposalLimit:
+		return nil, errorf(CodeBadArgument, "limit: %d is not from 1 to %d", q.Limit, MaxProposalLimit)
+	case limit == 0:
+		limit = MaxProposalLimit
+	}
+	var after proposalKey
+	if q.After != "" {
+		if after, err = parseProposalCursor(q.After); err != nil {
+			return nil, err
+		}
+	}
 	ps, err := s.eng.Proposals(q.Space, q.State)
 	if err != nil {
 		return nil, spaceErr(err)
 	}
-	out := make([]Proposal, 0, len(ps))
+	// The cursor orders by creation, space and id: the stores' order,
+	// made exact here (it compares the times the cursor holds).
+	ps = slices.DeleteFunc(ps, func(p space.Proposal) bool { return q.After != "" && keyOf(p).compare(after) <= 0 })
+	slices.SortStableFunc(ps, func(a, b space.Proposal) int { return keyOf(a).compare(keyOf(b)) })
+	out := []Proposal{}
+	size := 0
 	for _, p := range ps {
-		out = append(out, proposalView(p))
+		if len(out) == limit {
+			break
+		}
+		v := proposalView(p)
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, Coded(err)
+		}
+		if len(out) > 0 && size+len(b) > MaxProposalBatchBytes {
+			break
+		}
+		size += len(b)
+		out = append(out, v)
 	}
 	return out, nil
+}
+
+// ProposalsPage is one page of proposals: More is true when proposals
+// follow it; pass Cursor as ProposalQuery.After for the next page.
+type ProposalsPage struct {
+	Proposals []Proposal `json:"proposals"`
+	More      bool       `json:"more"`
+	Cursor    string     `json:"cursor,omitempty"`
+}
+
+// ProposalPage reads one page of q through api (a node, or the control
+// socket of one) and tells whether proposals follow it: it asks api for
+// the one after the page (a proposal can arrive, or close, between the
+// two calls: More is what the node held then).
+func ProposalPage(ctx context.Context, api SpacesAPI, q ProposalQuery) (ProposalsPage, error) {
+	ps, err := api.Proposals(ctx, q)
+	if err != nil {
+		return ProposalsPage{}, err
+	}
+	page := ProposalsPage{Proposals: ps}
+	if page.Proposals == nil {
+		page.Proposals = []Proposal{}
+	}
+	if len(ps) == 0 {
+		return page, nil
+	}
+	cursor := ProposalCursor(ps[len(ps)-1])
+	next := q
+	next.After, next.Limit = cursor, 1
+	more, err := api.Proposals(ctx, next)
+	if err != nil {
+		return ProposalsPage{}, err
+	}
+	if len(more) > 0 {
+		page.More, page.Cursor = true, cursor
+	}
+	return page, nil
+}
+
+// proposalKey orders proposals as pages list them: by creation time,
+// then space, then id.
+type proposalKey struct {
+	created   int64 // Unix nanoseconds
+	space, id string
+}
+
+func keyOf(p space.Proposal) proposalKey {
+	return proposalKey{created: p.Created.UnixNano(), space: p.Space, id: p.ID}
+}
+
+func (k proposalKey) compare(o proposalKey) int {
+	return cmp.Or(cmp.Compare(k.created, o.created), cmp.Compare(k.space, o.space), cmp.Compare(k.id, o.id))
+}
+
+// ProposalCursor is the cursor of a page ending with p: the next page
+// starts after it (ProposalQuery.After).
+func ProposalCursor(p Proposal) string {
+	k := proposalKey{created: p.Created.UnixNano(), space: p.Space, id: p.ID}
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.created, 10) + "\x00" + k.space + "\x00" + k.id))
+}
+
+// parseProposalCursor reads a ProposalCursor.
+func parseProposalCursor(c string) (proposalKey, error) {
+	bad := errorf(CodeBadArgument, "cursor: %q is not a cursor a proposals page returned", c)
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return proposalKey{}, bad
+	}
+	parts := strings.SplitN(string(raw), "\x00", 3) // a space name holds no NUL; an id may
+	if len(parts) != 3 {
+		return proposalKey{}, bad
+	}
+	created, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return proposalKey{}, bad
+	}
+	return proposalKey{created: created, space: parts[1], id: parts[2]}, nil
 }
 
 func proposalView(p space.Proposal) Proposal {
@@ -351,33 +552,41 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 	if n.closing() {
 		return SpaceInfo{}, Coded(ErrClosed)
 	}
-	if n.spaces != nil {
-		n.spaces.editMu.Lock()
-		defer n.spaces.editMu.Unlock()
-	}
-	roster, err := n.currentRoster()
-	if err != nil {
-		return SpaceInfo{}, err
-	}
-	if err := n.applyEdit(roster, e); err != nil {
-		return SpaceInfo{}, err
-	}
-	data, err := json.Marshal(roster)
-	if err != nil {
-		return SpaceInfo{}, Coded(err)
-	}
-	checked, err := space.ParseRoster(data)
-	if err != nil {
-		return SpaceInfo{}, errorf(CodeBadArgument, "%v", err)
-	}
-	if err := checked.Save(n.h.SpacesPath()); err != nil {
-		return SpaceInfo{}, Coded(err)
+	// edit changes a copy of the rosters and checks the result as the
+	// file's reader will.
+	edit := func(roster *space.Roster) error {
+		if err := n.applyEdit(roster, e); err != nil {
+			return err
+		}
+		data, err := json.Marshal(roster)
+		if err != nil {
+			return Coded(err)
+		}
+		if _, err := space.ParseRoster(data); err != nil {
+			return errorf(CodeBadArgument, "%v", err)
+		}
+		return nil
 	}
 	if n.spaces != nil {
-		if err := n.spaces.eng.SetRoster(checked); err != nil {
-			return SpaceInfo{}, errorf(CodeBadArgument, "%v", err)
+		// The engine edits the rosters in force, saves and applies them
+		// under its lock: a kick or invite received meanwhile is not
+		// lost, and a hand edit of the file not reloaded yet is edited
+		// rather than written over.
+		if err := n.spaces.eng.UpdateRoster(edit); err != nil {
+			return SpaceInfo{}, Coded(err)
 		}
 		n.spaces.joined()
+	} else {
+		roster, err := n.currentRoster()
+		if err != nil {
+			return SpaceInfo{}, err
+		}
+		if err := edit(roster); err != nil {
+			return SpaceInfo{}, err
+		}
+		if err := roster.Save(n.h.SpacesPath()); err != nil {
+			return SpaceInfo{}, Coded(err)
+		}
 	}
 	infos, err := n.Spaces(context.Background())
 	if err != nil {
@@ -391,27 +600,14 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 	return SpaceInfo{Name: e.Space}, nil // deleted, or this node is no member
 }
 
-// currentRoster is a private copy of the rosters in force: the engine's
-// when running, else the file's.
+// currentRoster is the rosters of the home's file, for a node that runs
+// no engine.
 func (n *Node) currentRoster() (*space.Roster, error) {
-	var r *space.Roster
-	if n.spaces != nil {
-		r = n.spaces.eng.Roster()
-	} else {
-		var err error
-		if r, err = space.LoadRoster(n.h.SpacesPath()); err != nil {
-			return nil, errorf(CodeBadArgument, "%s: %v", SpacesFileName, err)
-		}
-	}
-	data, err := json.Marshal(r)
+	r, err := space.LoadRoster(n.h.SpacesPath())
 	if err != nil {
-		return nil, Coded(err)
+		return nil, errorf(CodeBadArgument, "%s: %v", SpacesFileName, err)
 	}
-	var c space.Roster
-	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, Coded(err)
-	}
-	return &c, nil
+	return r, nil
 }
 
 // defaultMemberCaps are a new member's capabilities when none are given:
@@ -697,19 +893,26 @@ func (s *spaces) draft(m SpaceMessage) (space.Draft, error) {
 	return d, err
 }
 
-// loadRosterFile re-reads the rosters file into the engine (SIGHUP, or
-// the file changed).
+// reload re-reads the rosters file into the engine (SIGHUP, or the file
+// changed). It reads the file under the engine's lock, so no kick or
+// invite saved meanwhile is undone by rosters read before it.
 func (s *spaces) reload() {
-	r, err := space.LoadRoster(s.n.h.SpacesPath())
+	count := 0
+	err := s.eng.ReloadRoster(func() (*space.Roster, error) {
+		s.fileMu.Lock()
+		defer s.fileMu.Unlock()
+		r, stamp, err := s.readRosters()
+		if err != nil {
+			return nil, err
+		}
+		s.file, count = stamp, len(r.Spaces)
+		return r, nil
+	})
 	if err != nil {
 		s.n.log.Error("spaces file not reloaded; keeping the previous rosters", "err", err)
 		return
 	}
-	if err := s.eng.SetRoster(r); err != nil {
-		s.n.log.Error("spaces file not reloaded; keeping the previous rosters", "err", err)
-		return
-	}
-	s.n.log.Info("spaces reloaded", "spaces", len(r.Spaces))
+	s.n.log.Info("spaces reloaded", "spaces", count)
 	s.joined()
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode"
@@ -30,8 +32,8 @@ type BroadcastAPI interface {
 	// Completing a completed task sends nothing and returns it as it is.
 	TaskComplete(ctx context.Context, taskID string, result json.RawMessage, opts SendOptions) (TaskCompleted, error)
 	// Tasks lists the tasks this node knows, the most recently updated
-	// first.
-	Tasks(ctx context.Context, q TaskQuery) ([]Task, error)
+	// first, a page at a time (TaskList.More, TaskQuery.Cursor).
+	Tasks(ctx context.Context, q TaskQuery) (TaskList, error)
 	// WaitTask waits up to wait for a task to be completed and returns it;
 	// if it is still open then, TimedOut is set. It may be called again
 	// at any time (also after a restart, with the SQLite store).
@@ -85,6 +87,21 @@ type TaskParticipant struct {
 type TaskQuery struct {
 	State string `json:"state,omitempty"` // open, completed, "": both
 	Limit int    `json:"limit,omitempty"` // 0 or above MaxTasksListed: MaxTasksListed
+	// Cursor continues a list: the TaskList.Cursor of the page before
+	// ("": from the most recently updated task).
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// TaskList is one page of tasks. A page holds at most TaskQuery.Limit
+// tasks and about MaxBatchBytes of JSON (a task's result may be 64 KiB),
+// but at least one task. While More is true, the same query with Cursor
+// lists the tasks that follow. Pages follow the MaxTasksListed most
+// recently updated tasks; a task updated between two pages moves to the
+// front and is not shown again.
+type TaskList struct {
+	Tasks  []Task `json:"tasks"`
+	More   bool   `json:"more"`
+	Cursor string `json:"cursor,omitempty"` // set when More
 }
 
 // TaskCompleted reports a TaskComplete.
@@ -377,31 +394,104 @@ func (n *Node) taskView(t store.Task) Task {
 }
 
 // Tasks implements [API].
-func (n *Node) Tasks(_ context.Context, q TaskQuery) ([]Task, error) {
+func (n *Node) Tasks(_ context.Context, q TaskQuery) (TaskList, error) {
 	if n.closing() {
-		return nil, Coded(ErrClosed)
+		return TaskList{}, Coded(ErrClosed)
 	}
 	switch q.State {
 	case "", TaskStateOpen, TaskStateCompleted:
 	default:
-		return nil, errorf(CodeBadArgument, "state %q: want open, completed or nothing", q.State)
+		return TaskList{}, errorf(CodeBadArgument, "state %q: want open, completed or nothing", q.State)
 	}
 	if q.Limit <= 0 || q.Limit > MaxTasksListed {
 		q.Limit = MaxTasksListed
 	}
+	after, err := parseTaskCursor(q.Cursor)
+	if err != nil {
+		return TaskList{}, err
+	}
 	tb, err := n.taskReader()
 	if err != nil {
-		return nil, err
+		return TaskList{}, err
 	}
-	ts, err := tb.st.List(q.State, q.Limit)
-	if err != nil {
-		return nil, taskErr(err)
+	// The store lists from the most recently updated task: read as far as
+	// the cursor and one task past the page (which tells More), within
+	// the MaxTasksListed most recent.
+	var ts []store.Task
+	start := 0
+	for k := min(q.Limit+1, MaxTasksListed); ; {
+		if ts, err = tb.st.List(q.State, k); err != nil {
+			return TaskList{}, taskErr(err)
+		}
+		start = 0
+		for start < len(ts) && !after.before(ts[start]) {
+			start++
+		}
+		if len(ts) < k || k == MaxTasksListed || len(ts)-start > q.Limit {
+			break
+		}
+		k = min(max(2*k, start+q.Limit+1), MaxTasksListed)
 	}
-	out := make([]Task, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, n.taskView(t))
+	out := TaskList{Tasks: []Task{}}
+	size := 0
+	for _, t := range ts[start:] {
+		if len(out.Tasks) == q.Limit {
+			out.More = true
+			break
+		}
+		v := n.taskView(t)
+		b, err := json.Marshal(v)
+		if err != nil {
+			return TaskList{}, Coded(err)
+		}
+		if len(out.Tasks) > 0 && size+len(b) > MaxBatchBytes {
+			out.More = true
+			break
+		}
+		size += len(b)
+		out.Tasks = append(out.Tasks, v)
+	}
+	if out.More {
+		out.Cursor = taskCursorAt(ts[start+len(out.Tasks)-1])
 	}
 	return out, nil
+}
+
+// taskCursor is a place in the list of tasks: after the task updated at
+// updated (Unix nanoseconds) with id, in the store's order (the most
+// recently updated first, then by id). The zero taskCursor is the start.
+type taskCursor struct {
+	set     bool
+	updated int64
+	id      string
+}
+
+// taskCursorAt is the cursor just after t, as TaskList.Cursor: the time,
+// a slash, the id.
+func taskCursorAt(t store.Task) string {
+	return strconv.FormatInt(t.Updated.UnixNano(), 10) + "/" + t.ID
+}
+
+// parseTaskCursor reads a TaskList.Cursor ("": the start).
+func parseTaskCursor(s string) (taskCursor, error) {
+	if s == "" {
+		return taskCursor{}, nil
+	}
+	at, id, ok := strings.Cut(s, "/")
+	n, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || CheckTaskID(id) != nil {
+		return taskCursor{}, errorf(CodeBadArgument, "cursor: %q is not a cursor a task list returned", s)
+	}
+	return taskCursor{set: true, updated: n, id: id}, nil
+}
+
+// before reports whether the cursor comes before t: t is listed after it.
+func (c taskCursor) before(t store.Task) bool {
+	if !c.set {
+		return true
+	}
+	u := t.Updated.UnixNano()
+	return u < c.updated || u == c.updated && t.ID > c.id
 }
 
 // getTask returns task id or a CodeUnknownTask error.

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"sync"
@@ -123,7 +124,9 @@ func (m *memTasks) List(state string, limit int) ([]store.Task, error) {
 		}
 	}
 	slices.SortFunc(out, func(a, b store.Task) int {
-		if c := b.Updated.Compare(a.Updated); c != 0 {
+		// By the wall clock, to the nanosecond, as the SQLite table
+		// orders them (and as task list cursors count).
+		if c := cmp.Compare(b.Updated.UnixNano(), a.Updated.UnixNano()); c != 0 {
 			return c
 		}
 		return strings.Compare(a.ID, b.ID)

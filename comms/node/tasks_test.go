@@ -302,9 +302,9 @@ func TestTaskLifecycle(t *testing.T) {
 	if err != nil || !again.Already || len(again.Copies) != 0 {
 		t.Fatalf("completing twice: %+v, %v: want already, nothing sent", again, err)
 	}
-	ts, err := alice.Tasks(ctx, TaskQuery{State: TaskStateCompleted})
-	if err != nil || len(ts) != 1 || ts[0].ID != "build-7" {
-		t.Fatalf("alice's completed tasks: %+v, %v", ts, err)
+	tl, err := alice.Tasks(ctx, TaskQuery{State: TaskStateCompleted})
+	if ts := tl.Tasks; err != nil || len(ts) != 1 || ts[0].ID != "build-7" {
+		t.Fatalf("alice's completed tasks: %+v, %v", tl, err)
 	}
 	if _, err := alice.Tasks(ctx, TaskQuery{State: "done"}); CodeOf(err) != CodeBadArgument {
 		t.Fatalf("bad state filter: %v", err)

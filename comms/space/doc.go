@@ -31,7 +31,8 @@
 //
 // An [Engine] is safe for concurrent use. One mutex guards its state; it
 // is never held while the [Sender] or [Options.Observe] is called, so
-// both may call the engine. [Options.SaveRoster] and the [Store] are
+// both may call the engine. [Options.SaveRoster], the [Store] and the
+// functions given to [Engine.UpdateRoster] and [Engine.ReloadRoster] are
 // called with it held and must not call the engine. The engine starts no
 // goroutine that outlives a call: [Engine.Send] and [Engine.Announce]
 // wait for the copies they send.

@@ -74,12 +74,33 @@ type Options struct {
 	Logger      *slog.Logger               // nil: discard
 	Observe     func(Refusal)              // told of every refused envelope (audit); must not block
 
-	// SaveRoster persists a roster the engine changed itself (a kick or
-	// an invite, received or sent). It is called with the engine's lock
-	// held, so it must not call the engine. nil: changes live in memory
-	// only. An error is logged; the change stays in force.
+	// SaveRoster persists a roster the engine changed (a kick or an
+	// invite, received or sent, and [Engine.UpdateRoster]). It is called
+	// with the engine's lock held, so it must not call the engine. nil:
+	// changes live in memory only. When the place it saves to holds
+	// rosters the engine has not been given yet (spaces.json edited by
+	// hand, not reloaded yet), it must not overwrite them: it returns a
+	// *[StaleRosterError] holding them, and the engine makes them the
+	// rosters in force, applies its change to them instead and saves
+	// again. Another error is logged (an UpdateRoster fails with it); a
+	// kick or invite stays in force in memory.
 	SaveRoster func(*Roster) error
 }
+
+// StaleRosterError is what Options.SaveRoster returns instead of saving
+// over rosters the engine has not been given yet: Current are those
+// rosters (validated).
+type StaleRosterError struct {
+	Current *Roster
+}
+
+func (e *StaleRosterError) Error() string {
+	return "space: the rosters file changed since the engine last read or wrote it"
+}
+
+// maxStaleRetries bounds how many times one roster change is applied
+// again to rosters SaveRoster found newer (StaleRosterError).
+const maxStaleRetries = 4
 
 func (o *Options) setDefaults() {
 	if o.Protocol == "" {
@@ -224,6 +245,89 @@ func (e *Engine) SetRoster(r *Roster) error {
 	return nil
 }
 
+// ReloadRoster makes the rosters load returns the ones in force, like
+// SetRoster, but calls load with the engine's lock held: no roster change
+// of the engine (a kick, an invite, UpdateRoster) falls between reading
+// the rosters and putting them in force, and load may record what it
+// read for Options.SaveRoster (it must not call the engine).
+func (e *Engine) ReloadRoster(load func() (*Roster, error)) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, err := load()
+	if err != nil {
+		return err
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	e.setRosterLocked(r.clone())
+	return nil
+}
+
+// UpdateRoster changes the rosters in force: change edits a copy of them
+// (an error from it changes nothing and is returned as is), the result
+// must validate and is saved (Options.SaveRoster) before it is put in
+// force. All of it holds the engine's lock, so a kick or invite received
+// meanwhile is neither lost nor undone: it applies before the copy is
+// taken or after the result is in force. When SaveRoster finds newer
+// rosters in the file (StaleRosterError), they are put in force and
+// change runs again on a copy of them. change must not call the engine.
+func (e *Engine) UpdateRoster(change func(*Roster) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.changeRosterLocked(change, true)
+}
+
+// changeRosterLocked applies change to a copy of the rosters in force,
+// validates the result, saves it (Options.SaveRoster) and puts it in
+// force. When SaveRoster reports newer rosters (a hand edit of the file
+// not reloaded yet), they become the base and change runs again on a
+// copy of them, so that neither the edit nor the change is lost. An
+// error from change or Validate changes nothing but putting such newer
+// rosters in force. strict: an error saving changes nothing either and
+// is returned; otherwise it is logged and the change stays in force in
+// memory.
+func (e *Engine) changeRosterLocked(change func(*Roster) error, strict bool) error {
+	base := e.roster
+	adopt := func() {
+		if base != e.roster {
+			e.setRosterLocked(base)
+		}
+	}
+	for try := 1; ; try++ {
+		r := base.clone()
+		err := change(r)
+		if err == nil {
+			err = r.Validate()
+		}
+		if err != nil {
+			adopt()
+			return err
+		}
+		if e.opts.SaveRoster == nil {
+			e.setRosterLocked(r)
+			return nil
+		}
+		err = e.opts.SaveRoster(r.clone())
+		var stale *StaleRosterError
+		if errors.As(err, &stale) && stale.Current != nil && try <= maxStaleRetries {
+			if verr := stale.Current.Validate(); verr == nil {
+				base = stale.Current.clone()
+				continue
+			}
+		}
+		if err != nil {
+			if strict {
+				adopt()
+				return err
+			}
+			e.log.Warn("space: saving the roster failed; the change stays in memory", "err", err)
+		}
+		e.setRosterLocked(r)
+		return nil
+	}
+}
+
 // Roster returns a copy of the rosters in force.
 func (e *Engine) Roster() *Roster {
 	e.mu.Lock()
@@ -276,16 +380,6 @@ func (e *Engine) setRosterLocked(r *Roster) {
 	e.rosterChangedLocked(old)
 }
 
-// saveRosterLocked hands the roster in force to Options.SaveRoster.
-func (e *Engine) saveRosterLocked() {
-	if e.opts.SaveRoster == nil {
-		return
-	}
-	if err := e.opts.SaveRoster(e.roster.clone()); err != nil {
-		e.log.Warn("space: saving the roster failed; the change stays in memory", "err", err)
-	}
-}
-
 // active reports whether member m can send and receive here: this node,
 // or a key the trust list holds now.
 func (e *Engine) active(m *memberState) bool {
@@ -329,20 +423,16 @@ func (e *Engine) grantedLocked(space string, key identity.PeerID) []meup.Capabil
 	return out
 }
 
-// enforcedLocked returns every capability this node enforces for m:
-// roster ∪ live grants. Never nil, so it marshals as [].
-func (e *Engine) enforcedLocked(space string, m *memberState) []meup.Capability {
-	return append(cloneCaps(m.Capabilities), e.grantedLocked(space, m.Key)...)
-}
-
 // maxErrorCapabilityBytes bounds the JSON text of your_capabilities in a
 // system/error: a member holding many large grants would otherwise make
 // the answer larger than a payload may be (and it would not be sent).
 const maxErrorCapabilityBytes = 64 << 10
 
-// enforcedBoundedLocked is enforcedLocked cut to at most max bytes of
-// JSON text: the roster entry's capabilities, then the grants', oldest
-// first, as many as fit whole. truncated reports that some were left out.
+// enforcedBoundedLocked returns the capabilities this node enforces for
+// m (roster ∪ live grants, each granted one with its grant's id unless it
+// has its own; never nil) cut to at most max bytes of JSON text: the
+// roster entry's capabilities, then the grants', oldest first, as many
+// as fit whole. truncated reports that some were left out.
 // Its cost is bounded by max, not by what m holds.
 func (e *Engine) enforcedBoundedLocked(space string, m *memberState, max int) (caps []meup.Capability, truncated bool) {
 	caps = []meup.Capability{}

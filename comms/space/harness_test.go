@@ -137,7 +137,10 @@ type harness struct {
 	trusted map[identity.PeerID]bool
 	refused []space.Refusal
 	saved   []*space.Roster
-	seq     int
+	// save, if set, answers SaveRoster (a roster it accepts, with nil,
+	// is recorded in saved).
+	save func(*space.Roster) error
+	seq  int
 }
 
 func newHarness(t *testing.T) *harness {
@@ -161,6 +164,11 @@ func newHarness(t *testing.T) *harness {
 		SaveRoster: func(r *space.Roster) error {
 			h.mu.Lock()
 			defer h.mu.Unlock()
+			if h.save != nil {
+				if err := h.save(r); err != nil {
+					return err
+				}
+			}
 			h.saved = append(h.saved, r)
 			return nil
 		},

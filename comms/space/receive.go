@@ -423,30 +423,74 @@ type presencePayload struct {
 }
 
 // participantInfo is a participant in presence and welcome payloads.
+// CapabilitiesTruncated (welcome only) says that some were left out.
 type participantInfo struct {
-	ID           string            `json:"id"`
-	Capabilities []meup.Capability `json:"capabilities"`
+	ID                    string            `json:"id"`
+	Capabilities          []meup.Capability `json:"capabilities"`
+	CapabilitiesTruncated bool              `json:"capabilities_truncated,omitempty"`
 }
 
-// welcomePayload is system/welcome's payload.
+// welcomePayload is system/welcome's payload. ParticipantsTruncated says
+// that some active members were left out.
 type welcomePayload struct {
-	You          participantInfo   `json:"you"`
-	Participants []participantInfo `json:"participants"`
+	You                   participantInfo   `json:"you"`
+	Participants          []participantInfo `json:"participants"`
+	ParticipantsTruncated bool              `json:"participants_truncated,omitempty"`
 }
+
+// maxWelcomeBytes bounds the JSON text of a system/welcome's payload,
+// well under meup.MaxPayloadBytes: a welcome listing every capability of
+// members holding many large grants would be larger than a payload may
+// be, and would not be sent at all.
+const maxWelcomeBytes = 192 << 10
 
 // welcomeLocked builds the welcome for m: what this node enforces for it,
-// and every active member with what this node enforces for each.
+// and every active member with what this node enforces for each, within
+// maxWelcomeBytes. m's own capabilities are cut like a system/error's
+// your_capabilities (maxErrorCapabilityBytes). The members' entries come
+// in roster order as long as their ids fit; the room left is shared
+// among their capabilities (each at most maxErrorCapabilityBytes, what
+// one leaves unused goes to those after it). Each list is cut as
+// enforcedBoundedLocked cuts it: roster entry first, then grants, oldest
+// first. Its cost is bounded by the budget and the roster, not by what
+// the members hold.
 func (e *Engine) welcomeLocked(sp *spaceState, m *memberState) welcomePayload {
-	w := welcomePayload{
-		You:          participantInfo{ID: m.ID, Capabilities: e.enforcedLocked(sp.cfg.Name, m)},
-		Participants: []participantInfo{},
-	}
+	name := sp.cfg.Name
+	w := welcomePayload{You: participantInfo{ID: m.ID}, Participants: []participantInfo{}}
+	w.You.Capabilities, w.You.CapabilitiesTruncated = e.enforcedBoundedLocked(name, m, maxErrorCapabilityBytes)
+	size := jsonLen(w) + len(`,"participants_truncated":true`)
+	// Every entry listed with its id and no capabilities, as many as fit.
+	var listed []*memberState
 	for _, o := range sp.order {
-		if e.active(o) {
-			w.Participants = append(w.Participants, participantInfo{ID: o.ID, Capabilities: e.enforcedLocked(sp.cfg.Name, o)})
+		if !e.active(o) {
+			continue
 		}
+		bare := jsonLen(participantInfo{ID: o.ID, Capabilities: []meup.Capability{}, CapabilitiesTruncated: true}) + len(",")
+		if size+bare > maxWelcomeBytes {
+			w.ParticipantsTruncated = true
+			break
+		}
+		size += bare
+		listed = append(listed, o)
+	}
+	// The room left, shared among their capabilities.
+	left := maxWelcomeBytes - size
+	for i, o := range listed {
+		share := min(maxErrorCapabilityBytes, left/(len(listed)-i))
+		caps, truncated := e.enforcedBoundedLocked(name, o, share+len("[]"))
+		left -= jsonLen(caps) - len("[]")
+		w.Participants = append(w.Participants, participantInfo{ID: o.ID, Capabilities: caps, CapabilitiesTruncated: truncated})
 	}
 	return w
+}
+
+// jsonLen is the length of v's JSON text (0 if it does not marshal).
+func jsonLen(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0
+	}
+	return len(b)
 }
 
 // newID returns a fresh MEUP id: a random UUID, in its text form.

@@ -598,6 +598,13 @@ func TestUnparsedKindSpellings(t *testing.T) {
 // 7 KiB each: far more than one system/error payload may carry.
 func largeGrants(h *harness, n int) {
 	h.t.Helper()
+	largeGrantsTo(h, "carol", "big-", n)
+}
+
+// largeGrantsTo is largeGrants to recipient, with grant ids prefix0,
+// prefix1, …
+func largeGrantsTo(h *harness, recipient, prefix string, n int) {
+	h.t.Helper()
 	var caps []string
 	for i := range 30 {
 		var fields []string
@@ -607,7 +614,7 @@ func largeGrants(h *harness, n int) {
 		caps = append(caps, fmt.Sprintf(`{"kind":"x/%d","payload":{%s}}`, i, strings.Join(fields, ",")))
 	}
 	for i := range n {
-		h.mustDeliver(kErin, "lab", &env{ID: fmt.Sprint("big-", i), From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[` + strings.Join(caps, ",") + `]}`})
+		h.mustDeliver(kErin, "lab", &env{ID: fmt.Sprint(prefix, i), From: "erin", Kind: "capability/grant", Payload: `{"recipient":"` + recipient + `","capabilities":[` + strings.Join(caps, ",") + `]}`})
 	}
 	h.snd.take()
 }

@@ -83,16 +83,37 @@ func ParseRoster(data []byte) (*Roster, error) {
 // gives the fix): whoever can write spaces.json decides who may act in
 // this node's spaces.
 func LoadRoster(path string) (*Roster, error) {
+	data, err := ReadRosterFile(path)
+	if err != nil || data == nil {
+		return &Roster{}, err
+	}
+	return ParseRosterFile(path, data)
+}
+
+// ParseRosterFile is ParseRoster of data read from path: its errors name
+// the file.
+func ParseRosterFile(path string, data []byte) (*Roster, error) {
+	r, err := ParseRoster(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, path)
+	}
+	return r, nil
+}
+
+// ReadRosterFile reads path with LoadRoster's checks, without parsing
+// it: nil data (and no error) when there is no file. At most
+// MaxRosterBytes+1 bytes are read (ParseRoster refuses more).
+func ReadRosterFile(path string) ([]byte, error) {
 	err := filemode.File(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &Roster{}, nil
+		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("space: %w", err)
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &Roster{}, nil
+		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("space: %w", err)
@@ -109,28 +130,33 @@ func LoadRoster(path string) (*Roster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("space: read %s: %w", path, err)
 	}
-	r, err := ParseRoster(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w (in %s)", err, path)
+	if data == nil {
+		data = []byte{} // an empty file is there (and does not parse)
 	}
-	return r, nil
+	return data, nil
 }
 
 // Save writes the roster to path atomically with mode 0600. It refuses a
 // roster that does not validate.
 func (r *Roster) Save(path string) error {
+	_, err := r.SaveData(path)
+	return err
+}
+
+// SaveData is Save, and returns the bytes it wrote.
+func (r *Roster) SaveData(path string) ([]byte, error) {
 	if err := r.Validate(); err != nil {
-		return err
+		return nil, err
 	}
 	data, err := json.MarshalIndent(r.clone(), "", "  ")
 	if err != nil {
-		return fmt.Errorf("space: roster: %w", err)
+		return nil, fmt.Errorf("space: roster: %w", err)
 	}
 	data = append(data, '\n')
 	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
-		return fmt.Errorf("space: %w", err)
+		return nil, fmt.Errorf("space: %w", err)
 	}
-	return nil
+	return data, nil
 }
 
 // Validate checks the rules ParseRoster applies: at most [MaxSpaces]

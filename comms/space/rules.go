@@ -370,27 +370,39 @@ func (e *Engine) applyLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 
 	case eff.kick != (identity.PeerID{}):
 		// The grants the kicked member made or received, and those that
-		// stood on them, go with it (setRosterLocked).
-		r := e.roster.clone()
-		i := slices.IndexFunc(r.Spaces, func(c Config) bool { return c.Name == space })
-		if eff.kick == e.opts.Self {
-			r.Spaces = slices.Delete(r.Spaces, i, i+1)
+		// stood on them, go with it (setRosterLocked). The change is
+		// made on the rosters the file holds if they are newer than
+		// those in force (changeRosterLocked), so a hand edit not
+		// reloaded yet is not written over.
+		kicked := eff.kick
+		if kicked == e.opts.Self {
 			e.log.Info("space: this node was kicked; the space is dropped here", "space", space, "by", m.ID)
-		} else {
-			r.Spaces[i].Members = slices.DeleteFunc(r.Spaces[i].Members, func(x Member) bool { return x.Key == eff.kick })
 		}
-		e.setRosterLocked(r)
-		e.saveRosterLocked()
+		return e.changeRosterLocked(func(r *Roster) error {
+			i := slices.IndexFunc(r.Spaces, func(c Config) bool { return c.Name == space })
+			switch {
+			case i < 0: // gone from newer rosters already
+			case kicked == e.opts.Self:
+				r.Spaces = slices.Delete(r.Spaces, i, i+1)
+			default:
+				r.Spaces[i].Members = slices.DeleteFunc(r.Spaces[i].Members, func(x Member) bool { return x.Key == kicked })
+			}
+			return nil
+		}, false)
 
 	case eff.invite != nil:
-		r := e.roster.clone()
-		i := slices.IndexFunc(r.Spaces, func(c Config) bool { return c.Name == space })
-		r.Spaces[i].Members = append(r.Spaces[i].Members, *eff.invite)
-		if err := r.Validate(); err != nil {
-			return fmt.Errorf("space: bug: roster with invited member does not validate: %w", err)
+		invited := *eff.invite
+		err := e.changeRosterLocked(func(r *Roster) error {
+			i := slices.IndexFunc(r.Spaces, func(c Config) bool { return c.Name == space })
+			if i < 0 || slices.ContainsFunc(r.Spaces[i].Members, func(x Member) bool { return x.Key == invited.Key || x.ID == invited.ID }) {
+				return nil // newer rosters dropped the space, or hold the member already
+			}
+			r.Spaces[i].Members = append(r.Spaces[i].Members, invited)
+			return nil
+		}, false)
+		if err != nil {
+			return fmt.Errorf("space: roster with invited member does not validate: %w", err)
 		}
-		e.setRosterLocked(r)
-		e.saveRosterLocked()
 
 	case eff.propose != nil || eff.close != nil || eff.track != nil:
 		p := eff.propose

@@ -1,0 +1,175 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// pendingIDs are the ids of the unacknowledged items, in arrival order.
+func pendingIDs(m *Node) []string {
+	var out []string
+	for _, en := range m.mail.List(0, 0) {
+		out = append(out, en.Item.Envelope.ID.String())
+	}
+	return out
+}
+
+// arriveMEUP stores an envelope of space from bob (the node runs no
+// spaces, so it goes to the inbox directly).
+func arriveMEUP(t *testing.T, m *Node, from *identity.Keypair, space, env string) wire.Envelope {
+	t.Helper()
+	v, err := wire.ParseJSON([]byte(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := wire.NewKind(mustMap(t, wire.Member{Key: "type", Value: wire.Text(wire.TypeMEUP)}, wire.Member{Key: "space", Value: wire.Text(space)}, wire.Member{Key: "envelope", Value: v}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := wire.Seal(from, identity.NewUUID(), m.h.Key.ID(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.mail.Push(comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: e, PeerName: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// The audit's case: a read filtered to requests moves its cursor past the
+// message before it; acknowledging up to that cursor without the filter
+// must not take the message, which nobody has seen.
+func TestAckUpToAfterFilteredReadKeepsUnseen(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	msg := arrive(t, m, bob, wire.Message("never shown"))
+	req := arrive(t, m, bob, wire.Request("r", wire.Null()))
+	b, err := m.Receive(ctx, Query{Kinds: []string{"request"}})
+	if err != nil || len(b.Messages) != 1 || b.Cursor != 2 {
+		t.Fatalf("filtered read: %+v, %v", b, err)
+	}
+	r, err := m.Ack(ctx, AckRequest{UpTo: b.Cursor})
+	if err != nil || r.Acked != 1 || r.Unread != 1 || r.Pending != 1 {
+		t.Fatalf("ack up_to %d without the filter: %+v, %v; want the request only, the message unread", b.Cursor, r, err)
+	}
+	if got := pendingIDs(m); !slices.Equal(got, []string{msg.ID.String()}) {
+		t.Fatalf("pending %v, want the unseen message %s (the request %s was shown)", got, msg.ID, req.ID)
+	}
+	// Once a read returned it, up_to takes it.
+	b, _ = m.Receive(ctx, Query{})
+	if r, err := m.Ack(ctx, AckRequest{UpTo: b.Cursor}); err != nil || r.Acked != 1 || r.Unread != 0 || r.Pending != 0 {
+		t.Fatalf("after reading it: %+v, %v", r, err)
+	}
+}
+
+// Reads that show nothing to an agent (Peek: the MCP server's pending
+// count and arrival watch) do not make items acknowledgeable by up_to;
+// ids always are.
+func TestAckUpToIgnoresPeekedItems(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	one := arrive(t, m, bob, wire.Message("one"))
+	arrive(t, m, bob, wire.Message("two"))
+	b, _ := m.Receive(ctx, Query{Peek: true, Order: OrderArrival})
+	if len(b.Messages) != 2 {
+		t.Fatalf("peek: %+v", b)
+	}
+	if r, err := m.Ack(ctx, AckRequest{UpTo: b.Cursor}); err != nil || r.Acked != 0 || r.Unread != 2 {
+		t.Fatalf("up_to after a peek: %+v, %v", r, err)
+	}
+	if r, err := m.Ack(ctx, AckRequest{IDs: []string{one.ID.String()}, UpTo: b.Cursor}); err != nil || r.Acked != 1 || r.Unread != 1 || r.Pending != 1 {
+		t.Fatalf("by id: %+v, %v", r, err)
+	}
+}
+
+// up_to applies every filter a read applies, the same way: after a read
+// that showed everything, acknowledging up to its cursor with a filter
+// takes exactly what a read with that filter returns.
+func TestAckUpToAppliesEveryFilter(t *testing.T) {
+	rid := identity.NewUUID()
+	for _, tc := range []struct {
+		name string
+		q    Query
+	}{
+		{"none", Query{}},
+		{"kinds", Query{Kinds: []string{"message", "response"}}},
+		{"from", Query{From: "bob"}},
+		{"request_id", Query{RequestID: rid.String()}},
+		{"space", Query{MEUPFilter: MEUPFilter{Space: "build"}}},
+		{"meup_kinds", Query{MEUPFilter: MEUPFilter{MEUPKinds: []string{"mcp/proposal"}}}},
+		{"context", Query{MEUPFilter: MEUPFilter{Context: "c1"}}},
+		{"kinds and from", Query{Kinds: []string{"request"}, From: "bob"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, bob := mcpTestNode(t)
+			carol, _ := identity.GenerateKeypair() // not trusted: not "bob"
+			ctx := context.Background()
+			arrive(t, m, bob, wire.Message("m"))
+			arrive(t, m, carol, wire.Message("from carol"))
+			arrive(t, m, bob, wire.Request("r", wire.Null()))
+			arrive(t, m, bob, wire.Response(rid, wire.StatusCompleted, wire.Null()))
+			arrive(t, m, bob, wire.Response(identity.NewUUID(), wire.StatusCompleted, wire.Null()))
+			arriveMEUP(t, m, bob, "build", `{"protocol":"meup/v0.1","id":"a","from":"bob","kind":"chat","context":"c1","payload":{"text":"x"}}`)
+			arriveMEUP(t, m, bob, "ops", `{"protocol":"meup/v0.1","id":"b","from":"bob","kind":"mcp/proposal","context":"c2","payload":{"method":"tools/call"}}`)
+			all, err := m.Receive(ctx, Query{})
+			if err != nil || len(all.Messages) != 7 {
+				t.Fatalf("read all: %+v, %v", all, err)
+			}
+			want, err := m.Receive(ctx, tc.q)
+			if err != nil || len(want.Messages) == 0 {
+				t.Fatalf("filtered read: %+v, %v", want, err)
+			}
+			var shown []string
+			for _, msg := range want.Messages {
+				shown = append(shown, msg.ID)
+			}
+			r, err := m.Ack(ctx, AckRequest{UpTo: all.Cursor, Kinds: tc.q.Kinds, From: tc.q.From, RequestID: tc.q.RequestID, MEUPFilter: tc.q.MEUPFilter})
+			if err != nil || r.Acked != len(shown) || r.Unread != 0 {
+				t.Fatalf("ack: %+v, %v; want the %d items the read returned", r, err, len(shown))
+			}
+			for _, id := range pendingIDs(m) {
+				if slices.Contains(shown, id) {
+					t.Errorf("%s was returned by the read but is still pending", id)
+				}
+			}
+			if len(pendingIDs(m)) != 7-len(shown) {
+				t.Errorf("pending %v: the ack took items the read did not return", pendingIDs(m))
+			}
+		})
+	}
+}
+
+// An up_to from another epoch (the memory inbox started over) is
+// refused; ids are acknowledged in any epoch.
+func TestAckRefusesCursorOfAnotherEpoch(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	msg := arrive(t, m, bob, wire.Message("new mail"))
+	b, _ := m.Receive(ctx, Query{})
+	for _, a := range []AckRequest{
+		{UpTo: 5, Epoch: "old-epoch"},
+		{Seqs: []uint64{1}, Epoch: "old-epoch"},
+		{UpTo: 1, IDs: []string{msg.ID.String()}, Epoch: "old-epoch"},
+	} {
+		r, err := m.Ack(ctx, a)
+		if codeOfErr(err) != CodeBadArgument || r.Acked != 0 {
+			t.Fatalf("ack %+v: %+v, %v; want bad_argument", a, r, err)
+		}
+	}
+	if m.mail.Pending() != 1 {
+		t.Fatal("a refused ack acknowledged something")
+	}
+	if r, err := m.Ack(ctx, AckRequest{UpTo: b.Cursor, Epoch: b.Epoch}); err != nil || r.Acked != 1 {
+		t.Fatalf("same epoch: %+v, %v", r, err)
+	}
+	more := arrive(t, m, bob, wire.Message("more"))
+	if r, err := m.Ack(ctx, AckRequest{IDs: []string{more.ID.String()}, Epoch: "old-epoch"}); err != nil || r.Acked != 1 {
+		t.Fatalf("ids in another epoch: %+v, %v", r, err)
+	}
+}

@@ -1,0 +1,79 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/meerkatd/meerkatd/comms/space"
+)
+
+// Proposals come a page at a time: at most the limit and the byte
+// budget, and the cursor pages through all of them in order, none twice
+// or left out; ProposalPage says when more follow.
+func TestProposalPages(t *testing.T) {
+	nodes := spaceNodes(t, map[string]string{"orch": `[{"kind": "*"}]`, "prop": `[{"kind": ["chat", "mcp/proposal", "mcp/withdraw"]}]`}, "orch", "prop")
+	orch, prop := nodes["orch"], nodes["prop"]
+	ctx := context.Background()
+	proposeAt(t, orch, prop, "big", 12, 200<<10)
+	proposeAt(t, orch, prop, "small", 30, 10)
+	all, err := orch.spaces.eng.Proposals("", "")
+	if err != nil || len(all) != 42 {
+		t.Fatalf("%d proposals, %v", len(all), err)
+	}
+	var want []string
+	for _, p := range all {
+		want = append(want, p.ID)
+	}
+
+	for _, limit := range []int{0, 1, 7, MaxProposalLimit} {
+		var got []string
+		q := ProposalQuery{Limit: limit}
+		for pages := 0; ; pages++ {
+			if pages > len(want) {
+				t.Fatalf("limit %d: more pages than proposals", limit)
+			}
+			page, err := ProposalPage(ctx, orch, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := json.Marshal(page.Proposals)
+			if len(page.Proposals) == 0 || (limit > 0 && len(page.Proposals) > limit) || len(b) > MaxProposalBatchBytes {
+				t.Fatalf("limit %d: a page of %d proposals, %d bytes", limit, len(page.Proposals), len(b))
+			}
+			for _, p := range page.Proposals {
+				got = append(got, p.ID)
+			}
+			if !page.More {
+				if page.Cursor != "" {
+					t.Errorf("limit %d: a cursor %q on the last page", limit, page.Cursor)
+				}
+				break
+			}
+			q.After = page.Cursor
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("limit %d: paged through %v, want %v", limit, got, want)
+		}
+	}
+
+	// Filters page too; a page past the end is empty.
+	if _, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActReject, Proposal: "small003"}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := ProposalPage(ctx, orch, ProposalQuery{State: space.ProposalRejected, Limit: 5})
+	if err != nil || len(page.Proposals) != 1 || page.Proposals[0].ID != "small003" || page.More {
+		t.Fatalf("rejected: %+v, %v", page, err)
+	}
+	last := ProposalCursor(page.Proposals[0])
+	if ps, err := orch.Proposals(ctx, ProposalQuery{State: space.ProposalRejected, After: last}); err != nil || len(ps) != 0 {
+		t.Fatalf("after the last: %d, %v", len(ps), err)
+	}
+
+	for _, q := range []ProposalQuery{{Limit: -1}, {Limit: MaxProposalLimit + 1}, {After: "not a cursor"}, {After: "eA"}} {
+		if _, err := orch.Proposals(ctx, q); CodeOf(err) != CodeBadArgument {
+			t.Errorf("%+v: %v, want %s", q, err, CodeBadArgument)
+		}
+	}
+}
