@@ -128,12 +128,9 @@ func runSpace(e *env, args []string) error {
 			if len(pos) > 0 {
 				q.Space = pos[0]
 			}
-			ps, err := b.Proposals(ctx, q)
+			ps, err := node.AllProposals(ctx, b, q)
 			if err != nil {
 				return err
-			}
-			if ps == nil {
-				ps = []node.Proposal{}
 			}
 			return nodetext.List(e.stdout, e.stderr, *asJSON, ps, "no proposals", nodetext.Proposals)
 		}

@@ -464,6 +464,23 @@ func (n *Node) Proposals(_ context.Context, q ProposalQuery) ([]Proposal, error)
 	return out, nil
 }
 
+// AllProposals reads every proposal q selects through api, page by page
+// (the command line lists them all; a tool gets pages).
+func AllProposals(ctx context.Context, api SpacesAPI, q ProposalQuery) ([]Proposal, error) {
+	out := []Proposal{}
+	for {
+		ps, err := api.Proposals(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		if len(ps) == 0 {
+			return out, nil
+		}
+		out = append(out, ps...)
+		q.After = ProposalCursor(ps[len(ps)-1])
+	}
+}
+
 // ProposalsPage is one page of proposals: More is true when proposals
 // follow it; pass Cursor as ProposalQuery.After for the next page.
 type ProposalsPage struct {

@@ -58,6 +58,11 @@ func TestProposalPages(t *testing.T) {
 		}
 	}
 
+	// AllProposals (the command line's list) reads every page.
+	if ps, err := AllProposals(ctx, orch, ProposalQuery{Limit: 5}); err != nil || len(ps) != len(want) {
+		t.Fatalf("AllProposals: %d proposals, %v; want %d", len(ps), err, len(want))
+	}
+
 	// Filters page too; a page past the end is empty.
 	if _, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActReject, Proposal: "small003"}); err != nil {
 		t.Fatal(err)
