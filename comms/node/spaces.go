@@ -144,12 +144,12 @@ func (s *spaces) saveRoster(r *space.Roster) error {
 	if err != nil {
 		return err
 	}
-	if stamp := stampOf(data); stamp != s.file {
-		cur := &space.Roster{}
-		if data != nil {
-			if cur, err = space.ParseRosterFile(path, data); err != nil {
-				return errorf(CodeBadArgument, "%s was changed and does not validate, so it is not written over (fix it; the node reloads it): %s", SpacesFileName, UserText(err))
-			}
+	// A file that is gone is written again with the engine's rosters
+	// (see reload): it is no edit to keep.
+	if stamp := stampOf(data); stamp != s.file && data != nil {
+		cur, err := space.ParseRosterFile(path, data)
+		if err != nil {
+			return errorf(CodeBadArgument, "%s was changed and does not validate, so it is not written over (fix it; the node reloads it): %s", SpacesFileName, UserText(err))
 		}
 		s.file = stamp // the engine puts these rosters in force
 		return &space.StaleRosterError{Current: cur}
@@ -922,9 +922,19 @@ func (s *spaces) reload() {
 		if err != nil {
 			return nil, err
 		}
+		if !stamp.exists {
+			// Gone, for now (moved away and back, an editor's
+			// rename): no reason to leave every space and drop every
+			// grant. An empty file leaves them.
+			return nil, errSpacesFileGone
+		}
 		s.file, count = stamp, len(r.Spaces)
 		return r, nil
 	})
+	if errors.Is(err, errSpacesFileGone) {
+		s.n.log.Warn("the spaces file is gone; keeping the rosters in force (write {\"spaces\": []} to leave every space; the next change writes the file again)", "file", SpacesFileName)
+		return
+	}
 	if err != nil {
 		s.n.log.Error("spaces file not reloaded; keeping the previous rosters", "err", err)
 		return
@@ -932,6 +942,8 @@ func (s *spaces) reload() {
 	s.n.log.Info("spaces reloaded", "spaces", count)
 	s.joined()
 }
+
+var errSpacesFileGone = errors.New("the spaces file is gone")
 
 // joined announces this node's presence again after the rosters or the
 // trust list changed, so members added or trusted since hear of it (and

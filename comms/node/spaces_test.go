@@ -533,3 +533,36 @@ func TestSpaceRemoveDropsGrants(t *testing.T) {
 		t.Fatalf("grants after the space was deleted and created again: %+v", gs)
 	}
 }
+
+// A spaces file that goes away while the node runs (moved away and back,
+// an editor's rename) changes nothing: the rosters stay in force and no
+// grant is dropped; the next change writes the file again.
+func TestSpacesFileGoneKeepsRostersAndGrants(t *testing.T) {
+	nodes := spaceNodes(t, map[string]string{"orch": `[{"kind": "*"}]`, "prop": `[{"kind": "chat"}]`}, "orch", "prop")
+	orch := nodes["orch"]
+	ctx := context.Background()
+	if s, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActGrant, Recipient: "prop", Capabilities: json.RawMessage(`[{"kind":"mcp/request"}]`)}); err != nil || s.NotApplied != "" {
+		t.Fatalf("grant: %+v, %v", s, err)
+	}
+	path := orch.h.SpacesPath()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	orch.spaces.reload() // as the watcher does when it sees the file gone
+	if gs, err := orch.spaces.eng.Grants("build"); err != nil || len(gs) != 1 {
+		t.Fatalf("grants after the file went away: %+v, %v", gs, err)
+	}
+	if gs, err := orch.spaces.st.Grants("build"); err != nil || len(gs) != 1 {
+		t.Fatalf("stored grants after the file went away: %+v, %v", gs, err)
+	}
+	if _, err := orch.SpaceEdit(ctx, SpaceEdit{Op: SpaceCreate, Space: "other", As: "orch"}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(data), `"other"`) || !strings.Contains(string(data), `"prop"`) {
+		t.Fatalf("the file after the next change: %s (%v)", data, err)
+	}
+	if gs, err := orch.spaces.eng.Grants("build"); err != nil || len(gs) != 1 {
+		t.Fatalf("grants after the file was written again: %+v, %v", gs, err)
+	}
+}
