@@ -243,7 +243,7 @@ func (s *spaces) admit(it comms.Item) (deliver bool, undo func(), err error) {
 		s.track(name, v.Envelope)
 	}
 	from, id := e.From, v.Envelope.ID
-	return true, func() { s.eng.Undo(name, from, id) }, nil
+	return true, func() { s.eng.Undo(name, from, id, raw) }, nil
 }
 
 // track remembers an mcp/request for space_respond.

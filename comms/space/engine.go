@@ -3,6 +3,7 @@ package space
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -136,7 +137,7 @@ type Engine struct {
 	proposals map[string]*proposalIndex      // by space
 	noMEUP    map[identity.PeerID]noMEUPMark // peers that refused MEUP frames lately, and why
 	limiters  map[limiterKey]*tokenBucket    // system/error answers per (space, sender)
-	undone    map[undoKey]bool               // envelopes applied but not admitted (Undo)
+	undone    map[undoKey][sha256.Size]byte  // envelopes applied but not admitted (Undo): the digest of each
 	undoOrder []undoKey                      // the keys of undone, oldest first
 }
 
@@ -204,7 +205,7 @@ func New(st Store, snd Sender, roster *Roster, o Options) (*Engine, error) {
 		proposals: make(map[string]*proposalIndex),
 		noMEUP:    make(map[identity.PeerID]noMEUPMark),
 		limiters:  make(map[limiterKey]*tokenBucket),
-		undone:    make(map[undoKey]bool),
+		undone:    make(map[undoKey][sha256.Size]byte),
 	}
 	grants, err := st.Grants("")
 	if err != nil {

@@ -1,6 +1,7 @@
 package space
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -129,14 +130,15 @@ func (e *Engine) receiveLocked(from identity.PeerID, copy, space string, data []
 	if !allows(e.holdsLocked(space, m), env) && !e.acksOwnGrantLocked(space, m, env) {
 		return e.refuseLocked(in, now, meup.ReasonCapability, fmt.Sprintf("no capability %q holds in space %q matches kind %q", m.ID, space, env.Kind), replies)
 	}
-	if k := (undoKey{space, from, env.ID}); e.undone[k] {
+	if k := (undoKey{space, from, env.ID}); e.undone[k] == sha256.Sum256(data) {
 		// Applied before, its admission failed (Undo): delivered, not
 		// applied again. Its rules would refuse it now only because it
-		// was applied (its grant or proposal id is in use).
+		// was applied (its grant or proposal id is in use). Only the
+		// same envelope: another under that id is checked as any other.
 		if v, done := e.dedupLocked(in, now); done {
 			return v
 		}
-		delete(e.undone, k)
+		e.dropUndoneLocked(k)
 		m.presence = PresenceOnline
 		return Verdict{Deliver: true, Envelope: env, Participant: m.ID}
 	}
@@ -199,19 +201,27 @@ func (e *Engine) forget(space string, from identity.PeerID, id string) {
 // applied again — they would refuse it only because it was applied. The
 // note is kept in memory (at most maxUndone of them, the oldest go
 // first): a resend that comes after a restart is checked as new.
-func (e *Engine) Undo(space string, from identity.PeerID, meupID string) {
+func (e *Engine) Undo(space string, from identity.PeerID, meupID string, envelope []byte) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.forget(space, from, meupID)
 	k := undoKey{space, from, meupID}
-	if !e.undone[k] {
+	if _, ok := e.undone[k]; !ok {
 		if len(e.undoOrder) >= maxUndone {
 			delete(e.undone, e.undoOrder[0])
 			e.undoOrder = e.undoOrder[1:]
 		}
 		e.undoOrder = append(e.undoOrder, k)
 	}
-	e.undone[k] = true
+	e.undone[k] = sha256.Sum256(envelope)
+}
+
+// dropUndoneLocked forgets the note Undo made under k.
+func (e *Engine) dropUndoneLocked(k undoKey) {
+	delete(e.undone, k)
+	if i := slices.Index(e.undoOrder, k); i >= 0 {
+		e.undoOrder = slices.Delete(e.undoOrder, i, i+1)
+	}
 }
 
 // undoKey names an envelope applied but not admitted (Undo).

@@ -404,7 +404,7 @@ func TestDedup(t *testing.T) {
 	if len(h.snd.take()) != 0 || len(h.takeRefused()) != 0 {
 		t.Error("a duplicate was answered or observed as a refusal")
 	}
-	h.e.Undo("lab", kBob, "same")
+	h.e.Undo("lab", kBob, "same", h.raw(e))
 	h.mustDeliver(kBob, "lab", e)
 	h.mustDeliver(kCarol, "lab", &env{ID: "same", From: "carol", Kind: "chat", Payload: `{"text":"hi"}`})
 }
@@ -846,7 +846,7 @@ func TestResendAfterUndo(t *testing.T) {
 			h.snd.take()
 			grants, _ := h.e.Grants("lab")
 			props, _ := h.e.Proposals("lab", "")
-			h.e.Undo("lab", kErin, e.ID) // the inbox was full
+			h.e.Undo("lab", kErin, e.ID, raw) // the inbox was full
 			v := h.e.Receive(kErin, "copy-1", "lab", raw)
 			if !v.Deliver || v.Refused != nil || v.Duplicate || v.Err != nil {
 				t.Fatalf("the resend after Undo: %+v", v)
@@ -872,7 +872,12 @@ func TestResendAfterUndo(t *testing.T) {
 	// Undo is about one sender's id: another sender's envelope reusing
 	// the grant id is still refused.
 	h := newHarness(t)
-	h.mustDeliver(kErin, "lab", &env{ID: "g1", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`})
-	h.e.Undo("lab", kErin, "g1")
+	g1 := &env{ID: "g1", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`}
+	h.mustDeliver(kErin, "lab", g1)
+	h.e.Undo("lab", kErin, "g1", h.raw(g1))
 	h.mustRefuse(kBob, "lab", &env{ID: "g1", From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`}, meup.ReasonInvalidEnvelope)
+	// Nor does it let the same sender pass another envelope under the
+	// id unchecked: only the same bytes are the resend.
+	h.mustRefuse(kErin, "lab", &env{ID: "g1", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`}, meup.ReasonInvalidEnvelope)
+	h.mustDeliver(kErin, "lab", g1)
 }
