@@ -951,12 +951,11 @@ func (o *Outbox) DeadLetters() ([]DeadLetter, error) { return o.st.DeadLetters()
 // (ErrFull).
 func (o *Outbox) Revive(ids ...identity.UUID) (int, error) {
 	o.mu.Lock()
-	if o.closed {
-		o.mu.Unlock()
+	closed := o.closed
+	o.mu.Unlock()
+	if closed {
 		return 0, ErrClosed
 	}
-	entries, bytes := o.entries, o.bytes
-	o.mu.Unlock()
 	dead, err := o.st.DeadLetters()
 	if err != nil {
 		return 0, err
@@ -974,32 +973,42 @@ func (o *Outbox) Revive(ids ...identity.UUID) (int, error) {
 			}
 		}
 	}
+	// Room is reserved as Enqueue reserves it, then given back for what
+	// the store did not revive.
+	o.mu.Lock()
 	fit := make([]identity.UUID, 0, len(dead))
+	var size int64
 	for _, d := range dead {
-		if entries+1 > o.opts.MaxEntries || bytes+int64(len(d.Payload)) > o.opts.MaxBytes {
+		n := int64(len(d.Payload))
+		if o.entries+1 > o.opts.MaxEntries || o.bytes+n > o.opts.MaxBytes {
 			break
 		}
-		entries++
-		bytes += int64(len(d.Payload))
+		o.entries++
+		o.bytes += n
+		size += n
 		fit = append(fit, d.ID)
 	}
+	o.mu.Unlock()
 	var es []Entry
 	if len(fit) > 0 {
-		if es, err = o.st.Revive(fit...); err != nil {
-			return 0, err
-		}
-	}
-	if left := len(dead) - len(fit); left > 0 {
-		err = fmt.Errorf("%w: %d dead letters left as they are (at most %d envelopes and %d bytes queued)", ErrFull, left, o.opts.MaxEntries, o.opts.MaxBytes)
+		es, err = o.st.Revive(fit...)
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.entries -= len(fit)
+	o.bytes -= size
+	if err != nil {
+		return 0, err
+	}
 	for _, e := range es {
 		o.entries++
 		o.bytes += int64(len(e.Payload))
 		o.queueLocked(&item{e: e})
 	}
-	return len(es), err
+	if left := len(dead) - len(fit); left > 0 {
+		return len(es), fmt.Errorf("%w: %d revived, %d dead letters left as they are (at most %d envelopes and %d bytes queued)", ErrFull, len(es), left, o.opts.MaxEntries, o.opts.MaxBytes)
+	}
+	return len(es), nil
 }
 
 // Prune removes the dead letters that died more than
