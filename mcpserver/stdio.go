@@ -273,7 +273,10 @@ func partialID(msg []byte) json.RawMessage {
 			return nil // cut short in this member's value
 		}
 		if t == "id" {
-			if _, ok := idKey(v); ok {
+			// A number is whole only if something follows it: one cut
+			// off at the end of msg ("12" of 123456) decodes too.
+			cut := len(v) > 0 && v[0] != '"' && dec.InputOffset() >= int64(len(msg))
+			if _, ok := idKey(v); ok && !cut {
 				return v
 			}
 			return nil

@@ -438,6 +438,10 @@ func TestPartialID(t *testing.T) {
 		{`{"id":null,"method":"x","params":"xx`, ""},
 		{`{"id":{"a":1},"params":"xx`, ""},
 		{`{"id":"cut short`, ""},
+		{`{"id":123456`, ""}, // maybe cut inside the number
+		{`{"id":12`, ""},
+		{`{"id":12 `, "12"},
+		{`{"id":"a-1"`, `"a-1"`}, // a string is whole with its closing quote
 		{`[{"id":1,`, ""},
 		{`not json`, ""},
 		{``, ""},

@@ -434,7 +434,8 @@ const maxErrorCapabilityBytes = 64 << 10
 // has its own; never nil) cut to at most max bytes of JSON text: the
 // roster entry's capabilities, then the grants', oldest first, as many
 // as fit whole. truncated reports that some were left out.
-// Its cost is bounded by max, not by what m holds.
+// It scans the space's grants once (welcomeLocked runs it per member:
+// members × grants), and the text it builds is bounded by max.
 func (e *Engine) enforcedBoundedLocked(space string, m *memberState, max int) (caps []meup.Capability, truncated bool) {
 	caps = []meup.Capability{}
 	size := len("[]")
