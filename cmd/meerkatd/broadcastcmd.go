@@ -109,7 +109,7 @@ func runTask(e *env, args []string) error {
 		switch sub {
 		case "list":
 			var tl node.TaskList
-			tl, err = b.Tasks(ctx, node.TaskQuery{State: *state})
+			tl, err = node.AllTasks(ctx, b, node.TaskQuery{State: *state})
 			if err == nil && !*asJSON {
 				return nodetext.Tasks(e.stdout, tl)
 			}

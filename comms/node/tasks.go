@@ -104,6 +104,23 @@ type TaskList struct {
 	Cursor string `json:"cursor,omitempty"` // set when More
 }
 
+// AllTasks reads every page of q through api into one list (the
+// command line lists them all; a tool gets pages).
+func AllTasks(ctx context.Context, api BroadcastAPI, q TaskQuery) (TaskList, error) {
+	all := TaskList{Tasks: []Task{}}
+	for {
+		tl, err := api.Tasks(ctx, q)
+		if err != nil {
+			return TaskList{}, err
+		}
+		all.Tasks = append(all.Tasks, tl.Tasks...)
+		if !tl.More || tl.Cursor == "" || tl.Cursor == q.Cursor {
+			return all, nil
+		}
+		q.Cursor = tl.Cursor
+	}
+}
+
 // TaskCompleted reports a TaskComplete.
 type TaskCompleted struct {
 	Task Task `json:"task"`

@@ -107,6 +107,10 @@ func TestTasksPagedByLimit(t *testing.T) {
 	if err != nil || fmt.Sprint(ids(last)) != "[t0]" || last.More || last.Cursor != "" {
 		t.Fatalf("last page: %+v, %v", last, err)
 	}
+	// AllTasks (the command line's list) reads every page.
+	if all, err := AllTasks(ctx, m, TaskQuery{Limit: 2}); err != nil || len(all.Tasks) != 5 || all.More {
+		t.Fatalf("AllTasks: %d tasks, more %v, %v; want 5", len(all.Tasks), all.More, err)
+	}
 	for _, bad := range []string{"x", "12", "/t1", "12/", "abc/t1", "12/a\tb"} {
 		if _, err := m.Tasks(ctx, TaskQuery{Cursor: bad}); CodeOf(err) != CodeBadArgument {
 			t.Errorf("cursor %q: %v, want bad_argument", bad, err)

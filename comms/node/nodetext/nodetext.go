@@ -246,7 +246,7 @@ func sentDetail(s node.SendStatus) string {
 }
 
 // Tasks writes the tasks and their states, and a line saying so when
-// more tasks follow than one list holds.
+// more tasks follow than the list holds.
 func Tasks(w io.Writer, tl node.TaskList) error {
 	err := Table(w, "ID\tSTATE\tPARTICIPANTS\tUPDATED\tCOMPLETED BY", tl.Tasks, func(t node.Task) []any {
 		names := make([]string, 0, len(t.Participants))
