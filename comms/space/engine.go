@@ -311,10 +311,17 @@ func (e *Engine) changeRosterLocked(change func(*Roster) error, strict bool) err
 		}
 		err = e.opts.SaveRoster(r.clone())
 		var stale *StaleRosterError
-		if errors.As(err, &stale) && stale.Current != nil && try <= maxStaleRetries {
-			if verr := stale.Current.Validate(); verr == nil {
-				base = stale.Current.clone()
+		if errors.As(err, &stale) && stale.Current != nil && stale.Current.Validate() == nil {
+			base = stale.Current.clone()
+			if try <= maxStaleRetries {
 				continue
+			}
+			// Out of tries, the file's rosters are still what the saver
+			// now takes for the file's: the change goes on them (in
+			// memory only), never on rosters the file no longer has.
+			r = base.clone()
+			if change(r) != nil || r.Validate() != nil {
+				r = base
 			}
 		}
 		if err != nil {

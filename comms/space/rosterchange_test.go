@@ -111,3 +111,22 @@ func TestUpdateRoster(t *testing.T) {
 		t.Fatalf("lab after failed updates: %v, want %v", got, before)
 	}
 }
+
+// A file that keeps changing past the retries: the kick still goes on
+// the rosters the file last held (in memory), not on older ones.
+func TestRosterChangeOnAFileThatKeepsChanging(t *testing.T) {
+	h := newHarness(t)
+	edits := 0
+	h.save = func(*space.Roster) error {
+		// Each time another hand edit: hank's name changes.
+		edits++
+		file := handEdited(t)
+		file.Spaces[0].Members[len(file.Spaces[0].Members)-1].ID = fmt.Sprint("hank", edits)
+		return &space.StaleRosterError{Current: file}
+	}
+	h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "space/kick", Payload: `{"participant_id":"carol"}`})
+	want := []string{"alice", "bob", "erin", fmt.Sprint("hank", edits)}
+	if got := labIDs(h.e.Roster()); !slices.Equal(got, want) {
+		t.Fatalf("lab after the kick: %v, want %v (the file's last rosters with the kick)", got, want)
+	}
+}
