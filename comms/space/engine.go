@@ -414,22 +414,34 @@ func (e *Engine) holdsLocked(space string, m *memberState) []*meup.Matcher {
 	return ms
 }
 
-// grantedLocked returns the capabilities m's live grants add, each with the
-// id of its grant unless it has its own.
-func (e *Engine) grantedLocked(space string, key identity.PeerID) []meup.Capability {
-	var out []meup.Capability
+// grantedLocked returns what the live grants of space give key (each
+// capability with its grant's id unless it has its own), oldest first,
+// cut to at most max bytes of JSON text: truncated reports that some
+// were left out. A member may hold many grants, large ones, from peers.
+func (e *Engine) grantedLocked(space string, key identity.PeerID, max int) (out []meup.Capability, truncated bool) {
+	size := len("[]")
 	for _, g := range e.grants[space] {
-		if g.g.Grantee == key {
-			for _, c := range cloneCaps(g.g.Capabilities) {
-				if c.ID == "" {
-					c.ID = g.g.ID // shown: what revoke --grant-id takes
-				}
-				out = append(out, c)
+		if g.g.Grantee != key {
+			continue
+		}
+		for _, c := range cloneCaps(g.g.Capabilities) {
+			if c.ID == "" {
+				c.ID = g.g.ID // shown: what revoke --grant-id takes
 			}
+			b, err := json.Marshal(c)
+			if err != nil || size+len(b)+1 > max {
+				return out, true
+			}
+			size += len(b) + 1
+			out = append(out, c)
 		}
 	}
-	return out
+	return out, false
 }
+
+// maxListedGrantBytes bounds the JSON text of one member's grants in
+// Spaces (list_spaces).
+const maxListedGrantBytes = 64 << 10
 
 // maxErrorCapabilityBytes bounds the JSON text of your_capabilities in a
 // system/error: a member holding many large grants would otherwise make

@@ -119,9 +119,11 @@ type MemberInfo struct {
 	Presence     string            `json:"presence"`            // online, offline, unknown
 	LastSeen     *time.Time        `json:"last_seen,omitempty"` // last envelope from it in this space
 	Capabilities []meup.Capability `json:"capabilities"`        // roster
-	Granted      []meup.Capability `json:"granted,omitempty"`   // live grants
-	Refused      uint64            `json:"refused,omitempty"`   // envelopes from it this node refused
-	Note         string            `json:"note,omitempty"`
+	Granted      []meup.Capability `json:"granted,omitempty"`   // live grants, at most maxListedGrantBytes of them
+	// GrantedTruncated: more grants are live than Granted shows.
+	GrantedTruncated bool   `json:"granted_truncated,omitempty"`
+	Refused          uint64 `json:"refused,omitempty"` // envelopes from it this node refused
+	Note             string `json:"note,omitempty"`
 }
 
 // Info is a space as list_spaces shows it.
@@ -160,9 +162,9 @@ func (e *Engine) Spaces() []Info {
 				Status:       StatusActive,
 				Presence:     m.presence,
 				Capabilities: cloneCaps(m.Capabilities),
-				Granted:      e.grantedLocked(c.Name, m.Key),
 				Refused:      m.refused,
 			}
+			mi.Granted, mi.GrantedTruncated = e.grantedLocked(c.Name, m.Key, maxListedGrantBytes)
 			if !m.lastSeen.IsZero() {
 				t := m.lastSeen
 				mi.LastSeen = &t

@@ -881,3 +881,29 @@ func TestResendAfterUndo(t *testing.T) {
 	h.mustRefuse(kErin, "lab", &env{ID: "g1", From: "erin", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"mcp/request"}]}`}, meup.ReasonInvalidEnvelope)
 	h.mustDeliver(kErin, "lab", g1)
 }
+
+// Spaces (list_spaces) shows at most maxListedGrantBytes of a member's
+// grants, oldest first, and says when it left some out: grants come from
+// peers and may be many and large.
+func TestSpacesListBoundsGrants(t *testing.T) {
+	h := newHarness(t)
+	largeGrants(h, 4)
+	for _, sp := range h.e.Spaces() {
+		for _, m := range sp.Members {
+			b, err := json.Marshal(m.Granted)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) > 64<<10 {
+				t.Errorf("%s in %s: %d bytes of grants listed", m.ID, sp.Name, len(b))
+			}
+			carol := sp.Name == "lab" && m.ID == "carol" // the one holding them
+			if carol && (!m.GrantedTruncated || len(m.Granted) == 0 || m.Granted[0].ID != "big-0") {
+				t.Errorf("carol: truncated %v, %d grants listed, want the oldest first and the mark", m.GrantedTruncated, len(m.Granted))
+			}
+			if !carol && m.GrantedTruncated {
+				t.Errorf("%s: marked truncated", m.ID)
+			}
+		}
+	}
+}
