@@ -77,11 +77,12 @@ type Metrics struct {
 	reg       *prometheus.Registry
 	src       Source
 	roundTrip prometheus.Histogram
+	ready     readyCheck
 }
 
 // New makes the registry of src.
 func New(src Source) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), src: src}
+	m := &Metrics{reg: prometheus.NewRegistry(), src: src, ready: readyCheck{every: readyEvery}}
 	m.roundTrip = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "meerkatd_ack_round_trip_seconds",
 		Help:    "Time from the start of a delivery attempt to the peer's ack.",
@@ -216,16 +217,14 @@ const readyTimeout = 5 * time.Second
 // Handler serves /metrics, /healthz and /readyz.
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: maxScrapes}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-		defer cancel()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := m.src.Ready(ctx); err != nil {
+		if err := m.ready.get(r.Context(), m.src.Ready); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			w.Write([]byte(oneLine(err.Error()) + "\n"))
 			return
@@ -233,6 +232,59 @@ func (m *Metrics) Handler() http.Handler {
 		w.Write([]byte("ready\n"))
 	})
 	return mux
+}
+
+// Whoever reaches the metrics port may ask as often as it likes: a
+// readiness check (a write transaction on the store) runs at most once
+// per readyEvery, one at a time, and the scrapes served at once are
+// bounded.
+const (
+	readyEvery = time.Second
+	maxScrapes = 4
+)
+
+// readyCheck runs a readiness check for everyone asking: one at a time,
+// its outcome kept for every (the others asking meanwhile wait for it).
+type readyCheck struct {
+	every time.Duration
+	mu    sync.Mutex
+	at    time.Time     // when the last check ended (zero: none yet)
+	err   error         // its outcome
+	busy  chan struct{} // closed when the check under way ends; nil: none
+}
+
+// get returns the outcome of a check ended less than c.every ago, or
+// of the one under way, or runs one (within readyTimeout, whoever asked
+// first going away or not); ctx bounds only the wait.
+func (c *readyCheck) get(ctx context.Context, run func(context.Context) error) error {
+	c.mu.Lock()
+	if !c.at.IsZero() && time.Since(c.at) < c.every {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	if busy := c.busy; busy != nil {
+		c.mu.Unlock()
+		select {
+		case <-busy:
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	busy := make(chan struct{})
+	c.busy = busy
+	c.mu.Unlock()
+	rctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	err := run(rctx)
+	cancel()
+	c.mu.Lock()
+	c.at, c.err, c.busy = time.Now(), err, nil
+	c.mu.Unlock()
+	close(busy)
+	return err
 }
 
 // oneLine keeps the first line of s.

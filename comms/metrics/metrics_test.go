@@ -20,9 +20,11 @@ import (
 
 // fakeSource reports the figures and readiness it is given.
 type fakeSource struct {
-	mu    sync.Mutex
-	f     Figures
-	ready error
+	mu     sync.Mutex
+	f      Figures
+	ready  error
+	checks int           // Ready calls
+	gate   chan struct{} // if set, Ready waits for it
 }
 
 func (s *fakeSource) Figures() Figures {
@@ -32,6 +34,13 @@ func (s *fakeSource) Figures() Figures {
 }
 
 func (s *fakeSource) Ready(context.Context) error {
+	s.mu.Lock()
+	s.checks++
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ready
@@ -209,7 +218,8 @@ func TestPeerLabelsBounded(t *testing.T) {
 
 func TestHealthAndReadiness(t *testing.T) {
 	src := &fakeSource{}
-	_, s := serve(t, src)
+	m, s := serve(t, src)
+	m.ready.every = 0 // every request checks
 	addr := s.Addr().String()
 	if code, body, _ := fetch(t, addr, "/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d %q", code, body)
@@ -259,3 +269,44 @@ func TestHeaderBound(t *testing.T) {
 		t.Fatalf("a 64 KiB header: %d", resp.StatusCode)
 	}
 }
+
+// Many clients asking /readyz at once run one readiness check (a write
+// transaction on the store), whose outcome they all get, and it is kept
+// for a while: the metrics port cannot be used to hold the store's lock.
+func TestReadinessChecksCoalesce(t *testing.T) {
+	gate := make(chan struct{})
+	src := &fakeSource{gate: gate}
+	_, s := serve(t, src)
+	addr := s.Addr().String()
+	var wg sync.WaitGroup
+	codes := make(chan int, 20)
+	for range 20 {
+		wg.Go(func() {
+			code, _, _ := fetch(t, addr, "/readyz")
+			codes <- code
+		})
+	}
+	testutil.WaitFor(t, 10*time.Second, "the first check to start", func() bool {
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		return src.checks > 0
+	})
+	time.Sleep(50 * time.Millisecond) // the other requests arrive and wait
+	close(gate)
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		if code != http.StatusOK {
+			t.Fatalf("/readyz: %d", code)
+		}
+	}
+	if code, _, _ := fetch(t, addr, "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz after: %d", code)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if src.checks != 1 {
+		t.Fatalf("%d readiness checks for 21 requests within a second, want 1", src.checks)
+	}
+}
+
