@@ -109,7 +109,10 @@ func InitHome(dir, name string) (created []string, err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if _, err := identity.LoadKeypair(dir); errors.Is(err, fs.ErrNotExist) {
+	// Missing means no entry at all: a link to a key that is not there
+	// (a volume not mounted) is an error, never a reason for a new
+	// identity.
+	if _, err := os.Lstat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
 		kp, err := identity.GenerateKeypair()
 		if err != nil {
 			return nil, err
@@ -119,6 +122,8 @@ func InitHome(dir, name string) (created []string, err error) {
 		}
 		created = append(created, identity.KeyFile)
 	} else if err != nil {
+		return nil, err
+	} else if _, err := identity.LoadKeypair(dir); err != nil {
 		return nil, err
 	}
 	cfgPath := filepath.Join(dir, config.FileName)

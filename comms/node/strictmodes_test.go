@@ -153,3 +153,25 @@ func TestReloadRefusesGroupWritableFiles(t *testing.T) {
 		t.Errorf("spaces after refusing the file: %+v, %v; want none", sp, err)
 	}
 }
+
+// An identity.key that is a link to nothing (a volume not mounted) is an
+// error at start, never a reason to make a new identity in its place.
+func TestDanglingKeyLinkMakesNoNewIdentity(t *testing.T) {
+	h, _ := testHome(t, "n", nil)
+	key := filepath.Join(h.Dir, identity.KeyFile)
+	if err := os.Remove(key); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(t.TempDir(), "not-mounted", identity.KeyFile), key); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := OpenHome(h.Dir, OpenOptions{Create: true}); err == nil {
+		t.Fatal("OpenHome with a dangling identity.key link: no error")
+	}
+	if _, err := InitHome(h.Dir, ""); err == nil {
+		t.Fatal("InitHome with a dangling identity.key link: no error")
+	}
+	if fi, err := os.Lstat(key); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("identity.key after: %v, %v; want the link left as it was", fi, err)
+	}
+}
