@@ -41,12 +41,22 @@ func Load(path string) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	if c.NATS.Password != "" {
-		if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o044 != 0 {
-			return Config{}, &Error{Source: path, Key: "nats.password", Err: fmt.Errorf("the file holds a password and group or others may read it (mode %04o): chmod 600 %s, or give the password in MEERKAT_NATS_PASSWORD", fi.Mode().Perm(), path)}
-		}
+	if err := checkPasswordFile(path, c); err != nil {
+		return Config{}, err
 	}
 	return c, nil
+}
+
+// checkPasswordFile refuses a file at path that holds nats.password (in
+// c, parsed from it) when group or others may read it.
+func checkPasswordFile(path string, c Config) error {
+	if c.NATS.Password == "" {
+		return nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().Perm()&0o044 != 0 {
+		return &Error{Source: path, Key: "nats.password", Err: fmt.Errorf("the file holds a password and group or others may read it (mode %04o): chmod 600 %s, or give the password in MEERKAT_NATS_PASSWORD", fi.Mode().Perm(), path)}
+	}
+	return nil
 }
 
 // LoadOrDefault is [Load], except that a missing file yields [Default] and

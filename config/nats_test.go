@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -495,5 +497,39 @@ func TestParseListDoesNotQuote(t *testing.T) {
 	_, err := ParseList("nats://alice:hunter2@b:1,,x")
 	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "item 2") {
 		t.Fatalf("ParseList: %v", err)
+	}
+}
+
+// A meerkat.toml that holds nats.password is refused by both loaders
+// (the daemon's goes through LoadWithSources) while group or others may
+// read it; one without a password, or kept 0600, is not.
+func TestPasswordFileMode(t *testing.T) {
+	for _, tc := range []struct {
+		name, text string
+		mode       os.FileMode
+		refused    bool
+	}{
+		{"password, 0644", "[nats]\nuser = \"u\"\npassword = \"p\"\n", 0o644, true},
+		{"password, 0640", "[nats]\nuser = \"u\"\npassword = \"p\"\n", 0o640, true},
+		{"password, 0600", "[nats]\nuser = \"u\"\npassword = \"p\"\n", 0o600, false},
+		{"no password, 0644", "[nats]\nuser = \"u\"\n", 0o644, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), FileName)
+			if err := os.WriteFile(path, []byte(tc.text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			_, err1 := Load(path)
+			_, _, err2 := LoadWithSources(path)
+			for i, err := range []error{err1, err2} {
+				var ce *Error
+				if tc.refused != (err != nil) || tc.refused && (!errors.As(err, &ce) || ce.Key != "nats.password") {
+					t.Errorf("loader %d: %v, refused want %v", i, err, tc.refused)
+				}
+			}
+		})
 	}
 }

@@ -43,6 +43,9 @@ func LoadWithSources(path string) (Config, Sources, error) {
 	if err != nil {
 		return Config{}, nil, err
 	}
+	if err := checkPasswordFile(path, c); err != nil {
+		return Config{}, nil, err
+	}
 	for _, k := range keys {
 		if md.IsDefined(strings.Split(k.path, ".")...) {
 			src[k.path] = path
