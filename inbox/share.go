@@ -41,17 +41,22 @@ func FairShare(percent int, held, total, limit Usage, n int64, senders int) bool
 		return true
 	}
 	senders = max(senders, 1)
-	capItems := max(limit.Items*int64(percent)/100/int64(senders), 1)
+	capItems := max(percentOf(limit.Items, percent)/int64(senders), 1)
 	if held.Items+1 > capItems {
 		return false
 	}
 	if limit.Bytes > 0 {
-		capBytes := limit.Bytes * int64(percent) / 100 / int64(senders)
+		capBytes := percentOf(limit.Bytes, percent) / int64(senders)
 		if held.Bytes+n > capBytes {
 			return false
 		}
 	}
 	return true
+}
+
+// percentOf is percent% of v (v ≥ 0), without overflowing for any v.
+func percentOf(v int64, percent int) int64 {
+	return v/100*int64(percent) + v%100*int64(percent)/100
 }
 
 // Shares counts what each sender holds in an inbox, for [FairShare]. The

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -91,5 +92,23 @@ func TestFairShare(t *testing.T) {
 	}
 	if !FairShare(100, Usage{99, 0}, Usage{99, 0}, lim, 0, 1) {
 		t.Fatal("100% lets a lone sender fill the inbox")
+	}
+	// A byte limit written as "unlimited" (the largest int64) is no
+	// smaller a share: the arithmetic does not overflow.
+	huge := Usage{10000, math.MaxInt64}
+	if !FairShare(50, Usage{1, 100}, Usage{6000, 1000}, huge, 10, 2) {
+		t.Fatal("with the largest byte limit, a second sender's second item was refused")
+	}
+	if FairShare(50, Usage{2500, 100}, Usage{6000, 1000}, huge, 10, 2) {
+		t.Fatal("with the largest byte limit, a sender past its item share was admitted")
+	}
+	for _, c := range []struct {
+		v    int64
+		p    int
+		want int64
+	}{{100, 50, 50}, {99, 50, 49}, {7, 100, 7}, {1, 1, 0}, {math.MaxInt64, 50, math.MaxInt64 / 2}, {math.MaxInt64, 100, math.MaxInt64}} {
+		if got := percentOf(c.v, c.p); got != c.want {
+			t.Errorf("percentOf(%d, %d) = %d, want %d", c.v, c.p, got, c.want)
+		}
 	}
 }
