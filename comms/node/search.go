@@ -265,7 +265,7 @@ func searchText(e wire.Envelope, peer string) string {
 		}
 		appendText(&b, m.Value)
 	}
-	return b.String()
+	return store.ClipText(b.String()) // a last text may run past the bound
 }
 
 // appendText writes the texts and numbers in v to b, separated by

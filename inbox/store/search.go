@@ -25,6 +25,9 @@ const (
 	MaxQueryBytes = 1024
 	// MaxQueryTerms bounds the words and phrases of one query.
 	MaxQueryTerms = 16
+	// MaxQueryPrefixes bounds its prefix* terms: each may match much of
+	// the index.
+	MaxQueryPrefixes = 4
 	// MaxSearchHits bounds the hits one Search returns.
 	MaxSearchHits = 1000
 )
@@ -68,10 +71,10 @@ type searchTerm struct {
 // starts. Words are runs of letters and digits; everything else
 // separates them, so punctuation in a query never has a meaning of its
 // own ("foo-bar" is the phrase "foo bar"). An unterminated quote runs to
-// the end. A term with no letters or digits is ignored; a query left
-// with none fails with ErrEmptyQuery, one over MaxQueryBytes, over
-// MaxQueryTerms terms or not valid UTF-8 with an error wrapping
-// ErrBadQuery.
+// the end. A term with no letters or digits is ignored, and so is a
+// term given twice; a query left with none fails with ErrEmptyQuery, one
+// over MaxQueryBytes, over MaxQueryTerms terms, over MaxQueryPrefixes
+// prefix terms or not valid UTF-8 with an error wrapping ErrBadQuery.
 func ParseSearch(q string) (SearchTerms, error) {
 	if len(q) > MaxQueryBytes {
 		return SearchTerms{}, fmt.Errorf("%w: longer than %d bytes", ErrBadQuery, MaxQueryBytes)
@@ -88,10 +91,17 @@ func ParseSearch(q string) (SearchTerms, error) {
 		if len(toks) == 0 {
 			return nil
 		}
+		t := searchTerm{tokens: toks, prefix: prefix}
+		if slices.ContainsFunc(st.terms, func(o searchTerm) bool { return o.prefix == prefix && slices.Equal(o.tokens, toks) }) {
+			return nil // all terms must match: a repeat adds nothing but cost
+		}
 		if len(st.terms) == MaxQueryTerms {
 			return fmt.Errorf("%w: more than %d words and phrases", ErrBadQuery, MaxQueryTerms)
 		}
-		st.terms = append(st.terms, searchTerm{tokens: toks, prefix: prefix})
+		if prefix && st.prefixes() == MaxQueryPrefixes {
+			return fmt.Errorf("%w: more than %d prefix* terms (each may match much of the index)", ErrBadQuery, MaxQueryPrefixes)
+		}
+		st.terms = append(st.terms, t)
 		return nil
 	}
 	for i := 0; i < len(q); {
@@ -131,6 +141,17 @@ func ParseSearch(q string) (SearchTerms, error) {
 		return SearchTerms{}, ErrEmptyQuery
 	}
 	return st, nil
+}
+
+// prefixes counts the prefix terms.
+func (st SearchTerms) prefixes() int {
+	n := 0
+	for _, t := range st.terms {
+		if t.prefix {
+			n++
+		}
+	}
+	return n
 }
 
 // Match returns the terms as an FTS5 MATCH expression: every term a
@@ -305,10 +326,10 @@ func tokenize(text string) []span {
 	return out
 }
 
-// clipText cuts text to at most MaxSearchText bytes, at a character
+// ClipText cuts text to at most MaxSearchText bytes, at a character
 // boundary; a text it cuts is copied, so that what is kept (in memory, for
 // the index) holds no more than that.
-func clipText(text string) string {
+func ClipText(text string) string {
 	if len(text) <= MaxSearchText {
 		return text
 	}
@@ -586,7 +607,7 @@ func (s *Store) searchText(r Record) string {
 	if s.opts.SearchText == nil || s.opts.ReadOnly {
 		return ""
 	}
-	return clipText(s.opts.SearchText(r))
+	return ClipText(s.opts.SearchText(r))
 }
 
 // keepTexts keeps the texts of the items batch admitted for indexPage,

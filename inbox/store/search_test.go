@@ -44,7 +44,11 @@ func TestParseSearch(t *testing.T) {
 		{in: ``, err: ErrEmptyQuery},
 		{in: `"" - ; :`, err: ErrEmptyQuery},
 		{in: "\xff", err: ErrBadQuery},
-		{in: strings.Repeat("a ", 17), err: ErrBadQuery},
+		{in: strings.Repeat("a ", 17), match: `"a"`, str: "a"}, // a repeat is dropped
+		{in: `w* w* "x y" "X Y" w`, match: `"w"* "x y" "w"`, str: `w* "x y" w`},
+		{in: `a* b* c* d*`, match: `"a"* "b"* "c"* "d"*`, str: "a* b* c* d*"},
+		{in: `a* b* c* d* e*`, err: ErrBadQuery},
+		{in: "a b c d e f g h i j k l m n o p q", err: ErrBadQuery},
 		{in: strings.Repeat("a", MaxQueryBytes+1), err: ErrBadQuery},
 	} {
 		st, err := ParseSearch(c.in)
@@ -369,13 +373,13 @@ func TestSearchTextClipped(t *testing.T) {
 	if len(mustSearch(t, s, Search{}, "early")) != 1 || len(mustSearch(t, s, Search{}, "late")) != 0 {
 		t.Fatal("the text was not clipped at MaxSearchText")
 	}
-	if got := clipText(strings.Repeat("é", MaxSearchText)); len(got) > MaxSearchText || !strings.HasSuffix(got, "é") {
+	if got := ClipText(strings.Repeat("é", MaxSearchText)); len(got) > MaxSearchText || !strings.HasSuffix(got, "é") {
 		t.Fatalf("clipText cut a character: %d bytes", len(got))
 	}
 	// What is cut is a copy: the texts waiting in memory for the index
 	// hold no more than MaxSearchText bytes each.
 	long := strings.Repeat("a", 2*MaxSearchText)
-	if got := clipText(long); len(got) != MaxSearchText || unsafe.StringData(got) == unsafe.StringData(long) {
+	if got := ClipText(long); len(got) != MaxSearchText || unsafe.StringData(got) == unsafe.StringData(long) {
 		t.Fatalf("clipText: %d bytes, sharing the long text's memory: %v", len(got), unsafe.StringData(got) == unsafe.StringData(long))
 	}
 }
