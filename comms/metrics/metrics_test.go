@@ -309,4 +309,3 @@ func TestReadinessChecksCoalesce(t *testing.T) {
 		t.Fatalf("%d readiness checks for 21 requests within a second, want 1", src.checks)
 	}
 }
-
