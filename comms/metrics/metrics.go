@@ -21,7 +21,7 @@ import (
 const MaxPeerLabels = 256
 
 // OtherPeer is the peer label of the peers beyond MaxPeerLabels.
-const OtherPeer = "other"
+const OtherPeer = "_other"
 
 // Breaker states, as [PeerFigures.Breaker] gives them.
 var breakerStates = []string{"closed", "open", "half_open"}

@@ -132,6 +132,7 @@ func TestSeriesFromFigures(t *testing.T) {
 			{Name: "bob", Queued: 2, Breaker: "open"},
 			{Name: "carol", Queued: 0, Breaker: "half_open"},
 			{Name: "", Queued: 1, Breaker: "closed"}, // no longer trusted
+			{Name: "other", Queued: 5, Breaker: "open"}, // a peer's name, not the bucket
 		},
 		DeadLetters: 7, Connections: 3, Authenticated: 2, DBBytes: 4096,
 		NATS: &NATSFigures{Connected: true, Reconnects: 2, Stored: 11},
@@ -156,7 +157,9 @@ func TestSeriesFromFigures(t *testing.T) {
 		{"meerkatd_inbox_items", nil, 3},
 		{"meerkatd_inbox_bytes", nil, 1234},
 		{"meerkatd_outbox_queued", []string{"peer", "bob"}, 2},
-		{"meerkatd_outbox_queued", []string{"peer", "other"}, 1},
+		{"meerkatd_outbox_queued", []string{"peer", OtherPeer}, 1},
+		{"meerkatd_outbox_queued", []string{"peer", "other"}, 5},
+		{"meerkatd_outbox_breaker", []string{"peer", "other", "state", "open"}, 1},
 		{"meerkatd_outbox_breaker", []string{"peer", "bob", "state", "open"}, 1},
 		{"meerkatd_outbox_breaker", []string{"peer", "bob", "state", "closed"}, 0},
 		{"meerkatd_outbox_breaker", []string{"peer", "carol", "state", "half_open"}, 1},
