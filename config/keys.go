@@ -65,7 +65,7 @@ var keys = [...]keyDef{
 		doc: `Messages the inbox holds; when full, new messages are refused (not acked), never dropped.`,
 		num: func(c *Config) *int { return &c.Comms.InboxMax }},
 	{path: "comms.inbox_max_bytes", env: "MEERKAT_COMMS_INBOX_MAX_BYTES",
-		doc: `Total size, in bytes, of the messages the inbox holds; when full, new messages are refused (not acked), never dropped.`,
+		doc: `Total size, in bytes, of the messages the inbox holds (with the memory inbox, what they take in memory once decoded); when full, new messages are refused (not acked), never dropped.`,
 		num: func(c *Config) *int { return &c.Comms.InboxMaxBytes }},
 	{path: "comms.peer_inbox_share", env: "MEERKAT_COMMS_PEER_INBOX_SHARE",
 		doc: `Percentage (1-100) of the inbox, by items and by bytes, that the peers holding items in it share once it is over half full: each may then hold at most this percentage divided by their number, and its new messages are refused (not acked) past it while other peers are still admitted. 100 lets a lone peer fill the inbox.`,

@@ -26,9 +26,16 @@ import (
 	"github.com/meerkatd/meerkatd/trust"
 )
 
-// itemOverhead is what an inbox item costs beyond its wire size (the decoded
-// tree, bookkeeping), for the inbox byte limit.
+// itemOverhead is what an inbox item costs beyond its wire size and its
+// decoded values (bookkeeping), for the inbox byte limit.
 const itemOverhead = 512
+
+// memSize is what an item of the memory inbox counts against
+// comms.inbox_max_bytes: its wire size, its decoded values (a small
+// payload can decode into a tree many times its size) and itemOverhead.
+func memSize(it comms.Item) int {
+	return it.Size + it.Envelope.Kind.Value().Footprint() + itemOverhead
+}
 
 // expireInterval is how often the durable inbox drops expired dedup rows
 // and old history.
@@ -129,7 +136,7 @@ var _ API = (*Node)(nil)
 func openMail(h *Home, log *slog.Logger, mode Mode) (mailStore, error) {
 	if mode == ModeSend || h.Config.Store.Mode == config.StoreMemory {
 		mail := inbox.NewMailbox[comms.Item](h.Config.Comms.InboxMax)
-		mail.SetByteLimit(h.Config.Comms.InboxMaxBytes, func(it comms.Item) int { return it.Size + itemOverhead })
+		mail.SetByteLimit(h.Config.Comms.InboxMaxBytes, memSize)
 		mail.SetShare(h.Config.Comms.PeerInboxShare, senderOf)
 		return newMemMail(mail), nil
 	}

@@ -296,3 +296,33 @@ func TestManyUnknownTopLevelKeys(t *testing.T) {
 		t.Fatalf("repeated unknown key among many: %v", err)
 	}
 }
+
+// Footprint counts the decoded tree: an array of many small integers,
+// one byte each on the wire, is 24 bytes each in memory.
+func TestFootprint(t *testing.T) {
+	zeros := make([]Value, 131000)
+	for i := range zeros {
+		zeros[i] = Int(0)
+	}
+	for _, c := range []struct {
+		name     string
+		kind     Kind
+		min, max int
+	}{
+		{"small message", Message("hello"), 24, 1 << 10},
+		{"many zeros", Request("x", Array(zeros...)), 24 * 131000, 24*131000 + 1<<10},
+	} {
+		e := mustSeal(t, c.kind)
+		b, err := e.MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := d.Kind.Value().Footprint(); n < c.min || n > c.max {
+			t.Errorf("%s (%d bytes on the wire): footprint %d, want %d to %d", c.name, len(b), n, c.min, c.max)
+		}
+	}
+}

@@ -184,6 +184,20 @@ func (v Value) Bytes() ([]byte, bool) {
 	return []byte(v.str()), true
 }
 
+// Footprint returns the bytes v's tree of values takes in memory beyond
+// the text and byte strings it holds (those alias the decoded input):
+// one Value per item, for each key and value of a map. A small payload
+// can decode into a large tree (an array of many small integers), so a
+// memory bound counts this as well as the payload's size. It walks the
+// tree: at most MaxItems values for a decoded envelope.
+func (v Value) Footprint() int {
+	n := int(unsafe.Sizeof(v))
+	for _, x := range v.items() {
+		n += x.Footprint()
+	}
+	return n
+}
+
 // Len returns the number of items of an array or members of a map, else 0.
 func (v Value) Len() int {
 	switch v.t {
