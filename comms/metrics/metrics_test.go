@@ -131,7 +131,7 @@ func TestSeriesFromFigures(t *testing.T) {
 		Peers: []PeerFigures{
 			{Name: "bob", Queued: 2, Breaker: "open"},
 			{Name: "carol", Queued: 0, Breaker: "half_open"},
-			{Name: "", Queued: 1, Breaker: "closed"}, // no longer trusted
+			{Name: "", Queued: 1, Breaker: "closed"},    // no longer trusted
 			{Name: "other", Queued: 5, Breaker: "open"}, // a peer's name, not the bucket
 		},
 		DeadLetters: 7, Connections: 3, Authenticated: 2, DBBytes: 4096,
