@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 )
 
 // descriptionPrefix starts the Description line of the units install
@@ -106,6 +107,14 @@ func (u Unit) Text() (string, error) {
 		if strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 			return "", fmt.Errorf("systemdunit: %q holds a control character", p)
 		}
+		if !utf8.ValidString(p) {
+			return "", fmt.Errorf("systemdunit: %q is not valid UTF-8, which systemd refuses in a unit", p)
+		}
+	}
+	// systemd takes the executable's name literally: no quotes, no
+	// backslash (it refuses them), no $ escaped as in an argument.
+	if strings.ContainsAny(u.Exec, "\"'\\") {
+		return "", fmt.Errorf("systemdunit: the executable's path %q holds a quote or a backslash, which systemd refuses in a command's name: install meerkatd at a path without them", u.Exec)
 	}
 	writable := []string{quote(u.Home, false)}
 	// A private /tmp would hide a home or socket in the real one.
@@ -139,13 +148,14 @@ ProtectHome=read-only
 
 [Install]
 WantedBy=default.target
-`, escapeSpecifiers(u.Home), quote(u.Exec, true), quote(u.Home, true), StopTimeout, privateTmp, strings.Join(writable, " "))
+`, escapeSpecifiers(u.Home), quote(u.Exec, false), quote(u.Home, true), StopTimeout, privateTmp, strings.Join(writable, " "))
 	return b.String(), nil
 }
 
 // quote writes s as one word of a unit setting: specifiers (%) escaped,
 // in double quotes if it holds a space, a quote or a backslash. In a
-// command line (exec) a $ is escaped too, or systemd would expand it.
+// command's argument (exec) a $ is escaped too, or systemd would expand
+// it; not in the command's name, which systemd does not expand.
 func quote(s string, exec bool) string {
 	s = escapeSpecifiers(s)
 	if exec {

@@ -44,6 +44,10 @@ func TestText(t *testing.T) {
 			`ReadWritePaths="/home/ann/100%% \"agents\"/$HOME" %t`,
 		},
 	}, {
+		name: "a $ in the executable's path",
+		u:    Unit{Exec: "/opt/a$b/meerkatd", Home: "/srv/mk"},
+		want: []string{`ExecStart=/opt/a$b/meerkatd run --home /srv/mk`}, // systemd does not expand the command's name
+	}, {
 		name: "socket outside the home",
 		u:    Unit{Exec: "/bin/meerkatd", Home: "/srv/mk", Writable: []string{"/srv/mk/sub", "/run/agents dir"}},
 		want: []string{`ReadWritePaths=/srv/mk "/run/agents dir" %t`, "PrivateTmp=yes"},
@@ -86,6 +90,10 @@ func TestTextRefuses(t *testing.T) {
 		{Exec: "/bin/meerkatd", Home: "h"},
 		{Exec: "/bin/meerkatd", Home: "/h\nExecStartPre=/bin/evil"},
 		{Exec: "/bin/meerkatd", Home: "/h", Writable: []string{"rel"}},
+		{Exec: `/opt/"q"/meerkatd`, Home: "/h"},
+		{Exec: `/opt/it's/meerkatd`, Home: "/h"},
+		{Exec: `/opt/a\b/meerkatd`, Home: "/h"},
+		{Exec: "/bin/meerkatd", Home: "/h/\xff"},
 	} {
 		if text, err := u.Text(); err == nil {
 			t.Errorf("%+v: no error; unit:\n%s", u, text)
