@@ -1,6 +1,7 @@
 package node
 
 import (
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"io"
 	"net/http"
 	"strings"
@@ -48,9 +49,15 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 		!strings.Contains(body, `meerkatd_outbox_queued{peer="bob"} 0`) {
 		t.Fatalf("/metrics lacks bob's series: %s", body)
 	}
-	// The store stops taking writes: not ready, and says why in a line.
+	// The store stops taking writes: not ready, and says why in a line
+	// (once the readiness kept from the last check has run out).
 	n.mail.(*durableMail).st.Close()
-	code, body := get(t, addr, "/readyz")
+	var code int
+	var body string
+	testutil.WaitFor(t, 10*time.Second, "/readyz to see the closed store", func() bool {
+		code, body = get(t, addr, "/readyz")
+		return code != http.StatusOK
+	})
 	if code != http.StatusServiceUnavailable || strings.Count(strings.TrimSpace(body), "\n") != 0 || !strings.Contains(body, "closed") {
 		t.Fatalf("/readyz with the store closed: %d %q", code, body)
 	}
