@@ -93,6 +93,7 @@ func TestHomeResolution(t *testing.T) {
 		{"flag wins", map[string]string{"MEERKAT_HOME": "/m", "XDG_CONFIG_HOME": "/x", "HOME": "/h"}, "/f", "/f"},
 		{"MEERKAT_HOME", map[string]string{"MEERKAT_HOME": "/m", "XDG_CONFIG_HOME": "/x", "HOME": "/h"}, "", "/m"},
 		{"XDG_CONFIG_HOME", map[string]string{"XDG_CONFIG_HOME": "/x", "HOME": "/h"}, "", "/x/meerkat"},
+		{"relative XDG_CONFIG_HOME is ignored", map[string]string{"XDG_CONFIG_HOME": "x", "HOME": "/h"}, "", "/h/.config/meerkat"},
 		{"HOME", map[string]string{"HOME": "/h"}, "", "/h/.config/meerkat"},
 	}
 	for _, tc := range tests {

@@ -62,7 +62,8 @@ func ResolveHome(dir string, getenv func(string) string) (string, error) {
 	if h := getenv("MEERKAT_HOME"); h != "" {
 		return expand(h)
 	}
-	if x := getenv("XDG_CONFIG_HOME"); x != "" {
+	// The XDG spec has a relative $XDG_CONFIG_HOME ignored.
+	if x := getenv("XDG_CONFIG_HOME"); x != "" && filepath.IsAbs(x) {
 		return filepath.Join(x, "meerkat"), nil
 	}
 	home := getenv("HOME")

@@ -86,7 +86,11 @@ func ParseSearch(q string) (SearchTerms, error) {
 	add := func(text string, prefix bool) error {
 		var toks []string
 		for _, t := range tokenize(text) {
-			toks = append(toks, strings.ToLower(text[t.start:t.end]))
+			w := text[t.start:t.end]
+			if !strings.ContainsFunc(w, func(r rune) bool { return !unicode.Is(unicode.Mn, r) }) {
+				continue // marks alone: the index keeps nothing of them
+			}
+			toks = append(toks, strings.ToLower(w))
 		}
 		if len(toks) == 0 {
 			return nil

@@ -39,6 +39,8 @@ func TestParseSearch(t *testing.T) {
 		{in: `x ""`, match: `"x"`, str: "x"},
 		{in: `"a""b"`, match: `"a" "b"`, str: "a b"},
 		{in: `Ünïcödé 漢字`, match: `"ünïcödé" "漢字"`, str: "ünïcödé 漢字"},
+		{in: "hello \u0301", match: `"hello"`, str: "hello"}, // a combining mark alone is no word
+		{in: "e\u0301t\u00e9", match: "\"e\u0301t\u00e9\"", str: "e\u0301t\u00e9"},
 		{in: `fo*o`, match: `"fo o"`, str: `"fo o"`},
 		{in: `**`, err: ErrEmptyQuery},
 		{in: ``, err: ErrEmptyQuery},
