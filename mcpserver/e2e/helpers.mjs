@@ -369,6 +369,13 @@ export async function setUp(suite, mode, makeHomes, Peer) {
     }
     peers.push(new Peer('alice', suite.homes.alice, suite), new Peer('bob', suite.homes.bob, suite));
     for (const p of peers) await p.connect();
+    // Each server has answered a request, so its node runs (and listens):
+    // a client's connect may return before the server has answered
+    // anything, and a first send to a peer not listening yet would open
+    // alice's breaker (shut for a second) under the tests that follow.
+    for (const p of peers) {
+      await within(15_000, `${p.name}: a first answer`, p.client.listTools(undefined, { timeout: 10_000 }));
+    }
     return peers;
   } catch (err) {
     suite.failed = true;
