@@ -245,20 +245,15 @@ func sentDetail(s node.SendStatus) string {
 	return d
 }
 
-// Tasks writes the tasks and their states, and a line saying so when
-// more tasks follow than the list holds.
+// Tasks writes the tasks and their states.
 func Tasks(w io.Writer, tl node.TaskList) error {
-	err := Table(w, "ID\tSTATE\tPARTICIPANTS\tUPDATED\tCOMPLETED BY", tl.Tasks, func(t node.Task) []any {
+	return Table(w, "ID\tSTATE\tPARTICIPANTS\tUPDATED\tCOMPLETED BY", tl.Tasks, func(t node.Task) []any {
 		names := make([]string, 0, len(t.Participants))
 		for _, p := range t.Participants {
 			names = append(names, Who(p.Peer, p.PubKey))
 		}
 		return []any{Line(t.ID), t.State, orDash(strings.Join(names, ",")), t.Updated.Local().Format(time.RFC3339), Line(t.CompletedBy)}
 	})
-	if err == nil && tl.More {
-		_, err = fmt.Fprintf(w, "more tasks follow: a list holds about %d MiB of tasks (the MCP tool list_tasks pages through them with its cursor)\n", node.MaxBatchBytes>>20)
-	}
-	return err
 }
 
 // Task writes a task's line: its state and, once completed, by whom and
