@@ -48,8 +48,18 @@ func breakerOf(b outbox.Breaker, now time.Time) string {
 	return outbox.BreakerHalfOpen
 }
 
+// outboxBounds are the bounds the daemon's outbox puts on stored times
+// (outbox.Bounds, from the schedule newOutbox gives it), for the view of
+// the stored outbox without a daemon: a next attempt or an open breaker
+// stored while the clock was wrong shows as the daemon will treat it, not
+// years ahead.
+func (n *Node) outboxBounds() outbox.Bounds {
+	backoff, _ := n.h.Config.Outbox.BackoffDurations() // invalid: the daemon would not start; shown with the defaults
+	return outbox.Options{Backoff: backoff, BreakerOpen: n.h.Config.Outbox.BreakerOpen()}.Bounds()
+}
+
 // Outbox implements [API]: the running outbox's view, or without one the
-// home's stored outbox.
+// home's stored outbox, its times bounded as the daemon bounds them.
 func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 	info := Outbox{Entries: []QueuedSend{}, Peers: []PeerSendState{}}
 	if n.closing() {
@@ -76,8 +86,10 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 	if err != nil {
 		return info, err
 	}
+	bounds := n.outboxBounds()
 	byPeer := map[identity.PeerID]*PeerSendState{}
 	for _, e := range es {
+		e = bounds.Entry(e, now)
 		info.Entries = append(info.Entries, toQueuedSend(e, false, now))
 		ps := byPeer[e.To]
 		if ps == nil {
@@ -94,6 +106,7 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 		return info, err
 	}
 	for _, br := range bs {
+		br = bounds.Breaker(br, now)
 		ps := byPeer[br.Peer]
 		if ps == nil {
 			ps = &PeerSendState{PubKey: br.Peer.String()}

@@ -31,6 +31,20 @@
 // closes the breaker, a failure opens it again. Breaker states are stored,
 // so a restart does not forget that a peer was failing.
 //
+// # A wrong clock
+//
+// Next attempts, expiries and open breakers are wall-clock times, stored
+// as such. One written while the clock was wrong (set years ahead, then
+// corrected) must not hold a peer's queue until then: the outbox never
+// lets a stored time hold an entry or a breaker longer than its policy
+// can from now ([Bounds]: the longest backoff step, [Options.BreakerOpen],
+// [Options.MaxTTL]). It brings every such time within that bound when it
+// loads it and again whenever it compares it with the clock. A time it
+// bounded or set itself is taken from [Options.Now], so with time.Now it
+// carries the process's monotonic clock reading and a step of the wall
+// clock while the process runs moves nothing either. Created, and a dead
+// letter's DiedAt, are records and are left as stored.
+//
 // # Durability
 //
 // [Outbox.Enqueue] returns once the [Store] has the envelope. Removal after

@@ -91,6 +91,9 @@ const (
 	DefaultMaxBytes        = 256 << 20
 	DefaultMaxDeadLetters  = 10000
 	DefaultDeadLetterAge   = 30 * 24 * time.Hour
+	// DefaultMaxTTL bounds stored expiries (see [Bounds]): one week, the
+	// longest time-to-live meerkatd lets a send have.
+	DefaultMaxTTL = 7 * 24 * time.Hour
 )
 
 // Options are an Outbox's knobs; zero values mean the defaults.
@@ -114,7 +117,11 @@ type Options struct {
 	// removes the oldest beyond the count and those that died longer ago.
 	MaxDeadLetters int
 	DeadLetterAge  time.Duration
-	Observe        func(Event) // told about every attempt's outcome; must not block
+	// MaxTTL is the longest time-to-live an entry can have: an expiry
+	// further from now than this (written while the clock was wrong) is
+	// brought back to now+MaxTTL. See [Bounds].
+	MaxTTL  time.Duration
+	Observe func(Event) // told about every attempt's outcome; must not block
 	// OnBreaker is told about every change of a peer's circuit breaker
 	// (for logs). Like Observe it is called with the Outbox's lock held:
 	// it must not block nor call the Outbox.
@@ -151,6 +158,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.MaxTTL <= 0 {
+		o.MaxTTL = DefaultMaxTTL
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -227,10 +237,11 @@ type PeerState struct {
 // Outbox is the reliable-send queue. Create it with [New], start it with
 // [Outbox.Start], stop it with [Outbox.Close].
 type Outbox struct {
-	st   Store
-	d    Deliverer
-	opts Options
-	log  *slog.Logger
+	st     Store
+	d      Deliverer
+	opts   Options
+	bounds Bounds // of opts
+	log    *slog.Logger
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -337,27 +348,42 @@ type DeadError struct{ Reason string }
 
 func (e *DeadError) Error() string { return "outbox: dead letter: " + e.Reason }
 
-// New loads the outbox and breaker states from st.
+// New loads the outbox and breaker states from st. Stored times further
+// ahead than the policy allows (see [Bounds]) are brought back within it.
 func New(st Store, d Deliverer, opts Options) (*Outbox, error) {
 	opts.setDefaults()
-	o := &Outbox{st: st, d: d, opts: opts, log: opts.Logger, peers: map[identity.PeerID]*peerQ{}}
+	o := &Outbox{st: st, d: d, opts: opts, bounds: opts.bounds(), log: opts.Logger, peers: map[identity.PeerID]*peerQ{}}
 	o.ctx, o.cancel = context.WithCancel(context.Background())
+	now := opts.Now()
+	var ahead int // stored times beyond their bound: the clock was wrong when they were written
 	bs, err := st.Breakers()
 	if err != nil {
 		return nil, fmt.Errorf("outbox: load breakers: %w", err)
 	}
 	for _, b := range bs {
-		o.peer(b.Peer, "").breaker = b
+		bb := o.bounds.Breaker(b, now)
+		if b.OpenUntil.After(bb.OpenUntil) {
+			ahead++
+		}
+		o.peer(b.Peer, "").breaker = bb
 	}
 	es, err := st.Entries()
 	if err != nil {
 		return nil, fmt.Errorf("outbox: load entries: %w", err)
 	}
 	for _, e := range es {
+		be := o.bounds.Entry(e, now)
+		if e.NextAttempt.After(be.NextAttempt) || e.Expires.After(be.Expires) {
+			ahead++
+		}
 		q := o.peer(e.To, e.Peer)
-		q.items = append(q.items, &item{e: e})
+		q.items = append(q.items, &item{e: be})
 		o.entries++
 		o.bytes += int64(len(e.Payload))
+	}
+	if ahead > 0 {
+		o.log.Warn("outbox: stored times too far ahead (was the clock wrong?); brought within the retry policy",
+			"count", ahead, "max_wait", o.bounds.Wait.String(), "breaker_open", o.bounds.Open.String(), "max_ttl", o.bounds.TTL.String())
 	}
 	for _, q := range o.peers {
 		slices.SortFunc(q.items, func(a, b *item) int { return cmp.Compare(a.e.Seq, b.e.Seq) })
@@ -575,6 +601,7 @@ func (o *Outbox) work(q *peerQ) {
 // nextLocked returns the next envelope to start, if one may start now.
 func (o *Outbox) nextLocked(q *peerQ, now time.Time) (*item, bool) {
 	window := o.opts.Window
+	o.boundBreakerLocked(q, now)
 	if b := q.breaker; !b.OpenUntil.IsZero() {
 		if now.Before(b.OpenUntil) {
 			return nil, false // open: queue, do not dial
@@ -589,6 +616,7 @@ func (o *Outbox) nextLocked(q *peerQ, now time.Time) (*item, bool) {
 		if it.inFlight {
 			continue
 		}
+		o.boundLocked(it, now)
 		if !it.e.Expires.IsZero() && !now.Before(it.e.Expires) {
 			// Expired: to the dead letters. If the store fails, it stays
 			// where it is and holds back what is behind it (order).
@@ -617,6 +645,7 @@ func (o *Outbox) dueLocked(q *peerQ, now time.Time) time.Time {
 		if it.inFlight {
 			continue
 		}
+		o.boundLocked(it, now)
 		if due.IsZero() || it.e.NextAttempt.Before(due) {
 			due = it.e.NextAttempt
 		}
@@ -624,6 +653,7 @@ func (o *Outbox) dueLocked(q *peerQ, now time.Time) time.Time {
 			break
 		}
 	}
+	o.boundBreakerLocked(q, now)
 	if q.breaker.OpenUntil.After(due) {
 		due = q.breaker.OpenUntil
 	}
@@ -631,6 +661,7 @@ func (o *Outbox) dueLocked(q *peerQ, now time.Time) time.Time {
 		if it.inFlight || it.e.Expires.IsZero() {
 			continue
 		}
+		o.boundLocked(it, now)
 		t := it.e.Expires
 		if !now.Before(t) && it.killFailed {
 			t = it.e.NextAttempt // expired, but the store refused to move it: try again then
@@ -822,6 +853,9 @@ func (o *Outbox) killLocked(q *peerQ, it *item, reason, event string, now time.T
 func (o *Outbox) expireLocked(q *peerQ, now time.Time) {
 	for i := 0; i < len(q.items); i++ {
 		it := q.items[i]
+		if !it.inFlight {
+			o.boundLocked(it, now)
+		}
 		if !it.inFlight && !it.e.Expires.IsZero() && !now.Before(it.e.Expires) &&
 			!(it.killFailed && now.Before(it.e.NextAttempt)) && o.expireOneLocked(q, it, now) {
 			i--
@@ -894,17 +928,20 @@ func (o *Outbox) Peer(id identity.PeerID) PeerState {
 	return PeerState{Peer: id, Breaker: BreakerClosed}
 }
 
+// stateLocked is q's state, its times bounded as the worker bounds them
+// when it next looks.
 func (o *Outbox) stateLocked(q *peerQ, now time.Time) PeerState {
+	b := o.bounds.Breaker(q.breaker, now)
 	s := PeerState{Peer: q.id, Name: q.name, Queued: len(q.items), InFlight: q.inFlight,
-		Breaker: BreakerClosed, Failures: q.breaker.Failures, OpenUntil: q.breaker.OpenUntil, LastError: q.lastErr}
-	if !q.breaker.OpenUntil.IsZero() {
+		Breaker: BreakerClosed, Failures: b.Failures, OpenUntil: b.OpenUntil, LastError: q.lastErr}
+	if !b.OpenUntil.IsZero() {
 		s.Breaker = BreakerOpen
-		if !now.Before(q.breaker.OpenUntil) {
+		if !now.Before(b.OpenUntil) {
 			s.Breaker = BreakerHalfOpen
 		}
 	}
 	if len(q.items) > 0 {
-		s.NextAttempt = q.items[0].e.NextAttempt
+		s.NextAttempt = o.bounds.Entry(q.items[0].e, now).NextAttempt
 	}
 	return s
 }
@@ -917,14 +954,15 @@ type Queued struct {
 }
 
 // List returns the queued envelopes, per peer in send order, without
-// payloads.
+// payloads; their times are bounded (see [Bounds]).
 func (o *Outbox) List() []Queued {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	now := o.opts.Now()
 	var out []Queued
 	for _, q := range o.peers {
 		for _, it := range q.items {
-			e := it.e
+			e := o.bounds.Entry(it.e, now)
 			size := len(e.Payload)
 			e.Payload = nil
 			out = append(out, Queued{Entry: e, InFlight: it.inFlight, Size: size})

@@ -48,7 +48,9 @@ type Breaker struct {
 
 // Store keeps the outbox, dead letters and breaker states. A durable store
 // ([store.Store] in the daemon) makes them survive restarts; [MemStore]
-// keeps them in memory. Implementations are safe for concurrent use.
+// keeps them in memory. Implementations are safe for concurrent use. They
+// keep times as given, however far ahead: the [Outbox] bounds the ones it
+// schedules by ([Bounds]).
 type Store interface {
 	// Add stores e, assigning its Seq, and returns it once it is
 	// durable: from then on the envelope is never lost.

@@ -29,7 +29,9 @@ import (
 // Payloads read back are never nil: a nil Payload is stored as empty.
 // Times round-trip at nanosecond precision in the local time zone; the
 // zero time is stored as NULL. Times outside the int64 Unix-nanosecond
-// range (years 1678 to 2262) are refused.
+// range (years 1678 to 2262) are refused; any other is kept as given, even
+// years ahead (a clock that was wrong): the outbox bounds what it loads
+// ([outbox.Bounds]).
 type Outbox struct{ s *Store }
 
 var _ outbox.Store = (*Outbox)(nil)

@@ -152,6 +152,21 @@ func TestOutboxReopen(t *testing.T) {
 	}
 }
 
+// Times stored five years ahead (the clock was wrong) survive Close and
+// reopen as they are, and an outbox loading them from the reopened file
+// bounds them: the entry is attempted within the policy's longest wait,
+// not in five years.
+func TestOutboxFarAheadAfterReopen(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, path := openStore(t, Options{})
+	storetest.FarAhead(t, s.Outbox(), func() outbox.Store {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return reopen(t, path, Options{}).Outbox()
+	})
+}
+
 // makeV1 writes a version-1 database at path, as a build before the
 // outbox left it, with one unacknowledged inbox item.
 func makeV1(t *testing.T, path string) Record {

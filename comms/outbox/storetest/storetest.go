@@ -33,18 +33,25 @@
 //     OpenUntil) deletes it. Breakers may come in any order.
 //   - Concurrent Adds from many goroutines each store their entry exactly
 //     once with a distinct Seq (run with -race).
+//   - Times far ahead (written while the clock was wrong) are kept as
+//     given; an [outbox.Outbox] loading them bounds them (see
+//     [outbox.Bounds]), so the entry is attempted within the policy's
+//     longest wait ([FarAhead]).
 //
-// It is not a durability test: restarts are the durable store's own tests.
+// It is not a durability test: restarts are the durable store's own tests
+// ([FarAhead] takes a reopen function for them).
 package storetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +80,7 @@ func Run(t *testing.T, open func(t *testing.T) outbox.Store) {
 		{"Prune", testPrune},
 		{"Breakers", testBreakers},
 		{"ConcurrentAdd", testConcurrentAdd},
+		{"FarAhead", func(t *testing.T, s outbox.Store) { FarAhead(t, s, func() outbox.Store { return s }) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, open(t)) })
@@ -619,4 +627,78 @@ func testConcurrentAdd(t *testing.T, s outbox.Store) {
 			t.Fatalf("entry %d: %s", n, d)
 		}
 	}
+}
+
+type deliverFunc func(context.Context, outbox.Attempt) error
+
+func (f deliverFunc) Deliver(ctx context.Context, a outbox.Attempt) error { return f(ctx, a) }
+
+// FarAhead stores in s, an empty store, an entry whose next attempt and
+// expiry and whose peer's open breaker are five years ahead (the clock was
+// wrong when they were written), then runs an [outbox.Outbox] over the
+// store reopen returns (s itself, or s closed and opened again) with a
+// fake clock at the right time. The outbox must show the entry and the
+// breaker within its policy's bounds and, once the longest of them has
+// passed, attempt the entry at once; the peer acknowledges it.
+func FarAhead(t *testing.T, s outbox.Store, reopen func() outbox.Store) {
+	now := base
+	far := now.AddDate(5, 0, 0)
+	e := entry(1)
+	e.Kind, e.Created, e.Expires, e.NextAttempt = "message", far, far.Add(time.Hour), far
+	e = mustAdd(t, s, e)
+	if err := s.Attempted(e.ID, 7, far, "connection refused"); err != nil {
+		t.Fatalf("Attempted: %v", err)
+	}
+	e.Attempts, e.NextAttempt, e.LastError = 7, far, "connection refused"
+	br := outbox.Breaker{Peer: e.To, Failures: 7, OpenUntil: far}
+	if err := s.SaveBreaker(br); err != nil {
+		t.Fatalf("SaveBreaker: %v", err)
+	}
+	checkEntries(t, s, e) // kept as given
+	checkBreakers(t, s, br)
+
+	s = reopen()
+	var clock atomic.Int64
+	clock.Store(now.UnixNano())
+	opts := outbox.Options{Backoff: []time.Duration{time.Second, time.Minute}, ResolveBackoff: []time.Duration{30 * time.Second},
+		StoredRecheck: time.Second, BreakerOpen: 2 * time.Minute, MaxTTL: time.Hour,
+		Now: func() time.Time { return time.Unix(0, clock.Load()) }}
+	attempts := make(chan identity.UUID, 10)
+	ob, err := outbox.New(s, deliverFunc(func(_ context.Context, a outbox.Attempt) error {
+		a.Queued()
+		attempts <- a.ID
+		return nil
+	}), opts)
+	if err != nil {
+		t.Fatalf("outbox.New: %v", err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			ob.Close()
+		}
+	}()
+	b := opts.Bounds()
+	ps := ob.Peer(e.To)
+	if ps.Breaker != outbox.BreakerOpen || ps.Queued != 1 || ps.OpenUntil.After(now.Add(b.Open)) || ps.NextAttempt.After(now.Add(b.Wait)) {
+		t.Fatalf("loaded peer state: breaker %s until %v, %d queued, next attempt %v; want open until %v at most, next attempt %v at most",
+			ps.Breaker, ps.OpenUntil, ps.Queued, ps.NextAttempt, now.Add(b.Open), now.Add(b.Wait))
+	}
+	if l := ob.List(); len(l) != 1 || l[0].Expires.After(now.Add(b.TTL)) {
+		t.Fatalf("loaded entries %+v; want one expiring by %v", l, now.Add(b.TTL))
+	}
+	clock.Store(now.Add(max(b.Open, b.Wait)).UnixNano())
+	ob.Start()
+	select {
+	case got := <-attempts:
+		if got != e.ID {
+			t.Fatalf("attempted %s, want %s", got, e.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not attempted once the policy's longest wait passed; peer state %+v", ob.Peer(e.To))
+	}
+	ob.Close() // settles the ack
+	closed = true
+	checkEntries(t, s)
+	checkBreakers(t, s)
 }

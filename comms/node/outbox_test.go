@@ -1,0 +1,71 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/outbox"
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+)
+
+// The daemon's outbox bounds stored expiries by outbox.DefaultMaxTTL (the
+// node does not set Options.MaxTTL): every time-to-live a send may ask
+// for, or the configuration may give, must fit in it.
+func TestOutboxMaxTTLCoversSends(t *testing.T) {
+	if MaxTTL > outbox.DefaultMaxTTL {
+		t.Errorf("MaxTTL %s is longer than outbox.DefaultMaxTTL %s: stored expiries would be cut short", MaxTTL, outbox.DefaultMaxTTL)
+	}
+	if d := time.Duration(config.MaxTimeoutSecs) * time.Second; d > outbox.DefaultMaxTTL {
+		t.Errorf("outbox.default_ttl_secs may be %s, longer than outbox.DefaultMaxTTL %s", d, outbox.DefaultMaxTTL)
+	}
+}
+
+// Without a daemon, the stored outbox is shown as the daemon will treat
+// it: an entry and a breaker stored while the clock was five years ahead
+// show a next attempt, an expiry and an open time within the outbox's
+// bounds, not years away.
+func TestOutboxViewBoundsFarAhead(t *testing.T) {
+	h, bob := testHome(t, "alice", func(c *config.Config) {
+		c.Outbox.Backoff = "0s, 1m"
+		c.Outbox.BreakerOpenSecs = 120
+	})
+	ctx := context.Background()
+	n := startTest(t, h, ModeSend)
+	st, err := n.outboxStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := time.Now().AddDate(5, 0, 0)
+	if _, err := st.Add(outbox.Entry{ID: identity.NewUUID(), To: bob.ID(), Peer: "bob", Kind: "message", Payload: []byte("x"),
+		Created: far, Expires: far, Attempts: 3, NextAttempt: far, LastError: "refused"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveBreaker(outbox.Breaker{Peer: bob.ID(), Failures: 3, OpenUntil: far}); err != nil {
+		t.Fatal(err)
+	}
+	b := n.outboxBounds()
+	if b.Open != 2*time.Minute || b.Wait < time.Minute || b.TTL != outbox.DefaultMaxTTL {
+		t.Fatalf("bounds %+v, want the configured schedule's", b)
+	}
+	o, err := n.Outbox(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	if len(o.Peers) != 1 || len(o.Entries) != 1 {
+		t.Fatalf("outbox %+v", o)
+	}
+	p, e := o.Peers[0], o.Entries[0]
+	if p.Breaker != outbox.BreakerOpen || p.OpenUntil == nil || p.OpenUntil.After(after.Add(b.Open)) {
+		t.Errorf("peer breaker %s until %v; want open until %v at most", p.Breaker, p.OpenUntil, after.Add(b.Open))
+	}
+	hold := max(b.Wait, b.Open) // an open breaker holds the entry until its probe
+	if p.NextAttempt == nil || p.NextAttempt.After(after.Add(hold)) || e.NextAttempt == nil || e.NextAttempt.After(after.Add(hold)) {
+		t.Errorf("next attempt: peer %v, entry %v; want %v at most", p.NextAttempt, e.NextAttempt, after.Add(hold))
+	}
+	if e.Expires == nil || e.Expires.After(after.Add(b.TTL)) {
+		t.Errorf("expires %v; want %v at most", e.Expires, after.Add(b.TTL))
+	}
+}
