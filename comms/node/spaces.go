@@ -414,54 +414,67 @@ const (
 
 // Proposals implements [API].
 func (n *Node) Proposals(_ context.Context, q ProposalQuery) ([]Proposal, error) {
-	s, err := n.needSpaces()
+	page, err := n.proposalPage(q)
 	if err != nil {
 		return nil, err
+	}
+	return page.Proposals, nil
+}
+
+// proposalPage reads one page of q and whether proposals follow it, from
+// one listing of the engine.
+func (n *Node) proposalPage(q ProposalQuery) (ProposalsPage, error) {
+	s, err := n.needSpaces()
+	if err != nil {
+		return ProposalsPage{}, err
 	}
 	switch q.State {
 	case "", space.ProposalPending, space.ProposalFulfilled, space.ProposalRejected, space.ProposalWithdrawn, space.ProposalExpired:
 	default:
-		return nil, errorf(CodeBadArgument, "state %q: want pending, fulfilled, rejected, withdrawn or expired", q.State)
+		return ProposalsPage{}, errorf(CodeBadArgument, "state %q: want pending, fulfilled, rejected, withdrawn or expired", q.State)
 	}
 	limit := q.Limit
 	switch {
 	case limit < 0 || limit > MaxProposalLimit:
-		return nil, errorf(CodeBadArgument, "limit: %d is not from 1 to %d", q.Limit, MaxProposalLimit)
+		return ProposalsPage{}, errorf(CodeBadArgument, "limit: %d is not from 1 to %d", q.Limit, MaxProposalLimit)
 	case limit == 0:
 		limit = MaxProposalLimit
 	}
 	var after proposalKey
 	if q.After != "" {
 		if after, err = parseProposalCursor(q.After); err != nil {
-			return nil, err
+			return ProposalsPage{}, err
 		}
 	}
 	ps, err := s.eng.Proposals(q.Space, q.State)
 	if err != nil {
-		return nil, spaceErr(err)
+		return ProposalsPage{}, spaceErr(err)
 	}
 	// The cursor orders by creation, space and id: the stores' order,
 	// made exact here (it compares the times the cursor holds).
 	ps = slices.DeleteFunc(ps, func(p space.Proposal) bool { return q.After != "" && keyOf(p).compare(after) <= 0 })
 	slices.SortStableFunc(ps, func(a, b space.Proposal) int { return keyOf(a).compare(keyOf(b)) })
-	out := []Proposal{}
+	page := ProposalsPage{Proposals: []Proposal{}}
 	size := 0
 	for _, p := range ps {
-		if len(out) == limit {
+		if len(page.Proposals) == limit {
 			break
 		}
 		v := proposalView(p)
 		b, err := json.Marshal(v)
 		if err != nil {
-			return nil, Coded(err)
+			return ProposalsPage{}, Coded(err)
 		}
-		if len(out) > 0 && size+len(b) > MaxProposalBatchBytes {
+		if len(page.Proposals) > 0 && size+len(b) > MaxProposalBatchBytes {
 			break
 		}
 		size += len(b)
-		out = append(out, v)
+		page.Proposals = append(page.Proposals, v)
 	}
-	return out, nil
+	if n := len(page.Proposals); n < len(ps) {
+		page.More, page.Cursor = true, ProposalCursor(page.Proposals[n-1])
+	}
+	return page, nil
 }
 
 // AllProposals reads every proposal q selects through api, page by page
@@ -490,17 +503,39 @@ type ProposalsPage struct {
 }
 
 // ProposalPage reads one page of q through api (a node, or the control
-// socket of one) and tells whether proposals follow it: it asks api for
-// the one after the page (a proposal can arrive, or close, between the
-// two calls: More is what the node held then).
+// socket of one) and tells whether proposals follow it. A node tells
+// from the one listing the page comes from. Through another API the page
+// is asked for with one proposal more than its limit: if that one comes,
+// proposals follow. If not, the page ended with the proposals or at
+// MaxProposalBatchBytes, and only asking for the proposal after it tells
+// which: a second call (a proposal can arrive, or close, in between:
+// More is what the node held then).
 func ProposalPage(ctx context.Context, api SpacesAPI, q ProposalQuery) (ProposalsPage, error) {
-	ps, err := api.Proposals(ctx, q)
+	if n, ok := api.(*Node); ok {
+		return n.proposalPage(q)
+	}
+	limit, ask := q.Limit, q
+	if limit == 0 {
+		limit = MaxProposalLimit
+	}
+	peek := limit >= 1 && limit < MaxProposalLimit // else api refuses q, or cannot list one more
+	if peek {
+		ask.Limit = limit + 1
+	}
+	ps, err := api.Proposals(ctx, ask)
 	if err != nil {
 		return ProposalsPage{}, err
 	}
 	page := ProposalsPage{Proposals: ps}
 	if page.Proposals == nil {
 		page.Proposals = []Proposal{}
+	}
+	if peek && len(ps) > limit {
+		// The first limit are the page q asks for: api fills a page in
+		// order, the limit checked before the byte bound.
+		page.Proposals = ps[:limit]
+		page.More, page.Cursor = true, ProposalCursor(ps[limit-1])
+		return page, nil
 	}
 	if len(ps) == 0 {
 		return page, nil

@@ -414,29 +414,59 @@ func (e *Engine) holdsLocked(space string, m *memberState) []*meup.Matcher {
 	return ms
 }
 
-// grantedLocked returns what the live grants of space give key (each
-// capability with its grant's id unless it has its own), oldest first,
-// cut to at most max bytes of JSON text: truncated reports that some
-// were left out. A member may hold many grants, large ones, from peers.
-func (e *Engine) grantedLocked(space string, key identity.PeerID, max int) (out []meup.Capability, truncated bool) {
+// capSource selects what boundedCapsLocked lists of a member.
+type capSource uint8
+
+const (
+	fromRoster capSource = 1 << iota // its roster entry's capabilities
+	fromGrants                       // those of the space's live grants to it
+)
+
+// boundedCapsLocked returns the capabilities of m in space that from
+// selects (never nil, a deep copy): its roster entry's, then its live
+// grants', oldest first, each granted one with its grant's id unless it
+// has its own (what revoke --grant-id takes), as many as fit whole in
+// max bytes of JSON text. truncated reports that some were left out.
+// A member may hold many grants, large ones, from peers, and a roster
+// entry up to meup.MaxCapabilities of meup.MaxCapabilityJSON each: every
+// list a message or a listing carries is cut here.
+// It scans the space's grants once (welcomeLocked runs it per member:
+// members × grants), and the text it builds is bounded by max.
+func (e *Engine) boundedCapsLocked(space string, m *memberState, from capSource, max int) (caps []meup.Capability, truncated bool) {
+	caps = []meup.Capability{}
 	size := len("[]")
-	for _, g := range e.grants[space] {
-		if g.g.Grantee != key {
-			continue
+	add := func(c meup.Capability, id string) bool {
+		if c.ID == "" {
+			c.ID = id
 		}
-		for _, c := range cloneCaps(g.g.Capabilities) {
-			if c.ID == "" {
-				c.ID = g.g.ID // shown: what revoke --grant-id takes
+		b, err := json.Marshal(c)
+		if err != nil || size+len(b)+1 > max {
+			return false
+		}
+		size += len(b) + 1
+		caps = append(caps, meup.Capability{ID: c.ID, Kind: bytes.Clone(c.Kind), Payload: bytes.Clone(c.Payload)})
+		return true
+	}
+	if from&fromRoster != 0 {
+		for _, c := range m.Capabilities {
+			if !add(c, "") {
+				return caps, true
 			}
-			b, err := json.Marshal(c)
-			if err != nil || size+len(b)+1 > max {
-				return out, true
-			}
-			size += len(b) + 1
-			out = append(out, c)
 		}
 	}
-	return out, false
+	if from&fromGrants != 0 {
+		for _, g := range e.grants[space] {
+			if g.g.Grantee != m.Key {
+				continue
+			}
+			for _, c := range g.g.Capabilities {
+				if !add(c, g.g.ID) {
+					return caps, true
+				}
+			}
+		}
+	}
+	return caps, false
 }
 
 // maxListedGrantBytes bounds the JSON text of one member's grants in
@@ -448,45 +478,10 @@ const maxListedGrantBytes = 64 << 10
 // the answer larger than a payload may be (and it would not be sent).
 const maxErrorCapabilityBytes = 64 << 10
 
-// enforcedBoundedLocked returns the capabilities this node enforces for
-// m (roster ∪ live grants, each granted one with its grant's id unless it
-// has its own; never nil) cut to at most max bytes of JSON text: the
-// roster entry's capabilities, then the grants', oldest first, as many
-// as fit whole. truncated reports that some were left out.
-// It scans the space's grants once (welcomeLocked runs it per member:
-// members × grants), and the text it builds is bounded by max.
-func (e *Engine) enforcedBoundedLocked(space string, m *memberState, max int) (caps []meup.Capability, truncated bool) {
-	caps = []meup.Capability{}
-	size := len("[]")
-	add := func(c meup.Capability, id string) bool {
-		if c.ID == "" {
-			c.ID = id // shown: what revoke --grant-id takes
-		}
-		b, err := json.Marshal(c)
-		if err != nil || size+len(b)+1 > max {
-			return false
-		}
-		size += len(b) + 1
-		caps = append(caps, meup.Capability{ID: c.ID, Kind: bytes.Clone(c.Kind), Payload: bytes.Clone(c.Payload)})
-		return true
-	}
-	for _, c := range m.Capabilities {
-		if !add(c, "") {
-			return caps, true
-		}
-	}
-	for _, g := range e.grants[space] {
-		if g.g.Grantee != m.Key {
-			continue
-		}
-		for _, c := range g.g.Capabilities {
-			if !add(c, g.g.ID) {
-				return caps, true
-			}
-		}
-	}
-	return caps, false
-}
+// maxPresenceCapabilityBytes bounds the JSON text of the capabilities a
+// system/presence carries: a roster entry may hold more than a payload
+// may (and the presence would not be sent at all).
+const maxPresenceCapabilityBytes = 64 << 10
 
 // grantsChangedLocked drops the cached matchers of space's members.
 func (e *Engine) grantsChangedLocked(space string) {

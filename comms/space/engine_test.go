@@ -471,6 +471,78 @@ func TestAnnounce(t *testing.T) {
 	}
 }
 
+// A node whose roster entry holds more capabilities than a payload may
+// carry still announces itself: its presence lists as many of them as
+// fit, in roster order, says that it cut the list, and is sent; in a
+// space where its entry is small, the presence lists it whole.
+func TestAnnounceCapabilitiesBounded(t *testing.T) {
+	var caps []string
+	for i := range meup.MaxCapabilities {
+		var fields []string
+		for j := range 14 {
+			fields = append(fields, fmt.Sprintf(`"p%d":"%s"`, j, strings.Repeat("p", 500)))
+		}
+		caps = append(caps, fmt.Sprintf(`{"kind":"x/%d","payload":{%s}}`, i, strings.Join(fields, ",")))
+	}
+	all := "[" + strings.Join(caps, ",") + "]"
+	if len(all) < 3*meup.MaxPayloadBytes/2 {
+		t.Fatalf("the roster entry's capabilities are %d bytes: not over the payload limit by far", len(all))
+	}
+	r, err := space.ParseRoster([]byte(fmt.Sprintf(`{"spaces": [
+	  {"name": "lab", "members": [{"key": %q, "id": "alice", "capabilities": %s}, {"key": %q, "id": "bob", "capabilities": [{"kind": "chat"}]}]},
+	  {"name": "desk", "members": [{"key": %q, "id": "alice", "capabilities": [{"kind": "chat"}]}, {"key": %q, "id": "bob", "capabilities": [{"kind": "chat"}]}]}
+	]}`, kAlice, all, kBob, kAlice, kBob)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snd := &fakeSender{t: t}
+	e, err := space.New(newFakeStore(), snd, r, space.Options{Self: kAlice, Trusted: func(k identity.PeerID) bool { return k == kBob }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, event := range []string{space.EventJoin, space.EventLeave} {
+		e.Announce(context.Background(), event)
+		sent := map[string]sentCopy{}
+		for _, c := range snd.take() {
+			sent[c.Space] = c
+		}
+		if len(sent) != 2 {
+			t.Fatalf("%s: presence sent in %d spaces, want lab and desk", event, len(sent))
+		}
+		for name, c := range sent {
+			if n := len(c.Env.Payload); c.Env.Kind != meup.KindSystemPresence || c.To != kBob || n > meup.MaxPayloadBytes {
+				t.Fatalf("%s in %s: %s to %v, payload %d bytes", event, name, c.Env.Kind, c.To, n)
+			}
+			p := decode[struct {
+				Event       string `json:"event"`
+				Participant struct {
+					ID           string            `json:"id"`
+					Capabilities []meup.Capability `json:"capabilities"`
+					Truncated    *bool             `json:"capabilities_truncated"`
+				} `json:"participant"`
+			}](t, c.Env.Payload)
+			got := p.Participant
+			if p.Event != event || got.ID != "alice" {
+				t.Errorf("%s in %s: event %q, participant %q", event, name, p.Event, got.ID)
+			}
+			if name == "desk" {
+				if got.Truncated != nil || len(got.Capabilities) != 1 || string(got.Capabilities[0].Kind) != `"chat"` {
+					t.Errorf("%s in desk: %d capabilities (truncated %v), want its one, whole", event, len(got.Capabilities), got.Truncated)
+				}
+				continue
+			}
+			if got.Truncated == nil || !*got.Truncated || len(got.Capabilities) < 2 || len(got.Capabilities) >= meup.MaxCapabilities {
+				t.Fatalf("%s in lab: %d of %d capabilities, truncated %v: want some, cut and marked", event, len(got.Capabilities), meup.MaxCapabilities, got.Truncated)
+			}
+			for i, c := range got.Capabilities {
+				if string(c.Kind) != fmt.Sprintf(`"x/%d"`, i) || c.ID != "" || len(c.Payload) < 14*500 {
+					t.Fatalf("%s in lab: capability %d is %s (id %q, payload %d bytes), want the roster's, in order, whole", event, i, c.Kind, c.ID, len(c.Payload))
+				}
+			}
+		}
+	}
+}
+
 // TestSetRoster: a new roster keeps what was learnt about members that
 // stay; an invalid one is refused whole.
 func TestSetRoster(t *testing.T) {

@@ -12,10 +12,13 @@ import (
 // Announce sends system/presence (event "join" or "leave") as this node's
 // participant to every other active member of every space it is in:
 // payload {"event", "participant": {"id", "capabilities"}} with its roster
-// capabilities. A join is sent reliably without waiting for the network;
-// a leave (the node is stopping) directly, bounded by ctx. Announce
-// returns once every copy's SendMEUP returned; failures are logged, as is
-// an unknown event (a bug), which sends nothing.
+// capabilities, as many as fit whole in maxPresenceCapabilityBytes of
+// JSON (a list that was cut says "capabilities_truncated": true, so the
+// presence always fits a payload). A join is sent reliably without
+// waiting for the network; a leave (the node is stopping) directly,
+// bounded by ctx. Announce returns once every copy's SendMEUP returned;
+// failures are logged, as is an unknown event (a bug), which sends
+// nothing.
 func (e *Engine) Announce(ctx context.Context, event string) {
 	var o SendOptions
 	switch event {
@@ -40,10 +43,9 @@ func (e *Engine) Announce(ctx context.Context, event string) {
 		if sp == nil || sp.self == nil {
 			continue
 		}
-		payload, err := json.Marshal(presencePayload{
-			Event:       event,
-			Participant: participantInfo{ID: sp.self.ID, Capabilities: cloneCaps(sp.self.Capabilities)},
-		})
+		p := presencePayload{Event: event, Participant: participantInfo{ID: sp.self.ID}}
+		p.Participant.Capabilities, p.Participant.CapabilitiesTruncated = e.boundedCapsLocked(c.Name, sp.self, fromRoster, maxPresenceCapabilityBytes)
+		payload, err := json.Marshal(p)
 		if err != nil {
 			e.log.Error("space: bug: presence payload does not marshal", "err", err)
 			continue
@@ -164,7 +166,10 @@ func (e *Engine) Spaces() []Info {
 				Capabilities: cloneCaps(m.Capabilities),
 				Refused:      m.refused,
 			}
-			mi.Granted, mi.GrantedTruncated = e.grantedLocked(c.Name, m.Key, maxListedGrantBytes)
+			mi.Granted, mi.GrantedTruncated = e.boundedCapsLocked(c.Name, m, fromGrants, maxListedGrantBytes)
+			if len(mi.Granted) == 0 {
+				mi.Granted = nil // none: granted is left out
+			}
 			if !m.lastSeen.IsZero() {
 				t := m.lastSeen
 				mi.LastSeen = &t

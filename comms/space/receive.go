@@ -264,7 +264,7 @@ func (e *Engine) refuseLocked(in *inbound, now time.Time, reason, detail string,
 	caps := []meup.Capability{}
 	truncated := false
 	if in.m != nil {
-		caps, truncated = e.enforcedBoundedLocked(in.space, in.m, maxErrorCapabilityBytes)
+		caps, truncated = e.boundedCapsLocked(in.space, in.m, fromRoster|fromGrants, maxErrorCapabilityBytes)
 	}
 	payload := map[string]any{
 		"error":             reason,
@@ -433,7 +433,8 @@ type presencePayload struct {
 }
 
 // participantInfo is a participant in presence and welcome payloads.
-// CapabilitiesTruncated (welcome only) says that some were left out.
+// CapabilitiesTruncated says that some of its capabilities were left out
+// (to keep the payload under the limit).
 type participantInfo struct {
 	ID                    string            `json:"id"`
 	Capabilities          []meup.Capability `json:"capabilities"`
@@ -461,13 +462,13 @@ const maxWelcomeBytes = 192 << 10
 // in roster order as long as their ids fit; the room left is shared
 // among their capabilities (each at most maxErrorCapabilityBytes, what
 // one leaves unused goes to those after it). Each list is cut as
-// enforcedBoundedLocked cuts it: roster entry first, then grants, oldest
+// boundedCapsLocked cuts it: roster entry first, then grants, oldest
 // first. Its cost is bounded by the budget and the roster, not by what
 // the members hold.
 func (e *Engine) welcomeLocked(sp *spaceState, m *memberState) welcomePayload {
 	name := sp.cfg.Name
 	w := welcomePayload{You: participantInfo{ID: m.ID}, Participants: []participantInfo{}}
-	w.You.Capabilities, w.You.CapabilitiesTruncated = e.enforcedBoundedLocked(name, m, maxErrorCapabilityBytes)
+	w.You.Capabilities, w.You.CapabilitiesTruncated = e.boundedCapsLocked(name, m, fromRoster|fromGrants, maxErrorCapabilityBytes)
 	size := jsonLen(w) + len(`,"participants_truncated":true`)
 	// Every entry listed with its id and no capabilities, as many as fit.
 	var listed []*memberState
@@ -487,7 +488,7 @@ func (e *Engine) welcomeLocked(sp *spaceState, m *memberState) welcomePayload {
 	left := maxWelcomeBytes - size
 	for i, o := range listed {
 		share := min(maxErrorCapabilityBytes, left/(len(listed)-i))
-		caps, truncated := e.enforcedBoundedLocked(name, o, share+len("[]"))
+		caps, truncated := e.boundedCapsLocked(name, o, fromRoster|fromGrants, share+len("[]"))
 		left -= jsonLen(caps) - len("[]")
 		w.Participants = append(w.Participants, participantInfo{ID: o.ID, Capabilities: caps, CapabilitiesTruncated: truncated})
 	}
