@@ -151,6 +151,43 @@ func appendCanonical(dst []byte, v any) ([]byte, error) {
 	return dst, fmt.Errorf("card: bug: %T in a JSON tree", v)
 }
 
+// canonicalSize is len(appendCanonical(nil, v)), counted without
+// sorting members, whose order does not change the length.
+func canonicalSize(v any) (int, error) {
+	var scratch []byte
+	var size func(v any) (int, error)
+	size = func(v any) (int, error) {
+		switch t := v.(type) {
+		case []any:
+			n := 2 + max(0, len(t)-1) // [ ] and commas
+			for _, item := range t {
+				m, err := size(item)
+				if err != nil {
+					return 0, err
+				}
+				n += m
+			}
+			return n, nil
+		case map[string]any:
+			n := 2 + max(0, len(t)-1) // { } and commas
+			for k, item := range t {
+				scratch = appendString(scratch[:0], k)
+				n += len(scratch) + 1 // name :
+				m, err := size(item)
+				if err != nil {
+					return 0, err
+				}
+				n += m
+			}
+			return n, nil
+		}
+		var err error
+		scratch, err = appendCanonical(scratch[:0], v)
+		return len(scratch), err
+	}
+	return size(v)
+}
+
 // compareUTF16 orders strings by their UTF-16 code units (RFC 8785 §3.2.3).
 func compareUTF16(a, b string) int {
 	return slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))

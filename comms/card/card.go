@@ -1,6 +1,7 @@
 package card
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -15,8 +16,19 @@ import (
 
 // Limits of a card (docs/protocol.md, "Agent cards").
 const (
-	// MaxSize bounds a card's JSON text, signed or not (64 KiB).
+	// MaxSize bounds a card, signed or not (64 KiB): the length of its
+	// canonical form (see the package doc; a signed card's with its
+	// pubkey and signature), which Sign measures and the signature
+	// covers. It is the same whatever text carried the card, so a card
+	// Sign accepts is within the limit for every peer.
 	MaxSize = 64 << 10
+	// MaxText bounds the JSON text Parse and ParseSigned read (512 KiB).
+	// Other writers spell a card differently: \u0008 for \b (the wire's
+	// JSON), \u003c for < (Go's encoding/json), 1e-07 for 1e-7,
+	// whitespace. Written compactly, any escaping takes at most six bytes
+	// for one byte of canonical text, so the text of a card within
+	// MaxSize is within MaxText however it was escaped.
+	MaxText = 8 * MaxSize
 	// MaxDepth bounds the nesting of a card's JSON (the card object is
 	// level 1, so a params schema may nest 28 levels).
 	MaxDepth = 32
@@ -164,8 +176,9 @@ func checkText(what, s string, max int, multiline bool) error {
 }
 
 // Parse reads an unsigned card (the home's card.json): a JSON object of
-// at most MaxSize bytes with only the members of [Card], which must be
-// valid. Its params schemas come back in canonical form.
+// at most MaxText bytes, MaxSize in canonical form, with only the members
+// of [Card], which must be valid. Its params schemas come back in
+// canonical form.
 func Parse(data []byte) (Card, error) {
 	m, err := parseObject(data)
 	if err != nil {
@@ -174,10 +187,11 @@ func Parse(data []byte) (Card, error) {
 	return fromTree(m, true)
 }
 
-// ParseSigned reads a signed card and checks it: the limits, the members
-// of [Card] (others are kept, and covered by the signature), and the
-// signature against the key in "pubkey". It does not say whom that key
-// belongs to: see [Signed.Check].
+// ParseSigned reads a signed card and checks it: the limits (MaxText
+// bytes of text in any spelling, MaxSize in canonical form, as Sign
+// measures), the members of [Card] (others are kept, and covered by the
+// signature), and the signature against the key in "pubkey". It does not
+// say whom that key belongs to: see [Signed.Check].
 func ParseSigned(data []byte) (Signed, error) {
 	m, err := parseObject(data)
 	if err != nil {
@@ -217,8 +231,9 @@ func (s Signed) Check(want identity.PeerID) error {
 	return nil
 }
 
-// Sign validates c and signs it with kp. The signed card's JSON is at
-// most MaxSize bytes, so that every peer can read it.
+// Sign validates c and signs it with kp. The signed card's canonical
+// form (its MarshalJSON) is at most MaxSize bytes, so that every peer
+// can read it, however the card travels.
 func Sign(kp *identity.Keypair, c Card) (Signed, error) {
 	if err := c.Validate(); err != nil {
 		return Signed{}, err
@@ -238,12 +253,10 @@ func Sign(kp *identity.Keypair, c Card) (Signed, error) {
 	if s.Card, err = fromTree(m, false); err != nil {
 		return Signed{}, err
 	}
-	b, err := s.MarshalJSON()
-	if err != nil {
+	// The limit ParseSigned applies, on the same canonical bytes: what
+	// is signed here is read by every peer, whatever carries it.
+	if err := checkSize(m); err != nil {
 		return Signed{}, err
-	}
-	if len(b) > MaxSize {
-		return Signed{}, fmt.Errorf("%w: the signed card takes %d bytes, at most %d", ErrMalformed, len(b), MaxSize)
 	}
 	return s, nil
 }
@@ -279,10 +292,11 @@ func signingBytes(m map[string]any) ([]byte, error) {
 	return b, err
 }
 
-// parseObject reads a card's JSON object, within the limits.
+// parseObject reads a card's JSON object, within the limits: at most
+// MaxText bytes of text, at most MaxSize in canonical form.
 func parseObject(data []byte) (map[string]any, error) {
-	if len(data) > MaxSize {
-		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMalformed, len(data), MaxSize)
+	if len(data) > MaxText {
+		return nil, fmt.Errorf("%w: %d bytes of JSON text, at most %d", ErrMalformed, len(data), MaxText)
 	}
 	v, err := parseTree(data)
 	if err != nil {
@@ -292,7 +306,22 @@ func parseObject(data []byte) (map[string]any, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: a card is a JSON object", ErrMalformed)
 	}
+	if err := checkSize(m); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// checkSize refuses a card object whose canonical form is over MaxSize.
+func checkSize(m map[string]any) error {
+	n, err := canonicalSize(m)
+	if err != nil {
+		return err
+	}
+	if n > MaxSize {
+		return fmt.Errorf("%w: the card takes %d bytes in canonical form, at most %d", ErrMalformed, n, MaxSize)
+	}
+	return nil
 }
 
 // fromTree reads a Card from a parsed object. strict refuses members
@@ -407,14 +436,27 @@ func toTree(c Card) (map[string]any, error) {
 }
 
 // MarshalIndent returns c as the home's card.json holds it: indented
-// JSON, params schemas in canonical form.
+// JSON, params schemas in canonical form, < > & unescaped. If indenting
+// would take it past MaxText (deeply nested schemas), it is on one line
+// instead, so that Parse reads back every card within MaxSize.
 func (c Card) MarshalIndent() ([]byte, error) {
 	if c.Intents == nil {
 		c.Intents = []Intent{}
 	}
-	b, err := json.MarshalIndent(c, "", "  ")
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(c); err != nil {
 		return nil, err
 	}
-	return append(b, '\n'), nil
+	if buf.Len() <= MaxText {
+		return buf.Bytes(), nil
+	}
+	buf.Reset()
+	enc.SetIndent("", "")
+	if err := enc.Encode(c); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

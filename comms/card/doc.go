@@ -25,10 +25,14 @@
 // # Limits
 //
 // Everything here reads text another node wrote. A signed card is at
-// most [MaxSize] bytes, nests at most [MaxDepth] levels, lists at most
-// [MaxIntents] intents; names, descriptions and contact text have length
-// limits; invalid UTF-8 and repeated member names are refused. Errors
-// never quote the card's text.
+// most [MaxSize] bytes in canonical form, the form [Sign] measures and
+// the signature covers, so a card Sign accepts is within the limit
+// however it travels (in a wire value and back to JSON, in a file) and
+// whatever escapes its text comes with (read up to [MaxText] bytes). It
+// nests at most [MaxDepth] levels and lists at most [MaxIntents] intents;
+// names, descriptions and contact text have length limits; invalid UTF-8
+// and repeated member names are refused. Errors never quote the card's
+// text.
 //
 // The package has no state: its functions are safe for concurrent use.
 package card

@@ -2,13 +2,18 @@ package card
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzParseSigned: ParseSigned never panics, fails only with the
-// package's errors, and what it accepts encodes canonically to a card it
-// accepts again, byte for byte the same.
+// package's errors, and what it accepts encodes canonically, within
+// MaxSize, to a card it accepts again, byte for byte the same. A card
+// Parse accepts and Sign signs reads back however it travels.
 func FuzzParseSigned(f *testing.F) {
 	kp := keypair(f)
 	s, err := Sign(kp, goodCard)
@@ -24,8 +29,12 @@ func FuzzParseSigned(f *testing.F) {
 			if err := c.Validate(); err != nil {
 				t.Fatalf("Parse accepted an invalid card: %v", err)
 			}
-			if _, err := Sign(kp, c); err != nil && !errors.Is(err, ErrMalformed) {
+			s, err := Sign(kp, c)
+			if err != nil && !errors.Is(err, ErrMalformed) {
 				t.Fatalf("Sign of a parsed card: %v", err)
+			}
+			if err == nil {
+				roundTrip(t, kp, s)
 			}
 		} else if !errors.Is(err, ErrMalformed) {
 			t.Fatalf("Parse: unexpected error %v", err)
@@ -41,6 +50,9 @@ func FuzzParseSigned(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(out) > MaxSize {
+			t.Fatalf("accepted a card of %d bytes in canonical form", len(out))
+		}
 		again, err := ParseSigned(out)
 		if err != nil {
 			t.Fatalf("canonical form refused: %v", err)
@@ -48,6 +60,62 @@ func FuzzParseSigned(f *testing.F) {
 		out2, _ := again.MarshalJSON()
 		if !bytes.Equal(out, out2) {
 			t.Fatal("canonical form not stable")
+		}
+	})
+}
+
+// FuzzSignRoundTrip: a card Sign accepts, with text repeated up to and
+// past the limit in its schema (any characters) or its description,
+// reads back on a peer from any form it travels in (roundTrip), and
+// card.json of it reads back too.
+func FuzzSignRoundTrip(f *testing.F) {
+	kp := keypair(f)
+	f.Add("\b", uint16(30000), false)
+	f.Add("<\u2028😀\x00\f", uint16(6000), false)
+	f.Add("<&>", uint16(1300), true)
+	f.Add("a", uint16(65000), false)
+	f.Fuzz(func(t *testing.T, text string, reps uint16, inDescription bool) {
+		if len(text)*int(reps) > 2*MaxSize {
+			return
+		}
+		long := strings.Repeat(text, int(reps))
+		var c Card
+		if inDescription {
+			// take is the next n bytes of long at most, whole characters.
+			take := func(n int) string {
+				k := min(len(long), n)
+				for k < len(long) && k > 0 && !utf8.RuneStart(long[k]) {
+					k--
+				}
+				s := long[:k]
+				long = long[k:]
+				return s
+			}
+			c = Card{Name: "n", Description: take(MaxDescriptionLen)}
+			for i := range MaxIntents {
+				c.Intents = append(c.Intents, Intent{Name: fmt.Sprintf("i%d", i), Description: take(MaxIntentDescriptionLen)})
+			}
+		} else {
+			schema, err := json.Marshal(map[string]string{text: long})
+			if err != nil {
+				return
+			}
+			c = Card{Name: "n", Intents: []Intent{{Name: "x", ParamsSchema: schema}}}
+		}
+		s, err := Sign(kp, c)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Sign: unexpected error %v", err)
+			}
+			return
+		}
+		roundTrip(t, kp, s)
+		data, err := c.MarshalIndent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Parse(data); err != nil {
+			t.Fatalf("card.json of a card Sign accepts: %v", err)
 		}
 	})
 }
@@ -64,6 +132,9 @@ func FuzzCanonical(f *testing.F) {
 		out, err := appendCanonical(nil, v)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if n, err := canonicalSize(v); err != nil || n != len(out) {
+			t.Fatalf("canonicalSize %d (%v), want %d", n, err, len(out))
 		}
 		v2, err := parseTree(out)
 		if err != nil {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -207,7 +208,7 @@ func newCards(serve bool) *cards {
 // cardFile is a kept peer card as stored in the home.
 type cardFile struct {
 	FetchedAt time.Time       `json:"fetched_at"`
-	Card      json.RawMessage `json:"card"` // the signed card as received
+	Card      json.RawMessage `json:"card"` // the signed card, canonical
 }
 
 // interceptCard handles, before the inbox, what belongs to the card
@@ -323,7 +324,7 @@ func (n *Node) loadCard() (card.Card, bool, error) {
 	if err := filemode.Current().FileInfo(path, st); err != nil { // swapped since the check
 		return card.Card{}, false, errorf(CodeBadArgument, "%s", UserText(err))
 	}
-	data, err := io.ReadAll(io.LimitReader(f, card.MaxSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, card.MaxText+1))
 	if err != nil {
 		return card.Card{}, false, err
 	}
@@ -470,7 +471,7 @@ func (n *Node) loadKeptLocked(id identity.PeerID) (keptCard, bool) {
 	}
 	k := keptCard{mtime: st.ModTime(), size: st.Size()}
 	c.kept[id] = k // a file that does not verify is not read again until it changes
-	data, err := readSmall(path, card.MaxSize+4096)
+	data, err := readSmall(path, card.MaxText+4096)
 	if err != nil {
 		n.log.Warn("kept card ignored", "path", path, "err", err)
 		return keptCard{}, false
@@ -523,15 +524,21 @@ func (n *Node) cardSummary(id identity.PeerID) *CardSummary {
 }
 
 // keep stores a verified card for peer id, in memory and in the home.
+// The file holds the card's canonical bytes as they are: neither
+// indented nor with < > & escaped, which could take a card within
+// card.MaxSize past what is read back.
 func (n *Node) keep(id identity.PeerID, s card.Signed, at time.Time) error {
 	b, err := s.MarshalJSON()
 	if err != nil {
 		return err
 	}
-	data, err := json.MarshalIndent(cardFile{FetchedAt: at.UTC(), Card: b}, "", "  ")
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(cardFile{FetchedAt: at.UTC(), Card: b}); err != nil {
 		return err
 	}
+	data := buf.Bytes()
 	n.cards.mu.Lock()
 	defer n.cards.mu.Unlock()
 	if err := os.MkdirAll(n.h.CardsDir(), 0o700); err != nil {
@@ -600,12 +607,13 @@ func (n *Node) FetchCard(ctx context.Context, peer string) (PeerCard, error) {
 		case wire.StatusFailed:
 			return PeerCard{}, badCard("%s declined to give its card", p.Name)
 		}
+		// b is this node's JSON for the CBOR value the peer sent, not the
+		// text the peer signed: its escapes and numbers may take more
+		// bytes (\u0008 for \b, 1e-07 for 1e-7). ParseSigned measures the
+		// card's canonical form, as Sign did on the peer.
 		b, err := resp.Kind.Result().MarshalJSON()
 		if err != nil {
 			return PeerCard{}, badCard("the card %s sent is not JSON", p.Name)
-		}
-		if len(b) > card.MaxSize {
-			return PeerCard{}, badCard("the card %s sent is %d bytes, over the %d-byte limit", p.Name, len(b), card.MaxSize)
 		}
 		s, err := card.ParseSigned(b)
 		if err == nil {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -353,5 +354,129 @@ func TestFetchCardBetweenNodes(t *testing.T) {
 	// The SQLite home keeps it across a restart.
 	if !bob.hasVerifiedCard(alice.h.Key.ID()) {
 		t.Fatal("not kept")
+	}
+}
+
+// cardAtLimit is a card whose signed form takes exactly card.MaxSize
+// bytes: its description filled with desc (repeated up to 4096 bytes),
+// then its schema holding schemaText repeated, then padding.
+func cardAtLimit(t *testing.T, kp *identity.Keypair, desc, schemaText string) card.Card {
+	t.Helper()
+	build := func(n, pad int) card.Card {
+		s, err := json.Marshal(map[string]string{"s": strings.Repeat(schemaText, n), "z": strings.Repeat("a", pad)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := strings.Repeat(desc, card.MaxDescriptionLen/max(1, len(desc)))
+		return card.Card{Name: "big <card>", Description: d, Intents: []card.Intent{{Name: "x", Description: "<&>", ParamsSchema: s}}}
+	}
+	size := func(c card.Card) int {
+		s, err := card.Sign(kp, c)
+		if err != nil {
+			t.Fatalf("test bug: %v", err)
+		}
+		b, _ := s.MarshalJSON()
+		return len(b)
+	}
+	base := size(build(0, 0))
+	unit := size(build(1, 0)) - base
+	n := (card.MaxSize - base) / unit
+	c := build(n, card.MaxSize-base-n*unit)
+	if got := size(c); got != card.MaxSize {
+		t.Fatalf("test bug: %d bytes", got)
+	}
+	return c
+}
+
+// A card at the size limit, whose text other writers escape with more
+// bytes (\b is \u0008 in the wire's JSON, < is \u003c in Go's), is
+// fetched, kept and read back from the home, byte for byte as signed.
+func TestFetchCardAtTheLimit(t *testing.T) {
+	cases := []struct{ name, desc, schema string }{
+		{"backspace", "", "\b"},
+		{"form feed", "", "\f"},
+		{"every control character", "\t\n", "\x00\x01\x02\x03\x04\x05\x06\x07\b\t\n\x0b\f\r\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f\x7f"},
+		{"html", "<>&", "<>&"},
+		{"line separators", "\u2028", "\u2028\u2029"},
+		{"non-BMP", "😀", "😀"},
+		{"mixed", "<é\u2028", "<\b😀\u2028\f\"\\"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var want []byte
+			alice, mk := cardPeers(t, func(identity.PeerID) (wire.Status, wire.Value) {
+				v, err := wire.ParseJSON(want)
+				if err != nil {
+					t.Error(err)
+				}
+				return wire.StatusCompleted, v
+			})
+			s, err := card.Sign(mk, cardAtLimit(t, mk, c.desc, c.schema))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ = s.MarshalJSON()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			pc, err := alice.FetchCard(ctx, "mallory")
+			if err != nil || pc.Name != "big <card>" {
+				t.Fatalf("FetchCard of a card Sign accepted: %+v, %v", pc.CardInfo.Name, err)
+			}
+			k, ok := alice.keptCard(mk.ID())
+			if !ok {
+				t.Fatal("the fetched card is not kept: its file does not read back")
+			}
+			if got, _ := k.s.MarshalJSON(); !bytes.Equal(got, want) {
+				t.Fatal("the kept card differs from the signed one")
+			}
+		})
+	}
+}
+
+// The same between two meerkatd nodes: a card set at the limit through
+// CardEdit (card.json, signed when asked) is fetched by the peer.
+func TestFetchCardBetweenNodesAtTheLimit(t *testing.T) {
+	cases := []struct{ name, desc, schema string }{
+		{"backspace", "", "\b"},
+		{"html and line separators", "<\u2028&", "\b<\f"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			alice, bob := fullTestNode(t, "alice"), fullTestNode(t, "bob")
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			o, err := alice.PairOffer(ctx, PairOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := bob.PairAccept(ctx, o.Line, ""); err != nil {
+				t.Fatal(err)
+			}
+			c := cardAtLimit(t, alice.h.Key, tc.desc, tc.schema)
+			in := c.Intents[0]
+			if _, err := alice.CardEdit(ctx, CardEdit{Name: &c.Name, Description: &c.Description,
+				AddIntent: &CardIntentEdit{Name: in.Name, Description: in.Description, ParamsSchema: in.ParamsSchema}}); err != nil {
+				t.Fatalf("CardEdit of a card Sign accepts: %v", err)
+			}
+			own, err := alice.signedCard()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := own.MarshalJSON()
+			if len(want) != card.MaxSize {
+				t.Fatalf("test bug: %d bytes", len(want))
+			}
+			pc, err := bob.FetchCard(ctx, "alice")
+			if err != nil || pc.Description != c.Description {
+				t.Fatalf("fetch: %v", err)
+			}
+			k, ok := bob.keptCard(alice.h.Key.ID())
+			if !ok {
+				t.Fatal("not kept")
+			}
+			if got, _ := k.s.MarshalJSON(); !bytes.Equal(got, want) {
+				t.Fatal("the kept card differs from the signed one")
+			}
+		})
 	}
 }
