@@ -79,6 +79,7 @@ var allowed = map[string][]string{
 	"internal/systemdunit": {},
 	"internal/completion":  {},
 	"internal/termtext":    {},
+	"internal/flagdoc":     {},
 	// The core.
 	"inbox/store": {module + "/inbox", module + "/comms/outbox", module + "/comms/space", module + "/comms/meup",
 		module + "/identity", "modernc.org/sqlite", module + "/internal/filemode"},
@@ -107,7 +108,8 @@ var allowed = map[string][]string{
 		module + "/comms/natsrelay"},
 	"cmd/meerkatd": {module + "/comms/control", module + "/comms/node", module + "/comms/node/nodetext", module + "/mcpserver", module + "/bench", module + "/comms/audit",
 		module + "/comms/outbox", module + "/config", module + "/identity", module + "/transport", module + "/trust", module + "/trust/pair",
-		module + "/internal/atomicfile", module + "/internal/sdnotify", module + "/internal/systemdunit", module + "/internal/completion", module + "/internal/termtext"},
+		module + "/internal/atomicfile", module + "/internal/sdnotify", module + "/internal/systemdunit", module + "/internal/completion", module + "/internal/termtext",
+		module + "/internal/flagdoc"},
 }
 
 // forbidden are arrows that must not exist even indirectly: the core never

@@ -214,7 +214,7 @@ func parseOnly(v string) (map[string]bool, error) {
 }
 
 // Usage is the synopsis of `meerkatd bench`.
-const Usage = "meerkatd bench [--reps N] [--transport uds|tcp|tls|nats|nats-unsealed,...|both|all] [--duration DUR] [--msgs N] [--only GROUPS] [--nats PATH] [--nats-url URL] [--json] [--html FILE] [--gate] [--quick]"
+const Usage = "meerkatd bench [--reps N] [--transport uds|tcp|tls|nats|nats-unsealed,...|both|all] [--duration DUR] [--msgs N] [--idle-conns N] [--only GROUPS] [--nats PATH] [--nats-url URL] [--json] [--html FILE] [--gate] [--quick]"
 
 // Help explains the scenarios, anchors and checks of `meerkatd bench`.
 const Help = `Runs the performance suite against real "meerkatd run" processes

@@ -18,7 +18,7 @@ func runBroadcast(e *env, args []string) error {
 	var peers stringList
 	flags.Var(&peers, "peer", "only this `peer` (name, key or UUID; repeatable)")
 	direct := flags.Bool("direct", false, "one attempt per peer instead of a reliable send through the outbox")
-	ttl := flags.Duration("ttl", 0, "reliable: give up on a copy not acked within this `long` (default outbox.default_ttl_secs)")
+	ttl := flags.Duration("ttl", 0, "reliable: give up on a copy not acked within `DUR` (default outbox.default_ttl_secs)")
 	task := flags.String("task", "", "send under task `ID`")
 	idemKey := flags.String("idempotency-key", "", "make a retry safe: a broadcast with a `KEY` used before prints the first one's result without sending")
 	pos, err := parseArgs(e, flags, args)
@@ -74,7 +74,7 @@ func runTask(e *env, args []string) error {
 		sub = "list"
 	}
 	flags, homeFlag, asJSON := e.newCmd("task "+sub, "")
-	wait := flags.Duration("wait", 0, "wait: wait this `long` (30s, 5m; at most 10m) for the completion")
+	wait := flags.Duration("wait", 0, "wait: wait up to `DUR` (30s, 5m; at most 10m) for the completion")
 	state := flags.String("state", "", "list: only tasks in `state` (open, completed)")
 	idemKey := flags.String("idempotency-key", "", "complete: make a retry safe: a completion with a `KEY` used before prints the first one's result and sends nothing")
 	pos, err := parseArgs(e, flags, args)

@@ -189,8 +189,20 @@ func TestHelpEverywhereCreatesNothing(t *testing.T) {
 				t.Errorf("stdout lacks the global usage\n%s", r)
 			case c.usage != "" && !strings.HasPrefix(r.stdout, "usage: "+c.usage+"\n"):
 				t.Errorf("stdout does not start with the command's usage %q\n%s", c.usage, r)
-			case c.flags && !strings.Contains(r.stdout, "\nflags:\n"):
-				t.Errorf("stdout lacks the flags\n%s", r)
+			case c.flags && strings.Contains(c.usage, "--") != strings.Contains(r.stdout, "\nflags:\n"):
+				// a flags section lists the flags the usage names, and a
+				// command without flags has no empty one
+				t.Errorf("the usage names flags: %v; stdout has a flags section: %v\n%s", strings.Contains(c.usage, "--"), strings.Contains(r.stdout, "\nflags:\n"), r)
+			}
+			// Every flag the section lists is in the usage line, which
+			// the shell completion is made from.
+			_, section, _ := strings.Cut(r.stdout, "\nflags:\n")
+			for _, l := range strings.Split(section, "\n") {
+				if f, ok := strings.CutPrefix(l, "  --"); ok {
+					if f, _, _ = strings.Cut(f, " "); !strings.Contains(c.usage, "--"+f) {
+						t.Errorf("%v: the usage does not name --%s", c.args, f)
+					}
+				}
 			}
 		}()
 	}
@@ -687,5 +699,25 @@ func TestUntrustedSenderHint(t *testing.T) {
 	}
 	if items := bob.inbox(); len(items) != 0 {
 		t.Errorf("bob holds refused envelopes: %s", jsonText(items))
+	}
+}
+
+// A bad value of an inbox flag is named in the error.
+func TestInboxBadFlagNamed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--limit", "-1"}, "--limit must not be negative"},
+		{[]string{"--wait", "-1s"}, "--wait must not be negative"},
+		{[]string{"--page", "0"}, "--page is from 1 to 1000"},
+		{[]string{"--page", "1001"}, "--page is from 1 to 1000"},
+		{[]string{"--order", "newest"}, "--order is priority or arrival"},
+	} {
+		r := runIn(nil, mkTemp(t), nil, append([]string{"inbox"}, tc.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("inbox %q: want exit %d and %q in stderr\n%s", tc.args, exitUsage, tc.want, r)
+		}
 	}
 }

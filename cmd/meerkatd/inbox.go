@@ -14,7 +14,7 @@ import (
 
 func runInbox(e *env, args []string) error {
 	flags, homeFlag, asJSON := e.newCmd("inbox", "print JSON: the same batch as MCP's receive_messages (all pages in one)")
-	wait := flags.Duration("wait", 0, "if nothing matches yet, wait this `long` (30s, 2m) for the first item")
+	wait := flags.Duration("wait", 0, "if nothing matches yet, wait up to `DUR` (30s, 2m) for the first item")
 	after := flags.Uint64("after", 0, "only items with a sequence number above `SEQ`")
 	limit := flags.Int("limit", 0, "show at most `N` items (default: all, a page at a time)")
 	page := flags.Int("page", 500, "items per call to the node (at most 1000)")
@@ -33,8 +33,13 @@ func runInbox(e *env, args []string) error {
 	if *order != node.OrderPriority && *order != node.OrderArrival {
 		return fmt.Errorf("%w: --order is priority or arrival", errUsage)
 	}
-	if *wait < 0 || *limit < 0 || *page < 1 || *page > node.MaxBatchItems {
-		return fmt.Errorf("%w: --wait and --limit must not be negative, --page from 1 to %d", errUsage, node.MaxBatchItems)
+	switch {
+	case *wait < 0:
+		return fmt.Errorf("%w: --wait must not be negative", errUsage)
+	case *limit < 0:
+		return fmt.Errorf("%w: --limit must not be negative", errUsage)
+	case *page < 1 || *page > node.MaxBatchItems:
+		return fmt.Errorf("%w: --page is from 1 to %d", errUsage, node.MaxBatchItems)
 	}
 	h, b, err := e.openBackend(*homeFlag, node.ModeSend)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/internal/completion"
+	"github.com/meerkatd/meerkatd/internal/flagdoc"
 	"github.com/meerkatd/meerkatd/internal/systemdunit"
 )
 
@@ -293,10 +294,7 @@ func (e *env) printHelp(flags *flag.FlagSet) {
 	if cmd.help != "" {
 		fmt.Fprintf(e.stdout, "\n%s\n", cmd.help)
 	}
-	fmt.Fprintln(e.stdout, "\nflags:")
-	flags.SetOutput(e.stdout)
-	flags.PrintDefaults()
-	flags.SetOutput(io.Discard)
+	flagdoc.Print(e.stdout, flags)
 }
 
 func runVersion(e *env, args []string) error {

@@ -23,7 +23,7 @@ func runPair(e *env, args []string) error {
 	sub, args := splitSub(args)
 	flags, homeFlag, asJSON := e.newCmd("pair "+sub, "")
 	local := flags.Bool("local", false, "offer: leave the code for this user's other local nodes; accept NAME: pair with the local node NAME, no code needed")
-	ttl := flags.Duration("ttl", pair.DefaultTTL, "offer: how `long` the code stays valid")
+	ttl := flags.Duration("ttl", pair.DefaultTTL, "offer: how long the code stays valid (`DUR`)")
 	nameForPeer := flags.String("name-for-peer", "", "offer: the `name` to give the other node here (default: its own name)")
 	noWait := flags.Bool("no-wait", false, "offer, with a daemon: print the line and return; the daemon completes the pairing")
 	name := flags.String("name", "", "accept: the `name` to give the other node here (default: its own name)")

@@ -13,9 +13,9 @@ import (
 func runSend(e *env, args []string) error {
 	sub, args := splitSub(args)
 	flags, homeFlag, asJSON := e.newCmd("send "+sub, "")
-	wait := flags.Duration("wait", 0, "with request: wait this `long` (30s, 2m) for the final response and print it")
+	wait := flags.Duration("wait", 0, "with request: wait up to `DUR` (30s, 2m) for the final response and print it")
 	reliable := flags.Bool("reliable", false, "store it in the outbox first and retry until the peer acks it (see meerkatd outbox)")
-	ttl := flags.Duration("ttl", 0, "with --reliable: move it to the dead letters if not acked within this `long` (default outbox.default_ttl_secs)")
+	ttl := flags.Duration("ttl", 0, "with --reliable: move it to the dead letters if not acked within `DUR` (default outbox.default_ttl_secs)")
 	noWait := flags.Bool("no-wait", false, "with --reliable: return once it is stored, without waiting for the first attempt")
 	interrupt := flags.Bool("interrupt", false, "with message or request: an interrupt (handling_mode \"steer\"): the peer's agent reads it before its queued items")
 	idemKey := flags.String("idempotency-key", "", "make a retry safe: a send with a `KEY` used before returns the first send's result without sending")

@@ -28,7 +28,7 @@ func runSpace(e *env, args []string) error {
 	}
 	flags, homeFlag, asJSON := e.newCmd("space "+sub, "")
 	as := flags.String("as", "", "create: this node's participant `id` in the space")
-	delivery := flags.String("delivery", "", "create: `all` members receive every envelope (default), or only the addressed ones")
+	delivery := flags.String("delivery", "", "create: delivery `MODE`: all (the default: every member receives every envelope) or addressed (only the members it names)")
 	var caps, to, corr stringList
 	flags.Var(&caps, "cap", "create, add: a capability: a kind pattern (chat, mcp/*), a JSON object or a JSON array of them (repeatable)")
 	flags.Var(&to, "to", "send, chat, propose, fulfill, respond, reject, withdraw, grant, revoke: a participant `id` addressed (repeatable; default: everybody, or whom the answer concerns)")
@@ -38,7 +38,7 @@ func runSpace(e *env, args []string) error {
 	grantID := flags.String("grant-id", "", "revoke: the `id` of the grant to revoke")
 	state := flags.String("state", "", "proposals: only `state` (pending, fulfilled, rejected, withdrawn, expired)")
 	direct := flags.Bool("direct", false, "one attempt per member instead of a reliable send through the outbox")
-	ttl := flags.Duration("ttl", 0, "reliable: give up on a copy not acked within this `long` (default outbox.default_ttl_secs)")
+	ttl := flags.Duration("ttl", 0, "reliable: give up on a copy not acked within `DUR` (default outbox.default_ttl_secs)")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
 		return err
