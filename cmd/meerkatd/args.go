@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -17,6 +16,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/internal/flagdoc"
 )
 
 // parseArgs parses flags that may appear anywhere among the positional
@@ -31,7 +31,7 @@ func parseArgs(e *env, flags *flag.FlagSet, args []string) ([]string, error) {
 				e.printHelp(flags)
 				return nil, err
 			}
-			return nil, fmt.Errorf("%w: %v%s", errUsage, err, flagHint(err))
+			return nil, fmt.Errorf("%w: %s", errUsage, flagdoc.Explain(err, flags))
 		}
 		args = flags.Args()
 		if len(args) == 0 {
@@ -43,17 +43,6 @@ func parseArgs(e *env, flags *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
-}
-
-// bareNumber matches a duration flag's value given without a unit.
-var bareNumber = regexp.MustCompile(`invalid value "([0-9.]+)" for flag -[a-z-]+: parse error`)
-
-// flagHint adds a hint to a flag error where one helps.
-func flagHint(err error) string {
-	if m := bareNumber.FindStringSubmatch(err.Error()); m != nil {
-		return fmt.Sprintf(" (a duration needs a unit: %ss, %sm)", m[1], m[1])
-	}
-	return ""
 }
 
 // parseNoArgs parses flags and refuses positional arguments.

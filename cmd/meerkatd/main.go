@@ -181,6 +181,10 @@ func (e *env) main(args []string) int {
 		if wantsJSON(args[1:]) {
 			printJSONError(e.stdout, fmt.Errorf("%w: unknown command %q", errUsage, name))
 		}
+		if s := flagdoc.Nearest(name, slices.Collect(maps.Keys(e.commands))); s != "" {
+			fmt.Fprintf(e.stderr, "meerkatd: unknown command %q: did you mean %s? (meerkatd help lists the commands)\n", name, s)
+			return exitUsage
+		}
 		fmt.Fprintf(e.stderr, "meerkatd: unknown command %q\n\n", name)
 		e.usage(e.stderr)
 		return exitUsage

@@ -120,7 +120,9 @@ func TestUsageErrors(t *testing.T) {
 		{nil, exitUsage, "commands:"},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
 		{[]string{"id", "extra"}, exitUsage, "want no arguments"},
-		{[]string{"id", "--bogus"}, exitUsage, "flag provided but not defined"},
+		{[]string{"id", "--bogus"}, exitUsage, "unknown flag --bogus"},
+		{[]string{"id", "--jsno"}, exitUsage, "unknown flag --jsno (did you mean --json?)"},
+		{[]string{"sned", "message", "bob", "hi"}, exitUsage, `unknown command "sned": did you mean send?`},
 		{[]string{"help", "nope"}, exitUsage, `unknown command "nope"`},
 	}
 	for _, tc := range tests {

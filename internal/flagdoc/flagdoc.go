@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 )
 
@@ -31,4 +32,91 @@ func Print(w io.Writer, fs *flag.FlagSet) {
 	if b.Len() > 0 {
 		fmt.Fprintf(w, "\nflags:\n%s", b.String())
 	}
+}
+
+// Undefined returns the name of the flag err says is not defined, as
+// [flag.FlagSet.Parse] reports it ("flag provided but not defined: -x"),
+// or "" for any other error.
+func Undefined(err error) string {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return ""
+	}
+	return strings.TrimPrefix(name, "-")
+}
+
+// Nearest returns the candidate closest to name, if it is close enough to
+// be a typing mistake of it: at most two edits (letters added, removed,
+// changed or two neighbours swapped) for names of five or more letters,
+// one for shorter ones. "" if none is.
+func Nearest(name string, candidates []string) string {
+	best, bestD := "", 3
+	if len([]rune(name)) < 5 {
+		bestD = 2
+	}
+	for _, c := range candidates {
+		if d := distance(name, c); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// Names returns the names of fs's flags.
+func Names(fs *flag.FlagSet) []string {
+	var out []string
+	fs.VisitAll(func(f *flag.Flag) { out = append(out, f.Name) })
+	return out
+}
+
+// distance is the optimal string alignment distance of a and b, in runes.
+func distance(a, b string) int {
+	x, y := []rune(a), []rune(b)
+	if len(x) > 64 || len(y) > 64 {
+		if a == b {
+			return 0
+		}
+		return max(len(x), len(y)) // long input: no suggestion is worth the work
+	}
+	d := make([][]int, len(x)+1)
+	for i := range d {
+		d[i] = make([]int, len(y)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(x); i++ {
+		for j := 1; j <= len(y); j++ {
+			cost := 1
+			if x[i-1] == y[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && x[i-1] == y[j-2] && x[i-2] == y[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(x)][len(y)]
+}
+
+// bareNumber matches a duration flag's value given without a unit.
+var bareNumber = regexp.MustCompile(`invalid value "([0-9.]+)" for flag -[a-z-]+: (parse error|time: missing unit in duration .*)$`)
+
+// Explain returns the text of err, an error of fs's Parse, for a user: an
+// undefined flag is "unknown flag --x", with the nearest defined one if
+// it is close ("did you mean --y?"); a duration given without a unit says
+// it needs one.
+func Explain(err error, fs *flag.FlagSet) string {
+	if name := Undefined(err); name != "" {
+		if s := Nearest(name, Names(fs)); s != "" {
+			return fmt.Sprintf("unknown flag --%s (did you mean --%s?)", name, s)
+		}
+		return "unknown flag --" + name
+	}
+	if m := bareNumber.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Sprintf("%v (a duration needs a unit: %ss, %sm)", err, m[1], m[1])
+	}
+	return err.Error()
 }

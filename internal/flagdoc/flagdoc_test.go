@@ -37,3 +37,94 @@ func TestPrint(t *testing.T) {
 		})
 	}
 }
+
+func TestNearest(t *testing.T) {
+	flags := []string{"reliable", "ttl", "no-wait", "home", "json", "interrupt", "idempotency-key", "wait"}
+	tests := []struct{ name, want string }{
+		{"relaible", "reliable"}, // two neighbours swapped
+		{"reliabel", "reliable"},
+		{"relable", "reliable"},    // a letter left out
+		{"rellliable", "reliable"}, // two added
+		{"reliablexyz", ""},        // three added: too far
+		{"jsn", "json"},            // short: one edit
+		{"jsx", ""},                // short: two edits are too many
+		{"tll", "ttl"},
+		{"hoem", "home"},
+		{"nowait", "no-wait"},
+		{"idempotency_key", "idempotency-key"},
+		{"", ""},
+		{"zzzzzzzz", ""},
+		{string(make([]byte, 100)), ""}, // long input
+	}
+	for _, tc := range tests {
+		if got := Nearest(tc.name, flags); got != tc.want {
+			t.Errorf("Nearest(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestUndefined(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(new(strings.Builder))
+	fs.Bool("reliable", false, "")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--relaible"}, "relaible"},
+		{[]string{"-relaible"}, "relaible"},
+		{[]string{"--reliable=maybe"}, ""}, // defined, bad value
+	} {
+		err := fs.Parse(tc.args)
+		if err == nil {
+			t.Fatalf("%q parsed", tc.args)
+		}
+		if got := Undefined(err); got != tc.want {
+			t.Errorf("Undefined(%v) = %q, want %q", err, got, tc.want)
+		}
+	}
+	if got := Names(fs); len(got) != 1 || got[0] != "reliable" {
+		t.Errorf("Names = %q", got)
+	}
+}
+
+func FuzzNearest(f *testing.F) {
+	f.Add("relaible", "reliable")
+	f.Add("", "x")
+	f.Fuzz(func(t *testing.T, name, candidate string) {
+		got := Nearest(name, []string{candidate})
+		if got != "" && got != candidate {
+			t.Fatalf("Nearest(%q, [%q]) = %q", name, candidate, got)
+		}
+		if name == candidate && len([]rune(name)) <= 64 && got != candidate {
+			t.Fatalf("Nearest(%q, [itself]) = %q", name, got)
+		}
+		if d := distance(name, candidate); d != distance(candidate, name) {
+			t.Fatalf("distance not symmetric: %q %q", name, candidate)
+		}
+	})
+}
+
+func TestExplain(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--relaible"}, "unknown flag --relaible (did you mean --reliable?)"},
+		{[]string{"--frobnicate"}, "unknown flag --frobnicate"},
+		{[]string{"--wait", "5"}, `invalid value "5" for flag -wait: parse error (a duration needs a unit: 5s, 5m)`},
+		{[]string{"--wait", "soon"}, `invalid value "soon" for flag -wait: parse error`},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(new(strings.Builder))
+		fs.Bool("reliable", false, "")
+		fs.Duration("wait", 0, "")
+		err := fs.Parse(tc.args)
+		if err == nil {
+			t.Fatalf("%q parsed", tc.args)
+		}
+		if got := Explain(err, fs); got != tc.want {
+			t.Errorf("Explain(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
