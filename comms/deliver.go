@@ -27,6 +27,12 @@ type Sealed struct {
 // correlation, as [Router.SendRequest] does, so [Router.AwaitResponse]
 // works for it once it is delivered.
 func (r *Router) Seal(peer string, kind wire.Kind) (Sealed, error) {
+	return r.seal(peer, kind, nil)
+}
+
+// seal is Seal, under an id derived from call if it is not nil
+// ([Router.SealCall]).
+func (r *Router) seal(peer string, kind wire.Kind, call []byte) (Sealed, error) {
 	p, err := r.ResolvePeer(peer)
 	if err != nil {
 		return Sealed{}, err
@@ -37,10 +43,7 @@ func (r *Router) Seal(peer string, kind wire.Kind) (Sealed, error) {
 	if kind.Type() == wire.TypeResponse && !kind.Status().Valid() {
 		return Sealed{}, fmt.Errorf("comms: response status %q: %w", kind.Status(), wire.ErrBadValue)
 	}
-	id := identity.NewUUID()
-	if kind.Type() == wire.TypeRequest {
-		id = r.newRequestID(p.ID) // its responses must name an id this node made
-	}
+	id := r.envelopeID(p.ID, kind.Type(), call) // a request's: tagged, its responses must name an id this node made
 	e, err := wire.Seal(r.kp, id, p.ID, kind)
 	if err != nil {
 		return Sealed{}, err

@@ -58,7 +58,13 @@ func (r *Router) requestTag(u identity.UUID, peer identity.PeerID) (tag [8]byte)
 // newRequestID returns a fresh id for a request to peer, tagged as made
 // by this node.
 func (r *Router) newRequestID(peer identity.PeerID) identity.UUID {
-	u := identity.NewUUID() // random, version 4
+	return r.tagRequestID(identity.NewUUID(), peer) // random, version 4
+}
+
+// tagRequestID returns the id of a request to peer whose first half is
+// u's (a version 4 UUID's, random or derived from a call), tagged as made
+// by this node.
+func (r *Router) tagRequestID(u identity.UUID, peer identity.PeerID) identity.UUID {
 	tag := r.requestTag(u, peer)
 	copy(u[8:], tag[:])
 	return u

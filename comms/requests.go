@@ -31,9 +31,15 @@ func (q *requests) init() {
 	q.done = make(chan struct{})
 }
 
+// open starts correlating responses to request id, sent to peer. A
+// request sealed again under its id (a retry of one call, callid.go)
+// keeps its correlation and the responses held for it.
 func (q *requests) open(id identity.UUID, peer identity.PeerID) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if o := q.byID[id]; o != nil && o.peer == peer {
+		return
+	}
 	if len(q.order) >= maxOutstanding {
 		delete(q.byID, q.order[0])
 		q.order = q.order[1:]

@@ -17,7 +17,7 @@ type messageStatusResult struct {
 
 // idempotencyKeyArg is the idempotency_key argument of the send tools.
 var idempotencyKeyArg = mcp.WithString("idempotency_key", mcp.MaxLength(node.MaxIdempotencyKey),
-	mcp.Description("optional: a key of your choosing (up to 128 bytes of printable text) that makes this call safe to retry: the same call again with the same key, also after a restart, returns the first result with \"replayed\": true and sends nothing; the key with other arguments fails with idempotency_conflict. Keys are remembered for agent.idempotency_window_secs (a day by default)."))
+	mcp.Description("optional: a key of your choosing (up to 128 bytes of printable text) that makes this call safe to retry: the same call again with the same key, also after a restart, returns the first result with \"replayed\": true and sends nothing; a call that failed (peer_offline, a timeout) is not remembered and its retry tries again: send_message, send_request, send_response and broadcast retry under the failed attempt's envelope id, so the peer gets it once even if that attempt did arrive; the key with other arguments fails with idempotency_conflict. Keys are remembered for agent.idempotency_window_secs (a day by default); use a new key for each new send."))
 
 // parseIdempotencyKey reads idempotency_key into opts.
 func parseIdempotencyKey(a args, opts *node.SendOptions) error {

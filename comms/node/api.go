@@ -206,7 +206,11 @@ type SendOptions struct {
 	// used before (within agent.idempotency_window_secs, also after a
 	// restart) returns the first send's result with Replayed set and
 	// sends nothing; the same key with other arguments fails with
-	// CodeIdempotencyConflict. See CheckIdempotencyKey.
+	// CodeIdempotencyConflict. A send that failed is made again by a
+	// retry, under the same envelope id (derived from the key and the
+	// arguments): a peer whose node got the failed attempt (only its
+	// ack was lost) drops the repeat, so it gets the envelope once. See
+	// CheckIdempotencyKey.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 
 	// TaskID (broadcast and tasks slice) sends under a task: the signed

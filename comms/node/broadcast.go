@@ -212,34 +212,48 @@ func (n *Node) Broadcast(ctx context.Context, a BroadcastArgs) (Broadcasted, err
 			return Broadcasted{}, Coded(err)
 		}
 	}
-	id := identity.NewUUID().String()
-	marked, err := base.With(FieldBroadcast, wire.Text(id))
-	if err != nil {
-		return Broadcasted{}, Coded(err)
-	}
-	kindFor := func(p identity.PeerID) wire.Kind {
-		if n.speaksMeerkat(p) {
-			return marked
-		}
-		return base
-	}
 	// guard: the loop guard holds the copies to a peer it holds, as it
 	// holds every other send to it.
 	spec := sendSpec{reliable: !a.Direct, ttl: a.TTL, noWait: a.NoWait, guard: true}
-	run := func() (Broadcasted, bool, error) {
-		copies := n.fanOut(ctx, targets, kindFor, spec)
+	// run sends the copies, under call if the broadcast has a key: then
+	// its id and each copy's envelope id are derived from the call (and
+	// the peer), the same at every run, so a run after one whose copies
+	// all failed (an ack lost, say) is dropped by the peers that got one.
+	run := func(call []byte) (Broadcasted, bool, error) {
+		id := identity.NewUUID()
+		if call != nil {
+			id = n.r.CallID(call, identity.PeerID{})
+		}
+		marked, err := base.With(FieldBroadcast, wire.Text(id.String()))
+		if err != nil {
+			return Broadcasted{}, false, Coded(err)
+		}
+		kindFor := func(p identity.PeerID) wire.Kind {
+			if n.speaksMeerkat(p) {
+				return marked
+			}
+			return base
+		}
+		s := spec
+		s.call = call
+		copies := n.fanOut(ctx, targets, kindFor, s)
+		sent := false
 		for i := range copies {
 			copies[i].Marked = n.speaksMeerkat(targets[i])
+			d := copies[i].Delivery
+			sent = sent || d != "" && d != DeliveryFailed
 		}
-		return Broadcasted{ID: id, TaskID: a.TaskID, Copies: copies}, true, nil
+		return Broadcasted{ID: id.String(), TaskID: a.TaskID, Copies: copies}, sent, nil
 	}
 	if a.IdempotencyKey == "" {
-		b, _, err := run()
+		b, _, err := run(nil)
 		return b, err
 	}
+	// Kept once a copy was sent (acked or queued); if every copy failed,
+	// the key is released and a retry sends again, as for one send.
 	args := a
 	args.IdempotencyKey = ""
-	b, replayed, err := idempotentResult(n, ctx, a.IdempotencyKey, "broadcast", args, run)
+	b, replayed, err := idempotentCall(n, ctx, a.IdempotencyKey, "broadcast", args, run)
 	b.Replayed = replayed
 	return b, err
 }

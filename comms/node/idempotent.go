@@ -105,10 +105,14 @@ func (n *Node) lockKey(ctx context.Context, key string) (func(), error) {
 // replay (keep) apart from its error: a send that went out but whose wait
 // for an answer failed is kept, with the error returned only to the first
 // call; if nothing is kept, the key is released and a retry runs fn
-// again. args are the operation's arguments without the key (they are
-// hashed, as JSON). The features' sends use it through idempotentResult,
-// each with its own op name.
-func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn func() (v any, keep bool, err error)) (json.RawMessage, bool, error) {
+// again. fn gets the call's name (callOf), the same at every run for the
+// same key, op and args: sends sealed under it (sendSpec.call) carry the
+// same envelope ids at every run, so a retry after an attempt whose
+// outcome was unknown (its ack lost) is dropped by a peer that got the
+// first. args are the operation's arguments without the key (they are
+// hashed, as JSON). The features' sends use it through idempotentResult
+// or idempotentCall, each with its own op name.
+func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn func(call []byte) (v any, keep bool, err error)) (json.RawMessage, bool, error) {
 	if err := CheckIdempotencyKey(key); err != nil {
 		return nil, false, err
 	}
@@ -142,7 +146,7 @@ func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn 
 		}
 		return got.Result, true, nil
 	}
-	v, keep, ferr := fn()
+	v, keep, ferr := fn(callOf(key, hash))
 	var out json.RawMessage
 	if keep {
 		if out, err = json.Marshal(v); err != nil {
@@ -158,6 +162,16 @@ func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn 
 		n.log.Warn("idempotency key: not released", "err", err)
 	}
 	return out, false, ferr
+}
+
+// callOf names the call made with idempotency key and the hash of its op
+// and arguments, for comms.Router.SealCall and CallID: the key, a zero
+// byte (a key holds none: it is printable) and the hash.
+func callOf(key string, hash []byte) []byte {
+	call := make([]byte, 0, len(key)+1+len(hash))
+	call = append(call, key...)
+	call = append(call, 0)
+	return append(call, hash...)
 }
 
 // sendArgs are the arguments a send's idempotency key is bound to: what
@@ -182,8 +196,11 @@ type sendArgs struct {
 // written or queued), a retry with the key returns the first Sent with
 // Replayed set, whether or not the first call then failed waiting. The
 // replayed Sent has no Responses (a request's responses are in the
-// inbox).
-func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts SendOptions, send func(SendOptions) (Sent, error)) (Sent, error) {
+// inbox). A send that failed (its ack did not come, say) releases the
+// key, but send seals under call (sendSpec.call): the retry carries the
+// first attempt's envelope id, and a peer that got that attempt drops the
+// repeat and acknowledges it, so the peer gets the envelope once.
+func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts SendOptions, send func(o SendOptions, call []byte) (Sent, error)) (Sent, error) {
 	key := opts.IdempotencyKey
 	opts.IdempotencyKey = ""
 	a.Reliable, a.TTL, a.TaskID, a.Interrupt = opts.Reliable, opts.TTL, opts.TaskID, opts.Interrupt
@@ -192,8 +209,8 @@ func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts S
 		a.Peer = p.ID.String() // an unknown peer stays as given: the send fails, and nothing is kept
 	}
 	var first Sent
-	s, replayed, err := idempotentResult(n, ctx, key, op, a, func() (Sent, bool, error) {
-		s, err := send(opts)
+	s, replayed, err := idempotentCall(n, ctx, key, op, a, func(call []byte) (Sent, bool, error) {
+		s, err := send(opts, call)
 		first = s
 		kept := s
 		kept.Responses = nil // bounded: the responses are in the inbox
@@ -221,9 +238,15 @@ func compactJSON(v json.RawMessage) json.RawMessage {
 // type T: the first call returns fn's own result and error, a replay the
 // result kept, decoded.
 func idempotentResult[T any](n *Node, ctx context.Context, key, op string, args any, fn func() (T, bool, error)) (v T, replayed bool, err error) {
+	return idempotentCall(n, ctx, key, op, args, func([]byte) (T, bool, error) { return fn() })
+}
+
+// idempotentCall is idempotentResult whose fn gets the call's name, to
+// seal its sends under (sendSpec.call).
+func idempotentCall[T any](n *Node, ctx context.Context, key, op string, args any, fn func(call []byte) (T, bool, error)) (v T, replayed bool, err error) {
 	var first T
-	raw, replayed, err := n.idempotentKeep(ctx, key, op, args, func() (any, bool, error) {
-		v, keep, err := fn()
+	raw, replayed, err := n.idempotentKeep(ctx, key, op, args, func(call []byte) (any, bool, error) {
+		v, keep, err := fn(call)
 		first = v
 		return v, keep, err
 	})
@@ -238,14 +261,19 @@ func idempotentResult[T any](n *Node, ctx context.Context, key, op string, args 
 
 // idempotentSpaceSend runs SpaceSend under m.IdempotencyKey: once any
 // copy was sent, a retry with the key returns the first SpaceSent
-// (nothing is sent again).
+// (nothing is sent again). If no copy was sent (every one failed: an ack
+// lost, say), the key is released, but the send is made as the key's
+// call (spaceSend): the retry sends the same MEUP id under the same
+// envelope ids, so a member that got a copy of the failed attempt drops
+// the repeat and acknowledges it, and this node does not apply the
+// envelope a second time (space.Engine.Send).
 func (n *Node) idempotentSpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error) {
 	key := m.IdempotencyKey
 	m.IdempotencyKey = ""
 	args := m
 	args.NoWait, args.Wait = false, 0
-	s, replayed, err := idempotentResult(n, ctx, key, "space_send", args, func() (SpaceSent, bool, error) {
-		s, err := n.SpaceSend(ctx, m)
+	s, replayed, err := idempotentCall(n, ctx, key, "space_send", args, func(call []byte) (SpaceSent, bool, error) {
+		s, err := n.spaceSend(ctx, m, call)
 		sent := false
 		for _, c := range s.Copies {
 			sent = sent || c.Delivery != ""

@@ -69,3 +69,28 @@ func TestOutboxViewBoundsFarAhead(t *testing.T) {
 		t.Errorf("expires %v; want %v at most", e.Expires, after.Add(b.TTL))
 	}
 }
+
+// A reliable send without a daemon waits behind a stored open breaker
+// only as long as the daemon would: one stored five years ahead says it
+// is open until at most the breaker's open period from now.
+func TestQueuedForBoundsFarBreaker(t *testing.T) {
+	st := outbox.NewMemStore()
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := kp.ID()
+	now := time.Now()
+	if err := st.SaveBreaker(outbox.Breaker{Peer: peer, Failures: 3, OpenUntil: now.AddDate(5, 0, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	bounds := outbox.Options{BreakerOpen: 2 * time.Minute}.Bounds()
+	got, err := queuedFor(st, peer, now, bounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "the peer's circuit breaker is open until " + now.Add(2*time.Minute).Local().Format(time.RFC3339)
+	if got != want {
+		t.Errorf("queuedFor = %q, want %q", got, want)
+	}
+}

@@ -30,6 +30,10 @@ type sendSpec struct {
 	ttl      time.Duration // reliable: dead letter if not acked by then (0: outbox.default_ttl_secs)
 	noWait   bool          // reliable: return once stored, without waiting for the first attempt
 	guard    bool          // fanOut: ask the loop guard first (a broadcast copy is the agent's send)
+	// call, if not nil, names the call this send belongs to (a send under
+	// an idempotency key, callOf): the envelope id is derived from it and
+	// the peer, the same at every retry of the call (comms.Router.SealCall).
+	call []byte
 	// sealed, if set, is called once the envelope is sealed, before it
 	// is delivered; an error stops the send.
 	sealed func(comms.Sealed) error
@@ -83,7 +87,13 @@ var errOutboxNeedsStore = &Error{Code: CodeNoDaemon, Msg: "a reliable send needs
 // send seals s.kind for s.peer and sends it: directly (one attempt, as
 // before the outbox existed) or reliably (stored, then retried).
 func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
-	sealed, err := n.r.Seal(s.peer, s.kind)
+	var sealed comms.Sealed
+	var err error
+	if s.call != nil {
+		sealed, err = n.r.SealCall(s.peer, s.kind, s.call)
+	} else {
+		sealed, err = n.r.Seal(s.peer, s.kind)
+	}
 	if err != nil {
 		return sendOutcome{}, err
 	}
@@ -180,7 +190,7 @@ func (n *Node) sendReliableOnce(ctx context.Context, e outbox.Entry, out sendOut
 	}
 	// Earlier envelopes for this peer still queued, or its breaker open:
 	// this one waits its turn (order), for the daemon to send.
-	waiting, err := queuedFor(st, e.To, time.Now())
+	waiting, err := queuedFor(st, e.To, time.Now(), n.outboxBounds())
 	if err != nil {
 		return out, err
 	}
@@ -217,8 +227,10 @@ func (n *Node) sendReliableOnce(ctx context.Context, e outbox.Entry, out sendOut
 }
 
 // queuedFor says why a new envelope to peer must wait behind the stored
-// outbox ("" if it need not).
-func queuedFor(st outbox.Store, peer identity.PeerID, now time.Time) (string, error) {
+// outbox ("" if it need not). A stored breaker is bounded as the daemon
+// bounds it (outbox.Bounds): one written while the clock was far ahead
+// holds the envelope no longer than the daemon would.
+func queuedFor(st outbox.Store, peer identity.PeerID, now time.Time, bounds outbox.Bounds) (string, error) {
 	es, err := st.Entries()
 	if err != nil {
 		return "", err
@@ -237,6 +249,7 @@ func queuedFor(st outbox.Store, peer identity.PeerID, now time.Time) (string, er
 		return "", err
 	}
 	for _, b := range bs {
+		b = bounds.Breaker(b, now)
 		if b.Peer == peer && now.Before(b.OpenUntil) {
 			return "the peer's circuit breaker is open until " + b.OpenUntil.Local().Format(time.RFC3339), nil
 		}
@@ -364,14 +377,15 @@ func newOutbox(h *Home, r *comms.Router, st outbox.Store, observe func(outbox.Ev
 	})
 }
 
-// sendKind sends kind to peer and reports it as the API does.
-func (n *Node) sendKind(ctx context.Context, peer string, kind wire.Kind, opts SendOptions) (Sent, sendOutcome, error) {
-	return n.sendKindSealed(ctx, peer, kind, opts, nil)
+// sendKind sends kind to peer and reports it as the API does; call (nil
+// for none) is sendSpec.call.
+func (n *Node) sendKind(ctx context.Context, peer string, kind wire.Kind, opts SendOptions, call []byte) (Sent, sendOutcome, error) {
+	return n.sendKindSealed(ctx, peer, kind, opts, call, nil)
 }
 
 // sendKindSealed is sendKind calling sealed (if not nil) once the
 // envelope is sealed, before it is delivered.
-func (n *Node) sendKindSealed(ctx context.Context, peer string, kind wire.Kind, opts SendOptions, sealed func(comms.Sealed) error) (Sent, sendOutcome, error) {
+func (n *Node) sendKindSealed(ctx context.Context, peer string, kind wire.Kind, opts SendOptions, call []byte, sealed func(comms.Sealed) error) (Sent, sendOutcome, error) {
 	if n.closing() {
 		return Sent{}, sendOutcome{}, Coded(ErrClosed)
 	}
@@ -400,7 +414,7 @@ func (n *Node) sendKindSealed(ctx context.Context, peer string, kind wire.Kind, 
 	if !opts.Deadline.IsZero() && kind.Type() != wire.TypeRequest {
 		return Sent{}, sendOutcome{}, errorf(CodeBadArgument, "a deadline applies to requests only")
 	}
-	out, err := n.send(ctx, sendSpec{peer: peer, kind: kind, reliable: opts.Reliable, ttl: opts.TTL, noWait: opts.NoWait, sealed: sealed})
+	out, err := n.send(ctx, sendSpec{peer: peer, kind: kind, reliable: opts.Reliable, ttl: opts.TTL, noWait: opts.NoWait, sealed: sealed, call: call})
 	if out.id.IsZero() {
 		return Sent{}, out, Coded(err)
 	}
@@ -422,27 +436,39 @@ func jsonValue(what string, raw json.RawMessage) (wire.Value, error) {
 // SendMessage implements [API].
 func (n *Node) SendMessage(ctx context.Context, peer, body string, opts SendOptions) (Sent, error) {
 	if opts.IdempotencyKey != "" { // slice B
-		return n.idempotentSend(ctx, "send_message", sendArgs{Peer: peer, Body: body}, opts, func(o SendOptions) (Sent, error) {
-			return n.SendMessage(ctx, peer, body, o)
+		return n.idempotentSend(ctx, "send_message", sendArgs{Peer: peer, Body: body}, opts, func(o SendOptions, call []byte) (Sent, error) {
+			return n.sendMessage(ctx, peer, body, o, call)
 		})
 	}
+	return n.sendMessage(ctx, peer, body, opts, nil)
+}
+
+// sendMessage is SendMessage without a key, sealed under call (nil for
+// none: sendSpec.call).
+func (n *Node) sendMessage(ctx context.Context, peer, body string, opts SendOptions, call []byte) (Sent, error) {
 	if opts.Wait != 0 {
 		return Sent{}, errorf(CodeBadArgument, "waiting for responses applies to requests only")
 	}
 	if body == "" {
 		return Sent{}, errorf(CodeBadArgument, "a message needs a body")
 	}
-	s, _, err := n.sendKind(ctx, peer, wire.Message(body), opts)
+	s, _, err := n.sendKind(ctx, peer, wire.Message(body), opts, call)
 	return s, err
 }
 
 // SendRequest implements [API].
 func (n *Node) SendRequest(ctx context.Context, peer, intent string, params json.RawMessage, opts SendOptions) (Sent, error) {
 	if opts.IdempotencyKey != "" { // slice B
-		return n.idempotentSend(ctx, "send_request", sendArgs{Peer: peer, Intent: intent, Params: params}, opts, func(o SendOptions) (Sent, error) {
-			return n.SendRequest(ctx, peer, intent, params, o)
+		return n.idempotentSend(ctx, "send_request", sendArgs{Peer: peer, Intent: intent, Params: params}, opts, func(o SendOptions, call []byte) (Sent, error) {
+			return n.sendRequest(ctx, peer, intent, params, o, call)
 		})
 	}
+	return n.sendRequest(ctx, peer, intent, params, opts, nil)
+}
+
+// sendRequest is SendRequest without a key, sealed under call (nil for
+// none: sendSpec.call).
+func (n *Node) sendRequest(ctx context.Context, peer, intent string, params json.RawMessage, opts SendOptions, call []byte) (Sent, error) {
 	if intent == "" {
 		return Sent{}, errorf(CodeBadArgument, "a request needs an intent")
 	}
@@ -463,7 +489,7 @@ func (n *Node) SendRequest(ctx context.Context, peer, intent string, params json
 	if err != nil {
 		return Sent{}, err
 	}
-	res, out, err := n.sendKindSealed(ctx, peer, kind, opts, sealed)
+	res, out, err := n.sendKindSealed(ctx, peer, kind, opts, call, sealed)
 	if err != nil || opts.Wait <= 0 {
 		return res, err
 	}
@@ -506,10 +532,16 @@ func (n *Node) SendRequest(ctx context.Context, peer, intent string, params json
 // dead letter at once).
 func (n *Node) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, opts SendOptions) (Sent, error) {
 	if opts.IdempotencyKey != "" { // slice B
-		return n.idempotentSend(ctx, "send_response", sendArgs{Peer: peer, Request: requestID, Status: status, Params: result}, opts, func(o SendOptions) (Sent, error) {
-			return n.SendResponse(ctx, peer, requestID, status, result, o)
+		return n.idempotentSend(ctx, "send_response", sendArgs{Peer: peer, Request: requestID, Status: status, Params: result}, opts, func(o SendOptions, call []byte) (Sent, error) {
+			return n.sendResponse(ctx, peer, requestID, status, result, o, call)
 		})
 	}
+	return n.sendResponse(ctx, peer, requestID, status, result, opts, nil)
+}
+
+// sendResponse is SendResponse without a key, sealed under call (nil for
+// none: sendSpec.call).
+func (n *Node) sendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, opts SendOptions, call []byte) (Sent, error) {
 	if opts.Wait != 0 {
 		return Sent{}, errorf(CodeBadArgument, "waiting for responses applies to requests only")
 	}
@@ -538,7 +570,7 @@ func (n *Node) SendResponse(ctx context.Context, peer, requestID, status string,
 	if err := n.inbox.checkAnswer(rid, p.ID, final); err != nil {
 		return Sent{}, err
 	}
-	sent, _, err := n.sendKind(ctx, p.ID.String(), wire.Response(rid, wire.Status(status), v), opts)
+	sent, _, err := n.sendKind(ctx, p.ID.String(), wire.Response(rid, wire.Status(status), v), opts, call)
 	if err != nil && final {
 		n.inbox.unreserve(rid)
 	}

@@ -308,7 +308,8 @@ func TestIdempotentConcurrentSends(t *testing.T) {
 	}
 }
 
-// A send that fails outright releases its key: a retry sends again.
+// A send that fails outright releases its key: a retry sends again,
+// under the same envelope id.
 func TestIdempotentFailureReleasesKey(t *testing.T) {
 	m, _ := mcpOutboxNode(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -319,8 +320,8 @@ func TestIdempotentFailureReleasesKey(t *testing.T) {
 		t.Fatalf("first: %v", err)
 	}
 	b, err := m.SendMessage(ctx, "bob", "x", k)
-	if codeOfErr(err) != CodePeerOffline || b.Replayed || b.ID == a.ID {
-		t.Fatalf("retry after a failure: %+v, %v (want a new attempt)", b, err)
+	if codeOfErr(err) != CodePeerOffline || b.Replayed || b.ID != a.ID {
+		t.Fatalf("retry after a failure: %+v, %v (want a new attempt under the first one's id %s)", b, err, a.ID)
 	}
 	// A reliable send that is queued counts as sent.
 	k.Reliable = true

@@ -163,7 +163,9 @@ func (s *spaces) saveRoster(r *space.Roster) error {
 }
 
 // SendMEUP implements space.Sender: one MEUP envelope to one member, in a
-// signed Meerkat envelope of type meup.
+// signed Meerkat envelope of type meup, sealed under o.Call if it is set
+// (sendSpec.call: the copy's envelope id is derived from the call and
+// the member).
 func (s *spaces) SendMEUP(ctx context.Context, to identity.PeerID, name string, envelope []byte, o space.SendOptions) (space.Delivery, error) {
 	env, err := wire.ParseJSON(envelope)
 	if err != nil {
@@ -177,7 +179,7 @@ func (s *spaces) SendMEUP(ctx context.Context, to identity.PeerID, name string, 
 	if err != nil {
 		return space.Delivery{}, err
 	}
-	out, err := s.n.send(ctx, sendSpec{peer: to.String(), kind: kind, reliable: o.Reliable, ttl: o.TTL, noWait: o.NoWait})
+	out, err := s.n.send(ctx, sendSpec{peer: to.String(), kind: kind, reliable: o.Reliable, ttl: o.TTL, noWait: o.NoWait, call: callBytes(o.Call)})
 	d := space.Delivery{Delivery: out.delivery, LastError: out.lastError}
 	if !out.id.IsZero() {
 		d.ID = out.id.String()
@@ -186,6 +188,14 @@ func (s *spaces) SendMEUP(ctx context.Context, to identity.PeerID, name string, 
 		return d, Coded(err)
 	}
 	return d, nil
+}
+
+// callBytes is space.SendOptions.Call as sendSpec.call (nil for none).
+func callBytes(call string) []byte {
+	if call == "" {
+		return nil
+	}
+	return []byte(call)
 }
 
 // attempted learns from the outcome of a reliable MEUP attempt to peer:
@@ -757,6 +767,17 @@ func (n *Node) SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error)
 	if m.IdempotencyKey != "" { // slice B
 		return n.idempotentSpaceSend(ctx, m)
 	}
+	return n.spaceSend(ctx, m, nil)
+}
+
+// spaceSend is SpaceSend without a key, made as call (nil for none: a
+// send under an idempotency key, callOf). Under a call, the MEUP id is
+// derived from it (meupCallID) and each copy's envelope id from it and
+// the member (sendSpec.call): every retry of the call sends the same
+// envelope under the same ids, so a member that got an earlier attempt
+// (its ack lost) drops the repeat, at the Meerkat level by its envelope
+// id and in the space by its MEUP id, and acknowledges it.
+func (n *Node) spaceSend(ctx context.Context, m SpaceMessage, call []byte) (SpaceSent, error) {
 	s, err := n.needSpaces()
 	if err != nil {
 		return SpaceSent{}, err
@@ -764,7 +785,11 @@ func (n *Node) SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error)
 	if m.TTL < 0 || m.TTL > MaxTTL {
 		return SpaceSent{}, errorf(CodeBadArgument, "ttl %s: want 0 to %s", m.TTL, MaxTTL)
 	}
-	d, err := s.draft(m)
+	var id string
+	if call != nil {
+		id = n.meupCallID(call)
+	}
+	d, err := s.draft(m, id)
 	if err != nil {
 		return SpaceSent{}, err
 	}
@@ -776,7 +801,7 @@ func (n *Node) SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error)
 			return SpaceSent{}, errorf(CodeBadArgument, "payload: %s", UserText(err))
 		}
 	}
-	sent, err := s.eng.Send(ctx, m.Space, d, space.SendOptions{Reliable: m.Reliable, TTL: m.TTL, NoWait: m.NoWait})
+	sent, err := s.eng.Send(ctx, m.Space, d, space.SendOptions{Reliable: m.Reliable, TTL: m.TTL, NoWait: m.NoWait, Call: string(call)})
 	if err != nil {
 		return SpaceSent{}, spaceErr(err)
 	}
@@ -789,6 +814,14 @@ func (n *Node) SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error)
 		copies = []SpaceCopy{}
 	}
 	return SpaceSent{Space: m.Space, ID: sent.Envelope.ID, Kind: sent.Envelope.Kind, Envelope: env, Copies: copies, NotApplied: sent.NotApplied}, nil
+}
+
+// meupCallID is the MEUP id of the space send made as call: the call's
+// own id (comms.Router.CallID with no peer), in the text form of a UUID
+// as the engine's random MEUP ids. It differs from every copy's envelope
+// id (those are the call's id for each member).
+func (n *Node) meupCallID(call []byte) string {
+	return n.r.CallID(call, identity.PeerID{}).String()
 }
 
 // spaceErr gives engine errors their API codes.
@@ -837,9 +870,10 @@ func object(pairs ...any) (json.RawMessage, error) {
 	return b, nil
 }
 
-// draft turns a SpaceMessage into the envelope the engine sends.
-func (s *spaces) draft(m SpaceMessage) (space.Draft, error) {
-	d := space.Draft{Kind: m.Kind, To: m.To, CorrelationID: m.CorrelationID, Context: m.Context, Payload: m.Payload}
+// draft turns a SpaceMessage into the envelope the engine sends, under
+// MEUP id ("" for a random one; a call's id: meupCallID).
+func (s *spaces) draft(m SpaceMessage, id string) (space.Draft, error) {
+	d := space.Draft{ID: id, Kind: m.Kind, To: m.To, CorrelationID: m.CorrelationID, Context: m.Context, Payload: m.Payload}
 	var err error
 	proposal := func() (space.Proposal, error) {
 		if m.Proposal == "" {
@@ -878,7 +912,10 @@ func (s *spaces) draft(m SpaceMessage) (space.Draft, error) {
 		if perr != nil {
 			return d, perr
 		}
-		if p.State != space.ProposalPending {
+		// A retry of a call that fulfilled it (its request has the
+		// call's id) fulfils it again: the same request, which the
+		// members that got it drop.
+		if p.State != space.ProposalPending && (id == "" || p.State != space.ProposalFulfilled || p.RequestID != id) {
 			return d, errorf(CodeBadArgument, "proposal %q is %s, not pending", p.ID, p.State)
 		}
 		d.Kind, d.Payload, d.CorrelationID = meup.KindMCPRequest, p.Payload, []string{p.ID}

@@ -19,6 +19,7 @@ import (
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
@@ -120,6 +121,13 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 // and share one space "build", each member with the capabilities given.
 func spaceNodes(t testing.TB, caps map[string]string, names ...string) map[string]*Node {
 	t.Helper()
+	return spaceNodesVia(t, caps, nil, names...)
+}
+
+// spaceNodesVia is spaceNodes where node from reaches node to at the
+// address via returns for to's own (nil: at its own).
+func spaceNodesVia(t testing.TB, caps map[string]string, via func(from, to string, addr transport.Addr) transport.Addr, names ...string) map[string]*Node {
+	t.Helper()
 	nodes := map[string]*Node{}
 	for _, name := range names {
 		h, _ := testHome(t, name, func(c *config.Config) { c.Store.Mode = config.StoreMemory })
@@ -143,7 +151,13 @@ func spaceNodes(t testing.TB, caps map[string]string, names ...string) map[strin
 	roster := `{"spaces": [{"name": "build", "members": [` + strings.Join(members, ",") + `]}]}`
 	for _, name := range names {
 		n := nodes[name]
-		l, err := trust.New(slices.DeleteFunc(slices.Clone(peers), func(p trust.Peer) bool { return p.Name == name })...)
+		mine := slices.DeleteFunc(slices.Clone(peers), func(p trust.Peer) bool { return p.Name == name })
+		for i := range mine {
+			if via != nil {
+				mine[i].Addr = via(name, mine[i].Name, mine[i].Addr)
+			}
+		}
+		l, err := trust.New(mine...)
 		if err != nil {
 			t.Fatal(err)
 		}

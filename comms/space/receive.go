@@ -130,11 +130,12 @@ func (e *Engine) receiveLocked(from identity.PeerID, copy, space string, data []
 	if !allows(e.holdsLocked(space, m), env) && !e.acksOwnGrantLocked(space, m, env) {
 		return e.refuseLocked(in, now, meup.ReasonCapability, fmt.Sprintf("no capability %q holds in space %q matches kind %q", m.ID, space, env.Kind), replies)
 	}
-	if k := (undoKey{space, from, env.ID}); e.undone[k] == sha256.Sum256(data) {
+	if k := (undoKey{space, from, env.ID}); e.undoneLocked(k, env) {
 		// Applied before, its admission failed (Undo): delivered, not
 		// applied again. Its rules would refuse it now only because it
 		// was applied (its grant or proposal id is in use). Only the
-		// same envelope: another under that id is checked as any other.
+		// same envelope (but for its ts: undoSum): another under that
+		// id is checked as any other.
 		if v, done := e.dedupLocked(in, now); done {
 			return v
 		}
@@ -196,11 +197,12 @@ func (e *Engine) forget(space string, from identity.PeerID, id string) {
 // Undo forgets a delivered envelope's id (its admission to the inbox
 // failed, so its resend must not be taken for a repeat). What the
 // envelope changed (a grant, a proposal) stays, and the engine notes that
-// it was applied but not admitted: its resend (the same MEUP id from the
-// same sender) is delivered without being checked against the rules or
-// applied again — they would refuse it only because it was applied. The
-// note is kept in memory (at most maxUndone of them, the oldest go
-// first): a resend that comes after a restart is checked as new.
+// it was applied but not admitted: its resend (the same envelope from
+// the same sender, its ts aside) is delivered without being checked
+// against the rules or applied again — they would refuse it only because
+// it was applied. The note is kept in memory (at most maxUndone of them,
+// the oldest go first): a resend that comes after a restart is checked
+// as new.
 func (e *Engine) Undo(space string, from identity.PeerID, meupID string, envelope []byte) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -213,7 +215,45 @@ func (e *Engine) Undo(space string, from identity.PeerID, meupID string, envelop
 		}
 		e.undoOrder = append(e.undoOrder, k)
 	}
-	e.undone[k] = sha256.Sum256(envelope)
+	e.undone[k] = undoSumOf(envelope)
+}
+
+// undoneLocked reports whether env is the envelope Undo noted under k:
+// the same but for its ts (undoSum).
+func (e *Engine) undoneLocked(k undoKey, env meup.Envelope) bool {
+	noted, ok := e.undone[k]
+	if !ok {
+		return false
+	}
+	sum, ok := undoSum(env)
+	return ok && sum == noted
+}
+
+// undoSumOf is undoSum of an envelope's JSON text; an envelope that does
+// not parse has the hash of its text, which no resend that parses
+// matches.
+func undoSumOf(envelope []byte) [sha256.Size]byte {
+	if env, err := meup.Parse(envelope); err == nil {
+		if sum, ok := undoSum(env); ok {
+			return sum
+		}
+	}
+	return sha256.Sum256(envelope)
+}
+
+// undoSum identifies an envelope for Undo: the hash of its normalised
+// form without its ts (ok false if it does not marshal). A resend is the
+// same envelope with the same ts (an outbox sends the same bytes again)
+// or with a new one: a sender that builds the envelope again to retry the
+// same call (a send under an idempotency key: [Draft.ID]) gives it the
+// same id and content but stamps it anew. No rule looks at ts.
+func undoSum(env meup.Envelope) (sum [sha256.Size]byte, ok bool) {
+	env.TS = ""
+	b, err := json.Marshal(env)
+	if err != nil {
+		return sum, false
+	}
+	return sha256.Sum256(b), true
 }
 
 // dropUndoneLocked forgets the note Undo made under k.

@@ -18,6 +18,14 @@ type SendOptions struct {
 	Reliable bool          // through the outbox, retried until acked
 	TTL      time.Duration // reliable: 0 is the node's default
 	NoWait   bool          // reliable: return once stored
+	// Call, if not "", names the call the send belongs to, which its
+	// caller may make again (the node's sends under an idempotency key;
+	// its bytes, held in a string so that options compare): the Sender
+	// seals each copy under an envelope id derived from the call and the
+	// member, the same at every retry of the call, so a member that got
+	// the copy of an earlier attempt (its ack lost) drops the repeat and
+	// acknowledges it.
+	Call string
 }
 
 // Delivery is the outcome of one copy.
@@ -34,9 +42,17 @@ type Sender interface {
 	SendMEUP(ctx context.Context, to identity.PeerID, space string, envelope []byte, o SendOptions) (Delivery, error)
 }
 
-// Draft is an envelope to send: the engine fills in protocol, id, ts and
-// from.
+// Draft is an envelope to send: the engine fills in protocol, ts and from,
+// and the id unless the draft has one.
 type Draft struct {
+	// ID is the envelope's MEUP id; "" for a new random one. A send its
+	// caller may make again as the same call (with SendOptions.Call)
+	// gives an id derived from the call, the same at every retry: a
+	// member that got an earlier attempt takes the retry for a repeat
+	// (its dedup of space, sender and MEUP id) and acknowledges it, and
+	// Send applies the envelope to this node's own state once (see
+	// [Engine.Send]).
+	ID            string
 	Kind          string
 	To            []string // participant ids ("" : everybody)
 	CorrelationID []string
@@ -91,6 +107,15 @@ type target struct {
 // member a kick removes still gets its copy and an invited one does not.
 // An envelope that breaks a rule here is sent anyway; Sent.NotApplied says
 // why it changed nothing here.
+//
+// A draft with its own ID is a call its caller may make again: Send
+// remembers the id as this node's own (in the Store, with the ids seen
+// from members) unless the envelope broke a rule here (then a retry is
+// checked again), and a later Send of that id is taken for a retry of
+// the call: its copies go out again (the
+// members drop those they got already), but it is not applied here a
+// second time (its rules would refuse it now only because it was
+// applied: its proposal or grant id in use, its kicked member gone).
 func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions) (Sent, error) {
 	e.mu.Lock()
 	sp := e.spaces[space]
@@ -99,9 +124,13 @@ func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions)
 		return Sent{}, fmt.Errorf("%w: %q", ErrUnknownSpace, space)
 	}
 	now := e.now()
+	id := d.ID
+	if id == "" {
+		id = newID()
+	}
 	env := meup.Envelope{
 		Protocol:      e.opts.Protocol,
-		ID:            newID(),
+		ID:            id,
 		TS:            timestamp(now),
 		From:          sp.self.ID,
 		To:            slices.Clone(d.To),
@@ -127,7 +156,8 @@ func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions)
 	}
 	copies, targets := e.copiesLocked(sp, env.To)
 	var notApplied string
-	if !isSystem(env.Kind) {
+	retry := d.ID != "" && e.sentBeforeLocked(space, env.ID, now)
+	if !isSystem(env.Kind) && !retry {
 		eff, reason, detail := e.checkLocked(sp, sp.self, env, now)
 		if reason != "" {
 			notApplied = reason + ": " + detail
@@ -136,12 +166,33 @@ func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions)
 		}
 		if notApplied != "" {
 			e.log.Info("space: a sent envelope changed nothing here", "space", space, "kind", env.Kind, "why", notApplied)
+			if d.ID != "" {
+				// Nothing was applied: a retry of the call is checked
+				// again.
+				e.forget(space, e.opts.Self, env.ID)
+			}
 		}
 	}
 	e.mu.Unlock()
 
 	e.deliver(ctx, space, data, targets, o, copies)
 	return Sent{Envelope: env, Copies: copies, NotApplied: notApplied}, nil
+}
+
+// sentCopy is the copy Send records this node's own MEUP ids under
+// ([Store.Remember]): no Meerkat envelope brings them to this node.
+const sentCopy = "sent"
+
+// sentBeforeLocked records that this node sends MEUP id in space and
+// reports whether it sent it before (a retry of the same call: see
+// [Engine.Send]). A store that fails takes the send for a new one.
+func (e *Engine) sentBeforeLocked(space, id string, now time.Time) bool {
+	seen, err := e.st.Remember(space, e.opts.Self, id, sentCopy, now)
+	if err != nil {
+		e.log.Warn("space: remembering a sent MEUP id failed; the send is applied here as a new one", "space", space, "id", id, "err", err)
+		return false
+	}
+	return seen != RememberNew
 }
 
 // copiesLocked lists a copy for every member of sp but this node, and the

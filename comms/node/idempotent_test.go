@@ -1,0 +1,227 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// ackDropper stands between a node and its peer on a Unix socket: it
+// passes every frame on, and drops the peer's frames (its acks) while
+// drop is set, as a connection that fails after the envelope arrived.
+type ackDropper struct {
+	addr    transport.Addr
+	ln      net.Listener
+	drop    atomic.Bool
+	dropped atomic.Int64
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	closed  bool
+	conns   []net.Conn
+}
+
+// newAckDropper listens for connections to pass on to the node at to,
+// until the test ends.
+func newAckDropper(t *testing.T, to transport.Addr) *ackDropper {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mkp") // short: socket paths have a length limit
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	d := &ackDropper{addr: transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(dir, "p.sock")}}
+	if d.ln, err = transport.Listen(context.Background(), d.addr); err != nil {
+		t.Fatal(err)
+	}
+	d.wg.Add(1)
+	go d.acceptLoop(to)
+	t.Cleanup(func() {
+		d.ln.Close()
+		d.mu.Lock()
+		d.closed = true
+		for _, c := range d.conns {
+			c.Close()
+		}
+		d.mu.Unlock()
+		d.wg.Wait()
+	})
+	return d
+}
+
+func (d *ackDropper) acceptLoop(to transport.Addr) {
+	defer d.wg.Done()
+	for {
+		c, err := d.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := transport.Dial(context.Background(), to)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			c.Close()
+			s.Close()
+			return
+		}
+		d.conns = append(d.conns, c, s)
+		d.mu.Unlock()
+		d.wg.Add(2)
+		go func() {
+			defer d.wg.Done()
+			io.Copy(s, c)
+			s.Close()
+			c.Close()
+		}()
+		go func() {
+			defer d.wg.Done()
+			defer c.Close()
+			defer s.Close()
+			for {
+				f, err := transport.ReadFrame(s, 0)
+				if err != nil {
+					return
+				}
+				if d.drop.Load() {
+					d.dropped.Add(1)
+					continue
+				}
+				if transport.WriteFrame(c, f) != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// A send under an idempotency key whose first attempt reached the peer
+// but whose ack was lost fails and releases its key; the caller's retry
+// with the key sends again under the same envelope id, so the peer drops
+// the repeat and acks it: the retry succeeds and the peer has the
+// envelope once. A direct broadcast whose copies all failed likewise.
+func TestIdempotentRetryAfterLostAck(t *testing.T) {
+	ha, hb := twoHomes(t, func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	ls, err := hb.Config.Resolve(hb.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newAckDropper(t, ls.UDS)
+	l, err := trust.New(trust.Peer{Name: "bob", ID: hb.Key.ID(), Addr: proxy.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Save(ha.TrustPath()); err != nil {
+		t.Fatal(err)
+	}
+	bob := startTest(t, hb, ModeServe)
+	alice := startTest(t, ha, ModeServe)
+
+	for _, c := range []struct {
+		kind string
+		send func(ctx context.Context) (id string, delivery string, replayed bool, err error)
+	}{
+		{"message", func(ctx context.Context) (string, string, bool, error) {
+			s, err := alice.SendMessage(ctx, "bob", "exactly once", SendOptions{IdempotencyKey: "note-1"})
+			return s.ID, s.Delivery, s.Replayed, err
+		}},
+		{"request", func(ctx context.Context) (string, string, bool, error) {
+			s, err := alice.SendRequest(ctx, "bob", "review", json.RawMessage(`{"pr":7}`), SendOptions{IdempotencyKey: "review-1"})
+			return s.ID, s.Delivery, s.Replayed, err
+		}},
+		{"broadcast", func(ctx context.Context) (string, string, bool, error) {
+			b, err := alice.Broadcast(ctx, BroadcastArgs{Body: "to all, once", Direct: true, SendOptions: SendOptions{IdempotencyKey: "all-1"}})
+			if len(b.Copies) != 1 {
+				return "", "", b.Replayed, err
+			}
+			return b.Copies[0].ID, b.Copies[0].Delivery, b.Replayed, err
+		}},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			kind := c.kind
+			if kind == "broadcast" {
+				kind = "message"
+			}
+			had := countItems(t, bob, kind)
+			proxy.drop.Store(true)
+			lost := proxy.dropped.Load()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			firstID, delivery, _, err := c.send(ctx)
+			cancel()
+			if delivery == DeliveryAcked {
+				t.Fatalf("first attempt: acked although its ack was dropped (%v)", err)
+			}
+			waitFor(t, 5*time.Second, "the first attempt to arrive", func() bool { return countItems(t, bob, kind) == had+1 })
+			if proxy.dropped.Load() == lost {
+				t.Fatal("no ack was dropped")
+			}
+
+			proxy.drop.Store(false)
+			ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			id, delivery, replayed, err := c.send(ctx)
+			if err != nil || delivery != DeliveryAcked || replayed {
+				t.Fatalf("retry with the key: id %s, delivery %q, replayed %v, %v; want sent again and acked", id, delivery, replayed, err)
+			}
+			if firstID != "" && id != firstID {
+				t.Errorf("retry sealed as %s, the first attempt as %s: want one envelope id", id, firstID)
+			}
+			if n := countItems(t, bob, kind); n != had+1 {
+				t.Fatalf("bob has %d new %ss, want exactly 1", n-had, kind)
+			}
+			// Now kept: another retry replays.
+			if _, _, replayed, err := c.send(ctx); err != nil || !replayed {
+				t.Fatalf("retry after the success: replayed %v, %v", replayed, err)
+			}
+		})
+	}
+}
+
+// The name of a call under a key is the key, a zero byte and the hash of
+// the op and arguments: another key, op or arguments give another one.
+func TestCallOf(t *testing.T) {
+	hash := func(op string, args any) []byte {
+		h, err := argsHash(op, args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	msg := sendArgs{Peer: "ed25519:bob", Body: "hi"}
+	first := callOf("k1", hash("send_message", msg))
+	if want := sha256.Size + len("k1") + 1; len(first) != want || !bytes.HasPrefix(first, []byte("k1\x00")) {
+		t.Fatalf("callOf = %q: want the key, a zero byte and the %d-byte hash", first, sha256.Size)
+	}
+	other := msg
+	other.Body = "hello"
+	for _, c := range []struct {
+		name string
+		call []byte
+		same bool
+	}{
+		{"the same call", callOf("k1", hash("send_message", msg)), true},
+		{"another key", callOf("k2", hash("send_message", msg)), false},
+		{"a key that extends it", callOf("k1\x01", hash("send_message", msg)), false},
+		{"another op", callOf("k1", hash("send_request", msg)), false},
+		{"other arguments", callOf("k1", hash("send_message", other)), false},
+	} {
+		if bytes.Equal(c.call, first) != c.same {
+			t.Errorf("%s: %q, first %q: want the same %v", c.name, c.call, first, c.same)
+		}
+	}
+}
