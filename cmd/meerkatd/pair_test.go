@@ -278,6 +278,45 @@ func TestPairLocal(t *testing.T) {
 	bob.wantCode(exitError, []string{"open to other users"}, "peers", "discover")
 }
 
+// Every home made without --name is "meerkat": pair accept --local
+// meerkat takes the offer of the one such node that has one open; with
+// two open it names both, and the key picks one.
+func TestPairLocalSharedName(t *testing.T) {
+	t.Parallel()
+	rt := t.TempDir() // stands in for $XDG_RUNTIME_DIR
+	erin, gina, frank := newNode(t, "meerkat"), newNode(t, "meerkat"), newNode(t, "frank")
+	if gina.key < erin.key {
+		erin, gina = gina, erin // gina, the one to offer, is listed second
+	}
+	for _, n := range []*testNode{erin, gina, frank} {
+		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
+		n.start()
+	}
+	offer := gina.startBackground("pair", "offer", "--local")
+	offer.line(t)
+	if out := frank.ok("pair", "accept", "--local", "meerkat"); !strings.Contains(out, "trusting meerkat ("+gina.key+")") {
+		t.Fatalf("frank: %q", out)
+	}
+	if code, rest := offer.wait(t); code != 0 || !strings.Contains(rest, "trusting frank") {
+		t.Fatalf("gina's offer: %d %q %s", code, rest, offer.stderr.String())
+	}
+
+	erinOffer, ginaOffer := erin.startBackground("pair", "offer", "--local"), gina.startBackground("pair", "offer", "--local")
+	erinOffer.line(t)
+	ginaOffer.line(t)
+	frank.wantCode(exitUsage, []string{`2 running nodes named "meerkat" have a local offer open`, erin.key, erin.home, gina.key, gina.home, "pass the key"},
+		"pair", "accept", "--local", "meerkat")
+	if out := frank.ok("pair", "accept", "--local", erin.key, "--name", "erin"); !strings.Contains(out, "trusting erin ("+erin.key+")") {
+		t.Fatalf("frank: %q", out)
+	}
+	if code, rest := erinOffer.wait(t); code != 0 || !strings.Contains(rest, "trusting frank") {
+		t.Fatalf("erin's offer: %d %q %s", code, rest, erinOffer.stderr.String())
+	}
+	if got := peerNames(t, frank); len(got) != 2 || got["erin"] != erin.key || got["meerkat"] != gina.key {
+		t.Fatalf("frank trusts %v", got)
+	}
+}
+
 // Five failed attempts from one source within a minute lock it out, even
 // with the right code; the daemon's trust is untouched.
 func TestPairRateLimited(t *testing.T) {

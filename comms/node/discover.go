@@ -213,19 +213,32 @@ func alive(pid int) bool {
 	return syscall.Kill(pid, 0) == nil
 }
 
-// FindLocal finds a running node by name or key in the discovery
-// directory dir.
-func FindLocal(dir string, self *Home, ref string) (Announcement, error) {
+// FindLocal finds the running nodes ref names in the discovery directory
+// dir: one for a key or peer UUID, possibly several for a name (every
+// home made without a name is "meerkat").
+func FindLocal(dir string, self *Home, ref string) ([]Announcement, error) {
 	as, err := Discover(dir, self)
 	if err != nil {
-		return Announcement{}, err
+		return nil, err
 	}
+	if m := matchLocal(as, ref); len(m) > 0 {
+		return m, nil
+	}
+	return nil, errorf(CodeUnknownPeer, "no running node named %q on this host (meerkatd peers discover lists them)", ref)
+}
+
+// matchLocal returns the announcements whose name, key or peer UUID is
+// ref.
+func matchLocal(as []Announcement, ref string) []Announcement {
+	u, uerr := identity.ParseUUID(ref)
+	var out []Announcement
 	for _, a := range as {
-		if a.Name == ref || a.Key == ref {
-			return a, nil
+		id, err := identity.ParsePeerID(a.Key)
+		if a.Name == ref || a.Key == ref || uerr == nil && err == nil && id.UUID() == u {
+			out = append(out, a)
 		}
 	}
-	return Announcement{}, errorf(CodeUnknownPeer, "no running node named %q on this host (meerkatd peers discover lists them)", ref)
+	return out
 }
 
 // LocalOffer reads the offer line the local node a left for its user in
@@ -256,25 +269,69 @@ const LocalOfferWait = 5 * time.Second
 // appear: the other node's "pair offer --local" may be a moment behind
 // the command that takes it, both started from one script.
 func WaitLocalOffer(dir string, a Announcement, bound time.Duration) (string, error) {
-	const poll = 100 * time.Millisecond
-	for deadline := time.Now().Add(bound); ; time.Sleep(poll) {
-		line, err := LocalOffer(dir, a)
-		if err == nil || CodeOf(err) != CodePairFailed || time.Until(deadline) < poll {
-			return line, err
-		}
-	}
+	_, line, err := waitLocalOffers(dir, a.Name, []Announcement{a}, bound)
+	return line, err
 }
 
 // AcceptLocalLine is the pairing line the local node ref (a name, key or
 // UUID among the nodes announced in dir) left for h, waited for up to
-// LocalOfferWait, and the node's announced name.
+// LocalOfferWait, and the node's announced name. When several nodes are
+// named ref, it is the offer of the one among them that has an offer
+// open; none or several is an error that lists them, to pick one by key.
 func AcceptLocalLine(dir string, h *Home, ref string) (line, name string, err error) {
-	a, err := FindLocal(dir, h, ref)
+	as, err := FindLocal(dir, h, ref)
 	if err != nil {
 		return "", "", err
 	}
-	line, err = WaitLocalOffer(dir, a, LocalOfferWait)
+	a, line, err := waitLocalOffers(dir, ref, as, LocalOfferWait)
 	return line, a.Name, err
+}
+
+// waitLocalOffers is WaitLocalOffer over the nodes as, all named ref:
+// the node that has an offer open, and its line.
+func waitLocalOffers(dir, ref string, as []Announcement, bound time.Duration) (Announcement, string, error) {
+	const poll = 100 * time.Millisecond
+	for deadline := time.Now().Add(bound); ; time.Sleep(poll) {
+		var open []Announcement
+		var lines []string
+		var none error // "no local offer open", for a single node
+		for _, a := range as {
+			line, err := LocalOffer(dir, a)
+			switch {
+			case err == nil:
+				open, lines = append(open, a), append(lines, line)
+			case CodeOf(err) != CodePairFailed:
+				return a, "", err // unreadable, or not a pairing line
+			default:
+				none = err
+			}
+		}
+		switch {
+		case len(open) == 1:
+			return open[0], lines[0], nil
+		case len(open) > 1:
+			return Announcement{}, "", errorf(CodeBadArgument, "%d running nodes named %q have a local offer open: %s; pass the key of the one to pair with: meerkatd pair accept --local KEY", len(open), ref, listLocal(open))
+		case time.Until(deadline) >= poll:
+		case len(as) == 1:
+			return as[0], "", none
+		default:
+			return Announcement{}, "", errorf(CodePairFailed, "none of the %d running nodes named %q has a local offer open: %s; run meerkatd pair offer --local on the one to pair with, and pass its key: meerkatd pair accept --local KEY", len(as), ref, listLocal(as))
+		}
+	}
+}
+
+// listLocal names the nodes as for a person choosing one: key and home
+// (or address).
+func listLocal(as []Announcement) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		if a.Home != "" {
+			s[i] = fmt.Sprintf("%s (home %s)", a.Key, a.Home)
+		} else {
+			s[i] = fmt.Sprintf("%s (at %s)", a.Key, a.Addr)
+		}
+	}
+	return strings.Join(s, ", ")
 }
 
 // LocalOfferTTL bounds a local offer: the other node picks it up at once.
