@@ -68,6 +68,35 @@ func (c *Config) ApplyEnvSources(lookup func(string) (string, bool), src Sources
 	return nil
 }
 
+// Attribute returns err with each [*Error] in it (err itself, or one of
+// the errors joined in it) that names a key but no source given the
+// source of that key in s: the file, variable or flag the bad value came
+// from ("MEERKAT_COMMS_ACK_TIMEOUT: comms.ack_timeout_secs: must be …").
+// A key at its default keeps no source. Other errors are kept as they
+// are; nil stays nil.
+func (s Sources) Attribute(err error) error {
+	if ce, ok := err.(*Error); ok {
+		if ce.Source != "" || ce.Key == "" || s.Of(ce.Key) == SourceDefault {
+			return err
+		}
+		return &Error{Source: s.Of(ce.Key), Key: ce.Key, Err: ce.Err}
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	errs := j.Unwrap()
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = s.Attribute(e)
+	}
+	return errors.Join(out...)
+}
+
+// ValidateSources is [Config.Validate] with each problem naming where the
+// bad value came from, by src ([Sources.Attribute]).
+func (c Config) ValidateSources(src Sources) error { return src.Attribute(c.Validate()) }
+
 // Setting is one key of an effective configuration, for
 // `meerkatd config show`.
 type Setting struct {

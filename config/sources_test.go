@@ -101,3 +101,49 @@ func TestSources(t *testing.T) {
 		t.Errorf("unknown key: %v", err)
 	}
 }
+
+// Each problem Validate finds names where its bad value came from, by
+// the sources: the file, the variable or the flag; a default names none.
+func TestValidateSources(t *testing.T) {
+	c := Default()
+	c.Comms.AckTimeoutSecs = 0
+	c.Log.Level = "loud"
+	c.Store.Mode = "disk"
+	src := Sources{
+		"comms.ack_timeout_secs": "MEERKAT_COMMS_ACK_TIMEOUT",
+		"log.level":              "--log-level",
+		"name":                   "/h/meerkat.toml",
+	}
+	err := c.ValidateSources(src)
+	var got []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var ce *Error
+		if !errors.As(e, &ce) {
+			t.Fatalf("%v: not an *Error", e)
+		}
+		got = append(got, ce.Source+" | "+ce.Key)
+	}
+	want := []string{
+		"MEERKAT_COMMS_ACK_TIMEOUT | comms.ack_timeout_secs",
+		" | store.mode",
+		"--log-level | log.level",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if msg := err.Error(); !strings.Contains(msg, "config: MEERKAT_COMMS_ACK_TIMEOUT: comms.ack_timeout_secs: must be between 1 and 604800, got 0") {
+		t.Fatalf("message %q", msg)
+	}
+	if err := Default().ValidateSources(src); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	// Errors other than a key's, and those that name a source, stay.
+	other := errors.New("other")
+	named := &Error{Source: "X", Key: "name", Err: other}
+	if got := src.Attribute(errors.Join(other, named)).Error(); got != "other\nconfig: X: name: other" {
+		t.Fatalf("Attribute: %q", got)
+	}
+	if src.Attribute(nil) != nil {
+		t.Fatal("Attribute(nil) is not nil")
+	}
+}

@@ -14,10 +14,6 @@ import (
 // DefaultTCPPort is the port of a tcp:// address that names none.
 const DefaultTCPPort = 4200
 
-// MaxUDSPath is the longest Unix socket path the kernel accepts (sun_path
-// is 108 bytes on Linux, including the terminating NUL).
-const MaxUDSPath = 107
-
 // Address schemes.
 const (
 	SchemeUDS = "uds"
@@ -37,7 +33,33 @@ var (
 	ErrUnsupportedScheme = errors.New("transport: unsupported address scheme (want uds://, tcp://, tls:// or nats:)")
 	// ErrBadAddr means the address has a known scheme but is malformed.
 	ErrBadAddr = errors.New("transport: malformed address")
+	// ErrPathTooLong means a Unix socket path is longer than this
+	// system allows ([MaxUDSPath]). An error that wraps it also matches
+	// ErrBadAddr.
+	ErrPathTooLong = errors.New("transport: socket path too long")
 )
+
+// CheckUDSPath returns nil if path fits the system's limit on a Unix
+// socket path, [MaxUDSPath] bytes, and otherwise an error that matches
+// [ErrPathTooLong] and [ErrBadAddr] and says how long path is and what
+// the limit is.
+func CheckUDSPath(path string) error {
+	if len(path) <= MaxUDSPath {
+		return nil
+	}
+	return &pathTooLongError{path: path}
+}
+
+// pathTooLongError is CheckUDSPath's error.
+type pathTooLongError struct{ path string }
+
+func (e *pathTooLongError) Error() string {
+	return fmt.Sprintf("transport: socket path too long: %q is %d bytes, over this system's limit of %d", e.path, len(e.path), MaxUDSPath)
+}
+
+func (e *pathTooLongError) Is(target error) bool {
+	return target == ErrPathTooLong || target == ErrBadAddr
+}
 
 // Addr is a parsed peer or listener address: a Unix socket path, or a TCP
 // host and port reached in plaintext (tcp) or over TLS (tls). The zero
@@ -79,8 +101,8 @@ func ParseAddr(s string) (Addr, error) {
 		if clean == "/" {
 			return bad("a uds path must name a socket file")
 		}
-		if len(clean) > MaxUDSPath {
-			return bad(fmt.Sprintf("the socket path is %d bytes; the limit is %d", len(clean), MaxUDSPath))
+		if err := CheckUDSPath(clean); err != nil {
+			return Addr{}, err
 		}
 		return Addr{Scheme: SchemeUDS, Path: clean}, nil
 	case SchemeTCP, SchemeTLS:

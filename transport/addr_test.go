@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -232,12 +233,37 @@ func TestListenDialTCP(t *testing.T) {
 	}
 }
 
+// A socket path over the system's limit is refused as too long, saying
+// how long it is and what the limit is, not as malformed; one at the
+// limit is taken.
 func TestParseAddrSocketPathLimit(t *testing.T) {
-	ok := "uds:///" + strings.Repeat("a", MaxUDSPath-1)
-	if _, err := ParseAddr(ok); err != nil {
-		t.Fatalf("%d-byte path: %v", MaxUDSPath, err)
-	}
-	if _, err := ParseAddr(ok + "b"); !errors.Is(err, ErrBadAddr) || !strings.Contains(err.Error(), "limit") {
-		t.Fatalf("%d-byte path: %v", MaxUDSPath+1, err)
+	long := "/" + strings.Repeat("a", MaxUDSPath+21)
+	for _, tc := range []struct {
+		path string
+		ok   bool
+	}{
+		{"/" + strings.Repeat("a", MaxUDSPath-1), true},
+		{"/" + strings.Repeat("a", MaxUDSPath), false},
+		{long, false},
+		{"/" + strings.Repeat("a", MaxUDSPath-3) + "/.", true}, // the cleaned path counts
+	} {
+		err := CheckUDSPath(filepath.Clean(tc.path))
+		_, perr := ParseAddr("uds://" + tc.path)
+		if tc.ok {
+			if err != nil || perr != nil {
+				t.Errorf("%d-byte path: CheckUDSPath %v, ParseAddr %v", len(tc.path), err, perr)
+			}
+			continue
+		}
+		for _, err := range []error{err, perr} {
+			if !errors.Is(err, ErrPathTooLong) || !errors.Is(err, ErrBadAddr) {
+				t.Errorf("%d-byte path: %v, want ErrPathTooLong and ErrBadAddr", len(tc.path), err)
+				continue
+			}
+			want := fmt.Sprintf("socket path too long: %q is %d bytes, over this system's limit of %d", tc.path, len(tc.path), MaxUDSPath)
+			if msg := err.Error(); !strings.Contains(msg, want) || strings.Contains(msg, "malformed") {
+				t.Errorf("%d-byte path: %q, want %q", len(tc.path), msg, want)
+			}
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -277,27 +278,21 @@ func runStatus(e *env, args []string) error {
 	return notRunning
 }
 
-// configShow prints every key's value in effect and where it came from.
+// configShow prints every key's value in effect and where it came from,
+// also when they do not validate (then it fails after printing them).
 func (e *env) configShow(dir string, overrides node.OpenOptions, asJSON bool) error {
-	if err := node.RequireHome(dir); err != nil {
-		return err
-	}
-	if err := node.CheckHome(dir); err != nil {
-		return err
-	}
 	overrides.LookupEnv = e.lookupEnv
-	cfg, src, err := node.LoadConfig(dir, overrides)
-	if err != nil {
+	settings, err := node.ShowConfig(dir, overrides)
+	if settings == nil {
 		return err
 	}
 	for _, err := range e.unknownEnv() {
 		fmt.Fprintf(e.stderr, "warning: %s\n", strings.TrimPrefix(err.Error(), "config: "))
 	}
-	settings := config.Settings(&cfg, src)
 	if asJSON {
-		return nodetext.PrintJSON(e.stdout, map[string]any{"config": filepath.Join(dir, config.FileName), "settings": settings})
+		return cmp.Or(nodetext.PrintJSON(e.stdout, map[string]any{"config": filepath.Join(dir, config.FileName), "settings": settings}), jsonShown(err))
 	}
-	return nodetext.Table(e.stdout, "KEY\tVALUE\tSOURCE", settings, func(s config.Setting) []any { return []any{s.Key, nodetext.Escape(s.Value, ""), s.Source} })
+	return cmp.Or(nodetext.Table(e.stdout, "KEY\tVALUE\tSOURCE", settings, func(s config.Setting) []any { return []any{s.Key, nodetext.Escape(s.Value, ""), s.Source} }), err)
 }
 
 // runMCP serves MCP on stdin/stdout: attached to the home's daemon if one

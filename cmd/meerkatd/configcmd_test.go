@@ -127,3 +127,42 @@ func TestConfigShow(t *testing.T) {
 		}
 	}
 }
+
+// config show prints the settings also when they do not validate, then
+// fails naming the variable the bad value came from.
+func TestConfigShowInvalid(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	vars := map[string]string{"MEERKAT_COMMS_ACK_TIMEOUT": "0"}
+	want := "MEERKAT_COMMS_ACK_TIMEOUT: comms.ack_timeout_secs: must be between 1 and 604800, got 0"
+	code, out, errOut := runEnviron(t, vars, "config", "show", "--home", home)
+	if code != exitError || !strings.Contains(errOut, want) || strings.Count(out, "\n") != len(config.Keys())+1 ||
+		!strings.Contains(out, "MEERKAT_COMMS_ACK_TIMEOUT") {
+		t.Fatalf("config show: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, errOut = runEnviron(t, vars, "config", "show", "--home", home, "--json")
+	var got struct {
+		Settings []config.Setting `json:"settings"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != exitError || len(got.Settings) != len(config.Keys()) || !strings.Contains(errOut, want) {
+		t.Fatalf("config show --json: code %d, %v, stdout %q, stderr %q", code, err, out, errOut)
+	}
+}
+
+// config check refuses a spaces.json that run refuses.
+func TestConfigCheckSpaces(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	bad := `{"spaces": [{"name": "s", "members": [{"id": "a", "key": "ed25519:AAAA"}]}]}`
+	if err := os.WriteFile(filepath.Join(home, "spaces.json"), []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, nil, "config", "check", "--home", home)
+	if code != exitError || out != "" || !strings.Contains(errOut, "key must be 32 bytes") || !strings.Contains(errOut, "spaces.json") {
+		t.Fatalf("config check: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

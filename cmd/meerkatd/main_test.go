@@ -83,6 +83,50 @@ func TestKeygen(t *testing.T) {
 	}
 }
 
+// keygen refuses, --force or not, while a daemon serves the home: the
+// daemon would go on with the old key, id and status would disagree, and
+// its next start would switch identity. Stopped, the daemon is gone and
+// keygen --force works.
+func TestKeygenRefusedWhileServed(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "solo")
+	n.start("--listen-uds", "off")
+	for _, args := range [][]string{{"keygen", "--force"}, {"keygen"}} {
+		n.wantCode(exitError, []string{"a node serves this home", "stop it first", "(unavailable)"}, args...)
+	}
+	var id struct {
+		PubKey string `json:"pubkey"`
+	}
+	n.okJSON(&id, "id", "--json")
+	if id.PubKey != n.key {
+		t.Fatalf("a refused keygen changed the key: %s, was %s", id.PubKey, n.key)
+	}
+	n.stop()
+	n.ok("keygen", "--force")
+	n.okJSON(&id, "id", "--json")
+	if id.PubKey == n.key {
+		t.Fatal("keygen --force with the daemon stopped kept the key")
+	}
+}
+
+// init refuses a home whose path leaves no room for its sockets under
+// the system's limit, says to choose a shorter one, and creates nothing.
+func TestInitLongHome(t *testing.T) {
+	parent, err := os.MkdirTemp("", "mk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	home := filepath.Join(parent, strings.Repeat("h", 100))
+	code, out, errOut := run(t, nil, "init", "--home", home)
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "too long") || !strings.Contains(errOut, "at most") || !strings.Contains(errOut, "--home") {
+		t.Fatalf("init of a long home: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, err := os.Lstat(home); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("init of a long home created it (%v)", err)
+	}
+}
+
 func TestHomeResolution(t *testing.T) {
 	tests := []struct {
 		name string

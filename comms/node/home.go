@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/meerkatd/meerkatd/comms/space"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/filemode"
+	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
@@ -75,8 +77,25 @@ func ResolveHome(dir string, getenv func(string) string) (string, error) {
 
 // Keygen gives the home dir a new identity, creating the home if need be.
 // It refuses to replace an existing identity unless force is set: peers
-// that trust the old key refuse the node afterwards.
+// that trust the old key refuse the node afterwards. It refuses, force or
+// not, while a node serves the home (a daemon, or meerkatd mcp running
+// the node itself): that node would go on signing with the old key until
+// its next start. It holds the home's lock while it writes, so no node
+// starts on a half-made identity.
 func Keygen(dir string, force bool) error {
+	if err := CheckHomePath(dir); err != nil {
+		return err
+	}
+	unlock, err := lockHome(dir)
+	switch {
+	case errors.Is(err, errHomeServed):
+		return errorf(CodeUnavailable, "a node serves this home (%s): stop it first, as a running node keeps the identity it started with (meerkatd status --home %s shows it)", dir, dir)
+	case errors.Is(err, fs.ErrNotExist): // nothing serves a home that does not exist
+	case err != nil:
+		return err
+	default:
+		defer unlock()
+	}
 	keyPath := filepath.Join(dir, identity.KeyFile)
 	if _, err := os.Stat(keyPath); err == nil && !force {
 		return &Error{Code: CodeBadArgument, Msg: keyPath + " already holds an identity; use --force to replace it (peers that trust the old key will refuse this node)"}
@@ -95,10 +114,39 @@ func Keygen(dir string, force bool) error {
 	return err
 }
 
+// errHomeServed means a node serves the home: another process (or this
+// one) holds the home's lock.
+var errHomeServed = errors.New("node: a node serves this home")
+
+// CheckHomePath returns an error with code bad_argument, naming the
+// longest path the home may have, when the sockets a node of the home dir
+// makes in it (its control socket, and its listener unless configured
+// elsewhere) would not fit the system's limit on a Unix socket path: such
+// a home can be created but never run.
+func CheckHomePath(dir string) error {
+	sock := filepath.Join(dir, ControlSocketName)
+	if len(config.DefaultSocketName) > len(ControlSocketName) {
+		sock = filepath.Join(dir, config.DefaultSocketName)
+	}
+	err := transport.CheckUDSPath(sock)
+	if err == nil {
+		return nil
+	}
+	room := transport.MaxUDSPath - (len(sock) - len(dir))
+	return &Error{Code: CodeBadArgument, Err: err, Msg: fmt.Sprintf(
+		"the home's path is too long for a node to run there: its socket %s would be %d bytes, over this system's limit of %d for a socket path; choose a home whose path is at most %d bytes (--home or MEERKAT_HOME)",
+		sock, len(sock), transport.MaxUDSPath, room)}
+}
+
 // InitHome creates whatever the home dir lacks: the directory (0700), an
 // identity, meerkat.toml with the defaults (and name, if not ""), an
-// empty trusted_peers.json. It reports the files it created.
+// empty trusted_peers.json. It reports the files it created. It refuses,
+// creating nothing, a home whose path is too long for a node to run there
+// ([CheckHomePath]).
 func InitHome(dir, name string) (created []string, err error) {
+	if err := CheckHomePath(dir); err != nil {
+		return nil, err
+	}
 	if name != "" {
 		// A bad name is refused before anything is created.
 		cfg := config.Default()
@@ -173,15 +221,42 @@ type OpenOptions struct {
 
 // LoadConfig returns the configuration in effect for the home dir and
 // where each key came from: defaults < meerkat.toml < MEERKAT_* variables
-// < overrides, validated. It does not check the home's files (see
-// [CheckHome]) nor need an identity.
+// < overrides, validated; each problem names where its value came from
+// (the file, the variable or the flag). It does not check the home's
+// files (see [CheckHome]) nor need an identity.
 func LoadConfig(dir string, o OpenOptions) (config.Config, config.Sources, error) {
+	cfg, src, err := loadConfig(dir, o)
+	if err != nil {
+		return config.Config{}, nil, err
+	}
+	return cfg, src, nil
+}
+
+// loadConfig is LoadConfig, except that when MEERKAT_* variables cannot
+// be read or the values do not validate it also returns the
+// configuration as far as it is known (src not nil): the variables that
+// could be read are applied, and the overrides.
+func loadConfig(dir string, o OpenOptions) (config.Config, config.Sources, error) {
 	cfg, src, err := config.LoadWithSources(filepath.Join(dir, config.FileName))
 	if err != nil {
 		return config.Config{}, nil, err
 	}
-	if err := cfg.ApplyEnvSources(o.LookupEnv, src); err != nil {
-		return config.Config{}, nil, err
+	envErr := cfg.ApplyEnvSources(o.LookupEnv, src)
+	if envErr != nil {
+		// Apply the variables that can be read: ApplyEnv applies none
+		// when one is bad.
+		bad := map[string]bool{}
+		for _, e := range joined(envErr) {
+			if ce, ok := e.(*config.Error); ok {
+				bad[ce.Source] = true
+			}
+		}
+		_ = cfg.ApplyEnvSources(func(k string) (string, bool) {
+			if bad[k] {
+				return "", false
+			}
+			return o.LookupEnv(k)
+		}, src)
 	}
 	for k, v := range o.Overrides {
 		if err := cfg.Set(k, v); err != nil {
@@ -192,14 +267,44 @@ func LoadConfig(dir string, o OpenOptions) (config.Config, config.Sources, error
 			src[k] = f
 		}
 	}
-	if err := cfg.Validate(); err != nil {
+	if envErr != nil {
+		return cfg, src, envErr
+	}
+	if err := cfg.ValidateSources(src); err != nil {
 		if namesOverride(err, o.Overrides) {
 			// A bad flag value is a bad argument (exit 2), not a fault.
 			return config.Config{}, nil, &Error{Code: CodeBadArgument, Err: err, Msg: UserText(err)}
 		}
-		return config.Config{}, nil, err
+		return cfg, src, err
 	}
 	return cfg, src, nil
+}
+
+// joined returns the errors joined in err (errors.Join), or err alone.
+func joined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// ShowConfig returns every key of the home dir's configuration in effect
+// ([LoadConfig]) with its value and where it came from, for meerkatd
+// config show. When the home's files or the values are wrong it returns
+// the settings as far as they are known with the error, whose problems
+// name where each bad value came from: that is when they are needed. It
+// returns no settings when the home does not exist, meerkat.toml cannot
+// be read, or an override is bad.
+func ShowConfig(dir string, o OpenOptions) ([]config.Setting, error) {
+	if err := RequireHome(dir); err != nil {
+		return nil, err
+	}
+	homeErr := CheckHome(dir)
+	cfg, src, err := loadConfig(dir, o)
+	if src == nil {
+		return nil, errors.Join(homeErr, err)
+	}
+	return config.Settings(&cfg, src), errors.Join(homeErr, err)
 }
 
 // namesOverride reports whether err (joined errors too) holds a
@@ -225,10 +330,12 @@ func namesOverride(err error, overrides map[string]string) bool {
 }
 
 // CheckConfig checks everything a node of the home dir would read at
-// start: the home's files and modes, meerkat.toml, the MEERKAT_*
-// variables of lookupEnv (and, in environ, any that is no setting: a
-// misspelt one; ignore lists names read elsewhere), the listeners and the
-// trusted peers file. It returns the path of meerkat.toml.
+// start: the home's files and modes, whether the home's path leaves room
+// for its sockets, meerkat.toml, the MEERKAT_* variables of lookupEnv
+// (and, in environ, any that is no setting: a misspelt one; ignore lists
+// names read elsewhere), the listeners, the trusted peers file and the
+// spaces file, each as the node reads it. It returns the path of
+// meerkat.toml.
 func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []string, ignore ...string) (string, error) {
 	path := filepath.Join(dir, config.FileName)
 	if err := RequireHome(dir); err != nil {
@@ -237,12 +344,19 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	if err := CheckHome(dir); err != nil {
 		return path, err
 	}
-	cfg, _, err := LoadConfig(dir, OpenOptions{LookupEnv: lookupEnv})
+	err := CheckHomePath(dir)
+	var cfg config.Config
+	if err == nil {
+		cfg, _, err = LoadConfig(dir, OpenOptions{LookupEnv: lookupEnv})
+	}
 	if err == nil {
 		_, err = cfg.Resolve(dir)
 	}
 	if err == nil {
 		_, err = trust.LoadOrEmpty(filepath.Join(dir, trust.FileName))
+	}
+	if err == nil {
+		_, err = space.LoadRoster(filepath.Join(dir, SpacesFileName))
 	}
 	if err == nil {
 		err = errors.Join(config.UnknownEnv(environ, ignore...)...)
@@ -269,6 +383,10 @@ func RequireHome(dir string) error {
 func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 	var created []string
 	if o.Create {
+		// A node is to run here: its sockets must fit.
+		if err := CheckHomePath(dir); err != nil {
+			return nil, nil, err
+		}
 		if _, err := os.Lstat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
 			// A home about to be created: a configuration that would be
 			// refused (bad flag values, say) is refused first, so that

@@ -1,0 +1,244 @@
+package node
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
+)
+
+// shortTemp is a new directory whose path is short enough for a home's
+// sockets, removed at the test's end.
+func shortTemp(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mkh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// holdHomeLock takes the lock a process serving dir holds (flock(2) on the
+// directory, as comms/control takes it) and returns its release.
+func holdHomeLock(t *testing.T, dir string) (release func()) {
+	t.Helper()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	return func() { f.Close() }
+}
+
+// keygen refuses, with or without force, while a node serves the home:
+// that node would go on signing with the old key, and the next start
+// would switch identity without a word. Once the node is gone it works.
+func TestKeygenRefusedWhileServed(t *testing.T) {
+	dir := filepath.Join(shortTemp(t), "home")
+	if _, err := InitHome(dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	before, err := identity.LoadKeypair(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := holdHomeLock(t, dir)
+	for _, force := range []bool{true, false} {
+		err := Keygen(dir, force)
+		if CodeOf(err) != CodeUnavailable || !strings.Contains(UserText(err), "a node serves this home") || !strings.Contains(UserText(err), "stop it first") {
+			t.Errorf("keygen (force %v) while served: %v (code %s)", force, err, CodeOf(err))
+		}
+		if kp, err := identity.LoadKeypair(dir); err != nil || kp.ID() != before.ID() {
+			t.Fatalf("keygen (force %v) while served replaced the key (%v)", force, err)
+		}
+	}
+	release()
+	if err := Keygen(dir, true); err != nil {
+		t.Fatalf("keygen --force once the node is gone: %v", err)
+	}
+	if kp, err := identity.LoadKeypair(dir); err != nil || kp.ID() == before.ID() {
+		t.Fatalf("keygen --force kept the old key (%v)", err)
+	}
+	// Nothing serves a home that does not exist yet: keygen makes it.
+	if err := Keygen(filepath.Join(filepath.Dir(dir), "new"), false); err != nil {
+		t.Fatalf("keygen of a new home: %v", err)
+	}
+}
+
+// A home's path leaves room for its sockets (control.sock, meerkat.sock)
+// under the system's limit on a socket path, or it is refused with what
+// to do: a shorter home, at most so many bytes.
+func TestCheckHomePath(t *testing.T) {
+	room := transport.MaxUDSPath - len("/"+ControlSocketName) // the longest home
+	home := func(n int) string { return "/" + strings.Repeat("h", n-1) }
+	for _, tc := range []struct {
+		name string
+		dir  string
+		ok   bool
+	}{
+		{"short", "/home/u/.config/meerkat", true},
+		{"at the limit", home(room), true},
+		{"a byte over", home(room + 1), false},
+		{"far over", home(room + 40), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckHomePath(tc.dir)
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("%d-byte home: %v", len(tc.dir), err)
+				}
+				return
+			}
+			sock := filepath.Join(tc.dir, ControlSocketName)
+			msg := UserText(err)
+			for _, want := range []string{"too long", sock, strconv.Itoa(len(sock)) + " bytes", "limit of " + strconv.Itoa(transport.MaxUDSPath), "at most " + strconv.Itoa(room) + " bytes", "--home"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("%d-byte home: %q lacks %q", len(tc.dir), msg, want)
+				}
+			}
+			if CodeOf(err) != CodeBadArgument || !errors.Is(err, transport.ErrPathTooLong) {
+				t.Errorf("%d-byte home: code %s, %v", len(tc.dir), CodeOf(err), err)
+			}
+		})
+	}
+}
+
+// init (and run, mcp and keygen, which create a missing home) refuse a
+// home whose sockets would not fit, before creating anything; a home
+// made before is refused by run and config check too.
+func TestLongHomeRefused(t *testing.T) {
+	parent := shortTemp(t)
+	long := filepath.Join(parent, strings.Repeat("d", transport.MaxUDSPath-len(parent)-len(ControlSocketName)))
+	for name, create := range map[string]func() error{
+		"InitHome": func() error { _, err := InitHome(long, "n"); return err },
+		"OpenHome": func() error { _, _, err := OpenHome(long, OpenOptions{Create: true}); return err },
+		"Keygen":   func() error { return Keygen(long, false) },
+	} {
+		if err := create(); CodeOf(err) != CodeBadArgument || !errors.Is(err, transport.ErrPathTooLong) {
+			t.Errorf("%s of a %d-byte home: %v", name, len(long), err)
+		}
+		if _, err := os.Lstat(long); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s of a too-long home created it (%v)", name, err)
+		}
+	}
+	// A home made by hand (or by an older meerkatd) at that path.
+	if err := os.Mkdir(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kp.Save(long); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := OpenHome(long, OpenOptions{Create: true}); !errors.Is(err, transport.ErrPathTooLong) {
+		t.Errorf("run of an existing too-long home: %v", err)
+	}
+	if _, err := CheckConfig(long, nil, nil); !errors.Is(err, transport.ErrPathTooLong) {
+		t.Errorf("config check of a too-long home: %v", err)
+	}
+}
+
+// config check refuses the spaces file the node refuses at start, with
+// the same error.
+func TestCheckConfigSpaces(t *testing.T) {
+	h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	if _, err := CheckConfig(h.Dir, nil, nil); err != nil {
+		t.Fatalf("config check of a good home: %v", err)
+	}
+	// A member key that is not 32 bytes.
+	bad := `{"spaces": [{"name": "s", "members": [{"id": "a", "key": "ed25519:AAAA"}]}]}`
+	if err := os.WriteFile(h.SpacesPath(), []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, checkErr := CheckConfig(h.Dir, nil, nil)
+	if checkErr == nil {
+		t.Fatal("config check passed a spaces file the node refuses")
+	}
+	n, startErr := Start(h, Options{Mode: ModeServe})
+	if startErr == nil {
+		n.Close()
+		t.Fatal("the node started with a bad spaces file")
+	}
+	if UserText(checkErr) != UserText(startErr) || !strings.Contains(UserText(checkErr), SpacesFileName) {
+		t.Fatalf("config check says %q, the node %q", UserText(checkErr), UserText(startErr))
+	}
+}
+
+// config show has the settings also when they do not validate or a
+// variable cannot be read, with the error naming where each bad value
+// came from.
+func TestShowConfigInvalid(t *testing.T) {
+	dir := filepath.Join(shortTemp(t), "home")
+	if _, err := InitHome(dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	value := func(settings []config.Setting, key string) (string, string) {
+		for _, s := range settings {
+			if s.Key == key {
+				return s.Value, s.Source
+			}
+		}
+		t.Fatalf("no setting %s", key)
+		return "", ""
+	}
+	for _, tc := range []struct {
+		name          string
+		env           map[string]string
+		want          string // in the error
+		ack, ackSrc   string
+		level, lvlSrc string
+	}{
+		{"out of range", map[string]string{"MEERKAT_COMMS_ACK_TIMEOUT": "0", "MEERKAT_LOG_LEVEL": "debug"},
+			"MEERKAT_COMMS_ACK_TIMEOUT: comms.ack_timeout_secs: must be between 1 and", "0", "MEERKAT_COMMS_ACK_TIMEOUT", `"debug"`, "MEERKAT_LOG_LEVEL"},
+		// The variables that can be read still apply.
+		{"unreadable", map[string]string{"MEERKAT_COMMS_ACK_TIMEOUT": "soon", "MEERKAT_LOG_LEVEL": "debug"},
+			"MEERKAT_COMMS_ACK_TIMEOUT: comms.ack_timeout_secs:", "30", filepath.Join(dir, config.FileName), `"debug"`, "MEERKAT_LOG_LEVEL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			settings, err := ShowConfig(dir, OpenOptions{LookupEnv: lookup})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+			if len(settings) != len(config.Keys()) {
+				t.Fatalf("%d settings, want %d", len(settings), len(config.Keys()))
+			}
+			if v, src := value(settings, "comms.ack_timeout_secs"); v != tc.ack || src != tc.ackSrc {
+				t.Errorf("comms.ack_timeout_secs = %s from %s, want %s from %s", v, src, tc.ack, tc.ackSrc)
+			}
+			if v, src := value(settings, "log.level"); v != tc.level || src != tc.lvlSrc {
+				t.Errorf("log.level = %s from %s, want %s from %s", v, src, tc.level, tc.lvlSrc)
+			}
+			// What run would say names the variable too.
+			if _, _, err := OpenHome(dir, OpenOptions{LookupEnv: lookup}); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("open: %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+	// A bad file value names the file.
+	path := filepath.Join(dir, config.FileName)
+	if err := os.WriteFile(path, []byte("[comms]\nack_timeout_secs = 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settings, err := ShowConfig(dir, OpenOptions{})
+	if want := path + ": comms.ack_timeout_secs: must be"; err == nil || !strings.Contains(err.Error(), want) || settings == nil {
+		t.Fatalf("%d settings, %v; want the settings and an error with %q", len(settings), err, want)
+	}
+	if _, err := ShowConfig(filepath.Join(dir, "none"), OpenOptions{}); CodeOf(err) != CodeNoHome {
+		t.Fatalf("no home: %v", err)
+	}
+}
