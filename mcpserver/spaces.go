@@ -78,19 +78,19 @@ var spaceTools = []spaceTool{
 		"Decline a pending proposal (kind mcp/reject), with a reason the proposer sees.",
 		[]mcp.ToolOption{proposalID, mcp.WithString("reason", mcp.Description("why"))}},
 	{"space_withdraw", "Withdraw a proposal", node.ActWithdraw,
-		"Withdraw a proposal you made (kind mcp/withdraw); only its proposer may.",
+		"Withdraw a proposal you made (kind mcp/withdraw); only its proposer may: a withdraw of another's proposal is refused (bad_argument) and not sent.",
 		[]mcp.ToolOption{proposalID}},
 	{"space_grant", "Grant capabilities", node.ActGrant,
-		"Give a participant more capabilities (kind capability/grant): every node that holds you able to grant them enforces them for it from its next envelope, until revoked. You cannot grant more than you hold.",
+		"Give a participant more capabilities (kind capability/grant): every node that holds you able to grant them enforces them for it from its next envelope, until revoked. You cannot grant more than you hold, nor grant to yourself (refused, bad_argument, not sent).",
 		[]mcp.ToolOption{
 			mcp.WithString("recipient", mcp.Required(), mcp.Description("the participant id")),
 			mcp.WithArray("capabilities", mcp.Required(), mcp.Description("capability objects, e.g. [{\"kind\": \"mcp/request\", \"payload\": {\"method\": \"tools/call\", \"params\": {\"name\": \"read_*\"}}}]")),
 		}},
 	{"space_revoke", "Revoke capabilities", node.ActRevoke,
-		"Take back granted capabilities (kind capability/revoke): by grant id, or every granted capability equal to the patterns given. Effective for the participant's next envelope.",
+		"Take back granted capabilities (kind capability/revoke): by grant id, or every granted capability equal to the patterns given. Effective for the participant's next envelope. A revoke that takes back no live grant of the participant (an unknown grant id, capabilities it was not granted) is refused (bad_argument) and not sent: list_spaces shows each member's live grants with their ids.",
 		[]mcp.ToolOption{
 			mcp.WithString("recipient", mcp.Required(), mcp.Description("the participant id")),
-			mcp.WithString("grant_id", mcp.Description("the MEUP id of the grant to revoke")),
+			mcp.WithString("grant_id", mcp.Description("the MEUP id of the grant to revoke (list_spaces shows them)")),
 			mcp.WithArray("capabilities", mcp.Description("instead of grant_id: the capability patterns to take back")),
 		}},
 }

@@ -154,7 +154,7 @@ func runPeers(e *env, args []string) error {
 		}
 		return nodetext.List(e.stdout, e.stderr, *asJSON, peers, "no trusted peers; add one with: meerkatd peers add NAME KEY ADDR", nodetext.Peers)
 	case "add":
-		p, err := node.AddPeer(h, pos[0], pos[1], pos[2], *alsoNATS, *meta)
+		p, err := control.AddPeer(h, pos[0], pos[1], pos[2], *alsoNATS, *meta)
 		if done, err := e.jsonDone(*asJSON, p, err); done {
 			return err
 		}
@@ -165,7 +165,7 @@ func runPeers(e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "added %s %s %s%s\n", p.Name, p.PubKey, p.Addr, via)
 		return nil
 	}
-	if err := node.RemovePeer(h, pos[0]); err != nil { // remove
+	if err := control.RemovePeer(h, pos[0]); err != nil { // remove
 		return err
 	}
 	if *asJSON {

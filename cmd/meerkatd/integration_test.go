@@ -637,6 +637,29 @@ func TestTrustHotReload(t *testing.T) {
 	}
 }
 
+// With a daemon running, peers add and peers remove are in force in it
+// once they return: the very next send goes by the edited trust list.
+func TestPeersEditsInForceAtOnce(t *testing.T) {
+	t.Parallel()
+	alice, bob := twoNodes(t, "uds")
+	alice.start()
+	bob.start()
+	for i := range 2 {
+		alice.ok("peers", "remove", "bob")
+		if r := alice.run("send", "message", "bob", fmt.Sprintf("to a removed peer %d", i)); r.code != exitUnknownPeer {
+			t.Fatalf("send right after peers remove:\n%s", r)
+		}
+		alice.trusts(bob)
+		alice.ok("send", "message", "bob", fmt.Sprintf("to a peer just added %d", i))
+		bob.ok("peers", "remove", "alice")
+		if r := alice.run("send", "message", "bob", fmt.Sprintf("from a removed peer %d", i)); r.code != exitPeerOffline {
+			t.Fatalf("send to a daemon that just removed the sender:\n%s", r)
+		}
+		bob.trusts(alice)
+		alice.ok("send", "message", "bob", fmt.Sprintf("from a peer just added %d", i))
+	}
+}
+
 func TestConfigCheck(t *testing.T) {
 	t.Parallel()
 	n := newNode(t, "checked")

@@ -118,11 +118,7 @@ func runSend(e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "replayed: the first send with this idempotency key (%s); nothing sent again\n", res.Delivery)
 	}
 	if res.Delivery == node.DeliveryQueued {
-		why := ""
-		if res.LastError != "" {
-			why = " (last attempt: " + nodetext.Line(res.LastError) + ")"
-		}
-		fmt.Fprintf(e.stderr, "queued in the outbox; retrying until acked%s: see meerkatd outbox\n", why)
+		nodetext.SendQueued(e.stderr, res.LastError, b.Daemon)
 	}
 	for _, r := range res.Responses {
 		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, nodetext.Escape(nodetext.JSON(r.Result), "  "))

@@ -64,6 +64,10 @@ const (
 	// Slice G: the loop guard.
 	OpLoopGuards  = "loop_guards"
 	OpLoopRelease = "loop_release"
+
+	// OpApplyTrust has the node take in its edited trust file now
+	// (Client.ApplyTrust); it is no node.API method.
+	OpApplyTrust = "apply_trust"
 )
 
 // CancelRequestArgs are the arguments of OpCancelRequest.

@@ -187,8 +187,8 @@ func (p *peekReader) Read(b []byte) (int, error) {
 // cancelled MCP wait) would go on, holding one of the MaxConns slots, for
 // as long as it may wait.
 func (s *server) call(c net.Conn, pr *peekReader, req Request) Response {
-	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	defer cancel(nil)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
@@ -200,7 +200,7 @@ func (s *server) call(c net.Conn, pr *peekReader, req Request) Response {
 		}
 		var ne net.Error
 		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
-			cancel() // hung up
+			cancel(errHungUp)
 		}
 	}()
 	resp := s.handle(ctx, req)
@@ -208,6 +208,10 @@ func (s *server) call(c net.Conn, pr *peekReader, req Request) Response {
 	<-watched
 	return resp
 }
+
+// errHungUp is the cause of a call's context that ends because its
+// client closed the connection.
+var errHungUp = errors.New("control: the client hung up")
 
 // args decodes a request's arguments into v (absent arguments: v's zero
 // value).
@@ -396,6 +400,13 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 			err = s.api.ReleaseLoopGuard(ctx, a.Peer)
 			result = true
 		}
+	case OpApplyTrust:
+		if a, ok := s.api.(trustApplier); ok {
+			err = a.ApplyTrust(ctx)
+			result = true
+			break
+		}
+		fallthrough
 	default:
 		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown control operation %q", req.Op)}
 	}
@@ -409,6 +420,11 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		switch {
 		case s.ctx.Err() != nil:
 			code, msg = node.CodeUnavailable, "the node is shutting down"
+		case errors.Is(context.Cause(ctx), errHungUp):
+			// A client may go away mid-call (an interrupted wait, an MCP
+			// client that stopped): nobody reads the answer, and the
+			// call failed only because it was cancelled.
+			s.opts.Logger.Debug("control request ended: the client hung up", "op", req.Op, "err", err)
 		case code == node.CodeInternal:
 			s.opts.Logger.Error("control request failed", "op", req.Op, "err", err)
 		}

@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -52,42 +53,50 @@ func sessionHome(t *testing.T) (*node.Home, *identity.Keypair) {
 // serves the home now.
 func deliver(t *testing.T, h *node.Home, bob *identity.Keypair, body string) {
 	t.Helper()
+	if err := tryDeliver(h, bob, body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryDeliver is deliver returning why the message was not acknowledged.
+func tryDeliver(h *node.Home, bob *identity.Keypair, body string) error {
 	ls, err := h.Config.Resolve(h.Dir)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	addr := ls.All()[0]
 	id := identity.NewUUID()
 	e, err := wire.Seal(bob, id, h.Key.ID(), wire.Message(body))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	payload, err := e.MarshalBinary()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	c, err := transport.Dial(ctx, addr)
 	cancel()
 	if err != nil {
-		t.Fatalf("deliver %q: %v", body, err)
+		return fmt.Errorf("deliver %q: %w", body, err)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(sessionWait))
 	if err := transport.WriteFrame(c, payload); err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("deliver %q: %w", body, err)
 	}
 	ackBytes, err := transport.ReadFrame(c, 0)
 	if err != nil {
-		t.Fatalf("deliver %q: no ack: %v", body, err)
+		return fmt.Errorf("deliver %q: no ack: %w", body, err)
 	}
 	ack, err := wire.Open(ackBytes)
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("deliver %q: %w", body, err)
 	}
 	if got, _ := ack.Kind.InReplyTo(); got != id || ack.From != h.Key.ID() {
-		t.Fatalf("deliver %q: bad ack %+v", body, ack)
+		return fmt.Errorf("deliver %q: bad ack %+v", body, ack)
 	}
+	return nil
 }
 
 // attach returns a session on h, closed when the test ends.

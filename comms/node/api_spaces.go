@@ -114,9 +114,12 @@ type SpaceSent struct {
 	Kind     string          `json:"kind"` // the MEUP kind
 	Envelope json.RawMessage `json:"envelope"`
 	Copies   []SpaceCopy     `json:"copies"` // one per member, with its Meerkat envelope id
-	// NotApplied says why the envelope changed nothing on this node
-	// (a withdraw of another's proposal, a grant beyond what this node
-	// holds): the members' nodes apply the same rules and will refuse it.
+	// NotApplied says why the envelope changed nothing on this node: a
+	// grant beyond what this node's participant holds here (members
+	// whose rosters give it more may take it), or any rule a plain send
+	// (ActSend) breaks here. The other actions refuse, unsent, what
+	// every member's node would refuse (a revoke of no live grant, a
+	// withdraw of another's proposal): see space.Draft.Strict.
 	NotApplied string `json:"not_applied,omitempty"`
 	// Replayed is true for the result of an earlier send with the same
 	// idempotency key, returned without sending again (slice B).

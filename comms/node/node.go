@@ -92,7 +92,8 @@ type Node struct {
 	started  time.Time
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
-	reload   func() // re-read the trust file now (SIGHUP)
+	reload   func() // re-read the trust and spaces files now (SIGHUP)
+	trusted  trustState
 
 	ob       *outbox.Outbox // reliable sends (serving nodes only)
 	obStore  outbox.Store   // the outbox's store; for other nodes opened on first use
@@ -247,6 +248,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 		admit = responsesOnly{rec}
 	}
 	n := &Node{h: h, mode: mode, embedded: opts.Embedded, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
+	n.trusted.list = list
 	n.events = newEventLog(log, logInterval)
 	rec.onResponse = n.sentAnswered       // slice B: answers to requests sent
 	n.cards = newCards(mode == ModeServe) // slice E: agent cards
@@ -385,27 +387,15 @@ func Start(h *Home, opts Options) (*Node, error) {
 			}
 		}()
 	}
-	current := list // the watcher's callbacks do not overlap
-	w := trust.NewWatcher(h.TrustPath(), list, trust.DefaultWatchInterval, func(l *trust.List, err error) {
-		if err != nil {
-			log.Error("trusted peers file not reloaded; keeping the previous list", "err", err)
-			return
-		}
-		r.SetTrust(l)
-		logTrustReload(log, current, l)
-		current = l
-		if n.spaces != nil {
-			n.spaces.joined() // members whose key is trusted now hear of this node
-		}
-	})
-	n.reload = w.Reload
+	w := trust.NewWatcher(h.TrustPath(), list, trust.DefaultWatchInterval, n.trustChanged)
+	n.reload = func() { n.trusted.forced.Store(true); w.Reload() }
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		w.Run(ctx)
 	}()
 	if n.spaces != nil {
-		n.reload = func() { w.Reload(); n.spaces.reload() }
+		n.reload = func() { n.trusted.forced.Store(true); w.Reload(); n.spaces.reload() }
 		n.wg.Add(2)
 		go func() {
 			defer n.wg.Done()
@@ -457,7 +447,9 @@ const listPage = 256
 // actually bound).
 func (n *Node) Addrs() []transport.Addr { return n.addrs }
 
-// ReloadTrust re-reads the trust file now (SIGHUP).
+// ReloadTrust has the node re-read the trust file (and a serving node its
+// spaces file) soon, logging the outcome even if nothing changed (SIGHUP).
+// It does not wait: [Node.ApplyTrust] does.
 func (n *Node) ReloadTrust() { n.reload() }
 
 // closing reports whether Close has begun.

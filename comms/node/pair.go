@@ -356,9 +356,7 @@ func (n *Node) trustPeer(p trust.Peer) (trust.Peer, error) {
 		return trust.Peer{}, err
 	}
 	if n.r != nil {
-		if l, err := trust.LoadOrEmpty(n.h.TrustPath()); err == nil {
-			n.r.SetTrust(l)
-		}
+		n.applyTrust(false) // a failure is logged; the watcher tries again
 	}
 	n.noticePaired(added)
 	return added, nil
@@ -409,8 +407,8 @@ func (n *Node) PairAccept(ctx context.Context, line, name string) (Paired, error
 // AddPeer trusts a peer in the home's trusted peers file: name, key
 // ("ed25519:…"), address (uds://, tls://, tcp:// or nats:), whether a
 // peer with a direct address is also reachable through NATS, and meta (a
-// JSON object, or ""). A running node takes the file in when it notices
-// the change.
+// JSON object, or ""). A running node takes the file in when its watcher
+// notices the change; control.AddPeer has it do so at once.
 func AddPeer(h *Home, name, key, addr string, alsoNATS bool, meta string) (Paired, error) {
 	id, err := identity.ParsePeerID(key)
 	if err != nil {
@@ -440,7 +438,8 @@ func AddPeer(h *Home, name, key, addr string, alsoNATS bool, meta string) (Paire
 }
 
 // RemovePeer removes the peer called name from the home's trusted peers
-// file.
+// file. Like [AddPeer], it leaves telling a running node to
+// control.RemovePeer.
 func RemovePeer(h *Home, name string) error {
 	_, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
 		next, err := l.Without(name)

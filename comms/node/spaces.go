@@ -149,7 +149,7 @@ func (s *spaces) saveRoster(r *space.Roster) error {
 	if stamp := stampOf(data); stamp != s.file && data != nil {
 		cur, err := space.ParseRosterFile(path, data)
 		if err != nil {
-			return errorf(CodeBadArgument, "%s was changed and does not validate, so it is not written over (fix it; the node reloads it): %s", SpacesFileName, UserText(err))
+			return fmt.Errorf("%s was changed and does not validate, so it is not written over (fix it; the node reloads it): %w", SpacesFileName, err)
 		}
 		s.file = stamp // the engine puts these rosters in force
 		return &space.StaleRosterError{Current: cur}
@@ -382,9 +382,9 @@ func (n *Node) Spaces(context.Context) ([]SpaceInfo, error) {
 	if n.spaces != nil {
 		return n.spaces.eng.Spaces(), nil
 	}
-	roster, err := space.LoadRoster(n.h.SpacesPath())
+	roster, err := n.currentRoster()
 	if err != nil {
-		return nil, errorf(CodeBadArgument, "%s: %v", SpacesFileName, err)
+		return nil, err
 	}
 	eng, err := space.New(space.NewMemStore(), noSender{}, roster, space.Options{Self: n.h.Key.ID(), Trusted: func(k identity.PeerID) bool {
 		_, ok := n.r.Trust().Lookup(k)
@@ -663,13 +663,11 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 }
 
 // currentRoster is the rosters of the home's file, for a node that runs
-// no engine.
+// no engine. A file that cannot be read or does not validate fails as it
+// fails `meerkatd run` and `config check` (no code, exit 1): it is no bad
+// argument of the call.
 func (n *Node) currentRoster() (*space.Roster, error) {
-	r, err := space.LoadRoster(n.h.SpacesPath())
-	if err != nil {
-		return nil, errorf(CodeBadArgument, "%s: %v", SpacesFileName, err)
-	}
-	return r, nil
+	return space.LoadRoster(n.h.SpacesPath())
 }
 
 // defaultMemberCaps are a new member's capabilities when none are given:
@@ -701,7 +699,7 @@ func (n *Node) applyEdit(r *space.Roster, e SpaceEdit) error {
 			return errorf(CodeBadArgument, "space %q exists already", r.Spaces[idx].Name)
 		}
 		if e.As == "" {
-			return errorf(CodeBadArgument, "create: this node's participant id (as) is needed")
+			return errorf(CodeBadArgument, "create: your participant id in the space is needed (meerkatd space create --as ID, or edit_space's as)")
 		}
 		c, err := caps([]meup.Capability{{Kind: json.RawMessage(`"*"`)}})
 		if err != nil {
@@ -712,7 +710,7 @@ func (n *Node) applyEdit(r *space.Roster, e SpaceEdit) error {
 		return nil
 	case SpaceDelete, SpaceAdd, SpaceRemove:
 		if idx < 0 {
-			return errorf(CodeUnknownSpace, "no space %q here (meerkatd space list shows them)", e.Space)
+			return errorf(CodeUnknownSpace, "no space %q here (list_spaces or meerkatd space list shows them)", e.Space)
 		}
 	default:
 		return errorf(CodeBadArgument, "op %q: want create, delete, add or remove", e.Op)
@@ -803,7 +801,12 @@ func (n *Node) spaceSend(ctx context.Context, m SpaceMessage, call []byte) (Spac
 	}
 	sent, err := s.eng.Send(ctx, m.Space, d, space.SendOptions{Reliable: m.Reliable, TTL: m.TTL, NoWait: m.NoWait, Call: string(call)})
 	if err != nil {
-		return SpaceSent{}, spaceErr(err)
+		err = spaceErr(err)
+		var e *Error
+		if m.Action == ActRevoke && errors.As(err, &e) && errors.As(err, new(*space.RuleError)) {
+			e.Msg += "; list_spaces or meerkatd space show lists each member's live grants with their ids"
+		}
+		return SpaceSent{}, err
 	}
 	env, err := sent.Envelope.Encode(n.h.Config.MEUP.Protocol)
 	if err != nil {
@@ -826,6 +829,14 @@ func (n *Node) meupCallID(call []byte) string {
 
 // spaceErr gives engine errors their API codes.
 func spaceErr(err error) error {
+	var rule *space.RuleError
+	if errors.As(err, &rule) {
+		code := CodeBadArgument
+		if rule.Reason == meup.ReasonUnknownProposal {
+			code = CodeUnknownProposal
+		}
+		return &Error{Code: code, Err: err, Msg: fmt.Sprintf("not sent: %s (%s: the members' nodes would refuse it)", rule.Detail, rule.Reason)}
+	}
 	switch {
 	case errors.Is(err, space.ErrUnknownSpace):
 		return &Error{Code: CodeUnknownSpace, Msg: UserText(err), Err: err}
@@ -873,7 +884,11 @@ func object(pairs ...any) (json.RawMessage, error) {
 // draft turns a SpaceMessage into the envelope the engine sends, under
 // MEUP id ("" for a random one; a call's id: meupCallID).
 func (s *spaces) draft(m SpaceMessage, id string) (space.Draft, error) {
-	d := space.Draft{ID: id, Kind: m.Kind, To: m.To, CorrelationID: m.CorrelationID, Context: m.Context, Payload: m.Payload}
+	// The actions refuse what every member's node would refuse (a
+	// revoke of no live grant, say: space.Draft.Strict); a plain send
+	// goes out as given, and says what rule it breaks here.
+	d := space.Draft{ID: id, Kind: m.Kind, To: m.To, CorrelationID: m.CorrelationID, Context: m.Context, Payload: m.Payload,
+		Strict: m.Action != "" && m.Action != ActSend}
 	var err error
 	proposal := func() (space.Proposal, error) {
 		if m.Proposal == "" {
@@ -888,7 +903,7 @@ func (s *spaces) draft(m SpaceMessage, id string) (space.Draft, error) {
 				return p, nil
 			}
 		}
-		return space.Proposal{}, errorf(CodeUnknownProposal, "space %q has no proposal %q (list_proposals shows them)", m.Space, m.Proposal)
+		return space.Proposal{}, errorf(CodeUnknownProposal, "space %q has no proposal %q (list_proposals or meerkatd space proposals shows them)", m.Space, m.Proposal)
 	}
 	switch m.Action {
 	case "", ActSend:

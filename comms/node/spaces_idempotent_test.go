@@ -65,6 +65,7 @@ func TestIdempotentSpaceSendAfterLostAcks(t *testing.T) {
 	}
 
 	var proposal string // the MEUP id of the proposal, for its fulfilment
+	var grant string    // the MEUP id of the grant, for its revoke
 	for _, c := range []struct {
 		name, meupKind string
 		msg            func() SpaceMessage
@@ -78,10 +79,19 @@ func TestIdempotentSpaceSendAfterLostAcks(t *testing.T) {
 		{"fulfill", meup.KindMCPRequest, func() SpaceMessage {
 			return SpaceMessage{Space: "build", Action: ActFulfill, Proposal: proposal, SendOptions: SendOptions{IdempotencyKey: "fulfill-1"}}
 		}},
+		{"grant", meup.KindCapabilityGrant, func() SpaceMessage {
+			return SpaceMessage{Space: "build", Action: ActGrant, Recipient: "orch", Capabilities: json.RawMessage(`[{"kind":"chat"}]`), To: []string{"orch", "carol"}, SendOptions: SendOptions{IdempotencyKey: "grant-1"}}
+		}},
+		// The retry of a revoke applied at the first attempt is not
+		// refused although the grant it names is gone: it is the same
+		// call, not checked again.
+		{"revoke", meup.KindCapabilityRevoke, func() SpaceMessage {
+			return SpaceMessage{Space: "build", Action: ActRevoke, Recipient: "orch", GrantID: grant, To: []string{"orch", "carol"}, SendOptions: SendOptions{IdempotencyKey: "revoke-1"}}
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if c.name == "fulfill" && proposal == "" {
-				t.Skip("no proposal")
+			if c.name == "fulfill" && proposal == "" || c.name == "revoke" && grant == "" {
+				t.Skip("no proposal or grant")
 			}
 			// A new connection carries one envelope at a time until its
 			// first ack: each link has carried one before the acks go.
@@ -101,8 +111,11 @@ func TestIdempotentSpaceSendAfterLostAcks(t *testing.T) {
 			if err != nil || len(first.Copies) != len(members) {
 				t.Fatalf("first attempt: %+v, %v", first, err)
 			}
-			if c.name == "propose" {
+			switch c.name {
+			case "propose":
 				proposal = first.ID
+			case "grant":
+				grant = first.ID
 			}
 			for _, cp := range first.Copies {
 				if cp.Delivery != "" {

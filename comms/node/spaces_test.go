@@ -68,22 +68,24 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 		name string
 		e    SpaceEdit
 		code string
+		msg  string // in the error, if not ""
 	}{
-		{"create twice", SpaceEdit{Op: SpaceCreate, Space: "Build", As: "x"}, CodeBadArgument},
-		{"create without as", SpaceEdit{Op: SpaceCreate, Space: "other"}, CodeBadArgument},
-		{"no space name", SpaceEdit{Op: SpaceCreate, As: "x"}, CodeBadArgument},
-		{"unknown op", SpaceEdit{Op: "rename", Space: "build"}, CodeBadArgument},
-		{"add to unknown space", SpaceEdit{Op: SpaceAdd, Space: "nope", Peer: "bob", ID: "w"}, CodeUnknownSpace},
-		{"add unknown peer", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "carol", ID: "w"}, CodeUnknownPeer},
-		{"add without id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob"}, CodeBadArgument},
-		{"add duplicate id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: stranger.ID().String(), ID: "worker"}, CodeBadArgument},
-		{"bad capability", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob", ID: "w", Capabilities: json.RawMessage(`[{"kind":"/(/"}]`)}, CodeBadArgument},
-		{"remove missing", SpaceEdit{Op: SpaceRemove, Space: "build", ID: "ghost"}, CodeBadArgument},
+		{"create twice", SpaceEdit{Op: SpaceCreate, Space: "Build", As: "x"}, CodeBadArgument, ""},
+		// Errors are worded for the command line and MCP alike.
+		{"create without as", SpaceEdit{Op: SpaceCreate, Space: "other"}, CodeBadArgument, "your participant id in the space is needed (meerkatd space create --as ID, or edit_space's as)"},
+		{"no space name", SpaceEdit{Op: SpaceCreate, As: "x"}, CodeBadArgument, ""},
+		{"unknown op", SpaceEdit{Op: "rename", Space: "build"}, CodeBadArgument, ""},
+		{"add to unknown space", SpaceEdit{Op: SpaceAdd, Space: "nope", Peer: "bob", ID: "w"}, CodeUnknownSpace, "(list_spaces or meerkatd space list shows them)"},
+		{"add unknown peer", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "carol", ID: "w"}, CodeUnknownPeer, ""},
+		{"add without id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob"}, CodeBadArgument, ""},
+		{"add duplicate id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: stranger.ID().String(), ID: "worker"}, CodeBadArgument, ""},
+		{"bad capability", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob", ID: "w", Capabilities: json.RawMessage(`[{"kind":"/(/"}]`)}, CodeBadArgument, ""},
+		{"remove missing", SpaceEdit{Op: SpaceRemove, Space: "build", ID: "ghost"}, CodeBadArgument, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, _ := os.ReadFile(h.SpacesPath())
-			if _, err := edit(tc.e); CodeOf(err) != tc.code {
-				t.Fatalf("got %v (code %s), want code %s", err, CodeOf(err), tc.code)
+			if _, err := edit(tc.e); CodeOf(err) != tc.code || !strings.Contains(fmt.Sprint(err), tc.msg) {
+				t.Fatalf("got %v (code %s), want code %s and %q", err, CodeOf(err), tc.code, tc.msg)
 			}
 			if after, _ := os.ReadFile(h.SpacesPath()); string(after) != string(before) {
 				t.Fatal("a refused edit changed the file")
@@ -112,8 +114,13 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 	if err := os.WriteFile(h.SpacesPath(), []byte(`{"spaces": [{"name": "x", "members": [{"key": "nonsense", "id": "a"}]}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Spaces(ctx); CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), SpacesFileName) {
-		t.Fatalf("a broken file: %v", err)
+	// A broken file is no bad argument: it fails as run and config
+	// check fail on it (exit 1), naming the space and member at fault.
+	if _, err := n.Spaces(ctx); CodeOf(err) != CodeInternal || !strings.Contains(err.Error(), SpacesFileName) || !strings.Contains(err.Error(), `space 1 ("x"), member 1 ("a")`) {
+		t.Fatalf("a broken file: %v (%s)", err, CodeOf(err))
+	}
+	if _, err := edit(SpaceEdit{Op: SpaceCreate, Space: "y", As: "me"}); CodeOf(err) != CodeInternal || !strings.Contains(err.Error(), SpacesFileName) {
+		t.Fatalf("an edit of a broken file: %v (%s)", err, CodeOf(err))
 	}
 }
 
@@ -299,11 +306,10 @@ func TestSpaceActionsBetweenNodes(t *testing.T) {
 		return len(ps) == 1 && ps[0].By == "orch" && ps[0].RequestID == f.ID && ps[0].ResponseID == r.ID
 	})
 
-	// A withdraw of another's proposal is sent (the members decide) but
-	// says it changed nothing here, and why.
-	w, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActWithdraw, Proposal: p.ID})
-	if err != nil || !strings.Contains(w.NotApplied, meup.ReasonNotProposer) {
-		t.Fatalf("withdraw of prop's proposal by orch: %+v, %v", w, err)
+	// A withdraw of another's proposal is refused, not sent: every
+	// member's node knows the proposer by its key and would refuse it.
+	if w, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActWithdraw, Proposal: p.ID}); CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), meup.ReasonNotProposer) {
+		t.Fatalf("withdraw of prop's proposal by orch: %v (%s), not applied %q: want refused", err, CodeOf(err), w.NotApplied)
 	}
 
 	for _, tc := range []struct {
@@ -317,6 +323,8 @@ func TestSpaceActionsBetweenNodes(t *testing.T) {
 		{"empty chat", SpaceMessage{Space: "build", Action: ActChat}, CodeBadArgument},
 		{"propose without method", SpaceMessage{Space: "build", Action: ActPropose}, CodeBadArgument},
 		{"fulfill unknown proposal", SpaceMessage{Space: "build", Action: ActFulfill, Proposal: "nope"}, CodeUnknownProposal},
+		{"reject unknown proposal", SpaceMessage{Space: "build", Action: ActReject, Proposal: "nope"}, CodeUnknownProposal},
+		{"withdraw unknown proposal", SpaceMessage{Space: "build", Action: ActWithdraw, Proposal: "nope"}, CodeUnknownProposal},
 		{"respond to an unknown request", SpaceMessage{Space: "build", Action: ActRespond, Request: "nope", Result: json.RawMessage(`1`)}, CodeUnknownProposal},
 		{"respond with result and error", SpaceMessage{Space: "build", Action: ActRespond, Request: f.ID, Result: json.RawMessage(`1`), Error: json.RawMessage(`2`)}, CodeBadArgument},
 		{"grant without capabilities", SpaceMessage{Space: "build", Action: ActGrant, Recipient: "prop"}, CodeBadArgument},
@@ -330,6 +338,98 @@ func TestSpaceActionsBetweenNodes(t *testing.T) {
 				t.Fatalf("got %v (code %s), want %s", err, CodeOf(err), tc.code)
 			}
 		})
+	}
+	// Worded for the command line and MCP alike.
+	_, err = orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActFulfill, Proposal: "nope"})
+	if want := `space "build" has no proposal "nope" (list_proposals or meerkatd space proposals shows them)`; err == nil || err.Error() != want {
+		t.Fatalf("fulfil of an unknown proposal: %v, want %q", err, want)
+	}
+}
+
+// The actions (CLI space grant/revoke/withdraw…, MCP space_grant,
+// space_revoke…) refuse, before anything is applied or sent, an envelope
+// every member's node would refuse: a revoke of a grant the recipient
+// does not hold, a grant to oneself, a withdraw of another's proposal.
+// What hangs on this node's own roster (a grant beyond what its
+// participant holds here) is still sent, with not_applied, and so is a
+// plain send of any envelope.
+func TestSpaceActionsRefuseWhatMembersRefuse(t *testing.T) {
+	nodes := spaceNodes(t, map[string]string{
+		"orch": `[{"kind": "*"}]`,
+		"prop": `[{"kind": ["chat", "mcp/proposal", "capability/grant"]}]`,
+	}, "orch", "prop")
+	orch, prop := nodes["orch"], nodes["prop"]
+	ctx := context.Background()
+	g, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActGrant, Recipient: "prop", Capabilities: json.RawMessage(`[{"kind":"mcp/request"}]`), SendOptions: reliable})
+	if err != nil || g.NotApplied != "" {
+		t.Fatalf("grant: %+v, %v", g, err)
+	}
+	p, err := prop.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActPropose, Method: "tools/call", SendOptions: reliable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "orch has prop's proposal", func() bool {
+		ps, _ := orch.Proposals(ctx, ProposalQuery{Space: "build"})
+		return len(ps) == 1 && ps[0].ID == p.ID
+	})
+
+	for _, tc := range []struct {
+		name string
+		m    SpaceMessage
+		want string // in the error
+	}{
+		{"revoke of a grant id that is not live", SpaceMessage{Action: ActRevoke, Recipient: "prop", GrantID: "nonexistent"},
+			`not sent: "prop" holds no live grant "nonexistent" in space "build" (invalid_envelope: the members' nodes would refuse it); list_spaces or meerkatd space show lists each member's live grants with their ids`},
+		{"revoke of a live grant from another member", SpaceMessage{Action: ActRevoke, Recipient: "orch", GrantID: g.ID, To: []string{"prop"}},
+			`"orch" holds no live grant "` + g.ID + `"`},
+		{"revoke of capabilities nobody was granted", SpaceMessage{Action: ActRevoke, Recipient: "prop", Capabilities: json.RawMessage(`[{"kind":"chat"}]`)},
+			`no live grant of "prop" in space "build" holds those capabilities`},
+		{"revoke of a grant id with capabilities it does not hold", SpaceMessage{Action: ActRevoke, Recipient: "prop", GrantID: g.ID, Capabilities: json.RawMessage(`[{"kind":"chat"}]`)},
+			`"prop" holds no live grant "` + g.ID + `" with those capabilities`},
+		{"grant to oneself", SpaceMessage{Action: ActGrant, Recipient: "orch", Capabilities: json.RawMessage(`[{"kind":"chat"}]`)},
+			`"orch" cannot grant to itself (invalid_envelope`},
+		{"withdraw of another's proposal", SpaceMessage{Action: ActWithdraw, Proposal: p.ID},
+			`(not_proposer: the members' nodes would refuse it)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.m.Space, tc.m.SendOptions = "build", reliable
+			s, err := orch.SpaceSend(ctx, tc.m)
+			if CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v (%s), not applied %q, %d copies; want bad_argument, %q", err, CodeOf(err), s.NotApplied, len(s.Copies), tc.want)
+			}
+			// Under an idempotency key too, and the refusal is not
+			// remembered as the call's result.
+			tc.m.IdempotencyKey = "k-" + tc.name
+			for range 2 {
+				if _, err := orch.SpaceSend(ctx, tc.m); CodeOf(err) != CodeBadArgument {
+					t.Fatalf("under a key: %v", err)
+				}
+			}
+		})
+	}
+	if gs, _ := orch.spaces.eng.Grants("build"); len(gs) != 1 {
+		t.Fatalf("grants after the refusals: %+v", gs)
+	}
+	if ps, _ := orch.Proposals(ctx, ProposalQuery{Space: "build", State: space.ProposalPending}); len(ps) != 1 {
+		t.Fatalf("pending proposals after the refusals: %+v", ps)
+	}
+
+	// A grant beyond what prop holds here may pass where prop's roster
+	// entry says more: sent, with not_applied.
+	if s, err := prop.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActGrant, Recipient: "orch", Capabilities: json.RawMessage(`[{"kind":"space/kick"}]`), SendOptions: reliable}); err != nil || !strings.Contains(s.NotApplied, meup.ReasonGrantExceeds) || len(s.Copies) != 1 || s.Copies[0].Delivery != DeliveryAcked {
+		t.Fatalf("a grant beyond what prop holds: %+v, %v", s, err)
+	}
+	// A plain send goes out as given, and says what rule it breaks here.
+	raw, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Kind: meup.KindCapabilityRevoke, Payload: json.RawMessage(`{"recipient":"prop","grant_id":"nonexistent"}`), SendOptions: reliable})
+	if err != nil || !strings.Contains(raw.NotApplied, `holds no live grant "nonexistent"`) || len(raw.Copies) != 1 || raw.Copies[0].Delivery != DeliveryAcked {
+		t.Fatalf("a plain send of the revoke: %+v, %v", raw, err)
+	}
+	// A revoke of the live grant is sent and applied.
+	if s, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActRevoke, Recipient: "prop", GrantID: g.ID, SendOptions: reliable}); err != nil || s.NotApplied != "" {
+		t.Fatalf("revoke of the live grant: %+v, %v", s, err)
+	}
+	if gs, _ := orch.spaces.eng.Grants("build"); len(gs) != 0 {
+		t.Fatalf("grants after the revoke: %+v", gs)
 	}
 }
 

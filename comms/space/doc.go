@@ -25,7 +25,10 @@
 // [Engine.Send] does not check this node's own capabilities (receivers
 // do) but applies what it sends to its own state by the same rules a
 // receiver applies: a grant it sends is enforced here too, a proposal it
-// sends is tracked, a kick or invite changes its roster.
+// sends is tracked, a kick or invite changes its roster. What breaks a
+// rule here is sent anyway ([Sent].NotApplied says which), unless the
+// draft is strict ([Draft].Strict) and every member's node would refuse
+// it too: then nothing is sent ([RuleError]).
 //
 // # Concurrency
 //

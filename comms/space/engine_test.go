@@ -3,6 +3,7 @@ package space_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -332,6 +333,80 @@ func TestSendErrors(t *testing.T) {
 	}
 	if n := len(h.snd.take()); n != 0 {
 		t.Errorf("%d copies sent", n)
+	}
+}
+
+// A strict draft (the node's actions: revoke, grant, withdraw…) that
+// breaks a rule every member's node applies alike is refused, and no copy
+// goes out; one that breaks a rule hanging on this node's own roster (a
+// grant beyond what its participant holds here) is sent, with
+// NotApplied. A refused draft with its own id is no call made: the same
+// id sent later is checked and applied as new.
+func TestStrictSendRefusesWhatMembersRefuse(t *testing.T) {
+	h := newHarness(t)
+	h.mustDeliver(kBob, "lab", &env{ID: "bobs", From: "bob", Kind: meup.KindMCPProposal, Payload: `{"method":"tools/call"}`})
+	h.snd.take()
+	for _, tc := range []struct {
+		name   string
+		d      space.Draft
+		reason string
+		detail string
+	}{
+		{"revoke of no live grant", space.Draft{Kind: meup.KindCapabilityRevoke, Payload: json.RawMessage(`{"recipient":"bob","grant_id":"nope"}`)},
+			meup.ReasonInvalidEnvelope, `"bob" holds no live grant "nope" in space "lab"`},
+		{"revoke of capabilities nobody holds", space.Draft{Kind: meup.KindCapabilityRevoke, Payload: json.RawMessage(`{"recipient":"bob","capabilities":[{"kind":"chat"}]}`)},
+			meup.ReasonInvalidEnvelope, `no live grant of "bob" in space "lab" holds those capabilities`},
+		{"grant to itself", space.Draft{Kind: meup.KindCapabilityGrant, Payload: json.RawMessage(`{"recipient":"alice","capabilities":[{"kind":"chat"}]}`)},
+			meup.ReasonInvalidEnvelope, `"alice" cannot grant to itself`},
+		{"withdraw of another's proposal", space.Draft{Kind: meup.KindMCPWithdraw, CorrelationID: []string{"bobs"}, Payload: json.RawMessage(`{}`)},
+			meup.ReasonNotProposer, `proposal "bobs" was made by "bob"; only it may withdraw it`},
+		{"reject of no known proposal", space.Draft{Kind: meup.KindMCPReject, CorrelationID: []string{"nope"}, Payload: json.RawMessage(`{}`)},
+			meup.ReasonUnknownProposal, "correlation_id names no proposal known in this space"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.d.Strict = true
+			_, err := h.e.Send(context.Background(), "lab", tc.d, space.SendOptions{})
+			var rule *space.RuleError
+			if !errors.As(err, &rule) || rule.Reason != tc.reason || rule.Detail != tc.detail || !errors.Is(err, space.ErrInvalid) {
+				t.Fatalf("got %v; want a RuleError %s: %s", err, tc.reason, tc.detail)
+			}
+			if n := len(h.snd.take()); n != 0 {
+				t.Fatalf("%d copies sent", n)
+			}
+			// Not strict (a plain send): sent, and says what it breaks.
+			tc.d.Strict = false
+			if s := h.send("lab", tc.d); !strings.Contains(s.NotApplied, tc.reason+": "+tc.detail) || len(h.snd.take()) == 0 {
+				t.Fatalf("plain send: not applied %q", s.NotApplied)
+			}
+		})
+	}
+
+	// Refused under an id, then sent again once the grant is live: not
+	// taken for a retry of a call made before.
+	revoke := space.Draft{ID: "call-r", Kind: meup.KindCapabilityRevoke, Payload: json.RawMessage(`{"recipient":"bob","grant_id":"g1"}`), Strict: true}
+	if _, err := h.e.Send(context.Background(), "lab", revoke, space.SendOptions{}); !errors.As(err, new(*space.RuleError)) {
+		t.Fatalf("revoke of a grant not made yet: %v", err)
+	}
+	h.mustDeliver(kErin, "lab", &env{ID: "g1", From: "erin", Kind: meup.KindCapabilityGrant, Payload: `{"recipient":"bob","capabilities":[{"kind":"mcp/request"}]}`})
+	h.snd.take()
+	if s := h.send("lab", revoke); s.NotApplied != "" || len(h.snd.take()) == 0 {
+		t.Fatalf("revoke of the live grant: not applied %q", s.NotApplied)
+	}
+	if gs, _ := h.e.Grants("lab"); len(gs) != 0 {
+		t.Fatalf("grants after the revoke: %+v", gs)
+	}
+
+	// What this node's participant holds here decides a grant_exceeds:
+	// members whose rosters differ may take the grant.
+	h2 := newHarness(t)
+	r := testRoster(t)
+	r.Spaces[0].Members[0].Capabilities = []meup.Capability{{Kind: json.RawMessage(`"chat"`)}}
+	if err := h2.e.SetRoster(r); err != nil {
+		t.Fatal(err)
+	}
+	s := h2.send("lab", space.Draft{Kind: meup.KindCapabilityGrant, Payload: json.RawMessage(`{"recipient":"bob","capabilities":[{"kind":"mcp/request"}]}`), Strict: true})
+	if !strings.Contains(s.NotApplied, meup.ReasonGrantExceeds) || len(h2.snd.take()) == 0 {
+		t.Fatalf("strict grant beyond what this node holds: not applied %q", s.NotApplied)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"unicode"
@@ -57,24 +58,135 @@ type Roster struct {
 
 // ParseRoster decodes and validates spaces.json. Unknown fields, trailing
 // data and anything [Roster.Validate] refuses fail the whole file: no part
-// of a roster that does not validate is used.
+// of a roster that does not validate is used. Errors name the space and
+// member at fault (1-based, with its name or id when it has one), or the
+// line and column of a JSON syntax error.
 func ParseRoster(data []byte) (*Roster, error) {
 	if len(data) > MaxRosterBytes {
 		return nil, fmt.Errorf("space: roster: %d bytes, over the limit of %d", len(data), MaxRosterBytes)
 	}
+	var top struct {
+		Spaces []json.RawMessage `json:"spaces"`
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var r Roster
-	if err := dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("space: roster: %w", err)
+	if err := dec.Decode(&top); err != nil {
+		return nil, fmt.Errorf("space: roster: %s", jsonProblem(data, err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("space: roster: data after the top-level object")
+	}
+	r := Roster{}
+	if top.Spaces != nil {
+		r.Spaces = make([]Config, len(top.Spaces))
+	}
+	for i, raw := range top.Spaces {
+		if err := parseSpace(i, raw, &r.Spaces[i]); err != nil {
+			return nil, fmt.Errorf("space: roster: %w", err)
+		}
 	}
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
 	return &r, nil
+}
+
+// parseSpace decodes space i (0-based) of spaces.json into c; its error
+// names the space and the member at fault.
+func parseSpace(i int, raw json.RawMessage, c *Config) error {
+	var s struct {
+		Name     string            `json:"name"`
+		Delivery string            `json:"delivery"`
+		Members  []json.RawMessage `json:"members"`
+	}
+	err := decodeStrict(raw, &s) // fills what it can even when it fails
+	c.Name, c.Delivery = s.Name, s.Delivery
+	if err != nil {
+		return fmt.Errorf("%s: %s", spaceAt(i, c.Name), jsonProblem(raw, err))
+	}
+	if s.Members != nil {
+		c.Members = make([]Member, len(s.Members))
+	}
+	for k, raw := range s.Members {
+		var m struct {
+			Key          *string           `json:"key"`
+			ID           string            `json:"id"`
+			Capabilities []meup.Capability `json:"capabilities"`
+		}
+		err := decodeStrict(raw, &m)
+		c.Members[k].ID, c.Members[k].Capabilities = m.ID, m.Capabilities
+		if err != nil {
+			return fmt.Errorf("%s: %s", memberAt(i, c.Name, k, m.ID), jsonProblem(raw, err))
+		}
+		if m.Key != nil { // absent or null: Validate says the key is missing
+			if c.Members[k].Key, err = identity.ParsePeerID(*m.Key); err != nil {
+				return fmt.Errorf("%s: %w", memberAt(i, c.Name, k, m.ID), err)
+			}
+		}
+	}
+	return nil
+}
+
+// decodeStrict decodes one JSON value into v, refusing unknown fields.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// spaceAt names space i (0-based) of a roster in errors: its number,
+// and its name if it has one.
+func spaceAt(i int, name string) string {
+	if name == "" {
+		return fmt.Sprintf("space %d", i+1)
+	}
+	return fmt.Sprintf("space %d (%q)", i+1, name)
+}
+
+// memberAt names member k (0-based) of space i in errors: the space, the
+// member's number and its participant id if it has one.
+func memberAt(i int, space string, k int, id string) string {
+	if id == "" {
+		return fmt.Sprintf("%s, member %d", spaceAt(i, space), k+1)
+	}
+	return fmt.Sprintf("%s, member %d (%q)", spaceAt(i, space), k+1, id)
+}
+
+// jsonProblem says what is wrong with the JSON text data, which err,
+// from decoding it, reports: without the json package's Go names, and
+// with the line and column of a syntax error.
+func jsonProblem(data []byte, err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		before := data[:min(max(syn.Offset, 0), int64(len(data)))]
+		line := bytes.Count(before, []byte("\n")) + 1
+		col := len(before) - bytes.LastIndexByte(before, '\n') - 1 // before ends with the bad byte
+		return fmt.Sprintf("line %d, column %d: %v", line, col, syn)
+	case errors.Is(err, io.EOF):
+		return `no JSON text (a roster with no spaces is {"spaces": []})`
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "the JSON text ends too soon"
+	case errors.As(err, &typ):
+		want := "a string"
+		switch typ.Type.Kind() {
+		case reflect.Slice, reflect.Array:
+			want = "an array"
+		case reflect.Struct, reflect.Map:
+			want = "an object"
+		case reflect.Bool:
+			want = "true or false"
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+			reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+			want = "a number"
+		}
+		if typ.Field == "" {
+			return fmt.Sprintf("a JSON %s, not %s", typ.Value, want)
+		}
+		return fmt.Sprintf("%s: a JSON %s, not %s", typ.Field, typ.Value, want)
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
 }
 
 // LoadRoster reads path; a missing file is an empty roster. It refuses a
@@ -174,10 +286,7 @@ func (r *Roster) Validate() error {
 	}
 	names := make(map[string]int, len(r.Spaces))
 	for i, c := range r.Spaces {
-		at := fmt.Sprintf("space %d", i+1)
-		if c.Name != "" {
-			at = fmt.Sprintf("space %d (%q)", i+1, c.Name)
-		}
+		at := spaceAt(i, c.Name)
 		if err := checkSpaceName(c.Name); err != nil {
 			return fmt.Errorf("space: roster: %s: name: %w", at, err)
 		}
@@ -197,10 +306,7 @@ func (r *Roster) Validate() error {
 		keys := make(map[identity.PeerID]int, len(c.Members))
 		ids := make(map[string]int, len(c.Members))
 		for k, m := range c.Members {
-			mat := fmt.Sprintf("%s, member %d", at, k+1)
-			if m.ID != "" {
-				mat = fmt.Sprintf("%s, member %d (%q)", at, k+1, m.ID)
-			}
+			mat := memberAt(i, c.Name, k, m.ID)
 			if m.Key.IsZero() {
 				return fmt.Errorf("space: roster: %s: key missing", mat)
 			}

@@ -44,13 +44,13 @@ func TestParseRoster(t *testing.T) {
 		{"not JSON", `{"spaces": [`, "space: roster:"},
 		{"trailing data", `{"spaces": []} {}`, "data after"},
 		{"unknown field", `{"spaces": [], "extra": 1}`, `unknown field "extra"`},
-		{"unknown member field", `{"spaces": [{"name": "lab", "members": [{"key": "` + key(1).String() + `", "id": "a", "role": "x"}]}]}`, `unknown field "role"`},
+		{"unknown member field", `{"spaces": [{"name": "lab", "members": [{"key": "` + key(1).String() + `", "id": "a", "role": "x"}]}]}`, `space 1 ("lab"), member 1 ("a"): unknown field "role"`},
 		{"empty name", `{"spaces": [{"name": "", "members": []}]}`, "space 1: name: empty"},
 		{"bad name", `{"spaces": [{"name": "lab", "members": []}, {"name": "my lab", "members": []}]}`, `space 2 ("my lab"): name:`},
 		{"long name", `{"spaces": [{"name": "` + strings.Repeat("a", 65) + `", "members": []}]}`, "over the limit of 64"},
 		{"name unique ignoring case", `{"spaces": [{"name": "Lab", "members": []}, {"name": "lab", "members": []}]}`, `space 2 ("lab"): name already used by space 1 ("Lab")`},
 		{"bad delivery", `{"spaces": [{"name": "lab", "delivery": "some", "members": []}]}`, `space 1 ("lab"): delivery "some"`},
-		{"bad key", `{"spaces": [{"name": "lab", "members": [{"key": "ed25519:xyz", "id": "a"}]}]}`, "space: roster:"},
+		{"bad key", `{"spaces": [{"name": "lab", "members": [{"key": "ed25519:xyz", "id": "a"}]}]}`, `space 1 ("lab"), member 1 ("a"): identity: key must be 32 bytes`},
 		{"missing key", `{"spaces": [{"name": "lab", "members": [` + ok + `, {"id": "bob"}]}]}`, `space 1 ("lab"), member 2 ("bob"): key missing`},
 		{"missing id", `{"spaces": [{"name": "lab", "members": [` + ok + `, {"key": "` + key(2).String() + `"}]}]}`, `space 1 ("lab"), member 2: id: empty`},
 		{"id with a space", `{"spaces": [{"name": "lab", "members": [` + memberJSON(1, "al ice", `[]`) + `]}]}`, `member 1 ("al ice"): id:`},
@@ -85,6 +85,65 @@ func TestParseRoster(t *testing.T) {
 			}
 			if r != nil {
 				t.Error("a roster came back with the error")
+			}
+		})
+	}
+}
+
+// Every error of a spaces.json that does not decode names the space and
+// member at fault as Validate's errors do (number, then name or id), or
+// the line and column of a syntax error: the whole text, each a case.
+func TestParseRosterErrorTexts(t *testing.T) {
+	k1, k2 := key(1).String(), key(2).String()
+	tests := []struct {
+		name, text, want string
+	}{
+		{"short key", `{"spaces": [{"name": "s", "members": [{"key": "` + k1 + `", "id": "me"}, {"key": "ed25519:AAAA", "id": "me2"}]}]}`,
+			`space: roster: space 1 ("s"), member 2 ("me2"): identity: key must be 32 bytes (44 base64 characters)`},
+		{"key without prefix", `{"spaces": [{"name": "s", "members": [{"key": "abc", "id": "me"}]}]}`,
+			`space: roster: space 1 ("s"), member 1 ("me"): identity: key string must start with "ed25519:"`},
+		{"empty key, no id", `{"spaces": [{"name": "s", "members": [{"key": ""}]}]}`,
+			`space: roster: space 1 ("s"), member 1: identity: key string must start with "ed25519:"`},
+		{"key not a string", `{"spaces": [{"name": "s", "members": [{"key": 5, "id": "me"}]}]}`,
+			`space: roster: space 1 ("s"), member 1 ("me"): key: a JSON number, not a string`},
+		{"unknown member field", `{"spaces": [{"name": "s", "members": [{"key": "` + k1 + `", "id": "me", "role": "x"}]}]}`,
+			`space: roster: space 1 ("s"), member 1 ("me"): unknown field "role"`},
+		{"unknown capability field", `{"spaces": [{"name": "s", "members": [{"key": "` + k1 + `", "id": "me", "capabilities": [{"kinds": "chat"}]}]}]}`,
+			`space: roster: space 1 ("s"), member 1 ("me"): unknown field "kinds"`},
+		{"capabilities not a list", `{"spaces": [{"name": "s", "members": [{"key": "` + k1 + `", "id": "me", "capabilities": {"kind": "chat"}}]}]}`,
+			`space: roster: space 1 ("s"), member 1 ("me"): capabilities: a JSON object, not an array`},
+		{"member not an object", `{"spaces": [{"name": "s", "members": [{"key": "` + k1 + `", "id": "me"}, "` + k2 + `"]}]}`,
+			`space: roster: space 1 ("s"), member 2: a JSON string, not an object`},
+		{"unknown space field", `{"spaces": [{"name": "s", "mode": "all", "members": []}]}`,
+			`space: roster: space 1 ("s"): unknown field "mode"`},
+		{"members not a list", `{"spaces": [{"name": "s", "members": 3}]}`,
+			`space: roster: space 1 ("s"): members: a JSON number, not an array`},
+		{"name not a string", `{"spaces": [{"name": "s"}, {"name": 7, "members": []}]}`,
+			`space: roster: space 2: name: a JSON number, not a string`},
+		{"spaces not a list", `{"spaces": {"name": "s"}}`,
+			`space: roster: spaces: a JSON object, not an array`},
+		{"not an object", `[]`,
+			`space: roster: a JSON array, not an object`},
+		{"syntax error", "{\"spaces\": [\n  {\"name\": \"s\",, \"members\": []}\n]}",
+			`space: roster: line 2, column 16: invalid character ',' looking for beginning of object key string`},
+		{"cut short", `{"spaces": [{"name": "s"`,
+			`space: roster: the JSON text ends too soon`},
+		{"empty", "  \n",
+			`space: roster: no JSON text (a roster with no spaces is {"spaces": []})`},
+		// Validate's own errors, for comparison.
+		{"duplicate key", `{"spaces": [{"name": "s", "members": [{"key": "` + k1 + `", "id": "me"}, {"key": "` + k1 + `", "id": "me2"}]}]}`,
+			`space: roster: space 1 ("s"), member 2 ("me2"): key already used by member 1 ("me")`},
+		{"missing key", `{"spaces": [{"name": "s", "members": [{"key": null, "id": "me"}]}]}`,
+			`space: roster: space 1 ("s"), member 1 ("me"): key missing`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := space.ParseRoster([]byte(tt.text))
+			if err == nil || r != nil {
+				t.Fatalf("parsed (%v); want %q", r, tt.want)
+			}
+			if err.Error() != tt.want {
+				t.Errorf("error\n%s\nwant\n%s", err, tt.want)
 			}
 		})
 	}

@@ -286,8 +286,11 @@ func (e *Engine) revokeLocked(sp *spaceState, m *memberState, env meup.Envelope)
 		}
 	}
 	if !found {
-		if rp.GrantID != "" {
-			return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("%q holds no live grant %q (with those capabilities) in space %q", r.ID, rp.GrantID, space)
+		switch {
+		case rp.GrantID != "" && len(caps) > 0:
+			return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("%q holds no live grant %q with those capabilities in space %q", r.ID, rp.GrantID, space)
+		case rp.GrantID != "":
+			return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("%q holds no live grant %q in space %q", r.ID, rp.GrantID, space)
 		}
 		return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("no live grant of %q in space %q holds those capabilities", r.ID, space)
 	}

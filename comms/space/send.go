@@ -58,6 +58,35 @@ type Draft struct {
 	CorrelationID []string
 	Context       string
 	Payload       json.RawMessage
+	// Strict refuses the draft, instead of sending it with
+	// Sent.NotApplied, when it breaks a rule of the space here that every
+	// member's node applies alike, so that every one of them would refuse
+	// it too: a revoke of no live grant, a grant to its own sender, a
+	// withdraw of another's proposal or of none known (see
+	// [RuleError]). A rule break that hangs on what this node's roster
+	// lets its own participant give ([meup.ReasonGrantExceeds]) or on
+	// its counts ([meup.ReasonRateLimited]) is still sent: members whose
+	// rosters differ may take it.
+	Strict bool
+}
+
+// RuleError is Send's refusal of a [Draft.Strict] draft that breaks a
+// rule of the space here: nothing was applied or sent. It wraps
+// [ErrInvalid].
+type RuleError struct {
+	Reason string // the meup.Reason… code a member's node would answer
+	Detail string
+}
+
+func (e *RuleError) Error() string { return "space: " + e.Reason + ": " + e.Detail }
+
+// Unwrap returns ErrInvalid.
+func (e *RuleError) Unwrap() error { return ErrInvalid }
+
+// strictRefuses reports whether a strict draft breaking the rule reason
+// here is refused (see [Draft.Strict]).
+func strictRefuses(reason string) bool {
+	return reason != meup.ReasonGrantExceeds && reason != meup.ReasonRateLimited
 }
 
 // Copy is one member's copy of a sent envelope.
@@ -105,8 +134,10 @@ type target struct {
 // (a grant is recorded and enforced here, a proposal tracked, a kick or
 // invite changes the roster), before the copies go out, so that the
 // member a kick removes still gets its copy and an invited one does not.
-// An envelope that breaks a rule here is sent anyway; Sent.NotApplied says
-// why it changed nothing here.
+// An envelope that breaks a rule here is sent anyway, and Sent.NotApplied
+// says why it changed nothing here, unless the draft is strict and the
+// rule one every member applies alike: then Send returns a [*RuleError]
+// and sends nothing.
 //
 // A draft with its own ID is a call its caller may make again: Send
 // remembers the id as this node's own (in the Store, with the ids seen
@@ -159,6 +190,13 @@ func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions)
 	retry := d.ID != "" && e.sentBeforeLocked(space, env.ID, now)
 	if !isSystem(env.Kind) && !retry {
 		eff, reason, detail := e.checkLocked(sp, sp.self, env, now)
+		if reason != "" && d.Strict && strictRefuses(reason) {
+			if d.ID != "" {
+				e.forget(space, e.opts.Self, env.ID) // a retry is checked again
+			}
+			e.mu.Unlock()
+			return Sent{}, &RuleError{Reason: reason, Detail: detail}
+		}
 		if reason != "" {
 			notApplied = reason + ": " + detail
 		} else if err := e.applyLocked(sp, sp.self, env, eff, now, false, nil); err != nil {

@@ -266,6 +266,24 @@ func Task(w io.Writer, t node.Task) {
 	fmt.Fprintln(w, Line(line))
 }
 
+// SendQueued writes the note of a send left in the outbox (Delivery
+// "queued"): with a node serving the home (daemon), that node retries it;
+// without one, it waits for the daemon to start. lastError is why the
+// last attempt failed, or why the send waits ("": none).
+func SendQueued(w io.Writer, lastError string, daemon bool) {
+	what, notes := "retrying until acked", []string{}
+	if !daemon {
+		what, notes = "kept for the daemon to send when it starts", []string{"no daemon runs: meerkatd run"}
+	}
+	if lastError != "" {
+		notes = append(notes, "last attempt: "+Line(lastError))
+	}
+	if len(notes) > 0 {
+		what += " (" + strings.Join(notes, "; ") + ")"
+	}
+	fmt.Fprintf(w, "queued in the outbox; %s: see meerkatd outbox\n", what)
+}
+
 // Broadcast writes where each copy of a broadcast went.
 func Broadcast(w io.Writer, res node.Broadcasted) error {
 	return Table(w, "PEER\tDELIVERY\tMARKED\tID\tNOTE", res.Copies, func(c node.BroadcastCopy) []any {
@@ -352,52 +370,6 @@ func SearchHits(w io.Writer, hits []node.SearchHit) {
 		}
 		fmt.Fprintf(w, "#%d %s %s from %s id %s%s\n  %s\n", m.Seq, m.Received.Local().Format(time.RFC3339),
 			Escape(m.Kind, ""), Escape(m.Peer, ""), m.ID, state, Escape(h.Snippet, "  "))
-	}
-}
-
-// Space writes a space and its members.
-func Space(w io.Writer, s node.SpaceInfo) error {
-	fmt.Fprintf(w, "space %s (you are %s, delivery %s, %d pending proposals)\n", Escape(s.Name, ""), Escape(s.Self, ""), s.Delivery, s.Pending)
-	return Table(w, "  ID\tSTATUS\tPRESENCE\tCAPABILITIES\tKEY", s.Members, func(m node.SpaceMember) []any {
-		caps, _ := json.Marshal(m.Capabilities)
-		if len(m.Granted) > 0 {
-			g, _ := json.Marshal(m.Granted)
-			caps = append(caps, []byte(" + granted "+string(g))...)
-		}
-		id := m.ID
-		if m.Self {
-			id += " (you)"
-		}
-		status := m.Status
-		if m.Note != "" {
-			status += ": " + m.Note
-		}
-		return []any{"  " + Escape(id, ""), Line(status), m.Presence, Line(string(caps)), m.Key}
-	})
-}
-
-// Proposals writes proposals of spaces and their states.
-func Proposals(w io.Writer, ps []node.Proposal) error {
-	return Table(w, "SPACE\tID\tPROPOSER\tSTATE\tBY\tCALL", ps, func(p node.Proposal) []any {
-		state := p.State
-		if p.Reason != "" {
-			state += " (" + p.Reason + ")"
-		}
-		return []any{Escape(p.Space, ""), Escape(p.ID, ""), Escape(p.Proposer, ""), Line(state), Escape(p.By, ""), Line(string(p.Payload))}
-	})
-}
-
-// SpaceSent writes where each copy of an envelope of a space went.
-func SpaceSent(w io.Writer, sent node.SpaceSent) {
-	fmt.Fprintf(w, "sent %s %s to space %s\n", Escape(sent.Kind, ""), Escape(sent.ID, ""), Escape(sent.Space, ""))
-	for _, c := range sent.Copies {
-		how := c.Delivery
-		if c.Skipped != "" {
-			how = "skipped: " + c.Skipped
-		} else if c.LastError != "" {
-			how += " (" + c.LastError + ")"
-		}
-		fmt.Fprintf(w, "  %s: %s\n", Escape(c.Participant, ""), Line(how))
 	}
 }
 

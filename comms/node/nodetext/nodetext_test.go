@@ -69,3 +69,28 @@ func TestWithError(t *testing.T) {
 		}
 	}
 }
+
+// A reliable send left in the outbox says who sends it on: the node
+// serving the home retries it, and without one it waits for the daemon to
+// start (nothing retries it meanwhile).
+func TestSendQueued(t *testing.T) {
+	for _, tc := range []struct {
+		daemon    bool
+		lastError string
+		want      string
+	}{
+		{true, "", "queued in the outbox; retrying until acked: see meerkatd outbox\n"},
+		{true, "peer offline\x1b[2J", "queued in the outbox; retrying until acked (last attempt: peer offline\\x1b[2J): see meerkatd outbox\n"},
+		{false, "", "queued in the outbox; kept for the daemon to send when it starts (no daemon runs: meerkatd run): see meerkatd outbox\n"},
+		{false, "peer offline", "queued in the outbox; kept for the daemon to send when it starts (no daemon runs: meerkatd run; last attempt: peer offline): see meerkatd outbox\n"},
+	} {
+		var b bytes.Buffer
+		SendQueued(&b, tc.lastError, tc.daemon)
+		if b.String() != tc.want {
+			t.Errorf("daemon %v, last error %q:\n got %q\nwant %q", tc.daemon, tc.lastError, b.String(), tc.want)
+		}
+		if !tc.daemon && strings.Contains(b.String(), "retrying") {
+			t.Errorf("without a daemon the note claims a retry: %q", b.String())
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/trust"
+)
+
+// A peer added while a node serves the home is usable as soon as
+// AddPeer returns (its messages are accepted, sends to it resolve), and
+// a peer removed is refused as soon as RemovePeer returns: neither waits
+// for the node's watcher to notice the edited file.
+func TestPeerEditsApplyAtOnce(t *testing.T) {
+	h, bob := sessionHome(t)
+	sv, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sv.Close)
+	c := NewClient(h.ControlPath())
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	deliver(t, h, bob, "bob is trusted")
+	for i := range 3 {
+		name := fmt.Sprintf("carol%d", i)
+		carol, _ := identity.GenerateKeypair()
+		if _, err := AddPeer(h, name, carol.ID().String(), "uds:///nonexistent/carol.sock", false, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := tryDeliver(h, carol, "hi from "+name); err != nil {
+			t.Fatalf("a message from the peer just added: %v", err)
+		}
+		if _, err := c.SendMessage(ctx, name, "hi", node.SendOptions{}); codeOf(err) != node.CodePeerOffline {
+			t.Fatalf("a send to the peer just added: %v, want %s (it is trusted, and down)", err, node.CodePeerOffline)
+		}
+		if err := RemovePeer(h, name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.SendMessage(ctx, name, "hi", node.SendOptions{}); codeOf(err) != node.CodeUnknownPeer {
+			t.Fatalf("a send to the peer just removed: %v, want %s", err, node.CodeUnknownPeer)
+		}
+		if err := tryDeliver(h, carol, "after removal"); err == nil {
+			t.Fatal("a message from the peer just removed was accepted")
+		}
+	}
+	if err := RemovePeer(h, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tryDeliver(h, bob, "bob is not"); err == nil {
+		t.Fatal("a message from the peer just removed was accepted")
+	}
+}
+
+// A trust file the serving node cannot use makes the edit fail, saying
+// that the node did not take it in; the node keeps the peers it had.
+func TestPeerEditRefusedByNode(t *testing.T) {
+	h, bob := sessionHome(t)
+	sv, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sv.Close)
+	if err := os.WriteFile(h.TrustPath(), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = applyTrust(h, "carol is added to "+trust.FileName)
+	if codeOf(err) != node.CodeUnavailable || !strings.Contains(err.Error(), "carol is added to "+trust.FileName+", but the node serving this home did not take it in") {
+		t.Fatalf("a file the node refuses: %v (code %q)", err, codeOf(err))
+	}
+	deliver(t, h, bob, "still trusted")
+}
+
+// With no node serving the home, an edit only writes the file; a node
+// without the operation (an earlier version) is left to its watcher.
+func TestPeerEditWithoutDaemon(t *testing.T) {
+	h := testHome(t)
+	carol, _ := identity.GenerateKeypair()
+	if _, err := AddPeer(h, "carol", carol.ID().String(), "uds:///nonexistent/carol.sock", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemovePeer(h, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	serveAt(t, h.ControlPath(), waitForever{}, Options{})
+	if err := RemovePeer(h, "carol"); err != nil {
+		t.Fatalf("with a node that lacks the operation: %v", err)
+	}
+	l, err := trust.Load(h.TrustPath())
+	if err != nil || l.Len() != 0 {
+		t.Fatalf("the trust file after the edits: %v, %v", l, err)
+	}
+	if err := RemovePeer(h, "carol"); codeOf(err) != node.CodeUnknownPeer {
+		t.Fatalf("removing a peer not there: %v", err)
+	}
+}

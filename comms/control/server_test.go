@@ -1,0 +1,62 @@
+package control
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meerkatd/meerkatd/comms/node"
+)
+
+// records is a slog.Handler keeping every record.
+type records struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *records) WithGroup(string) slog.Handler            { return r }
+
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec)
+	return nil
+}
+
+// A client that goes away during a waiting call (an MCP client that
+// stopped, an interrupted inbox --wait) is no failure of the node: the
+// server logs it at debug, not as an error.
+func TestServerHangUpIsNoError(t *testing.T) {
+	path := tempSocket(t)
+	logs := &records{}
+	api := waitingAPI{ended: make(chan struct{})}
+	serveAt(t, path, api, Options{Logger: slog.New(logs), MaxConns: 1})
+	cctx, ccancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer ccancel()
+	if _, err := NewClient(path).Receive(cctx, node.Query{Wait: node.MaxWait}); err == nil {
+		t.Fatal("the client's call outlived its deadline")
+	}
+	<-api.ended
+	// The only connection slot is free again once the server is done
+	// with the call, logging included.
+	waitFor(t, 10*time.Second, "a free slot", func() bool {
+		return rawCall(t, path, []byte(`{"op":"frobnicate"}`+"\n")).Code == node.CodeBadArgument
+	})
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	debug := false
+	for _, r := range logs.recs {
+		if r.Level >= slog.LevelError {
+			t.Errorf("logged at %s: %s", r.Level, r.Message)
+		}
+		debug = debug || r.Level == slog.LevelDebug && strings.Contains(r.Message, "hung up")
+	}
+	if !debug {
+		t.Error("the hang-up is not logged at debug")
+	}
+}
