@@ -585,3 +585,31 @@ func TestWaitServing(t *testing.T) {
 		t.Fatal("WaitServing missed the node that came up")
 	}
 }
+
+// A keygen between opening a home and serving it (it takes the home's
+// lock only while it writes) does not leave a node serving the old key
+// while the home holds the new one: ServeHome reads the identity again
+// once it holds the lock, and refuses.
+func TestServeHomeRefusesAReplacedKey(t *testing.T) {
+	h := testHome(t)
+	if err := node.Keygen(h.Dir, true); err != nil {
+		t.Fatal(err)
+	}
+	sv, err := ServeHome(h, HostOptions{})
+	if err == nil {
+		sv.Close()
+		t.Fatal("ServeHome served a home whose identity was replaced after it was opened")
+	}
+	if codeOf(err) != node.CodeUnavailable || !strings.Contains(err.Error(), "changed") {
+		t.Fatalf("ServeHome: %v (code %q), want unavailable, the identity changed", err, codeOf(err))
+	}
+	h2, _, err := node.OpenHome(h.Dir, node.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv, err = ServeHome(h2, HostOptions{})
+	if err != nil {
+		t.Fatalf("ServeHome after opening the home again: %v", err)
+	}
+	sv.Close()
+}

@@ -68,11 +68,18 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := lockHome(h.Dir)
-	if errors.Is(err, errHomeLocked) {
+	unlock, err := node.LockHome(h.Dir)
+	if errors.Is(err, node.ErrHomeServed) {
 		return nil, fmt.Errorf("%w: %s", ErrServing, h.Dir)
 	}
 	if err != nil {
+		return nil, err
+	}
+	// The identity was read before the lock was taken: a keygen in
+	// between (it takes the lock to write) must not leave this node
+	// serving the old key while the home holds the new one.
+	if err := h.CheckKey(); err != nil {
+		unlock()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -397,7 +397,7 @@ func onlyServing(t *testing.T, sessions []*Session) *Session {
 // stopping node may take, and serves the home once it is let go.
 func TestSessionWaitsForHomeInTransition(t *testing.T) {
 	h, bob := sessionHome(t)
-	unlock, err := lockHome(h.Dir)
+	unlock, err := node.LockHome(h.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,9 +86,9 @@ func Keygen(dir string, force bool) error {
 	if err := CheckHomePath(dir); err != nil {
 		return err
 	}
-	unlock, err := lockHome(dir)
+	unlock, err := LockHome(dir)
 	switch {
-	case errors.Is(err, errHomeServed):
+	case errors.Is(err, ErrHomeServed):
 		return errorf(CodeUnavailable, "a node serves this home (%s): stop it first, as a running node keeps the identity it started with (meerkatd status --home %s shows it)", dir, dir)
 	case errors.Is(err, fs.ErrNotExist): // nothing serves a home that does not exist
 	case err != nil:
@@ -114,9 +114,22 @@ func Keygen(dir string, force bool) error {
 	return err
 }
 
-// errHomeServed means a node serves the home: another process (or this
+// CheckKey reports an error if the identity in the home's directory is no
+// longer h.Key (a keygen replaced it since the home was opened).
+func (h *Home) CheckKey() error {
+	kp, err := identity.LoadKeypair(h.Dir)
+	if err != nil {
+		return fmt.Errorf("read the identity again: %w", err)
+	}
+	if h.Key == nil || kp.ID() != h.Key.ID() {
+		return errorf(CodeUnavailable, "the identity in %s changed while the node was starting (keygen?): start it again", h.Dir)
+	}
+	return nil
+}
+
+// ErrHomeServed means a node serves the home: another process (or this
 // one) holds the home's lock.
-var errHomeServed = errors.New("node: a node serves this home")
+var ErrHomeServed = errors.New("node: a node serves this home")
 
 // CheckHomePath returns an error with code bad_argument, naming the
 // longest path the home may have, when the sockets a node of the home dir

@@ -9,17 +9,17 @@ import (
 	"time"
 )
 
-// lockHome takes no lock where flock(2) is missing: it fails with
-// errHomeServed if the home's control socket answers, with an error
+// LockHome takes no lock where flock(2) is missing: it fails with
+// ErrHomeServed if the home's control socket answers, with an error
 // matching fs.ErrNotExist if dir does not exist.
-func lockHome(dir string) (unlock func(), err error) {
+func LockHome(dir string) (unlock func(), err error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, err
 	}
 	c, err := net.DialTimeout("unix", filepath.Join(dir, ControlSocketName), time.Second)
 	if err == nil {
 		c.Close()
-		return nil, errHomeServed
+		return nil, ErrHomeServed
 	}
 	return func() {}, nil
 }

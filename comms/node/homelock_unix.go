@@ -8,13 +8,14 @@ import (
 	"syscall"
 )
 
-// lockHome takes the exclusive lock on the home directory dir that the
-// process serving the home holds while it serves (comms/control takes the
-// same lock: flock(2) on the directory itself). It fails at once with
-// errHomeServed if another process (or another descriptor of this one)
+// LockHome takes the exclusive lock on the home directory dir that the
+// process serving the home holds while it serves (comms/control's
+// ServeHome), and that keygen takes while it writes: flock(2) on the
+// directory itself, so nothing is left behind by a killed process. It fails at once with
+// ErrHomeServed if another process (or another descriptor of this one)
 // holds it, and with an error matching fs.ErrNotExist if dir does not
 // exist. unlock releases it.
-func lockHome(dir string) (unlock func(), err error) {
+func LockHome(dir string) (unlock func(), err error) {
 	f, err := os.Open(dir)
 	if err != nil {
 		return nil, err
@@ -28,7 +29,7 @@ func lockHome(dir string) (unlock func(), err error) {
 	if err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, errHomeServed
+			return nil, ErrHomeServed
 		}
 		return nil, &os.PathError{Op: "flock", Path: dir, Err: err}
 	}
