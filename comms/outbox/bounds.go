@@ -60,17 +60,20 @@ func (b Bounds) Breaker(br Breaker, now time.Time) Breaker {
 	return br
 }
 
-// bound returns t at most limit after now; the zero time (none) stays
-// zero. The result is taken from now (now plus t's distance from it), so
-// it carries now's monotonic clock reading if now has one: a time loaded
-// from the store, which has none, then compares on the monotonic clock
-// like one set in this process, and a later step of the wall clock does
-// not move it.
+// bound returns t, or now+limit if t is later than that; the zero time
+// (none) stays zero. A time within its bound is returned as it is, to the
+// nanosecond: the views of the outbox (status, list_outbox, meerkatd
+// outbox) show the same times whenever they are asked. The outbox bounds
+// again at every comparison with the clock, so a wall clock stepped back
+// while it runs holds nothing longer than the bound either.
 func bound(t, now time.Time, limit time.Duration) time.Time {
 	if t.IsZero() {
 		return t
 	}
-	return now.Add(min(t.Sub(now), limit))
+	if end := now.Add(limit); t.After(end) {
+		return end
+	}
+	return t
 }
 
 // boundLocked bounds the times it is scheduled by; o.mu held.

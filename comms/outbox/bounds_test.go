@@ -64,6 +64,15 @@ func TestOutboxBounds(t *testing.T) {
 	if got := bound(mono.Add(time.Hour).Round(0), mono, time.Minute); got.Sub(mono) != time.Minute || got.Round(0) == got {
 		t.Errorf("bounded from a monotonic reading: %v", got)
 	}
+	// A time within its bound is left as it is, to the nanosecond, also
+	// against a clock reading with a monotonic part: two views of the
+	// outbox a moment apart show the same times.
+	stored := time.Unix(0, mono.Add(30*time.Second).UnixNano()) // as read from a store: wall clock only
+	for _, now := range []time.Time{mono, time.Now(), mono.Round(0)} {
+		if got := bound(stored, now, time.Minute); got != stored || got.UnixNano() != stored.UnixNano() {
+			t.Errorf("bound(%v) against %v = %v: a time within its bound changed", stored, now, got)
+		}
+	}
 }
 
 // After a restart, an entry and a breaker stored while the clock was five
