@@ -38,6 +38,13 @@ const (
 	// key than its trust entry's, did not trust ours, or does not speak
 	// TLS).
 	OfflineTLS = "TLS handshake failed"
+	// OfflineConnectTimeout: the peer's address accepted no connection
+	// before the send's time ran out (the error names the address).
+	OfflineConnectTimeout = "connection timed out"
+	// OfflineTLSTimeout: the peer's address accepted the connection but
+	// the TLS handshake did not complete within comms.frame_timeout_secs
+	// (the error names the address).
+	OfflineTLSTimeout = "TLS handshake timed out"
 )
 
 // PeerOfflineError reports that a peer did not acknowledge an envelope.

@@ -86,9 +86,12 @@ func (l *link) send(ctx context.Context, id identity.UUID, frame []byte, wantAck
 // offline turns a send failure into a PeerOfflineError.
 func (l *link) offline(ctx context.Context, err error) error {
 	var poe *PeerOfflineError
+	var dte *dialTimeoutError
 	switch {
 	case errors.As(err, &poe), errors.Is(err, ErrClosed), errors.Is(err, errLinkClosed):
 		return err
+	case errors.As(err, &dte):
+		return &PeerOfflineError{Peer: l.peer.Name, Reason: dte.reason, Err: dte}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineTimeout}
 	case errors.Is(err, context.Canceled):
@@ -110,6 +113,14 @@ var (
 	errTLSHandshake     = errors.New("comms: TLS handshake failed")
 )
 
+// dialTimeoutError is a dial that timed out before the peer's listener
+// answered: reason is OfflineConnectTimeout or OfflineTLSTimeout, and the
+// error names the address. It wraps no context error, so that it is not
+// taken for an ack timeout.
+type dialTimeoutError struct{ reason, detail string }
+
+func (e *dialTimeoutError) Error() string { return e.detail }
+
 // dial connects to the peer: for tls:// it runs the handshake, accepting
 // only the peer's own key; tcp:// is refused under
 // Options.RefusePlaintext.
@@ -125,15 +136,28 @@ func (l *link) dial(ctx context.Context) (net.Conn, error) {
 		}
 	}
 	c, err := l.r.opts.Dial(ctx, a)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return nil, &dialTimeoutError{OfflineConnectTimeout, fmt.Sprintf("%s did not accept the connection in time", a)}
+	}
 	if err != nil || a.Scheme != transport.SchemeTLS {
 		return c, err
 	}
-	hctx, cancel := context.WithTimeout(ctx, l.r.opts.FrameTimeout)
+	// The handshake has a frame's time, or what is left of the send's.
+	limit := l.r.opts.FrameTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		limit = min(limit, time.Until(dl))
+	}
+	hctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	tc, err := transport.TLSClient(hctx, c, transport.TLSClientConfig(l.r.tlsCert, l.peer.ID[:]))
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case errors.Is(ctx.Err(), context.Canceled):
 			return nil, ctx.Err()
+		case hctx.Err() != nil:
+			// A listener that accepts and never answers: a blackhole,
+			// or a service other than meerkatd that waits for its client.
+			return nil, &dialTimeoutError{OfflineTLSTimeout, fmt.Sprintf("%s accepted the connection but completed no TLS handshake within %s", a, limit.Round(time.Millisecond))}
 		}
 		return nil, fmt.Errorf("%w: %w", errTLSHandshake, err)
 	}
@@ -172,6 +196,9 @@ func (l *link) connect(ctx context.Context) (*outConn, error) {
 			case <-wait:
 				continue
 			case <-ctx.Done():
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					return nil, &dialTimeoutError{OfflineConnectTimeout, fmt.Sprintf("still connecting to %s", l.peer.Addr)}
+				}
 				return nil, ctx.Err()
 			}
 		}

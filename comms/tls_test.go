@@ -408,3 +408,91 @@ func TestUntrustedKeysLogBounded(t *testing.T) {
 		t.Fatalf("%d lines for 200 keys, want %d", n, maxUntrustedLines)
 	}
 }
+
+// blackhole listens on loopback and accepts connections that it never
+// reads nor answers, like `nc -l`; it returns their tls:// address.
+func blackhole(t *testing.T) transport.Addr {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	port := ln.Addr().(*net.TCPAddr).Port
+	return transport.Addr{Scheme: transport.SchemeTLS, Host: "127.0.0.1", Port: uint16(port)}
+}
+
+// A tls:// peer whose port accepts but never answers fails as a TLS
+// handshake that timed out, naming the address, whichever of the frame
+// and ack timeouts ends first: it is no ack timeout.
+func TestTLSHandshakeTimeoutNamed(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	for _, tc := range []struct {
+		name       string
+		frame, ack time.Duration
+		wantWithin string
+	}{
+		{"frame timeout first", 150 * time.Millisecond, 5 * time.Second, "150ms"},
+		{"ack timeout first", 5 * time.Second, 150 * time.Millisecond, "ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hole := blackhole(t)
+			alice := serveNode(t, "alice", newKP(t), "tls", Options{FrameTimeout: tc.frame, AckTimeout: tc.ack},
+				trust.Peer{Name: "bob", ID: newKP(t).ID(), Addr: hole})
+			start := time.Now()
+			_, err := alice.r.SendMessage(ctxT(t), "bob", "anyone there?")
+			var poe *PeerOfflineError
+			if !errors.As(err, &poe) || poe.Reason != OfflineTLSTimeout {
+				t.Fatalf("send to a blackhole: %v, want reason %q", err, OfflineTLSTimeout)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, hole.String()) || !strings.Contains(msg, tc.wantWithin) || strings.Contains(msg, OfflineTimeout) {
+				t.Fatalf("error %q: want the address %s and the time allowed, and no ack timeout", msg, hole)
+			}
+			if el := time.Since(start); el > 4*time.Second {
+				t.Fatalf("send took %v", el)
+			}
+		})
+	}
+}
+
+// A dial that outlasts the send (a SYN nobody answers) fails as a
+// connection timeout naming the address.
+func TestConnectTimeoutNamed(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	addr := transport.Addr{Scheme: transport.SchemeTLS, Host: "192.0.2.1", Port: 4200}
+	hang := func(ctx context.Context, _ transport.Addr) (net.Conn, error) {
+		<-ctx.Done()
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: ctx.Err()}
+	}
+	alice := serveNode(t, "alice", newKP(t), "tls", Options{AckTimeout: 150 * time.Millisecond, Dial: hang},
+		trust.Peer{Name: "bob", ID: newKP(t).ID(), Addr: addr})
+	_, err := alice.r.SendMessage(ctxT(t), "bob", "anyone there?")
+	var poe *PeerOfflineError
+	if !errors.As(err, &poe) || poe.Reason != OfflineConnectTimeout || !strings.Contains(err.Error(), addr.String()) {
+		t.Fatalf("send over a dial that hangs: %v, want reason %q naming %s", err, OfflineConnectTimeout, addr)
+	}
+}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -156,6 +159,49 @@ func TestAuditUnknownPeer(t *testing.T) {
 		var r audit.Record
 		if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.ID != tc.id {
 			t.Errorf("audit --peer %s: exit %d, stdout %q, stderr %q; want the row %s", tc.peer, code, out, errOut, tc.id)
+		}
+	}
+}
+
+// meerkatd audit --event with an event the log does not have fails with
+// bad_argument (exit 2) listing the events, with or without a log, also
+// with --follow; every event of the log's, and an event a row carries
+// (a newer build's), is accepted.
+func TestAuditUnknownEvent(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	refused := func(when string, args ...string) {
+		t.Helper()
+		code, out, errOut := run(t, nil, append([]string{"audit", "--event", "bogus", "--home", home}, args...)...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, `unknown audit event "bogus": want one of received, duplicate, refused,`) || !strings.Contains(errOut, "dead_letter") || !strings.HasSuffix(errOut, "(bad_argument)\n") {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit %d, bad_argument listing the events", when, code, out, errOut, exitUsage)
+		}
+	}
+	refused("no log")
+	l, err := audit.Open(filepath.Join(home, audit.FileName), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Record(audit.Record{Dir: audit.DirOut, Event: audit.EventSent, Kind: "message", ID: "00000000-0000-4000-8000-000000000001"})
+	l.Record(audit.Record{Dir: audit.DirOut, Event: "teleported", Kind: "message", ID: "00000000-0000-4000-8000-000000000002"})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	refused("with a log")
+	// --follow is refused too, before it follows anything (bounded: a
+	// follow runs until interrupted).
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(t), "audit", "--event", "bogus", "--follow", "--home", home)
+	cmd.Env = baseEnv()
+	if out, err := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != exitUsage || !strings.Contains(string(out), `unknown audit event "bogus"`) {
+		t.Errorf("audit --event bogus --follow: %v, %s", err, out)
+	}
+	for _, ev := range append(slices.Clone(audit.Events), "teleported") {
+		if code, _, errOut := run(t, nil, "audit", "--event", ev, "--home", home); code != exitOK {
+			t.Errorf("audit --event %s: exit %d, %s", ev, code, errOut)
 		}
 	}
 }

@@ -353,6 +353,11 @@ func (e *env) hostHome(name string, args []string) (*node.Home, *slog.Logger, co
 	}
 	log := node.NewLogger(e.stderr, h.Config.Log)
 	e.warnUnknownEnv(log)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	return h, log, ctx, stop, nil
+}
+
+// interruptible returns a context that SIGINT or SIGTERM cancels.
+func interruptible() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }

@@ -52,6 +52,8 @@ func runInbox(e *env, args []string) error {
 		}
 		fmt.Fprintln(e.stderr, "no daemon is running: reading the stored inbox")
 	}
+	sig, stop := interruptible()
+	defer stop()
 	out := inboxPrinter{e: e, json: *asJSON}
 	q := node.Query{After: *after, Kinds: kinds, From: *from, Wait: *wait, MEUPFilter: mf, Order: *order}
 	// A priority read's cursor stays below the oldest item it left out,
@@ -63,9 +65,12 @@ func runInbox(e *env, args []string) error {
 		if *limit > 0 {
 			q.Limit = min(q.Limit, *limit-shown)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), q.Wait+30*time.Second)
+		ctx, cancel := context.WithTimeout(sig, q.Wait+30*time.Second)
 		batch, err := b.Receive(ctx, q)
 		cancel()
+		if sig.Err() != nil { // no "inbox empty": the wait did not end
+			return jsonShown(errInterrupted)
+		}
 		if err != nil {
 			return out.fail(err)
 		}

@@ -277,3 +277,43 @@ func decodeInboxIDs(r *bufio.Reader, f func(id string)) (int, error) {
 	}
 	return n, expect('}')
 }
+
+// inbox --wait ended by SIGINT exits 130 and does not say the inbox is
+// empty, also when it was started with SIGINT ignored (a background job
+// of a script): it waits for the signal, not for the end of the wait.
+func TestInboxWaitInterrupted(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "alice")
+	n.start()
+	for _, extra := range [][]string{nil, {"--json"}} {
+		args := append([]string{"-c", `trap "" INT; exec "$0" "$@"`, binary(t), "inbox", "--wait", "5s", "--home", n.home}, extra...)
+		cmd := exec.Command("sh", args...)
+		cmd.Env = append(baseEnv(), n.env...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		// SIGINT until it is caught: ignored until inbox asks for it.
+		tick := time.NewTicker(20 * time.Millisecond)
+	signals:
+		for {
+			select {
+			case <-done:
+				break signals
+			case <-tick.C:
+				cmd.Process.Signal(syscall.SIGINT)
+			}
+		}
+		tick.Stop()
+		el := time.Since(start)
+		if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || el > 4*time.Second ||
+			strings.Contains(stderr.String(), "inbox empty") || stdout.Len() != 0 || !strings.Contains(stderr.String(), "interrupted") {
+			t.Fatalf("inbox --wait %v, SIGINT: exit %d after %v, stdout %q, stderr %q; want exit %d at once, nothing on stdout, no \"inbox empty\"",
+				extra, code, el, stdout.String(), stderr.String(), exitInterrupted)
+		}
+	}
+}

@@ -119,16 +119,17 @@ func main() {
 // Exit codes (docs/cli.md).
 const (
 	exitOK          = 0
-	exitError       = 1 // anything not listed below
-	exitUsage       = 2 // bad command line or arguments
-	exitPeerOffline = 3 // the peer did not acknowledge
-	exitUnknownPeer = 4 // no trusted peer by that name, key or UUID
-	exitNoDaemon    = 5 // the command needs a running node, and none runs
-	exitPairFailed  = 6 // pairing failed: wrong, used or expired code, a failed proof, rate limited
+	exitError       = 1   // anything not listed below
+	exitUsage       = 2   // bad command line or arguments
+	exitPeerOffline = 3   // the peer did not acknowledge
+	exitUnknownPeer = 4   // no trusted peer by that name, key or UUID
+	exitNoDaemon    = 5   // the command needs a running node, and none runs
+	exitPairFailed  = 6   // pairing failed: wrong, used or expired code, a failed proof, rate limited
+	exitInterrupted = 130 // SIGINT or SIGTERM ended a wait (128 + SIGINT, as a shell reports it)
 )
 
-// errUsage marks a bad command line.
-var errUsage = errors.New("usage")
+// errUsage marks a bad command line; errInterrupted, a wait SIGINT ended.
+var errUsage, errInterrupted = errors.New("usage"), errors.New("interrupted")
 
 // isHelp reports whether arg asks for help.
 func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }
@@ -229,6 +230,9 @@ func errorText(name string, err error) string {
 
 // exitCode maps an error to the exit status.
 func exitCode(err error) int {
+	if errors.Is(err, errInterrupted) {
+		return exitInterrupted
+	}
 	switch node.CodeOf(err) {
 	case node.CodeBadArgument, node.CodeBadStatus, node.CodeUnknownRequest, node.CodeAlreadyAnswered, node.CodeBodyTooLarge, node.CodeNoHome:
 		return exitUsage
@@ -255,7 +259,7 @@ func (e *env) usage(w io.Writer) {
 	fmt.Fprintln(w, "~/.config/meerkat. init, keygen, run and mcp create it; other commands need it.")
 	fmt.Fprintln(w, "Flags may come before or after the command's arguments; --json prints JSON.")
 	fmt.Fprintln(w, "\nExit status: 0 ok, 1 error, 2 bad arguments, 3 peer offline,")
-	fmt.Fprintln(w, "4 unknown peer, 5 no daemon running, 6 pairing failed.")
+	fmt.Fprintln(w, "4 unknown peer, 5 no daemon running, 6 pairing failed, 130 interrupted.")
 	fmt.Fprintln(w, "\nmeerkatd help COMMAND (or meerkatd COMMAND --help) shows a command's flags.")
 }
 

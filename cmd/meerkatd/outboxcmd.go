@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/audit"
@@ -123,8 +120,8 @@ func runAudit(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	f := audit.Filter{Event: *event, ID: *id}
-	if f.Peer, err = node.AuditPeer(h, *peer); err != nil {
+	f, err := node.AuditFilter(h, *peer, *event, *id)
+	if err != nil {
 		return err
 	}
 	if *since != "" {
@@ -168,7 +165,7 @@ func runAudit(e *env, args []string) error {
 // followAudit prints the audit rows there and those written afterwards,
 // until SIGINT or SIGTERM.
 func (e *env) followAudit(path string, opts audit.FollowOptions, asJSON bool) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
 	first := true
 	return audit.Follow(ctx, path, opts, func(recs []audit.Record, st audit.ReadStats) error {

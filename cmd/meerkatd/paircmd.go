@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
@@ -105,7 +103,7 @@ func runPair(e *env, args []string) error {
 	// Ctrl-C withdraws the offer: caught before the line is printed, so
 	// an interrupt right after it is never the default (a killed
 	// process).
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
 	if *local {
 		dir, err := e.runtimeDir()

@@ -121,7 +121,7 @@ func runSend(e *env, args []string) error {
 		nodetext.SendQueued(e.stderr, res.LastError, b.Daemon)
 	}
 	for _, r := range res.Responses {
-		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, nodetext.Escape(nodetext.JSON(r.Result), "  "))
+		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, nodetext.EscapeJSON(r.Result, "  "))
 	}
 	return err
 }

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
-	"syscall"
 
 	"github.com/meerkatd/meerkatd/bench"
 	"github.com/meerkatd/meerkatd/comms/node"
@@ -17,30 +14,32 @@ import (
 	"github.com/meerkatd/meerkatd/internal/systemdunit"
 )
 
-// runService is `meerkatd service install|uninstall`.
+// runService is `meerkatd service install|print|uninstall`.
 func runService(e *env, args []string) error {
 	sub, args := splitSub(args)
 	flags := e.newFlags("service")
 	homeFlag := e.homeFlag(flags)
 	force := flags.Bool("force", false, "with install: replace a different unit; with uninstall: remove a unit install did not write")
+	name := systemdunit.DefaultName
+	flags.Func("unit", "the unit's `NAME` (default meerkatd): another for each further home", func(s string) error { _, err := systemdunit.FileName(s); name = s; return err })
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err
 	}
-	path, err := systemdunit.Path(e.getenv("XDG_CONFIG_HOME"), e.getenv("HOME"))
+	path, err := systemdunit.Path(e.getenv("XDG_CONFIG_HOME"), e.getenv("HOME"), name)
 	if err != nil {
 		return err
 	}
 	switch sub {
-	case "install":
+	case "install", "print":
 	case "uninstall":
-		fmt.Fprintln(e.stderr, "stop and disable the service first, if it is enabled:\n  systemctl --user disable --now meerkatd")
+		fmt.Fprintln(e.stderr, systemdunit.StopFirst(path))
 		err := systemdunit.Uninstall(path, *force)
 		if err == nil {
 			fmt.Fprintf(e.stdout, "removed %s\n", path)
 		}
 		return err
 	default:
-		return fmt.Errorf("%w: want a subcommand: install or uninstall", errUsage)
+		return fmt.Errorf("%w: want a subcommand: install, print or uninstall", errUsage)
 	}
 	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
 	if err != nil {
@@ -50,10 +49,13 @@ func runService(e *env, args []string) error {
 	if ls, err := h.Config.Resolve(h.Dir); err == nil && ls.UDS.Path != "" {
 		u.Writable = append(u.Writable, filepath.Dir(ls.UDS.Path))
 	}
+	if sub == "print" {
+		return u.Print(e.stdout)
+	}
 	if err := u.Install(path, *force); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "wrote %s\nstart it now and at every login with:\n  systemctl --user daemon-reload\n  systemctl --user enable --now meerkatd\n", path)
+	fmt.Fprint(e.stdout, systemdunit.Installed(path))
 	return nil
 }
 
@@ -104,7 +106,7 @@ func runBench(e *env, args []string) error {
 		return fmt.Errorf("find own executable: %w", err)
 	}
 	o.Exe = exe
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
 	return benchErr(bench.Run(ctx, o, e.stdout, e.stderr))
 }

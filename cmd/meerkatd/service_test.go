@@ -174,7 +174,55 @@ func TestServiceInstall(t *testing.T) {
 		t.Fatalf("unit still there after uninstall: %v", err)
 	}
 	n.wantCode(exitError, []string{"no unit is installed"}, "service", "uninstall")
-	n.wantCode(exitUsage, []string{"install or uninstall"}, "service", "start")
+	n.wantCode(exitUsage, []string{"install, print or uninstall"}, "service", "start")
+}
+
+// service print shows the unit install would write and writes nothing;
+// --unit names a second home's unit, which install writes beside the
+// first home's, and uninstall removes by that name.
+func TestServicePrintAndUnitName(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "alice")
+	cfg := t.TempDir()
+	n.env = append(n.env, "XDG_CONFIG_HOME="+cfg)
+	dir := filepath.Join(cfg, "systemd", "user")
+
+	printed := n.ok("service", "print")
+	if !strings.Contains(printed, "ExecStart=") || !strings.Contains(printed, "run --home "+n.home+"\n") {
+		t.Fatalf("service print:\n%s", printed)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("service print made %s: %v", dir, err)
+	}
+	n.ok("service", "install")
+	if b, _ := os.ReadFile(filepath.Join(dir, systemdunit.Name)); string(b) != printed {
+		t.Fatalf("install wrote another unit than print showed:\n%s", b)
+	}
+
+	// A second home: refused over the first's unit, naming it; written
+	// beside it under --unit.
+	work := newNode(t, "work")
+	work.env = append(work.env, "XDG_CONFIG_HOME="+cfg)
+	work.wantCode(exitError, []string{"runs the node of home " + n.home, "--unit"}, "service", "install")
+	out := work.ok("service", "install", "--unit", "meerkatd-work")
+	second := filepath.Join(dir, "meerkatd-work.service")
+	if !strings.Contains(out, "wrote "+second) || !strings.Contains(out, "systemctl --user enable --now meerkatd-work\n") {
+		t.Errorf("install --unit: %s", out)
+	}
+	if b, _ := os.ReadFile(second); !strings.Contains(string(b), "run --home "+work.home+"\n") {
+		t.Fatalf("%s:\n%s", second, b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, systemdunit.Name)); string(b) != printed {
+		t.Fatal("install --unit changed the first home's unit")
+	}
+	work.wantCode(exitUsage, []string{"--unit", "bad unit name"}, "service", "print", "--unit", "../x")
+	r := work.wantCode(exitOK, []string{"disable --now meerkatd-work"}, "service", "uninstall", "--unit", "meerkatd-work")
+	if !strings.Contains(r.stdout, "removed "+second) {
+		t.Errorf("uninstall --unit: %s", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, systemdunit.Name)); err != nil {
+		t.Fatalf("uninstall --unit removed the first unit: %v", err)
+	}
 }
 
 // A socket outside the home is writable by the service too.

@@ -42,6 +42,7 @@ const (
 	EventRefused    = "refused"     // in or out: refused; Reason says why
 	EventRetry      = "retry"       // out: a send attempt failed and will be retried; Attempt, Reason
 	EventExpired    = "expired"     // in or out: its time to live ran out before delivery
+	EventStored     = "stored"      // out: a broker on the way (NATS) stored it; the recipient's ack is awaited
 	EventDeadLetter = "dead_letter" // out: given up on after the last retry; Reason
 	EventConsumed   = "consumed"    // in: the consumer acknowledged the inbox item
 	EventAcks       = "acks"        // in: Count acks arrived from the peer on its own connections since the previous such row
@@ -53,6 +54,11 @@ const (
 	// error) since the previous dropped row. Its other fields are empty.
 	EventDropped = "dropped"
 )
+
+// Events are the events this build writes, in the order of a send's
+// life: what a filter on the event may name.
+var Events = []string{EventReceived, EventDuplicate, EventRefused, EventAcks, EventSent, EventAcked,
+	EventRetry, EventStored, EventExpired, EventDeadLetter, EventDroppedDeadLetter, EventDropped}
 
 // Record is one row of the log. Only Time and Event are required; the
 // writer fills Time when it is zero. A Record is a plain value: the Log

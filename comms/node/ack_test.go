@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +111,9 @@ func TestAckUpToAppliesEveryFilter(t *testing.T) {
 			m, bob := mcpTestNode(t)
 			carol, _ := identity.GenerateKeypair() // not trusted: not "bob"
 			ctx := context.Background()
+			if _, err := m.SpaceEdit(ctx, SpaceEdit{Op: SpaceCreate, Space: "build", As: "alice"}); err != nil {
+				t.Fatal(err) // a space filter names a space the node has
+			}
 			arrive(t, m, bob, wire.Message("m"))
 			arrive(t, m, carol, wire.Message("from carol"))
 			arrive(t, m, bob, wire.Request("r", wire.Null()))
@@ -171,5 +175,36 @@ func TestAckRefusesCursorOfAnotherEpoch(t *testing.T) {
 	more := arrive(t, m, bob, wire.Message("more"))
 	if r, err := m.Ack(ctx, AckRequest{IDs: []string{more.ID.String()}, Epoch: "old-epoch"}); err != nil || r.Acked != 1 {
 		t.Fatalf("ids in another epoch: %+v, %v", r, err)
+	}
+}
+
+// A space filter names a space of this node's, as a peer filter names a
+// trusted peer: another name is refused with unknown_space listing the
+// spaces, on reads and acknowledgements alike, not read as "no items".
+func TestSpaceFilterUnknownSpace(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	arriveMEUP(t, m, bob, "build", `{"protocol":"meup/v0.1","id":"a","from":"bob","kind":"chat","payload":{"text":"x"}}`)
+	nosuch := MEUPFilter{Space: "nosuch"}
+	if _, err := m.Receive(ctx, Query{MEUPFilter: nosuch}); CodeOf(err) != CodeUnknownSpace || !strings.Contains(err.Error(), "in no space") {
+		t.Fatalf("read of a space in a node with none: %v", err)
+	}
+	for _, sp := range []string{"build", "ops"} {
+		if _, err := m.SpaceEdit(ctx, SpaceEdit{Op: SpaceCreate, Space: sp, As: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := m.Receive(ctx, Query{MEUPFilter: nosuch})
+	if CodeOf(err) != CodeUnknownSpace || !strings.Contains(err.Error(), `"nosuch"`) || !strings.Contains(err.Error(), "the spaces are build, ops") {
+		t.Fatalf("read of an unknown space: %v", err)
+	}
+	if _, err := m.Ack(ctx, AckRequest{UpTo: 1, MEUPFilter: nosuch}); CodeOf(err) != CodeUnknownSpace {
+		t.Fatalf("ack with an unknown space: %v", err)
+	}
+	if b, err := m.Receive(ctx, Query{MEUPFilter: MEUPFilter{Space: "ops"}}); err != nil || len(b.Messages) != 0 {
+		t.Fatalf("read of a known space without items: %+v, %v", b, err)
+	}
+	if b, err := m.Receive(ctx, Query{MEUPFilter: MEUPFilter{Space: "build"}}); err != nil || len(b.Messages) != 1 {
+		t.Fatalf("read of a known space: %+v, %v", b, err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/audit"
@@ -62,6 +64,36 @@ func AuditPeer(h *Home, ref string) (string, error) {
 		return "", Coded(fmt.Errorf("%w: %q", comms.ErrUnknownPeer, ref))
 	}
 	return ref, nil
+}
+
+// AuditFilter checks the filters of an audit log query (meerkatd audit)
+// as [AuditPeer] and [AuditEvent] do, and returns the filter.
+func AuditFilter(h *Home, peer, event, id string) (audit.Filter, error) {
+	f := audit.Filter{Event: event, ID: id}
+	var err error
+	if f.Peer, err = AuditPeer(h, peer); err != nil {
+		return f, err
+	}
+	return f, AuditEvent(h, event)
+}
+
+// AuditEvent checks the event an audit log query is to filter by
+// (meerkatd audit --event): one of [audit.Events], or an event a row of
+// the home's log carries (a newer build's). Any other is a bad_argument
+// error listing the events, rather than a query that matches nothing.
+// "" (no filter) is accepted.
+func AuditEvent(h *Home, event string) error {
+	if event == "" || slices.Contains(audit.Events, event) {
+		return nil
+	}
+	_, st, err := audit.Read(filepath.Join(h.Dir, audit.FileName), audit.Filter{Event: event}, 1)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if st.Matched == 0 {
+		return errorf(CodeBadArgument, "unknown audit event %q: want one of %s", event, strings.Join(audit.Events, ", "))
+	}
+	return nil
 }
 
 // kindJSON is the audit body of a kind: the whole kind as JSON.

@@ -175,7 +175,35 @@ func (n *Node) newFilter(kinds []string, from, requestID string, mf MEUPFilter) 
 		}
 		f.from = &p.ID
 	}
+	if mf.Space != "" {
+		if err := n.knownSpace(mf.Space); err != nil {
+			return f, err
+		}
+	}
 	return f, nil
+}
+
+// knownSpace checks a space filter as a peer filter is checked: spaces
+// are this node's own (its rosters), so a name none has is refused with
+// unknown_space, listing the spaces there are, rather than matching
+// nothing.
+func (n *Node) knownSpace(name string) error {
+	infos, err := n.Spaces(context.Background())
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(infos))
+	for _, s := range infos {
+		if s.Name == name {
+			return nil
+		}
+		names = append(names, s.Name)
+	}
+	if len(names) == 0 {
+		return errorf(CodeUnknownSpace, "no space %q here: this node is in no space", name)
+	}
+	slices.Sort(names)
+	return errorf(CodeUnknownSpace, "no space %q here: the spaces are %s", name, strings.Join(names, ", "))
 }
 
 func (f filter) matches(it comms.Item) bool {

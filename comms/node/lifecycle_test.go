@@ -339,6 +339,29 @@ func TestWaitEndsAtDeadline(t *testing.T) {
 	})
 }
 
+// SendRequest with Wait and no answer ends with CodePeerOffline (exit 3)
+// and a message that says the request was delivered and stays open,
+// not that it was acked and then offline.
+func TestWaitEndsWithoutFinalResponse(t *testing.T) {
+	alice, _ := pairedNodes(t, true)
+	sent, err := alice.SendRequest(context.Background(), "bob", "build", nil, SendOptions{Wait: 300 * time.Millisecond})
+	if CodeOf(err) != CodePeerOffline || sent.ID == "" {
+		t.Fatalf("SendRequest: %+v, %v", sent, err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"no final response within 300ms", "acknowledged", "stays open", sent.ID} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("error %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "acked, but") {
+		t.Fatalf("error %q", msg)
+	}
+	if r := requestState(t, alice, sent.ID); r.State != RequestOpen {
+		t.Fatalf("after the wait: %+v", r)
+	}
+}
+
 func TestRequestLifecycleArguments(t *testing.T) {
 	m, _ := mcpTestNode(t)
 	ctx := context.Background()

@@ -512,7 +512,9 @@ func (n *Node) sendRequest(ctx context.Context, peer, intent string, params json
 				return res, errorf(CodeTimedOut, "request %s: its deadline %s passed with no final response; it is timed out and the peer is told", out.id, opts.Deadline.UTC().Format(time.RFC3339))
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
-				return res, errorf(CodePeerOffline, "request %s acked, but no final response within %s", out.id, opts.Wait)
+				// peer_offline (exit 3) is the documented outcome of a
+				// wait with no answer: the message says what was seen.
+				return res, errorf(CodePeerOffline, "request %s: no final response within %s; the peer acknowledged the request, which stays open: a later response arrives in the inbox (meerkatd requests shows its state)", out.id, opts.Wait)
 			}
 			return res, Coded(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,24 +23,41 @@ import (
 // writes: uninstall recognises its own by it.
 const descriptionPrefix = "Description=meerkatd agent messaging node"
 
-// Name is the unit's file name, and the name systemctl knows it by.
-const Name = "meerkatd.service"
+// Name is the default unit's file name, and the name systemctl knows it
+// by; [DefaultName] without the suffix.
+const Name = DefaultName + ".service"
+
+// DefaultName is the unit's name unless another is given: one user's
+// first node. A second node (another home) needs a unit of its own name.
+const DefaultName = "meerkatd"
 
 // Help is what "meerkatd service --help" says of the unit.
-const Help = `install writes a systemd user unit, ` + Name + `, to
-$XDG_CONFIG_HOME/systemd/user (default ~/.config/systemd/user). It runs
-this executable as "meerkatd run --home HOME" for the home (which must
-exist: meerkatd init creates it), tells systemd when its sockets accept
-connections, restarts it if it fails, and lets it write only its home,
-its Unix socket's directory and the runtime directory. A different unit
-already there is kept unless --force is given. Then enable it with:
+const Help = `install writes a systemd user unit, ` + Name + ` (or NAME.service
+with --unit NAME), to $XDG_CONFIG_HOME/systemd/user (default
+~/.config/systemd/user). It runs this executable as
+"meerkatd run --home HOME" for the home (which must exist: meerkatd init
+creates it), tells systemd when its sockets accept connections, restarts
+it if it fails, and lets it write only its home, its Unix socket's
+directory and the runtime directory. A different unit already there is
+kept unless --force is given. Then enable it with:
 
   systemctl --user daemon-reload
   systemctl --user enable --now meerkatd
 
+print writes the unit install would write to standard output, and
+writes no file.
+
+A unit runs one home. To run a second node (another home) as a service
+too, give its unit another name, the same with every subcommand:
+
+  meerkatd service install --home ~/.config/meerkat-work --unit meerkatd-work
+  systemctl --user daemon-reload
+  systemctl --user enable --now meerkatd-work
+
 uninstall removes the unit (one install wrote; --force removes another);
-run "systemctl --user disable --now meerkatd" first. meerkat.toml is read when the daemon starts; MEERKAT_*
-variables of the shell that installs the unit do not reach it.`
+run "systemctl --user disable --now meerkatd" (or the unit's name) first.
+meerkat.toml is read when the daemon starts; MEERKAT_* variables of the
+shell that installs the unit do not reach it.`
 
 // StopTimeout is how long systemd waits after SIGTERM before it kills the
 // daemon (TimeoutStopSec).
@@ -53,6 +71,9 @@ var (
 	// ErrNotOurs means the unit there was not written by install: it is
 	// removed only with force.
 	ErrNotOurs = errors.New("systemdunit: the unit there was not written by meerkatd service install (remove it yourself, or use --force)")
+	// ErrName means a unit name systemd would not take for a user's
+	// service unit of its own.
+	ErrName = errors.New("systemdunit: bad unit name")
 )
 
 // Unit is what the unit runs. Its zero value is not valid: Exec and Home
@@ -69,16 +90,51 @@ type Unit struct {
 	Writable []string
 }
 
-// Path is where the unit goes: $XDG_CONFIG_HOME/systemd/user/meerkatd.service,
-// with ~/.config for XDG_CONFIG_HOME when xdgConfigHome is empty.
-func Path(xdgConfigHome, userHome string) (string, error) {
+// Path is where the unit called name goes (name.service; "" is
+// [DefaultName]): $XDG_CONFIG_HOME/systemd/user/NAME.service, with
+// ~/.config for XDG_CONFIG_HOME when xdgConfigHome is empty. A name
+// systemd would not take (see [FileName]) is an error wrapping ErrName.
+func Path(xdgConfigHome, userHome, name string) (string, error) {
+	file, err := FileName(name)
+	if err != nil {
+		return "", err
+	}
 	if xdgConfigHome == "" {
 		if userHome == "" {
 			return "", errors.New("systemdunit: neither XDG_CONFIG_HOME nor HOME is set")
 		}
 		xdgConfigHome = filepath.Join(userHome, ".config")
 	}
-	return filepath.Join(xdgConfigHome, "systemd", "user", Name), nil
+	return filepath.Join(xdgConfigHome, "systemd", "user", file), nil
+}
+
+// FileName returns the file name of the unit called name: name with
+// ".service" added unless it has it ("" is [DefaultName]). The name is
+// letters, digits and ":-_." only (no "@": a template is not a node's
+// unit), at most 64 bytes; anything else is an error wrapping ErrName.
+func FileName(name string) (string, error) {
+	name = strings.TrimSuffix(name, ".service")
+	if name == "" {
+		name = DefaultName
+	}
+	bad := strings.ContainsFunc(name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":-_.", r))
+	})
+	if bad || len(name) > 64 || name[0] == '-' || name[0] == '.' {
+		return "", fmt.Errorf("%w %q: use letters, digits and - _ . : (at most 64), say meerkatd-work", ErrName, name)
+	}
+	return name + ".service", nil
+}
+
+// Installed is what install prints: where it wrote the unit and how to
+// start it.
+func Installed(path string) string {
+	return fmt.Sprintf("wrote %s\nstart it now and at every login with:\n  systemctl --user daemon-reload\n  systemctl --user enable --now %s\n", path, strings.TrimSuffix(filepath.Base(path), ".service"))
+}
+
+// StopFirst is what uninstall says before it removes the unit at path.
+func StopFirst(path string) string {
+	return "stop and disable the service first, if it is enabled:\n  systemctl --user disable --now " + strings.TrimSuffix(filepath.Base(path), ".service")
 }
 
 // Executable is the absolute path of the running executable, symbolic
@@ -174,13 +230,58 @@ func within(path, dir string) bool { return path == dir || strings.HasPrefix(pat
 
 func escapeSpecifiers(s string) string { return strings.ReplaceAll(s, "%", "%%") }
 
-// Install writes the unit to path, as WriteFile does.
+// Print writes the unit to w: what Install would write.
+func (u Unit) Print(w io.Writer) error {
+	text, err := u.Text()
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, text)
+	return err
+}
+
+// Install writes the unit to path, as WriteFile does. When the unit
+// there is one install wrote for another home, the error says so and how
+// to install this home's unit beside it.
 func (u Unit) Install(path string, force bool) error {
 	text, err := u.Text()
 	if err != nil {
 		return err
 	}
-	return WriteFile(path, text, force)
+	err = WriteFile(path, text, force)
+	if errors.Is(err, ErrExists) {
+		if b, rerr := os.ReadFile(path); rerr == nil {
+			if other, ok := homeOf(string(b)); ok && other != u.Home {
+				return fmt.Errorf("%w at %s: it runs the node of home %s; give this home's unit a name of its own with --unit (say --unit %s-%s), or replace that one with --force", ErrExists, path, other, DefaultName, suggest(u.Home))
+			}
+		}
+	}
+	return err
+}
+
+// homeOf returns the home of a unit install wrote, from its Description.
+func homeOf(text string) (string, bool) {
+	for line := range strings.Lines(text) {
+		h, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), descriptionPrefix+" (home ")
+		if h, ok2 := strings.CutSuffix(h, ")"); ok && ok2 {
+			return strings.ReplaceAll(h, "%%", "%"), true
+		}
+	}
+	return "", false
+}
+
+// suggest makes a unit name's tail from the home's last element.
+func suggest(home string) string {
+	s := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return -1
+	}, filepath.Base(home))
+	if s == "" || len(s) > 40 {
+		return "2"
+	}
+	return s
 }
 
 // WriteFile writes text to path (creating its directory). A file already

@@ -102,14 +102,61 @@ func TestTextRefuses(t *testing.T) {
 }
 
 func TestPath(t *testing.T) {
-	if d, _ := Path("/x/cfg", "/home/ann"); d != "/x/cfg/systemd/user/meerkatd.service" {
+	if d, _ := Path("/x/cfg", "/home/ann", ""); d != "/x/cfg/systemd/user/meerkatd.service" {
 		t.Errorf("Path with XDG_CONFIG_HOME = %q", d)
 	}
-	if d, _ := Path("", "/home/ann"); d != "/home/ann/.config/systemd/user/meerkatd.service" {
+	if d, _ := Path("", "/home/ann", ""); d != "/home/ann/.config/systemd/user/meerkatd.service" {
 		t.Errorf("Path without XDG_CONFIG_HOME = %q", d)
 	}
-	if _, err := Path("", ""); err == nil {
+	if _, err := Path("", "", ""); err == nil {
 		t.Error("Path with neither: no error")
+	}
+	for name, want := range map[string]string{"meerkatd-work": "meerkatd-work.service", "work.service": "work.service", "a:b_c.d": "a:b_c.d.service"} {
+		if d, err := Path("/x", "", name); err != nil || d != "/x/systemd/user/"+want {
+			t.Errorf("Path for unit %q = %q, %v", name, d, err)
+		}
+	}
+	for _, name := range []string{"a/b", "../x", "-x", ".x", "tmpl@", "a b", "é", strings.Repeat("x", 65)} {
+		if d, err := Path("/x", "", name); !errors.Is(err, ErrName) {
+			t.Errorf("Path for unit %q = %q, %v; want ErrName", name, d, err)
+		}
+	}
+}
+
+// Install and uninstall speak of the unit by its name.
+func TestInstalledNames(t *testing.T) {
+	if s := Installed("/c/systemd/user/meerkatd-work.service"); !strings.Contains(s, "wrote /c/systemd/user/meerkatd-work.service\n") || !strings.HasSuffix(s, "enable --now meerkatd-work\n") {
+		t.Errorf("Installed: %q", s)
+	}
+	if s := StopFirst("/c/systemd/user/meerkatd.service"); !strings.HasSuffix(s, "disable --now meerkatd") {
+		t.Errorf("StopFirst: %q", s)
+	}
+}
+
+// Installing a second home's unit where the first home's is names the
+// first home and the way to keep both; the same home's changed unit gets
+// the plain refusal.
+func TestInstallAnotherHome(t *testing.T) {
+	path := filepath.Join(t.TempDir(), Name)
+	first := Unit{Exec: "/bin/meerkatd", Home: "/home/ann/.config/meerkat"}
+	if err := first.Install(path, false); err != nil {
+		t.Fatal(err)
+	}
+	second := Unit{Exec: "/bin/meerkatd", Home: "/home/ann/100%/meerkat-work"}
+	err := second.Install(path, false)
+	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "home /home/ann/.config/meerkat;") || !strings.Contains(err.Error(), "--unit meerkatd-meerkat-work") {
+		t.Fatalf("install of a second home over the first's: %v", err)
+	}
+	if err := second.Install(path, true); err != nil {
+		t.Fatal(err)
+	}
+	err = first.Install(path, false) // a home with % reads back
+	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "home /home/ann/100%/meerkat-work;") {
+		t.Fatalf("install over a home with %%: %v", err)
+	}
+	moved := Unit{Exec: "/usr/bin/meerkatd", Home: second.Home}
+	if err := moved.Install(path, false); !errors.Is(err, ErrExists) || strings.Contains(err.Error(), "--unit") {
+		t.Fatalf("install of the same home's changed unit: %v", err)
 	}
 }
 

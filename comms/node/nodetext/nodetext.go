@@ -32,6 +32,15 @@ func Escape(s, indent string) string { return termtext.Escape(s, indent, true) }
 // backslashes left as they are (the rest of the line is meerkatd's).
 func Line(s string) string { return termtext.Escape(s, "  ", false) }
 
+// EscapeJSON is Escape for JSON text a peer chose (params, a result, a
+// payload): its backslashes are JSON's own escapes and are shown once,
+// not doubled; control characters (which JSON holds escaped, except the
+// format characters such as bidirectional overrides and invalid UTF-8
+// that it may hold raw) are still shown escaped. A backslash written by
+// this escaping cannot be mistaken for one in a JSON string, where a
+// literal backslash is always doubled.
+func EscapeJSON(v any, indent string) string { return termtext.Escape(JSON(v), indent, false) }
+
 // Table writes a table: header (tab-separated column names), then a row
 // of cells per item, in aligned columns.
 func Table[T any](w io.Writer, header string, items []T, row func(T) []any) error {
@@ -317,7 +326,7 @@ func Message(w io.Writer, m node.Message) {
 	case "message":
 		fmt.Fprintf(w, "  %s\n", Escape(m.Body, "  "))
 	case "request":
-		fmt.Fprintf(w, "  %s %s\n", Escape(m.Intent, "  "), Escape(JSON(m.Params), "  "))
+		fmt.Fprintf(w, "  %s %s\n", Escape(m.Intent, "  "), EscapeJSON(m.Params, "  "))
 		if m.Deadline != nil {
 			fmt.Fprintf(w, "  deadline %s\n", Time(m.Deadline))
 		}
@@ -329,11 +338,11 @@ func Message(w io.Writer, m node.Message) {
 			fmt.Fprintf(w, "  cancelled by the sender (%s) at %s%s\n", Escape(c.Reason, ""), Time(&c.At), note)
 		}
 	case "response":
-		fmt.Fprintf(w, "  %s to %s: %s\n", Escape(m.Status, ""), m.RequestID, Escape(JSON(m.Result), "  "))
+		fmt.Fprintf(w, "  %s to %s: %s\n", Escape(m.Status, ""), m.RequestID, EscapeJSON(m.Result, "  "))
 	case "meup":
 		meupItem(w, m.MEUP)
 	default:
-		fmt.Fprintf(w, "  %s\n", Escape(JSON(m.Fields), "  "))
+		fmt.Fprintf(w, "  %s\n", EscapeJSON(m.Fields, "  "))
 	}
 }
 
@@ -355,7 +364,7 @@ func meupItem(w io.Writer, it *node.MEUPItem) {
 			Payload json.RawMessage `json:"payload"`
 		}
 		if json.Unmarshal(raw, &env) == nil && len(env.Payload) > 0 {
-			fmt.Fprintf(w, "  %s\n", Escape(string(env.Payload), "  "))
+			fmt.Fprintf(w, "  %s\n", EscapeJSON(env.Payload, "  "))
 		}
 	}
 }
@@ -395,8 +404,7 @@ func Card(w io.Writer, c node.CardInfo) {
 		}
 		fmt.Fprintln(w, line)
 		if in.ParamsSchema != nil {
-			b, _ := json.Marshal(in.ParamsSchema)
-			fmt.Fprintf(w, "    params: %s\n", Escape(string(b), "    "))
+			fmt.Fprintf(w, "    params: %s\n", EscapeJSON(in.ParamsSchema, "    "))
 		}
 	}
 }

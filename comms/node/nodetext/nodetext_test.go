@@ -2,6 +2,7 @@ package nodetext
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,34 @@ func TestSendQueued(t *testing.T) {
 		if !tc.daemon && strings.Contains(b.String(), "retrying") {
 			t.Errorf("without a daemon the note claims a retry: %q", b.String())
 		}
+	}
+}
+
+// JSON a peer chose (a MEUP payload, request params, a response result)
+// is shown as JSON, its escapes once (not \\"proposer\\"), with control
+// and format characters it holds raw still escaped.
+func TestJSONEscapedOnce(t *testing.T) {
+	var b bytes.Buffer
+	env := json.RawMessage("{\"kind\":\"system/error\",\"payload\":{\"error\":\"not the \\\"proposer\\\"\",\"seq\":\"\\u001b[2J\",\"raw\":\"a\u202eb\"}}")
+	Message(&b, node.Message{Seq: 1, Kind: "meup", From: "ed25519:k", ID: "id1", Class: node.ClassNormal, Received: time.Unix(0, 0),
+		MEUP: &node.MEUPItem{Space: "build", ID: "m1", Kind: "system/error", Participant: "orch", Envelope: env}})
+	Message(&b, node.Message{Seq: 2, Kind: "request", From: "ed25519:k", ID: "id2", Class: node.ClassNormal, Received: time.Unix(0, 0),
+		Intent: "read", Params: json.RawMessage(`{"path":"C:\\dir"}`)})
+	Message(&b, node.Message{Seq: 3, Kind: "response", From: "ed25519:k", ID: "id3", Class: node.ClassNormal, Received: time.Unix(0, 0),
+		Status: "failed", RequestID: "r1", Result: json.RawMessage(`{"why":"\"quoted\"\n"}`)})
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\u202e") {
+		t.Fatalf("control characters reached the output:\n%q", out)
+	}
+	for _, want := range []string{
+		`"error":"not the \"proposer\""`, `"seq":"\u001b[2J"`, `"raw":"a\u202eb"`,
+		`read {"path":"C:\\dir"}`, `failed to r1: {"why":"\"quoted\"\n"}`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `\\"`) {
+		t.Errorf("escaped twice:\n%s", out)
 	}
 }
