@@ -318,17 +318,18 @@ func TestSendErrors(t *testing.T) {
 		space string
 		d     space.Draft
 		want  error
+		text  string // in the error, if not ""
 	}{
-		{"lab", space.Draft{Kind: "chat"}, space.ErrInvalid},
-		{"lab", space.Draft{Kind: "Bad Kind", Payload: []byte(`{"text":"x"}`)}, space.ErrInvalid},
-		{"lab", space.Draft{Kind: "chat", To: []string{"zed"}, Payload: []byte(`{"text":"x"}`)}, space.ErrInvalid},
-		{"other", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)}, space.ErrUnknownSpace},
-		{"nope", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)}, space.ErrUnknownSpace},
+		{"lab", space.Draft{Kind: "chat"}, space.ErrInvalid, ""},
+		{"lab", space.Draft{Kind: "Bad Kind", Payload: []byte(`{"text":"x"}`)}, space.ErrInvalid, ""},
+		{"lab", space.Draft{Kind: "chat", To: []string{"zed"}, Payload: []byte(`{"text":"x"}`)}, space.ErrInvalid, `"zed" is not a member of space "lab"`},
+		{"other", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)}, space.ErrUnknownSpace, ""},
+		{"nope", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)}, space.ErrUnknownSpace, ""},
 	}
 	for _, tt := range tests {
 		_, err := h.e.Send(context.Background(), tt.space, tt.d, space.SendOptions{})
-		if !errors.Is(err, tt.want) {
-			t.Errorf("Send %q %+v: %v, want %v", tt.space, tt.d, err, tt.want)
+		if !errors.Is(err, tt.want) || err != nil && !strings.Contains(err.Error(), tt.text) {
+			t.Errorf("Send %q %+v: %v, want %v with %q", tt.space, tt.d, err, tt.want, tt.text)
 		}
 	}
 	if n := len(h.snd.take()); n != 0 {

@@ -177,7 +177,7 @@ func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions)
 	for _, id := range env.To {
 		if sp.byID[id] == nil {
 			e.mu.Unlock()
-			return Sent{}, fmt.Errorf("%w: to names %q, not a member of space %q", ErrInvalid, id, space)
+			return Sent{}, fmt.Errorf("%w: %q is not a member of space %q (list_spaces or meerkatd space show lists them)", ErrInvalid, id, space)
 		}
 	}
 	data, err := env.Encode(e.opts.Protocol)
