@@ -272,6 +272,8 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 		t := time.NewTimer(min(q.Wait, MaxWait))
 		defer t.Stop()
 		deadline = t.C
+		n.waits.Add(1)
+		defer n.waits.Add(-1)
 	}
 	for {
 		changed := mail.Changed()
@@ -290,9 +292,8 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 		}
 		select {
 		case <-changed:
-			if n.closing() {
-				b.TimedOut = true
-				return b, nil
+			if n.closing() { // the node stops: the wait did not run out
+				return Batch{}, Coded(ErrClosed)
 			}
 		case <-deadline:
 			b.TimedOut = true
@@ -300,8 +301,7 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 		case <-ctx.Done():
 			return Batch{}, ctx.Err()
 		case <-n.stopped:
-			b.TimedOut = true
-			return b, nil
+			return Batch{}, Coded(ErrClosed)
 		}
 	}
 }

@@ -88,12 +88,15 @@ type Node struct {
 	mail     mailStore       // memory for command nodes; the home's store ([store] mode) when serving
 	inbox    *recordingInbox // the Router's Admitter: mail plus received requests
 	log      *slog.Logger
-	addrs    []transport.Addr // what it listens on
-	started  time.Time
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	reload   func() // re-read the trust and spaces files now (SIGHUP)
-	trusted  trustState
+	// waits counts the Receive calls waiting for an item (tests wait
+	// for one to begin).
+	waits   atomic.Int32
+	addrs   []transport.Addr // what it listens on
+	started time.Time
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	reload  func() // re-read the trust and spaces files now (SIGHUP)
+	trusted trustState
 
 	ob       *outbox.Outbox // reliable sends (serving nodes only)
 	obStore  outbox.Store   // the outbox's store; for other nodes opened on first use

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -616,5 +618,28 @@ func TestNodeChecksArguments(t *testing.T) {
 	}
 	if _, err := m.Ack(ctx, AckRequest{UpTo: 1, Kinds: []string{""}}); codeOfErr(err) != CodeBadArgument {
 		t.Fatalf("an empty kind: %v", err)
+	}
+}
+
+// A wait for items that the node's stopping ends is no empty inbox: it
+// fails with unavailable (ErrClosed), not a timed-out empty batch.
+func TestReceiveWaitEndsWithTheNode(t *testing.T) {
+	m, _ := mcpTestNode(t)
+	got := make(chan error, 1)
+	go func() {
+		b, err := m.Receive(context.Background(), Query{Wait: MaxWait})
+		if err == nil {
+			err = fmt.Errorf("no error, batch %+v", b)
+		}
+		got <- err
+	}()
+	for m.waits.Load() == 0 { // the wait has begun
+		runtime.Gosched()
+	}
+	m.Close()
+	err := <-got
+	var e *Error
+	if !errors.Is(err, ErrClosed) || !errors.As(err, &e) || e.Code != CodeUnavailable {
+		t.Fatalf("Receive after the node stopped: %v, want unavailable (ErrClosed)", err)
 	}
 }
