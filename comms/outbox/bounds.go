@@ -50,7 +50,7 @@ func (o *Options) bounds() Bounds {
 // b.TTL after now.
 func (b Bounds) Entry(e Entry, now time.Time) Entry {
 	e.NextAttempt = bound(e.NextAttempt, now, b.Wait)
-	e.Expires = bound(e.Expires, now, b.TTL)
+	e.Expires = bound(expiry(e, b.TTL), now, b.TTL)
 	return e
 }
 
@@ -76,10 +76,23 @@ func bound(t, now time.Time, limit time.Duration) time.Time {
 	return t
 }
 
+// expiry is e's expiry, at most ttl after its creation: no send lives
+// longer than that, and a bound taken from the creation time stays put
+// across restarts (one taken from now would move forward at each).
+func expiry(e Entry, ttl time.Duration) time.Time {
+	if e.Expires.IsZero() || e.Created.IsZero() {
+		return e.Expires
+	}
+	if end := e.Created.Add(ttl); e.Expires.After(end) {
+		return end
+	}
+	return e.Expires
+}
+
 // boundLocked bounds the times it is scheduled by; o.mu held.
 func (o *Outbox) boundLocked(it *item, now time.Time) {
 	it.e.NextAttempt = bound(it.e.NextAttempt, now, o.bounds.Wait)
-	it.e.Expires = bound(it.e.Expires, now, o.bounds.TTL)
+	it.e.Expires = bound(expiry(it.e, o.bounds.TTL), now, o.bounds.TTL)
 }
 
 // boundBreakerLocked bounds q's open breaker; o.mu held.

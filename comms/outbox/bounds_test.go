@@ -64,6 +64,15 @@ func TestOutboxBounds(t *testing.T) {
 	if got := bound(mono.Add(time.Hour).Round(0), mono, time.Minute); got.Sub(mono) != time.Minute || got.Round(0) == got {
 		t.Errorf("bounded from a monotonic reading: %v", got)
 	}
+	// A far expiry of an entry created in the past ends at most TTL after
+	// its creation, wherever the clock reads now: restarts (a later now)
+	// do not move it.
+	created := now.Add(-time.Minute)
+	for _, at := range []time.Time{now, now.Add(30 * time.Minute)} {
+		if e := b.Entry(Entry{Created: created, Expires: far}, at); !e.Expires.Equal(created.Add(time.Hour)) {
+			t.Errorf("far expiry of an entry created %v, seen at %v: %v, want %v", created, at, e.Expires, created.Add(time.Hour))
+		}
+	}
 	// A time within its bound is left as it is, to the nanosecond, also
 	// against a clock reading with a monotonic part: two views of the
 	// outbox a moment apart show the same times.
