@@ -804,7 +804,9 @@ func (n *Node) spaceSend(ctx context.Context, m SpaceMessage, call []byte) (Spac
 		err = spaceErr(err)
 		var e *Error
 		if m.Action == ActRevoke && errors.As(err, &e) && errors.As(err, new(*space.RuleError)) {
-			e.Msg += "; list_spaces or meerkatd space show lists each member's live grants with their ids"
+			e.Msg += "; list_spaces or meerkatd space show lists each member's live grants with their ids" +
+				" (if this node revoked it already and that revoke did not reach every member, send the revoke again as a plain envelope:" +
+				" space_send or meerkatd space send with kind capability/revoke, which is not checked here)"
 		}
 		return SpaceSent{}, err
 	}

@@ -379,7 +379,7 @@ func TestSpaceActionsRefuseWhatMembersRefuse(t *testing.T) {
 		want string // in the error
 	}{
 		{"revoke of a grant id that is not live", SpaceMessage{Action: ActRevoke, Recipient: "prop", GrantID: "nonexistent"},
-			`not sent: "prop" holds no live grant "nonexistent" in space "build" (invalid_envelope: the members' nodes would refuse it); list_spaces or meerkatd space show lists each member's live grants with their ids`},
+			`not sent: "prop" holds no live grant "nonexistent" in space "build" (invalid_envelope: the members' nodes would refuse it); list_spaces or meerkatd space show lists each member's live grants with their ids (if this node revoked it already and that revoke did not reach every member, send the revoke again as a plain envelope`},
 		{"revoke of a live grant from another member", SpaceMessage{Action: ActRevoke, Recipient: "orch", GrantID: g.ID, To: []string{"prop"}},
 			`"orch" holds no live grant "` + g.ID + `"`},
 		{"revoke of capabilities nobody was granted", SpaceMessage{Action: ActRevoke, Recipient: "prop", Capabilities: json.RawMessage(`[{"kind":"chat"}]`)},
@@ -409,6 +409,13 @@ func TestSpaceActionsRefuseWhatMembersRefuse(t *testing.T) {
 	}
 	if gs, _ := orch.spaces.eng.Grants("build"); len(gs) != 1 {
 		t.Fatalf("grants after the refusals: %+v", gs)
+	}
+	// The way out the revoke's refusal names: a plain envelope of the
+	// kind is sent as given, for the members to judge (a revoke this
+	// node applied already, whose copies did not all arrive).
+	plain := SpaceMessage{Space: "build", Kind: meup.KindCapabilityRevoke, Payload: json.RawMessage(`{"recipient":"prop","grant_id":"nonexistent"}`), SendOptions: reliable}
+	if s, err := orch.SpaceSend(ctx, plain); err != nil || !strings.Contains(s.NotApplied, "no live grant") || len(s.Copies) == 0 {
+		t.Fatalf("a plain revoke envelope: %+v, %v; want it sent, with not_applied", s, err)
 	}
 	if ps, _ := orch.Proposals(ctx, ProposalQuery{Space: "build", State: space.ProposalPending}); len(ps) != 1 {
 		t.Fatalf("pending proposals after the refusals: %+v", ps)
