@@ -136,7 +136,12 @@ func (l *link) dial(ctx context.Context) (net.Conn, error) {
 		}
 	}
 	c, err := l.r.opts.Dial(ctx, a)
-	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	var ne net.Error
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) &&
+		(errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()) {
+		// The dial itself ran out of time (another failure that came
+		// as late, a name that does not resolve, say, is reported as
+		// itself).
 		return nil, &dialTimeoutError{OfflineConnectTimeout, fmt.Sprintf("%s did not accept the connection in time", a)}
 	}
 	if err != nil || a.Scheme != transport.SchemeTLS {
@@ -146,6 +151,10 @@ func (l *link) dial(ctx context.Context) (net.Conn, error) {
 	limit := l.r.opts.FrameTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		limit = min(limit, time.Until(dl))
+	}
+	if limit <= 0 { // the connect took all the send's time
+		c.Close()
+		return nil, &dialTimeoutError{OfflineConnectTimeout, fmt.Sprintf("%s accepted the connection too late for a TLS handshake", a)}
 	}
 	hctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()

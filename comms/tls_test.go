@@ -496,3 +496,23 @@ func TestConnectTimeoutNamed(t *testing.T) {
 		t.Fatalf("send over a dial that hangs: %v, want reason %q naming %s", err, OfflineConnectTimeout, addr)
 	}
 }
+
+// A dial that fails for another reason as the send's time runs out (a
+// name that does not resolve) is reported as that failure, not as a
+// connect timeout: the outbox tells a name that does not resolve apart.
+func TestDialFailureAtDeadlineKept(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	addr := transport.Addr{Scheme: transport.SchemeTLS, Host: "nowhere.invalid", Port: 4200}
+	late := func(ctx context.Context, _ transport.Addr) (net.Conn, error) {
+		<-ctx.Done()
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "nowhere.invalid", IsNotFound: true}}
+	}
+	alice := serveNode(t, "alice", newKP(t), "tls", Options{AckTimeout: 150 * time.Millisecond, Dial: late},
+		trust.Peer{Name: "bob", ID: newKP(t).ID(), Addr: addr})
+	_, err := alice.r.SendMessage(ctxT(t), "bob", "anyone there?")
+	var poe *PeerOfflineError
+	var dns *net.DNSError
+	if !errors.As(err, &poe) || poe.Reason == OfflineConnectTimeout || !errors.As(err, &dns) {
+		t.Fatalf("send over a dial that fails to resolve at the deadline: %v, want the name error, not a connect timeout", err)
+	}
+}
