@@ -90,12 +90,9 @@ func expiry(e Entry, ttl time.Duration) time.Time {
 }
 
 // boundLocked bounds the times it is scheduled by; o.mu held.
-func (o *Outbox) boundLocked(it *item, now time.Time) {
-	it.e.NextAttempt = bound(it.e.NextAttempt, now, o.bounds.Wait)
-	it.e.Expires = bound(expiry(it.e, o.bounds.TTL), now, o.bounds.TTL)
-}
+func (o *Outbox) boundLocked(it *item, now time.Time) { it.e = o.bounds.Entry(it.e, now) }
 
 // boundBreakerLocked bounds q's open breaker; o.mu held.
 func (o *Outbox) boundBreakerLocked(q *peerQ, now time.Time) {
-	q.breaker.OpenUntil = bound(q.breaker.OpenUntil, now, o.bounds.Open)
+	q.breaker = o.bounds.Breaker(q.breaker, now)
 }
