@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -106,10 +107,10 @@ func (n *Node) lockKey(ctx context.Context, key string) (func(), error) {
 // for an answer failed is kept, with the error returned only to the first
 // call; if nothing is kept, the key is released and a retry runs fn
 // again. fn gets the call's name (callOf), the same at every run for the
-// same key, op and args: sends sealed under it (sendSpec.call) carry the
-// same envelope ids at every run, so a retry after an attempt whose
-// outcome was unknown (its ack lost) is dropped by a peer that got the
-// first. args are the operation's arguments without the key (they are
+// same key, op and args within the key's window: sends sealed under it
+// (sendSpec.call) carry the same envelope ids at every run, so a retry
+// after an attempt whose outcome was unknown (its ack lost) is dropped by
+// a peer that got the first. args are the operation's arguments without the key (they are
 // hashed, as JSON). The features' sends use it through idempotentResult
 // or idempotentCall, each with its own op name.
 func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn func(call []byte) (v any, keep bool, err error)) (json.RawMessage, bool, error) {
@@ -130,8 +131,8 @@ func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn 
 		return nil, false, Coded(err)
 	}
 	now := time.Now()
-	k := store.Idem{Key: key, Op: op, ArgsHash: hash, Owner: n.sent.owner, Created: now}
-	got, claimed, err := st.ClaimKey(k, now.Add(-n.idempotencyWindow()))
+	got, claimed, err := st.ClaimKey(store.Idem{Key: key, Op: op, ArgsHash: hash, Owner: n.sent.owner, Created: now},
+		now.Add(-n.idempotencyWindow()))
 	if err != nil {
 		return nil, false, Coded(err)
 	}
@@ -146,7 +147,8 @@ func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn 
 		}
 		return got.Result, true, nil
 	}
-	v, keep, ferr := fn(callOf(key, hash))
+	k := got
+	v, keep, ferr := fn(callOf(key, hash, k.Created))
 	var out json.RawMessage
 	if keep {
 		if out, err = json.Marshal(v); err != nil {
@@ -165,13 +167,19 @@ func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn 
 }
 
 // callOf names the call made with idempotency key and the hash of its op
-// and arguments, for comms.Router.SealCall and CallID: the key, a zero
-// byte (a key holds none: it is printable) and the hash.
-func callOf(key string, hash []byte) []byte {
-	call := make([]byte, 0, len(key)+1+len(hash))
+// and arguments, first claimed at first, for comms.Router.SealCall and
+// CallID: the key, a zero byte (a key holds none: it is printable), the
+// hash and first in Unix nanoseconds (8 bytes, big-endian). A retry of a
+// failed call within the key's window is claimed under the first claim's
+// time, so it is the same call and its envelopes carry the same ids; the
+// same key and arguments used again after the window are a new call, with
+// new ids, which a peer that still remembers the old ones delivers.
+func callOf(key string, hash []byte, first time.Time) []byte {
+	call := make([]byte, 0, len(key)+1+len(hash)+8)
 	call = append(call, key...)
 	call = append(call, 0)
-	return append(call, hash...)
+	call = append(call, hash...)
+	return binary.BigEndian.AppendUint64(call, uint64(first.UnixNano()))
 }
 
 // sendArgs are the arguments a send's idempotency key is bound to: what

@@ -203,9 +203,10 @@ func TestCallOf(t *testing.T) {
 		return h
 	}
 	msg := sendArgs{Peer: "ed25519:bob", Body: "hi"}
-	first := callOf("k1", hash("send_message", msg))
-	if want := sha256.Size + len("k1") + 1; len(first) != want || !bytes.HasPrefix(first, []byte("k1\x00")) {
-		t.Fatalf("callOf = %q: want the key, a zero byte and the %d-byte hash", first, sha256.Size)
+	at := time.Unix(1_800_000_000, 123)
+	first := callOf("k1", hash("send_message", msg), at)
+	if want := sha256.Size + len("k1") + 1 + 8; len(first) != want || !bytes.HasPrefix(first, []byte("k1\x00")) {
+		t.Fatalf("callOf = %q: want the key, a zero byte, the %d-byte hash and the time", first, sha256.Size)
 	}
 	other := msg
 	other.Body = "hello"
@@ -214,14 +215,57 @@ func TestCallOf(t *testing.T) {
 		call []byte
 		same bool
 	}{
-		{"the same call", callOf("k1", hash("send_message", msg)), true},
-		{"another key", callOf("k2", hash("send_message", msg)), false},
-		{"a key that extends it", callOf("k1\x01", hash("send_message", msg)), false},
-		{"another op", callOf("k1", hash("send_request", msg)), false},
-		{"other arguments", callOf("k1", hash("send_message", other)), false},
+		{"the same call", callOf("k1", hash("send_message", msg), at), true},
+		{"another key", callOf("k2", hash("send_message", msg), at), false},
+		{"a key that extends it", callOf("k1\x01", hash("send_message", msg), at), false},
+		{"another op", callOf("k1", hash("send_request", msg), at), false},
+		{"other arguments", callOf("k1", hash("send_message", other), at), false},
+		{"another first claim", callOf("k1", hash("send_message", msg), at.Add(time.Nanosecond)), false},
 	} {
 		if bytes.Equal(c.call, first) != c.same {
 			t.Errorf("%s: %q, first %q: want the same %v", c.name, c.call, first, c.same)
 		}
+	}
+}
+
+// A key used again with the same arguments after its window is a new
+// send: it goes out under a new envelope id and the peer delivers it,
+// although its node still remembers the first id (for a week). Within
+// the window the same call is replayed and nothing is sent.
+func TestIdempotencyKeyAfterItsWindow(t *testing.T) {
+	for _, mode := range []string{config.StoreMemory, config.StoreSQLite} {
+		t.Run(mode, func(t *testing.T) {
+			ha, hb := twoHomes(t, func(c *config.Config) { c.Store.Mode = mode })
+			bob := startTest(t, hb, ModeServe)
+			alice := startTest(t, ha, ModeServe)
+			ctx := context.Background()
+			send := func() Sent {
+				t.Helper()
+				s, err := alice.SendMessage(ctx, "bob", "stand-up at nine", SendOptions{IdempotencyKey: "standup"})
+				if err != nil || s.Delivery != DeliveryAcked {
+					t.Fatalf("send: %+v %v", s, err)
+				}
+				return s
+			}
+			first := send()
+			if again := send(); !again.Replayed || again.ID != first.ID {
+				t.Fatalf("within the window: %+v, want the first send %s replayed", again, first.ID)
+			}
+			waitFor(t, 5*time.Second, "the first send to arrive", func() bool { return countItems(t, bob, "message") == 1 })
+
+			// The window passes: the node forgets the key, as its pruning does.
+			st, err := alice.sentStore()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, k, err := st.Prune(time.Time{}, time.Now().Add(time.Second)); err != nil || k != 1 {
+				t.Fatalf("Prune: %d keys, %v", k, err)
+			}
+			second := send()
+			if second.Replayed || second.ID == first.ID {
+				t.Fatalf("after the window: %+v, want a new send (the first was %s)", second, first.ID)
+			}
+			waitFor(t, 5*time.Second, "the second send to arrive", func() bool { return countItems(t, bob, "message") == 2 })
+		})
 	}
 }

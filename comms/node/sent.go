@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -502,11 +503,19 @@ func (m *memSent) ClaimKey(k store.Idem, expired time.Time) (store.Idem, bool, e
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if old, ok := m.keys[k.Key]; ok && !old.Created.Before(expired) {
-		return old, false, nil
+		released := old.Owner == "" && old.Result == nil
+		switch {
+		case released && old.Op == k.Op && bytes.Equal(old.ArgsHash, k.ArgsHash):
+			old.Owner = k.Owner // the same call again: under its first claim's time
+			m.keys[k.Key] = old
+			return old, true, nil
+		case !released:
+			return old, false, nil
+		}
 	}
 	if len(m.keys) >= maxMemSent {
-		for key, v := range m.keys { // full: drop a finished key
-			if v.Result != nil {
+		for key, v := range m.keys { // full: drop a finished or released key
+			if v.Result != nil || v.Owner == "" {
 				delete(m.keys, key)
 				break
 			}
@@ -530,7 +539,8 @@ func (m *memSent) ReleaseKey(k store.Idem) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if old, ok := m.keys[k.Key]; ok && old.Owner == k.Owner && old.Result == nil {
-		delete(m.keys, k.Key)
+		old.Owner = "" // released: kept, so the same call again is the same call
+		m.keys[k.Key] = old
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -299,15 +300,23 @@ func (sn *Sent) List(q SentQuery) ([]SentRecord, error) {
 	return out, err
 }
 
-// ErrKeyBusy is returned by ClaimKey for a key another caller holds (its
-// call has not finished, or it was interrupted).
-var ErrKeyBusy = errors.New("store: idempotency key in use")
+// released reports whether k's call failed and was let go (ReleaseKey):
+// no owner, no result.
+func (k Idem) released() bool { return k.Owner == "" && k.Result == nil }
 
 // ClaimKey claims key k.Key for a call: a key created before expired
 // counts as unused (and is replaced). It returns the stored record and
-// false if the key is in use (its Result nil while its call runs), or k
-// and true once k is stored as running, owned by k.Owner.
+// false if the key is in use (its Result nil while its call runs; or it
+// has a result, to replay). It returns the claimed record and true once
+// the key is stored as running, owned by k.Owner: k itself for a new
+// claim, or, for the same call again (the same Op and ArgsHash) after
+// its key was released, the stored record now owned by k.Owner, its
+// Created the first claim's, so that every attempt of one call within
+// the window is the same call and a new one after it is not.
 func (sn *Sent) ClaimKey(k Idem, expired time.Time) (Idem, bool, error) {
+	if k.Owner == "" {
+		return Idem{}, false, errors.New("bug: store: claim key without an owner")
+	}
 	if err := checkTime("claim key", k.Created); err != nil {
 		return Idem{}, false, err
 	}
@@ -319,7 +328,7 @@ func (sn *Sent) ClaimKey(k Idem, expired time.Time) (Idem, bool, error) {
 		return Idem{}, false, res.err
 	}
 	if res.idem != nil {
-		return *res.idem, false, nil
+		return *res.idem, res.claim, nil
 	}
 	return k, true, nil
 }
@@ -329,8 +338,10 @@ func (sn *Sent) FinishKey(k Idem) error {
 	return sn.s.do(context.Background(), &request{op: opIdemFinish, sn: &sentReq{idem: k}}).err
 }
 
-// ReleaseKey forgets key k.Key if k.Owner still runs it: its call failed
-// and may be made again.
+// ReleaseKey lets key k.Key go if k.Owner still runs it: its call failed
+// and may be made again. The key is kept, without an owner, until it
+// expires, so the same call made again is claimed under the first
+// claim's time (ClaimKey).
 func (sn *Sent) ReleaseKey(k Idem) error {
 	return sn.s.do(context.Background(), &request{op: opIdemRelease, sn: &sentReq{idem: k}}).err
 }
@@ -343,13 +354,14 @@ const (
 	sqlSentGet    = `SELECT ` + sentCols + ` FROM sent WHERE id = ?`
 	sqlSentUpdate = `UPDATE sent SET state = ?, updated = ?, acked_at = ?, attempts = ?, last_error = ?, reason = ?, died_at = ?,
 		response_id = ?, response_status = ?, answered_at = ?, progress = ?, progress_id = ?, progress_at = ? WHERE id = ?`
-	sqlSentPrune  = `DELETE FROM sent WHERE created < ? AND state NOT IN ('queued', 'in_flight')`
-	sqlIdemPrune  = `DELETE FROM idempotency WHERE created < ?`
-	sqlIdemGet    = `SELECT key, op, args_hash, result, owner, created FROM idempotency WHERE key = ?`
-	sqlIdemDelete = `DELETE FROM idempotency WHERE key = ?`
-	sqlIdemInsert = `INSERT INTO idempotency (key, op, args_hash, result, owner, created) VALUES (?, ?, ?, NULL, ?, ?)`
-	sqlIdemFinish = `UPDATE idempotency SET result = ? WHERE key = ? AND owner = ? AND result IS NULL`
-	sqlIdemRel    = `DELETE FROM idempotency WHERE key = ? AND owner = ? AND result IS NULL`
+	sqlSentPrune   = `DELETE FROM sent WHERE created < ? AND state NOT IN ('queued', 'in_flight')`
+	sqlIdemPrune   = `DELETE FROM idempotency WHERE created < ?`
+	sqlIdemGet     = `SELECT key, op, args_hash, result, owner, created FROM idempotency WHERE key = ?`
+	sqlIdemDelete  = `DELETE FROM idempotency WHERE key = ?`
+	sqlIdemInsert  = `INSERT INTO idempotency (key, op, args_hash, result, owner, created) VALUES (?, ?, ?, NULL, ?, ?)`
+	sqlIdemFinish  = `UPDATE idempotency SET result = ? WHERE key = ? AND owner = ? AND result IS NULL`
+	sqlIdemRel     = `UPDATE idempotency SET owner = '' WHERE key = ? AND owner = ? AND result IS NULL`
+	sqlIdemReclaim = `UPDATE idempotency SET owner = ? WHERE key = ? AND owner = '' AND result IS NULL`
 )
 
 func uuidBytes(u identity.UUID) []byte {
@@ -469,11 +481,21 @@ func (t *outboxTx) runSent(req *request, res *result) error {
 		var created int64
 		err = st.QueryRowContext(t.ctx, q.idem.Key).Scan(&k.Key, &k.Op, &k.ArgsHash, &k.Result, &k.Owner, &created)
 		switch {
-		case err == nil && created >= q.keyAt.UnixNano():
+		case err == nil && created >= q.keyAt.UnixNano() && k.released() && k.Op == q.idem.Op && bytes.Equal(k.ArgsHash, q.idem.ArgsHash):
+			// The same call again after a failed attempt: it is claimed
+			// under its first claim's time, so it names the same call.
+			if _, err := t.exec(sqlIdemReclaim, q.idem.Owner, q.idem.Key); err != nil {
+				return err
+			}
+			k.Owner, k.Created = q.idem.Owner, time.Unix(0, created)
+			res.idem = &k
+			res.claim = true
+			return nil
+		case err == nil && created >= q.keyAt.UnixNano() && !k.released():
 			k.Created = time.Unix(0, created)
 			res.idem = &k
 			return nil
-		case err == nil: // expired: the key may be used again
+		case err == nil: // expired, or released and now used for another call
 			if _, err := t.exec(sqlIdemDelete, q.idem.Key); err != nil {
 				return err
 			}

@@ -254,6 +254,9 @@ func TestIdempotencyKeys(t *testing.T) {
 	if _, ok, err := sn.ClaimKey(k, t0); err != nil || !ok {
 		t.Fatalf("claim after release: %v %v", ok, err)
 	}
+	if _, ok, err := sn.ClaimKey(Idem{Key: "k2", Op: "send_message", Created: t0}, t0); err == nil || ok {
+		t.Fatalf("claim without an owner: %v %v", ok, err)
+	}
 	// Prune by age.
 	if _, m, err := sn.Prune(time.Time{}, t0.Add(time.Second)); err != nil || m != 1 {
 		t.Fatalf("Prune keys: %d %v", m, err)
@@ -301,5 +304,77 @@ func TestSentWriteBatch(t *testing.T) {
 	got, err := sn.Get(r.ID)
 	if err != nil || len(got) != 1 || got[0].State != SentAcked || !got[0].AckedAt.Equal(at) {
 		t.Fatalf("after the batch: %+v, %v", got, err)
+	}
+}
+
+// A released key is kept: the same call claimed again within the window
+// gets the first claim's time (so it names the same call), another call
+// or a claim after the window gets its own. A released key does not
+// block anyone.
+func TestIdempotencyKeyReleased(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, path := openStore(t, Options{})
+	sn := s.Sent()
+	t0 := time.Unix(5000, 0)
+	window := t0.Add(-time.Hour)
+	first := Idem{Key: "k", Op: "send_message", ArgsHash: []byte{1}, Owner: "a", Created: t0}
+	claim := func(k Idem, expired time.Time) Idem {
+		t.Helper()
+		got, ok, err := sn.ClaimKey(k, expired)
+		if err != nil || !ok {
+			t.Fatalf("claim %+v: %+v %v %v", k, got, ok, err)
+		}
+		if got.Owner != k.Owner || got.Result != nil {
+			t.Fatalf("claim %+v: %+v, want it owned by %q and running", k, got, k.Owner)
+		}
+		return got
+	}
+	claim(first, window)
+	if err := sn.ReleaseKey(first); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = reopen(t, path, Options{})
+	sn = s.Sent()
+
+	retry := first
+	retry.Owner, retry.Created = "b", t0.Add(time.Minute)
+	if got := claim(retry, window); !got.Created.Equal(t0) {
+		t.Fatalf("the same call again: created %v, want the first claim's %v", got.Created, t0)
+	}
+	// Running again: busy for others.
+	if got, ok, err := sn.ClaimKey(Idem{Key: "k", Op: "send_message", ArgsHash: []byte{1}, Owner: "c", Created: t0}, window); err != nil || ok || got.Owner != "b" {
+		t.Fatalf("claim while the retry runs: %+v %v %v", got, ok, err)
+	}
+	// Released again, then used for another call: a new claim.
+	if err := sn.ReleaseKey(retry); err != nil {
+		t.Fatal(err)
+	}
+	other := Idem{Key: "k", Op: "send_message", ArgsHash: []byte{2}, Owner: "c", Created: t0.Add(2 * time.Minute)}
+	if got := claim(other, window); !got.Created.Equal(other.Created) || !bytes.Equal(got.ArgsHash, []byte{2}) {
+		t.Fatalf("another call: %+v, want its own claim", got)
+	}
+	if err := sn.ReleaseKey(other); err != nil {
+		t.Fatal(err)
+	}
+	// After the window, the same call is a new claim too.
+	late := other
+	late.Owner, late.Created = "d", t0.Add(2*time.Hour)
+	if got := claim(late, other.Created.Add(time.Second)); !got.Created.Equal(late.Created) {
+		t.Fatalf("after the window: %+v, want its own claim", got)
+	}
+	// Only the owner releases; a finished key stays finished.
+	if err := sn.ReleaseKey(other); err != nil {
+		t.Fatal(err)
+	}
+	late.Result = []byte(`"ok"`)
+	if err := sn.FinishKey(late); err != nil {
+		t.Fatal(err)
+	}
+	if err := sn.ReleaseKey(late); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := sn.ClaimKey(Idem{Key: "k", Op: "send_message", ArgsHash: []byte{2}, Owner: "e", Created: late.Created}, window); err != nil || ok || string(got.Result) != `"ok"` {
+		t.Fatalf("claim of a finished key: %+v %v %v", got, ok, err)
 	}
 }

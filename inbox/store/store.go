@@ -352,13 +352,14 @@ type request struct {
 // dropped; opSpaceRemember, n is 1 if fresh; opSpaceDeleteGrants, n
 // deleted; opSpaceExpire, n seen rows and m proposals deleted.
 type result struct {
-	dup  bool
-	n, m int
-	seq  uint64              // opOutboxAdd: the new entry's Seq; opAdmit: the item's
-	revd []outbox.Entry      // opOutboxRevive: the revived entries
-	dead []outbox.DeadLetter // opOutboxPrune: the removed dead letters
-	idem *Idem               // opIdemClaim: the key's record when it is in use
-	err  error
+	dup   bool
+	n, m  int
+	seq   uint64              // opOutboxAdd: the new entry's Seq; opAdmit: the item's
+	revd  []outbox.Entry      // opOutboxRevive: the revived entries
+	dead  []outbox.DeadLetter // opOutboxPrune: the removed dead letters
+	idem  *Idem               // opIdemClaim: the key's record when it is in use, or claimed again (claim)
+	claim bool                // opIdemClaim: idem is a released key, now claimed again
+	err   error
 }
 
 // dsn builds the connection string. Every pooled connection runs these
