@@ -7,13 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
-	"github.com/meerkatd/meerkatd/internal/atomicfile"
 	"github.com/meerkatd/meerkatd/trust/pair"
 )
 
@@ -108,9 +106,9 @@ func runPair(e *env, args []string) error {
 	if *local {
 		dir, err := e.runtimeDir()
 		if err == nil {
-			path := node.OfferPath(dir, h)
-			if err = atomicfile.WriteFile(path, []byte(info.Line+"\n"), 0o600); err == nil {
-				defer os.Remove(path)
+			var remove func()
+			if remove, err = node.WriteLocalOffer(dir, h, info.Line, info.Expires); err == nil {
+				defer remove()
 			}
 		}
 		if err != nil {

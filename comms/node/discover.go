@@ -241,25 +241,78 @@ func matchLocal(as []Announcement, ref string) []Announcement {
 	return out
 }
 
+// localOffer is the file pair offer --local leaves in the discovery
+// directory: the pairing line, the process that waits on the offer, and
+// when the offer ends. The process and the end tell a live offer from
+// one left by a process that was killed.
+type localOffer struct {
+	Line    string    `json:"line"`
+	PID     int       `json:"pid"`
+	Expires time.Time `json:"expires"`
+}
+
+// maxLocalOffer bounds the offer file read.
+const maxLocalOffer = 4096
+
+// WriteLocalOffer leaves line, an offer of the node of h that ends at
+// expires and that this process waits on, for its user's other nodes in
+// the discovery directory dir (OfferPath). The returned function removes
+// it.
+func WriteLocalOffer(dir string, h *Home, line string, expires time.Time) (func(), error) {
+	b, err := json.Marshal(localOffer{Line: line, PID: os.Getpid(), Expires: expires.UTC()})
+	if err != nil {
+		return nil, err
+	}
+	path := OfferPath(dir, h)
+	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+		return nil, err
+	}
+	return func() { os.Remove(path) }, nil
+}
+
+// parseLocalOffer reads an offer file: a localOffer whose line is a
+// pairing line, with a process and an end.
+func parseLocalOffer(b []byte) (localOffer, error) {
+	var o localOffer
+	if len(b) > maxLocalOffer {
+		return o, fmt.Errorf("over %d bytes", maxLocalOffer)
+	}
+	if err := json.Unmarshal(b, &o); err != nil {
+		return o, fmt.Errorf("not an offer: %v", err)
+	}
+	if _, err := pair.ParseLine(o.Line); err != nil {
+		return o, err
+	}
+	if o.PID <= 0 || o.Expires.IsZero() {
+		return o, errors.New("incomplete offer: no process or no end")
+	}
+	return o, nil
+}
+
 // LocalOffer reads the offer line the local node a left for its user in
-// the discovery directory dir.
+// the discovery directory dir. An offer whose process is gone (killed
+// before it could remove it) or whose time is up counts as none.
 func LocalOffer(dir string, a Announcement) (string, error) {
 	key, err := identity.ParsePeerID(a.Key)
 	if err != nil {
 		return "", err
 	}
-	b, err := readSmall(filepath.Join(dir, key.UUID().String()+".offer"), 4096)
+	path := filepath.Join(dir, key.UUID().String()+".offer")
+	b, err := readSmall(path, maxLocalOffer)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", errorf(CodePairFailed, "%s has no local offer open: run meerkatd pair offer --local on it first", a.Name)
 	}
 	if err != nil {
 		return "", err
 	}
-	line := strings.TrimSpace(string(b))
-	if _, err := pair.ParseLine(line); err != nil {
-		return "", err
+	o, err := parseLocalOffer(b)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
 	}
-	return line, nil
+	if !time.Now().Before(o.Expires) || !alive(o.PID) {
+		return "", errorf(CodePairFailed, "%s has no local offer open (its last one has ended): run meerkatd pair offer --local on it first", a.Name)
+	}
+	return strings.TrimSpace(o.Line), nil
 }
 
 // LocalOfferWait is how long "pair accept --local" waits for the offer.

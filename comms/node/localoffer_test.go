@@ -12,6 +12,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/testutil"
+	"github.com/meerkatd/meerkatd/trust/pair"
 )
 
 // WaitLocalOffer picks up an offer left while it waits, and gives up
@@ -31,7 +32,7 @@ func TestWaitLocalOffer(t *testing.T) {
 	written := make(chan error, 1)
 	go func() {
 		time.Sleep(300 * time.Millisecond) // WaitLocalOffer is polling by now
-		written <- os.WriteFile(filepath.Join(dir, kp.ID().UUID().String()+".offer"), []byte(line+"\n"), 0o600)
+		written <- writeOffer(filepath.Join(dir, kp.ID().UUID().String()+".offer"), line, os.Getpid(), time.Now().Add(time.Minute))
 	}()
 	got, err := WaitLocalOffer(dir, a, 30*time.Second)
 	if werr := <-written; werr != nil {
@@ -67,10 +68,20 @@ func fakeLocal(t *testing.T, dir, name string) Announcement {
 func offerLocal(t *testing.T, dir string, a Announcement) string {
 	t.Helper()
 	path, line := localOfferFile(t, dir, a)
-	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
+	if err := writeOffer(path, line, os.Getpid(), time.Now().Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	return line
+}
+
+// writeOffer writes an offer file at path: line, waited on by process
+// pid, ending at expires.
+func writeOffer(path, line string, pid int, expires time.Time) error {
+	b, err := json.Marshal(localOffer{Line: line, PID: pid, Expires: expires})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
 }
 
 // localOfferFile is where a local offer of a goes, and a line for it.
@@ -192,7 +203,7 @@ func TestAcceptLocalLineSharedName(t *testing.T) {
 		written := make(chan error, 1)
 		go func() {
 			time.Sleep(300 * time.Millisecond) // waitLocalOffers is polling by now
-			written <- os.WriteFile(path, []byte(want+"\n"), 0o600)
+			written <- writeOffer(path, want, os.Getpid(), time.Now().Add(time.Minute))
 		}()
 		a, line, err := waitLocalOffers(dir, "meerkat", as, 30*time.Second)
 		if werr := <-written; werr != nil {
@@ -206,6 +217,86 @@ func TestAcceptLocalLineSharedName(t *testing.T) {
 		dir, _, _ := setup(t)
 		if _, _, err := AcceptLocalLine(dir, self, "bob"); CodeOf(err) != CodeUnknownPeer {
 			t.Fatalf("AcceptLocalLine(bob): %v, want %s", err, CodeUnknownPeer)
+		}
+	})
+}
+
+// An offer left by a process that is gone (killed before it could remove
+// its file) or whose time is up is no offer: pair accept --local says so
+// instead of pairing with a code nobody waits on.
+func TestLocalOfferStale(t *testing.T) {
+	dir := t.TempDir()
+	a := fakeLocal(t, dir, "alice")
+	path, line := localOfferFile(t, dir, a)
+	const gone = 1<<31 - 1 // above any pid the kernel hands out
+	for _, c := range []struct {
+		name    string
+		pid     int
+		expires time.Time
+		live    bool
+	}{
+		{"live", os.Getpid(), time.Now().Add(time.Minute), true},
+		{"its process is gone", gone, time.Now().Add(time.Minute), false},
+		{"its time is up", os.Getpid(), time.Now().Add(-time.Second), false},
+	} {
+		if err := writeOffer(path, line, c.pid, c.expires); err != nil {
+			t.Fatal(err)
+		}
+		got, err := LocalOffer(dir, a)
+		switch {
+		case c.live && (err != nil || got != line):
+			t.Errorf("%s: LocalOffer = %q, %v; want the line", c.name, got, err)
+		case !c.live && (CodeOf(err) != CodePairFailed || !strings.Contains(err.Error(), "has no local offer open")):
+			t.Errorf("%s: LocalOffer = %q, %v; want no offer open (%s)", c.name, got, err, CodePairFailed)
+		}
+	}
+	// A file that is not an offer is an error naming it, not "no offer".
+	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LocalOffer(dir, a); err == nil || CodeOf(err) == CodePairFailed || !strings.Contains(err.Error(), path) {
+		t.Errorf("a bare line: %v, want an error naming %s", err, path)
+	}
+}
+
+func TestParseLocalOffer(t *testing.T) {
+	const line = "meerkat-pair/1 7QKD-M2ZT-XW4H-ABN6-YJ3C-PL5E-RA uds:///tmp/alice.sock"
+	for _, c := range []struct {
+		name, in string
+		ok       bool
+	}{
+		{"complete", `{"line":"` + line + `","pid":42,"expires":"2026-11-29T05:00:00Z"}`, true},
+		{"space around the line", `{"line":"  ` + line + ` ","pid":42,"expires":"2026-11-29T05:00:00Z"}`, true},
+		{"a bare line", line, false},
+		{"empty", ``, false},
+		{"no pid", `{"line":"` + line + `","expires":"2026-11-29T05:00:00Z"}`, false},
+		{"negative pid", `{"line":"` + line + `","pid":-1,"expires":"2026-11-29T05:00:00Z"}`, false},
+		{"no end", `{"line":"` + line + `","pid":42}`, false},
+		{"not a pairing line", `{"line":"hello","pid":42,"expires":"2026-11-29T05:00:00Z"}`, false},
+		{"a bad end", `{"line":"` + line + `","pid":42,"expires":"soon"}`, false},
+		{"too long", `{"line":"` + line + `","pid":42,"expires":"2026-11-29T05:00:00Z","x":"` + strings.Repeat("a", maxLocalOffer) + `"}`, false},
+	} {
+		o, err := parseLocalOffer([]byte(c.in))
+		if (err == nil) != c.ok {
+			t.Errorf("%s: %+v, %v; want ok %v", c.name, o, err, c.ok)
+		}
+	}
+}
+
+func FuzzParseLocalOffer(f *testing.F) {
+	f.Add([]byte(`{"line":"meerkat-pair/1 7QKD-M2ZT-XW4H-ABN6-YJ3C-PL5E-RA uds:///tmp/a.sock","pid":42,"expires":"2026-11-29T05:00:00Z"}`))
+	f.Add([]byte(`{"line":"","pid":0}`))
+	f.Add([]byte("meerkat-pair/1"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		o, err := parseLocalOffer(b)
+		if err != nil {
+			return
+		}
+		if o.PID <= 0 || o.Expires.IsZero() || len(b) > maxLocalOffer {
+			t.Fatalf("accepted %q as %+v", b, o)
+		}
+		if _, err := pair.ParseLine(o.Line); err != nil {
+			t.Fatalf("accepted line %q: %v", o.Line, err)
 		}
 	})
 }
