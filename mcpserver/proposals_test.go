@@ -20,7 +20,7 @@ type pagedNode struct {
 	queries   []node.ProposalQuery
 }
 
-func (p *pagedNode) Proposals(_ context.Context, q node.ProposalQuery) ([]node.Proposal, error) {
+func (p *pagedNode) Proposals(_ context.Context, q node.ProposalQuery) (node.ProposalsPage, error) {
 	p.mu.Lock()
 	p.queries = append(p.queries, q)
 	p.mu.Unlock()
@@ -28,14 +28,16 @@ func (p *pagedNode) Proposals(_ context.Context, q node.ProposalQuery) ([]node.P
 	if q.After != "" {
 		i := slices.IndexFunc(ps, func(x node.Proposal) bool { return node.ProposalCursor(x) == q.After })
 		if i < 0 {
-			return nil, &node.Error{Code: node.CodeBadArgument, Msg: "cursor: not a cursor"}
+			return node.ProposalsPage{}, &node.Error{Code: node.CodeBadArgument, Msg: "cursor: not a cursor"}
 		}
 		ps = ps[i+1:]
 	}
+	page := node.ProposalsPage{Proposals: slices.Clone(ps)}
 	if q.Limit > 0 && len(ps) > q.Limit {
-		ps = ps[:q.Limit]
+		page.Proposals = slices.Clone(ps[:q.Limit])
+		page.More, page.Cursor = true, node.ProposalCursor(ps[q.Limit-1])
 	}
-	return slices.Clone(ps), nil
+	return page, nil
 }
 
 // list_proposals gives a page (100 proposals by default, or limit), says
@@ -86,11 +88,11 @@ func testListProposalsPages(t *testing.T, era string) {
 		t.Fatalf("paged through %d proposals, want all %d in order", len(ids), len(want))
 	}
 	f.mu.Lock()
-	q := f.queries[0]
+	qs := slices.Clone(f.queries)
 	f.mu.Unlock()
-	// The page's limit and one more: when that one comes, more follow.
-	if q.Space != "build" || q.Limit != node.DefaultProposalLimit+1 || q.After != "" {
-		t.Errorf("the first page's query %+v", q)
+	// One call to the node a page, the first with the default limit.
+	if len(qs) != 3 || qs[0].Space != "build" || qs[0].Limit != node.DefaultProposalLimit || qs[0].After != "" {
+		t.Errorf("the pages' queries %+v: want 3, the first for %d", qs, node.DefaultProposalLimit)
 	}
 	res, _, err := call(t, c, "list_proposals", map[string]any{"cursor": "bogus"})
 	if err != nil || !res.IsError {

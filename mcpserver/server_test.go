@@ -102,8 +102,8 @@ func (f *fakeNode) SpaceSend(_ context.Context, m node.SpaceMessage) (node.Space
 		Copies: []node.SpaceCopy{{Participant: "bob", Key: "ed25519:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=", ID: "0b9d6f6e-0000-4000-8000-000000000001", Delivery: node.DeliveryQueued}}}, nil
 }
 
-func (f *fakeNode) Proposals(_ context.Context, q node.ProposalQuery) ([]node.Proposal, error) {
-	return []node.Proposal{{Space: "build", ID: "p-1", Proposer: "carol", Payload: json.RawMessage(`{"method":"tools/call","params":{"name":"read_file"}}`), State: "pending"}}, nil
+func (f *fakeNode) Proposals(_ context.Context, q node.ProposalQuery) (node.ProposalsPage, error) {
+	return node.ProposalsPage{Proposals: []node.Proposal{{Space: "build", ID: "p-1", Proposer: "carol", Payload: json.RawMessage(`{"method":"tools/call","params":{"name":"read_file"}}`), State: "pending"}}}, nil
 }
 
 func (f *fakeNode) Peers(context.Context) ([]node.Peer, error) {

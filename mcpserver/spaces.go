@@ -237,7 +237,7 @@ func (s *Server) listProposals(ctx context.Context, req mcp.CallToolRequest) (*m
 	if err != nil {
 		return nil, err
 	}
-	page, err := node.ProposalPage(ctx, s.api, q)
+	page, err := s.api.Proposals(ctx, q)
 	if err != nil {
 		return toolError(err, s.pending(ctx)), nil
 	}

@@ -326,7 +326,7 @@ func (c *Client) SpaceSend(ctx context.Context, m node.SpaceMessage) (s node.Spa
 }
 
 // Proposals implements node.API.
-func (c *Client) Proposals(ctx context.Context, q node.ProposalQuery) (p []node.Proposal, err error) {
+func (c *Client) Proposals(ctx context.Context, q node.ProposalQuery) (p node.ProposalsPage, err error) {
 	err = c.call(ctx, OpProposals, q, &p)
 	return p, err
 }

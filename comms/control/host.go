@@ -418,6 +418,6 @@ func (s *Session) SpaceSend(ctx context.Context, m node.SpaceMessage) (node.Spac
 }
 
 // Proposals implements node.API.
-func (s *Session) Proposals(ctx context.Context, q node.ProposalQuery) ([]node.Proposal, error) {
-	return do(s, ctx, func(a node.API) ([]node.Proposal, error) { return a.Proposals(ctx, q) })
+func (s *Session) Proposals(ctx context.Context, q node.ProposalQuery) (node.ProposalsPage, error) {
+	return do(s, ctx, func(a node.API) (node.ProposalsPage, error) { return a.Proposals(ctx, q) })
 }

@@ -39,7 +39,7 @@ const (
 	OpSpaces           = "spaces"
 	OpSpaceEdit        = "space_edit"
 	OpSpaceSend        = "space_send"
-	OpProposals        = "proposals"
+	OpProposals        = "proposal_page" // a page and whether more follow
 
 	// Item classes: a person's note to the agent (args: TellArgs).
 	OpTell = "tell"

@@ -2,7 +2,9 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -58,5 +60,34 @@ func TestServerHangUpIsNoError(t *testing.T) {
 	}
 	if !debug {
 		t.Error("the hang-up is not logged at debug")
+	}
+}
+
+// pagingAPI answers Proposals with a page that has more to follow.
+type pagingAPI struct {
+	node.API
+	page node.ProposalsPage
+}
+
+func (p pagingAPI) Proposals(_ context.Context, q node.ProposalQuery) (node.ProposalsPage, error) {
+	if q.Limit != 2 || q.After != "c0" || q.Space != "build" {
+		return node.ProposalsPage{}, &node.Error{Code: node.CodeBadArgument, Msg: "unexpected query"}
+	}
+	return p.page, nil
+}
+
+// A page of proposals crosses the control socket whole: whether more
+// follow and where the next page starts come with it, in one call.
+func TestClientProposalsPage(t *testing.T) {
+	path := tempSocket(t)
+	want := node.ProposalsPage{Proposals: []node.Proposal{{Space: "build", ID: "p1", Proposer: "carol", State: "pending", Payload: json.RawMessage(`{"a":1}`)},
+		{Space: "build", ID: "p2", Proposer: "carol", State: "pending", Payload: json.RawMessage(`{"a":2}`)}}, More: true, Cursor: "c2"}
+	serveAt(t, path, pagingAPI{page: want}, Options{})
+	got, err := NewClient(path).Proposals(context.Background(), node.ProposalQuery{Space: "build", Limit: 2, After: "c0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Proposals = %+v, want %+v", got, want)
 	}
 }

@@ -27,9 +27,9 @@ type SpacesAPI interface {
 	SpaceSend(ctx context.Context, m SpaceMessage) (SpaceSent, error)
 	// Proposals lists the proposals seen in a space and their states,
 	// oldest first, a page at a time: at most q.Limit proposals and about
-	// MaxProposalBatchBytes of JSON, after q.After. [ProposalPage] reads
-	// a page and tells whether more follow.
-	Proposals(ctx context.Context, q ProposalQuery) ([]Proposal, error)
+	// MaxProposalBatchBytes of JSON, after q.After, and whether more
+	// follow (then the page's Cursor is the next page's After).
+	Proposals(ctx context.Context, q ProposalQuery) (ProposalsPage, error)
 }
 
 // SpaceInfo is one space as this node runs it.

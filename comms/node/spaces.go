@@ -422,18 +422,9 @@ const (
 	MaxProposalBatchBytes = 1 << 20
 )
 
-// Proposals implements [API].
-func (n *Node) Proposals(_ context.Context, q ProposalQuery) ([]Proposal, error) {
-	page, err := n.proposalPage(q)
-	if err != nil {
-		return nil, err
-	}
-	return page.Proposals, nil
-}
-
-// proposalPage reads one page of q and whether proposals follow it, from
-// one listing of the engine.
-func (n *Node) proposalPage(q ProposalQuery) (ProposalsPage, error) {
+// Proposals implements [API]: one page of q and whether proposals follow
+// it, from one listing of the engine.
+func (n *Node) Proposals(_ context.Context, q ProposalQuery) (ProposalsPage, error) {
 	s, err := n.needSpaces()
 	if err != nil {
 		return ProposalsPage{}, err
@@ -492,15 +483,18 @@ func (n *Node) proposalPage(q ProposalQuery) (ProposalsPage, error) {
 func AllProposals(ctx context.Context, api SpacesAPI, q ProposalQuery) ([]Proposal, error) {
 	out := []Proposal{}
 	for {
-		ps, err := api.Proposals(ctx, q)
+		page, err := api.Proposals(ctx, q)
 		if err != nil {
 			return nil, err
 		}
-		if len(ps) == 0 {
+		out = append(out, page.Proposals...)
+		if !page.More {
 			return out, nil
 		}
-		out = append(out, ps...)
-		q.After = ProposalCursor(ps[len(ps)-1])
+		if page.Cursor == "" || page.Cursor == q.After {
+			return nil, errorf(CodeInternal, "proposals: a page with more to follow did not move the cursor (%q)", q.After)
+		}
+		q.After = page.Cursor
 	}
 }
 
@@ -510,57 +504,6 @@ type ProposalsPage struct {
 	Proposals []Proposal `json:"proposals"`
 	More      bool       `json:"more"`
 	Cursor    string     `json:"cursor,omitempty"`
-}
-
-// ProposalPage reads one page of q through api (a node, or the control
-// socket of one) and tells whether proposals follow it. A node tells
-// from the one listing the page comes from. Through another API the page
-// is asked for with one proposal more than its limit: if that one comes,
-// proposals follow. If not, the page ended with the proposals or at
-// MaxProposalBatchBytes, and only asking for the proposal after it tells
-// which: a second call (a proposal can arrive, or close, in between:
-// More is what the node held then).
-func ProposalPage(ctx context.Context, api SpacesAPI, q ProposalQuery) (ProposalsPage, error) {
-	if n, ok := api.(*Node); ok {
-		return n.proposalPage(q)
-	}
-	limit, ask := q.Limit, q
-	if limit == 0 {
-		limit = MaxProposalLimit
-	}
-	peek := limit >= 1 && limit < MaxProposalLimit // else api refuses q, or cannot list one more
-	if peek {
-		ask.Limit = limit + 1
-	}
-	ps, err := api.Proposals(ctx, ask)
-	if err != nil {
-		return ProposalsPage{}, err
-	}
-	page := ProposalsPage{Proposals: ps}
-	if page.Proposals == nil {
-		page.Proposals = []Proposal{}
-	}
-	if peek && len(ps) > limit {
-		// The first limit are the page q asks for: api fills a page in
-		// order, the limit checked before the byte bound.
-		page.Proposals = ps[:limit]
-		page.More, page.Cursor = true, ProposalCursor(ps[limit-1])
-		return page, nil
-	}
-	if len(ps) == 0 {
-		return page, nil
-	}
-	cursor := ProposalCursor(ps[len(ps)-1])
-	next := q
-	next.After, next.Limit = cursor, 1
-	more, err := api.Proposals(ctx, next)
-	if err != nil {
-		return ProposalsPage{}, err
-	}
-	if len(more) > 0 {
-		page.More, page.Cursor = true, cursor
-	}
-	return page, nil
 }
 
 // proposalKey orders proposals as pages list them: by creation time,

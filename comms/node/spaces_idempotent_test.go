@@ -158,14 +158,14 @@ func TestIdempotentSpaceSendAfterLostAcks(t *testing.T) {
 			switch c.name {
 			case "propose":
 				for _, n := range append([]*Node{prop}, members...) {
-					ps, err := n.Proposals(ctx, ProposalQuery{Space: "build"})
+					ps, err := AllProposals(ctx, n, ProposalQuery{Space: "build"})
 					if err != nil || len(ps) != 1 || ps[0].ID != first.ID || ps[0].State != space.ProposalPending {
 						t.Errorf("%s's proposals %+v, %v: want the one, pending", n.h.Config.Name, ps, err)
 					}
 				}
 			case "fulfill":
 				for _, n := range append([]*Node{prop}, members...) {
-					ps, err := n.Proposals(ctx, ProposalQuery{Space: "build"})
+					ps, err := AllProposals(ctx, n, ProposalQuery{Space: "build"})
 					if err != nil || len(ps) != 1 || ps[0].State != space.ProposalFulfilled || ps[0].RequestID != first.ID {
 						t.Errorf("%s's proposals %+v, %v: want it fulfilled by %s", n.h.Config.Name, ps, err, first.ID)
 					}

@@ -30,12 +30,12 @@ func TestProposalsBoundedWithoutLimit(t *testing.T) {
 	nodes := spaceNodes(t, map[string]string{"orch": `[{"kind": "*"}]`, "prop": `[{"kind": ["chat", "mcp/proposal"]}]`}, "orch", "prop")
 	orch, prop := nodes["orch"], nodes["prop"]
 	proposeAt(t, orch, prop, "big", 12, 200<<10) // 2.4 MiB of payloads
-	ps, err := orch.Proposals(context.Background(), ProposalQuery{})
+	page, err := orch.Proposals(context.Background(), ProposalQuery{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(ps)
-	if len(ps) == 0 || len(b) > 1<<20 {
-		t.Fatalf("%d proposals, %d bytes of JSON: want a page of at most 1 MiB", len(ps), len(b))
+	b, _ := json.Marshal(page.Proposals)
+	if len(page.Proposals) == 0 || len(b) > 1<<20 || !page.More {
+		t.Fatalf("%d proposals, %d bytes of JSON, more %v: want a page of at most 1 MiB, more to follow", len(page.Proposals), len(b), page.More)
 	}
 }

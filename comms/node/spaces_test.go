@@ -271,7 +271,7 @@ func TestSpaceActionsBetweenNodes(t *testing.T) {
 		t.Fatalf("propose: %+v, %v", p, err)
 	}
 	waitFor(t, 5*time.Second, "orch tracks the proposal", func() bool {
-		ps, _ := orch.Proposals(ctx, ProposalQuery{Space: "build", State: space.ProposalPending})
+		ps, _ := AllProposals(ctx, orch, ProposalQuery{Space: "build", State: space.ProposalPending})
 		return len(ps) == 1 && ps[0].ID == p.ID && ps[0].Proposer == "prop" && slices.Equal(ps[0].To, []string{"prop"})
 	})
 	f, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActFulfill, Proposal: p.ID})
@@ -302,7 +302,7 @@ func TestSpaceActionsBetweenNodes(t *testing.T) {
 		t.Fatalf("the response %s, %v", r.Envelope, err)
 	}
 	waitFor(t, 5*time.Second, "the proposal is fulfilled with both ids", func() bool {
-		ps, _ := orch.Proposals(ctx, ProposalQuery{State: space.ProposalFulfilled})
+		ps, _ := AllProposals(ctx, orch, ProposalQuery{State: space.ProposalFulfilled})
 		return len(ps) == 1 && ps[0].By == "orch" && ps[0].RequestID == f.ID && ps[0].ResponseID == r.ID
 	})
 
@@ -369,7 +369,7 @@ func TestSpaceActionsRefuseWhatMembersRefuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "orch has prop's proposal", func() bool {
-		ps, _ := orch.Proposals(ctx, ProposalQuery{Space: "build"})
+		ps, _ := AllProposals(ctx, orch, ProposalQuery{Space: "build"})
 		return len(ps) == 1 && ps[0].ID == p.ID
 	})
 
@@ -417,7 +417,7 @@ func TestSpaceActionsRefuseWhatMembersRefuse(t *testing.T) {
 	if s, err := orch.SpaceSend(ctx, plain); err != nil || !strings.Contains(s.NotApplied, "no live grant") || len(s.Copies) == 0 {
 		t.Fatalf("a plain revoke envelope: %+v, %v; want it sent, with not_applied", s, err)
 	}
-	if ps, _ := orch.Proposals(ctx, ProposalQuery{Space: "build", State: space.ProposalPending}); len(ps) != 1 {
+	if ps, _ := AllProposals(ctx, orch, ProposalQuery{Space: "build", State: space.ProposalPending}); len(ps) != 1 {
 		t.Fatalf("pending proposals after the refusals: %+v", ps)
 	}
 
@@ -603,7 +603,7 @@ func TestMEUPResentAfterInboxFull(t *testing.T) {
 	if items := meupItems(t, orch, meup.KindMCPProposal); len(items) != 1 || items[0].MEUP.ID != "p1" {
 		t.Fatalf("proposals in the inbox: %+v", items)
 	}
-	ps, err := orch.Proposals(context.Background(), ProposalQuery{Space: "build"})
+	ps, err := AllProposals(context.Background(), orch, ProposalQuery{Space: "build"})
 	if err != nil || len(ps) != 1 || ps[0].State != space.ProposalPending {
 		t.Fatalf("proposals %+v, %v", ps, err)
 	}
