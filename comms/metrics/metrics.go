@@ -35,6 +35,8 @@ type Figures struct {
 	Sends      map[string]uint64 // delivery attempts by outcome
 	InboxItems int
 	InboxBytes int64
+	// WaitingReads are the reads of the inbox waiting for an item now.
+	WaitingReads int
 	// Peers are the peers with something queued or a breaker that is not
 	// closed.
 	Peers         []PeerFigures
@@ -108,6 +110,7 @@ var (
 	descSends      = prometheus.NewDesc("meerkatd_sends_total", "Delivery attempts by outcome.", []string{"outcome"}, nil)
 	descInbox      = prometheus.NewDesc("meerkatd_inbox_items", "Unacknowledged items in the inbox.", nil, nil)
 	descInboxBytes = prometheus.NewDesc("meerkatd_inbox_bytes", "Size in bytes of the unacknowledged items in the inbox.", nil, nil)
+	descWaiting    = prometheus.NewDesc("meerkatd_inbox_waiting_reads", "Reads of the inbox waiting for an item now (inbox --wait, receive_messages with wait).", nil, nil)
 	descQueued     = prometheus.NewDesc("meerkatd_outbox_queued", "Reliable sends waiting in the outbox, per peer.", []string{"peer"}, nil)
 	descBreaker    = prometheus.NewDesc("meerkatd_outbox_breaker", "1 for the state of a peer's circuit breaker (for peer=\"other\", how many peers are in it).", []string{"peer", "state"}, nil)
 	descDead       = prometheus.NewDesc("meerkatd_dead_letters", "Reliable sends given up on, kept as dead letters.", nil, nil)
@@ -123,7 +126,7 @@ type collector struct{ src Source }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReceived, descDuplicate, descAcks, descRefused, descSends, descInbox, descInboxBytes,
-		descQueued, descBreaker, descDead, descConns, descDB, descNATSUp, descNATSRecon, descNATSStored} {
+		descWaiting, descQueued, descBreaker, descDead, descConns, descDB, descNATSUp, descNATSRecon, descNATSStored} {
 		ch <- d
 	}
 }
@@ -147,6 +150,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descInbox, float64(f.InboxItems))
 	gauge(descInboxBytes, float64(f.InboxBytes))
+	gauge(descWaiting, float64(f.WaitingReads))
 	queued, breakers := peerSeries(f.Peers)
 	for _, p := range sortedKeys(queued) {
 		gauge(descQueued, float64(queued[p]), p)

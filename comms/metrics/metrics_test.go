@@ -127,7 +127,7 @@ func TestSeriesFromFigures(t *testing.T) {
 		Received: 5, Duplicates: 1, AcksSent: 6,
 		Refused:    map[string]uint64{"bad_signature": 2, "untrusted": 3},
 		Sends:      map[string]uint64{"acked": 4, "retry": 2},
-		InboxItems: 3, InboxBytes: 1234,
+		InboxItems: 3, InboxBytes: 1234, WaitingReads: 2,
 		Peers: []PeerFigures{
 			{Name: "bob", Queued: 2, Breaker: "open"},
 			{Name: "carol", Queued: 0, Breaker: "half_open"},
@@ -156,6 +156,7 @@ func TestSeriesFromFigures(t *testing.T) {
 		{"meerkatd_ack_round_trip_seconds", nil, 2},
 		{"meerkatd_inbox_items", nil, 3},
 		{"meerkatd_inbox_bytes", nil, 1234},
+		{"meerkatd_inbox_waiting_reads", nil, 2},
 		{"meerkatd_outbox_queued", []string{"peer", "bob"}, 2},
 		{"meerkatd_outbox_queued", []string{"peer", OtherPeer}, 1},
 		{"meerkatd_outbox_queued", []string{"peer", "other"}, 5},

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -144,5 +145,31 @@ func TestNodeMetricsMoveWithTraffic(t *testing.T) {
 	}
 	if v, _ := metrics.Value(after, "meerkatd_inbound_connections", "state", "authenticated"); v < 1 {
 		t.Errorf("authenticated inbound connections = %v with bob's link open", v)
+	}
+
+	// A read waiting for an item counts while it waits.
+	waiting := func() float64 {
+		v, ok := metrics.Value(metrics.Scrape(t, addr), "meerkatd_inbox_waiting_reads")
+		if !ok {
+			t.Fatal("no meerkatd_inbox_waiting_reads")
+		}
+		return v
+	}
+	if v := waiting(); v != 0 {
+		t.Fatalf("waiting reads = %v with none waiting", v)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { // past every item: it waits for the next
+		_, err := alice.Receive(wctx, node.Query{After: 1 << 40, Wait: node.MaxWait, Peek: true})
+		done <- err
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the read to wait", func() bool { return waiting() == 1 })
+	wcancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiting read ended with %v, want its cancellation", err)
+	}
+	if v := waiting(); v != 0 {
+		t.Fatalf("waiting reads = %v after the read ended", v)
 	}
 }

@@ -76,6 +76,7 @@ func (s metricsSource) Figures() metrics.Figures {
 	f := metrics.Figures{Received: st.Accepted, Duplicates: st.Duplicates, AcksSent: st.AcksSent, Refused: st.Rejected,
 		Sends: n.sends.snapshot(), Connections: st.Connections, Authenticated: st.Authenticated, DBBytes: n.dbBytes()}
 	f.InboxItems = n.mail.Len()
+	f.WaitingReads = int(n.waits.Load())
 	if ns := n.natsStatus(); ns != nil {
 		f.NATS = &metrics.NATSFigures{Connected: ns.State == "connected", Reconnects: ns.Reconnects, Stored: ns.Stored}
 	}

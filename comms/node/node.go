@@ -88,8 +88,8 @@ type Node struct {
 	mail     mailStore       // memory for command nodes; the home's store ([store] mode) when serving
 	inbox    *recordingInbox // the Router's Admitter: mail plus received requests
 	log      *slog.Logger
-	// waits counts the Receive calls waiting for an item (tests wait
-	// for one to begin).
+	// waits counts the Receive calls waiting for an item now (the
+	// meerkatd_inbox_waiting_reads gauge).
 	waits   atomic.Int32
 	addrs   []transport.Addr // what it listens on
 	started time.Time
