@@ -81,7 +81,7 @@ var spaceTools = []spaceTool{
 		"Withdraw a proposal you made (kind mcp/withdraw); only its proposer may: a withdraw of another's proposal is refused (bad_argument) and not sent.",
 		[]mcp.ToolOption{proposalID}},
 	{"space_grant", "Grant capabilities", node.ActGrant,
-		"Give a participant more capabilities (kind capability/grant): every node that holds you able to grant them enforces them for it from its next envelope, until revoked. You cannot grant more than you hold, nor grant to yourself (refused, bad_argument, not sent).",
+		"Give a participant more capabilities (kind capability/grant): every node that holds you able to grant them enforces them for it from its next envelope, until revoked. A grant to yourself is refused (bad_argument, not sent); a grant of more than you hold here, or one your roster entry here does not let you send, is sent all the same (other members' rosters may allow it) and changes nothing here: not_applied says why.",
 		[]mcp.ToolOption{
 			mcp.WithString("recipient", mcp.Required(), mcp.Description("the participant id")),
 			mcp.WithArray("capabilities", mcp.Required(), mcp.Description("capability objects, e.g. [{\"kind\": \"mcp/request\", \"payload\": {\"method\": \"tools/call\", \"params\": {\"name\": \"read_*\"}}}]")),
@@ -348,7 +348,7 @@ func (s *Server) spaceSend(st spaceTool) func(context.Context, mcp.CallToolReque
 // spaceNote tells a model what happens to copies not delivered yet.
 func spaceNote(sent node.SpaceSent) string {
 	if sent.NotApplied != "" {
-		return "sent, but it breaks a rule of the space (" + sent.NotApplied + "): the members' nodes will refuse it and answer with a system/error"
+		return "sent, but it breaks a rule of the space here (" + sent.NotApplied + "): it changed nothing here, and members whose rosters agree refuse it and answer with a system/error"
 	}
 	queued, skipped := 0, 0
 	for _, c := range sent.Copies {

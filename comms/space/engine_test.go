@@ -401,7 +401,7 @@ func TestStrictSendRefusesWhatMembersRefuse(t *testing.T) {
 	// members whose rosters differ may take the grant.
 	h2 := newHarness(t)
 	r := testRoster(t)
-	r.Spaces[0].Members[0].Capabilities = []meup.Capability{{Kind: json.RawMessage(`"chat"`)}}
+	r.Spaces[0].Members[0].Capabilities = []meup.Capability{{Kind: json.RawMessage(`["chat", "capability/grant"]`)}}
 	if err := h2.e.SetRoster(r); err != nil {
 		t.Fatal(err)
 	}
@@ -409,12 +409,21 @@ func TestStrictSendRefusesWhatMembersRefuse(t *testing.T) {
 	if !strings.Contains(s.NotApplied, meup.ReasonGrantExceeds) || len(h2.snd.take()) == 0 {
 		t.Fatalf("strict grant beyond what this node holds: not applied %q", s.NotApplied)
 	}
+	// So does whether it may send the kind at all: a strict kick it may
+	// not send here is sent, not applied here.
+	s = h2.send("lab", space.Draft{Kind: meup.KindSpaceKick, Payload: json.RawMessage(`{"participant_id":"bob"}`), Strict: true})
+	if !strings.Contains(s.NotApplied, meup.ReasonCapability) || len(h2.snd.take()) == 0 {
+		t.Fatalf("strict kick this node may not send: not applied %q", s.NotApplied)
+	}
+	if _, ok := h2.member("lab", "bob"); !ok {
+		t.Fatal("bob was kicked here by a kick this node's roster does not let it send")
+	}
 }
 
 // TestSendAppliesLocally: what this node sends changes its own state as a
 // receiver's; a kick's copy still reaches the kicked member; an envelope
-// that breaks a rule here is sent but changes nothing, and says so. Own
-// capabilities are not checked.
+// that breaks a rule here (its own capabilities included) is sent but
+// changes nothing, and says so.
 func TestSendAppliesLocally(t *testing.T) {
 	h := newHarness(t)
 	s := h.send("lab", space.Draft{Kind: "mcp/proposal", Payload: []byte(`{"method":"tools/call"}`)})
@@ -437,16 +446,53 @@ func TestSendAppliesLocally(t *testing.T) {
 		t.Errorf("withdraw of nothing: NotApplied %q", s.NotApplied)
 	}
 
-	// This node may send what its own roster entry does not allow.
+	// This node may send what its own roster entry does not allow; it
+	// is not applied here, as members with the same roster refuse it
+	// (capability_violation), and the result says so.
 	h2 := newHarness(t)
 	r := testRoster(t)
-	r.Spaces[0].Members[0].Capabilities = nil
+	r.Spaces[0].Members[0].Capabilities = []meup.Capability{{Kind: json.RawMessage(`"chat"`)}}
 	if err := h2.e.SetRoster(r); err != nil {
 		t.Fatal(err)
 	}
 	s = h2.send("lab", space.Draft{Kind: "mcp/request", Payload: []byte(`{"method":"x"}`)})
-	if len(h2.snd.take()) != 3 {
-		t.Errorf("copies %+v", s.Copies)
+	if len(h2.snd.take()) != 3 || !strings.Contains(s.NotApplied, meup.ReasonCapability) {
+		t.Errorf("copies %+v, not applied %q", s.Copies, s.NotApplied)
+	}
+	for _, d := range []space.Draft{
+		{Kind: meup.KindSpaceKick, Payload: []byte(`{"participant_id":"bob"}`)},
+		{Kind: meup.KindCapabilityGrant, Payload: []byte(`{"recipient":"bob","capabilities":[{"kind":"chat"}]}`)},
+		{Kind: "mcp/proposal", Payload: []byte(`{"method":"tools/call"}`)},
+	} {
+		s = h2.send("lab", d)
+		if len(h2.snd.take()) == 0 || !strings.Contains(s.NotApplied, meup.ReasonCapability) {
+			t.Errorf("%s: copies %+v, not applied %q; want sent, not applied (%s)", d.Kind, s.Copies, s.NotApplied, meup.ReasonCapability)
+		}
+	}
+	if _, ok := h2.member("lab", "bob"); !ok {
+		t.Error("a kick this node may not send removed bob here")
+	}
+	if gs, _ := h2.e.Grants("lab"); len(gs) != 0 {
+		t.Errorf("a grant this node may not send stands here: %+v", gs)
+	}
+	if ps, _ := h2.e.Proposals("lab", ""); len(ps) != 0 {
+		t.Errorf("a proposal this node may not send is listed here: %+v", ps)
+	}
+	// Chat, which it may send, is.
+	if s = h2.send("lab", space.Draft{Kind: "chat", Payload: []byte(`{"text":"hi"}`)}); s.NotApplied != "" {
+		t.Errorf("chat: not applied %q", s.NotApplied)
+	}
+	h2.snd.take()
+
+	// Reserved kinds: those members send go out as they are; others are
+	// sent, and the result says every member refuses them.
+	s = h.send("lab", space.Draft{Kind: "system/foo", Payload: []byte(`{}`)})
+	if len(h.snd.take()) == 0 || !strings.Contains(s.NotApplied, meup.ReasonReservedKind) {
+		t.Errorf("system/foo: not applied %q", s.NotApplied)
+	}
+	s = h.send("lab", space.Draft{Kind: meup.KindSystemError, Payload: []byte(`{"error":"x"}`)})
+	if len(h.snd.take()) == 0 || s.NotApplied != "" {
+		t.Errorf("system/error: not applied %q", s.NotApplied)
 	}
 }
 

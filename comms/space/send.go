@@ -64,9 +64,10 @@ type Draft struct {
 	// it too: a revoke of no live grant, a grant to its own sender, a
 	// withdraw of another's proposal or of none known (see
 	// [RuleError]). A rule break that hangs on what this node's roster
-	// lets its own participant give ([meup.ReasonGrantExceeds]) or on
-	// its counts ([meup.ReasonRateLimited]) is still sent: members whose
-	// rosters differ may take it.
+	// lets its own participant send or give ([meup.ReasonCapability],
+	// [meup.ReasonGrantExceeds]) or on its counts
+	// ([meup.ReasonRateLimited]) is still sent: members whose rosters
+	// differ may take it.
 	Strict bool
 }
 
@@ -86,7 +87,13 @@ func (e *RuleError) Unwrap() error { return ErrInvalid }
 // strictRefuses reports whether a strict draft breaking the rule reason
 // here is refused (see [Draft.Strict]).
 func strictRefuses(reason string) bool {
-	return reason != meup.ReasonGrantExceeds && reason != meup.ReasonRateLimited
+	return reason != meup.ReasonGrantExceeds && reason != meup.ReasonRateLimited && reason != meup.ReasonCapability
+}
+
+// sendableSystem reports whether kind is one of the reserved kinds a
+// member sends (Receive takes them from members).
+func sendableSystem(kind string) bool {
+	return kind == meup.KindSystemPresence || kind == meup.KindSystemWelcome || kind == meup.KindSystemError
 }
 
 // Copy is one member's copy of a sent envelope.
@@ -188,8 +195,22 @@ func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions)
 	copies, targets := e.copiesLocked(sp, env.To)
 	var notApplied string
 	retry := d.ID != "" && e.sentBeforeLocked(space, env.ID, now)
-	if !isSystem(env.Kind) && !retry {
-		eff, reason, detail := e.checkLocked(sp, sp.self, env, now)
+	if !retry {
+		// The checks a member's node makes of what it receives (Receive),
+		// but that this node trusts itself: what fails here is not
+		// applied here, as a member whose roster agrees refuses it.
+		var eff effect
+		var reason, detail string
+		switch {
+		case isSystem(env.Kind):
+			if !sendableSystem(env.Kind) {
+				reason, detail = meup.ReasonReservedKind, fmt.Sprintf("%s is reserved: members send only system/presence, system/welcome and system/error", env.Kind)
+			}
+		case !allows(e.holdsLocked(space, sp.self), env) && !e.acksOwnGrantLocked(space, sp.self, env):
+			reason, detail = meup.ReasonCapability, fmt.Sprintf("no capability %q holds in space %q matches kind %q", sp.self.ID, space, env.Kind)
+		default:
+			eff, reason, detail = e.checkLocked(sp, sp.self, env, now)
+		}
 		if reason != "" && d.Strict && strictRefuses(reason) {
 			if d.ID != "" {
 				e.forget(space, e.opts.Self, env.ID) // a retry is checked again
@@ -197,10 +218,14 @@ func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions)
 			e.mu.Unlock()
 			return Sent{}, &RuleError{Reason: reason, Detail: detail}
 		}
-		if reason != "" {
+		switch {
+		case reason != "":
 			notApplied = reason + ": " + detail
-		} else if err := e.applyLocked(sp, sp.self, env, eff, now, false, nil); err != nil {
-			notApplied = err.Error()
+		case isSystem(env.Kind): // nothing to apply here
+		default:
+			if err := e.applyLocked(sp, sp.self, env, eff, now, false, nil); err != nil {
+				notApplied = err.Error()
+			}
 		}
 		if notApplied != "" {
 			e.log.Info("space: a sent envelope changed nothing here", "space", space, "kind", env.Kind, "why", notApplied)
