@@ -191,7 +191,8 @@ func (m *MEUPItem) UnmarshalJSON(b []byte) error {
 // CapabilityArgs reads capabilities as a command line gives them: each a
 // kind pattern (chat, mcp/*), a JSON capability object, or a JSON array
 // of them. It returns them as the JSON array SpaceEdit and SpaceMessage
-// take (nil for none); the node checks each capability when it uses them.
+// take (nil for none), or an error for an object or array that is not
+// JSON; the node checks each capability when it uses them.
 func CapabilityArgs(list []string) (json.RawMessage, error) {
 	if len(list) == 0 {
 		return nil, nil
@@ -201,6 +202,10 @@ func CapabilityArgs(list []string) (json.RawMessage, error) {
 		c = strings.TrimSpace(c)
 		switch {
 		case strings.HasPrefix(c, "{"):
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(c), &obj); err != nil {
+				return nil, fmt.Errorf("capability %s is not a JSON capability object: %v", c, err)
+			}
 		case strings.HasPrefix(c, "["):
 			var items []json.RawMessage
 			err := json.Unmarshal([]byte(c), &items)

@@ -18,6 +18,9 @@ func TestCapabilityArgs(t *testing.T) {
 		{"array of objects", []string{`[{"kind":"a"}, {"kind":"b"}]`}, `[{"kind":"a"},{"kind":"b"}]`, true},
 		{"array of a string", []string{`["chat"]`}, "", false},
 		{"broken array", []string{`[{"kind":"a"}`}, "", false},
+		{"broken object", []string{`{"kind":`}, "", false},
+		{"object and junk", []string{`{"kind":"a"} x`}, "", false},
+		{"an object, then a broken one", []string{`{"kind":"a"}`, `{bad`}, "", false},
 	}
 	for _, tc := range tests {
 		got, err := CapabilityArgs(tc.in)
@@ -36,10 +39,11 @@ func FuzzCapabilityArgs(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// Kind patterns and arrays always make an array; objects are passed
-		// on for the node to check, so only their being JSON matters here.
-		if json.Valid([]byte(a)) && json.Valid([]byte(b)) && !json.Valid(got) {
-			t.Fatalf("%q %q: %s is not JSON", a, b, got)
+		// Kind patterns, objects and arrays of objects always make a JSON
+		// array; what the objects hold is the node's to check.
+		var items []map[string]json.RawMessage
+		if err := json.Unmarshal(got, &items); err != nil {
+			t.Fatalf("%q %q: %s is not a JSON array of objects: %v", a, b, got, err)
 		}
 	})
 }
