@@ -451,6 +451,11 @@ func (n *Node) Proposals(_ context.Context, q ProposalQuery) (ProposalsPage, err
 	if err != nil {
 		return ProposalsPage{}, spaceErr(err)
 	}
+	if len(ps) == 0 && q.Space != "" && !s.eng.In(q.Space) {
+		// The proposals of a space left or deleted here stay listed
+		// (until they expire); a name with none and no space is a typo.
+		return ProposalsPage{}, errorf(CodeUnknownSpace, "no space %q here (list_spaces or meerkatd space list shows them)", q.Space)
+	}
 	// The cursor orders by creation, space and id: the stores' order,
 	// made exact here (it compares the times the cursor holds).
 	ps = slices.DeleteFunc(ps, func(p space.Proposal) bool { return q.After != "" && keyOf(p).compare(after) <= 0 })
@@ -834,6 +839,9 @@ func (s *spaces) draft(m SpaceMessage, id string) (space.Draft, error) {
 	// goes out as given, and says what rule it breaks here.
 	d := space.Draft{ID: id, Kind: m.Kind, To: m.To, CorrelationID: m.CorrelationID, Context: m.Context, Payload: m.Payload,
 		Strict: m.Action != "" && m.Action != ActSend}
+	if !s.eng.In(m.Space) { // before its proposals and requests are looked for
+		return d, errorf(CodeUnknownSpace, "no space %q here, or this node is not a member of it (list_spaces or meerkatd space list shows them)", m.Space)
+	}
 	var err error
 	proposal := func() (space.Proposal, error) {
 		if m.Proposal == "" {

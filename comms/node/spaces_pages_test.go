@@ -82,3 +82,32 @@ func TestProposalPages(t *testing.T) {
 		}
 	}
 }
+
+// A space name this node has no space under is unknown_space for the
+// actions on proposals and requests and for the proposals listing, as
+// for the other actions, not "no such proposal" or an empty list.
+func TestUnknownSpaceNamed(t *testing.T) {
+	nodes := spaceNodes(t, map[string]string{"orch": `[{"kind": "*"}]`}, "orch")
+	orch := nodes["orch"]
+	ctx := context.Background()
+	for _, m := range []SpaceMessage{
+		{Space: "nospace", Action: ActFulfill, Proposal: "p1"},
+		{Space: "nospace", Action: ActReject, Proposal: "p1"},
+		{Space: "nospace", Action: ActWithdraw, Proposal: "p1"},
+		{Space: "nospace", Action: ActRespond, Request: "r1", Result: json.RawMessage(`{}`)},
+		{Space: "nospace", Action: ActChat, Text: "hi"},
+	} {
+		if _, err := orch.SpaceSend(ctx, m); CodeOf(err) != CodeUnknownSpace {
+			t.Errorf("%s in an unknown space: %v, want %s", m.Action, err, CodeUnknownSpace)
+		}
+	}
+	if _, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActFulfill, Proposal: "p1"}); CodeOf(err) != CodeUnknownProposal {
+		t.Errorf("fulfil of an unknown proposal: %v, want %s", err, CodeUnknownProposal)
+	}
+	if p, err := orch.Proposals(ctx, ProposalQuery{Space: "nospace"}); CodeOf(err) != CodeUnknownSpace {
+		t.Errorf("proposals of an unknown space: %+v, %v; want %s", p, err, CodeUnknownSpace)
+	}
+	if p, err := orch.Proposals(ctx, ProposalQuery{Space: "build"}); err != nil || len(p.Proposals) != 0 || p.More {
+		t.Errorf("proposals of a space with none: %+v, %v", p, err)
+	}
+}

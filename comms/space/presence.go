@@ -137,6 +137,15 @@ type Info struct {
 	Pending  int          `json:"pending_proposals"`
 }
 
+// In reports whether space is in the roster with this node a member of
+// it: whether Send can send to it.
+func (e *Engine) In(space string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sp := e.spaces[space]
+	return sp != nil && sp.self != nil
+}
+
 // Spaces lists the spaces of the roster in its order, members in roster
 // order.
 func (e *Engine) Spaces() []Info {
