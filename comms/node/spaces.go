@@ -679,7 +679,16 @@ func (n *Node) applyEdit(r *space.Roster, e SpaceEdit) error {
 		if err != nil {
 			return err
 		}
-		sp.Members = slices.DeleteFunc(sp.Members, func(m space.Member) bool { return m.Key == key })
+		if i := slices.IndexFunc(sp.Members, func(m space.Member) bool { return m.Key == key }); i >= 0 {
+			// Added again: its capabilities are replaced. Its id stays:
+			// the other members know it by that id.
+			if sp.Members[i].ID != e.ID {
+				return errorf(CodeBadArgument, "%s is member %q of space %q already: add it again as %q to change its capabilities, or remove it first to give it another id",
+					key, sp.Members[i].ID, sp.Name, sp.Members[i].ID)
+			}
+			sp.Members[i].Capabilities = c
+			return nil
+		}
 		sp.Members = append(sp.Members, space.Member{Key: key, ID: e.ID, Capabilities: c})
 	case SpaceRemove:
 		ref := e.ID

@@ -79,6 +79,7 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 		{"add unknown peer", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "carol", ID: "w"}, CodeUnknownPeer, ""},
 		{"add without id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob"}, CodeBadArgument, ""},
 		{"add duplicate id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: stranger.ID().String(), ID: "worker"}, CodeBadArgument, ""},
+		{"add a member again under another id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob", ID: "worker2"}, CodeBadArgument, `is member "worker" of space "build" already`},
 		{"bad capability", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob", ID: "w", Capabilities: json.RawMessage(`[{"kind":"/(/"}]`)}, CodeBadArgument, ""},
 		{"remove missing", SpaceEdit{Op: SpaceRemove, Space: "build", ID: "ghost"}, CodeBadArgument, ""},
 	} {
@@ -91,6 +92,16 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 				t.Fatal("a refused edit changed the file")
 			}
 		})
+	}
+	// Added again under its id: its capabilities are replaced.
+	info, err = edit(SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob", ID: "worker", Capabilities: json.RawMessage(`[{"kind":"chat"}]`)})
+	if err != nil || len(info.Members) != 3 {
+		t.Fatalf("add again: %+v, %v", info, err)
+	}
+	for _, m := range info.Members {
+		if caps, _ := json.Marshal(m.Capabilities); m.ID == "worker" && strings.Contains(string(caps), "mcp/response") {
+			t.Errorf("worker's capabilities after adding it again: %s, want chat only", caps)
+		}
 	}
 	if info, err = edit(SpaceEdit{Op: SpaceRemove, Space: "build", ID: "proposer"}); err != nil || len(info.Members) != 2 {
 		t.Fatalf("remove: %+v, %v", info, err)
