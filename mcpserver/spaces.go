@@ -39,7 +39,7 @@ type spaceTool struct {
 }
 
 var (
-	toArg      = mcp.WithArray("to", mcp.WithStringItems(), mcp.Description("participant ids addressed (default: everybody). Every member receives every envelope of the space; to marks who is meant."))
+	toArg      = mcp.WithArray("to", mcp.WithStringItems(), mcp.Description("participant ids addressed (default: everybody). In a space with delivery all (the default) every member receives every envelope and to marks who is meant; with delivery addressed only the members named receive it."))
 	contextArg = mcp.WithString("context", mcp.Description("a sub-thread id to keep related envelopes together (optional)"))
 	proposalID = mcp.WithString("proposal_id", mcp.Required(), mcp.Description("the MEUP id of the proposal (see list_proposals)"))
 )
@@ -183,6 +183,11 @@ func parseEditSpace(a args, raw func(string) json.RawMessage) (e node.SpaceEdit,
 	case node.SpaceCreate, node.SpaceDelete, node.SpaceAdd, node.SpaceRemove:
 	default:
 		return e, invalidParams{fmt.Sprintf("op %q: want create, delete, add or remove", e.Op)}
+	}
+	switch e.Delivery {
+	case "", "all", "addressed":
+	default:
+		return e, invalidParams{fmt.Sprintf("delivery %q: want all or addressed", e.Delivery)}
 	}
 	if v := raw("capabilities"); len(v) > 0 && string(v) != "null" {
 		if _, ok := a.m["capabilities"].([]any); !ok {

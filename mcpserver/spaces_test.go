@@ -136,6 +136,7 @@ func testEditSpaceTool(t *testing.T, era string) {
 	for _, bad := range []map[string]any{
 		{"space": "build"},
 		{"op": "rename", "space": "build"},
+		{"op": "create", "space": "build", "as": "me", "delivery": "some"},
 		{"op": "add"},
 		{"op": "add", "space": "build", "capabilities": map[string]any{"kind": "chat"}},
 	} {

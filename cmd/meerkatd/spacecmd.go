@@ -180,14 +180,17 @@ func runSpace(e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		return output(sent, func(w io.Writer) {
-			nodetext.SpaceSent(w, sent)
-			if len(sent.Copies) == 0 {
-				fmt.Fprintln(e.stderr, "no other active member in the space: nothing was sent")
-			}
-			if sent.NotApplied != "" {
-				fmt.Fprintf(e.stderr, "warning: it breaks a rule of the space here (%s): it changed nothing here, and members whose rosters agree refuse it\n", nodetext.Line(sent.NotApplied))
-			}
-		})
+		failed := copiesFailed(sent.Copies, spaceDelivery)
+		if *asJSON {
+			return e.printPartial(sent, true, failed)
+		}
+		nodetext.SpaceSent(e.stdout, sent)
+		if len(sent.Copies) == 0 {
+			fmt.Fprintln(e.stderr, "no other active member in the space: nothing was sent")
+		}
+		if sent.NotApplied != "" {
+			fmt.Fprintf(e.stderr, "warning: it breaks a rule of the space here (%s): it changed nothing here, and members whose rosters agree refuse it\n", nodetext.Line(sent.NotApplied))
+		}
+		return failed
 	})
 }

@@ -763,6 +763,18 @@ func TestSpaceBroadcastOnce(t *testing.T) {
 		t.Fatalf("copy for the stopped worker: %s", jsonText(c))
 	}
 	waitItems(t, s.prop, 1, "chat", withID(second.ID))
+	// A --direct send whose copy to the stopped worker fails says so:
+	// exit 1, and with --json the result with an error member.
+	s.orch.wantCode(exitError, []string{"1 of 2 copies failed"}, "space", "chat", spaceName, "direct, while the worker is away", "--direct")
+	r := s.orch.wantCode(exitError, nil, "space", "chat", spaceName, "direct again", "--direct", "--json")
+	var direct struct {
+		spaceSent
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &direct); err != nil || direct.ID == "" || direct.Error.Message != "1 of 2 copies failed (see their notes)" ||
+		direct.copyTo(t, "worker").Delivery != "" || direct.copyTo(t, "worker").LastError == "" {
+		t.Fatalf("--direct --json with a failed copy: %v\n%s", err, r.stdout)
+	}
 	s.worker.start()
 	waitItems(t, s.worker, 1, "chat", withID(second.ID))
 	waitOutboxEmpty(t, s.orch, pollTimeout)

@@ -280,7 +280,11 @@ func (n *Node) idempotentSpaceSend(ctx context.Context, m SpaceMessage) (SpaceSe
 	m.IdempotencyKey = ""
 	args := m
 	args.NoWait, args.Wait = false, 0
-	s, replayed, err := idempotentCall(n, ctx, key, "space_send", args, func(call []byte) (SpaceSent, bool, error) {
+	op := "space_send"
+	if m.Action != "" && m.Action != ActSend {
+		op = "space_" + m.Action // as the tool is named: space_chat, space_grant, …
+	}
+	s, replayed, err := idempotentCall(n, ctx, key, op, args, func(call []byte) (SpaceSent, bool, error) {
 		s, err := n.spaceSend(ctx, m, call)
 		sent := false
 		for _, c := range s.Copies {

@@ -381,6 +381,12 @@ func TestIdempotentSpaceSend(t *testing.T) {
 	if _, err := prop.SpaceSend(ctx, m); codeOfErr(err) != CodeIdempotencyConflict {
 		t.Fatalf("another text under the key: %v", err)
 	}
+	// The conflict names the call the key was used for, as the tool is
+	// named.
+	send := SpaceMessage{Space: "build", Kind: "chat", Payload: json.RawMessage(`{"text":"once"}`), SendOptions: SendOptions{Reliable: true, IdempotencyKey: "chat-1"}}
+	if _, err := prop.SpaceSend(ctx, send); codeOfErr(err) != CodeIdempotencyConflict || !strings.Contains(err.Error(), "(space_chat with other arguments)") {
+		t.Fatalf("the key used with a plain send: %v, want a conflict naming space_chat", err)
+	}
 	waitFor(t, 5*time.Second, "the chat arrives", func() bool { return len(meupItems(t, orch, "chat")) >= 1 })
 	if n := len(meupItems(t, orch, "chat")); n != 1 {
 		t.Fatalf("orch got %d chats, want 1", n)

@@ -393,7 +393,15 @@ func (n *Node) Spaces(context.Context) ([]SpaceInfo, error) {
 	if err != nil {
 		return nil, Coded(err)
 	}
-	return eng.Spaces(), nil
+	infos := eng.Spaces()
+	for _, in := range infos {
+		for i := range in.Members {
+			if in.Members[i].Self {
+				in.Members[i].Presence = space.PresenceOffline // no node of this home runs
+			}
+		}
+	}
+	return infos, nil
 }
 
 // noSender is the sender of the engine a node without spaces builds to

@@ -35,6 +35,10 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 	if err != nil || info.Name != "build" || info.Self != "orchestrator" || len(info.Members) != 1 || !info.Members[0].Self {
 		t.Fatalf("create: %+v, %v", info, err)
 	}
+	// No node of this home runs: it shows as offline.
+	if p := info.Members[0].Presence; p != space.PresenceOffline {
+		t.Errorf("this node's presence without a daemon: %q, want %q", p, space.PresenceOffline)
+	}
 	fi, err := os.Stat(h.SpacesPath())
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("spaces file: %v, %v", fi, err)
