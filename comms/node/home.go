@@ -182,7 +182,7 @@ func InitHome(dir, name string) (created []string, err error) {
 		if err := kp.Save(dir); err != nil {
 			return nil, err
 		}
-		created = append(created, identity.KeyFile)
+		created = append(created, identity.KeyFile, identity.PubFile)
 	} else if err != nil {
 		return nil, err
 	} else if _, err := identity.LoadKeypair(dir); err != nil {

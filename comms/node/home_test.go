@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -240,5 +241,33 @@ func TestShowConfigInvalid(t *testing.T) {
 	}
 	if _, err := ShowConfig(filepath.Join(dir, "none"), OpenOptions{}); CodeOf(err) != CodeNoHome {
 		t.Fatalf("no home: %v", err)
+	}
+}
+
+// InitHome names every file it made, and makes nothing it does not name
+// (lock files aside); a second run makes and names nothing.
+func TestInitHomeNamesWhatItMade(t *testing.T) {
+	dir := filepath.Join(shortTemp(t), "home")
+	created, err := InitHome(dir, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made []string
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".lock") {
+			made = append(made, e.Name())
+		}
+	}
+	slices.Sort(made)
+	named := slices.Sorted(slices.Values(created))
+	if !slices.Equal(made, named) || !slices.Contains(named, identity.PubFile) {
+		t.Fatalf("InitHome named %v, made %v", named, made)
+	}
+	if again, err := InitHome(dir, "alice"); err != nil || len(again) != 0 {
+		t.Fatalf("second InitHome: %v, %v", again, err)
 	}
 }

@@ -167,7 +167,8 @@ func jsonProblem(data []byte, err error) string {
 	case errors.Is(err, io.EOF):
 		return `no JSON text (a roster with no spaces is {"spaces": []})`
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "the JSON text ends too soon"
+		end := bytes.TrimRight(data, " \t\r\n")
+		return fmt.Sprintf("the JSON text ends too soon, at line %d (an object, array or string is not closed)", bytes.Count(end, []byte("\n"))+1)
 	case errors.As(err, &typ):
 		want := "a string"
 		switch typ.Type.Kind() {
