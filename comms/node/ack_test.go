@@ -208,3 +208,38 @@ func TestSpaceFilterUnknownSpace(t *testing.T) {
 		t.Fatalf("read of a known space: %+v, %v", b, err)
 	}
 }
+
+// The items of a space this node has no more (left or deleted here) stay
+// in the inbox: a filter by its name reads and acknowledges them, and
+// only once none match is the name unknown_space.
+func TestSpaceFilterRemovedSpace(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	for _, sp := range []string{"build", "ops"} {
+		if _, err := m.SpaceEdit(ctx, SpaceEdit{Op: SpaceCreate, Space: sp, As: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	arriveMEUP(t, m, bob, "build", `{"protocol":"meup/v0.1","id":"a","from":"bob","kind":"chat","payload":{"text":"x"}}`)
+	arriveMEUP(t, m, bob, "ops", `{"protocol":"meup/v0.1","id":"b","from":"bob","kind":"chat","payload":{"text":"y"}}`)
+	if _, err := m.SpaceEdit(ctx, SpaceEdit{Op: SpaceDelete, Space: "build"}); err != nil {
+		t.Fatal(err)
+	}
+	build := MEUPFilter{Space: "build"}
+	b, err := m.Receive(ctx, Query{MEUPFilter: build})
+	if err != nil || len(b.Messages) != 1 || b.Messages[0].MEUP == nil || b.Messages[0].MEUP.Space != "build" {
+		t.Fatalf("read of a deleted space's items: %+v, %v", b, err)
+	}
+	if r, err := m.Ack(ctx, AckRequest{UpTo: b.Cursor, MEUPFilter: build}); err != nil || r.Acked != 1 || r.Pending != 1 {
+		t.Fatalf("ack of a deleted space's items: %+v, %v", r, err)
+	}
+	// None left: the name is unknown again, on reads, waiting reads and acks.
+	for _, q := range []Query{{MEUPFilter: build}, {MEUPFilter: build, Wait: MaxWait}} {
+		if _, err := m.Receive(ctx, q); CodeOf(err) != CodeUnknownSpace || !strings.Contains(err.Error(), "the spaces are ops") {
+			t.Fatalf("read (wait %v) once its items are gone: %v", q.Wait, err)
+		}
+	}
+	if _, err := m.Ack(ctx, AckRequest{UpTo: b.Cursor + 10, MEUPFilter: build}); CodeOf(err) != CodeUnknownSpace {
+		t.Fatalf("ack once its items are gone: %v", err)
+	}
+}

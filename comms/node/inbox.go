@@ -156,6 +156,9 @@ type filter struct {
 	from      *identity.PeerID
 	requestID string
 	meup      MEUPFilter
+	// noSpace is unknown_space when meup.Space names no space of this
+	// node's: a read or ack that matches no item fails with it.
+	noSpace error
 }
 
 // newFilter resolves the filters: the peer by name, key or UUID.
@@ -176,8 +179,9 @@ func (n *Node) newFilter(kinds []string, from, requestID string, mf MEUPFilter) 
 		f.from = &p.ID
 	}
 	if mf.Space != "" {
-		if err := n.knownSpace(mf.Space); err != nil {
-			return f, err
+		f.noSpace = n.knownSpace(mf.Space)
+		if f.noSpace != nil && CodeOf(f.noSpace) != CodeUnknownSpace {
+			return f, f.noSpace
 		}
 	}
 	return f, nil
@@ -186,7 +190,8 @@ func (n *Node) newFilter(kinds []string, from, requestID string, mf MEUPFilter) 
 // knownSpace checks a space filter as a peer filter is checked: spaces
 // are this node's own (its rosters), so a name none has is refused with
 // unknown_space, listing the spaces there are, rather than matching
-// nothing.
+// nothing. Items of a space left or deleted here stay in the inbox, so a
+// filter by its name that matches some is no error (filter.noSpace).
 func (n *Node) knownSpace(name string) error {
 	infos, err := n.Spaces(context.Background())
 	if err != nil {
@@ -284,6 +289,9 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 			b.PendingByClass = mail.PendingByClass()
 			scanArrival(mail, f, limit, &b, n.lc.decorate)
 		}
+		if len(b.Messages) == 0 && f.noSpace != nil {
+			return Batch{}, f.noSpace // a mistyped name, not "no items": nothing to wait for
+		}
 		if len(b.Messages) > 0 || q.Wait <= 0 {
 			if !q.Peek && n.mode == ModeServe {
 				n.shown.mark(b.Messages, n.oldestPending)
@@ -378,7 +386,7 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 	if err != nil {
 		return Acked{}, err
 	}
-	unread := 0
+	unread, matched := 0, 0
 	want := map[string]bool{}
 	for _, id := range a.IDs {
 		want[strings.ToLower(id)] = true
@@ -394,6 +402,9 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 				// filters could have shown and a read did show, never
 				// items a filtered read skipped (its cursor passed them).
 				byCursor := en.Seq <= a.UpTo && f.matches(en.Item)
+				if byCursor {
+					matched++
+				}
 				if byCursor && !n.shown.has(en.Seq) {
 					byCursor = false
 					if !byID {
@@ -408,6 +419,9 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 				break
 			}
 		}
+	}
+	if f.noSpace != nil && matched == 0 {
+		return Acked{}, f.noSpace
 	}
 	acked := n.mail.Ack(seqs...)
 	n.shown.forget(seqs)
