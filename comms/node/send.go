@@ -176,9 +176,16 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 		out.delivery, out.lastError = done, ""
 	default:
 		out.lastError = t.LastError()
+		if t.Stored() {
+			out.lastError = storedNote
+		}
 	}
 	return out, nil
 }
+
+// storedNote is a queued send's note once a broker on the way (NATS
+// JetStream) stored its envelope: it shows as stored_in_broker.
+const storedNote = "stored in the broker (stored_in_broker); the peer has not acknowledged it yet"
 
 // sendReliableOnce is a reliable send without a running outbox (no
 // daemon): the envelope is stored in the home's outbox, attempted once,

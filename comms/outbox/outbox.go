@@ -290,6 +290,7 @@ type Ticket struct {
 	mu        sync.Mutex
 	err       error
 	lastErr   string
+	stored    bool
 }
 
 func newTicket() *Ticket {
@@ -300,7 +301,8 @@ func newTicket() *Ticket {
 // letter ([Ticket.Err] tells which).
 func (t *Ticket) Done() <-chan struct{} { return t.done }
 
-// Attempted is closed once the first attempt ended, either way.
+// Attempted is closed once the first attempt ended, either way: acked,
+// failed, or stored by a broker on the way ([Ticket.Stored]).
 func (t *Ticket) Attempted() <-chan struct{} { return t.attempted }
 
 // Err is nil while pending or once acknowledged, and a *DeadError once the
@@ -316,6 +318,25 @@ func (t *Ticket) LastError() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.lastErr
+}
+
+// Stored reports whether an attempt ended with the envelope stored by a
+// broker on the way ([ErrStored]): not delivered yet, and not failed.
+func (t *Ticket) Stored() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stored
+}
+
+// attemptStored ends an attempt whose envelope a broker stored.
+func (t *Ticket) attemptStored() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.stored = true
+	t.mu.Unlock()
+	t.aOnce.Do(func() { close(t.attempted) })
 }
 
 func (t *Ticket) attemptEnded(errText string) {
@@ -748,6 +769,7 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		it.e.NextAttempt = now.Add(o.opts.StoredRecheck)
 		q.lastErr = ""
 		o.observe(EventStored, it.e, attempt, "")
+		it.t.attemptStored() // a send waiting for the first attempt goes on
 	case errors.Is(r.err, ErrPermanent):
 		reason := ReasonRejected
 		var pe *PermanentError

@@ -987,6 +987,18 @@ func TestStoredEntriesDoNotHoldTheQueue(t *testing.T) {
 		default:
 		}
 	}
+	// Each one's first attempt has ended, stored: a send waiting for it
+	// goes on.
+	for i, tk := range ts {
+		select {
+		case <-tk.Attempted():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("ticket %d: its first attempt did not end, although the broker stored it", i)
+		}
+		if !tk.Stored() || tk.Err() != nil {
+			t.Fatalf("ticket %d: stored %v, err %v", i, tk.Stored(), tk.Err())
+		}
+	}
 	// The broker holds an envelope a moment before its send reports it
 	// stored.
 	testutil.WaitFor(t, 10*time.Second, "every envelope reported stored", func() bool {
