@@ -22,9 +22,9 @@
 //
 // # Own envelopes
 //
-// [Engine.Send] does not check this node's own capabilities (receivers
-// do) but applies what it sends to its own state by the same rules a
-// receiver applies: a grant it sends is enforced here too, a proposal it
+// [Engine.Send] checks what it sends as a receiver would (this node's own
+// capabilities included) and applies it to its own state by the same
+// rules: a grant it sends is enforced here too, a proposal it
 // sends is tracked, a kick or invite changes its roster. What breaks a
 // rule here is sent anyway ([Sent].NotApplied says which), unless the
 // draft is strict ([Draft].Strict) and every member's node would refuse

@@ -418,6 +418,32 @@ func TestStrictSendRefusesWhatMembersRefuse(t *testing.T) {
 	if _, ok := h2.member("lab", "bob"); !ok {
 		t.Fatal("bob was kicked here by a kick this node's roster does not let it send")
 	}
+	// A strict draft that every member refuses whatever its roster says
+	// is refused also when this node's roster lacks its kind.
+	h3 := newHarness(t)
+	r = testRoster(t)
+	r.Spaces[0].Members[0].Capabilities = []meup.Capability{{Kind: json.RawMessage(`"chat"`)}}
+	if err := h3.e.SetRoster(r); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []space.Draft{
+		{Kind: meup.KindCapabilityGrant, Payload: json.RawMessage(`{"recipient":"alice","capabilities":[{"kind":"chat"}]}`), Strict: true},
+		{Kind: meup.KindCapabilityRevoke, Payload: json.RawMessage(`{"recipient":"bob","grant_id":"nope"}`), Strict: true},
+		{Kind: meup.KindMCPReject, CorrelationID: []string{"nope"}, Payload: json.RawMessage(`{}`), Strict: true},
+	} {
+		s, err := h3.e.Send(context.Background(), "lab", d, space.SendOptions{})
+		if n := len(h3.snd.take()); !errors.As(err, new(*space.RuleError)) || n != 0 {
+			t.Errorf("strict %s without the capability here: %v, %d copies, not applied %q; want a RuleError and nothing sent", d.Kind, err, n, s.NotApplied)
+		}
+	}
+	// The grant-ack for a grant made to this node needs no capability:
+	// the granter's node takes it.
+	h3.mustDeliver(kBob, "lab", &env{ID: "g9", From: "bob", Kind: meup.KindCapabilityGrant, Payload: `{"recipient":"alice","capabilities":[{"kind":"chat"}]}`})
+	h3.snd.take()
+	if s = h3.send("lab", space.Draft{Kind: meup.KindCapabilityGrantAck, To: []string{"bob"}, CorrelationID: []string{"g9"}, Payload: json.RawMessage(`{"grant_id":"g9","status":"accepted"}`)}); s.NotApplied != "" {
+		t.Errorf("grant-ack of a grant made to this node: not applied %q", s.NotApplied)
+	}
+	h3.snd.take()
 }
 
 // TestSendAppliesLocally: what this node sends changes its own state as a

@@ -90,6 +90,22 @@ func strictRefuses(reason string) bool {
 	return reason != meup.ReasonGrantExceeds && reason != meup.ReasonRateLimited && reason != meup.ReasonCapability
 }
 
+// acksGrantToSelfLocked reports whether env is the capability/grant-ack
+// this node sends for a grant made to it (its correlation_id names the
+// grant): the granter's node takes it without a capability
+// (acksOwnGrantLocked).
+func (e *Engine) acksGrantToSelfLocked(space string, env meup.Envelope) bool {
+	if env.Kind != meup.KindCapabilityGrantAck || len(env.CorrelationID) == 0 {
+		return false
+	}
+	for _, g := range e.grants[space] {
+		if g.g.Grantee == e.opts.Self && slices.Contains(env.CorrelationID, g.g.ID) {
+			return true
+		}
+	}
+	return false
+}
+
 // sendableSystem reports whether kind is one of the reserved kinds a
 // member sends (Receive takes them from members).
 func sendableSystem(kind string) bool {
@@ -136,8 +152,9 @@ type target struct {
 // Copies go out concurrently (at most [MaxConcurrentSends] at a time)
 // with o; Send returns once every copy's SendMEUP returned.
 //
-// Send does not check this node's own capabilities: the receivers do. It
-// does apply the envelope to this node's own state as a receiver would
+// Send checks this node's own capabilities and the rules of the space as
+// a member's node checks what it receives, and applies the envelope to
+// this node's own state as a receiver would
 // (a grant is recorded and enforced here, a proposal tracked, a kick or
 // invite changes the roster), before the copies go out, so that the
 // member a kick removes still gets its copy and an invited one does not.
@@ -206,10 +223,15 @@ func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions)
 			if !sendableSystem(env.Kind) {
 				reason, detail = meup.ReasonReservedKind, fmt.Sprintf("%s is reserved: members send only system/presence, system/welcome and system/error", env.Kind)
 			}
-		case !allows(e.holdsLocked(space, sp.self), env) && !e.acksOwnGrantLocked(space, sp.self, env):
-			reason, detail = meup.ReasonCapability, fmt.Sprintf("no capability %q holds in space %q matches kind %q", sp.self.ID, space, env.Kind)
 		default:
 			eff, reason, detail = e.checkLocked(sp, sp.self, env, now)
+			// A member checks the sender's capabilities first; a strict
+			// draft is still refused for a rule every member applies
+			// alike (its roster here may be what lacks the capability).
+			if !allows(e.holdsLocked(space, sp.self), env) && !e.acksGrantToSelfLocked(space, env) &&
+				(reason == "" || !d.Strict || !strictRefuses(reason)) {
+				reason, detail = meup.ReasonCapability, fmt.Sprintf("no capability %q holds in space %q matches kind %q", sp.self.ID, space, env.Kind)
+			}
 		}
 		if reason != "" && d.Strict && strictRefuses(reason) {
 			if d.ID != "" {
