@@ -317,17 +317,22 @@ func (r *Router) stopAwaiting(k dedupKey, ch chan struct{}) {
 // envelope. One that no send waits for is kept for the next attempt, and
 // the peer's queue is told to go on at once.
 func (r *Router) relayLateAck(e wire.Envelope) {
-	if !r.relayAckArrived(e) && r.opts.PeerConnected != nil {
+	waited, late := r.relayAckArrived(e)
+	if r.opts.LateAck != nil {
+		for _, id := range late {
+			r.opts.LateAck(e.From, id)
+		}
+	}
+	if !waited && r.opts.PeerConnected != nil {
 		r.opts.PeerConnected(e.From)
 	}
 }
 
 // relayAckArrived routes an ack (or each id of an acks) that came
 // through the relay as an inbound envelope; it reports whether a send was
-// waiting for it.
-func (r *Router) relayAckArrived(e wire.Envelope) bool {
+// waiting for it, and the ids no send waited for.
+func (r *Router) relayAckArrived(e wire.Envelope) (waited bool, late []identity.UUID) {
 	var buf [1]identity.UUID
-	waited := false
 	now := time.Now()
 	r.rs.mu.Lock()
 	defer r.rs.mu.Unlock()
@@ -342,8 +347,9 @@ func (r *Router) relayAckArrived(e wire.Envelope) bool {
 		if r.rs.late != nil {
 			r.rs.keepLate(k, now)
 		}
+		late = append(late, id)
 	}
-	return waited
+	return waited, late
 }
 
 // RelayReply is the outcome of an envelope that arrived through the relay.

@@ -128,6 +128,12 @@ type Options struct {
 	// a sign the peer is up (the outbox tries its queue at once). It is
 	// called on the connection's goroutine and must not block.
 	PeerConnected func(identity.PeerID)
+	// LateAck, if set, is told of each ack that came through the relay
+	// when no send waited for it: id, an envelope this node sent to from,
+	// was acknowledged after its send returned (a direct send a broker
+	// stored, say). It is called on the relay's goroutine and must not
+	// block.
+	LateAck func(from identity.PeerID, id identity.UUID)
 	// RefusePlaintext refuses plaintext TCP: an inbound TCP connection
 	// that starts with a frame rather than a TLS handshake is closed
 	// (RejectPlaintext), and tcp:// peers are not dialled. Unix sockets

@@ -456,6 +456,9 @@ func parseSendOptions(a args) (node.SendOptions, error) {
 
 // queuedNote tells a model what happens to a send that is queued.
 func queuedNote(sent node.Sent) string {
+	if sent.Delivery == node.DeliveryStored {
+		return "not delivered yet: the NATS JetStream stream stored it, and the peer gets it when it is back; nothing to do now (message_status shows when the peer acknowledges it). Do not send it again."
+	}
 	if sent.Delivery != node.DeliveryQueued {
 		return ""
 	}

@@ -482,6 +482,31 @@ func TestNATSJetStreamOfflineRecipient(t *testing.T) {
 	if d := deadOf(t, alice); len(d) != 0 {
 		t.Fatalf("dead letters: %d", len(d))
 	}
+
+	// A direct send while bob is away is stored in the stream: not a
+	// failure (bob gets it when he is back), and its record turns acked
+	// when his ack comes.
+	bob.stop()
+	var direct struct {
+		ID, Delivery string
+	}
+	alice.okJSON(&direct, "send", "message", "bob", "direct while away", "--json")
+	if direct.Delivery != node.DeliveryStored {
+		t.Fatalf("a direct send while bob is away: %+v, want delivery %s", direct, node.DeliveryStored)
+	}
+	if st := alice.sentStatus(direct.ID); st.State != node.StateStored {
+		t.Fatalf("its record: %+v, want %s", st, node.StateStored)
+	}
+	bob.start()
+	waitUntil(t, "bob to get the direct send", func() bool {
+		for _, it := range bob.inbox() {
+			if it.ID == direct.ID {
+				return true
+			}
+		}
+		return false
+	})
+	waitUntil(t, "alice's record of it to turn acked", func() bool { return alice.sentStatus(direct.ID).State == node.StateAcked })
 }
 
 // auditSealedRow is a row of `audit --json`, with the field under test.

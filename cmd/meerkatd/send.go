@@ -117,8 +117,11 @@ func runSend(e *env, args []string) error {
 	if res.Replayed {
 		fmt.Fprintf(e.stderr, "replayed: the first send with this idempotency key (%s); nothing sent again\n", res.Delivery)
 	}
-	if res.Delivery == node.DeliveryQueued {
+	switch res.Delivery {
+	case node.DeliveryQueued:
 		nodetext.SendQueued(e.stderr, res.LastError, b.Daemon)
+	case node.DeliveryStored:
+		fmt.Fprintln(e.stderr, "stored in the broker (NATS JetStream): the peer gets it when it is back; not acknowledged yet (meerkatd sent shows when it is)")
 	}
 	for _, r := range res.Responses {
 		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, nodetext.EscapeJSON(r.Result, "  "))

@@ -249,6 +249,11 @@ func (rl *Relay) natsOptions() ([]nats.Option, error) {
 		nats.ReconnectWait(o.ReconnectWait),
 		nats.Timeout(o.ConnectTimeout),
 		nats.RetryOnFailedConnect(false),
+		// Nothing is kept to publish after a reconnect: a send while
+		// the connection is down fails at once (the outbox retries a
+		// reliable one) rather than failing at its timeout and going
+		// out later all the same.
+		nats.ReconnectBufSize(-1),
 		nats.CustomInboxPrefix(inboxPrefix + rl.r.ID().UUID().String()),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			rl.log.Warn("NATS disconnected; reconnecting", "err", err)

@@ -104,6 +104,24 @@ func TestOfflinePeerFailsFast(t *testing.T) {
 	t.Logf("no responders after %v", time.Since(start))
 }
 
+// A send while the connection to the server is down fails at once and
+// is kept nowhere: the client does not publish it after reconnecting, so
+// a send reported failed is not delivered later all the same (a reliable
+// one is retried by its outbox).
+func TestSendWhileDisconnectedIsNotKept(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, a, _ := twoOnOneServer(t)
+	s.Shutdown()
+	testutil.WaitFor(t, 30*time.Second, "the client to see the server gone", func() bool {
+		return a.relay.Status().State == "reconnecting"
+	})
+	_, err := a.r.SendMessage(ctxT(t), "n1", "while the server is down")
+	var off *comms.PeerOfflineError
+	if !errors.As(err, &off) || off.Reason != comms.OfflineRelay || !errors.Is(err, nats.ErrReconnectBufExceeded) {
+		t.Fatalf("send while disconnected: %v; want it refused at once, kept for no reconnect", err)
+	}
+}
+
 func TestNoRelayConfigured(t *testing.T) {
 	nodes := newNodes(t, 2)
 	_, err := nodes[0].r.SendMessage(ctxT(t), "n1", "x")

@@ -230,6 +230,10 @@ const (
 	DeliveryAcked   = "acked"   // the peer acknowledged it (messages, requests)
 	DeliveryWritten = "written" // written to the peer (responses are not acknowledged)
 	DeliveryQueued  = "queued"  // reliable, not delivered yet: the outbox retries it
+	// DeliveryStored: a direct send whose one attempt a broker on the
+	// way (NATS JetStream) stored; the peer gets it when it is back, and
+	// has not acknowledged it yet (message_status follows it).
+	DeliveryStored = "stored_in_broker"
 )
 
 // Sent reports a send.

@@ -68,7 +68,7 @@ type BroadcastCopy struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// DeliveryFailed is a copy's Delivery when its send failed.
+// DeliveryFailed is the Delivery of a send, or of a copy, that failed.
 const DeliveryFailed = "failed"
 
 // peerMeta is what the node reads from a trust entry's meta.

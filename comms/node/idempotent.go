@@ -222,7 +222,7 @@ func (n *Node) idempotentSend(ctx context.Context, op string, a sendArgs, opts S
 		first = s
 		kept := s
 		kept.Responses = nil // bounded: the responses are in the inbox
-		return kept, s.Delivery != "", err
+		return kept, s.Delivery != "" && s.Delivery != DeliveryFailed, err
 	})
 	if !replayed {
 		return first, err

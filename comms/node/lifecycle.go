@@ -378,7 +378,7 @@ func (lc *lifecycle) sendCancel(ctx context.Context, peer identity.PeerID, id, r
 	if out.id.IsZero() {
 		return Sent{}, Coded(err)
 	}
-	return Sent{ID: out.id.String(), Peer: out.peer.Name, Delivery: out.delivery, LastError: out.lastError}, Coded(err)
+	return out.result(err), Coded(err)
 }
 
 // rememberCancel notes the id of a meerkat.cancel this node sent: its

@@ -291,6 +291,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 		Inbox:              admit,
 		Observe:            observe,
 		PeerConnected:      n.peerConnected,
+		LateAck:            n.lateAck,
 		Pairing:            pairHook,
 		RefusePlaintext:    h.Config.Comms.RefusePlaintext(),
 	})

@@ -113,6 +113,14 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 		n.auditSealed(sealed, audit.EventSent, 1, "")
 		start := time.Now()
 		err := n.r.Deliver(ctx, comms.Delivery{To: sealed.Peer.ID, ID: sealed.ID, Payload: sealed.Payload, WantAck: wantAck, SecondTry: true})
+		if errors.Is(err, comms.ErrStoredInBroker) {
+			// Its one attempt reached a broker that stored it (NATS
+			// JetStream): not failed, the peer gets it when it is back.
+			n.auditSealed(sealed, audit.EventStored, 1, "")
+			n.sentEvent(sealed.ID, store.SentEventStored, 0, "")
+			out.delivery, out.lastError = DeliveryStored, storedNote
+			return out, nil
+		}
 		if err != nil {
 			n.auditSealed(sealed, audit.EventRefused, 1, err.Error())
 			n.countSend(sendFailed)
@@ -425,7 +433,17 @@ func (n *Node) sendKindSealed(ctx context.Context, peer string, kind wire.Kind, 
 	if out.id.IsZero() {
 		return Sent{}, out, Coded(err)
 	}
-	return Sent{ID: out.id.String(), Peer: out.peer.Name, Delivery: out.delivery, LastError: out.lastError}, out, Coded(err)
+	return out.result(err), out, Coded(err)
+}
+
+// result is the Sent of a send that sealed its envelope and ended with
+// err: a send that failed before any delivery shows as failed.
+func (o sendOutcome) result(err error) Sent {
+	s := Sent{ID: o.id.String(), Peer: o.peer.Name, Delivery: o.delivery, LastError: o.lastError}
+	if s.Delivery == "" && err != nil {
+		s.Delivery = DeliveryFailed
+	}
+	return s
 }
 
 // jsonValue parses a JSON argument (empty: null).

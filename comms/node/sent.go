@@ -226,6 +226,13 @@ func (n *Node) sentEvent(id identity.UUID, event string, attempts int, text stri
 	n.sentWarn(st.Update(store.SentUpdate{ID: id, Event: event, At: time.Now(), Attempts: attempts, Text: text}))
 }
 
+// lateAck records the ack of an envelope that came when no send waited
+// for it: a direct send that a broker stored is acked now (a reliable one
+// is too, a moment before its outbox entry finds the ack).
+func (n *Node) lateAck(_ identity.PeerID, id identity.UUID) {
+	n.sentEvent(id, store.SentEventAcked, 0, "")
+}
+
 // sentOutbox records what the outbox did with an envelope.
 func (n *Node) sentOutbox(ev outbox.Event) {
 	switch ev.Type {
