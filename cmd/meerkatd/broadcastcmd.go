@@ -39,7 +39,7 @@ func runBroadcast(e *env, args []string) error {
 	return e.withBackend(*homeFlag, 2*time.Minute, func(ctx context.Context, b *control.Backend) error {
 		res, err := b.Broadcast(ctx, a)
 		if *asJSON {
-			return e.printPartial(res, err == nil, cmp.Or(err, copiesFailed(res.Copies, broadcastDelivery)))
+			return e.printPartial(res, err == nil, cmp.Or(err, res.CopiesError()))
 		}
 		if err != nil {
 			return err
@@ -49,36 +49,8 @@ func runBroadcast(e *env, args []string) error {
 		if err := nodetext.Broadcast(e.stdout, res); err != nil {
 			return err
 		}
-		return copiesFailed(res.Copies, broadcastDelivery)
+		return res.CopiesError()
 	})
-}
-
-// broadcastDelivery is a broadcast copy's delivery.
-func broadcastDelivery(c node.BroadcastCopy) string { return c.Delivery }
-
-// spaceDelivery is a space copy's delivery: failed for a copy that was
-// sent but not delivered (a --direct one the member did not take).
-func spaceDelivery(c node.SpaceCopy) string {
-	if c.Skipped == "" && c.Delivery == "" {
-		return node.DeliveryFailed
-	}
-	return c.Delivery
-}
-
-// copiesFailed is the error of a send to many (a broadcast, a space
-// send) some of whose copies failed (exit 1), nil if every copy was
-// delivered, queued or skipped.
-func copiesFailed[C any](copies []C, delivery func(C) string) error {
-	failed := 0
-	for _, c := range copies {
-		if delivery(c) == node.DeliveryFailed {
-			failed++
-		}
-	}
-	if failed == 0 {
-		return nil
-	}
-	return fmt.Errorf("%d of %d copies failed (see their notes)", failed, len(copies))
 }
 
 func runTask(e *env, args []string) error {

@@ -180,7 +180,7 @@ func runSpace(e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		failed := copiesFailed(sent.Copies, spaceDelivery)
+		failed := sent.CopiesError()
 		if *asJSON {
 			return e.printPartial(sent, true, failed)
 		}

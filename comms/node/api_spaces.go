@@ -126,6 +126,19 @@ type SpaceSent struct {
 	Replayed bool `json:"replayed,omitempty"`
 }
 
+// CopiesError is the error of a space send some of whose copies were
+// sent but not delivered (a direct copy a member did not take), nil if
+// every copy was delivered, queued or skipped.
+func (s SpaceSent) CopiesError() error {
+	failed := 0
+	for _, c := range s.Copies {
+		if c.Skipped == "" && c.Delivery == "" {
+			failed++
+		}
+	}
+	return copiesError(failed, len(s.Copies))
+}
+
 // ProposalQuery selects proposals.
 type ProposalQuery struct {
 	Space string `json:"space,omitempty"` // "": every space

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -51,6 +52,27 @@ type Broadcasted struct {
 	// Replayed is true when an idempotency key used before returned the
 	// first broadcast's result: nothing was sent this time.
 	Replayed bool `json:"replayed,omitempty"`
+}
+
+// CopiesError is the error of a broadcast some of whose copies failed,
+// nil if every copy was delivered or queued.
+func (b Broadcasted) CopiesError() error {
+	failed := 0
+	for _, c := range b.Copies {
+		if c.Delivery == DeliveryFailed {
+			failed++
+		}
+	}
+	return copiesError(failed, len(b.Copies))
+}
+
+// copiesError is the error of a send to many with failed of its total
+// copies failed (nil for none): the command line exits 1 with it.
+func copiesError(failed, total int) error {
+	if failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d copies failed (see their notes)", failed, total)
 }
 
 // BroadcastCopy is the outcome of one peer's copy.

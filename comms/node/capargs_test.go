@@ -47,3 +47,28 @@ func FuzzCapabilityArgs(f *testing.F) {
 		}
 	})
 }
+
+// A send to many fails, for the command line, when a copy failed: a
+// broadcast copy marked failed, a space copy sent but not delivered (not
+// one skipped, queued or acked).
+func TestCopiesError(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"broadcast, none failed", Broadcasted{Copies: []BroadcastCopy{{Delivery: DeliveryAcked}, {Delivery: DeliveryQueued}}}.CopiesError(), ""},
+		{"broadcast, one failed", Broadcasted{Copies: []BroadcastCopy{{Delivery: DeliveryAcked}, {Delivery: DeliveryFailed}}}.CopiesError(), "1 of 2 copies failed (see their notes)"},
+		{"space, none failed", SpaceSent{Copies: []SpaceCopy{{Delivery: DeliveryAcked}, {Skipped: "not trusted"}, {Delivery: DeliveryQueued}}}.CopiesError(), ""},
+		{"space, one not delivered", SpaceSent{Copies: []SpaceCopy{{Delivery: DeliveryAcked}, {LastError: "peer offline"}, {Skipped: "not addressed"}}}.CopiesError(), "1 of 3 copies failed (see their notes)"},
+		{"no copies", SpaceSent{}.CopiesError(), ""},
+	} {
+		got := ""
+		if c.err != nil {
+			got = c.err.Error()
+		}
+		if got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
