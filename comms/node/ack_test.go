@@ -233,6 +233,14 @@ func TestSpaceFilterRemovedSpace(t *testing.T) {
 	if r, err := m.Ack(ctx, AckRequest{UpTo: b.Cursor, MEUPFilter: build}); err != nil || r.Acked != 1 || r.Pending != 1 {
 		t.Fatalf("ack of a deleted space's items: %+v, %v", r, err)
 	}
+	// Ids are acknowledged whatever the filters say, as with a known space.
+	ops, err := m.Receive(ctx, Query{MEUPFilter: MEUPFilter{Space: "ops"}})
+	if err != nil || len(ops.Messages) != 1 {
+		t.Fatalf("read of ops: %+v, %v", ops, err)
+	}
+	if r, err := m.Ack(ctx, AckRequest{IDs: []string{ops.Messages[0].ID}, MEUPFilter: build}); err != nil || r.Acked != 1 || r.Pending != 0 {
+		t.Fatalf("ack by id with the deleted space's filter: %+v, %v", r, err)
+	}
 	// None left: the name is unknown again, on reads, waiting reads and acks.
 	for _, q := range []Query{{MEUPFilter: build}, {MEUPFilter: build, Wait: MaxWait}} {
 		if _, err := m.Receive(ctx, q); CodeOf(err) != CodeUnknownSpace || !strings.Contains(err.Error(), "the spaces are ops") {

@@ -307,7 +307,10 @@ func LocalOffer(dir string, a Announcement) (string, error) {
 	}
 	o, err := parseLocalOffer(b)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
+		// Left by another version, or cut short: no offer anyone
+		// waits on. Keep looking (the offer may come, another node of
+		// the name may have one).
+		return "", errorf(CodePairFailed, "%s has no local offer open (%s is not one: %v): run meerkatd pair offer --local on it first", a.Name, path, err)
 	}
 	if !time.Now().Before(o.Expires) || !alive(o.PID) {
 		return "", errorf(CodePairFailed, "%s has no local offer open (its last one has ended): run meerkatd pair offer --local on it first", a.Name)

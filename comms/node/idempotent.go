@@ -148,7 +148,7 @@ func (n *Node) idempotentKeep(ctx context.Context, key, op string, args any, fn 
 		return got.Result, true, nil
 	}
 	k := got
-	v, keep, ferr := fn(callOf(key, hash, k.Created))
+	v, keep, ferr := fn(callOf(key, hash, k.CallAt))
 	var out json.RawMessage
 	if keep {
 		if out, err = json.Marshal(v); err != nil {

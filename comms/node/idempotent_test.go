@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/inbox/store"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -267,5 +268,43 @@ func TestIdempotencyKeyAfterItsWindow(t *testing.T) {
 			}
 			waitFor(t, 5*time.Second, "the second send to arrive", func() bool { return countItems(t, bob, "message") == 2 })
 		})
+	}
+}
+
+// The memory store keeps keys as the durable one does: a released key's
+// retry keeps the time that names the call and starts the window again;
+// a finished one is replayed a window after its latest claim.
+func TestMemSentKeys(t *testing.T) {
+	m := newMemSent()
+	t0 := time.Unix(5000, 0)
+	const window = time.Hour
+	k := store.Idem{Key: "k", Op: "send_message", ArgsHash: []byte{1}, Owner: "a", Created: t0}
+	if got, ok, err := m.ClaimKey(k, t0.Add(-window)); err != nil || !ok || !got.CallAt.Equal(t0) {
+		t.Fatalf("first claim: %+v %v %v", got, ok, err)
+	}
+	if got, ok, _ := m.ClaimKey(store.Idem{Key: "k", Op: "send_message", ArgsHash: []byte{1}, Owner: "x", Created: t0}, t0.Add(-window)); ok || got.Owner != "a" {
+		t.Fatalf("claim while it runs: %+v %v", got, ok)
+	}
+	if err := m.ReleaseKey(k); err != nil {
+		t.Fatal(err)
+	}
+	retry := k
+	retry.Owner, retry.Created = "b", t0.Add(50*time.Minute)
+	got, ok, err := m.ClaimKey(retry, retry.Created.Add(-window))
+	if err != nil || !ok || !got.CallAt.Equal(t0) || !got.Created.Equal(retry.Created) || got.Owner != "b" {
+		t.Fatalf("retry: %+v %v %v", got, ok, err)
+	}
+	got.Result = []byte(`"sent"`)
+	if err := m.FinishKey(got); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(61 * time.Minute)
+	if again, ok, err := m.ClaimKey(store.Idem{Key: "k", Op: "send_message", ArgsHash: []byte{1}, Owner: "c", Created: at}, at.Add(-window)); err != nil || ok || string(again.Result) != `"sent"` {
+		t.Fatalf("a repeat after the successful retry: %+v %v %v; want it replayed", again, ok, err)
+	}
+	// Used again after its window: a new call, named by its own time.
+	late := t0.Add(3 * time.Hour)
+	if got, ok, err := m.ClaimKey(store.Idem{Key: "k", Op: "send_message", ArgsHash: []byte{1}, Owner: "d", Created: late}, late.Add(-window)); err != nil || !ok || !got.CallAt.Equal(late) {
+		t.Fatalf("after the window: %+v %v %v", got, ok, err)
 	}
 }

@@ -420,8 +420,8 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 			}
 		}
 	}
-	if f.noSpace != nil && matched == 0 {
-		return Acked{}, f.noSpace
+	if f.noSpace != nil && matched == 0 && len(want) == 0 {
+		return Acked{}, f.noSpace // ids are acknowledged whatever the filters
 	}
 	acked := n.mail.Ack(seqs...)
 	n.shown.forget(seqs)

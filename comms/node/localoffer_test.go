@@ -250,12 +250,13 @@ func TestLocalOfferStale(t *testing.T) {
 			t.Errorf("%s: LocalOffer = %q, %v; want no offer open (%s)", c.name, got, err, CodePairFailed)
 		}
 	}
-	// A file that is not an offer is an error naming it, not "no offer".
+	// A file that is not an offer (a bare line, as an older version
+	// left) is no offer open either, and the error names it.
 	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LocalOffer(dir, a); err == nil || CodeOf(err) == CodePairFailed || !strings.Contains(err.Error(), path) {
-		t.Errorf("a bare line: %v, want an error naming %s", err, path)
+	if _, err := LocalOffer(dir, a); CodeOf(err) != CodePairFailed || !strings.Contains(err.Error(), path) {
+		t.Errorf("a bare line: %v, want no offer open (%s), naming %s", err, CodePairFailed, path)
 	}
 }
 

@@ -513,7 +513,8 @@ func (m *memSent) ClaimKey(k store.Idem, expired time.Time) (store.Idem, bool, e
 		released := old.Owner == "" && old.Result == nil
 		switch {
 		case released && old.Op == k.Op && bytes.Equal(old.ArgsHash, k.ArgsHash):
-			old.Owner = k.Owner // the same call again: under its first claim's time
+			// The same call again: claimed now, named as at first.
+			old.Owner, old.Created = k.Owner, k.Created
 			m.keys[k.Key] = old
 			return old, true, nil
 		case !released:
@@ -528,6 +529,7 @@ func (m *memSent) ClaimKey(k store.Idem, expired time.Time) (store.Idem, bool, e
 			}
 		}
 	}
+	k.CallAt = k.Created
 	m.keys[k.Key] = k
 	return k, true, nil
 }

@@ -459,10 +459,13 @@ func (n *Node) Proposals(_ context.Context, q ProposalQuery) (ProposalsPage, err
 	if err != nil {
 		return ProposalsPage{}, spaceErr(err)
 	}
-	if len(ps) == 0 && q.Space != "" && !s.eng.In(q.Space) {
+	if len(ps) == 0 && q.Space != "" && !s.eng.Known(q.Space) {
 		// The proposals of a space left or deleted here stay listed
-		// (until they expire); a name with none and no space is a typo.
-		return ProposalsPage{}, errorf(CodeUnknownSpace, "no space %q here (list_spaces or meerkatd space list shows them)", q.Space)
+		// (until they expire); a name with none, in any state, and no
+		// space is a typo.
+		if all, err := s.eng.Proposals(q.Space, ""); err == nil && len(all) == 0 {
+			return ProposalsPage{}, errorf(CodeUnknownSpace, "no space %q here (list_spaces or meerkatd space list shows them)", q.Space)
+		}
 	}
 	// The cursor orders by creation, space and id: the stores' order,
 	// made exact here (it compares the times the cursor holds).

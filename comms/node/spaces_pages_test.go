@@ -111,3 +111,25 @@ func TestUnknownSpaceNamed(t *testing.T) {
 		t.Errorf("proposals of a space with none: %+v, %v", p, err)
 	}
 }
+
+// The proposals of a space deleted here stay listed by its name; a
+// state filter that matches none of them gives an empty page, not
+// unknown_space.
+func TestProposalsOfADeletedSpace(t *testing.T) {
+	nodes := spaceNodes(t, map[string]string{"orch": `[{"kind": "*"}]`, "prop": `[{"kind": ["chat", "mcp/proposal"]}]`}, "orch", "prop")
+	orch, prop := nodes["orch"], nodes["prop"]
+	ctx := context.Background()
+	proposeAt(t, orch, prop, "p", 2, 10)
+	if _, err := orch.SpaceEdit(ctx, SpaceEdit{Op: SpaceDelete, Space: "build"}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := orch.Proposals(ctx, ProposalQuery{Space: "build"}); err != nil || len(p.Proposals) != 2 {
+		t.Fatalf("proposals of the deleted space: %+v, %v", p, err)
+	}
+	if p, err := orch.Proposals(ctx, ProposalQuery{Space: "build", State: space.ProposalRejected}); err != nil || len(p.Proposals) != 0 {
+		t.Fatalf("its rejected proposals (none): %+v, %v", p, err)
+	}
+	if _, err := orch.Proposals(ctx, ProposalQuery{Space: "nosuch", State: space.ProposalRejected}); CodeOf(err) != CodeUnknownSpace {
+		t.Fatalf("a name with no space and no proposals: %v, want %s", err, CodeUnknownSpace)
+	}
+}

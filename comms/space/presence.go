@@ -146,6 +146,14 @@ func (e *Engine) In(space string) bool {
 	return sp != nil && sp.self != nil
 }
 
+// Known reports whether space is in the roster, this node a member of it
+// or not.
+func (e *Engine) Known(space string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.spaces[space] != nil
+}
+
 // Spaces lists the spaces of the roster in its order, members in roster
 // order.
 func (e *Engine) Spaces() []Info {

@@ -346,6 +346,16 @@ CREATE INDEX held_cancels_at ON held_cancels (at);
 	`
 INSERT INTO meta (key, value) SELECT 'dedup_merged', CAST(coalesce(max(seq), 0) AS TEXT) FROM items;
 `,
+
+	// The time a call was first claimed under its idempotency key
+	// (sent.go): call_at names the call (its envelope ids derive from
+	// it), while created, the time of its latest claim, starts the
+	// key's window. A key released after a failed call is kept, without
+	// an owner, and its retry keeps call_at. NULL: created (keys claimed
+	// before this version).
+	`
+ALTER TABLE idempotency ADD COLUMN call_at INTEGER;
+`,
 }
 
 // schemaVersion is the schema version this build writes.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -164,6 +165,10 @@ type Idem struct {
 	Result   []byte // the first call's result as JSON; nil while it runs
 	Owner    string // who runs it while Result is nil
 	Created  time.Time
+	// CallAt is when the call was first claimed: it names the call
+	// (envelope ids derive from it) across retries of a failed call, while
+	// Created, its latest claim, starts the key's window.
+	CallAt time.Time
 }
 
 // Sent is the durable record of sends and idempotency keys of a [Store]
@@ -304,15 +309,16 @@ func (sn *Sent) List(q SentQuery) ([]SentRecord, error) {
 // no owner, no result.
 func (k Idem) released() bool { return k.Owner == "" && k.Result == nil }
 
-// ClaimKey claims key k.Key for a call: a key created before expired
-// counts as unused (and is replaced). It returns the stored record and
-// false if the key is in use (its Result nil while its call runs; or it
-// has a result, to replay). It returns the claimed record and true once
-// the key is stored as running, owned by k.Owner: k itself for a new
-// claim, or, for the same call again (the same Op and ArgsHash) after
-// its key was released, the stored record now owned by k.Owner, its
-// Created the first claim's, so that every attempt of one call within
-// the window is the same call and a new one after it is not.
+// ClaimKey claims key k.Key for a call made at k.Created: a key created
+// (last claimed) before expired counts as unused (and is replaced). It
+// returns the stored record and false if the key is in use (its Result
+// nil while its call runs; or it has a result, to replay). It returns
+// the claimed record and true once the key is stored as running, owned
+// by k.Owner: k itself, CallAt k.Created, for a new claim; for the same
+// call again (the same Op and ArgsHash) after its key was released, the
+// stored record claimed anew (owner k.Owner, Created k.Created) with the
+// CallAt it had, so that every attempt of one call is the same call and
+// a use of the key after its window is not.
 func (sn *Sent) ClaimKey(k Idem, expired time.Time) (Idem, bool, error) {
 	if k.Owner == "" {
 		return Idem{}, false, errors.New("bug: store: claim key without an owner")
@@ -330,6 +336,7 @@ func (sn *Sent) ClaimKey(k Idem, expired time.Time) (Idem, bool, error) {
 	if res.idem != nil {
 		return *res.idem, res.claim, nil
 	}
+	k.CallAt = k.Created
 	return k, true, nil
 }
 
@@ -356,12 +363,12 @@ const (
 		response_id = ?, response_status = ?, answered_at = ?, progress = ?, progress_id = ?, progress_at = ? WHERE id = ?`
 	sqlSentPrune   = `DELETE FROM sent WHERE created < ? AND state NOT IN ('queued', 'in_flight')`
 	sqlIdemPrune   = `DELETE FROM idempotency WHERE created < ?`
-	sqlIdemGet     = `SELECT key, op, args_hash, result, owner, created FROM idempotency WHERE key = ?`
+	sqlIdemGet     = `SELECT key, op, args_hash, result, owner, created, call_at FROM idempotency WHERE key = ?`
 	sqlIdemDelete  = `DELETE FROM idempotency WHERE key = ?`
-	sqlIdemInsert  = `INSERT INTO idempotency (key, op, args_hash, result, owner, created) VALUES (?, ?, ?, NULL, ?, ?)`
+	sqlIdemInsert  = `INSERT INTO idempotency (key, op, args_hash, result, owner, created, call_at) VALUES (?, ?, ?, NULL, ?, ?, ?)`
 	sqlIdemFinish  = `UPDATE idempotency SET result = ? WHERE key = ? AND owner = ? AND result IS NULL`
 	sqlIdemRel     = `UPDATE idempotency SET owner = '' WHERE key = ? AND owner = ? AND result IS NULL`
-	sqlIdemReclaim = `UPDATE idempotency SET owner = ? WHERE key = ? AND owner = '' AND result IS NULL`
+	sqlIdemReclaim = `UPDATE idempotency SET owner = ?, created = ? WHERE key = ? AND owner = '' AND result IS NULL`
 )
 
 func uuidBytes(u identity.UUID) []byte {
@@ -479,20 +486,21 @@ func (t *outboxTx) runSent(req *request, res *result) error {
 		}
 		var k Idem
 		var created int64
-		err = st.QueryRowContext(t.ctx, q.idem.Key).Scan(&k.Key, &k.Op, &k.ArgsHash, &k.Result, &k.Owner, &created)
+		var callAt sql.NullInt64
+		err = st.QueryRowContext(t.ctx, q.idem.Key).Scan(&k.Key, &k.Op, &k.ArgsHash, &k.Result, &k.Owner, &created, &callAt)
+		k.Created, k.CallAt = time.Unix(0, created), time.Unix(0, cmp.Or(callAt.Int64, created))
 		switch {
 		case err == nil && created >= q.keyAt.UnixNano() && k.released() && k.Op == q.idem.Op && bytes.Equal(k.ArgsHash, q.idem.ArgsHash):
-			// The same call again after a failed attempt: it is claimed
-			// under its first claim's time, so it names the same call.
-			if _, err := t.exec(sqlIdemReclaim, q.idem.Owner, q.idem.Key); err != nil {
+			// The same call again after a failed attempt: claimed now
+			// (its window starts again), it keeps the time that names it.
+			if _, err := t.exec(sqlIdemReclaim, q.idem.Owner, q.idem.Created.UnixNano(), q.idem.Key); err != nil {
 				return err
 			}
-			k.Owner, k.Created = q.idem.Owner, time.Unix(0, created)
+			k.Owner, k.Created = q.idem.Owner, q.idem.Created
 			res.idem = &k
 			res.claim = true
 			return nil
 		case err == nil && created >= q.keyAt.UnixNano() && !k.released():
-			k.Created = time.Unix(0, created)
 			res.idem = &k
 			return nil
 		case err == nil: // expired, or released and now used for another call
@@ -502,7 +510,7 @@ func (t *outboxTx) runSent(req *request, res *result) error {
 		case !errors.Is(err, sql.ErrNoRows):
 			return err
 		}
-		_, err = t.exec(sqlIdemInsert, q.idem.Key, q.idem.Op, q.idem.ArgsHash, q.idem.Owner, q.idem.Created.UnixNano())
+		_, err = t.exec(sqlIdemInsert, q.idem.Key, q.idem.Op, q.idem.ArgsHash, q.idem.Owner, q.idem.Created.UnixNano(), q.idem.Created.UnixNano())
 		return err
 	case opIdemFinish:
 		_, err := t.exec(sqlIdemFinish, q.idem.Result, q.idem.Key, q.idem.Owner)

@@ -339,8 +339,8 @@ func TestIdempotencyKeyReleased(t *testing.T) {
 
 	retry := first
 	retry.Owner, retry.Created = "b", t0.Add(time.Minute)
-	if got := claim(retry, window); !got.Created.Equal(t0) {
-		t.Fatalf("the same call again: created %v, want the first claim's %v", got.Created, t0)
+	if got := claim(retry, window); !got.CallAt.Equal(t0) || !got.Created.Equal(retry.Created) {
+		t.Fatalf("the same call again: call at %v, created %v; want the first claim's %v, and now", got.CallAt, got.Created, t0)
 	}
 	// Running again: busy for others.
 	if got, ok, err := sn.ClaimKey(Idem{Key: "k", Op: "send_message", ArgsHash: []byte{1}, Owner: "c", Created: t0}, window); err != nil || ok || got.Owner != "b" {
@@ -360,7 +360,7 @@ func TestIdempotencyKeyReleased(t *testing.T) {
 	// After the window, the same call is a new claim too.
 	late := other
 	late.Owner, late.Created = "d", t0.Add(2*time.Hour)
-	if got := claim(late, other.Created.Add(time.Second)); !got.Created.Equal(late.Created) {
+	if got := claim(late, other.Created.Add(time.Second)); !got.Created.Equal(late.Created) || !got.CallAt.Equal(late.Created) {
 		t.Fatalf("after the window: %+v, want its own claim", got)
 	}
 	// Only the owner releases; a finished key stays finished.
@@ -376,5 +376,37 @@ func TestIdempotencyKeyReleased(t *testing.T) {
 	}
 	if got, ok, err := sn.ClaimKey(Idem{Key: "k", Op: "send_message", ArgsHash: []byte{2}, Owner: "e", Created: late.Created}, window); err != nil || ok || string(got.Result) != `"ok"` {
 		t.Fatalf("claim of a finished key: %+v %v %v", got, ok, err)
+	}
+}
+
+// The window of a key runs from its latest claim: a call that failed,
+// was retried and then succeeded is replayed for a whole window after
+// the retry, not after the failed attempt.
+func TestIdempotencyWindowFromTheLatestClaim(t *testing.T) {
+	s, _ := openStore(t, Options{})
+	sn := s.Sent()
+	t0 := time.Unix(5000, 0)
+	const window = time.Hour
+	k := Idem{Key: "k", Op: "send_message", ArgsHash: []byte{1}, Owner: "a", Created: t0}
+	if _, ok, err := sn.ClaimKey(k, t0.Add(-window)); err != nil || !ok {
+		t.Fatalf("first claim: %v %v", ok, err)
+	}
+	if err := sn.ReleaseKey(k); err != nil { // it failed
+		t.Fatal(err)
+	}
+	retry := k
+	retry.Owner, retry.Created = "b", t0.Add(50*time.Minute)
+	got, ok, err := sn.ClaimKey(retry, retry.Created.Add(-window))
+	if err != nil || !ok || !got.CallAt.Equal(t0) {
+		t.Fatalf("retry: %+v %v %v", got, ok, err)
+	}
+	got.Result = []byte(`"sent"`)
+	if err := sn.FinishKey(got); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(61 * time.Minute) // past the first claim's window, within the retry's
+	again, ok, err := sn.ClaimKey(Idem{Key: "k", Op: "send_message", ArgsHash: []byte{1}, Owner: "c", Created: at}, at.Add(-window))
+	if err != nil || ok || string(again.Result) != `"sent"` {
+		t.Fatalf("a repeat 11 minutes after the successful retry: %+v, claimed %v, %v; want the result replayed", again, ok, err)
 	}
 }
