@@ -34,6 +34,9 @@ func parseArgs(e *env, flags *flag.FlagSet, args []string) ([]string, error) {
 			return nil, fmt.Errorf("%w: %s", errUsage, flagdoc.Explain(err, flags))
 		}
 		args = flags.Args()
+		if err := flagdoc.GivenEmpty(flags, "idempotency-key"); err != nil {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
 		if len(args) == 0 {
 			return pos, nil
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -119,4 +120,17 @@ func Explain(err error, fs *flag.FlagSet) string {
 		return fmt.Sprintf("%v (a duration needs a unit: %ss, %sm)", err, m[1], m[1])
 	}
 	return err.Error()
+}
+
+// GivenEmpty returns an error for the first of names that was given on
+// the command line with an empty value ("--key ''"): for flags whose
+// empty value would otherwise read as not given at all.
+func GivenEmpty(fs *flag.FlagSet, names ...string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err == nil && f.Value.String() == "" && slices.Contains(names, f.Name) {
+			err = fmt.Errorf("--%s must not be empty", f.Name)
+		}
+	})
+	return err
 }

@@ -128,3 +128,30 @@ func TestExplain(t *testing.T) {
 		}
 	}
 }
+
+func TestGivenEmpty(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--key", "k1"}, ""},
+		{[]string{"--key", ""}, "--key must not be empty"},
+		{[]string{"--key="}, "--key must not be empty"},
+		{[]string{"--other", ""}, ""},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.String("key", "", "")
+		fs.String("other", "", "")
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if err := GivenEmpty(fs, "key"); err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("%q: %q, want %q", c.args, got, c.want)
+		}
+	}
+}
