@@ -87,6 +87,13 @@ var errOutboxNeedsStore = &Error{Code: CodeNoDaemon, Msg: "a reliable send needs
 // send seals s.kind for s.peer and sends it: directly (one attempt, as
 // before the outbox existed) or reliably (stored, then retried).
 func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
+	if s.reliable && n.ob == nil {
+		// Without a running outbox the send is kept in the home's: a
+		// home with none fails before an envelope (and its id) exists.
+		if _, err := n.outboxStore(); err != nil {
+			return sendOutcome{}, err
+		}
+	}
 	var sealed comms.Sealed
 	var err error
 	if s.call != nil {

@@ -442,3 +442,15 @@ func TestIdempotencyKeyArguments(t *testing.T) {
 		t.Fatalf("the retry of a request with a later deadline: %+v, %v; want replayed", r2, err)
 	}
 }
+
+// A reliable send from a command on a memory-mode home has nowhere to be
+// kept: it fails with no_daemon before an envelope exists, so no id is
+// printed for a send that never happened.
+func TestReliableSendWithoutAStoreHasNoID(t *testing.T) {
+	ha, _ := twoHomes(t, func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	alice := startTest(t, ha, ModeSend)
+	s, err := alice.SendMessage(context.Background(), "bob", "keep me", SendOptions{Reliable: true})
+	if CodeOf(err) != CodeNoDaemon || s.ID != "" {
+		t.Fatalf("reliable send without a daemon on a memory home: %+v, %v; want no id, %s", s, err, CodeNoDaemon)
+	}
+}
