@@ -38,6 +38,7 @@ import (
 	"io"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -434,11 +435,11 @@ func checkFiles(conns int) error {
 
 // Flags registers the command line's options on fs, setting o.
 func (o *Options) Flags(fs *flag.FlagSet) {
-	fs.IntVar(&o.Reps, "reps", 0, "measured `repetitions`, after a warm-up one (default 5; --quick 1)")
+	fs.Var(atLeast{&o.Reps, 1}, "reps", "`N` measured repetitions, after a warm-up one (default 5; --quick 1)")
 	fs.StringVar(&o.Transport, "transport", "", "`transports`: uds, tcp, tls, nats, nats-unsealed, a comma-separated list, both (uds,tcp) or all (default all, with nats and nats-unsealed when --nats-url is given; --quick uds); over tls and nats only sequential and pipelined run, compared with tcp")
-	fs.DurationVar(&o.Duration, "duration", 0, "measured window of each throughput scenario (default 2s; --quick 150ms)")
-	fs.IntVar(&o.Msgs, "msgs", 0, "round trips of each latency scenario, conn_per_msg half (default 2000; --quick 100)")
-	fs.IntVar(&o.IdleConns, "idle-conns", 0, "connections of idle_rss_1000 (default 1000; --quick 50)")
+	fs.Var(positiveDuration{&o.Duration}, "duration", "`DUR`: the measured window of each throughput scenario (default 2s; --quick 150ms)")
+	fs.Var(atLeast{&o.Msgs, 10}, "msgs", "`N` round trips of each latency scenario, conn_per_msg half (at least 10; default 2000; --quick 100)")
+	fs.Var(atLeast{&o.IdleConns, 1}, "idle-conns", "`N` connections of idle_rss_1000 (default 1000; --quick 50)")
 	fs.StringVar(&o.NATS, "nats", "", "NATS bench `binary` (bench/nats) to compare with, over TCP")
 	fs.StringVar(&o.NATSURL, "nats-url", "", "running NATS server `URL` (e.g. make nats-dev: nats://127.0.0.1:4222) for the transports nats and nats-unsealed, which go through it")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per scenario per line")
@@ -446,4 +447,52 @@ func (o *Options) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Gate, "gate", false, "exit 1 when a check fails")
 	fs.BoolVar(&o.Quick, "quick", false, "smoke run: one repetition, tiny counts, UDS only")
 	fs.StringVar(&o.Only, "only", "", "comma-separated scenario `groups` to run (default all): "+strings.Join(Groups(), ", "))
+}
+
+// atLeast is an int flag that refuses values below min (0 would read as
+// "not given": the default).
+type atLeast struct {
+	p   *int
+	min int
+}
+
+func (a atLeast) String() string {
+	if a.p == nil || *a.p == 0 {
+		return ""
+	}
+	return strconv.Itoa(*a.p)
+}
+
+func (a atLeast) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("not a whole number")
+	}
+	if n < a.min {
+		return fmt.Errorf("at least %d", a.min)
+	}
+	*a.p = n
+	return nil
+}
+
+// positiveDuration is a duration flag that refuses zero and less.
+type positiveDuration struct{ p *time.Duration }
+
+func (d positiveDuration) String() string {
+	if d.p == nil || *d.p == 0 {
+		return ""
+	}
+	return d.p.String()
+}
+
+func (d positiveDuration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("not a duration (2s, 500ms)")
+	}
+	if v <= 0 {
+		return errors.New("must be positive")
+	}
+	*d.p = v
+	return nil
 }

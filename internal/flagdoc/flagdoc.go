@@ -119,8 +119,15 @@ func Explain(err error, fs *flag.FlagSet) string {
 	if m := bareNumber.FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Sprintf("%v (a duration needs a unit: %ss, %sm)", err, m[1], m[1])
 	}
+	if m := invalidValue.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Sprintf("--%s %q: %s", m[2], m[1], m[3])
+	}
 	return err.Error()
 }
+
+// invalidValue matches the flag package's error for a value its flag
+// refused, to name the flag as it is written (--name).
+var invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([a-z0-9-]+): (.*)$`)
 
 // GivenEmpty returns an error for the first of names that was given on
 // the command line with an empty value ("--key ''"): for flags whose
