@@ -39,7 +39,7 @@ const (
 	// OfflineNoRelay: the peer's address is nats: and this node has no
 	// NATS connection (none configured, not connected yet, or a command
 	// run without the daemon).
-	OfflineNoRelay = "the peer is reached through NATS and this node has no NATS connection: set [nats] servers and send through the running daemon (meerkatd run holds the connection; meerkatd status shows it)"
+	OfflineNoRelay = "the peer is reached through NATS and this process has no NATS connection: only the running daemon holds one (meerkatd run, with [nats] servers in meerkat.toml; meerkatd status shows it)"
 	// OfflineRelay: the broker did not take the envelope or no ack came
 	// back (the peer is not subscribed, the connection is down, a
 	// permission refused it).
