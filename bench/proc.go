@@ -301,12 +301,18 @@ func (b *runner) newNode(network, storeMode string) (*node, error) {
 		// node to be connected to.
 		n.addr = transport.Addr{Scheme: transport.SchemeUDS, Path: filepath.Join(dir, config.DefaultSocketName)}
 		n.relayed, n.natsURL = network, b.opts.natsURL
-		n.env = append(n.env, "MEERKAT_NATS_SERVERS="+b.opts.natsURL)
+		// Subjects of their own: a fleet's JetStream stream on the same
+		// server (meerkat.node.>) would take the bench's envelopes and
+		// answer them with its own acks.
+		n.env = append(n.env, "MEERKAT_NATS_SERVERS="+b.opts.natsURL, "MEERKAT_NATS_SUBJECT_PREFIX="+benchSubjectPrefix)
 	default:
 		return nil, fmt.Errorf("bug: transport %q", network)
 	}
 	return n, nil
 }
+
+// benchSubjectPrefix is the NATS subject prefix of the bench's nodes.
+const benchSubjectPrefix = "meerkat-bench"
 
 // freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
 func freePort() (int, error) {
@@ -488,7 +494,7 @@ func (n *node) router(ctx context.Context, kp *identity.Keypair) (*peerRouter, e
 	}
 	p := &peerRouter{Router: r}
 	if n.relayed != "" {
-		if p.relay, err = natsrelay.Start(ctx, r, natsrelay.Options{Servers: []string{n.natsURL}, Name: "meerkatd bench"}); err != nil {
+		if p.relay, err = natsrelay.Start(ctx, r, natsrelay.Options{Servers: []string{n.natsURL}, Name: "meerkatd bench", SubjectPrefix: benchSubjectPrefix}); err != nil {
 			r.Close()
 			return nil, err
 		}
