@@ -399,10 +399,14 @@ type QueuedSend struct {
 	NextAttempt *time.Time `json:"next_attempt"` // null: as soon as the peer's queue allows
 	// Due is true when its next attempt time has come (or it has none):
 	// it goes as soon as the peer's queue and breaker allow.
-	Due       bool       `json:"due"`
-	Expires   *time.Time `json:"expires"` // null: no time-to-live
-	LastError string     `json:"last_error,omitempty"`
-	InFlight  bool       `json:"in_flight"`
+	Due     bool       `json:"due"`
+	Expires *time.Time `json:"expires"` // null: no time-to-live
+	// Expired is true once its time-to-live ran out: it is not attempted
+	// again, and becomes a dead letter when the daemon next looks (with
+	// none running, when one starts).
+	Expired   bool   `json:"expired,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+	InFlight  bool   `json:"in_flight"`
 }
 
 // PeerSendState is a peer's reliable-send state.

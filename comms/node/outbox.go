@@ -23,9 +23,10 @@ func timeOrNil(t time.Time) *time.Time {
 func due(t, now time.Time) bool { return !t.After(now) }
 
 func toQueuedSend(e outbox.Entry, inFlight bool, now time.Time) QueuedSend {
+	expired := !e.Expires.IsZero() && !now.Before(e.Expires)
 	return QueuedSend{Seq: e.Seq, ID: e.ID.String(), Peer: e.Peer, PubKey: e.To.String(), Kind: e.Kind, Size: len(e.Payload),
-		Created: e.Created.UTC(), Attempts: e.Attempts, NextAttempt: timeOrNil(e.NextAttempt), Due: !inFlight && due(e.NextAttempt, now),
-		Expires: timeOrNil(e.Expires), LastError: e.LastError, InFlight: inFlight}
+		Created: e.Created.UTC(), Attempts: e.Attempts, NextAttempt: timeOrNil(e.NextAttempt), Due: !inFlight && !expired && due(e.NextAttempt, now),
+		Expires: timeOrNil(e.Expires), Expired: expired, LastError: e.LastError, InFlight: inFlight}
 }
 
 // toPeerSendState is s as the API shows it; Outbox then applies what an

@@ -94,3 +94,30 @@ func TestQueuedForBoundsFarBreaker(t *testing.T) {
 		t.Errorf("queuedFor = %q, want %q", got, want)
 	}
 }
+
+// Without a daemon, an entry whose time-to-live ran out shows as
+// expired, not as due: nothing will attempt it again.
+func TestOutboxViewShowsExpired(t *testing.T) {
+	h, bob := testHome(t, "alice", nil)
+	n := startTest(t, h, ModeSend)
+	st, err := n.outboxStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i, exp := range []time.Time{now.Add(-time.Minute), now.Add(time.Hour), {}} {
+		if _, err := st.Add(outbox.Entry{ID: identity.NewUUID(), To: bob.ID(), Peer: "bob", Kind: "message", Payload: []byte{byte(i)},
+			Created: now.Add(-2 * time.Minute), Expires: exp}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, err := n.Outbox(context.Background())
+	if err != nil || len(o.Entries) != 3 {
+		t.Fatalf("outbox %+v, %v", o, err)
+	}
+	for i, want := range []bool{true, false, false} {
+		if e := o.Entries[i]; e.Expired != want || e.Due == want {
+			t.Errorf("entry %d (expires %v): expired %v, due %v; want expired %v", i, e.Expires, e.Expired, e.Due, want)
+		}
+	}
+}

@@ -194,7 +194,11 @@ func OutboxPeers(w io.Writer, peers []node.PeerSendState) error {
 // Queued writes the reliable sends waiting in the outbox.
 func Queued(w io.Writer, qs []node.QueuedSend) error {
 	return Table(w, "SEQ\tID\tPEER\tKIND\tATTEMPTS\tNEXT ATTEMPT\tEXPIRES\tLAST ERROR", qs, func(q node.QueuedSend) []any {
-		return []any{q.Seq, q.ID, Who(q.Peer, q.PubKey), q.Kind, q.Attempts, next(q.NextAttempt, q.Due), Time(q.Expires), Line(q.LastError)}
+		expires := Time(q.Expires)
+		if q.Expired {
+			expires = "expired (a dead letter once the daemon looks)"
+		}
+		return []any{q.Seq, q.ID, Who(q.Peer, q.PubKey), q.Kind, q.Attempts, next(q.NextAttempt, q.Due), expires, Line(q.LastError)}
 	})
 }
 
