@@ -168,7 +168,10 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 		n.sentEvent(e.ID, store.SentEventFailed, 0, err.Error())
 		return out, err
 	}
-	out.delivery, out.lastError = DeliveryQueued, ps.LastError
+	out.delivery, out.lastError = DeliveryQueued, ps.LastError // behind a failing queue: why it fails
+	if s.noWait {
+		out.lastError = "" // not attempted yet, and no word on the peer's other sends
+	}
 	if !wait {
 		return out, nil
 	}

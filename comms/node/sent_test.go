@@ -454,3 +454,19 @@ func TestReliableSendWithoutAStoreHasNoID(t *testing.T) {
 		t.Fatalf("reliable send without a daemon on a memory home: %+v, %v; want no id, %s", s, err, CodeNoDaemon)
 	}
 }
+
+// A --no-wait reliable send is not attempted before it returns: it
+// carries no error of the peer's other sends.
+func TestNoWaitSendCarriesNoOtherError(t *testing.T) {
+	ha, _ := twoHomes(t, nil) // bob does not run
+	alice := startTest(t, ha, ModeServe)
+	ctx := context.Background()
+	first, err := alice.SendMessage(ctx, "bob", "one", SendOptions{Reliable: true})
+	if err != nil || first.Delivery != DeliveryQueued || first.LastError == "" {
+		t.Fatalf("a reliable send to bob, who is down: %+v, %v", first, err)
+	}
+	second, err := alice.SendMessage(ctx, "bob", "two", SendOptions{Reliable: true, NoWait: true})
+	if err != nil || second.Delivery != DeliveryQueued || second.LastError != "" {
+		t.Fatalf("a --no-wait send behind it: %+v, %v; want queued, no error", second, err)
+	}
+}

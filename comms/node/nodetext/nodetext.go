@@ -236,26 +236,28 @@ func Sent(w io.Writer, st []node.SendStatus) error {
 
 // sentDetail says what a person wants to know next about a send.
 func sentDetail(s node.SendStatus) string {
-	d := ""
+	var parts []string
+	if s.Intent != "" {
+		parts = append(parts, "intent "+s.Intent)
+	}
 	switch s.State {
 	case node.StateAnswered:
-		d = s.Answer.Status + " by response " + s.Answer.ResponseID
+		parts = append(parts, s.Answer.Status+" by response "+s.Answer.ResponseID)
 	case node.StateAcked, node.StateWritten:
-		d = "at " + Time(s.AckedAt)
+		parts = append(parts, "at "+Time(s.AckedAt))
 	case node.StateDead, node.StateFailed:
-		d = s.Reason
+		if s.Reason != "" {
+			parts = append(parts, s.Reason)
+		}
 	case node.StateQueued:
 		if s.Attempts > 0 {
-			d = fmt.Sprintf("%d failed attempt(s); last: %s", s.Attempts, s.LastError)
+			parts = append(parts, fmt.Sprintf("%d failed attempt(s); last: %s", s.Attempts, s.LastError))
 		}
 	}
 	if s.Progress != nil && s.State != node.StateAnswered {
-		d += fmt.Sprintf("; %d accepted response(s), last %s", s.Progress.Accepted, s.Progress.ResponseID)
+		parts = append(parts, fmt.Sprintf("%d accepted response(s), last %s", s.Progress.Accepted, s.Progress.ResponseID))
 	}
-	if s.Intent != "" {
-		d = "intent " + s.Intent + "; " + d
-	}
-	return d
+	return strings.Join(parts, "; ")
 }
 
 // Tasks writes the tasks and their states.

@@ -124,3 +124,24 @@ func TestJSONEscapedOnce(t *testing.T) {
 		t.Errorf("escaped twice:\n%s", out)
 	}
 }
+
+// A send's detail joins what there is to say with "; ", never leaving a
+// separator with nothing after it.
+func TestSentDetail(t *testing.T) {
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		s    node.SendStatus
+		want string
+	}{
+		{node.SendStatus{State: node.StateQueued, Intent: "rel"}, "intent rel"},
+		{node.SendStatus{State: node.StateQueued}, ""},
+		{node.SendStatus{State: node.StateQueued, Attempts: 2, LastError: "refused"}, "2 failed attempt(s); last: refused"},
+		{node.SendStatus{State: node.StateAcked, Intent: "build", AckedAt: &at, Progress: &node.SendProgress{Accepted: 1, ResponseID: "r1"}},
+			"intent build; at " + Time(&at) + "; 1 accepted response(s), last r1"},
+		{node.SendStatus{State: node.StateDead, Reason: "expired"}, "expired"},
+	} {
+		if got := sentDetail(c.s); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.s, got, c.want)
+		}
+	}
+}
