@@ -173,12 +173,9 @@ func (e *env) followAudit(path string, opts audit.FollowOptions, asJSON bool) er
 			fmt.Fprintf(e.stderr, "skipped %d unreadable line(s)\n", st.Skipped())
 		}
 		defer func() { first = false }()
-		switch {
-		case asJSON:
+		if asJSON {
 			return audit.FormatJSON(e.stdout, recs)
-		case first:
-			return audit.Format(e.stdout, recs)
 		}
-		return audit.FormatRows(e.stdout, recs)
+		return audit.FormatFollow(e.stdout, recs, first)
 	})
 }

@@ -28,19 +28,39 @@ const (
 // cannot send escape sequences to the terminal. Body is not shown; use
 // [FormatJSON].
 func Format(w io.Writer, recs []Record) error {
-	return formatTable(w, recs, true)
+	return formatTable(w, recs, true, false)
 }
 
-// FormatRows is [Format] without the header line, for rows that follow
-// a table already printed (`meerkatd audit --follow`).
-func FormatRows(w io.Writer, recs []Record) error {
-	return formatTable(w, recs, false)
+// FormatFollow is [Format] for a table printed a batch at a time
+// (`meerkatd audit --follow`): the header (with the first batch) and
+// cells padded to fixed widths, so that the rows of later batches line up
+// with it (a cell wider than its column widens that batch's only).
+func FormatFollow(w io.Writer, recs []Record, header bool) error {
+	return formatTable(w, recs, header, true)
 }
 
-func formatTable(w io.Writer, recs []Record, header bool) error {
+// followWidths are the columns' widths in FormatFollow (TIME is fixed
+// already): DIR, EVENT, PEER, KIND, ID, CORR, SIZE.
+var followWidths = [...]int{3, 9, 16, 8, 36, 36, 5}
+
+func formatTable(w io.Writer, recs []Record, header, fixed bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	pad := func(line []byte, col, start int) []byte {
+		if fixed && col < len(followWidths) {
+			for n := utf8.RuneCount(line[start:]); n < followWidths[col]; n++ {
+				line = append(line, ' ')
+			}
+		}
+		return line
+	}
 	if header {
-		if _, err := io.WriteString(tw, "TIME\tDIR\tEVENT\tPEER\tKIND\tID\tCORR\tSIZE\tREASON\n"); err != nil {
+		line := []byte("TIME")
+		for i, h := range [...]string{"DIR", "EVENT", "PEER", "KIND", "ID", "CORR", "SIZE", "REASON"} {
+			line = append(line, '\t')
+			start := len(line)
+			line = pad(append(line, h...), i, start)
+		}
+		if _, err := tw.Write(append(line, '\n')); err != nil {
 			return err
 		}
 	}
@@ -72,9 +92,10 @@ func formatTable(w io.Writer, recs []Record, header bool) error {
 			reason = strings.TrimSpace("sealed " + reason)
 		}
 		line = r.Time.UTC().AppendFormat(line[:0], TimeLayout)
-		for _, cell := range [...]string{r.Dir, r.Event, peer, r.Kind, r.ID, r.CorrID, size, reason} {
+		for i, cell := range [...]string{r.Dir, r.Event, peer, r.Kind, r.ID, r.CorrID, size, reason} {
 			line = append(line, '\t')
-			line = appendCell(line, cell)
+			start := len(line)
+			line = pad(appendCell(line, cell), i, start)
 		}
 		line = append(line, '\n')
 		if _, err := tw.Write(line); err != nil {

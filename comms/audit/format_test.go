@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -78,5 +79,41 @@ func TestExcerpt(t *testing.T) {
 	long := strings.Repeat("\x00", 4<<10)
 	if got := Excerpt(long, 64); len(got) > 64+len("…") {
 		t.Errorf("a 4 KiB text gives a %d-byte excerpt", len(got))
+	}
+}
+
+// Rows printed a batch at a time (--follow) line up with the header and
+// the first batch: each column starts where it did.
+func TestFormatFollowAligned(t *testing.T) {
+	var first, later bytes.Buffer
+	if err := FormatFollow(&first, []Record{
+		{Time: ts(0), Dir: DirOut, Event: EventRetry, Peer: "alice", Kind: "request", ID: "0b9d6f6e-0000-4000-8000-000000000001", Size: 10, Reason: "refused"},
+	}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := FormatFollow(&later, []Record{
+		{Time: ts(1), Dir: DirIn, Event: EventAcks, Peer: "bo", Kind: "ack", ID: "x", Count: 3},
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(first.String()+later.String(), "\n"), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "TIME") {
+		t.Fatalf("lines %q", lines)
+	}
+	// The column starts of each line: after each run of two or more spaces.
+	starts := func(s string) []int {
+		var out []int
+		for i := 2; i < len(s); i++ {
+			if s[i] != ' ' && s[i-1] == ' ' && s[i-2] == ' ' {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	head := starts(lines[0])
+	for _, l := range lines[1:] {
+		if got := starts(l); len(got) < 6 || !slices.Equal(got[:6], head[:6]) {
+			t.Errorf("columns of %q start at %v; the header's at %v", l, got, head)
+		}
 	}
 }
