@@ -102,16 +102,34 @@ func (l *link) offline(ctx context.Context, err error) error {
 		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineBadAck, Err: err}
 	case errors.Is(err, errPlaintextRefused):
 		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflinePlaintext}
-	case errors.Is(err, errTLSHandshake):
+	case errors.As(err, new(*tlsError)):
 		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineTLS, Err: err}
 	}
 	return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineRefused, Err: err}
 }
 
-var (
-	errPlaintextRefused = errors.New("comms: plaintext TCP is refused")
-	errTLSHandshake     = errors.New("comms: TLS handshake failed")
-)
+var errPlaintextRefused = errors.New("comms: plaintext TCP is refused")
+
+// tlsError is a TLS handshake that failed, or a peer's TLS that refused
+// this node once the handshake was over (TLS 1.3 checks the client's
+// certificate after the client finished: the alert comes on the first
+// read). Its text is what happened; the PeerOfflineError around it says
+// "TLS handshake failed".
+type tlsError struct{ err error }
+
+func (e *tlsError) Error() string { return e.err.Error() }
+func (e *tlsError) Unwrap() error { return e.err }
+
+// tlsRefused is the error of a connection whose read failed with err:
+// a *tlsError if the peer's TLS sent an alert (it refused this node),
+// else errConnLost.
+func tlsRefused(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return &tlsError{fmt.Errorf("the peer refused this node after the handshake (%v): it may not trust this node's key", op.Err)}
+	}
+	return fmt.Errorf("%w: %v", errConnLost, err)
+}
 
 // dialTimeoutError is a dial that timed out before the peer's listener
 // answered: reason is OfflineConnectTimeout or OfflineTLSTimeout, and the
@@ -132,7 +150,7 @@ func (l *link) dial(ctx context.Context) (net.Conn, error) {
 	if a.Scheme == transport.SchemeTLS {
 		// Anyone could answer as a small-order key (see tlsAccept).
 		if err := l.peer.ID.Check(); err != nil {
-			return nil, fmt.Errorf("%w: the peer's key: %w", errTLSHandshake, err)
+			return nil, &tlsError{fmt.Errorf("the peer's key: %w", err)}
 		}
 	}
 	c, err := l.r.opts.Dial(ctx, a)
@@ -168,7 +186,7 @@ func (l *link) dial(ctx context.Context) (net.Conn, error) {
 			// or a service other than meerkatd that waits for its client.
 			return nil, &dialTimeoutError{OfflineTLSTimeout, fmt.Sprintf("%s accepted the connection but completed no TLS handshake within %s", a, limit.Round(time.Millisecond))}
 		}
-		return nil, fmt.Errorf("%w: %w", errTLSHandshake, err)
+		return nil, &tlsError{err}
 	}
 	return tlsOut{tc, c}, nil
 }

@@ -276,7 +276,7 @@ func (oc *outConn) readFor(ctx context.Context, ch chan ackResult) (timedOut boo
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return len(ch) == 0 // nothing consumed: the stream is in step
 			}
-			oc.fail(fmt.Errorf("%w: %v", errConnLost, err))
+			oc.fail(tlsRefused(err))
 			return false
 		}
 		if !oc.fr.FrameBuffered() {

@@ -147,6 +147,9 @@ func TestTLSDialRefusesAnotherKeyThanDialled(t *testing.T) {
 	if !errors.As(err, &poe) || poe.Reason != OfflineTLS || !errors.Is(err, transport.ErrTLSWrongKey) {
 		t.Fatalf("send to bob at carol's address: %v, want a TLS failure for the wrong key", err)
 	}
+	if strings.Count(err.Error(), OfflineTLS) != 1 {
+		t.Errorf("%q says %q more than once", err, OfflineTLS)
+	}
 	waitRejected(t, carol, RejectTLS, 1) // alice aborted the handshake
 	if s := carol.r.Stats(); s.Accepted != 0 || carol.r.Inbox().Len() != 0 {
 		t.Fatalf("carol admitted something: %+v", s)
@@ -514,5 +517,25 @@ func TestDialFailureAtDeadlineKept(t *testing.T) {
 	var dns *net.DNSError
 	if !errors.As(err, &poe) || poe.Reason == OfflineConnectTimeout || !errors.As(err, &dns) {
 		t.Fatalf("send over a dial that fails to resolve at the deadline: %v, want the name error, not a connect timeout", err)
+	}
+}
+
+// A node that sends to a TLS peer which does not trust its key is told
+// so as a TLS failure: the peer's refusal comes as an alert after a TLS
+// 1.3 client has finished its handshake, not as a connection closed
+// before the ack.
+func TestTLSRefusedClientToldSo(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	aliceKP := newKP(t)
+	bob := serveNode(t, "bob", newKP(t), "tls", Options{}) // trusts nobody
+	alice := serveNode(t, "alice", aliceKP, "tls", Options{AckTimeout: 5 * time.Second},
+		trust.Peer{Name: "bob", ID: bob.kp.ID(), Addr: bob.addr})
+	_, err := alice.r.SendMessage(ctxT(t), "bob", "do you know me?")
+	var poe *PeerOfflineError
+	if !errors.As(err, &poe) || poe.Reason != OfflineTLS || !strings.Contains(err.Error(), "may not trust this node's key") {
+		t.Fatalf("send to a TLS peer that does not trust alice: %v, want a TLS failure saying so", err)
+	}
+	if strings.Count(err.Error(), OfflineTLS) != 1 {
+		t.Errorf("%q says %q more than once", err, OfflineTLS)
 	}
 }

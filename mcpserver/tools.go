@@ -94,7 +94,7 @@ func (a args) num(name string, lo, hi float64) (float64, bool, error) {
 	}
 	f, ok := v.(float64)
 	if !ok || f != float64(int64(f)) || f < lo || f > hi {
-		return 0, false, invalidParams{fmt.Sprintf("argument %q must be an integer from %g to %g", name, lo, hi)}
+		return 0, false, invalidParams{fmt.Sprintf("argument %q must be an integer from %.0f to %.0f", name, lo, hi)}
 	}
 	return f, true, nil
 }

@@ -160,8 +160,15 @@ func TestNodeMetricsMoveWithTraffic(t *testing.T) {
 	}
 	wctx, wcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	// A peek (an MCP server watching for arrivals) is no read waiting.
+	pctx, pcancel := context.WithCancel(ctx)
+	peeked := make(chan error, 1)
+	go func() {
+		_, err := alice.Receive(pctx, node.Query{After: 1 << 40, Wait: node.MaxWait, Peek: true})
+		peeked <- err
+	}()
 	go func() { // past every item: it waits for the next
-		_, err := alice.Receive(wctx, node.Query{After: 1 << 40, Wait: node.MaxWait, Peek: true})
+		_, err := alice.Receive(wctx, node.Query{After: 1 << 40, Wait: node.MaxWait})
 		done <- err
 	}()
 	testutil.WaitFor(t, 10*time.Second, "the read to wait", func() bool { return waiting() == 1 })
@@ -170,6 +177,10 @@ func TestNodeMetricsMoveWithTraffic(t *testing.T) {
 		t.Fatalf("the waiting read ended with %v, want its cancellation", err)
 	}
 	if v := waiting(); v != 0 {
-		t.Fatalf("waiting reads = %v after the read ended", v)
+		t.Fatalf("waiting reads = %v after the read ended, with only a peek waiting", v)
+	}
+	pcancel()
+	if err := <-peeked; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the peek ended with %v", err)
 	}
 }

@@ -251,3 +251,20 @@ func TestSpaceFilterRemovedSpace(t *testing.T) {
 		t.Fatalf("ack once its items are gone: %v", err)
 	}
 }
+
+// An id that is no id is refused, not counted as nothing to acknowledge;
+// ids are matched however their letters are cased.
+func TestAckRefusesNonIDs(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	e := arrive(t, m, bob, wire.Message("hi"))
+	if _, err := m.Receive(ctx, Query{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := m.Ack(ctx, AckRequest{IDs: []string{"nope", e.ID.String()}}); CodeOf(err) != CodeBadArgument || r.Acked != 0 {
+		t.Fatalf("ack of a non-id: %+v, %v; want %s and nothing acknowledged", r, err, CodeBadArgument)
+	}
+	if r, err := m.Ack(ctx, AckRequest{IDs: []string{strings.ToUpper(e.ID.String())}}); err != nil || r.Acked != 1 {
+		t.Fatalf("ack of the id in capitals: %+v, %v", r, err)
+	}
+}

@@ -277,8 +277,10 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 		t := time.NewTimer(min(q.Wait, MaxWait))
 		defer t.Stop()
 		deadline = t.C
-		n.waits.Add(1)
-		defer n.waits.Add(-1)
+		if !q.Peek { // a peek (an MCP server's watch for arrivals) reads for nobody
+			n.waits.Add(1)
+			defer n.waits.Add(-1)
+		}
 	}
 	for {
 		changed := mail.Changed()
@@ -389,7 +391,11 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 	unread, matched := 0, 0
 	want := map[string]bool{}
 	for _, id := range a.IDs {
-		want[strings.ToLower(id)] = true
+		u, err := identity.ParseUUID(id)
+		if err != nil {
+			return Acked{}, errorf(CodeBadArgument, "%q is not an item id (receive_messages and meerkatd inbox show them): nothing was acknowledged", id)
+		}
+		want[u.String()] = true
 	}
 	seqs := slices.Clone(a.Seqs)
 	if len(want) > 0 || a.UpTo > 0 {

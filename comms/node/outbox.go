@@ -73,7 +73,11 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 			qs.Size = q.Size
 			info.Entries = append(info.Entries, qs)
 		}
+		list := n.r.Trust()
 		for _, s := range ob.Peers() {
+			if p, ok := list.Lookup(s.Peer); ok && s.Name == "" {
+				s.Name = p.Name // a breaker loaded at start, with nothing queued since
+			}
 			info.Peers = append(info.Peers, toPeerSendState(s, now))
 		}
 		holdForBreakers(&info)
@@ -109,6 +113,9 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 	for _, br := range bs {
 		br = bounds.Breaker(br, now)
 		ps := byPeer[br.Peer]
+		if ps == nil && br.OpenUntil.IsZero() {
+			continue // nothing queued, breaker closed: as the daemon lists it
+		}
 		if ps == nil {
 			ps = &PeerSendState{PubKey: br.Peer.String()}
 			if p, ok := n.r.Trust().Lookup(br.Peer); ok {

@@ -121,3 +121,34 @@ func TestOutboxViewShowsExpired(t *testing.T) {
 		}
 	}
 }
+
+// After a restart, a peer whose breaker is open with nothing queued is
+// listed by its trust-list name (the outbox learns names from what it
+// queues), and one whose breaker is closed is not listed.
+func TestOutboxPeersNamedAfterRestart(t *testing.T) {
+	h, bob := testHome(t, "alice", nil)
+	carol, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := startTest(t, h, ModeSend)
+	st, err := cmd.outboxStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveBreaker(outbox.Breaker{Peer: bob.ID(), Failures: 5, OpenUntil: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveBreaker(outbox.Breaker{Peer: carol.ID(), Failures: 1}); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Close()
+	for _, mode := range []Mode{ModeSend, ModeServe} {
+		n := startTest(t, h, mode)
+		o, err := n.Outbox(context.Background())
+		if err != nil || len(o.Peers) != 1 || o.Peers[0].Peer != "bob" || o.Peers[0].Breaker != outbox.BreakerOpen {
+			t.Fatalf("mode %d: peers %+v, %v; want bob alone, by name, breaker open", mode, o.Peers, err)
+		}
+		n.Close()
+	}
+}

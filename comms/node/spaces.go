@@ -982,6 +982,9 @@ func (s *spaces) reload() {
 		if err != nil {
 			return nil, err
 		}
+		if !stamp.exists && !s.file.exists {
+			return nil, errSpacesFileNone // there was none, and is none: nothing changed
+		}
 		if !stamp.exists {
 			// Gone, for now (moved away and back, an editor's
 			// rename): no reason to leave every space and drop every
@@ -991,6 +994,9 @@ func (s *spaces) reload() {
 		s.file, count = stamp, len(r.Spaces)
 		return r, nil
 	})
+	if errors.Is(err, errSpacesFileNone) {
+		return
+	}
 	if errors.Is(err, errSpacesFileGone) {
 		s.n.log.Warn("the spaces file is gone; keeping the rosters in force (write {\"spaces\": []} to leave every space; the next change writes the file again)", "file", SpacesFileName)
 		return
@@ -1003,7 +1009,10 @@ func (s *spaces) reload() {
 	s.joined()
 }
 
-var errSpacesFileGone = errors.New("the spaces file is gone")
+var (
+	errSpacesFileGone = errors.New("the spaces file is gone")
+	errSpacesFileNone = errors.New("there is no spaces file")
+)
 
 // joined announces this node's presence again after the rosters or the
 // trust list changed, so members added or trusted since hear of it (and

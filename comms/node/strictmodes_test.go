@@ -175,3 +175,33 @@ func TestDanglingKeyLinkMakesNoNewIdentity(t *testing.T) {
 		t.Fatalf("identity.key after: %v, %v; want the link left as it was", fi, err)
 	}
 }
+
+// A reload (SIGHUP) of a home that never had a spaces file says nothing
+// of one: there was none, and is none. One that had a file and lost it
+// warns.
+func TestReloadWithoutSpacesFileQuiet(t *testing.T) {
+	h, _ := testHome(t, "n", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	var logs logBuffer
+	n, err := Start(h, Options{Mode: ModeServe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	if n.spaces == nil {
+		t.Fatal("a serving node runs its spaces engine")
+	}
+	n.spaces.reload()
+	if strings.Contains(logs.String(), "spaces file is gone") {
+		t.Fatalf("reload with no spaces file ever: %s", logs.String())
+	}
+	if _, err := n.SpaceEdit(context.Background(), SpaceEdit{Op: SpaceCreate, Space: "lab", As: "me"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(h.SpacesPath()); err != nil {
+		t.Fatal(err)
+	}
+	n.spaces.reload()
+	if !strings.Contains(logs.String(), "spaces file is gone") {
+		t.Fatalf("reload after the file went: no warning in %s", logs.String())
+	}
+}

@@ -931,8 +931,8 @@ func (o *Outbox) Peers() []PeerState {
 	now := o.opts.Now()
 	var out []PeerState
 	for _, q := range o.peers {
-		if len(q.items) == 0 && q.breaker.Failures == 0 && q.breaker.OpenUntil.IsZero() {
-			continue
+		if len(q.items) == 0 && q.breaker.OpenUntil.IsZero() {
+			continue // nothing queued, breaker closed (failures may still count)
 		}
 		out = append(out, o.stateLocked(q, now))
 	}

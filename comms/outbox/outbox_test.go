@@ -1133,3 +1133,33 @@ func TestReviveKeepsToTheLimits(t *testing.T) {
 		t.Fatalf("Revive when full = %d, %v; want 0 and ErrFull", n, err)
 	}
 }
+
+// Peers lists the peers with something queued or a breaker not closed: a
+// breaker loaded from the store with failures counted but closed, and
+// nothing queued, is not listed; an open one is.
+func TestPeersListsOnlyQueuedOrNotClosed(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st := NewMemStore()
+	if err := st.SaveBreaker(Breaker{Peer: peerA, Failures: 2}); err != nil {
+		t.Fatal(err)
+	}
+	ob, err := New(st, &broker{have: map[identity.UUID]bool{}, up: true}, Options{BreakerFailures: 5, BreakerOpen: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	if ps := ob.Peers(); len(ps) != 0 {
+		t.Fatalf("peers %+v, want none: nothing queued, breaker closed", ps)
+	}
+	if err := st.SaveBreaker(Breaker{Peer: peerA, Failures: 5, OpenUntil: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	ob2, err := New(st, &broker{have: map[identity.UUID]bool{}, up: true}, Options{BreakerFailures: 5, BreakerOpen: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob2.Close()
+	if ps := ob2.Peers(); len(ps) != 1 || ps[0].Breaker != BreakerOpen {
+		t.Fatalf("peers %+v, want peer A with its breaker open", ps)
+	}
+}
