@@ -36,6 +36,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"slices"
 	"strconv"
@@ -437,7 +438,7 @@ func checkFiles(conns int) error {
 func (o *Options) Flags(fs *flag.FlagSet) {
 	fs.Var(atLeast{&o.Reps, 1}, "reps", "`N` measured repetitions, after a warm-up one (default 5; --quick 1)")
 	fs.StringVar(&o.Transport, "transport", "", "`transports`: uds, tcp, tls, nats, nats-unsealed, a comma-separated list, both (uds,tcp) or all (default all, with nats and nats-unsealed when --nats-url is given; --quick uds); over tls and nats only sequential and pipelined run, compared with tcp")
-	fs.Var(positiveDuration{&o.Duration}, "duration", "`DUR`: the measured window of each throughput scenario (default 2s; --quick 150ms)")
+	fs.Var(positiveDuration{&o.Duration}, "duration", "the measured window (`DUR`) of each throughput scenario (default 2s; --quick 150ms)")
 	fs.Var(atLeast{&o.Msgs, 10}, "msgs", "`N` round trips of each latency scenario, conn_per_msg half (at least 10; default 2000; --quick 100)")
 	fs.Var(atLeast{&o.IdleConns, 1}, "idle-conns", "`N` connections of idle_rss_1000 (default 1000; --quick 50)")
 	fs.StringVar(&o.NATS, "nats", "", "NATS bench `binary` (bench/nats) to compare with, over TCP")
@@ -466,7 +467,7 @@ func (a atLeast) String() string {
 func (a atLeast) Set(s string) error {
 	n, err := strconv.Atoi(s)
 	if err != nil {
-		return errors.New("not a whole number")
+		return fmt.Errorf("not a whole number from %d to %d", a.min, math.MaxInt32)
 	}
 	if n < a.min {
 		return fmt.Errorf("at least %d", a.min)

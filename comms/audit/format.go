@@ -39,15 +39,16 @@ func FormatFollow(w io.Writer, recs []Record, header bool) error {
 	return formatTable(w, recs, header, true)
 }
 
-// followWidths are the columns' widths in FormatFollow (TIME is fixed
-// already): DIR, EVENT, PEER, KIND, ID, CORR, SIZE.
-var followWidths = [...]int{3, 9, 16, 8, 36, 36, 5}
+// followWidths are the columns' widths in FormatFollow, in runes (TIME
+// is fixed already): DIR, EVENT, PEER, KIND, ID, CORR, SIZE: the longest
+// event, a claimed key shortened.
+var followWidths = [...]int{3, len(EventDroppedDeadLetter), len("claimed ") + shortKeyLen + 1, 8, 36, 36, 5}
 
 func formatTable(w io.Writer, recs []Record, header, fixed bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	pad := func(line []byte, col, start int) []byte {
 		if fixed && col < len(followWidths) {
-			for n := utf8.RuneCount(line[start:]); n < followWidths[col]; n++ {
+			for n := utf8.RuneCount(line[start:]); n < followWidths[col]; n++ { // in runes, as tabwriter counts
 				line = append(line, ' ')
 			}
 		}

@@ -93,18 +93,22 @@ func TestFormatFollowAligned(t *testing.T) {
 	}
 	if err := FormatFollow(&later, []Record{
 		{Time: ts(1), Dir: DirIn, Event: EventAcks, Peer: "bo", Kind: "ack", ID: "x", Count: 3},
+		{Time: ts(2), Dir: DirOut, Event: EventDroppedDeadLetter, Key: "ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", Kind: "message", ID: "y"},
+		{Time: ts(3), Dir: DirIn, Event: EventRefused, Claimed: "ed25519:BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB=", Kind: "message", ID: "z"},
 	}, false); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimRight(first.String()+later.String(), "\n"), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "TIME") {
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "TIME") {
 		t.Fatalf("lines %q", lines)
 	}
-	// The column starts of each line: after each run of two or more spaces.
+	// The column starts of each line, in runes (as a terminal shows
+	// them): after each run of two or more spaces.
 	starts := func(s string) []int {
+		r := []rune(s)
 		var out []int
-		for i := 2; i < len(s); i++ {
-			if s[i] != ' ' && s[i-1] == ' ' && s[i-2] == ' ' {
+		for i := 2; i < len(r); i++ {
+			if r[i] != ' ' && r[i-1] == ' ' && r[i-2] == ' ' {
 				out = append(out, i)
 			}
 		}

@@ -249,11 +249,6 @@ func (rl *Relay) natsOptions() ([]nats.Option, error) {
 		nats.ReconnectWait(o.ReconnectWait),
 		nats.Timeout(o.ConnectTimeout),
 		nats.RetryOnFailedConnect(false),
-		// Nothing is kept to publish after a reconnect: a send while
-		// the connection is down fails at once (the outbox retries a
-		// reliable one) rather than failing at its timeout and going
-		// out later all the same.
-		nats.ReconnectBufSize(-1),
 		nats.CustomInboxPrefix(inboxPrefix + rl.r.ID().UUID().String()),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			rl.log.Warn("NATS disconnected; reconnecting", "err", err)
@@ -427,8 +422,20 @@ func redeliverDelay(n uint64) time.Duration {
 // maxRedeliverDelay bounds redeliverDelay.
 const maxRedeliverDelay = 30 * time.Second
 
+// ErrNotConnected is the error of a send while the connection to the
+// NATS server is down (reconnecting): it is refused at once, so that it
+// neither waits for its timeout nor goes out later behind the caller's
+// back (a reliable send is retried by its outbox).
+var ErrNotConnected = errors.New("natsrelay: not connected to a NATS server now (reconnecting)")
+
 // Send implements [comms.Relay].
 func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID, payload []byte, wantAck bool, queued func()) ([]byte, bool, error) {
+	if !rl.nc.IsConnected() {
+		// Not into the client's reconnect buffer: the send would fail
+		// at its timeout and go out after the reconnect all the same.
+		// (Acks and replies still wait there for the reconnect.)
+		return nil, false, ErrNotConnected
+	}
 	subj := Subject(rl.opts.SubjectPrefix, to)
 	if rl.js != nil {
 		ack, err := rl.js.Publish(ctx, subj, payload, jetstream.WithMsgID(id.String()))

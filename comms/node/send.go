@@ -189,6 +189,7 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	select {
 	case <-t.Done():
 		if err := t.Err(); err != nil {
+			out.delivery = "" // a dead letter already: failed, not queued
 			return out, Coded(err)
 		}
 		out.delivery, out.lastError = done, ""

@@ -229,8 +229,13 @@ func (n *Node) sentEvent(id identity.UUID, event string, attempts int, text stri
 // lateAck records the ack of an envelope that came when no send waited
 // for it: a direct send that a broker stored is acked now (a reliable one
 // is too, a moment before its outbox entry finds the ack).
-func (n *Node) lateAck(_ identity.PeerID, id identity.UUID) {
-	n.sentEvent(id, store.SentEventAcked, 0, "")
+func (n *Node) lateAck(from identity.PeerID, id identity.UUID) {
+	st, err := n.sentStore()
+	if err != nil {
+		n.sentWarn(err)
+		return
+	}
+	n.sentWarn(st.Update(store.SentUpdate{ID: id, Event: store.SentEventAcked, At: time.Now(), From: from}))
 }
 
 // sentOutbox records what the outbox did with an envelope.

@@ -470,3 +470,21 @@ func TestNoWaitSendCarriesNoOtherError(t *testing.T) {
 		t.Fatalf("a --no-wait send behind it: %+v, %v; want queued, no error", second, err)
 	}
 }
+
+// A reliable send that became a dead letter at its first attempt failed:
+// its result says so, and its idempotency key is released, so a retry
+// with the key is attempted again rather than replayed as queued.
+func TestReliableSendDeadAtOnceFails(t *testing.T) {
+	ha, _ := twoHomes(t, nil) // bob does not run
+	alice := startTest(t, ha, ModeServe)
+	ctx := context.Background()
+	opts := SendOptions{Reliable: true, TTL: time.Nanosecond, IdempotencyKey: "k1"}
+	first, err := alice.SendMessage(ctx, "bob", "x", opts)
+	if err == nil || first.Delivery != DeliveryFailed {
+		t.Fatalf("a reliable send that expires at once: %+v, %v; want it failed", first, err)
+	}
+	again, err := alice.SendMessage(ctx, "bob", "x", opts)
+	if again.Replayed || err == nil || again.Delivery != DeliveryFailed {
+		t.Fatalf("the same call again: %+v, %v; want it attempted again, and failed", again, err)
+	}
+}

@@ -71,7 +71,8 @@ type SentUpdate struct {
 	Attempts int    // retry: failed attempts so far
 	Text     string // retry: the attempt's error; dead, failed: the reason
 	// SentEventResponse: who answered (it must be the request's
-	// recipient), the response's id and status.
+	// recipient), the response's id and status. SentEventAcked: who
+	// acknowledged it, if known (then it must be the recipient).
 	From       identity.PeerID
 	ResponseID identity.UUID
 	Status     string
@@ -104,6 +105,9 @@ func ApplySent(r *SentRecord, u SentUpdate) bool {
 		}
 		r.State, r.LastError = SentStored, ""
 	case SentEventAcked:
+		if !u.From.IsZero() && u.From != r.To {
+			return false // an ack from another than the recipient
+		}
 		if r.State == SentAnswered {
 			if r.AckedAt.IsZero() {
 				r.AckedAt = u.At

@@ -410,3 +410,16 @@ func TestIdempotencyWindowFromTheLatestClaim(t *testing.T) {
 		t.Fatalf("a repeat 11 minutes after the successful retry: %+v, claimed %v, %v; want the result replayed", again, ok, err)
 	}
 }
+
+// An ack counts for a send record only from its recipient, when the
+// update names who acknowledged.
+func TestSentAckOnlyFromTheRecipient(t *testing.T) {
+	bob, carol := identity.PeerID{1}, identity.PeerID{2}
+	r := SentRecord{ID: identity.UUID{9}, To: bob, Kind: "message", State: SentStored}
+	if ApplySent(&r, SentUpdate{ID: r.ID, Event: SentEventAcked, At: time.Unix(10, 0), From: carol}) || r.State != SentStored {
+		t.Fatalf("an ack from carol for a send to bob: %+v", r)
+	}
+	if !ApplySent(&r, SentUpdate{ID: r.ID, Event: SentEventAcked, At: time.Unix(10, 0), From: bob}) || r.State != SentAcked {
+		t.Fatalf("bob's ack: %+v", r)
+	}
+}

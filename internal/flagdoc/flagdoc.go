@@ -103,7 +103,7 @@ func distance(a, b string) int {
 }
 
 // bareNumber matches a duration flag's value given without a unit.
-var bareNumber = regexp.MustCompile(`invalid value "([0-9.]+)" for flag -[a-z-]+: (parse error|time: missing unit in duration .*)$`)
+var bareNumber = regexp.MustCompile(`invalid value "([0-9.]+)" for flag -([a-z0-9-]+): (parse error|time: missing unit in duration .*)$`)
 
 // Explain returns the text of err, an error of fs's Parse, for a user: an
 // undefined flag is "unknown flag --x", with the nearest defined one if
@@ -117,7 +117,7 @@ func Explain(err error, fs *flag.FlagSet) string {
 		return "unknown flag --" + name
 	}
 	if m := bareNumber.FindStringSubmatch(err.Error()); m != nil {
-		return fmt.Sprintf("%v (a duration needs a unit: %ss, %sm)", err, m[1], m[1])
+		return fmt.Sprintf("--%s %q: a duration needs a unit: %ss, %sm", m[2], m[1], m[1], m[1])
 	}
 	if m := invalidValue.FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Sprintf("--%s %q: %s", m[2], m[1], m[3])
@@ -130,7 +130,7 @@ func Explain(err error, fs *flag.FlagSet) string {
 var invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([a-z0-9-]+): (.*)$`)
 
 // GivenEmpty returns an error for the first of names that was given on
-// the command line with an empty value ("--key ''"): for flags whose
+// the command line with an empty value (--key=): for flags whose
 // empty value would otherwise read as not given at all.
 func GivenEmpty(fs *flag.FlagSet, names ...string) error {
 	var err error

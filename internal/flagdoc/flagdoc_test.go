@@ -112,7 +112,7 @@ func TestExplain(t *testing.T) {
 	}{
 		{[]string{"--relaible"}, "unknown flag --relaible (did you mean --reliable?)"},
 		{[]string{"--frobnicate"}, "unknown flag --frobnicate"},
-		{[]string{"--wait", "5"}, `invalid value "5" for flag -wait: parse error (a duration needs a unit: 5s, 5m)`},
+		{[]string{"--wait", "5"}, `--wait "5": a duration needs a unit: 5s, 5m`},
 		{[]string{"--wait", "soon"}, `--wait "soon": parse error`},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
