@@ -83,6 +83,10 @@ type Delivery struct {
 	// first is lost before the ack, as [Router.SendMessage] does. Callers
 	// that retry in their own order (an outbox) leave it false.
 	SecondTry bool
+	// Relayed, if not nil, is called once the attempt goes through the
+	// relay (NATS) rather than a direct link: for a peer reached there
+	// only, or one whose direct address could not be connected to.
+	Relayed func()
 }
 
 // Deliver makes one attempt to deliver a sealed envelope to d.To, which
@@ -101,7 +105,7 @@ func (r *Router) Deliver(ctx context.Context, d Delivery) error {
 	if err := transport.FinishFrame(frame, start); err != nil {
 		return err
 	}
-	return r.sendFrame(ctx, p, d.ID, frame, d.WantAck, sendOpts{queued: d.Queued, single: !d.SecondTry})
+	return r.sendFrame(ctx, p, d.ID, frame, d.WantAck, sendOpts{queued: d.Queued, single: !d.SecondTry, relayed: d.Relayed})
 }
 
 // onceFunc returns a function that calls f (if not nil) on its first call

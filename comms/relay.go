@@ -167,6 +167,9 @@ func (r *Router) relaySend(ctx context.Context, p trust.Peer, id identity.UUID, 
 	if rl == nil {
 		return &PeerOfflineError{Peer: p.Name, Reason: OfflineNoRelay}
 	}
+	if so.relayed != nil {
+		so.relayed()
+	}
 	outer := frame[transport.HeaderSize:]
 	if !r.opts.RelayUnsealed {
 		var err error

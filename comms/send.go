@@ -125,6 +125,9 @@ type sendOpts struct {
 	// for callers that do not order their sends through queued: an
 	// inline frame may overtake one the writer has just taken.
 	inline bool
+	// relayed, if not nil, is called when the send goes through the
+	// relay.
+	relayed func()
 }
 
 // sendFrame writes a sealed envelope's frame on p's link and, if wantAck,

@@ -591,4 +591,25 @@ func TestNATSAuditSealed(t *testing.T) {
 			t.Fatalf("alice's audit rows of her message through NATS: %s", jsonText(out))
 		}
 	}
+
+	// A peer with a direct address that cannot be connected to is
+	// reached through NATS (--nats): the rows of that attempt's outcome
+	// are marked too, direct and reliable alike.
+	alice.ok("peers", "remove", "bob")
+	alice.ok("peers", "add", "bob", bob.key, "uds://"+filepath.Join(t.TempDir(), "gone.sock"), "--nats")
+	for _, args := range [][]string{{"fell back"}, {"fell back, reliable", "--reliable"}} {
+		var fb cliSend
+		alice.okJSON(&fb, append([]string{"send", "message", "bob"}, append(args, "--json")...)...)
+		if fb.Delivery != "acked" {
+			t.Fatalf("send %q: %s", args[0], jsonText(fb))
+		}
+		waitUntil(t, "the acked row of "+args[0], func() bool {
+			for _, r := range auditRows(t, alice, fb.ID) {
+				if r.Event == "acked" {
+					return r.Sealed
+				}
+			}
+			return false
+		})
+	}
 }

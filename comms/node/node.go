@@ -88,6 +88,10 @@ type Node struct {
 	mail     mailStore       // memory for command nodes; the home's store ([store] mode) when serving
 	inbox    *recordingInbox // the Router's Admitter: mail plus received requests
 	log      *slog.Logger
+	// relayed holds the envelopes (identity.UUID) whose latest attempt
+	// went through NATS, until their audit rows are written: they are
+	// marked sealed, as those to nats: peers are.
+	relayed sync.Map
 	// waits counts the Receive calls waiting for an item now (the
 	// meerkatd_inbox_waiting_reads gauge).
 	waits   atomic.Int32
@@ -309,7 +313,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 			n.obStore = outbox.NewMemStore()
 		}
 		n.initSent() // slice B
-		d := routerDeliverer{meup: n.meupAttempted, ackRTT: n.metrics.ObserveRoundTrip}
+		d := routerDeliverer{meup: n.meupAttempted, ackRTT: n.metrics.ObserveRoundTrip, relayed: &n.relayed}
 		n.startNotices() // before the outbox, which may raise some at once
 		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox, n.breakerChanged, d, log); err != nil {
 			n.Close()

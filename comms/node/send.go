@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms"
@@ -56,11 +57,19 @@ type routerDeliverer struct {
 	meup func(identity.PeerID, error) error
 	// ackRTT, if set, is told the round trip of each acknowledged attempt.
 	ackRTT func(time.Duration)
+	// relayed, if set, holds the ids of the envelopes whose latest
+	// attempt went through NATS (Node.relayed).
+	relayed *sync.Map
 }
 
 func (d routerDeliverer) Deliver(ctx context.Context, a outbox.Attempt) error {
 	start := time.Now()
-	err := d.r.Deliver(ctx, comms.Delivery{To: a.To, ID: a.ID, Payload: a.Payload, WantAck: a.WantAck, Queued: a.Queued})
+	var relayed func()
+	if d.relayed != nil {
+		d.relayed.Delete(a.ID) // this attempt's route decides
+		relayed = func() { d.relayed.Store(a.ID, struct{}{}) }
+	}
+	err := d.r.Deliver(ctx, comms.Delivery{To: a.To, ID: a.ID, Payload: a.Payload, WantAck: a.WantAck, Queued: a.Queued, Relayed: relayed})
 	if err == nil && a.WantAck && d.ackRTT != nil {
 		d.ackRTT(time.Since(start))
 	}
@@ -119,7 +128,9 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	if !s.reliable {
 		n.auditSealed(sealed, audit.EventSent, 1, "")
 		start := time.Now()
-		err := n.r.Deliver(ctx, comms.Delivery{To: sealed.Peer.ID, ID: sealed.ID, Payload: sealed.Payload, WantAck: wantAck, SecondTry: true})
+		err := n.r.Deliver(ctx, comms.Delivery{To: sealed.Peer.ID, ID: sealed.ID, Payload: sealed.Payload, WantAck: wantAck, SecondTry: true,
+			Relayed: func() { n.relayed.Store(sealed.ID, struct{}{}) }})
+		defer n.relayed.Delete(sealed.ID) // after its last audit row
 		if errors.Is(err, comms.ErrStoredInBroker) {
 			// Its one attempt reached a broker that stored it (NATS
 			// JetStream): not failed, the peer gets it when it is back.
