@@ -271,3 +271,30 @@ func TestInitHomeNamesWhatItMade(t *testing.T) {
 		t.Fatalf("second InitHome: %v, %v", again, err)
 	}
 }
+
+// A command's node that listens for its answers (ModeReplies: a pairing
+// offer, a request's answer) holds the home: keygen refuses meanwhile, as
+// does a second such node, and both work once it is gone.
+func TestRepliesNodeHoldsTheHome(t *testing.T) {
+	h, _ := testHome(t, "alice", nil)
+	n := startTest(t, h, ModeReplies)
+	if err := Keygen(h.Dir, true); CodeOf(err) != CodeUnavailable {
+		t.Fatalf("keygen while a command listens for the home: %v, want %s", err, CodeUnavailable)
+	}
+	if _, err := Start(h, Options{Mode: ModeReplies}); CodeOf(err) != CodeUnavailable {
+		t.Fatalf("a second listening command: %v, want %s", err, CodeUnavailable)
+	}
+	n.Close()
+	second, err := Start(h, Options{Mode: ModeReplies})
+	if err != nil {
+		t.Fatalf("once the first is gone: %v", err)
+	}
+	second.Close()
+	if err := Keygen(h.Dir, true); err != nil {
+		t.Fatalf("keygen once nothing listens: %v", err)
+	}
+	// A node started on the identity read before the keygen refuses.
+	if _, err := Start(h, Options{Mode: ModeReplies}); CodeOf(err) != CodeUnavailable {
+		t.Fatalf("a node on the old identity: %v, want %s", err, CodeUnavailable)
+	}
+}

@@ -88,6 +88,9 @@ type Node struct {
 	mail     mailStore       // memory for command nodes; the home's store ([store] mode) when serving
 	inbox    *recordingInbox // the Router's Admitter: mail plus received requests
 	log      *slog.Logger
+	// unlockHome releases the home's lock a ModeReplies node holds (nil
+	// for the others: a daemon's host holds it).
+	unlockHome func()
 	// relayed holds the envelopes (identity.UUID) whose latest attempt
 	// went through NATS, until their audit rows are written: they are
 	// marked sealed, as those to nats: peers are.
@@ -225,12 +228,41 @@ func (a responsesOnly) Push(it comms.Item) error {
 
 // Start builds the node of home h and, unless opts.Mode is ModeSend,
 // starts its listeners and the trust watcher.
-func Start(h *Home, opts Options) (*Node, error) {
+func Start(h *Home, opts Options) (n *Node, err error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	mode := opts.Mode
+	if mode == ModeReplies {
+		// It listens on the node's addresses for as long as it runs (a
+		// pairing offer, a request's answer): it holds the home as a
+		// daemon does, so that a keygen waits for it rather than leave
+		// it answering with a key the home no longer holds.
+		unlock, err := LockHome(h.Dir)
+		if errors.Is(err, ErrHomeServed) {
+			return nil, errorf(CodeUnavailable, "a node serves this home (%s) already: a daemon, or another command listening for it", h.Dir)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := h.CheckKey(); err != nil {
+			unlock()
+			return nil, err
+		}
+		started := false
+		defer func() {
+			if !started {
+				unlock()
+			}
+		}()
+		defer func() {
+			if n != nil {
+				started = true
+				n.unlockHome = unlock
+			}
+		}()
+	}
 	list, err := trust.LoadOrEmpty(h.TrustPath())
 	if err != nil {
 		return nil, err
@@ -254,7 +286,7 @@ func Start(h *Home, opts Options) (*Node, error) {
 	if mode == ModeReplies {
 		admit = responsesOnly{rec}
 	}
-	n := &Node{h: h, mode: mode, embedded: opts.Embedded, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
+	n = &Node{h: h, mode: mode, embedded: opts.Embedded, mail: mail, inbox: rec, log: log, reload: func() {}, stopped: make(chan struct{}), started: time.Now()}
 	n.trusted.list = list
 	n.events = newEventLog(log, logInterval)
 	rec.onResponse = n.sentAnswered       // slice B: answers to requests sent
@@ -511,6 +543,9 @@ func (n *Node) Close() error {
 	n.flushSummaries() // the Router has stopped: nothing more is summed
 	if err := n.audit.Close(); err != nil {
 		n.log.Error("audit log: close failed", "err", err)
+	}
+	if n.unlockHome != nil {
+		n.unlockHome() // last: the home is no longer served
 	}
 	return nil
 }
