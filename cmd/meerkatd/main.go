@@ -129,7 +129,7 @@ const (
 )
 
 // errUsage marks a bad command line; errInterrupted, a wait SIGINT ended.
-var errUsage, errInterrupted = errors.New("usage"), errors.New("interrupted")
+var errUsage, errInterrupted = errors.New("usage"), node.ErrInterrupted
 
 // isHelp reports whether arg asks for help.
 func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "-help" }

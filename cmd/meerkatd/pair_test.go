@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -367,5 +368,39 @@ func TestPairStdinAndInterrupt(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "trusting alice") {
 		t.Fatalf("accept from stdin: %v\n%s", err, out)
+	}
+}
+
+// pair offer ended by SIGINT withdraws the offer and exits 130, with and
+// without a daemon.
+func TestPairOfferInterrupted(t *testing.T) {
+	t.Parallel()
+	for _, daemon := range []bool{false, true} {
+		n := newNode(t, "alice")
+		if daemon {
+			n.start()
+		}
+		cmd := exec.Command(binary(t), "pair", "offer", "--home", n.home)
+		cmd.Env = append(baseEnv(), n.env...)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(stdout).ReadString('\n') // the offer is open
+		if err != nil || !strings.HasPrefix(line, "meerkat-pair/1 ") {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("daemon %v: offer line %q, %v", daemon, line, err)
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(stderr.String(), "the offer is withdrawn") {
+			t.Fatalf("daemon %v: exit %d, stderr %q; want %d, the offer withdrawn", daemon, code, stderr.String(), exitInterrupted)
+		}
 	}
 }

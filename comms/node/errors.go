@@ -115,3 +115,7 @@ func Coded(err error) error {
 
 // ErrClosed is returned by a Node's methods after Close.
 var ErrClosed = errors.New("node: closed")
+
+// ErrInterrupted is wrapped by the error of a wait its caller ended
+// (SIGINT, SIGTERM: the command line exits 130).
+var ErrInterrupted = errors.New("interrupted")

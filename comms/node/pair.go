@@ -125,7 +125,7 @@ func (p *pairing) wait(ctx context.Context, id string) (Paired, error) {
 	o := p.offers[id]
 	p.mu.Unlock()
 	if o == nil {
-		return Paired{}, &Error{Code: CodeBadArgument, Msg: "no such offer"}
+		return Paired{}, &Error{Code: CodePairFailed, Msg: "no such offer: it expired, was used or was withdrawn"}
 	}
 	peer, err := o.Wait(ctx)
 	if ctx.Err() != nil {
@@ -474,8 +474,8 @@ func AwaitPairing(ctx context.Context, api API, offer PairOffer) (Paired, error)
 		wcancel()
 		switch {
 		case errors.Is(context.Cause(ctx), context.Canceled):
-			return Paired{}, errors.New("interrupted: the offer is withdrawn")
-		case ctx.Err() != nil:
+			return Paired{}, fmt.Errorf("%w: the offer is withdrawn", ErrInterrupted)
+		case ctx.Err() != nil, !time.Now().Before(offer.Expires) && CodeOf(err) == CodePairFailed:
 			return Paired{}, &Error{Code: CodePairFailed, Msg: "the offer expired unused"}
 		}
 		return Paired{}, err
