@@ -297,6 +297,11 @@ func compactMeta(meta json.RawMessage) (json.RawMessage, error) {
 	return buf.Bytes(), nil
 }
 
+// CheckName reports whether name follows the rule of trust-list names:
+// 1 to MaxNameLen bytes of [A-Za-z0-9._-], starting with a letter or
+// digit. The error wraps ErrBadName and says how to fix it.
+func CheckName(name string) error { return checkName(name) }
+
 // checkName enforces the name rule: 1 to MaxNameLen bytes of
 // [A-Za-z0-9._-], starting with a letter or digit.
 func checkName(name string) error {

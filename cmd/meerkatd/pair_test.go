@@ -404,3 +404,12 @@ func TestPairOfferInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// pair accept with a name the trust list cannot hold fails at once as a
+// usage error, before anything is dialled.
+func TestPairAcceptBadNameAtOnce(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "bob")
+	const line = "meerkat-pair/1 7QKD-M2ZT-XW4H-ABN6-YJ3C-PL5E-RA uds:///nonexistent/alice.sock"
+	n.wantCode(exitUsage, []string{"the name for the peer", "(bad_argument)"}, "pair", "accept", line, "--name", "bad name")
+}

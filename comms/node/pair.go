@@ -157,6 +157,13 @@ func (n *Node) accept(ctx context.Context, lineText, nameForPeer string) (Paired
 	if err != nil {
 		return Paired{}, &Error{Code: CodeBadArgument, Msg: UserText(err)}
 	}
+	if nameForPeer != "" {
+		// Before anything is dialled: a bad name would fail the exchange
+		// halfway, and use up one of the offer's attempts.
+		if err := trust.CheckName(nameForPeer); err != nil {
+			return Paired{}, errorf(CodeBadArgument, "the name for the peer: %s", UserText(err))
+		}
+	}
 	self, err := n.selfAddrFor(line.Addr)
 	if err != nil {
 		return Paired{}, err
