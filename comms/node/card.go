@@ -275,27 +275,38 @@ func (n *Node) cardLoop(ctx context.Context) {
 	}
 }
 
+// cardAnswer is the completed response to card request id: this node's
+// signed card.
+func (n *Node) cardAnswer(id identity.UUID) (wire.Kind, error) {
+	own, err := n.signedCard()
+	if err != nil {
+		return wire.Kind{}, err
+	}
+	b, err := own.MarshalJSON()
+	if err != nil {
+		return wire.Kind{}, err
+	}
+	v, err := wire.ParseJSON(b)
+	if err != nil {
+		return wire.Kind{}, err
+	}
+	return wire.Response(id, wire.StatusCompleted, v), nil
+}
+
 // answerCard sends the signed card as a completed response to request
 // it (one attempt: the requester asks again if it is lost).
 func (n *Node) answerCard(ctx context.Context, it comms.Item) {
 	e := it.Envelope
-	own, err := n.signedCard()
+	kind, err := n.cardAnswer(e.ID)
 	if err != nil {
-		n.log.Warn("card request not answered: the card cannot be signed", "err", err)
-		return
-	}
-	b, err := own.MarshalJSON()
-	if err != nil {
-		return
-	}
-	v, err := wire.ParseJSON(b)
-	if err != nil {
-		n.log.Warn("card request not answered", "err", err)
-		return
+		// The asker is told at once (a failed response: "declined"),
+		// not left to wait for a card that will not come.
+		n.log.Warn("card request declined: this node's card cannot be given", "err", err)
+		kind = wire.Response(e.ID, wire.StatusFailed, wire.Text("no card to give"))
 	}
 	sctx, cancel := context.WithTimeout(ctx, n.SendTimeout())
 	defer cancel()
-	if _, err := n.send(sctx, sendSpec{peer: e.From.String(), kind: wire.Response(e.ID, wire.StatusCompleted, v)}); err != nil {
+	if _, err := n.send(sctx, sendSpec{peer: e.From.String(), kind: kind}); err != nil {
 		n.log.Debug("card response not delivered", "peer", e.From, "err", err)
 	}
 }

@@ -480,3 +480,21 @@ func TestFetchCardBetweenNodesAtTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// A node whose own card cannot be given (its card.json does not parse)
+// declines a card request at once: the asker gets bad_card, not a wait
+// for a card that never comes.
+func TestCardDeclinedWhenBroken(t *testing.T) {
+	ha, hb := twoHomes(t, func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	if err := os.WriteFile(hb.CardPath(), []byte(`{"name": `), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startTest(t, hb, ModeServe)
+	alice := startTest(t, ha, ModeServe)
+	start := time.Now()
+	_, err := alice.FetchCard(context.Background(), "bob")
+	if CodeOf(err) != CodeBadCard || !strings.Contains(err.Error(), "declined") {
+		t.Fatalf("card of a node whose card is broken: %v, want %s, declined", err, CodeBadCard)
+	}
+	t.Logf("declined after %v", time.Since(start))
+}
