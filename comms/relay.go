@@ -39,7 +39,7 @@ const (
 	// OfflineNoRelay: the peer's address is nats: and this node has no
 	// NATS connection (none configured, not connected yet, or a command
 	// run without the daemon).
-	OfflineNoRelay = "the peer is reached through NATS and this process has no NATS connection: only the running daemon holds one (meerkatd run, with [nats] servers in meerkat.toml; meerkatd status shows it)"
+	OfflineNoRelay = "the peer is reached through NATS and this node has no NATS connection: only a daemon holds one, and only with [nats] servers in meerkat.toml (a command run without the daemon has none; meerkatd status shows the daemon's)"
 	// OfflineRelay: the broker did not take the envelope or no ack came
 	// back (the peer is not subscribed, the connection is down, a
 	// permission refused it).

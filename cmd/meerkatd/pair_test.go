@@ -336,7 +336,7 @@ func TestPairRateLimited(t *testing.T) {
 	for range 5 {
 		bob.wantCode(exitPairFailed, []string{"no such offer"}, "pair", "accept", f[0], string(wrong), f[2])
 	}
-	bob.wantCode(exitPairFailed, []string{"too many failed attempts"}, "pair", "accept", info.Line)
+	bob.wantCode(exitPairFailed, []string{"too many pairing attempts"}, "pair", "accept", info.Line)
 	if a, b := peerNames(t, alice), peerNames(t, bob); len(a)+len(b) != 0 {
 		t.Fatalf("trust changed: alice %v, bob %v", a, b)
 	}

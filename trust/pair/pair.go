@@ -402,6 +402,10 @@ func accept(c net.Conn, kp *identity.Keypair, selfName string, selfAddr transpor
 	return p, nil
 }
 
+// oldRateLimited is ErrRateLimited's text in earlier versions, which a
+// node not yet upgraded still sends.
+const oldRateLimited = "pair: too many failed attempts from here; wait a minute"
+
 // remoteError turns the other side's error text back into our error
 // values where it is one of them.
 func remoteError(s string) error {
@@ -409,6 +413,9 @@ func remoteError(s string) error {
 		if s == e.Error() {
 			return e
 		}
+	}
+	if s == oldRateLimited {
+		return ErrRateLimited
 	}
 	return fmt.Errorf("%w: %s", ErrRefused, s)
 }

@@ -535,3 +535,22 @@ func TestResponderAnswerLost(t *testing.T) {
 		t.Fatalf("alice trusts %+v, bob trusts %+v", a, b)
 	}
 }
+
+// The other side's error texts come back as this package's errors, the
+// rate limit's earlier text included; any other text is a refusal.
+func TestRemoteError(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want error
+	}{
+		{ErrNoOffer.Error(), ErrNoOffer},
+		{ErrExpired.Error(), ErrExpired},
+		{ErrRateLimited.Error(), ErrRateLimited},
+		{oldRateLimited, ErrRateLimited},
+		{"something else", ErrRefused},
+	} {
+		if got := remoteError(c.text); !errors.Is(got, c.want) {
+			t.Errorf("remoteError(%q) = %v, want %v", c.text, got, c.want)
+		}
+	}
+}

@@ -48,7 +48,7 @@ var (
 	ErrNoOffer     = errors.New("pair: no such offer (wrong code, or it was used or cancelled)")
 	ErrExpired     = errors.New("pair: the offer has expired")
 	ErrBadProof    = errors.New("pair: the other side does not know the code or does not hold its key")
-	ErrRateLimited = errors.New("pair: too many failed attempts from here; wait a minute")
+	ErrRateLimited = errors.New("pair: too many pairing attempts from here (five at once, then one every 12 seconds); wait a minute")
 	ErrRefused     = errors.New("pair: the other side refused")
 	ErrProtocol    = errors.New("pair: protocol error")
 	// ErrUnanswered: the responder trusted the initiator, but could not
