@@ -725,3 +725,22 @@ func TestInboxBadFlagNamed(t *testing.T) {
 		}
 	}
 }
+
+// meerkatd id shows the addresses the running daemon listens on, its
+// --listen flags included, not only those of meerkat.toml.
+func TestIDShowsTheDaemonsAddresses(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "alice")
+	want := "tcp://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+	var before struct{ Listen []string }
+	n.okJSON(&before, "id", "--json")
+	if slices.Contains(before.Listen, want) {
+		t.Fatalf("id before the daemon: %v", before.Listen)
+	}
+	n.start("--listen-tcp", strings.TrimPrefix(want, "tcp://"))
+	var after struct{ Listen []string }
+	n.okJSON(&after, "id", "--json")
+	if !slices.Contains(after.Listen, want) {
+		t.Fatalf("id with the daemon on %s: %v", want, after.Listen)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
@@ -80,7 +81,11 @@ func runID(e *env, args []string) error {
 
 func (e *env) printIdentity(h *node.Home, asJSON bool) error {
 	listen := []string{}
-	if ls, err := h.Config.Resolve(h.Dir); err == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if st, err := control.NewClient(h.ControlPath()).Status(ctx); err == nil && st.Running {
+		listen = st.Listen // the running daemon's, its --listen flags included
+	} else if ls, err := h.Config.Resolve(h.Dir); err == nil {
 		for _, a := range ls.All() {
 			listen = append(listen, a.String())
 		}
