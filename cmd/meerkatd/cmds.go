@@ -136,7 +136,7 @@ func runPeers(e *env, args []string) error {
 	case "add":
 		err = wantArgs(pos, 3, "NAME KEY ADDR")
 	case "remove":
-		err = wantArgs(pos, 1, "NAME")
+		err = wantArgs(pos, 1, "NAME, KEY or UUID")
 	case "":
 		err = fmt.Errorf("%w: want a subcommand: list, add, remove or discover", errUsage)
 	default:

@@ -14,6 +14,7 @@ import (
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
 )
 
 // shortTemp is a new directory whose path is short enough for a home's
@@ -296,5 +297,26 @@ func TestRepliesNodeHoldsTheHome(t *testing.T) {
 	// A node started on the identity read before the keygen refuses.
 	if _, err := Start(h, Options{Mode: ModeReplies}); CodeOf(err) != CodeUnavailable {
 		t.Fatalf("a node on the old identity: %v, want %s", err, CodeUnavailable)
+	}
+}
+
+// peers remove names the peer by its name in any letter case, its key or
+// its peer UUID.
+func TestRemovePeerByAnyName(t *testing.T) {
+	h, bob := testHome(t, "alice", nil) // trusts bob
+	for _, ref := range []string{"BOB", bob.ID().String(), strings.ToUpper(bob.ID().UUID().String())} {
+		if _, err := AddPeer(h, "bob", bob.ID().String(), "uds:///nonexistent/bob.sock", false, ""); err != nil && !strings.Contains(err.Error(), "same") {
+			t.Fatal(err)
+		}
+		if err := RemovePeer(h, ref); err != nil {
+			t.Fatalf("remove %q: %v", ref, err)
+		}
+		l, err := trust.LoadOrEmpty(h.TrustPath())
+		if err != nil || l.Len() != 0 {
+			t.Fatalf("after removing %q: %d peers, %v", ref, l.Len(), err)
+		}
+	}
+	if err := RemovePeer(h, "nobody"); CodeOf(err) != CodeUnknownPeer {
+		t.Fatalf("remove nobody: %v", err)
 	}
 }

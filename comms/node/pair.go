@@ -444,12 +444,24 @@ func AddPeer(h *Home, name, key, addr string, alsoNATS bool, meta string) (Paire
 	return toPaired(p), nil
 }
 
-// RemovePeer removes the peer called name from the home's trusted peers
+// RemovePeer removes the peer that name names (its name in any letter
+// case, its key or its peer UUID) from the home's trusted peers
 // file. Like [AddPeer], it leaves telling a running node to
 // control.RemovePeer.
 func RemovePeer(h *Home, name string) error {
 	_, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
-		next, err := l.Without(name)
+		target := name
+		if _, ok := l.ByName(name); !ok {
+			// Its key or peer UUID, or its name in other letter case
+			// (names are unique ignoring case).
+			for _, p := range l.Peers() {
+				if strings.EqualFold(p.Name, name) || p.ID.String() == name || strings.EqualFold(p.ID.UUID().String(), name) {
+					target = p.Name
+					break
+				}
+			}
+		}
+		next, err := l.Without(target)
 		if err != nil {
 			return nil, &Error{Code: CodeUnknownPeer, Msg: err.Error()}
 		}
