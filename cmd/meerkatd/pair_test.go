@@ -413,3 +413,20 @@ func TestPairAcceptBadNameAtOnce(t *testing.T) {
 	const line = "meerkat-pair/1 7QKD-M2ZT-XW4H-ABN6-YJ3C-PL5E-RA uds:///nonexistent/alice.sock"
 	n.wantCode(exitUsage, []string{"the name for the peer", "(bad_argument)"}, "pair", "accept", line, "--name", "bad name")
 }
+
+// A name asked for that the pairing could not use is pointed out: the
+// peer is trusted under another.
+func TestPairAcceptNameNotUsedNoted(t *testing.T) {
+	t.Parallel()
+	alice, bob := newNode(t, "alice"), newNode(t, "bob")
+	bob.trusts(alice) // as "alice"
+	alice.start()
+	var info struct {
+		Line string `json:"line"`
+	}
+	alice.okJSON(&info, "pair", "offer", "--no-wait", "--json")
+	r := bob.run("pair", "accept", info.Line, "--name", "alice2")
+	if r.code != exitOK || !strings.Contains(r.stderr, "note: trusted as alice, not alice2") {
+		t.Fatalf("accept with --name for a key trusted already: %s", r)
+	}
+}

@@ -66,6 +66,9 @@ func runPair(e *env, args []string) error {
 		return err
 	}
 	report := func(p node.Paired) error {
+		if asked := cmp.Or(*name, *nameForPeer); asked != "" && p.Name != asked {
+			fmt.Fprintf(e.stderr, "note: trusted as %s, not %s (that name was taken, or the key was trusted already)\n", nodetext.Escape(p.Name, ""), nodetext.Escape(asked, ""))
+		}
 		if *asJSON {
 			return nodetext.PrintJSON(e.stdout, p)
 		}
