@@ -91,6 +91,9 @@ func (p *pairing) open(ttl time.Duration, nameForPeer string, viaNATS bool) (Pai
 		return PairOffer{}, nil, err
 	}
 	o, err := p.resp.Open(addr, ttl, nameForPeer)
+	if errors.Is(err, pair.ErrTooManyOffers) {
+		return PairOffer{}, nil, &Error{Code: CodeUnavailable, Msg: UserText(err)}
+	}
 	if err != nil {
 		return PairOffer{}, nil, &Error{Code: CodeBadArgument, Msg: UserText(err)}
 	}

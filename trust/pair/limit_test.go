@@ -1,9 +1,12 @@
 package pair
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/transport"
 )
 
 func TestSourceKey(t *testing.T) {
@@ -115,5 +118,29 @@ func TestLimiterRefusedAttemptsFree(t *testing.T) {
 	}
 	if !l.allow("198.51.100.9", now.Add(attemptWindow/maxAttempts)) {
 		t.Fatal("refused attempts extended the wait")
+	}
+}
+
+// At most maxOffers offers are open at once; one more is refused with
+// ErrTooManyOffers until one closes.
+func TestTooManyOffers(t *testing.T) {
+	r := NewResponder(mustKP(t), "alice", nil)
+	addr := transport.Addr{Scheme: transport.SchemeUDS, Path: "/tmp/alice.sock"}
+	var first *Offer
+	for i := range maxOffers {
+		o, err := r.Open(addr, time.Minute, "")
+		if err != nil {
+			t.Fatalf("offer %d: %v", i, err)
+		}
+		if first == nil {
+			first = o
+		}
+	}
+	if _, err := r.Open(addr, time.Minute, ""); !errors.Is(err, ErrTooManyOffers) {
+		t.Fatalf("offer %d: %v, want ErrTooManyOffers", maxOffers+1, err)
+	}
+	r.Close(first)
+	if _, err := r.Open(addr, time.Minute, ""); err != nil {
+		t.Fatalf("once one closed: %v", err)
 	}
 }

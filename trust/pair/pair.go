@@ -114,7 +114,7 @@ func (r *Responder) Open(addr transport.Addr, ttl time.Duration, nameForPeer str
 	defer r.mu.Unlock()
 	r.sweepLocked()
 	if len(r.offers) >= maxOffers {
-		return nil, fmt.Errorf("pair: %d offers are open already", maxOffers)
+		return nil, fmt.Errorf("%w: %d offers are open already: wait for one to be used or to expire", ErrTooManyOffers, maxOffers)
 	}
 	r.offers[o.id] = o
 	return o, nil

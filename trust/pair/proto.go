@@ -45,12 +45,14 @@ type msg struct {
 
 // Errors of an exchange, on either side.
 var (
-	ErrNoOffer     = errors.New("pair: no such offer (wrong code, or it was used or cancelled)")
-	ErrExpired     = errors.New("pair: the offer has expired")
-	ErrBadProof    = errors.New("pair: the other side does not know the code or does not hold its key")
-	ErrRateLimited = errors.New("pair: too many pairing attempts from here (five at once, then one every 12 seconds); wait a minute")
-	ErrRefused     = errors.New("pair: the other side refused")
-	ErrProtocol    = errors.New("pair: protocol error")
+	ErrNoOffer = errors.New("pair: no such offer (wrong code, or it was used or cancelled)")
+	ErrExpired = errors.New("pair: the offer has expired")
+	// ErrTooManyOffers: as many offers as may be are open already.
+	ErrTooManyOffers = errors.New("pair: too many open offers")
+	ErrBadProof      = errors.New("pair: the other side does not know the code or does not hold its key")
+	ErrRateLimited   = errors.New("pair: too many pairing attempts from here (five at once, then one every 12 seconds); wait a minute")
+	ErrRefused       = errors.New("pair: the other side refused")
+	ErrProtocol      = errors.New("pair: protocol error")
 	// ErrUnanswered: the responder trusted the initiator, but could not
 	// tell it so.
 	ErrUnanswered = errors.New("pair: the answer did not reach the other node, which may not trust this one (pair again with a new code to complete it)")
