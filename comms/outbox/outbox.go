@@ -328,18 +328,9 @@ func (t *Ticket) Stored() bool {
 	return t.stored
 }
 
-// attemptStored ends an attempt whose envelope a broker stored.
-func (t *Ticket) attemptStored() {
-	if t == nil {
-		return
-	}
-	t.mu.Lock()
-	t.stored = true
-	t.mu.Unlock()
-	t.aOnce.Do(func() { close(t.attempted) })
-}
-
-func (t *Ticket) attemptEnded(errText string) {
+// attemptEnded ends an attempt that failed with errText ("": none), or
+// whose envelope a broker stored.
+func (t *Ticket) attemptEnded(errText string, stored bool) {
 	if t == nil {
 		return
 	}
@@ -347,6 +338,7 @@ func (t *Ticket) attemptEnded(errText string) {
 	if errText != "" {
 		t.lastErr = errText
 	}
+	t.stored = t.stored || stored
 	t.mu.Unlock()
 	t.aOnce.Do(func() { close(t.attempted) })
 }
@@ -769,7 +761,7 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		it.e.NextAttempt = now.Add(o.opts.StoredRecheck)
 		q.lastErr = ""
 		o.observe(EventStored, it.e, attempt, "")
-		it.t.attemptStored() // a send waiting for the first attempt goes on
+		it.t.attemptEnded("", true) // a send waiting for the first attempt goes on
 	case errors.Is(r.err, ErrPermanent):
 		reason := ReasonRejected
 		var pe *PermanentError
@@ -787,7 +779,7 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		it.e.Attempts = attempt
 		it.e.LastError = msg
 		q.lastErr = msg
-		it.t.attemptEnded(msg)
+		it.t.attemptEnded(msg, false)
 		rs.halted = true
 		wait := o.backoff(attempt)
 		if resolveFailed {
