@@ -40,14 +40,15 @@ const maxAnnouncement = 16 << 10
 
 // RuntimeDir returns the discovery directory under base (the user's
 // $XDG_RUNTIME_DIR; "" or a relative path: <tmp>/meerkat-<uid>), creating
-// it, and refuses one that other users could read or write.
+// it (not base, which must exist), and refuses one that other users
+// could read or write.
 func RuntimeDir(base string) (string, error) {
 	dir := filepath.Join(os.TempDir(), "meerkat-"+strconv.Itoa(os.Getuid()))
 	if base != "" && filepath.IsAbs(base) {
 		dir = filepath.Join(base, "meerkat")
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("the discovery directory: %w (is $XDG_RUNTIME_DIR there?)", err)
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {

@@ -301,3 +301,30 @@ func FuzzParseLocalOffer(f *testing.F) {
 		}
 	})
 }
+
+// The discovery directory is made under $XDG_RUNTIME_DIR, which must be
+// there: a runtime directory that does not exist is not made, and one
+// open to other users is refused.
+func TestRuntimeDir(t *testing.T) {
+	base := t.TempDir()
+	dir, err := RuntimeDir(base)
+	if err != nil || dir != filepath.Join(base, "meerkat") {
+		t.Fatalf("RuntimeDir = %q, %v", dir, err)
+	}
+	if again, err := RuntimeDir(base); err != nil || again != dir {
+		t.Fatalf("again: %q, %v", again, err)
+	}
+	gone := filepath.Join(base, "no", "such")
+	if _, err := RuntimeDir(gone); err == nil {
+		t.Fatal("a runtime directory that does not exist was taken")
+	}
+	if _, err := os.Stat(filepath.Join(base, "no")); !os.IsNotExist(err) {
+		t.Fatalf("RuntimeDir made parts of a runtime directory that was not there: %v", err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RuntimeDir(base); err == nil || !strings.Contains(err.Error(), "open to other users") {
+		t.Fatalf("a discovery directory others may read: %v", err)
+	}
+}
