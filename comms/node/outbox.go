@@ -93,16 +93,19 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 	}
 	bounds := n.outboxBounds()
 	byPeer := map[identity.PeerID]*PeerSendState{}
+	timed := map[identity.PeerID]bool{} // its next attempt is known: from its first entry still alive
 	for _, e := range es {
 		e = bounds.Entry(e, now)
-		info.Entries = append(info.Entries, toQueuedSend(e, false, now))
+		qs := toQueuedSend(e, false, now)
+		info.Entries = append(info.Entries, qs)
 		ps := byPeer[e.To]
 		if ps == nil {
 			ps = &PeerSendState{Peer: e.Peer, PubKey: e.To.String(), Breaker: outbox.BreakerClosed}
 			byPeer[e.To] = ps
 		}
 		ps.Queued++
-		if ps.Queued == 1 {
+		if !timed[e.To] && !qs.Expired { // an expired entry is not attempted: the next one is
+			timed[e.To] = true
 			ps.NextAttempt, ps.Due, ps.LastError = timeOrNil(e.NextAttempt), due(e.NextAttempt, now), e.LastError
 		}
 	}

@@ -120,6 +120,24 @@ func TestOutboxViewShowsExpired(t *testing.T) {
 			t.Errorf("entry %d (expires %v): expired %v, due %v; want expired %v", i, e.Expires, e.Expired, e.Due, want)
 		}
 	}
+	// The peer's row takes its next attempt from the first entry alive.
+	if len(o.Peers) != 1 || o.Peers[0].Queued != 3 || !o.Peers[0].Due {
+		t.Errorf("peer row %+v: want 3 queued, due (its second entry)", o.Peers)
+	}
+	// A peer whose only entry expired has nothing due.
+	h2, carol := testHome(t, "dave", nil)
+	n2 := startTest(t, h2, ModeSend)
+	st2, err := n2.outboxStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st2.Add(outbox.Entry{ID: identity.NewUUID(), To: carol.ID(), Peer: "carol", Kind: "message", Payload: []byte{1},
+		Created: now.Add(-2 * time.Minute), Expires: now.Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if o, err = n2.Outbox(context.Background()); err != nil || len(o.Peers) != 1 || o.Peers[0].Due || o.Peers[0].NextAttempt != nil {
+		t.Errorf("peer row with only an expired entry: %+v, %v; want nothing due", o.Peers, err)
+	}
 }
 
 // After a restart, a peer whose breaker is open with nothing queued is
