@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -126,7 +127,12 @@ func (e *tlsError) Unwrap() error { return e.err }
 func tlsRefused(err error) error {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "remote error" {
-		return &tlsError{fmt.Errorf("the peer refused this node after the handshake (%v): it may not trust this node's key", op.Err)}
+		switch msg := op.Err.Error(); {
+		case strings.Contains(msg, "certificate"), strings.Contains(msg, "access denied"):
+			return &tlsError{fmt.Errorf("the peer refused this node after the handshake (%v): it may not trust this node's key", op.Err)}
+		default:
+			return &tlsError{fmt.Errorf("the peer's TLS ended the connection after the handshake (%v)", op.Err)}
+		}
 	}
 	return fmt.Errorf("%w: %v", errConnLost, err)
 }

@@ -539,3 +539,29 @@ func TestTLSRefusedClientToldSo(t *testing.T) {
 		t.Errorf("%q says %q more than once", err, OfflineTLS)
 	}
 }
+
+// A read error is a TLS refusal only when the peer's TLS sent an alert;
+// one about this node's certificate says the peer may not trust its key.
+func TestTLSRefused(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		err   error
+		tls   bool
+		trust bool
+	}{
+		{"bad certificate", &net.OpError{Op: "remote error", Err: errors.New("tls: bad certificate")}, true, true},
+		{"certificate required", &net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}, true, true},
+		{"internal error", &net.OpError{Op: "remote error", Err: errors.New("tls: internal error")}, true, false},
+		{"end of stream", io.EOF, false, false},
+		{"reset", &net.OpError{Op: "read", Err: errors.New("connection reset by peer")}, false, false},
+	} {
+		err := tlsRefused(c.err)
+		var te *tlsError
+		if errors.As(err, &te) != c.tls || errors.Is(err, errConnLost) == c.tls {
+			t.Errorf("%s: %v; want a TLS refusal %v", c.name, err, c.tls)
+		}
+		if strings.Contains(err.Error(), "may not trust this node's key") != c.trust {
+			t.Errorf("%s: %v; want 'may not trust' %v", c.name, err, c.trust)
+		}
+	}
+}
