@@ -166,7 +166,9 @@ func (n *Node) observeOutbox(ev outbox.Event) {
 	n.auditOut(ev.Type, e.Peer, e.To, e.Kind, e.ID, e.CorrID, e.Payload, ev.Attempt, ev.Reason)
 	switch ev.Type {
 	case outbox.EventAcked, outbox.EventExpired, outbox.EventDeadLetter:
-		n.relayed.Delete(e.ID) // its last row
+		if n.h.Config.NATS.Enabled() {
+			n.relayed.Delete(e.ID) // its last row
+		}
 	}
 }
 
@@ -184,8 +186,8 @@ func (n *Node) auditOut(event, peer string, to identity.PeerID, kind string, id,
 		ID: id.String(), Size: len(payload), Reason: reason, Attempt: attempt}
 	if p, ok := n.r.Trust().Lookup(to); ok && p.Addr.Scheme == transport.SchemeNATS {
 		rec.Sealed = true // sealed to the peer on the way through NATS
-	} else if _, ok := n.relayed.Load(id); ok {
-		rec.Sealed = true // through NATS, its direct address failing
+	} else if n.h.Config.NATS.Enabled() {
+		_, rec.Sealed = n.relayed.Load(id) // through NATS, its direct address failing
 	}
 	if !corr.IsZero() {
 		rec.CorrID = corr.String()

@@ -93,7 +93,8 @@ type Node struct {
 	unlockHome func()
 	// relayed holds the envelopes (identity.UUID) whose latest attempt
 	// went through NATS, until their audit rows are written: they are
-	// marked sealed, as those to nats: peers are.
+	// marked sealed, as those to nats: peers are. Used only with [nats]
+	// servers configured.
 	relayed sync.Map
 	// waits counts the Receive calls waiting for an item now (the
 	// meerkatd_inbox_waiting_reads gauge).
@@ -246,22 +247,16 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := h.CheckKey(); err != nil {
-			unlock()
-			return nil, err
-		}
-		started := false
-		defer func() {
-			if !started {
+		defer func() { // the node releases it when it closes; a start that failed, now
+			if n != nil {
+				n.unlockHome = unlock
+			} else {
 				unlock()
 			}
 		}()
-		defer func() {
-			if n != nil {
-				started = true
-				n.unlockHome = unlock
-			}
-		}()
+		if err := h.CheckKey(); err != nil {
+			return nil, err
+		}
 	}
 	list, err := trust.LoadOrEmpty(h.TrustPath())
 	if err != nil {
@@ -345,7 +340,10 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 			n.obStore = outbox.NewMemStore()
 		}
 		n.initSent() // slice B
-		d := routerDeliverer{meup: n.meupAttempted, ackRTT: n.metrics.ObserveRoundTrip, relayed: &n.relayed}
+		d := routerDeliverer{meup: n.meupAttempted, ackRTT: n.metrics.ObserveRoundTrip}
+		if h.Config.NATS.Enabled() {
+			d.relayed = &n.relayed // else nothing goes through NATS: no bookkeeping per send
+		}
 		n.startNotices() // before the outbox, which may raise some at once
 		if n.ob, err = newOutbox(h, r, n.obStore, n.observeOutbox, n.breakerChanged, d, log); err != nil {
 			n.Close()

@@ -128,9 +128,12 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	if !s.reliable {
 		n.auditSealed(sealed, audit.EventSent, 1, "")
 		start := time.Now()
-		err := n.r.Deliver(ctx, comms.Delivery{To: sealed.Peer.ID, ID: sealed.ID, Payload: sealed.Payload, WantAck: wantAck, SecondTry: true,
-			Relayed: func() { n.relayed.Store(sealed.ID, struct{}{}) }})
-		defer n.relayed.Delete(sealed.ID) // after its last audit row
+		d := comms.Delivery{To: sealed.Peer.ID, ID: sealed.ID, Payload: sealed.Payload, WantAck: wantAck, SecondTry: true}
+		if n.h.Config.NATS.Enabled() {
+			d.Relayed = func() { n.relayed.Store(sealed.ID, struct{}{}) }
+			defer n.relayed.Delete(sealed.ID) // after its last audit row
+		}
+		err := n.r.Deliver(ctx, d)
 		if errors.Is(err, comms.ErrStoredInBroker) {
 			// Its one attempt reached a broker that stored it (NATS
 			// JetStream): not failed, the peer gets it when it is back.

@@ -515,8 +515,7 @@ func (m *memSent) ClaimKey(k store.Idem, expired time.Time) (store.Idem, bool, e
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if old, ok := m.keys[k.Key]; ok && !old.Created.Before(expired) {
-		released := old.Owner == "" && old.Result == nil
-		switch {
+		switch released := old.Released(); {
 		case released && old.Op == k.Op && bytes.Equal(old.ArgsHash, k.ArgsHash):
 			// The same call again: claimed now, named as at first.
 			old.Owner, old.Created = k.Owner, k.Created
@@ -528,7 +527,7 @@ func (m *memSent) ClaimKey(k store.Idem, expired time.Time) (store.Idem, bool, e
 	}
 	if len(m.keys) >= maxMemSent {
 		for key, v := range m.keys { // full: drop a finished or released key
-			if v.Result != nil || v.Owner == "" {
+			if v.Result != nil || v.Released() {
 				delete(m.keys, key)
 				break
 			}

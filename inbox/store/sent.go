@@ -309,9 +309,9 @@ func (sn *Sent) List(q SentQuery) ([]SentRecord, error) {
 	return out, err
 }
 
-// released reports whether k's call failed and was let go (ReleaseKey):
+// Released reports whether k's call failed and was let go (ReleaseKey):
 // no owner, no result.
-func (k Idem) released() bool { return k.Owner == "" && k.Result == nil }
+func (k Idem) Released() bool { return k.Owner == "" && k.Result == nil }
 
 // ClaimKey claims key k.Key for a call made at k.Created: a key created
 // (last claimed) before expired counts as unused (and is replaced). It
@@ -494,7 +494,7 @@ func (t *outboxTx) runSent(req *request, res *result) error {
 		err = st.QueryRowContext(t.ctx, q.idem.Key).Scan(&k.Key, &k.Op, &k.ArgsHash, &k.Result, &k.Owner, &created, &callAt)
 		k.Created, k.CallAt = time.Unix(0, created), time.Unix(0, cmp.Or(callAt.Int64, created))
 		switch {
-		case err == nil && created >= q.keyAt.UnixNano() && k.released() && k.Op == q.idem.Op && bytes.Equal(k.ArgsHash, q.idem.ArgsHash):
+		case err == nil && created >= q.keyAt.UnixNano() && k.Released() && k.Op == q.idem.Op && bytes.Equal(k.ArgsHash, q.idem.ArgsHash):
 			// The same call again after a failed attempt: claimed now
 			// (its window starts again), it keeps the time that names it.
 			if _, err := t.exec(sqlIdemReclaim, q.idem.Owner, q.idem.Created.UnixNano(), q.idem.Key); err != nil {
@@ -504,7 +504,7 @@ func (t *outboxTx) runSent(req *request, res *result) error {
 			res.idem = &k
 			res.claim = true
 			return nil
-		case err == nil && created >= q.keyAt.UnixNano() && !k.released():
+		case err == nil && created >= q.keyAt.UnixNano() && !k.Released():
 			res.idem = &k
 			return nil
 		case err == nil: // expired, or released and now used for another call
