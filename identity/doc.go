@@ -21,7 +21,9 @@
 // # Signatures
 //
 // [Keypair.Sign] makes pure Ed25519 signatures (RFC 8032): deterministic,
-// the same bytes crypto/ed25519 makes. [PeerID.Verify] checks one
+// the same bytes crypto/ed25519 makes. Signatures asked for by several
+// goroutines at once are made as one batch, sharing the field inversion
+// that encodes each R, with the same bytes (sign.go). [PeerID.Verify] checks one
 // signature; a [Batch] checks many at once, faster per signature when all
 // are valid. Both apply one rule, so an entry passes in a batch exactly
 // when it passes alone. A signature R || S by key A over msg is accepted

@@ -12,8 +12,6 @@ import (
 	"path/filepath"
 	"unsafe"
 
-	voi "github.com/oasisprotocol/curve25519-voi/primitives/ed25519"
-
 	"github.com/meerkatd/meerkatd/internal/atomicfile"
 	"github.com/meerkatd/meerkatd/internal/filemode"
 )
@@ -29,7 +27,7 @@ const (
 // [KeypairFromSeed] or [LoadKeypair]).
 type Keypair struct {
 	id PeerID
-	// priv points to the ed25519.PrivateKey. It is an unsafe.Pointer
+	// priv points to the key's secret (sign.go). It is an unsafe.Pointer
 	// because fmt prints those as bare addresses: no formatting of a
 	// Keypair — inside an unexported field fmt cannot call Format on,
 	// with any verb — can print the seed. (An ordinary pointer to a
@@ -37,7 +35,8 @@ type Keypair struct {
 	priv unsafe.Pointer
 }
 
-func (kp *Keypair) key() ed25519.PrivateKey { return *(*ed25519.PrivateKey)(kp.priv) }
+func (kp *Keypair) secret() *secret         { return (*secret)(kp.priv) }
+func (kp *Keypair) key() ed25519.PrivateKey { return kp.secret().key }
 
 // GenerateKeypair returns a new random keypair.
 func GenerateKeypair() (*Keypair, error) {
@@ -54,7 +53,7 @@ func KeypairFromSeed(seed []byte) (*Keypair, error) {
 		return nil, ErrBadLength
 	}
 	priv := ed25519.NewKeyFromSeed(seed)
-	kp := &Keypair{priv: unsafe.Pointer(&priv)}
+	kp := &Keypair{priv: unsafe.Pointer(newSecret(priv))}
 	copy(kp.id[:], priv[ed25519.SeedSize:])
 	return kp, nil
 }
@@ -64,11 +63,17 @@ func (kp *Keypair) ID() PeerID { return kp.id }
 
 // Sign returns the Ed25519 signature of msg (RFC 8032, deterministic: the
 // same bytes crypto/ed25519 makes).
-func (kp *Keypair) Sign(msg []byte) []byte { return voi.Sign(voi.PrivateKey(kp.key()), msg) }
+func (kp *Keypair) Sign(msg []byte) []byte {
+	sig := new([ed25519.SignatureSize]byte)
+	kp.SignInto(sig, msg)
+	return sig[:]
+}
 
-// SignInto writes the Ed25519 signature of msg into sig.
+// SignInto writes the Ed25519 signature of msg into sig. Signatures asked
+// for at the same time from several goroutines are made as one batch,
+// cheaper per signature, with the same bytes.
 func (kp *Keypair) SignInto(sig *[ed25519.SignatureSize]byte, msg []byte) {
-	copy(sig[:], voi.Sign(voi.PrivateKey(kp.key()), msg))
+	kp.secret().signInto(sig, msg)
 }
 
 // Seed returns a copy of the 32-byte private seed. Handle it as a secret.

@@ -91,6 +91,30 @@ func BenchmarkEd25519Sign(b *testing.B) {
 			kp.SignInto(&sig, e.msg)
 		}
 	})
+	// Many goroutines signing at once, as a pipelined link's senders
+	// do: batched (ns/op is per signature, all cores busy; compare
+	// with identity × GOMAXPROCS).
+	b.Run("identity-concurrent", func(b *testing.B) {
+		b.SetParallelism(64)
+		b.RunParallel(func(pb *testing.PB) {
+			var sig [ed25519.SignatureSize]byte
+			for pb.Next() {
+				kp.SignInto(&sig, e.msg)
+			}
+		})
+	})
+	// One batch of 16, per signature.
+	b.Run("batch-16", func(b *testing.B) {
+		s := kp.secret()
+		jobs := make([]*signJob, 16)
+		for i := range jobs {
+			jobs[i] = &signJob{msg: e.msg, sig: new([ed25519.SignatureSize]byte)}
+		}
+		for b.Loop() {
+			s.signBatch(jobs, batchLayout)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(16*b.N), "ns/sig")
+	})
 }
 
 func BenchmarkEd25519Verify(b *testing.B) {

@@ -35,14 +35,11 @@
 package seal
 
 import (
-	"bytes"
 	"crypto/ecdh"
 	"crypto/hpke"
 	"crypto/sha512"
 	"errors"
 	"fmt"
-
-	"filippo.io/edwards25519"
 
 	"github.com/meerkatd/meerkatd/identity"
 )
@@ -81,20 +78,11 @@ var (
 // small order (the identity among them), whose shared secrets an attacker
 // would know.
 func PublicKey(id identity.PeerID) (*ecdh.PublicKey, error) {
-	p, err := new(edwards25519.Point).SetBytes(id[:])
+	u, err := id.X25519()
 	if err != nil {
-		return nil, fmt.Errorf("%w: not a curve point", ErrBadKey)
+		return nil, fmt.Errorf("%w: %v", ErrBadKey, err)
 	}
-	// SetBytes accepts y ≥ 2^255−19 and a negative zero x; an honest key
-	// never is either.
-	if !bytes.Equal(p.Bytes(), id[:]) {
-		return nil, fmt.Errorf("%w: non-canonical encoding", ErrBadKey)
-	}
-	// Small order: eight times the point is the identity.
-	if new(edwards25519.Point).MultByCofactor(p).Equal(edwards25519.NewIdentityPoint()) == 1 {
-		return nil, fmt.Errorf("%w: point of small order", ErrBadKey)
-	}
-	pub, err := ecdh.X25519().NewPublicKey(p.BytesMontgomery())
+	pub, err := ecdh.X25519().NewPublicKey(u)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadKey, err)
 	}
