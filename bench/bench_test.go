@@ -59,6 +59,7 @@ func TestBenchQuick(t *testing.T) {
 	}
 	want := map[string][]string{ // scenario → metrics
 		"anchor_sign":               {"us"},
+		"anchor_batch_sign":         {"us"},
 		"anchor_verify":             {"us"},
 		"anchor_exchange":           {"us"},
 		"anchor_batch_verify":       {"us"},

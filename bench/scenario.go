@@ -30,30 +30,31 @@ import (
 
 // Scenario names (the JSON "scenario" field; the NATS bench uses the same).
 const (
-	scAnchorSign     = "anchor_sign"
-	scAnchorVerify   = "anchor_verify"
-	scAnchorExch     = "anchor_exchange"
-	scAnchorBatch    = "anchor_batch_verify"
-	scAnchorPing     = "anchor_pingpong"
-	scAnchorRawSeq   = "anchor_raw_sequential"
-	scAnchorRawPipe  = "anchor_raw_pipelined"
-	scAnchorRawBatch = "anchor_raw_batched"
-	scAnchorRawLoop  = "anchor_raw_closed_loop_16"
-	scSequential     = "sequential"
-	scPipelined      = "pipelined"
-	scClosedLoop     = "closed_loop_16"
-	scConnPerMsg     = "conn_per_msg"
-	scFloodBadSig    = "flood_bad_signature"
-	scFloodUntrust   = "flood_untrusted"
-	scDurable        = "durable"
-	scIdleRSS        = "idle_rss"
-	scIdleRSS1000    = "idle_rss_1000"
-	scStartup        = "startup"
-	implMeerkatd     = "meerkatd"
-	implNATS         = "nats"
-	inboxNone        = "none"
-	transportNone    = "none"
-	closedLoopPeers  = 16
+	scAnchorSign      = "anchor_sign"
+	scAnchorBatchSign = "anchor_batch_sign"
+	scAnchorVerify    = "anchor_verify"
+	scAnchorExch      = "anchor_exchange"
+	scAnchorBatch     = "anchor_batch_verify"
+	scAnchorPing      = "anchor_pingpong"
+	scAnchorRawSeq    = "anchor_raw_sequential"
+	scAnchorRawPipe   = "anchor_raw_pipelined"
+	scAnchorRawBatch  = "anchor_raw_batched"
+	scAnchorRawLoop   = "anchor_raw_closed_loop_16"
+	scSequential      = "sequential"
+	scPipelined       = "pipelined"
+	scClosedLoop      = "closed_loop_16"
+	scConnPerMsg      = "conn_per_msg"
+	scFloodBadSig     = "flood_bad_signature"
+	scFloodUntrust    = "flood_untrusted"
+	scDurable         = "durable"
+	scIdleRSS         = "idle_rss"
+	scIdleRSS1000     = "idle_rss_1000"
+	scStartup         = "startup"
+	implMeerkatd      = "meerkatd"
+	implNATS          = "nats"
+	inboxNone         = "none"
+	transportNone     = "none"
+	closedLoopPeers   = 16
 )
 
 // Metric names.
@@ -194,14 +195,15 @@ func btoi(v bool) int {
 
 // repetition runs every scenario once.
 func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string]*child, echoAddrs map[string]transport.Addr) error {
-	sign, verify, exch, batch, err := b.anchors()
+	an, err := b.anchors()
 	if err != nil {
 		return fmt.Errorf("anchors: %w", err)
 	}
-	rec.add(implMeerkatd, scAnchorSign, transportNone, inboxNone, mUS, sign)
-	rec.add(implMeerkatd, scAnchorVerify, transportNone, inboxNone, mUS, verify)
-	rec.add(implMeerkatd, scAnchorExch, transportNone, inboxNone, mUS, exch)
-	rec.add(implMeerkatd, scAnchorBatch, transportNone, inboxNone, mUS, batch)
+	rec.add(implMeerkatd, scAnchorSign, transportNone, inboxNone, mUS, an.sign)
+	rec.add(implMeerkatd, scAnchorBatchSign, transportNone, inboxNone, mUS, an.batchSign)
+	rec.add(implMeerkatd, scAnchorVerify, transportNone, inboxNone, mUS, an.verify)
+	rec.add(implMeerkatd, scAnchorExch, transportNone, inboxNone, mUS, an.exch)
+	rec.add(implMeerkatd, scAnchorBatch, transportNone, inboxNone, mUS, an.batch)
 	step := func(tr, what string, err error) error {
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", what, tr, err)
@@ -381,32 +383,39 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 	return nil
 }
 
+// anchorFigures are the crypto anchors of a repetition, in µs.
+type anchorFigures struct {
+	sign, batchSign, verify, exch, batch float64
+}
+
 // anchors measures the node's signing and verifying primitives
-// (identity.Keypair.SignInto; identity.Verifier, which keeps the key
-// expanded as a Router does) on the real signing input of a 100-byte
-// message, and one exchange with the project's code, in µs.
-func (b *runner) anchors() (sign, verify, exch, batch float64, err error) {
+// (identity.Keypair.SignInto, alone and by batchSigners goroutines at
+// once; identity.Verifier, which keeps the key expanded as a Router
+// does) on the real signing input of a 100-byte message, and one
+// exchange with the project's code, in µs.
+func (b *runner) anchors() (an anchorFigures, err error) {
 	a, n := b.peers[0], b.peers[1]
 	e, err := wire.Seal(a, identity.NewUUID(), n.ID(), wire.Message(body))
 	if err != nil {
-		return 0, 0, 0, 0, err
+		return an, err
 	}
 	signable, err := e.AppendSignable(nil)
 	if err != nil {
-		return 0, 0, 0, 0, err
+		return an, err
 	}
 	pub := a.ID()
 	var sig [sigSize]byte
 	a.SignInto(&sig, signable)
-	sign = timeOp(b.opts.anchorTime, func() { a.SignInto(&sig, signable) })
-	verify = timeOp(b.opts.anchorTime, func() {
+	an.sign = timeOp(b.opts.anchorTime, func() { a.SignInto(&sig, signable) })
+	an.batchSign = batchSignCPU(b.opts.anchorTime, a, signable)
+	an.verify = timeOp(b.opts.anchorTime, func() {
 		if !anchorKeys.Verify(pub, signable, sig[:]) {
 			err = errors.New("anchor signature does not verify")
 		}
 	})
 	msg := wire.Message(body)
 	buf := make([]byte, 0, 1024)
-	exch = timeOp(b.opts.anchorTime, func() {
+	an.exch = timeOp(b.opts.anchorTime, func() {
 		if err == nil {
 			buf, err = exchangeOnce(a, n, msg, buf)
 		}
@@ -416,18 +425,44 @@ func (b *runner) anchors() (sign, verify, exch, batch float64, err error) {
 	for i := range envs {
 		e, serr := wire.Seal(a, identity.NewUUID(), n.ID(), msg)
 		if serr != nil {
-			return 0, 0, 0, 0, serr
+			return an, serr
 		}
 		envs[i] = &e
 	}
 	var vb identity.Batch
 	ok := make([]bool, len(envs))
-	batch = timeOp(b.opts.anchorTime, func() {
+	an.batch = timeOp(b.opts.anchorTime, func() {
 		if !wire.VerifyBatch(&vb, envs, ok) {
 			err = errors.New("anchor batch does not verify")
 		}
 	}) / batchAnchorSize
-	return sign, verify, exch, batch, err
+	return an, err
+}
+
+// batchSigners is how many goroutines sign at once for anchor_batch_sign:
+// as many as closed_loop_16 has connections, whose acks a node signs.
+const batchSigners = 16
+
+// batchSignCPU is anchor_batch_sign: the CPU time (this process, µs) per
+// signature while batchSigners goroutines sign msg with kp at once for
+// about d, which SignInto makes in batches.
+func batchSignCPU(d time.Duration, kp *identity.Keypair, msg []byte) float64 {
+	var (
+		n  atomic.Int64
+		wg sync.WaitGroup
+	)
+	cpu0, t0 := selfCPU(), time.Now()
+	for range batchSigners {
+		wg.Go(func() {
+			var sig [sigSize]byte
+			for i := 0; i < 16 || time.Since(t0) < d; i++ {
+				kp.SignInto(&sig, msg)
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return float64((selfCPU() - cpu0).Nanoseconds()) / 1e3 / float64(n.Load())
 }
 
 // batchAnchorSize is the batch of anchor_batch_verify: the most frames a
