@@ -6,10 +6,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -314,6 +316,8 @@ func (n *Node) answerCard(ctx context.Context, it comms.Item) {
 // loadCard reads the home's card.json (the default card if there is
 // none). It refuses a file that is not the user's own regular file or
 // that group or others may write: the card is signed with the node key.
+// A file it refuses is the file's fault, not the command's (internal,
+// exit 1): cardFileError says so.
 func (n *Node) loadCard() (card.Card, bool, error) {
 	path := n.h.CardPath()
 	err := filemode.File(path)
@@ -321,7 +325,7 @@ func (n *Node) loadCard() (card.Card, bool, error) {
 		return card.Card{Name: n.h.Config.Name, Intents: []card.Intent{}}, true, nil
 	}
 	if err != nil {
-		return card.Card{}, false, errorf(CodeBadArgument, "%s", UserText(err))
+		return card.Card{}, false, cardFileError(path, err)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -333,7 +337,7 @@ func (n *Node) loadCard() (card.Card, bool, error) {
 		return card.Card{}, false, err
 	}
 	if err := filemode.Current().FileInfo(path, st); err != nil { // swapped since the check
-		return card.Card{}, false, errorf(CodeBadArgument, "%s", UserText(err))
+		return card.Card{}, false, cardFileError(path, err)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, card.MaxText+1))
 	if err != nil {
@@ -341,9 +345,18 @@ func (n *Node) loadCard() (card.Card, bool, error) {
 	}
 	c, err := card.Parse(data)
 	if err != nil {
-		return card.Card{}, false, errorf(CodeBadArgument, "%s: %s", path, UserText(err))
+		return card.Card{}, false, cardFileError(path, err)
 	}
 	return c, false, nil
+}
+
+// cardFileError is the error of a card.json that cannot be used.
+func cardFileError(path string, err error) error {
+	text := UserText(err)
+	if !strings.Contains(text, path) {
+		text = path + ": " + text
+	}
+	return fmt.Errorf("%s (fix the file, or remove it to give the default card)", text)
 }
 
 // signedCard is the home's card signed with the node key.
@@ -354,7 +367,7 @@ func (n *Node) signedCard() (card.Signed, error) {
 	}
 	s, err := card.Sign(n.h.Key, c)
 	if err != nil {
-		return card.Signed{}, errorf(CodeBadArgument, "%s: %s", n.h.CardPath(), UserText(err))
+		return card.Signed{}, cardFileError(n.h.CardPath(), err)
 	}
 	return s, nil
 }

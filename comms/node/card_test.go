@@ -79,7 +79,7 @@ func TestCardEditAndDefault(t *testing.T) {
 	if err := os.Chmod(n.h.CardPath(), 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Card(ctx); CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), "chmod") {
+	if _, err := n.Card(ctx); CodeOf(err) != CodeInternal || !strings.Contains(err.Error(), "chmod") {
 		t.Fatalf("group-writable card.json: %v", err)
 	}
 	if err := CheckHome(n.h.Dir); err == nil {
@@ -497,4 +497,26 @@ func TestCardDeclinedWhenBroken(t *testing.T) {
 		t.Fatalf("card of a node whose card is broken: %v, want %s, declined", err, CodeBadCard)
 	}
 	t.Logf("declined after %v", time.Since(start))
+}
+
+// A card.json that cannot be used is the file's fault: showing or editing
+// the card fails with an internal error (exit 1) that names the file and
+// the way out, not bad_argument (exit 2, for a command line at fault).
+func TestBrokenCardFileIsNotABadArgument(t *testing.T) {
+	ha, _ := twoHomes(t, func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	n := startTest(t, ha, ModeServe)
+	ctx := context.Background()
+	for _, content := range []string{`{"name": `, `{}`} {
+		if err := os.WriteFile(ha.CardPath(), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, showErr := n.Card(ctx)
+		desc := "x"
+		_, editErr := n.CardEdit(ctx, CardEdit{Description: &desc})
+		for what, err := range map[string]error{"Card": showErr, "CardEdit": editErr} {
+			if err == nil || CodeOf(err) != CodeInternal || !strings.Contains(err.Error(), ha.CardPath()) || !strings.Contains(err.Error(), "remove it") {
+				t.Errorf("%s with card.json %s: %v (code %s), want an internal error naming the file and the way out", what, content, err, CodeOf(err))
+			}
+		}
+	}
 }
