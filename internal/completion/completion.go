@@ -21,6 +21,7 @@ type Command struct {
 	Summary     string
 	Subcommands []string // words that may follow the command
 	Flags       []string // its flags, "--json" and so on
+	ValueFlags  []string // those of Flags that take a value ("--ttl DUR")
 }
 
 // Program is the program the script completes.
@@ -42,8 +43,11 @@ var ErrShell = errors.New("completion: unknown shell (want bash, zsh or fish)")
 
 var (
 	flagRE = regexp.MustCompile(`--[a-z][a-z0-9-]*`)
-	subRE  = regexp.MustCompile(`^\[?([a-z][a-z0-9-]*)\]?$`)
-	nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+	// A flag's value is written in capitals or as an example: "--ttl
+	// DUR", "--since 1h|RFC3339", "--schema JSON|@FILE|-".
+	valueFlagRE = regexp.MustCompile(`(--[a-z][a-z0-9-]*)[ =][A-Z0-9@]`)
+	subRE       = regexp.MustCompile(`^\[?([a-z][a-z0-9-]*)\]?$`)
+	nameRE      = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 )
 
 // FromUsage reads a command's subcommands and flags from its usage text:
@@ -75,10 +79,29 @@ func FromUsage(program, name, usage string) (subcommands, flags []string) {
 	return subcommands, flags
 }
 
-// Add adds the command name, reading its subcommands and flags from its
-// usage text with FromUsage.
+// ValueFlags reads from a usage text the flags that take a value: those
+// followed by a word in capitals or an example ("--ttl DUR", "--wait
+// 10s"). A flag written somewhere without a value ("[--no-wait|--local]"
+// next to "--local NAME") is left out: its next word may be a command's.
+func ValueFlags(usage string) []string {
+	var flags []string
+	for _, m := range valueFlagRE.FindAllStringSubmatch(usage, -1) {
+		if !slices.Contains(flags, m[1]) {
+			flags = append(flags, m[1])
+		}
+	}
+	for _, loc := range flagRE.FindAllStringIndex(usage, -1) {
+		if !valueFlagRE.MatchString(usage[loc[0]:min(len(usage), loc[1]+2)]) {
+			flags = slices.DeleteFunc(flags, func(f string) bool { return f == usage[loc[0]:loc[1]] })
+		}
+	}
+	return flags
+}
+
+// Add adds the command name, reading its subcommands, flags and flags that
+// take a value from its usage text with FromUsage and ValueFlags.
 func (p *Program) Add(name, summary, usage string) {
-	c := Command{Name: name, Summary: summary}
+	c := Command{Name: name, Summary: summary, ValueFlags: ValueFlags(usage)}
 	c.Subcommands, c.Flags = FromUsage(p.Name, name, usage)
 	p.Commands = append(p.Commands, c)
 }
@@ -98,6 +121,7 @@ func Script(shell string, p Program) (string, error) {
 		words = append(words, c.Name)
 		words = append(words, c.Subcommands...)
 		words = append(words, c.Flags...)
+		words = append(words, c.ValueFlags...)
 	}
 	for _, w := range words {
 		if !nameRE.MatchString(strings.TrimLeft(w, "-")) {
@@ -124,11 +148,46 @@ func names(p Program) string {
 }
 
 // dirCase is the case pattern of p's directory flags.
-func dirCase(p Program) string {
-	if len(p.DirFlags) == 0 {
+func dirCase(p Program) string { return pairCase(p, true, false) }
+
+// valuePairs are "COMMAND --flag" for each flag of a command of p that
+// takes a value, other than p's directory flags.
+func valuePairs(p Program) []string {
+	var ps []string
+	for _, c := range p.Commands {
+		for _, f := range c.ValueFlags {
+			if !slices.Contains(p.DirFlags, f) {
+				ps = append(ps, c.Name+" "+f)
+			}
+		}
+	}
+	return ps
+}
+
+// pairCase is the case pattern, over "$cmd $word", of the words that are
+// a flag taking a value: a directory flag anywhere, or a value flag of
+// the command.
+func pairCase(p Program, dirs bool, values bool) string {
+	var alts []string
+	if dirs {
+		for _, f := range p.DirFlags {
+			alts = append(alts, `*" `+f+`"`)
+		}
+	}
+	if values {
+		for _, pair := range valuePairs(p) {
+			alts = append(alts, `"`+pair+`"`)
+		}
+	}
+	return casePattern(alts)
+}
+
+// casePattern is a shell case pattern matching each of flags.
+func casePattern(flags []string) string {
+	if len(flags) == 0 {
 		return "--@none" // no word typed matches it
 	}
-	return strings.Join(p.DirFlags, "|")
+	return strings.Join(flags, "|")
 }
 
 func fn(p Program) string { return "_" + strings.NewReplacer("-", "_", ".", "_").Replace(p.Name) }
@@ -142,17 +201,21 @@ func bash(p Program) string {
 	local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
 	local cmd="" sub="" i
 	for ((i = 1; i < COMP_CWORD; i++)); do
-		case ${COMP_WORDS[i]} in
-		%[3]s) ((i++)) ;;
-		-*) ;;
+		case "$cmd ${COMP_WORDS[i]}" in
+		%[6]s) ((i++)) ;;
+		*" -"*) ;;
 		*)
 			if [[ -z $cmd ]]; then cmd=${COMP_WORDS[i]}; elif [[ -z $sub ]]; then sub=${COMP_WORDS[i]}; fi
 			;;
 		esac
 	done
-	case $prev in
+	case "$cmd $prev" in
 	%[3]s)
 		COMPREPLY=($(compgen -d -- "$cur"))
+		return
+		;;
+	%[7]s)
+		COMPREPLY=($(compgen -f -- "$cur"))
 		return
 		;;
 	esac
@@ -162,7 +225,7 @@ func bash(p Program) string {
 		subs="%[4]s"
 		flags="%[5]s"
 		;;
-`, p.Name, f, dirCase(p), names(p), strings.Join(append(slices.Clone(p.Flags), p.DirFlags...), " "))
+`, p.Name, f, dirCase(p), names(p), strings.Join(append(slices.Clone(p.Flags), p.DirFlags...), " "), pairCase(p, true, true), pairCase(p, false, true))
 	for _, c := range p.Commands {
 		fmt.Fprintf(&b, "\t%s)\n\t\tsubs=\"%s\"\n\t\tflags=\"%s\"\n\t\t;;\n", c.Name, strings.Join(c.Subcommands, " "), strings.Join(c.Flags, " "))
 	}
@@ -195,22 +258,26 @@ compdef %[2]s %[1]s
 	local cmd="" sub="" i
 	local -a cmds subs flags
 	for ((i = 2; i < CURRENT; i++)); do
-		case ${words[i]} in
-		%[3]s) ((i++)) ;;
-		-*) ;;
+		case "$cmd ${words[i]}" in
+		%[4]s) ((i++)) ;;
+		*" -"*) ;;
 		*)
 			if [[ -z $cmd ]]; then cmd=${words[i]}; elif [[ -z $sub ]]; then sub=${words[i]}; fi
 			;;
 		esac
 	done
-	case ${words[CURRENT-1]} in
+	case "$cmd ${words[CURRENT-1]}" in
 	%[3]s)
 		_files -/
 		return
 		;;
+	%[5]s)
+		_files
+		return
+		;;
 	esac
 	cmds=(
-`, p.Name, f, dirCase(p))
+`, p.Name, f, dirCase(p), pairCase(p, true, true), pairCase(p, false, true))
 	for _, c := range p.Commands {
 		fmt.Fprintf(&b, "\t\t%s\n", zshQuote(c.Name+":"+strings.ReplaceAll(c.Summary, ":", `\:`)))
 	}
@@ -242,6 +309,18 @@ func fishQuote(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, "'", `\'`).Replace(s) + "'"
 }
 
+// fishWords quotes each of ws for fish, "”" for none.
+func fishWords(ws []string) string {
+	if len(ws) == 0 {
+		return "''"
+	}
+	q := make([]string, len(ws))
+	for i, w := range ws {
+		q[i] = fishQuote(w)
+	}
+	return strings.Join(q, " ")
+}
+
 func fish(p Program) string {
 	var b strings.Builder
 	f := "_" + fn(p) // __meerkatd
@@ -251,12 +330,14 @@ func fish(p Program) string {
 # %[2]s_words prints the words typed that are neither flags nor their values.
 function %[2]s_words
 	set -l skip 0
+	set -l cmd ""
 	for w in (commandline -opc)[2..]
 		if test $skip -eq 1
 			set skip 0
-		else if contains -- $w %[3]s
+		else if contains -- $w %[3]s; or contains -- "$cmd $w" %[4]s
 			set skip 1
 		else if not string match -q -- '-*' $w
+			test -z "$cmd"; and set cmd $w
 			echo $w
 		end
 	end
@@ -277,7 +358,7 @@ function %[2]s_on
 end
 
 complete -c %[1]s -f
-`, p.Name, f, strings.Join(append([]string{"--no-dir-flag"}, p.DirFlags...), " "))
+`, p.Name, f, strings.Join(append([]string{"--no-dir-flag"}, p.DirFlags...), " "), fishWords(valuePairs(p)))
 	for _, fl := range p.Flags {
 		fmt.Fprintf(&b, "complete -c %s -n %s_on -l %s\n", p.Name, f, strings.TrimLeft(fl, "-"))
 	}

@@ -34,6 +34,26 @@ func TestFromUsage(t *testing.T) {
 	}
 }
 
+func TestValueFlags(t *testing.T) {
+	for _, tc := range []struct {
+		usage string
+		want  []string
+	}{
+		{"meerkatd id [--home DIR] [--json]", []string{"--home"}},
+		{"meerkatd pair offer [--ttl DUR] [--name-for-peer NAME] [--no-wait|--local] [--nats]", []string{"--ttl", "--name-for-peer"}},
+		{"meerkatd audit [--since 1h|RFC3339] [--follow]", []string{"--since"}},
+		{"meerkatd card edit [--schema JSON|@FILE|-] [--add-intent NAME]", []string{"--schema", "--add-intent"}},
+		{"meerkatd deadletters retry ID...|--all", nil},
+		{"meerkatd send --ttl=DUR --reliable [--wait 10s]", []string{"--ttl", "--wait"}},
+		// Without a value in one place, with one in another: left out.
+		{"meerkatd pair offer [--no-wait|--local] | pair accept --local NAME [--ttl DUR]", []string{"--ttl"}},
+	} {
+		if got := ValueFlags(tc.usage); !slices.Equal(got, tc.want) {
+			t.Errorf("ValueFlags(%q) = %q, want %q", tc.usage, got, tc.want)
+		}
+	}
+}
+
 var testProgram = Program{
 	Name:        "mk",
 	HelpCommand: "help",
@@ -41,7 +61,7 @@ var testProgram = Program{
 	DirFlags:    []string{"--home"},
 	Commands: []Command{
 		{Name: "peers", Summary: "list peers: it's theirs", Subcommands: []string{"list", "add"}, Flags: []string{"--json", "--home"}},
-		{Name: "pair", Summary: "pair", Subcommands: []string{"offer"}, Flags: []string{"--ttl"}},
+		{Name: "pair", Summary: "pair", Subcommands: []string{"offer"}, Flags: []string{"--ttl", "--local"}, ValueFlags: []string{"--ttl"}},
 		{Name: "id", Summary: "show the id", Flags: []string{"--json"}},
 		{Name: "help", Summary: "help"},
 	},
@@ -98,6 +118,11 @@ func TestBashCompletes(t *testing.T) {
 		{"mk peers --", []string{"--home", "--json"}},
 		{"mk pair o", []string{"offer"}},
 		{"mk id --j", []string{"--json"}},
+		// A flag's value is neither the command nor its subcommand.
+		{"mk pair --ttl 5m o", []string{"offer"}},
+		{"mk --home /x pair --ttl 5m ", []string{"offer"}},
+		{"mk pair --local o", []string{"offer"}}, // --local takes no value
+		{"mk pair --ttl o", nil},                 // the value: files, and none here starts with "o"
 	} {
 		words := strings.Split(tc.line, " ")
 		prog := `source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _mk; printf '%s\n' "${COMPREPLY[@]}" | sort`
@@ -159,6 +184,7 @@ func TestFishCompletes(t *testing.T) {
 		{"mk --home /tmp p", []string{"pair", "peers"}},
 		{"mk --home /tmp peers l", []string{"list"}},
 		{"mk peers list ", nil}, // the subcommand is there: files (none offered, -f)
+		{"mk pair --ttl 5m o", []string{"offer"}},
 	} {
 		cmd := exec.Command(fish, "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, script, tc.line)
 		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
@@ -221,6 +247,8 @@ func TestZshCompletes(t *testing.T) {
 		{"mk peers --", []string{"--home", "--json"}},
 		{"mk peers list ", []string{"<files>"}},
 		{"mk --home ", []string{"<files>"}},
+		{"mk pair --ttl 5m o", []string{"offer"}},
+		{"mk pair --ttl ", []string{"<files>"}},
 	} {
 		out, err := exec.Command(zsh, append([]string{"-f", stubs, script}, strings.Split(tc.line, " ")...)...).CombinedOutput()
 		if err != nil {
