@@ -70,7 +70,7 @@ func (f *fakeNode) PairWait(context.Context, string) (node.Paired, error) {
 	return node.Paired{}, &node.Error{Code: node.CodePairPending, Msg: "the offer is still open"}
 }
 
-func (f *fakeNode) PairCancel(context.Context, string) error { return nil }
+func (f *fakeNode) PairCancel(context.Context, string) (int, error) { return 0, nil }
 
 var _ node.API = (*fakeNode)(nil)
 

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -54,7 +52,10 @@ func runInbox(e *env, args []string) error {
 	}
 	sig, stop := interruptible()
 	defer stop()
-	out := inboxPrinter{e: e, json: *asJSON}
+	out := inboxPrinter{e: e}
+	if *asJSON {
+		out.json = nodetext.NewBatchJSON(e.stdout)
+	}
 	q := node.Query{After: *after, Kinds: kinds, From: *from, Wait: *wait, MEUPFilter: mf, Order: *order}
 	// A priority read's cursor stays below the oldest item it left out,
 	// so a next page may show again what a page showed: shown skips it.
@@ -122,45 +123,20 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 
 // inboxPrinter prints inbox pages as they come: as text, or with json
-// as one batch (the messages of every page, the last cursor) streamed a
-// message at a time, so neither side holds a large inbox whole.
+// as one batch (nodetext.BatchJSON).
 type inboxPrinter struct {
-	e       *env
-	json    bool
-	started bool
-	n       int
-	last    node.Batch
+	e    *env
+	json *nodetext.BatchJSON // nil: text
+	n    int
 }
 
 func (p *inboxPrinter) page(b node.Batch) error {
-	w := p.e.stdout
-	p.last = b
-	if p.json {
-		if !p.started {
-			if _, err := io.WriteString(w, "{\n  \"messages\": ["); err != nil {
-				return err
-			}
-			p.started = true
-		}
-		for _, m := range b.Messages {
-			sep := ","
-			if p.n == 0 {
-				sep = ""
-			}
-			j, err := json.MarshalIndent(m, "    ", "  ")
-			if err != nil {
-				return err
-			}
-			if _, err := fmt.Fprintf(w, "%s\n    %s", sep, j); err != nil {
-				return err
-			}
-			p.n++
-		}
-		return nil
+	if p.json != nil {
+		return p.json.Page(b)
 	}
 	for _, m := range b.Messages {
 		p.n++
-		nodetext.Message(w, m)
+		nodetext.Message(p.e.stdout, m)
 	}
 	return nil
 }
@@ -168,39 +144,20 @@ func (p *inboxPrinter) page(b node.Batch) error {
 // fail ends a listing that broke off with err: with json, the document
 // is closed (or is the error) and err is returned as shown.
 func (p *inboxPrinter) fail(err error) error {
-	if !p.json {
+	if p.json == nil {
 		return err
-	}
-	if p.started {
-		fmt.Fprintln(p.e.stdout, "\n  ]\n}")
-	} else {
+	} else if !p.json.Started() {
 		printJSONError(p.e.stdout, err)
 	}
+	p.json.Abort()
 	return jsonShown(err)
 }
 
 func (p *inboxPrinter) end() error {
-	if !p.json {
-		if p.n == 0 {
-			fmt.Fprintln(p.e.stderr, "inbox empty")
-		}
-		return nil
+	if p.json != nil {
+		return p.json.End()
+	} else if p.n == 0 {
+		fmt.Fprintln(p.e.stderr, "inbox empty")
 	}
-	if !p.started {
-		io.WriteString(p.e.stdout, "{\n  \"messages\": [")
-	}
-	if p.n > 0 {
-		io.WriteString(p.e.stdout, "\n  ")
-	}
-	epoch, err := json.Marshal(p.last.Epoch)
-	if err != nil {
-		return err
-	}
-	byClass, err := json.Marshal(p.last.PendingByClass)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(p.e.stdout, "],\n  \"cursor\": %d,\n  \"more\": %t,\n  \"timed_out\": %t,\n  \"pending\": %d,\n  \"epoch\": %s,\n  \"pending_by_class\": %s\n}\n",
-		p.last.Cursor, p.last.More, p.last.TimedOut, p.last.Pending, epoch, byClass)
-	return err
+	return nil
 }

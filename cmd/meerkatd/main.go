@@ -248,19 +248,17 @@ func exitCode(err error) int {
 	return exitError
 }
 
+// usageText is meerkatd --help; its "{commands}" line is the commands.
+//
+//go:embed usage.txt
+var usageText string
+
 func (e *env) usage(w io.Writer) {
-	fmt.Fprintln(w, "meerkatd: signed agent-to-agent messaging (Meerkat comms protocol)")
-	fmt.Fprintln(w, "\nusage: meerkatd [--home DIR] COMMAND [flags]\n\ncommands:")
+	var list strings.Builder
 	for _, n := range slices.Sorted(maps.Keys(e.commands)) {
-		fmt.Fprintf(w, "  %-11s %s\n", n, e.commands[n].summary)
+		fmt.Fprintf(&list, "  %-11s %s\n", n, e.commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nThe node's home holds its identity, meerkat.toml and trusted_peers.json;")
-	fmt.Fprintln(w, "it is --home, else $MEERKAT_HOME, else $XDG_CONFIG_HOME/meerkat, else")
-	fmt.Fprintln(w, "~/.config/meerkat. init, keygen, run and mcp create it; other commands need it.")
-	fmt.Fprintln(w, "Flags may come before or after the command's arguments; --json prints JSON.")
-	fmt.Fprintln(w, "\nExit status: 0 ok, 1 error, 2 bad arguments, 3 peer offline,")
-	fmt.Fprintln(w, "4 unknown peer, 5 no daemon running, 6 pairing failed, 130 interrupted.")
-	fmt.Fprintln(w, "\nmeerkatd help COMMAND (or meerkatd COMMAND --help) shows a command's flags.")
+	fmt.Fprint(w, strings.Replace(usageText, "{commands}\n", list.String(), 1))
 }
 
 // runHelp shows the commands, or one command's help (as COMMAND --help; an unknown SUBCOMMAND is bad_argument).

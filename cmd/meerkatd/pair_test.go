@@ -430,3 +430,42 @@ func TestPairAcceptNameNotUsedNoted(t *testing.T) {
 		t.Fatalf("accept with --name for a key trusted already: %s", r)
 	}
 }
+
+// pair cancel withdraws the daemon's open offers: one by its line or id,
+// or all; a withdrawn line no longer pairs. Without a daemon there is
+// nothing to withdraw (exit 5); with none open it fails (exit 6).
+func TestPairCancel(t *testing.T) {
+	t.Parallel()
+	alice, bob := newNode(t, "alice"), newNode(t, "bob")
+	alice.wantCode(exitNoDaemon, []string{"no daemon is running"}, "pair", "cancel")
+	alice.start()
+	alice.wantCode(exitPairFailed, []string{"no open offer"}, "pair", "cancel")
+	alice.wantCode(exitUsage, []string{"--ttl is for pair offer"}, "pair", "cancel", "--ttl", "1m")
+	var first, second, third struct {
+		ID   string `json:"id"`
+		Line string `json:"line"`
+	}
+	alice.okJSON(&first, "pair", "offer", "--no-wait", "--json")
+	alice.okJSON(&second, "pair", "offer", "--no-wait", "--json")
+	alice.okJSON(&third, "pair", "offer", "--no-wait", "--json")
+	if out := alice.ok(append([]string{"pair", "cancel"}, strings.Fields(first.Line)...)...); !strings.Contains(out, "withdrew 1 offer") {
+		t.Fatalf("pair cancel LINE printed %q", out)
+	}
+	bob.wantCode(exitPairFailed, []string{"no such offer"}, "pair", "accept", first.Line)
+	alice.wantCode(exitPairFailed, []string{"no such offer"}, "pair", "cancel", first.Line)
+	var got struct {
+		Withdrawn int `json:"withdrawn"`
+	}
+	alice.okJSON(&got, "pair", "cancel", second.ID, "--json")
+	if got.Withdrawn != 1 {
+		t.Fatalf("pair cancel ID withdrew %d", got.Withdrawn)
+	}
+	alice.okJSON(&got, "pair", "cancel", "--json")
+	if got.Withdrawn != 1 {
+		t.Fatalf("pair cancel (all) withdrew %d, want the one left", got.Withdrawn)
+	}
+	bob.wantCode(exitPairFailed, []string{"no such offer"}, "pair", "accept", third.Line)
+	if a, b := peerNames(t, alice), peerNames(t, bob); len(a)+len(b) != 0 {
+		t.Fatalf("withdrawn offers changed trust: alice %v, bob %v", a, b)
+	}
+}

@@ -4,16 +4,23 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 	"github.com/meerkatd/meerkatd/trust/pair"
 )
+
+// pairFlagFor is the pair subcommands each flag is for.
+var pairFlagFor = map[string][]string{"ttl": {"offer"}, "name-for-peer": {"offer"}, "no-wait": {"offer"}, "nats": {"offer"},
+	"name": {"accept"}, "local": {"offer", "accept"}}
 
 func runPair(e *env, args []string) error {
 	sub, args := splitSub(args)
@@ -31,23 +38,22 @@ func runPair(e *env, args []string) error {
 	set := map[string]bool{}
 	flags.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch sub {
-	case "offer":
-		if len(pos) > 0 {
-			return fmt.Errorf("%w: pair offer takes no arguments", errUsage)
-		}
-		if set["name"] {
-			return fmt.Errorf("%w: --name is for pair accept; pair offer takes --name-for-peer", errUsage)
-		}
-	case "accept":
-		for _, f := range []string{"ttl", "name-for-peer", "no-wait", "nats"} {
-			if set[f] {
-				return fmt.Errorf("%w: --%s is for pair offer", errUsage, f)
-			}
-		}
+	case "offer", "accept", "cancel":
 	case "":
-		return fmt.Errorf("%w: want pair offer or pair accept", errUsage)
+		return fmt.Errorf("%w: want pair offer, pair accept or pair cancel", errUsage)
 	default:
-		return fmt.Errorf("%w: unknown pair subcommand %q (want offer or accept)", errUsage, sub)
+		return fmt.Errorf("%w: unknown pair subcommand %q (want offer, accept or cancel)", errUsage, sub)
+	}
+	if sub == "offer" && set["name"] {
+		return fmt.Errorf("%w: --name is for pair accept; pair offer takes --name-for-peer", errUsage)
+	}
+	for _, f := range []string{"ttl", "name-for-peer", "no-wait", "nats", "name", "local"} {
+		if subs := pairFlagFor[f]; set[f] && !slices.Contains(subs, sub) {
+			return fmt.Errorf("%w: --%s is for pair %s", errUsage, f, strings.Join(subs, " and pair "))
+		}
+	}
+	if sub == "offer" && len(pos) > 0 {
+		return fmt.Errorf("%w: pair offer takes no arguments", errUsage)
 	}
 	if sub == "accept" && (len(pos) == 0 || len(pos) == 1 && pos[0] == "-") && !*local {
 		// From stdin: the line then shows in no process list or shell
@@ -77,6 +83,8 @@ func runPair(e *env, args []string) error {
 	}
 	if sub == "accept" {
 		return e.pairAccept(h, pos, *local, *name, report)
+	} else if sub == "cancel" {
+		return e.pairCancel(h, strings.Join(pos, " "), *asJSON)
 	}
 
 	// offer
@@ -107,19 +115,11 @@ func runPair(e *env, args []string) error {
 	ctx, stop := interruptible()
 	defer stop()
 	if *local {
-		dir, err := e.runtimeDir()
-		if err == nil {
-			var remove func()
-			if remove, err = node.WriteLocalOffer(dir, h, info.Line, info.Expires); err == nil {
-				defer remove()
-			}
-		}
+		remove, err := node.ShareOfferLocally(context.Background(), e.getenv("XDG_RUNTIME_DIR"), h, b, info)
 		if err != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			b.PairCancel(cctx, info.ID)
-			cancel()
 			return err
 		}
+		defer remove()
 	}
 	if *asJSON {
 		// The offer first, then (once used) what was added: two JSON
@@ -176,4 +176,25 @@ func (e *env) pairAccept(h *node.Home, pos []string, local bool, name string, re
 		return err
 	}
 	return report(p)
+}
+
+// pairCancel is pair cancel: it withdraws the running daemon's open offer
+// named by which (its line, or its id in --json), or every open offer.
+func (e *env) pairCancel(h *node.Home, which string, asJSON bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := control.Dial(ctx, h.ControlPath())
+	if errors.Is(err, control.ErrNoDaemon) {
+		return &node.Error{Code: node.CodeNoDaemon, Msg: "no daemon is running for " + h.Dir + ": an offer made without one ended with the command that made it"}
+	} else if err != nil {
+		return err
+	}
+	n, err := c.PairCancel(ctx, which)
+	if err != nil {
+		return err
+	} else if asJSON {
+		return nodetext.PrintJSON(e.stdout, map[string]int{"withdrawn": n})
+	}
+	_, err = fmt.Fprintf(e.stdout, "withdrew %d %s\n", n, map[bool]string{true: "offer", false: "offers"}[n == 1])
+	return err
 }

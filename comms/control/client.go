@@ -297,8 +297,10 @@ func (c *Client) PairWait(ctx context.Context, id string) (p node.Paired, err er
 }
 
 // PairCancel implements node.API.
-func (c *Client) PairCancel(ctx context.Context, id string) error {
-	return c.call(ctx, OpPairCancel, OfferArgs{ID: id}, nil)
+func (c *Client) PairCancel(ctx context.Context, which string) (int, error) {
+	var n int
+	err := c.call(ctx, OpPairCancel, OfferArgs{ID: which}, &n)
+	return n, err
 }
 
 // PairAccept implements node.API.

@@ -392,9 +392,8 @@ func (s *Session) PairWait(ctx context.Context, id string) (node.Paired, error) 
 }
 
 // PairCancel implements node.API.
-func (s *Session) PairCancel(ctx context.Context, id string) error {
-	_, err := do(s, ctx, func(a node.API) (struct{}, error) { return struct{}{}, a.PairCancel(ctx, id) })
-	return err
+func (s *Session) PairCancel(ctx context.Context, which string) (int, error) {
+	return do(s, ctx, func(a node.API) (int, error) { return a.PairCancel(ctx, which) })
 }
 
 // PairAccept implements node.API.

@@ -130,7 +130,7 @@ type DeadLettersArgs struct {
 
 // OfferArgs are the arguments of OpPairWait and OpPairCancel.
 type OfferArgs struct {
-	ID string `json:"id"`
+	ID string `json:"id"` // OpPairCancel: also an offer's line, or "" for every open offer
 }
 
 // PairAcceptArgs are the arguments of OpPairAccept.

@@ -295,8 +295,7 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 	case OpPairCancel:
 		var a OfferArgs
 		if err = args(req, &a); err == nil {
-			err = s.api.PairCancel(ctx, a.ID)
-			result = true
+			result, err = s.api.PairCancel(ctx, a.ID)
 		}
 	case OpPairAccept:
 		var a PairAcceptArgs

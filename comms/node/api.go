@@ -71,8 +71,10 @@ type API interface {
 	// PairWait waits for the offer with handle id to be used. It fails
 	// with CodePairPending if ctx ends first (the offer stays open).
 	PairWait(ctx context.Context, id string) (Paired, error)
-	// PairCancel withdraws the offer with handle id if it is still open.
-	PairCancel(ctx context.Context, id string) error
+	// PairCancel withdraws the offer with handle or line which, or every
+	// open offer if which is "", and returns how many it withdrew: none
+	// open is CodePairFailed.
+	PairCancel(ctx context.Context, which string) (int, error)
 	// PairAccept pairs with the node that made the offer line: both end
 	// up trusting each other. name is what to call it here ("": its own
 	// name).

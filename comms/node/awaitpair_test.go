@@ -33,11 +33,11 @@ func (p *pairAPI) PairWait(ctx context.Context, id string) (Paired, error) {
 	return Paired{}, ctx.Err()
 }
 
-func (p *pairAPI) PairCancel(_ context.Context, id string) error {
+func (p *pairAPI) PairCancel(_ context.Context, id string) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cancelled = append(p.cancelled, id)
-	return nil
+	return 1, nil
 }
 
 func TestAwaitPairing(t *testing.T) {

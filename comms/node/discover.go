@@ -255,17 +255,23 @@ type localOffer struct {
 // maxLocalOffer bounds the offer file read.
 const maxLocalOffer = 4096
 
-// WriteLocalOffer leaves line, an offer of the node of h that ends at
-// expires and that this process waits on, for its user's other nodes in
-// the discovery directory dir (OfferPath). The returned function removes
-// it.
-func WriteLocalOffer(dir string, h *Home, line string, expires time.Time) (func(), error) {
-	b, err := json.Marshal(localOffer{Line: line, PID: os.Getpid(), Expires: expires.UTC()})
-	if err != nil {
-		return nil, err
+// ShareOfferLocally leaves info, an offer of the node of h made through
+// api that this process waits on, for its user's other nodes in the
+// discovery directory ($XDG_RUNTIME_DIR/meerkat, from runtimeEnv; see
+// OfferPath). The returned function removes it. When it cannot leave it,
+// it withdraws the offer (nobody could use it) and returns why.
+func ShareOfferLocally(ctx context.Context, runtimeEnv string, h *Home, api API, info PairOffer) (func(), error) {
+	dir, err := RuntimeDir(runtimeEnv)
+	var b []byte
+	if err == nil {
+		b, err = json.Marshal(localOffer{Line: info.Line, PID: os.Getpid(), Expires: info.Expires.UTC()})
 	}
 	path := OfferPath(dir, h)
-	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+	if err == nil {
+		err = atomicfile.WriteFile(path, append(b, '\n'), 0o600)
+	}
+	if err != nil {
+		api.PairCancel(ctx, info.ID)
 		return nil, err
 	}
 	return func() { os.Remove(path) }, nil

@@ -143,15 +143,31 @@ func (p *pairing) wait(ctx context.Context, id string) (Paired, error) {
 	return toPaired(peer), nil
 }
 
-// cancel withdraws offer id if it was not used.
-func (p *pairing) cancel(id string) {
+// cancel withdraws the offers which names that are still open: the one
+// whose handle or line it is, or every one if which is "". It returns
+// how many it withdrew.
+func (p *pairing) cancel(which string) int {
+	which = strings.Join(strings.Fields(which), " ")
+	var open []*pair.Offer
 	p.mu.Lock()
-	o := p.offers[id]
-	delete(p.offers, id)
+	for id, o := range p.offers {
+		if which != "" && which != id && which != o.Line.String() {
+			continue
+		}
+		delete(p.offers, id)
+		select {
+		case <-o.Done(): // used, closed or failed
+		default:
+			if time.Now().Before(o.Expires) {
+				open = append(open, o)
+			}
+		}
+	}
 	p.mu.Unlock()
-	if o != nil {
+	for _, o := range open {
 		p.resp.Close(o)
 	}
+	return len(open)
 }
 
 // accept pairs with the node of line from this node.
@@ -399,11 +415,18 @@ func (n *Node) PairWait(ctx context.Context, id string) (Paired, error) {
 }
 
 // PairCancel implements [API].
-func (n *Node) PairCancel(ctx context.Context, id string) error {
+func (n *Node) PairCancel(ctx context.Context, which string) (int, error) {
+	withdrawn := 0
 	if n.pairing != nil {
-		n.pairing.cancel(id)
+		withdrawn = n.pairing.cancel(which)
 	}
-	return nil
+	switch {
+	case withdrawn > 0:
+		return withdrawn, nil
+	case which == "":
+		return 0, errorf(CodePairFailed, "no open offer: none was made, or each expired, was used or was withdrawn")
+	}
+	return 0, errorf(CodePairFailed, "no such offer: it expired, was used or was withdrawn")
 }
 
 // PairAccept implements [API].
