@@ -92,8 +92,16 @@ func BenchmarkEd25519Sign(b *testing.B) {
 		}
 	})
 	// Many goroutines signing at once, as a pipelined link's senders
-	// do: batched (ns/op is per signature, all cores busy; compare
-	// with identity × GOMAXPROCS).
+	// do: each alone with voi, and batched by identity (ns/op is per
+	// signature with all cores busy).
+	b.Run("voi-concurrent", func(b *testing.B) {
+		b.SetParallelism(64)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				voi.Sign(vpriv, e.msg)
+			}
+		})
+	})
 	b.Run("identity-concurrent", func(b *testing.B) {
 		b.SetParallelism(64)
 		b.RunParallel(func(pb *testing.PB) {

@@ -49,10 +49,9 @@ type secret struct {
 	a      scalar.Scalar // the secret scalar
 	prefix [32]byte      // the nonce's key
 
-	mu         sync.Mutex
-	signers    int        // goroutines signing a batch
-	maxSigners int        // at most this many: GOMAXPROCS when the key was made
-	queue      []*signJob // waiting to be signed, in arrival order
+	mu      sync.Mutex
+	signers int        // goroutines signing a batch, at most GOMAXPROCS
+	queue   []*signJob // waiting to be signed, in arrival order
 	// alone counts the batches of one signature in a row, up to
 	// gatherUntil. Below that, signatures come in bursts, and a goroutine
 	// that starts a batch yields first, so that those about to ask join
@@ -65,7 +64,8 @@ const gatherUntil = 16
 
 func newSecret(key ed25519.PrivateKey) *secret {
 	h := sha512.Sum512(key.Seed())
-	s := &secret{key: key, maxSigners: max(1, runtime.GOMAXPROCS(0))}
+	s := &secret{key: key}
+	s.alone.Store(gatherUntil) // no burst yet
 	// Clamped as RFC 8032 says: the low 3 bits and bit 255 clear, bit
 	// 254 set. SetBits fails only on a length other than 32.
 	h[0] &= 248
@@ -79,32 +79,49 @@ func newSecret(key ed25519.PrivateKey) *secret {
 	return s
 }
 
-// signJob is one signature asked for: wake gets true once sig is written,
-// false when its goroutine is to sign the next batch.
+// signJob is one signature asked for. Its goroutine waits on wake for
+// what became of it.
 type signJob struct {
 	msg  []byte
 	sig  *[ed25519.SignatureSize]byte
-	wake chan bool
+	wake chan wakeReason
 }
+
+// wakeReason is what a waiting goroutine is woken for.
+type wakeReason uint8
+
+const (
+	wakeSigned wakeReason = iota // its signature is written
+	wakeLead                     // it is to sign the next batch
+	wakeFailed                   // signing its batch panicked
+)
 
 // testHookBatch, if not nil, is called with the size of every batch.
 var testHookBatch func(n int)
 
-var signJobs = sync.Pool{New: func() any { return &signJob{wake: make(chan bool, 1)} }}
+var signJobs = sync.Pool{New: func() any { return &signJob{wake: make(chan wakeReason, 1)} }}
 
 // signInto writes the signature of msg into sig, in a batch with those
 // asked for meanwhile by other goroutines.
 func (s *secret) signInto(sig *[ed25519.SignatureSize]byte, msg []byte) {
+	if sig == nil {
+		panic("identity: SignInto into a nil signature") // here, not in the goroutine signing the batch
+	}
 	j := signJobs.Get().(*signJob)
 	j.msg, j.sig = msg, sig
+	defer func() {
+		j.msg, j.sig = nil, nil
+		signJobs.Put(j)
+	}()
 	s.mu.Lock()
-	if s.signers >= s.maxSigners {
+	if s.signers >= max(1, runtime.GOMAXPROCS(0)) {
 		s.queue = append(s.queue, j)
 		s.mu.Unlock()
-		if <-j.wake {
-			j.msg, j.sig = nil, nil
-			signJobs.Put(j)
+		switch <-j.wake {
+		case wakeSigned:
 			return
+		case wakeFailed:
+			panic("identity: signing failed in the goroutine that signed this signature's batch")
 		}
 		// This goroutine signs the next batch, in the place of the one
 		// that woke it (s.signers counts it already).
@@ -123,27 +140,35 @@ func (s *secret) signInto(sig *[ed25519.SignatureSize]byte, msg []byte) {
 	n := 1 + copy(batch[1:], s.queue)
 	s.dequeue(n - 1)
 	s.mu.Unlock()
+	s.lead(batch[:n])
+}
 
-	s.signBatch(batch[:n], batchLayout)
-	for _, o := range batch[1:n] {
-		o.wake <- true
-	}
-	s.mu.Lock()
-	if n > 1 || len(s.queue) > 0 {
-		s.alone.Store(0)
-	} else if s.alone.Load() < gatherUntil {
-		s.alone.Add(1)
-	}
-	if len(s.queue) > 0 {
-		next := s.queue[0]
-		s.dequeue(1)
-		next.wake <- false
-	} else {
-		s.signers--
-	}
-	s.mu.Unlock()
-	j.msg, j.sig = nil, nil
-	signJobs.Put(j)
+// lead signs batch, whose first job is this goroutine's own, wakes the
+// others and hands the next batch on, also if signing panics (the others
+// then panic too, in their own goroutines, rather than wait for ever).
+func (s *secret) lead(batch []*signJob) {
+	outcome := wakeFailed
+	defer func() {
+		for _, o := range batch[1:] {
+			o.wake <- outcome
+		}
+		s.mu.Lock()
+		if len(batch) > 1 || len(s.queue) > 0 {
+			s.alone.Store(0)
+		} else if s.alone.Load() < gatherUntil {
+			s.alone.Add(1)
+		}
+		if len(s.queue) > 0 {
+			next := s.queue[0]
+			s.dequeue(1)
+			next.wake <- wakeLead
+		} else {
+			s.signers--
+		}
+		s.mu.Unlock()
+	}()
+	s.signBatch(batch, batchLayout)
+	outcome = wakeSigned
 }
 
 // dequeue removes the first n jobs of s.queue. s.mu is held.
@@ -166,8 +191,18 @@ func (s *secret) signBatch(jobs []*signJob, together bool) {
 		return
 	}
 	b := scratches.Get().(*batchScratch)
-	defer scratches.Put(b)
 	n := len(jobs)
+	defer func() {
+		// The nonces are as secret as the key, and the coordinates of
+		// [r]B tell of them: nothing of a batch stays in the pool.
+		clear(b.r[:n])
+		clear(b.p[:n])
+		clear(b.x[:n])
+		clear(b.y[:n])
+		clear(b.z[:n])
+		clear(b.acc[:n])
+		scratches.Put(b)
+	}()
 	for i, j := range jobs {
 		s.nonce(&b.r[i], j.msg)
 		b.p[i].MulBasepoint(curve.ED25519_BASEPOINT_TABLE, &b.r[i])
@@ -195,7 +230,6 @@ func (s *secret) signBatch(jobs []*signJob, together bool) {
 		R[31] |= byte(b.x[i].IsNegative()) << 7
 		s.finish(jobs[i].sig, &b.r[i], jobs[i].msg)
 	}
-	clear(b.r[:n]) // the nonces are as secret as the key
 }
 
 // signAlone writes the signature of msg into sig, encoding R with an
@@ -303,9 +337,15 @@ var (
 
 // findLayout checks that a curve.EdwardsPoint is, as this code reads it,
 // a struct "inner" of field elements X, Y, Z, each a struct whose field
-// "inner" is [5]uint64 (the library's 64-bit field), and records their
-// offsets.
-func findLayout() bool {
+// "inner" is [5]uint64 (the library's 64-bit field, in the machine's byte
+// order), records their offsets, and checks a batch against signatures
+// made alone.
+func findLayout() (ok bool) {
+	defer func() {
+		if recover() != nil { // the limbs were not what elem reads
+			ok = false
+		}
+	}()
 	pt := reflect.TypeFor[curve.EdwardsPoint]()
 	inner, ok := pt.FieldByName("inner")
 	if !ok || inner.Type.Kind() != reflect.Struct {
@@ -327,7 +367,7 @@ func findLayout() bool {
 	xOffset, okX = offset("X")
 	yOffset, okY = offset("Y")
 	zOffset, okZ = offset("Z")
-	if !okX || !okY || !okZ || binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+	if !okX || !okY || !okZ {
 		return false
 	}
 	return batchAgrees()

@@ -56,10 +56,13 @@ func TestSignBatchMatchesRFC8032(t *testing.T) {
 				}
 				jobs[i] = &signJob{msg: msg, sig: new([ed25519.SignatureSize]byte)}
 			}
-			s.signBatch(jobs, batchLayout)
-			for i, j := range jobs {
-				if want := ed25519.Sign(priv, j.msg); !bytes.Equal(j.sig[:], want) {
-					t.Fatalf("key %d, batch of %d, entry %d (%d bytes): %x, want %x", k, n, i, len(j.msg), j.sig[:], want)
+			for _, together := range []bool{batchLayout, false} {
+				s.signBatch(jobs, together)
+				for i, j := range jobs {
+					if want := ed25519.Sign(priv, j.msg); !bytes.Equal(j.sig[:], want) {
+						t.Fatalf("key %d, batch of %d (together %v), entry %d (%d bytes): %x, want %x", k, n, together, i, len(j.msg), j.sig[:], want)
+					}
+					*j.sig = [ed25519.SignatureSize]byte{}
 				}
 			}
 		}
@@ -71,45 +74,15 @@ func TestSignBatchMatchesRFC8032(t *testing.T) {
 func TestWaitingSignaturesAreOneBatch(t *testing.T) {
 	const waiters = 10
 	kp := mustKeypair(t)
-	s := kp.secret()
 	var (
 		mu    sync.Mutex
 		sizes []int
 	)
 	testHookBatch = func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
 	defer func() { testHookBatch = nil }()
-
-	s.mu.Lock()
-	s.signers = s.maxSigners // as if every signer were busy
-	s.mu.Unlock()
 	sigs := make([][ed25519.SignatureSize]byte, waiters)
-	var wg sync.WaitGroup
-	for i := range waiters {
-		wg.Go(func() { kp.SignInto(&sigs[i], fmt.Appendf(nil, "message %d", i)) })
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		s.mu.Lock()
-		queued := len(s.queue)
-		s.mu.Unlock()
-		if queued == waiters {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d goroutines waiting after 10s", queued, waiters)
-		}
-	}
-	// Hand the next batch on, as a signing goroutine would, and stand
-	// for the others that are not there.
-	s.mu.Lock()
-	next := s.queue[0]
-	s.dequeue(1)
-	next.wake <- false
-	s.mu.Unlock()
-	wg.Wait()
-	s.mu.Lock()
-	s.signers -= s.maxSigners - 1
-	s.mu.Unlock()
-
+	release, _ := queueWaiters(t, kp, waiters, func(i int) { kp.SignInto(&sigs[i], fmt.Appendf(nil, "message %d", i)) })
+	release()
 	if !slices.Equal(sizes, []int{waiters}) {
 		t.Fatalf("batches %v, want one of %d", sizes, waiters)
 	}
@@ -118,6 +91,7 @@ func TestWaitingSignaturesAreOneBatch(t *testing.T) {
 			t.Fatalf("signature %d is %x, want %x", i, sigs[i], want)
 		}
 	}
+	s := kp.secret()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.signers != 0 || len(s.queue) != 0 {
@@ -149,7 +123,7 @@ func TestSignaturesUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	waitOrFail(t, &wg)
 	close(errs)
 	for e := range errs {
 		t.Error(e)
@@ -160,6 +134,107 @@ func TestSignaturesUnderLoad(t *testing.T) {
 	s := kp.secret()
 	if s.signers != 0 || len(s.queue) != 0 {
 		t.Fatalf("after the load: signers %d, %d queued", s.signers, len(s.queue))
+	}
+}
+
+// queueWaiters has waiters goroutines ask kp for signatures while every
+// signer is taken (the test stands in for them), and returns once all
+// wait. release hands the next batch to the first of them and, once it
+// is over, gives back the places the test took.
+func queueWaiters(t *testing.T, kp *Keypair, waiters int, sign func(i int)) (release func(), wg *sync.WaitGroup) {
+	t.Helper()
+	s := kp.secret()
+	s.mu.Lock()
+	s.signers = runtime.GOMAXPROCS(0)
+	s.mu.Unlock()
+	wg = new(sync.WaitGroup)
+	for i := range waiters {
+		wg.Go(func() { sign(i) })
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		queued := len(s.queue)
+		s.mu.Unlock()
+		if queued == waiters {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d goroutines waiting after 10s", queued, waiters)
+		}
+	}
+	return func() {
+		s.mu.Lock()
+		next := s.queue[0]
+		s.dequeue(1)
+		next.wake <- wakeLead
+		s.mu.Unlock()
+		waitOrFail(t, wg)
+		s.mu.Lock()
+		s.signers -= runtime.GOMAXPROCS(0) - 1
+		s.mu.Unlock()
+	}, wg
+}
+
+// waitOrFail waits for wg, failing the test (not hanging it) after 10s.
+func waitOrFail(t *testing.T, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("goroutines still signing after 10s")
+	}
+}
+
+// A batch whose signing panics leaves nobody waiting: every goroutine of
+// the batch panics in its own goroutine, the signer's place is given
+// back, and signing works afterwards.
+func TestSigningPanicStrandsNobody(t *testing.T) {
+	const waiters = 5
+	kp := mustKeypair(t)
+	testHookBatch = func(n int) {
+		if n > 1 {
+			panic("test: signing fails")
+		}
+	}
+	defer func() { testHookBatch = nil }()
+	panics := make([]any, waiters)
+	var sigs [waiters][ed25519.SignatureSize]byte
+	release, _ := queueWaiters(t, kp, waiters, func(i int) {
+		defer func() { panics[i] = recover() }()
+		kp.SignInto(&sigs[i], []byte{byte(i)})
+	})
+	release()
+	for i, p := range panics {
+		if p == nil {
+			t.Errorf("goroutine %d returned from a batch that failed, with signature %x", i, sigs[i])
+		}
+	}
+	s := kp.secret()
+	if s.signers != 0 || len(s.queue) != 0 {
+		t.Fatalf("after the failed batch: signers %d, %d queued", s.signers, len(s.queue))
+	}
+	testHookBatch = nil
+	if got, want := kp.Sign([]byte("after")), ed25519.Sign(kp.key(), []byte("after")); !bytes.Equal(got, want) {
+		t.Fatalf("signing after the failure: %x, want %x", got, want)
+	}
+}
+
+// A nil signature panics in the goroutine that passed it, before it
+// joins any batch.
+func TestSignIntoNilPanicsInCaller(t *testing.T) {
+	kp := mustKeypair(t)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("SignInto(nil) did not panic")
+			}
+		}()
+		kp.SignInto(nil, []byte("m"))
+	}()
+	if s := kp.secret(); s.signers != 0 || len(s.queue) != 0 {
+		t.Fatalf("after SignInto(nil): signers %d, %d queued", s.signers, len(s.queue))
 	}
 }
 
