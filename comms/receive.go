@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"slices"
@@ -154,7 +155,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			pending = pending[:0]
 			if reason != "" {
 				r.reject(reason)
-				r.logRefused(reason)
+				r.logRefused(reason, from)
 				return
 			}
 			if ack {
@@ -455,7 +456,7 @@ func (r *Router) settle(st *inConn, job ackJob, acks *ackBuf) (reason string) {
 	stored, fresh, reason := r.admitted(job.key, job.ev, job.adm.Wait())
 	if !stored {
 		r.reject(reason)
-		r.logRefused(reason)
+		r.logRefused(reason, job.key.from)
 		return reason
 	}
 	if fresh {
@@ -643,19 +644,59 @@ type pendingAdmission struct {
 }
 
 // logRefused logs an envelope refused for reason.
-func (r *Router) logRefused(reason string) {
+func (r *Router) logRefused(reason string, from identity.PeerID) {
+	level, msg := slog.LevelWarn, ""
 	switch reason {
 	case RejectInboxFull:
-		r.log.Warn("refused envelope: inbox full (not acknowledged; the sender may retry)")
+		msg = "refused envelopes: inbox full (not acknowledged; the sender may retry)"
 	case RejectPeerShare:
-		r.log.Warn("refused envelope: the sender holds its share of the inbox (not acknowledged; the sender may retry)")
+		msg = "refused envelopes: the sender holds its share of the inbox (not acknowledged; the sender may retry)"
 	case RejectPeerConns:
-		r.log.Warn("refused connection: the sender holds its maximum of connections")
+		msg = "refused connections: the sender holds its maximum of connections"
 	case RejectStore:
-		r.log.Error("refused envelope: the inbox cannot be written (a full disk?); not acknowledged, the sender may retry")
+		level, msg = slog.LevelError, "refused envelopes: the inbox cannot be written (a full disk?); not acknowledged, the sender may retry"
 	default:
-		r.log.Debug("refused envelope", "reason", reason)
+		r.log.Debug("refused envelope", "reason", reason, "key", from.String())
+		return
 	}
+	// A sender that retries can cause these at will: at most one line a
+	// minute per reason and sender, counting those left out.
+	now := time.Now()
+	k := refusedKey{reason, from}
+	r.rejectMu.Lock()
+	if r.refusedLogged == nil || len(r.refusedLogged) >= maxUntrustedLogged {
+		r.refusedLogged = map[refusedKey]*refusedLine{}
+	}
+	st := r.refusedLogged[k]
+	if st != nil && now.Sub(st.at) < untrustedLogEvery {
+		st.held++
+		r.rejectMu.Unlock()
+		return
+	}
+	held := 0
+	if st == nil {
+		st = &refusedLine{}
+		r.refusedLogged[k] = st
+	}
+	held, st.at, st.held = st.held, now, 0
+	r.rejectMu.Unlock()
+	args := []any{"key", from.String()}
+	if held > 0 {
+		args = append(args, "not_logged_before", held)
+	}
+	r.log.Log(context.Background(), level, msg, args...)
+}
+
+// refusedKey and refusedLine are logRefused's rate limit: the last line
+// per reason and sender, and the lines left out since.
+type refusedKey struct {
+	reason string
+	from   identity.PeerID
+}
+
+type refusedLine struct {
+	at   time.Time
+	held int
 }
 
 // receive checks one envelope and admits it. It reports whether to ack

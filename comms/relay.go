@@ -375,9 +375,10 @@ type RelayReply struct {
 // returned functions may be called from another goroutine, in the same
 // order.
 func (r *Router) ReceiveRelayed(payload []byte) func() RelayReply {
+	var from identity.PeerID // known once unsealed
 	refused := func(reason string) func() RelayReply {
 		r.reject(reason)
-		r.logRefused(reason)
+		r.logRefused(reason, from)
 		return func() RelayReply { return RelayReply{Reason: reason} }
 	}
 	if len(payload) > r.opts.MaxMessageBytes {
@@ -389,7 +390,7 @@ func (r *Router) ReceiveRelayed(payload []byte) func() RelayReply {
 	if reason != "" {
 		return refused(reason)
 	}
-	from := e.From
+	from = e.From
 	quiet := time.Since(r.LastSeen(from)) > relayQuiet
 	var async []pendingAdmission
 	ack, fresh, _, reason := r.receiveDecoded(e, len(payload), st, &async, false)

@@ -223,6 +223,7 @@ type Router struct {
 	rejectMu      sync.Mutex
 	rejected      map[string]uint64
 	untrustedSeen map[identity.PeerID]time.Time // guarded by rejectMu: logUntrusted's rate limit
+	refusedLogged map[refusedKey]*refusedLine   // guarded by rejectMu: logRefused's rate limit
 	// untrustedLog is logUntrusted's limit over all keys, guarded by
 	// rejectMu: lines logged since start, and those left out.
 	untrustedLog struct {

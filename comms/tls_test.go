@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -563,5 +564,73 @@ func TestTLSRefused(t *testing.T) {
 		if strings.Contains(err.Error(), "may not trust this node's key") != c.trust {
 			t.Errorf("%s: %v; want 'may not trust' %v", c.name, err, c.trust)
 		}
+	}
+}
+
+// recordLog keeps every record it is given.
+type recordLog struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *recordLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *recordLog) Handle(_ context.Context, rec slog.Record) error {
+	l.mu.Lock()
+	l.recs = append(l.recs, rec.Clone())
+	l.mu.Unlock()
+	return nil
+}
+func (l *recordLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *recordLog) WithGroup(string) slog.Handler      { return l }
+
+// A refusal for lack of room is logged with the sender's key, at most once
+// a minute per reason and sender, the next line counting those left out;
+// other reasons go to debug.
+func TestRefusedForRoomLogBounded(t *testing.T) {
+	var rl recordLog
+	r := &Router{log: slog.New(&rl)}
+	a, b := newKP(t).ID(), newKP(t).ID()
+	for range 5 {
+		r.logRefused(RejectInboxFull, a)
+	}
+	r.logRefused(RejectInboxFull, b)
+	r.logRefused(RejectPeerShare, a)
+	r.logRefused(RejectBadSignature, a)
+	// A minute later the next line says how many were left out.
+	r.rejectMu.Lock()
+	r.refusedLogged[refusedKey{RejectInboxFull, a}].at = time.Now().Add(-2 * untrustedLogEvery)
+	r.rejectMu.Unlock()
+	r.logRefused(RejectInboxFull, a)
+
+	type line struct {
+		level slog.Level
+		key   string
+		held  int64
+	}
+	var got []line
+	rl.mu.Lock()
+	for _, rec := range rl.recs {
+		l := line{level: rec.Level}
+		rec.Attrs(func(at slog.Attr) bool {
+			switch at.Key {
+			case "key":
+				l.key = at.Value.String()
+			case "not_logged_before":
+				l.held = at.Value.Int64()
+			}
+			return true
+		})
+		got = append(got, l)
+	}
+	rl.mu.Unlock()
+	want := []line{
+		{slog.LevelWarn, a.String(), 0}, // inbox full, a: the first of five
+		{slog.LevelWarn, b.String(), 0}, // inbox full, b
+		{slog.LevelWarn, a.String(), 0}, // share, a
+		{slog.LevelDebug, a.String(), 0},
+		{slog.LevelWarn, a.String(), 4}, // inbox full, a, a minute on: four left out
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("log lines %+v, want %+v", got, want)
 	}
 }
