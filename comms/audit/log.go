@@ -2,8 +2,10 @@ package audit
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strconv"
@@ -476,4 +478,38 @@ func openLog(path string) (*os.File, int64, error) {
 		return nil, 0, fmt.Errorf("open %s: %w", path, err)
 	}
 	return f, size, nil
+}
+
+// Check reports whether Open would refuse the log at path for what is
+// there: a symbolic link or anything but a regular file (wrapping
+// [ErrNotRegular]). A missing file is fine: Open creates it. Check
+// changes nothing.
+func Check(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("%s is a symbolic link: %w", path, ErrNotRegular)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s is a %s: %w", path, typeName(fi.Mode()), ErrNotRegular)
+	}
+	return nil
+}
+
+// typeName names the type of a file that is not a regular file.
+func typeName(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "file of another type"
 }

@@ -143,7 +143,19 @@ func TestOpenRefusesNonRegular(t *testing.T) {
 			if _, _, err := Read(p, Filter{}, 0); !errors.Is(err, ErrNotRegular) {
 				t.Errorf("Read: err = %v, want ErrNotRegular", err)
 			}
+			if err := Check(p); !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), p) {
+				t.Errorf("Check: err = %v, want ErrNotRegular naming the path", err)
+			}
 		})
+	}
+	// What Open takes, Check takes: a regular file, or none yet.
+	for _, p := range []string{target, filepath.Join(dir, "missing.log")} {
+		if err := Check(p); err != nil {
+			t.Errorf("Check(%s) = %v, want nil", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "missing.log")); !errors.Is(err, os.ErrNotExist) {
+		t.Error("Check created the log")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "nowhere")); !errors.Is(err, os.ErrNotExist) {
 		t.Error("Open created the target of a dangling symlink")

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/meerkatd/meerkatd/comms/audit"
 	"github.com/meerkatd/meerkatd/comms/space"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
@@ -346,8 +347,10 @@ func namesOverride(err error, overrides map[string]string) bool {
 // start: the home's files and modes, whether the home's path leaves room
 // for its sockets, meerkat.toml, the MEERKAT_* variables of lookupEnv
 // (and, in environ, any that is no setting: a misspelt one; ignore lists
-// names read elsewhere), the listeners, the trusted peers file and the
-// spaces file, each as the node reads it. It returns the path of
+// names read elsewhere), the listeners, the identity (identity.key, and
+// identity.pub matching it), the audit log (when enabled: a regular file
+// if present), the trusted peers file and the spaces file, each as the
+// node reads it. It returns the path of
 // meerkat.toml.
 func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []string, ignore ...string) (string, error) {
 	path := filepath.Join(dir, config.FileName)
@@ -364,6 +367,12 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	}
 	if err == nil {
 		_, err = cfg.Resolve(dir)
+	}
+	if err == nil {
+		_, err = identity.LoadKeypair(dir)
+	}
+	if err == nil && cfg.Audit.Enabled {
+		err = audit.Check(filepath.Join(dir, audit.FileName))
 	}
 	if err == nil {
 		_, err = trust.LoadOrEmpty(filepath.Join(dir, trust.FileName))

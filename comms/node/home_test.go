@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/meerkatd/meerkatd/comms/audit"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/transport"
@@ -318,5 +319,53 @@ func TestRemovePeerByAnyName(t *testing.T) {
 	}
 	if err := RemovePeer(h, "nobody"); CodeOf(err) != CodeUnknownPeer {
 		t.Fatalf("remove nobody: %v", err)
+	}
+}
+
+// config check refuses what run refuses of the identity and the audit
+// log: a seed of the wrong size, a public key file that does not match
+// it, an audit.log that is not a regular file.
+func TestCheckConfigIdentityAndAudit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spoil func(dir string) error
+	}{
+		{"short seed", func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, identity.KeyFile), make([]byte, 10), 0o600)
+		}},
+		{"public key of another", func(dir string) error {
+			other, err := identity.GenerateKeypair()
+			if err != nil {
+				return err
+			}
+			id := other.ID()
+			return os.WriteFile(filepath.Join(dir, identity.PubFile), id[:], 0o644)
+		}},
+		{"audit.log a directory", func(dir string) error { return os.Mkdir(filepath.Join(dir, audit.FileName), 0o700) }},
+		{"audit.log a symbolic link", func(dir string) error {
+			return os.Symlink(filepath.Join(dir, "elsewhere"), filepath.Join(dir, audit.FileName))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+			if _, err := CheckConfig(h.Dir, nil, nil); err != nil {
+				t.Fatalf("config check of a good home: %v", err)
+			}
+			if err := tc.spoil(h.Dir); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := CheckConfig(h.Dir, nil, nil); err == nil {
+				t.Fatal("config check passed")
+			}
+			// And run refuses it.
+			h2, _, err := OpenHome(h.Dir, OpenOptions{})
+			if err == nil {
+				n, startErr := Start(h2, Options{Mode: ModeServe})
+				if startErr == nil {
+					n.Close()
+					t.Fatal("the node started: the case does not show what run refuses")
+				}
+			}
+		})
 	}
 }
