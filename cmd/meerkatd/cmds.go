@@ -274,10 +274,7 @@ func runStatus(e *env, args []string) error {
 		notRunning = &node.Error{Code: node.CodeNoDaemon, Msg: "no daemon is running for " + s.Home + " (start it with: meerkatd run --home " + s.Home + ")"}
 	}
 	if *asJSON {
-		if err := nodetext.PrintJSON(e.stdout, s); err != nil {
-			return err
-		}
-		return jsonShown(notRunning)
+		return e.printPartial(s, true, notRunning)
 	}
 	nodetext.Status(e.stdout, s)
 	return notRunning

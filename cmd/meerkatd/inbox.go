@@ -45,8 +45,12 @@ func runInbox(e *env, args []string) error {
 	}
 	defer b.Close()
 	if !b.Daemon {
-		if *ack {
-			return &node.Error{Code: node.CodeNoDaemon, Msg: "no daemon is running for " + h.Dir + ": --ack needs it (start it with: meerkatd run --home " + h.Dir + ")"}
+		if *ack || *wait > 0 {
+			flag := "--wait" // with no daemon nothing arrives to wait for
+			if *ack {
+				flag = "--ack"
+			}
+			return &node.Error{Code: node.CodeNoDaemon, Msg: "no daemon is running for " + h.Dir + ": " + flag + " needs it (start it with: meerkatd run --home " + h.Dir + ")"}
 		}
 		fmt.Fprintln(e.stderr, "no daemon is running: reading the stored inbox")
 	}

@@ -575,7 +575,19 @@ func TestExitCodes(t *testing.T) {
 		}
 	}
 	alice.wantCode(exitNoDaemon, nil, "inbox", "--ack")
-	alice.wantCode(exitNoDaemon, nil, "status", "--json")
+	// Nothing can arrive without a daemon: --wait does not pretend to wait.
+	alice.wantCode(exitNoDaemon, []string{"--wait needs it"}, "inbox", "--wait", "30s")
+	// The status that was read, with the error that ended the command.
+	r := alice.wantCode(exitNoDaemon, nil, "status", "--json")
+	var st struct {
+		Running *bool `json:"running"`
+		Error   struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Running == nil || *st.Running || st.Error.Code != "no_daemon" {
+		t.Fatalf("status --json without a daemon: %v\n%s", err, r.stdout)
+	}
 }
 
 // Removing a peer from the trust file takes effect in a running daemon
