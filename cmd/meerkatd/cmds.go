@@ -170,13 +170,13 @@ func runPeers(e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "added %s %s %s%s\n", p.Name, p.PubKey, p.Addr, via)
 		return nil
 	}
-	if err := control.RemovePeer(h, pos[0]); err != nil { // remove
+	p, err := control.RemovePeer(h, pos[0]) // remove
+	if err != nil {
 		return err
+	} else if *asJSON {
+		return nodetext.PrintJSON(e.stdout, map[string]string{"removed": p.Name, "pubkey": p.PubKey})
 	}
-	if *asJSON {
-		return nodetext.PrintJSON(e.stdout, map[string]string{"removed": pos[0]})
-	}
-	fmt.Fprintf(e.stdout, "removed %s\n", pos[0])
+	fmt.Fprintf(e.stdout, "removed %s %s\n", nodetext.Escape(p.Name, ""), p.PubKey)
 	return nil
 }
 

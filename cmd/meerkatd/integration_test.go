@@ -602,7 +602,10 @@ func TestTrustHotReload(t *testing.T) {
 		t.Fatalf("bob rejected %d untrusted envelopes already", s.Rejected["untrusted"])
 	}
 
-	bob.ok("peers", "remove", "alice")
+	// Named in other letters: the output names the entry removed.
+	if out := bob.ok("peers", "remove", "ALICE"); out != "removed alice "+alice.key+"\n" {
+		t.Fatalf("peers remove ALICE printed %q", out)
+	}
 	var last result
 	i := 0
 	waitUntil(t, "bob to refuse alice", func() bool {

@@ -46,11 +46,12 @@ func AddPeer(h *node.Home, name, key, addr string, alsoNATS bool, meta string) (
 // as [node.RemovePeer] does. When a node serves h, RemovePeer returns
 // once that node no longer trusts the peer; if the node refuses the new
 // file, RemovePeer fails, saying so.
-func RemovePeer(h *node.Home, name string) error {
-	if err := node.RemovePeer(h, name); err != nil {
-		return err
+func RemovePeer(h *node.Home, name string) (node.Paired, error) {
+	p, err := node.RemovePeer(h, name)
+	if err != nil {
+		return p, err
 	}
-	return applyTrust(h, name+" is removed from "+filepath.Base(h.TrustPath()))
+	return p, applyTrust(h, p.Name+" is removed from "+filepath.Base(h.TrustPath()))
 }
 
 // applyTrust has the node serving h, if any, take in h's trust file,

@@ -39,7 +39,7 @@ func TestPeerEditsApplyAtOnce(t *testing.T) {
 		if _, err := c.SendMessage(ctx, name, "hi", node.SendOptions{}); codeOf(err) != node.CodePeerOffline {
 			t.Fatalf("a send to the peer just added: %v, want %s (it is trusted, and down)", err, node.CodePeerOffline)
 		}
-		if err := RemovePeer(h, name); err != nil {
+		if _, err := RemovePeer(h, name); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.SendMessage(ctx, name, "hi", node.SendOptions{}); codeOf(err) != node.CodeUnknownPeer {
@@ -49,7 +49,7 @@ func TestPeerEditsApplyAtOnce(t *testing.T) {
 			t.Fatal("a message from the peer just removed was accepted")
 		}
 	}
-	if err := RemovePeer(h, "bob"); err != nil {
+	if _, err := RemovePeer(h, "bob"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tryDeliver(h, bob, "bob is not"); err == nil {
@@ -84,18 +84,18 @@ func TestPeerEditWithoutDaemon(t *testing.T) {
 	if _, err := AddPeer(h, "carol", carol.ID().String(), "uds:///nonexistent/carol.sock", false, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := RemovePeer(h, "bob"); err != nil {
+	if _, err := RemovePeer(h, "bob"); err != nil {
 		t.Fatal(err)
 	}
 	serveAt(t, h.ControlPath(), waitForever{}, Options{})
-	if err := RemovePeer(h, "carol"); err != nil {
+	if _, err := RemovePeer(h, "carol"); err != nil {
 		t.Fatalf("with a node that lacks the operation: %v", err)
 	}
 	l, err := trust.Load(h.TrustPath())
 	if err != nil || l.Len() != 0 {
 		t.Fatalf("the trust file after the edits: %v, %v", l, err)
 	}
-	if err := RemovePeer(h, "carol"); codeOf(err) != node.CodeUnknownPeer {
+	if _, err := RemovePeer(h, "carol"); codeOf(err) != node.CodeUnknownPeer {
 		t.Fatalf("removing a peer not there: %v", err)
 	}
 }

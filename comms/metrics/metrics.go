@@ -112,7 +112,7 @@ var (
 	descInboxBytes = prometheus.NewDesc("meerkatd_inbox_bytes", "Size in bytes of the unacknowledged items in the inbox.", nil, nil)
 	descWaiting    = prometheus.NewDesc("meerkatd_inbox_waiting_reads", "Reads of the inbox waiting for an item now (inbox --wait, receive_messages with wait).", nil, nil)
 	descQueued     = prometheus.NewDesc("meerkatd_outbox_queued", "Reliable sends waiting in the outbox, per peer.", []string{"peer"}, nil)
-	descBreaker    = prometheus.NewDesc("meerkatd_outbox_breaker", "1 for the state of a peer's circuit breaker (for peer=\"other\", how many peers are in it).", []string{"peer", "state"}, nil)
+	descBreaker    = prometheus.NewDesc("meerkatd_outbox_breaker", "1 for the state of a peer's circuit breaker (for peer=\"_other\", how many peers are in it).", []string{"peer", "state"}, nil)
 	descDead       = prometheus.NewDesc("meerkatd_dead_letters", "Reliable sends given up on, kept as dead letters.", nil, nil)
 	descConns      = prometheus.NewDesc("meerkatd_inbound_connections", "Inbound connections open now, by state.", []string{"state"}, nil)
 	descDB         = prometheus.NewDesc("meerkatd_db_bytes", "Size on disk of the database and its write-ahead log.", nil, nil)

@@ -309,15 +309,15 @@ func TestRemovePeerByAnyName(t *testing.T) {
 		if _, err := AddPeer(h, "bob", bob.ID().String(), "uds:///nonexistent/bob.sock", false, ""); err != nil && !strings.Contains(err.Error(), "same") {
 			t.Fatal(err)
 		}
-		if err := RemovePeer(h, ref); err != nil {
-			t.Fatalf("remove %q: %v", ref, err)
+		if p, err := RemovePeer(h, ref); err != nil || p.Name != "bob" || p.PubKey != bob.ID().String() {
+			t.Fatalf("remove %q: %+v, %v; want bob's entry", ref, p, err)
 		}
 		l, err := trust.LoadOrEmpty(h.TrustPath())
 		if err != nil || l.Len() != 0 {
 			t.Fatalf("after removing %q: %d peers, %v", ref, l.Len(), err)
 		}
 	}
-	if err := RemovePeer(h, "nobody"); CodeOf(err) != CodeUnknownPeer {
+	if _, err := RemovePeer(h, "nobody"); CodeOf(err) != CodeUnknownPeer {
 		t.Fatalf("remove nobody: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -471,29 +472,34 @@ func AddPeer(h *Home, name, key, addr string, alsoNATS bool, meta string) (Paire
 }
 
 // RemovePeer removes the peer that name names (its name in any letter
-// case, its key or its peer UUID) from the home's trusted peers
-// file. Like [AddPeer], it leaves telling a running node to
+// case, its key or its peer UUID) from the home's trusted peers file and
+// returns its entry. Like [AddPeer], it leaves telling a running node to
 // control.RemovePeer.
-func RemovePeer(h *Home, name string) error {
+func RemovePeer(h *Home, name string) (Paired, error) {
+	var removed trust.Peer
 	_, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
-		target := name
-		if _, ok := l.ByName(name); !ok {
+		var ok bool
+		if removed, ok = l.ByName(name); !ok {
 			// Its key or peer UUID, or its name in other letter case
 			// (names are unique ignoring case).
 			for _, p := range l.Peers() {
 				if strings.EqualFold(p.Name, name) || p.ID.String() == name || strings.EqualFold(p.ID.UUID().String(), name) {
-					target = p.Name
+					removed = p
 					break
 				}
 			}
 		}
+		target := cmp.Or(removed.Name, name)
 		next, err := l.Without(target)
 		if err != nil {
 			return nil, &Error{Code: CodeUnknownPeer, Msg: err.Error()}
 		}
 		return next, nil
 	})
-	return err
+	if err != nil {
+		return Paired{}, err
+	}
+	return toPaired(removed), nil
 }
 
 // AwaitPairing waits, through api, for the other node to use offer: in

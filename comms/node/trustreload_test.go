@@ -41,7 +41,7 @@ func TestApplyTrustAtOnce(t *testing.T) {
 	if _, err := n.SendMessage(ctx, "carol", "hi", SendOptions{}); codeOfErr(err) != CodePeerOffline {
 		t.Fatalf("a send to the peer just added: %v, want %s (it is trusted, and down)", err, CodePeerOffline)
 	}
-	if err := RemovePeer(h, "bob"); err != nil {
+	if _, err := RemovePeer(h, "bob"); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.ApplyTrust(ctx); err != nil {
