@@ -104,10 +104,12 @@ func runInbox(e *env, args []string) error {
 				seqs = append(seqs, m.Seq)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_, err := b.Ack(ctx, node.AckRequest{Seqs: seqs})
+			a, err := b.Ack(ctx, node.AckRequest{Seqs: seqs})
 			cancel()
 			if err != nil {
 				return out.fail(err)
+			} else if out.json != nil {
+				out.json.Acked(batch.Messages, a.Pending)
 			}
 		}
 		q.After, q.Wait = batch.Cursor, 0 // only the first call waits

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 
 	"github.com/meerkatd/meerkatd/comms/node"
 )
@@ -55,6 +56,20 @@ func (b *BatchJSON) start() error {
 	b.started = true
 	_, err := io.WriteString(b.w, "{\n  \"messages\": [")
 	return err
+}
+
+// Acked counts msgs, of the last page, as acknowledged since it was read,
+// with pending items left: the counts the document ends with are then
+// those after the acknowledgement.
+func (b *BatchJSON) Acked(msgs []node.Message, pending int) {
+	b.last.Pending = pending
+	byClass := maps.Clone(b.last.PendingByClass)
+	for _, m := range msgs {
+		if byClass[m.Class] > 0 {
+			byClass[m.Class]--
+		}
+	}
+	b.last.PendingByClass = byClass
 }
 
 // Abort closes a document that was begun, after a failure: the messages
