@@ -119,7 +119,7 @@ func BenchmarkEd25519Sign(b *testing.B) {
 			jobs[i] = &signJob{msg: e.msg, sig: new([ed25519.SignatureSize]byte)}
 		}
 		for b.Loop() {
-			s.signBatch(jobs, batchLayout)
+			s.signBatch(jobs, batchLayout())
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(16*b.N), "ns/sig")
 	})

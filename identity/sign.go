@@ -34,9 +34,10 @@ import (
 //
 // The (X : Y : Z) of [r]B is read from curve25519-voi's EdwardsPoint, whose
 // fields are not exported. batchLayout checks their names, types and
-// offsets once; where they are not what this code reads (another version
-// of the library, a 32-bit build), every signature is made alone, and
-// init checks a batch against signatures made alone before using it.
+// offsets, and a batch against signatures made alone, once, before the
+// first batch (not at init: a process that never batches never pays for
+// it); where they are not what this code reads (another version of the
+// library, a 32-bit build), every signature is made alone.
 
 // maxSignBatch bounds a batch, and so what one goroutine signs for others
 // before it hands the work on.
@@ -167,7 +168,7 @@ func (s *secret) lead(batch []*signJob) {
 		}
 		s.mu.Unlock()
 	}()
-	s.signBatch(batch, batchLayout)
+	s.signBatch(batch, len(batch) > 1 && batchLayout())
 	outcome = wakeSigned
 }
 
@@ -328,11 +329,11 @@ func (p *pointLimbs) elem(off uintptr, e *field.Element) {
 	}
 }
 
-// The offsets of X, Y and Z in a curve.EdwardsPoint, and whether batches
-// may read them there.
+// The offsets of X, Y and Z in a curve.EdwardsPoint, set by findLayout,
+// and whether batches may read them there.
 var (
 	xOffset, yOffset, zOffset uintptr
-	batchLayout               = findLayout()
+	batchLayout               = sync.OnceValue(findLayout)
 )
 
 // findLayout checks that a curve.EdwardsPoint is, as this code reads it,

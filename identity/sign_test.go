@@ -22,11 +22,11 @@ import (
 func TestBatchLayout(t *testing.T) {
 	switch runtime.GOARCH {
 	case "amd64", "arm64", "ppc64le", "ppc64", "s390x":
-		if !batchLayout {
+		if !batchLayout() {
 			t.Fatal("signatures are not batched: curve.EdwardsPoint is not laid out as sign.go reads it")
 		}
 	default:
-		t.Logf("GOARCH %s: batched signing is %v", runtime.GOARCH, batchLayout)
+		t.Logf("GOARCH %s: batched signing is %v", runtime.GOARCH, batchLayout())
 	}
 }
 
@@ -56,7 +56,7 @@ func TestSignBatchMatchesRFC8032(t *testing.T) {
 				}
 				jobs[i] = &signJob{msg: msg, sig: new([ed25519.SignatureSize]byte)}
 			}
-			for _, together := range []bool{batchLayout, false} {
+			for _, together := range []bool{batchLayout(), false} {
 				s.signBatch(jobs, together)
 				for i, j := range jobs {
 					if want := ed25519.Sign(priv, j.msg); !bytes.Equal(j.sig[:], want) {
@@ -331,7 +331,7 @@ func FuzzSignBatch(f *testing.F) {
 			}
 			jobs = append(jobs, &signJob{msg: m, sig: new([ed25519.SignatureSize]byte)})
 		}
-		s.signBatch(jobs, batchLayout)
+		s.signBatch(jobs, batchLayout())
 		for i, j := range jobs {
 			if want := ed25519.Sign(priv, j.msg); !bytes.Equal(j.sig[:], want) {
 				t.Fatalf("entry %d (%q): %x, want %x", i, j.msg, j.sig[:], want)
