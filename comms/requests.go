@@ -60,6 +60,18 @@ func (q *requests) forget(id identity.UUID) {
 	}
 }
 
+// peer returns the peer request id was sent to, if its responses are
+// still correlated (not answered finally, not forgotten).
+func (q *requests) peer(id identity.UUID) (identity.PeerID, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	o := q.byID[id]
+	if o == nil {
+		return identity.PeerID{}, false
+	}
+	return o.peer, true
+}
+
 // deliver hands a response to its request's waiter, if the request is ours
 // and the response comes from the peer we asked.
 func (q *requests) deliver(e wire.Envelope) {

@@ -71,6 +71,11 @@ func (r *Router) AwaitResponse(ctx context.Context, id identity.UUID) (wire.Enve
 	return r.reqs.await(ctx, id)
 }
 
+// RequestPeer returns the peer request id was sent to while its
+// responses are held for AwaitResponse (until its final response is
+// taken, or it is forgotten among the oldest).
+func (r *Router) RequestPeer(id identity.UUID) (identity.PeerID, bool) { return r.reqs.peer(id) }
+
 func (r *Router) send(ctx context.Context, peer string, kind wire.Kind, wantAck bool) (identity.UUID, error) {
 	p, err := r.ResolvePeer(peer)
 	if err != nil {

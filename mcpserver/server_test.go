@@ -72,6 +72,10 @@ func (f *fakeNode) PairWait(context.Context, string) (node.Paired, error) {
 
 func (f *fakeNode) PairCancel(context.Context, string) (int, error) { return 0, nil }
 
+func (f *fakeNode) AwaitResponses(context.Context, string, time.Duration, time.Time) (node.Sent, error) {
+	return node.Sent{}, nil
+}
+
 var _ node.API = (*fakeNode)(nil)
 
 func (f *fakeNode) Spaces(context.Context) ([]node.SpaceInfo, error) {

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/meerkatd/meerkatd/identity"
 )
 
 // The request lifecycle across two real daemons, through the CLI: a
@@ -205,5 +210,44 @@ func TestRequestLifecycleDaemons(t *testing.T) {
 	}
 	if r := alice.sentRequest(id); r.State != "answered" || r.FinalStatus != "completed" {
 		t.Fatalf("after completed: %+v", r)
+	}
+}
+
+// send request --wait prints the request id once the peer acknowledged
+// it, before it waits: interrupted (exit 130), the id is there to follow
+// up with.
+func TestRequestWaitPrintsIDFirst(t *testing.T) {
+	t.Parallel()
+	for _, daemon := range []bool{false, true} {
+		alice, bob := twoNodes(t, "uds")
+		bob.start()
+		if daemon {
+			alice.start()
+		}
+		cmd := exec.Command(binary(t), "send", "request", "bob", "build", "{}", "--wait", "2m", "--home", alice.home)
+		cmd.Env = append(baseEnv(), alice.env...)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		id := strings.TrimSpace(line)
+		if _, perr := identity.ParseUUID(id); err != nil || perr != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("daemon %v: first line %q, %v: want the request id", daemon, line, err)
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != exitInterrupted {
+			t.Fatalf("daemon %v: exit %d, want %d", daemon, code, exitInterrupted)
+		}
+		// The request is bob's to answer: it reached him under that id.
+		waitUntil(t, "bob holds the request", func() bool {
+			return strings.Contains(bob.ok("inbox", "--json"), id)
+		})
 	}
 }

@@ -236,6 +236,12 @@ func (c *Client) SendRequest(ctx context.Context, peer, intent string, params js
 	return s, err
 }
 
+// AwaitResponses implements node.API.
+func (c *Client) AwaitResponses(ctx context.Context, requestID string, wait time.Duration, deadline time.Time) (s node.Sent, err error) {
+	err = c.call(ctx, OpAwaitResponses, AwaitArgs{ID: requestID, Wait: wait, Deadline: deadline}, &s)
+	return s, err
+}
+
 // SendResponse implements node.API.
 func (c *Client) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, opts node.SendOptions) (s node.Sent, err error) {
 	err = c.call(ctx, OpSendResponse, SendResponseArgs{Peer: peer, RequestID: requestID, Status: status, Result: result, Options: opts}, &s)

@@ -339,6 +339,11 @@ func (s *Session) SendRequest(ctx context.Context, peer, intent string, params j
 	return do(s, ctx, func(a node.API) (node.Sent, error) { return a.SendRequest(ctx, peer, intent, params, opts) })
 }
 
+// AwaitResponses implements node.API.
+func (s *Session) AwaitResponses(ctx context.Context, requestID string, wait time.Duration, deadline time.Time) (node.Sent, error) {
+	return do(s, ctx, func(a node.API) (node.Sent, error) { return a.AwaitResponses(ctx, requestID, wait, deadline) })
+}
+
 // SendResponse implements node.API.
 func (s *Session) SendResponse(ctx context.Context, peer, requestID, status string, result json.RawMessage, opts node.SendOptions) (node.Sent, error) {
 	return do(s, ctx, func(a node.API) (node.Sent, error) {

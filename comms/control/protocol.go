@@ -24,6 +24,7 @@ const (
 	OpPeers            = "peers"
 	OpSendMessage      = "send_message"
 	OpSendRequest      = "send_request"
+	OpAwaitResponses   = "await_responses"
 	OpSendResponse     = "send_response"
 	OpReceive          = "receive"
 	OpAck              = "ack"
@@ -105,6 +106,13 @@ type SendRequestArgs struct {
 	Intent  string           `json:"intent"`
 	Params  json.RawMessage  `json:"params,omitempty"`
 	Options node.SendOptions `json:"options"`
+}
+
+// AwaitArgs are the arguments of OpAwaitResponses.
+type AwaitArgs struct {
+	ID       string        `json:"id"`
+	Wait     time.Duration `json:"wait"`
+	Deadline time.Time     `json:"deadline,omitzero"`
 }
 
 // SendResponseArgs are the arguments of OpSendResponse.

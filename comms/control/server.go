@@ -248,6 +248,11 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		if err = args(req, &a); err == nil {
 			result, err = s.api.SendRequest(ctx, a.Peer, a.Intent, a.Params, a.Options)
 		}
+	case OpAwaitResponses:
+		var a AwaitArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.AwaitResponses(ctx, a.ID, a.Wait, a.Deadline)
+		}
 	case OpSendResponse:
 		var a SendResponseArgs
 		if err = args(req, &a); err == nil {

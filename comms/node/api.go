@@ -33,6 +33,14 @@ type API interface {
 	// then waits that long for the final response and returns the
 	// responses in Sent.Responses.
 	SendRequest(ctx context.Context, peer, intent string, params json.RawMessage, opts SendOptions) (Sent, error)
+	// AwaitResponses waits up to wait for the final response to the
+	// request requestID that this node sent (SendRequest without Wait,
+	// so that its id is known at once), as SendRequest with Wait does:
+	// the responses that came since count. deadline, if not zero, is
+	// the request's: a wait that reaches it ends with CodeTimedOut. A
+	// request answered finally already, or not this node's, is
+	// CodeUnknownRequest.
+	AwaitResponses(ctx context.Context, requestID string, wait time.Duration, deadline time.Time) (Sent, error)
 	// SendResponse answers a request this node received from peer. A
 	// final answer (completed, failed) can be given once; a reliable
 	// final answer counts as given once it is queued.

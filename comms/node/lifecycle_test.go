@@ -591,3 +591,53 @@ func TestCancelRequestIdempotent(t *testing.T) {
 		t.Fatalf("alice's sends: %d cancel requests (%v), want 1: %+v", cancels, err, st)
 	}
 }
+
+// AwaitResponses after SendRequest without Wait waits as SendRequest with
+// Wait does, the responses that came in between included; it refuses an
+// id that is not a UUID, a request already answered, and a wait ended by
+// the request's deadline is timed_out.
+func TestAwaitResponsesAfterTheSend(t *testing.T) {
+	alice, bob := pairedNodes(t, true)
+	ctx := context.Background()
+	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The accepted response comes before anyone waits.
+	if _, err := bob.SendResponse(ctx, "alice", sent.ID, "accepted", nil, SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the accepted response arrives", func() bool {
+		b, _ := alice.Receive(ctx, Query{RequestID: sent.ID})
+		return len(b.Messages) == 1
+	})
+	done := make(chan Sent, 1)
+	errs := make(chan error, 1)
+	go func() {
+		s, err := alice.AwaitResponses(ctx, sent.ID, time.Minute, time.Time{})
+		done <- s
+		errs <- err
+	}()
+	if _, err := bob.SendResponse(ctx, "alice", sent.ID, "completed", json.RawMessage(`1`), SendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := <-done, <-errs
+	if err != nil || got.ID != sent.ID || got.Peer != "bob" || len(got.Responses) != 2 || got.Responses[0].Status != "accepted" || got.Responses[1].Status != "completed" {
+		t.Fatalf("AwaitResponses: %+v, %v", got, err)
+	}
+	// Answered: nothing more to wait for.
+	if _, err := alice.AwaitResponses(ctx, sent.ID, time.Second, time.Time{}); CodeOf(err) != CodeUnknownRequest {
+		t.Fatalf("AwaitResponses of an answered request: %v, want %s", err, CodeUnknownRequest)
+	}
+	if _, err := alice.AwaitResponses(ctx, "bogus", time.Second, time.Time{}); CodeOf(err) != CodeBadArgument {
+		t.Fatalf("AwaitResponses(bogus): %v, want %s", err, CodeBadArgument)
+	}
+	// A deadline before the wait's end: timed_out.
+	late, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Deadline: time.Now().Add(500 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.AwaitResponses(ctx, late.ID, time.Minute, time.Now().Add(500*time.Millisecond)); CodeOf(err) != CodeTimedOut {
+		t.Fatalf("AwaitResponses past the deadline: %v, want %s", err, CodeTimedOut)
+	}
+}

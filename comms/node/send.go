@@ -546,30 +546,60 @@ func (n *Node) sendRequest(ctx context.Context, peer, intent string, params json
 	if out.delivery == DeliveryQueued {
 		return res, errorf(CodePeerOffline, "request %s is queued for retry (%s); its response will arrive in the inbox", out.id, out.lastError)
 	}
-	// Accepted responses are progress: the wait goes on until a final
-	// one, the wait's end or the request's deadline.
-	wait := min(opts.Wait, MaxWait)
-	byDeadline := !opts.Deadline.IsZero() && time.Until(opts.Deadline) < wait
+	return n.awaitFinal(ctx, res, out.id, out.peer.Name, opts.Wait, opts.Deadline)
+}
+
+// AwaitResponses implements [API].
+func (n *Node) AwaitResponses(ctx context.Context, requestID string, wait time.Duration, deadline time.Time) (Sent, error) {
+	if n.closing() {
+		return Sent{}, Coded(ErrClosed)
+	}
+	id, err := identity.ParseUUID(requestID)
+	if err != nil {
+		return Sent{}, errorf(CodeBadArgument, "request id %q is not a UUID", requestID)
+	}
+	if wait <= 0 {
+		return Sent{}, errorf(CodeBadArgument, "the wait must be positive")
+	}
+	peer, ok := n.r.RequestPeer(id)
+	if !ok {
+		return Sent{}, errorf(CodeUnknownRequest, "no request %s of this node is waiting for its final response: it was answered already, or this node did not send it", requestID)
+	}
+	name := ""
+	if p, err := n.r.ResolvePeer(peer.String()); err == nil {
+		name = p.Name
+	}
+	return n.awaitFinal(ctx, Sent{ID: requestID, Peer: name, Delivery: DeliveryAcked}, id, name, wait, deadline)
+}
+
+// awaitFinal waits up to wait (at most MaxWait, and not past deadline if
+// set) for the final response to request id, sent to the peer named
+// peerName, adding the responses that come to res.Responses. Accepted
+// responses are progress: the wait goes on until a final one.
+func (n *Node) awaitFinal(ctx context.Context, res Sent, id identity.UUID, peerName string, wait time.Duration, deadline time.Time) (Sent, error) {
+	asked := wait
+	wait = min(wait, MaxWait)
+	byDeadline := !deadline.IsZero() && time.Until(deadline) < wait
 	if byDeadline {
-		wait = max(time.Until(opts.Deadline), 0)
+		wait = max(time.Until(deadline), 0)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
-		resp, err := n.r.AwaitResponse(wctx, out.id)
+		resp, err := n.r.AwaitResponse(wctx, id)
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) && byDeadline {
-				return res, errorf(CodeTimedOut, "request %s: its deadline %s passed with no final response; it is timed out and the peer is told", out.id, opts.Deadline.UTC().Format(time.RFC3339))
+				return res, errorf(CodeTimedOut, "request %s: its deadline %s passed with no final response; it is timed out and the peer is told", id, deadline.UTC().Format(time.RFC3339))
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				// peer_offline (exit 3) is the documented outcome of a
 				// wait with no answer: the message says what was seen.
-				return res, errorf(CodePeerOffline, "request %s: no final response within %s; the peer acknowledged the request, which stays open: a later response arrives in the inbox (meerkatd requests shows its state)", out.id, opts.Wait)
+				return res, errorf(CodePeerOffline, "request %s: no final response within %s; the peer acknowledged the request, which stays open: a later response arrives in the inbox (meerkatd requests shows its state)", id, asked)
 			}
 			return res, Coded(err)
 		}
 		if len(res.Responses) < MaxWaitedResponses {
-			res.Responses = append(res.Responses, toMessage(inbox.Entry[comms.Item]{Item: comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: resp, PeerName: out.peer.Name}}))
+			res.Responses = append(res.Responses, toMessage(inbox.Entry[comms.Item]{Item: comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: resp, PeerName: peerName}}))
 		}
 		if s := resp.Kind.Status(); s == wire.StatusCompleted || s == wire.StatusFailed {
 			return res, nil
