@@ -460,6 +460,17 @@ func TestPairCancel(t *testing.T) {
 	if got.Withdrawn != 1 {
 		t.Fatalf("pair cancel ID withdrew %d", got.Withdrawn)
 	}
+	alice.wantCode(exitUsage, []string{"neither an offer's line nor its id"}, "pair", "cancel", "bogus")
+	// The line in any form pair accept takes: the code in lower case.
+	var fourth struct {
+		Line string `json:"line"`
+	}
+	alice.okJSON(&fourth, "pair", "offer", "--no-wait", "--json")
+	f := strings.Fields(fourth.Line)
+	alice.okJSON(&got, "pair", "cancel", f[0], strings.ToLower(f[1]), f[2], "--json")
+	if got.Withdrawn != 1 {
+		t.Fatalf("pair cancel with the code in lower case withdrew %d", got.Withdrawn)
+	}
 	alice.okJSON(&got, "pair", "cancel", "--json")
 	if got.Withdrawn != 1 {
 		t.Fatalf("pair cancel (all) withdrew %d, want the one left", got.Withdrawn)

@@ -304,9 +304,17 @@ func (c *Client) PairWait(ctx context.Context, id string) (p node.Paired, err er
 
 // PairCancel implements node.API.
 func (c *Client) PairCancel(ctx context.Context, which string) (int, error) {
+	var raw json.RawMessage
+	if err := c.call(ctx, OpPairCancel, OfferArgs{ID: which}, &raw); err != nil {
+		return 0, err
+	}
 	var n int
-	err := c.call(ctx, OpPairCancel, OfferArgs{ID: which}, &n)
-	return n, err
+	if err := json.Unmarshal(raw, &n); err != nil {
+		// A node of an earlier version answers true, having withdrawn
+		// only an offer of that handle, if any.
+		return 0, &node.Error{Code: node.CodeUnavailable, Msg: "the node serving this home is older than this command and cannot withdraw offers by line or all at once: restart it"}
+	}
+	return n, nil
 }
 
 // PairAccept implements node.API.

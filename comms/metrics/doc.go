@@ -6,7 +6,7 @@
 // what happens between scrapes and must be summed as it happens (the ack
 // round trip) is recorded here, in a histogram. No series carries a
 // message's content; peers are labelled by their trust-list names, at
-// most [MaxPeerLabels] of them, the rest summed under "other".
+// most [MaxPeerLabels] of them, the rest summed under "_other".
 //
 // The series (prefix meerkatd_):
 //
@@ -19,7 +19,7 @@
 //	inbox_items                          unacknowledged items in the inbox
 //	inbox_bytes                          their size in bytes
 //	outbox_queued{peer}                  reliable sends waiting, per peer
-//	outbox_breaker{peer,state}           1 for a peer's circuit breaker state (closed, open, half_open); "other" counts peers
+//	outbox_breaker{peer,state}           1 for a peer's circuit breaker state (closed, open, half_open); "_other" counts peers
 //	dead_letters                         reliable sends given up on, kept
 //	inbound_connections{state}           inbound connections open now, authenticated or not
 //	db_bytes                             the database's size on disk (with its write-ahead log)

@@ -2,6 +2,9 @@ package node
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,5 +64,24 @@ func TestAwaitPairing(t *testing.T) {
 	time.AfterFunc(20*time.Millisecond, cancel)
 	if _, err := AwaitPairing(ictx, api, offer); err == nil || !strings.Contains(err.Error(), "withdrawn") || len(api.cancelled) != 1 {
 		t.Fatalf("interrupted: %v, cancelled %v", err, api.cancelled)
+	}
+}
+
+// An offer that cannot be left for local nodes (the discovery directory
+// cannot be written) is withdrawn: nobody could use it.
+func TestShareOfferLocallyWithdrawsOnFailure(t *testing.T) {
+	h, _ := testHome(t, "alice", nil)
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	api := &pairAPI{}
+	remove, err := ShareOfferLocally(context.Background(), notDir, h, api, PairOffer{ID: "o1", Line: "meerkat-pair/1 x y", Expires: time.Now().Add(time.Minute)})
+	if err == nil {
+		remove()
+		t.Fatal("ShareOfferLocally succeeded with a file as $XDG_RUNTIME_DIR")
+	}
+	if !slices.Equal(api.cancelled, []string{"o1"}) {
+		t.Fatalf("withdrawn %v, want [o1]", api.cancelled)
 	}
 }

@@ -271,7 +271,9 @@ func ShareOfferLocally(ctx context.Context, runtimeEnv string, h *Home, api API,
 		err = atomicfile.WriteFile(path, append(b, '\n'), 0o600)
 	}
 	if err != nil {
-		api.PairCancel(ctx, info.ID)
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		api.PairCancel(cctx, info.ID)
+		cancel()
 		return nil, err
 	}
 	return func() { os.Remove(path) }, nil

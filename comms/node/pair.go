@@ -144,11 +144,17 @@ func (p *pairing) wait(ctx context.Context, id string) (Paired, error) {
 	return toPaired(peer), nil
 }
 
+// isOfferHandle reports whether s has the form of an offer's handle
+// (PairOffer.ID): 16 hex digits.
+func isOfferHandle(s string) bool {
+	_, err := hex.DecodeString(s)
+	return len(s) == 16 && err == nil
+}
+
 // cancel withdraws the offers which names that are still open: the one
 // whose handle or line it is, or every one if which is "". It returns
 // how many it withdrew.
 func (p *pairing) cancel(which string) int {
-	which = strings.Join(strings.Fields(which), " ")
 	var open []*pair.Offer
 	p.mu.Lock()
 	for id, o := range p.offers {
@@ -417,6 +423,15 @@ func (n *Node) PairWait(ctx context.Context, id string) (Paired, error) {
 
 // PairCancel implements [API].
 func (n *Node) PairCancel(ctx context.Context, which string) (int, error) {
+	if which = strings.TrimSpace(which); which != "" && !isOfferHandle(which) {
+		// A line, in any form pair accept takes (the code in other
+		// letter case, without its dashes).
+		l, err := pair.ParseLine(which)
+		if err != nil {
+			return 0, errorf(CodeBadArgument, "%q is neither an offer's line nor its id (%s)", which, UserText(err))
+		}
+		which = l.String()
+	}
 	withdrawn := 0
 	if n.pairing != nil {
 		withdrawn = n.pairing.cancel(which)

@@ -43,11 +43,14 @@ var ErrShell = errors.New("completion: unknown shell (want bash, zsh or fish)")
 
 var (
 	flagRE = regexp.MustCompile(`--[a-z][a-z0-9-]*`)
-	// A flag's value is written in capitals or as an example: "--ttl
-	// DUR", "--since 1h|RFC3339", "--schema JSON|@FILE|-".
-	valueFlagRE = regexp.MustCompile(`(--[a-z][a-z0-9-]*)[ =][A-Z0-9@]`)
-	subRE       = regexp.MustCompile(`^\[?([a-z][a-z0-9-]*)\]?$`)
-	nameRE      = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+	// A flag's value is written in capitals, as an example or as the
+	// choices: "--ttl DUR", "--since 1h|RFC3339", "--schema
+	// JSON|@FILE|-", "--order priority|arrival".
+	valueFlagRE = regexp.MustCompile(valueFlag)
+	// valueAfterRE is valueFlagRE at the start of a text.
+	valueAfterRE = regexp.MustCompile(`^` + valueFlag)
+	subRE        = regexp.MustCompile(`^\[?([a-z][a-z0-9-]*)\]?$`)
+	nameRE       = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 )
 
 // FromUsage reads a command's subcommands and flags from its usage text:
@@ -79,6 +82,12 @@ func FromUsage(program, name, usage string) (subcommands, flags []string) {
 	return subcommands, flags
 }
 
+// valueFlag is a flag and the start of its value (valueFlagRE).
+const valueFlag = `(--[a-z][a-z0-9-]*)[ =]([A-Z0-9@]|[a-z][a-z0-9,-]*\|)`
+
+// valueLook is how far past a flag ValueFlags looks for its value.
+const valueLook = 64
+
 // ValueFlags reads from a usage text the flags that take a value: those
 // followed by a word in capitals or an example ("--ttl DUR", "--wait
 // 10s"). A flag written somewhere without a value ("[--no-wait|--local]"
@@ -91,7 +100,7 @@ func ValueFlags(usage string) []string {
 		}
 	}
 	for _, loc := range flagRE.FindAllStringIndex(usage, -1) {
-		if !valueFlagRE.MatchString(usage[loc[0]:min(len(usage), loc[1]+2)]) {
+		if !valueAfterRE.MatchString(usage[loc[0]:min(len(usage), loc[1]+valueLook)]) {
 			flags = slices.DeleteFunc(flags, func(f string) bool { return f == usage[loc[0]:loc[1]] })
 		}
 	}
@@ -202,8 +211,13 @@ func bash(p Program) string {
 	local cmd="" sub="" i
 	for ((i = 1; i < COMP_CWORD; i++)); do
 		case "$cmd ${COMP_WORDS[i]}" in
-		%[6]s) ((i++)) ;;
-		*" -"*) ;;
+		%[6]s)
+			((i++))
+			continue
+			;;
+		esac
+		case ${COMP_WORDS[i]} in
+		-*) ;;
 		*)
 			if [[ -z $cmd ]]; then cmd=${COMP_WORDS[i]}; elif [[ -z $sub ]]; then sub=${COMP_WORDS[i]}; fi
 			;;
@@ -259,8 +273,13 @@ compdef %[2]s %[1]s
 	local -a cmds subs flags
 	for ((i = 2; i < CURRENT; i++)); do
 		case "$cmd ${words[i]}" in
-		%[4]s) ((i++)) ;;
-		*" -"*) ;;
+		%[4]s)
+			((i++))
+			continue
+			;;
+		esac
+		case ${words[i]} in
+		-*) ;;
 		*)
 			if [[ -z $cmd ]]; then cmd=${words[i]}; elif [[ -z $sub ]]; then sub=${words[i]}; fi
 			;;

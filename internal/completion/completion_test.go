@@ -45,6 +45,8 @@ func TestValueFlags(t *testing.T) {
 		{"meerkatd card edit [--schema JSON|@FILE|-] [--add-intent NAME]", []string{"--schema", "--add-intent"}},
 		{"meerkatd deadletters retry ID...|--all", nil},
 		{"meerkatd send --ttl=DUR --reliable [--wait 10s]", []string{"--ttl", "--wait"}},
+		// Choices in lower case are a value too.
+		{"meerkatd inbox [--order priority|arrival] [--ack] [--transport uds,tcp|both]", []string{"--order", "--transport"}},
 		// Without a value in one place, with one in another: left out.
 		{"meerkatd pair offer [--no-wait|--local] | pair accept --local NAME [--ttl DUR]", []string{"--ttl"}},
 	} {
