@@ -167,7 +167,7 @@ func (s *Server) broadcast(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	}
 	res, err := s.api.Broadcast(ctx, b)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(broadcastResult{Broadcasted: res, Pending: s.pending(ctx)})
 }
@@ -188,7 +188,7 @@ func (s *Server) taskComplete(ctx context.Context, req mcp.CallToolRequest) (*mc
 	}
 	res, err := s.api.TaskComplete(ctx, id, rawJSON(req, "result"), opts)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(taskCompleteResult{TaskCompleted: res, Pending: s.pending(ctx)})
 }
@@ -200,7 +200,7 @@ func (s *Server) listTasks(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	}
 	tl, err := s.api.Tasks(ctx, q)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	if tl.Tasks == nil {
 		tl.Tasks = []node.Task{}
@@ -215,7 +215,7 @@ func (s *Server) waitTask(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 	}
 	w, err := s.api.WaitTask(ctx, id, wait)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(waitTaskResult{TaskWaited: w, Pending: s.pending(ctx)})
 }

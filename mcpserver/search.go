@@ -86,7 +86,7 @@ func (s *Server) search(ctx context.Context, req mcp.CallToolRequest) (*mcp.Call
 	}
 	r, err := s.api.Search(ctx, q)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	if r.Hits == nil {
 		r.Hits = []node.SearchHit{}

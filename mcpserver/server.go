@@ -242,13 +242,17 @@ func result(v any) (*mcp.CallToolResult, error) {
 
 // toolError is a tool result with isError set: the code first, then the
 // message, then the pending count (as text only: SDK clients validate any
-// structured content against the tool's output schema, errors included).
+// structured content against the tool's output schema, errors included),
+// left out when it is not known (pending < 0).
 func toolError(err error, pending int) *mcp.CallToolResult {
 	code := node.CodeOf(err)
 	msg := node.UserText(err)
 	var e *node.Error
 	if errors.As(err, &e) {
 		msg = e.Msg
+	}
+	if pending < 0 {
+		return mcp.NewToolResultError(fmt.Sprintf("%s: %s", code, msg))
 	}
 	return mcp.NewToolResultError(fmt.Sprintf("%s: %s (pending: %d)", code, msg, pending))
 }

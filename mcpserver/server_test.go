@@ -1048,3 +1048,26 @@ func TestSpaceArgsInvalid(t *testing.T) {
 func (f *fakeNode) Tell(context.Context, string) (node.Told, error) {
 	return node.Told{}, &node.Error{Code: node.CodeBadArgument, Msg: "not through MCP"}
 }
+
+// A tool error ends with the pending count when it is known, and leaves
+// it out when it is not (the node is gone): never a pending: 0 that
+// tells the model nothing waits.
+func TestToolErrorPending(t *testing.T) {
+	err := &node.Error{Code: node.CodeUnavailable, Msg: "the daemon is not running"}
+	for _, tc := range []struct {
+		pending int
+		want    string
+	}{
+		{3, "unavailable: the daemon is not running (pending: 3)"},
+		{0, "unavailable: the daemon is not running (pending: 0)"},
+		{-1, "unavailable: the daemon is not running"},
+	} {
+		res := toolError(err, tc.pending)
+		if !res.IsError || len(res.Content) != 1 {
+			t.Fatalf("toolError(%d): %+v", tc.pending, res)
+		}
+		if got := res.Content[0].(mcp.TextContent).Text; got != tc.want {
+			t.Errorf("toolError(%d) = %q, want %q", tc.pending, got, tc.want)
+		}
+	}
+}

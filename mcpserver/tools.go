@@ -141,14 +141,19 @@ func rawJSON(req mcp.CallToolRequest, name string) json.RawMessage {
 
 func readOnly(v bool) *bool { return &v }
 
-// pending asks the node for the current pending count.
-func (s *Server) pending(ctx context.Context) int {
+// errPending asks the node for the current pending count: -1 when it
+// cannot be read (the node is gone), which toolError then leaves out
+// rather than say 0.
+func (s *Server) errPending(ctx context.Context) int {
 	b, err := s.api.Receive(ctx, node.Query{Limit: 1, Order: node.OrderArrival, Peek: true}) // the count only: the cheapest read, shown to nobody
 	if err != nil {
-		return 0
+		return -1
 	}
 	return b.Pending
 }
+
+// pending is errPending for a result, which always has the count.
+func (s *Server) pending(ctx context.Context) int { return max(s.errPending(ctx), 0) }
 
 func (s *Server) addTools() {
 	peerArg := mcp.WithString("peer", mcp.Required(), mcp.Description("the peer: its trust-list name (see list_peers), its key (ed25519:…) or its peer UUID"))
@@ -302,7 +307,7 @@ type pairAcceptResult struct {
 func (s *Server) pairOffer(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	o, err := s.api.PairOffer(ctx, node.PairOptions{})
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(pairOfferResult{PairOffer: o, Pending: s.pending(ctx)})
 }
@@ -322,7 +327,7 @@ func (s *Server) pairAccept(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	}
 	p, err := s.api.PairAccept(ctx, line, name)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(pairAcceptResult{Paired: p, Pending: s.pending(ctx)})
 }
@@ -474,7 +479,7 @@ func (s *Server) sendMessage(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	}
 	sent, err := s.api.SendMessage(ctx, peer, body, opts)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(sendResult{Sent: sent, Note: queuedNote(sent), Pending: s.pending(ctx)})
 }
@@ -487,7 +492,7 @@ func (s *Server) sendRequest(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	}
 	sent, err := s.api.SendRequest(ctx, peer, intent, rawJSON(req, "params"), opts)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(sendResult{Sent: sent, Note: queuedNote(sent), Pending: s.pending(ctx)})
 }
@@ -500,7 +505,7 @@ func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mc
 	}
 	sent, err := s.api.SendResponse(ctx, peer, rid, status, rawJSON(req, "result"), opts)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(sendResult{Sent: sent, Note: queuedNote(sent), Pending: s.pending(ctx)})
 }
@@ -508,7 +513,7 @@ func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mc
 func (s *Server) listOutbox(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	o, err := s.api.Outbox(ctx)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	if o.Entries == nil {
 		o.Entries = []node.QueuedSend{}
@@ -526,7 +531,7 @@ func (s *Server) retryOutbox(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	}
 	n, err := s.api.RetryOutbox(ctx, peer)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(retryOutboxResult{Due: n, Pending: s.pending(ctx)})
 }
@@ -534,7 +539,7 @@ func (s *Server) retryOutbox(ctx context.Context, req mcp.CallToolRequest) (*mcp
 func (s *Server) listDeadLetters(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	dl, err := s.api.DeadLetters(ctx)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	if dl == nil {
 		dl = []node.DeadLetter{}
@@ -574,7 +579,7 @@ func (s *Server) retryDeadLetters(ctx context.Context, req mcp.CallToolRequest) 
 	}
 	n, err := s.api.RetryDeadLetters(ctx, ids, all)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	notFound := 0
 	if !all {
@@ -588,7 +593,7 @@ func (s *Server) retryDeadLetters(ctx context.Context, req mcp.CallToolRequest) 
 func (s *Server) status(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	st, err := s.api.Status(ctx)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(st)
 }
@@ -596,7 +601,7 @@ func (s *Server) status(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallTo
 func (s *Server) listPeers(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	peers, err := s.api.Peers(ctx)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(listPeersResult{Self: s.self(ctx), Peers: orEmpty(peers), Pending: s.pending(ctx)})
 }
@@ -704,7 +709,7 @@ func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // the client cancelled the call
 		}
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	if b.Messages == nil {
 		b.Messages = []node.Message{}
@@ -719,7 +724,7 @@ func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	}
 	r, err := s.api.Ack(ctx, ar)
 	if err != nil {
-		return toolError(err, s.pending(ctx)), nil
+		return toolError(err, s.errPending(ctx)), nil
 	}
 	if r.Acked > 0 {
 		s.inboxChanged()
