@@ -77,24 +77,6 @@ func (s *Server) addBroadcastTools() {
 	s.mcp.AddTool(wait, s.waitTask)
 }
 
-// checkBroadcastArgs validates the arguments of the broadcast and task
-// tools; handled is false for other tools.
-func checkBroadcastArgs(name string, a args) (handled bool, err error) {
-	switch name {
-	case "broadcast":
-		_, err = parseBroadcast(a)
-	case "task_complete":
-		_, _, err = parseTaskComplete(a)
-	case "list_tasks":
-		_, err = parseTaskQuery(a)
-	case "wait_task":
-		_, _, err = parseWaitTask(a)
-	default:
-		return false, nil
-	}
-	return true, err
-}
-
 func parseBroadcast(a args) (node.BroadcastArgs, error) {
 	var b node.BroadcastArgs
 	var err error

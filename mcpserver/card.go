@@ -42,16 +42,6 @@ func parseDescribePeer(a args) (peer string, refresh bool, err error) {
 	return peer, refresh, nil
 }
 
-// checkCardArgs validates the arguments of the card tools; ok false: name
-// is not one of them.
-func checkCardArgs(name string, a args) (ok bool, err error) {
-	if name != "describe_peer" {
-		return false, nil
-	}
-	_, _, err = parseDescribePeer(a)
-	return true, err
-}
-
 func (s *Server) describePeer(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	peer, refresh, err := parseDescribePeer(args{req.GetArguments()})
 	if err != nil {

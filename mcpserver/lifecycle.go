@@ -118,17 +118,3 @@ func (s *Server) listRequests(ctx context.Context, req mcp.CallToolRequest) (*mc
 	}
 	return result(listRequestsResult{Requests: rs, Pending: s.pending(ctx)})
 }
-
-// checkLifecycleArgs checks the lifecycle tools' arguments; ok is false
-// for other tools.
-func checkLifecycleArgs(name string, a args) (ok bool, err error) {
-	switch name {
-	case "cancel_request":
-		_, _, _, err = parseCancelRequest(a)
-	case "list_requests":
-		_, err = parseRequestQuery(a)
-	default:
-		return false, nil
-	}
-	return true, err
-}

@@ -95,6 +95,7 @@ func New(api node.API, opts Options) *Server {
 		server.WithResourceCapabilities(true, false),
 		server.WithLogging(), // offered to legacy clients only (era.go)
 		server.WithHooks(s.hooks()),
+		server.WithToolHandlerMiddleware(s.invalidAsToolError),
 	)
 	s.addTools()
 	s.addResources()
@@ -238,6 +239,21 @@ func result(v any) (*mcp.CallToolResult, error) {
 		return nil, err
 	}
 	return mcp.NewToolResultStructured(v, string(b)), nil
+}
+
+// invalidAsToolError answers a call whose arguments its tool refuses
+// (invalidParams) with a tool error, bad_argument, rather than a
+// protocol error: MCP (since 2025-11-25) reports input validation errors
+// as tool execution errors, which the model sees and can correct.
+func (s *Server) invalidAsToolError(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := next(ctx, req)
+		var ip invalidParams
+		if errors.As(err, &ip) {
+			return toolError(&node.Error{Code: node.CodeBadArgument, Msg: ip.msg}, s.errPending(ctx)), nil
+		}
+		return res, err
+	}
 }
 
 // toolError is a tool result with isError set: the code first, then the

@@ -462,6 +462,16 @@ func call(t *testing.T, c *client.Client, name string, args map[string]any) (*mc
 	return res, structured, nil
 }
 
+// wantBadArgument calls tool with args its handler refuses and wants
+// the tool error the model sees, bad_argument, not a protocol error.
+func wantBadArgument(t *testing.T, c *client.Client, tool string, args map[string]any) {
+	t.Helper()
+	res, _, err := call(t, c, tool, args)
+	if err != nil || !res.IsError || !strings.HasPrefix(text(res), node.CodeBadArgument+": ") {
+		t.Errorf("%s %v: %v, %v; want a bad_argument tool error", tool, args, err, res)
+	}
+}
+
 func text(r *mcp.CallToolResult) string {
 	var parts []string
 	for _, c := range r.Content {
@@ -572,9 +582,7 @@ func testSendAndErrors(t *testing.T, era string) {
 		{"receive_messages", map[string]any{"wait_ms": 99999}},
 		{"ack_messages", map[string]any{}},
 	} {
-		if _, _, err := call(t, c, bad.tool, bad.args); err == nil {
-			t.Errorf("%s %v: want a protocol error", bad.tool, bad.args)
-		}
+		wantBadArgument(t, c, bad.tool, bad.args)
 	}
 }
 
@@ -811,9 +819,7 @@ func testSendOptions(t *testing.T, era string) {
 		{"peer": "bob", "body": "x", "reliable": "yes"},
 		{"peer": "bob", "body": "x", "reliable": false, "ttl_seconds": 5},
 	} {
-		if _, _, err := call(t, c, "send_message", bad); err == nil {
-			t.Errorf("send_message %v: want a protocol error", bad)
-		}
+		wantBadArgument(t, c, "send_message", bad)
 		if err := checkArgs("send_message", bad); err == nil {
 			t.Errorf("checkArgs send_message %v: want invalid params", bad)
 		}
@@ -901,9 +907,7 @@ func testOutboxTools(t *testing.T, era string) {
 		t.Fatalf("retry all: %v %v", out, err)
 	}
 	for _, bad := range []map[string]any{{}, {"all": false}, {"all": true, "ids": []any{"d-1"}}, {"all": "yes"}, {"ids": "d-1"}} {
-		if _, _, err := call(t, c, "retry_dead_letters", bad); err == nil {
-			t.Errorf("retry_dead_letters %v: want a protocol error", bad)
-		}
+		wantBadArgument(t, c, "retry_dead_letters", bad)
 	}
 	_, out, err = call(t, c, "retry_outbox", map[string]any{"peer": "ghost"})
 	if err != nil || out["due"] != float64(1) {
@@ -913,9 +917,7 @@ func testOutboxTools(t *testing.T, era string) {
 	if err != nil || out["due"] != float64(1) {
 		t.Fatalf("retry_outbox for every peer: %v %v", out, err)
 	}
-	if _, _, err := call(t, c, "retry_outbox", map[string]any{"peer": 7}); err == nil {
-		t.Errorf("retry_outbox with a number for peer: want a protocol error")
-	}
+	wantBadArgument(t, c, "retry_outbox", map[string]any{"peer": 7})
 	res, _, err = call(t, c, "retry_outbox", map[string]any{"peer": "nobody"})
 	if err != nil || !res.IsError || !strings.HasPrefix(text(res), node.CodeUnknownPeer+": ") {
 		t.Errorf("retry_outbox nobody: %v %v", res, err)
@@ -1016,9 +1018,7 @@ func testPairTools(t *testing.T, era string) {
 		t.Fatalf("bad line: %v %s", err, text(res))
 	}
 	for _, bad := range []map[string]any{{}, {"code_line": 3}, {"code_line": "x", "name": false}} {
-		if _, _, err := call(t, c, "pair_accept", bad); err == nil {
-			t.Errorf("pair_accept %v: want a protocol error", bad)
-		}
+		wantBadArgument(t, c, "pair_accept", bad)
 	}
 }
 

@@ -376,22 +376,3 @@ func spaceNote(sent node.SpaceSent) string {
 	}
 	return ""
 }
-
-// checkSpaceArgs validates a space tool call's arguments (for checkArgs).
-func checkSpaceArgs(name string, a args) (bool, error) {
-	if name == "edit_space" {
-		_, err := parseEditSpace(a, decodedRaw(a))
-		return true, err
-	}
-	if name == "list_proposals" {
-		_, err := parseProposalQuery(a)
-		return true, err
-	}
-	for _, st := range spaceTools {
-		if st.name == name {
-			_, err := parseSpaceMessage(st, a, decodedRaw(a))
-			return true, err
-		}
-	}
-	return false, nil
-}

@@ -326,8 +326,9 @@ func waits(method string, params json.RawMessage) bool {
 }
 
 // checkCall returns an invalid-params reply for a tools/call request whose
-// arguments its tool would refuse, an invalid-request reply for a batch,
-// else nil. A request declaring a protocol version the server does not
+// arguments are not a JSON object (the request is malformed), an
+// invalid-request reply for a batch, else nil. Arguments a tool refuses
+// are the tool's to answer, with a tool error (invalidAsToolError). A request declaring a protocol version the server does not
 // know is left to mcp-go, which answers it with the supported versions
 // (negotiation comes before arguments), and so is a call to a tool known
 // does not report (nil: every tool), which mcp-go answers as an unknown
@@ -363,9 +364,6 @@ func checkCall(line []byte, known func(tool string) bool) []byte {
 		if err := json.Unmarshal(msg.Params.Arguments, &args); err != nil {
 			return rpcError(msg.ID, codeInvalidParams, "arguments must be a JSON object")
 		}
-	}
-	if err := checkArgs(msg.Params.Name, args); err != nil {
-		return rpcError(msg.ID, codeInvalidParams, err.Error())
 	}
 	return nil
 }

@@ -57,9 +57,8 @@ type (
 )
 
 // invalidParams is returned (as a Go error) for calls whose arguments do
-// not fit the schema. Over stdio the front end (stdio.go) answers such
-// calls with -32602 before they reach a handler; an in-process client that
-// reaches the handler gets mcp-go's generic error response.
+// not fit the schema; invalidAsToolError makes it a bad_argument tool
+// error.
 type invalidParams struct{ msg string }
 
 func (e invalidParams) Error() string { return e.msg }
@@ -330,50 +329,6 @@ func (s *Server) pairAccept(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 		return toolError(err, s.errPending(ctx)), nil
 	}
 	return result(pairAcceptResult{Paired: p, Pending: s.pending(ctx)})
-}
-
-// checkArgs validates the arguments of a call to tool name the way its
-// handler will, without running it. The stdio front end uses it to answer
-// malformed calls with the protocol's invalid-params error.
-func checkArgs(name string, m map[string]any) error {
-	a := args{m}
-	var err error
-	switch name {
-	case "send_message":
-		_, _, _, err = parseSendMessage(a)
-	case "send_request":
-		_, _, _, err = parseSendRequest(a)
-	case "send_response":
-		_, _, _, _, err = parseSendResponse(a)
-	case "retry_dead_letters":
-		_, _, err = parseRetry(a)
-	case "retry_outbox":
-		_, err = a.str("peer", false)
-	case "pair_accept":
-		_, _, err = parsePairAccept(a)
-	case "receive_messages":
-		_, err = parseReceive(a)
-	case "ack_messages":
-		_, err = parseAck(a)
-	case "message_status": // slice B
-		_, err = parseMessageStatus(a)
-	// Slice C: search.
-	case "search_messages":
-		_, err = parseSearch(a)
-	default:
-		var handled bool
-		if handled, err = checkBroadcastArgs(name, a); handled {
-			break
-		}
-		if handled, err = checkCardArgs(name, a); handled {
-			break
-		}
-		if handled, err = checkLifecycleArgs(name, a); handled {
-			break
-		}
-		_, err = checkSpaceArgs(name, a)
-	}
-	return err
 }
 
 func parseSendMessage(a args) (peer, body string, opts node.SendOptions, err error) {

@@ -53,6 +53,19 @@ export function isProtocolError(err) {
 }
 export const invalid = (err) => isProtocolError(err) && err.code === INVALID_PARAMS;
 
+/**
+ * A call whose arguments its tool refuses: a tool error "bad_argument: …"
+ * the model sees (MCP reports input validation errors as tool execution
+ * errors, not as -32602); returns its text.
+ */
+export async function invalidCall(p, what) {
+  const res = await p;
+  const text = textOf(res);
+  assert.equal(res.isError, true, `${what}: want a bad_argument tool error, got ${text}`);
+  assert.ok(text.startsWith('bad_argument: '), `${what}: want "bad_argument: …", got ${JSON.stringify(text)}`);
+  return text;
+}
+
 // The SDK 1.x client registers notification handlers by schema.
 const SCHEMAS_1 = {
   'notifications/resources/updated': ResourceUpdatedNotificationSchema,

@@ -18,7 +18,7 @@
 //   - after alice edits her card, describe_peer returns the kept card
 //     until refresh is set, then the new one;
 //   - describe_peer of an unreachable peer is peer_offline, of an unknown
-//     one unknown_peer, and without peer the protocol's -32602.
+//     one unknown_peer, and without peer bad_argument.
 //
 //   - a kept card altered on disk (its signature no longer verifies) is
 //     refused: list_peers shows none, describe_peer fetches a verified one.
@@ -36,7 +36,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 
-import { CALL_TIMEOUT, ERAS, McpPeer, invalid, makeTempRoot, meerkatd, setUp, stepper, tearDown } from './helpers.mjs';
+import { CALL_TIMEOUT, ERAS, McpPeer, invalidCall, makeTempRoot, meerkatd, setUp, stepper, tearDown } from './helpers.mjs';
 
 const SCHEMA = { type: 'object', properties: { url: { type: 'string' } }, required: ['url'] };
 
@@ -158,12 +158,12 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.equal((await bob.peer('alice')).card?.name, 'alice');
     });
 
-    step('errors: an unreachable peer is peer_offline, an unknown one unknown_peer; no peer is -32602', async () => {
+    step('errors: an unreachable peer is peer_offline, an unknown one unknown_peer; no peer is bad_argument', async () => {
       await bob.fails('describe_peer', { peer: 'ghost' }, 'peer_offline');
       assert.equal((await bob.peer('ghost')).card, null);
       await bob.fails('describe_peer', { peer: 'nobody' }, 'unknown_peer');
-      await assert.rejects(bob.call('describe_peer', {}), invalid, 'describe_peer without peer');
-      await assert.rejects(bob.call('describe_peer', { peer: 'alice', refresh: 'yes' }), invalid, 'refresh not a boolean');
+      await invalidCall(bob.call('describe_peer', {}), 'describe_peer without peer');
+      await invalidCall(bob.call('describe_peer', { peer: 'alice', refresh: 'yes' }), 'refresh not a boolean');
     });
 
     step('every structured result conformed to its outputSchema; the clients saw nothing wrong on the wire', async () => {

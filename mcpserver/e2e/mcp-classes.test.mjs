@@ -18,7 +18,7 @@
 //     one-second ttl_seconds: it dies, and the dead-letter notice (class
 //     system, naming carol and the envelope, not its body) comes before
 //     the note, which comes before bob's interrupt.
-//   - Malformed order and interrupt are invalid params (-32602).
+//   - Malformed order and interrupt are bad_argument tool errors.
 //
 // Each suite runs once per protocol era and mode (embedded: meerkatd mcp
 // runs its own node; attached: to a meerkatd run daemon). Successful tool
@@ -35,7 +35,7 @@ import {
   ERAS,
   McpPeer,
   UUID_RE,
-  invalid,
+  invalidCall,
   makeTempRoot,
   meerkatd,
   setUp,
@@ -150,12 +150,12 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.ok(st.pending_by_class.system >= 1);
     });
 
-    step('malformed order and interrupt are invalid params', async () => {
+    step('malformed order and interrupt are bad_argument tool errors', async () => {
       for (const [name, args] of [
         ['receive_messages', { order: 'newest' }],
         ['send_message', { peer: 'bob', body: 'x', interrupt: 'yes' }],
       ]) {
-        await assert.rejects(alice.call(name, args), invalid, `${name} ${JSON.stringify(args)}`);
+        await invalidCall(alice.call(name, args), `${name} ${JSON.stringify(args)}`);
       }
     });
 

@@ -18,7 +18,7 @@
 //     cancellation and the note; a second cancel is refused.
 //   - bob answers "accepted" first: alice sees the response but the
 //     request stays open (progress), until bob's "completed".
-//   - Malformed calls are the protocol's invalid-params error (-32602).
+//   - Malformed calls are bad_argument tool errors.
 //
 // Like the other suites, it runs once per protocol era and mode (embedded:
 // each meerkatd mcp runs its own node; attached: meerkatd run for both
@@ -34,7 +34,7 @@ import {
   ERAS,
   McpPeer,
   UUID_RE,
-  invalid,
+  invalidCall,
   makeTempRoot,
   meerkatd,
   setUp,
@@ -193,11 +193,11 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       await alice.fails('cancel_request', { request_id: sent.id }, 'bad_argument');
     });
 
-    step('invalid params are -32602; reserved intents and past deadlines are tool errors', async () => {
-      await assert.rejects(alice.call('send_request', { peer: 'bob', intent: 'x', deadline: 'soon' }), invalid, 'deadline "soon"');
-      await assert.rejects(alice.call('send_request', { peer: 'bob', intent: 'x', deadline: 30 }), invalid, 'deadline as a number');
-      await assert.rejects(alice.call('list_requests', { states: ['done'] }), invalid, 'list_requests with a bad state');
-      await assert.rejects(alice.call('cancel_request', {}), invalid, 'cancel_request without request_id');
+    step('malformed calls, reserved intents and past deadlines are tool errors', async () => {
+      await invalidCall(alice.call('send_request', { peer: 'bob', intent: 'x', deadline: 'soon' }), 'deadline "soon"');
+      await invalidCall(alice.call('send_request', { peer: 'bob', intent: 'x', deadline: 30 }), 'deadline as a number');
+      await invalidCall(alice.call('list_requests', { states: ['done'] }), 'list_requests with a bad state');
+      await invalidCall(alice.call('cancel_request', {}), 'cancel_request without request_id');
       await alice.fails('send_request', { peer: 'bob', intent: 'meerkat.cancel', params: {} }, 'bad_argument');
       await alice.fails('send_request', { peer: 'bob', intent: 'x', deadline: '2020-01-01T00:00:00Z' }, 'bad_argument');
     });

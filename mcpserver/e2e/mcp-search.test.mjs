@@ -7,7 +7,7 @@
 // some of them, then searches through its MCP session: a word found in
 // unacknowledged items and in the acknowledged history, newest first,
 // pages followed with the cursor, the kind, peer and time filters, tool
-// errors with their codes and malformed calls as invalid params.
+// errors with their codes, malformed calls (bad_argument) among them.
 //
 // The suite runs once per protocol era and mode (embedded: meerkatd mcp
 // runs alice's node; attached: meerkatd run for both homes). Successful
@@ -19,7 +19,7 @@ import { after, before, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 
-import { CALL_TIMEOUT, ERAS, McpPeer, invalid, makeTempRoot, meerkatd, setUp, stepper, tearDown, until } from './helpers.mjs';
+import { CALL_TIMEOUT, ERAS, McpPeer, invalidCall, makeTempRoot, meerkatd, setUp, stepper, tearDown, until } from './helpers.mjs';
 
 class Peer extends McpPeer {
   /** Client.callTool (SDK output validation); the call must succeed. */
@@ -126,12 +126,12 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.equal((await ids({ query: 'lunch noon' })).length, 2);
     });
 
-    step('tool errors carry their codes; malformed calls are invalid params', async () => {
+    step('tool errors carry their codes; malformed calls are bad_argument', async () => {
       await alice.fails('search_messages', { query: '*** ---' }, 'bad_argument');
       await alice.fails('search_messages', { query: 'deploy', peer: 'carol' }, 'unknown_peer');
       await alice.fails('search_messages', { query: 'deploy', cursor: 'nonsense' }, 'bad_argument');
       for (const args of [{}, { query: 'x', limit: 0 }, { query: 'x', limit: 101 }, { query: 'x', kind: 'ack' }, { query: 'x', since: 'yesterday' }]) {
-        await assert.rejects(alice.call('search_messages', args), invalid, `search_messages ${JSON.stringify(args)}`);
+        await invalidCall(alice.call('search_messages', args), `search_messages ${JSON.stringify(args)}`);
       }
     });
 

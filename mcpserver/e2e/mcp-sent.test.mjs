@@ -20,7 +20,7 @@
 //     restarts: the first request and the cancel retried with their keys
 //     are replayed (bob received the request once); the cancel without
 //     its key is refused (not open), with other arguments a conflict.
-//   - malformed calls are the protocol's invalid-params error (-32602).
+//   - malformed calls are bad_argument tool errors.
 //
 // The suite runs once per protocol era and mode (embedded: each meerkatd
 // mcp runs its own node; attached: meerkatd run for both homes). Every
@@ -36,7 +36,7 @@ import {
   ERAS,
   McpPeer,
   UUID_RE,
-  invalid,
+  invalidCall,
   makeTempRoot,
   meerkatd,
   startDaemon,
@@ -232,11 +232,11 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.equal(got.messages.filter((m) => m.id === suite.requestId).length, 1, 'bob received the request once');
     });
 
-    step('invalid params are the protocol error -32602', async () => {
-      await assert.rejects(alice.call('message_status', {}), invalid, 'message_status without ids');
-      await assert.rejects(alice.call('message_status', { ids: [] }), invalid, 'message_status with no ids');
-      await assert.rejects(alice.call('message_status', { ids: Array(101).fill(suite.requestId) }), invalid, 'message_status with 101 ids');
-      await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', idempotency_key: 'tab\there' }), invalid, 'a key with a tab');
+    step('malformed calls are bad_argument tool errors', async () => {
+      await invalidCall(alice.call('message_status', {}), 'message_status without ids');
+      await invalidCall(alice.call('message_status', { ids: [] }), 'message_status with no ids');
+      await invalidCall(alice.call('message_status', { ids: Array(101).fill(suite.requestId) }), 'message_status with 101 ids');
+      await invalidCall(alice.call('send_message', { peer: 'bob', body: 'x', idempotency_key: 'tab\there' }), 'a key with a tab');
       await alice.fails('message_status', { ids: ['not-an-id'] }, 'bad_argument');
     });
 

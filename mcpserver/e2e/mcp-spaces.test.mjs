@@ -27,7 +27,7 @@
 //     proposal fulfilled by A with its request and response ids.
 //   - A rejects a second proposal with a reason; B sees the mcp/reject.
 //   - B withdraws a third; A sees it withdrawn and can no longer fulfil it.
-//   - Malformed calls are the protocol's invalid-params error (-32602).
+//   - Malformed calls are bad_argument tool errors.
 //
 // Like mcp.test.mjs, the suite runs once per protocol era (SDK 1.x with
 // 2025-11-25, @modelcontextprotocol/client 2.x with 2026-07-28) and mode
@@ -47,7 +47,7 @@ import {
   ERAS,
   McpPeer,
   UUID_RE,
-  invalid,
+  invalidCall,
   makeTempRoot,
   meerkatd,
   setUp,
@@ -218,7 +218,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       }
     });
 
-    step('edit_space adds a member (pending until its key is trusted) and removes it; a bad op is invalid params', async () => {
+    step('edit_space adds a member (pending until its key is trusted) and removes it; a bad op is bad_argument', async () => {
       const key = 'ed25519:' + Buffer.alloc(32, 7).toString('base64');
       const added = await alice.ok('edit_space', { op: 'add', space: SPACE, peer: key, id: 'carol', capabilities: [{ kind: 'chat' }] });
       const carol = added.space.members.find((m) => m.id === 'carol');
@@ -227,7 +227,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.deepEqual(capKinds(carol.capabilities), ['chat']);
       const removed = await alice.ok('edit_space', { op: 'remove', space: SPACE, id: 'carol' });
       assert.deepEqual(removed.space.members.map((m) => m.id).sort(), [A, B]);
-      await assert.rejects(alice.call('edit_space', { op: 'rename', space: SPACE }), invalid, 'edit_space with an unknown op');
+      await invalidCall(alice.call('edit_space', { op: 'rename', space: SPACE }), 'edit_space with an unknown op');
     });
 
     step('B sends an mcp/request it may not: A never sees it; B gets a system/error "capability_violation" correlated to it', async () => {
@@ -418,17 +418,16 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.match(text, /^unknown_space:/, `space_chat to an unknown space: ${text}`);
     });
 
-    step('invalid params are the protocol error -32602: space_send without kind, space_respond with both result and error (or neither)', async () => {
-      await assert.rejects(bob.call('space_send', { space: SPACE, payload: { x: 1 } }), invalid, 'space_send without kind');
-      await assert.rejects(bob.call('space_send', { kind: 'chat' }), invalid, 'space_send without space');
-      await assert.rejects(
+    step('malformed calls are bad_argument: space_send without kind, space_respond with both result and error (or neither)', async () => {
+      await invalidCall(bob.call('space_send', { space: SPACE, payload: { x: 1 } }), 'space_send without kind');
+      await invalidCall(bob.call('space_send', { kind: 'chat' }), 'space_send without space');
+      await invalidCall(
         bob.call('space_respond', { space: SPACE, request_id: '00000000-0000-4000-8000-000000000000', result: { ok: true }, error: { code: 1 } }),
-        invalid,
         'space_respond with result and error',
       );
-      await assert.rejects(bob.call('space_respond', { space: SPACE, request_id: '00000000-0000-4000-8000-000000000000' }), invalid, 'space_respond with neither');
-      await assert.rejects(alice.call('space_fulfill', { space: SPACE }), invalid, 'space_fulfill without proposal_id');
-      await assert.rejects(alice.call('list_proposals', { state: 'sleeping' }), invalid, 'list_proposals with a bad state');
+      await invalidCall(bob.call('space_respond', { space: SPACE, request_id: '00000000-0000-4000-8000-000000000000' }), 'space_respond with neither');
+      await invalidCall(alice.call('space_fulfill', { space: SPACE }), 'space_fulfill without proposal_id');
+      await invalidCall(alice.call('list_proposals', { state: 'sleeping' }), 'list_proposals with a bad state');
       // The sessions are still usable.
       assert.ok((await bob.ok('list_spaces')).spaces.some((s) => s.name === SPACE));
     });

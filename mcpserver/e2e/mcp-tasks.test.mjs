@@ -17,7 +17,7 @@
 //     only a completion resolves it); bob lists the task with alice as
 //     participant and completes it with a result; alice's wait_task then
 //     returns it completed by bob with that result, and keeps doing so.
-//   - Malformed calls are the protocol's invalid-params error (-32602).
+//   - Malformed calls are bad_argument tool errors.
 //
 // Like the other suites it runs once per protocol era and mode (embedded,
 // attached); structured results are checked against the listed output
@@ -32,7 +32,7 @@ import {
   ERAS,
   McpPeer,
   UUID_RE,
-  invalid,
+  invalidCall,
   makeTempRoot,
   meerkatd,
   setUp,
@@ -154,12 +154,12 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       await alice.fails('wait_task', { task_id: 'no such task' }, 'unknown_task');
     });
 
-    step('invalid params are the protocol error -32602', async () => {
-      await assert.rejects(alice.call('broadcast', {}), invalid, 'broadcast without body');
-      await assert.rejects(alice.call('broadcast', { body: 'x', group: 'team', peers: ['bob'] }), invalid, 'group and peers');
-      await assert.rejects(alice.call('wait_task', { task_id: TASK, wait_ms: 99_999 }), invalid, 'wait_ms too long');
-      await assert.rejects(alice.call('list_tasks', { state: 'done' }), invalid, 'bad state');
-      await assert.rejects(alice.call('task_complete', {}), invalid, 'task_complete without task_id');
+    step('malformed calls are bad_argument tool errors', async () => {
+      await invalidCall(alice.call('broadcast', {}), 'broadcast without body');
+      await invalidCall(alice.call('broadcast', { body: 'x', group: 'team', peers: ['bob'] }), 'group and peers');
+      await invalidCall(alice.call('wait_task', { task_id: TASK, wait_ms: 99_999 }), 'wait_ms too long');
+      await invalidCall(alice.call('list_tasks', { state: 'done' }), 'bad state');
+      await invalidCall(alice.call('task_complete', {}), 'task_complete without task_id');
     });
 
     step('every structured result conformed to its outputSchema; the clients saw nothing wrong on the wire', async () => {

@@ -68,7 +68,7 @@ import {
   captureStderr,
   childEnv,
   exited,
-  invalid,
+  invalidCall,
   isProtocolError,
   makeTempRoot,
   meerkatd,
@@ -512,12 +512,12 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.ok((await alice.ok('list_outbox')).entries.some((x) => x.id === q.id), 'a retried dead letter is not queued');
       assert.ok(!(await alice.ok('list_dead_letters')).dead_letters.some((d) => d.id === q.id));
 
-      // Bad send options are the protocol's invalid-params error.
-      await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', ttl_seconds: -1 }), invalid, 'negative ttl');
-      await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', ttl_seconds: 'soon' }), invalid, 'ttl not a number');
-      await assert.rejects(alice.call('send_message', { peer: 'bob', body: 'x', reliable: false, ttl_seconds: 5 }), invalid, 'ttl without reliable');
-      await assert.rejects(alice.call('send_request', { peer: 'bob', intent: 'x', reliable: 'yes' }), invalid, 'reliable not a boolean');
-      await assert.rejects(alice.call('retry_dead_letters', {}), invalid, 'retry with neither ids nor all');
+      // Bad send options are bad_argument tool errors.
+      await invalidCall(alice.call('send_message', { peer: 'bob', body: 'x', ttl_seconds: -1 }), 'negative ttl');
+      await invalidCall(alice.call('send_message', { peer: 'bob', body: 'x', ttl_seconds: 'soon' }), 'ttl not a number');
+      await invalidCall(alice.call('send_message', { peer: 'bob', body: 'x', reliable: false, ttl_seconds: 5 }), 'ttl without reliable');
+      await invalidCall(alice.call('send_request', { peer: 'bob', intent: 'x', reliable: 'yes' }), 'reliable not a boolean');
+      await invalidCall(alice.call('retry_dead_letters', {}), 'retry with neither ids nor all');
     });
 
     // One API, two faces: for the same node, the CLI's --json and the MCP
@@ -853,10 +853,10 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       await alice.fails('send_message', { peer: 'bob', body: big }, 'body_too_large');
 
       // Arguments that do not fit the schema: the protocol error, not a tool result.
-      await assert.rejects(alice.call('send_message', { body: 'no peer' }), invalid, 'missing "peer"');
-      await assert.rejects(alice.call('send_message', { peer: 42, body: 'x' }), invalid, 'peer not a string');
-      await assert.rejects(alice.call('receive_messages', { wait_ms: 10_000_000 }), invalid, 'wait_ms out of range');
-      await assert.rejects(alice.call('ack_messages', {}), invalid, 'ack with neither ids nor up_to');
+      await invalidCall(alice.call('send_message', { body: 'no peer' }), 'missing "peer"');
+      await invalidCall(alice.call('send_message', { peer: 42, body: 'x' }), 'peer not a string');
+      await invalidCall(alice.call('receive_messages', { wait_ms: 10_000_000 }), 'wait_ms out of range');
+      await invalidCall(alice.call('ack_messages', {}), 'ack with neither ids nor up_to');
       // The session is still usable afterwards.
       assert.equal((await alice.ok('list_peers')).self.name, 'alice');
     });
@@ -870,7 +870,7 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.match(acc.paired.pubkey, /^ed25519:/);
       await bob.fails('pair_accept', { code_line: offer.line }, 'pair_failed');
       await bob.fails('pair_accept', { code_line: 'meerkat-pair/1 nope uds:///x.sock' }, 'bad_argument');
-      await assert.rejects(bob.call('pair_accept', {}), invalid, 'pair_accept without code_line');
+      await invalidCall(bob.call('pair_accept', {}), 'pair_accept without code_line');
       // Trust still works both ways.
       assert.equal((await alice.ok('send_message', { peer: 'bob', body: 'after pairing' })).delivery, 'acked');
     });
@@ -957,7 +957,8 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
         send({ id: 5, method: 'tools/call', params: { name: 'send_message', arguments: { peer: 'nobody', body: 'x' } } });
         send({ id: 6, method: 'resources/read', params: { uri: 'meerkat://inbox' } });
         for (const id of [2, 3, 4, 5, 6]) await seen.wait(0, (m) => m.id === id, 10_000, `response ${id}`);
-        assert.equal(seen.items.find((m) => m.id === 4).error?.code, -32602);
+        assert.equal(seen.items.find((m) => m.id === 4).result?.isError, true);
+        assert.match(seen.items.find((m) => m.id === 4).result?.content?.[0]?.text ?? '', /^bad_argument: /);
         assert.equal(seen.items.find((m) => m.id === 5).result?.isError, true);
 
         // A server-initiated message too: bob writes to alice. In
