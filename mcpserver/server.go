@@ -8,6 +8,8 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -96,6 +98,7 @@ func New(api node.API, opts Options) *Server {
 		server.WithLogging(), // offered to legacy clients only (era.go)
 		server.WithHooks(s.hooks()),
 		server.WithToolHandlerMiddleware(s.invalidAsToolError),
+		server.WithStrictInputSchemaDefault(), // additionalProperties: false, as unknownArgument enforces
 	)
 	s.addTools()
 	s.addResources()
@@ -247,6 +250,9 @@ func result(v any) (*mcp.CallToolResult, error) {
 // as tool execution errors, which the model sees and can correct.
 func (s *Server) invalidAsToolError(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if err := s.unknownArgument(req); err != nil {
+			return toolError(err, s.errPending(ctx)), nil
+		}
 		res, err := next(ctx, req)
 		var ip invalidParams
 		if errors.As(err, &ip) {
@@ -254,6 +260,27 @@ func (s *Server) invalidAsToolError(next server.ToolHandlerFunc) server.ToolHand
 		}
 		return res, err
 	}
+}
+
+// unknownArgument refuses (bad_argument) an argument the tool does not
+// take: a misspelt idempotency_key or ttl_seconds would otherwise drop
+// what the model asked for without a word.
+func (s *Server) unknownArgument(req mcp.CallToolRequest) error {
+	t := s.mcp.GetTool(req.Params.Name)
+	if t == nil {
+		return nil // mcp-go answers an unknown tool
+	}
+	props := t.Tool.InputSchema.Properties
+	for _, name := range slices.Sorted(maps.Keys(req.GetArguments())) {
+		if _, ok := props[name]; !ok {
+			takes := "no arguments"
+			if len(props) > 0 {
+				takes = strings.Join(slices.Sorted(maps.Keys(props)), ", ")
+			}
+			return &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown argument %q: %s takes %s", name, req.Params.Name, takes)}
+		}
+	}
+	return nil
 }
 
 // toolError is a tool result with isError set: the code first, then the

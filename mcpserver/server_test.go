@@ -1071,3 +1071,30 @@ func TestToolErrorPending(t *testing.T) {
 		}
 	}
 }
+
+// An argument the tool does not take is refused, naming the ones it
+// takes: a misspelt idempotency_key must not send without one. The
+// schemas say so too (additionalProperties: false).
+func TestUnknownArgumentRefused(t *testing.T) {
+	f := newFakeNode()
+	c, _ := startClientWith(t, f, legacyEra, Options{})
+	res, _, err := call(t, c, "send_message", map[string]any{"peer": "bob", "body": "x", "idempotencyKey": "k"})
+	if err != nil || !res.IsError || !strings.HasPrefix(text(res), `bad_argument: unknown argument "idempotencyKey": send_message takes `) || !strings.Contains(text(res), "idempotency_key") {
+		t.Fatalf("misspelt argument: %v, %s", err, text(res))
+	}
+	f.mu.Lock()
+	sent := len(f.opts) // every SendMessage call
+	f.mu.Unlock()
+	if sent != 0 {
+		t.Fatalf("the node was asked to send %d times", sent)
+	}
+	tools, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		if tool.InputSchema.AdditionalProperties != false {
+			t.Errorf("%s: additionalProperties %v, want false", tool.Name, tool.InputSchema.AdditionalProperties)
+		}
+	}
+}

@@ -102,7 +102,11 @@ func TestPairingSwitch(t *testing.T) {
 				if slices.Contains(names, name) != on {
 					t.Errorf("pairing %v, %s: %s listed: %v", on, era, name, slices.Contains(names, name))
 				}
-				r, _, err := call(t, c, name, map[string]any{"code_line": "meerkat-pair/1 x"})
+				args := map[string]any{}
+				if name == "pair_accept" {
+					args["code_line"] = "meerkat-pair/1 x"
+				}
+				r, _, err := call(t, c, name, args)
 				refused := err != nil || r.IsError
 				if refused == on {
 					t.Errorf("pairing %v, %s: call to %s refused: %v (%v)", on, era, name, refused, err)
