@@ -27,6 +27,12 @@ const maxCall = node.MaxWait + 5*time.Minute
 // the socket (nothing was sent).
 var ErrNoDaemon = errors.New("control: no daemon is running")
 
+// ErrConnLost is wrapped by the errors of calls the daemon did not see
+// through: it stopped (or crashed) during the call, which may or may not
+// have taken effect, closing the connection or answering that it is
+// shutting down.
+var ErrConnLost = errors.New("control: the daemon went away during the call")
+
 // Client is a node.API on the other end of a control socket. It is safe
 // for concurrent use; its zero value is not usable, call [Dial] or
 // [NewClient].
@@ -168,6 +174,9 @@ func parseReply(reply []byte, out any) error {
 		if code == "" {
 			code = node.CodeInternal
 		}
+		if resp.Closing {
+			return &node.Error{Code: code, Msg: resp.Error, Err: ErrConnLost}
+		}
 		return &node.Error{Code: code, Msg: resp.Error}
 	}
 	return nil
@@ -187,7 +196,8 @@ func (c *Client) broken(ctx context.Context, err error) error {
 	if errors.Is(err, io.EOF) {
 		err = io.ErrUnexpectedEOF
 	}
-	return &node.Error{Code: node.CodeUnavailable, Msg: "the daemon's control socket closed the connection: " + err.Error()}
+	return &node.Error{Code: node.CodeUnavailable, Err: ErrConnLost,
+		Msg: "the daemon stopped during the call (its control socket closed the connection: " + err.Error() + "); it may or may not have taken effect"}
 }
 
 // readReply reads one newline-terminated reply of at most MaxReply bytes.

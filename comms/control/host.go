@@ -296,13 +296,24 @@ func (s *Session) current() (node.API, error) {
 // do runs f on the current API; when it finds nobody serving the home
 // (nothing was sent), it takes over or re-attaches and runs f once more.
 func do[T any](s *Session, ctx context.Context, f func(node.API) (T, error)) (T, error) {
+	return doCall(s, ctx, false, f)
+}
+
+// doRead is do for a call that changes nothing (or nothing that a second
+// try would change again): one the daemon went away during is also made
+// again, on the daemon or node that serves the home next.
+func doRead[T any](s *Session, ctx context.Context, f func(node.API) (T, error)) (T, error) {
+	return doCall(s, ctx, true, f)
+}
+
+func doCall[T any](s *Session, ctx context.Context, read bool, f func(node.API) (T, error)) (T, error) {
 	api, err := s.current()
 	if err != nil {
 		var zero T
 		return zero, err
 	}
 	v, err := f(api)
-	if err == nil || !errors.Is(err, ErrNoDaemon) {
+	if err == nil || !errors.Is(err, ErrNoDaemon) && !(read && errors.Is(err, ErrConnLost)) {
 		return v, err
 	}
 	if cerr := s.connect(ctx, api); cerr != nil {
@@ -316,17 +327,17 @@ func do[T any](s *Session, ctx context.Context, f func(node.API) (T, error)) (T,
 
 // Self implements node.API.
 func (s *Session) Self(ctx context.Context) (node.Self, error) {
-	return do(s, ctx, func(a node.API) (node.Self, error) { return a.Self(ctx) })
+	return doRead(s, ctx, func(a node.API) (node.Self, error) { return a.Self(ctx) })
 }
 
 // Status implements node.API.
 func (s *Session) Status(ctx context.Context) (node.Status, error) {
-	return do(s, ctx, func(a node.API) (node.Status, error) { return a.Status(ctx) })
+	return doRead(s, ctx, func(a node.API) (node.Status, error) { return a.Status(ctx) })
 }
 
 // Peers implements node.API.
 func (s *Session) Peers(ctx context.Context) ([]node.Peer, error) {
-	return do(s, ctx, func(a node.API) ([]node.Peer, error) { return a.Peers(ctx) })
+	return doRead(s, ctx, func(a node.API) ([]node.Peer, error) { return a.Peers(ctx) })
 }
 
 // SendMessage implements node.API.
@@ -353,7 +364,7 @@ func (s *Session) SendResponse(ctx context.Context, peer, requestID, status stri
 
 // Receive implements node.API.
 func (s *Session) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
-	return do(s, ctx, func(a node.API) (node.Batch, error) { return a.Receive(ctx, q) })
+	return doRead(s, ctx, func(a node.API) (node.Batch, error) { return a.Receive(ctx, q) })
 }
 
 // Ack implements node.API.
@@ -363,12 +374,12 @@ func (s *Session) Ack(ctx context.Context, r node.AckRequest) (node.Acked, error
 
 // Outbox implements node.API.
 func (s *Session) Outbox(ctx context.Context) (node.Outbox, error) {
-	return do(s, ctx, func(a node.API) (node.Outbox, error) { return a.Outbox(ctx) })
+	return doRead(s, ctx, func(a node.API) (node.Outbox, error) { return a.Outbox(ctx) })
 }
 
 // DeadLetters implements node.API.
 func (s *Session) DeadLetters(ctx context.Context) ([]node.DeadLetter, error) {
-	return do(s, ctx, func(a node.API) ([]node.DeadLetter, error) { return a.DeadLetters(ctx) })
+	return doRead(s, ctx, func(a node.API) ([]node.DeadLetter, error) { return a.DeadLetters(ctx) })
 }
 
 // RetryOutbox implements node.API.
@@ -393,7 +404,7 @@ func (s *Session) PairOffer(ctx context.Context, opts node.PairOptions) (node.Pa
 
 // PairWait implements node.API.
 func (s *Session) PairWait(ctx context.Context, id string) (node.Paired, error) {
-	return do(s, ctx, func(a node.API) (node.Paired, error) { return a.PairWait(ctx, id) })
+	return doRead(s, ctx, func(a node.API) (node.Paired, error) { return a.PairWait(ctx, id) })
 }
 
 // PairCancel implements node.API.
@@ -408,7 +419,7 @@ func (s *Session) PairAccept(ctx context.Context, line, name string) (node.Paire
 
 // Spaces implements node.API.
 func (s *Session) Spaces(ctx context.Context) ([]node.SpaceInfo, error) {
-	return do(s, ctx, func(a node.API) ([]node.SpaceInfo, error) { return a.Spaces(ctx) })
+	return doRead(s, ctx, func(a node.API) ([]node.SpaceInfo, error) { return a.Spaces(ctx) })
 }
 
 // SpaceEdit implements node.API.
@@ -423,5 +434,5 @@ func (s *Session) SpaceSend(ctx context.Context, m node.SpaceMessage) (node.Spac
 
 // Proposals implements node.API.
 func (s *Session) Proposals(ctx context.Context, q node.ProposalQuery) (node.ProposalsPage, error) {
-	return do(s, ctx, func(a node.API) (node.ProposalsPage, error) { return a.Proposals(ctx, q) })
+	return doRead(s, ctx, func(a node.API) (node.ProposalsPage, error) { return a.Proposals(ctx, q) })
 }

@@ -91,6 +91,10 @@ type Response struct {
 	Code   string          `json:"code,omitempty"`  // a node.Code… value when !OK
 	Error  string          `json:"error,omitempty"` // the message when !OK
 	Result json.RawMessage `json:"result,omitempty"`
+	// Closing is set when the call failed because the node is shutting
+	// down: the client may make a call that changes nothing again, on
+	// whatever serves the home next.
+	Closing bool `json:"closing,omitempty"`
 }
 
 // SendMessageArgs are the arguments of OpSendMessage.

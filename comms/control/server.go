@@ -421,8 +421,9 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 	if err != nil {
 		code := node.CodeOf(err)
 		msg := node.UserText(err)
+		closing := s.ctx.Err() != nil
 		switch {
-		case s.ctx.Err() != nil:
+		case closing:
 			code, msg = node.CodeUnavailable, "the node is shutting down"
 		case errors.Is(context.Cause(ctx), errHungUp):
 			// A client may go away mid-call (an interrupted wait, an MCP
@@ -432,7 +433,7 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		case code == node.CodeInternal:
 			s.opts.Logger.Error("control request failed", "op", req.Op, "err", err)
 		}
-		return Response{Code: code, Error: msg, Result: b}
+		return Response{Code: code, Error: msg, Result: b, Closing: closing}
 	}
 	return Response{OK: true, Result: b}
 }

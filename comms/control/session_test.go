@@ -483,3 +483,39 @@ func TestSelfEmbedded(t *testing.T) {
 		t.Fatalf("a daemon's node: %+v, %v", self, err)
 	}
 }
+
+// A call that changes nothing, under way when the daemon stops, is made
+// again on the daemon that serves the home next instead of failing with
+// "shutting down".
+func TestReadCallSurvivesDaemonRestart(t *testing.T) {
+	h, _ := sessionHome(t)
+	d, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := attach(t, h)
+	type outcome struct {
+		b   node.Batch
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		b, err := s.Receive(ctx, node.Query{Wait: 2 * time.Second})
+		done <- outcome{b, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // the wait is under way in the daemon
+	d.Close()
+	d, err = ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatalf("the daemon's restart: %v", err)
+	}
+	defer d.Close()
+	if o := <-done; o.err != nil {
+		t.Fatalf("a read under way when the daemon stopped: %v", o.err)
+	}
+	if s.Serving() {
+		t.Fatal("the session took the home over from the restarted daemon")
+	}
+}
