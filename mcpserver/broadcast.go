@@ -59,7 +59,7 @@ func (s *Server) addBroadcastTools() {
 	list := mcp.NewTool("list_tasks",
 		mcp.WithDescription("Show the tasks this node knows (from sends and arrivals carrying a task_id), the most recently updated first: state (open or completed), participants, and for completed ones who completed it, when, and the result. A list holds at most limit tasks and about 4 MiB of JSON; while more is true, call again with the same arguments and the returned cursor for the tasks that follow."),
 		mcp.WithString("state", mcp.Enum(node.TaskStateOpen, node.TaskStateCompleted), mcp.Description("only tasks in this state")),
-		mcp.WithNumber("limit", mcp.Description("at most this many (1-1000, default 100)")),
+		mcp.WithInteger("limit", mcp.Min(1), mcp.Max(node.MaxTasksListed), mcp.Description("at most this many (1-1000, default 100)")),
 		mcp.WithString("cursor", mcp.Description("the cursor of the previous list (while it said more: true): continue after it")),
 		mcp.WithOutputSchema[listTasksResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List tasks", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
@@ -69,7 +69,7 @@ func (s *Server) addBroadcastTools() {
 	wait := mcp.NewTool("wait_task",
 		mcp.WithDescription("Wait for a task to be completed (by task_complete, here or by a participant). It returns the task once completed, or after wait_ms with timed_out true and state open: call it again whenever you like, also after a restart; only a completion resolves it."),
 		mcp.WithString("task_id", mcp.Required(), mcp.Description("the task")),
-		mcp.WithNumber("wait_ms", mcp.Description("wait up to this many milliseconds (0-25000, default 0: just look)")),
+		mcp.WithInteger("wait_ms", mcp.Min(0), mcp.Max(int(MaxWait/time.Millisecond)), mcp.Description("wait up to this many milliseconds (0-25000, default 0: just look)")),
 		mcp.WithOutputSchema[waitTaskResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Wait for task", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	)

@@ -39,7 +39,7 @@ func (s *Server) addLifecycleTools() {
 		mcp.WithDescription("List the requests you sent, newest first, with their state: open (waiting for a final response; accepted responses are progress and leave it open), answered (a completed or failed response arrived; response_id names it), timed_out (its deadline passed first and the peer was told) or cancelled (by cancel_request)."),
 		mcp.WithArray("states", mcp.WithStringItems(), mcp.Description("only these states: open, answered, timed_out, cancelled")),
 		mcp.WithString("peer", mcp.Description("only requests to this peer")),
-		mcp.WithNumber("limit", mcp.Description("at most this many (1-1000, default 100)")),
+		mcp.WithInteger("limit", mcp.Min(1), mcp.Max(node.MaxBatchItems), mcp.Description("at most this many (1-1000, default 100)")),
 		mcp.WithOutputSchema[listRequestsResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List sent requests", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.listRequests)

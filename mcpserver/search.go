@@ -29,7 +29,7 @@ func (s *Server) addSearchTools() {
 		mcp.WithString("kind", mcp.Enum("message", "request", "response", "meup"), mcp.Description("only items of this kind")),
 		mcp.WithString("since", mcp.Description("only items received at or after this time (RFC 3339, e.g. 2026-03-01T12:00:00Z)")),
 		mcp.WithString("until", mcp.Description("only items received at or before this time (RFC 3339)")),
-		mcp.WithNumber("limit", mcp.Min(1), mcp.Max(node.MaxSearchLimit), mcp.Description(fmt.Sprintf("hits per page (1-%d, default %d)", node.MaxSearchLimit, node.DefaultSearchLimit))),
+		mcp.WithInteger("limit", mcp.Min(1), mcp.Max(node.MaxSearchLimit), mcp.Description(fmt.Sprintf("hits per page (1-%d, default %d)", node.MaxSearchLimit, node.DefaultSearchLimit))),
 		mcp.WithString("cursor", mcp.Description("the cursor of the previous page")),
 		mcp.WithOutputSchema[searchResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Search messages", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),

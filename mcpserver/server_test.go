@@ -1098,3 +1098,37 @@ func TestUnknownArgumentRefused(t *testing.T) {
 		}
 	}
 }
+
+// The integer arguments say so in their schemas, with the bounds the
+// tools apply: a model learns them from tools/list, not from errors.
+func TestIntegerArgumentSchemas(t *testing.T) {
+	f := newFakeNode()
+	c, _ := startClientWith(t, f, legacyEra, Options{})
+	tools, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[[2]string][2]float64{
+		{"receive_messages", "wait_ms"}: {0, float64(MaxWait / time.Millisecond)},
+		{"receive_messages", "limit"}:   {1, 1000},
+		{"wait_task", "wait_ms"}:        {0, float64(MaxWait / time.Millisecond)},
+		{"list_tasks", "limit"}:         {1, node.MaxTasksListed},
+		{"list_requests", "limit"}:      {1, node.MaxBatchItems},
+	}
+	for _, tool := range tools.Tools {
+		for name, prop := range tool.InputSchema.Properties {
+			bounds, ok := want[[2]string{tool.Name, name}]
+			if !ok {
+				continue
+			}
+			delete(want, [2]string{tool.Name, name})
+			p, _ := prop.(map[string]any)
+			if p["type"] != "integer" || p["minimum"] != bounds[0] || p["maximum"] != bounds[1] {
+				t.Errorf("%s.%s: %v, want an integer from %v to %v", tool.Name, name, p, bounds[0], bounds[1])
+			}
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("arguments not found: %v", want)
+	}
+}

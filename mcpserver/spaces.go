@@ -151,7 +151,7 @@ func (s *Server) addSpaceTools() {
 			"When more is true, pass cursor back (with the same space and state) for the next page.", node.MaxProposalBatchBytes>>10)),
 		mcp.WithString("space", mcp.Description("only this space")),
 		mcp.WithString("state", mcp.Enum("pending", "fulfilled", "rejected", "withdrawn", "expired"), mcp.Description("only proposals in this state")),
-		mcp.WithNumber("limit", mcp.Min(1), mcp.Max(node.MaxProposalLimit), mcp.Description(fmt.Sprintf("proposals per page (1-%d, default %d)", node.MaxProposalLimit, node.DefaultProposalLimit))),
+		mcp.WithInteger("limit", mcp.Min(1), mcp.Max(node.MaxProposalLimit), mcp.Description(fmt.Sprintf("proposals per page (1-%d, default %d)", node.MaxProposalLimit, node.DefaultProposalLimit))),
 		mcp.WithString("cursor", mcp.Description("the cursor of the previous page")),
 		mcp.WithOutputSchema[listProposalsResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List proposals", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
