@@ -1132,3 +1132,21 @@ func TestIntegerArgumentSchemas(t *testing.T) {
 		t.Errorf("arguments not found: %v", want)
 	}
 }
+
+// Every argument of every tool says what it is: a model has nothing else
+// to go by.
+func TestEveryArgumentDescribed(t *testing.T) {
+	f := newFakeNode()
+	c, _ := startClientWith(t, f, legacyEra, Options{})
+	tools, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		for name, prop := range tool.InputSchema.Properties {
+			if p, _ := prop.(map[string]any); p["description"] == nil || p["description"] == "" {
+				t.Errorf("%s.%s has no description", tool.Name, name)
+			}
+		}
+	}
+}

@@ -114,7 +114,7 @@ func (s *Server) addSpaceTools() {
 	s.mcp.AddTool(listSpaces, s.listSpaces)
 	editSpace := mcp.NewTool("edit_space",
 		mcp.WithDescription("Change this node's rosters (spaces.json): create a space with you as its first member, delete one here, add a member (a key, or a trusted peer's name) with the capabilities this node will let it use, or remove one. Other nodes keep their own rosters. Only do this when your user asks you to: capabilities decide what other agents may make this node's agent do."),
-		mcp.WithString("op", mcp.Required(), mcp.Enum(node.SpaceCreate, node.SpaceDelete, node.SpaceAdd, node.SpaceRemove)),
+		mcp.WithString("op", mcp.Required(), mcp.Enum(node.SpaceCreate, node.SpaceDelete, node.SpaceAdd, node.SpaceRemove), mcp.Description("what to change: create a space, delete one here, add a member, remove a member")),
 		mcp.WithString("space", mcp.Required(), mcp.Description("the space's name")),
 		mcp.WithString("as", mcp.Description("create: your participant id in the space")),
 		mcp.WithString("delivery", mcp.Enum("all", "addressed"), mcp.Description("create: all (default): every member receives every envelope; addressed: only the members named in to")),

@@ -189,7 +189,7 @@ func (s *Server) addTools() {
 		mcp.WithDescription("Answer a request you received. status is \"accepted\" (will answer later), \"completed\" or \"failed\"; a request can be answered finally only once (a reliable final answer counts once it is queued)."),
 		peerArg,
 		mcp.WithString("request_id", mcp.Required(), mcp.Description("the id of the request being answered")),
-		mcp.WithString("status", mcp.Required(), mcp.Enum("accepted", "completed", "failed")),
+		mcp.WithString("status", mcp.Required(), mcp.Enum("accepted", "completed", "failed"), mcp.Description("accepted: you will answer later (progress, any number of times); completed or failed: the final answer, once")),
 		mcp.WithAny("result", mcp.Description("any JSON value (default null)")),
 		reliableArg,
 		ttlArg,
