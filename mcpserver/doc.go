@@ -30,8 +30,10 @@
 // already answered request, body too large, bad status, outbox full) are
 // tool results with isError set and a stable code first ("unknown_peer:
 // …"). A reliable send whose first attempt fails is not an error: its
-// result says delivery "queued". Calls whose arguments do not fit the
-// schema get the protocol's invalid-params error.
+// result says delivery "queued". Calls whose arguments the tool refuses
+// (missing, of the wrong type, out of range, unknown) are tool errors
+// too, bad_argument; only a request whose arguments are not an object
+// gets the protocol's invalid-params error.
 //
 // # Concurrency
 //

@@ -188,7 +188,7 @@ func responseID(msg []byte) (id json.RawMessage, ok bool) {
 }
 
 // front reads the client's messages line by line. Tool calls whose
-// arguments do not fit the tool are answered here with the protocol's
+// arguments are not a JSON object are answered here with the protocol's
 // invalid-params error (for the tools known reports registered),
 // batches and messages too large with invalid-request; everything else
 // is passed on to mcp-go through fwd, and its requests and cancellations
