@@ -87,6 +87,20 @@ func (q *requests) deliver(e wire.Envelope) {
 	}
 	select {
 	case o.responses <- e:
+		return
+	default:
+	}
+	// Full of progress (accepted) nobody has taken yet: a final answer
+	// takes the place of the oldest, so that a wait still ends on it.
+	if s := e.Kind.Status(); s != wire.StatusCompleted && s != wire.StatusFailed {
+		return
+	}
+	select {
+	case <-o.responses:
+	default:
+	}
+	select {
+	case o.responses <- e:
 	default:
 	}
 }
