@@ -79,9 +79,11 @@ func (q *requests) deliver(e wire.Envelope) {
 	if !ok {
 		return
 	}
+	// Under q.mu: every send on a request's channel is, so a final
+	// answer that makes room below keeps it.
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	o := q.byID[id]
-	q.mu.Unlock()
 	if o == nil || o.peer != e.From {
 		return
 	}
@@ -99,10 +101,7 @@ func (q *requests) deliver(e wire.Envelope) {
 	case <-o.responses:
 	default:
 	}
-	select {
-	case o.responses <- e:
-	default:
-	}
+	o.responses <- e // room was made, and no other send can take it
 }
 
 func (q *requests) await(ctx context.Context, id identity.UUID) (wire.Envelope, error) {

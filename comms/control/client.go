@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -249,6 +250,12 @@ func (c *Client) SendRequest(ctx context.Context, peer, intent string, params js
 // AwaitResponses implements node.API.
 func (c *Client) AwaitResponses(ctx context.Context, requestID string, wait time.Duration, deadline time.Time) (s node.Sent, err error) {
 	err = c.call(ctx, OpAwaitResponses, AwaitArgs{ID: requestID, Wait: wait, Deadline: deadline}, &s)
+	if node.CodeOf(err) == node.CodeBadArgument && strings.HasPrefix(node.UserText(err), "unknown control operation") {
+		// A node of an earlier version: the request went out; only the
+		// wait cannot be made (not a usage error, which a script might
+		// answer by sending again).
+		return s, &node.Error{Code: node.CodeUnavailable, Msg: "the node serving this home is older than this command and cannot wait for request " + requestID + ", which was sent: its responses arrive in the inbox; restart the daemon to wait with --wait"}
+	}
 	return s, err
 }
 

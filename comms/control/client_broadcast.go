@@ -44,10 +44,10 @@ func (s *Session) TaskComplete(ctx context.Context, taskID string, result json.R
 
 // Tasks implements node.API.
 func (s *Session) Tasks(ctx context.Context, q node.TaskQuery) (node.TaskList, error) {
-	return do(s, ctx, func(api node.API) (node.TaskList, error) { return api.Tasks(ctx, q) })
+	return doRead(s, ctx, func(api node.API) (node.TaskList, error) { return api.Tasks(ctx, q) })
 }
 
 // WaitTask implements node.API.
 func (s *Session) WaitTask(ctx context.Context, taskID string, wait time.Duration) (node.TaskWaited, error) {
-	return do(s, ctx, func(api node.API) (node.TaskWaited, error) { return api.WaitTask(ctx, taskID, wait) })
+	return doRead(s, ctx, func(api node.API) (node.TaskWaited, error) { return api.WaitTask(ctx, taskID, wait) })
 }

@@ -38,7 +38,7 @@ func (c *Client) DescribePeer(ctx context.Context, peer string, refresh bool) (d
 
 // Card implements node.API.
 func (s *Session) Card(ctx context.Context) (node.OwnCard, error) {
-	return do(s, ctx, func(a node.API) (node.OwnCard, error) { return a.Card(ctx) })
+	return doRead(s, ctx, func(a node.API) (node.OwnCard, error) { return a.Card(ctx) })
 }
 
 // CardEdit implements node.API.

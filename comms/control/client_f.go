@@ -25,5 +25,5 @@ func (s *Session) CancelRequest(ctx context.Context, requestID, reason string, o
 
 // Requests implements node.API.
 func (s *Session) Requests(ctx context.Context, q node.RequestQuery) ([]node.SentRequest, error) {
-	return do(s, ctx, func(a node.API) ([]node.SentRequest, error) { return a.Requests(ctx, q) })
+	return doRead(s, ctx, func(a node.API) ([]node.SentRequest, error) { return a.Requests(ctx, q) })
 }

@@ -19,7 +19,7 @@ func (c *Client) ReleaseLoopGuard(ctx context.Context, peer string) error {
 
 // LoopGuards implements node.API.
 func (s *Session) LoopGuards(ctx context.Context) ([]node.LoopGuardState, error) {
-	return do(s, ctx, func(a node.API) ([]node.LoopGuardState, error) { return a.LoopGuards(ctx) })
+	return doRead(s, ctx, func(a node.API) ([]node.LoopGuardState, error) { return a.LoopGuards(ctx) })
 }
 
 // ReleaseLoopGuard implements node.API.

@@ -14,5 +14,5 @@ func (c *Client) Search(ctx context.Context, q node.SearchQuery) (r node.SearchR
 
 // Search implements node.API.
 func (s *Session) Search(ctx context.Context, q node.SearchQuery) (node.SearchResult, error) {
-	return do(s, ctx, func(a node.API) (node.SearchResult, error) { return a.Search(ctx, q) })
+	return doRead(s, ctx, func(a node.API) (node.SearchResult, error) { return a.Search(ctx, q) })
 }

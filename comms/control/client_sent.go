@@ -26,10 +26,10 @@ func (c *Client) SentList(ctx context.Context, q node.SentQuery) (st []node.Send
 
 // MessageStatus implements node.API.
 func (s *Session) MessageStatus(ctx context.Context, ids []string) ([]node.SendStatus, error) {
-	return do(s, ctx, func(a node.API) ([]node.SendStatus, error) { return a.MessageStatus(ctx, ids) })
+	return doRead(s, ctx, func(a node.API) ([]node.SendStatus, error) { return a.MessageStatus(ctx, ids) })
 }
 
 // SentList implements node.API.
 func (s *Session) SentList(ctx context.Context, q node.SentQuery) ([]node.SendStatus, error) {
-	return do(s, ctx, func(a node.API) ([]node.SendStatus, error) { return a.SentList(ctx, q) })
+	return doRead(s, ctx, func(a node.API) ([]node.SendStatus, error) { return a.SentList(ctx, q) })
 }

@@ -404,7 +404,7 @@ func (s *Session) PairOffer(ctx context.Context, opts node.PairOptions) (node.Pa
 
 // PairWait implements node.API.
 func (s *Session) PairWait(ctx context.Context, id string) (node.Paired, error) {
-	return doRead(s, ctx, func(a node.API) (node.Paired, error) { return a.PairWait(ctx, id) })
+	return do(s, ctx, func(a node.API) (node.Paired, error) { return a.PairWait(ctx, id) })
 }
 
 // PairCancel implements node.API.

@@ -38,8 +38,9 @@ type API interface {
 	// so that its id is known at once), as SendRequest with Wait does:
 	// the responses that came since count. deadline, if not zero, is
 	// the request's: a wait that reaches it ends with CodeTimedOut. A
-	// request answered finally already, or not this node's, is
-	// CodeUnknownRequest.
+	// request whose final response a wait took already, or not this
+	// node's, is CodeUnknownRequest (a final response nobody waited for
+	// is still held, and returned).
 	AwaitResponses(ctx context.Context, requestID string, wait time.Duration, deadline time.Time) (Sent, error)
 	// SendResponse answers a request this node received from peer. A
 	// final answer (completed, failed) can be given once; a reliable
