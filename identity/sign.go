@@ -30,7 +30,7 @@ import (
 // all its Z at the cost of one inversion and three multiplications each
 // (Montgomery's trick). The bytes are exactly those a signature made
 // alone has: only the way to the same R changes. Alone, a signature
-// costs what it did; under load, a third less.
+// costs what it did; under load, about a quarter less.
 //
 // The (X : Y : Z) of [r]B is read from curve25519-voi's EdwardsPoint, whose
 // fields are not exported. batchLayout checks their names, types and
