@@ -190,7 +190,7 @@ func (l *link) dial(ctx context.Context) (net.Conn, error) {
 		case hctx.Err() != nil:
 			// A listener that accepts and never answers: a blackhole,
 			// or a service other than meerkatd that waits for its client.
-			return nil, &dialTimeoutError{OfflineTLSTimeout, fmt.Sprintf("%s accepted the connection but completed no TLS handshake within %s", a, limit.Round(time.Millisecond))}
+			return nil, &dialTimeoutError{OfflineTLSTimeout, fmt.Sprintf("%s accepted the connection but completed no TLS handshake within %s", a, limit.Round(10*time.Millisecond))}
 		}
 		return nil, &tlsError{err}
 	}
