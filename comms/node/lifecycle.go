@@ -195,6 +195,7 @@ func parseWireDeadline(v wire.Value) (time.Time, bool) {
 type lifecycleStore interface {
 	PutSentRequest(r store.SentRequest, max int) error
 	MoveSentRequest(id, from, to string, at time.Time, note string) (bool, error)
+	DropSentRequest(id string) error
 	AnswerSentRequest(id, responseID, status string, at time.Time) (bool, error)
 	PutHeldCancel(c store.HeldCancel, max int) (bool, error)
 	PruneRequests(closedBefore, cancelsBefore time.Time) (int, error)
@@ -413,6 +414,17 @@ func (lc *lifecycle) sent(s comms.Sealed, intent string, deadline time.Time) err
 		}
 	}
 	return nil
+}
+
+// unsent forgets request id, whose only delivery failed: nothing arrived,
+// so there is nothing to time out, answer or cancel.
+func (lc *lifecycle) unsent(id identity.UUID) {
+	lc.mu.Lock()
+	delete(lc.due, id.String())
+	lc.mu.Unlock()
+	if err := lc.st.DropSentRequest(id.String()); err != nil {
+		lc.n.log.Warn("a request whose delivery failed stays recorded as open", "id", id, "err", err)
+	}
 }
 
 // consumes reports whether a response answers a meerkat.cancel this
@@ -778,6 +790,15 @@ func (m *memLifecycle) MoveSentRequest(id, from, to string, at time.Time, note s
 	}
 	r.State, r.Updated, r.Note = to, at, note
 	return true, nil
+}
+
+func (m *memLifecycle) DropSentRequest(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.sent[id]; r != nil && r.State == RequestOpen {
+		delete(m.sent, id)
+	}
+	return nil
 }
 
 func (m *memLifecycle) AnswerSentRequest(id, responseID, status string, at time.Time) (bool, error) {

@@ -641,3 +641,33 @@ func TestAwaitResponsesAfterTheSend(t *testing.T) {
 		t.Fatalf("AwaitResponses past the deadline: %v, want %s", err, CodeTimedOut)
 	}
 }
+
+// A direct request whose delivery failed reached nobody: it is not listed
+// as open, has no deadline to reach, and cannot be cancelled (no cancel
+// goes to a peer that never got it).
+func TestFailedRequestNotTracked(t *testing.T) {
+	alice, bob := pairedNodes(t, true)
+	bob.Close()
+	ctx := context.Background()
+	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Deadline: time.Now().Add(300 * time.Millisecond)})
+	if CodeOf(err) != CodePeerOffline || sent.ID == "" {
+		t.Fatalf("SendRequest to a stopped peer: %+v, %v", sent, err)
+	}
+	rs, err := alice.Requests(ctx, RequestQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.ID == sent.ID {
+			t.Fatalf("the failed request is listed: %+v", r)
+		}
+	}
+	if _, err := alice.CancelRequest(ctx, sent.ID, "", SendOptions{}); CodeOf(err) != CodeUnknownRequest {
+		t.Fatalf("cancel of the failed request: %v, want %s", err, CodeUnknownRequest)
+	}
+	time.Sleep(500 * time.Millisecond) // past its deadline: nothing times out, nothing is queued
+	ob, err := alice.Outbox(ctx)
+	if err != nil || len(ob.Entries) != 0 {
+		t.Fatalf("outbox after the deadline: %+v, %v", ob.Entries, err)
+	}
+}

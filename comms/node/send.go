@@ -146,6 +146,9 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 			n.auditSealed(sealed, audit.EventRefused, 1, err.Error())
 			n.countSend(sendFailed)
 			n.sentEvent(sealed.ID, store.SentEventFailed, 0, err.Error())
+			if sealed.Kind == wire.TypeRequest && s.sealed != nil && n.lc != nil {
+				n.lc.unsent(sealed.ID) // nothing arrived: nothing to answer, time out or cancel
+			}
 			return out, err
 		}
 		n.sentEvent(sealed.ID, store.SentEventAcked, 0, "")

@@ -63,6 +63,7 @@ const (
 	sqlReqTrim = `DELETE FROM sent_requests WHERE id IN (SELECT id FROM sent_requests
 		ORDER BY state = 'open', created LIMIT ?)`
 	sqlReqMove = `UPDATE sent_requests SET state = ?, updated = ?, note = ? WHERE id = ? AND state = ?`
+	sqlReqDrop = `DELETE FROM sent_requests WHERE id = ? AND state = ?`
 	sqlReqResp = `UPDATE sent_requests SET response_id = ?, final_status = ? WHERE id = ? AND response_id = ''`
 	sqlReqCols = `id, recipient, peer, intent, created, deadline, state, updated, note, response_id, final_status`
 	sqlReqGet  = `SELECT ` + sqlReqCols + ` FROM sent_requests WHERE id = ?`
@@ -123,6 +124,16 @@ func (s *Store) MoveSentRequest(id, from, to string, at time.Time, note string) 
 		return err
 	})
 	return res.n > 0, res.err
+}
+
+// DropSentRequest forgets request id if it is still open: a request
+// whose only delivery failed (nothing arrived) is nobody's to answer or
+// cancel.
+func (s *Store) DropSentRequest(id string) error {
+	return s.runRequests(func(t *outboxTx, _ *result) error {
+		_, err := t.exec(sqlReqDrop, id, "open")
+		return err
+	}).err
 }
 
 // AnswerSentRequest records a final response arriving for request id:

@@ -185,3 +185,30 @@ func TestRequestsUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// DropSentRequest forgets an open request, and leaves one that is no
+// longer open (answered, timed out, cancelled) as it is.
+func TestDropSentRequest(t *testing.T) {
+	s, _ := openStore(t, Options{})
+	t0 := time.Unix(1_700_000_000, 0)
+	open, closed := testSentRequest(1, 1, t0), testSentRequest(2, 1, t0)
+	for _, r := range []SentRequest{open, closed} {
+		if err := s.PutSentRequest(r, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.MoveSentRequest(closed.ID, RequestOpen, RequestTimedOut, t0, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{open.ID, closed.ID, "00000000-0000-4000-8000-999999999999"} {
+		if err := s.DropSentRequest(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok, err := s.SentRequest(open.ID); err != nil || ok {
+		t.Fatalf("the open request is still there: %v, %v", ok, err)
+	}
+	if r, ok, err := s.SentRequest(closed.ID); err != nil || !ok || r.State != RequestTimedOut {
+		t.Fatalf("the timed-out request: %+v, %v, %v", r, ok, err)
+	}
+}
