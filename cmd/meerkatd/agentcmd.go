@@ -41,7 +41,7 @@ func runSearch(e *env, args []string) error {
 	flags, homeFlag, asJSON := e.newCmd("search", "print JSON: the same result as MCP's search_messages")
 	var q node.SearchQuery
 	flags.StringVar(&q.Peer, "peer", "", "only items from this `peer` (name, key or UUID)")
-	kind := flags.String("kind", "", "only items of this `kind` (message, request, response, meup)")
+	flags.Var((*stringList)(&q.Kinds), "kind", "only items of this `kind` (message, request, response, meup; repeatable)")
 	since := flags.String("since", "", "only items received from `WHEN` on: a duration back from now (1h, 30m) or an RFC 3339 time")
 	until := flags.String("until", "", "only items received up to `WHEN`: a duration back from now or an RFC 3339 time")
 	flags.IntVar(&q.Limit, "limit", node.DefaultSearchLimit, fmt.Sprintf("hits per page, `N` from 1 to %d", node.MaxSearchLimit))
@@ -54,9 +54,6 @@ func runSearch(e *env, args []string) error {
 		return fmt.Errorf("%w: want QUERY", errUsage)
 	}
 	q.Query = strings.Join(pos, " ")
-	if *kind != "" {
-		q.Kinds = []string{*kind}
-	}
 	now := time.Now()
 	for _, f := range []struct {
 		name, val string

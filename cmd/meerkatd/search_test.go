@@ -109,6 +109,9 @@ func TestSearchDaemons(t *testing.T) {
 	}{
 		{[]string{"production", "--kind", "request"}, []string{req}},
 		{[]string{"production", "--kind", "message"}, nil},
+		// Repeated, the kinds add up (both orders).
+		{[]string{"production", "--kind", "message", "--kind", "request"}, []string{req}},
+		{[]string{"production", "--kind", "request", "--kind", "message"}, []string{req}},
 		{[]string{`"number 4"`, "--peer", "bob"}, []string{deploy[2]}},
 		{[]string{"deploy", "--peer", bob.key, "--limit", "1"}, []string{req}},
 		{[]string{"deploy", "--since", "2099-01-01T00:00:00Z"}, nil},
