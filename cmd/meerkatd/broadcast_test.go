@@ -249,8 +249,11 @@ func TestTaskThreeDaemons(t *testing.T) {
 	waitOpen := func(n *testNode, extra ...string) {
 		t.Helper()
 		r := n.run(append([]string{"task", "wait", "release-1", "--json"}, extra...)...)
-		var w cliTaskWait
-		if r.code != exitError || json.Unmarshal([]byte(r.stdout), &w) != nil || !w.TimedOut || w.Task.State != "open" {
+		var w struct {
+			cliTaskWait
+			Error struct{ Code string } `json:"error"`
+		}
+		if r.code != exitError || json.Unmarshal([]byte(r.stdout), &w) != nil || !w.TimedOut || w.Task.State != "open" || w.Error.Code != "timed_out" {
 			t.Fatalf("a wait on the open task: %s", r)
 		}
 	}

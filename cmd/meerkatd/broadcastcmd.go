@@ -117,7 +117,9 @@ func runTask(e *env, args []string) error {
 			res, err = b.WaitTask(ctx, pos[0], *wait)
 			out, task = res, &res.Task
 			if err == nil && res.TimedOut {
-				err = fmt.Errorf("task %s is still open (wait again later: it resolves only on completion)", nodetext.Line(pos[0]))
+				// Code timed_out, as the result's timed_out says: the
+				// wait ended, the task goes on.
+				err = &node.Error{Code: node.CodeTimedOut, Msg: fmt.Sprintf("task %s is still open (wait again later: it resolves only on completion)", nodetext.Line(pos[0]))}
 			}
 		}
 		if *asJSON {
