@@ -363,3 +363,11 @@ func (e *env) hostHome(name string, args []string) (*node.Home, *slog.Logger, co
 func interruptible() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
+
+// interruptibleIf is interruptible if on, else a context no signal ends.
+func interruptibleIf(on bool) (context.Context, context.CancelFunc) {
+	if !on {
+		return context.WithCancel(context.Background())
+	}
+	return interruptible()
+}

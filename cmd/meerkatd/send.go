@@ -104,15 +104,20 @@ func runSend(e *env, args []string) error {
 	case "message":
 		res, err = b.SendMessage(ctx, pos[0], content, opts)
 	case "request":
-		// The id first, then the wait: an interrupted or broken wait
-		// still leaves the id printed.
+		// The id first, then the wait: an interrupted (caught before the
+		// id shows) or broken wait still leaves the id printed.
 		opts.Wait = 0
+		sig, stop := interruptibleIf(*wait > 0)
+		defer stop()
 		if res, err = b.SendRequest(ctx, pos[0], pos[1], json.RawMessage(content), opts); err == nil && *wait > 0 && !res.Replayed {
-			if !*asJSON {
+			if idShown = !*asJSON; idShown {
 				fmt.Fprintln(e.stdout, res.ID)
-				idShown = true
 			}
-			res.Responses, err = e.awaitResponses(b, res, *wait, dl)
+			wctx, wcancel := context.WithTimeout(sig, *wait+30*time.Second)
+			if res.Responses, err = node.AwaitSent(wctx, b, res, *wait, dl); sig.Err() != nil {
+				err = errInterrupted
+			}
+			wcancel()
 		}
 	case "response":
 		res, err = b.SendResponse(ctx, pos[0], pos[1], pos[2], json.RawMessage(content), opts)
@@ -138,23 +143,6 @@ func runSend(e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "%s %s\n", r.Status, nodetext.EscapeJSON(r.Result, "  "))
 	}
 	return err
-}
-
-// awaitResponses waits up to wait for the final response to request res,
-// sent without waiting; a queued request has none to wait for yet.
-func (e *env) awaitResponses(b node.API, res node.Sent, wait time.Duration, deadline time.Time) ([]node.Message, error) {
-	if res.Delivery == node.DeliveryQueued {
-		return nil, &node.Error{Code: node.CodePeerOffline, Msg: "request " + res.ID + " is queued for retry (" + res.LastError + "); its response will arrive in the inbox"}
-	}
-	sig, stop := interruptible()
-	defer stop()
-	ctx, cancel := context.WithTimeout(sig, wait+30*time.Second)
-	defer cancel()
-	got, err := b.AwaitResponses(ctx, res.ID, wait, deadline)
-	if sig.Err() != nil {
-		return got.Responses, errInterrupted
-	}
-	return got.Responses, err
 }
 
 // wantContent checks the positional arguments of a send: min without

@@ -552,6 +552,18 @@ func (n *Node) sendRequest(ctx context.Context, peer, intent string, params json
 	return n.awaitFinal(ctx, res, out.id, out.peer.Name, opts.Wait, opts.Deadline)
 }
 
+// AwaitSent waits through api, up to wait, for the final response to
+// request res, which api.SendRequest returned without waiting (so that
+// its id could be shown first): AwaitResponses, except that a queued
+// request has no response to wait for yet.
+func AwaitSent(ctx context.Context, api API, res Sent, wait time.Duration, deadline time.Time) ([]Message, error) {
+	if res.Delivery == DeliveryQueued {
+		return nil, errorf(CodePeerOffline, "request %s is queued for retry (%s); its response will arrive in the inbox", res.ID, res.LastError)
+	}
+	got, err := api.AwaitResponses(ctx, res.ID, wait, deadline)
+	return got.Responses, err
+}
+
 // AwaitResponses implements [API].
 func (n *Node) AwaitResponses(ctx context.Context, requestID string, wait time.Duration, deadline time.Time) (Sent, error) {
 	if n.closing() {
