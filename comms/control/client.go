@@ -247,10 +247,19 @@ func (c *Client) SendRequest(ctx context.Context, peer, intent string, params js
 	return s, err
 }
 
+// unknownOp begins the server's answer to an operation it does not have.
+const unknownOp = "unknown control operation"
+
+// lacksOp reports whether err is a node's answer to an operation it does
+// not have: a node of an earlier version than the client.
+func lacksOp(err error) bool {
+	return node.CodeOf(err) == node.CodeBadArgument && strings.HasPrefix(node.UserText(err), unknownOp)
+}
+
 // AwaitResponses implements node.API.
 func (c *Client) AwaitResponses(ctx context.Context, requestID string, wait time.Duration, deadline time.Time) (s node.Sent, err error) {
 	err = c.call(ctx, OpAwaitResponses, AwaitArgs{ID: requestID, Wait: wait, Deadline: deadline}, &s)
-	if node.CodeOf(err) == node.CodeBadArgument && strings.HasPrefix(node.UserText(err), "unknown control operation") {
+	if lacksOp(err) {
 		// A node of an earlier version: the request went out; only the
 		// wait cannot be made (not a usage error, which a script might
 		// answer by sending again).

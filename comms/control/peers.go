@@ -63,7 +63,7 @@ func applyTrust(h *node.Home, done string) error {
 	switch {
 	case err == nil, errors.Is(err, ErrNoDaemon):
 		return nil // no node runs: the next one to start reads the file
-	case node.CodeOf(err) == node.CodeBadArgument:
+	case lacksOp(err):
 		return nil // a node of an earlier version, without the operation: its watcher takes the file in within a second or so
 	}
 	return &node.Error{Code: node.CodeOf(err), Msg: done + ", but the node serving this home did not take it in: " + node.UserText(err), Err: err}

@@ -412,7 +412,7 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		}
 		fallthrough
 	default:
-		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("unknown control operation %q", req.Op)}
+		err = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf(unknownOp+" %q", req.Op)}
 	}
 	b, merr := json.Marshal(result)
 	if merr != nil {
