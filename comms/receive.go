@@ -661,25 +661,12 @@ func (r *Router) logRefused(reason string, from identity.PeerID) {
 	}
 	// A sender that retries can cause these at will: at most one line a
 	// minute per reason and sender, counting those left out.
-	now := time.Now()
-	k := refusedKey{reason, from}
 	r.rejectMu.Lock()
-	if r.refusedLogged == nil || len(r.refusedLogged) >= maxUntrustedLogged {
-		r.refusedLogged = map[refusedKey]*refusedLine{}
-	}
-	st := r.refusedLogged[k]
-	if st != nil && now.Sub(st.at) < untrustedLogEvery {
-		st.held++
-		r.rejectMu.Unlock()
+	ok, held := r.refusedLogged.allow(refusedKey{reason, from}, time.Now())
+	r.rejectMu.Unlock()
+	if !ok {
 		return
 	}
-	held := 0
-	if st == nil {
-		st = &refusedLine{}
-		r.refusedLogged[k] = st
-	}
-	held, st.at, st.held = st.held, now, 0
-	r.rejectMu.Unlock()
 	args := []any{"key", from.String()}
 	if held > 0 {
 		args = append(args, "not_logged_before", held)
@@ -687,16 +674,39 @@ func (r *Router) logRefused(reason string, from identity.PeerID) {
 	r.log.Log(context.Background(), level, msg, args...)
 }
 
-// refusedKey and refusedLine are logRefused's rate limit: the last line
-// per reason and sender, and the lines left out since.
+// refusedKey is what logRefused limits its lines by.
 type refusedKey struct {
 	reason string
 	from   identity.PeerID
 }
 
-type refusedLine struct {
-	at   time.Time
-	held int
+// lineLimit lets a log line about a key out at most once per
+// untrustedLogEvery, counting the lines held back meanwhile; past
+// maxUntrustedLogged keys its memory starts over. Its user guards it.
+type lineLimit[K comparable] struct{ last map[K]*heldLines }
+
+type heldLines struct {
+	at   time.Time // when the last line went out
+	held int       // lines held back since
+}
+
+// allow reports whether k's line goes out at now, and how many of k's
+// lines were held back since the last one that did.
+func (l *lineLimit[K]) allow(k K, now time.Time) (ok bool, held int) {
+	if l.last == nil || len(l.last) >= maxUntrustedLogged {
+		l.last = map[K]*heldLines{}
+	}
+	st := l.last[k]
+	if st != nil && now.Sub(st.at) < untrustedLogEvery {
+		st.held++
+		return false, 0
+	}
+	if st == nil {
+		st = &heldLines{}
+		l.last[k] = st
+	}
+	held, st.at, st.held = st.held, now, 0
+	return true, held
 }
 
 // receive checks one envelope and admits it. It reports whether to ack
@@ -905,14 +915,9 @@ const maxUntrustedLines = 10
 func (r *Router) logUntrusted(from identity.PeerID) {
 	now := time.Now()
 	r.rejectMu.Lock()
-	if r.untrustedSeen == nil || len(r.untrustedSeen) >= maxUntrustedLogged {
-		r.untrustedSeen = map[identity.PeerID]time.Time{}
-	}
-	last, seen := r.untrustedSeen[from]
-	log := !seen || now.Sub(last) >= untrustedLogEvery
+	log, _ := r.untrustedSeen.allow(from, now)
 	hidden := 0
 	if log {
-		r.untrustedSeen[from] = now
 		ul := &r.untrustedLog
 		if now.Sub(ul.start) >= untrustedLogEvery {
 			hidden = ul.hidden

@@ -222,8 +222,8 @@ type Router struct {
 	tlsCert       tls.Certificate // this node's, made from kp
 	rejectMu      sync.Mutex
 	rejected      map[string]uint64
-	untrustedSeen map[identity.PeerID]time.Time // guarded by rejectMu: logUntrusted's rate limit
-	refusedLogged map[refusedKey]*refusedLine   // guarded by rejectMu: logRefused's rate limit
+	untrustedSeen lineLimit[identity.PeerID] // guarded by rejectMu: logUntrusted's rate limit
+	refusedLogged lineLimit[refusedKey]      // guarded by rejectMu: logRefused's rate limit
 	// untrustedLog is logUntrusted's limit over all keys, guarded by
 	// rejectMu: lines logged since start, and those left out.
 	untrustedLog struct {

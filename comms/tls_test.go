@@ -602,7 +602,7 @@ func TestRefusedForRoomLogBounded(t *testing.T) {
 	r.logRefused(RejectBadSignature, a)
 	// A minute later the next line says how many were left out.
 	r.rejectMu.Lock()
-	r.refusedLogged[refusedKey{RejectInboxFull, a}].at = time.Now().Add(-2 * untrustedLogEvery)
+	r.refusedLogged.last[refusedKey{RejectInboxFull, a}].at = time.Now().Add(-2 * untrustedLogEvery)
 	r.rejectMu.Unlock()
 	r.logRefused(RejectInboxFull, a)
 
