@@ -218,24 +218,24 @@ func (n *Node) sentSealed(s comms.Sealed, kind wire.Kind, reliable bool) {
 
 // sentEvent records one event of envelope id.
 func (n *Node) sentEvent(id identity.UUID, event string, attempts int, text string) {
+	n.sentUpdate(store.SentUpdate{ID: id, Event: event, At: time.Now(), Attempts: attempts, Text: text})
+}
+
+// sentUpdate applies u to its send record, warning of a failure.
+func (n *Node) sentUpdate(u store.SentUpdate) {
 	st, err := n.sentStore()
 	if err != nil {
 		n.sentWarn(err)
 		return
 	}
-	n.sentWarn(st.Update(store.SentUpdate{ID: id, Event: event, At: time.Now(), Attempts: attempts, Text: text}))
+	n.sentWarn(st.Update(u))
 }
 
 // lateAck records the ack of an envelope that came when no send waited
 // for it: a direct send that a broker stored is acked now (a reliable one
 // is too, a moment before its outbox entry finds the ack).
 func (n *Node) lateAck(from identity.PeerID, id identity.UUID) {
-	st, err := n.sentStore()
-	if err != nil {
-		n.sentWarn(err)
-		return
-	}
-	n.sentWarn(st.Update(store.SentUpdate{ID: id, Event: store.SentEventAcked, At: time.Now(), From: from}))
+	n.sentUpdate(store.SentUpdate{ID: id, Event: store.SentEventAcked, At: time.Now(), From: from})
 }
 
 // sentOutbox records what the outbox did with an envelope.
@@ -265,13 +265,8 @@ func (n *Node) sentAnswered(it comms.Item) {
 	if !ok {
 		return
 	}
-	st, err := n.sentStore()
-	if err != nil {
-		n.sentWarn(err)
-		return
-	}
-	n.sentWarn(st.Update(store.SentUpdate{ID: rid, Event: store.SentEventResponse, At: time.Now(), From: it.Envelope.From,
-		ResponseID: it.Envelope.ID, Status: string(it.Envelope.Kind.Status())}))
+	n.sentUpdate(store.SentUpdate{ID: rid, Event: store.SentEventResponse, At: time.Now(), From: it.Envelope.From,
+		ResponseID: it.Envelope.ID, Status: string(it.Envelope.Kind.Status())})
 }
 
 // sawResponse passes an admitted response to the node's send record.
