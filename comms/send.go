@@ -11,24 +11,11 @@ import (
 	"github.com/meerkatd/meerkatd/trust"
 )
 
-// ResolvePeer finds a trusted peer by name, key string ("ed25519:…") or the
+// ResolvePeer finds a trusted peer by name (in any letter case), key string ("ed25519:…") or the
 // Rust reference's peer UUID.
 func (r *Router) ResolvePeer(ref string) (trust.Peer, error) {
-	l := r.trust.Load()
-	if p, ok := l.ByName(ref); ok {
+	if p, ok := r.trust.Load().Resolve(ref); ok {
 		return p, nil
-	}
-	if id, err := identity.ParsePeerID(ref); err == nil {
-		if p, ok := l.Lookup(id); ok {
-			return p, nil
-		}
-	}
-	if u, err := identity.ParseUUID(ref); err == nil {
-		for _, p := range l.Peers() {
-			if p.ID.UUID() == u {
-				return p, nil
-			}
-		}
 	}
 	return trust.Peer{}, fmt.Errorf("%w: %q", ErrUnknownPeer, ref)
 }

@@ -505,6 +505,28 @@ func (l *List) ByName(name string) (Peer, bool) {
 	return l.peers[i].clone(), true
 }
 
+// Resolve returns the peer ref names: its name, in any letter case (no
+// two names differ only in case), its key (ed25519:…) or its peer UUID.
+func (l *List) Resolve(ref string) (Peer, bool) {
+	if l == nil {
+		return Peer{}, false
+	}
+	if i, ok := l.byFold[fold(ref)]; ok {
+		return l.peers[i].clone(), true
+	}
+	if id, err := identity.ParsePeerID(ref); err == nil {
+		return l.Lookup(id)
+	}
+	if u, err := identity.ParseUUID(ref); err == nil {
+		for _, p := range l.peers {
+			if p.ID.UUID() == u {
+				return p.clone(), true
+			}
+		}
+	}
+	return Peer{}, false
+}
+
 func (l *List) indexOf(name string) (int, bool) {
 	if l == nil {
 		return 0, false

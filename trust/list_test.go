@@ -365,6 +365,21 @@ func TestLookups(t *testing.T) {
 	if _, ok := l.ByName("alice"); ok {
 		t.Error(`ByName("alice") found "Alice": names match exactly`)
 	}
+	// Resolve takes the name in any letter case, the key or the peer UUID.
+	for _, tc := range []struct {
+		ref, want string
+	}{
+		{"Alice", "Alice"}, {"alice", "Alice"}, {"BOB", "bob"},
+		{testKey(3).String(), "carol"},
+		{testKey(2).UUID().String(), "bob"},
+		{strings.ToUpper(testKey(1).UUID().String()), "Alice"},
+		{"dave", ""}, {testKey(4).String(), ""}, {testKey(4).UUID().String(), ""}, {"", ""},
+	} {
+		p, ok := l.Resolve(tc.ref)
+		if ok != (tc.want != "") || p.Name != tc.want {
+			t.Errorf("Resolve(%q) = %q, %v; want %q", tc.ref, p.Name, ok, tc.want)
+		}
+	}
 	var names []string
 	for _, p := range l.Peers() {
 		names = append(names, p.Name)

@@ -493,17 +493,7 @@ func AddPeer(h *Home, name, key, addr string, alsoNATS bool, meta string) (Paire
 func RemovePeer(h *Home, name string) (Paired, error) {
 	var removed trust.Peer
 	_, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
-		var ok bool
-		if removed, ok = l.ByName(name); !ok {
-			// Its key or peer UUID, or its name in other letter case
-			// (names are unique ignoring case).
-			for _, p := range l.Peers() {
-				if strings.EqualFold(p.Name, name) || p.ID.String() == name || strings.EqualFold(p.ID.UUID().String(), name) {
-					removed = p
-					break
-				}
-			}
-		}
+		removed, _ = l.Resolve(name)
 		target := cmp.Or(removed.Name, name)
 		next, err := l.Without(target)
 		if err != nil {
