@@ -20,7 +20,7 @@ func openFile(path string, flag int) (*os.File, error) {
 	case err != nil:
 		return nil, err
 	case !before.Mode().IsRegular():
-		return nil, fmt.Errorf("open %s (%s): %w", path, before.Mode().Type(), ErrNotRegular)
+		return nil, fmt.Errorf("open %s (%s): %w", path, typeName(before.Mode()), ErrNotRegular)
 	}
 	f, err := os.OpenFile(path, flag, 0o600)
 	if err != nil {

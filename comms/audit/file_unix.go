@@ -32,7 +32,7 @@ func openFile(path string, flag int) (*os.File, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("open %s (%s): %w", path, fi.Mode().Type(), ErrNotRegular)
+		return nil, fmt.Errorf("open %s (%s): %w", path, typeName(fi.Mode()), ErrNotRegular)
 	}
 	return f, nil
 }

@@ -483,20 +483,17 @@ func openLog(path string) (*os.File, int64, error) {
 // Check reports whether Open would refuse the log at path for what is
 // there: a symbolic link or anything but a regular file (wrapping
 // [ErrNotRegular]). A missing file is fine: Open creates it. Check
-// changes nothing.
+// changes nothing (it opens the file to read, as Open opens it to
+// write, and closes it).
 func Check(path string) error {
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	f, err := openFile(path, os.O_RDONLY) // Open's own rule
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil
-	case err != nil:
-		return err
-	case fi.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("%s is a symbolic link: %w", path, ErrNotRegular)
-	case !fi.Mode().IsRegular():
-		return fmt.Errorf("%s is a %s: %w", path, typeName(fi.Mode()), ErrNotRegular)
 	}
-	return nil
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // typeName names the type of a file that is not a regular file.
