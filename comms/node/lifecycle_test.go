@@ -671,3 +671,23 @@ func TestFailedRequestNotTracked(t *testing.T) {
 		t.Fatalf("outbox after the deadline: %+v, %v", ob.Entries, err)
 	}
 }
+
+// A reliable request that went into the outbox has no response to wait
+// for yet: SendRequest with Wait, and AwaitSent after one without, say
+// it is queued instead of waiting.
+func TestQueuedRequestNotWaitedFor(t *testing.T) {
+	alice, bob := pairedNodes(t, true)
+	bob.Close()
+	ctx := context.Background()
+	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Reliable: true, Wait: time.Minute})
+	if CodeOf(err) != CodePeerOffline || sent.Delivery != DeliveryQueued || !strings.Contains(err.Error(), "queued for retry") {
+		t.Fatalf("SendRequest with Wait to a stopped peer: %+v, %v", sent, err)
+	}
+	sent, err = alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Reliable: true})
+	if err != nil || sent.Delivery != DeliveryQueued {
+		t.Fatalf("SendRequest to a stopped peer: %+v, %v", sent, err)
+	}
+	if _, err := AwaitSent(ctx, alice, sent, time.Minute, time.Time{}); CodeOf(err) != CodePeerOffline || !strings.Contains(err.Error(), sent.ID) {
+		t.Fatalf("AwaitSent of a queued request: %v", err)
+	}
+}

@@ -546,10 +546,19 @@ func (n *Node) sendRequest(ctx context.Context, peer, intent string, params json
 	if err != nil || opts.Wait <= 0 {
 		return res, err
 	}
-	if out.delivery == DeliveryQueued {
-		return res, errorf(CodePeerOffline, "request %s is queued for retry (%s); its response will arrive in the inbox", out.id, out.lastError)
+	if err := queuedRequest(res); err != nil {
+		return res, err
 	}
 	return n.awaitFinal(ctx, res, out.id, out.peer.Name, opts.Wait, opts.Deadline)
+}
+
+// queuedRequest is the error of a wait for the responses of request res
+// when it went into the outbox, not to its peer: none can come yet.
+func queuedRequest(res Sent) error {
+	if res.Delivery != DeliveryQueued {
+		return nil
+	}
+	return errorf(CodePeerOffline, "request %s is queued for retry (%s); its response will arrive in the inbox", res.ID, res.LastError)
 }
 
 // AwaitSent waits through api, up to wait, for the final response to
@@ -557,8 +566,8 @@ func (n *Node) sendRequest(ctx context.Context, peer, intent string, params json
 // its id could be shown first): AwaitResponses, except that a queued
 // request has no response to wait for yet.
 func AwaitSent(ctx context.Context, api API, res Sent, wait time.Duration, deadline time.Time) ([]Message, error) {
-	if res.Delivery == DeliveryQueued {
-		return nil, errorf(CodePeerOffline, "request %s is queued for retry (%s); its response will arrive in the inbox", res.ID, res.LastError)
+	if err := queuedRequest(res); err != nil {
+		return nil, err
 	}
 	got, err := api.AwaitResponses(ctx, res.ID, wait, deadline)
 	return got.Responses, err
