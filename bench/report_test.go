@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ type figures struct {
 	seqP50, seqP99          float64
 	pipeRate, pipeCPU       float64
 	loopRate                float64
+	rawLoopCPU              float64 // anchor_raw_closed_loop_16 CPU per exchange; 0: not measured
 	connP50                 float64
 	floodRatio              float64 // of both floods
 	durableRatio            float64 // durable's ratio to pipelined (memory)
@@ -52,6 +54,9 @@ func (f figures) add(r *results, trs []string) {
 		r.add(implMeerkatd, scPipelined, tr, mem, mRate, f.pipeRate)
 		r.add(implMeerkatd, scPipelined, tr, mem, mCPU, f.pipeCPU)
 		r.add(implMeerkatd, scClosedLoop, tr, mem, mRate, f.loopRate)
+		if f.rawLoopCPU > 0 {
+			r.add(implMeerkatd, scAnchorRawLoop, tr, inboxNone, mCPU, f.rawLoopCPU)
+		}
 		r.add(implMeerkatd, scConnPerMsg, tr, mem, mP50, f.connP50)
 		for _, sc := range []string{scFloodBadSig, scFloodUntrust} {
 			r.add(implMeerkatd, sc, tr, mem, mRatio, f.floodRatio)
@@ -317,6 +322,19 @@ func TestBounds(t *testing.T) {
 		}
 	}
 
+	// The raw closed loop measured: its CPU less what batches save,
+	// 130 - (20-15) - (40-20) = 105, above the crypto's 95.
+	f.rawLoopCPU = 130
+	if c := checked(f).check(t, scClosedLoop, "tcp", loopTarget); !near(c.Bound, 200.0/105) || !c.BoundHard || c.Unreachable() {
+		t.Errorf("closed loop with its raw anchor: bound %v (hard %v, unreachable %v), want %v, reachable", c.Bound, c.BoundHard, c.Unreachable(), 200.0/105)
+	}
+	// 160 - 25 = 135: 200/135 = 1.48 < 1.6, whatever the node does.
+	f.rawLoopCPU = 160
+	if c := checked(f).check(t, scClosedLoop, "tcp", loopTarget); !near(c.Bound, 200.0/135) || !c.Unreachable() {
+		t.Errorf("closed loop with a costly raw anchor: bound %v (unreachable %v), want %v, unreachable", c.Bound, c.Unreachable(), 200.0/135)
+	}
+	f.rawLoopCPU = 0
+
 	// Figures that put each bound beyond its limit.
 	f.pipeCPU = 110    // 200/110 = 1.82 < 2.0
 	f.signUS = 50      // 200/(50+15+40+20) = 1.6, not beyond: with
@@ -345,6 +363,27 @@ func TestBounds(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "limited by its own CPU cost: "); n != 4 {
 		t.Errorf("%d lines of bounds from the CPU cost, want 4:\n%s", n, out.String())
+	}
+}
+
+// TestClosedLoopFloor: the least CPU per exchange of closed_loop_16, from
+// the crypto anchors alone or from the raw closed loop less what batches
+// save, whichever is more.
+func TestClosedLoopFloor(t *testing.T) {
+	for _, tc := range []struct {
+		name                                    string
+		sign, batchSign, verify, batch, rawLoop float64
+		want                                    float64
+	}{
+		{"crypto only", 20, 15, 40, 20, math.NaN(), 95},
+		{"raw loop not measured", 20, 15, 40, 20, 0, 95},
+		{"raw loop above the crypto", 20, 15, 40, 20, 130, 105},
+		{"raw loop below the crypto", 20, 15, 40, 20, 100, 95},
+		{"no batch savings", 20, 20, 40, 40, 150, 150},
+	} {
+		if got := closedLoopFloor(tc.sign, tc.batchSign, tc.verify, tc.batch, tc.rawLoop); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 
