@@ -118,7 +118,7 @@ func (n NATS) validate() []error {
 	case n.User != "" && n.Password == "":
 		add("password", errors.New("must be set with nats.user (or in MEERKAT_NATS_PASSWORD)"))
 	case n.User == "" && n.Password != "":
-		add("user", errors.New("must be set with nats.password"))
+		add("user", errors.New("must be set when a NATS password is given (nats.password, or MEERKAT_NATS_PASSWORD in the environment)"))
 	}
 	add("creds_file", checkFilePath(n.CredsFile))
 	add("nkey_seed_file", checkFilePath(n.NKeySeedFile))

@@ -236,3 +236,18 @@ func TestResolve(t *testing.T) {
 		})
 	}
 }
+
+// A password with no user names both places a password comes from: it
+// may be in the environment, not in the file the error names.
+func TestNATSPasswordWithoutUser(t *testing.T) {
+	c := Default()
+	c.NATS.Servers = []string{"nats://127.0.0.1:4222"}
+	c.NATS.Password = "secret"
+	err := c.Validate()
+	if got := errorKeys(err); !reflect.DeepEqual(got, []string{"nats.user"}) {
+		t.Fatalf("error keys %q, want [nats.user] (err: %v)", got, err)
+	}
+	if !strings.Contains(err.Error(), "MEERKAT_NATS_PASSWORD") || strings.Contains(err.Error(), "secret") {
+		t.Errorf("message %q: want it to name MEERKAT_NATS_PASSWORD, and never the password", err)
+	}
+}

@@ -771,7 +771,7 @@ func TestSpaceBroadcastOnce(t *testing.T) {
 		spaceSent
 		Error struct{ Code, Message string } `json:"error"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &direct); err != nil || direct.ID == "" || direct.Error.Message != "1 of 2 copies failed (see their notes)" ||
+	if err := json.Unmarshal([]byte(r.stdout), &direct); err != nil || direct.ID == "" || direct.Error.Message != "1 of 2 copies failed (see their notes)" || direct.Error.Code != "copies_failed" ||
 		direct.copyTo(t, "worker").Delivery != "" || direct.copyTo(t, "worker").LastError == "" {
 		t.Fatalf("--direct --json with a failed copy: %v\n%s", err, r.stdout)
 	}

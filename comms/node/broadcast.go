@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -72,7 +71,7 @@ func copiesError(failed, total int) error {
 	if failed == 0 {
 		return nil
 	}
-	return fmt.Errorf("%d of %d copies failed (see their notes)", failed, total)
+	return errorf(CodeCopiesFailed, "%d of %d copies failed (see their notes)", failed, total)
 }
 
 // BroadcastCopy is the outcome of one peer's copy.

@@ -70,5 +70,8 @@ func TestCopiesError(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
+		if c.err != nil && CodeOf(c.err) != CodeCopiesFailed {
+			t.Errorf("%s: code %s, want %s", c.name, CodeOf(c.err), CodeCopiesFailed)
+		}
 	}
 }

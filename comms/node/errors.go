@@ -33,6 +33,7 @@ const (
 	CodeNoHome          = "no_home"          // the home does not exist (and was not to be created)
 	CodeUnknownSpace    = "unknown_space"    // no such space here, or this node is not in it
 	CodeUnknownProposal = "unknown_proposal" // no such proposal (or mcp/request) in the space
+	CodeCopiesFailed    = "copies_failed"    // a broadcast or space send some of whose copies failed (its result says which)
 	CodeInternal        = "internal"         // everything else
 )
 

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox/store"
@@ -343,11 +344,28 @@ func (lc *lifecycle) timeOut(ctx context.Context, id string, now time.Time) {
 		return // answered or cancelled meanwhile
 	}
 	name := lc.peerName(d.peer)
+	if lc.withdraw(d.peer, id) {
+		// Still queued: the peer never had it, so nothing to tell it.
+		lc.n.raiseNotice(Notice{Event: NoticeRequestTimedOut, Peer: name, ID: id,
+			Text: fmt.Sprintf("request %s to %s timed out: its deadline %s passed before it could be delivered; it is a dead letter now, and %s never got it", id, name, d.deadline.UTC().Format(time.RFC3339), name)})
+		return
+	}
 	lc.n.raiseNotice(Notice{Event: NoticeRequestTimedOut, Peer: name, ID: id,
 		Text: fmt.Sprintf("request %s to %s timed out: its deadline %s passed with no final response; %s was told", id, name, d.deadline.UTC().Format(time.RFC3339), name)})
 	if _, err := lc.sendCancel(ctx, d.peer, id, CancelReasonDeadline, "", true); err != nil && ctx.Err() == nil {
 		lc.n.log.Warn("request lifecycle: cannot tell the peer a request timed out", "id", id, "peer", name, "err", err)
 	}
+}
+
+// withdraw moves request id, if it is still queued in the outbox for
+// peer and not being attempted, to the dead letters (reason deadline), and
+// reports whether it did.
+func (lc *lifecycle) withdraw(peer identity.PeerID, id string) bool {
+	u, err := identity.ParseUUID(id)
+	if err != nil || lc.n.ob == nil {
+		return false
+	}
+	return lc.n.ob.Withdraw(peer, u, outbox.ReasonDeadline+": the request's deadline passed before it could be delivered")
 }
 
 func (lc *lifecycle) forgetDue(id string) {
@@ -645,7 +663,7 @@ func (n *Node) cancelRequest(ctx context.Context, requestID, reason string) (Can
 	}
 	id, err := identity.ParseUUID(requestID)
 	if err != nil {
-		return Cancelled{}, errorf(CodeUnknownRequest, "%q is not a request id", requestID)
+		return Cancelled{}, errorf(CodeBadArgument, "%q is not a request id (a UUID)", requestID)
 	}
 	r, ok, err := n.lc.st.SentRequest(id.String())
 	if err != nil {

@@ -186,7 +186,7 @@ func TestCancelRequest(t *testing.T) {
 	for _, tc := range []struct {
 		name, id, reason, code string
 	}{
-		{"not an id", "nope", "", CodeUnknownRequest},
+		{"not an id", "nope", "", CodeBadArgument},
 		{"never sent", identity.NewUUID().String(), "", CodeUnknownRequest},
 		{"reason too long", sent.ID, strings.Repeat("x", MaxCancelNote+1), CodeBadArgument},
 		{"reason not UTF-8", sent.ID, "\xff", CodeBadArgument},
@@ -524,8 +524,9 @@ func FuzzParseCancelParams(f *testing.F) {
 }
 
 // The open requests survive a restart (SQLite): a deadline that passed
-// while the node was down times the request out when it starts again,
-// and the cancel for the peer waits in the outbox.
+// while the node was down times the request out when it starts again.
+// The request was still queued, so it becomes a dead letter before any
+// attempt, and no cancel is queued for a peer that never got it.
 func TestDeadlineAcrossRestart(t *testing.T) {
 	h, _ := testHome(t, "alice", nil)
 	n, err := Start(h, Options{Mode: ModeServe})
@@ -541,10 +542,13 @@ func TestDeadlineAcrossRestart(t *testing.T) {
 	time.Sleep(time.Until(deadline)) // the deadline passes while no node runs
 	n = startTest(t, h, ModeServe)
 	waitFor(t, 20*time.Second, "timed out after the restart", func() bool { return requestState(t, n, sent.ID).State == RequestTimedOut })
-	waitFor(t, 20*time.Second, "the cancel queued for bob", func() bool {
-		o, err := n.Outbox(context.Background())
-		return err == nil && len(o.Entries) == 2 && o.Entries[1].Kind == wire.TypeRequest
-	})
+	dl, err := n.DeadLetters(context.Background())
+	if err != nil || len(dl) != 1 || dl[0].ID != sent.ID || !strings.HasPrefix(dl[0].Reason, "deadline: ") {
+		t.Fatalf("dead letters after the restart: %+v, %v", dl, err)
+	}
+	if o, err := n.Outbox(context.Background()); err != nil || len(o.Entries) != 0 {
+		t.Fatalf("outbox after the restart: %+v, %v (want no request, no cancel)", o.Entries, err)
+	}
 }
 
 // A cancel retried with its idempotency key returns the first result and
@@ -689,5 +693,51 @@ func TestQueuedRequestNotWaitedFor(t *testing.T) {
 	}
 	if _, err := AwaitSent(ctx, alice, sent, time.Minute, time.Time{}); CodeOf(err) != CodePeerOffline || !strings.Contains(err.Error(), sent.ID) {
 		t.Fatalf("AwaitSent of a queued request: %v", err)
+	}
+}
+
+// A reliable request still queued when its deadline passes never reached
+// the peer: it becomes a dead letter (reason deadline), the agent is told
+// so, and no cancel is queued after it for a peer that never got it.
+func TestQueuedRequestPastDeadline(t *testing.T) {
+	alice, bob := pairedNodes(t, true)
+	bob.Close()
+	ctx := context.Background()
+	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Reliable: true, Deadline: time.Now().Add(400 * time.Millisecond)})
+	if err != nil || sent.Delivery != DeliveryQueued {
+		t.Fatalf("SendRequest to a stopped peer: %+v, %v", sent, err)
+	}
+	waitFor(t, 20*time.Second, "the request times out", func() bool { return requestState(t, alice, sent.ID).State == RequestTimedOut })
+	waitFor(t, 20*time.Second, "the request is a dead letter", func() bool {
+		dl, err := alice.DeadLetters(ctx)
+		return err == nil && len(dl) == 1 && dl[0].ID == sent.ID && strings.HasPrefix(dl[0].Reason, "deadline: ")
+	})
+	ob, err := alice.Outbox(ctx)
+	if err != nil || len(ob.Entries) != 0 {
+		t.Fatalf("outbox after the deadline: %+v, %v (want no cancel queued)", ob.Entries, err)
+	}
+	st, err := alice.MessageStatus(ctx, []string{sent.ID})
+	if err != nil || st[0].State != StateDead {
+		t.Fatalf("status of the withdrawn request: %+v, %v", st, err)
+	}
+	if m := waitNotice(t, alice, NoticeRequestTimedOut); m.Notice.ID != sent.ID || !strings.Contains(m.Body, "before it could be delivered") {
+		t.Fatalf("notice %+v, want the timeout saying it was never delivered", m)
+	}
+}
+
+// A request id that is not a UUID is a bad argument to cancel and to a
+// response, as it is to message_status; unknown_request is for an id
+// this node has no request of.
+func TestMalformedRequestID(t *testing.T) {
+	alice, _ := pairedNodes(t, true)
+	ctx := context.Background()
+	if _, err := alice.CancelRequest(ctx, "nope", "", SendOptions{}); CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), `"nope" is not a request id`) {
+		t.Fatalf("cancel of a malformed id: %v, want %s", err, CodeBadArgument)
+	}
+	if _, err := alice.SendResponse(ctx, "bob", "nope", "completed", nil, SendOptions{}); CodeOf(err) != CodeBadArgument {
+		t.Fatalf("response to a malformed id: %v, want %s", err, CodeBadArgument)
+	}
+	if _, err := alice.CancelRequest(ctx, "00000000-0000-4000-8000-000000000000", "", SendOptions{}); CodeOf(err) != CodeUnknownRequest {
+		t.Fatalf("cancel of an unknown id: %v, want %s", err, CodeUnknownRequest)
 	}
 }

@@ -452,6 +452,11 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 		}()
 	}
 	if n.ob != nil {
+		if n.lc != nil {
+			// A request whose deadline passed while no node ran is a dead
+			// letter before anything is attempted: it never goes out.
+			n.lc.expire(ctx)
+		}
 		n.ob.Start() // what earlier runs left in the outbox goes out now
 	}
 	if n.spaces != nil {

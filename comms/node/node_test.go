@@ -156,7 +156,7 @@ func TestMCPNodeResponseChecks(t *testing.T) {
 	if _, err := m.SendResponse(ctx, "bob", identity.NewUUID().String(), "completed", nil, direct); codeOfErr(err) != CodeUnknownRequest {
 		t.Fatalf("never received: %v", err)
 	}
-	if _, err := m.SendResponse(ctx, "bob", "not-a-uuid", "completed", nil, direct); codeOfErr(err) != CodeUnknownRequest {
+	if _, err := m.SendResponse(ctx, "bob", "not-a-uuid", "completed", nil, direct); codeOfErr(err) != CodeBadArgument {
 		t.Fatalf("not a uuid: %v", err)
 	}
 	if _, err := m.SendResponse(ctx, "bob", identity.NewUUID().String(), "done", nil, direct); codeOfErr(err) != CodeBadStatus {

@@ -656,7 +656,7 @@ func (n *Node) sendResponse(ctx context.Context, peer, requestID, status string,
 	}
 	rid, err := identity.ParseUUID(requestID)
 	if err != nil {
-		return Sent{}, errorf(CodeUnknownRequest, "%q is not a request id", requestID)
+		return Sent{}, errorf(CodeBadArgument, "%q is not a request id (a UUID)", requestID)
 	}
 	v, err := jsonValue("result", result)
 	if err != nil {

@@ -1111,6 +1111,27 @@ func (o *Outbox) Abandon(peer identity.PeerID, kind, reason string) int {
 	return n
 }
 
+// Withdraw moves peer's queued envelope id to the dead letters with
+// reason (a Reason… constant, with detail after ": ") and reports whether
+// it did: not when it is not queued, or is being attempted right now (it
+// may be delivered). The node uses it for a request whose deadline passed
+// before it could be delivered.
+func (o *Outbox) Withdraw(peer identity.PeerID, id identity.UUID, reason string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	q := o.peers[peer]
+	if q == nil {
+		return false
+	}
+	i := slices.IndexFunc(q.items, func(it *item) bool { return it.e.ID == id })
+	if i < 0 || q.items[i].inFlight {
+		return false
+	}
+	before := len(q.items)
+	o.killLocked(q, q.items[i], reason, EventDeadLetter, o.opts.Now())
+	return len(q.items) < before
+}
+
 // ResolveFailed starts the last error of an attempt whose peer's host
 // name did not resolve.
 const ResolveFailed = "name resolution failed"

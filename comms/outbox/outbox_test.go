@@ -1163,3 +1163,63 @@ func TestPeersListsOnlyQueuedOrNotClosed(t *testing.T) {
 		t.Fatalf("peers %+v, want peer A with its breaker open", ps)
 	}
 }
+
+// Withdraw dead-letters one queued envelope with the reason given, and
+// leaves alone one being attempted, one of another peer and an unknown
+// id.
+func TestWithdraw(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.block = make(chan struct{})
+	ob, err := New(st, rcv, Options{Window: 1, Backoff: []time.Duration{time.Hour}, BreakerFailures: 1 << 30, MaxAttempts: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	first, second := entry(peerA, 0), entry(peerA, 1)
+	// One in flight at a time: the second stays queued behind the first.
+	_, t1, err := ob.Enqueue(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the first attempt to start", func() bool {
+		for _, q := range ob.List() {
+			if q.ID == first.ID && q.InFlight {
+				return true
+			}
+		}
+		return false
+	})
+	_, t2, err := ob.Enqueue(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ob.Withdraw(peerA, first.ID, ReasonDeadline) {
+		t.Fatal("withdrew an envelope being attempted")
+	}
+	if ob.Withdraw(peerB, second.ID, ReasonDeadline) || ob.Withdraw(peerA, identity.NewUUID(), ReasonDeadline) {
+		t.Fatal("withdrew under another peer, or an unknown id")
+	}
+	const reason = ReasonDeadline + ": past it"
+	if !ob.Withdraw(peerA, second.ID, reason) {
+		t.Fatal("the queued envelope was not withdrawn")
+	}
+	var de *DeadError
+	<-t2.Done()
+	if err := t2.Err(); !errors.As(err, &de) || de.Reason != reason {
+		t.Fatalf("withdrawn envelope's ticket: %v", err)
+	}
+	if ob.Withdraw(peerA, second.ID, reason) {
+		t.Fatal("withdrew it twice")
+	}
+	dead, err := ob.DeadLetters()
+	if err != nil || len(dead) != 1 || dead[0].ID != second.ID || dead[0].Reason != reason {
+		t.Fatalf("dead letters %+v, %v", dead, err)
+	}
+	close(rcv.block)
+	<-t1.Done()
+	if err := t1.Err(); err != nil {
+		t.Fatalf("the envelope being attempted: %v", err)
+	}
+}

@@ -37,6 +37,7 @@ const (
 	ReasonExhausted   = "retries_exhausted" // Options.MaxAttempts attempts failed
 	ReasonUnknownPeer = "unknown_peer"      // the recipient is no longer trusted
 	ReasonRejected    = "rejected"          // the envelope cannot be sent at all
+	ReasonDeadline    = "deadline"          // a request's deadline passed before it was delivered
 )
 
 // Breaker is a peer's circuit-breaker state, as stored.
