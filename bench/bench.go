@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -44,6 +45,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/transport"
 )
 
@@ -132,11 +134,42 @@ func (o Options) settings() (settings, error) {
 	if s.transports, err = parseTransports(tr, o.NATSURL != ""); err != nil {
 		return s, err
 	}
+	if o.NATSURL != "" {
+		// The nodes take it as nats.servers, which takes no credentials;
+		// its errors never repeat a password.
+		if _, err := (config.NATS{Servers: []string{o.NATSURL}}).ServerURLs(); err != nil {
+			return s, usagef("--nats-url: %v", err)
+		}
+	}
 	if s.reps < 1 || s.msgs < 10 || s.duration <= 0 || s.idleConns < 1 {
 		return s, usagef("--reps >= 1, --msgs >= 10, --duration > 0 and --idle-conns >= 1")
 	}
-	s.only, err = parseOnly(o.Only)
-	return s, err
+	if s.only, err = parseOnly(o.Only); err != nil {
+		return s, err
+	}
+	if o.NATS != "" {
+		if err := checkExecutable(o.NATS); err != nil {
+			return s, usagef("--nats %s", err)
+		}
+	}
+	return s, nil
+}
+
+// checkExecutable reports why path cannot be run as a program, if it
+// cannot.
+func checkExecutable(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s: no such file (build it with make bench, or: cd bench/nats && go build -o ../../bin/natsbench .)", path)
+	case err != nil:
+		return fmt.Errorf("%s: %v", path, errors.Unwrap(err))
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%s: not a regular file", path)
+	case fi.Mode().Perm()&0o111 == 0:
+		return fmt.Errorf("%s: not executable", path)
+	}
+	return nil
 }
 
 // Transports through a NATS server (--nats-url): the product's sealed
@@ -187,7 +220,7 @@ func parseTransports(v string, withNATS bool) ([]string, error) {
 }
 
 // Scenario groups of --only; flood, durable and space are ratios to
-// pipelined, which they bring along.
+// pipelined, and conn_per_msg to sequential, which they bring along.
 var groups = []string{"sequential", "pipelined", "closed_loop_16", "conn_per_msg", "flood", "durable", "space", "resources"}
 
 // Groups returns the scenario groups [Options.Only] may name.
@@ -211,6 +244,9 @@ func parseOnly(v string) (map[string]bool, error) {
 	}
 	if only["flood"] || only["durable"] || only["space"] {
 		only["pipelined"] = true
+	}
+	if only["conn_per_msg"] {
+		only["sequential"] = true
 	}
 	return only, nil
 }
@@ -340,7 +376,8 @@ it would reach with every core busy.
 --only runs some scenario groups (the anchors always run, each raw one
 with its scenario): sequential, pipelined, closed_loop_16,
 conn_per_msg, flood (both floods), durable, space (space_broadcast),
-resources (startup and both RSS figures); flood, durable and space bring
+resources (startup and both RSS figures); conn_per_msg brings sequential;
+flood, durable and space bring
 pipelined, their reference. Checks whose figures were not run are left
 out.
 
@@ -388,8 +425,10 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer page.discard()
-	if err := checkFiles(s.idleConns); err != nil {
-		return err
+	if s.want("resources") {
+		if err := checkFiles(s.idleConns); err != nil {
+			return err
+		}
 	}
 	b, err := newRunner(s, o.Exe, stderr)
 	if err != nil {
@@ -411,6 +450,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	if err := page.write(res, s, meta); err != nil {
 		return err
+	}
+	if s.gate && res.nchecks() == 0 {
+		return errors.New("--gate: no check was computed (see the notes): nothing was gated")
 	}
 	if failed := res.failed(); s.gate && len(failed) > 0 {
 		for _, f := range failed {
@@ -451,7 +493,7 @@ func (o *Options) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.NATSURL, "nats-url", "", "running NATS server `URL` (e.g. make nats-dev: nats://127.0.0.1:4222) for the transports nats and nats-unsealed, which go through it")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per scenario per line")
 	fs.StringVar(&o.HTML, "html", "", "also write a self-contained HTML page of the run (charts, checks) to `FILE`")
-	fs.BoolVar(&o.Gate, "gate", false, "exit 1 when a check fails")
+	fs.BoolVar(&o.Gate, "gate", false, "exit 1 when a check fails, or when no check was computed")
 	fs.BoolVar(&o.Quick, "quick", false, "smoke run: one repetition, tiny counts, UDS only")
 	fs.StringVar(&o.Only, "only", "", "comma-separated scenario `groups` to run (default all): "+strings.Join(Groups(), ", "))
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -183,6 +185,7 @@ func TestParseOnly(t *testing.T) {
 		{in: "flood", want: []string{"flood", "pipelined"}},
 		{in: "durable,resources", want: []string{"durable", "pipelined", "resources"}},
 		{in: "space", want: []string{"space", "pipelined"}},
+		{in: "conn_per_msg", want: []string{"conn_per_msg", "sequential"}},
 		{in: "pipelined,bogus", err: true},
 		{in: ",", err: true},
 		{in: "Sequential", err: true},
@@ -204,6 +207,40 @@ func TestParseOnly(t *testing.T) {
 				t.Errorf("parseOnly(%q): group %s runs = %v, want %v", tc.in, g, got, want)
 			}
 		}
+	}
+}
+
+// Options checked before anything runs: a --nats-url with credentials
+// (which nats.servers does not take) is refused without repeating them,
+// and a --nats that is not a program is named.
+func TestSettingsChecks(t *testing.T) {
+	dir := t.TempDir()
+	notExe := filepath.Join(dir, "natsbench")
+	if err := os.WriteFile(notExe, []byte("#!/bin/sh\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+		not  string
+	}{
+		{"credentials in --nats-url", Options{NATSURL: "nats://u:hunter2@127.0.0.1:4222", Transport: "nats"}, "credentials do not belong in the URL", "hunter2"},
+		{"token in --nats-url", Options{NATSURL: "nats://s3cr3t@127.0.0.1:4222", Transport: "nats"}, "credentials do not belong in the URL", "s3cr3t"},
+		{"--nats-url with a path", Options{NATSURL: "nats://127.0.0.1:4222/x", Transport: "nats"}, "no path", ""},
+		{"--nats missing", Options{NATS: filepath.Join(dir, "nope")}, "no such file", ""},
+		{"--nats a directory", Options{NATS: dir}, "not a regular file", ""},
+		{"--nats not executable", Options{NATS: notExe}, "not executable", ""},
+	} {
+		tc.o.Exe = "meerkatd"
+		_, err := tc.o.settings()
+		if err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) || tc.not != "" && strings.Contains(err.Error(), tc.not) {
+			t.Errorf("%s: %v, want a usage error saying %q", tc.name, err, tc.want)
+		}
+	}
+	ok := Options{Exe: "meerkatd", NATSURL: "nats://127.0.0.1:4222", Transport: "nats", NATS: "/bin/sh"}
+	if _, err := ok.settings(); err != nil {
+		t.Errorf("good options: %v", err)
 	}
 }
 
@@ -280,5 +317,23 @@ func TestParseTransports(t *testing.T) {
 		if err != nil || strings.Join(got, ",") != tc.want {
 			t.Errorf("parseTransports(%q, %v) = %v, %v; want %s", tc.in, tc.withNATS, got, err, tc.want)
 		}
+	}
+}
+
+// --gate with nothing to gate (TLS alone compares with plaintext TCP,
+// which did not run) fails rather than passing vacuously.
+func TestGateWithoutChecks(t *testing.T) {
+	exe := meerkatdExe(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	t.Setenv("TMPDIR", t.TempDir())
+	var stdout, stderr bytes.Buffer
+	o := Options{Exe: exe, Quick: true, Gate: true, Transport: "tls", Only: "sequential"}
+	err := Run(ctx, o, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "no check was computed") {
+		t.Fatalf("--gate with no checks: %v\nstdout:\n%s", err, stdout.String())
+	}
+	if !strings.Contains(stdout.String(), "note: ") {
+		t.Errorf("the table does not say why:\n%s", stdout.String())
 	}
 }

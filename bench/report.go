@@ -154,11 +154,15 @@ func (r *results) ratioCheck(s *series, target string, limit float64, atMost boo
 	s.checks = append(s.checks, Check{Target: target, Value: v, Limit: limit, Pass: pass, atMost: atMost})
 }
 
-// bound sets the bound of s's last check (added by ratioCheck) to the
-// median over repetitions of f(i), with basis saying what it is; hard as
-// Check.BoundHard.
-func (r *results) bound(s *series, hard bool, basis string, f func(i int) float64) {
-	if s == nil || len(s.checks) == 0 {
+// bound sets the bound of s's check of target (added by ratioCheck; none:
+// nothing to bound) to the median over repetitions of f(i), with basis
+// saying what it is; hard as Check.BoundHard.
+func (r *results) bound(s *series, target string, hard bool, basis string, f func(i int) float64) {
+	if s == nil {
+		return
+	}
+	i := slices.IndexFunc(s.checks, func(c Check) bool { return c.Target == target })
+	if i < 0 {
 		return
 	}
 	var vs []float64
@@ -170,9 +174,17 @@ func (r *results) bound(s *series, hard bool, basis string, f func(i int) float6
 	if len(vs) == 0 {
 		return
 	}
-	c := &s.checks[len(s.checks)-1]
+	c := &s.checks[i]
 	c.Bound, c.BoundBasis, c.BoundHard = medianF(vs), basis, hard
 }
+
+// The targets of the checks that carry a bound.
+const (
+	targetPipeCeiling = "exchanges/s >= 2.0 x crypto ceiling (cores / exchange)"
+	targetLoopCeiling = "exchanges/s >= 1.6 x crypto ceiling (cores / exchange)"
+	targetDurable     = "exchanges/s >= 0.75 x pipelined with the memory inbox"
+	targetNATSP50     = "p50 <= 0.50 x NATS p50"
+)
 
 // computeChecks derives the checks from the repetitions.
 func (r *results) computeChecks(o settings) {
@@ -211,21 +223,21 @@ func (r *results) computeChecks(o settings) {
 		r.ratioCheck(pipe, "exchanges/s >= 0.95 x raw pipelined (anchor_raw_pipelined)", 0.95, false, func(i int) float64 {
 			return at(pipeRate, i) / at(rawPipeRate, i)
 		})
-		r.ratioCheck(pipe, "exchanges/s >= 2.0 x crypto ceiling (cores / exchange)", 2.0, false, func(i int) float64 {
+		r.ratioCheck(pipe, targetPipeCeiling, 2.0, false, func(i int) float64 {
 			return at(pipeRate, i) / ceiling(i)
 		})
-		r.bound(pipe, false, "every core busy at the CPU per exchange measured: exchange / CPU per exchange", func(i int) float64 {
+		r.bound(pipe, targetPipeCeiling, false, "every core busy at the CPU per exchange measured: exchange / CPU per exchange", func(i int) float64 {
 			return at(exch, i) / at(pipe.values[mCPU], i)
 		})
 		r.ratioCheck(pipe, "CPU per delivered message (both processes) <= 0.50 x exchange", 0.50, true, func(i int) float64 {
 			return at(pipe.values[mCPU], i) / at(exch, i)
 		})
 		loop := r.find(implMeerkatd, scClosedLoop, tr)
-		r.ratioCheck(loop, "exchanges/s >= 1.6 x crypto ceiling (cores / exchange)", 1.6, false, func(i int) float64 {
+		r.ratioCheck(loop, targetLoopCeiling, 1.6, false, func(i int) float64 {
 			return at(loop.values[mRate], i) / ceiling(i)
 		})
 		rawLoopCPU := r.values(implMeerkatd, scAnchorRawLoop, tr, mCPU)
-		r.bound(loop, true, "16 peers with one envelope in flight each: every exchange needs its own message signature, "+
+		r.bound(loop, targetLoopCeiling, true, "16 peers with one envelope in flight each: every exchange needs its own message signature, "+
 			"its own ack signature (acks to different peers cannot share one; at best signed in a batch with the others) and the ack verified alone, "+
 			"the message verified at best in a batch, and the two frames the raw closed loop moves on its connection; "+
 			"the least CPU per exchange is the raw closed loop's (anchor_raw_closed_loop_16, every operation alone) "+
@@ -254,11 +266,11 @@ func (r *results) computeChecks(o settings) {
 			fl.checks = append(fl.checks, Check{Target: target, Value: worst, Limit: 1, Pass: worst >= 1 && wrong == 0})
 		}
 		dur := r.find(implMeerkatd, scDurable, tr)
-		r.ratioCheck(dur, "exchanges/s >= 0.75 x pipelined with the memory inbox", 0.75, false, func(i int) float64 {
+		r.ratioCheck(dur, targetDurable, 0.75, false, func(i int) float64 {
 			return at(dur.values[mRatio], i)
 		})
 		if dur != nil {
-			r.bound(dur, false, "every core busy at the CPU per exchange measured with SQLite: (cores / durable CPU per exchange) / memory exchanges/s", func(i int) float64 {
+			r.bound(dur, targetDurable, false, "every core busy at the CPU per exchange measured with SQLite: (cores / durable CPU per exchange) / memory exchanges/s", func(i int) float64 {
 				return float64(r.cores) * 1e6 / at(dur.values[mCPU], i) / at(pipeRate, i)
 			})
 		}
@@ -295,11 +307,11 @@ func (r *results) computeChecks(o settings) {
 			r.notes = append(r.notes, "NATS checks omitted: the NATS bench printed no sequential or pipelined TCP figures")
 			break
 		}
-		r.ratioCheck(seq, "p50 <= 0.50 x NATS p50", 0.50, true, func(i int) float64 {
+		r.ratioCheck(seq, targetNATSP50, 0.50, true, func(i int) float64 {
 			return at(seq.values[mP50], i) / at(natsP50, i)
 		})
 		rawSeq := r.values(implMeerkatd, scAnchorRawSeq, tr, mP50)
-		r.bound(seq, true, "an exchange holds at least the raw one between the same processes (the round trip and its four crypto operations in a row), "+
+		r.bound(seq, targetNATSP50, true, "an exchange holds at least the raw one between the same processes (the round trip and its four crypto operations in a row), "+
 			"less the ack's signature, which could overlap the message's verification: (raw sequential p50 - sign) / NATS p50", func(i int) float64 {
 			return (at(rawSeq, i) - at(sign, i)) / at(natsP50, i)
 		})
