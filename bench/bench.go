@@ -264,17 +264,18 @@ Figures are the median and [min-max] over the repetitions.
 
 Anchors (every crypto anchor signs and verifies with the node's own
 primitives, those of package identity, so that they measure what the node
-uses):
+uses; the crypto anchors are CPU time of this process, as the scenarios'
+CPU per exchange is, so that a busy machine does not stretch them):
   anchor_sign       the node's signing primitive on the real signing input of a
-                    100-byte message (µs)
+                    100-byte message (CPU µs)
   anchor_batch_sign the same signing primitive called by 16 goroutines at once,
                     which it signs in batches: CPU µs per signature
-  anchor_verify     the node's verifying primitive on the same (µs)
+  anchor_verify     the node's verifying primitive on the same (CPU µs)
   anchor_batch_verify  the node's batch verification of 64 envelopes of one
-                    peer, per signature (µs)
+                    peer, per signature (CPU µs)
   anchor_exchange   one exchange on one goroutine with the project's code: seal the
                     message, encode its frame, decode+verify, seal the ack, encode,
-                    decode+verify the ack (µs). Crypto ceiling = cores / this.
+                    decode+verify the ack (CPU µs). Crypto ceiling = cores / this.
   anchor_pingpong   200-byte 4-byte-length-prefixed frames echoed by another
                     process over the transport, no crypto (p50 µs)
   anchor_raw_sequential  the crypto of one exchange (sign, verify, sign, verify the
