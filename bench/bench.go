@@ -275,7 +275,8 @@ CPU per exchange is, so that a busy machine does not stretch them):
                     peer, per signature (CPU µs)
   anchor_exchange   one exchange on one goroutine with the project's code: seal the
                     message, encode its frame, decode+verify, seal the ack, encode,
-                    decode+verify the ack (CPU µs). Crypto ceiling = cores / this.
+                    decode+verify the ack (CPU µs; wall_us: the same on the
+                    clock, for comparison). Crypto ceiling = cores / this.
   anchor_pingpong   200-byte 4-byte-length-prefixed frames echoed by another
                     process over the transport, no crypto (p50 µs)
   anchor_raw_sequential  the crypto of one exchange (sign, verify, sign, verify the

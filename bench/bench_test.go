@@ -63,7 +63,7 @@ func TestBenchQuick(t *testing.T) {
 		"anchor_sign":               {"us"},
 		"anchor_batch_sign":         {"us"},
 		"anchor_verify":             {"us"},
-		"anchor_exchange":           {"us"},
+		"anchor_exchange":           {"us", "wall_us"},
 		"anchor_batch_verify":       {"us"},
 		"anchor_pingpong":           {"p50_us"},
 		"anchor_raw_sequential":     {"p50_us", "p99_us"},
