@@ -394,12 +394,14 @@ against anchor_raw_batched.
 
 Output: a table, or with --json one JSON object per scenario per line.
 --html FILE also writes one self-contained HTML page of the run to FILE:
-the machine and options, the sequential latencies of every repetition per
-transport, the pipelined throughput against the raw anchors, the crypto
+the machine and options, the sequential p50 and p99 of every repetition per
+transport and the distribution of every round trip (with the raw anchor's),
+the pipelined throughput against the raw anchors, the crypto
 ceiling and NATS, and the checks (inline SVG and CSS; no script, nothing
 fetched). The file is created before the first repetition, so a path that
 cannot be written fails at once.
---gate exits 1 (failed checks on stderr) when a check fails; otherwise the
+--gate exits 1 (failed checks on stderr) when a check fails, or when no
+check was computed; otherwise the
 exit status is 0 whatever the figures. --quick is a smoke run of every code
 path in a few seconds (one repetition, tiny counts, UDS unless --transport):
 its figures mean nothing.`

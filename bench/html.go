@@ -125,9 +125,14 @@ type htmlRow struct {
 	WhiskerX1  string // bar: min–max over the repetitions; "" for none
 	WhiskerX2  string
 	Dots       []htmlDot  // latency: one per repetition and percentile
-	Medians    []htmlMark // latency: the median of each percentile
+	Medians    []htmlMark // latency: the median of each percentile; distribution: p50 and p99
 	ValueLabel string     // latency: the medians in words
+	Bins       []htmlBin  // distribution: one bar per interval with round trips in it
+	Stats      []string   // distribution: round trips, p50, p90, p99, p99.9, max, and those beyond the axis
 }
+
+// htmlBin is one bar of a distribution: the round trips in an interval.
+type htmlBin struct{ X, Y, W, H, Class, Tip string }
 
 type htmlDot struct{ X, Class, Tip string }
 
@@ -160,6 +165,7 @@ type htmlPage struct {
 	Ceiling                  string // "" when no anchor_exchange
 	Empty                    bool
 	Latency                  *htmlChart
+	Distribution             *htmlChart
 	Throughput               *htmlChart
 	Checks                   []htmlCheck
 	Failed                   int
@@ -211,6 +217,7 @@ func (r *results) writeHTML(w io.Writer, o settings, meta htmlMeta) error {
 		p.Ceiling = fmt.Sprintf("%d cores / %s µs per exchange = %s exchanges/s", r.cores, num(round3(medianF(ex))), num(r.ceiling()))
 	}
 	p.Latency = r.latencyChart()
+	p.Distribution = r.distributionChart()
 	p.Throughput = r.throughputChart()
 	for _, s := range r.series {
 		for _, c := range s.checks {
@@ -361,6 +368,101 @@ func (r *results) latencyChart() *htmlChart {
 	return c
 }
 
+// Distribution geometry: a row is a histogram.
+const (
+	distRowH = 56.0
+	distBins = 80
+)
+
+// distributionChart charts every round trip of the sequential scenario
+// and of its raw anchor, pooled over the repetitions, per transport: a
+// histogram over an axis that ends near the largest p99.5, the round
+// trips beyond it counted in words; nil without any.
+func (r *results) distributionChart() *htmlChart {
+	type row struct {
+		label, impl, tr, class string
+		v                      []float64 // sorted
+	}
+	var rows []row
+	hi := 0.0
+	for _, s := range r.series {
+		v := slices.Clone(r.samples[s.key])
+		if len(v) == 0 {
+			continue
+		}
+		slices.Sort(v)
+		rw := row{label: s.key.transport, impl: s.key.impl, tr: s.key.transport, class: "bin", v: v}
+		if s.key.scenario == scAnchorRawSeq {
+			rw.label, rw.class = s.key.transport+" · raw anchor", "bin anchor"
+		}
+		rows = append(rows, rw)
+		hi = max(hi, sortedQuantile(v, 0.995))
+	}
+	if len(rows) == 0 || !(hi > 0) {
+		return nil
+	}
+	end, step := niceAxis(hi)
+	plotW := chartW - chartLeft - chartRight
+	x := func(v float64) float64 { return chartLeft + plotW*min(max(v, 0), end)/end }
+	axisY := chartTop + float64(len(rows))*distRowH
+	c := &htmlChart{Width: px(chartW), Height: px(axisY + axisH), Left: px(chartLeft), Right: px(chartW - chartRight),
+		AxisY: px(axisY), TitleY: px(axisY + axisH - 6), TitleX: px(chartLeft + plotW/2), Title: "round trip of one exchange, sequential (µs)"}
+	for t := 0.0; t <= end+step/2; t += step {
+		c.Ticks = append(c.Ticks, htmlAxisTick{X: px(x(t)), Label: tickLabel(t)})
+	}
+	width := end / distBins
+	for i, rw := range rows {
+		top := chartTop + float64(i)*distRowH
+		hr := htmlRow{Label: rw.label, Impl: rw.impl, Transport: rw.tr, Y: px(top + distRowH/2 + 4), Mid: px(top + distRowH/2)}
+		var counts [distBins]int
+		beyond := 0
+		for _, v := range rw.v {
+			b := int(v / width)
+			if b >= distBins {
+				beyond++
+				continue
+			}
+			counts[max(b, 0)]++
+		}
+		most := slices.Max(counts[:])
+		n := len(rw.v)
+		for b, k := range counts {
+			if k == 0 {
+				continue
+			}
+			h := (distRowH - 12) * float64(k) / float64(most)
+			lo := float64(b) * width
+			hr.Bins = append(hr.Bins, htmlBin{X: px(x(lo)), Y: px(top + distRowH - 6 - h), W: px(max(plotW/distBins-1, 1)), H: px(h), Class: rw.class,
+				Tip: fmt.Sprintf("%s: %d of %d round trips (%s%%) from %s to %s µs", rw.label, k, n, num(round3(100*float64(k)/float64(n))), num(round3(lo)), num(round3(lo+width)))})
+		}
+		for _, q := range []struct {
+			name string
+			p    float64
+		}{{"p50", 0.50}, {"p99", 0.99}} {
+			v := sortedQuantile(rw.v, q.p)
+			hr.Medians = append(hr.Medians, htmlMark{X: px(x(v)), Y1: px(top + 4), Y2: px(top + distRowH - 4), Class: "median " + q.name,
+				Tip: fmt.Sprintf("%s %s: %s µs", rw.label, q.name, num(round3(v)))})
+		}
+		hr.Stats = []string{strconv.Itoa(n)}
+		for _, p := range []float64{0.50, 0.90, 0.99, 0.999, 1} {
+			hr.Stats = append(hr.Stats, num(round3(sortedQuantile(rw.v, p))))
+		}
+		hr.Stats = append(hr.Stats, fmt.Sprintf("%d above %s µs", beyond, tickLabel(end)))
+		c.Rows = append(c.Rows, hr)
+	}
+	return c
+}
+
+// sortedQuantile is the q-quantile (0 to 1) of sorted v: the value at
+// rank ceil(q*n), as percentileUS takes it.
+func sortedQuantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(q*float64(len(v)))) - 1
+	return v[min(max(i, 0), len(v)-1)]
+}
+
 // throughputChart charts pipelined exchanges/s per transport with the
 // raw anchors of that transport and the NATS bench's figure, against the
 // crypto ceiling; nil without a pipelined scenario or anchor.
@@ -484,6 +586,8 @@ svg .median { stroke-width: 3; }
 svg .median.p50 { stroke: #1f77b4; }
 svg .median.p99 { stroke: #d62728; }
 svg .bar.pipelined { fill: #1f77b4; }
+svg .bin { fill: #1f77b4; }
+svg .bin.anchor { fill: #9ecae1; }
 svg .bar.anchor { fill: #9ecae1; }
 svg .bar.anchor.batched { fill: #c6dbef; }
 svg .bar.nats { fill: #ff7f0e; }
@@ -538,6 +642,33 @@ svg .reflabel { fill: #c62828; text-anchor: end; }
 </table>
 {{- else}}
 <p>No sequential scenario in this run.</p>
+{{- end}}
+<h2>Latency distribution: sequential</h2>
+{{- with .Distribution}}
+{{- $c := .}}
+<p class="key">Every round trip of the counted repetitions, pooled: how many fall in each interval of the axis (a row's tallest bar is the row's height); the marks are p50 and p99. The raw anchor is the crypto of an exchange alone between the same two processes. <span><span class="sw" style="background:#1f77b4"></span>meerkatd</span><span><span class="sw" style="background:#9ecae1"></span>raw anchor</span></p>
+<svg viewBox="0 0 {{.Width}} {{.Height}}" width="{{.Width}}" height="{{.Height}}" role="img" aria-label="distribution of sequential round trips per transport">
+{{- template "axis" .}}
+{{- range .Rows}}
+<g class="row" data-impl="{{.Impl}}" data-transport="{{.Transport}}">
+<text class="label" x="{{$c.Left}}" dx="-8" y="{{.Y}}">{{.Label}}</text>
+{{- range .Bins}}
+<rect class="{{.Class}}" x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}"><title>{{.Tip}}</title></rect>
+{{- end}}
+{{- range .Medians}}
+<line class="{{.Class}}" x1="{{.X}}" x2="{{.X}}" y1="{{.Y1}}" y2="{{.Y2}}"><title>{{.Tip}}</title></line>
+{{- end}}
+</g>
+{{- end}}
+</svg>
+<table>
+<tr><th>transport</th><th>round trips</th><th>p50 µs</th><th>p90 µs</th><th>p99 µs</th><th>p99.9 µs</th><th>max µs</th><th>beyond the axis</th></tr>
+{{- range .Rows}}
+<tr><td>{{.Label}}</td>{{range .Stats}}<td>{{.}}</td>{{end}}</tr>
+{{- end}}
+</table>
+{{- else}}
+<p>No round trips recorded in this run.</p>
 {{- end}}
 <h2>Throughput: pipelined</h2>
 {{- with .Throughput}}

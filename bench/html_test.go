@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -358,5 +359,68 @@ func TestHTMLFileDiscard(t *testing.T) {
 	b, err := os.ReadFile(old)
 	if err != nil || !bytes.HasPrefix(b, []byte("<!DOCTYPE html>")) || bytes.Contains(b, []byte("xxx")) {
 		t.Errorf("written page: %v\n%.200s", err, b)
+	}
+}
+
+// TestHTMLDistribution: the round trips of the sequential scenario and its
+// raw anchor drawn as histograms, every round trip counted once (in a bar,
+// or in words beyond the axis), the quantiles in the table.
+func TestHTMLDistribution(t *testing.T) {
+	r := newResults()
+	r.reps, r.cores = 2, 2
+	var seq, raw []time.Duration
+	for i := range 1000 {
+		seq = append(seq, time.Duration(200+i%100)*time.Microsecond) // 200…299 µs
+		raw = append(raw, time.Duration(150+i%50)*time.Microsecond)  // 150…199 µs
+	}
+	seq = append(seq, 50*time.Millisecond, 80*time.Millisecond) // far beyond the axis
+	r.addLatencies(implMeerkatd, scAnchorRawSeq, hostile, inboxNone, raw)
+	r.addLatencies(implMeerkatd, scSequential, hostile, "memory", seq)
+	if got := r.values(implMeerkatd, scSequential, hostile, mP50); len(got) != 1 || got[0] != 250 {
+		t.Fatalf("sequential p50 %v, want 250", got)
+	}
+	var buf bytes.Buffer
+	if err := r.writeHTML(&buf, testSettings(hostile), testMeta); err != nil {
+		t.Fatal(err)
+	}
+	checkSelfContained(t, buf.String())
+	if strings.Contains(buf.String(), hostile) {
+		t.Errorf("the hostile transport name appears raw")
+	}
+	doc := parsePage(t, buf.Bytes())
+	rows := doc.all(func(n *pageNode) bool {
+		return n.name == "g" && len(n.all(func(c *pageNode) bool { return c.name == "rect" && hasClass(c, "bin") })) > 0
+	})
+	if len(rows) != 2 {
+		t.Fatalf("%d distribution rows, want 2 (raw anchor, sequential)", len(rows))
+	}
+	for i, want := range []struct {
+		class string
+		n     int // round trips in bars
+		total int
+	}{{"anchor", 1000, 1000}, {"", 1000, 1002}} {
+		bins := rows[i].all(func(c *pageNode) bool { return c.name == "rect" && hasClass(c, "bin") })
+		sum := 0
+		for _, b := range bins {
+			if want.class != "" && !hasClass(b, want.class) {
+				t.Errorf("row %d: bin without class %q", i, want.class)
+			}
+			var k, of int
+			if _, err := fmt.Sscanf(b.text[strings.Index(b.text, ": ")+2:], "%d of %d", &k, &of); err != nil || of != want.total {
+				t.Fatalf("row %d: bin tooltip %q: %v", i, b.text, err)
+			}
+			sum += k
+		}
+		if sum != want.n {
+			t.Errorf("row %d: %d round trips in bars, want %d", i, sum, want.n)
+		}
+		if n := len(rows[i].all(func(c *pageNode) bool { return c.name == "line" && hasClass(c, "median") })); n != 2 {
+			t.Errorf("row %d: %d quantile marks, want p50 and p99", i, n)
+		}
+	}
+	for _, want := range []string{"1002", "250", "290", "299", "80000", "2 above 300 µs", "0 above 300 µs"} {
+		if !strings.Contains(doc.text, want) {
+			t.Errorf("distribution table lacks %q", want)
+		}
 	}
 }

@@ -287,11 +287,11 @@ func (b *runner) dialRawWith(ctx context.Context, a transport.Addr, helloPrefix 
 }
 
 // rawSequential is anchor_raw_sequential: sign, write, read the answer,
-// verify it, one at a time; p50 and p99 in µs.
-func (b *runner) rawSequential(ctx context.Context, a transport.Addr) (p50, p99 float64, err error) {
+// verify it, one at a time; the round trips, the first tenth left out.
+func (b *runner) rawSequential(ctx context.Context, a transport.Addr) ([]time.Duration, error) {
 	rc, err := b.dialRaw(ctx, a)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	defer rc.c.Close()
 	rc.c.SetDeadline(time.Now().Add(time.Minute))
@@ -301,16 +301,16 @@ func (b *runner) rawSequential(ctx context.Context, a transport.Addr) (p50, p99 
 	for i := range b.opts.msgs + b.opts.msgs/10 {
 		t0 := time.Now()
 		if frame, err = rc.exchange(r, frame); err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		if i >= b.opts.msgs/10 { // the first tenth warms up
 			lat = append(lat, time.Since(t0))
 		}
 		if ctx.Err() != nil {
-			return 0, 0, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-	return percentileUS(lat, 0.50), percentileUS(lat, 0.99), nil
+	return lat, nil
 }
 
 // rawRun is the shared state of a raw throughput anchor's goroutines.

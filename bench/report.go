@@ -96,9 +96,27 @@ type results struct {
 	series      []*series
 	byKey       map[seriesKey]*series
 	notes       []string
+	// samples holds the round trips (µs) of the latency scenarios, pooled
+	// over the repetitions, for the page's distributions.
+	samples map[seriesKey][]float64
 }
 
-func newResults() *results { return &results{byKey: map[seriesKey]*series{}} }
+func newResults() *results {
+	return &results{byKey: map[seriesKey]*series{}, samples: map[seriesKey][]float64{}}
+}
+
+// addLatencies records a latency scenario's round trips: its p50 and p99
+// as metrics, and the round trips themselves for the distributions.
+func (r *results) addLatencies(impl, scenario, tr, inbox string, lat []time.Duration) (p50 float64) {
+	p50 = percentileUS(lat, 0.50)
+	r.add(impl, scenario, tr, inbox, mP50, p50)
+	r.add(impl, scenario, tr, inbox, mP99, percentileUS(lat, 0.99))
+	k := seriesKey{impl, scenario, tr, inbox}
+	for _, d := range lat {
+		r.samples[k] = append(r.samples[k], float64(d.Nanoseconds())/1e3)
+	}
+	return p50
+}
 
 func (r *results) add(impl, scenario, tr, inbox, metric string, v float64) {
 	k := seriesKey{impl, scenario, tr, inbox}

@@ -139,12 +139,11 @@ func (b *runner) followSequential(ctx context.Context, rec *results, tcpP50 floa
 		if !followsTCP(tr) {
 			continue
 		}
-		p50, p99, err := b.sequential(ctx, tr)
+		lat, err := b.sequential(ctx, tr)
 		if err != nil {
 			return fmt.Errorf("%s %s: %w", scSequential, tr, err)
 		}
-		rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
-		rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
+		p50 := rec.addLatencies(implMeerkatd, scSequential, tr, mem, lat)
 		if tcpP50 > 0 {
 			rec.add(implMeerkatd, scSequential, tr, mem, mVsTCP, p50/tcpP50)
 		}
@@ -250,13 +249,11 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 		o := b.opts
 		var rawSeq float64
 		if o.want("sequential") {
-			p50, p99, err := b.rawSequential(ctx, echoAddrs[tr])
+			lat, err := b.rawSequential(ctx, echoAddrs[tr])
 			if err := step(tr, scAnchorRawSeq, err); err != nil {
 				return err
 			}
-			rec.add(implMeerkatd, scAnchorRawSeq, tr, inboxNone, mP50, p50)
-			rec.add(implMeerkatd, scAnchorRawSeq, tr, inboxNone, mP99, p99)
-			rawSeq = p50
+			rawSeq = rec.addLatencies(implMeerkatd, scAnchorRawSeq, tr, inboxNone, lat)
 		}
 		var rawPipe, rawBatch loadResult
 		if o.want("pipelined") {
@@ -273,12 +270,11 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 		}
 
 		if o.want("sequential") {
-			p50, p99, err := b.sequential(ctx, tr)
+			lat, err := b.sequential(ctx, tr)
 			if err := step(tr, scSequential, err); err != nil {
 				return err
 			}
-			rec.add(implMeerkatd, scSequential, tr, mem, mP50, p50)
-			rec.add(implMeerkatd, scSequential, tr, mem, mP99, p99)
+			p50 := rec.addLatencies(implMeerkatd, scSequential, tr, mem, lat)
 			rec.add(implMeerkatd, scSequential, tr, mem, mVsRaw, p50/rawSeq)
 			if tr == transport.SchemeTCP {
 				if err := b.followSequential(ctx, rec, p50); err != nil {
@@ -569,32 +565,32 @@ func (b *runner) pingPong(ctx context.Context, a transport.Addr) (float64, error
 }
 
 // sequential sends one message at a time through a Router and returns
-// the p50 and p99 round trip (send to ack) in µs.
-func (b *runner) sequential(ctx context.Context, tr string) (p50, p99 float64, err error) {
+// the round trips (send to ack), the first tenth (the warm-up) left out.
+func (b *runner) sequential(ctx context.Context, tr string) ([]time.Duration, error) {
 	n, err := b.newNode(tr, config.StoreMemory)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	if _, err := n.start(ctx); err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	defer n.stop()
 	r, err := n.router(ctx, b.peers[0])
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	defer r.Close()
 	lat := make([]time.Duration, 0, b.opts.msgs)
 	for i := range b.opts.msgs + b.opts.msgs/10 {
 		t0 := time.Now()
 		if _, err := r.SendMessage(ctx, "node", body); err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		if i >= b.opts.msgs/10 {
 			lat = append(lat, time.Since(t0))
 		}
 	}
-	return percentileUS(lat, 0.50), percentileUS(lat, 0.99), nil
+	return lat, nil
 }
 
 // connPerMsg dials, writes one envelope, reads its ack and closes, msgs/2
