@@ -354,7 +354,7 @@ Checks (the performance targets; ratios per repetition, then the median;
   flood: trusted throughput >= 0.50 x pipelined, every flood envelope refused
   for its reason (untrusted ones never reach the signature check);
   durable >= 0.75 x pipelined with the memory inbox;
-  space_broadcast: every copy received (not a performance target);
+  space_broadcast: every copy received, once (not a performance target);
   idle_rss <= 20 MB, idle_rss_1000 <= 80 MB, startup <= 50 ms.
   tls: sequential p50 <= 1.15 x plaintext TCP p50, pipelined >= 0.90 x
   plaintext TCP (omitted when --transport leaves out tcp).

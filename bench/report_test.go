@@ -388,3 +388,32 @@ func TestClosedLoopFloor(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a > b*0.999 && a < b*1.001 }
+
+// TestSpaceCheck: every copy received once, in every repetition; a copy
+// missing or extra anywhere fails, and the value is the worst ratio.
+func TestSpaceCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		delivered []float64
+		wrong     []float64
+		value     float64
+		pass      bool
+	}{
+		{"all there", []float64{1, 1}, []float64{0, 0}, 1, true},
+		{"one missing", []float64{1, 0.5}, []float64{0, 10}, 0.5, false},
+		{"one extra", []float64{1, 1.25}, []float64{0, 5}, 1.25, false},
+		{"one missing, one extra: same total", []float64{1, 1}, []float64{0, 2}, 1, false},
+	} {
+		r := newResults()
+		r.reps, r.cores = len(tc.delivered), 2
+		for i := range tc.delivered {
+			r.add(implMeerkatd, scSpace, "uds", "memory", mDelivered, tc.delivered[i])
+			r.add(implMeerkatd, scSpace, "uds", "memory", mWrongCopies, tc.wrong[i])
+		}
+		r.computeChecks(settings{transports: []string{"uds"}})
+		cs := r.find(implMeerkatd, scSpace, "uds").checks
+		if len(cs) != 1 || cs[0].Value != tc.value || cs[0].Pass != tc.pass {
+			t.Errorf("%s: checks %+v, want value %v pass %v", tc.name, cs, tc.value, tc.pass)
+		}
+	}
+}

@@ -360,6 +360,10 @@ func (b *runner) repetition(ctx context.Context, rec *results, echoes map[string
 			rec.add(implMeerkatd, scSpace, tr, mem, mCPURatio, sp.cpuPerCopy/pipe.cpuPerEx)
 			rec.add(implMeerkatd, scSpace, tr, mem, mReceived, float64(sp.received))
 			rec.add(implMeerkatd, scSpace, tr, mem, mDelivered, float64(sp.received)/float64(sp.sent))
+			rec.add(implMeerkatd, scSpace, tr, mem, mWrongCopies, float64(sp.wrong))
+			if sp.problem != "" {
+				rec.notes = append(rec.notes, fmt.Sprintf("%s/%s: %s", scSpace, tr, sp.problem))
+			}
 		}
 
 		if o.want("resources") {
