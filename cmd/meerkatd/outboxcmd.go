@@ -93,14 +93,15 @@ func runDeadLetters(e *env, args []string) error {
 	switch sub {
 	case "retry", "drop":
 		verb := map[string]string{"retry": "requeued", "drop": "dropped"}[sub]
+		var missed error
+		if want := node.DistinctIDs(pos); n < want {
+			missed = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("%d of the %d ids given are not dead letters (see meerkatd deadletters)", want-n, want)}
+		}
 		if *asJSON {
-			return nodetext.PrintJSON(e.stdout, map[string]int{verb: n})
+			return e.printPartial(map[string]int{verb: n}, true, missed)
 		}
 		fmt.Fprintf(e.stdout, "%s %d dead letter(s)\n", verb, n)
-		if n < len(pos) {
-			return &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("%d of the given ids are not dead letters", len(pos)-n)}
-		}
-		return nil
+		return missed
 	}
 	return nodetext.List(e.stdout, e.stderr, *asJSON, dl, "no dead letters", nodetext.DeadLetters)
 }

@@ -425,7 +425,19 @@ func TestDeadLettersAuditAndStandalone(t *testing.T) {
 	alice.wantCode(exitUsage, []string{"--all"}, "deadletters", "retry")
 	alice.wantCode(exitUsage, []string{"--reliable"}, "send", "message", "bob", "x", "--ttl", "1s")
 	alice.wantCode(exitUsage, []string{"--since"}, "audit", "--since", "yesterday")
-	alice.ok("deadletters", "retry", expired.ID)
+	// An id that is not a dead letter fails the command, with --json too
+	// (the result with an error member); one given twice counts once.
+	unknown := "00000000-0000-4000-8000-000000000000"
+	for _, sub := range []string{"retry", "drop"} {
+		r := alice.wantCode(exitUsage, []string{"1 of the 1 ids given are not dead letters"}, "deadletters", sub, unknown, "--json")
+		var got struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Error.Code != "bad_argument" || !strings.Contains(r.stdout, `"`+map[string]string{"retry": "requeued", "drop": "dropped"}[sub]+`": 0`) {
+			t.Fatalf("deadletters %s of an unknown id with --json: %v\n%s", sub, err, r.stdout)
+		}
+	}
+	alice.ok("deadletters", "retry", expired.ID, strings.ToUpper(expired.ID))
 	if len(deadOf(t, alice)) != 0 {
 		t.Fatal("retry left the dead letter")
 	}

@@ -222,9 +222,21 @@ func deadIDs(ids []string, all bool) ([]identity.UUID, error) {
 		if err != nil {
 			return nil, errorf(CodeBadArgument, "%q is not an envelope id", s)
 		}
-		out = append(out, u)
+		if !slices.Contains(out, u) { // an id given twice counts once
+			out = append(out, u)
+		}
 	}
 	return out, nil
+}
+
+// DistinctIDs is how many different envelope ids ids holds (an id may be
+// written in either letter case); -1 if one is not an envelope id.
+func DistinctIDs(ids []string) int {
+	us, err := deadIDs(ids, false)
+	if err != nil {
+		return -1
+	}
+	return len(us)
 }
 
 // RetryDeadLetters implements [API].
