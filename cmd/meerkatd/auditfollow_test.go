@@ -150,6 +150,7 @@ func TestAuditUnknownPeer(t *testing.T) {
 
 	for _, tc := range []struct{ peer, id string }{
 		{"carol", "00000000-0000-4000-8000-000000000001"},
+		{"CAROL", "00000000-0000-4000-8000-000000000001"}, // a trusted name in any letter case, as elsewhere
 		{carol.ID().String(), "00000000-0000-4000-8000-000000000001"},
 		{carol.ID().UUID().String(), "00000000-0000-4000-8000-000000000001"},
 		{"dave", "00000000-0000-4000-8000-000000000002"}, // removed, but in the log
@@ -160,6 +161,10 @@ func TestAuditUnknownPeer(t *testing.T) {
 		if code != exitOK || json.Unmarshal([]byte(out), &r) != nil || r.ID != tc.id {
 			t.Errorf("audit --peer %s: exit %d, stdout %q, stderr %q; want the row %s", tc.peer, code, out, errOut, tc.id)
 		}
+	}
+	// A key that does not parse is a bad argument, not an unknown peer.
+	if code, _, errOut := run(t, nil, "audit", "--peer", "ed25519:not-base64", "--home", home); code != exitUsage || !strings.Contains(errOut, "not a valid key") {
+		t.Errorf("audit --peer with a malformed key: exit %d, stderr %q; want exit %d", code, errOut, exitUsage)
 	}
 }
 

@@ -39,22 +39,25 @@ func AuditPeer(h *Home, ref string) (string, error) {
 	if ref == "" {
 		return "", nil
 	}
-	if _, err := identity.ParsePeerID(ref); err == nil {
-		return ref, nil
+	id, err := identity.ParsePeerID(ref)
+	if err == nil {
+		return id.String(), nil
+	}
+	if strings.HasPrefix(ref, "ed25519:") {
+		return "", errorf(CodeBadArgument, "%q is not a valid key: %v", ref, err)
 	}
 	l, err := trust.LoadOrEmpty(h.TrustPath())
 	if err != nil {
 		return "", err
 	}
-	if _, ok := l.ByName(ref); ok {
-		return ref, nil
-	}
-	if u, err := identity.ParseUUID(ref); err == nil {
-		for _, p := range l.Peers() {
-			if p.ID.UUID() == u {
-				return p.ID.String(), nil
-			}
+	// A trusted peer by its name in any letter case, or its peer UUID: a
+	// name matches the rows written under the stored name, a UUID those
+	// of the key.
+	if p, ok := l.Resolve(ref); ok {
+		if _, err := identity.ParseUUID(ref); err == nil {
+			return p.ID.String(), nil
 		}
+		return p.Name, nil
 	}
 	_, st, err := audit.Read(filepath.Join(h.Dir, audit.FileName), audit.Filter{Peer: ref}, 1)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
