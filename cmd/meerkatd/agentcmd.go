@@ -152,7 +152,7 @@ func runCancel(e *env, args []string) error {
 		return err
 	}
 	e.noteReplayed(c.Replayed, "cancel")
-	fmt.Fprintf(e.stdout, "%s cancelled; %s told (cancel %s, %s)\n", c.Request.ID, nodetext.Who(c.Request.Peer, c.Request.PubKey), c.Cancel.ID, c.Cancel.Delivery)
+	nodetext.Cancelled(e.stdout, c)
 	return err
 }
 

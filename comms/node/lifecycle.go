@@ -115,7 +115,11 @@ type RequestQuery struct {
 // and the meerkat.cancel request sent to tell the peer.
 type Cancelled struct {
 	Request SentRequest `json:"request"`
-	Cancel  Sent        `json:"cancel"`
+	Cancel  Sent        `json:"cancel"` // the meerkat.cancel sent to the peer (empty when Withdrawn)
+	// Withdrawn is true when the request was still queued in the outbox
+	// (its peer away): it is a dead letter now (reason cancelled), the
+	// peer never got it, and no cancel was sent.
+	Withdrawn bool `json:"withdrawn,omitempty"`
 	// Replayed is true when an idempotency key used before returned the
 	// first call's result: nothing was done again.
 	Replayed bool `json:"replayed,omitempty"`
@@ -344,7 +348,7 @@ func (lc *lifecycle) timeOut(ctx context.Context, id string, now time.Time) {
 		return // answered or cancelled meanwhile
 	}
 	name := lc.peerName(d.peer)
-	if lc.withdraw(d.peer, id) {
+	if lc.withdraw(d.peer, id, outbox.ReasonDeadline+": the request's deadline passed before it could be delivered") {
 		// Still queued: the peer never had it, so nothing to tell it.
 		lc.n.raiseNotice(Notice{Event: NoticeRequestTimedOut, Peer: name, ID: id,
 			Text: fmt.Sprintf("request %s to %s timed out: its deadline %s passed before it could be delivered; it is a dead letter now, and %s never got it", id, name, d.deadline.UTC().Format(time.RFC3339), name)})
@@ -358,14 +362,14 @@ func (lc *lifecycle) timeOut(ctx context.Context, id string, now time.Time) {
 }
 
 // withdraw moves request id, if it is still queued in the outbox for
-// peer and not being attempted, to the dead letters (reason deadline), and
+// peer and not being attempted, to the dead letters with reason, and
 // reports whether it did.
-func (lc *lifecycle) withdraw(peer identity.PeerID, id string) bool {
+func (lc *lifecycle) withdraw(peer identity.PeerID, id, reason string) bool {
 	u, err := identity.ParseUUID(id)
 	if err != nil || lc.n.ob == nil {
 		return false
 	}
-	return lc.n.ob.Withdraw(peer, u, outbox.ReasonDeadline+": the request's deadline passed before it could be delivered")
+	return lc.n.ob.Withdraw(peer, u, reason)
 }
 
 func (lc *lifecycle) forgetDue(id string) {
@@ -680,6 +684,13 @@ func (n *Node) cancelRequest(ctx context.Context, requestID, reason string) (Can
 		return Cancelled{}, errorf(CodeBadArgument, "request %s is %s, not open: only an open request can be cancelled", id, r.State)
 	}
 	n.lc.forgetDue(r.ID)
+	if n.lc.withdraw(r.Recipient, r.ID, outbox.ReasonCancelled+": the request was cancelled before it could be delivered") {
+		// Still queued: the peer never had it, so nothing to tell it.
+		if r2, ok, rerr := n.lc.st.SentRequest(r.ID); rerr == nil && ok {
+			r = r2
+		}
+		return Cancelled{Request: sentRequest(r), Withdrawn: true}, nil
+	}
 	sent, err := n.lc.sendCancel(ctx, r.Recipient, r.ID, CancelReasonCancelled, reason, false)
 	if r2, ok, rerr := n.lc.st.SentRequest(r.ID); rerr == nil && ok {
 		r = r2

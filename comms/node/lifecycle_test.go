@@ -741,3 +741,34 @@ func TestMalformedRequestID(t *testing.T) {
 		t.Fatalf("cancel of an unknown id: %v, want %s", err, CodeUnknownRequest)
 	}
 }
+
+// Cancelling a request still queued for a peer that is away withdraws it:
+// a dead letter (reason cancelled), no cancel queued behind it, and the
+// result says so.
+func TestCancelQueuedRequest(t *testing.T) {
+	alice, bob := pairedNodes(t, true)
+	bob.Close()
+	ctx := context.Background()
+	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Reliable: true})
+	if err != nil || sent.Delivery != DeliveryQueued {
+		t.Fatalf("SendRequest to a stopped peer: %+v, %v", sent, err)
+	}
+	// Not while an attempt is under way (it might deliver it): after the
+	// second failed one (the first is retried at once), it waits 5s for
+	// its next.
+	waitFor(t, 20*time.Second, "the request to wait for its next attempt", func() bool {
+		ob, err := alice.Outbox(ctx)
+		return err == nil && len(ob.Entries) == 1 && ob.Entries[0].Attempts >= 2 && !ob.Entries[0].InFlight
+	})
+	c, err := alice.CancelRequest(ctx, sent.ID, "not needed", SendOptions{})
+	if err != nil || !c.Withdrawn || c.Cancel.ID != "" || c.Request.State != RequestCancelled {
+		t.Fatalf("cancel of a queued request: %+v, %v", c, err)
+	}
+	if ob, err := alice.Outbox(ctx); err != nil || len(ob.Entries) != 0 {
+		t.Fatalf("outbox after the cancel: %+v, %v (want no request, no cancel)", ob.Entries, err)
+	}
+	dl, err := alice.DeadLetters(ctx)
+	if err != nil || len(dl) != 1 || dl[0].ID != sent.ID || !strings.HasPrefix(dl[0].Reason, "cancelled: ") {
+		t.Fatalf("dead letters: %+v, %v", dl, err)
+	}
+}

@@ -38,6 +38,7 @@ const (
 	ReasonUnknownPeer = "unknown_peer"      // the recipient is no longer trusted
 	ReasonRejected    = "rejected"          // the envelope cannot be sent at all
 	ReasonDeadline    = "deadline"          // a request's deadline passed before it was delivered
+	ReasonCancelled   = "cancelled"         // a request was cancelled before it was delivered
 )
 
 // Breaker is a peer's circuit-breaker state, as stored.

@@ -388,6 +388,16 @@ func SearchHits(w io.Writer, hits []node.SearchHit) {
 	}
 }
 
+// Cancelled writes what cancelling a request did.
+func Cancelled(w io.Writer, c node.Cancelled) {
+	who := Who(c.Request.Peer, c.Request.PubKey)
+	if c.Withdrawn {
+		fmt.Fprintf(w, "%s cancelled before it was delivered: a dead letter now; %s never got it, so nothing was sent\n", c.Request.ID, who)
+		return
+	}
+	fmt.Fprintf(w, "%s cancelled; %s told (cancel %s, %s)\n", c.Request.ID, who, c.Cancel.ID, c.Cancel.Delivery)
+}
+
 // Card writes an agent card.
 func Card(w io.Writer, c node.CardInfo) {
 	fmt.Fprintf(w, "name:         %s\n", Escape(c.Name, ""))

@@ -145,3 +145,22 @@ func TestSentDetail(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelled: a cancel that told the peer names the cancel envelope; a
+// withdrawn request says the peer never got it.
+func TestCancelled(t *testing.T) {
+	req := node.SentRequest{ID: "r-1", Peer: "bob", PubKey: "ed25519:k"}
+	for _, tc := range []struct {
+		c    node.Cancelled
+		want string
+	}{
+		{node.Cancelled{Request: req, Cancel: node.Sent{ID: "c-1", Delivery: "acked"}}, "r-1 cancelled; bob told (cancel c-1, acked)\n"},
+		{node.Cancelled{Request: req, Withdrawn: true}, "r-1 cancelled before it was delivered: a dead letter now; bob never got it, so nothing was sent\n"},
+	} {
+		var b strings.Builder
+		Cancelled(&b, tc.c)
+		if b.String() != tc.want {
+			t.Errorf("Cancelled(%+v) = %q, want %q", tc.c, b.String(), tc.want)
+		}
+	}
+}
