@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -183,21 +182,5 @@ func runRelease(e *env, args []string) error {
 	if len(pos) == 0 {
 		return nodetext.List(e.stdout, e.stderr, *asJSON, before, "the loop guard counts no fast replies and holds no peer", nodetext.LoopGuards)
 	}
-	// The peer released is the one whose state it dropped (PEER may be a
-	// name, key or UUID).
-	var was *node.LoopGuardState
-	for i, g := range before {
-		if !slices.ContainsFunc(after, func(a node.LoopGuardState) bool { return a.PubKey == g.PubKey }) {
-			was = &before[i]
-		}
-	}
-	if *asJSON {
-		return nodetext.PrintJSON(e.stdout, map[string]any{"peer": pos[0], "released": was != nil && was.Held})
-	}
-	if was != nil && was.Held {
-		fmt.Fprintf(e.stdout, "released %s: sends to it go again (it was held until %s); its count starts again\n", nodetext.Line(pos[0]), nodetext.Time(was.HeldUntil))
-	} else {
-		fmt.Fprintf(e.stdout, "%s was not held; its count starts again\n", nodetext.Line(pos[0]))
-	}
-	return nil
+	return nodetext.Released(e.stdout, *asJSON, pos[0], before, after)
 }

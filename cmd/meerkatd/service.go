@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -30,18 +31,34 @@ func runService(e *env, args []string) error {
 		return err
 	}
 	switch sub {
-	case "install", "print":
+	case "install":
+	case "print":
+		if *force {
+			return fmt.Errorf("%w: print takes no --force", errUsage)
+		}
 	case "uninstall":
-		fmt.Fprintln(e.stderr, systemdunit.StopFirst(path))
-		err := systemdunit.Uninstall(path, *force)
-		if err == nil {
+		home := "" // with --home: only that home's unit
+		flags.Visit(func(f *flag.Flag) {
+			if f.Name == "home" {
+				home, err = e.homeDir(*homeFlag)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if err = systemdunit.Uninstall(path, home, *force, e.stderr); err == nil {
 			fmt.Fprintf(e.stdout, "removed %s\n", path)
 		}
 		return err
 	default:
 		return fmt.Errorf("%w: want a subcommand: install, print or uninstall", errUsage)
 	}
-	h, err := e.openHome(*homeFlag, false, node.OpenOptions{})
+	dir, err := e.homeDir(*homeFlag)
+	if err != nil {
+		return err
+	}
+	// As the service will see it: meerkat.toml, not this shell's MEERKAT_*.
+	h, _, err := node.OpenHome(dir, node.OpenOptions{})
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -225,20 +226,51 @@ func TestServicePrintAndUnitName(t *testing.T) {
 	}
 }
 
-// A socket outside the home is writable by the service too.
+// A socket outside the home (meerkat.toml's) is writable by the service
+// too; a MEERKAT_* variable of the installing shell, which the service
+// will not see, does not count.
 func TestServiceInstallSocketElsewhere(t *testing.T) {
 	t.Parallel()
 	n := newNode(t, "alice")
-	cfg, sockDir := t.TempDir(), t.TempDir()
-	n.env = append(n.env, "XDG_CONFIG_HOME="+cfg, "MEERKAT_COMMS_LISTEN_UDS="+filepath.Join(sockDir, "mk.sock"))
+	cfg, sockDir, shellDir := t.TempDir(), t.TempDir(), t.TempDir()
+	path := filepath.Join(n.home, "meerkat.toml")
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.Replace(string(orig), "listen_uds = \"\"", fmt.Sprintf("listen_uds = %q", filepath.Join(sockDir, "mk.sock")), 1)
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.env = append(n.env, "XDG_CONFIG_HOME="+cfg, "MEERKAT_COMMS_LISTEN_UDS="+filepath.Join(shellDir, "mk.sock"))
 	n.ok("service", "install")
 	b, err := os.ReadFile(filepath.Join(cfg, "systemd", "user", systemdunit.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "ReadWritePaths=" + n.home + " " + sockDir + " %t\n"; !strings.Contains(string(b), want) {
-		t.Errorf("unit lacks %q:\n%s", want, b)
+	if want := "ReadWritePaths=" + n.home + " " + sockDir + " %t\n"; !strings.Contains(string(b), want) || strings.Contains(string(b), shellDir) {
+		t.Errorf("unit lacks %q, or names the shell's socket directory %s:\n%s", want, shellDir, b)
 	}
+}
+
+// uninstall with --home removes only that home's unit; print takes no
+// --force.
+func TestServiceUninstallOtherHome(t *testing.T) {
+	t.Parallel()
+	n, other := newNode(t, "alice"), newNode(t, "bob")
+	cfg := t.TempDir()
+	n.env = append(n.env, "XDG_CONFIG_HOME="+cfg)
+	other.env = append(other.env, "XDG_CONFIG_HOME="+cfg)
+	n.ok("service", "install")
+	r := other.wantCode(exitError, []string{"runs the node of home " + n.home, "not " + other.home}, "service", "uninstall") // the helper gives --home
+	if strings.Contains(r.stderr, "disable --now") {
+		t.Errorf("uninstall that removed nothing says to disable the service:\n%s", r)
+	}
+	if _, err := os.Stat(filepath.Join(cfg, "systemd", "user", systemdunit.Name)); err != nil {
+		t.Fatalf("uninstall --home of another home removed the unit: %v", err)
+	}
+	n.wantCode(exitUsage, []string{"print takes no --force"}, "service", "print", "--force")
+	n.ok("service", "uninstall")
 }
 
 // Every shell's script names every top-level command, and the shells

@@ -55,9 +55,11 @@ too, give its unit another name, the same with every subcommand:
   systemctl --user enable --now meerkatd-work
 
 uninstall removes the unit (one install wrote; --force removes another);
-run "systemctl --user disable --now meerkatd" (or the unit's name) first.
+with --home, only if it runs that home. Run "systemctl --user disable
+--now meerkatd" (or the unit's name) first.
 meerkat.toml is read when the daemon starts; MEERKAT_* variables of the
-shell that installs the unit do not reach it.`
+shell that installs the unit do not reach it (nor the socket directory
+the unit lets it write, which comes from meerkat.toml).`
 
 // StopTimeout is how long systemd waits after SIGTERM before it kills the
 // daemon (TimeoutStopSec).
@@ -66,6 +68,8 @@ const StopTimeout = "20s"
 var (
 	// ErrExists means a different unit file is already installed.
 	ErrExists = errors.New("systemdunit: a different unit is installed")
+	// ErrOtherHome means the unit there runs another home's node.
+	ErrOtherHome = errors.New("systemdunit: the unit there is another home's")
 	// ErrNotInstalled means there is no unit file to remove.
 	ErrNotInstalled = errors.New("systemdunit: no unit is installed")
 	// ErrNotOurs means the unit there was not written by install: it is
@@ -319,9 +323,11 @@ func WriteFile(path, text string, force bool) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// Uninstall removes the unit file at path; it returns an error wrapping
-// ErrNotInstalled when there is none.
-func Uninstall(path string, force bool) error {
+// Uninstall removes the unit file at path, after writing StopFirst to w;
+// it returns an error wrapping ErrNotInstalled when there is none. With
+// home (not ""), a unit install wrote for another home is kept unless
+// force: the error wraps ErrOtherHome and names both.
+func Uninstall(path, home string, force bool, w io.Writer) error {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w: %s", ErrNotInstalled, path)
@@ -332,5 +338,9 @@ func Uninstall(path string, force bool) error {
 	if !force && !bytes.Contains(b, []byte("\n"+descriptionPrefix)) {
 		return fmt.Errorf("%w: %s", ErrNotOurs, path)
 	}
+	if other, ok := homeOf(string(b)); ok && !force && home != "" && other != home {
+		return fmt.Errorf("%w: %s runs the node of home %s, not %s; name this home's unit with --unit, or remove that one with --force", ErrOtherHome, path, other, home)
+	}
+	fmt.Fprintln(w, StopFirst(path))
 	return os.Remove(path)
 }

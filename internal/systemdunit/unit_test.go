@@ -196,10 +196,10 @@ func TestWriteFileUninstall(t *testing.T) {
 		t.Errorf("unit file mode: %v %v", fi.Mode(), err)
 	}
 	// Someone else's unit is removed only with force.
-	if err := Uninstall(path, false); !errors.Is(err, ErrNotOurs) {
+	if err := Uninstall(path, "", false, io.Discard); !errors.Is(err, ErrNotOurs) {
 		t.Fatalf("Uninstall of a unit install did not write: %v, want ErrNotOurs", err)
 	}
-	if err := Uninstall(path, true); err != nil {
+	if err := Uninstall(path, "", true, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	ours, err := Unit{Exec: "/usr/bin/meerkatd", Home: "/home/a/.config/meerkat"}.Text()
@@ -209,13 +209,13 @@ func TestWriteFileUninstall(t *testing.T) {
 	if err := WriteFile(path, ours, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := Uninstall(path, false); err != nil {
+	if err := Uninstall(path, "", false, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("after Uninstall: %v", err)
 	}
-	if err := Uninstall(path, false); !errors.Is(err, ErrNotInstalled) {
+	if err := Uninstall(path, "", false, io.Discard); !errors.Is(err, ErrNotInstalled) {
 		t.Errorf("second Uninstall: %v, want ErrNotInstalled", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 0 {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -386,6 +387,27 @@ func SearchHits(w io.Writer, hits []node.SearchHit) {
 		fmt.Fprintf(w, "#%d %s %s from %s id %s%s\n  %s\n", m.Seq, m.Received.Local().Format(time.RFC3339),
 			Escape(m.Kind, ""), Escape(m.Peer, ""), m.ID, state, Escape(h.Snippet, "  "))
 	}
+}
+
+// Released writes what releasing peer (as given: a name, key or UUID)
+// from the loop guard did, from the guard's states before and after: the
+// peer released is the one whose state was dropped.
+func Released(w io.Writer, asJSON bool, peer string, before, after []node.LoopGuardState) error {
+	var was *node.LoopGuardState
+	for i, g := range before {
+		if !slices.ContainsFunc(after, func(a node.LoopGuardState) bool { return a.PubKey == g.PubKey }) {
+			was = &before[i]
+		}
+	}
+	if asJSON {
+		return PrintJSON(w, map[string]any{"peer": peer, "released": was != nil && was.Held})
+	}
+	if was != nil && was.Held {
+		_, err := fmt.Fprintf(w, "released %s: sends to it go again (it was held until %s); its count starts again\n", Line(peer), Time(was.HeldUntil))
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%s was not held; its count starts again\n", Line(peer))
+	return err
 }
 
 // Cancelled writes what cancelling a request did.
