@@ -2,6 +2,7 @@ package systemdunit
 
 import (
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,6 +206,18 @@ func TestWriteFileUninstall(t *testing.T) {
 	ours, err := Unit{Exec: "/usr/bin/meerkatd", Home: "/home/a/.config/meerkat"}.Text()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := WriteFile(path, ours, false); err != nil {
+		t.Fatal(err)
+	}
+	// Asked for another home's unit: kept, and nothing said about
+	// disabling it.
+	var said strings.Builder
+	if err := Uninstall(path, "/home/b/.config/meerkat", false, &said); !errors.Is(err, ErrOtherHome) || said.Len() != 0 {
+		t.Fatalf("Uninstall for another home: %v, said %q; want ErrOtherHome, nothing said", err, said.String())
+	}
+	if err := Uninstall(path, "/home/a/.config/meerkat", false, &said); err != nil || !strings.Contains(said.String(), "disable --now") {
+		t.Fatalf("Uninstall for its own home: %v, said %q", err, said.String())
 	}
 	if err := WriteFile(path, ours, false); err != nil {
 		t.Fatal(err)
