@@ -580,6 +580,9 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"inbox", "--from", "carol"}, exitUnknownPeer, "carol", true},
 		{[]string{"send", "response", "bob", uuid, "completed"}, exitUsage, "no request " + uuid, true},
 		{[]string{"deadletters", "retry", "123"}, exitUsage, "not an envelope id", true},
+		// Flags before the subcommand: the subcommand is still the subcommand.
+		{[]string{"deadletters", "--json", "retry", "123"}, exitUsage, "not an envelope id", true},
+		{[]string{"space", "--json", "add", "build", "bob"}, exitUsage, "wrong number of arguments", false},
 		{[]string{"send", "message", "bob", "hi", "--reliable", "--ttl", "9999h"}, exitUsage, "ttl", true},
 		{[]string{"space", "shout"}, exitUsage, "unknown space subcommand", false},
 		{[]string{"space", "add", "build", "bob"}, exitUsage, "wrong number of arguments", false},

@@ -199,6 +199,9 @@ func (e *env) main(args []string) int {
 		}
 		defer stopProfile()
 	}
+	if subs, _ := completion.FromUsage("meerkatd", name, cmd.usage); len(subs) > 0 { // "X --home A sub" is "X sub --home A"
+		args = slices.Concat(args[:1], completion.SubcommandFirst(args[1:], subs, append(completion.ValueFlags(cmd.usage), "--home")))
+	}
 	err := cmd.run(e, args[1:])
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return exitOK

@@ -107,6 +107,32 @@ func ValueFlags(usage string) []string {
 	return flags
 }
 
+// SubcommandFirst returns a command's arguments with its subcommand first
+// when flags come before it ("--home DIR retry ID" becomes "retry --home
+// DIR ID"): the first argument that is neither a flag nor the value of
+// one of valueFlags ("--flag", also written "-flag"), moved to the front
+// if it is one of subcommands. Otherwise, and after "--", args is
+// returned as it is.
+func SubcommandFirst(args, subcommands, valueFlags []string) []string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return args
+		case strings.HasPrefix(a, "-"):
+			name := "--" + strings.TrimLeft(a, "-")
+			if !strings.Contains(name, "=") && slices.Contains(valueFlags, name) {
+				i++ // its value
+			}
+		case i == 0 || !slices.Contains(subcommands, a):
+			return args
+		default:
+			return slices.Concat([]string{a}, args[:i], args[i+1:])
+		}
+	}
+	return args
+}
+
 // Add adds the command name, reading its subcommands, flags and flags that
 // take a value from its usage text with FromUsage and ValueFlags.
 func (p *Program) Add(name, summary, usage string) {

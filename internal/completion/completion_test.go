@@ -263,3 +263,47 @@ func TestZshCompletes(t *testing.T) {
 		}
 	}
 }
+
+// TestSubcommandFirst: flags before the subcommand are stepped over, with
+// their values; only a known subcommand moves to the front.
+func TestSubcommandFirst(t *testing.T) {
+	subs := []string{"list", "retry", "drop"}
+	vals := []string{"--home", "--limit"}
+	for _, tc := range []struct {
+		in, want string
+	}{
+		{"retry ID --home A", "retry ID --home A"},
+		{"--home A retry ID", "retry --home A ID"},
+		{"-home A retry ID", "retry -home A ID"},
+		{"--home=A retry ID", "retry --home=A ID"},
+		{"--json list", "list --json"},
+		{"--json --home A drop --all", "drop --json --home A --all"},
+		{"--home retry list", "list --home retry"}, // retry is --home's value
+		{"--json", "--json"},
+		{"--home A bogus ID", "--home A bogus ID"}, // not a subcommand: left for the command to refuse
+		{"--json -- retry", "--json -- retry"},
+		{"", ""},
+	} {
+		got := strings.Join(SubcommandFirst(strings.Fields(tc.in), subs, vals), " ")
+		if got != tc.want {
+			t.Errorf("SubcommandFirst(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// FuzzSubcommandFirst: the result is the arguments reordered, nothing lost
+// or added, and either unchanged or with a subcommand first.
+func FuzzSubcommandFirst(f *testing.F) {
+	f.Add("--home\x00A\x00retry\x00ID")
+	f.Add("--\x00retry")
+	f.Fuzz(func(t *testing.T, joined string) {
+		args := strings.Split(joined, "\x00")
+		got := SubcommandFirst(slices.Clone(args), []string{"list", "retry"}, []string{"--home"})
+		if a, b := slices.Sorted(slices.Values(args)), slices.Sorted(slices.Values(got)); !slices.Equal(a, b) {
+			t.Fatalf("%q became %q", args, got)
+		}
+		if !slices.Equal(got, args) && got[0] != "list" && got[0] != "retry" {
+			t.Fatalf("%q became %q: not a subcommand first", args, got)
+		}
+	})
+}
