@@ -302,7 +302,9 @@ Scenarios (per transport; the node keeps its inbox in memory unless said):
   closed_loop_16    16 peers (own keys, own connections), one in flight each
   conn_per_msg      dial, write one envelope, read its ack, close (p50 µs)
   flood_bad_signature  pipelined while connections flood envelopes from a trusted
-                    key with corrupted signatures (ratio to pipelined, refused/s)
+                    key with corrupted signatures (ratio to pipelined; refused_per_s:
+                    flood envelopes sent per second in the window, each of which
+                    the check requires refused)
   flood_untrusted   the same with envelopes from an unknown key (also with a
                     corrupted signature: counted "untrusted", not "bad_signature",
                     shows the trust check comes before the signature check)
@@ -315,13 +317,14 @@ Scenarios (per transport; the node keeps its inbox in memory unless said):
                     CPU µs per copy (this process and the three nodes); ratio =
                     copies/s / pipelined exchanges/s and cpu_ratio = CPU per copy /
                     pipelined's CPU per exchange, both of the same repetition.
-                    Every copy must reach a receiver's inbox (copies_received; the
-                    scenario fails otherwise)
+                    Every copy must reach a receiver's inbox once (copies_received;
+                    the check fails otherwise, and a note names the receiver)
   startup           exec to the listener accepting a connection (ms, median of
                     several starts; default store, SQLite)
-  idle_rss          VmRSS of the idle daemon after start (MB)
+  idle_rss          VmRSS of the idle daemon after start (MB: here 2^20 bytes)
   idle_rss_1000     VmRSS with 1000 idle connections, each authenticated by one
-                    acknowledged envelope (MB)
+                    acknowledged envelope (MB, 2^20 bytes; the name keeps 1000
+                    whatever --idle-conns says)
 
 Over tls (the node's TCP port reached at a tls:// address, TLS 1.3 with
 pinned keys, the node refusing plaintext) only sequential and pipelined
@@ -402,7 +405,9 @@ fetched). The file is created before the first repetition, so a path that
 cannot be written fails at once.
 --gate exits 1 (failed checks on stderr) when a check fails, or when no
 check was computed; otherwise the
-exit status is 0 whatever the figures. --quick is a smoke run of every code
+exit status is 0 whatever the figures. A run is stopped after 60 minutes
+(3 with --quick), reporting nothing: size --reps, --duration and --msgs
+to fit. --quick is a smoke run of every code
 path in a few seconds (one repetition, tiny counts, UDS unless --transport):
 its figures mean nothing.`
 
@@ -498,7 +503,7 @@ func (o *Options) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per scenario per line")
 	fs.StringVar(&o.HTML, "html", "", "also write a self-contained HTML page of the run (charts, checks) to `FILE`")
 	fs.BoolVar(&o.Gate, "gate", false, "exit 1 when a check fails, or when no check was computed")
-	fs.BoolVar(&o.Quick, "quick", false, "smoke run: one repetition, tiny counts, UDS only")
+	fs.BoolVar(&o.Quick, "quick", false, "smoke run: one repetition, tiny counts, UDS unless --transport says otherwise")
 	fs.StringVar(&o.Only, "only", "", "comma-separated scenario `groups` to run (default all): "+strings.Join(Groups(), ", "))
 }
 
@@ -518,7 +523,7 @@ func (a atLeast) String() string {
 
 func (a atLeast) Set(s string) error {
 	n, err := strconv.Atoi(s)
-	if err != nil {
+	if err != nil || n > math.MaxInt32 {
 		return fmt.Errorf("not a whole number from %d to %d", a.min, math.MaxInt32)
 	}
 	if n < a.min {

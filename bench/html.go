@@ -222,7 +222,7 @@ func (r *results) writeHTML(w io.Writer, o settings, meta htmlMeta) error {
 	for _, s := range r.series {
 		for _, c := range s.checks {
 			hc := htmlCheck{Pass: c.Pass, Scenario: s.key.scenario, Transport: s.key.transport,
-				Target: c.Target, Value: num(round3(c.Value)), Limit: num(c.Limit), Unreachable: c.Unreachable()}
+				Target: c.Target, Value: c.shown(), Limit: num(c.Limit), Unreachable: c.Unreachable()}
 			if c.Bound != 0 {
 				hc.Bound, hc.Basis = num(round3(c.Bound)), c.BoundBasis
 			}

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -63,6 +64,16 @@ type Check struct {
 	BoundBasis string  `json:"bound_basis,omitempty"`
 	BoundHard  bool    `json:"bound_hard,omitempty"`
 	atMost     bool
+}
+
+// shown is c's value as the report prints it: rounded (round3), with
+// more digits when rounding would make a failed value look like its
+// limit (1.1004 against 1.10).
+func (c Check) shown() string {
+	if v := round3(c.Value); v != c.Limit || c.Pass {
+		return num(v)
+	}
+	return strconv.FormatFloat(c.Value, 'g', 6, 64)
 }
 
 // beyond reports whether c's bound is on the wrong side of its limit.
@@ -389,7 +400,7 @@ func (r *results) failed() []string {
 	for _, s := range r.series {
 		for _, c := range s.checks {
 			if !c.Pass {
-				out = append(out, fmt.Sprintf("%s/%s: %s: %.3g (limit %.3g)", s.key.scenario, s.key.transport, c.Target, c.Value, c.Limit))
+				out = append(out, fmt.Sprintf("%s/%s: %s: %s (limit %s)", s.key.scenario, s.key.transport, c.Target, c.shown(), num(c.Limit)))
 			}
 		}
 	}
@@ -473,7 +484,7 @@ func (r *results) writeTable(w io.Writer, o settings) error {
 			if !c.Pass {
 				verdict = "FAIL"
 			}
-			fmt.Fprintf(tw, "  %s\t%s/%s\t%s\t%s\t(limit %s)\n", verdict, s.key.scenario, s.key.transport, c.Target, num(round3(c.Value)), num(c.Limit))
+			fmt.Fprintf(tw, "  %s\t%s/%s\t%s\t%s\t(limit %s)\n", verdict, s.key.scenario, s.key.transport, c.Target, c.shown(), num(c.Limit))
 		}
 	}
 	tw.Flush()

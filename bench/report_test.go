@@ -417,3 +417,20 @@ func TestSpaceCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckShown: a failed value never prints as its limit.
+func TestCheckShown(t *testing.T) {
+	for _, tc := range []struct {
+		c    Check
+		want string
+	}{
+		{Check{Value: 1.1004, Limit: 1.1, Pass: false}, "1.1004"},
+		{Check{Value: 1.0996, Limit: 1.1, Pass: true}, "1.1"},
+		{Check{Value: 1.234, Limit: 2, Pass: true}, "1.23"},
+		{Check{Value: 0.4999, Limit: 0.5, atMost: false, Pass: false}, "0.4999"},
+	} {
+		if got := tc.c.shown(); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.c, got, tc.want)
+		}
+	}
+}

@@ -22,6 +22,9 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "--reps", "-1"}, `--reps "-1": at least 1`},
 		{[]string{"bench", "--reps", "0"}, `--reps "0": at least 1`},
 		{[]string{"bench", "--msgs", "5"}, `--msgs "5": at least 10`},
+		{[]string{"bench", "--reps", "99999999999"}, `--reps "99999999999": not a whole number from 1 to 2147483647`},
+		{[]string{"bench", "--nats", "/nonexistent/natsbench"}, "--nats /nonexistent/natsbench: no such file"},
+		{[]string{"bench", "--nats-url", "nats://u:hunter2@127.0.0.1:4222", "--transport", "nats"}, "credentials do not belong in the URL"},
 		{[]string{"bench", "--idle-conns", "0"}, `--idle-conns "0": at least 1`},
 		{[]string{"bench", "--duration", "0s"}, `--duration "0s": must be positive`},
 		{[]string{"bench", "extra"}, "want no arguments"},
@@ -31,6 +34,9 @@ func TestBenchUsage(t *testing.T) {
 		code, _, errOut := run(t, nil, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.stderr) || !strings.Contains(errOut, "usage: meerkatd bench [") {
 			t.Errorf("%q: code %d, stderr %q; want %d, %q and the usage", tc.args, code, errOut, exitUsage, tc.stderr)
+		}
+		if strings.Contains(errOut, "hunter2") {
+			t.Errorf("%q: the password is in the error: %q", tc.args, errOut)
 		}
 	}
 }
