@@ -703,9 +703,9 @@ func TestQueuedRequestPastDeadline(t *testing.T) {
 	alice, bob := pairedNodes(t, true)
 	bob.Close()
 	ctx := context.Background()
-	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Reliable: true, Deadline: time.Now().Add(400 * time.Millisecond)})
-	if err != nil || sent.Delivery != DeliveryQueued {
-		t.Fatalf("SendRequest to a stopped peer: %+v, %v", sent, err)
+	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Reliable: true, Wait: time.Minute, Deadline: time.Now().Add(400 * time.Millisecond)})
+	if CodeOf(err) != CodePeerOffline || sent.Delivery != DeliveryQueued || !strings.Contains(err.Error(), "still queued at its deadline") {
+		t.Fatalf("SendRequest with a wait and a deadline to a stopped peer: %+v, %v", sent, err)
 	}
 	waitFor(t, 20*time.Second, "the request times out", func() bool { return requestState(t, alice, sent.ID).State == RequestTimedOut })
 	waitFor(t, 20*time.Second, "the request is a dead letter", func() bool {

@@ -546,7 +546,7 @@ func (n *Node) sendRequest(ctx context.Context, peer, intent string, params json
 	if err != nil || opts.Wait <= 0 {
 		return res, err
 	}
-	if err := queuedRequest(res); err != nil {
+	if err := queuedRequest(res, opts.Deadline); err != nil {
 		return res, err
 	}
 	return n.awaitFinal(ctx, res, out.id, out.peer.Name, opts.Wait, opts.Deadline)
@@ -554,9 +554,12 @@ func (n *Node) sendRequest(ctx context.Context, peer, intent string, params json
 
 // queuedRequest is the error of a wait for the responses of request res
 // when it went into the outbox, not to its peer: none can come yet.
-func queuedRequest(res Sent) error {
+func queuedRequest(res Sent, deadline time.Time) error {
 	if res.Delivery != DeliveryQueued {
 		return nil
+	}
+	if !deadline.IsZero() {
+		return errorf(CodePeerOffline, "request %s is queued for retry (%s); once delivered, its response will arrive in the inbox, and if it is still queued at its deadline (%s) it becomes a dead letter", res.ID, res.LastError, deadline.UTC().Format(time.RFC3339))
 	}
 	return errorf(CodePeerOffline, "request %s is queued for retry (%s); its response will arrive in the inbox", res.ID, res.LastError)
 }
@@ -566,7 +569,7 @@ func queuedRequest(res Sent) error {
 // its id could be shown first): AwaitResponses, except that a queued
 // request has no response to wait for yet.
 func AwaitSent(ctx context.Context, api API, res Sent, wait time.Duration, deadline time.Time) ([]Message, error) {
-	if err := queuedRequest(res); err != nil {
+	if err := queuedRequest(res, deadline); err != nil {
 		return nil, err
 	}
 	got, err := api.AwaitResponses(ctx, res.ID, wait, deadline)
