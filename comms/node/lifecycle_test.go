@@ -723,6 +723,21 @@ func TestQueuedRequestPastDeadline(t *testing.T) {
 	if m := waitNotice(t, alice, NoticeRequestTimedOut); m.Notice.ID != sent.ID || !strings.Contains(m.Body, "before it could be delivered") {
 		t.Fatalf("notice %+v, want the timeout saying it was never delivered", m)
 	}
+	// Sent again it would reach bob as a request nobody waits for: a
+	// retry leaves it, by id or with all, and says why.
+	for _, all := range []bool{false, true} {
+		ids := []string{sent.ID}
+		if all {
+			ids = nil
+		}
+		k, err := alice.RetryDeadLetters(ctx, ids, all)
+		if k != 0 || CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), sent.ID) {
+			t.Fatalf("retry (all %v) of the withdrawn request: %d, %v", all, k, err)
+		}
+	}
+	if dl, err := alice.DeadLetters(ctx); err != nil || len(dl) != 1 {
+		t.Fatalf("dead letters after the refused retries: %+v, %v", dl, err)
+	}
 }
 
 // A request id that is not a UUID is a bad argument to cancel and to a

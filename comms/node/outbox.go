@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -248,16 +249,57 @@ func (n *Node) RetryDeadLetters(ctx context.Context, ids []string, all bool) (in
 	if err != nil {
 		return 0, err
 	}
+	var st outbox.Store
 	if n.ob != nil {
-		k, err := n.ob.Revive(us...)
-		return k, Coded(err)
-	}
-	st, err := n.outboxStore()
-	if err != nil {
+		st = n.obStore
+	} else if st, err = n.outboxStore(); err != nil {
 		return 0, Coded(err)
 	}
-	es, err := st.Revive(us...)
-	return len(es), Coded(err)
+	us, withdrawn, err := revivable(st, us, all)
+	if err != nil || len(us) == 0 {
+		return 0, cmp.Or(Coded(err), withdrawn)
+	}
+	k := 0
+	if n.ob != nil {
+		k, err = n.ob.Revive(us...)
+	} else {
+		var es []outbox.Entry
+		es, err = st.Revive(us...)
+		k = len(es)
+	}
+	return k, cmp.Or(Coded(err), withdrawn)
+}
+
+// revivable returns the dead letters of ids (all: every one) that may be
+// sent again, leaving out the requests withdrawn at their deadline or by
+// a cancel: the request is over here, and sent now it would reach the
+// peer as a request nobody waits for. withdrawn is the error naming them
+// (nil if none).
+func revivable(st outbox.Store, ids []identity.UUID, all bool) (out []identity.UUID, withdrawn error, err error) {
+	dead, err := st.DeadLetters()
+	if err != nil {
+		return nil, nil, err
+	}
+	var over []string
+	for _, d := range dead {
+		if !all && !slices.Contains(ids, d.ID) {
+			continue
+		}
+		if strings.HasPrefix(d.Reason, outbox.ReasonDeadline+":") || strings.HasPrefix(d.Reason, outbox.ReasonCancelled+":") {
+			over = append(over, d.ID.String())
+			continue
+		}
+		if all {
+			out = append(out, d.ID)
+		}
+	}
+	if !all {
+		out = slices.DeleteFunc(slices.Clone(ids), func(u identity.UUID) bool { return slices.Contains(over, u.String()) })
+	}
+	if len(over) > 0 {
+		withdrawn = errorf(CodeBadArgument, "%d dead letter(s) left as they are: requests withdrawn at their deadline or by a cancel (%s), which nobody waits for any more; send a new request instead", len(over), strings.Join(over, ", "))
+	}
+	return out, withdrawn, nil
 }
 
 // DropDeadLetters implements [API].
