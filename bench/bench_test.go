@@ -337,3 +337,21 @@ func TestGateWithoutChecks(t *testing.T) {
 		t.Errorf("the table does not say why:\n%s", stdout.String())
 	}
 }
+
+// An echo server that cannot start says why (its stderr), not only that
+// it did not: here a Unix socket path too long to bind.
+func TestEchoFailureSaysWhy(t *testing.T) {
+	exe := meerkatdExe(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	long := filepath.Join(t.TempDir(), strings.Repeat("x", 110))
+	if err := os.Mkdir(long, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", long)
+	var stdout, stderr bytes.Buffer
+	err := Run(ctx, Options{Exe: exe, Quick: true, Only: "sequential"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "echo server did not start") || !strings.Contains(err.Error(), "listen unix") {
+		t.Fatalf("bench with a socket path too long: %v", err)
+	}
+}

@@ -622,24 +622,33 @@ func (b *runner) startEcho(network string) (*child, transport.Addr, error) {
 	}
 	cmd := exec.Command(b.exe, "bench", "echo", network, arg)
 	cmd.Env = b.env
+	logPath := b.path("echo") + ".log" // its stderr: why it did not start, or what its crypto server refused
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, a, err
+	}
+	cmd.Stderr = logFile
 	stdin, err := cmd.StdinPipe() // the echo server ends when this closes
 	if err != nil {
+		logFile.Close()
 		return nil, a, err
 	}
 	stdout, w, err := childStdout(cmd)
 	if err != nil {
+		logFile.Close()
 		return nil, a, err
 	}
 	defer stdout.Close()
-	c, err := b.startChild(cmd, w)
+	c, err := b.startChild(cmd, w, logFile)
 	if err != nil {
 		return nil, a, err
 	}
 	c.stdin = stdin
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
-		c.kill()
-		return nil, a, fmt.Errorf("echo server did not start: %w", err)
+		c.kill() // waits for it: its stderr is all written
+		msg, _ := os.ReadFile(logPath)
+		return nil, a, fmt.Errorf("echo server did not start: %w: %s", err, strings.TrimSpace(string(msg[max(0, len(msg)-2000):])))
 	}
 	a, err = transport.ParseAddr(network + "://" + strings.TrimSpace(line))
 	if err != nil {
