@@ -1,8 +1,11 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -52,5 +55,38 @@ func TestBenchHTMLUnwritable(t *testing.T) {
 	}
 	if out != "" || strings.Contains(errOut, "repetition") || time.Since(start) > 5*time.Second {
 		t.Errorf("the run started: %v, stdout %q, stderr %q", time.Since(start), out, errOut)
+	}
+}
+
+// Ctrl-C during a bench run exits 130 (interrupted), not 1 with Go's
+// "context canceled", and leaves no child process.
+func TestBenchInterrupted(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	cmd := exec.Command(binary(t), "bench", "--quick", "--only", "sequential,pipelined")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	errPath := filepath.Join(t.TempDir(), "stderr")
+	errFile, err := os.Create(errPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errFile.Close()
+	cmd.Stderr = errFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stderr := func() string { b, _ := os.ReadFile(errPath); return string(b) }
+	// Interrupt once the first repetition has started (children running).
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(stderr(), "repetition") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || strings.Contains(stderr(), "context canceled") {
+		t.Fatalf("exit %d, stderr %q; want %d and no Go error text", code, stderr(), exitInterrupted)
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Errorf("left in TMPDIR: %v", ents)
 	}
 }

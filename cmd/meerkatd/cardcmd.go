@@ -69,22 +69,16 @@ func runCard(e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), h.Config.Comms.AckTimeout()+30*time.Second)
 	defer cancel()
 	var v any
-	var info node.CardInfo
-	var extra func(io.Writer)
+	var show func(io.Writer)
 	switch {
 	case sub == "edit":
 		var o node.OwnCard
 		o, err = b.CardEdit(ctx, ed)
-		v, info = o, o.CardInfo
+		v, show = o, func(w io.Writer) { nodetext.OwnCard(w, o) }
 	case len(pos) == 0:
 		var o node.OwnCard
 		o, err = b.Card(ctx)
-		v, info = o, o.CardInfo
-		extra = func(w io.Writer) {
-			if o.Default {
-				fmt.Fprintf(w, "(the default card: %s does not exist; meerkatd card edit creates it)\n", o.Path)
-			}
-		}
+		v, show = o, func(w io.Writer) { nodetext.OwnCard(w, o) }
 	default:
 		var pc node.PeerCard
 		if sub == "fetch" {
@@ -94,17 +88,11 @@ func runCard(e *env, args []string) error {
 			d, err = b.DescribePeer(ctx, pos[0], false)
 			pc = d.Card
 		}
-		v, info = pc, pc.CardInfo
-		extra = func(w io.Writer) {
-			fmt.Fprintf(w, "peer:         %s\nverified:     signed by the peer's key, fetched %s\n", pc.Peer, nodetext.Time(&pc.FetchedAt))
-		}
+		v, show = pc, func(w io.Writer) { nodetext.PeerCard(w, pc) }
 	}
 	if done, err := e.jsonDone(*asJSON, v, err); done {
 		return err
 	}
-	nodetext.Card(e.stdout, info)
-	if extra != nil {
-		extra(e.stdout)
-	}
+	show(e.stdout)
 	return nil
 }

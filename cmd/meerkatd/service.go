@@ -125,7 +125,10 @@ func runBench(e *env, args []string) error {
 	o.Exe = exe
 	ctx, stop := interruptible()
 	defer stop()
-	return benchErr(bench.Run(ctx, o, e.stdout, e.stderr))
+	if err = bench.Run(ctx, o, e.stdout, e.stderr); ctx.Err() != nil {
+		return errInterrupted // its children are gone: Run cleans up first
+	}
+	return benchErr(err)
 }
 
 // benchErr makes bench's usage errors this command's.

@@ -420,6 +420,21 @@ func Cancelled(w io.Writer, c node.Cancelled) {
 	fmt.Fprintf(w, "%s cancelled; %s told (cancel %s, %s)\n", c.Request.ID, who, c.Cancel.ID, c.Cancel.Delivery)
 }
 
+// OwnCard writes this node's card, saying so when it is the default one
+// (no card file yet).
+func OwnCard(w io.Writer, o node.OwnCard) {
+	Card(w, o.CardInfo)
+	if o.Default {
+		fmt.Fprintf(w, "(the default card: %s does not exist; meerkatd card edit creates it)\n", o.Path)
+	}
+}
+
+// PeerCard writes a peer's verified card and whose it is.
+func PeerCard(w io.Writer, pc node.PeerCard) {
+	Card(w, pc.CardInfo)
+	fmt.Fprintf(w, "peer:         %s\nverified:     signed by the peer's key, fetched %s\n", pc.Peer, Time(&pc.FetchedAt))
+}
+
 // Card writes an agent card.
 func Card(w io.Writer, c node.CardInfo) {
 	fmt.Fprintf(w, "name:         %s\n", Escape(c.Name, ""))
