@@ -407,7 +407,8 @@ cannot be written fails at once.
 check was computed; otherwise the
 exit status is 0 whatever the figures. A run is stopped after 60 minutes
 (3 with --quick), reporting nothing: size --reps, --duration and --msgs
-to fit. --quick is a smoke run of every code
+to fit. Ctrl-C stops a run (exit 130), its processes and temporary files
+gone. --quick is a smoke run of every code
 path in a few seconds (one repetition, tiny counts, UDS unless --transport):
 its figures mean nothing.`
 
