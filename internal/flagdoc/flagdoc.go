@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Print writes a "flags:" section listing fs's flags, in lexical order,
@@ -119,8 +120,25 @@ func Explain(err error, fs *flag.FlagSet) string {
 	if m := bareNumber.FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Sprintf("--%s %q: a duration needs a unit: %ss, %sm", m[2], m[1], m[1], m[1])
 	}
+	if m := invalidBool.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Sprintf("--%s %q: want true or false", m[2], m[1])
+	}
 	if m := invalidValue.FindStringSubmatch(err.Error()); m != nil {
-		return fmt.Sprintf("--%s %q: %s", m[2], m[1], m[3])
+		why := m[3]
+		if f := fs.Lookup(m[2]); why == "parse error" && f != nil {
+			// The flag package says no more than that: say what it takes.
+			if g, ok := f.Value.(flag.Getter); ok {
+				switch g.Get().(type) {
+				case time.Duration:
+					why = "not a duration: want a number and a unit, such as 90s, 5m or 2h (units ms, s, m, h)"
+				case int, int64, uint, uint64:
+					why = "not a whole number"
+				case float64:
+					why = "not a number"
+				}
+			}
+		}
+		return fmt.Sprintf("--%s %q: %s", m[2], m[1], why)
 	}
 	return err.Error()
 }
@@ -128,6 +146,9 @@ func Explain(err error, fs *flag.FlagSet) string {
 // invalidValue matches the flag package's error for a value its flag
 // refused, to name the flag as it is written (--name).
 var invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([a-z0-9-]+): (.*)$`)
+
+// invalidBool matches the flag package's error for a boolean flag's value.
+var invalidBool = regexp.MustCompile(`^invalid boolean value "(.*)" for -([a-z0-9-]+): (.*)$`)
 
 // GivenEmpty returns an error for the first of names that was given on
 // the command line with an empty value (--key=): for flags whose

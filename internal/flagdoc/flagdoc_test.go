@@ -113,12 +113,18 @@ func TestExplain(t *testing.T) {
 		{[]string{"--relaible"}, "unknown flag --relaible (did you mean --reliable?)"},
 		{[]string{"--frobnicate"}, "unknown flag --frobnicate"},
 		{[]string{"--wait", "5"}, `--wait "5": a duration needs a unit: 5s, 5m`},
-		{[]string{"--wait", "soon"}, `--wait "soon": parse error`},
+		{[]string{"--wait", "soon"}, `--wait "soon": not a duration: want a number and a unit, such as 90s, 5m or 2h (units ms, s, m, h)`},
+		{[]string{"--wait", "9d"}, `--wait "9d": not a duration: want a number and a unit, such as 90s, 5m or 2h (units ms, s, m, h)`},
+		{[]string{"--limit", "abc"}, `--limit "abc": not a whole number`},
+		{[]string{"--ratio", "x"}, `--ratio "x": not a number`},
+		{[]string{"--reliable=maybe"}, `--reliable "maybe": want true or false`},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(new(strings.Builder))
 		fs.Bool("reliable", false, "")
 		fs.Duration("wait", 0, "")
+		fs.Int("limit", 0, "")
+		fs.Float64("ratio", 0, "")
 		err := fs.Parse(tc.args)
 		if err == nil {
 			t.Fatalf("%q parsed", tc.args)
