@@ -173,6 +173,12 @@ const (
 	RejectSealed       = "sealed"           // a sealed envelope that does not open, or whose inner envelope does not match the outer one
 )
 
+// RejectReasons are the Reject… reasons, for a report that lists each,
+// also those never seen (the metrics' series start at 0).
+var RejectReasons = []string{RejectFrame, RejectMalformed, RejectNotForUs, RejectUntrusted, RejectBadSignature,
+	RejectInboxFull, RejectStore, RejectPeerShare, RejectPeerConns, RejectOverload, RejectInFlight, RejectUnsolicited,
+	RejectTLS, RejectTLSPeer, RejectPlaintext, RejectSealed}
+
 // Stats are counters since the Router started.
 type Stats struct {
 	Accepted    uint64 // envelopes admitted to the inbox

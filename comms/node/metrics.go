@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/metrics"
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/identity"
@@ -75,6 +76,11 @@ func (s metricsSource) Figures() metrics.Figures {
 	st := n.r.Stats()
 	f := metrics.Figures{Received: st.Accepted, Duplicates: st.Duplicates, AcksSent: st.AcksSent, Refused: st.Rejected,
 		Sends: n.sends.snapshot(), Connections: st.Connections, Authenticated: st.Authenticated, DBBytes: n.dbBytes()}
+	for _, r := range comms.RejectReasons { // every series from the start, at 0 until a refusal
+		if _, ok := f.Refused[r]; !ok && f.Refused != nil {
+			f.Refused[r] = 0
+		}
+	}
 	f.InboxItems = n.mail.Len()
 	f.WaitingReads = int(n.waits.Load())
 	if ns := n.natsStatus(); ns != nil {

@@ -49,6 +49,11 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 		!strings.Contains(body, `meerkatd_outbox_queued{peer="bob"} 0`) {
 		t.Fatalf("/metrics lacks bob's series: %s", body)
 	}
+	// Every refusal reason has its series before any refusal, to alert on.
+	if _, body := get(t, addr, "/metrics"); !strings.Contains(body, `meerkatd_envelopes_refused_total{reason="bad_signature"} 0`) ||
+		!strings.Contains(body, `meerkatd_envelopes_refused_total{reason="untrusted"} 0`) {
+		t.Fatalf("/metrics lacks the refusal series at 0: %s", body)
+	}
 	// The store stops taking writes: not ready, and says why in a line
 	// (once the readiness kept from the last check has run out).
 	n.mail.(*durableMail).st.Close()
