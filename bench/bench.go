@@ -38,6 +38,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -156,18 +157,13 @@ func (o Options) settings() (settings, error) {
 }
 
 // checkExecutable reports why path cannot be run as a program, if it
-// cannot.
+// cannot: a path, or a name found in PATH, as the run will look it up.
 func checkExecutable(path string) error {
-	fi, err := os.Stat(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("%s: no such file (build it with make bench, or: cd bench/nats && go build -o ../../bin/natsbench .)", path)
-	case err != nil:
-		return fmt.Errorf("%s: %v", path, errors.Unwrap(err))
-	case !fi.Mode().IsRegular():
-		return fmt.Errorf("%s: not a regular file", path)
-	case fi.Mode().Perm()&0o111 == 0:
-		return fmt.Errorf("%s: not executable", path)
+	if _, err := exec.LookPath(path); err != nil {
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s: no such program (build it with make bench, or: cd bench/nats && go build -o ../../bin/natsbench .)", path)
+		}
+		return fmt.Errorf("%s: cannot be run: %v", path, errors.Unwrap(err))
 	}
 	return nil
 }

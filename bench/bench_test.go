@@ -228,9 +228,10 @@ func TestSettingsChecks(t *testing.T) {
 		{"credentials in --nats-url", Options{NATSURL: "nats://u:hunter2@127.0.0.1:4222", Transport: "nats"}, "credentials do not belong in the URL", "hunter2"},
 		{"token in --nats-url", Options{NATSURL: "nats://s3cr3t@127.0.0.1:4222", Transport: "nats"}, "credentials do not belong in the URL", "s3cr3t"},
 		{"--nats-url with a path", Options{NATSURL: "nats://127.0.0.1:4222/x", Transport: "nats"}, "no path", ""},
-		{"--nats missing", Options{NATS: filepath.Join(dir, "nope")}, "no such file", ""},
-		{"--nats a directory", Options{NATS: dir}, "not a regular file", ""},
-		{"--nats not executable", Options{NATS: notExe}, "not executable", ""},
+		{"--nats missing", Options{NATS: filepath.Join(dir, "nope")}, "no such program", ""},
+		{"--nats not in PATH", Options{NATS: "no-such-natsbench-here"}, "no such program", ""},
+		{"--nats a directory", Options{NATS: dir}, "cannot be run", ""},
+		{"--nats not executable", Options{NATS: notExe}, "cannot be run", ""},
 	} {
 		tc.o.Exe = "meerkatd"
 		_, err := tc.o.settings()
@@ -238,9 +239,11 @@ func TestSettingsChecks(t *testing.T) {
 			t.Errorf("%s: %v, want a usage error saying %q", tc.name, err, tc.want)
 		}
 	}
-	ok := Options{Exe: "meerkatd", NATSURL: "nats://127.0.0.1:4222", Transport: "nats", NATS: "/bin/sh"}
-	if _, err := ok.settings(); err != nil {
-		t.Errorf("good options: %v", err)
+	for _, nats := range []string{"/bin/sh", "sh"} { // a path, or a name in PATH
+		ok := Options{Exe: "meerkatd", NATSURL: "nats://127.0.0.1:4222", Transport: "nats", NATS: nats}
+		if _, err := ok.settings(); err != nil {
+			t.Errorf("good options (--nats %s): %v", nats, err)
+		}
 	}
 }
 

@@ -70,8 +70,8 @@ type Check struct {
 // more digits when rounding would make a failed value look like its
 // limit (1.1004 against 1.10).
 func (c Check) shown() string {
-	if v := round3(c.Value); v != c.Limit || c.Pass {
-		return num(v)
+	if s := num(round3(c.Value)); s != num(c.Limit) || c.Pass {
+		return s
 	}
 	return strconv.FormatFloat(c.Value, 'g', 6, 64)
 }

@@ -428,6 +428,8 @@ func TestCheckShown(t *testing.T) {
 		{Check{Value: 1.0996, Limit: 1.1, Pass: true}, "1.1"},
 		{Check{Value: 1.234, Limit: 2, Pass: true}, "1.23"},
 		{Check{Value: 0.4999, Limit: 0.5, atMost: false, Pass: false}, "0.4999"},
+		{Check{Value: 20.04, Limit: 20, atMost: true, Pass: false}, "20.04"}, // idle RSS: num prints one decimal
+		{Check{Value: 50.03, Limit: 50, atMost: true, Pass: false}, "50.03"},
 	} {
 		if got := tc.c.shown(); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.c, got, tc.want)

@@ -28,7 +28,7 @@ var deadlineArg = mcp.WithString("deadline", mcp.Description("when you stop wait
 // addLifecycleTools adds cancel_request and list_requests.
 func (s *Server) addLifecycleTools() {
 	s.mcp.AddTool(mcp.NewTool("cancel_request",
-		mcp.WithDescription("Cancel an open request you sent: it becomes cancelled here and the peer's node is told (the peer's agent sees the cancellation on the request it holds). If the request was still queued for a peer that is away, it is withdrawn instead: withdrawn is true, it becomes a dead letter (reason cancelled), the peer never gets it, and no cancel is sent (cancel is empty). A response arriving later still shows in receive_messages; the request stays cancelled."),
+		mcp.WithDescription("Cancel an open request you sent: it becomes cancelled here and the peer's node is told (the peer's agent sees the cancellation on the request it holds). If the request was still queued for a peer that is away, it is withdrawn instead: withdrawn is true, it becomes a dead letter (reason cancelled), the peer never gets it, and no cancel is sent (cancel has no id). A response arriving later still shows in receive_messages; the request stays cancelled."),
 		mcp.WithString("request_id", mcp.Required(), mcp.Description("the id send_request returned")),
 		mcp.WithString("reason", mcp.Description(fmt.Sprintf("a short note for the peer (at most %d bytes)", node.MaxCancelNote))),
 		idempotencyKeyArg,

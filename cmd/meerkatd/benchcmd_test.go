@@ -26,7 +26,7 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "--reps", "0"}, `--reps "0": at least 1`},
 		{[]string{"bench", "--msgs", "5"}, `--msgs "5": at least 10`},
 		{[]string{"bench", "--reps", "99999999999"}, `--reps "99999999999": not a whole number from 1 to 2147483647`},
-		{[]string{"bench", "--nats", "/nonexistent/natsbench"}, "--nats /nonexistent/natsbench: no such file"},
+		{[]string{"bench", "--nats", "/nonexistent/natsbench"}, "--nats /nonexistent/natsbench: no such program"},
 		{[]string{"bench", "--nats-url", "nats://u:hunter2@127.0.0.1:4222", "--transport", "nats"}, "credentials do not belong in the URL"},
 		{[]string{"bench", "--idle-conns", "0"}, `--idle-conns "0": at least 1`},
 		{[]string{"bench", "--duration", "0s"}, `--duration "0s": must be positive`},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,25 +77,25 @@ func runDeadLetters(e *env, args []string) error {
 	}
 	var n int
 	var dl []node.DeadLetter
+	var missed error // of a retry or drop that did some: printed with its count
 	err = e.withBackend(*homeFlag, 30*time.Second, func(ctx context.Context, b *control.Backend) (err error) {
 		switch sub {
 		case "retry":
-			n, err = b.RetryDeadLetters(ctx, pos, *all)
+			n, missed = b.RetryDeadLetters(ctx, pos, *all)
 		case "drop":
-			n, err = b.DropDeadLetters(ctx, pos, *all)
+			n, missed = b.DropDeadLetters(ctx, pos, *all)
 		default:
 			dl, err = b.DeadLetters(ctx)
 		}
 		return err
 	})
-	if err != nil {
-		return err
+	if err != nil || missed != nil && n == 0 {
+		return cmp.Or(err, missed)
 	}
 	switch sub {
 	case "retry", "drop":
 		verb := map[string]string{"retry": "requeued", "drop": "dropped"}[sub]
-		var missed error
-		if want := node.DistinctIDs(pos); n < want {
+		if want := node.DistinctIDs(pos); missed == nil && n < want {
 			missed = &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("%d of the %d ids given are not dead letters (see meerkatd deadletters)", want-n, want)}
 		}
 		if *asJSON {

@@ -164,7 +164,9 @@ func (n *Node) observeOutbox(ev outbox.Event) {
 			n.countSend(sendAcked)
 		}
 	case outbox.EventRetry, outbox.EventExpired, outbox.EventDeadLetter:
-		n.countSend(ev.Type)
+		if !withdrawnReason(ev.Reason) { // not a failed delivery: the request was over
+			n.countSend(ev.Type)
+		}
 	}
 	n.auditOut(ev.Type, e.Peer, e.To, e.Kind, e.ID, e.CorrID, e.Payload, ev.Attempt, ev.Reason)
 	switch ev.Type {

@@ -16,6 +16,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox/store"
+	"github.com/meerkatd/meerkatd/transport"
 )
 
 // LifecycleAPI is the part of [API] that follows the requests this node
@@ -367,6 +368,12 @@ func (lc *lifecycle) timeOut(ctx context.Context, id string, now time.Time) {
 func (lc *lifecycle) withdraw(peer identity.PeerID, id, reason string) bool {
 	u, err := identity.ParseUUID(id)
 	if err != nil || lc.n.ob == nil {
+		return false
+	}
+	// A peer reached through NATS may have it in the broker's stream
+	// already (the outbox knows only of attempts since this node
+	// started): the cancel must follow it.
+	if p, ok := lc.n.r.Trust().Lookup(peer); !ok || p.NATS || p.Addr.Scheme == transport.SchemeNATS {
 		return false
 	}
 	return lc.n.ob.Withdraw(peer, u, reason)

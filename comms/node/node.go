@@ -382,6 +382,10 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 			return nil, err
 		}
 		rec.lc = n.lc
+		// A request whose deadline passed while no node ran, still queued,
+		// becomes a dead letter here, before the outbox starts: it never
+		// goes out. (The deadline loop would race the outbox for it.)
+		n.lc.expire(ctx)
 		n.lc.start(ctx, &n.wg)
 		n.startNATS(ctx)
 	}
@@ -452,11 +456,6 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 		}()
 	}
 	if n.ob != nil {
-		if n.lc != nil {
-			// A request whose deadline passed while no node ran is a dead
-			// letter before anything is attempted: it never goes out.
-			n.lc.expire(ctx)
-		}
 		n.ob.Start() // what earlier runs left in the outbox goes out now
 	}
 	if n.spaces != nil {

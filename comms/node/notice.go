@@ -185,9 +185,11 @@ func (n *Node) Tell(_ context.Context, body string) (Told, error) {
 // gave up on. The notice names the peer, the envelope id and kind, and
 // the reason's first word (the outbox's own word: expired,
 // retries_exhausted, unknown_peer, rejected), never the body nor a text
-// a peer could have chosen.
+// a peer could have chosen. A request withdrawn at its deadline or by a
+// cancel raises none: the deadline's notice says so, and a cancel is the
+// agent's own doing.
 func (n *Node) noticeOutbox(ev outbox.Event) {
-	if ev.Type != outbox.EventExpired && ev.Type != outbox.EventDeadLetter {
+	if ev.Type != outbox.EventExpired && ev.Type != outbox.EventDeadLetter || withdrawnReason(ev.Reason) {
 		return
 	}
 	e := ev.Entry

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -255,51 +254,58 @@ func (n *Node) RetryDeadLetters(ctx context.Context, ids []string, all bool) (in
 	} else if st, err = n.outboxStore(); err != nil {
 		return 0, Coded(err)
 	}
-	us, withdrawn, err := revivable(st, us, all)
-	if err != nil || len(us) == 0 {
-		return 0, cmp.Or(Coded(err), withdrawn)
+	us, over, err := revivable(st, us, all)
+	if err != nil {
+		return 0, Coded(err)
 	}
 	k := 0
-	if n.ob != nil {
+	if len(us) > 0 && n.ob != nil {
 		k, err = n.ob.Revive(us...)
-	} else {
+	} else if len(us) > 0 {
 		var es []outbox.Entry
 		es, err = st.Revive(us...)
 		k = len(es)
 	}
-	return k, cmp.Or(Coded(err), withdrawn)
+	if err != nil || len(over) == 0 {
+		return k, Coded(err)
+	}
+	return k, errorf(CodeBadArgument, "%d requeued; %d left as they are: requests withdrawn at their deadline or by a cancel (%s), which nobody waits for any more: send a new request instead",
+		k, len(over), strings.Join(over, ", "))
+}
+
+// withdrawnReason reports whether a dead letter's reason is that of a
+// request withdrawn at its deadline or by a cancel, before delivery.
+func withdrawnReason(reason string) bool {
+	why, _, _ := strings.Cut(reason, ":")
+	return why == outbox.ReasonDeadline || why == outbox.ReasonCancelled
 }
 
 // revivable returns the dead letters of ids (all: every one) that may be
 // sent again, leaving out the requests withdrawn at their deadline or by
 // a cancel: the request is over here, and sent now it would reach the
-// peer as a request nobody waits for. withdrawn is the error naming them
-// (nil if none).
-func revivable(st outbox.Store, ids []identity.UUID, all bool) (out []identity.UUID, withdrawn error, err error) {
+// peer as a request nobody waits for. over names those of ids left out
+// (with all, they are left out silently).
+func revivable(st outbox.Store, ids []identity.UUID, all bool) (out []identity.UUID, over []string, err error) {
 	dead, err := st.DeadLetters()
 	if err != nil {
 		return nil, nil, err
 	}
-	var over []string
-	for _, d := range dead {
-		if !all && !slices.Contains(ids, d.ID) {
-			continue
+	if all {
+		for _, d := range dead {
+			if !withdrawnReason(d.Reason) {
+				out = append(out, d.ID)
+			}
 		}
-		if strings.HasPrefix(d.Reason, outbox.ReasonDeadline+":") || strings.HasPrefix(d.Reason, outbox.ReasonCancelled+":") {
-			over = append(over, d.ID.String())
-			continue
-		}
-		if all {
-			out = append(out, d.ID)
+		return out, nil, nil
+	}
+	for _, u := range ids {
+		if slices.ContainsFunc(dead, func(d outbox.DeadLetter) bool { return d.ID == u && withdrawnReason(d.Reason) }) {
+			over = append(over, u.String())
+		} else {
+			out = append(out, u)
 		}
 	}
-	if !all {
-		out = slices.DeleteFunc(slices.Clone(ids), func(u identity.UUID) bool { return slices.Contains(over, u.String()) })
-	}
-	if len(over) > 0 {
-		withdrawn = errorf(CodeBadArgument, "%d dead letter(s) left as they are: requests withdrawn at their deadline or by a cancel (%s), which nobody waits for any more; send a new request instead", len(over), strings.Join(over, ", "))
-	}
-	return out, withdrawn, nil
+	return out, over, nil
 }
 
 // DropDeadLetters implements [API].

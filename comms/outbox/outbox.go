@@ -1113,9 +1113,10 @@ func (o *Outbox) Abandon(peer identity.PeerID, kind, reason string) int {
 
 // Withdraw moves peer's queued envelope id to the dead letters with
 // reason (a Reason… constant, with detail after ": ") and reports whether
-// it did: not when it is not queued, or is being attempted right now (it
-// may be delivered). The node uses it for a request whose deadline passed
-// before it could be delivered.
+// it did: not when it is not queued, is being attempted right now (it may
+// be delivered), or a broker holds it already (ErrStored: the broker
+// delivers it). The node uses it for a request whose deadline passed, or
+// that was cancelled, before it could be delivered.
 func (o *Outbox) Withdraw(peer identity.PeerID, id identity.UUID, reason string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -1124,7 +1125,7 @@ func (o *Outbox) Withdraw(peer identity.PeerID, id identity.UUID, reason string)
 		return false
 	}
 	i := slices.IndexFunc(q.items, func(it *item) bool { return it.e.ID == id })
-	if i < 0 || q.items[i].inFlight {
+	if i < 0 || q.items[i].inFlight || q.items[i].stored {
 		return false
 	}
 	before := len(q.items)

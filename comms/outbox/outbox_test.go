@@ -1223,3 +1223,32 @@ func TestWithdraw(t *testing.T) {
 		t.Fatalf("the envelope being attempted: %v", err)
 	}
 }
+
+// An envelope a broker holds already is not withdrawn: the broker will
+// deliver it whatever the outbox does.
+func TestWithdrawStored(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st, b := NewMemStore(), &broker{have: map[identity.UUID]bool{}}
+	ob, err := New(st, b, Options{Window: 1, StoredRecheck: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	e := entry(peerA, 0)
+	_, tk, err := ob.Enqueue(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tk.Attempted()
+	testutil.WaitFor(t, 10*time.Second, "the stored attempt to settle", func() bool {
+		q := ob.List()
+		return len(q) == 1 && !q[0].InFlight
+	})
+	if !tk.Stored() || ob.Withdraw(peerA, e.ID, ReasonDeadline) {
+		t.Fatalf("withdrew an envelope the broker holds (stored %v)", tk.Stored())
+	}
+	if ob.Len() != 1 {
+		t.Fatalf("%d queued, want it kept", ob.Len())
+	}
+}
