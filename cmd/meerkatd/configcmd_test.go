@@ -47,8 +47,8 @@ func TestConfigCheckUnknownVariable(t *testing.T) {
 		t.Fatalf("config check with a misspelt variable: code %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	code, out, _ = runEnviron(t, vars, "config", "check", "--json")
-	if code == exitOK || !strings.Contains(out, want) {
-		t.Fatalf("config check --json: code %d, %q", code, out)
+	if code != exitError || !strings.Contains(out, want) || !strings.Contains(out, `"code": "bad_config"`) {
+		t.Fatalf("config check --json: code %d, %q; want exit %d, code bad_config", code, out, exitError)
 	}
 	// Other commands warn and go on.
 	code, out, errOut = runEnviron(t, vars, "id")

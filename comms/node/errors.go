@@ -34,6 +34,7 @@ const (
 	CodeUnknownSpace    = "unknown_space"    // no such space here, or this node is not in it
 	CodeUnknownProposal = "unknown_proposal" // no such proposal (or mcp/request) in the space
 	CodeCopiesFailed    = "copies_failed"    // a broadcast or space send some of whose copies failed (its result says which)
+	CodeBadConfig       = "bad_config"       // CheckConfig: the home's configuration or one of its files would stop a daemon
 	CodeInternal        = "internal"         // everything else
 )
 

@@ -383,6 +383,9 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	if err == nil {
 		err = errors.Join(config.UnknownEnv(environ, ignore...)...)
 	}
+	if err != nil && CodeOf(err) == CodeInternal {
+		err = &Error{Code: CodeBadConfig, Msg: UserText(err), Err: err}
+	}
 	return path, err
 }
 
