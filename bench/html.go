@@ -107,7 +107,8 @@ type htmlChart struct {
 	Title         string // the axis title, with its unit
 	Ticks         []htmlAxisTick
 	Rows          []htmlRow
-	Ref           *htmlRef // a vertical reference line (the crypto ceiling), or nil
+	Ref           *htmlRef        // a vertical reference line (the crypto ceiling), or nil
+	Classes       map[string]bool // the bar classes drawn, for the key
 }
 
 type htmlRow struct {
@@ -531,7 +532,9 @@ func (r *results) throughputChart() *htmlChart {
 		top += refBand
 	}
 	c, x := newChart(top, len(bars), hi, "exchanges per second, pipelined (128 in flight)")
+	c.Classes = map[string]bool{}
 	for i, b := range bars {
+		c.Classes[b.class] = true
 		hr := htmlRow{Label: b.label, Class: b.class, Impl: b.impl, Transport: b.tr}
 		rowGeometry(&hr, top, i)
 		m := medianF(b.vs)
@@ -673,7 +676,7 @@ svg .reflabel { fill: #c62828; text-anchor: end; }
 <h2>Throughput: pipelined</h2>
 {{- with .Throughput}}
 {{- $c := .}}
-<p class="key">The bar is the median over the repetitions, the line across it the range. <span><span class="sw" style="background:#1f77b4"></span>meerkatd</span><span><span class="sw" style="background:#9ecae1"></span>raw anchor (the crypto of an exchange alone between two processes)</span><span><span class="sw" style="background:#c6dbef"></span>raw batched anchor (the crypto alone of the protocol two nodes speak)</span><span><span class="sw" style="background:#ff7f0e"></span>NATS bench</span>{{if .Ref}}<span><span class="sw" style="background:#c62828"></span>crypto ceiling (cores / anchor_exchange)</span>{{end}}</p>
+<p class="key">The bar is the median over the repetitions, the line across it the range. <span><span class="sw" style="background:#1f77b4"></span>meerkatd</span>{{if index .Classes "bar anchor"}}<span><span class="sw" style="background:#9ecae1"></span>raw anchor (the crypto of an exchange alone between two processes)</span>{{end}}{{if index .Classes "bar anchor batched"}}<span><span class="sw" style="background:#c6dbef"></span>raw batched anchor (the crypto alone of the protocol two nodes speak)</span>{{end}}{{if index .Classes "bar nats"}}<span><span class="sw" style="background:#ff7f0e"></span>NATS bench</span>{{end}}{{if .Ref}}<span><span class="sw" style="background:#c62828"></span>crypto ceiling (cores / anchor_exchange)</span>{{end}}</p>
 <svg viewBox="0 0 {{.Width}} {{.Height}}" width="{{.Width}}" height="{{.Height}}" role="img" aria-label="pipelined exchanges per second">
 {{- template "axis" .}}
 {{- range .Rows}}

@@ -424,3 +424,30 @@ func TestHTMLDistribution(t *testing.T) {
 		}
 	}
 }
+
+// TestHTMLKeyFollowsBars: the throughput chart's key names only the kinds
+// of bars drawn.
+func TestHTMLKeyFollowsBars(t *testing.T) {
+	r := newResults()
+	r.reps, r.cores = 1, 2
+	r.add(implMeerkatd, scAnchorExch, transportNone, inboxNone, mUS, 100)
+	r.add(implMeerkatd, scPipelined, "uds", "memory", mRate, 30000)
+	var buf bytes.Buffer
+	if err := r.writeHTML(&buf, testSettings("uds"), testMeta); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	for _, absent := range []string{"NATS bench", "raw batched anchor (", "raw anchor (the crypto"} {
+		if strings.Contains(page, absent) {
+			t.Errorf("the key names %q with no such bar", absent)
+		}
+	}
+	r.add(implNATS, scPipelined, "tcp", "", mRate, 9000)
+	buf.Reset()
+	if err := r.writeHTML(&buf, testSettings("uds"), testMeta); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "NATS bench") {
+		t.Errorf("the key lacks the NATS bar drawn")
+	}
+}
