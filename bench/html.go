@@ -540,7 +540,7 @@ func (r *results) throughputChart() *htmlChart {
 		m := medianF(b.vs)
 		hr.BarW = px(x(m) - chartLeft)
 		hr.Value, hr.ValueX = num(round3(m)), px(x(m)+4)
-		hr.Tip = fmt.Sprintf("%s: median %s exchanges/s over %d repetitions", b.label, num(round3(m)), len(b.vs))
+		hr.Tip = fmt.Sprintf("%s: median %s exchanges/s over %s", b.label, num(round3(m)), repetitions(len(b.vs)))
 		if len(b.vs) > 1 {
 			hr.WhiskerX1, hr.WhiskerX2 = px(x(slices.Min(b.vs))), px(x(slices.Max(b.vs)))
 			hr.Tip += fmt.Sprintf(" [%s – %s]", num(round3(slices.Min(b.vs))), num(round3(slices.Max(b.vs))))

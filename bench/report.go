@@ -448,14 +448,22 @@ func (r *results) writeJSON(w io.Writer) error {
 	return nil
 }
 
+// repetitions is "1 repetition", "3 repetitions".
+func repetitions(n int) string {
+	if n == 1 {
+		return "1 repetition"
+	}
+	return strconv.Itoa(n) + " repetitions"
+}
+
 func (r *results) writeTable(w io.Writer, o settings) error {
 	bw := bufio.NewWriter(w)
 	warm := "no warm-up"
 	if o.warmup {
 		warm = "after a warm-up repetition"
 	}
-	fmt.Fprintf(bw, "meerkatd bench: %d repetitions %s; %d CPUs; %s on loopback; %v per throughput scenario, %d round trips per latency scenario\n",
-		r.reps, warm, r.cores, strings.Join(o.transports, " and "), o.duration, o.msgs)
+	fmt.Fprintf(bw, "meerkatd bench: %s %s; %d CPUs; %s on loopback; %v per throughput scenario, %d round trips per latency scenario\n",
+		repetitions(r.reps), warm, r.cores, strings.Join(o.transports, " and "), o.duration, o.msgs)
 	if slices.ContainsFunc(o.transports, isNATS) {
 		fmt.Fprintf(bw, "nats transports through the NATS server at %s\n", redactURL(o.natsURL))
 	}

@@ -436,3 +436,11 @@ func TestCheckShown(t *testing.T) {
 		}
 	}
 }
+
+func TestRepetitions(t *testing.T) {
+	for n, want := range map[int]string{1: "1 repetition", 3: "3 repetitions"} {
+		if got := repetitions(n); got != want {
+			t.Errorf("repetitions(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
