@@ -33,8 +33,13 @@ func openHTML(path string) (*htmlFile, error) {
 	if path == "" {
 		return nil, nil
 	}
-	_, err := os.Stat(path)
+	fi, err := os.Stat(path)
 	created := errors.Is(err, fs.ErrNotExist)
+	if err == nil && !fi.Mode().IsRegular() {
+		// A device or a pipe (/dev/null, /dev/stdout) cannot take the
+		// page as a file: refused now, not after the run.
+		return nil, fmt.Errorf("--html: %s is not a regular file", path)
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		if pe, ok := err.(*fs.PathError); ok {

@@ -312,12 +312,16 @@ func TestHTMLEmpty(t *testing.T) {
 // it starts anything, and says which path.
 func TestHTMLUnwritable(t *testing.T) {
 	dir := t.TempDir()
-	for _, path := range []string{filepath.Join(dir, "missing", "page.html"), dir} {
+	for path, want := range map[string]string{
+		filepath.Join(dir, "missing", "page.html"): "cannot write",
+		dir:        "is not a regular file",
+		os.DevNull: "is not a regular file", // it opens, but takes no page as a file
+	} {
 		var stdout, stderr bytes.Buffer
 		start := time.Now()
 		err := Run(context.Background(), Options{Exe: "/nonexistent/meerkatd", HTML: path, Quick: true}, &stdout, &stderr)
-		if err == nil || !strings.Contains(err.Error(), "--html: cannot write "+path) {
-			t.Errorf("--html %s: %v; want cannot write", path, err)
+		if err == nil || !strings.Contains(err.Error(), "--html") || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), want) {
+			t.Errorf("--html %s: %v; want %q", path, err, want)
 		}
 		if stdout.Len()+stderr.Len() != 0 || time.Since(start) > 5*time.Second {
 			t.Errorf("--html %s: the run started (%v; stderr %q)", path, time.Since(start), stderr.String())
