@@ -320,3 +320,21 @@ func TestSearchResultJSON(t *testing.T) {
 		t.Fatalf("%s", b)
 	}
 }
+
+// A NUL in a body does not end its searchable text: what follows it is
+// found and shown in the snippet (SQLite's text functions would stop at
+// the NUL).
+func TestSearchTextWithNUL(t *testing.T) {
+	h, bob := testHome(t, "alice", nil)
+	m := startTest(t, h, ModeServe)
+	e := arrive(t, m, bob, wire.Message("alpha\x00beta gamma delta"))
+	for _, q := range []string{"gamma", "alpha"} {
+		r, err := m.Search(context.Background(), SearchQuery{Query: q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Hits) != 1 || r.Hits[0].Message.ID != e.ID.String() || !strings.Contains(r.Hits[0].Snippet, "beta") || !strings.Contains(r.Hits[0].Snippet, "delta") {
+			t.Fatalf("search %q: %+v", q, r.Hits)
+		}
+	}
+}

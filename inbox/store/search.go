@@ -332,8 +332,13 @@ func tokenize(text string) []span {
 
 // ClipText cuts text to at most MaxSearchText bytes, at a character
 // boundary; a text it cuts is copied, so that what is kept (in memory, for
-// the index) holds no more than that.
+// the index) holds no more than that. A NUL becomes a space: SQLite's
+// text functions end a text at its first NUL, so the index and the
+// snippets would lose what follows it.
 func ClipText(text string) string {
+	if strings.IndexByte(text, 0) >= 0 {
+		text = strings.ReplaceAll(text, "\x00", " ")
+	}
 	if len(text) <= MaxSearchText {
 		return text
 	}
