@@ -258,6 +258,10 @@ func (n *Node) Broadcast(ctx context.Context, a BroadcastArgs) (Broadcasted, err
 		s := spec
 		s.call = call
 		copies := n.fanOut(ctx, targets, kindFor, s)
+		if len(copies) > 0 && !slices.ContainsFunc(copies, func(c BroadcastCopy) bool { return c.Code != CodeBodyTooLarge }) {
+			// The body fits no envelope: an error of the call, as for one send.
+			return Broadcasted{}, false, errorf(CodeBodyTooLarge, "%s", copies[0].Error)
+		}
 		sent := false
 		for i := range copies {
 			copies[i].Marked = n.speaksMeerkat(targets[i])

@@ -194,3 +194,17 @@ func FuzzPeerMeta(f *testing.F) {
 		}
 	})
 }
+
+// A body that fits no envelope fails the broadcast as it fails a send
+// (body_too_large), not as copies that failed.
+func TestBroadcastBodyTooLarge(t *testing.T) {
+	hs := meshHomes(t, nil, []string{"alice", "bob"}, nil)
+	alice := startTest(t, hs["alice"], ModeServe)
+	startTest(t, hs["bob"], ModeServe)
+	for _, direct := range []bool{false, true} {
+		res, err := alice.Broadcast(context.Background(), BroadcastArgs{Body: strings.Repeat("x", 1<<20), Direct: direct})
+		if CodeOf(err) != CodeBodyTooLarge || len(res.Copies) != 0 {
+			t.Fatalf("broadcast (direct %v) of a body too large: %+v, %v; want %s", direct, res, err, CodeBodyTooLarge)
+		}
+	}
+}
