@@ -49,13 +49,18 @@ func (m *memTasks) Touch(id string, peer identity.PeerID, local bool, at time.Ti
 	}
 	t.Local = t.Local || local
 	if peer.IsZero() || slices.Contains(t.Participants, peer) {
+		if at.After(t.Updated) { // activity under it, as the SQLite table counts it
+			t.Updated = at
+		}
 		return created, nil
 	}
 	if len(t.Participants) >= store.MaxTaskParticipants {
 		return created, store.ErrTasksFull
 	}
 	t.Participants = append(t.Participants, peer)
-	t.Updated = at
+	if at.After(t.Updated) {
+		t.Updated = at
+	}
 	return created, nil
 }
 

@@ -382,3 +382,25 @@ func keyN(n int) identity.PeerID {
 	}
 	return id
 }
+
+// The memory task book counts activity under a task as an update, as the
+// SQLite table does (store.TestTaskTouchUpdates).
+func TestMemTasksTouchUpdates(t *testing.T) {
+	m := newMemTasks()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	bob := identity.PeerID{1}
+	for i, id := range []string{"a", "b"} {
+		if _, err := m.Touch(id, bob, true, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.Touch("a", bob, true, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Touch("a", bob, false, t0); err != nil { // older: no move back
+		t.Fatal(err)
+	}
+	if got := m.tasks["a"].Updated; !got.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("a updated %v, want a minute on", got)
+	}
+}

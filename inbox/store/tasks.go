@@ -180,7 +180,7 @@ const (
 	sqlTaskHasPeer    = `SELECT count(*) FROM task_participants WHERE task = ? AND peer = ?`
 	sqlTaskPeerCount  = `SELECT count(*) FROM task_participants WHERE task = ?`
 	sqlTaskAddPeer    = `INSERT INTO task_participants (task, peer, joined) VALUES (?, ?, ?)`
-	sqlTaskUpdated    = `UPDATE tasks SET updated = ? WHERE id = ?`
+	sqlTaskUpdated    = `UPDATE tasks SET updated = max(updated, ?) WHERE id = ?`
 	sqlTaskComplete   = `UPDATE tasks SET state = 'completed', updated = ?, result = ?, completed_by = ?, completed_at = ? WHERE id = ? AND state = 'open'`
 )
 
@@ -233,6 +233,11 @@ func (t taskTx) run(req *request, res *result) error {
 		}
 		if r.local && res.n == 0 {
 			if _, err := t.exec(sqlTaskLocal, r.id); err != nil {
+				return err
+			}
+		}
+		if res.n == 0 { // a send or an arrival under it: the task was active
+			if _, err := t.exec(sqlTaskUpdated, nanos(r.at), r.id); err != nil {
 				return err
 			}
 		}

@@ -80,3 +80,32 @@ func TestTasksLimitAndReopen(t *testing.T) {
 		t.Fatalf("write to a read-only store: %v", err)
 	}
 }
+
+// A send or an arrival under a task, with a participant it has already,
+// makes it the most recently updated: the list's order and the eviction
+// follow activity, not only new participants.
+func TestTaskTouchUpdates(t *testing.T) {
+	s, _ := openStore(t, Options{})
+	tk := s.Tasks()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	bob := identity.PeerID{1}
+	for i, id := range []string{"a", "b"} {
+		if _, err := tk.Touch(id, bob, true, t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tk.Touch("a", bob, true, t0.Add(time.Minute)); err != nil { // bob is a participant already
+		t.Fatal(err)
+	}
+	ts, err := tk.List("", 10)
+	if err != nil || len(ts) != 2 || ts[0].ID != "a" || !ts[0].Updated.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("after activity under a: %+v, %v; want a first, updated a minute on", ts, err)
+	}
+	// An older time (an arrival stamped earlier) does not move it back.
+	if _, err := tk.Touch("a", bob, false, t0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := tk.Get("a"); !got.Updated.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("updated %v after an older touch", got.Updated)
+	}
+}
