@@ -592,6 +592,8 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"space", "create", "build", "--as", "a", "--cap", `{"kind":`}, exitUsage, "not a JSON capability object", false},
 		{[]string{"space", "fulfill", "build", "p1", "--correlation-id", "x"}, exitUsage, "apply to space send, chat and propose", false},
 		{[]string{"send", "message", "bob", "hi", "--idempotency-key", ""}, exitUsage, "--idempotency-key must not be empty", false},
+		{[]string{"broadcast", "hi", "--task", ""}, exitUsage, "--task must not be empty", false},
+		{[]string{"send", "message", "bob", "hi", "--task="}, exitUsage, "--task must not be empty", false},
 		{[]string{"space", "reject", "build", "p1", "--context", "c"}, exitUsage, "apply to space send, chat and propose", false},
 		{[]string{"space", "create", "build"}, exitUsage, "participant id", true},
 		{[]string{"space", "add", "nowhere", "bob", "worker"}, exitError, "no space \"nowhere\"", true},
