@@ -41,7 +41,7 @@ func (b *BatchJSON) Page(page node.Batch) error {
 		if err != nil {
 			return err
 		}
-		if _, err := fmt.Fprintf(b.w, "%s\n    %s", sep, j); err != nil {
+		if _, err := fmt.Fprintf(b.w, "%s\n    %s", sep, escapeFormat(j)); err != nil {
 			return err
 		}
 		b.n++

@@ -9,6 +9,7 @@
 package nodetext
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/outbox"
@@ -477,10 +481,50 @@ func cardColumn(c *node.CardSummary) string {
 // PrintJSON writes v to w as indented JSON, HTML characters unescaped:
 // what a command prints with --json.
 func PrintJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(escapeFormat(b.Bytes()))
+	return err
+}
+
+// escapeFormat escapes, as \uXXXX, the invisible formatting characters
+// (Unicode's Cf: bidirectional overrides, zero-width marks; ZWJ, which
+// joins emoji, is left) in JSON text js, which the JSON encoder leaves
+// raw, so that a peer's text cannot reorder what a terminal shows. They
+// can only stand inside strings, where the escape means the same text.
+func escapeFormat(js []byte) []byte {
+	if !hasFormat(js) {
+		return js
+	}
+	out := make([]byte, 0, len(js)+32)
+	for i := 0; i < len(js); {
+		r, size := utf8.DecodeRune(js[i:])
+		if isFormat(r) {
+			for _, u := range utf16.Encode([]rune{r}) {
+				out = fmt.Appendf(out, `\u%04x`, u)
+			}
+		} else {
+			out = append(out, js[i:i+size]...)
+		}
+		i += size
+	}
+	return out
+}
+
+func isFormat(r rune) bool { return r != '\u200d' && unicode.In(r, unicode.Cf) }
+
+func hasFormat(js []byte) bool {
+	for _, r := range string(js) {
+		if r >= 0x80 && isFormat(r) {
+			return true
+		}
+	}
+	return false
 }
 
 // List prints items to out: as JSON (none as []) with asJSON, else as

@@ -3,9 +3,11 @@ package nodetext
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/meerkatd/meerkatd/comms/node"
 )
@@ -163,4 +165,53 @@ func TestCancelled(t *testing.T) {
 			t.Errorf("Cancelled(%+v) = %q, want %q", tc.c, b.String(), tc.want)
 		}
 	}
+}
+
+// TestEscapeFormat: JSON output carries a peer's bidirectional overrides
+// and other invisible formatting characters escaped, the text unchanged.
+func TestEscapeFormat(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`"plain"`, `"plain"`},
+		{"\"bidi \u202eevil\u202c\"", `"bidi \u202eevil\u202c"`},
+		{"{\"\u202ekey\": 1}", `{"\u202ekey": 1}`},
+		{"\"family \U0001F468\u200d\U0001F469\"", "\"family \U0001F468\u200d\U0001F469\""}, // ZWJ joins emoji: left
+		{"\"tag \U000E0041\"", `"tag \udb40\udc41"`},                                   // beyond the BMP: a surrogate pair
+		{"\"soft\u00adhyphen\"", `"soft\u00adhyphen"`},
+	} {
+		got := string(escapeFormat([]byte(tc.in)))
+		if got != tc.want {
+			t.Errorf("escapeFormat(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		var a, b any
+		if json.Unmarshal([]byte(tc.in), &a) != nil || json.Unmarshal([]byte(got), &b) != nil || !reflect.DeepEqual(a, b) {
+			t.Errorf("escapeFormat(%q): the JSON means something else: %v, %v", tc.in, a, b)
+		}
+	}
+	var buf bytes.Buffer
+	if err := PrintJSON(&buf, map[string]string{"body": "x\u202ey"}); err != nil || !strings.Contains(buf.String(), `x\u202ey`) {
+		t.Errorf("PrintJSON: %q, %v", buf.String(), err)
+	}
+}
+
+// FuzzEscapeFormat: the escaped JSON is valid when the input is, means
+// the same, and holds no formatting character but ZWJ.
+func FuzzEscapeFormat(f *testing.F) {
+	f.Add("\"a\u202eb\"")
+	f.Add(`{"k": ["\u200f", 1]}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		var a any
+		if json.Unmarshal([]byte(s), &a) != nil {
+			return
+		}
+		out := escapeFormat([]byte(s))
+		var b any
+		if err := json.Unmarshal(out, &b); err != nil || !reflect.DeepEqual(a, b) {
+			t.Fatalf("%q became %q (%v)", s, out, err)
+		}
+		for _, r := range string(out) {
+			if r != '\u200d' && unicode.In(r, unicode.Cf) {
+				t.Fatalf("%q left %U in %q", s, r, out)
+			}
+		}
+	})
 }
