@@ -175,7 +175,7 @@ func TestEscapeFormat(t *testing.T) {
 		{"\"bidi \u202eevil\u202c\"", `"bidi \u202eevil\u202c"`},
 		{"{\"\u202ekey\": 1}", `{"\u202ekey": 1}`},
 		{"\"family \U0001F468\u200d\U0001F469\"", "\"family \U0001F468\u200d\U0001F469\""}, // ZWJ joins emoji: left
-		{"\"tag \U000E0041\"", `"tag \udb40\udc41"`},                                   // beyond the BMP: a surrogate pair
+		{"\"tag \U000E0041\"", `"tag \udb40\udc41"`},                                       // beyond the BMP: a surrogate pair
 		{"\"soft\u00adhyphen\"", `"soft\u00adhyphen"`},
 	} {
 		got := string(escapeFormat([]byte(tc.in)))
