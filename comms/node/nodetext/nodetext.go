@@ -10,6 +10,7 @@ package nodetext
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -405,6 +406,9 @@ func Released(w io.Writer, asJSON bool, peer string, before, after []node.LoopGu
 	}
 	if asJSON {
 		return PrintJSON(w, map[string]any{"peer": peer, "released": was != nil && was.Held})
+	}
+	if was != nil {
+		peer = cmp.Or(was.Peer, peer) // the trusted name, not the reference as typed
 	}
 	if was != nil && was.Held {
 		_, err := fmt.Fprintf(w, "released %s: sends to it go again (it was held until %s); its count starts again\n", Line(peer), Time(was.HeldUntil))

@@ -215,3 +215,18 @@ func FuzzEscapeFormat(f *testing.F) {
 		}
 	})
 }
+
+// TestReleased: the peer released is named by its trusted name, whatever
+// reference was typed; one not counted is named as typed.
+func TestReleased(t *testing.T) {
+	until := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	held := node.LoopGuardState{Peer: "bob", PubKey: "ed25519:b", Held: true, HeldUntil: &until}
+	var b strings.Builder
+	if err := Released(&b, false, "BOB", []node.LoopGuardState{held}, nil); err != nil || !strings.HasPrefix(b.String(), "released bob: ") {
+		t.Errorf("released: %q, %v", b.String(), err)
+	}
+	b.Reset()
+	if err := Released(&b, false, "carol", nil, nil); err != nil || b.String() != "carol was not held; its count starts again\n" {
+		t.Errorf("not held: %q, %v", b.String(), err)
+	}
+}
