@@ -9,6 +9,10 @@ import (
 var (
 	// ErrUnknownPeer means no trusted peer has the given name or key.
 	ErrUnknownPeer = errors.New("comms: unknown peer")
+	// ErrBadPeerKey means a peer reference written as a key
+	// ("ed25519:…") is not one: a mistake in the reference, not a peer
+	// this node does not know.
+	ErrBadPeerKey = errors.New("comms: not a valid key")
 	// ErrPlaintextRefused means the peer's address is tcp:// and
 	// Options.RefusePlaintext is set: nothing is sent to it.
 	ErrPlaintextRefused = errors.New("comms: plaintext TCP is refused on this node")

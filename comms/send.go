@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
@@ -16,6 +17,11 @@ import (
 func (r *Router) ResolvePeer(ref string) (trust.Peer, error) {
 	if p, ok := r.trust.Load().Resolve(ref); ok {
 		return p, nil
+	}
+	if strings.HasPrefix(ref, "ed25519:") {
+		if _, err := identity.ParsePeerID(ref); err != nil {
+			return trust.Peer{}, fmt.Errorf("%w: %q: %v", ErrBadPeerKey, ref, err)
+		}
 	}
 	return trust.Peer{}, fmt.Errorf("%w: %q", ErrUnknownPeer, ref)
 }

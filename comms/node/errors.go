@@ -88,7 +88,7 @@ func Coded(err error) error {
 		return err
 	case errors.Is(err, comms.ErrUnknownPeer):
 		return &Error{Code: CodeUnknownPeer, Msg: UserText(err)}
-	case errors.Is(err, comms.ErrPlaintextRefused):
+	case errors.Is(err, comms.ErrPlaintextRefused), errors.Is(err, comms.ErrBadPeerKey):
 		return &Error{Code: CodeBadArgument, Msg: UserText(err)}
 	case errors.Is(err, comms.ErrPeerOffline):
 		return &Error{Code: CodePeerOffline, Msg: UserText(err)}

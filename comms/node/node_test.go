@@ -643,3 +643,20 @@ func TestReceiveWaitEndsWithTheNode(t *testing.T) {
 		t.Fatalf("Receive after the node stopped: %v, want unavailable (ErrClosed)", err)
 	}
 }
+
+// A peer reference written as a key that is no key is a bad argument; a
+// valid key of no trusted peer is an unknown peer.
+func TestMalformedPeerKey(t *testing.T) {
+	m, _ := mcpTestNode(t)
+	ctx := context.Background()
+	if _, err := m.SendMessage(ctx, "ed25519:AAAA", "hi", SendOptions{}); CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), "not a valid key") {
+		t.Fatalf("send to a malformed key: %v, want %s", err, CodeBadArgument)
+	}
+	stranger, _ := identity.GenerateKeypair()
+	if _, err := m.SendMessage(ctx, stranger.ID().String(), "hi", SendOptions{}); CodeOf(err) != CodeUnknownPeer {
+		t.Fatalf("send to an unknown key: %v, want %s", err, CodeUnknownPeer)
+	}
+	if _, err := m.Receive(ctx, Query{From: "ed25519:not-base64"}); CodeOf(err) != CodeBadArgument {
+		t.Fatalf("inbox from a malformed key: %v, want %s", err, CodeBadArgument)
+	}
+}
