@@ -43,7 +43,7 @@ func runSearch(e *env, args []string) error {
 	flags.Var((*stringList)(&q.Kinds), "kind", "only items of this `kind` (message, request, response, meup; repeatable)")
 	since := flags.String("since", "", "only items received from `WHEN` on: a duration back from now (1h, 30m) or an RFC 3339 time")
 	until := flags.String("until", "", "only items received up to `WHEN`: a duration back from now or an RFC 3339 time")
-	flags.IntVar(&q.Limit, "limit", node.DefaultSearchLimit, fmt.Sprintf("hits per page, `N` from 1 to %d", node.MaxSearchLimit))
+	flags.IntVar(&q.Limit, "limit", node.DefaultSearchLimit, fmt.Sprintf("hits per page, `N` up to %d (0: the default)", node.MaxSearchLimit))
 	flags.StringVar(&q.Cursor, "cursor", "", "the `cursor` a previous page printed: its next page")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
