@@ -30,7 +30,7 @@ type (
 )
 
 // taskArg is the task_id argument of the send tools.
-var taskArg = mcp.WithString("task_id", mcp.Description("put this send under a task (printable text, at most 128 bytes): the peer sees it as task_id, and becomes one of the task's participants; see list_tasks, wait_task and task_complete"))
+var taskArg = mcp.WithString("task_id", mcp.MinLength(1), mcp.Description("put this send under a task (printable text, at most 128 bytes): the peer sees it as task_id, and becomes one of the task's participants; see list_tasks, wait_task and task_complete"))
 
 func (s *Server) addBroadcastTools() {
 	broadcast := mcp.NewTool("broadcast",
@@ -108,7 +108,7 @@ func parseBroadcast(a args) (node.BroadcastArgs, error) {
 	b.Direct = !opts.Reliable
 	opts.Reliable = false
 	b.SendOptions = opts
-	b.TaskID, err = a.str("task_id", false)
+	b.TaskID, err = a.optStr("task_id")
 	return b, err
 }
 

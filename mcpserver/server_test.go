@@ -818,6 +818,7 @@ func testSendOptions(t *testing.T, era string) {
 		{"peer": "bob", "body": "x", "ttl_seconds": node.MaxTTL.Seconds() + 1},
 		{"peer": "bob", "body": "x", "reliable": "yes"},
 		{"peer": "bob", "body": "x", "reliable": false, "ttl_seconds": 5},
+		{"peer": "bob", "body": "x", "task_id": ""}, // leave it out for none
 	} {
 		wantBadArgument(t, c, "send_message", bad)
 		if err := checkArgs("send_message", bad); err == nil {

@@ -86,6 +86,16 @@ func (a args) str(name string, required bool) (string, error) {
 	return s, nil
 }
 
+// optStr reads an optional string argument that, when given, must not be
+// empty: "" would otherwise read as not given at all.
+func (a args) optStr(name string) (string, error) {
+	s, err := a.str(name, false)
+	if _, given := a.m[name]; err == nil && given && a.m[name] != nil && s == "" {
+		return "", invalidParams{fmt.Sprintf("argument %q must not be empty (leave it out for none)", name)}
+	}
+	return s, err
+}
+
 func (a args) num(name string, lo, hi float64) (float64, bool, error) {
 	v, ok := a.m[name]
 	if !ok || v == nil {
@@ -344,7 +354,7 @@ func parseSendMessage(a args) (peer, body string, opts node.SendOptions, err err
 	if opts.Interrupt, err = parseInterrupt(a); err != nil {
 		return
 	}
-	opts.TaskID, err = a.str("task_id", false) // broadcast and tasks slice
+	opts.TaskID, err = a.optStr("task_id") // broadcast and tasks slice
 	return
 }
 
@@ -361,7 +371,7 @@ func parseSendRequest(a args) (peer, intent string, opts node.SendOptions, err e
 	if opts.Interrupt, err = parseInterrupt(a); err != nil {
 		return
 	}
-	if opts.TaskID, err = a.str("task_id", false); err != nil {
+	if opts.TaskID, err = a.optStr("task_id"); err != nil {
 		return
 	}
 	opts.Deadline, err = parseDeadline(a) // slice F
@@ -381,7 +391,7 @@ func parseSendResponse(a args) (peer, rid, status string, opts node.SendOptions,
 	if opts, err = parseSendOptions(a); err != nil {
 		return
 	}
-	opts.TaskID, err = a.str("task_id", false) // broadcast and tasks slice
+	opts.TaskID, err = a.optStr("task_id") // broadcast and tasks slice
 	return
 }
 
