@@ -12,8 +12,10 @@ import (
 	"github.com/meerkatd/meerkatd/trust"
 )
 
-// ResolvePeer finds a trusted peer by name (in any letter case), key string ("ed25519:…") or the
-// Rust reference's peer UUID.
+// ResolvePeer finds a trusted peer by name (in any letter case), key
+// string ("ed25519:…") or the Rust reference's peer UUID. A reference
+// written as a key that does not parse is ErrBadPeerKey, not
+// ErrUnknownPeer.
 func (r *Router) ResolvePeer(ref string) (trust.Peer, error) {
 	if p, ok := r.trust.Load().Resolve(ref); ok {
 		return p, nil

@@ -90,7 +90,7 @@ func (a args) str(name string, required bool) (string, error) {
 // empty: "" would otherwise read as not given at all.
 func (a args) optStr(name string) (string, error) {
 	s, err := a.str(name, false)
-	if _, given := a.m[name]; err == nil && given && a.m[name] != nil && s == "" {
+	if err == nil && s == "" && a.m[name] != nil {
 		return "", invalidParams{fmt.Sprintf("argument %q must not be empty (leave it out for none)", name)}
 	}
 	return s, err

@@ -549,7 +549,7 @@ func (n *Node) sendRequest(ctx context.Context, peer, intent string, params json
 	if err := queuedRequest(res, opts.Deadline); err != nil {
 		return res, err
 	}
-	return n.awaitFinal(ctx, res, out.id, out.peer.Name, opts.Wait, opts.Deadline)
+	return n.awaitFinal(ctx, res, out.id, opts.Wait, opts.Deadline)
 }
 
 // queuedRequest is the error of a wait for the responses of request res
@@ -592,18 +592,15 @@ func (n *Node) AwaitResponses(ctx context.Context, requestID string, wait time.D
 	if !ok {
 		return Sent{}, errorf(CodeUnknownRequest, "no request %s of this node is waiting for its final response: it was answered already, or this node did not send it", requestID)
 	}
-	name := ""
-	if p, err := n.r.ResolvePeer(peer.String()); err == nil {
-		name = p.Name
-	}
-	return n.awaitFinal(ctx, Sent{ID: requestID, Peer: name, Delivery: DeliveryAcked}, id, name, wait, deadline)
+	p, _ := n.r.Trust().Lookup(peer) // "" if no longer trusted
+	return n.awaitFinal(ctx, Sent{ID: requestID, Peer: p.Name, Delivery: DeliveryAcked}, id, wait, deadline)
 }
 
 // awaitFinal waits up to wait (at most MaxWait, and not past deadline if
-// set) for the final response to request id, sent to the peer named
-// peerName, adding the responses that come to res.Responses. Accepted
+// set) for the final response to request id, sent to the peer res.Peer
+// names, adding the responses that come to res.Responses. Accepted
 // responses are progress: the wait goes on until a final one.
-func (n *Node) awaitFinal(ctx context.Context, res Sent, id identity.UUID, peerName string, wait time.Duration, deadline time.Time) (Sent, error) {
+func (n *Node) awaitFinal(ctx context.Context, res Sent, id identity.UUID, wait time.Duration, deadline time.Time) (Sent, error) {
 	asked := wait
 	wait = min(wait, MaxWait)
 	byDeadline := !deadline.IsZero() && time.Until(deadline) < wait
@@ -626,7 +623,7 @@ func (n *Node) awaitFinal(ctx context.Context, res Sent, id identity.UUID, peerN
 			return res, Coded(err)
 		}
 		if len(res.Responses) < MaxWaitedResponses {
-			res.Responses = append(res.Responses, toMessage(inbox.Entry[comms.Item]{Item: comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: resp, PeerName: peerName}}))
+			res.Responses = append(res.Responses, toMessage(inbox.Entry[comms.Item]{Item: comms.Item{Type: comms.ItemExternal, Received: time.Now(), Envelope: resp, PeerName: res.Peer}}))
 		}
 		if s := resp.Kind.Status(); s == wire.StatusCompleted || s == wire.StatusFailed {
 			return res, nil

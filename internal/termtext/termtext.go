@@ -29,7 +29,7 @@ func Escape(s, indent string, escapeBackslash bool) string {
 			b.WriteByte('\t')
 		case r == '\\' && escapeBackslash:
 			b.WriteString(`\\`)
-		case unicode.IsControl(r) || unicode.In(r, unicode.Cf) && r != '\u200d':
+		case unicode.IsControl(r) || Invisible(r):
 			if r < 0x100 {
 				fmt.Fprintf(&b, `\x%02x`, r)
 			} else {
@@ -42,3 +42,8 @@ func Escape(s, indent string, escapeBackslash bool) string {
 	}
 	return b.String()
 }
+
+// Invisible reports whether r is an invisible formatting character
+// (Unicode's Cf: bidirectional overrides, zero-width marks) that could
+// reorder or hide what a terminal shows; ZWJ, which joins emoji, is not.
+func Invisible(r rune) bool { return r != '\u200d' && unicode.In(r, unicode.Cf) }

@@ -18,7 +18,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -508,7 +507,7 @@ func escapeFormat(js []byte) []byte {
 	out := make([]byte, 0, len(js)+32)
 	for i := 0; i < len(js); {
 		r, size := utf8.DecodeRune(js[i:])
-		if isFormat(r) {
+		if termtext.Invisible(r) {
 			for _, u := range utf16.Encode([]rune{r}) {
 				out = fmt.Appendf(out, `\u%04x`, u)
 			}
@@ -520,11 +519,9 @@ func escapeFormat(js []byte) []byte {
 	return out
 }
 
-func isFormat(r rune) bool { return r != '\u200d' && unicode.In(r, unicode.Cf) }
-
 func hasFormat(js []byte) bool {
 	for _, r := range string(js) {
-		if r >= 0x80 && isFormat(r) {
+		if r >= 0x80 && termtext.Invisible(r) {
 			return true
 		}
 	}
