@@ -459,16 +459,6 @@ func (r *results) distributionChart() *htmlChart {
 	return c
 }
 
-// sortedQuantile is the q-quantile (0 to 1) of sorted v: the value at
-// rank ceil(q*n), as percentileUS takes it.
-func sortedQuantile(v []float64, q float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	i := int(math.Ceil(q*float64(len(v)))) - 1
-	return v[min(max(i, 0), len(v)-1)]
-}
-
 // throughputChart charts pipelined exchanges/s per transport with the
 // raw anchors of that transport and the NATS bench's figure, against the
 // crypto ceiling; nil without a pipelined scenario or anchor.

@@ -119,13 +119,12 @@ func newResults() *results {
 // addLatencies records a latency scenario's round trips: its p50 and p99
 // as metrics, and the round trips themselves for the distributions.
 func (r *results) addLatencies(impl, scenario, tr, inbox string, lat []time.Duration) (p50 float64) {
-	p50 = percentileUS(lat, 0.50)
+	us := sortedUS(lat)
+	p50 = sortedQuantile(us, 0.50)
 	r.add(impl, scenario, tr, inbox, mP50, p50)
-	r.add(impl, scenario, tr, inbox, mP99, percentileUS(lat, 0.99))
+	r.add(impl, scenario, tr, inbox, mP99, sortedQuantile(us, 0.99))
 	k := seriesKey{impl, scenario, tr, inbox}
-	for _, d := range lat {
-		r.samples[k] = append(r.samples[k], float64(d.Nanoseconds())/1e3)
-	}
+	r.samples[k] = append(r.samples[k], us...)
 	return p50
 }
 

@@ -444,3 +444,23 @@ func TestRepetitions(t *testing.T) {
 		}
 	}
 }
+
+// TestSortedQuantile: the rank is ⌈q·n⌉, q·n's rounding forgiven.
+func TestSortedQuantile(t *testing.T) {
+	v := make([]float64, 2000)
+	for i := range v {
+		v[i] = float64(i + 1)
+	}
+	for _, tc := range []struct{ q, want float64 }{{0.50, 1000}, {0.99, 1980}, {0.999, 1998}, {1, 2000}, {0, 1}} {
+		if got := sortedQuantile(v, tc.q); got != tc.want {
+			t.Errorf("q %v: %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	// 0.07 × 100 is 7.000000000000001 in floating point: still rank 7.
+	if got := sortedQuantile(v[:100], 0.07); got != 7 {
+		t.Errorf("q 0.07 of 100: %v, want 7", got)
+	}
+	if got := sortedQuantile(nil, 0.5); !math.IsNaN(got) {
+		t.Errorf("none: %v, want NaN", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -1043,10 +1044,28 @@ func percentileUS(lat []time.Duration, p float64) float64 {
 	if len(lat) == 0 {
 		return 0
 	}
-	s := slices.Clone(lat)
-	slices.Sort(s)
-	i := int(float64(len(s))*p+0.999999) - 1
-	return float64(s[min(max(i, 0), len(s)-1)].Nanoseconds()) / 1e3
+	return sortedQuantile(sortedUS(lat), p)
+}
+
+// sortedUS is lat in µs, sorted.
+func sortedUS(lat []time.Duration) []float64 {
+	us := make([]float64, len(lat))
+	for i, d := range lat {
+		us[i] = float64(d.Nanoseconds()) / 1e3
+	}
+	slices.Sort(us)
+	return us
+}
+
+// sortedQuantile is the q-quantile (0 to 1) of sorted v: the value at rank
+// ⌈q·n⌉, with a tolerance for q·n's rounding (0.99 × 2000 is rank 1980,
+// not 1981); NaN for none.
+func sortedQuantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	i := int(float64(len(v))*q+0.999999) - 1
+	return v[min(max(i, 0), len(v)-1)]
 }
 
 func median(d []time.Duration) time.Duration {
