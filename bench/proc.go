@@ -424,12 +424,13 @@ func (n *node) stop() {
 	}
 }
 
-func (n *node) logTail() string {
-	b, _ := os.ReadFile(n.log)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
+func (n *node) logTail() string { return fileTail(n.log) }
+
+// fileTail is the last 2000 bytes of the file at path ("" if it cannot be
+// read): what a child wrote last, for an error.
+func fileTail(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b[max(0, len(b)-2000):])
 }
 
 // nodeStatus is what the bench reads of `meerkatd status --json`. A field
@@ -647,8 +648,7 @@ func (b *runner) startEcho(network string) (*child, transport.Addr, error) {
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		c.kill() // waits for it: its stderr is all written
-		msg, _ := os.ReadFile(logPath)
-		return nil, a, fmt.Errorf("echo server did not start: %w: %s", err, strings.TrimSpace(string(msg[max(0, len(msg)-2000):])))
+		return nil, a, fmt.Errorf("echo server did not start: %w: %s", err, strings.TrimSpace(fileTail(logPath)))
 	}
 	a, err = transport.ParseAddr(network + "://" + strings.TrimSpace(line))
 	if err != nil {
