@@ -259,10 +259,7 @@ func (t taskTx) run(req *request, res *result) error {
 			res.err = ErrTasksFull
 			return nil
 		}
-		if _, err := t.exec(sqlTaskAddPeer, r.id, r.peer[:], nanos(r.at)); err != nil {
-			return err
-		}
-		_, err := t.exec(sqlTaskUpdated, nanos(r.at), r.id)
+		_, err := t.exec(sqlTaskAddPeer, r.id, r.peer[:], nanos(r.at)) // updated: set above, or at creation
 		return err
 	case opTaskComplete:
 		var result any
