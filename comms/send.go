@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
@@ -20,10 +19,8 @@ func (r *Router) ResolvePeer(ref string) (trust.Peer, error) {
 	if p, ok := r.trust.Load().Resolve(ref); ok {
 		return p, nil
 	}
-	if strings.HasPrefix(ref, "ed25519:") {
-		if _, err := identity.ParsePeerID(ref); err != nil {
-			return trust.Peer{}, fmt.Errorf("%w: %q: %v", ErrBadPeerKey, ref, err)
-		}
+	if _, err := identity.ParsePeerID(ref); err != nil && !errors.Is(err, identity.ErrBadPrefix) {
+		return trust.Peer{}, fmt.Errorf("%w: %q: %v", ErrBadPeerKey, ref, err)
 	}
 	return trust.Peer{}, fmt.Errorf("%w: %q", ErrUnknownPeer, ref)
 }

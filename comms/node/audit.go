@@ -43,7 +43,7 @@ func AuditPeer(h *Home, ref string) (string, error) {
 	if err == nil {
 		return id.String(), nil
 	}
-	if strings.HasPrefix(ref, "ed25519:") {
+	if !errors.Is(err, identity.ErrBadPrefix) { // written as a key, but not one
 		return "", errorf(CodeBadArgument, "%q is not a valid key: %v", ref, err)
 	}
 	l, err := trust.LoadOrEmpty(h.TrustPath())

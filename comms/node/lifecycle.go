@@ -448,9 +448,7 @@ func (lc *lifecycle) sent(s comms.Sealed, intent string, deadline time.Time) err
 // unsent forgets request id, whose only delivery failed: nothing arrived,
 // so there is nothing to time out, answer or cancel.
 func (lc *lifecycle) unsent(id identity.UUID) {
-	lc.mu.Lock()
-	delete(lc.due, id.String())
-	lc.mu.Unlock()
+	lc.forgetDue(id.String())
 	if err := lc.st.DropSentRequest(id.String()); err != nil {
 		lc.n.log.Warn("a request whose delivery failed stays recorded as open", "id", id, "err", err)
 	}
