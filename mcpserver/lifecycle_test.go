@@ -16,7 +16,7 @@ func (f *fakeNode) CancelRequest(_ context.Context, id, reason string, opts node
 	}
 	return node.Cancelled{
 		Request:  node.SentRequest{ID: id, Peer: "bob", Intent: "build", State: node.RequestCancelled, Note: reason},
-		Cancel:   node.Sent{ID: "c-1", Peer: "bob", Delivery: node.DeliveryAcked},
+		Cancel:   &node.Sent{ID: "c-1", Peer: "bob", Delivery: node.DeliveryAcked},
 		Replayed: opts.IdempotencyKey == "used-before",
 	}, nil
 }

@@ -116,7 +116,7 @@ type RequestQuery struct {
 // and the meerkat.cancel request sent to tell the peer.
 type Cancelled struct {
 	Request SentRequest `json:"request"`
-	Cancel  Sent        `json:"cancel"` // the meerkat.cancel sent to the peer (empty when Withdrawn)
+	Cancel  *Sent       `json:"cancel,omitempty"` // the meerkat.cancel sent to the peer (nil when Withdrawn)
 	// Withdrawn is true when the request was still queued in the outbox
 	// (its peer away): it is a dead letter now (reason cancelled), the
 	// peer never got it, and no cancel was sent.
@@ -700,7 +700,7 @@ func (n *Node) cancelRequest(ctx context.Context, requestID, reason string) (Can
 	if r2, ok, rerr := n.lc.st.SentRequest(r.ID); rerr == nil && ok {
 		r = r2
 	}
-	return Cancelled{Request: sentRequest(r), Cancel: sent}, err
+	return Cancelled{Request: sentRequest(r), Cancel: &sent}, err
 }
 
 // Requests implements [API].

@@ -787,8 +787,11 @@ func TestCancelQueuedRequest(t *testing.T) {
 		return err == nil && len(ob.Entries) == 1 && ob.Entries[0].Attempts >= 2 && !ob.Entries[0].InFlight
 	})
 	c, err := alice.CancelRequest(ctx, sent.ID, "not needed", SendOptions{})
-	if err != nil || !c.Withdrawn || c.Cancel.ID != "" || c.Request.State != RequestCancelled {
+	if err != nil || !c.Withdrawn || c.Cancel != nil || c.Request.State != RequestCancelled {
 		t.Fatalf("cancel of a queued request: %+v, %v", c, err)
+	}
+	if b, err := json.Marshal(c); err != nil || strings.Contains(string(b), `"cancel"`) {
+		t.Fatalf("a withdrawn request's JSON: %s, %v (want no cancel object: none was sent)", b, err)
 	}
 	if ob, err := alice.Outbox(ctx); err != nil || len(ob.Entries) != 0 {
 		t.Fatalf("outbox after the cancel: %+v, %v (want no request, no cancel)", ob.Entries, err)

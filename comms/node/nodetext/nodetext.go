@@ -420,7 +420,7 @@ func Released(w io.Writer, asJSON bool, peer string, before, after []node.LoopGu
 // Cancelled writes what cancelling a request did.
 func Cancelled(w io.Writer, c node.Cancelled) {
 	who := Who(c.Request.Peer, c.Request.PubKey)
-	if c.Withdrawn {
+	if c.Withdrawn || c.Cancel == nil {
 		fmt.Fprintf(w, "%s cancelled before it was delivered: a dead letter now; %s never got it, so nothing was sent\n", c.Request.ID, who)
 		return
 	}

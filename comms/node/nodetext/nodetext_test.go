@@ -156,7 +156,7 @@ func TestCancelled(t *testing.T) {
 		c    node.Cancelled
 		want string
 	}{
-		{node.Cancelled{Request: req, Cancel: node.Sent{ID: "c-1", Delivery: "acked"}}, "r-1 cancelled; bob told (cancel c-1, acked)\n"},
+		{node.Cancelled{Request: req, Cancel: &node.Sent{ID: "c-1", Delivery: "acked"}}, "r-1 cancelled; bob told (cancel c-1, acked)\n"},
 		{node.Cancelled{Request: req, Withdrawn: true}, "r-1 cancelled before it was delivered: a dead letter now; bob never got it, so nothing was sent\n"},
 	} {
 		var b strings.Builder
