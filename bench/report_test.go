@@ -14,6 +14,7 @@ import (
 type figures struct {
 	exchUS                  float64 // anchor_exchange; with 2 cores, ceiling = 2e6 / exchUS
 	rawSeqP50, rawPipeRate  float64 // anchor_raw_sequential p50, anchor_raw_pipelined exchanges/s
+	rawSeqP99               float64 // anchor_raw_sequential p99; 0: not recorded
 	seqP50, seqP99          float64
 	pipeRate, pipeCPU       float64
 	loopRate                float64
@@ -48,6 +49,9 @@ func (f figures) add(r *results, trs []string) {
 	r.add(implMeerkatd, scAnchorBatch, transportNone, inboxNone, mUS, f.batchUS)
 	for _, tr := range trs {
 		r.add(implMeerkatd, scAnchorRawSeq, tr, inboxNone, mP50, f.rawSeqP50)
+		if f.rawSeqP99 > 0 {
+			r.add(implMeerkatd, scAnchorRawSeq, tr, inboxNone, mP99, f.rawSeqP99)
+		}
 		r.add(implMeerkatd, scAnchorRawPipe, tr, inboxNone, mRate, f.rawPipeRate)
 		r.add(implMeerkatd, scSequential, tr, mem, mP50, f.seqP50)
 		r.add(implMeerkatd, scSequential, tr, mem, mP99, f.seqP99)
@@ -462,5 +466,40 @@ func TestSortedQuantile(t *testing.T) {
 	}
 	if got := sortedQuantile(nil, 0.5); !math.IsNaN(got) {
 		t.Errorf("none: %v, want NaN", got)
+	}
+}
+
+// TestRawTail: a failed p99 check is noted with the raw sequential
+// anchor's own p99/p50 (the median over the repetitions); a passed one,
+// or one without the anchor's p99, is not.
+func TestRawTail(t *testing.T) {
+	tail := func(r *results) []string {
+		var out []string
+		for _, n := range r.notes {
+			if strings.Contains(n, "anchor_raw_sequential) had p99") {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	f := gateFigures()
+	f.rawSeqP99 = 230 // 2.3 x its p50 of 100
+	if got := tail(checked(f)); len(got) != 0 {
+		t.Fatalf("p99 check passed, yet noted: %q", got)
+	}
+	a, b, c := f, f, f
+	a.seqP99, b.seqP99, c.seqP99 = 250, 250, 250 // 2.5 x p50: fails
+	a.rawSeqP99, b.rawSeqP99, c.rawSeqP99 = 210, 240, 400
+	got := tail(checked(a, b, c))
+	want := []string{
+		`sequential/uds "p99 <= 2 x p50": the raw exchange between the same processes (anchor_raw_sequential) had p99 2.4 x its p50 in this run`,
+		`sequential/tcp "p99 <= 2 x p50": the raw exchange between the same processes (anchor_raw_sequential) had p99 2.4 x its p50 in this run`,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("notes %q, want %q", got, want)
+	}
+	a.rawSeqP99 = 0
+	if got := tail(checked(a)); len(got) != 0 {
+		t.Fatalf("no p99 of the anchor, yet noted: %q", got)
 	}
 }
