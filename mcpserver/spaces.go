@@ -353,7 +353,7 @@ func (s *Server) spaceSend(st spaceTool) func(context.Context, mcp.CallToolReque
 // spaceNote tells a model what happens to copies not delivered yet.
 func spaceNote(sent node.SpaceSent) string {
 	if sent.NotApplied != "" {
-		return "sent, but it breaks a rule of the space here (" + sent.NotApplied + "): it changed nothing here, and members whose rosters agree refuse it and answer with a system/error"
+		return "sent, but it breaks a rule of the space here (" + sent.NotApplied + "): it changed nothing here, and " + sent.NotAppliedEffect()
 	}
 	queued, skipped := 0, 0
 	for _, c := range sent.Copies {

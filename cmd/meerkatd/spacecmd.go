@@ -189,7 +189,7 @@ func runSpace(e *env, args []string) error {
 			fmt.Fprintln(e.stderr, "no other active member in the space: nothing was sent")
 		}
 		if sent.NotApplied != "" {
-			fmt.Fprintf(e.stderr, "warning: it breaks a rule of the space here (%s): it changed nothing here, and members whose rosters agree refuse it\n", nodetext.Line(sent.NotApplied))
+			fmt.Fprintf(e.stderr, "warning: it breaks a rule of the space here (%s): it changed nothing here, and %s\n", nodetext.Line(sent.NotApplied), sent.NotAppliedEffect())
 		}
 		return failed
 	})

@@ -198,6 +198,11 @@ func TestAllows(t *testing.T) {
 		{"deep key at top", `[{"kind":"x","payload":{"**":"v"}}]`, "x", `{"k":"v"}`, true},
 		{"deep key in array", `[{"kind":"x","payload":{"**":"v"}}]`, "x", `{"k":[["v"]]}`, true},
 		{"deep key missing", `[{"kind":"x","payload":{"**":"v"}}]`, "x", `{"k":["w"]}`, false},
+		// * may match no characters inside a value (as the reference
+		// matcher's globs do); only an empty value matches no glob.
+		{"star matches none after a prefix", `[{"kind":"x","payload":{"v":"read_*"}}]`, "x", `{"v":"read_"}`, true},
+		{"star alone never matches empty", `[{"kind":"x","payload":{"v":"*"}}]`, "x", `{"v":""}`, false},
+		{"kind star matches none after a slash", `[{"kind":"mcp/*"}]`, "mcp/", ``, true},
 		{"key glob", `[{"kind":"x","payload":{"arg_*":"yes"}}]`, "x", `{"arg_1":"no","arg_2":"yes"}`, true},
 		{"key glob none", `[{"kind":"x","payload":{"arg_*":"yes"}}]`, "x", `{"other":"yes"}`, false},
 		{"regex in value", `[{"kind":"x","payload":{"q":"/^SELECT/"}}]`, "x", `{"q":"SELECT 1"}`, true},

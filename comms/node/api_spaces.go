@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/meup"
 	"github.com/meerkatd/meerkatd/comms/space"
 )
 
@@ -122,8 +123,23 @@ type SpaceSent struct {
 	// withdraw of another's proposal): see space.Draft.Strict.
 	NotApplied string `json:"not_applied,omitempty"`
 	// Replayed is true for the result of an earlier send with the same
-	// idempotency key, returned without sending again (slice B).
+	// idempotency key, returned without sending again.
 	Replayed bool `json:"replayed,omitempty"`
+}
+
+// NotAppliedEffect says, for a send with NotApplied, what the members
+// do with it: a reserved system/* kind every member refuses, and none
+// answers a system/* envelope; for any other rule, members whose
+// rosters agree refuse it and answer with a system/error. "" when the
+// send was applied.
+func (s SpaceSent) NotAppliedEffect() string {
+	switch {
+	case s.NotApplied == "":
+		return ""
+	case strings.HasPrefix(s.NotApplied, meup.ReasonReservedKind+":"):
+		return "every member refuses it, and none answers a system/* envelope"
+	}
+	return "members whose rosters agree refuse it and answer with a system/error"
 }
 
 // CopiesError is the error of a space send some of whose copies were

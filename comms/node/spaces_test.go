@@ -446,6 +446,20 @@ func TestSpaceActionsRefuseWhatMembersRefuse(t *testing.T) {
 	if err != nil || !strings.Contains(raw.NotApplied, `holds no live grant "nonexistent"`) || len(raw.Copies) != 1 || raw.Copies[0].Delivery != DeliveryAcked {
 		t.Fatalf("a plain send of the revoke: %+v, %v", raw, err)
 	}
+	if want := "members whose rosters agree refuse it and answer with a system/error"; raw.NotAppliedEffect() != want {
+		t.Fatalf("effect of a plain revoke breaking a rule: %q, want %q", raw.NotAppliedEffect(), want)
+	}
+	// A reserved system kind: every member refuses it, and none answers.
+	sys, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Kind: "system/foo", Payload: json.RawMessage(`{}`), SendOptions: reliable})
+	if err != nil || !strings.HasPrefix(sys.NotApplied, meup.ReasonReservedKind+":") {
+		t.Fatalf("a reserved system kind: %+v, %v", sys, err)
+	}
+	if want := "every member refuses it, and none answers a system/* envelope"; sys.NotAppliedEffect() != want {
+		t.Fatalf("effect of a reserved kind: %q, want %q", sys.NotAppliedEffect(), want)
+	}
+	if (SpaceSent{}).NotAppliedEffect() != "" {
+		t.Fatal("an applied send has an effect of not being applied")
+	}
 	// A revoke of the live grant is sent and applied.
 	if s, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActRevoke, Recipient: "prop", GrantID: g.ID, SendOptions: reliable}); err != nil || s.NotApplied != "" {
 		t.Fatalf("revoke of the live grant: %+v, %v", s, err)

@@ -128,7 +128,7 @@ func (e *Engine) receiveLocked(from identity.PeerID, copy, space string, data []
 		return e.systemLocked(in, now, replies)
 	}
 	if !allows(e.holdsLocked(space, m), env) && !e.acksOwnGrantLocked(space, m, env) {
-		return e.refuseLocked(in, now, meup.ReasonCapability, fmt.Sprintf("no capability %q holds in space %q matches kind %q", m.ID, space, env.Kind), replies)
+		return e.refuseLocked(in, now, meup.ReasonCapability, noCapability(m.ID, space, env.Kind), replies)
 	}
 	if k := (undoKey{space, from, env.ID}); e.undoneLocked(k, env) {
 		// Applied before, its admission failed (Undo): delivered, not
@@ -276,6 +276,13 @@ type undoKey struct {
 // envelope is (or may be) system/*, no participant is known to answer
 // to, the sender's key is not trusted, this node has no participant id
 // in the space to answer as, or the (space, sender) rate limit is spent.
+// noCapability is the detail of a capability_violation: no capability
+// of participant id matches the envelope, whose kind or payload (either
+// may be what no capability allows) is kind's.
+func noCapability(id, space, kind string) string {
+	return fmt.Sprintf("no capability %q holds in space %q matches this %s envelope (its kind and payload)", id, space, kind)
+}
+
 func (e *Engine) refuseLocked(in *inbound, now time.Time, reason, detail string, replies *[]reply) Verdict {
 	r := &Refusal{Space: in.space, From: in.from, MEUPID: in.env.ID, Kind: in.env.Kind, Reason: reason, Detail: detail}
 	v := Verdict{Envelope: in.env, Refused: r}

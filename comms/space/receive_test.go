@@ -29,6 +29,7 @@ func TestReceiveRefusals(t *testing.T) {
 		reason  string
 		answer  string // participant the system/error goes to; "" none
 		answerK identity.PeerID
+		detail  string // what the refusal's detail must hold; "" anything
 	}{
 		{name: "malformed chat", from: kBob, space: "lab",
 			raw:    `{"protocol":"meup/v0.2","id":"m1","from":"bob","kind":"chat"}`,
@@ -67,7 +68,8 @@ func TestReceiveRefusals(t *testing.T) {
 			reason: meup.ReasonReservedKind},
 		{name: "no capability", from: kCarol, space: "lab",
 			e:      env{From: "carol", Kind: "mcp/request", Payload: `{"method":"tools/call"}`},
-			reason: meup.ReasonCapability, answer: "carol", answerK: kCarol},
+			reason: meup.ReasonCapability, answer: "carol", answerK: kCarol,
+			detail: `no capability "carol" holds in space "lab" matches this mcp/request envelope (its kind and payload)`},
 		{name: "reject of an unknown proposal", from: kCarol, space: "lab",
 			e:      env{From: "carol", Kind: "mcp/reject", Corr: []string{"nope"}},
 			reason: meup.ReasonUnknownProposal, answer: "carol", answerK: kCarol},
@@ -99,6 +101,9 @@ func TestReceiveRefusals(t *testing.T) {
 			v := h.e.Receive(tt.from, newCopy(), tt.space, data)
 			if v.Deliver || v.Refused == nil || v.Refused.Reason != tt.reason {
 				t.Fatalf("verdict %+v, want refused %s", v, tt.reason)
+			}
+			if tt.detail != "" && v.Refused.Detail != tt.detail {
+				t.Errorf("detail %q, want %q", v.Refused.Detail, tt.detail)
 			}
 			if v.Refused.From != tt.from || v.Refused.Space != tt.space {
 				t.Errorf("refusal names %v in %q", v.Refused.From, v.Refused.Space)

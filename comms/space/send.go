@@ -230,7 +230,7 @@ func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions)
 			// alike (its roster here may be what lacks the capability).
 			if !allows(e.holdsLocked(space, sp.self), env) && !e.acksGrantToSelfLocked(space, env) &&
 				(reason == "" || !d.Strict || !strictRefuses(reason)) {
-				reason, detail = meup.ReasonCapability, fmt.Sprintf("no capability %q holds in space %q matches kind %q", sp.self.ID, space, env.Kind)
+				reason, detail = meup.ReasonCapability, noCapability(sp.self.ID, space, env.Kind)
 			}
 		}
 		if reason != "" && d.Strict && strictRefuses(reason) {
