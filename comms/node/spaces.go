@@ -722,7 +722,10 @@ func (n *Node) memberKey(ref string) (identity.PeerID, error) {
 		return k, nil
 	}
 	p, err := n.r.ResolvePeer(ref)
-	if err != nil {
+	switch {
+	case errors.Is(err, comms.ErrBadPeerKey): // written as a key, but not one
+		return identity.PeerID{}, Coded(err)
+	case err != nil:
 		return identity.PeerID{}, errorf(CodeUnknownPeer, "%q is neither a key (ed25519:…) nor a trusted peer's name or UUID", ref)
 	}
 	return p.ID, nil

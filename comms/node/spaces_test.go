@@ -81,6 +81,10 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 		{"unknown op", SpaceEdit{Op: "rename", Space: "build"}, CodeBadArgument, ""},
 		{"add to unknown space", SpaceEdit{Op: SpaceAdd, Space: "nope", Peer: "bob", ID: "w"}, CodeUnknownSpace, "(list_spaces or meerkatd space list shows them)"},
 		{"add unknown peer", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "carol", ID: "w"}, CodeUnknownPeer, ""},
+		// Written as a key, but not one a node accepts (all zero): the
+		// key's fault is named, not an unknown peer.
+		{"add a malformed key", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", ID: "w"}, CodeBadArgument, "ed25519:AAAA"},
+		{"add a short key", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "ed25519:AAAA", ID: "w"}, CodeBadArgument, ""},
 		{"add without id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob"}, CodeBadArgument, ""},
 		{"add duplicate id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: stranger.ID().String(), ID: "worker"}, CodeBadArgument, ""},
 		{"add a member again under another id", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob", ID: "worker2"}, CodeBadArgument, `is member "worker" of space "build" already`},
