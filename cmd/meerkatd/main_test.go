@@ -168,6 +168,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"id", "--jsno"}, exitUsage, "unknown flag --jsno (did you mean --json?)"},
 		{[]string{"sned", "message", "bob", "hi"}, exitUsage, `unknown command "sned": did you mean send?`},
 		{[]string{"help", "nope"}, exitUsage, `unknown command "nope"`},
+		// A revoke that names nothing to take back is the command line's
+		// fault, with the usage line, as a grant without capabilities is.
+		{[]string{"space", "revoke", "build", "proposer"}, exitUsage, "space revoke needs --grant-id ID or the capabilities to take back\nusage: meerkatd space "},
+		{[]string{"space", "grant", "build", "proposer"}, exitUsage, "\nusage: meerkatd space "},
 	}
 	for _, tc := range tests {
 		code, _, errOut := run(t, nil, tc.args...)

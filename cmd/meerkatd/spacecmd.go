@@ -50,6 +50,9 @@ func runSpace(e *env, args []string) error {
 	if len(pos) < ar[0] || ar[1] >= 0 && len(pos) > ar[1] {
 		return fmt.Errorf("%w: wrong number of arguments for space %s (see meerkatd help space)", errUsage, sub)
 	}
+	if sub == "revoke" && *grantID == "" && len(pos) == 2 {
+		return fmt.Errorf("%w: space revoke needs --grant-id ID or the capabilities to take back", errUsage)
+	}
 	if (len(corr) > 0 || *contextID != "") && sub != "send" && sub != "chat" && sub != "propose" {
 		return fmt.Errorf("%w: --correlation-id and --context apply to space send, chat and propose, not to space %s", errUsage, sub)
 	}
