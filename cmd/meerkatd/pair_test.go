@@ -279,6 +279,27 @@ func TestPairLocal(t *testing.T) {
 	bob.wantCode(exitError, []string{"open to other users"}, "peers", "discover")
 }
 
+// A node named so that the name rule refuses it as a peer's name
+// ("_al") is found by that name, and trusted under the usable form of
+// it, as a line from it would be.
+func TestPairLocalUnusableName(t *testing.T) {
+	t.Parallel()
+	rt := t.TempDir()
+	al, bob := newNode(t, "_al"), newNode(t, "bob")
+	for _, n := range []*testNode{al, bob} {
+		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
+		n.start()
+	}
+	offer := al.startBackground("pair", "offer", "--local")
+	offer.line(t)
+	if out := bob.ok("pair", "accept", "--local", "_al"); !strings.Contains(out, "trusting al ("+al.key+")") {
+		t.Fatalf("bob: %q", out)
+	}
+	if code, rest := offer.wait(t); code != 0 || !strings.Contains(rest, "trusting bob") {
+		t.Fatalf("offer: %d %q %s", code, rest, offer.stderr.String())
+	}
+}
+
 // Every home made without --name is "meerkat": pair accept --local
 // meerkat takes the offer of the one such node that has one open; with
 // two open it names both, and the key picks one.

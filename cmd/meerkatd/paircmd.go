@@ -155,11 +155,11 @@ func (e *env) pairAccept(h *node.Home, pos []string, local bool, name string, re
 		if err != nil {
 			return err
 		}
-		var theirs string
-		if line, theirs, err = node.AcceptLocalLine(dir, h, pos[0]); err != nil {
+		// The peer's name comes from the exchange, as for a line: made
+		// usable and told apart from the names trusted already.
+		if line, err = node.AcceptLocalLine(dir, h, pos[0]); err != nil {
 			return err
 		}
-		name = cmp.Or(name, theirs)
 	}
 	if _, err := pair.ParseLine(line); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, strings.TrimPrefix(err.Error(), "pair: "))

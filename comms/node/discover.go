@@ -340,16 +340,17 @@ func WaitLocalOffer(dir string, a Announcement, bound time.Duration) (string, er
 
 // AcceptLocalLine is the pairing line the local node ref (a name, key or
 // UUID among the nodes announced in dir) left for h, waited for up to
-// LocalOfferWait, and the node's announced name. When several nodes are
-// named ref, it is the offer of the one among them that has an offer
-// open; none or several is an error that lists them, to pick one by key.
-func AcceptLocalLine(dir string, h *Home, ref string) (line, name string, err error) {
+// LocalOfferWait. When several nodes are named ref, it is the offer of
+// the one among them that has an offer open; none or several is an error
+// that lists them, to pick one by key. The peer's name comes from the
+// exchange, as for any line.
+func AcceptLocalLine(dir string, h *Home, ref string) (string, error) {
 	as, err := FindLocal(dir, h, ref)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
-	a, line, err := waitLocalOffers(dir, ref, as, LocalOfferWait)
-	return line, a.Name, err
+	_, line, err := waitLocalOffers(dir, ref, as, LocalOfferWait)
+	return line, err
 }
 
 // waitLocalOffers is WaitLocalOffer over the nodes as, all named ref:

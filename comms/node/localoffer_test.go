@@ -153,9 +153,9 @@ func TestAcceptLocalLineSharedName(t *testing.T) {
 				erin, gina = gina, erin
 			}
 			want := offerLocal(t, dir, gina)
-			line, name, err := AcceptLocalLine(dir, self, "meerkat")
-			if err != nil || line != want || name != "meerkat" {
-				t.Fatalf("AcceptLocalLine = %q, %q, %v; want gina's offer %q", line, name, err, want)
+			line, err := AcceptLocalLine(dir, self, "meerkat")
+			if err != nil || line != want {
+				t.Fatalf("AcceptLocalLine = %q, %v; want gina's offer %q", line, err, want)
 			}
 		})
 	}
@@ -163,7 +163,7 @@ func TestAcceptLocalLineSharedName(t *testing.T) {
 		dir, erin, gina := setup(t)
 		offerLocal(t, dir, erin)
 		offerLocal(t, dir, gina)
-		_, _, err := AcceptLocalLine(dir, self, "meerkat")
+		_, err := AcceptLocalLine(dir, self, "meerkat")
 		if CodeOf(err) != CodeBadArgument {
 			t.Fatalf("AcceptLocalLine: %v, want %s", err, CodeBadArgument)
 		}
@@ -173,12 +173,12 @@ func TestAcceptLocalLineSharedName(t *testing.T) {
 			}
 		}
 		// By key or peer UUID, the node is the one meant.
-		line, name, err := AcceptLocalLine(dir, self, gina.Key)
-		if err != nil || line != offerLocal(t, dir, gina) || name != "meerkat" {
-			t.Fatalf("by key: %q, %q, %v", line, name, err)
+		line, err := AcceptLocalLine(dir, self, gina.Key)
+		if err != nil || line != offerLocal(t, dir, gina) {
+			t.Fatalf("by key: %q, %v", line, err)
 		}
 		id, _ := identity.ParsePeerID(erin.Key)
-		line, _, err = AcceptLocalLine(dir, self, id.UUID().String())
+		line, err = AcceptLocalLine(dir, self, id.UUID().String())
 		if err != nil || line != offerLocal(t, dir, erin) {
 			t.Fatalf("by UUID: %q, %v", line, err)
 		}
@@ -215,7 +215,7 @@ func TestAcceptLocalLineSharedName(t *testing.T) {
 	})
 	t.Run("unknown", func(t *testing.T) {
 		dir, _, _ := setup(t)
-		if _, _, err := AcceptLocalLine(dir, self, "bob"); CodeOf(err) != CodeUnknownPeer {
+		if _, err := AcceptLocalLine(dir, self, "bob"); CodeOf(err) != CodeUnknownPeer {
 			t.Fatalf("AcceptLocalLine(bob): %v, want %s", err, CodeUnknownPeer)
 		}
 	})
