@@ -40,6 +40,10 @@ const (
 	// NATS connection (none configured, not connected yet, or a command
 	// run without the daemon).
 	OfflineNoRelay = "the peer is reached through NATS and this node has no NATS connection: only a daemon holds one, and only with [nats] servers in meerkat.toml (a command run without the daemon has none; meerkatd status shows the daemon's)"
+	// OfflineRelayNotConnected: the peer's address is nats:, and this
+	// node, which has NATS servers set (Options.RelayExpected), is not
+	// connected to one now.
+	OfflineRelayNotConnected = "the peer is reached through NATS and this node is not connected to NATS now (meerkatd status shows why)"
 	// OfflineRelay: the broker did not take the envelope or no ack came
 	// back (the peer is not subscribed, the connection is down, a
 	// permission refused it).
@@ -165,6 +169,9 @@ func (r *Router) currentRelay() Relay {
 func (r *Router) relaySend(ctx context.Context, p trust.Peer, id identity.UUID, frame []byte, wantAck bool, so sendOpts) error {
 	rl := r.currentRelay()
 	if rl == nil {
+		if r.opts.RelayExpected {
+			return &PeerOfflineError{Peer: p.Name, Reason: OfflineRelayNotConnected}
+		}
 		return &PeerOfflineError{Peer: p.Name, Reason: OfflineNoRelay}
 	}
 	if so.relayed != nil {

@@ -139,6 +139,11 @@ type Options struct {
 	// (RejectPlaintext), and tcp:// peers are not dialled. Unix sockets
 	// are not affected.
 	RefusePlaintext bool
+	// RelayExpected says a Relay is on its way (a daemon with NATS
+	// servers set connects in the background): a send to a nats: peer
+	// while none is set says the node is not connected yet
+	// (OfflineRelayNotConnected), not that it has no NATS connection.
+	RelayExpected bool
 	// RelayUnsealed sends envelopes through the Relay as they are, not
 	// sealed: only for measuring what sealing costs (meerkatd bench).
 	// Receivers accept both.

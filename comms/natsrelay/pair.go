@@ -34,6 +34,9 @@ func PairSubject(prefix, offerID string) string { return prefix + ".pair." + off
 // stop is called: serve runs one exchange on a connection and returns when
 // it is over (the connection is closed after it).
 func (rl *Relay) ServePairing(offerID string, serve func(net.Conn)) (stop func(), err error) {
+	if !rl.nc.IsConnected() {
+		return nil, ErrNotConnected // not a wait for a flush that cannot come
+	}
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -90,7 +93,7 @@ func (rl *Relay) ServePairing(offerID string, serve func(net.Conn)) (stop func()
 // DialPairing starts an exchange with the offer offerID.
 func (rl *Relay) DialPairing(ctx context.Context, offerID string) (net.Conn, error) {
 	if !rl.nc.IsConnected() {
-		return nil, errors.New("natsrelay: not connected to NATS")
+		return nil, ErrNotConnected
 	}
 	return rl.newMsgConn(PairSubject(rl.opts.SubjectPrefix, offerID))
 }

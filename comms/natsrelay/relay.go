@@ -422,8 +422,9 @@ func redeliverDelay(n uint64) time.Duration {
 // maxRedeliverDelay bounds redeliverDelay.
 const maxRedeliverDelay = 30 * time.Second
 
-// ErrNotConnected is the error of a send while the connection to the
-// NATS server is down (reconnecting): it is refused at once, so that it
+// ErrNotConnected is the error of a send, or of a pairing served or
+// dialled, while the connection to the NATS server is down
+// (reconnecting): it is refused at once, so that it
 // neither waits for its timeout nor goes out later behind the caller's
 // back (a reliable send is retried by its outbox).
 var ErrNotConnected = errors.New("natsrelay: not connected to a NATS server now (reconnecting)")

@@ -7,6 +7,7 @@ import (
 	"regexp"
 
 	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/natsrelay"
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
@@ -105,7 +106,8 @@ func Coded(err error) error {
 		errors.Is(err, identity.ErrBadUUID):
 		return &Error{Code: CodeBadArgument, Msg: UserText(err)}
 	case errors.Is(err, pair.ErrNoOffer), errors.Is(err, pair.ErrExpired), errors.Is(err, pair.ErrBadProof),
-		errors.Is(err, pair.ErrRateLimited), errors.Is(err, pair.ErrRefused), errors.Is(err, pair.ErrProtocol):
+		errors.Is(err, pair.ErrRateLimited), errors.Is(err, pair.ErrRefused), errors.Is(err, pair.ErrProtocol),
+		errors.Is(err, natsrelay.ErrNoPairOffer):
 		return &Error{Code: CodePairFailed, Msg: UserText(err)}
 	case errors.Is(err, ErrClosed):
 		return &Error{Code: CodeUnavailable, Msg: UserText(err), Err: err}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/natstest"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
@@ -50,7 +51,7 @@ func TestPairAndSendThroughNATS(t *testing.T) {
 	}
 	f := strings.Fields(o.Line)
 	wrong := f[0] + " " + strings.Replace(f[1], f[1][:1], map[bool]string{true: "B", false: "A"}[f[1][0] == 'A'], 1) + " " + f[2]
-	if _, err := bob.PairAccept(ctx, wrong, ""); err == nil || !strings.Contains(err.Error(), "no node answers that offer") {
+	if _, err := bob.PairAccept(ctx, wrong, ""); CodeOf(err) != CodePairFailed || !strings.Contains(err.Error(), "no node answers that offer") {
 		t.Fatalf("pairing through NATS with a wrong code: %v", err)
 	}
 	p, err := bob.PairAccept(ctx, o.Line, "")
@@ -102,6 +103,38 @@ func TestNATSDownAtStart(t *testing.T) {
 	})
 	if _, err := n.PairOffer(context.Background(), PairOptions{NATS: true}); codeOfErr(err) != CodePeerOffline {
 		t.Fatalf("offer through NATS while not connected: %v", err)
+	}
+	// A send to a nats: peer says the node is not connected yet, not
+	// that it has no NATS connection at all.
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AddPeer(n.h, "far", kp.ID().String(), "nats:", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the node to trust far", func() bool { _, err := n.r.ResolvePeer("far"); return err == nil })
+	_, err = n.SendMessage(context.Background(), "far", "hello", SendOptions{})
+	if CodeOf(err) != CodePeerOffline || !strings.Contains(err.Error(), "not connected to NATS now") {
+		t.Fatalf("send to a nats: peer while not connected: %v (%s)", err, CodeOf(err))
+	}
+}
+
+// An offer through NATS while the connection is down (the server went
+// away after the node connected) fails at once as peer_offline, as it
+// does before the first connection: not a wait for the flush, not the
+// command line's fault.
+func TestPairOfferWhileNATSReconnects(t *testing.T) {
+	srv := natstest.Server(t, "s1", "", nil, "", false)
+	n := natsNode(t, "alice", srv.ClientURL())
+	srv.Shutdown()
+	waitFor(t, 20*time.Second, "the node to see the connection down", func() bool {
+		st, err := n.Status(context.Background())
+		return err == nil && st.NATS != nil && st.NATS.State != "connected"
+	})
+	_, err := n.PairOffer(context.Background(), PairOptions{NATS: true})
+	if CodeOf(err) != CodePeerOffline || !strings.Contains(err.Error(), "not connected") {
+		t.Fatalf("offer through NATS while reconnecting: %v (%s), want %s", err, CodeOf(err), CodePeerOffline)
 	}
 }
 

@@ -325,6 +325,7 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 		LateAck:            n.lateAck,
 		Pairing:            pairHook,
 		RefusePlaintext:    h.Config.Comms.RefusePlaintext(),
+		RelayExpected:      mode == ModeServe && h.Config.NATS.Enabled(),
 	})
 	if err != nil {
 		mail.Close()

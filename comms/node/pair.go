@@ -101,7 +101,13 @@ func (p *pairing) open(ttl time.Duration, nameForPeer string, viaNATS bool) (Pai
 	if rl != nil {
 		if err := p.serveNATS(rl, o); err != nil {
 			p.resp.Close(o)
-			return PairOffer{}, nil, &Error{Code: CodeBadArgument, Msg: "cannot offer through NATS: " + err.Error()}
+			// Not the command line's fault: the NATS connection is down
+			// (as when it never came up: natsRelay), or it did not answer.
+			code := CodeUnavailable
+			if errors.Is(err, natsrelay.ErrNotConnected) {
+				code = CodePeerOffline
+			}
+			return PairOffer{}, nil, &Error{Code: code, Msg: "cannot offer through NATS: " + UserText(err), Err: err}
 		}
 	}
 	var h [8]byte
@@ -202,7 +208,7 @@ func (n *Node) accept(ctx context.Context, lineText, nameForPeer string) (Paired
 		}
 		c, derr := rl.DialPairing(ctx, line.OfferID())
 		if derr != nil {
-			return Paired{}, &Error{Code: CodePeerOffline, Msg: "pair: cannot reach the offer through NATS: " + derr.Error()}
+			return Paired{}, &Error{Code: CodePeerOffline, Msg: "pair: cannot reach the offer through NATS: " + UserText(derr)}
 		}
 		peer, err = pair.AcceptConn(ctx, c, n.h.Key, n.h.Config.Name, self, line, nameForPeer, n.planPeer, n.trustPeer)
 	} else {
@@ -318,6 +324,9 @@ func planTrust(l *trust.List, p trust.Peer) (trust.Peer, *trust.List, error) {
 	p.Meta = markMeerkatd(p.Meta) // paired nodes run meerkatd (broadcast and tasks slice)
 	if cur, ok := l.Lookup(p.ID); ok {
 		cur.Addr = p.Addr
+		// A nats: address is reached only through NATS: the mark of a
+		// direct address also reachable there goes with the address.
+		cur.NATS = cur.NATS && p.Addr.Scheme != transport.SchemeNATS
 		cur.Meta = markMeerkatd(cur.Meta)
 		without, err := l.Without(cur.Name)
 		if err != nil {

@@ -27,6 +27,21 @@ func TestPlanTrustNames(t *testing.T) {
 	}
 	other := addr
 	other.Port = 4400
+	// A known key trusted at a direct address also reachable through
+	// NATS, paired again through NATS: its address is nats:, without the
+	// mark (which only a direct address may carry).
+	both := key()
+	l, err = l.With(trust.Peer{Name: "erin", ID: both, Addr: addr, NATS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, next, err := planTrust(l, trust.Peer{Name: "erin", ID: both, Addr: transport.Addr{Scheme: transport.SchemeNATS}})
+	if err != nil || got.Addr.Scheme != transport.SchemeNATS || got.NATS {
+		t.Fatalf("re-paired through NATS: %+v, %v", got, err)
+	}
+	if p, ok := next.Lookup(both); !ok || p.NATS || p.Addr.Scheme != transport.SchemeNATS {
+		t.Fatalf("planned list has %+v", p)
+	}
 	for _, c := range []struct {
 		in   trust.Peer
 		want string
