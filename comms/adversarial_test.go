@@ -463,6 +463,50 @@ func TestConnectionFlood(t *testing.T) {
 	})
 }
 
+// Strangers who each declare a large frame, send most of it and stall
+// share strangerFrames frames' worth of payload memory: once it is held,
+// the next such frame closes its connection (overload), while a trusted
+// peer's authenticated connection is not charged and still delivers a
+// large envelope; what the strangers held comes back when they go.
+func TestStrangersShareFrameMemory(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const frame = 128 << 10       // the largest frame here
+	const sent = 100 << 10        // of it, before the stall: past the first 64 KiB
+	const charge = frame - 64<<10 // what each holds of the budget
+	const held = strangerFrames * frame / charge
+	const extra = 16
+	a, b := pair(t, "uds", Options{MaxMessageBytes: frame})
+	aliceStillSends(t, a, b) // alice's connection is authenticated
+	full := b.r.strangers.Free()
+	if full != strangerFrames*frame {
+		t.Fatalf("budget %d, want %d", full, strangerFrames*frame)
+	}
+	base := b.r.Stats()
+	partial := append(binary.BigEndian.AppendUint32(nil, frame), bytes.Repeat([]byte{0xa5}, sent)...)
+	conns := make([]net.Conn, 0, held+extra)
+	for range held + extra {
+		c := dialRaw(t, b)
+		writeRaw(t, c, partial)
+		conns = append(conns, c)
+	}
+	testutil.WaitFor(t, 30*time.Second, "bob to refuse the strangers past the budget", func() bool {
+		return b.r.Stats().Rejected[RejectOverload]-base.Rejected[RejectOverload] == extra && b.r.strangers.Free() < charge
+	})
+	if got := rejectedDelta(base, b.r.Stats()); len(got) != 1 {
+		t.Fatalf("refusals %v, want %d overload only", got, extra)
+	}
+	// Alice's frames are hers: a large envelope goes through meanwhile.
+	if _, err := a.r.SendMessage(ctxT(t), "bob", string(bytes.Repeat([]byte("L"), sent))); err != nil {
+		t.Fatalf("alice's large message while strangers hold the budget: %v", err)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	testutil.WaitFor(t, 30*time.Second, "the strangers' memory to come back", func() bool {
+		return b.r.strangers.Free() == full
+	})
+}
+
 // The spec vector "A message" (key A to key B), sent the Rust way — one
 // envelope per connection — to a Router holding key B, is acknowledged
 // with an ack from B to A and delivered with its unmodelled fields intact.

@@ -66,6 +66,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 	if !ok {
 		return
 	}
+	defer fr.Release() // after the reader's last frame: below, ackLoop is waited for
 	q := make(chan ackJob, maxPendingAdmissions)
 	var stopped atomic.Bool // set by ackLoop: stop reading
 	aw := &ackWriter{c: c}  // ackLoop's batches, or the reader's inline acks
@@ -111,7 +112,12 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		}
 		return !isTLS || !r.pollTLS(c, fr)
 	}
+	budgeted := st.tlsPeer.IsZero() // openConn gave fr the strangers' budget
 	for {
+		if budgeted && st.authed.Load() {
+			fr.SetBudget(nil) // a trusted peer now: its frames are its own
+			budgeted = false
+		}
 		if !r.awaitFrame(c, fr, st, &stopped) {
 			return
 		}
@@ -194,7 +200,11 @@ func (r *Router) readBatch(c net.Conn, fr *transport.Reader, stopped *atomic.Boo
 			if stopped.Load() {
 				return batch, false
 			}
-			return append(batch, inFrame{bad: RejectFrame, err: err}), true
+			bad := RejectFrame
+			if errors.Is(err, transport.ErrOverBudget) {
+				bad = RejectOverload
+			}
+			return append(batch, inFrame{bad: bad, err: err}), true
 		}
 		e, err := wire.Decode(payload)
 		if err != nil {
@@ -549,6 +559,7 @@ func (r *Router) appendAck(dst []byte, to identity.PeerID, kind wire.Kind) []byt
 // false means the connection is done with.
 func (r *Router) openConn(c net.Conn, st *inConn) (net.Conn, *transport.Reader, bool) {
 	fr := transport.NewReader(c, r.opts.MaxMessageBytes)
+	fr.SetBudget(r.strangers) // until the connection is authenticated (serveConn)
 	// The first byte is due within the frame timeout, as it is for any
 	// connection not yet authenticated.
 	c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))

@@ -169,7 +169,7 @@ const (
 	RejectStore        = "store"            // admission failed: the inbox could not be written (a full disk, an I/O error)
 	RejectPeerShare    = "peer_share"       // the sender holds its share of the inbox (inbox.ErrShare)
 	RejectPeerConns    = "peer_connections" // the sender holds PeerMaxConnections authenticated connections
-	RejectOverload     = "overload"         // over MaxConnections
+	RejectOverload     = "overload"         // over MaxConnections, or over the payload memory strangers share (strangerFrames)
 	RejectInFlight     = "in_flight"        // a copy of the envelope is being admitted right now
 	RejectUnsolicited  = "unsolicited"      // a response to no request this node sent that peer
 	RejectTLS          = "tls"              // TLS handshake failed: no trusted client key, bad handshake, timeout
@@ -243,7 +243,21 @@ type Router struct {
 	}
 
 	rs relayState // nats: peers (relay.go)
+
+	// strangers is the payload memory the inbound connections not yet
+	// authenticated share beyond their first 64 KiB each (see
+	// strangerFrames).
+	strangers *transport.Budget
 }
+
+// strangerFrames is how many frames of the largest size the inbound
+// connections not yet authenticated may hold between them, beyond the
+// first 64 KiB of each: a stranger who declares large frames on many
+// connections, sends most of each and stalls holds at most this much
+// (32 MiB with 1 MiB frames), and a frame that would need more closes
+// its connection (RejectOverload). A connection's first envelope over
+// 64 KiB is the only one this can refuse.
+const strangerFrames = 32
 
 // New returns a Router for keypair kp that trusts the peers in list.
 func New(kp *identity.Keypair, list *trust.List, opts Options) (*Router, error) {
@@ -274,6 +288,7 @@ func New(kp *identity.Keypair, list *trust.List, opts Options) (*Router, error) 
 		conns:     map[net.Conn]*inConn{},
 		links:     map[identity.PeerID]*link{},
 		rejected:  map[string]uint64{},
+		strangers: transport.NewBudget(strangerFrames * int64(opts.MaxMessageBytes)),
 	}
 	cert, err := transport.NodeCert(kp.Signer())
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 )
 
 // Frame sizes (docs/protocol.md, "Framing").
@@ -28,6 +29,39 @@ const (
 	eagerAlloc = 64 << 10
 )
 
+// Budget is payload memory that several Readers share: a Reader given one
+// ([Reader.SetBudget]) takes from it what a frame's buffer holds beyond
+// its first eagerAlloc (64 KiB) bytes, and gives it back when it lets the
+// buffer go. A receiver gives one to the connections that have not yet
+// shown who they are, so that strangers who each declare a large frame,
+// send most of it and stall hold at most the budget between them. The
+// zero value has nothing to give; use [NewBudget]. It is safe for
+// concurrent use.
+type Budget struct{ free atomic.Int64 }
+
+// NewBudget returns a Budget of the given number of bytes.
+func NewBudget(bytes int64) *Budget {
+	b := new(Budget)
+	b.free.Store(bytes)
+	return b
+}
+
+// Free returns the bytes the budget has left.
+func (b *Budget) Free() int64 { return b.free.Load() }
+
+// take takes n bytes from b, or nothing and false if it has fewer left.
+func (b *Budget) take(n int64) bool {
+	for {
+		f := b.free.Load()
+		if f < n {
+			return false
+		}
+		if b.free.CompareAndSwap(f, f-n) {
+			return true
+		}
+	}
+}
+
 // Errors returned by frame reading and writing.
 var (
 	// ErrFrameTooLarge means a frame's declared or actual length exceeds
@@ -40,6 +74,10 @@ var (
 	// ErrTruncatedFrame means the stream ended inside a frame (header or
 	// payload). It matches io.ErrUnexpectedEOF too.
 	ErrTruncatedFrame = &truncatedError{}
+	// ErrOverBudget means a frame's payload needs more memory than the
+	// Reader's [Budget] has left: other readers sharing it hold the rest.
+	// The stream is inside the frame and should be closed.
+	ErrOverBudget = errors.New("transport: the payload memory shared by connections not yet authenticated is in use")
 )
 
 type truncatedError struct{}
@@ -51,10 +89,55 @@ func (*truncatedError) Is(target error) bool { return target == io.ErrUnexpected
 // value is not usable; call [NewReader]. A Reader is not safe for concurrent
 // use.
 type Reader struct {
-	r   io.Reader     // br, or the raw stream for a one-shot read
-	br  *bufio.Reader // nil for a one-shot read
-	max int
-	buf []byte
+	r      io.Reader     // br, or the raw stream for a one-shot read
+	br     *bufio.Reader // nil for a one-shot read
+	max    int
+	buf    []byte
+	budget *Budget // charged for buf beyond eagerAlloc; nil: nothing is
+	held   int64   // what buf holds of budget
+}
+
+// SetBudget makes the Reader take the payload memory of its frames beyond
+// their first 64 KiB from b from now on, or from no budget (nil). What it
+// holds of the budget it had is given back; a buffer it keeps is not
+// charged to b.
+func (fr *Reader) SetBudget(b *Budget) {
+	fr.giveBack()
+	fr.budget = b
+}
+
+// Release lets the Reader's payload buffer go and gives back what it
+// holds of its budget: call it when done with a Reader that has one. The
+// Reader may still be used; its next frame starts a new buffer.
+func (fr *Reader) Release() {
+	fr.giveBack()
+	fr.buf = nil
+}
+
+// giveBack returns what the Reader holds to its budget.
+func (fr *Reader) giveBack() {
+	if fr.held > 0 {
+		fr.budget.free.Add(fr.held)
+	}
+	fr.held = 0
+}
+
+// reserve makes room for a payload buffer of capacity c: what c holds
+// beyond eagerAlloc is taken from the budget, if the Reader has one,
+// less what its buffer holds already.
+func (fr *Reader) reserve(c int) error {
+	if fr.budget == nil {
+		return nil
+	}
+	need := int64(c-eagerAlloc) - fr.held
+	if need <= 0 {
+		return nil
+	}
+	if !fr.budget.take(need) {
+		return ErrOverBudget
+	}
+	fr.held += need
+	return nil
 }
 
 // NewReader returns a Reader that refuses frames longer than max bytes
@@ -157,7 +240,10 @@ func (fr *Reader) ReadMore() bool {
 // io.EOF; inside a frame, [ErrTruncatedFrame]. A declared length of zero
 // gives [ErrEmptyFrame] and one above the limit [ErrFrameTooLarge], before
 // any payload is read or allocated; after either the stream is out of step
-// and must be closed. Other errors are the underlying reader's.
+// and must be closed. A payload over 64 KiB gets a buffer of its declared
+// size once its first 64 KiB have arrived, taken from the Reader's
+// budget if it has one: [ErrOverBudget] when that is short, and the
+// stream must be closed. Other errors are the underlying reader's.
 func (fr *Reader) ReadFrame() ([]byte, error) {
 	var hdr [HeaderSize]byte
 	if n, err := io.ReadFull(fr.r, hdr[:]); err != nil {
@@ -175,7 +261,7 @@ func (fr *Reader) ReadFrame() ([]byte, error) {
 	}
 	size := int(n)
 	if cap(fr.buf) > eagerAlloc && size <= eagerAlloc {
-		fr.buf = nil // let a one-off large buffer go
+		fr.Release() // let a one-off large buffer go
 	}
 	if cap(fr.buf) < min(size, eagerAlloc) {
 		fr.buf = make([]byte, 0, min(size, eagerAlloc))
@@ -183,7 +269,13 @@ func (fr *Reader) ReadFrame() ([]byte, error) {
 	buf := fr.buf[:0]
 	for len(buf) < size {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)] // grow geometrically as data arrives
+			// What arrived fills the buffer: one of the declared size
+			// now, not a trail of ever larger copies.
+			if err := fr.reserve(size); err != nil {
+				return nil, err
+			}
+			buf = append(make([]byte, 0, size), buf...)
+			fr.buf = buf // its charge is fr.held, whatever happens next
 		}
 		chunk := buf[len(buf):min(cap(buf), size)]
 		m, err := io.ReadFull(fr.r, chunk)

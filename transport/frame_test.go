@@ -171,6 +171,69 @@ func TestLargeFrameBufferGrowsWithData(t *testing.T) {
 	}
 }
 
+// Readers sharing a Budget: a frame over 64 KiB takes what its buffer
+// holds beyond them once they have arrived, and fails with ErrOverBudget
+// when the others hold the rest; the charge comes back at the next small
+// frame, at Release and at SetBudget(nil). A large frame's buffer is its
+// declared size, allocated once.
+func TestBudget(t *testing.T) {
+	const size = 200 << 10 // charges size - eagerAlloc
+	charge := int64(size - eagerAlloc)
+	big := mustFrame(t, strings.Repeat("b", size))
+	small := mustFrame(t, "s")
+	b := NewBudget(charge + charge/2) // room for one such frame, not two
+	reader := func(frames ...[]byte) *Reader {
+		fr := NewReader(bytes.NewReader(bytes.Join(frames, nil)), 0)
+		fr.SetBudget(b)
+		return fr
+	}
+	one, two := reader(big, small, big), reader(big)
+	if p, err := one.ReadFrame(); err != nil || len(p) != size || cap(p) != size {
+		t.Fatalf("first large frame: %d bytes (cap %d), %v", len(p), cap(p), err)
+	}
+	if b.Free() != charge/2 {
+		t.Fatalf("budget left %d, want %d", b.Free(), charge/2)
+	}
+	if _, err := two.ReadFrame(); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("second reader's large frame while the first holds its buffer: %v, want ErrOverBudget", err)
+	}
+	if b.Free() != charge/2 {
+		t.Fatalf("a refused frame changed the budget: %d left", b.Free())
+	}
+	if p, err := one.ReadFrame(); err != nil || string(p) != "s" || b.Free() != charge+charge/2 {
+		t.Fatalf("small frame: %q, %v; budget left %d, want all of it", p, err, b.Free())
+	}
+	if p, err := one.ReadFrame(); err != nil || len(p) != size || b.Free() != charge/2 {
+		t.Fatalf("large frame again: %d bytes, %v; budget left %d", len(p), err, b.Free())
+	}
+	one.Release()
+	if b.Free() != charge+charge/2 {
+		t.Fatalf("after Release: %d left, want all", b.Free())
+	}
+	// Shown who it is: its frames are no longer charged, and what it held
+	// comes back.
+	three := reader(big, big)
+	if _, err := three.ReadFrame(); err != nil || b.Free() != charge/2 {
+		t.Fatalf("third reader: %v, %d left", err, b.Free())
+	}
+	three.SetBudget(nil)
+	if b.Free() != charge+charge/2 {
+		t.Fatalf("after SetBudget(nil): %d left, want all", b.Free())
+	}
+	if p, err := three.ReadFrame(); err != nil || len(p) != size || b.Free() != charge+charge/2 {
+		t.Fatalf("unbudgeted large frame: %d bytes, %v; %d left", len(p), err, b.Free())
+	}
+	// A stream cut inside a large frame keeps its charge until Release.
+	cut := reader(big[:len(big)-10])
+	if _, err := cut.ReadFrame(); !errors.Is(err, ErrTruncatedFrame) || b.Free() != charge/2 {
+		t.Fatalf("cut frame: %v, %d left", err, b.Free())
+	}
+	cut.Release()
+	if b.Free() != charge+charge/2 {
+		t.Fatalf("after the cut reader's Release: %d left", b.Free())
+	}
+}
+
 func TestFrameWriting(t *testing.T) {
 	var b bytes.Buffer
 	if err := WriteFrame(&b, []byte("hello")); err != nil {
@@ -251,6 +314,14 @@ func FuzzReadFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte, max uint16) {
 		limit := int(max)
 		fr := NewReader(bytes.NewReader(in), limit)
+		b := NewBudget(int64(max) << 4) // sometimes enough, sometimes not
+		fr.SetBudget(b)
+		defer func() {
+			fr.Release()
+			if b.Free() != int64(max)<<4 {
+				t.Fatalf("budget left %d after Release, want %d", b.Free(), int64(max)<<4)
+			}
+		}()
 		if limit <= 0 {
 			limit = MaxFrameSize
 		}
@@ -258,7 +329,7 @@ func FuzzReadFrame(f *testing.F) {
 		for {
 			p, err := fr.ReadFrame()
 			if err != nil {
-				known := []error{io.EOF, ErrTruncatedFrame, ErrEmptyFrame, ErrFrameTooLarge}
+				known := []error{io.EOF, ErrTruncatedFrame, ErrEmptyFrame, ErrFrameTooLarge, ErrOverBudget}
 				ok := false
 				for _, k := range known {
 					ok = ok || errors.Is(err, k)
