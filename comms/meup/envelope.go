@@ -98,7 +98,17 @@ type Error struct {
 	Reason string // a Reason… constant
 	Field  string // the envelope field at fault, if any
 	Msg    string
+	// TooLarge marks an envelope or payload over its size limit
+	// (MaxEnvelopeBytes, MaxPayloadBytes): errors.Is(err, ErrTooLarge).
+	TooLarge bool
 }
+
+// ErrTooLarge matches an [*Error] of an envelope or payload over its size
+// limit.
+var ErrTooLarge = errors.New("meup: envelope or payload too large")
+
+// Is reports whether e is target, [ErrTooLarge] for a size error.
+func (e *Error) Is(target error) bool { return target == ErrTooLarge && e.TooLarge }
 
 func (e *Error) Error() string {
 	if e.Field != "" {

@@ -23,7 +23,7 @@ var envelopeFields = map[string]bool{
 // the rules of the envelope's kind. Errors are *Error.
 func Parse(data []byte) (Envelope, error) {
 	if len(data) > MaxEnvelopeBytes {
-		return Envelope{}, invalid("", "envelope larger than %d bytes", MaxEnvelopeBytes)
+		return Envelope{}, tooLarge("", "envelope larger than %d bytes", MaxEnvelopeBytes)
 	}
 	tree, rawPayload, err := decodeStrictMember(data, MaxDepth+1, "payload")
 	if err != nil {
@@ -205,7 +205,7 @@ func (e Envelope) validate() ([]byte, error) {
 	hasPayload := len(e.Payload) > 0
 	if hasPayload {
 		if len(e.Payload) > MaxEnvelopeBytes { // before decoding; the compact size is checked below
-			return nil, invalid("payload", "larger than %d bytes", MaxPayloadBytes)
+			return nil, tooLarge("payload", "larger than %d bytes", MaxPayloadBytes)
 		}
 		tree, err := decodeStrict(e.Payload, MaxDepth)
 		if err != nil {
@@ -266,7 +266,7 @@ func (e *Envelope) check(payload map[string]any, hasPayload bool, compactLen int
 		return invalid("context", "not at most %d printable bytes", MaxContextLen)
 	}
 	if hasPayload && compactLen > MaxPayloadBytes {
-		return invalid("payload", "larger than %d bytes", MaxPayloadBytes)
+		return tooLarge("payload", "larger than %d bytes", MaxPayloadBytes)
 	}
 	return checkKind(e.Kind, e.CorrelationID, payload, hasPayload)
 }
@@ -298,7 +298,7 @@ func (e Envelope) Encode(protocol string) ([]byte, error) {
 	}
 	out := bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 	if len(out) > MaxEnvelopeBytes {
-		return nil, invalid("", "envelope larger than %d bytes", MaxEnvelopeBytes)
+		return nil, tooLarge("", "envelope larger than %d bytes", MaxEnvelopeBytes)
 	}
 	return out, nil
 }

@@ -813,6 +813,8 @@ func spaceErr(err error) error {
 	switch {
 	case errors.Is(err, space.ErrUnknownSpace):
 		return &Error{Code: CodeUnknownSpace, Msg: UserText(err), Err: err}
+	case errors.Is(err, meup.ErrTooLarge):
+		return &Error{Code: CodeBodyTooLarge, Msg: UserText(err), Err: err}
 	case errors.Is(err, space.ErrInvalid):
 		return &Error{Code: CodeBadArgument, Msg: UserText(err), Err: err}
 	}

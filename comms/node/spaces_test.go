@@ -453,6 +453,12 @@ func TestSpaceActionsRefuseWhatMembersRefuse(t *testing.T) {
 	if want := "members whose rosters agree refuse it and answer with a system/error"; raw.NotAppliedEffect() != want {
 		t.Fatalf("effect of a plain revoke breaking a rule: %q, want %q", raw.NotAppliedEffect(), want)
 	}
+	// A payload over the MEUP limit is too large, as a body is, not a bad
+	// argument.
+	huge := json.RawMessage(`{"blob":"` + strings.Repeat("A", meup.MaxPayloadBytes) + `"}`)
+	if _, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Kind: "chat", Payload: huge, SendOptions: reliable}); CodeOf(err) != CodeBodyTooLarge || !strings.Contains(err.Error(), "262144") {
+		t.Fatalf("a payload over the limit: %v (%s), want %s naming the limit", err, CodeOf(err), CodeBodyTooLarge)
+	}
 	// A reserved system kind: every member refuses it, and none answers.
 	sys, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Kind: "system/foo", Payload: json.RawMessage(`{}`), SendOptions: reliable})
 	if err != nil || !strings.HasPrefix(sys.NotApplied, meup.ReasonReservedKind+":") {
