@@ -84,14 +84,14 @@ var spaceTools = []spaceTool{
 		"Give a participant more capabilities (kind capability/grant): every node that holds you able to grant them enforces them for it from its next envelope, until revoked. A grant to yourself is refused (bad_argument, not sent); a grant of more than you hold here, or one your roster entry here does not let you send, is sent all the same (other members' rosters may allow it) and changes nothing here: not_applied says why.",
 		[]mcp.ToolOption{
 			mcp.WithString("recipient", mcp.Required(), mcp.Description("the participant id")),
-			mcp.WithArray("capabilities", mcp.Required(), mcp.Description("capability objects, e.g. [{\"kind\": \"mcp/request\", \"payload\": {\"method\": \"tools/call\", \"params\": {\"name\": \"read_*\"}}}]")),
+			mcp.WithArray("capabilities", mcp.Required(), mcp.Description("capability objects, e.g. [{\"kind\": \"mcp/request\", \"payload\": {\"method\": \"tools/call\", \"params\": {\"name\": \"read_*\"}}}], or kind patterns as strings (\"chat\", \"mcp/request:tools/*\" for a kind and method), sent as the objects they stand for")),
 		}},
 	{"space_revoke", "Revoke capabilities", node.ActRevoke,
 		"Take back granted capabilities (kind capability/revoke): by grant id, or every granted capability equal to the patterns given. Effective for the participant's next envelope. A revoke that takes back no live grant of the participant (an unknown grant id, capabilities it was not granted) is refused (bad_argument) and not sent: list_spaces shows each member's live grants with their ids.",
 		[]mcp.ToolOption{
 			mcp.WithString("recipient", mcp.Required(), mcp.Description("the participant id")),
 			mcp.WithString("grant_id", mcp.Description("the MEUP id of the grant to revoke (list_spaces shows them)")),
-			mcp.WithArray("capabilities", mcp.Description("instead of grant_id: the capability patterns to take back")),
+			mcp.WithArray("capabilities", mcp.Description("instead of grant_id: the capability patterns to take back (objects, or kind patterns as strings, as for space_grant)")),
 		}},
 }
 
@@ -120,7 +120,7 @@ func (s *Server) addSpaceTools() {
 		mcp.WithString("delivery", mcp.Enum("all", "addressed"), mcp.Description("create: all (default): every member receives every envelope; addressed: only the members named in to")),
 		mcp.WithString("peer", mcp.Description("add: the member's key (ed25519:…), or the name or peer UUID of a trusted peer; remove: its key (or give id)")),
 		mcp.WithString("id", mcp.Description("add: the member's participant id; remove: the participant id of the member to remove")),
-		mcp.WithArray("capabilities", mcp.Description("create, add: capability objects, e.g. [{\"kind\": \"chat\"}, {\"kind\": \"mcp/proposal\"}] (add's default: chat and proposals; create's: every kind)")),
+		mcp.WithArray("capabilities", mcp.Description("create, add: capability objects, e.g. [{\"kind\": \"chat\"}, {\"kind\": \"mcp/proposal\"}], or kind patterns as strings (\"chat\") (add's default: chat and proposals; create's: every kind)")),
 		mcp.WithOutputSchema[editSpaceResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Edit space", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(false)}),
 	)
@@ -191,7 +191,7 @@ func parseEditSpace(a args, raw func(string) json.RawMessage) (e node.SpaceEdit,
 	}
 	if v := raw("capabilities"); len(v) > 0 && string(v) != "null" {
 		if _, ok := a.m["capabilities"].([]any); !ok {
-			return e, invalidParams{`argument "capabilities" must be an array of capability objects`}
+			return e, invalidParams{`argument "capabilities" must be an array of capability objects or kind patterns`}
 		}
 		e.Capabilities = v
 	}

@@ -618,7 +618,8 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 			return in, nil
 		}
 	}
-	return SpaceInfo{Name: e.Space}, nil // deleted, or this node is no member
+	// Deleted, or this node is no member: the same shape, empty.
+	return SpaceInfo{Name: e.Space, Members: []SpaceMember{}}, nil
 }
 
 // currentRoster is the rosters of the home's file, for a node that runs
@@ -961,18 +962,59 @@ func (s *spaces) draft(m SpaceMessage, id string) (space.Draft, error) {
 				return d, errorf(CodeBadArgument, "grant: the capabilities to grant are needed")
 			}
 			d.Kind = meup.KindCapabilityGrant
-			d.Payload, err = object("recipient", m.Recipient, "capabilities", m.Capabilities)
+			caps, cerr := capabilityObjects(m.Capabilities)
+			if cerr != nil {
+				return d, cerr
+			}
+			d.Payload, err = object("recipient", m.Recipient, "capabilities", caps)
 		} else {
 			if m.GrantID == "" && len(m.Capabilities) == 0 {
 				return d, errorf(CodeBadArgument, "revoke: a grant id or capabilities are needed")
 			}
 			d.Kind = meup.KindCapabilityRevoke
-			d.Payload, err = object("recipient", m.Recipient, "grant_id", m.GrantID, "capabilities", m.Capabilities)
+			caps, cerr := capabilityObjects(m.Capabilities)
+			if cerr != nil {
+				return d, cerr
+			}
+			d.Payload, err = object("recipient", m.Recipient, "grant_id", m.GrantID, "capabilities", caps)
 		}
 	default:
 		return d, errorf(CodeBadArgument, "action %q: want send, chat, propose, fulfill, respond, reject, withdraw, grant or revoke", m.Action)
 	}
 	return d, err
+}
+
+// capabilityObjects returns a grant's or revoke's capabilities as the
+// envelope carries them, an array of capability objects: a string in it
+// (a kind pattern, or "KIND:METHOD", as rosters and edit_space take them)
+// becomes its object; objects are kept as given. Empty stays empty.
+func capabilityObjects(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return raw, nil
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, errorf(CodeBadArgument, "capabilities: not a JSON array: %v", err)
+	}
+	changed := false
+	for i, it := range items {
+		var s string
+		if json.Unmarshal(it, &s) != nil {
+			continue // an object (or what the envelope's checks refuse)
+		}
+		c, err := meup.CapabilityFromString(s)
+		if err != nil {
+			return nil, errorf(CodeBadArgument, "capabilities: %q: %v", s, err)
+		}
+		if items[i], err = json.Marshal(c); err != nil {
+			return nil, Coded(err)
+		}
+		changed = true
+	}
+	if !changed {
+		return raw, nil
+	}
+	return json.Marshal(items)
 }
 
 // reload re-reads the rosters file into the engine (SIGHUP, or the file

@@ -124,8 +124,14 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 	if _, err := n.Proposals(ctx, ProposalQuery{}); CodeOf(err) != CodeNoDaemon {
 		t.Fatalf("proposals without a daemon: %v", err)
 	}
-	if _, err := edit(SpaceEdit{Op: SpaceDelete, Space: "build"}); err != nil {
+	gone, err := edit(SpaceEdit{Op: SpaceDelete, Space: "build"})
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The shape list_spaces has, empty: members [] as for any space, not
+	// null.
+	if b, _ := json.Marshal(gone); string(b) != `{"name":"build","self":"","delivery":"","members":[],"pending_proposals":0}` {
+		t.Fatalf("delete's result: %s", b)
 	}
 	if list, _ := n.Spaces(ctx); len(list) != 0 {
 		t.Fatalf("after delete: %+v", list)
@@ -476,6 +482,21 @@ func TestSpaceActionsRefuseWhatMembersRefuse(t *testing.T) {
 	}
 	if gs, _ := orch.spaces.eng.Grants("build"); len(gs) != 0 {
 		t.Fatalf("grants after the revoke: %+v", gs)
+	}
+	// Capabilities written as kinds, as edit_space and rosters take them,
+	// go out as capability objects, and a revoke takes them back.
+	s, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActGrant, Recipient: "prop", Capabilities: json.RawMessage(`["mcp/request:tools/*", {"kind":"chat"}]`), SendOptions: reliable})
+	if err != nil || s.NotApplied != "" || !strings.Contains(string(s.Envelope), `"capabilities":[{"kind":"mcp/request","payload":{"method":"tools/*"}},{"kind":"chat"}]`) {
+		t.Fatalf("a grant of kinds written as strings: %+v (%s), %v", s, s.Envelope, err)
+	}
+	if s, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActRevoke, Recipient: "prop", Capabilities: json.RawMessage(`["chat"]`), SendOptions: reliable}); err != nil || s.NotApplied != "" {
+		t.Fatalf("a revoke of a kind written as a string: %+v, %v", s, err)
+	}
+	if gs, _ := orch.spaces.eng.Grants("build"); len(gs) != 1 {
+		t.Fatalf("grants after revoking chat: %+v, want the mcp/request one", gs)
+	}
+	if _, err := orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActGrant, Recipient: "prop", Capabilities: json.RawMessage(`["/(/"]`), SendOptions: reliable}); CodeOf(err) != CodeBadArgument {
+		t.Fatalf("a grant of a bad pattern: %v, want %s", err, CodeBadArgument)
 	}
 }
 
