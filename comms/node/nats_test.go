@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/natstest"
@@ -146,4 +147,41 @@ func natsNodeUnreachable(t *testing.T) *Node {
 		c.NATS.ConnectTimeoutMS = 200
 	})
 	return startTest(t, h, ModeServe)
+}
+
+// An ack that comes for an envelope already a dead letter (a broker held
+// it past its time-to-live, then delivered it) takes it out of the dead
+// letters: it was delivered, and a retry would send it again.
+func TestLateAckLiftsDeadLetter(t *testing.T) {
+	h, _ := testHome(t, "alice", nil)
+	n := startTest(t, h, ModeServe)
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := n.obStore.Add(outbox.Entry{ID: identity.NewUUID(), To: kp.ID(), Peer: "far", Kind: "message", Payload: []byte{0xa0}, Created: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.obStore.Kill(e.ID, outbox.ReasonExpired+": "+outbox.ExpiredStored, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if dl, err := n.DeadLetters(ctx); err != nil || len(dl) != 1 {
+		t.Fatalf("dead letters before the ack: %+v, %v", dl, err)
+	}
+	// Its notice says the broker may still deliver it, not that it was
+	// not delivered.
+	n.noticeOutbox(outbox.Event{Type: outbox.EventExpired, Entry: e, Reason: outbox.ReasonExpired + ": " + outbox.ExpiredStored, Stored: true})
+	if m := waitNotice(t, n, NoticeDeadLetter); !strings.Contains(m.Body, "may still deliver it") || strings.Contains(m.Body, "it was not delivered") {
+		t.Fatalf("notice of an envelope a broker holds: %q", m.Body)
+	}
+	n.lateAck(kp.ID(), identity.NewUUID()) // another envelope's: nothing changes
+	if dl, err := n.DeadLetters(ctx); err != nil || len(dl) != 1 {
+		t.Fatalf("dead letters after another envelope's ack: %+v, %v", dl, err)
+	}
+	n.lateAck(kp.ID(), e.ID)
+	if dl, err := n.DeadLetters(ctx); err != nil || len(dl) != 0 {
+		t.Fatalf("dead letters after its ack: %+v, %v", dl, err)
+	}
 }

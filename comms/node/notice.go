@@ -194,9 +194,13 @@ func (n *Node) noticeOutbox(ev outbox.Event) {
 	}
 	e := ev.Entry
 	why, _, _ := strings.Cut(ev.Reason, ":")
+	what := "it was not delivered"
+	if ev.Stored {
+		what = "no ack came in time, but a NATS broker holds it and may still deliver it (its ack then takes it out of the dead letters): do not send it again"
+	}
 	n.raiseNotice(Notice{Event: NoticeDeadLetter, Peer: e.Peer, ID: e.ID.String(),
-		Text: fmt.Sprintf("A reliable %s to %s (envelope %s) became a dead letter (%s): it was not delivered. "+
-			"meerkatd deadletters (MCP: list_dead_letters) lists it; it can be retried or dropped there.", e.Kind, e.Peer, e.ID, why)})
+		Text: fmt.Sprintf("A reliable %s to %s (envelope %s) became a dead letter (%s): %s. "+
+			"meerkatd deadletters (MCP: list_dead_letters) lists it; it can be retried or dropped there.", e.Kind, e.Peer, e.ID, why, what)})
 }
 
 // breakerChanged is the outbox's OnBreaker: it logs the change and raises

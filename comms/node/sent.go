@@ -236,6 +236,16 @@ func (n *Node) sentUpdate(u store.SentUpdate) {
 // is too, a moment before its outbox entry finds the ack).
 func (n *Node) lateAck(from identity.PeerID, id identity.UUID) {
 	n.sentUpdate(store.SentUpdate{ID: id, Event: store.SentEventAcked, At: time.Now(), From: from})
+	if n.ob == nil {
+		return
+	}
+	// Delivered after all (a broker held it past its time-to-live): it
+	// is no dead letter, and a retry would only send it again.
+	if k, err := n.ob.Drop(id); err != nil {
+		n.log.Warn("cannot take a delivered envelope out of the dead letters", "id", id.String(), "err", err)
+	} else if k > 0 {
+		n.log.Info("an envelope a broker held past its time-to-live was delivered: no longer a dead letter", "id", id.String())
+	}
 }
 
 // sentOutbox records what the outbox did with an envelope.

@@ -196,6 +196,9 @@ type Event struct {
 	Attempt int   // 1-based attempt number (sent, acked, retry)
 	Reason  string
 	Err     error // retry: the attempt's error (Reason is its text)
+	// Stored, on an expired event: a broker on the way holds the
+	// envelope ([ErrStored]) and may still deliver it.
+	Stored bool
 }
 
 // BreakerEvent is a change of one peer's circuit breaker, reported to
@@ -859,7 +862,9 @@ func (o *Outbox) killLocked(q *peerQ, it *item, reason, event string, now time.T
 		return
 	}
 	o.removeLocked(q, it)
-	o.observe(event, it.e, it.e.Attempts, reason)
+	if o.opts.Observe != nil {
+		o.opts.Observe(Event{Type: event, Entry: it.e, Attempt: it.e.Attempts, Reason: reason, Stored: it.stored})
+	}
 	it.t.finish(&DeadError{Reason: reason})
 }
 
@@ -881,13 +886,22 @@ func (o *Outbox) expireLocked(q *peerQ, now time.Time) {
 // whether it left the queue (a store failure keeps it).
 func (o *Outbox) expireOneLocked(q *peerQ, it *item, now time.Time) bool {
 	reason := ReasonExpired
-	if it.e.LastError != "" {
+	switch {
+	case it.stored:
+		// Not retracted: the broker delivers it when the peer is back,
+		// and its ack then lifts the dead letter (the node's LateAck).
+		reason += ": " + ExpiredStored
+	case it.e.LastError != "":
 		reason += ": last attempt: " + it.e.LastError
 	}
 	n := len(q.items)
 	o.killLocked(q, it, reason, EventExpired, now)
 	return len(q.items) < n
 }
+
+// ExpiredStored is the detail of the reason of an envelope whose
+// time-to-live passed while a broker on the way held it.
+const ExpiredStored = "no ack came in time, but a broker on the way holds it and may still deliver it"
 
 func (o *Outbox) removeLocked(q *peerQ, it *item) {
 	if i := slices.Index(q.items, it); i >= 0 {

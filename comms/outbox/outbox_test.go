@@ -1252,3 +1252,45 @@ func TestWithdrawStored(t *testing.T) {
 		t.Fatalf("%d queued, want it kept", ob.Len())
 	}
 }
+
+// An envelope a broker holds when its time-to-live passes is a dead
+// letter whose reason and event say the broker may still deliver it;
+// one that only failed says its last attempt's error.
+func TestExpiresWhileStored(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st, b := NewMemStore(), &broker{have: map[identity.UUID]bool{}}
+	var mu sync.Mutex
+	var expired []Event
+	ob, err := New(st, b, Options{StoredRecheck: time.Hour, Observe: func(ev Event) {
+		if ev.Type == EventExpired {
+			mu.Lock()
+			expired = append(expired, ev)
+			mu.Unlock()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	e := entry(peerA, 0)
+	e.Expires = time.Now().Add(300 * time.Millisecond)
+	_, tk, err := ob.Enqueue(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tk.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("not expired 20 s after its time-to-live; queued: %+v", ob.List())
+	}
+	var de *DeadError
+	if !tk.Stored() || !errors.As(tk.Err(), &de) || de.Reason != ReasonExpired+": "+ExpiredStored {
+		t.Fatalf("ticket ended with %v (stored %v), want expired while the broker holds it", tk.Err(), tk.Stored())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(expired) != 1 || !expired[0].Stored || expired[0].Reason != de.Reason {
+		t.Fatalf("expired events %+v, want one, stored", expired)
+	}
+}
