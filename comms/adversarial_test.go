@@ -186,7 +186,8 @@ func TestAdversarialInput(t *testing.T) {
 	aliceStillSends(t, a, b)
 	b.r.Inbox().Drain()
 
-	nested := func() []byte {
+	// deepKind is a request kind whose params are nested 10000 deep.
+	deepKind := func() []byte {
 		const depth = 10000
 		params := make([]byte, 0, depth+1)
 		for range depth {
@@ -196,9 +197,11 @@ func TestAdversarialInput(t *testing.T) {
 		kind := cborHead(nil, 5, 3)
 		kind = cborText(cborText(kind, "type"), "request")
 		kind = cborText(cborText(kind, "intent"), "deep")
-		kind = append(cborText(kind, "params"), params...)
+		return append(cborText(kind, "params"), params...)
+	}
+	nested := func(from identity.PeerID) []byte {
 		id := identity.NewUUID()
-		return rawEnvelope(cborBytes(nil, id[:]), a.kp.ID(), b.kp.ID(), kind)
+		return rawEnvelope(cborBytes(nil, id[:]), from, b.kp.ID(), deepKind())
 	}
 
 	refused := []struct {
@@ -225,7 +228,7 @@ func TestAdversarialInput(t *testing.T) {
 			}
 			return rawFrame(rawEnvelope(cborText(nil, identity.NewUUID().String()), a.kp.ID(), b.kp.ID(), kind))
 		}},
-		{"params nested 10000 deep", RejectMalformed, func(*testing.T) []byte { return rawFrame(nested()) }},
+		{"params nested 10000 deep", RejectMalformed, func(*testing.T) []byte { return rawFrame(nested(a.kp.ID())) }},
 		{"bad signature", RejectBadSignature, func(t *testing.T) []byte {
 			e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("tampered"))
 			e.Sig[7] ^= 0x01
@@ -233,6 +236,11 @@ func TestAdversarialInput(t *testing.T) {
 		}},
 		{"untrusted key", RejectUntrusted, func(t *testing.T) []byte {
 			return frameOf(t, sealEnv(t, mallory, b.kp.ID(), wire.Message("let me in")))
+		}},
+		// From a stranger, the kind is not decoded (trust before work):
+		// one nested too deep is refused as untrusted, not malformed.
+		{"untrusted key, params nested 10000 deep", RejectUntrusted, func(*testing.T) []byte {
+			return rawFrame(nested(mallory.ID()))
 		}},
 		{"from spoofed as alice", RejectBadSignature, func(t *testing.T) []byte {
 			e := sealEnv(t, mallory, b.kp.ID(), wire.Message("it's me, alice"))

@@ -44,6 +44,9 @@ type inFrame struct {
 	bad      string // RejectFrame or RejectMalformed: the connection ends here
 	err      error  // the read error behind RejectFrame
 	verified bool   // its signature was checked with the batch
+	// route is routeRefusal's reason when it refused the envelope as it
+	// was decoded; e then has only its id, sender and recipient.
+	route string
 }
 
 // serveConn reads frames from an inbound connection until EOF, an error or
@@ -121,7 +124,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		if !r.awaitFrame(c, fr, st, &stopped) {
 			return
 		}
-		batch, ok = r.readBatch(c, fr, &stopped, batch[:0])
+		batch, ok = r.readBatch(c, fr, st, &stopped, batch[:0])
 		if !ok {
 			return // ackLoop cut the frame short; it is not the peer's fault
 		}
@@ -137,7 +140,15 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			if f.e.AcksHint {
 				st.acksOK.Store(true)
 			}
-			ack, fresh, from, reason := r.receiveDecoded(f.e, f.size, st, &pending, f.verified)
+			var ack, fresh bool
+			var from identity.PeerID
+			var reason string
+			if f.route != "" {
+				from, reason = f.e.From, f.route
+				r.refuseRoute(st, &f.e, f.size, reason)
+			} else {
+				ack, fresh, from, reason = r.receiveDecoded(f.e, f.size, st, &pending, f.verified)
+			}
 			if fresh && reason == "" {
 				// Only a new envelope authenticates a connection:
 				// replaying a captured one earns nothing.
@@ -191,7 +202,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 // last read of the socket took: moreTLS), up to maxBatch, decoding each; a
 // frame that cannot be read or decoded ends the batch, marked bad. false
 // means ackLoop stopped the connection while a frame was being read.
-func (r *Router) readBatch(c net.Conn, fr *transport.Reader, stopped *atomic.Bool, batch []inFrame) ([]inFrame, bool) {
+func (r *Router) readBatch(c net.Conn, fr *transport.Reader, st *inConn, stopped *atomic.Bool, batch []inFrame) ([]inFrame, bool) {
 	c.SetReadDeadline(time.Now().Add(r.opts.FrameTimeout))
 	_, isTLS := c.(*tls.Conn)
 	for {
@@ -206,8 +217,15 @@ func (r *Router) readBatch(c net.Conn, fr *transport.Reader, stopped *atomic.Boo
 			}
 			return append(batch, inFrame{bad: bad, err: err}), true
 		}
-		e, err := wire.Decode(payload)
-		if err != nil {
+		var route string
+		e, err := wire.DecodeFor(payload, func(from, to identity.PeerID) bool {
+			route = r.routeRefusal(st, from, to)
+			return route == ""
+		})
+		switch {
+		case errors.Is(err, wire.ErrNotAccepted): // its kind not even decoded
+			return append(batch, inFrame{e: e, size: len(payload), route: route}), true
+		case err != nil:
 			return append(batch, inFrame{bad: RejectMalformed, size: len(payload), err: err}), true
 		}
 		batch = append(batch, inFrame{e: e, size: len(payload)})
@@ -268,7 +286,7 @@ func (r *Router) verifyBatch(st *inConn, batch []inFrame, vs **batchVerifier) {
 	v.envs, v.idx = v.envs[:0], v.idx[:0]
 	for i := range batch {
 		f := &batch[i]
-		if f.bad != "" || f.e.To != r.self || (!st.tlsPeer.IsZero() && f.e.From != st.tlsPeer) {
+		if f.bad != "" || f.route != "" || f.e.To != r.self || (!st.tlsPeer.IsZero() && f.e.From != st.tlsPeer) {
 			break
 		}
 		if _, ok := trusted.Lookup(f.e.From); !ok {
@@ -748,21 +766,42 @@ func (r *Router) receive(payload []byte, st *inConn, async *[]pendingAdmission) 
 // bytes, also returning whether the envelope was new (not a duplicate,
 // and not an ack) and its sender. verified says its signature was
 // checked already (with a batch).
+// routeRefusal is why an envelope from `from` to `to` on st is refused
+// before anything else about it is looked at, or "": on a TLS connection
+// from another key than the certificate's (a TLS connection carries its
+// peer's envelopes only), to another node, or from a key not trusted.
+// The reader asks it before it decodes the kind (wire.DecodeFor), so a
+// stranger's envelope costs no more than its top-level fields.
+func (r *Router) routeRefusal(st *inConn, from, to identity.PeerID) string {
+	switch {
+	case st != nil && !st.tlsPeer.IsZero() && from != st.tlsPeer:
+		return RejectTLSPeer
+	case to != r.self:
+		return RejectNotForUs
+	}
+	if _, ok := r.trust.Load().Lookup(from); !ok {
+		return RejectUntrusted
+	}
+	return ""
+}
+
+// refuseRoute reports e, refused for routeRefusal's reason.
+func (r *Router) refuseRoute(st *inConn, e *wire.Envelope, size int, reason string) {
+	r.observeSt(st, EventRefused, e, "", size, reason)
+	if reason == RejectUntrusted {
+		r.logUntrusted(e.From)
+	}
+}
+
 func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]pendingAdmission, verified bool) (ack bool, fresh bool, from identity.PeerID, reason string) {
 	from = e.From
-	if st != nil && !st.tlsPeer.IsZero() && e.From != st.tlsPeer {
-		// A TLS connection carries its certificate's peer's envelopes only.
-		r.observeSt(st, EventRefused, &e, "", size, RejectTLSPeer)
-		return false, false, from, RejectTLSPeer
-	}
-	if e.To != r.self {
-		r.observeSt(st, EventRefused, &e, "", size, RejectNotForUs)
-		return false, false, from, RejectNotForUs
+	if reason := r.routeRefusal(st, e.From, e.To); reason != "" {
+		r.refuseRoute(st, &e, size, reason)
+		return false, false, from, reason
 	}
 	peer, ok := r.trust.Load().Lookup(e.From)
-	if !ok {
-		r.observeSt(st, EventRefused, &e, "", size, RejectUntrusted)
-		r.logUntrusted(e.From)
+	if !ok { // no longer trusted since routeRefusal looked
+		r.refuseRoute(st, &e, size, RejectUntrusted)
 		return false, false, from, RejectUntrusted
 	}
 	if !verified && e.VerifyWith(&r.keys) != nil {

@@ -246,3 +246,40 @@ func BenchmarkRatios(b *testing.B) {
 		b.ReportMetric(float64(tX)/float64(tCrypto), "exchange/crypto")
 	})
 }
+
+// BenchmarkDecodeStranger measures what an envelope built to be costly to
+// decode (a kind whose params hold 60,000 members in reverse order, about
+// 600 KB) costs a receiver: decoded whole, and refused by DecodeFor for
+// its sender before the kind is decoded, with the kind in canonical place
+// (after from and to) and before them (stepped over).
+func BenchmarkDecodeStranger(b *testing.B) {
+	const members = 60000
+	var items [][]byte
+	for i := members - 1; i >= 0; i-- {
+		items = append(items, tx(fmt.Sprintf("k%06d", i)), un(1))
+	}
+	params := cat(appendHead(nil, majorMap, members), cat(items...))
+	kind := mapOf(tx("type"), tx("request"), tx("intent"), tx("x"), tx("params"), params)
+	e := Envelope{ID: id1, From: keyA.ID(), To: keyB.ID()}
+	refuse := func(identity.PeerID, identity.PeerID) bool { return false }
+	for _, c := range []struct {
+		name   string
+		order  []string
+		accept func(identity.PeerID, identity.PeerID) bool
+	}{
+		{"decoded", []string{"id", "to", "sig", "from", "kind"}, nil},
+		{"refused", []string{"id", "to", "sig", "from", "kind"}, refuse},
+		{"refused-kind-first", []string{"kind", "id", "to", "sig", "from"}, refuse},
+	} {
+		in := envBytes(e, kind, c.order...)
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(in)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DecodeFor(in, c.accept); (err != nil) != (c.accept != nil) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/meerkatd/meerkatd/identity"
 )
 
 var msgKind = mapOf(tx("type"), tx("message"), tx("body"), tx("hi"))
@@ -324,5 +326,72 @@ func TestFootprint(t *testing.T) {
 		if n := d.Kind.Value().Footprint(); n < c.min || n > c.max {
 			t.Errorf("%s (%d bytes on the wire): footprint %d, want %d to %d", c.name, len(b), n, c.min, c.max)
 		}
+	}
+}
+
+// DecodeFor asks accept about the sender and recipient before it decodes
+// the kind, in either key order: a refusal returns ErrNotAccepted with the
+// id, sender and recipient, an acceptance the envelope Decode returns.
+func TestDecodeFor(t *testing.T) {
+	e := mustSeal(t, Message("hi"))
+	kind := mapOf(tx("body"), tx("hi"), tx("type"), tx("message"))
+	badKind := mapOf(tx("type"), tx("nonsense")) // well-formed CBOR, not a kind
+	for _, tc := range []struct {
+		name  string
+		kind  []byte
+		order []string
+	}{
+		{"canonical order", kind, []string{"id", "to", "sig", "from", "kind"}},
+		{"kind first", kind, []string{"kind", "id", "from", "to", "sig"}},
+		{"kind between from and to", kind, []string{"id", "from", "kind", "to", "sig"}},
+		{"bad kind first", badKind, []string{"kind", "id", "from", "to", "sig"}},
+		{"bad kind last", badKind, []string{"id", "from", "to", "sig", "kind"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := envBytes(e, tc.kind, tc.order...)
+			want, wantErr := Decode(in)
+			calls := 0
+			refuse := func(from, to identity.PeerID) bool {
+				calls++
+				if from != e.From || to != e.To {
+					t.Errorf("accept asked about %s → %s, want %s → %s", from.Short(), to.Short(), e.From.Short(), e.To.Short())
+				}
+				return false
+			}
+			got, err := DecodeFor(in, refuse)
+			if !errors.Is(err, ErrNotAccepted) || calls != 1 || got.ID != e.ID || got.From != e.From || got.To != e.To || got.Kind.Type() != "" {
+				t.Fatalf("refused: %+v, %v after %d calls; want ErrNotAccepted with id, from and to only", got, err, calls)
+			}
+			got, err = DecodeFor(in, func(identity.PeerID, identity.PeerID) bool { return true })
+			if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() {
+				t.Fatalf("accepted: error %v, Decode's %v", err, wantErr)
+			}
+			if err == nil && !envelopesEqual(got, want) {
+				t.Fatalf("accepted: %+v, Decode gives %+v", got, want)
+			}
+		})
+	}
+	// A kind stepped over and then decoded counts its items once: an
+	// envelope at the item limit decodes either way.
+	items := make([][]byte, 0, 2*MaxItems)
+	n := 0
+	for i := 0; ; i++ {
+		// The envelope's map, its 5 keys, the 4 byte strings, the kind
+		// map, "type"/"request", "intent" and its text, "params" and its
+		// map: 18 items besides the params' members.
+		if 18+2*(i+1) > MaxItems {
+			break
+		}
+		items = append(items, tx(fmt.Sprintf("k%05d", i)), un(1))
+		n = i + 1
+	}
+	big := cat(appendHead(nil, majorMap, uint64(n)), cat(items...))
+	bigKind := mapOf(tx("type"), tx("request"), tx("intent"), tx("x"), tx("params"), big)
+	in := envBytes(e, bigKind, "kind", "id", "from", "to", "sig")
+	if _, err := Decode(in); err != nil {
+		t.Fatalf("Decode at the item limit: %v", err)
+	}
+	if _, err := DecodeFor(in, func(identity.PeerID, identity.PeerID) bool { return true }); err != nil {
+		t.Fatalf("DecodeFor at the item limit, kind first: %v", err)
 	}
 }

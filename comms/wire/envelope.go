@@ -2,6 +2,7 @@ package wire
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -268,13 +269,33 @@ func (e *Envelope) MarshalBinary() ([]byte, error) {
 // only.
 //
 // The returned envelope does not alias payload.
-func Decode(payload []byte) (Envelope, error) {
+func Decode(payload []byte) (Envelope, error) { return DecodeFor(payload, nil) }
+
+// ErrNotAccepted is DecodeFor's error for an envelope whose sender and
+// recipient its accept function refused.
+var ErrNotAccepted = errors.New("wire: sender or recipient not accepted")
+
+// DecodeFor is [Decode] for a receiver that takes envelopes only from some
+// senders to some recipients: once the top-level fields are read, and
+// before the kind is decoded and checked (for a kind of many members, by
+// far the largest part of the work), accept is asked about from and to.
+// If it refuses, DecodeFor returns ErrNotAccepted with an envelope that
+// has only its ID, From and To set (its kind is not read; the payload is
+// well-formed CBOR up to the end of what was read). A nil accept accepts
+// all. The kind is decoded once either way: when it comes after from and
+// to, as in the canonical key order, accept is asked on reaching it; when
+// it comes before them, it is stepped over (its items counted, nothing
+// built) and decoded once accept has agreed.
+func DecodeFor(payload []byte, accept func(from, to identity.PeerID) bool) (Envelope, error) {
 	if len(payload) > MaxEnvelopeSize {
 		return Envelope{}, &DecodeError{Err: ErrTooLarge}
 	}
-	d := decoder{src: string(payload)}
+	d := decoder{src: string(payload), accept: accept}
 	var e Envelope
 	if err := d.envelope(&e); err != nil {
+		if errors.Is(err, ErrNotAccepted) {
+			return Envelope{ID: e.ID, From: e.From, To: e.To}, err
+		}
 		return Envelope{}, err
 	}
 	return e, nil
@@ -312,6 +333,7 @@ func (d *decoder) envelope(e *Envelope) error {
 		return d.fail(ErrTruncated)
 	}
 	var seen uint8
+	kindLater, kindItems := -1, 0 // where a kind stepped over starts, and its items
 	// Keys outside the protocol, to catch their duplicates: a short list,
 	// then a set, so many keys cost linear time.
 	var unknown []string
@@ -381,7 +403,19 @@ func (d *decoder) envelope(e *Envelope) error {
 		case hasSig:
 			err = d.fixedBytes(e.Sig[:])
 		case hasKind:
-			err = d.kind(&e.Kind)
+			switch {
+			case d.accept == nil:
+				err = d.kind(&e.Kind)
+			case seen&(hasFrom|hasTo) == hasFrom|hasTo:
+				if !d.accept(e.From, e.To) {
+					return ErrNotAccepted
+				}
+				err = d.kind(&e.Kind)
+			default: // from or to still to come: step over it for now
+				kindAt, items := d.off, d.items
+				err = d.skip(2)
+				kindLater, kindItems = kindAt, d.items-items
+			}
 		}
 		if err != nil {
 			return err
@@ -397,6 +431,18 @@ func (d *decoder) envelope(e *Envelope) error {
 	}
 	if d.off != len(d.src) {
 		return d.fail(ErrTrailingBytes)
+	}
+	if kindLater >= 0 {
+		if !d.accept(e.From, e.To) {
+			return ErrNotAccepted
+		}
+		// Counted once: the items the step over counted are counted
+		// again as they are decoded.
+		d.off, d.items, d.field = kindLater, d.items-kindItems, "kind"
+		if err := d.kind(&e.Kind); err != nil {
+			return err
+		}
+		d.off, d.field = len(d.src), ""
 	}
 	return nil
 }

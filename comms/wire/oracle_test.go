@@ -266,6 +266,18 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add(cat(h("a1"), tx("kind"), mapOf(tx("type"), cat(h("7f"), tx("a"), tx("ck"), h("ff")))))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		e, err := Decode(in)
+		// DecodeFor accepting all is Decode (a malformed envelope may be
+		// refused for another of its faults: a kind stepped over is
+		// checked last); refusing all, it refuses every envelope Decode
+		// takes, naming its id, sender and recipient.
+		all, aerr := DecodeFor(in, func(identity.PeerID, identity.PeerID) bool { return true })
+		if (aerr == nil) != (err == nil) || err != nil && !errors.Is(aerr, ErrMalformed) || err == nil && !envelopesEqual(all, e) {
+			t.Fatalf("DecodeFor accepting all: %v; Decode: %v", aerr, err)
+		}
+		if none, nerr := DecodeFor(in, func(identity.PeerID, identity.PeerID) bool { return false }); err == nil &&
+			(!errors.Is(nerr, ErrNotAccepted) || none.ID != e.ID || none.From != e.From || none.To != e.To) {
+			t.Fatalf("DecodeFor refusing all a valid envelope: %v", nerr)
+		}
 		if err != nil {
 			var de *DecodeError
 			if !errors.As(err, &de) || !errors.Is(err, ErrMalformed) {
