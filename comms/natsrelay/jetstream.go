@@ -4,18 +4,117 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // startJetStream makes sure the stream on the node subjects exists (or
 // finds the one an operator made) and reads this node's subject through
-// its durable consumer.
+// its durable consumer; repairLoop keeps them there.
 func (rl *Relay) startJetStream(ctx context.Context) error {
 	js, err := jetstream.New(rl.nc)
 	if err != nil {
 		return fmt.Errorf("natsrelay: JetStream: %w", err)
 	}
+	rl.js = js
+	cc, err := rl.consume(ctx)
+	if err != nil {
+		return err
+	}
+	rl.jsMu.Lock()
+	rl.cc = cc
+	rl.jsMu.Unlock()
+	rl.wg.Add(1)
+	go rl.repairLoop()
+	return nil
+}
+
+// repairEvery bounds how often repairLoop looks at the stream and the
+// consumer.
+const repairEvery = time.Second
+
+// checkJetStream asks repairLoop to look at the stream and this node's
+// consumer soon: after a reconnect, a publish the stream did not answer,
+// or an error of the consumer. A server that lost its JetStream data
+// (another store, a wiped disk) has neither, and nothing would otherwise
+// make them again: sends would fail and nothing would arrive until the
+// node restarted.
+func (rl *Relay) checkJetStream() {
+	if rl.repair == nil {
+		return
+	}
+	select {
+	case rl.repair <- struct{}{}:
+	default: // asked already
+	}
+}
+
+// repairLoop makes the stream and this node's consumer again when they
+// are gone, at most once per repairEvery, until the relay closes.
+func (rl *Relay) repairLoop() {
+	defer rl.wg.Done()
+	for {
+		select {
+		case <-rl.done:
+			return
+		case <-rl.repair:
+		}
+		rl.repairJetStream()
+		select {
+		case <-rl.done:
+			return
+		case <-time.After(repairEvery):
+		}
+	}
+}
+
+// repairJetStream sets up the stream and the consumer again, if either
+// is gone, and reads through the new consumer.
+func (rl *Relay) repairJetStream() {
+	ctx, cancel := context.WithTimeout(context.Background(), rl.opts.ConnectTimeout+5*time.Second)
+	defer cancel()
+	go func() { // Close does not wait out the calls below
+		select {
+		case <-rl.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	stream, err := rl.js.Stream(ctx, rl.opts.Stream)
+	if err == nil {
+		_, err = stream.Consumer(ctx, rl.durable())
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if err != nil {
+			rl.log.Debug("NATS: cannot look at the stream", "err", err)
+		}
+		return // there, or nothing to tell now
+	}
+	cc, err := rl.consume(ctx)
+	if err != nil {
+		rl.log.Warn("NATS: the stream or this node's consumer is gone from the server, and cannot be made again", "stream", rl.opts.Stream, "err", err)
+		return
+	}
+	rl.jsMu.Lock()
+	old := rl.cc
+	if rl.jsClosed {
+		old = cc // closed meanwhile: the new one goes too
+	} else {
+		rl.cc = cc
+	}
+	rl.jsMu.Unlock()
+	old.Stop()
+	rl.log.Warn("NATS: the stream or this node's consumer was gone from the server (its JetStream data lost?): made again", "stream", rl.opts.Stream)
+}
+
+// durable is the name of this node's durable consumer.
+func (rl *Relay) durable() string { return "node-" + rl.r.ID().UUID().String() }
+
+// consume makes sure the stream and this node's consumer exist and reads
+// through the consumer.
+func (rl *Relay) consume(ctx context.Context) (jetstream.ConsumeContext, error) {
+	js := rl.js
 	o := rl.opts
 	cfg := jetstream.StreamConfig{
 		Name:        o.Stream,
@@ -42,9 +141,9 @@ func (rl *Relay) startJetStream(ctx context.Context) error {
 		stream, err = js.CreateStream(ctx, cfg)
 	}
 	if err != nil {
-		return fmt.Errorf("natsrelay: stream %s: %w", o.Stream, err)
+		return nil, fmt.Errorf("natsrelay: stream %s: %w", o.Stream, err)
 	}
-	durable := "node-" + rl.r.ID().UUID().String()
+	durable := rl.durable()
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       durable,
 		Description:   "the envelopes for one meerkatd node",
@@ -55,16 +154,16 @@ func (rl *Relay) startJetStream(ctx context.Context) error {
 		MaxAckPending: maxAckPending,
 	})
 	if err != nil {
-		return fmt.Errorf("natsrelay: consumer %s on stream %s: %w", durable, o.Stream, err)
+		return nil, fmt.Errorf("natsrelay: consumer %s on stream %s: %w", durable, o.Stream, err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		rl.arrived(m.Data(), "", m)
 	}, jetstream.PullMaxBytes(maxPendingBytes), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		rl.log.Debug("NATS: consumer", "err", err)
+		rl.checkJetStream() // gone with the stream, or deleted?
 	}))
 	if err != nil {
-		return fmt.Errorf("natsrelay: read consumer %s: %w", durable, err)
+		return nil, fmt.Errorf("natsrelay: read consumer %s: %w", durable, err)
 	}
-	rl.js, rl.cc = js, cc
-	return nil
+	return cc, nil
 }

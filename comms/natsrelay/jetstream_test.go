@@ -239,3 +239,43 @@ func TestJetStreamFullStreamKeepsStoredEnvelopes(t *testing.T) {
 		}
 	}
 }
+
+// A server that loses its JetStream data (here, the stream deleted under
+// the nodes) gets the stream and each node's consumer back from the
+// nodes themselves: sends through it work again and arrive, without a
+// restart.
+func TestJetStreamStreamLostIsMadeAgain(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s := startServer(t, "s1", "", nil, "")
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	a.connect(t, s.ClientURL(), Options{JetStream: true})
+	b.connect(t, s.ClientURL(), Options{JetStream: true})
+	ctx := ctxT(t)
+	if _, err := a.r.SendMessage(ctx, "n1", "before"); err != nil {
+		t.Fatalf("before the loss: %v", err)
+	}
+	waitItems(t, b, 1)
+
+	js, err := jetstream.New(rawConn(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, "MEERKAT"); err != nil {
+		t.Fatal(err)
+	}
+	var sent error
+	testutil.WaitFor(t, 30*time.Second, "a send through the stream made again", func() bool {
+		short, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, sent = a.r.SendMessage(short, "n1", "after")
+		return sent == nil
+	})
+	got := waitItems(t, b, 1)
+	if len(got) != 1 || got[0].Envelope.Kind.Body() != "after" {
+		t.Fatalf("b received %+v", got)
+	}
+	if _, err := js.Stream(ctx, "MEERKAT"); err != nil {
+		t.Fatalf("the stream after the repair: %v", err)
+	}
+}

@@ -93,7 +93,14 @@ type Relay struct {
 	js      jetstream.JetStream
 	subject string // this node's own subject
 	sub     *nats.Subscription
-	cc      jetstream.ConsumeContext
+
+	// JetStream: the consumer being read, and whether Close stopped it
+	// (guarded by jsMu: repairJetStream replaces it); repair wakes
+	// repairLoop (nil without JetStream).
+	jsMu     sync.Mutex
+	cc       jetstream.ConsumeContext
+	jsClosed bool
+	repair   chan struct{}
 
 	replies chan reply
 	done    chan struct{}
@@ -168,6 +175,9 @@ func Start(ctx context.Context, r *comms.Router, opts Options) (*Relay, error) {
 		subject: Subject(opts.SubjectPrefix, r.ID()),
 		replies: make(chan reply, replyQueue),
 		done:    make(chan struct{}),
+	}
+	if opts.JetStream {
+		rl.repair = make(chan struct{}, 1) // before any handler may ask
 	}
 	nopts, err := rl.natsOptions()
 	if err != nil {
@@ -250,11 +260,15 @@ func (rl *Relay) natsOptions() ([]nats.Option, error) {
 		nats.Timeout(o.ConnectTimeout),
 		nats.RetryOnFailedConnect(false),
 		nats.CustomInboxPrefix(inboxPrefix + rl.r.ID().UUID().String()),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err == nil || nc.IsClosed() || nc.IsDraining() {
+				return // closed on purpose (Close): nothing to reconnect
+			}
 			rl.log.Warn("NATS disconnected; reconnecting", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			rl.log.Info("NATS reconnected", "server", nc.ConnectedUrlRedacted())
+			rl.checkJetStream() // another server, or one that lost its data
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { rl.log.Info("NATS connection closed") }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -440,6 +454,9 @@ func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID,
 	subj := Subject(rl.opts.SubjectPrefix, to)
 	if rl.js != nil {
 		ack, err := rl.js.Publish(ctx, subj, payload, jetstream.WithMsgID(id.String()))
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+			rl.checkJetStream() // no stream on the node subjects: gone?
+		}
 		if err != nil {
 			return nil, false, err
 		}
@@ -510,8 +527,12 @@ func (rl *Relay) Status() Status {
 func (rl *Relay) Close() error {
 	rl.closeOnce.Do(func() {
 		rl.r.SetRelay(nil)
-		if rl.cc != nil {
-			rl.cc.Stop()
+		rl.jsMu.Lock()
+		cc := rl.cc
+		rl.jsClosed = true
+		rl.jsMu.Unlock()
+		if cc != nil {
+			cc.Stop()
 		}
 		if rl.sub != nil {
 			rl.sub.Unsubscribe()
