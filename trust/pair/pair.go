@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -334,8 +335,18 @@ func AcceptConn(ctx context.Context, c net.Conn, kp *identity.Keypair, selfName 
 func accept(c net.Conn, kp *identity.Keypair, selfName string, selfAddr transport.Addr, line Line,
 	nameForPeer string, plan, commit Commit) (trust.Peer, error) {
 	cn := &conn{r: bufio.NewReaderSize(c, maxMsg), w: c}
+	// Until the other side has answered, a failure to write or read says
+	// nothing answers pairings there (a listener of something else, a
+	// node that hangs): the address cannot be used, as when nothing
+	// listens. Nothing was trusted on either side.
+	silent := func(err error) error {
+		if errors.Is(err, ErrProtocol) {
+			return err
+		}
+		return fmt.Errorf("%w %s: no pairing answer there (is a meerkatd node offering at that address?): %w", ErrUnreachable, line.Addr, err)
+	}
 	if _, err := io.WriteString(c, Magic); err != nil {
-		return trust.Peer{}, err
+		return trust.Peer{}, silent(err)
 	}
 	nonce, err := newNonce()
 	if err != nil {
@@ -343,11 +354,11 @@ func accept(c net.Conn, kp *identity.Keypair, selfName string, selfAddr transpor
 	}
 	id := line.Code.id()
 	if err := cn.send(msg{Offer: hex.EncodeToString(id[:]), Key: kp.ID().String(), Name: selfName, Addr: selfAddr.String(), Nonce: nonce}); err != nil {
-		return trust.Peer{}, err
+		return trust.Peer{}, silent(err)
 	}
 	ch, err := cn.recv()
 	if err != nil {
-		return trust.Peer{}, err
+		return trust.Peer{}, silent(err)
 	}
 	if ch.Error != "" {
 		return trust.Peer{}, remoteError(ch.Error)

@@ -554,3 +554,52 @@ func TestRemoteError(t *testing.T) {
 		}
 	}
 }
+
+// An address where something accepts the connection but no offering node
+// answers (it hangs, or hangs up at once) is unreachable, as one where
+// nothing listens: ErrUnreachable, nothing trusted.
+func TestAcceptSilentAddress(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		serve func(c net.Conn)
+	}{
+		{"hangs", func(c net.Conn) { io.Copy(io.Discard, c) }},
+		{"hangs up", func(c net.Conn) { c.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				tc.serve(c)
+			}()
+			f := newFixture(t)
+			o, err := f.resp.Open(f.aliceAddr, time.Minute, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			line := o.Line
+			line.Addr = mustAddr(t, "tcp://"+ln.Addr().String())
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, err = Accept(ctx, f.bob, f.bobName, f.bobAddr, line, "", nil, f.bSide.commit)
+			if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), ln.Addr().String()) {
+				t.Fatalf("accept at a silent address: %v, want ErrUnreachable naming it", err)
+			}
+			if b := f.bSide.peers(); len(b) != 0 {
+				t.Fatalf("trust changed: %+v", b)
+			}
+		})
+	}
+}
