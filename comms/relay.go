@@ -250,6 +250,9 @@ func (r *Router) sealFor(to identity.PeerID, id identity.UUID, inner []byte) ([]
 	if err != nil {
 		return nil, err
 	}
+	if len(box) > r.opts.MaxMessageBytes { // the envelope holding it is larger still
+		return nil, fmt.Errorf("comms: sealed box of %d bytes: %w (limit %d)", len(box), wire.ErrTooLarge, r.opts.MaxMessageBytes)
+	}
 	e, err := wire.Seal(r.kp, id, to, wire.SealedKind(box))
 	if err != nil {
 		return nil, err
@@ -262,6 +265,25 @@ func (r *Router) sealFor(to identity.PeerID, id identity.UUID, inner []byte) ([]
 		return nil, fmt.Errorf("comms: sealed envelope of %d bytes: %w (limit %d)", len(b), wire.ErrTooLarge, r.opts.MaxMessageBytes)
 	}
 	return b, nil
+}
+
+// sealSlack bounds what sealing adds to an envelope (the box's key and
+// tag, the outer envelope's fields): a payload this far below the frame
+// limit always fits once sealed (TestSealSlack).
+const sealSlack = 1024
+
+// CheckSealable reports whether the envelope payload (its wire bytes,
+// no length prefix), id, fits a frame once sealed for to, as it goes
+// through the relay: a wire.ErrTooLarge error if not. A reliable send to a
+// peer reached only through the relay checks this before it is queued,
+// rather than become a dead letter at its first attempt. Only a payload
+// within sealSlack of the limit is sealed to see.
+func (r *Router) CheckSealable(to identity.PeerID, id identity.UUID, payload []byte) error {
+	if r.opts.RelayUnsealed || len(payload)+sealSlack <= r.opts.MaxMessageBytes {
+		return nil
+	}
+	_, err := r.sealFor(to, id, payload)
+	return err
 }
 
 // maxRecipients bounds the converted keys kept; past it they are

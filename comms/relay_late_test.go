@@ -1,10 +1,14 @@
 package comms
 
 import (
+	"bytes"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
 )
 
 // lateKey is a distinct key for i.
@@ -79,5 +83,35 @@ func BenchmarkLateAcksFull(b *testing.B) {
 		k.id = identity.UUID{}
 		k.id[0], k.id[1], k.id[2], k.id[3] = byte(i), byte(i>>8), byte(i>>16), 1
 		rs.keepLate(k, now)
+	}
+}
+
+// Sealing adds less than sealSlack to an envelope, whatever its size, so
+// CheckSealable's fast path never passes one that does not fit; a payload
+// that does not fit once sealed is ErrTooLarge, one that does is not.
+func TestSealSlack(t *testing.T) {
+	a, b := pair(t, "uds", Options{})
+	to := b.kp.ID()
+	for _, n := range []int{1, 1000, 100_000, transport.MaxFrameSize - sealSlack} {
+		inner := bytes.Repeat([]byte{0x61}, n)
+		sealed, err := a.r.sealFor(to, identity.NewUUID(), inner)
+		if err != nil {
+			t.Fatalf("sealing %d bytes: %v", n, err)
+		}
+		if over := len(sealed) - n; over >= sealSlack {
+			t.Fatalf("sealing %d bytes added %d, sealSlack is %d", n, over, sealSlack)
+		}
+	}
+	fits := bytes.Repeat([]byte{0x61}, transport.MaxFrameSize-sealSlack/2) // checked by sealing
+	if err := a.r.CheckSealable(to, identity.NewUUID(), fits[:transport.MaxFrameSize-sealSlack]); err != nil {
+		t.Fatalf("a payload within the slack: %v", err)
+	}
+	tooBig := bytes.Repeat([]byte{0x61}, transport.MaxFrameSize-10)
+	if err := a.r.CheckSealable(to, identity.NewUUID(), tooBig); !errors.Is(err, wire.ErrTooLarge) {
+		t.Fatalf("a payload too large once sealed: %v, want wire.ErrTooLarge", err)
+	}
+	_, err := a.r.sealFor(to, identity.NewUUID(), fits)
+	if err2 := a.r.CheckSealable(to, identity.NewUUID(), fits); (err == nil) != (err2 == nil) {
+		t.Fatalf("CheckSealable %v, sealing %v", err2, err)
 	}
 }

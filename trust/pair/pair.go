@@ -340,8 +340,9 @@ func accept(c net.Conn, kp *identity.Keypair, selfName string, selfAddr transpor
 	// node that hangs): the address cannot be used, as when nothing
 	// listens. Nothing was trusted on either side.
 	silent := func(err error) error {
-		if errors.Is(err, ErrProtocol) {
-			return err
+		var ne net.Error
+		if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &ne) {
+			return err // not the connection's: a protocol error, or the conn's own (NATS: no offer)
 		}
 		return fmt.Errorf("%w %s: no pairing answer there (is a meerkatd node offering at that address?): %w", ErrUnreachable, line.Addr, err)
 	}
