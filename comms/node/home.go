@@ -1,6 +1,8 @@
 package node
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -381,12 +383,47 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 		_, err = space.LoadRoster(filepath.Join(dir, SpacesFileName))
 	}
 	if err == nil {
+		err = checkNATSFiles(cfg.NATS, dir)
+	}
+	if err == nil {
 		err = errors.Join(config.UnknownEnv(environ, ignore...)...)
 	}
 	if err != nil && CodeOf(err) == CodeInternal {
 		err = &Error{Code: CodeBadConfig, Msg: UserText(err), Err: err}
 	}
 	return path, err
+}
+
+// checkNATSFiles reads the files [nats] names as the connection will: one
+// missing or unreadable, a CA file with no PEM certificate, or a client
+// certificate that does not go with its key fails config check, rather
+// than every connection attempt of a running node (which only logs it).
+func checkNATSFiles(n config.NATS, dir string) error {
+	if !n.Enabled() {
+		return nil
+	}
+	var errs []error
+	read := func(key, p string) []byte {
+		if p == "" {
+			return nil
+		}
+		b, err := os.ReadFile(n.Path(dir, p))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("nats.%s: %w", key, err))
+		}
+		return b
+	}
+	read("creds_file", n.CredsFile)
+	read("nkey_seed_file", n.NKeySeedFile)
+	if ca := read("tls_ca", n.TLSCA); ca != nil && !x509.NewCertPool().AppendCertsFromPEM(ca) {
+		errs = append(errs, fmt.Errorf("nats.tls_ca: %s holds no PEM certificate", n.Path(dir, n.TLSCA)))
+	}
+	if n.TLSCert != "" && n.TLSKey != "" {
+		if _, err := tls.LoadX509KeyPair(n.Path(dir, n.TLSCert), n.Path(dir, n.TLSKey)); err != nil {
+			errs = append(errs, fmt.Errorf("nats.tls_cert and nats.tls_key: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // RequireHome returns an error with code no_home (wrapping [ErrNoHome])

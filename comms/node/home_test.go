@@ -369,3 +369,41 @@ func TestCheckConfigIdentityAndAudit(t *testing.T) {
 		})
 	}
 }
+
+// config check reads the files [nats] names: a CA file that is missing or
+// holds no PEM certificate, or a client certificate without its key,
+// fails it (naming the key), where a running node would only log every
+// failed connection attempt.
+func TestCheckConfigNATSFiles(t *testing.T) {
+	h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	notPEM := filepath.Join(h.Dir, "ca.txt")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string // in the error; "" for none
+	}{
+		{"no files", map[string]string{}, ""},
+		{"CA missing", map[string]string{"MEERKAT_NATS_TLS_CA": "missing-ca.pem"}, "nats.tls_ca"},
+		{"CA not PEM", map[string]string{"MEERKAT_NATS_TLS_CA": notPEM}, "holds no PEM certificate"},
+		{"creds missing", map[string]string{"MEERKAT_NATS_CREDS_FILE": "gone.creds"}, "nats.creds_file"},
+		{"client certificate not a certificate", map[string]string{"MEERKAT_NATS_TLS_CERT": notPEM, "MEERKAT_NATS_TLS_KEY": notPEM}, "nats.tls_cert and nats.tls_key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"MEERKAT_NATS_SERVERS": "nats://127.0.0.1:4222"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+			_, err := CheckConfig(h.Dir, lookup, nil)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("config check: %v", err)
+			case tc.want != "" && (CodeOf(err) != CodeBadConfig || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("config check: %v (%s), want %s naming %q", err, CodeOf(err), CodeBadConfig, tc.want)
+			}
+		})
+	}
+}
