@@ -85,6 +85,7 @@ type (
 		Name    string        `json:"name"`
 		Self    string        `json:"self"`
 		Members []spaceMember `json:"members"`
+		Pending int           `json:"pending_proposals"`
 	}
 	spaceProposal struct {
 		Space      string          `json:"space"`
@@ -460,6 +461,14 @@ func TestSpaceProposalFlow(t *testing.T) {
 		return ps[0]
 	}
 	p := only(s.orch, "pending")
+	if sp := spaceShow(s.orch); sp.Pending != 1 {
+		t.Fatalf("the orchestrator's space shows %d pending proposals, want 1", sp.Pending)
+	}
+	s.orch.stop() // without its daemon, space show reads its store
+	if sp := spaceShow(s.orch); sp.Pending != 1 {
+		t.Fatalf("the orchestrator's space without its daemon shows %d pending proposals, want 1", sp.Pending)
+	}
+	s.orch.start()
 	if !jsonEqual(p.Payload, `{"method":"tools/call","params":`+params+`}`) {
 		t.Fatalf("the orchestrator's proposal: %s", jsonText(p))
 	}
@@ -577,9 +586,15 @@ func TestSpaceGrantThenRevoke(t *testing.T) {
 	waitItems(t, s.worker, 1, "mcp/request", withID(granted1.ID))
 	waitItems(t, s.orch, 1, "mcp/request", withID(granted1.ID))
 
-	// 6: the grant survives the receivers' restarts.
+	// 6: the grant survives the receivers' restarts; while they are
+	// stopped, space show reads it from their stores.
 	s.worker.stop()
 	s.orch.stop()
+	for _, n := range []*testNode{s.worker, s.orch} {
+		if g := granted(t, n, "proposer"); len(g) != 1 {
+			t.Fatalf("%s's grants to the proposer without its daemon: %s", n.name, jsonText(g))
+		}
+	}
 	s.worker.start()
 	s.orch.start()
 	granted2 := call()

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -386,7 +387,16 @@ func (n *Node) Spaces(context.Context) ([]SpaceInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := space.New(space.NewMemStore(), noSender{}, roster, space.Options{Self: n.h.Key.ID(), Trusted: func(k identity.PeerID) bool {
+	// The grants and proposals the daemon stored, read only; none for a
+	// memory home or one without a database yet.
+	var st space.Store = space.NewMemStore()
+	switch db, err := n.readDB(); {
+	case err == nil:
+		st = db.Spaces()
+	case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errMemoryHome):
+		return nil, Coded(err)
+	}
+	eng, err := space.New(st, noSender{}, roster, space.Options{Self: n.h.Key.ID(), Trusted: func(k identity.PeerID) bool {
 		_, ok := n.r.Trust().Lookup(k)
 		return ok
 	}})
