@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/meerkatd/meerkatd/identity"
 )
 
 // This file is the CBOR (RFC 8949) codec for the subset the protocol uses.
@@ -292,8 +290,6 @@ type decoder struct {
 	reserved int     // arena slots handed out, bounded by 2*MaxItems
 
 	nestedBytes bool // a byte string was seen below a kind member
-
-	accept func(from, to identity.PeerID) bool // DecodeFor's; nil: all
 }
 
 func (d *decoder) fail(err error) error {

@@ -290,9 +290,9 @@ func DecodeFor(payload []byte, accept func(from, to identity.PeerID) bool) (Enve
 	if len(payload) > MaxEnvelopeSize {
 		return Envelope{}, &DecodeError{Err: ErrTooLarge}
 	}
-	d := decoder{src: string(payload), accept: accept}
+	d := decoder{src: string(payload)}
 	var e Envelope
-	if err := d.envelope(&e); err != nil {
+	if err := d.envelope(&e, accept); err != nil {
 		if errors.Is(err, ErrNotAccepted) {
 			return Envelope{ID: e.ID, From: e.From, To: e.To}, err
 		}
@@ -316,7 +316,9 @@ var fieldBits = []struct {
 	bit  uint8
 }{{"id", hasID}, {"from", hasFrom}, {"to", hasTo}, {"kind", hasKind}, {"sig", hasSig}}
 
-func (d *decoder) envelope(e *Envelope) error {
+// envelope decodes the envelope map into e, asking accept (nil: accept
+// all) about its route before its kind is decoded (DecodeFor).
+func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bool) error {
 	if err := d.count(); err != nil {
 		return err
 	}
@@ -404,10 +406,10 @@ func (d *decoder) envelope(e *Envelope) error {
 			err = d.fixedBytes(e.Sig[:])
 		case hasKind:
 			switch {
-			case d.accept == nil:
+			case accept == nil:
 				err = d.kind(&e.Kind)
 			case seen&(hasFrom|hasTo) == hasFrom|hasTo:
-				if !d.accept(e.From, e.To) {
+				if !accept(e.From, e.To) {
 					return ErrNotAccepted
 				}
 				err = d.kind(&e.Kind)
@@ -433,7 +435,7 @@ func (d *decoder) envelope(e *Envelope) error {
 		return d.fail(ErrTrailingBytes)
 	}
 	if kindLater >= 0 {
-		if !d.accept(e.From, e.To) {
+		if !accept(e.From, e.To) {
 			return ErrNotAccepted
 		}
 		// Counted once: the items the step over counted are counted
