@@ -107,7 +107,7 @@ func Coded(err error) error {
 		return &Error{Code: CodeBadArgument, Msg: UserText(err)}
 	case errors.Is(err, pair.ErrNoOffer), errors.Is(err, pair.ErrExpired), errors.Is(err, pair.ErrBadProof),
 		errors.Is(err, pair.ErrRateLimited), errors.Is(err, pair.ErrRefused), errors.Is(err, pair.ErrProtocol),
-		errors.Is(err, natsrelay.ErrNoPairOffer):
+		errors.Is(err, natsrelay.ErrNoPairOffer), errors.Is(err, pair.ErrWithdrawn):
 		return &Error{Code: CodePairFailed, Msg: UserText(err)}
 	case errors.Is(err, ErrClosed):
 		return &Error{Code: CodeUnavailable, Msg: UserText(err), Err: err}

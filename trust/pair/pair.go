@@ -127,7 +127,7 @@ func (r *Responder) Close(o *Offer) {
 	defer r.mu.Unlock()
 	if r.offers[o.id] == o {
 		delete(r.offers, o.id)
-		o.err = ErrNoOffer
+		o.err = ErrWithdrawn // to its waiter; to an initiator it is no offer now
 		close(o.done)
 	}
 }

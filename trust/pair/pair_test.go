@@ -334,7 +334,7 @@ func TestOpenLimits(t *testing.T) {
 		return nil
 	}()
 	f.resp.Close(o)
-	if _, err := o.Wait(context.Background()); !errors.Is(err, ErrNoOffer) {
+	if _, err := o.Wait(context.Background()); !errors.Is(err, ErrWithdrawn) {
 		t.Fatalf("closed offer: %v", err)
 	}
 }

@@ -46,7 +46,10 @@ type msg struct {
 // Errors of an exchange, on either side.
 var (
 	ErrNoOffer = errors.New("pair: no such offer (wrong code, or it was used or cancelled)")
-	ErrExpired = errors.New("pair: the offer has expired")
+	// ErrWithdrawn: what [Offer.Wait] returns for an offer closed
+	// ([Responder.Close]) before anyone used it.
+	ErrWithdrawn = errors.New("pair: the offer was withdrawn before anyone used it")
+	ErrExpired   = errors.New("pair: the offer has expired")
 	// ErrTooManyOffers: as many offers as may be are open already.
 	ErrTooManyOffers = errors.New("pair: too many open offers")
 	ErrBadProof      = errors.New("pair: the other side does not know the code or does not hold its key")
