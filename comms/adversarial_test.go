@@ -626,3 +626,33 @@ func TestInteropRustVector(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// Through the relay as on a socket, a stranger's envelope is refused for
+// its sender before its kind is decoded: one whose params nest too deep
+// is untrusted, where from a trusted peer it is malformed.
+func TestRelayRefusesStrangerBeforeItsKind(t *testing.T) {
+	a, b := pair(t, "uds", Options{})
+	mallory, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := cborHead(nil, 5, 3)
+	kind = cborText(cborText(kind, "type"), "request")
+	kind = cborText(cborText(kind, "intent"), "deep")
+	kind = append(cborText(kind, "params"), bytes.Repeat([]byte{0x81}, 10000)...) // arrays of one, 10000 deep
+	kind = append(kind, 0x00)
+	for _, tc := range []struct {
+		name string
+		from identity.PeerID
+		want string
+	}{
+		{"stranger", mallory.ID(), RejectUntrusted},
+		{"trusted peer", a.kp.ID(), RejectMalformed},
+	} {
+		id := identity.NewUUID()
+		env := rawEnvelope(cborBytes(nil, id[:]), tc.from, b.kp.ID(), kind)
+		if got := b.r.ReceiveRelayed(env)(); got.Reason != tc.want {
+			t.Errorf("%s's envelope through the relay: %q, want %q", tc.name, got.Reason, tc.want)
+		}
+	}
+}

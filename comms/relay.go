@@ -469,8 +469,16 @@ const relayQuiet = 5 * time.Second
 // returns the envelope receiveDecoded checks next (the input itself when
 // not sealed, decoded once), or the reason to refuse.
 func (r *Router) unseal(payload []byte, st *inConn) (wire.Envelope, string) {
-	e, err := wire.Decode(payload)
-	if err != nil {
+	var route string
+	e, err := wire.DecodeFor(payload, func(from, to identity.PeerID) bool {
+		route = r.routeRefusal(st, from, to)
+		return route == ""
+	})
+	switch {
+	case errors.Is(err, wire.ErrNotAccepted): // its kind not even decoded, as on a socket
+		r.refuseRoute(st, &e, len(payload), route)
+		return wire.Envelope{}, route
+	case err != nil:
 		r.observe(EventRefused, nil, "", len(payload), RejectMalformed)
 		return wire.Envelope{}, RejectMalformed
 	}

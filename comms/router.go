@@ -255,8 +255,11 @@ type Router struct {
 // first 64 KiB of each: a stranger who declares large frames on many
 // connections, sends most of each and stalls holds at most this much
 // (32 MiB with 1 MiB frames), and a frame that would need more closes
-// its connection (RejectOverload). A connection's first envelope over
-// 64 KiB is the only one this can refuse.
+// its connection (RejectOverload). Only a connection not authenticated
+// yet is charged: a TLS one never (its handshake proved the key), a
+// plaintext one until it delivers a new valid envelope, so a trusted
+// peer's large envelopes that open a plaintext connection can be refused
+// while strangers hold the budget.
 const strangerFrames = 32
 
 // New returns a Router for keypair kp that trusts the peers in list.

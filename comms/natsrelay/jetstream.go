@@ -51,27 +51,42 @@ func (rl *Relay) checkJetStream() {
 }
 
 // repairLoop makes the stream and this node's consumer again when they
-// are gone, at most once per repairEvery, until the relay closes.
+// are gone, at most once per repairEvery, until the relay closes. A
+// repair that fails (the server busy, or a user that may not create the
+// stream, until an operator does) is tried again, every repairEvery
+// doubled up to maxRepairWait, until it succeeds: the consumer of a
+// deleted stream reports once and stops, so nothing else would ask.
 func (rl *Relay) repairLoop() {
 	defer rl.wg.Done()
+	wait := repairEvery
 	for {
 		select {
 		case <-rl.done:
 			return
 		case <-rl.repair:
 		}
-		rl.repairJetStream()
+		ok := rl.repairJetStream()
+		if ok {
+			wait = repairEvery
+		} else {
+			rl.checkJetStream() // again, after the wait below
+			wait = min(2*wait, maxRepairWait)
+		}
 		select {
 		case <-rl.done:
 			return
-		case <-time.After(repairEvery):
+		case <-time.After(wait):
 		}
 	}
 }
 
+// maxRepairWait bounds the wait between failed repairs.
+const maxRepairWait = 30 * time.Second
+
 // repairJetStream sets up the stream and the consumer again, if either
-// is gone, and reads through the new consumer.
-func (rl *Relay) repairJetStream() {
+// is gone, and reads through the new consumer. It reports false when it
+// could not tell or could not repair, to be tried again.
+func (rl *Relay) repairJetStream() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), rl.opts.ConnectTimeout+5*time.Second)
 	defer cancel()
 	go func() { // Close does not wait out the calls below
@@ -81,20 +96,34 @@ func (rl *Relay) repairJetStream() {
 		case <-ctx.Done():
 		}
 	}()
-	stream, err := rl.js.Stream(ctx, rl.opts.Stream)
-	if err == nil {
-		_, err = stream.Consumer(ctx, rl.durable())
-	}
-	if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		if err != nil {
-			rl.log.Debug("NATS: cannot look at the stream", "err", err)
+	// Only what a least-privilege user may ask (docs/nats.md): the
+	// stream's info, not the consumer's. A consumer gone (with its
+	// stream, or deleted) ends the reading for good: the consume context
+	// closes.
+	_, err := rl.js.Stream(ctx, rl.opts.Stream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case err != nil:
+		rl.log.Debug("NATS: cannot look at the stream", "err", err)
+		return false
+	default:
+		rl.jsMu.Lock()
+		cur := rl.cc
+		rl.jsMu.Unlock()
+		select {
+		case <-cur.Closed():
+		default:
+			return true // there, and read
 		}
-		return // there, or nothing to tell now
 	}
 	cc, err := rl.consume(ctx)
 	if err != nil {
-		rl.log.Warn("NATS: the stream or this node's consumer is gone from the server, and cannot be made again", "stream", rl.opts.Stream, "err", err)
-		return
+		select {
+		case <-rl.done: // closing: the calls were cut short
+		default:
+			rl.log.Warn("NATS: the stream or this node's consumer is gone from the server, and cannot be made again now; trying again", "stream", rl.opts.Stream, "err", err)
+		}
+		return false
 	}
 	rl.jsMu.Lock()
 	old := rl.cc
@@ -106,6 +135,7 @@ func (rl *Relay) repairJetStream() {
 	rl.jsMu.Unlock()
 	old.Stop()
 	rl.log.Warn("NATS: the stream or this node's consumer was gone from the server (its JetStream data lost?): made again", "stream", rl.opts.Stream)
+	return true
 }
 
 // durable is the name of this node's durable consumer.

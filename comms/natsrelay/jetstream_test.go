@@ -279,3 +279,54 @@ func TestJetStreamStreamLostIsMadeAgain(t *testing.T) {
 		t.Fatalf("the stream after the repair: %v", err)
 	}
 }
+
+// With least-privilege users, which may not create the stream, a lost
+// stream is tried again until an operator makes it, and each node then
+// makes its consumer again: nothing is deaf until a restart.
+func TestJetStreamStreamLostOperatorMakesItAgain(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
+	makeStream(t, s.ClientURL(), 1)
+	jsOpts := func(i int) Options { o := nodeOpts(i); o.JetStream = true; return o }
+	a.connect(t, s.ClientURL(), jsOpts(0))
+	b.connect(t, s.ClientURL(), jsOpts(1))
+	ctx := ctxT(t)
+	if _, err := a.r.SendMessage(ctx, "n1", "before"); err != nil {
+		t.Fatalf("before the loss: %v", err)
+	}
+	waitItems(t, b, 1)
+
+	admin := rawConn(t, s.ClientURL(), nats.UserInfo(natstest.Admin, natstest.Admin))
+	ajs, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ajs.DeleteStream(ctx, "MEERKAT"); err != nil {
+		t.Fatal(err)
+	}
+	// A send while it is gone fails (and has the nodes look), and they
+	// cannot make it.
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = a.r.SendMessage(short, "n1", "while gone")
+	cancel()
+	if err == nil {
+		t.Fatal("a send with no stream succeeded")
+	}
+	time.Sleep(1500 * time.Millisecond) // a failed repair or two
+	makeStream(t, s.ClientURL(), 1)
+	testutil.WaitFor(t, 45*time.Second, "a send through the stream the operator made again", func() bool {
+		short, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := a.r.SendMessage(short, "n1", "after")
+		return err == nil
+	})
+	// The sends tried before b's consumer was back arrive too: every one
+	// is "after" (the one sent with no stream was never stored).
+	for _, it := range waitItems(t, b, 1) {
+		if it.Envelope.Kind.Body() != "after" {
+			t.Fatalf("b received %q", it.Envelope.Kind.Body())
+		}
+	}
+}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox/store"
 	"github.com/meerkatd/meerkatd/internal/natstest"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
@@ -78,6 +80,14 @@ func TestPairAndSendThroughNATS(t *testing.T) {
 		if _, err = alice.SendMessage(ctx, "bob", big, opts); CodeOf(err) != CodeBodyTooLarge {
 			t.Fatalf("a large send (%+v): %v (%s), want %s", opts, err, CodeOf(err), CodeBodyTooLarge)
 		}
+	}
+	// A request as large: refused, and no open request is left behind.
+	params := `{"blob":"` + strings.Repeat("y", transport.MaxFrameSize-450) + `"}`
+	if _, err = alice.SendRequest(ctx, "bob", "big", json.RawMessage(params), SendOptions{Reliable: true, NoWait: true}); CodeOf(err) != CodeBodyTooLarge {
+		t.Fatalf("a large reliable request: %v (%s), want %s", err, CodeOf(err), CodeBodyTooLarge)
+	}
+	if rs, err := alice.Requests(ctx, RequestQuery{}); err != nil || len(rs) != 0 {
+		t.Fatalf("requests after the refused one: %+v, %v", rs, err)
 	}
 	if dl, err := alice.DeadLetters(ctx); err != nil || len(dl) != 0 {
 		t.Fatalf("dead letters after the large sends: %+v, %v", dl, err)
@@ -170,6 +180,13 @@ func TestLateAckLiftsDeadLetter(t *testing.T) {
 	if err := n.obStore.Kill(e.ID, outbox.ReasonExpired+": "+outbox.ExpiredStored, time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	sent, err := n.sentStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sent.Put(store.SentRecord{ID: e.ID, To: kp.ID(), Peer: "far", Kind: "message", Reliable: true, State: store.SentDead, Created: time.Now(), Updated: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	if dl, err := n.DeadLetters(ctx); err != nil || len(dl) != 1 {
 		t.Fatalf("dead letters before the ack: %+v, %v", dl, err)
@@ -183,6 +200,14 @@ func TestLateAckLiftsDeadLetter(t *testing.T) {
 	n.lateAck(kp.ID(), identity.NewUUID()) // another envelope's: nothing changes
 	if dl, err := n.DeadLetters(ctx); err != nil || len(dl) != 1 {
 		t.Fatalf("dead letters after another envelope's ack: %+v, %v", dl, err)
+	}
+	other, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.lateAck(other.ID(), e.ID) // its id, acked by another key: nothing changes
+	if dl, err := n.DeadLetters(ctx); err != nil || len(dl) != 1 {
+		t.Fatalf("dead letters after another key's ack of it: %+v, %v", dl, err)
 	}
 	n.lateAck(kp.ID(), e.ID)
 	if dl, err := n.DeadLetters(ctx); err != nil || len(dl) != 0 {

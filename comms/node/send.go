@@ -114,6 +114,15 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	if err != nil {
 		return sendOutcome{}, err
 	}
+	if s.reliable && sealed.Peer.Addr.Scheme == transport.SchemeNATS {
+		// Reached only through NATS, where it goes sealed: one that does
+		// not fit once sealed is refused now, before anything records
+		// it, as an envelope too large to seal at all is, not queued to
+		// be a dead letter at its first attempt.
+		if err := n.r.CheckSealable(sealed.Peer.ID, sealed.ID, sealed.Payload); err != nil {
+			return sendOutcome{}, Coded(err)
+		}
+	}
 	if s.sealed != nil {
 		if err := s.sealed(sealed); err != nil {
 			return sendOutcome{}, err
@@ -160,15 +169,6 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 		n.auditSealed(sealed, audit.EventAcked, 1, "") // responses: written
 		out.delivery = done
 		return out, nil
-	}
-	if sealed.Peer.Addr.Scheme == transport.SchemeNATS {
-		// Reached only through NATS, where it goes sealed: one that does
-		// not fit once sealed is refused now, as a direct send is, not a
-		// dead letter at its first attempt.
-		if err := n.r.CheckSealable(sealed.Peer.ID, sealed.ID, sealed.Payload); err != nil {
-			n.sentEvent(sealed.ID, store.SentEventFailed, 0, err.Error())
-			return out, Coded(err)
-		}
 	}
 	e := outbox.Entry{ID: sealed.ID, To: sealed.Peer.ID, Peer: sealed.Peer.Name, Kind: sealed.Kind, CorrID: sealed.CorrID, Payload: sealed.Payload}
 	ttl := s.ttl

@@ -235,8 +235,17 @@ func (n *Node) sentUpdate(u store.SentUpdate) {
 // for it: a direct send that a broker stored is acked now (a reliable one
 // is too, a moment before its outbox entry finds the ack).
 func (n *Node) lateAck(from identity.PeerID, id identity.UUID) {
-	n.sentUpdate(store.SentUpdate{ID: id, Event: store.SentEventAcked, At: time.Now(), From: from})
-	if n.ob == nil {
+	st, err := n.sentStore()
+	if err != nil {
+		n.sentWarn(err)
+		return
+	}
+	// A dead letter to the acking peer, by the record of what was sent:
+	// another peer's ack (it may know the id) lifts nothing.
+	recs, err := st.Get(id)
+	dead := err == nil && len(recs) == 1 && recs[0].State == store.SentDead && recs[0].To == from
+	n.sentWarn(st.Update(store.SentUpdate{ID: id, Event: store.SentEventAcked, At: time.Now(), From: from}))
+	if !dead || n.ob == nil {
 		return
 	}
 	// Delivered after all (a broker held it past its time-to-live): it

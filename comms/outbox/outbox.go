@@ -863,7 +863,7 @@ func (o *Outbox) killLocked(q *peerQ, it *item, reason, event string, now time.T
 	}
 	o.removeLocked(q, it)
 	if o.opts.Observe != nil {
-		o.opts.Observe(Event{Type: event, Entry: it.e, Attempt: it.e.Attempts, Reason: reason, Stored: it.stored})
+		o.opts.Observe(Event{Type: event, Entry: it.e, Attempt: it.e.Attempts, Reason: reason, Stored: it.stored && event == EventExpired})
 	}
 	it.t.finish(&DeadError{Reason: reason})
 }
