@@ -307,19 +307,22 @@ func TestVectorFrames(t *testing.T) {
 }
 
 func FuzzReadFrame(f *testing.F) {
-	f.Add([]byte(hdr(3)+"abc"), uint16(0))
-	f.Add([]byte(hdr(1)+"a"+hdr(2)+"bc"+hdr(0)), uint16(2))
-	f.Add([]byte(hdr(0xffffffff)), uint16(0))
-	f.Add([]byte("\x00\x00\x01"), uint16(0))
-	f.Fuzz(func(t *testing.T, in []byte, max uint16) {
+	big := hdr(eagerAlloc+5000) + strings.Repeat("b", eagerAlloc+5000) // charges 5000 bytes
+	f.Add([]byte(hdr(3)+"abc"), uint16(0), uint32(0))
+	f.Add([]byte(hdr(1)+"a"+hdr(2)+"bc"+hdr(0)), uint16(2), uint32(0))
+	f.Add([]byte(hdr(0xffffffff)), uint16(0), uint32(0))
+	f.Add([]byte("\x00\x00\x01"), uint16(0), uint32(0))
+	f.Add([]byte(big+hdr(1)+"s"+big), uint16(0), uint32(5000)) // enough
+	f.Add([]byte(big), uint16(0), uint32(4999))                // not enough
+	f.Fuzz(func(t *testing.T, in []byte, max uint16, budget uint32) {
 		limit := int(max)
 		fr := NewReader(bytes.NewReader(in), limit)
-		b := NewBudget(int64(max) << 4) // sometimes enough, sometimes not
+		b := NewBudget(int64(budget))
 		fr.SetBudget(b)
 		defer func() {
 			fr.Release()
-			if b.Free() != int64(max)<<4 {
-				t.Fatalf("budget left %d after Release, want %d", b.Free(), int64(max)<<4)
+			if b.Free() != int64(budget) {
+				t.Fatalf("budget left %d after Release, want %d", b.Free(), budget)
 			}
 		}()
 		if limit <= 0 {
@@ -344,6 +347,9 @@ func FuzzReadFrame(f *testing.F) {
 			}
 			if len(p) == 0 || len(p) > limit {
 				t.Fatalf("frame of %d bytes with limit %d", len(p), limit)
+			}
+			if free := b.Free(); free < 0 || free > int64(budget) || len(p) > eagerAlloc && int64(budget)-free < int64(len(p)-eagerAlloc) {
+				t.Fatalf("after a frame of %d bytes, %d of a budget of %d left", len(p), free, budget)
 			}
 			if rebuilt, err = AppendFrame(rebuilt, p); err != nil {
 				t.Fatal(err)
