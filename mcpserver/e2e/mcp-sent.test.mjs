@@ -207,6 +207,9 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       const cancelled = await alice.ok('cancel_request', cancelArgs);
       assert.equal(cancelled.request.state, 'cancelled');
       assert.notEqual(cancelled.replayed, true);
+      // Still queued for carol, who is away: withdrawn, so no cancel was sent.
+      assert.equal(cancelled.withdrawn, true);
+      assert.equal(cancelled.cancel, undefined, 'no cancel object for a withdrawn request');
 
       // The node stops and starts again (the daemon, or the node meerkatd
       // mcp ran itself), and a new session comes up.
@@ -225,7 +228,8 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.equal(again.id, suite.requestId);
       const recancel = await alice.ok('cancel_request', cancelArgs);
       assert.equal(recancel.replayed, true, 'the cancel, replayed after the restart');
-      assert.equal(recancel.cancel.id, cancelled.cancel.id);
+      assert.equal(recancel.withdrawn, true);
+      assert.equal(recancel.cancel, undefined);
       await alice.fails('cancel_request', { request_id: req.id }, 'bad_argument');
       await alice.fails('cancel_request', { ...cancelArgs, reason: 'other' }, 'idempotency_conflict');
       const got = await bob.ok('receive_messages', { kinds: ['request'] });
