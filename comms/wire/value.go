@@ -328,19 +328,20 @@ func sortMembers(a []Value) error {
 
 // sortLarge sorts the pairs of a big map through an index permutation.
 func sortLarge(a []Value) {
-	n := len(a) / 2
-	idx := make([]int, n)
-	for i := range idx {
-		idx[i] = i
+	// Each key beside its index, sorted together: the comparisons read
+	// the keys they move, not keys scattered through a.
+	type keyAt struct {
+		key string
+		at  int
 	}
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = a[2*i].str()
+	ks := make([]keyAt, len(a)/2)
+	for i := range ks {
+		ks[i] = keyAt{a[2*i].str(), i}
 	}
-	slices.SortFunc(idx, func(x, y int) int { return compareKeys(keys[x], keys[y]) })
+	slices.SortFunc(ks, func(x, y keyAt) int { return compareKeys(x.key, y.key) })
 	sorted := make([]Value, len(a))
-	for to, from := range idx {
-		sorted[2*to], sorted[2*to+1] = a[2*from], a[2*from+1]
+	for to, k := range ks {
+		sorted[2*to], sorted[2*to+1] = a[2*k.at], a[2*k.at+1]
 	}
 	copy(a, sorted)
 }
