@@ -338,3 +338,41 @@ func TestSearchTextWithNUL(t *testing.T) {
 		}
 	}
 }
+
+// A hit is the item as a read shows it: a note of the node's person is a
+// user item, not untrusted, and a notice of the node's own keeps its class
+// and notice, in both stores.
+func TestSearchLocalItems(t *testing.T) {
+	for _, mode := range []string{config.StoreSQLite, config.StoreMemory} {
+		t.Run(mode, func(t *testing.T) {
+			h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = mode })
+			m := startTest(t, h, ModeServe)
+			ctx := context.Background()
+			if _, err := m.Tell(ctx, "finish the review zebra"); err != nil {
+				t.Fatal(err)
+			}
+			m.raiseNotice(Notice{Event: NoticeDeadLetter, Peer: "carol", ID: identity.NewUUID().String(), Text: "a zebra notice"})
+			var read Batch
+			waitFor(t, 10*time.Second, "the note and the notice", func() bool {
+				var err error
+				read, err = m.Receive(ctx, Query{})
+				return err == nil && len(read.Messages) == 2
+			})
+			r, err := m.Search(ctx, SearchQuery{Query: "zebra"})
+			if err != nil || len(r.Hits) != 2 {
+				t.Fatalf("search: %+v, %v", r, err)
+			}
+			for _, hit := range r.Hits {
+				got := hit.Message
+				i := slices.IndexFunc(read.Messages, func(x Message) bool { return x.Seq == got.Seq })
+				if i < 0 {
+					t.Fatalf("hit %+v was not read", got)
+				}
+				want := read.Messages[i]
+				if got.Class != want.Class || got.Untrusted || (got.Notice == nil) != (want.Notice == nil) || want.Class != ClassUser && want.Class != ClassSystem {
+					t.Fatalf("hit %+v, as read %+v", got, want)
+				}
+			}
+		})
+	}
+}

@@ -403,7 +403,7 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 		before = int64(q.Before)
 	}
 	var b strings.Builder
-	b.WriteString(`SELECT i.seq, i.sender, i.id, i.kind, i.peer, i.received, i.payload, i.acked_at,
+	b.WriteString(`SELECT i.seq, i.sender, i.id, i.kind, i.peer, i.received, i.payload, i.acked_at, i.class,
 		snippet(items_fts, 0, '` + SnippetOpen + `', '` + SnippetClose + `', '` + SnippetCut + `', ` + strconv.Itoa(snippetTokens) + `)
 		FROM items_fts JOIN items i ON i.seq = items_fts.rowid
 		WHERE items_fts MATCH ? AND items_fts.rowid < ?`)
@@ -449,7 +449,7 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 			snippet       sql.NullString
 			sender, id    []byte
 		)
-		if err := rows.Scan(&seq, &sender, &id, &h.Kind, &h.Peer, &received, &h.Payload, &acked, &snippet); err != nil {
+		if err := rows.Scan(&seq, &sender, &id, &h.Kind, &h.Peer, &received, &h.Payload, &acked, &h.Class, &snippet); err != nil {
 			return nil, fmt.Errorf("store: search: %w", err)
 		}
 		if len(sender) != len(h.Sender) || len(id) != len(h.ID) {
