@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/meerkatd/meerkatd/comms/node"
@@ -80,7 +81,7 @@ func testAckToolAndPeeks(t *testing.T, era string) {
 		t.Fatalf("list_peers: %v, %v", out, err)
 	}
 	_, out, err := call(t, c, "ack_messages", map[string]any{"up_to": 1, "space": "build", "meup_kinds": []any{"chat"}, "context": "c1", "epoch": "e1"})
-	if err != nil || out["acked"] != float64(1) {
+	if err != nil || out["acked"] != float64(1) || out["note"] != nil || out["above"] != nil {
 		t.Fatalf("ack: %v, %v", out, err)
 	}
 	f.mu.Lock()
@@ -100,5 +101,22 @@ func testAckToolAndPeeks(t *testing.T, era string) {
 	}
 	if reads != 1 {
 		t.Fatalf("%d reads that are not peeks among %+v; want receive_messages' only", reads, f.queries)
+	}
+}
+
+// An up_to below the items reads returned (in priority order a read's
+// cursor stays below the oldest item it left out) acknowledges nothing;
+// the result says how many lie above it and to acknowledge them by id.
+func TestAckBelowTheRead(t *testing.T) {
+	f := newFakeNode()
+	c, _ := startClient(t, f, modernEra)
+	f.deliver(node.Message{ID: "x1", Kind: "message", Peer: "bob", Body: "hello"}) // seq 1
+	f.deliver(node.Message{ID: "x2", Kind: "message", Peer: "bob", Body: "later"}) // seq 2
+	if _, out, err := call(t, c, "ack_messages", map[string]any{"ids": []any{"x1"}}); err != nil || out["acked"] != float64(1) || out["note"] != nil {
+		t.Fatalf("by id: %v, %v", out, err)
+	}
+	_, out, err := call(t, c, "ack_messages", map[string]any{"up_to": 1})
+	if note, _ := out["note"].(string); err != nil || out["acked"] != float64(0) || out["above"] != float64(1) || !strings.Contains(note, "acknowledge them by ids") {
+		t.Fatalf("ack below the read: %v, %v", out, err)
 	}
 }

@@ -325,7 +325,11 @@ func (f *fakeNode) Ack(_ context.Context, a node.AckRequest) (node.Acked, error)
 	}
 	n := len(f.msgs) - len(kept)
 	f.msgs = kept
-	return node.Acked{Acked: n, Pending: len(kept)}, nil
+	r := node.Acked{Acked: n, Pending: len(kept)}
+	if n == 0 && upTo > 0 {
+		r.Above = len(kept) // as a node counts what reads returned above up_to
+	}
+	return r, nil
 }
 
 // The protocol revisions the tests run in: the last one with the

@@ -35,6 +35,10 @@ type (
 		// Unread: items up to up_to matching the filters that no read
 		// returned; they stay pending.
 		Unread int `json:"unread,omitempty"`
+		// Above: when up_to acknowledged nothing, the items reads
+		// returned above it (priority order): acknowledge them by id.
+		Above int    `json:"above,omitempty"`
+		Note  string `json:"note,omitempty"`
 	}
 	listOutboxResult struct {
 		Entries []node.QueuedSend    `json:"entries"`
@@ -223,7 +227,7 @@ func (s *Server) addTools() {
 	admitAnyJSON(listPeers.OutputSchema.Properties, "peers", "items", "properties", "meta")
 	s.mcp.AddTool(listPeers, s.listPeers)
 	s.mcp.AddTool(mcp.NewTool("receive_messages",
-		mcp.WithDescription("List unacknowledged messages, requests, responses and envelopes of spaces (kind meup, with the space, the sender's participant id and the whole MEUP envelope), without removing them. "+receiveOrderDoc+" With wait_ms, waits up to that long for the first new one. Pass the returned cursor as after to see only newer items. The result's epoch names the inbox the cursor counts in: if it differs from the epoch of your previous read, the node's inbox started over (a restart of a node that keeps its inbox in memory) and your cursor means nothing there, so read again from after 0."),
+		mcp.WithDescription("List unacknowledged messages, requests, responses and envelopes of spaces (kind meup, with the space, the sender's participant id and the whole MEUP envelope), without removing them. "+receiveOrderDoc+" With wait_ms, waits up to that long for the first new one. In arrival order, pass the returned cursor as after to page to newer items; in priority order (the default) an item comes again until you acknowledge it: acknowledge what you handled by ids (ack_messages) and read again. The result's epoch names the inbox the cursor counts in: if it differs from the epoch of your previous read, the node's inbox started over (a restart of a node that keeps its inbox in memory) and your cursor means nothing there, so read again from after 0."),
 		mcp.WithInteger("wait_ms", mcp.Min(0), mcp.Max(int(MaxWait/time.Millisecond)), mcp.Description("wait up to this many milliseconds for the first item (0-25000, default 0)")),
 		mcp.WithInteger("limit", mcp.Min(1), mcp.Max(1000), mcp.Description("at most this many items (1-1000, default 100)")),
 		mcp.WithInteger("after", mcp.Min(0), mcp.Description("only items after this cursor")),
@@ -694,7 +698,11 @@ func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	if r.Acked > 0 {
 		s.inboxChanged()
 	}
-	return result(ackResult{Acked: r.Acked, Pending: r.Pending, Unread: r.Unread})
+	res := ackResult{Acked: r.Acked, Pending: r.Pending, Unread: r.Unread, Above: r.Above}
+	if r.Above > 0 {
+		res.Note = "nothing was acknowledged: the items your reads returned lie above up_to (in priority order a read's cursor stays below the oldest item it left out); acknowledge them by ids"
+	}
+	return result(res)
 }
 
 // parseAck reads ack_messages: ids, or up_to with the filters of the read

@@ -268,3 +268,34 @@ func TestAckRefusesNonIDs(t *testing.T) {
 		t.Fatalf("ack of the id in capitals: %+v, %v", r, err)
 	}
 }
+
+// In priority order a read returns an interrupt above its cursor: up_to
+// that cursor acknowledges nothing and says how many items reads returned
+// above it (acknowledge those by id); by id it goes.
+func TestAckUpToBelowPriorityRead(t *testing.T) {
+	h, bob := testHome(t, "alice", nil)
+	n := startTest(t, h, ModeServe)
+	ctx := context.Background()
+	q0 := arrive(t, n, bob, wire.Message("q0")) // handled: the cursor starts past it
+	if _, err := n.Receive(ctx, Query{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Ack(ctx, AckRequest{IDs: []string{q0.ID.String()}}); err != nil {
+		t.Fatal(err)
+	}
+	arrive(t, n, bob, wire.Message("q1"))
+	arrive(t, n, bob, wire.Message("q2"))
+	arrive(t, n, bob, with(t, wire.Message("q3 now"), "handling_mode", "steer"))
+	b, err := n.Receive(ctx, Query{Limit: 1})
+	if err != nil || len(b.Messages) != 1 || b.Messages[0].Class != ClassInterrupt || b.Cursor == 0 || b.Cursor >= b.Messages[0].Seq {
+		t.Fatalf("priority read: %+v, %v", b, err)
+	}
+	a, err := n.Ack(ctx, AckRequest{UpTo: b.Cursor, Epoch: b.Epoch})
+	if err != nil || a.Acked != 0 || a.Above != 1 || a.Pending != 3 {
+		t.Fatalf("up_to the cursor: %+v, %v; want nothing acknowledged, 1 above", a, err)
+	}
+	a, err = n.Ack(ctx, AckRequest{IDs: []string{b.Messages[0].ID}})
+	if err != nil || a.Acked != 1 || a.Above != 0 || a.Pending != 2 {
+		t.Fatalf("by id: %+v, %v", a, err)
+	}
+}

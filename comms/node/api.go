@@ -389,6 +389,11 @@ type Acked struct {
 	// Unread counts the items up to UpTo matching the filters that no
 	// read returned: they stay pending (read them, then acknowledge).
 	Unread int `json:"unread,omitempty"`
+	// Above, for an UpTo that acknowledged nothing, counts the items
+	// reads returned above it, pending: in priority order a read returns
+	// items above its cursor (which stays below the oldest item it left
+	// out), so acknowledge those by id.
+	Above int `json:"above,omitempty"`
 }
 
 // Outbox lists the reliable sends waiting.

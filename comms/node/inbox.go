@@ -431,7 +431,11 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 	}
 	acked := n.mail.Ack(seqs...)
 	n.shown.forget(seqs)
-	return Acked{Acked: acked, Pending: n.mail.Pending(), Unread: unread}, nil
+	r := Acked{Acked: acked, Pending: n.mail.Pending(), Unread: unread}
+	if acked == 0 && a.UpTo > 0 {
+		r.Above = n.shown.above(a.UpTo)
+	}
+	return r, nil
 }
 
 // oldestPending is the seq of the oldest unacknowledged item (0: none).

@@ -64,3 +64,17 @@ func (s *shownSet) forget(seqs []uint64) {
 		delete(s.m, seq)
 	}
 }
+
+// above counts the items reads returned with a seq above upTo (still
+// pending: acknowledging forgets them).
+func (s *shownSet) above(upTo uint64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for seq := range s.m {
+		if seq > upTo {
+			n++
+		}
+	}
+	return n
+}
