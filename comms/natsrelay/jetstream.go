@@ -113,11 +113,17 @@ func (rl *Relay) repairJetStream() bool {
 		select {
 		case <-cur.Closed():
 		default:
-			return true // there, and read
+			// Read, unless the consumer reported an error since: it
+			// may be gone (deleted with the stream), and its reading
+			// may not have stopped yet when the report came.
+			if !rl.consumeErr.Swap(false) {
+				return true
+			}
 		}
 	}
 	cc, err := rl.consume(ctx)
 	if err != nil {
+		rl.consumeErr.Store(true) // read anew at the next try
 		select {
 		case <-rl.done: // closing: the calls were cut short
 		default:
@@ -190,6 +196,7 @@ func (rl *Relay) consume(ctx context.Context) (jetstream.ConsumeContext, error) 
 		rl.arrived(m.Data(), "", m)
 	}, jetstream.PullMaxBytes(maxPendingBytes), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		rl.log.Debug("NATS: consumer", "err", err)
+		rl.consumeErr.Store(true)
 		rl.checkJetStream() // gone with the stream, or deleted?
 	}))
 	if err != nil {

@@ -97,10 +97,11 @@ type Relay struct {
 	// JetStream: the consumer being read, and whether Close stopped it
 	// (guarded by jsMu: repairJetStream replaces it); repair wakes
 	// repairLoop (nil without JetStream).
-	jsMu     sync.Mutex
-	cc       jetstream.ConsumeContext
-	jsClosed bool
-	repair   chan struct{}
+	jsMu       sync.Mutex
+	cc         jetstream.ConsumeContext
+	jsClosed   bool
+	repair     chan struct{}
+	consumeErr atomic.Bool // the consumer reported an error: read anew
 
 	replies chan reply
 	done    chan struct{}

@@ -66,6 +66,27 @@ func Server(t testing.TB, name, conf string, routes []string, cluster string, je
 	return s
 }
 
+// ServerAt runs a nats-server with JetStream on 127.0.0.1:port, storing
+// in dir: a test stands a new server (say, with an empty store) where
+// another was. It is shut down when the test ends.
+func ServerAt(t testing.TB, port int, dir string) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{ServerName: "s", Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatalf("nats-server: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(readyTimeout) {
+		s.Shutdown()
+		t.Fatalf("nats-server on port %d did not start", port)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
 // Cluster runs n routed servers named s1…sn and waits until each has a
 // route to every other.
 func Cluster(t testing.TB, n int, conf string, jetStream bool) []*server.Server {
