@@ -762,10 +762,6 @@ func (r *Router) receive(payload []byte, st *inConn, async *[]pendingAdmission) 
 	return e, ack, reason
 }
 
-// receiveDecoded is receive for an envelope already decoded from size
-// bytes, also returning whether the envelope was new (not a duplicate,
-// and not an ack) and its sender. verified says its signature was
-// checked already (with a batch).
 // routeRefusal is why an envelope from `from` to `to` on st is refused
 // before anything else about it is looked at, or "": on a TLS connection
 // from another key than the certificate's (a TLS connection carries its
@@ -793,6 +789,10 @@ func (r *Router) refuseRoute(st *inConn, e *wire.Envelope, size int, reason stri
 	}
 }
 
+// receiveDecoded is receive for an envelope already decoded from size
+// bytes, also returning whether the envelope was new (not a duplicate,
+// and not an ack) and its sender. verified says its signature was
+// checked already (with a batch).
 func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]pendingAdmission, verified bool) (ack bool, fresh bool, from identity.PeerID, reason string) {
 	from = e.From
 	if reason := r.routeRefusal(st, e.From, e.To); reason != "" {

@@ -271,11 +271,6 @@ type undoKey struct {
 	id    string
 }
 
-// refuseLocked makes the Verdict of a refused envelope, counts it against
-// a member sender and queues its system/error answer — unless the
-// envelope is (or may be) system/*, no participant is known to answer
-// to, the sender's key is not trusted, this node has no participant id
-// in the space to answer as, or the (space, sender) rate limit is spent.
 // noCapability is the detail of a capability_violation: no capability
 // of participant id matches the envelope, whose kind or payload (either
 // may be what no capability allows) is kind's.
@@ -283,6 +278,11 @@ func noCapability(id, space, kind string) string {
 	return fmt.Sprintf("no capability %q holds in space %q matches this %s envelope (its kind and payload)", id, space, kind)
 }
 
+// refuseLocked makes the Verdict of a refused envelope, counts it against
+// a member sender and queues its system/error answer — unless the
+// envelope is (or may be) system/*, no participant is known to answer
+// to, the sender's key is not trusted, this node has no participant id
+// in the space to answer as, or the (space, sender) rate limit is spent.
 func (e *Engine) refuseLocked(in *inbound, now time.Time, reason, detail string, replies *[]reply) Verdict {
 	r := &Refusal{Space: in.space, From: in.from, MEUPID: in.env.ID, Kind: in.env.Kind, Reason: reason, Detail: detail}
 	v := Verdict{Envelope: in.env, Refused: r}
