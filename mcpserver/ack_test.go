@@ -23,7 +23,8 @@ func TestParseAck(t *testing.T) {
 			node.AckRequest{UpTo: 7, Kinds: []string{"meup"}, From: "bob", RequestID: "r-1",
 				MEUPFilter: node.MEUPFilter{Space: "build", MEUPKinds: []string{"chat"}, Context: "c1"}, Epoch: "e1"}, false},
 		{"neither", map[string]any{"kinds": []any{"message"}}, node.AckRequest{}, true},
-		{"up_to 0", map[string]any{"up_to": float64(0)}, node.AckRequest{}, true},
+		{"up_to 0", map[string]any{"up_to": float64(0)}, node.AckRequest{}, false}, // acknowledges nothing (ack says so)
+		{"up_to below 0", map[string]any{"up_to": float64(-1)}, node.AckRequest{}, true},
 		{"epoch not text", map[string]any{"up_to": float64(1), "epoch": float64(3)}, node.AckRequest{}, true},
 		{"space not text", map[string]any{"up_to": float64(1), "space": []any{"x"}}, node.AckRequest{}, true},
 		{"meup_kinds not a list", map[string]any{"up_to": float64(1), "meup_kinds": "chat"}, node.AckRequest{}, true},
@@ -118,5 +119,19 @@ func TestAckBelowTheRead(t *testing.T) {
 	_, out, err := call(t, c, "ack_messages", map[string]any{"up_to": 1})
 	if note, _ := out["note"].(string); err != nil || out["acked"] != float64(0) || out["above"] != float64(1) || !strings.Contains(note, "acknowledge them by ids") {
 		t.Fatalf("ack below the read: %v, %v", out, err)
+	}
+	// A priority read's cursor can be 0: up_to 0 acknowledges nothing,
+	// asks the node nothing, and says the same.
+	f.mu.Lock()
+	asked := len(f.acks)
+	f.mu.Unlock()
+	_, out, err = call(t, c, "ack_messages", map[string]any{"up_to": 0})
+	if note, _ := out["note"].(string); err != nil || out["acked"] != float64(0) || out["pending"] != float64(1) || !strings.Contains(note, "acknowledge them by ids") {
+		t.Fatalf("ack up_to 0: %v, %v", out, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.acks) != asked {
+		t.Fatalf("up_to 0 went to the node: %+v", f.acks[asked:])
 	}
 }

@@ -227,7 +227,7 @@ func (s *Server) addTools() {
 	admitAnyJSON(listPeers.OutputSchema.Properties, "peers", "items", "properties", "meta")
 	s.mcp.AddTool(listPeers, s.listPeers)
 	s.mcp.AddTool(mcp.NewTool("receive_messages",
-		mcp.WithDescription("List unacknowledged messages, requests, responses and envelopes of spaces (kind meup, with the space, the sender's participant id and the whole MEUP envelope), without removing them. "+receiveOrderDoc+" With wait_ms, waits up to that long for the first new one. In arrival order, pass the returned cursor as after to page to newer items; in priority order (the default) an item comes again until you acknowledge it: acknowledge what you handled by ids (ack_messages) and read again. The result's epoch names the inbox the cursor counts in: if it differs from the epoch of your previous read, the node's inbox started over (a restart of a node that keeps its inbox in memory) and your cursor means nothing there, so read again from after 0."),
+		mcp.WithDescription("List unacknowledged messages, requests, responses and envelopes of spaces (kind meup, with the space, the sender's participant id and the whole MEUP envelope), without removing them. "+receiveOrderDoc+" With wait_ms, waits up to that long for the first new one. In arrival order, pass the returned cursor as after to page to newer items; in priority order (the default), acknowledge what you handled by ids (ack_messages) and read again: passing the cursor as after never skips an item, but items you saw may come again until acknowledged. The result's epoch names the inbox the cursor counts in: if it differs from the epoch of your previous read, the node's inbox started over (a restart of a node that keeps its inbox in memory) and your cursor means nothing there, so read again from after 0."),
 		mcp.WithInteger("wait_ms", mcp.Min(0), mcp.Max(int(MaxWait/time.Millisecond)), mcp.Description("wait up to this many milliseconds for the first item (0-25000, default 0)")),
 		mcp.WithInteger("limit", mcp.Min(1), mcp.Max(1000), mcp.Description("at most this many items (1-1000, default 100)")),
 		mcp.WithInteger("after", mcp.Min(0), mcp.Description("only items after this cursor")),
@@ -243,7 +243,7 @@ func (s *Server) addTools() {
 	s.mcp.AddTool(mcp.NewTool("ack_messages",
 		mcp.WithDescription("Mark received items as handled so they stop counting as pending: by id (preferred), or every item up to a cursor (up_to). With up_to, pass the same filters as the receive_messages call the cursor came from (all of those you gave: kinds, from, request_id, space, meup_kinds, context) and its epoch. up_to never acknowledges an item no receive_messages call returned: a filtered read's cursor passes the items its filters skipped, and those stay pending (unread counts them). An epoch that is not the inbox's (it started over) refuses up_to: read again."),
 		mcp.WithArray("ids", mcp.WithStringItems(), mcp.Description("ids of the items handled")),
-		mcp.WithInteger("up_to", mcp.Min(1), mcp.Description("acknowledge every item up to this cursor that matches the filters given and that a read returned")),
+		mcp.WithInteger("up_to", mcp.Min(0), mcp.Description("acknowledge every item up to this cursor that matches the filters given and that a read returned (0 acknowledges nothing)")),
 		mcp.WithArray("kinds", mcp.WithStringItems(), mcp.Description("with up_to: only these kinds")),
 		mcp.WithString("from", mcp.Description("with up_to: only from this peer")),
 		mcp.WithString("request_id", mcp.Description("with up_to: only responses to this request")),
@@ -686,10 +686,19 @@ func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 	return result(b)
 }
 
+// upToBelowNote is ack_messages' note for an up_to below what reads
+// returned.
+const upToBelowNote = "nothing was acknowledged: the items your reads returned lie above up_to (in priority order a read's cursor stays below the oldest item it left out); acknowledge them by ids"
+
 func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	ar, err := parseAck(args{req.GetArguments()})
 	if err != nil {
 		return nil, err
+	}
+	if len(ar.IDs) == 0 && ar.UpTo == 0 {
+		// A priority read's cursor can be 0 (below every item it left
+		// out): up_to 0 acknowledges nothing, and says what would.
+		return result(ackResult{Pending: s.pending(ctx), Note: upToBelowNote})
 	}
 	r, err := s.api.Ack(ctx, ar)
 	if err != nil {
@@ -700,7 +709,7 @@ func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	}
 	res := ackResult{Acked: r.Acked, Pending: r.Pending, Unread: r.Unread, Above: r.Above}
 	if r.Above > 0 {
-		res.Note = "nothing was acknowledged: the items your reads returned lie above up_to (in priority order a read's cursor stays below the oldest item it left out); acknowledge them by ids"
+		res.Note = upToBelowNote
 	}
 	return result(res)
 }
@@ -716,7 +725,7 @@ func parseAck(a args) (node.AckRequest, error) {
 	for i := range ar.IDs {
 		ar.IDs[i] = strings.ToLower(ar.IDs[i])
 	}
-	n, has, err := a.num("up_to", 1, 1<<53)
+	n, has, err := a.num("up_to", 0, 1<<53)
 	if err != nil {
 		return ar, err
 	}

@@ -131,6 +131,7 @@ func (rl *Relay) repairJetStream() bool {
 		}
 		return false
 	}
+	rl.consumeErr.Store(false) // the reports were the old reading's
 	rl.jsMu.Lock()
 	old := rl.cc
 	if rl.jsClosed {
