@@ -34,6 +34,13 @@ func nodeOpts(i int) Options {
 	return Options{User: fmt.Sprintf("n%d", i), Password: fmt.Sprintf("pw%d", i)}
 }
 
+// jsNodeOpts is nodeOpts with JetStream.
+func jsNodeOpts(i int) Options {
+	o := nodeOpts(i)
+	o.JetStream = true
+	return o
+}
+
 // makeStream creates the stream as an operator would, with the admin user.
 func makeStream(t *testing.T, url string, replicas int) jetstream.Stream {
 	t.Helper()
@@ -96,12 +103,11 @@ func TestJetStreamOfflineRecipient(t *testing.T) {
 	a, b := nodes[0], nodes[1]
 	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
 	stream := makeStream(t, s.ClientURL(), 1)
-	jsOpts := func(i int) Options { o := nodeOpts(i); o.JetStream = true; return o }
 	// b reads once, so its durable consumer exists, then goes away.
-	b.connect(t, s.ClientURL(), jsOpts(1))
+	b.connect(t, s.ClientURL(), jsNodeOpts(1))
 	b.relay.Close()
 
-	a.connect(t, s.ClientURL(), jsOpts(0))
+	a.connect(t, s.ClientURL(), jsNodeOpts(0))
 	const total = 1000
 	ctx := ctxT(t)
 	sealed := make([]comms.Sealed, total)
@@ -157,7 +163,7 @@ func TestJetStreamOfflineRecipient(t *testing.T) {
 	}
 
 	// b comes back and reads what waited, in order, once each.
-	b.connect(t, s.ClientURL(), jsOpts(1))
+	b.connect(t, s.ClientURL(), jsNodeOpts(1))
 	got := waitItems(t, b, total)
 	if len(got) != total {
 		t.Fatalf("b received %d items, want %d", len(got), total)
@@ -299,9 +305,8 @@ func TestJetStreamStreamLostOperatorMakesItAgain(t *testing.T) {
 	a, b := nodes[0], nodes[1]
 	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
 	makeStream(t, s.ClientURL(), 1)
-	jsOpts := func(i int) Options { o := nodeOpts(i); o.JetStream = true; return o }
-	a.connect(t, s.ClientURL(), jsOpts(0))
-	b.connect(t, s.ClientURL(), jsOpts(1))
+	a.connect(t, s.ClientURL(), jsNodeOpts(0))
+	b.connect(t, s.ClientURL(), jsNodeOpts(1))
 	ctx := ctxT(t)
 	if _, err := a.r.SendMessage(ctx, "n1", "before"); err != nil {
 		t.Fatalf("before the loss: %v", err)

@@ -50,20 +50,7 @@ func Server(t testing.TB, name, conf string, routes []string, cluster string, je
 		opts.Cluster.Port = server.RANDOM_PORT
 		opts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
 	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatalf("nats-server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(readyTimeout) {
-		s.Shutdown()
-		t.Fatalf("nats-server %s did not start", name)
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return run(t, opts)
 }
 
 // ServerAt runs a nats-server with JetStream on 127.0.0.1:port, storing
@@ -71,14 +58,21 @@ func Server(t testing.TB, name, conf string, routes []string, cluster string, je
 // another was. It is shut down when the test ends.
 func ServerAt(t testing.TB, port int, dir string) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{ServerName: "s", Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	return run(t, &server.Options{ServerName: "s", Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+}
+
+// run starts a server with opts, waits until it takes connections and
+// shuts it down when the test ends.
+func run(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatalf("nats-server: %v", err)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(readyTimeout) {
 		s.Shutdown()
-		t.Fatalf("nats-server on port %d did not start", port)
+		t.Fatalf("nats-server %s on port %d did not start", opts.ServerName, opts.Port)
 	}
 	t.Cleanup(func() {
 		s.Shutdown()
