@@ -30,7 +30,7 @@ func runSpace(e *env, args []string) error {
 	as := flags.String("as", "", "create: this node's participant `id` in the space")
 	delivery := flags.String("delivery", "", "create: delivery `MODE`: all (the default: every member receives every envelope) or addressed (only the members it names)")
 	var caps, to, corr stringList
-	flags.Var(&caps, "cap", "create, add: a capability: a kind pattern (chat, mcp/*), a JSON object or a JSON array of them (repeatable)")
+	flags.Var(&caps, "cap", "create, add: a capability: a kind pattern (chat, mcp/*), KIND:METHOD (mcp/request:tools/*), a JSON object or a JSON array of them (repeatable)")
 	flags.Var(&to, "to", "send, chat, propose, fulfill, respond, reject, withdraw, grant, revoke: a participant `id` addressed (repeatable; default: everybody, or whom the answer concerns)")
 	flags.Var(&corr, "correlation-id", "send, chat, propose: a MEUP `id` this envelope refers to (repeatable)")
 	contextID := flags.String("context", "", "send, chat, propose: the sub-thread `id`")

@@ -249,10 +249,24 @@ func CapabilityArgs(list []string) (json.RawMessage, error) {
 			}
 			continue
 		default:
-			b, _ := json.Marshal(map[string]string{"kind": c})
+			b, err := stringCapability(c)
+			if err != nil {
+				return nil, fmt.Errorf("capability %q: %v", c, err)
+			}
 			c = string(b)
 		}
 		parts = append(parts, c)
 	}
 	return json.RawMessage("[" + strings.Join(parts, ",") + "]"), nil
+}
+
+// stringCapability is the capability object a capability written as a
+// string stands for, as rosters read it (meup.CapabilityFromString): a
+// kind pattern, or "KIND:METHOD".
+func stringCapability(s string) (json.RawMessage, error) {
+	c, err := meup.CapabilityFromString(s)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(c)
 }

@@ -16,6 +16,9 @@ func TestCapabilityArgs(t *testing.T) {
 		{"kind pattern", []string{"chat"}, `[{"kind":"chat"}]`, true},
 		{"glob and object", []string{"mcp/*", ` {"kind":"mcp/request","payload":{"method":"x"}}`}, `[{"kind":"mcp/*"},{"kind":"mcp/request","payload":{"method":"x"}}]`, true},
 		{"array of objects", []string{`[{"kind":"a"}, {"kind":"b"}]`}, `[{"kind":"a"},{"kind":"b"}]`, true},
+		// A string is read as rosters read it (and space_grant's strings):
+		// a kind and a method.
+		{"kind and method", []string{"mcp/request:tools/*"}, `[{"kind":"mcp/request","payload":{"method":"tools/*"}}]`, true},
 		{"array of a string", []string{`["chat"]`}, "", false},
 		{"broken array", []string{`[{"kind":"a"}`}, "", false},
 		{"broken object", []string{`{"kind":`}, "", false},

@@ -1012,12 +1012,9 @@ func capabilityObjects(raw json.RawMessage) (json.RawMessage, error) {
 		if json.Unmarshal(it, &s) != nil {
 			continue // an object (or what the envelope's checks refuse)
 		}
-		c, err := meup.CapabilityFromString(s)
-		if err != nil {
+		var err error
+		if items[i], err = stringCapability(s); err != nil {
 			return nil, errorf(CodeBadArgument, "capabilities: %q: %v", s, err)
-		}
-		if items[i], err = json.Marshal(c); err != nil {
-			return nil, Coded(err)
 		}
 		changed = true
 	}
