@@ -166,3 +166,38 @@ func TestConfigCheckSpaces(t *testing.T) {
 		t.Fatalf("config check: code %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
+
+// A configuration or a home file that stops config check stops the
+// other commands with the same code: the message ends (bad_config) and
+// --json has the code, exit 1.
+func TestBadConfigCodeEverywhere(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	vars := map[string]string{"MEERKAT_AUDIT_MAX_BYTES": "600"}
+	for _, args := range [][]string{{"run"}, {"status"}, {"inbox"}, {"send", "message", "nobody", "hi"}} {
+		args = append(args, "--home", home)
+		code, _, errOut := runEnviron(t, vars, args...)
+		if code != exitError || !strings.Contains(errOut, "audit.max_bytes") || !strings.HasSuffix(strings.TrimSpace(errOut), "(bad_config)") {
+			t.Errorf("%v with a bad variable: code %d, stderr %q; want exit %d ending (bad_config)", args, code, errOut, exitError)
+		}
+		if args[0] == "run" {
+			continue // run has no --json
+		}
+		code, out, _ := runEnviron(t, vars, append(args, "--json")...)
+		if code != exitError || !strings.Contains(out, `"code": "bad_config"`) {
+			t.Errorf("%v --json with a bad variable: code %d, stdout %q", args, code, out)
+		}
+	}
+	key := filepath.Join(home, "identity.key")
+	if err := os.Chmod(key, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"run"}, {"status"}} {
+		code, _, errOut := run(t, nil, append(args, "--home", home)...)
+		if code != exitError || !strings.Contains(errOut, "chmod 600") || !strings.HasSuffix(strings.TrimSpace(errOut), "(bad_config)") {
+			t.Errorf("%v with a key open to others: code %d, stderr %q", args, code, errOut)
+		}
+	}
+}

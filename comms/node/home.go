@@ -189,7 +189,7 @@ func InitHome(dir, name string) (created []string, err error) {
 	} else if err != nil {
 		return nil, err
 	} else if _, err := identity.LoadKeypair(dir); err != nil {
-		return nil, err
+		return nil, badConfig(err)
 	}
 	cfgPath := filepath.Join(dir, config.FileName)
 	if _, err := os.Stat(cfgPath); errors.Is(err, fs.ErrNotExist) {
@@ -239,13 +239,23 @@ type OpenOptions struct {
 // where each key came from: defaults < meerkat.toml < MEERKAT_* variables
 // < overrides, validated; each problem names where its value came from
 // (the file, the variable or the flag). It does not check the home's
-// files (see [CheckHome]) nor need an identity.
+// files (see [CheckHome]) nor need an identity. A problem without a
+// code of its own is [CodeBadConfig].
 func LoadConfig(dir string, o OpenOptions) (config.Config, config.Sources, error) {
 	cfg, src, err := loadConfig(dir, o)
 	if err != nil {
-		return config.Config{}, nil, err
+		return config.Config{}, nil, badConfig(err)
 	}
 	return cfg, src, nil
+}
+
+// badConfig codes err, a problem with the home's configuration or
+// files, [CodeBadConfig] unless it has a code already (nil stays nil).
+func badConfig(err error) error {
+	if err != nil && CodeOf(err) == CodeInternal {
+		return &Error{Code: CodeBadConfig, Msg: UserText(err), Err: err}
+	}
+	return err
 }
 
 // loadConfig is LoadConfig, except that when MEERKAT_* variables cannot
@@ -388,10 +398,7 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	if err == nil {
 		err = errors.Join(config.UnknownEnv(environ, ignore...)...)
 	}
-	if err != nil && CodeOf(err) == CodeInternal {
-		err = &Error{Code: CodeBadConfig, Msg: UserText(err), Err: err}
-	}
-	return path, err
+	return path, badConfig(err)
 }
 
 // checkNATSFiles reads the files [nats] names as the connection will: one
@@ -465,7 +472,7 @@ func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 		return nil, nil, err
 	}
 	if err := CheckHome(dir); err != nil {
-		return nil, nil, err
+		return nil, nil, badConfig(err)
 	}
 	cfg, src, err := LoadConfig(dir, o)
 	if err != nil {
@@ -473,7 +480,7 @@ func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 	}
 	kp, err := identity.LoadKeypair(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, badConfig(err)
 	}
 	return &Home{Dir: dir, Config: cfg, Sources: src, Key: kp}, created, nil
 }
