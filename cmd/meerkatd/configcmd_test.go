@@ -201,3 +201,32 @@ func TestBadConfigCodeEverywhere(t *testing.T) {
 		}
 	}
 }
+
+// A UDS listener in a directory that does not exist (or is a file) fails
+// config check, as run would fail to bind it, and run says why.
+func TestConfigCheckSocketDir(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	file := filepath.Join(home, "f")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ sock, want string }{
+		{filepath.Join(home, "nodir", "x.sock"), "does not exist"},
+		{filepath.Join(file, "x.sock"), "is not a directory"},
+	} {
+		vars := map[string]string{"MEERKAT_COMMS_LISTEN_UDS": c.sock}
+		for _, cmd := range []string{"config check", "run"} {
+			code, _, errOut := runEnviron(t, vars, append(strings.Fields(cmd), "--home", home)...)
+			if code != exitError || !strings.Contains(errOut, "comms.listen_uds: ") || !strings.Contains(errOut, c.want) {
+				t.Errorf("%s with listen_uds %s: code %d, stderr %q; want exit %d saying %q", cmd, c.sock, code, errOut, exitError, c.want)
+			}
+		}
+	}
+	vars := map[string]string{"MEERKAT_COMMS_LISTEN_UDS": filepath.Join(home, "s.sock")}
+	if code, out, errOut := runEnviron(t, vars, "config", "check", "--home", home); code != exitOK || !strings.HasPrefix(out, "ok: ") {
+		t.Errorf("config check with the socket in the home: code %d, %q %q", code, out, errOut)
+	}
+}

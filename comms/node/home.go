@@ -359,7 +359,8 @@ func namesOverride(err error, overrides map[string]string) bool {
 // start: the home's files and modes, whether the home's path leaves room
 // for its sockets, meerkat.toml, the MEERKAT_* variables of lookupEnv
 // (and, in environ, any that is no setting: a misspelt one; ignore lists
-// names read elsewhere), the listeners, the identity (identity.key, and
+// names read elsewhere), the listeners (and that the UDS socket's
+// directory exists), the identity (identity.key, and
 // identity.pub matching it), the audit log (when enabled: a regular file
 // if present), the trusted peers file and the spaces file, each as the
 // node reads it. It returns the path of
@@ -377,8 +378,12 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	if err == nil {
 		cfg, _, err = LoadConfig(dir, OpenOptions{LookupEnv: lookupEnv})
 	}
+	var l config.Listeners
 	if err == nil {
-		_, err = cfg.Resolve(dir)
+		l, err = cfg.Resolve(dir)
+	}
+	if err == nil {
+		err = checkSocketDir(l)
 	}
 	if err == nil {
 		_, err = identity.LoadKeypair(dir)
@@ -399,6 +404,24 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 		err = errors.Join(config.UnknownEnv(environ, ignore...)...)
 	}
 	return path, badConfig(err)
+}
+
+// checkSocketDir fails when the directory of the UDS listener's socket
+// is missing or not a directory: run would fail to bind it.
+func checkSocketDir(l config.Listeners) error {
+	if l.UDS.Scheme == "" {
+		return nil
+	}
+	d := filepath.Dir(l.UDS.Path)
+	switch fi, err := os.Stat(d); {
+	case errors.Is(err, fs.ErrNotExist):
+		return &config.Error{Key: "comms.listen_uds", Err: fmt.Errorf("the socket's directory %s does not exist (create it, or choose another path)", d)}
+	case err != nil:
+		return &config.Error{Key: "comms.listen_uds", Err: err}
+	case !fi.IsDir():
+		return &config.Error{Key: "comms.listen_uds", Err: fmt.Errorf("%s, the socket's directory, is not a directory", d)}
+	}
+	return nil
 }
 
 // checkNATSFiles reads the files [nats] names as the connection will: one

@@ -406,9 +406,12 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 		n.summaryLoop(ctx)
 	}()
 	ls, err := h.Config.Resolve(h.Dir)
+	if err == nil {
+		err = checkSocketDir(ls)
+	}
 	if err != nil {
 		n.Close()
-		return nil, err
+		return nil, badConfig(err)
 	}
 	for _, a := range ls.All() {
 		ln, err := transport.Listen(ctx, a)
