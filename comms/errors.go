@@ -65,7 +65,8 @@ func (e *PeerOfflineError) Error() string {
 	if e.Reason == OfflineClosed {
 		// A peer closes the connection without an ack when it refuses an
 		// envelope; by far the most common reason is that it does not
-		// trust the sender's key, the next that its inbox is full.
+		// trust the sender's key, the next that its inbox is full, or
+		// the envelope is larger than it takes.
 		return fmt.Sprintf("comms: peer %s offline: %s: %s", e.Peer, e.Reason, untrustedHint)
 	}
 	return fmt.Sprintf("comms: peer %s offline: %s", e.Peer, e.Reason)
@@ -73,7 +74,7 @@ func (e *PeerOfflineError) Error() string {
 
 // untrustedHint explains the likely cause of a connection closed before
 // the ack.
-const untrustedHint = "it may not trust this node's key (meerkatd id shows the key; the peer adds it with meerkatd peers add, or pair with meerkatd pair), or had no room for the envelope (a full inbox, which its log says)"
+const untrustedHint = "it may not trust this node's key (meerkatd id shows the key; the peer adds it with meerkatd peers add, or pair with meerkatd pair), had no room for the envelope (a full inbox, which its log says), or takes no envelope that large (its comms.max_message_bytes)"
 
 // Unwrap returns the underlying error.
 func (e *PeerOfflineError) Unwrap() error { return e.Err }

@@ -711,6 +711,25 @@ func TestUntrustedSenderHint(t *testing.T) {
 	}
 }
 
+// A peer that takes no envelope as large as the one sent closes the
+// connection without an ack: the sender's error names that cause too,
+// and the peer counts a rejected frame.
+func TestTooLargeForPeerHint(t *testing.T) {
+	t.Parallel()
+	alice, bob := newNode(t, "alice"), newNode(t, "bob")
+	alice.trusts(bob)
+	bob.trusts(alice)
+	bob.env = append(bob.env, "MEERKAT_COMMS_MAX_MESSAGE_BYTES=1024")
+	bob.start()
+	alice.wantCode(exitPeerOffline, []string{"takes no envelope that large (its comms.max_message_bytes)"}, "send", "message", "bob", strings.Repeat("x", 2000))
+	if n := bob.status().Rejected["frame"]; n < 1 {
+		t.Errorf("bob counted %d rejected frames, want at least 1 (%v)", n, bob.status().Rejected)
+	}
+	if items := bob.inbox(); len(items) != 0 {
+		t.Errorf("bob holds the refused envelope: %s", jsonText(items))
+	}
+}
+
 // A bad value of an inbox flag is named in the error.
 func TestInboxBadFlagNamed(t *testing.T) {
 	t.Parallel()
