@@ -20,6 +20,10 @@ const (
 	sendFailed  = "failed" // a direct send that was not acknowledged
 )
 
+// sendOutcomes are every outcome counted, each with its series from the
+// start (at 0 until it happens), so that alerts on one work.
+var sendOutcomes = []string{sendAcked, sendWritten, sendFailed, outbox.EventRetry, outbox.EventExpired, outbox.EventDeadLetter}
+
 // sendCounts counts send outcomes.
 type sendCounts struct {
 	mu sync.Mutex
@@ -39,7 +43,10 @@ func (n *Node) countSend(outcome string) {
 func (c *sendCounts) snapshot() map[string]uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]uint64, len(c.m))
+	out := make(map[string]uint64, len(sendOutcomes))
+	for _, k := range sendOutcomes {
+		out[k] = 0
+	}
 	for k, v := range c.m {
 		out[k] = v
 	}

@@ -54,6 +54,13 @@ func TestMetricsHealthAndReadiness(t *testing.T) {
 		!strings.Contains(body, `meerkatd_envelopes_refused_total{reason="untrusted"} 0`) {
 		t.Fatalf("/metrics lacks the refusal series at 0: %s", body)
 	}
+	// So has every send outcome.
+	_, sends := get(t, addr, "/metrics")
+	for _, o := range []string{"acked", "written", "failed", "retry", "expired", "dead_letter"} {
+		if !strings.Contains(sends, `meerkatd_sends_total{outcome="`+o+`"} 0`) {
+			t.Errorf("/metrics lacks meerkatd_sends_total{outcome=%q} at 0", o)
+		}
+	}
 	// The store stops taking writes: not ready, and says why in a line
 	// (once the readiness kept from the last check has run out).
 	n.mail.(*durableMail).st.Close()
