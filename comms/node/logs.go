@@ -58,10 +58,11 @@ type eventKey struct {
 }
 
 type eventState struct {
-	at    time.Time // when the last line was written
-	held  int       // lines left out since
-	name  string    // the peer's name, for the count line
-	attrs []any     // the last line left out, for the count line
+	at     time.Time // when the last line was written
+	held   int       // lines left out since
+	name   string    // the peer's name, for the count line
+	attrs  []any     // the last line left out, for the count line
+	heldAt time.Time // when that line was left out
 }
 
 func newEventLog(log *slog.Logger, every time.Duration) *eventLog {
@@ -81,7 +82,7 @@ func (l *eventLog) info(msg string, peer identity.PeerID, name string, args ...a
 	now := l.now()
 	if st != nil && now.Sub(st.at) < l.every {
 		st.held++
-		st.name, st.attrs = name, args
+		st.name, st.attrs, st.heldAt = name, args, now
 		l.mu.Unlock()
 		return
 	}
@@ -120,8 +121,10 @@ func (l *eventLog) flush() {
 			delete(l.last, k)
 			continue
 		}
+		// The count line comes up to a minute late: "at" says when its
+		// details were true.
 		args := append([]any{"peer", st.name, "key", k.peer.String()}, st.attrs...)
-		out = append(out, line{k.msg, append(args, "not_logged", st.held)})
+		out = append(out, line{k.msg, append(args, "at", st.heldAt.UTC().Format(time.RFC3339), "not_logged", st.held)})
 		st.at, st.held, st.attrs = now, 0, nil
 	}
 	l.mu.Unlock()

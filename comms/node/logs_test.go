@@ -170,8 +170,10 @@ func TestEventLogLimits(t *testing.T) {
 	l.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	a, b := peerN(1), peerN(2)
+	start := now
 	for i := range 5 {
 		l.info("m", a, "a", "i", i)
+		advance(time.Second)
 	}
 	l.info("m", b, "b", "i", 0)
 	l.info("other", a, "a", "i", 0)
@@ -187,6 +189,7 @@ func TestEventLogLimits(t *testing.T) {
 		Msg             string
 		Peer            string
 		I               int
+		At              string
 		NotLogged       int `json:"not_logged"`
 		NotLoggedBefore int `json:"not_logged_before"`
 	}
@@ -201,7 +204,7 @@ func TestEventLogLimits(t *testing.T) {
 		{Msg: "m", Peer: "a", I: 0},
 		{Msg: "m", Peer: "b", I: 0},
 		{Msg: "other", Peer: "a", I: 0},
-		{Msg: "m (the last of several)", Peer: "a", I: 4, NotLogged: 4},
+		{Msg: "m (the last of several)", Peer: "a", I: 4, At: start.Add(4 * time.Second).Format(time.RFC3339), NotLogged: 4},
 		{Msg: "m", Peer: "a", I: 10, NotLoggedBefore: 1},
 	}
 	if !slices.Equal(got, want) {
