@@ -46,10 +46,7 @@ func runService(e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		if err = systemdunit.Uninstall(path, home, *force, e.stderr); err == nil {
-			fmt.Fprintf(e.stdout, "removed %s\n", path)
-		}
-		return err
+		return systemdunit.Uninstall(path, home, *force, e.stdout)
 	default:
 		return fmt.Errorf("%w: want a subcommand: install, print or uninstall", errUsage)
 	}

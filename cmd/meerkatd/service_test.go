@@ -167,9 +167,26 @@ func TestServiceInstall(t *testing.T) {
 		t.Fatalf("after --force the unit is:\n%s", b)
 	}
 
-	r := n.wantCode(exitOK, []string{"systemctl --user disable --now meerkatd"}, "service", "uninstall")
-	if !strings.Contains(r.stdout, "removed "+path) {
-		t.Errorf("uninstall: %s", r)
+	// Enabled (as systemctl --user enable links it): kept, with what to
+	// run first, since systemctl disables a unit by its file.
+	wants := filepath.Join(filepath.Dir(path), "default.target.wants")
+	if err := os.MkdirAll(wants, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(wants, systemdunit.Name)
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	n.wantCode(exitError, []string{"enabled", "systemctl --user disable --now meerkatd", "--force"}, "service", "uninstall")
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("uninstall of an enabled unit removed it: %v", err)
+	}
+	r := n.wantCode(exitOK, nil, "service", "uninstall", "--force")
+	if !strings.Contains(r.stdout, "removed "+path+" and its link") || !strings.Contains(r.stdout, "daemon-reload") {
+		t.Errorf("uninstall --force of an enabled unit: %s", r)
+	}
+	if _, err := os.Lstat(link); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("uninstall --force left the link in default.target.wants: %v", err)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("unit still there after uninstall: %v", err)
@@ -217,8 +234,8 @@ func TestServicePrintAndUnitName(t *testing.T) {
 		t.Fatal("install --unit changed the first home's unit")
 	}
 	work.wantCode(exitUsage, []string{"--unit", "bad unit name"}, "service", "print", "--unit", "../x")
-	r := work.wantCode(exitOK, []string{"disable --now meerkatd-work"}, "service", "uninstall", "--unit", "meerkatd-work")
-	if !strings.Contains(r.stdout, "removed "+second) {
+	r := work.wantCode(exitOK, nil, "service", "uninstall", "--unit", "meerkatd-work")
+	if !strings.Contains(r.stdout, "removed "+second) || !strings.Contains(r.stdout, "systemctl --user stop meerkatd-work") {
 		t.Errorf("uninstall --unit: %s", r)
 	}
 	if _, err := os.Stat(filepath.Join(dir, systemdunit.Name)); err != nil {

@@ -70,6 +70,9 @@ var (
 	ErrExists = errors.New("systemdunit: a different unit is installed")
 	// ErrOtherHome means the unit there runs another home's node.
 	ErrOtherHome = errors.New("systemdunit: the unit there is another home's")
+	// ErrEnabled means the unit to remove is enabled: systemctl would no
+	// longer find it to disable it.
+	ErrEnabled = errors.New("systemdunit: the unit is enabled")
 	// ErrNotInstalled means there is no unit file to remove.
 	ErrNotInstalled = errors.New("systemdunit: no unit is installed")
 	// ErrNotOurs means the unit there was not written by install: it is
@@ -136,9 +139,26 @@ func Installed(path string) string {
 	return fmt.Sprintf("wrote %s\nstart it now and at every login with:\n  systemctl --user daemon-reload\n  systemctl --user enable --now %s\n", path, strings.TrimSuffix(filepath.Base(path), ".service"))
 }
 
-// StopFirst is what uninstall says before it removes the unit at path.
+// StopFirst is why uninstall refuses to remove the enabled unit at path:
+// systemctl disables a unit by its file, so that goes first.
 func StopFirst(path string) string {
-	return "stop and disable the service first, if it is enabled:\n  systemctl --user disable --now " + strings.TrimSuffix(filepath.Base(path), ".service")
+	return "stop and disable it first: systemctl --user disable --now " + strings.TrimSuffix(filepath.Base(path), ".service") + " (or remove it anyway with --force)"
+}
+
+// Removed is what uninstall says once it removed the unit at path (and,
+// when wasEnabled, its link in default.target.wants).
+func Removed(path string, wasEnabled bool) string {
+	name := strings.TrimSuffix(filepath.Base(path), ".service")
+	if wasEnabled {
+		return "removed " + path + " and its link in default.target.wants\nif it still runs, stop it: systemctl --user stop " + name + "\nthen: systemctl --user daemon-reload"
+	}
+	return "removed " + path + "\nif it still runs, stop it: systemctl --user stop " + name
+}
+
+// wantsLink is where `systemctl --user enable` links the unit at path
+// (its [Install] section: WantedBy=default.target).
+func wantsLink(path string) string {
+	return filepath.Join(filepath.Dir(path), "default.target.wants", filepath.Base(path))
 }
 
 // Executable is the absolute path of the running executable, symbolic
@@ -323,10 +343,12 @@ func WriteFile(path, text string, force bool) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// Uninstall removes the unit file at path, after writing StopFirst to w;
-// it returns an error wrapping ErrNotInstalled when there is none. With
+// Uninstall removes the unit file at path and writes Removed to w; it
+// returns an error wrapping ErrNotInstalled when there is none. With
 // home (not ""), a unit install wrote for another home is kept unless
-// force: the error wraps ErrOtherHome and names both.
+// force: the error wraps ErrOtherHome and names both. An enabled unit
+// (linked from default.target.wants) is kept unless force, which also
+// removes the link: the error wraps ErrEnabled and says to disable it.
 func Uninstall(path, home string, force bool, w io.Writer) error {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -341,6 +363,20 @@ func Uninstall(path, home string, force bool, w io.Writer) error {
 	if other, ok := homeOf(string(b)); ok && !force && home != "" && other != home {
 		return fmt.Errorf("%w: %s runs the node of home %s, not %s; name this home's unit with --unit, or remove that one with --force", ErrOtherHome, path, other, home)
 	}
-	fmt.Fprintln(w, StopFirst(path))
-	return os.Remove(path)
+	link := wantsLink(path)
+	_, err = os.Lstat(link)
+	enabled := err == nil
+	if enabled && !force {
+		return fmt.Errorf("%w: %s; %s", ErrEnabled, path, StopFirst(path))
+	}
+	if err := os.Remove(path); err != nil {
+		return err
+	}
+	if enabled {
+		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	fmt.Fprintln(w, Removed(path, enabled))
+	return nil
 }

@@ -129,8 +129,11 @@ func TestInstalledNames(t *testing.T) {
 	if s := Installed("/c/systemd/user/meerkatd-work.service"); !strings.Contains(s, "wrote /c/systemd/user/meerkatd-work.service\n") || !strings.HasSuffix(s, "enable --now meerkatd-work\n") {
 		t.Errorf("Installed: %q", s)
 	}
-	if s := StopFirst("/c/systemd/user/meerkatd.service"); !strings.HasSuffix(s, "disable --now meerkatd") {
+	if s := StopFirst("/c/systemd/user/meerkatd.service"); !strings.Contains(s, "disable --now meerkatd ") {
 		t.Errorf("StopFirst: %q", s)
+	}
+	if s := Removed("/c/systemd/user/meerkatd-work.service", false); !strings.HasSuffix(s, "stop meerkatd-work") {
+		t.Errorf("Removed: %q", s)
 	}
 }
 
@@ -216,7 +219,29 @@ func TestWriteFileUninstall(t *testing.T) {
 	if err := Uninstall(path, "/home/b/.config/meerkat", false, &said); !errors.Is(err, ErrOtherHome) || said.Len() != 0 {
 		t.Fatalf("Uninstall for another home: %v, said %q; want ErrOtherHome, nothing said", err, said.String())
 	}
-	if err := Uninstall(path, "/home/a/.config/meerkat", false, &said); err != nil || !strings.Contains(said.String(), "disable --now") {
+	// Enabled: kept unless force, which removes the link too.
+	link := filepath.Join(filepath.Dir(path), "default.target.wants", Name)
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := Uninstall(path, "/home/a/.config/meerkat", false, &said); !errors.Is(err, ErrEnabled) || !strings.Contains(err.Error(), "disable --now meerkatd") || said.Len() != 0 {
+		t.Fatalf("Uninstall of an enabled unit: %v, said %q; want ErrEnabled saying to disable it", err, said.String())
+	}
+	if err := Uninstall(path, "/home/a/.config/meerkat", true, &said); err != nil || !strings.Contains(said.String(), "daemon-reload") {
+		t.Fatalf("Uninstall --force of an enabled unit: %v, said %q", err, said.String())
+	}
+	if _, err := os.Lstat(link); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the link is left: %v", err)
+	}
+	os.Remove(filepath.Dir(link))
+	if err := WriteFile(path, ours, false); err != nil {
+		t.Fatal(err)
+	}
+	said.Reset()
+	if err := Uninstall(path, "/home/a/.config/meerkat", false, &said); err != nil || !strings.Contains(said.String(), "systemctl --user stop meerkatd") {
 		t.Fatalf("Uninstall for its own home: %v, said %q", err, said.String())
 	}
 	if err := WriteFile(path, ours, false); err != nil {
