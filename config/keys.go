@@ -113,7 +113,7 @@ var keys = [...]keyDef{
 		doc: `Hours a dead letter is kept before it is deleted (checked hourly), each deletion recorded in the audit log.`,
 		num: func(c *Config) *int { return &c.Outbox.DeadLetterHours }},
 	{path: "audit.enabled", env: "MEERKAT_AUDIT_ENABLED",
-		doc:  `Record every envelope sent, received, acked, refused, retried, expired and dead-lettered in audit.log in the home.`,
+		doc:  `Record every envelope the running node (the daemon, or meerkatd mcp running its own) sends, receives, acks, refuses, retries, expires and dead-letters in audit.log in the home; a command run without a daemon writes no rows.`,
 		flag: func(c *Config) *bool { return &c.Audit.Enabled }},
 	{path: "audit.bodies", env: "MEERKAT_AUDIT_BODIES",
 		doc:  `Record message bodies, request params and response results in the audit log too (off: only metadata).`,
