@@ -230,3 +230,14 @@ func TestConfigCheckSocketDir(t *testing.T) {
 		t.Errorf("config check with the socket in the home: code %d, %q %q", code, out, errOut)
 	}
 }
+
+// config check of a missing home whose path is too long for its sockets
+// says the path is too long (bad_argument), not to create it with an
+// init that would refuse the same path.
+func TestConfigCheckMissingLongHome(t *testing.T) {
+	home := filepath.Join(t.TempDir(), strings.Repeat("x", 120))
+	code, _, errOut := run(t, nil, "config", "check", "--home", home)
+	if code != exitUsage || !strings.Contains(errOut, "too long") || !strings.HasSuffix(strings.TrimSpace(errOut), "(bad_argument)") || strings.Contains(errOut, "meerkatd init") {
+		t.Errorf("config check of a missing, too long home: code %d, stderr %q", code, errOut)
+	}
+}

@@ -367,6 +367,13 @@ func namesOverride(err error, overrides map[string]string) bool {
 // meerkat.toml.
 func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []string, ignore ...string) (string, error) {
 	path := filepath.Join(dir, config.FileName)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		// A path too long for the sockets says so first: the init that
+		// RequireHome suggests would refuse it too.
+		if err := CheckHomePath(dir); err != nil {
+			return path, err
+		}
+	}
 	if err := RequireHome(dir); err != nil {
 		return path, err
 	}
