@@ -241,3 +241,34 @@ func TestConfigCheckMissingLongHome(t *testing.T) {
 		t.Errorf("config check of a missing, too long home: code %d, stderr %q", code, errOut)
 	}
 }
+
+// An empty or damaged meerkat.db stops config check and run alike,
+// saying what to do, where config check said ok and run started over
+// with an empty store (an empty file) or failed without a fix.
+func TestConfigCheckDatabase(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	db := filepath.Join(home, "meerkat.db")
+	for _, c := range []struct {
+		content []byte
+		want    string
+	}{
+		{nil, "the database file is empty"},
+		{[]byte(strings.Repeat("not a database ", 500)), "the database is damaged"},
+	} {
+		if err := os.WriteFile(db, c.content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, cmd := range []string{"config check", "run", "inbox"} {
+			code, _, errOut := run(t, nil, append(strings.Fields(cmd), "--home", home)...)
+			if code != exitError || !strings.Contains(errOut, c.want) || !strings.Contains(errOut, "backup") || !strings.HasSuffix(strings.TrimSpace(errOut), "(bad_config)") {
+				t.Errorf("%s with %q: code %d, stderr %q", cmd, c.want, code, errOut)
+			}
+		}
+		if b, _ := os.ReadFile(db); string(b) != string(c.content) {
+			t.Errorf("the %s file was changed", c.want)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/space"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox/store"
 	"github.com/meerkatd/meerkatd/internal/filemode"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
@@ -362,9 +363,10 @@ func namesOverride(err error, overrides map[string]string) bool {
 // names read elsewhere), the listeners (and that the UDS socket's
 // directory exists), the identity (identity.key, and
 // identity.pub matching it), the audit log (when enabled: a regular file
-// if present), the trusted peers file and the spaces file, each as the
-// node reads it. It returns the path of
-// meerkat.toml.
+// if present), the trusted peers file, the spaces file, the files [nats]
+// names and, in sqlite mode, the database (store.Check: it opens, and
+// SQLite finds no damage), each as the node reads it. It returns the
+// path of meerkat.toml.
 func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []string, ignore ...string) (string, error) {
 	path := filepath.Join(dir, config.FileName)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
@@ -406,6 +408,9 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	}
 	if err == nil {
 		err = checkNATSFiles(cfg.NATS, dir)
+	}
+	if err == nil && cfg.Store.Mode == config.StoreSQLite {
+		err = store.Check(filepath.Join(dir, DBFileName))
 	}
 	if err == nil {
 		err = errors.Join(config.UnknownEnv(environ, ignore...)...)

@@ -162,9 +162,18 @@ func openMail(h *Home, log *slog.Logger, mode Mode) (mailStore, error) {
 		SearchText:       recordText,
 	})
 	if err != nil {
-		return nil, err
+		return nil, storeError(err)
 	}
 	return &durableMail{st: st, log: log}, nil
+}
+
+// storeError codes an error opening the home's database: a file that is
+// empty or damaged is [CodeBadConfig], as config check reports it.
+func storeError(err error) error {
+	if errors.Is(err, store.ErrEmptyFile) || errors.Is(err, store.ErrDamaged) {
+		return badConfig(err)
+	}
+	return err
 }
 
 // senderOf names an item's sender for the inbox's fair share: the peer's

@@ -347,7 +347,7 @@ func (n *Node) homeDBLocked() (*store.Store, error) {
 	}
 	st, err := store.Open(filepath.Join(n.h.Dir, DBFileName), store.Options{})
 	if err != nil {
-		return nil, err
+		return nil, storeError(err)
 	}
 	n.obDB = st
 	return st, nil
@@ -371,7 +371,7 @@ func (n *Node) readDB() (*store.Store, error) {
 	}
 	st, err := store.Open(filepath.Join(n.h.Dir, DBFileName), store.Options{ReadOnly: true})
 	if err != nil {
-		return nil, err
+		return nil, storeError(err)
 	}
 	n.roDB = st
 	return st, nil

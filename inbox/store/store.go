@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -42,6 +44,21 @@ var (
 	// ErrOlderSchema means a read-only open found a database of an older
 	// schema version, which only a writing open upgrades.
 	ErrOlderSchema = errors.New("store: database schema is older than this build")
+	// ErrEmptyFile means the database file exists but is empty: never a
+	// database Open made (it creates one whole, see create), but what a
+	// copy or restore cut short leaves. Open refuses it rather than start
+	// over with nothing, the duplicate filter included.
+	ErrEmptyFile = errors.New("store: the database file is empty")
+	// ErrDamaged means SQLite found the database file damaged (or not a
+	// database at all).
+	ErrDamaged = errors.New("store: the database is damaged")
+)
+
+// emptyFix and damagedFix say what to do about ErrEmptyFile and
+// ErrDamaged.
+const (
+	emptyFix   = "was a copy or a restore cut short? Restore it from a backup, or remove it (with its -wal and -shm files) to start with an empty store: the inbox, the outbox and the memory of the envelopes already received then start empty"
+	damagedFix = "restore it and its -wal file from a backup, or move them aside to start with an empty store: the inbox, the outbox and the memory of the envelopes already received then start empty"
 )
 
 // Defaults for zero Options fields.
@@ -405,15 +422,17 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := checkFiles(path); err != nil {
 		return nil, err
 	}
-	// SQLite creates the -wal and -shm files with the main file's
-	// permissions, so a main file of 0600 covers new ones; a file an
-	// earlier build or the user left wider is narrowed (the -wal and -shm
-	// once SQLite has opened them, below).
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		if err := create(path, opts); err != nil {
+			return nil, fmt.Errorf("store: create %s: %w", path, err)
+		}
 	}
-	f.Close()
+	if err := checkNotEmpty(path); err != nil {
+		return nil, err
+	}
+	// A file an earlier build or the user left wider than 0600 is
+	// narrowed (the -wal and -shm once SQLite has opened them, below:
+	// SQLite creates them with the main file's permissions).
 	if err := filemode.Tighten(path); err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
@@ -430,25 +449,14 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		db.SetMaxOpenConns(maxConns)
 		db.SetMaxIdleConns(maxConns)
-		s = &Store{
-			db:      db,
-			opts:    opts,
-			path:    path,
-			reqs:    make(chan *request, opts.MaxBatch),
-			closing: make(chan struct{}),
-			changed: make(chan struct{}),
-
-			kindsDelta: map[string]int{},
-			kinds:      map[string]int{},
-			pending:    map[dedupKey]dedupEntry{},
-		}
+		s = newStore(db, opts, path)
 		err = s.init()
 		if err == nil {
 			break
 		}
 		db.Close()
 		if !isBusy(err) || time.Now().After(deadline) {
-			return nil, fmt.Errorf("store: open %s: %w", path, err)
+			return nil, openError(path, err)
 		}
 		time.Sleep(pause)
 	}
@@ -462,6 +470,85 @@ func Open(path string, opts Options) (*Store, error) {
 	go s.commitLoop()
 	return s, nil
 }
+
+// newStore is a writable Store on db, not yet initialised.
+func newStore(db *sql.DB, opts Options, path string) *Store {
+	return &Store{
+		db:      db,
+		opts:    opts,
+		path:    path,
+		reqs:    make(chan *request, opts.MaxBatch),
+		closing: make(chan struct{}),
+		changed: make(chan struct{}),
+
+		kindsDelta: map[string]int{},
+		kinds:      map[string]int{},
+		pending:    map[dedupKey]dedupEntry{},
+	}
+}
+
+// create makes a new database at path, whole: it is made under a
+// temporary name beside path, with its schema, and then linked to path
+// (a concurrent create that got there first wins; this one is dropped).
+// So a database file Open made is never empty, and an empty one is
+// refused (ErrEmptyFile) instead of taken for a new store.
+func create(path string, opts Options) error {
+	var b [8]byte
+	rand.Read(b[:])
+	tmp := path + ".new-" + hex.EncodeToString(b[:])
+	defer func() {
+		for _, p := range []string{tmp, tmp + "-wal", tmp + "-shm"} {
+			os.Remove(p)
+		}
+	}()
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	db, err := sql.Open("sqlite", dsn(tmp, opts.WALMaxBytes, opts.pragmas))
+	if err != nil {
+		return err
+	}
+	err = newStore(db, opts, tmp).init()
+	// Closing the last connection checkpoints the WAL into the file and
+	// removes it: the file alone is the database.
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// checkNotEmpty refuses an empty database file ([ErrEmptyFile]).
+func checkNotEmpty(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+		return fmt.Errorf("store: open %s: %w: %s", path, ErrEmptyFile, emptyFix)
+	}
+	return nil
+}
+
+// openError is the error of a failed Open of path: a damaged database
+// ([ErrDamaged]) says what to do.
+func openError(path string, err error) error {
+	var e *sqlite.Error
+	if errors.As(err, &e) && (e.Code()&0xff == sqliteCorrupt || e.Code()&0xff == sqliteNotADB) {
+		return fmt.Errorf("store: open %s: %w (%w): %s", path, ErrDamaged, err, damagedFix)
+	}
+	return fmt.Errorf("store: open %s: %w", path, err)
+}
+
+// SQLite's result codes for a damaged file and for one that is not a
+// database.
+const (
+	sqliteCorrupt = 11
+	sqliteNotADB  = 26
+)
 
 // checkFiles refuses a database, -wal or -shm file that is a symbolic
 // link, another user's, or writable by group or others
@@ -588,6 +675,9 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 	if err := checkFiles(path); err != nil {
 		return nil, err
 	}
+	if err := checkNotEmpty(path); err != nil {
+		return nil, err
+	}
 	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	db, err := sql.Open("sqlite", "file:"+p+"?mode=ro&_pragma=busy_timeout("+fmt.Sprint(busyTimeout.Milliseconds())+")&_pragma=query_only(1)")
 	if err != nil {
@@ -614,9 +704,37 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 	}
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, openError(path, err)
 	}
 	return s, nil
+}
+
+// Check reads the database at path as a read-only Open does (a missing
+// file is fine: Open creates it) and has SQLite check its structure
+// (quick_check): nil, or an error saying what is wrong and, for
+// [ErrEmptyFile] and [ErrDamaged], what to do. A database of an older
+// schema passes: a writing Open upgrades it. It reads every page, so it
+// takes time in proportion to the file's size.
+func Check(path string) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	s, err := Open(path, Options{ReadOnly: true})
+	if errors.Is(err, ErrOlderSchema) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	var verdict string
+	if err := s.db.QueryRow(`PRAGMA quick_check(1)`).Scan(&verdict); err != nil {
+		return openError(path, err)
+	}
+	if verdict != "ok" {
+		return fmt.Errorf("store: check %s: %w (%s): %s", path, ErrDamaged, verdict, damagedFix)
+	}
+	return nil
 }
 
 // send hands req to commitLoop, waiting for room while ctx allows.

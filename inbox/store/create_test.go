@@ -1,0 +1,160 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// A missing database is made whole: no temporary file is left, and
+// opens racing to make it share one database.
+func TestOpenCreatesWhole(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "inbox.db")
+	const n = 6
+	stores := make([]*Store, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { stores[i], errs[i] = Open(path, Options{}) })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("open %d: %v", i, errs[i])
+		}
+		defer stores[i].Close()
+		if stores[i].ID() != stores[0].ID() {
+			t.Errorf("open %d has database %s, open 0 has %s", i, stores[i].ID(), stores[0].ID())
+		}
+	}
+	if _, err := stores[0].Admit(context.Background(), rec(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if got, err := ro.Len(); err != nil || got != 1 {
+		t.Errorf("a later open sees %d items, %v; want the one admitted", got, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".new-") {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}
+
+// An empty database file is what a copy or restore cut short leaves:
+// refused, read only or not, and left as it is, where it used to become
+// a new empty store (the duplicate filter too).
+func TestOpenRefusesEmptyFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "inbox.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{false, true} {
+		s, err := Open(path, Options{ReadOnly: ro})
+		if err == nil {
+			s.Close()
+		}
+		if !errors.Is(err, ErrEmptyFile) || !strings.Contains(err.Error(), "backup") {
+			t.Errorf("Open (read only %v) of an empty file: %v, want ErrEmptyFile with the fix", ro, err)
+		}
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Errorf("the empty file was changed: %v %v", fi, err)
+	}
+}
+
+// A file that is not a database, or whose pages are damaged, is refused
+// as damaged, saying what to do.
+func TestOpenDamaged(t *testing.T) {
+	dir := t.TempDir()
+	notDB := filepath.Join(dir, "garbage.db")
+	if err := os.WriteFile(notDB, []byte(strings.Repeat("not a database ", 400)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A real database with its pages past the first overwritten.
+	broken := filepath.Join(dir, "broken.db")
+	s, err := Open(broken, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(300) {
+		if _, err := s.Admit(context.Background(), rec(1, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	b, err := os.ReadFile(broken)
+	if err != nil || len(b) < 8192 {
+		t.Fatalf("database of %d bytes, %v", len(b), err)
+	}
+	for i := 4096; i < len(b); i++ {
+		b[i] = 0x5a
+	}
+	if err := os.WriteFile(broken, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{notDB, broken} {
+		for _, ro := range []bool{false, true} {
+			s, err := Open(p, Options{ReadOnly: ro})
+			if err == nil {
+				s.Close()
+			}
+			if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "backup") {
+				t.Errorf("Open (read only %v) of %s: %v, want ErrDamaged with the fix", ro, filepath.Base(p), err)
+			}
+		}
+		if err := Check(p); !errors.Is(err, ErrDamaged) {
+			t.Errorf("Check of %s: %v, want ErrDamaged", filepath.Base(p), err)
+		}
+	}
+}
+
+// Check passes a sound database and a missing one, and finds damage a
+// read-only open does not: a page deep in the file overwritten.
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	if err := Check(filepath.Join(dir, "missing.db")); err != nil {
+		t.Errorf("Check of a missing database: %v", err)
+	}
+	path := filepath.Join(dir, "inbox.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(2000) {
+		if _, err := s.Admit(context.Background(), rec(1, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	if err := Check(path); err != nil {
+		t.Fatalf("Check of a sound database: %v", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Garble the second half of the file, page by page after the first
+	// quarter of each, so that page headers survive in places.
+	for p := len(b) / 2 / 4096 * 4096; p+4096 <= len(b); p += 4096 {
+		for i := p + 1024; i < p+4096; i++ {
+			b[i] = 0xa5
+		}
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(path); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "backup") {
+		t.Errorf("Check of a database damaged deep in the file: %v, want ErrDamaged with the fix", err)
+	}
+}
