@@ -68,7 +68,7 @@ func (c Checker) FileInfo(path string, fi fs.FileInfo) error {
 		return err
 	}
 	if writableByOthers(fi) {
-		return unsafe(path, "%s is writable by group or others (mode %#o), who could change how this node runs or whom it trusts; fix with: chmod 600 %s", fi.Mode().Perm(), path)
+		return unsafe(path, "%s is writable by group or others (mode %#o), who could change what this node does, holds or trusts; fix with: chmod 600 %s", fi.Mode().Perm(), path)
 	}
 	return nil
 }
