@@ -832,7 +832,7 @@ func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]
 			return false, false, from, RejectUnsolicited
 		}
 		// Responses are not acknowledged; a repeat is dropped.
-		switch r.dedup.reserve(k) {
+		switch out, _ := r.dedup.reserve(k, ownerOf(st)); out {
 		case dedupCommitted, dedupPending:
 			r.duplicates.Add(1)
 			r.observeSt(st, EventDuplicate, &e, peer.Name, size, "")
@@ -857,7 +857,8 @@ func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]
 		return false, fresh, from, ""
 	}
 	// Messages, requests and kinds we do not model are admitted and acked.
-	switch r.dedup.reserve(k) {
+	out, same := r.dedup.reserve(k, ownerOf(st))
+	switch out {
 	case dedupNew:
 		claimed, ok := r.claimPeerRoom(st, e.From)
 		if !ok {
@@ -884,6 +885,15 @@ func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]
 	case dedupPending:
 		// The first copy's admission is still running and may yet fail:
 		// acking now could ack something never stored.
+		if same {
+			// The first came on this connection: its ack, which
+			// names the same id, answers this copy too (or, if it
+			// fails, the connection closes and the sender sends
+			// again). The frames behind it go on.
+			r.duplicates.Add(1)
+			r.observeSt(st, EventDuplicate, &e, peer.Name, size, "")
+			return false, false, from, ""
+		}
 		r.observeSt(st, EventRefused, &e, peer.Name, size, RejectInFlight)
 		return false, false, from, RejectInFlight
 	}

@@ -220,10 +220,12 @@ type Router struct {
 	conns     map[net.Conn]*inConn // inbound
 	links     map[identity.PeerID]*link
 
-	dedup    dedup
-	reqs     requests
-	reqKey   [sha256.Size]byte // keys the tags of request ids (requestid.go)
-	lastSeen sync.Map          // identity.PeerID → *atomic.Int64, Unix nanoseconds of its last valid envelope
+	dedup dedup
+	// connSerial numbers the inbound connections (inConn.serial).
+	connSerial atomic.Uint64
+	reqs       requests
+	reqKey     [sha256.Size]byte // keys the tags of request ids (requestid.go)
+	lastSeen   sync.Map          // identity.PeerID → *atomic.Int64, Unix nanoseconds of its last valid envelope
 
 	accepted, duplicates, acksSent atomic.Uint64
 	batchVerified                  atomic.Uint64 // envelopes whose signatures were checked in batches
@@ -418,6 +420,17 @@ type inConn struct {
 	// acksOK says the peer takes acks kinds on this connection: one of
 	// its envelopes carried wire.Envelope.AcksHint.
 	acksOK atomic.Bool
+	// serial numbers the connection (from 1; 0 for a relay stand-in), so
+	// that the duplicate filter knows a copy its own connection admits.
+	serial uint64
+}
+
+// ownerOf is st's serial, 0 for none.
+func ownerOf(st *inConn) uint64 {
+	if st == nil {
+		return 0
+	}
+	return st.serial
 }
 
 // authenticate marks st authenticated by a new envelope from peer, the
@@ -512,7 +525,7 @@ func (r *Router) track(c net.Conn) (*inConn, bool) {
 		delete(r.conns, victim)
 		victim.Close()
 	}
-	st := &inConn{since: time.Now()}
+	st := &inConn{since: time.Now(), serial: r.connSerial.Add(1)}
 	st.active.Store(st.since.UnixNano())
 	r.conns[c] = st
 	r.wg.Add(1)
@@ -648,6 +661,7 @@ type dedupKey struct {
 type dedupEntry struct {
 	slot      int // ring position, so a reused slot only evicts its own key
 	committed bool
+	owner     uint64 // the serial of the connection admitting it (0: none)
 }
 
 // Outcomes of dedup.reserve.
@@ -664,29 +678,31 @@ func (d *dedup) init(n int) {
 	d.max = n
 }
 
-// reserve records k as pending if it is new.
-func (d *dedup) reserve(k dedupKey) int {
+// reserve records k as pending if it is new, admitted by the connection
+// whose serial is owner (0: none). For a key pending, same says whether
+// owner admits it.
+func (d *dedup) reserve(k dedupKey, owner uint64) (outcome int, same bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if e, ok := d.seen[k]; ok {
 		if e.committed {
-			return dedupCommitted
+			return dedupCommitted, false
 		}
-		return dedupPending
+		return dedupPending, owner != 0 && e.owner == owner
 	}
 	if len(d.ring) < d.max {
-		d.seen[k] = dedupEntry{slot: len(d.ring)}
+		d.seen[k] = dedupEntry{slot: len(d.ring), owner: owner}
 		d.ring = append(d.ring, k)
-		return dedupNew
+		return dedupNew, false
 	}
 	old := d.ring[d.next]
 	if e, ok := d.seen[old]; ok && e.slot == d.next {
 		delete(d.seen, old)
 	}
 	d.ring[d.next] = k
-	d.seen[k] = dedupEntry{slot: d.next}
+	d.seen[k] = dedupEntry{slot: d.next, owner: owner}
 	d.next = (d.next + 1) % len(d.ring)
-	return dedupNew
+	return dedupNew, false
 }
 
 // commit marks k stored.

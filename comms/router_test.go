@@ -586,6 +586,72 @@ func TestAsyncAdmissionReadsAhead(t *testing.T) {
 	}
 }
 
+// reserved is d.reserve(k) for no connection.
+func reserved(d *dedup, k dedupKey) int {
+	out, _ := d.reserve(k, 0)
+	return out
+}
+
+// A copy pending on one connection is that connection's: same only for
+// the connection that reserved it, never for none (0).
+func TestDedupOwner(t *testing.T) {
+	var d dedup
+	d.init(4)
+	var k dedupKey
+	k.id[0] = 1
+	if out, _ := d.reserve(k, 7); out != dedupNew {
+		t.Fatal("not new")
+	}
+	for _, c := range []struct {
+		owner uint64
+		same  bool
+	}{{7, true}, {8, false}, {0, false}} {
+		if out, same := d.reserve(k, c.owner); out != dedupPending || same != c.same {
+			t.Errorf("reserve by %d: %d, same %v; want pending, same %v", c.owner, out, same, c.same)
+		}
+	}
+	d.commit(k)
+	if out, same := d.reserve(k, 7); out != dedupCommitted || same {
+		t.Errorf("after commit: %d, %v", out, same)
+	}
+}
+
+// A sender that writes the same envelope again behind itself, in one
+// burst, while the first copy is still being stored: the copies are not
+// acked themselves (the first's ack names the same id), the connection
+// stays open, and the envelope behind them is admitted and acked.
+func TestDuplicateInBurstWhileAdmitting(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	g := &gatedInbox{gate: make(chan struct{})}
+	a, b := pair(t, "uds", Options{Inbox: g})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(g.gate) }) }
+	t.Cleanup(open) // before the routers close, which wait for admissions
+	x := sealEnv(t, a.kp, b.kp.ID(), wire.Message("x"))
+	y := sealEnv(t, a.kp, b.kp.ID(), wire.Message("y"))
+	var burst []byte
+	for _, e := range []wire.Envelope{x, x, x, y} {
+		burst = append(burst, frameOf(t, e)...)
+	}
+	c := dialRaw(t, b)
+	writeRaw(t, c, burst)
+	testutil.WaitFor(t, 10*time.Second, "both admissions to start", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.started == 2
+	})
+	open()
+	readAck(t, c, b.kp.ID(), a.kp.ID(), x.ID)
+	readAck(t, c, b.kp.ID(), a.kp.ID(), y.ID)
+	if st := b.r.Stats(); st.Rejected[RejectInFlight] != 0 || st.Duplicates != 2 || st.Accepted != 2 {
+		t.Errorf("in_flight refusals %d, duplicates %d, accepted %d; want 0, 2, 2", st.Rejected[RejectInFlight], st.Duplicates, st.Accepted)
+	}
+	// Still open: another envelope is acked on it.
+	z := sealEnv(t, a.kp, b.kp.ID(), wire.Message("z"))
+	writeRaw(t, c, frameOf(t, z))
+	readAck(t, c, b.kp.ID(), a.kp.ID(), z.ID)
+}
+
 // The duplicate filter holds the last n keys, growing to n as keys
 // arrive, then forgetting the oldest first.
 func TestDedupWindow(t *testing.T) {
@@ -593,21 +659,21 @@ func TestDedupWindow(t *testing.T) {
 	d.init(3)
 	key := func(i byte) dedupKey { var k dedupKey; k.id[0] = i; return k }
 	for i := range byte(3) {
-		if d.reserve(key(i)) != dedupNew {
+		if reserved(&d, key(i)) != dedupNew {
 			t.Fatalf("key %d not new", i)
 		}
 		d.commit(key(i))
 	}
-	if len(d.ring) != 3 || d.reserve(key(0)) != dedupCommitted {
+	if len(d.ring) != 3 || reserved(&d, key(0)) != dedupCommitted {
 		t.Fatalf("ring %d, key 0 not remembered", len(d.ring))
 	}
-	if d.reserve(key(3)) != dedupNew { // evicts key 0
+	if reserved(&d, key(3)) != dedupNew { // evicts key 0
 		t.Fatal("key 3 not new")
 	}
-	if d.reserve(key(0)) != dedupNew {
+	if reserved(&d, key(0)) != dedupNew {
 		t.Fatal("key 0 still remembered past the window")
 	}
-	if d.reserve(key(2)) == dedupNew || len(d.ring) != 3 || len(d.seen) != 3 {
+	if reserved(&d, key(2)) == dedupNew || len(d.ring) != 3 || len(d.seen) != 3 {
 		t.Fatalf("window broken: ring %d, seen %d", len(d.ring), len(d.seen))
 	}
 }
