@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -513,6 +514,46 @@ func TestStrangersShareFrameMemory(t *testing.T) {
 	testutil.WaitFor(t, 30*time.Second, "the strangers' memory to come back", func() bool {
 		return b.r.strangers.Free() == full
 	})
+}
+
+// A connection authenticated by an envelope whose admission settles
+// after its reader went back to wait (ackLoop authenticates it, then
+// acks) is no longer charged to the strangers' budget: a large envelope
+// its peer sends on seeing the ack goes through while strangers hold the
+// whole budget.
+func TestAuthenticatedWhileWaitingLeavesBudget(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const frame = 128 << 10
+	const sent = 100 << 10
+	const charge = frame - 64<<10
+	g := &gatedInbox{gate: make(chan struct{})}
+	a, b := pair(t, "uds", Options{MaxMessageBytes: frame, Inbox: g})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(g.gate) }) }
+	t.Cleanup(open)
+	c := dialRaw(t, b)
+	first := sealEnv(t, a.kp, b.kp.ID(), wire.Message("first"))
+	writeRaw(t, c, frameOf(t, first))
+	testutil.WaitFor(t, 10*time.Second, "the first admission to start", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.started == 1
+	})
+	open() // ackLoop settles it: authenticates the connection, then acks
+	readAck(t, c, b.kp.ID(), a.kp.ID(), first.ID)
+	partial := append(binary.BigEndian.AppendUint32(nil, frame), bytes.Repeat([]byte{0xa5}, sent)...)
+	for range strangerFrames*frame/charge + 1 {
+		writeRaw(t, dialRaw(t, b), partial)
+	}
+	testutil.WaitFor(t, 30*time.Second, "the strangers to hold the budget", func() bool {
+		return b.r.strangers.Free() < charge
+	})
+	large := sealEnv(t, a.kp, b.kp.ID(), wire.Message(string(bytes.Repeat([]byte("L"), sent))))
+	writeRaw(t, c, frameOf(t, large))
+	readAck(t, c, b.kp.ID(), a.kp.ID(), large.ID)
+	if n := b.r.Stats().Rejected[RejectOverload]; n != 1 {
+		t.Errorf("overload refusals %d, want 1 (the stranger past the budget)", n)
+	}
 }
 
 // The spec vector "A message" (key A to key B), sent the Rust way — one

@@ -116,14 +116,21 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		return !isTLS || !r.pollTLS(c, fr)
 	}
 	budgeted := st.tlsPeer.IsZero() // openConn gave fr the strangers' budget
-	for {
+	unbudget := func() {
 		if budgeted && st.authed.Load() {
 			fr.SetBudget(nil) // a trusted peer now: its frames are its own
 			budgeted = false
 		}
+	}
+	for {
+		unbudget()
 		if !r.awaitFrame(c, fr, st, &stopped) {
 			return
 		}
+		// Again: ackLoop may have authenticated the connection while we
+		// waited (its admission settled after we looked), and the peer
+		// may have sent this frame on seeing the ack.
+		unbudget()
 		batch, ok = r.readBatch(c, fr, st, &stopped, batch[:0])
 		if !ok {
 			return // ackLoop cut the frame short; it is not the peer's fault
