@@ -556,6 +556,23 @@ func TestAuthenticatedWhileWaitingLeavesBudget(t *testing.T) {
 	}
 }
 
+// A sealed envelope on a direct link, from a trusted peer and validly
+// signed, is refused (sealed): boxes travel only through the relay,
+// which opens them; on a socket it would be stored unopened.
+func TestSealedOnSocketRefused(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	a, b := pair(t, "uds", Options{})
+	c := dialRaw(t, b)
+	writeRaw(t, c, frameOf(t, sealEnv(t, a.kp, b.kp.ID(), wire.SealedKind([]byte("not a real box, but signed")))))
+	expectClosedNoAck(t, c)
+	if n := b.r.Stats().Rejected[RejectSealed]; n != 1 {
+		t.Errorf("sealed refusals %d, want 1", n)
+	}
+	if n := b.r.Inbox().Len(); n != 0 {
+		t.Errorf("the inbox holds %d items, want none", n)
+	}
+}
+
 // The spec vector "A message" (key A to key B), sent the Rust way — one
 // envelope per connection — to a Router holding key B, is acknowledged
 // with an ack from B to A and delivered with its unmodelled fields intact.

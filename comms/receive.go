@@ -815,6 +815,12 @@ func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]
 		r.observeSt(st, EventRefused, &e, peer.Name, size, RejectBadSignature)
 		return false, false, from, RejectBadSignature
 	}
+	if _, sealed := e.Kind.Box(); sealed {
+		// Boxes travel only through the relay, which opens them before
+		// they get here: one on a socket would be stored unopened.
+		r.observeSt(st, EventRefused, &e, peer.Name, size, RejectSealed)
+		return false, false, from, RejectSealed
+	}
 	r.seen(e.From)
 	isAck := e.Kind.Type() == wire.TypeAck || e.Kind.Type() == wire.TypeAcks
 	if !isAck && st != nil {
