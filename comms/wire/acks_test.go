@@ -89,6 +89,11 @@ func TestAcksHint(t *testing.T) {
 		{"version 2", withHint(un(2)), false},
 		{"true", withHint(h("f5")), false},
 		{"text", withHint(tx("1")), false},
+		{"version 1, a longer head", withHint(h("1801")), true},
+		{"version 1, an eight-byte head", withHint(h("1b0000000000000001")), true},
+		{"float 1.0", withHint(h("f93c00")), false},
+		{"negative", withHint(h("20")), false},
+		{"version 1 in a tag", withHint(h("c101")), false},
 		{"first member", cat(h("a6"), tx("acks"), un(1), plain[1:]), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

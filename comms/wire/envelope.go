@@ -364,9 +364,14 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 		}
 		if bit == 0 {
 			if key == acksHintKey {
-				// Version 1, in its shortest form; anything else is
-				// a hint this node does not know.
-				e.AcksHint = d.off < len(d.src) && d.src[d.off] == majorUint<<5|acksHintVersion
+				// Version 1: the unsigned integer, in any length of
+				// head (as everywhere on input); anything else is a
+				// hint this node does not know. The value is read
+				// again below, as any unknown key's.
+				at := d.off
+				major, _, arg, err := d.head()
+				e.AcksHint = err == nil && major == majorUint && arg == acksHintVersion
+				d.off = at
 			}
 			dup := false
 			if unknownSet != nil {
