@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // A missing database is made whole: no temporary file is left, and
@@ -48,6 +49,38 @@ func TestOpenCreatesWhole(t *testing.T) {
 		if strings.Contains(e.Name(), ".new-") {
 			t.Errorf("left behind: %s", e.Name())
 		}
+	}
+}
+
+// A create that crashed leaves its temporary file: the next create
+// removes one older than a minute, not a younger one (a create running
+// now), in a directory whose name glob would misread.
+func TestCreateRemovesStaleLeftovers(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a[b]*?")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "inbox.db")
+	stale, fresh := path+".new-0000000000000001", path+".new-0000000000000002"
+	for _, p := range []string{stale, fresh} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * time.Minute)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stale leftover is still there: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a young temporary file was removed: %v", err)
 	}
 }
 

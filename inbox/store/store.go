@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -493,6 +494,15 @@ func newStore(db *sql.DB, opts Options, path string) *Store {
 // So a database file Open made is never empty, and an empty one is
 // refused (ErrEmptyFile) instead of taken for a new store.
 func create(path string, opts Options) error {
+	// What a create that crashed left (an older one: a create running
+	// now is never that slow).
+	if old, _ := filepath.Glob(globEscape(path) + ".new-*"); len(old) > 0 {
+		for _, p := range old {
+			if fi, err := os.Lstat(p); err == nil && time.Since(fi.ModTime()) > time.Minute {
+				os.Remove(p)
+			}
+		}
+	}
 	var b [8]byte
 	rand.Read(b[:])
 	tmp := path + ".new-" + hex.EncodeToString(b[:])
@@ -523,6 +533,11 @@ func create(path string, opts Options) error {
 		return err
 	}
 	return nil
+}
+
+// globEscape escapes the characters filepath.Match gives a meaning.
+func globEscape(p string) string {
+	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`).Replace(p)
 }
 
 // checkNotEmpty refuses an empty database file ([ErrEmptyFile]).
