@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -43,6 +44,32 @@ func TestOpenCreatesWhole(t *testing.T) {
 	defer ro.Close()
 	if got, err := ro.Len(); err != nil || got != 1 {
 		t.Errorf("a later open sees %d items, %v; want the one admitted", got, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".new-") {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}
+
+// On a file system without hard links the new database is renamed
+// into place.
+func TestCreateWithoutHardLinks(t *testing.T) {
+	link = func(string, string) error { return &os.LinkError{Op: "link", Err: syscall.EPERM} }
+	t.Cleanup(func() { link = os.Link })
+	dir := t.TempDir()
+	path := filepath.Join(dir, "inbox.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatalf("Open without hard links: %v", err)
+	}
+	if _, err := s.Admit(context.Background(), rec(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("database after a rename: %v, %v", fi, err)
 	}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {

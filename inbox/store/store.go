@@ -529,11 +529,21 @@ func create(path string, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
+	if err := link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		// A file system without hard links: a rename, unless another
+		// create got there first.
+		if _, lerr := os.Lstat(path); lerr == nil {
+			return nil
+		}
+		if rerr := os.Rename(tmp, path); rerr != nil {
+			return fmt.Errorf("%w; rename: %w", err, rerr)
+		}
 	}
 	return nil
 }
+
+// link is os.Link (tests replace it).
+var link = os.Link
 
 // globEscape escapes the characters filepath.Match gives a meaning.
 func globEscape(p string) string {
