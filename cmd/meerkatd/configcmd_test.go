@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -270,5 +271,19 @@ func TestConfigCheckDatabase(t *testing.T) {
 		if b, _ := os.ReadFile(db); string(b) != string(c.content) {
 			t.Errorf("the %s file was changed", c.want)
 		}
+	}
+	// A -wal without its database.
+	os.Remove(db)
+	if err := os.WriteFile(db+"-wal", []byte(strings.Repeat("log ", 100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"config check", "run", "inbox"} {
+		code, _, errOut := run(t, nil, append(strings.Fields(cmd), "--home", home)...)
+		if code != exitError || !strings.Contains(errOut, "missing but its -wal file is there") || !strings.HasSuffix(strings.TrimSpace(errOut), "(bad_config)") {
+			t.Errorf("%s with a -wal alone: code %d, stderr %q", cmd, code, errOut)
+		}
+	}
+	if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a database was made beside the -wal: %v", err)
 	}
 }

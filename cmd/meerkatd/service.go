@@ -20,7 +20,7 @@ func runService(e *env, args []string) error {
 	sub, args := splitSub(args)
 	flags := e.newFlags("service")
 	homeFlag := e.homeFlag(flags)
-	force := flags.Bool("force", false, "with install: replace a different unit; with uninstall: remove a unit install did not write")
+	force := flags.Bool("force", false, "with install: replace a different unit; with uninstall: remove the unit even if install did not write it, it runs another home or it is enabled (with the links that enable it)")
 	name := systemdunit.DefaultName
 	flags.Func("unit", "the unit's `NAME` (default meerkatd): another for each further home", func(s string) error { _, err := systemdunit.FileName(s); name = s; return err })
 	if err := parseNoArgs(e, flags, args); err != nil {

@@ -182,7 +182,7 @@ func TestServiceInstall(t *testing.T) {
 		t.Fatalf("uninstall of an enabled unit removed it: %v", err)
 	}
 	r := n.wantCode(exitOK, nil, "service", "uninstall", "--force")
-	if !strings.Contains(r.stdout, "removed "+path+" and its link") || !strings.Contains(r.stdout, "daemon-reload") {
+	if !strings.Contains(r.stdout, "removed "+path+" and the links that enabled it") || !strings.Contains(r.stdout, "daemon-reload") {
 		t.Errorf("uninstall --force of an enabled unit: %s", r)
 	}
 	if _, err := os.Lstat(link); !errors.Is(err, os.ErrNotExist) {

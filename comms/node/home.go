@@ -364,8 +364,9 @@ func namesOverride(err error, overrides map[string]string) bool {
 // directory exists), the identity (identity.key, and
 // identity.pub matching it), the audit log (when enabled: a regular file
 // if present), the trusted peers file, the spaces file, the files [nats]
-// names and, in sqlite mode, the database (store.Check: it opens, and
-// SQLite finds no damage), each as the node reads it. It returns the
+// names and, in sqlite mode, the database (store.Check: it opens, and,
+// with no daemon serving the home, SQLite finds no damage), each as the
+// node reads it. It returns the
 // path of meerkat.toml.
 func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []string, ignore ...string) (string, error) {
 	path := filepath.Join(dir, config.FileName)
@@ -410,7 +411,15 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 		err = checkNATSFiles(cfg.NATS, dir)
 	}
 	if err == nil && cfg.Store.Mode == config.StoreSQLite {
-		err = store.Check(filepath.Join(dir, DBFileName))
+		// quick_check reads the whole file under one snapshot, which
+		// would hold up a running daemon's checkpoints: with a daemon
+		// serving the home, the database is only opened.
+		thorough := false
+		if unlock, lerr := LockHome(dir); lerr == nil {
+			unlock()
+			thorough = true
+		}
+		err = store.Check(filepath.Join(dir, DBFileName), thorough)
 	}
 	if err == nil {
 		err = errors.Join(config.UnknownEnv(environ, ignore...)...)

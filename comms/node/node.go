@@ -168,9 +168,10 @@ func openMail(h *Home, log *slog.Logger, mode Mode) (mailStore, error) {
 }
 
 // storeError codes an error opening the home's database: a file that is
-// empty or damaged is [CodeBadConfig], as config check reports it.
+// empty, damaged, of a newer build or a -wal without its database is
+// [CodeBadConfig], as config check reports it.
 func storeError(err error) error {
-	if errors.Is(err, store.ErrEmptyFile) || errors.Is(err, store.ErrDamaged) {
+	if errors.Is(err, store.ErrEmptyFile) || errors.Is(err, store.ErrDamaged) || errors.Is(err, store.ErrOrphanWAL) || errors.Is(err, store.ErrNewerSchema) {
 		return badConfig(err)
 	}
 	return err

@@ -53,6 +53,65 @@ func TestOpenCreatesWhole(t *testing.T) {
 	}
 }
 
+// A -wal file left without its database is not replayed into a new one:
+// Open and Check refuse it, saying what to do, and leave it.
+func TestOpenRefusesOrphanWAL(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "inbox.db")
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(200) {
+		if _, err := s.Admit(context.Background(), rec(1, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wal, err := os.ReadFile(path + "-wal") // while open: the log holds the admissions
+	if err != nil || len(wal) == 0 {
+		t.Fatalf("no log to copy: %d bytes, %v", len(wal), err)
+	}
+	s.Close()
+	os.Remove(path)
+	os.Remove(path + "-shm")
+	if err := os.WriteFile(path+"-wal", wal, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(path, Options{}); !errors.Is(err, ErrOrphanWAL) || !strings.Contains(err.Error(), "move the -wal") {
+		if err == nil {
+			n, _ := s.Len()
+			s.Close()
+			t.Fatalf("Open with an orphan -wal made a store of %d items", n)
+		}
+		t.Fatalf("Open with an orphan -wal: %v, want ErrOrphanWAL", err)
+	}
+	if err := Check(path, true); !errors.Is(err, ErrOrphanWAL) {
+		t.Errorf("Check with an orphan -wal: %v", err)
+	}
+	if s, err := Open(path, Options{ReadOnly: true}); !errors.Is(err, ErrOrphanWAL) {
+		if err == nil {
+			s.Close()
+		}
+		t.Errorf("read-only Open with an orphan -wal: %v", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a database was made: %v", err)
+	}
+	if b, _ := os.ReadFile(path + "-wal"); len(b) != len(wal) {
+		t.Errorf("the -wal file was changed: %d bytes, was %d", len(b), len(wal))
+	}
+	// Moved aside, as the error says: a new, empty store.
+	os.Remove(path + "-wal")
+	s2, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if n, _ := s2.Len(); n != 0 {
+		t.Errorf("new store holds %d items", n)
+	}
+}
+
 // On a file system without hard links the new database is renamed
 // into place.
 func TestCreateWithoutHardLinks(t *testing.T) {
@@ -173,7 +232,7 @@ func TestOpenDamaged(t *testing.T) {
 				t.Errorf("Open (read only %v) of %s: %v, want ErrDamaged with the fix", ro, filepath.Base(p), err)
 			}
 		}
-		if err := Check(p); !errors.Is(err, ErrDamaged) {
+		if err := Check(p, true); !errors.Is(err, ErrDamaged) {
 			t.Errorf("Check of %s: %v, want ErrDamaged", filepath.Base(p), err)
 		}
 	}
@@ -183,7 +242,7 @@ func TestOpenDamaged(t *testing.T) {
 // read-only open does not: a page deep in the file overwritten.
 func TestCheck(t *testing.T) {
 	dir := t.TempDir()
-	if err := Check(filepath.Join(dir, "missing.db")); err != nil {
+	if err := Check(filepath.Join(dir, "missing.db"), true); err != nil {
 		t.Errorf("Check of a missing database: %v", err)
 	}
 	path := filepath.Join(dir, "inbox.db")
@@ -197,7 +256,7 @@ func TestCheck(t *testing.T) {
 		}
 	}
 	s.Close()
-	if err := Check(path); err != nil {
+	if err := Check(path, true); err != nil {
 		t.Fatalf("Check of a sound database: %v", err)
 	}
 	b, err := os.ReadFile(path)
@@ -214,7 +273,7 @@ func TestCheck(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := Check(path); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "backup") {
+	if err := Check(path, true); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "backup") {
 		t.Errorf("Check of a database damaged deep in the file: %v, want ErrDamaged with the fix", err)
 	}
 }

@@ -53,13 +53,17 @@ var (
 	// ErrDamaged means SQLite found the database file damaged (or not a
 	// database at all).
 	ErrDamaged = errors.New("store: the database is damaged")
+	// ErrOrphanWAL means the database file is missing but its -wal file
+	// is there: a new database would take the log's pages in.
+	ErrOrphanWAL = errors.New("store: the database file is missing but its -wal file is there")
 )
 
-// emptyFix and damagedFix say what to do about ErrEmptyFile and
-// ErrDamaged.
+// emptyFix, damagedFix and orphanFix say what to do about ErrEmptyFile,
+// ErrDamaged and ErrOrphanWAL.
 const (
 	emptyFix   = "was a copy or a restore cut short? Restore it from a backup, or remove it (with its -wal and -shm files) to start with an empty store: the inbox, the outbox and the memory of the envelopes already received then start empty"
 	damagedFix = "restore it and its -wal file from a backup, or move them aside to start with an empty store: the inbox, the outbox and the memory of the envelopes already received then start empty"
+	orphanFix  = "restore the database (the -wal file holds only its latest changes), or move the -wal and -shm files aside to start with an empty store"
 )
 
 // Defaults for zero Options fields.
@@ -424,6 +428,11 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		// SQLite would replay a -wal left without its database into the
+		// new one: another database's pages, or a damaged log's.
+		if fi, err := os.Lstat(path + "-wal"); err == nil && fi.Size() > 0 {
+			return nil, fmt.Errorf("store: open %s: %w: %s", path, ErrOrphanWAL, orphanFix)
+		}
 		if err := create(path, opts); err != nil {
 			return nil, fmt.Errorf("store: create %s: %w", path, err)
 		}
@@ -695,6 +704,9 @@ func shareKey(sender []byte) string {
 // openReadOnly is Open with opts.ReadOnly: no committer runs.
 func openReadOnly(path string, opts Options) (*Store, error) {
 	if _, err := os.Stat(path); err != nil {
+		if fi, werr := os.Lstat(path + "-wal"); errors.Is(err, fs.ErrNotExist) && werr == nil && fi.Size() > 0 {
+			return nil, fmt.Errorf("store: open %s: %w: %s", path, ErrOrphanWAL, orphanFix)
+		}
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
 	if err := checkFiles(path); err != nil {
@@ -735,13 +747,19 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 }
 
 // Check reads the database at path as a read-only Open does (a missing
-// file is fine: Open creates it) and has SQLite check its structure
+// file is fine, Open creates it, unless its -wal file is there:
+// [ErrOrphanWAL]) and, if thorough, has SQLite check its structure
 // (quick_check): nil, or an error saying what is wrong and, for
-// [ErrEmptyFile] and [ErrDamaged], what to do. A database of an older
-// schema passes: a writing Open upgrades it. It reads every page, so it
-// takes time in proportion to the file's size.
-func Check(path string) error {
+// [ErrEmptyFile], [ErrDamaged] and [ErrOrphanWAL], what to do. A database
+// of an older schema passes: a writing Open upgrades it. The thorough
+// check reads every page, so it takes time in proportion to the file's
+// size, holding one read snapshot all along: a writer's checkpoint that
+// must wait for readers waits for it.
+func Check(path string, thorough bool) error {
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		if fi, err := os.Lstat(path + "-wal"); err == nil && fi.Size() > 0 {
+			return fmt.Errorf("store: check %s: %w: %s", path, ErrOrphanWAL, orphanFix)
+		}
 		return nil
 	}
 	s, err := Open(path, Options{ReadOnly: true})
@@ -752,6 +770,9 @@ func Check(path string) error {
 		return err
 	}
 	defer s.Close()
+	if !thorough {
+		return nil
+	}
 	var verdict string
 	if err := s.db.QueryRow(`PRAGMA quick_check(1)`).Scan(&verdict); err != nil {
 		return openError(path, err)

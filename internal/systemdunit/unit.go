@@ -146,19 +146,28 @@ func StopFirst(path string) string {
 }
 
 // Removed is what uninstall says once it removed the unit at path (and,
-// when wasEnabled, its link in default.target.wants).
+// when wasEnabled, the links that enabled it).
 func Removed(path string, wasEnabled bool) string {
 	name := strings.TrimSuffix(filepath.Base(path), ".service")
 	if wasEnabled {
-		return "removed " + path + " and its link in default.target.wants\nif it still runs, stop it: systemctl --user stop " + name + "\nthen: systemctl --user daemon-reload"
+		return "removed " + path + " and the links that enabled it\nif it still runs, stop it: systemctl --user stop " + name + "\nthen: systemctl --user daemon-reload"
 	}
 	return "removed " + path + "\nif it still runs, stop it: systemctl --user stop " + name
 }
 
-// wantsLink is where `systemctl --user enable` links the unit at path
-// (its [Install] section: WantedBy=default.target).
-func wantsLink(path string) string {
-	return filepath.Join(filepath.Dir(path), "default.target.wants", filepath.Base(path))
+// enabledLinks are the links by which the unit at path is enabled in its
+// directory: `systemctl --user enable` makes one in the .wants (or
+// .requires) directory of each target its [Install] section names
+// (default.target for the unit install writes; an edited unit may name
+// others).
+func enabledLinks(path string) []string {
+	dir := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`).Replace(filepath.Dir(path))
+	var links []string
+	for _, kind := range []string{"*.wants", "*.requires"} {
+		m, _ := filepath.Glob(filepath.Join(dir, kind, filepath.Base(path)))
+		links = append(links, m...)
+	}
+	return links
 }
 
 // Executable is the absolute path of the running executable, symbolic
@@ -347,8 +356,9 @@ func WriteFile(path, text string, force bool) error {
 // returns an error wrapping ErrNotInstalled when there is none. With
 // home (not ""), a unit install wrote for another home is kept unless
 // force: the error wraps ErrOtherHome and names both. An enabled unit
-// (linked from default.target.wants) is kept unless force, which also
-// removes the link: the error wraps ErrEnabled and says to disable it.
+// (linked from a target's .wants or .requires directory beside it) is
+// kept unless force, which also removes the links: the error wraps
+// ErrEnabled, names them and says to disable it.
 func Uninstall(path, home string, force bool, w io.Writer) error {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -363,20 +373,18 @@ func Uninstall(path, home string, force bool, w io.Writer) error {
 	if other, ok := homeOf(string(b)); ok && !force && home != "" && other != home {
 		return fmt.Errorf("%w: %s runs the node of home %s, not %s; name this home's unit with --unit, or remove that one with --force", ErrOtherHome, path, other, home)
 	}
-	link := wantsLink(path)
-	_, err = os.Lstat(link)
-	enabled := err == nil
-	if enabled && !force {
-		return fmt.Errorf("%w: %s; %s", ErrEnabled, path, StopFirst(path))
+	links := enabledLinks(path)
+	if len(links) > 0 && !force {
+		return fmt.Errorf("%w (%s): %s; %s", ErrEnabled, strings.Join(links, ", "), path, StopFirst(path))
 	}
 	if err := os.Remove(path); err != nil {
 		return err
 	}
-	if enabled {
-		if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
+	for _, l := range links {
+		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
-	fmt.Fprintln(w, Removed(path, enabled))
+	fmt.Fprintln(w, Removed(path, len(links) > 0))
 	return nil
 }

@@ -219,10 +219,22 @@ func TestWriteFileUninstall(t *testing.T) {
 	if err := Uninstall(path, "/home/b/.config/meerkat", false, &said); !errors.Is(err, ErrOtherHome) || said.Len() != 0 {
 		t.Fatalf("Uninstall for another home: %v, said %q; want ErrOtherHome, nothing said", err, said.String())
 	}
-	// Enabled: kept unless force, which removes the link too.
+	// Enabled: kept unless force, which removes the links too (one
+	// from default.target, one from a target an edited unit named).
 	link := filepath.Join(filepath.Dir(path), "default.target.wants", Name)
-	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-		t.Fatal(err)
+	other := filepath.Join(filepath.Dir(path), "graphical-session.target.wants", Name)
+	for _, l := range []string{link, other} {
+		if err := os.MkdirAll(filepath.Dir(l), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(path, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Only the other target's link: still enabled.
+	os.Remove(link)
+	if err := Uninstall(path, "/home/a/.config/meerkat", false, &said); !errors.Is(err, ErrEnabled) || !strings.Contains(err.Error(), "graphical-session.target.wants") {
+		t.Fatalf("Uninstall of a unit enabled under another target: %v", err)
 	}
 	if err := os.Symlink(path, link); err != nil {
 		t.Fatal(err)
@@ -233,10 +245,12 @@ func TestWriteFileUninstall(t *testing.T) {
 	if err := Uninstall(path, "/home/a/.config/meerkat", true, &said); err != nil || !strings.Contains(said.String(), "daemon-reload") {
 		t.Fatalf("Uninstall --force of an enabled unit: %v, said %q", err, said.String())
 	}
-	if _, err := os.Lstat(link); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the link is left: %v", err)
+	for _, l := range []string{link, other} {
+		if _, err := os.Lstat(l); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the link %s is left: %v", l, err)
+		}
+		os.Remove(filepath.Dir(l))
 	}
-	os.Remove(filepath.Dir(link))
 	if err := WriteFile(path, ours, false); err != nil {
 		t.Fatal(err)
 	}
