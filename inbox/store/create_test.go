@@ -138,7 +138,7 @@ func TestCreateWithoutHardLinks(t *testing.T) {
 	}
 }
 
-// A create that crashed leaves its temporary file: the next create
+// A create that crashed leaves its temporary file: the next Open
 // removes one older than a minute, not a younger one (a create running
 // now), in a directory whose name glob would misread.
 func TestCreateRemovesStaleLeftovers(t *testing.T) {
@@ -164,6 +164,21 @@ func TestCreateRemovesStaleLeftovers(t *testing.T) {
 	s.Close()
 	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the stale leftover is still there: %v", err)
+	}
+	// Also when the database exists (a create that crashed after
+	// linking left a second name of it).
+	if err := os.Link(path, stale); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(path, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the leftover beside an existing database is still there: %v", err)
 	}
 	if _, err := os.Stat(fresh); err != nil {
 		t.Errorf("a young temporary file was removed: %v", err)

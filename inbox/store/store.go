@@ -427,6 +427,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := checkFiles(path); err != nil {
 		return nil, err
 	}
+	removeLeftovers(path)
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		// SQLite would replay a -wal left without its database into the
 		// new one: another database's pages, or a damaged log's.
@@ -503,15 +504,6 @@ func newStore(db *sql.DB, opts Options, path string) *Store {
 // So a database file Open made is never empty, and an empty one is
 // refused (ErrEmptyFile) instead of taken for a new store.
 func create(path string, opts Options) error {
-	// What a create that crashed left (an older one: a create running
-	// now is never that slow).
-	if old, _ := filepath.Glob(globEscape(path) + ".new-*"); len(old) > 0 {
-		for _, p := range old {
-			if fi, err := os.Lstat(p); err == nil && time.Since(fi.ModTime()) > time.Minute {
-				os.Remove(p)
-			}
-		}
-	}
 	var b [8]byte
 	rand.Read(b[:])
 	tmp := path + ".new-" + hex.EncodeToString(b[:])
@@ -553,6 +545,18 @@ func create(path string, opts Options) error {
 
 // link is os.Link (tests replace it).
 var link = os.Link
+
+// removeLeftovers removes what a create that crashed left beside path:
+// its temporary files (an older one: a create running now is never that
+// slow), or a second name of the database if it crashed after linking.
+func removeLeftovers(path string) {
+	old, _ := filepath.Glob(globEscape(path) + ".new-*")
+	for _, p := range old {
+		if fi, err := os.Lstat(p); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			os.Remove(p)
+		}
+	}
+}
 
 // globEscape escapes the characters filepath.Match gives a meaning.
 func globEscape(p string) string {
