@@ -222,15 +222,43 @@ func runConfig(e *env, args []string) error {
 		environ = e.environ()
 	}
 	path, err := node.CheckConfig(dir, e.lookupEnv, environ, "MEERKAT_HOME")
-	if done, err := e.jsonDone(*asJSON, map[string]any{"ok": true, "config": path}, err); done {
+	out := map[string]any{"ok": true, "config": path}
+	note := ""
+	if err == nil && servedSQLite(e, dir) {
+		note = dbOpenedNote
+		out["note"] = note
+	}
+	if done, err := e.jsonDone(*asJSON, out, err); done {
 		return err
 	}
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		fmt.Fprintf(e.stdout, "ok: %s (absent: the defaults apply)\n", path)
-		return nil
+	} else {
+		fmt.Fprintf(e.stdout, "ok: %s\n", path)
 	}
-	fmt.Fprintf(e.stdout, "ok: %s\n", path)
+	if note != "" {
+		fmt.Fprintf(e.stdout, "note: %s\n", note)
+	}
 	return nil
+}
+
+// dbOpenedNote is what config check adds when a daemon serves the home:
+// it opened the database but did not read it through (node.CheckConfig).
+const dbOpenedNote = "a daemon serves this home, so its database was opened but not read through for damage (that would hold up the daemon); stop the daemon for the full check"
+
+// servedSQLite reports whether a daemon serves the home dir and keeps
+// its inbox in SQLite: config check then only opens the database.
+func servedSQLite(e *env, dir string) bool {
+	unlock, err := node.LockHome(dir)
+	if err == nil {
+		unlock()
+		return false
+	}
+	if !errors.Is(err, node.ErrHomeServed) {
+		return false
+	}
+	cfg, _, err := node.LoadConfig(dir, node.OpenOptions{LookupEnv: e.lookupEnv})
+	return err == nil && cfg.Store.Mode == config.StoreSQLite
 }
 
 func runDaemon(e *env, args []string) error {

@@ -287,3 +287,27 @@ func TestConfigCheckDatabase(t *testing.T) {
 		t.Errorf("a database was made beside the -wal: %v", err)
 	}
 }
+
+// With a daemon serving the home, config check opens the database but
+// does not read it through (that would hold up the daemon's checkpoints),
+// and says so; without one it says nothing of the kind.
+func TestConfigCheckNotesServedDatabase(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "alice")
+	if out := n.ok("config", "check"); strings.Contains(out, "note:") {
+		t.Errorf("config check without a daemon: %q", out)
+	}
+	n.start()
+	out := n.ok("config", "check")
+	if !strings.HasPrefix(out, "ok: ") || !strings.Contains(out, "note: a daemon serves this home") {
+		t.Errorf("config check with a daemon: %q", out)
+	}
+	var j struct {
+		OK   bool   `json:"ok"`
+		Note string `json:"note"`
+	}
+	n.okJSON(&j, "config", "check", "--json")
+	if !j.OK || !strings.Contains(j.Note, "stop the daemon for the full check") {
+		t.Errorf("config check --json with a daemon: %+v", j)
+	}
+}
