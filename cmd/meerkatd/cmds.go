@@ -222,43 +222,22 @@ func runConfig(e *env, args []string) error {
 		environ = e.environ()
 	}
 	path, err := node.CheckConfig(dir, e.lookupEnv, environ, "MEERKAT_HOME")
-	out := map[string]any{"ok": true, "config": path}
-	note := ""
-	if err == nil && servedSQLite(e, dir) {
-		note = dbOpenedNote
+	out, note := map[string]any{"ok": true, "config": path}, node.CheckNote(dir, e.lookupEnv)
+	if note != "" {
 		out["note"] = note
 	}
 	if done, err := e.jsonDone(*asJSON, out, err); done {
 		return err
 	}
+	absent := ""
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		fmt.Fprintf(e.stdout, "ok: %s (absent: the defaults apply)\n", path)
-	} else {
-		fmt.Fprintf(e.stdout, "ok: %s\n", path)
+		absent = " (absent: the defaults apply)"
 	}
+	fmt.Fprintf(e.stdout, "ok: %s%s\n", path, absent)
 	if note != "" {
 		fmt.Fprintf(e.stdout, "note: %s\n", note)
 	}
 	return nil
-}
-
-// dbOpenedNote is what config check adds when a daemon serves the home:
-// it opened the database but did not read it through (node.CheckConfig).
-const dbOpenedNote = "a daemon serves this home, so its database was opened but not read through for damage (that would hold up the daemon); stop the daemon for the full check"
-
-// servedSQLite reports whether a daemon serves the home dir and keeps
-// its inbox in SQLite: config check then only opens the database.
-func servedSQLite(e *env, dir string) bool {
-	unlock, err := node.LockHome(dir)
-	if err == nil {
-		unlock()
-		return false
-	}
-	if !errors.Is(err, node.ErrHomeServed) {
-		return false
-	}
-	cfg, _, err := node.LoadConfig(dir, node.OpenOptions{LookupEnv: e.lookupEnv})
-	return err == nil && cfg.Store.Mode == config.StoreSQLite
 }
 
 func runDaemon(e *env, args []string) error {

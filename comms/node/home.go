@@ -427,6 +427,25 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	return path, badConfig(err)
 }
 
+// CheckNote is what config check adds to a CheckConfig of the home dir
+// that passed: when a daemon serves the home and keeps its inbox in
+// SQLite, that the database was opened but not read through ("" if
+// not).
+func CheckNote(dir string, lookupEnv func(string) (string, bool)) string {
+	unlock, err := LockHome(dir)
+	if err == nil {
+		unlock()
+		return ""
+	}
+	if !errors.Is(err, ErrHomeServed) {
+		return ""
+	}
+	if cfg, _, err := LoadConfig(dir, OpenOptions{LookupEnv: lookupEnv}); err != nil || cfg.Store.Mode != config.StoreSQLite {
+		return ""
+	}
+	return "a daemon serves this home, so its database was opened but not read through for damage (that would hold up the daemon); stop the daemon for the full check"
+}
+
 // checkSocketDir fails when the directory of the UDS listener's socket
 // is missing or not a directory: run would fail to bind it.
 func checkSocketDir(l config.Listeners) error {
