@@ -58,15 +58,7 @@ func TestOpenCreatesWhole(t *testing.T) {
 func TestOpenRefusesOrphanWAL(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "inbox.db")
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range uint64(200) {
-		if _, err := s.Admit(context.Background(), rec(1, i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s := fill(t, path, 200)
 	wal, err := os.ReadFile(path + "-wal") // while open: the log holds the admissions
 	if err != nil || len(wal) == 0 {
 		t.Fatalf("no log to copy: %d bytes, %v", len(wal), err)
@@ -77,21 +69,13 @@ func TestOpenRefusesOrphanWAL(t *testing.T) {
 	if err := os.WriteFile(path+"-wal", wal, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := Open(path, Options{}); !errors.Is(err, ErrOrphanWAL) || !strings.Contains(err.Error(), "move the -wal") {
-		if err == nil {
-			n, _ := s.Len()
-			s.Close()
-			t.Fatalf("Open with an orphan -wal made a store of %d items", n)
-		}
+	if err := openErr(path, Options{}); !errors.Is(err, ErrOrphanWAL) || !strings.Contains(err.Error(), "move the -wal") {
 		t.Fatalf("Open with an orphan -wal: %v, want ErrOrphanWAL", err)
 	}
 	if err := Check(path, true); !errors.Is(err, ErrOrphanWAL) {
 		t.Errorf("Check with an orphan -wal: %v", err)
 	}
-	if s, err := Open(path, Options{ReadOnly: true}); !errors.Is(err, ErrOrphanWAL) {
-		if err == nil {
-			s.Close()
-		}
+	if err := openErr(path, Options{ReadOnly: true}); !errors.Is(err, ErrOrphanWAL) {
 		t.Errorf("read-only Open with an orphan -wal: %v", err)
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
@@ -119,14 +103,7 @@ func TestCreateWithoutHardLinks(t *testing.T) {
 	t.Cleanup(func() { link = os.Link })
 	dir := t.TempDir()
 	path := filepath.Join(dir, "inbox.db")
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatalf("Open without hard links: %v", err)
-	}
-	if _, err := s.Admit(context.Background(), rec(1, 1)); err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+	fill(t, path, 1).Close()
 	if fi, err := os.Stat(path); err != nil || fi.Size() == 0 || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("database after a rename: %v, %v", fi, err)
 	}
@@ -194,11 +171,7 @@ func TestOpenRefusesEmptyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ro := range []bool{false, true} {
-		s, err := Open(path, Options{ReadOnly: ro})
-		if err == nil {
-			s.Close()
-		}
-		if !errors.Is(err, ErrEmptyFile) || !strings.Contains(err.Error(), "backup") {
+		if err := openErr(path, Options{ReadOnly: ro}); !errors.Is(err, ErrEmptyFile) || !strings.Contains(err.Error(), "backup") {
 			t.Errorf("Open (read only %v) of an empty file: %v, want ErrEmptyFile with the fix", ro, err)
 		}
 	}
@@ -217,16 +190,7 @@ func TestOpenDamaged(t *testing.T) {
 	}
 	// A real database with its pages past the first overwritten.
 	broken := filepath.Join(dir, "broken.db")
-	s, err := Open(broken, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range uint64(300) {
-		if _, err := s.Admit(context.Background(), rec(1, i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.Close()
+	fill(t, broken, 300).Close()
 	b, err := os.ReadFile(broken)
 	if err != nil || len(b) < 8192 {
 		t.Fatalf("database of %d bytes, %v", len(b), err)
@@ -239,11 +203,7 @@ func TestOpenDamaged(t *testing.T) {
 	}
 	for _, p := range []string{notDB, broken} {
 		for _, ro := range []bool{false, true} {
-			s, err := Open(p, Options{ReadOnly: ro})
-			if err == nil {
-				s.Close()
-			}
-			if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "backup") {
+			if err := openErr(p, Options{ReadOnly: ro}); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "backup") {
 				t.Errorf("Open (read only %v) of %s: %v, want ErrDamaged with the fix", ro, filepath.Base(p), err)
 			}
 		}
@@ -253,26 +213,19 @@ func TestOpenDamaged(t *testing.T) {
 	}
 }
 
-// Check passes a sound database and a missing one, and finds damage a
-// read-only open does not: a page deep in the file overwritten.
+// Check passes a sound database and a missing one, and finds pages deep
+// in the file overwritten.
 func TestCheck(t *testing.T) {
 	dir := t.TempDir()
 	if err := Check(filepath.Join(dir, "missing.db"), true); err != nil {
 		t.Errorf("Check of a missing database: %v", err)
 	}
 	path := filepath.Join(dir, "inbox.db")
-	s, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range uint64(2000) {
-		if _, err := s.Admit(context.Background(), rec(1, i)); err != nil {
-			t.Fatal(err)
+	fill(t, path, 2000).Close()
+	for _, thorough := range []bool{true, false} {
+		if err := Check(path, thorough); err != nil {
+			t.Fatalf("Check (thorough %v) of a sound database: %v", thorough, err)
 		}
-	}
-	s.Close()
-	if err := Check(path, true); err != nil {
-		t.Fatalf("Check of a sound database: %v", err)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -291,4 +244,30 @@ func TestCheck(t *testing.T) {
 	if err := Check(path, true); !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "backup") {
 		t.Errorf("Check of a database damaged deep in the file: %v, want ErrDamaged with the fix", err)
 	}
+}
+
+// fill opens (creating) the store at path and admits n records to it;
+// the caller closes it.
+func fill(t *testing.T, path string, n uint64) *Store {
+	t.Helper()
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := s.Admit(context.Background(), rec(1, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// openErr is the error of Open(path, opts), which is to fail: a store it
+// opens all the same is closed.
+func openErr(path string, opts Options) error {
+	s, err := Open(path, opts)
+	if err == nil {
+		s.Close()
+	}
+	return err
 }

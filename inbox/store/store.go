@@ -429,10 +429,8 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	removeLeftovers(path)
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
-		// SQLite would replay a -wal left without its database into the
-		// new one: another database's pages, or a damaged log's.
-		if fi, err := os.Lstat(path + "-wal"); err == nil && fi.Size() > 0 {
-			return nil, fmt.Errorf("store: open %s: %w: %s", path, ErrOrphanWAL, orphanFix)
+		if err := checkOrphanWAL(path); err != nil {
+			return nil, err
 		}
 		if err := create(path, opts); err != nil {
 			return nil, fmt.Errorf("store: create %s: %w", path, err)
@@ -550,17 +548,26 @@ var link = os.Link
 // its temporary files (an older one: a create running now is never that
 // slow), or a second name of the database if it crashed after linking.
 func removeLeftovers(path string) {
-	old, _ := filepath.Glob(globEscape(path) + ".new-*")
-	for _, p := range old {
-		if fi, err := os.Lstat(p); err == nil && time.Since(fi.ModTime()) > time.Minute {
-			os.Remove(p)
+	dir, prefix := filepath.Split(path)
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), prefix+".new-") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
 }
 
-// globEscape escapes the characters filepath.Match gives a meaning.
-func globEscape(p string) string {
-	return strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`).Replace(p)
+// checkOrphanWAL refuses a -wal file beside path, whose database is
+// missing ([ErrOrphanWAL]): SQLite would replay it into a new database,
+// another database's pages or a damaged log's.
+func checkOrphanWAL(path string) error {
+	if fi, err := os.Lstat(path + "-wal"); err == nil && fi.Size() > 0 {
+		return fmt.Errorf("store: open %s: %w: %s", path, ErrOrphanWAL, orphanFix)
+	}
+	return nil
 }
 
 // checkNotEmpty refuses an empty database file ([ErrEmptyFile]).
@@ -708,8 +715,10 @@ func shareKey(sender []byte) string {
 // openReadOnly is Open with opts.ReadOnly: no committer runs.
 func openReadOnly(path string, opts Options) (*Store, error) {
 	if _, err := os.Stat(path); err != nil {
-		if fi, werr := os.Lstat(path + "-wal"); errors.Is(err, fs.ErrNotExist) && werr == nil && fi.Size() > 0 {
-			return nil, fmt.Errorf("store: open %s: %w: %s", path, ErrOrphanWAL, orphanFix)
+		if errors.Is(err, fs.ErrNotExist) {
+			if err := checkOrphanWAL(path); err != nil {
+				return nil, err
+			}
 		}
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
@@ -761,10 +770,7 @@ func openReadOnly(path string, opts Options) (*Store, error) {
 // must wait for readers waits for it.
 func Check(path string, thorough bool) error {
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
-		if fi, err := os.Lstat(path + "-wal"); err == nil && fi.Size() > 0 {
-			return fmt.Errorf("store: check %s: %w: %s", path, ErrOrphanWAL, orphanFix)
-		}
-		return nil
+		return checkOrphanWAL(path)
 	}
 	s, err := Open(path, Options{ReadOnly: true})
 	if errors.Is(err, ErrOlderSchema) {
