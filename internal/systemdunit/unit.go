@@ -161,11 +161,17 @@ func Removed(path string, wasEnabled bool) string {
 // (default.target for the unit install writes; an edited unit may name
 // others).
 func enabledLinks(path string) []string {
-	dir := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`).Replace(filepath.Dir(path))
+	dir, name := filepath.Split(path)
+	ents, _ := os.ReadDir(dir)
 	var links []string
-	for _, kind := range []string{"*.wants", "*.requires"} {
-		m, _ := filepath.Glob(filepath.Join(dir, kind, filepath.Base(path)))
-		links = append(links, m...)
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".wants") && !strings.HasSuffix(e.Name(), ".requires") {
+			continue
+		}
+		l := filepath.Join(dir, e.Name(), name)
+		if _, err := os.Lstat(l); err == nil {
+			links = append(links, l)
+		}
 	}
 	return links
 }
