@@ -221,21 +221,21 @@ func runConfig(e *env, args []string) error {
 	if e.environ != nil {
 		environ = e.environ()
 	}
-	path, err := node.CheckConfig(dir, e.lookupEnv, environ, "MEERKAT_HOME")
-	out, note := map[string]any{"ok": true, "config": path}, node.CheckNote(dir, e.lookupEnv)
-	if note != "" {
-		out["note"] = note
+	ck, err := node.CheckConfig(dir, e.lookupEnv, environ, "MEERKAT_HOME")
+	out := map[string]any{"ok": true, "config": ck.Config}
+	if ck.Note != "" {
+		out["note"] = ck.Note
 	}
 	if done, err := e.jsonDone(*asJSON, out, err); done {
 		return err
 	}
 	absent := ""
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(ck.Config); errors.Is(err, fs.ErrNotExist) {
 		absent = " (absent: the defaults apply)"
 	}
-	fmt.Fprintf(e.stdout, "ok: %s%s\n", path, absent)
-	if note != "" {
-		fmt.Fprintf(e.stdout, "note: %s\n", note)
+	fmt.Fprintf(e.stdout, "ok: %s%s\n", ck.Config, absent)
+	if ck.Note != "" {
+		fmt.Fprintf(e.stdout, "note: %s\n", ck.Note)
 	}
 	return nil
 }

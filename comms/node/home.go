@@ -365,23 +365,23 @@ func namesOverride(err error, overrides map[string]string) bool {
 // identity.pub matching it), the audit log (when enabled: a regular file
 // if present), the trusted peers file, the spaces file, the files [nats]
 // names and, in sqlite mode, the database (store.Check: it opens, and,
-// with no daemon serving the home, SQLite finds no damage), each as the
-// node reads it. It returns the
-// path of meerkat.toml.
-func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []string, ignore ...string) (string, error) {
-	path := filepath.Join(dir, config.FileName)
+// with no daemon serving the home, SQLite finds no damage; with one,
+// Checked.Note says the database was not read through), each as the
+// node reads it.
+func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []string, ignore ...string) (Checked, error) {
+	ck := Checked{Config: filepath.Join(dir, config.FileName)}
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		// A path too long for the sockets says so first: the init that
 		// RequireHome suggests would refuse it too.
 		if err := CheckHomePath(dir); err != nil {
-			return path, err
+			return ck, err
 		}
 	}
 	if err := RequireHome(dir); err != nil {
-		return path, err
+		return ck, err
 	}
 	if err := CheckHome(dir); err != nil {
-		return path, err
+		return ck, err
 	}
 	err := CheckHomePath(dir)
 	var cfg config.Config
@@ -414,36 +414,25 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 		// quick_check reads the whole file under one snapshot, which
 		// would hold up a running daemon's checkpoints: with a daemon
 		// serving the home, the database is only opened.
-		thorough := false
-		if unlock, lerr := LockHome(dir); lerr == nil {
+		unlock, lerr := LockHome(dir)
+		if lerr == nil {
 			unlock()
-			thorough = true
+		} else if errors.Is(lerr, ErrHomeServed) {
+			ck.Note = "a daemon serves this home, so its database was opened but not read through for damage (that would hold up the daemon); stop the daemon for the full check"
 		}
-		err = store.Check(filepath.Join(dir, DBFileName), thorough)
+		err = store.Check(filepath.Join(dir, DBFileName), lerr == nil)
 	}
 	if err == nil {
 		err = errors.Join(config.UnknownEnv(environ, ignore...)...)
 	}
-	return path, badConfig(err)
+	return ck, badConfig(err)
 }
 
-// CheckNote is what config check adds to a CheckConfig of the home dir
-// that passed: when a daemon serves the home and keeps its inbox in
-// SQLite, that the database was opened but not read through ("" if
-// not).
-func CheckNote(dir string, lookupEnv func(string) (string, bool)) string {
-	unlock, err := LockHome(dir)
-	if err == nil {
-		unlock()
-		return ""
-	}
-	if !errors.Is(err, ErrHomeServed) {
-		return ""
-	}
-	if cfg, _, err := LoadConfig(dir, OpenOptions{LookupEnv: lookupEnv}); err != nil || cfg.Store.Mode != config.StoreSQLite {
-		return ""
-	}
-	return "a daemon serves this home, so its database was opened but not read through for damage (that would hold up the daemon); stop the daemon for the full check"
+// Checked is what [CheckConfig] found of a home: the path of its
+// meerkat.toml, and a note on what it could not check ("" if none).
+type Checked struct {
+	Config string `json:"config"`
+	Note   string `json:"note,omitempty"`
 }
 
 // checkSocketDir fails when the directory of the UDS listener's socket
