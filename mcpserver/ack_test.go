@@ -126,7 +126,7 @@ func TestAckBelowTheRead(t *testing.T) {
 	asked := len(f.acks)
 	f.mu.Unlock()
 	_, out, err = call(t, c, "ack_messages", map[string]any{"up_to": 0})
-	if note, _ := out["note"].(string); err != nil || out["acked"] != float64(0) || out["pending"] != float64(1) || !strings.Contains(note, "acknowledge them by ids") {
+	if note, _ := out["note"].(string); err != nil || out["acked"] != float64(0) || out["pending"] != float64(1) || !strings.Contains(note, "acknowledge what you handled by ids") {
 		t.Fatalf("ack up_to 0: %v, %v", out, err)
 	}
 	f.mu.Lock()

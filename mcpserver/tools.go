@@ -687,8 +687,11 @@ func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 }
 
 // upToBelowNote is ack_messages' note for an up_to below what reads
-// returned.
-const upToBelowNote = "nothing was acknowledged: the items your reads returned lie above up_to (in priority order a read's cursor stays below the oldest item it left out); acknowledge them by ids"
+// returned; upToZeroNote, for up_to 0, which is below every item.
+const (
+	upToBelowNote = "nothing was acknowledged: the items your reads returned lie above up_to (in priority order a read's cursor stays below the oldest item it left out); acknowledge them by ids"
+	upToZeroNote  = "nothing was acknowledged: up_to 0 lies below every item (a priority read's cursor is 0 while it leaves out the oldest); acknowledge what you handled by ids"
+)
 
 func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	ar, err := parseAck(args{req.GetArguments()})
@@ -697,8 +700,10 @@ func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	}
 	if len(ar.IDs) == 0 && ar.UpTo == 0 {
 		// A priority read's cursor can be 0 (below every item it left
-		// out): up_to 0 acknowledges nothing, and says what would.
-		return result(ackResult{Pending: s.pending(ctx), Note: upToBelowNote})
+		// out): up_to 0 acknowledges nothing, and says what would (it
+		// does not ask the node, so it knows nothing of what reads
+		// returned).
+		return result(ackResult{Pending: s.pending(ctx), Note: upToZeroNote})
 	}
 	r, err := s.api.Ack(ctx, ar)
 	if err != nil {
