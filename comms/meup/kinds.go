@@ -71,6 +71,9 @@ var payloadOptional = map[string]bool{
 // not an object).
 func checkKind(kind string, corr []string, p map[string]any, hasPayload bool) error {
 	seed := isSeed(kind)
+	if err := checkFieldCase(kind, p); err != nil {
+		return err
+	}
 	if seed && !hasPayload && !payloadOptional[kind] {
 		return invalid("payload", "kind %s needs a payload object", kind)
 	}
@@ -151,6 +154,41 @@ func checkKind(kind string, corr []string, p map[string]any, hasPayload bool) er
 		return needMember(p, "you")
 	case KindSystemError:
 		return needString(p, "error", true)
+	}
+	return nil
+}
+
+// payloadFields lists, per seed kind, the payload members that nodes
+// read (its rules, the space engine, the MCP call a proposal holds).
+var payloadFields = map[string][]string{
+	KindMCPRequest:       {"method", "params"},
+	KindMCPProposal:      {"method", "params"},
+	KindMCPResponse:      {"result", "error"},
+	KindMCPReject:        {"reason"},
+	KindCapabilityGrant:  {"recipient", "capabilities"},
+	KindCapabilityRevoke: {"recipient", "grant_id", "capabilities"},
+	KindSpaceInvite:      {"participant_id", "key", "capabilities"},
+	KindSpaceKick:        {"participant_id"},
+	KindChat:             {"text"},
+	KindSystemPresence:   {"event", "participant"},
+	KindSystemWelcome:    {"you"},
+	KindSystemError:      {"error"},
+}
+
+// checkFieldCase refuses a payload member whose name is one of the
+// kind's fields in other letter case ("Participant_ID", or with U+212A
+// KELVIN SIGN for k): capabilities match member names exactly, and a
+// reader that folds case (as Go's encoding/json does for struct fields)
+// could take that member for the field, and so act on a value no
+// capability was checked against.
+func checkFieldCase(kind string, p map[string]any) error {
+	fields := payloadFields[kind]
+	for k := range p {
+		for _, f := range fields {
+			if k != f && strings.EqualFold(k, f) {
+				return invalid("payload", "member %q differs from the field %q only in letter case (member names are case-sensitive)", k, f)
+			}
+		}
 	}
 	return nil
 }

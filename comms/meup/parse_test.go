@@ -213,6 +213,17 @@ func TestParse(t *testing.T) {
 		{"space/kick", envJSON(t, kindPayload(KindSpaceKick, map[string]any{"participant_id": "bob"})), "", ""},
 		{"space/kick no participant", envJSON(t, kindPayload(KindSpaceKick, map[string]any{})), ReasonInvalidEnvelope, "payload.participant_id"},
 		{"chat no text", envJSON(t, kindPayload(KindChat, map[string]any{"format": "plain"})), ReasonInvalidEnvelope, "payload.text"},
+		// Member names are case-sensitive: another spelling of a field is
+		// refused, also by Unicode case folding (U+212A KELVIN SIGN folds
+		// to k, U+017F LATIN SMALL LETTER LONG S to s).
+		{"space/kick field in other case", envJSON(t, kindPayload(KindSpaceKick, map[string]any{"participant_id": "dave", "Participant_ID": "carol"})), ReasonInvalidEnvelope, "payload"},
+		{"space/invite key with kelvin sign", envJSON(t, kindPayload(KindSpaceInvite, map[string]any{"participant_id": "dan", "key": "ed25519:AAAA", "\u212aey": "ed25519:BBBB"})), ReasonInvalidEnvelope, "payload"},
+		{"capability/grant capabilities with long s", envJSON(t, kindPayload(KindCapabilityGrant, map[string]any{"recipient": "bob", "capabilities": okCap, "capabilitie\u017f": okCap})), ReasonInvalidEnvelope, "payload"},
+		{"capability/revoke Grant_Id", envJSON(t, kindPayload(KindCapabilityRevoke, map[string]any{"recipient": "bob", "Grant_Id": "g1", "grant_id": "g2"})), ReasonInvalidEnvelope, "payload"},
+		{"mcp/request METHOD", envJSON(t, kindPayload(KindMCPRequest, map[string]any{"method": "tools/list", "METHOD": "tools/call"})), ReasonInvalidEnvelope, "payload"},
+		{"chat Text beside text", envJSON(t, kindPayload(KindChat, map[string]any{"text": "hi", "Text": "ho"})), ReasonInvalidEnvelope, "payload"},
+		{"chat other members kept", envJSON(t, kindPayload(KindChat, map[string]any{"text": "hi", "format": "plain", "texts": "x"})), "", ""},
+		{"unknown kind any case", envJSON(t, kindPayload("x-custom", map[string]any{"Text": "a", "text": "b"})), "", ""},
 		{"chat empty text", envJSON(t, kindPayload(KindChat, map[string]any{"text": ""})), "", ""},
 		{"reasoning/thought", envJSON(t, kindPayload(KindReasoningThought, map[string]any{})), "", ""},
 		{"reasoning/cancel", envJSON(t, kindPayload("reasoning/cancel", map[string]any{})), "", ""},

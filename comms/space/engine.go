@@ -25,7 +25,10 @@ const (
 	MaxPendingPerPeer   = 256      // pending proposals of one proposer in one space
 	MaxTrackedPerSpace  = 4096     // proposals kept in memory per space (closed and expired ones go first)
 	MaxProposalBytes    = 32 << 20 // payload bytes of the pending proposals of one space
-	MaxConcurrentSends  = 16       // copies in flight at once for one Send or Announce
+	// MaxProposalBytesPerPeer bounds one proposer's share of
+	// MaxProposalBytes, so that one member cannot fill a space's budget.
+	MaxProposalBytesPerPeer = MaxProposalBytes / 8
+	MaxConcurrentSends      = 16 // copies in flight at once for one Send or Announce
 	// NoMEUPFor is how long a NoMEUP mark lasts: then copies go to the
 	// peer again (a peer that does not trust this node yet refuses MEUP
 	// the same way, and may trust it later).

@@ -63,14 +63,16 @@ func (x *proposalIndex) add(p Proposal, now time.Time) {
 }
 
 // pendingBytes sums the payloads of the live pending proposals.
-func (x *proposalIndex) pendingBytes(now time.Time) int {
-	n := 0
+func (x *proposalIndex) pendingBytes(key identity.PeerID, now time.Time) (byKey, all int) {
 	for _, p := range x.byID {
 		if p.State == ProposalPending && now.Before(p.Expires) {
-			n += len(p.Payload)
+			all += len(p.Payload)
+			if p.Key == key {
+				byKey += len(p.Payload)
+			}
 		}
 	}
-	return n
+	return byKey, all
 }
 
 // pending counts the pending proposals (expired ones excluded) of key.

@@ -521,12 +521,43 @@ func TestGrantsPerGranterBounded(t *testing.T) {
 func TestProposalMemoryBounded(t *testing.T) {
 	h := newHarness(t)
 	big := `{"method":"tools/call","params":{"blob":"` + strings.Repeat("x", 200<<10) + `"}}`
-	perRound := space.MaxProposalBytes / (200 << 10)
+	// More proposers than the space's budget has shares for: each is held
+	// to its share, and the space to its budget.
+	const proposers = space.MaxProposalBytes/space.MaxProposalBytesPerPeer + 2
+	var keys [proposers]identity.PeerID
+	for i := range proposers {
+		keys[i] = key(byte(40 + i))
+		h.trust(keys[i])
+		h.mustDeliver(kErin, "lab", &env{From: "erin", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"p%d","key":%q,"capabilities":[{"kind":"mcp/proposal"}]}`, i, keys[i])})
+	}
 	for round := range 2 {
-		for i := range perRound {
-			h.mustDeliver(kErin, "lab", &env{ID: fmt.Sprint("r", round, "-", i), From: "erin", Kind: "mcp/proposal", Payload: big})
+		var byPeer, bySpace int // refusals for a proposer's share, for the space's budget
+		for i := range proposers {
+			for n := 0; ; n++ {
+				v := h.recv(keys[i], "lab", &env{ID: fmt.Sprint("r", round, "-", i, "-", n), From: fmt.Sprint("p", i), Kind: "mcp/proposal", Payload: big})
+				if v.Refused == nil {
+					if (n+1)*len(big) > space.MaxProposalBytesPerPeer {
+						t.Fatalf("round %d: p%d holds %d pending bytes, over its share %d", round, i, (n+1)*len(big), space.MaxProposalBytesPerPeer)
+					}
+					continue
+				}
+				if v.Refused.Reason != meup.ReasonRateLimited {
+					t.Fatalf("round %d: p%d refused %+v, want %s", round, i, v.Refused, meup.ReasonRateLimited)
+				}
+				switch {
+				case strings.Contains(v.Refused.Detail, "one proposer's"):
+					byPeer++
+				case strings.Contains(v.Refused.Detail, "the most they may"):
+					bySpace++
+				default:
+					t.Fatalf("refusal detail %q", v.Refused.Detail)
+				}
+				break
+			}
 		}
-		h.mustRefuse(kErin, "lab", &env{ID: fmt.Sprint("r", round, "-over"), From: "erin", Kind: "mcp/proposal", Payload: big}, meup.ReasonRateLimited)
+		if byPeer == 0 || bySpace == 0 {
+			t.Fatalf("round %d: %d refusals for a proposer's share, %d for the space's budget; want both", round, byPeer, bySpace)
+		}
 		h.clock.Add(2 * space.DefaultProposalTTL) // they all expire
 	}
 	if got := h.e.TrackedBytes("lab"); got > space.MaxProposalBytes+(300<<10) {

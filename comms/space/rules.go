@@ -47,8 +47,12 @@ func (e *Engine) checkLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 			// was reviewed, its state reset).
 			return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("proposal id %q is in use in space %q (by %q)", env.ID, space, old.Proposer)
 		}
-		if x.pendingBytes(now)+len(env.Payload) > MaxProposalBytes {
+		keyBytes, allBytes := x.pendingBytes(m.Key, now)
+		if allBytes+len(env.Payload) > MaxProposalBytes {
 			return eff, meup.ReasonRateLimited, fmt.Sprintf("the pending proposals of space %q hold %d MiB, the most they may", space, MaxProposalBytes>>20)
+		}
+		if keyBytes+len(env.Payload) > MaxProposalBytesPerPeer {
+			return eff, meup.ReasonRateLimited, fmt.Sprintf("the pending proposals of %q in space %q hold %d MiB, the most one proposer's may", m.ID, space, MaxProposalBytesPerPeer>>20)
 		}
 		byKey, all := x.pending(m.Key, now)
 		if byKey >= MaxPendingPerPeer {
@@ -89,8 +93,12 @@ func (e *Engine) checkLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 		eff.close = &q
 
 	case meup.KindMCPRequest:
+		// A request fulfils the proposal it is correlated to only if it
+		// makes the proposed call: the capability check passed the call
+		// made, and another call (one its sender may make) must not close
+		// a proposal its sender could neither make nor reject.
 		p := e.proposalNamedLocked(space, env.CorrelationID)
-		if p != nil && !e.expireLocked(p, now) && p.State == ProposalPending {
+		if p != nil && !e.expireLocked(p, now) && p.State == ProposalPending && sameCall(env.Payload, p.Payload) {
 			q := *p
 			q.State, q.Updated, q.By, q.RequestID = ProposalFulfilled, now, m.ID, env.ID
 			eff.close = &q
@@ -204,7 +212,10 @@ func (e *Engine) checkLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 
 // capabilitiesLocked parses the capabilities a grant or invite passes on
 // (absent or null: none), compiles them and checks that what m holds
-// covers each.
+// covers each. What an invite gives becomes the invitee's roster entry,
+// which outlasts any grant, so only m's own roster entry may cover it: a
+// right m holds by a grant is passed on by a grant, which goes when that
+// one does.
 func (e *Engine) capabilitiesLocked(sp *spaceState, m *memberState, raw json.RawMessage, what string) ([]meup.Capability, string, string) {
 	if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		return []meup.Capability{}, "", ""
@@ -217,8 +228,18 @@ func (e *Engine) capabilitiesLocked(sp *spaceState, m *memberState, raw json.Raw
 		return nil, meup.ReasonInvalidEnvelope, what + " capabilities: " + err.Error()
 	}
 	holds := e.holdsLocked(sp.cfg.Name, m)
+	byRoster := what == "invite"
+	if byRoster {
+		holds = nil
+		if m.roster != nil {
+			holds = []*meup.Matcher{m.roster}
+		}
+	}
 	for i, c := range caps {
 		if !covers(holds, c) {
+			if byRoster {
+				return nil, meup.ReasonGrantExceeds, fmt.Sprintf("invite capability %d (kind %s) is not covered by %q's roster entry: an invite gives a roster entry, which outlasts grants, so rights %q holds by a grant are passed on by a grant (invite, then grant)", i+1, c.Kind, m.ID, m.ID)
+			}
 			return nil, meup.ReasonGrantExceeds, fmt.Sprintf("%s capability %d (kind %s) is not covered by what %q holds", what, i+1, c.Kind, m.ID)
 		}
 	}
@@ -315,6 +336,20 @@ func sameJSON(a, b json.RawMessage) bool {
 	ca, err1 := json.Marshal(x)
 	cb, err2 := json.Marshal(y)
 	return err1 == nil && err2 == nil && bytes.Equal(ca, cb)
+}
+
+// sameCall reports whether two MCP payloads make the same call: their
+// "method" and "params" members are equal JSON values (absent equals
+// absent only); other members do not matter.
+func sameCall(a, b json.RawMessage) bool {
+	var x, y struct {
+		Method json.RawMessage `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return sameJSON(x.Method, y.Method) && sameJSON(x.Params, y.Params)
 }
 
 // proposalNamedLocked returns the first proposal of space one of ids
