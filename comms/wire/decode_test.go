@@ -395,3 +395,47 @@ func TestDecodeFor(t *testing.T) {
 		t.Fatalf("DecodeFor at the item limit, kind first: %v", err)
 	}
 }
+
+// A refused sender's keys outside the protocol cost no more than stepping
+// over them: accept is asked on reaching the first key after from and to,
+// so the duplicate check of unknown keys (a set, for many) is never built
+// for a sender that is refused. Accepted, the same envelope is decoded
+// whole, its unknown keys checked.
+func TestDecodeForRefusesBeforeUnknownKeys(t *testing.T) {
+	e := mustSeal(t, Message("hi"))
+	kind := mapOf(tx("body"), tx("hi"), tx("type"), tx("message"))
+	build := func(unknown int, dup bool) []byte {
+		pairs := [][]byte{tx("id"), bs(e.ID[:]), tx("from"), bs(e.From[:]), tx("to"), bs(e.To[:])}
+		for i := range unknown {
+			pairs = append(pairs, tx(fmt.Sprintf("x%05d", i)), un(1))
+		}
+		if dup {
+			pairs = append(pairs, tx("x00000"), un(1))
+		}
+		return mapOf(append(pairs, tx("kind"), kind, tx("sig"), bs(e.Sig[:]))...)
+	}
+	refuse := func(identity.PeerID, identity.PeerID) bool { return false }
+	for _, n := range []int{1, 10, 5000} {
+		in := build(n, false)
+		got, err := DecodeFor(in, refuse)
+		if !errors.Is(err, ErrNotAccepted) || got.ID != e.ID || got.From != e.From || got.To != e.To {
+			t.Fatalf("%d unknown keys, refused: %+v, %v", n, got, err)
+		}
+		allocs := testing.AllocsPerRun(20, func() { _, _ = DecodeFor(in, refuse) })
+		if allocs > 1 {
+			t.Errorf("%d unknown keys, refused: %.0f allocations, want none beyond the envelope's", n, allocs)
+		}
+		if _, err := DecodeFor(in, func(identity.PeerID, identity.PeerID) bool { return true }); err != nil {
+			t.Fatalf("%d unknown keys, accepted: %v", n, err)
+		}
+	}
+	// A duplicate unknown key is still found once the sender is accepted,
+	// and the refusal still comes first for one that is not.
+	dup := build(5000, true)
+	if _, err := DecodeFor(dup, func(identity.PeerID, identity.PeerID) bool { return true }); !errors.Is(err, ErrDuplicateKey) {
+		t.Fatalf("duplicate unknown key, accepted: %v, want %v", err, ErrDuplicateKey)
+	}
+	if _, err := DecodeFor(dup, refuse); !errors.Is(err, ErrNotAccepted) {
+		t.Fatalf("duplicate unknown key, refused: %v, want %v", err, ErrNotAccepted)
+	}
+}

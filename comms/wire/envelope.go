@@ -276,16 +276,18 @@ func Decode(payload []byte) (Envelope, error) { return DecodeFor(payload, nil) }
 var ErrNotAccepted = errors.New("wire: sender or recipient not accepted")
 
 // DecodeFor is [Decode] for a receiver that takes envelopes only from some
-// senders to some recipients: once the top-level fields are read, and
-// before the kind is decoded and checked (for a kind of many members, by
-// far the largest part of the work), accept is asked about from and to.
-// If it refuses, DecodeFor returns ErrNotAccepted with an envelope that
-// has only its ID, From and To set (its kind is not read; the payload is
-// well-formed CBOR up to the end of what was read). A nil accept accepts
-// all. The kind is decoded once either way: when it comes after from and
-// to, as in the canonical key order, accept is asked on reaching it; when
-// it comes before them, it is stepped over (its items counted, nothing
-// built) and decoded once accept has agreed.
+// senders to some recipients: once from and to are read, on reaching the
+// next key (the kind, whose decoding and checks are by far the largest
+// part of the work for a kind of many members, or a key outside the
+// protocol, whose duplicates cost a set to find), accept is asked about
+// them. If it refuses, DecodeFor returns ErrNotAccepted with an envelope
+// that has only From, To and, if it came before them (as in the
+// canonical and the reference's key order), ID set (its kind is not
+// read; the payload is well-formed CBOR up to the end of what was read).
+// A nil accept accepts all. The kind is decoded once either way: when it
+// comes after from and to, accept is asked on reaching it; when it comes
+// before them, it is stepped over (its items counted, nothing built) and
+// decoded once accept has agreed.
 func DecodeFor(payload []byte, accept func(from, to identity.PeerID) bool) (Envelope, error) {
 	if len(payload) > MaxEnvelopeSize {
 		return Envelope{}, &DecodeError{Err: ErrTooLarge}
@@ -340,6 +342,20 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 	// then a set, so many keys cost linear time.
 	var unknown []string
 	var unknownSet map[string]struct{}
+	// asked: accept has agreed to from and to. It is asked once both are
+	// read, on reaching the kind or a key outside the protocol, so that
+	// neither a large kind nor many unknown keys cost a refused sender
+	// more than stepping over bytes.
+	asked := accept == nil
+	ask := func() bool {
+		if !asked && seen&(hasFrom|hasTo) == hasFrom|hasTo {
+			if !accept(e.From, e.To) {
+				return false
+			}
+			asked = true
+		}
+		return true
+	}
 	for i := uint64(0); indefinite || i < arg; i++ {
 		d.field = ""
 		if indefinite {
@@ -363,6 +379,9 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 			}
 		}
 		if bit == 0 {
+			if !ask() {
+				return ErrNotAccepted
+			}
 			if key == acksHintKey {
 				// Version 1: the unsigned integer, in any length of
 				// head (as everywhere on input); anything else is a
@@ -410,13 +429,11 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 		case hasSig:
 			err = d.fixedBytes(e.Sig[:])
 		case hasKind:
+			if !ask() {
+				return ErrNotAccepted
+			}
 			switch {
-			case accept == nil:
-				err = d.kind(&e.Kind)
-			case seen&(hasFrom|hasTo) == hasFrom|hasTo:
-				if !accept(e.From, e.To) {
-					return ErrNotAccepted
-				}
+			case asked:
 				err = d.kind(&e.Kind)
 			default: // from or to still to come: step over it for now
 				kindAt, items := d.off, d.items
@@ -440,7 +457,7 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 		return d.fail(ErrTrailingBytes)
 	}
 	if kindLater >= 0 {
-		if !accept(e.From, e.To) {
+		if !ask() {
 			return ErrNotAccepted
 		}
 		// Counted once: the items the step over counted are counted
