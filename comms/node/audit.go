@@ -114,7 +114,9 @@ func kindJSON(k wire.Kind) json.RawMessage {
 // What a stranger can cause at will is summed, not written a row each
 // (see auditSummary): refusals before the signature was checked — their
 // rows carry the sender only as Claimed, never its trust-list name, and
-// the kind only as a short escaped excerpt, never a body — and acks.
+// the kind only as a short escaped excerpt, never a body — acks, and
+// duplicates past the first few of a sender in a minute (anyone who saw
+// an envelope can send it again).
 func (n *Node) observeInbound(ev comms.Event) {
 	if n.audit != nil {
 		switch {
@@ -122,6 +124,12 @@ func (n *Node) observeInbound(ev comms.Event) {
 			n.auditSum.add(summaryKey{event: audit.EventAcks, key: ev.From}, ev)
 		case ev.Type == comms.EventRefused && !verifiedRefusal(ev.Reason):
 			n.auditSum.add(summaryKey{event: audit.EventRefused, reason: ev.Reason, key: ev.From}, ev)
+		case ev.Type == comms.EventDuplicate:
+			if k := (summaryKey{event: audit.EventDuplicate, key: ev.From}); !n.auditSum.ownRow(k) {
+				n.auditSum.add(k, ev)
+				break
+			}
+			n.auditEvent(ev)
 		default:
 			n.auditEvent(ev)
 		}

@@ -65,7 +65,15 @@ type auditSummary struct {
 	mu   sync.Mutex
 	rows map[summaryKey]*summaryRow
 	keys []summaryKey // rows in the order they began
+	// ownRows counts, per key, the events that had a row of their own
+	// in this interval (ownRow).
+	ownRows map[summaryKey]int
 }
+
+// maxOwnRows is how many duplicates of one sender an interval writes a
+// row each; the rest are summed. A duplicate is verified, but anyone who
+// saw an envelope on its way can send it again as often as they like.
+const maxOwnRows = 8
 
 // summaryKey identifies a summary row.
 type summaryKey struct {
@@ -85,6 +93,26 @@ func newAuditSummary(rec func(audit.Record)) *auditSummary {
 	return &auditSummary{rec: rec, now: time.Now, rows: map[summaryKey]*summaryRow{}}
 }
 
+// ownRow reports whether an event under k gets a row of its own: the
+// first maxOwnRows of each key in an interval do, while the interval has
+// seen fewer than maxSummaryRows keys; the caller sums the others (add).
+func (s *auditSummary) ownRow(k summaryKey) bool {
+	if s == nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.ownRows[k]
+	if (!ok && len(s.ownRows) >= maxSummaryRows) || n >= maxOwnRows {
+		return false
+	}
+	if s.ownRows == nil {
+		s.ownRows = map[summaryKey]int{}
+	}
+	s.ownRows[k] = n + 1
+	return true
+}
+
 // add sums one event.
 func (s *auditSummary) add(k summaryKey, ev comms.Event) {
 	if s == nil {
@@ -101,9 +129,10 @@ func (s *auditSummary) add(k summaryKey, ev comms.Event) {
 	}
 	if r == nil {
 		r = &summaryRow{}
-		if k.event == audit.EventAcks {
+		if verifiedSum(k.event) && !k.others {
 			r.peer = ev.Peer
-		} else if !k.others {
+		}
+		if k.event != audit.EventAcks && !k.others {
 			r.kind = audit.Excerpt(ev.Kind, maxExcerpt)
 		}
 		s.rows[k] = r
@@ -123,6 +152,7 @@ func (s *auditSummary) flush() {
 	if len(keys) > 0 {
 		s.rows, s.keys = map[summaryKey]*summaryRow{}, nil
 	}
+	s.ownRows = nil
 	s.mu.Unlock()
 	now := s.now()
 	for _, k := range keys {
@@ -131,6 +161,8 @@ func (s *auditSummary) flush() {
 		switch {
 		case k.event == audit.EventAcks:
 			rec.Peer, rec.Key, rec.Kind = r.peer, k.key.String(), "ack"
+		case verifiedSum(k.event) && !k.others:
+			rec.Peer, rec.Key = r.peer, k.key.String()
 		case k.others:
 			rec.Claimed = "*"
 		case !k.key.IsZero():
@@ -138,6 +170,12 @@ func (s *auditSummary) flush() {
 		}
 		s.rec(rec)
 	}
+}
+
+// verifiedSum reports whether the sender of the events summed under
+// event was verified, so that their row may name the peer.
+func verifiedSum(event string) bool {
+	return event == audit.EventAcks || event == audit.EventDuplicate
 }
 
 // verifiedRefusal reports whether a refusal with reason happens only

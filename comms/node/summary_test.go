@@ -335,6 +335,51 @@ func TestAuditAcksCounted(t *testing.T) {
 	}
 }
 
+// A replayed envelope is verified and acknowledged each time, but its
+// rows are not: the first few duplicates of a sender in an interval have
+// a row each, the rest one summary row naming the verified peer, so that
+// a replay cannot rotate earlier rows out of the log.
+func TestAuditDuplicatesSummed(t *testing.T) {
+	n, bob := auditNode(t, 64<<10)
+	earlier := comms.Event{Type: comms.EventReceived, Peer: "bob", From: bob.ID(), Kind: wire.TypeMessage, ID: identity.NewUUID(), Size: 100}
+	n.observeInbound(earlier)
+	const copies, intervals = 30000, 3
+	for i := range copies {
+		n.observeInbound(comms.Event{Type: comms.EventDuplicate, Peer: "bob", From: bob.ID(), Kind: wire.TypeMessage, ID: earlier.ID, Size: 100})
+		if (i+1)%(copies/intervals) == 0 {
+			n.flushSummaries()
+		}
+	}
+	recs := readAudit(t, n)
+	if _, err := os.Stat(filepath.Join(n.h.Dir, audit.FileName+".1")); err == nil {
+		t.Error("the replay rotated the audit log")
+	}
+	if len(recs) == 0 || recs[0].ID != earlier.ID.String() {
+		t.Fatalf("the earlier row is gone; %d rows", len(recs))
+	}
+	if want := 1 + intervals*(maxOwnRows+1); len(recs) != want {
+		t.Fatalf("%d rows, want %d (per interval %d rows of their own and a summary)", len(recs), want, maxOwnRows)
+	}
+	own, total := 0, 0
+	for _, r := range recs[1:] {
+		if r.Event != audit.EventDuplicate || r.Peer != "bob" || r.Key != bob.ID().String() {
+			t.Fatalf("row %+v", r)
+		}
+		if r.Count == 0 {
+			own++
+			total++
+			if r.ID != earlier.ID.String() {
+				t.Errorf("a duplicate's own row has id %q", r.ID)
+			}
+		} else {
+			total += r.Count
+		}
+	}
+	if own != intervals*maxOwnRows || total != copies {
+		t.Errorf("%d rows of their own, %d duplicates counted; want %d and %d", own, total, intervals*maxOwnRows, copies)
+	}
+}
+
 // Real frames from a stranger over the Unix socket end up as one summary
 // row with their count.
 func TestAuditStrangerFramesEndToEnd(t *testing.T) {
