@@ -23,6 +23,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/comms/space"
 	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 )
 
@@ -608,6 +609,10 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 		}
 		n.spaces.joined()
 	} else {
+		before, err := n.currentRoster()
+		if err != nil {
+			return SpaceInfo{}, err
+		}
 		roster, err := n.currentRoster()
 		if err != nil {
 			return SpaceInfo{}, err
@@ -617,6 +622,9 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 		}
 		if err := roster.Save(n.h.SpacesPath()); err != nil {
 			return SpaceInfo{}, Coded(err)
+		}
+		if err := n.dropLeftState(before, roster); err != nil {
+			return SpaceInfo{}, fmt.Errorf("spaces.json is edited, but the grants and proposals of who left could not be dropped from the database: %w", Coded(err))
 		}
 	}
 	infos, err := n.Spaces(context.Background())
@@ -630,6 +638,84 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 	}
 	// Deleted, or this node is no member: the same shape, empty.
 	return SpaceInfo{Name: e.Space, Members: []SpaceMember{}}, nil
+}
+
+// dropLeftState drops from the home's database, for an edit made without
+// a daemon, what the engine drops when a member leaves a space or a space
+// is deleted: the grants the member made or received (every grant of a
+// deleted space), and its pending proposals expire. Without it they
+// would come back at the next start if the member (or the space) were
+// added again meanwhile, and pass the engine's checks against the new
+// roster. A home without a database, or keeping none, has nothing to
+// drop. The grants that stood on the dropped ones go at the next start,
+// as the engine checks every grant against the rosters then.
+func (n *Node) dropLeftState(before, after *space.Roster) error {
+	type left struct {
+		space string
+		all   bool                     // the space is gone
+		keys  map[identity.PeerID]bool // members gone
+	}
+	var gone []left
+	for _, b := range before.Spaces {
+		i := slices.IndexFunc(after.Spaces, func(c space.Config) bool { return strings.EqualFold(c.Name, b.Name) })
+		if i < 0 {
+			gone = append(gone, left{space: b.Name, all: true})
+			continue
+		}
+		l := left{space: b.Name, keys: map[identity.PeerID]bool{}}
+		for _, m := range b.Members {
+			if !slices.ContainsFunc(after.Spaces[i].Members, func(o space.Member) bool { return o.Key == m.Key }) {
+				l.keys[m.Key] = true
+			}
+		}
+		if len(l.keys) > 0 {
+			gone = append(gone, l)
+		}
+	}
+	if len(gone) == 0 || n.h.Config.Store.Mode == config.StoreMemory {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(n.h.Dir, DBFileName)); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	n.obMu.Lock()
+	db, err := n.homeDBLocked()
+	n.obMu.Unlock()
+	if err != nil {
+		return err
+	}
+	st := db.Spaces()
+	now := time.Now()
+	for _, l := range gone {
+		grants, err := st.Grants(l.space)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for _, g := range grants {
+			if l.all || l.keys[g.Granter] || l.keys[g.Grantee] {
+				ids = append(ids, g.ID)
+			}
+		}
+		if len(ids) > 0 {
+			if _, err := st.DeleteGrants(l.space, ids...); err != nil {
+				return err
+			}
+		}
+		props, err := st.Proposals(l.space)
+		if err != nil {
+			return err
+		}
+		for _, p := range props {
+			if p.State == space.ProposalPending && (l.all || l.keys[p.Key]) {
+				p.State, p.Updated = space.ProposalExpired, now
+				if err := st.PutProposal(p); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // currentRoster is the rosters of the home's file, for a node that runs

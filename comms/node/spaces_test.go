@@ -747,3 +747,77 @@ func TestSpacesFileGoneKeepsRostersAndGrants(t *testing.T) {
 		t.Fatalf("grants after the file was written again: %+v, %v", gs, err)
 	}
 }
+
+// A member removed, or a space deleted, without a daemon leaves nothing
+// behind in the database: added again (or created again) before the next
+// start, it starts without the grants it had, as it would had a daemon
+// applied the edits.
+func TestSpaceEditWithoutDaemonDropsGrants(t *testing.T) {
+	h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreSQLite })
+	ctx := context.Background()
+	granted := func(n *Node, id string) []meup.Capability {
+		t.Helper()
+		list, err := n.Spaces(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range list {
+			for _, m := range in.Members {
+				if in.Name == "lab" && m.ID == id {
+					return m.Granted
+				}
+			}
+		}
+		t.Fatalf("no member %q in lab", id)
+		return nil
+	}
+	setUp := func() {
+		d := startTest(t, h, ModeServe)
+		if _, err := d.SpaceEdit(ctx, SpaceEdit{Op: SpaceCreate, Space: "lab", As: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.SpaceEdit(ctx, SpaceEdit{Op: SpaceAdd, Space: "lab", Peer: "bob", ID: "bob"}); err != nil {
+			t.Fatal(err)
+		}
+		if g, err := d.SpaceSend(ctx, SpaceMessage{Space: "lab", Action: ActGrant, Recipient: "bob", Capabilities: json.RawMessage(`[{"kind":"mcp/request"}]`), SendOptions: reliable}); err != nil || g.NotApplied != "" {
+			t.Fatalf("grant: %+v, %v", g, err)
+		}
+		if len(granted(d, "bob")) != 1 {
+			t.Fatal("the grant is not live")
+		}
+		d.Close()
+	}
+	for _, tc := range []struct {
+		name  string
+		edits []SpaceEdit
+	}{
+		{"member removed and added again", []SpaceEdit{
+			{Op: SpaceRemove, Space: "lab", ID: "bob"},
+			{Op: SpaceAdd, Space: "lab", Peer: "bob", ID: "bob"},
+		}},
+		{"space deleted and created again", []SpaceEdit{
+			{Op: SpaceDelete, Space: "lab"},
+			{Op: SpaceCreate, Space: "lab", As: "alice"},
+			{Op: SpaceAdd, Space: "lab", Peer: "bob", ID: "bob"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.Remove(h.SpacesPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+			setUp()
+			o := startTest(t, h, ModeSend)
+			for _, e := range tc.edits {
+				if _, err := o.SpaceEdit(ctx, e); err != nil {
+					t.Fatalf("%s: %v", e.Op, err)
+				}
+			}
+			o.Close()
+			d := startTest(t, h, ModeServe)
+			if g := granted(d, "bob"); len(g) != 0 {
+				t.Errorf("bob's grants came back: %+v", g)
+			}
+			d.Close()
+		})
+	}
+}
