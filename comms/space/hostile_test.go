@@ -106,3 +106,48 @@ func TestFulfilOnlyBySameCall(t *testing.T) {
 		t.Fatalf("after the proposed call: %s by %s (request %s), want fulfilled by erin (req-3)", p.State, p.By, p.RequestID)
 	}
 }
+
+// The response to a proposal's request is recorded only from a
+// participant the request addressed: another member allowed to respond
+// cannot put its answer in the place of the real one. A request that
+// addressed nobody in particular takes the first member's response.
+func TestProposalResponseOnlyFromAddressed(t *testing.T) {
+	h := newHarness(t)
+	proposal := func(id string) space.Proposal {
+		t.Helper()
+		ps, err := h.e.Proposals("lab", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ps {
+			if p.ID == id {
+				return p
+			}
+		}
+		t.Fatalf("%s not listed", id)
+		return space.Proposal{}
+	}
+	call := `{"method":"tools/call","params":{"name":"deploy"}}`
+	h.mustDeliver(kBob, "lab", &env{ID: "prop-1", From: "bob", To: []string{"erin"}, Kind: "mcp/proposal", Payload: call})
+	h.mustDeliver(kErin, "lab", &env{ID: "req-1", From: "erin", To: []string{"alice"}, Kind: "mcp/request", Corr: []string{"prop-1"}, Payload: call})
+	if p := proposal("prop-1"); p.State != space.ProposalFulfilled || p.RequestID != "req-1" {
+		t.Fatalf("prop-1: %+v, want fulfilled by req-1", p)
+	}
+	// bob may respond (his roster has mcp/response): delivered, not recorded.
+	h.mustDeliver(kBob, "lab", &env{ID: "resp-bob", From: "bob", Kind: "mcp/response", Corr: []string{"req-1"}, Payload: `{"result":{"ok":false}}`})
+	if p := proposal("prop-1"); p.ResponseID != "" {
+		t.Fatalf("bob's response recorded for a request addressed to alice: %+v", p)
+	}
+	s := h.send("lab", space.Draft{Kind: "mcp/response", CorrelationID: []string{"req-1"}, Payload: []byte(`{"result":{"ok":true}}`)})
+	if p := proposal("prop-1"); p.ResponseID != s.Envelope.ID {
+		t.Fatalf("alice's response %s not recorded: %+v", s.Envelope.ID, p)
+	}
+
+	// Addressed to nobody in particular: the first response is recorded.
+	h.mustDeliver(kBob, "lab", &env{ID: "prop-2", From: "bob", Kind: "mcp/proposal", Payload: call})
+	h.mustDeliver(kErin, "lab", &env{ID: "req-2", From: "erin", Kind: "mcp/request", Corr: []string{"prop-2"}, Payload: call})
+	h.mustDeliver(kBob, "lab", &env{ID: "resp-2", From: "bob", Kind: "mcp/response", Corr: []string{"req-2"}, Payload: `{"result":{}}`})
+	if p := proposal("prop-2"); p.ResponseID != "resp-2" {
+		t.Fatalf("prop-2: %+v, want resp-2 recorded", p)
+	}
+}

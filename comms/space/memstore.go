@@ -128,7 +128,7 @@ func (m *MemStore) PutProposal(p Proposal) error {
 	if len(p.Payload) > 0 && !json.Valid(p.Payload) {
 		return fmt.Errorf("space: proposal %q in %q: payload is not valid JSON", p.ID, p.Space)
 	}
-	p.Payload, p.To = slices.Clone(p.Payload), slices.Clone(p.To)
+	p.Payload, p.To, p.RequestTo = slices.Clone(p.Payload), slices.Clone(p.To), slices.Clone(p.RequestTo)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.proposals[rowKey{p.Space, p.ID}] = p
@@ -143,7 +143,7 @@ func (m *MemStore) Proposals(space string) ([]Proposal, error) {
 	var out []Proposal
 	for k, p := range m.proposals {
 		if space == "" || k.space == space {
-			p.Payload, p.To = slices.Clone(p.Payload), slices.Clone(p.To)
+			p.Payload, p.To, p.RequestTo = slices.Clone(p.Payload), slices.Clone(p.To), slices.Clone(p.RequestTo)
 			out = append(out, p)
 		}
 	}

@@ -101,14 +101,18 @@ func (e *Engine) checkLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 		if p != nil && !e.expireLocked(p, now) && p.State == ProposalPending && sameCall(env.Payload, p.Payload) {
 			q := *p
 			q.State, q.Updated, q.By, q.RequestID = ProposalFulfilled, now, m.ID, env.ID
+			q.RequestTo = slices.Clone(env.To)
 			eff.close = &q
 		}
 
 	case meup.KindMCPResponse:
+		// The response to a proposal's request is recorded only from a
+		// participant the request addressed (any, if it addressed none):
+		// another member's would take the place of the real answer.
 		x := e.proposalsLocked(space)
 		for _, c := range env.CorrelationID {
 			if id, ok := x.byRequest[c]; ok {
-				if p := x.byID[id]; p != nil && p.ResponseID == "" {
+				if p := x.byID[id]; p != nil && p.ResponseID == "" && (len(p.RequestTo) == 0 || slices.Contains(p.RequestTo, m.ID)) {
 					q := *p
 					q.ResponseID, q.Updated = env.ID, now
 					eff.track = &q

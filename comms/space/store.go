@@ -46,6 +46,9 @@ type Proposal struct {
 	Reason     string    // rejection reason
 	RequestID  string    // the mcp/request that fulfilled it
 	ResponseID string    // the mcp/response to that request
+	// RequestTo is the participants that request addressed, whose
+	// response alone is recorded (none: any member's).
+	RequestTo []string
 }
 
 // Remembered is what [Store.Remember] found.

@@ -356,6 +356,14 @@ INSERT INTO meta (key, value) SELECT 'dedup_merged', CAST(coalesce(max(seq), 0) 
 	`
 ALTER TABLE idempotency ADD COLUMN call_at INTEGER;
 `,
+
+	// The participants the request that fulfilled a proposal addressed
+	// (space.go): its response is recorded only from one of them. A JSON
+	// array of participant ids; NULL: not known (proposals fulfilled
+	// before this version), any member's response is recorded.
+	`
+ALTER TABLE space_proposals ADD COLUMN request_to TEXT;
+`,
 }
 
 // schemaVersion is the schema version this build writes.

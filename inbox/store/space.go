@@ -158,17 +158,17 @@ func (sp spaces) PutProposal(p space.Proposal) error {
 func (sp spaces) Proposals(spc string) ([]space.Proposal, error) {
 	var out []space.Proposal
 	err := sp.s.readArgs("store: space: read space_proposals", `SELECT space, id, proposer, proposer_key, addressed, payload, state,
-		created, expires, updated, closed_by, reason, request_id, response_id
+		created, expires, updated, closed_by, reason, request_id, response_id, request_to
 		FROM space_proposals WHERE ?1 = '' OR space = ?1 ORDER BY created, space, id`, []any{spc}, func(rows *sql.Rows) error {
 		var (
 			p                         space.Proposal
 			key                       []byte
 			addressed                 string
-			payload                   sql.NullString
+			payload, requestTo        sql.NullString
 			created, expires, updated sql.NullInt64
 		)
 		if err := rows.Scan(&p.Space, &p.ID, &p.Proposer, &key, &addressed, &payload, &p.State,
-			&created, &expires, &updated, &p.By, &p.Reason, &p.RequestID, &p.ResponseID); err != nil {
+			&created, &expires, &updated, &p.By, &p.Reason, &p.RequestID, &p.ResponseID, &requestTo); err != nil {
 			return err
 		}
 		if len(key) != len(p.Key) {
@@ -177,6 +177,11 @@ func (sp spaces) Proposals(spc string) ([]space.Proposal, error) {
 		p.Key = identity.PeerID(key)
 		if err := json.Unmarshal([]byte(addressed), &p.To); err != nil {
 			return fmt.Errorf("proposal %q in %q: addressed participants are not a JSON list of texts", p.ID, p.Space)
+		}
+		if requestTo.Valid {
+			if err := json.Unmarshal([]byte(requestTo.String), &p.RequestTo); err != nil {
+				return fmt.Errorf("proposal %q in %q: the participants its request addressed are not a JSON list of texts", p.ID, p.Space)
+			}
 		}
 		if payload.Valid {
 			if !json.Valid([]byte(payload.String)) {
@@ -295,8 +300,8 @@ const (
 		VALUES (?, ?, ?, ?, ?, ?)`
 	sqlSpaceDeleteGrant = `DELETE FROM space_grants WHERE space = ? AND id = ?`
 	sqlSpacePutProposal = `INSERT OR REPLACE INTO space_proposals (space, id, proposer, proposer_key, addressed, payload, state,
-		created, expires, updated, closed_by, reason, request_id, response_id)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		created, expires, updated, closed_by, reason, request_id, response_id, request_to)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	// A NULL time is the zero time, before every cutoff.
 	sqlSpaceExpireSeen      = `DELETE FROM space_seen WHERE at IS NULL OR at < ?`
 	sqlSpaceExpireProposals = `DELETE FROM space_proposals WHERE (state <> '` + space.ProposalPending + `'
@@ -361,8 +366,16 @@ func (t spaceTx) run(req *request, res *result) error {
 		if p.To == nil {
 			addressed = []byte("[]")
 		}
+		var requestTo sql.NullString // none: any member's response is recorded
+		if len(p.RequestTo) > 0 {
+			b, err := json.Marshal(p.RequestTo)
+			if err != nil {
+				return err
+			}
+			requestTo = sql.NullString{String: string(b), Valid: true}
+		}
 		_, err = t.exec(sqlSpacePutProposal, p.Space, p.ID, p.Proposer, p.Key[:], string(addressed), payload, p.State,
-			nanos(p.Created), nanos(p.Expires), nanos(p.Updated), p.By, p.Reason, p.RequestID, p.ResponseID)
+			nanos(p.Created), nanos(p.Expires), nanos(p.Updated), p.By, p.Reason, p.RequestID, p.ResponseID, requestTo)
 		return err
 	case opSpaceExpire:
 		if !r.seenBefore.IsZero() {

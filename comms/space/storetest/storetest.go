@@ -146,6 +146,7 @@ func proposal(sp, id, state string, created time.Time) space.Proposal {
 		Reason:     "not now",
 		RequestID:  "req-" + id,
 		ResponseID: "resp-" + id,
+		RequestTo:  []string{"worker-" + id},
 	}
 }
 
@@ -215,6 +216,9 @@ func diffProposal(got, want space.Proposal) string {
 	}
 	if !slices.Equal(got.To, want.To) {
 		add("To", got.To, want.To)
+	}
+	if !slices.Equal(got.RequestTo, want.RequestTo) {
+		add("RequestTo", got.RequestTo, want.RequestTo)
 	}
 	for _, f := range []struct {
 		name string
