@@ -554,14 +554,41 @@ func jsonLen(v any) int {
 // newID returns a fresh MEUP id: a random UUID, in its text form.
 func newID() string { return identity.NewUUID().String() }
 
+// maxGrantAckField bounds each member of a grant-ack that needs no
+// capability.
+const maxGrantAckField = 256
+
+// plainGrantAck reports whether payload is what a node answers a grant
+// with: none, or an object of at most a string grant_id and a string
+// status, each at most maxGrantAckField bytes.
+func plainGrantAck(payload json.RawMessage) bool {
+	if len(payload) == 0 {
+		return true
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(payload, &m) != nil {
+		return false
+	}
+	for k, v := range m {
+		var s string
+		if (k != "grant_id" && k != "status") || json.Unmarshal(v, &s) != nil || len(s) > maxGrantAckField {
+			return false
+		}
+	}
+	return true
+}
+
 // timestamp formats t as the envelopes' ts: RFC 3339 in UTC, milliseconds.
 func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
 // acksOwnGrantLocked reports whether env is the capability/grant-ack a
 // grantee's node sends for a grant this node made to it: nodes answer
-// grants themselves, so the answer needs no capability of its own.
+// grants themselves, so the answer needs no capability of its own. Only
+// an answer: its payload, if any, holds nothing but a short grant_id and
+// status, so that it carries nothing else to the inbox without the
+// capability.
 func (e *Engine) acksOwnGrantLocked(space string, m *memberState, env meup.Envelope) bool {
-	if env.Kind != meup.KindCapabilityGrantAck || len(env.CorrelationID) == 0 {
+	if env.Kind != meup.KindCapabilityGrantAck || len(env.CorrelationID) == 0 || !plainGrantAck(env.Payload) {
 		return false
 	}
 	for _, g := range e.grants[space] {

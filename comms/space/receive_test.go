@@ -387,7 +387,20 @@ func TestAckOfOwnGrantAccepted(t *testing.T) {
 	sent := h.send("lab", space.Draft{Kind: meup.KindCapabilityGrant, To: []string{"carol"}, Payload: json.RawMessage(`{"recipient":"carol","capabilities":[{"kind":"chat"}]}`)})
 	h.snd.take()
 	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{sent.Envelope.ID}, Payload: `{"status":"accepted"}`})
+	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{sent.Envelope.ID}, Payload: fmt.Sprintf(`{"grant_id":%q,"status":"accepted"}`, sent.Envelope.ID)})
+	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{sent.Envelope.ID}})
 	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{"no-such-grant"}, Payload: `{"status":"accepted"}`}, meup.ReasonCapability)
+	// Only an answer: anything else in it needs the capability (carol's
+	// roster has no grant-ack), or it would carry what it likes to the
+	// inbox past every capability.
+	for _, payload := range []string{
+		`{"status":"accepted","text":"anything at all"}`,
+		`{"status":{"nested":"object"}}`,
+		`{"status":"` + strings.Repeat("x", 257) + `"}`,
+		`{"Status":"accepted"}`,
+	} {
+		h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{sent.Envelope.ID}, Payload: payload}, meup.ReasonCapability)
+	}
 	// Bob's grant to carol is not this node's: carol's ack of it is not
 	// let through on its account.
 	g := &env{From: "bob", Kind: "capability/grant", Payload: `{"recipient":"carol","capabilities":[{"kind":"chat"}]}`}

@@ -95,7 +95,7 @@ func strictRefuses(reason string) bool {
 // grant): the granter's node takes it without a capability
 // (acksOwnGrantLocked).
 func (e *Engine) acksGrantToSelfLocked(space string, env meup.Envelope) bool {
-	if env.Kind != meup.KindCapabilityGrantAck || len(env.CorrelationID) == 0 {
+	if env.Kind != meup.KindCapabilityGrantAck || len(env.CorrelationID) == 0 || !plainGrantAck(env.Payload) {
 		return false
 	}
 	for _, g := range e.grants[space] {
