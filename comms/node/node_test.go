@@ -660,3 +660,47 @@ func TestMalformedPeerKey(t *testing.T) {
 		t.Fatalf("inbox from a malformed key: %v, want %s", err, CodeBadArgument)
 	}
 }
+
+// A request is answered finally once, also across restarts and commands
+// run without a daemon: the send record keeps the final answers given,
+// and a node that starts knows them.
+func TestFinalAnswerOnceAcrossRestarts(t *testing.T) {
+	h, bob := testHome(t, "alice", func(c *config.Config) {
+		c.Store.Mode = config.StoreSQLite
+		c.Outbox.Backoff = "1h" // bob never answers: the responses wait, queued
+	})
+	ctx := context.Background()
+	d := startTest(t, h, ModeServe)
+	req := arrive(t, d, bob, wire.Request("x", wire.Null()))
+	req2 := arrive(t, d, bob, wire.Request("y", wire.Null()))
+	if _, err := d.SendResponse(ctx, "bob", req.ID.String(), "accepted", nil, reliable); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.SendResponse(ctx, "bob", req.ID.String(), "completed", json.RawMessage(`1`), reliable); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+
+	// Without a daemon: the answer given before stands.
+	o := startTest(t, h, ModeSend)
+	if _, err := o.SendResponse(ctx, "bob", req.ID.String(), "completed", json.RawMessage(`2`), reliable); codeOfErr(err) != CodeAlreadyAnswered {
+		t.Fatalf("a second final answer without a daemon: %v, want %s", err, CodeAlreadyAnswered)
+	}
+	// Nor progress after it, as with a daemon that gave it; another
+	// request is still open.
+	if _, err := o.SendResponse(ctx, "bob", req.ID.String(), "accepted", nil, reliable); codeOfErr(err) != CodeAlreadyAnswered {
+		t.Fatalf("progress after the final answer, without a daemon: %v, want %s", err, CodeAlreadyAnswered)
+	}
+	if _, err := o.SendResponse(ctx, "bob", req2.ID.String(), "failed", nil, reliable); err != nil {
+		t.Fatalf("the first final answer to another request, without a daemon: %v", err)
+	}
+	o.Close()
+
+	// A daemon started again knows both.
+	d = startTest(t, h, ModeServe)
+	for _, id := range []identity.UUID{req.ID, req2.ID} {
+		if _, err := d.SendResponse(ctx, "bob", id.String(), "failed", nil, reliable); codeOfErr(err) != CodeAlreadyAnswered {
+			t.Fatalf("request %s answered again after a restart: %v, want %s", id, err, CodeAlreadyAnswered)
+		}
+	}
+}

@@ -686,11 +686,37 @@ func (n *Node) sendResponse(ctx context.Context, peer, requestID, status string,
 	if err := n.inbox.checkAnswer(rid, p.ID, final); err != nil {
 		return Sent{}, err
 	}
+	// What this process remembers began at its start: the send record
+	// knows the final answers given before (by a daemon since restarted,
+	// or a command run without one), after which nothing more is sent.
+	if err := n.answeredBefore(rid, p.ID); err != nil {
+		return Sent{}, err
+	}
 	sent, _, err := n.sendKind(ctx, p.ID.String(), wire.Response(rid, wire.Status(status), v), opts, call)
 	if err != nil && final {
 		n.inbox.unreserve(rid)
 	}
 	return sent, err
+}
+
+// answeredBefore fails with CodeAlreadyAnswered if the send record
+// holds a final answer to request (received from peer), keeping the
+// mark checkAnswer made; else it returns nil. A record that cannot be
+// read fails the answer (and takes back the mark a final answer made):
+// better no answer now than a second final one.
+func (n *Node) answeredBefore(request identity.UUID, peer identity.PeerID) error {
+	st, err := n.sentStore()
+	if err == nil {
+		var done bool
+		if done, err = st.Answered(peer, request); err == nil && done {
+			return errorf(CodeAlreadyAnswered, "request %s already has a final response", request)
+		}
+	}
+	if err != nil {
+		n.inbox.unreserve(request)
+		return Coded(err)
+	}
+	return nil
 }
 
 // trackStored records, once, the requests in the home's stored inbox, for

@@ -109,6 +109,7 @@ type sentBackend interface {
 	Update(store.SentUpdate) error
 	Get(ids ...identity.UUID) ([]store.SentRecord, error)
 	List(store.SentQuery) ([]store.SentRecord, error)
+	Answered(to identity.PeerID, request identity.UUID) (bool, error)
 	Prune(before, keysBefore time.Time) (int, int, error)
 	ClaimKey(k store.Idem, expired time.Time) (store.Idem, bool, error)
 	FinishKey(store.Idem) error
@@ -204,11 +205,16 @@ func (n *Node) sentSealed(s comms.Sealed, kind wire.Kind, reliable bool) {
 	now := time.Now()
 	r := store.SentRecord{ID: s.ID, To: s.Peer.ID, Peer: s.Peer.Name, Kind: s.Kind, CorrID: s.CorrID,
 		Reliable: reliable, State: store.SentQueued, Created: now, Updated: now}
-	if s.Kind == wire.TypeRequest {
+	switch s.Kind {
+	case wire.TypeRequest:
 		r.Intent = kind.Intent()
 		if len(r.Intent) > maxSentIntent {
 			r.Intent = strings.ToValidUTF8(r.Intent[:maxSentIntent], "")
 		}
+	case wire.TypeResponse:
+		// Its own status: whether it answered the request finally
+		// (Answered) is known after a restart too.
+		r.ResponseStatus = string(kind.Status())
 	}
 	if !reliable {
 		r.State = store.SentInFlight
@@ -489,6 +495,19 @@ func (m *memSent) Get(ids ...identity.UUID) ([]store.SentRecord, error) {
 	return out, nil
 }
 
+func (m *memSent) Answered(to identity.PeerID, request identity.UUID) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.recs {
+		if r.Kind == wire.TypeResponse && r.To == to && r.CorrID == request &&
+			(r.ResponseStatus == string(wire.StatusCompleted) || r.ResponseStatus == string(wire.StatusFailed)) &&
+			r.State != store.SentFailed && r.State != store.SentDead {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func (m *memSent) List(q store.SentQuery) ([]store.SentRecord, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -636,6 +655,13 @@ func (q *queuedSent) Get(ids ...identity.UUID) ([]store.SentRecord, error) {
 		return nil, err
 	}
 	return q.Sent.Get(ids...)
+}
+
+func (q *queuedSent) Answered(to identity.PeerID, request identity.UUID) (bool, error) {
+	if err := q.flush(); err != nil {
+		return false, err
+	}
+	return q.Sent.Answered(to, request)
 }
 
 func (q *queuedSent) List(sq store.SentQuery) ([]store.SentRecord, error) {

@@ -364,6 +364,13 @@ ALTER TABLE idempotency ADD COLUMN call_at INTEGER;
 	`
 ALTER TABLE space_proposals ADD COLUMN request_to TEXT;
 `,
+
+	// Final answers found by the request they answer (sent.go, Answered):
+	// a sent response's response_status is its own status, and this
+	// index finds the responses to one request.
+	`
+CREATE INDEX sent_answers ON sent (corr_id) WHERE kind = 'response';
+`,
 }
 
 // schemaVersion is the schema version this build writes.

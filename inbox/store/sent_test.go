@@ -423,3 +423,53 @@ func TestSentAckOnlyFromTheRecipient(t *testing.T) {
 		t.Fatalf("bob's ack: %+v", r)
 	}
 }
+
+// Answered finds a final answer this node gave a request: a response to
+// it, to the peer it came from, completed or failed, that did not fail
+// to go out.
+func TestSentAnswered(t *testing.T) {
+	var req, other identity.UUID
+	req[0], other[0] = 1, 2
+	var elsewhere identity.PeerID
+	elsewhere[0] = 9
+	n := byte(10)
+	resp := func(status, state string, to identity.PeerID, corr identity.UUID) SentRecord {
+		n++
+		r := sentRec(n, "response")
+		r.CorrID, r.ResponseStatus, r.State = corr, status, state
+		if !to.IsZero() {
+			r.To = to
+		}
+		return r
+	}
+	bob := sentRec(0, "response").To
+	for _, tc := range []struct {
+		name string
+		recs []SentRecord
+		want bool
+	}{
+		{"none", nil, false},
+		{"progress only", []SentRecord{resp("accepted", SentWritten, bob, req)}, false},
+		{"completed, written", []SentRecord{resp("completed", SentWritten, bob, req)}, true},
+		{"failed, queued", []SentRecord{resp("failed", SentQueued, bob, req)}, true},
+		{"completed, in flight", []SentRecord{resp("completed", SentInFlight, bob, req)}, true},
+		{"completed, its send failed", []SentRecord{resp("completed", SentFailed, bob, req)}, false},
+		{"completed, a dead letter", []SentRecord{resp("completed", SentDead, bob, req)}, false},
+		{"to another peer", []SentRecord{resp("completed", SentWritten, elsewhere, req)}, false},
+		{"to another request", []SentRecord{resp("completed", SentWritten, bob, other)}, false},
+		{"a request, not a response", []SentRecord{func() SentRecord { r := sentRec(99, "request"); r.CorrID, r.ResponseStatus = req, "completed"; return r }()}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := openStore(t, Options{})
+			sn := s.Sent()
+			for _, r := range tc.recs {
+				if err := sn.Put(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, err := sn.Answered(bob, req); err != nil || got != tc.want {
+				t.Fatalf("Answered = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
