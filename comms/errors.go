@@ -27,6 +27,11 @@ var (
 	// [AsyncAdmitter]'s wait) for an envelope it stored before: the
 	// Router acks it again without counting it as new.
 	ErrDuplicate = errors.New("comms: already admitted")
+	// ErrNotServing may be returned by an [Admitter] that takes only
+	// some envelopes for now (a command waiting for a response or a
+	// pairing while no daemon serves the inbox): the Router refuses the
+	// envelope as [RejectNotServing], and its sender retries later.
+	ErrNotServing = errors.New("comms: this node does not serve its inbox now")
 )
 
 // Reasons a send fails with [*PeerOfflineError].
@@ -74,7 +79,7 @@ func (e *PeerOfflineError) Error() string {
 
 // untrustedHint explains the likely cause of a connection closed before
 // the ack.
-const untrustedHint = "it may not trust this node's key (meerkatd id shows the key; the peer adds it with meerkatd peers add, or pair with meerkatd pair), had no room for the envelope (a full inbox, which its log says), or takes no envelope that large (its comms.max_message_bytes)"
+const untrustedHint = "it may not trust this node's key (meerkatd id shows the key; the peer adds it with meerkatd peers add, or pair with meerkatd pair), had no room for the envelope (a full inbox, which its log says), takes no envelope that large (its comms.max_message_bytes), or runs no daemon (a command of it listens for responses only)"
 
 // Unwrap returns the underlying error.
 func (e *PeerOfflineError) Unwrap() error { return e.Err }

@@ -2,6 +2,7 @@ package comms
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -264,6 +265,26 @@ type failingInbox struct{}
 func (failingInbox) Push(Item) error {
 	return errors.New("store: commit: database or disk is full (13)")
 }
+
+// An inbox that takes no envelope now (a command listening for responses
+// while no daemon serves the home) refuses it as "not_serving": not a
+// store failure, which would send an operator looking at the disk.
+func TestNotServingRefusedAsSuch(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	alice := newKP(t)
+	bob := fairNode(t, Options{Inbox: notServing{}}, alice)
+	c := dialRaw(t, bob)
+	writeRaw(t, c, frameOf(t, sealEnv(t, alice, bob.kp.ID(), wire.Message("while no daemon runs"))))
+	expectClosedNoAck(t, c)
+	if s := bob.r.Stats(); s.Rejected[RejectNotServing] != 1 || s.Rejected[RejectStore] != 0 {
+		t.Fatalf("refusals %v, want one %q", s.Rejected, RejectNotServing)
+	}
+}
+
+// notServing takes no envelope, as a node that only waits for responses.
+type notServing struct{}
+
+func (notServing) Push(Item) error { return fmt.Errorf("only responses: %w", ErrNotServing) }
 
 // An inbox that cannot be written refuses the envelope (no ack) as
 // "store", not as a full inbox: the operator's problem, not the agent's.

@@ -691,6 +691,8 @@ func (r *Router) logRefused(reason string, from identity.PeerID) {
 		msg = "refused connections: the sender holds its maximum of connections"
 	case RejectStore:
 		level, msg = slog.LevelError, "refused envelopes: the inbox cannot be written (a full disk?); not acknowledged, the sender may retry"
+	case RejectNotServing:
+		level, msg = slog.LevelInfo, "refused envelopes: no daemon serves this home's inbox (this command takes only the responses it waits for); not acknowledged, the sender retries later"
 	default:
 		r.log.Debug("refused envelope", "reason", reason, "key", from.String())
 		return
@@ -937,6 +939,8 @@ func (r *Router) admitted(k dedupKey, ev *Event, err error) (stored, fresh bool,
 			reason = RejectPeerShare
 		case errors.Is(err, inbox.ErrFull):
 			reason = RejectInboxFull
+		case errors.Is(err, ErrNotServing):
+			reason = RejectNotServing
 		default:
 			reason = RejectStore // a full disk, an I/O error
 		}

@@ -176,13 +176,14 @@ const (
 	RejectTLSPeer      = "tls_peer"         // an envelope on a TLS connection from another key than the certificate's
 	RejectPlaintext    = "plaintext"        // plaintext TCP while Options.RefusePlaintext is set
 	RejectSealed       = "sealed"           // a sealed envelope that does not open, or whose inner envelope does not match the outer one
+	RejectNotServing   = "not_serving"      // the inbox takes no envelope now (ErrNotServing): no daemon serves it, a command listens for responses
 )
 
 // RejectReasons are the Reject… reasons, for a report that lists each,
 // also those never seen (the metrics' series start at 0).
 var RejectReasons = []string{RejectFrame, RejectMalformed, RejectNotForUs, RejectUntrusted, RejectBadSignature,
 	RejectInboxFull, RejectStore, RejectPeerShare, RejectPeerConns, RejectOverload, RejectInFlight, RejectUnsolicited,
-	RejectTLS, RejectTLSPeer, RejectPlaintext, RejectSealed}
+	RejectTLS, RejectTLSPeer, RejectPlaintext, RejectSealed, RejectNotServing}
 
 // Stats are counters since the Router started.
 type Stats struct {

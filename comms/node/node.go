@@ -232,7 +232,7 @@ type responsesOnly struct{ inner comms.Admitter }
 
 func (a responsesOnly) Push(it comms.Item) error {
 	if it.Type != comms.ItemExternal || it.Envelope.Kind.Type() != wire.TypeResponse {
-		return errors.New("this node is only waiting for a response")
+		return comms.ErrNotServing
 	}
 	return a.inner.Push(it)
 }

@@ -704,3 +704,18 @@ func TestFinalAnswerOnceAcrossRestarts(t *testing.T) {
 		}
 	}
 }
+
+// A command that listens while no daemon serves the home takes only
+// responses; anything else is refused as not served, not as a store
+// failure (which would send the operator looking at the disk).
+func TestRepliesOnlyRefusesAsNotServing(t *testing.T) {
+	h, bob := testHome(t, "alice", nil)
+	n := startTest(t, h, ModeReplies)
+	e, err := wire.Seal(bob, identity.NewUUID(), n.h.Key.ID(), wire.Message("while alice waits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (responsesOnly{n.inbox}).Push(comms.Item{Type: comms.ItemExternal, Envelope: e}); !errors.Is(err, comms.ErrNotServing) {
+		t.Fatalf("a message while only responses are taken: %v, want %v", err, comms.ErrNotServing)
+	}
+}

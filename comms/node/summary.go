@@ -182,7 +182,7 @@ func verifiedSum(event string) bool {
 // after the sender's signature was checked: its row may name the peer.
 func verifiedRefusal(reason string) bool {
 	switch reason {
-	case comms.RejectInboxFull, comms.RejectStore, comms.RejectInFlight, comms.RejectPeerShare, comms.RejectPeerConns:
+	case comms.RejectInboxFull, comms.RejectStore, comms.RejectInFlight, comms.RejectPeerShare, comms.RejectPeerConns, comms.RejectNotServing:
 		return true
 	}
 	return false
