@@ -404,38 +404,65 @@ func TestDecodeFor(t *testing.T) {
 func TestDecodeForRefusesBeforeUnknownKeys(t *testing.T) {
 	e := mustSeal(t, Message("hi"))
 	kind := mapOf(tx("body"), tx("hi"), tx("type"), tx("message"))
-	build := func(unknown int, dup bool) []byte {
-		pairs := [][]byte{tx("id"), bs(e.ID[:]), tx("from"), bs(e.From[:]), tx("to"), bs(e.To[:])}
+	// The unknown keys after from and to (first) or before them: the
+	// sender chooses the order.
+	build := func(unknown int, dup, first bool) []byte {
+		var extra [][]byte
 		for i := range unknown {
-			pairs = append(pairs, tx(fmt.Sprintf("x%05d", i)), un(1))
+			extra = append(extra, tx(fmt.Sprintf("x%05d", i)), un(1))
 		}
 		if dup {
-			pairs = append(pairs, tx("x00000"), un(1))
+			extra = append(extra, tx("x00000"), un(1))
+		}
+		route := [][]byte{tx("id"), bs(e.ID[:]), tx("from"), bs(e.From[:]), tx("to"), bs(e.To[:])}
+		pairs := append(route, extra...)
+		if first {
+			pairs = append(extra, route...)
 		}
 		return mapOf(append(pairs, tx("kind"), kind, tx("sig"), bs(e.Sig[:]))...)
 	}
 	refuse := func(identity.PeerID, identity.PeerID) bool { return false }
-	for _, n := range []int{1, 10, 5000} {
-		in := build(n, false)
-		got, err := DecodeFor(in, refuse)
-		if !errors.Is(err, ErrNotAccepted) || got.ID != e.ID || got.From != e.From || got.To != e.To {
-			t.Fatalf("%d unknown keys, refused: %+v, %v", n, got, err)
+	accept := func(identity.PeerID, identity.PeerID) bool { return true }
+	for _, first := range []bool{false, true} {
+		for _, n := range []int{1, 10, 5000} {
+			in := build(n, false, first)
+			got, err := DecodeFor(in, refuse)
+			if !errors.Is(err, ErrNotAccepted) || got.ID != e.ID || got.From != e.From || got.To != e.To {
+				t.Fatalf("%d unknown keys (first: %v), refused: %+v, %v", n, first, got, err)
+			}
+			allocs := testing.AllocsPerRun(20, func() { _, _ = DecodeFor(in, refuse) })
+			if allocs > 1 {
+				t.Errorf("%d unknown keys (first: %v), refused: %.0f allocations, want none beyond the envelope's", n, first, allocs)
+			}
+			if _, err := DecodeFor(in, accept); err != nil {
+				t.Fatalf("%d unknown keys (first: %v), accepted: %v", n, first, err)
+			}
 		}
-		allocs := testing.AllocsPerRun(20, func() { _, _ = DecodeFor(in, refuse) })
-		if allocs > 1 {
-			t.Errorf("%d unknown keys, refused: %.0f allocations, want none beyond the envelope's", n, allocs)
+		// A duplicate unknown key is still found once the sender is
+		// accepted (as Decode finds it), and the refusal still comes
+		// first for one that is not.
+		dup := build(5000, true, first)
+		if _, err := DecodeFor(dup, accept); !errors.Is(err, ErrDuplicateKey) {
+			t.Fatalf("duplicate unknown key (first: %v), accepted: %v, want %v", first, err, ErrDuplicateKey)
 		}
-		if _, err := DecodeFor(in, func(identity.PeerID, identity.PeerID) bool { return true }); err != nil {
-			t.Fatalf("%d unknown keys, accepted: %v", n, err)
+		if _, err := Decode(dup); !errors.Is(err, ErrDuplicateKey) {
+			t.Fatalf("duplicate unknown key (first: %v), Decode: %v, want %v", first, err, ErrDuplicateKey)
+		}
+		if _, err := DecodeFor(dup, refuse); !errors.Is(err, ErrNotAccepted) {
+			t.Fatalf("duplicate unknown key (first: %v), refused: %v, want %v", first, err, ErrNotAccepted)
 		}
 	}
-	// A duplicate unknown key is still found once the sender is accepted,
-	// and the refusal still comes first for one that is not.
-	dup := build(5000, true)
-	if _, err := DecodeFor(dup, func(identity.PeerID, identity.PeerID) bool { return true }); !errors.Is(err, ErrDuplicateKey) {
-		t.Fatalf("duplicate unknown key, accepted: %v, want %v", err, ErrDuplicateKey)
+	// The second reading of the keys does not count the items again: an
+	// envelope with unknown keys first, at the item limit, decodes.
+	var many [][]byte
+	for i := 0; 2*(i+1)+15 <= MaxItems; i++ { // the map, 5 keys, 4 values, the kind map and its 4 items: 15
+		many = append(many, tx(fmt.Sprintf("y%05d", i)), un(1))
 	}
-	if _, err := DecodeFor(dup, refuse); !errors.Is(err, ErrNotAccepted) {
-		t.Fatalf("duplicate unknown key, refused: %v, want %v", err, ErrNotAccepted)
+	full := mapOf(append(many, tx("id"), bs(e.ID[:]), tx("from"), bs(e.From[:]), tx("to"), bs(e.To[:]), tx("kind"), kind, tx("sig"), bs(e.Sig[:]))...)
+	if _, err := Decode(full); err != nil {
+		t.Fatalf("Decode at the item limit: %v", err)
+	}
+	if _, err := DecodeFor(full, accept); err != nil {
+		t.Fatalf("DecodeFor at the item limit, unknown keys first: %v", err)
 	}
 }

@@ -281,9 +281,11 @@ var ErrNotAccepted = errors.New("wire: sender or recipient not accepted")
 // part of the work for a kind of many members, or a key outside the
 // protocol, whose duplicates cost a set to find), accept is asked about
 // them. If it refuses, DecodeFor returns ErrNotAccepted with an envelope
-// that has only From, To and, if it came before them (as in the
-// canonical and the reference's key order), ID set (its kind is not
-// read; the payload is well-formed CBOR up to the end of what was read).
+// that has only From, To and, if it was read before accept was asked (as
+// in the canonical and the reference's key order, where it comes first),
+// ID set (its kind is not read; the payload is well-formed CBOR up to
+// the end of what was read). Keys outside the protocol met before accept
+// agreed are stepped over, and checked for duplicates once it has.
 // A nil accept accepts all. The kind is decoded once either way: when it
 // comes after from and to, accept is asked on reaching it; when it comes
 // before them, it is stepped over (its items counted, nothing built) and
@@ -318,6 +320,17 @@ var fieldBits = []struct {
 	bit  uint8
 }{{"id", hasID}, {"from", hasFrom}, {"to", hasTo}, {"kind", hasKind}, {"sig", hasSig}}
 
+// fieldBit is the bit of a top-level key, 0 for a key outside the
+// protocol.
+func fieldBit(key string) uint8 {
+	for _, f := range fieldBits {
+		if f.name == key {
+			return f.bit
+		}
+	}
+	return 0
+}
+
 // envelope decodes the envelope map into e, asking accept (nil: accept
 // all) about its route before its kind is decoded (DecodeFor).
 func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bool) error {
@@ -336,12 +349,14 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 	if !indefinite && arg > uint64(len(d.src)-d.off)/2 {
 		return d.fail(ErrTruncated)
 	}
+	mapAt := d.off // the first key
 	var seen uint8
 	kindLater, kindItems := -1, 0 // where a kind stepped over starts, and its items
 	// Keys outside the protocol, to catch their duplicates: a short list,
 	// then a set, so many keys cost linear time.
 	var unknown []string
 	var unknownSet map[string]struct{}
+	unchecked := false // keys outside the protocol stepped over before accept agreed
 	// asked: accept has agreed to from and to. It is asked once both are
 	// read, on reaching the kind or a key outside the protocol, so that
 	// neither a large kind nor many unknown keys cost a refused sender
@@ -372,12 +387,7 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 		if err != nil {
 			return err
 		}
-		var bit uint8
-		for _, f := range fieldBits {
-			if f.name == key {
-				bit = f.bit
-			}
-		}
+		bit := fieldBit(key)
 		if bit == 0 {
 			if !ask() {
 				return ErrNotAccepted
@@ -393,7 +403,12 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 				d.off = at
 			}
 			dup := false
-			if unknownSet != nil {
+			if !asked {
+				// Not checked for duplicates yet: a sender that accept
+				// refuses must not cost a set of its keys, wherever it
+				// puts them. Checked once accept agrees (unknownTwice).
+				unchecked = true
+			} else if unknownSet != nil {
 				_, dup = unknownSet[key]
 				unknownSet[key] = struct{}{}
 			} else {
@@ -467,6 +482,49 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 			return err
 		}
 		d.off, d.field = len(d.src), ""
+	}
+	if unchecked {
+		if !ask() {
+			return ErrNotAccepted
+		}
+		return d.unknownTwice(mapAt, arg, indefinite)
+	}
+	return nil
+}
+
+// unknownTwice reads again the keys of the envelope map whose first key
+// is at at (arg entries, or up to its break if indefinite), which was
+// decoded whole already, and reports a key outside the protocol given
+// twice. It leaves the decoder where it was.
+func (d *decoder) unknownTwice(at int, arg uint64, indefinite bool) error {
+	off, items := d.off, d.items
+	defer func() { d.off, d.items, d.field = off, items, "" }()
+	d.off, d.items = at, 0 // counted once already: not against MaxItems again
+	seen := map[string]struct{}{}
+	for i := uint64(0); indefinite || i < arg; i++ {
+		if indefinite {
+			done, err := d.atBreak()
+			if err != nil {
+				return err
+			}
+			if done {
+				break
+			}
+		}
+		keyAt := d.off
+		key, err := d.text()
+		if err != nil {
+			return err
+		}
+		if fieldBit(key) == 0 {
+			if _, dup := seen[key]; dup {
+				return &DecodeError{Offset: keyAt, Err: ErrDuplicateKey}
+			}
+			seen[key] = struct{}{}
+		}
+		if err := d.skip(2); err != nil {
+			return err
+		}
 	}
 	return nil
 }
