@@ -620,11 +620,14 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 		if err := edit(roster); err != nil {
 			return SpaceInfo{}, err
 		}
+		// The database first: if it fails, the file is not changed and
+		// the edit can be made again; a file saved with the grants
+		// left in the database could not (the member is gone from it).
+		if err := n.dropLeftState(before, roster); err != nil {
+			return SpaceInfo{}, fmt.Errorf("nothing is changed: the grants and proposals of who leaves could not be dropped from the database: %w", Coded(err))
+		}
 		if err := roster.Save(n.h.SpacesPath()); err != nil {
 			return SpaceInfo{}, Coded(err)
-		}
-		if err := n.dropLeftState(before, roster); err != nil {
-			return SpaceInfo{}, fmt.Errorf("spaces.json is edited, but the grants and proposals of who left could not be dropped from the database: %w", Coded(err))
 		}
 	}
 	infos, err := n.Spaces(context.Background())

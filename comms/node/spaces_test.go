@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -820,4 +821,26 @@ func TestSpaceEditWithoutDaemonDropsGrants(t *testing.T) {
 			d.Close()
 		})
 	}
+	// A database that cannot drop them leaves the file as it was: the
+	// edit fails whole, and can be made again once the database is back.
+	t.Run("database unusable", func(t *testing.T) {
+		before, err := os.ReadFile(h.SpacesPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := filepath.Join(h.Dir, DBFileName)
+		for _, f := range []string{db + "-wal", db + "-shm"} {
+			os.Remove(f)
+		}
+		if err := os.Truncate(db, 0); err != nil { // as a copy cut short: refused on open
+			t.Fatal(err)
+		}
+		o := startTest(t, h, ModeSend)
+		if _, err := o.SpaceEdit(ctx, SpaceEdit{Op: SpaceRemove, Space: "lab", ID: "bob"}); err == nil || !strings.Contains(err.Error(), "nothing is changed") {
+			t.Fatalf("remove with an unusable database: %v", err)
+		}
+		if after, _ := os.ReadFile(h.SpacesPath()); string(after) != string(before) {
+			t.Fatal("the file was changed by an edit that failed")
+		}
+	})
 }

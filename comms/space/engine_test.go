@@ -444,6 +444,12 @@ func TestStrictSendRefusesWhatMembersRefuse(t *testing.T) {
 		t.Errorf("grant-ack of a grant made to this node: not applied %q", s.NotApplied)
 	}
 	h3.snd.take()
+	// Only as an answer: with more in it, it needs the capability, which
+	// this node does not hold here, as bob's node will find.
+	if s = h3.send("lab", space.Draft{Kind: meup.KindCapabilityGrantAck, To: []string{"bob"}, CorrelationID: []string{"g9"}, Payload: json.RawMessage(`{"status":"accepted","text":"more"}`)}); !strings.Contains(s.NotApplied, meup.ReasonCapability) {
+		t.Errorf("grant-ack carrying more than an answer: not applied %q, want %s", s.NotApplied, meup.ReasonCapability)
+	}
+	h3.snd.take()
 }
 
 // TestSendAppliesLocally: what this node sends changes its own state as a

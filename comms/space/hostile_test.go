@@ -81,8 +81,11 @@ func TestFulfilOnlyBySameCall(t *testing.T) {
 	h.mustDeliver(kBob, "lab", &env{ID: "prop-1", From: "bob", Kind: "mcp/proposal", Payload: `{"method":"tools/call","params":{"name":"deploy"}}`})
 	h.mustRefuse(kFrank, "lab", &env{From: "frank", Kind: "mcp/reject", Corr: []string{"prop-1"}}, meup.ReasonCapability)
 	h.mustDeliver(kFrank, "lab", &env{ID: "req-1", From: "frank", Kind: "mcp/request", Corr: []string{"prop-1"}, Payload: `{"method":"tools/list"}`})
-	// The same method with other params is another call too.
+	// The same method with other params is another call too, also when
+	// they differ only past what a float64 holds.
 	h.mustDeliver(kErin, "lab", &env{ID: "req-2", From: "erin", Kind: "mcp/request", Corr: []string{"prop-1"}, Payload: `{"method":"tools/call","params":{"name":"wipe"}}`})
+	h.mustDeliver(kBob, "lab", &env{ID: "prop-big", From: "bob", Kind: "mcp/proposal", Payload: `{"method":"tools/call","params":{"amount":100000000000000001}}`})
+	h.mustDeliver(kErin, "lab", &env{ID: "req-big", From: "erin", Kind: "mcp/request", Corr: []string{"prop-big"}, Payload: `{"method":"tools/call","params":{"amount":100000000000000000}}`})
 	state := func() space.Proposal {
 		t.Helper()
 		ps, err := h.e.Proposals("lab", "")
@@ -99,6 +102,12 @@ func TestFulfilOnlyBySameCall(t *testing.T) {
 	}
 	if p := state(); p.State != space.ProposalPending {
 		t.Fatalf("after other calls: %s by %s (request %s), want pending", p.State, p.By, p.RequestID)
+	}
+	ps, _ := h.e.Proposals("lab", "")
+	for _, p := range ps {
+		if p.ID == "prop-big" && p.State != space.ProposalPending {
+			t.Fatalf("prop-big: %s by %s, want pending (another amount)", p.State, p.By)
+		}
 	}
 	// The proposed call, its members in another order and spacing.
 	h.mustDeliver(kErin, "lab", &env{ID: "req-3", From: "erin", Kind: "mcp/request", Corr: []string{"prop-1"}, Payload: `{"params": {"name": "deploy"}, "method": "tools/call"}`})

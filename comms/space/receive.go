@@ -559,9 +559,10 @@ func newID() string { return identity.NewUUID().String() }
 const maxGrantAckField = 256
 
 // plainGrantAck reports whether payload is what a node answers a grant
-// with: none, or an object of at most a string grant_id and a string
-// status, each at most maxGrantAckField bytes.
-func plainGrantAck(payload json.RawMessage) bool {
+// of caps with: none, or an object of at most a string grant_id and a
+// string status, each at most maxGrantAckField bytes, and the granted
+// capabilities echoed (the same patterns, as a gateway's answer has them).
+func plainGrantAck(payload json.RawMessage, caps []meup.Capability) bool {
 	if len(payload) == 0 {
 		return true
 	}
@@ -570,6 +571,18 @@ func plainGrantAck(payload json.RawMessage) bool {
 		return false
 	}
 	for k, v := range m {
+		if k == "capabilities" {
+			echo, err := meup.ParseCapabilities(v)
+			if err != nil || len(echo) != len(caps) {
+				return false
+			}
+			for i := range echo {
+				if !sameCapability(echo[i], caps[i]) {
+					return false
+				}
+			}
+			continue
+		}
 		var s string
 		if (k != "grant_id" && k != "status") || json.Unmarshal(v, &s) != nil || len(s) > maxGrantAckField {
 			return false
@@ -584,15 +597,15 @@ func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.
 // acksOwnGrantLocked reports whether env is the capability/grant-ack a
 // grantee's node sends for a grant this node made to it: nodes answer
 // grants themselves, so the answer needs no capability of its own. Only
-// an answer: its payload, if any, holds nothing but a short grant_id and
-// status, so that it carries nothing else to the inbox without the
-// capability.
+// an answer (plainGrantAck), so that it carries nothing else to the
+// inbox without the capability.
 func (e *Engine) acksOwnGrantLocked(space string, m *memberState, env meup.Envelope) bool {
-	if env.Kind != meup.KindCapabilityGrantAck || len(env.CorrelationID) == 0 || !plainGrantAck(env.Payload) {
+	if env.Kind != meup.KindCapabilityGrantAck || len(env.CorrelationID) == 0 {
 		return false
 	}
 	for _, g := range e.grants[space] {
-		if g.g.Granter == e.opts.Self && g.g.Grantee == m.Key && slices.Contains(env.CorrelationID, g.g.ID) {
+		if g.g.Granter == e.opts.Self && g.g.Grantee == m.Key && slices.Contains(env.CorrelationID, g.g.ID) &&
+			plainGrantAck(env.Payload, g.g.Capabilities) {
 			return true
 		}
 	}

@@ -389,6 +389,8 @@ func TestAckOfOwnGrantAccepted(t *testing.T) {
 	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{sent.Envelope.ID}, Payload: `{"status":"accepted"}`})
 	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{sent.Envelope.ID}, Payload: fmt.Sprintf(`{"grant_id":%q,"status":"accepted"}`, sent.Envelope.ID)})
 	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{sent.Envelope.ID}})
+	// As a gateway answers: the granted capabilities echoed.
+	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{sent.Envelope.ID}, Payload: `{"status":"accepted","capabilities":[{"kind": "chat"}]}`})
 	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{"no-such-grant"}, Payload: `{"status":"accepted"}`}, meup.ReasonCapability)
 	// Only an answer: anything else in it needs the capability (carol's
 	// roster has no grant-ack), or it would carry what it likes to the
@@ -398,6 +400,8 @@ func TestAckOfOwnGrantAccepted(t *testing.T) {
 		`{"status":{"nested":"object"}}`,
 		`{"status":"` + strings.Repeat("x", 257) + `"}`,
 		`{"Status":"accepted"}`,
+		`{"status":"accepted","capabilities":[{"kind":"chat","payload":{"text":"anything at all"}}]}`,
+		`{"status":"accepted","capabilities":[{"kind":"chat"},{"kind":"chat"}]}`,
 	} {
 		h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{sent.Envelope.ID}, Payload: payload}, meup.ReasonCapability)
 	}

@@ -324,7 +324,7 @@ func (e *Engine) revokeLocked(sp *spaceState, m *memberState, env meup.Envelope)
 
 // sameCapability reports whether two capabilities are the same pattern:
 // their kind and payload are equal JSON values (key order and spacing do
-// not matter; numbers compare by value). Their ids do not matter.
+// not matter; numbers compare as written). Their ids do not matter.
 func sameCapability(a, b meup.Capability) bool {
 	return sameJSON(a.Kind, b.Kind) && sameJSON(a.Payload, b.Payload)
 }
@@ -333,13 +333,24 @@ func sameJSON(a, b json.RawMessage) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return len(a) == len(b)
 	}
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
-		return false
+	ca, ok1 := canonicalJSON(a)
+	cb, ok2 := canonicalJSON(b)
+	return ok1 && ok2 && bytes.Equal(ca, cb)
+}
+
+// canonicalJSON re-encodes one JSON value with its object members sorted
+// and no spacing. Numbers keep their text (json.Number): two numbers are
+// the same only as written the same, never by a float64 that would make
+// 100000000000000000 and 100000000000000001 equal.
+func canonicalJSON(raw json.RawMessage) ([]byte, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return nil, false
 	}
-	ca, err1 := json.Marshal(x)
-	cb, err2 := json.Marshal(y)
-	return err1 == nil && err2 == nil && bytes.Equal(ca, cb)
+	out, err := json.Marshal(v)
+	return out, err == nil
 }
 
 // sameCall reports whether two MCP payloads make the same call: their

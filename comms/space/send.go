@@ -95,11 +95,11 @@ func strictRefuses(reason string) bool {
 // grant): the granter's node takes it without a capability
 // (acksOwnGrantLocked).
 func (e *Engine) acksGrantToSelfLocked(space string, env meup.Envelope) bool {
-	if env.Kind != meup.KindCapabilityGrantAck || len(env.CorrelationID) == 0 || !plainGrantAck(env.Payload) {
+	if env.Kind != meup.KindCapabilityGrantAck || len(env.CorrelationID) == 0 {
 		return false
 	}
 	for _, g := range e.grants[space] {
-		if g.g.Grantee == e.opts.Self && slices.Contains(env.CorrelationID, g.g.ID) {
+		if g.g.Grantee == e.opts.Self && slices.Contains(env.CorrelationID, g.g.ID) && plainGrantAck(env.Payload, g.g.Capabilities) {
 			return true
 		}
 	}
