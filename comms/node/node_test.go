@@ -17,6 +17,7 @@ import (
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox"
+	"github.com/meerkatd/meerkatd/inbox/store"
 	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
@@ -717,5 +718,51 @@ func TestRepliesOnlyRefusesAsNotServing(t *testing.T) {
 	}
 	if err := (responsesOnly{n.inbox}).Push(comms.Item{Type: comms.ItemExternal, Envelope: e}); !errors.Is(err, comms.ErrNotServing) {
 		t.Fatalf("a message while only responses are taken: %v, want %v", err, comms.ErrNotServing)
+	}
+}
+
+// A direct send whose process ended before its ack (a Ctrl-C, a kill)
+// stays in flight in the record: once no attempt could still be running,
+// it shows as failed, saying the peer may have it. One still within its
+// time shows as it is.
+func TestAbandonedDirectSendShowsFailed(t *testing.T) {
+	h, bob := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreSQLite })
+	n := startTest(t, h, ModeSend)
+	st, err := n.sentStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-(h.Config.Comms.AckTimeout() + abandonedAfter + time.Second))
+	recent := time.Now()
+	mk := func(updated time.Time, reliable bool) identity.UUID {
+		r := store.SentRecord{ID: identity.NewUUID(), To: bob.ID(), Peer: "bob", Kind: wire.TypeMessage,
+			Reliable: reliable, State: store.SentInFlight, Created: updated, Updated: updated}
+		if err := st.Put(r); err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	abandoned, live, queued := mk(old, false), mk(recent, false), mk(old, true)
+	got, err := n.MessageStatus(context.Background(), []string{abandoned.String(), live.String(), queued.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].State != StateFailed || !strings.Contains(got[0].Reason, "may or may not have it") {
+		t.Errorf("abandoned direct send: %s (%q), want failed saying the peer may have it", got[0].State, got[0].Reason)
+	}
+	if got[1].State != StateInFlight {
+		t.Errorf("a direct send within its time: %s, want %s", got[1].State, StateInFlight)
+	}
+	if got[2].State != StateInFlight {
+		t.Errorf("a reliable attempt's record: %s, want %s (the outbox settles it)", got[2].State, StateInFlight)
+	}
+	list, err := n.SentList(context.Background(), SentQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list {
+		if s.ID == abandoned.String() && s.State != StateFailed {
+			t.Errorf("sent list shows the abandoned send %s", s.State)
+		}
 	}
 }

@@ -351,6 +351,28 @@ func (n *Node) sentPruneLoop(ctx context.Context) {
 	}
 }
 
+// sendStatus is toSendStatus for what this node reads now: a direct send
+// still in flight long after any attempt could have ended (its ack
+// timeout and a minute more) was left by a process that ended before its
+// outcome, interrupted or killed: nothing will settle it, and it shows
+// as failed, saying what is known.
+func (n *Node) sendStatus(r store.SentRecord) SendStatus {
+	s := toSendStatus(r)
+	if r.State == store.SentInFlight && !r.Reliable && !r.Updated.IsZero() &&
+		time.Since(r.Updated) > n.h.Config.Comms.AckTimeout()+abandonedAfter {
+		s.State = StateFailed
+		s.Reason = abandonedReason
+	}
+	return s
+}
+
+// abandonedAfter is how long past its ack timeout a direct send still in
+// flight is taken for abandoned (sendStatus).
+const abandonedAfter = time.Minute
+
+// abandonedReason is the reason an abandoned direct send shows.
+const abandonedReason = "the sending process ended before the peer's ack came (interrupted or killed): the peer may or may not have it; a send with an idempotency key can be retried safely"
+
 func toSendStatus(r store.SentRecord) SendStatus {
 	s := SendStatus{ID: r.ID.String(), State: r.State, Peer: r.Peer, PubKey: r.To.String(), Kind: r.Kind, Intent: r.Intent,
 		Reliable: r.Reliable, Created: timeOrNil(r.Created), Updated: timeOrNil(r.Updated), AckedAt: timeOrNil(r.AckedAt),
@@ -398,7 +420,7 @@ func (n *Node) MessageStatus(ctx context.Context, ids []string) ([]SendStatus, e
 	for _, r := range recs {
 		for i, u := range us {
 			if u == r.ID {
-				out[i] = toSendStatus(r)
+				out[i] = n.sendStatus(r)
 			}
 		}
 	}
@@ -440,7 +462,7 @@ func (n *Node) SentList(ctx context.Context, q SentQuery) ([]SendStatus, error) 
 		return nil, Coded(err)
 	}
 	for _, r := range recs {
-		out = append(out, toSendStatus(r))
+		out = append(out, n.sendStatus(r))
 	}
 	return out, nil
 }
