@@ -34,7 +34,7 @@ func parseArgs(e *env, flags *flag.FlagSet, args []string) ([]string, error) {
 			return nil, fmt.Errorf("%w: %s", errUsage, flagdoc.Explain(err, flags))
 		}
 		args = flags.Args()
-		if err := flagdoc.GivenEmpty(flags, "idempotency-key", "task"); err != nil {
+		if err := errors.Join(flagdoc.GivenEmpty(flags, "idempotency-key", "task"), flagdoc.GivenZero(flags, "ttl")); err != nil {
 			return nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
 		if len(args) == 0 {

@@ -462,6 +462,9 @@ func TestPairCancel(t *testing.T) {
 	alice.start()
 	alice.wantCode(exitPairFailed, []string{"no open offer"}, "pair", "cancel")
 	alice.wantCode(exitUsage, []string{"--ttl is for pair offer"}, "pair", "cancel", "--ttl", "1m")
+	// A zero given is no way to ask for the default (the longest code).
+	alice.wantCode(exitUsage, []string{"--ttl must be positive"}, "pair", "offer", "--no-wait", "--ttl", "0")
+	alice.wantCode(exitUsage, []string{"--ttl must be positive"}, "send", "message", "bob", "hi", "--reliable", "--ttl", "0s")
 	var first, second, third struct {
 		ID   string `json:"id"`
 		Line string `json:"line"`

@@ -162,3 +162,18 @@ func GivenEmpty(fs *flag.FlagSet, names ...string) error {
 	})
 	return err
 }
+
+// GivenZero reports the first of the named duration flags given on the
+// command line as zero: where leaving a flag out means a default, a zero
+// given is a mistake, not a way to ask for the default.
+func GivenZero(fs *flag.FlagSet, names ...string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if g, ok := f.Value.(flag.Getter); err == nil && ok && slices.Contains(names, f.Name) {
+			if d, ok := g.Get().(time.Duration); ok && d == 0 {
+				err = fmt.Errorf("--%s must be positive (leave it out for the default)", f.Name)
+			}
+		}
+	})
+	return err
+}

@@ -161,3 +161,33 @@ func TestGivenEmpty(t *testing.T) {
 		}
 	}
 }
+
+func TestGivenZero(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--ttl", "1s"}, ""},
+		{[]string{"--ttl", "0"}, "--ttl must be positive (leave it out for the default)"},
+		{[]string{"--ttl=0s"}, "--ttl must be positive (leave it out for the default)"},
+		{[]string{"--ttl", "0m"}, "--ttl must be positive (leave it out for the default)"},
+		{[]string{"--wait", "0s"}, ""}, // not named
+		{[]string{"--name", ""}, ""},   // not a duration
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.Duration("ttl", time.Hour, "")
+		fs.Duration("wait", 0, "")
+		fs.String("name", "x", "")
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if err := GivenZero(fs, "ttl", "name"); err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("%q: %q, want %q", c.args, got, c.want)
+		}
+	}
+}
