@@ -164,6 +164,13 @@ type filter struct {
 // newFilter resolves the filters: the peer by name, key or UUID.
 func (n *Node) newFilter(kinds []string, from, requestID string, mf MEUPFilter) (filter, error) {
 	f := filter{kinds: kinds, requestID: strings.ToLower(requestID), meup: mf}
+	if requestID != "" {
+		// A request id is a UUID: anything else would match nothing, and
+		// a wait for it would only time out.
+		if _, err := identity.ParseUUID(requestID); err != nil {
+			return f, errorf(CodeBadArgument, "request_id %q is not a request id (a UUID)", requestID)
+		}
+	}
 	for _, k := range kinds {
 		switch k {
 		case wire.TypeMessage, wire.TypeRequest, wire.TypeResponse, wire.TypeMEUP:

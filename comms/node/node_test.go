@@ -766,3 +766,19 @@ func TestAbandonedDirectSendShowsFailed(t *testing.T) {
 		}
 	}
 }
+
+// A request id filter that is no request id is refused, not a filter that
+// matches nothing (a wait on it would only time out).
+func TestReceiveRequestIDFilterChecked(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	req := arrive(t, m, bob, wire.Request("x", wire.Null()))
+	for _, id := range []string{"abc", "r-1", req.ID.String() + "0"} {
+		if _, err := m.Receive(ctx, Query{RequestID: id, Limit: 10}); codeOfErr(err) != CodeBadArgument || !strings.Contains(err.Error(), "not a request id") {
+			t.Errorf("request_id %q: %v, want %s", id, err, CodeBadArgument)
+		}
+	}
+	if _, err := m.Receive(ctx, Query{RequestID: strings.ToUpper(req.ID.String()), Limit: 10}); err != nil {
+		t.Errorf("a request id in capitals: %v", err)
+	}
+}
