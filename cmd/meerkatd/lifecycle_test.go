@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"os/exec"
 	"strings"
@@ -249,5 +250,38 @@ func TestRequestWaitPrintsIDFirst(t *testing.T) {
 		waitUntil(t, "bob holds the request", func() bool {
 			return strings.Contains(bob.ok("inbox", "--json"), id)
 		})
+	}
+}
+
+// An interrupted send request --wait --json says so in its document: the
+// code interrupted, not internal, with exit 130 and the request's id.
+func TestRequestWaitInterruptedJSON(t *testing.T) {
+	t.Parallel()
+	alice, bob := twoNodes(t, "uds")
+	bob.start()
+	cmd := exec.Command(binary(t), "send", "request", "bob", "build", "{}", "--wait", "2m", "--json", "--home", alice.home)
+	cmd.Env = append(baseEnv(), alice.env...)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "bob holds the request", func() bool {
+		in := strings.ReplaceAll(bob.ok("inbox", "--json"), " ", "")
+		return strings.Contains(in, `"kind":"request"`)
+	})
+	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != exitInterrupted {
+		t.Fatalf("exit %d, want %d", code, exitInterrupted)
+	}
+	var doc struct {
+		ID    string `json:"id"`
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil || doc.Error.Code != "interrupted" || doc.ID == "" {
+		t.Fatalf("document %s (%v): want the id and error code interrupted", stdout.String(), err)
 	}
 }

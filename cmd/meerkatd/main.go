@@ -225,7 +225,7 @@ func (e *env) main(args []string) int {
 // would stack ("meerkatd pair: pair: …"), and with the API's error code.
 func errorText(name string, err error) string {
 	msg := strings.TrimPrefix(node.UserText(err), name+": ")
-	if code := node.CodeOf(err); code != node.CodeInternal {
+	if code := node.CodeOf(err); code != node.CodeInternal && code != node.CodeInterrupted { // "interrupted" says it
 		msg += " (" + code + ")"
 	}
 	return msg

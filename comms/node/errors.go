@@ -36,6 +36,7 @@ const (
 	CodeUnknownProposal = "unknown_proposal" // no such proposal (or mcp/request) in the space
 	CodeCopiesFailed    = "copies_failed"    // a broadcast or space send some of whose copies failed (its result says which)
 	CodeBadConfig       = "bad_config"       // CheckConfig: the home's configuration or one of its files would stop a daemon
+	CodeInterrupted     = "interrupted"      // CLI only: SIGINT or SIGTERM ended a wait (ErrInterrupted)
 	CodeInternal        = "internal"         // everything else
 )
 
@@ -89,6 +90,8 @@ func Coded(err error) error {
 		return err
 	case errors.Is(err, comms.ErrUnknownPeer):
 		return &Error{Code: CodeUnknownPeer, Msg: UserText(err)}
+	case errors.Is(err, ErrInterrupted):
+		return &Error{Code: CodeInterrupted, Msg: UserText(err)}
 	case errors.Is(err, comms.ErrPlaintextRefused), errors.Is(err, comms.ErrBadPeerKey):
 		return &Error{Code: CodeBadArgument, Msg: UserText(err)}
 	case errors.Is(err, comms.ErrPeerOffline):
