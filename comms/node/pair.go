@@ -292,6 +292,12 @@ func (n *Node) selfAddrFor(other transport.Addr) (transport.Addr, error) {
 	case pick == nil:
 		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: "this node does not listen anywhere, so the other node could not reach it: set comms.listen_uds or comms.listen_tcp"}
 	}
+	if pick.Scheme == transport.SchemeTCP {
+		// Only a TCP listener to give a node that came over a Unix
+		// socket: as an offer gives it, advertised and over TLS.
+		adv, err := n.advertised(*pick)
+		return adv.WithScheme(transport.SchemeTLS), err
+	}
 	return *pick, nil
 }
 

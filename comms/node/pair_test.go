@@ -110,6 +110,12 @@ func TestPairLineAdvertisedAddress(t *testing.T) {
 			if got, err := n.selfAddrFor(advertised.WithScheme(transport.SchemeTLS)); err != nil || got != wantTLS {
 				t.Fatalf("accepting a tls:// line gives the other node %v, %v; want %v", got, err, wantTLS)
 			}
+			// A node that came over a Unix socket gets the only listener
+			// there is as a line would carry it: advertised, over TLS.
+			uds := transport.Addr{Scheme: transport.SchemeUDS, Path: "/run/other/meerkat.sock"}
+			if got, err := n.selfAddrFor(uds); err != nil || got != wantTLS {
+				t.Fatalf("accepting a uds:// line with only a TCP listener gives the other node %v, %v; want %v", got, err, wantTLS)
+			}
 			dir := t.TempDir()
 			remove, err := n.Announce(dir)
 			if err != nil {
@@ -150,6 +156,9 @@ func TestPairLineWildcardListener(t *testing.T) {
 			}
 			if _, err := n.selfAddrFor(wild); !errors.As(err, &e) || !strings.Contains(e.Msg, "comms.advertise_tcp") {
 				t.Fatalf("accepting a tcp:// line on a wildcard listener: %v; want the same refusal", err)
+			}
+			if _, err := n.selfAddrFor(transport.Addr{Scheme: transport.SchemeUDS, Path: "/run/other/meerkat.sock"}); !errors.As(err, &e) || !strings.Contains(e.Msg, "comms.advertise_tcp") {
+				t.Fatalf("accepting a uds:// line on a wildcard listener only: %v; want the same refusal", err)
 			}
 			if _, err := n.localAddr(); err == nil {
 				t.Fatal("an announcement would carry the wildcard address")
