@@ -358,6 +358,11 @@ func accept(c net.Conn, kp *identity.Keypair, selfName string, selfAddr transpor
 		return trust.Peer{}, silent(err)
 	}
 	ch, err := cn.recv()
+	if errors.Is(err, ErrProtocol) {
+		// The first answer is not a pairing message at all (an HTTP
+		// server, another protocol): as unusable as no answer.
+		return trust.Peer{}, fmt.Errorf("%w %s: what answers there is no meerkatd node (is a meerkatd node offering at that address?): %w", ErrUnreachable, line.Addr, err)
+	}
 	if err != nil {
 		return trust.Peer{}, silent(err)
 	}

@@ -556,8 +556,9 @@ func TestRemoteError(t *testing.T) {
 }
 
 // An address where something accepts the connection but no offering node
-// answers (it hangs, or hangs up at once) is unreachable, as one where
-// nothing listens: ErrUnreachable, nothing trusted.
+// answers (it hangs, hangs up at once, or answers in another protocol) is
+// unreachable, as one where nothing listens: ErrUnreachable, nothing
+// trusted.
 func TestAcceptSilentAddress(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -565,6 +566,10 @@ func TestAcceptSilentAddress(t *testing.T) {
 	}{
 		{"hangs", func(c net.Conn) { io.Copy(io.Discard, c) }},
 		{"hangs up", func(c net.Conn) { c.Close() }},
+		{"speaks HTTP", func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+			io.Copy(io.Discard, c)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
