@@ -61,6 +61,9 @@ type PeerOfflineError struct {
 	Peer   string // the peer's trust-list name
 	Reason string // one of the Offline… constants
 	Err    error  // the underlying error, if any
+	// Plaintext: the peer was dialled at a plaintext tcp:// address,
+	// which it may refuse (its comms.tcp_plaintext = "refuse").
+	Plaintext bool
 }
 
 func (e *PeerOfflineError) Error() string {
@@ -72,6 +75,9 @@ func (e *PeerOfflineError) Error() string {
 		// envelope; by far the most common reason is that it does not
 		// trust the sender's key, the next that its inbox is full, or
 		// the envelope is larger than it takes.
+		if e.Plaintext {
+			return fmt.Sprintf("comms: peer %s offline: %s: %s; or it refuses plaintext TCP (its comms.tcp_plaintext = \"refuse\"): give it a tls:// address", e.Peer, e.Reason, untrustedHint)
+		}
 		return fmt.Sprintf("comms: peer %s offline: %s: %s", e.Peer, e.Reason, untrustedHint)
 	}
 	return fmt.Sprintf("comms: peer %s offline: %s", e.Peer, e.Reason)

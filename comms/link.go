@@ -98,7 +98,7 @@ func (l *link) offline(ctx context.Context, err error) error {
 	case errors.Is(err, context.Canceled):
 		return err
 	case errors.Is(err, errConnLost):
-		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineClosed}
+		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineClosed, Plaintext: l.peer.Addr.Scheme == transport.SchemeTCP}
 	case errors.Is(err, errBadAck):
 		return &PeerOfflineError{Peer: l.peer.Name, Reason: OfflineBadAck, Err: err}
 	case errors.Is(err, errPlaintextRefused):

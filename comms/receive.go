@@ -691,6 +691,8 @@ func (r *Router) logRefused(reason string, from identity.PeerID) {
 		msg = "refused connections: the sender holds its maximum of connections"
 	case RejectStore:
 		level, msg = slog.LevelError, "refused envelopes: the inbox cannot be written (a full disk?); not acknowledged, the sender may retry"
+	case RejectPlaintext:
+		level, msg = slog.LevelInfo, "refused plaintext TCP connections (comms.tcp_plaintext = \"refuse\"): the peer must dial this node's tls:// address"
 	case RejectNotServing:
 		level, msg = slog.LevelInfo, "refused envelopes: no daemon serves this home's inbox (this command takes only the responses it waits for); not acknowledged, the sender retries later"
 	default:

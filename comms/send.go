@@ -150,7 +150,7 @@ func (r *Router) sendFrame(ctx context.Context, p trust.Peer, id identity.UUID, 
 			if r.ctx.Err() != nil {
 				return ErrClosed
 			}
-			return &PeerOfflineError{Peer: p.Name, Reason: OfflineClosed}
+			return &PeerOfflineError{Peer: p.Name, Reason: OfflineClosed, Plaintext: p.Addr.Scheme == transport.SchemeTCP}
 		}
 		if lk.peer.NATS && unreachable(err) && r.currentRelay() != nil {
 			// The direct address cannot be connected to; the peer is

@@ -226,6 +226,13 @@ func TestRefusePlaintext(t *testing.T) {
 	writeRaw(t, uc, frameOf(t, e))
 	readAck(t, uc, ubob.kp.ID(), alice.ID(), e.ID)
 
+	// A sender that allows plaintext, dialling bob's tcp:// address, is
+	// refused without an ack: its error says that plaintext may be why.
+	plain := serveNode(t, "plain", alice, "uds", Options{}, trust.Peer{Name: "bob", ID: bob.kp.ID(), Addr: bob.addr})
+	if _, err := plain.r.SendMessage(ctxT(t), "bob", "in the clear again"); err == nil || !strings.Contains(err.Error(), "refuses plaintext TCP") {
+		t.Fatalf("send to a peer refusing plaintext: %v; want the hint that it may refuse plaintext", err)
+	}
+
 	// Nor does the node dial a tcp:// peer.
 	dialled := make(chan transport.Addr, 1)
 	sender := serveNode(t, "sender", alice, "uds", Options{RefusePlaintext: true, Dial: func(ctx context.Context, a transport.Addr) (net.Conn, error) {

@@ -402,7 +402,10 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 		err = audit.Check(filepath.Join(dir, audit.FileName))
 	}
 	if err == nil {
-		_, err = trust.LoadOrEmpty(filepath.Join(dir, trust.FileName))
+		var l *trust.List
+		if l, err = trust.LoadOrEmpty(filepath.Join(dir, trust.FileName)); err == nil && cfg.Comms.RefusePlaintext() {
+			ck.Note = plaintextPeersNote(l)
+		}
 	}
 	if err == nil {
 		_, err = space.LoadRoster(filepath.Join(dir, SpacesFileName))
@@ -418,7 +421,7 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 		if lerr == nil {
 			unlock()
 		} else if errors.Is(lerr, ErrHomeServed) {
-			ck.Note = "a daemon serves this home, so its database was opened but not read through for damage (that would hold up the daemon); stop the daemon for the full check"
+			ck.Note = strings.TrimPrefix(ck.Note+"; a daemon serves this home, so its database was opened but not read through for damage (that would hold up the daemon); stop the daemon for the full check", "; ")
 		}
 		err = store.Check(filepath.Join(dir, DBFileName), lerr == nil)
 	}
@@ -428,8 +431,25 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	return ck, badConfig(err)
 }
 
+// plaintextPeersNote names the trusted peers at a plaintext tcp://
+// address, for a node that refuses plaintext TCP: the daemon runs, and
+// every send to them fails. "" if none.
+func plaintextPeersNote(l *trust.List) string {
+	var names []string
+	for _, p := range l.Peers() {
+		if p.Addr.Scheme == transport.SchemeTCP {
+			names = append(names, p.Name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("trusted_peers.json gives %s a plaintext tcp:// address, which this node refuses (comms.tcp_plaintext = \"refuse\"): every send to them fails; give their tls:// addresses", strings.Join(names, ", "))
+}
+
 // Checked is what [CheckConfig] found of a home: the path of its
-// meerkat.toml, and a note on what it could not check ("" if none).
+// meerkat.toml, and a note on what it could not check, or what will not
+// work though a daemon would run (a peer it cannot reach): "" if none.
 type Checked struct {
 	Config string `json:"config"`
 	Note   string `json:"note,omitempty"`

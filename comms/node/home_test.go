@@ -407,3 +407,32 @@ func TestCheckConfigNATSFiles(t *testing.T) {
 		})
 	}
 }
+
+// A node that refuses plaintext TCP runs with peers at tcp:// addresses
+// in its trust file, and every send to them fails: config check says
+// which, as a note (the daemon would run).
+func TestCheckConfigPlaintextPeers(t *testing.T) {
+	h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	carol, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AddPeer(h, "carol", carol.ID().String(), "tcp://192.0.2.30:4200", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	env := func(refuse bool) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			if refuse && k == "MEERKAT_COMMS_TCP_PLAINTEXT" {
+				return "refuse", true
+			}
+			return "", false
+		}
+	}
+	ck, err := CheckConfig(h.Dir, env(true), nil)
+	if err != nil || !strings.Contains(ck.Note, "carol") || !strings.Contains(ck.Note, "comms.tcp_plaintext") || strings.Contains(ck.Note, "bob") {
+		t.Fatalf("refusing plaintext: %+v, %v; want a note naming carol (not bob, at a socket)", ck, err)
+	}
+	if ck, err := CheckConfig(h.Dir, env(false), nil); err != nil || ck.Note != "" {
+		t.Fatalf("allowing plaintext: %+v, %v; want no note", ck, err)
+	}
+}

@@ -485,6 +485,10 @@ func AddPeer(h *Home, name, key, addr string, alsoNATS bool, meta string) (Paire
 	if id == h.Key.ID() {
 		return Paired{}, errorf(CodeBadArgument, "%s is this node's own key", id)
 	}
+	if a.Scheme == transport.SchemeTCP && h.Config.Comms.RefusePlaintext() {
+		// Every send to it would be refused: say so now.
+		return Paired{}, errorf(CodeBadArgument, "%s is a plaintext address and this node refuses plaintext TCP (comms.tcp_plaintext = \"refuse\"): give the peer's tls:// address, or set comms.tcp_plaintext = \"allow\"", a)
+	}
 	p := trust.Peer{Name: name, ID: id, Addr: a, NATS: alsoNATS}
 	if meta != "" {
 		p.Meta = json.RawMessage(meta)

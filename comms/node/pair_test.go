@@ -204,6 +204,10 @@ func TestPairRefusesPlaintextPeers(t *testing.T) {
 			t.Fatalf("%s a tcp:// peer: %v; want a refusal naming comms.tcp_plaintext", name, err)
 		}
 	}
+	// Nor by hand (meerkatd peers add): every send to it would fail.
+	if _, err := AddPeer(h, "bob", kp.ID().String(), plain.String(), false, ""); CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), "comms.tcp_plaintext") {
+		t.Fatalf("peers add of a tcp:// peer: %v; want bad_argument naming comms.tcp_plaintext", err)
+	}
 	if l, err := trust.LoadOrEmpty(h.TrustPath()); err != nil {
 		t.Fatal(err)
 	} else if _, ok := l.Lookup(kp.ID()); ok {
