@@ -434,6 +434,9 @@ func (c Config) AdvertiseTCPAddr() (transport.Addr, error) {
 	if s == "" {
 		return transport.Addr{}, nil
 	}
+	if host, port, err := net.SplitHostPort(s); err == nil && host == "" {
+		return transport.Addr{}, fmt.Errorf("%q has no host: give the name or IP address other nodes reach this one at, like 192.0.2.10:%s", s, port)
+	}
 	a, err := parseHostPort(s)
 	if err != nil {
 		return transport.Addr{}, err
@@ -458,6 +461,9 @@ func IsWildcard(a transport.Addr) bool {
 func parseHostPort(s string) (transport.Addr, error) {
 	if s == "" {
 		return transport.Addr{}, nil
+	}
+	if scheme, _, ok := strings.Cut(s, "://"); ok {
+		return transport.Addr{}, fmt.Errorf("%q: give host:port without %s:// (like 127.0.0.1:4200 or [::1]:4200)", s, scheme)
 	}
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {

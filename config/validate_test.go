@@ -251,3 +251,29 @@ func TestNATSPasswordWithoutUser(t *testing.T) {
 		t.Errorf("message %q: want it to name MEERKAT_NATS_PASSWORD, and never the password", err)
 	}
 }
+
+// The errors of a TCP address say what to write: an address to advertise
+// with no host needs the host other nodes reach this one at (not a
+// wildcard, which is refused there), and a scheme is left out.
+func TestTCPAddressHints(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		tune   func(*Config)
+		want   string
+		refuse string // must not be in the error
+	}{
+		{"advertise no host", func(c *Config) { c.Comms.AdvertiseTCP = ":47330" }, "the name or IP address other nodes reach this one at, like 192.0.2.10:47330", "0.0.0.0"},
+		{"advertise with scheme", func(c *Config) { c.Comms.AdvertiseTCP = "tls://127.0.0.1:47312" }, "without tls://", "too many colons"},
+		{"listen with scheme", func(c *Config) { c.Comms.ListenTCP = "tcp://127.0.0.1:4200" }, "without tcp://", "too many colons"},
+		{"listen no host", func(c *Config) { c.Comms.ListenTCP = ":4200" }, "use 0.0.0.0:4200 or [::]:4200", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.tune(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) || tc.refuse != "" && strings.Contains(err.Error(), tc.refuse) {
+				t.Fatalf("%v; want %q in it", err, tc.want)
+			}
+		})
+	}
+}
