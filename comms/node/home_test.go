@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -434,5 +435,27 @@ func TestCheckConfigPlaintextPeers(t *testing.T) {
 	}
 	if ck, err := CheckConfig(h.Dir, env(false), nil); err != nil || ck.Note != "" {
 		t.Fatalf("allowing plaintext: %+v, %v; want no note", ck, err)
+	}
+}
+
+// A listen address another program holds stops the node with the setting
+// to change named.
+func TestListenInUseNamesTheSetting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	h, _ := testHome(t, "alice", func(c *config.Config) {
+		c.Store.Mode = config.StoreMemory
+		c.Comms.ListenTCP = ln.Addr().String()
+	})
+	n, err := Start(h, Options{Mode: ModeServe})
+	if err == nil {
+		n.Close()
+		t.Fatal("the node started on a port another listener holds")
+	}
+	if !strings.Contains(err.Error(), "comms.listen_tcp") {
+		t.Fatalf("error %q does not name comms.listen_tcp", err)
 	}
 }

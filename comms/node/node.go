@@ -427,7 +427,11 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 		ln, err := transport.Listen(ctx, a)
 		if err != nil {
 			n.Close()
-			return nil, err
+			key := "comms.listen_tcp"
+			if a.Scheme == transport.SchemeUDS {
+				key = "comms.listen_uds"
+			}
+			return nil, fmt.Errorf("%s: %w", key, err) // the setting to change (another program holds a port)
 		}
 		if a.Scheme == transport.SchemeTCP {
 			a.Port = uint16(ln.Addr().(*net.TCPAddr).Port)
