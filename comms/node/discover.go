@@ -225,6 +225,10 @@ func FindLocal(dir string, self *Home, ref string) ([]Announcement, error) {
 	if m := matchLocal(as, ref); len(m) > 0 {
 		return m, nil
 	}
+	if ref != "" && (strings.EqualFold(ref, self.Config.Name) || ref == self.Key.ID().String()) {
+		// Discover leaves this node out: it is no other node to pair with.
+		return nil, errorf(CodePairFailed, "a node cannot pair with itself: %q is this node", ref)
+	}
 	return nil, errorf(CodeUnknownPeer, "no running node named %q on this host (meerkatd peers discover lists them)", ref)
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/trust/pair"
@@ -181,6 +182,15 @@ func TestAcceptLocalLineSharedName(t *testing.T) {
 		line, err = AcceptLocalLine(dir, self, id.UUID().String())
 		if err != nil || line != offerLocal(t, dir, erin) {
 			t.Fatalf("by UUID: %q, %v", line, err)
+		}
+	})
+	t.Run("this node itself", func(t *testing.T) {
+		dir, _, _ := setup(t)
+		me := &Home{Key: kp, Config: config.Config{Name: "selfie"}}
+		for _, ref := range []string{"selfie", "SELFIE", kp.ID().String()} {
+			if _, err := FindLocal(dir, me, ref); CodeOf(err) != CodePairFailed || !strings.Contains(err.Error(), "cannot pair with itself") {
+				t.Errorf("FindLocal(%q) of this node: %v, want %s saying it cannot pair with itself", ref, err, CodePairFailed)
+			}
 		}
 	})
 	t.Run("none offering", func(t *testing.T) {
