@@ -381,7 +381,7 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 		return ck, err
 	}
 	if err := CheckHome(dir); err != nil {
-		return ck, err
+		return ck, badConfig(err) // as run reports it
 	}
 	err := CheckHomePath(dir)
 	var cfg config.Config

@@ -459,3 +459,19 @@ func TestListenInUseNamesTheSetting(t *testing.T) {
 		t.Fatalf("error %q does not name comms.listen_tcp", err)
 	}
 }
+
+// A home open to others is reported by config check as by run: bad_config.
+func TestCheckConfigHomeModeIsBadConfig(t *testing.T) {
+	h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	if err := os.Chmod(h.Dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(h.Dir, 0o700)
+	_, err := CheckConfig(h.Dir, nil, nil)
+	if CodeOf(err) != CodeBadConfig || !strings.Contains(err.Error(), "chmod 700") {
+		t.Fatalf("config check of a home open to others: %v (code %s), want %s with the fix", err, CodeOf(err), CodeBadConfig)
+	}
+	if _, _, err := OpenHome(h.Dir, OpenOptions{}); CodeOf(err) != CodeBadConfig {
+		t.Fatalf("opening it: %v (code %s), want %s as config check says", err, CodeOf(err), CodeBadConfig)
+	}
+}

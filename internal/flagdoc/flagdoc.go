@@ -115,7 +115,10 @@ func Explain(err error, fs *flag.FlagSet) string {
 		if s := Nearest(name, Names(fs)); s != "" {
 			return fmt.Sprintf("unknown flag --%s (did you mean --%s?)", name, s)
 		}
-		return "unknown flag --" + name
+		return "unknown flag --" + name + " (an argument that starts with - goes after --, as in -- -" + name + ")"
+	}
+	if m := needsValue.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Sprintf("--%s needs a value", m[1])
 	}
 	if m := bareNumber.FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Sprintf("--%s %q: a duration needs a unit: %ss, %sm", m[2], m[1], m[1], m[1])
@@ -142,6 +145,10 @@ func Explain(err error, fs *flag.FlagSet) string {
 	}
 	return err.Error()
 }
+
+// needsValue matches the flag package's error for a flag given last with
+// no value, to name it as it is written (--name).
+var needsValue = regexp.MustCompile(`^flag needs an argument: -+([a-z0-9-]+)$`)
 
 // invalidValue matches the flag package's error for a value its flag
 // refused, to name the flag as it is written (--name).

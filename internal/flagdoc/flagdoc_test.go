@@ -111,7 +111,10 @@ func TestExplain(t *testing.T) {
 		want string
 	}{
 		{[]string{"--relaible"}, "unknown flag --relaible (did you mean --reliable?)"},
-		{[]string{"--frobnicate"}, "unknown flag --frobnicate"},
+		{[]string{"--frobnicate"}, "unknown flag --frobnicate (an argument that starts with - goes after --, as in -- -frobnicate)"},
+		{[]string{"-x"}, "unknown flag --x (an argument that starts with - goes after --, as in -- -x)"},
+		{[]string{"--wait"}, "--wait needs a value"},
+		{[]string{"-limit"}, "--limit needs a value"},
 		{[]string{"--wait", "5"}, `--wait "5": a duration needs a unit: 5s, 5m`},
 		{[]string{"--wait", "soon"}, `--wait "soon": not a duration: want a number and a unit, such as 90s, 5m or 2h (units ms, s, m, h)`},
 		{[]string{"--wait", "9d"}, `--wait "9d": not a duration: want a number and a unit, such as 90s, 5m or 2h (units ms, s, m, h)`},
