@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -41,8 +42,20 @@ func TestPlaintextPeerPolicy(t *testing.T) {
 
 			bob := newNode(t, "bob")
 			bob.addr = "tcp://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
-			bob.env = append(bob.env, "MEERKAT_COMMS_TCP_PLAINTEXT="+policy)
+			// Trusted at a plaintext address while plaintext was allowed
+			// (a node that refuses it does not take such a peer: below).
 			bob.ok("peers", "add", "rusty", rusty.ID().String(), "tcp://"+ln.Addr().String())
+			bob.env = append(bob.env, "MEERKAT_COMMS_TCP_PLAINTEXT="+policy)
+			if policy == "refuse" {
+				carol, err := identity.GenerateKeypair()
+				if err != nil {
+					t.Fatal(err)
+				}
+				bob.wantCode(exitUsage, []string{"comms.tcp_plaintext", "tls://"}, "peers", "add", "carol", carol.ID().String(), "tcp://127.0.0.1:9")
+				if out := bob.ok("config", "check"); !strings.Contains(out, "note:") || !strings.Contains(out, "rusty") {
+					t.Fatalf("config check says nothing of rusty's plaintext address:\n%s", out)
+				}
+			}
 			bob.start(bob.runArgs()...)
 			bobKey, err := identity.ParsePeerID(bob.key)
 			if err != nil {
