@@ -280,7 +280,7 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 	for after := uint64(0); mode == ModeServe; { // requests still unanswered from before a restart
 		page := mail.List(after, listPage)
 		for _, en := range page {
-			rec.track(en.Item)
+			rec.trackRestored(en.Item)
 			after = en.Seq
 		}
 		if len(page) < listPage {

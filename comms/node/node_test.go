@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,7 +170,7 @@ func TestMCPNodeResponseChecks(t *testing.T) {
 	if _, err := m.SendResponse(ctx, "bob", req.ID.String(), "completed", nil, direct); codeOfErr(err) != CodePeerOffline {
 		t.Fatalf("known request to an offline peer: %v", err)
 	}
-	if err := m.inbox.checkAnswer(req.ID, bob.ID(), true); err != nil { // as a final answer sent elsewhere
+	if _, err := m.inbox.checkAnswer(req.ID, bob.ID(), true); err != nil { // as a final answer sent elsewhere
 		t.Fatal(err)
 	}
 	if _, err := m.SendResponse(ctx, "bob", req.ID.String(), "completed", nil, direct); codeOfErr(err) != CodeAlreadyAnswered {
@@ -213,7 +214,7 @@ func TestMCPNodeConcurrentFinalAnswers(t *testing.T) {
 	req := arrive(t, m, bob, wire.Request("x", wire.Null()))
 	passed := make(chan bool, 16)
 	for range 16 {
-		go func() { passed <- m.inbox.checkAnswer(req.ID, bob.ID(), true) == nil }()
+		go func() { _, err := m.inbox.checkAnswer(req.ID, bob.ID(), true); passed <- err == nil }()
 	}
 	n := 0
 	for range 16 {
@@ -225,7 +226,7 @@ func TestMCPNodeConcurrentFinalAnswers(t *testing.T) {
 		t.Fatalf("%d concurrent final answers passed, want 1", n)
 	}
 	m.inbox.unreserve(req.ID)
-	if err := m.inbox.checkAnswer(req.ID, bob.ID(), true); err != nil {
+	if _, err := m.inbox.checkAnswer(req.ID, bob.ID(), true); err != nil {
 		t.Fatalf("after a failed answer the request can be answered again: %v", err)
 	}
 }
@@ -780,5 +781,68 @@ func TestReceiveRequestIDFilterChecked(t *testing.T) {
 	}
 	if _, err := m.Receive(ctx, Query{RequestID: strings.ToUpper(req.ID.String()), Limit: 10}); err != nil {
 		t.Errorf("a request id in capitals: %v", err)
+	}
+}
+
+// countingSent counts the send record's Answered calls.
+type countingSent struct {
+	sentBackend
+	answered atomic.Int32
+}
+
+func (c *countingSent) Answered(to identity.PeerID, request identity.UUID) (bool, error) {
+	c.answered.Add(1)
+	return c.sentBackend.Answered(to, request)
+}
+
+// The send record is asked once, for a request from before this
+// process's start; a request received now is known from memory. A final
+// answer that became a dead letter (which retry_dead_letters can revive)
+// still counts after a restart.
+func TestFinalAnswerAskedOfTheRecordOnce(t *testing.T) {
+	h, bob := testHome(t, "alice", func(c *config.Config) {
+		c.Store.Mode = config.StoreSQLite
+		c.Outbox.Backoff = "20ms"
+	})
+	ctx := context.Background()
+	d := startTest(t, h, ModeServe)
+	old := arrive(t, d, bob, wire.Request("old", wire.Null()))
+	dead := arrive(t, d, bob, wire.Request("dead", wire.Null()))
+	// bob never answers: a reliable answer with a short life dies.
+	if _, err := d.SendResponse(ctx, "bob", dead.ID.String(), "completed", nil, SendOptions{Reliable: true, TTL: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the answer is a dead letter", func() bool {
+		dl, _ := d.DeadLetters(ctx)
+		return len(dl) == 1
+	})
+	d.Close()
+
+	d = startTest(t, h, ModeServe)
+	c := &countingSent{sentBackend: d.sent.st}
+	d.sent.st = c
+	if _, err := d.SendResponse(ctx, "bob", dead.ID.String(), "failed", nil, reliable); codeOfErr(err) != CodeAlreadyAnswered {
+		t.Fatalf("a request whose final answer is a dead letter, answered again after a restart: %v, want %s", err, CodeAlreadyAnswered)
+	}
+	for range 3 {
+		if _, err := d.SendResponse(ctx, "bob", old.ID.String(), "accepted", nil, reliable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.SendResponse(ctx, "bob", old.ID.String(), "completed", nil, reliable); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.answered.Load(); got != 2 {
+		t.Fatalf("the send record was asked %d times for two requests from before the restart, want 2", got)
+	}
+	fresh := arrive(t, d, bob, wire.Request("fresh", wire.Null()))
+	if _, err := d.SendResponse(ctx, "bob", fresh.ID.String(), "accepted", nil, reliable); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.SendResponse(ctx, "bob", fresh.ID.String(), "completed", nil, reliable); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.answered.Load(); got != 2 {
+		t.Fatalf("the send record was asked about a request received now (%d calls in all, want 2)", got)
 	}
 }

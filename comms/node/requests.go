@@ -48,6 +48,11 @@ type recordingInbox struct {
 type trackedRequest struct {
 	from     identity.PeerID
 	answered bool // a final (completed or failed) response was sent
+	// restored: found in an inbox kept from before this process started
+	// (a daemon's restart, a command run without one). A final answer
+	// given before then is known only to the send record, which the
+	// first answer here asks (Node.answeredBefore).
+	restored bool
 }
 
 func newRecordingInbox(mail mailStore) *recordingInbox {
@@ -196,9 +201,14 @@ func (ri *recordingInbox) see(it comms.Item) {
 	}
 }
 
-// track records a received request (also those found in a durable inbox
-// at start-up).
-func (ri *recordingInbox) track(it comms.Item) {
+// track records a request received now.
+func (ri *recordingInbox) track(it comms.Item) { ri.add(it, false) }
+
+// trackRestored records a request found in a durable inbox kept from
+// before this process started.
+func (ri *recordingInbox) trackRestored(it comms.Item) { ri.add(it, true) }
+
+func (ri *recordingInbox) add(it comms.Item, restored bool) {
 	if it.Type == comms.ItemExternal && it.Envelope.Kind.Type() == wire.TypeRequest {
 		ri.mu.Lock()
 		if _, ok := ri.requests[it.Envelope.ID]; !ok {
@@ -206,7 +216,7 @@ func (ri *recordingInbox) track(it comms.Item) {
 				delete(ri.requests, ri.order[0])
 				ri.order = ri.order[1:]
 			}
-			ri.requests[it.Envelope.ID] = &trackedRequest{from: it.Envelope.From}
+			ri.requests[it.Envelope.ID] = &trackedRequest{from: it.Envelope.From, restored: restored}
 			ri.order = append(ri.order, it.Envelope.ID)
 		}
 		ri.mu.Unlock()
@@ -216,21 +226,34 @@ func (ri *recordingInbox) track(it comms.Item) {
 // checkAnswer reports whether request id from peer may be answered now.
 // For a final answer it also reserves the request (marks it answered), so
 // two concurrent final answers cannot both pass; call unreserve if the
-// answer then fails.
-func (ri *recordingInbox) checkAnswer(id identity.UUID, peer identity.PeerID, final bool) error {
+// answer then fails. restored says the send record must be asked too
+// (trackedRequest.restored); settle records its answer.
+func (ri *recordingInbox) checkAnswer(id identity.UUID, peer identity.PeerID, final bool) (restored bool, err error) {
 	ri.mu.Lock()
 	defer ri.mu.Unlock()
 	r, ok := ri.requests[id]
 	switch {
 	case !ok || r.from != peer:
-		return errorf(CodeUnknownRequest, "no request %s was received from this peer", id)
+		return false, errorf(CodeUnknownRequest, "no request %s was received from this peer", id)
 	case r.answered:
-		return errorf(CodeAlreadyAnswered, "request %s already has a final response", id)
+		return false, errorf(CodeAlreadyAnswered, "request %s already has a final response", id)
 	}
 	if final {
 		r.answered = true
 	}
-	return nil
+	return r.restored, nil
+}
+
+// settle records what the send record said of a restored request: a
+// final answer given before (answered), or none, after which this
+// process's own marks know all.
+func (ri *recordingInbox) settle(id identity.UUID, answered bool) {
+	ri.mu.Lock()
+	if r, ok := ri.requests[id]; ok {
+		r.restored = false
+		r.answered = r.answered || answered
+	}
+	ri.mu.Unlock()
 }
 
 // holds reports whether request id was received from peer (and is

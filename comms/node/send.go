@@ -683,14 +683,18 @@ func (n *Node) sendResponse(ctx context.Context, peer, requestID, status string,
 		n.trackStored()
 	}
 	final := status != string(wire.StatusAccepted)
-	if err := n.inbox.checkAnswer(rid, p.ID, final); err != nil {
+	restored, err := n.inbox.checkAnswer(rid, p.ID, final)
+	if err != nil {
 		return Sent{}, err
 	}
-	// What this process remembers began at its start: the send record
-	// knows the final answers given before (by a daemon since restarted,
-	// or a command run without one), after which nothing more is sent.
-	if err := n.answeredBefore(rid, p.ID); err != nil {
-		return Sent{}, err
+	if restored {
+		// What this process remembers began at its start: the send
+		// record knows the final answers given before (by a daemon
+		// since restarted, or a command run without one), after which
+		// nothing more is sent.
+		if err := n.answeredBefore(rid, p.ID, final); err != nil {
+			return Sent{}, err
+		}
 	}
 	sent, _, err := n.sendKind(ctx, p.ID.String(), wire.Response(rid, wire.Status(status), v), opts, call)
 	if err != nil && final {
@@ -700,23 +704,26 @@ func (n *Node) sendResponse(ctx context.Context, peer, requestID, status string,
 }
 
 // answeredBefore fails with CodeAlreadyAnswered if the send record
-// holds a final answer to request (received from peer), keeping the
-// mark checkAnswer made; else it returns nil. A record that cannot be
-// read fails the answer (and takes back the mark a final answer made):
-// better no answer now than a second final one.
-func (n *Node) answeredBefore(request identity.UUID, peer identity.PeerID) error {
+// holds a final answer to request (received from peer) and marks it
+// answered; else it records that none was given and returns nil. A
+// record that cannot be read fails the answer (and takes back the mark a
+// final answer made): better no answer now than a second final one.
+func (n *Node) answeredBefore(request identity.UUID, peer identity.PeerID, final bool) error {
 	st, err := n.sentStore()
 	if err == nil {
 		var done bool
-		if done, err = st.Answered(peer, request); err == nil && done {
-			return errorf(CodeAlreadyAnswered, "request %s already has a final response", request)
+		if done, err = st.Answered(peer, request); err == nil {
+			n.inbox.settle(request, done)
+			if done {
+				return errorf(CodeAlreadyAnswered, "request %s already has a final response", request)
+			}
+			return nil
 		}
 	}
-	if err != nil {
+	if final {
 		n.inbox.unreserve(request)
-		return Coded(err)
 	}
-	return nil
+	return Coded(err)
 }
 
 // trackStored records, once, the requests in the home's stored inbox, for
@@ -730,7 +737,7 @@ func (n *Node) trackStored() {
 		for after := uint64(0); ; {
 			page := d.List(after, listPage)
 			for _, en := range page {
-				n.inbox.track(en.Item)
+				n.inbox.trackRestored(en.Item)
 				after = en.Seq
 			}
 			if len(page) < listPage {

@@ -523,7 +523,7 @@ func (m *memSent) Answered(to identity.PeerID, request identity.UUID) (bool, err
 	for _, r := range m.recs {
 		if r.Kind == wire.TypeResponse && r.To == to && r.CorrID == request &&
 			(r.ResponseStatus == string(wire.StatusCompleted) || r.ResponseStatus == string(wire.StatusFailed)) &&
-			r.State != store.SentFailed && r.State != store.SentDead {
+			r.State != store.SentFailed {
 			return true, nil
 		}
 	}

@@ -93,7 +93,7 @@ func TestDurableInboxAcrossRestart(t *testing.T) {
 	if len(items) != 1 || items[0].Item.Envelope.ID != env.ID || items[0].Item.PeerName != "alice" {
 		t.Fatalf("after restart the inbox holds %+v", items)
 	}
-	if err := n.inbox.checkAnswer(env.ID, alice.ID(), false); err != nil {
+	if _, err := n.inbox.checkAnswer(env.ID, alice.ID(), false); err != nil {
 		t.Fatalf("a request received before the restart is not answerable: %v", err)
 	}
 	deliverRaw(t, addr, payload, h.Key.ID(), env.ID) // the sender's retry

@@ -287,14 +287,15 @@ func (sn *Sent) Get(ids ...identity.UUID) ([]SentRecord, error) {
 // Answered reports whether this node gave request (received from to) a
 // final answer: it sent a response to it with status completed or
 // failed (a record's ResponseStatus, for a response, is its own status)
-// that did not fail to go out.
+// that did not fail outright. A reliable one counts from when it was
+// queued, also once it is a dead letter (which can be retried).
 func (sn *Sent) Answered(to identity.PeerID, request identity.UUID) (bool, error) {
 	if err := sn.sync(); err != nil {
 		return false, err
 	}
 	found := false
 	err := sn.s.readArgs("store: sent: answered", `SELECT 1 FROM sent WHERE corr_id = ? AND kind = 'response' AND recipient = ?
-		AND response_status IN ('completed', 'failed') AND state NOT IN ('`+SentFailed+`', '`+SentDead+`') LIMIT 1`,
+		AND response_status IN ('completed', 'failed') AND state <> '`+SentFailed+`' LIMIT 1`,
 		[]any{request[:], to[:]}, func(*sql.Rows) error {
 			found = true
 			return nil

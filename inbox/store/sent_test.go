@@ -454,7 +454,7 @@ func TestSentAnswered(t *testing.T) {
 		{"failed, queued", []SentRecord{resp("failed", SentQueued, bob, req)}, true},
 		{"completed, in flight", []SentRecord{resp("completed", SentInFlight, bob, req)}, true},
 		{"completed, its send failed", []SentRecord{resp("completed", SentFailed, bob, req)}, false},
-		{"completed, a dead letter", []SentRecord{resp("completed", SentDead, bob, req)}, false},
+		{"completed, a dead letter (which can be retried)", []SentRecord{resp("completed", SentDead, bob, req)}, true},
 		{"to another peer", []SentRecord{resp("completed", SentWritten, elsewhere, req)}, false},
 		{"to another request", []SentRecord{resp("completed", SentWritten, bob, other)}, false},
 		{"a request, not a response", []SentRecord{func() SentRecord { r := sentRec(99, "request"); r.CorrID, r.ResponseStatus = req, "completed"; return r }()}, false},
