@@ -457,7 +457,11 @@ func TestSentAnswered(t *testing.T) {
 		{"completed, a dead letter (which can be retried)", []SentRecord{resp("completed", SentDead, bob, req)}, true},
 		{"to another peer", []SentRecord{resp("completed", SentWritten, elsewhere, req)}, false},
 		{"to another request", []SentRecord{resp("completed", SentWritten, bob, other)}, false},
-		{"a request, not a response", []SentRecord{func() SentRecord { r := sentRec(99, "request"); r.CorrID, r.ResponseStatus = req, "completed"; return r }()}, false},
+		{"a request, not a response", []SentRecord{func() SentRecord {
+			r := sentRec(99, "request")
+			r.CorrID, r.ResponseStatus = req, "completed"
+			return r
+		}()}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := openStore(t, Options{})
