@@ -398,16 +398,27 @@ func (rl *Relay) replyLoop() {
 	}
 }
 
+// takenLater reports whether an envelope refused for reason may be taken
+// later: the node could not take it now (its inbox full or unwritable,
+// the sender's share used, a copy being admitted, no daemon serving).
+func takenLater(reason string) bool {
+	switch reason {
+	case comms.RejectInboxFull, comms.RejectStore, comms.RejectPeerShare, comms.RejectInFlight, comms.RejectNotServing:
+		return true
+	}
+	return false
+}
+
 // settleStored tells the broker the outcome of an envelope read from the
 // stream: acked once admitted (or stored before), asked again later when
 // the node could not take it now, and terminated when it can never be
 // taken (malformed, untrusted, bad signature…).
 func (rl *Relay) settleStored(m jetstream.Msg, res comms.RelayReply) {
 	var err error
-	switch res.Reason {
-	case "":
+	switch {
+	case res.Reason == "":
 		err = m.Ack()
-	case comms.RejectInboxFull, comms.RejectStore, comms.RejectPeerShare, comms.RejectInFlight:
+	case takenLater(res.Reason):
 		var n uint64
 		if md, mdErr := m.Metadata(); mdErr == nil {
 			n = md.NumDelivered

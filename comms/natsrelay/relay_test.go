@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"slices"
 	"testing"
 	"time"
 
@@ -522,6 +523,17 @@ func TestRedeliverDelay(t *testing.T) {
 	} {
 		if got := redeliverDelay(c.n); got != c.want {
 			t.Errorf("redeliverDelay(%d) = %v, want %v", c.n, got, c.want)
+		}
+	}
+}
+
+// A stored message refused for a reason that may pass later is asked
+// again; one refused for good is terminated.
+func TestTakenLater(t *testing.T) {
+	later := []string{comms.RejectInboxFull, comms.RejectStore, comms.RejectPeerShare, comms.RejectInFlight, comms.RejectNotServing}
+	for _, r := range comms.RejectReasons {
+		if got, want := takenLater(r), slices.Contains(later, r); got != want {
+			t.Errorf("takenLater(%q) = %v, want %v", r, got, want)
 		}
 	}
 }

@@ -218,6 +218,9 @@ func alive(pid int) bool {
 // dir: one for a key or peer UUID, possibly several for a name (every
 // home made without a name is "meerkat").
 func FindLocal(dir string, self *Home, ref string) ([]Announcement, error) {
+	if ref == "" {
+		return nil, errorf(CodeBadArgument, "the other node's name, key or peer UUID is needed (meerkatd peers discover lists them)")
+	}
 	as, err := Discover(dir, self)
 	if err != nil {
 		return nil, err
@@ -225,7 +228,7 @@ func FindLocal(dir string, self *Home, ref string) ([]Announcement, error) {
 	if m := matchLocal(as, ref); len(m) > 0 {
 		return m, nil
 	}
-	if ref != "" && (strings.EqualFold(ref, self.Config.Name) || ref == self.Key.ID().String()) {
+	if ref == self.Config.Name || ref == self.Key.ID().String() || ref == self.Key.ID().UUID().String() {
 		// Discover leaves this node out: it is no other node to pair with.
 		return nil, errorf(CodePairFailed, "a node cannot pair with itself: %q is this node", ref)
 	}

@@ -187,10 +187,13 @@ func TestAcceptLocalLineSharedName(t *testing.T) {
 	t.Run("this node itself", func(t *testing.T) {
 		dir, _, _ := setup(t)
 		me := &Home{Key: kp, Config: config.Config{Name: "selfie"}}
-		for _, ref := range []string{"selfie", "SELFIE", kp.ID().String()} {
+		for _, ref := range []string{"selfie", kp.ID().String(), kp.ID().UUID().String()} {
 			if _, err := FindLocal(dir, me, ref); CodeOf(err) != CodePairFailed || !strings.Contains(err.Error(), "cannot pair with itself") {
 				t.Errorf("FindLocal(%q) of this node: %v, want %s saying it cannot pair with itself", ref, err, CodePairFailed)
 			}
+		}
+		if _, err := FindLocal(dir, me, ""); CodeOf(err) != CodeBadArgument {
+			t.Errorf("FindLocal of no name: %v, want %s", err, CodeBadArgument)
 		}
 	})
 	t.Run("none offering", func(t *testing.T) {

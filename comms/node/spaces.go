@@ -624,7 +624,7 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 		// the edit can be made again; a file saved with the grants
 		// left in the database could not (the member is gone from it).
 		if err := n.dropLeftState(before, roster); err != nil {
-			return SpaceInfo{}, fmt.Errorf("nothing is changed: the grants and proposals of who leaves could not be dropped from the database: %w", Coded(err))
+			return SpaceInfo{}, fmt.Errorf("spaces.json is not changed: the grants and proposals of who leaves could not be dropped from the database (make the edit again once it can be written): %w", Coded(err))
 		}
 		if err := roster.Save(n.h.SpacesPath()); err != nil {
 			return SpaceInfo{}, Coded(err)

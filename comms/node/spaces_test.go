@@ -836,7 +836,7 @@ func TestSpaceEditWithoutDaemonDropsGrants(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := startTest(t, h, ModeSend)
-		if _, err := o.SpaceEdit(ctx, SpaceEdit{Op: SpaceRemove, Space: "lab", ID: "bob"}); err == nil || !strings.Contains(err.Error(), "nothing is changed") {
+		if _, err := o.SpaceEdit(ctx, SpaceEdit{Op: SpaceRemove, Space: "lab", ID: "bob"}); err == nil || !strings.Contains(err.Error(), "spaces.json is not changed") {
 			t.Fatalf("remove with an unusable database: %v", err)
 		}
 		if after, _ := os.ReadFile(h.SpacesPath()); string(after) != string(before) {

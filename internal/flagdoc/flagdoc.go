@@ -115,7 +115,7 @@ func Explain(err error, fs *flag.FlagSet) string {
 		if s := Nearest(name, Names(fs)); s != "" {
 			return fmt.Sprintf("unknown flag --%s (did you mean --%s?)", name, s)
 		}
-		return "unknown flag --" + name + " (an argument that starts with - goes after --, as in -- -" + name + ")"
+		return "unknown flag --" + name + " (an argument that starts with - goes after --)"
 	}
 	if m := needsValue.FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Sprintf("--%s needs a value", m[1])

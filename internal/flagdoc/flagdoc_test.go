@@ -111,8 +111,8 @@ func TestExplain(t *testing.T) {
 		want string
 	}{
 		{[]string{"--relaible"}, "unknown flag --relaible (did you mean --reliable?)"},
-		{[]string{"--frobnicate"}, "unknown flag --frobnicate (an argument that starts with - goes after --, as in -- -frobnicate)"},
-		{[]string{"-x"}, "unknown flag --x (an argument that starts with - goes after --, as in -- -x)"},
+		{[]string{"--frobnicate"}, "unknown flag --frobnicate (an argument that starts with - goes after --)"},
+		{[]string{"-x"}, "unknown flag --x (an argument that starts with - goes after --)"},
 		{[]string{"--wait"}, "--wait needs a value"},
 		{[]string{"-limit"}, "--limit needs a value"},
 		{[]string{"--wait", "5"}, `--wait "5": a duration needs a unit: 5s, 5m`},
