@@ -59,7 +59,11 @@ var pkgPrefix = regexp.MustCompile(`(^|: )(comms|identity|trust|config|transport
 
 // UserText is err's message for a person: without the package names the
 // errors of meerkatd's packages start with.
-func UserText(err error) string { return pkgPrefix.ReplaceAllString(err.Error(), "$1") }
+func UserText(err error) string { return userText(err.Error()) }
+
+// userText is UserText for an error's text kept as a string (an outbox
+// entry's or send record's last error).
+func userText(s string) string { return pkgPrefix.ReplaceAllString(s, "$1") }
 
 // errorf returns an *Error with code and a formatted message.
 func errorf(code, format string, args ...any) *Error {

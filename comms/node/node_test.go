@@ -846,3 +846,32 @@ func TestFinalAnswerAskedOfTheRecordOnce(t *testing.T) {
 		t.Fatalf("the send record was asked about a request received now (%d calls in all, want 2)", got)
 	}
 }
+
+// The last error of a queued send is shown as the command line shows
+// errors: without the packages' prefixes ("comms: ", "transport: ").
+func TestLastErrorWithoutPackagePrefixes(t *testing.T) {
+	m, _ := mcpOutboxNode(t, nil)
+	ctx := context.Background()
+	sent, err := m.SendMessage(ctx, "bob", "x", reliable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	waitFor(t, 10*time.Second, "an attempt failed", func() bool {
+		o, _ := m.Outbox(ctx)
+		if len(o.Entries) == 1 && o.Entries[0].LastError != "" {
+			last = o.Entries[0].LastError
+			return true
+		}
+		return false
+	})
+	st, err := m.MessageStatus(ctx, []string{sent.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, s := range map[string]string{"outbox": last, "message_status": st[0].LastError} {
+		if s == "" || strings.Contains(s, "comms: ") || strings.Contains(s, "transport: ") {
+			t.Errorf("%s last error %q: want it without package prefixes", what, s)
+		}
+	}
+}

@@ -26,7 +26,7 @@ func toQueuedSend(e outbox.Entry, inFlight bool, now time.Time) QueuedSend {
 	expired := !e.Expires.IsZero() && !now.Before(e.Expires)
 	return QueuedSend{Seq: e.Seq, ID: e.ID.String(), Peer: e.Peer, PubKey: e.To.String(), Kind: e.Kind, Size: len(e.Payload),
 		Created: e.Created.UTC(), Attempts: e.Attempts, NextAttempt: timeOrNil(e.NextAttempt), Due: !inFlight && !expired && due(e.NextAttempt, now),
-		Expires: timeOrNil(e.Expires), Expired: expired, LastError: e.LastError, InFlight: inFlight}
+		Expires: timeOrNil(e.Expires), Expired: expired, LastError: userText(e.LastError), InFlight: inFlight}
 }
 
 // toPeerSendState is s as the API shows it; Outbox then applies what an
@@ -34,7 +34,7 @@ func toQueuedSend(e outbox.Entry, inFlight bool, now time.Time) QueuedSend {
 func toPeerSendState(s outbox.PeerState, now time.Time) PeerSendState {
 	return PeerSendState{Peer: s.Name, PubKey: s.Peer.String(), Queued: s.Queued, Breaker: s.Breaker, Failures: s.Failures,
 		OpenUntil: timeOrNil(s.OpenUntil), NextAttempt: timeOrNil(s.NextAttempt),
-		Due: s.Queued > 0 && due(s.NextAttempt, now), LastError: s.LastError}
+		Due: s.Queued > 0 && due(s.NextAttempt, now), LastError: userText(s.LastError)}
 }
 
 // breakerOf is the state shown for a stored breaker without a running
@@ -205,7 +205,7 @@ func (n *Node) DeadLetters(ctx context.Context) ([]DeadLetter, error) {
 	for _, d := range dl {
 		e := d.Entry
 		out = append(out, DeadLetter{Seq: e.Seq, ID: e.ID.String(), Peer: e.Peer, PubKey: e.To.String(), Kind: e.Kind, Size: len(e.Payload),
-			Created: e.Created.UTC(), Attempts: e.Attempts, Reason: d.Reason, DiedAt: d.DiedAt.UTC()})
+			Created: e.Created.UTC(), Attempts: e.Attempts, Reason: userText(d.Reason), DiedAt: d.DiedAt.UTC()})
 	}
 	return out, Coded(err)
 }

@@ -477,7 +477,7 @@ func (n *Node) sendKindSealed(ctx context.Context, peer string, kind wire.Kind, 
 // result is the Sent of a send that sealed its envelope and ended with
 // err: a send that failed before any delivery shows as failed.
 func (o sendOutcome) result(err error) Sent {
-	s := Sent{ID: o.id.String(), Peer: o.peer.Name, Delivery: o.delivery, LastError: o.lastError}
+	s := Sent{ID: o.id.String(), Peer: o.peer.Name, Delivery: o.delivery, LastError: userText(o.lastError)}
 	if s.Delivery == "" && err != nil {
 		s.Delivery = DeliveryFailed
 	}

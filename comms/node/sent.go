@@ -376,7 +376,7 @@ const abandonedReason = "the sending process ended before the peer's ack came (i
 func toSendStatus(r store.SentRecord) SendStatus {
 	s := SendStatus{ID: r.ID.String(), State: r.State, Peer: r.Peer, PubKey: r.To.String(), Kind: r.Kind, Intent: r.Intent,
 		Reliable: r.Reliable, Created: timeOrNil(r.Created), Updated: timeOrNil(r.Updated), AckedAt: timeOrNil(r.AckedAt),
-		Attempts: r.Attempts, LastError: r.LastError, Reason: r.Reason, DiedAt: timeOrNil(r.DiedAt)}
+		Attempts: r.Attempts, LastError: userText(r.LastError), Reason: userText(r.Reason), DiedAt: timeOrNil(r.DiedAt)}
 	if r.Kind == wire.TypeResponse && !r.CorrID.IsZero() {
 		s.RequestID = r.CorrID.String()
 	}
