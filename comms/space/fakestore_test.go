@@ -99,6 +99,12 @@ func (s *fakeStore) PutProposal(p space.Proposal) error {
 	return nil
 }
 
+func (s *fakeStore) HasProposal(sp, id string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(s.proposals, func(x space.Proposal) bool { return x.Space == sp && x.ID == id }), nil
+}
+
 func (s *fakeStore) Proposals(sp string) ([]space.Proposal, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

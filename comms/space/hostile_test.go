@@ -160,3 +160,22 @@ func TestProposalResponseOnlyFromAddressed(t *testing.T) {
 		t.Fatalf("prop-2: %+v, want resp-2 recorded", p)
 	}
 }
+
+// A proposal let go of by the engine's memory (past MaxTrackedPerSpace)
+// is still stored with its history: another member cannot take its id
+// over with a new proposal.
+func TestForgottenProposalIDNotReused(t *testing.T) {
+	h := newHarness(t)
+	rounds := space.MaxTrackedPerSpace/space.MaxPendingPerPeer + 1
+	for r := range rounds {
+		for i := range space.MaxPendingPerPeer {
+			h.mustDeliver(kBob, "lab", &env{ID: fmt.Sprintf("p-%d-%d", r, i), From: "bob", Kind: "mcp/proposal", Payload: `{"method":"tools/list"}`})
+		}
+		h.clock.Add(2 * space.DefaultProposalTTL) // they expire, and may be let go
+	}
+	v := h.mustRefuse(kErin, "lab", &env{ID: "p-0-0", From: "erin", Kind: "mcp/proposal", Payload: `{"method":"tools/call","params":{"name":"deploy"}}`}, meup.ReasonInvalidEnvelope)
+	if !strings.Contains(v.Refused.Detail, "in use") {
+		t.Fatalf("refusal %q", v.Refused.Detail)
+	}
+	h.mustDeliver(kErin, "lab", &env{ID: "p-new", From: "erin", Kind: "mcp/proposal", Payload: `{"method":"tools/call","params":{"name":"deploy"}}`})
+}

@@ -153,6 +153,14 @@ func (m *MemStore) Proposals(space string) ([]Proposal, error) {
 	return out, nil
 }
 
+// HasProposal implements [Store].
+func (m *MemStore) HasProposal(space, id string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.proposals[rowKey{space, id}]
+	return ok, nil
+}
+
 // Expire implements [Store]. A zero cutoff deletes nothing of its kind.
 func (m *MemStore) Expire(seenBefore, closedBefore time.Time) (seen, proposals int, err error) {
 	m.mu.Lock()

@@ -15,6 +15,9 @@ type proposalIndex struct {
 	byRequest map[string]string // the mcp/request that fulfilled a proposal → the proposal's id
 	order     []string          // proposal ids, oldest first
 	bytes     int               // payload bytes of the proposals held
+	// forgot: some proposal was let go (or never loaded): an id not here
+	// may still be a stored proposal's.
+	forgot bool
 }
 
 func (e *Engine) proposalsLocked(space string) *proposalIndex {
@@ -50,6 +53,7 @@ func (x *proposalIndex) add(p Proposal, now time.Time) {
 		over := len(x.byID) > MaxTrackedPerSpace || x.bytes > MaxProposalBytes
 		if over && id != p.ID && (q.State != ProposalPending || !now.Before(q.Expires)) {
 			delete(x.byID, id)
+			x.forgot = true
 			x.bytes -= len(q.Payload)
 			if q.RequestID != "" {
 				delete(x.byRequest, q.RequestID)

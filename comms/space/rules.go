@@ -47,6 +47,16 @@ func (e *Engine) checkLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 			// was reviewed, its state reset).
 			return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("proposal id %q is in use in space %q (by %q)", env.ID, space, old.Proposer)
 		}
+		if x.forgot {
+			// A closed proposal let go of here is still stored, with
+			// its history: a new one must not take its id over.
+			switch used, err := e.st.HasProposal(space, env.ID); {
+			case err != nil:
+				return eff, meup.ReasonRateLimited, "proposals cannot be checked now: " + err.Error()
+			case used:
+				return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("proposal id %q is in use in space %q", env.ID, space)
+			}
+		}
 		keyBytes, allBytes := x.pendingBytes(m.Key, now)
 		if allBytes+len(env.Payload) > MaxProposalBytes {
 			return eff, meup.ReasonRateLimited, fmt.Sprintf("the pending proposals of space %q hold %d MiB, the most they may", space, MaxProposalBytes>>20)

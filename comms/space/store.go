@@ -90,6 +90,8 @@ type Store interface {
 	// Proposals returns the proposals of space ("" for every space),
 	// oldest first.
 	Proposals(space string) ([]Proposal, error)
+	// HasProposal reports whether a proposal of space with id is stored.
+	HasProposal(space, id string) (bool, error)
 	// Expire deletes remembered ids older than seenBefore, and proposals
 	// closed (no longer pending) and last updated before closedBefore or
 	// still pending but expired (their Expires time) before

@@ -153,6 +153,17 @@ func (sp spaces) PutProposal(p space.Proposal) error {
 	return sp.s.do(context.Background(), &request{op: opSpacePutProposal, sp: &spaceReq{prop: p}}).err
 }
 
+// HasProposal implements [space.Store].
+func (sp spaces) HasProposal(spc, id string) (bool, error) {
+	found := false
+	err := sp.s.readArgs("store: space: read space_proposals", `SELECT 1 FROM space_proposals WHERE space = ? AND id = ?`,
+		[]any{spc, id}, func(*sql.Rows) error {
+			found = true
+			return nil
+		})
+	return found, err
+}
+
 // Proposals implements [space.Store]. Proposals created at the same time
 // are ordered by space, then ID.
 func (sp spaces) Proposals(spc string) ([]space.Proposal, error) {

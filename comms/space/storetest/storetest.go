@@ -328,6 +328,13 @@ func checkProposals(t *testing.T, s space.Store, sp string, want ...space.Propos
 			t.Errorf("Proposals(%q)[%d] (%s/%s): %s", sp, i, want[i].Space, want[i].ID, d)
 		}
 	}
+	for _, w := range want {
+		for id, stored := range map[string]bool{w.ID: true, w.ID + "\x00absent": false} {
+			if ok, err := s.HasProposal(w.Space, id); err != nil || ok != stored {
+				t.Errorf("HasProposal(%q, %q) = %v, %v; want %v", w.Space, id, ok, err, stored)
+			}
+		}
+	}
 }
 
 func testEmpty(t *testing.T, s space.Store) {
