@@ -373,19 +373,12 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 	}
 	for i := uint64(0); indefinite || i < arg; i++ {
 		d.field = ""
-		if indefinite {
-			done, err := d.atBreak()
-			if err != nil {
-				return err
-			}
-			if done {
-				break
-			}
-		}
-		keyAt := d.off
-		key, err := d.text()
+		key, keyAt, done, err := d.mapKey(indefinite)
 		if err != nil {
 			return err
+		}
+		if done {
+			break
 		}
 		bit := fieldBit(key)
 		if bit == 0 {
@@ -492,6 +485,19 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 	return nil
 }
 
+// mapKey reads the next key of the envelope map, where it starts, or
+// done at the break of an indefinite-length map.
+func (d *decoder) mapKey(indefinite bool) (key string, at int, done bool, err error) {
+	if indefinite {
+		if done, err = d.atBreak(); err != nil || done {
+			return "", 0, done, err
+		}
+	}
+	at = d.off
+	key, err = d.text()
+	return key, at, false, err
+}
+
 // unknownTwice reads again the keys of the envelope map whose first key
 // is at at (arg entries, or up to its break if indefinite), which was
 // decoded whole already, and reports a key outside the protocol given
@@ -502,19 +508,12 @@ func (d *decoder) unknownTwice(at int, arg uint64, indefinite bool) error {
 	d.off, d.items = at, 0 // counted once already: not against MaxItems again
 	seen := map[string]struct{}{}
 	for i := uint64(0); indefinite || i < arg; i++ {
-		if indefinite {
-			done, err := d.atBreak()
-			if err != nil {
-				return err
-			}
-			if done {
-				break
-			}
-		}
-		keyAt := d.off
-		key, err := d.text()
+		key, keyAt, done, err := d.mapKey(indefinite)
 		if err != nil {
 			return err
+		}
+		if done {
+			break
 		}
 		if fieldBit(key) == 0 {
 			if _, dup := seen[key]; dup {
