@@ -4,7 +4,6 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/meerkatd/meerkatd/identity"
@@ -284,8 +283,8 @@ var ErrNotAccepted = errors.New("wire: sender or recipient not accepted")
 // that has only From, To and, if it was read before accept was asked (as
 // in the canonical and the reference's key order, where it comes first),
 // ID set (its kind is not read; the payload is well-formed CBOR up to
-// the end of what was read). Keys outside the protocol met before accept
-// agreed are stepped over, and checked for duplicates once it has.
+// the end of what was read). Keys outside the protocol are stepped over,
+// and checked for duplicates once the map is through and accept agreed.
 // A nil accept accepts all. The kind is decoded once either way: when it
 // comes after from and to, accept is asked on reaching it; when it comes
 // before them, it is stepped over (its items counted, nothing built) and
@@ -352,11 +351,11 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 	mapAt := d.off // the first key
 	var seen uint8
 	kindLater, kindItems := -1, 0 // where a kind stepped over starts, and its items
-	// Keys outside the protocol, to catch their duplicates: a short list,
-	// then a set, so many keys cost linear time.
-	var unknown []string
-	var unknownSet map[string]struct{}
-	unchecked := false // keys outside the protocol stepped over before accept agreed
+	// Keys outside the protocol are stepped over and counted; two or more
+	// are read again once the map is through, for duplicates
+	// (unknownTwice): never for a sender accept refuses, wherever it puts
+	// them, and never for the one hint a meerkatd sender adds.
+	unknown := 0
 	// asked: accept has agreed to from and to. It is asked once both are
 	// read, on reaching the kind or a key outside the protocol, so that
 	// neither a large kind nor many unknown keys cost a refused sender
@@ -395,28 +394,7 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 				e.AcksHint = err == nil && major == majorUint && arg == acksHintVersion
 				d.off = at
 			}
-			dup := false
-			if !asked {
-				// Not checked for duplicates yet: a sender that accept
-				// refuses must not cost a set of its keys, wherever it
-				// puts them. Checked once accept agrees (unknownTwice).
-				unchecked = true
-			} else if unknownSet != nil {
-				_, dup = unknownSet[key]
-				unknownSet[key] = struct{}{}
-			} else {
-				dup = slices.Contains(unknown, key)
-				unknown = append(unknown, key)
-				if len(unknown) > 8 {
-					unknownSet = make(map[string]struct{}, 2*len(unknown))
-					for _, k := range unknown {
-						unknownSet[k] = struct{}{}
-					}
-				}
-			}
-			if dup {
-				return &DecodeError{Offset: keyAt, Err: ErrDuplicateKey}
-			}
+			unknown++
 			if err := d.skip(2); err != nil {
 				return err
 			}
@@ -476,7 +454,7 @@ func (d *decoder) envelope(e *Envelope, accept func(from, to identity.PeerID) bo
 		}
 		d.off, d.field = len(d.src), ""
 	}
-	if unchecked {
+	if unknown > 1 {
 		if !ask() {
 			return ErrNotAccepted
 		}
@@ -501,7 +479,8 @@ func (d *decoder) mapKey(indefinite bool) (key string, at int, done bool, err er
 // unknownTwice reads again the keys of the envelope map whose first key
 // is at at (arg entries, or up to its break if indefinite), which was
 // decoded whole already, and reports a key outside the protocol given
-// twice. It leaves the decoder where it was.
+// twice (in a set: many keys cost linear time). It leaves the decoder
+// where it was.
 func (d *decoder) unknownTwice(at int, arg uint64, indefinite bool) error {
 	off, items := d.off, d.items
 	defer func() { d.off, d.items, d.field = off, items, "" }()
