@@ -92,7 +92,7 @@ func TestOutageLog(t *testing.T) {
 	if err != nil || sent.Delivery != DeliveryQueued {
 		t.Fatalf("reliable send while bob is down: %+v, %v", sent, err)
 	}
-	dead, err := alice.SendMessage(ctx, "bob", body, SendOptions{Reliable: true, TTL: 50 * time.Millisecond})
+	dead, err := alice.SendMessage(ctx, "bob", body, SendOptions{Reliable: true, TTL: 50 * time.Millisecond, NoWait: true})
 	if err != nil {
 		t.Fatal(err)
 	}

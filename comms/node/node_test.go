@@ -809,7 +809,10 @@ func TestFinalAnswerAskedOfTheRecordOnce(t *testing.T) {
 	old := arrive(t, d, bob, wire.Request("old", wire.Null()))
 	dead := arrive(t, d, bob, wire.Request("dead", wire.Null()))
 	// bob never answers: a reliable answer with a short life dies.
-	if _, err := d.SendResponse(ctx, "bob", dead.ID.String(), "completed", nil, SendOptions{Reliable: true, TTL: 50 * time.Millisecond}); err != nil {
+	// On a slow machine the first attempt may come after the life is over:
+	// the send then says so itself.
+	if _, err := d.SendResponse(ctx, "bob", dead.ID.String(), "completed", nil, SendOptions{Reliable: true, TTL: 50 * time.Millisecond}); err != nil &&
+		!(CodeOf(err) == CodePeerOffline && strings.Contains(err.Error(), "dead letters")) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the answer is a dead letter", func() bool {
