@@ -249,11 +249,14 @@ const (
 
 // Sent reports a send.
 type Sent struct {
-	ID        string    `json:"id"`                   // the envelope id (the request id for requests)
-	Peer      string    `json:"peer"`                 // the peer's trust-list name
-	Delivery  string    `json:"delivery"`             // a Delivery… value
-	LastError string    `json:"last_error,omitempty"` // queued: why the last attempt failed
-	Responses []Message `json:"responses,omitempty"`  // SendRequest with Wait
+	ID        string `json:"id"`                   // the envelope id (the request id for requests)
+	Peer      string `json:"peer"`                 // the peer's trust-list name
+	Delivery  string `json:"delivery"`             // a Delivery… value
+	LastError string `json:"last_error,omitempty"` // queued: why the last attempt failed
+	// Responses are those SendRequest with Wait saw, as they came, without
+	// a Seq: each is in the inbox too, under its own (Query.RequestID
+	// reads them there, to acknowledge them).
+	Responses []Message `json:"responses,omitempty"`
 	// Replayed is true for the result of an earlier send with the same
 	// idempotency key, returned without sending again.
 	Replayed bool `json:"replayed,omitempty"`
@@ -268,7 +271,7 @@ type Sent struct {
 // ID, From, Peer, Received and RequestID are this node's (the sender's
 // key is verified, Peer is its name in this node's trust list).
 type Message struct {
-	Seq       uint64    `json:"seq"`
+	Seq       uint64    `json:"seq,omitempty"` // 0 (left out) only in Sent.Responses
 	ID        string    `json:"id"`
 	Kind      string    `json:"kind"` // message, request, response, meup, or the peer's text for a kind this node does not know
 	From      string    `json:"from"` // sender key

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -629,6 +630,14 @@ func TestAwaitResponsesAfterTheSend(t *testing.T) {
 	got, err := <-done, <-errs
 	if err != nil || got.ID != sent.ID || got.Peer != "bob" || len(got.Responses) != 2 || got.Responses[0].Status != "accepted" || got.Responses[1].Status != "completed" {
 		t.Fatalf("AwaitResponses: %+v, %v", got, err)
+	}
+	// A waited response shows no seq (it has none there); the inbox holds
+	// each under its own.
+	if j, _ := json.Marshal(got); bytes.Contains(j, []byte(`"seq"`)) {
+		t.Errorf("waited responses with a seq: %s", j)
+	}
+	if b, err := alice.Receive(ctx, Query{RequestID: sent.ID}); err != nil || len(b.Messages) != 2 || b.Messages[0].Seq == 0 || b.Messages[1].Seq == 0 {
+		t.Errorf("the waited responses in the inbox: %+v, %v", b.Messages, err)
 	}
 	// Answered: nothing more to wait for.
 	if _, err := alice.AwaitResponses(ctx, sent.ID, time.Second, time.Time{}); CodeOf(err) != CodeUnknownRequest {
