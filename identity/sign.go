@@ -115,6 +115,13 @@ func (s *secret) signInto(sig *[ed25519.SignatureSize]byte, msg []byte) {
 		signJobs.Put(j)
 	}()
 	s.mu.Lock()
+	if s.signers > 0 {
+		// Another goroutine is signing now: a burst, whose next
+		// signatures wait to be batched. Without this a key out of
+		// burst mode would stay out whenever each signer has a core of
+		// its own: nobody would ever queue.
+		s.alone.Store(0)
+	}
 	if s.signers >= max(1, runtime.GOMAXPROCS(0)) {
 		s.queue = append(s.queue, j)
 		s.mu.Unlock()

@@ -137,6 +137,36 @@ func TestSignaturesUnderLoad(t *testing.T) {
 	}
 }
 
+// A signature asked for while another is being signed starts a burst:
+// the key leaves the mode in which a lone signer never waits for others
+// to join it. Without that a key stays out of it for good whenever each
+// signer has a core of its own (two signers on two cores never queue).
+func TestOverlappingSignerStartsABurst(t *testing.T) {
+	kp := mustKeypair(t)
+	s := kp.secret()
+	if s.alone.Load() < gatherUntil {
+		t.Fatalf("a new key in burst mode (%d batches of one)", s.alone.Load())
+	}
+	var sig [ed25519.SignatureSize]byte
+	kp.SignInto(&sig, []byte("alone"))
+	if s.alone.Load() < gatherUntil {
+		t.Fatalf("a lone signature started a burst (%d)", s.alone.Load())
+	}
+	s.mu.Lock()
+	s.signers++ // the test stands in for a goroutine signing now
+	s.mu.Unlock()
+	kp.SignInto(&sig, []byte("while another signs"))
+	s.mu.Lock()
+	s.signers--
+	s.mu.Unlock()
+	if got := s.alone.Load(); got >= gatherUntil {
+		t.Fatalf("a signature asked for while another was signed left the key out of burst mode (%d)", got)
+	}
+	if want := ed25519.Sign(kp.key(), []byte("while another signs")); !bytes.Equal(sig[:], want) {
+		t.Fatalf("signature %x, want %x", sig, want)
+	}
+}
+
 // queueWaiters has waiters goroutines ask kp for signatures while every
 // signer is taken (the test stands in for them), and returns once all
 // wait. release hands the next batch to the first of them and, once it
