@@ -215,7 +215,7 @@ func TestReplayHoldsNoConnectionSlot(t *testing.T) {
 // its last message is closed at the idle timeout, however many acks it
 // sends; one that never carried a message is closed at the frame timeout.
 func TestAcksDoNotKeepConnection(t *testing.T) {
-	const frame, idle = 300 * time.Millisecond, 600 * time.Millisecond
+	const frame, idle = time.Second, 2 * time.Second
 	alice := newKP(t)
 	bob := fairNode(t, Options{FrameTimeout: frame, IdleTimeout: idle}, alice)
 	for _, authed := range []bool{true, false} {

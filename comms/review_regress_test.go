@@ -439,8 +439,8 @@ func TestReviewAuthenticatedIdleTimeout(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	g := &gatedInbox{gate: make(chan struct{})}
 	a, b := pair(t, "uds", Options{Inbox: g, FrameTimeout: idleTestFrame, IdleTimeout: idleTestIdle})
+	e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("hello")) // before the dial: the frame timeout runs from it
 	c := dialRaw(t, b)
-	e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("hello"))
 	start := time.Now()
 	writeRaw(t, c, frameOf(t, e))
 	testutil.WaitFor(t, 10*time.Second, "the admission to start", func() bool {

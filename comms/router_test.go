@@ -927,7 +927,7 @@ func TestOutboundReaders(t *testing.T) {
 		noNewConn(t, conns)
 	})
 	t.Run("ack timeout while reading", func(t *testing.T) {
-		peerKP, r, conns := rawPeer(t, 300*time.Millisecond)
+		peerKP, r, conns := rawPeer(t, time.Second)
 		errc := sendAsync(ctxT(t), r, "never acked")
 		c := <-conns
 		readEnvelope(t, c)
@@ -1172,7 +1172,7 @@ func TestStalledFrameFromDialledPeer(t *testing.T) {
 // starting, and every send times out until they stop.)
 func TestStalledFrameUnderSteadySends(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	peerKP, r, conns := rawPeerWith(t, Options{AckTimeout: 500 * time.Millisecond, FrameTimeout: 100 * time.Millisecond})
+	peerKP, r, conns := rawPeerWith(t, Options{AckTimeout: time.Second, FrameTimeout: 100 * time.Millisecond})
 	ctx := ctxT(t)
 	c := sendAcked(t, peerKP, r, conns, nil, "first")
 	// From now on the peer reads what comes and answers nothing but the
@@ -1205,7 +1205,7 @@ func TestStalledFrameUnderSteadySends(t *testing.T) {
 // at least the frame timeout, without a frame: the next send dials again.
 func TestSilentConnectionIsDroppedAfterATimedOutSend(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	peerKP, r, conns := rawPeerWith(t, Options{AckTimeout: 300 * time.Millisecond, FrameTimeout: 100 * time.Millisecond})
+	peerKP, r, conns := rawPeerWith(t, Options{AckTimeout: time.Second, FrameTimeout: 100 * time.Millisecond})
 	c := sendAcked(t, peerKP, r, conns, nil, "first")
 	done := sendAsync(ctxT(t), r, "unanswered")
 	readEnvelope(t, c) // and never answered

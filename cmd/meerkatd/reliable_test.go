@@ -416,7 +416,7 @@ func TestDeadLettersAuditAndStandalone(t *testing.T) {
 
 	alice.start()
 	var expired cliSend
-	alice.okJSON(&expired, "send", "message", "bob", "too late", "--reliable", "--ttl", "300ms", "--json")
+	alice.okJSON(&expired, "send", "message", "bob", "too late", "--reliable", "--ttl", "300ms", "--no-wait", "--json")
 	waitUntil(t, "the expired send to become a dead letter", func() bool { return len(deadOf(t, alice)) == 1 })
 	d := deadOf(t, alice)[0]
 	if d.ID != expired.ID || !strings.HasPrefix(d.Reason, "expired") || d.Peer != "bob" {

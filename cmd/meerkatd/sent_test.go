@@ -143,7 +143,7 @@ func TestSentFollowsRequestAndDeadLetter(t *testing.T) {
 	}
 
 	var lost cliKeyedSend
-	alice.okJSON(&lost, "send", "message", "carol", "anyone?", "--reliable", "--ttl", "1s", "--json")
+	alice.okJSON(&lost, "send", "message", "carol", "anyone?", "--reliable", "--ttl", "1s", "--no-wait", "--json")
 	if lost.Delivery != "queued" {
 		t.Fatalf("send to carol: %+v", lost)
 	}

@@ -88,7 +88,7 @@ func TestClientOutbox(t *testing.T) {
 	if _, err := c.SendMessage(ctx, "bob", "x", node.SendOptions{}); codeOf(err) != node.CodePeerOffline {
 		t.Fatalf("direct: %v", err)
 	}
-	sent, err := c.SendMessage(ctx, "bob", "x", node.SendOptions{Reliable: true, TTL: 300 * time.Millisecond})
+	sent, err := c.SendMessage(ctx, "bob", "x", node.SendOptions{Reliable: true, TTL: 2 * time.Second})
 	if err != nil || sent.Delivery != node.DeliveryQueued || sent.LastError == "" {
 		t.Fatalf("reliable: %+v, %v", sent, err)
 	}
@@ -452,13 +452,38 @@ func FuzzParseReply(f *testing.F) {
 // and reports that it ended.
 type waitingAPI struct {
 	node.API
-	ended chan struct{}
+	started, ended chan struct{}
+}
+
+func newWaitingAPI() waitingAPI {
+	return waitingAPI{started: make(chan struct{}), ended: make(chan struct{})}
 }
 
 func (w waitingAPI) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
+	close(w.started)
 	<-ctx.Done()
 	close(w.ended)
 	return node.Batch{}, ctx.Err()
+}
+
+// hangUpMidCall makes a waiting Receive call to the server at path and
+// hangs up once api runs it; it returns the call's error.
+func hangUpMidCall(t *testing.T, path string, api waitingAPI) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := NewClient(path).Receive(ctx, node.Query{Wait: node.MaxWait})
+		errc <- err
+	}()
+	select {
+	case <-api.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not reach the server in 10s")
+	}
+	cancel()
+	return <-errc
 }
 
 // A call whose client hangs up (an interrupted inbox --wait, a cancelled
@@ -467,12 +492,10 @@ func (w waitingAPI) Receive(ctx context.Context, q node.Query) (node.Batch, erro
 func TestServerCancelsCallOfClientThatHungUp(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	path := tempSocket(t)
-	api := waitingAPI{ended: make(chan struct{})}
+	api := newWaitingAPI()
 	serveAt(t, path, api, Options{})
-	cctx, ccancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer ccancel()
-	if _, err := NewClient(path).Receive(cctx, node.Query{Wait: node.MaxWait}); err == nil {
-		t.Fatal("the client's call outlived its deadline")
+	if err := hangUpMidCall(t, path, api); err == nil {
+		t.Fatal("the client's call outlived its hang-up")
 	}
 	select {
 	case <-api.ended:

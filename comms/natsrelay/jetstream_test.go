@@ -118,7 +118,7 @@ func TestJetStreamOfflineRecipient(t *testing.T) {
 		}
 	}
 	// Every envelope reaches the broker, none is acknowledged: b is away.
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	short, cancel := context.WithTimeout(ctx, 2*time.Second) // long enough for the broker to store it
 	err := a.r.Deliver(short, comms.Delivery{To: b.kp.ID(), ID: sealed[0].ID, Payload: sealed[0].Payload, WantAck: true})
 	cancel()
 	var off *comms.PeerOfflineError

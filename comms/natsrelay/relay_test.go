@@ -261,8 +261,17 @@ func TestClusterServerKilledMidStream(t *testing.T) {
 			if i == j {
 				continue
 			}
-			if _, err := from.r.SendMessage(ctx, fmt.Sprintf("n%d", j), fmt.Sprintf("%d→%d", i, j)); err != nil {
-				t.Fatalf("n%d → n%d: %v", i, j, err)
+			// A node's subscription reaches the other servers of the
+			// cluster a little after it is connected: until then a send
+			// through them finds no responder (and delivers nothing).
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				_, err := from.r.SendMessage(ctx, fmt.Sprintf("n%d", j), fmt.Sprintf("%d→%d", i, j))
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+					t.Fatalf("n%d → n%d: %v", i, j, err)
+				}
 			}
 		}
 	}

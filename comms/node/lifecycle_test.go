@@ -713,7 +713,7 @@ func TestQueuedRequestPastDeadline(t *testing.T) {
 	alice, bob := pairedNodes(t, true)
 	bob.Close()
 	ctx := context.Background()
-	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Reliable: true, Wait: time.Minute, Deadline: time.Now().Add(400 * time.Millisecond)})
+	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Reliable: true, Wait: time.Minute, Deadline: time.Now().Add(2 * time.Second)})
 	if CodeOf(err) != CodePeerOffline || sent.Delivery != DeliveryQueued || !strings.Contains(err.Error(), "still queued at its deadline") {
 		t.Fatalf("SendRequest with a wait and a deadline to a stopped peer: %+v, %v", sent, err)
 	}

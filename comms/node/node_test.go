@@ -340,7 +340,7 @@ func TestMCPNodeExpiryAndRetry(t *testing.T) {
 	m, _ := mcpOutboxNode(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sent, err := m.SendRequest(ctx, "bob", "x", json.RawMessage(`{"a":1}`), SendOptions{Reliable: true, TTL: 200 * time.Millisecond})
+	sent, err := m.SendRequest(ctx, "bob", "x", json.RawMessage(`{"a":1}`), SendOptions{Reliable: true, TTL: 2 * time.Second})
 	if err != nil || sent.Delivery != DeliveryQueued {
 		t.Fatalf("send: %+v, %v", sent, err)
 	}
@@ -822,8 +822,10 @@ func TestFinalAnswerAskedOfTheRecordOnce(t *testing.T) {
 	d.Close()
 
 	d = startTest(t, h, ModeServe)
+	d.sent.mu.Lock() // the node's goroutines (its pruning) read it under the lock
 	c := &countingSent{sentBackend: d.sent.st}
 	d.sent.st = c
+	d.sent.mu.Unlock()
 	if _, err := d.SendResponse(ctx, "bob", dead.ID.String(), "failed", nil, reliable); codeOfErr(err) != CodeAlreadyAnswered {
 		t.Fatalf("a request whose final answer is a dead letter, answered again after a restart: %v, want %s", err, CodeAlreadyAnswered)
 	}

@@ -119,7 +119,7 @@ func TestSendRecordDeadAndFailed(t *testing.T) {
 	m, _ := mcpOutboxNode(t, nil) // memory mode: the record lives in the node
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sent, err := m.SendRequest(ctx, "bob", "x", nil, SendOptions{Reliable: true, TTL: 300 * time.Millisecond})
+	sent, err := m.SendRequest(ctx, "bob", "x", nil, SendOptions{Reliable: true, TTL: 2 * time.Second})
 	if err != nil || sent.Delivery != DeliveryQueued {
 		t.Fatalf("send: %+v, %v", sent, err)
 	}

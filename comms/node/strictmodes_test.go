@@ -120,18 +120,22 @@ func TestReloadRefusesGroupWritableFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := theirs.Save(h.TrustPath()); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(h.TrustPath(), 0o666); err != nil {
+	// Each file is made group-writable before it takes its place: the
+	// node's watcher must never see it in a safe mode.
+	if err := theirs.Save(h.TrustPath() + ".new"); err != nil {
 		t.Fatal(err)
 	}
 	roster := `{"spaces": [{"name": "s", "members": [{"key": "` + mallory.ID().String() + `", "id": "m", "capabilities": [{"kind": "*"}]}]}]}`
-	if err := os.WriteFile(h.SpacesPath(), []byte(roster), 0o666); err != nil {
+	if err := os.WriteFile(h.SpacesPath()+".new", []byte(roster), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(h.SpacesPath(), 0o666); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{h.TrustPath(), h.SpacesPath()} {
+		if err := os.Chmod(p+".new", 0o666); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(p+".new", p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n.ReloadTrust()
 	waitFor(t, 5*time.Second, "both refusals logged", func() bool {

@@ -1274,7 +1274,7 @@ func TestExpiresWhileStored(t *testing.T) {
 	defer ob.Close()
 	ob.Start()
 	e := entry(peerA, 0)
-	e.Expires = time.Now().Add(300 * time.Millisecond)
+	e.Expires = time.Now().Add(2 * time.Second) // the fake broker stores it well before
 	_, tk, err := ob.Enqueue(e)
 	if err != nil {
 		t.Fatal(err)
