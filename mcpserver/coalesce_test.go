@@ -52,7 +52,7 @@ func (f *coalesceTimers) started() int {
 
 // startCoalescing starts a legacy client, subscribed to meerkat://inbox,
 // of a server over f that notifies at most once per interval on timers.
-func startCoalescing(t *testing.T, f *fakeNode, interval time.Duration, timers *coalesceTimers) *notes {
+func startCoalescing(t *testing.T, f *fakeNode, interval time.Duration, timers *coalesceTimers) (*notes, *client.Client) {
 	t.Helper()
 	s := New(f, Options{NotifyInterval: interval})
 	s.notifyAfter = timers.after
@@ -89,7 +89,7 @@ func startCoalescing(t *testing.T, f *fakeNode, interval time.Duration, timers *
 		<-done
 		c.Close()
 	})
-	return n
+	return n, c
 }
 
 func coalescedData(x mcp.JSONRPCNotification) map[string]any {
@@ -105,7 +105,7 @@ func TestNotificationsCoalesced(t *testing.T) {
 	f := newFakeNode()
 	timers := &coalesceTimers{}
 	const interval = 750 * time.Millisecond
-	n := startCoalescing(t, f, interval, timers)
+	n, _ := startCoalescing(t, f, interval, timers)
 
 	from := n.mark()
 	f.deliver(node.Message{ID: "a1", Kind: "message", Peer: "bob"})
@@ -160,7 +160,7 @@ func TestNotificationsCoalesced(t *testing.T) {
 func TestNotificationsEveryArrival(t *testing.T) {
 	f := newFakeNode()
 	timers := &coalesceTimers{}
-	n := startCoalescing(t, f, 0, timers)
+	n, _ := startCoalescing(t, f, 0, timers)
 	from := n.mark()
 	for i := 1; i <= 3; i++ {
 		f.deliver(node.Message{ID: fmt.Sprintf("e%d", i), Kind: "message", Peer: "bob"})
@@ -175,5 +175,34 @@ func TestNotificationsEveryArrival(t *testing.T) {
 	}
 	if timers.started() != 0 {
 		t.Fatal("a timer was started with no interval")
+	}
+}
+
+// Arrival events are log events at level info: a client that asked for
+// warnings and above (logging/setLevel) gets none, until it asks for info
+// again.
+func TestArrivalEventsFollowTheLogLevel(t *testing.T) {
+	f := newFakeNode()
+	n, c := startCoalescing(t, f, 0, &coalesceTimers{})
+	setLevel := func(level mcp.LoggingLevel) {
+		t.Helper()
+		var req mcp.SetLevelRequest
+		req.Params.Level = level
+		//lint:ignore SA1019 clients of the 2025-11-25 revision set the level this way
+		if err := c.SetLevel(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	from := n.mark()
+	setLevel(mcp.LoggingLevelWarning)
+	f.deliver(node.Message{ID: "quiet", Kind: "message", Peer: "bob"})
+	f.waitWatcher(t, 1)
+	setLevel(mcp.LoggingLevelDebug)
+	f.deliver(node.Message{ID: "heard", Kind: "message", Peer: "bob"})
+	n.wait(t, from, logged, func(x mcp.JSONRPCNotification) bool { return coalescedData(x)["id"] == "heard" })
+	for _, x := range n.since(from, logged) {
+		if coalescedData(x)["id"] == "quiet" {
+			t.Fatalf("an arrival announced at level info to a client that asked for warnings: %v", coalescedData(x))
+		}
 	}
 }

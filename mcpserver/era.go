@@ -38,9 +38,12 @@ import (
 // watchers records which client sessions are told about arrivals. It is
 // safe for concurrent use; the zero value is not (use newWatchers).
 type watchers struct {
-	mu     sync.Mutex
-	seq    uint64          // listen streams opened so far
-	legacy map[string]bool // sessions that completed initialize: arrival log events
+	mu  sync.Mutex
+	seq uint64 // listen streams opened so far
+	// legacy holds the sessions that completed initialize, which get
+	// arrival log events (at level info), with the level each asked for
+	// with logging/setLevel ("" until it asks: info is sent).
+	legacy map[string]mcp.LoggingLevel
 	inbox  map[string]bool // legacy sessions subscribed to meerkat://inbox
 	listen map[listenKey]listener
 }
@@ -58,12 +61,23 @@ type listener struct {
 }
 
 func newWatchers() *watchers {
-	return &watchers{legacy: map[string]bool{}, inbox: map[string]bool{}, listen: map[listenKey]listener{}}
+	return &watchers{legacy: map[string]mcp.LoggingLevel{}, inbox: map[string]bool{}, listen: map[listenKey]listener{}}
 }
 
 func (w *watchers) setLegacy(session string) {
 	w.mu.Lock()
-	w.legacy[session] = true
+	if _, ok := w.legacy[session]; !ok {
+		w.legacy[session] = ""
+	}
+	w.mu.Unlock()
+}
+
+// setLevel records the least level of log events session asked for.
+func (w *watchers) setLevel(session string, level mcp.LoggingLevel) {
+	w.mu.Lock()
+	if _, ok := w.legacy[session]; ok {
+		w.legacy[session] = level
+	}
 	w.mu.Unlock()
 }
 
@@ -109,11 +123,19 @@ func (w *watchers) forget(session string) {
 	}
 }
 
-// legacySessions returns the sessions that get arrival log events.
+// legacySessions returns the sessions that get arrival log events: those
+// that completed initialize and did not ask for a level above info.
 func (w *watchers) legacySessions() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return slices.Sorted(maps.Keys(w.legacy))
+	var out []string
+	for session, level := range w.legacy {
+		if level == "" || mcp.LoggingLevelInfo.ShouldSendTo(level) {
+			out = append(out, session)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // inboxWatchers returns the legacy sessions subscribed to meerkat://inbox
@@ -148,6 +170,11 @@ func (s *Server) hooks() *server.Hooks {
 	h.AddAfterInitialize(func(ctx context.Context, _ any, _ *mcp.InitializeRequest, _ *mcp.InitializeResult) {
 		if ss := sessionOf(ctx); ss != nil {
 			s.watch.setLegacy(ss.SessionID())
+		}
+	})
+	h.AddAfterSetLevel(func(ctx context.Context, _ any, req *mcp.SetLevelRequest, _ *mcp.EmptyResult) {
+		if ss := sessionOf(ctx); ss != nil {
+			s.watch.setLevel(ss.SessionID(), req.Params.Level)
 		}
 	})
 	h.AddAfterSubscribe(func(ctx context.Context, _ any, req *mcp.SubscribeRequest, _ *mcp.EmptyResult) {
