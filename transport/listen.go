@@ -27,7 +27,7 @@ func Listen(ctx context.Context, a Addr) (net.Listener, error) {
 	var lc net.ListenConfig
 	switch a.Scheme {
 	case SchemeTCP, SchemeTLS:
-		ln, err := lc.Listen(ctx, "tcp", a.Address())
+		ln, err := lc.Listen(ctx, TCPNetwork(a.Address()), a.Address())
 		if err != nil {
 			return nil, fmt.Errorf("transport: listen %s: %w", a, err)
 		}
@@ -36,6 +36,21 @@ func Listen(ctx context.Context, a Addr) (net.Listener, error) {
 		return listenUnix(ctx, lc, a, nil)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnsupportedScheme, a.String())
+}
+
+// TCPNetwork is the network to listen on address (host:port) with: "tcp4"
+// for an IPv4 address, so that 0.0.0.0 means every IPv4 interface and no
+// IPv6 one (Go's "tcp" would open a dual-stack socket on [::]), else
+// "tcp" ([::] is every interface, a name whatever it resolves to).
+func TCPNetwork(address string) string {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return "tcp"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.To4() != nil {
+		return "tcp4"
+	}
+	return "tcp"
 }
 
 // listenUnix is Listen for a Unix socket; afterBind (tests) runs once the

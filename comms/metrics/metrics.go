@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/meerkatd/meerkatd/transport"
 )
 
 // MaxPeerLabels bounds the peer label values: the first peers by name get
@@ -320,7 +322,7 @@ type Server struct {
 
 // Listen serves m's handler on addr (host:port) until Close.
 func (m *Metrics) Listen(addr string, log *slog.Logger) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen(transport.TCPNetwork(addr), addr)
 	if err != nil {
 		return nil, err
 	}
