@@ -159,7 +159,8 @@ func CheckHomePath(dir string) error {
 // identity, meerkat.toml with the defaults (and name, if not ""), an
 // empty trusted_peers.json. It reports the files it created. It refuses,
 // creating nothing, a home whose path is too long for a node to run there
-// ([CheckHomePath]).
+// ([CheckHomePath]) and a new home under a directory another user could
+// replace it in (filemode.Above).
 func InitHome(dir, name string) (created []string, err error) {
 	if err := CheckHomePath(dir); err != nil {
 		return nil, err
@@ -170,6 +171,13 @@ func InitHome(dir, name string) (created []string, err error) {
 		cfg.Name = name
 		if err := cfg.Validate(); err != nil {
 			return nil, &Error{Code: CodeBadArgument, Err: err, Msg: UserText(err)}
+		}
+	}
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		// Nothing is created where another user could replace it: the
+		// check the node's start makes of the directories above a home.
+		if err := filemode.Above(dir); err != nil {
+			return nil, badConfig(err)
 		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {

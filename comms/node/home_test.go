@@ -275,6 +275,27 @@ func TestInitHomeNamesWhatItMade(t *testing.T) {
 	}
 }
 
+// A new home under a directory others may write in is refused before
+// anything is made: no directory, no identity left where another user
+// could replace them.
+func TestInitHomeRefusesAnOpenParent(t *testing.T) {
+	open := filepath.Join(shortTemp(t), "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join(open, "home"), filepath.Join(open, "a", "b", "home")} {
+		if _, err := InitHome(dir, ""); CodeOf(err) != CodeBadConfig || !strings.Contains(err.Error(), "chmod go-w "+open) {
+			t.Errorf("InitHome(%s) under a mode 0777 directory: %v, want %s naming the fix", dir, err, CodeBadConfig)
+		}
+	}
+	if ents, err := os.ReadDir(open); err != nil || len(ents) != 0 {
+		t.Fatalf("left in the open directory: %v, %v", ents, err)
+	}
+}
+
 // A command's node that listens for its answers (ModeReplies: a pairing
 // offer, a request's answer) holds the home: keygen refuses meanwhile, as
 // does a second such node, and both work once it is gone.

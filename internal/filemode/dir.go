@@ -1,6 +1,7 @@
 package filemode
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -34,6 +35,41 @@ func (c Checker) Dir(path string) error {
 		return err
 	}
 	for p := filepath.Dir(real); ; p = filepath.Dir(p) {
+		if err := c.parent(p, path); err != nil {
+			return err
+		}
+		if filepath.Dir(p) == p {
+			return nil
+		}
+	}
+}
+
+// Above checks, for a home about to be created at path, the directories
+// above it that exist: the nearest one (through symbolic links) and each
+// parent of its resolved path up to the root, as [Checker.Dir] checks the
+// directories above an existing home.
+func (c Checker) Above(path string) error {
+	if !hasPermBits {
+		return nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	p := filepath.Dir(abs)
+	for {
+		if _, err := os.Stat(p); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) || filepath.Dir(p) == p {
+			return err
+		}
+		p = filepath.Dir(p)
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return err
+	}
+	for p = real; ; p = filepath.Dir(p) {
 		if err := c.parent(p, path); err != nil {
 			return err
 		}

@@ -45,6 +45,10 @@ func File(path string) error { return Current().File(path) }
 // user.
 func Dir(path string) error { return Current().Dir(path) }
 
+// Above checks the directories above a home to be created at path with
+// [Checker.Above] for the current user.
+func Above(path string) error { return Current().Above(path) }
+
 // File checks the file at path without following a symbolic link. A
 // missing file is an error that matches fs.ErrNotExist.
 func (c Checker) File(path string) error {
