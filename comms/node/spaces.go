@@ -1200,7 +1200,9 @@ func (s *spaces) watch(ctx context.Context, every time.Duration) {
 		if err != nil {
 			return "absent"
 		}
-		return fmt.Sprint(fi.ModTime().UnixNano(), fi.Size())
+		// The mode too: a chmod that opens the file to others is refused
+		// at the next poll, as the trust file's watcher does.
+		return fmt.Sprint(fi.ModTime().UnixNano(), fi.Size(), fi.Mode())
 	}
 	last := stamp()
 	t := time.NewTicker(every)

@@ -209,3 +209,35 @@ func TestReloadWithoutSpacesFileQuiet(t *testing.T) {
 		t.Fatalf("reload after the file went: no warning in %s", logs.String())
 	}
 }
+
+// The spaces file's watcher sees a chmod alone (no edit): a file opened
+// to group or others is refused at the next poll, not at the next edit.
+func TestSpacesWatcherSeesAChmod(t *testing.T) {
+	h, _ := testHome(t, "n", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	if err := os.WriteFile(h.SpacesPath(), []byte(`{"spaces": []}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	n, err := Start(h, Options{Mode: ModeServe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	// Edits until the watcher is seen to apply one: it polls from then on
+	// (an edit made before it took its first look would go unseen).
+	pad := ""
+	waitFor(t, 20*time.Second, "an edit applied", func() bool {
+		pad += " "
+		if err := os.WriteFile(h.SpacesPath(), []byte(`{"spaces": []`+pad+`}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		return strings.Contains(logs.String(), "spaces reloaded")
+	})
+	if err := os.Chmod(h.SpacesPath(), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the group-writable spaces file refused", func() bool {
+		return strings.Contains(logs.String(), "spaces file not reloaded") && strings.Contains(logs.String(), "chmod 600 "+h.SpacesPath())
+	})
+}
