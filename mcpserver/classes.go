@@ -7,7 +7,7 @@ import (
 )
 
 // receiveOrderDoc explains a priority read to a model.
-const receiveOrderDoc = "Every item has a class: system (a notice from your own node: a reliable send became a dead letter, a peer's breaker opened, a pairing completed), " +
+const receiveOrderDoc = "Every item has a class: system (a notice from your own node: a reliable send became a dead letter, a peer's breaker opened, a pairing completed, the loop guard began holding sends to a peer, a request you sent passed its deadline, a peer cancelled a request you hold), " +
 	"user (a note your person added with meerkatd tell), interrupt (a peer asked to be handled at your next boundary), broadcast, or normal. " +
 	"By default items come by class in that order, then oldest first; system and user items are your own node's and your person's (untrusted false), handle them first. " +
 	"order \"arrival\" lists oldest first, classes aside. pending_by_class counts what is pending in each class. " +

@@ -213,7 +213,7 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendResponse)
 	s.mcp.AddTool(mcp.NewTool("status",
-		mcp.WithDescription("Show this node's state, the same as `meerkatd status --json`: its name, key and listen addresses; running (true when a node serves the home) and started_at; peers (how many it trusts); inbox and pending (unacknowledged items: what you still have to read) and pending_by_class (pending by item class: system, user, interrupt, broadcast, normal); the counters accepted, acks_sent, connections and rejected (by reason); outbox (reliable sends waiting), dead_letters, and send_peers (peers with something queued or a breaker that is not closed), and db_bytes (the size on disk of the node's database, 0 in memory mode)."),
+		mcp.WithDescription("Show this node's state, the same as `meerkatd status --json`: its name, key and listen addresses; running (true when a node serves the home) and started_at; peers (how many it trusts); inbox and pending (unacknowledged items: what you still have to read) and pending_by_class (pending by item class: system, user, interrupt, broadcast, normal); the counters accepted, acks_sent, connections and rejected (by reason); outbox (reliable sends waiting), dead_letters, and send_peers (peers with something queued or a breaker that is not closed), db_bytes (the size on disk of the node's database, 0 in memory mode), and loop_guards (the peers whose sends the loop guard holds, if any)."),
 		mcp.WithOutputSchema[node.Status](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Node status", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.status)
@@ -266,12 +266,12 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Retry outbox now", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(true)}),
 	), s.retryOutbox)
 	s.mcp.AddTool(mcp.NewTool("list_dead_letters",
-		mcp.WithDescription("Show the reliable sends given up on (without bodies), oldest first, with the reason: expired (its ttl passed), retries_exhausted, unknown_peer (no longer trusted) or rejected."),
+		mcp.WithDescription("Show the reliable sends given up on (without bodies), oldest first, with the reason: expired (its ttl passed), retries_exhausted, unknown_peer (no longer trusted), rejected, or, for a request withdrawn before it was delivered, deadline or cancelled."),
 		mcp.WithOutputSchema[listDeadLettersResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "List dead letters", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.listDeadLetters)
 	s.mcp.AddTool(mcp.NewTool("retry_dead_letters",
-		mcp.WithDescription("Queue dead letters for delivery again (attempts reset, no time-to-live): the ones with the given ids, or all of them."),
+		mcp.WithDescription("Queue dead letters for delivery again (attempts reset, no time-to-live): the ones with the given ids, or all of them. Requests withdrawn at their deadline or by a cancel are not sent again (named by id, they are refused with bad_argument, the others still queued; with all they are left out): send a new request instead."),
 		mcp.WithArray("ids", mcp.WithStringItems(), mcp.Description("ids of the dead letters to retry (see list_dead_letters)")),
 		mcp.WithBoolean("all", mcp.Description("retry every dead letter (instead of ids)")),
 		mcp.WithOutputSchema[retryDeadLettersResult](),
