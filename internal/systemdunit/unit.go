@@ -212,10 +212,11 @@ func (u Unit) Text() (string, error) {
 		return "", fmt.Errorf("systemdunit: the executable's path %q holds a quote or a backslash, which systemd refuses in a command's name: install meerkatd at a path without them", u.Exec)
 	}
 	writable := []string{quote(u.Home, false)}
-	// A private /tmp would hide a home or socket in the real one.
+	// A private /tmp would hide a home, a socket or the executable in the
+	// real one.
 	privateTmp := "PrivateTmp=yes\n"
-	for _, p := range append([]string{u.Home}, u.Writable...) {
-		if p != u.Home && !within(p, u.Home) {
+	for _, p := range append([]string{u.Home, u.Exec}, u.Writable...) {
+		if p != u.Home && p != u.Exec && !within(p, u.Home) {
 			writable = append(writable, quote(p, false))
 		}
 		if within(p, "/tmp") || within(p, "/var/tmp") {

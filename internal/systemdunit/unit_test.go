@@ -58,6 +58,11 @@ func TestText(t *testing.T) {
 		want:   []string{"ReadWritePaths=/tmp/mk %t"},
 		absent: "PrivateTmp=",
 	}, {
+		name:   "executable in /tmp",
+		u:      Unit{Exec: "/tmp/build/meerkatd", Home: "/srv/mk"},
+		want:   []string{"ExecStart=/tmp/build/meerkatd run --home /srv/mk", "ReadWritePaths=/srv/mk %t"},
+		absent: "PrivateTmp=",
+	}, {
 		name:   "socket in /var/tmp",
 		u:      Unit{Exec: "/bin/meerkatd", Home: "/srv/mk", Writable: []string{"/var/tmp/s"}},
 		want:   []string{"ReadWritePaths=/srv/mk /var/tmp/s %t"},
