@@ -14,8 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/meerkatd/meerkatd/transport"
 )
 
 // MaxPeerLabels bounds the peer label values: the first peers by name get
@@ -320,9 +318,10 @@ type Server struct {
 	once sync.Once
 }
 
-// Listen serves m's handler on addr (host:port) until Close.
-func (m *Metrics) Listen(addr string, log *slog.Logger) (*Server, error) {
-	ln, err := net.Listen(transport.TCPNetwork(addr), addr)
+// Listen serves m's handler on addr (host:port) over network ("tcp",
+// "tcp4": see transport.TCPNetwork) until Close.
+func (m *Metrics) Listen(network, addr string, log *slog.Logger) (*Server, error) {
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -480,7 +480,7 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 		n.spaces.eng.Announce(ctx, space.EventJoin) // queued in the outbox: it does not wait for peers
 	}
 	if n.metrics != nil {
-		if n.metricsSrv, err = n.metrics.Listen(h.Config.Metrics.Listen, log); err != nil {
+		if n.metricsSrv, err = n.metrics.Listen(transport.TCPNetwork(h.Config.Metrics.Listen), h.Config.Metrics.Listen, log); err != nil {
 			n.Close()
 			return nil, fmt.Errorf("metrics.listen: %w", err)
 		}
