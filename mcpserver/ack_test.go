@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -115,6 +116,9 @@ func TestAckBelowTheRead(t *testing.T) {
 	f.deliver(node.Message{ID: "x2", Kind: "message", Peer: "bob", Body: "later"}) // seq 2
 	if _, out, err := call(t, c, "ack_messages", map[string]any{"ids": []any{"x1"}}); err != nil || out["acked"] != float64(1) || out["note"] != nil {
 		t.Fatalf("by id: %v, %v", out, err)
+	}
+	if _, out, err := call(t, c, "ack_messages", map[string]any{"ids": []any{"x1"}}); err != nil || out["acked"] != float64(0) || fmt.Sprint(out["not_found"]) != "[x1]" {
+		t.Fatalf("by an id acknowledged before: %v, %v; want it in not_found", out, err)
 	}
 	_, out, err := call(t, c, "ack_messages", map[string]any{"up_to": 1})
 	if note, _ := out["note"].(string); err != nil || out["acked"] != float64(0) || out["above"] != float64(1) || !strings.Contains(note, "acknowledge them by ids") {

@@ -323,9 +323,15 @@ func (f *fakeNode) Ack(_ context.Context, a node.AckRequest) (node.Acked, error)
 			kept = append(kept, m)
 		}
 	}
+	var notFound []string
+	for _, id := range ids {
+		if !slices.ContainsFunc(f.msgs, func(m node.Message) bool { return m.ID == id }) {
+			notFound = append(notFound, id) // as a node lists ids of no pending item
+		}
+	}
 	n := len(f.msgs) - len(kept)
 	f.msgs = kept
-	r := node.Acked{Acked: n, Pending: len(kept)}
+	r := node.Acked{Acked: n, Pending: len(kept), NotFound: notFound}
 	if n == 0 && upTo > 0 {
 		r.Above = len(kept) // as a node counts what reads returned above up_to
 	}

@@ -37,8 +37,10 @@ type (
 		Unread int `json:"unread,omitempty"`
 		// Above: when up_to acknowledged nothing, the items reads
 		// returned above it (priority order): acknowledge them by id.
-		Above int    `json:"above,omitempty"`
-		Note  string `json:"note,omitempty"`
+		Above int `json:"above,omitempty"`
+		// NotFound: the ids given that name no pending item.
+		NotFound []string `json:"not_found,omitempty"`
+		Note     string   `json:"note,omitempty"`
 	}
 	listOutboxResult struct {
 		Entries []node.QueuedSend    `json:"entries"`
@@ -242,7 +244,7 @@ func (s *Server) addTools() {
 	), s.receive)
 	s.mcp.AddTool(mcp.NewTool("ack_messages",
 		mcp.WithDescription("Mark received items as handled so they stop counting as pending: by id (preferred), or every item up to a cursor (up_to). With up_to, pass the same filters as the receive_messages call the cursor came from (all of those you gave: kinds, from, request_id, space, meup_kinds, context) and its epoch. up_to never acknowledges an item no receive_messages call returned: a filtered read's cursor passes the items its filters skipped, and those stay pending (unread counts them). An epoch that is not the inbox's (it started over) refuses up_to: read again."),
-		mcp.WithArray("ids", mcp.WithStringItems(), mcp.Description("ids of the items handled")),
+		mcp.WithArray("ids", mcp.WithStringItems(), mcp.Description("ids of the items handled (the result's not_found lists those that name no pending item: acknowledged before, or not an item's id, such as a request_id)")),
 		mcp.WithInteger("up_to", mcp.Min(0), mcp.Description("acknowledge every item up to this cursor that matches the filters given and that a read returned (0 acknowledges nothing)")),
 		mcp.WithArray("kinds", mcp.WithStringItems(), mcp.Description("with up_to: only these kinds")),
 		mcp.WithString("from", mcp.Description("with up_to: only from this peer")),
@@ -712,7 +714,7 @@ func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	if r.Acked > 0 {
 		s.inboxChanged()
 	}
-	res := ackResult{Acked: r.Acked, Pending: r.Pending, Unread: r.Unread, Above: r.Above}
+	res := ackResult{Acked: r.Acked, Pending: r.Pending, Unread: r.Unread, Above: r.Above, NotFound: r.NotFound}
 	if r.Above > 0 {
 		res.Note = upToBelowNote
 	}

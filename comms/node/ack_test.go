@@ -269,6 +269,27 @@ func TestAckRefusesNonIDs(t *testing.T) {
 	}
 }
 
+// Ids that name no pending item are listed back, in the order given and
+// once each: one acknowledged before, and a request's id (the request,
+// not a response to it), beside the item acknowledged.
+func TestAckListsIDsNotFound(t *testing.T) {
+	m, bob := mcpTestNode(t)
+	ctx := context.Background()
+	first := arrive(t, m, bob, wire.Message("one"))
+	second := arrive(t, m, bob, wire.Message("two"))
+	if _, err := m.Receive(ctx, Query{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := m.Ack(ctx, AckRequest{IDs: []string{first.ID.String()}}); err != nil || r.Acked != 1 || len(r.NotFound) != 0 {
+		t.Fatalf("ack of a pending item: %+v, %v", r, err)
+	}
+	request := identity.NewUUID().String()
+	r, err := m.Ack(ctx, AckRequest{IDs: []string{first.ID.String(), second.ID.String(), request, first.ID.String()}})
+	if err != nil || r.Acked != 1 || !slices.Equal(r.NotFound, []string{first.ID.String(), request}) {
+		t.Fatalf("ack of one pending item, one acknowledged before and a request id: %+v, %v; want not_found [%s %s]", r, err, first.ID, request)
+	}
+}
+
 // In priority order a read returns an interrupt above its cursor: up_to
 // that cursor acknowledges nothing and says how many items reads returned
 // above it (acknowledge those by id); by id it goes.

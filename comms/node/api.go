@@ -397,6 +397,10 @@ type Acked struct {
 	// items above its cursor (which stays below the oldest item it left
 	// out), so acknowledge those by id.
 	Above int `json:"above,omitempty"`
+	// NotFound lists the ids given that name no pending item, in the
+	// order given: acknowledged before, or not an item's id (a request's
+	// id names the request, not the responses to it).
+	NotFound []string `json:"not_found,omitempty"`
 }
 
 // Outbox lists the reliable sends waiting.

@@ -396,7 +396,7 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 		return Acked{}, err
 	}
 	unread, matched := 0, 0
-	want := map[string]bool{}
+	want, found := map[string]bool{}, map[string]bool{}
 	for _, id := range a.IDs {
 		u, err := identity.ParseUUID(id)
 		if err != nil {
@@ -410,7 +410,9 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 			page := n.mail.List(after, listPage)
 			for _, en := range page {
 				after = en.Seq
-				byID := want[en.Item.Envelope.ID.String()]
+				id := en.Item.Envelope.ID.String()
+				byID := want[id]
+				found[id] = found[id] || byID
 				// up_to acknowledges only what a read with the same
 				// filters could have shown and a read did show, never
 				// items a filtered read skipped (its cursor passed them).
@@ -439,6 +441,11 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 	acked := n.mail.Ack(seqs...)
 	n.shown.forget(seqs)
 	r := Acked{Acked: acked, Pending: n.mail.Pending(), Unread: unread}
+	for _, id := range a.IDs {
+		if u, _ := identity.ParseUUID(id); !found[u.String()] && !slices.Contains(r.NotFound, u.String()) {
+			r.NotFound = append(r.NotFound, u.String())
+		}
+	}
 	if acked == 0 && a.UpTo > 0 {
 		r.Above = n.shown.above(a.UpTo)
 	}
