@@ -397,12 +397,16 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 	}
 	unread, matched := 0, 0
 	want, found := map[string]bool{}, map[string]bool{}
+	var ids []string // the ids given, canonical, once each, in order
 	for _, id := range a.IDs {
 		u, err := identity.ParseUUID(id)
 		if err != nil {
 			return Acked{}, errorf(CodeBadArgument, "%q is not an item id (receive_messages and meerkatd inbox show them): nothing was acknowledged", id)
 		}
-		want[u.String()] = true
+		if k := u.String(); !want[k] {
+			want[k] = true
+			ids = append(ids, k)
+		}
 	}
 	seqs := slices.Clone(a.Seqs)
 	if len(want) > 0 || a.UpTo > 0 {
@@ -412,7 +416,9 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 				after = en.Seq
 				id := en.Item.Envelope.ID.String()
 				byID := want[id]
-				found[id] = found[id] || byID
+				if byID {
+					found[id] = true
+				}
 				// up_to acknowledges only what a read with the same
 				// filters could have shown and a read did show, never
 				// items a filtered read skipped (its cursor passed them).
@@ -441,9 +447,9 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 	acked := n.mail.Ack(seqs...)
 	n.shown.forget(seqs)
 	r := Acked{Acked: acked, Pending: n.mail.Pending(), Unread: unread}
-	for _, id := range a.IDs {
-		if u, _ := identity.ParseUUID(id); !found[u.String()] && !slices.Contains(r.NotFound, u.String()) {
-			r.NotFound = append(r.NotFound, u.String())
+	for _, id := range ids {
+		if !found[id] {
+			r.NotFound = append(r.NotFound, id)
 		}
 	}
 	if acked == 0 && a.UpTo > 0 {
