@@ -27,21 +27,11 @@ func (c Checker) Dir(path string) error {
 	if !hasPermBits {
 		return nil
 	}
-	real, err := filepath.EvalSymlinks(path)
+	real, err := resolve(path)
 	if err != nil {
 		return err
 	}
-	if real, err = filepath.Abs(real); err != nil {
-		return err
-	}
-	for p := filepath.Dir(real); ; p = filepath.Dir(p) {
-		if err := c.parent(p, path); err != nil {
-			return err
-		}
-		if filepath.Dir(p) == p {
-			return nil
-		}
-	}
+	return c.upFrom(filepath.Dir(real), path)
 }
 
 // Above checks, for a home about to be created at path, the directories
@@ -65,12 +55,27 @@ func (c Checker) Above(path string) error {
 		}
 		p = filepath.Dir(p)
 	}
-	real, err := filepath.EvalSymlinks(p)
+	real, err := resolve(p)
 	if err != nil {
 		return err
 	}
-	for p = real; ; p = filepath.Dir(p) {
-		if err := c.parent(p, path); err != nil {
+	return c.upFrom(real, path)
+}
+
+// resolve is path's absolute form, symbolic links resolved.
+func resolve(path string) (string, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(real)
+}
+
+// upFrom checks dir, a resolved directory above home, and each directory
+// above it up to the root ([Checker.parent]).
+func (c Checker) upFrom(dir, home string) error {
+	for p := dir; ; p = filepath.Dir(p) {
+		if err := c.parent(p, home); err != nil {
 			return err
 		}
 		if filepath.Dir(p) == p {

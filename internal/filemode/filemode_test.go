@@ -155,6 +155,20 @@ func TestDir(t *testing.T) {
 	if err := filemode.Dir(link); !errors.Is(err, filemode.ErrUnsafe) {
 		t.Fatalf("Dir(link to a home in a group-writable dir) = %v, want ErrUnsafe", err)
 	}
+	// A home still to be made: the directories above it that exist,
+	// the nearest reached through a link as well.
+	sharedLink := filepath.Join(base, "shared-link")
+	if err := os.Symlink(shared, sharedLink); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(shared, "a", "home"), filepath.Join(sharedLink, "a", "home")} {
+		if err := filemode.Above(p); !errors.Is(err, filemode.ErrUnsafe) || !strings.Contains(err.Error(), "chmod go-w "+shared) {
+			t.Errorf("Above(%s) = %v, want the chmod go-w fix for %s", p, err, shared)
+		}
+	}
+	if err := filemode.Above(filepath.Join(sticky, "a", "home")); err != nil {
+		t.Errorf("Above(a home to be made in a sticky dir) = %v, want nil", err)
+	}
 }
 
 func TestTighten(t *testing.T) {
