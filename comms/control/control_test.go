@@ -466,9 +466,10 @@ func (w waitingAPI) Receive(ctx context.Context, q node.Query) (node.Batch, erro
 	return node.Batch{}, ctx.Err()
 }
 
-// hangUpMidCall makes a waiting Receive call to the server at path and
-// hangs up once api runs it; it returns the call's error.
-func hangUpMidCall(t *testing.T, path string, api waitingAPI) error {
+// hangUpMidCall makes a waiting Receive call to the server at path, hangs
+// up once api runs it, and checks that the call failed on the client and
+// ended on the server.
+func hangUpMidCall(t *testing.T, path string, api waitingAPI) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -483,7 +484,14 @@ func hangUpMidCall(t *testing.T, path string, api waitingAPI) error {
 		t.Fatal("the call did not reach the server in 10s")
 	}
 	cancel()
-	return <-errc
+	if err := <-errc; err == nil {
+		t.Fatal("the client's call outlived its hang-up")
+	}
+	select {
+	case <-api.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server still runs the call of a client that hung up")
+	}
 }
 
 // A call whose client hangs up (an interrupted inbox --wait, a cancelled
@@ -494,14 +502,7 @@ func TestServerCancelsCallOfClientThatHungUp(t *testing.T) {
 	path := tempSocket(t)
 	api := newWaitingAPI()
 	serveAt(t, path, api, Options{})
-	if err := hangUpMidCall(t, path, api); err == nil {
-		t.Fatal("the client's call outlived its hang-up")
-	}
-	select {
-	case <-api.ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server still runs the call of a client that hung up")
-	}
+	hangUpMidCall(t, path, api)
 }
 
 // A connection carries one request after another: the server's watch for

