@@ -1,16 +1,15 @@
 package node
 
 import (
-	"github.com/meerkatd/meerkatd/internal/testutil"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 // get fetches path from the metrics server at addr.
@@ -121,19 +120,5 @@ func TestMetricsOffAndTaken(t *testing.T) {
 func TestMetricsOnAllIPv4IsIPv4Only(t *testing.T) {
 	h, _ := testHome(t, "alice", func(c *config.Config) { c.Metrics.Listen = "0.0.0.0:0"; c.Store.Mode = config.StoreMemory })
 	n := startTest(t, h, ModeServe)
-	port := strconv.Itoa(n.MetricsAddr().(*net.TCPAddr).Port)
-	if probe, err := net.Listen("tcp6", "[::1]:0"); err != nil {
-		t.Logf("no IPv6 loopback, only IPv4 tried: %v", err)
-	} else {
-		probe.Close()
-		if c, err := net.DialTimeout("tcp6", net.JoinHostPort("::1", port), 2*time.Second); err == nil {
-			c.Close()
-			t.Fatal("metrics on 0.0.0.0 accepted a connection over IPv6")
-		}
-	}
-	c, err := net.DialTimeout("tcp4", net.JoinHostPort("127.0.0.1", port), 2*time.Second)
-	if err != nil {
-		t.Fatalf("over IPv4: %v", err)
-	}
-	c.Close()
+	testutil.CheckIPv4Only(t, n.MetricsAddr().(*net.TCPAddr).Port)
 }
