@@ -516,6 +516,31 @@ func TestStrangersShareFrameMemory(t *testing.T) {
 	})
 }
 
+// A stranger replaying a large envelope it captured (a copy: acked, but
+// it authenticates nothing) holds none of the strangers' payload memory
+// once the frame is handled, while its connection stays open waiting for
+// the next frame: otherwise a few replayers would keep new peers' large
+// first envelopes out.
+func TestReplayLeavesStrangersBudget(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const frame = 128 << 10
+	a, b := pair(t, "uds", Options{MaxMessageBytes: frame, FrameTimeout: time.Minute})
+	full := b.r.strangers.Free()
+	large := sealEnv(t, a.kp, b.kp.ID(), wire.Message(string(bytes.Repeat([]byte("L"), 100<<10))))
+	first := dialRaw(t, b)
+	writeRaw(t, first, frameOf(t, large))
+	readAck(t, first, b.kp.ID(), a.kp.ID(), large.ID)
+	replay := dialRaw(t, b)
+	writeRaw(t, replay, frameOf(t, large))
+	readAck(t, replay, b.kp.ID(), a.kp.ID(), large.ID)
+	testutil.WaitFor(t, 10*time.Second, "the replayer's frame memory to come back", func() bool {
+		return b.r.strangers.Free() == full
+	})
+	if b.r.Stats().Connections != 2 {
+		t.Errorf("%d connections open, want both raw ones", b.r.Stats().Connections)
+	}
+}
+
 // A connection authenticated by an envelope whose admission settles
 // after its reader went back to wait (ackLoop authenticates it, then
 // acks) is no longer charged to the strangers' budget: a large envelope

@@ -190,6 +190,12 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 			}
 		}
 		clear(batch) // let go of the envelopes' kinds
+		if budgeted {
+			// Still a stranger (a replay earns nothing): the memory of a
+			// large frame goes back to the strangers now, not when the
+			// connection next reads or ends.
+			fr.Trim()
+		}
 		// The batch's acks go out now, even with more input read ahead:
 		// a sender keeping many envelopes in flight gets them back batch
 		// by batch, rather than only once it has stopped to wait.

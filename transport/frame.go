@@ -114,6 +114,17 @@ func (fr *Reader) Release() {
 	fr.buf = nil
 }
 
+// Trim lets a payload buffer over 64 KiB go, and what it holds of the
+// budget with it, keeping a smaller one for the next frame. A receiver
+// whose frames are charged calls it once it is done with a batch, so
+// that a connection holds the shared memory only while it reads and
+// handles a large frame, not while it waits for the next one.
+func (fr *Reader) Trim() {
+	if cap(fr.buf) > eagerAlloc {
+		fr.Release()
+	}
+}
+
 // giveBack returns what the Reader holds to its budget.
 func (fr *Reader) giveBack() {
 	if fr.held > 0 {

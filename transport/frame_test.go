@@ -174,7 +174,7 @@ func TestLargeFrameBufferGrowsWithData(t *testing.T) {
 // Readers sharing a Budget: a frame over 64 KiB takes what its buffer
 // holds beyond them once they have arrived, and fails with ErrOverBudget
 // when the others hold the rest; the charge comes back at the next small
-// frame, at Release and at SetBudget(nil). A large frame's buffer is its
+// frame, at Trim, at Release and at SetBudget(nil). A large frame's buffer is its
 // declared size, allocated once.
 func TestBudget(t *testing.T) {
 	const size = 200 << 10 // charges size - eagerAlloc
@@ -187,7 +187,7 @@ func TestBudget(t *testing.T) {
 		fr.SetBudget(b)
 		return fr
 	}
-	one, two := reader(big, small, big), reader(big)
+	one, two := reader(big, small, big, big), reader(big)
 	if p, err := one.ReadFrame(); err != nil || len(p) != size || cap(p) != size {
 		t.Fatalf("first large frame: %d bytes (cap %d), %v", len(p), cap(p), err)
 	}
@@ -206,9 +206,26 @@ func TestBudget(t *testing.T) {
 	if p, err := one.ReadFrame(); err != nil || len(p) != size || b.Free() != charge/2 {
 		t.Fatalf("large frame again: %d bytes, %v; budget left %d", len(p), err, b.Free())
 	}
+	one.Trim()
+	if b.Free() != charge+charge/2 {
+		t.Fatalf("after Trim: %d left, want all", b.Free())
+	}
+	// Trim keeps a buffer of the first 64 KiB or less: nothing to give.
+	if p, err := one.ReadFrame(); err != nil || len(p) != size || b.Free() != charge/2 {
+		t.Fatalf("large frame after Trim: %d bytes, %v; budget left %d", len(p), err, b.Free())
+	}
 	one.Release()
 	if b.Free() != charge+charge/2 {
 		t.Fatalf("after Release: %d left, want all", b.Free())
+	}
+	small2 := reader(small, small)
+	if _, err := small2.ReadFrame(); err != nil {
+		t.Fatal(err)
+	}
+	kept := cap(small2.buf)
+	small2.Trim()
+	if cap(small2.buf) != kept || kept == 0 {
+		t.Fatalf("Trim of a small buffer: cap %d, want %d kept", cap(small2.buf), kept)
 	}
 	// Shown who it is: its frames are no longer charged, and what it held
 	// comes back.
