@@ -460,14 +460,17 @@ func testMCPSurvivesDaemonRestart(t *testing.T, store string) {
 	bob.okJSON(&sent, "send", "message", "alice", "after the restart", "--json")
 	p.waitArrival(sent.ID)
 	var b mcpBatch
-	p.tool(&b, "receive_messages", map[string]any{"after": before.Cursor})
 	if store == "sqlite" {
+		p.tool(&b, "receive_messages", map[string]any{"after": before.Cursor})
 		if b.Epoch != before.Epoch || len(b.Messages) != 1 || b.Messages[0].Body != "after the restart" || b.Messages[0].Seq != 3 {
 			t.Fatalf("SQLite inbox: read after the cursor from before the restart: %+v (epoch before %s)", b, before.Epoch)
 		}
 	} else {
-		if b.Epoch == before.Epoch || len(b.Messages) != 0 {
-			t.Fatalf("memory inbox: read after the cursor from before the restart: %+v (epoch before %s)", b, before.Epoch)
+		// The old cursor (2) is beyond the new inbox's one item: refused,
+		// not read as "nothing new".
+		r := p.call("tools/call", toolParams("receive_messages", map[string]any{"after": before.Cursor}))
+		if !strings.Contains(string(r.Result), `"isError":true`) || !strings.Contains(string(r.Result), "bad_argument: after 2:") {
+			t.Fatalf("memory inbox: read after the cursor from before the restart: %s, %+v", r.Result, r.Error)
 		}
 		p.tool(&b, "receive_messages", map[string]any{"after": 0})
 		if len(b.Messages) != 1 || b.Messages[0].Body != "after the restart" || b.Messages[0].Seq != 1 {

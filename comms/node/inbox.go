@@ -301,6 +301,13 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 		if len(b.Messages) == 0 && f.noSpace != nil {
 			return Batch{}, f.noSpace // a mistyped name, not "no items": nothing to wait for
 		}
+		if len(b.Messages) == 0 && q.After > 0 {
+			if last := mail.Last(); q.After > last {
+				// Not a cursor this inbox gave: waiting would wait for
+				// items that are already there, below it.
+				return Batch{}, errorf(CodeBadArgument, "after %d: this inbox has handed out sequence numbers up to %d only (a cursor from another inbox, or from before a restart with the memory inbox: pass its epoch, or read from 0)", q.After, last)
+			}
+		}
 		if len(b.Messages) > 0 || q.Wait <= 0 {
 			if !q.Peek && n.mode == ModeServe {
 				n.shown.mark(b.Messages, n.oldestPending)

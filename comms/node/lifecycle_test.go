@@ -364,6 +364,35 @@ func TestWaitEndsWithoutFinalResponse(t *testing.T) {
 	}
 }
 
+// A request's intent is one line of UTF-8 text of at most MaxIntentLen
+// bytes.
+func TestCheckIntent(t *testing.T) {
+	for _, tc := range []struct {
+		intent string
+		ok     bool
+	}{
+		{"review", true},
+		{"code.review/v2", true},
+		{"résumé aufräumen", true},
+		{strings.Repeat("i", MaxIntentLen), true},
+		{strings.Repeat("é", MaxIntentLen/2), true},
+		{"", false},
+		{strings.Repeat("i", MaxIntentLen+1), false},
+		{"re\nview", false},
+		{"tab\there", false},
+		{"\x1b[31mred", false},
+		{"del\x7f", false},
+		{"nul\x00", false},
+		{"next line\u0085", false},
+		{"bad \xff byte", false},
+	} {
+		err := checkIntent(tc.intent)
+		if ok := err == nil; ok != tc.ok || !ok && codeOfErr(err) != CodeBadArgument {
+			t.Errorf("checkIntent(%q) = %v, want ok %v (else bad_argument)", tc.intent, err, tc.ok)
+		}
+	}
+}
+
 func TestRequestLifecycleArguments(t *testing.T) {
 	m, _ := mcpTestNode(t)
 	ctx := context.Background()
@@ -374,6 +403,14 @@ func TestRequestLifecycleArguments(t *testing.T) {
 	}{
 		{"reserved intent", func() error {
 			_, err := m.SendRequest(ctx, "bob", "meerkat.cancel", nil, SendOptions{})
+			return err
+		}, CodeBadArgument},
+		{"intent on two lines", func() error {
+			_, err := m.SendRequest(ctx, "bob", "re\nview", nil, SendOptions{})
+			return err
+		}, CodeBadArgument},
+		{"intent too long", func() error {
+			_, err := m.SendRequest(ctx, "bob", strings.Repeat("i", MaxIntentLen+1), nil, SendOptions{})
 			return err
 		}, CodeBadArgument},
 		{"past deadline", func() error {

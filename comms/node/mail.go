@@ -40,8 +40,9 @@ type mailStore interface {
 	// PendingByClass counts the unacknowledged items of each class,
 	// every class present.
 	PendingByClass() map[string]int
-	// Last is at least the highest seq of an unacknowledged item (0:
-	// none): a priority read looks at nothing above it.
+	// Last is the highest seq the inbox has handed out (0: none): a
+	// priority read looks at nothing above it, and a cursor above it
+	// came from elsewhere.
 	Last() uint64
 }
 

@@ -467,8 +467,10 @@ func TestReceiveAcrossNewEpoch(t *testing.T) {
 	}
 	m := startTest(t, h, ModeServe)
 	arrive(t, m, bob, wire.Message("after"))
-	if b, _ := m.Receive(ctx, Query{After: old.Cursor}); len(b.Messages) != 0 || b.Epoch == old.Epoch {
-		t.Fatalf("after the restart, without the epoch: %+v (the cursor is taken as is)", b)
+	// Without the epoch, the cursor is beyond what the new inbox handed
+	// out: refused, not read as "nothing new" (nor waited on).
+	if b, err := m.Receive(ctx, Query{After: old.Cursor, Wait: 2 * time.Second}); codeOfErr(err) != CodeBadArgument || !strings.Contains(fmt.Sprint(err), "up to 1 only") {
+		t.Fatalf("after the restart, without the epoch: %+v, %v; want bad_argument", b, err)
 	}
 	b, err := m.Receive(ctx, Query{After: old.Cursor, Epoch: old.Epoch, Wait: 5 * time.Second})
 	if err != nil || len(b.Messages) != 1 || b.Messages[0].Body != "after" || b.Messages[0].Seq != 1 || b.Cursor != 1 || b.Epoch == old.Epoch {
@@ -476,6 +478,42 @@ func TestReceiveAcrossNewEpoch(t *testing.T) {
 	}
 	if b, _ := m.Receive(ctx, Query{After: b.Cursor, Epoch: b.Epoch}); len(b.Messages) != 0 {
 		t.Fatalf("with the new epoch, after its cursor: %+v", b)
+	}
+}
+
+// A cursor is refused only when it is beyond every seq the inbox handed
+// out: the newest item's seq reads as "nothing new" even once that item
+// is acknowledged, in either inbox.
+func TestReceiveCursorBeyondTheInbox(t *testing.T) {
+	for _, mode := range []string{config.StoreMemory, config.StoreSQLite} {
+		t.Run(mode, func(t *testing.T) {
+			h, bob := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = mode })
+			m := startTest(t, h, ModeServe)
+			ctx := context.Background()
+			for range 2 {
+				arrive(t, m, bob, wire.Message("mail"))
+			}
+			b, err := m.Receive(ctx, Query{})
+			if err != nil || b.Cursor != 2 {
+				t.Fatalf("read: %+v, %v", b, err)
+			}
+			if _, err := m.Ack(ctx, AckRequest{UpTo: b.Cursor, Epoch: b.Epoch}); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := m.Receive(ctx, Query{After: 2}); err != nil || len(b.Messages) != 0 || b.Cursor != 2 {
+				t.Fatalf("after the newest seq, acknowledged: %+v, %v", b, err)
+			}
+			for _, after := range []uint64{3, 1 << 40} {
+				_, err := m.Receive(ctx, Query{After: after, Wait: 2 * time.Second})
+				if codeOfErr(err) != CodeBadArgument || !strings.Contains(fmt.Sprint(err), "up to 2 only") {
+					t.Fatalf("after %d: %v; want bad_argument", after, err)
+				}
+			}
+			arrive(t, m, bob, wire.Message("third"))
+			if b, err := m.Receive(ctx, Query{After: 2}); err != nil || len(b.Messages) != 1 || b.Cursor != 3 {
+				t.Fatalf("after 2 with a third item: %+v, %v", b, err)
+			}
+		})
 	}
 }
 

@@ -11,9 +11,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/comms/card"
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
@@ -529,11 +532,31 @@ func (n *Node) SendRequest(ctx context.Context, peer, intent string, params json
 	return n.sendRequest(ctx, peer, intent, params, opts, nil)
 }
 
+// MaxIntentLen is the longest intent a request may name, in bytes: as
+// long as an intent a card may list.
+const MaxIntentLen = card.MaxIntentNameLen
+
+// checkIntent checks the intent of a request to send: named, at most
+// MaxIntentLen bytes of UTF-8 text on one line.
+func checkIntent(intent string) error {
+	switch {
+	case intent == "":
+		return errorf(CodeBadArgument, "a request needs an intent")
+	case len(intent) > MaxIntentLen:
+		return errorf(CodeBadArgument, "an intent of %d bytes: at most %d", len(intent), MaxIntentLen)
+	case !utf8.ValidString(intent):
+		return errorf(CodeBadArgument, "the intent is not valid UTF-8")
+	case strings.ContainsFunc(intent, unicode.IsControl):
+		return errorf(CodeBadArgument, "the intent %q holds a control character", intent)
+	}
+	return nil
+}
+
 // sendRequest is SendRequest without a key, sealed under call (nil for
 // none: sendSpec.call).
 func (n *Node) sendRequest(ctx context.Context, peer, intent string, params json.RawMessage, opts SendOptions, call []byte) (Sent, error) {
-	if intent == "" {
-		return Sent{}, errorf(CodeBadArgument, "a request needs an intent")
+	if err := checkIntent(intent); err != nil {
+		return Sent{}, err
 	}
 	if strings.HasPrefix(intent, ReservedIntentPrefix) {
 		return Sent{}, errorf(CodeBadArgument, "intent %q: intents starting with %q are reserved for the nodes themselves", intent, ReservedIntentPrefix)

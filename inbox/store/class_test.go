@@ -74,6 +74,14 @@ func TestListClass(t *testing.T) {
 	if want := map[string]int{"normal": 3, "interrupt": 2}; !maps.Equal(counts, want) {
 		t.Errorf("CountClasses = %v, want %v", counts, want)
 	}
+	// The newest item gone from history (trimmed): its seq was handed
+	// out all the same.
+	if _, err := s.db.Exec(`DELETE FROM items WHERE seq = 7`); err != nil {
+		t.Fatal(err)
+	}
+	if last, err := s.LastSeq(); err != nil || last != 7 {
+		t.Errorf("LastSeq with seq 7 trimmed = %d, %v; want 7", last, err)
+	}
 	s.Close()
 	if _, err := s.ListClass("normal", 0, 0); err == nil {
 		t.Error("ListClass after Close: no error")

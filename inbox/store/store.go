@@ -951,8 +951,9 @@ func (s *Store) list(q string, after uint64, limit int, pre ...any) ([]Record, e
 	return out, nil
 }
 
-// LastSeq returns the highest seq of a stored item (0: none): no
-// unacknowledged item has a higher one.
+// LastSeq returns the highest seq the store has handed out (0: none),
+// whether or not its item is still stored: no item has a higher one,
+// and no cursor a reader was given does either.
 func (s *Store) LastSeq() (uint64, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -960,7 +961,7 @@ func (s *Store) LastSeq() (uint64, error) {
 		return 0, ErrClosed
 	}
 	var seq int64
-	if err := s.db.QueryRow(`SELECT coalesce(max(seq), 0) FROM items`).Scan(&seq); err != nil {
+	if err := s.db.QueryRow(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'items'), 0)`).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("store: last seq: %w", err)
 	}
 	return uint64(seq), nil
