@@ -168,6 +168,10 @@ type Status struct {
 	// NATS is the connection to the [nats] servers; absent when none
 	// are configured.
 	NATS *NATSStatus `json:"nats,omitempty"`
+	// Problems says what keeps a running node from being reached as
+	// configured (a listening socket file removed or replaced); absent
+	// when nothing does. /readyz fails with the first.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // Peer is one trusted peer.

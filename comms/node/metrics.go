@@ -126,7 +126,8 @@ func (s metricsSource) Figures() metrics.Figures {
 }
 
 // Ready implements [metrics.Source]: the node is not closing, every
-// listener serves, and the store takes writes.
+// listener serves (and every socket file is still its own), and the
+// store takes writes.
 func (s metricsSource) Ready(ctx context.Context) error {
 	n := s.n
 	if n.closing() {
@@ -134,6 +135,9 @@ func (s metricsSource) Ready(ctx context.Context) error {
 	}
 	if got, want := int(n.serving.Load()), len(n.addrs); got < want || want == 0 {
 		return errors.New("not every listener is serving")
+	}
+	if p := n.problems(); len(p) > 0 {
+		return errors.New(p[0])
 	}
 	if d, ok := n.mail.(*durableMail); ok {
 		if err := d.st.Writable(ctx); err != nil {

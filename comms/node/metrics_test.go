@@ -1,15 +1,18 @@
 package node
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/internal/testutil"
+	"github.com/meerkatd/meerkatd/transport"
 )
 
 // get fetches path from the metrics server at addr.
@@ -121,4 +124,47 @@ func TestMetricsOnAllIPv4IsIPv4Only(t *testing.T) {
 	h, _ := testHome(t, "alice", func(c *config.Config) { c.Metrics.Listen = "0.0.0.0:0"; c.Store.Mode = config.StoreMemory })
 	n := startTest(t, h, ModeServe)
 	testutil.CheckIPv4Only(t, n.MetricsAddr().(*net.TCPAddr).Port)
+}
+
+// A socket file removed (say by a cleaner of /tmp) or replaced while the
+// node runs is a problem status names and /readyz fails with: the
+// listener goes on serving a file nothing can reach.
+func TestSocketFileGone(t *testing.T) {
+	m, _ := mcpTestNode(t)
+	ctx := context.Background()
+	var path string
+	for _, a := range m.Addrs() {
+		if a.Scheme == transport.SchemeUDS {
+			path = a.Path
+		}
+	}
+	if path == "" {
+		t.Fatalf("the node listens on no Unix socket: %v", m.Addrs())
+	}
+	check := func(want string) {
+		t.Helper()
+		st, err := m.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := metricsSource{m}.Ready(ctx)
+		if want == "" {
+			if len(st.Problems) != 0 || ready != nil {
+				t.Fatalf("problems %q, ready %v; want none", st.Problems, ready)
+			}
+			return
+		}
+		if len(st.Problems) != 1 || !strings.Contains(st.Problems[0], path+" was "+want) || ready == nil || ready.Error() != st.Problems[0] {
+			t.Fatalf("problems %q, ready %v; want the socket file %s", st.Problems, ready, want)
+		}
+	}
+	check("")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	check("removed")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check("replaced")
 }

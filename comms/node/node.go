@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -130,6 +131,7 @@ type Node struct {
 
 	ctx        context.Context  // ends when Close begins
 	serving    atomic.Int32     // listeners serving now
+	sockets    []socketFile     // the Unix sockets listened on, as created
 	sends      sendCounts       // send outcomes, for the metrics
 	metrics    *metrics.Metrics // nil: no metrics kept (not a daemon, or metrics.listen "")
 	metricsSrv *metrics.Server  // serves metrics.listen
@@ -435,6 +437,11 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 		}
 		if a.Scheme == transport.SchemeTCP {
 			a.Port = uint16(ln.Addr().(*net.TCPAddr).Port)
+		}
+		if a.Scheme == transport.SchemeUDS {
+			if fi, err := os.Lstat(a.Path); err == nil {
+				n.sockets = append(n.sockets, socketFile{a.Path, fi})
+			}
 		}
 		n.addrs = append(n.addrs, a)
 		n.wg.Add(1)

@@ -2,7 +2,11 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -54,6 +58,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 		s.Rejected = map[string]uint64{}
 	}
 	if s.Running {
+		s.Problems = n.problems()
 		s.StartedAt = timeOrNil(n.started)
 		s.Inbox, s.Pending = n.mail.Len(), n.mail.Pending()
 		s.PendingByClass = n.mail.PendingByClass()
@@ -78,6 +83,32 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	}
 	s.Outbox, s.DeadLetters, s.SendPeers = len(ob.Entries), len(dl), ob.Peers
 	return s, nil
+}
+
+// socketFile is a Unix socket a node listens on: its path, and the file
+// the listener created there.
+type socketFile struct {
+	path string
+	info fs.FileInfo
+}
+
+// problems says what keeps a serving node from being reached as its
+// configuration says: a socket file removed (say by a cleaner of /tmp)
+// or replaced leaves the listener serving a file no one can reach.
+func (n *Node) problems() []string {
+	var out []string
+	for _, s := range n.sockets {
+		fi, err := os.Lstat(s.path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			out = append(out, fmt.Sprintf("the socket file %s was removed: nothing can connect to it until the node restarts", s.path))
+		case err != nil:
+			out = append(out, fmt.Sprintf("the socket file %s cannot be checked: %v", s.path, err))
+		case !os.SameFile(fi, s.info):
+			out = append(out, fmt.Sprintf("the socket file %s was replaced by another file: connections to it do not reach this node until it restarts", s.path))
+		}
+	}
+	return out
 }
 
 // dbBytes is the size of the database the node keeps or, for a node that

@@ -34,10 +34,17 @@ const (
 func (n *Node) summaryLoop(ctx context.Context) {
 	t := time.NewTicker(summaryInterval)
 	defer t.Stop()
+	logged := map[string]bool{} // problems logged: each once
 	for {
 		select {
 		case <-t.C:
 			n.flushSummaries()
+			for _, p := range n.problems() {
+				if !logged[p] {
+					logged[p] = true
+					n.log.Error(p)
+				}
+			}
 		case <-ctx.Done():
 			return
 		}

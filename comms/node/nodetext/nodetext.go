@@ -131,6 +131,9 @@ func Status(w io.Writer, s node.Status) {
 	for _, l := range s.Listen {
 		fmt.Fprintf(w, "listen     %s\n", l)
 	}
+	for _, p := range s.Problems {
+		fmt.Fprintf(w, "problem    %s\n", Line(p))
+	}
 	fmt.Fprintf(w, "peers      %d\ninbox      %d (%d pending%s)\n", s.Peers, s.Inbox, s.Pending, byClass(s.PendingByClass))
 	if s.Running {
 		fmt.Fprintf(w, "accepted   %d\nacks sent  %d\nconns      %d\n", s.Accepted, s.AcksSent, s.Connections)
