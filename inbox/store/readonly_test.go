@@ -3,10 +3,12 @@ package store
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/meerkatd/meerkatd/comms/outbox"
@@ -85,5 +87,47 @@ func TestReadOnly(t *testing.T) {
 	after, _ := os.ReadFile(path)
 	if !bytes.Equal(before, after) {
 		t.Fatal("a read-only open changed the database file")
+	}
+}
+
+// SQLite answers "unable to open database file" both for a file it
+// cannot open and for a -shm it cannot create beside a database it could
+// read: the error says which, when the directory is the reason.
+func TestOpenErrorReadOnlyDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := writableDir(dir); err != nil {
+		t.Fatalf("writableDir of a fresh temporary directory: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
+		t.Fatalf("writableDir left %v behind", left)
+	}
+	notDir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{filepath.Join(dir, "missing"), notDir} {
+		if err := writableDir(d); err == nil {
+			t.Errorf("writableDir(%s) = nil, want its reason", d)
+		}
+	}
+	// A real SQLITE_CANTOPEN, from a database in a directory that is not
+	// there.
+	path := filepath.Join(dir, "missing", "meerkat.db")
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cantOpen := db.Ping()
+	if cantOpen == nil {
+		t.Fatal("opening a database in a missing directory succeeded")
+	}
+	got := openError(path, cantOpen).Error()
+	if !strings.Contains(got, "the directory cannot be written") || !strings.Contains(got, "meerkat.db-shm") || errors.Is(openError(path, cantOpen), ErrDamaged) {
+		t.Errorf("openError of %v: %s", cantOpen, got)
+	}
+	// The same code where the directory can be written says nothing of it.
+	if got := openError(filepath.Join(dir, "meerkat.db"), cantOpen).Error(); strings.Contains(got, "directory") {
+		t.Errorf("openError with a writable directory: %s", got)
 	}
 }

@@ -585,14 +585,36 @@ func openError(path string, err error) error {
 	if errors.As(err, &e) && (e.Code()&0xff == sqliteCorrupt || e.Code()&0xff == sqliteNotADB) {
 		return fmt.Errorf("store: open %s: %w (%w): %s", path, ErrDamaged, err, damagedFix)
 	}
+	if errors.As(err, &e) && e.Code()&0xff == sqliteCantOpen {
+		if werr := writableDir(filepath.Dir(path)); werr != nil {
+			return fmt.Errorf("store: open %s: %w: the directory cannot be written (%v), and SQLite creates %s-shm beside the database even to read it; make the directory writable", path, err, werr, filepath.Base(path))
+		}
+	}
 	return fmt.Errorf("store: open %s: %w", path, err)
 }
 
-// SQLite's result codes for a damaged file and for one that is not a
-// database.
+// writableDir reports why a file cannot be created in dir (nil: it can).
+func writableDir(dir string) error {
+	f, err := os.CreateTemp(dir, ".meerkat-probe-*")
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return pe.Err // the reason: the path is the caller's
+		}
+		return err
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
+}
+
+// SQLite's result codes for a damaged file, for one that is not a
+// database, and for a file it cannot open (or whose -shm it cannot
+// create).
 const (
-	sqliteCorrupt = 11
-	sqliteNotADB  = 26
+	sqliteCorrupt  = 11
+	sqliteNotADB   = 26
+	sqliteCantOpen = 14
 )
 
 // checkFiles refuses a database, -wal or -shm file that is a symbolic
