@@ -179,22 +179,31 @@ func (s *Server) WatchArrivals(ctx context.Context) {
 	}
 	var cursor uint64
 	var epoch string
-	for {
-		// Skip what is already there, a page at a time.
-		b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Limit: 100, Order: node.OrderArrival, Peek: true})
-		if err != nil {
-			break
-		}
-		epoch, cursor = b.Epoch, b.Cursor
-		if len(b.Messages) == 0 {
-			break
+	skip := func() { // what is already there, a page at a time
+		for cursor, epoch = 0, ""; ; {
+			b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Limit: 100, Order: node.OrderArrival, Peek: true})
+			if err != nil {
+				return
+			}
+			epoch, cursor = b.Epoch, b.Cursor
+			if len(b.Messages) == 0 {
+				return
+			}
 		}
 	}
+	skip()
 	for ctx.Err() == nil {
 		b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Wait: watchWait, Limit: 100, Order: node.OrderArrival, Peek: true})
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if node.CodeOf(err) == node.CodeBadArgument {
+				// The cursor is beyond the inbox in the same epoch (its
+				// database restored from a backup): watch from its end.
+				s.log.Info("the node's inbox no longer reaches the watch's cursor; watching it from its newest item", "cursor", cursor)
+				skip()
+				continue
 			}
 			s.log.Warn("watching the inbox failed; retrying", "err", err)
 			select {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -31,6 +32,12 @@ func (e *epochNode) Receive(ctx context.Context, q node.Query) (node.Batch, erro
 	e.mu.Unlock()
 	if q.Epoch != "" && q.Epoch != epoch {
 		q.After = 0
+	}
+	e.fakeNode.mu.Lock()
+	last := e.fakeNode.next - 1
+	e.fakeNode.mu.Unlock()
+	if q.After > last { // as the node: a cursor it never handed out
+		return node.Batch{}, &node.Error{Code: node.CodeBadArgument, Msg: fmt.Sprintf("after %d: this inbox has handed out sequence numbers up to %d only", q.After, last)}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -65,6 +72,62 @@ func (e *epochNode) restart(epoch string) {
 	e.mu.Unlock()
 }
 
+// restore empties the inbox in the same epoch, as restoring a durable
+// node's database from an older backup does (seqs the watcher passed are
+// handed out again), ends the reads in progress, and returns how many
+// queries the node had had.
+func (e *epochNode) restore() int {
+	f := e.fakeNode
+	f.mu.Lock()
+	f.msgs, f.next = nil, 1
+	n := len(f.queries)
+	f.mu.Unlock()
+	e.mu.Lock()
+	close(e.gone)
+	e.gone = make(chan struct{})
+	e.mu.Unlock()
+	return n
+}
+
+// arrivedID matches the arrival log event of item id.
+func arrivedID(id string) func(mcp.JSONRPCNotification) bool {
+	return func(x mcp.JSONRPCNotification) bool {
+		data, _ := x.Params.AdditionalFields["data"].(map[string]any)
+		return data["id"] == id
+	}
+}
+
+// After the node's inbox went back in the same epoch, the watcher's
+// cursor is beyond it, which the node refuses: the watcher then watches
+// from the inbox's end again (not retrying the refused cursor for good),
+// and notifies for what arrives next.
+func TestWatcherRecoversFromCursorBeyondInbox(t *testing.T) {
+	e := newEpochNode("db")
+	_, n := startClient(t, e, legacyEra)
+	e.waitWatcher(t, 0)
+	for i := 1; i <= 3; i++ {
+		from := n.mark()
+		id := fmt.Sprintf("old-%d", i)
+		e.deliver(node.Message{ID: id, Kind: "message", Peer: "bob"})
+		n.wait(t, from, logged, arrivedID(id))
+	}
+	e.waitWatcher(t, 3)
+	before := e.restore()
+	waitFor(t, 10*time.Second, func() bool {
+		e.fakeNode.mu.Lock()
+		defer e.fakeNode.mu.Unlock()
+		for _, q := range e.fakeNode.queries[before:] {
+			if q.Wait == watchWait && q.After == 0 {
+				return true // watching the restored inbox from its end
+			}
+		}
+		return false
+	})
+	from := n.mark()
+	e.deliver(node.Message{ID: "new-1", Kind: "message", Peer: "bob"}) // seq 1
+	n.wait(t, from, logged, arrivedID("new-1"))
+}
+
 // After the node's inbox started over (a new epoch, seqs from 1 again),
 // the arrival watcher notifies for what arrives in it, although its seq
 // is below the cursor the watcher had reached.
@@ -72,12 +135,7 @@ func TestWatcherFollowsNewEpoch(t *testing.T) {
 	e := newEpochNode("first")
 	_, n := startClient(t, e, legacyEra)
 	e.waitWatcher(t, 0)
-	arrived := func(id string) func(mcp.JSONRPCNotification) bool {
-		return func(x mcp.JSONRPCNotification) bool {
-			data, _ := x.Params.AdditionalFields["data"].(map[string]any)
-			return data["id"] == id
-		}
-	}
+	arrived := arrivedID
 	for i := 1; i <= 3; i++ {
 		from := n.mark()
 		id := fmt.Sprintf("old-%d", i)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
 )
 
@@ -472,7 +473,13 @@ func TestInboxEscapesPeerText(t *testing.T) {
 		"  fake body\ttabbed"
 	intent := "do\x1b[31mred\u202e\r\n#98 forged"
 	alice.ok("send", "message", "bob", body)
-	alice.ok("send", "request", "bob", intent, `{"x":"\u001b[2J"}`)
+	// meerkatd refuses to send such an intent; another peer's software
+	// may: the request comes as a raw envelope signed with alice's key.
+	params, err := wire.ParseJSON([]byte(`{"x":"\u001b[2J"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliverRaw(t, bob, rawEnvelope(t, alice, bob, wire.Request(intent, params)))
 
 	for items, text := range map[int]string{2: bob.ok("inbox"), 1: bob.ok("inbox", "--kind", "message")} {
 		for _, raw := range []string{"\x1b", "\r", "\x07", "\u202e"} {

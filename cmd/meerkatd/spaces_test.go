@@ -668,6 +668,24 @@ func sealMEUP(t *testing.T, kp *identity.Keypair, to identity.PeerID, space, env
 	return e
 }
 
+// rawEnvelope seals kind from node from (its identity key) to node to.
+func rawEnvelope(t *testing.T, from, to *testNode, kind wire.Kind) wire.Envelope {
+	t.Helper()
+	kp, err := identity.LoadKeypair(from.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toID, err := identity.ParsePeerID(to.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := wire.Seal(kp, identity.NewUUID(), toID, kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 // sendRaw dials n's address as a raw peer (plaintext frames) and writes
 // e's frame; the connection is n's to close or answer, within pollTimeout.
 // The write may fail when n closed the connection at once.

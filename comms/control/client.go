@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -108,6 +109,11 @@ func (c *Client) call(ctx context.Context, op string, in, out any) error {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, maxCall)
 		defer cancel()
+	}
+	if in != nil {
+		if field, bad := badText(reflect.ValueOf(in), "argument"); bad {
+			return &node.Error{Code: node.CodeBadArgument, Msg: "the " + field + " is not valid UTF-8"}
+		}
 	}
 	if err := c.checkSocket(); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -305,7 +306,7 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 			if last := mail.Last(); q.After > last {
 				// Not a cursor this inbox gave: waiting would wait for
 				// items that are already there, below it.
-				return Batch{}, errorf(CodeBadArgument, "after %d: this inbox has handed out sequence numbers up to %d only (a cursor from another inbox, or from before a restart with the memory inbox: pass its epoch, or read from 0)", q.After, last)
+				return Batch{}, beyondCursor("after", q.After, last)
 			}
 		}
 		if len(b.Messages) > 0 || q.Wait <= 0 {
@@ -328,6 +329,16 @@ func (n *Node) Receive(ctx context.Context, q Query) (Batch, error) {
 			return Batch{}, Coded(ErrClosed)
 		}
 	}
+}
+
+// beyondCursor is the error of a cursor (arg) above every seq the inbox
+// handed out (last).
+func beyondCursor(arg string, cursor, last uint64) error {
+	handed := "no sequence numbers yet"
+	if last > 0 {
+		handed = fmt.Sprintf("sequence numbers up to %d only", last)
+	}
+	return errorf(CodeBadArgument, "%s %d: this inbox has handed out %s: the cursor comes from another inbox, from before the memory inbox started over, or from before the database was restored from a backup; read again from 0", arg, cursor, handed)
 }
 
 // scanArrival fills b with the first limit items matching f after
@@ -401,6 +412,9 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 	f, err := n.newFilter(a.Kinds, a.From, a.RequestID, a.MEUPFilter)
 	if err != nil {
 		return Acked{}, err
+	}
+	if last := n.mail.Last(); a.UpTo > last && f.noSpace == nil {
+		return Acked{}, beyondCursor("up_to", a.UpTo, last) // nothing acknowledged: the caller's cursor is not this inbox's
 	}
 	unread, matched := 0, 0
 	want, found := map[string]bool{}, map[string]bool{}

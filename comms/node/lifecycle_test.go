@@ -365,7 +365,8 @@ func TestWaitEndsWithoutFinalResponse(t *testing.T) {
 }
 
 // A request's intent is one line of UTF-8 text of at most MaxIntentLen
-// bytes.
+// bytes, with no space at either end, not starting with the nodes'
+// reserved prefix in any letter case.
 func TestCheckIntent(t *testing.T) {
 	for _, tc := range []struct {
 		intent string
@@ -384,6 +385,15 @@ func TestCheckIntent(t *testing.T) {
 		{"del\x7f", false},
 		{"nul\x00", false},
 		{"next line\u0085", false},
+		{"line\u2028separator", false},
+		{"para\u2029separator", false},
+		{" review", false},
+		{"review ", false},
+		{"code review", true},
+		{"meerkat.cancel", false},
+		{"Meerkat.Cancel", false},
+		{"MEERKAT.x", false},
+		{"meerkats", true},
 		{"bad \xff byte", false},
 	} {
 		err := checkIntent(tc.intent)
@@ -407,6 +417,10 @@ func TestRequestLifecycleArguments(t *testing.T) {
 		}, CodeBadArgument},
 		{"intent on two lines", func() error {
 			_, err := m.SendRequest(ctx, "bob", "re\nview", nil, SendOptions{})
+			return err
+		}, CodeBadArgument},
+		{"message body not UTF-8", func() error {
+			_, err := m.SendMessage(ctx, "bob", "a\xffb", SendOptions{})
 			return err
 		}, CodeBadArgument},
 		{"intent too long", func() error {

@@ -483,7 +483,7 @@ func TestReceiveAcrossNewEpoch(t *testing.T) {
 
 // A cursor is refused only when it is beyond every seq the inbox handed
 // out: the newest item's seq reads as "nothing new" even once that item
-// is acknowledged, in either inbox.
+// is acknowledged, in either inbox. The same holds for an ack's up_to.
 func TestReceiveCursorBeyondTheInbox(t *testing.T) {
 	for _, mode := range []string{config.StoreMemory, config.StoreSQLite} {
 		t.Run(mode, func(t *testing.T) {
@@ -508,6 +508,14 @@ func TestReceiveCursorBeyondTheInbox(t *testing.T) {
 				if codeOfErr(err) != CodeBadArgument || !strings.Contains(fmt.Sprint(err), "up to 2 only") {
 					t.Fatalf("after %d: %v; want bad_argument", after, err)
 				}
+			}
+			// An acknowledgement up to such a cursor acknowledges
+			// nothing and says why.
+			if r, err := m.Ack(ctx, AckRequest{UpTo: 3}); codeOfErr(err) != CodeBadArgument || r.Acked != 0 || !strings.Contains(fmt.Sprint(err), "up_to 3: ") {
+				t.Fatalf("ack up to 3: %+v, %v; want bad_argument", r, err)
+			}
+			if r, err := m.Ack(ctx, AckRequest{UpTo: 2}); err != nil || r.Acked != 0 {
+				t.Fatalf("ack up to the newest, acknowledged already: %+v, %v", r, err)
 			}
 			arrive(t, m, bob, wire.Message("third"))
 			if b, err := m.Receive(ctx, Query{After: 2}); err != nil || len(b.Messages) != 1 || b.Cursor != 3 {

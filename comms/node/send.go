@@ -518,6 +518,9 @@ func (n *Node) sendMessage(ctx context.Context, peer, body string, opts SendOpti
 	if body == "" {
 		return Sent{}, errorf(CodeBadArgument, "a message needs a body")
 	}
+	if !utf8.ValidString(body) {
+		return Sent{}, errorf(CodeBadArgument, "the body is not valid UTF-8")
+	}
 	s, _, err := n.sendKind(ctx, peer, wire.Message(body), opts, call)
 	return s, err
 }
@@ -537,7 +540,8 @@ func (n *Node) SendRequest(ctx context.Context, peer, intent string, params json
 const MaxIntentLen = card.MaxIntentNameLen
 
 // checkIntent checks the intent of a request to send: named, at most
-// MaxIntentLen bytes of UTF-8 text on one line.
+// MaxIntentLen bytes of UTF-8 text on one line, with no space at either
+// end, and not one of the nodes' own (ReservedIntentPrefix).
 func checkIntent(intent string) error {
 	switch {
 	case intent == "":
@@ -546,8 +550,12 @@ func checkIntent(intent string) error {
 		return errorf(CodeBadArgument, "an intent of %d bytes: at most %d", len(intent), MaxIntentLen)
 	case !utf8.ValidString(intent):
 		return errorf(CodeBadArgument, "the intent is not valid UTF-8")
-	case strings.ContainsFunc(intent, unicode.IsControl):
-		return errorf(CodeBadArgument, "the intent %q holds a control character", intent)
+	case strings.ContainsFunc(intent, func(r rune) bool { return unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp) }):
+		return errorf(CodeBadArgument, "the intent %q holds a control character or a line break", intent)
+	case strings.TrimSpace(intent) != intent:
+		return errorf(CodeBadArgument, "the intent %q starts or ends with a space", intent)
+	case strings.HasPrefix(strings.ToLower(intent), ReservedIntentPrefix):
+		return errorf(CodeBadArgument, "intent %q: intents starting with %q (in any letter case) are reserved for the nodes themselves", intent, ReservedIntentPrefix)
 	}
 	return nil
 }
@@ -557,9 +565,6 @@ func checkIntent(intent string) error {
 func (n *Node) sendRequest(ctx context.Context, peer, intent string, params json.RawMessage, opts SendOptions, call []byte) (Sent, error) {
 	if err := checkIntent(intent); err != nil {
 		return Sent{}, err
-	}
-	if strings.HasPrefix(intent, ReservedIntentPrefix) {
-		return Sent{}, errorf(CodeBadArgument, "intent %q: intents starting with %q are reserved for the nodes themselves", intent, ReservedIntentPrefix)
 	}
 	if opts.Wait < 0 {
 		return Sent{}, errorf(CodeBadArgument, "wait must not be negative")
