@@ -190,7 +190,7 @@ func (s *Server) addTools() {
 	s.mcp.AddTool(mcp.NewTool("send_request",
 		mcp.WithDescription("Ask a peer to do something. Returns the request id (\"id\") once the peer's node acknowledged the request (delivery \"acked\") or, for a reliable send whose first attempt failed, once it is queued for retry (delivery \"queued\"); the answer arrives later as a response (see receive_messages with request_id). A response with status \"accepted\" is progress, not the answer: the request stays open until a completed or failed one. list_requests shows each request's state; with a deadline, one not answered in time becomes timed_out and the peer is told; cancel_request withdraws one."),
 		peerArg,
-		mcp.WithString("intent", mcp.Required(), mcp.Description("what is asked, e.g. \"review-pr\": one line of at most 128 bytes, no space at either end, not starting with \"meerkat.\" (the nodes' own)")),
+		mcp.WithString("intent", mcp.Required(), mcp.Description(fmt.Sprintf("what is asked, e.g. \"review-pr\": one line of at most %d bytes, no control or format characters (tabs included), no space at either end, not starting with \"meerkat.\" (the nodes' own)", node.MaxIntentLen))),
 		mcp.WithAny("params", mcp.Description("any JSON value with the details (default null)")),
 		reliableArg,
 		ttlArg,

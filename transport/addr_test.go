@@ -167,6 +167,33 @@ func TestListenUnix(t *testing.T) {
 	}
 }
 
+// A listener's Close removes its socket file, but not a file that took
+// the path after its own was removed (another node's socket, say).
+func TestListenUnixCloseRemovesOnlyItsOwnFile(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(shortTempDir(t), "o.sock")
+	a, _ := ParseAddr("uds://" + path)
+	ln, err := Listen(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	other, err := Listen(ctx, a) // the path is free: another listener takes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("closing the first listener removed the second's socket: %v", err)
+	}
+	other.Close()
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the second listener left its socket file: %v", err)
+	}
+}
+
 func TestListenUnixReplacesStaleSocket(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(shortTempDir(t), "s.sock")

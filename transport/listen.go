@@ -100,7 +100,31 @@ func listenUnix(ctx context.Context, lc net.ListenConfig, a Addr, afterBind func
 		ln.Close()
 		return nil, fmt.Errorf("transport: listen %s: %w", a, err)
 	}
-	return ln, nil
+	ul, ok := ln.(*net.UnixListener)
+	fi, err := os.Lstat(path)
+	if !ok || err != nil {
+		return ln, nil // the standard listener's own unlink on Close
+	}
+	ul.SetUnlinkOnClose(false)
+	return &unixListener{UnixListener: ul, path: path, file: fi}, nil
+}
+
+// unixListener is a Unix socket listener whose Close removes its socket
+// file only while the file is still the one it created: after that file
+// was removed, another process may have taken the path, and closing this
+// listener must not take that process's socket away.
+type unixListener struct {
+	*net.UnixListener
+	path string
+	file fs.FileInfo
+}
+
+func (l *unixListener) Close() error {
+	err := l.UnixListener.Close()
+	if fi, serr := os.Lstat(l.path); serr == nil && os.SameFile(fi, l.file) {
+		os.Remove(l.path)
+	}
+	return err
 }
 
 // Dial connects to a. The context bounds the connection attempt only. For

@@ -637,3 +637,33 @@ func TestServeHomeRefusesAReplacedKey(t *testing.T) {
 	}
 	sv.Close()
 }
+
+// A control socket removed while the node runs leaves every command
+// without a way in: the node's status and /readyz say so, and a second
+// start says why it cannot serve the home (instead of pointing at
+// status, which cannot reach the node either).
+func TestControlSocketRemoved(t *testing.T) {
+	h := testHome(t)
+	sv, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sv.Close)
+	ctx := context.Background()
+	if st, err := sv.Node.Status(ctx); err != nil || len(st.Problems) != 0 {
+		t.Fatalf("status: problems %q, %v; want none", st.Problems, err)
+	}
+	if err := os.Remove(h.ControlPath()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sv.Node.Status(ctx)
+	if err != nil || len(st.Problems) != 1 || !strings.Contains(st.Problems[0], h.ControlPath()+" was removed") {
+		t.Fatalf("status after the control socket was removed: problems %q, %v", st.Problems, err)
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	cancel() // it must refuse at once, not serve
+	err = RunDaemon(dctx, h, DaemonOptions{})
+	if err == nil || !strings.Contains(err.Error(), "its control socket "+h.ControlPath()+" is gone") {
+		t.Fatalf("RunDaemon while the node serves without its control socket: %v", err)
+	}
+}

@@ -99,6 +99,7 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 		unlock()
 		return nil, err
 	}
+	n.WatchSocket(h.ControlPath()) // commands and MCP reach the node through it
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

@@ -496,3 +496,30 @@ func TestCheckConfigHomeModeIsBadConfig(t *testing.T) {
 		t.Fatalf("opening it: %v (code %s), want %s as config check says", err, CodeOf(err), CodeBadConfig)
 	}
 }
+
+// A file that is not a socket at the Unix socket's path fails config
+// check: run would refuse it (the listener never removes such a file).
+// A socket left there (a killed node's) is fine: run replaces it.
+func TestCheckConfigNonSocketAtSocketPath(t *testing.T) {
+	h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	sock := filepath.Join(h.Dir, "meerkat.sock")
+	if _, err := CheckConfig(h.Dir, nil, nil); err != nil {
+		t.Fatalf("config check with nothing at %s: %v", sock, err)
+	}
+	if err := os.WriteFile(sock, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := CheckConfig(h.Dir, nil, nil)
+	if CodeOf(err) != CodeBadConfig || !strings.Contains(err.Error(), sock+" exists and is not a socket") || !strings.Contains(err.Error(), "comms.listen_uds") {
+		t.Fatalf("config check with a regular file at %s: %v (%s)", sock, err, CodeOf(err))
+	}
+	os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if _, err := CheckConfig(h.Dir, nil, nil); err != nil {
+		t.Fatalf("config check with a socket at %s: %v", sock, err)
+	}
+}

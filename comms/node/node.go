@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -129,9 +128,10 @@ type Node struct {
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when Close begins; ends waits on the inbox
 
-	ctx        context.Context  // ends when Close begins
-	serving    atomic.Int32     // listeners serving now
-	sockets    []socketFile     // the Unix sockets listened on, as created
+	ctx        context.Context // ends when Close begins
+	serving    atomic.Int32    // listeners serving now
+	sockMu     sync.Mutex
+	sockets    []socketFile     // the Unix socket files serving depends on, as created (WatchSocket)
 	sends      sendCounts       // send outcomes, for the metrics
 	metrics    *metrics.Metrics // nil: no metrics kept (not a daemon, or metrics.listen "")
 	metricsSrv *metrics.Server  // serves metrics.listen
@@ -439,9 +439,7 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 			a.Port = uint16(ln.Addr().(*net.TCPAddr).Port)
 		}
 		if a.Scheme == transport.SchemeUDS {
-			if fi, err := os.Lstat(a.Path); err == nil {
-				n.sockets = append(n.sockets, socketFile{a.Path, fi})
-			}
+			n.WatchSocket(a.Path)
 		}
 		n.addrs = append(n.addrs, a)
 		n.wg.Add(1)

@@ -540,8 +540,10 @@ func (n *Node) SendRequest(ctx context.Context, peer, intent string, params json
 const MaxIntentLen = card.MaxIntentNameLen
 
 // checkIntent checks the intent of a request to send: named, at most
-// MaxIntentLen bytes of UTF-8 text on one line, with no space at either
-// end, and not one of the nodes' own (ReservedIntentPrefix).
+// MaxIntentLen bytes of UTF-8 text on one line, with no control or
+// format character (a tab, a right-to-left override, a zero-width
+// space), no space at either end, and not one of the nodes' own
+// (ReservedIntentPrefix).
 func checkIntent(intent string) error {
 	switch {
 	case intent == "":
@@ -550,8 +552,8 @@ func checkIntent(intent string) error {
 		return errorf(CodeBadArgument, "an intent of %d bytes: at most %d", len(intent), MaxIntentLen)
 	case !utf8.ValidString(intent):
 		return errorf(CodeBadArgument, "the intent is not valid UTF-8")
-	case strings.ContainsFunc(intent, func(r rune) bool { return unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp) }):
-		return errorf(CodeBadArgument, "the intent %q holds a control character or a line break", intent)
+	case strings.ContainsFunc(intent, func(r rune) bool { return unicode.IsControl(r) || unicode.In(r, unicode.Zl, unicode.Zp, unicode.Cf) }):
+		return errorf(CodeBadArgument, "the intent %q holds a control, format or line-break character", intent)
 	case strings.TrimSpace(intent) != intent:
 		return errorf(CodeBadArgument, "the intent %q starts or ends with a space", intent)
 	case strings.HasPrefix(strings.ToLower(intent), ReservedIntentPrefix):

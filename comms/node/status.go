@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/meerkatd/meerkatd/comms/outbox"
@@ -92,12 +93,28 @@ type socketFile struct {
 	info fs.FileInfo
 }
 
+// WatchSocket adds the Unix socket file at path, as it is now, to those
+// whose removal or replacement Status (problems) and /readyz report: the
+// node adds its own listeners', a host its control socket's.
+func (n *Node) WatchSocket(path string) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return
+	}
+	n.sockMu.Lock()
+	defer n.sockMu.Unlock()
+	n.sockets = append(n.sockets, socketFile{path, fi})
+}
+
 // problems says what keeps a serving node from being reached as its
 // configuration says: a socket file removed (say by a cleaner of /tmp)
 // or replaced leaves the listener serving a file no one can reach.
 func (n *Node) problems() []string {
+	n.sockMu.Lock()
+	sockets := slices.Clone(n.sockets)
+	n.sockMu.Unlock()
 	var out []string
-	for _, s := range n.sockets {
+	for _, s := range sockets {
 		fi, err := os.Lstat(s.path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/meerkatd/meerkatd/comms/outbox"
@@ -110,6 +111,20 @@ func TestOpenErrorReadOnlyDirectory(t *testing.T) {
 			t.Errorf("writableDir(%s) = nil, want its reason", d)
 		}
 	}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&fs.PathError{Op: "open", Path: dir, Err: syscall.EACCES}, true},
+		{syscall.EROFS, true},
+		{syscall.ENOENT, false},
+		{syscall.ENOTDIR, false},
+		{nil, false},
+	} {
+		if got := readOnlyDir(tc.err); got != tc.want {
+			t.Errorf("readOnlyDir(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
 	// A real SQLITE_CANTOPEN, from a database in a directory that is not
 	// there.
 	path := filepath.Join(dir, "missing", "meerkat.db")
@@ -122,9 +137,9 @@ func TestOpenErrorReadOnlyDirectory(t *testing.T) {
 	if cantOpen == nil {
 		t.Fatal("opening a database in a missing directory succeeded")
 	}
-	got := openError(path, cantOpen).Error()
-	if !strings.Contains(got, "the directory cannot be written") || !strings.Contains(got, "meerkat.db-shm") || errors.Is(openError(path, cantOpen), ErrDamaged) {
-		t.Errorf("openError of %v: %s", cantOpen, got)
+	// The directory is missing, not read-only: nothing said of writing.
+	if got := openError(path, cantOpen); strings.Contains(got.Error(), "directory") || errors.Is(got, ErrDamaged) {
+		t.Errorf("openError in a missing directory: %v", got)
 	}
 	// The same code where the directory can be written says nothing of it.
 	if got := openError(filepath.Join(dir, "meerkat.db"), cantOpen).Error(); strings.Contains(got, "directory") {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/outbox"
@@ -586,14 +587,22 @@ func openError(path string, err error) error {
 		return fmt.Errorf("store: open %s: %w (%w): %s", path, ErrDamaged, err, damagedFix)
 	}
 	if errors.As(err, &e) && e.Code()&0xff == sqliteCantOpen {
-		if werr := writableDir(filepath.Dir(path)); werr != nil {
+		if werr := writableDir(filepath.Dir(path)); readOnlyDir(werr) {
 			return fmt.Errorf("store: open %s: %w: the directory cannot be written (%v), and SQLite creates %s-shm beside the database even to read it; make the directory writable", path, err, werr, filepath.Base(path))
 		}
 	}
 	return fmt.Errorf("store: open %s: %w", path, err)
 }
 
+// readOnlyDir reports whether err, writableDir's, says the directory is
+// there but cannot be written.
+func readOnlyDir(err error) bool {
+	return errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS)
+}
+
 // writableDir reports why a file cannot be created in dir (nil: it can).
+// It creates one and removes it: called only once opening has failed,
+// it is the one file a read-only open may make.
 func writableDir(dir string) error {
 	f, err := os.CreateTemp(dir, ".meerkat-probe-*")
 	if err != nil {
