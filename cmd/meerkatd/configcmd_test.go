@@ -311,3 +311,22 @@ func TestConfigCheckNotesServedDatabase(t *testing.T) {
 		t.Errorf("config check --json with a daemon: %+v", j)
 	}
 }
+
+// Without a daemon, inbox reads the stored inbox and says so; a home
+// whose inbox lives in the daemon's memory has none to read, and inbox
+// says only that.
+func TestInboxWithoutDaemonNamesItsSource(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	vars := map[string]string{"MEERKAT_HOME": home}
+	if code, _, errOut := runEnviron(t, vars, "inbox"); code != exitOK || !strings.Contains(errOut, "reading the stored inbox") {
+		t.Fatalf("inbox of a SQLite home without a daemon: exit %d, stderr %q", code, errOut)
+	}
+	vars["MEERKAT_STORE_MODE"] = "memory"
+	code, _, errOut := runEnviron(t, vars, "inbox")
+	if code != exitNoDaemon || strings.Contains(errOut, "reading the stored inbox") || !strings.Contains(errOut, "lives in the daemon's memory") {
+		t.Fatalf("inbox of a memory home without a daemon: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
+	"github.com/meerkatd/meerkatd/config"
 )
 
 func runInbox(e *env, args []string) error {
@@ -44,14 +45,14 @@ func runInbox(e *env, args []string) error {
 		return err
 	}
 	defer b.Close()
-	if !b.Daemon {
-		if *ack || *wait > 0 {
-			flag := "--wait" // with no daemon nothing arrives to wait for
-			if *ack {
-				flag = "--ack"
-			}
-			return &node.Error{Code: node.CodeNoDaemon, Msg: "no daemon is running for " + h.Dir + ": " + flag + " needs it (start it with: meerkatd run --home " + h.Dir + ")"}
+	if !b.Daemon && (*ack || *wait > 0) {
+		flag := "--wait" // with no daemon nothing arrives to wait for
+		if *ack {
+			flag = "--ack"
 		}
+		return &node.Error{Code: node.CodeNoDaemon, Msg: "no daemon is running for " + h.Dir + ": " + flag + " needs it (start it with: meerkatd run --home " + h.Dir + ")"}
+	}
+	if !b.Daemon && h.Config.Store.Mode != config.StoreMemory { // a memory inbox: Receive says there is none
 		fmt.Fprintln(e.stderr, "no daemon is running: reading the stored inbox")
 	}
 	sig, stop := interruptible()
