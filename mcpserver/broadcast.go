@@ -149,7 +149,7 @@ func (s *Server) broadcast(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	}
 	res, err := s.api.Broadcast(ctx, b)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(broadcastResult{Broadcasted: res, Pending: s.pending(ctx)})
 }
@@ -170,7 +170,7 @@ func (s *Server) taskComplete(ctx context.Context, req mcp.CallToolRequest) (*mc
 	}
 	res, err := s.api.TaskComplete(ctx, id, rawJSON(req, "result"), opts)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(taskCompleteResult{TaskCompleted: res, Pending: s.pending(ctx)})
 }
@@ -182,7 +182,7 @@ func (s *Server) listTasks(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	}
 	tl, err := s.api.Tasks(ctx, q)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	if tl.Tasks == nil {
 		tl.Tasks = []node.Task{}
@@ -197,7 +197,7 @@ func (s *Server) waitTask(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 	}
 	w, err := s.api.WaitTask(ctx, id, wait)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(waitTaskResult{TaskWaited: w, Pending: s.pending(ctx)})
 }

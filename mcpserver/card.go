@@ -49,7 +49,7 @@ func (s *Server) describePeer(ctx context.Context, req mcp.CallToolRequest) (*mc
 	}
 	d, err := s.api.DescribePeer(ctx, peer, refresh)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	if d.Card.Intents == nil {
 		d.Card.Intents = []node.CardIntentInfo{}

@@ -99,7 +99,7 @@ func (s *Server) cancelRequest(ctx context.Context, req mcp.CallToolRequest) (*m
 	}
 	c, err := s.api.CancelRequest(ctx, id, reason, opts)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(cancelRequestResult{Cancelled: c, Pending: s.pending(ctx)})
 }
@@ -111,7 +111,7 @@ func (s *Server) listRequests(ctx context.Context, req mcp.CallToolRequest) (*mc
 	}
 	rs, err := s.api.Requests(ctx, q)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	if rs == nil {
 		rs = []node.SentRequest{}

@@ -86,7 +86,7 @@ func (s *Server) search(ctx context.Context, req mcp.CallToolRequest) (*mcp.Call
 	}
 	r, err := s.api.Search(ctx, q)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	if r.Hits == nil {
 		r.Hits = []node.SearchHit{}

@@ -61,7 +61,7 @@ func (s *Server) messageStatus(ctx context.Context, req mcp.CallToolRequest) (*m
 	}
 	st, err := s.api.MessageStatus(ctx, ids)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(messageStatusResult{Statuses: st, Pending: s.pending(ctx)})
 }

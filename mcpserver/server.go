@@ -260,7 +260,7 @@ func result(v any) (*mcp.CallToolResult, error) {
 func (s *Server) invalidAsToolError(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		if err := s.unknownArgument(req); err != nil {
-			return toolError(err, s.errPending(ctx)), nil
+			return s.failed(ctx, err)
 		}
 		res, err := next(ctx, req)
 		var ip invalidParams
@@ -290,6 +290,17 @@ func (s *Server) unknownArgument(req mcp.CallToolRequest) error {
 		}
 	}
 	return nil
+}
+
+// failed is the answer to a tool call that failed with err: a tool
+// error with the pending count, or, once the call's context has ended
+// (the client cancelled it, or the session ended), that context's error,
+// the same for every tool, whatever error the cut-short call returned.
+func (s *Server) failed(ctx context.Context, err error) (*mcp.CallToolResult, error) {
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return toolError(err, s.errPending(ctx)), nil
 }
 
 // toolError is a tool result with isError set: the code first, then the

@@ -161,7 +161,7 @@ func (s *Server) addSpaceTools() {
 func (s *Server) listSpaces(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	sp, err := s.api.Spaces(ctx)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	if sp == nil {
 		sp = []node.SpaceInfo{}
@@ -205,7 +205,7 @@ func (s *Server) editSpace(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	}
 	info, err := s.api.SpaceEdit(ctx, e)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	if info.Members == nil {
 		info.Members = []node.SpaceMember{}
@@ -244,7 +244,7 @@ func (s *Server) listProposals(ctx context.Context, req mcp.CallToolRequest) (*m
 	}
 	page, err := s.api.Proposals(ctx, q)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(listProposalsResult{ProposalsPage: page, Pending: s.pending(ctx)})
 }
@@ -344,7 +344,7 @@ func (s *Server) spaceSend(st spaceTool) func(context.Context, mcp.CallToolReque
 		}
 		sent, err := s.api.SpaceSend(ctx, m)
 		if err != nil {
-			return toolError(err, s.errPending(ctx)), nil
+			return s.failed(ctx, err)
 		}
 		return result(spaceSendResult{SpaceSent: sent, Note: spaceNote(sent), Pending: s.pending(ctx)})
 	}

@@ -322,7 +322,7 @@ type pairAcceptResult struct {
 func (s *Server) pairOffer(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	o, err := s.api.PairOffer(ctx, node.PairOptions{})
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(pairOfferResult{PairOffer: o, Pending: s.pending(ctx)})
 }
@@ -342,7 +342,7 @@ func (s *Server) pairAccept(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	}
 	p, err := s.api.PairAccept(ctx, line, name)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(pairAcceptResult{Paired: p, Pending: s.pending(ctx)})
 }
@@ -450,7 +450,7 @@ func (s *Server) sendMessage(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	}
 	sent, err := s.api.SendMessage(ctx, peer, body, opts)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(sendResult{Sent: sent, Note: queuedNote(sent), Pending: s.pending(ctx)})
 }
@@ -463,7 +463,7 @@ func (s *Server) sendRequest(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	}
 	sent, err := s.api.SendRequest(ctx, peer, intent, rawJSON(req, "params"), opts)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(sendResult{Sent: sent, Note: queuedNote(sent), Pending: s.pending(ctx)})
 }
@@ -476,7 +476,7 @@ func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mc
 	}
 	sent, err := s.api.SendResponse(ctx, peer, rid, status, rawJSON(req, "result"), opts)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(sendResult{Sent: sent, Note: queuedNote(sent), Pending: s.pending(ctx)})
 }
@@ -484,7 +484,7 @@ func (s *Server) sendResponse(ctx context.Context, req mcp.CallToolRequest) (*mc
 func (s *Server) listOutbox(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	o, err := s.api.Outbox(ctx)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	if o.Entries == nil {
 		o.Entries = []node.QueuedSend{}
@@ -502,7 +502,7 @@ func (s *Server) retryOutbox(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	}
 	n, err := s.api.RetryOutbox(ctx, peer)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(retryOutboxResult{Due: n, Pending: s.pending(ctx)})
 }
@@ -510,7 +510,7 @@ func (s *Server) retryOutbox(ctx context.Context, req mcp.CallToolRequest) (*mcp
 func (s *Server) listDeadLetters(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	dl, err := s.api.DeadLetters(ctx)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	if dl == nil {
 		dl = []node.DeadLetter{}
@@ -550,7 +550,7 @@ func (s *Server) retryDeadLetters(ctx context.Context, req mcp.CallToolRequest) 
 	}
 	n, err := s.api.RetryDeadLetters(ctx, ids, all)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	notFound := 0
 	if !all {
@@ -564,7 +564,7 @@ func (s *Server) retryDeadLetters(ctx context.Context, req mcp.CallToolRequest) 
 func (s *Server) status(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	st, err := s.api.Status(ctx)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(st)
 }
@@ -572,7 +572,7 @@ func (s *Server) status(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallTo
 func (s *Server) listPeers(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	peers, err := s.api.Peers(ctx)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	return result(listPeersResult{Self: s.self(ctx), Peers: orEmpty(peers), Pending: s.pending(ctx)})
 }
@@ -677,10 +677,7 @@ func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 	}
 	b, err := s.api.Receive(ctx, q)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err() // the client cancelled the call
-		}
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	if b.Messages == nil {
 		b.Messages = []node.Message{}
@@ -709,7 +706,7 @@ func (s *Server) ack(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToo
 	}
 	r, err := s.api.Ack(ctx, ar)
 	if err != nil {
-		return toolError(err, s.errPending(ctx)), nil
+		return s.failed(ctx, err)
 	}
 	if r.Acked > 0 {
 		s.inboxChanged()

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -150,5 +151,43 @@ func TestWatcherFollowsNewEpoch(t *testing.T) {
 	n.wait(t, from, logged, arrived("new-1"))
 	if got := len(n.since(from, logged)); got != 1 {
 		t.Fatalf("%d arrival events after the restart, want 1 (new-1)", got)
+	}
+}
+
+// cutShort is a node whose waits end with errors of their own once the
+// call's context ends, as a node's may (closed, internal).
+type cutShort struct{ *fakeNode }
+
+func (c cutShort) WaitTask(ctx context.Context, _ string, _ time.Duration) (node.TaskWaited, error) {
+	<-ctx.Done()
+	return node.TaskWaited{}, &node.Error{Code: node.CodeInternal, Msg: "the wait ended"}
+}
+
+func (c cutShort) Receive(ctx context.Context, _ node.Query) (node.Batch, error) {
+	<-ctx.Done()
+	return node.Batch{}, &node.Error{Code: node.CodeUnavailable, Msg: "the read ended"}
+}
+
+// A call cut short (the client cancelled it, or its session ended) fails
+// alike whatever the tool and whatever the node answered: with the
+// call's context error, not a tool error of the node's.
+func TestCutShortCallsFailAlike(t *testing.T) {
+	s := New(cutShort{newFakeNode()}, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		call func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error)
+		args map[string]any
+	}{
+		{"wait_task", s.waitTask, map[string]any{"task_id": "t1", "wait_ms": float64(1000)}},
+		{"receive_messages", s.receive, map[string]any{"wait_ms": float64(1000)}},
+	} {
+		var req mcp.CallToolRequest
+		req.Params.Name, req.Params.Arguments = tc.name, tc.args
+		res, err := tc.call(ctx, req)
+		if res != nil || !errors.Is(err, context.Canceled) {
+			t.Errorf("%s cut short: %+v, %v; want the context's error", tc.name, res, err)
+		}
 	}
 }
