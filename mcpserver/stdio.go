@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"sync"
@@ -327,7 +328,8 @@ func waits(method string, params json.RawMessage) bool {
 
 // checkCall returns an invalid-params reply for a tools/call request whose
 // arguments are not a JSON object (the request is malformed), an
-// invalid-request reply for a batch, else nil. Arguments a tool refuses
+// invalid-request reply for a batch, a resource-not-found reply for a
+// resources/subscribe naming another resource than the inbox, else nil. Arguments a tool refuses
 // are the tool's to answer, with a tool error (invalidAsToolError). A request declaring a protocol version the server does not
 // know is left to mcp-go, which answers it with the supported versions
 // (negotiation comes before arguments), and so is a call to a tool known
@@ -344,13 +346,23 @@ func checkCall(line []byte, known func(tool string) bool) []byte {
 		Method string          `json:"method"`
 		Params struct {
 			Name      string          `json:"name"`
+			URI       string          `json:"uri"`
 			Arguments json.RawMessage `json:"arguments"`
 			Meta      struct {
 				Version string `json:"io.modelcontextprotocol/protocolVersion"`
 			} `json:"_meta"`
 		} `json:"params"`
 	}
-	if json.Unmarshal(line, &msg) != nil || msg.Method != "tools/call" || len(msg.ID) == 0 {
+	if json.Unmarshal(line, &msg) != nil || len(msg.ID) == 0 {
+		return nil
+	}
+	if msg.Method == string(mcp.MethodResourcesSubscribe) && msg.Params.Meta.Version == "" && msg.Params.URI != "" && msg.Params.URI != InboxURI {
+		// mcp-go acknowledges any URI; there is one resource to watch.
+		// (A 2026-07-28 request, which names its version, is mcp-go's to
+		// answer: the method is gone there.)
+		return rpcError(msg.ID, mcp.RESOURCE_NOT_FOUND, fmt.Sprintf("unknown resource %q: the one resource to subscribe to is %s", msg.Params.URI, InboxURI))
+	}
+	if msg.Method != "tools/call" {
 		return nil
 	}
 	if v := msg.Params.Meta.Version; v != "" && !mcp.IsValidProtocolVersion(v) {

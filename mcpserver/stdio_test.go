@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/meerkatd/meerkatd/comms/node"
 )
 
@@ -303,6 +305,12 @@ func TestCheckCall(t *testing.T) {
 		{`[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`, codeInvalidRequest}, // a batch
 		{` [] ` + "\n", codeInvalidRequest},
 		{`[{"jsonrpc":"2.0",`, 0}, // not JSON: mcp-go's parse error
+		{`{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"meerkat://inbox"}}`, 0},
+		{`{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"meerkat://outbox"}}`, mcp.RESOURCE_NOT_FOUND},
+		{`{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"file:///etc/passwd"}}`, mcp.RESOURCE_NOT_FOUND},
+		{`{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{}}`, 0},                                                                               // mcp-go: uri is required
+		{`{"jsonrpc":"2.0","method":"resources/subscribe","params":{"uri":"meerkat://outbox"}}`, 0},                                                              // a notification: no reply possible
+		{`{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"x://y","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`, 0}, // mcp-go: gone in that revision
 	}
 	registered := func(tool string) bool { return tool != "pair_accept" && tool != "pair_offer" && tool != "no_such_tool" }
 	for _, tc := range tests {
