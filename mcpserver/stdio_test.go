@@ -333,6 +333,7 @@ func TestCheckCall(t *testing.T) {
 func FuzzCheckCall(f *testing.F) {
 	f.Add([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"send_message","arguments":{"body":"x"}}}`))
 	f.Add([]byte(`{"id":[],"method":"tools/call","params":{"name":"ack_messages","arguments":{"up_to":-1}}}`))
+	f.Add([]byte(`{"id":{},"method":"resources/subscribe","params":{"uri":"meerkat://\u0000"}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {
 		reply := checkCall(line, nil)
 		if reply == nil {
