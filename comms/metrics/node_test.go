@@ -158,17 +158,21 @@ func TestNodeMetricsMoveWithTraffic(t *testing.T) {
 	if v := waiting(); v != 0 {
 		t.Fatalf("waiting reads = %v with none waiting", v)
 	}
+	all, err := alice.Receive(ctx, node.Query{Order: node.OrderArrival, Peek: true})
+	if err != nil || all.More {
+		t.Fatalf("reading every item: more %v, %v", all.More, err)
+	}
 	wctx, wcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	// A peek (an MCP server watching for arrivals) is no read waiting.
 	pctx, pcancel := context.WithCancel(ctx)
 	peeked := make(chan error, 1)
 	go func() {
-		_, err := alice.Receive(pctx, node.Query{After: 1 << 40, Wait: node.MaxWait, Peek: true})
+		_, err := alice.Receive(pctx, node.Query{After: all.Cursor, Wait: node.MaxWait, Peek: true})
 		peeked <- err
 	}()
 	go func() { // past every item: it waits for the next
-		_, err := alice.Receive(wctx, node.Query{After: 1 << 40, Wait: node.MaxWait})
+		_, err := alice.Receive(wctx, node.Query{After: all.Cursor, Wait: node.MaxWait})
 		done <- err
 	}()
 	testutil.WaitFor(t, 10*time.Second, "the read to wait", func() bool { return waiting() == 1 })
