@@ -198,12 +198,15 @@ func (s *Server) WatchArrivals(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if node.CodeOf(err) == node.CodeBadArgument {
-				// The cursor is beyond the inbox in the same epoch (its
-				// database restored from a backup): watch from its end.
-				s.log.Info("the node's inbox no longer reaches the watch's cursor; watching it from its newest item", "cursor", cursor)
-				skip()
-				continue
+			if was := cursor; node.CodeOf(err) == node.CodeBadArgument && was > 0 {
+				// The cursor may be beyond the inbox in the same epoch
+				// (its database restored from a backup): watch from its
+				// end, if that is below the cursor (else the refusal was
+				// for something else: retry after the pause below).
+				if skip(); cursor < was {
+					s.log.Info("the node's inbox no longer reaches the watch's cursor; watching it from its newest item", "cursor", was, "newest", cursor)
+					continue
+				}
 			}
 			s.log.Warn("watching the inbox failed; retrying", "err", err)
 			select {

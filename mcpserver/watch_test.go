@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -189,5 +191,59 @@ func TestCutShortCallsFailAlike(t *testing.T) {
 		if res != nil || !errors.Is(err, context.Canceled) {
 			t.Errorf("%s cut short: %+v, %v; want the context's error", tc.name, res, err)
 		}
+	}
+}
+
+// refusing is a node that refuses every read that waits (the arrival
+// watcher's) as a bad argument, whatever its cursor, while the reads
+// that skip what is there see its items.
+type refusing struct{ *fakeNode }
+
+func (r refusing) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
+	if q.Wait > 0 {
+		return node.Batch{}, &node.Error{Code: node.CodeBadArgument, Msg: "refused"}
+	}
+	return r.fakeNode.Receive(ctx, q)
+}
+
+// logBuffer is a log the watcher writes while the test reads it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A watch read refused for another reason than a cursor beyond the inbox
+// (skipping to the inbox's end does not move the cursor back) is retried
+// after a pause, with a warning, not skipped again and again at once.
+func TestWatcherRefusedOtherwisePauses(t *testing.T) {
+	f := refusing{newFakeNode()}
+	for i := range 3 {
+		f.deliver(node.Message{ID: fmt.Sprintf("m%d", i), Kind: "message", Peer: "bob"})
+	}
+	logs := &logBuffer{}
+	s := New(f, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.WatchArrivals(ctx)
+	}()
+	waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "watching the inbox failed; retrying") })
+	cancel()
+	<-done
+	if strings.Contains(logs.String(), "no longer reaches") {
+		t.Errorf("the watcher took the refusal for a cursor beyond the inbox:\n%s", logs)
 	}
 }

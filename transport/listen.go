@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -115,16 +116,21 @@ func listenUnix(ctx context.Context, lc net.ListenConfig, a Addr, afterBind func
 // listener must not take that process's socket away.
 type unixListener struct {
 	*net.UnixListener
-	path string
-	file fs.FileInfo
+	path   string
+	file   fs.FileInfo
+	unlink sync.Once // Close may be called more than once, at once
 }
 
+// Close removes the socket file, if it is still this listener's (the
+// same file, not modified since), then closes the socket, as the standard
+// library's listener does in that order.
 func (l *unixListener) Close() error {
-	err := l.UnixListener.Close()
-	if fi, serr := os.Lstat(l.path); serr == nil && os.SameFile(fi, l.file) {
-		os.Remove(l.path)
-	}
-	return err
+	l.unlink.Do(func() {
+		if fi, err := os.Lstat(l.path); err == nil && os.SameFile(fi, l.file) && fi.ModTime().Equal(l.file.ModTime()) {
+			os.Remove(l.path)
+		}
+	})
+	return l.UnixListener.Close()
 }
 
 // Dial connects to a. The context bounds the connection attempt only. For

@@ -663,7 +663,7 @@ func TestControlSocketRemoved(t *testing.T) {
 	dctx, cancel := context.WithCancel(ctx)
 	cancel() // it must refuse at once, not serve
 	err = RunDaemon(dctx, h, DaemonOptions{})
-	if err == nil || !strings.Contains(err.Error(), "its control socket "+h.ControlPath()+" is gone") {
+	if err == nil || !strings.Contains(err.Error(), "its control socket "+h.ControlPath()+" is not there") {
 		t.Fatalf("RunDaemon while the node serves without its control socket: %v", err)
 	}
 }

@@ -31,7 +31,7 @@ func RunDaemon(ctx context.Context, h *node.Home, o DaemonOptions) error {
 	sv, err := ServeHome(h, o.HostOptions)
 	if errors.Is(err, ErrServing) {
 		if _, serr := os.Lstat(h.ControlPath()); errors.Is(serr, fs.ErrNotExist) {
-			return fmt.Errorf("a node already serves %s (its process holds the home), but its control socket %s is gone, so no command reaches it: stop that process (its service, or kill it) and start again", h.Dir, h.ControlPath())
+			return fmt.Errorf("a node already serves %s (its process holds the home), but its control socket %s is not there: it may be starting or stopping (try again); if this lasts, no command reaches it: stop that process (its service, or kill it) and start again", h.Dir, h.ControlPath())
 		}
 		return fmt.Errorf("a node already serves %s (meerkatd status --home %s)", h.Dir, h.Dir)
 	}

@@ -13,6 +13,18 @@ import (
 // caller's: a node in this process refuses it, and so does the client.
 // Byte slices (json.RawMessage) are the caller's JSON, not text.
 func badText(v reflect.Value, name string) (string, bool) {
+	return badTextIn(v, name, 0)
+}
+
+// maxTextDepth bounds badText's walk: argument structs are shallow, and a
+// cycle of pointers must not recurse for ever.
+const maxTextDepth = 32
+
+func badTextIn(v reflect.Value, name string, depth int) (string, bool) {
+	if depth > maxTextDepth {
+		return "", false
+	}
+	depth++
 	switch v.Kind() {
 	case reflect.String:
 		return name, !utf8.ValidString(v.String())
@@ -20,7 +32,7 @@ func badText(v reflect.Value, name string) (string, bool) {
 		if v.IsNil() {
 			return "", false
 		}
-		return badText(v.Elem(), name)
+		return badTextIn(v.Elem(), name, depth)
 	case reflect.Struct:
 		t := v.Type()
 		for i := range t.NumField() {
@@ -28,16 +40,17 @@ func badText(v reflect.Value, name string) (string, bool) {
 			if !f.IsExported() && !f.Anonymous {
 				continue // an embedded struct's fields are promoted even so
 			}
-			n, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			tag := f.Tag.Get("json")
+			n, _, _ := strings.Cut(tag, ",")
 			switch {
-			case n == "-":
-				continue
+			case tag == "-":
+				continue // not sent ("-," names a member "-")
 			case f.Anonymous && n == "":
 				n = name // promoted fields
 			case n == "":
 				n = f.Name
 			}
-			if p, bad := badText(v.Field(i), n); bad {
+			if p, bad := badTextIn(v.Field(i), n, depth); bad {
 				return p, true
 			}
 		}
@@ -46,16 +59,16 @@ func badText(v reflect.Value, name string) (string, bool) {
 			return "", false
 		}
 		for i := range v.Len() {
-			if p, bad := badText(v.Index(i), name); bad {
+			if p, bad := badTextIn(v.Index(i), name, depth); bad {
 				return p, true
 			}
 		}
 	case reflect.Map:
 		for it := v.MapRange(); it.Next(); {
-			if p, bad := badText(it.Key(), name); bad {
+			if p, bad := badTextIn(it.Key(), name, depth); bad {
 				return p, true
 			}
-			if p, bad := badText(it.Value(), name); bad {
+			if p, bad := badTextIn(it.Value(), name, depth); bad {
 				return p, true
 			}
 		}

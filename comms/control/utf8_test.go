@@ -52,12 +52,29 @@ func TestBadText(t *testing.T) {
 		{"ignored field", args{Skip: bad}, ""},
 		{"unexported field", args{private: bad}, ""},
 		{"raw JSON", args{Params: json.RawMessage(`"` + bad + `"`)}, ""},
+		{"a member named -", struct {
+			Dash string `json:"-,"`
+		}{bad}, "-"},
+		{"a cycle of pointers", cyclic(), ""},
 	} {
 		got, isBad := badText(reflect.ValueOf(tc.in), "argument")
 		if isBad != (tc.want != "") || got != tc.want {
 			t.Errorf("%s: badText = %q, %v; want %q", tc.name, got, isBad, tc.want)
 		}
 	}
+}
+
+// loop is a type whose values can point back at themselves.
+type loop struct {
+	Text string `json:"text"`
+	Next *loop  `json:"next"`
+}
+
+// cyclic is a loop pointing at itself, its text fine: badText's walk ends.
+func cyclic() *loop {
+	l := &loop{Text: "fine"}
+	l.Next = l
+	return l
 }
 
 // Text that is not UTF-8 is refused before anything reaches a daemon:
