@@ -13,6 +13,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 )
 
 // epochNode is a fakeNode whose inbox has an epoch and can start over, as
@@ -206,24 +207,6 @@ func (r refusing) Receive(ctx context.Context, q node.Query) (node.Batch, error)
 	return r.fakeNode.Receive(ctx, q)
 }
 
-// logBuffer is a log the watcher writes while the test reads it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A watch read refused for another reason than a cursor beyond the inbox
 // (skipping to the inbox's end does not move the cursor back) is retried
 // after a pause, with a warning, not skipped again and again at once.
@@ -232,7 +215,7 @@ func TestWatcherRefusedOtherwisePauses(t *testing.T) {
 	for i := range 3 {
 		f.deliver(node.Message{ID: fmt.Sprintf("m%d", i), Kind: "message", Peer: "bob"})
 	}
-	logs := &logBuffer{}
+	logs := &testutil.SyncBuffer{}
 	s := New(f, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -54,14 +54,23 @@ func TCPNetwork(address string) string {
 	return "tcp"
 }
 
+// NotSocket refuses a file at path that is not a socket: a Unix listener
+// never removes one to take its path. Nothing there, or a socket, is nil.
+func NotSocket(path string) error {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%s exists and is not a socket; move it away or choose another path", path)
+	}
+	return nil
+}
+
 // listenUnix is Listen for a Unix socket; afterBind (tests) runs once the
 // socket file exists, before anything else touches it.
 func listenUnix(ctx context.Context, lc net.ListenConfig, a Addr, afterBind func(path string)) (net.Listener, error) {
 	path := a.Path
-	if st, err := os.Lstat(path); err == nil {
-		if st.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("transport: listen %s: %s exists and is not a socket; move it away or choose another path", a, path)
-		}
+	if err := NotSocket(path); err != nil {
+		return nil, fmt.Errorf("transport: listen %s: %w", a, err)
+	}
+	if _, err := os.Lstat(path); err == nil { // a socket: a live listener's, or one left behind
 		dctx, cancel := context.WithTimeout(ctx, staleProbeTimeout)
 		c, derr := (&net.Dialer{}).DialContext(dctx, "unix", path)
 		cancel()

@@ -478,9 +478,8 @@ func checkSocketDir(l config.Listeners) error {
 	case !fi.IsDir():
 		return &config.Error{Key: "comms.listen_uds", Err: fmt.Errorf("%s, the socket's directory, is not a directory", d)}
 	}
-	if fi, err := os.Lstat(l.UDS.Path); err == nil && fi.Mode().Type() != fs.ModeSocket {
-		// The listener never removes such a file: run would refuse it.
-		return &config.Error{Key: "comms.listen_uds", Err: fmt.Errorf("%s exists and is not a socket; move it away or choose another path", l.UDS.Path)}
+	if err := transport.NotSocket(l.UDS.Path); err != nil {
+		return &config.Error{Key: "comms.listen_uds", Err: err} // run would refuse it
 	}
 	return nil
 }

@@ -3,20 +3,19 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/filemode"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -85,30 +84,12 @@ func TestStartRefusesGroupWritableTrustFile(t *testing.T) {
 	}
 }
 
-// logBuffer collects a node's log lines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // At reload, a trust file or spaces file that
 // group or others may write is refused on SIGHUP; the node keeps the list
 // and the rosters it had and logs the fix.
 func TestReloadRefusesGroupWritableFiles(t *testing.T) {
 	h, bob := testHome(t, "n", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
-	var logs logBuffer
+	var logs testutil.SyncBuffer
 	n, err := Start(h, Options{Mode: ModeServe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +166,7 @@ func TestDanglingKeyLinkMakesNoNewIdentity(t *testing.T) {
 // warns.
 func TestReloadWithoutSpacesFileQuiet(t *testing.T) {
 	h, _ := testHome(t, "n", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
-	var logs logBuffer
+	var logs testutil.SyncBuffer
 	n, err := Start(h, Options{Mode: ModeServe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +198,7 @@ func TestSpacesWatcherSeesAChmod(t *testing.T) {
 	if err := os.WriteFile(h.SpacesPath(), []byte(`{"spaces": []}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuffer
+	var logs testutil.SyncBuffer
 	n, err := Start(h, Options{Mode: ModeServe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

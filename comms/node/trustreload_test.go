@@ -11,6 +11,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
@@ -21,7 +22,7 @@ import (
 // with why (logged once), and the node keeps the peers it had.
 func TestApplyTrustAtOnce(t *testing.T) {
 	h, bob := testHome(t, "n", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
-	var logs logBuffer
+	var logs testutil.SyncBuffer
 	n, err := Start(h, Options{Mode: ModeServe, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
