@@ -276,9 +276,12 @@ CPU per exchange is, so that a busy machine does not stretch them):
   anchor_pingpong   200-byte 4-byte-length-prefixed frames echoed by another
                     process over the transport, no crypto (p50 µs)
   anchor_raw_sequential  the crypto of one exchange (sign, verify, sign, verify the
-                    real signing input) between this process and the echo process
-                    over the transport, with no other code between: what two
-                    processes reach at all on this machine (p50, p99 µs)
+                    real signing input of a message, each message with its own id)
+                    between this process and the echo process over the transport,
+                    with no other code between: what two processes reach at all
+                    on this machine (p50, p99 µs). It takes turns with the
+                    sequential scenario, 20 round trips each, on connections
+                    open at once, so that both meet the same load
   anchor_raw_pipelined   the same with 128 in flight: signing goroutines, one
                     verifying reader, the echo process verifying and signing in
                     order (exchanges/s; CPU µs per exchange of both processes)

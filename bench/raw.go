@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/transport"
 )
@@ -218,13 +219,44 @@ type rawConn struct {
 	c         net.Conn
 	kp        *identity.Keypair
 	serverKey identity.PeerID
-	msg       []byte // the signing input of a real message envelope
+	msgs      [][]byte      // signing inputs of real message envelopes (rawMsgs), each its own id
+	next      atomic.Uint64 // how many of msgs were taken (nextMsg)
+}
+
+// rawMsgs is how many distinct signing inputs a raw connection signs in
+// turn. Verification runs in variable time (its path follows the
+// signature's scalars), so one input signed and verified over and over
+// would let the processor learn its one path; a node never sees the same
+// envelope twice, and neither does the anchor within 256 exchanges.
+const rawMsgs = 256
+
+// nextMsg returns the signing input of the connection's next message.
+// Goroutines may call it at once.
+func (rc *rawConn) nextMsg() []byte {
+	return rc.msgs[(rc.next.Add(1)-1)%uint64(len(rc.msgs))]
+}
+
+// rawSignables returns n signing inputs of message envelopes from kp to
+// to, each with its own id, as a node's messages have.
+func rawSignables(kp *identity.Keypair, to identity.PeerID, n int) ([][]byte, error) {
+	e, err := wire.Seal(kp, identity.NewUUID(), to, wire.Message(body))
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([][]byte, n)
+	for i := range msgs {
+		e.ID = identity.NewUUID()
+		if msgs[i], err = e.AppendSignable(nil); err != nil {
+			return nil, err
+		}
+	}
+	return msgs, nil
 }
 
 // exchange does one raw exchange: sign and write (reusing frame's
 // storage), then read and verify the answer from r.
 func (rc *rawConn) exchange(r *bufio.Reader, frame []byte) ([]byte, error) {
-	frame, err := rawSigned(frame[:0], rc.kp, rc.msg)
+	frame, err := rawSigned(frame[:0], rc.kp, rc.nextMsg())
 	if err == nil {
 		_, err = rc.c.Write(frame)
 	}
@@ -251,11 +283,7 @@ func (b *runner) dialRaw(ctx context.Context, a transport.Addr) (*rawConn, error
 // rawBatchHello).
 func (b *runner) dialRawWith(ctx context.Context, a transport.Addr, helloPrefix []byte) (*rawConn, error) {
 	kp := b.peers[0]
-	e, err := wire.Seal(kp, identity.NewUUID(), b.peers[1].ID(), wire.Message(body))
-	if err != nil {
-		return nil, err
-	}
-	msg, err := e.AppendSignable(nil)
+	msgs, err := rawSignables(kp, b.peers[1].ID(), rawMsgs)
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +291,7 @@ func (b *runner) dialRawWith(ctx context.Context, a transport.Addr, helloPrefix 
 	if err != nil {
 		return nil, err
 	}
-	rc := &rawConn{c: c, kp: kp, msg: msg}
+	rc := &rawConn{c: c, kp: kp, msgs: msgs}
 	id := kp.ID()
 	hello, err := transport.AppendFrame(nil, append(bytes.Clone(helloPrefix), id[:]...))
 	if err == nil {
@@ -286,31 +314,72 @@ func (b *runner) dialRawWith(ctx context.Context, a transport.Addr, helloPrefix 
 	return rc, nil
 }
 
-// rawSequential is anchor_raw_sequential: sign, write, read the answer,
-// verify it, one at a time; the round trips, the first tenth left out.
-func (b *runner) rawSequential(ctx context.Context, a transport.Addr) ([]time.Duration, error) {
-	rc, err := b.dialRaw(ctx, a)
+// seqBlock is how many round trips the raw connection and the node's link
+// take in a row when sequentialPair alternates them.
+const seqBlock = 20
+
+// sequentialPair runs anchor_raw_sequential and the sequential scenario
+// over tr together, one message at a time each: the raw connection to the
+// echo process (sign, write, read the answer, verify it) and a Router's
+// link to a new node, both open at once, take turns in blocks of seqBlock
+// round trips, the first of each pair of blocks alternating between them.
+// So whatever else loads the machine at a moment weighs on both alike, and
+// their ratio is the node's own cost, not the drift of the machine between
+// two runs seconds apart. It returns each one's round trips, the first
+// tenth of each (the warm-up) left out.
+func (b *runner) sequentialPair(ctx context.Context, tr string, echo transport.Addr) (raw, node []time.Duration, err error) {
+	n, err := b.newNode(tr, config.StoreMemory)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if _, err := n.start(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer n.stop()
+	r, err := n.router(ctx, b.peers[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	rc, err := b.dialRaw(ctx, echo)
+	if err != nil {
+		return nil, nil, err
 	}
 	defer rc.c.Close()
-	rc.c.SetDeadline(time.Now().Add(time.Minute))
-	r := bufio.NewReader(rc.c)
+	total := b.opts.msgs + b.opts.msgs/10
+	rc.c.SetDeadline(time.Now().Add(time.Minute + time.Duration(total)*time.Millisecond))
+	br := bufio.NewReader(rc.c)
 	var frame []byte
-	lat := make([]time.Duration, 0, b.opts.msgs)
-	for i := range b.opts.msgs + b.opts.msgs/10 {
-		t0 := time.Now()
-		if frame, err = rc.exchange(r, frame); err != nil {
-			return nil, err
+	type side struct {
+		once func() error
+		lat  *[]time.Duration
+	}
+	raw = make([]time.Duration, 0, b.opts.msgs)
+	node = make([]time.Duration, 0, b.opts.msgs)
+	sides := [2]side{
+		{func() (err error) { frame, err = rc.exchange(br, frame); return err }, &raw},
+		{func() error { _, err := r.SendMessage(ctx, "node", body); return err }, &node},
+	}
+	for done, block := 0, 0; done < total; block++ {
+		k := min(seqBlock, total-done)
+		for j := range sides {
+			s := sides[(block+j)%2]
+			for i := range k {
+				t0 := time.Now()
+				if err := s.once(); err != nil {
+					return nil, nil, err
+				}
+				if done+i >= b.opts.msgs/10 { // the first tenth warms up
+					*s.lat = append(*s.lat, time.Since(t0))
+				}
+			}
 		}
-		if i >= b.opts.msgs/10 { // the first tenth warms up
-			lat = append(lat, time.Since(t0))
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		done += k
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
 		}
 	}
-	return lat, nil
+	return raw, node, nil
 }
 
 // rawRun is the shared state of a raw throughput anchor's goroutines.
@@ -446,7 +515,7 @@ func (b *runner) rawBatched(ctx context.Context, a transport.Addr, echoPID int) 
 }
 
 // startSigners starts the inFlight goroutines of a raw throughput anchor:
-// each, once slots has room, signs rc.msg and writes the frame with
+// each, once slots has room, signs the connection's next message and writes the frame with
 // write, until the run stops or fails; the anchor's reader frees a slot
 // per message answered.
 func (b *runner) startSigners(rr *rawRun, rc *rawConn, slots chan struct{}, write func([]byte) error) {
@@ -460,7 +529,7 @@ func (b *runner) startSigners(rr *rawRun, rc *rawConn, slots chan struct{}, writ
 					return
 				}
 				var err error
-				if frame, err = rawSigned(frame[:0], rc.kp, rc.msg); err == nil {
+				if frame, err = rawSigned(frame[:0], rc.kp, rc.nextMsg()); err == nil {
 					err = write(frame)
 				}
 				if err != nil {
