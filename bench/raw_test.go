@@ -474,3 +474,48 @@ func TestGroupWriterTakesWaiting(t *testing.T) {
 		t.Fatalf("wrote %q in %d writes, want %q in 2", g.got, g.calls, "first second third")
 	}
 }
+
+// TestRawMessagesDistinct: a raw connection signs rawMsgs distinct
+// signing inputs in turn (verification runs in variable time, so one
+// input repeated would flatter the anchors), each taken as often as the
+// others however many goroutines take them.
+func TestRawMessagesDistinct(t *testing.T) {
+	kp := newKeypair(t)
+	msgs, err := rawSignables(kp, newKeypair(t).ID(), rawMsgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for i, m := range msgs {
+		if j, dup := seen[string(m)]; dup {
+			t.Fatalf("signing inputs %d and %d are the same", j, i)
+		}
+		seen[string(m)] = i
+	}
+	rc := &rawConn{msgs: msgs}
+	const takers, rounds = 4, 3
+	var (
+		mu    sync.Mutex
+		taken = map[string]int{}
+		wg    sync.WaitGroup
+	)
+	for range takers {
+		wg.Go(func() {
+			for range rounds * rawMsgs / takers {
+				m := rc.nextMsg()
+				mu.Lock()
+				taken[string(m)]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(taken) != rawMsgs {
+		t.Fatalf("%d distinct inputs taken, want %d", len(taken), rawMsgs)
+	}
+	for m, n := range taken {
+		if n != rounds {
+			t.Fatalf("input %d taken %d times, want %d", seen[m], n, rounds)
+		}
+	}
+}
