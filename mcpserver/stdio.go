@@ -328,7 +328,8 @@ func waits(method string, params json.RawMessage) bool {
 
 // checkCall returns an invalid-params reply for a tools/call request whose
 // arguments are not a JSON object (the request is malformed), an
-// invalid-request reply for a batch, a resource-not-found reply for a
+// invalid-request reply for a batch or a request whose id is neither a
+// string nor a number, a resource-not-found reply for a
 // resources/subscribe naming another resource than the inbox, else nil. Arguments a tool refuses
 // are the tool's to answer, with a tool error (invalidAsToolError). A request declaring a protocol version the server does not
 // know is left to mcp-go, which answers it with the supported versions
@@ -355,6 +356,12 @@ func checkCall(line []byte, known func(tool string) bool) []byte {
 	}
 	if json.Unmarshal(line, &msg) != nil || len(msg.ID) == 0 {
 		return nil
+	}
+	if _, ok := idKey(msg.ID); !ok && msg.Method != "" {
+		// A request whose id is null, an object, an array or a boolean:
+		// MCP takes a string or a number (no null), and mcp-go would take
+		// a null id for a notification and leave the client waiting.
+		return rpcError(nil, codeInvalidRequest, "a request's id must be a string or a number")
 	}
 	if msg.Method == string(mcp.MethodResourcesSubscribe) && msg.Params.Meta.Version == "" && msg.Params.URI != "" && msg.Params.URI != InboxURI {
 		// mcp-go acknowledges any URI; there is one resource to watch.

@@ -302,6 +302,13 @@ func TestCheckCall(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"pair_accept","arguments":{}}}`, 0}, // not registered: mcp-go's unknown tool
 		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"pair_offer","arguments":{}}}`, 0},
 		{`not json`, 0},
+		{`{"jsonrpc":"2.0","id":null,"method":"tools/list"}`, codeInvalidRequest}, // MCP: no null id
+		{`{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}`, codeInvalidRequest},
+		{`{"jsonrpc":"2.0","id":[1],"method":"ping"}`, codeInvalidRequest},
+		{`{"jsonrpc":"2.0","id":true,"method":"tools/call","params":{"name":"list_peers","arguments":{}}}`, codeInvalidRequest},
+		{`{"jsonrpc":"2.0","id":"x","method":"ping"}`, 0},
+		{`{"jsonrpc":"2.0","id":-7.5,"method":"ping"}`, 0},
+		{`{"jsonrpc":"2.0","id":{"a":1},"result":{}}`, 0}, // a response, never answered
 		{`[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`, codeInvalidRequest}, // a batch
 		{` [] ` + "\n", codeInvalidRequest},
 		{`[{"jsonrpc":"2.0",`, 0}, // not JSON: mcp-go's parse error
