@@ -7,13 +7,15 @@ import (
 	"io"
 	"math/big"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
 // decodeStrict decodes one JSON text into the generic tree used
 // throughout the package: map[string]any, []any, string, json.Number,
 // bool and nil. It refuses invalid UTF-8, escaped lone surrogates (not
-// Unicode, so outside the JSON data model), duplicate object keys,
+// Unicode, so outside the JSON data model), duplicate object keys (and
+// keys of one object that differ only in letter case: keyClash),
 // nesting deeper than maxDepth containers and anything after the value.
 func decodeStrict(data []byte, maxDepth int) (any, error) {
 	v, _, err := decodeStrictMember(data, maxDepth, "")
@@ -53,7 +55,8 @@ var errDepth = errors.New("nested too deep")
 
 // checkStructure walks data as JSON text, in order, for what
 // encoding/json lets through: an object or array nested deeper than
-// maxDepth containers (errDepth) and an object holding a key twice. It
+// maxDepth containers (errDepth) and an object holding a key twice, or
+// two keys that differ only in letter case (keyClash). It
 // returns the value of the top-level object's member key as data holds it
 // (nil if none). The rest of the grammar is the decoder's to check: on
 // text that is not JSON it returns nil or one of those errors, in linear
@@ -92,8 +95,11 @@ func checkStructure(data []byte, maxDepth int, key string) ([]byte, error) {
 					}
 					k = []byte(s)
 				}
-				if l.seen(k) {
-					return nil, errors.New("duplicate object key " + quoteShort(string(k)))
+				if err := l.seen(k); err != nil {
+					if start >= 0 {
+						err = inMemberError{err}
+					}
+					return nil, err
 				}
 				if n == 1 && key != "" && string(k) == key {
 					start = j + 1
@@ -121,39 +127,90 @@ func checkStructure(data []byte, maxDepth int, key string) ([]byte, error) {
 	return raw, nil
 }
 
+// inMemberError is checkStructure's error for an object inside the
+// value of the member it was asked for (the envelope's payload).
+type inMemberError struct{ error }
+
+func (e inMemberError) Unwrap() error { return e.error }
+
 // jsonLevel is an object or array checkStructure is in.
 type jsonLevel struct {
 	object  bool
-	wantKey bool     // in an object, the next string is a key
-	keys    [][]byte // the object's keys, while there are few
-	many    map[string]struct{}
+	wantKey bool      // in an object, the next string is a key
+	keys    []seenKey // the object's keys, while there are few
+	many    map[string][]byte
 }
 
-// seen reports whether the object already has key k, and notes k.
-func (l *jsonLevel) seen(k []byte) bool {
+// seenKey is a key of an object: as written, and folded (foldKey).
+type seenKey struct{ fold, key []byte }
+
+// seen returns an error if the object already has key k, or a key that
+// differs from it only in letter case, and notes k.
+func (l *jsonLevel) seen(k []byte) error {
+	f := foldKey(k)
+	var prev []byte
 	if l.many != nil {
-		if _, ok := l.many[string(k)]; ok {
-			return true
-		}
-		l.many[string(k)] = struct{}{}
-		return false
-	}
-	for _, x := range l.keys {
-		if bytes.Equal(x, k) {
-			return true
+		prev = l.many[string(f)]
+	} else {
+		for _, x := range l.keys {
+			if bytes.Equal(x.fold, f) {
+				prev = x.key
+				break
+			}
 		}
 	}
-	if len(l.keys) < 16 {
-		l.keys = append(l.keys, k)
-		return false
+	if prev != nil {
+		return keyClash(string(prev), string(k))
 	}
-	l.many = make(map[string]struct{}, 2*len(l.keys))
-	for _, x := range l.keys {
-		l.many[string(x)] = struct{}{}
+	if l.many == nil && len(l.keys) < 16 {
+		l.keys = append(l.keys, seenKey{f, k})
+		return nil
 	}
-	l.keys = nil
-	l.many[string(k)] = struct{}{}
-	return false
+	if l.many == nil {
+		l.many = make(map[string][]byte, 2*len(l.keys))
+		for _, x := range l.keys {
+			l.many[string(x.fold)] = x.key
+		}
+		l.keys = nil
+	}
+	l.many[string(f)] = k
+	return nil
+}
+
+// keyClash is the error for an object's key k after an earlier key prev
+// that equals it or differs from it only in letter case. Member names are
+// case-sensitive, but a reader that folds case (as Go's encoding/json
+// does for struct fields, U+017F LATIN SMALL LETTER LONG S for s or
+// U+212A KELVIN SIGN for k included) would take both for one member, the
+// later one's value over the one a capability was checked against.
+func keyClash(prev, k string) error {
+	if prev == k {
+		return errors.New("duplicate object key " + quoteShort(k))
+	}
+	return errors.New("object keys " + quoteShort(prev) + " and " + quoteShort(k) + " differ only in letter case")
+}
+
+// foldKey returns k with every character replaced by the least of those
+// it folds with (its unicode.SimpleFold orbit), so that two keys have the
+// same foldKey exactly when strings.EqualFold takes them for equal. k is
+// valid UTF-8.
+func foldKey(k []byte) []byte {
+	out := make([]byte, 0, len(k))
+	for _, r := range string(k) {
+		if r < utf8.RuneSelf {
+			if 'a' <= r && r <= 'z' {
+				r -= 'a' - 'A'
+			}
+			out = append(out, byte(r))
+			continue
+		}
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		out = utf8.AppendRune(out, least)
+	}
+	return out
 }
 
 // hasLoneSurrogate reports whether a JSON string in data holds a \u

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -17,7 +18,7 @@ import (
 func FuzzDecodeStrict(f *testing.F) {
 	for _, s := range []string{
 		`{"payload":{"a":[1,2.50,"x\"y",true,null]},"id":"e"}`,
-		`{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
+		`{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, `{"host":1,"ho\u017ft":2}`, `{"x":{"Kind":1,"\u212aind":2}}`, `{"a":{"b":1},"A":2}`, `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
 		`{"x":{"payload":1},"payload" : [ ] }`, `{"a":1 "a":2}`, `{"a":"\ud800"}`, `"s"`, `1 2`, `{`, `}`, ` `,
 		`{"k0":0,"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":0,"k11":1,"k12":2,"k13":3,"k14":4,"k15":5,"k16":6,"k3":7}`,
 	} {
@@ -88,6 +89,7 @@ func tokenReadValue(d *json.Decoder, depth, maxDepth int, top *tokenMember) (any
 		switch t {
 		case '{':
 			m := make(map[string]any)
+			var keys []string // in order, to be compared with strings.EqualFold
 			for d.More() {
 				kt, err := d.Token()
 				if err != nil {
@@ -97,9 +99,12 @@ func tokenReadValue(d *json.Decoder, depth, maxDepth int, top *tokenMember) (any
 				if !ok {
 					return nil, errors.New("malformed JSON")
 				}
-				if _, dup := m[k]; dup {
-					return nil, errors.New("duplicate object key " + quoteShort(k))
+				for _, seen := range keys {
+					if strings.EqualFold(seen, k) {
+						return nil, keyClash(seen, k)
+					}
 				}
+				keys = append(keys, k)
 				start := d.InputOffset() // just after the key: then the colon, the value
 				v, err := tokenReadValue(d, depth+1, maxDepth, nil)
 				if err != nil {
@@ -133,4 +138,19 @@ func tokenReadValue(d *json.Decoder, depth, maxDepth int, top *tokenMember) (any
 		return t, nil
 	}
 	return nil, errors.New("malformed JSON")
+}
+
+// TestFoldKey: two keys fold alike exactly when strings.EqualFold takes
+// them for equal.
+func TestFoldKey(t *testing.T) {
+	for _, tc := range []struct{ a, b string }{
+		{"host", "host"}, {"host", "HOST"}, {"host", "ho\u017ft"}, {"kind", "\u212aind"},
+		{"Straße", "STRASSE"}, {"é", "É"}, {"é", "e"}, {"ǅ", "ǆ"}, {"ǅ", "Ǆ"}, {"id", "ids"},
+		{"σ", "ς"}, {"Σ", "ς"}, {"1", "1"}, {"", ""}, {"a_b", "A_B"}, {"ı", "i"}, {"İ", "i"},
+	} {
+		same := string(foldKey([]byte(tc.a))) == string(foldKey([]byte(tc.b)))
+		if want := strings.EqualFold(tc.a, tc.b); same != want {
+			t.Errorf("foldKey(%q) and foldKey(%q) equal: %v, strings.EqualFold says %v", tc.a, tc.b, same, want)
+		}
+	}
 }

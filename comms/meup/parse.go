@@ -30,6 +30,9 @@ func Parse(data []byte) (Envelope, error) {
 		if errors.Is(err, errDepth) {
 			return Envelope{}, invalid("payload", "nested deeper than %d", MaxDepth)
 		}
+		if errors.As(err, new(inMemberError)) {
+			return Envelope{}, invalid("payload", "%v", err)
+		}
 		return Envelope{}, invalid("", "%v", err)
 	}
 	top, ok := tree.(map[string]any)
