@@ -7,9 +7,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/meerkatd/meerkatd/internal/atomicfile"
+	"github.com/meerkatd/meerkatd/internal/filelock"
 	"github.com/meerkatd/meerkatd/internal/filemode"
 )
 
@@ -116,15 +116,11 @@ func (l *List) Save(path string) error {
 // not take the lock; a hand edit racing an Update can still be lost.) It
 // returns the saved list, or change's error with nothing written.
 func Update(path string, change func(*List) (*List, error)) (*List, error) {
-	lf, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	unlock, err := filelock.Lock(path)
 	if err != nil {
 		return nil, fmt.Errorf("trust: lock %s: %w", path, err)
 	}
-	defer lf.Close()
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
-		return nil, fmt.Errorf("trust: lock %s: %w", path, err)
-	}
-	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+	defer unlock()
 	cur, err := LoadOrEmpty(path)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/filelock"
 )
 
 // SpacesFileName is the rosters file in a home.
@@ -609,6 +610,14 @@ func (n *Node) SpaceEdit(_ context.Context, e SpaceEdit) (SpaceInfo, error) {
 		}
 		n.spaces.joined()
 	} else {
+		// Under the file's lock: two edits without a daemon (two
+		// `meerkatd space add` at once) each read, edit and save the
+		// whole file, and one would write over the other's.
+		unlock, err := filelock.Lock(n.h.SpacesPath())
+		if err != nil {
+			return SpaceInfo{}, fmt.Errorf("lock %s: %w", SpacesFileName, err)
+		}
+		defer unlock()
 		before, err := n.currentRoster()
 		if err != nil {
 			return SpaceInfo{}, err

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -843,4 +844,49 @@ func TestSpaceEditWithoutDaemonDropsGrants(t *testing.T) {
 			t.Fatal("the file was changed by an edit that failed")
 		}
 	})
+}
+
+// TestSpaceEditsWithoutDaemonAtOnce: edits made at once without a daemon
+// (each `meerkatd space add` its own send-only node reading, editing and
+// saving the whole file) lose none of each other's members.
+func TestSpaceEditsWithoutDaemonAtOnce(t *testing.T) {
+	h, _ := testHome(t, "alice", nil)
+	ctx := context.Background()
+	first := startTest(t, h, ModeSend)
+	if _, err := first.SpaceEdit(ctx, SpaceEdit{Op: SpaceCreate, Space: "par", As: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	const editors = 8
+	nodes := make([]*Node, editors)
+	for i := range nodes {
+		nodes[i] = startTest(t, h, ModeSend)
+	}
+	errs := make(chan error, editors)
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			kp, err := identity.GenerateKeypair()
+			if err == nil {
+				_, err = n.SpaceEdit(ctx, SpaceEdit{Op: SpaceAdd, Space: "par", Peer: kp.ID().String(), ID: fmt.Sprintf("m%d", i)})
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	roster, err := space.LoadRoster(h.SpacesPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(roster)
+	for i := range editors {
+		if !strings.Contains(string(b), fmt.Sprintf(`"m%d"`, i)) {
+			t.Errorf("member m%d lost from %s", i, b)
+		}
+	}
 }
