@@ -626,7 +626,7 @@ func (r *Router) openConn(c net.Conn, st *inConn) (net.Conn, *transport.Reader, 
 	case r.opts.RefusePlaintext && !isUnix(c):
 		r.reject(RejectPlaintext)
 		r.observe(EventRefused, nil, "", 0, RejectPlaintext)
-		r.log.Debug("refused plaintext TCP connection", "reason", RejectPlaintext)
+		r.logRefused(RejectPlaintext, identity.PeerID{}) // no key: nothing of the connection was read
 		return nil, nil, false
 	}
 	return c, fr, true
@@ -713,7 +713,10 @@ func (r *Router) logRefused(reason string, from identity.PeerID) {
 	if !ok {
 		return
 	}
-	args := []any{"key", from.String()}
+	var args []any
+	if !from.IsZero() {
+		args = append(args, "key", from.String())
+	}
 	if held > 0 {
 		args = append(args, "not_logged_before", held)
 	}

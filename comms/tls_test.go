@@ -192,7 +192,9 @@ func TestRefusePlaintext(t *testing.T) {
 	alice := newKP(t)
 	far := transport.Addr{Scheme: transport.SchemeTCP, Host: "127.0.0.1", Port: 1}
 	paired := make(chan struct{}, 1)
-	opts := Options{RefusePlaintext: true, Pairing: func(c net.Conn, _ io.Reader) { paired <- struct{}{} }}
+	var logged testutil.SyncBuffer
+	opts := Options{RefusePlaintext: true, Pairing: func(c net.Conn, _ io.Reader) { paired <- struct{}{} },
+		Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	bob := serveNode(t, "bob", newKP(t), "tcp", opts, trust.Peer{Name: "alice", ID: alice.ID(), Addr: far})
 
 	c := dialRaw(t, bob)
@@ -200,6 +202,10 @@ func TestRefusePlaintext(t *testing.T) {
 	expectClosedNoAck(t, c)
 	if got := bob.r.Stats().Rejected[RejectPlaintext]; got != 1 || bob.r.Inbox().Len() != 0 {
 		t.Fatalf("bob refused %d plaintext connections and holds %d items; want 1 and 0", got, bob.r.Inbox().Len())
+	}
+	// Said at info (as the docs promise), without a key: none was read.
+	if l := logged.String(); !strings.Contains(l, "level=INFO") || !strings.Contains(l, "refused plaintext TCP connections") || strings.Contains(l, "key=") {
+		t.Errorf("log after a refused plaintext connection: %q", l)
 	}
 
 	// The same port takes TLS.
