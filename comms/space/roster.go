@@ -339,18 +339,18 @@ func checkSpaceName(name string) error {
 	if len(name) > MaxSpaceName {
 		return fmt.Errorf("%d bytes, over the limit of %d", len(name), MaxSpaceName)
 	}
-	for _, c := range []byte(name) {
+	for _, c := range name { // the character, not its first byte, in the message
 		switch {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
 		default:
-			return fmt.Errorf("%q is not allowed (letters, digits, '.', '_' and '-' are)", rune(c))
+			return fmt.Errorf("%q is not allowed (ASCII letters, digits, '.', '_' and '-' are)", c)
 		}
 	}
 	return nil
 }
 
 // checkParticipantID requires a participant id to be 1 to meup.MaxIDLen
-// bytes of valid UTF-8 without control characters or spaces, so that it
+// bytes of valid UTF-8, printable characters without spaces, so that it
 // prints as one word and compares byte for byte.
 func checkParticipantID(id string) error {
 	if id == "" {
@@ -360,8 +360,11 @@ func checkParticipantID(id string) error {
 		return fmt.Errorf("%d bytes, over the limit of %d", len(id), meup.MaxIDLen)
 	}
 	for _, r := range id {
-		if r == unicode.ReplacementChar || unicode.IsControl(r) || unicode.IsSpace(r) {
-			return errors.New("holds a space, a control character or invalid UTF-8")
+		// Only printable characters: a format character (U+200B ZERO
+		// WIDTH SPACE, U+202E RIGHT-TO-LEFT OVERRIDE) would make an id
+		// that reads as another member's.
+		if r == unicode.ReplacementChar || unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return errors.New("holds a space, a control or format character, or invalid UTF-8")
 		}
 	}
 	return nil
