@@ -505,12 +505,36 @@ func checkNATSFiles(n config.NATS, dir string) error {
 	}
 	read("creds_file", n.CredsFile)
 	read("nkey_seed_file", n.NKeySeedFile)
+	if err := checkNATSSecrets(n, dir); err != nil {
+		errs = append(errs, err)
+	}
 	if ca := read("tls_ca", n.TLSCA); ca != nil && !x509.NewCertPool().AppendCertsFromPEM(ca) {
 		errs = append(errs, fmt.Errorf("nats.tls_ca: %s holds no PEM certificate", n.Path(dir, n.TLSCA)))
 	}
 	if n.TLSCert != "" && n.TLSKey != "" {
 		if _, err := tls.LoadX509KeyPair(n.Path(dir, n.TLSCert), n.Path(dir, n.TLSKey)); err != nil {
 			errs = append(errs, fmt.Errorf("nats.tls_cert and nats.tls_key: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkNATSSecrets refuses a NATS credentials or nkey seed file that
+// group or others may read or write, as the node's own identity.key is
+// refused: it holds a secret that authenticates the node to its NATS
+// deployment. A file that cannot be read is left to the caller.
+func checkNATSSecrets(n config.NATS, dir string) error {
+	if !n.Enabled() {
+		return nil
+	}
+	var errs []error
+	for _, f := range []struct{ key, path string }{{"creds_file", n.CredsFile}, {"nkey_seed_file", n.NKeySeedFile}} {
+		if f.path == "" {
+			continue
+		}
+		p := n.Path(dir, f.path)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			errs = append(errs, &config.Error{Key: "nats." + f.key, Err: fmt.Errorf("%s holds a secret and group or others may read it (mode %04o): chmod 600 %s", p, fi.Mode().Perm(), p)})
 		}
 	}
 	return errors.Join(errs...)

@@ -402,6 +402,14 @@ func TestCheckConfigNATSFiles(t *testing.T) {
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	for name, mode := range map[string]os.FileMode{"private.nk": 0o600, "shown.nk": 0o644, "group.creds": 0o640} {
+		if err := os.WriteFile(filepath.Join(h.Dir, name), []byte("SUAEXAMPLE\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(h.Dir, name), mode); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
@@ -411,6 +419,9 @@ func TestCheckConfigNATSFiles(t *testing.T) {
 		{"CA missing", map[string]string{"MEERKAT_NATS_TLS_CA": "missing-ca.pem"}, "nats.tls_ca"},
 		{"CA not PEM", map[string]string{"MEERKAT_NATS_TLS_CA": notPEM}, "holds no PEM certificate"},
 		{"creds missing", map[string]string{"MEERKAT_NATS_CREDS_FILE": "gone.creds"}, "nats.creds_file"},
+		{"seed file private", map[string]string{"MEERKAT_NATS_NKEY_SEED_FILE": "private.nk"}, ""},
+		{"seed file others may read", map[string]string{"MEERKAT_NATS_NKEY_SEED_FILE": "shown.nk"}, "nats.nkey_seed_file: " + filepath.Join(h.Dir, "shown.nk") + " holds a secret and group or others may read it (mode 0644)"},
+		{"creds file the group may read", map[string]string{"MEERKAT_NATS_CREDS_FILE": "group.creds"}, "chmod 600 " + filepath.Join(h.Dir, "group.creds")},
 		{"client certificate not a certificate", map[string]string{"MEERKAT_NATS_TLS_CERT": notPEM, "MEERKAT_NATS_TLS_KEY": notPEM}, "nats.tls_cert and nats.tls_key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -425,6 +436,20 @@ func TestCheckConfigNATSFiles(t *testing.T) {
 				t.Fatalf("config check: %v", err)
 			case tc.want != "" && (CodeOf(err) != CodeBadConfig || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("config check: %v (%s), want %s naming %q", err, CodeOf(err), CodeBadConfig, tc.want)
+			}
+			if !strings.Contains(tc.want, "secret") {
+				return
+			}
+			// And the node does not start with it (run refuses it).
+			h2, _, err := OpenHome(h.Dir, OpenOptions{LookupEnv: lookup})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := Start(h2, Options{Mode: ModeServe}); err == nil || CodeOf(err) != CodeBadConfig || !strings.Contains(err.Error(), tc.want) {
+				if n != nil {
+					n.Close()
+				}
+				t.Fatalf("start with the file: %v, want %s naming %q", err, CodeBadConfig, tc.want)
 			}
 		})
 	}

@@ -270,6 +270,11 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 			return nil, err
 		}
 	}
+	if mode == ModeServe {
+		if err := checkNATSSecrets(h.Config.NATS, h.Dir); err != nil {
+			return nil, badConfig(err)
+		}
+	}
 	list, err := trust.LoadOrEmpty(h.TrustPath())
 	if err != nil {
 		return nil, err
