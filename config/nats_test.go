@@ -59,7 +59,7 @@ func TestValidateNATS(t *testing.T) {
 		{"creds", func(c *Config) { c.NATS.CredsFile = "u.creds" }, nil},
 		{"nkey", func(c *Config) { c.NATS.NKeySeedFile = "/etc/u.nk" }, nil},
 		{"user and password", func(c *Config) { c.NATS.User, c.NATS.Password = "u", "p" }, nil},
-		{"user alone", func(c *Config) { c.NATS.User = "u" }, []string{"nats.password"}},
+		{"user alone", func(c *Config) { c.NATS.User = "u" }, nil}, // CheckPassword's, for the node that connects
 		{"password alone", func(c *Config) { c.NATS.Password = "p" }, []string{"nats.user"}},
 		{"creds and nkey", func(c *Config) { c.NATS.CredsFile, c.NATS.NKeySeedFile = "a", "b" }, []string{"nats.nkey_seed_file"}},
 		{"creds and user", func(c *Config) { c.NATS.CredsFile, c.NATS.User, c.NATS.Password = "a", "u", "p" }, []string{"nats.user"}},
@@ -531,5 +531,27 @@ func TestPasswordFileMode(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// CheckPassword asks for the password with a user, only when NATS is on:
+// the node that connects (and config check) calls it, not every command.
+func TestCheckPassword(t *testing.T) {
+	on := []string{"nats://127.0.0.1:4222"}
+	for _, tc := range []struct {
+		name    string
+		n       NATS
+		wantErr bool
+	}{
+		{"user alone", NATS{Servers: on, User: "u"}, true},
+		{"user and password", NATS{Servers: on, User: "u", Password: "p"}, false},
+		{"no user", NATS{Servers: on}, false},
+		{"user alone, NATS off", NATS{User: "u"}, false},
+	} {
+		err := tc.n.CheckPassword()
+		var ce *Error
+		if tc.wantErr != (err != nil) || (err != nil && (!errors.As(err, &ce) || ce.Key != "nats.password")) {
+			t.Errorf("%s: CheckPassword() = %v, want an error for nats.password: %v", tc.name, err, tc.wantErr)
+		}
 	}
 }

@@ -84,6 +84,19 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// CheckPassword returns an [*Error] for nats.password when nats.user is
+// set without it. It is not part of [Config.Validate]: the password is
+// often given only to the daemon (MEERKAT_NATS_PASSWORD in its
+// environment), and commands that reach the daemon, or run no node of
+// their own that connects to NATS, do not need it; the node that
+// connects, and config check, ask for it.
+func (n NATS) CheckPassword() error {
+	if n.Enabled() && n.User != "" && n.Password == "" {
+		return &Error{Key: "nats.password", Err: errors.New("must be set with nats.user (or in MEERKAT_NATS_PASSWORD)")}
+	}
+	return nil
+}
+
 // validate checks the [nats] table; each error is an [*Error] naming its
 // key. The files are not opened: their paths are only checked for form.
 func (n NATS) validate() []error {
@@ -114,10 +127,7 @@ func (n NATS) validate() []error {
 		}
 		methods = append(methods, m.key)
 	}
-	switch {
-	case n.User != "" && n.Password == "":
-		add("password", errors.New("must be set with nats.user (or in MEERKAT_NATS_PASSWORD)"))
-	case n.User == "" && n.Password != "":
+	if n.User == "" && n.Password != "" {
 		add("user", errors.New("must be set when a NATS password is given (nats.password, or MEERKAT_NATS_PASSWORD in the environment)"))
 	}
 	add("creds_file", checkFilePath(n.CredsFile))

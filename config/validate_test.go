@@ -161,7 +161,7 @@ func TestValidateAllAtOnce(t *testing.T) {
 		"outbox.max_entries", "outbox.max_bytes", "outbox.dead_letters_max", "outbox.dead_letter_hours", "audit.max_bytes",
 		"meup.protocol", "meup.proposal_ttl_secs", "mcp.pairing", "metrics.listen", "log.level", "log.format",
 		"agent.idempotency_window_secs", "agent.sent_history_hours", "agent.loop_fast_ms", "agent.loop_hold_secs",
-		"nats.servers", "nats.nkey_seed_file", "nats.user", "nats.password", "nats.creds_file", "nats.tls_key",
+		"nats.servers", "nats.nkey_seed_file", "nats.user", "nats.creds_file", "nats.tls_key",
 		"nats.subject_prefix", "nats.stream", "nats.stream_max_age_secs",
 		"nats.stream_max_bytes", "nats.stream_max_msgs", "nats.stream_replicas", "nats.dedup_window_secs",
 		"nats.reconnect_wait_ms", "nats.connect_timeout_ms",

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -614,4 +616,31 @@ func TestNATSAuditSealed(t *testing.T) {
 			return false
 		})
 	}
+}
+
+// The password of nats.user is often given to the daemon alone (in its
+// environment, as docs/operations.md sets the service up): the other
+// commands reach the daemon without it, and run and config check still
+// ask for it in an environment without it. No NATS server is needed: the
+// daemon keeps trying to connect in the background.
+func TestNATSPasswordInTheDaemonsEnvironmentOnly(t *testing.T) {
+	n := newNode(t, "pwonly")
+	n.useNATS([]string{"nats://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))}, false)
+	n.start()
+	defer n.stop()
+	without := slices.DeleteFunc(slices.Clone(n.env), func(v string) bool { return strings.HasPrefix(v, "MEERKAT_NATS_PASSWORD=") })
+	in := func(args ...string) result { return runIn(without, "", nil, append(args, "--home", n.home)...) }
+	for _, args := range [][]string{{"status"}, {"peers", "list"}, {"id"}, {"inbox"}, {"outbox"}} {
+		if r := in(args...); r.code != 0 {
+			t.Errorf("without the password: %v", r)
+		}
+	}
+	if r := in("config", "check"); r.code != exitError || !strings.Contains(r.stderr, "nats.password: must be set with nats.user") {
+		t.Errorf("config check without the password: %v, want exit %d naming nats.password", r, exitError)
+	}
+	n.stop()
+	if r := in("run"); r.code != exitError || !strings.Contains(r.stderr, "nats.password") {
+		t.Errorf("run without the password: %v, want exit %d naming nats.password", r, exitError)
+	}
+	n.start() // for the deferred stop
 }

@@ -519,15 +519,18 @@ func checkNATSFiles(n config.NATS, dir string) error {
 	return errors.Join(errs...)
 }
 
-// checkNATSSecrets refuses a NATS credentials or nkey seed file that
-// group or others may read or write, as the node's own identity.key is
-// refused: it holds a secret that authenticates the node to its NATS
-// deployment. A file that cannot be read is left to the caller.
+// checkNATSSecrets checks the secrets a node connecting to NATS needs:
+// the password that goes with nats.user (config.NATS.CheckPassword: only
+// the connecting node needs it, so a command that reaches the daemon does
+// not), and that group or others may not read a credentials or nkey seed
+// file, as the node's own identity.key is refused: it holds a secret that
+// authenticates the node to its NATS deployment. A file that cannot be
+// read is left to the caller.
 func checkNATSSecrets(n config.NATS, dir string) error {
 	if !n.Enabled() {
 		return nil
 	}
-	var errs []error
+	errs := []error{n.CheckPassword()}
 	for _, f := range []struct{ key, path string }{{"creds_file", n.CredsFile}, {"nkey_seed_file", n.NKeySeedFile}} {
 		if f.path == "" {
 			continue
