@@ -124,6 +124,8 @@ func TestCompileRefuses(t *testing.T) {
 		{"kind null", []Capability{{Kind: json.RawMessage(`null`)}}},
 		{"kind array of numbers", []Capability{{Kind: json.RawMessage(`["a",1]`)}}},
 		{"kind empty array", []Capability{{Kind: json.RawMessage(`[]`)}}},
+		{"kind empty pattern", []Capability{{Kind: json.RawMessage(`""`)}}},
+		{"kind empty pattern in an array", []Capability{{Kind: json.RawMessage(`["chat",""]`)}}},
 		{"kind missing", []Capability{{}}},
 		{"kind not JSON", []Capability{{Kind: json.RawMessage(`"x`)}}},
 		{"payload array", []Capability{{Kind: json.RawMessage(`"x"`), Payload: json.RawMessage(`[]`)}}},

@@ -326,6 +326,9 @@ func compileCap(c Capability) (compiledCap, error) {
 		if k == "*" || k == "**" {
 			cc.anyKind = true
 		}
+		if k == "" {
+			return cc, invalid("kind", "an empty pattern allows nothing (no kind is empty)")
+		}
 		p, err := compileString(k)
 		if err != nil {
 			return cc, withField(err, "kind")
@@ -339,6 +342,9 @@ func compileCap(c Capability) (compiledCap, error) {
 			s, ok := x.(string)
 			if !ok {
 				return cc, invalid("kind", "not a string or an array of strings")
+			}
+			if s == "" {
+				return cc, invalid("kind", "an empty pattern allows nothing (no kind is empty)")
 			}
 			if s == "*" || s == "**" {
 				cc.anyKind = true
