@@ -411,8 +411,14 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	}
 	if err == nil {
 		var l *trust.List
-		if l, err = trust.LoadOrEmpty(filepath.Join(dir, trust.FileName)); err == nil && cfg.Comms.RefusePlaintext() {
-			ck.Note = plaintextPeersNote(l)
+		if l, err = trust.LoadOrEmpty(filepath.Join(dir, trust.FileName)); err == nil {
+			if cfg.Comms.RefusePlaintext() {
+				ck.Note = plaintextPeersNote(l)
+			}
+			if !cfg.NATS.Enabled() {
+				ck.Note = strings.TrimPrefix(ck.Note+"; "+natsPeersNote(l), "; ")
+				ck.Note = strings.TrimSuffix(ck.Note, "; ")
+			}
 		}
 	}
 	if err == nil {
@@ -453,6 +459,29 @@ func plaintextPeersNote(l *trust.List) string {
 		return ""
 	}
 	return fmt.Sprintf("trusted_peers.json gives %s a plaintext tcp:// address, which this node refuses (comms.tcp_plaintext = \"refuse\"): every send to them fails; give their tls:// addresses", strings.Join(names, ", "))
+}
+
+// natsPeersNote names the trusted peers reached through NATS (an address
+// nats:, or a fallback to it) when the node has no NATS servers: sends to
+// the first fail, the second have no fallback. "" if none.
+func natsPeersNote(l *trust.List) string {
+	var only, fallback []string
+	for _, p := range l.Peers() {
+		switch {
+		case p.Addr.Scheme == transport.SchemeNATS:
+			only = append(only, p.Name)
+		case p.NATS:
+			fallback = append(fallback, p.Name)
+		}
+	}
+	var notes []string
+	if len(only) > 0 {
+		notes = append(notes, fmt.Sprintf("trusted_peers.json reaches %s through NATS (nats:), but nats.servers is empty: every send to them fails; set nats.servers", strings.Join(only, ", ")))
+	}
+	if len(fallback) > 0 {
+		notes = append(notes, fmt.Sprintf("trusted_peers.json lets %s fall back to NATS, but nats.servers is empty: there is no fallback", strings.Join(fallback, ", ")))
+	}
+	return strings.Join(notes, "; ")
 }
 
 // Checked is what [CheckConfig] found of a home: the path of its

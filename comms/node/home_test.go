@@ -484,6 +484,42 @@ func TestCheckConfigPlaintextPeers(t *testing.T) {
 	}
 }
 
+// Peers reached through NATS on a node with no NATS servers: config
+// check says which (the daemon would run, and every send to them fail).
+func TestCheckConfigNATSPeersWithoutServers(t *testing.T) {
+	h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	dave, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	erin, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AddPeer(h, "dave", dave.ID().String(), "nats:", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AddPeer(h, "erin", erin.ID().String(), "tcp://192.0.2.31:4200", true, ""); err != nil {
+		t.Fatal(err)
+	}
+	env := func(servers string) func(string) (string, bool) {
+		return func(k string) (string, bool) {
+			if k == "MEERKAT_NATS_SERVERS" && servers != "" {
+				return servers, true
+			}
+			return "", false
+		}
+	}
+	ck, err := CheckConfig(h.Dir, env(""), nil)
+	if err != nil || !strings.Contains(ck.Note, "reaches dave through NATS (nats:), but nats.servers is empty") ||
+		!strings.Contains(ck.Note, "lets erin fall back to NATS") || strings.Contains(ck.Note, "bob") || strings.HasPrefix(ck.Note, ";") {
+		t.Fatalf("without NATS servers: %+v, %v; want notes naming dave and erin (not bob)", ck, err)
+	}
+	if ck, err := CheckConfig(h.Dir, env("nats://127.0.0.1:4222"), nil); err != nil || ck.Note != "" {
+		t.Fatalf("with NATS servers: %+v, %v; want no note", ck, err)
+	}
+}
+
 // A listen address another program holds stops the node with the setting
 // to change named.
 func TestListenInUseNamesTheSetting(t *testing.T) {
