@@ -71,6 +71,7 @@ var allowed = map[string][]string{
 	"comms/card":          {module + "/identity"}, // slice E: agent cards
 	"comms/seal":          {module + "/identity"},
 	"internal/atomicfile": {},
+	"internal/filelock":   {},
 	"internal/filemode":   {},
 	"internal/testutil":   {},
 	"internal/natstest":   {"github.com/nats-io/nats-server/v2/"}, // real NATS servers for tests
@@ -86,7 +87,7 @@ var allowed = map[string][]string{
 	"comms/outbox/storetest": {module + "/comms/outbox", module + "/identity"},
 	"comms/space":            {module + "/comms/meup", module + "/identity", module + "/internal/atomicfile", module + "/internal/filemode"},
 	"comms/space/storetest":  {module + "/comms/space", module + "/comms/meup", module + "/identity"},
-	"trust":                  {module + "/identity", module + "/transport", module + "/internal/atomicfile", module + "/internal/filemode"},
+	"trust":                  {module + "/identity", module + "/transport", module + "/internal/atomicfile", module + "/internal/filelock", module + "/internal/filemode"},
 	"trust/pair":             {module + "/identity", module + "/transport", module + "/trust"},
 	"config":                 {module + "/transport", "github.com/BurntSushi/toml", module + "/internal/filemode"},
 	"comms":                  {module + "/comms/wire", module + "/comms/seal", module + "/identity", module + "/inbox", module + "/transport", module + "/trust"},
@@ -95,7 +96,7 @@ var allowed = map[string][]string{
 	// The node and its faces.
 	"comms/node": {module + "/comms", module + "/comms/wire", module + "/comms/outbox", module + "/comms/audit", module + "/inbox",
 		module + "/inbox/store", module + "/trust", module + "/trust/pair", module + "/config", module + "/identity",
-		module + "/transport", module + "/internal/atomicfile", module + "/internal/filemode", module + "/comms/meup", module + "/comms/space",
+		module + "/transport", module + "/internal/atomicfile", module + "/internal/filelock", module + "/internal/filemode", module + "/comms/meup", module + "/comms/space",
 		module + "/comms/metrics", module + "/comms/natsrelay",
 		module + "/comms/card"},
 	"comms/control":       {module + "/comms/node", module + "/transport", module + "/internal/sdnotify"},
