@@ -3,6 +3,7 @@ package natsrelay
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms"
 	"github.com/meerkatd/meerkatd/comms/wire"
+	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/natstest"
 	"github.com/meerkatd/meerkatd/internal/testutil"
 )
@@ -344,4 +346,90 @@ func TestJetStreamStreamLostOperatorMakesItAgain(t *testing.T) {
 			t.Fatalf("b received %q", it.Envelope.Kind.Body())
 		}
 	}
+}
+
+// A node with JetStream off sending to a peer whose subject a stream of
+// the deployment captures gets the stream's acknowledgement as the reply
+// to its request: the envelope is stored for the peer, as with JetStream
+// on, and is reported so (not as a bad ack, which a user would send again
+// under a new id).
+func TestJetStreamOffSenderToAStream(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
+	stream := makeStream(t, s.ClientURL(), 1)
+	b.connect(t, s.ClientURL(), jsNodeOpts(1)) // its durable consumer exists; then it goes away
+	b.relay.Close()
+
+	a.connect(t, s.ClientURL(), nodeOpts(0)) // JetStream off
+	ctx := ctxT(t)
+	sd, err := a.r.Seal("n1", wire.Message("to a stream"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err = a.r.Deliver(short, comms.Delivery{To: b.kp.ID(), ID: sd.ID, Payload: sd.Payload, WantAck: true})
+	cancel()
+	var off *comms.PeerOfflineError
+	if !errors.As(err, &off) || off.Reason == comms.OfflineBadAck {
+		t.Fatalf("a send the stream stored: %v, want an offline peer (its ack not come yet), not a bad ack", err)
+	}
+	if st := a.relay.Status(); st.Stored != 1 {
+		t.Fatalf("stored_in_broker %d, want 1", st.Stored)
+	}
+	if info, err := stream.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("the stream: %+v, %v; want the envelope stored", info, err)
+	}
+}
+
+func TestIsStreamAck(t *testing.T) {
+	env, err := wire.Seal(kpForTest(t), identity.NewUUID(), kpForTest(t).ID(), wire.Ack(identity.NewUUID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	envBytes, err := env.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		data string
+		want bool
+	}{
+		{`{"stream":"MEERKAT","seq":12}`, true},
+		{`{"stream":"MEERKAT","domain":"hub","seq":3,"duplicate":true}`, true},
+		{`{"stream":"","seq":12}`, false},
+		{`{"stream":"MEERKAT"}`, false},
+		{`{"error":{"code":503}}`, false},
+		{`{"stream":"MEERKAT","seq":12`, false},
+		{`[1]`, false},
+		{``, false},
+		{string(envBytes), false},
+	} {
+		if got := isStreamAck([]byte(tc.data)); got != tc.want {
+			t.Errorf("isStreamAck(%q) = %v, want %v", tc.data, got, tc.want)
+		}
+	}
+}
+
+func FuzzIsStreamAck(f *testing.F) {
+	f.Add([]byte(`{"stream":"MEERKAT","seq":12}`))
+	f.Add([]byte(`{"stream":1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if isStreamAck(data) && (len(data) == 0 || data[0] != '{' || !json.Valid(data)) {
+			t.Fatalf("isStreamAck(%q): true for what is no JSON object", data)
+		}
+		if _, err := wire.Decode(data); err == nil && isStreamAck(data) {
+			t.Fatalf("isStreamAck(%q): true for an envelope", data)
+		}
+	})
+}
+
+func kpForTest(t *testing.T) *identity.Keypair {
+	t.Helper()
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
 }

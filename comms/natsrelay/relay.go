@@ -2,6 +2,7 @@ package natsrelay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -86,13 +87,15 @@ const (
 // subjects and hands what arrives on its own subject to the Router. Create
 // it with [Start]; it is safe for concurrent use.
 type Relay struct {
-	r       *comms.Router
-	opts    Options
-	log     *slog.Logger
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	subject string // this node's own subject
-	sub     *nats.Subscription
+	r    *comms.Router
+	opts Options
+	log  *slog.Logger
+	// mixedOnce logs once that a stream stored a request (isStreamAck).
+	mixedOnce sync.Once
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	subject   string // this node's own subject
+	sub       *nats.Subscription
 
 	// JetStream: the consumer being read, and whether Close stopped it
 	// (guarded by jsMu: repairJetStream replaces it); repair wakes
@@ -492,7 +495,33 @@ func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID,
 	if err != nil {
 		return nil, false, err
 	}
+	if isStreamAck(m.Data) {
+		// A stream of the deployment captured the peer's subject and
+		// stored the envelope (nats.jetstream = true on the peers, false
+		// here): the peer gets it from there, as with JetStream on. Said
+		// as stored, not as a bad ack, so that it is not sent again
+		// under a new id.
+		rl.stored.Add(1)
+		rl.mixedOnce.Do(func() {
+			rl.log.Warn("NATS: a JetStream stream of the deployment stored an envelope this node sent as a request (nats.jetstream = false here, true on its peers?): set nats.jetstream alike on every node")
+		})
+		return nil, true, nil
+	}
 	return m.Data, false, nil
+}
+
+// isStreamAck reports whether a reply is a JetStream stream's
+// acknowledgement of a publish ({"stream": …, "seq": …}, JSON) rather than
+// a node's: an envelope is a CBOR map, never a JSON object.
+func isStreamAck(data []byte) bool {
+	if len(data) == 0 || data[0] != '{' {
+		return false
+	}
+	var ack struct {
+		Stream string `json:"stream"`
+		Seq    uint64 `json:"seq"`
+	}
+	return json.Unmarshal(data, &ack) == nil && ack.Stream != "" && ack.Seq > 0
 }
 
 // Status is what [Relay.Status] reports.
