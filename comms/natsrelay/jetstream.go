@@ -101,8 +101,9 @@ func (rl *Relay) repairJetStream() bool {
 	// stream, or deleted) ends the reading for good: the consume context
 	// closes.
 	_, err := rl.js.Stream(ctx, rl.opts.Stream)
+	streamGone := errors.Is(err, jetstream.ErrStreamNotFound)
 	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case streamGone:
 	case err != nil:
 		rl.log.Debug("NATS: cannot look at the stream", "err", err)
 		return false
@@ -141,7 +142,14 @@ func (rl *Relay) repairJetStream() bool {
 	}
 	rl.jsMu.Unlock()
 	old.Stop()
-	rl.log.Warn("NATS: the stream or this node's consumer was gone from the server (its JetStream data lost?): made again", "stream", rl.opts.Stream)
+	if streamGone {
+		rl.log.Warn("NATS: the stream was gone from the server (its JetStream data lost?): made again, with this node's consumer", "stream", rl.opts.Stream)
+	} else {
+		// The stream is there: the reading stopped or reported an error,
+		// which a server's restart also causes; the consumer was set up
+		// again as it is (nothing stored is lost by that).
+		rl.log.Info("NATS: the reading of this node's consumer stopped or failed (a server restart, or the consumer deleted): set up again", "stream", rl.opts.Stream)
+	}
 	return true
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -265,8 +266,9 @@ func TestJetStreamStreamLostIsMadeAgain(t *testing.T) {
 	url := first.ClientURL()
 	nodes := newNodes(t, 2)
 	a, b := nodes[0], nodes[1]
-	a.connect(t, url, Options{JetStream: true})
-	b.connect(t, url, Options{JetStream: true})
+	var logs testutil.SyncBuffer // both nodes'
+	a.connect(t, url, Options{JetStream: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	b.connect(t, url, Options{JetStream: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := ctxT(t)
 	if _, err := a.r.SendMessage(ctx, "n1", "before"); err != nil {
 		t.Fatalf("before the loss: %v", err)
@@ -295,6 +297,11 @@ func TestJetStreamStreamLostIsMadeAgain(t *testing.T) {
 	}
 	if _, err := js.Stream(ctx, "MEERKAT"); err != nil {
 		t.Fatalf("the stream after the repair: %v", err)
+	}
+	// The node that made the stream again says it was lost (what a
+	// server's ordinary restart does not make it say).
+	if l := logs.String(); !strings.Contains(l, "the stream was gone from the server (its JetStream data lost?)") {
+		t.Fatalf("the nodes' log after the stream was lost: %s", l)
 	}
 }
 
