@@ -262,11 +262,13 @@ Anchors (every crypto anchor signs and verifies with the node's own
 primitives, those of package identity, so that they measure what the node
 uses; the crypto anchors are CPU time of this process, as the scenarios'
 CPU per exchange is, so that a busy machine does not stretch them):
-  anchor_sign       the node's signing primitive on the real signing input of a
-                    100-byte message (CPU µs)
+  anchor_sign       the node's signing primitive on the real signing inputs of
+                    100-byte messages, 256 in turn, each with its own id (CPU µs)
   anchor_batch_sign the same signing primitive called by 16 goroutines at once,
                     which it signs in batches: CPU µs per signature
-  anchor_verify     the node's verifying primitive on the same (CPU µs)
+  anchor_verify     the node's verifying primitive on the same 256 in turn: its
+                    time follows the signature, so one repeated would flatter it
+                    (CPU µs)
   anchor_batch_verify  the node's batch verification of 64 envelopes of one
                     peer, per signature (CPU µs)
   anchor_exchange   one exchange on one goroutine with the project's code: seal the
