@@ -186,7 +186,7 @@ func (rl *Relay) consume(ctx context.Context) (jetstream.ConsumeContext, error) 
 		stream, err = js.CreateStream(ctx, cfg)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("natsrelay: stream %s: %w", o.Stream, err)
+		return nil, fmt.Errorf("natsrelay: stream %s: %w%s", o.Stream, err, rl.serverSaid())
 	}
 	durable := rl.durable()
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
@@ -199,7 +199,7 @@ func (rl *Relay) consume(ctx context.Context) (jetstream.ConsumeContext, error) 
 		MaxAckPending: maxAckPending,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("natsrelay: consumer %s on stream %s: %w", durable, o.Stream, err)
+		return nil, fmt.Errorf("natsrelay: consumer %s on stream %s: %w%s", durable, o.Stream, err, rl.serverSaid())
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		rl.arrived(m.Data(), "", m)
@@ -212,4 +212,16 @@ func (rl *Relay) consume(ctx context.Context) (jetstream.ConsumeContext, error) 
 		return nil, fmt.Errorf("natsrelay: read consumer %s: %w", durable, err)
 	}
 	return cc, nil
+}
+
+// serverSaid is, for a JetStream call that failed, what the server last
+// reported on its own (a permission violation answers nothing: the call
+// only times out), as "; the server reported: …", or "".
+func (rl *Relay) serverSaid() string {
+	rl.asyncErrMu.Lock()
+	defer rl.asyncErrMu.Unlock()
+	if rl.asyncErr == "" {
+		return ""
+	}
+	return "; the server reported: " + rl.asyncErr
 }

@@ -440,3 +440,25 @@ func kpForTest(t *testing.T) *identity.Keypair {
 	}
 	return kp
 }
+
+// A least-privilege user (docs/nats.md) may not create the stream: the
+// server answers the creation with a permission violation, on its own,
+// and the call only times out. The error says what the server reported.
+func TestJetStreamNoStreamNoRightToCreateIt(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	nodes := newNodes(t, 1)
+	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
+	opts := jsNodeOpts(0)
+	opts.Servers = []string{s.ClientURL()}
+	opts.ConnectTimeout = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rl, err := Start(ctx, nodes[0].r, opts)
+	if err == nil {
+		rl.Close()
+		t.Fatal("Start made a stream this user may not create")
+	}
+	if !strings.Contains(err.Error(), "stream MEERKAT") || !strings.Contains(err.Error(), "the server reported: ") || !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+		t.Fatalf("Start: %v; want the stream named and the server's permission violation", err)
+	}
+}
