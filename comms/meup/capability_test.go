@@ -225,6 +225,15 @@ func TestAllows(t *testing.T) {
 		{"star kind never empty", `[{"kind":"*"}]`, "", ``, true},
 		{"zero capabilities", `[]`, "chat", ``, false},
 		{"malformed payload matches no payload pattern", `[{"kind":"x","payload":{}}]`, "x", `{`, false},
+		// Two keys that differ only in letter case (U+017F folds to s; U+212A
+		// to k): a reader that folds case could take the unchecked one.
+		{"host beside hoſt", `[{"kind":"mcp/request","payload":{"params":{"arguments":{"host":"safe.example"}}}}]`, "mcp/request",
+			`{"method":"tools/call","params":{"name":"fetch","arguments":{"host":"safe.example","ho\u017ft":"evil.example"}}}`, false},
+		{"host alone", `[{"kind":"mcp/request","payload":{"params":{"arguments":{"host":"safe.example"}}}}]`, "mcp/request",
+			`{"method":"tools/call","params":{"name":"fetch","arguments":{"host":"safe.example","hosts":"x"}}}`, true},
+		{"clash anywhere in the payload", `[{"kind":"x","payload":{"a":1}}]`, "x", `{"a":1,"b":[{"Kind":1,"\u212aind":2}]}`, false},
+		{"clash under a kind-only capability", `[{"kind":"x"}]`, "x", `{"id":1,"ID":2}`, true},
+		{"empty payload pattern is a payload pattern", `[{"kind":"x","payload":{}}]`, "x", `{"id":1,"ID":2}`, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,8 +14,7 @@ import (
 // decodeStrict decodes one JSON text into the generic tree used
 // throughout the package: map[string]any, []any, string, json.Number,
 // bool and nil. It refuses invalid UTF-8, escaped lone surrogates (not
-// Unicode, so outside the JSON data model), duplicate object keys (and
-// keys of one object that differ only in letter case: keyClash),
+// Unicode, so outside the JSON data model), duplicate object keys,
 // nesting deeper than maxDepth containers and anything after the value.
 func decodeStrict(data []byte, maxDepth int) (any, error) {
 	v, _, err := decodeStrictMember(data, maxDepth, "")
@@ -55,8 +54,7 @@ var errDepth = errors.New("nested too deep")
 
 // checkStructure walks data as JSON text, in order, for what
 // encoding/json lets through: an object or array nested deeper than
-// maxDepth containers (errDepth) and an object holding a key twice, or
-// two keys that differ only in letter case (keyClash). It
+// maxDepth containers (errDepth) and an object holding a key twice. It
 // returns the value of the top-level object's member key as data holds it
 // (nil if none). The rest of the grammar is the decoder's to check: on
 // text that is not JSON it returns nil or one of those errors, in linear
@@ -136,58 +134,72 @@ func (e inMemberError) Unwrap() error { return e.error }
 // jsonLevel is an object or array checkStructure is in.
 type jsonLevel struct {
 	object  bool
-	wantKey bool      // in an object, the next string is a key
-	keys    []seenKey // the object's keys, while there are few
-	many    map[string][]byte
+	wantKey bool     // in an object, the next string is a key
+	keys    [][]byte // the object's keys, while there are few
+	many    map[string]struct{}
 }
 
-// seenKey is a key of an object: as written, and folded (foldKey).
-type seenKey struct{ fold, key []byte }
-
-// seen returns an error if the object already has key k, or a key that
-// differs from it only in letter case, and notes k.
+// seen returns an error if the object already has key k, and notes k.
 func (l *jsonLevel) seen(k []byte) error {
-	f := foldKey(k)
-	var prev []byte
 	if l.many != nil {
-		prev = l.many[string(f)]
-	} else {
-		for _, x := range l.keys {
-			if bytes.Equal(x.fold, f) {
-				prev = x.key
-				break
-			}
+		if _, ok := l.many[string(k)]; ok {
+			return duplicateKey(k)
 		}
-	}
-	if prev != nil {
-		return keyClash(string(prev), string(k))
-	}
-	if l.many == nil && len(l.keys) < 16 {
-		l.keys = append(l.keys, seenKey{f, k})
+		l.many[string(k)] = struct{}{}
 		return nil
 	}
-	if l.many == nil {
-		l.many = make(map[string][]byte, 2*len(l.keys))
-		for _, x := range l.keys {
-			l.many[string(x.fold)] = x.key
+	for _, x := range l.keys {
+		if bytes.Equal(x, k) {
+			return duplicateKey(k)
 		}
-		l.keys = nil
 	}
-	l.many[string(f)] = k
+	if len(l.keys) < 16 {
+		l.keys = append(l.keys, k)
+		return nil
+	}
+	l.many = make(map[string]struct{}, 2*len(l.keys))
+	for _, x := range l.keys {
+		l.many[string(x)] = struct{}{}
+	}
+	l.keys = nil
+	l.many[string(k)] = struct{}{}
 	return nil
 }
 
-// keyClash is the error for an object's key k after an earlier key prev
-// that equals it or differs from it only in letter case. Member names are
-// case-sensitive, but a reader that folds case (as Go's encoding/json
-// does for struct fields, U+017F LATIN SMALL LETTER LONG S for s or
-// U+212A KELVIN SIGN for k included) would take both for one member, the
-// later one's value over the one a capability was checked against.
-func keyClash(prev, k string) error {
-	if prev == k {
-		return errors.New("duplicate object key " + quoteShort(k))
+func duplicateKey(k []byte) error { return errors.New("duplicate object key " + quoteShort(string(k))) }
+
+// foldClash reports whether an object in v (a decoded tree, at any depth)
+// holds two keys that differ only in letter case: Unicode simple case
+// folding, so "host" and "hoſt" (U+017F LATIN SMALL LETTER LONG S). Member
+// names are case-sensitive, but a reader that folds case (as Go's
+// encoding/json does for struct fields) takes both for one member, the
+// later one's value over the one a payload pattern was checked against.
+func foldClash(v any) bool {
+	switch v := v.(type) {
+	case map[string]any:
+		if len(v) > 1 {
+			folded := make(map[string]struct{}, len(v))
+			for k := range v {
+				f := string(foldKey([]byte(k)))
+				if _, dup := folded[f]; dup {
+					return true
+				}
+				folded[f] = struct{}{}
+			}
+		}
+		for _, x := range v {
+			if foldClash(x) {
+				return true
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if foldClash(x) {
+				return true
+			}
+		}
 	}
-	return errors.New("object keys " + quoteShort(prev) + " and " + quoteShort(k) + " differ only in letter case")
+	return false
 }
 
 // foldKey returns k with every character replaced by the least of those

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -89,7 +90,7 @@ func tokenReadValue(d *json.Decoder, depth, maxDepth int, top *tokenMember) (any
 		switch t {
 		case '{':
 			m := make(map[string]any)
-			var keys []string // in order, to be compared with strings.EqualFold
+			var keys []string // in order
 			for d.More() {
 				kt, err := d.Token()
 				if err != nil {
@@ -99,10 +100,8 @@ func tokenReadValue(d *json.Decoder, depth, maxDepth int, top *tokenMember) (any
 				if !ok {
 					return nil, errors.New("malformed JSON")
 				}
-				for _, seen := range keys {
-					if strings.EqualFold(seen, k) {
-						return nil, keyClash(seen, k)
-					}
+				if slices.Contains(keys, k) {
+					return nil, errors.New("duplicate object key " + quoteShort(k))
 				}
 				keys = append(keys, k)
 				start := d.InputOffset() // just after the key: then the colon, the value

@@ -645,13 +645,18 @@ func allowsWork(e Envelope, ms []*Matcher, w *work) bool {
 
 // decodePayload decodes an envelope's payload for matching. An absent or
 // non-object payload is matched as an empty object; one that does not
-// decode (Parse and Validate refuse it) matches no payload pattern.
+// decode (Parse and Validate refuse it), or holds an object with two keys
+// that differ only in letter case (foldClash), matches no payload
+// pattern.
 func decodePayload(raw json.RawMessage) (any, bool) {
 	if len(raw) == 0 {
 		return map[string]any{}, false
 	}
 	v, err := decodeStrict(raw, MaxDepth)
-	if err != nil {
+	if err != nil || foldClash(v) {
+		// Two keys that differ only in letter case: which one a reader
+		// takes is unclear, so no payload pattern is trusted to have
+		// checked it (a capability of the kind alone still matches).
 		return nil, true
 	}
 	if _, ok := v.(map[string]any); !ok {

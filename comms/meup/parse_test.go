@@ -223,10 +223,8 @@ func TestParse(t *testing.T) {
 		{"mcp/request METHOD", envJSON(t, kindPayload(KindMCPRequest, map[string]any{"method": "tools/list", "METHOD": "tools/call"})), ReasonInvalidEnvelope, "payload"},
 		{"chat Text beside text", envJSON(t, kindPayload(KindChat, map[string]any{"text": "hi", "Text": "ho"})), ReasonInvalidEnvelope, "payload"},
 		{"chat other members kept", envJSON(t, kindPayload(KindChat, map[string]any{"text": "hi", "format": "plain", "texts": "x"})), "", ""},
-		{"unknown kind any case", envJSON(t, kindPayload("x-custom", map[string]any{"Text": "a", "text": "b"})), ReasonInvalidEnvelope, "payload"},
-		{"nested long s", envJSON(t, kindPayload(KindMCPRequest, map[string]any{"method": "tools/call", "params": map[string]any{"name": "fetch", "arguments": map[string]any{"host": "safe.example", "ho\u017ft": "evil.example"}}})), ReasonInvalidEnvelope, "payload"},
-		{"nested in an array", envJSON(t, kindPayload("x-custom", map[string]any{"list": []any{map[string]any{"id": 1, "ID": 2}}})), ReasonInvalidEnvelope, "payload"},
-		{"nested distinct keys kept", envJSON(t, kindPayload("x-custom", map[string]any{"a": map[string]any{"id": 1, "ids": 2, "\u00e9": 3, "\u00c8": 4}})), "", ""},
+		{"unknown kind any case", envJSON(t, kindPayload("x-custom", map[string]any{"Text": "a", "text": "b"})), "", ""},
+		{"nested keys in any case", envJSON(t, kindPayload("x-custom", map[string]any{"result": map[string]any{"id": 1, "ID": 2}})), "", ""}, // matches no payload pattern (TestPayloadPatternFoldClash)
 		{"chat empty text", envJSON(t, kindPayload(KindChat, map[string]any{"text": ""})), "", ""},
 		{"reasoning/thought", envJSON(t, kindPayload(KindReasoningThought, map[string]any{})), "", ""},
 		{"reasoning/cancel", envJSON(t, kindPayload("reasoning/cancel", map[string]any{})), "", ""},
