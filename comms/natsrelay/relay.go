@@ -90,7 +90,7 @@ type Relay struct {
 	r    *comms.Router
 	opts Options
 	log  *slog.Logger
-	// mixedOnce logs once that a stream stored a request (isStreamAck).
+	// mixedOnce logs once that a stream answered a request (isStreamAck).
 	mixedOnce sync.Once
 	nc        *nats.Conn
 	js        jetstream.JetStream
@@ -496,19 +496,26 @@ func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID,
 		return nil, false, err
 	}
 	if isStreamAck(m.Data) {
-		// A stream of the deployment captured the peer's subject and
-		// stored the envelope (nats.jetstream = true on the peers, false
-		// here): the peer gets it from there, as with JetStream on. Said
-		// as stored, not as a bad ack, so that it is not sent again
-		// under a new id.
-		rl.stored.Add(1)
+		// A stream of the deployment captures the node subjects
+		// (nats.jetstream = true on other nodes, false here): it stored
+		// the request and answered first. The peer may get the envelope
+		// from the stream, or took it directly and its ack was dropped
+		// (a request takes the first reply): neither acked nor known to
+		// be stored. Said for what it is, in status too, rather than as
+		// an invalid ack.
 		rl.mixedOnce.Do(func() {
-			rl.log.Warn("NATS: a JetStream stream of the deployment stored an envelope this node sent as a request (nats.jetstream = false here, true on its peers?): set nats.jetstream alike on every node")
+			rl.log.Warn("NATS: " + errStreamAck.Error())
 		})
-		return nil, true, nil
+		rl.asyncErrMu.Lock()
+		rl.asyncErr = errStreamAck.Error()
+		rl.asyncErrMu.Unlock()
+		return nil, false, errStreamAck
 	}
 	return m.Data, false, nil
 }
+
+// errStreamAck is the error of a request a stream answered (isStreamAck).
+var errStreamAck = errors.New("natsrelay: a JetStream stream of the NATS deployment answered this node's request (its nats.jetstream is false, and a stream captures the node subjects): the envelope may have been stored or delivered, but no peer acknowledged it; set nats.jetstream alike on every node (check message_status before sending it again)")
 
 // isStreamAck reports whether a reply is a JetStream stream's
 // acknowledgement of a publish ({"stream": …, "seq": …}, JSON) rather than
