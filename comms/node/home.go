@@ -551,9 +551,9 @@ func checkNATSFiles(n config.NATS, dir string) error {
 // checkNATSSecrets checks the secrets a node connecting to NATS needs:
 // the password that goes with nats.user (config.NATS.CheckPassword: only
 // the connecting node needs it, so a command that reaches the daemon does
-// not), and that group or others may not read a credentials or nkey seed
-// file, as the node's own identity.key is refused: it holds a secret that
-// authenticates the node to its NATS deployment. A file that cannot be
+// not), and that others may not read a credentials or nkey seed file
+// (nor its group write it): it holds a secret that authenticates the node
+// to its NATS deployment. A file that cannot be
 // read is left to the caller.
 func checkNATSSecrets(n config.NATS, dir string) error {
 	if !n.Enabled() {
@@ -565,8 +565,10 @@ func checkNATSSecrets(n config.NATS, dir string) error {
 			continue
 		}
 		p := n.Path(dir, f.path)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o077 != 0 {
-			errs = append(errs, &config.Error{Key: "nats." + f.key, Err: fmt.Errorf("%s holds a secret and group or others may read it (mode %04o): chmod 600 %s", p, fi.Mode().Perm(), p)})
+		// Others may not read it, nor the group write it; the group may
+		// read it (a service's group given a root-owned file, 0640).
+		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o027 != 0 {
+			errs = append(errs, &config.Error{Key: "nats." + f.key, Err: fmt.Errorf("%s holds a secret and others may read it or the group write it (mode %04o): chmod 600 %s (or 640)", p, fi.Mode().Perm(), p)})
 		}
 	}
 	return errors.Join(errs...)

@@ -402,7 +402,7 @@ func TestCheckConfigNATSFiles(t *testing.T) {
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for name, mode := range map[string]os.FileMode{"private.nk": 0o600, "shown.nk": 0o644, "group.creds": 0o640} {
+	for name, mode := range map[string]os.FileMode{"private.nk": 0o600, "shown.nk": 0o644, "group.creds": 0o640, "groupw.creds": 0o660} {
 		if err := os.WriteFile(filepath.Join(h.Dir, name), []byte("SUAEXAMPLE\n"), mode); err != nil {
 			t.Fatal(err)
 		}
@@ -420,8 +420,9 @@ func TestCheckConfigNATSFiles(t *testing.T) {
 		{"CA not PEM", map[string]string{"MEERKAT_NATS_TLS_CA": notPEM}, "holds no PEM certificate"},
 		{"creds missing", map[string]string{"MEERKAT_NATS_CREDS_FILE": "gone.creds"}, "nats.creds_file"},
 		{"seed file private", map[string]string{"MEERKAT_NATS_NKEY_SEED_FILE": "private.nk"}, ""},
-		{"seed file others may read", map[string]string{"MEERKAT_NATS_NKEY_SEED_FILE": "shown.nk"}, "nats.nkey_seed_file: " + filepath.Join(h.Dir, "shown.nk") + " holds a secret and group or others may read it (mode 0644)"},
-		{"creds file the group may read", map[string]string{"MEERKAT_NATS_CREDS_FILE": "group.creds"}, "chmod 600 " + filepath.Join(h.Dir, "group.creds")},
+		{"seed file others may read", map[string]string{"MEERKAT_NATS_NKEY_SEED_FILE": "shown.nk"}, "nats.nkey_seed_file: " + filepath.Join(h.Dir, "shown.nk") + " holds a secret and others may read it or the group write it (mode 0644)"},
+		{"creds file the group may read", map[string]string{"MEERKAT_NATS_CREDS_FILE": "group.creds"}, ""},
+		{"creds file the group may write", map[string]string{"MEERKAT_NATS_CREDS_FILE": "groupw.creds"}, "chmod 600 " + filepath.Join(h.Dir, "groupw.creds")},
 		{"client certificate not a certificate", map[string]string{"MEERKAT_NATS_TLS_CERT": notPEM, "MEERKAT_NATS_TLS_KEY": notPEM}, "nats.tls_cert and nats.tls_key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
