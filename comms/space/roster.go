@@ -350,8 +350,8 @@ func checkSpaceName(name string) error {
 }
 
 // checkParticipantID requires a participant id to be 1 to meup.MaxIDLen
-// bytes of valid UTF-8, printable characters without spaces, so that it
-// prints as one word and compares byte for byte.
+// bytes of valid UTF-8 without spaces, control characters or invisible
+// ones, so that it prints as one word and compares byte for byte.
 func checkParticipantID(id string) error {
 	if id == "" {
 		return errors.New("empty")
@@ -360,14 +360,26 @@ func checkParticipantID(id string) error {
 		return fmt.Errorf("%d bytes, over the limit of %d", len(id), meup.MaxIDLen)
 	}
 	for _, r := range id {
-		// Only printable characters: a format character (U+200B ZERO
-		// WIDTH SPACE, U+202E RIGHT-TO-LEFT OVERRIDE) would make an id
-		// that reads as another member's.
-		if r == unicode.ReplacementChar || unicode.IsSpace(r) || !unicode.IsPrint(r) {
-			return errors.New("holds a space, a control or format character, or invalid UTF-8")
+		if r == unicode.ReplacementChar || unicode.IsControl(r) || unicode.IsSpace(r) || invisible(r) {
+			return errors.New("holds a space, a control character, an invisible one or invalid UTF-8")
 		}
 	}
 	return nil
+}
+
+// invisible reports whether r shows as nothing, so that an id holding it
+// would read as another member's: the bidirectional controls (U+202E
+// RIGHT-TO-LEFT OVERRIDE…), the zero-width spaces and joiners that join
+// nothing (U+200B, U+2060, U+FEFF…), the soft hyphen, the Hangul and
+// Braille fillers, the combining grapheme joiner. U+200D ZERO WIDTH JOINER
+// and the variation selectors stay allowed: emoji are made of them
+// ("dev👨‍💻", "❤️").
+func invisible(r rune) bool {
+	switch r {
+	case 0x00AD, 0x180E, 0x200B, 0x2060, 0x2061, 0x2062, 0x2063, 0x2064, 0xFEFF, 0x2800:
+		return true
+	}
+	return unicode.Is(unicode.Bidi_Control, r) || unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r)
 }
 
 // checkCapabilities bounds a capability set and compiles it.
