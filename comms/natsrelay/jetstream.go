@@ -122,6 +122,9 @@ func (rl *Relay) repairJetStream() bool {
 			}
 		}
 	}
+	rl.jsMu.Lock()
+	madeBefore := rl.consumerMade
+	rl.jsMu.Unlock()
 	cc, err := rl.consume(ctx)
 	if err != nil {
 		rl.consumeErr.Store(true) // read anew at the next try
@@ -140,15 +143,21 @@ func (rl *Relay) repairJetStream() bool {
 	} else {
 		rl.cc = cc
 	}
+	madeNow := !rl.consumerMade.Equal(madeBefore)
 	rl.jsMu.Unlock()
 	old.Stop()
-	if streamGone {
+	switch {
+	case streamGone:
 		rl.log.Warn("NATS: the stream was gone from the server (its JetStream data lost?): made again, with this node's consumer", "stream", rl.opts.Stream)
-	} else {
-		// The stream is there: the reading stopped or reported an error,
-		// which a server's restart also causes; the consumer was set up
-		// again as it is (nothing stored is lost by that).
-		rl.log.Info("NATS: the reading of this node's consumer stopped or failed (a server restart, or the consumer deleted): set up again", "stream", rl.opts.Stream)
+	case madeNow:
+		// Another node made the stream again first, or the consumer
+		// was deleted: what it held for this node is gone.
+		rl.log.Warn("NATS: this node's consumer was gone from the server (the stream made again, or the consumer deleted; envelopes stored for this node lost?): made again", "stream", rl.opts.Stream)
+	default:
+		// The stream and the consumer are there, as they were: the
+		// reading stopped or reported an error, which a server's
+		// restart also causes.
+		rl.log.Info("NATS: the reading of this node's consumer stopped or failed (a server restart?): set up again", "stream", rl.opts.Stream)
 	}
 	return true
 }
@@ -200,6 +209,11 @@ func (rl *Relay) consume(ctx context.Context) (jetstream.ConsumeContext, error) 
 	})
 	if err != nil {
 		return nil, fmt.Errorf("natsrelay: consumer %s on stream %s: %w%s", durable, o.Stream, err, rl.serverSaid())
+	}
+	if info := cons.CachedInfo(); info != nil {
+		rl.jsMu.Lock()
+		rl.consumerMade = info.Created // when the server made it: another time than the last means made anew
+		rl.jsMu.Unlock()
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		rl.arrived(m.Data(), "", m)

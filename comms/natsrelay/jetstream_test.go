@@ -298,10 +298,16 @@ func TestJetStreamStreamLostIsMadeAgain(t *testing.T) {
 	if _, err := js.Stream(ctx, "MEERKAT"); err != nil {
 		t.Fatalf("the stream after the repair: %v", err)
 	}
-	// The node that made the stream again says it was lost (what a
-	// server's ordinary restart does not make it say).
-	if l := logs.String(); !strings.Contains(l, "the stream was gone from the server (its JetStream data lost?)") {
-		t.Fatalf("the nodes' log after the stream was lost: %s", l)
+	// The node that made the stream again says it was lost; the other,
+	// finding the stream made, says its consumer was gone (nothing a
+	// server's ordinary restart makes them say). b's consumer was made
+	// again in any case.
+	said := logs.String()
+	if !strings.Contains(said, "the stream was gone from the server (its JetStream data lost?)") {
+		t.Fatalf("the nodes' log after the stream was lost: %s", said)
+	}
+	if strings.Contains(said, "level=INFO msg=\"NATS: the reading of this node's consumer stopped or failed") {
+		t.Fatalf("a node took the loss for a restart: %s", said)
 	}
 }
 
@@ -458,4 +464,39 @@ func TestJetStreamNoStreamNoRightToCreateIt(t *testing.T) {
 	if !strings.Contains(err.Error(), "stream MEERKAT") || !strings.Contains(err.Error(), "the server reported: ") || !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
 		t.Fatalf("Start: %v; want the stream named and the server's permission violation", err)
 	}
+}
+
+// A node's consumer deleted while its stream stays (an operator's
+// mistake, or another node that made the stream again first): the node
+// makes it again and says it was gone, at warn, not as a restart.
+func TestJetStreamConsumerDeletedIsMadeAgain(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
+	makeStream(t, s.ClientURL(), 1)
+	var logs testutil.SyncBuffer
+	opts := jsNodeOpts(1)
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	b.connect(t, s.ClientURL(), opts)
+	a.connect(t, s.ClientURL(), jsNodeOpts(0))
+	ctx := ctxT(t)
+	admin := rawConn(t, s.ClientURL(), nats.UserInfo(natstest.Admin, natstest.Admin))
+	ajs, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ajs.DeleteConsumer(ctx, "MEERKAT", b.relay.durable()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "b's consumer made again", func() bool {
+		return strings.Contains(logs.String(), "this node's consumer was gone from the server")
+	})
+	if strings.Contains(logs.String(), "a server restart?") {
+		t.Fatalf("the deletion taken for a restart: %s", logs.String())
+	}
+	if _, err := a.r.SendMessage(ctx, "n1", "after"); err != nil {
+		t.Fatalf("a send through the consumer made again: %v", err)
+	}
+	waitItems(t, b, 1)
 }

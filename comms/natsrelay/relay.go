@@ -100,11 +100,15 @@ type Relay struct {
 	// JetStream: the consumer being read, and whether Close stopped it
 	// (guarded by jsMu: repairJetStream replaces it); repair wakes
 	// repairLoop (nil without JetStream).
-	jsMu       sync.Mutex
-	cc         jetstream.ConsumeContext
-	jsClosed   bool
-	repair     chan struct{}
-	consumeErr atomic.Bool // the consumer reported an error: read anew
+	jsMu     sync.Mutex
+	cc       jetstream.ConsumeContext
+	jsClosed bool
+	// consumerMade is when the server made this node's consumer, as the
+	// last setup found it (guarded by jsMu): another time after a repair
+	// means it was gone and made anew.
+	consumerMade time.Time
+	repair       chan struct{}
+	consumeErr   atomic.Bool // the consumer reported an error: read anew
 
 	replies chan reply
 	done    chan struct{}
