@@ -476,10 +476,10 @@ func natsPeersNote(l *trust.List) string {
 	}
 	var notes []string
 	if len(only) > 0 {
-		notes = append(notes, fmt.Sprintf("trusted_peers.json reaches %s through NATS (nats:), but nats.servers is empty: every send to them fails; set nats.servers", strings.Join(only, ", ")))
+		notes = append(notes, fmt.Sprintf("trusted_peers.json reaches %s through NATS (nats:), but nats.servers is empty (in this environment): every send to them fails unless the daemon's sets it", strings.Join(only, ", ")))
 	}
 	if len(fallback) > 0 {
-		notes = append(notes, fmt.Sprintf("trusted_peers.json lets %s fall back to NATS, but nats.servers is empty: there is no fallback", strings.Join(fallback, ", ")))
+		notes = append(notes, fmt.Sprintf("trusted_peers.json lets %s fall back to NATS, but nats.servers is empty (in this environment): there is no fallback unless the daemon's sets it", strings.Join(fallback, ", ")))
 	}
 	return strings.Join(notes, "; ")
 }
