@@ -308,7 +308,7 @@ func TestCheckCall(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":true,"method":"tools/call","params":{"name":"list_peers","arguments":{}}}`, codeInvalidRequest},
 		{`{"jsonrpc":"2.0","id":"x","method":"ping"}`, 0},
 		{`{"jsonrpc":"2.0","id":-7.5,"method":"ping"}`, 0},
-		{`{"jsonrpc":"2.0","id":{"a":1},"result":{}}`, 0}, // a response, never answered
+		{`{"jsonrpc":"2.0","id":{"a":1},"result":{}}`, 0},                        // a response, never answered
 		{`[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`, codeInvalidRequest}, // a batch
 		{` [] ` + "\n", codeInvalidRequest},
 		{`[{"jsonrpc":"2.0",`, 0}, // not JSON: mcp-go's parse error
