@@ -6,6 +6,9 @@ FUZZTIME ?= 3s
 COUNT    ?= 6
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS  := -X main.version=$(VERSION)
+# The CPU profile make build optimises with (profile-guided optimisation;
+# make pgo refreshes it). PGO=off builds without it.
+PGO      ?= cmd/meerkatd/meerkatd.pgo
 NATSBENCH ?= bin/natsbench
 NATSSERVER ?= bin/nats-server
 NATS_PORT ?= 4222
@@ -14,15 +17,23 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Where make install puts bin/meerkatd: ~/.local for a user, /usr/local for root.
 PREFIX   ?= $(if $(filter 0,$(shell id -u)),/usr/local,$(HOME)/.local)
 
-.PHONY: help build install uninstall run test natstest nats-dev race alloc benchsmoke fuzz e2e bench benchquick lint clean
+.PHONY: help build pgo install uninstall run test natstest nats-dev race alloc benchsmoke fuzz e2e bench benchquick lint clean
 
 ## help: list the targets
 help:
 	@sed -n 's/^## //p' $(MAKEFILE_LIST) | column -t -s ':'
 
-## build: build bin/meerkatd
+## build: build bin/meerkatd, optimised with the profile cmd/meerkatd/meerkatd.pgo (PGO=off builds without it)
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meerkatd
+	$(GO) build -trimpath -pgo=$(PGO) -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meerkatd
+
+## pgo: refresh cmd/meerkatd/meerkatd.pgo from the CPU profiles of every process of a bench run (sequential and pipelined, over UDS and TCP), then build with it
+pgo:
+	$(GO) build -trimpath -pgo=off -o $(BIN) ./cmd/meerkatd
+	@set -e; dir=$$(mktemp -d "$${TMPDIR:-/tmp}/meerkatd-pgo.XXXXXX"); trap 'rm -rf "$$dir"' EXIT; \
+	MEERKATD_CPUPROFILE="$$dir/p-%p.prof" ./$(BIN) bench --only sequential,pipelined --transport uds,tcp --reps 1 --msgs 5000 > "$$dir/bench.out"; \
+	$(GO) tool pprof -proto "$$dir"/p-*.prof > cmd/meerkatd/meerkatd.pgo
+	$(MAKE) build
 
 ## install: build and copy meerkatd to $(PREFIX)/bin (PREFIX defaults to ~/.local, or /usr/local as root)
 install: build
@@ -43,7 +54,7 @@ test:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) alloc benchsmoke
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
-	$(MAKE) e2e
+	$(MAKE) e2e PGO=off
 	$(MAKE) natstest
 
 ## natstest: the NATS comparison module's own tests (bench/nats is a separate Go module)
