@@ -32,7 +32,8 @@ pgo:
 	$(GO) build -trimpath -pgo=off -o $(BIN) ./cmd/meerkatd
 	@set -e; dir=$$(mktemp -d "$${TMPDIR:-/tmp}/meerkatd-pgo.XXXXXX"); trap 'rm -rf "$$dir"' EXIT; \
 	MEERKATD_CPUPROFILE="$$dir/p-%p.prof" ./$(BIN) bench --only sequential,pipelined --transport uds,tcp --reps 1 --msgs 5000 > "$$dir/bench.out"; \
-	$(GO) tool pprof -proto "$$dir"/p-*.prof > cmd/meerkatd/meerkatd.pgo
+	$(GO) tool pprof -proto "$$dir"/p-*.prof > "$$dir/merged.pgo"; \
+	$(GO) run ./internal/pgoclean "$$dir/merged.pgo" cmd/meerkatd/meerkatd.pgo
 	$(MAKE) build
 
 ## install: build and copy meerkatd to $(PREFIX)/bin (PREFIX defaults to ~/.local, or /usr/local as root)
