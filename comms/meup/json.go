@@ -180,7 +180,7 @@ func foldClash(v any) bool {
 		if len(v) > 1 {
 			folded := make(map[string]struct{}, len(v))
 			for k := range v {
-				f := string(foldKey([]byte(k)))
+				f := foldKey(k)
 				if _, dup := folded[f]; dup {
 					return true
 				}
@@ -206,9 +206,9 @@ func foldClash(v any) bool {
 // it folds with (its unicode.SimpleFold orbit), so that two keys have the
 // same foldKey exactly when strings.EqualFold takes them for equal. k is
 // valid UTF-8.
-func foldKey(k []byte) []byte {
+func foldKey(k string) string {
 	out := make([]byte, 0, len(k))
-	for _, r := range string(k) {
+	for _, r := range k {
 		if r < utf8.RuneSelf {
 			if 'a' <= r && r <= 'z' {
 				r -= 'a' - 'A'
@@ -222,7 +222,7 @@ func foldKey(k []byte) []byte {
 		}
 		out = utf8.AppendRune(out, least)
 	}
-	return out
+	return string(out)
 }
 
 // hasLoneSurrogate reports whether a JSON string in data holds a \u

@@ -394,7 +394,11 @@ func TestJetStreamOffSenderToAStream(t *testing.T) {
 }
 
 func TestIsStreamAck(t *testing.T) {
-	env, err := wire.Seal(kpForTest(t), identity.NewUUID(), kpForTest(t).ID(), wire.Ack(identity.NewUUID()))
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := wire.Seal(kp, identity.NewUUID(), kp.ID(), wire.Ack(identity.NewUUID()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,15 +437,6 @@ func FuzzIsStreamAck(f *testing.F) {
 			t.Fatalf("isStreamAck(%q): true for an envelope", data)
 		}
 	})
-}
-
-func kpForTest(t *testing.T) *identity.Keypair {
-	t.Helper()
-	kp, err := identity.GenerateKeypair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kp
 }
 
 // A least-privilege user (docs/nats.md) may not create the stream: the

@@ -87,15 +87,13 @@ const (
 // subjects and hands what arrives on its own subject to the Router. Create
 // it with [Start]; it is safe for concurrent use.
 type Relay struct {
-	r    *comms.Router
-	opts Options
-	log  *slog.Logger
-	// mixedOnce logs once that a stream answered a request (isStreamAck).
-	mixedOnce sync.Once
-	nc        *nats.Conn
-	js        jetstream.JetStream
-	subject   string // this node's own subject
-	sub       *nats.Subscription
+	r       *comms.Router
+	opts    Options
+	log     *slog.Logger
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	subject string // this node's own subject
+	sub     *nats.Subscription
 
 	// JetStream: the consumer being read, and whether Close stopped it
 	// (guarded by jsMu: repairJetStream replaces it); repair wakes
@@ -125,7 +123,15 @@ type Relay struct {
 	received   atomic.Uint64
 	refused    atomic.Uint64
 	asyncErrMu sync.Mutex
-	asyncErr   string // the last error the server reported (a permission violation…)
+	asyncErr   string    // the last error the server reported (a permission violation…)
+	mixedOnce  sync.Once // logs once that a stream answered a request (isStreamAck)
+}
+
+// setLastError notes msg as the last error, which Status reports.
+func (rl *Relay) setLastError(msg string) {
+	rl.asyncErrMu.Lock()
+	rl.asyncErr = msg
+	rl.asyncErrMu.Unlock()
 }
 
 // reply is an admitted (or refused) envelope whose answer is still to go.
@@ -280,9 +286,7 @@ func (rl *Relay) natsOptions() ([]nats.Option, error) {
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { rl.log.Info("NATS connection closed") }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			rl.asyncErrMu.Lock()
-			rl.asyncErr = err.Error()
-			rl.asyncErrMu.Unlock()
+			rl.setLastError(err.Error())
 			rl.log.Warn("NATS error", "err", err)
 		}),
 	}
@@ -510,9 +514,7 @@ func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID,
 		rl.mixedOnce.Do(func() {
 			rl.log.Warn("NATS: " + errStreamAck.Error())
 		})
-		rl.asyncErrMu.Lock()
-		rl.asyncErr = errStreamAck.Error()
-		rl.asyncErrMu.Unlock()
+		rl.setLastError(errStreamAck.Error())
 		return nil, false, errStreamAck
 	}
 	return m.Data, false, nil

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/meerkatd/meerkatd/comms/audit"
@@ -416,8 +417,7 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 				ck.Note = plaintextPeersNote(l)
 			}
 			if !cfg.NATS.Enabled() {
-				ck.Note = strings.TrimPrefix(ck.Note+"; "+natsPeersNote(l), "; ")
-				ck.Note = strings.TrimSuffix(ck.Note, "; ")
+				ck.Note = joinNotes(ck.Note, natsPeersNote(l))
 			}
 		}
 	}
@@ -435,7 +435,7 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 		if lerr == nil {
 			unlock()
 		} else if errors.Is(lerr, ErrHomeServed) {
-			ck.Note = strings.TrimPrefix(ck.Note+"; a daemon serves this home, so its database was opened but not read through for damage (that would hold up the daemon); stop the daemon for the full check", "; ")
+			ck.Note = joinNotes(ck.Note, "a daemon serves this home, so its database was opened but not read through for damage (that would hold up the daemon); stop the daemon for the full check")
 		}
 		err = store.Check(filepath.Join(dir, DBFileName), lerr == nil)
 	}
@@ -481,7 +481,12 @@ func natsPeersNote(l *trust.List) string {
 	if len(fallback) > 0 {
 		notes = append(notes, fmt.Sprintf("trusted_peers.json lets %s fall back to NATS, but nats.servers is empty (in this environment): there is no fallback unless the daemon's sets it", strings.Join(fallback, ", ")))
 	}
-	return strings.Join(notes, "; ")
+	return joinNotes(notes...)
+}
+
+// joinNotes joins the notes that are not "" with "; ".
+func joinNotes(notes ...string) string {
+	return strings.Join(slices.DeleteFunc(notes, func(n string) bool { return n == "" }), "; ")
 }
 
 // Checked is what [CheckConfig] found of a home: the path of its
@@ -553,8 +558,8 @@ func checkNATSFiles(n config.NATS, dir string) error {
 // the connecting node needs it, so a command that reaches the daemon does
 // not), and that others may not read a credentials or nkey seed file
 // (nor its group write it): it holds a secret that authenticates the node
-// to its NATS deployment. A file that cannot be
-// read is left to the caller.
+// to its NATS deployment. A file that cannot be read is left to the
+// caller.
 func checkNATSSecrets(n config.NATS, dir string) error {
 	if !n.Enabled() {
 		return nil

@@ -489,19 +489,17 @@ func TestCheckConfigPlaintextPeers(t *testing.T) {
 // check says which (the daemon would run, and every send to them fail).
 func TestCheckConfigNATSPeersWithoutServers(t *testing.T) {
 	h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
-	dave, err := identity.GenerateKeypair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	erin, err := identity.GenerateKeypair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := AddPeer(h, "dave", dave.ID().String(), "nats:", false, ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := AddPeer(h, "erin", erin.ID().String(), "tcp://192.0.2.31:4200", true, ""); err != nil {
-		t.Fatal(err)
+	for _, p := range []struct {
+		name, addr string
+		alsoNATS   bool
+	}{{"dave", "nats:", false}, {"erin", "tcp://192.0.2.31:4200", true}} {
+		kp, err := identity.GenerateKeypair()
+		if err == nil {
+			_, err = AddPeer(h, p.name, kp.ID().String(), p.addr, p.alsoNATS, "")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	env := func(servers string) func(string) (string, bool) {
 		return func(k string) (string, bool) {

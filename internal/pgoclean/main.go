@@ -51,7 +51,9 @@ func run(in, out string) error {
 	}
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	zw.Write(clean)
+	if _, err := zw.Write(clean); err != nil {
+		return err
+	}
 	if err := zw.Close(); err != nil {
 		return err
 	}
