@@ -66,16 +66,6 @@ func wantArgs(pos []string, n int, names string) error {
 	return nil
 }
 
-// splitSub takes the subcommand off args; a first argument that is a flag
-// (--help, say) leaves the subcommand empty for the caller to report
-// after parsing the flags.
-func splitSub(args []string) (sub string, rest []string) {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		return "", args
-	}
-	return args[0], args[1:]
-}
-
 // newCmd returns a command's flags with --home and --json registered;
 // jsonUsage is --json's usage ("" for "print JSON").
 func (e *env) newCmd(name, jsonUsage string) (flags *flag.FlagSet, home *string, asJSON *bool) {

@@ -10,6 +10,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
+	"github.com/meerkatd/meerkatd/internal/flagdoc"
 )
 
 func runBroadcast(e *env, args []string) error {
@@ -54,7 +55,7 @@ func runBroadcast(e *env, args []string) error {
 }
 
 func runTask(e *env, args []string) error {
-	sub, args := splitSub(args)
+	sub, args := flagdoc.SplitSub(args)
 	if sub == "" {
 		sub = "list"
 	}

@@ -9,10 +9,11 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
+	"github.com/meerkatd/meerkatd/internal/flagdoc"
 )
 
 func runCard(e *env, args []string) error {
-	sub, args := splitSub(args)
+	sub, args := flagdoc.SplitSub(args)
 	flags, homeFlag, asJSON := e.newCmd("card "+sub, "")
 	var ed node.CardEdit
 	text := func(name, usage string, dst **string) {

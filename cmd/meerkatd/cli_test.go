@@ -592,6 +592,8 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"space", "--json", "add", "build", "bob"}, exitUsage, "wrong number of arguments", false},
 		{[]string{"send", "message", "bob", "hi", "--reliable", "--ttl", "9999h"}, exitUsage, "ttl", true},
 		{[]string{"space", "shout"}, exitUsage, "unknown space subcommand", false},
+		{[]string{"space", "--json", "shout"}, exitUsage, "unknown space subcommand \"shout\"", false},
+		{[]string{"outbox", "--json", "shout"}, exitUsage, "shout", false},
 		{[]string{"space", "add", "build", "bob"}, exitUsage, "wrong number of arguments", false},
 		{[]string{"space", "chat", "build", "hi", "--direct", "--ttl", "1m"}, exitUsage, "--ttl", false},
 		{[]string{"space", "create", "build", "--as", "a", "--cap", "[1]"}, exitUsage, "JSON array of capability objects", false},

@@ -19,6 +19,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/internal/flagdoc"
 	"github.com/meerkatd/meerkatd/mcpserver"
 )
 
@@ -122,7 +123,7 @@ func runKeygen(e *env, args []string) error {
 }
 
 func runPeers(e *env, args []string) error {
-	sub, args := splitSub(args)
+	sub, args := flagdoc.SplitSub(args)
 	flags, homeFlag, asJSON := e.newCmd("peers", "")
 	meta := flags.String("meta", "", "with add: a JSON `object` stored with the peer")
 	alsoNATS := flags.Bool("nats", false, "with add: the peer is also reachable through NATS, tried when ADDR cannot be connected to (ADDR nats: means only through NATS)")
@@ -193,7 +194,7 @@ func (e *env) peersDiscover(h *node.Home, asJSON bool) error {
 }
 
 func runConfig(e *env, args []string) error {
-	sub, args := splitSub(args)
+	sub, args := flagdoc.SplitSub(args)
 	flags, homeFlag, asJSON := e.newCmd("config", "")
 	config.ListenFlags(flags)
 	config.LogFlags(flags)

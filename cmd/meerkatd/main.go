@@ -279,7 +279,7 @@ func runHelp(e *env, args []string) error {
 		return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
 	}
 	subs, _ := completion.FromUsage("meerkatd", args[0], cmd.usage)
-	if sub, _ := splitSub(args[1:]); sub != "" && !slices.Contains(subs, sub) {
+	if sub, _ := flagdoc.SplitSub(args[1:]); sub != "" && !slices.Contains(subs, sub) {
 		return fmt.Errorf("%w: %s", errUsage, nodetext.UnknownSubcommand(args[0], sub, subs))
 	}
 	return cmd.run(e, append(slices.Clone(args[1:]), "--help"))

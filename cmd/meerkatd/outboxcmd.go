@@ -14,10 +14,11 @@ import (
 	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
+	"github.com/meerkatd/meerkatd/internal/flagdoc"
 )
 
 func runOutbox(e *env, args []string) error {
-	sub, args := splitSub(args)
+	sub, args := flagdoc.SplitSub(args)
 	flags, homeFlag, asJSON := e.newCmd("outbox", "")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
@@ -53,7 +54,7 @@ func runOutbox(e *env, args []string) error {
 }
 
 func runDeadLetters(e *env, args []string) error {
-	sub, args := splitSub(args)
+	sub, args := flagdoc.SplitSub(args)
 	if sub == "" {
 		sub = "list"
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
+	"github.com/meerkatd/meerkatd/internal/flagdoc"
 	"github.com/meerkatd/meerkatd/trust/pair"
 )
 
@@ -23,7 +24,7 @@ var pairFlagFor = map[string][]string{"ttl": {"offer"}, "name-for-peer": {"offer
 	"name": {"accept"}, "local": {"offer", "accept"}}
 
 func runPair(e *env, args []string) error {
-	sub, args := splitSub(args)
+	sub, args := flagdoc.SplitSub(args)
 	flags, homeFlag, asJSON := e.newCmd("pair "+sub, "")
 	local := flags.Bool("local", false, "offer: leave the code for this user's other local nodes; accept NAME: pair with the local node NAME, no code needed")
 	ttl := flags.Duration("ttl", pair.DefaultTTL, "offer: how long the code stays valid (`DUR`)")

@@ -8,10 +8,11 @@ import (
 
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
+	"github.com/meerkatd/meerkatd/internal/flagdoc"
 )
 
 func runSend(e *env, args []string) error {
-	sub, args := splitSub(args)
+	sub, args := flagdoc.SplitSub(args)
 	flags, homeFlag, asJSON := e.newCmd("send "+sub, "")
 	wait := flags.Duration("wait", 0, "with request: wait up to `DUR` (30s, 2m) for the final response and print it")
 	reliable := flags.Bool("reliable", false, "store it in the outbox first and retry until the peer acks it (see meerkatd outbox)")

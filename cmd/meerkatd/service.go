@@ -12,12 +12,13 @@ import (
 	"github.com/meerkatd/meerkatd/bench"
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/internal/completion"
+	"github.com/meerkatd/meerkatd/internal/flagdoc"
 	"github.com/meerkatd/meerkatd/internal/systemdunit"
 )
 
 // runService is `meerkatd service install|print|uninstall`.
 func runService(e *env, args []string) error {
-	sub, args := splitSub(args)
+	sub, args := flagdoc.SplitSub(args)
 	flags := e.newFlags("service")
 	homeFlag := e.homeFlag(flags)
 	force := flags.Bool("force", false, "with install: replace a different unit; with uninstall: remove the unit even if install did not write it, it runs another home or it is enabled (with the links that enable it)")
@@ -76,7 +77,7 @@ func runService(e *env, args []string) error {
 // runCompletion is `meerkatd completion bash|zsh|fish`: a script made
 // from the command table.
 func runCompletion(e *env, args []string) error {
-	sub, args := splitSub(args)
+	sub, args := flagdoc.SplitSub(args)
 	flags := e.newFlags("completion")
 	if err := parseNoArgs(e, flags, args); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
+	"github.com/meerkatd/meerkatd/internal/flagdoc"
 )
 
 // spaceArity is each space subcommand's positional arguments: at least,
@@ -22,7 +23,7 @@ var spaceArity = map[string][2]int{
 }
 
 func runSpace(e *env, args []string) error {
-	sub, args := splitSub(args)
+	sub, args := flagdoc.SplitSub(args)
 	if sub == "" {
 		sub = "list"
 	}

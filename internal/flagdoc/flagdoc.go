@@ -184,3 +184,27 @@ func GivenZero(fs *flag.FlagSet, names ...string) error {
 	})
 	return err
 }
+
+// SplitSub takes a subcommand off a command's arguments: the first that
+// is not a flag, passing over only the flags every command has (--json,
+// --help, and --home with its value), so that "space --json show S"
+// names the subcommand "show". Any other flag first, or none at all,
+// (or an empty argument) leaves the subcommand empty for the caller to
+// report after parsing the flags. rest is args without the subcommand.
+func SplitSub(args []string) (sub string, rest []string) {
+	for i := 0; i < len(args); i++ {
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-"), "=")
+		switch {
+		case args[i] == "":
+			return "", args
+		case !strings.HasPrefix(args[i], "-") || args[i] == "-":
+			return args[i], slices.Concat(args[:i], args[i+1:])
+		case name == "home" && !hasValue:
+			i++ // its value
+		case name == "home" && value != "", name == "json" || name == "help" || name == "h":
+		default:
+			return "", args
+		}
+	}
+	return "", args
+}

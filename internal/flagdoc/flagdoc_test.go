@@ -2,6 +2,8 @@ package flagdoc
 
 import (
 	"flag"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,4 +195,86 @@ func TestGivenZero(t *testing.T) {
 			t.Errorf("%q: %q, want %q", c.args, got, c.want)
 		}
 	}
+}
+
+func TestSplitSub(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		sub  string
+		rest []string
+	}{
+		{nil, "", nil},
+		{[]string{"list"}, "list", []string{}},
+		{[]string{"show", "s", "--json"}, "show", []string{"s", "--json"}},
+		{[]string{"--json", "bogus"}, "bogus", []string{"--json"}},
+		{[]string{"-json", "show", "s"}, "show", []string{"-json", "s"}},
+		{[]string{"--json=false", "show"}, "show", []string{"--json=false"}},
+		{[]string{"--home", "/h", "show", "s"}, "show", []string{"--home", "/h", "s"}},
+		{[]string{"--home=/h", "--json", "list"}, "list", []string{"--home=/h", "--json"}},
+		{[]string{"--home"}, "", []string{"--home"}},
+		{[]string{"--home="}, "", []string{"--home="}},
+		{[]string{"--help"}, "", []string{"--help"}},
+		{[]string{"-h", "list"}, "list", []string{"-h"}},
+		{[]string{"--state", "pending", "proposals"}, "", []string{"--state", "pending", "proposals"}},
+		{[]string{"--", "list"}, "", []string{"--", "list"}},
+		{[]string{"-", "x"}, "-", []string{"x"}},
+		{[]string{"", "list"}, "", []string{"", "list"}},
+	} {
+		sub, rest := SplitSub(c.args)
+		if sub != c.sub || !slices.Equal(rest, c.rest) {
+			t.Errorf("SplitSub(%q) = %q, %q; want %q, %q", c.args, sub, rest, c.sub, c.rest)
+		}
+	}
+}
+
+// FuzzSplitSub: the subcommand SplitSub finds is the first positional
+// argument that parsing the whole command line with flags anywhere (as
+// the commands do) finds, and the rest parses to the same flags and the
+// other positional arguments (when the command line parses at all); the
+// arguments are not changed.
+func FuzzSplitSub(f *testing.F) {
+	for _, s := range []string{"list", "--json\x00bogus", "--home\x00/h\x00show\x00s", "--home=/h\x00-json\x00x", "--state\x00p\x00x", "--\x00x", "-\x00x", "--home"} {
+		f.Add(s)
+	}
+	parse := func(args []string) (home string, asJSON bool, pos []string, err error) {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		h := fs.String("home", "", "")
+		j := fs.Bool("json", false, "")
+		for {
+			if err := fs.Parse(args); err != nil {
+				return "", false, nil, err
+			}
+			args = fs.Args()
+			if len(args) == 0 || args[0] == "--" {
+				return *h, *j, pos, nil
+			}
+			pos, args = append(pos, args[0]), args[1:]
+		}
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		args := strings.Split(in, "\x00")
+		orig := slices.Clone(args)
+		sub, rest := SplitSub(args)
+		if !slices.Equal(args, orig) {
+			t.Fatalf("SplitSub changed its argument: %q", args)
+		}
+		if sub == "" {
+			if !slices.Equal(rest, args) {
+				t.Fatalf("no subcommand, yet rest %q differs from %q", rest, args)
+			}
+			return
+		}
+		home, asJSON, pos, err := parse(args)
+		if err != nil {
+			return // the command refuses it either way
+		}
+		if len(pos) == 0 || pos[0] != sub {
+			t.Fatalf("SplitSub(%q) = %q; parsing finds %q", args, sub, pos)
+		}
+		home2, asJSON2, pos2, err := parse(rest)
+		if err != nil || home2 != home || asJSON2 != asJSON || !slices.Equal(pos2, pos[1:]) {
+			t.Fatalf("rest %q parses to %q %v %q (%v); want %q %v %q", rest, home2, asJSON2, pos2, err, home, asJSON, pos[1:])
+		}
+	})
 }
