@@ -168,7 +168,9 @@ func jsonProblem(data []byte, err error) string {
 		return `no JSON text (a roster with no spaces is {"spaces": []})`
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		end := bytes.TrimRight(data, " \t\r\n")
-		return fmt.Sprintf("the JSON text ends too soon, at line %d (an object, array or string is not closed)", bytes.Count(end, []byte("\n"))+1)
+		line := bytes.Count(end, []byte("\n")) + 1
+		col := len(end) - bytes.LastIndexByte(end, '\n') - 1 // end's last byte
+		return fmt.Sprintf("the JSON text ends too soon, after line %d, column %d (an object, array or string is not closed)", line, col)
 	case errors.As(err, &typ):
 		want := "a string"
 		switch typ.Type.Kind() {

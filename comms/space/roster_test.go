@@ -136,9 +136,9 @@ func TestParseRosterErrorTexts(t *testing.T) {
 		{"syntax error", "{\"spaces\": [\n  {\"name\": \"s\",, \"members\": []}\n]}",
 			`space: roster: line 2, column 16: invalid character ',' looking for beginning of object key string`},
 		{"cut short", `{"spaces": [{"name": "s"`,
-			`space: roster: the JSON text ends too soon, at line 1 (an object, array or string is not closed)`},
+			`space: roster: the JSON text ends too soon, after line 1, column 24 (an object, array or string is not closed)`},
 		{"cut short after lines", "{\"spaces\": [\n  {\"name\": \"s\",\n   \"members\": [\n\n",
-			`space: roster: the JSON text ends too soon, at line 3 (an object, array or string is not closed)`},
+			`space: roster: the JSON text ends too soon, after line 3, column 15 (an object, array or string is not closed)`},
 		{"empty", "  \n",
 			`space: roster: no JSON text (a roster with no spaces is {"spaces": []})`},
 		// Validate's own errors, for comparison.
