@@ -387,3 +387,109 @@ func TestBatchAckedWhileMoreIsReadAhead(t *testing.T) {
 		t.Fatalf("bob holds %d items, want %d", got, maxBatch+2)
 	}
 }
+
+// TestPreparedNoncesOnlyForMeerkatdPeers: a receiver signs the acks kinds
+// it sends one envelope at a time with nonces it prepared while waiting
+// (valid signatures, not the deterministic ones); a sender that never
+// asked for acks kinds gets the deterministic signatures of RFC 8032,
+// byte for byte what it got before.
+func TestPreparedNoncesOnlyForMeerkatdPeers(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const rounds = 20
+	for _, hint := range []bool{true, false} {
+		t.Run(fmt.Sprintf("asks=%v", hint), func(t *testing.T) {
+			a, b := pair(t, "uds", Options{})
+			c := dialRaw(t, b)
+			prepared := 0
+			for i := range rounds {
+				e := sealEnv(t, a.kp, b.kp.ID(), wire.Message("one at a time"))
+				e.AcksHint = hint && i == 0
+				writeRaw(t, c, frameOf(t, e))
+				acks, _ := readAcks(t, c, b.kp.ID(), a.kp.ID(), []identity.UUID{e.ID})
+				for _, ack := range acks { // each verified by readAcks
+					det, err := wire.Seal(b.kp, ack.ID, ack.To, ack.Kind)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if det.Sig != ack.Sig {
+						prepared++
+					}
+				}
+			}
+			switch {
+			case !hint && prepared > 0:
+				t.Fatalf("%d acks to a sender that never asked for acks kinds are not RFC 8032's deterministic signatures", prepared)
+			case hint && prepared == 0:
+				t.Fatalf("none of %d acks kinds, one envelope at a time, was signed with a prepared nonce", rounds)
+			}
+		})
+	}
+}
+
+// TestSenderPreparesOnlyForMeerkatdPeers: a sender sending one envelope
+// at a time signs them with prepared nonces once its peer has answered
+// with acks kinds (from the third on: the nonce of the next is made
+// while it waits); to a peer answering with single acks, as the Rust
+// reference does, every envelope has its deterministic signature.
+func TestSenderPreparesOnlyForMeerkatdPeers(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const rounds = 8
+	for _, acksKinds := range []bool{true, false} {
+		t.Run(fmt.Sprintf("acks_kinds=%v", acksKinds), func(t *testing.T) {
+			peerKP, r, conns := rawPeer(t, 10*time.Second)
+			me := r.kp.ID()
+			got := make(chan wire.Envelope, rounds)
+			go func() {
+				defer close(got)
+				c := <-conns
+				for range rounds {
+					payload, err := transport.ReadFrame(c, 0)
+					if err != nil {
+						return
+					}
+					e, err := wire.Open(payload)
+					if err != nil {
+						return
+					}
+					kind := wire.Ack(e.ID)
+					if acksKinds {
+						kind = wire.Acks([]identity.UUID{e.ID})
+					}
+					ack, err := wire.Seal(peerKP, identity.NewUUID(), me, kind)
+					if err != nil {
+						return
+					}
+					payload, err = ack.MarshalBinary()
+					if err != nil {
+						return
+					}
+					got <- e
+					if _, err := c.Write(rawFrame(payload)); err != nil {
+						return
+					}
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for i := range rounds {
+				if _, err := r.SendMessage(ctx, "peer", "one at a time"); err != nil {
+					t.Fatalf("send %d: %v", i, err)
+				}
+			}
+			i := 0
+			for e := range got {
+				det, err := wire.Seal(r.kp, e.ID, e.To, e.Kind)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := acksKinds && i >= 2; (det.Sig != e.Sig) != want {
+					t.Fatalf("envelope %d: signed with a prepared nonce %v, want %v", i, det.Sig != e.Sig, want)
+				}
+				i++
+			}
+			if i != rounds {
+				t.Fatalf("the peer read %d envelopes, want %d", i, rounds)
+			}
+		})
+	}
+}

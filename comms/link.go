@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/wire"
@@ -24,6 +25,11 @@ type link struct {
 	r    *Router
 	peer trust.Peer
 	co   coalescer // frames held while other sends on the link seal theirs
+	// acksKinds says the peer has sent acks kinds on this link: a
+	// meerkatd node, whose envelopes from us are signed with prepared
+	// nonces (identity.Keypair.SignIntoPrepared), and whose senders
+	// prepare the next nonce while they wait for its ack.
+	acksKinds atomic.Bool
 
 	mu        sync.Mutex // guards the fields below
 	conn      *outConn

@@ -222,6 +222,9 @@ func (oc *outConn) await(ctx context.Context, ch chan ackResult) error {
 			oc.failIfSilent(ctx, start)
 			return ctx.Err()
 		}
+		if oc.l.acksKinds.Load() {
+			oc.l.r.kp.PrepareNonce() // for the next envelope, while the peer works
+		}
 		select {
 		case r := <-ch:
 			return oc.settle(r)
@@ -515,6 +518,7 @@ func (oc *outConn) readFrame(bySend bool) error {
 		if e.VerifyWith(&oc.l.r.keys) != nil {
 			return errBadAck
 		}
+		oc.l.acksKinds.Store(true)
 		oc.routeAck(&e, true)
 		return nil
 	}

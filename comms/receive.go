@@ -202,10 +202,15 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		if !sendAcks() {
 			return
 		}
-		if held && noInput() {
-			// Nothing more to read now: the acks ackLoop holds go out too.
-			q <- ackJob{flush: true}
-			held = false
+		if noInput() {
+			if held {
+				// Nothing more to read now: the acks ackLoop holds go out too.
+				q <- ackJob{flush: true}
+				held = false
+			}
+			if st.acksOK.Load() {
+				r.kp.PrepareNonce() // for the next acks, while the peer works
+			}
 		}
 	}
 }
@@ -528,7 +533,7 @@ type ackBuf struct {
 func (b *ackBuf) add(to identity.PeerID, id identity.UUID) {
 	b.r.acksSent.Add(1)
 	if b.st == nil || !b.st.acksOK.Load() {
-		b.frames = b.r.appendAck(b.frames, to, wire.Ack(id))
+		b.frames = b.r.appendAck(b.frames, to, wire.Ack(id), false)
 		return
 	}
 	if len(b.ids) > 0 && (to != b.to || len(b.ids) == maxAcksPerEnvelope) {
@@ -543,7 +548,7 @@ func (b *ackBuf) seal() {
 	if len(b.ids) == 0 {
 		return
 	}
-	b.frames = b.r.appendAck(b.frames, b.to, wire.Acks(b.ids))
+	b.frames = b.r.appendAck(b.frames, b.to, wire.Acks(b.ids), true)
 	b.ids = b.ids[:0]
 }
 
@@ -573,9 +578,9 @@ func (b *ackBuf) detach() []byte {
 }
 
 // appendAck signs an ack or acks envelope to `to` and appends its frame
-// to dst.
-func (r *Router) appendAck(dst []byte, to identity.PeerID, kind wire.Kind) []byte {
-	frame, err := r.sealFrame(dst, to, kind)
+// to dst; prepared: with a prepared nonce (a meerkatd node's acks kinds).
+func (r *Router) appendAck(dst []byte, to identity.PeerID, kind wire.Kind, prepared bool) []byte {
+	frame, err := r.sealFrame(dst, to, kind, prepared)
 	if err != nil {
 		r.log.Error("cannot seal ack", "err", err)
 		return dst
@@ -960,9 +965,14 @@ func (r *Router) admitted(k dedupKey, ev *Event, err error) (stored, fresh bool,
 	}
 }
 
-// sealFrame signs a new envelope to `to` and appends its frame to dst.
-func (r *Router) sealFrame(dst []byte, to identity.PeerID, kind wire.Kind) ([]byte, error) {
-	e, err := wire.Seal(r.kp, identity.NewUUID(), to, kind)
+// sealFrame signs a new envelope to `to` and appends its frame to dst;
+// prepared: with a prepared nonce (wire.SealPrepared).
+func (r *Router) sealFrame(dst []byte, to identity.PeerID, kind wire.Kind, prepared bool) ([]byte, error) {
+	seal := wire.Seal
+	if prepared {
+		seal = wire.SealPrepared
+	}
+	e, err := seal(r.kp, identity.NewUUID(), to, kind)
 	if err != nil {
 		return dst, err
 	}

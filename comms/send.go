@@ -89,13 +89,17 @@ func (r *Router) sendTo(ctx context.Context, p trust.Peer, id identity.UUID, kin
 // p's link (coalescer) so that frames ready meanwhile wait to go out with
 // this one.
 func (r *Router) sealOn(p trust.Peer, id identity.UUID, kind wire.Kind) ([]byte, error) {
+	seal := wire.Seal
 	if p.Addr.Scheme != transport.SchemeNATS {
 		if lk, err := r.link(p); err == nil { // an error is sendFrame's to report
 			lk.co.beginSeal()
 			defer lk.co.endSeal()
+			if lk.acksKinds.Load() {
+				seal = wire.SealPrepared // a meerkatd node
+			}
 		}
 	}
-	e, err := wire.Seal(r.kp, id, p.ID, kind)
+	e, err := seal(r.kp, id, p.ID, kind)
 	if err != nil {
 		return nil, err
 	}

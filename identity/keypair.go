@@ -76,6 +76,23 @@ func (kp *Keypair) SignInto(sig *[ed25519.SignatureSize]byte, msg []byte) {
 	kp.secret().signInto(sig, msg)
 }
 
+// SignIntoPrepared writes an Ed25519 signature of msg into sig, made
+// with a nonce [Keypair.PrepareNonce] made before msg came, when one is
+// ready: valid for every verifier, under the same rules, but not the
+// bytes of SignInto's deterministic signature (RFC 8032), and different
+// each time. It costs about a tenth of SignInto. Under a burst of
+// signatures, or when no nonce is ready, it is SignInto.
+func (kp *Keypair) SignIntoPrepared(sig *[ed25519.SignatureSize]byte, msg []byte) {
+	kp.secret().signIntoPrepared(sig, msg)
+}
+
+// PrepareNonce makes a nonce for a later SignIntoPrepared, on the
+// caller's goroutine (about the cost of a signature), unless a few are
+// ready already or signatures come in a burst; it reports whether it
+// made one. Call it where a goroutine would otherwise wait: before a
+// signature is needed, not on its way.
+func (kp *Keypair) PrepareNonce() bool { return kp.secret().prepareNonce() }
+
 // Seed returns a copy of the 32-byte private seed. Handle it as a secret.
 func (kp *Keypair) Seed() []byte { return bytes.Clone(kp.key().Seed()) }
 

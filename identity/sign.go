@@ -58,6 +58,12 @@ type secret struct {
 	// that starts a batch yields first, so that those about to ask join
 	// it; signing alone, one never waits for that.
 	alone atomic.Int32
+
+	// Nonces made ahead for SignIntoPrepared (prepared.go).
+	pmu       sync.Mutex
+	prepared  [preparedNonces]preparedNonce
+	nPrepared int
+	nonces    atomic.Uint64 // nonces made, for makeNonce's count
 }
 
 // gatherUntil is how many batches of one in a row end a burst.

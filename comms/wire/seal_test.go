@@ -320,3 +320,40 @@ func TestEncodersCheckUncheckedKinds(t *testing.T) {
 		t.Fatal("Seal did not mark its kind checked")
 	}
 }
+
+// SealPrepared checks as Seal does, and its envelope, signed with a
+// prepared nonce, opens like any other; without a nonce prepared it is
+// Seal's, byte for byte.
+func TestSealPrepared(t *testing.T) {
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, to := identity.NewUUID(), kp.ID()
+	det, err := Seal(kp, id, to, Message("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	same, err := SealPrepared(kp, id, to, Message("hi"))
+	if err != nil || same.Sig != det.Sig {
+		t.Fatalf("no nonce prepared: SealPrepared = %x, %v; want Seal's %x", same.Sig, err, det.Sig)
+	}
+	kp.PrepareNonce()
+	e, err := SealPrepared(kp, id, to, Message("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Sig == det.Sig {
+		t.Fatal("a prepared nonce made Seal's deterministic signature")
+	}
+	payload, err := e.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(payload); err != nil {
+		t.Fatalf("an envelope signed with a prepared nonce does not open: %v", err)
+	}
+	if _, err := SealPrepared(kp, id, to, Message("bad \xff")); err == nil {
+		t.Fatal("SealPrepared sealed text that is not UTF-8")
+	}
+}
