@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/meerkatd/meerkatd/comms/node"
 )
 
 // maxLine bounds one JSON-RPC message from the client. A message body is
@@ -58,24 +60,45 @@ type calls struct {
 	mu       sync.Mutex
 	inflight map[string]bool // idKey → cancelled
 	stream   map[string]bool // of inflight, those drain does not wait for (streams, waits)
+	waiting  map[string]bool // of stream, the tool calls that wait
 }
 
-func newCalls() *calls { return &calls{inflight: map[string]bool{}, stream: map[string]bool{}} }
+func newCalls() *calls {
+	return &calls{inflight: map[string]bool{}, stream: map[string]bool{}, waiting: map[string]bool{}}
+}
+
+// maxWaiting bounds the tool calls that wait (wait_ms) in flight at once:
+// each holds one of mcp-go's toolWorkers (and, attached to a daemon, one
+// of its control connections) while it waits, and the others must be
+// left for the calls that do not. One more is answered at once with an
+// error.
+const maxWaiting = toolWorkers / 2
 
 // start records a request passed on to mcp-go; stream marks one drain
 // does not wait for: a subscriptions/listen request, which lasts until the
-// client cancels it, or a tool call that waits.
-func (c *calls) start(id json.RawMessage, stream bool) {
-	if k, ok := idKey(id); ok {
-		c.mu.Lock()
-		if stream {
-			c.stream[k] = true
-		} else {
-			delete(c.stream, k)
-		}
-		c.inflight[k] = false
-		c.mu.Unlock()
+// client cancels it, or a tool call that waits (wait), which counts
+// towards maxWaiting. It reports false, recording nothing, for a call
+// that waits when maxWaiting do.
+func (c *calls) start(id json.RawMessage, stream, wait bool) bool {
+	k, ok := idKey(id)
+	if !ok {
+		return true
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if wait && !c.waiting[k] && len(c.waiting) >= maxWaiting {
+		return false
+	}
+	delete(c.stream, k)
+	delete(c.waiting, k)
+	if stream || wait {
+		c.stream[k] = true
+	}
+	if wait {
+		c.waiting[k] = true
+	}
+	c.inflight[k] = false
+	return true
 }
 
 // cancel marks a request the client cancelled, if it is still in flight.
@@ -132,6 +155,7 @@ func (c *calls) finish(id json.RawMessage) (cancelled bool) {
 	cancelled = c.inflight[k]
 	delete(c.inflight, k)
 	delete(c.stream, k)
+	delete(c.waiting, k)
 	return cancelled
 }
 
@@ -218,11 +242,12 @@ func front(ctx context.Context, in io.Reader, fwd *io.PipeWriter, out io.Writer,
 				if _, werr := out.Write(reply); werr != nil {
 					return
 				}
-			} else {
-				track(line, c)
-				if _, werr := fwd.Write(line); werr != nil {
+			} else if reply := track(line, c); reply != nil {
+				if _, werr := out.Write(reply); werr != nil {
 					return
 				}
+			} else if _, werr := fwd.Write(line); werr != nil {
+				return
 			}
 		}
 		if err != nil {
@@ -287,19 +312,22 @@ func partialID(msg []byte) json.RawMessage {
 }
 
 // track records a request passed on to mcp-go, or a client's cancellation
-// of one.
-func track(line []byte, c *calls) {
+// of one. A tool call that waits when maxWaiting do is not passed on: the
+// reply returned answers it.
+func track(line []byte, c *calls) (reply []byte) {
 	var msg struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
 		Params json.RawMessage `json:"params"`
 	}
 	if json.Unmarshal(line, &msg) != nil || msg.Method == "" {
-		return // not a request or notification (a response, a batch, not JSON)
+		return nil // not a request or notification (a response, a batch, not JSON)
 	}
 	if len(msg.ID) > 0 && string(msg.ID) != "null" {
-		c.start(msg.ID, msg.Method == string(mcp.MethodSubscriptionsListen) || waits(msg.Method, msg.Params))
-		return
+		if !c.start(msg.ID, msg.Method == string(mcp.MethodSubscriptionsListen), waits(msg.Method, msg.Params)) {
+			return toolErrorReply(msg.ID, fmt.Sprintf("%s: %d calls of this session are waiting already (wait_ms): call again without wait_ms, or once one has returned or been cancelled", node.CodeUnavailable, maxWaiting))
+		}
+		return nil
 	}
 	if msg.Method == string(mcp.MethodNotificationCancelled) {
 		var p struct {
@@ -309,6 +337,7 @@ func track(line []byte, c *calls) {
 			c.cancel(p.RequestID)
 		}
 	}
+	return nil
 }
 
 // waits reports whether a request is a tool call that waits (a positive
@@ -385,6 +414,17 @@ func checkCall(line []byte, known func(tool string) bool) []byte {
 		}
 	}
 	return nil
+}
+
+// toolErrorReply is the result of a tool call that failed with text, as
+// toolError makes it.
+func toolErrorReply(id json.RawMessage, text string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"jsonrpc": "2.0",
+		"id":      id,
+		"result":  mcp.NewToolResultError(text),
+	})
+	return append(b, '\n')
 }
 
 func rpcError(id json.RawMessage, code int, message string) []byte {

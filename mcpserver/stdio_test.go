@@ -236,6 +236,51 @@ func TestStdioCancelledRequest(t *testing.T) {
 	}
 }
 
+// Tool calls that wait take at most half of the workers: more than that
+// many are each answered at once with an error, and a call that does not
+// wait is answered while they wait. A wait that ends frees its place.
+func TestStdioWaitsLeaveWorkersForOthers(t *testing.T) {
+	f := newFakeNode()
+	w := startStdio(t, f)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	w.reply(float64(1))
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	const waits = toolWorkers + 8 // enough to take every worker without the bound
+	for i := range waits {
+		w.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"receive_messages","arguments":{"wait_ms":20000}}}`, 100+i))
+	}
+	refused := 0
+	for range waits - maxWaiting {
+		m := w.next()
+		res, _ := m["result"].(map[string]any)
+		id, _ := m["id"].(float64)
+		if res["isError"] != true || !strings.Contains(fmt.Sprint(res["content"]), "unavailable: 32 calls of this session are waiting already") || id < 100+maxWaiting {
+			t.Fatalf("wait %v beyond %d: %v", m["id"], maxWaiting, m)
+		}
+		refused++
+	}
+	w.send(`{"jsonrpc":"2.0","id":"peers","method":"tools/call","params":{"name":"list_peers","arguments":{}}}`)
+	if m := w.reply("peers"); m["result"] == nil {
+		t.Fatalf("list_peers while %d calls wait: %v", maxWaiting, m)
+	}
+	w.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":100}}`)
+	select {
+	case <-f.cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled wait did not end")
+	}
+	waitFor(t, 10*time.Second, func() bool { // its response is left out, its place freed
+		w.send(`{"jsonrpc":"2.0","id":"again","method":"tools/call","params":{"name":"receive_messages","arguments":{"wait_ms":1}}}`)
+		m := w.reply("again")
+		res, _ := m["result"].(map[string]any)
+		return res["isError"] != true
+	})
+	for i := range maxWaiting {
+		w.send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, 100+i))
+	}
+	w.close()
+}
+
 func TestResponseID(t *testing.T) {
 	for _, tc := range []struct {
 		msg, id string // id "": not a response

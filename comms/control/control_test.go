@@ -2,6 +2,7 @@ package control
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -339,6 +341,58 @@ func TestServerBoundsConnections(t *testing.T) {
 	})
 }
 
+// Calls that wait take at most three quarters of the connections: with
+// those all waiting, another wait is told so at once, and a call that
+// does not wait (status) is still answered.
+func TestWaitsLeaveRoomForOtherCalls(t *testing.T) {
+	h := testHome(t)
+	n, err := node.Start(h, node.Options{Mode: node.ModeServe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	serveAt(t, h.ControlPath(), n, Options{MaxConns: 8})
+	wait := []byte(`{"op":"receive","args":{"wait":20000000000}}` + "\n")
+	var wg sync.WaitGroup
+	defer wg.Wait() // after the connections are closed
+	for range 6 { // 8 - 8/4
+		conn, err := net.Dial("unix", h.ControlPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// Asked again while refused: a probe below may hold a wait
+		// slot for its millisecond as this one comes.
+		wg.Go(func() {
+			br := bufio.NewReader(conn)
+			for {
+				if _, err := conn.Write(wait); err != nil {
+					return
+				}
+				reply, err := readReply(br)
+				if err != nil || !bytes.Contains(reply, []byte(node.CodeUnavailable)) {
+					return
+				}
+			}
+		})
+	}
+	// Once the six are waiting, a seventh (of a millisecond, so that one
+	// let through before them returns at once) is refused.
+	var r Response
+	waitFor(t, 10*time.Second, "a seventh wait refused", func() bool {
+		r = rawCall(t, h.ControlPath(), []byte(`{"op":"receive","args":{"wait":1000000}}`+"\n"))
+		return !r.OK
+	})
+	if r.Code != node.CodeUnavailable || !strings.Contains(r.Error, "6 calls are waiting") {
+		t.Fatalf("a seventh wait: %+v, want unavailable naming the 6 waiting", r)
+	}
+	for _, line := range []string{`{"op":"status"}`, `{"op":"receive","args":{"limit":1}}`, `{"op":"wait_task","args":{"task_id":"x"}}`} {
+		if r := rawCall(t, h.ControlPath(), []byte(line+"\n")); r.Code == node.CodeUnavailable {
+			t.Fatalf("%s with every wait slot taken: %+v", line, r)
+		}
+	}
+}
+
 // FuzzServerRequest feeds arbitrary request lines to the server's
 // handler over a node: it must answer each with a valid response and
 // never panic.
@@ -363,7 +417,7 @@ func FuzzServerRequest(f *testing.F) {
 		// context.
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		s := &server{api: n, opts: Options{SendTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)}, ctx: ctx}
+		s := &server{api: n, opts: Options{SendTimeout: time.Second, Logger: slog.New(slog.DiscardHandler)}, ctx: ctx, waits: make(chan struct{}, 1)}
 		resp := s.handle(ctx, req)
 		if resp.OK == (resp.Code != "") {
 			t.Fatalf("response %+v: ok and code disagree", resp)

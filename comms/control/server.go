@@ -20,6 +20,10 @@ import (
 const (
 	// DefaultMaxConns bounds the connections served at once.
 	DefaultMaxConns = 64
+	// A quarter of the connections (at least one) are kept from calls
+	// that wait (waitingOps): however many clients wait, a status,
+	// release, tell or ack still finds a connection.
+	keptFromWaits = 4
 	// idleTimeout closes a connection that sends nothing for this long.
 	idleTimeout = 5 * time.Minute
 	// writeTimeout bounds writing one reply.
@@ -64,7 +68,8 @@ func Serve(ctx context.Context, ln net.Listener, api node.API, opts Options) err
 	if opts.allowUID != nil {
 		uid = *opts.allowUID
 	}
-	s := &server{api: api, opts: opts, uid: uid, ctx: ctx, slots: make(chan struct{}, opts.MaxConns)}
+	s := &server{api: api, opts: opts, uid: uid, ctx: ctx, slots: make(chan struct{}, opts.MaxConns),
+		waits: make(chan struct{}, max(1, opts.MaxConns-max(1, opts.MaxConns/keptFromWaits)))}
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	defer ln.Close()
@@ -107,7 +112,32 @@ type server struct {
 	uid   uint32
 	ctx   context.Context
 	slots chan struct{}
+	waits chan struct{} // calls that wait, fewer than slots
 	wg    sync.WaitGroup
+}
+
+// waitSlot takes one of the slots of calls that wait, if req is one: a
+// receive, await_responses or wait_task with a wait, or pair_wait. ok
+// false means none is free; release gives it back.
+func (s *server) waitSlot(req Request) (release func(), ok bool) {
+	switch req.Op {
+	case OpReceive, OpAwaitResponses, OpWaitTask:
+		var a struct {
+			Wait time.Duration `json:"wait"`
+		}
+		if json.Unmarshal(req.Args, &a) != nil || a.Wait <= 0 {
+			return func() {}, true // no wait (bad arguments are handle's to report)
+		}
+	case OpPairWait:
+	default:
+		return func() {}, true
+	}
+	select {
+	case s.waits <- struct{}{}:
+		return func() { <-s.waits }, true
+	default:
+		return nil, false
+	}
 }
 
 // refuse answers c with one error and closes it.
@@ -227,6 +257,11 @@ func args(req Request, v any) error {
 
 // handle runs one request on the API, within ctx.
 func (s *server) handle(ctx context.Context, req Request) Response {
+	release, ok := s.waitSlot(req)
+	if !ok {
+		return Response{Code: node.CodeUnavailable, Error: fmt.Sprintf("%d calls are waiting on this node already (the most at once): ask again without a wait, or once one has returned", cap(s.waits))}
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.SendTimeout+node.MaxWait+callSlack)
 	defer cancel()
 	var result any
