@@ -355,7 +355,8 @@ func TestWaitsLeaveRoomForOtherCalls(t *testing.T) {
 	wait := []byte(`{"op":"receive","args":{"wait":20000000000}}` + "\n")
 	var wg sync.WaitGroup
 	defer wg.Wait() // after the connections are closed
-	for range 6 { // 8 - 8/4
+	// 8 connections, less the quarter kept from waits.
+	for range 6 {
 		conn, err := net.Dial("unix", h.ControlPath())
 		if err != nil {
 			t.Fatal(err)
