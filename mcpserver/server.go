@@ -24,8 +24,10 @@ import (
 const (
 	// MaxWait is the longest receive_messages may wait.
 	MaxWait = 25 * time.Second
-	// watchWait is how long the arrival watcher long-polls at a time.
-	watchWait = 20 * time.Second
+	// watchWait is how long the arrival watcher long-polls at a time,
+	// and so how soon it sees items acknowledged elsewhere (by another
+	// session or the CLI: the pending count changed with no arrival).
+	watchWait = 5 * time.Second
 	// toolWorkers is how many tool calls run at once over stdio.
 	toolWorkers = 64
 )
@@ -179,13 +181,14 @@ func (s *Server) WatchArrivals(ctx context.Context) {
 	}
 	var cursor uint64
 	var epoch string
+	pending := -1 // as the last batch counted it; -1: not known
 	skip := func() { // what is already there, a page at a time
 		for cursor, epoch = 0, ""; ; {
 			b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Limit: 100, Order: node.OrderArrival, Peek: true})
 			if err != nil {
 				return
 			}
-			epoch, cursor = b.Epoch, b.Cursor
+			epoch, cursor, pending = b.Epoch, b.Cursor, b.Pending
 			if len(b.Messages) == 0 {
 				return
 			}
@@ -222,7 +225,12 @@ func (s *Server) WatchArrivals(ctx context.Context) {
 		// In another epoch the node read from the start: b.Cursor counts
 		// in the new inbox.
 		epoch, cursor = b.Epoch, b.Cursor
+		was := pending
+		pending = b.Pending
 		if len(b.Messages) == 0 {
+			if was >= 0 && pending != was {
+				s.inboxChanged() // acknowledged (or expired) elsewhere
+			}
 			continue
 		}
 		notify(b)

@@ -686,6 +686,18 @@ func TestLegacyNotifications(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.wait(t, from, updated, nil)
+	// Acknowledged elsewhere (another session, the CLI): seen by the
+	// watcher's next poll, when the pending count changed.
+	f.mu.Lock()
+	before := len(f.msgs)
+	f.msgs = slices.DeleteFunc(f.msgs, func(m node.Message) bool { return m.ID == "x2" })
+	acked := len(f.msgs) < before
+	f.mu.Unlock()
+	if !acked {
+		t.Fatal("x2 is not in the fake's inbox")
+	}
+	from = n.mark()
+	n.wait(t, from, updated, nil)
 
 	var unsub mcp.UnsubscribeRequest
 	unsub.Params.URI = InboxURI
