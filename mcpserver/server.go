@@ -181,7 +181,7 @@ func (s *Server) WatchArrivals(ctx context.Context) {
 	}
 	var cursor uint64
 	var epoch string
-	pending := -1 // as the last batch counted it; -1: not known
+	pending := -1    // as the last batch counted it; -1: not known
 	skip := func() { // what is already there, a page at a time
 		for cursor, epoch = 0, ""; ; {
 			b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Limit: 100, Order: node.OrderArrival, Peek: true})
