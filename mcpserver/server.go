@@ -78,6 +78,35 @@ type Server struct {
 
 	notifyInterval time.Duration                        // Options.NotifyInterval
 	notifyAfter    func(time.Duration) <-chan time.Time // tests' clock (nil: time.After)
+
+	inputEnded chan struct{} // closed by endInput: the stdio client's input has ended
+	endOnce    sync.Once
+}
+
+// endInput says the client's input has ended: calls that wait stop
+// waiting and answer with what there is (untilInputEnds).
+func (s *Server) endInput() { s.endOnce.Do(func() { close(s.inputEnded) }) }
+
+// untilInputEnds returns ctx, also cancelled once the client's input has
+// ended: the context of a call's wait. Nobody is left to want what it
+// waits for, but what is there already is still answered.
+func (s *Server) untilInputEnds(ctx context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.inputEnded:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	return wctx, cancel
+}
+
+// waitEnded reports whether err ended a wait run under wctx (from
+// untilInputEnds) because the input ended, the call itself (ctx) going on:
+// the caller asks again without waiting.
+func waitEnded(ctx, wctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && wctx.Err() != nil
 }
 
 // New returns a server exposing api's messaging as MCP tools and
@@ -89,7 +118,8 @@ func New(api node.API, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{api: api, log: opts.Logger, watch: newWatchers(), noPairing: opts.NoPairing, notifyInterval: max(opts.NotifyInterval, 0)}
+	s := &Server{api: api, log: opts.Logger, watch: newWatchers(), noPairing: opts.NoPairing, notifyInterval: max(opts.NotifyInterval, 0),
+		inputEnded: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), selfTimeout)
 	self, _ := api.Self(ctx) // without it the instructions name no node
 	cancel()

@@ -59,8 +59,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 type calls struct {
 	mu       sync.Mutex
 	inflight map[string]bool // idKey → cancelled
-	stream   map[string]bool // of inflight, those drain does not wait for (streams, waits)
-	waiting  map[string]bool // of stream, the tool calls that wait
+	stream   map[string]bool // of inflight, those drain does not wait for (listen streams)
+	waiting  map[string]bool // of inflight, the tool calls that wait
 }
 
 func newCalls() *calls {
@@ -76,9 +76,10 @@ const maxWaiting = toolWorkers / 2
 
 // start records a request passed on to mcp-go; stream marks one drain
 // does not wait for: a subscriptions/listen request, which lasts until the
-// client cancels it, or a tool call that waits (wait), which counts
-// towards maxWaiting. It reports false, recording nothing, for a call
-// that waits when maxWaiting do.
+// client cancels it. wait marks a tool call that waits, which counts
+// towards maxWaiting (and stops waiting once the input ends: drain waits
+// for its answer). It reports false, recording nothing, for a call that
+// waits when maxWaiting do.
 func (c *calls) start(id json.RawMessage, stream, wait bool) bool {
 	k, ok := idKey(id)
 	if !ok {
@@ -91,7 +92,7 @@ func (c *calls) start(id json.RawMessage, stream, wait bool) bool {
 	}
 	delete(c.stream, k)
 	delete(c.waiting, k)
-	if stream || wait {
+	if stream {
 		c.stream[k] = true
 	}
 	if wait {
@@ -123,7 +124,9 @@ func (c *calls) idle() bool {
 // input, goes on serving the requests already in flight so that their
 // responses are written (a client that pipes its requests and closes
 // stdin still gets its answers); past it, or when ctx ends, what is left
-// is cancelled. Streams and calls that wait (wait_ms) are not waited for.
+// is cancelled. Calls that wait (wait_ms) stop waiting and answer with
+// what there is (Server.untilInputEnds); listen streams are not waited
+// for.
 // The MCP client stops the server by closing stdin, then waits for it to
 // exit.
 const drainGrace = 5 * time.Second
@@ -217,9 +220,10 @@ func responseID(msg []byte) (id json.RawMessage, ok bool) {
 // invalid-params error (for the tools known reports registered),
 // batches and messages too large with invalid-request; everything else
 // is passed on to mcp-go through fwd, and its requests and cancellations
-// are recorded in c. When in ends it lets the requests in flight finish
-// (c.drain), then closes fwd.
-func front(ctx context.Context, in io.Reader, fwd *io.PipeWriter, out io.Writer, c *calls, known func(tool string) bool) {
+// are recorded in c. When in ends it calls ended (calls that wait stop
+// waiting), lets the requests in flight finish (c.drain), then closes
+// fwd.
+func front(ctx context.Context, in io.Reader, fwd *io.PipeWriter, out io.Writer, c *calls, known func(tool string) bool, ended func()) {
 	defer fwd.Close()
 	br := bufio.NewReaderSize(in, 64<<10)
 	for {
@@ -251,6 +255,7 @@ func front(ctx context.Context, in io.Reader, fwd *io.PipeWriter, out io.Writer,
 			}
 		}
 		if err != nil {
+			ended()
 			c.drain(ctx, drainGrace)
 			return
 		}
@@ -447,7 +452,7 @@ func (s *Server) serveFiltered(ctx context.Context, in io.Reader, out io.Writer,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		front(ctx, in, pw, lw, c, func(tool string) bool { return s.mcp.GetTool(tool) != nil })
+		front(ctx, in, pw, lw, c, func(tool string) bool { return s.mcp.GetTool(tool) != nil }, s.endInput)
 	}()
 	err := listen(ctx, pr, lw)
 	pr.Close() // stops front if it is still forwarding

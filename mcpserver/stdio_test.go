@@ -236,6 +236,39 @@ func TestStdioCancelledRequest(t *testing.T) {
 	}
 }
 
+// A client that pipes its requests and closes stdin at once gets an
+// answer to its calls that wait too: one with something to return
+// returns it, one with nothing stops waiting and says so (rather than
+// being cancelled after the drain's grace).
+func TestStdioWaitsAnswerAfterStdinCloses(t *testing.T) {
+	f := newFakeNode()
+	f.deliver(node.Message{ID: "x1", Kind: "message", Peer: "bob", Body: "hi"})
+	w := startStdio(t, f)
+	w.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	w.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	w.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"receive_messages","arguments":{"wait_ms":20000,"limit":1}}}`)
+	w.send(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"receive_messages","arguments":{"wait_ms":20000,"after":5}}}`)
+	w.send(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"wait_task","arguments":{"task_id":"t1","wait_ms":20000}}}`)
+	w.close()
+	got := map[float64]map[string]any{}
+	for _, m := range w.seen {
+		if id, ok := m["id"].(float64); ok {
+			got[id] = m
+		}
+	}
+	for id, want := range map[float64]int{2: 1, 3: 0} {
+		res, _ := got[id]["result"].(map[string]any)
+		sc, _ := res["structuredContent"].(map[string]any)
+		msgs, ok := sc["messages"].([]any)
+		if !ok || len(msgs) != want || res["isError"] == true {
+			t.Errorf("receive_messages %v after stdin closed: %v, want %d messages", id, got[id], want)
+		}
+	}
+	if res, _ := got[4]["result"].(map[string]any); res == nil || res["isError"] == true {
+		t.Errorf("wait_task after stdin closed: %v", got[4])
+	}
+}
+
 // Tool calls that wait take at most half of the workers: more than that
 // many are each answered at once with an error, and a call that does not
 // wait is answered while they wait. A wait that ends frees its place.

@@ -675,7 +675,13 @@ func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 	if err != nil {
 		return nil, err
 	}
-	b, err := s.api.Receive(ctx, q)
+	wctx, cancel := s.untilInputEnds(ctx)
+	b, err := s.api.Receive(wctx, q)
+	cancel()
+	if waitEnded(ctx, wctx, err) {
+		q.Wait = 0
+		b, err = s.api.Receive(ctx, q)
+	}
 	if err != nil {
 		return s.failed(ctx, err)
 	}
