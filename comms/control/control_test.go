@@ -694,10 +694,14 @@ func TestServeHomeRefusesAReplacedKey(t *testing.T) {
 }
 
 // A control socket removed while the node runs leaves every command
-// without a way in: the node's status and /readyz say so, and a second
-// start says why it cannot serve the home (instead of pointing at
-// status, which cannot reach the node either).
+// without a way in until it is made again (TestControlSocketMadeAgain):
+// the node's status and /readyz say so, and a second start says why it
+// cannot serve the home (instead of pointing at status, which cannot
+// reach the node either).
 func TestControlSocketRemoved(t *testing.T) {
+	was := controlSocketCheck
+	controlSocketCheck = time.Hour // not made again during the test
+	t.Cleanup(func() { controlSocketCheck = was })
 	h := testHome(t)
 	sv, err := ServeHome(h, HostOptions{})
 	if err != nil {
@@ -720,5 +724,53 @@ func TestControlSocketRemoved(t *testing.T) {
 	err = RunDaemon(dctx, h, DaemonOptions{})
 	if err == nil || !strings.Contains(err.Error(), "its control socket "+h.ControlPath()+" is not there") {
 		t.Fatalf("RunDaemon while the node serves without its control socket: %v", err)
+	}
+}
+
+// A serving host makes its control socket again when the file is
+// removed, so commands reach the node rather than run one of their own;
+// a file someone put in its place is left there.
+func TestControlSocketMadeAgain(t *testing.T) {
+	was := controlSocketCheck
+	controlSocketCheck = 10 * time.Millisecond
+	t.Cleanup(func() { controlSocketCheck = was })
+	h := testHome(t)
+	sv, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sv.Close)
+	ctx := context.Background()
+	for round := range 2 {
+		if err := os.Remove(h.ControlPath()); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the control socket made again", func() bool {
+			c, err := Dial(ctx, h.ControlPath())
+			if err != nil {
+				return false
+			}
+			_, err = c.Self(ctx)
+			return err == nil
+		})
+		if st, err := sv.Node.Status(ctx); err != nil || len(st.Problems) != 0 {
+			t.Fatalf("round %d: status once the socket is back: problems %q, %v", round, st.Problems, err)
+		}
+	}
+	// Replaced by another file at once (a rename): left alone.
+	tmp := h.ControlPath() + ".tmp"
+	if err := os.WriteFile(tmp, []byte("not a socket"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, h.ControlPath()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * controlSocketCheck) // checks that must leave it
+	if b, err := os.ReadFile(h.ControlPath()); err != nil || string(b) != "not a socket" {
+		t.Fatalf("the file put at the control socket's path: %q, %v", b, err)
+	}
+	st, err := sv.Node.Status(ctx)
+	if err != nil || len(st.Problems) != 1 || !strings.Contains(st.Problems[0], "replaced by another file") {
+		t.Fatalf("status with the socket replaced: problems %q, %v", st.Problems, err)
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -103,7 +106,9 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		Serve(ctx, ctl, n, Options{Logger: log, SendTimeout: n.SendTimeout()})
+		keepControlSocket(ctx, a, ctl, log, func(ln net.Listener) {
+			Serve(ctx, ln, n, Options{Logger: log, SendTimeout: n.SendTimeout()})
+		}, n.WatchSocket)
 	}()
 	unannounce := func() {}
 	if opts.RuntimeDir != "" {
@@ -121,6 +126,45 @@ func ServeHome(h *node.Home, opts HostOptions) (*Served, error) {
 			unlock() // last: whoever takes over finds the node stopped
 		})
 	}}, nil
+}
+
+// controlSocketCheck is how often a serving host looks whether its
+// control socket file is still there.
+var controlSocketCheck = 2 * time.Second
+
+// keepControlSocket serves ln with serve until ctx ends and, when the
+// socket file at a is removed meanwhile (say by a cleaner of /tmp),
+// listens there again and serves the new listener too, telling watch its
+// file. Without it every command would find no daemon (status says none
+// runs) and run a node of its own on the home, storing sends the daemon
+// never picks up. A file put in its place by someone else is left alone
+// (status reports it). It returns once every listener's serve has.
+func keepControlSocket(ctx context.Context, a transport.Addr, ln net.Listener, log *slog.Logger, serve func(net.Listener), watch func(path string)) {
+	var wg sync.WaitGroup
+	wg.Go(func() { serve(ln) })
+	defer wg.Wait()
+	t := time.NewTicker(controlSocketCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := os.Lstat(a.Path); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		again, err := transport.Listen(ctx, a)
+		if err != nil {
+			log.Warn("the control socket was removed and cannot be made again", "path", a.Path, "err", err)
+			continue
+		}
+		log.Warn("the control socket was removed (by another program); made it again", "path", a.Path)
+		watch(a.Path)
+		ln.Close() // its file is gone: Close leaves the new one
+		ln = again
+		wg.Go(func() { serve(again) })
+	}
 }
 
 // Session is a node.API for a long-lived face such as meerkatd mcp: it

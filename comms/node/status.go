@@ -95,7 +95,8 @@ type socketFile struct {
 
 // WatchSocket adds the Unix socket file at path, as it is now, to those
 // whose removal or replacement Status (problems) and /readyz report: the
-// node adds its own listeners', a host its control socket's.
+// node adds its own listeners', a host its control socket's (again, when
+// it made the socket anew: the file at path is then the one watched).
 func (n *Node) WatchSocket(path string) {
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -103,6 +104,12 @@ func (n *Node) WatchSocket(path string) {
 	}
 	n.sockMu.Lock()
 	defer n.sockMu.Unlock()
+	for i := range n.sockets {
+		if n.sockets[i].path == path {
+			n.sockets[i].info = fi
+			return
+		}
+	}
 	n.sockets = append(n.sockets, socketFile{path, fi})
 }
 
