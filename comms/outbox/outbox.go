@@ -799,6 +799,10 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 			o.breakerFailedLocked(q, now)
 		}
 		if attempt >= o.opts.MaxAttempts {
+			// The dead letter keeps the count of attempts made, this one's too.
+			if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, msg); err != nil {
+				o.log.Error("outbox: cannot record a failed attempt", "id", it.e.ID.String(), "err", err)
+			}
 			o.killLocked(q, it, fmt.Sprintf("%s: %d attempts failed; last: %s", ReasonExhausted, attempt, msg), EventDeadLetter, now)
 			return
 		}

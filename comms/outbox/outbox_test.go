@@ -364,6 +364,9 @@ func TestDeadLetters(t *testing.T) {
 			if len(dl) != 1 || dl[0].ID != e.ID || !hasPrefix(dl[0].Reason, c.reason) {
 				t.Fatalf("dead letters %+v", dl)
 			}
+			if c.name == "exhausted" && dl[0].Attempts != 3 {
+				t.Fatalf("a dead letter after 3 failed attempts records %d", dl[0].Attempts)
+			}
 			if ob.Len() != 0 {
 				t.Fatalf("still queued: %d", ob.Len())
 			}
