@@ -364,7 +364,9 @@ func (lc *lifecycle) timeOut(ctx context.Context, id string, now time.Time) {
 
 // withdraw moves request id, if it is still queued in the outbox for
 // peer and not being attempted, to the dead letters with reason, and
-// reports whether it did.
+// reports whether the request is now there: moved, or a dead letter
+// already (it expired or ran out of attempts before it was delivered).
+// Either way the peer never acknowledged it: there is nobody to tell.
 func (lc *lifecycle) withdraw(peer identity.PeerID, id, reason string) bool {
 	u, err := identity.ParseUUID(id)
 	if err != nil || lc.n.ob == nil {
@@ -376,7 +378,11 @@ func (lc *lifecycle) withdraw(peer identity.PeerID, id, reason string) bool {
 	if p, ok := lc.n.r.Trust().Lookup(peer); !ok || p.NATS || p.Addr.Scheme == transport.SchemeNATS {
 		return false
 	}
-	return lc.n.ob.Withdraw(peer, u, reason)
+	if lc.n.ob.Withdraw(peer, u, reason) {
+		return true
+	}
+	dead, err := lc.n.ob.DeadLetters()
+	return err == nil && slices.ContainsFunc(dead, func(d outbox.DeadLetter) bool { return d.ID == u })
 }
 
 func (lc *lifecycle) forgetDue(id string) {

@@ -864,3 +864,42 @@ func TestCancelQueuedRequest(t *testing.T) {
 		t.Fatalf("dead letters: %+v, %v", dl, err)
 	}
 }
+
+// A request that became a dead letter before it was delivered (its
+// time-to-live passed with the peer away) is over when cancelled: no
+// cancel is sent (the peer never had it), and it is not sent again from
+// the dead letters, where it would reach the peer as a request nobody
+// waits for.
+func TestCancelDeadLetteredRequest(t *testing.T) {
+	alice, bob := pairedNodes(t, true)
+	bob.Close()
+	ctx := context.Background()
+	sent, err := alice.SendRequest(ctx, "bob", "build", nil, SendOptions{Reliable: true, TTL: 300 * time.Millisecond})
+	if err != nil || sent.Delivery != DeliveryQueued {
+		t.Fatalf("SendRequest to a stopped peer: %+v, %v", sent, err)
+	}
+	waitFor(t, 20*time.Second, "the request to expire into the dead letters", func() bool {
+		dl, err := alice.DeadLetters(ctx)
+		return err == nil && len(dl) == 1 && dl[0].ID == sent.ID
+	})
+	c, err := alice.CancelRequest(ctx, sent.ID, "not needed", SendOptions{})
+	if err != nil || !c.Withdrawn || c.Cancel != nil || c.Request.State != RequestCancelled {
+		t.Fatalf("cancel of a dead-lettered request: %+v, %v", c, err)
+	}
+	if ob, err := alice.Outbox(ctx); err != nil || len(ob.Entries) != 0 {
+		t.Fatalf("outbox after the cancel: %+v, %v (want no cancel queued)", ob.Entries, err)
+	}
+	for _, all := range []bool{false, true} {
+		ids := []string{sent.ID}
+		if all {
+			ids = nil
+		}
+		n, err := alice.RetryDeadLetters(ctx, ids, all)
+		if n != 0 || (!all && (CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), sent.ID))) || (all && err != nil) {
+			t.Fatalf("retry (all %v) of a cancelled request's dead letter: %d requeued, %v", all, n, err)
+		}
+	}
+	if ob, err := alice.Outbox(ctx); err != nil || len(ob.Entries) != 0 {
+		t.Fatalf("outbox after the retries: %+v, %v", ob.Entries, err)
+	}
+}

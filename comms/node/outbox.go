@@ -254,7 +254,7 @@ func (n *Node) RetryDeadLetters(ctx context.Context, ids []string, all bool) (in
 	} else if st, err = n.outboxStore(); err != nil {
 		return 0, Coded(err)
 	}
-	us, over, err := revivable(st, us, all)
+	us, over, err := revivable(st, us, all, n.requestOver)
 	if err != nil {
 		return 0, Coded(err)
 	}
@@ -273,6 +273,16 @@ func (n *Node) RetryDeadLetters(ctx context.Context, ids []string, all bool) (in
 		k, len(over), strings.Join(over, ", "))
 }
 
+// requestOver reports whether id is a request this node sent that is no
+// longer open: cancelled, timed out or answered.
+func (n *Node) requestOver(id identity.UUID) bool {
+	if n.lc == nil {
+		return false
+	}
+	r, ok, err := n.lc.st.SentRequest(id.String())
+	return err == nil && ok && r.State != RequestOpen
+}
+
 // withdrawnReason reports whether a dead letter's reason is that of a
 // request withdrawn at its deadline or by a cancel, before delivery.
 func withdrawnReason(reason string) bool {
@@ -282,24 +292,26 @@ func withdrawnReason(reason string) bool {
 
 // revivable returns the dead letters of ids (all: every one) that may be
 // sent again, leaving out the requests withdrawn at their deadline or by
-// a cancel: the request is over here, and sent now it would reach the
-// peer as a request nobody waits for. over names those of ids left out
+// a cancel, and those (dead letters before that) whose request is over
+// (requestOver: cancelled, timed out): sent now they would reach the
+// peer as requests nobody waits for. over names those of ids left out
 // (with all, they are left out silently).
-func revivable(st outbox.Store, ids []identity.UUID, all bool) (out []identity.UUID, over []string, err error) {
+func revivable(st outbox.Store, ids []identity.UUID, all bool, requestOver func(identity.UUID) bool) (out []identity.UUID, over []string, err error) {
 	dead, err := st.DeadLetters()
 	if err != nil {
 		return nil, nil, err
 	}
+	done := func(d outbox.DeadLetter) bool { return withdrawnReason(d.Reason) || requestOver(d.ID) }
 	if all {
 		for _, d := range dead {
-			if !withdrawnReason(d.Reason) {
+			if !done(d) {
 				out = append(out, d.ID)
 			}
 		}
 		return out, nil, nil
 	}
 	for _, u := range ids {
-		if slices.ContainsFunc(dead, func(d outbox.DeadLetter) bool { return d.ID == u && withdrawnReason(d.Reason) }) {
+		if slices.ContainsFunc(dead, func(d outbox.DeadLetter) bool { return d.ID == u && done(d) }) {
 			over = append(over, u.String())
 		} else {
 			out = append(out, u)
