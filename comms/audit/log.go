@@ -285,8 +285,9 @@ type writer struct {
 	pendingDrops uint64 // sum of the counts of "dropped" rows in buf
 	reported     uint64 // drops reported in rows written or in buf
 
-	err     error     // the write error that closed f
-	lastTry time.Time // of the last failed reopen
+	err       error     // the write error that closed f
+	lastTry   time.Time // of the last failed reopen
+	lastCheck time.Time // of the last look at what is at path (checkMoved)
 }
 
 func (w *writer) setFile(f *os.File, size int64) {
@@ -349,6 +350,7 @@ func (w *writer) flush() bool {
 	if len(w.buf) == 0 {
 		return true
 	}
+	w.checkMoved()
 	if _, err := w.out.Write(w.buf); err != nil {
 		w.fail(err)
 		return false
@@ -383,8 +385,41 @@ func (w *writer) fail(err error) {
 }
 
 // reopenInterval is the least time between attempts to reopen a file
-// that failed.
+// that failed, and between looks at whether the file was moved.
 const reopenInterval = time.Second
+
+// checkMoved opens the log again at its path when the file there is no
+// longer the one written: removed, or moved away (by hand, or by a log
+// rotator without copytruncate). Writing on to an unlinked file would
+// lose every row unseen; no write fails to say so. It looks at most once
+// per reopenInterval.
+func (w *writer) checkMoved() {
+	every := reopenInterval
+	if w.opts.reopenEvery != 0 {
+		every = w.opts.reopenEvery
+	}
+	if w.f == nil || time.Since(w.lastCheck) < every {
+		return
+	}
+	w.lastCheck = time.Now()
+	cur, err := w.f.Stat()
+	if err != nil {
+		return
+	}
+	at, err := os.Lstat(w.path)
+	if err == nil && os.SameFile(cur, at) || err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	f, size, err := openLog(w.path) // refuses anything but a regular file of ours
+	if err != nil {
+		w.opts.Logger.Error("audit: the log file was removed or moved away, and cannot be made again; writing on to the old one", "path", w.path, "err", err)
+		return
+	}
+	w.opts.Logger.Warn("audit: the log file was removed or moved away; writing a new one", "path", w.path)
+	w.f.Close()
+	w.setFile(f, size+int64(len(w.buf))) // size counts buf
+
+}
 
 // reopen reports whether the file is open, trying to reopen it after a
 // failure at most once per reopenInterval.

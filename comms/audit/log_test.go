@@ -86,6 +86,32 @@ func TestReopenAppends(t *testing.T) {
 	sameRecords(t, readAll(t, path), want)
 }
 
+// A log file removed or moved away while the log is open (by hand, or a
+// log rotator) is made again at its path for the rows that follow; a
+// file moved away keeps what was written before.
+func TestRemovedOrMovedFileMadeAgain(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	l, path := openTemp(t, Options{FlushInterval: time.Millisecond, reopenEvery: time.Nanosecond})
+	flushed := func(n uint64) {
+		testutil.WaitFor(t, 10*time.Second, "rows written", func() bool { return l.Stats().Written >= n })
+	}
+	l.Record(rec(0))
+	flushed(1)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	l.Record(rec(1))
+	flushed(2)
+	sameRecords(t, readAll(t, path), []Record{rec(1)})
+	if err := os.Rename(path, path+".old"); err != nil {
+		t.Fatal(err)
+	}
+	l.Record(rec(2))
+	mustClose(t, l)
+	sameRecords(t, readAll(t, path+".old"), []Record{rec(1)})
+	sameRecords(t, readAll(t, path), []Record{rec(2)})
+}
+
 // A line cut by a crash is terminated on open, so it alone is lost.
 func TestOpenRepairsPartialLine(t *testing.T) {
 	testutil.CheckGoroutines(t)
