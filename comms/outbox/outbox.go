@@ -642,7 +642,7 @@ func (o *Outbox) nextLocked(q *peerQ, now time.Time) (*item, bool) {
 			i--
 			continue
 		}
-		if now.Before(it.e.NextAttempt) {
+		if now.Before(it.dueAt(q.breaker.OpenUntil)) {
 			if it.stored {
 				continue // in the broker already, in order: the next may go
 			}
@@ -653,23 +653,36 @@ func (o *Outbox) nextLocked(q *peerQ, now time.Time) (*item, bool) {
 	return nil, false
 }
 
+// dueAt is when it may next be attempted: its next attempt, or, when its
+// peer's breaker allows a probe at probe (not zero) before that, then. The
+// breaker's open time is the wait between rounds that failed; the
+// envelope's own backoff, which grew while the breaker counted them, does
+// not delay the probe. An envelope in the broker already, or whose move
+// to the dead letters failed, keeps its time.
+func (it *item) dueAt(probe time.Time) time.Time {
+	if !probe.IsZero() && probe.Before(it.e.NextAttempt) && !it.stored && !it.killFailed {
+		return probe
+	}
+	return it.e.NextAttempt
+}
+
 // dueLocked is when q's worker should next look: the oldest envelope's
 // next attempt (not before the breaker's probe) or the earliest expiry.
 func (o *Outbox) dueLocked(q *peerQ, now time.Time) time.Time {
 	var due time.Time
+	o.boundBreakerLocked(q, now)
 	for _, it := range q.items { // the first that holds the queue back, or a stored one before it
 		if it.inFlight {
 			continue
 		}
 		o.boundLocked(it, now)
-		if due.IsZero() || it.e.NextAttempt.Before(due) {
-			due = it.e.NextAttempt
+		if next := it.dueAt(q.breaker.OpenUntil); due.IsZero() || next.Before(due) {
+			due = next
 		}
 		if !it.stored {
 			break
 		}
 	}
-	o.boundBreakerLocked(q, now)
 	if q.breaker.OpenUntil.After(due) {
 		due = q.breaker.OpenUntil
 	}

@@ -289,6 +289,36 @@ func TestBreakerOpensQueuesThenProbes(t *testing.T) {
 	}
 }
 
+// The probe of a half-open breaker goes once the breaker's open time is
+// over, not when the oldest envelope's backoff (grown longer meanwhile)
+// would have let it.
+func TestProbeDoesNotWaitForBackoff(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	opts := Options{Backoff: []time.Duration{0, 0, 5 * time.Hour}, BreakerFailures: 3, BreakerOpen: time.Hour, Now: now}
+	ob, err := New(st, rcv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	if _, _, err := ob.Enqueue(entry(peerA, 0)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the breaker to open", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
+	_, _, calls := rcv.snapshot()
+	if es, _ := st.Entries(); len(es) != 1 || !es[0].NextAttempt.After(now().Add(2*time.Hour)) {
+		t.Fatalf("the envelope's next attempt: %+v, want its 5h backoff", es)
+	}
+	clock.Add(int64(61 * time.Minute)) // past the open time, long before the backoff
+	wake(ob.peers[peerA])
+	testutil.WaitFor(t, 10*time.Second, "the probe", func() bool { _, _, c := rcv.snapshot(); return c == calls+1 })
+}
+
 func TestKickEndsTheWait(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	st, rcv := NewMemStore(), newReceiver()
