@@ -261,6 +261,9 @@ func (e *env) openBackend(homeFlag string, mode node.Mode) (*node.Home, *control
 // bound.
 func (e *env) withBackend(homeFlag string, bound time.Duration, f func(context.Context, *control.Backend) error) error {
 	_, b, err := e.openBackend(homeFlag, node.ModeSend)
+	if dir, derr := e.homeDir(homeFlag); err != nil && derr == nil {
+		b, err = control.DaemonDespite(dir, err, e.stderr) // status while meerkat.toml is being edited
+	}
 	if err != nil {
 		return err
 	}
@@ -271,9 +274,7 @@ func (e *env) withBackend(homeFlag string, bound time.Duration, f func(context.C
 }
 
 // runtimeDir is the local-discovery directory ($XDG_RUNTIME_DIR/meerkat).
-func (e *env) runtimeDir() (string, error) {
-	return node.RuntimeDir(e.getenv("XDG_RUNTIME_DIR"))
-}
+func (e *env) runtimeDir() (string, error) { return node.RuntimeDir(e.getenv("XDG_RUNTIME_DIR")) }
 
 // settings returns the setting flags given on the command line (they win
 // over meerkat.toml and the environment).

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -928,5 +929,38 @@ func TestQuickstartInBash(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "hello from alice") {
 		t.Fatalf("bob's inbox is not in the output:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	}
+}
+
+// A meerkat.toml that no longer parses (an edit under way) does not make
+// status fail while the daemon that read the good one runs: status
+// answers from it, with a warning naming the problem; without a daemon
+// it is bad_config, as before.
+func TestStatusWithABadConfigWhileTheDaemonRuns(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "alice")
+	n.start()
+	path := filepath.Join(n.home, "meerkat.toml")
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(slices.Clone(good), "\n[comms\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := n.run("status", "--json")
+	var s cliStatus
+	if r.code != exitOK || json.Unmarshal([]byte(r.stdout), &s) != nil || !s.Daemon || !strings.Contains(r.stderr, "warning: ") || !strings.Contains(r.stderr, "meerkat.toml") {
+		t.Fatalf("status with a bad meerkat.toml while the daemon runs:\n%s", r)
+	}
+	if err := os.WriteFile(path, good, 0o600); err != nil { // the daemon stops cleanly with it
+		t.Fatal(err)
+	}
+	n.stop()
+	if err := os.WriteFile(path, append(slices.Clone(good), "\n[comms\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := n.run("status"); r.code != exitError || !strings.Contains(r.stderr, "bad_config") {
+		t.Fatalf("status with a bad meerkat.toml and no daemon:\n%s", r)
 	}
 }
