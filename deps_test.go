@@ -101,7 +101,7 @@ var allowed = map[string][]string{
 		module + "/transport", module + "/internal/atomicfile", module + "/internal/filelock", module + "/internal/filemode", module + "/comms/meup", module + "/comms/space",
 		module + "/comms/metrics", module + "/comms/natsrelay",
 		module + "/comms/card"},
-	"comms/control":       {module + "/comms/node", module + "/transport", module + "/internal/sdnotify"},
+	"comms/control":       {module + "/comms/node", module + "/transport", module + "/internal/sdnotify", module + "/internal/filemode"},
 	"comms/node/nodetext": {module + "/comms/node", module + "/comms/outbox", module + "/internal/termtext"},
 	"mcpserver":           {module + "/comms/node", "github.com/mark3labs/mcp-go/"},
 	"bench": {module + "/comms", module + "/comms/wire", module + "/config", module + "/identity", module + "/transport", module + "/trust",

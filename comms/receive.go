@@ -202,7 +202,7 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 		if !sendAcks() {
 			return
 		}
-		if noInput() {
+		if (held || st.acksOK.Load()) && noInput() {
 			if held {
 				// Nothing more to read now: the acks ackLoop holds go out too.
 				q <- ackJob{flush: true}

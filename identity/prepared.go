@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha512"
 	"encoding/binary"
+	"time"
 
 	"github.com/oasisprotocol/curve25519-voi/curve"
 	"github.com/oasisprotocol/curve25519-voi/curve/scalar"
@@ -35,12 +36,33 @@ import (
 // Under a burst (signInto's batches) nonces are neither prepared nor
 // taken: batched signatures cost less each. SignIntoPrepared then signs
 // as SignInto does, the same bytes; likewise when no nonce is ready.
-const preparedNonces = 4
+//
+// A nonce is used within preparedFor of being made, or not at all: a
+// process copied whole (a virtual machine's snapshot restored twice, a
+// container checkpoint) would otherwise sign two messages with one
+// nonce in its two copies, which gives the key away. The copies' clocks
+// have moved on by then (a clock that went back counts too); a
+// deterministic signature needs no such care.
+const (
+	preparedNonces = 4
+	preparedFor    = 100 * time.Millisecond
+)
 
-// preparedNonce is a nonce r and its encoded R = [r]B.
+// preparedClock is the clock nonces are dated by (tests replace it).
+var preparedClock = time.Now
+
+// preparedNonce is a nonce r, its encoded R = [r]B and when it was made.
 type preparedNonce struct {
-	r scalar.Scalar
-	R [32]byte
+	r  scalar.Scalar
+	R  [32]byte
+	at time.Time
+}
+
+// fresh reports whether p may still be used at now: made less than
+// preparedFor ago, by the monotonic clock and by the wall clock.
+func (p *preparedNonce) fresh(now time.Time) bool {
+	mono, wall := now.Sub(p.at), now.Round(0).Sub(p.at.Round(0))
+	return mono >= 0 && mono < preparedFor && wall >= 0 && wall < preparedFor
 }
 
 // signIntoPrepared is SignIntoPrepared.
@@ -51,11 +73,18 @@ func (s *secret) signIntoPrepared(sig *[ed25519.SignatureSize]byte, msg []byte) 
 	var p preparedNonce
 	ok := false
 	if s.alone.Load() >= gatherUntil { // not a burst
+		now := preparedClock()
 		s.pmu.Lock()
 		if s.nPrepared > 0 {
 			s.nPrepared--
 			p, ok = s.prepared[s.nPrepared], true
 			s.prepared[s.nPrepared] = preparedNonce{}
+		}
+		if ok && !p.fresh(now) {
+			// The newest is stale: so are the others.
+			clear(s.prepared[:s.nPrepared])
+			s.nPrepared, ok = 0, false
+			p.r.Zero()
 		}
 		s.pmu.Unlock()
 	}
@@ -73,7 +102,12 @@ func (s *secret) prepareNonce() bool {
 	if s.alone.Load() < gatherUntil {
 		return false // a burst
 	}
+	now := preparedClock()
 	s.pmu.Lock()
+	if s.nPrepared > 0 && !s.prepared[s.nPrepared-1].fresh(now) {
+		clear(s.prepared[:s.nPrepared]) // stale, the newest too
+		s.nPrepared = 0
+	}
 	full := s.nPrepared == preparedNonces
 	s.pmu.Unlock()
 	if full {
@@ -111,4 +145,5 @@ func (s *secret) makeNonce(p *preparedNonce) {
 	clear(digest[:])
 	c.SetEdwardsPoint(R.MulBasepoint(curve.ED25519_BASEPOINT_TABLE, &p.r))
 	p.R = c
+	p.at = preparedClock()
 }

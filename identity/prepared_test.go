@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 )
 
 // verifiesEverywhere fails unless sig is a valid signature of msg by kp
@@ -194,4 +195,54 @@ func BenchmarkSignIntoPrepared(b *testing.B) {
 			kp.SignIntoPrepared(&sig, msg)
 		}
 	})
+}
+
+// A nonce not used within preparedFor of being made (by either clock) is
+// not used at all: the signature is the deterministic one, and the stale
+// nonces make room for fresh ones.
+func TestPreparedNoncesGoStale(t *testing.T) {
+	kp, err := GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now()
+	var now time.Time
+	preparedClock = func() time.Time { return now }
+	t.Cleanup(func() { preparedClock = time.Now })
+	msg := []byte("m")
+	var det, sig [ed25519.SignatureSize]byte
+	kp.SignInto(&det, msg)
+	for _, c := range []struct {
+		name  string
+		later time.Time
+	}{
+		{"monotonic clock past preparedFor", base.Add(preparedFor)},
+		{"wall clock moved on (a restored snapshot)", base.Round(0).Add(preparedFor + time.Second)},
+		{"wall clock went back", base.Round(0).Add(-time.Second)},
+	} {
+		now = base
+		for kp.PrepareNonce() {
+		}
+		now = c.later
+		kp.SignIntoPrepared(&sig, msg)
+		if sig != det {
+			t.Errorf("%s: a stale nonce was used", c.name)
+		}
+		if !kp.PrepareNonce() {
+			t.Errorf("%s: the stale nonces left no room for a fresh one", c.name)
+		}
+		kp.SignIntoPrepared(&sig, msg)
+		if sig == det {
+			t.Errorf("%s: the fresh nonce was not used", c.name)
+		}
+		verifiesEverywhere(t, kp, msg, sig)
+	}
+	now = base
+	for kp.PrepareNonce() {
+	}
+	now = base.Add(preparedFor - time.Millisecond)
+	kp.SignIntoPrepared(&sig, msg)
+	if sig == det {
+		t.Error("a nonce within preparedFor was not used")
+	}
 }

@@ -352,12 +352,13 @@ func waits(method string, params json.RawMessage) bool {
 	if method != "tools/call" {
 		return false
 	}
+	// The arguments as the tools read them: by the exact key (a struct
+	// would also take "WAIT_MS", and the last of two spellings).
 	var p struct {
-		Arguments struct {
-			WaitMS float64 `json:"wait_ms"`
-		} `json:"arguments"`
+		Arguments map[string]json.RawMessage `json:"arguments"`
 	}
-	return json.Unmarshal(params, &p) == nil && p.Arguments.WaitMS > 0
+	var ms float64
+	return json.Unmarshal(params, &p) == nil && json.Unmarshal(p.Arguments["wait_ms"], &ms) == nil && ms > 0
 }
 
 // checkCall returns an invalid-params reply for a tools/call request whose

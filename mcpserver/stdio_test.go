@@ -469,6 +469,10 @@ func TestWaits(t *testing.T) {
 		{"tools/call", `{"name":"send_message","arguments":{"peer":"bob","body":"hi"}}`, false},
 		{"tools/call", `{"name":"receive_messages","arguments":{"wait_ms":"300"}}`, false}, // refused by its tool anyway
 		{"tools/call", `not json`, false},
+		// The exact key, as the tool reads it: another spelling is not it.
+		{"tools/call", `{"name":"receive_messages","arguments":{"wait_ms":20000,"WAIT_MS":0}}`, true},
+		{"tools/call", `{"name":"receive_messages","arguments":{"Wait_Ms":20000}}`, false},
+		{"tools/call", `{"name":"receive_messages","arguments":{"wait_ms":0,"wait_ms":300}}`, true},
 		{"resources/read", `{"uri":"meerkat://inbox","arguments":{"wait_ms":5}}`, false},
 	} {
 		if got := waits(tc.method, json.RawMessage(tc.params)); got != tc.want {

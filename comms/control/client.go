@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/transport"
 )
 
 // dialTimeout bounds connecting to the control socket.
@@ -143,6 +144,11 @@ func (c *Client) call(ctx context.Context, op string, in, out any) error {
 		return &node.Error{Code: node.CodeUnavailable, Msg: "no daemon is running (" + err.Error() + ")", Err: ErrNoDaemon}
 	}
 	defer conn.Close()
+	// The socket file was this user's when checked; the process that
+	// answers must be too (the file could have been swapped since).
+	if uid, err := transport.PeerUID(conn); err == nil && int(uid) != c.uid {
+		return &node.Error{Code: node.CodeForbidden, Msg: fmt.Sprintf("the process at %s runs as user %d, not as this user: refusing to use it", c.path, uid)}
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 	}

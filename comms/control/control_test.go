@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -19,6 +21,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/filemode"
 	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
@@ -386,6 +389,12 @@ func TestWaitsLeaveRoomForOtherCalls(t *testing.T) {
 	})
 	if r.Code != node.CodeUnavailable || !strings.Contains(r.Error, "6 calls are waiting") {
 		t.Fatalf("a seventh wait: %+v, want unavailable naming the 6 waiting", r)
+	}
+	for _, line := range []string{`{"op":"send_request","args":{"peer":"bob","intent":"x","options":{"wait":20000000000}}}`,
+		`{"op":"space_send","args":{"space":"s","kind":"chat","wait":20000000000}}`} {
+		if r := rawCall(t, h.ControlPath(), []byte(line+"\n")); r.Code != node.CodeUnavailable {
+			t.Fatalf("%s with every wait slot taken: %+v, want unavailable", line, r)
+		}
 	}
 	for _, line := range []string{`{"op":"status"}`, `{"op":"receive","args":{"limit":1}}`, `{"op":"wait_task","args":{"task_id":"x"}}`} {
 		if r := rawCall(t, h.ControlPath(), []byte(line+"\n")); r.Code == node.CodeUnavailable {
@@ -772,5 +781,38 @@ func TestControlSocketMadeAgain(t *testing.T) {
 	st, err := sv.Node.Status(ctx)
 	if err != nil || len(st.Problems) != 1 || !strings.Contains(st.Problems[0], "replaced by another file") {
 		t.Fatalf("status with the socket replaced: problems %q, %v", st.Problems, err)
+	}
+}
+
+// DaemonDespite answers through a running daemon when the home's
+// configuration does not load, but never when the home's files or
+// directories are unsafe (another user could have put a socket of their
+// own in the daemon's place), nor without a daemon.
+func TestDaemonDespite(t *testing.T) {
+	h := testHome(t)
+	var warn strings.Builder
+	cfgErr := &node.Error{Code: node.CodeBadConfig, Msg: "meerkat.toml: line 2: expected ']'"}
+	if b, err := DaemonDespite(h.Dir, cfgErr, &warn); b != nil || err != cfgErr {
+		t.Fatalf("without a daemon: %v, %v", b, err)
+	}
+	sv, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sv.Close)
+	b, err := DaemonDespite(h.Dir, cfgErr, &warn)
+	if err != nil || b == nil || !b.Daemon || !strings.Contains(warn.String(), "warning: meerkat.toml: line 2") {
+		t.Fatalf("with a daemon: %v, %v; warned %q", b, err, warn.String())
+	}
+	if _, err := b.Self(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []error{
+		&node.Error{Code: node.CodeBadConfig, Msg: "the home is writable by others", Err: fmt.Errorf("%s: %w", h.Dir, filemode.ErrUnsafe)},
+		&node.Error{Code: node.CodeUnavailable, Msg: "something else"},
+	} {
+		if b, err := DaemonDespite(h.Dir, e, io.Discard); b != nil || err != e {
+			t.Errorf("%v: %v, %v; want the error", e, b, err)
+		}
 	}
 }

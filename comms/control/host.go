@@ -145,20 +145,28 @@ func keepControlSocket(ctx context.Context, a transport.Addr, ln net.Listener, l
 	defer wg.Wait()
 	t := time.NewTicker(controlSocketCheck)
 	defer t.Stop()
+	failed := false // the last try to make it again failed (said once)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		if ctx.Err() != nil { // stopping: the socket is being removed
+			return
+		}
 		if _, err := os.Lstat(a.Path); !errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		again, err := transport.Listen(ctx, a)
 		if err != nil {
-			log.Warn("the control socket was removed and cannot be made again", "path", a.Path, "err", err)
+			if !failed {
+				log.Warn("the control socket was removed and cannot be made again (the home's directory gone?)", "path", a.Path, "err", err)
+			}
+			failed = true
 			continue
 		}
+		failed = false
 		log.Warn("the control socket was removed (by another program); made it again", "path", a.Path)
 		watch(a.Path)
 		ln.Close() // its file is gone: Close leaves the new one

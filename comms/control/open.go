@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/internal/filemode"
 )
 
 // Backend is the node a one-shot command acts on: the home's daemon,
@@ -28,14 +29,16 @@ func (b *Backend) Close() {
 }
 
 // DaemonDespite returns the daemon of the home in dir when one answers
-// although the home cannot be opened for cfgErr, a bad_config error (a
-// meerkatd.toml cut short by an edit, a file others may write): the
+// although the home's configuration cannot be loaded for cfgErr, a
+// bad_config error (a meerkat.toml cut short by an edit under way): the
 // daemon runs on the configuration it read when it started, and a
-// command that only asks it (status above all, a health check) need not
-// fail. The problem is written to warn. Without a daemon, or for another
-// error, it returns cfgErr.
+// command that goes through it (status above all, a health check) need
+// not fail. The problem is written to warn. Without a daemon, for another
+// error, or for files or directories others could change (whoever can
+// replace the home's files could put their own socket in the daemon's
+// place), it returns cfgErr.
 func DaemonDespite(dir string, cfgErr error, warn io.Writer) (*Backend, error) {
-	if node.CodeOf(cfgErr) != node.CodeBadConfig {
+	if node.CodeOf(cfgErr) != node.CodeBadConfig || errors.Is(cfgErr, filemode.ErrUnsafe) {
 		return nil, cfgErr
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -117,15 +117,19 @@ type server struct {
 }
 
 // waitSlot takes one of the slots of calls that wait, if req is one: a
-// receive, await_responses or wait_task with a wait, or pair_wait. ok
-// false means none is free; release gives it back.
+// receive, await_responses, wait_task or space send with a wait, a
+// request sent with a wait for its response, or pair_wait. ok false
+// means none is free; release gives it back.
 func (s *server) waitSlot(req Request) (release func(), ok bool) {
 	switch req.Op {
-	case OpReceive, OpAwaitResponses, OpWaitTask:
+	case OpReceive, OpAwaitResponses, OpWaitTask, OpSpaceSend, OpSendRequest:
 		var a struct {
-			Wait time.Duration `json:"wait"`
+			Wait    time.Duration `json:"wait"`
+			Options struct {
+				Wait time.Duration `json:"wait"`
+			} `json:"options"`
 		}
-		if json.Unmarshal(req.Args, &a) != nil || a.Wait <= 0 {
+		if json.Unmarshal(req.Args, &a) != nil || a.Wait <= 0 && a.Options.Wait <= 0 {
 			return func() {}, true // no wait (bad arguments are handle's to report)
 		}
 	case OpPairWait:

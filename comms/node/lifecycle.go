@@ -364,9 +364,10 @@ func (lc *lifecycle) timeOut(ctx context.Context, id string, now time.Time) {
 
 // withdraw moves request id, if it is still queued in the outbox for
 // peer and not being attempted, to the dead letters with reason, and
-// reports whether the request is now there: moved, or a dead letter
-// already (it expired or ran out of attempts before it was delivered).
-// Either way the peer never acknowledged it: there is nobody to tell.
+// reports whether the peer cannot have it: moved, or a dead letter
+// already that was never attempted (it expired while the peer's breaker
+// was open, say). A dead letter that was attempted may have reached the
+// peer (its ack lost): the peer is told then.
 func (lc *lifecycle) withdraw(peer identity.PeerID, id, reason string) bool {
 	u, err := identity.ParseUUID(id)
 	if err != nil || lc.n.ob == nil {
@@ -382,7 +383,7 @@ func (lc *lifecycle) withdraw(peer identity.PeerID, id, reason string) bool {
 		return true
 	}
 	dead, err := lc.n.ob.DeadLetters()
-	return err == nil && slices.ContainsFunc(dead, func(d outbox.DeadLetter) bool { return d.ID == u })
+	return err == nil && slices.ContainsFunc(dead, func(d outbox.DeadLetter) bool { return d.ID == u && d.Attempts == 0 })
 }
 
 func (lc *lifecycle) forgetDue(id string) {

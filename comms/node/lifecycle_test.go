@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -865,11 +866,11 @@ func TestCancelQueuedRequest(t *testing.T) {
 	}
 }
 
-// A request that became a dead letter before it was delivered (its
-// time-to-live passed with the peer away) is over when cancelled: no
-// cancel is sent (the peer never had it), and it is not sent again from
-// the dead letters, where it would reach the peer as a request nobody
-// waits for.
+// A request that became a dead letter after attempts (its time-to-live
+// passed with the peer away) may have reached the peer, its ack lost: a
+// cancel tells it. Either way the request is over, and it is not sent
+// again from the dead letters, where it would reach the peer as a
+// request nobody waits for.
 func TestCancelDeadLetteredRequest(t *testing.T) {
 	alice, bob := pairedNodes(t, true)
 	bob.Close()
@@ -883,11 +884,8 @@ func TestCancelDeadLetteredRequest(t *testing.T) {
 		return err == nil && len(dl) == 1 && dl[0].ID == sent.ID
 	})
 	c, err := alice.CancelRequest(ctx, sent.ID, "not needed", SendOptions{})
-	if err != nil || !c.Withdrawn || c.Cancel != nil || c.Request.State != RequestCancelled {
-		t.Fatalf("cancel of a dead-lettered request: %+v, %v", c, err)
-	}
-	if ob, err := alice.Outbox(ctx); err != nil || len(ob.Entries) != 0 {
-		t.Fatalf("outbox after the cancel: %+v, %v (want no cancel queued)", ob.Entries, err)
+	if err != nil || c.Withdrawn || c.Cancel == nil || c.Request.State != RequestCancelled {
+		t.Fatalf("cancel of an attempted dead-lettered request: %+v, %v (want the cancel sent)", c, err)
 	}
 	for _, all := range []bool{false, true} {
 		ids := []string{sent.ID}
@@ -899,7 +897,32 @@ func TestCancelDeadLetteredRequest(t *testing.T) {
 			t.Fatalf("retry (all %v) of a cancelled request's dead letter: %d requeued, %v", all, n, err)
 		}
 	}
-	if ob, err := alice.Outbox(ctx); err != nil || len(ob.Entries) != 0 {
-		t.Fatalf("outbox after the retries: %+v, %v", ob.Entries, err)
+	ob, err := alice.Outbox(ctx)
+	if err != nil || slices.ContainsFunc(ob.Entries, func(e QueuedSend) bool { return e.ID == sent.ID }) {
+		t.Fatalf("outbox after the retries: %+v, %v (the request must not be queued again)", ob.Entries, err)
+	}
+}
+
+// A dead letter never attempted (it expired while the peer's breaker
+// held it, say) never reached the peer: withdrawing it needs no cancel.
+// One attempted may have: the peer is told.
+func TestWithdrawDeadLetterNeverAttempted(t *testing.T) {
+	alice, bob := pairedNodes(t, true)
+	for _, attempts := range []int{0, 1} {
+		e := outbox.Entry{ID: identity.NewUUID(), To: bob.h.Key.ID(), Peer: "bob", Kind: "request", Payload: []byte("x"), Created: time.Now()}
+		if _, err := alice.obStore.Add(e); err != nil {
+			t.Fatal(err)
+		}
+		if attempts > 0 {
+			if err := alice.obStore.Attempted(e.ID, attempts, time.Now(), "connection refused"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := alice.obStore.Kill(e.ID, outbox.ReasonExpired, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if got := alice.lc.withdraw(bob.h.Key.ID(), e.ID.String(), "cancelled: test"); got != (attempts == 0) {
+			t.Errorf("withdraw of a dead letter attempted %d times: %v, want %v", attempts, got, attempts == 0)
+		}
 	}
 }

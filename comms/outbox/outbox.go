@@ -806,6 +806,12 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 			if q.resolve == 1 {
 				o.log.Warn("outbox: the peer's host name does not resolve; retrying on the slower schedule", "peer", q.name, "host", dnsErr.Name, "next", wait.String())
 			}
+			if !q.breaker.OpenUntil.IsZero() {
+				// A half-open breaker's probe that did not resolve: the
+				// next probe waits for the resolve schedule too (its past
+				// probe time would make every envelope due at once).
+				q.breaker.OpenUntil = now.Add(wait)
+			}
 		} else if !rs.failed {
 			q.resolve = 0
 			rs.failed = true

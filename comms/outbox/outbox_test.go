@@ -319,6 +319,67 @@ func TestProbeDoesNotWaitForBackoff(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the probe", func() bool { _, _, c := rcv.snapshot(); return c == calls+1 })
 }
 
+// A half-open breaker's probe whose peer's host name no longer resolves
+// waits for the resolve schedule before the next one: not a probe again
+// at once, over and over, until every envelope ran out of attempts.
+func TestProbeThatDoesNotResolveWaits(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	var calls atomic.Int32
+	var dns atomic.Bool
+	d := deliverFunc(func(ctx context.Context, a Attempt) error {
+		calls.Add(1)
+		if dns.Load() {
+			return fmt.Errorf("dial: %w", &net.DNSError{Err: "no such host", Name: "gone.invalid", IsNotFound: true})
+		}
+		return errors.New("connection refused")
+	})
+	parked := make(chan struct{}, 100)
+	ob, err := New(NewMemStore(), d, Options{Backoff: []time.Duration{time.Minute}, ResolveBackoff: []time.Duration{7 * time.Minute},
+		BreakerFailures: 1, BreakerOpen: time.Hour, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.parked = func(identity.PeerID) {
+		select {
+		case parked <- struct{}{}:
+		default:
+		}
+	}
+	ob.Start()
+	for i := range 3 {
+		if _, _, err := ob.Enqueue(entry(peerA, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, 10*time.Second, "the breaker to open", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
+	dns.Store(true)
+	c0 := calls.Load()
+	clock.Add(int64(61 * time.Minute)) // the probe is due; the clock then stands still
+	for len(parked) > 0 {
+		<-parked
+	}
+	wake(ob.peers[peerA])
+	testutil.WaitFor(t, 10*time.Second, "the probe", func() bool { return calls.Load() > c0 })
+	for range 3 { // the worker looks again and again: no attempt is due
+		select {
+		case <-parked:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the worker did not go back to waiting")
+		}
+		wake(ob.peers[peerA])
+	}
+	if n := calls.Load() - c0; n != 1 {
+		t.Fatalf("%d attempts with the clock standing after the probe, want the probe alone", n)
+	}
+	if dl, _ := ob.DeadLetters(); len(dl) != 0 {
+		t.Fatalf("dead letters: %+v", dl)
+	}
+}
+
 func TestKickEndsTheWait(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	st, rcv := NewMemStore(), newReceiver()
