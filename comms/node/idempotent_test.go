@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/inbox/store"
 	"github.com/meerkatd/meerkatd/transport"
@@ -306,5 +307,59 @@ func TestMemSentKeys(t *testing.T) {
 	late := t0.Add(3 * time.Hour)
 	if got, ok, err := m.ClaimKey(store.Idem{Key: "k", Op: "send_message", ArgsHash: []byte{1}, Owner: "d", Created: late}, late.Add(-window)); err != nil || !ok || !got.CallAt.Equal(late) {
 		t.Fatalf("after the window: %+v %v %v", got, ok, err)
+	}
+}
+
+// A daemon that starts releases the idempotency keys whose calls were
+// cut short when the last one stopped (a crash): a retry with such a key
+// is made again, not refused as running until the key's window ends.
+func TestStartReleasesKeysOfCallsCutShort(t *testing.T) {
+	h, _ := testHome(t, "alice", nil) // SQLite: the keys outlive the process
+	n, err := Start(h, Options{Mode: ModeServe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := n.sentStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	k := store.Idem{Key: "k1", Op: "send_message", ArgsHash: []byte{1}, Owner: "a process that crashed", Created: now}
+	if _, ok, err := st.ClaimKey(k, now.Add(-time.Hour)); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	n.Close()
+	n = startTest(t, h, ModeServe)
+	if st, err = n.sentStore(); err != nil {
+		t.Fatal(err)
+	}
+	retry := k
+	retry.Owner, retry.Created = "the restarted daemon", now.Add(time.Second)
+	if got, ok, err := st.ClaimKey(retry, now.Add(-time.Hour)); err != nil || !ok || !got.CallAt.Equal(k.Created) {
+		t.Fatalf("the key of the call cut short, after a restart: %+v %v %v; want it claimed again as the same call", got, ok, err)
+	}
+}
+
+// The same call sent reliably again (its key retried after a crash cut
+// the first short) finds its envelope queued from the first time: queued,
+// under the same id, not an error.
+func TestSameCallAgainIsQueued(t *testing.T) {
+	alice, bob := pairedNodes(t, false)
+	bob.Close()
+	ctx := context.Background()
+	call := callOf("k1", []byte{1, 2, 3}, time.Now())
+	var ids []string
+	for i := range 2 {
+		s, _, err := alice.sendKind(ctx, "bob", wire.Message("once"), SendOptions{Reliable: true, NoWait: true}, call)
+		if err != nil || s.Delivery != DeliveryQueued {
+			t.Fatalf("send %d of one call: %+v, %v; want queued", i+1, s, err)
+		}
+		ids = append(ids, s.ID)
+	}
+	if ids[0] != ids[1] {
+		t.Fatalf("one call, two envelope ids: %v", ids)
+	}
+	if ob, err := alice.Outbox(ctx); err != nil || len(ob.Entries) != 1 {
+		t.Fatalf("outbox: %+v, %v; want the one envelope", ob.Entries, err)
 	}
 }

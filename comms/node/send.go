@@ -194,6 +194,12 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	failing := ps.Queued > 0 && ps.Failures > 0
 	wait := !s.noWait && !failing && ps.Breaker != outbox.BreakerOpen && !ps.NextAttempt.After(time.Now())
 	_, t, err := n.ob.Enqueue(e)
+	if errors.Is(err, outbox.ErrQueued) {
+		// The same call made again (its idempotency key retried after a
+		// crash cut the first short): its envelope is queued from then.
+		out.delivery = DeliveryQueued
+		return out, nil
+	}
 	if err != nil {
 		n.sentEvent(e.ID, store.SentEventFailed, 0, err.Error())
 		return out, err
@@ -251,7 +257,10 @@ func (n *Node) sendReliableOnce(ctx context.Context, e outbox.Entry, out sendOut
 		return out, err
 	}
 	e.Created = time.Now()
-	if e, err = st.Add(e); err != nil {
+	if e, err = st.Add(e); errors.Is(err, outbox.ErrQueued) {
+		out.delivery = DeliveryQueued // the same call again: queued from the first time
+		return out, nil
+	} else if err != nil {
 		n.sentEvent(out.id, store.SentEventFailed, 0, err.Error())
 		return out, err
 	}

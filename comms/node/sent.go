@@ -159,6 +159,12 @@ func (n *Node) sentStore() (sentBackend, error) {
 // start: in its durable store, or in memory for a memory-mode home.
 func (n *Node) initSent() {
 	if d, ok := n.mail.(*durableMail); ok {
+		// Keys claimed by a daemon that crashed in their call: a retry
+		// makes the call again (the same envelope ids: a peer that got
+		// them drops the repeat), not idempotency_conflict for a day.
+		if err := d.st.Sent().ReleaseRunningKeys(); err != nil {
+			n.log.Warn("idempotency keys of calls cut short by the last stop not released", "err", err)
+		}
 		n.sent.st = newQueuedSent(d.st.Sent(), n.log)
 		return
 	}

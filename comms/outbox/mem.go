@@ -33,7 +33,7 @@ func (m *MemStore) Add(e Entry) (Entry, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.index(e.ID) >= 0 {
-		return e, fmt.Errorf("outbox: entry %s already queued", e.ID)
+		return e, fmt.Errorf("%w: entry %s", ErrQueued, e.ID)
 	}
 	m.seq++
 	e.Seq = m.seq

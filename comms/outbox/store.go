@@ -89,3 +89,8 @@ type Store interface {
 
 // ErrNotFound is returned by Kill for an id that is not in the outbox.
 var ErrNotFound = errors.New("outbox: no such entry")
+
+// ErrQueued is Store.Add's error for an envelope id already in the
+// outbox: the same call made again (an idempotency key retried after a
+// crash) finds its envelope queued from the first time.
+var ErrQueued = errors.New("outbox: already queued")

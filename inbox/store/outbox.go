@@ -410,7 +410,7 @@ func (t *outboxTx) run(req *request, res *result) error {
 			return err
 		}
 		if !ok {
-			res.err = fmt.Errorf("store: outbox: add %s: already queued", ob.entry.ID)
+			res.err = fmt.Errorf("store: outbox: add %s: %w", ob.entry.ID, outbox.ErrQueued)
 			return nil
 		}
 		res.seq = seq

@@ -195,6 +195,7 @@ type sentReq struct {
 	upd    SentUpdate // opSentUpdate
 	before time.Time  // opSentPrune: sent records created before; idempotency keys created before
 	idem   Idem       // opIdemClaim, opIdemFinish, opIdemRelease
+	all    bool       // opIdemRelease: every key still running, whoever's
 	keyAt  time.Time  // opIdemClaim: keys created before it have expired
 	batch  []SentOp   // opSentBatch
 }
@@ -368,6 +369,15 @@ func (sn *Sent) FinishKey(k Idem) error {
 	return sn.s.do(context.Background(), &request{op: opIdemFinish, sn: &sentReq{idem: k}}).err
 }
 
+// ReleaseRunningKeys lets go of every key whose call was still running
+// when the process running it stopped (it crashed, or was killed): a
+// daemon calls it as it starts, before any call of its own, so that a
+// retry with such a key is made again, as the same call (ClaimKey),
+// rather than refused as running for the rest of the key's window.
+func (sn *Sent) ReleaseRunningKeys() error {
+	return sn.s.do(context.Background(), &request{op: opIdemRelease, sn: &sentReq{all: true}}).err
+}
+
 // ReleaseKey lets key k.Key go if k.Owner still runs it: its call failed
 // and may be made again. The key is kept, without an owner, until it
 // expires, so the same call made again is claimed under the first
@@ -391,6 +401,7 @@ const (
 	sqlIdemInsert  = `INSERT INTO idempotency (key, op, args_hash, result, owner, created, call_at) VALUES (?, ?, ?, NULL, ?, ?, ?)`
 	sqlIdemFinish  = `UPDATE idempotency SET result = ? WHERE key = ? AND owner = ? AND result IS NULL`
 	sqlIdemRel     = `UPDATE idempotency SET owner = '' WHERE key = ? AND owner = ? AND result IS NULL`
+	sqlIdemRelAll  = `UPDATE idempotency SET owner = '' WHERE owner != '' AND result IS NULL`
 	sqlIdemReclaim = `UPDATE idempotency SET owner = ?, created = ? WHERE key = ? AND owner = '' AND result IS NULL`
 )
 
@@ -539,6 +550,10 @@ func (t *outboxTx) runSent(req *request, res *result) error {
 		_, err := t.exec(sqlIdemFinish, q.idem.Result, q.idem.Key, q.idem.Owner)
 		return err
 	case opIdemRelease:
+		if q.all {
+			_, err := t.exec(sqlIdemRelAll)
+			return err
+		}
 		_, err := t.exec(sqlIdemRel, q.idem.Key, q.idem.Owner)
 		return err
 	}

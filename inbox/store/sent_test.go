@@ -311,6 +311,46 @@ func TestSentWriteBatch(t *testing.T) {
 // gets the first claim's time (so it names the same call), another call
 // or a claim after the window gets its own. A released key does not
 // block anyone.
+// A key whose call was running when its process stopped (no result) is
+// released by ReleaseRunningKeys, as the daemon does at start: the same
+// call made again claims it under its first time; a finished key keeps
+// its result.
+func TestReleaseRunningKeys(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, path := openStore(t, Options{})
+	sn := s.Sent()
+	t0 := time.Unix(5000, 0)
+	window := t0.Add(-time.Hour)
+	running := Idem{Key: "k", Op: "send_message", ArgsHash: []byte{1}, Owner: "crashed", Created: t0}
+	done := Idem{Key: "d", Op: "send_message", ArgsHash: []byte{2}, Owner: "crashed", Created: t0}
+	for _, k := range []Idem{running, done} {
+		if _, ok, err := sn.ClaimKey(k, window); err != nil || !ok {
+			t.Fatalf("claim %s: %v %v", k.Key, ok, err)
+		}
+	}
+	done.Result = []byte(`{"id":"x"}`)
+	if err := sn.FinishKey(done); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = reopen(t, path, Options{})
+	sn = s.Sent()
+	if err := sn.ReleaseRunningKeys(); err != nil {
+		t.Fatal(err)
+	}
+	retry := running
+	retry.Owner, retry.Created = "restarted", t0.Add(time.Minute)
+	got, ok, err := sn.ClaimKey(retry, window)
+	if err != nil || !ok || !got.CallAt.Equal(t0) {
+		t.Fatalf("the crashed call again: %+v %v %v; want it claimed under its first time %v", got, ok, err, t0)
+	}
+	again := done
+	again.Owner, again.Result = "restarted", nil
+	if got, ok, err := sn.ClaimKey(again, window); err != nil || ok || string(got.Result) != `{"id":"x"}` {
+		t.Fatalf("a finished key after the release: %+v %v %v; want its result", got, ok, err)
+	}
+}
+
 func TestIdempotencyKeyReleased(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	s, path := openStore(t, Options{})

@@ -11,7 +11,8 @@
 //     nanosecond precision (the location need not survive). An empty
 //     Payload may read back as nil or as an empty slice: payloads compare
 //     with bytes.Equal.
-//   - Add of an ID already in the outbox fails and changes nothing.
+//   - Add of an ID already in the outbox fails (outbox.ErrQueued) and
+//     changes nothing.
 //   - Entries reflects every call that returned before it, including a
 //     Delivered whose removal is not durable yet.
 //   - Delivered ignores unknown ids and accepts none.
@@ -282,8 +283,8 @@ func testAddDuplicate(t *testing.T, s outbox.Store) {
 	e := mustAdd(t, s, entry(1))
 	dup := entry(1)
 	dup.Payload = []byte("other bytes")
-	if got, err := s.Add(dup); err == nil {
-		t.Fatalf("Add of a queued id succeeded: Seq %d", got.Seq)
+	if got, err := s.Add(dup); !errors.Is(err, outbox.ErrQueued) {
+		t.Fatalf("Add of a queued id: Seq %d, %v; want outbox.ErrQueued", got.Seq, err)
 	}
 	checkEntries(t, s, e)
 	// The id can be added again once it left the outbox.
