@@ -73,18 +73,12 @@ func (s *secret) signIntoPrepared(sig *[ed25519.SignatureSize]byte, msg []byte) 
 	var p preparedNonce
 	ok := false
 	if s.alone.Load() >= gatherUntil { // not a burst
-		now := preparedClock()
 		s.pmu.Lock()
+		s.dropStaleLocked()
 		if s.nPrepared > 0 {
 			s.nPrepared--
 			p, ok = s.prepared[s.nPrepared], true
 			s.prepared[s.nPrepared] = preparedNonce{}
-		}
-		if ok && !p.fresh(now) {
-			// The newest is stale: so are the others.
-			clear(s.prepared[:s.nPrepared])
-			s.nPrepared, ok = 0, false
-			p.r.Zero()
 		}
 		s.pmu.Unlock()
 	}
@@ -97,17 +91,22 @@ func (s *secret) signIntoPrepared(sig *[ed25519.SignatureSize]byte, msg []byte) 
 	p.r.Zero()
 }
 
+// dropStaleLocked wipes the prepared nonces if the newest is stale (so
+// are the others). s.pmu is held.
+func (s *secret) dropStaleLocked() {
+	if s.nPrepared > 0 && !s.prepared[s.nPrepared-1].fresh(preparedClock()) {
+		clear(s.prepared[:s.nPrepared])
+		s.nPrepared = 0
+	}
+}
+
 // prepareNonce is PrepareNonce.
 func (s *secret) prepareNonce() bool {
 	if s.alone.Load() < gatherUntil {
 		return false // a burst
 	}
-	now := preparedClock()
 	s.pmu.Lock()
-	if s.nPrepared > 0 && !s.prepared[s.nPrepared-1].fresh(now) {
-		clear(s.prepared[:s.nPrepared]) // stale, the newest too
-		s.nPrepared = 0
-	}
+	s.dropStaleLocked()
 	full := s.nPrepared == preparedNonces
 	s.pmu.Unlock()
 	if full {

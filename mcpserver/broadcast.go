@@ -195,12 +195,9 @@ func (s *Server) waitTask(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 	if err != nil {
 		return nil, err
 	}
-	wctx, cancel := s.untilInputEnds(ctx)
-	w, err := s.api.WaitTask(wctx, id, wait)
-	cancel()
-	if waitEnded(ctx, wctx, err) {
-		w, err = s.api.WaitTask(ctx, id, 0)
-	}
+	w, err := waitUnlessInputEnds(s, ctx,
+		func(ctx context.Context) (node.TaskWaited, error) { return s.api.WaitTask(ctx, id, wait) },
+		func(ctx context.Context) (node.TaskWaited, error) { return s.api.WaitTask(ctx, id, 0) })
 	if err != nil {
 		return s.failed(ctx, err)
 	}

@@ -79,34 +79,25 @@ type Server struct {
 	notifyInterval time.Duration                        // Options.NotifyInterval
 	notifyAfter    func(time.Duration) <-chan time.Time // tests' clock (nil: time.After)
 
-	inputEnded chan struct{} // closed by endInput: the stdio client's input has ended
-	endOnce    sync.Once
+	// inputEnded ends once the stdio client's input has ended (endInput).
+	inputEnded context.Context
+	endInput   context.CancelFunc
 }
 
-// endInput says the client's input has ended: calls that wait stop
-// waiting and answer with what there is (untilInputEnds).
-func (s *Server) endInput() { s.endOnce.Do(func() { close(s.inputEnded) }) }
-
-// untilInputEnds returns ctx, also cancelled once the client's input has
-// ended: the context of a call's wait. Nobody is left to want what it
-// waits for, but what is there already is still answered.
-func (s *Server) untilInputEnds(ctx context.Context) (context.Context, context.CancelFunc) {
+// waitUnlessInputEnds runs wait, a call that may wait, with ctx; if the
+// client's input ends meanwhile, its wait ends and now (the same call
+// without waiting) answers with what there is: nobody is left to want
+// what it waits for, but what is there already is still answered.
+func waitUnlessInputEnds[T any](s *Server, ctx context.Context, wait, now func(context.Context) (T, error)) (T, error) {
 	wctx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-s.inputEnded:
-			cancel()
-		case <-wctx.Done():
-		}
-	}()
-	return wctx, cancel
-}
-
-// waitEnded reports whether err ended a wait run under wctx (from
-// untilInputEnds) because the input ended, the call itself (ctx) going on:
-// the caller asks again without waiting.
-func waitEnded(ctx, wctx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && wctx.Err() != nil
+	stop := context.AfterFunc(s.inputEnded, cancel)
+	v, err := wait(wctx)
+	stop()
+	cancel()
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil { // the input ended, not the call
+		return now(ctx)
+	}
+	return v, err
 }
 
 // New returns a server exposing api's messaging as MCP tools and
@@ -118,8 +109,8 @@ func New(api node.API, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{api: api, log: opts.Logger, watch: newWatchers(), noPairing: opts.NoPairing, notifyInterval: max(opts.NotifyInterval, 0),
-		inputEnded: make(chan struct{})}
+	s := &Server{api: api, log: opts.Logger, watch: newWatchers(), noPairing: opts.NoPairing, notifyInterval: max(opts.NotifyInterval, 0)}
+	s.inputEnded, s.endInput = context.WithCancel(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), selfTimeout)
 	self, _ := api.Self(ctx) // without it the instructions name no node
 	cancel()

@@ -125,7 +125,7 @@ func (c *calls) idle() bool {
 // responses are written (a client that pipes its requests and closes
 // stdin still gets its answers); past it, or when ctx ends, what is left
 // is cancelled. Calls that wait (wait_ms) stop waiting and answer with
-// what there is (Server.untilInputEnds); listen streams are not waited
+// what there is (waitUnlessInputEnds); listen streams are not waited
 // for.
 // The MCP client stops the server by closing stdin, then waits for it to
 // exit.

@@ -675,13 +675,11 @@ func (s *Server) receive(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 	if err != nil {
 		return nil, err
 	}
-	wctx, cancel := s.untilInputEnds(ctx)
-	b, err := s.api.Receive(wctx, q)
-	cancel()
-	if waitEnded(ctx, wctx, err) {
-		q.Wait = 0
-		b, err = s.api.Receive(ctx, q)
-	}
+	now := q
+	now.Wait = 0
+	b, err := waitUnlessInputEnds(s, ctx,
+		func(ctx context.Context) (node.Batch, error) { return s.api.Receive(ctx, q) },
+		func(ctx context.Context) (node.Batch, error) { return s.api.Receive(ctx, now) })
 	if err != nil {
 		return s.failed(ctx, err)
 	}

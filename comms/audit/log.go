@@ -388,17 +388,21 @@ func (w *writer) fail(err error) {
 // that failed, and between looks at whether the file was moved.
 const reopenInterval = time.Second
 
+// reopenEvery is reopenInterval, or the tests' Options.reopenEvery.
+func (w *writer) reopenEvery() time.Duration {
+	if w.opts.reopenEvery != 0 {
+		return w.opts.reopenEvery
+	}
+	return reopenInterval
+}
+
 // checkMoved opens the log again at its path when the file there is no
 // longer the one written: removed, or moved away (by hand, or by a log
 // rotator without copytruncate). Writing on to an unlinked file would
 // lose every row unseen; no write fails to say so. It looks at most once
 // per reopenInterval.
 func (w *writer) checkMoved() {
-	every := reopenInterval
-	if w.opts.reopenEvery != 0 {
-		every = w.opts.reopenEvery
-	}
-	if w.f == nil || time.Since(w.lastCheck) < every {
+	if w.f == nil || time.Since(w.lastCheck) < w.reopenEvery() {
 		return
 	}
 	w.lastCheck = time.Now()
@@ -418,7 +422,6 @@ func (w *writer) checkMoved() {
 	w.opts.Logger.Warn("audit: the log file was removed or moved away; writing a new one", "path", w.path)
 	w.f.Close()
 	w.setFile(f, size+int64(len(w.buf))) // size counts buf
-
 }
 
 // reopen reports whether the file is open, trying to reopen it after a
@@ -427,11 +430,7 @@ func (w *writer) reopen() bool {
 	if w.f != nil {
 		return true
 	}
-	every := reopenInterval
-	if w.opts.reopenEvery != 0 {
-		every = w.opts.reopenEvery
-	}
-	if time.Since(w.lastTry) < every {
+	if time.Since(w.lastTry) < w.reopenEvery() {
 		return false
 	}
 	w.lastTry = time.Now()

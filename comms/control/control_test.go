@@ -70,6 +70,21 @@ func served(t *testing.T) (*Served, *Client) {
 	return sv, NewClient(h.ControlPath())
 }
 
+// servedWith starts a serving node on a new home and serves its control
+// socket with opts (Serve itself, not ServeHome), both stopped at the
+// end of the test.
+func servedWith(t *testing.T, opts Options) *node.Home {
+	t.Helper()
+	h := testHome(t)
+	n, err := node.Start(h, node.Options{Mode: node.ModeServe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	serveAt(t, h.ControlPath(), n, opts)
+	return h
+}
+
 func codeOf(err error) string {
 	var e *node.Error
 	if errors.As(err, &e) {
@@ -168,14 +183,8 @@ func TestClientKeepsJSONValues(t *testing.T) {
 // A process of another user is refused before any operation runs: the
 // server asks the kernel who connected.
 func TestServerRefusesOtherUser(t *testing.T) {
-	h := testHome(t)
-	n, err := node.Start(h, node.Options{Mode: node.ModeServe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
 	other := uint32(os.Getuid()) + 1
-	serveAt(t, h.ControlPath(), n, Options{allowUID: &other})
+	h := servedWith(t, Options{allowUID: &other})
 	c := NewClient(h.ControlPath())
 	if _, err := c.Self(context.Background()); codeOf(err) != node.CodeForbidden {
 		t.Fatalf("a client of the wrong user: %v", err)
@@ -313,13 +322,7 @@ func TestServerBadRequests(t *testing.T) {
 // Beyond MaxConns connections at once, a new one is told the socket is
 // busy instead of hanging.
 func TestServerBoundsConnections(t *testing.T) {
-	h := testHome(t)
-	n, err := node.Start(h, node.Options{Mode: node.ModeServe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	serveAt(t, h.ControlPath(), n, Options{MaxConns: 2})
+	h := servedWith(t, Options{MaxConns: 2})
 	var held []net.Conn
 	for range 2 {
 		conn, err := net.Dial("unix", h.ControlPath())
@@ -348,13 +351,7 @@ func TestServerBoundsConnections(t *testing.T) {
 // those all waiting, another wait is told so at once, and a call that
 // does not wait (status) is still answered.
 func TestWaitsLeaveRoomForOtherCalls(t *testing.T) {
-	h := testHome(t)
-	n, err := node.Start(h, node.Options{Mode: node.ModeServe})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	serveAt(t, h.ControlPath(), n, Options{MaxConns: 8})
+	h := servedWith(t, Options{MaxConns: 8})
 	wait := []byte(`{"op":"receive","args":{"wait":20000000000}}` + "\n")
 	var wg sync.WaitGroup
 	defer wg.Wait() // after the connections are closed

@@ -21,7 +21,7 @@ const (
 	// DefaultMaxConns bounds the connections served at once.
 	DefaultMaxConns = 64
 	// A quarter of the connections (at least one) are kept from calls
-	// that wait (waitingOps): however many clients wait, a status,
+	// that wait (waitSlot): however many clients wait, a status,
 	// release, tell or ack still finds a connection.
 	keptFromWaits = 4
 	// idleTimeout closes a connection that sends nothing for this long.

@@ -188,7 +188,6 @@ func TestBreakerOpensQueuesThenProbes(t *testing.T) {
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
 	st, rcv := NewMemStore(), newReceiver()
 	rcv.setDown(true)
-	parked := make(chan struct{}, 100)
 	var evMu sync.Mutex
 	var events []BreakerEvent
 	opts := Options{Backoff: []time.Duration{0}, BreakerFailures: 3, BreakerOpen: time.Hour, Now: now,
@@ -197,12 +196,7 @@ func TestBreakerOpensQueuesThenProbes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ob.parked = func(identity.PeerID) {
-		select {
-		case parked <- struct{}{}:
-		default:
-		}
-	}
+	parked := signalParked(ob)
 	ob.Start()
 	_, ts := enqueueN(t, ob, peerA, 3)
 	testutil.WaitFor(t, 10*time.Second, "the breaker to open", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
@@ -294,9 +288,8 @@ func TestBreakerOpensQueuesThenProbes(t *testing.T) {
 // would have let it.
 func TestProbeDoesNotWaitForBackoff(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	var clock atomic.Int64
-	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	clock := newFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	now := clock.now
 	st, rcv := NewMemStore(), newReceiver()
 	rcv.setDown(true)
 	opts := Options{Backoff: []time.Duration{0, 0, 5 * time.Hour}, BreakerFailures: 3, BreakerOpen: time.Hour, Now: now}
@@ -314,7 +307,7 @@ func TestProbeDoesNotWaitForBackoff(t *testing.T) {
 	if es, _ := st.Entries(); len(es) != 1 || !es[0].NextAttempt.After(now().Add(2*time.Hour)) {
 		t.Fatalf("the envelope's next attempt: %+v, want its 5h backoff", es)
 	}
-	clock.Add(int64(61 * time.Minute)) // past the open time, long before the backoff
+	clock.add(61 * time.Minute) // past the open time, long before the backoff
 	wake(ob.peers[peerA])
 	testutil.WaitFor(t, 10*time.Second, "the probe", func() bool { _, _, c := rcv.snapshot(); return c == calls+1 })
 }
@@ -324,9 +317,8 @@ func TestProbeDoesNotWaitForBackoff(t *testing.T) {
 // at once, over and over, until every envelope ran out of attempts.
 func TestProbeThatDoesNotResolveWaits(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	var clock atomic.Int64
-	clock.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	clock := newFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	now := clock.now
 	var calls atomic.Int32
 	var dns atomic.Bool
 	d := deliverFunc(func(ctx context.Context, a Attempt) error {
@@ -336,19 +328,13 @@ func TestProbeThatDoesNotResolveWaits(t *testing.T) {
 		}
 		return errors.New("connection refused")
 	})
-	parked := make(chan struct{}, 100)
 	ob, err := New(NewMemStore(), d, Options{Backoff: []time.Duration{time.Minute}, ResolveBackoff: []time.Duration{7 * time.Minute},
 		BreakerFailures: 1, BreakerOpen: time.Hour, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ob.Close()
-	ob.parked = func(identity.PeerID) {
-		select {
-		case parked <- struct{}{}:
-		default:
-		}
-	}
+	parked := signalParked(ob)
 	ob.Start()
 	for i := range 3 {
 		if _, _, err := ob.Enqueue(entry(peerA, i)); err != nil {
@@ -358,7 +344,7 @@ func TestProbeThatDoesNotResolveWaits(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the breaker to open", func() bool { return ob.Peer(peerA).Breaker == BreakerOpen })
 	dns.Store(true)
 	c0 := calls.Load()
-	clock.Add(int64(61 * time.Minute)) // the probe is due; the clock then stands still
+	clock.add(61 * time.Minute) // the probe is due; the clock then stands still
 	for len(parked) > 0 {
 		<-parked
 	}
@@ -378,6 +364,19 @@ func TestProbeThatDoesNotResolveWaits(t *testing.T) {
 	if dl, _ := ob.DeadLetters(); len(dl) != 0 {
 		t.Fatalf("dead letters: %+v", dl)
 	}
+}
+
+// signalParked makes ob's worker signal on the channel returned each
+// time it goes back to waiting (at most 100 unread). Call it before Start.
+func signalParked(ob *Outbox) chan struct{} {
+	parked := make(chan struct{}, 100)
+	ob.parked = func(identity.PeerID) {
+		select {
+		case parked <- struct{}{}:
+		default:
+		}
+	}
+	return parked
 }
 
 func TestKickEndsTheWait(t *testing.T) {
