@@ -469,3 +469,79 @@ func TestSenderPreparesOnlyForMeerkatdPeers(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparedNoncesEndWithTheConnection: a peer that answered with acks
+// kinds, then is served by an implementation that never does (the same
+// key, the same address: a reference peer put in its place), gets
+// deterministic signatures from the first envelope of the new
+// connection.
+func TestPreparedNoncesEndWithTheConnection(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	peerKP, r, conns := rawPeer(t, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var c net.Conn
+	exchange := func(acksKinds bool) (prepared bool) {
+		t.Helper()
+		sent := make(chan error, 1)
+		go func() {
+			_, err := r.SendMessage(ctx, "peer", "one at a time")
+			sent <- err
+		}()
+		if c == nil {
+			c = <-conns
+		}
+		e := readEnvelope(t, c)
+		kind := wire.Ack(e.ID)
+		if acksKinds {
+			kind = wire.Acks([]identity.UUID{e.ID})
+		}
+		writeEnvelope(t, c, peerKP, r.kp.ID(), kind)
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		det, err := wire.Seal(r.kp, e.ID, e.To, e.Kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return det.Sig != e.Sig
+	}
+	prepared := 0
+	for range 6 {
+		if exchange(true) {
+			prepared++
+		}
+	}
+	if prepared == 0 {
+		t.Fatal("no envelope to a peer answering with acks kinds was signed with a prepared nonce")
+	}
+
+	// The peer goes; the Router sees its connection end.
+	c.Close()
+	c = nil
+	p, _ := r.trust.Load().Lookup(peerKP.ID())
+	lk, err := r.link(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		lk.mu.Lock()
+		gone := lk.conn == nil
+		lk.mu.Unlock()
+		if gone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Router never saw the closed connection end")
+		}
+	}
+	// Closed right after an ack, the connection marked the peer as one
+	// that reads one envelope per connection: each send dials again.
+	for i := range 6 {
+		if exchange(false) {
+			t.Fatalf("envelope %d on a new connection, whose peer answers with single acks, signed with a prepared nonce", i)
+		}
+		c.Close()
+		c = nil
+	}
+}

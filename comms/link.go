@@ -25,8 +25,8 @@ type link struct {
 	r    *Router
 	peer trust.Peer
 	co   coalescer // frames held while other sends on the link seal theirs
-	// acksKinds says the peer has sent acks kinds on this link: a
-	// meerkatd node, whose envelopes from us are signed with prepared
+	// acksKinds says the peer has sent acks kinds on this link's
+	// current connection: a meerkatd node, whose envelopes from us are signed with prepared
 	// nonces (identity.Keypair.SignIntoPrepared), and whose senders
 	// prepare the next nonce while they wait for its ack.
 	acksKinds atomic.Bool
@@ -292,6 +292,10 @@ func (l *link) connEnded(oc *outConn, oneShot bool) {
 	defer l.mu.Unlock()
 	if l.conn == oc {
 		l.conn = nil
+		// Whoever answers the next connection shows again what it is:
+		// the same key may now be served by an implementation that
+		// never sends acks kinds, and gets deterministic signatures.
+		l.acksKinds.Store(false)
 	}
 	if oneShot && !l.oneShot {
 		l.oneShot = true
