@@ -127,6 +127,7 @@ func runPeers(e *env, args []string) error {
 	flags, homeFlag, asJSON := e.newCmd("peers", "")
 	meta := flags.String("meta", "", "with add: a JSON `object` stored with the peer")
 	alsoNATS := flags.Bool("nats", false, "with add: the peer is also reachable through NATS, tried when ADDR cannot be connected to (ADDR nats: means only through NATS)")
+	replace := flags.Bool("replace", false, "with add: NAME is trusted with KEY already; it is reached at ADDR (and --nats) from now on, its --meta kept unless given")
 	pos, err := parseArgs(e, flags, args)
 	if err != nil {
 		return err
@@ -160,22 +161,21 @@ func runPeers(e *env, args []string) error {
 		}
 		return nodetext.List(e.stdout, e.stderr, *asJSON, peers, "no trusted peers; add one with: meerkatd peers add NAME KEY ADDR", nodetext.Peers)
 	case "add":
-		p, err := control.AddPeer(h, pos[0], pos[1], pos[2], *alsoNATS, *meta)
+		add, verb := control.AddPeer, "added"
+		if *replace {
+			add, verb = control.ReplacePeer, "changed"
+		}
+		p, err := add(h, pos[0], pos[1], pos[2], *alsoNATS, *meta)
 		if done, err := e.jsonDone(*asJSON, p, err); done {
 			return err
 		}
-		via := ""
-		if p.NATS {
-			via = " (or through NATS)"
-		}
-		fmt.Fprintf(e.stdout, "added %s %s %s%s\n", p.Name, p.PubKey, p.Addr, via)
+		via := map[bool]string{true: " (or through NATS)"}[p.NATS]
+		fmt.Fprintf(e.stdout, "%s %s %s %s%s\n", verb, p.Name, p.PubKey, p.Addr, via)
 		return nil
 	}
 	p, err := control.RemovePeer(h, pos[0]) // remove
-	if err != nil {
+	if done, err := e.jsonDone(*asJSON, map[string]string{"removed": p.Name, "pubkey": p.PubKey}, err); done {
 		return err
-	} else if *asJSON {
-		return nodetext.PrintJSON(e.stdout, map[string]string{"removed": p.Name, "pubkey": p.PubKey})
 	}
 	fmt.Fprintf(e.stdout, "removed %s %s\n", nodetext.Escape(p.Name, ""), p.PubKey)
 	return nil

@@ -42,6 +42,17 @@ func AddPeer(h *node.Home, name, key, addr string, alsoNATS bool, meta string) (
 	return p, applyTrust(h, p.Name+" is added to "+filepath.Base(h.TrustPath()))
 }
 
+// ReplacePeer changes how a trusted peer is reached in h's trusted
+// peers file, as [node.ReplacePeer] does, and returns once the node
+// serving h, if any, uses the new address: sends go there at once.
+func ReplacePeer(h *node.Home, name, key, addr string, alsoNATS bool, meta string) (node.Paired, error) {
+	p, err := node.ReplacePeer(h, name, key, addr, alsoNATS, meta)
+	if err != nil {
+		return p, err
+	}
+	return p, applyTrust(h, p.Name+" is changed in "+filepath.Base(h.TrustPath()))
+}
+
 // RemovePeer removes the peer called name from h's trusted peers file,
 // as [node.RemovePeer] does. When a node serves h, RemovePeer returns
 // once that node no longer trusts the peer; if the node refuses the new

@@ -3,12 +3,17 @@ package control
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
@@ -97,5 +102,57 @@ func TestPeerEditWithoutDaemon(t *testing.T) {
 	}
 	if _, err := RemovePeer(h, "carol"); codeOf(err) != node.CodeUnknownPeer {
 		t.Fatalf("removing a peer not there: %v", err)
+	}
+}
+
+// A peer changed with ReplacePeer while a node serves the home is
+// reached at its new address by the next send: ReplacePeer returns once
+// the node uses the new file.
+func TestPeerReplaceAppliesAtOnce(t *testing.T) {
+	h, bob := sessionHome(t)
+	sv, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sv.Close)
+	dir, err := os.MkdirTemp("", "mkr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "bob.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if _, err := ReplacePeer(h, "bob", bob.ID().String(), "uds://"+sock, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := NewClient(h.ControlPath()).SendMessage(ctx, "bob", "at the new address", node.SendOptions{})
+		sent <- err
+	}()
+	ln.(*net.UnixListener).SetDeadline(time.Now().Add(callTimeout))
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("the node never dialled bob's new address: %v", err)
+	}
+	c.SetDeadline(time.Now().Add(callTimeout))
+	payload, err := transport.ReadFrame(c, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := wire.Open(payload)
+	if err != nil || e.To != bob.ID() {
+		t.Fatalf("what came to bob's new address: %v, to %v", err, e.To)
+	}
+	ln.Close() // no ack, and nothing there any more: the send fails at once
+	c.Close()
+	if err := <-sent; err == nil {
+		t.Fatal("a send nobody acknowledged succeeded")
 	}
 }

@@ -474,24 +474,9 @@ func (n *Node) PairAccept(ctx context.Context, line, name string) (Paired, error
 // JSON object, or ""). A running node takes the file in when its watcher
 // notices the change; control.AddPeer has it do so at once.
 func AddPeer(h *Home, name, key, addr string, alsoNATS bool, meta string) (Paired, error) {
-	id, err := identity.ParsePeerID(key)
+	p, err := peerArgs(h, name, key, addr, alsoNATS, meta)
 	if err != nil {
-		return Paired{}, errorf(CodeBadArgument, "key %q: %s", key, UserText(err))
-	}
-	a, err := transport.ParseAddr(addr)
-	if err != nil {
-		return Paired{}, &Error{Code: CodeBadArgument, Msg: UserText(err)}
-	}
-	if id == h.Key.ID() {
-		return Paired{}, errorf(CodeBadArgument, "%s is this node's own key", id)
-	}
-	if a.Scheme == transport.SchemeTCP && h.Config.Comms.RefusePlaintext() {
-		// Every send to it would be refused: say so now.
-		return Paired{}, errorf(CodeBadArgument, "%s is a plaintext address and this node refuses plaintext TCP (comms.tcp_plaintext = \"refuse\"): give the peer's tls:// address, or set comms.tcp_plaintext = \"allow\"", a)
-	}
-	p := trust.Peer{Name: name, ID: id, Addr: a, NATS: alsoNATS}
-	if meta != "" {
-		p.Meta = json.RawMessage(meta)
+		return Paired{}, err
 	}
 	if _, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
 		next, err := l.With(p)
@@ -503,6 +488,71 @@ func AddPeer(h *Home, name, key, addr string, alsoNATS bool, meta string) (Paire
 		return Paired{}, err
 	}
 	return toPaired(p), nil
+}
+
+// ReplacePeer changes how a trusted peer is reached: the peer called
+// name (in any letter case) must be trusted with key; its address and
+// whether it is also reachable through NATS become addr and alsoNATS, in
+// one edit of the trusted peers file, and its meta becomes meta unless
+// that is "" (then it is kept). Its name and key stay: a peer whose key
+// changed is another identity, removed and added on purpose.
+func ReplacePeer(h *Home, name, key, addr string, alsoNATS bool, meta string) (Paired, error) {
+	p, err := peerArgs(h, name, key, addr, alsoNATS, meta)
+	if err != nil {
+		return Paired{}, err
+	}
+	if _, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
+		old, ok := l.Lookup(p.ID)
+		switch {
+		case ok && !strings.EqualFold(old.Name, p.Name):
+			return nil, errorf(CodeBadArgument, "%s is trusted as %q, not %q: a peer keeps its name (remove it and add it again to rename it)", p.ID, old.Name, p.Name)
+		case !ok:
+			if q, named := l.Resolve(p.Name); named {
+				return nil, errorf(CodeBadArgument, "%s is trusted with another key (%s): a peer whose key changed is another identity; remove it and add the new key if that is what you mean", q.Name, q.ID)
+			}
+			return nil, errorf(CodeUnknownPeer, "no trusted peer called %q to change (a new peer is added, not replaced)", p.Name)
+		}
+		p.Name = old.Name
+		if p.Meta == nil {
+			p.Meta = old.Meta
+		}
+		next, err := l.Without(old.Name)
+		if err == nil {
+			next, err = next.With(p)
+		}
+		if err != nil {
+			return nil, &Error{Code: CodeBadArgument, Msg: UserText(err)}
+		}
+		return next, nil
+	}); err != nil {
+		return Paired{}, err
+	}
+	return toPaired(p), nil
+}
+
+// peerArgs checks the arguments of AddPeer and ReplacePeer and makes the
+// peer they describe.
+func peerArgs(h *Home, name, key, addr string, alsoNATS bool, meta string) (trust.Peer, error) {
+	id, err := identity.ParsePeerID(key)
+	if err != nil {
+		return trust.Peer{}, errorf(CodeBadArgument, "key %q: %s", key, UserText(err))
+	}
+	a, err := transport.ParseAddr(addr)
+	if err != nil {
+		return trust.Peer{}, &Error{Code: CodeBadArgument, Msg: UserText(err)}
+	}
+	if id == h.Key.ID() {
+		return trust.Peer{}, errorf(CodeBadArgument, "%s is this node's own key", id)
+	}
+	if a.Scheme == transport.SchemeTCP && h.Config.Comms.RefusePlaintext() {
+		// Every send to it would be refused: say so now.
+		return trust.Peer{}, errorf(CodeBadArgument, "%s is a plaintext address and this node refuses plaintext TCP (comms.tcp_plaintext = \"refuse\"): give the peer's tls:// address, or set comms.tcp_plaintext = \"allow\"", a)
+	}
+	p := trust.Peer{Name: name, ID: id, Addr: a, NATS: alsoNATS}
+	if meta != "" {
+		p.Meta = json.RawMessage(meta)
+	}
+	return p, nil
 }
 
 // RemovePeer removes the peer that name names (its name in any letter

@@ -222,3 +222,66 @@ func TestPairRefusesPlaintextPeers(t *testing.T) {
 		t.Fatalf("the tls:// peer is trusted as %+v, %v", p, ok)
 	}
 }
+
+// ReplacePeer changes a trusted peer's address (and NATS flag, and meta
+// when given) in place; it refuses a name trusted with another key, a
+// key trusted under another name, a peer not trusted, and arguments
+// AddPeer refuses, leaving the file as it was.
+func TestReplacePeer(t *testing.T) {
+	h, bob := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	carol, _ := identity.GenerateKeypair()
+	if _, err := ReplacePeer(h, "bob", bob.ID().String(), "uds:///run/bob.sock", false, `{"team":"red"}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AddPeer(h, "carol", carol.ID().String(), "uds:///run/carol.sock", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	peer := func(name string) trust.Peer {
+		t.Helper()
+		l, err := trust.Load(h.TrustPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := l.ByName(name)
+		if !ok {
+			t.Fatalf("%s is not in the trust file", name)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name, key, addr string
+		nats            bool
+		meta            string
+		code            string // "" for success
+		wantAddr, want  string // the address and meta bob has after it
+		wantNATS        bool
+	}{
+		{name: "bob", key: bob.ID().String(), addr: "tls://192.0.2.7", wantAddr: "tls://192.0.2.7:4200", want: `{"team":"red"}`},
+		{name: "BOB", key: bob.ID().String(), addr: "uds:///run/bob2.sock", nats: true, wantAddr: "uds:///run/bob2.sock", wantNATS: true, want: `{"team":"red"}`},
+		{name: "bob", key: bob.ID().String(), addr: "nats:", meta: `{"team":"blue"}`, wantAddr: "nats:", want: `{"team":"blue"}`},
+		{name: "bob", key: carol.ID().String(), addr: "tls://192.0.2.8", code: CodeBadArgument, wantAddr: "nats:", want: `{"team":"blue"}`},
+		{name: "dave", key: bob.ID().String(), addr: "tls://192.0.2.8", code: CodeBadArgument, wantAddr: "nats:", want: `{"team":"blue"}`},
+		{name: "dave", key: h.Key.ID().String(), addr: "tls://192.0.2.8", code: CodeBadArgument, wantAddr: "nats:", want: `{"team":"blue"}`},
+		{name: "bob", key: bob.ID().String(), addr: "http://192.0.2.8", code: CodeBadArgument, wantAddr: "nats:", want: `{"team":"blue"}`},
+		{name: "bob", key: bob.ID().String(), addr: "tls://192.0.2.8", meta: `[1]`, code: CodeBadArgument, wantAddr: "nats:", want: `{"team":"blue"}`},
+	} {
+		p, err := ReplacePeer(h, tc.name, tc.key, tc.addr, tc.nats, tc.meta)
+		if (tc.code == "") != (err == nil) || (err != nil && CodeOf(err) != tc.code) {
+			t.Fatalf("ReplacePeer(%q, %q): %v (code %q), want code %q", tc.name, tc.addr, err, CodeOf(err), tc.code)
+		}
+		if err == nil && (p.Name != "bob" || p.Addr != tc.wantAddr) {
+			t.Fatalf("ReplacePeer(%q, %q) = %+v", tc.name, tc.addr, p)
+		}
+		got := peer("bob")
+		if got.Addr.String() != tc.wantAddr || got.NATS != tc.wantNATS || string(got.Meta) != tc.want || got.ID != bob.ID() {
+			t.Fatalf("after ReplacePeer(%q, %q): bob is %s nats=%v meta %s", tc.name, tc.addr, got.Addr, got.NATS, got.Meta)
+		}
+		if c := peer("carol"); c.Addr.String() != "uds:///run/carol.sock" || c.ID != carol.ID() {
+			t.Fatalf("carol changed: %+v", c)
+		}
+	}
+	dave, _ := identity.GenerateKeypair()
+	if _, err := ReplacePeer(h, "dave", dave.ID().String(), "tls://192.0.2.9", false, ""); CodeOf(err) != CodeUnknownPeer {
+		t.Fatalf("replacing a peer not trusted: %v, want %s", err, CodeUnknownPeer)
+	}
+}
