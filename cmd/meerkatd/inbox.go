@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 	"github.com/meerkatd/meerkatd/config"
@@ -41,15 +42,15 @@ func runInbox(e *env, args []string) error {
 		return fmt.Errorf("%w: --page is from 1 to %d", errUsage, node.MaxBatchItems)
 	}
 	h, b, err := e.openBackend(*homeFlag, node.ModeSend)
+	if dir, derr := e.homeDir(*homeFlag); err != nil && derr == nil {
+		b, err = control.DaemonDespite(dir, err, e.stderr) // the daemon's inbox while meerkat.toml is being edited
+	}
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	if !b.Daemon && (*ack || *wait > 0) {
-		flag := "--wait" // with no daemon nothing arrives to wait for
-		if *ack {
-			flag = "--ack"
-		}
+	if !b.Daemon && (*ack || *wait > 0) { // with no daemon nothing arrives to wait for
+		flag := map[bool]string{false: "--wait", true: "--ack"}[*ack]
 		return &node.Error{Code: node.CodeNoDaemon, Msg: "no daemon is running for " + h.Dir + ": " + flag + " needs it (start it with: meerkatd run --home " + h.Dir + ")"}
 	}
 	if !b.Daemon && h.Config.Store.Mode != config.StoreMemory { // a memory inbox: Receive says there is none

@@ -935,7 +935,7 @@ func TestQuickstartInBash(t *testing.T) {
 // A meerkat.toml that no longer parses (an edit under way) does not make
 // status fail while the daemon that read the good one runs: status
 // answers from it, with a warning naming the problem; without a daemon
-// it is bad_config, as before.
+// it is bad_config, as before. The same for inbox.
 func TestStatusWithABadConfigWhileTheDaemonRuns(t *testing.T) {
 	t.Parallel()
 	n := newNode(t, "alice")
@@ -953,6 +953,10 @@ func TestStatusWithABadConfigWhileTheDaemonRuns(t *testing.T) {
 	if r.code != exitOK || json.Unmarshal([]byte(r.stdout), &s) != nil || !s.Daemon || !strings.Contains(r.stderr, "warning: ") || !strings.Contains(r.stderr, "meerkat.toml") {
 		t.Fatalf("status with a bad meerkat.toml while the daemon runs:\n%s", r)
 	}
+	// The inbox too: it is the daemon's.
+	if r := n.run("inbox", "--json"); r.code != exitOK || !strings.Contains(r.stderr, "warning: ") || !json.Valid([]byte(r.stdout)) {
+		t.Fatalf("inbox with a bad meerkat.toml while the daemon runs:\n%s", r)
+	}
 	if err := os.WriteFile(path, good, 0o600); err != nil { // the daemon stops cleanly with it
 		t.Fatal(err)
 	}
@@ -962,5 +966,8 @@ func TestStatusWithABadConfigWhileTheDaemonRuns(t *testing.T) {
 	}
 	if r := n.run("status"); r.code != exitError || !strings.Contains(r.stderr, "bad_config") {
 		t.Fatalf("status with a bad meerkat.toml and no daemon:\n%s", r)
+	}
+	if r := n.run("inbox"); r.code != exitError || !strings.Contains(r.stderr, "bad_config") {
+		t.Fatalf("inbox with a bad meerkat.toml and no daemon:\n%s", r)
 	}
 }
