@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -176,6 +177,25 @@ func idKey(raw json.RawMessage) (string, bool) {
 		return "n" + strconv.FormatFloat(v, 'g', -1, 64), true
 	}
 	return "", false
+}
+
+// exactID reports whether a JSON-RPC id (a string or a number) comes
+// back unchanged in value once decoded as a float64, as mcp-go does: a
+// string, an integer within ±2^53, a fraction or exponent within a
+// float64's range (1.5, 2e3: the client's own value is a float too). It
+// is false for larger integers (9007199254740993 would come back as
+// 9007199254740992) and numbers out of range.
+func exactID(raw json.RawMessage) bool {
+	t := string(bytes.TrimSpace(raw))
+	switch {
+	case len(t) == 0 || t[0] == '"':
+		return true
+	case strings.ContainsAny(t, ".eE"):
+		_, err := strconv.ParseFloat(t, 64)
+		return err == nil
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	return err == nil && n >= -(1<<53) && n <= 1<<53
 }
 
 // responseID returns the id of a JSON-RPC response (a message with an id
@@ -397,6 +417,12 @@ func checkCall(line []byte, known func(tool string) bool) []byte {
 		// MCP takes a string or a number (no null), and mcp-go would take
 		// a null id for a notification and leave the client waiting.
 		return rpcError(nil, codeInvalidRequest, "a request's id must be a string or a number")
+	}
+	if msg.Method != "" && !exactID(msg.ID) {
+		// mcp-go keeps a numeric id as a float64: 9007199254740993 would
+		// come back as 9007199254740992, matching no request the client
+		// sent. The reply here carries the id as it came.
+		return rpcError(msg.ID, codeInvalidRequest, "a request's numeric id must be an integer within ±2^53 (9007199254740992) or a number a float64 holds; use a string id")
 	}
 	if msg.Method == string(mcp.MethodResourcesSubscribe) && msg.Params.Meta.Version == "" && msg.Params.URI != "" && msg.Params.URI != InboxURI {
 		// mcp-go acknowledges any URI; there is one resource to watch.

@@ -2,11 +2,14 @@ package mcpserver
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -386,6 +389,14 @@ func TestCheckCall(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":true,"method":"tools/call","params":{"name":"list_peers","arguments":{}}}`, codeInvalidRequest},
 		{`{"jsonrpc":"2.0","id":"x","method":"ping"}`, 0},
 		{`{"jsonrpc":"2.0","id":-7.5,"method":"ping"}`, 0},
+		{`{"jsonrpc":"2.0","id":9007199254740992,"method":"ping"}`, 0},  // 2^53: a float64 holds it
+		{`{"jsonrpc":"2.0","id":-9007199254740992,"method":"ping"}`, 0}, // and its negative
+		{`{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"}`, codeInvalidRequest},
+		{`{"jsonrpc":"2.0","id":-9007199254740993,"method":"tools/list"}`, codeInvalidRequest},
+		{`{"jsonrpc":"2.0","id":12345678901234567890123,"method":"ping"}`, codeInvalidRequest},
+		{`{"jsonrpc":"2.0","id":1e400,"method":"ping"}`, codeInvalidRequest},
+		{`{"jsonrpc":"2.0","id":2e3,"method":"ping"}`, 0},
+		{`{"jsonrpc":"2.0","id":9007199254740993,"result":{}}`, 0},               // a response, never answered
 		{`{"jsonrpc":"2.0","id":{"a":1},"result":{}}`, 0},                        // a response, never answered
 		{`[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`, codeInvalidRequest}, // a batch
 		{` [] ` + "\n", codeInvalidRequest},
@@ -570,4 +581,67 @@ func TestStdioUnregisteredToolAndBatch(t *testing.T) {
 		t.Fatalf("batch: %v", m)
 	}
 	w.close()
+}
+
+// exactID holds an id exactly when its value survives a float64 (how
+// mcp-go decodes ids): checked against arbitrary precision.
+func TestExactID(t *testing.T) {
+	for _, tc := range []struct {
+		id   string
+		want bool
+	}{
+		{`"x"`, true}, {`""`, true}, {`0`, true}, {`-0`, true}, {`42`, true},
+		{`9007199254740992`, true}, {`-9007199254740992`, true},
+		{`9007199254740993`, false}, {`-9007199254740993`, false}, {`18446744073709551616`, false},
+		{`1.5`, true}, {`-7.25e2`, true}, {`1E308`, true}, {`1e309`, false}, {`-1e400`, false},
+	} {
+		if got := exactID(json.RawMessage(tc.id)); got != tc.want {
+			t.Errorf("exactID(%s) = %v, want %v", tc.id, got, tc.want)
+		}
+	}
+	// The refusal names the id as it came, not as a float64 would.
+	reply := checkCall([]byte(`{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"}`), nil)
+	if !bytes.Contains(reply, []byte(`"id":9007199254740993`)) {
+		t.Fatalf("reply %s does not carry the request's id", reply)
+	}
+}
+
+func FuzzExactID(f *testing.F) {
+	for _, s := range []string{`1`, `9007199254740993`, `-9007199254740992`, `1.5e3`, `"s"`, `1e400`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		var v any
+		dec := json.NewDecoder(strings.NewReader(id))
+		dec.UseNumber()
+		if !json.Valid([]byte(id)) || dec.Decode(&v) != nil {
+			return
+		}
+		num, ok := v.(json.Number)
+		if !ok {
+			if _, isString := v.(string); isString && !exactID(json.RawMessage(id)) {
+				t.Fatalf("string id %s refused", id)
+			}
+			return
+		}
+		exact := exactID(json.RawMessage(id))
+		if strings.ContainsAny(num.String(), ".eE") {
+			_, err := strconv.ParseFloat(num.String(), 64)
+			if exact != (err == nil) {
+				t.Fatalf("exactID(%s) = %v, ParseFloat error %v", id, exact, err)
+			}
+			return
+		}
+		b, ok := new(big.Int).SetString(num.String(), 10)
+		if !ok {
+			t.Fatalf("integer literal %s does not parse", id)
+		}
+		// Exact when a float64 holds the value and the integers around
+		// it (|n| <= 2^53): beyond, neighbours collapse into one float.
+		limit := new(big.Int).Lsh(big.NewInt(1), 53)
+		want := new(big.Int).Abs(b).Cmp(limit) <= 0
+		if exact != want {
+			t.Fatalf("exactID(%s) = %v, want %v", id, exact, want)
+		}
+	})
 }
