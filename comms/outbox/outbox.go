@@ -282,7 +282,16 @@ type item struct {
 	// tried again at its next attempt's time, not before.
 	killFailed bool
 	t          *Ticket // nil for entries loaded from the store
+	// loaded: the entry came from the store at start and has not been
+	// attempted in this process. Its first attempt here is recorded as
+	// made before it starts (precounted), so that a process that dies
+	// during it, again and again, still runs the entry out of attempts.
+	loaded, precounted bool
 }
+
+// stoppedDuring is the last error of an entry whose attempt was under way
+// when the process stopped without settling it.
+const stoppedDuring = "meerkatd stopped during this attempt (a crash, or the machine went down): counted as failed"
 
 // Ticket follows one enqueued envelope in this process.
 type Ticket struct {
@@ -393,7 +402,7 @@ func New(st Store, d Deliverer, opts Options) (*Outbox, error) {
 			ahead++
 		}
 		q := o.peer(e.To, e.Peer)
-		q.items = append(q.items, &item{e: be})
+		q.items = append(q.items, &item{e: be, loaded: true})
 		o.entries++
 		o.bytes += int64(len(e.Payload))
 	}
@@ -550,12 +559,23 @@ func (o *Outbox) work(q *peerQ) {
 			if !ok {
 				break
 			}
+			if it.loaded && it.e.Attempts >= o.opts.MaxAttempts {
+				// Its attempts ran out before this process started: the
+				// last one was under way when a process stopped (countStart).
+				o.killLocked(q, it, fmt.Sprintf("%s: %d attempts failed; last: %s", ReasonExhausted, it.e.Attempts, it.e.LastError), EventDeadLetter, now)
+				continue
+			}
 			if !q.breaker.OpenUntil.IsZero() {
 				o.breakerEventLocked(q, BreakerHalfOpen)
 			}
 			it.inFlight = true
 			q.inFlight++
+			pre, first := it.e, it.loaded
+			it.loaded, it.precounted = false, first
 			o.mu.Unlock()
+			if first {
+				o.countStart(pre)
+			}
 			if !o.launch(it, results) {
 				rs.halted = true // it failed before it was queued: start nothing behind it
 			}
@@ -702,6 +722,32 @@ func (o *Outbox) dueLocked(q *peerQ, now time.Time) time.Time {
 	return due
 }
 
+// countStart records e's attempt about to start as made, and failed
+// with stoppedDuring, with the next attempt after its backoff: what the
+// store keeps if the process stops before the attempt settles. settle
+// writes the real outcome, or puts the entry back as it was when the
+// attempt did not count (a shutdown, a broker that stored it).
+func (o *Outbox) countStart(e Entry) {
+	attempt := attemptNumber(e.Attempts)
+	if err := o.st.Attempted(e.ID, attempt, o.opts.Now().Add(o.backoff(attempt)), stoppedDuring); err != nil {
+		o.log.Error("outbox: cannot record an attempt before it starts", "id", e.ID.String(), "err", err)
+	}
+}
+
+// attemptNumber is the number of the attempt after attempts made: 1 for
+// a count from elsewhere (a store, a hand edit) below zero, the largest
+// int past it.
+func attemptNumber(attempts int) int {
+	switch n := attempts + 1; {
+	case attempts < 0:
+		return 1
+	case n < 1:
+		return math.MaxInt
+	default:
+		return n
+	}
+}
+
 // launch starts one attempt and returns once its envelope is queued on
 // the connection (true) or the attempt ended before that (false).
 func (o *Outbox) launch(it *item, results chan<- result) bool {
@@ -745,13 +791,9 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 	it.inFlight = false
 	q.inFlight--
 	now := o.opts.Now()
-	attempt := it.e.Attempts + 1
-	switch { // a count from elsewhere (a store, a hand edit) that no schedule has
-	case it.e.Attempts < 0:
-		attempt = 1
-	case attempt < 1:
-		attempt = math.MaxInt
-	}
+	attempt := attemptNumber(it.e.Attempts)
+	precounted := it.precounted
+	it.precounted = false
 	switch {
 	case r.err == nil:
 		q.resolve = 0
@@ -770,12 +812,19 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		o.observe(EventAcked, it.e, attempt, "")
 		it.t.finish(nil)
 	case o.ctx.Err() != nil:
-		// Shutting down: not a failure; the entry stays in the store.
+		// Shutting down: not a failure; the entry stays in the store, as
+		// it was before this attempt.
+		if precounted {
+			o.uncountLocked(it)
+		}
 	case errors.Is(r.err, ErrStored):
 		// Not a failure, and nothing behind it waits for it.
 		it.stored = true
 		it.e.NextAttempt = now.Add(o.opts.StoredRecheck)
 		q.lastErr = ""
+		if precounted {
+			o.uncountLocked(it)
+		}
 		o.observe(EventStored, it.e, attempt, "")
 		it.t.attemptEnded("", true) // a send waiting for the first attempt goes on
 	case errors.Is(r.err, ErrPermanent):
@@ -832,6 +881,14 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		if o.opts.Observe != nil {
 			o.opts.Observe(Event{Type: EventRetry, Entry: it.e, Attempt: attempt, Reason: msg, Err: r.err})
 		}
+	}
+}
+
+// uncountLocked puts back in the store what countStart wrote over: an
+// attempt that did not count. o.mu held.
+func (o *Outbox) uncountLocked(it *item) {
+	if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, it.e.LastError); err != nil {
+		o.log.Error("outbox: cannot record an attempt", "id", it.e.ID.String(), "err", err)
 	}
 }
 

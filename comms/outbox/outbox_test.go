@@ -1387,3 +1387,127 @@ func TestExpiresWhileStored(t *testing.T) {
 		t.Fatalf("expired events %+v, want one, stored", expired)
 	}
 }
+
+// diskAfterCrash is what a process that died now leaves for the next:
+// the store's entries as they are, in a store of their own.
+func diskAfterCrash(t *testing.T, st *MemStore) *MemStore {
+	t.Helper()
+	disk := NewMemStore()
+	for _, e := range must(st.Entries()) {
+		if _, err := disk.Add(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return disk
+}
+
+// An attempt under way when the process dies counts: the first attempt
+// of an entry loaded from the store is recorded before it starts, so a
+// daemon that crashes during it on every start (a crash loop) still
+// runs the entry out of attempts, and the entry then goes to the dead
+// letters without another attempt. A clean shutdown, or an attempt
+// that settles, leaves the record as it would have been; an entry
+// enqueued in this process is not recorded ahead (no extra write per
+// send).
+func TestStopDuringAnAttemptCounts(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	opts := fastOpts()
+	opts.MaxAttempts = 4
+	opts.Backoff = []time.Duration{time.Hour}
+	disk := NewMemStore()
+	e := entry(peerA, 0)
+	e.Attempts, e.LastError = 2, "connection refused"
+	if _, err := disk.Add(e); err != nil {
+		t.Fatal(err)
+	}
+	// Two processes in a row die during the attempt.
+	for attempts := 3; attempts <= 4; attempts++ {
+		before := must(disk.Entries())[0]
+		rcv := newReceiver()
+		rcv.block = make(chan struct{}) // the ack never comes
+		ob, err := New(disk, rcv, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The stored backoff would hold it: let it go now.
+		ob.Retry(peerA)
+		ob.Start()
+		testutil.WaitFor(t, 10*time.Second, "the attempt to be under way", func() bool { return ob.Peer(peerA).InFlight == 1 })
+		crashed := diskAfterCrash(t, disk)
+		got := must(crashed.Entries())
+		if len(got) != 1 || got[0].Attempts != attempts || got[0].LastError != stoppedDuring || time.Until(got[0].NextAttempt) < 30*time.Minute {
+			t.Fatalf("stored during attempt %d: %+v", attempts, got)
+		}
+		ob.Close() // a clean stop: the attempt did not count
+		if got := must(disk.Entries()); len(got) != 1 || got[0].Attempts != attempts-1 || got[0].LastError != before.LastError {
+			t.Fatalf("after a clean stop during attempt %d: %+v", attempts, got)
+		}
+		disk = crashed
+	}
+	// The next start finds the attempts run out: a dead letter, not sent.
+	rcv := newReceiver()
+	ob, err := New(disk, rcv, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Retry(peerA)
+	ob.Start()
+	testutil.WaitFor(t, 10*time.Second, "the entry to be a dead letter", func() bool {
+		dl, err := disk.DeadLetters()
+		return err == nil && len(dl) == 1
+	})
+	ob.Close()
+	dl := must(disk.DeadLetters())
+	if !strings.HasPrefix(dl[0].Reason, ReasonExhausted+": 4 attempts failed") || !strings.Contains(dl[0].Reason, stoppedDuring) {
+		t.Fatalf("dead letter: %+v", dl[0])
+	}
+	if _, _, calls := rcv.snapshot(); calls != 0 {
+		t.Fatalf("the exhausted entry was attempted again (%d calls)", calls)
+	}
+
+	// Enqueued in this process: nothing recorded ahead of its attempt.
+	st := NewMemStore()
+	blocked := newReceiver()
+	blocked.block = make(chan struct{})
+	ob, err = New(st, blocked, fastOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Start()
+	if _, _, err := ob.Enqueue(entry(peerA, 1)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the attempt to be under way", func() bool { return ob.Peer(peerA).InFlight == 1 })
+	if got := must(st.Entries()); len(got) != 1 || got[0].Attempts != 0 || got[0].LastError != "" {
+		t.Fatalf("an entry enqueued here, during its first attempt: %+v", got)
+	}
+	ob.Close()
+}
+
+// A loaded entry whose recorded attempt a broker stored (not a failure)
+// is put back as it was: no attempt counted, no stop reported.
+func TestStoredAttemptOfALoadedEntryIsNotCounted(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st := NewMemStore()
+	e := entry(peerA, 0)
+	e.Attempts, e.LastError = 1, "connection refused"
+	if _, err := st.Add(e); err != nil {
+		t.Fatal(err)
+	}
+	b := &broker{have: map[identity.UUID]bool{}}
+	ob, err := New(st, b, Options{StoredRecheck: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Start()
+	defer ob.Close()
+	testutil.WaitFor(t, 10*time.Second, "the broker to store it", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.order) == 1
+	})
+	testutil.WaitFor(t, 10*time.Second, "the attempt to settle", func() bool { return ob.Peer(peerA).InFlight == 0 })
+	if got := must(st.Entries()); len(got) != 1 || got[0].Attempts != 1 || got[0].LastError != "connection refused" {
+		t.Fatalf("after the broker stored it: %+v", got)
+	}
+}
