@@ -518,7 +518,15 @@ func (oc *outConn) readFrame(bySend bool) error {
 		if e.VerifyWith(&oc.l.r.keys) != nil {
 			return errBadAck
 		}
-		oc.l.acksKinds.Store(true)
+		if !oc.l.acksKinds.Load() {
+			// Only for the link's current connection: one that has
+			// ended (connEnded cleared the flag) says nothing of the next.
+			oc.l.mu.Lock()
+			if oc.l.conn == oc {
+				oc.l.acksKinds.Store(true)
+			}
+			oc.l.mu.Unlock()
+		}
 		oc.routeAck(&e, true)
 		return nil
 	}

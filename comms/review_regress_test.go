@@ -546,3 +546,51 @@ func TestReviewPooledConnClosedBeforeAck(t *testing.T) {
 		noNewConn(t, conns)
 	})
 }
+
+// A peer whose entry changes only in whether NATS is tried gets a new
+// link that follows it (the NATS fallback reads the link's entry), both
+// when SetTrust applies the list and when a send finds it changed.
+func TestLinkFollowsTheNATSFlag(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	me, _ := identity.GenerateKeypair()
+	bob, _ := identity.GenerateKeypair()
+	addr := transport.Addr{Scheme: transport.SchemeUDS, Path: "/nonexistent/bob.sock"}
+	list := func(nats bool) *trust.List {
+		l, err := trust.New(trust.Peer{Name: "bob", ID: bob.ID(), Addr: addr, NATS: nats})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	r, err := New(me, list(false), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, nats := range []bool{true, false, true} {
+		p, _ := r.Trust().Lookup(bob.ID())
+		before, err := r.link(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.SetTrust(list(nats))
+		p, _ = r.Trust().Lookup(bob.ID())
+		after, err := r.link(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after == before || after.peer.NATS != nats {
+			t.Fatalf("after the NATS flag became %v: same link %v, link's flag %v", nats, after == before, after.peer.NATS)
+		}
+		// A list stored without SetTrust (a send that finds it changed).
+		r.trust.Store(list(!nats))
+		again, err := r.link(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again == after || again.peer.NATS != !nats {
+			t.Fatalf("a send after the flag became %v: same link %v, link's flag %v", !nats, again == after, again.peer.NATS)
+		}
+		r.SetTrust(list(nats))
+	}
+}

@@ -330,6 +330,11 @@ func (r *Router) Inbox() *inbox.Queue[Item] { return r.queue }
 // Trust returns the current trust list.
 func (r *Router) Trust() *trust.List { return r.trust.Load() }
 
+// sameRoute reports whether a and b, one peer's entries, are reached the
+// same way: the address, and whether NATS is tried when it cannot be
+// connected to. A link keeps the entry it was made for.
+func sameRoute(a, b trust.Peer) bool { return a.Addr == b.Addr && a.NATS == b.NATS }
+
 // SetTrust replaces the trust list. Connections of peers that stay trusted
 // are kept; envelopes from a removed peer are refused from now on, and its
 // outbound link is closed.
@@ -338,7 +343,7 @@ func (r *Router) SetTrust(l *trust.List) {
 	r.mu.Lock()
 	var drop []*link
 	for id, lk := range r.links {
-		if p, ok := l.Lookup(id); !ok || p.Addr != lk.peer.Addr {
+		if p, ok := l.Lookup(id); !ok || !sameRoute(p, lk.peer) {
 			drop = append(drop, lk)
 			delete(r.links, id)
 		}

@@ -190,7 +190,7 @@ func (r *Router) link(p trust.Peer) (*link, error) {
 		return nil, fmt.Errorf("%w: %s is no longer trusted", ErrUnknownPeer, p.Name)
 	}
 	lk := r.links[p.ID]
-	if lk == nil || lk.peer.Addr != cur.Addr {
+	if lk == nil || !sameRoute(lk.peer, cur) {
 		if lk != nil {
 			go lk.close()
 		}

@@ -174,6 +174,9 @@ func idKey(raw json.RawMessage) (string, bool) {
 	case string:
 		return "s" + v, true
 	case float64:
+		if v == 0 {
+			v = 0 // -0, which mcp-go echoes as 0
+		}
 		return "n" + strconv.FormatFloat(v, 'g', -1, 64), true
 	}
 	return "", false
@@ -188,8 +191,8 @@ func idKey(raw json.RawMessage) (string, bool) {
 func exactID(raw json.RawMessage) bool {
 	t := string(bytes.TrimSpace(raw))
 	switch {
-	case len(t) == 0 || t[0] == '"':
-		return true
+	case len(t) == 0 || t[0] != '-' && (t[0] < '0' || t[0] > '9'):
+		return true // not a number: idKey's to judge
 	case strings.ContainsAny(t, ".eE"):
 		_, err := strconv.ParseFloat(t, 64)
 		return err == nil
@@ -412,17 +415,17 @@ func checkCall(line []byte, known func(tool string) bool) []byte {
 	if json.Unmarshal(line, &msg) != nil || len(msg.ID) == 0 {
 		return nil
 	}
-	if _, ok := idKey(msg.ID); !ok && msg.Method != "" {
-		// A request whose id is null, an object, an array or a boolean:
-		// MCP takes a string or a number (no null), and mcp-go would take
-		// a null id for a notification and leave the client waiting.
-		return rpcError(nil, codeInvalidRequest, "a request's id must be a string or a number")
-	}
 	if msg.Method != "" && !exactID(msg.ID) {
 		// mcp-go keeps a numeric id as a float64: 9007199254740993 would
 		// come back as 9007199254740992, matching no request the client
 		// sent. The reply here carries the id as it came.
 		return rpcError(msg.ID, codeInvalidRequest, "a request's numeric id must be an integer within ±2^53 (9007199254740992) or a number a float64 holds; use a string id")
+	}
+	if _, ok := idKey(msg.ID); !ok && msg.Method != "" {
+		// A request whose id is null, an object, an array or a boolean:
+		// MCP takes a string or a number (no null), and mcp-go would take
+		// a null id for a notification and leave the client waiting.
+		return rpcError(nil, codeInvalidRequest, "a request's id must be a string or a number")
 	}
 	if msg.Method == string(mcp.MethodResourcesSubscribe) && msg.Params.Meta.Version == "" && msg.Params.URI != "" && msg.Params.URI != InboxURI {
 		// mcp-go acknowledges any URI; there is one resource to watch.

@@ -599,6 +599,15 @@ func TestExactID(t *testing.T) {
 			t.Errorf("exactID(%s) = %v, want %v", tc.id, got, tc.want)
 		}
 	}
+	// Out of a float64's range: refused with the id as sent.
+	if reply := checkCall([]byte(`{"jsonrpc":"2.0","id":1e400,"method":"ping"}`), nil); !bytes.Contains(reply, []byte(`"id":1e400`)) {
+		t.Fatalf("reply %s does not carry the request's id", reply)
+	}
+	// -0 is the request mcp-go answers as 0.
+	zero, _ := idKey(json.RawMessage(`0`))
+	if k, _ := idKey(json.RawMessage(`-0`)); k != zero {
+		t.Fatalf("idKey(-0) = %q, not idKey(0) = %q", k, zero)
+	}
 	// The refusal names the id as it came, not as a float64 would.
 	reply := checkCall([]byte(`{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"}`), nil)
 	if !bytes.Contains(reply, []byte(`"id":9007199254740993`)) {

@@ -13,6 +13,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/internal/testutil"
 	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
@@ -154,5 +155,57 @@ func TestPeerReplaceAppliesAtOnce(t *testing.T) {
 	c.Close()
 	if err := <-sent; err == nil {
 		t.Fatal("a send nobody acknowledged succeeded")
+	}
+}
+
+// A reliable send that failed at a peer's old address (waiting for its
+// backoff, its breaker counting) is tried at the new address as soon as
+// ReplacePeer returns, not after the wait.
+func TestPeerReplaceRetriesTheQueue(t *testing.T) {
+	h, bob := sessionHome(t)
+	h.Config.Outbox.Backoff = "1h" // without a kick, an hour
+	sv, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	c := NewClient(h.ControlPath())
+	sent, err := c.SendMessage(ctx, "bob", "queued for bob", node.SendOptions{Reliable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the first attempt to fail", func() bool {
+		st, err := c.MessageStatus(ctx, []string{sent.ID})
+		return err == nil && len(st) == 1 && st[0].State == node.StateQueued && st[0].Attempts >= 1
+	})
+	dir, err := os.MkdirTemp("", "mkr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "bob.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if _, err := ReplacePeer(h, "bob", bob.ID().String(), "uds://"+sock, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetDeadline(time.Now().Add(callTimeout))
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("the queued envelope never came to bob's new address: %v", err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(callTimeout))
+	payload, err := transport.ReadFrame(conn, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := wire.Open(payload); err != nil || e.ID.String() != sent.ID {
+		t.Fatalf("what came to bob's new address: %v, id %v, want %s", err, e.ID, sent.ID)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
@@ -71,16 +72,37 @@ func (n *Node) applyTrust(announce bool) error {
 		return err
 	}
 	apply := announce || t.err != "" || !l.Equal(t.list)
+	var moved []identity.PeerID
 	if apply {
+		moved = movedPeers(t.list, l)
 		n.r.SetTrust(l)
 		logTrustReload(n.log, t.list, l)
 		t.list, t.err = l, ""
 	}
 	t.mu.Unlock()
+	if n.ob != nil {
+		// What waits for a peer that moved (its backoff, an open
+		// breaker: failures at the old address) is tried at the new one.
+		for _, id := range moved {
+			n.ob.Kick(id)
+		}
+	}
 	if apply && n.spaces != nil {
 		n.spaces.joined() // members whose key is trusted now hear of this node
 	}
 	return nil
+}
+
+// movedPeers returns the peers of next that were in prev reached another
+// way (another address, NATS tried or not).
+func movedPeers(prev, next *trust.List) []identity.PeerID {
+	var moved []identity.PeerID
+	for _, p := range next.Peers() {
+		if old, ok := prev.Lookup(p.ID); ok && (old.Addr != p.Addr || old.NATS != p.NATS) {
+			moved = append(moved, p.ID)
+		}
+	}
+	return moved
 }
 
 // trustFailedLocked logs that the trust file could not be used, unless
