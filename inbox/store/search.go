@@ -292,6 +292,45 @@ func (st SearchTerms) Snippet(text string) string {
 	if to < len(toks) {
 		b.WriteString(SnippetCut)
 	}
+	return clipSnippet(b.String())
+}
+
+// maxSnippetRun bounds, in characters, each word of a snippet and each
+// run of what separates words: a hex dump or a long token is one word to
+// the index, and a snippet of 16 words must stay a few lines long.
+const maxSnippetRun = 48
+
+// clipSnippet cuts every word (a run of letters and digits, as the index
+// sees them) and every run between words longer than maxSnippetRun
+// characters to that many, followed by SnippetCut. The markers around
+// matched words are kept, and so is every byte of what is not cut.
+func clipSnippet(s string) string {
+	var b *strings.Builder // nil until something is cut
+	run, word := 0, false
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		marker := strings.HasPrefix(s[i:], SnippetOpen) || strings.HasPrefix(s[i:], SnippetClose)
+		if w := isTokenRune(r); w != word || marker {
+			run, word = 0, w
+		}
+		run++
+		switch {
+		case run <= maxSnippetRun || marker:
+			if b != nil {
+				b.WriteString(s[i : i+size])
+			}
+		case b == nil:
+			b = &strings.Builder{}
+			b.WriteString(s[:i])
+			fallthrough
+		case run == maxSnippetRun+1:
+			b.WriteString(SnippetCut)
+		}
+		i += size
+	}
+	if b == nil {
+		return s
+	}
 	return b.String()
 }
 
@@ -462,7 +501,7 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 		if acked.Valid {
 			h.AckedAt = time.Unix(0, acked.Int64)
 		}
-		h.Snippet = snippet.String
+		h.Snippet = clipSnippet(snippet.String)
 		if h.Payload == nil {
 			h.Payload = []byte{}
 		}

@@ -717,3 +717,73 @@ func TestSearchTextsKeptInMemory(t *testing.T) {
 	admit(10, func(i uint64) string { return fmt.Sprintf("again doc%d", i) })
 	check("in memory again", 189, 264+10)
 }
+
+// A snippet's words and the runs between them are cut at maxSnippetRun
+// characters (a hex dump is one word to the index); the match markers
+// stay, and a snippet with nothing that long is left as it is.
+func TestClipSnippet(t *testing.T) {
+	a48, a60 := strings.Repeat("a", 48), strings.Repeat("a", 60)
+	for _, tc := range []struct{ in, want string }{
+		{"", ""},
+		{"the «deploy» went fine", "the «deploy» went fine"},
+		{a48 + " «" + a48 + "»", a48 + " «" + a48 + "»"},
+		{"«" + a60 + "» and more", "«" + a48 + SnippetCut + "» and more"},
+		{"dump " + a60 + a60 + " tail", "dump " + a48 + SnippetCut + " tail"},
+		{"x" + strings.Repeat("=", 60) + "y", "x" + strings.Repeat("=", 48) + SnippetCut + "y"},
+		{strings.Repeat("é", 50), strings.Repeat("é", 48) + SnippetCut},
+		{strings.Repeat("日本語", 20), strings.Repeat("日本語", 16) + SnippetCut},
+		{"bad \xff byte " + a60, "bad \xff byte " + a48 + SnippetCut},
+		{SnippetCut + "middle " + a60 + SnippetCut, SnippetCut + "middle " + a48 + SnippetCut + SnippetCut},
+	} {
+		if got := clipSnippet(tc.in); got != tc.want {
+			t.Errorf("clipSnippet(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func FuzzClipSnippet(f *testing.F) {
+	f.Add("the «deploy» went fine")
+	f.Add("«" + strings.Repeat("ab", 40) + "»")
+	f.Add(strings.Repeat("=", 100) + "\xff")
+	f.Fuzz(func(t *testing.T, s string) {
+		got := clipSnippet(s)
+		if again := clipSnippet(got); again != got {
+			t.Fatalf("not stable: %q → %q → %q", s, got, again)
+		}
+		if strings.Count(got, SnippetOpen) != strings.Count(s, SnippetOpen) || strings.Count(got, SnippetClose) != strings.Count(s, SnippetClose) {
+			t.Fatalf("markers changed: %q → %q", s, got)
+		}
+		if len(got) > len(s)+strings.Count(got, SnippetCut)*len(SnippetCut) {
+			t.Fatalf("longer than its input and its cuts: %q → %q", s, got)
+		}
+		// No run longer than the bound is left (a cut mark ends a run of
+		// separators as its last character).
+		run, word := 0, false
+		for _, r := range got {
+			if w := isTokenRune(r); w != word || string(r) == SnippetOpen || string(r) == SnippetClose {
+				run, word = 0, w
+			}
+			if run++; run > maxSnippetRun+1 {
+				t.Fatalf("a run of %d characters left in %q", run, got)
+			}
+		}
+	})
+}
+
+// Search's snippet of an item whose match sits next to one very long
+// word (a hex dump) stays short.
+func TestSearchSnippetOfALongWord(t *testing.T) {
+	s, _ := openStore(t, Options{SearchText: payloadText})
+	hex := strings.Repeat("0123456789abcdef", 1250)
+	mustAdmit(t, s, searchRec(1, 1, "message", "alice", "firmware dump follows "+hex, time.Now()))
+	for _, q := range []string{"firmware", "0123456789abcdef*"} {
+		hits := mustSearch(t, s, Search{}, q)
+		if len(hits) != 1 || len(hits[0].Snippet) > 400 || !strings.Contains(hits[0].Snippet, SnippetOpen) {
+			t.Fatalf("search %q: %d hits, snippet of %d bytes: %.200q", q, len(hits), len(hits[0].Snippet), hits[0].Snippet)
+		}
+	}
+	st, _ := ParseSearch("firmware")
+	if snip := st.Snippet("firmware dump follows " + hex); len(snip) > 400 {
+		t.Fatalf("SearchTerms.Snippet: %d bytes", len(snip))
+	}
+}
