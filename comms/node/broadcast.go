@@ -217,7 +217,7 @@ func (n *Node) Broadcast(ctx context.Context, a BroadcastArgs) (Broadcasted, err
 	}
 	base := wire.Message(a.Body)
 	if a.TaskID != "" {
-		if err := CheckTaskID(a.TaskID); err != nil {
+		if err := checkNewTaskID(a.TaskID); err != nil {
 			return Broadcasted{}, errorf(CodeBadArgument, "task_id: %v", err)
 		}
 		tb, err := n.taskBook()

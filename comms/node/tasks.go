@@ -160,6 +160,19 @@ func CheckTaskID(id string) error {
 	return nil
 }
 
+// checkNewTaskID is CheckTaskID for a task id this node sends under: it
+// must also not start or end with a space, which nobody would see in a
+// listing (a peer's task id is taken as it came).
+func checkNewTaskID(id string) error {
+	if err := CheckTaskID(id); err != nil {
+		return err
+	}
+	if strings.TrimSpace(id) != id {
+		return errors.New("a task id must not start or end with spaces")
+	}
+	return nil
+}
+
 // taskIDOf returns the task id a kind carries, if it carries a valid one.
 func taskIDOf(k wire.Kind) (string, bool) {
 	v, ok := k.Field(FieldObjectiveID)
@@ -277,7 +290,7 @@ func (n *Node) withTask(kind wire.Kind, peer identity.PeerID, taskID string) (wi
 	if taskID == "" {
 		return kind, nil
 	}
-	if err := CheckTaskID(taskID); err != nil {
+	if err := checkNewTaskID(taskID); err != nil {
 		return kind, errorf(CodeBadArgument, "task_id: %v", err)
 	}
 	tb, err := n.taskBook()

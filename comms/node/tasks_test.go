@@ -42,6 +42,17 @@ func TestCheckTaskID(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("CheckTaskID(%q) = %v, want ok %v", tc.id, err, tc.ok)
 		}
+		if nerr := checkNewTaskID(tc.id); (nerr == nil) != tc.ok {
+			t.Errorf("checkNewTaskID(%q) = %v, want ok %v", tc.id, nerr, tc.ok)
+		}
+	}
+	// A task id sent from here does not start or end with a space; one a
+	// peer sent is taken as it came.
+	for _, id := range []string{" spaced ", " lead", "trail ", "in side"} {
+		want := strings.TrimSpace(id) == id
+		if err := checkNewTaskID(id); (err == nil) != want || CheckTaskID(id) != nil {
+			t.Errorf("checkNewTaskID(%q) = %v, want ok %v (CheckTaskID %v)", id, err, want, CheckTaskID(id))
+		}
 	}
 }
 
