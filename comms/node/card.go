@@ -170,6 +170,7 @@ type cards struct {
 	kept     map[identity.PeerID]keptCard     // cards kept in the home, as last read
 	asked    map[identity.UUID]time.Time      // fetch request id → when asked
 	limiters map[identity.PeerID]*cardLimiter // answering rate per peer
+	fetches  map[identity.PeerID]*cardLimiter // this node's fetches per peer, paced to its answering rate
 
 	queue chan comms.Item // requests to answer (serving nodes); nil: none answered
 }
@@ -199,8 +200,63 @@ func (l *cardLimiter) allow(now time.Time) bool {
 	return true
 }
 
+// reserve takes a token for a request made at now, or the next one to
+// come when none is left: it returns how long to wait before making the
+// request (0: at once).
+func (l *cardLimiter) reserve(now time.Time) time.Duration {
+	l.tokens = min(cardBurst, l.tokens+now.Sub(l.last).Seconds()/cardRate.Seconds())
+	l.last = now
+	l.tokens--
+	if l.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-l.tokens * float64(cardRate))
+}
+
+// cardPaceMargin is added to a fetch's wait for the peer's limiter: the
+// peer counts from when requests arrive, a moment after they were sent.
+const cardPaceMargin = 20 * time.Millisecond
+
+// pace waits, before a fetch of peer's card, until the peer's limiter
+// (cardBurst in a row, then one per cardRate: the same bucket, counted
+// here) would answer it: a fetch past the burst is made later rather
+// than left unanswered. It fails when the wait would be longer than a
+// fetch waits for its answer (many fetches of one peer at once), or
+// when ctx ends first.
+func (c *cards) pace(ctx context.Context, peer identity.PeerID, name string) error {
+	c.mu.Lock()
+	if len(c.fetches) >= cardLimiters {
+		c.fetches = map[identity.PeerID]*cardLimiter{}
+	}
+	l := c.fetches[peer]
+	now := time.Now()
+	if l == nil {
+		l = &cardLimiter{tokens: cardBurst, last: now}
+		c.fetches[peer] = l
+	}
+	wait := l.reserve(now)
+	if wait > cardWait {
+		l.tokens++ // not made: give the token back
+		c.mu.Unlock()
+		return errorf(CodeUnavailable, "too many card fetches of %s at once: a node answers one peer's card requests %d times in a row, then once every %s; try again later", name, cardBurst, cardRate)
+	}
+	c.mu.Unlock()
+	if wait == 0 {
+		return nil
+	}
+	t := time.NewTimer(wait + cardPaceMargin)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func newCards(serve bool) *cards {
-	c := &cards{kept: map[identity.PeerID]keptCard{}, asked: map[identity.UUID]time.Time{}, limiters: map[identity.PeerID]*cardLimiter{}}
+	c := &cards{kept: map[identity.PeerID]keptCard{}, asked: map[identity.UUID]time.Time{}, limiters: map[identity.PeerID]*cardLimiter{},
+		fetches: map[identity.PeerID]*cardLimiter{}}
 	if serve {
 		c.queue = make(chan comms.Item, cardQueue)
 	}
@@ -604,6 +660,9 @@ func (n *Node) FetchCard(ctx context.Context, peer string) (PeerCard, error) {
 	if err != nil {
 		return PeerCard{}, Coded(err)
 	}
+	if err := n.cards.pace(ctx, p.ID, p.Name); err != nil {
+		return PeerCard{}, Coded(err)
+	}
 	sealed, err := n.r.Seal(p.ID.String(), wire.Request(CardIntent, wire.Null()))
 	if err != nil {
 		return PeerCard{}, Coded(err)
@@ -621,7 +680,7 @@ func (n *Node) FetchCard(ctx context.Context, peer string) (PeerCard, error) {
 		resp, err := n.r.AwaitResponse(wctx, sealed.ID)
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
-				return PeerCard{}, errorf(CodePeerOffline, "%s acknowledged the card request but sent no card within %s (does it run meerkatd?)", p.Name, cardWait)
+				return PeerCard{}, errorf(CodePeerOffline, "%s acknowledged the card request but sent no card within %s: it may not run meerkatd, or it had more card requests from this key than it answers (%d in a row, then one every %s)", p.Name, cardWait, cardBurst, cardRate)
 			}
 			return PeerCard{}, Coded(err)
 		}

@@ -520,3 +520,43 @@ func TestBrokenCardFileIsNotABadArgument(t *testing.T) {
 		}
 	}
 }
+
+// reserve hands out the burst at once, then one request per cardRate,
+// saying how long each must wait: the peer's allow takes every request
+// made at the times reserve gives.
+func TestCardLimiterReserve(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	mine := &cardLimiter{tokens: cardBurst, last: t0}
+	theirs := &cardLimiter{tokens: cardBurst, last: t0}
+	for i := range cardBurst + 5 {
+		wait := mine.reserve(t0)
+		want := time.Duration(max(0, i-cardBurst+1)) * cardRate
+		if wait < want-time.Millisecond || wait > want+time.Millisecond {
+			t.Fatalf("request %d: wait %v, want %v", i, wait, want)
+		}
+		if !theirs.allow(t0.Add(wait + cardPaceMargin)) {
+			t.Fatalf("request %d, made after its wait, is refused by the peer's limiter", i)
+		}
+	}
+}
+
+// A node fetching one peer's card more often than the peer answers
+// (cardBurst in a row, then one per cardRate) waits its turn: every fetch
+// gets the card, none is left unanswered to time out.
+func TestFetchCardPacedPastTheBurst(t *testing.T) {
+	alice, bob := fullTestNode(t, "alice"), fullTestNode(t, "bob")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	o, err := alice.PairOffer(ctx, PairOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.PairAccept(ctx, o.Line, ""); err != nil {
+		t.Fatal(err)
+	}
+	for i := range cardBurst + 2 {
+		if pc, err := bob.FetchCard(ctx, "alice"); err != nil || pc.Name != "alice" {
+			t.Fatalf("fetch %d: %+v, %v", i, pc, err)
+		}
+	}
+}
