@@ -75,7 +75,7 @@ func runTask(e *env, args []string) error {
 		return fmt.Errorf("%w: wrong number of arguments for task %s (see meerkatd help task)", errUsage, sub)
 	}
 	if *wait < 0 || *wait > node.MaxWait || *wait > 0 && sub != "wait" || *idemKey != "" && sub != "complete" {
-		return fmt.Errorf("%w: --wait applies to task wait, from 0 (just look) to %v; --idempotency-key to task complete", errUsage, node.MaxWait)
+		return fmt.Errorf("%w: --wait is for task wait only, from 0 (the default: just look) to %v; --idempotency-key is for task complete only", errUsage, node.MaxWait)
 	}
 	var result json.RawMessage
 	if sub == "complete" && len(pos) == 2 {

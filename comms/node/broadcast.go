@@ -318,7 +318,7 @@ func (n *Node) fanOut(ctx context.Context, peers []identity.PeerID, kindFor func
 			if !res.id.IsZero() {
 				out[i].ID = res.id.String()
 			}
-			out[i].Delivery, out[i].LastError = res.delivery, res.lastError
+			out[i].Delivery, out[i].LastError = res.delivery, userText(res.lastError)
 			if err != nil {
 				err = Coded(err)
 				out[i].Delivery, out[i].Code, out[i].Error = DeliveryFailed, CodeOf(err), UserText(err)

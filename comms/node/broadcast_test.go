@@ -131,6 +131,10 @@ func TestBroadcastQueuesForOfflinePeer(t *testing.T) {
 		if c.Delivery != want {
 			t.Errorf("copy to %s: %+v, want %s", c.Peer, c, want)
 		}
+		// Why it is queued, as send and sent say it: no package prefixes.
+		if c.Peer == "dave" && (c.LastError == "" || c.LastError != userText(c.LastError) || strings.Contains(c.LastError, "comms:")) {
+			t.Errorf("copy to dave: last error %q", c.LastError)
+		}
 	}
 }
 
