@@ -122,6 +122,9 @@ func TestRequestDeadline(t *testing.T) {
 				t.Fatalf("cancelled before the deadline: %+v", held.Cancelled)
 			}
 			waitFor(t, 20*time.Second, "alice times the request out", func() bool { return requestState(t, alice, sent.ID).State == RequestTimedOut })
+			if st, err := alice.MessageStatus(ctx, []string{sent.ID}); err != nil || len(st) != 1 || st[0].RequestState != RequestTimedOut {
+				t.Fatalf("status of the timed-out request: %+v, %v", st, err)
+			}
 			waitFor(t, 20*time.Second, "bob sees the cancellation", func() bool { return heldRequest(t, bob, sent.ID).Cancelled != nil })
 			if c := heldRequest(t, bob, sent.ID).Cancelled; c.Reason != CancelReasonDeadline || c.At.IsZero() {
 				t.Fatalf("held cancellation %+v", c)
@@ -204,6 +207,10 @@ func TestCancelRequest(t *testing.T) {
 	}
 	if c.Request.State != RequestCancelled || c.Request.Note != "not needed any more" || c.Cancel.Delivery != DeliveryAcked {
 		t.Fatalf("cancel: %+v", c)
+	}
+	// message_status and sent say so too.
+	if st, err := alice.MessageStatus(ctx, []string{sent.ID}); err != nil || len(st) != 1 || st[0].RequestState != RequestCancelled || st[0].RequestNote != "not needed any more" {
+		t.Fatalf("status of the cancelled request: %+v, %v", st, err)
 	}
 	waitFor(t, 20*time.Second, "bob sees the cancellation", func() bool {
 		m := heldRequest(t, bob, sent.ID)

@@ -81,6 +81,12 @@ type SendStatus struct {
 	LastError string     `json:"last_error,omitempty"` // of the last failed attempt
 	Reason    string     `json:"reason,omitempty"`     // dead, failed: why
 	DiedAt    *time.Time `json:"died_at,omitempty"`
+	// RequestState is a request's state in list_requests (open, answered,
+	// timed_out: its deadline passed unanswered, cancelled: this node
+	// cancelled it), RequestNote the note given with its cancel; "" when
+	// not known here (no daemon, or the record pruned).
+	RequestState string `json:"request_state,omitempty"`
+	RequestNote  string `json:"request_note,omitempty"`
 	// Answer is a request's final response (completed or failed).
 	Answer *SendAnswer `json:"answer,omitempty"`
 	// Progress counts a request's "accepted" responses: progress, never
@@ -364,6 +370,11 @@ func (n *Node) sentPruneLoop(ctx context.Context) {
 // as failed, saying what is known.
 func (n *Node) sendStatus(r store.SentRecord) SendStatus {
 	s := toSendStatus(r)
+	if r.Kind == wire.TypeRequest && n.lc != nil {
+		if q, ok, err := n.lc.st.SentRequest(s.ID); err == nil && ok {
+			s.RequestState, s.RequestNote = q.State, q.Note
+		}
+	}
 	if r.State == store.SentInFlight && !r.Reliable && !r.Updated.IsZero() &&
 		time.Since(r.Updated) > n.h.Config.Comms.AckTimeout()+abandonedAfter {
 		s.State = StateFailed

@@ -262,6 +262,12 @@ func sentDetail(s node.SendStatus) string {
 			parts = append(parts, fmt.Sprintf("%d failed attempt(s); last: %s", s.Attempts, s.LastError))
 		}
 	}
+	switch s.RequestState {
+	case node.RequestTimedOut:
+		parts = append(parts, "timed out (its deadline passed unanswered)")
+	case node.RequestCancelled:
+		parts = append(parts, strings.TrimSuffix("cancelled: "+s.RequestNote, ": "))
+	}
 	if s.Progress != nil && s.State != node.StateAnswered {
 		parts = append(parts, fmt.Sprintf("%d accepted response(s), last %s", s.Progress.Accepted, s.Progress.ResponseID))
 	}

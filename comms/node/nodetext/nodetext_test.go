@@ -141,6 +141,11 @@ func TestSentDetail(t *testing.T) {
 		{node.SendStatus{State: node.StateAcked, Intent: "build", AckedAt: &at, Progress: &node.SendProgress{Accepted: 1, ResponseID: "r1"}},
 			"intent build; at " + Time(&at) + "; 1 accepted response(s), last r1"},
 		{node.SendStatus{State: node.StateDead, Reason: "expired"}, "expired"},
+		{node.SendStatus{State: node.StateAcked, Intent: "build", AckedAt: &at, RequestState: node.RequestCancelled, RequestNote: "not needed"},
+			"intent build; at " + Time(&at) + "; cancelled: not needed"},
+		{node.SendStatus{State: node.StateAcked, AckedAt: &at, RequestState: node.RequestCancelled}, "at " + Time(&at) + "; cancelled"},
+		{node.SendStatus{State: node.StateAcked, AckedAt: &at, RequestState: node.RequestTimedOut}, "at " + Time(&at) + "; timed out (its deadline passed unanswered)"},
+		{node.SendStatus{State: node.StateAcked, AckedAt: &at, RequestState: node.RequestOpen}, "at " + Time(&at)},
 	} {
 		if got := sentDetail(c.s); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.s, got, c.want)
