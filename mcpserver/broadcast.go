@@ -30,7 +30,7 @@ type (
 )
 
 // taskArg is the task_id argument of the send tools.
-var taskArg = mcp.WithString("task_id", mcp.MinLength(1), mcp.Description("put this send under a task (printable text, at most 128 bytes, no space at either end): the peer sees it as task_id, and becomes one of the task's participants; see list_tasks, wait_task and task_complete"))
+var taskArg = mcp.WithString("task_id", mcp.MinLength(1), mcp.Description("put this send under a task (printable text, at most 128 bytes; a new task's id has no space at either end): the peer sees it as task_id, and becomes one of the task's participants; see list_tasks, wait_task and task_complete"))
 
 func (s *Server) addBroadcastTools() {
 	broadcast := mcp.NewTool("broadcast",

@@ -217,12 +217,15 @@ func (n *Node) Broadcast(ctx context.Context, a BroadcastArgs) (Broadcasted, err
 	}
 	base := wire.Message(a.Body)
 	if a.TaskID != "" {
-		if err := checkNewTaskID(a.TaskID); err != nil {
+		if err := CheckTaskID(a.TaskID); err != nil {
 			return Broadcasted{}, errorf(CodeBadArgument, "task_id: %v", err)
 		}
 		tb, err := n.taskBook()
 		if err != nil {
 			return Broadcasted{}, err
+		}
+		if err := checkSendTaskID(tb, a.TaskID); err != nil {
+			return Broadcasted{}, errorf(CodeBadArgument, "task_id: %v", err)
 		}
 		for _, p := range targets {
 			if _, err := tb.st.Touch(a.TaskID, p, true, time.Now()); err != nil {

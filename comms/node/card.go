@@ -200,22 +200,28 @@ func (l *cardLimiter) allow(now time.Time) bool {
 	return true
 }
 
-// reserve takes a token for a request made at now, or the next one to
-// come when none is left: it returns how long to wait before making the
-// request (0: at once).
-func (l *cardLimiter) reserve(now time.Time) time.Duration {
-	l.tokens = min(cardBurst, l.tokens+now.Sub(l.last).Seconds()/cardRate.Seconds())
+// Pacing this node's fetches of one peer's card: a bucket one token
+// smaller than the peer's, filling a little slower. The peer counts from
+// when requests arrive, and the first (which dials) takes longer on the
+// way than the next: the spare token and the slower fill absorb that,
+// up to about a second, so every fetch paced here finds a token there.
+const (
+	cardPaceBurst = cardBurst - 1
+	cardPaceRate  = cardRate + cardRate/10
+)
+
+// reserve takes a token for a request made at now from a bucket of burst
+// tokens filling one per rate, or the next one to come when none is left:
+// it returns how long to wait before making the request (0: at once).
+func (l *cardLimiter) reserve(now time.Time, burst float64, rate time.Duration) time.Duration {
+	l.tokens = min(burst, l.tokens+now.Sub(l.last).Seconds()/rate.Seconds())
 	l.last = now
 	l.tokens--
 	if l.tokens >= 0 {
 		return 0
 	}
-	return time.Duration(-l.tokens * float64(cardRate))
+	return time.Duration(-l.tokens * float64(rate))
 }
-
-// cardPaceMargin is added to a fetch's wait for the peer's limiter: the
-// peer counts from when requests arrive, a moment after they were sent.
-const cardPaceMargin = 20 * time.Millisecond
 
 // pace waits, before a fetch of peer's card, until the peer's limiter
 // (cardBurst in a row, then one per cardRate: the same bucket, counted
@@ -231,10 +237,10 @@ func (c *cards) pace(ctx context.Context, peer identity.PeerID, name string) err
 	l := c.fetches[peer]
 	now := time.Now()
 	if l == nil {
-		l = &cardLimiter{tokens: cardBurst, last: now}
+		l = &cardLimiter{tokens: cardPaceBurst, last: now}
 		c.fetches[peer] = l
 	}
-	wait := l.reserve(now)
+	wait := l.reserve(now, cardPaceBurst, cardPaceRate)
 	if wait > cardWait {
 		l.tokens++ // not made: give the token back
 		c.mu.Unlock()
@@ -244,13 +250,25 @@ func (c *cards) pace(ctx context.Context, peer identity.PeerID, name string) err
 	if wait == 0 {
 		return nil
 	}
-	t := time.NewTimer(wait + cardPaceMargin)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
+		c.unpace(peer) // not made
 		return ctx.Err()
+	}
+}
+
+// unpace gives back the token pace took for a fetch of peer's card that
+// did not reach it (given up while waiting, or not delivered), so that
+// later fetches do not wait for turns nobody used.
+func (c *cards) unpace(peer identity.PeerID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.fetches[peer]; l != nil {
+		l.tokens = min(cardPaceBurst, l.tokens+1)
 	}
 }
 
@@ -665,11 +683,13 @@ func (n *Node) FetchCard(ctx context.Context, peer string) (PeerCard, error) {
 	}
 	sealed, err := n.r.Seal(p.ID.String(), wire.Request(CardIntent, wire.Null()))
 	if err != nil {
+		n.cards.unpace(p.ID)
 		return PeerCard{}, Coded(err)
 	}
 	n.cards.ask(sealed.ID, time.Now())
 	n.auditSealed(sealed, audit.EventSent, 1, "")
 	if err := n.r.Deliver(ctx, comms.Delivery{To: p.ID, ID: sealed.ID, Payload: sealed.Payload, WantAck: true, SecondTry: true}); err != nil {
+		n.cards.unpace(p.ID) // not acknowledged: the peer has not counted it
 		n.auditSealed(sealed, audit.EventRefused, 1, err.Error())
 		return PeerCard{}, Coded(err)
 	}

@@ -521,22 +521,44 @@ func TestBrokenCardFileIsNotABadArgument(t *testing.T) {
 	}
 }
 
-// reserve hands out the burst at once, then one request per cardRate,
-// saying how long each must wait: the peer's allow takes every request
-// made at the times reserve gives.
-func TestCardLimiterReserve(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	mine := &cardLimiter{tokens: cardBurst, last: t0}
-	theirs := &cardLimiter{tokens: cardBurst, last: t0}
-	for i := range cardBurst + 5 {
-		wait := mine.reserve(t0)
-		want := time.Duration(max(0, i-cardBurst+1)) * cardRate
-		if wait < want-time.Millisecond || wait > want+time.Millisecond {
-			t.Fatalf("request %d: wait %v, want %v", i, wait, want)
+// Fetches paced by reserve (cardPaceBurst, cardPaceRate) are all taken by
+// the peer's limiter (cardBurst, cardRate), which counts from when they
+// arrive: the first may take longer on the way (it dials) than the next,
+// by up to a second, or less, in either direction.
+func TestCardPaceWithinThePeersLimit(t *testing.T) {
+	for _, skew := range []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisecond, 900 * time.Millisecond} {
+		for _, firstSlow := range []bool{true, false} {
+			t0 := time.Unix(1000, 0)
+			mine := &cardLimiter{tokens: cardPaceBurst, last: t0}
+			var theirs *cardLimiter
+			sent := t0
+			for i := range 3 * cardBurst {
+				// A fetch loop: each asks as soon as the last was answered,
+				// after the wait reserve gives.
+				sent = sent.Add(mine.reserve(sent, cardPaceBurst, cardPaceRate))
+				delay := time.Duration(0)
+				if (i == 0) == firstSlow {
+					delay = skew
+				}
+				arrived := sent.Add(delay)
+				if theirs == nil {
+					theirs = &cardLimiter{tokens: cardBurst, last: arrived}
+				}
+				if !theirs.allow(arrived) {
+					t.Fatalf("skew %v (first slow %v): fetch %d, sent at +%v, refused by the peer", skew, firstSlow, i, sent.Sub(t0))
+				}
+			}
 		}
-		if !theirs.allow(t0.Add(wait + cardPaceMargin)) {
-			t.Fatalf("request %d, made after its wait, is refused by the peer's limiter", i)
+	}
+	// Past the burst, a paced fetch waits about the peer's interval.
+	l := &cardLimiter{tokens: cardPaceBurst, last: time.Unix(0, 0)}
+	for range cardPaceBurst {
+		if w := l.reserve(time.Unix(0, 0), cardPaceBurst, cardPaceRate); w != 0 {
+			t.Fatalf("within the burst: wait %v", w)
 		}
+	}
+	if w := l.reserve(time.Unix(0, 0), cardPaceBurst, cardPaceRate); w < cardRate || w > 2*cardRate {
+		t.Fatalf("past the burst: wait %v", w)
 	}
 }
 

@@ -183,7 +183,7 @@ func (s *spaces) SendMEUP(ctx context.Context, to identity.PeerID, name string, 
 		return space.Delivery{}, err
 	}
 	out, err := s.n.send(ctx, sendSpec{peer: to.String(), kind: kind, reliable: o.Reliable, ttl: o.TTL, noWait: o.NoWait, call: callBytes(o.Call)})
-	d := space.Delivery{Delivery: out.delivery, LastError: out.lastError}
+	d := space.Delivery{Delivery: out.delivery, LastError: userText(out.lastError)}
 	if !out.id.IsZero() {
 		d.ID = out.id.String()
 	}

@@ -160,9 +160,9 @@ func CheckTaskID(id string) error {
 	return nil
 }
 
-// checkNewTaskID is CheckTaskID for a task id this node sends under: it
-// must also not start or end with a space, which nobody would see in a
-// listing (a peer's task id is taken as it came).
+// checkNewTaskID is CheckTaskID for a task id this node starts a task
+// under: it must also not start or end with a space, which nobody would
+// see in a listing (a peer's task id is taken as it came).
 func checkNewTaskID(id string) error {
 	if err := CheckTaskID(id); err != nil {
 		return err
@@ -171,6 +171,19 @@ func checkNewTaskID(id string) error {
 		return errors.New("a task id must not start or end with spaces")
 	}
 	return nil
+}
+
+// checkSendTaskID checks a task id a send goes under: a task already
+// known here (one a peer started, whatever its id) as it is, a new one as
+// checkNewTaskID does.
+func checkSendTaskID(tb *tasks, id string) error {
+	if err := CheckTaskID(id); err != nil {
+		return err
+	}
+	if _, known, err := tb.st.Get(id); err == nil && known {
+		return nil
+	}
+	return checkNewTaskID(id)
 }
 
 // taskIDOf returns the task id a kind carries, if it carries a valid one.
@@ -290,12 +303,15 @@ func (n *Node) withTask(kind wire.Kind, peer identity.PeerID, taskID string) (wi
 	if taskID == "" {
 		return kind, nil
 	}
-	if err := checkNewTaskID(taskID); err != nil {
+	if err := CheckTaskID(taskID); err != nil {
 		return kind, errorf(CodeBadArgument, "task_id: %v", err)
 	}
 	tb, err := n.taskBook()
 	if err != nil {
 		return kind, err
+	}
+	if err := checkSendTaskID(tb, taskID); err != nil {
+		return kind, errorf(CodeBadArgument, "task_id: %v", err)
 	}
 	if _, err := tb.st.Touch(taskID, peer, true, time.Now()); err != nil {
 		return kind, taskErr(err)

@@ -415,3 +415,35 @@ func TestMemTasksTouchUpdates(t *testing.T) {
 		t.Fatalf("a updated %v, want a minute on", got)
 	}
 }
+
+// A task this node starts has no space at either end of its id; a task a
+// peer started under such an id is taken as it came, and this node may
+// send under it and broadcast under it.
+func TestPaddedTaskIDs(t *testing.T) {
+	hs := meshHomes(t, memoryStore, []string{"alice", "bob"}, nil)
+	alice, bob := startTest(t, hs["alice"], ModeServe), startTest(t, hs["bob"], ModeServe)
+	ctx := context.Background()
+	if _, err := alice.SendMessage(ctx, "bob", "hi", SendOptions{TaskID: " new "}); CodeOf(err) != CodeBadArgument {
+		t.Fatalf("a new padded task id: %v, want %s", err, CodeBadArgument)
+	}
+	if _, err := alice.Broadcast(ctx, BroadcastArgs{Body: "hi", SendOptions: SendOptions{TaskID: "new "}}); CodeOf(err) != CodeBadArgument {
+		t.Fatalf("a new padded task id, broadcast: %v, want %s", err, CodeBadArgument)
+	}
+	// bob's envelope, as a peer that allows it would send it.
+	k, err := wire.Message("under bob's task").With(FieldObjectiveID, wire.Text(" bob's "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.send(ctx, sendSpec{peer: "alice", kind: k}); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitPeerItems(t, alice, 1); len(got) != 1 || got[0].TaskID != " bob's " {
+		t.Fatalf("alice's inbox: %+v", got)
+	}
+	if _, err := alice.SendMessage(ctx, "bob", "answer", SendOptions{TaskID: " bob's "}); err != nil {
+		t.Fatalf("sending under a task bob started: %v", err)
+	}
+	if _, err := alice.Broadcast(ctx, BroadcastArgs{Body: "all", SendOptions: SendOptions{TaskID: " bob's "}}); err != nil {
+		t.Fatalf("broadcasting under a task bob started: %v", err)
+	}
+}

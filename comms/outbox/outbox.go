@@ -559,9 +559,13 @@ func (o *Outbox) work(q *peerQ) {
 			if !ok {
 				break
 			}
-			if it.loaded && it.e.Attempts >= o.opts.MaxAttempts {
-				// Its attempts ran out before this process started: the
-				// last one was under way when a process stopped (countStart).
+			if it.loaded && it.e.Attempts > o.opts.MaxAttempts {
+				// Its attempts ran out before this process started: a
+				// process stopped during its last one (countStart), and
+				// during the one more it was given (at exactly
+				// MaxAttempts, the attempt under way may have been
+				// acknowledged with its removal lost in the stop: that
+				// one more tells).
 				o.killLocked(q, it, fmt.Sprintf("%s: %d attempts failed; last: %s", ReasonExhausted, it.e.Attempts, it.e.LastError), EventDeadLetter, now)
 				continue
 			}
@@ -832,6 +836,12 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		var pe *PermanentError
 		if errors.As(r.err, &pe) && pe.Reason != "" {
 			reason = pe.Reason
+		}
+		// The dead letter counts this attempt, as one of retries_exhausted
+		// does (and a record countStart wrote is replaced).
+		it.e.Attempts, it.e.LastError = attempt, r.err.Error()
+		if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, it.e.LastError); err != nil {
+			o.log.Error("outbox: cannot record a failed attempt", "id", it.e.ID.String(), "err", err)
 		}
 		o.killLocked(q, it, reason+": "+r.err.Error(), EventDeadLetter, now)
 	default:

@@ -457,6 +457,9 @@ func TestDeadLetters(t *testing.T) {
 			if c.name == "exhausted" && dl[0].Attempts != 3 {
 				t.Fatalf("a dead letter after 3 failed attempts records %d", dl[0].Attempts)
 			}
+			if c.name == "permanent" && dl[0].Attempts != 1 {
+				t.Fatalf("a dead letter refused at its first attempt records %d attempts", dl[0].Attempts)
+			}
 			if ob.Len() != 0 {
 				t.Fatalf("still queued: %d", ob.Len())
 			}
@@ -1420,8 +1423,9 @@ func TestStopDuringAnAttemptCounts(t *testing.T) {
 	if _, err := disk.Add(e); err != nil {
 		t.Fatal(err)
 	}
-	// Two processes in a row die during the attempt.
-	for attempts := 3; attempts <= 4; attempts++ {
+	// Three processes in a row die during the attempt: the last of them
+	// made the one more given at exactly MaxAttempts.
+	for attempts := 3; attempts <= 5; attempts++ {
 		before := must(disk.Entries())[0]
 		rcv := newReceiver()
 		rcv.block = make(chan struct{}) // the ack never comes
@@ -1432,7 +1436,10 @@ func TestStopDuringAnAttemptCounts(t *testing.T) {
 		// The stored backoff would hold it: let it go now.
 		ob.Retry(peerA)
 		ob.Start()
-		testutil.WaitFor(t, 10*time.Second, "the attempt to be under way", func() bool { return ob.Peer(peerA).InFlight == 1 })
+		testutil.WaitFor(t, 10*time.Second, "the attempt to be under way and recorded", func() bool {
+			es, err := disk.Entries()
+			return ob.Peer(peerA).InFlight == 1 && err == nil && len(es) == 1 && es[0].Attempts == attempts
+		})
 		crashed := diskAfterCrash(t, disk)
 		got := must(crashed.Entries())
 		if len(got) != 1 || got[0].Attempts != attempts || got[0].LastError != stoppedDuring || time.Until(got[0].NextAttempt) < 30*time.Minute {
@@ -1458,11 +1465,36 @@ func TestStopDuringAnAttemptCounts(t *testing.T) {
 	})
 	ob.Close()
 	dl := must(disk.DeadLetters())
-	if !strings.HasPrefix(dl[0].Reason, ReasonExhausted+": 4 attempts failed") || !strings.Contains(dl[0].Reason, stoppedDuring) {
+	if !strings.HasPrefix(dl[0].Reason, ReasonExhausted+": 5 attempts failed") || !strings.Contains(dl[0].Reason, stoppedDuring) {
 		t.Fatalf("dead letter: %+v", dl[0])
 	}
 	if _, _, calls := rcv.snapshot(); calls != 0 {
 		t.Fatalf("the exhausted entry was attempted again (%d calls)", calls)
+	}
+
+	// Found at exactly MaxAttempts: its last attempt may have been
+	// acknowledged with the removal lost in the stop. One more attempt,
+	// and the peer (which has it) acknowledges it again: delivered.
+	last := entry(peerA, 2)
+	last.Attempts, last.LastError = 4, stoppedDuring
+	acking := newReceiver()
+	disk = NewMemStore()
+	if _, err := disk.Add(last); err != nil {
+		t.Fatal(err)
+	}
+	ob, err = New(disk, acking, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.Retry(peerA)
+	ob.Start()
+	testutil.WaitFor(t, 10*time.Second, "the entry to be delivered", func() bool { return ob.Len() == 0 })
+	ob.Close()
+	if dl := must(disk.DeadLetters()); len(dl) != 0 {
+		t.Fatalf("delivered, yet a dead letter: %+v", dl)
+	}
+	if _, stored, _ := acking.snapshot(); stored[last.ID] != 1 {
+		t.Fatalf("the peer got it %d times", stored[last.ID])
 	}
 
 	// Enqueued in this process: nothing recorded ahead of its attempt.
@@ -1477,7 +1509,10 @@ func TestStopDuringAnAttemptCounts(t *testing.T) {
 	if _, _, err := ob.Enqueue(entry(peerA, 1)); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, 10*time.Second, "the attempt to be under way", func() bool { return ob.Peer(peerA).InFlight == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the attempt to be under way", func() bool {
+		_, stored, _ := blocked.snapshot()
+		return len(stored) == 1 // the receiver has it: the attempt started long ago
+	})
 	if got := must(st.Entries()); len(got) != 1 || got[0].Attempts != 0 || got[0].LastError != "" {
 		t.Fatalf("an entry enqueued here, during its first attempt: %+v", got)
 	}
