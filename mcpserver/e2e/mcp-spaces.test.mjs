@@ -154,6 +154,21 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
 
     before(async () => {
       [alice, bob] = await setUp(suite, mode, makeHomes, Peer);
+      // The roster updates `space add` queued before the nodes ran go out
+      // when each node starts, and fail while the other does not listen
+      // yet; retried on their backoff, a queue still failing would make
+      // the first sends of the steps below "queued". Try them now that
+      // both listen, and wait until none is left.
+      for (const name of ['alice', 'bob']) {
+        await meerkatd(['outbox', 'retry', '--home', suite.homes[name]]);
+      }
+      await until(30_000, 'the roster updates queued before the nodes ran to go out', async () => {
+        for (const name of ['alice', 'bob']) {
+          const ob = JSON.parse(await meerkatd(['outbox', '--json', '--home', suite.homes[name]]));
+          if (ob.entries.length > 0) return false;
+        }
+        return true;
+      });
     });
 
     after(() => tearDown(suite, [alice, bob], `spaces ${era.version} ${mode}`));
