@@ -35,7 +35,7 @@ func parseArgs(e *env, flags *flag.FlagSet, args []string) ([]string, error) {
 			return nil, fmt.Errorf("%w: %s", errUsage, flagdoc.Explain(err, flags))
 		}
 		args = flags.Args()
-		if err := cmp.Or(flagdoc.GivenEmpty(flags, "idempotency-key", "task"), flagdoc.GivenZero(flags, "ttl")); err != nil {
+		if err := cmp.Or(flagdoc.GivenEmpty(flags, "idempotency-key", "task", "add-intent", "remove-intent"), flagdoc.GivenZero(flags, "ttl")); err != nil {
 			return nil, fmt.Errorf("%w: %v", errUsage, err)
 		}
 		if len(args) == 0 {

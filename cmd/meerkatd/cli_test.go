@@ -581,6 +581,8 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"peers", "add", "BOB", other.ID().String(), "uds:///tmp/x.sock"}, exitUsage, "names are unique", false},
 		{[]string{"peers", "add", "x", "ed25519:zzz", "uds:///tmp/x.sock"}, exitUsage, "32 bytes", false},
 		{[]string{"peers", "remove", "nobody"}, exitUnknownPeer, "nobody", false},
+		{[]string{"card", "edit", "--add-intent", ""}, exitUsage, "--add-intent must not be empty", false},
+		{[]string{"card", "edit", "--remove-intent="}, exitUsage, "--remove-intent must not be empty", false},
 		{[]string{"peers", "add", "nobody", other.ID().String(), "uds:///tmp/x.sock", "--replace"}, exitUnknownPeer, "no trusted peer called \"nobody\"", false},
 		{[]string{"peers", "add", "bob", other.ID().String(), "uds:///tmp/x.sock", "--replace"}, exitUsage, "another key", false},
 		{[]string{"audit", "--since", "yesterday"}, exitUsage, "yesterday", false},
