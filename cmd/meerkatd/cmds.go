@@ -363,13 +363,13 @@ func (e *env) hostHome(name string, args []string) (*node.Home, *slog.Logger, co
 	}
 	log := node.NewLogger(e.stderr, h.Config.Log)
 	e.warnUnknownEnv(log)
-	ctx, stop := interruptible()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM) // SIGHUP reloads
 	return h, log, ctx, stop, nil
 }
 
-// interruptible returns a context that SIGINT or SIGTERM cancels.
+// interruptible returns a context that SIGINT, SIGTERM or SIGHUP (a closed terminal) cancels.
 func interruptible() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 }
 
 // interruptibleIf is interruptible if on, else a context no signal ends.

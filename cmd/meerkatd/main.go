@@ -125,7 +125,7 @@ const (
 	exitUnknownPeer = 4   // no trusted peer by that name, key or UUID
 	exitNoDaemon    = 5   // the command needs a running node, and none runs
 	exitPairFailed  = 6   // pairing failed: wrong, used or expired code, a failed proof, rate limited
-	exitInterrupted = 130 // SIGINT or SIGTERM ended a wait (128 + SIGINT, as a shell reports it)
+	exitInterrupted = 130 // SIGINT, SIGTERM or SIGHUP ended a wait (128 + SIGINT, as a shell reports it)
 )
 
 // errUsage marks a bad command line; errInterrupted, a wait SIGINT ended.

@@ -379,6 +379,17 @@ func TestPairStdinAndInterrupt(t *testing.T) {
 	}
 	bob.wantCode(exitPairFailed, []string{"no such offer"}, "pair", "accept", line)
 
+	// The terminal closed (SIGHUP): the same.
+	hup := alice.startBackground("pair", "offer")
+	hupLine := hup.line(t)
+	if err := hup.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := hup.wait(t); code != exitInterrupted || !strings.Contains(hup.stderr.String(), "withdrawn") {
+		t.Fatalf("offer after SIGHUP: exit %d, stderr %s", code, hup.stderr.String())
+	}
+	bob.wantCode(exitPairFailed, []string{"no such offer"}, "pair", "accept", hupLine)
+
 	var info struct {
 		Line string `json:"line"`
 	}

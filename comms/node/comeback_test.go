@@ -126,6 +126,36 @@ func TestComebackOnAnnounce(t *testing.T) {
 	waitArrival(t, bob, id, comeBackWithin)
 }
 
+// A daemon restarted while its peer on this host is back already (its
+// announcement there before the restart) tries its queue at once, not
+// when the breaker its last run left open lets it.
+func TestComebackAnnouncedBeforeRestart(t *testing.T) {
+	ha, hb := twoHomes(t, func(c *config.Config) {
+		slowRetries(c)
+		c.Store.Mode = config.StoreSQLite // the outbox and its breaker outlive the restart
+	})
+	dir := t.TempDir()
+	alice := startTest(t, ha, ModeServe)
+	id := queueForBob(t, alice)
+	alice.Close()
+	bob := startTest(t, hb, ModeServe)
+	unannounceBob, err := bob.Announce(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unannounceBob()
+	alice = startTest(t, ha, ModeServe)
+	if o, err := alice.Outbox(context.Background()); err != nil || len(o.Peers) != 1 || o.Peers[0].Breaker != outbox.BreakerOpen {
+		t.Fatalf("alice's outbox after the restart: %+v, %v (want bob's breaker still open)", o, err)
+	}
+	unannounce, err := alice.Announce(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unannounce()
+	waitArrival(t, bob, id, comeBackWithin)
+}
+
 // RetryOutbox delivers at once to a peer that is back, and the outbox
 // shows due entries as due.
 func TestRetryOutboxDelivers(t *testing.T) {

@@ -125,9 +125,12 @@ func (n *Node) watchAnnouncements(ctx context.Context, dir string, interval time
 				continue
 			}
 			now[path] = fi.ModTime()
-			if old, ok := seen[path]; first || ok && old.Equal(fi.ModTime()) {
-				continue // the outbox tried every queue when it started
+			if old, ok := seen[path]; !first && ok && old.Equal(fi.ModTime()) {
+				continue
 			}
+			// New, written again, or there when this node started: a
+			// queue behind a breaker this node's last run left open is
+			// tried now too (the peer may have come back meanwhile).
 			a, err := readAnnouncement(path)
 			if err != nil {
 				continue

@@ -481,7 +481,11 @@ func AddPeer(h *Home, name, key, addr string, alsoNATS bool, meta string) (Paire
 	if _, err := trust.Update(h.TrustPath(), func(l *trust.List) (*trust.List, error) {
 		next, err := l.With(p)
 		if err != nil {
-			return nil, &Error{Code: CodeBadArgument, Msg: UserText(err)}
+			msg := UserText(err)
+			if q, ok := l.Lookup(p.ID); ok && strings.EqualFold(q.Name, p.Name) {
+				msg += fmt.Sprintf(" (%s is trusted with this key already: to change how it is reached, add it again with --replace)", q.Name)
+			}
+			return nil, &Error{Code: CodeBadArgument, Msg: msg}
 		}
 		return next, nil
 	}); err != nil {

@@ -280,6 +280,13 @@ func TestReplacePeer(t *testing.T) {
 			t.Fatalf("carol changed: %+v", c)
 		}
 	}
+	// Adding the same peer again says how to change it.
+	if _, err := AddPeer(h, "Bob", bob.ID().String(), "tls://192.0.2.9", false, ""); CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), "--replace") {
+		t.Fatalf("adding bob again: %v, want bad_argument naming --replace", err)
+	}
+	if _, err := AddPeer(h, "bob2", bob.ID().String(), "tls://192.0.2.9", false, ""); CodeOf(err) != CodeBadArgument || strings.Contains(err.Error(), "--replace") {
+		t.Fatalf("adding bob's key under another name: %v, want bad_argument without --replace", err)
+	}
 	dave, _ := identity.GenerateKeypair()
 	if _, err := ReplacePeer(h, "dave", dave.ID().String(), "tls://192.0.2.9", false, ""); CodeOf(err) != CodeUnknownPeer {
 		t.Fatalf("replacing a peer not trusted: %v, want %s", err, CodeUnknownPeer)

@@ -837,11 +837,20 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		if errors.As(r.err, &pe) && pe.Reason != "" {
 			reason = pe.Reason
 		}
-		// The dead letter counts this attempt, as one of retries_exhausted
-		// does (and a record countStart wrote is replaced).
-		it.e.Attempts, it.e.LastError = attempt, r.err.Error()
-		if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, it.e.LastError); err != nil {
-			o.log.Error("outbox: cannot record a failed attempt", "id", it.e.ID.String(), "err", err)
+		if reason == ReasonUnknownPeer {
+			// Refused here (the peer is no longer trusted): nothing went
+			// out, no attempt to count.
+			if precounted {
+				o.uncountLocked(it)
+			}
+		} else {
+			// The peer refused it: the dead letter counts this attempt, as
+			// one of retries_exhausted does (a record countStart wrote is
+			// replaced).
+			it.e.Attempts, it.e.LastError = attempt, r.err.Error()
+			if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, it.e.LastError); err != nil {
+				o.log.Error("outbox: cannot record a failed attempt", "id", it.e.ID.String(), "err", err)
+			}
 		}
 		o.killLocked(q, it, reason+": "+r.err.Error(), EventDeadLetter, now)
 	default:

@@ -425,6 +425,9 @@ func TestDeadLetters(t *testing.T) {
 		{"permanent", func(r *receiver, o *Options, e *Entry) {
 			r.perm = Permanent(ReasonUnknownPeer, errors.New("not trusted"))
 		}, EventDeadLetter, ReasonUnknownPeer},
+		{"rejected", func(r *receiver, o *Options, e *Entry) {
+			r.perm = Permanent(ReasonRejected, errors.New("too large for the peer"))
+		}, EventDeadLetter, ReasonRejected},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -457,8 +460,10 @@ func TestDeadLetters(t *testing.T) {
 			if c.name == "exhausted" && dl[0].Attempts != 3 {
 				t.Fatalf("a dead letter after 3 failed attempts records %d", dl[0].Attempts)
 			}
-			if c.name == "permanent" && dl[0].Attempts != 1 {
-				t.Fatalf("a dead letter refused at its first attempt records %d attempts", dl[0].Attempts)
+			// A peer no longer trusted is refused here: nothing went out.
+			// A refusal by the peer was an attempt.
+			if want := map[string]int{"permanent": 0, "rejected": 1}; (c.name == "permanent" || c.name == "rejected") && dl[0].Attempts != want[c.name] {
+				t.Fatalf("%s: the dead letter records %d attempts, want %d", c.name, dl[0].Attempts, want[c.name])
 			}
 			if ob.Len() != 0 {
 				t.Fatalf("still queued: %d", ob.Len())
