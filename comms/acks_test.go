@@ -441,29 +441,8 @@ func TestSenderPreparesOnlyForMeerkatdPeers(t *testing.T) {
 			defer cancel()
 			var c net.Conn
 			for i := range rounds {
-				sent := make(chan error, 1)
-				go func() {
-					_, err := r.SendMessage(ctx, "peer", "one at a time")
-					sent <- err
-				}()
-				if c == nil {
-					c = <-conns
-				}
-				e := readEnvelope(t, c)
-				kind := wire.Ack(e.ID)
-				if acksKinds {
-					kind = wire.Acks([]identity.UUID{e.ID})
-				}
-				writeEnvelope(t, c, peerKP, r.kp.ID(), kind)
-				if err := <-sent; err != nil {
-					t.Fatalf("send %d: %v", i, err)
-				}
-				det, err := wire.Seal(r.kp, e.ID, e.To, e.Kind)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if want := acksKinds && i >= 2; (det.Sig != e.Sig) != want {
-					t.Fatalf("envelope %d: signed with a prepared nonce %v, want %v", i, det.Sig != e.Sig, want)
+				if got, want := sendAnswered(ctx, t, r, peerKP, conns, &c, acksKinds), acksKinds && i >= 2; got != want {
+					t.Fatalf("envelope %d: signed with a prepared nonce %v, want %v", i, got, want)
 				}
 			}
 		})
@@ -481,31 +460,7 @@ func TestPreparedNoncesEndWithTheConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var c net.Conn
-	exchange := func(acksKinds bool) (prepared bool) {
-		t.Helper()
-		sent := make(chan error, 1)
-		go func() {
-			_, err := r.SendMessage(ctx, "peer", "one at a time")
-			sent <- err
-		}()
-		if c == nil {
-			c = <-conns
-		}
-		e := readEnvelope(t, c)
-		kind := wire.Ack(e.ID)
-		if acksKinds {
-			kind = wire.Acks([]identity.UUID{e.ID})
-		}
-		writeEnvelope(t, c, peerKP, r.kp.ID(), kind)
-		if err := <-sent; err != nil {
-			t.Fatal(err)
-		}
-		det, err := wire.Seal(r.kp, e.ID, e.To, e.Kind)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return det.Sig != e.Sig
-	}
+	exchange := func(acksKinds bool) bool { return sendAnswered(ctx, t, r, peerKP, conns, &c, acksKinds) }
 	prepared := 0
 	for range 6 {
 		if exchange(true) {
@@ -544,4 +499,34 @@ func TestPreparedNoncesEndWithTheConnection(t *testing.T) {
 		c.Close()
 		c = nil
 	}
+}
+
+// sendAnswered sends one message through r to the raw peer of rawPeer,
+// reading it on *c (the next of conns when nil) and answering with an
+// acks kind or a single ack; it reports whether the envelope was signed
+// with a prepared nonce (not RFC 8032's deterministic signature).
+func sendAnswered(ctx context.Context, t *testing.T, r *Router, peerKP *identity.Keypair, conns <-chan net.Conn, c *net.Conn, acksKinds bool) (prepared bool) {
+	t.Helper()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := r.SendMessage(ctx, "peer", "one at a time")
+		sent <- err
+	}()
+	if *c == nil {
+		*c = <-conns
+	}
+	e := readEnvelope(t, *c)
+	kind := wire.Ack(e.ID)
+	if acksKinds {
+		kind = wire.Acks([]identity.UUID{e.ID})
+	}
+	writeEnvelope(t, *c, peerKP, r.kp.ID(), kind)
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	det, err := wire.Seal(r.kp, e.ID, e.To, e.Kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return det.Sig != e.Sig
 }

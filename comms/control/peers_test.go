@@ -116,17 +116,7 @@ func TestPeerReplaceAppliesAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(sv.Close)
-	dir, err := os.MkdirTemp("", "mkr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "bob.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln, sock := listenAsBob(t)
 	if _, err := ReplacePeer(h, "bob", bob.ID().String(), "uds://"+sock, false, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -137,19 +127,9 @@ func TestPeerReplaceAppliesAtOnce(t *testing.T) {
 		_, err := NewClient(h.ControlPath()).SendMessage(ctx, "bob", "at the new address", node.SendOptions{})
 		sent <- err
 	}()
-	ln.(*net.UnixListener).SetDeadline(time.Now().Add(callTimeout))
-	c, err := ln.Accept()
-	if err != nil {
-		t.Fatalf("the node never dialled bob's new address: %v", err)
-	}
-	c.SetDeadline(time.Now().Add(callTimeout))
-	payload, err := transport.ReadFrame(c, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := wire.Open(payload)
-	if err != nil || e.To != bob.ID() {
-		t.Fatalf("what came to bob's new address: %v, to %v", err, e.To)
+	c, e := firstEnvelope(t, ln)
+	if e.To != bob.ID() {
+		t.Fatalf("what came to bob's new address is to %v", e.To)
 	}
 	ln.Close() // no ack, and nothing there any more: the send fails at once
 	c.Close()
@@ -180,32 +160,52 @@ func TestPeerReplaceRetriesTheQueue(t *testing.T) {
 		st, err := c.MessageStatus(ctx, []string{sent.ID})
 		return err == nil && len(st) == 1 && st[0].State == node.StateQueued && st[0].Attempts >= 1
 	})
+	ln, sock := listenAsBob(t)
+	if _, err := ReplacePeer(h, "bob", bob.ID().String(), "uds://"+sock, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	conn, e := firstEnvelope(t, ln)
+	defer conn.Close()
+	if e.ID.String() != sent.ID {
+		t.Fatalf("what came to bob's new address: id %v, want %s", e.ID, sent.ID)
+	}
+}
+
+// listenAsBob listens on a Unix socket in a short temporary directory,
+// where a test moves bob; the listener closes at the test's end.
+func listenAsBob(t *testing.T) (*net.UnixListener, string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "mkr")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "bob.sock")
-	ln, err := net.Listen("unix", sock)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	if _, err := ReplacePeer(h, "bob", bob.ID().String(), "uds://"+sock, false, ""); err != nil {
+	t.Cleanup(func() { ln.Close() })
+	return ln, sock
+}
+
+// firstEnvelope accepts the node's connection on ln and reads the
+// envelope it sends first, within callTimeout.
+func firstEnvelope(t *testing.T, ln *net.UnixListener) (net.Conn, wire.Envelope) {
+	t.Helper()
+	ln.SetDeadline(time.Now().Add(callTimeout))
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("the node never dialled bob's new address: %v", err)
+	}
+	c.SetDeadline(time.Now().Add(callTimeout))
+	payload, err := transport.ReadFrame(c, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	ln.(*net.UnixListener).SetDeadline(time.Now().Add(callTimeout))
-	conn, err := ln.Accept()
+	e, err := wire.Open(payload)
 	if err != nil {
-		t.Fatalf("the queued envelope never came to bob's new address: %v", err)
+		t.Fatalf("what came to bob's new address: %v", err)
 	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(callTimeout))
-	payload, err := transport.ReadFrame(conn, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e, err := wire.Open(payload); err != nil || e.ID.String() != sent.ID {
-		t.Fatalf("what came to bob's new address: %v, id %v, want %s", err, e.ID, sent.ID)
-	}
+	return c, e
 }

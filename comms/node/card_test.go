@@ -566,16 +566,9 @@ func TestCardPaceWithinThePeersLimit(t *testing.T) {
 // (cardBurst in a row, then one per cardRate) waits its turn: every fetch
 // gets the card, none is left unanswered to time out.
 func TestFetchCardPacedPastTheBurst(t *testing.T) {
-	alice, bob := fullTestNode(t, "alice"), fullTestNode(t, "bob")
+	_, bob := pairedNodes(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	o, err := alice.PairOffer(ctx, PairOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bob.PairAccept(ctx, o.Line, ""); err != nil {
-		t.Fatal(err)
-	}
 	for i := range cardBurst + 2 {
 		if pc, err := bob.FetchCard(ctx, "alice"); err != nil || pc.Name != "alice" {
 			t.Fatalf("fetch %d: %+v, %v", i, pc, err)
