@@ -279,6 +279,31 @@ func TestPairLocal(t *testing.T) {
 	bob.wantCode(exitError, []string{"open to other users"}, "peers", "discover")
 }
 
+// Without daemons, pair offer --local is the node the other finds: it
+// announces itself while it waits, and a node naming itself is a usage
+// error.
+func TestPairLocalWithoutDaemons(t *testing.T) {
+	t.Parallel()
+	rt := t.TempDir()
+	alice, bob := newNode(t, "alice"), newNode(t, "bob")
+	for _, n := range []*testNode{alice, bob} {
+		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
+	}
+	bob.wantCode(exitUsage, []string{"cannot pair with itself"}, "pair", "accept", "--local", "bob")
+	offer := alice.startBackground("pair", "offer", "--local")
+	offer.line(t)
+	if out := bob.ok("pair", "accept", "--local", "alice"); !strings.Contains(out, "trusting alice ("+alice.key+")") {
+		t.Fatalf("bob: %q", out)
+	}
+	if code, rest := offer.wait(t); code != 0 || !strings.Contains(rest, "trusting bob") {
+		t.Fatalf("offer: %d %q %s", code, rest, offer.stderr.String())
+	}
+	// The entry went with the command.
+	if out := bob.ok("peers", "discover"); strings.Contains(out, alice.key) {
+		t.Fatalf("alice still announced after her offer ended: %q", out)
+	}
+}
+
 // A node named so that the name rule refuses it as a peer's name
 // ("_al") is found by that name, and trusted under the usable form of
 // it, as a line from it would be.

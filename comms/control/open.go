@@ -28,6 +28,17 @@ func (b *Backend) Close() {
 	}
 }
 
+// Announce writes the node started in this process into the discovery
+// directory dir for as long as the command runs, so that the user's
+// other nodes find it (pair offer --local without a daemon); a daemon
+// announces itself. The returned function removes the entry.
+func (b *Backend) Announce(dir string) (func(), error) {
+	if b.local == nil {
+		return func() {}, nil
+	}
+	return b.local.Announce(dir)
+}
+
 // DaemonDespite returns the daemon of the home in dir when one answers
 // although the home's configuration cannot be loaded for cfgErr, a
 // bad_config error (a meerkat.toml cut short by an edit under way): the

@@ -233,7 +233,7 @@ func FindLocal(dir string, self *Home, ref string) ([]Announcement, error) {
 	}
 	if ref == self.Config.Name || ref == self.Key.ID().String() || ref == self.Key.ID().UUID().String() {
 		// Discover leaves this node out: it is no other node to pair with.
-		return nil, errorf(CodePairFailed, "a node cannot pair with itself: %q is this node", ref)
+		return nil, errorf(CodeBadArgument, "a node cannot pair with itself: %q is this node", ref)
 	}
 	return nil, errorf(CodeUnknownPeer, "no running node named %q on this host (meerkatd peers discover lists them)", ref)
 }

@@ -188,8 +188,8 @@ func TestAcceptLocalLineSharedName(t *testing.T) {
 		dir, _, _ := setup(t)
 		me := &Home{Key: kp, Config: config.Config{Name: "selfie"}}
 		for _, ref := range []string{"selfie", kp.ID().String(), kp.ID().UUID().String()} {
-			if _, err := FindLocal(dir, me, ref); CodeOf(err) != CodePairFailed || !strings.Contains(err.Error(), "cannot pair with itself") {
-				t.Errorf("FindLocal(%q) of this node: %v, want %s saying it cannot pair with itself", ref, err, CodePairFailed)
+			if _, err := FindLocal(dir, me, ref); CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), "cannot pair with itself") {
+				t.Errorf("FindLocal(%q) of this node: %v, want %s saying it cannot pair with itself", ref, err, CodeBadArgument)
 			}
 		}
 		if _, err := FindLocal(dir, me, ""); CodeOf(err) != CodeBadArgument {
