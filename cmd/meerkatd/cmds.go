@@ -44,12 +44,12 @@ func runInit(e *env, args []string) error {
 	} else {
 		fmt.Fprintf(e.stderr, "created %s in %s\n", strings.Join(created, ", "), dir)
 	}
-	if *name != "" && !slices.Contains(created, config.FileName) {
-		fmt.Fprintf(e.stderr, "warning: --name %s not used: %s exists (its name setting stays; edit it, or use meerkatd config show)\n", *name, filepath.Join(dir, config.FileName))
-	}
 	h, err := e.openHome(dir, false, node.OpenOptions{})
 	if err != nil {
 		return err
+	}
+	if *name != "" && *name != h.Config.Name && !slices.Contains(created, config.FileName) {
+		fmt.Fprintf(e.stderr, "warning: --name %s not used: %s exists and names the node %s (edit it, or use meerkatd config show)\n", *name, filepath.Join(dir, config.FileName), h.Config.Name)
 	}
 	if err := e.printIdentity(h, *asJSON); err != nil || *asJSON || len(created) == 0 {
 		return err

@@ -59,6 +59,23 @@ func TestIDNeedsHomeThenReuses(t *testing.T) {
 	}
 }
 
+// init of a home made already keeps its meerkat.toml: --name warns
+// only when it differs from the name there.
+func TestInitAgainWithName(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "node")
+	if code, _, errOut := run(t, nil, "init", "--home", home, "--name", "alice"); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	for _, c := range []struct {
+		name, warn string
+	}{{"alice", ""}, {"bob", "warning: --name bob not used"}} {
+		code, _, errOut := run(t, nil, "init", "--home", home, "--name", c.name)
+		if code != exitOK || !strings.Contains(errOut, "already initialised") || strings.Contains(errOut, "warning") != (c.warn != "") || !strings.Contains(errOut, c.warn) {
+			t.Errorf("init --name %s again: code %d, stderr %q, want warning %q", c.name, code, errOut, c.warn)
+		}
+	}
+}
+
 func TestKeygen(t *testing.T) {
 	home := t.TempDir()
 	if code, _, errOut := run(t, nil, "keygen", "--home", home); code != exitOK {
