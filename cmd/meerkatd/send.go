@@ -136,7 +136,7 @@ func runSend(e *env, args []string) error {
 	}
 	switch res.Delivery {
 	case node.DeliveryQueued:
-		nodetext.SendQueued(e.stderr, res.LastError, b.Daemon)
+		nodetext.SendQueued(e.stderr, res, b.Daemon)
 	case node.DeliveryStored:
 		fmt.Fprintln(e.stderr, "stored in the broker (NATS JetStream): the peer gets it when it is back; not acknowledged yet (meerkatd sent shows when it is)")
 	}

@@ -257,6 +257,10 @@ type Sent struct {
 	Peer      string `json:"peer"`                 // the peer's trust-list name
 	Delivery  string `json:"delivery"`             // a Delivery… value
 	LastError string `json:"last_error,omitempty"` // queued: why the last attempt failed
+	// Behind (queued) is how many earlier sends to the peer wait in the
+	// outbox ahead of this one, which goes after them: it was not
+	// attempted, and LastError is why the peer's last attempt failed.
+	Behind int `json:"behind,omitempty"`
 	// Responses are those SendRequest with Wait saw, as they came, without
 	// a Seq: each is in the inbox too, under its own (Query.RequestID
 	// reads them there, to acknowledge them).

@@ -183,6 +183,35 @@ func TestRetryOutboxDelivers(t *testing.T) {
 	})
 }
 
+// Sends to a peer go in order: one queued behind an entry waiting out
+// its backoff says it was not attempted, and the outbox shows it waiting
+// for that entry's next attempt, not due.
+func TestQueuedBehindABackoff(t *testing.T) {
+	ha, _ := twoHomes(t, func(c *config.Config) {
+		slowRetries(c)
+		c.Outbox.BreakerFailures = 100 // the breaker stays closed: only the backoff holds the queue
+	})
+	alice := startTest(t, ha, ModeServe)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := alice.SendMessage(ctx, "bob", "one", reliable)
+	if err != nil || first.Delivery != DeliveryQueued || first.Behind != 0 || first.LastError == "" {
+		t.Fatalf("first send to bob, down: %+v, %v", first, err)
+	}
+	second, err := alice.SendMessage(ctx, "bob", "two", reliable)
+	if err != nil || second.Delivery != DeliveryQueued || second.Behind != 1 || second.LastError != first.LastError {
+		t.Fatalf("second send, behind the first: %+v, %v (want behind 1, the first's error)", second, err)
+	}
+	o, err := alice.Outbox(ctx)
+	if err != nil || len(o.Entries) != 2 || len(o.Peers) != 1 || o.Peers[0].Breaker != outbox.BreakerClosed {
+		t.Fatalf("outbox: %+v, %v", o, err)
+	}
+	head, behind := o.Entries[0], o.Entries[1]
+	if head.Due || head.NextAttempt == nil || behind.Due || behind.NextAttempt == nil || !behind.NextAttempt.Equal(*head.NextAttempt) {
+		t.Fatalf("entries %+v, %+v: want neither due, the second's next attempt the first's", head, behind)
+	}
+}
+
 // A peer whose host name does not resolve shows it in last_error, and
 // its breaker stays closed: it is retried on the slower schedule.
 func TestResolveFailureShown(t *testing.T) {

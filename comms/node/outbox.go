@@ -81,6 +81,7 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 			info.Peers = append(info.Peers, toPeerSendState(s, now))
 		}
 		holdForBreakers(&info)
+		holdBehind(&info)
 		return info, nil
 	}
 	st, err := n.outboxView()
@@ -133,6 +134,7 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 	}
 	slices.SortFunc(info.Peers, func(a, b PeerSendState) int { return strings.Compare(a.Peer+a.PubKey, b.Peer+b.PubKey) })
 	holdForBreakers(&info)
+	holdBehind(&info)
 	return info, nil
 }
 
@@ -152,6 +154,27 @@ func holdForBreakers(info *Outbox) {
 		e := &info.Entries[i]
 		if until, ok := open[e.PubKey]; ok {
 			e.Due, e.NextAttempt = false, later(e.NextAttempt, until)
+		}
+	}
+}
+
+// holdBehind shows what waits in a peer's queue: its sends go in order,
+// so an entry behind one waiting for its next attempt (a backoff after a
+// failure) is not due before it. info.Entries are in seq order.
+func holdBehind(info *Outbox) {
+	head := map[string]*QueuedSend{} // each peer's first entry that will be attempted
+	for i := range info.Entries {
+		e := &info.Entries[i]
+		if e.Expired {
+			continue // never attempted: the next one is
+		}
+		h, ok := head[e.PubKey]
+		if !ok {
+			head[e.PubKey] = e
+			continue
+		}
+		if !h.Due && !h.InFlight {
+			e.Due, e.NextAttempt = false, later(e.NextAttempt, h.NextAttempt)
 		}
 	}
 }

@@ -50,6 +50,7 @@ type sendOutcome struct {
 	peer      trust.Peer
 	delivery  string
 	lastError string // queued: why the last attempt failed
+	behind    int    // queued behind this many of the peer's sends, not attempted
 }
 
 // routerDeliverer makes the outbox's attempts on the Router.
@@ -209,6 +210,9 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 		out.lastError = "" // not attempted yet, and no word on the peer's other sends
 	}
 	if !wait {
+		if !s.noWait {
+			out.behind = ps.Queued
+		}
 		return out, nil
 	}
 	bound := time.NewTimer(n.SendTimeout())
@@ -489,7 +493,7 @@ func (n *Node) sendKindSealed(ctx context.Context, peer string, kind wire.Kind, 
 // result is the Sent of a send that sealed its envelope and ended with
 // err: a send that failed before any delivery shows as failed.
 func (o sendOutcome) result(err error) Sent {
-	s := Sent{ID: o.id.String(), Peer: o.peer.Name, Delivery: o.delivery, LastError: userText(o.lastError)}
+	s := Sent{ID: o.id.String(), Peer: o.peer.Name, Delivery: o.delivery, LastError: userText(o.lastError), Behind: o.behind}
 	if s.Delivery == "" && err != nil {
 		s.Delivery = DeliveryFailed
 	}

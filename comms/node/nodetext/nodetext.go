@@ -297,15 +297,21 @@ func Task(w io.Writer, t node.Task) {
 
 // SendQueued writes the note of a send left in the outbox (Delivery
 // "queued"): with a node serving the home (daemon), that node retries it;
-// without one, it waits for the daemon to start. lastError is why the
-// last attempt failed, or why the send waits ("": none).
-func SendQueued(w io.Writer, lastError string, daemon bool) {
+// without one, it waits for the daemon to start. res.LastError is why the
+// last attempt failed, or why the send waits ("": none); res.Behind how
+// many of the peer's sends wait ahead of it.
+func SendQueued(w io.Writer, res node.Sent, daemon bool) {
 	what, notes := "retrying until acked", []string{}
 	if !daemon {
 		what, notes = "kept for the daemon to send when it starts", []string{"no daemon runs: meerkatd run"}
 	}
-	if lastError != "" {
-		notes = append(notes, "last attempt: "+Line(lastError))
+	last := "last attempt: "
+	if res.Behind > 0 {
+		notes = append(notes, fmt.Sprintf("not attempted yet, behind %d earlier %s to %s", res.Behind, map[bool]string{true: "send", false: "sends"}[res.Behind == 1], Line(res.Peer)))
+		last = "the peer's last attempt: "
+	}
+	if res.LastError != "" {
+		notes = append(notes, last+Line(res.LastError))
 	}
 	if len(notes) > 0 {
 		what += " (" + strings.Join(notes, "; ") + ")"

@@ -80,15 +80,18 @@ func TestSendQueued(t *testing.T) {
 	for _, tc := range []struct {
 		daemon    bool
 		lastError string
+		behind    int
 		want      string
 	}{
-		{true, "", "queued in the outbox; retrying until acked: see meerkatd outbox\n"},
-		{true, "peer offline\x1b[2J", "queued in the outbox; retrying until acked (last attempt: peer offline\\x1b[2J): see meerkatd outbox\n"},
-		{false, "", "queued in the outbox; kept for the daemon to send when it starts (no daemon runs: meerkatd run): see meerkatd outbox\n"},
-		{false, "peer offline", "queued in the outbox; kept for the daemon to send when it starts (no daemon runs: meerkatd run; last attempt: peer offline): see meerkatd outbox\n"},
+		{true, "", 0, "queued in the outbox; retrying until acked: see meerkatd outbox\n"},
+		{true, "peer offline", 2, "queued in the outbox; retrying until acked (not attempted yet, behind 2 earlier sends to bob; the peer's last attempt: peer offline): see meerkatd outbox\n"},
+		{true, "", 1, "queued in the outbox; retrying until acked (not attempted yet, behind 1 earlier send to bob): see meerkatd outbox\n"},
+		{true, "peer offline\x1b[2J", 0, "queued in the outbox; retrying until acked (last attempt: peer offline\\x1b[2J): see meerkatd outbox\n"},
+		{false, "", 0, "queued in the outbox; kept for the daemon to send when it starts (no daemon runs: meerkatd run): see meerkatd outbox\n"},
+		{false, "peer offline", 0, "queued in the outbox; kept for the daemon to send when it starts (no daemon runs: meerkatd run; last attempt: peer offline): see meerkatd outbox\n"},
 	} {
 		var b bytes.Buffer
-		SendQueued(&b, tc.lastError, tc.daemon)
+		SendQueued(&b, node.Sent{Peer: "bob", LastError: tc.lastError, Behind: tc.behind}, tc.daemon)
 		if b.String() != tc.want {
 			t.Errorf("daemon %v, last error %q:\n got %q\nwant %q", tc.daemon, tc.lastError, b.String(), tc.want)
 		}
