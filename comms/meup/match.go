@@ -743,21 +743,67 @@ func (h *compiledCap) coversKind(c *compiledCap) bool {
 }
 
 // objectCovers reports whether payload pattern c is certainly at least
-// as narrow as h: every constraint of h appears in c.
+// as narrow as h: every constraint of h appears in c, with a value
+// pattern that allows no value h's does not (valueCovers).
 func objectCovers(h, c map[string]any) bool {
 	for k, hv := range h {
 		cv, ok := c[k]
-		if !ok {
-			return false
-		}
-		if jsonEqual(hv, cv) {
-			continue
-		}
-		ho, ok1 := hv.(map[string]any)
-		co, ok2 := cv.(map[string]any)
-		if !ok1 || !ok2 || !objectCovers(ho, co) {
+		if !ok || !valueCovers(hv, cv) {
 			return false
 		}
 	}
 	return true
+}
+
+// valueCovers reports whether payload value pattern hv certainly allows
+// every value cv allows: the same pattern, objects compared key by key,
+// or a cv that allows only values it names (literals, or a list of them),
+// each of which hv matches. Two patterns (a glob within a glob) are not
+// compared: false.
+func valueCovers(hv, cv any) bool {
+	if jsonEqual(hv, cv) {
+		return true
+	}
+	if ho, ok := hv.(map[string]any); ok {
+		co, ok := cv.(map[string]any)
+		return ok && objectCovers(ho, co)
+	}
+	vals, ok := literalValues(cv, nil)
+	if !ok {
+		return false
+	}
+	p, err := compileValue(hv)
+	if err != nil {
+		return false
+	}
+	for _, v := range vals {
+		if !p.match(v, newWork(maxMatchWork, nil)) {
+			return false // not matched, or out of work: not proven
+		}
+	}
+	return true
+}
+
+// literalValues appends to out the values value pattern cv allows, when
+// it names them all: a string that is no pattern, a number, a boolean,
+// null, or a list of such.
+func literalValues(cv any, out []any) ([]any, bool) {
+	switch x := cv.(type) {
+	case string:
+		if isRegex(x) || strings.HasPrefix(x, "!") || isGlob(x) {
+			return nil, false
+		}
+		return append(out, x), true
+	case json.Number, bool, nil:
+		return append(out, x), true
+	case []any:
+		for _, y := range x {
+			var ok bool
+			if out, ok = literalValues(y, out); !ok {
+				return nil, false
+			}
+		}
+		return out, true
+	}
+	return nil, false
 }
