@@ -361,12 +361,66 @@ func checkParticipantID(id string) error {
 	if len(id) > meup.MaxIDLen {
 		return fmt.Errorf("%d bytes, over the limit of %d", len(id), meup.MaxIDLen)
 	}
-	for _, r := range id {
-		if r == unicode.ReplacementChar || unicode.IsControl(r) || unicode.IsSpace(r) || invisible(r) {
+	rs := []rune(id)
+	for i, r := range rs {
+		if r == unicode.ReplacementChar || unicode.IsControl(r) || unicode.IsSpace(r) || invisible(r) || !joinsHere(rs, i) {
 			return errors.New("holds a space, a control character, an invisible one or invalid UTF-8")
 		}
 	}
 	return nil
+}
+
+// joinsHere reports whether rs[i], if it is a joiner or a variation
+// selector, has a visible effect where it stands; elsewhere it shows as
+// nothing, and "w\u200dorker" would read as "worker". U+200D ZERO WIDTH
+// JOINER joins two symbols (emoji: "👨‍💻", a variation selector or skin
+// tone between), U+200C ZERO WIDTH NON-JOINER two letters of a script
+// whose letters join, the Mongolian free variation selectors follow a
+// Mongolian letter, the variation selectors a symbol, a digit, '#' or
+// '*' (emoji, keycaps) or a Han ideograph.
+func joinsHere(rs []rune, i int) bool {
+	r := rs[i]
+	prev := func() rune { // the character before r, past variation selectors
+		for j := i - 1; j >= 0; j-- {
+			if !variationSelector(rs[j]) {
+				return rs[j]
+			}
+		}
+		return -1
+	}
+	next := rune(-1)
+	if i+1 < len(rs) {
+		next = rs[i+1]
+	}
+	switch {
+	case r == 0x200D:
+		return symbol(prev()) && symbol(next)
+	case r == 0x200C:
+		return joiningLetter(prev()) && joiningLetter(next)
+	case 0x180B <= r && r <= 0x180D, r == 0x180F:
+		return unicode.Is(unicode.Mongolian, prev())
+	case variationSelector(r):
+		p := prev()
+		return symbol(p) || '0' <= p && p <= '9' || p == '#' || p == '*' || unicode.Is(unicode.Han, p)
+	}
+	return true
+}
+
+// variationSelector reports whether r is one of the variation selectors
+// (U+FE00–U+FE0F, U+E0100–U+E01EF).
+func variationSelector(r rune) bool {
+	return 0xFE00 <= r && r <= 0xFE0F || 0xE0100 <= r && r <= 0xE01EF
+}
+
+// symbol reports whether r is a symbol (emoji are).
+func symbol(r rune) bool { return r >= 0 && unicode.In(r, unicode.So, unicode.Sk) }
+
+// joiningLetter reports whether r is a letter or mark of a script in
+// which U+200C ZERO WIDTH NON-JOINER changes how letters join.
+func joiningLetter(r rune) bool {
+	return r >= 0 && unicode.In(r, unicode.L, unicode.M) && unicode.In(r, unicode.Arabic, unicode.Syriac, unicode.Nko,
+		unicode.Mongolian, unicode.Devanagari, unicode.Bengali, unicode.Gurmukhi, unicode.Gujarati, unicode.Oriya,
+		unicode.Tamil, unicode.Telugu, unicode.Kannada, unicode.Malayalam, unicode.Sinhala)
 }
 
 // invisible reports whether r shows as nothing, so that an id holding it
@@ -374,8 +428,8 @@ func checkParticipantID(id string) error {
 // RIGHT-TO-LEFT OVERRIDE…), the zero-width spaces and joiners that join
 // nothing (U+200B, U+2060, U+FEFF…), the soft hyphen, the Hangul and
 // Braille fillers, the combining grapheme joiner. U+200D ZERO WIDTH JOINER
-// and the variation selectors stay allowed: emoji are made of them
-// ("dev👨‍💻", "❤️").
+// and the variation selectors are allowed where they show (joinsHere):
+// emoji are made of them ("dev👨‍💻", "❤️").
 func invisible(r rune) bool {
 	switch r {
 	case 0x00AD, 0x180E, 0x200B, 0x2060, 0x2061, 0x2062, 0x2063, 0x2064, 0xFEFF, 0x2800:
