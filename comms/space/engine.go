@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -133,10 +134,15 @@ type Engine struct {
 	opts Options
 	log  *slog.Logger
 
-	mu        sync.Mutex // guards the fields below; never held while calling the Sender or Observe
-	roster    *Roster    // in force; never handed out (copies are)
-	spaces    map[string]*spaceState
-	grants    map[string][]*grantEntry       // by space, oldest first; mirrors the Store
+	mu     sync.Mutex // guards the fields below; never held while calling the Sender or Observe
+	roster *Roster    // in force; never handed out (copies are)
+	spaces map[string]*spaceState
+	grants map[string][]*grantEntry // by space, oldest first; mirrors the Store
+	// lapsed holds, by space, the last maxLapsedGrants grants this node
+	// made that were revoked, cut down or dropped, as made: a grantee's
+	// node that was away answers a grant with capability/grant-ack when
+	// it gets it, maybe after the revoke, and that answer is no violation.
+	lapsed    map[string][]Grant
 	proposals map[string]*proposalIndex      // by space
 	noMEUP    map[identity.PeerID]noMEUPMark // peers that refused MEUP frames lately, and why
 	limiters  map[limiterKey]*tokenBucket    // system/error answers per (space, sender)
@@ -205,6 +211,7 @@ func New(st Store, snd Sender, roster *Roster, o Options) (*Engine, error) {
 		opts:      o,
 		log:       o.Logger,
 		grants:    make(map[string][]*grantEntry),
+		lapsed:    make(map[string][]Grant),
 		proposals: make(map[string]*proposalIndex),
 		noMEUP:    make(map[identity.PeerID]noMEUPMark),
 		limiters:  make(map[limiterKey]*tokenBucket),
@@ -388,6 +395,11 @@ func (e *Engine) setRosterLocked(r *Roster) {
 		}
 		e.spaces[c.Name] = sp
 	}
+	for space := range e.lapsed {
+		if e.spaces[space] == nil {
+			delete(e.lapsed, space)
+		}
+	}
 	e.rosterChangedLocked(old)
 }
 
@@ -487,6 +499,22 @@ const maxErrorCapabilityBytes = 64 << 10
 const maxPresenceCapabilityBytes = 64 << 10
 
 // grantsChangedLocked drops the cached matchers of space's members.
+// maxLapsedGrants bounds Engine.lapsed per space.
+const maxLapsedGrants = 64
+
+// lapseLocked remembers g, a grant of space gone or cut down, if this
+// node made it (Engine.lapsed).
+func (e *Engine) lapseLocked(space string, g Grant) {
+	if g.Granter != e.opts.Self {
+		return
+	}
+	l := append(e.lapsed[space], g)
+	if len(l) > maxLapsedGrants {
+		l = slices.Delete(l, 0, len(l)-maxLapsedGrants)
+	}
+	e.lapsed[space] = l
+}
+
 func (e *Engine) grantsChangedLocked(space string) {
 	if sp := e.spaces[space]; sp != nil {
 		for _, m := range sp.order {

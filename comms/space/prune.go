@@ -59,6 +59,7 @@ func (e *Engine) pruneGrantsLocked(space string, changed map[identity.PeerID]boo
 			kept = append(kept, g)
 		} else {
 			gone = append(gone, g.g.ID)
+			e.lapseLocked(space, g.g)
 		}
 	}
 	if len(gone) == 0 {

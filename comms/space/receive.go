@@ -595,7 +595,8 @@ func plainGrantAck(payload json.RawMessage, caps []meup.Capability) bool {
 func timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
 // acksOwnGrantLocked reports whether env is the capability/grant-ack a
-// grantee's node sends for a grant this node made to it: nodes answer
+// grantee's node sends for a grant this node made to it (in force, or
+// lapsed lately: the grantee may answer after the revoke): nodes answer
 // grants themselves, so the answer needs no capability of its own. Only
 // an answer (plainGrantAck), so that it carries nothing else to the
 // inbox without the capability.
@@ -603,11 +604,14 @@ func (e *Engine) acksOwnGrantLocked(space string, m *memberState, env meup.Envel
 	if env.Kind != meup.KindCapabilityGrantAck || len(env.CorrelationID) == 0 {
 		return false
 	}
+	answers := func(g Grant) bool {
+		return g.Granter == e.opts.Self && g.Grantee == m.Key && slices.Contains(env.CorrelationID, g.ID) &&
+			plainGrantAck(env.Payload, g.Capabilities)
+	}
 	for _, g := range e.grants[space] {
-		if g.g.Granter == e.opts.Self && g.g.Grantee == m.Key && slices.Contains(env.CorrelationID, g.g.ID) &&
-			plainGrantAck(env.Payload, g.g.Capabilities) {
+		if answers(g.g) {
 			return true
 		}
 	}
-	return false
+	return slices.ContainsFunc(e.lapsed[space], answers)
 }

@@ -412,6 +412,29 @@ func TestAckOfOwnGrantAccepted(t *testing.T) {
 	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{g.ID}, Payload: `{"status":"accepted"}`}, meup.ReasonCapability)
 }
 
+// A grantee's node that was away gets a grant and its revoke together,
+// and answers the grant when it applies it: that answer, come after the
+// revoke (or a cut that left the grant with less), is no violation. Only
+// for grants this node made to that member.
+func TestAckOfRevokedGrantAccepted(t *testing.T) {
+	h := newHarness(t)
+	grant := func(caps string) string {
+		s := h.send("lab", space.Draft{Kind: meup.KindCapabilityGrant, To: []string{"carol"}, Payload: json.RawMessage(`{"recipient":"carol","capabilities":` + caps + `}`)})
+		h.snd.take()
+		return s.Envelope.ID
+	}
+	whole := grant(`[{"kind":"chat"}]`)
+	cut := grant(`[{"kind":"chat"},{"kind":"mcp/proposal"}]`)
+	h.send("lab", space.Draft{Kind: "capability/revoke", Payload: []byte(`{"recipient":"carol","grant_id":"` + whole + `"}`)})
+	h.send("lab", space.Draft{Kind: "capability/revoke", Payload: []byte(`{"recipient":"carol","capabilities":[{"kind":"mcp/proposal"}]}`)})
+	h.snd.take()
+	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{whole}, Payload: `{"status":"accepted"}`})
+	h.mustDeliver(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{cut}, Payload: `{"status":"accepted","capabilities":[{"kind":"chat"},{"kind":"mcp/proposal"}]}`})
+	// Still only an answer, and only from the grantee.
+	h.mustRefuse(kCarol, "lab", &env{From: "carol", Kind: meup.KindCapabilityGrantAck, Corr: []string{whole}, Payload: `{"status":"accepted","text":"anything"}`}, meup.ReasonCapability)
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: meup.KindCapabilityGrantAck, Corr: []string{whole}, Payload: `{"status":"accepted"}`}, meup.ReasonCapability)
+}
+
 // TestDedup: a repeated MEUP id from the same sender is neither delivered
 // nor answered; after Undo it is delivered again. Another sender may use
 // the same id.

@@ -504,9 +504,11 @@ func (e *Engine) revokeMemoryLocked(space string, eff effect) {
 	var out []*grantEntry
 	for _, g := range e.grants[space] {
 		if slices.Contains(eff.deleteGrants, g.g.ID) {
+			e.lapseLocked(space, g.g)
 			continue
 		}
 		if i := slices.IndexFunc(eff.editGrants, func(x Grant) bool { return x.ID == g.g.ID }); i >= 0 {
+			e.lapseLocked(space, g.g)
 			m, err := meup.Compile(eff.editGrants[i].Capabilities)
 			if err != nil {
 				e.log.Error("space: bug: a grant left by a revoke does not compile; dropped", "space", space, "grant", g.g.ID, "err", err)
