@@ -325,6 +325,11 @@ func TestSendErrors(t *testing.T) {
 		{"lab", space.Draft{Kind: "chat", To: []string{"zed"}, Payload: []byte(`{"text":"x"}`)}, space.ErrInvalid, `"zed" is not a member of space "lab"`},
 		{"other", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)}, space.ErrUnknownSpace, ""},
 		{"nope", space.Draft{Kind: "chat", Payload: []byte(`{"text":"x"}`)}, space.ErrUnknownSpace, ""},
+		{"lab", space.Draft{Kind: meup.KindMCPProposal, Payload: []byte(`{"method":"tools/call","params":"str"}`)}, space.ErrInvalid, `payload.params: an object or an array (JSON-RPC params), not "str"`},
+		{"lab", space.Draft{Kind: meup.KindMCPRequest, Payload: []byte(`{"method":"tools/call","params":null}`)}, space.ErrInvalid, "not null"},
+		{"lab", space.Draft{Kind: meup.KindMCPProposal, Payload: []byte(`{"method":"tools/call","params":5}`)}, space.ErrInvalid, "not 5"},
+		{"lab", space.Draft{Kind: meup.KindMCPProposal, Payload: []byte(`{"method":"bad method with spaces"}`)}, space.ErrInvalid, "a method name has no spaces"},
+		{"lab", space.Draft{Kind: meup.KindMCPRequest, Payload: []byte(`{"method":"tools/call\t"}`)}, space.ErrInvalid, "a method name has no spaces"},
 	}
 	for _, tt := range tests {
 		_, err := h.e.Send(context.Background(), tt.space, tt.d, space.SendOptions{})

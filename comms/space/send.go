@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/meerkatd/meerkatd/comms/meup"
 	"github.com/meerkatd/meerkatd/identity"
@@ -198,6 +200,10 @@ func (e *Engine) Send(ctx context.Context, space string, d Draft, o SendOptions)
 		e.mu.Unlock()
 		return Sent{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if err := checkOwnCall(env); err != nil {
+		e.mu.Unlock()
+		return Sent{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	for _, id := range env.To {
 		if sp.byID[id] == nil {
 			e.mu.Unlock()
@@ -337,4 +343,40 @@ func (e *Engine) deliver(ctx context.Context, space string, data []byte, targets
 		}()
 	}
 	wg.Wait()
+}
+
+// checkOwnCall holds what this node sends as an MCP call (mcp/request,
+// mcp/proposal) to what a tool server takes, a JSON-RPC request: a method
+// name without spaces or control characters, and params, when given, an
+// object or an array. (What members send is checked as the protocol has
+// it, more loosely: a peer's call that a tool server would refuse harms
+// no one here.)
+func checkOwnCall(env meup.Envelope) error {
+	if env.Kind != meup.KindMCPRequest && env.Kind != meup.KindMCPProposal {
+		return nil
+	}
+	var p struct {
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if err := json.Unmarshal(env.Payload, &p); err != nil {
+		return fmt.Errorf("payload: %v", err)
+	}
+	if i := strings.IndexFunc(p.Method, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
+		return fmt.Errorf("payload.method %q: a method name has no spaces or control characters", p.Method)
+	}
+	if p.Params != nil {
+		if b := bytes.TrimLeft(p.Params, " \t\r\n"); len(b) == 0 || b[0] != '{' && b[0] != '[' {
+			return fmt.Errorf("payload.params: an object or an array (JSON-RPC params), not %s", quoteShortJSON(p.Params))
+		}
+	}
+	return nil
+}
+
+// quoteShortJSON is raw JSON for a message, cut at 40 bytes.
+func quoteShortJSON(raw json.RawMessage) string {
+	if len(raw) > 40 {
+		return strings.ToValidUTF8(string(raw[:40]), "") + "…"
+	}
+	return string(raw)
 }
