@@ -371,6 +371,8 @@ func spaceNote(sent node.SpaceSent) string {
 		return fmt.Sprintf("%d copies queued (the node keeps retrying them; see list_outbox) and %d members skipped (see copies[].skipped)", queued, skipped)
 	case queued > 0:
 		return fmt.Sprintf("%d copies not delivered yet: the node keeps retrying them (see list_outbox)", queued)
+	case skipped == len(sent.Copies):
+		return "nothing was sent: every member was skipped (see copies[].skipped and list_spaces)"
 	case skipped > 0:
 		return fmt.Sprintf("%d members skipped (see copies[].skipped and list_spaces)", skipped)
 	}

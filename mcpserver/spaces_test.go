@@ -145,3 +145,27 @@ func testEditSpaceTool(t *testing.T, era string) {
 		}
 	}
 }
+
+// The note of a space send says what became of the copies: none to
+// send, queued, skipped, or nothing sent at all.
+func TestSpaceNote(t *testing.T) {
+	queued := node.SpaceCopy{Delivery: node.DeliveryQueued}
+	skipped := node.SpaceCopy{Skipped: "not trusted"}
+	acked := node.SpaceCopy{Delivery: node.DeliveryAcked}
+	for _, tc := range []struct {
+		copies []node.SpaceCopy
+		want   string
+	}{
+		{nil, "no other member to send to"},
+		{[]node.SpaceCopy{acked}, ""},
+		{[]node.SpaceCopy{acked, queued}, "1 copies not delivered yet"},
+		{[]node.SpaceCopy{queued, skipped}, "1 copies queued"},
+		{[]node.SpaceCopy{acked, skipped}, "1 members skipped"},
+		{[]node.SpaceCopy{skipped, skipped}, "nothing was sent: every member was skipped"},
+	} {
+		got := spaceNote(node.SpaceSent{Copies: tc.copies})
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("copies %+v: note %q, want %q", tc.copies, got, tc.want)
+		}
+	}
+}

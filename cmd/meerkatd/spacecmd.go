@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -191,6 +192,8 @@ func runSpace(e *env, args []string) error {
 		nodetext.SpaceSent(e.stdout, sent)
 		if len(sent.Copies) == 0 {
 			fmt.Fprintln(e.stderr, "no other active member in the space: nothing was sent")
+		} else if !slices.ContainsFunc(sent.Copies, func(c node.SpaceCopy) bool { return c.Skipped == "" }) {
+			fmt.Fprintln(e.stderr, "warning: every member was skipped (see each copy above): nothing was sent")
 		}
 		if sent.NotApplied != "" {
 			fmt.Fprintf(e.stderr, "warning: it breaks a rule of the space here (%s): it changed nothing here, and %s\n", nodetext.Line(sent.NotApplied), sent.NotAppliedEffect())

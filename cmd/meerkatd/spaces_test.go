@@ -1048,3 +1048,21 @@ func TestSpaceRosterWithoutDaemon(t *testing.T) {
 		t.Fatalf("after delete: %s", list)
 	}
 }
+
+// A space send every member was skipped for (none trusted here) sends
+// nothing, and says so.
+func TestSpaceSendAllSkipped(t *testing.T) {
+	t.Parallel()
+	alice := newNode(t, "alice")
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice.ok("space", "create", "lab", "--as", "me")
+	alice.ok("space", "add", "lab", kp.ID().String(), "dave")
+	alice.start()
+	r := alice.run("space", "chat", "lab", "anyone?")
+	if r.code != exitOK || !strings.Contains(r.stdout, "dave: skipped: not trusted") || !strings.Contains(r.stderr, "every member was skipped") {
+		t.Fatalf("chat to a space of untrusted members: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+}
