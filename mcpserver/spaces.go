@@ -118,7 +118,7 @@ func (s *Server) addSpaceTools() {
 		mcp.WithString("space", mcp.Required(), mcp.Description("the space's name")),
 		mcp.WithString("as", mcp.Description("create: your participant id in the space")),
 		mcp.WithString("delivery", mcp.Enum("all", "addressed"), mcp.Description("create: all (default): every member receives every envelope; addressed: only the members named in to")),
-		mcp.WithString("peer", mcp.Description("add: the member's key (ed25519:…), or the name or peer UUID of a trusted peer; remove: its key (or give id)")),
+		mcp.WithString("peer", mcp.Description("add: the member's key (ed25519:…), or the name or peer UUID of a trusted peer; remove: its key, or a trusted peer's name or peer UUID (or give id)")),
 		mcp.WithString("id", mcp.Description("add: the member's participant id; remove: the participant id of the member to remove")),
 		mcp.WithArray("capabilities", mcp.Description("create, add: capability objects, e.g. [{\"kind\": \"chat\"}, {\"kind\": \"mcp/proposal\"}], or kind patterns as strings (\"chat\") (add's default: chat and proposals; create's: every kind)")),
 		mcp.WithOutputSchema[editSpaceResult](),

@@ -818,7 +818,14 @@ func (n *Node) applyEdit(r *space.Roster, e SpaceEdit) error {
 		before := len(sp.Members)
 		sp.Members = slices.DeleteFunc(sp.Members, func(m space.Member) bool { return m.ID == ref || m.Key.String() == ref })
 		if len(sp.Members) == before {
-			return errorf(CodeBadArgument, "space %q has no member %q", sp.Name, ref)
+			// Not a participant id: the key of a trusted peer's name or
+			// peer UUID, as add takes it.
+			if key, err := n.memberKey(ref); err == nil {
+				sp.Members = slices.DeleteFunc(sp.Members, func(m space.Member) bool { return m.Key == key })
+			}
+		}
+		if len(sp.Members) == before {
+			return errorf(CodeBadArgument, "space %q has no member %q (remove takes a participant id, a key, or a trusted peer's name or peer UUID)", sp.Name, ref)
 		}
 	}
 	return nil

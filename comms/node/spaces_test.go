@@ -116,6 +116,13 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 	if info, err = edit(SpaceEdit{Op: SpaceRemove, Space: "build", ID: "proposer"}); err != nil || len(info.Members) != 2 {
 		t.Fatalf("remove: %+v, %v", info, err)
 	}
+	// By the trusted peer's name, as add takes it.
+	if info, err = edit(SpaceEdit{Op: SpaceRemove, Space: "build", Peer: "bob"}); err != nil || len(info.Members) != 1 {
+		t.Fatalf("remove by the peer's name: %+v, %v", info, err)
+	}
+	if _, err = edit(SpaceEdit{Op: SpaceRemove, Space: "build", Peer: "bob"}); CodeOf(err) != CodeBadArgument || !strings.Contains(err.Error(), "remove takes a participant id") {
+		t.Fatalf("remove of a peer no longer a member: %v", err)
+	}
 	list, err := n.Spaces(ctx)
 	if err != nil || len(list) != 1 || list[0].Name != "build" {
 		t.Fatalf("list: %+v, %v", list, err)
