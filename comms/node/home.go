@@ -105,6 +105,9 @@ func Keygen(dir string, force bool) error {
 	if _, err := os.Stat(keyPath); err == nil && !force {
 		return &Error{Code: CodeBadArgument, Msg: keyPath + " already holds an identity; use --force to replace it (peers that trust the old key will refuse this node)"}
 	}
+	if err := lostKey(dir); err != nil && !force {
+		return err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -188,6 +191,9 @@ func InitHome(dir, name string) (created []string, err error) {
 	// (a volume not mounted) is an error, never a reason for a new
 	// identity.
 	if _, err := os.Lstat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
+		if err := lostKey(dir); err != nil {
+			return nil, err
+		}
 		kp, err := identity.GenerateKeypair()
 		if err != nil {
 			return nil, err
@@ -582,14 +588,39 @@ func checkNATSSecrets(n config.NATS, dir string) error {
 // RequireHome returns an error with code no_home (wrapping [ErrNoHome])
 // when dir holds no identity: a home that was never created, or a
 // mistyped path. Commands other than init, keygen, run and mcp refuse
-// such a home rather than report on it.
+// such a home rather than report on it. A home whose identity.key went
+// missing is no such home: that is a bad_config error (lostKey).
 func RequireHome(dir string) error {
 	// Lstat: a dangling link in place of the key is a broken home, which
 	// loading the key reports, not a missing one.
 	if _, err := os.Lstat(filepath.Join(dir, identity.KeyFile)); errors.Is(err, fs.ErrNotExist) {
+		if err := lostKey(dir); err != nil {
+			return err
+		}
 		return &Error{Code: CodeNoHome, Err: ErrNoHome, Msg: fmt.Sprintf("no node home at %s (create it with: meerkatd init --home %s)", dir, dir)}
 	}
 	return nil
+}
+
+// lostKey returns a bad_config error when dir, whose identity.key is
+// missing, had an identity: its identity.pub or its database is there. A
+// new key made there would make the node a stranger to every peer that
+// trusts it, with the old one's inbox and trust list: init, run and mcp
+// refuse, keygen without --force too. (A meerkat.toml or
+// trusted_peers.json alone may have been put there before the first
+// init: no sign of a lost key.)
+func lostKey(dir string) error {
+	var found []string
+	for _, f := range []string{identity.PubFile, DBFileName, DBFileName + "-wal"} {
+		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
+			found = append(found, f)
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("%s is missing from %s, a home that has had an identity (%s is there): restore identity.key from a backup; to give this home a new identity instead (its peers will have to trust the new key), run meerkatd keygen --force --home %s",
+		identity.KeyFile, dir, strings.Join(found, ", "), dir)}
 }
 
 // OpenHome opens the home dir with the configuration in effect: defaults

@@ -275,6 +275,67 @@ func TestInitHomeNamesWhatItMade(t *testing.T) {
 	}
 }
 
+// A home whose identity.key went missing (its identity.pub or database
+// still there) gets no new identity by init, run or keygen without
+// --force, and is not taken for no home at all; a home provisioned with
+// a meerkat.toml and a trust list before its first init gets its key.
+func TestLostKeyNotReplaced(t *testing.T) {
+	dir := filepath.Join(shortTemp(t), "home")
+	if _, err := InitHome(dir, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	old, err := identity.LoadKeypair(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, identity.KeyFile)); err != nil {
+		t.Fatal(err)
+	}
+	lost := func(what string, err error) {
+		t.Helper()
+		if CodeOf(err) != CodeBadConfig || !strings.Contains(err.Error(), "identity.key is missing from "+dir) || !strings.Contains(err.Error(), "keygen --force") {
+			t.Fatalf("%s: %v, want bad_config naming the missing key", what, err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, identity.KeyFile)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s made a key", what)
+		}
+	}
+	_, err = InitHome(dir, "")
+	lost("InitHome", err)
+	_, _, err = OpenHome(dir, OpenOptions{Create: true})
+	lost("OpenHome with Create", err)
+	lost("RequireHome", RequireHome(dir))
+	lost("Keygen", Keygen(dir, false))
+	// The database alone is a sign too.
+	if err := os.Remove(filepath.Join(dir, identity.PubFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, DBFileName), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = InitHome(dir, "")
+	lost("InitHome with a database", err)
+	if err := Keygen(dir, true); err != nil {
+		t.Fatalf("keygen --force: %v", err)
+	}
+	if kp, err := identity.LoadKeypair(dir); err != nil || kp.ID() == old.ID() {
+		t.Fatalf("after keygen --force: %v", err)
+	}
+
+	fresh := filepath.Join(shortTemp(t), "provisioned")
+	if err := os.MkdirAll(fresh, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{config.FileName, trust.FileName} {
+		if err := os.WriteFile(filepath.Join(fresh, f), []byte(map[string]string{config.FileName: "name = \"bob\"\n", trust.FileName: `{"peers":[]}`}[f]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if created, err := InitHome(fresh, ""); err != nil || !slices.Contains(created, identity.KeyFile) {
+		t.Fatalf("InitHome of a provisioned home: %v, %v", created, err)
+	}
+}
+
 // A new home under a directory others may write in is refused before
 // anything is made: no directory, no identity left where another user
 // could replace them.
