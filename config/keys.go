@@ -179,7 +179,7 @@ var keys = [...]keyDef{
 		doc: `PEM client certificate presented to the NATS servers, together with nats.tls_key; a relative path is relative to the home directory. "" means none.`,
 		str: func(c *Config) *string { return &c.NATS.TLSCert }},
 	{path: "nats.tls_key", env: "MEERKAT_NATS_TLS_KEY",
-		doc: `PEM private key of nats.tls_cert; a relative path is relative to the home directory. "" means none.`,
+		doc: `PEM private key of nats.tls_cert; a relative path is relative to the home directory; others may not read it nor its group write it (0600, or 0640). "" means none.`,
 		str: func(c *Config) *string { return &c.NATS.TLSKey }},
 	{path: "nats.subject_prefix", env: "MEERKAT_NATS_SUBJECT_PREFIX",
 		doc: `First tokens of every NATS subject this node uses: one or more tokens of [A-Za-z0-9_-] joined by '.', at most 128 bytes. Nodes that talk to each other use the same prefix.`,

@@ -563,15 +563,15 @@ func checkNATSFiles(n config.NATS, dir string) error {
 // the password that goes with nats.user (config.NATS.CheckPassword: only
 // the connecting node needs it, so a command that reaches the daemon does
 // not), and that others may not read a credentials or nkey seed file
-// (nor its group write it): it holds a secret that authenticates the node
-// to its NATS deployment. A file that cannot be read is left to the
-// caller.
+// or TLS client key file (nor its group write it): it holds a secret that
+// authenticates the node to its NATS deployment. A file that cannot be
+// read is left to the caller.
 func checkNATSSecrets(n config.NATS, dir string) error {
 	if !n.Enabled() {
 		return nil
 	}
 	errs := []error{n.CheckPassword()}
-	for _, f := range []struct{ key, path string }{{"creds_file", n.CredsFile}, {"nkey_seed_file", n.NKeySeedFile}} {
+	for _, f := range []struct{ key, path string }{{"creds_file", n.CredsFile}, {"nkey_seed_file", n.NKeySeedFile}, {"tls_key", n.TLSKey}} {
 		if f.path == "" {
 			continue
 		}

@@ -485,6 +485,7 @@ func TestCheckConfigNATSFiles(t *testing.T) {
 		{"creds file the group may read", map[string]string{"MEERKAT_NATS_CREDS_FILE": "group.creds"}, ""},
 		{"creds file the group may write", map[string]string{"MEERKAT_NATS_CREDS_FILE": "groupw.creds"}, "chmod 600 " + filepath.Join(h.Dir, "groupw.creds")},
 		{"client certificate not a certificate", map[string]string{"MEERKAT_NATS_TLS_CERT": notPEM, "MEERKAT_NATS_TLS_KEY": notPEM}, "nats.tls_cert and nats.tls_key"},
+		{"TLS key others may read", map[string]string{"MEERKAT_NATS_TLS_CERT": notPEM, "MEERKAT_NATS_TLS_KEY": "shown.nk"}, "nats.tls_key: " + filepath.Join(h.Dir, "shown.nk") + " holds a secret and others may read it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := map[string]string{"MEERKAT_NATS_SERVERS": "nats://127.0.0.1:4222"}
