@@ -227,6 +227,18 @@ func Keys() []Key {
 	return out
 }
 
+// Changed returns the paths of the keys whose values differ between a and
+// b, in file order.
+func Changed(a, b *Config) []string {
+	var out []string
+	for _, k := range keys {
+		if k.format(a) != k.format(b) {
+			out = append(out, k.path)
+		}
+	}
+	return out
+}
+
 func lookupKey(path string) (keyDef, bool) {
 	for _, k := range keys {
 		if k.path == path {

@@ -50,8 +50,13 @@ func RunDaemon(ctx context.Context, h *node.Home, o DaemonOptions) error {
 	for done := false; !done; {
 		select {
 		case <-o.Reload:
-			log.Info("SIGHUP: reloading trusted peers")
+			log.Info("SIGHUP: reloading trusted peers and spaces")
 			sv.Node.ReloadTrust()
+			if keys, err := h.ConfigChanges(); err != nil {
+				log.Warn("meerkat.toml does not load; the daemon keeps the configuration it started with", "err", err)
+			} else if len(keys) > 0 {
+				log.Warn("meerkat.toml changed; restart the daemon to apply it (SIGHUP reloads the trusted peers and spaces only)", "keys", keys)
+			}
 		case <-ctx.Done():
 			done = true
 		}

@@ -172,6 +172,11 @@ type Status struct {
 	// configured (a listening socket file removed or replaced); absent
 	// when nothing does. /readyz fails with the first.
 	Problems []string `json:"problems,omitempty"`
+	// Warnings says what a running node runs despite, without keeping
+	// it from being reached: meerkat.toml changed since it started (or
+	// does not load now), a trust or spaces file it could not take in
+	// (it keeps what it had). Absent when there is nothing to say.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Peer is one trusted peer.

@@ -40,6 +40,22 @@ type Home struct {
 	// Sources says where each key of Config came from (config show).
 	Sources config.Sources
 	Key     *identity.Keypair
+	load    OpenOptions // how Config was loaded (ConfigChanges loads it so again)
+}
+
+// ConfigChanges returns the keys whose value the home's meerkat.toml and
+// the variables and flags it was opened with give now differs from
+// h.Config, the configuration it was opened with: what a running node
+// does not apply until it restarts. It returns an error when meerkat.toml
+// does not load now.
+func (h *Home) ConfigChanges() ([]string, error) {
+	o := h.load
+	o.Create = false
+	cfg, _, err := LoadConfig(h.Dir, o)
+	if err != nil {
+		return nil, err
+	}
+	return config.Changed(&h.Config, &cfg), nil
 }
 
 // TrustPath is the home's trusted_peers.json.
@@ -659,7 +675,7 @@ func OpenHome(dir string, o OpenOptions) (*Home, []string, error) {
 	if err != nil {
 		return nil, nil, badConfig(err)
 	}
-	return &Home{Dir: dir, Config: cfg, Sources: src, Key: kp}, created, nil
+	return &Home{Dir: dir, Config: cfg, Sources: src, Key: kp, load: o}, created, nil
 }
 
 // homeFiles are the files of a home that decide whom the node trusts and

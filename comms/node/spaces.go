@@ -62,6 +62,7 @@ type spaces struct {
 	file   rosterStamp
 
 	mu       sync.Mutex
+	problem  string                  // why spaces.json was not taken in at the last reload; "" when it was
 	closes   map[identity.PeerID]int // MEUP attempts in a row the peer closed on
 	requests map[string]meupRequest  // space + "\x00" + MEUP id of mcp/requests received
 	reqOrder []string
@@ -1153,6 +1154,16 @@ func (s *spaces) reload() {
 		s.file, count = stamp, len(r.Spaces)
 		return r, nil
 	})
+	problem := ""
+	switch {
+	case errors.Is(err, errSpacesFileGone):
+		problem = SpacesFileName + ` is gone: the node keeps the rosters it had (write {"spaces": []} there to leave every space; the next change writes the file again)`
+	case err != nil && !errors.Is(err, errSpacesFileNone):
+		problem = SpacesFileName + " was not taken in (" + UserText(err) + "): the node keeps the rosters it had"
+	}
+	s.mu.Lock()
+	s.problem = problem
+	s.mu.Unlock()
 	if errors.Is(err, errSpacesFileNone) {
 		return
 	}

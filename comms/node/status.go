@@ -14,6 +14,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/inbox/store"
+	"github.com/meerkatd/meerkatd/trust"
 )
 
 // Self implements [API].
@@ -60,6 +61,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	}
 	if s.Running {
 		s.Problems = n.problems()
+		s.Warnings = n.warnings()
 		s.StartedAt = timeOrNil(n.started)
 		s.Inbox, s.Pending = n.mail.Len(), n.mail.Pending()
 		s.PendingByClass = n.mail.PendingByClass()
@@ -84,6 +86,31 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 	}
 	s.Outbox, s.DeadLetters, s.SendPeers = len(ob.Entries), len(dl), ob.Peers
 	return s, nil
+}
+
+// warnings says what a serving node runs despite (Status.Warnings): a
+// meerkat.toml changed since it started, or one that does not load, and
+// a trust or spaces file it could not take in.
+func (n *Node) warnings() []string {
+	var out []string
+	if keys, err := n.h.ConfigChanges(); err != nil {
+		out = append(out, fmt.Sprintf("%s does not load now (%s): the node runs on what it read when it started", config.FileName, UserText(err)))
+	} else if len(keys) > 0 {
+		out = append(out, fmt.Sprintf("%s (or the node's environment) changed since the node started: restart it to apply %s", config.FileName, strings.Join(keys, ", ")))
+	}
+	n.trusted.mu.Lock()
+	if e := n.trusted.err; e != "" {
+		out = append(out, trust.FileName+" was not taken in ("+e+"): the node keeps the peers it had")
+	}
+	n.trusted.mu.Unlock()
+	if n.spaces != nil {
+		n.spaces.mu.Lock()
+		if p := n.spaces.problem; p != "" {
+			out = append(out, p)
+		}
+		n.spaces.mu.Unlock()
+	}
+	return out
 }
 
 // socketFile is a Unix socket a node listens on: its path, and the file

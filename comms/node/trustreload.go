@@ -2,6 +2,9 @@ package node
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -66,6 +69,13 @@ func (n *Node) applyTrust(announce bool) error {
 	t := &n.trusted
 	t.mu.Lock()
 	l, err := trust.LoadOrEmpty(n.h.TrustPath())
+	if err == nil && t.list != nil && len(t.list.Peers()) > 0 && len(l.Peers()) == 0 {
+		if _, serr := os.Lstat(n.h.TrustPath()); errors.Is(serr, fs.ErrNotExist) {
+			// Gone while the node ran (moved away, an editor's
+			// rename): no reason to drop every peer at once.
+			err = errTrustFileGone
+		}
+	}
 	if err != nil {
 		n.trustFailedLocked(err, announce)
 		t.mu.Unlock()
@@ -92,6 +102,10 @@ func (n *Node) applyTrust(announce bool) error {
 	}
 	return nil
 }
+
+// errTrustFileGone is the trust file's problem when it went away while the
+// node trusted peers from it.
+var errTrustFileGone = errors.New(trust.FileName + ` is gone: the node keeps the peers it had (write {"peers": []} there to trust nobody)`)
 
 // movedPeers returns the peers of next that were in prev reached another
 // way (another address, NATS tried or not).

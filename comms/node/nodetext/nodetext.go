@@ -134,6 +134,9 @@ func Status(w io.Writer, s node.Status) {
 	for _, p := range s.Problems {
 		fmt.Fprintf(w, "problem    %s\n", Line(p))
 	}
+	for _, p := range s.Warnings {
+		fmt.Fprintf(w, "warning    %s\n", Line(p))
+	}
 	fmt.Fprintf(w, "peers      %d\ninbox      %d (%d pending%s)\n", s.Peers, s.Inbox, s.Pending, byClass(s.PendingByClass))
 	if s.Running {
 		fmt.Fprintf(w, "accepted   %d\nacks sent  %d\nconns      %d\n", s.Accepted, s.AcksSent, s.Connections)
