@@ -266,6 +266,10 @@ type Sent struct {
 	// outbox ahead of this one, which goes after them: it was not
 	// attempted, and LastError is why the peer's last attempt failed.
 	Behind int `json:"behind,omitempty"`
+	// BreakerOpenUntil (queued) is set when the peer's circuit breaker
+	// held the send back: it was not attempted, and is tried when the
+	// breaker lets a probe through (at once if the peer shows it is back).
+	BreakerOpenUntil *time.Time `json:"breaker_open_until,omitempty"`
 	// Responses are those SendRequest with Wait saw, as they came, without
 	// a Seq: each is in the inbox too, under its own (Query.RequestID
 	// reads them there, to acknowledge them).

@@ -212,6 +212,23 @@ func TestQueuedBehindABackoff(t *testing.T) {
 	}
 }
 
+// A send the peer's open breaker holds back says until when.
+func TestQueuedBehindAnOpenBreaker(t *testing.T) {
+	ha, _ := twoHomes(t, slowRetries)
+	alice := startTest(t, ha, ModeServe)
+	queueForBob(t, alice)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	o, err := alice.Outbox(ctx)
+	if err != nil || len(o.Peers) != 1 || o.Peers[0].OpenUntil == nil {
+		t.Fatalf("outbox: %+v, %v", o, err)
+	}
+	sent, err := alice.SendMessage(ctx, "bob", "two", reliable)
+	if err != nil || sent.Delivery != DeliveryQueued || sent.Behind != 1 || sent.BreakerOpenUntil == nil || !sent.BreakerOpenUntil.Equal(*o.Peers[0].OpenUntil) {
+		t.Fatalf("send behind an open breaker: %+v, %v (want behind 1, breaker open until %v)", sent, err, o.Peers[0].OpenUntil)
+	}
+}
+
 // A peer whose host name does not resolve shows it in last_error, and
 // its breaker stays closed: it is retried on the slower schedule.
 func TestResolveFailureShown(t *testing.T) {

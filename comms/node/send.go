@@ -49,8 +49,9 @@ type sendOutcome struct {
 	id        identity.UUID
 	peer      trust.Peer
 	delivery  string
-	lastError string // queued: why the last attempt failed
-	behind    int    // queued behind this many of the peer's sends, not attempted
+	lastError string    // queued: why the last attempt failed
+	behind    int       // queued behind this many of the peer's sends, not attempted
+	heldUntil time.Time // queued, not attempted: the peer's breaker is open until then
 }
 
 // routerDeliverer makes the outbox's attempts on the Router.
@@ -212,6 +213,9 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	if !wait {
 		if !s.noWait {
 			out.behind = ps.Queued
+			if ps.Breaker == outbox.BreakerOpen {
+				out.heldUntil = ps.OpenUntil
+			}
 		}
 		return out, nil
 	}
@@ -493,7 +497,7 @@ func (n *Node) sendKindSealed(ctx context.Context, peer string, kind wire.Kind, 
 // result is the Sent of a send that sealed its envelope and ended with
 // err: a send that failed before any delivery shows as failed.
 func (o sendOutcome) result(err error) Sent {
-	s := Sent{ID: o.id.String(), Peer: o.peer.Name, Delivery: o.delivery, LastError: userText(o.lastError), Behind: o.behind}
+	s := Sent{ID: o.id.String(), Peer: o.peer.Name, Delivery: o.delivery, LastError: userText(o.lastError), Behind: o.behind, BreakerOpenUntil: timeOrNil(o.heldUntil)}
 	if s.Delivery == "" && err != nil {
 		s.Delivery = DeliveryFailed
 	}

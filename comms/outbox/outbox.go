@@ -1294,13 +1294,15 @@ func (o *Outbox) Retry(peers ...identity.PeerID) int {
 }
 
 // Kick tells the outbox that peer id is reachable again (it just sent us
-// a valid envelope, connected to us or announced itself): an open breaker goes to its probe and a waiting
-// envelope is tried now.
+// a valid envelope, connected to us or announced itself): an open breaker
+// goes to its probe (with nothing queued too, so that the next send is
+// not held back by failures from before the peer came back) and a
+// waiting envelope is tried now.
 func (o *Outbox) Kick(id identity.PeerID) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	q := o.peers[id]
-	if q == nil || len(q.items) == 0 || q.inFlight > 0 {
+	if q == nil || q.inFlight > 0 {
 		return
 	}
 	now := o.opts.Now()
@@ -1308,6 +1310,9 @@ func (o *Outbox) Kick(id identity.PeerID) {
 	if !q.breaker.OpenUntil.IsZero() && now.Before(q.breaker.OpenUntil) {
 		q.breaker.OpenUntil = now // half-open: the next attempt is the probe
 		waiting = true
+	}
+	if len(q.items) == 0 {
+		return
 	}
 	for _, it := range q.items { // every envelope that failed waits no longer
 		if now.Before(it.e.NextAttempt) {

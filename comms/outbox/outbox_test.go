@@ -403,6 +403,45 @@ func TestKickEndsTheWait(t *testing.T) {
 	}
 }
 
+// A peer that comes back with nothing queued for it leaves its open
+// breaker half-open: the next send to it is the probe, not held back by
+// failures from before.
+func TestKickWithNothingQueued(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1, BreakerOpen: time.Hour, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	_, tk, err := ob.Enqueue(entry(peerA, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTickets(t, []*Ticket{tk})
+	if tk.Err() == nil {
+		t.Fatal("the only attempt allowed was acknowledged; want a dead letter")
+	}
+	if p := ob.Peer(peerA); p.Breaker != BreakerOpen || p.Queued != 0 {
+		t.Fatalf("peer after its dead letter: %+v, want the breaker open, nothing queued", p)
+	}
+	ob.Kick(peerA)
+	if p := ob.Peer(peerA); p.Breaker != BreakerHalfOpen {
+		t.Fatalf("peer after it came back: %+v, want the breaker half-open", p)
+	}
+	rcv.setDown(false)
+	_, tk, err = ob.Enqueue(entry(peerA, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTickets(t, []*Ticket{tk})
+	if tk.Err() != nil {
+		t.Fatalf("the send after the peer came back: %v", tk.Err())
+	}
+}
+
 func TestDeadLetters(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	cases := []struct {
