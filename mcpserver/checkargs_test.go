@@ -17,6 +17,8 @@ func checkArgs(name string, m map[string]any) error {
 		_, _, err = parseRetry(a)
 	case "retry_outbox":
 		_, err = a.str("peer", false)
+	case "drop_queued":
+		_, err = parseDropQueued(a)
 	case "pair_accept":
 		_, _, err = parsePairAccept(a)
 	case "receive_messages":

@@ -73,7 +73,7 @@ func TestStdioModern(t *testing.T) {
 		} `json:"result"`
 	}
 	remarshal(t, w.reply(float64(2)), &tools)
-	if len(tools.Result.Tools) != 34 || tools.Result.Tools[0].OutputSchema == nil {
+	if len(tools.Result.Tools) != 35 || tools.Result.Tools[0].OutputSchema == nil {
 		t.Fatalf("tools/list: %+v", tools.Result)
 	}
 

@@ -205,6 +205,22 @@ func (f *fakeNode) DeadLetters(context.Context) ([]node.DeadLetter, error) {
 	return []node.DeadLetter{{ID: "d-1", Peer: "ghost", Kind: "request", Attempts: 2, Reason: "expired: last attempt: dial: refused"}}, nil
 }
 
+// DropQueued has send "q-1" queued and "q-2" in flight.
+func (f *fakeNode) DropQueued(_ context.Context, ids []string) (node.Dropped, error) {
+	d := node.Dropped{Dropped: []string{}, NotQueued: []string{}, InFlight: []string{}}
+	for _, id := range ids {
+		switch id {
+		case "q-1":
+			d.Dropped = append(d.Dropped, id)
+		case "q-2":
+			d.InFlight = append(d.InFlight, id)
+		default:
+			d.NotQueued = append(d.NotQueued, id)
+		}
+	}
+	return d, nil
+}
+
 // RetryOutbox has one send queued for "ghost" and none elsewhere.
 func (f *fakeNode) RetryOutbox(_ context.Context, peer string) (int, error) {
 	switch peer {
@@ -504,7 +520,7 @@ func testToolList(t *testing.T, era string) {
 		t.Fatal(err)
 	}
 	want := map[string]bool{"status": true, "send_message": false, "send_request": false, "send_response": false, "list_peers": true, "receive_messages": true, "ack_messages": false,
-		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "retry_outbox": false, "pair_offer": false, "pair_accept": false,
+		"list_outbox": true, "list_dead_letters": true, "retry_dead_letters": false, "retry_outbox": false, "drop_queued": false, "pair_offer": false, "pair_accept": false,
 		"list_spaces": true, "list_proposals": true, "space_send": false, "space_chat": false, "space_propose": false, "space_fulfill": false,
 		"space_respond": false, "space_reject": false, "space_withdraw": false, "space_grant": false, "space_revoke": false, "edit_space": false,
 		"message_status": true, "search_messages": true,
@@ -936,6 +952,13 @@ func testOutboxTools(t *testing.T, era string) {
 	}
 	for _, bad := range []map[string]any{{}, {"all": false}, {"all": true, "ids": []any{"d-1"}}, {"all": "yes"}, {"ids": "d-1"}} {
 		wantBadArgument(t, c, "retry_dead_letters", bad)
+	}
+	_, out, err = call(t, c, "drop_queued", map[string]any{"ids": []any{"q-1", "q-2", "q-3"}})
+	if err != nil || fmt.Sprint(out["dropped"]) != "[q-1]" || fmt.Sprint(out["in_flight"]) != "[q-2]" || fmt.Sprint(out["not_queued"]) != "[q-3]" {
+		t.Fatalf("drop_queued: %v %v", out, err)
+	}
+	for _, bad := range []map[string]any{{}, {"ids": []any{}}, {"ids": "q-1"}, {"ids": []any{1}}} {
+		wantBadArgument(t, c, "drop_queued", bad)
 	}
 	_, out, err = call(t, c, "retry_outbox", map[string]any{"peer": "ghost"})
 	if err != nil || out["due"] != float64(1) {

@@ -55,6 +55,12 @@ type (
 		Due     int `json:"due"` // queued sends made due now
 		Pending int `json:"pending"`
 	}
+	dropQueuedResult struct {
+		Dropped   []string `json:"dropped"`    // now dead letters (reason dropped)
+		NotQueued []string `json:"not_queued"` // not in the outbox
+		InFlight  []string `json:"in_flight"`  // being attempted right now: not dropped
+		Pending   int      `json:"pending"`
+	}
 	retryDeadLettersResult struct {
 		Requeued int `json:"requeued"`
 		NotFound int `json:"not_found"` // ids given that are not dead letters
@@ -267,6 +273,12 @@ func (s *Server) addTools() {
 		mcp.WithOutputSchema[retryOutboxResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Retry outbox now", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(true)}),
 	), s.retryOutbox)
+	s.mcp.AddTool(mcp.NewTool("drop_queued",
+		mcp.WithDescription("Take reliable sends out of the outbox, by id (see list_outbox), into the dead letters (reason dropped): for a send the peer will never take, which holds back what is queued behind it. A send being attempted right now is left (in_flight: it may be delivered); retry_dead_letters queues a dropped send again."),
+		mcp.WithArray("ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("ids of the queued sends to drop")),
+		mcp.WithOutputSchema[dropQueuedResult](),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Drop queued sends", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
+	), s.dropQueued)
 	s.mcp.AddTool(mcp.NewTool("list_dead_letters",
 		mcp.WithDescription("Show the reliable sends given up on (without bodies), oldest first, with the reason: expired (its ttl passed), retries_exhausted, unknown_peer (no longer trusted), rejected, or, for a request withdrawn before it was delivered, deadline or cancelled."),
 		mcp.WithOutputSchema[listDeadLettersResult](),
@@ -505,6 +517,27 @@ func (s *Server) retryOutbox(ctx context.Context, req mcp.CallToolRequest) (*mcp
 		return s.failed(ctx, err)
 	}
 	return result(retryOutboxResult{Due: n, Pending: s.pending(ctx)})
+}
+
+// parseDropQueued reads drop_queued's ids: at least one.
+func parseDropQueued(a args) ([]string, error) {
+	ids, err := a.strings("ids")
+	if err == nil && len(ids) == 0 {
+		err = invalidParams{`argument "ids" must name at least one queued send`}
+	}
+	return ids, err
+}
+
+func (s *Server) dropQueued(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	ids, err := parseDropQueued(args{req.GetArguments()})
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.api.DropQueued(ctx, ids)
+	if err != nil {
+		return s.failed(ctx, err)
+	}
+	return result(dropQueuedResult{Dropped: d.Dropped, NotQueued: d.NotQueued, InFlight: d.InFlight, Pending: s.pending(ctx)})
 }
 
 func (s *Server) listDeadLetters(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {

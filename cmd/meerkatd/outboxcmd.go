@@ -35,8 +35,14 @@ func runOutbox(e *env, args []string) error {
 		return nil
 	case sub == "retry":
 		return fmt.Errorf("%w: outbox retry takes at most one PEER", errUsage)
+	case sub == "drop":
+		d, err := call(e, *homeFlag, func(ctx context.Context, b node.API) (node.Dropped, error) { return b.DropQueued(ctx, pos) })
+		if err != nil || *asJSON {
+			return cmp.Or(err, e.printPartial(d, true, d.Err()))
+		}
+		return nodetext.Dropped(e.stdout, e.stderr, d)
 	case sub != "" && sub != "list":
-		return fmt.Errorf("%w: unknown outbox subcommand %q (want list or retry)", errUsage, sub)
+		return fmt.Errorf("%w: unknown outbox subcommand %q (want list, retry or drop)", errUsage, sub)
 	case len(pos) > 0:
 		return fmt.Errorf("%w: outbox list takes no arguments", errUsage)
 	}

@@ -121,17 +121,6 @@ func runPair(e *env, args []string) error {
 			return err
 		}
 		defer remove()
-		// Without a daemon, this process is the node the other one
-		// looks for.
-		dir, err := e.runtimeDir()
-		if err == nil {
-			var unannounce func()
-			unannounce, err = b.Announce(dir)
-			defer unannounce()
-		}
-		if err != nil {
-			return err
-		}
 	}
 	if *asJSON {
 		// The offer first, then (once used) what was added: two JSON

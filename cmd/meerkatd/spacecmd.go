@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -189,15 +188,7 @@ func runSpace(e *env, args []string) error {
 		if *asJSON {
 			return e.printPartial(sent, true, failed)
 		}
-		nodetext.SpaceSent(e.stdout, sent)
-		if len(sent.Copies) == 0 {
-			fmt.Fprintln(e.stderr, "no other active member in the space: nothing was sent")
-		} else if !slices.ContainsFunc(sent.Copies, func(c node.SpaceCopy) bool { return c.Skipped == "" }) {
-			fmt.Fprintln(e.stderr, "warning: every member was skipped (see each copy above): nothing was sent")
-		}
-		if sent.NotApplied != "" {
-			fmt.Fprintf(e.stderr, "warning: it breaks a rule of the space here (%s): it changed nothing here, and %s\n", nodetext.Line(sent.NotApplied), sent.NotAppliedEffect())
-		}
+		nodetext.SpaceSent(e.stdout, e.stderr, sent)
 		return failed
 	})
 }

@@ -310,6 +310,12 @@ func (c *Client) RetryOutbox(ctx context.Context, peer string) (n int, err error
 	return n, err
 }
 
+// DropQueued implements node.API.
+func (c *Client) DropQueued(ctx context.Context, ids []string) (d node.Dropped, err error) {
+	err = c.call(ctx, OpDropQueued, DropQueuedArgs{IDs: ids}, &d)
+	return d, err
+}
+
 // DeadLetters implements node.API.
 func (c *Client) DeadLetters(ctx context.Context) (d []node.DeadLetter, err error) {
 	err = c.call(ctx, OpDeadLetters, nil, &d)

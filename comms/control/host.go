@@ -440,6 +440,11 @@ func (s *Session) RetryOutbox(ctx context.Context, peer string) (int, error) {
 	return do(s, ctx, func(a node.API) (int, error) { return a.RetryOutbox(ctx, peer) })
 }
 
+// DropQueued implements node.API.
+func (s *Session) DropQueued(ctx context.Context, ids []string) (node.Dropped, error) {
+	return do(s, ctx, func(a node.API) (node.Dropped, error) { return a.DropQueued(ctx, ids) })
+}
+
 // RetryDeadLetters implements node.API.
 func (s *Session) RetryDeadLetters(ctx context.Context, ids []string, all bool) (int, error) {
 	return do(s, ctx, func(a node.API) (int, error) { return a.RetryDeadLetters(ctx, ids, all) })

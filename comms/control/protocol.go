@@ -30,6 +30,7 @@ const (
 	OpAck              = "ack"
 	OpOutbox           = "outbox"
 	OpRetryOutbox      = "retry_outbox"
+	OpDropQueued       = "drop_queued"
 	OpDeadLetters      = "dead_letters"
 	OpRetryDeadLetters = "retry_dead_letters"
 	OpDropDeadLetters  = "drop_dead_letters"
@@ -131,6 +132,11 @@ type SendResponseArgs struct {
 // RetryOutboxArgs are the arguments of OpRetryOutbox.
 type RetryOutboxArgs struct {
 	Peer string `json:"peer,omitempty"` // "": every peer
+}
+
+// DropQueuedArgs are the arguments of OpDropQueued.
+type DropQueuedArgs struct {
+	IDs []string `json:"ids"`
 }
 
 // DeadLettersArgs are the arguments of OpRetryDeadLetters and

@@ -314,6 +314,11 @@ func (s *server) handle(ctx context.Context, req Request) Response {
 		if err = args(req, &a); err == nil {
 			result, err = s.api.RetryOutbox(ctx, a.Peer)
 		}
+	case OpDropQueued:
+		var a DropQueuedArgs
+		if err = args(req, &a); err == nil {
+			result, err = s.api.DropQueued(ctx, a.IDs)
+		}
 	case OpDeadLetters:
 		result, err = s.api.DeadLetters(ctx)
 	case OpRetryDeadLetters:

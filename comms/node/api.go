@@ -64,6 +64,11 @@ type API interface {
 	// one probe through, and returns how many it made due. It needs the
 	// running node.
 	RetryOutbox(ctx context.Context, peer string) (int, error)
+	// DropQueued takes the reliable sends with the given envelope ids out
+	// of the outbox into the dead letters (reason dropped), and says
+	// which it took, and which it left: not queued, or being attempted
+	// right now. It needs the running node.
+	DropQueued(ctx context.Context, ids []string) (Dropped, error)
 	// DeadLetters lists the reliable sends given up on, oldest first.
 	DeadLetters(ctx context.Context) ([]DeadLetter, error)
 	// RetryDeadLetters queues the dead letters with the given ids again,
@@ -447,6 +452,22 @@ type QueuedSend struct {
 	Expired   bool   `json:"expired,omitempty"`
 	LastError string `json:"last_error,omitempty"`
 	InFlight  bool   `json:"in_flight"`
+}
+
+// Dropped is what DropQueued did.
+type Dropped struct {
+	Dropped   []string `json:"dropped"`    // now dead letters
+	NotQueued []string `json:"not_queued"` // not in the outbox (delivered, a dead letter already, or never queued)
+	InFlight  []string `json:"in_flight"`  // being attempted right now: it may be delivered
+}
+
+// Err is the error of a DropQueued that left some of the sends given
+// (bad_argument, counting them), or nil.
+func (d Dropped) Err() error {
+	if left := len(d.InFlight) + len(d.NotQueued); left > 0 {
+		return errorf(CodeBadArgument, "%d of the sends given not dropped: %d being attempted right now (they may be delivered), %d not in the outbox", left, len(d.InFlight), len(d.NotQueued))
+	}
+	return nil
 }
 
 // PeerSendState is a peer's reliable-send state.

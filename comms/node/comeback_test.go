@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -209,6 +210,44 @@ func TestQueuedBehindABackoff(t *testing.T) {
 	head, behind := o.Entries[0], o.Entries[1]
 	if head.Due || head.NextAttempt == nil || behind.Due || behind.NextAttempt == nil || !behind.NextAttempt.Equal(*head.NextAttempt) {
 		t.Fatalf("entries %+v, %+v: want neither due, the second's next attempt the first's", head, behind)
+	}
+}
+
+// DropQueued takes queued sends out into the dead letters; it needs the
+// daemon, and ids that are envelope ids.
+func TestDropQueued(t *testing.T) {
+	ha, _ := twoHomes(t, func(c *config.Config) {
+		slowRetries(c)
+		c.Outbox.BreakerFailures = 100
+	})
+	alice := startTest(t, ha, ModeServe)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := alice.SendMessage(ctx, "bob", "one", reliable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.DropQueued(ctx, []string{"not-an-id"}); codeOfErr(err) != CodeBadArgument {
+		t.Fatalf("drop of a malformed id: %v", err)
+	}
+	if _, err := alice.DropQueued(ctx, nil); codeOfErr(err) != CodeBadArgument {
+		t.Fatalf("drop of nothing: %v", err)
+	}
+	other := identity.NewUUID().String()
+	d, err := alice.DropQueued(ctx, []string{first.ID, other})
+	if err != nil || !slices.Equal(d.Dropped, []string{first.ID}) || !slices.Equal(d.NotQueued, []string{other}) || len(d.InFlight) != 0 {
+		t.Fatalf("drop: %+v, %v", d, err)
+	}
+	dl, err := alice.DeadLetters(ctx)
+	if err != nil || len(dl) != 1 || dl[0].ID != first.ID || !strings.HasPrefix(dl[0].Reason, outbox.ReasonDropped) {
+		t.Fatalf("dead letters %+v, %v", dl, err)
+	}
+	if o, err := alice.Outbox(ctx); err != nil || len(o.Entries) != 0 {
+		t.Fatalf("outbox after the drop: %+v, %v", o, err)
+	}
+	offline := startTest(t, ha, ModeSend)
+	if _, err := offline.DropQueued(ctx, []string{first.ID}); codeOfErr(err) != CodeNoDaemon {
+		t.Fatalf("drop without the daemon's outbox: %v", err)
 	}
 }
 

@@ -268,8 +268,11 @@ const maxLocalOffer = 4096
 // ShareOfferLocally leaves info, an offer of the node of h made through
 // api that this process waits on, for its user's other nodes in the
 // discovery directory ($XDG_RUNTIME_DIR/meerkat, from runtimeEnv; see
-// OfferPath). The returned function removes it. When it cannot leave it,
-// it withdraws the offer (nobody could use it) and returns why.
+// OfferPath). An api that announces a node started in this process
+// (control.Backend without a daemon) announces it there too: it is the
+// node the other one looks for. The returned function removes both. When
+// it cannot leave them, it withdraws the offer (nobody could use it) and
+// returns why.
 func ShareOfferLocally(ctx context.Context, runtimeEnv string, h *Home, api API, info PairOffer) (func(), error) {
 	dir, err := RuntimeDir(runtimeEnv)
 	var b []byte
@@ -280,13 +283,19 @@ func ShareOfferLocally(ctx context.Context, runtimeEnv string, h *Home, api API,
 	if err == nil {
 		err = atomicfile.WriteFile(path, append(b, '\n'), 0o600)
 	}
+	unannounce := func() {}
+	if a, ok := api.(interface{ Announce(string) (func(), error) }); ok && err == nil {
+		if unannounce, err = a.Announce(dir); err != nil {
+			os.Remove(path)
+		}
+	}
 	if err != nil {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		api.PairCancel(cctx, info.ID)
 		cancel()
 		return nil, err
 	}
-	return func() { os.Remove(path) }, nil
+	return func() { unannounce(); os.Remove(path) }, nil
 }
 
 // parseLocalOffer reads an offer file: a localOffer whose line is a

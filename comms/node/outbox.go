@@ -209,6 +209,39 @@ func (n *Node) RetryOutbox(ctx context.Context, peer string) (int, error) {
 	return k, nil
 }
 
+// DropQueued implements [API].
+func (n *Node) DropQueued(ctx context.Context, ids []string) (Dropped, error) {
+	out := Dropped{Dropped: []string{}, NotQueued: []string{}, InFlight: []string{}}
+	if n.closing() {
+		return out, Coded(ErrClosed)
+	}
+	if len(ids) == 0 {
+		return out, errorf(CodeBadArgument, "give the ids of the queued sends to drop (meerkatd outbox lists them)")
+	}
+	us, err := deadIDs(ids, false)
+	if err != nil {
+		return out, err
+	}
+	if n.ob == nil {
+		return out, errorf(CodeNoDaemon, "dropping queued sends needs the running daemon")
+	}
+	dropped, busy := n.ob.DropQueued(us...)
+	for _, u := range us {
+		switch {
+		case slices.Contains(dropped, u):
+			out.Dropped = append(out.Dropped, u.String())
+		case slices.Contains(busy, u):
+			out.InFlight = append(out.InFlight, u.String())
+		default:
+			out.NotQueued = append(out.NotQueued, u.String())
+		}
+	}
+	if len(dropped) > 0 {
+		n.log.Info("outbox: queued sends dropped", "count", len(dropped))
+	}
+	return out, nil
+}
+
 // DeadLetters implements [API].
 func (n *Node) DeadLetters(ctx context.Context) ([]DeadLetter, error) {
 	if n.closing() {

@@ -1246,6 +1246,38 @@ func (o *Outbox) Withdraw(peer identity.PeerID, id identity.UUID, reason string)
 	return len(q.items) < before
 }
 
+// DropQueued moves the queued envelopes with the given ids to the dead
+// letters (ReasonDropped), wherever they wait: a user takes them out of
+// the queue (one the peer will never take holds the rest of its queue
+// back). It returns the ids it moved, and those it left: not queued, or
+// being attempted right now (they may be delivered) or held by a broker.
+func (o *Outbox) DropQueued(ids ...identity.UUID) (dropped, busy []identity.UUID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.opts.Now()
+	for _, id := range ids {
+		for _, q := range o.peers {
+			i := slices.IndexFunc(q.items, func(it *item) bool { return it.e.ID == id })
+			if i < 0 {
+				continue
+			}
+			it := q.items[i]
+			if it.inFlight || it.stored {
+				busy = append(busy, id)
+				break
+			}
+			before := len(q.items)
+			o.killLocked(q, it, ReasonDropped, EventDeadLetter, now)
+			if len(q.items) < before {
+				dropped = append(dropped, id)
+				wake(q) // what waited behind it may go now
+			}
+			break
+		}
+	}
+	return dropped, busy
+}
+
 // ResolveFailed starts the last error of an attempt whose peer's host
 // name did not resolve.
 const ResolveFailed = "name resolution failed"

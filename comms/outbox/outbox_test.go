@@ -442,6 +442,50 @@ func TestKickWithNothingQueued(t *testing.T) {
 	}
 }
 
+// DropQueued takes queued envelopes out into the dead letters (dropped),
+// and what waited behind one goes; an id not queued is left, reported.
+func TestDropQueued(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	st, rcv := NewMemStore(), newReceiver()
+	rcv.setDown(true)
+	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 100, BreakerOpen: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	stuck, tk1, err := ob.Enqueue(entry(peerA, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tk1.Attempted()
+	testutil.WaitFor(t, 10*time.Second, "the first attempt to end", func() bool { return ob.Peer(peerA).Failures == 1 })
+	rcv.setDown(false)
+	behind, tk2, err := ob.Enqueue(entry(peerA, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := identity.NewUUID()
+	dropped, busy := ob.DropQueued(stuck.ID, nobody)
+	if !slices.Equal(dropped, []identity.UUID{stuck.ID}) || len(busy) != 0 {
+		t.Fatalf("DropQueued: dropped %v, busy %v", dropped, busy)
+	}
+	waitTickets(t, []*Ticket{tk1, tk2})
+	if tk1.Err() == nil {
+		t.Fatalf("the dropped envelope's ticket: %v, want it dead", tk1.Err())
+	}
+	if tk2.Err() != nil {
+		t.Fatalf("the envelope behind it: %v, want it delivered once the first was dropped", tk2.Err())
+	}
+	dl, err := ob.DeadLetters()
+	if err != nil || len(dl) != 1 || dl[0].ID != stuck.ID || dl[0].Reason != ReasonDropped {
+		t.Fatalf("dead letters %+v, %v: want the dropped one, reason %s", dl, err, ReasonDropped)
+	}
+	if d, _ := ob.DropQueued(behind.ID); len(d) != 0 {
+		t.Fatal("dropped an envelope already delivered")
+	}
+}
+
 func TestDeadLetters(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	cases := []struct {

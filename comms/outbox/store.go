@@ -39,6 +39,7 @@ const (
 	ReasonRejected    = "rejected"          // the envelope cannot be sent at all
 	ReasonDeadline    = "deadline"          // a request's deadline passed before it was delivered
 	ReasonCancelled   = "cancelled"         // a request was cancelled before it was delivered
+	ReasonDropped     = "dropped"           // taken out of the queue by the user (meerkatd outbox drop)
 )
 
 // Breaker is a peer's circuit-breaker state, as stored.

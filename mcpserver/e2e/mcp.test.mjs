@@ -99,6 +99,7 @@ const TOOLS = [
   'receive_messages',
   'retry_dead_letters',
   'retry_outbox',
+  'drop_queued',
   'search_messages', // slice C: search
   'send_message',
   'send_request',

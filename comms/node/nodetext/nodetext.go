@@ -326,6 +326,19 @@ func SendQueued(w io.Writer, res node.Sent, daemon bool) {
 	fmt.Fprintf(w, "queued in the outbox; %s: see meerkatd outbox\n", what)
 }
 
+// Dropped writes what outbox drop did: how many it dropped (to w), and
+// each send it left and why (to errw). It returns d.Err().
+func Dropped(w, errw io.Writer, d node.Dropped) error {
+	fmt.Fprintf(w, "dropped %d queued send(s) into the dead letters (meerkatd deadletters retry ID queues one again)\n", len(d.Dropped))
+	for _, id := range d.InFlight {
+		fmt.Fprintf(errw, "%s: being attempted right now (it may be delivered); not dropped\n", Line(id))
+	}
+	for _, id := range d.NotQueued {
+		fmt.Fprintf(errw, "%s: not in the outbox\n", Line(id))
+	}
+	return d.Err()
+}
+
 // Broadcast writes where each copy of a broadcast went.
 func Broadcast(w io.Writer, res node.Broadcasted) error {
 	return Table(w, "PEER\tDELIVERY\tMARKED\tID\tNOTE", res.Copies, func(c node.BroadcastCopy) []any {

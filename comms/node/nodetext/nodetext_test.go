@@ -244,3 +244,21 @@ func TestReleased(t *testing.T) {
 		t.Errorf("not held: %q, %v", b.String(), err)
 	}
 }
+
+// outbox drop says how many it dropped, names each send it left and why,
+// and fails (bad_argument) when it left any.
+func TestDropped(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := Dropped(&out, &errOut, node.Dropped{Dropped: []string{"a"}, InFlight: []string{"b"}, NotQueued: []string{"c\x1b[2J"}})
+	if out.String() != "dropped 1 queued send(s) into the dead letters (meerkatd deadletters retry ID queues one again)\n" ||
+		errOut.String() != "b: being attempted right now (it may be delivered); not dropped\nc\\x1b[2J: not in the outbox\n" {
+		t.Errorf("stdout %q, stderr %q", out.String(), errOut.String())
+	}
+	if node.CodeOf(err) != node.CodeBadArgument || !strings.Contains(err.Error(), "2 of the sends given not dropped") {
+		t.Errorf("error %v", err)
+	}
+	out.Reset()
+	if err := Dropped(&out, &errOut, node.Dropped{Dropped: []string{"a", "b"}}); err != nil || !strings.HasPrefix(out.String(), "dropped 2 ") {
+		t.Errorf("all dropped: %q, %v", out.String(), err)
+	}
+}

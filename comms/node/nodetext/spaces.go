@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/meerkatd/meerkatd/comms/node"
 )
@@ -50,7 +51,21 @@ func Proposals(w io.Writer, ps []node.Proposal) error {
 }
 
 // SpaceSent writes where each copy of an envelope of a space went.
-func SpaceSent(w io.Writer, sent node.SpaceSent) {
+//
+// To errw it writes what the copies do not show: that nothing was sent
+// (no other active member, or every member skipped), or that the send
+// breaks a rule of the space here.
+func SpaceSent(w, errw io.Writer, sent node.SpaceSent) {
+	defer func() {
+		if len(sent.Copies) == 0 {
+			fmt.Fprintln(errw, "no other active member in the space: nothing was sent")
+		} else if !slices.ContainsFunc(sent.Copies, func(c node.SpaceCopy) bool { return c.Skipped == "" }) {
+			fmt.Fprintln(errw, "warning: every member was skipped (see each copy above): nothing was sent")
+		}
+		if sent.NotApplied != "" {
+			fmt.Fprintf(errw, "warning: it breaks a rule of the space here (%s): it changed nothing here, and %s\n", Line(sent.NotApplied), sent.NotAppliedEffect())
+		}
+	}()
 	fmt.Fprintf(w, "sent %s %s to space %s\n", Escape(sent.Kind, ""), Escape(sent.ID, ""), Escape(sent.Space, ""))
 	for _, c := range sent.Copies {
 		how := c.Delivery

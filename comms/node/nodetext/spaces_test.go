@@ -38,15 +38,30 @@ func TestSpaceHeading(t *testing.T) {
 // Each copy of a space send says what became of it; a direct copy that
 // failed has no delivery state, and says it was not delivered.
 func TestSpaceSentCopies(t *testing.T) {
-	var b bytes.Buffer
-	SpaceSent(&b, node.SpaceSent{Space: "build", ID: "m1", Kind: "chat", Copies: []node.SpaceCopy{
+	var b, errb bytes.Buffer
+	SpaceSent(&b, &errb, node.SpaceSent{Space: "build", ID: "m1", Kind: "chat", Copies: []node.SpaceCopy{
 		{Participant: "a", Delivery: "acked"},
 		{Participant: "b", Delivery: "queued", LastError: "peer offline"},
 		{Participant: "c", LastError: "peer offline"},
 		{Participant: "d", Skipped: "not trusted"},
 	}})
 	want := "sent chat m1 to space build\n  a: acked\n  b: queued (peer offline)\n  c: not delivered (peer offline)\n  d: skipped: not trusted\n"
-	if b.String() != want {
-		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	if b.String() != want || errb.Len() != 0 {
+		t.Errorf("got\n%s\nwant\n%s\n(stderr %q)", b.String(), want, errb.String())
+	}
+	// What the copies do not show goes to stderr.
+	for _, tc := range []struct {
+		copies []node.SpaceCopy
+		want   string
+	}{
+		{nil, "no other active member in the space: nothing was sent\n"},
+		{[]node.SpaceCopy{{Participant: "d", Skipped: "not trusted"}}, "warning: every member was skipped (see each copy above): nothing was sent\n"},
+	} {
+		b.Reset()
+		errb.Reset()
+		SpaceSent(&b, &errb, node.SpaceSent{Space: "build", ID: "m1", Kind: "chat", Copies: tc.copies})
+		if errb.String() != tc.want {
+			t.Errorf("copies %+v: stderr %q, want %q", tc.copies, errb.String(), tc.want)
+		}
 	}
 }
