@@ -242,6 +242,21 @@ func TestPairWithoutDaemons(t *testing.T) {
 	}
 }
 
+// pairLocally runs pair offer --local on offerer and pair accept --local
+// ref on accepter, and checks that each trusts the other: the accepter
+// under wantName.
+func pairLocally(t *testing.T, offerer, accepter *testNode, ref, wantName string) {
+	t.Helper()
+	offer := offerer.startBackground("pair", "offer", "--local")
+	offer.line(t) // printed once the offer is left in the directory
+	if out := accepter.ok("pair", "accept", "--local", ref); !strings.Contains(out, "trusting "+wantName+" ("+offerer.key+")") {
+		t.Fatalf("%s: %q", accepter.name, out)
+	}
+	if code, rest := offer.wait(t); code != 0 || !strings.Contains(rest, "trusting "+accepter.name) {
+		t.Fatalf("%s's offer: %d %q %s", offerer.name, code, rest, offer.stderr.String())
+	}
+}
+
 // Two nodes of one user on one host find each other and pair without a
 // code changing hands: the runtime directory's permissions are the proof.
 func TestPairLocal(t *testing.T) {
@@ -260,15 +275,7 @@ func TestPairLocal(t *testing.T) {
 	}
 	bob.wantCode(exitPairFailed, []string{"no local offer"}, "pair", "accept", "--local", "alice")
 
-	offer := alice.startBackground("pair", "offer", "--local")
-	offer.line(t) // printed once the offer is left in the directory
-	out := bob.ok("pair", "accept", "--local", "alice")
-	if !strings.Contains(out, "trusting alice ("+alice.key+")") {
-		t.Fatalf("bob: %q", out)
-	}
-	if code, rest := offer.wait(t); code != 0 || !strings.Contains(rest, "trusting bob") {
-		t.Fatalf("offer: %d %q %s", code, rest, offer.stderr.String())
-	}
+	pairLocally(t, alice, bob, "alice", "alice")
 	alice.ok("send", "message", "bob", "found you locally")
 	bob.ok("send", "message", "alice", "likewise")
 
@@ -290,14 +297,7 @@ func TestPairLocalWithoutDaemons(t *testing.T) {
 		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
 	}
 	bob.wantCode(exitUsage, []string{"cannot pair with itself"}, "pair", "accept", "--local", "bob")
-	offer := alice.startBackground("pair", "offer", "--local")
-	offer.line(t)
-	if out := bob.ok("pair", "accept", "--local", "alice"); !strings.Contains(out, "trusting alice ("+alice.key+")") {
-		t.Fatalf("bob: %q", out)
-	}
-	if code, rest := offer.wait(t); code != 0 || !strings.Contains(rest, "trusting bob") {
-		t.Fatalf("offer: %d %q %s", code, rest, offer.stderr.String())
-	}
+	pairLocally(t, alice, bob, "alice", "alice")
 	// The entry went with the command.
 	if out := bob.ok("peers", "discover"); strings.Contains(out, alice.key) {
 		t.Fatalf("alice still announced after her offer ended: %q", out)
@@ -315,14 +315,7 @@ func TestPairLocalUnusableName(t *testing.T) {
 		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
 		n.start()
 	}
-	offer := al.startBackground("pair", "offer", "--local")
-	offer.line(t)
-	if out := bob.ok("pair", "accept", "--local", "_al"); !strings.Contains(out, "trusting al ("+al.key+")") {
-		t.Fatalf("bob: %q", out)
-	}
-	if code, rest := offer.wait(t); code != 0 || !strings.Contains(rest, "trusting bob") {
-		t.Fatalf("offer: %d %q %s", code, rest, offer.stderr.String())
-	}
+	pairLocally(t, al, bob, "_al", "al")
 }
 
 // Every home made without --name is "meerkat": pair accept --local
@@ -339,14 +332,7 @@ func TestPairLocalSharedName(t *testing.T) {
 		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
 		n.start()
 	}
-	offer := gina.startBackground("pair", "offer", "--local")
-	offer.line(t)
-	if out := frank.ok("pair", "accept", "--local", "meerkat"); !strings.Contains(out, "trusting meerkat ("+gina.key+")") {
-		t.Fatalf("frank: %q", out)
-	}
-	if code, rest := offer.wait(t); code != 0 || !strings.Contains(rest, "trusting frank") {
-		t.Fatalf("gina's offer: %d %q %s", code, rest, offer.stderr.String())
-	}
+	pairLocally(t, gina, frank, "meerkat", "meerkat")
 
 	erinOffer, ginaOffer := erin.startBackground("pair", "offer", "--local"), gina.startBackground("pair", "offer", "--local")
 	erinOffer.line(t)

@@ -379,16 +379,24 @@ func signalParked(ob *Outbox) chan struct{} {
 	return parked
 }
 
-func TestKickEndsTheWait(t *testing.T) {
+// downOutbox starts an outbox with opts whose receiver is down, on a
+// memory store, closed at the test's end.
+func downOutbox(t *testing.T, opts Options) (*Outbox, *receiver) {
+	t.Helper()
 	testutil.CheckGoroutines(t)
-	st, rcv := NewMemStore(), newReceiver()
+	rcv := newReceiver()
 	rcv.setDown(true)
-	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1, BreakerOpen: time.Hour})
+	ob, err := New(NewMemStore(), rcv, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ob.Close()
+	t.Cleanup(ob.Close)
 	ob.Start()
+	return ob, rcv
+}
+
+func TestKickEndsTheWait(t *testing.T) {
+	ob, rcv := downOutbox(t, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1, BreakerOpen: time.Hour})
 	_, tk, err := ob.Enqueue(entry(peerA, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -407,15 +415,7 @@ func TestKickEndsTheWait(t *testing.T) {
 // breaker half-open: the next send to it is the probe, not held back by
 // failures from before.
 func TestKickWithNothingQueued(t *testing.T) {
-	testutil.CheckGoroutines(t)
-	st, rcv := NewMemStore(), newReceiver()
-	rcv.setDown(true)
-	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1, BreakerOpen: time.Hour, MaxAttempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ob.Close()
-	ob.Start()
+	ob, rcv := downOutbox(t, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1, BreakerOpen: time.Hour, MaxAttempts: 1})
 	_, tk, err := ob.Enqueue(entry(peerA, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -445,15 +445,7 @@ func TestKickWithNothingQueued(t *testing.T) {
 // DropQueued takes queued envelopes out into the dead letters (dropped),
 // and what waited behind one goes; an id not queued is left, reported.
 func TestDropQueued(t *testing.T) {
-	testutil.CheckGoroutines(t)
-	st, rcv := NewMemStore(), newReceiver()
-	rcv.setDown(true)
-	ob, err := New(st, rcv, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 100, BreakerOpen: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ob.Close()
-	ob.Start()
+	ob, rcv := downOutbox(t, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 100, BreakerOpen: time.Hour})
 	stuck, tk1, err := ob.Enqueue(entry(peerA, 0))
 	if err != nil {
 		t.Fatal(err)
