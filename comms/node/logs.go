@@ -94,7 +94,14 @@ func (l *eventLog) info(msg string, peer identity.PeerID, name string, args ...a
 		held = st.held
 	}
 	st.at, st.held, st.attrs = now, 0, nil
+	// The lines about this peer left out of other events come first,
+	// each with its count: a breaker's "open" held back must not be
+	// read after its "closed".
+	earlier := l.heldLocked(now, func(o eventKey, _ *eventState) bool { return o.peer == peer && o.msg != msg })
 	l.mu.Unlock()
+	for _, ln := range earlier {
+		l.log.Info(ln.msg+" (the last of several)", ln.args...)
+	}
 	args = append([]any{"peer", name, "key", peer.String()}, args...)
 	if held > 0 {
 		args = append(args, "not_logged_before", held)
@@ -102,31 +109,47 @@ func (l *eventLog) info(msg string, peer identity.PeerID, name string, args ...a
 	l.log.Info(msg, args...)
 }
 
+// heldLine is a count line: an event's last line left out, with how many
+// were.
+type heldLine struct {
+	msg  string
+	args []any
+	at   time.Time // when its details were true
+}
+
+// heldLocked returns the count lines of the (event, peer) pairs that
+// which picks and that hold lines left out, and counts those as written
+// at now. It forgets the pairs which picks with nothing held whose
+// interval is over. l.mu must be held.
+func (l *eventLog) heldLocked(now time.Time, which func(eventKey, *eventState) bool) []heldLine {
+	var out []heldLine
+	for k, st := range l.last {
+		if !which(k, st) {
+			continue
+		}
+		if st.held == 0 {
+			if now.Sub(st.at) >= l.every {
+				delete(l.last, k)
+			}
+			continue
+		}
+		// The count line may come up to a minute late: "at" says when
+		// its details were true.
+		args := append([]any{"peer", st.name, "key", k.peer.String()}, st.attrs...)
+		out = append(out, heldLine{k.msg, append(args, "at", st.heldAt.UTC().Format(time.RFC3339), "not_logged", st.held), st.heldAt})
+		st.at, st.held, st.attrs = now, 0, nil
+	}
+	slices.SortFunc(out, func(a, b heldLine) int { return a.at.Compare(b.at) })
+	return out
+}
+
 // flush logs, for every (event, peer) whose lines were left out and whose
 // interval is over, how many, with the last one's details; it forgets
 // the pairs with nothing held.
 func (l *eventLog) flush() {
-	type line struct {
-		msg  string
-		args []any
-	}
-	var out []line
 	l.mu.Lock()
 	now := l.now()
-	for k, st := range l.last {
-		if now.Sub(st.at) < l.every {
-			continue
-		}
-		if st.held == 0 {
-			delete(l.last, k)
-			continue
-		}
-		// The count line comes up to a minute late: "at" says when its
-		// details were true.
-		args := append([]any{"peer", st.name, "key", k.peer.String()}, st.attrs...)
-		out = append(out, line{k.msg, append(args, "at", st.heldAt.UTC().Format(time.RFC3339), "not_logged", st.held)})
-		st.at, st.held, st.attrs = now, 0, nil
-	}
+	out := l.heldLocked(now, func(_ eventKey, st *eventState) bool { return now.Sub(st.at) >= l.every })
 	l.mu.Unlock()
 	for _, ln := range out {
 		l.log.Info(ln.msg+" (the last of several)", ln.args...)

@@ -176,7 +176,7 @@ func TestEventLogLimits(t *testing.T) {
 		advance(time.Second)
 	}
 	l.info("m", b, "b", "i", 0)
-	l.info("other", a, "a", "i", 0)
+	l.info("other", b, "b", "i", 0)
 	l.flush() // within the interval: nothing yet
 	advance(time.Minute)
 	l.flush() // a's four held lines: one count line
@@ -203,12 +203,48 @@ func TestEventLogLimits(t *testing.T) {
 	want := []row{
 		{Msg: "m", Peer: "a", I: 0},
 		{Msg: "m", Peer: "b", I: 0},
-		{Msg: "other", Peer: "a", I: 0},
+		{Msg: "other", Peer: "b", I: 0},
 		{Msg: "m (the last of several)", Peer: "a", I: 4, At: start.Add(4 * time.Second).Format(time.RFC3339), NotLogged: 4},
 		{Msg: "m", Peer: "a", I: 10, NotLoggedBefore: 1},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("lines\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// A line about a peer comes after the count lines of that peer's other
+// events left out before it, oldest first: a breaker's "open" held back
+// is not read after its "closed".
+func TestEventLogOrder(t *testing.T) {
+	var buf testutil.SyncBuffer
+	l := newEventLog(slog.New(slog.NewJSONHandler(&buf, nil)), time.Minute)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l.now = func() time.Time { return now }
+	a, b := peerN(1), peerN(2)
+	for _, ev := range []struct {
+		msg  string
+		peer identity.PeerID
+	}{{msgOpen, a}, {msgProbe, a}, {msgOpen, a}, {msgProbe, a}, {msgOpen, a}, {msgOpen, b}, {msgOpen, b}, {msgClosed, a}} {
+		l.info(ev.msg, ev.peer, map[identity.PeerID]string{a: "a", b: "b"}[ev.peer])
+		now = now.Add(time.Second)
+	}
+	var got []string
+	for _, m := range logLines(t, buf.String()) {
+		got = append(got, fmt.Sprint(m["msg"], " ", m["peer"], " ", m["not_logged"]))
+	}
+	want := []string{
+		msgOpen + " a <nil>", msgProbe + " a <nil>", msgOpen + " b <nil>",
+		msgProbe + " (the last of several) a 1", msgOpen + " (the last of several) a 2", // by when their last was held: 00:03, 00:04
+		msgClosed + " a <nil>",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("lines\n%q\nwant\n%q", got, want)
+	}
+	l.flush()
+	now = now.Add(time.Minute)
+	l.flush() // b's held "open" comes at the end of its minute
+	if lines := logLines(t, buf.String()); len(lines) != 7 || lines[6]["msg"] != msgOpen+" (the last of several)" || lines[6]["peer"] != "b" {
+		t.Errorf("after the flush: %v", lines)
 	}
 }
 

@@ -29,14 +29,24 @@ const (
 	maxPairSources = 1024
 )
 
+// eventFlushInterval is how often the count lines of the peer events
+// left out are looked for: each is written within this of the end of its
+// minute.
+const eventFlushInterval = 5 * time.Second
+
 // summaryLoop writes the node's summaries every summaryInterval until ctx
-// ends; Close writes the last ones.
+// ends, and the peer events' count lines as their minutes end; Close
+// writes the last ones.
 func (n *Node) summaryLoop(ctx context.Context) {
 	t := time.NewTicker(summaryInterval)
 	defer t.Stop()
+	ev := time.NewTicker(eventFlushInterval)
+	defer ev.Stop()
 	logged := map[string]bool{} // problems logged: each once
 	for {
 		select {
+		case <-ev.C:
+			n.events.flush()
 		case <-t.C:
 			n.flushSummaries()
 			for _, p := range n.problems() {
