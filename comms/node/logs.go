@@ -229,14 +229,17 @@ func logTrustReload(log *slog.Logger, before, after *trust.List) {
 	for _, p := range before.Peers() {
 		old[p.Name] = p
 	}
-	var added, removed []string
+	var added, removed, moved []string
 	for _, p := range after.Peers() {
 		q, ok := old[p.Name]
-		if !ok || q.ID != p.ID || q.Addr != p.Addr {
+		switch {
+		case !ok || q.ID != p.ID: // a new name, or another key under it
 			added = append(added, p.Name)
 			if ok {
 				removed = append(removed, p.Name)
 			}
+		case q.Addr != p.Addr || q.NATS != p.NATS:
+			moved = append(moved, p.Name)
 		}
 		delete(old, p.Name)
 	}
@@ -244,7 +247,11 @@ func logTrustReload(log *slog.Logger, before, after *trust.List) {
 		removed = append(removed, name)
 	}
 	slices.Sort(removed)
-	log.Info("trusted peers reloaded", "peers", after.Len(), "added", capNames(added), "removed", capNames(removed))
+	args := []any{"peers", after.Len(), "added", capNames(added), "removed", capNames(removed)}
+	if len(moved) > 0 {
+		args = append(args, "readdressed", capNames(moved))
+	}
+	log.Info("trusted peers reloaded", args...)
 }
 
 func capNames(names []string) []string {

@@ -292,7 +292,15 @@ func TestTrustReloadLog(t *testing.T) {
 		t.Fatalf("lines %v", lines)
 	}
 	l := lines[0]
-	if l["peers"] != 2.0 || fmt.Sprint(l["added"]) != "[b c]" || fmt.Sprint(l["removed"]) != "[a b]" {
+	if l["peers"] != 2.0 || fmt.Sprint(l["added"]) != "[b c]" || fmt.Sprint(l["removed"]) != "[a b]" || l["readdressed"] != nil {
 		t.Errorf("reload line %v", l)
+	}
+	// The same key at another address: readdressed, not added and removed.
+	var buf2 testutil.SyncBuffer
+	log = slog.New(slog.NewJSONHandler(&buf2, nil))
+	moved, _ := trust.New(trust.Peer{Name: "b", ID: peerN(3), Addr: transport.Addr{Scheme: transport.SchemeUDS, Path: "/y.sock"}}, trust.Peer{Name: "c", ID: peerN(4), Addr: addr})
+	logTrustReload(log, after, moved)
+	if l := logLines(t, buf2.String())[0]; fmt.Sprint(l["added"], l["removed"], l["readdressed"]) != "[] [] [b]" {
+		t.Errorf("reload line after an address change %v", l)
 	}
 }
