@@ -858,7 +858,7 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		var dnsErr *net.DNSError
 		resolveFailed := errors.As(r.err, &dnsErr) && !dnsErr.IsTimeout
 		if resolveFailed {
-			msg = ResolveFailed + ": " + msg
+			msg = ResolveFailed + ": " + dnsErr.Error() // the lookup and its answer: not "connection refused"
 		}
 		it.e.Attempts = attempt
 		it.e.LastError = msg

@@ -1084,7 +1084,7 @@ func TestResolveFailureOwnSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-tk.Attempted()
-	if !strings.HasPrefix(tk.LastError(), ResolveFailed+": ") || !strings.Contains(tk.LastError(), "nowhere.invalid") {
+	if tk.LastError() != ResolveFailed+": lookup nowhere.invalid: no such host" {
 		t.Fatalf("last error %q", tk.LastError())
 	}
 	testutil.WaitFor(t, 10*time.Second, "the failure to be recorded", func() bool { return ob.Peer(peerA).LastError != "" })
