@@ -146,13 +146,16 @@ func (s SpaceSent) NotAppliedEffect() string {
 // sent but not delivered (a direct copy a member did not take), nil if
 // every copy was delivered, queued or skipped.
 func (s SpaceSent) CopiesError() error {
-	failed := 0
+	failed, sent := 0, 0 // of the copies sent (not skipped)
 	for _, c := range s.Copies {
-		if c.Skipped == "" && c.Delivery == "" {
-			failed++
+		if c.Skipped == "" {
+			sent++
+			if c.Delivery == "" {
+				failed++
+			}
 		}
 	}
-	return copiesError(failed, len(s.Copies))
+	return copiesError(failed, sent)
 }
 
 // ProposalQuery selects proposals.

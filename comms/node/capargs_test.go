@@ -63,7 +63,7 @@ func TestCopiesError(t *testing.T) {
 		{"broadcast, none failed", Broadcasted{Copies: []BroadcastCopy{{Delivery: DeliveryAcked}, {Delivery: DeliveryQueued}}}.CopiesError(), ""},
 		{"broadcast, one failed", Broadcasted{Copies: []BroadcastCopy{{Delivery: DeliveryAcked}, {Delivery: DeliveryFailed}}}.CopiesError(), "1 of 2 copies failed (see their notes)"},
 		{"space, none failed", SpaceSent{Copies: []SpaceCopy{{Delivery: DeliveryAcked}, {Skipped: "not trusted"}, {Delivery: DeliveryQueued}}}.CopiesError(), ""},
-		{"space, one not delivered", SpaceSent{Copies: []SpaceCopy{{Delivery: DeliveryAcked}, {LastError: "peer offline"}, {Skipped: "not addressed"}}}.CopiesError(), "1 of 3 copies failed (see their notes)"},
+		{"space, one not delivered", SpaceSent{Copies: []SpaceCopy{{Delivery: DeliveryAcked}, {LastError: "peer offline"}, {Skipped: "not addressed"}}}.CopiesError(), "1 of 2 copies failed (see their notes)"},
 		{"no copies", SpaceSent{}.CopiesError(), ""},
 	} {
 		got := ""
