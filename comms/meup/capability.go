@@ -1,6 +1,9 @@
 package meup
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // capabilityFields are the fields of a capability object; any other is
 // refused (fail closed: an unknown field may be a constraint).
@@ -75,59 +78,69 @@ func capabilitiesFromTree(a []any, allowStrings bool) ([]Capability, error) {
 		return nil, invalid("", "more than %d capabilities", MaxCapabilities)
 	}
 	caps := make([]Capability, 0, len(a))
-	for _, v := range a {
-		if s, ok := v.(string); ok && allowStrings {
-			obj, err := capabilityTreeFromString(s)
-			if err != nil {
-				return nil, err
-			}
-			v = obj
-		}
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return nil, invalid("", "a capability is not an object")
-		}
-		for k := range obj {
-			if !capabilityFields[k] {
-				return nil, invalid("", "unknown capability field %s", quoteShort(k))
-			}
-		}
-		var c Capability
-		if id, ok := obj["id"]; ok {
-			s, ok := id.(string)
-			if !ok || len(s) > MaxIDLen || !printable(s) {
-				return nil, invalid("id", "not a string of at most %d printable bytes", MaxIDLen)
-			}
-			c.ID = s
-		}
-		kind, ok := obj["kind"]
-		if !ok {
-			return nil, invalid("kind", "missing")
-		}
-		if err := patternBounds(kind); err != nil {
-			return nil, err
-		}
-		all, err := marshalTree(obj)
+	for i, v := range a {
+		c, err := capabilityFromTree(v, allowStrings)
 		if err != nil {
-			return nil, invalid("", "%v", err)
-		}
-		if len(all) > MaxCapabilityJSON {
-			return nil, invalid("", "a capability is larger than %d bytes", MaxCapabilityJSON)
-		}
-		if c.Kind, err = marshalTree(kind); err != nil {
-			return nil, invalid("kind", "%v", err)
-		}
-		if p, ok := obj["payload"]; ok && p != nil {
-			if err := patternBounds(p); err != nil {
-				return nil, err
-			}
-			if c.Payload, err = marshalTree(p); err != nil {
-				return nil, invalid("payload", "%v", err)
-			}
+			return nil, withField(err, fmt.Sprintf("[%d]", i))
 		}
 		caps = append(caps, c)
 	}
 	return caps, nil
+}
+
+// capabilityFromTree is one capability of capabilitiesFromTree.
+func capabilityFromTree(v any, allowStrings bool) (Capability, error) {
+	fail := func(err error) (Capability, error) { return Capability{}, err }
+	if s, ok := v.(string); ok && allowStrings {
+		obj, err := capabilityTreeFromString(s)
+		if err != nil {
+			return fail(err)
+		}
+		v = obj
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return fail(invalid("", "a capability is not an object"))
+	}
+	for k := range obj {
+		if !capabilityFields[k] {
+			return fail(invalid("", "unknown capability field %s", quoteShort(k)))
+		}
+	}
+	var c Capability
+	if id, ok := obj["id"]; ok {
+		s, ok := id.(string)
+		if !ok || len(s) > MaxIDLen || !printable(s) {
+			return fail(invalid("id", "not a string of at most %d printable bytes", MaxIDLen))
+		}
+		c.ID = s
+	}
+	kind, ok := obj["kind"]
+	if !ok {
+		return fail(invalid("kind", "missing"))
+	}
+	if err := patternBounds(kind); err != nil {
+		return fail(err)
+	}
+	all, err := marshalTree(obj)
+	if err != nil {
+		return fail(invalid("", "%v", err))
+	}
+	if len(all) > MaxCapabilityJSON {
+		return fail(invalid("", "a capability is larger than %d bytes", MaxCapabilityJSON))
+	}
+	if c.Kind, err = marshalTree(kind); err != nil {
+		return fail(invalid("kind", "%v", err))
+	}
+	if p, ok := obj["payload"]; ok && p != nil {
+		if err := patternBounds(p); err != nil {
+			return fail(err)
+		}
+		if c.Payload, err = marshalTree(p); err != nil {
+			return fail(invalid("payload", "%v", err))
+		}
+	}
+	return c, nil
 }
 
 // patternBounds checks every string (and object key) in a decoded

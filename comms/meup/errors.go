@@ -3,6 +3,7 @@ package meup
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 func invalid(field, format string, args ...any) *Error {
@@ -21,9 +22,12 @@ func withField(err error, field string) error {
 	var e *Error
 	if errors.As(err, &e) {
 		c := *e
-		if c.Field == "" {
+		switch {
+		case c.Field == "":
 			c.Field = field
-		} else {
+		case strings.HasPrefix(c.Field, "["): // an index: capabilities[1].kind
+			c.Field = field + c.Field
+		default:
 			c.Field = field + "." + c.Field
 		}
 		return &c

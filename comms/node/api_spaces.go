@@ -253,6 +253,9 @@ func CapabilityArgs(list []string) (json.RawMessage, error) {
 			continue
 		default:
 			b, err := stringCapability(c)
+			if me := (*meup.Error)(nil); errors.As(err, &me) {
+				err = errors.New(me.Msg) // what is wrong with it, without the protocol's reason
+			}
 			if err != nil {
 				return nil, fmt.Errorf("capability %q: %v", c, err)
 			}

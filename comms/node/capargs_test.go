@@ -31,6 +31,10 @@ func TestCapabilityArgs(t *testing.T) {
 			t.Errorf("%s: %s, %v; want %s ok=%t", tc.name, got, err, tc.want, tc.ok)
 		}
 	}
+	// A string's fault is said without the protocol's reason.
+	if _, err := CapabilityArgs([]string{""}); err == nil || err.Error() != `capability "": capability string empty or longer than 512 bytes` {
+		t.Errorf("empty capability string: %v", err)
+	}
 }
 
 func FuzzCapabilityArgs(f *testing.F) {
