@@ -60,11 +60,11 @@ func TestValidateNATS(t *testing.T) {
 		{"nkey", func(c *Config) { c.NATS.NKeySeedFile = "/etc/u.nk" }, nil},
 		{"user and password", func(c *Config) { c.NATS.User, c.NATS.Password = "u", "p" }, nil},
 		{"user alone", func(c *Config) { c.NATS.User = "u" }, nil}, // CheckPassword's, for the node that connects
-		{"password alone", func(c *Config) { c.NATS.Password = "p" }, []string{"nats.user"}},
+		{"password alone", func(c *Config) { c.NATS.Password = "p" }, []string{"nats.password"}},
 		{"creds and nkey", func(c *Config) { c.NATS.CredsFile, c.NATS.NKeySeedFile = "a", "b" }, []string{"nats.nkey_seed_file"}},
 		{"creds and user", func(c *Config) { c.NATS.CredsFile, c.NATS.User, c.NATS.Password = "a", "u", "p" }, []string{"nats.user"}},
 		{"nkey and password", func(c *Config) { c.NATS.NKeySeedFile, c.NATS.Password = "a", "p" },
-			[]string{"nats.user", "nats.user"}}, // a second method, and a password without user
+			[]string{"nats.user", "nats.password"}}, // a second method, and a password without user
 		{"all three", func(c *Config) {
 			c.NATS.CredsFile, c.NATS.NKeySeedFile, c.NATS.User, c.NATS.Password = "a", "b", "u", "p"
 		},
@@ -75,8 +75,8 @@ func TestValidateNATS(t *testing.T) {
 		{"tls ca", func(c *Config) { c.NATS.TLSCA = "ca.pem" }, nil},
 		{"tls ca tilde", func(c *Config) { c.NATS.TLSCA = "~/ca.pem" }, []string{"nats.tls_ca"}},
 		{"tls cert and key", func(c *Config) { c.NATS.TLSCert, c.NATS.TLSKey = "c.pem", "k.pem" }, nil},
-		{"tls cert alone", func(c *Config) { c.NATS.TLSCert = "c.pem" }, []string{"nats.tls_key"}},
-		{"tls key alone", func(c *Config) { c.NATS.TLSKey = "k.pem" }, []string{"nats.tls_cert"}},
+		{"tls cert alone", func(c *Config) { c.NATS.TLSCert = "c.pem" }, []string{"nats.tls_cert"}},
+		{"tls key alone", func(c *Config) { c.NATS.TLSKey = "k.pem" }, []string{"nats.tls_key"}},
 		{"tls cert tilde", func(c *Config) { c.NATS.TLSCert, c.NATS.TLSKey = "~/c.pem", "k.pem" }, []string{"nats.tls_cert"}},
 
 		{"prefix tokens", func(c *Config) { c.NATS.SubjectPrefix = "acme.prod-1.meer_kat" }, nil},

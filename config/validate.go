@@ -128,18 +128,20 @@ func (n NATS) validate() []error {
 		methods = append(methods, m.key)
 	}
 	if n.User == "" && n.Password != "" {
-		add("user", errors.New("must be set when a NATS password is given (nats.password, or MEERKAT_NATS_PASSWORD in the environment)"))
+		// Under the key that is set, so that the error names where it
+		// came from (the file, or MEERKAT_NATS_PASSWORD).
+		add("password", errors.New("needs nats.user too"))
 	}
 	add("creds_file", checkFilePath(n.CredsFile))
 	add("nkey_seed_file", checkFilePath(n.NKeySeedFile))
 	add("tls_ca", checkFilePath(n.TLSCA))
 	add("tls_cert", checkFilePath(n.TLSCert))
 	add("tls_key", checkFilePath(n.TLSKey))
-	switch {
+	switch { // under the key that is set: the error names where it came from
 	case n.TLSCert != "" && n.TLSKey == "":
-		add("tls_key", errors.New("must be set with nats.tls_cert"))
+		add("tls_cert", errors.New("needs nats.tls_key (its private key) too"))
 	case n.TLSCert == "" && n.TLSKey != "":
-		add("tls_cert", errors.New("must be set with nats.tls_key"))
+		add("tls_key", errors.New("needs nats.tls_cert (the client certificate) too"))
 	}
 	add("subject_prefix", checkSubjectPrefix(n.SubjectPrefix))
 	add("stream", checkStreamName(n.Stream))

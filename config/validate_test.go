@@ -161,7 +161,7 @@ func TestValidateAllAtOnce(t *testing.T) {
 		"outbox.max_entries", "outbox.max_bytes", "outbox.dead_letters_max", "outbox.dead_letter_hours", "audit.max_bytes",
 		"meup.protocol", "meup.proposal_ttl_secs", "mcp.pairing", "metrics.listen", "log.level", "log.format",
 		"agent.idempotency_window_secs", "agent.sent_history_hours", "agent.loop_fast_ms", "agent.loop_hold_secs",
-		"nats.servers", "nats.nkey_seed_file", "nats.user", "nats.creds_file", "nats.tls_key",
+		"nats.servers", "nats.nkey_seed_file", "nats.user", "nats.creds_file", "nats.tls_cert",
 		"nats.subject_prefix", "nats.stream", "nats.stream_max_age_secs",
 		"nats.stream_max_bytes", "nats.stream_max_msgs", "nats.stream_replicas", "nats.dedup_window_secs",
 		"nats.reconnect_wait_ms", "nats.connect_timeout_ms",
@@ -237,16 +237,18 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-// A password with no user names both places a password comes from: it
-// may be in the environment, not in the file the error names.
+// A password with no user is reported under nats.password, so that the
+// error names where the password came from (the environment, say, not
+// the file), never the password itself.
 func TestNATSPasswordWithoutUser(t *testing.T) {
 	c := Default()
 	c.NATS.Servers = []string{"nats://127.0.0.1:4222"}
 	c.NATS.Password = "secret"
 	err := c.Validate()
-	if got := errorKeys(err); !reflect.DeepEqual(got, []string{"nats.user"}) {
-		t.Fatalf("error keys %q, want [nats.user] (err: %v)", got, err)
+	if got := errorKeys(err); !reflect.DeepEqual(got, []string{"nats.password"}) {
+		t.Fatalf("error keys %q, want [nats.password] (err: %v)", got, err)
 	}
+	err = c.ValidateSources(Sources{"nats.password": "MEERKAT_NATS_PASSWORD"})
 	if !strings.Contains(err.Error(), "MEERKAT_NATS_PASSWORD") || strings.Contains(err.Error(), "secret") {
 		t.Errorf("message %q: want it to name MEERKAT_NATS_PASSWORD, and never the password", err)
 	}
