@@ -416,15 +416,16 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	}
 	err := CheckHomePath(dir)
 	var cfg config.Config
+	var src config.Sources
 	if err == nil {
-		cfg, _, err = LoadConfig(dir, OpenOptions{LookupEnv: lookupEnv})
+		cfg, src, err = LoadConfig(dir, OpenOptions{LookupEnv: lookupEnv})
 	}
 	var l config.Listeners
 	if err == nil {
 		l, err = cfg.Resolve(dir)
 	}
 	if err == nil {
-		err = checkSocketDir(l)
+		err = src.Attribute(checkSocketDir(l)) // names MEERKAT_COMMS_LISTEN_UDS when the path came from it
 	}
 	if err == nil {
 		_, err = identity.LoadKeypair(dir)

@@ -645,3 +645,25 @@ func TestCheckConfigNonSocketAtSocketPath(t *testing.T) {
 		t.Fatalf("config check with a socket at %s: %v", sock, err)
 	}
 }
+
+// A Unix socket path whose directory does not exist fails config check
+// and the start, naming where the path came from: the variable.
+func TestCheckConfigSocketDirNamesItsSource(t *testing.T) {
+	h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
+	env := map[string]string{"MEERKAT_COMMS_LISTEN_UDS": "/nonexistent-meerkat-dir/x.sock"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	want := "MEERKAT_COMMS_LISTEN_UDS: comms.listen_uds: the socket's directory /nonexistent-meerkat-dir does not exist"
+	if _, err := CheckConfig(h.Dir, lookup, nil); CodeOf(err) != CodeBadConfig || !strings.Contains(err.Error(), want) {
+		t.Fatalf("config check: %v, want %q", err, want)
+	}
+	h2, _, err := OpenHome(h.Dir, OpenOptions{LookupEnv: lookup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Start(h2, Options{Mode: ModeServe}); err == nil || !strings.Contains(err.Error(), want) {
+		if n != nil {
+			n.Close()
+		}
+		t.Fatalf("start: %v, want %q", err, want)
+	}
+}

@@ -424,7 +424,7 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 	}()
 	ls, err := h.Config.Resolve(h.Dir)
 	if err == nil {
-		err = checkSocketDir(ls)
+		err = h.Sources.Attribute(checkSocketDir(ls))
 	}
 	if err != nil {
 		n.Close()
