@@ -7,6 +7,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/meerkatd/meerkatd/comms/node"
+	"github.com/meerkatd/meerkatd/identity"
 )
 
 // messageStatusResult is what message_status returns.
@@ -59,9 +60,27 @@ func (s *Server) messageStatus(ctx context.Context, req mcp.CallToolRequest) (*m
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.api.MessageStatus(ctx, ids)
-	if err != nil {
-		return s.failed(ctx, err)
+	// An id that is no envelope id is answered on its own (unknown, with
+	// why), not by failing the others with it.
+	var valid []string
+	for _, id := range ids {
+		if _, err := identity.ParseUUID(id); err == nil {
+			valid = append(valid, id)
+		}
+	}
+	got := []node.SendStatus{}
+	if len(valid) > 0 {
+		if got, err = s.api.MessageStatus(ctx, valid); err != nil {
+			return s.failed(ctx, err)
+		}
+	}
+	st := make([]node.SendStatus, 0, len(ids))
+	for _, id := range ids {
+		if len(got) > 0 && len(valid) > 0 && id == valid[0] {
+			st, got, valid = append(st, got[0]), got[1:], valid[1:]
+			continue
+		}
+		st = append(st, node.SendStatus{ID: id, State: node.StateUnknown, Reason: "not an envelope id"})
 	}
 	return result(messageStatusResult{Statuses: st, Pending: s.pending(ctx)})
 }

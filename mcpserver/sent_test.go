@@ -8,11 +8,14 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 )
 
+// answeredID is the request the fake node's MessageStatus has answered.
+const answeredID = "0f9c1d5e-8b2a-4c3e-9d7f-1a2b3c4d5e6f"
+
 func (f *fakeNode) MessageStatus(_ context.Context, ids []string) ([]node.SendStatus, error) {
 	out := make([]node.SendStatus, len(ids))
 	for i, id := range ids {
 		out[i] = node.SendStatus{ID: id, State: node.StateUnknown}
-		if id == "r-1" {
+		if id == answeredID {
 			out[i] = node.SendStatus{ID: id, State: node.StateAnswered, Peer: "bob", Kind: "request",
 				Answer: &node.SendAnswer{ResponseID: "resp-1", Status: "completed"}, Progress: &node.SendProgress{Accepted: 1, ResponseID: "acc-1"}}
 		}
@@ -32,14 +35,20 @@ func TestMessageStatusTool(t *testing.T) { bothEras(t, testMessageStatusTool) }
 func testMessageStatusTool(t *testing.T, era string) {
 	f := newFakeNode()
 	c, _ := startClient(t, f, era)
-	res, out, err := call(t, c, "message_status", map[string]any{"ids": []any{"r-1", "x"}})
+	other := "1f9c1d5e-8b2a-4c3e-9d7f-1a2b3c4d5e6f"
+	res, out, err := call(t, c, "message_status", map[string]any{"ids": []any{answeredID, "x", other}})
 	if err != nil || res.IsError {
 		t.Fatalf("message_status: %v %s", err, text(res))
 	}
 	st, _ := out["statuses"].([]any)
-	if len(st) != 2 || out["pending"] == nil {
+	if len(st) != 3 || out["pending"] == nil {
 		t.Fatalf("result %v", out)
 	}
+	// An id that is no envelope id is answered on its own, in its place.
+	if bad := st[1].(map[string]any); bad["id"] != "x" || bad["state"] != "unknown" || bad["reason"] != "not an envelope id" {
+		t.Fatalf("the malformed id's status %v", bad)
+	}
+	st = append(st[:1], st[2])
 	first := st[0].(map[string]any)
 	answer, _ := first["answer"].(map[string]any)
 	progress, _ := first["progress"].(map[string]any)

@@ -236,12 +236,16 @@ for (const era of ERAS) for (const mode of ['embedded', 'attached']) {
       assert.equal(got.messages.filter((m) => m.id === suite.requestId).length, 1, 'bob received the request once');
     });
 
-    step('malformed calls are bad_argument tool errors', async () => {
+    step('malformed calls are bad_argument tool errors; a malformed id is answered on its own', async () => {
       await invalidCall(alice.call('message_status', {}), 'message_status without ids');
       await invalidCall(alice.call('message_status', { ids: [] }), 'message_status with no ids');
       await invalidCall(alice.call('message_status', { ids: Array(101).fill(suite.requestId) }), 'message_status with 101 ids');
       await invalidCall(alice.call('send_message', { peer: 'bob', body: 'x', idempotency_key: 'tab\there' }), 'a key with a tab');
-      await alice.fails('message_status', { ids: ['not-an-id'] }, 'bad_argument');
+      const { statuses } = await alice.ok('message_status', { ids: ['not-an-id', suite.requestId] });
+      assert.equal(statuses.length, 2);
+      assert.deepEqual([statuses[0].id, statuses[0].state, statuses[0].reason], ['not-an-id', 'unknown', 'not an envelope id']);
+      assert.equal(statuses[1].id, suite.requestId);
+      assert.notEqual(statuses[1].state, 'unknown', 'the good id beside it is answered');
     });
 
     step('every structured result conformed to its outputSchema; the clients saw nothing wrong on the wire', async () => {
