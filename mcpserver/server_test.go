@@ -207,7 +207,7 @@ func (f *fakeNode) DeadLetters(context.Context) ([]node.DeadLetter, error) {
 
 // DropQueued has send "q-1" queued and "q-2" in flight.
 func (f *fakeNode) DropQueued(_ context.Context, ids []string) (node.Dropped, error) {
-	d := node.Dropped{Dropped: []string{}, NotQueued: []string{}, InFlight: []string{}}
+	d := node.Dropped{Dropped: []string{}, NotQueued: []string{}, InFlight: []string{}, Stored: []string{}}
 	for _, id := range ids {
 		switch id {
 		case "q-1":
@@ -957,7 +957,11 @@ func testOutboxTools(t *testing.T, era string) {
 	if err != nil || fmt.Sprint(out["dropped"]) != "[q-1]" || fmt.Sprint(out["in_flight"]) != "[q-2]" || fmt.Sprint(out["not_queued"]) != "[q-3]" {
 		t.Fatalf("drop_queued: %v %v", out, err)
 	}
-	for _, bad := range []map[string]any{{}, {"ids": []any{}}, {"ids": "q-1"}, {"ids": []any{1}}} {
+	many := make([]any, node.MaxStatusIDs+1)
+	for i := range many {
+		many[i] = "q-1"
+	}
+	for _, bad := range []map[string]any{{}, {"ids": []any{}}, {"ids": "q-1"}, {"ids": []any{1}}, {"ids": many}} {
 		wantBadArgument(t, c, "drop_queued", bad)
 	}
 	_, out, err = call(t, c, "retry_outbox", map[string]any{"peer": "ghost"})

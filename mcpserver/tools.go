@@ -56,9 +56,10 @@ type (
 		Pending int `json:"pending"`
 	}
 	dropQueuedResult struct {
-		Dropped   []string `json:"dropped"`    // now dead letters (reason dropped)
-		NotQueued []string `json:"not_queued"` // not in the outbox
-		InFlight  []string `json:"in_flight"`  // being attempted right now: not dropped
+		Dropped   []string `json:"dropped"`          // now dead letters (reason dropped)
+		NotQueued []string `json:"not_queued"`       // not in the outbox
+		InFlight  []string `json:"in_flight"`        // being attempted right now: not dropped
+		Stored    []string `json:"stored_in_broker"` // held by the NATS stream, which delivers them: not dropped
 		Pending   int      `json:"pending"`
 	}
 	retryDeadLettersResult struct {
@@ -275,7 +276,7 @@ func (s *Server) addTools() {
 	), s.retryOutbox)
 	s.mcp.AddTool(mcp.NewTool("drop_queued",
 		mcp.WithDescription("Take reliable sends out of the outbox, by id (see list_outbox), into the dead letters (reason dropped): for a send the peer will never take, which holds back what is queued behind it. A send being attempted right now is left (in_flight: it may be delivered); retry_dead_letters queues a dropped send again."),
-		mcp.WithArray("ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("ids of the queued sends to drop")),
+		mcp.WithArray("ids", mcp.Required(), mcp.WithStringItems(), mcp.MaxItems(node.MaxStatusIDs), mcp.Description("ids of the queued sends to drop")),
 		mcp.WithOutputSchema[dropQueuedResult](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Drop queued sends", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(true), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.dropQueued)
@@ -522,8 +523,8 @@ func (s *Server) retryOutbox(ctx context.Context, req mcp.CallToolRequest) (*mcp
 // parseDropQueued reads drop_queued's ids: at least one.
 func parseDropQueued(a args) ([]string, error) {
 	ids, err := a.strings("ids")
-	if err == nil && len(ids) == 0 {
-		err = invalidParams{`argument "ids" must name at least one queued send`}
+	if err == nil && (len(ids) == 0 || len(ids) > node.MaxStatusIDs) {
+		err = invalidParams{fmt.Sprintf("argument \"ids\" must hold 1 to %d ids of queued sends", node.MaxStatusIDs)}
 	}
 	return ids, err
 }
@@ -537,7 +538,7 @@ func (s *Server) dropQueued(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if err != nil {
 		return s.failed(ctx, err)
 	}
-	return result(dropQueuedResult{Dropped: d.Dropped, NotQueued: d.NotQueued, InFlight: d.InFlight, Pending: s.pending(ctx)})
+	return result(dropQueuedResult{Dropped: d.Dropped, NotQueued: d.NotQueued, InFlight: d.InFlight, Stored: d.Stored, Pending: s.pending(ctx)})
 }
 
 func (s *Server) listDeadLetters(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {

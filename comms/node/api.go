@@ -452,6 +452,10 @@ type QueuedSend struct {
 	Expired   bool   `json:"expired,omitempty"`
 	LastError string `json:"last_error,omitempty"`
 	InFlight  bool   `json:"in_flight"`
+	// StoredInBroker is true when a NATS JetStream stream on the way
+	// holds it (the peer gets it when it is back): it holds back nothing
+	// queued behind it.
+	StoredInBroker bool `json:"stored_in_broker,omitempty"`
 }
 
 // Dropped is what DropQueued did.
@@ -459,13 +463,18 @@ type Dropped struct {
 	Dropped   []string `json:"dropped"`    // now dead letters
 	NotQueued []string `json:"not_queued"` // not in the outbox (delivered, a dead letter already, or never queued)
 	InFlight  []string `json:"in_flight"`  // being attempted right now: it may be delivered
+	// Stored are held by a NATS JetStream stream on the way, which
+	// delivers them when the peer is back: they hold nothing back and
+	// cannot be dropped.
+	Stored []string `json:"stored_in_broker"`
 }
 
 // Err is the error of a DropQueued that left some of the sends given
 // (bad_argument, counting them), or nil.
 func (d Dropped) Err() error {
-	if left := len(d.InFlight) + len(d.NotQueued); left > 0 {
-		return errorf(CodeBadArgument, "%d of the sends given not dropped: %d being attempted right now (they may be delivered), %d not in the outbox", left, len(d.InFlight), len(d.NotQueued))
+	if left := len(d.InFlight) + len(d.NotQueued) + len(d.Stored); left > 0 {
+		return errorf(CodeBadArgument, "%d of the sends given not dropped: %d being attempted right now (they may be delivered), %d held by the NATS stream (it delivers them), %d not in the outbox",
+			left, len(d.InFlight), len(d.Stored), len(d.NotQueued))
 	}
 	return nil
 }

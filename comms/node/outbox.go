@@ -70,7 +70,7 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 	if ob := n.ob; ob != nil {
 		for _, q := range ob.List() {
 			qs := toQueuedSend(q.Entry, q.InFlight, now)
-			qs.Size = q.Size
+			qs.Size, qs.StoredInBroker = q.Size, q.Stored
 			info.Entries = append(info.Entries, qs)
 		}
 		list := n.r.Trust()
@@ -165,8 +165,8 @@ func holdBehind(info *Outbox) {
 	head := map[string]*QueuedSend{} // each peer's first entry that will be attempted
 	for i := range info.Entries {
 		e := &info.Entries[i]
-		if e.Expired {
-			continue // never attempted: the next one is
+		if e.Expired || e.StoredInBroker {
+			continue // never attempted again, or held by the broker: neither holds the queue back
 		}
 		h, ok := head[e.PubKey]
 		if !ok {
@@ -211,12 +211,12 @@ func (n *Node) RetryOutbox(ctx context.Context, peer string) (int, error) {
 
 // DropQueued implements [API].
 func (n *Node) DropQueued(ctx context.Context, ids []string) (Dropped, error) {
-	out := Dropped{Dropped: []string{}, NotQueued: []string{}, InFlight: []string{}}
+	out := Dropped{Dropped: []string{}, NotQueued: []string{}, InFlight: []string{}, Stored: []string{}}
 	if n.closing() {
 		return out, Coded(ErrClosed)
 	}
-	if len(ids) == 0 {
-		return out, errorf(CodeBadArgument, "give the ids of the queued sends to drop (meerkatd outbox lists them)")
+	if len(ids) == 0 || len(ids) > MaxStatusIDs {
+		return out, errorf(CodeBadArgument, "give 1 to %d ids of queued sends to drop (meerkatd outbox lists them), got %d", MaxStatusIDs, len(ids))
 	}
 	us, err := deadIDs(ids, false)
 	if err != nil {
@@ -225,19 +225,27 @@ func (n *Node) DropQueued(ctx context.Context, ids []string) (Dropped, error) {
 	if n.ob == nil {
 		return out, errorf(CodeNoDaemon, "dropping queued sends needs the running daemon")
 	}
-	dropped, busy := n.ob.DropQueued(us...)
+	did := n.ob.DropQueued(us...)
+	failed := 0
 	for _, u := range us {
-		switch {
-		case slices.Contains(dropped, u):
+		switch did[u] {
+		case outbox.Dropped:
 			out.Dropped = append(out.Dropped, u.String())
-		case slices.Contains(busy, u):
+		case outbox.DropInFlight:
 			out.InFlight = append(out.InFlight, u.String())
+		case outbox.DropStored:
+			out.Stored = append(out.Stored, u.String())
+		case outbox.DropFailed:
+			failed++
 		default:
 			out.NotQueued = append(out.NotQueued, u.String())
 		}
 	}
-	if len(dropped) > 0 {
-		n.log.Info("outbox: queued sends dropped", "count", len(dropped))
+	if len(out.Dropped) > 0 {
+		n.log.Info("outbox: queued sends dropped", "count", len(out.Dropped))
+	}
+	if failed > 0 {
+		return out, errorf(CodeInternal, "%d of the sends given could not be moved to the dead letters (the database refused the write; see the log): they stay queued", failed)
 	}
 	return out, nil
 }

@@ -212,7 +212,7 @@ func (n *Node) send(ctx context.Context, s sendSpec) (sendOutcome, error) {
 	}
 	if !wait {
 		if !s.noWait {
-			out.behind = ps.Queued
+			out.behind = ps.Queued - ps.Stored // what a broker holds holds nothing back
 			if ps.Breaker == outbox.BreakerOpen {
 				out.heldUntil = ps.OpenUntil
 			}

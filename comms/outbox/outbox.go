@@ -230,6 +230,7 @@ type PeerState struct {
 	Name        string
 	Queued      int
 	InFlight    int
+	Stored      int // of Queued, held by a broker on the way (they hold nothing back)
 	Breaker     string
 	Failures    int
 	OpenUntil   time.Time // when an open breaker allows its probe
@@ -1070,6 +1071,11 @@ func (o *Outbox) stateLocked(q *peerQ, now time.Time) PeerState {
 	if len(q.items) > 0 {
 		s.NextAttempt = o.bounds.Entry(q.items[0].e, now).NextAttempt
 	}
+	for _, it := range q.items {
+		if it.stored {
+			s.Stored++
+		}
+	}
 	return s
 }
 
@@ -1077,7 +1083,8 @@ func (o *Outbox) stateLocked(q *peerQ, now time.Time) PeerState {
 type Queued struct {
 	Entry
 	InFlight bool
-	Size     int // the payload's length (List leaves the payload out)
+	Stored   bool // a broker on the way holds it: it holds nothing behind it back
+	Size     int  // the payload's length (List leaves the payload out)
 }
 
 // List returns the queued envelopes, per peer in send order, without
@@ -1092,7 +1099,7 @@ func (o *Outbox) List() []Queued {
 			e := o.bounds.Entry(it.e, now)
 			size := len(e.Payload)
 			e.Payload = nil
-			out = append(out, Queued{Entry: e, InFlight: it.inFlight, Size: size})
+			out = append(out, Queued{Entry: e, InFlight: it.inFlight, Stored: it.stored, Size: size})
 		}
 	}
 	slices.SortFunc(out, func(a, b Queued) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -1249,34 +1256,50 @@ func (o *Outbox) Withdraw(peer identity.PeerID, id identity.UUID, reason string)
 // DropQueued moves the queued envelopes with the given ids to the dead
 // letters (ReasonDropped), wherever they wait: a user takes them out of
 // the queue (one the peer will never take holds the rest of its queue
-// back). It returns the ids it moved, and those it left: not queued, or
-// being attempted right now (they may be delivered) or held by a broker.
-func (o *Outbox) DropQueued(ids ...identity.UUID) (dropped, busy []identity.UUID) {
+// back). It returns, by id, what it did with each it found: Dropped, or
+// left as DropInFlight (being attempted right now: it may be delivered),
+// DropStored (a broker on the way holds it and delivers it) or
+// DropFailed (the store could not record the move). Ids not queued are
+// not in the map.
+func (o *Outbox) DropQueued(ids ...identity.UUID) map[identity.UUID]string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	now := o.opts.Now()
+	want := make(map[identity.UUID]bool, len(ids))
 	for _, id := range ids {
-		for _, q := range o.peers {
-			i := slices.IndexFunc(q.items, func(it *item) bool { return it.e.ID == id })
-			if i < 0 {
-				continue
+		want[id] = true
+	}
+	out := map[identity.UUID]string{}
+	now := o.opts.Now()
+	for _, q := range o.peers {
+		for _, it := range slices.Clone(q.items) {
+			switch {
+			case !want[it.e.ID]:
+			case it.inFlight:
+				out[it.e.ID] = DropInFlight
+			case it.stored:
+				out[it.e.ID] = DropStored
+			default:
+				before := len(q.items)
+				o.killLocked(q, it, ReasonDropped, EventDeadLetter, now)
+				if len(q.items) < before {
+					out[it.e.ID] = Dropped
+					wake(q) // what waited behind it may go now
+				} else {
+					out[it.e.ID] = DropFailed
+				}
 			}
-			it := q.items[i]
-			if it.inFlight || it.stored {
-				busy = append(busy, id)
-				break
-			}
-			before := len(q.items)
-			o.killLocked(q, it, ReasonDropped, EventDeadLetter, now)
-			if len(q.items) < before {
-				dropped = append(dropped, id)
-				wake(q) // what waited behind it may go now
-			}
-			break
 		}
 	}
-	return dropped, busy
+	return out
 }
+
+// What DropQueued did with an envelope.
+const (
+	Dropped      = "dropped"
+	DropInFlight = "in_flight"
+	DropStored   = "stored_in_broker"
+	DropFailed   = "store_failed"
+)
 
 // ResolveFailed starts the last error of an attempt whose peer's host
 // name did not resolve.

@@ -458,9 +458,8 @@ func TestDropQueued(t *testing.T) {
 		t.Fatal(err)
 	}
 	nobody := identity.NewUUID()
-	dropped, busy := ob.DropQueued(stuck.ID, nobody)
-	if !slices.Equal(dropped, []identity.UUID{stuck.ID}) || len(busy) != 0 {
-		t.Fatalf("DropQueued: dropped %v, busy %v", dropped, busy)
+	if did := ob.DropQueued(stuck.ID, nobody); len(did) != 1 || did[stuck.ID] != Dropped {
+		t.Fatalf("DropQueued: %v, want only %v dropped", did, stuck.ID)
 	}
 	waitTickets(t, []*Ticket{tk1, tk2})
 	if tk1.Err() == nil {
@@ -473,7 +472,7 @@ func TestDropQueued(t *testing.T) {
 	if err != nil || len(dl) != 1 || dl[0].ID != stuck.ID || dl[0].Reason != ReasonDropped {
 		t.Fatalf("dead letters %+v, %v: want the dropped one, reason %s", dl, err, ReasonDropped)
 	}
-	if d, _ := ob.DropQueued(behind.ID); len(d) != 0 {
+	if d := ob.DropQueued(behind.ID); len(d) != 0 {
 		t.Fatal("dropped an envelope already delivered")
 	}
 }
@@ -1426,6 +1425,14 @@ func TestWithdrawStored(t *testing.T) {
 	}
 	if ob.Len() != 1 {
 		t.Fatalf("%d queued, want it kept", ob.Len())
+	}
+	// Nor is it dropped: the listing and the peer's state say the
+	// broker holds it.
+	if did := ob.DropQueued(e.ID); did[e.ID] != DropStored || ob.Len() != 1 {
+		t.Fatalf("DropQueued of a stored envelope: %v (%d queued)", did, ob.Len())
+	}
+	if q, p := ob.List(), ob.Peer(peerA); !q[0].Stored || p.Stored != 1 || p.Queued != 1 {
+		t.Fatalf("listing %+v, peer %+v: want it marked stored", q, p)
 	}
 }
 

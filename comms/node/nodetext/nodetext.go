@@ -333,6 +333,9 @@ func Dropped(w, errw io.Writer, d node.Dropped) error {
 	for _, id := range d.InFlight {
 		fmt.Fprintf(errw, "%s: being attempted right now (it may be delivered); not dropped\n", Line(id))
 	}
+	for _, id := range d.Stored {
+		fmt.Fprintf(errw, "%s: held by the NATS stream, which delivers it; not dropped\n", Line(id))
+	}
 	for _, id := range d.NotQueued {
 		fmt.Fprintf(errw, "%s: not in the outbox\n", Line(id))
 	}
