@@ -37,12 +37,14 @@ func NewLogger(w io.Writer, c config.Log) *slog.Logger {
 // Log lines about what peers cause (retries, circuit breakers, dead
 // letters, recoveries) are limited to one per (event, peer) and
 // logInterval; the lines left out are counted, and the count is logged
-// with the next line or at the next summary (summaryInterval).
+// with the next line, within eventFlushInterval of the interval's end, or
+// before the next line about the same peer, whichever comes first.
 const logInterval = time.Minute
 
 // eventLog writes the node's info lines about peers, at most one per
 // (event, peer) and interval. It is safe for concurrent use; its methods
-// never block on anything but the logger.
+// never block on anything but the logger. Lines are written under mu, so
+// that they reach the log in the order they were decided.
 type eventLog struct {
 	log   *slog.Logger
 	every time.Duration
@@ -97,16 +99,20 @@ func (l *eventLog) info(msg string, peer identity.PeerID, name string, args ...a
 	// The lines about this peer left out of other events come first,
 	// each with its count: a breaker's "open" held back must not be
 	// read after its "closed".
-	earlier := l.heldLocked(now, func(o eventKey, _ *eventState) bool { return o.peer == peer && o.msg != msg })
-	l.mu.Unlock()
-	for _, ln := range earlier {
-		l.log.Info(ln.msg+" (the last of several)", ln.args...)
-	}
+	defer l.mu.Unlock()
+	l.writeLocked(l.heldLocked(now, func(o eventKey, _ *eventState) bool { return o.peer == peer && o.msg != msg }))
 	args = append([]any{"peer", name, "key", peer.String()}, args...)
 	if held > 0 {
 		args = append(args, "not_logged_before", held)
 	}
 	l.log.Info(msg, args...)
+}
+
+// writeLocked writes count lines. l.mu must be held.
+func (l *eventLog) writeLocked(lines []heldLine) {
+	for _, ln := range lines {
+		l.log.Info(ln.msg+" (the last of several)", ln.args...)
+	}
 }
 
 // heldLine is a count line: an event's last line left out, with how many
@@ -146,14 +152,22 @@ func (l *eventLog) heldLocked(now time.Time, which func(eventKey, *eventState) b
 // flush logs, for every (event, peer) whose lines were left out and whose
 // interval is over, how many, with the last one's details; it forgets
 // the pairs with nothing held.
+//
+// With it come the lines held for the other events of the same peer,
+// whatever their intervals: the log then reads in the order things
+// happened to that peer (its "open" held back is not left to come after
+// a "closed" held later).
 func (l *eventLog) flush() {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	now := l.now()
-	out := l.heldLocked(now, func(_ eventKey, st *eventState) bool { return now.Sub(st.at) >= l.every })
-	l.mu.Unlock()
-	for _, ln := range out {
-		l.log.Info(ln.msg+" (the last of several)", ln.args...)
+	due := map[identity.PeerID]bool{}
+	for k, st := range l.last {
+		if st.held > 0 && now.Sub(st.at) >= l.every {
+			due[k.peer] = true
+		}
 	}
+	l.writeLocked(l.heldLocked(now, func(k eventKey, st *eventState) bool { return due[k.peer] || now.Sub(st.at) >= l.every }))
 }
 
 // Messages of the lines about peers.

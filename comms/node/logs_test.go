@@ -248,6 +248,31 @@ func TestEventLogOrder(t *testing.T) {
 	}
 }
 
+// The flush at the end of one event's minute writes the peer's other
+// held lines with it, in the order they happened: a "closed" held after
+// an "open" is not written a minute after it.
+func TestEventLogFlushOrder(t *testing.T) {
+	var buf testutil.SyncBuffer
+	l := newEventLog(slog.New(slog.NewJSONHandler(&buf, nil)), time.Minute)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l.now = func() time.Time { return now }
+	a := peerN(1)
+	for _, msg := range []string{msgOpen, msgClosed, msgOpen, msgClosed, msgOpen} {
+		l.info(msg, a, "a")
+		now = now.Add(time.Second)
+	}
+	now = now.Add(time.Minute - 5*time.Second) // the first line's minute is over, the second's not
+	l.flush()
+	var got []string
+	for _, m := range logLines(t, buf.String()) {
+		got = append(got, fmt.Sprint(m["msg"], " ", m["not_logged"]))
+	}
+	want := []string{msgOpen + " <nil>", msgClosed + " <nil>", msgClosed + " (the last of several) 1", msgOpen + " (the last of several) 2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("lines\n%q\nwant\n%q", got, want)
+	}
+}
+
 func peerN(b byte) identity.PeerID {
 	var raw [32]byte
 	raw[0] = b
