@@ -690,8 +690,11 @@ func (c *compiledCap) matchKind(kind string, w *work) bool {
 //     kind pattern matches;
 //   - payload: h has no payload pattern (or an empty one); or c has one
 //     and every key of h's payload pattern is in c's with a deep-equal
-//     value (numbers by value), or, when both values are objects, with
-//     c's object covering h's by this same rule, recursively.
+//     value (numbers by value); or with a value that allows only values
+//     it names (a literal that is no pattern, or a list of them), each of
+//     which h's value pattern matches ("tools/*" covers "tools/call");
+//     or, when both values are objects, with c's object covering h's by
+//     this same rule, recursively.
 //
 // Two sets that allow the same envelopes in different words may thus not
 // cover each other; that refuses a grant, never widens one.

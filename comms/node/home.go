@@ -620,7 +620,8 @@ func RequireHome(dir string) error {
 }
 
 // lostKey returns a bad_config error when dir, whose identity.key is
-// missing, had an identity: its identity.pub or its database is there. A
+// missing, had an identity: its identity.pub, its database or its audit
+// log (which only a node that ran writes) is there. A
 // new key made there would make the node a stranger to every peer that
 // trusts it, with the old one's inbox and trust list: init, run and mcp
 // refuse, keygen without --force too. (A meerkat.toml or
@@ -628,7 +629,7 @@ func RequireHome(dir string) error {
 // init: no sign of a lost key.)
 func lostKey(dir string) error {
 	var found []string
-	for _, f := range []string{identity.PubFile, DBFileName, DBFileName + "-wal"} {
+	for _, f := range []string{identity.PubFile, DBFileName, DBFileName + "-wal", "audit.log", "audit.log.1"} {
 		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
 			found = append(found, f)
 		}

@@ -315,6 +315,15 @@ func TestLostKeyNotReplaced(t *testing.T) {
 	}
 	_, err = InitHome(dir, "")
 	lost("InitHome with a database", err)
+	// And the audit log alone (a memory store keeps no database).
+	if err := os.Remove(filepath.Join(dir, DBFileName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "audit.log"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = InitHome(dir, "")
+	lost("InitHome with an audit log", err)
 	if err := Keygen(dir, true); err != nil {
 		t.Fatalf("keygen --force: %v", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"os"
 	"sync"
 	"sync/atomic"
 
@@ -68,12 +67,14 @@ func (n *Node) trustChanged(_ *trust.List, err error) {
 func (n *Node) applyTrust(announce bool) error {
 	t := &n.trusted
 	t.mu.Lock()
-	l, err := trust.LoadOrEmpty(n.h.TrustPath())
-	if err == nil && t.list != nil && len(t.list.Peers()) > 0 && len(l.Peers()) == 0 {
-		if _, serr := os.Lstat(n.h.TrustPath()); errors.Is(serr, fs.ErrNotExist) {
+	l, err := trust.Load(n.h.TrustPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		if t.list != nil && len(t.list.Peers()) > 0 {
 			// Gone while the node ran (moved away, an editor's
 			// rename): no reason to drop every peer at once.
 			err = errTrustFileGone
+		} else {
+			l, err = trust.New() // none yet, and none now
 		}
 	}
 	if err != nil {

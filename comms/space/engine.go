@@ -395,12 +395,12 @@ func (e *Engine) setRosterLocked(r *Roster) {
 		}
 		e.spaces[c.Name] = sp
 	}
+	e.rosterChangedLocked(old) // may lapse the grants of spaces gone: forgotten below
 	for space := range e.lapsed {
 		if e.spaces[space] == nil {
 			delete(e.lapsed, space)
 		}
 	}
-	e.rosterChangedLocked(old)
 }
 
 // active reports whether member m can send and receive here: this node,
@@ -498,7 +498,6 @@ const maxErrorCapabilityBytes = 64 << 10
 // may (and the presence would not be sent at all).
 const maxPresenceCapabilityBytes = 64 << 10
 
-// grantsChangedLocked drops the cached matchers of space's members.
 // maxLapsedGrants bounds Engine.lapsed per space.
 const maxLapsedGrants = 64
 
@@ -515,6 +514,7 @@ func (e *Engine) lapseLocked(space string, g Grant) {
 	e.lapsed[space] = l
 }
 
+// grantsChangedLocked drops the cached matchers of space's members.
 func (e *Engine) grantsChangedLocked(space string) {
 	if sp := e.spaces[space]; sp != nil {
 		for _, m := range sp.order {

@@ -199,6 +199,10 @@ func TestKickAndInvite(t *testing.T) {
 	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"gus","key":%q,"capabilities":[{"kind":"mcp/request"}]}`, key(8))}, meup.ReasonGrantExceeds)
 	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"frank2","key":%q}`, kFrank)}, meup.ReasonInvalidEnvelope)
 	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"gus","key":%q,"capabilities":[{"kind":"chat"}]}`, key(8))})
+	// An id that reads as a member's (it differs only in a variation
+	// selector) is refused.
+	h.mustDeliver(kBob, "lab", &env{From: "bob", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"hal\u00a9","key":%q,"capabilities":[{"kind":"chat"}]}`, key(9))})
+	h.mustRefuse(kBob, "lab", &env{From: "bob", Kind: "space/invite", Payload: fmt.Sprintf(`{"participant_id":"hal\u00a9\ufe0f","key":%q,"capabilities":[{"kind":"chat"}]}`, key(10))}, meup.ReasonInvalidEnvelope)
 }
 
 // TestKickSelf: a node kicked from a space drops it.
@@ -330,6 +334,7 @@ func TestSendErrors(t *testing.T) {
 		{"lab", space.Draft{Kind: meup.KindMCPProposal, Payload: []byte(`{"method":"tools/call","params":5}`)}, space.ErrInvalid, "not 5"},
 		{"lab", space.Draft{Kind: meup.KindMCPProposal, Payload: []byte(`{"method":"bad method with spaces"}`)}, space.ErrInvalid, "a method name has no spaces"},
 		{"lab", space.Draft{Kind: meup.KindMCPRequest, Payload: []byte(`{"method":"tools/call\t"}`)}, space.ErrInvalid, "a method name has no spaces"},
+		{"lab", space.Draft{Kind: meup.KindMCPRequest, Payload: []byte(`{"method":"tools/\u200bcall"}`)}, space.ErrInvalid, "a method name has no spaces"},
 	}
 	for _, tt := range tests {
 		_, err := h.e.Send(context.Background(), tt.space, tt.d, space.SendOptions{})

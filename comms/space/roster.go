@@ -308,6 +308,7 @@ func (r *Roster) Validate() error {
 		}
 		keys := make(map[identity.PeerID]int, len(c.Members))
 		ids := make(map[string]int, len(c.Members))
+		looks := make(map[string]int, len(c.Members)) // idSkeleton → member
 		for k, m := range c.Members {
 			mat := memberAt(i, c.Name, k, m.ID)
 			if m.Key.IsZero() {
@@ -324,6 +325,10 @@ func (r *Roster) Validate() error {
 				return fmt.Errorf("space: roster: %s: id already used by member %d", mat, j+1)
 			}
 			ids[m.ID] = k
+			if j, dup := looks[idSkeleton(m.ID)]; dup {
+				return fmt.Errorf("space: roster: %s: id reads the same as member %d's (%q): they differ only in joiners or variation selectors", mat, j+1, c.Members[j].ID)
+			}
+			looks[idSkeleton(m.ID)] = k
 			if err := checkCapabilities(m.Capabilities); err != nil {
 				return fmt.Errorf("space: roster: %s: capabilities: %w", mat, err)
 			}
@@ -374,34 +379,44 @@ func checkParticipantID(id string) error {
 // selector, has a visible effect where it stands; elsewhere it shows as
 // nothing, and "w\u200dorker" would read as "worker". U+200D ZERO WIDTH
 // JOINER joins two symbols (emoji: "👨‍💻", a variation selector or skin
-// tone between), U+200C ZERO WIDTH NON-JOINER two letters of a script
-// whose letters join, the Mongolian free variation selectors follow a
-// Mongolian letter, the variation selectors a symbol, a digit, '#' or
-// '*' (emoji, keycaps) or a Han ideograph.
+// tone between) or two letters of a script whose letters join (the
+// Indic half forms); U+200C ZERO WIDTH NON-JOINER two such letters; a
+// Mongolian free variation selector follows a Mongolian letter; a
+// variation selector follows a symbol or punctuation ("❤️", "‼️"), a
+// digit, '#' or '*' of a keycap, or a Han ideograph. None follows
+// another. What passes and still looks like another member's id is
+// caught by comparing skeletons (idSkeleton).
 func joinsHere(rs []rune, i int) bool {
 	r := rs[i]
-	prev := func() rune { // the character before r, past variation selectors
-		for j := i - 1; j >= 0; j-- {
-			if !variationSelector(rs[j]) {
-				return rs[j]
-			}
+	at := func(j int) rune {
+		if j < 0 || j >= len(rs) {
+			return -1
 		}
-		return -1
+		return rs[j]
 	}
-	next := rune(-1)
-	if i+1 < len(rs) {
-		next = rs[i+1]
-	}
+	prev, next := at(i-1), at(i+1)
 	switch {
 	case r == 0x200D:
-		return symbol(prev()) && symbol(next)
+		base := prev
+		if variationSelector(base) || emojiModifier(base) {
+			base = at(i - 2) // "❤️‍🔥", "👩🏽‍🔬"
+		}
+		// After a virama it may end the word: the old Malayalam chillu, "ന്‍".
+		return symbol(base) && symbol(next) || joiningLetter(prev) && (joiningLetter(next) || unicode.Is(unicode.Mn, prev))
 	case r == 0x200C:
-		return joiningLetter(prev()) && joiningLetter(next)
+		return joiningLetter(prev) && joiningLetter(next)
 	case 0x180B <= r && r <= 0x180D, r == 0x180F:
-		return unicode.Is(unicode.Mongolian, prev())
+		return unicode.Is(unicode.Mongolian, prev) && unicode.IsLetter(prev)
 	case variationSelector(r):
-		p := prev()
-		return symbol(p) || '0' <= p && p <= '9' || p == '#' || p == '*' || unicode.Is(unicode.Han, p)
+		switch {
+		case prev < 0 || variationSelector(prev):
+			return false
+		case '0' <= prev && prev <= '9', prev == '#', prev == '*':
+			return next == 0x20E3 // a keycap: "1️⃣"
+		case unicode.Is(unicode.Han, prev):
+			return true
+		}
+		return prev == 0x2139 || unicode.In(prev, unicode.S, unicode.P) && !emojiModifier(prev)
 	}
 	return true
 }
@@ -412,15 +427,31 @@ func variationSelector(r rune) bool {
 	return 0xFE00 <= r && r <= 0xFE0F || 0xE0100 <= r && r <= 0xE01EF
 }
 
-// symbol reports whether r is a symbol (emoji are).
-func symbol(r rune) bool { return r >= 0 && unicode.In(r, unicode.So, unicode.Sk) }
+// emojiModifier reports whether r is one of the skin tones (U+1F3FB–U+1F3FF).
+func emojiModifier(r rune) bool { return 0x1F3FB <= r && r <= 0x1F3FF }
+
+// symbol reports whether r is a symbol a joiner joins: So (emoji are) or
+// a skin tone; not the ASCII modifier letters ('^', '`').
+func symbol(r rune) bool { return r >= 0 && (unicode.Is(unicode.So, r) || emojiModifier(r)) }
 
 // joiningLetter reports whether r is a letter or mark of a script in
-// which U+200C ZERO WIDTH NON-JOINER changes how letters join.
+// which the joiners change how letters join.
 func joiningLetter(r rune) bool {
 	return r >= 0 && unicode.In(r, unicode.L, unicode.M) && unicode.In(r, unicode.Arabic, unicode.Syriac, unicode.Nko,
 		unicode.Mongolian, unicode.Devanagari, unicode.Bengali, unicode.Gurmukhi, unicode.Gujarati, unicode.Oriya,
 		unicode.Tamil, unicode.Telugu, unicode.Kannada, unicode.Malayalam, unicode.Sinhala)
+}
+
+// idSkeleton is id without the characters that may show as nothing
+// (joiners, variation selectors): two ids with one skeleton read the
+// same ("❤️" and "❤"), so a space refuses the second.
+func idSkeleton(id string) string {
+	return strings.Map(func(r rune) rune {
+		if r == 0x200C || r == 0x200D || variationSelector(r) || 0x180B <= r && r <= 0x180F {
+			return -1
+		}
+		return r
+	}, id)
 }
 
 // invisible reports whether r shows as nothing, so that an id holding it

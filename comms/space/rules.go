@@ -209,6 +209,11 @@ func (e *Engine) checkLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 		if o := sp.byID[ip.ParticipantID]; o != nil {
 			return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("%q is a member of space %q already", ip.ParticipantID, space)
 		}
+		for _, o := range sp.order {
+			if idSkeleton(o.ID) == idSkeleton(ip.ParticipantID) {
+				return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("%q reads the same as member %q of space %q (they differ only in joiners or variation selectors)", ip.ParticipantID, o.ID, space)
+			}
+		}
 		if o := sp.byKey[key]; o != nil {
 			return eff, meup.ReasonInvalidEnvelope, fmt.Sprintf("that key is a member of space %q already, as %q", space, o.ID)
 		}

@@ -362,8 +362,8 @@ func checkOwnCall(env meup.Envelope) error {
 	if err := json.Unmarshal(env.Payload, &p); err != nil {
 		return fmt.Errorf("payload: %v", err)
 	}
-	if i := strings.IndexFunc(p.Method, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
-		return fmt.Errorf("payload.method %q: a method name has no spaces or control characters", p.Method)
+	if i := strings.IndexFunc(p.Method, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }); i >= 0 {
+		return fmt.Errorf("payload.method %q: a method name has no spaces, control or format characters", p.Method)
 	}
 	if p.Params != nil {
 		if b := bytes.TrimLeft(p.Params, " \t\r\n"); len(b) == 0 || b[0] != '{' && b[0] != '[' {
