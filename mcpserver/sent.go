@@ -7,7 +7,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/meerkatd/meerkatd/comms/node"
-	"github.com/meerkatd/meerkatd/identity"
 )
 
 // messageStatusResult is what message_status returns.
@@ -64,7 +63,7 @@ func (s *Server) messageStatus(ctx context.Context, req mcp.CallToolRequest) (*m
 	// why), not by failing the others with it.
 	var valid []string
 	for _, id := range ids {
-		if _, err := identity.ParseUUID(id); err == nil {
+		if node.DistinctIDs([]string{id}) == 1 { // an envelope id
 			valid = append(valid, id)
 		}
 	}
