@@ -257,15 +257,22 @@ func pairLocally(t *testing.T, offerer, accepter *testNode, ref, wantName string
 	}
 }
 
+// shareRuntime gives nodes one runtime directory (a stand-in for
+// $XDG_RUNTIME_DIR), returned, as one user's nodes on one host have.
+func shareRuntime(t *testing.T, nodes ...*testNode) string {
+	rt := t.TempDir()
+	for _, n := range nodes {
+		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
+	}
+	return rt
+}
+
 // Two nodes of one user on one host find each other and pair without a
 // code changing hands: the runtime directory's permissions are the proof.
 func TestPairLocal(t *testing.T) {
 	t.Parallel()
-	rt := t.TempDir() // stands in for $XDG_RUNTIME_DIR
 	alice, bob := newNode(t, "alice"), newNode(t, "bob")
-	for _, n := range []*testNode{alice, bob} {
-		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
-	}
+	rt := shareRuntime(t, alice, bob)
 	alice.start()
 	bob.start()
 	var found []node.Announcement
@@ -291,11 +298,8 @@ func TestPairLocal(t *testing.T) {
 // error.
 func TestPairLocalWithoutDaemons(t *testing.T) {
 	t.Parallel()
-	rt := t.TempDir()
 	alice, bob := newNode(t, "alice"), newNode(t, "bob")
-	for _, n := range []*testNode{alice, bob} {
-		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
-	}
+	shareRuntime(t, alice, bob)
 	bob.wantCode(exitUsage, []string{"cannot pair with itself"}, "pair", "accept", "--local", "bob")
 	pairLocally(t, alice, bob, "alice", "alice")
 	// The entry went with the command.
@@ -309,12 +313,10 @@ func TestPairLocalWithoutDaemons(t *testing.T) {
 // it, as a line from it would be.
 func TestPairLocalUnusableName(t *testing.T) {
 	t.Parallel()
-	rt := t.TempDir()
 	al, bob := newNode(t, "_al"), newNode(t, "bob")
-	for _, n := range []*testNode{al, bob} {
-		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
-		n.start()
-	}
+	shareRuntime(t, al, bob)
+	al.start()
+	bob.start()
 	pairLocally(t, al, bob, "_al", "al")
 }
 
@@ -323,13 +325,12 @@ func TestPairLocalUnusableName(t *testing.T) {
 // two open it names both, and the key picks one.
 func TestPairLocalSharedName(t *testing.T) {
 	t.Parallel()
-	rt := t.TempDir() // stands in for $XDG_RUNTIME_DIR
 	erin, gina, frank := newNode(t, "meerkat"), newNode(t, "meerkat"), newNode(t, "frank")
 	if gina.key < erin.key {
 		erin, gina = gina, erin // gina, the one to offer, is listed second
 	}
+	shareRuntime(t, erin, gina, frank)
 	for _, n := range []*testNode{erin, gina, frank} {
-		n.env = append(n.env, "XDG_RUNTIME_DIR="+rt)
 		n.start()
 	}
 	pairLocally(t, gina, frank, "meerkat", "meerkat")
