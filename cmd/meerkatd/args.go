@@ -246,10 +246,15 @@ func (e *env) backendFor(h *node.Home, mode node.Mode) (*control.Backend, error)
 }
 
 // openBackend opens the home named by homeFlag and its backend in mode
-// (backendFor).
+// (backendFor). A home whose configuration does not load (meerkat.toml
+// cut short by an edit) is served by its daemon if one answers, on the
+// configuration it started with (control.DaemonDespite, node.DespiteHome).
 func (e *env) openBackend(homeFlag string, mode node.Mode) (*node.Home, *control.Backend, error) {
 	h, err := e.openHome(homeFlag, false, node.OpenOptions{})
-	if err != nil {
+	if dir, derr := e.homeDir(homeFlag); err != nil && derr == nil {
+		b, err := control.DaemonDespite(dir, err, e.stderr)
+		return node.DespiteHome(dir), b, err
+	} else if err != nil {
 		return nil, nil, err
 	}
 	b, err := e.backendFor(h, mode)
@@ -260,10 +265,7 @@ func (e *env) openBackend(homeFlag string, mode node.Mode) (*node.Home, *control
 // (the daemon, or a send-only node in this process) and bounds it to
 // bound.
 func (e *env) withBackend(homeFlag string, bound time.Duration, f func(context.Context, *control.Backend) error) error {
-	_, b, err := e.openBackend(homeFlag, node.ModeSend)
-	if dir, derr := e.homeDir(homeFlag); err != nil && derr == nil {
-		b, err = control.DaemonDespite(dir, err, e.stderr) // status while meerkat.toml is being edited
-	}
+	_, b, err := e.openBackend(homeFlag, node.ModeSend) // status while meerkat.toml is being edited: the daemon's
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 	"github.com/meerkatd/meerkatd/config"
@@ -41,10 +40,7 @@ func runInbox(e *env, args []string) error {
 	case *page < 1 || *page > node.MaxBatchItems:
 		return fmt.Errorf("%w: --page is from 1 to %d", errUsage, node.MaxBatchItems)
 	}
-	h, b, err := e.openBackend(*homeFlag, node.ModeSend)
-	if dir, derr := e.homeDir(*homeFlag); err != nil && derr == nil {
-		b, err = control.DaemonDespite(dir, err, e.stderr) // the daemon's inbox while meerkat.toml is being edited
-	}
+	h, b, err := e.openBackend(*homeFlag, node.ModeSend) // the daemon's inbox while meerkat.toml is being edited
 	if err != nil {
 		return err
 	}

@@ -935,7 +935,7 @@ func TestQuickstartInBash(t *testing.T) {
 // A meerkat.toml that no longer parses (an edit under way) does not make
 // status fail while the daemon that read the good one runs: status
 // answers from it, with a warning naming the problem; without a daemon
-// it is bad_config, as before. The same for inbox.
+// it is bad_config, as before. The same for inbox, send and card.
 func TestStatusWithABadConfigWhileTheDaemonRuns(t *testing.T) {
 	t.Parallel()
 	n := newNode(t, "alice")
@@ -953,9 +953,15 @@ func TestStatusWithABadConfigWhileTheDaemonRuns(t *testing.T) {
 	if r.code != exitOK || json.Unmarshal([]byte(r.stdout), &s) != nil || !s.Daemon || !strings.Contains(r.stderr, "warning: ") || !strings.Contains(r.stderr, "meerkat.toml") {
 		t.Fatalf("status with a bad meerkat.toml while the daemon runs:\n%s", r)
 	}
-	// The inbox too: it is the daemon's.
+	// The inbox too: it is the daemon's; and send and card go through it.
 	if r := n.run("inbox", "--json"); r.code != exitOK || !strings.Contains(r.stderr, "warning: ") || !json.Valid([]byte(r.stdout)) {
 		t.Fatalf("inbox with a bad meerkat.toml while the daemon runs:\n%s", r)
+	}
+	if r := n.run("send", "message", "nobody", "hi"); r.code != exitUnknownPeer || !strings.Contains(r.stderr, "warning: ") {
+		t.Fatalf("send with a bad meerkat.toml while the daemon runs (the daemon's unknown_peer, not bad_config):\n%s", r)
+	}
+	if r := n.run("card", "show", "--json"); r.code != exitOK || !strings.Contains(r.stderr, "warning: ") || !json.Valid([]byte(r.stdout)) {
+		t.Fatalf("card with a bad meerkat.toml while the daemon runs:\n%s", r)
 	}
 	if err := os.WriteFile(path, good, 0o600); err != nil { // the daemon stops cleanly with it
 		t.Fatal(err)

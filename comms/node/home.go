@@ -43,6 +43,17 @@ type Home struct {
 	load    OpenOptions // how Config was loaded (ConfigChanges loads it so again)
 }
 
+// DespiteHome is the home in dir for a command that goes through a
+// daemon although the home's configuration does not load (see
+// control.DaemonDespite): the default configuration, with a long ack
+// timeout, as the daemon's own ends its sends and the command only waits
+// for its answer.
+func DespiteHome(dir string) *Home {
+	h := &Home{Dir: dir, Config: config.Default()}
+	h.Config.Comms.AckTimeoutSecs = 600
+	return h
+}
+
 // ConfigChanges returns the keys whose value the home's meerkat.toml and
 // the variables and flags it was opened with give now differs from
 // h.Config, the configuration it was opened with: what a running node
