@@ -598,7 +598,7 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"space", "shout"}, exitUsage, "unknown space subcommand", false},
 		{[]string{"space", "--json", "shout"}, exitUsage, "unknown space subcommand \"shout\"", false},
 		{[]string{"outbox", "--json", "shout"}, exitUsage, "shout", false},
-		{[]string{"outbox", "drop"}, exitUsage, "give the ids of the queued sends to drop", false},
+		{[]string{"outbox", "drop"}, exitUsage, "give 1 to 100 ids of queued sends to drop", false},
 		{[]string{"outbox", "drop", "123"}, exitUsage, "not an envelope id", true},
 		{[]string{"outbox", "drop", uuid}, exitNoDaemon, "dropping queued sends needs the running daemon", false},
 		{[]string{"space", "add", "build", "bob"}, exitUsage, "wrong number of arguments", false},
@@ -782,5 +782,18 @@ func TestIDShowsTheDaemonsAddresses(t *testing.T) {
 	n.okJSON(&after, "id", "--json")
 	if !slices.Contains(after.Listen, want) {
 		t.Fatalf("id with the daemon on %s: %v", want, after.Listen)
+	}
+}
+
+// outbox drop that fails before it drops anything prints the error
+// alone: no empty result before it, with --json one error document.
+func TestOutboxDropErrorAlone(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "alice")
+	for _, args := range [][]string{{"outbox", "drop", "123"}, {"outbox", "drop", "123", "--json"}, {"outbox", "drop", "550e8400-e29b-41d4-a716-446655440000", "--json"}} {
+		r := n.run(args...)
+		if r.code == exitOK || strings.Contains(r.stdout, "dropped") || strings.Count(r.stdout, "{") > 2 {
+			t.Errorf("%v: %s", args, r)
+		}
 	}
 }

@@ -37,8 +37,10 @@ func runOutbox(e *env, args []string) error {
 		return fmt.Errorf("%w: outbox retry takes at most one PEER", errUsage)
 	case sub == "drop":
 		d, err := call(e, *homeFlag, func(ctx context.Context, b node.API) (node.Dropped, error) { return b.DropQueued(ctx, pos) })
-		if err != nil || *asJSON {
-			return cmp.Or(err, e.printPartial(d, true, d.Err()))
+		if err != nil {
+			return err // nothing printed but the error
+		} else if *asJSON {
+			return e.printPartial(d, true, d.Err())
 		}
 		return nodetext.Dropped(e.stdout, e.stderr, d)
 	case sub != "" && sub != "list":
