@@ -251,6 +251,26 @@ func TestDropQueued(t *testing.T) {
 	}
 }
 
+// While a peer's breaker is open, its first envelope's next attempt is
+// the breaker's probe, not the envelope's own (longer) backoff; the
+// peer's row says the same.
+func TestOutboxShowsTheProbe(t *testing.T) {
+	ha, _ := twoHomes(t, func(c *config.Config) {
+		slowRetries(c)
+		c.Outbox.BreakerOpenSecs = 60 // the probe, well before the hour's backoff
+	})
+	alice := startTest(t, ha, ModeServe)
+	queueForBob(t, alice)
+	o, err := alice.Outbox(context.Background())
+	if err != nil || len(o.Peers) != 1 || len(o.Entries) != 1 || o.Peers[0].OpenUntil == nil {
+		t.Fatalf("outbox: %+v, %v", o, err)
+	}
+	probe := *o.Peers[0].OpenUntil
+	if e := o.Entries[0]; e.Due || e.NextAttempt == nil || !e.NextAttempt.Equal(probe) || !o.Peers[0].NextAttempt.Equal(probe) {
+		t.Fatalf("entry %+v, peer %+v: want both at the probe, %v", e, o.Peers[0], probe)
+	}
+}
+
 // A send the peer's open breaker holds back says until when.
 func TestQueuedBehindAnOpenBreaker(t *testing.T) {
 	ha, _ := twoHomes(t, slowRetries)

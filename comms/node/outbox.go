@@ -139,7 +139,10 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 }
 
 // holdForBreakers shows what an open circuit breaker holds back: nothing
-// queued for its peer is due, and no attempt comes before it closes.
+// queued for its peer is due, and no attempt comes before its probe, at
+// the end of its open time. The probe is the peer's first envelope's
+// next attempt, whatever that envelope's own backoff (it does not delay
+// the probe); the others follow it.
 func holdForBreakers(info *Outbox) {
 	open := map[string]*time.Time{}
 	for i := range info.Peers {
@@ -148,12 +151,21 @@ func holdForBreakers(info *Outbox) {
 			continue
 		}
 		open[p.PubKey] = p.OpenUntil
-		p.Due, p.NextAttempt = false, later(p.NextAttempt, p.OpenUntil)
+		p.Due, p.NextAttempt = false, p.OpenUntil
 	}
+	probed := map[string]bool{}
 	for i := range info.Entries {
 		e := &info.Entries[i]
-		if until, ok := open[e.PubKey]; ok {
-			e.Due, e.NextAttempt = false, later(e.NextAttempt, until)
+		until, ok := open[e.PubKey]
+		if !ok {
+			continue
+		}
+		e.Due, e.NextAttempt = false, later(e.NextAttempt, until)
+		if !probed[e.PubKey] && !e.Expired && !e.StoredInBroker {
+			probed[e.PubKey] = true
+			if !e.InFlight {
+				e.NextAttempt = until // the probe
+			}
 		}
 	}
 }

@@ -288,6 +288,12 @@ type item struct {
 	// made before it starts (precounted), so that a process that dies
 	// during it, again and again, still runs the entry out of attempts.
 	loaded, precounted bool
+	// probe: the attempt under way is an open breaker's probe made before
+	// the envelope's own next attempt (dueAt). It tells whether the peer
+	// is back; failed, it leaves the envelope's attempts and next attempt
+	// as they were, so that a peer down for long runs its envelopes out
+	// of attempts on their own schedule, not one probe a breaker period.
+	probe bool
 }
 
 // stoppedDuring is the last error of an entry whose attempt was under way
@@ -574,6 +580,7 @@ func (o *Outbox) work(q *peerQ) {
 				o.breakerEventLocked(q, BreakerHalfOpen)
 			}
 			it.inFlight = true
+			it.probe = now.Before(it.e.NextAttempt)
 			q.inFlight++
 			pre, first := it.e, it.loaded
 			it.loaded, it.precounted = false, first
@@ -797,8 +804,8 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 	q.inFlight--
 	now := o.opts.Now()
 	attempt := attemptNumber(it.e.Attempts)
-	precounted := it.precounted
-	it.precounted = false
+	precounted, probe := it.precounted, it.probe
+	it.precounted, it.probe = false, false
 	switch {
 	case r.err == nil:
 		q.resolve = 0
@@ -861,6 +868,9 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		if resolveFailed {
 			msg = ResolveFailed + ": " + dnsErr.Error() // the lookup and its answer: not "connection refused"
 		}
+		if probe {
+			attempt = it.e.Attempts // see item.probe: not counted
+		}
 		it.e.Attempts = attempt
 		it.e.LastError = msg
 		q.lastErr = msg
@@ -886,7 +896,7 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 			rs.failed = true
 			o.breakerFailedLocked(q, now)
 		}
-		if attempt >= o.opts.MaxAttempts {
+		if attempt >= o.opts.MaxAttempts && !probe {
 			// The dead letter keeps the count of attempts made, this one's too.
 			if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, msg); err != nil {
 				o.log.Error("outbox: cannot record a failed attempt", "id", it.e.ID.String(), "err", err)
@@ -894,7 +904,9 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 			o.killLocked(q, it, fmt.Sprintf("%s: %d attempts failed; last: %s", ReasonExhausted, attempt, msg), EventDeadLetter, now)
 			return
 		}
-		it.e.NextAttempt = now.Add(wait)
+		if !probe {
+			it.e.NextAttempt = now.Add(wait)
+		}
 		if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, msg); err != nil {
 			o.log.Error("outbox: cannot record a failed attempt", "id", it.e.ID.String(), "err", err)
 		}

@@ -442,6 +442,31 @@ func TestKickWithNothingQueued(t *testing.T) {
 	}
 }
 
+// An open breaker's probes made before the envelope's own next attempt
+// do not count against its attempts: a peer down for long runs its
+// envelopes out of attempts on their own backoff, not one per probe.
+func TestProbesDoNotSpendAttempts(t *testing.T) {
+	ob, rcv := downOutbox(t, Options{Backoff: []time.Duration{time.Hour}, BreakerFailures: 1, BreakerOpen: 20 * time.Millisecond, MaxAttempts: 2})
+	e, tk, err := ob.Enqueue(entry(peerA, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tk.Attempted()
+	testutil.WaitFor(t, 10*time.Second, "five probes after the first attempt", func() bool {
+		_, _, calls := rcv.snapshot()
+		return calls >= 6
+	})
+	q := ob.List()
+	if len(q) != 1 || q[0].ID != e.ID || q[0].Attempts != 1 || q[0].NextAttempt.Sub(time.Now()) < 50*time.Minute {
+		t.Fatalf("after the probes: %+v; want it queued, one attempt counted, its next attempt still an hour off", q)
+	}
+	select {
+	case <-tk.Done():
+		t.Fatalf("the probes ran it out of attempts: %v", tk.Err())
+	default:
+	}
+}
+
 // DropQueued takes queued envelopes out into the dead letters (dropped),
 // and what waited behind one goes; an id not queued is left, reported.
 func TestDropQueued(t *testing.T) {
