@@ -301,6 +301,17 @@ func TestPairLocalWithoutDaemons(t *testing.T) {
 	alice, bob := newNode(t, "alice"), newNode(t, "bob")
 	shareRuntime(t, alice, bob)
 	bob.wantCode(exitUsage, []string{"cannot pair with itself"}, "pair", "accept", "--local", "bob")
+	// The accept may start first: it waits for the offer's node to show.
+	accept := bob.startBackground("pair", "accept", "--local", "alice")
+	offer := alice.startBackground("pair", "offer", "--local")
+	if code, rest := accept.wait(t); code != 0 || !strings.Contains(rest, "trusting alice") {
+		t.Fatalf("accept started before the offer: %d %q %s", code, rest, accept.stderr.String())
+	}
+	if code, rest := offer.wait(t); code != 0 || !strings.Contains(rest, "trusting bob") {
+		t.Fatalf("offer: %d %q %s", code, rest, offer.stderr.String())
+	}
+	bob.ok("peers", "remove", "alice")
+	alice.ok("peers", "remove", "bob")
 	pairLocally(t, alice, bob, "alice", "alice")
 	// The entry went with the command.
 	if out := bob.ok("peers", "discover"); strings.Contains(out, alice.key) {

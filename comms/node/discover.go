@@ -363,13 +363,25 @@ func WaitLocalOffer(dir string, a Announcement, bound time.Duration) (string, er
 // the one among them that has an offer open; none or several is an error
 // that lists them, to pick one by key. The peer's name comes from the
 // exchange, as for any line.
+//
+// A node not running yet (its pair offer --local, without a daemon,
+// announces it as it makes the offer) is waited for within the same
+// bound; so is another node of this node's own name.
 func AcceptLocalLine(dir string, h *Home, ref string) (string, error) {
-	as, err := FindLocal(dir, h, ref)
-	if err != nil {
-		return "", err
+	const poll = 100 * time.Millisecond
+	deadline := time.Now().Add(LocalOfferWait)
+	for {
+		as, err := FindLocal(dir, h, ref)
+		if err == nil {
+			_, line, err := waitLocalOffers(dir, ref, as, time.Until(deadline))
+			return line, err
+		}
+		missing := CodeOf(err) == CodeUnknownPeer || strings.Contains(err.Error(), "cannot pair with itself")
+		if ref == "" || !missing || time.Until(deadline) < poll {
+			return "", err
+		}
+		time.Sleep(poll)
 	}
-	_, line, err := waitLocalOffers(dir, ref, as, LocalOfferWait)
-	return line, err
 }
 
 // waitLocalOffers is WaitLocalOffer over the nodes as, all named ref:
