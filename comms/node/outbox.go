@@ -172,7 +172,9 @@ func holdForBreakers(info *Outbox) {
 
 // holdBehind shows what waits in a peer's queue: its sends go in order,
 // so an entry behind one waiting for its next attempt (a backoff after a
-// failure) is not due before it. info.Entries are in seq order.
+// failure) is not due before it, nor one behind an attempt under way
+// (it goes once that attempt ends); nor is the peer. info.Entries are in
+// seq order.
 func holdBehind(info *Outbox) {
 	head := map[string]*QueuedSend{} // each peer's first entry that will be attempted
 	for i := range info.Entries {
@@ -181,12 +183,18 @@ func holdBehind(info *Outbox) {
 			continue // never attempted again, or held by the broker: neither holds the queue back
 		}
 		h, ok := head[e.PubKey]
-		if !ok {
+		switch {
+		case !ok:
 			head[e.PubKey] = e
-			continue
-		}
-		if !h.Due && !h.InFlight {
+		case h.InFlight:
+			e.Due = false
+		case !h.Due:
 			e.Due, e.NextAttempt = false, later(e.NextAttempt, h.NextAttempt)
+		}
+	}
+	for i := range info.Peers {
+		if h := head[info.Peers[i].PubKey]; h != nil && h.InFlight {
+			info.Peers[i].Due = false
 		}
 	}
 }

@@ -170,3 +170,33 @@ func TestOutboxPeersNamedAfterRestart(t *testing.T) {
 		n.Close()
 	}
 }
+
+// holdBehind: an entry behind one waiting out its backoff takes its time,
+// one behind an attempt under way is not due, nor is its peer; expired
+// entries and those a broker holds hold nothing back.
+func TestHoldBehind(t *testing.T) {
+	later := time.Date(2026, 1, 1, 1, 0, 0, 0, time.UTC)
+	info := Outbox{
+		Entries: []QueuedSend{
+			{PubKey: "a", Due: false, NextAttempt: &later}, // backing off
+			{PubKey: "a", Due: true},                       // behind it
+			{PubKey: "b", InFlight: true},                  // under way
+			{PubKey: "b", Due: true},                       // behind it
+			{PubKey: "c", Expired: true},                   // never attempted again
+			{PubKey: "c", StoredInBroker: true, Due: false, NextAttempt: &later},
+			{PubKey: "c", Due: true}, // the first that holds c's queue
+		},
+		Peers: []PeerSendState{{PubKey: "a"}, {PubKey: "b", Due: true}, {PubKey: "c", Due: true}},
+	}
+	holdBehind(&info)
+	e := info.Entries
+	if e[1].Due || e[1].NextAttempt == nil || !e[1].NextAttempt.Equal(later) {
+		t.Errorf("behind a backoff: %+v", e[1])
+	}
+	if e[3].Due || info.Peers[1].Due {
+		t.Errorf("behind an attempt under way: entry %+v, peer %+v", e[3], info.Peers[1])
+	}
+	if !e[6].Due || !info.Peers[2].Due {
+		t.Errorf("behind an expired entry and a stored one: entry %+v, peer %+v", e[6], info.Peers[2])
+	}
+}
