@@ -309,12 +309,16 @@ func SendQueued(w io.Writer, res node.Sent, daemon bool) {
 		what, notes = "kept for the daemon to send when it starts", []string{"no daemon runs: meerkatd run"}
 	}
 	last := "last attempt: "
-	switch {
-	case res.Behind > 0:
+	if res.Behind > 0 {
 		notes = append(notes, fmt.Sprintf("not attempted yet, behind %d earlier %s to %s", res.Behind, map[bool]string{true: "send", false: "sends"}[res.Behind == 1], Line(res.Peer)))
 		last = "the peer's last attempt: "
-	case res.BreakerOpenUntil != nil:
-		notes = append(notes, "not attempted yet: the peer's circuit breaker is open until "+res.BreakerOpenUntil.Local().Format(time.TimeOnly)+" (sooner if it shows it is back)")
+	}
+	if res.BreakerOpenUntil != nil {
+		what := "not attempted yet: the peer's circuit breaker is open until "
+		if res.Behind > 0 {
+			what = "its circuit breaker open until "
+		}
+		notes = append(notes, what+res.BreakerOpenUntil.Local().Format(time.TimeOnly)+" (sooner if it shows it is back)")
 		last = "the peer's last attempt: "
 	}
 	if res.LastError != "" {

@@ -88,14 +88,15 @@ func TestSendQueued(t *testing.T) {
 		{true, "peer offline", 2, "queued in the outbox; retrying until acked (not attempted yet, behind 2 earlier sends to bob; the peer's last attempt: peer offline): see meerkatd outbox\n"},
 		{true, "", 1, "queued in the outbox; retrying until acked (not attempted yet, behind 1 earlier send to bob): see meerkatd outbox\n"},
 		{true, "peer offline", -1, "queued in the outbox; retrying until acked (not attempted yet: the peer's circuit breaker is open until " + held.Local().Format(time.TimeOnly) + " (sooner if it shows it is back); the peer's last attempt: peer offline): see meerkatd outbox\n"},
+		{true, "peer offline", -3, "queued in the outbox; retrying until acked (not attempted yet, behind 2 earlier sends to bob; its circuit breaker open until " + held.Local().Format(time.TimeOnly) + " (sooner if it shows it is back); the peer's last attempt: peer offline): see meerkatd outbox\n"},
 		{true, "peer offline\x1b[2J", 0, "queued in the outbox; retrying until acked (last attempt: peer offline\\x1b[2J): see meerkatd outbox\n"},
 		{false, "", 0, "queued in the outbox; kept for the daemon to send when it starts (no daemon runs: meerkatd run): see meerkatd outbox\n"},
 		{false, "peer offline", 0, "queued in the outbox; kept for the daemon to send when it starts (no daemon runs: meerkatd run; last attempt: peer offline): see meerkatd outbox\n"},
 	} {
 		var b bytes.Buffer
 		sent := node.Sent{Peer: "bob", LastError: tc.lastError, Behind: tc.behind}
-		if tc.behind < 0 { // held by the breaker
-			sent.Behind, sent.BreakerOpenUntil = 0, &held
+		if tc.behind < 0 { // held by the breaker, behind -1-behind others
+			sent.Behind, sent.BreakerOpenUntil = -1-tc.behind, &held
 		}
 		SendQueued(&b, sent, tc.daemon)
 		if b.String() != tc.want {
