@@ -300,7 +300,7 @@ func (e *env) configShow(dir string, overrides node.OpenOptions, asJSON bool) er
 		fmt.Fprintf(e.stderr, "warning: %s\n", strings.TrimPrefix(err.Error(), "config: "))
 	}
 	if asJSON {
-		return cmp.Or(nodetext.PrintJSON(e.stdout, map[string]any{"config": filepath.Join(dir, config.FileName), "settings": settings}), jsonShown(err))
+		return e.printPartial(map[string]any{"config": filepath.Join(dir, config.FileName), "settings": settings}, true, err) // with "error" when a value is bad
 	}
 	return cmp.Or(nodetext.Table(e.stdout, "KEY\tVALUE\tSOURCE", settings, func(s config.Setting) []any { return []any{s.Key, nodetext.Escape(s.Value, ""), s.Source} }), err)
 }

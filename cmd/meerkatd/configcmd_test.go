@@ -146,8 +146,11 @@ func TestConfigShowInvalid(t *testing.T) {
 	code, out, errOut = runEnviron(t, vars, "config", "show", "--home", home, "--json")
 	var got struct {
 		Settings []config.Setting `json:"settings"`
+		Error    struct {
+			Code, Message string
+		} `json:"error"`
 	}
-	if err := json.Unmarshal([]byte(out), &got); err != nil || code != exitError || len(got.Settings) != len(config.Keys()) || !strings.Contains(errOut, want) {
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != exitError || len(got.Settings) != len(config.Keys()) || !strings.Contains(errOut+got.Error.Message, want) || got.Error.Code != "bad_config" {
 		t.Fatalf("config show --json: code %d, %v, stdout %q, stderr %q", code, err, out, errOut)
 	}
 }

@@ -373,7 +373,7 @@ func ShowConfig(dir string, o OpenOptions) ([]config.Setting, error) {
 	if src == nil {
 		return nil, errors.Join(homeErr, err)
 	}
-	return config.Settings(&cfg, src), errors.Join(homeErr, err)
+	return config.Settings(&cfg, src), badConfig(errors.Join(homeErr, err))
 }
 
 // namesOverride reports whether err (joined errors too) holds a
@@ -648,8 +648,9 @@ func lostKey(dir string) error {
 	if len(found) == 0 {
 		return nil
 	}
-	return &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("%s is missing from %s, a home that has had an identity (%s is there): restore identity.key from a backup; to give this home a new identity instead (its peers will have to trust the new key), run meerkatd keygen --force --home %s",
-		identity.KeyFile, dir, strings.Join(found, ", "), dir)}
+	verb := map[bool]string{true: "is", false: "are"}[len(found) == 1]
+	return &Error{Code: CodeBadConfig, Msg: fmt.Sprintf("%s is missing from %s, a home that has had an identity (%s %s there): restore identity.key from a backup; to give this home a new identity instead (its peers will have to trust the new key), run meerkatd keygen --force --home %s",
+		identity.KeyFile, dir, strings.Join(found, ", "), verb, dir)}
 }
 
 // OpenHome opens the home dir with the configuration in effect: defaults

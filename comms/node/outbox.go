@@ -107,7 +107,7 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 		ps.Queued++
 		if !timed[e.To] && !qs.Expired { // an expired entry is not attempted: the next one is
 			timed[e.To] = true
-			ps.NextAttempt, ps.Due, ps.LastError = timeOrNil(e.NextAttempt), due(e.NextAttempt, now), e.LastError
+			ps.NextAttempt, ps.Due, ps.LastError = timeOrNil(e.NextAttempt), due(e.NextAttempt, now), userText(e.LastError)
 		}
 	}
 	bs, err := st.Breakers()

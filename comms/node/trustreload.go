@@ -106,7 +106,7 @@ func (n *Node) applyTrust(announce bool) error {
 
 // errTrustFileGone is the trust file's problem when it went away while the
 // node trusted peers from it.
-var errTrustFileGone = errors.New(trust.FileName + ` is gone: the node keeps the peers it had (write {"peers": []} there to trust nobody)`)
+var errTrustFileGone = errors.New(trust.FileName + ` is gone (write {"peers": []} there to trust nobody)`)
 
 // movedPeers returns the peers of next that were in prev reached another
 // way (another address, NATS tried or not).
