@@ -389,3 +389,19 @@ func ExampleMatcher_Allows() {
 	// 2 mcp/request false
 	// 3 chat true
 }
+
+// A compile error names the capability by its index, and a payload key
+// that looks like an index is quoted, not read as one.
+func TestCompileErrorFields(t *testing.T) {
+	for _, tc := range []struct{ caps, field string }{
+		{`[{"kind":"chat"},{"kind":"/(/"}]`, "capabilities[1].kind"},
+		{`[{"kind":"chat","payload":{"[0]":"/(/"}}]`, `capabilities[0].payload."[0]"`},
+		{`[{"kind":"chat","payload":{"text":"/(/"}}]`, "capabilities[0].payload.text"},
+	} {
+		_, err := Compile(caps(t, tc.caps))
+		var e *Error
+		if !errors.As(err, &e) || e.Field != tc.field {
+			t.Errorf("Compile(%s): %v, want field %s", tc.caps, err, tc.field)
+		}
+	}
+}

@@ -25,7 +25,7 @@ func withField(err error, field string) error {
 		switch {
 		case c.Field == "":
 			c.Field = field
-		case strings.HasPrefix(c.Field, "["): // an index: capabilities[1].kind
+		case isIndex(c.Field): // capabilities[1].kind
 			c.Field = field + c.Field
 		default:
 			c.Field = field + "." + c.Field
@@ -33,4 +33,15 @@ func withField(err error, field string) error {
 		return &c
 	}
 	return &Error{Reason: ReasonInvalidEnvelope, Field: field, Msg: err.Error()}
+}
+
+// isIndex reports whether field starts with an index that withField
+// made ("[12]", then "." or nothing), not a key that looks like one.
+func isIndex(field string) bool {
+	rest, ok := strings.CutPrefix(field, "[")
+	i := strings.IndexByte(rest, ']')
+	if !ok || i < 1 || strings.Trim(rest[:i], "0123456789") != "" {
+		return false
+	}
+	return len(rest) == i+1 || rest[i+1] == '.'
 }

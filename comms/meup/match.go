@@ -576,6 +576,9 @@ func compileObject(obj map[string]any) (*objectPattern, error) {
 		}
 		value, err := compileValue(v)
 		if err != nil {
+			if isIndex(k) {
+				k = quoteShort(k) // a key "[0]", not an index
+			}
 			return nil, withField(err, k)
 		}
 		f.value = value
