@@ -169,3 +169,31 @@ func TestSpaceNote(t *testing.T) {
 		}
 	}
 }
+
+// A queued send's note says what holds it back: the sends ahead of it,
+// the peer's open breaker.
+func TestQueuedNote(t *testing.T) {
+	until := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		sent node.Sent
+		want []string
+		not  []string
+	}{
+		{node.Sent{Delivery: node.DeliveryQueued}, []string{"keeps retrying", "drop_queued"}, []string{"behind", "breaker holds"}},
+		{node.Sent{Delivery: node.DeliveryQueued, Behind: 3}, []string{"behind 3 earlier sends"}, []string{"breaker holds"}},
+		{node.Sent{Delivery: node.DeliveryQueued, Behind: 1, BreakerOpenUntil: &until}, []string{"behind 1 earlier", "breaker holds it until 2026-11-30T12:00:00Z"}, nil},
+		{node.Sent{Delivery: node.DeliveryAcked}, nil, []string{"retrying"}},
+	} {
+		note := queuedNote(tc.sent)
+		for _, w := range tc.want {
+			if !strings.Contains(note, w) {
+				t.Errorf("%+v: note %q lacks %q", tc.sent, note, w)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(note, w) {
+				t.Errorf("%+v: note %q has %q", tc.sent, note, w)
+			}
+		}
+	}
+}

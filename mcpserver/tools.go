@@ -451,9 +451,17 @@ func queuedNote(sent node.Sent) string {
 	if sent.Delivery != node.DeliveryQueued {
 		return ""
 	}
-	return "not delivered yet: the node keeps retrying it with backoff until the peer acknowledges it or its ttl passes; " +
+	waits := ""
+	if sent.Behind > 0 {
+		waits = fmt.Sprintf("it waits behind %d earlier sends to this peer (sends to a peer go in order), not attempted yet; ", sent.Behind)
+	}
+	if sent.BreakerOpenUntil != nil {
+		waits += "the peer's circuit breaker holds it until " + sent.BreakerOpenUntil.Format(time.RFC3339) + " (sooner if the peer shows it is back); "
+	}
+	return "not delivered yet: " + waits + "the node keeps retrying it with backoff until the peer acknowledges it or its ttl passes; " +
 		"nothing to do now. See list_outbox for its attempts (and list_peers for the peer's breaker); " +
-		"if it expires it moves to list_dead_letters, from where retry_dead_letters queues it again."
+		"if it expires it moves to list_dead_letters, from where retry_dead_letters queues it again; " +
+		"drop_queued takes out one the peer will never take."
 }
 
 func (s *Server) sendMessage(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
