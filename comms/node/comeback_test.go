@@ -330,7 +330,7 @@ func TestHoldForBreakers(t *testing.T) {
 			{Peer: "carol", PubKey: "kc", NextAttempt: &past, Due: true},
 		},
 	}
-	holdForBreakers(&info)
+	holdQueues(&info)
 	bob, carol := info.Peers[0], info.Peers[1]
 	if bob.Due || bob.NextAttempt == nil || !bob.NextAttempt.Equal(until) {
 		t.Fatalf("bob (breaker open): due %v, next %v; want not due, next %v", bob.Due, bob.NextAttempt, until)

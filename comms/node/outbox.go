@@ -80,8 +80,7 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 			}
 			info.Peers = append(info.Peers, toPeerSendState(s, now))
 		}
-		holdForBreakers(&info)
-		holdBehind(&info)
+		holdQueues(&info)
 		return info, nil
 	}
 	st, err := n.outboxView()
@@ -133,17 +132,30 @@ func (n *Node) Outbox(ctx context.Context) (Outbox, error) {
 		info.Peers = append(info.Peers, *ps)
 	}
 	slices.SortFunc(info.Peers, func(a, b PeerSendState) int { return strings.Compare(a.Peer+a.PubKey, b.Peer+b.PubKey) })
-	holdForBreakers(&info)
-	holdBehind(&info)
+	holdQueues(&info)
 	return info, nil
+}
+
+// queueHeads returns each peer's first entry that will be attempted (not
+// expired, not held by a broker): the one the rest of its queue waits
+// behind. info.Entries are in seq order.
+func queueHeads(info *Outbox) map[string]*QueuedSend {
+	heads := map[string]*QueuedSend{}
+	for i := range info.Entries {
+		e := &info.Entries[i]
+		if _, ok := heads[e.PubKey]; !ok && !e.Expired && !e.StoredInBroker {
+			heads[e.PubKey] = e
+		}
+	}
+	return heads
 }
 
 // holdForBreakers shows what an open circuit breaker holds back: nothing
 // queued for its peer is due, and no attempt comes before its probe, at
-// the end of its open time. The probe is the peer's first envelope's
-// next attempt, whatever that envelope's own backoff (it does not delay
-// the probe); the others follow it.
-func holdForBreakers(info *Outbox) {
+// the end of its open time. The probe is the head of the peer's queue,
+// whatever that envelope's own backoff (it does not delay the probe);
+// the others follow it.
+func holdForBreakers(info *Outbox, heads map[string]*QueuedSend) {
 	open := map[string]*time.Time{}
 	for i := range info.Peers {
 		p := &info.Peers[i]
@@ -153,7 +165,6 @@ func holdForBreakers(info *Outbox) {
 		open[p.PubKey] = p.OpenUntil
 		p.Due, p.NextAttempt = false, p.OpenUntil
 	}
-	probed := map[string]bool{}
 	for i := range info.Entries {
 		e := &info.Entries[i]
 		until, ok := open[e.PubKey]
@@ -161,11 +172,8 @@ func holdForBreakers(info *Outbox) {
 			continue
 		}
 		e.Due, e.NextAttempt = false, later(e.NextAttempt, until)
-		if !probed[e.PubKey] && !e.Expired && !e.StoredInBroker {
-			probed[e.PubKey] = true
-			if !e.InFlight {
-				e.NextAttempt = until // the probe
-			}
+		if heads[e.PubKey] == e && !e.InFlight {
+			e.NextAttempt = until // the probe
 		}
 	}
 }
@@ -173,19 +181,14 @@ func holdForBreakers(info *Outbox) {
 // holdBehind shows what waits in a peer's queue: its sends go in order,
 // so an entry behind one waiting for its next attempt (a backoff after a
 // failure) is not due before it, nor one behind an attempt under way
-// (it goes once that attempt ends); nor is the peer. info.Entries are in
-// seq order.
-func holdBehind(info *Outbox) {
-	head := map[string]*QueuedSend{} // each peer's first entry that will be attempted
+// (it goes once that attempt ends); nor is the peer.
+func holdBehind(info *Outbox, heads map[string]*QueuedSend) {
 	for i := range info.Entries {
 		e := &info.Entries[i]
-		if e.Expired || e.StoredInBroker {
-			continue // never attempted again, or held by the broker: neither holds the queue back
-		}
-		h, ok := head[e.PubKey]
+		h := heads[e.PubKey]
 		switch {
-		case !ok:
-			head[e.PubKey] = e
+		case h == nil || h == e || e.Expired || e.StoredInBroker:
+			// the head, or never attempted again, or held by the broker
 		case h.InFlight:
 			e.Due = false
 		case !h.Due:
@@ -193,10 +196,17 @@ func holdBehind(info *Outbox) {
 		}
 	}
 	for i := range info.Peers {
-		if h := head[info.Peers[i].PubKey]; h != nil && h.InFlight {
+		if h := heads[info.Peers[i].PubKey]; h != nil && h.InFlight {
 			info.Peers[i].Due = false
 		}
 	}
+}
+
+// holdQueues applies holdForBreakers, then holdBehind.
+func holdQueues(info *Outbox) {
+	heads := queueHeads(info)
+	holdForBreakers(info, heads)
+	holdBehind(info, heads)
 }
 
 // later returns the later of a and b (nil: none).

@@ -171,7 +171,7 @@ func TestOutboxPeersNamedAfterRestart(t *testing.T) {
 	}
 }
 
-// holdBehind: an entry behind one waiting out its backoff takes its time,
+// holdQueues: an entry behind one waiting out its backoff takes its time,
 // one behind an attempt under way is not due, nor is its peer; expired
 // entries and those a broker holds hold nothing back.
 func TestHoldBehind(t *testing.T) {
@@ -188,7 +188,7 @@ func TestHoldBehind(t *testing.T) {
 		},
 		Peers: []PeerSendState{{PubKey: "a"}, {PubKey: "b", Due: true}, {PubKey: "c", Due: true}},
 	}
-	holdBehind(&info)
+	holdQueues(&info)
 	e := info.Entries
 	if e[1].Due || e[1].NextAttempt == nil || !e[1].NextAttempt.Equal(later) {
 		t.Errorf("behind a backoff: %+v", e[1])

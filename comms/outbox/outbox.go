@@ -965,19 +965,21 @@ func (o *Outbox) saveBreakerLocked(q *peerQ) {
 }
 
 // killLocked moves it to the dead letters. If the store fails, it stays
-// queued (it must not be lost) and is retried later.
-func (o *Outbox) killLocked(q *peerQ, it *item, reason, event string, now time.Time) {
+// queued (it must not be lost) and is retried later. It reports whether
+// it left the queue.
+func (o *Outbox) killLocked(q *peerQ, it *item, reason, event string, now time.Time) bool {
 	if err := o.st.Kill(it.e.ID, reason, now); err != nil && !errors.Is(err, ErrNotFound) {
 		o.log.Error("outbox: cannot move an envelope to the dead letters; keeping it queued", "id", it.e.ID.String(), "err", err)
 		it.e.NextAttempt = now.Add(o.backoff(len(o.opts.Backoff)))
 		it.killFailed = true
-		return
+		return false
 	}
 	o.removeLocked(q, it)
 	if o.opts.Observe != nil {
 		o.opts.Observe(Event{Type: event, Entry: it.e, Attempt: it.e.Attempts, Reason: reason, Stored: it.stored && event == EventExpired})
 	}
 	it.t.finish(&DeadError{Reason: reason})
+	return true
 }
 
 // expireLocked dead-letters q's envelopes whose time-to-live has passed.
@@ -1006,9 +1008,7 @@ func (o *Outbox) expireOneLocked(q *peerQ, it *item, now time.Time) bool {
 	case it.e.LastError != "":
 		reason += ": last attempt: " + it.e.LastError
 	}
-	n := len(q.items)
-	o.killLocked(q, it, reason, EventExpired, now)
-	return len(q.items) < n
+	return o.killLocked(q, it, reason, EventExpired, now)
 }
 
 // ExpiredStored is the detail of the reason of an envelope whose
@@ -1234,9 +1234,7 @@ func (o *Outbox) Abandon(peer identity.PeerID, kind, reason string) int {
 		if it.inFlight || it.e.Kind != kind {
 			continue
 		}
-		before := len(q.items)
-		o.killLocked(q, it, reason, EventDeadLetter, now)
-		if len(q.items) < before {
+		if o.killLocked(q, it, reason, EventDeadLetter, now) {
 			n++
 		}
 	}
@@ -1260,9 +1258,7 @@ func (o *Outbox) Withdraw(peer identity.PeerID, id identity.UUID, reason string)
 	if i < 0 || q.items[i].inFlight || q.items[i].stored {
 		return false
 	}
-	before := len(q.items)
-	o.killLocked(q, q.items[i], reason, EventDeadLetter, o.opts.Now())
-	return len(q.items) < before
+	return o.killLocked(q, q.items[i], reason, EventDeadLetter, o.opts.Now())
 }
 
 // DropQueued moves the queued envelopes with the given ids to the dead
@@ -1291,9 +1287,7 @@ func (o *Outbox) DropQueued(ids ...identity.UUID) map[identity.UUID]string {
 			case it.stored:
 				out[it.e.ID] = DropStored
 			default:
-				before := len(q.items)
-				o.killLocked(q, it, ReasonDropped, EventDeadLetter, now)
-				if len(q.items) < before {
+				if o.killLocked(q, it, ReasonDropped, EventDeadLetter, now) {
 					out[it.e.ID] = Dropped
 					wake(q) // what waited behind it may go now
 				} else {
