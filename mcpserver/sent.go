@@ -60,26 +60,28 @@ func (s *Server) messageStatus(ctx context.Context, req mcp.CallToolRequest) (*m
 		return nil, err
 	}
 	// An id that is no envelope id is answered on its own (unknown, with
-	// why), not by failing the others with it.
+	// why), not by failing the others with it; the node answers the rest,
+	// in order.
+	st := make([]node.SendStatus, len(ids))
 	var valid []string
-	for _, id := range ids {
-		if node.DistinctIDs([]string{id}) == 1 { // an envelope id
+	ok := make([]bool, len(ids))
+	for i, id := range ids {
+		if ok[i] = node.DistinctIDs([]string{id}) == 1; ok[i] { // an envelope id
 			valid = append(valid, id)
+		} else {
+			st[i] = node.SendStatus{ID: id, State: node.StateUnknown, Reason: "not an envelope id"}
 		}
 	}
-	got := []node.SendStatus{}
 	if len(valid) > 0 {
-		if got, err = s.api.MessageStatus(ctx, valid); err != nil {
+		got, err := s.api.MessageStatus(ctx, valid)
+		if err != nil {
 			return s.failed(ctx, err)
 		}
-	}
-	st := make([]node.SendStatus, 0, len(ids))
-	for _, id := range ids {
-		if len(got) > 0 && len(valid) > 0 && id == valid[0] {
-			st, got, valid = append(st, got[0]), got[1:], valid[1:]
-			continue
+		for i := range st {
+			if ok[i] && len(got) > 0 {
+				st[i], got = got[0], got[1:]
+			}
 		}
-		st = append(st, node.SendStatus{ID: id, State: node.StateUnknown, Reason: "not an envelope id"})
 	}
 	return result(messageStatusResult{Statuses: st, Pending: s.pending(ctx)})
 }

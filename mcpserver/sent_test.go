@@ -36,14 +36,15 @@ func testMessageStatusTool(t *testing.T, era string) {
 	f := newFakeNode()
 	c, _ := startClient(t, f, era)
 	other := "1f9c1d5e-8b2a-4c3e-9d7f-1a2b3c4d5e6f"
-	res, out, err := call(t, c, "message_status", map[string]any{"ids": []any{answeredID, "x", other}})
+	res, out, err := call(t, c, "message_status", map[string]any{"ids": []any{"", answeredID, "x", other}})
 	if err != nil || res.IsError {
 		t.Fatalf("message_status: %v %s", err, text(res))
 	}
 	st, _ := out["statuses"].([]any)
-	if len(st) != 3 || out["pending"] == nil {
+	if len(st) != 4 || out["pending"] == nil || st[0].(map[string]any)["reason"] != "not an envelope id" {
 		t.Fatalf("result %v", out)
 	}
+	st = st[1:] // the empty id, answered in its place
 	// An id that is no envelope id is answered on its own, in its place.
 	if bad := st[1].(map[string]any); bad["id"] != "x" || bad["state"] != "unknown" || bad["reason"] != "not an envelope id" {
 		t.Fatalf("the malformed id's status %v", bad)

@@ -640,7 +640,7 @@ func RequireHome(dir string) error {
 // init: no sign of a lost key.)
 func lostKey(dir string) error {
 	var found []string
-	for _, f := range []string{identity.PubFile, DBFileName, DBFileName + "-wal", "audit.log", "audit.log.1"} {
+	for _, f := range []string{identity.PubFile, DBFileName, DBFileName + "-wal", audit.FileName, audit.FileName + ".1"} {
 		if _, err := os.Lstat(filepath.Join(dir, f)); err == nil {
 			found = append(found, f)
 		}

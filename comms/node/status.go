@@ -96,7 +96,7 @@ func (n *Node) warnings() []string {
 	if keys, err := n.h.ConfigChanges(); err != nil {
 		out = append(out, fmt.Sprintf("%s does not load now (%s): the node runs on what it read when it started", config.FileName, UserText(err)))
 	} else if len(keys) > 0 {
-		out = append(out, fmt.Sprintf("%s (or the node's environment) changed since the node started: restart it to apply %s", config.FileName, strings.Join(keys, ", ")))
+		out = append(out, fmt.Sprintf("%s changed since the node started: restart it to apply %s", config.FileName, strings.Join(keys, ", ")))
 	}
 	n.trusted.mu.Lock()
 	if e := n.trusted.err; e != "" {
