@@ -271,6 +271,7 @@ type peerQ struct {
 	inFlight int
 	lastErr  string
 	resolve  int // attempts in a row whose peer's host name did not resolve
+	stored   int // items a broker holds (item.stored)
 }
 
 type item struct {
@@ -831,7 +832,10 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		}
 	case errors.Is(r.err, ErrStored):
 		// Not a failure, and nothing behind it waits for it.
-		it.stored = true
+		if !it.stored {
+			it.stored = true
+			q.stored++
+		}
 		it.e.NextAttempt = now.Add(o.opts.StoredRecheck)
 		q.lastErr = ""
 		if precounted {
@@ -1018,6 +1022,9 @@ const ExpiredStored = "no ack came in time, but a broker on the way holds it and
 func (o *Outbox) removeLocked(q *peerQ, it *item) {
 	if i := slices.Index(q.items, it); i >= 0 {
 		q.items = slices.Delete(q.items, i, i+1)
+		if it.stored {
+			q.stored--
+		}
 		o.entries--
 		o.bytes -= int64(len(it.e.Payload))
 	}
@@ -1083,11 +1090,7 @@ func (o *Outbox) stateLocked(q *peerQ, now time.Time) PeerState {
 	if len(q.items) > 0 {
 		s.NextAttempt = o.bounds.Entry(q.items[0].e, now).NextAttempt
 	}
-	for _, it := range q.items {
-		if it.stored {
-			s.Stored++
-		}
-	}
+	s.Stored = q.stored
 	return s
 }
 

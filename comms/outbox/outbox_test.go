@@ -1496,6 +1496,9 @@ func TestExpiresWhileStored(t *testing.T) {
 	if !tk.Stored() || !errors.As(tk.Err(), &de) || de.Reason != ReasonExpired+": "+ExpiredStored {
 		t.Fatalf("ticket ended with %v (stored %v), want expired while the broker holds it", tk.Err(), tk.Stored())
 	}
+	if p := ob.Peer(peerA); p.Stored != 0 || p.Queued != 0 {
+		t.Fatalf("peer %+v after the stored envelope expired: want nothing queued or stored", p)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(expired) != 1 || !expired[0].Stored || expired[0].Reason != de.Reason {
