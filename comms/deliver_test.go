@@ -283,6 +283,45 @@ func TestObserveInboundAck(t *testing.T) {
 	}
 }
 
+// A peer whose frame limit is below ours takes an envelope that fits it as
+// sealed: the hint rides only on frames within transport.MinFrameLimit, so
+// it cannot take one past the peer's limit (it did, and every persistent
+// connection then refused that envelope).
+func TestHintKeepsFramesWithinAPeersSmallerLimit(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const limit = 4096
+	akp, bkp := newKP(t), newKP(t)
+	lnA, addrA := listenOn(t, "uds")
+	bob := serveNode(t, "bob", bkp, "uds", Options{MaxMessageBytes: limit}, trust.Peer{Name: "alice", ID: akp.ID(), Addr: addrA})
+	tl, err := trust.New(trust.Peer{Name: "bob", ID: bkp.ID(), Addr: bob.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := New(akp, tl, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveRouter(t, alice, lnA)
+	var body string
+	for n := limit; n > 0 && body == ""; n-- {
+		s, err := alice.Seal("bob", wire.Message(strings.Repeat("x", n)))
+		if err == nil && len(s.Payload) > limit-6 && len(s.Payload) <= limit { // the hint, "acks": 1, takes 6 bytes
+			body = strings.Repeat("x", n)
+		}
+	}
+	if body == "" {
+		t.Fatal("no message seals to within the hint's size of the peer's limit")
+	}
+	for i, text := range []string{body, "after", body} {
+		if _, err := alice.SendMessage(ctxT(t), "bob", text); err != nil {
+			t.Fatalf("message %d: %v (bob refused %v)", i, err, bob.r.Stats().Rejected)
+		}
+	}
+	if rej := bob.r.Stats().Rejected; len(rej) != 0 {
+		t.Fatalf("bob refused %v", rej)
+	}
+}
+
 // The acks hint on a connection's first frame never takes an envelope past
 // the size limit both nodes share: one sealed right at the limit is
 // delivered (its frame goes unhinted, the next one carries the hint), not

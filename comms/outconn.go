@@ -389,20 +389,21 @@ func (oc *outConn) writeLoop() {
 }
 
 // hint returns frame with the acks hint (wire.Envelope.AcksHint) added
-// if it is the first frame the connection writes: the receiver then
+// if no frame the connection wrote before carried it: the receiver then
 // acknowledges what comes on it with acks kinds. The hint is only
 // written once, so later frames go out as they were sealed; oc.wmu is
-// held.
+// held. It rides only on a frame that stays within transport.MinFrameLimit
+// with it: the peer's own limit may be below ours, but not below that, so
+// the hint never makes a frame the peer would refuse.
 func (oc *outConn) hint(frame []byte) []byte {
 	if oc.hinted || oc.l.r.opts.SingleAcks {
 		return frame
 	}
 	out, start := transport.StartFrame(make([]byte, 0, len(frame)+16))
 	out, ok := wire.AppendHinted(out, frame[min(len(frame), transport.HeaderSize):])
-	if ok && len(out)-transport.HeaderSize > oc.l.r.opts.MaxMessageBytes {
-		// The hint would take the envelope past the size a peer with our
-		// limit takes: it goes as it was sealed, and the hint on the
-		// next frame.
+	if ok && len(out)-transport.HeaderSize > transport.MinFrameLimit {
+		// The hint could take the envelope past the peer's limit: it
+		// goes as it was sealed, and the hint on the next small frame.
 		return frame
 	}
 	oc.hinted = true

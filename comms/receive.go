@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,14 +35,23 @@ const maxBatch = 64
 // halves at once.
 const splitBatch = 16
 
+// sigCheck is what a batch found of an envelope's signature.
+type sigCheck int8
+
+const (
+	sigUnchecked sigCheck = iota // the receive checks it alone
+	sigGood
+	sigBad
+)
+
 // inFrame is one frame of a batch: its envelope decoded, or the reason it
 // is refused.
 type inFrame struct {
-	e        wire.Envelope
-	size     int
-	bad      string // RejectFrame or RejectMalformed: the connection ends here
-	err      error  // the read error behind RejectFrame
-	verified bool   // its signature was checked with the batch
+	e    wire.Envelope
+	size int
+	bad  string   // RejectFrame or RejectMalformed: the connection ends here
+	err  error    // the read error behind RejectFrame
+	sig  sigCheck // what the batch found of its signature
 	// route is routeRefusal's reason when it refused the envelope as it
 	// was decoded; e then has only its id, sender and recipient.
 	route string
@@ -144,9 +152,6 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 				r.log.Debug("refused frame", "reason", f.bad, "err", f.err)
 				return
 			}
-			if f.e.AcksHint {
-				st.acksOK.Store(true)
-			}
 			var ack, fresh bool
 			var from identity.PeerID
 			var reason string
@@ -154,7 +159,13 @@ func (r *Router) serveConn(c net.Conn, st *inConn) {
 				from, reason = f.e.From, f.route
 				r.refuseRoute(st, &f.e, f.size, reason)
 			} else {
-				ack, fresh, from, reason = r.receiveDecoded(f.e, f.size, st, &pending, f.verified)
+				ack, fresh, from, reason = r.receiveDecoded(f.e, f.size, st, &pending, f.sig)
+				if f.e.AcksHint && reason == "" {
+					// Taken from an envelope that verified only: the
+					// hint is not signed, but a refused frame's is
+					// not the peer's.
+					st.acksOK.Store(true)
+				}
 			}
 			if fresh && reason == "" {
 				// Only a new envelope authenticates a connection:
@@ -280,24 +291,28 @@ func (r *Router) moreTLS(c net.Conn, fr *transport.Reader, stopped *atomic.Bool)
 	return !stopped.Load() && r.ctx.Err() == nil
 }
 
-// verifyBatch checks the signatures of a batch as one, marking those that
-// verify; vs holds the connection's verifier (made on first use). Only a
-// connection that has proved its peer holds a trusted key (a TLS client
+// verifyBatch checks the signatures of a batch in batches, marking what
+// they found; vs holds the connection's verifier (made on first use). Only
+// a connection that has proved its peer holds a trusted key (a TLS client
 // certificate, or a new envelope already admitted) batches: a stranger's
 // first envelope is verified alone, and a bad one ends the connection, as
-// it would without batches. The batch stops before the first envelope
-// the receive checks would refuse before its signature (not to us, from
-// an untrusted key, or over TLS from another key). Envelopes left
-// unmarked are verified one by one as they are received, so a bad one is
-// refused in its place and those before it are admitted. Batch and
-// single verification accept exactly the same signatures (package
-// identity).
+// it would without batches. The checks stop before the first envelope the
+// receive checks would refuse before its signature (not to us, from an
+// untrusted key, or over TLS from another key), and at the first bad
+// signature: the receive refuses that one and ends the connection, so
+// nothing after it is checked. A connection's batches start at two
+// envelopes and double with each batch that verifies whole, up to
+// maxBatch: a holder of a trusted key who proves it once and then sends
+// bad signatures costs at most a batch of two and one check more than
+// without batches. Envelopes left unchecked (one left over at the end)
+// are verified alone as they are received. Batch and single verification
+// accept exactly the same signatures (package identity).
 func (r *Router) verifyBatch(st *inConn, batch []inFrame, vs **batchVerifier) {
 	if len(batch) < 2 || (st.tlsPeer.IsZero() && !st.authed.Load()) {
 		return
 	}
 	if *vs == nil {
-		*vs = new(batchVerifier)
+		*vs = &batchVerifier{size: 2}
 	}
 	v := *vs
 	trusted := r.trust.Load()
@@ -313,29 +328,45 @@ func (r *Router) verifyBatch(st *inConn, batch []inFrame, vs **batchVerifier) {
 		v.envs = append(v.envs, &f.e)
 		v.idx = append(v.idx, i)
 	}
-	if len(v.envs) < 2 {
-		return
+	good, checked := 0, 0
+	for len(v.envs)-good >= 2 {
+		chunk := v.envs[good : good+min(v.size, len(v.envs)-good)]
+		n := v.verify(chunk)
+		checked += len(chunk)
+		good += n
+		if n < len(chunk) {
+			batch[v.idx[good]].sig = sigBad
+			break
+		}
+		v.size = min(2*v.size, maxBatch)
 	}
-	v.ok = slices.Grow(v.ok[:0], len(v.envs))[:len(v.envs)]
-	if n := len(v.envs); n >= splitBatch {
-		// Two halves at once: the reader's verification is the one part
-		// of a connection's receive path that would otherwise keep to one
-		// core.
-		done := make(chan struct{})
-		go func() {
-			wire.VerifyBatch(&v.b2, v.envs[:n/2], v.ok[:n/2])
-			close(done)
-		}()
-		wire.VerifyBatch(&v.b, v.envs[n/2:], v.ok[n/2:])
-		<-done
-	} else {
-		wire.VerifyBatch(&v.b, v.envs, v.ok)
+	for _, i := range v.idx[:good] {
+		batch[i].sig = sigGood
 	}
-	for j, i := range v.idx {
-		batch[i].verified = v.ok[j]
-	}
-	r.batchVerified.Add(uint64(len(v.envs)))
+	r.batchVerified.Add(uint64(checked))
 	clear(v.envs)
+}
+
+// verify is VerifyBatchPrefix of chunk, a chunk of splitBatch or more as
+// two halves at once: the reader's verification is the one part of a
+// connection's receive path that would otherwise keep to one core.
+func (v *batchVerifier) verify(chunk []*wire.Envelope) int {
+	n := len(chunk)
+	if n < splitBatch {
+		return wire.VerifyBatchPrefix(&v.b, chunk)
+	}
+	var first int
+	done := make(chan struct{})
+	go func() {
+		first = wire.VerifyBatchPrefix(&v.b2, chunk[:n/2])
+		close(done)
+	}()
+	second := wire.VerifyBatchPrefix(&v.b, chunk[n/2:])
+	<-done
+	if first < n/2 {
+		return first
+	}
+	return n/2 + second
 }
 
 // batchVerifier is what one connection keeps for verifyBatch.
@@ -343,7 +374,7 @@ type batchVerifier struct {
 	b, b2 identity.Batch // b2: the first half of a split batch
 	envs  []*wire.Envelope
 	idx   []int // envs[j] is batch[idx[j]]
-	ok    []bool
+	size  int   // the next batch's size: 2, doubled by each that verifies
 }
 
 // pollTLS reads into fr what the TLS connection c can return without
@@ -778,7 +809,7 @@ func (r *Router) receive(payload []byte, st *inConn, async *[]pendingAdmission) 
 		r.observeSt(st, EventRefused, nil, "", len(payload), RejectMalformed)
 		return e, false, RejectMalformed
 	}
-	ack, fresh, from, reason := r.receiveDecoded(e, len(payload), st, async, false)
+	ack, fresh, from, reason := r.receiveDecoded(e, len(payload), st, async, sigUnchecked)
 	if fresh && reason == "" {
 		// Only a new envelope authenticates a connection: replaying a
 		// captured one earns nothing.
@@ -816,9 +847,9 @@ func (r *Router) refuseRoute(st *inConn, e *wire.Envelope, size int, reason stri
 
 // receiveDecoded is receive for an envelope already decoded from size
 // bytes, also returning whether the envelope was new (not a duplicate,
-// and not an ack) and its sender. verified says its signature was
-// checked already (with a batch).
-func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]pendingAdmission, verified bool) (ack bool, fresh bool, from identity.PeerID, reason string) {
+// and not an ack) and its sender. sig is what a batch found of its
+// signature, if it was in one.
+func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]pendingAdmission, sig sigCheck) (ack bool, fresh bool, from identity.PeerID, reason string) {
 	from = e.From
 	if reason := r.routeRefusal(st, e.From, e.To); reason != "" {
 		r.refuseRoute(st, &e, size, reason)
@@ -829,7 +860,7 @@ func (r *Router) receiveDecoded(e wire.Envelope, size int, st *inConn, async *[]
 		r.refuseRoute(st, &e, size, RejectUntrusted)
 		return false, false, from, RejectUntrusted
 	}
-	if !verified && e.VerifyWith(&r.keys) != nil {
+	if sig == sigBad || (sig == sigUnchecked && e.VerifyWith(&r.keys) != nil) {
 		r.observeSt(st, EventRefused, &e, peer.Name, size, RejectBadSignature)
 		return false, false, from, RejectBadSignature
 	}

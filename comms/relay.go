@@ -422,7 +422,7 @@ func (r *Router) ReceiveRelayed(payload []byte) func() RelayReply {
 	from = e.From
 	quiet := time.Since(r.LastSeen(from)) > relayQuiet
 	var async []pendingAdmission
-	ack, fresh, _, reason := r.receiveDecoded(e, len(payload), st, &async, false)
+	ack, fresh, _, reason := r.receiveDecoded(e, len(payload), st, &async, sigUnchecked)
 	if reason != "" {
 		return refused(reason)
 	}

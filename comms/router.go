@@ -110,7 +110,7 @@ type Options struct {
 	// one peer: a connection whose first new envelope from a peer that
 	// holds this many is refused (RejectPeerConnections) and closed.
 	PeerMaxConnections int
-	MaxMessageBytes    int      // largest frame payload, at most transport.MaxFrameSize
+	MaxMessageBytes    int      // largest frame payload, from transport.MinFrameLimit (a smaller one is taken as that) to transport.MaxFrameSize
 	InboxMax           int      // length of the default memory inbox
 	Inbox              Admitter // nil: a memory inbox of InboxMax items
 	// Pairing, if set, is handed every inbound connection whose first byte
@@ -282,6 +282,7 @@ func New(kp *identity.Keypair, list *trust.List, opts Options) (*Router, error) 
 	if opts.MaxMessageBytes <= 0 || opts.MaxMessageBytes > transport.MaxFrameSize {
 		opts.MaxMessageBytes = transport.MaxFrameSize
 	}
+	opts.MaxMessageBytes = max(opts.MaxMessageBytes, transport.MinFrameLimit)
 	if opts.Dial == nil {
 		opts.Dial = transport.Dial
 	}

@@ -50,7 +50,7 @@ var keys = [...]keyDef{
 		doc: `Seconds a send waits for the peer's ack before reporting the peer offline.`,
 		num: func(c *Config) *int { return &c.Comms.AckTimeoutSecs }},
 	{path: "comms.max_message_bytes", env: "MEERKAT_COMMS_MAX_MESSAGE_BYTES",
-		doc: `Largest frame payload accepted or sent, in bytes; at most 1048576, the protocol maximum.`,
+		doc: `Largest frame payload accepted or sent, in bytes; from 1024 (every node takes a frame that small) to 1048576, the protocol maximum.`,
 		num: func(c *Config) *int { return &c.Comms.MaxMessageBytes }},
 	{path: "comms.frame_timeout_secs", env: "MEERKAT_COMMS_FRAME_TIMEOUT_SECS",
 		doc: `Seconds a frame may take to arrive, counted from its first byte.`,

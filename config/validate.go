@@ -35,7 +35,7 @@ func (c Config) Validate() error {
 		add("comms.tcp_plaintext", fmt.Errorf("must be %q or %q, got %q", Allow, Refuse, c.Comms.TCPPlaintext))
 	}
 	add("comms.ack_timeout_secs", checkRange(c.Comms.AckTimeoutSecs, 1, MaxTimeoutSecs))
-	add("comms.max_message_bytes", checkRange(c.Comms.MaxMessageBytes, 1, transport.MaxFrameSize))
+	add("comms.max_message_bytes", checkRange(c.Comms.MaxMessageBytes, transport.MinFrameLimit, transport.MaxFrameSize))
 	add("comms.frame_timeout_secs", checkRange(c.Comms.FrameTimeoutSecs, 1, MaxTimeoutSecs))
 	add("comms.idle_timeout_secs", checkRange(c.Comms.IdleTimeoutSecs, 1, MaxTimeoutSecs))
 	add("comms.max_connections", checkMin(c.Comms.MaxConnections, 1))

@@ -71,8 +71,9 @@ func TestValidate(t *testing.T) {
 		{"idle huge", func(c *Config) { c.Comms.IdleTimeoutSecs = math.MaxInt }, "comms.idle_timeout_secs"},
 
 		{"max message 0", func(c *Config) { c.Comms.MaxMessageBytes = 0 }, "comms.max_message_bytes"},
+		{"max message under the least", func(c *Config) { c.Comms.MaxMessageBytes = 1023 }, "comms.max_message_bytes"},
 		{"max message over protocol", func(c *Config) { c.Comms.MaxMessageBytes = 1048577 }, "comms.max_message_bytes"},
-		{"max message 1", func(c *Config) { c.Comms.MaxMessageBytes = 1 }, ""},
+		{"max message at the least", func(c *Config) { c.Comms.MaxMessageBytes = 1024 }, ""},
 		{"max connections 0", func(c *Config) { c.Comms.MaxConnections = 0 }, "comms.max_connections"},
 		{"max connections 1", func(c *Config) { c.Comms.MaxConnections = 1 }, ""},
 		{"peer share 0", func(c *Config) { c.Comms.PeerInboxShare = 0 }, "comms.peer_inbox_share"},

@@ -254,6 +254,41 @@ func (b *Batch) Verify(ok []bool) bool {
 	return all
 }
 
+// VerifyPrefix reports how many entries, from the first, are valid by
+// [PeerID.Verify]'s rule, checking no more than it must: all of them if
+// the batch equation holds over them; otherwise each on its own, in
+// order, up to the first that is not valid, whose index it returns.
+// Nothing after an entry that cannot be valid on its face is checked.
+// For a reader that refuses a stream at its first bad signature, a batch
+// that fails costs the equation and the checks up to that signature, not
+// a check of every entry. VerifyPrefix does not reset the batch.
+func (b *Batch) VerifyPrefix() int {
+	m := len(b.entries)
+	for i := range b.entries {
+		if b.entries[i].key == nil {
+			m = i
+			break
+		}
+	}
+	if m > 1 {
+		all := b.entries
+		b.entries = all[:m]
+		holds := b.equation(m)
+		b.entries = all
+		if holds {
+			return m
+		}
+	}
+	for i := range m {
+		e := &b.entries[i]
+		var d curve.EdwardsPoint // [k](-A) + [S]B - R
+		if !d.ExpandedTripleScalarMulBasepointVartime(&e.k, &e.key.negA, &e.S, &e.R).IsSmallOrder() {
+			return i
+		}
+	}
+	return m
+}
+
 // equation checks the batch equation over the n entries that can be valid.
 func (b *Batch) equation(n int) bool {
 	b.random = slices.Grow(b.random[:0], 16*n)[:16*n]

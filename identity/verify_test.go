@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -417,6 +418,9 @@ func TestBatchFindsTheBadOne(t *testing.T) {
 				t.Errorf("bad entry %d: ok[%d] = %v", bad, i, ok[i])
 			}
 		}
+		if n := b.VerifyPrefix(); n != bad {
+			t.Errorf("bad entry %d: VerifyPrefix = %d", bad, n)
+		}
 	}
 	// And with none bad, the same reused batch passes.
 	b.Reset()
@@ -425,6 +429,9 @@ func TestBatchFindsTheBadOne(t *testing.T) {
 	}
 	if !b.Verify(ok) {
 		t.Fatal("honest batch after reuse: Verify = false")
+	}
+	if n := b.VerifyPrefix(); n != 64 {
+		t.Fatalf("honest batch: VerifyPrefix = %d, want 64", n)
 	}
 	for i := range ok {
 		if !ok[i] {
@@ -457,6 +464,21 @@ func TestBatchZeroValue(t *testing.T) {
 	ok := []bool{true}
 	if b.Verify(ok) || ok[0] {
 		t.Fatalf("batch of one non-point key: Verify = true or ok = %v", ok)
+	}
+	if n := b.VerifyPrefix(); n != 0 {
+		t.Fatalf("batch of one non-point key: VerifyPrefix = %d", n)
+	}
+	// Nothing after an entry that cannot be valid counts, good or not.
+	b.Add(ids[1], msgs[1], sigs[1])
+	if n := b.VerifyPrefix(); n != 0 {
+		t.Fatalf("non-point key, then a good entry: VerifyPrefix = %d, want 0", n)
+	}
+	b.Reset()
+	b.Add(ids[1], msgs[1], sigs[1])
+	b.Add(identity.PeerID(notAPoint(t)), msgs[0], sigs[0])
+	b.Add(ids[1], msgs[1], sigs[1])
+	if n := b.VerifyPrefix(); n != 1 {
+		t.Fatalf("good, non-point key, good: VerifyPrefix = %d, want 1", n)
 	}
 	// Add keeps neither msg nor sig.
 	b.Reset()
@@ -544,6 +566,13 @@ func FuzzBatchMatchesSingle(f *testing.F) {
 		}
 		if all != wantAll {
 			t.Fatalf("batch Verify = %v, entries say %v", all, wantAll)
+		}
+		prefix := len(want)
+		if i := slices.Index(want, false); i >= 0 {
+			prefix = i
+		}
+		if n := b.VerifyPrefix(); n != prefix {
+			t.Fatalf("VerifyPrefix = %d, entries say %d (%v)", n, prefix, want)
 		}
 	})
 }

@@ -15,6 +15,10 @@ const (
 	HeaderSize = 4
 	// MaxFrameSize is the protocol's largest payload, in bytes.
 	MaxFrameSize = 1 << 20
+	// MinFrameLimit is the least a node's own frame limit may be: every
+	// node takes a payload of this size. (An envelope's fixed members
+	// alone take about 200 bytes.)
+	MinFrameLimit = 1024
 )
 
 // Tunables of the frame reader.

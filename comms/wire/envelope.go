@@ -151,23 +151,24 @@ func (e *Envelope) VerifyWith(v *identity.Verifier) error {
 	return nil
 }
 
-// VerifyBatch checks the signatures of envs as one batch, by the same rule
-// as [Envelope.Verify] (see package identity, "Signatures"). It resets b,
-// adds every envelope's signable bytes (computed once, into one reused
-// buffer) and verifies them; ok must have at least len(envs) elements, and
-// ok[i] reports whether envs[i] verified. It returns whether all did (true
-// for no envelopes). An envelope whose signable bytes cannot be computed is
-// refused. A single envelope is checked on its own, which is cheaper.
-// Reusing one b across calls reuses its memory and its cache of senders'
-// keys; b is not safe for concurrent use, so neither is VerifyBatch with a
-// shared b.
-func VerifyBatch(b *identity.Batch, envs []*Envelope, ok []bool) bool {
-	ok = ok[:len(envs)]
+// VerifyBatchPrefix checks the signatures of envs as one batch, by the
+// same rule as [Envelope.Verify] (see package identity, "Signatures"), and
+// returns how many, from the first, verified: len(envs) if all did,
+// otherwise the index of the first that did not ([identity.Batch.VerifyPrefix]:
+// nothing after it is checked). It resets b and adds every envelope's
+// signable bytes (computed once, into one reused buffer); an envelope
+// whose signable bytes cannot be computed is refused. A single envelope is
+// checked on its own, which is cheaper. Reusing one b across calls reuses
+// its memory and its cache of senders' keys; b is not safe for concurrent
+// use, so neither is VerifyBatchPrefix with a shared b.
+func VerifyBatchPrefix(b *identity.Batch, envs []*Envelope) int {
 	b.Reset()
 	if len(envs) == 1 {
 		// A batch of one costs more than checking it alone.
-		ok[0] = envs[0].Verify() == nil
-		return ok[0]
+		if envs[0].Verify() != nil {
+			return 0
+		}
+		return 1
 	}
 	bp := getScratch()
 	buf := (*bp)[:0]
@@ -183,7 +184,7 @@ func VerifyBatch(b *identity.Batch, envs []*Envelope, ok []bool) bool {
 		b.Add(e.From, buf, e.Sig[:])
 	}
 	putScratch(bp, buf)
-	return b.Verify(ok)
+	return b.VerifyPrefix()
 }
 
 // AppendSignable appends the bytes the signature covers: the canonical CBOR
