@@ -188,7 +188,7 @@ func parseReply(reply []byte, out any) error {
 			code = node.CodeInternal
 		}
 		if resp.Closing {
-			return &node.Error{Code: code, Msg: resp.Error, Err: ErrConnLost}
+			return &node.Error{Code: code, Msg: "the daemon stopped during the call (" + resp.Error + ")" + mayHaveTakenEffect, Err: ErrConnLost}
 		}
 		return &node.Error{Code: code, Msg: resp.Error}
 	}
@@ -210,8 +210,12 @@ func (c *Client) broken(ctx context.Context, err error) error {
 		err = io.ErrUnexpectedEOF
 	}
 	return &node.Error{Code: node.CodeUnavailable, Err: ErrConnLost,
-		Msg: "the daemon stopped during the call (its control socket closed the connection: " + err.Error() + "); it may or may not have taken effect"}
+		Msg: "the daemon stopped during the call (its control socket closed the connection: " + err.Error() + ")" + mayHaveTakenEffect}
 }
+
+// mayHaveTakenEffect ends the message of a call the daemon stopped
+// during.
+const mayHaveTakenEffect = "; it may or may not have taken effect (one made with an idempotency key can be made again safely)"
 
 // readReply reads one newline-terminated reply of at most MaxReply bytes.
 func readReply(br *bufio.Reader) ([]byte, error) {

@@ -503,6 +503,22 @@ func TestParseReply(t *testing.T) {
 	}
 }
 
+// A call the daemon failed because it was stopping is reported as one the
+// daemon stopped during, which may or may not have taken effect: not as
+// "the node is shutting down", which leaves a caller guessing whether to
+// send again.
+func TestParseReplyClosing(t *testing.T) {
+	err := parseReply([]byte(`{"ok":false,"code":"unavailable","error":"the node is shutting down","closing":true}`), nil)
+	if !errors.Is(err, ErrConnLost) || codeOf(err) != node.CodeUnavailable {
+		t.Fatalf("%v: want unavailable, ErrConnLost", err)
+	}
+	for _, want := range []string{"the daemon stopped during the call (the node is shutting down)", "may or may not have taken effect", "idempotency key"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+}
+
 // FuzzParseReply: any reply is a result or an error, never a panic.
 func FuzzParseReply(f *testing.F) {
 	for _, s := range []string{`{"ok":true,"result":{"messages":[{"seq":1,"params":{"a":1}}],"cursor":1}}`,

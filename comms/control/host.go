@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/meerkatd/meerkatd/comms/node"
@@ -187,8 +188,8 @@ func keepControlSocket(ctx context.Context, a transport.Addr, ln net.Listener, l
 // there first. A daemon: the session waits as long for it to come back (a
 // call made while it restarts reaches the restarted daemon) but never
 // takes the home (the daemon, restarted later, would find it taken); past
-// the delay its calls fail with CodeUnavailable until a node serves the
-// home again, and then reach it.
+// the delay its calls fail with CodeUnavailable (at once, without
+// waiting again) until a node serves the home again, and then reach it.
 //
 // It is safe for concurrent use; Close stops what it serves.
 type Session struct {
@@ -200,6 +201,10 @@ type Session struct {
 	api    node.API // the daemon's client, or the served node
 	served *Served  // non-nil while this session serves the home
 	daemon bool     // attached to a daemon (not to another session's node)
+	// gone: the daemon was waited for in vain; until a call reaches a
+	// node again, calls look once and fail at once instead of each
+	// waiting.
+	gone   atomic.Bool
 	closed bool
 }
 
@@ -258,9 +263,14 @@ func (s *Session) connect(ctx context.Context, stale node.API) error {
 			wait = DefaultTakeOverDelay
 		}
 		wait = max(wait, 0)
-		if s.daemon {
+		if s.gone.Load() {
+			wait = 0 // waited already: look once
+		}
+		switch {
+		case wait == 0:
+		case s.daemon:
 			s.log.Info("the daemon serving the home went away; waiting for it to come back", "home", s.h.Dir, "wait", wait)
-		} else {
+		default:
 			s.log.Info("the node serving the home went away; waiting for it to come back before taking over", "home", s.h.Dir, "wait", wait)
 		}
 	}
@@ -277,6 +287,7 @@ func (s *Session) connect(ctx context.Context, stale node.API) error {
 				s.log.Info("attached to the node serving the home", "home", s.h.Dir, "embedded", self.Embedded)
 			}
 			s.api, s.daemon = c, !self.Embedded
+			s.gone.Store(false)
 			return nil
 		}
 		switch {
@@ -287,6 +298,7 @@ func (s *Session) connect(ctx context.Context, stale node.API) error {
 		case errors.Is(err, ErrNoDaemon) && s.daemon:
 			// The daemon is gone, perhaps being restarted: leave the home
 			// for it.
+			s.gone.Store(true)
 			return &node.Error{Code: node.CodeUnavailable, Err: ErrNoDaemon,
 				Msg: fmt.Sprintf("the daemon serving %s is not running (start it again with: meerkatd run --home %s)", s.h.Dir, s.h.Dir)}
 		case errors.Is(err, ErrNoDaemon):
@@ -366,6 +378,9 @@ func doCall[T any](s *Session, ctx context.Context, read bool, f func(node.API) 
 		return zero, err
 	}
 	v, err := f(api)
+	if s.gone.Load() && !errors.Is(err, ErrNoDaemon) && !errors.Is(err, ErrConnLost) {
+		s.gone.Store(false) // a node answered: wait for it again next time
+	}
 	if err == nil || !errors.Is(err, ErrNoDaemon) && !(read && errors.Is(err, ErrConnLost)) {
 		return v, err
 	}

@@ -460,6 +460,49 @@ func TestSessionLeavesDaemonHomeFree(t *testing.T) {
 	received(t, s, "back again")
 }
 
+// With the daemon down past the delay, a session waits for it once, not
+// on every call: the calls after the first fail at once (several tool
+// calls, and the MCP server's watch of the inbox, queued behind one
+// another's waits). Once the daemon is back they reach it.
+func TestSessionWaitsForAGoneDaemonOnce(t *testing.T) {
+	h, bob := sessionHome(t)
+	d, err := ServeHome(h, HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testutil.SyncBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	s, err := Attach(ctx, h, HostOptions{TakeOverDelay: testTakeOver, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	d.Close()
+	for i := range 3 {
+		if _, err := call(t, func(ctx context.Context) (node.Status, error) { return s.Status(ctx) }); codeOf(err) != node.CodeUnavailable {
+			t.Fatalf("call %d with the daemon down: %v", i, err)
+		}
+	}
+	if n := strings.Count(logs.String(), "waiting for it to come back"); n != 1 {
+		t.Fatalf("the session waited for the daemon %d times, want once:\n%s", n, logs.String())
+	}
+	if d, err = ServeHome(h, HostOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	deliver(t, h, bob, "back")
+	received(t, s, "back")
+	// Gone again: it waits once more.
+	d.Close()
+	if _, err := call(t, func(ctx context.Context) (node.Status, error) { return s.Status(ctx) }); codeOf(err) != node.CodeUnavailable {
+		t.Fatalf("with the daemon down again: %v", err)
+	}
+	if n := strings.Count(logs.String(), "waiting for it to come back"); n != 2 {
+		t.Fatalf("the session waited for the daemon %d times after it went away twice, want 2:\n%s", n, logs.String())
+	}
+}
+
 // The node a session serves tells attached clients it is embedded, so
 // that they take over from it; a daemon's does not.
 func TestSelfEmbedded(t *testing.T) {
