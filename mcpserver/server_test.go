@@ -973,6 +973,7 @@ func testOutboxTools(t *testing.T, era string) {
 		t.Fatalf("retry_outbox for every peer: %v %v", out, err)
 	}
 	wantBadArgument(t, c, "retry_outbox", map[string]any{"peer": 7})
+	wantBadArgument(t, c, "retry_outbox", map[string]any{"peer": ""})
 	res, _, err = call(t, c, "retry_outbox", map[string]any{"peer": "nobody"})
 	if err != nil || !res.IsError || !strings.HasPrefix(text(res), node.CodeUnknownPeer+": ") {
 		t.Errorf("retry_outbox nobody: %v %v", res, err)

@@ -436,6 +436,10 @@ func checkCall(line []byte, known func(tool string) bool) []byte {
 	if msg.Method != "tools/call" {
 		return nil
 	}
+	if msg.Params.Name == "" {
+		// mcp-go would answer "tool '' not found".
+		return rpcError(msg.ID, codeInvalidParams, "tools/call needs params.name, the name of the tool to call (tools/list lists them)")
+	}
 	if v := msg.Params.Meta.Version; v != "" && !mcp.IsValidProtocolVersion(v) {
 		return nil
 	}

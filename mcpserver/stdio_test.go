@@ -383,7 +383,10 @@ func TestCheckCall(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"pair_accept","arguments":{}}}`, 0}, // not registered: mcp-go's unknown tool
 		{`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"pair_offer","arguments":{}}}`, 0},
 		{`not json`, 0},
-		{`{"jsonrpc":"2.0","id":null,"method":"tools/list"}`, codeInvalidRequest}, // MCP: no null id
+		{`{"jsonrpc":"2.0","id":3,"method":"tools/call"}`, codeInvalidParams},                                     // no params: no tool named
+		{`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"arguments":{}}}`, codeInvalidParams},           // no name
+		{`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"","arguments":{}}}`, codeInvalidParams}, // an empty one
+		{`{"jsonrpc":"2.0","id":null,"method":"tools/list"}`, codeInvalidRequest},                                 // MCP: no null id
 		{`{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}`, codeInvalidRequest},
 		{`{"jsonrpc":"2.0","id":[1],"method":"ping"}`, codeInvalidRequest},
 		{`{"jsonrpc":"2.0","id":true,"method":"tools/call","params":{"name":"list_peers","arguments":{}}}`, codeInvalidRequest},

@@ -209,7 +209,7 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send request", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendRequest)
 	s.mcp.AddTool(mcp.NewTool("send_response",
-		mcp.WithDescription("Answer a request you received. status is \"accepted\" (will answer later), \"completed\" or \"failed\"; a request can be answered finally only once (a reliable final answer counts once it is queued)."),
+		mcp.WithDescription("Answer a request you received. status is \"accepted\" (will answer later), \"completed\" or \"failed\"; a request can be answered finally only once (a reliable final answer counts once it is queued). Answer before you acknowledge the request (ack_messages): an acknowledged one cannot be answered after the node restarts."),
 		peerArg,
 		mcp.WithString("request_id", mcp.Required(), mcp.Description("the id of the request being answered")),
 		mcp.WithString("status", mcp.Required(), mcp.Enum("accepted", "completed", "failed"), mcp.Description("accepted: you will answer later (progress, any number of times); completed or failed: the final answer, once")),
@@ -222,7 +222,7 @@ func (s *Server) addTools() {
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Send response", ReadOnlyHint: readOnly(false), DestructiveHint: readOnly(false), IdempotentHint: readOnly(false), OpenWorldHint: readOnly(true)}),
 	), s.sendResponse)
 	s.mcp.AddTool(mcp.NewTool("status",
-		mcp.WithDescription("Show this node's state, the same as `meerkatd status --json`: its name, key and listen addresses; running (true when a node serves the home) and started_at; peers (how many it trusts); inbox and pending (unacknowledged items: what you still have to read) and pending_by_class (pending by item class: system, user, interrupt, broadcast, normal); the counters accepted, acks_sent, connections and rejected (by reason); outbox (reliable sends waiting), dead_letters, and send_peers (peers with something queued or a breaker that is not closed), db_bytes (the size on disk of the node's database, 0 in memory mode), loop_guards (the peers whose sends the loop guard holds, if any), and problems, when present (what keeps the running node from being reached as configured, such as its socket file removed)."),
+		mcp.WithDescription("Show this node's state, the same as `meerkatd status --json`: its name, key and listen addresses; embedded (true when this MCP server runs the node itself, for as long as its session lasts, instead of a daemon); running (true when a node serves the home) and started_at; peers (how many it trusts); inbox and pending (unacknowledged items: what you still have to read) and pending_by_class (pending by item class: system, user, interrupt, broadcast, normal); the counters accepted, acks_sent, connections and rejected (by reason); outbox (reliable sends waiting), dead_letters, and send_peers (peers with something queued or a breaker that is not closed), db_bytes (the size on disk of the node's database, 0 in memory mode), loop_guards (the peers whose sends the loop guard holds, if any), problems, when present (what keeps the running node from being reached as configured, such as its socket file removed), and warnings, when present (what it runs despite: meerkat.toml changed since it started and not applied until a restart, or a trust or spaces file it could not take in)."),
 		mcp.WithOutputSchema[node.Status](),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{Title: "Node status", ReadOnlyHint: readOnly(true), DestructiveHint: readOnly(false), IdempotentHint: readOnly(true), OpenWorldHint: readOnly(false)}),
 	), s.status)
@@ -516,8 +516,18 @@ func (s *Server) listOutbox(ctx context.Context, _ mcp.CallToolRequest) (*mcp.Ca
 	return result(listOutboxResult{Entries: o.Entries, Peers: o.Peers, Pending: s.pending(ctx)})
 }
 
+// parseRetryOutbox reads retry_outbox's peer: "" (left out) for every
+// peer; an empty string given is refused, as for every other tool.
+func parseRetryOutbox(a args) (string, error) {
+	peer, err := a.str("peer", false)
+	if err == nil && peer == "" && a.m["peer"] != nil {
+		return "", invalidParams{`argument "peer" must not be empty (leave it out for every peer)`}
+	}
+	return peer, err
+}
+
 func (s *Server) retryOutbox(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	peer, err := args{req.GetArguments()}.str("peer", false)
+	peer, err := parseRetryOutbox(args{req.GetArguments()})
 	if err != nil {
 		return nil, err
 	}

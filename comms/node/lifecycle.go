@@ -686,7 +686,7 @@ func (n *Node) cancelRequest(ctx context.Context, requestID, reason string) (Can
 		return Cancelled{}, Coded(err)
 	}
 	if !ok {
-		return Cancelled{}, errorf(CodeUnknownRequest, "this node sent no request %s (see meerkatd requests)", id)
+		return Cancelled{}, errorf(CodeUnknownRequest, "this node sent no request %s (the requests it sent: meerkatd requests, or the MCP tool list_requests)", id)
 	}
 	moved, err := n.lc.st.MoveSentRequest(r.ID, RequestOpen, RequestCancelled, n.lc.now(), reason)
 	if err != nil {

@@ -316,6 +316,10 @@ func TestMCPNodeReliableQueued(t *testing.T) {
 	if len(peers) != 1 || peers[0].Queued != 2 || peers[0].Breaker == outbox.BreakerClosed || peers[0].LastError == "" {
 		t.Fatalf("peers %+v", peers)
 	}
+	// The peer's last error reads as the outbox's does: no package names.
+	if peers[0].LastError != o.Peers[0].LastError || peers[0].LastError != userText(peers[0].LastError) {
+		t.Fatalf("peers say %q, the outbox %q", peers[0].LastError, o.Peers[0].LastError)
+	}
 	// Direct sends make one attempt and report the failure.
 	if _, err := m.SendMessage(ctx, "bob", "x", SendOptions{}); codeOfErr(err) != CodePeerOffline {
 		t.Fatalf("direct send: %v", err)

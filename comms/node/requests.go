@@ -234,7 +234,7 @@ func (ri *recordingInbox) checkAnswer(id identity.UUID, peer identity.PeerID, fi
 	r, ok := ri.requests[id]
 	switch {
 	case !ok || r.from != peer:
-		return false, errorf(CodeUnknownRequest, "no request %s was received from this peer", id)
+		return false, errorf(CodeUnknownRequest, "no request %s from this peer is open here: none was received, or it was acknowledged before the node last started (answer a request before acknowledging it)", id)
 	case r.answered:
 		return false, errorf(CodeAlreadyAnswered, "request %s already has a final response", id)
 	}

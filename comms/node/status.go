@@ -204,7 +204,7 @@ func (n *Node) Peers(ctx context.Context) ([]Peer, error) {
 		mp.LoopGuard = n.guardState(p.ID)
 		if ob := n.ob; ob != nil {
 			ps := ob.Peer(p.ID)
-			mp.Breaker, mp.Queued, mp.LastError = ps.Breaker, ps.Queued, ps.LastError
+			mp.Breaker, mp.Queued, mp.LastError = ps.Breaker, ps.Queued, userText(ps.LastError)
 		} else if ps, ok := stored[mp.PubKey]; ok {
 			mp.Breaker, mp.Queued, mp.LastError = ps.Breaker, ps.Queued, ps.LastError
 		}
