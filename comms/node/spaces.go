@@ -767,8 +767,14 @@ func (n *Node) applyEdit(r *space.Roster, e SpaceEdit) error {
 		if idx >= 0 {
 			return errorf(CodeBadArgument, "space %q exists already", r.Spaces[idx].Name)
 		}
+		if err := space.CheckName(e.Space); err != nil {
+			return errorf(CodeBadArgument, "space name: %v", err)
+		}
 		if e.As == "" {
 			return errorf(CodeBadArgument, "create: your participant id in the space is needed (meerkatd space create --as ID, or edit_space's as)")
+		}
+		if err := space.CheckParticipantID(e.As); err != nil {
+			return errorf(CodeBadArgument, "your participant id (as): %v", err)
 		}
 		c, err := caps([]meup.Capability{{Kind: json.RawMessage(`"*"`)}})
 		if err != nil {
@@ -791,6 +797,9 @@ func (n *Node) applyEdit(r *space.Roster, e SpaceEdit) error {
 	case SpaceAdd:
 		if e.Peer == "" || e.ID == "" {
 			return errorf(CodeBadArgument, "add: the member's key (or trusted peer) and participant id are needed")
+		}
+		if err := space.CheckParticipantID(e.ID); err != nil {
+			return errorf(CodeBadArgument, "the member's participant id: %v", err)
 		}
 		key, err := n.memberKey(e.Peer)
 		if err != nil {
@@ -933,7 +942,16 @@ func spaceErr(err error) error {
 	case errors.Is(err, meup.ErrTooLarge):
 		return &Error{Code: CodeBodyTooLarge, Msg: UserText(err), Err: err}
 	case errors.Is(err, space.ErrInvalid):
-		return &Error{Code: CodeBadArgument, Msg: UserText(err), Err: err}
+		// "not sent: payload: not a JSON object", not the layers'
+		// "space: invalid envelope: meup: invalid_envelope: payload: …".
+		msg := strings.TrimPrefix(err.Error(), space.ErrInvalid.Error()+": ")
+		if me := (*meup.Error)(nil); errors.As(err, &me) {
+			msg = me.Msg
+			if me.Field != "" {
+				msg = me.Field + ": " + msg
+			}
+		}
+		return &Error{Code: CodeBadArgument, Msg: "not sent: " + userText(msg), Err: err}
 	}
 	var me *meup.Error
 	if errors.As(err, &me) {

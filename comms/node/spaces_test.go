@@ -80,6 +80,12 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 		// Errors are worded for the command line and MCP alike.
 		{"create without as", SpaceEdit{Op: SpaceCreate, Space: "other"}, CodeBadArgument, "your participant id in the space is needed (meerkatd space create --as ID, or edit_space's as)"},
 		{"no space name", SpaceEdit{Op: SpaceCreate, As: "x"}, CodeBadArgument, ""},
+		// What is wrong with the name or id, not where in spaces.json
+		// the new space would have gone, nor the name again.
+		{"a space name with a space", SpaceEdit{Op: SpaceCreate, Space: "spa ce", As: "x"}, CodeBadArgument, "space name: ' ' is not allowed"},
+		{"a long space name", SpaceEdit{Op: SpaceCreate, Space: strings.Repeat("n", 1000), As: "x"}, CodeBadArgument, "space name: 1000 bytes, over the limit"},
+		{"an id with a space", SpaceEdit{Op: SpaceCreate, Space: "other", As: "a b"}, CodeBadArgument, "your participant id (as): holds a space"},
+		{"add an id with a space", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob", ID: "a b"}, CodeBadArgument, "the member's participant id: holds a space"},
 		{"unknown op", SpaceEdit{Op: "rename", Space: "build"}, CodeBadArgument, ""},
 		{"add to unknown space", SpaceEdit{Op: SpaceAdd, Space: "nope", Peer: "bob", ID: "w"}, CodeUnknownSpace, "(list_spaces or meerkatd space list shows them)"},
 		{"add unknown peer", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "carol", ID: "w"}, CodeUnknownPeer, ""},
@@ -373,7 +379,12 @@ func TestSpaceActionsBetweenNodes(t *testing.T) {
 			}
 		})
 	}
-	// Worded for the command line and MCP alike.
+	// Worded for the command line and MCP alike, without the layers'
+	// names.
+	_, err = orch.SpaceSend(ctx, SpaceMessage{Space: "build", Kind: "chat", Payload: json.RawMessage(`"notobj"`)})
+	if want := "not sent: payload: not a JSON object"; err == nil || err.Error() != want {
+		t.Fatalf("a chat whose payload is a string: %v, want %q", err, want)
+	}
 	_, err = orch.SpaceSend(ctx, SpaceMessage{Space: "build", Action: ActFulfill, Proposal: "nope"})
 	if want := `space "build" has no proposal "nope" (list_proposals or meerkatd space proposals shows them)`; err == nil || err.Error() != want {
 		t.Fatalf("fulfil of an unknown proposal: %v, want %q", err, want)

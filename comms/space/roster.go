@@ -290,7 +290,7 @@ func (r *Roster) Validate() error {
 	names := make(map[string]int, len(r.Spaces))
 	for i, c := range r.Spaces {
 		at := spaceAt(i, c.Name)
-		if err := checkSpaceName(c.Name); err != nil {
+		if err := CheckName(c.Name); err != nil {
 			return fmt.Errorf("space: roster: %s: name: %w", at, err)
 		}
 		lower := strings.ToLower(c.Name)
@@ -314,7 +314,7 @@ func (r *Roster) Validate() error {
 			if m.Key.IsZero() {
 				return fmt.Errorf("space: roster: %s: key missing", mat)
 			}
-			if err := checkParticipantID(m.ID); err != nil {
+			if err := CheckParticipantID(m.ID); err != nil {
 				return fmt.Errorf("space: roster: %s: id: %w", mat, err)
 			}
 			if j, dup := keys[m.Key]; dup {
@@ -337,9 +337,9 @@ func (r *Roster) Validate() error {
 	return nil
 }
 
-// checkSpaceName applies the space name grammar: 1 to MaxSpaceName of
-// [A-Za-z0-9._-].
-func checkSpaceName(name string) error {
+// CheckName applies the space name grammar: 1 to MaxSpaceName of
+// [A-Za-z0-9._-]. Its errors do not repeat the name.
+func CheckName(name string) error {
 	if name == "" {
 		return errors.New("empty")
 	}
@@ -356,10 +356,11 @@ func checkSpaceName(name string) error {
 	return nil
 }
 
-// checkParticipantID requires a participant id to be 1 to meup.MaxIDLen
+// CheckParticipantID requires a participant id to be 1 to meup.MaxIDLen
 // bytes of valid UTF-8 without spaces, control characters or invisible
-// ones, so that it prints as one word and compares byte for byte.
-func checkParticipantID(id string) error {
+// ones, so that it prints as one word and compares byte for byte. (A
+// roster also refuses an id that reads as another member's.)
+func CheckParticipantID(id string) error {
 	if id == "" {
 		return errors.New("empty")
 	}

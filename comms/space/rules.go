@@ -199,7 +199,7 @@ func (e *Engine) checkLocked(sp *spaceState, m *memberState, env meup.Envelope, 
 		if err := json.Unmarshal(env.Payload, &ip); err != nil {
 			return eff, meup.ReasonInvalidEnvelope, "space/invite payload: " + err.Error()
 		}
-		if err := checkParticipantID(ip.ParticipantID); err != nil {
+		if err := CheckParticipantID(ip.ParticipantID); err != nil {
 			return eff, meup.ReasonInvalidEnvelope, "space/invite participant_id: " + err.Error()
 		}
 		key, err := identity.ParsePeerID(ip.Key)
