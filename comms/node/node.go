@@ -284,15 +284,8 @@ func Start(h *Home, opts Options) (n *Node, err error) {
 		return nil, err
 	}
 	rec := newRecordingInbox(mail)
-	for after := uint64(0); mode == ModeServe; { // requests still unanswered from before a restart
-		page := mail.List(after, listPage)
-		for _, en := range page {
-			rec.trackRestored(en.Item)
-			after = en.Seq
-		}
-		if len(page) < listPage {
-			break
-		}
+	if mode == ModeServe {
+		rec.trackStoredRequests(mail, log) // requests still unanswered from before a restart
 	}
 	var admit comms.Admitter = rec
 	if mode == ModeReplies {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"log/slog"
 	"sync"
 
 	"github.com/meerkatd/meerkatd/comms"
@@ -210,16 +211,56 @@ func (ri *recordingInbox) trackRestored(it comms.Item) { ri.add(it, true) }
 
 func (ri *recordingInbox) add(it comms.Item, restored bool) {
 	if it.Type == comms.ItemExternal && it.Envelope.Kind.Type() == wire.TypeRequest {
-		ri.mu.Lock()
-		if _, ok := ri.requests[it.Envelope.ID]; !ok {
-			if len(ri.order) >= maxTrackedRequests {
-				delete(ri.requests, ri.order[0])
-				ri.order = ri.order[1:]
+		ri.addRequest(it.Envelope.ID, it.Envelope.From, restored)
+	}
+}
+
+// addRequest records request id from peer from.
+func (ri *recordingInbox) addRequest(id identity.UUID, from identity.PeerID, restored bool) {
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	if _, ok := ri.requests[id]; ok {
+		return
+	}
+	if len(ri.order) >= maxTrackedRequests {
+		delete(ri.requests, ri.order[0])
+		ri.order = ri.order[1:]
+	}
+	ri.requests[id] = &trackedRequest{from: from, restored: restored}
+	ri.order = append(ri.order, id)
+}
+
+// trackStoredRequests records the requests mail holds from before this
+// process started. A durable inbox is read by its columns only: a
+// restart with many large requests waiting reads none of their bytes
+// and decodes none of them (a request's params can decode into a tree
+// twenty times its size).
+func (ri *recordingInbox) trackStoredRequests(mail mailStore, log *slog.Logger) {
+	d, durable := mail.(*durableMail)
+	for after := uint64(0); ; {
+		if !durable {
+			page := mail.List(after, listPage)
+			for _, en := range page {
+				ri.trackRestored(en.Item)
+				after = en.Seq
 			}
-			ri.requests[it.Envelope.ID] = &trackedRequest{from: it.Envelope.From, restored: restored}
-			ri.order = append(ri.order, it.Envelope.ID)
+			if len(page) < listPage {
+				return
+			}
+			continue
 		}
-		ri.mu.Unlock()
+		recs, err := d.st.ListKind(wire.TypeRequest, after, listPage)
+		if err != nil {
+			log.Error("inbox store: cannot list the requests received", "err", err)
+			return
+		}
+		for _, r := range recs {
+			ri.addRequest(r.ID, r.Sender, true)
+			after = r.Seq
+		}
+		if len(recs) < listPage {
+			return
+		}
 	}
 }
 

@@ -781,15 +781,6 @@ func (n *Node) trackStored() {
 		if err != nil {
 			return // a memory-mode home: no request received is known here
 		}
-		for after := uint64(0); ; {
-			page := d.List(after, listPage)
-			for _, en := range page {
-				n.inbox.trackRestored(en.Item)
-				after = en.Seq
-			}
-			if len(page) < listPage {
-				return
-			}
-		}
+		n.inbox.trackStoredRequests(d, n.log)
 	})
 }

@@ -104,3 +104,49 @@ func TestClassUpgrade(t *testing.T) {
 		t.Fatalf("old item after upgrade: %+v, %v", got, err)
 	}
 }
+
+// ListKind pages through one kind's unacknowledged records in seq order,
+// with their keys and without their payloads.
+func TestListKind(t *testing.T) {
+	s, _ := openStore(t, Options{})
+	ctx := context.Background()
+	kinds := []string{"request", "message", "request", "response", "request"}
+	for i, k := range kinds {
+		r := rec(1, uint64(i+1))
+		r.Kind = k
+		if _, err := s.Admit(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Ack(3); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		kind  string
+		after uint64
+		limit int
+		want  []uint64
+	}{
+		{"request", 0, 0, []uint64{1, 5}}, // 3 is acknowledged
+		{"request", 0, 1, []uint64{1}},
+		{"request", 1, 1, []uint64{5}},
+		{"request", 5, 0, nil},
+		{"response", 0, 0, []uint64{4}},
+		{"ack", 0, 0, nil},
+	}
+	for _, tt := range tests {
+		got, err := s.ListKind(tt.kind, tt.after, tt.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(seqsOf(got), tt.want) {
+			t.Errorf("ListKind(%q, %d, %d) = %v, want %v", tt.kind, tt.after, tt.limit, seqsOf(got), tt.want)
+		}
+		for _, r := range got {
+			want := rec(1, r.Seq)
+			if r.Kind != tt.kind || r.ID != want.ID || r.Sender != want.Sender || len(r.Payload) != 0 {
+				t.Errorf("record %d: kind %q, id %x, sender %x, %d payload bytes; want %q, its key, none", r.Seq, r.Kind, r.ID, r.Sender[:2], len(r.Payload), tt.kind)
+			}
+		}
+	}
+}

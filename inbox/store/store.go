@@ -925,6 +925,15 @@ func (s *Store) List(after uint64, limit int) ([]Record, error) {
 		FROM items WHERE acked_at IS NULL AND seq > ? ORDER BY seq LIMIT ?`, after, limit)
 }
 
+// ListKind is List for the records of one kind only, without their
+// payloads (Payload is empty): for a caller that needs only what the
+// columns say (the sender, the id), so that reading many large items
+// costs neither their bytes nor decoding them.
+func (s *Store) ListKind(kind string, after uint64, limit int) ([]Record, error) {
+	return s.list(`SELECT seq, sender, id, kind, peer, received, x'', class
+		FROM items WHERE acked_at IS NULL AND kind = ? AND seq > ? ORDER BY seq LIMIT ?`, after, limit, kind)
+}
+
 // DefaultClass is the class of a record admitted without one, and of the
 // items stored before classes existed.
 const DefaultClass = "normal"
