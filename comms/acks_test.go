@@ -305,10 +305,11 @@ func TestBatchVerifiedBurst(t *testing.T) {
 // TestBatchWithABadSignature: in a burst on an authenticated connection,
 // the envelopes before a bad signature are admitted and acknowledged, the
 // bad one is refused as bad_signature and closes the connection, and
-// nothing after it is admitted — as when each is verified alone. A batch
-// of 40 is verified as two halves at once: the bad one in either.
+// nothing after it is admitted — as when each is verified alone. The
+// connection's batches are 2, 4, 8, 16 (as two halves at once: envelopes
+// 14-21 and 22-29) and 10: the bad one in a small batch, in either half.
 func TestBatchWithABadSignature(t *testing.T) {
-	for _, bad := range []int{5, 25} {
+	for _, bad := range []int{5, 17, 25} {
 		t.Run(fmt.Sprint("bad at ", bad), func(t *testing.T) { testBatchWithABadSignature(t, bad) })
 	}
 }
@@ -369,6 +370,23 @@ func TestTrustedBadSignaturesCostLittle(t *testing.T) {
 		}
 		if got := b.r.Stats().Rejected[RejectBadSignature]; got != 1 {
 			t.Fatalf("%d refused as bad signatures, want 1", got)
+		}
+	})
+	t.Run("after small batches", func(t *testing.T) {
+		// Batches of two that verify do not grow the next batch past
+		// four: only a full batch doubles it.
+		a, b := pair(t, "uds", Options{})
+		c := authedConn(t, b, a.kp)
+		for range 5 {
+			ids, frames := burst(t, a.kp, b.kp.ID(), 2, false)
+			writeRaw(t, c, frames)
+			readAcks(t, c, b.kp.ID(), a.kp.ID(), ids)
+		}
+		before := b.r.batchVerified.Load()
+		writeRaw(t, c, forged(a.kp, b.kp.ID()))
+		expectClosedNoAck(t, c)
+		if got := b.r.batchVerified.Load() - before; got > 4 {
+			t.Fatalf("after five batches of two, %d forged envelopes went through a batch, want at most 4", got)
 		}
 	})
 	t.Run("tls", func(t *testing.T) {

@@ -2,6 +2,7 @@ package comms
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -322,10 +323,58 @@ func TestHintKeepsFramesWithinAPeersSmallerLimit(t *testing.T) {
 	}
 }
 
+// Two nodes at the least limit both may set (transport.MinFrameLimit)
+// exchange pipelined sends: a node whose limit cannot take a full acks
+// envelope does not ask for them (it did, and refused the acks that came
+// back, failing the sends on one connection after another).
+func TestPipelinedAtTheLeastLimit(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	a, b := pair(t, "uds", Options{MaxMessageBytes: transport.MinFrameLimit})
+	const n = 100
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := a.r.SendMessage(ctxT(t), "bob", fmt.Sprint("pipelined ", i))
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("%v (bob refused %v, alice %v)", err, b.r.Stats().Rejected, a.r.Stats().Rejected)
+		}
+	}
+	if got := b.r.Inbox().Len(); got != n {
+		t.Fatalf("bob holds %d, want %d", got, n)
+	}
+}
+
+// Envelopes over transport.MinFrameLimit still get acks kinds once the
+// peer has acknowledged one as large as the hinted frame: the hint rides
+// on a frame no larger than one the peer took.
+func TestLargeEnvelopesGetAcksKinds(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	a, b := pair(t, "uds", Options{})
+	for i := range 6 {
+		body := strings.Repeat("x", 2000-10*(i%2)) // a little smaller every other time
+		if _, err := a.r.SendMessage(ctxT(t), "bob", body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := a.r
+	r.mu.Lock()
+	lk := r.links[b.kp.ID()]
+	r.mu.Unlock()
+	if !lk.acksKinds.Load() {
+		t.Fatal("a stream of 2 KB envelopes never got acks kinds")
+	}
+	if rej := b.r.Stats().Rejected; len(rej) != 0 {
+		t.Fatalf("bob refused %v", rej)
+	}
+}
+
 // The acks hint on a connection's first frame never takes an envelope past
 // the size limit both nodes share: one sealed right at the limit is
-// delivered (its frame goes unhinted, the next one carries the hint), not
-// refused by the receiver on every new connection.
+// delivered, not refused by the receiver on every new connection.
 func TestHintKeepsFramesWithinTheLimit(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	const limit = 4096

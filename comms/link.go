@@ -30,6 +30,9 @@ type link struct {
 	// nonces (identity.Keypair.SignIntoPrepared), and whose senders
 	// prepare the next nonce while they wait for its ack.
 	acksKinds atomic.Bool
+	// maxAcked is the largest envelope the peer has acknowledged on this
+	// link: its limit takes at least that (outConn.hint).
+	maxAcked atomic.Int64
 
 	mu        sync.Mutex // guards the fields below
 	conn      *outConn

@@ -166,7 +166,7 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 				return errConnLost
 			}
 			queued()
-			return oc.await(ctx, ch)
+			return oc.acked(oc.await(ctx, ch), frame)
 		}
 	}
 	of := outFrame{b: frame, abandoned: new(atomic.Bool)}
@@ -204,7 +204,7 @@ func (oc *outConn) send(ctx context.Context, id identity.UUID, frame []byte, wan
 			return ctx.Err()
 		}
 	}
-	return oc.await(ctx, ch)
+	return oc.acked(oc.await(ctx, ch), frame)
 }
 
 // await waits for the outcome of a send: an ack routed by whoever reads
@@ -392,25 +392,49 @@ func (oc *outConn) writeLoop() {
 // if no frame the connection wrote before carried it: the receiver then
 // acknowledges what comes on it with acks kinds. The hint is only
 // written once, so later frames go out as they were sealed; oc.wmu is
-// held. It rides only on a frame that stays within transport.MinFrameLimit
-// with it: the peer's own limit may be below ours, but not below that, so
-// the hint never makes a frame the peer would refuse.
+// held. It is asked for only by a node whose own limit holds the largest
+// acks envelope a peer seals (acksFrameMax), and rides only on a frame
+// that stays, with it, within transport.MinFrameLimit or within the size
+// of a frame the peer has acknowledged on this link: the peer's limit
+// may be below ours, but not below either, so the hint never makes a
+// frame the peer would refuse.
 func (oc *outConn) hint(frame []byte) []byte {
-	if oc.hinted || oc.l.r.opts.SingleAcks {
+	r := oc.l.r
+	if oc.hinted || r.opts.SingleAcks || r.opts.MaxMessageBytes < acksFrameMax {
+		return frame
+	}
+	if n := len(frame) - transport.HeaderSize; wire.HintedLen(n) > max(transport.MinFrameLimit, int(oc.l.maxAcked.Load())) {
+		// It could take the envelope past the peer's limit: it goes as
+		// it was sealed, and the hint on a later frame.
 		return frame
 	}
 	out, start := transport.StartFrame(make([]byte, 0, len(frame)+16))
 	out, ok := wire.AppendHinted(out, frame[min(len(frame), transport.HeaderSize):])
-	if ok && len(out)-transport.HeaderSize > transport.MinFrameLimit {
-		// The hint could take the envelope past the peer's limit: it
-		// goes as it was sealed, and the hint on the next small frame.
-		return frame
-	}
 	oc.hinted = true
 	if !ok || transport.FinishFrame(out, start) != nil {
 		return frame
 	}
 	return out
+}
+
+// acksFrameMax bounds the payload of an acks envelope a node seals (its
+// ids, and room for the rest): a node asks for acks kinds only if its own
+// limit takes one.
+const acksFrameMax = maxAcksPerEnvelope*16 + 1024
+
+// acked records, when err is nil, that the peer acknowledged frame: it
+// takes frames that large (the hint's rule).
+func (oc *outConn) acked(err error, frame []byte) error {
+	if err == nil {
+		n := int64(len(frame) - transport.HeaderSize)
+		for {
+			m := oc.l.maxAcked.Load()
+			if n <= m || oc.l.maxAcked.CompareAndSwap(m, n) {
+				break
+			}
+		}
+	}
+	return err
 }
 
 func (f outFrame) isAbandoned() bool { return f.abandoned != nil && f.abandoned.Load() }

@@ -301,10 +301,10 @@ func (r *Router) moreTLS(c net.Conn, fr *transport.Reader, stopped *atomic.Bool)
 // untrusted key, or over TLS from another key), and at the first bad
 // signature: the receive refuses that one and ends the connection, so
 // nothing after it is checked. A connection's batches start at two
-// envelopes and double with each batch that verifies whole, up to
+// envelopes and double with each full batch that verifies, up to
 // maxBatch: a holder of a trusted key who proves it once and then sends
 // bad signatures costs at most a batch of two and one check more than
-// without batches. Envelopes left unchecked (one left over at the end)
+// without batches, and a batch of 64 takes 62 valid envelopes first. Envelopes left unchecked (one left over at the end)
 // are verified alone as they are received. Batch and single verification
 // accept exactly the same signatures (package identity).
 func (r *Router) verifyBatch(st *inConn, batch []inFrame, vs **batchVerifier) {
@@ -338,7 +338,9 @@ func (r *Router) verifyBatch(st *inConn, batch []inFrame, vs **batchVerifier) {
 			batch[v.idx[good]].sig = sigBad
 			break
 		}
-		v.size = min(2*v.size, maxBatch)
+		if len(chunk) == v.size { // a full batch verified: the next may be twice as large
+			v.size = min(2*v.size, maxBatch)
+		}
 	}
 	for _, i := range v.idx[:good] {
 		batch[i].sig = sigGood

@@ -378,7 +378,7 @@ func doCall[T any](s *Session, ctx context.Context, read bool, f func(node.API) 
 		return zero, err
 	}
 	v, err := f(api)
-	if s.gone.Load() && !errors.Is(err, ErrNoDaemon) && !errors.Is(err, ErrConnLost) {
+	if err == nil && s.gone.Load() {
 		s.gone.Store(false) // a node answered: wait for it again next time
 	}
 	if err == nil || !errors.Is(err, ErrNoDaemon) && !(read && errors.Is(err, ErrConnLost)) {

@@ -264,6 +264,10 @@ func AppendHinted(dst, payload []byte) ([]byte, bool) {
 	return append(dst, hintSuffix...), true
 }
 
+// HintedLen is the length of an n-byte envelope encoding once
+// [AppendHinted] added the hint.
+func HintedLen(n int) int { return n + len(hintSuffix) }
+
 // hintSuffix is the encoded member of [Envelope.AcksHint].
 var hintSuffix = appendHead(appendText(nil, acksHintKey), majorUint, acksHintVersion)
 
