@@ -1042,7 +1042,8 @@ const maxUntrustedLines = 10
 // envelope from a key not in the trust list was refused: the likely
 // reason a peer's sends fail, and the key its owner must be given. At
 // most maxUntrustedLines such lines a minute go out in all; one line
-// then says how many more keys were refused meanwhile.
+// then says how many more keys were refused meanwhile: with the next line,
+// or at the end of the minute if no other stranger comes.
 func (r *Router) logUntrusted(from identity.PeerID) {
 	now := time.Now()
 	r.rejectMu.Lock()
@@ -1057,6 +1058,10 @@ func (r *Router) logUntrusted(from identity.PeerID) {
 		if ul.logged >= maxUntrustedLines {
 			log = false
 			ul.hidden++
+			if ul.hidden == 1 {
+				start := ul.start
+				time.AfterFunc(untrustedLogEvery-now.Sub(start), func() { r.flushUntrusted(start) })
+			}
 		} else {
 			ul.logged++
 		}
@@ -1067,5 +1072,21 @@ func (r *Router) logUntrusted(from identity.PeerID) {
 	}
 	if log {
 		r.log.Info("refused an envelope from a key not in the trust list (trust it with meerkatd peers add, or pair)", "key", from.String())
+	}
+}
+
+// flushUntrusted ends logUntrusted's minute that began at start, if it
+// has not ended yet: the keys left out in it are counted in one line.
+func (r *Router) flushUntrusted(start time.Time) {
+	r.rejectMu.Lock()
+	ul := &r.untrustedLog
+	hidden := 0
+	if ul.start.Equal(start) && ul.hidden > 0 {
+		hidden = ul.hidden
+		ul.start, ul.logged, ul.hidden = time.Now(), 0, 0
+	}
+	r.rejectMu.Unlock()
+	if hidden > 0 && (r.ctx == nil || r.ctx.Err() == nil) {
+		r.log.Info("refused envelopes from more keys not in the trust list; their lines were left out", "keys", hidden)
 	}
 }

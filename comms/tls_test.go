@@ -425,6 +425,21 @@ func TestUntrustedKeysLogBounded(t *testing.T) {
 	if n != maxUntrustedLines {
 		t.Fatalf("%d lines for 200 keys, want %d", n, maxUntrustedLines)
 	}
+	// With no other stranger to come, the minute's end (a timer set at
+	// the first key left out) counts those left out; only once.
+	if c := lc.lines["refused envelopes from more keys not in the trust list; their lines were left out"]; c != 0 {
+		t.Fatalf("the count of keys left out came before the minute's end (%d lines)", c)
+	}
+	lc.mu.Unlock()
+	r.rejectMu.Lock()
+	start := r.untrustedLog.start
+	r.rejectMu.Unlock()
+	r.flushUntrusted(start)
+	r.flushUntrusted(start)
+	lc.mu.Lock()
+	if c := lc.lines["refused envelopes from more keys not in the trust list; their lines were left out"]; c != 1 {
+		t.Fatalf("%d lines counting the keys left out, want 1", c)
+	}
 }
 
 // blackhole listens on loopback and accepts connections that it never
