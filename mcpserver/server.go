@@ -169,6 +169,10 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// maxWatchPause is the longest pause between the inbox watch's tries
+// while it keeps failing.
+const maxWatchPause = 10 * time.Second
+
 // WatchArrivals long-polls the node for new items and notifies clients:
 // notifications/resources/updated for meerkat://inbox to those watching
 // it, and to clients of protocol revisions before 2026-07-28 a
@@ -216,6 +220,9 @@ func (s *Server) WatchArrivals(ctx context.Context) {
 		}
 	}
 	skip()
+	// A watch that keeps failing (the daemon down) says so once per
+	// cause and tries again less and less often, up to maxWatchPause.
+	pause, failing := time.Second, ""
 	for ctx.Err() == nil {
 		b, err := s.api.Receive(ctx, node.Query{After: cursor, Epoch: epoch, Wait: watchWait, Limit: 100, Order: node.OrderArrival, Peek: true})
 		if err != nil {
@@ -232,13 +239,21 @@ func (s *Server) WatchArrivals(ctx context.Context) {
 					continue
 				}
 			}
-			s.log.Warn("watching the inbox failed; retrying", "err", err)
+			if msg := err.Error(); msg != failing {
+				s.log.Warn("watching the inbox failed; retrying", "err", err)
+				failing = msg
+			}
 			select {
-			case <-time.After(time.Second):
+			case <-time.After(pause):
+				pause = min(2*pause, maxWatchPause)
 			case <-ctx.Done():
 				return
 			}
 			continue
+		}
+		if failing != "" {
+			s.log.Info("watching the inbox again")
+			pause, failing = time.Second, ""
 		}
 		if b.Epoch != epoch && epoch != "" {
 			s.log.Info("the node's inbox started over; watching it from its start", "epoch", b.Epoch)

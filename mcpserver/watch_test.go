@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,10 +199,14 @@ func TestCutShortCallsFailAlike(t *testing.T) {
 // refusing is a node that refuses every read that waits (the arrival
 // watcher's) as a bad argument, whatever its cursor, while the reads
 // that skip what is there see its items.
-type refusing struct{ *fakeNode }
+type refusing struct {
+	*fakeNode
+	tries *atomic.Int32 // the watcher's reads
+}
 
 func (r refusing) Receive(ctx context.Context, q node.Query) (node.Batch, error) {
 	if q.Wait > 0 {
+		r.tries.Add(1)
 		return node.Batch{}, &node.Error{Code: node.CodeBadArgument, Msg: "refused"}
 	}
 	return r.fakeNode.Receive(ctx, q)
@@ -209,9 +214,10 @@ func (r refusing) Receive(ctx context.Context, q node.Query) (node.Batch, error)
 
 // A watch read refused for another reason than a cursor beyond the inbox
 // (skipping to the inbox's end does not move the cursor back) is retried
-// after a pause, with a warning, not skipped again and again at once.
+// after a pause, with a warning, not skipped again and again at once; a
+// refusal that goes on is warned of once, not at every try.
 func TestWatcherRefusedOtherwisePauses(t *testing.T) {
-	f := refusing{newFakeNode()}
+	f := refusing{newFakeNode(), new(atomic.Int32)}
 	for i := range 3 {
 		f.deliver(node.Message{ID: fmt.Sprintf("m%d", i), Kind: "message", Peer: "bob"})
 	}
@@ -224,8 +230,12 @@ func TestWatcherRefusedOtherwisePauses(t *testing.T) {
 		s.WatchArrivals(ctx)
 	}()
 	waitFor(t, 10*time.Second, func() bool { return strings.Contains(logs.String(), "watching the inbox failed; retrying") })
+	waitFor(t, 20*time.Second, func() bool { return f.tries.Load() >= 3 })
 	cancel()
 	<-done
+	if n := strings.Count(logs.String(), "watching the inbox failed; retrying"); n != 1 {
+		t.Errorf("%d warnings for %d tries refused alike, want 1:\n%s", n, f.tries.Load(), logs)
+	}
 	if strings.Contains(logs.String(), "no longer reaches") {
 		t.Errorf("the watcher took the refusal for a cursor beyond the inbox:\n%s", logs)
 	}
