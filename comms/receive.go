@@ -304,9 +304,10 @@ func (r *Router) moreTLS(c net.Conn, fr *transport.Reader, stopped *atomic.Bool)
 // envelopes and double with each full batch that verifies, up to
 // maxBatch: a holder of a trusted key who proves it once and then sends
 // bad signatures costs at most a batch of two and one check more than
-// without batches, and a batch of 64 takes 62 valid envelopes first. Envelopes left unchecked (one left over at the end)
-// are verified alone as they are received. Batch and single verification
-// accept exactly the same signatures (package identity).
+// without batches, and a batch of 64 takes 62 valid envelopes first.
+// Envelopes left unchecked (one left over at the end) are verified alone
+// as they are received. Batch and single verification accept exactly the
+// same signatures (package identity).
 func (r *Router) verifyBatch(st *inConn, batch []inFrame, vs **batchVerifier) {
 	if len(batch) < 2 || (st.tlsPeer.IsZero() && !st.authed.Load()) {
 		return
@@ -376,7 +377,7 @@ type batchVerifier struct {
 	b, b2 identity.Batch // b2: the first half of a split batch
 	envs  []*wire.Envelope
 	idx   []int // envs[j] is batch[idx[j]]
-	size  int   // the next batch's size: 2, doubled by each that verifies
+	size  int   // the next batch's size: 2, doubled by each full one that verifies
 }
 
 // pollTLS reads into fr what the TLS connection c can return without

@@ -90,6 +90,13 @@ type batchEntry struct {
 	S, k scalar.Scalar
 }
 
+// valid checks e alone (its key not nil), cofactored: [k](-A) + [S]B - R
+// is of small order.
+func (e *batchEntry) valid() bool {
+	var d curve.EdwardsPoint
+	return d.ExpandedTripleScalarMulBasepointVartime(&e.k, &e.key.negA, &e.S, &e.R).IsSmallOrder()
+}
+
 // batchKey is a signer's key, checked and expanded once: -A with its
 // multiplication table. sum and summed are Verify's scratch.
 type batchKey struct {
@@ -244,8 +251,7 @@ func (b *Batch) Verify(ok []bool) bool {
 		if e.key == nil {
 			continue
 		}
-		var d curve.EdwardsPoint // [k](-A) + [S]B - R
-		valid := d.ExpandedTripleScalarMulBasepointVartime(&e.k, &e.key.negA, &e.S, &e.R).IsSmallOrder()
+		valid := e.valid()
 		if ok != nil {
 			ok[i] = valid
 		}
@@ -280,9 +286,7 @@ func (b *Batch) VerifyPrefix() int {
 		}
 	}
 	for i := range m {
-		e := &b.entries[i]
-		var d curve.EdwardsPoint // [k](-A) + [S]B - R
-		if !d.ExpandedTripleScalarMulBasepointVartime(&e.k, &e.key.negA, &e.S, &e.R).IsSmallOrder() {
+		if !b.entries[i].valid() {
 			return i
 		}
 	}

@@ -108,7 +108,7 @@ func parseBroadcast(a args) (node.BroadcastArgs, error) {
 	b.Direct = !opts.Reliable
 	opts.Reliable = false
 	b.SendOptions = opts
-	b.TaskID, err = a.optStr("task_id")
+	b.TaskID, err = a.optStr("task_id", "none")
 	return b, err
 }
 

@@ -16,7 +16,7 @@ func checkArgs(name string, m map[string]any) error {
 	case "retry_dead_letters":
 		_, _, err = parseRetry(a)
 	case "retry_outbox":
-		_, err = parseRetryOutbox(a)
+		_, err = a.optStr("peer", "every peer")
 	case "drop_queued":
 		_, err = parseDropQueued(a)
 	case "pair_accept":

@@ -100,11 +100,12 @@ func (a args) str(name string, required bool) (string, error) {
 }
 
 // optStr reads an optional string argument that, when given, must not be
-// empty: "" would otherwise read as not given at all.
-func (a args) optStr(name string) (string, error) {
+// empty: "" would otherwise read as not given at all, which means
+// leftOut ("none", "every peer").
+func (a args) optStr(name, leftOut string) (string, error) {
 	s, err := a.str(name, false)
 	if err == nil && s == "" && a.m[name] != nil {
-		return "", invalidParams{fmt.Sprintf("argument %q must not be empty (leave it out for none)", name)}
+		return "", invalidParams{fmt.Sprintf("argument %q must not be empty (leave it out for %s)", name, leftOut)}
 	}
 	return s, err
 }
@@ -373,7 +374,7 @@ func parseSendMessage(a args) (peer, body string, opts node.SendOptions, err err
 	if opts.Interrupt, err = parseInterrupt(a); err != nil {
 		return
 	}
-	opts.TaskID, err = a.optStr("task_id") // broadcast and tasks slice
+	opts.TaskID, err = a.optStr("task_id", "none") // broadcast and tasks slice
 	return
 }
 
@@ -390,7 +391,7 @@ func parseSendRequest(a args) (peer, intent string, opts node.SendOptions, err e
 	if opts.Interrupt, err = parseInterrupt(a); err != nil {
 		return
 	}
-	if opts.TaskID, err = a.optStr("task_id"); err != nil {
+	if opts.TaskID, err = a.optStr("task_id", "none"); err != nil {
 		return
 	}
 	opts.Deadline, err = parseDeadline(a) // slice F
@@ -410,7 +411,7 @@ func parseSendResponse(a args) (peer, rid, status string, opts node.SendOptions,
 	if opts, err = parseSendOptions(a); err != nil {
 		return
 	}
-	opts.TaskID, err = a.optStr("task_id") // broadcast and tasks slice
+	opts.TaskID, err = a.optStr("task_id", "none") // broadcast and tasks slice
 	return
 }
 
@@ -516,18 +517,8 @@ func (s *Server) listOutbox(ctx context.Context, _ mcp.CallToolRequest) (*mcp.Ca
 	return result(listOutboxResult{Entries: o.Entries, Peers: o.Peers, Pending: s.pending(ctx)})
 }
 
-// parseRetryOutbox reads retry_outbox's peer: "" (left out) for every
-// peer; an empty string given is refused, as for every other tool.
-func parseRetryOutbox(a args) (string, error) {
-	peer, err := a.str("peer", false)
-	if err == nil && peer == "" && a.m["peer"] != nil {
-		return "", invalidParams{`argument "peer" must not be empty (leave it out for every peer)`}
-	}
-	return peer, err
-}
-
 func (s *Server) retryOutbox(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	peer, err := parseRetryOutbox(args{req.GetArguments()})
+	peer, err := args{req.GetArguments()}.optStr("peer", "every peer")
 	if err != nil {
 		return nil, err
 	}

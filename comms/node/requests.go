@@ -202,20 +202,15 @@ func (ri *recordingInbox) see(it comms.Item) {
 	}
 }
 
-// track records a request received now.
-func (ri *recordingInbox) track(it comms.Item) { ri.add(it, false) }
-
-// trackRestored records a request found in a durable inbox kept from
-// before this process started.
-func (ri *recordingInbox) trackRestored(it comms.Item) { ri.add(it, true) }
-
-func (ri *recordingInbox) add(it comms.Item, restored bool) {
+// track records it if it is a request, received now.
+func (ri *recordingInbox) track(it comms.Item) {
 	if it.Type == comms.ItemExternal && it.Envelope.Kind.Type() == wire.TypeRequest {
-		ri.addRequest(it.Envelope.ID, it.Envelope.From, restored)
+		ri.addRequest(it.Envelope.ID, it.Envelope.From, false)
 	}
 }
 
-// addRequest records request id from peer from.
+// addRequest records request id from peer from; restored: found in a
+// durable inbox kept from before this process started.
 func (ri *recordingInbox) addRequest(id identity.UUID, from identity.PeerID, restored bool) {
 	ri.mu.Lock()
 	defer ri.mu.Unlock()
@@ -230,25 +225,17 @@ func (ri *recordingInbox) addRequest(id identity.UUID, from identity.PeerID, res
 	ri.order = append(ri.order, id)
 }
 
-// trackStoredRequests records the requests mail holds from before this
-// process started. A durable inbox is read by its columns only: a
-// restart with many large requests waiting reads none of their bytes
-// and decodes none of them (a request's params can decode into a tree
-// twenty times its size).
+// trackStoredRequests records the requests a durable inbox holds from
+// before this process started (a memory inbox holds none). It reads them
+// by the items' columns only: a restart with many large requests waiting
+// reads none of their bytes and decodes none of them (a request's params
+// can decode into a tree twenty times its size).
 func (ri *recordingInbox) trackStoredRequests(mail mailStore, log *slog.Logger) {
-	d, durable := mail.(*durableMail)
+	d, ok := mail.(*durableMail)
+	if !ok {
+		return
+	}
 	for after := uint64(0); ; {
-		if !durable {
-			page := mail.List(after, listPage)
-			for _, en := range page {
-				ri.trackRestored(en.Item)
-				after = en.Seq
-			}
-			if len(page) < listPage {
-				return
-			}
-			continue
-		}
 		recs, err := d.st.ListKind(wire.TypeRequest, after, listPage)
 		if err != nil {
 			log.Error("inbox store: cannot list the requests received", "err", err)
