@@ -15,7 +15,7 @@ import (
 // pendingIDs are the ids of the unacknowledged items, in arrival order.
 func pendingIDs(m *Node) []string {
 	var out []string
-	for _, en := range m.mail.List(0, 0) {
+	for _, en := range m.mail.List(0, 0).items {
 		out = append(out, en.Item.Envelope.ID.String())
 	}
 	return out

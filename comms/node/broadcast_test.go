@@ -56,7 +56,7 @@ func TestBroadcastMarksOnlyMeerkatdPeers(t *testing.T) {
 		t.Fatalf("carol's copy: %+v: want a plain message", cm)
 	}
 	// What carol's node received carries only the reference's fields.
-	for _, en := range carol.mail.List(0, 10) {
+	for _, en := range carol.mail.List(0, 10).items {
 		if _, ok := en.Item.Envelope.Kind.Field(FieldBroadcast); ok {
 			t.Fatal("carol's envelope carries meerkat_broadcast")
 		}

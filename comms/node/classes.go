@@ -145,8 +145,7 @@ func scanPriority(mail mailStore, f filter, limit int, b *Batch, decorate func(*
 	scan:
 		for {
 			page := mail.ListClass(class, from, pageSize)
-			for _, en := range page {
-				from = en.Seq
+			for _, en := range page.items {
 				if en.Seq > last {
 					break scan
 				}
@@ -171,7 +170,8 @@ func scanPriority(mail mailStore, f filter, limit int, b *Batch, decorate func(*
 				size += n
 				b.Messages = append(b.Messages, msg)
 			}
-			if len(page) < pageSize {
+			from = page.next
+			if !page.more || from > last {
 				break
 			}
 			pageSize = min(2*pageSize, listPage)
@@ -189,22 +189,28 @@ func scanPriority(mail mailStore, f filter, limit int, b *Batch, decorate func(*
 // after, oldest first. The memory inbox indexes the items of every class
 // but normal by seq: those are found directly, and a read of normal
 // items skips them.
-func (m memMail) ListClass(class string, after uint64, limit int) []inbox.Entry[comms.Item] {
-	var out []inbox.Entry[comms.Item]
+func (m memMail) ListClass(class string, after uint64, limit int) mailPage {
 	if class != ClassNormal {
-		for _, seq := range m.cls.seqsAfter(class, after, limit) {
-			if en := m.List(seq-1, 1); len(en) == 1 && en[0].Seq == seq {
+		seqs := m.cls.seqsAfter(class, after, limit)
+		var out []inbox.Entry[comms.Item]
+		for _, seq := range seqs {
+			if en := m.Mailbox.List(seq-1, 1); len(en) == 1 && en[0].Seq == seq {
 				out = append(out, en[0])
 			}
 		}
-		return out
+		p := mailPage{items: out, next: after, more: limit > 0 && len(seqs) == limit}
+		if len(seqs) > 0 {
+			p.next = seqs[len(seqs)-1]
+		}
+		return p
 	}
 	size := listPage // pages as long as needed, growing while other classes are skipped
 	if limit > 0 {
 		size = min(limit, listPage)
 	}
+	var out []inbox.Entry[comms.Item]
 	for {
-		page := m.List(after, size)
+		page := m.Mailbox.List(after, size)
 		m.cls.mu.Lock()
 		for _, en := range page {
 			after = en.Seq
@@ -212,13 +218,13 @@ func (m memMail) ListClass(class string, after uint64, limit int) []inbox.Entry[
 				out = append(out, en)
 				if limit > 0 && len(out) == limit {
 					m.cls.mu.Unlock()
-					return out
+					return mailPage{items: out, next: after, more: true}
 				}
 			}
 		}
 		m.cls.mu.Unlock()
 		if len(page) < size {
-			return out
+			return mailPage{items: out, next: after}
 		}
 		size = min(2*size, listPage)
 	}
@@ -226,13 +232,13 @@ func (m memMail) ListClass(class string, after uint64, limit int) []inbox.Entry[
 
 // ListClass lists up to limit unacknowledged items of class after seq
 // after, oldest first, through the store's index by class.
-func (d *durableMail) ListClass(class string, after uint64, limit int) []inbox.Entry[comms.Item] {
-	recs, err := d.st.ListClass(class, after, limit)
+func (d *durableMail) ListClass(class string, after uint64, limit int) mailPage {
+	recs, cut, err := d.st.ListClassBytes(class, after, limit, pageBytes)
 	if err != nil {
 		d.log.Error("inbox store: list failed", "err", err)
-		return nil
+		return mailPage{next: after}
 	}
-	return d.entries(recs)
+	return d.page(recs, after, limit, cut)
 }
 
 // PendingByClass counts the unacknowledged items of each class.

@@ -272,7 +272,7 @@ func TestPriorityPagingSkipsNothing(t *testing.T) {
 				}
 				if n.mail.Pending() > 0 {
 					// Items acked on the way were seen; the rest must be too.
-					for _, en := range n.mail.List(0, 0) {
+					for _, en := range n.mail.List(0, 0).items {
 						if !seen[en.Seq] {
 							t.Fatalf("limit %d: item %d never read", limit, en.Seq)
 						}

@@ -354,7 +354,7 @@ func scanArrival(mail mailStore, f filter, limit int, b *Batch, decorate func(*M
 scan:
 	for {
 		page := mail.List(b.Cursor, pageSize)
-		for _, en := range page {
+		for _, en := range page.items {
 			if !f.matches(en.Item) {
 				b.Cursor = en.Seq // the cursor passes items the filters skip too
 				continue
@@ -377,7 +377,8 @@ scan:
 			b.Messages = append(b.Messages, msg)
 			b.Cursor = en.Seq
 		}
-		if len(page) < pageSize {
+		b.Cursor = page.next // past items skipped as undecodable too
+		if !page.more {
 			break
 		}
 		pageSize = min(2*pageSize, listPage)
@@ -433,8 +434,7 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 	if len(want) > 0 || a.UpTo > 0 {
 		for after := uint64(0); ; {
 			page := n.mail.List(after, listPage)
-			for _, en := range page {
-				after = en.Seq
+			for _, en := range page.items {
 				id := en.Item.Envelope.ID.String()
 				byID := want[id]
 				if byID {
@@ -457,7 +457,8 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 					seqs = append(seqs, en.Seq)
 				}
 			}
-			if len(page) < listPage || len(want) == 0 && after >= a.UpTo {
+			after = page.next
+			if !page.more || len(want) == 0 && after >= a.UpTo {
 				break
 			}
 		}
@@ -481,8 +482,8 @@ func (n *Node) Ack(_ context.Context, a AckRequest) (Acked, error) {
 
 // oldestPending is the seq of the oldest unacknowledged item (0: none).
 func (n *Node) oldestPending() uint64 {
-	if page := n.mail.List(0, 1); len(page) > 0 {
-		return page[0].Seq
+	if page := n.mail.List(0, 1); len(page.items) > 0 {
+		return page.items[0].Seq
 	}
 	return 0
 }

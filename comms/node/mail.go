@@ -25,8 +25,9 @@ type mailStore interface {
 	// does not model, subagent results; acks are never stored), so an
 	// agent that reads until pending is zero drains the inbox.
 	Pending() int
-	List(after uint64, limit int) []inbox.Entry[comms.Item]
-	Wait(ctx context.Context, after uint64, limit int) ([]inbox.Entry[comms.Item], error)
+	// List reads up to limit unacknowledged items after seq after,
+	// oldest first (limit 0: every one).
+	List(after uint64, limit int) mailPage
 	Ack(seqs ...uint64) int
 	Len() int
 	Changed() <-chan struct{}
@@ -36,7 +37,7 @@ type mailStore interface {
 	Close()
 
 	// ListClass is List for the items of one class (classes.go).
-	ListClass(class string, after uint64, limit int) []inbox.Entry[comms.Item]
+	ListClass(class string, after uint64, limit int) mailPage
 	// PendingByClass counts the unacknowledged items of each class,
 	// every class present.
 	PendingByClass() map[string]int
@@ -50,6 +51,24 @@ var (
 	_ mailStore = memMail{}
 	_ mailStore = (*durableMail)(nil)
 )
+
+// mailPage is one page of an inbox read.
+type mailPage struct {
+	items []inbox.Entry[comms.Item]
+	// next is where the next page starts (after it): the last item the
+	// read passed, one skipped as undecodable included, or the read's
+	// own start when it passed none.
+	next uint64
+	// more reports that items may follow next: the page reached its
+	// limit, or a durable inbox cut it short at pageBytes.
+	more bool
+}
+
+
+// pageBytes bounds the stored bytes one page of a durable inbox reads
+// (and decodes) at once, besides the page's limit: items are up to a
+// frame each, and some decode to many times their size.
+const pageBytes = 1 << 20
 
 // memMail is the memory inbox.
 type memMail struct {
@@ -66,6 +85,20 @@ func newMemMail(mb *inbox.Mailbox[comms.Item]) memMail {
 }
 
 func (m memMail) Epoch() string { return m.epoch }
+
+func (m memMail) List(after uint64, limit int) mailPage {
+	return memPage(m.Mailbox.List(after, limit), after, limit)
+}
+
+// memPage is the page of a memory inbox's read after seq after with
+// limit that returned items.
+func memPage(items []inbox.Entry[comms.Item], after uint64, limit int) mailPage {
+	p := mailPage{items: items, next: after, more: limit > 0 && len(items) == limit}
+	if len(items) > 0 {
+		p.next = items[len(items)-1].Seq
+	}
+	return p
+}
 
 func (m memMail) Pending() int { return m.Len() }
 
@@ -174,42 +207,31 @@ func (d *durableMail) item(r store.Record) (comms.Item, error) {
 	return comms.Item{Type: comms.ItemExternal, Received: r.Received, Envelope: e, PeerName: r.Peer, Size: len(r.Payload), Local: local}, nil
 }
 
-func (d *durableMail) List(after uint64, limit int) []inbox.Entry[comms.Item] {
-	recs, err := d.st.List(after, limit)
+func (d *durableMail) List(after uint64, limit int) mailPage {
+	recs, cut, err := d.st.ListBytes(after, limit, pageBytes)
 	if err != nil {
 		d.log.Error("inbox store: list failed", "err", err)
-		return nil
+		return mailPage{next: after}
 	}
-	return d.entries(recs)
+	return d.page(recs, after, limit, cut)
 }
 
-// entries decodes stored records, skipping (and logging) any that do not
-// decode.
-func (d *durableMail) entries(recs []store.Record) []inbox.Entry[comms.Item] {
-	out := make([]inbox.Entry[comms.Item], 0, len(recs))
+// page decodes the stored records of a read after seq after with limit,
+// skipping (and logging) any that do not decode: the page passes them,
+// and says more when the read found limit records, decodable or not.
+func (d *durableMail) page(recs []store.Record, after uint64, limit int, cut bool) mailPage {
+	p := mailPage{next: after, more: cut || limit > 0 && len(recs) == limit}
+	p.items = make([]inbox.Entry[comms.Item], 0, len(recs))
 	for _, r := range recs {
+		p.next = r.Seq
 		it, err := d.item(r)
 		if err != nil {
 			d.log.Error("inbox store: undecodable item skipped", "seq", r.Seq, "err", err)
 			continue
 		}
-		out = append(out, inbox.Entry[comms.Item]{Seq: r.Seq, Item: it})
+		p.items = append(p.items, inbox.Entry[comms.Item]{Seq: r.Seq, Item: it})
 	}
-	return out
-}
-
-func (d *durableMail) Wait(ctx context.Context, after uint64, limit int) ([]inbox.Entry[comms.Item], error) {
-	for {
-		changed := d.st.Changed()
-		if out := d.List(after, limit); len(out) > 0 {
-			return out, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	return p
 }
 
 func (d *durableMail) Ack(seqs ...uint64) int {

@@ -203,7 +203,7 @@ func TestMCPNodeFilteredAckKeepsUnseen(t *testing.T) {
 	if err != nil || r.Acked != 1 || r.Pending != 1 {
 		t.Fatalf("filtered ack: %+v, %v", r, err)
 	}
-	if left := m.mail.List(0, 0); len(left) != 1 || left[0].Item.Envelope.ID != msg.ID {
+	if left := m.mail.List(0, 0).items; len(left) != 1 || left[0].Item.Envelope.ID != msg.ID {
 		t.Fatalf("the unseen message was acknowledged: %v", left)
 	}
 }
@@ -535,16 +535,16 @@ type listCounter struct {
 	loaded int
 }
 
-func (l *listCounter) List(after uint64, limit int) []inbox.Entry[comms.Item] {
+func (l *listCounter) List(after uint64, limit int) mailPage {
 	page := l.mailStore.List(after, limit)
-	l.loaded += len(page)
+	l.loaded += len(page.items)
 	return page
 }
 
 // ListClass counts what a priority read (the default) loads.
-func (l *listCounter) ListClass(class string, after uint64, limit int) []inbox.Entry[comms.Item] {
+func (l *listCounter) ListClass(class string, after uint64, limit int) mailPage {
 	page := l.mailStore.ListClass(class, after, limit)
-	l.loaded += len(page)
+	l.loaded += len(page.items)
 	return page
 }
 

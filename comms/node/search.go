@@ -216,8 +216,7 @@ func searchMemory(mail mailStore, sq store.Search, limit int) []found {
 	var out []found
 	for after := uint64(0); ; {
 		page := mail.List(after, listPage)
-		for _, en := range page {
-			after = en.Seq
+		for _, en := range page.items {
 			it := en.Item
 			e := it.Envelope
 			switch {
@@ -238,7 +237,7 @@ func searchMemory(mail mailStore, sq store.Search, limit int) []found {
 				out = slices.Delete(out, 0, len(out)-limit)
 			}
 		}
-		if len(page) < listPage {
+		if after = page.next; !page.more {
 			break
 		}
 	}

@@ -287,15 +287,14 @@ func (s *spaces) request(name, id string) (meupRequest, bool) {
 	}
 	for after := uint64(0); ; {
 		page := s.n.mail.List(after, listPage)
-		for _, en := range page {
-			after = en.Seq
+		for _, en := range page.items {
 			sp, env, _, ok := parseMEUP(en.Item.Envelope.Kind)
 			if ok && sp == name && env.ID == id && env.Kind == meup.KindMCPRequest {
 				s.track(name, env)
 				return meupRequest{from: env.From, to: env.To}, true
 			}
 		}
-		if len(page) < listPage {
+		if after = page.next; !page.more {
 			return meupRequest{}, false
 		}
 	}

@@ -89,7 +89,7 @@ func TestDurableInboxAcrossRestart(t *testing.T) {
 
 	n = start()
 	defer n.Close()
-	items := n.mail.List(0, 0)
+	items := n.mail.List(0, 0).items
 	if len(items) != 1 || items[0].Item.Envelope.ID != env.ID || items[0].Item.PeerName != "alice" {
 		t.Fatalf("after restart the inbox holds %+v", items)
 	}

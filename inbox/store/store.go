@@ -921,8 +921,17 @@ func (s *Store) checkOpen() error {
 // List returns up to limit unacknowledged records with Seq above after,
 // oldest first (limit <= 0: all).
 func (s *Store) List(after uint64, limit int) ([]Record, error) {
+	recs, _, err := s.ListBytes(after, limit, 0)
+	return recs, err
+}
+
+// ListBytes is List cut short once the payloads read reach maxBytes (0:
+// no bound), so that a page of large items is not read whole: it holds
+// at least one record (when there is one), and cut reports a page cut
+// short before limit, after which more records may follow.
+func (s *Store) ListBytes(after uint64, limit, maxBytes int) (recs []Record, cut bool, err error) {
 	return s.list(`SELECT seq, sender, id, kind, peer, received, payload, class
-		FROM items WHERE acked_at IS NULL AND seq > ? ORDER BY seq LIMIT ?`, after, limit)
+		FROM items WHERE acked_at IS NULL AND seq > ? ORDER BY seq LIMIT ?`, after, limit, maxBytes)
 }
 
 // ListKind is List for the records of one kind only, without their
@@ -930,8 +939,9 @@ func (s *Store) List(after uint64, limit int) ([]Record, error) {
 // columns say (the sender, the id), so that reading many large items
 // costs neither their bytes nor decoding them.
 func (s *Store) ListKind(kind string, after uint64, limit int) ([]Record, error) {
-	return s.list(`SELECT seq, sender, id, kind, peer, received, x'', class
-		FROM items WHERE acked_at IS NULL AND kind = ? AND seq > ? ORDER BY seq LIMIT ?`, after, limit, kind)
+	recs, _, err := s.list(`SELECT seq, sender, id, kind, peer, received, x'', class
+		FROM items WHERE acked_at IS NULL AND kind = ? AND seq > ? ORDER BY seq LIMIT ?`, after, limit, 0, kind)
+	return recs, err
 }
 
 // DefaultClass is the class of a record admitted without one, and of the
@@ -940,41 +950,54 @@ const DefaultClass = "normal"
 
 // ListClass is List for the records of one class only.
 func (s *Store) ListClass(class string, after uint64, limit int) ([]Record, error) {
+	recs, _, err := s.ListClassBytes(class, after, limit, 0)
+	return recs, err
+}
+
+// ListClassBytes is ListClass cut short as ListBytes is.
+func (s *Store) ListClassBytes(class string, after uint64, limit, maxBytes int) (recs []Record, cut bool, err error) {
 	return s.list(`SELECT seq, sender, id, kind, peer, received, payload, class
-		FROM items WHERE acked_at IS NULL AND class = ? AND seq > ? ORDER BY seq LIMIT ?`, after, limit, class)
+		FROM items WHERE acked_at IS NULL AND class = ? AND seq > ? ORDER BY seq LIMIT ?`, after, limit, maxBytes, class)
 }
 
 // list runs q, a query of records after a seq with a limit (and, first,
-// the args in pre).
-func (s *Store) list(q string, after uint64, limit int, pre ...any) ([]Record, error) {
+// the args in pre), stopping once the payloads read reach maxBytes (when
+// positive): rows are read one at a time, so the rest are not read.
+func (s *Store) list(q string, after uint64, limit, maxBytes int, pre ...any) (out []Record, cut bool, err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	if after >= math.MaxInt64 {
-		return nil, nil
+		return nil, false, nil
 	}
 	if limit <= 0 {
 		limit = -1 // no limit in SQLite
 	}
 	rows, err := s.db.Query(q, append(pre, int64(after), limit)...)
 	if err != nil {
-		return nil, fmt.Errorf("store: list: %w", err)
+		return nil, false, fmt.Errorf("store: list: %w", err)
 	}
 	defer rows.Close()
-	var out []Record
-	for rows.Next() {
+	size := 0
+	for {
+		if maxBytes > 0 && size >= maxBytes && len(out) != limit {
+			return out, true, nil // rows.Close ends the query; the next row is not read
+		}
+		if !rows.Next() {
+			break
+		}
 		var (
 			r             Record
 			seq, received int64
 			sender, id    []byte
 		)
 		if err := rows.Scan(&seq, &sender, &id, &r.Kind, &r.Peer, &received, &r.Payload, &r.Class); err != nil {
-			return nil, fmt.Errorf("store: list: %w", err)
+			return nil, false, fmt.Errorf("store: list: %w", err)
 		}
 		if len(sender) != len(r.Sender) || len(id) != len(r.ID) {
-			return nil, fmt.Errorf("store: list: item %d has a malformed key", seq)
+			return nil, false, fmt.Errorf("store: list: item %d has a malformed key", seq)
 		}
 		r.Seq = uint64(seq)
 		copy(r.Sender[:], sender)
@@ -983,12 +1006,13 @@ func (s *Store) list(q string, after uint64, limit int, pre ...any) ([]Record, e
 		if r.Payload == nil {
 			r.Payload = []byte{}
 		}
+		size += len(r.Payload)
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store: list: %w", err)
+		return nil, false, fmt.Errorf("store: list: %w", err)
 	}
-	return out, nil
+	return out, false, nil
 }
 
 // LastSeq returns the highest seq the store has handed out (0: none),

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -903,6 +904,59 @@ func TestOpenConcurrently(t *testing.T) {
 		wg.Wait()
 		if t.Failed() {
 			return
+		}
+	}
+}
+
+// ListBytes and ListClassBytes stop once the payloads read reach
+// maxBytes, with at least one record, and say cut when they stopped so
+// before the limit (records may follow).
+func TestListBytes(t *testing.T) {
+	s, _ := openStore(t, Options{})
+	ctx := context.Background()
+	for i := range uint64(6) {
+		r := rec(1, i+1)
+		r.Payload = make([]byte, 100) // 100 bytes each
+		if _, err := s.Admit(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		after           uint64
+		limit, maxBytes int
+		want            []uint64
+		cut             bool
+	}{
+		{0, 0, 0, []uint64{1, 2, 3, 4, 5, 6}, false},
+		{0, 0, 250, []uint64{1, 2, 3}, true},
+		{0, 0, 300, []uint64{1, 2, 3}, true},
+		{0, 0, 301, []uint64{1, 2, 3, 4}, true},
+		{0, 0, 1, []uint64{1}, true},
+		{0, 3, 300, []uint64{1, 2, 3}, false}, // the limit, not the bytes
+		{0, 2, 1000, []uint64{1, 2}, false},
+		// The end reached with the bytes: cut, as the next row is not
+		// read to know; the next read finds nothing.
+		{4, 0, 150, []uint64{5, 6}, true},
+		{5, 0, 50, []uint64{6}, true},
+		{6, 0, 50, nil, false},
+		{4, 0, 201, []uint64{5, 6}, false},
+		{2, 10, 0, []uint64{3, 4, 5, 6}, false},
+	}
+	for _, tt := range tests {
+		for _, class := range []string{"", DefaultClass} {
+			var (
+				got []Record
+				cut bool
+				err error
+			)
+			if class == "" {
+				got, cut, err = s.ListBytes(tt.after, tt.limit, tt.maxBytes)
+			} else {
+				got, cut, err = s.ListClassBytes(class, tt.after, tt.limit, tt.maxBytes)
+			}
+			if err != nil || !slices.Equal(seqsOf(got), tt.want) || cut != tt.cut {
+				t.Errorf("class %q after %d limit %d max %d: %v cut %v, %v; want %v cut %v", class, tt.after, tt.limit, tt.maxBytes, seqsOf(got), cut, err, tt.want, tt.cut)
+			}
 		}
 	}
 }
