@@ -64,7 +64,6 @@ type mailPage struct {
 	more bool
 }
 
-
 // pageBytes bounds the stored bytes one page of a durable inbox reads
 // (and decodes) at once, besides the page's limit: items are up to a
 // frame each, and some decode to many times their size.
