@@ -402,8 +402,9 @@ the machine and options, the sequential p50 and p99 of every repetition per
 transport and the distribution of every round trip (with the raw anchor's),
 the pipelined throughput against the raw anchors, the crypto
 ceiling and NATS, and the checks (inline SVG and CSS; no script, nothing
-fetched). The file is created before the first repetition, so a path that
-cannot be written fails at once.
+fetched). A path that cannot be written fails before the first repetition;
+the page replaces FILE only once the run is over, so a run that fails
+leaves FILE as it was.
 --gate exits 1 (failed checks on stderr) when a check fails, or when no
 check was computed; otherwise the
 exit status is 0 whatever the figures. A run is stopped after 60 minutes
@@ -435,7 +436,6 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer page.discard()
 	if s.want("resources") {
 		if err := checkFiles(s.idleConns); err != nil {
 			return err
@@ -503,7 +503,7 @@ func (o *Options) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.NATS, "nats", "", "NATS bench `binary` (bench/nats) to compare with, over TCP")
 	fs.StringVar(&o.NATSURL, "nats-url", "", "running NATS server `URL` (e.g. make nats-dev: nats://127.0.0.1:4222) for the transports nats and nats-unsealed, which go through it")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object per scenario per line")
-	fs.StringVar(&o.HTML, "html", "", "also write a self-contained HTML page of the run (charts, checks) to `FILE`")
+	fs.Var(pathFlag{&o.HTML}, "html", "also write a self-contained HTML page of the run (charts, checks) to `FILE`")
 	fs.BoolVar(&o.Gate, "gate", false, "exit 1 when a check fails, or when no check was computed")
 	fs.BoolVar(&o.Quick, "quick", false, "smoke run: one repetition, tiny counts, UDS unless --transport says otherwise")
 	fs.StringVar(&o.Only, "only", "", "comma-separated scenario `groups` to run (default all): "+strings.Join(Groups(), ", "))
@@ -532,6 +532,25 @@ func (a atLeast) Set(s string) error {
 		return fmt.Errorf("at least %d", a.min)
 	}
 	*a.p = n
+	return nil
+}
+
+// pathFlag is a file path flag that refuses an empty value, which would
+// read as "not given".
+type pathFlag struct{ p *string }
+
+func (f pathFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return *f.p
+}
+
+func (f pathFlag) Set(s string) error {
+	if s == "" {
+		return errors.New("needs a file name")
+	}
+	*f.p = s
 	return nil
 }
 

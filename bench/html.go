@@ -6,79 +6,71 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
 	"html/template"
 	"io"
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/meerkatd/meerkatd/internal/atomicfile"
 )
 
-// htmlFile is the --html file, open from before the first repetition.
+// htmlFile is the --html file, checked before the first repetition and
+// written, whole, after the last.
 type htmlFile struct {
-	f       *os.File
-	path    string
-	created bool // it did not exist: discard removes it
-	done    bool
+	path string
 }
 
-// openHTML opens path for the page, creating it; nil for "".
+// openHTML checks that the page can be written to path before the run
+// starts (nil for ""): a path that is not a regular file, or whose
+// directory cannot take a new file, fails now, not after the run. The
+// page replaces path atomically (write), so a run that fails or a write
+// that fails leaves what was there.
 func openHTML(path string) (*htmlFile, error) {
 	if path == "" {
 		return nil, nil
 	}
 	fi, err := os.Stat(path)
-	created := errors.Is(err, fs.ErrNotExist)
 	if err == nil && !fi.Mode().IsRegular() {
 		// A device or a pipe (/dev/null, /dev/stdout) cannot take the
-		// page as a file: refused now, not after the run.
+		// page as a file.
 		return nil, fmt.Errorf("--html: %s is not a regular file", path)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	// The page is written beside path and renamed over it: the
+	// directory must take a new file.
+	probe, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		if pe, ok := err.(*fs.PathError); ok {
 			err = pe.Err
 		}
 		return nil, fmt.Errorf("--html: cannot write %s: %v", path, err)
 	}
-	return &htmlFile{f: f, path: path, created: created}, nil
+	probe.Close()
+	os.Remove(probe.Name())
+	return &htmlFile{path: path}, nil
 }
 
-// write replaces the file's content with the page of the run.
+// write replaces the file with the page of the run.
 func (h *htmlFile) write(r *results, o settings, meta htmlMeta) error {
 	if h == nil {
 		return nil
 	}
-	h.done = true
-	err := h.f.Truncate(0)
-	if err == nil {
-		err = r.writeHTML(h.f, o, meta)
-	}
-	if cerr := h.f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	var page bytes.Buffer
+	if err := r.writeHTML(&page, o, meta); err != nil {
 		return fmt.Errorf("--html %s: %w", h.path, err)
 	}
+	if err := atomicfile.WriteFile(h.path, page.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("--html: %w", err)
+	}
 	return nil
-}
-
-// discard closes the file if the page was not written, and removes it
-// if the run created it.
-func (h *htmlFile) discard() {
-	if h == nil || h.done {
-		return
-	}
-	h.f.Close()
-	if h.created {
-		os.Remove(h.path)
-	}
 }
 
 // htmlMeta is what the page's header says of where and when the run was.
@@ -275,7 +267,8 @@ func niceAxis(hi float64) (end, step float64) {
 	return math.Ceil(hi/step) * step, step
 }
 
-// tickLabel is an axis figure: 250, 1.5k, 40k, 1.2M.
+// tickLabel is an axis figure: 250, 1500, 40k, 1.2M (thousands as k from
+// 10,000).
 func tickLabel(v float64) string {
 	switch a := math.Abs(v); {
 	case a >= 1e6:

@@ -329,41 +329,67 @@ func TestHTMLUnwritable(t *testing.T) {
 	}
 }
 
-// TestHTMLFileDiscard: a file the run created is removed when the run
-// fails; one that was there is left; a written one holds the page only.
-func TestHTMLFileDiscard(t *testing.T) {
+// TestHTMLFileReplace: checking the path writes nothing (no file, no
+// temporary left); a file that was there is left as it was until the
+// page replaces it whole; a write that fails leaves nothing behind.
+func TestHTMLFileReplace(t *testing.T) {
 	dir := t.TempDir()
+	onlyFiles := func(want ...string) {
+		t.Helper()
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range ents {
+			got = append(got, e.Name())
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("the directory holds %q, want %q", got, want)
+		}
+	}
 	fresh := filepath.Join(dir, "fresh.html")
-	h, err := openHTML(fresh)
-	if err != nil {
+	if _, err := openHTML(fresh); err != nil {
 		t.Fatal(err)
 	}
-	h.discard()
-	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
-		t.Errorf("a failed run left the file it created: %v", err)
-	}
+	onlyFiles()
 	old := filepath.Join(dir, "old.html")
 	if err := os.WriteFile(old, bytes.Repeat([]byte("x"), 100000), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if h, err = openHTML(old); err != nil {
+	h, err := openHTML(old)
+	if err != nil {
 		t.Fatal(err)
 	}
-	h.discard()
 	if b, err := os.ReadFile(old); err != nil || len(b) != 100000 {
-		t.Errorf("a failed run changed a file it did not create: %d bytes, %v", len(b), err)
-	}
-	if h, err = openHTML(old); err != nil {
-		t.Fatal(err)
+		t.Errorf("checking the path changed the file: %d bytes, %v", len(b), err)
 	}
 	if err := h.write(newResults(), testSettings("uds"), testMeta); err != nil {
 		t.Fatal(err)
 	}
-	h.discard()
 	b, err := os.ReadFile(old)
 	if err != nil || !bytes.HasPrefix(b, []byte("<!DOCTYPE html>")) || bytes.Contains(b, []byte("xxx")) {
 		t.Errorf("written page: %v\n%.200s", err, b)
 	}
+	onlyFiles("old.html")
+
+	// The directory gone between the check and the write: an error
+	// naming the path, nothing written.
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gone := filepath.Join(sub, "page.html")
+	if h, err = openHTML(gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(sub); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.write(newResults(), testSettings("uds"), testMeta); err == nil || !strings.Contains(err.Error(), gone) {
+		t.Errorf("write into a removed directory: %v, want an error naming %s", err, gone)
+	}
+	onlyFiles("old.html")
 }
 
 // TestHTMLDistribution: the round trips of the sequential scenario and its

@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -501,5 +504,54 @@ func TestRawTail(t *testing.T) {
 	a.rawSeqP99 = 0
 	if got := tail(checked(a)); len(got) != 0 {
 		t.Fatalf("no p99 of the anchor, yet noted: %q", got)
+	}
+}
+
+// TestNATSFiguresInOrder: the NATS bench's figures are recorded in the
+// order of their names, the same in every run (its JSON holds them in an
+// object, which Go reads into a map).
+func TestNATSFiguresInOrder(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "natsbench")
+	line := `{"impl":"nats","scenario":"sequential","transport":"tcp","inbox":"none","metrics":{"p99_us":{"median":90},"p50_us":{"median":40},"exchanges_per_s":{"median":7000},"cpu_us_per_exchange":{"median":120}}}`
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho '"+line+"'\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b := &runner{opts: settings{nats: script}}
+	want := []string{"cpu_us_per_exchange", "exchanges_per_s", "p50_us", "p99_us"}
+	for range 8 { // a map's order would differ within a few runs
+		rec := newResults()
+		if err := b.natsOnce(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+		s := rec.find(implNATS, scSequential, "tcp")
+		if s == nil || !slices.Equal(s.metrics, want) || s.values["p50_us"][0] != 40 {
+			t.Fatalf("recorded %+v; want the metrics %v", s, want)
+		}
+	}
+}
+
+// TestCeilingFigureAsTabled: the header's crypto ceiling names the
+// exchange anchor as the table prints it (rounded once, not twice).
+func TestCeilingFigureAsTabled(t *testing.T) {
+	for _, v := range []float64{165.549, 165.55, 99.96, 1234.5, 41.04} {
+		r := newResults()
+		r.reps, r.cores = 1, 2
+		r.add(implMeerkatd, scAnchorExch, transportNone, inboxNone, mUS, v)
+		var out strings.Builder
+		if err := r.writeTable(&out, settings{transports: []string{"uds"}}); err != nil {
+			t.Fatal(err)
+		}
+		var header, tabled string
+		for line := range strings.Lines(out.String()) {
+			if rest, ok := strings.CutPrefix(line, "crypto ceiling: 2 cores / "); ok {
+				header, _, _ = strings.Cut(rest, " ")
+			}
+			if f := strings.Fields(line); len(f) > 5 && f[1] == scAnchorExch && f[4] == mUS {
+				tabled = f[5]
+			}
+		}
+		if header == "" || header != tabled {
+			t.Errorf("anchor %v: header says %q, the table %q\n%s", v, header, tabled, out.String())
+		}
 	}
 }

@@ -30,6 +30,8 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "--nats-url", "nats://u:hunter2@127.0.0.1:4222", "--transport", "nats"}, "credentials do not belong in the URL"},
 		{[]string{"bench", "--idle-conns", "0"}, `--idle-conns "0": at least 1`},
 		{[]string{"bench", "--duration", "0s"}, `--duration "0s": must be positive`},
+		{[]string{"bench", "--html", ""}, `--html "": needs a file name`},
+		{[]string{"bench", "--html="}, `--html "": needs a file name`},
 		{[]string{"bench", "extra"}, "want no arguments"},
 		{[]string{"bench", "echo"}, "bench echo uds|tcp ADDRESS"},
 		{[]string{"bench", "flood", "uds:///nowhere.sock", "00", "0"}, `CONNS "0"`},
