@@ -87,7 +87,7 @@ type Options struct {
 	// HTML, when not "", is a file Run writes a self-contained HTML page
 	// of the run to (charts and checks; no script, nothing fetched), as
 	// well as printing the table or JSON. Run fails at once, before the
-	// first repetition, when it cannot create the file.
+	// first repetition, when the file cannot be written there.
 	HTML string
 
 	JSON  bool // print one JSON [Line] per scenario instead of a table
