@@ -21,7 +21,7 @@ PREFIX   ?= $(if $(filter 0,$(shell id -u)),/usr/local,$(HOME)/.local)
 
 ## help: list the targets
 help:
-	@sed -n 's/^## //p' $(MAKEFILE_LIST) | column -t -s ':'
+	@sed -n 's/^## //p' $(MAKEFILE_LIST) | awk '{ i = index($$0, ": "); printf "%-14s %s\n", substr($$0, 1, i - 1), substr($$0, i + 2) }'
 
 ## build: build bin/meerkatd, optimised with the profile cmd/meerkatd/meerkatd.pgo (PGO=off builds without it)
 build:

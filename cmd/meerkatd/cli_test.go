@@ -574,6 +574,8 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"pair", "accept", "meerkat-pair/1 AAAA-AAAA-AAAA-AAAA-AAAA-AAAA-AA uds:///nonexistent-meerkat-dir/meerkat.sock"}, exitPeerOffline, "cannot reach the offer's address", false},
 		{[]string{"pair", "accept", "meerkat-pair/1 AAAA-AAAA-AAAA-AAAA-AAAA-AAAA-AB uds:///nonexistent-meerkat-dir/meerkat.sock"}, exitUsage, "a typo?", false},
 		{[]string{"send", "request", "bob", "x", "--wait", "5"}, exitUsage, "a duration needs a unit: 5s", false},
+		{[]string{"send", "request", "bob", "x", "--wait", "0s"}, exitUsage, "--wait applies to requests only and must be positive", false},
+		{[]string{"send", "message", "bob", "x", "--wait", "0s"}, exitUsage, "--wait applies to requests only and must be positive", false},
 		{[]string{"send", "message", "bob", "hi", "--reliable", "--ttl", "90"}, exitUsage, "a duration needs a unit: 90s", false},
 		{[]string{"inbox", "--wait", "2"}, exitUsage, "a duration needs a unit: 2s", false},
 		{[]string{"pair", "offer", "--ttl", "1.5"}, exitUsage, "a duration needs a unit: 1.5s", false},

@@ -110,7 +110,9 @@ func runDeadLetters(e *env, args []string) error {
 		if *asJSON {
 			return e.printPartial(map[string]int{verb: n}, true, missed)
 		}
-		fmt.Fprintf(e.stdout, "%s %d dead letter(s)\n", verb, n)
+		if n > 0 || missed == nil { // "0 requeued" and an error say nothing the error does not
+			fmt.Fprintf(e.stdout, "%s %d dead letter(s)\n", verb, n)
+		}
 		return missed
 	}
 	return nodetext.List(e.stdout, e.stderr, *asJSON, dl, "no dead letters", nodetext.DeadLetters)

@@ -436,6 +436,10 @@ func TestDeadLettersAuditAndStandalone(t *testing.T) {
 		if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Error.Code != "bad_argument" || !strings.Contains(r.stdout, `"`+map[string]string{"retry": "requeued", "drop": "dropped"}[sub]+`": 0`) {
 			t.Fatalf("deadletters %s of an unknown id with --json: %v\n%s", sub, err, r.stdout)
 		}
+		// In text, the error alone: no "requeued 0" before it.
+		if r := alice.wantCode(exitUsage, []string{"1 of the 1 ids given are not dead letters"}, "deadletters", sub, unknown); r.stdout != "" {
+			t.Errorf("deadletters %s of an unknown id printed %q", sub, r.stdout)
+		}
 	}
 	alice.ok("deadletters", "retry", expired.ID, strings.ToUpper(expired.ID))
 	if len(deadOf(t, alice)) != 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"time"
 
@@ -56,7 +57,9 @@ func runSend(e *env, args []string) error {
 	if *ttl < 0 {
 		return fmt.Errorf("%w: --ttl must be positive", errUsage)
 	}
-	if *wait < 0 || *wait > 0 && sub != "request" {
+	waitGiven := false // --wait 0s too
+	flags.Visit(func(f *flag.Flag) { waitGiven = waitGiven || f.Name == "wait" })
+	if waitGiven && (*wait <= 0 || sub != "request") {
 		return fmt.Errorf("%w: --wait applies to requests only and must be positive", errUsage)
 	}
 	var dl time.Time

@@ -330,10 +330,13 @@ func SendQueued(w io.Writer, res node.Sent, daemon bool) {
 	fmt.Fprintf(w, "queued in the outbox; %s: see meerkatd outbox\n", what)
 }
 
-// Dropped writes what outbox drop did: how many it dropped (to w), and
-// each send it left and why (to errw). It returns d.Err().
+// Dropped writes what outbox drop did: how many it dropped (to w, unless
+// it dropped none and failed), and each send it left and why (to errw).
+// It returns d.Err().
 func Dropped(w, errw io.Writer, d node.Dropped) error {
-	fmt.Fprintf(w, "dropped %d queued send(s) into the dead letters (meerkatd deadletters retry ID queues one again)\n", len(d.Dropped))
+	if len(d.Dropped) > 0 || d.Err() == nil {
+		fmt.Fprintf(w, "dropped %d queued send(s) into the dead letters (meerkatd deadletters retry ID queues one again)\n", len(d.Dropped))
+	}
 	for _, id := range d.InFlight {
 		fmt.Fprintf(errw, "%s: being attempted right now (it may be delivered); not dropped\n", Line(id))
 	}

@@ -262,4 +262,10 @@ func TestDropped(t *testing.T) {
 	if err := Dropped(&out, &errOut, node.Dropped{Dropped: []string{"a", "b"}}); err != nil || !strings.HasPrefix(out.String(), "dropped 2 ") {
 		t.Errorf("all dropped: %q, %v", out.String(), err)
 	}
+	// None dropped, and why: no "dropped 0" before the error.
+	out.Reset()
+	errOut.Reset()
+	if err := Dropped(&out, &errOut, node.Dropped{NotQueued: []string{"c"}}); err == nil || out.Len() != 0 || errOut.String() != "c: not in the outbox\n" {
+		t.Errorf("none dropped: stdout %q, stderr %q, %v", out.String(), errOut.String(), err)
+	}
 }
