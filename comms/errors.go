@@ -75,10 +75,11 @@ func (e *PeerOfflineError) Error() string {
 		// envelope; by far the most common reason is that it does not
 		// trust the sender's key, the next that its inbox is full, or
 		// the envelope is larger than it takes.
+		// The peer answered: not "offline", though the code says so.
 		if e.Plaintext {
-			return fmt.Sprintf("comms: peer %s offline: %s: %s; or it refuses plaintext TCP (its comms.tcp_plaintext = \"refuse\"): give it a tls:// address", e.Peer, e.Reason, untrustedHint)
+			return fmt.Sprintf("comms: peer %s did not take the envelope: %s: %s; or it refuses plaintext TCP (its comms.tcp_plaintext = \"refuse\"): give it a tls:// address", e.Peer, e.Reason, untrustedHint)
 		}
-		return fmt.Sprintf("comms: peer %s offline: %s: %s", e.Peer, e.Reason, untrustedHint)
+		return fmt.Sprintf("comms: peer %s did not take the envelope: %s: %s", e.Peer, e.Reason, untrustedHint)
 	}
 	return fmt.Sprintf("comms: peer %s offline: %s", e.Peer, e.Reason)
 }

@@ -113,12 +113,17 @@ func (e *env) readInput(what, arg string) (string, error) {
 	switch {
 	case arg == "-":
 		r = e.stdin
+	case arg == "@":
+		return "", fmt.Errorf("%w: %s: @ needs a file name (@FILE)", errUsage, what)
 	case strings.HasPrefix(arg, "@"):
 		f, err := os.Open(arg[1:])
 		if err != nil {
 			return "", fmt.Errorf("%w: %s: %v", errUsage, what, err)
 		}
 		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			return "", fmt.Errorf("%w: %s: %s is a directory, not a file", errUsage, what, arg[1:])
+		}
 		r = f
 	default:
 		return arg, nil

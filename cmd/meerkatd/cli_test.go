@@ -575,6 +575,10 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"pair", "accept", "meerkat-pair/1 AAAA-AAAA-AAAA-AAAA-AAAA-AAAA-AB uds:///nonexistent-meerkat-dir/meerkat.sock"}, exitUsage, "a typo?", false},
 		{[]string{"send", "request", "bob", "x", "--wait", "5"}, exitUsage, "a duration needs a unit: 5s", false},
 		{[]string{"send", "request", "bob", "x", "--wait", "0s"}, exitUsage, "--wait applies to requests only and must be positive", false},
+		{[]string{"send", "message", "bob", "@"}, exitUsage, "@ needs a file name", false},
+		{[]string{"send", "message", "bob", "@/"}, exitUsage, "/ is a directory, not a file", false},
+		{[]string{"send", "message", "bob", "--body-file", "/"}, exitUsage, "/ is a directory, not a file", false},
+		{[]string{"send", "message", "bob", "@/nonexistent-meerkat-file"}, exitUsage, "no such file", false},
 		{[]string{"send", "message", "bob", "x", "--wait", "0s"}, exitUsage, "--wait applies to requests only and must be positive", false},
 		{[]string{"send", "message", "bob", "hi", "--reliable", "--ttl", "90"}, exitUsage, "a duration needs a unit: 90s", false},
 		{[]string{"inbox", "--wait", "2"}, exitUsage, "a duration needs a unit: 2s", false},
@@ -698,7 +702,11 @@ func TestUntrustedSenderHint(t *testing.T) {
 	bob.start()
 	const hint = "may not trust this node's key"
 	for i := range 3 {
-		alice.wantCode(exitPeerOffline, []string{hint}, "send", "message", "bob", "hello "+strconv.Itoa(i))
+		// bob answered: the error does not call him offline.
+		r := alice.wantCode(exitPeerOffline, []string{hint, "peer bob did not take the envelope: connection closed before the ack"}, "send", "message", "bob", "hello "+strconv.Itoa(i))
+		if strings.Contains(r.stderr, "bob offline") {
+			t.Errorf("a refusal reads as the peer offline: %s", r.stderr)
+		}
 	}
 	alice.start() // the same through alice's daemon
 	alice.wantCode(exitPeerOffline, []string{hint}, "send", "message", "bob", "hello again")

@@ -115,6 +115,11 @@ func Explain(err error, fs *flag.FlagSet) string {
 		if s := Nearest(name, Names(fs)); s != "" {
 			return fmt.Sprintf("unknown flag --%s (did you mean --%s?)", name, s)
 		}
+		if !flagLike.MatchString(name) {
+			// Not a flag mistyped but an argument read as one (-5,
+			// "-dash body"): named as it was most likely written.
+			return fmt.Sprintf("%q is read as a flag: an argument that starts with - goes after -- (-- %q)", "-"+name, "-"+name)
+		}
 		return "unknown flag --" + name + " (an argument that starts with - goes after --)"
 	}
 	if m := needsValue.FindStringSubmatch(err.Error()); m != nil {
@@ -145,6 +150,10 @@ func Explain(err error, fs *flag.FlagSet) string {
 	}
 	return err.Error()
 }
+
+// flagLike matches what could be a flag's name: a letter, then letters,
+// digits, dashes and underscores.
+var flagLike = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]*$`)
 
 // needsValue matches the flag package's error for a flag given last with
 // no value, to name it as it is written (--name).
