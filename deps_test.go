@@ -108,7 +108,9 @@ var allowed = map[string][]string{
 		// space_broadcast drives the node under test as an agent does: its control socket.
 		module + "/comms/control", module + "/comms/node",
 		// The nats transports: the bench's peers reach the node through a NATS server.
-		module + "/comms/natsrelay"},
+		module + "/comms/natsrelay",
+		// --html: the page replaces its file whole.
+		module + "/internal/atomicfile"},
 	"cmd/meerkatd": {module + "/comms/control", module + "/comms/node", module + "/comms/node/nodetext", module + "/mcpserver", module + "/bench", module + "/comms/audit",
 		module + "/comms/outbox", module + "/config", module + "/identity", module + "/transport", module + "/trust", module + "/trust/pair",
 		module + "/internal/atomicfile", module + "/internal/sdnotify", module + "/internal/systemdunit", module + "/internal/completion", module + "/internal/termtext",

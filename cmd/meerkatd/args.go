@@ -8,10 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/meerkatd/meerkatd/comms/control"
 	"github.com/meerkatd/meerkatd/comms/node"
@@ -102,43 +100,9 @@ func (e *env) jsonDone(asJSON bool, v any, err error) (bool, error) {
 // command.
 func (e *env) homeFlag(flags *flag.FlagSet) *string { return config.HomeFlag(flags, e.home) }
 
-// maxInput bounds a body, params or result read from a file or stdin: the
-// envelope limit; the node refuses what does not fit.
-const maxInput = 1 << 20
-
-// readInput returns arg, or for "-" standard input and for "@path" the
-// file's content, at most maxInput bytes.
+// readInput returns arg's content (see node.ReadInput).
 func (e *env) readInput(what, arg string) (string, error) {
-	var r io.Reader
-	switch {
-	case arg == "-":
-		r = e.stdin
-	case arg == "@":
-		return "", fmt.Errorf("%w: %s: @ needs a file name (@FILE)", errUsage, what)
-	case strings.HasPrefix(arg, "@"):
-		f, err := os.Open(arg[1:])
-		if err != nil {
-			return "", fmt.Errorf("%w: %s: %v", errUsage, what, err)
-		}
-		defer f.Close()
-		if fi, err := f.Stat(); err == nil && fi.IsDir() {
-			return "", fmt.Errorf("%w: %s: %s is a directory, not a file", errUsage, what, arg[1:])
-		}
-		r = f
-	default:
-		return arg, nil
-	}
-	b, err := io.ReadAll(io.LimitReader(r, maxInput+1))
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", what, err)
-	}
-	if len(b) > maxInput {
-		return "", &node.Error{Code: node.CodeBodyTooLarge, Msg: fmt.Sprintf("%s is longer than %d bytes, the envelope limit", what, maxInput)}
-	}
-	if !utf8.Valid(b) {
-		return "", fmt.Errorf("%w: %s is not UTF-8 text", errUsage, what)
-	}
-	return string(b), nil
+	return node.ReadInput(e.stdin, what, arg)
 }
 
 // printJSONError prints err as {"error": {"code", "message"}} for a

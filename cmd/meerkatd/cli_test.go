@@ -17,6 +17,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
 )
@@ -421,9 +422,9 @@ func TestLargeBodies(t *testing.T) {
 	// Too large: over what the CLI reads (refused before any node is
 	// asked), and within it but too large for the envelope (refused by
 	// the node: the daemon's, then one in the CLI's process).
-	over := textBody("over", maxInput+1)
-	exact := textBody("exact", maxInput)
-	exactJSON := `"` + strings.Repeat("j", maxInput-2) + `"`
+	over := textBody("over", node.MaxInput+1)
+	exact := textBody("exact", node.MaxInput)
+	exactJSON := `"` + strings.Repeat("j", node.MaxInput-2) + `"`
 	tooLarge := func(why, stdin string, args ...string) {
 		t.Helper()
 		var in io.Reader

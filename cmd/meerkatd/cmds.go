@@ -19,6 +19,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/node"
 	"github.com/meerkatd/meerkatd/comms/node/nodetext"
 	"github.com/meerkatd/meerkatd/config"
+	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/flagdoc"
 	"github.com/meerkatd/meerkatd/mcpserver"
 )
@@ -112,12 +113,16 @@ func runKeygen(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	old, oldErr := identity.LoadKeypair(dir) // the identity --force replaces, if any
 	if err := node.Keygen(dir, *force); err != nil {
 		return err
 	}
 	h, err := e.openHome(dir, false, node.OpenOptions{})
 	if err != nil {
 		return err
+	}
+	if oldErr == nil && old.ID() != h.Key.ID() {
+		fmt.Fprintf(e.stderr, "meerkatd keygen: replaced the identity %s: peers that trust it refuse this node until they trust the new key (pair again, or meerkatd peers add on their side)\n", old.ID())
 	}
 	return e.printIdentity(h, *asJSON)
 }

@@ -317,7 +317,7 @@ func TestConfigCheckNotesServedDatabase(t *testing.T) {
 
 // Without a daemon, inbox reads the stored inbox and says so; a home
 // whose inbox lives in the daemon's memory has none to read, and inbox
-// says only that.
+// (outbox, deadletters) says only that.
 func TestInboxWithoutDaemonNamesItsSource(t *testing.T) {
 	home := t.TempDir()
 	if code, _, errOut := run(t, nil, "init", "--home", home); code != exitOK {
@@ -331,5 +331,12 @@ func TestInboxWithoutDaemonNamesItsSource(t *testing.T) {
 	code, _, errOut := runEnviron(t, vars, "inbox")
 	if code != exitNoDaemon || strings.Contains(errOut, "reading the stored inbox") || !strings.Contains(errOut, "lives in the daemon's memory") {
 		t.Fatalf("inbox of a memory home without a daemon: exit %d, stderr %q", code, errOut)
+	}
+	// So do the outbox and the dead letters: a listing, not a send.
+	for _, cmd := range []string{"outbox", "deadletters"} {
+		code, _, errOut := runEnviron(t, vars, cmd)
+		if code != exitNoDaemon || strings.Contains(errOut, "reliable send") || !strings.Contains(errOut, "live in the daemon's memory") {
+			t.Errorf("%s of a memory home without a daemon: exit %d, stderr %q", cmd, code, errOut)
+		}
 	}
 }

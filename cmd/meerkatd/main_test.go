@@ -92,8 +92,13 @@ func TestKeygen(t *testing.T) {
 	if again, _ := identity.LoadKeypair(home); again.ID() != first.ID() {
 		t.Fatal("refused keygen still replaced the key")
 	}
-	if code, _, errOut := run(t, nil, "keygen", "--home", home, "--force"); code != exitOK {
+	code, _, errOut = run(t, nil, "keygen", "--home", home, "--force")
+	if code != exitOK {
 		t.Fatalf("keygen --force: %d %s", code, errOut)
+	}
+	// The replaced key is named, with what replacing it means.
+	if !strings.Contains(errOut, "replaced the identity "+first.ID().String()) || !strings.Contains(errOut, "refuse this node") {
+		t.Errorf("keygen --force said %q; want the old key named", errOut)
 	}
 	if again, _ := identity.LoadKeypair(home); again.ID() == first.ID() {
 		t.Fatal("keygen --force kept the old key")

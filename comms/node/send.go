@@ -421,7 +421,7 @@ func (n *Node) outboxView() (outbox.Store, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
 	case errors.Is(err, errMemoryHome):
-		return nil, errOutboxNeedsStore
+		return nil, errorf(CodeNoDaemon, "no daemon is running for %s, and with [store] mode = \"memory\" its outbox and dead letters live in the daemon's memory: start it with meerkatd run --home %s", n.h.Dir, n.h.Dir)
 	case err != nil:
 		return nil, err
 	}

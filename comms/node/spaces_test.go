@@ -84,8 +84,8 @@ func TestSpaceEditWithoutDaemon(t *testing.T) {
 		// the new space would have gone, nor the name again.
 		{"a space name with a space", SpaceEdit{Op: SpaceCreate, Space: "spa ce", As: "x"}, CodeBadArgument, "space name: ' ' is not allowed"},
 		{"a long space name", SpaceEdit{Op: SpaceCreate, Space: strings.Repeat("n", 1000), As: "x"}, CodeBadArgument, "space name: 1000 bytes, over the limit"},
-		{"an id with a space", SpaceEdit{Op: SpaceCreate, Space: "other", As: "a b"}, CodeBadArgument, "your participant id (as): holds a space"},
-		{"add an id with a space", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob", ID: "a b"}, CodeBadArgument, "the member's participant id: holds a space"},
+		{"an id with a space", SpaceEdit{Op: SpaceCreate, Space: "other", As: "a b"}, CodeBadArgument, "your participant id (as): holds white space"},
+		{"add an id with a space", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "bob", ID: "a b"}, CodeBadArgument, "the member's participant id: holds white space"},
 		{"unknown op", SpaceEdit{Op: "rename", Space: "build"}, CodeBadArgument, ""},
 		{"add to unknown space", SpaceEdit{Op: SpaceAdd, Space: "nope", Peer: "bob", ID: "w"}, CodeUnknownSpace, "(list_spaces or meerkatd space list shows them)"},
 		{"add unknown peer", SpaceEdit{Op: SpaceAdd, Space: "build", Peer: "carol", ID: "w"}, CodeUnknownPeer, ""},

@@ -370,7 +370,7 @@ func CheckParticipantID(id string) error {
 	rs := []rune(id)
 	for i, r := range rs {
 		if r == unicode.ReplacementChar || unicode.IsControl(r) || unicode.IsSpace(r) || invisible(r) || !joinsHere(rs, i) {
-			return errors.New("holds a space, a control character, an invisible one or invalid UTF-8")
+			return errors.New("holds white space, a control character, an invisible one or invalid UTF-8")
 		}
 	}
 	return nil
