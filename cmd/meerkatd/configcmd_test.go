@@ -171,6 +171,31 @@ func TestConfigCheckSpaces(t *testing.T) {
 	}
 }
 
+// config check of a home whose meerkat.toml went missing passes (the
+// defaults apply) but says that the node now runs on them, under the
+// default name; a home without an identity yet (provisioned with only a
+// trust list, say) gets no such note.
+func TestConfigCheckMissingConfig(t *testing.T) {
+	home := t.TempDir()
+	if code, _, errOut := run(t, nil, "init", "--home", home, "--name", "alice"); code != exitOK {
+		t.Fatalf("init: %d %s", code, errOut)
+	}
+	if err := os.Remove(filepath.Join(home, "meerkat.toml")); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := run(t, nil, "config", "check", "--home", home)
+	if code != exitOK || !strings.Contains(out, "(absent: the defaults apply)") || !strings.Contains(out, `note: meerkat.toml is absent though the home has an identity: the node runs on the defaults, named "meerkat"`) {
+		t.Fatalf("config check without meerkat.toml: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	bare := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bare, "trusted_peers.json"), []byte(`{"peers": []}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := run(t, nil, "config", "check", "--home", bare); strings.Contains(out, "has an identity") {
+		t.Errorf("config check of a home without an identity: code %d, %q", code, out)
+	}
+}
+
 // A configuration or a home file that stops config check stops the
 // other commands with the same code: the message ends (bad_config) and
 // --json has the code, exit 1.

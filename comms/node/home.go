@@ -441,6 +441,11 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	if err == nil {
 		_, err = identity.LoadKeypair(dir)
 	}
+	if _, serr := os.Stat(ck.Config); err == nil && errors.Is(serr, fs.ErrNotExist) {
+		// A home with an identity had one: moved or deleted, the node
+		// now runs on the defaults, under the default name.
+		ck.Note = fmt.Sprintf("%s is absent though the home has an identity: the node runs on the defaults, named %q (restore the file if it was moved; meerkatd config show lists the values in effect)", config.FileName, cfg.Name)
+	}
 	if err == nil && cfg.Audit.Enabled {
 		err = audit.Check(filepath.Join(dir, audit.FileName))
 	}
