@@ -808,3 +808,19 @@ func TestOutboxDropErrorAlone(t *testing.T) {
 		}
 	}
 }
+
+// With a daemon running, peers list shows the peers it kept when
+// trusted_peers.json no longer loads, and says so.
+func TestPeersListWithBrokenTrustFile(t *testing.T) {
+	t.Parallel()
+	alice, bob := newNode(t, "alice"), newNode(t, "bob")
+	alice.trusts(bob)
+	alice.start()
+	if err := os.WriteFile(filepath.Join(alice.home, "trusted_peers.json"), []byte("{ broken"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := alice.run("peers", "list")
+	if r.code != exitOK || !strings.Contains(r.stdout, "bob") || !strings.Contains(r.stderr, "warning: trusted_peers.json does not load") || !strings.Contains(r.stderr, "the running node kept") {
+		t.Fatalf("peers list with a broken trust file:\n%s", r)
+	}
+}

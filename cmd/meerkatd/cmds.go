@@ -22,6 +22,7 @@ import (
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/flagdoc"
 	"github.com/meerkatd/meerkatd/mcpserver"
+	"github.com/meerkatd/meerkatd/trust"
 )
 
 func runInit(e *env, args []string) error {
@@ -163,6 +164,9 @@ func runPeers(e *env, args []string) error {
 		peers, err := call(e, h.Dir, func(ctx context.Context, b node.API) ([]node.Peer, error) { return b.Peers(ctx) })
 		if err != nil {
 			return err
+		}
+		if _, err := trust.LoadOrEmpty(filepath.Join(h.Dir, trust.FileName)); err != nil { // a daemon answered with what it kept
+			fmt.Fprintf(e.stderr, "warning: %s does not load (%s): these are the peers the running node kept\n", trust.FileName, node.UserText(err))
 		}
 		return nodetext.List(e.stdout, e.stderr, *asJSON, peers, "no trusted peers; add one with: meerkatd peers add NAME KEY ADDR", nodetext.Peers)
 	case "add":
