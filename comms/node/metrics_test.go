@@ -128,7 +128,8 @@ func TestMetricsOnAllIPv4IsIPv4Only(t *testing.T) {
 
 // A socket file removed (say by a cleaner of /tmp) or replaced while the
 // node runs is a problem status names and /readyz fails with: the
-// listener goes on serving a file nothing can reach.
+// listener goes on serving a file nothing can reach; pairing refuses to
+// give it out.
 func TestSocketFileGone(t *testing.T) {
 	m, _ := mcpTestNode(t)
 	ctx := context.Background()
@@ -163,6 +164,13 @@ func TestSocketFileGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("removed")
+	// Nor does the node hand that address to a node pairing with it.
+	if _, err := m.PairOffer(ctx, PairOptions{}); CodeOf(err) != CodeUnavailable || !strings.Contains(err.Error(), path+" was removed") {
+		t.Errorf("an offer with the socket removed: %v", err)
+	}
+	if _, err := m.selfAddrFor(transport.Addr{Scheme: transport.SchemeUDS, Path: "/elsewhere.sock"}); CodeOf(err) != CodeUnavailable {
+		t.Errorf("an answer to an offer with the socket removed: %v", err)
+	}
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}

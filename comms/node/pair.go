@@ -74,7 +74,7 @@ func (n *Node) offerAddr() (transport.Addr, error) {
 	if uds == nil {
 		return transport.Addr{}, &Error{Code: CodeBadArgument, Msg: "this node does not listen anywhere: set comms.listen_uds or comms.listen_tcp"}
 	}
-	return *uds, nil
+	return *uds, n.reachable(*uds)
 }
 
 // open creates an offer and returns its handle. viaNATS offers it
@@ -282,6 +282,9 @@ func (n *Node) selfAddrFor(other transport.Addr) (transport.Addr, error) {
 	for i, a := range all {
 		if a.Scheme == other.Scheme || a.OverTCP() && other.OverTCP() {
 			adv, err := n.advertised(a)
+			if err == nil {
+				err = n.reachable(adv)
+			}
 			return adv.WithScheme(other.Scheme), err
 		}
 		pick = &all[i]
@@ -298,7 +301,7 @@ func (n *Node) selfAddrFor(other transport.Addr) (transport.Addr, error) {
 		adv, err := n.advertised(*pick)
 		return adv.WithScheme(transport.SchemeTLS), err
 	}
-	return *pick, nil
+	return *pick, n.reachable(*pick)
 }
 
 // advertised is the address other nodes are given for listener a: for

@@ -14,6 +14,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/inbox/store"
+	"github.com/meerkatd/meerkatd/transport"
 	"github.com/meerkatd/meerkatd/trust"
 )
 
@@ -149,17 +150,46 @@ func (n *Node) problems() []string {
 	n.sockMu.Unlock()
 	var out []string
 	for _, s := range sockets {
-		fi, err := os.Lstat(s.path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			out = append(out, fmt.Sprintf("the socket file %s was removed: nothing can connect to it until the node restarts", s.path))
-		case err != nil:
-			out = append(out, fmt.Sprintf("the socket file %s cannot be checked: %v", s.path, err))
-		case !os.SameFile(fi, s.info):
-			out = append(out, fmt.Sprintf("the socket file %s was replaced by another file: connections to it do not reach this node until it restarts", s.path))
+		if p := s.problem(); p != "" {
+			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// problem says what keeps connections to the socket from reaching the
+// node ("" for nothing).
+func (s socketFile) problem() string {
+	fi, err := os.Lstat(s.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("the socket file %s was removed: nothing can connect to it until the node restarts", s.path)
+	case err != nil:
+		return fmt.Sprintf("the socket file %s cannot be checked: %v", s.path, err)
+	case !os.SameFile(fi, s.info):
+		return fmt.Sprintf("the socket file %s was replaced by another file: connections to it do not reach this node until it restarts", s.path)
+	}
+	return ""
+}
+
+// reachable refuses to hand out a Unix socket address (to a node pairing
+// with this one) whose socket file is watched and has a problem: the
+// other node would trust an address that does not reach this one.
+func (n *Node) reachable(a transport.Addr) error {
+	if a.Scheme != transport.SchemeUDS {
+		return nil
+	}
+	n.sockMu.Lock()
+	sockets := slices.Clone(n.sockets)
+	n.sockMu.Unlock()
+	for _, s := range sockets {
+		if s.path == a.Path {
+			if p := s.problem(); p != "" {
+				return errorf(CodeUnavailable, "not paired: the other node would reach this one at %s, but %s: restart the daemon (it makes the socket anew), then pair", a, p)
+			}
+		}
+	}
+	return nil
 }
 
 // dbBytes is the size of the database the node keeps or, for a node that
