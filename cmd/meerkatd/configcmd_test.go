@@ -269,6 +269,13 @@ func TestConfigCheckMissingLongHome(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "too long") || !strings.HasSuffix(strings.TrimSpace(errOut), "(bad_argument)") || strings.Contains(errOut, "meerkatd init") {
 		t.Errorf("config check of a missing, too long home: code %d, stderr %q", code, errOut)
 	}
+	// Nor do the other commands that need a home.
+	for _, cmd := range []string{"status", "id", "peers list", "inbox"} {
+		code, _, errOut := run(t, nil, append(strings.Fields(cmd), "--home", home)...)
+		if code == exitOK || !strings.Contains(errOut, "none can be made there") || !strings.Contains(errOut, "too long") || strings.Contains(errOut, "meerkatd init") {
+			t.Errorf("%s of a missing, too long home: code %d, stderr %q", cmd, code, errOut)
+		}
+	}
 }
 
 // An empty or damaged meerkat.db stops config check and run alike,

@@ -630,6 +630,10 @@ func RequireHome(dir string) error {
 		if err := lostKey(dir); err != nil {
 			return err
 		}
+		if err := CheckHomePath(dir); err != nil {
+			// init would refuse it too: say why, not to run it.
+			return &Error{Code: CodeNoHome, Err: ErrNoHome, Msg: fmt.Sprintf("no node home at %s, and none can be made there: %s", dir, UserText(err))}
+		}
 		return &Error{Code: CodeNoHome, Err: ErrNoHome, Msg: fmt.Sprintf("no node home at %s (create it with: meerkatd init --home %s)", dir, dir)}
 	}
 	return nil
