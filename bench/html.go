@@ -104,7 +104,7 @@ type htmlChart struct {
 	Title         string // the axis title, with its unit
 	Ticks         []htmlAxisTick
 	Rows          []htmlRow
-	Ref           *htmlRef        // a vertical reference line (the crypto ceiling), or nil
+	Refs          []htmlRef       // vertical reference lines: the crypto ceiling, the target of the check against it
 	Classes       map[string]bool // the bar classes drawn, for the key
 }
 
@@ -136,7 +136,7 @@ type htmlDot struct{ X, Class, Tip string }
 
 type htmlMark struct{ X, Y1, Y2, Class, Tip string }
 
-type htmlRef struct{ X, Y1, Y2, LabelY, Label string }
+type htmlRef struct{ Class, X, Y1, Y2, LabelY, Label string }
 
 type htmlCheck struct {
 	Pass                bool
@@ -516,7 +516,7 @@ func (r *results) throughputChart() *htmlChart {
 	hasCeil := !math.IsNaN(ceil) && !math.IsInf(ceil, 0)
 	top := chartTop
 	if hasCeil {
-		hi = max(hi, ceil)
+		hi = max(hi, ceilingTarget*ceil)
 		top += refBand
 	}
 	c, x := newChart(top, len(bars), hi, "exchanges per second, pipelined (128 in flight)")
@@ -537,8 +537,15 @@ func (r *results) throughputChart() *htmlChart {
 		c.Rows = append(c.Rows, hr)
 	}
 	if hasCeil {
-		c.Ref = &htmlRef{X: px(x(ceil)), Y1: px(top - 4), Y2: c.AxisY, LabelY: px(top - 6),
-			Label: "crypto ceiling " + num(round3(ceil))}
+		for _, ref := range []struct {
+			class, label string
+			v            float64
+		}{
+			{"ref", "crypto ceiling " + num(round3(ceil)), ceil},
+			{"ref target", fmt.Sprintf("target %s × ceiling", num(ceilingTarget)), ceilingTarget * ceil},
+		} {
+			c.Refs = append(c.Refs, htmlRef{Class: ref.class, X: px(x(ref.v)), Y1: px(top - 4), Y2: c.AxisY, LabelY: px(top - 6), Label: ref.label})
+		}
 	}
 	return c
 }
@@ -584,6 +591,7 @@ svg .bar.anchor.batched { fill: #c6dbef; }
 svg .bar.nats { fill: #ff7f0e; }
 svg .whisker { stroke: #333; stroke-width: 1.5; }
 svg .ref { stroke: #c62828; stroke-width: 1.5; stroke-dasharray: 5 3; }
+svg .ref.target { stroke-dasharray: 1 3; }
 svg .reflabel { fill: #c62828; text-anchor: end; }
 .key span { margin-right: 1.2em; }
 .sw { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.3em; vertical-align: middle; }
@@ -664,7 +672,7 @@ svg .reflabel { fill: #c62828; text-anchor: end; }
 <h2>Throughput: pipelined</h2>
 {{- with .Throughput}}
 {{- $c := .}}
-<p class="key">The bar is the median over the repetitions, the line across it the range. <span><span class="sw" style="background:#1f77b4"></span>meerkatd</span>{{if index .Classes "bar anchor"}}<span><span class="sw" style="background:#9ecae1"></span>raw anchor (the crypto of an exchange alone between two processes)</span>{{end}}{{if index .Classes "bar anchor batched"}}<span><span class="sw" style="background:#c6dbef"></span>raw batched anchor (the crypto alone of the protocol two nodes speak)</span>{{end}}{{if index .Classes "bar nats"}}<span><span class="sw" style="background:#ff7f0e"></span>NATS bench</span>{{end}}{{if .Ref}}<span><span class="sw" style="background:#c62828"></span>crypto ceiling (cores / anchor_exchange)</span>{{end}}</p>
+<p class="key">The bar is the median over the repetitions, the line across it the range. <span><span class="sw" style="background:#1f77b4"></span>meerkatd</span>{{if index .Classes "bar anchor"}}<span><span class="sw" style="background:#9ecae1"></span>raw anchor (the crypto of an exchange alone between two processes)</span>{{end}}{{if index .Classes "bar anchor batched"}}<span><span class="sw" style="background:#c6dbef"></span>raw batched anchor (the crypto alone of the protocol two nodes speak)</span>{{end}}{{if index .Classes "bar nats"}}<span><span class="sw" style="background:#ff7f0e"></span>NATS bench</span>{{end}}{{if .Refs}}<span><span class="sw" style="background:#c62828"></span>crypto ceiling (cores / anchor_exchange), and the pipelined check's target (dotted)</span>{{end}}</p>
 <svg viewBox="0 0 {{.Width}} {{.Height}}" width="{{.Width}}" height="{{.Height}}" role="img" aria-label="pipelined exchanges per second">
 {{- template "axis" .}}
 {{- range .Rows}}
@@ -677,8 +685,8 @@ svg .reflabel { fill: #c62828; text-anchor: end; }
 <text x="{{.ValueX}}" y="{{.Y}}">{{.Value}}</text>
 </g>
 {{- end}}
-{{- with .Ref}}
-<line class="ref" x1="{{.X}}" x2="{{.X}}" y1="{{.Y1}}" y2="{{.Y2}}"/>
+{{- range .Refs}}
+<line class="{{.Class}}" x1="{{.X}}" x2="{{.X}}" y1="{{.Y1}}" y2="{{.Y2}}"/>
 <text class="reflabel" x="{{.X}}" dx="-4" y="{{.LabelY}}">{{.Label}}</text>
 {{- end}}
 </svg>

@@ -6,9 +6,11 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -258,8 +260,22 @@ func TestHTMLPage(t *testing.T) {
 	if got := bars("nats"); len(got) != 1 || !strings.Contains(got[0], "30000") {
 		t.Errorf("NATS bars %q; want one of 30000", got)
 	}
-	if n := len(doc.all(func(n *pageNode) bool { return n.name == "line" && hasClass(n, "ref") })); n != 1 {
+	if n := len(doc.all(func(n *pageNode) bool { return n.name == "line" && hasClass(n, "ref") && !hasClass(n, "target") })); n != 1 {
 		t.Errorf("%d crypto ceiling lines; want 1", n)
+	}
+	// And the pipelined check's target, at twice the ceiling's x from
+	// the axis's start.
+	refX := func(target bool) float64 {
+		for _, n := range doc.all(func(n *pageNode) bool {
+			return n.name == "line" && hasClass(n, "ref") && hasClass(n, "target") == target
+		}) {
+			v, _ := strconv.ParseFloat(n.attr["x1"], 64)
+			return v
+		}
+		return math.NaN()
+	}
+	if c, tg := refX(false)-chartLeft, refX(true)-chartLeft; !(math.Abs(tg-2*c) <= 0.2) || !strings.Contains(doc.text, "target 2 × ceiling") {
+		t.Errorf("target line at %v from the axis start, ceiling at %v; want twice, labelled", tg, c)
 	}
 
 	// Latency: per transport a p50 and a p99 dot per repetition, and a
