@@ -145,6 +145,7 @@ type htmlCheck struct {
 	Value, Limit        string
 	Bound, Basis        string // the best within reach, if worked out ("" if not)
 	Unreachable         bool
+	OwnCost             bool // within reach of the machine, not of the node's own CPU cost
 }
 
 type htmlMetric struct {
@@ -220,7 +221,7 @@ func (r *results) writeHTML(w io.Writer, o settings, meta htmlMeta) error {
 	for _, s := range r.series {
 		for _, c := range s.checks {
 			hc := htmlCheck{Pass: c.Pass, Scenario: s.key.scenario, Transport: s.key.transport,
-				Target: c.Target, Value: c.shown(), Limit: num(c.Limit), Unreachable: c.Unreachable()}
+				Target: c.Target, Value: c.shown(), Limit: num(c.Limit), Unreachable: c.Unreachable(), OwnCost: !c.Unreachable() && c.beyond()}
 			if c.Bound != 0 {
 				hc.Bound, hc.Basis = num(round3(c.Bound)), c.BoundBasis
 			}
@@ -700,7 +701,7 @@ svg .reflabel { fill: #c62828; text-anchor: end; }
 <table class="checks">
 <tr><th>verdict</th><th>scenario</th><th>target</th><th>value</th><th>limit</th><th>best within reach</th></tr>
 {{- range .Checks}}
-<tr class="{{if .Pass}}pass-row{{else}}fail{{end}}"><td>{{if .Pass}}<span class="pass">PASS</span>{{else}}<span class="fail-verdict">FAIL</span>{{end}}</td><td>{{.Scenario}}/{{.Transport}}</td><td>{{.Target}}</td><td class="num">{{.Value}}</td><td class="num">{{.Limit}}</td><td>{{if .Bound}}<span title="{{.Basis}}">{{.Bound}}{{if .Unreachable}} (unreachable here){{end}}</span>{{end}}</td></tr>
+<tr class="{{if .Pass}}pass-row{{else}}fail{{end}}"><td>{{if .Pass}}<span class="pass">PASS</span>{{else}}<span class="fail-verdict">FAIL</span>{{end}}</td><td>{{.Scenario}}/{{.Transport}}</td><td>{{.Target}}</td><td class="num">{{.Value}}</td><td class="num">{{.Limit}}</td><td>{{if .Bound}}<span title="{{.Basis}}">{{.Bound}}{{if .Unreachable}} (unreachable here){{else if .OwnCost}} (limited by its own CPU cost){{end}}</span>{{end}}</td></tr>
 {{- end}}
 </table>
 {{- else}}

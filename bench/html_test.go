@@ -145,7 +145,7 @@ func handMade() (*results, []string) {
 	r.add(implNATS, scSequential, "tcp", "", mP50, 400)
 	r.add(implNATS, scPipelined, "tcp", "", mRate, 30000)
 	r.find(implMeerkatd, scPipelined, "uds").checks = []Check{
-		{Target: "exchanges/s >= 2.0 x crypto ceiling (cores / exchange)", Value: 0.63, Limit: 2.0, Pass: false},
+		{Target: "exchanges/s >= 2.0 x crypto ceiling (cores / exchange)", Value: 0.63, Limit: 2.0, Pass: false, Bound: 1.8, BoundBasis: "its CPU"},
 	}
 	r.find(implMeerkatd, scSequential, "tcp").checks = []Check{
 		{Target: "p99 <= 2 x p50", Value: 1.9, Limit: 2, Pass: true},
@@ -221,6 +221,10 @@ func TestHTMLPage(t *testing.T) {
 		}
 		if (wants[i].verdict == "FAIL") != hasClass(row, "fail") {
 			t.Errorf("check row %d: class %q for %s", i, row.attr["class"], wants[i].verdict)
+		}
+		// The bound, with why it is short of the limit, as the text says.
+		if bound := tds[len(tds)-1].text; i == 0 && bound != "1.8 (limited by its own CPU cost)" || i > 0 && bound != "" {
+			t.Errorf("check row %d: bound %q", i, bound)
 		}
 	}
 	if !strings.Contains(doc.text, "4 checks, 1 failed") {
