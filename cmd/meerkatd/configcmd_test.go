@@ -173,26 +173,28 @@ func TestConfigCheckSpaces(t *testing.T) {
 
 // config check of a home whose meerkat.toml went missing passes (the
 // defaults apply) but says that the node now runs on them, under the
-// default name; a home without an identity yet (provisioned with only a
-// trust list, say) gets no such note.
+// default name, also beside another note; with the file there, no such
+// note.
 func TestConfigCheckMissingConfig(t *testing.T) {
 	home := t.TempDir()
 	if code, _, errOut := run(t, nil, "init", "--home", home, "--name", "alice"); code != exitOK {
 		t.Fatalf("init: %d %s", code, errOut)
 	}
+	const note = `meerkat.toml is absent though the home has an identity: the node runs on the defaults and MEERKAT_* variables, named `
+	if code, out, errOut := run(t, nil, "config", "check", "--home", home); code != exitOK || strings.Contains(out, note) {
+		t.Fatalf("config check with meerkat.toml: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
 	if err := os.Remove(filepath.Join(home, "meerkat.toml")); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errOut := run(t, nil, "config", "check", "--home", home)
-	if code != exitOK || !strings.Contains(out, "(absent: the defaults apply)") || !strings.Contains(out, `note: meerkat.toml is absent though the home has an identity: the node runs on the defaults, named "meerkat"`) {
+	if code != exitOK || !strings.Contains(out, "(absent: the defaults apply)") || !strings.Contains(out, "note: "+note+`"meerkat"`) {
 		t.Fatalf("config check without meerkat.toml: code %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	bare := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bare, "trusted_peers.json"), []byte(`{"peers": []}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if code, out, _ := run(t, nil, "config", "check", "--home", bare); strings.Contains(out, "has an identity") {
-		t.Errorf("config check of a home without an identity: code %d, %q", code, out)
+	// Another note (plaintext refused) does not push it out.
+	vars := map[string]string{"MEERKAT_HOME": home, "MEERKAT_COMMS_TCP_PLAINTEXT": "refuse", "MEERKAT_NAME": "bob"}
+	if code, out, errOut := runEnviron(t, vars, "config", "check"); code != exitOK || !strings.Contains(out, note+`"bob"`) {
+		t.Fatalf("config check without meerkat.toml, plaintext refused: code %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 

@@ -444,7 +444,7 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 	if _, serr := os.Stat(ck.Config); err == nil && errors.Is(serr, fs.ErrNotExist) {
 		// A home with an identity had one: moved or deleted, the node
 		// now runs on the defaults, under the default name.
-		ck.Note = fmt.Sprintf("%s is absent though the home has an identity: the node runs on the defaults, named %q (restore the file if it was moved; meerkatd config show lists the values in effect)", config.FileName, cfg.Name)
+		ck.Note = fmt.Sprintf("%s is absent though the home has an identity: the node runs on the defaults and MEERKAT_* variables, named %q (restore the file if it was moved; meerkatd config show lists the values in effect)", config.FileName, cfg.Name)
 	}
 	if err == nil && cfg.Audit.Enabled {
 		err = audit.Check(filepath.Join(dir, audit.FileName))
@@ -453,7 +453,7 @@ func CheckConfig(dir string, lookupEnv func(string) (string, bool), environ []st
 		var l *trust.List
 		if l, err = trust.LoadOrEmpty(filepath.Join(dir, trust.FileName)); err == nil {
 			if cfg.Comms.RefusePlaintext() {
-				ck.Note = plaintextPeersNote(l)
+				ck.Note = joinNotes(ck.Note, plaintextPeersNote(l))
 			}
 			if !cfg.NATS.Enabled() {
 				ck.Note = joinNotes(ck.Note, natsPeersNote(l))
