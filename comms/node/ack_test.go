@@ -15,10 +15,15 @@ import (
 // pendingIDs are the ids of the unacknowledged items, in arrival order.
 func pendingIDs(m *Node) []string {
 	var out []string
-	for _, en := range m.mail.List(0, 0).items {
-		out = append(out, en.Item.Envelope.ID.String())
+	for after := uint64(0); ; {
+		page := m.mail.List(after, 0)
+		for _, en := range page.items {
+			out = append(out, en.Item.Envelope.ID.String())
+		}
+		if after = page.next; !page.more {
+			return out
+		}
 	}
-	return out
 }
 
 // arriveMEUP stores an envelope of space from bob (the node runs no

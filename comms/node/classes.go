@@ -171,6 +171,7 @@ func scanPriority(mail mailStore, f filter, limit int, b *Batch, decorate func(*
 				b.Messages = append(b.Messages, msg)
 			}
 			from = page.next
+			maxSeen = max(maxSeen, min(from, last)) // past rows skipped as undecodable too
 			if !page.more || from > last {
 				break
 			}

@@ -26,7 +26,8 @@ type mailStore interface {
 	// agent that reads until pending is zero drains the inbox.
 	Pending() int
 	// List reads up to limit unacknowledged items after seq after,
-	// oldest first (limit 0: every one).
+	// oldest first (limit 0: no count limit). A durable inbox may cut a
+	// page short at pageBytes: a reader follows more and next.
 	List(after uint64, limit int) mailPage
 	Ack(seqs ...uint64) int
 	Len() int

@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
+	"github.com/meerkatd/meerkatd/inbox"
 	"github.com/meerkatd/meerkatd/inbox/store"
 )
 
@@ -123,6 +126,86 @@ func TestDurablePageSkipsUndecodable(t *testing.T) {
 				if seqs[i] != tt.wantItems[i] {
 					t.Fatalf("items %v, want %v", seqs, tt.wantItems)
 				}
+			}
+		})
+	}
+}
+
+// undecodableMail is an inbox some of whose stored items do not decode:
+// its pages leave them out as a durable inbox's do (durableMail.page),
+// passing them (next) and counting them toward the limit (more).
+type undecodableMail struct {
+	mailStore
+	bad map[uint64]bool
+}
+
+func (u undecodableMail) drop(p mailPage) mailPage {
+	var kept []inbox.Entry[comms.Item]
+	for _, en := range p.items {
+		if !u.bad[en.Seq] {
+			kept = append(kept, en)
+		}
+	}
+	p.items = kept
+	return p
+}
+
+func (u undecodableMail) List(after uint64, limit int) mailPage {
+	return u.drop(u.mailStore.List(after, limit))
+}
+
+func (u undecodableMail) ListClass(class string, after uint64, limit int) mailPage {
+	return u.drop(u.mailStore.ListClass(class, after, limit))
+}
+
+// Reads one item at a time pass runs of items that do not decode, longer
+// than the longest page included, in either order, and come to the end,
+// their cursor past the last of them; an ack by cursor or by id goes
+// past them too.
+func TestReadsPassUndecodableItems(t *testing.T) {
+	for _, order := range []string{OrderPriority, OrderArrival} {
+		t.Run(order, func(t *testing.T) {
+			m, bob := mcpTestNode(t)
+			ctx := context.Background()
+			var ids []string
+			const n = listPage + 50
+			for i := range n {
+				ids = append(ids, arrive(t, m, bob, wire.Message(fmt.Sprint("m", i))).ID.String())
+			}
+			// Seqs 1 and n-4 to n-2 decode: the others, a run longer than
+			// a page, and the last two, do not.
+			bad := map[uint64]bool{n - 1: true, n: true}
+			for seq := uint64(2); seq < n-4; seq++ {
+				bad[seq] = true
+			}
+			m.mail = undecodableMail{mailStore: m.mail, bad: bad}
+			var got []string
+			var cursor uint64
+			for range 10 {
+				b, err := m.Receive(ctx, Query{After: cursor, Limit: 1, Order: order})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, msg := range b.Messages {
+					got = append(got, msg.Body)
+				}
+				cursor = b.Cursor
+				if !b.More {
+					break
+				}
+			}
+			if want := []string{"m0", fmt.Sprint("m", n-5), fmt.Sprint("m", n-4), fmt.Sprint("m", n-3)}; !slices.Equal(got, want) {
+				t.Fatalf("read %q, want %q", got, want)
+			}
+			if cursor != n {
+				t.Errorf("cursor %d at the end, want %d", cursor, n)
+			}
+			a, err := m.Ack(ctx, AckRequest{IDs: []string{ids[n-3]}})
+			if err != nil || a.Acked != 1 || len(a.NotFound) != 0 {
+				t.Fatalf("ack of the last by id: %+v, %v", a, err)
+			}
+			if a, err = m.Ack(ctx, AckRequest{UpTo: n}); err != nil || a.Acked != 3 {
+				t.Fatalf("ack up to %d: %+v, %v", n, a, err)
 			}
 		})
 	}
