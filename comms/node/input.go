@@ -39,8 +39,11 @@ func ReadInput(stdin io.Reader, what, arg string) (string, error) {
 		return arg, nil
 	}
 	b, err := io.ReadAll(io.LimitReader(r, MaxInput+1))
+	if err != nil && arg != "-" {
+		return "", errorf(CodeBadArgument, "%s: %s cannot be read: %v", what, arg[1:], err)
+	}
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", what, err)
+		return "", fmt.Errorf("%s: standard input: %w", what, err)
 	}
 	if len(b) > MaxInput {
 		return "", errorf(CodeBodyTooLarge, "%s is longer than %d bytes, the envelope limit", what, MaxInput)

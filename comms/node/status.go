@@ -185,7 +185,7 @@ func (n *Node) reachable(a transport.Addr) error {
 	for _, s := range sockets {
 		if s.path == a.Path {
 			if p := s.problem(); p != "" {
-				return errorf(CodeUnavailable, "not paired: the other node would reach this one at %s, but %s: restart the daemon (it makes the socket anew), then pair", a, p)
+				return errorf(CodeUnavailable, "not paired: the other node would reach this one at %s, but %s (restarting the daemon makes the socket anew)", a, p)
 			}
 		}
 	}
