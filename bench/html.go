@@ -26,36 +26,56 @@ import (
 // htmlFile is the --html file, checked before the first repetition and
 // written, whole, after the last.
 type htmlFile struct {
-	path string
+	path string      // as given, for messages
+	file string      // the file replaced: path, or where its symbolic link leads
+	mode fs.FileMode // an existing file's permissions, kept
 }
 
 // openHTML checks that the page can be written to path before the run
-// starts (nil for ""): a path that is not a regular file, or whose
-// directory cannot take a new file, fails now, not after the run. The
-// page replaces path atomically (write), so a run that fails or a write
-// that fails leaves what was there.
+// starts (nil for ""): a path that is not a regular file, an existing
+// file that cannot be written, or a directory that cannot take a new
+// file fails now, not after the run. The page replaces the file
+// atomically (write), so a run that fails or a write that fails leaves
+// what was there; a symbolic link is followed, and an existing file
+// keeps its permissions.
 func openHTML(path string) (*htmlFile, error) {
 	if path == "" {
 		return nil, nil
 	}
-	fi, err := os.Stat(path)
-	if err == nil && !fi.Mode().IsRegular() {
-		// A device or a pipe (/dev/null, /dev/stdout) cannot take the
-		// page as a file.
-		return nil, fmt.Errorf("--html: %s is not a regular file", path)
-	}
-	// The page is written beside path and renamed over it: the
-	// directory must take a new file.
-	probe, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
+	cannot := func(err error) error {
 		if pe, ok := err.(*fs.PathError); ok {
 			err = pe.Err
 		}
-		return nil, fmt.Errorf("--html: cannot write %s: %v", path, err)
+		return fmt.Errorf("--html: cannot write %s: %v", path, err)
+	}
+	h := &htmlFile{path: path, file: path, mode: 0o644}
+	if fi, err := os.Stat(path); err == nil {
+		if !fi.Mode().IsRegular() {
+			// A device or a pipe (/dev/null, /dev/stdout) cannot take
+			// the page as a file.
+			return nil, fmt.Errorf("--html: %s is not a regular file", path)
+		}
+		if h.file, err = filepath.EvalSymlinks(path); err != nil {
+			return nil, cannot(err)
+		}
+		f, err := os.OpenFile(h.file, os.O_WRONLY, 0) // not truncated: only checked
+		if err != nil {
+			return nil, cannot(err)
+		}
+		f.Close()
+		h.mode = fi.Mode().Perm()
+	} else if _, lerr := os.Lstat(path); lerr == nil {
+		return nil, fmt.Errorf("--html: %s is a symbolic link to nothing", path)
+	}
+	// The page is written beside the file and renamed over it: the
+	// directory must take a new file.
+	probe, err := os.CreateTemp(filepath.Dir(h.file), "."+filepath.Base(h.file)+".*.tmp")
+	if err != nil {
+		return nil, cannot(err)
 	}
 	probe.Close()
 	os.Remove(probe.Name())
-	return &htmlFile{path: path}, nil
+	return h, nil
 }
 
 // write replaces the file with the page of the run.
@@ -67,7 +87,7 @@ func (h *htmlFile) write(r *results, o settings, meta htmlMeta) error {
 	if err := r.writeHTML(&page, o, meta); err != nil {
 		return fmt.Errorf("--html %s: %w", h.path, err)
 	}
-	if err := atomicfile.WriteFile(h.path, page.Bytes(), 0o644); err != nil {
+	if err := atomicfile.WriteFile(h.file, page.Bytes(), h.mode); err != nil {
 		return fmt.Errorf("--html: %w", err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -393,6 +394,43 @@ func TestHTMLFileReplace(t *testing.T) {
 	}
 	onlyFiles("old.html")
 
+	// A symbolic link is followed: the file it leads to takes the page,
+	// keeping its permissions; a link to nothing is refused.
+	target := filepath.Join(dir, "target.html")
+	if err := os.WriteFile(target, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.html")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if h, err = openHTML(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.write(newResults(), testSettings("uds"), testMeta); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v, %v", fi.Mode(), err)
+	}
+	if fi, err := os.Stat(target); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the link's file: %v, %v; want mode 0600", fi.Mode(), err)
+	}
+	if b, _ := os.ReadFile(target); !bytes.HasPrefix(b, []byte("<!DOCTYPE html>")) {
+		t.Errorf("the link's file holds %.40q", b)
+	}
+	dangling := filepath.Join(dir, "dangling.html")
+	if err := os.Symlink(filepath.Join(dir, "nowhere", "x.html"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openHTML(dangling); err == nil || !strings.Contains(err.Error(), "symbolic link to nothing") {
+		t.Errorf("a dangling link: %v", err)
+	}
+	if err := os.Remove(dangling); err != nil {
+		t.Fatal(err)
+	}
+	onlyFiles("link.html", "old.html", "target.html")
+
 	// The directory gone between the check and the write: an error
 	// naming the path, nothing written.
 	sub := filepath.Join(dir, "sub")
@@ -409,7 +447,7 @@ func TestHTMLFileReplace(t *testing.T) {
 	if err := h.write(newResults(), testSettings("uds"), testMeta); err == nil || !strings.Contains(err.Error(), gone) {
 		t.Errorf("write into a removed directory: %v, want an error naming %s", err, gone)
 	}
-	onlyFiles("old.html")
+	onlyFiles("link.html", "old.html", "target.html")
 }
 
 // TestHTMLDistribution: the round trips of the sequential scenario and its
