@@ -118,7 +118,7 @@ var (
 	descDB         = prometheus.NewDesc("meerkatd_db_bytes", "Size on disk of the database and its write-ahead log.", nil, nil)
 	descNATSUp     = prometheus.NewDesc("meerkatd_nats_connected", "1 while the node is connected to a NATS server, else 0 (absent without [nats] servers).", nil, nil)
 	descNATSRecon  = prometheus.NewDesc("meerkatd_nats_reconnects_total", "Times the NATS connection was re-established.", nil, nil)
-	descNATSStored = prometheus.NewDesc("meerkatd_nats_stored_in_broker_total", "Envelopes the NATS JetStream stream confirmed storing (stored, not yet acknowledged by the recipient).", nil, nil)
+	descNATSStored = prometheus.NewDesc("meerkatd_nats_stored_in_broker_total", "Envelopes the NATS JetStream stream confirmed storing since the node started (stored is not delivered: the recipient's signed ack completes a send).", nil, nil)
 )
 
 // collector reads the Source at each scrape.

@@ -146,6 +146,9 @@ func (rl *Relay) repairJetStream() bool {
 	madeNow := !rl.consumerMade.Equal(madeBefore)
 	rl.jsMu.Unlock()
 	old.Stop()
+	if streamGone || madeNow {
+		rl.published.forget() // what it held is gone: sent again as it comes
+	}
 	switch {
 	case streamGone:
 		rl.log.Warn("NATS: the stream was gone from the server (its JetStream data lost?): made again, with this node's consumer", "stream", rl.opts.Stream)

@@ -495,3 +495,67 @@ func TestJetStreamConsumerDeletedIsMadeAgain(t *testing.T) {
 	}
 	waitItems(t, b, 1)
 }
+
+// An envelope the stream stored for a recipient that is away is not
+// stored again when its outbox attempts it again past the duplicate
+// window: a copy per window would fill the stream. Once the stream holds
+// nothing for the recipient (the envelope lost: purged here), a repeat is
+// published again, and stored.
+func TestJetStreamStoredNotStoredAgain(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	s := startServer(t, "s1", "", nil, "")
+	jsOpts := Options{JetStream: true, DedupWindow: 100 * time.Millisecond}
+	b.connect(t, s.ClientURL(), jsOpts) // creates the stream and b's consumer
+	b.relay.Close()
+	a.connect(t, s.ClientURL(), jsOpts)
+	saved := pendingFresh
+	pendingFresh = 0 // ask the stream every time
+	t.Cleanup(func() { pendingFresh = saved })
+	ctx := ctxT(t)
+	sd, err := a.r.Seal("n1", wire.Message("once"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func() {
+		stored, cancel := context.WithCancel(ctx)
+		a.r.Deliver(stored, comms.Delivery{To: b.kp.ID(), ID: sd.ID, Payload: sd.Payload, WantAck: true, Queued: cancel})
+		cancel()
+	}
+	js, err := jetstream.New(rawConn(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := func() uint64 {
+		t.Helper()
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	deliver()
+	for range 3 {
+		time.Sleep(200 * time.Millisecond) // past the duplicate window
+		deliver()
+	}
+	if n, st := msgs(), a.relay.Status().Stored; n != 1 || st != 1 {
+		t.Fatalf("after repeats past the duplicate window the stream holds %d messages (stored_in_broker %d), want 1", n, st)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(Subject(DefaultSubjectPrefix, b.kp.ID()))); err != nil {
+		t.Fatal(err)
+	}
+	deliver()
+	if n, st := msgs(), a.relay.Status().Stored; n != 1 || st != 2 {
+		t.Fatalf("after the stored envelope was lost the stream holds %d messages (stored_in_broker %d), want it stored again", n, st)
+	}
+	b.connect(t, s.ClientURL(), jsOpts)
+	if got := waitItems(t, b, 1); len(got) != 1 || got[0].Envelope.ID != sd.ID {
+		t.Fatalf("b received %v", got)
+	}
+}

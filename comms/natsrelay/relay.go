@@ -118,6 +118,13 @@ type Relay struct {
 	closing  bool
 	handlers sync.WaitGroup
 
+	// published remembers the envelopes this relay stored in the stream
+	// lately, and pending how many messages the stream held for a
+	// subject when last asked (see storedStill).
+	published recentIDs
+	pendMu    sync.Mutex
+	pending   map[string]subjectCount
+
 	closeOnce  sync.Once
 	stored     atomic.Uint64 // envelopes the broker stored (publish acks)
 	received   atomic.Uint64
@@ -476,6 +483,15 @@ func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID,
 	}
 	subj := Subject(rl.opts.SubjectPrefix, to)
 	if rl.js != nil {
+		if rl.published.has(id) && rl.storedStill(ctx, subj) {
+			// Stored before and, as far as the stream shows, waiting
+			// there still (its outbox looks again every 30 seconds):
+			// published again past the duplicate window, it would be
+			// stored once more, a copy per window for as long as the
+			// recipient is away.
+			queued()
+			return nil, true, nil
+		}
 		ack, err := rl.js.Publish(ctx, subj, payload, jetstream.WithMsgID(id.String()))
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 			rl.checkJetStream() // no stream on the node subjects: gone?
@@ -486,6 +502,7 @@ func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID,
 		if !ack.Duplicate {
 			rl.stored.Add(1)
 		}
+		rl.published.add(id)
 		queued() // stored, in order: the next may go
 		return nil, true, nil
 	}
