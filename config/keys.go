@@ -19,7 +19,8 @@ type Key struct {
 
 // keyDef is a row of the table: the public description plus accessors for
 // exactly one of a string, an integer, a boolean or a string-list field.
-// A secret key's value is not shown by [Settings].
+// A secret key's value is not shown by [Settings], nor the user
+// information (a password) in a URL of a urls key.
 type keyDef struct {
 	path, env, doc string
 	str            func(*Config) *string
@@ -27,6 +28,7 @@ type keyDef struct {
 	flag           func(*Config) *bool
 	list           func(*Config) *[]string
 	secret         bool
+	urls           bool
 }
 
 // keys is the single table of configuration keys, in file order.
@@ -159,7 +161,7 @@ var keys = [...]keyDef{
 		num: func(c *Config) *int { return &c.Agent.LoopHoldSecs }},
 	{path: "nats.servers", env: "MEERKAT_NATS_SERVERS",
 		doc:  `NATS servers to connect to, as a list of nats://host:port or tls://host:port URLs (host:port means nats://), at most 64; in the environment, comma-separated. [] (empty) turns NATS off.`,
-		list: func(c *Config) *[]string { return &c.NATS.Servers }},
+		list: func(c *Config) *[]string { return &c.NATS.Servers }, urls: true},
 	{path: "nats.creds_file", env: "MEERKAT_NATS_CREDS_FILE",
 		doc: `NATS credentials file (user JWT and nkey seed) to authenticate with; a relative path is relative to the home directory; not readable by others nor writable by its group (mode 0600 or 0640, or the node does not start). "" means none. Use at most one of creds_file, nkey_seed_file and user with password.`,
 		str: func(c *Config) *string { return &c.NATS.CredsFile }},

@@ -405,6 +405,14 @@ func TestSettingsHidePassword(t *testing.T) {
 	if v := value(); v != HiddenValue || strings.Contains(v, "hunter2") {
 		t.Errorf("password shown as %s", v)
 	}
+	// Nor a password in a server URL (which validation refuses, but
+	// config show prints what it read before it says so).
+	c.NATS.Servers = []string{"nats://u:S3cret@127.0.0.1:4222", "tls://a.example:4443", "nats://x:p@ss@b:1"}
+	for _, s := range Settings(&c, Sources{}) {
+		if s.Key == "nats.servers" && s.Value != `["nats://***@127.0.0.1:4222", "tls://a.example:4443", "nats://***@b:1"]` {
+			t.Errorf("servers shown as %s", s.Value)
+		}
+	}
 }
 
 func TestEqual(t *testing.T) {

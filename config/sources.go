@@ -112,13 +112,21 @@ const HiddenValue = `"(hidden)"`
 
 // Settings returns every key of c in file order with its value and its
 // source in src. The value of a secret key (nats.password) that is set is
-// [HiddenValue].
+// [HiddenValue]; a password in a server URL (nats.servers) is "***", as
+// errors show it.
 func Settings(c *Config, src Sources) []Setting {
 	out := make([]Setting, len(keys))
 	for i, k := range keys {
 		v := k.format(c)
-		if k.secret && *k.str(c) != "" {
+		switch {
+		case k.secret && *k.str(c) != "":
 			v = HiddenValue
+		case k.urls:
+			shown := slices.Clone(*k.list(c))
+			for i, u := range shown {
+				shown[i] = withoutUserinfo(u)
+			}
+			v = formatList(shown)
 		}
 		out[i] = Setting{Key: k.path, Env: k.env, Value: v, Source: src.Of(k.path)}
 	}
