@@ -241,6 +241,15 @@ func TestJetStreamFullStreamKeepsStoredEnvelopes(t *testing.T) {
 	if refused != kept {
 		t.Fatalf("%d junk messages refused, want %d (the stream full at 10)", refused, kept)
 	}
+	// A send into the full stream fails saying so, not as a peer away.
+	sd, err := a.r.Seal("n1", wire.Message("no room"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.r.Deliver(ctx, comms.Delivery{To: b.kp.ID(), ID: sd.ID, Payload: sd.Payload, WantAck: true})
+	if !errors.Is(err, ErrStreamFull) || !strings.Contains(err.Error(), "maximum messages") || strings.Count(err.Error(), "nats: ") > 0 {
+		t.Fatalf("a send into the full stream: %v", err)
+	}
 	b.connect(t, s.ClientURL(), jsOpts)
 	got := waitItems(t, b, kept)
 	for i, it := range got {

@@ -497,7 +497,7 @@ func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID,
 			rl.checkJetStream() // no stream on the node subjects: gone?
 		}
 		if err != nil {
-			return nil, false, err
+			return nil, false, streamFull(err)
 		}
 		if !ack.Duplicate {
 			rl.stored.Add(1)
@@ -535,6 +535,21 @@ func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID,
 		return nil, false, errStreamAck
 	}
 	return m.Data, false, nil
+}
+
+// ErrStreamFull is the error of a publish the stream refused because it
+// is full: it stores nothing more (discard policy new) until what it
+// holds is read or ages out.
+var ErrStreamFull = errors.New("natsrelay: the NATS stream is full (its stream_max_msgs or stream_max_bytes): it stores nothing more until what it holds is read; the outbox tries again later")
+
+// streamFull returns ErrStreamFull, with the server's words, for the
+// error of a publish the stream refused for room; err otherwise.
+func streamFull(err error) error {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && (strings.Contains(api.Description, "maximum messages") || strings.Contains(api.Description, "maximum bytes")) {
+		return fmt.Errorf("%w (the server said: %s)", ErrStreamFull, api.Description)
+	}
+	return err
 }
 
 // errStreamAck is the error of a request a stream answered (isStreamAck).

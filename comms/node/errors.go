@@ -55,7 +55,7 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // pkgPrefix matches the package names errors carry ("comms: ", "pair: "):
 // useful in a log, noise for a person, and they stack.
-var pkgPrefix = regexp.MustCompile(`(^|: )(comms|identity|trust|config|transport|pair|store|outbox|audit|wire|node|control|inbox|bench|atomicfile|sdnotify|systemdunit|completion|card): `)
+var pkgPrefix = regexp.MustCompile(`(^|: )(comms|identity|trust|config|transport|pair|store|outbox|audit|wire|node|control|inbox|bench|atomicfile|sdnotify|systemdunit|completion|card|natsrelay): `)
 
 // UserText is err's message for a person: without the package names the
 // errors of meerkatd's packages start with.
