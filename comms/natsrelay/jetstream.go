@@ -123,7 +123,7 @@ func (rl *Relay) repairJetStream() bool {
 		}
 	}
 	rl.jsMu.Lock()
-	madeBefore := rl.consumerMade
+	madeBefore := rl.made
 	rl.jsMu.Unlock()
 	cc, err := rl.consume(ctx)
 	if err != nil {
@@ -143,7 +143,7 @@ func (rl *Relay) repairJetStream() bool {
 	} else {
 		rl.cc = cc
 	}
-	madeNow := !rl.consumerMade.Equal(madeBefore)
+	madeNow := madeBefore.madeAnew(rl.made)
 	rl.jsMu.Unlock()
 	old.Stop()
 	if streamGone || madeNow {
@@ -163,6 +163,27 @@ func (rl *Relay) repairJetStream() bool {
 		rl.log.Info("NATS: the reading of this node's consumer stopped or failed (a server restart?): set up again", "stream", rl.opts.Stream)
 	}
 	return true
+}
+
+// setup is what a setup of the consumer found: when the server made the
+// stream and the consumer, and which server it was connected to.
+type setup struct {
+	stream, consumer time.Time
+	server           string
+}
+
+// madeAnew reports whether the consumer set up as now was made anew since
+// the setup s (its state, and what the stream held for this node, may be
+// gone): the stream was made again (by another node, after its loss), or
+// the consumer's creation time changed on the same server (deleted and
+// made again). A server restarted with its store keeps the stream's time
+// but gives the consumers it recovers a new one: that is no loss. (The
+// first setup has nothing to compare with.)
+func (s setup) madeAnew(now setup) bool {
+	if s.stream.IsZero() {
+		return false
+	}
+	return !now.stream.Equal(s.stream) || now.server == s.server && !now.consumer.Equal(s.consumer)
 }
 
 // durable is the name of this node's durable consumer.
@@ -213,11 +234,16 @@ func (rl *Relay) consume(ctx context.Context) (jetstream.ConsumeContext, error) 
 	if err != nil {
 		return nil, fmt.Errorf("natsrelay: consumer %s on stream %s: %w%s", durable, o.Stream, err, rl.serverSaid())
 	}
-	if info := cons.CachedInfo(); info != nil {
-		rl.jsMu.Lock()
-		rl.consumerMade = info.Created // when the server made it: another time than the last means made anew
-		rl.jsMu.Unlock()
+	made := setup{server: rl.nc.ConnectedServerId()}
+	if info := stream.CachedInfo(); info != nil {
+		made.stream = info.Created
 	}
+	if info := cons.CachedInfo(); info != nil {
+		made.consumer = info.Created
+	}
+	rl.jsMu.Lock()
+	rl.made = made
+	rl.jsMu.Unlock()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		rl.arrived(m.Data(), "", m)
 	}, jetstream.PullMaxBytes(maxPendingBytes), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {

@@ -485,6 +485,11 @@ func TestJetStreamConsumerDeletedIsMadeAgain(t *testing.T) {
 	b.connect(t, s.ClientURL(), opts)
 	a.connect(t, s.ClientURL(), jsNodeOpts(0))
 	ctx := ctxT(t)
+	// b has read through its consumer: the one made again knows less.
+	if _, err := a.r.SendMessage(ctx, "n1", "before"); err != nil {
+		t.Fatal(err)
+	}
+	waitItems(t, b, 1)
 	admin := rawConn(t, s.ClientURL(), nats.UserInfo(natstest.Admin, natstest.Admin))
 	ajs, err := jetstream.New(admin)
 	if err != nil {
@@ -566,5 +571,54 @@ func TestJetStreamStoredNotStoredAgain(t *testing.T) {
 	b.connect(t, s.ClientURL(), jsOpts)
 	if got := waitItems(t, b, 1); len(got) != 1 || got[0].Envelope.ID != sd.ID {
 		t.Fatalf("b received %v", got)
+	}
+}
+
+// A server restarted with its store (an upgrade, a reboot) keeps the
+// stream and the consumers: the nodes read on, and none says its
+// consumer or the stream was gone.
+func TestJetStreamServerRestartKeepsConsumers(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	store := t.TempDir()
+	first := natstest.ServerAt(t, port, store)
+	url := first.ClientURL()
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	var logs testutil.SyncBuffer // both nodes'
+	a.connect(t, url, Options{JetStream: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	b.connect(t, url, Options{JetStream: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx := ctxT(t)
+	if _, err := a.r.SendMessage(ctx, "n1", "before"); err != nil {
+		t.Fatalf("before the restart: %v", err)
+	}
+	waitItems(t, b, 1)
+	first.Shutdown()
+	first.WaitForShutdown()
+	natstest.ServerAt(t, port, store) // the same store
+	testutil.WaitFor(t, 30*time.Second, "a send after the restart", func() bool {
+		short, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := a.r.SendMessage(short, "n1", "after")
+		return err == nil
+	})
+	waitItems(t, b, 1)
+	// Each node's reading reports an error some seconds after such a
+	// restart (the consumer's heartbeats stop), and is set up again: at
+	// once here.
+	for _, nd := range nodes {
+		nd.relay.consumeErr.Store(true)
+		nd.relay.checkJetStream()
+	}
+	testutil.WaitFor(t, 30*time.Second, "both readings set up again", func() bool {
+		return strings.Count(logs.String(), "NATS: the reading of this node's consumer stopped or failed (a server restart?): set up again") >= 2
+	})
+	if said := logs.String(); strings.Contains(said, "was gone") {
+		t.Fatalf("a node took the restart for a loss: %s", said)
 	}
 }

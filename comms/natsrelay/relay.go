@@ -101,10 +101,9 @@ type Relay struct {
 	jsMu     sync.Mutex
 	cc       jetstream.ConsumeContext
 	jsClosed bool
-	// consumerMade is when the server made this node's consumer, as the
-	// last setup found it (guarded by jsMu): another time after a repair
-	// means it was gone and made anew.
-	consumerMade time.Time
+	// made is what the last setup of the consumer found (guarded by
+	// jsMu): a repair that finds other times was made anew (madeAnew).
+	made setup
 	repair       chan struct{}
 	consumeErr   atomic.Bool // the consumer reported an error: read anew
 
