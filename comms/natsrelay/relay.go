@@ -103,9 +103,9 @@ type Relay struct {
 	jsClosed bool
 	// made is what the last setup of the consumer found (guarded by
 	// jsMu): a repair that finds other times was made anew (madeAnew).
-	made setup
-	repair       chan struct{}
-	consumeErr   atomic.Bool // the consumer reported an error: read anew
+	made       setup
+	repair     chan struct{}
+	consumeErr atomic.Bool // the consumer reported an error: read anew
 
 	replies chan reply
 	done    chan struct{}
