@@ -94,7 +94,9 @@ var allowed = map[string][]string{
 	"config":                 {module + "/transport", "github.com/BurntSushi/toml", module + "/internal/filemode"},
 	"comms":                  {module + "/comms/wire", module + "/comms/seal", module + "/identity", module + "/inbox", module + "/transport", module + "/trust"},
 	// The NATS relay: the only package that speaks to a broker.
-	"comms/natsrelay": {module + "/comms", module + "/identity", "github.com/nats-io/nats.go", "github.com/nats-io/nats.go/"},
+	"comms/natsrelay": {module + "/comms", module + "/identity", "github.com/nats-io/nats.go", "github.com/nats-io/nats.go/",
+		// config check reads a credentials file as connecting would.
+		"github.com/nats-io/nkeys"},
 	// The node and its faces.
 	"comms/node": {module + "/comms", module + "/comms/wire", module + "/comms/outbox", module + "/comms/audit", module + "/inbox",
 		module + "/inbox/store", module + "/trust", module + "/trust/pair", module + "/config", module + "/identity",
@@ -145,6 +147,7 @@ var owners = map[string]string{
 	"github.com/prometheus/client_model":  "comms/metrics",
 	"github.com/prometheus/common":        "comms/metrics",
 	"github.com/nats-io/nats.go":          "comms/natsrelay",
+	"github.com/nats-io/nkeys":            "comms/natsrelay",
 	"github.com/nats-io/nats-server":      "internal/natstest",
 }
 

@@ -302,7 +302,7 @@ func (rl *Relay) natsOptions() ([]nats.Option, error) {
 	case o.NKeySeedFile != "":
 		opt, err := nats.NkeyOptionFromSeed(o.NKeySeedFile)
 		if err != nil {
-			return nil, fmt.Errorf("natsrelay: nkey seed file: %w", err)
+			return nil, fmt.Errorf("natsrelay: nkey seed file %s: %w", o.NKeySeedFile, err)
 		}
 		opts = append(opts, opt)
 	case o.User != "" || o.Password != "":

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/meerkatd/meerkatd/comms/audit"
+	"github.com/meerkatd/meerkatd/comms/natsrelay"
 	"github.com/meerkatd/meerkatd/comms/space"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
@@ -576,8 +577,16 @@ func checkNATSFiles(n config.NATS, dir string) error {
 		}
 		return b
 	}
-	read("creds_file", n.CredsFile)
-	read("nkey_seed_file", n.NKeySeedFile)
+	if read("creds_file", n.CredsFile) != nil {
+		if err := natsrelay.CheckCredsFile(n.Path(dir, n.CredsFile)); err != nil {
+			errs = append(errs, fmt.Errorf("nats.creds_file: %w", err))
+		}
+	}
+	if read("nkey_seed_file", n.NKeySeedFile) != nil {
+		if err := natsrelay.CheckSeedFile(n.Path(dir, n.NKeySeedFile)); err != nil {
+			errs = append(errs, fmt.Errorf("nats.nkey_seed_file: %w", err))
+		}
+	}
 	if err := checkNATSSecrets(n, dir); err != nil {
 		errs = append(errs, err)
 	}

@@ -463,17 +463,28 @@ func TestCheckConfigIdentityAndAudit(t *testing.T) {
 }
 
 // config check reads the files [nats] names: a CA file that is missing or
-// holds no PEM certificate, or a client certificate without its key,
-// fails it (naming the key), where a running node would only log every
-// failed connection attempt.
+// holds no PEM certificate, a client certificate without its key, a seed
+// or credentials file that holds none, fails it (naming the key), where a
+// running node would only log every failed connection attempt.
 func TestCheckConfigNATSFiles(t *testing.T) {
 	h, _ := testHome(t, "alice", func(c *config.Config) { c.Store.Mode = config.StoreMemory })
 	notPEM := filepath.Join(h.Dir, "ca.txt")
 	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for name, mode := range map[string]os.FileMode{"private.nk": 0o600, "shown.nk": 0o644, "group.creds": 0o640, "groupw.creds": 0o660} {
-		if err := os.WriteFile(filepath.Join(h.Dir, name), []byte("SUAEXAMPLE\n"), mode); err != nil {
+	// A seed made for this test (a user's nkey, trusted by nothing), and a
+	// credentials file around it (config check does not verify the JWT).
+	const seed = "SUAFELEQKDYMAU5QPPLZUSEUQMN3TS3WKLSAHXYL6JXYZGKBDLE5MDOUVI"
+	creds := "-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QifQ.eyJzdWIiOiJVIn0.c2ln\n------END NATS USER JWT------\n\n-----BEGIN USER NKEY SEED-----\n" + seed + "\n------END USER NKEY SEED------\n"
+	for name, mode := range map[string]os.FileMode{"private.nk": 0o600, "shown.nk": 0o644, "group.creds": 0o640, "groupw.creds": 0o660, "bad.nk": 0o600, "bad.creds": 0o600} {
+		content := seed + "\n"
+		switch {
+		case strings.HasPrefix(name, "bad"):
+			content = "SUAEXAMPLE\n"
+		case strings.HasSuffix(name, ".creds"):
+			content = creds
+		}
+		if err := os.WriteFile(filepath.Join(h.Dir, name), []byte(content), mode); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chmod(filepath.Join(h.Dir, name), mode); err != nil { // whatever the umask
@@ -493,6 +504,8 @@ func TestCheckConfigNATSFiles(t *testing.T) {
 		{"seed file others may read", map[string]string{"MEERKAT_NATS_NKEY_SEED_FILE": "shown.nk"}, "nats.nkey_seed_file: " + filepath.Join(h.Dir, "shown.nk") + " holds a secret and others may read it or the group write it (mode 0644)"},
 		{"creds file the group may read", map[string]string{"MEERKAT_NATS_CREDS_FILE": "group.creds"}, ""},
 		{"creds file the group may write", map[string]string{"MEERKAT_NATS_CREDS_FILE": "groupw.creds"}, "chmod 600 " + filepath.Join(h.Dir, "groupw.creds")},
+		{"seed file holding no seed", map[string]string{"MEERKAT_NATS_NKEY_SEED_FILE": "bad.nk"}, "nats.nkey_seed_file: " + filepath.Join(h.Dir, "bad.nk") + ": nkeys: "},
+		{"creds file holding no credentials", map[string]string{"MEERKAT_NATS_CREDS_FILE": "bad.creds"}, "nats.creds_file: " + filepath.Join(h.Dir, "bad.creds") + " holds no user JWT"},
 		{"client certificate not a certificate", map[string]string{"MEERKAT_NATS_TLS_CERT": notPEM, "MEERKAT_NATS_TLS_KEY": notPEM}, "nats.tls_cert and nats.tls_key"},
 		{"TLS key others may read", map[string]string{"MEERKAT_NATS_TLS_CERT": notPEM, "MEERKAT_NATS_TLS_KEY": "shown.nk"}, "nats.tls_key: " + filepath.Join(h.Dir, "shown.nk") + " holds a secret and others may read it"},
 	} {
