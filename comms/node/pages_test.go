@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,11 +11,14 @@ import (
 	"testing"
 
 	"github.com/meerkatd/meerkatd/comms"
+	"github.com/meerkatd/meerkatd/comms/outbox"
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/config"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/inbox"
 	"github.com/meerkatd/meerkatd/inbox/store"
+	"github.com/meerkatd/meerkatd/transport"
+	"github.com/meerkatd/meerkatd/trust"
 )
 
 // pageBytesCounter records the most stored bytes one page of reads held.
@@ -208,5 +212,33 @@ func TestReadsPassUndecodableItems(t *testing.T) {
 				t.Fatalf("ack up to %d: %+v, %v", n, a, err)
 			}
 		})
+	}
+}
+
+// A reliable send to a nats: peer while this node's NATS connection is
+// not up is this node's failure, not the peer's (outbox.ErrLocal).
+func TestDelivererNATSDownIsLocal(t *testing.T) {
+	self, _ := identity.GenerateKeypair()
+	peer, _ := identity.GenerateKeypair()
+	natsAddr, err := transport.ParseAddr("nats:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := trust.New(trust.Peer{Name: "far", ID: peer.ID(), Addr: natsAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := comms.New(self, list, comms.Options{RelayExpected: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sd, err := r.Seal("far", wire.Message("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = routerDeliverer{r: r}.Deliver(context.Background(), outbox.Attempt{To: peer.ID(), ID: sd.ID, Payload: sd.Payload, WantAck: true, Kind: wire.TypeMessage, Queued: func() {}})
+	if !errors.Is(err, outbox.ErrLocal) || !strings.Contains(err.Error(), "not connected to NATS now") {
+		t.Fatalf("a send with NATS down: %v", err)
 	}
 }

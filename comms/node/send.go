@@ -89,6 +89,12 @@ func (d routerDeliverer) Deliver(ctx context.Context, a outbox.Attempt) error {
 	if errors.Is(err, comms.ErrStoredInBroker) {
 		return fmt.Errorf("%w: %w", outbox.ErrStored, err)
 	}
+	var off *comms.PeerOfflineError
+	if errors.As(err, &off) && off.Reason == comms.OfflineRelayNotConnected {
+		// This node's NATS connection is down (or not up yet, just
+		// after a start): the peer did not fail.
+		return fmt.Errorf("%w: %w", outbox.ErrLocal, err)
+	}
 	if a.Kind == wire.TypeMEUP && d.meup != nil && ctx.Err() == nil {
 		return d.meup(a.To, err)
 	}

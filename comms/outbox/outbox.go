@@ -63,6 +63,12 @@ func Permanent(reason string, err error) error { return &PermanentError{Reason: 
 // waiting, since the broker keeps them in order.
 var ErrStored = errors.New("outbox: stored by the broker, not acknowledged yet")
 
+// ErrLocal marks an attempt that failed on this node's side of the way
+// (its connection to a broker down, reconnecting): not the peer's
+// failure. It counts as an attempt, with its backoff, but leaves the
+// peer's breaker alone, as a host name that does not resolve does.
+var ErrLocal = errors.New("outbox: this node's way to the peer is down")
+
 // DefaultStoredRecheck is how long an entry whose envelope the broker
 // stored waits before its next attempt.
 const DefaultStoredRecheck = 30 * time.Second
@@ -838,6 +844,17 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		}
 		it.e.NextAttempt = now.Add(o.opts.StoredRecheck)
 		q.lastErr = ""
+		if it.e.LastError != "" {
+			// The attempt did not fail: what an earlier one said is
+			// no reason of this entry's wait any more (uncountLocked,
+			// below, records it otherwise).
+			it.e.LastError = ""
+			if !precounted {
+				if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, ""); err != nil {
+					o.log.Error("outbox: cannot record an attempt", "id", it.e.ID.String(), "err", err)
+				}
+			}
+		}
 		if precounted {
 			o.uncountLocked(it)
 		}
@@ -895,7 +912,7 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 				// probe time would make every envelope due at once).
 				q.breaker.OpenUntil = now.Add(wait)
 			}
-		} else if !rs.failed {
+		} else if !rs.failed && !errors.Is(r.err, ErrLocal) {
 			q.resolve = 0
 			rs.failed = true
 			o.breakerFailedLocked(q, now)

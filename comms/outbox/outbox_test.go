@@ -1635,7 +1635,8 @@ func TestStopDuringAnAttemptCounts(t *testing.T) {
 }
 
 // A loaded entry whose recorded attempt a broker stored (not a failure)
-// is put back as it was: no attempt counted, no stop reported.
+// is put back as it was, no attempt counted, no stop reported, but
+// without its last error: that attempt did not fail.
 func TestStoredAttemptOfALoadedEntryIsNotCounted(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	st := NewMemStore()
@@ -1657,7 +1658,52 @@ func TestStoredAttemptOfALoadedEntryIsNotCounted(t *testing.T) {
 		return len(b.order) == 1
 	})
 	testutil.WaitFor(t, 10*time.Second, "the attempt to settle", func() bool { return ob.Peer(peerA).InFlight == 0 })
-	if got := must(st.Entries()); len(got) != 1 || got[0].Attempts != 1 || got[0].LastError != "connection refused" {
+	if got := must(st.Entries()); len(got) != 1 || got[0].Attempts != 1 || got[0].LastError != "" {
 		t.Fatalf("after the broker stored it: %+v", got)
 	}
+}
+
+// An attempt that failed on this node's side (ErrLocal: its NATS
+// connection down) counts as an attempt but leaves the peer's breaker
+// closed; one the broker then stores clears the entry's last error.
+func TestLocalFailureLeavesTheBreaker(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	var calls atomic.Int32
+	d := deliverFunc(func(ctx context.Context, a Attempt) error {
+		if calls.Add(1) == 1 {
+			return fmt.Errorf("peer offline: %w", ErrLocal)
+		}
+		a.Queued()
+		return fmt.Errorf("peer away: %w", ErrStored)
+	})
+	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	ob, err := New(NewMemStore(), d, Options{Backoff: []time.Duration{time.Millisecond}, BreakerFailures: 1, BreakerOpen: time.Hour,
+		StoredRecheck: time.Hour, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	ob.Start()
+	_, tk, err := ob.Enqueue(entry(peerA, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-tk.Attempted()
+	testutil.WaitFor(t, 10*time.Second, "the failure to be recorded", func() bool { return ob.Peer(peerA).LastError != "" })
+	if s := ob.Peer(peerA); s.Breaker != BreakerClosed || s.Failures != 0 {
+		t.Fatalf("peer state after a local failure: %+v", s)
+	}
+	if q := ob.List(); len(q) != 1 || q[0].Attempts != 1 || !strings.Contains(q[0].LastError, "peer offline") {
+		t.Fatalf("entry after a local failure: %+v", q)
+	}
+	mu.Lock()
+	clock = clock.Add(time.Second) // past the backoff
+	mu.Unlock()
+	ob.Kick(peerA)
+	testutil.WaitFor(t, 10*time.Second, "the second attempt, stored", func() bool {
+		q := ob.List()
+		return calls.Load() >= 2 && len(q) == 1 && q[0].LastError == ""
+	})
 }
