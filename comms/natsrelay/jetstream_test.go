@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -259,31 +260,39 @@ func TestJetStreamFullStreamKeepsStoredEnvelopes(t *testing.T) {
 	}
 }
 
+// jsTwoNodes starts a JetStream server on a free loopback port with its
+// store in store, and two nodes logging to logs; the first has sent the
+// second one message through the stream.
+func jsTwoNodes(t *testing.T, store string) (port int, s *server.Server, nodes []*testNode, logs *testutil.SyncBuffer) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port = l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	s = natstest.ServerAt(t, port, store)
+	nodes = newNodes(t, 2)
+	logs = new(testutil.SyncBuffer) // both nodes'
+	for _, nd := range nodes {
+		nd.connect(t, s.ClientURL(), Options{JetStream: true, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	}
+	if _, err := nodes[0].r.SendMessage(ctxT(t), "n1", "before"); err != nil {
+		t.Fatalf("a first send: %v", err)
+	}
+	waitItems(t, nodes[1], 1)
+	return port, s, nodes, logs
+}
+
 // A server that loses its JetStream data (here, the server replaced by
 // one on the same address with an empty store) gets the stream and each
 // node's consumer back from the nodes themselves: sends through it work
 // again and arrive, without a restart of the nodes.
 func TestJetStreamStreamLostIsMadeAgain(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	first := natstest.ServerAt(t, port, t.TempDir())
-	url := first.ClientURL()
-	nodes := newNodes(t, 2)
+	port, first, nodes, logs := jsTwoNodes(t, t.TempDir())
 	a, b := nodes[0], nodes[1]
-	var logs testutil.SyncBuffer // both nodes'
-	a.connect(t, url, Options{JetStream: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	b.connect(t, url, Options{JetStream: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := ctxT(t)
-	if _, err := a.r.SendMessage(ctx, "n1", "before"); err != nil {
-		t.Fatalf("before the loss: %v", err)
-	}
-	waitItems(t, b, 1)
-
 	first.Shutdown()
 	first.WaitForShutdown()
 	second := natstest.ServerAt(t, port, t.TempDir()) // its store is empty
@@ -579,25 +588,10 @@ func TestJetStreamStoredNotStoredAgain(t *testing.T) {
 // consumer or the stream was gone.
 func TestJetStreamServerRestartKeepsConsumers(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	store := t.TempDir()
-	first := natstest.ServerAt(t, port, store)
-	url := first.ClientURL()
-	nodes := newNodes(t, 2)
+	port, first, nodes, logs := jsTwoNodes(t, store)
 	a, b := nodes[0], nodes[1]
-	var logs testutil.SyncBuffer // both nodes'
-	a.connect(t, url, Options{JetStream: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	b.connect(t, url, Options{JetStream: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := ctxT(t)
-	if _, err := a.r.SendMessage(ctx, "n1", "before"); err != nil {
-		t.Fatalf("before the restart: %v", err)
-	}
-	waitItems(t, b, 1)
 	first.Shutdown()
 	first.WaitForShutdown()
 	natstest.ServerAt(t, port, store) // the same store
