@@ -1,10 +1,10 @@
 package natsrelay
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -32,7 +32,7 @@ func CheckCredsFile(path string) error {
 		return fmt.Errorf("%s is over %d bytes: not a NATS credentials file", path, maxCredsFile)
 	}
 	defer clear(b)
-	if jwt, err := nkeys.ParseDecoratedJWT(b); err != nil || !bytes.Contains([]byte(jwt), []byte(".")) {
+	if jwt, err := nkeys.ParseDecoratedJWT(b); err != nil || !strings.Contains(jwt, ".") {
 		return fmt.Errorf("%s holds no user JWT: not a NATS credentials file (nsc writes them)", path)
 	}
 	kp, err := nkeys.ParseDecoratedNKey(b)

@@ -87,12 +87,7 @@ func newMemMail(mb *inbox.Mailbox[comms.Item]) memMail {
 func (m memMail) Epoch() string { return m.epoch }
 
 func (m memMail) List(after uint64, limit int) mailPage {
-	return memPage(m.Mailbox.List(after, limit), after, limit)
-}
-
-// memPage is the page of a memory inbox's read after seq after with
-// limit that returned items.
-func memPage(items []inbox.Entry[comms.Item], after uint64, limit int) mailPage {
+	items := m.Mailbox.List(after, limit)
 	p := mailPage{items: items, next: after, more: limit > 0 && len(items) == limit}
 	if len(items) > 0 {
 		p.next = items[len(items)-1].Seq

@@ -844,19 +844,12 @@ func (o *Outbox) settle(q *peerQ, r result, rs *round, delivered *[]identity.UUI
 		}
 		it.e.NextAttempt = now.Add(o.opts.StoredRecheck)
 		q.lastErr = ""
-		if it.e.LastError != "" {
-			// The attempt did not fail: what an earlier one said is
-			// no reason of this entry's wait any more (uncountLocked,
-			// below, records it otherwise).
-			it.e.LastError = ""
-			if !precounted {
-				if err := o.st.Attempted(it.e.ID, it.e.Attempts, it.e.NextAttempt, ""); err != nil {
-					o.log.Error("outbox: cannot record an attempt", "id", it.e.ID.String(), "err", err)
-				}
-			}
-		}
-		if precounted {
-			o.uncountLocked(it)
+		// The attempt did not fail: what an earlier one said is no
+		// reason of this entry's wait any more.
+		cleared := it.e.LastError != ""
+		it.e.LastError = ""
+		if precounted || cleared {
+			o.uncountLocked(it) // the entry as it is now, uncounted
 		}
 		o.observe(EventStored, it.e, attempt, "")
 		it.t.attemptEnded("", true) // a send waiting for the first attempt goes on
