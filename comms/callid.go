@@ -71,15 +71,15 @@ func (r *Router) SealCall(peer string, kind wire.Kind, call []byte) (Sealed, err
 	return r.seal(peer, kind, call)
 }
 
-// envelopeID returns the id of a new envelope of type typ to peer: random,
-// or derived from call if not nil. Requests get ids tagged as this
-// node's own.
+// envelopeID returns the id of a new envelope of type typ to peer:
+// derived from call if not nil; otherwise time-ordered (version 7), or,
+// for a request, random and tagged as this node's own.
 func (r *Router) envelopeID(peer identity.PeerID, typ string, call []byte) identity.UUID {
 	switch {
 	case call == nil && typ == wire.TypeRequest:
 		return r.newRequestID(peer)
 	case call == nil:
-		return identity.NewUUID()
+		return identity.NewTimeUUID() // the receiver's duplicate filter grows at its end
 	case typ == wire.TypeRequest:
 		return r.tagRequestID(r.CallID(call, peer), peer)
 	}

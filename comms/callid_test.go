@@ -1,6 +1,7 @@
 package comms
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 
 // A call's id is the same for the same call and peer in every Router
 // with the node's key, another for another call, peer or node; it is a
-// version 4 UUID, as envelope ids are.
+// version 4 UUID, as random ids are.
 func TestCallID(t *testing.T) {
 	gen := func() *identity.Keypair {
 		kp, err := identity.GenerateKeypair()
@@ -70,6 +71,44 @@ func TestCallID(t *testing.T) {
 		}()
 		r.CallID(nil, alice)
 	}()
+}
+
+// Without a call, a message's or response's id is time-ordered (version
+// 7: ids made later sort after, so a receiver's duplicate filter grows at
+// its end); a request's is random (version 4) and tagged as this node's.
+func TestEnvelopeIDs(t *testing.T) {
+	kp, err := identity.GenerateKeypair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := trust.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(kp, list, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	peer := identity.PeerID{7}
+	var last identity.UUID
+	for i := range 50 {
+		id := r.envelopeID(peer, wire.TypeMessage, nil)
+		if id[6]>>4 != 7 || id[8]>>6 != 2 {
+			t.Fatalf("message id %s is not a version 7 UUID", id)
+		}
+		if i > 0 && bytes.Compare(id[:6], last[:6]) < 0 {
+			t.Fatalf("message id %s made after %s sorts before it", id, last)
+		}
+		last = id
+	}
+	if id := r.envelopeID(peer, wire.TypeResponse, nil); id[6]>>4 != 7 {
+		t.Errorf("response id %s is not a version 7 UUID", id)
+	}
+	req := r.envelopeID(peer, wire.TypeRequest, nil)
+	if req[6]>>4 != 4 || !r.ownRequestID(req, peer) {
+		t.Errorf("request id %s: want a version 4 UUID tagged as this node's", req)
+	}
 }
 
 // A message or request sealed again under one call has the first one's

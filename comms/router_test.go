@@ -138,6 +138,11 @@ func TestMessageAndRequestResponse(t *testing.T) {
 			if len(items) != 1 || items[0].Envelope.ID != id || items[0].Envelope.Kind.Body() != "hello bob" || items[0].PeerName != "alice" {
 				t.Fatalf("bob's inbox: %+v", items)
 			}
+			// A message's id is time-ordered (version 7), so that the
+			// receiver's duplicate filter grows at its end.
+			if v := id[6] >> 4; v != 7 {
+				t.Errorf("message id %s: version %d, want 7", id, v)
+			}
 
 			reqID, err := a.r.SendRequest(ctx, b.kp.ID().String(), "add", mustJSON(t, `{"a":1,"b":2}`))
 			if err != nil {

@@ -73,7 +73,7 @@ func (r *Router) send(ctx context.Context, peer string, kind wire.Kind, wantAck 
 	if err != nil {
 		return identity.UUID{}, err
 	}
-	id := identity.NewUUID()
+	id := r.envelopeID(p.ID, kind.Type(), nil)
 	return id, r.sendTo(ctx, p, id, kind, wantAck)
 }
 

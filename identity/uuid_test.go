@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meerkatd/meerkatd/identity"
 )
@@ -157,6 +158,42 @@ func TestNewUUID(t *testing.T) {
 	}
 	if a, b := identity.NewUUID(), identity.NewUUID(); a == b {
 		t.Errorf("two NewUUID calls gave %s twice", a)
+	}
+}
+
+// NewTimeUUID makes version 7 UUIDs: the time in milliseconds first,
+// so that ids made later sort after, then random bits.
+func TestNewTimeUUID(t *testing.T) {
+	seen := make(map[identity.UUID]bool)
+	var last uint64
+	for range 1000 {
+		before := uint64(time.Now().UnixMilli())
+		u := identity.NewTimeUUID()
+		after := uint64(time.Now().UnixMilli())
+		if v := u[6] >> 4; v != 7 {
+			t.Fatalf("NewTimeUUID %s: version %d, want 7", u, v)
+		}
+		if u[8]&0xc0 != 0x80 {
+			t.Fatalf("NewTimeUUID %s: variant bits %02b, want 10", u, u[8]>>6)
+		}
+		ms := uint64(u[0])<<40 | uint64(u[1])<<32 | uint64(u[2])<<24 | uint64(u[3])<<16 | uint64(u[4])<<8 | uint64(u[5])
+		if ms < before || ms > after {
+			t.Fatalf("NewTimeUUID %s: time %d ms, made between %d and %d", u, ms, before, after)
+		}
+		if ms < last {
+			t.Fatalf("NewTimeUUID %s: time %d ms before the previous id's %d", u, ms, last)
+		}
+		last = ms
+		if seen[u] {
+			t.Fatalf("NewTimeUUID repeated %s", u)
+		}
+		seen[u] = true
+	}
+	// The random part: the ten bytes after the time differ between two
+	// ids made in the same millisecond.
+	a, b := identity.NewTimeUUID(), identity.NewTimeUUID()
+	if [10]byte(a[6:]) == [10]byte(b[6:]) {
+		t.Errorf("two NewTimeUUID calls share their random bits: %s, %s", a, b)
 	}
 }
 

@@ -150,6 +150,9 @@ func (d *durableMail) record(it comms.Item) (store.Record, error) {
 		}
 		rec.Sender, rec.ID, rec.Kind, rec.Peer, rec.Payload = it.Envelope.From, it.Envelope.ID, it.Envelope.Kind.Type(), it.PeerName, payload
 		rec.Class = classOf(it)
+		if rec.Kind != kindSubagent {
+			rec.Text = searchText(it.Envelope, it.PeerName) // what recordText finds, without decoding again
+		}
 	case comms.ItemSubagentResult:
 		payload, err := json.Marshal(storedSubagent{ID: it.SubagentID, Result: it.Result, Summary: it.Summary})
 		if err != nil {

@@ -93,6 +93,11 @@ func TestSearchText(t *testing.T) {
 		if recordText(rec) != text {
 			t.Errorf("%s: indexed text %q, want %q", c.kind.Type(), recordText(rec), text)
 		}
+		// The record carries the same text, so admission need not
+		// decode the payload again to find it.
+		if rec.Text != text {
+			t.Errorf("%s: record carries text %q, want %q", c.kind.Type(), rec.Text, text)
+		}
 	}
 	big := wire.Message(strings.Repeat("x ", store.MaxSearchText))
 	e, err := wire.Seal(kp, identity.NewUUID(), kp.ID(), wire.Request("i", wire.Array(big.Value(), big.Value(), big.Value())))

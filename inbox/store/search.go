@@ -655,6 +655,9 @@ func (s *Store) searchText(r Record) string {
 	if s.opts.SearchText == nil || s.opts.ReadOnly {
 		return ""
 	}
+	if r.Text != "" {
+		return ClipText(r.Text)
+	}
 	return ClipText(s.opts.SearchText(r))
 }
 

@@ -786,3 +786,38 @@ func TestSearchSnippetOfALongWord(t *testing.T) {
 		t.Fatalf("SearchTerms.Snippet: %d bytes", len(snip))
 	}
 }
+
+// A record that carries its text is indexed by it, without a call to
+// Options.SearchText; one without is indexed by what SearchText finds.
+func TestAdmitCarriedText(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	var calls atomic.Int32
+	s, _ := openStore(t, Options{SearchText: func(r Record) string {
+		calls.Add(1)
+		return payloadText(r)
+	}})
+	ctx := context.Background()
+	carried := searchRec(1, 1, "message", "alice", "payload words", time.Now())
+	carried.Text = "carried words"
+	if dup, err := s.Admit(ctx, carried); err != nil || dup {
+		t.Fatalf("admit: %v %v", dup, err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("SearchText called %d times for a record with its text", n)
+	}
+	p := s.AdmitAsync(ctx, searchRec(1, 2, "message", "alice", "payload again", time.Now()))
+	if _, err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("SearchText called %d times, want 1", n)
+	}
+	for _, c := range []struct {
+		query string
+		want  []uint64
+	}{{"carried", []uint64{1}}, {"payload", []uint64{2}}, {"words", []uint64{1}}} {
+		if got := hitSeqs(mustSearch(t, s, Search{}, c.query)); !slices.Equal(got, c.want) {
+			t.Errorf("%q: seqs %v, want %v", c.query, got, c.want)
+		}
+	}
+}

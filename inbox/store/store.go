@@ -100,6 +100,11 @@ type Record struct {
 	// Class is the caller's ordering class for the item ("": "normal");
 	// ListClass and CountClasses select and count by it.
 	Class string
+	// Text is the item's search text when the caller has it at hand
+	// (Admit and AdmitAsync then do not call Options.SearchText, which
+	// would decode the payload again); it must be what
+	// Options.SearchText returns for the record. Reads leave it "".
+	Text string
 }
 
 // Options are a Store's knobs; the zero value of each field means its
