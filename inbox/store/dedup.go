@@ -38,6 +38,19 @@ const (
 	mergeIdle = 200 * time.Millisecond
 )
 
+// mergeRows is how many keys one statement of a merge writes: with
+// time-ordered ids most keys land at the end of the B-tree, and a
+// statement per key cost about as much as the key's own B-tree work.
+const mergeRows = 64
+
+// sqlRememberRows writes n keys into the dedup table (a sender, an id,
+// when it was first seen and its item's seq each), or, for a key it
+// holds, their time and seq.
+func sqlRememberRows(n int) string {
+	return `INSERT INTO dedup (sender, id, first_seen, seq) VALUES ` + placeholders(n, 4) + `
+		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen, seq = excluded.seq`
+}
+
 // sqlSetMergeMark writes the merge mark.
 const sqlSetMergeMark = `UPDATE meta SET value = ? WHERE key = 'dedup_merged'`
 
@@ -148,15 +161,28 @@ func (d *dedupBatch) merge(ctx context.Context, tx *sql.Tx, lastSeq int64) error
 		all = slices.Clone(d.adds[d.upTo:])
 	}
 	slices.SortFunc(all, func(a, b dedupAdd) int { return bytes.Compare(a.key[:], b.key[:]) })
-	st, err := d.s.prepared(ctx, sqlRemember)
-	if err != nil {
-		return err
-	}
-	remember := tx.StmtContext(ctx, st)
-	for _, a := range all {
-		if _, err := remember.ExecContext(ctx, a.key[:32], a.key[32:], a.firstSeen, a.seq); err != nil {
+	args := make([]any, 0, 4*min(len(all), mergeRows))
+	for len(all) > 0 {
+		// Pad to a power of two with the chunk's last key again (the
+		// same row written twice), so that few statements are prepared.
+		n := min(len(all), mergeRows)
+		size := 1
+		for size < n {
+			size *= 2
+		}
+		args = args[:0]
+		for j := range size {
+			a := &all[min(j, n-1)]
+			args = append(args, a.key[:32], a.key[32:], a.firstSeen, a.seq)
+		}
+		st, err := d.s.prepared(ctx, sqlRememberRows(size))
+		if err != nil {
 			return err
 		}
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
+			return err
+		}
+		all = all[n:]
 	}
 	d.mark = max(d.s.merged, lastSeq)
 	if _, err := tx.ExecContext(ctx, sqlSetMergeMark, strconv.FormatInt(d.mark, 10)); err != nil {

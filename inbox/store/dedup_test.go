@@ -374,3 +374,39 @@ func TestDedupRecoveryKeepsTheWindow(t *testing.T) {
 	clock.Advance(61 * time.Minute)
 	mustAdmit(t, c, r) // the window, from the recovery, has passed
 }
+
+// A merge writes its keys many to a statement (mergeRows), the last
+// statement padded with its last key again: every key reaches the table
+// once, with its own item's seq and when it was first seen.
+func TestDedupMergeManyKeys(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	for _, n := range []int{1, mergeRows - 1, mergeRows, mergeRows + 1, 2*mergeRows + 22} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			clock := newFakeClock()
+			s, path := openStore(t, Options{Now: clock.Now, mergeIdle: noIdleMerge})
+			rs := make([]Record, n)
+			for i := range rs {
+				rs[i] = rec(byte(1+i%3), uint64(i))
+			}
+			admitEach(t, s, false, rs...)
+			s.Close() // merges
+			db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var rows, matched, timed int
+			if err := db.QueryRow(`SELECT count(*),
+				count(*) FILTER (WHERE EXISTS (SELECT 1 FROM items i WHERE i.seq = d.seq AND i.sender = d.sender AND i.id = d.id)),
+				count(*) FILTER (WHERE d.first_seen = ?)
+				FROM dedup d`, clock.Now().UnixNano()).Scan(&rows, &matched, &timed); err != nil {
+				t.Fatal(err)
+			}
+			if rows != n || matched != n || timed != n {
+				t.Fatalf("%d keys merged: %d rows, %d with their item's seq, %d first seen at admission", n, rows, matched, timed)
+			}
+			s = reopen(t, path, Options{Now: clock.Now, mergeIdle: noIdleMerge})
+			admitEach(t, s, true, rs...)
+		})
+	}
+}

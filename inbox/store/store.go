@@ -1328,8 +1328,6 @@ func (s *Store) commit(batch []*request) {
 }
 
 const (
-	sqlRemember = `INSERT INTO dedup (sender, id, first_seen, seq) VALUES (?1, ?2, ?3, ?4)
-		ON CONFLICT (sender, id) DO UPDATE SET first_seen = excluded.first_seen, seq = excluded.seq`
 	sqlAck         = `UPDATE items SET acked_at = ? WHERE seq = ? AND acked_at IS NULL RETURNING length(payload), kind, sender`
 	sqlExpireDedup = `DELETE FROM dedup WHERE first_seen < ?1 AND NOT EXISTS (SELECT 1 FROM items i
 		WHERE i.seq = dedup.seq AND i.acked_at IS NULL)`
