@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -31,6 +30,7 @@ type admitRun struct {
 	known map[dedupKey]struct{} // the run's keys the dedup table counts as duplicates
 	rows  []runRow              // decided, not yet written
 	args  []any
+	next  int64 // the seq the next row gets (Store.nextSeq, then past the rows written)
 }
 
 // runRow is an admission decided and accounted for, waiting for its row.
@@ -115,8 +115,11 @@ func (a *admitRun) dup(k dedupKey) bool {
 // add queues the row of an admission decided.
 func (a *admitRun) add(row runRow) { a.rows = append(a.rows, row) }
 
-// flush writes the rows queued, insertRows to a statement, and gives each
-// its seq: in res, in the duplicate filter's entry, and in *lastSeq.
+// flush writes the rows queued, insertRows to a statement, each under
+// the next seq, and gives each its seq: in res, in the duplicate
+// filter's entry, and in *lastSeq. The store numbers the rows itself
+// (the committer is the database's one writer) rather than read back
+// the seqs SQLite would pick: that cost as much as the insert.
 func (a *admitRun) flush(ctx context.Context, tx *sql.Tx, d *dedupBatch, res []result, lastSeq *int64) error {
 	defer func() {
 		clear(a.rows) // the records and payloads
@@ -126,45 +129,24 @@ func (a *admitRun) flush(ctx context.Context, tx *sql.Tx, d *dedupBatch, res []r
 	for start := 0; start < len(a.rows); start += insertRows {
 		rows := a.rows[start:min(len(a.rows), start+insertRows)]
 		a.args = a.args[:0]
+		next := a.next
 		for _, r := range rows {
-			a.args = append(a.args, r.rec.Sender[:], r.rec.ID[:], r.rec.Kind, r.rec.Peer, r.rec.Received.UnixNano(), r.payload, r.class)
+			a.args = append(a.args, next, r.rec.Sender[:], r.rec.ID[:], r.rec.Kind, r.rec.Peer, r.rec.Received.UnixNano(), r.payload, r.class)
+			next++
 		}
 		st, err := a.s.prepared(ctx, sqlInsertRows(len(rows)))
 		if err != nil {
 			return err
 		}
-		out, err := tx.StmtContext(ctx, st).QueryContext(ctx, a.args...)
-		if err != nil {
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, a.args...); err != nil {
 			return err
 		}
-		got := 0
-		for out.Next() {
-			var (
-				seq        int64
-				sender, id sql.RawBytes
-			)
-			if err := out.Scan(&seq, &sender, &id); err != nil {
-				out.Close()
-				return err
-			}
-			j := 0
-			for j < len(rows) && !(bytes.Equal(rows[j].key[:32], sender) && bytes.Equal(rows[j].key[32:], id)) {
-				j++
-			}
-			if j == len(rows) || res[rows[j].i].seq != 0 {
-				out.Close()
-				return fmt.Errorf("insert returned a row it was not given")
-			}
-			res[rows[j].i].seq = uint64(seq)
-			d.adds[rows[j].add].seq = seq
+		for _, r := range rows {
+			seq := a.next
+			a.next++
+			res[r.i].seq = uint64(seq)
+			d.adds[r.add].seq = seq
 			*lastSeq = max(*lastSeq, seq)
-			got++
-		}
-		if err := out.Close(); err != nil {
-			return err
-		}
-		if got != len(rows) {
-			return fmt.Errorf("insert returned %d rows for %d", got, len(rows))
 		}
 	}
 	return nil
@@ -180,10 +162,9 @@ func sqlLookupRows(n int) string {
 			WHERE i.seq = d.seq AND i.acked_at IS NULL)`
 }
 
-// sqlInsertRows inserts n items and returns their seqs.
+// sqlInsertRows inserts n items, each under the seq given first.
 func sqlInsertRows(n int) string {
-	return `INSERT INTO items (sender, id, kind, peer, received, payload, class) VALUES ` +
-		placeholders(n, 7) + ` RETURNING seq, sender, id`
+	return `INSERT INTO items (seq, sender, id, kind, peer, received, payload, class) VALUES ` + placeholders(n, 8)
 }
 
 // placeholders is n rows of k "?" each: "(?, ?), (?, ?)".
