@@ -34,6 +34,32 @@ type Relay interface {
 	Send(ctx context.Context, to identity.PeerID, id identity.UUID, payload []byte, wantAck bool, queued func()) (ack []byte, stored bool, err error)
 }
 
+// RelayLimit is implemented by a [Relay] whose broker takes messages up
+// to a size. MaxEnvelope is the largest envelope (sealed, its wire bytes)
+// the relay can send now, 0 when it does not know (not connected yet): a
+// larger one is refused with [wire.ErrTooLarge] before it goes out, and
+// by [Router.CheckSealable].
+type RelayLimit interface {
+	MaxEnvelope() int
+}
+
+// relayMax is the MaxEnvelope of rl, 0 if it sets none.
+func relayMax(rl Relay) int {
+	if l, ok := rl.(RelayLimit); ok {
+		return max(l.MaxEnvelope(), 0)
+	}
+	return 0
+}
+
+// fitsRelay refuses an envelope (its wire bytes as they go to the
+// relay) larger than the relay's broker takes.
+func fitsRelay(rl Relay, outer []byte) error {
+	if m := relayMax(rl); m > 0 && len(outer) > m {
+		return fmt.Errorf("comms: envelope of %d bytes as sent through the relay: %w (its broker takes at most %d)", len(outer), wire.ErrTooLarge, m)
+	}
+	return nil
+}
+
 // Reasons a send through the relay fails with [*PeerOfflineError].
 const (
 	// OfflineNoRelay: the peer's address is nats: and this node has no
@@ -184,6 +210,9 @@ func (r *Router) relaySend(ctx context.Context, p trust.Peer, id identity.UUID, 
 			return err
 		}
 	}
+	if err := fitsRelay(rl, outer); err != nil {
+		return err
+	}
 	k := dedupKey{p.ID, id}
 	if wantAck && r.takeLateAck(k) {
 		// Its ack came while no attempt waited: acknowledged already.
@@ -274,16 +303,28 @@ const sealSlack = 1024
 
 // CheckSealable reports whether the envelope payload (its wire bytes,
 // no length prefix), id, fits a frame once sealed for to, as it goes
-// through the relay: a wire.ErrTooLarge error if not. A reliable send to a
-// peer reached only through the relay checks this before it is queued,
-// rather than become a dead letter at its first attempt. Only a payload
-// within sealSlack of the limit is sealed to see.
+// through the relay, and what the relay's broker takes ([RelayLimit]): a
+// wire.ErrTooLarge error if not. A reliable send to a peer reached only
+// through the relay checks this before it is queued, rather than become
+// a dead letter at its first attempt. Only a payload within sealSlack of
+// a limit is sealed to see.
 func (r *Router) CheckSealable(to identity.PeerID, id identity.UUID, payload []byte) error {
-	if r.opts.RelayUnsealed || len(payload)+sealSlack <= r.opts.MaxMessageBytes {
+	rl := r.currentRelay()
+	limit := r.opts.MaxMessageBytes
+	if m := relayMax(rl); m > 0 {
+		limit = min(limit, m)
+	}
+	if r.opts.RelayUnsealed {
+		return fitsRelay(rl, payload)
+	}
+	if len(payload)+sealSlack <= limit {
 		return nil
 	}
-	_, err := r.sealFor(to, id, payload)
-	return err
+	sealed, err := r.sealFor(to, id, payload)
+	if err != nil {
+		return err
+	}
+	return fitsRelay(rl, sealed)
 }
 
 // maxRecipients bounds the converted keys kept; past it they are

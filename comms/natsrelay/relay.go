@@ -472,6 +472,23 @@ const maxRedeliverDelay = 30 * time.Second
 // back (a reliable send is retried by its outbox).
 var ErrNotConnected = errors.New("natsrelay: not connected to a NATS server now (reconnecting)")
 
+// headerRoom is what this relay adds to an envelope in a NATS message,
+// which the server's max_payload counts too: the JetStream message id
+// header (about 60 bytes), with room to spare.
+const headerRoom = 256
+
+var _ comms.RelayLimit = (*Relay)(nil)
+
+// MaxEnvelope implements [comms.RelayLimit]: the server's max_payload
+// (as it announced it at the last connection) less headerRoom; 0 before
+// the first connection.
+func (rl *Relay) MaxEnvelope() int {
+	if m := rl.nc.MaxPayload(); m > headerRoom {
+		return int(m) - headerRoom
+	}
+	return 0
+}
+
 // Send implements [comms.Relay].
 func (rl *Relay) Send(ctx context.Context, to identity.PeerID, id identity.UUID, payload []byte, wantAck bool, queued func()) ([]byte, bool, error) {
 	if !rl.nc.IsConnected() {

@@ -546,3 +546,54 @@ func TestTakenLater(t *testing.T) {
 		}
 	}
 }
+
+// An envelope larger than the server's max_payload takes, once sealed,
+// is refused as too large, saying so, before it goes out (and by
+// CheckSealable, which a reliable send asks before it is queued); one
+// within it goes through. With JetStream and without.
+func TestLargerThanTheServerTakes(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const maxPayload = 64 << 10
+	for _, js := range []bool{false, true} {
+		t.Run(fmt.Sprint("jetstream=", js), func(t *testing.T) {
+			s := startServer(t, "s1", fmt.Sprintf("max_payload: %d", maxPayload), nil, "")
+			nodes := newNodes(t, 2)
+			a, b := nodes[0], nodes[1]
+			a.connect(t, s.ClientURL(), Options{JetStream: js})
+			b.connect(t, s.ClientURL(), Options{JetStream: js})
+			if got, want := a.relay.MaxEnvelope(), maxPayload-headerRoom; got != want {
+				t.Fatalf("MaxEnvelope = %d, want %d", got, want)
+			}
+			ctx := ctxT(t)
+			_, err := a.r.SendMessage(ctx, "n1", strings.Repeat("x", maxPayload))
+			if !errors.Is(err, wire.ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprint("at most ", maxPayload-headerRoom)) {
+				t.Fatalf("a send over max_payload: %v; want too large, naming the limit", err)
+			}
+			seal := func(n int) []byte {
+				e, err := wire.Seal(a.kp, identity.NewUUID(), b.kp.ID(), wire.Message(strings.Repeat("x", n)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := e.MarshalBinary()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			big, small := seal(maxPayload-headerRoom-200), seal(maxPayload/2)
+			if err := a.r.CheckSealable(b.kp.ID(), identity.NewUUID(), big); !errors.Is(err, wire.ErrTooLarge) {
+				t.Fatalf("CheckSealable of %d bytes: %v; want too large once sealed", len(big), err)
+			}
+			if err := a.r.CheckSealable(b.kp.ID(), identity.NewUUID(), small); err != nil {
+				t.Fatalf("CheckSealable of %d bytes: %v", len(small), err)
+			}
+			body := strings.Repeat("y", maxPayload-headerRoom-1024)
+			if _, err := a.r.SendMessage(ctx, "n1", body); err != nil {
+				t.Fatalf("a send within max_payload: %v", err)
+			}
+			if got := waitItems(t, b, 1); got[0].Envelope.Kind.Body() != body {
+				t.Fatalf("b got a body of %d bytes", len(got[0].Envelope.Kind.Body()))
+			}
+		})
+	}
+}
