@@ -12,6 +12,22 @@ import (
 	"github.com/meerkatd/meerkatd/trust"
 )
 
+// trustingNone is a Router with key kp and an empty trust list, closed
+// when the test ends.
+func trustingNone(t *testing.T, kp *identity.Keypair) *Router {
+	t.Helper()
+	list, err := trust.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(kp, list, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
 // A call's id is the same for the same call and peer in every Router
 // with the node's key, another for another call, peer or node; it is a
 // version 4 UUID, as random ids are.
@@ -25,18 +41,7 @@ func TestCallID(t *testing.T) {
 	}
 	kp, other := gen(), gen()
 	alice, carol := gen().ID(), gen().ID()
-	newRouter := func(kp *identity.Keypair) *Router {
-		list, err := trust.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := New(kp, list, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return r
-	}
+	newRouter := func(kp *identity.Keypair) *Router { return trustingNone(t, kp) }
 	r := newRouter(kp)
 	call := []byte("review-pr-7\x00hash of the op and arguments")
 	first := r.CallID(call, alice)
@@ -81,15 +86,7 @@ func TestEnvelopeIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := trust.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := New(kp, list, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := trustingNone(t, kp)
 	peer := identity.PeerID{7}
 	var last identity.UUID
 	for i := range 50 {

@@ -6,7 +6,6 @@ import (
 	"github.com/meerkatd/meerkatd/comms/wire"
 	"github.com/meerkatd/meerkatd/identity"
 	"github.com/meerkatd/meerkatd/internal/testutil"
-	"github.com/meerkatd/meerkatd/trust"
 )
 
 // A response to a request this node never sent is refused (not stored,
@@ -73,18 +72,7 @@ func TestRequestIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	alicePeer, carolPeer := alice.ID(), other.ID()
-	newRouter := func(kp *identity.Keypair) *Router {
-		list, err := trust.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := New(kp, list, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { r.Close() })
-		return r
-	}
+	newRouter := func(kp *identity.Keypair) *Router { return trustingNone(t, kp) }
 	r := newRouter(kp)
 	id := r.newRequestID(alicePeer)
 	if id[6]>>4 != 4 || id[8]>>6 != 2 {
