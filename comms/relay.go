@@ -55,7 +55,7 @@ func relayMax(rl Relay) int {
 // relay) larger than the relay's broker takes.
 func fitsRelay(rl Relay, outer []byte) error {
 	if m := relayMax(rl); m > 0 && len(outer) > m {
-		return fmt.Errorf("comms: envelope of %d bytes as sent through the relay: %w (its broker takes at most %d)", len(outer), wire.ErrTooLarge, m)
+		return fmt.Errorf("comms: envelope of %d bytes as sent through the relay: %w (its broker takes at most %d: for NATS, the server's max_payload, less room for headers with JetStream)", len(outer), wire.ErrTooLarge, m)
 	}
 	return nil
 }

@@ -158,8 +158,25 @@ func (r *Router) sendFrame(ctx context.Context, p trust.Peer, id identity.UUID, 
 		}
 		if lk.peer.NATS && unreachable(err) && r.currentRelay() != nil {
 			// The direct address cannot be connected to; the peer is
-			// also reachable through NATS (docs/nats.md).
-			return r.relaySend(ctx, lk.peer, id, frame, wantAck, so)
+			// also reachable through NATS (docs/nats.md). An envelope
+			// too large for the relay is not too large for the peer:
+			// the send stays one the direct address may take later.
+			rerr := r.relaySend(ctx, lk.peer, id, frame, wantAck, so)
+			if errors.Is(rerr, wire.ErrTooLarge) {
+				// Not wrapped: the send is to be tried again, not
+				// refused for good as too large.
+				var off *PeerOfflineError
+				errors.As(err, &off)
+				o := *off
+				note := fmt.Sprintf("and too large to go through NATS (%v)", rerr)
+				if o.Err != nil {
+					o.Err = fmt.Errorf("%w; %s", o.Err, note)
+				} else {
+					o.Err = errors.New(note)
+				}
+				return &o
+			}
+			return rerr
 		}
 		return err
 	}

@@ -260,6 +260,67 @@ func TestJetStreamFullStreamKeepsStoredEnvelopes(t *testing.T) {
 	}
 }
 
+// An ack the stream refuses (full) is not lost: the envelope it
+// acknowledges stays unsettled and comes back, and its ack is sent
+// again once the stream has room; status says why meanwhile.
+func TestJetStreamAckIntoFullStreamSentAgain(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	s := startServer(t, "s1", "", nil, "")
+	const max = 10
+	jsOpts := Options{JetStream: true, StreamMaxMsgs: max}
+	b.connect(t, s.ClientURL(), jsOpts) // creates the stream and b's consumer
+	b.relay.Close()
+	a.connect(t, s.ClientURL(), jsOpts)
+	ctx := ctxT(t)
+	const kept = 3
+	for i := range kept {
+		sd, err := a.r.Seal("n1", wire.Message(fmt.Sprintf("kept-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, cancel := context.WithCancel(ctx)
+		a.r.Deliver(stored, comms.Delivery{To: b.kp.ID(), ID: sd.ID, Payload: sd.Payload, WantAck: true, Queued: cancel})
+		cancel()
+	}
+	// Junk on a subject nobody reads fills the stream.
+	const junk = "meerkat.node.00000000-0000-4000-8000-000000000000"
+	js, err := jetstream.New(rawConn(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range max - kept {
+		if _, err := js.Publish(ctx, junk, []byte(fmt.Sprint("junk ", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b comes back, takes the three, and its acks find no room.
+	b.connect(t, s.ClientURL(), jsOpts)
+	waitItems(t, b, kept)
+	testutil.WaitFor(t, 20*time.Second, "b to report the refused ack", func() bool {
+		return strings.Contains(b.relay.Status().LastError, "did not store this node's ack")
+	})
+	if n := a.relay.Status().Received; n != 0 {
+		t.Fatalf("a received %d messages while the stream was full", n)
+	}
+	// Room again: the envelopes come back to b, which acknowledges
+	// them again, and the acks reach a.
+	stream, err := js.Stream(ctx, "MEERKAT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(junk)); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "the acks to reach a", func() bool {
+		return a.relay.Status().Received >= kept
+	})
+	if extra := b.r.Inbox().Len(); extra != 0 {
+		t.Fatalf("b's inbox got %d more items: the repeats were admitted again", extra)
+	}
+}
+
 // jsTwoNodes starts a JetStream server on a free loopback port with its
 // store in store, and two nodes logging to logs; the first has sent the
 // second one message through the stream.

@@ -108,8 +108,11 @@ type Relay struct {
 	consumeErr atomic.Bool // the consumer reported an error: read anew
 
 	replies chan reply
-	done    chan struct{}
-	wg      sync.WaitGroup
+	// ackWaits holds the acks published into the stream whose storing
+	// the server has yet to confirm, oldest first (ackWatchLoop).
+	ackWaits chan ackWait
+	done     chan struct{}
+	wg       sync.WaitGroup
 
 	// gate lets Close wait for the message handlers running now and turn
 	// away later ones, so nothing reaches the Router after Close.
@@ -129,8 +132,9 @@ type Relay struct {
 	received   atomic.Uint64
 	refused    atomic.Uint64
 	asyncErrMu sync.Mutex
-	asyncErr   string    // the last error the server reported (a permission violation…)
-	mixedOnce  sync.Once // logs once that a stream answered a request (isStreamAck)
+	asyncErr   string       // the last error the server reported (a permission violation…)
+	mixedOnce  sync.Once    // logs once that a stream answered a request (isStreamAck)
+	ackWarned  atomic.Int64 // when ackNotStored last logged (Unix nanoseconds)
 }
 
 // setLastError notes msg as the last error, which Status reports.
@@ -198,6 +202,7 @@ func Start(ctx context.Context, r *comms.Router, opts Options) (*Relay, error) {
 	}
 	if opts.JetStream {
 		rl.repair = make(chan struct{}, 1) // before any handler may ask
+		rl.ackWaits = make(chan ackWait, replyQueue)
 	}
 	nopts, err := rl.natsOptions()
 	if err != nil {
@@ -210,6 +215,10 @@ func Start(ctx context.Context, r *comms.Router, opts Options) (*Relay, error) {
 	rl.nc = nc
 	rl.wg.Add(1)
 	go rl.replyLoop()
+	if opts.JetStream {
+		rl.wg.Add(1)
+		go rl.ackWatchLoop()
+	}
 	if opts.JetStream {
 		err = rl.startJetStream(ctx)
 	} else {
@@ -378,13 +387,24 @@ func (rl *Relay) replyLoop() {
 		if res.Reason != "" {
 			rl.refused.Add(1)
 		}
+		settle := rp.jsMsg != nil
 		switch {
 		case rp.jsMsg != nil && res.Ack != nil:
 			// Through the stream: the ack goes to the sender's own
 			// subject (from the verified envelope, never from anything
-			// the message says), stored for a sender that is away.
-			if err := rl.nc.Publish(Subject(rl.opts.SubjectPrefix, res.To), res.Ack); err != nil {
-				rl.log.Debug("NATS: cannot send an ack", "err", err)
+			// the message says), stored for a sender that is away. The
+			// envelope is settled once the stream has stored the ack
+			// (ackWatchLoop); an ack the stream refuses (full) would
+			// otherwise be lost, and the sender would wait for it.
+			settle = false
+			fut, err := rl.js.PublishAsync(Subject(rl.opts.SubjectPrefix, res.To), res.Ack)
+			if err != nil {
+				rl.ackNotStored(rp.jsMsg, err)
+				break
+			}
+			select {
+			case rl.ackWaits <- ackWait{fut: fut, m: rp.jsMsg, res: res}:
+			case <-rl.done: // unsettled: the broker hands the envelope back
 			}
 		case rp.to == "":
 		case res.Ack != nil:
@@ -409,9 +429,65 @@ func (rl *Relay) replyLoop() {
 				rl.log.Debug("NATS: cannot send a refusal", "err", err)
 			}
 		}
-		if rp.jsMsg != nil {
+		if settle {
 			rl.settleStored(rp.jsMsg, res)
 		}
+	}
+}
+
+// ackWait is an ack published into the stream for the envelope m, which
+// is settled (as res says) once the stream stored the ack.
+type ackWait struct {
+	fut jetstream.PubAckFuture
+	m   jetstream.Msg
+	res comms.RelayReply
+}
+
+// ackWatchLoop settles each envelope whose ack went into the stream once
+// the server says the stream stored the ack, in the order published;
+// an envelope whose ack it refused comes back later (ackNotStored).
+func (rl *Relay) ackWatchLoop() {
+	defer rl.wg.Done()
+	for {
+		var w ackWait
+		select {
+		case w = <-rl.ackWaits:
+		case <-rl.done:
+			return // what waits is unsettled: the broker hands it back
+		}
+		select {
+		case <-w.fut.Ok():
+			rl.settleStored(w.m, w.res)
+		case err := <-w.fut.Err():
+			rl.ackNotStored(w.m, err)
+		case <-rl.done:
+			return
+		}
+	}
+}
+
+// ackNotStored hands back an envelope whose ack the stream did not store
+// (full, or gone): the broker delivers it again after a while, this node
+// finds it a repeat and sends its ack again. The sender, meanwhile,
+// waits for the ack; status says why.
+func (rl *Relay) ackNotStored(m jetstream.Msg, err error) {
+	why := err.Error()
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		why = api.Description // the server's words, without the client's prefixes
+	}
+	msg := "the NATS stream did not store this node's ack of an envelope (" + why + "): the envelope will be read and acknowledged again"
+	rl.setLastError(msg)
+	if now := time.Now().UnixNano(); now-rl.ackWarned.Load() >= int64(time.Minute) {
+		rl.ackWarned.Store(now) // a full stream refuses every ack: one line a minute
+		rl.log.Warn("NATS: " + msg)
+	}
+	var n uint64
+	if md, mdErr := m.Metadata(); mdErr == nil {
+		n = md.NumDelivered
+	}
+	if err := m.NakWithDelay(redeliverDelay(n)); err != nil {
+		rl.log.Debug("NATS: cannot settle a stored message", "err", err)
 	}
 }
 
@@ -472,19 +548,24 @@ const maxRedeliverDelay = 30 * time.Second
 // back (a reliable send is retried by its outbox).
 var ErrNotConnected = errors.New("natsrelay: not connected to a NATS server now (reconnecting)")
 
-// headerRoom is what this relay adds to an envelope in a NATS message,
-// which the server's max_payload counts too: the JetStream message id
-// header (about 60 bytes), with room to spare.
+// headerRoom is what this relay adds to an envelope in a NATS message
+// with JetStream, which the server's max_payload counts too: the message
+// id header (about 60 bytes), with room to spare. Without JetStream a
+// message has no headers.
 const headerRoom = 256
 
 var _ comms.RelayLimit = (*Relay)(nil)
 
 // MaxEnvelope implements [comms.RelayLimit]: the server's max_payload
-// (as it announced it at the last connection) less headerRoom; 0 before
-// the first connection.
+// (as it announced it at the last connection), less headerRoom with
+// JetStream; 0 before the first connection.
 func (rl *Relay) MaxEnvelope() int {
-	if m := rl.nc.MaxPayload(); m > headerRoom {
-		return int(m) - headerRoom
+	room := int64(0)
+	if rl.opts.JetStream {
+		room = headerRoom
+	}
+	if m := rl.nc.MaxPayload(); m > room {
+		return int(m - room)
 	}
 	return 0
 }

@@ -335,7 +335,7 @@ func TestClusterServerKilledMidStream(t *testing.T) {
 // connected to.
 func TestDirectAddressFallsBackToNATS(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	s := startServer(t, "s1", "", nil, "")
+	s := startServer(t, "s1", "max_payload: 65536", nil, "")
 	nodes := newNodes(t, 2)
 	a, b := nodes[0], nodes[1]
 	dead, err := transport.ParseAddr("uds://" + t.TempDir() + "/nobody.sock")
@@ -364,6 +364,13 @@ func TestDirectAddressFallsBackToNATS(t *testing.T) {
 	}
 	if it := waitItems(t, b, 1)[0]; it.Envelope.ID != id || it.Envelope.Kind.Body() != "through NATS after all" {
 		t.Fatalf("b got %+v", it.Envelope)
+	}
+	// Too large for the NATS server but not for the peer: the send
+	// fails as the direct address did, to be tried again, not as too
+	// large (which would make a reliable one a dead letter at once).
+	_, err = a.r.SendMessage(ctxT(t), "n1", strings.Repeat("x", 100_000))
+	if !errors.As(err, &off) || off.Reason != comms.OfflineRefused || errors.Is(err, wire.ErrTooLarge) || !strings.Contains(err.Error(), "too large to go through NATS") {
+		t.Fatalf("a send too large for NATS, direct address dead: %v", err)
 	}
 }
 
@@ -561,12 +568,16 @@ func TestLargerThanTheServerTakes(t *testing.T) {
 			a, b := nodes[0], nodes[1]
 			a.connect(t, s.ClientURL(), Options{JetStream: js})
 			b.connect(t, s.ClientURL(), Options{JetStream: js})
-			if got, want := a.relay.MaxEnvelope(), maxPayload-headerRoom; got != want {
-				t.Fatalf("MaxEnvelope = %d, want %d", got, want)
+			limit := maxPayload // a core NATS message has no headers
+			if js {
+				limit -= headerRoom
+			}
+			if got := a.relay.MaxEnvelope(); got != limit {
+				t.Fatalf("MaxEnvelope = %d, want %d", got, limit)
 			}
 			ctx := ctxT(t)
 			_, err := a.r.SendMessage(ctx, "n1", strings.Repeat("x", maxPayload))
-			if !errors.Is(err, wire.ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprint("at most ", maxPayload-headerRoom)) {
+			if !errors.Is(err, wire.ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprint("at most ", limit)) {
 				t.Fatalf("a send over max_payload: %v; want too large, naming the limit", err)
 			}
 			seal := func(n int) []byte {
@@ -580,14 +591,14 @@ func TestLargerThanTheServerTakes(t *testing.T) {
 				}
 				return p
 			}
-			big, small := seal(maxPayload-headerRoom-200), seal(maxPayload/2)
+			big, small := seal(limit-200), seal(maxPayload/2)
 			if err := a.r.CheckSealable(b.kp.ID(), identity.NewUUID(), big); !errors.Is(err, wire.ErrTooLarge) {
 				t.Fatalf("CheckSealable of %d bytes: %v; want too large once sealed", len(big), err)
 			}
 			if err := a.r.CheckSealable(b.kp.ID(), identity.NewUUID(), small); err != nil {
 				t.Fatalf("CheckSealable of %d bytes: %v", len(small), err)
 			}
-			body := strings.Repeat("y", maxPayload-headerRoom-1024)
+			body := strings.Repeat("y", limit-1024)
 			if _, err := a.r.SendMessage(ctx, "n1", body); err != nil {
 				t.Fatalf("a send within max_payload: %v", err)
 			}
