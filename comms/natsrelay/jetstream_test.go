@@ -201,21 +201,19 @@ func TestJetStreamOfflineRecipient(t *testing.T) {
 	}
 }
 
-// The stream a node creates refuses new messages once full instead of
-// dropping stored ones: anyone on the deployment may publish on the node
-// subjects, and must not push out the envelopes stored for a peer that is
-// away. What was refused stays with its sender, to be tried again.
-func TestJetStreamFullStreamKeepsStoredEnvelopes(t *testing.T) {
-	testutil.CheckGoroutines(t)
+// storedWhileAway starts a JetStream server and two nodes whose stream
+// holds at most max messages; b goes away once it has made the stream
+// and its consumer, and a stores kept messages for it ("kept-0"…).
+func storedWhileAway(t *testing.T, max int64, kept int) (s *server.Server, a, b *testNode, jsOpts Options) {
+	t.Helper()
 	nodes := newNodes(t, 2)
-	a, b := nodes[0], nodes[1]
-	s := startServer(t, "s1", "", nil, "")
-	jsOpts := Options{JetStream: true, StreamMaxMsgs: 10}
+	a, b = nodes[0], nodes[1]
+	s = startServer(t, "s1", "", nil, "")
+	jsOpts = Options{JetStream: true, StreamMaxMsgs: max}
 	b.connect(t, s.ClientURL(), jsOpts) // creates the stream and b's consumer
 	b.relay.Close()
 	a.connect(t, s.ClientURL(), jsOpts)
 	ctx := ctxT(t)
-	const kept = 3
 	for i := range kept {
 		sd, err := a.r.Seal("n1", wire.Message(fmt.Sprintf("kept-%d", i)))
 		if err != nil {
@@ -225,6 +223,18 @@ func TestJetStreamFullStreamKeepsStoredEnvelopes(t *testing.T) {
 		a.r.Deliver(stored, comms.Delivery{To: b.kp.ID(), ID: sd.ID, Payload: sd.Payload, WantAck: true, Queued: cancel})
 		cancel()
 	}
+	return s, a, b, jsOpts
+}
+
+// The stream a node creates refuses new messages once full instead of
+// dropping stored ones: anyone on the deployment may publish on the node
+// subjects, and must not push out the envelopes stored for a peer that is
+// away. What was refused stays with its sender, to be tried again.
+func TestJetStreamFullStreamKeepsStoredEnvelopes(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	const kept = 3
+	s, a, b, jsOpts := storedWhileAway(t, 10, kept)
+	ctx := ctxT(t)
 	if st := a.relay.Status(); st.Stored != kept {
 		t.Fatalf("stored_in_broker %d, want %d", st.Stored, kept)
 	}
@@ -265,25 +275,9 @@ func TestJetStreamFullStreamKeepsStoredEnvelopes(t *testing.T) {
 // again once the stream has room; status says why meanwhile.
 func TestJetStreamAckIntoFullStreamSentAgain(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	nodes := newNodes(t, 2)
-	a, b := nodes[0], nodes[1]
-	s := startServer(t, "s1", "", nil, "")
-	const max = 10
-	jsOpts := Options{JetStream: true, StreamMaxMsgs: max}
-	b.connect(t, s.ClientURL(), jsOpts) // creates the stream and b's consumer
-	b.relay.Close()
-	a.connect(t, s.ClientURL(), jsOpts)
+	const max, kept = 10, 3
+	s, a, b, jsOpts := storedWhileAway(t, max, kept)
 	ctx := ctxT(t)
-	const kept = 3
-	for i := range kept {
-		sd, err := a.r.Seal("n1", wire.Message(fmt.Sprintf("kept-%d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		stored, cancel := context.WithCancel(ctx)
-		a.r.Deliver(stored, comms.Delivery{To: b.kp.ID(), ID: sd.ID, Payload: sd.Payload, WantAck: true, Queued: cancel})
-		cancel()
-	}
 	// Junk on a subject nobody reads fills the stream.
 	const junk = "meerkat.node.00000000-0000-4000-8000-000000000000"
 	js, err := jetstream.New(rawConn(t, s.ClientURL()))
