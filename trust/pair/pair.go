@@ -21,6 +21,9 @@ import (
 const (
 	// ExchangeTimeout bounds one pairing exchange.
 	ExchangeTimeout = 10 * time.Second
+	// limitedHelloWait bounds the wait for the hello of a source over
+	// its rate limit, which is answered only with ErrRateLimited.
+	limitedHelloWait = time.Second
 	// DefaultTTL is how long an offer stays open.
 	DefaultTTL = 10 * time.Minute
 	// MaxTTL bounds an offer's lifetime.
@@ -169,7 +172,12 @@ func (r *Responder) Serve(c net.Conn, rd io.Reader, source string) error {
 	// Every attempt counts, when it starts: parallel connections get no
 	// more tries than sequential ones.
 	if !r.attempt(source) {
-		cn.recv() // read the hello, so the answer is read in turn
+		// Read the hello, so the answer is read in turn; a client that
+		// sent it with the greeting, as every initiator does, is not
+		// kept waiting, and one that holds it back is not kept
+		// ExchangeTimeout either.
+		c.SetReadDeadline(time.Now().Add(limitedHelloWait))
+		cn.recv()
 		cn.send(msg{Error: ErrRateLimited.Error()})
 		return ErrRateLimited
 	}

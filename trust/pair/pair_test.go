@@ -257,6 +257,41 @@ func mustKPNoT() *identity.Keypair {
 	return kp
 }
 
+// deadlineConn records the last read deadline set on a connection
+// (clearing one, with the zero time, is not recorded).
+type deadlineConn struct {
+	net.Conn
+	mu   sync.Mutex
+	read time.Time
+}
+
+func (d *deadlineConn) SetReadDeadline(t time.Time) error {
+	d.note(t)
+	return d.Conn.SetReadDeadline(t)
+}
+
+func (d *deadlineConn) SetDeadline(t time.Time) error {
+	d.note(t)
+	return d.Conn.SetDeadline(t)
+}
+
+func (d *deadlineConn) note(t time.Time) {
+	if t.IsZero() {
+		return
+	}
+	d.mu.Lock()
+	d.read = t
+	d.mu.Unlock()
+}
+
+// lastRead returns the last read deadline set (Serve clears its
+// deadline as it returns: not recorded).
+func (d *deadlineConn) lastRead() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.read
+}
+
 func TestRateLimit(t *testing.T) {
 	f := newFixture(t)
 	o, err := f.resp.Open(f.aliceAddr, 10*time.Minute, "")
@@ -273,6 +308,24 @@ func TestRateLimit(t *testing.T) {
 	// Now even the right code is refused from that source…
 	if _, err, _ := f.exchange(t, o.Line, "198.51.100.1", nil); !errors.Is(err, ErrRateLimited) {
 		t.Fatalf("after %d failures: %v, want ErrRateLimited", maxAttempts, err)
+	}
+	// A connection from that source that sends the greeting and holds
+	// back its hello is answered within limitedHelloWait, not kept for
+	// ExchangeTimeout.
+	ci, cr := net.Pipe()
+	defer ci.Close()
+	rec := &deadlineConn{Conn: cr}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- f.resp.Serve(rec, cr, "198.51.100.1") }()
+	if _, err := ci.Write([]byte(Magic)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrRateLimited) {
+		t.Fatalf("a held-back hello over the limit: %v, want ErrRateLimited", err)
+	}
+	if d := rec.lastRead(); d.IsZero() || d.Sub(start) > limitedHelloWait+time.Second {
+		t.Fatalf("the hello of a limited source was awaited until %v after the greeting, want at most %v", d.Sub(start), limitedHelloWait)
 	}
 	// …but not from another source, and not after the window.
 	o2, err := f.resp.Open(f.aliceAddr, 10*time.Minute, "")
