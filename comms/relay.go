@@ -310,12 +310,12 @@ const sealSlack = 1024
 // a limit is sealed to see.
 func (r *Router) CheckSealable(to identity.PeerID, id identity.UUID, payload []byte) error {
 	rl := r.currentRelay()
+	if r.opts.RelayUnsealed {
+		return fitsRelay(rl, payload)
+	}
 	limit := r.opts.MaxMessageBytes
 	if m := relayMax(rl); m > 0 {
 		limit = min(limit, m)
-	}
-	if r.opts.RelayUnsealed {
-		return fitsRelay(rl, payload)
 	}
 	if len(payload)+sealSlack <= limit {
 		return nil

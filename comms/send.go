@@ -156,37 +156,37 @@ func (r *Router) sendFrame(ctx context.Context, p trust.Peer, id identity.UUID, 
 			}
 			return &PeerOfflineError{Peer: p.Name, Reason: OfflineClosed, Plaintext: p.Addr.Scheme == transport.SchemeTCP}
 		}
-		if lk.peer.NATS && unreachable(err) && r.currentRelay() != nil {
+		if off := unreachable(err); off != nil && lk.peer.NATS && r.currentRelay() != nil {
 			// The direct address cannot be connected to; the peer is
-			// also reachable through NATS (docs/nats.md). An envelope
-			// too large for the relay is not too large for the peer:
-			// the send stays one the direct address may take later.
+			// also reachable through NATS (docs/nats.md).
 			rerr := r.relaySend(ctx, lk.peer, id, frame, wantAck, so)
-			if errors.Is(rerr, wire.ErrTooLarge) {
-				// Not wrapped: the send is to be tried again, not
-				// refused for good as too large.
-				var off *PeerOfflineError
-				errors.As(err, &off)
-				o := *off
-				note := fmt.Sprintf("and too large to go through NATS (%v)", rerr)
-				if o.Err != nil {
-					o.Err = fmt.Errorf("%w; %s", o.Err, note)
-				} else {
-					o.Err = errors.New(note)
-				}
-				return &o
+			if !errors.Is(rerr, wire.ErrTooLarge) {
+				return rerr
 			}
-			return rerr
+			// Too large for the relay is not too large for the peer:
+			// the send fails as the direct address did, to be tried
+			// again, not refused for good (the size error is not
+			// wrapped).
+			o := *off
+			o.Err = fmt.Errorf("and too large to go through NATS (%v)", rerr)
+			if off.Err != nil {
+				o.Err = fmt.Errorf("%w; %v", off.Err, o.Err)
+			}
+			return &o
 		}
 		return err
 	}
 }
 
-// unreachable reports whether a send failed because the peer's direct
-// address could not be connected to (nothing was written).
-func unreachable(err error) bool {
+// unreachable returns the error of a send that failed because the
+// peer's direct address could not be connected to (nothing was
+// written), nil for any other.
+func unreachable(err error) *PeerOfflineError {
 	var off *PeerOfflineError
-	return errors.As(err, &off) && off.Reason == OfflineRefused
+	if errors.As(err, &off) && off.Reason == OfflineRefused {
+		return off
+	}
+	return nil
 }
 
 // errLinkClosed means the link was closed (trust change or Close) while a

@@ -218,8 +218,6 @@ func Start(ctx context.Context, r *comms.Router, opts Options) (*Relay, error) {
 	if opts.JetStream {
 		rl.wg.Add(1)
 		go rl.ackWatchLoop()
-	}
-	if opts.JetStream {
 		err = rl.startJetStream(ctx)
 	} else {
 		err = rl.subscribe()
@@ -482,11 +480,7 @@ func (rl *Relay) ackNotStored(m jetstream.Msg, err error) {
 		rl.ackWarned.Store(now) // a full stream refuses every ack: one line a minute
 		rl.log.Warn("NATS: " + msg)
 	}
-	var n uint64
-	if md, mdErr := m.Metadata(); mdErr == nil {
-		n = md.NumDelivered
-	}
-	if err := m.NakWithDelay(redeliverDelay(n)); err != nil {
+	if err := nakLater(m); err != nil {
 		rl.log.Debug("NATS: cannot settle a stored message", "err", err)
 	}
 }
@@ -512,17 +506,23 @@ func (rl *Relay) settleStored(m jetstream.Msg, res comms.RelayReply) {
 	case res.Reason == "":
 		err = m.Ack()
 	case takenLater(res.Reason):
-		var n uint64
-		if md, mdErr := m.Metadata(); mdErr == nil {
-			n = md.NumDelivered
-		}
-		err = m.NakWithDelay(redeliverDelay(n))
+		err = nakLater(m)
 	default:
 		err = m.Term()
 	}
 	if err != nil {
 		rl.log.Debug("NATS: cannot settle a stored message", "err", err)
 	}
+}
+
+// nakLater hands m back to the broker, to be delivered again after
+// redeliverDelay of its deliveries so far.
+func nakLater(m jetstream.Msg) error {
+	var n uint64
+	if md, err := m.Metadata(); err == nil {
+		n = md.NumDelivered
+	}
+	return m.NakWithDelay(redeliverDelay(n))
 }
 
 // redeliverDelay is how long the broker waits before it hands back an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/bits"
 	"strings"
 )
 
@@ -30,7 +31,6 @@ type admitRun struct {
 	known map[dedupKey]struct{} // the run's keys the dedup table counts as duplicates
 	rows  []runRow              // decided, not yet written
 	args  []any
-	next  int64 // the seq the next row gets (Store.nextSeq, then past the rows written)
 }
 
 // runRow is an admission decided and accounted for, waiting for its row.
@@ -63,10 +63,7 @@ func (a *admitRun) lookup(ctx context.Context, tx *sql.Tx, reqs []*request, cuto
 		// Pad to a power of two with the chunk's last key again, so
 		// that few statements are prepared.
 		n := min(len(reqs), lookupRows)
-		size := 1
-		for size < n {
-			size *= 2
-		}
+		size := padTo(n)
 		a.args = a.args[:0]
 		for j := range size {
 			r := &reqs[min(j, n-1)].rec
@@ -116,10 +113,11 @@ func (a *admitRun) dup(k dedupKey) bool {
 func (a *admitRun) add(row runRow) { a.rows = append(a.rows, row) }
 
 // flush writes the rows queued, insertRows to a statement, each under
-// the next seq, and gives each its seq: in res, in the duplicate
-// filter's entry, and in *lastSeq. The store numbers the rows itself
-// (the committer is the database's one writer) rather than read back
-// the seqs SQLite would pick: that cost as much as the insert.
+// the seq after *lastSeq (the highest used so far), and gives each its
+// seq: in res, in the duplicate filter's entry, and in *lastSeq. The
+// store numbers the rows itself (the committer is the database's one
+// writer) rather than read back the seqs SQLite would pick: that cost as
+// much as the insert.
 func (a *admitRun) flush(ctx context.Context, tx *sql.Tx, d *dedupBatch, res []result, lastSeq *int64) error {
 	defer func() {
 		clear(a.rows) // the records and payloads
@@ -128,11 +126,10 @@ func (a *admitRun) flush(ctx context.Context, tx *sql.Tx, d *dedupBatch, res []r
 	}()
 	for start := 0; start < len(a.rows); start += insertRows {
 		rows := a.rows[start:min(len(a.rows), start+insertRows)]
+		first := *lastSeq + 1
 		a.args = a.args[:0]
-		next := a.next
-		for _, r := range rows {
-			a.args = append(a.args, next, r.rec.Sender[:], r.rec.ID[:], r.rec.Kind, r.rec.Peer, r.rec.Received.UnixNano(), r.payload, r.class)
-			next++
+		for j, r := range rows {
+			a.args = append(a.args, first+int64(j), r.rec.Sender[:], r.rec.ID[:], r.rec.Kind, r.rec.Peer, r.rec.Received.UnixNano(), r.payload, r.class)
 		}
 		st, err := a.s.prepared(ctx, sqlInsertRows(len(rows)))
 		if err != nil {
@@ -141,13 +138,11 @@ func (a *admitRun) flush(ctx context.Context, tx *sql.Tx, d *dedupBatch, res []r
 		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, a.args...); err != nil {
 			return err
 		}
-		for _, r := range rows {
-			seq := a.next
-			a.next++
-			res[r.i].seq = uint64(seq)
-			d.adds[r.add].seq = seq
-			*lastSeq = max(*lastSeq, seq)
+		for j, r := range rows {
+			res[r.i].seq = uint64(first) + uint64(j)
+			d.adds[r.add].seq = first + int64(j)
 		}
+		*lastSeq = first + int64(len(rows)) - 1
 	}
 	return nil
 }
@@ -166,6 +161,11 @@ func sqlLookupRows(n int) string {
 func sqlInsertRows(n int) string {
 	return `INSERT INTO items (seq, sender, id, kind, peer, received, payload, class) VALUES ` + placeholders(n, 8)
 }
+
+// padTo is the power of two a statement of n rows is padded to (its
+// last row written again), so that few statements are prepared: at most
+// one per power of two.
+func padTo(n int) int { return 1 << bits.Len(uint(n-1)) }
 
 // placeholders is n rows of k "?" each: "(?, ?), (?, ?)".
 func placeholders(n, k int) string {

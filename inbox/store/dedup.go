@@ -166,10 +166,7 @@ func (d *dedupBatch) merge(ctx context.Context, tx *sql.Tx, lastSeq int64) error
 		// Pad to a power of two with the chunk's last key again (the
 		// same row written twice), so that few statements are prepared.
 		n := min(len(all), mergeRows)
-		size := 1
-		for size < n {
-			size *= 2
-		}
+		size := padTo(n)
 		args = args[:0]
 		for j := range size {
 			a := &all[min(j, n-1)]

@@ -541,12 +541,17 @@ const backfillPage = indexPage
 
 // loadIndexMark reads the high-water mark and the last seq. Open runs
 // it before the committer starts.
+//
+// The last seq is the highest ever used, in items or in its
+// AUTOINCREMENT counter (sqlite_sequence), which is higher once the
+// newest items were deleted: admission numbers new items from it
+// (admitRun.flush), so none is reused.
 func (s *Store) loadIndexMark(ctx context.Context) error {
 	var mark, last int64
 	if err := s.db.QueryRowContext(ctx, `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'`).Scan(&mark); err != nil {
 		return fmt.Errorf("read the search index mark: %w", err)
 	}
-	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM items`).Scan(&last); err != nil {
+	if err := s.db.QueryRowContext(ctx, sqlLastSeq).Scan(&last); err != nil {
 		return fmt.Errorf("read the last seq: %w", err)
 	}
 	s.indexed = mark
@@ -555,6 +560,11 @@ func (s *Store) loadIndexMark(ctx context.Context) error {
 	s.recentFrom = last
 	return nil
 }
+
+// sqlLastSeq reads the highest seq ever used (see loadIndexMark).
+const sqlLastSeq = `SELECT max(
+	coalesce((SELECT max(seq) FROM items), 0),
+	coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'items'), 0))`
 
 // sqlIndexText adds an item's text to the search index.
 const sqlIndexText = `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`

@@ -294,12 +294,6 @@ type Store struct {
 	indexedSeq  atomic.Int64
 	lastSeq     atomic.Int64
 	lastSeqNext int64
-	// nextSeq is the seq the next admitted item gets: one past the
-	// highest ever used (items' AUTOINCREMENT counter, which admission's
-	// explicit seqs keep up to date), so none is reused even after the
-	// newest items were deleted. nextSeqNext is runBatch's, kept by
-	// commit on success. Owned by commitLoop (and Open before it starts).
-	nextSeq, nextSeqNext int64
 	// recent holds the search texts of the items admitted above
 	// recentFrom; deleted is runBatch's report that it may have deleted
 	// items (search.go). Owned by commitLoop (and Open before it starts).
@@ -687,18 +681,8 @@ func (s *Store) init() error {
 	if err := s.loadIndexMark(ctx); err != nil {
 		return err
 	}
-	if err := s.db.QueryRowContext(ctx, sqlNextSeq).Scan(&s.nextSeq); err != nil {
-		return fmt.Errorf("read the next seq: %w", err)
-	}
 	return s.loadCounts(ctx)
 }
-
-// sqlNextSeq reads the seq the next item gets: one past the highest in
-// items or in its AUTOINCREMENT counter (sqlite_sequence, which keeps
-// the highest ever used).
-const sqlNextSeq = `SELECT 1 + max(
-	coalesce((SELECT max(seq) FROM items), 0),
-	coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'items'), 0))`
 
 // loadCounts reads the counts the store keeps in memory: unacknowledged
 // items, their bytes, and how many of each kind.
@@ -1291,7 +1275,6 @@ func (s *Store) commit(batch []*request) {
 	}
 	s.commitErr.Store(nil)
 	s.dedup.commit()
-	s.nextSeq = s.nextSeqNext
 	s.unacked, s.unackedBytes = unacked, bytes
 	s.full, s.need = s.fullNext, s.needNext
 	s.shares = s.sharesNext
@@ -1432,8 +1415,6 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 	defer func() { s.historyNext = history }()
 	lastSeq := s.lastSeq.Load()
 	defer func() { s.lastSeqNext = lastSeq }()
-	run.next = s.nextSeq
-	defer func() { s.nextSeqNext = run.next }()
 	s.checkpoint = ""
 	vacuum, mergeNow := false, false
 	lowItems := max(s.opts.MaxItems*9/10, 1)
