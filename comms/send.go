@@ -156,26 +156,31 @@ func (r *Router) sendFrame(ctx context.Context, p trust.Peer, id identity.UUID, 
 			}
 			return &PeerOfflineError{Peer: p.Name, Reason: OfflineClosed, Plaintext: p.Addr.Scheme == transport.SchemeTCP}
 		}
-		if off := unreachable(err); off != nil && lk.peer.NATS && r.currentRelay() != nil {
-			// The direct address cannot be connected to; the peer is
-			// also reachable through NATS (docs/nats.md).
-			rerr := r.relaySend(ctx, lk.peer, id, frame, wantAck, so)
-			if !errors.Is(rerr, wire.ErrTooLarge) {
-				return rerr
+		if err != nil && lk.peer.NATS && r.currentRelay() != nil { // unreachable allocates: only when it may matter
+			if off := unreachable(err); off != nil {
+				return r.natsFallback(ctx, lk.peer, off, id, frame, wantAck, so)
 			}
-			// Too large for the relay is not too large for the peer:
-			// the send fails as the direct address did, to be tried
-			// again, not refused for good (the size error is not
-			// wrapped).
-			o := *off
-			o.Err = fmt.Errorf("and too large to go through NATS (%v)", rerr)
-			if off.Err != nil {
-				o.Err = fmt.Errorf("%w; %v", off.Err, o.Err)
-			}
-			return &o
 		}
 		return err
 	}
+}
+
+// natsFallback sends through NATS to p, whose direct address could not be
+// connected to (off) and which is also reachable through NATS
+// (docs/nats.md). An envelope too large for the relay is not too large
+// for the peer: the send then fails as the direct address did, to be
+// tried again, not refused for good (the size error is not wrapped).
+func (r *Router) natsFallback(ctx context.Context, p trust.Peer, off *PeerOfflineError, id identity.UUID, frame []byte, wantAck bool, so sendOpts) error {
+	err := r.relaySend(ctx, p, id, frame, wantAck, so)
+	if !errors.Is(err, wire.ErrTooLarge) {
+		return err
+	}
+	o := *off
+	o.Err = fmt.Errorf("and too large to go through NATS (%v)", err)
+	if off.Err != nil {
+		o.Err = fmt.Errorf("%w; %v", off.Err, o.Err)
+	}
+	return &o
 }
 
 // unreachable returns the error of a send that failed because the
