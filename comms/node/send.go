@@ -395,7 +395,7 @@ func (n *Node) readDB() (*store.Store, error) {
 	if n.h.Config.Store.Mode == config.StoreMemory {
 		return nil, errMemoryHome
 	}
-	st, err := store.Open(filepath.Join(n.h.Dir, DBFileName), store.Options{ReadOnly: true})
+	st, err := store.Open(filepath.Join(n.h.Dir, DBFileName), store.Options{ReadOnly: true, SearchText: recordText})
 	if err != nil {
 		return nil, storeError(err)
 	}

@@ -371,6 +371,39 @@ ALTER TABLE space_proposals ADD COLUMN request_to TEXT;
 	`
 CREATE INDEX sent_answers ON sent (corr_id) WHERE kind = 'response';
 `,
+
+	// The search index by lumps of items (search.go): each row of
+	// items_fts holds the words of up to lumpItems consecutive items, the
+	// lump, under the seq of its first; search_lumps gives its last seq
+	// and how many items of its range are still stored (live). Search
+	// reads the items of the lumps that hold every word and keeps those
+	// that match. items_fts keeps neither the text (the items' payloads
+	// hold it) nor the words' positions (Search checks phrases on the
+	// items), which makes it several times cheaper to write. The
+	// triggers count an item's deletion against its lump and delete the
+	// lump with its last item. Everything is indexed again from the
+	// first item, in the background (meta's search_indexed back to 0),
+	// which also covers what the backfill had left.
+	`
+DROP TRIGGER items_fts_delete;
+DROP TABLE items_fts;
+CREATE VIRTUAL TABLE items_fts USING fts5(text, tokenize = 'unicode61 remove_diacritics 2', content = '', contentless_delete = 1, detail = none);
+CREATE TABLE search_lumps (
+	first INTEGER PRIMARY KEY,
+	last  INTEGER NOT NULL,
+	live  INTEGER NOT NULL
+);
+CREATE TRIGGER items_search_delete AFTER DELETE ON items BEGIN
+	UPDATE search_lumps SET live = live - 1
+		WHERE first = (SELECT max(first) FROM search_lumps WHERE first <= old.seq) AND last >= old.seq;
+END;
+CREATE TRIGGER search_lumps_empty AFTER UPDATE OF live ON search_lumps WHEN new.live <= 0 BEGIN
+	DELETE FROM items_fts WHERE rowid = new.first;
+	DELETE FROM search_lumps WHERE first = new.first;
+END;
+UPDATE meta SET value = '0' WHERE key = 'search_indexed';
+DELETE FROM meta WHERE key = 'search_backfill';
+`,
 }
 
 // schemaVersion is the schema version this build writes.

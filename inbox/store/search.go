@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -177,6 +178,32 @@ func (st SearchTerms) Match() string {
 	}
 	return b.String()
 }
+
+// lumpMatch returns the terms as an FTS5 MATCH expression for the index
+// of lumps, which keeps no word positions: every word of every term,
+// quoted, all of them required, a * after the last word of a prefix
+// term. A lump holding an item that Match finds matches it. It is "" for
+// the zero SearchTerms.
+func (st SearchTerms) lumpMatch() string {
+	return lumpMatch(st.lumpWords())
+}
+
+// lumpWords returns the words of lumpMatch, each quoted and with its *.
+func (st SearchTerms) lumpWords() []string {
+	var words []string
+	for _, t := range st.terms {
+		for j, tok := range t.tokens {
+			w := `"` + tok + `"`
+			if t.prefix && j == len(t.tokens)-1 {
+				w += "*"
+			}
+			words = append(words, w)
+		}
+	}
+	return words
+}
+
+func lumpMatch(words []string) string { return strings.Join(words, " ") }
 
 // String returns the terms as a normalised query (lower case, phrases
 // quoted): ParseSearch of it gives the same terms.
@@ -413,13 +440,16 @@ type Hit struct {
 // text matches q.Terms and that pass q's filters, newest (highest Seq)
 // first. Pass the last hit's Seq as q.Before for the next page: pages
 // stay consistent while items arrive (they get higher seqs). Items
-// acknowledged and then expired or trimmed from history are gone from
-// the index too.
+// acknowledged and then expired or trimmed from history are not found.
 //
 // It first has the committer index the items admitted until then that
 // are not indexed yet (see Options.SearchText), so it finds every item
 // whose Admit returned before it was called. A read-only store searches
-// what its writer has indexed.
+// what its writer has indexed. The index finds the lumps of items that
+// hold every word (see lumpItems); Search reads their items, newest
+// first, and keeps those whose text (Options.SearchText, which Search
+// needs) matches q.Terms as an index of each item's text would: the
+// same tokenizer, phrases and prefixes, and the same snippets.
 func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 	if err := s.catchUp(ctx); err != nil {
 		return nil, err
@@ -429,8 +459,7 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	match := q.Terms.Match()
-	if match == "" {
+	if q.Terms.Match() == "" {
 		return nil, ErrEmptyQuery
 	}
 	limit := q.Limit
@@ -441,76 +470,306 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 	if q.Before > 0 && q.Before < math.MaxInt64 {
 		before = int64(q.Before)
 	}
-	var b strings.Builder
-	b.WriteString(`SELECT i.seq, i.sender, i.id, i.kind, i.peer, i.received, i.payload, i.acked_at, i.class,
-		snippet(items_fts, 0, '` + SnippetOpen + `', '` + SnippetClose + `', '` + SnippetCut + `', ` + strconv.Itoa(snippetTokens) + `)
-		FROM items_fts JOIN items i ON i.seq = items_fts.rowid
-		WHERE items_fts MATCH ? AND items_fts.rowid < ?`)
-	params := []any{match, before}
+	if s.opts.SearchText == nil {
+		return nil, errors.New("store: search: no search text (Options.SearchText) to check the items against")
+	}
+	var filter strings.Builder
+	var params []any
 	if q.Sender != nil {
-		b.WriteString(` AND i.sender = ?`)
+		filter.WriteString(` AND sender = ?`)
 		params = append(params, q.Sender[:])
 	}
 	if q.Peer != "" {
-		b.WriteString(` AND i.peer = ?`)
+		filter.WriteString(` AND peer = ?`)
 		params = append(params, q.Peer)
 	}
 	if len(q.Kinds) > 0 {
 		if len(q.Kinds) > 16 {
 			return nil, fmt.Errorf("%w: more than 16 kinds", ErrBadQuery)
 		}
-		b.WriteString(` AND i.kind IN (?` + strings.Repeat(`, ?`, len(q.Kinds)-1) + `)`)
+		filter.WriteString(` AND kind IN (?` + strings.Repeat(`, ?`, len(q.Kinds)-1) + `)`)
 		for _, k := range q.Kinds {
 			params = append(params, k)
 		}
 	}
 	if !q.Since.IsZero() {
-		b.WriteString(` AND i.received >= ?`)
+		filter.WriteString(` AND received >= ?`)
 		params = append(params, q.Since.UnixNano())
 	}
 	if !q.Until.IsZero() {
-		b.WriteString(` AND i.received <= ?`)
+		filter.WriteString(` AND received <= ?`)
 		params = append(params, q.Until.UnixNano())
 	}
-	b.WriteString(` ORDER BY items_fts.rowid DESC LIMIT ?`)
-	params = append(params, limit)
-	rows, err := s.db.QueryContext(ctx, b.String(), params...)
+	match, err := s.lumpQuery(ctx, q.Terms)
 	if err != nil {
 		return nil, fmt.Errorf("store: search: %w", err)
 	}
-	defer rows.Close()
-	var out []Hit
-	for rows.Next() {
-		var (
-			h             Hit
-			seq, received int64
-			acked         sql.NullInt64
-			snippet       sql.NullString
-			sender, id    []byte
-		)
-		if err := rows.Scan(&seq, &sender, &id, &h.Kind, &h.Peer, &received, &h.Payload, &acked, &h.Class, &snippet); err != nil {
-			return nil, fmt.Errorf("store: search: %w", err)
-		}
-		if len(sender) != len(h.Sender) || len(id) != len(h.ID) {
-			return nil, fmt.Errorf("store: search: item %d has a malformed key", seq)
-		}
-		h.Seq = uint64(seq)
-		copy(h.Sender[:], sender)
-		copy(h.ID[:], id)
-		h.Received = time.Unix(0, received)
-		if acked.Valid {
-			h.AckedAt = time.Unix(0, acked.Int64)
-		}
-		h.Snippet = clipSnippet(snippet.String)
-		if h.Payload == nil {
-			h.Payload = []byte{}
-		}
-		out = append(out, h)
-	}
-	if err := rows.Err(); err != nil {
+	v, err := s.verifier()
+	if err != nil {
 		return nil, fmt.Errorf("store: search: %w", err)
 	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []Hit
+	// The lumps that hold every word, newest first, a page at a time;
+	// the items of each that match, newest first.
+	for len(out) < limit && before > 0 {
+		page, err := s.candidates(ctx, match, before)
+		if err != nil {
+			return nil, fmt.Errorf("store: search: %w", err)
+		}
+		for _, l := range page {
+			hits, err := s.searchLump(ctx, v, q.Terms, l, before, filter.String(), params, limit-len(out))
+			if err != nil {
+				return nil, fmt.Errorf("store: search: %w", err)
+			}
+			out = append(out, hits...)
+			before = l.first // only lumps and items below it now
+			if len(out) >= limit {
+				break
+			}
+		}
+		if len(page) < candidatePage {
+			break
+		}
+	}
 	return out, nil
+}
+
+// candidatePage is how many lumps Search reads at a time.
+const candidatePage = 16
+
+// lump is a row of the search index: the items from first to last.
+type lump struct{ first, last int64 }
+
+// lumpQuery returns the MATCH expression of the lumps that may hold items
+// matching terms: those that hold every word. A word the index's
+// tokenizer splits in two (SQLite's unicode61 knows an older Unicode
+// than Go) would be a phrase, which the index cannot find: such words
+// are left out, which finds more lumps, never fewer. "" means every
+// lump.
+func (s *Store) lumpQuery(ctx context.Context, terms SearchTerms) (string, error) {
+	words := terms.lumpWords()
+	probe := func(match string) error {
+		var n int
+		err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM items_fts WHERE items_fts MATCH ? AND rowid < 0`, match).Scan(&n)
+		if err != nil && !strings.Contains(err.Error(), "phrase queries are not supported") {
+			return err
+		}
+		return errPhrase(err)
+	}
+	switch err := probe(lumpMatch(words)); {
+	case err == nil:
+		return lumpMatch(words), nil
+	case !errors.Is(err, errPhraseQuery):
+		return "", err
+	}
+	var ok []string
+	for _, w := range words {
+		switch err := probe(w); {
+		case err == nil:
+			ok = append(ok, w)
+		case !errors.Is(err, errPhraseQuery):
+			return "", err
+		}
+	}
+	return lumpMatch(ok), nil
+}
+
+// errPhraseQuery is the index refusing a word it splits in two.
+var errPhraseQuery = errors.New("a phrase")
+
+// errPhrase returns errPhraseQuery for the index's error about a phrase,
+// err otherwise.
+func errPhrase(err error) error {
+	if err != nil && strings.Contains(err.Error(), "phrase queries are not supported") {
+		return errPhraseQuery
+	}
+	return err
+}
+
+// candidates returns up to candidatePage lumps that match (every lump
+// for ""), starting below seq before, newest first.
+func (s *Store) candidates(ctx context.Context, match string, before int64) ([]lump, error) {
+	var rows *sql.Rows
+	var err error
+	if match == "" {
+		rows, err = s.db.QueryContext(ctx, `SELECT first, last FROM search_lumps WHERE first < ? ORDER BY first DESC LIMIT ?`, before, candidatePage)
+	} else {
+		rows, err = s.db.QueryContext(ctx, `SELECT l.first, l.last FROM items_fts f JOIN search_lumps l ON l.first = f.rowid
+			WHERE items_fts MATCH ? AND f.rowid < ? ORDER BY f.rowid DESC LIMIT ?`, match, before, candidatePage)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []lump
+	for rows.Next() {
+		var l lump
+		if err := rows.Scan(&l.first, &l.last); err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// searchLump returns the items of l below seq before that pass filter
+// (SQL on items, with its params) and match terms, newest first, at most
+// limit: each item's text goes into the verifier's table, which finds
+// them with the same tokenizer and query as an index of items would, and
+// makes their snippets.
+func (s *Store) searchLump(ctx context.Context, v *verifier, terms SearchTerms, l lump, before int64, filter string, params []any, limit int) ([]Hit, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT seq, sender, id, kind, peer, received, payload FROM items
+		WHERE seq >= ? AND seq <= ? AND seq < ?`+filter+` ORDER BY seq`,
+		append([]any{l.first, l.last, before}, params...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	// The texts go into v in a transaction that is rolled back: v is
+	// empty again after, and FTS5 writes no segment to its file. They go
+	// in in seq order: a rowid below the last would have FTS5 write what
+	// it holds in memory first.
+	vtx, err := v.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer vtx.Rollback()
+	insert, err := vtx.PrepareContext(ctx, `INSERT INTO v (rowid, text) VALUES (?, ?)`)
+	if err != nil {
+		return nil, err
+	}
+	defer insert.Close()
+	n := 0
+	for rows.Next() {
+		var (
+			r             Record
+			seq, received int64
+			sender, id    []byte
+		)
+		if err := rows.Scan(&seq, &sender, &id, &r.Kind, &r.Peer, &received, &r.Payload); err != nil {
+			return nil, err
+		}
+		if len(sender) != len(r.Sender) || len(id) != len(r.ID) {
+			return nil, fmt.Errorf("item %d has a malformed key", seq)
+		}
+		r.Seq = uint64(seq)
+		copy(r.Sender[:], sender)
+		copy(r.ID[:], id)
+		r.Received = time.Unix(0, received)
+		text := ClipText(s.opts.SearchText(r))
+		if text == "" {
+			continue
+		}
+		if _, err := insert.ExecContext(ctx, seq, text); err != nil {
+			return nil, err
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	if n == 0 {
+		return nil, nil
+	}
+	found, err := vtx.QueryContext(ctx, `SELECT rowid, snippet(v, 0, '`+SnippetOpen+`', '`+SnippetClose+`', '`+SnippetCut+`', `+strconv.Itoa(snippetTokens)+`)
+		FROM v WHERE v MATCH ? ORDER BY rowid DESC LIMIT ?`, terms.Match(), limit)
+	if err != nil {
+		return nil, err
+	}
+	type match struct {
+		seq     int64
+		snippet string
+	}
+	var matches []match
+	for found.Next() {
+		var m match
+		var snippet sql.NullString
+		if err := found.Scan(&m.seq, &snippet); err != nil {
+			found.Close()
+			return nil, err
+		}
+		m.snippet = snippet.String
+		matches = append(matches, m)
+	}
+	if err := found.Close(); err != nil {
+		return nil, err
+	}
+	out := make([]Hit, 0, len(matches))
+	for _, m := range matches {
+		h, err := s.hit(ctx, m.seq)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			continue // deleted since
+		case err != nil:
+			return nil, err
+		}
+		h.Snippet = clipSnippet(m.snippet)
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// hit reads item seq as a Hit.
+func (s *Store) hit(ctx context.Context, seq int64) (Hit, error) {
+	var (
+		h          Hit
+		received   int64
+		acked      sql.NullInt64
+		sender, id []byte
+	)
+	err := s.db.QueryRowContext(ctx, `SELECT sender, id, kind, peer, received, payload, acked_at, class FROM items WHERE seq = ?`, seq).
+		Scan(&sender, &id, &h.Kind, &h.Peer, &received, &h.Payload, &acked, &h.Class)
+	if err != nil {
+		return h, err
+	}
+	if len(sender) != len(h.Sender) || len(id) != len(h.ID) {
+		return h, fmt.Errorf("item %d has a malformed key", seq)
+	}
+	h.Seq = uint64(seq)
+	copy(h.Sender[:], sender)
+	copy(h.ID[:], id)
+	h.Received = time.Unix(0, received)
+	if acked.Valid {
+		h.AckedAt = time.Unix(0, acked.Int64)
+	}
+	if h.Payload == nil {
+		h.Payload = []byte{}
+	}
+	return h, nil
+}
+
+// verifier is an FTS5 table in memory, with the index's tokenizer and
+// the words' positions, into which Search puts the texts of a lump's
+// items to find those that match. Its one connection is Search's while
+// mu is held.
+type verifier struct {
+	mu sync.Mutex
+	db *sql.DB
+}
+
+// verifier returns the store's verifier, made at first use.
+func (s *Store) verifier() (*verifier, error) {
+	s.verifyOnce.Do(func() {
+		db, err := sql.Open("sqlite", "file::memory:")
+		if err != nil {
+			s.verifyErr = err
+			return
+		}
+		db.SetMaxOpenConns(1)
+		db.SetMaxIdleConns(1)
+		db.SetConnMaxLifetime(0)
+		db.SetConnMaxIdleTime(0)
+		if _, err := db.Exec(`CREATE VIRTUAL TABLE v USING fts5(text, tokenize = 'unicode61 remove_diacritics 2')`); err != nil {
+			db.Close()
+			s.verifyErr = err
+			return
+		}
+		s.verify = &verifier{db: db}
+	})
+	return s.verify, s.verifyErr
 }
 
 // indexPage is how many items the index takes per transaction: the
@@ -521,9 +780,6 @@ const indexPage = 512
 // indexIdle is how long the committer waits for a request before it
 // indexes a partial page in the background.
 const indexIdle = 2 * time.Millisecond
-
-// backfillPage is how many items backfillSearch indexes per transaction.
-const backfillPage = indexPage
 
 // The search index: admission does not touch items_fts, which would
 // slow every group commit (FTS5 work per transaction); instead
@@ -566,8 +822,52 @@ const sqlLastSeq = `SELECT max(
 	coalesce((SELECT max(seq) FROM items), 0),
 	coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'items'), 0))`
 
-// sqlIndexText adds an item's text to the search index.
-const sqlIndexText = `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`
+// Lumps of the search index: a row of items_fts holds the words of up
+// to lumpItems items in a row, or of fewer whose texts reach lumpBytes.
+// Writing one row per item cost several times more than the words: the
+// row, its statement and FTS5's work per row.
+const (
+	lumpItems = 64
+	lumpBytes = 256 << 10
+)
+
+// indexLumps writes page (texts in seq order, above every lump) as
+// lumps: each row of items_fts under the seq of its first item, and in
+// search_lumps its last and how many items of its range are stored (the
+// items without text too, whose deletion the trigger counts as well).
+func (s *Store) indexLumps(ctx context.Context, tx *sql.Tx, page []indexed) error {
+	var text strings.Builder
+	for len(page) > 0 {
+		n, size := 0, 0
+		for n < len(page) && n < lumpItems && (n == 0 || size+len(page[n].text) <= lumpBytes) {
+			size += len(page[n].text) + 1
+			n++
+		}
+		first, last := page[0].seq, page[n-1].seq
+		text.Reset()
+		for i, it := range page[:n] {
+			if i > 0 {
+				text.WriteByte('\n')
+			}
+			text.WriteString(it.text)
+		}
+		page = page[n:]
+		var live int64
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM items WHERE seq >= ? AND seq <= ?`, first, last).Scan(&live); err != nil {
+			return err
+		}
+		if live == 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`, first, text.String()); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO search_lumps (first, last, live) VALUES (?, ?, ?)`, first, last, live); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // indexBehind reports whether admitted items wait to be indexed. Only
 // commitLoop calls it.
@@ -619,17 +919,8 @@ func (s *Store) indexPage(upTo int64) error {
 			mark = last
 		}
 	}
-	if len(page) > 0 {
-		st, err := s.prepared(ctx, sqlIndexText)
-		if err != nil {
-			return fmt.Errorf("store: index for search: %w", err)
-		}
-		insert := tx.StmtContext(ctx, st)
-		for _, it := range page {
-			if _, err := insert.ExecContext(ctx, it.seq, it.text); err != nil {
-				return fmt.Errorf("store: index for search: %w", err)
-			}
-		}
+	if err := s.indexLumps(ctx, tx, page); err != nil {
+		return fmt.Errorf("store: index for search: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'search_indexed'`, strconv.FormatInt(mark, 10)); err != nil {
 		return fmt.Errorf("store: index for search: %w", err)
@@ -747,58 +1038,4 @@ func (s *Store) readTexts(ctx context.Context, tx *sql.Tx, q string, args ...any
 		}
 	}
 	return page, n, last, rows.Err()
-}
-
-// backfillSearch indexes the items stored before the database had a
-// search index (meta search_backfill: the highest seq still to index),
-// newest first, a page per transaction, with Options.SearchText; then it
-// deletes the key. Without SearchText it leaves them. Open runs it
-// before the committer starts.
-func (s *Store) backfillSearch(ctx context.Context) error {
-	if s.opts.SearchText == nil {
-		return nil
-	}
-	for {
-		var next int64
-		switch err := s.db.QueryRowContext(ctx, `SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_backfill'`).Scan(&next); err {
-		case nil:
-		case sql.ErrNoRows:
-			return nil
-		default:
-			return fmt.Errorf("read the search backfill point: %w", err)
-		}
-		if err := s.backfillPage(ctx, next); err != nil {
-			return fmt.Errorf("index stored items for search: %w", err)
-		}
-	}
-}
-
-// backfillPage indexes up to backfillPage items with seq at most upTo,
-// newest first, and moves the backfill point below them (or deletes it
-// when none are left), in one transaction.
-func (s *Store) backfillPage(ctx context.Context, upTo int64) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	page, n, lowest, err := s.readTexts(ctx, tx, `SELECT seq, sender, id, kind, peer, received, payload FROM items
-		WHERE seq <= ? ORDER BY seq DESC LIMIT ?`, upTo, backfillPage)
-	if err != nil {
-		return err
-	}
-	for _, it := range page {
-		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO items_fts (rowid, text) VALUES (?, ?)`, it.seq, it.text); err != nil {
-			return err
-		}
-	}
-	if n == 0 || lowest <= 1 {
-		_, err = tx.ExecContext(ctx, `DELETE FROM meta WHERE key = 'search_backfill'`)
-	} else {
-		_, err = tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'search_backfill'`, strconv.FormatInt(lowest-1, 10))
-	}
-	if err != nil {
-		return err
-	}
-	return tx.Commit()
 }

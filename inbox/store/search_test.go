@@ -142,6 +142,35 @@ func ftsDB(tb testing.TB) *sql.DB {
 	return db
 }
 
+// lumpDB is an in-memory table like items_fts of the index by lumps, with
+// a few rows.
+func lumpDB(tb testing.TB) *sql.DB {
+	tb.Helper()
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	tb.Cleanup(func() { db.Close() })
+	i := slices.IndexFunc(migrations, func(m string) bool { return strings.Contains(m, "CREATE TABLE search_lumps") })
+	if i < 0 {
+		tb.Fatal("no migration creates search_lumps")
+	}
+	var create string
+	for _, stmt := range strings.Split(migrations[i], ";") {
+		if strings.Contains(stmt, "CREATE VIRTUAL TABLE") {
+			create = stmt
+		}
+	}
+	if _, err := db.Exec(create); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO items_fts (rowid, text) VALUES (1, 'hello world'), (2, 'Ünïcödé 漢字 text')`); err != nil {
+		tb.Fatal(err)
+	}
+	return db
+}
+
 // searchMigration is the index in migrations of the one that adds the
 // search index.
 func searchMigration(tb testing.TB) int {
@@ -159,8 +188,8 @@ func FuzzParseSearch(f *testing.F) {
 	for _, s := range []string{"hello", `"quick fox"*`, `NOT a OR b`, `col:x`, `NEAR(a b, 3)`, `"`, `*`, `a"b`, "\x00", `{a b}`, `-x`, `^a`, `+`, `"a""b"`, "ü*"} {
 		f.Add(s)
 	}
-	db := ftsDB(f)
-	var mu sync.Mutex // one connection: keep the fuzz workers' queries apart
+	db, lumps := ftsDB(f), lumpDB(f)
+	var mu sync.Mutex // one connection each: keep the fuzz workers' queries apart
 	f.Fuzz(func(t *testing.T, q string) {
 		st, err := ParseSearch(q)
 		if err != nil {
@@ -172,6 +201,20 @@ func FuzzParseSearch(f *testing.F) {
 		m := st.Match()
 		if err := runMatch(db, &mu, m); err != nil {
 			t.Fatalf("ParseSearch(%q).Match() = %s: FTS5 refuses it: %v", q, m, err)
+		}
+		// The index of lumps takes every word, or refuses one as a
+		// phrase (which Search then leaves out).
+		for _, w := range st.lumpWords() {
+			mu.Lock()
+			var n int
+			err := lumps.QueryRow(`SELECT count(*) FROM items_fts WHERE items_fts MATCH ?`, w).Scan(&n)
+			mu.Unlock()
+			if err := errPhrase(err); err != nil && !errors.Is(err, errPhraseQuery) {
+				t.Fatalf("ParseSearch(%q): the index of lumps refuses %s: %v", q, w, err)
+			}
+		}
+		if m := st.lumpMatch(); m != strings.Join(st.lumpWords(), " ") {
+			t.Fatalf("lumpMatch %q", m)
 		}
 		again, err := ParseSearch(st.String())
 		if err != nil || again.Match() != m {
@@ -214,13 +257,19 @@ func searchRec(sender byte, n uint64, kind, peer, text string, at time.Time) Rec
 // (spaces around it do not count).
 func payloadText(r Record) string { return strings.TrimSpace(string(r.Payload)) }
 
-// indexedRows catches the index up, as Search does, and counts its rows.
+// indexedRows catches the index up, as Search does, and counts the items
+// with a text (payloadText) that a lump of the index covers.
 func indexedRows(t *testing.T, s *Store) int {
 	t.Helper()
 	if err := s.catchUp(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return ftsRows(t, s)
+	var n int
+	if err := s.db.QueryRow(`SELECT count(*) FROM items i WHERE length(trim(CAST(payload AS TEXT))) > 0
+		AND EXISTS (SELECT 1 FROM search_lumps l WHERE l.first <= i.seq AND l.last >= i.seq)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func mustSearch(t *testing.T, s *Store, q Search, query string) []Hit {
@@ -313,33 +362,44 @@ func TestSearch(t *testing.T) {
 	}
 }
 
-// ftsRows counts the rows of the search index.
+// ftsRows counts the rows of the search index (its lumps), and fails
+// unless items_fts and search_lumps have the same.
 func ftsRows(t *testing.T, s *Store) int {
 	t.Helper()
-	var n int
-	if err := s.db.QueryRow(`SELECT count(*) FROM items_fts`).Scan(&n); err != nil {
+	var n, lumps int
+	if err := s.db.QueryRow(`SELECT (SELECT count(*) FROM items_fts), (SELECT count(*) FROM search_lumps)`).Scan(&n, &lumps); err != nil {
 		t.Fatal(err)
+	}
+	if n != lumps {
+		t.Fatalf("%d rows in items_fts, %d in search_lumps", n, lumps)
 	}
 	return n
 }
 
-// Expiry and history trimming delete the index rows of the items they
-// delete: the index does not grow without bound.
+// Expiry and history trimming count the items they delete against their
+// lumps, and a lump goes with its last item: the index does not grow
+// without bound.
 func TestSearchIndexFollowsDeletions(t *testing.T) {
 	clock := newFakeClock()
 	s, _ := openStore(t, Options{Now: clock.Now, HistoryRetention: time.Hour, HistoryMaxBytes: 100, SearchText: payloadText})
 	ctx := context.Background()
-	for i := range uint64(20) {
+	const n = lumpItems + 20
+	for i := range uint64(n) {
 		r := searchRec(1, i+1, "message", "alice", fmt.Sprintf("%-20s", fmt.Sprintf("word%d common", i)), time.Time{}) // 20 bytes
 		if _, err := s.Admit(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := indexedRows(t, s); n != 20 {
-		t.Fatalf("%d index rows, want 20", n)
+	if got := indexedRows(t, s); got != n {
+		t.Fatalf("%d items indexed, want %d", got, n)
 	}
+	lumps := ftsRows(t, s)
+	if lumps < 2 {
+		t.Fatalf("%d lumps for %d items", lumps, n)
+	}
+	checkIndex(t, s.db, "indexed")
 	// Acknowledging 10 items of 20 bytes puts history over 100 bytes:
-	// the oldest go, and their index rows with them.
+	// the oldest go, counted against their lump.
 	if _, err := s.Ack(1, 2, 3, 4, 5, 6, 7, 8, 9, 10); err != nil {
 		t.Fatal(err)
 	}
@@ -347,21 +407,36 @@ func TestSearchIndexFollowsDeletions(t *testing.T) {
 	if err := s.db.QueryRow(`SELECT count(*) FROM items`).Scan(&items); err != nil {
 		t.Fatal(err)
 	}
-	if items >= 20 || ftsRows(t, s) != items {
-		t.Fatalf("after trimming: %d items, %d index rows", items, ftsRows(t, s))
+	if items >= n || ftsRows(t, s) != lumps {
+		t.Fatalf("after trimming: %d items, %d lumps", items, ftsRows(t, s))
 	}
+	checkIndex(t, s.db, "after trimming")
 	if hits := mustSearch(t, s, Search{}, "word0"); len(hits) != 0 {
 		t.Fatalf("a trimmed item is found: %v", hitSeqs(hits))
+	}
+	// Every item of the first lump acknowledged and expired: the lump
+	// goes.
+	var first, last int64
+	if err := s.db.QueryRow(`SELECT first, last FROM search_lumps ORDER BY first LIMIT 1`).Scan(&first, &last); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for seq := first; seq <= last; seq++ {
+		seqs = append(seqs, uint64(seq))
+	}
+	if _, err := s.Ack(seqs...); err != nil {
+		t.Fatal(err)
 	}
 	clock.Advance(2 * time.Hour)
 	if _, _, err := s.Expire(); err != nil {
 		t.Fatal(err)
 	}
-	if n := ftsRows(t, s); n != 10 {
-		t.Fatalf("after expiry: %d index rows, want the 10 unacknowledged", n)
+	if got := ftsRows(t, s); got != lumps-1 {
+		t.Fatalf("after expiry: %d lumps, want %d", got, lumps-1)
 	}
-	if got := mustSearch(t, s, Search{}, "common"); len(got) != 10 {
-		t.Fatalf("%d hits after expiry", len(got))
+	checkIndex(t, s.db, "after expiry")
+	if got := mustSearch(t, s, Search{}, "common"); len(got) != n-int(last) {
+		t.Fatalf("%d hits after expiry, want %d", len(got), n-int(last))
 	}
 }
 
@@ -386,10 +461,11 @@ func TestSearchTextClipped(t *testing.T) {
 	}
 }
 
-// Items stored before the search index existed are indexed by the first
-// writing Open with SearchText, newest first over several pages; an Open
-// without SearchText (or a read-only one) leaves them for later.
-func TestSearchBackfill(t *testing.T) {
+// Items stored before the search index existed, or under an index of
+// an earlier version, are indexed again from the first: in the
+// background, or by the first Search. An Open without SearchText
+// indexes nothing.
+func TestSearchIndexAfterUpgrade(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	path := filepath.Join(t.TempDir(), "meerkat.db")
 	idx := searchMigration(t)
@@ -404,7 +480,7 @@ func TestSearchBackfill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const items = backfillPage*2 + 7
+	const items = indexPage*2 + 7
 	for i := range uint64(items) {
 		r := rec(1, i)
 		if _, err := db.Exec(`INSERT INTO items (sender, id, kind, peer, received, payload) VALUES (?, ?, ?, ?, ?, ?)`,
@@ -414,7 +490,7 @@ func TestSearchBackfill(t *testing.T) {
 	}
 	db.Close()
 
-	// Without SearchText the items stay unindexed, and the point stays.
+	// Without SearchText the items stay unindexed.
 	s, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -423,8 +499,8 @@ func TestSearchBackfill(t *testing.T) {
 		t.Fatalf("%d rows indexed without SearchText", n)
 	}
 	var point string
-	if err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'search_backfill'`).Scan(&point); err != nil || point != fmt.Sprint(items) {
-		t.Fatalf("backfill point %q, %v; want %d", point, err, items)
+	if err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'search_backfill'`).Scan(&point); err != sql.ErrNoRows {
+		t.Fatalf("backfill point after the upgrade: %q, %v", point, err)
 	}
 	s.Close()
 
@@ -435,18 +511,22 @@ func TestSearchBackfill(t *testing.T) {
 		return string(r.Payload) + " " + r.Peer
 	}})
 	want := items - (items / 100) // seqs 100, 200, … have no text
-	if n := ftsRows(t, s); n != want {
-		t.Fatalf("%d rows indexed, want %d", n, want)
-	}
-	if err := s.db.QueryRow(`SELECT value FROM meta WHERE key = 'search_backfill'`).Scan(&point); err != sql.ErrNoRows {
-		t.Fatalf("backfill point still there: %q, %v", point, err)
-	}
 	hits := mustSearch(t, s, Search{}, `"payload 7"`)
 	if len(hits) != 1 || hits[0].Seq != 8 {
 		t.Fatalf("payload 7: %v", hitSeqs(hits))
 	}
+	// Its SearchText gives no text for some items the payload does:
+	// those may be left out of the lumps.
+	mark, texts, covered, above, overlaps, miscounted, rows, lumps := indexState(t, s.db)
+	if mark != items || covered < texts-items/100 || above != 0 || overlaps != 0 || miscounted != 0 || rows != lumps {
+		t.Fatalf("after a search: mark %d, %d of %d items in a lump; %d lumps above it, %d overlapping, %d miscounted; %d rows for %d lumps",
+			mark, covered, texts, above, overlaps, miscounted, rows, lumps)
+	}
 	if got := len(mustSearch(t, s, Search{}, "alice")); got != min(want, MaxSearchHits) {
 		t.Fatalf("alice: %d hits, want %d", got, want)
+	}
+	if hits := mustSearch(t, s, Search{}, `"payload 99"`); len(hits) != 0 {
+		t.Fatalf("an item without text is found: %v", hitSeqs(hits))
 	}
 }
 
@@ -471,34 +551,40 @@ func TestSearchRightAfterAdmit(t *testing.T) {
 	}
 }
 
-// indexState reads, in one snapshot, the high-water mark, the index rows
-// (and distinct rowids), the items with a text up to the mark and the
-// index rows above it.
-func indexState(t *testing.T, db *sql.DB) (mark int64, rows, distinct, textsUpToMark, above int) {
+// indexState reads, in one snapshot, the high-water mark, the items with
+// a text (payloadText) up to the mark, those of them a lump covers, the
+// lumps reaching above the mark, the pairs of lumps that overlap, the
+// lumps whose live count is not the items of their range, and the rows
+// of items_fts and of search_lumps.
+func indexState(t *testing.T, db *sql.DB) (mark int64, texts, covered, above, overlaps, miscounted, rows, lumps int) {
 	t.Helper()
-	err := db.QueryRow(`SELECT
-		(SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'),
+	err := db.QueryRow(`WITH m(mark) AS (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed') SELECT
+		(SELECT mark FROM m),
+		(SELECT count(*) FROM items WHERE seq <= (SELECT mark FROM m) AND length(trim(CAST(payload AS TEXT))) > 0),
+		(SELECT count(*) FROM items i WHERE seq <= (SELECT mark FROM m) AND length(trim(CAST(payload AS TEXT))) > 0
+			AND EXISTS (SELECT 1 FROM search_lumps l WHERE l.first <= i.seq AND l.last >= i.seq)),
+		(SELECT count(*) FROM search_lumps WHERE last > (SELECT mark FROM m)),
+		(SELECT count(*) FROM search_lumps a JOIN search_lumps b ON a.first < b.first AND a.last >= b.first),
+		(SELECT count(*) FROM search_lumps l WHERE l.live <> (SELECT count(*) FROM items i WHERE i.seq >= l.first AND i.seq <= l.last)),
 		(SELECT count(*) FROM items_fts),
-		(SELECT count(DISTINCT rowid) FROM items_fts),
-		(SELECT count(*) FROM items WHERE seq <= (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed')
-			AND length(trim(CAST(payload AS TEXT))) > 0),
-		(SELECT count(*) FROM items_fts WHERE rowid > (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'))`).
-		Scan(&mark, &rows, &distinct, &textsUpToMark, &above)
+		(SELECT count(*) FROM search_lumps)`).
+		Scan(&mark, &texts, &covered, &above, &overlaps, &miscounted, &rows, &lumps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return
 }
 
-// checkIndex checks the high-water mark's invariant: every item with a
-// text up to the mark has exactly one index row, and none above it has
-// one.
+// checkIndex checks the index's invariants: every item with a text up to
+// the high-water mark is in a lump, no lump reaches above the mark, the
+// lumps do not overlap, each counts the items of its range, and each has
+// its row in items_fts.
 func checkIndex(t *testing.T, db *sql.DB, when string) int64 {
 	t.Helper()
-	mark, rows, distinct, texts, above := indexState(t, db)
-	if rows != distinct || rows != texts || above != 0 {
-		t.Fatalf("%s: mark %d, %d index rows (%d distinct) for %d items with a text up to it, %d rows above it",
-			when, mark, rows, distinct, texts, above)
+	mark, texts, covered, above, overlaps, miscounted, rows, lumps := indexState(t, db)
+	if texts != covered || above != 0 || overlaps != 0 || miscounted != 0 || rows != lumps {
+		t.Fatalf("%s: mark %d, %d items with a text up to it, %d of them in a lump; %d lumps above it, %d overlapping, %d miscounted; %d rows for %d lumps",
+			when, mark, texts, covered, above, overlaps, miscounted, rows, lumps)
 	}
 	return mark
 }
@@ -532,8 +618,8 @@ func TestSearchManyAdmissions(t *testing.T) {
 	if mark := checkIndex(t, s.db, "after the search"); mark != items {
 		t.Fatalf("mark %d after the search, want %d", mark, items)
 	}
-	if n := ftsRows(t, s); n != want {
-		t.Fatalf("%d index rows, want %d", n, want)
+	if n := indexedRows(t, s); n != want {
+		t.Fatalf("%d items indexed, want %d", n, want)
 	}
 	for _, i := range []uint64{0, 1, indexPage - 1, indexPage, indexPage + 1, 2 * indexPage, items - 1} {
 		hits := mustSearch(t, s, Search{}, fmt.Sprintf("item%d", i))
@@ -629,8 +715,8 @@ func TestSearchIndexRestart(t *testing.T) {
 			want++
 		}
 	}
-	if n := ftsRows(t, s); n != want {
-		t.Fatalf("%d index rows, want %d", n, want)
+	if n := indexedRows(t, s); n != want {
+		t.Fatalf("%d items indexed, want %d", n, want)
 	}
 	if len(hits) != min(want, MaxSearchHits) || hits[0].Seq != 1700 {
 		t.Fatalf("%d hits (first %v), want %d", len(hits), hitSeqs(hits[:1]), min(want, MaxSearchHits))
@@ -651,8 +737,22 @@ func TestSearchIndexRestart(t *testing.T) {
 func TestSearchTextsKeptInMemory(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	var calls atomic.Int64
-	counted := func(r Record) string { calls.Add(1); return payloadText(r) }
+	var searching atomic.Bool // Search checking the items it found: not counted
+	counted := func(r Record) string {
+		if !searching.Load() {
+			calls.Add(1)
+		}
+		return payloadText(r)
+	}
 	s, _ := openStore(t, Options{SearchText: counted, indexOnSearch: true, MaxItems: 10000, HistoryMaxBytes: 1000})
+	// search runs after check, which caught the index up: the calls
+	// during it are Search's own.
+	search := func(query string) []Hit {
+		t.Helper()
+		searching.Store(true)
+		defer searching.Store(false)
+		return mustSearch(t, s, Search{}, query)
+	}
 	ctx := context.Background()
 	next := uint64(0)
 	admit := func(n int, text func(i uint64) string) {
@@ -693,10 +793,10 @@ func TestSearchTextsKeptInMemory(t *testing.T) {
 		t.Fatalf("ack: %d, %v", n, err)
 	}
 	check("after deletions", 109, 100+20+9)
-	if hits := mustSearch(t, s, Search{}, "doc111"); len(hits) != 0 {
+	if hits := search("doc111"); len(hits) != 0 {
 		t.Fatalf("a deleted item is found: %v", hitSeqs(hits))
 	}
-	if hits := mustSearch(t, s, Search{}, "doc112"); len(hits) != 1 || hits[0].Seq != 112 {
+	if hits := search("doc112"); len(hits) != 1 || hits[0].Seq != 112 {
 		t.Fatalf("doc112: %v", hitSeqs(hits))
 	}
 
@@ -709,7 +809,7 @@ func TestSearchTextsKeptInMemory(t *testing.T) {
 		t.Fatalf("the test expects room for 64 texts of MaxSearchText, not %d", recentMaxBytes/MaxSearchText)
 	}
 	check("past the bound", 179, 129+70+65)
-	if hits := mustSearch(t, s, Search{}, "big185"); len(hits) != 1 || hits[0].Seq != 185 {
+	if hits := search("big185"); len(hits) != 1 || hits[0].Seq != 185 {
 		t.Fatalf("big185: %v", hitSeqs(hits))
 	}
 
@@ -789,6 +889,8 @@ func TestSearchSnippetOfALongWord(t *testing.T) {
 
 // A record that carries its text is indexed by it, without a call to
 // Options.SearchText; one without is indexed by what SearchText finds.
+// (Search checks the items it finds with SearchText, so the text carried
+// must be the same; here it is not, to tell them apart in the index.)
 func TestAdmitCarriedText(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	var calls atomic.Int32
@@ -812,12 +914,59 @@ func TestAdmitCarriedText(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("SearchText called %d times, want 1", n)
 	}
+	if err := s.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("SearchText called %d times by the index, want none", n-1)
+	}
 	for _, c := range []struct {
-		query string
-		want  []uint64
-	}{{"carried", []uint64{1}}, {"payload", []uint64{2}}, {"words", []uint64{1}}} {
-		if got := hitSeqs(mustSearch(t, s, Search{}, c.query)); !slices.Equal(got, c.want) {
-			t.Errorf("%q: seqs %v, want %v", c.query, got, c.want)
+		word string
+		want int
+	}{{"carried", 1}, {"again", 1}, {"words", 1}, {"absent", 0}} {
+		var n int
+		if err := s.db.QueryRow(`SELECT count(*) FROM items_fts WHERE items_fts MATCH ?`, `"`+c.word+`"`).Scan(&n); err != nil || n != c.want {
+			t.Errorf("%q: %d rows of the index, %v; want %d", c.word, n, err, c.want)
+		}
+	}
+	if got := hitSeqs(mustSearch(t, s, Search{}, "again")); !slices.Equal(got, []uint64{2}) {
+		t.Errorf("again: seqs %v, want [2]", got)
+	}
+}
+
+// A word the index's tokenizer would split into a phrase (which the
+// index of lumps cannot find) is left out of the lumps' query, which then
+// finds more lumps, never fewer; Search still checks the whole term on
+// the items.
+func TestLumpQueryLeavesOutPhrases(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, _ := openStore(t, Options{SearchText: payloadText})
+	ctx := context.Background()
+	for i, text := range []string{"hello world deploy", "hello there", "deploy world hello"} {
+		if _, err := s.Admit(ctx, searchRec(1, uint64(i+1), "message", "alice", text, time.Time{})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Terms as ParseSearch never makes them: one word holding a space,
+	// which the tokenizer splits in two.
+	phrase := searchTerm{tokens: []string{"hello world"}}
+	for _, c := range []struct {
+		terms     []searchTerm
+		wantMatch string
+		wantSeqs  []uint64
+	}{
+		{[]searchTerm{phrase, {tokens: []string{"deploy"}}}, `"deploy"`, []uint64{1}},
+		{[]searchTerm{phrase}, "", []uint64{1}},
+		{[]searchTerm{{tokens: []string{"hello"}}, {tokens: []string{"wor"}, prefix: true}}, `"hello" "wor"*`, []uint64{3, 1}},
+	} {
+		st := SearchTerms{terms: c.terms}
+		m, err := s.lumpQuery(ctx, st)
+		if err != nil || m != c.wantMatch {
+			t.Errorf("%v: lump query %q, %v; want %q", c.terms, m, err, c.wantMatch)
+		}
+		hits, err := s.Search(ctx, Search{Terms: st})
+		if err != nil || !slices.Equal(hitSeqs(hits), c.wantSeqs) {
+			t.Errorf("%v: hits %v, %v; want %v", c.terms, hitSeqs(hits), err, c.wantSeqs)
 		}
 	}
 }

@@ -162,9 +162,9 @@ type Options struct {
 	// concurrently, and the committer calls it again for items it reads
 	// back. Admission does not index: the committer indexes admitted
 	// items in the background, in batches, and Search first catches the
-	// index up (search.go). A writing Open also indexes with it the
-	// items stored before the database had a search index. Nil indexes
-	// nothing: the items wait for a later Open that has it.
+	// index up (search.go); Search calls it again to check the items it
+	// finds. Nil indexes nothing (the items wait for a later Open that
+	// has it), and Search then fails.
 	SearchText func(Record) string
 	// pragmas are added to every connection's DSN (tests: a page limit
 	// that fills the "disk").
@@ -233,7 +233,12 @@ type Store struct {
 	closed    bool
 	closing   chan struct{} // closed when Close starts: unblocks senders waiting for room
 	closeOnce sync.Once
-	closeErr  error
+	// verify is Search's table for checking the items of a lump
+	// (search.go), made at first use.
+	verifyOnce sync.Once
+	verify     *verifier
+	verifyErr  error
+	closeErr   error
 
 	sigMu sync.Mutex
 	// changed is closed (and replaced) after every commit that added
@@ -673,9 +678,6 @@ func (s *Store) init() error {
 		return fmt.Errorf("read the database id: %w", err)
 	}
 	if err := s.recoverDedup(ctx); err != nil {
-		return err
-	}
-	if err := s.backfillSearch(ctx); err != nil {
 		return err
 	}
 	if err := s.loadIndexMark(ctx); err != nil {
@@ -1153,6 +1155,9 @@ func (s *Store) Close() error {
 		s.sigMu.Lock()
 		close(s.changed) // wake waiters for good
 		s.sigMu.Unlock()
+		if s.verify != nil {
+			s.verify.db.Close()
+		}
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("store: close: %w", err)
 		}
