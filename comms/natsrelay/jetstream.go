@@ -216,7 +216,12 @@ func (rl *Relay) consume(ctx context.Context) (jetstream.ConsumeContext, error) 
 	// a missing one is created, if this node's user may.
 	stream, err := js.Stream(ctx, o.Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		stream, err = js.CreateStream(ctx, cfg)
+		cctx, stop := rl.untilDenied(ctx, "STREAM.CREATE."+o.Stream)
+		stream, err = js.CreateStream(cctx, cfg)
+		if context.Cause(cctx) == errDenied {
+			err = fmt.Errorf("it does not exist, and creating it failed: %w (an operator creates it)", errDenied)
+		}
+		stop()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("natsrelay: stream %s: %w%s", o.Stream, err, rl.serverSaid())

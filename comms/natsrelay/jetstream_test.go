@@ -513,8 +513,9 @@ func FuzzIsStreamAck(f *testing.F) {
 }
 
 // A least-privilege user (docs/nats.md) may not create the stream: the
-// server answers the creation with a permission violation, on its own,
-// and the call only times out. The error says what the server reported.
+// server reports a permission violation, on its own, and never answers
+// the creation, which therefore stops at that report rather than waiting
+// for its deadline. The error says what the server reported.
 func TestJetStreamNoStreamNoRightToCreateIt(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	nodes := newNodes(t, 1)
@@ -531,6 +532,9 @@ func TestJetStreamNoStreamNoRightToCreateIt(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "stream MEERKAT") || !strings.Contains(err.Error(), "the server reported: ") || !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
 		t.Fatalf("Start: %v; want the stream named and the server's permission violation", err)
+	}
+	if !errors.Is(err, errDenied) || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		t.Fatalf("Start: %v (its context: %v); want it refused at the server's report, before the deadline", err, ctx.Err())
 	}
 }
 

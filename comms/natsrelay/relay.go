@@ -132,7 +132,8 @@ type Relay struct {
 	received   atomic.Uint64
 	refused    atomic.Uint64
 	asyncErrMu sync.Mutex
-	asyncErr   string       // the last error the server reported (a permission violation…)
+	asyncErr   string             // the last error the server reported (a permission violation…)
+	onDenied   func(deny string) // see untilDenied; under asyncErrMu
 	mixedOnce  sync.Once    // logs once that a stream answered a request (isStreamAck)
 	ackWarned  atomic.Int64 // when ackNotStored last logged (Unix nanoseconds)
 }
@@ -142,6 +143,41 @@ func (rl *Relay) setLastError(msg string) {
 	rl.asyncErrMu.Lock()
 	rl.asyncErr = msg
 	rl.asyncErrMu.Unlock()
+}
+
+// errDenied is a request the server refused for want of permission.
+var errDenied = errors.New("the server refused it: this node's NATS user lacks the permission")
+
+// untilDenied returns ctx, cancelled with errDenied once the server
+// reports a permission violation naming subject: the server does not
+// answer such a request, which would otherwise wait for ctx's end. Call
+// stop when the request is over.
+func (rl *Relay) untilDenied(ctx context.Context, subject string) (_ context.Context, stop func()) {
+	dctx, cancel := context.WithCancelCause(ctx)
+	rl.asyncErrMu.Lock()
+	rl.onDenied = func(deny string) {
+		if strings.Contains(deny, subject) {
+			cancel(errDenied)
+		}
+	}
+	rl.asyncErrMu.Unlock()
+	return dctx, func() {
+		rl.asyncErrMu.Lock()
+		rl.onDenied = nil
+		rl.asyncErrMu.Unlock()
+		cancel(nil)
+	}
+}
+
+// denied passes a permission violation the server reported to the
+// request waiting for it (untilDenied), if any.
+func (rl *Relay) denied(deny string) {
+	rl.asyncErrMu.Lock()
+	f := rl.onDenied
+	rl.asyncErrMu.Unlock()
+	if f != nil {
+		f(deny)
+	}
 }
 
 // reply is an admitted (or refused) envelope whose answer is still to go.
@@ -300,6 +336,9 @@ func (rl *Relay) natsOptions() ([]nats.Option, error) {
 		nats.ClosedHandler(func(*nats.Conn) { rl.log.Info("NATS connection closed") }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			rl.setLastError(err.Error())
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				rl.denied(err.Error())
+			}
 			rl.log.Warn("NATS error", "err", err)
 		}),
 	}
