@@ -132,10 +132,10 @@ type Relay struct {
 	received   atomic.Uint64
 	refused    atomic.Uint64
 	asyncErrMu sync.Mutex
-	asyncErr   string             // the last error the server reported (a permission violation…)
+	asyncErr   string            // the last error the server reported (a permission violation…)
 	onDenied   func(deny string) // see untilDenied; under asyncErrMu
-	mixedOnce  sync.Once    // logs once that a stream answered a request (isStreamAck)
-	ackWarned  atomic.Int64 // when ackNotStored last logged (Unix nanoseconds)
+	mixedOnce  sync.Once         // logs once that a stream answered a request (isStreamAck)
+	ackWarned  atomic.Int64      // when ackNotStored last logged (Unix nanoseconds)
 }
 
 // setLastError notes msg as the last error, which Status reports.
