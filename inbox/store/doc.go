@@ -88,10 +88,16 @@
 //
 // [Store.Search] finds items, unacknowledged or in history, by their
 // text, which [Options.SearchText] derives from the stored item (at most
-// [MaxSearchText] bytes indexed), newest first, paged by Seq. The text
-// lives in an SQLite FTS5 table keyed by Seq (schema: the search
-// migration); a trigger deletes an item's row whenever the item is
-// deleted, so expiry and history trimming shrink the index too.
+// [MaxSearchText] bytes indexed), newest first, paged by Seq. The index
+// is an SQLite FTS5 table of lumps: a row holds the words of up to 64
+// items in a row (no copy of their text), under the Seq of the first;
+// search_lumps gives each lump's range and how many of its items are
+// still stored, and a lump goes with its last item (triggers count the
+// deletions). Search reads the items of the lumps whose words match,
+// and of the items above the index's mark, and checks each item's text
+// in an FTS5 table in memory with the same tokenizer: the same hits and
+// snippets as an index of each item, for a fraction of its cost per
+// admission.
 // Admission does not index, which would put FTS5 work into every group
 // commit: the committer indexes the items above a durable high-water
 // mark (meta search_indexed) in pages of up to 512, each page and the
@@ -103,9 +109,8 @@
 // in memory (a few thousand texts at most) until its page is indexed, so
 // the committer need not read items back; after a restart, a batch that
 // deleted items, or past that bound, the items are read back instead.
-// Items deleted before they were indexed are skipped. Items stored
-// before the index existed are indexed by the first writing Open given
-// SearchText. Queries come only from [ParseSearch]:
+// Items deleted before they were indexed are skipped. Queries come only
+// from [ParseSearch]:
 // words, "phrases" and prefix* words, turned into an FTS5 expression in
 // which every word is quoted, so no user text is ever FTS5 syntax.
 // [SearchTerms.Matches] applies the same terms to a text in memory.

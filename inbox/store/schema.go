@@ -376,10 +376,11 @@ CREATE INDEX sent_answers ON sent (corr_id) WHERE kind = 'response';
 	// items_fts holds the words of up to lumpItems consecutive items, the
 	// lump, under the seq of its first; search_lumps gives its last seq
 	// and how many items of its range are still stored (live). Search
-	// reads the items of the lumps that hold every word and keeps those
-	// that match. items_fts keeps neither the text (the items' payloads
-	// hold it) nor the words' positions (Search checks phrases on the
-	// items), which makes it several times cheaper to write. The
+	// reads the items of the lumps whose words match and keeps the items
+	// that match. items_fts keeps no copy of the text (the items'
+	// payloads hold it); with the words' positions it finds phrases, and
+	// the lumps are several times cheaper to write than a row per item.
+	// The
 	// triggers count an item's deletion against its lump and delete the
 	// lump with its last item. Everything is indexed again from the
 	// first item, in the background (meta's search_indexed back to 0),
@@ -387,7 +388,7 @@ CREATE INDEX sent_answers ON sent (corr_id) WHERE kind = 'response';
 	`
 DROP TRIGGER items_fts_delete;
 DROP TABLE items_fts;
-CREATE VIRTUAL TABLE items_fts USING fts5(text, tokenize = 'unicode61 remove_diacritics 2', content = '', contentless_delete = 1, detail = none);
+CREATE VIRTUAL TABLE items_fts USING fts5(text, tokenize = 'unicode61 remove_diacritics 2', content = '', contentless_delete = 1);
 CREATE TABLE search_lumps (
 	first INTEGER PRIMARY KEY,
 	last  INTEGER NOT NULL,

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -178,32 +177,6 @@ func (st SearchTerms) Match() string {
 	}
 	return b.String()
 }
-
-// lumpMatch returns the terms as an FTS5 MATCH expression for the index
-// of lumps, which keeps no word positions: every word of every term,
-// quoted, all of them required, a * after the last word of a prefix
-// term. A lump holding an item that Match finds matches it. It is "" for
-// the zero SearchTerms.
-func (st SearchTerms) lumpMatch() string {
-	return lumpMatch(st.lumpWords())
-}
-
-// lumpWords returns the words of lumpMatch, each quoted and with its *.
-func (st SearchTerms) lumpWords() []string {
-	var words []string
-	for _, t := range st.terms {
-		for j, tok := range t.tokens {
-			w := `"` + tok + `"`
-			if t.prefix && j == len(t.tokens)-1 {
-				w += "*"
-			}
-			words = append(words, w)
-		}
-	}
-	return words
-}
-
-func lumpMatch(words []string) string { return strings.Join(words, " ") }
 
 // String returns the terms as a normalised query (lower case, phrases
 // quoted): ParseSearch of it gives the same terms.
@@ -445,11 +418,12 @@ type Hit struct {
 // It first has the committer index the items admitted until then that
 // are not indexed yet (see Options.SearchText), so it finds every item
 // whose Admit returned before it was called. A read-only store searches
-// what its writer has indexed. The index finds the lumps of items that
-// hold every word (see lumpItems); Search reads their items, newest
-// first, and keeps those whose text (Options.SearchText, which Search
-// needs) matches q.Terms as an index of each item's text would: the
-// same tokenizer, phrases and prefixes, and the same snippets.
+// what its writer has indexed, and reads the items above it. The index
+// finds the lumps of items whose words match (see lumpItems); Search
+// reads their items, newest first, and keeps those whose text
+// (Options.SearchText, which Search needs) matches q.Terms as an index
+// of each item's text would: the same tokenizer, phrases and prefixes,
+// and the same snippets.
 func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 	if err := s.catchUp(ctx); err != nil {
 		return nil, err
@@ -500,31 +474,61 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 		filter.WriteString(` AND received <= ?`)
 		params = append(params, q.Until.UnixNano())
 	}
-	match, err := s.lumpQuery(ctx, q.Terms)
-	if err != nil {
-		return nil, fmt.Errorf("store: search: %w", err)
-	}
 	v, err := s.verifier()
 	if err != nil {
 		return nil, fmt.Errorf("store: search: %w", err)
 	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
+	select {
+	case v.sem <- struct{}{}:
+		defer func() { <-v.sem }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("store: search: %w", ctx.Err())
+	}
+	out, err := s.search(ctx, v, q.Terms, before, filter.String(), params, limit)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			err = cerr // what cut the search short, whatever the driver said
+		}
+		return nil, fmt.Errorf("store: search: %w", err)
+	}
+	return out, nil
+}
+
+// search runs Search with its verifier: the items above the index's
+// high-water mark (those a writer without SearchText admitted, or a
+// read-only store's writer has not indexed yet) and the items of the
+// lumps whose words match, newest first, those of each that match terms
+// and pass filter, until limit.
+func (s *Store) search(ctx context.Context, v *verifier, terms SearchTerms, before int64, filter string, params []any, limit int) ([]Hit, error) {
+	var mark, last int64
+	if err := s.db.QueryRowContext(ctx, `SELECT (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'),
+		(SELECT coalesce(max(seq), 0) FROM items)`).Scan(&mark, &last); err != nil {
+		return nil, err
+	}
 	var out []Hit
-	// The lumps that hold every word, newest first, a page at a time;
-	// the items of each that match, newest first.
+	take := func(l lump) error {
+		hits, err := s.searchLump(ctx, v, terms, l, before, filter, params, limit-len(out))
+		out = append(out, hits...)
+		before = min(before, l.first) // only lumps and items below it now
+		return err
+	}
+	for hi := min(before-1, last); hi > mark && len(out) < limit; {
+		lo := max(mark+1, hi-lumpSpan+1)
+		if err := take(lump{lo, hi}); err != nil {
+			return nil, err
+		}
+		hi = lo - 1
+	}
+	match := terms.Match()
 	for len(out) < limit && before > 0 {
 		page, err := s.candidates(ctx, match, before)
 		if err != nil {
-			return nil, fmt.Errorf("store: search: %w", err)
+			return nil, err
 		}
 		for _, l := range page {
-			hits, err := s.searchLump(ctx, v, q.Terms, l, before, filter.String(), params, limit-len(out))
-			if err != nil {
-				return nil, fmt.Errorf("store: search: %w", err)
+			if err := take(l); err != nil {
+				return nil, err
 			}
-			out = append(out, hits...)
-			before = l.first // only lumps and items below it now
 			if len(out) >= limit {
 				break
 			}
@@ -542,63 +546,12 @@ const candidatePage = 16
 // lump is a row of the search index: the items from first to last.
 type lump struct{ first, last int64 }
 
-// lumpQuery returns the MATCH expression of the lumps that may hold items
-// matching terms: those that hold every word. A word the index's
-// tokenizer splits in two (SQLite's unicode61 knows an older Unicode
-// than Go) would be a phrase, which the index cannot find: such words
-// are left out, which finds more lumps, never fewer. "" means every
-// lump.
-func (s *Store) lumpQuery(ctx context.Context, terms SearchTerms) (string, error) {
-	words := terms.lumpWords()
-	probe := func(match string) error {
-		var n int
-		err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM items_fts WHERE items_fts MATCH ? AND rowid < 0`, match).Scan(&n)
-		if err != nil && !strings.Contains(err.Error(), "phrase queries are not supported") {
-			return err
-		}
-		return errPhrase(err)
-	}
-	switch err := probe(lumpMatch(words)); {
-	case err == nil:
-		return lumpMatch(words), nil
-	case !errors.Is(err, errPhraseQuery):
-		return "", err
-	}
-	var ok []string
-	for _, w := range words {
-		switch err := probe(w); {
-		case err == nil:
-			ok = append(ok, w)
-		case !errors.Is(err, errPhraseQuery):
-			return "", err
-		}
-	}
-	return lumpMatch(ok), nil
-}
-
-// errPhraseQuery is the index refusing a word it splits in two.
-var errPhraseQuery = errors.New("a phrase")
-
-// errPhrase returns errPhraseQuery for the index's error about a phrase,
-// err otherwise.
-func errPhrase(err error) error {
-	if err != nil && strings.Contains(err.Error(), "phrase queries are not supported") {
-		return errPhraseQuery
-	}
-	return err
-}
-
-// candidates returns up to candidatePage lumps that match (every lump
-// for ""), starting below seq before, newest first.
+// candidates returns up to candidatePage lumps whose words match
+// (a lump's texts are one text to the index: an item that matches is in
+// a lump that does), starting below seq before, newest first.
 func (s *Store) candidates(ctx context.Context, match string, before int64) ([]lump, error) {
-	var rows *sql.Rows
-	var err error
-	if match == "" {
-		rows, err = s.db.QueryContext(ctx, `SELECT first, last FROM search_lumps WHERE first < ? ORDER BY first DESC LIMIT ?`, before, candidatePage)
-	} else {
-		rows, err = s.db.QueryContext(ctx, `SELECT l.first, l.last FROM items_fts f JOIN search_lumps l ON l.first = f.rowid
-			WHERE items_fts MATCH ? AND f.rowid < ? ORDER BY f.rowid DESC LIMIT ?`, match, before, candidatePage)
-	}
+	rows, err := s.db.QueryContext(ctx, `SELECT l.first, l.last FROM items_fts f JOIN search_lumps l ON l.first = f.rowid
+		WHERE items_fts MATCH ? AND f.rowid < ? ORDER BY f.rowid DESC LIMIT ?`, match, before, candidatePage)
 	if err != nil {
 		return nil, err
 	}
@@ -741,13 +694,13 @@ func (s *Store) hit(ctx context.Context, seq int64) (Hit, error) {
 	return h, nil
 }
 
-// verifier is an FTS5 table in memory, with the index's tokenizer and
-// the words' positions, into which Search puts the texts of a lump's
-// items to find those that match. Its one connection is Search's while
-// mu is held.
+// verifier is an FTS5 table in memory, with the index's tokenizer, into
+// which Search puts the texts of a lump's items to find those that
+// match and make their snippets. Its one connection is a Search's while
+// it holds sem.
 type verifier struct {
-	mu sync.Mutex
-	db *sql.DB
+	sem chan struct{}
+	db  *sql.DB
 }
 
 // verifier returns the store's verifier, made at first use.
@@ -767,7 +720,7 @@ func (s *Store) verifier() (*verifier, error) {
 			s.verifyErr = err
 			return
 		}
-		s.verify = &verifier{db: db}
+		s.verify = &verifier{sem: make(chan struct{}, 1), db: db}
 	})
 	return s.verify, s.verifyErr
 }
@@ -826,9 +779,12 @@ const sqlLastSeq = `SELECT max(
 // to lumpItems items in a row, or of fewer whose texts reach lumpBytes.
 // Writing one row per item cost several times more than the words: the
 // row, its statement and FTS5's work per row.
+// A lump's range of seqs spans at most lumpSpan, however many of its
+// items have no text: Search reads every item of a lump's range.
 const (
 	lumpItems = 64
 	lumpBytes = 256 << 10
+	lumpSpan  = 4 * lumpItems
 )
 
 // indexLumps writes page (texts in seq order, above every lump) as
@@ -839,7 +795,7 @@ func (s *Store) indexLumps(ctx context.Context, tx *sql.Tx, page []indexed) erro
 	var text strings.Builder
 	for len(page) > 0 {
 		n, size := 0, 0
-		for n < len(page) && n < lumpItems && (n == 0 || size+len(page[n].text) <= lumpBytes) {
+		for n < len(page) && n < lumpItems && (n == 0 || size+len(page[n].text) <= lumpBytes && page[n].seq-page[0].seq < lumpSpan) {
 			size += len(page[n].text) + 1
 			n++
 		}

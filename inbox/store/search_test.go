@@ -202,19 +202,13 @@ func FuzzParseSearch(f *testing.F) {
 		if err := runMatch(db, &mu, m); err != nil {
 			t.Fatalf("ParseSearch(%q).Match() = %s: FTS5 refuses it: %v", q, m, err)
 		}
-		// The index of lumps takes every word, or refuses one as a
-		// phrase (which Search then leaves out).
-		for _, w := range st.lumpWords() {
-			mu.Lock()
-			var n int
-			err := lumps.QueryRow(`SELECT count(*) FROM items_fts WHERE items_fts MATCH ?`, w).Scan(&n)
-			mu.Unlock()
-			if err := errPhrase(err); err != nil && !errors.Is(err, errPhraseQuery) {
-				t.Fatalf("ParseSearch(%q): the index of lumps refuses %s: %v", q, w, err)
-			}
-		}
-		if m := st.lumpMatch(); m != strings.Join(st.lumpWords(), " ") {
-			t.Fatalf("lumpMatch %q", m)
+		// The index of lumps takes it too.
+		mu.Lock()
+		var n int
+		err = lumps.QueryRow(`SELECT count(*) FROM items_fts WHERE items_fts MATCH ?`, m).Scan(&n)
+		mu.Unlock()
+		if err != nil {
+			t.Fatalf("ParseSearch(%q).Match() = %s: the index of lumps refuses it: %v", q, m, err)
 		}
 		again, err := ParseSearch(st.String())
 		if err != nil || again.Match() != m {
@@ -934,39 +928,131 @@ func TestAdmitCarriedText(t *testing.T) {
 	}
 }
 
-// A word the index's tokenizer would split into a phrase (which the
-// index of lumps cannot find) is left out of the lumps' query, which then
-// finds more lumps, never fewer; Search still checks the whole term on
-// the items.
-func TestLumpQueryLeavesOutPhrases(t *testing.T) {
+// Items above the index's high-water mark (admitted by a writer
+// without SearchText, or not yet indexed by the daemon when a read-only
+// store searches) are found all the same: Search reads them.
+func TestSearchAboveTheMark(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	s, _ := openStore(t, Options{SearchText: payloadText})
+	s, path := openStore(t, Options{})
 	ctx := context.Background()
-	for i, text := range []string{"hello world deploy", "hello there", "deploy world hello"} {
-		if _, err := s.Admit(ctx, searchRec(1, uint64(i+1), "message", "alice", text, time.Time{})); err != nil {
+	const n = lumpSpan + 40
+	for i := range uint64(n) {
+		text := fmt.Sprintf("unindexed doc%d", i+1)
+		if i%9 == 4 {
+			text = ""
+		}
+		if _, err := s.Admit(ctx, searchRec(1, i+1, "message", "alice", text, time.Time{})); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Terms as ParseSearch never makes them: one word holding a space,
-	// which the tokenizer splits in two.
-	phrase := searchTerm{tokens: []string{"hello world"}}
-	for _, c := range []struct {
-		terms     []searchTerm
-		wantMatch string
-		wantSeqs  []uint64
-	}{
-		{[]searchTerm{phrase, {tokens: []string{"deploy"}}}, `"deploy"`, []uint64{1}},
-		{[]searchTerm{phrase}, "", []uint64{1}},
-		{[]searchTerm{{tokens: []string{"hello"}}, {tokens: []string{"wor"}, prefix: true}}, `"hello" "wor"*`, []uint64{3, 1}},
-	} {
-		st := SearchTerms{terms: c.terms}
-		m, err := s.lumpQuery(ctx, st)
-		if err != nil || m != c.wantMatch {
-			t.Errorf("%v: lump query %q, %v; want %q", c.terms, m, err, c.wantMatch)
+	s.Close()
+	ro, err := Open(path, Options{ReadOnly: true, SearchText: payloadText})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if m := checkIndexMark(t, ro); m != 0 {
+		t.Fatalf("mark %d, want 0: nothing indexed", m)
+	}
+	want := 0
+	for i := range n {
+		if i%9 != 4 {
+			want++
 		}
-		hits, err := s.Search(ctx, Search{Terms: st})
-		if err != nil || !slices.Equal(hitSeqs(hits), c.wantSeqs) {
-			t.Errorf("%v: hits %v, %v; want %v", c.terms, hitSeqs(hits), err, c.wantSeqs)
+	}
+	hits := mustSearch(t, ro, Search{}, "unindexed")
+	if len(hits) != want || hits[0].Seq != n {
+		t.Fatalf("%d hits (newest %v), want %d from seq %d", len(hits), hitSeqs(hits[:1]), want, n)
+	}
+	for i, h := range hits[1:] {
+		if h.Seq >= hits[i].Seq {
+			t.Fatalf("hits out of order: %v", hitSeqs(hits))
 		}
+	}
+	if hits := mustSearch(t, ro, Search{Before: 100, Limit: 3}, "unindexed"); !slices.Equal(hitSeqs(hits), []uint64{99, 98, 97}) {
+		t.Fatalf("page before 100: %v", hitSeqs(hits))
+	}
+	if hits := mustSearch(t, ro, Search{}, "doc5"); len(hits) != 0 {
+		t.Fatalf("an item without text is found: %v", hitSeqs(hits))
+	}
+}
+
+// checkIndexMark reads the index's high-water mark.
+func checkIndexMark(t *testing.T, s *Store) int64 {
+	t.Helper()
+	var mark int64
+	if err := s.db.QueryRow(`SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'`).Scan(&mark); err != nil {
+		t.Fatal(err)
+	}
+	return mark
+}
+
+// A lump's range spans at most lumpSpan seqs, however many items without
+// text lie between those with one: Search reads every item of a range.
+func TestSearchLumpSpan(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, _ := openStore(t, Options{SearchText: payloadText, MaxItems: 10000})
+	ctx := context.Background()
+	var pending []*Pending
+	for i := range uint64(3 * lumpSpan) {
+		text := ""
+		if i%100 == 0 {
+			text = fmt.Sprintf("sparse doc%d", i+1)
+		}
+		pending = append(pending, s.AdmitAsync(ctx, searchRec(1, i+1, "message", "alice", text, time.Time{})))
+	}
+	for _, p := range pending {
+		if _, err := p.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hits := mustSearch(t, s, Search{}, "sparse")
+	if len(hits) != 8 {
+		t.Fatalf("%d hits, want 8", len(hits))
+	}
+	checkIndex(t, s.db, "sparse")
+	var widest int64
+	if err := s.db.QueryRow(`SELECT max(last - first + 1) FROM search_lumps`).Scan(&widest); err != nil {
+		t.Fatal(err)
+	}
+	if widest > lumpSpan {
+		t.Fatalf("a lump spans %d seqs, more than %d", widest, lumpSpan)
+	}
+}
+
+// A search whose context ends while it runs fails with the context's
+// error, whatever the database calls cut short said.
+func TestSearchCancelled(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	s, _ := openStore(t, Options{SearchText: func(r Record) string {
+		if calls++; calls == 2*lumpItems+10 { // while checking the items
+			cancel()
+			// database/sql rolls the verifier's transaction back on a
+			// goroutine of its own: let it, so that what comes next
+			// fails with its own words (a closed statement).
+			time.Sleep(50 * time.Millisecond)
+		}
+		return payloadText(r)
+	}, MaxItems: 10000})
+	for i := range uint64(2 * lumpItems) {
+		if _, err := s.Admit(context.Background(), searchRec(1, i+1, "message", "alice", "cancel me", time.Time{})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.catchUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := ParseSearch("cancel")
+	if _, err := s.Search(ctx, Search{Terms: st}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Search cancelled midway: %v, want context.Canceled", err)
+	}
+	if _, err := s.Search(ctx, Search{Terms: st}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Search with a cancelled context: %v, want context.Canceled", err)
+	}
+	if hits, err := s.Search(context.Background(), Search{Terms: st}); err != nil || len(hits) != 2*lumpItems {
+		t.Fatalf("Search after: %d hits, %v", len(hits), err)
 	}
 }
