@@ -604,13 +604,9 @@ func (s *Store) searchLump(ctx context.Context, v *verifier, terms SearchTerms, 
 		if err := rows.Scan(&seq, &sender, &id, &r.Kind, &r.Peer, &received, &r.Payload); err != nil {
 			return nil, err
 		}
-		if len(sender) != len(r.Sender) || len(id) != len(r.ID) {
-			return nil, fmt.Errorf("item %d has a malformed key", seq)
+		if err := r.setRow(seq, sender, id, received); err != nil {
+			return nil, err
 		}
-		r.Seq = uint64(seq)
-		copy(r.Sender[:], sender)
-		copy(r.ID[:], id)
-		r.Received = time.Unix(0, received)
 		text := ClipText(s.opts.SearchText(r))
 		if text == "" {
 			continue
@@ -678,13 +674,9 @@ func (s *Store) hit(ctx context.Context, seq int64) (Hit, error) {
 	if err != nil {
 		return h, err
 	}
-	if len(sender) != len(h.Sender) || len(id) != len(h.ID) {
-		return h, fmt.Errorf("item %d has a malformed key", seq)
+	if err := h.setRow(seq, sender, id, received); err != nil {
+		return h, err
 	}
-	h.Seq = uint64(seq)
-	copy(h.Sender[:], sender)
-	copy(h.ID[:], id)
-	h.Received = time.Unix(0, received)
 	if acked.Valid {
 		h.AckedAt = time.Unix(0, acked.Int64)
 	}
@@ -692,6 +684,18 @@ func (s *Store) hit(ctx context.Context, seq int64) (Hit, error) {
 		h.Payload = []byte{}
 	}
 	return h, nil
+}
+
+// setRow sets r's Seq, key and receipt time from an items row.
+func (r *Record) setRow(seq int64, sender, id []byte, received int64) error {
+	if len(sender) != len(r.Sender) || len(id) != len(r.ID) {
+		return fmt.Errorf("item %d has a malformed key", seq)
+	}
+	r.Seq = uint64(seq)
+	copy(r.Sender[:], sender)
+	copy(r.ID[:], id)
+	r.Received = time.Unix(0, received)
+	return nil
 }
 
 // verifier is an FTS5 table in memory, with the index's tokenizer, into

@@ -115,47 +115,32 @@ func TestSearchTermsMatches(t *testing.T) {
 	}
 }
 
-// ftsDB is an in-memory FTS5 table like items_fts, with a few rows.
+// ftsDB is an in-memory FTS5 table like items_fts of the first search
+// index (a row per item), with a few rows.
 func ftsDB(tb testing.TB) *sql.DB {
-	tb.Helper()
-	db, err := sql.Open("sqlite", ":memory:")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
-	tb.Cleanup(func() { db.Close() })
-	idx := searchMigration(tb)
-	var create string
-	for _, stmt := range strings.Split(migrations[idx], ";") {
-		if strings.Contains(stmt, "CREATE VIRTUAL TABLE") {
-			create = stmt
-		}
-	}
-	if _, err := db.Exec(create); err != nil {
-		tb.Fatal(err)
-	}
-	for i, text := range []string{"hello world", "Ünïcödé 漢字 text", "the quick brown fox", `quote " and star * and col:on`} {
-		if _, err := db.Exec(`INSERT INTO items_fts (rowid, text) VALUES (?, ?)`, i+1, text); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	return db
+	return memFTS(tb, searchMigration(tb), "hello world", "Ünïcödé 漢字 text", "the quick brown fox", `quote " and star * and col:on`)
 }
 
-// lumpDB is an in-memory table like items_fts of the index by lumps, with
-// a few rows.
+// lumpDB is an in-memory table like items_fts of the index by lumps,
+// with a few rows.
 func lumpDB(tb testing.TB) *sql.DB {
-	tb.Helper()
-	db, err := sql.Open("sqlite", ":memory:")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	db.SetMaxOpenConns(1)
-	tb.Cleanup(func() { db.Close() })
 	i := slices.IndexFunc(migrations, func(m string) bool { return strings.Contains(m, "CREATE TABLE search_lumps") })
 	if i < 0 {
 		tb.Fatal("no migration creates search_lumps")
 	}
+	return memFTS(tb, i, "hello world", "Ünïcödé 漢字 text")
+}
+
+// memFTS is an in-memory database with the FTS5 table that migration i
+// creates, holding texts under rowids 1, 2, ….
+func memFTS(tb testing.TB, i int, texts ...string) *sql.DB {
+	tb.Helper()
+	db, err := sql.Open("sqlite", ":memory:")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	tb.Cleanup(func() { db.Close() })
 	var create string
 	for _, stmt := range strings.Split(migrations[i], ";") {
 		if strings.Contains(stmt, "CREATE VIRTUAL TABLE") {
@@ -165,8 +150,10 @@ func lumpDB(tb testing.TB) *sql.DB {
 	if _, err := db.Exec(create); err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := db.Exec(`INSERT INTO items_fts (rowid, text) VALUES (1, 'hello world'), (2, 'Ünïcödé 漢字 text')`); err != nil {
-		tb.Fatal(err)
+	for i, text := range texts {
+		if _, err := db.Exec(`INSERT INTO items_fts (rowid, text) VALUES (?, ?)`, i+1, text); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	return db
 }
