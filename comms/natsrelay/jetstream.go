@@ -250,7 +250,7 @@ func (rl *Relay) consume(ctx context.Context) (jetstream.ConsumeContext, error) 
 	rl.made = made
 	rl.jsMu.Unlock()
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		rl.arrived(m.Data(), "", m)
+		rl.arrived(m.Data(), "", m, false)
 	}, jetstream.PullMaxBytes(maxPendingBytes), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		rl.log.Debug("NATS: consumer", "err", err)
 		rl.consumeErr.Store(true)

@@ -466,6 +466,38 @@ func TestJetStreamOffSenderToAStream(t *testing.T) {
 	}
 }
 
+// A node with JetStream sending to a peer with JetStream off: the peer
+// takes the envelope straight from its subject, and its ack goes to the
+// sender's own subject, where the stream stores it for the sender's
+// consumer, not into the reply inbox of the sender's publish (which the
+// stream's own acknowledgement answers): the send completes acknowledged,
+// rather than stored in the broker with no ack ever coming.
+func TestJetStreamSenderToAPeerWithout(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	nodes := newNodes(t, 2)
+	a, b := nodes[0], nodes[1]
+	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
+	makeStream(t, s.ClientURL(), 1)
+	a.connect(t, s.ClientURL(), jsNodeOpts(0))
+	b.connect(t, s.ClientURL(), nodeOpts(1)) // JetStream off
+	ctx := ctxT(t)
+	for i := range 3 {
+		sd, err := a.r.Seal("n1", wire.Message(fmt.Sprintf("to a peer without JetStream %d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = a.r.Deliver(short, comms.Delivery{To: b.kp.ID(), ID: sd.ID, Payload: sd.Payload, WantAck: true})
+		cancel()
+		if err != nil {
+			t.Fatalf("send %d: %v, want it acknowledged", i, err)
+		}
+	}
+	if got := waitItems(t, b, 3); len(got) != 3 {
+		t.Fatalf("b received %d items, want 3", len(got))
+	}
+}
+
 func TestIsStreamAck(t *testing.T) {
 	kp, err := identity.GenerateKeypair()
 	if err != nil {

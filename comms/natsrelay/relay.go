@@ -185,6 +185,10 @@ type reply struct {
 	wait  func() comms.RelayReply
 	to    string        // reply subject for the ack ("" none)
 	jsMsg jetstream.Msg // set for envelopes read from the stream
+	// published says a sender with JetStream published it (it carries a
+	// message id), read here straight from the subject: the reply subject
+	// is its publish's, which the stream answers.
+	published bool
 }
 
 // Subject returns the subject of the node with key id under prefix:
@@ -369,7 +373,7 @@ func (rl *Relay) natsOptions() ([]nats.Option, error) {
 // subscribe reads this node's subject directly (no JetStream).
 func (rl *Relay) subscribe() error {
 	sub, err := rl.nc.Subscribe(rl.subject, func(m *nats.Msg) {
-		rl.arrived(m.Data, m.Reply, nil)
+		rl.arrived(m.Data, m.Reply, nil, m.Header.Get(jetstream.MsgIDHeader) != "")
 	})
 	if err != nil {
 		return fmt.Errorf("natsrelay: subscribe to %s: %w", rl.subject, err)
@@ -384,7 +388,7 @@ func (rl *Relay) subscribe() error {
 
 // arrived runs one message through the Router's checks and queues its
 // answer, in arrival order.
-func (rl *Relay) arrived(data []byte, replyTo string, jm jetstream.Msg) {
+func (rl *Relay) arrived(data []byte, replyTo string, jm jetstream.Msg, published bool) {
 	rl.gate.RLock()
 	if rl.closing {
 		rl.gate.RUnlock()
@@ -396,7 +400,7 @@ func (rl *Relay) arrived(data []byte, replyTo string, jm jetstream.Msg) {
 	rl.received.Add(1)
 	w := rl.r.ReceiveRelayed(data)
 	select {
-	case rl.replies <- reply{wait: w, to: replyTo, jsMsg: jm}:
+	case rl.replies <- reply{wait: w, to: replyTo, jsMsg: jm, published: published}:
 	case <-rl.done:
 	}
 }
@@ -442,6 +446,15 @@ func (rl *Relay) replyLoop() {
 			select {
 			case rl.ackWaits <- ackWait{fut: fut, m: rp.jsMsg, res: res}:
 			case <-rl.done: // unsettled: the broker hands the envelope back
+			}
+		case rp.published && res.Ack != nil:
+			// From a sender with JetStream, to this node without: the
+			// ack goes to the sender's own subject (from the verified
+			// envelope), where the stream stores it for the sender's
+			// consumer. Into the reply subject it would race the
+			// stream's acknowledgement of the publish, and be lost.
+			if err := rl.nc.Publish(Subject(rl.opts.SubjectPrefix, res.To), res.Ack); err != nil {
+				rl.log.Debug("NATS: cannot send an ack", "err", err)
 			}
 		case rp.to == "":
 		case res.Ack != nil:
