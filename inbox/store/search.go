@@ -484,6 +484,11 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 	case <-ctx.Done():
 		return nil, fmt.Errorf("store: search: %w", ctx.Err())
 	}
+	// Made here rather than once: a connection database/sql replaced
+	// (one it found broken) is a new, empty database.
+	if _, err := v.db.ExecContext(ctx, `CREATE VIRTUAL TABLE IF NOT EXISTS v USING fts5(text, tokenize = 'unicode61 remove_diacritics 2')`); err != nil {
+		return nil, fmt.Errorf("store: search: %w", err)
+	}
 	out, err := s.search(ctx, v, q.Terms, before, filter.String(), params, limit)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
@@ -719,11 +724,6 @@ func (s *Store) verifier() (*verifier, error) {
 		db.SetMaxIdleConns(1)
 		db.SetConnMaxLifetime(0)
 		db.SetConnMaxIdleTime(0)
-		if _, err := db.Exec(`CREATE VIRTUAL TABLE v USING fts5(text, tokenize = 'unicode61 remove_diacritics 2')`); err != nil {
-			db.Close()
-			s.verifyErr = err
-			return
-		}
 		s.verify = &verifier{sem: make(chan struct{}, 1), db: db}
 	})
 	return s.verify, s.verifyErr

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -1041,5 +1042,28 @@ func TestSearchCancelled(t *testing.T) {
 	}
 	if hits, err := s.Search(context.Background(), Search{Terms: st}); err != nil || len(hits) != 2*lumpItems {
 		t.Fatalf("Search after: %d hits, %v", len(hits), err)
+	}
+}
+
+// A verifier connection database/sql replaced (one it found broken) is a
+// new, empty in-memory database: Search makes its table again.
+func TestSearchVerifierConnectionReplaced(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, _ := openStore(t, Options{SearchText: payloadText})
+	ctx := context.Background()
+	if _, err := s.Admit(ctx, searchRec(1, 1, "message", "alice", "still found", time.Time{})); err != nil {
+		t.Fatal(err)
+	}
+	if hits := mustSearch(t, s, Search{}, "found"); len(hits) != 1 {
+		t.Fatalf("%d hits", len(hits))
+	}
+	c, err := s.verify.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Raw(func(any) error { return driver.ErrBadConn }) // database/sql drops it
+	c.Close()
+	if hits := mustSearch(t, s, Search{}, "found"); len(hits) != 1 {
+		t.Fatalf("%d hits after the verifier's connection was replaced", len(hits))
 	}
 }
