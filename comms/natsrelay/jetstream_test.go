@@ -46,6 +46,16 @@ func jsNodeOpts(i int) Options {
 }
 
 // makeStream creates the stream as an operator would, with the admin user.
+// streamPair is two nodes, a server with their least-privilege users
+// and the stream made by its administrator (neither node connected).
+func streamPair(t *testing.T) (a, b *testNode, s *server.Server) {
+	t.Helper()
+	nodes := newNodes(t, 2)
+	s = startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
+	makeStream(t, s.ClientURL(), 1)
+	return nodes[0], nodes[1], s
+}
+
 func makeStream(t *testing.T, url string, replicas int) jetstream.Stream {
 	t.Helper()
 	nc := rawConn(t, url, nats.UserInfo(natstest.Admin, natstest.Admin))
@@ -389,10 +399,7 @@ func TestJetStreamStreamLostIsMadeAgain(t *testing.T) {
 // makes its consumer again: nothing is deaf until a restart.
 func TestJetStreamStreamLostOperatorMakesItAgain(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	nodes := newNodes(t, 2)
-	a, b := nodes[0], nodes[1]
-	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
-	makeStream(t, s.ClientURL(), 1)
+	a, b, s := streamPair(t)
 	a.connect(t, s.ClientURL(), jsNodeOpts(0))
 	b.connect(t, s.ClientURL(), jsNodeOpts(1))
 	ctx := ctxT(t)
@@ -441,10 +448,7 @@ func TestJetStreamStreamLostOperatorMakesItAgain(t *testing.T) {
 // status says it too.
 func TestJetStreamOffSenderToAStream(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	nodes := newNodes(t, 2)
-	a, b := nodes[0], nodes[1]
-	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
-	makeStream(t, s.ClientURL(), 1)
+	a, b, s := streamPair(t)
 	b.connect(t, s.ClientURL(), jsNodeOpts(1)) // its durable consumer exists; then it goes away
 	b.relay.Close()
 
@@ -474,10 +478,7 @@ func TestJetStreamOffSenderToAStream(t *testing.T) {
 // rather than stored in the broker with no ack ever coming.
 func TestJetStreamSenderToAPeerWithout(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	nodes := newNodes(t, 2)
-	a, b := nodes[0], nodes[1]
-	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
-	makeStream(t, s.ClientURL(), 1)
+	a, b, s := streamPair(t)
 	a.connect(t, s.ClientURL(), jsNodeOpts(0))
 	b.connect(t, s.ClientURL(), nodeOpts(1)) // JetStream off
 	ctx := ctxT(t)
@@ -575,10 +576,7 @@ func TestJetStreamNoStreamNoRightToCreateIt(t *testing.T) {
 // makes it again and says it was gone, at warn, not as a restart.
 func TestJetStreamConsumerDeletedIsMadeAgain(t *testing.T) {
 	testutil.CheckGoroutines(t)
-	nodes := newNodes(t, 2)
-	a, b := nodes[0], nodes[1]
-	s := startServer(t, "s1", leastPrivilegeConf(t, nodes), nil, "")
-	makeStream(t, s.ClientURL(), 1)
+	a, b, s := streamPair(t)
 	var logs testutil.SyncBuffer
 	opts := jsNodeOpts(1)
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
