@@ -380,9 +380,8 @@ CREATE INDEX sent_answers ON sent (corr_id) WHERE kind = 'response';
 	// that match. items_fts keeps no copy of the text (the items'
 	// payloads hold it); with the words' positions it finds phrases, and
 	// the lumps are several times cheaper to write than a row per item.
-	// The
-	// triggers count an item's deletion against its lump and delete the
-	// lump with its last item. Everything is indexed again from the
+	// The triggers count an item's deletion against its lump and delete
+	// the lump with its last item. Everything is indexed again from the
 	// first item, in the background (meta's search_indexed back to 0),
 	// which also covers what the backfill had left.
 	`

@@ -433,7 +433,8 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 	if s.closed {
 		return nil, ErrClosed
 	}
-	if q.Terms.Match() == "" {
+	match := q.Terms.Match()
+	if match == "" {
 		return nil, ErrEmptyQuery
 	}
 	limit := q.Limit
@@ -489,7 +490,7 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 	if _, err := v.db.ExecContext(ctx, `CREATE VIRTUAL TABLE IF NOT EXISTS v USING fts5(text, tokenize = 'unicode61 remove_diacritics 2')`); err != nil {
 		return nil, fmt.Errorf("store: search: %w", err)
 	}
-	out, err := s.search(ctx, v, q.Terms, before, filter.String(), params, limit)
+	out, err := s.search(ctx, v, match, before, filter.String(), params, limit)
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			err = cerr // what cut the search short, whatever the driver said
@@ -502,9 +503,9 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 // search runs Search with its verifier: the items above the index's
 // high-water mark (those a writer without SearchText admitted, or a
 // read-only store's writer has not indexed yet) and the items of the
-// lumps whose words match, newest first, those of each that match terms
-// and pass filter, until limit.
-func (s *Store) search(ctx context.Context, v *verifier, terms SearchTerms, before int64, filter string, params []any, limit int) ([]Hit, error) {
+// lumps whose words match, newest first, those of each that match (a
+// SearchTerms.Match) and pass filter, until limit.
+func (s *Store) search(ctx context.Context, v *verifier, match string, before int64, filter string, params []any, limit int) ([]Hit, error) {
 	var mark, last int64
 	if err := s.db.QueryRowContext(ctx, `SELECT (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'search_indexed'),
 		(SELECT coalesce(max(seq), 0) FROM items)`).Scan(&mark, &last); err != nil {
@@ -512,7 +513,7 @@ func (s *Store) search(ctx context.Context, v *verifier, terms SearchTerms, befo
 	}
 	var out []Hit
 	take := func(l lump) error {
-		hits, err := s.searchLump(ctx, v, terms, l, before, filter, params, limit-len(out))
+		hits, err := s.searchLump(ctx, v, match, l, before, filter, params, limit-len(out))
 		out = append(out, hits...)
 		before = min(before, l.first) // only lumps and items below it now
 		return err
@@ -524,7 +525,6 @@ func (s *Store) search(ctx context.Context, v *verifier, terms SearchTerms, befo
 		}
 		hi = lo - 1
 	}
-	match := terms.Match()
 	for len(out) < limit && before > 0 {
 		page, err := s.candidates(ctx, match, before)
 		if err != nil {
@@ -573,18 +573,20 @@ func (s *Store) candidates(ctx context.Context, match string, before int64) ([]l
 }
 
 // searchLump returns the items of l below seq before that pass filter
-// (SQL on items, with its params) and match terms, newest first, at most
-// limit: each item's text goes into the verifier's table, which finds
-// them with the same tokenizer and query as an index of items would, and
-// makes their snippets.
-func (s *Store) searchLump(ctx context.Context, v *verifier, terms SearchTerms, l lump, before int64, filter string, params []any, limit int) ([]Hit, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT seq, sender, id, kind, peer, received, payload FROM items
+// (SQL on items, with its params) and match (terms.Match()), newest
+// first, at most limit: each item's text goes into the verifier's table,
+// which finds them with the same tokenizer and query as an index of
+// items would, and makes their snippets. The texts of a lump are at most
+// lumpItems × MaxSearchText; the hits' payloads (up to a MiB each) are
+// read again, for the hits only, rather than kept for every item.
+func (s *Store) searchLump(ctx context.Context, v *verifier, match string, l lump, before int64, filter string, params []any, limit int) ([]Hit, error) {
+	texts, _, _, err := s.readTexts(ctx, s.db, func(r Record) string { return ClipText(s.opts.SearchText(r)) },
+		`SELECT seq, sender, id, kind, peer, received, payload FROM items
 		WHERE seq >= ? AND seq <= ? AND seq < ?`+filter+` ORDER BY seq`,
 		append([]any{l.first, l.last, before}, params...)...)
-	if err != nil {
+	if err != nil || len(texts) == 0 {
 		return nil, err
 	}
-	defer rows.Close()
 	// The texts go into v in a transaction that is rolled back: v is
 	// empty again after, and FTS5 writes no segment to its file. They go
 	// in in seq order: a rowid below the last would have FTS5 write what
@@ -599,47 +601,23 @@ func (s *Store) searchLump(ctx context.Context, v *verifier, terms SearchTerms, 
 		return nil, err
 	}
 	defer insert.Close()
-	n := 0
-	for rows.Next() {
-		var (
-			r             Record
-			seq, received int64
-			sender, id    []byte
-		)
-		if err := rows.Scan(&seq, &sender, &id, &r.Kind, &r.Peer, &received, &r.Payload); err != nil {
+	for _, t := range texts {
+		if _, err := insert.ExecContext(ctx, t.seq, t.text); err != nil {
 			return nil, err
 		}
-		if err := r.setRow(seq, sender, id, received); err != nil {
-			return nil, err
-		}
-		text := ClipText(s.opts.SearchText(r))
-		if text == "" {
-			continue
-		}
-		if _, err := insert.ExecContext(ctx, seq, text); err != nil {
-			return nil, err
-		}
-		n++
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows.Close()
-	if n == 0 {
-		return nil, nil
 	}
 	found, err := vtx.QueryContext(ctx, `SELECT rowid, snippet(v, 0, '`+SnippetOpen+`', '`+SnippetClose+`', '`+SnippetCut+`', `+strconv.Itoa(snippetTokens)+`)
-		FROM v WHERE v MATCH ? ORDER BY rowid DESC LIMIT ?`, terms.Match(), limit)
+		FROM v WHERE v MATCH ? ORDER BY rowid DESC LIMIT ?`, match, limit)
 	if err != nil {
 		return nil, err
 	}
-	type match struct {
+	type matched struct {
 		seq     int64
 		snippet string
 	}
-	var matches []match
+	var matches []matched
 	for found.Next() {
-		var m match
+		var m matched
 		var snippet sql.NullString
 		if err := found.Scan(&m.seq, &snippet); err != nil {
 			found.Close()
@@ -730,8 +708,7 @@ func (s *Store) verifier() (*verifier, error) {
 }
 
 // indexPage is how many items the index takes per transaction: the
-// backfill at Open, the background indexing and the catching up of
-// Search alike.
+// background indexing and the catching up of Search alike.
 const indexPage = 512
 
 // indexIdle is how long the committer waits for a request before it
@@ -870,7 +847,7 @@ func (s *Store) indexPage(upTo int64) error {
 			n    int
 			last int64
 		)
-		page, n, last, err = s.readTexts(ctx, tx, `SELECT seq, sender, id, kind, peer, received, payload FROM items
+		page, n, last, err = s.readTexts(ctx, tx, s.searchText, `SELECT seq, sender, id, kind, peer, received, payload FROM items
 			WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?`, s.indexed, mark, indexPage)
 		if err != nil {
 			return fmt.Errorf("store: index for search: %w", err)
@@ -971,10 +948,10 @@ type indexed struct {
 }
 
 // readTexts runs q, a query of items (seq, sender, id, kind, peer,
-// received, payload), and returns the texts of those that have one, how
-// many rows it read and the seq of the last.
-func (s *Store) readTexts(ctx context.Context, tx *sql.Tx, q string, args ...any) (page []indexed, n int, last int64, err error) {
-	rows, err := tx.QueryContext(ctx, q, args...)
+// received, payload) on db, and returns the texts (textOf) of those that
+// have one, how many rows it read and the seq of the last.
+func (s *Store) readTexts(ctx context.Context, db queryer, textOf func(Record) string, q string, args ...any) (page []indexed, n int, last int64, err error) {
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -988,14 +965,18 @@ func (s *Store) readTexts(ctx context.Context, tx *sql.Tx, q string, args ...any
 		if err := rows.Scan(&seq, &sender, &id, &r.Kind, &r.Peer, &received, &r.Payload); err != nil {
 			return nil, 0, 0, err
 		}
-		r.Seq = uint64(seq)
-		copy(r.Sender[:], sender)
-		copy(r.ID[:], id)
-		r.Received = time.Unix(0, received)
+		if err := r.setRow(seq, sender, id, received); err != nil {
+			return nil, 0, 0, err
+		}
 		n, last = n+1, seq
-		if text := s.searchText(r); text != "" {
+		if text := textOf(r); text != "" {
 			page = append(page, indexed{seq, text})
 		}
 	}
 	return page, n, last, rows.Err()
+}
+
+// queryer is a *sql.DB or a *sql.Tx.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
