@@ -20,7 +20,14 @@ import (
 // (Store.pending), where admission looks them up first, and merged into
 // the table in key order, many to a page, in one transaction:
 //
-//   - once mergeAt keys wait, after the batch that made them so;
+//   - once mergeAt keys wait, in slices: those pending then are sorted,
+//     and each batch after is followed by a transaction writing the
+//     next mergeSlice of them, a range of keys, until all are written;
+//     the mark moves with the last slice. One transaction for them all
+//     would hold every admission queued behind it up for as long as it
+//     takes (tens of milliseconds); a slice, about as long as an index
+//     page. A key admitted again meanwhile (past its window) is left to
+//     the next merge, with its newer entry;
 //   - when the committer has had nothing to do for mergeIdle;
 //   - before anything deletes items (Expire, the history cap), so the
 //     recovery below always finds them;
@@ -34,8 +41,9 @@ import (
 // never earlier than their admission, so a crash may lengthen their
 // window (by the time the node was down), never shorten it.
 const (
-	mergeAt   = 8192
-	mergeIdle = 200 * time.Millisecond
+	mergeAt    = 8192
+	mergeIdle  = 200 * time.Millisecond
+	mergeSlice = 512
 )
 
 // mergeRows is how many keys one statement of a merge writes: with
@@ -85,6 +93,8 @@ type dedupBatch struct {
 	merged bool
 	upTo   int   // adds[:upTo] were merged with the pending keys
 	mark   int64 // the merge mark written, once merged
+	sliced int   // mergeSlice wrote Store.merging[:sliced]
+	last   bool  // that was the last slice: the mark is written
 }
 
 func (d *dedupBatch) reset(s *Store) {
@@ -94,7 +104,7 @@ func (d *dedupBatch) reset(s *Store) {
 		d.index = map[dedupKey]int{}
 	}
 	clear(d.index)
-	d.merged, d.upTo = false, 0
+	d.merged, d.upTo, d.sliced, d.last = false, 0, 0, false
 }
 
 // lookup returns the entry a key admitted since the last merge has: in
@@ -160,26 +170,8 @@ func (d *dedupBatch) merge(ctx context.Context, tx *sql.Tx, lastSeq int64) error
 	} else {
 		all = slices.Clone(d.adds[d.upTo:])
 	}
-	slices.SortFunc(all, func(a, b dedupAdd) int { return bytes.Compare(a.key[:], b.key[:]) })
-	args := make([]any, 0, 4*min(len(all), mergeRows))
-	for len(all) > 0 {
-		// Pad to a power of two with the chunk's last key again (the
-		// same row written twice), so that few statements are prepared.
-		n := min(len(all), mergeRows)
-		size := padTo(n)
-		args = args[:0]
-		for j := range size {
-			a := &all[min(j, n-1)]
-			args = append(args, a.key[:32], a.key[32:], a.firstSeen, a.seq)
-		}
-		st, err := d.s.prepared(ctx, sqlRememberRows(size))
-		if err != nil {
-			return err
-		}
-		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
-			return err
-		}
-		all = all[n:]
+	if err := d.write(ctx, tx, all); err != nil {
+		return err
 	}
 	d.mark = max(d.s.merged, lastSeq)
 	if _, err := tx.ExecContext(ctx, sqlSetMergeMark, strconv.FormatInt(d.mark, 10)); err != nil {
@@ -189,11 +181,68 @@ func (d *dedupBatch) merge(ctx context.Context, tx *sql.Tx, lastSeq int64) error
 	return nil
 }
 
+// write writes keys into the dedup table, in key order (which it sorts
+// them into), mergeRows to a statement.
+func (d *dedupBatch) write(ctx context.Context, tx *sql.Tx, keys []dedupAdd) error {
+	slices.SortFunc(keys, func(a, b dedupAdd) int { return bytes.Compare(a.key[:], b.key[:]) })
+	args := make([]any, 0, 4*min(len(keys), mergeRows))
+	for len(keys) > 0 {
+		// Pad to a power of two with the chunk's last key again (the
+		// same row written twice), so that few statements are prepared.
+		n := min(len(keys), mergeRows)
+		size := padTo(n)
+		args = args[:0]
+		for j := range size {
+			a := &keys[min(j, n-1)]
+			args = append(args, a.key[:32], a.key[32:], a.firstSeen, a.seq)
+		}
+		st, err := d.s.prepared(ctx, sqlRememberRows(size))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
+			return err
+		}
+		keys = keys[n:]
+	}
+	return nil
+}
+
+// mergeSlice writes the next mergeSlice keys of the merge in slices
+// (Store.merging), skipping any admitted again since it started (their
+// entries changed, under a seq above the mark to be), and after the last
+// one moves the merge mark to Store.mergingTo: every item at or below it
+// now has its row, or its key was admitted again since and is still
+// pending. It runs in a transaction of its own (commitLoop's
+// opMergeSlice); commit then moves the merge along.
+func (d *dedupBatch) mergeSlice(ctx context.Context, tx *sql.Tx) error {
+	s := d.s
+	n := min(len(s.merging), s.opts.mergeSlice)
+	keys := make([]dedupAdd, 0, n)
+	for _, a := range s.merging[:n] {
+		if e, ok := s.pending[a.key]; ok && e == a.dedupEntry {
+			keys = append(keys, a)
+		}
+	}
+	if err := d.write(ctx, tx, keys); err != nil {
+		return err
+	}
+	d.sliced, d.last = n, n == len(s.merging)
+	if d.last {
+		d.mark = max(s.merged, s.mergingTo)
+		if _, err := tx.ExecContext(ctx, sqlSetMergeMark, strconv.FormatInt(d.mark, 10)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // commit makes the batch's view the store's, once its transaction
 // committed: the keys it merged leave memory, the others stay pending.
 func (d *dedupBatch) commit() {
 	s := d.s
 	if d.merged {
+		s.merging = nil // every pending key is written: the slices' too
 		s.merged = d.mark
 		if len(s.pending) > 1024 {
 			s.pending = map[dedupKey]dedupEntry{} // give a large map's memory back
@@ -204,6 +253,20 @@ func (d *dedupBatch) commit() {
 			s.pending[a.key] = a.dedupEntry
 		}
 		return
+	}
+	if d.sliced > 0 {
+		s.merging = s.merging[d.sliced:]
+		if d.last {
+			s.merging = nil
+			s.merged = d.mark
+			// The keys pending when the merge started, but for those
+			// admitted again since (with a seq above the mark).
+			for k, e := range s.pending {
+				if e.seq <= d.mark {
+					delete(s.pending, k)
+				}
+			}
+		}
 	}
 	for _, a := range d.adds {
 		s.pending[a.key] = a.dedupEntry
@@ -246,6 +309,23 @@ func (s *Store) recoverDedup(ctx context.Context) error {
 	}
 	s.merged = last
 	return nil
+}
+
+// mergeSlice starts a merge in slices, of every key pending, unless one
+// is under way, and writes its next slice in a transaction of its own.
+// Only commitLoop calls it. A slice that fails is written again after
+// the next batch; a crash before the last leaves the mark where it was,
+// and Open writes the keys again.
+func (s *Store) mergeSlice() {
+	if len(s.merging) == 0 {
+		s.merging = make([]dedupAdd, 0, len(s.pending))
+		for k, e := range s.pending {
+			s.merging = append(s.merging, dedupAdd{k, e})
+		}
+		slices.SortFunc(s.merging, func(a, b dedupAdd) int { return bytes.Compare(a.key[:], b.key[:]) })
+		s.mergingTo = s.lastSeq.Load()
+	}
+	s.commit([]*request{{op: opMergeSlice, done: make(chan result, 1)}})
 }
 
 // mergePending merges the pending keys in a transaction of their own.

@@ -170,6 +170,53 @@ func TestDedupMergeAtAndIdle(t *testing.T) {
 	}
 }
 
+// Once mergeAt keys wait, they are merged in slices, a range of keys
+// after each batch, and the mark moves only with the last slice: a crash
+// half-way leaves every key to Open. A key admitted again meanwhile is
+// left pending, with its newer entry.
+func TestDedupMergeInSlices(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	clock := newFakeClock()
+	opts := Options{Now: clock.Now, DedupWindow: time.Hour, mergeAt: 4, mergeSlice: 1, mergeIdle: noIdleMerge}
+	s, path := openStore(t, opts)
+	again, r1, r2, r3 := rec(1, 100), rec(1, 1), rec(1, 2), rec(1, 3)
+	mustAdmit(t, s, again) // seq 1
+	mustAdmit(t, s, r1)    // seq 2
+	mustAdmit(t, s, r2)    // seq 3
+	if _, err := s.Ack(1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Hour)
+	// Four keys wait: a merge of them in key order (r1, r2, r3, again),
+	// one a slice, starts after this batch.
+	mustAdmit(t, s, r3)    // seq 4
+	mustAdmit(t, s, again) // seq 5: past its window, admitted again
+	// One or two slices are written, and the mark has not moved.
+	if m := mergeMark(t, path); m != 0 {
+		t.Fatalf("merge mark %d half-way through the slices, want 0", m)
+	}
+	if got := dedupRows(t, path); !got[keyOf(r1)] || len(got) > 2 || len(got) == 2 && !got[keyOf(r2)] {
+		t.Fatalf("dedup rows %v half-way, want r1 and perhaps r2: the keys in order", got)
+	}
+	// Each duplicate is a request; after the third, the last slice is
+	// written.
+	mustDup(t, s, r1)
+	mustDup(t, s, r2)
+	mustDup(t, s, r3)
+	got := dedupRows(t, path)
+	if len(got) != 3 || !got[keyOf(r1)] || !got[keyOf(r2)] || !got[keyOf(r3)] {
+		t.Fatalf("dedup rows %v after the slices, want r1, r2, r3 (again is pending)", got)
+	}
+	if m := mergeMark(t, path); m != 4 {
+		t.Fatalf("merge mark %d after the slices, want 4", m)
+	}
+	if n := len(s.pending); n != 1 {
+		t.Fatalf("%d keys pending after the slices, want 1 (again)", n)
+	}
+	mustDups(t, reopen(t, crashCopy(t, path), opts), again, r1, r2, r3)
+	mustDups(t, s, again, r1, r2, r3)
+}
+
 // A process that stopped before merging leaves the keys only in items:
 // the next Open writes their dedup rows, so none of them, acknowledged or
 // not, is admitted twice.

@@ -789,17 +789,21 @@ func (s *Store) indexLumps(ctx context.Context, tx *sql.Tx, page []indexed) erro
 			text.WriteString(it.text)
 		}
 		page = page[n:]
+		count, err := s.txStmt(ctx, tx, `SELECT count(*) FROM items WHERE seq >= ? AND seq <= ?`)
+		if err != nil {
+			return err
+		}
 		var live int64
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM items WHERE seq >= ? AND seq <= ?`, first, last).Scan(&live); err != nil {
+		if err := count.QueryRowContext(ctx, first, last).Scan(&live); err != nil {
 			return err
 		}
 		if live == 0 {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`, first, text.String()); err != nil {
+		if err := s.txExec(ctx, tx, `INSERT INTO items_fts (rowid, text) VALUES (?, ?)`, first, text.String()); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO search_lumps (first, last, live) VALUES (?, ?, ?)`, first, last, live); err != nil {
+		if err := s.txExec(ctx, tx, `INSERT INTO search_lumps (first, last, live) VALUES (?, ?, ?)`, first, last, live); err != nil {
 			return err
 		}
 	}
@@ -859,7 +863,7 @@ func (s *Store) indexPage(upTo int64) error {
 	if err := s.indexLumps(ctx, tx, page); err != nil {
 		return fmt.Errorf("store: index for search: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'search_indexed'`, strconv.FormatInt(mark, 10)); err != nil {
+	if err := s.txExec(ctx, tx, `UPDATE meta SET value = ? WHERE key = 'search_indexed'`, strconv.FormatInt(mark, 10)); err != nil {
 		return fmt.Errorf("store: index for search: %w", err)
 	}
 	if err := tx.Commit(); err != nil {

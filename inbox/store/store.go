@@ -172,10 +172,11 @@ type Options struct {
 	// indexOnSearch (tests) leaves indexing to Search: no background
 	// pages, none at Close, as if the process stopped before them.
 	indexOnSearch bool
-	// mergeAt and mergeIdle (tests) replace the duplicate filter's
-	// constants of the same names (dedup.go) when positive.
-	mergeAt   int
-	mergeIdle time.Duration
+	// mergeAt, mergeIdle and mergeSlice (tests) replace the duplicate
+	// filter's constants of the same names (dedup.go) when positive.
+	mergeAt    int
+	mergeIdle  time.Duration
+	mergeSlice int
 }
 
 func (o Options) withDefaults() Options {
@@ -208,6 +209,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.mergeIdle <= 0 {
 		o.mergeIdle = mergeIdle
+	}
+	if o.mergeSlice <= 0 {
+		o.mergeSlice = mergeSlice
 	}
 	return o
 }
@@ -312,6 +316,11 @@ type Store struct {
 	// top of it. Both are owned by commitLoop.
 	pending map[dedupKey]dedupEntry
 	dedup   dedupBatch
+	// merging is a merge in slices (dedup.go): the keys pending when it
+	// started, in key order, not yet written; the mark moves to
+	// mergingTo once all are. Owned by commitLoop.
+	merging   []dedupAdd
+	mergingTo int64
 	// run is runBatch's state for a run of admissions (admit.go), owned
 	// by commitLoop.
 	run admitRun
@@ -362,6 +371,9 @@ const (
 	// opMerge merges the duplicate filter's pending keys into the dedup
 	// table (dedup.go).
 	opMerge
+	// opMergeSlice merges the next slice of the keys being merged a
+	// slice at a time (dedup.go).
+	opMergeSlice
 )
 
 // request is one write for commitLoop. done is 1-buffered and receives
@@ -1251,10 +1263,10 @@ func (s *Store) commitLoop() {
 		}
 		timer.Stop()
 		s.commit(batch)
-		if len(s.pending) >= s.opts.mergeAt {
+		if len(s.merging) > 0 || len(s.pending) >= s.opts.mergeAt {
 			// In a transaction of its own: a merge that fails leaves
 			// the requests of the batch alone.
-			s.mergePending()
+			s.mergeSlice()
 		}
 		clear(batch)
 		batch = batch[:0]
@@ -1306,7 +1318,7 @@ func (s *Store) commit(batch []*request) {
 	}
 	s.lastSeq.Store(s.lastSeqNext)
 	s.keepTexts(batch, res)
-	if len(batch) != 1 || batch[0].op != opMerge { // a merge on its own is not a request's
+	if len(batch) != 1 || (batch[0].op != opMerge && batch[0].op != opMergeSlice) { // a merge on its own is not a request's
 		s.txns.Add(1)
 	}
 	if added > 0 || acked > 0 {
@@ -1567,6 +1579,10 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			}
 		case opMerge:
 			mergeNow = true
+		case opMergeSlice:
+			if err := d.mergeSlice(ctx, tx); err != nil {
+				return 0, 0, 0, 0, err
+			}
 		case opIndex: // after the commit (commit)
 		default:
 			panic(fmt.Sprintf("bug: store: unknown op %d", req.op))
@@ -1702,6 +1718,26 @@ func (s *Store) prepared(ctx context.Context, q string) (*sql.Stmt, error) {
 	}
 	s.stmts[q] = st
 	return st, nil
+}
+
+// txStmt is the committer's prepared statement for q, in tx.
+func (s *Store) txStmt(ctx context.Context, tx *sql.Tx, q string) (*sql.Stmt, error) {
+	st, err := s.prepared(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return tx.StmtContext(ctx, st), nil
+}
+
+// txExec runs q, a statement the committer runs often, in tx with args,
+// prepared once.
+func (s *Store) txExec(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+	st, err := s.txStmt(ctx, tx, q)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(ctx, args...)
+	return err
 }
 
 // CountKinds returns how many unacknowledged items have one of the given
