@@ -18,7 +18,7 @@ import (
 // (and again at the checkpoint), about half of what an admission cost.
 // Instead, the keys admitted since the last merge are kept in memory
 // (Store.pending), where admission looks them up first, and merged into
-// the table in key order, many to a page, in one transaction:
+// the table in key order, many to a page:
 //
 //   - once mergeAt keys wait, in slices: those pending then are sorted,
 //     and each batch after is followed by a transaction writing the
