@@ -703,7 +703,9 @@ func TestLegacyNotifications(t *testing.T) {
 	}
 	n.wait(t, from, updated, nil)
 	// Acknowledged elsewhere (another session, the CLI): seen by the
-	// watcher's next poll, when the pending count changed.
+	// watcher's next poll, when the pending count changed. The mark comes
+	// first: that poll may end as soon as the item is gone.
+	from = n.mark()
 	f.mu.Lock()
 	before := len(f.msgs)
 	f.msgs = slices.DeleteFunc(f.msgs, func(m node.Message) bool { return m.ID == "x2" })
@@ -712,7 +714,6 @@ func TestLegacyNotifications(t *testing.T) {
 	if !acked {
 		t.Fatal("x2 is not in the fake's inbox")
 	}
-	from = n.mark()
 	n.wait(t, from, updated, nil)
 
 	var unsub mcp.UnsubscribeRequest
