@@ -45,7 +45,6 @@ func jsNodeOpts(i int) Options {
 	return o
 }
 
-// makeStream creates the stream as an operator would, with the admin user.
 // streamPair is two nodes, a server with their least-privilege users
 // and the stream made by its administrator (neither node connected).
 func streamPair(t *testing.T) (a, b *testNode, s *server.Server) {
@@ -56,6 +55,7 @@ func streamPair(t *testing.T) (a, b *testNode, s *server.Server) {
 	return nodes[0], nodes[1], s
 }
 
+// makeStream creates the stream as an operator would, with the admin user.
 func makeStream(t *testing.T, url string, replicas int) jetstream.Stream {
 	t.Helper()
 	nc := rawConn(t, url, nats.UserInfo(natstest.Admin, natstest.Admin))

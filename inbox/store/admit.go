@@ -70,11 +70,11 @@ func (a *admitRun) lookup(ctx context.Context, tx *sql.Tx, reqs []*request, cuto
 			a.args = append(a.args, r.Sender[:], r.ID[:])
 		}
 		a.args = append(a.args, cutoff)
-		st, err := a.s.prepared(ctx, sqlLookupRows(size))
+		st, err := a.s.txStmt(ctx, tx, sqlLookupRows(size))
 		if err != nil {
 			return err
 		}
-		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, a.args...)
+		rows, err := st.QueryContext(ctx, a.args...)
 		if err != nil {
 			return err
 		}
@@ -131,11 +131,7 @@ func (a *admitRun) flush(ctx context.Context, tx *sql.Tx, d *dedupBatch, res []r
 		for j, r := range rows {
 			a.args = append(a.args, first+int64(j), r.rec.Sender[:], r.rec.ID[:], r.rec.Kind, r.rec.Peer, r.rec.Received.UnixNano(), r.payload, r.class)
 		}
-		st, err := a.s.prepared(ctx, sqlInsertRows(len(rows)))
-		if err != nil {
-			return err
-		}
-		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, a.args...); err != nil {
+		if err := a.s.txExec(ctx, tx, sqlInsertRows(len(rows)), a.args...); err != nil {
 			return err
 		}
 		for j, r := range rows {

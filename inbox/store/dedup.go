@@ -93,8 +93,7 @@ type dedupBatch struct {
 	merged bool
 	upTo   int   // adds[:upTo] were merged with the pending keys
 	mark   int64 // the merge mark written, once merged
-	sliced int   // mergeSlice wrote Store.merging[:sliced]
-	last   bool  // that was the last slice: the mark is written
+	sliced int   // mergeSlice wrote Store.merging[:sliced] (all: the mark too)
 }
 
 func (d *dedupBatch) reset(s *Store) {
@@ -104,7 +103,7 @@ func (d *dedupBatch) reset(s *Store) {
 		d.index = map[dedupKey]int{}
 	}
 	clear(d.index)
-	d.merged, d.upTo, d.sliced, d.last = false, 0, 0, false
+	d.merged, d.upTo, d.sliced = false, 0, 0
 }
 
 // lookup returns the entry a key admitted since the last merge has: in
@@ -184,7 +183,7 @@ func (d *dedupBatch) merge(ctx context.Context, tx *sql.Tx, lastSeq int64) error
 // write writes keys into the dedup table, in key order (which it sorts
 // them into), mergeRows to a statement.
 func (d *dedupBatch) write(ctx context.Context, tx *sql.Tx, keys []dedupAdd) error {
-	slices.SortFunc(keys, func(a, b dedupAdd) int { return bytes.Compare(a.key[:], b.key[:]) })
+	slices.SortFunc(keys, byKey)
 	args := make([]any, 0, 4*min(len(keys), mergeRows))
 	for len(keys) > 0 {
 		// Pad to a power of two with the chunk's last key again (the
@@ -196,11 +195,7 @@ func (d *dedupBatch) write(ctx context.Context, tx *sql.Tx, keys []dedupAdd) err
 			a := &keys[min(j, n-1)]
 			args = append(args, a.key[:32], a.key[32:], a.firstSeen, a.seq)
 		}
-		st, err := d.s.prepared(ctx, sqlRememberRows(size))
-		if err != nil {
-			return err
-		}
-		if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...); err != nil {
+		if err := d.s.txExec(ctx, tx, sqlRememberRows(size), args...); err != nil {
 			return err
 		}
 		keys = keys[n:]
@@ -227,8 +222,8 @@ func (d *dedupBatch) mergeSlice(ctx context.Context, tx *sql.Tx) error {
 	if err := d.write(ctx, tx, keys); err != nil {
 		return err
 	}
-	d.sliced, d.last = n, n == len(s.merging)
-	if d.last {
+	d.sliced = n
+	if n == len(s.merging) { // the last slice
 		d.mark = max(s.merged, s.mergingTo)
 		if _, err := tx.ExecContext(ctx, sqlSetMergeMark, strconv.FormatInt(d.mark, 10)); err != nil {
 			return err
@@ -255,8 +250,7 @@ func (d *dedupBatch) commit() {
 		return
 	}
 	if d.sliced > 0 {
-		s.merging = s.merging[d.sliced:]
-		if d.last {
+		if s.merging = s.merging[d.sliced:]; len(s.merging) == 0 { // the last slice
 			s.merging = nil
 			s.merged = d.mark
 			// The keys pending when the merge started, but for those
@@ -311,6 +305,9 @@ func (s *Store) recoverDedup(ctx context.Context) error {
 	return nil
 }
 
+// byKey orders keys as the dedup table's B-tree does.
+func byKey(a, b dedupAdd) int { return bytes.Compare(a.key[:], b.key[:]) }
+
 // mergeSlice starts a merge in slices, of every key pending, unless one
 // is under way, and writes its next slice in a transaction of its own.
 // Only commitLoop calls it. A slice that fails is written again after
@@ -322,7 +319,7 @@ func (s *Store) mergeSlice() {
 		for k, e := range s.pending {
 			s.merging = append(s.merging, dedupAdd{k, e})
 		}
-		slices.SortFunc(s.merging, func(a, b dedupAdd) int { return bytes.Compare(a.key[:], b.key[:]) })
+		slices.SortFunc(s.merging, byKey)
 		s.mergingTo = s.lastSeq.Load()
 	}
 	s.commit([]*request{{op: opMergeSlice, done: make(chan result, 1)}})

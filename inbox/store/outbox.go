@@ -374,11 +374,10 @@ func (t *outboxTx) stmt(q string) (*sql.Stmt, error) {
 	if st := t.stmts[q]; st != nil {
 		return st, nil
 	}
-	db, err := t.s.prepared(t.ctx, q)
+	st, err := t.s.txStmt(t.ctx, t.tx, q)
 	if err != nil {
 		return nil, err
 	}
-	st := t.tx.StmtContext(t.ctx, db)
 	if t.stmts == nil {
 		t.stmts = make(map[string]*sql.Stmt)
 	}

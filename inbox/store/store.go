@@ -1381,12 +1381,9 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 		if *p != nil {
 			return nil
 		}
-		st, err := s.prepared(ctx, q)
-		if err != nil {
-			return err
-		}
-		*p = tx.StmtContext(ctx, st)
-		return nil
+		st, err := s.txStmt(ctx, tx, q)
+		*p = st
+		return err
 	}
 	cutoff := now.Add(-s.opts.DedupWindow).UnixNano()
 	run := &s.run
