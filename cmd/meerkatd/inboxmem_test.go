@@ -76,11 +76,9 @@ func fillInbox(t *testing.T, path string, from *identity.Keypair, to identity.Pe
 	go func() { wg.Wait(); close(recs) }()
 	ids := make(map[string]bool, count)
 	var pending []*store.Pending
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	for r := range recs {
 		ids[identity.UUID(r.ID).String()] = true
-		pending = append(pending, st.AdmitAsync(ctx, r))
+		pending = append(pending, st.AdmitAsync(r, time.Minute))
 	}
 	for _, p := range pending {
 		if dup, err := p.Wait(); err != nil || dup {

@@ -172,10 +172,7 @@ func (d *durableMail) PushAsync(it comms.Item) comms.Admission {
 	if err != nil {
 		return doneAdmission{err}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), admitTimeout)
-	p := d.st.AdmitAsync(ctx, rec) // ctx bounds only the wait for queue room
-	cancel()
-	return storeAdmission{p}
+	return storeAdmission{d.st.AdmitAsync(rec, admitTimeout)} // bounds only the wait for queue room
 }
 
 // storeAdmission is a store admission as a comms.Admission.

@@ -122,7 +122,7 @@ func benchAdmitPipelined(b *testing.B, searchable bool, newID func() identity.UU
 		}
 		r.ID = newID()
 		started = append(started, time.Now())
-		window = append(window, s.AdmitAsync(context.Background(), r))
+		window = append(window, s.AdmitAsync(r, queueWait))
 	}
 	for _, p := range window {
 		if _, err := p.Wait(); err != nil {
@@ -188,7 +188,7 @@ func BenchmarkSearch10k(b *testing.B) {
 		}
 		r := Record{Kind: "message", Peer: "bench", Payload: fmt.Appendf(nil, "%-300s", text)} // the text (payloadText), 300 bytes
 		binary.BigEndian.PutUint64(r.ID[:], uint64(i+1))
-		pending = append(pending, s.AdmitAsync(ctx, r))
+		pending = append(pending, s.AdmitAsync(r, queueWait))
 	}
 	for _, p := range pending {
 		if _, err := p.Wait(); err != nil {

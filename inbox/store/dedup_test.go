@@ -105,7 +105,7 @@ func admitEach(t *testing.T, s *Store, wantDup bool, rs ...Record) {
 	t.Helper()
 	ps := make([]*Pending, len(rs))
 	for i, r := range rs {
-		ps[i] = s.AdmitAsync(context.Background(), r)
+		ps[i] = s.AdmitAsync(r, queueWait)
 	}
 	for i, p := range ps {
 		if dup, err := p.Wait(); err != nil || dup != wantDup {
@@ -321,14 +321,12 @@ func TestDedupFailedBatchLeavesNothing(t *testing.T) {
 	// Batches of two: a small record, then a large one, until the large
 	// one fills the "disk" and fails their transaction.
 	s, _ := openStore(t, Options{pragmas: "&_pragma=max_page_count(64)", FlushInterval: time.Hour, MaxBatch: 2, mergeIdle: noIdleMerge})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	var small Record
 	var err error
 	for n := uint64(1); n <= 1000 && err == nil; n++ {
 		small = rec(2, n)
-		ps := s.AdmitAsync(ctx, small)
-		pb := s.AdmitAsync(ctx, bigRec(1, n, 8<<10))
+		ps := s.AdmitAsync(small, queueWait)
+		pb := s.AdmitAsync(bigRec(1, n, 8<<10), queueWait)
 		_, err = pb.Wait()
 		if _, serr := ps.Wait(); (serr == nil) != (err == nil) {
 			t.Fatalf("one batch, two outcomes: small %v, large %v", serr, err)

@@ -94,3 +94,7 @@ func withRawRow(t *testing.T, insert string) *Store {
 	db.Close()
 	return reopen(t, path, Options{})
 }
+
+// queueWait is how long the tests' asynchronous admissions wait for room
+// in the commit queue: long enough never to decide a test.
+const queueWait = time.Minute

@@ -576,7 +576,6 @@ func checkIndex(t *testing.T, db *sql.DB, when string) int64 {
 func TestSearchManyAdmissions(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{SearchText: payloadText, MaxItems: 10000})
-	ctx := context.Background()
 	const items = 2*indexPage + 300
 	pending := make([]*Pending, 0, items)
 	want := 0
@@ -587,7 +586,7 @@ func TestSearchManyAdmissions(t *testing.T) {
 		} else {
 			want++
 		}
-		pending = append(pending, s.AdmitAsync(ctx, searchRec(1, i+1, "message", "alice", text, time.Time{})))
+		pending = append(pending, s.AdmitAsync(searchRec(1, i+1, "message", "alice", text, time.Time{}), queueWait))
 	}
 	for _, p := range pending {
 		if dup, err := p.Wait(); err != nil || dup {
@@ -629,7 +628,7 @@ func TestSearchIndexRestart(t *testing.T) {
 			if i%7 == 0 {
 				text = ""
 			}
-			pending = append(pending, s.AdmitAsync(ctx, searchRec(1, i+1, "message", "alice", text, time.Time{})))
+			pending = append(pending, s.AdmitAsync(searchRec(1, i+1, "message", "alice", text, time.Time{}), queueWait))
 		}
 		for _, p := range pending {
 			if _, err := p.Wait(); err != nil {
@@ -889,7 +888,7 @@ func TestAdmitCarriedText(t *testing.T) {
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("SearchText called %d times for a record with its text", n)
 	}
-	p := s.AdmitAsync(ctx, searchRec(1, 2, "message", "alice", "payload again", time.Now()))
+	p := s.AdmitAsync(searchRec(1, 2, "message", "alice", "payload again", time.Now()), queueWait)
 	if _, err := p.Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -980,14 +979,13 @@ func checkIndexMark(t *testing.T, s *Store) int64 {
 func TestSearchLumpSpan(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{SearchText: payloadText, MaxItems: 10000})
-	ctx := context.Background()
 	var pending []*Pending
 	for i := range uint64(3 * lumpSpan) {
 		text := ""
 		if i%100 == 0 {
 			text = fmt.Sprintf("sparse doc%d", i+1)
 		}
-		pending = append(pending, s.AdmitAsync(ctx, searchRec(1, i+1, "message", "alice", text, time.Time{})))
+		pending = append(pending, s.AdmitAsync(searchRec(1, i+1, "message", "alice", text, time.Time{}), queueWait))
 	}
 	for _, p := range pending {
 		if _, err := p.Wait(); err != nil {

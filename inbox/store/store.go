@@ -847,11 +847,8 @@ func Check(path string, thorough bool) error {
 func (s *Store) send(ctx context.Context, req *request) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if s.opts.ReadOnly {
-		return ErrReadOnly
+	if err := s.sendable(); err != nil {
+		return err
 	}
 	select {
 	case s.reqs <- req:
@@ -861,6 +858,44 @@ func (s *Store) send(ctx context.Context, req *request) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// sendWithin is send with the wait for room bounded by a duration: the
+// timer is made only when the queue is full. (A context.WithTimeout per
+// admission cost as much as queueing it.)
+func (s *Store) sendWithin(req *request, wait time.Duration) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.sendable(); err != nil {
+		return err
+	}
+	select {
+	case s.reqs <- req:
+		return nil
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.reqs <- req:
+		return nil
+	case <-s.closing:
+		return ErrClosed
+	case <-t.C:
+		return fmt.Errorf("store: no room in the commit queue within %v: %w", wait, context.DeadlineExceeded)
+	}
+}
+
+// sendable is why nothing can be sent now, if anything. The caller holds
+// s.mu (read).
+func (s *Store) sendable() error {
+	if s.closed {
+		return ErrClosed
+	}
+	if s.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	return nil
 }
 
 // do sends req and waits for its result. If ctx ends after req was sent,
@@ -1774,16 +1809,17 @@ func (p *Pending) Wait() (dup bool, err error) {
 }
 
 // AdmitAsync queues r for the next group commit without waiting for it:
-// it blocks (with ctx) only for room in the queue. Call Wait on the result
-// before acknowledging the envelope. Many admissions queued this way from
-// one goroutine commit together, where Admit would commit them one batch
-// after another.
-func (s *Store) AdmitAsync(ctx context.Context, r Record) *Pending {
+// it waits at most wait for room in the queue, then returns a Pending
+// whose Wait fails with an error wrapping context.DeadlineExceeded. Call
+// Wait on the result before acknowledging the envelope. Many admissions
+// queued this way from one goroutine commit together, where Admit would
+// commit them one batch after another.
+func (s *Store) AdmitAsync(r Record, wait time.Duration) *Pending {
 	if r.Received.IsZero() {
 		r.Received = s.opts.Now()
 	}
 	req := &request{op: opAdmit, rec: r, text: s.searchText(r), done: make(chan result, 1)}
-	if err := s.send(ctx, req); err != nil {
+	if err := s.sendWithin(req, wait); err != nil {
 		return &Pending{err: err}
 	}
 	return &Pending{done: req.done}

@@ -710,7 +710,7 @@ func TestAdmitAsyncBatches(t *testing.T) {
 	before := s.txns.Load()
 	var ps []*Pending
 	for i := range 200 {
-		ps = append(ps, s.AdmitAsync(context.Background(), rec(1, uint64(i%190)+1)))
+		ps = append(ps, s.AdmitAsync(rec(1, uint64(i%190)+1), queueWait))
 	}
 	stored, dups, full := 0, 0, 0
 	for _, p := range ps {
@@ -733,16 +733,63 @@ func TestAdmitAsyncBatches(t *testing.T) {
 	}
 }
 
+// An admission waits only as long as it was given for room in the commit
+// queue; those queued before it still commit.
+func TestAdmitAsyncNoRoom(t *testing.T) {
+	testutil.CheckGoroutines(t)
+	s, path := openStore(t, Options{MaxBatch: 2})
+	// Another connection holds the write lock: the committer waits in
+	// BEGIN with its batch (one or two), and two more fill the queue.
+	db, err := sql.Open("sqlite", dsn(path, 0, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+		t.Fatal(err)
+	}
+	var ps []*Pending
+	var late *Pending
+	for i := uint64(1); i <= 10 && late == nil; i++ {
+		p := s.AdmitAsync(rec(1, i), 20*time.Millisecond)
+		if p.Ready() {
+			late = p
+		} else {
+			ps = append(ps, p)
+		}
+	}
+	if late == nil || len(ps) < 3 || len(ps) > 4 {
+		t.Fatalf("%d admissions queued before one found no room (%v); want 3 or 4 and then one", len(ps), late != nil)
+	}
+	if _, err := late.Wait(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait with the queue full = %v, want context.DeadlineExceeded", err)
+	}
+	if _, err := conn.ExecContext(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range ps {
+		if dup, err := p.Wait(); dup || err != nil {
+			t.Fatalf("admission %d: Wait = %v, %v", i+1, dup, err)
+		}
+	}
+}
+
 // A Pending is Ready once its batch committed, not before.
 func TestPendingReady(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	// Batches flush only when two requests wait (or after an hour).
 	s, _ := openStore(t, Options{FlushInterval: time.Hour, MaxBatch: 2})
-	p1 := s.AdmitAsync(context.Background(), rec(1, 1))
+	p1 := s.AdmitAsync(rec(1, 1), queueWait)
 	if p1.Ready() {
 		t.Fatal("Ready before its batch could commit")
 	}
-	p2 := s.AdmitAsync(context.Background(), rec(1, 2))
+	p2 := s.AdmitAsync(rec(1, 2), queueWait)
 	testutil.WaitFor(t, 10*time.Second, "the batch to commit", func() bool { return p1.Ready() && p2.Ready() })
 	for _, p := range []*Pending{p1, p2} {
 		if dup, err := p.Wait(); dup || err != nil {
@@ -750,7 +797,7 @@ func TestPendingReady(t *testing.T) {
 		}
 	}
 	s.Close()
-	p := s.AdmitAsync(context.Background(), rec(1, 3))
+	p := s.AdmitAsync(rec(1, 3), queueWait)
 	if !p.Ready() {
 		t.Fatal("a refused admission is not Ready")
 	}
