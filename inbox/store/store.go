@@ -860,29 +860,34 @@ func (s *Store) send(ctx context.Context, req *request) error {
 	}
 }
 
-// sendWithin is send with the wait for room bounded by a duration: the
-// timer is made only when the queue is full. (A context.WithTimeout per
-// admission cost as much as queueing it.)
+// sendWithin is send with the wait for room bounded by a duration: it
+// tries the queue first, and only a full queue costs a context with its
+// timer. (One per admission cost as much as queueing it.)
 func (s *Store) sendWithin(req *request, wait time.Duration) error {
+	if sent, err := s.trySend(req); sent || err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	err := s.send(ctx, req)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("store: no room in the commit queue within %v: %w", wait, err)
+	}
+	return err
+}
+
+// trySend hands req to commitLoop if the queue has room now.
+func (s *Store) trySend(req *request) (sent bool, err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.sendable(); err != nil {
-		return err
+		return false, err
 	}
 	select {
 	case s.reqs <- req:
-		return nil
+		return true, nil
 	default:
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case s.reqs <- req:
-		return nil
-	case <-s.closing:
-		return ErrClosed
-	case <-t.C:
-		return fmt.Errorf("store: no room in the commit queue within %v: %w", wait, context.DeadlineExceeded)
+		return false, nil
 	}
 }
 
