@@ -266,7 +266,7 @@ func (s *Store) read(what, query string, scan func(*sql.Rows) error) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("store: outbox: read %s: %w", what, err)
 	}
-	return nil
+	return s.awaitSynced()
 }
 
 // entryCols are the columns outbox and dead_letters share, in the order

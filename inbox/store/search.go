@@ -497,6 +497,9 @@ func (s *Store) Search(ctx context.Context, q Search) ([]Hit, error) {
 		}
 		return nil, fmt.Errorf("store: search: %w", err)
 	}
+	if err := s.awaitSynced(); err != nil {
+		return nil, fmt.Errorf("store: search: %w", err)
+	}
 	return out, nil
 }
 

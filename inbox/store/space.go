@@ -299,6 +299,9 @@ func (s *Store) readArgs(prefix, query string, args []any, scan func(*sql.Rows) 
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("%s: %w", prefix, err)
 	}
+	if err := s.awaitSynced(); err != nil {
+		return fmt.Errorf("%s: %w", prefix, err)
+	}
 	return nil
 }
 

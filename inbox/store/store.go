@@ -244,6 +244,21 @@ type Store struct {
 	verifyErr  error
 	closeErr   error
 
+	// The WAL's sync (walsync.go). committing counts the batches that
+	// began to commit (runBatch, before the commit makes them visible),
+	// committed those whose commit returned. syncMu serializes the syncs
+	// and guards wal; syncStarted counts the syncs begun, syncDone is the
+	// number of the last one completed, syncedTo the committed count it
+	// covered. syncErr is set for good when a sync fails.
+	committing  atomic.Uint64
+	committed   atomic.Uint64
+	syncMu      sync.Mutex
+	wal         walFile
+	syncStarted atomic.Uint64
+	syncDone    atomic.Uint64
+	syncedTo    atomic.Uint64
+	syncErr     atomic.Pointer[error]
+
 	sigMu sync.Mutex
 	// changed is closed (and replaced) after every commit that added
 	// items or acknowledged some; closed for good by Close.
@@ -405,17 +420,20 @@ type result struct {
 	idem  *Idem               // opIdemClaim: the key's record when it is in use, or claimed again (claim)
 	claim bool                // opIdemClaim: idem is a released key, now claimed again
 	err   error
+	// syncAfter is Store.syncStarted once the batch committed: a sync
+	// begun after that holds it (syncSince).
+	syncAfter uint64
 }
 
 // dsn builds the connection string. Every pooled connection runs these
 // pragmas when it opens.
 //
-// Durability: synchronous=FULL. In WAL mode, FULL syncs the WAL at every
-// commit; NORMAL syncs only at checkpoints, so after a power loss the last
-// commits may be gone — including envelopes already acknowledged to their
-// senders, who would never resend them. The contract is "acked means on
-// disk", so FULL it is; group commit pays its one sync per batch, not per
-// envelope. (NORMAL would only be safe against a process crash.)
+// Durability: synchronous=NORMAL, with the store syncing the WAL itself
+// before anyone learns of a commit (walsync.go): "acked means on disk",
+// one sync for many batches as with FULL's group commit, without the
+// committer waiting for the disk. (NORMAL alone would only be safe
+// against a process crash: after a power loss the last commits may be
+// gone, envelopes already acknowledged among them.)
 //
 // _txlock=immediate: transactions take the write lock at BEGIN, so a
 // transaction never fails half-way trying to upgrade a read lock.
@@ -432,7 +450,7 @@ func dsn(path string, walMax int64, extra string) string {
 		"?_pragma=busy_timeout(" + fmt.Sprint(busyTimeout.Milliseconds()) + ")" +
 		"&_pragma=journal_mode(WAL)" +
 		"&_pragma=journal_size_limit(" + fmt.Sprint(walMax) + ")" +
-		"&_pragma=synchronous(FULL)" +
+		"&_pragma=synchronous(NORMAL)" +
 		"&_txlock=immediate" + extra
 }
 
@@ -510,6 +528,7 @@ func newStore(db *sql.DB, opts Options, path string) *Store {
 		opts:    opts,
 		path:    path,
 		reqs:    make(chan *request, opts.MaxBatch),
+		wal:     walFile{path: path + "-wal"},
 		closing: make(chan struct{}),
 		changed: make(chan struct{}),
 
@@ -900,11 +919,15 @@ func (s *Store) sendable() error {
 	if s.opts.ReadOnly {
 		return ErrReadOnly
 	}
+	if p := s.syncErr.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 
-// do sends req and waits for its result. If ctx ends after req was sent,
-// the request may still commit.
+// do sends req and waits for its result, and for the WAL's sync that
+// makes it durable. If ctx ends after req was sent, the request may still
+// commit.
 func (s *Store) do(ctx context.Context, req *request) result {
 	req.done = make(chan result, 1)
 	if err := s.send(ctx, req); err != nil {
@@ -912,6 +935,9 @@ func (s *Store) do(ctx context.Context, req *request) result {
 	}
 	select {
 	case res := <-req.done:
+		if res.err == nil {
+			res.err = s.syncSince(res.syncAfter)
+		}
 		return res
 	case <-ctx.Done():
 		return result{err: ctx.Err()}
@@ -1042,7 +1068,8 @@ func (s *Store) list(q string, after uint64, limit, maxBytes int, pre ...any) (o
 	size := 0
 	for {
 		if maxBytes > 0 && size >= maxBytes && len(out) != limit {
-			return out, true, nil // rows.Close ends the query; the next row is not read
+			cut = true // rows.Close ends the query; the next row is not read
+			break
 		}
 		if !rows.Next() {
 			break
@@ -1071,7 +1098,10 @@ func (s *Store) list(q string, after uint64, limit, maxBytes int, pre ...any) (o
 	if err := rows.Err(); err != nil {
 		return nil, false, fmt.Errorf("store: list: %w", err)
 	}
-	return out, false, nil
+	if err := s.awaitSynced(); err != nil {
+		return nil, false, fmt.Errorf("store: list: %w", err)
+	}
+	return out, cut, nil
 }
 
 // LastSeq returns the highest seq the store has handed out (0: none),
@@ -1085,6 +1115,9 @@ func (s *Store) LastSeq() (uint64, error) {
 	}
 	var seq int64
 	if err := s.db.QueryRow(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'items'), 0)`).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("store: last seq: %w", err)
+	}
+	if err := s.awaitSynced(); err != nil {
 		return 0, fmt.Errorf("store: last seq: %w", err)
 	}
 	return uint64(seq), nil
@@ -1158,6 +1191,9 @@ func (s *Store) Writable(ctx context.Context) error {
 	if _, err := conn.ExecContext(context.Background(), `ROLLBACK`); err != nil {
 		return fmt.Errorf("store: not writable: %w", err)
 	}
+	if p := s.syncErr.Load(); p != nil {
+		return fmt.Errorf("store: not writable: %w", *p)
+	}
 	if p := s.commitErr.Load(); p != nil {
 		// A transaction can begin on a full disk: only a commit finds out.
 		return fmt.Errorf("store: not writable: the last write failed: %w", *p)
@@ -1201,6 +1237,7 @@ func (s *Store) Close() error {
 		close(s.reqs) // no sender is inside send now, and none will enter
 		s.mu.Unlock()
 		s.wg.Wait() // commitLoop answers everything in reqs, then exits
+		s.closeWAL()
 		for _, st := range s.stmts {
 			st.Close()
 		}
@@ -1331,6 +1368,10 @@ func (s *Store) commit(batch []*request) {
 		return
 	}
 	s.commitErr.Store(nil)
+	after := s.syncStarted.Load() // the batch's frames are written: a sync begun after this holds them
+	for i := range res {
+		res[i].syncAfter = after
+	}
 	s.dedup.commit()
 	s.unacked, s.unackedBytes = unacked, bytes
 	s.full, s.need = s.fullNext, s.needNext
@@ -1653,7 +1694,10 @@ func (s *Store) runBatch(batch []*request, res []result) (unacked, added, acked 
 			s.checkpoint = "PASSIVE"
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	s.committing.Add(1) // before readers can see the batch (awaitSynced)
+	err = tx.Commit()
+	s.committed.Store(s.committing.Load())
+	if err != nil {
 		return 0, 0, 0, 0, err
 	}
 	return unacked, added, acked, bytes, nil
@@ -1794,23 +1838,45 @@ func (s *Store) CountKinds(kinds ...string) (int, error) {
 	return n, nil
 }
 
-// Pending is an admission queued by [Store.AdmitAsync].
+// Pending is an admission queued by [Store.AdmitAsync]. One goroutine
+// at a time uses it.
 type Pending struct {
+	s    *Store
 	done chan result
+	res  result
+	got  bool // res holds the outcome
 	err  error
 }
 
-// Ready reports whether the outcome is known, so Wait would not block.
-func (p *Pending) Ready() bool { return p.err != nil || len(p.done) > 0 }
+// Ready reports whether the outcome is known and durable, so Wait would
+// not block.
+func (p *Pending) Ready() bool {
+	if p.err != nil {
+		return true
+	}
+	if !p.got && len(p.done) > 0 {
+		p.res, p.got = <-p.done, true
+	}
+	return p.got && (p.res.err != nil || p.s.synced(p.res.syncAfter))
+}
 
-// Wait blocks until the admission's batch committed (or failed) and
-// returns what Admit would have returned. Call it once.
+// Wait blocks until the admission's batch committed (or failed) and the
+// WAL holding it is synced, and returns what Admit would have returned.
+// Call it once.
 func (p *Pending) Wait() (dup bool, err error) {
 	if p.err != nil {
 		return false, p.err
 	}
-	res := <-p.done
-	return res.dup, res.err
+	if !p.got {
+		p.res, p.got = <-p.done, true
+	}
+	if p.res.err != nil {
+		return false, p.res.err
+	}
+	if err := p.s.syncSince(p.res.syncAfter); err != nil {
+		return false, err
+	}
+	return p.res.dup, nil
 }
 
 // AdmitAsync queues r for the next group commit without waiting for it:
@@ -1827,5 +1893,5 @@ func (s *Store) AdmitAsync(r Record, wait time.Duration) *Pending {
 	if err := s.sendWithin(req, wait); err != nil {
 		return &Pending{err: err}
 	}
-	return &Pending{done: req.done}
+	return &Pending{s: s, done: req.done}
 }
