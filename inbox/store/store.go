@@ -1237,7 +1237,7 @@ func (s *Store) Close() error {
 		close(s.reqs) // no sender is inside send now, and none will enter
 		s.mu.Unlock()
 		s.wg.Wait() // commitLoop answers everything in reqs, then exits
-		s.closeWAL()
+		walErr := s.closeWAL()
 		for _, st := range s.stmts {
 			st.Close()
 		}
@@ -1249,6 +1249,8 @@ func (s *Store) Close() error {
 		}
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("store: close: %w", err)
+		} else if walErr != nil {
+			s.closeErr = fmt.Errorf("store: close: %w", walErr)
 		}
 	})
 	return s.closeErr
@@ -1843,9 +1845,19 @@ func (s *Store) CountKinds(kinds ...string) (int, error) {
 type Pending struct {
 	s    *Store
 	done chan result
-	res  result
-	got  bool // res holds the outcome
-	err  error
+	err  error // refused before it was queued
+	// The outcome, once received: got is set, with the admission's
+	// result (dup, resErr) and its batch's syncAfter.
+	got       bool
+	dup       bool
+	resErr    error
+	syncAfter uint64
+}
+
+// receive takes the outcome from done, waiting for it.
+func (p *Pending) receive() {
+	res := <-p.done
+	p.got, p.dup, p.resErr, p.syncAfter = true, res.dup, res.err, res.syncAfter
 }
 
 // Ready reports whether the outcome is known and durable, so Wait would
@@ -1855,9 +1867,9 @@ func (p *Pending) Ready() bool {
 		return true
 	}
 	if !p.got && len(p.done) > 0 {
-		p.res, p.got = <-p.done, true
+		p.receive()
 	}
-	return p.got && (p.res.err != nil || p.s.synced(p.res.syncAfter))
+	return p.got && (p.resErr != nil || p.s.synced(p.syncAfter))
 }
 
 // Wait blocks until the admission's batch committed (or failed) and the
@@ -1868,15 +1880,15 @@ func (p *Pending) Wait() (dup bool, err error) {
 		return false, p.err
 	}
 	if !p.got {
-		p.res, p.got = <-p.done, true
+		p.receive()
 	}
-	if p.res.err != nil {
-		return false, p.res.err
+	if p.resErr != nil {
+		return false, p.resErr
 	}
-	if err := p.s.syncSince(p.res.syncAfter); err != nil {
+	if err := p.s.syncSince(p.syncAfter); err != nil {
 		return false, err
 	}
-	return p.res.dup, nil
+	return p.dup, nil
 }
 
 // AdmitAsync queues r for the next group commit without waiting for it:

@@ -76,15 +76,18 @@ func (s *Store) awaitSynced() error {
 }
 
 // closeWAL syncs what the last batches wrote, if a sync has not, for the
-// Waits not yet called, and closes the WAL file. Close calls it once commitLoop is done.
-func (s *Store) closeWAL() {
+// Waits not yet called, and closes the WAL file; it returns the sync's
+// error. Close calls it once commitLoop is done.
+func (s *Store) closeWAL() error {
+	var err error
 	if s.syncedTo.Load() < s.committed.Load() {
-		s.syncSince(s.syncStarted.Load())
+		err = s.syncSince(s.syncStarted.Load())
 	}
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	s.wal.close()
 	s.wal.closed = true
+	return err
 }
 
 // walFile is the database's -wal file, opened for syncing. SQLite keeps

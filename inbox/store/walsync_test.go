@@ -93,10 +93,15 @@ func TestReaderSyncsFirst(t *testing.T) {
 	testutil.CheckGoroutines(t)
 	s, _ := openStore(t, Options{})
 	mustAdmit(t, s, rec(1, 1))
-	if recs, err := s.List(0, 0); err != nil || len(recs) != 1 {
-		t.Fatalf("List = %d records, %v; want 1 (and no sync: nothing new)", len(recs), err)
-	}
 	h := hookSync(t, s)
+	if recs, err := s.List(0, 0); err != nil || len(recs) != 1 {
+		t.Fatalf("List = %d records, %v; want 1", len(recs), err)
+	}
+	select {
+	case <-h.entered:
+		t.Fatal("List synced with nothing committed since the last sync")
+	default:
+	}
 	committed := s.committed.Load()
 	p := s.AdmitAsync(rec(1, 2), queueWait)
 	testutil.WaitFor(t, 10*time.Second, "the batch to commit", func() bool { return s.committed.Load() > committed })
@@ -162,6 +167,9 @@ func TestSyncFailureStopsWrites(t *testing.T) {
 	case <-h.entered:
 		t.Fatal("a sync ran after the failed one")
 	default:
+	}	// Close says so too: the last batches were never synced.
+	if err := s.Close(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Close = %v, want EIO", err)
 	}
 }
 
